@@ -1,0 +1,3 @@
+from commlens.cli import main
+
+main()

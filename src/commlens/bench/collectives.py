@@ -1,0 +1,214 @@
+"""How each catalog op runs on ``torch.distributed``: buffers, the call, the check.
+
+torch.distributed offers some ops only in place (all_reduce, broadcast,
+reduce work on one tensor) and some only out of place (all_to_all,
+send/recv); :data:`PLACEMENTS` says which, and the harness reports the other
+placement as not run rather than timing an extra copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from commlens.bench.validate import TORCH_DTYPES, count_wrong, rank_values, reduce_values
+from commlens.ops import OpSpec, SizePlan
+
+__all__ = ["PLACEMENTS", "Collective", "prepare", "torch_redop"]
+
+# op -> (out-of-place offered, in-place offered) by torch.distributed's API.
+PLACEMENTS: dict[str, tuple[bool, bool]] = {
+    "all_reduce": (False, True),
+    "broadcast": (False, True),
+    "reduce": (False, True),
+    "all_gather": (True, True),
+    "reduce_scatter": (True, True),
+    "gather": (True, True),
+    "scatter": (True, True),
+    "all_to_all": (True, False),
+    "sendrecv": (True, False),
+    "barrier": (True, False),
+}
+
+_REDOPS = {
+    "sum": dist.ReduceOp.SUM,
+    "prod": dist.ReduceOp.PRODUCT,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "avg": dist.ReduceOp.AVG,
+}
+
+
+def torch_redop(name: str) -> Any:
+    return _REDOPS[name]
+
+
+@dataclass
+class Collective:
+    """One prepared row: ``launch()`` starts an iteration, ``check()`` validates one."""
+
+    launch: Callable[[], Any]  # returns a Work handle or None
+    reset: Callable[[], None]  # rewrite inputs and clear outputs
+    verify: Callable[[], int]  # wrong elements on this rank after one launch
+    output: torch.Tensor | None = None  # the buffer verify() reads
+
+
+def _fill(t: torch.Tensor, values: torch.Tensor) -> None:
+    t.copy_(values.to(dtype=t.dtype))
+
+
+def prepare(
+    spec: OpSpec,
+    plan: SizePlan,
+    dtype: str,
+    redop: str,
+    root: int,
+    in_place: bool,
+    rank: int,
+    world: int,
+    device: torch.device,
+    group: Any = None,
+    async_op: bool = False,
+) -> Collective | None:
+    """Buffers and callables for one row, or None when torch offers no such placement."""
+    offered_oop, offered_ip = PLACEMENTS[spec.name]
+    if not (offered_ip if in_place else offered_oop):
+        return None
+    tdt = TORCH_DTYPES[dtype]
+    c = plan.count
+    n = world
+    red = _REDOPS.get(redop)
+    empty = lambda k: torch.zeros(k, dtype=tdt, device=device)  # noqa: E731
+
+    name = spec.name
+    if name == "barrier":
+        return Collective(lambda: dist.barrier(group=group, async_op=async_op), lambda: None, lambda: 0)
+
+    if name in ("all_reduce", "broadcast", "reduce"):
+        buf = empty(c)
+        values = rank_values(rank, n, 0, c, dtype, redop if spec.reduces else "none")
+
+        def reset() -> None:
+            _fill(buf, values)
+
+        if name == "all_reduce":
+            launch = lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
+            checked = True
+        elif name == "broadcast":
+            launch = lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: rank_values(root, n, 0, c, dtype, "none")  # noqa: E731
+            checked = True
+        else:
+            launch = lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
+            checked = rank == root  # other ranks' buffers are unspecified after a reduce
+
+        def verify() -> int:
+            return count_wrong(buf, expected(), dtype, redop, n) if checked else 0
+
+        return Collective(launch, reset, verify, buf)
+
+    if name in ("all_gather", "gather"):
+        out = empty(c * n)
+        src = out[rank * c:(rank + 1) * c] if in_place else empty(c)
+        values = rank_values(rank, n, rank * c, c, dtype, "none")
+        gathered = None
+
+        def reset() -> None:
+            out.zero_()
+            _fill(src, values)
+
+        if name == "all_gather":
+            launch = lambda: dist.all_gather_into_tensor(out, src, group=group, async_op=async_op)  # noqa: E731
+            checked = True
+        else:
+            gathered = list(out.chunk(n)) if rank == root and n > 0 else None
+            if in_place and rank != root:
+                src = empty(c)  # only the root's input lives inside its output
+            launch = lambda: dist.gather(src, gathered, dst=root, group=group, async_op=async_op)  # noqa: E731
+            checked = rank == root
+
+        def verify() -> int:
+            if not checked:
+                return 0
+            exp = torch.cat([rank_values(k, n, k * c, c, dtype, "none") for k in range(n)])
+            return count_wrong(out, exp, dtype, "none", n)
+
+        return Collective(launch, reset, verify, out)
+
+    if name in ("reduce_scatter", "scatter"):
+        full = empty(c * n)
+        dst = full[rank * c:(rank + 1) * c] if in_place else empty(c)
+        if name == "reduce_scatter":
+            values = rank_values(rank, n, 0, c * n, dtype, redop)
+            launch = lambda: dist.reduce_scatter_tensor(dst, full, op=red, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
+        else:
+            values = rank_values(root, n, 0, c * n, dtype, "none")
+            if in_place and rank != root:
+                dst = empty(c)
+            chunks = list(full.chunk(n)) if rank == root else None
+            launch = lambda: dist.scatter(dst, chunks, src=root, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: rank_values(root, n, rank * c, c, dtype, "none")  # noqa: E731
+
+        def reset() -> None:
+            _fill(full, values)
+            if not in_place:
+                dst.zero_()
+
+        def verify() -> int:
+            return count_wrong(dst, expected(), dtype, redop, n)
+
+        return Collective(launch, reset, verify, dst)
+
+    if name == "all_to_all":
+        send = empty(c * n)
+        recv = empty(c * n)
+        values = rank_values(rank, n, 0, c * n, dtype, "none")
+
+        def reset() -> None:
+            _fill(send, values)
+            recv.zero_()
+
+        def verify() -> int:
+            exp = torch.cat([rank_values(s, n, rank * c, c, dtype, "none") for s in range(n)])
+            return count_wrong(recv, exp, dtype, "none", n)
+
+        launch = lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op)  # noqa: E731
+        return Collective(launch, reset, verify, recv)
+
+    if name == "sendrecv":
+        send = empty(c)
+        recv = empty(c)
+        values = rank_values(rank, n, 0, c, dtype, "none")
+        peer_next, peer_prev = (rank + 1) % n, (rank - 1) % n
+
+        def reset() -> None:
+            _fill(send, values)
+            recv.zero_()
+
+        def launch() -> Any:
+            if n == 1:  # a send to oneself is a local copy, as NCCL does it
+                recv.copy_(send)
+                return None
+            nxt = dist.get_global_rank(group, peer_next) if group is not None else peer_next
+            prv = dist.get_global_rank(group, peer_prev) if group is not None else peer_prev
+            works = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, send, nxt, group), dist.P2POp(dist.irecv, recv, prv, group)]
+            )
+            if async_op:
+                return works
+            for w in works:
+                w.wait()
+            return None
+
+        def verify() -> int:
+            return count_wrong(recv, rank_values(peer_prev, n, 0, c, dtype, "none"), dtype, "none", n)
+
+        return Collective(launch, reset, verify, recv)
+
+    raise ValueError(f"no torch.distributed mapping for op {name!r}")

@@ -1,0 +1,215 @@
+"""Benchmark settings: one argument parser shared by the launcher and the worker.
+
+``commlens bench ...`` and ``torchrun ... -m commlens.bench ...`` accept the
+same options, named after nccl-tests' where they mean the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
+from commlens.results.records import DTYPE_SIZES
+from commlens.results.units import parse_size
+
+__all__ = ["BenchConfig", "ConfigError", "build_parser", "config_from_args", "DTYPES"]
+
+DTYPES: tuple[str, ...] = tuple(DTYPE_SIZES)
+DEVICES = ("cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """Benchmark settings that cannot run."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything a sweep needs; validated at construction."""
+
+    ops: tuple[str, ...] = ("all_reduce",)
+    min_bytes: int = 8
+    max_bytes: int = 8
+    step_factor: int = 2
+    step_bytes: int = 0  # when > 0, sizes grow by this increment instead of the factor
+    iters: int = 20
+    warmup: int = 5
+    check_iters: int = 1
+    dtypes: tuple[str, ...] = ("float32",)
+    redops: tuple[str, ...] = ("sum",)
+    roots: tuple[int, ...] = (0,)  # () means every rank (--root all)
+    in_place: bool = True
+    out_of_place: bool = True
+    blocking: bool = False
+    backend: str = "gloo"
+    device: str = "cpu"
+    timeout_s: float = 300.0
+    on_unsupported: str = "skip"  # or "fail"
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.ops:
+            if name not in OPS:
+                raise ConfigError(f"unknown op {name!r}")
+        for dt in self.dtypes:
+            if dt not in DTYPE_SIZES:
+                raise ConfigError(f"unknown dtype {dt!r}; known: {', '.join(DTYPES)} or 'all'")
+        for ro in self.redops:
+            if ro not in REDOPS:
+                raise ConfigError(f"unknown reduction {ro!r}; known: {', '.join(REDOPS)} or 'all'")
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}; known: {', '.join(DEVICES)}")
+        if self.min_bytes > self.max_bytes:
+            raise ConfigError(f"min size {self.min_bytes} B is larger than max size {self.max_bytes} B")
+        if self.step_bytes < 0:
+            raise ConfigError("--step-bytes must be >= 0")
+        if self.step_bytes == 0 and self.step_factor < 2 and self.min_bytes != self.max_bytes:
+            raise ConfigError("--step-factor must be >= 2 (or give --step-bytes)")
+        if self.iters < 1:
+            raise ConfigError("--iters must be >= 1")
+        if self.warmup < 0 or self.check_iters < 0:
+            raise ConfigError("--warmup and --check-iters must be >= 0")
+        if not (self.in_place or self.out_of_place):
+            raise ConfigError("nothing to run: neither in-place nor out-of-place")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be > 0 seconds")
+        if self.on_unsupported not in ("skip", "fail"):
+            raise ConfigError("--on-unsupported must be skip or fail")
+        if any(r < 0 for r in self.roots):
+            raise ConfigError("--root must be >= 0")
+
+    @property
+    def op_specs(self) -> list[OpSpec]:
+        return [OPS[name] for name in self.ops]
+
+    def sizes(self) -> Iterator[int]:
+        """Requested sizes from min to max, by factor or by increment, as nccl-tests steps."""
+        size = self.min_bytes
+        while True:
+            yield size
+            nxt = size + self.step_bytes if self.step_bytes > 0 else size * self.step_factor
+            if nxt <= size or nxt > self.max_bytes:
+                return
+            size = nxt
+
+    def placements(self) -> list[bool]:
+        """In-place flags to run, out-of-place first, as nccl-tests prints them."""
+        return [p for p, on in ((False, self.out_of_place), (True, self.in_place)) if on]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _csv_choice(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"no {what} given")
+    if "all" in items:
+        return known
+    for item in items:
+        if item not in known:
+            raise ConfigError(f"unknown {what} {item!r}; known: {', '.join(known)} or 'all'")
+    return tuple(dict.fromkeys(items))
+
+
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "bf16": "bfloat16",
+                  "double": "float64", "fp32": "float32", "fp64": "float64", "int": "int32"}
+
+
+def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
+    """The one option set of ``commlens bench`` and ``python -m commlens.bench``."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run collectives across ranks with nccl-tests semantics, validate and store the results.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
+    )
+    g = p.add_argument_group("what to run")
+    g.add_argument("--op", default="all_reduce", help="op, comma list, or 'all'")
+    g.add_argument("-b", "--min-bytes", default="8", help="smallest size (K/M/G suffixes)")
+    g.add_argument("-e", "--max-bytes", default=None, help="largest size (default: the min size)")
+    g.add_argument("-f", "--step-factor", type=int, default=2, help="multiply the size by this each step")
+    g.add_argument("-i", "--step-bytes", default="0", help="add this to the size each step (overrides -f)")
+    g.add_argument("-d", "--dtype", default="float32", help="dtype, comma list or 'all'")
+    g.add_argument("-o", "--redop", default="sum", help="reduction, comma list or 'all'")
+    g.add_argument("-r", "--root", default="0", help="root rank, comma list or 'all'")
+    pl = g.add_mutually_exclusive_group()
+    pl.add_argument("--in-place", dest="placement", action="store_const", const="in", help="in-place only")
+    pl.add_argument("--out-of-place", dest="placement", action="store_const", const="out", help="out-of-place only")
+    g.add_argument("--on-unsupported", choices=("skip", "fail"), default="skip",
+                   help="what to do with a combination the backend does not support")
+    t = p.add_argument_group("timing and checking")
+    t.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row")
+    t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
+    t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")
+    t.add_argument("-z", "--blocking", action="store_true", help="wait for each collective before the next")
+    t.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may take before ranks give up")
+    t.add_argument("--seed", type=int, default=0, help="seed recorded with the run")
+    r = p.add_argument_group("where")
+    r.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl, mpi or any registered")
+    r.add_argument("--device", default="cpu", help="cpu or cuda")
+    r.add_argument("--nproc", type=int, default=4, help="local ranks to launch (launcher only)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", dest="json_path", default=None, help="write the run as commlens JSON ('-' for stdout)")
+    o.add_argument("--nccl-tests-json", dest="nccl_json_path", default=None, help="write nccl-tests -J JSON")
+    o.add_argument("--db", default=None, help="result store URL or SQLite path (default: $COMMLENS_DB or the user data dir)")
+    o.add_argument("--no-store", action="store_true", help="do not save the run in the result store")
+    o.add_argument("--tag", default=None, help="label stored with the run")
+    o.add_argument("--revision", default=None, help="code/config revision stored with the run")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.add_argument("--rows-file", default=None, help=argparse.SUPPRESS)  # set by the launcher
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> BenchConfig:
+    """Turn parsed options into a validated config; raises ConfigError naming the option."""
+    try:
+        ops = tuple(spec.name for spec in parse_ops(ns.op))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        min_bytes = parse_size(ns.min_bytes)
+        max_bytes = parse_size(ns.max_bytes) if ns.max_bytes is not None else min_bytes
+        step_bytes = parse_size(ns.step_bytes)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    dtype_text = ",".join(_DTYPE_ALIASES.get(d.strip().lower(), d.strip()) for d in ns.dtype.split(","))
+    dtypes = _csv_choice(dtype_text, DTYPES, "dtype")
+    redops = _csv_choice(ns.redop, REDOPS, "reduction")
+    if ns.root.strip().lower() == "all":
+        roots: tuple[int, ...] = (-2,)  # resolved to every rank once the world size is known
+    else:
+        try:
+            roots = tuple(int(r) for r in ns.root.split(","))
+        except ValueError:
+            raise ConfigError(f"invalid --root {ns.root!r}: a rank number, comma list or 'all'") from None
+    placement = ns.placement
+    return BenchConfig(
+        ops=ops,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        step_factor=ns.step_factor,
+        step_bytes=step_bytes,
+        iters=ns.iters,
+        warmup=ns.warmup,
+        check_iters=ns.check_iters,
+        dtypes=dtypes,
+        redops=redops,
+        roots=roots if roots != (-2,) else (),
+        in_place=placement in (None, "in"),
+        out_of_place=placement in (None, "out"),
+        blocking=ns.blocking,
+        backend=ns.backend,
+        device=ns.device.lower(),
+        timeout_s=ns.timeout,
+        on_unsupported=ns.on_unsupported,
+        seed=ns.seed,
+        extra={"tag": ns.tag, "revision": ns.revision},
+    )
+
+
+def command_line(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,84 @@
+"""What a rank knows about the machine it runs on, gathered into a SystemInfo."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any
+
+from commlens import __version__
+from commlens.results.records import SystemInfo
+
+__all__ = ["local_facts", "system_info", "ENV_PREFIXES"]
+
+ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_", "FI_")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fp:
+            for line in fp:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def local_facts(device: str, local_rank: int) -> dict[str, Any]:
+    """This rank's host, device and environment (plain data, ready to gather)."""
+    import torch
+
+    device_name = "cpu"
+    if device == "cuda" and torch.cuda.is_available():
+        device_name = torch.cuda.get_device_name(local_rank % max(1, torch.cuda.device_count()))
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "device_name": device_name,
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count() or 0,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+    }
+
+
+def _backend_version(backend: str) -> str:
+    import torch
+
+    if backend == "nccl" and torch.cuda.is_available():
+        try:
+            return ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - NCCL may be absent from a CPU build
+            return ""
+    if backend == "gloo":
+        return f"torch-{torch.__version__}"
+    return ""
+
+
+def system_info(world_size: int, backend: str, device: str, facts: list[dict[str, Any]]) -> SystemInfo:
+    """Combine every rank's facts (index = rank) into the run's system record."""
+    import torch
+
+    hosts = [f["host"] for f in facts]
+    per_host: dict[str, int] = {}
+    for h in hosts:
+        per_host[h] = per_host.get(h, 0) + 1
+    first = facts[0]
+    return SystemInfo(
+        world_size=world_size,
+        hosts=tuple(dict.fromkeys(hosts)),
+        ranks_per_host=per_host,
+        backend=backend,
+        backend_version=_backend_version(backend),
+        device=device,
+        device_names=tuple(f["device_name"] for f in facts),
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        cpu_model=first["cpu_model"],
+        cpu_cores=first["cpu_cores"],
+        os=f"{platform.system()} {platform.release()}",
+        commlens_version=__version__,
+        env=first["env"],
+        extra={"rank_hosts": hosts, "rank_pids": [f["pid"] for f in facts]},
+    )

@@ -1,0 +1,372 @@
+"""The per-rank benchmark: runs the sweep, times every iteration, validates, reports.
+
+The same worker runs under ``commlens bench`` (which launches it through
+``torch.distributed``'s elastic launcher and passes ``--rows-file``) and under
+any external launcher (``torchrun``, ``srun``, ``mpirun``), reading the
+standard environment. Rank 0 streams each finished row as one JSON line; the
+launcher, or rank 0 itself when run standalone, turns them into a run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from commlens.bench.collectives import Collective, prepare
+from commlens.bench.config import BenchConfig, ConfigError, build_parser, command_line, config_from_args
+from commlens.bench.faults import Fault, fault_from_env
+from commlens.bench.sysinfo import local_facts, system_info
+from commlens.ops import OpSpec
+from commlens.results.jsonfmt import measurement_to_dict
+from commlens.results.records import DTYPE_SIZES, Measurement
+
+__all__ = ["main", "measure_samples", "RowFailure", "normalize_launcher_env"]
+
+log = logging.getLogger(__name__)
+
+UNSUPPORTED_HINTS = ("not supported", "unsupported", "does not support", "not implemented", "cannot use")
+
+
+class RowFailure(RuntimeError):
+    """An error on one rank, with the row it happened in."""
+
+
+class UnsupportedCombination(RuntimeError):
+    """The backend refused an op/dtype/reduction combination."""
+
+
+def normalize_launcher_env() -> None:
+    """Map Slurm and Open MPI variables onto torch's RANK/WORLD_SIZE/LOCAL_RANK when absent."""
+    pairs = (
+        ("RANK", ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")),
+        ("WORLD_SIZE", ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+        ("LOCAL_RANK", ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")),
+    )
+    for target, sources in pairs:
+        if target not in os.environ:
+            for src in sources:
+                if src in os.environ:
+                    os.environ[target] = os.environ[src]
+                    break
+    os.environ.setdefault("LOCAL_RANK", "0")
+
+
+def _wait(work: Any) -> None:
+    if work is None:
+        return
+    if isinstance(work, list):
+        for w in work:
+            w.wait()
+    else:
+        work.wait()
+
+
+def measure_samples(coll: Collective, iters: int, device: torch.device, blocking: bool) -> list[float]:
+    """Per-iteration times in seconds: CUDA events on a GPU, a monotonic clock on CPU."""
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            work = coll.launch()
+            ends[i].record()
+            if blocking:
+                _wait(work)
+                torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+    clock = time.perf_counter
+    samples = []
+    append = samples.append
+    launch = coll.launch
+    for _ in range(iters):
+        t0 = clock()
+        _wait(launch())
+        append(clock() - t0)
+    return samples
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Reporter:
+    """Rank 0's outlet: JSON lines to the launcher's file, or the table to stdout."""
+
+    def __init__(self, rows_file: str | None, standalone_print: Callable[[dict[str, Any]], None] | None):
+        self._fp = open(rows_file, "a", buffering=1) if rows_file else None
+        self._print = standalone_print
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        if self._fp is not None:
+            self._fp.write(json.dumps(event) + "\n")
+            self._fp.flush()
+        if self._print is not None:
+            self._print(event)
+
+    def close(self) -> None:
+        if self._fp is not None:
+            self._fp.close()
+
+
+def _row_context(spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None) -> str:
+    parts = [spec.name, f"size {size} B", dtype]
+    if spec.reduces:
+        parts.append(redop)
+    if spec.has_root:
+        parts.append(f"root {root}")
+    if in_place is not None:
+        parts.append("in-place" if in_place else "out-of-place")
+    return " ".join(parts)
+
+
+class Sweep:
+    """One rank's sweep over ops x dtypes x reductions x roots x sizes x placements."""
+
+    def __init__(self, cfg: BenchConfig, rank: int, world: int, local_rank: int, ctrl: Any, workdir: Path | None):
+        self.cfg = cfg
+        self.rank = rank
+        self.world = world
+        self.ctrl = ctrl
+        self.workdir = workdir
+        self.fault: Fault | None = fault_from_env()
+        if cfg.device == "cuda":
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+
+    def rows(self) -> list[tuple[OpSpec, str, str, int, int]]:
+        out = []
+        roots = self.cfg.roots or tuple(range(self.world))
+        for spec in self.cfg.op_specs:
+            for dtype in self.cfg.dtypes:
+                for redop in self.cfg.redops if spec.reduces else ("none",):
+                    for root in roots if spec.has_root else (-1,):
+                        for size in self.cfg.sizes():
+                            out.append((spec, dtype, redop, root, size))
+        return out
+
+    def _state(self, context: str) -> None:
+        if self.workdir is not None:
+            (self.workdir / f"state-rank{self.rank}.txt").write_text(context)
+
+    def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
+                      context: str) -> tuple[list[float], int] | None:
+        """Time and check one placement on this rank; None if torch does not offer it."""
+        cfg = self.cfg
+        plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
+        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
+                       async_op=(self.device.type == "cuda"))
+        if coll is None:
+            return None
+        coll.reset()
+        fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
+        if fault is not None and fault.kind in ("raise", "hang"):
+            fault.trigger(context)
+        try:
+            _wait(coll.launch())  # the first call doubles as the support probe
+        except RuntimeError as e:
+            if any(h in str(e).lower() for h in UNSUPPORTED_HINTS):
+                raise UnsupportedCombination(str(e).splitlines()[0]) from None
+            raise
+        for _ in range(max(0, cfg.warmup - 1)):
+            _wait(coll.launch())
+        _sync(self.device)
+        dist.barrier(group=self.ctrl)
+        samples = measure_samples(coll, cfg.iters, self.device, cfg.blocking)
+        nwrong = 0
+        for _ in range(cfg.check_iters):
+            coll.reset()
+            _sync(self.device)
+            _wait(coll.launch())
+            _sync(self.device)
+            if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
+                coll.output.view(-1)[0] += 1
+            nwrong += coll.verify()
+        return samples, nwrong
+
+    def gather(self, samples: list[float] | None, nwrong: int) -> tuple[list[list[float]], list[int]] | None:
+        """Every rank's samples and wrong counts, on rank 0 (all ranks take part)."""
+        n = self.cfg.iters
+        mine = torch.tensor((samples or [0.0] * n) + [float(nwrong)], dtype=torch.float64)
+        everyone = torch.empty(self.world * (n + 1), dtype=torch.float64)
+        dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
+        if self.rank != 0:
+            return None
+        table = everyone.view(self.world, n + 1).tolist()
+        return [row[:n] for row in table], [int(row[n]) for row in table]
+
+    def run(self, reporter: Reporter | None) -> list[str]:
+        """Run every row; returns the wrong-result messages (rank 0 only)."""
+        cfg = self.cfg
+        wrong: list[str] = []
+        rows = self.rows()
+        t_start = time.monotonic()
+        for index, (spec, dtype, redop, root, size) in enumerate(rows):
+            if root >= self.world:
+                raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
+            plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
+            if reporter:
+                reporter.emit({"event": "progress", "index": index, "total": len(rows), "op": spec.name,
+                               "dtype": dtype, "redop": redop, "root": root, "size_bytes": plan.size_bytes,
+                               "elapsed_s": time.monotonic() - t_start})
+            measurements: list[Measurement | None] = []
+            notes: list[str] = []
+            if plan.rounded and spec.name != "barrier":
+                notes.append(f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
+                             f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)")
+            skipped = None
+            for in_place in cfg.placements():
+                context = f"rank {self.rank}: " + _row_context(spec, plan.size_bytes, dtype, redop, root, in_place)
+                self._state(context)
+                try:
+                    result = self.run_placement(spec, dtype, redop, root, size, in_place, context)
+                except UnsupportedCombination as e:
+                    skipped = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {cfg.backend}: {e}"
+                    break
+                except Exception as e:
+                    raise RowFailure(f"{context}: {type(e).__name__}: {e}") from e
+                gathered = self.gather(result[0] if result else None, result[1] if result else 0)
+                if gathered is None or result is None:
+                    measurements.append(None)
+                    continue
+                per_rank, wrong_per_rank = gathered
+                if cfg.check_iters == 0:
+                    nwrong = None
+                else:
+                    nwrong = sum(wrong_per_rank)
+                    for r, w in enumerate(wrong_per_rank):
+                        if w:
+                            wrong.append(f"{_row_context(spec, plan.size_bytes, dtype, redop, root, in_place)}: "
+                                         f"{w} wrong elements on rank {r}")
+                samples = [max(col) for col in zip(*per_rank)]
+                measurements.append(Measurement(
+                    op=spec.name, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
+                    count=plan.count, in_place=in_place, world_size=self.world, samples_s=tuple(samples),
+                    nwrong=nwrong, rank_samples_s=tuple(tuple(r) for r in per_rank),
+                ))
+            if skipped is not None:
+                if cfg.on_unsupported == "fail":
+                    raise UnsupportedCombination(skipped)
+                if reporter:
+                    reporter.emit({"event": "note", "text": f"skipped {skipped}"})
+                # every placement of this op/dtype/redop is refused alike: skip its remaining sizes
+                continue
+            if reporter:
+                reporter.emit({
+                    "event": "row", "op": spec.name, "dtype": dtype, "redop": redop, "root": root,
+                    "size_bytes": plan.size_bytes, "count": plan.count, "notes": notes,
+                    "measurements": [measurement_to_dict(m) if m else None for m in measurements],
+                })
+        return wrong
+
+
+def _init(cfg: BenchConfig) -> tuple[int, int, int, Any]:
+    normalize_launcher_env()
+    timeout = dt.timedelta(seconds=cfg.timeout_s)
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available on this host")
+    if not dist.is_available():
+        raise ConfigError("this torch build has no torch.distributed")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    kwargs: dict[str, Any] = {"backend": cfg.backend, "timeout": timeout}
+    if cfg.device == "cuda":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
+    try:
+        dist.init_process_group(**kwargs)
+    except (ValueError, RuntimeError) as e:
+        msg = str(e).splitlines()[0]
+        if "backend" in msg.lower() or "invalid" in msg.lower() or "not" in msg.lower():
+            raise ConfigError(f"backend {cfg.backend!r} cannot start: {msg}") from None
+        raise
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ctrl = None if cfg.backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
+    return rank, world, local_rank, ctrl
+
+
+def run_worker(argv: list[str]) -> int:
+    """Entry point of one rank; returns the process exit code."""
+    parser = build_parser("python -m commlens.bench")
+    ns = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(ns)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows_file = ns.rows_file
+    workdir = Path(rows_file).parent if rows_file else None
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        rank, world, local_rank, ctrl = _init(cfg)
+        sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
+        facts = [None] * world
+        dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
+        reporter = None
+        if rank == 0:
+            from commlens.bench.finalize import StandalonePrinter
+
+            printer = None if rows_file else StandalonePrinter(quiet=ns.quiet)
+            reporter = Reporter(rows_file, printer.handle if printer else None)
+            system = system_info(world, cfg.backend, cfg.device, facts)  # type: ignore[arg-type]
+            reporter.emit({
+                "event": "start", "run_id": uuid.uuid4().hex,
+                "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "command_line": command_line([sys.argv[0], *argv]),
+                "config": cfg.as_dict(), "system": asdict(system),
+            })
+        status = "complete"
+        wrong: list[str] = []
+        try:
+            wrong = sweep.run(reporter)
+        except KeyboardInterrupt:
+            status = "incomplete"
+        if reporter:
+            reporter.emit({"event": "end", "status": status, "wrong": wrong,
+                           "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+            reporter.close()
+            if not rows_file:
+                from commlens.bench.finalize import finalize_standalone
+
+                return finalize_standalone(reporter.events, ns)
+        if status == "incomplete":
+            return 130
+        return 0
+    except (RowFailure, UnsupportedCombination, ConfigError) as e:
+        _report_error(workdir, rank, e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, (ConfigError, UnsupportedCombination)) else 1
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a broken group cannot be torn down cleanly
+                pass
+
+
+def _report_error(workdir: Path | None, rank: int, err: Exception) -> None:
+    if workdir is None:
+        return
+    kind = "config" if isinstance(err, ConfigError) else "unsupported" if isinstance(
+        err, UnsupportedCombination) else "failure"
+    (workdir / f"error-rank{rank}.json").write_text(json.dumps(
+        {"rank": rank, "kind": kind, "message": str(err), "time": time.time()}))
+
+
+def main() -> None:
+    sys.exit(run_worker(sys.argv[1:]))

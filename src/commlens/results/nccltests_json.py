@@ -1,0 +1,113 @@
+"""A run in the layout of nccl-tests' ``-J`` JSON output.
+
+Times are microseconds and bandwidths GB/s (1e9 bytes), as nccl-tests writes
+them; type names are nccl-tests' (``float``, ``half``, ``double``...). Rows
+pair the out-of-place and in-place measurements of one size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from commlens import __version__
+from commlens.results.records import Measurement, Run
+
+__all__ = ["NCCL_TYPE_NAMES", "run_to_nccl_tests_json"]
+
+NCCL_TYPE_NAMES = {
+    "float32": "float",
+    "float16": "half",
+    "bfloat16": "bfloat16",
+    "float64": "double",
+    "int32": "int32",
+    "int64": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
+}
+
+
+def _placement(m: Measurement | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    s = m.stats
+    return {
+        "time": s.mean_s * 1e6,
+        "alg_bw": m.algbw_bytes_per_s / 1e9,
+        "bus_bw": m.busbw_bytes_per_s / 1e9,
+        "nwrong": m.nwrong,
+        "min": s.min_s * 1e6,
+        "max": s.max_s * 1e6,
+        "p50": s.p50_s * 1e6,
+        "p95": s.p95_s * 1e6,
+        "p99": s.p99_s * 1e6,
+        "stdev": s.stdev_s * 1e6,
+        "cv": s.cv * 100.0,
+        "times": [t * 1e6 for t in m.samples_s],
+    }
+
+
+def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
+    """The nccl-tests ``-J`` document for ``run``."""
+    cfg = run.config
+    rows: dict[tuple, dict[bool, Measurement]] = {}
+    for m in run.measurements:
+        rows.setdefault((m.op, m.dtype, m.redop, m.root, m.size_bytes, m.algo), {})[m.in_place] = m
+    results = []
+    for (op, dtype, redop, root, size, _algo), pair in rows.items():
+        any_m = next(iter(pair.values()))
+        results.append({
+            "size": size,
+            "count": any_m.count,
+            "type": NCCL_TYPE_NAMES[dtype],
+            "redop": redop,
+            "root": f"{root:6d}",
+            "out_of_place": _placement(pair.get(False)),
+            "in_place": _placement(pair.get(True)),
+            "actual_iterations": len(any_m.samples_s),
+            "experiment_name": op,
+        })
+    checked = [m.nwrong for m in run.measurements if m.nwrong is not None]
+    wrong = sum(checked)
+    system = run.system
+    pids = system.extra.get("rank_pids", [])
+    hosts = system.extra.get("rank_hosts", list(system.hosts))
+    devices = [
+        {
+            "rank": rank,
+            "group": 0,
+            "pid": pids[rank] if rank < len(pids) else None,
+            "hostname": host,
+            "device": rank if system.device == "cuda" else -1,
+            "device_hex": None,
+            "device_info": system.device_names[rank] if rank < len(system.device_names) else system.device,
+        }
+        for rank, host in enumerate(hosts)
+    ]
+    step = {"step_bytes": cfg.get("step_bytes")} if cfg.get("step_bytes") else {"step_factor": cfg.get("step_factor")}
+    return {
+        "version": f"commlens {__version__}",
+        "start_time": run.started_at,
+        "args": run.command_line,
+        "env": dict(system.env),
+        "nccl_version": system.backend_version if system.backend == "nccl" else None,
+        "config": {
+            "nthreads": 1,
+            "ngpus": 1,
+            "minimum_bytes": cfg.get("min_bytes"),
+            "maximum_bytes": cfg.get("max_bytes"),
+            **step,
+            "warmup_iters": cfg.get("warmup"),
+            "iterations": cfg.get("iters"),
+            "aggregated_iterations": 1,
+            "validation": int(cfg.get("check_iters", 0) or 0),
+            "graph": 0,
+            "blocking_collectives": int(bool(cfg.get("blocking"))),
+            "parallel_init": 0,
+            "backend": system.backend,
+        },
+        "devices": devices,
+        "results": results,
+        "out_of_bounds": {"count": wrong if checked else None, "okay": wrong == 0 if checked else None},
+        "average_bus_bandwidth": {"bandwidth": run.avg_busbw_bytes_per_s() / 1e9, "okay": "unchecked"},
+        "errors": [],
+    }

@@ -1,0 +1,203 @@
+"""Result records: a run, its measurements and the system it ran on.
+
+Records are immutable and check themselves when built: a measurement with no
+samples or a negative time cannot exist. Derived figures (statistics, algBW,
+busBW) are computed from the raw samples and the op catalog, never stored
+independently of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from commlens.ops import OPS, get_op
+from commlens.results.stats import TimeStats, summarize
+
+__all__ = [
+    "DTYPE_SIZES",
+    "RecordError",
+    "Measurement",
+    "SystemInfo",
+    "Run",
+    "RunStatus",
+]
+
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int32": 4,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+}
+
+RunStatus = Literal["complete", "incomplete"]
+
+
+class RecordError(ValueError):
+    """A result record that would be inconsistent."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of a sweep: one op, dtype, reduction, root, size and placement.
+
+    ``samples_s`` holds one time per measured iteration: the max across ranks
+    of that iteration's time. ``nwrong`` is None when results were not checked.
+    """
+
+    op: str
+    dtype: str
+    size_bytes: int
+    count: int
+    in_place: bool
+    world_size: int
+    samples_s: tuple[float, ...]
+    redop: str = "none"
+    root: int = -1
+    algo: str = "builtin"
+    nwrong: int | None = None
+    # Optional per-rank samples [rank][iteration], kept when the producer has them.
+    rank_samples_s: tuple[tuple[float, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        spec = OPS.get(self.op)
+        if spec is None:
+            raise RecordError(f"unknown op {self.op!r}")
+        if self.dtype not in DTYPE_SIZES:
+            raise RecordError(f"unknown dtype {self.dtype!r}")
+        if self.world_size < 1:
+            raise RecordError(f"world_size must be >= 1, got {self.world_size}")
+        if self.size_bytes < 0 or self.count < 0:
+            raise RecordError("size_bytes and count must be >= 0")
+        if not self.samples_s:
+            raise RecordError(f"{self.op} {self.size_bytes} B: no samples")
+        if any(not (s >= 0.0) for s in self.samples_s):  # also rejects NaN
+            raise RecordError(f"{self.op} {self.size_bytes} B: negative or NaN sample")
+        if spec.reduces and self.redop == "none":
+            raise RecordError(f"{self.op} reduces: redop must be given")
+        if not spec.reduces and self.redop != "none":
+            raise RecordError(f"{self.op} does not reduce: redop must be 'none'")
+        if self.nwrong is not None and self.nwrong < 0:
+            raise RecordError("nwrong must be >= 0")
+        object.__setattr__(self, "samples_s", tuple(float(s) for s in self.samples_s))
+
+    @cached_property
+    def stats(self) -> TimeStats:
+        return summarize(self.samples_s)
+
+    @property
+    def busbw_factor(self) -> float:
+        return get_op(self.op).busbw_factor(self.world_size)
+
+    @property
+    def algbw_bytes_per_s(self) -> float:
+        """algBW from the mean time, as nccl-tests reports it."""
+        return get_op(self.op).algbw(self.size_bytes, self.stats.mean_s)
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return self.algbw_bytes_per_s * self.busbw_factor
+
+    @property
+    def algbw_p50_bytes_per_s(self) -> float:
+        return get_op(self.op).algbw(self.size_bytes, self.stats.p50_s)
+
+    @property
+    def busbw_p50_bytes_per_s(self) -> float:
+        return self.algbw_p50_bytes_per_s * self.busbw_factor
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int, int, bool]:
+        """What makes two rows the same experiment."""
+        return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    """Where a run ran. ``extra`` carries whatever else the producer knew."""
+
+    world_size: int
+    hosts: tuple[str, ...] = ()
+    ranks_per_host: dict[str, int] = field(default_factory=dict)
+    backend: str = ""
+    backend_version: str = ""
+    device: str = "cpu"
+    device_names: tuple[str, ...] = ()
+    torch_version: str = ""
+    python_version: str = ""
+    cpu_model: str = ""
+    cpu_cores: int = 0
+    os: str = ""
+    commlens_version: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise RecordError(f"world_size must be >= 1, got {self.world_size}")
+        object.__setattr__(self, "hosts", tuple(self.hosts))
+        object.__setattr__(self, "device_names", tuple(self.device_names))
+
+    def fingerprint(self) -> str:
+        """A short hash of what makes two runs comparable: same hardware, software, layout."""
+        key = {
+            "world_size": self.world_size,
+            "nhosts": len(self.hosts),
+            "ranks_per_host": sorted(self.ranks_per_host.values()),
+            "backend": self.backend,
+            "backend_version": self.backend_version,
+            "device": self.device,
+            "device_names": sorted(set(self.device_names)),
+            "torch_version": self.torch_version,
+            "cpu_model": self.cpu_model,
+            "cpu_cores": self.cpu_cores,
+        }
+        blob = json.dumps(key, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A benchmark run: its settings, its system, and every measured row."""
+
+    run_id: str
+    started_at: str  # ISO 8601, UTC
+    system: SystemInfo
+    measurements: tuple[Measurement, ...]
+    status: RunStatus = "complete"
+    finished_at: str | None = None
+    tag: str | None = None
+    revision: str | None = None
+    command_line: str = ""
+    source: str = "commlens"  # or the tool whose output was ingested
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            raise RecordError("run_id must not be empty")
+        if self.status not in ("complete", "incomplete"):
+            raise RecordError(f"status must be complete or incomplete, got {self.status!r}")
+        object.__setattr__(self, "measurements", tuple(self.measurements))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        for m in self.measurements:
+            if m.world_size != self.system.world_size:
+                raise RecordError(
+                    f"measurement world_size {m.world_size} != run world_size {self.system.world_size}"
+                )
+
+    @property
+    def world_size(self) -> int:
+        return self.system.world_size
+
+    def avg_busbw_bytes_per_s(self) -> float:
+        """The nccl-tests footer: mean busBW over every row and placement."""
+        rows = [m.busbw_bytes_per_s for m in self.measurements if m.op != "barrier"]
+        return sum(rows) / len(rows) if rows else 0.0

@@ -1,0 +1,69 @@
+"""Summary statistics of time samples (seconds)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["TimeStats", "summarize", "percentile"]
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+@dataclass(frozen=True)
+class TimeStats:
+    """Statistics of one row's per-iteration times, all in seconds (cv is a fraction)."""
+
+    mean_s: float
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    min_s: float
+    max_s: float
+    stdev_s: float
+    cv: float
+    n: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "mean_s": self.mean_s,
+            "p50_s": self.p50_s,
+            "p95_s": self.p95_s,
+            "p99_s": self.p99_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "stdev_s": self.stdev_s,
+            "cv": self.cv,
+        }
+
+
+def summarize(samples_s: Sequence[float]) -> TimeStats:
+    """Mean, percentiles, extremes and coefficient of variation (sample stdev / mean)."""
+    if not samples_s:
+        raise ValueError("cannot summarize an empty sample list")
+    values = sorted(samples_s)
+    n = len(values)
+    mean = math.fsum(values) / n
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    stdev = math.sqrt(var)
+    return TimeStats(
+        mean_s=mean,
+        p50_s=percentile(values, 50),
+        p95_s=percentile(values, 95),
+        p99_s=percentile(values, 99),
+        min_s=values[0],
+        max_s=values[-1],
+        stdev_s=stdev,
+        cv=stdev / mean if mean > 0 else 0.0,
+        n=n,
+    )

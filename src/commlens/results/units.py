@@ -1,0 +1,44 @@
+"""Unit helpers: sizes with K/M/G suffixes in, nccl-tests display units out."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_size", "format_size", "to_us", "to_gbps"]
+
+_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"64M"``, ``"1K"``, ``"8"``, ``"1.5G"`` (powers of 1024, as nccl-tests)."""
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must be >= 0, got {text}")
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"invalid size {text!r}: expected a number with an optional K, M or G suffix")
+    number, suffix = float(match.group(1)), match.group(2).upper()
+    value = number * _SUFFIX[suffix]
+    if value != int(value):
+        raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
+    return int(value)
+
+
+def format_size(size_bytes: int) -> str:
+    """``65536`` -> ``"64K"``; exact powers only, else plain bytes."""
+    for suffix in ("T", "G", "M", "K"):
+        unit = _SUFFIX[suffix]
+        if size_bytes >= unit and size_bytes % unit == 0:
+            return f"{size_bytes // unit}{suffix}"
+    return str(size_bytes)
+
+
+def to_us(time_s: float) -> float:
+    return time_s * 1e6
+
+
+def to_gbps(bytes_per_s: float) -> float:
+    """Bytes/s to GB/s with GB = 1e9 bytes, as nccl-tests prints."""
+    return bytes_per_s / 1e9

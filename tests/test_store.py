@@ -1,0 +1,295 @@
+"""The result store on SQLite: lossless round trip, lookup, listing, deletion, concurrent writers."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, text
+
+import commlens
+from commlens.results import Measurement, Run, SystemInfo, run_to_dict
+from commlens.store import Store, StoreError, db_url, default_db_url, make_engine
+from commlens.store.models import MeasurementRow, SampleRow, SchemaVersionRow
+
+WORLD = 4
+
+
+def _system(backend: str = "gloo") -> SystemInfo:
+    return SystemInfo(
+        world_size=WORLD,
+        hosts=("node-a", "node-b"),
+        ranks_per_host={"node-a": 2, "node-b": 2},
+        backend=backend,
+        backend_version="2.19.3",
+        device="cpu",
+        torch_version="2.4.0",
+        python_version="3.11.7",
+        cpu_model="Xeon",
+        cpu_cores=16,
+        os="Linux",
+        commlens_version="0.1.0",
+        env={"NCCL_ALGO": "Ring"},
+        extra={"slurm_job": "1234", "nested": {"a": [1, 2.5]}},
+    )
+
+
+def _measurement(
+    op: str = "all_reduce", size_bytes: int = 1024, samples_s: tuple[float, ...] = (1e-5, 2e-5), **kw: object
+) -> Measurement:
+    fields = dict(dtype="float32", count=size_bytes // 4, in_place=False, world_size=WORLD)
+    fields["redop"] = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
+    fields.update(kw)
+    return Measurement(op=op, size_bytes=size_bytes, samples_s=samples_s, **fields)  # type: ignore[arg-type]
+
+
+def _run(
+    run_id: str, *, tag: str | None = None, started_at: str = "2024-05-01T12:00:00Z",
+    ops: tuple[str, ...] = ("all_reduce",),
+) -> Run:
+    return Run(
+        run_id=run_id,
+        started_at=started_at,
+        system=_system(),
+        measurements=tuple(_measurement(op, size) for op in ops for size in (1024, 4096)),
+        tag=tag,
+    )
+
+
+def _count(store: Store, table: type) -> int:
+    with store.engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(table))
+
+
+def test_round_trip_is_identical_and_samples_bit_exact(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    awkward = (0.1 + 0.2, 1 / 3, 5e-324, 12345.678901234567, 0.0, 2.2250738585072014e-308) + tuple(
+        rng.random() * 1e-3 for _ in range(200)
+    )
+    run = Run(
+        run_id="0123456789abcdef",
+        started_at="2024-05-01T12:00:00.123456+02:00",
+        finished_at="2024-05-01T12:05:00+02:00",
+        status="incomplete",
+        tag="nightly",
+        revision="deadbeef",
+        command_line="commlens bench -b 8 -e 128M -f 2",
+        source="nccl-tests",
+        config={"warmup_iters": 5, "iters": 20, "sizes": [8, 16], "check": True},
+        notes=("rank 3 slow", "stopped early"),
+        system=_system("nccl"),
+        measurements=(
+            _measurement("all_reduce", 8 << 30, awkward, nwrong=0),
+            _measurement("all_reduce", 8 << 30, awkward[:3], in_place=True, nwrong=None),
+            _measurement("broadcast", 4096, (3e-5,), root=2, algo="tree", dtype="bfloat16", count=2048,
+                         rank_samples_s=tuple(tuple(rng.random() for _ in range(1)) for _ in range(WORLD))),
+            _measurement("barrier", 0, (1e-6, 2e-6), count=0),
+        ),
+    )
+    with Store.open(str(tmp_path / "r.db")) as store:
+        assert store.save_run(run) == run.run_id
+    with Store.open(str(tmp_path / "r.db")) as store:  # a fresh connection: nothing cached
+        loaded = store.get_run(run.run_id)
+    assert loaded == run
+    assert run_to_dict(loaded) == run_to_dict(run)
+    for got, want in zip(loaded.measurements, run.measurements):
+        assert struct.pack(f"{len(want.samples_s)}d", *got.samples_s) == struct.pack(
+            f"{len(want.samples_s)}d", *want.samples_s
+        )
+        assert got.rank_samples_s == want.rank_samples_s
+
+
+def test_prefix_lookup_and_clear_errors(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "r.db")) as store:
+        for run_id in ("abcd1234", "abcd5678", "abce0000", "xyz99999", "r1", "a_c%1111"):
+            store.save_run(_run(run_id))
+        assert store.get_run("abce").run_id == "abce0000"
+        assert store.get_run("abcd12").run_id == "abcd1234"
+        assert store.get_run("r1").run_id == "r1"  # exact id, however short
+        with pytest.raises(StoreError, match=r"^'abcd' matches 2 runs: abcd1234, abcd5678$"):
+            store.get_run("abcd")
+        with pytest.raises(StoreError, match=r"^no run matches 'zzzz'$"):
+            store.get_run("zzzz")
+        with pytest.raises(StoreError, match=r"no run matches 'xyz' \(a run_id prefix needs at least 4"):
+            store.get_run("xyz")
+        with pytest.raises(StoreError, match="no run matches 'ABCE'"):  # ids are case-sensitive
+            store.get_run("ABCE")
+        with pytest.raises(StoreError, match="no run matches 'abc%'"):  # LIKE wildcards are literal
+            store.get_run("abc%")
+        assert store.get_run("a_c%").run_id == "a_c%1111"
+
+
+def test_list_runs_newest_first_and_filters(tmp_path: Path) -> None:
+    runs = [
+        _run("run-old1", tag="nightly", started_at="2024-01-01T00:00:00Z", ops=("all_reduce",)),
+        # Same instant as 13:00Z, written in another zone: ordering must use the real time.
+        _run("run-mid2", tag="ci", started_at="2024-03-01T15:00:00+02:00", ops=("all_gather", "all_reduce")),
+        _run("run-new3", tag="nightly", started_at="2024-03-01T14:00:00Z", ops=("broadcast",)),
+    ]
+    with Store.open(str(tmp_path / "r.db")) as store:
+        for run in runs:
+            store.save_run(run)
+        assert [s.run_id for s in store.list_runs()] == ["run-new3", "run-mid2", "run-old1"]
+        assert [s.run_id for s in store.list_runs(tag="nightly")] == ["run-new3", "run-old1"]
+        assert [s.run_id for s in store.list_runs(op="all_reduce")] == ["run-mid2", "run-old1"]
+        assert [s.run_id for s in store.list_runs(op="all_reduce", tag="ci")] == ["run-mid2"]
+        assert store.list_runs(op="all_to_all") == []
+        assert [s.run_id for s in store.list_runs(since="2024-03-01T13:00:00Z")] == ["run-new3", "run-mid2"]
+        assert [s.run_id for s in store.list_runs(limit=1)] == ["run-new3"]
+
+        mid = store.list_runs(tag="ci")[0]
+        assert mid.ops == ("all_gather", "all_reduce")
+        assert mid.nmeasurements == 4
+        assert mid.started_at == "2024-03-01T15:00:00+02:00"
+        assert mid.avg_busbw_bytes_per_s == runs[1].avg_busbw_bytes_per_s() > 0
+        assert mid.fingerprint == runs[1].system.fingerprint()
+        assert (mid.status, mid.source, mid.world_size, mid.backend) == ("complete", "commlens", WORLD, "gloo")
+
+
+def test_delete_cascades_to_measurements_and_samples(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "r.db")) as store:
+        store.save_run(_run("keep0000", ops=("all_reduce", "broadcast")))
+        store.save_run(_run("gone0000", ops=("all_reduce", "all_gather", "broadcast")))
+        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (10, 10)
+
+        assert store.delete_run("gone") == "gone0000"
+
+        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (4, 4)
+        with pytest.raises(StoreError, match="no run matches 'gone0000'"):
+            store.get_run("gone0000")
+        with pytest.raises(StoreError, match="no run matches 'gone'"):
+            store.delete_run("gone")
+        assert store.get_run("keep0000") == _run("keep0000", ops=("all_reduce", "broadcast"))
+
+
+def test_duplicate_run_id_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    original = _run("dup00000", tag="first")
+    with Store.open(str(tmp_path / "r.db")) as store:
+        store.save_run(original)
+        counts = (_count(store, MeasurementRow), _count(store, SampleRow))
+        with pytest.raises(StoreError, match="run 'dup00000' is already in the store"):
+            store.save_run(_run("dup00000", tag="second", ops=("all_gather", "broadcast")))
+        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == counts
+        assert store.get_run("dup00000") == original
+
+
+def test_bad_started_at_is_refused_before_writing(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "r.db")) as store:
+        with pytest.raises(StoreError, match="started_at 'yesterday' is not an ISO 8601 time"):
+            store.save_run(_run("badtime0", started_at="yesterday"))
+        assert store.list_runs() == []
+
+
+def test_default_db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("COMMLENS_DB", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    assert default_db_url() == f"sqlite:///{tmp_path}/home/.local/share/commlens/results.db"
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_db_url() == f"sqlite:///{tmp_path}/xdg/commlens/results.db"
+
+    monkeypatch.setenv("COMMLENS_DB", "sub/mine.db")  # a relative path becomes absolute
+    assert default_db_url() == f"sqlite:///{tmp_path}/sub/mine.db"
+    monkeypatch.setenv("COMMLENS_DB", "postgresql://bench@db.example/commlens")
+    assert default_db_url() == "postgresql://bench@db.example/commlens"
+    assert db_url("sqlite:///:memory:") == "sqlite:///:memory:"
+
+
+def test_open_without_url_uses_default_and_creates_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COMMLENS_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    with Store.open() as store:
+        store.save_run(_run("default0"))
+        with store.engine.connect() as conn:
+            assert conn.scalar(select(SchemaVersionRow.version)) == 1
+    assert (tmp_path / "xdg" / "commlens" / "results.db").is_file()
+
+
+def test_sqlite_engine_is_set_up_for_concurrent_writers(tmp_path: Path) -> None:
+    engine = make_engine(db_url(str(tmp_path / "deep" / "dir" / "r.db")))
+    try:
+        with engine.connect() as conn:
+            assert conn.scalar(text("PRAGMA journal_mode")) == "wal"
+            assert conn.scalar(text("PRAGMA busy_timeout")) == 30_000
+            assert conn.scalar(text("PRAGMA foreign_keys")) == 1
+    finally:
+        engine.dispose()
+
+
+def test_bad_url_and_newer_schema_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="bad database URL 'nosuchdb://x'"):
+        Store.open("nosuchdb://x")
+    path = str(tmp_path / "r.db")
+    Store.open(path).close()
+    with Store.open(path) as store, store.engine.begin() as conn:
+        conn.execute(text("UPDATE schema_version SET version = 99"))
+    with pytest.raises(StoreError, match="schema version 99 is newer than this commlens reads"):
+        Store.open(path)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from commlens.results import Measurement, Run, SystemInfo
+    from commlens.store import Store
+
+    url, go, writer = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    system = SystemInfo(world_size=2, backend="gloo")
+    with Store.open(url) as store:  # fresh file: the tables are created by whichever writer is first
+        for i in range(20):
+            m = Measurement(op="all_reduce", dtype="float32", size_bytes=1024, count=256, in_place=False,
+                            world_size=2, redop="sum", samples_s=(1e-5 * (i + 1), 2e-5))
+            store.save_run(Run(run_id=f"w{writer}-{i:02d}", started_at=f"2024-05-01T12:{i:02d}:00Z",
+                               system=system, measurements=(m,), tag=f"writer{writer}"))
+    """
+)
+
+
+def test_concurrent_writers_from_separate_processes(tmp_path: Path) -> None:
+    url = db_url(str(tmp_path / "shared.db"))
+    go = tmp_path / "go"
+    env = dict(os.environ)
+    src = str(Path(commlens.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, url, str(go), str(w)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for w in range(4)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        go.touch()  # all four start writing at once
+        deadline = time.monotonic() + 120
+        for p in procs:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    with Store.open(url) as store:
+        summaries = store.list_runs(limit=None)
+        assert len(summaries) == 80
+        assert sorted(s.run_id for s in summaries) == sorted(f"w{w}-{i:02d}" for w in range(4) for i in range(20))
+        assert len(store.list_runs(tag="writer2", limit=None)) == 20
+        assert store.get_run("w3-19").measurements[0].samples_s == (2e-4, 2e-5)
+        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (80, 80)
