@@ -19,6 +19,10 @@ from commlens.ops import OpSpec, SizePlan
 
 __all__ = ["PLACEMENTS", "Collective", "prepare", "torch_redop"]
 
+# Newer torch renames the tensor forms (`*_single`) and deprecates the old names.
+all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_tensor_op = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 # op -> (out-of-place offered, in-place offered) by torch.distributed's API.
 PLACEMENTS: dict[str, tuple[bool, bool]] = {
     "all_reduce": (False, True),
@@ -123,7 +127,7 @@ def prepare(
             _fill(src, values)
 
         if name == "all_gather":
-            launch = lambda: dist.all_gather_into_tensor(out, src, group=group, async_op=async_op)  # noqa: E731
+            launch = lambda: all_gather_tensor(out, src, group=group, async_op=async_op)  # noqa: E731
             checked = True
         else:
             gathered = list(out.chunk(n)) if rank == root and n > 0 else None
@@ -145,7 +149,7 @@ def prepare(
         dst = full[rank * c:(rank + 1) * c] if in_place else empty(c)
         if name == "reduce_scatter":
             values = rank_values(rank, n, 0, c * n, dtype, redop)
-            launch = lambda: dist.reduce_scatter_tensor(dst, full, op=red, group=group, async_op=async_op)  # noqa: E731
+            launch = lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op)  # noqa: E731
             expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
         else:
             values = rank_values(root, n, 0, c * n, dtype, "none")

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from commlens.bench.collectives import Collective, prepare
+from commlens.bench.collectives import Collective, all_gather_tensor, prepare
 from commlens.bench.config import BenchConfig, ConfigError, build_parser, command_line, config_from_args
 from commlens.bench.faults import Fault, fault_from_env
 from commlens.bench.sysinfo import local_facts, system_info
@@ -205,7 +205,7 @@ class Sweep:
         n = self.cfg.iters
         mine = torch.tensor((samples or [0.0] * n) + [float(nwrong)], dtype=torch.float64)
         everyone = torch.empty(self.world * (n + 1), dtype=torch.float64)
-        dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
+        all_gather_tensor(everyone, mine, group=self.ctrl)
         if self.rank != 0:
             return None
         table = everyone.view(self.world, n + 1).tolist()
