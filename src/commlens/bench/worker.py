@@ -170,8 +170,9 @@ class Sweep:
         """Time and check one placement on this rank; None if torch does not offer it."""
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
-        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
-                       async_op=(self.device.type == "cuda"))
+        # Synchronous calls on every device: on CUDA that orders the collective on the current
+        # stream (host not blocked), so the CUDA events around each launch bracket it.
+        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device)
         if coll is None:
             return None
         coll.reset()

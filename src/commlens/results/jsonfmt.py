@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "FormatError", "run_to_dict", "run_from_dict", "dump_run", "load_run", "write_json"]
 
@@ -38,7 +39,7 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
         "in_place": m.in_place,
         "world_size": m.world_size,
         "nwrong": m.nwrong,
-        "iterations": len(m.samples_s),
+        "iterations": len(m.samples_s) if m.samples_s else m.stats.n,
     }
     out.update(m.stats.as_dict())
     out.update(
@@ -50,6 +51,8 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     )
     if m.rank_samples_s is not None:
         out["rank_samples_s"] = [list(r) for r in m.rank_samples_s]
+    if m.reported is not None:
+        out["reported"] = {**m.reported.as_dict(), "n": m.reported.n}
     return out
 
 
@@ -76,6 +79,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 
 def _measurement_from_dict(d: dict[str, Any]) -> Measurement:
     rank = d.get("rank_samples_s")
+    rep = d.get("reported")
     return Measurement(
         op=d["op"],
         algo=d.get("algo", "builtin"),
@@ -89,6 +93,7 @@ def _measurement_from_dict(d: dict[str, Any]) -> Measurement:
         samples_s=tuple(float(s) for s in d["samples_s"]),
         nwrong=None if d.get("nwrong") is None else int(d["nwrong"]),
         rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
+        reported=None if rep is None else TimeStats(**rep),
     )
 
 

@@ -65,6 +65,8 @@ class Measurement:
     nwrong: int | None = None
     # Optional per-rank samples [rank][iteration], kept when the producer has them.
     rank_samples_s: tuple[tuple[float, ...], ...] | None = None
+    # Statistics as another tool reported them, for rows ingested without samples.
+    reported: TimeStats | None = None
 
     def __post_init__(self) -> None:
         spec = OPS.get(self.op)
@@ -76,8 +78,10 @@ class Measurement:
             raise RecordError(f"world_size must be >= 1, got {self.world_size}")
         if self.size_bytes < 0 or self.count < 0:
             raise RecordError("size_bytes and count must be >= 0")
-        if not self.samples_s:
-            raise RecordError(f"{self.op} {self.size_bytes} B: no samples")
+        if not self.samples_s and self.reported is None:
+            raise RecordError(f"{self.op} {self.size_bytes} B: no samples and no reported statistics")
+        if self.reported is not None and not (self.reported.mean_s >= 0.0):
+            raise RecordError(f"{self.op} {self.size_bytes} B: negative or NaN reported mean")
         if any(not (s >= 0.0) for s in self.samples_s):  # also rejects NaN
             raise RecordError(f"{self.op} {self.size_bytes} B: negative or NaN sample")
         if spec.reduces and self.redop == "none":
@@ -90,7 +94,12 @@ class Measurement:
 
     @cached_property
     def stats(self) -> TimeStats:
-        return summarize(self.samples_s)
+        """From the samples when there are any, else as the producing tool reported them."""
+        return summarize(self.samples_s) if self.samples_s else self.reported  # type: ignore[return-value]
+
+    @property
+    def has_samples(self) -> bool:
+        return bool(self.samples_s)
 
     @property
     def busbw_factor(self) -> float:
@@ -106,12 +115,14 @@ class Measurement:
         return self.algbw_bytes_per_s * self.busbw_factor
 
     @property
-    def algbw_p50_bytes_per_s(self) -> float:
-        return get_op(self.op).algbw(self.size_bytes, self.stats.p50_s)
+    def algbw_p50_bytes_per_s(self) -> float | None:
+        p50 = self.stats.p50_s
+        return None if p50 is None else get_op(self.op).algbw(self.size_bytes, p50)
 
     @property
-    def busbw_p50_bytes_per_s(self) -> float:
-        return self.algbw_p50_bytes_per_s * self.busbw_factor
+    def busbw_p50_bytes_per_s(self) -> float | None:
+        algbw = self.algbw_p50_bytes_per_s
+        return None if algbw is None else algbw * self.busbw_factor
 
     @property
     def key(self) -> tuple[str, str, str, str, int, int, bool]:

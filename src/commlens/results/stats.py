@@ -22,16 +22,21 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class TimeStats:
-    """Statistics of one row's per-iteration times, all in seconds (cv is a fraction)."""
+    """Statistics of one row's per-iteration times, all in seconds (cv is a fraction).
+
+    Built from samples, every field is set. Reported by a tool that kept no
+    samples (nccl-tests without ``-I``, say), only what it printed is set and
+    the rest is None; ``n`` is then the iteration count it reported, or 0.
+    """
 
     mean_s: float
-    p50_s: float
-    p95_s: float
-    p99_s: float
-    min_s: float
-    max_s: float
-    stdev_s: float
-    cv: float
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    min_s: float | None
+    max_s: float | None
+    stdev_s: float | None
+    cv: float | None
     n: int
 
     def as_dict(self) -> dict[str, float | int]:
@@ -54,8 +59,10 @@ def summarize(samples_s: Sequence[float]) -> TimeStats:
     values = sorted(samples_s)
     n = len(values)
     mean = math.fsum(values) / n
-    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    stdev = math.sqrt(var)
+    # Deviations scaled by the largest magnitude so squaring cannot overflow.
+    scale = max(abs(values[0]), abs(values[-1])) or 1.0
+    var = math.fsum(((v - mean) / scale) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    stdev = math.sqrt(var) * scale
     return TimeStats(
         mean_s=mean,
         p50_s=percentile(values, 50),

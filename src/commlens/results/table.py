@@ -30,7 +30,9 @@ def column_header_lines() -> list[str]:
     ]
 
 
-def _fmt_time_us(seconds: float) -> str:
+def _fmt_time_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
     us = seconds * 1e6
     return f"{us:.2f}" if us < 1e5 else f"{us:.1f}" if us < 1e7 else f"{us:.0f}"
 

@@ -1,0 +1,495 @@
+#!/usr/bin/env python
+"""Issue 2's measurement targets: harness overhead, sweep wall time, 64 MiB busBW.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/harness_overhead.py
+
+It writes the section ``## Harness overhead (issue 2)`` of
+``docs/benchmarks.md`` (other sections are left as they are) and prints the
+same figures. Three parts:
+
+1. **Harness overhead.** For each op, size and world size (gloo on CPU), in
+   one process group and interleaved round by round, it times
+
+   - the harness: a real :class:`commlens.bench.worker.Sweep` built from a
+     :class:`BenchConfig`, calling ``run_placement`` and ``gather`` exactly as
+     ``Sweep.run`` does; the figure is ``Measurement(...).stats.mean_s`` of the
+     per-iteration samples, each the max across ranks (what ``commlens bench``
+     reports);
+   - a raw loop: the same ``torch.distributed`` call back to back, the whole
+     loop of n iterations timed on each rank with ``time.perf_counter``,
+     divided by n, max across ranks.
+
+   Rounds alternate which of the two goes first; the figures compared are the
+   medians over rounds of each round's mean. Two diagnostics split any gap:
+   ``loop/it`` is the wall time of the harness's timed loop (the call to
+   ``measure_samples``, timed from outside it) divided by n, max across ranks:
+   what the harness's loop costs, including its per-iteration clock reads;
+   ``rank mean`` is the mean of each rank's own samples, max across ranks:
+   the harness's samples under the raw loop's definition (per-rank mean,
+   then max), without the per-iteration max.
+2. **Sweep wall time.** ``commlens bench --nproc 4 --op all_reduce -b 8 -e 64M
+   -f 2 --no-store -q`` end to end, several runs.
+3. **BusBW** of all_reduce at 64 MiB, 4 ranks: the harness's reported busBW
+   next to the raw loop's (busBW = 2(n-1)/n x size / time).
+
+The workers run under ``python -m torch.distributed.run --standalone`` (the
+script launches itself with ``--worker``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Harness overhead (issue 2)"
+DOC_TITLE = "# commlens benchmarks"
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+KIB, MIB = 1024, 1024 * 1024
+# Factor 8 from 8 B to 256 KiB, then factor 4 from 1 MiB to 64 MiB.
+SIZES = (8, 64, 512, 4 * KIB, 32 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
+SWEEP_ARGS = ["bench", "--nproc", "4", "--op", "all_reduce", "-b", "8", "-e", "64M", "-f", "2", "--no-store", "-q"]
+
+LARGE_BYTES = 1 * MIB  # from here: within 3 %
+LARGE_RATIO = 0.03
+SMALL_US = 10.0  # at the smallest size: within 10 us
+SWEEP_TARGET_S = 60.0
+
+
+# --------------------------------------------------------------------------- worker (one rank)
+
+
+def _worker(ns: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import commlens.bench.worker as worker_mod
+    from commlens.bench.config import BenchConfig
+    from commlens.bench.worker import Sweep
+    from commlens.ops import OPS as CATALOG
+    from commlens.results.records import DTYPE_SIZES, Measurement
+
+    dist.init_process_group(backend="gloo", timeout=dt.timedelta(seconds=600))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dtype = "float32"
+    elem = DTYPE_SIZES[dtype]
+
+    cfg = BenchConfig(ops=tuple(ns.ops), min_bytes=min(ns.sizes), max_bytes=max(ns.sizes),
+                      iters=ns.iters, warmup=ns.warmup, check_iters=ns.check_iters, backend="gloo", device="cpu")
+    # ctrl=None on gloo, as commlens.bench.worker._init does
+    sweep = Sweep(cfg, rank, world, local_rank, None, None)
+
+    # Diagnostic only: time the harness's timed loop from outside (two clock reads around the
+    # call; nothing inside the loop changes).
+    real_measure = worker_mod.measure_samples
+    probe: dict[str, float] = {}
+
+    def timed_measure(coll, iters, device, blocking):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = real_measure(coll, iters, device, blocking)
+        probe["loop_s"] = time.perf_counter() - t0
+        return out
+
+    worker_mod.measure_samples = timed_measure
+
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def max_across(value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def raw_call(op: str, count: int):  # type: ignore[no-untyped-def]
+        """Buffers and the bare call: the minimal loop body."""
+        fill = float(rank + 1)
+        if op == "all_reduce":  # in place (the only placement torch offers)
+            buf = torch.full((count,), fill, dtype=torch.float32)
+            call = lambda: dist.all_reduce(buf)  # noqa: E731
+            call.reset = lambda: buf.fill_(fill)  # type: ignore[attr-defined]  # sums grow; refill per round
+            return call
+        if op == "all_gather":  # out of place
+            inp = torch.full((count,), fill, dtype=torch.float32)
+            out = torch.empty(count * world, dtype=torch.float32)
+            return lambda: ag(out, inp)
+        if op == "reduce_scatter":  # out of place
+            inp = torch.full((count * world,), fill, dtype=torch.float32)
+            out = torch.empty(count, dtype=torch.float32)
+            return lambda: rs(out, inp)
+        if op == "all_to_all":  # out of place (the only placement torch offers)
+            inp = torch.full((count * world,), fill, dtype=torch.float32)
+            out = torch.empty(count * world, dtype=torch.float32)
+            return lambda: dist.all_to_all_single(out, inp)
+        raise ValueError(op)
+
+    def run_raw(call) -> float:  # type: ignore[no-untyped-def]
+        if hasattr(call, "reset"):
+            call.reset()
+        for _ in range(cfg.warmup):
+            call()
+        dist.barrier()
+        clock = time.perf_counter
+        t0 = clock()
+        for _ in range(cfg.iters):
+            call()
+        per_iter = (clock() - t0) / cfg.iters
+        return max_across(per_iter)
+
+    def run_harness(spec, size: int, in_place: bool, redop: str, root: int) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+        context = f"rank {rank}: {spec.name} {size} B"
+        result = sweep.run_placement(spec, dtype, redop, root, size, in_place, context)
+        assert result is not None, f"{spec.name} in_place={in_place} not offered"
+        gathered = sweep.gather(result[0], result[1])
+        loop = max_across(probe["loop_s"] / cfg.iters)
+        if gathered is None:
+            return None
+        per_rank, wrong_per_rank = gathered
+        plan = spec.plan_size(size, elem, world)
+        samples = [max(col) for col in zip(*per_rank)]  # as Sweep.run: each iteration's max across ranks
+        m = Measurement(op=spec.name, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
+                        count=plan.count, in_place=in_place, world_size=world, samples_s=tuple(samples),
+                        nwrong=sum(wrong_per_rank), rank_samples_s=tuple(tuple(r) for r in per_rank))
+        return {
+            "mean_s": m.stats.mean_s,
+            "p50_s": m.stats.p50_s,
+            "busbw": m.busbw_bytes_per_s,
+            "rank_mean_s": max(statistics.fmean(r) for r in per_rank),
+            "loop_s": loop,
+            "nwrong": m.nwrong,
+        }
+
+    cells = []
+    for op in ns.ops:
+        spec = CATALOG[op]
+        in_place = op == "all_reduce"  # all_reduce in place; the others out of place
+        redop = "sum" if spec.reduces else "none"
+        root = -1
+        for requested in ns.sizes:
+            size = requested
+            plan = spec.plan_size(size, elem, world)
+            while plan.count == 0:  # e.g. 8 B float32 over 4 ranks: 0 elements per rank
+                size *= 2
+                plan = spec.plan_size(size, elem, world)
+            call = raw_call(op, plan.count)
+            rounds: list[dict[str, Any]] = []
+            t_cell = time.perf_counter()
+            r = 0
+            # at least --rounds rounds; cheap cells keep going until --cell-budget seconds (all ranks agree
+            # through the max across ranks of the elapsed time) or --max-rounds
+            while r < ns.rounds or (r < ns.max_rounds and max_across(time.perf_counter() - t_cell) < ns.cell_budget):
+                order = ("harness", "raw") if r % 2 == 0 else ("raw", "harness")
+                rec: dict[str, Any] = {}
+                for which in order:
+                    if which == "raw":
+                        rec["raw_s"] = run_raw(call)
+                    else:
+                        rec["harness"] = run_harness(spec, size, in_place, redop, root)
+                rounds.append(rec)
+                r += 1
+            del call
+            if rank == 0:
+                cell = {
+                    "op": op, "world": world, "requested_bytes": requested, "size_bytes": plan.size_bytes,
+                    "count": plan.count, "in_place": in_place, "busbw_factor": spec.busbw_factor(world),
+                    "rounds": [{"raw_s": rd["raw_s"], **rd["harness"]} for rd in rounds],
+                    "cell_wall_s": time.perf_counter() - t_cell,
+                }
+                cells.append(cell)
+                h = statistics.median(x["mean_s"] for x in cell["rounds"]) * 1e6
+                w = statistics.median(x["raw_s"] for x in cell["rounds"]) * 1e6
+                print(f"  [{world} ranks] {op:<14} {plan.size_bytes:>10} B  harness {h:11.1f} us  "
+                      f"raw {w:11.1f} us  ratio {h / w:6.3f}  ({cell['cell_wall_s']:.1f} s)", flush=True)
+    if rank == 0:
+        Path(ns.result).write_text(json.dumps({"world": world, "cells": cells}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _launch_world(world: int, ns: argparse.Namespace, result: Path) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
+           str(Path(__file__).resolve()), "--worker", "--result", str(result),
+           "--rounds", str(ns.rounds), "--max-rounds", str(ns.max_rounds), "--cell-budget", str(ns.cell_budget),
+           "--iters", str(ns.iters), "--warmup", str(ns.warmup),
+           "--check-iters", str(ns.check_iters), "--ops", *ns.ops, "--sizes", *map(str, ns.sizes)]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun and commlens bench set it
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+
+
+def _commlens_exe() -> str:
+    here = Path(sys.executable).parent / "commlens"
+    return str(here) if here.exists() else (shutil.which("commlens") or "commlens")
+
+
+def _time_sweeps(runs: int) -> list[float]:
+    exe = _commlens_exe()
+    walls = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run([exe, *SWEEP_ARGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"sweep run {i + 1} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        walls.append(wall)
+        print(f"  sweep run {i + 1}: {wall:.1f} s", flush=True)
+    return walls
+
+
+def _bookkeeping_ns(n: int = 200_000, repeats: int = 7) -> tuple[float, float]:
+    """Per-iteration cost of the harness's timing loop around a no-op, vs a bare loop of the no-op (ns).
+
+    ``measure_samples`` reads the clock twice and appends a sample per iteration; this is what
+    that costs, with nothing to communicate. Best of ``repeats``.
+    """
+    import torch
+
+    from commlens.bench.collectives import Collective
+    from commlens.bench.worker import measure_samples
+
+    noop = Collective(launch=lambda: None, reset=lambda: None, verify=lambda: 0)
+    cpu = torch.device("cpu")
+    timed, bare = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        measure_samples(noop, n, cpu, False)
+        timed.append((time.perf_counter() - t0) / n)
+        launch = noop.launch
+        t0 = time.perf_counter()
+        for _ in range(n):
+            launch()
+        bare.append((time.perf_counter() - t0) / n)
+    return min(timed) * 1e9, min(bare) * 1e9
+
+
+def _fmt_size(n: int) -> str:
+    for unit, f in (("MiB", MIB), ("KiB", KIB)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+def _summarize(cell: dict[str, Any], smallest: bool) -> dict[str, Any]:
+    rds = cell["rounds"]
+    med = lambda key: statistics.median(x[key] for x in rds)  # noqa: E731
+    h, w = med("mean_s"), med("raw_s")
+    out = {
+        "op": cell["op"], "world": cell["world"], "size_bytes": cell["size_bytes"],
+        "requested_bytes": cell["requested_bytes"],
+        "harness_us": h * 1e6, "raw_us": w * 1e6, "ratio": h / w, "diff_us": (h - w) * 1e6,
+        "loop_us": med("loop_s") * 1e6, "rank_mean_us": med("rank_mean_s") * 1e6, "p50_us": med("p50_s") * 1e6,
+        "nwrong": sum(x["nwrong"] for x in rds), "rounds": len(rds),
+    }
+    if cell["size_bytes"] >= LARGE_BYTES:
+        out["target"] = f"<= {LARGE_RATIO:.0%}"
+        out["met"] = abs(out["ratio"] - 1.0) <= LARGE_RATIO
+    elif smallest:
+        out["target"] = f"<= {SMALL_US:g} us"
+        out["met"] = abs(out["diff_us"]) <= SMALL_US
+    else:
+        out["target"] = "-"
+        out["met"] = None
+    return out
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| op | ranks | size | harness mean (us) | raw loop (us) | ratio | diff (us) | target | met "
+        "| harness loop/it (us) | harness rank mean (us) | harness p50 (us) | rounds |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        size = _fmt_size(r["size_bytes"])
+        if r["size_bytes"] != r["requested_bytes"]:
+            size += f" ({_fmt_size(r['requested_bytes'])} asked)"
+        lines.append(
+            f"| {r['op']} | {r['world']} | {size} | {r['harness_us']:.1f} | {r['raw_us']:.1f} | {r['ratio']:.3f} "
+            f"| {r['diff_us']:+.1f} | {r['target']} | {met} | {r['loop_us']:.1f} | {r['rank_mean_us']:.1f} "
+            f"| {r['p50_us']:.1f} | {r['rounds']} |")
+    return lines
+
+
+def _write_section(body: list[str]) -> None:
+    text = DOC.read_text() if DOC.exists() else DOC_TITLE + "\n"
+    section = SECTION + "\n\n" + "\n".join(body).rstrip() + "\n"
+    pattern = re.compile(r"^" + re.escape(SECTION) + r"[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+
+
+def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
+    import torch
+
+    t_all = time.perf_counter()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    all_cells: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="commlens-overhead-") as tmp:
+        for world in ns.worlds:
+            print(f"harness vs raw loop, {world} ranks, gloo/CPU, >= {ns.rounds} rounds x {ns.iters} iterations",
+                  flush=True)
+            result = Path(tmp) / f"world{world}.json"
+            _launch_world(world, ns, result)
+            all_cells += json.loads(result.read_text())["cells"]
+    overhead_s = time.perf_counter() - t_all
+
+    rows = []
+    for cell in all_cells:
+        smallest = cell["requested_bytes"] == min(ns.sizes)
+        rows.append(_summarize(cell, smallest))
+
+    walls: list[float] = []
+    if ns.sweep_runs > 0:
+        print(f"sweep wall time: commlens {' '.join(SWEEP_ARGS)}", flush=True)
+        walls = _time_sweeps(ns.sweep_runs)
+
+    bus = None
+    for cell in all_cells:
+        if cell["op"] == "all_reduce" and cell["world"] == 4 and cell["size_bytes"] == 64 * MIB:
+            rds = cell["rounds"]
+            raw_bus = [cell["busbw_factor"] * cell["size_bytes"] / x["raw_s"] for x in rds]
+            bus = {
+                "harness": statistics.median(x["busbw"] for x in rds) / 1e9,
+                "harness_lo": min(x["busbw"] for x in rds) / 1e9,
+                "harness_hi": max(x["busbw"] for x in rds) / 1e9,
+                "raw": statistics.median(raw_bus) / 1e9,
+                "raw_lo": min(raw_bus) / 1e9,
+                "raw_hi": max(raw_bus) / 1e9,
+                "rounds": len(rds),
+            }
+    total_s = time.perf_counter() - t_all
+
+    # ---- report
+    checked = [r for r in rows if r["met"] is not None]
+    missed = [r for r in checked if not r["met"]]
+    cmd = "python benchmarks/harness_overhead.py" + ("" if not argv else " " + shlex.join(argv))
+    wrong = sum(r["nwrong"] for r in rows)
+    body = [
+        f"Produced by `{cmd}` (from the repository root), {started}; "
+        f"total {total_s:.0f} s ({overhead_s:.0f} s for the overhead part).",
+        "",
+        f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}, gloo on CPU, one host; "
+        "shared and noisy, so compare ratios from one run rather than absolute figures across runs.",
+        "",
+        "### Harness mean time vs a raw `torch.distributed` loop",
+        "",
+        f"Each cell: {ns.rounds} rounds, alternating which of the two goes first; each round runs "
+        f"{ns.warmup} warm-up and {ns.iters} timed iterations of each (commlens' defaults), "
+        "in one process group launched by `torch.distributed.run --standalone`.",
+        "",
+        "- **harness mean**: a real `commlens.bench.worker.Sweep` (from a `BenchConfig`), `run_placement` then "
+        "`gather` exactly as `Sweep.run` calls them; `Measurement(...).stats.mean_s` of the per-iteration samples, "
+        "each iteration's time being the max across ranks: the figure `commlens bench` reports.",
+        "- **raw loop**: the bare call (`dist.all_reduce` in place; `all_gather_into_tensor`, "
+        "`reduce_scatter_tensor`, `all_to_all_single` out of place) back to back after the same warm-up and a "
+        "barrier; the whole loop timed on each rank with `time.perf_counter`, divided by n, max across ranks.",
+        "- ratio = harness / raw and diff = harness - raw, on the medians over rounds. Targets: within 3% "
+        "at >= 1 MiB, within 10 us at the smallest size (8 B asked; the per-rank ops at 4 ranks run 16 B, since 8 B "
+        "of float32 is 0 elements per rank).",
+        "- diagnostics (medians over rounds): **harness loop/it** is the wall time of the harness's own "
+        "timed loop (its call to `measure_samples`, timed from outside), divided by n, max across ranks: "
+        "what the harness's loop costs, per-iteration clock reads included; **harness rank mean** is each rank's "
+        "mean of its own samples, max across ranks: the harness's samples under the raw loop's definition; "
+        "**harness p50** is the reported p50.",
+        f"- all harness rows validated: {wrong} wrong elements.",
+        "",
+        *_table(rows),
+        "",
+        f"Targets met: {len(checked) - len(missed)} of {len(checked)} checked rows.",
+    ]
+    if missed:
+        body.append("Missed: " + "; ".join(
+            f"{r['op']} {r['world']} ranks {_fmt_size(r['size_bytes'])} "
+            f"(ratio {r['ratio']:.3f}, diff {r['diff_us']:+.1f} us)" for r in missed) + ".")
+    body += ["", "### Sweep wall time", ""]
+    if walls:
+        body += [
+            f"`commlens {' '.join(SWEEP_ARGS)}` (25 sizes, 20 iterations, 5 warm-up, 1 check), end to end "
+            "including start-up, launch and teardown; target under 60 s:",
+            "",
+            "| run | wall (s) | under 60 s |",
+            "|---:|---:|---|",
+            *[f"| {i + 1} | {w:.1f} | {'yes' if w < SWEEP_TARGET_S else '**no**'} |" for i, w in enumerate(walls)],
+        ]
+    else:
+        body.append("Not run (`--sweep-runs 0`).")
+    body += ["", "### BusBW of all_reduce at 64 MiB, 4 ranks", ""]
+    if bus:
+        body += [
+            f"Median over {bus['rounds']} rounds (range in brackets); busBW = 2(n-1)/n x size / time, "
+            "GB = 1e9 bytes.",
+            "",
+            "| | busBW (GB/s) |",
+            "|---|---:|",
+            f"| commlens reported (from mean time) | {bus['harness']:.3f} ({bus['harness_lo']:.3f}-"
+            f"{bus['harness_hi']:.3f}) |",
+            f"| raw loop | {bus['raw']:.3f} ({bus['raw_lo']:.3f}-{bus['raw_hi']:.3f}) |",
+        ]
+    else:
+        body.append("Not measured in this run (needs all_reduce, 4 ranks and 64 MiB).")
+    if ns.notes and Path(ns.notes).exists():
+        body += ["", Path(ns.notes).read_text().rstrip()]
+
+    print()
+    print("\n".join(body))
+    if not ns.no_write:
+        _write_section(body)
+        print(f"\nwrote {DOC.relative_to(ROOT)} ({SECTION})")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps({"rows": rows, "cells": all_cells, "sweep_walls_s": walls,
+                                             "busbw_64mib_4ranks": bus}, indent=1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--worlds", type=int, nargs="+", default=[2, 4], help="world sizes")
+    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="sizes in bytes")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell, at least")
+    p.add_argument("--max-rounds", type=int, default=41, help="rounds per cell, at most")
+    p.add_argument("--cell-budget", type=float, default=2.0,
+                   help="seconds per cell: cheap cells add rounds (beyond --rounds) until this is spent")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations (commlens default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (commlens default 5)")
+    p.add_argument("--check-iters", type=int, default=1, help="harness check iterations (default 1)")
+    p.add_argument("--sweep-runs", type=int, default=3, help="timed `commlens bench` sweeps (0: skip)")
+    p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    p.add_argument("--notes", default=None, help="markdown file appended to the section (analysis)")
+    p.add_argument("--json", default=None, help="also write every figure to this JSON file")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
+    ns = p.parse_args(argv)
+    if ns.worker:
+        _worker(ns)
+    else:
+        _driver(ns, argv)
+
+
+if __name__ == "__main__":
+    main()
