@@ -69,20 +69,25 @@ def rank_values(rank: int, world: int, start: int, length: int, dtype: str, redo
         return (3 * g + 5 * rank + 1) % 8
     if redop == "avg":
         # A per-element base plus +1 on one rank and -1 on another: the sum is exactly world * base.
-        k = max(1, min(6, bound - 1))
-        base = 1 + (3 * g) % k
+        base = _avg_base(g, world, dtype)
         plus = (g % world == rank).to(torch.int64)
         minus = ((g + 1) % world == rank).to(torch.int64)
         return base + plus - minus
     raise ValueError(f"unknown reduction {redop!r}")
 
 
+def _avg_base(g: torch.Tensor, world: int, dtype: str) -> torch.Tensor:
+    """The exact average of the avg inputs; 0 when world x 1 would not be exact (more ranks than exact integers)."""
+    bound = exact_int_limit(dtype) // world
+    if bound < 1:
+        return torch.zeros_like(g)
+    return 1 + (3 * g) % max(1, min(6, bound - 1))
+
+
 def reduce_values(world: int, start: int, length: int, dtype: str, redop: str) -> torch.Tensor:
     """The exact reduction over all ranks of :func:`rank_values` (int64, on CPU)."""
     if redop == "avg":
-        k = max(1, min(6, exact_int_limit(dtype) // world - 1))
-        g = torch.arange(start, start + length, dtype=torch.int64)
-        return 1 + (3 * g) % k
+        return _avg_base(torch.arange(start, start + length, dtype=torch.int64), world, dtype)
     acc = rank_values(0, world, start, length, dtype, redop)
     for r in range(1, world):
         x = rank_values(r, world, start, length, dtype, redop)

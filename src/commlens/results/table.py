@@ -34,7 +34,8 @@ def _fmt_time_us(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     us = seconds * 1e6
-    return f"{us:.2f}" if us < 1e5 else f"{us:.1f}" if us < 1e7 else f"{us:.0f}"
+    # nccl-tests' precision steps: 2 decimals below 100 us, 1 below 10 ms, none above (fits the column)
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
 
 
 def _half(m: Mapping[str, Any] | None) -> str:

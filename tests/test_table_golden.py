@@ -1,0 +1,62 @@
+"""Golden test of the nccl-tests table layout: a format change must be deliberate.
+
+To accept a deliberate change, regenerate with ``COMMLENS_UPDATE_GOLDEN=1 pytest tests/test_table_golden.py``
+and review the diff of ``tests/data/golden/table.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from commlens.results.jsonfmt import measurement_to_dict
+from commlens.results.records import Measurement
+from commlens.results.table import column_header_lines, footer_lines, row_line, run_table_lines
+
+GOLDEN = Path(__file__).parent / "data" / "golden" / "table.txt"
+WORLD = 4
+
+
+def _m(op: str, size_bytes: int, count: int, in_place: bool, samples_s: tuple[float, ...], **kw: object) -> dict:
+    return measurement_to_dict(Measurement(op=op, size_bytes=size_bytes, count=count, in_place=in_place,
+                                           world_size=WORLD, samples_s=samples_s, **kw))  # type: ignore[arg-type]
+
+
+def _rows() -> list[dict]:
+    ag = dict(dtype="float32", nwrong=0)
+    return [
+        # both placements: all_gather 1 MiB, 4 ranks
+        {"size_bytes": 1 << 20, "count": 65536, "dtype": "float32", "redop": "none", "root": -1,
+         "measurements": [_m("all_gather", 1 << 20, 65536, False, (100e-6, 110e-6, 120e-6, 130e-6), **ag),
+                          _m("all_gather", 1 << 20, 65536, True, (90e-6, 95e-6, 100e-6, 400e-6), **ag)]},
+        # in-place only, a reduction with a root, unchecked: #wrong is N/A
+        {"size_bytes": 8, "count": 4, "dtype": "bfloat16", "redop": "max", "root": 3,
+         "measurements": [None, _m("reduce", 8, 4, True, (12.5e-6, 13.25e-6), dtype="bfloat16", redop="max",
+                                   root=3)]},
+        # out-of-place only, a long time (seconds), with wrong elements
+        {"size_bytes": 1 << 30, "count": 1 << 28, "dtype": "int32", "redop": "none", "root": -1,
+         "measurements": [_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None]},
+    ]
+
+
+def _lines() -> list[str]:
+    return run_table_lines(_rows(), 7, 123.456789e9)
+
+
+def test_table_layout_matches_golden_file() -> None:
+    text = "\n".join(_lines()) + "\n"
+    if os.environ.get("COMMLENS_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_table_is_built_from_its_parts_and_columns_line_up() -> None:
+    lines = _lines()
+    rows = _rows()
+    assert lines[:3] == column_header_lines()
+    assert lines[3:6] == [row_line(r) for r in rows]
+    assert lines[6:] == footer_lines(7, 123.456789e9)
+    # every column header and every row has the same width, so the columns line up
+    assert len({len(line) for line in lines[1:6]}) == 1
+    assert footer_lines(None, 0.0)[0] == "# Out of bounds values : N/A"
+    assert footer_lines(0, 0.0)[0] == "# Out of bounds values : 0 OK"
