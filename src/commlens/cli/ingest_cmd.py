@@ -2,4 +2,106 @@
 
 from __future__ import annotations
 
-from commlens.cli.app import app, fail  # noqa: F401
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+
+@app.command("ingest")
+def ingest_cmd(
+    files: List[Path] = typer.Argument(..., metavar="FILE",
+                                       help="nccl-tests logs or -J files, PARAM output, commlens run JSON"),
+    tag: Optional[str] = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
+    revision: Optional[str] = typer.Option(None, help="the code revision the runs measured"),
+    time: Optional[str] = typer.Option(
+        None, "--time", help="ISO date/time placing the files in history (their started_at); default: the file's "
+                             "own start time, else its modification time"),
+    fmt: str = typer.Option("auto", "--format", help="auto, nccl-tests, nccl-tests-json, param or commlens"),
+    op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it"),
+    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+    as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
+) -> None:
+    """Store other tools' results: each file read completely, then stored as one run in one transaction."""
+    from commlens.ingest import FORMATS, IngestError, IngestWarning, detect_format, load_runs, parse_time
+    from commlens.results.jsonfmt import run_to_dict
+    from commlens.store import Store, StoreError
+
+    if fmt != "auto" and fmt not in FORMATS:
+        fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
+    if time is not None:
+        try:
+            parse_time(time)
+        except ValueError as e:
+            fail(f"--time: {e}")
+    if op is not None:
+        from commlens.ops import UnknownOpError, get_op
+
+        try:
+            get_op(op)
+        except UnknownOpError as e:
+            fail(f"--op: {e}")
+    try:
+        store = Store.open(db)
+    except StoreError as e:
+        fail(str(e))
+    failed = 0
+    ingested: list[dict[str, Any]] = []
+    with store:
+        for path in files:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", IngestWarning)
+                try:
+                    used = fmt if fmt != "auto" else detect_format(path)
+                    runs = load_runs(path, tag=tag, revision=revision, time=time, fmt=used, op=op)
+                except (IngestError, ValueError) as e:
+                    print(f"error: {e}", file=sys.stderr)
+                    failed += 1
+                    continue
+                finally:
+                    for w in caught:
+                        if issubclass(w.category, IngestWarning):
+                            print(f"warning: {w.message}", file=sys.stderr)
+            for run in runs:
+                try:
+                    if _stored(store, run.run_id):
+                        print(f"{path}: already stored as run {run.run_id} (same content); skipped", file=sys.stderr)
+                        if as_json:
+                            ingested.append({"file": str(path), "format": used, "stored": False,
+                                             "run": run_to_dict(run)})
+                        continue
+                    store.save_run(run)
+                except StoreError as e:
+                    print(f"error: {path}: {e}", file=sys.stderr)
+                    failed += 1
+                    continue
+                if as_json:
+                    ingested.append({"file": str(path), "format": used, "stored": True, "run": run_to_dict(run)})
+                else:
+                    print(_summary(path, used, run))
+    if as_json:
+        print(json.dumps(ingested, indent=1))
+    if failed:
+        raise typer.Exit(2)
+
+
+def _summary(path: Path, fmt: str, run: Any) -> str:
+    ops = ",".join(dict.fromkeys(m.op for m in run.measurements))
+    status = "" if run.status == "complete" else f"; {run.status}"
+    return (f"{path}: stored run {run.run_id} ({fmt}; {ops}; {len(run.measurements)} measurements; "
+            f"{run.world_size} ranks{status})")
+
+
+def _stored(store: Any, run_id: str) -> bool:
+    """Whether the store already holds ``run_id`` (a file ingested before has the same content-derived id)."""
+    from commlens.store import StoreError
+
+    try:
+        return store.resolve(run_id) == run_id
+    except StoreError:
+        return False

@@ -1,0 +1,283 @@
+"""nccl-tests ``-J`` JSON, as nccl-tests writes it (``src/util.cu``, file versions 1-3) and as commlens does.
+
+nccl-tests' layout: ``version`` (an int), ``start_time`` (local time, no zone),
+``args`` (argv), ``env`` (``K=V`` strings), ``nccl_version`` (a version code),
+``config`` {``nthreads``, ``ngpus``, sizes, ``iterations``, ..., ``devices[]``}:
+one device entry per *process* (its first GPU), so the world size is
+``len(devices) x nthreads x ngpus``; ``results[]`` {``size``, ``count``, ``type``,
+``redop``, ``root`` (a string), ``out_of_place``/``in_place`` {``time`` or
+``cpu_time`` (µs), ``alg_bw``, ``bus_bw`` (GB/s), ``nwrong`` (a float, null
+unchecked)}, ``out_of_place_per_iter``/``in_place_per_iter`` with ``-I`` (v2+)
+{``times_us``, ``skipped_iterations`` (v3), ``per_process_max_times_us``, ...},
+``actual_iterations``, ``experiment_name`` (empty)}; ``out_of_bounds``,
+``average_bus_bandwidth`` (v1 misspelt it ``average_bus_bandwidith``/``bandwidith``),
+``errors``, ``end_time``. The op is the binary in ``args[0]``.
+
+commlens' own writer (``commlens.results.nccltests_json``) differs: ``version``
+is ``"commlens X"``, ``args`` a string, ``env`` a dict, ``devices[]`` top level and
+one per rank, ``experiment_name`` the op, and each placement carries its
+per-iteration ``times`` (µs) and statistics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import replace
+from typing import Any
+
+from commlens.ingest.base import IngestError, ParsedRun, Source, json_line
+from commlens.ingest.nccltests_common import (
+    BusbwCheck,
+    RankInfo,
+    check_size,
+    commlens_dtype,
+    filter_env,
+    nccl_version_from_code,
+    op_from_program,
+    resolve_op,
+    system_from_ranks,
+    unknown_dtype_message,
+)
+from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
+from commlens.results.stats import TimeStats
+
+__all__ = ["parse_nccl_tests_json", "load_json"]
+
+_NCCL_TESTS_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def load_json(source: Source) -> Any:
+    try:
+        return json.loads(source.text)
+    except json.JSONDecodeError as e:
+        raise source.error(e.lineno, f"invalid JSON (column {e.colno}): {e.msg}; a truncated file?") from None
+
+
+class _Doc:
+    """The document and helpers that turn a bad value into an error at its line."""
+
+    def __init__(self, source: Source, data: Any) -> None:
+        self.source = source
+        self.data = data
+
+    def error(self, path: tuple[str | int, ...], message: str) -> IngestError:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+        return self.source.error(json_line(self.source.text, path), f"{where}: {message}" if where else message)
+
+    def number(self, path: tuple[str | int, ...], value: Any, *, allow_none: bool = False) -> float | None:
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise self.error(path, f"expected a finite number >= 0, got {value!r}")
+        return float(value)
+
+
+def _utc(value: Any) -> str | None:
+    """An ISO UTC time from nccl-tests' local ``YYYY-MM-DD HH:MM:SS`` (zone unknown: taken as UTC) or ISO."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            when = dt.datetime.strptime(value, _NCCL_TESTS_TIME_FORMAT)
+        except ValueError:
+            return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _devices(doc: _Doc) -> tuple[list[dict[str, Any]], tuple[str | int, ...]]:
+    data = doc.data
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    for path, devices in ((("config", "devices"), config.get("devices")), (("devices",), data.get("devices"))):
+        if devices:
+            if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+                raise doc.error(path, "expected a list of device objects")
+            return devices, path
+    raise doc.error(("config",), "no devices[] listed: the world size is unknown")
+
+
+def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: int) -> list[RankInfo]:
+    """One entry per rank; nccl-tests lists each process's first GPU, so its others are assumed alike."""
+    ranks: list[RankInfo] = []
+    seen: set[int] = set()
+    for i, d in enumerate(devices):
+        rank = d.get("rank", i)
+        if not isinstance(rank, int) or rank in seen:
+            raise doc.error((*path, i, "rank"), f"rank {rank!r} repeated or not an integer")
+        seen.add(rank)
+        device = d.get("device") if isinstance(d.get("device"), int) else -1
+        for k in range(per_process):
+            ranks.append(RankInfo(rank=rank + k, host=str(d.get("hostname") or ""), pid=d.get("pid"),
+                                  device=device + k if device >= 0 else device, bus_id=str(d.get("device_hex") or ""),
+                                  device_name=str(d.get("device_info") or "")))
+    return ranks
+
+
+def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, default_op: str | None) -> OpSpec:
+    name = entry.get("experiment_name") or program_op or default_op
+    path: tuple[str | int, ...] = ("results", i, "experiment_name") if entry.get("experiment_name") else ("args",)
+    if not name:
+        raise doc.error(("results", i), "the file does not say which collective it measured (no *_perf binary in "
+                                        "args, no experiment_name); pass the op (commlens ingest --op all_reduce)")
+    try:
+        spec = resolve_op(op_from_program(name) or name)
+    except UnknownOpError as e:
+        raise doc.error(path, str(e)) from None
+    if default_op is not None and name != default_op and resolve_op(default_op).name != spec.name:
+        raise doc.error(path, f"the file names {name!r} but the op given is {default_op!r}")
+    return spec
+
+
+def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: OpSpec, dtype: str, world: int,
+               iters: int, check: BusbwCheck) -> Measurement | None:
+    key = "in_place" if in_place else "out_of_place"
+    half = entry.get(key)
+    if half is None:
+        return None
+    path: tuple[str | int, ...] = ("results", i, key)
+    if not isinstance(half, dict):
+        raise doc.error(path, "expected an object or null")
+    time_key = "time" if "time" in half else "cpu_time"
+    time_s = doc.number((*path, time_key), half.get(time_key)) * 1e-6  # type: ignore[operator]
+    nwrong_f = doc.number((*path, "nwrong"), half.get("nwrong"), allow_none=True)
+    samples: list[float] = []
+    rank_samples: tuple[tuple[float, ...], ...] | None = None
+    per_iter = entry.get(f"{key}_per_iter")
+    if isinstance(per_iter, dict):  # nccl-tests -I (file version 2+)
+        skip = int(per_iter.get("skipped_iterations") or 0)
+        times = per_iter.get("times_us") or []
+        samples = [doc.number(("results", i, f"{key}_per_iter", "times_us"), t) * 1e-6  # type: ignore[operator]
+                   for t in times[skip:]]
+        rows = per_iter.get("per_process_max_times_us")
+        if isinstance(rows, list) and len(rows) == world:
+            rank_samples = tuple(tuple(float(t) * 1e-6 for t in r[skip:]) for r in rows)
+    elif isinstance(half.get("times"), list):  # commlens' writer
+        samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]  # type: ignore[operator]
+    size, count = entry["size"], entry["count"]
+    if spec.name != "barrier":
+        bus_bw = doc.number((*path, "bus_bw"), half.get("bus_bw"), allow_none=True)
+        if bus_bw is not None:
+            check.add(("results", i), bus_bw, size, time_s, spec.busbw_factor(world))
+    reported = None
+    if not samples:
+        reported = TimeStats(mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
+                             stdev_s=None, cv=None, n=iters)
+    root_text = entry.get("root", -1)
+    try:
+        root = int(str(root_text).strip())
+    except ValueError:
+        raise doc.error(("results", i, "root"), f"bad root {root_text!r}") from None
+    try:
+        return Measurement(op=spec.name, dtype=dtype, size_bytes=size, count=count, in_place=in_place,
+                           world_size=world, samples_s=tuple(samples), redop=str(entry.get("redop") or "none"),
+                           root=root, nwrong=None if nwrong_f is None else int(nwrong_f),
+                           rank_samples_s=rank_samples, reported=reported)
+    except RecordError as e:
+        raise doc.error(path, str(e)) from None
+
+
+def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun:
+    """One run from an nccl-tests ``-J`` file (or commlens' file in that layout)."""
+    data = load_json(source)
+    doc = _Doc(source, data)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise doc.error((), "not an nccl-tests JSON file: no results[] list")
+    written_by_commlens = isinstance(data.get("version"), str) and data["version"].startswith("commlens")
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    args = data.get("args")
+    argv = args if isinstance(args, list) else str(args or "").split()
+    program_op = op_from_program(str(argv[0])) if argv else None
+    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
+    devices, dev_path = _devices(doc)
+    ranks = _ranks(doc, devices, dev_path, per_process)
+    world = len(ranks)
+    iters = int(config.get("iterations") or 0)
+    notes: list[str] = []
+    if per_process > 1:
+        notes.append(f"nccl-tests -J lists one device per process: the other {per_process - 1} GPUs of each process "
+                     f"are taken to be on the same host, with the same device name")
+    measurements: list[Measurement] = []
+    checks: dict[str, BusbwCheck] = {}
+    ops: list[str] = []
+    for i, entry in enumerate(data["results"]):
+        if not isinstance(entry, dict):
+            raise doc.error(("results", i), "expected an object")
+        for field in ("size", "count"):
+            if not isinstance(entry.get(field), int) or entry[field] < 0:
+                raise doc.error(("results", i, field), f"expected an integer >= 0, got {entry.get(field)!r}")
+        spec = _op(doc, entry, i, program_op, op)
+        type_name = str(entry.get("type"))
+        dtype = commlens_dtype(type_name)
+        if dtype is None:
+            raise doc.error(("results", i, "type"), unknown_dtype_message(type_name))
+        problem = check_size(spec, entry["size"], entry["count"], DTYPE_SIZES[dtype], world)
+        if problem:
+            raise doc.error(("results", i), problem)
+        check = checks.setdefault(spec.name, BusbwCheck())
+        if spec.name not in ops:
+            ops.append(spec.name)
+        entry_iters = entry.get("actual_iterations") if isinstance(entry.get("actual_iterations"), int) else iters
+        for in_place in (False, True):
+            m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check)
+            if m is not None:
+                measurements.append(m)
+    if not measurements:
+        raise doc.error(("results",), "no results: the test produced no rows")
+    for name, check in checks.items():
+        note = check.report(name, source.warn, lambda path: json_line(source.text, path))
+        if note:
+            notes.append(note)
+    errors = data.get("errors")
+    if isinstance(errors, list):
+        notes.extend(f"nccl-tests reported error: {e}" for e in errors if e)
+    avg = data.get("average_bus_bandwidth") or data.get("average_bus_bandwidith")
+    if isinstance(avg, dict):
+        printed = avg.get("bandwidth", avg.get("bandwidith"))
+        rows = [r.get(k, {}).get("bus_bw") for r in data["results"] for k in ("out_of_place", "in_place")
+                if isinstance(r.get(k), dict)]
+        rows = [float(b) for b in rows if isinstance(b, (int, float))]
+        if isinstance(printed, (int, float)) and rows and abs(sum(rows) / len(rows) - printed) > 1e-3 * abs(
+                printed) + 1e-3:
+            notes.append(source.warn(json_line(source.text, ("average_bus_bandwidth",)), (
+                f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
+                f"({sum(rows) / len(rows):.6g} GB/s): results may be missing")))
+    env_field = data.get("env")
+    if isinstance(env_field, dict):
+        env = filter_env((str(k), str(v)) for k, v in env_field.items())
+    elif isinstance(env_field, list):
+        env = filter_env(tuple(str(e).split("=", 1)) for e in env_field if "=" in str(e))  # type: ignore[misc]
+    else:
+        env = {}
+    nccl_version = data.get("nccl_version")
+    backend_version = (nccl_version_from_code(nccl_version) if isinstance(nccl_version, int) and nccl_version > 0
+                       else str(nccl_version or ""))
+    backend = str(config.get("backend") or "nccl")
+    extra: dict[str, Any] = {"json_version": data.get("version")}
+    system = system_from_ranks(ranks, world_size=world, backend=backend, backend_version=backend_version,
+                               extra=extra, env=env)
+    if all(d.get("device") == -1 for d in devices):  # commlens' writer, for a run on CPUs
+        kinds = {str(d.get("device_info") or "cpu") for d in devices}
+        system = replace(system, device=kinds.pop() if len(kinds) == 1 else "cpu", device_names=())
+    run_config = {"format": "nccl-tests-json", "ops": ops,
+                  **{k: v for k, v in config.items() if k != "devices"}}
+    started = _utc(data.get("start_time"))
+    return ParsedRun(
+        source="nccl-tests",
+        system=system,
+        measurements=measurements,
+        config=run_config,
+        notes=notes,
+        command_line=" ".join(str(a) for a in argv),
+        started_at=started,
+        started_at_note=None if written_by_commlens else (
+            "start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
+        finished_at=_utc(data.get("end_time")),
+    )
+

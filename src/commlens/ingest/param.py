@@ -1,0 +1,220 @@
+"""PARAM comms output (facebookresearch/param, ``train/comms/pt/comms.py``): ``COMMS-RES`` rows.
+
+PARAM prints, on rank 0, ``\\t PARAM COMM environment: {'world_size': 8, 'local_size': 8,
+...}`` (``MPI environment`` before 2023), ``\\t backend: nccl nw-stack: ...``, then per
+collective a header ``\\tCOMMS-RES  total-size (B)  nElementsPerRank  Time(us):p50  p75
+p95  Min  Max  AlgBW(GB/s)  BusBW(GB/s)  TotalTime(us):p50`` (before 2026:
+``size (B)`` and ``Latency(us):p50``, no total column) and one row per size,
+``\\tCOMMS-RES-<collective>-<dtype>[-<tag>]  <size> <elements> <p50> <p75> <p95> <min>
+<max> <algBW> <busBW> [<total>]``.
+
+Its times are each rank's mean latency over the iterations, summarised
+*across ranks*: p50/p75/p95/Min/Max are percentiles of the ranks' means, not
+of iterations. They map onto the measurement's reported statistics as
+``mean_s`` = ``p50_s`` = p50 (PARAM prints no mean; its algBW/busBW come from
+p50), ``p95_s`` = p95, ``min_s``/``max_s`` = Min/Max; the run's notes say so.
+``size`` is PARAM's total size, nccl-tests' size for the same op; ``count`` is
+re-derived from it with commlens' per-op meaning. PARAM always reduces with
+sum and, for rooted ops, uses ``--root`` (default 0, not printed).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from commlens.ingest.base import ParsedRun, Source
+from commlens.ingest.nccltests_common import BusbwCheck, resolve_op
+from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
+from commlens.results.stats import TimeStats
+
+__all__ = ["parse_param"]
+
+# PARAM's --data-type names (comms_utils.py dtypeMap) -> commlens dtypes.
+PARAM_DTYPES = {
+    "float": "float32", "float32": "float32", "float16": "float16", "half": "float16", "float64": "float64",
+    "double": "float64", "bfloat16": "bfloat16", "int32": "int32", "int": "int32", "long": "int64",
+    "uint8": "uint8", "byte": "uint8", "int8": "int8", "char": "int8",
+}
+# PARAM collectives -> catalog ops. all_to_allv is taken as all_to_all: PARAM splits it evenly unless told not to.
+PARAM_OPS = {
+    "all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_base": "reduce_scatter", "all_to_all": "all_to_all",
+    "all_to_allv": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
+    "scatter": "scatter", "barrier": "barrier",
+}
+# torch.distributed's all_reduce, broadcast and reduce work in place on one tensor; PARAM's others have an output.
+_IN_PLACE = {"all_reduce", "broadcast", "reduce"}
+
+_ENV_RE = re.compile(r"(?:PARAM COMM|MPI) environment:\s*(\{.*?\})")
+_BACKEND_RE = re.compile(r"\bbackend:\s*(\S+)\s+nw-stack:\s*(\S+)")
+_NCCL_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_HEADER_RE = re.compile(r"COMMS-RES(?:-QUANT)?\s")
+_ROW_RE = re.compile(r"COMMS-RES-(\S+)")
+
+# Header names across PARAM's versions -> what the column holds.
+_COLUMNS = {
+    "total-size(B)": "size", "size(B)": "size", "nElementsPerRank": "elements", "num-elements": "elements",
+    "Time(us):p50": "p50", "Latency(us):p50": "p50", "p75": "p75", "p95": "p95", "Min": "min", "Max": "max",
+    "AlgBW(GB/s)": "algbw", "algBW(GB/s)": "algbw", "BusBW(GB/s)": "busbw", "busBW(GB/s)": "busbw",
+    "TotalTime(us):p50": "total_p50", "TotalLatency(us):p50": "total_p50", "CompLatency(us):p50": "comp_p50",
+    "TFlops": "tflops",
+}
+_CURRENT = ("size", "elements", "p50", "p75", "p95", "min", "max", "algbw", "busbw", "total_p50")
+
+
+def _header_columns(text: str) -> tuple[str, ...] | None:
+    names = re.sub(r"\s+\(B\)", "(B)", text.split("COMMS-RES", 1)[1]).split()
+    cols = tuple(_COLUMNS.get(n, "?") for n in names)
+    return cols if "size" in cols and "p50" in cols else None
+
+
+def _number(source: Source, line: int, column: str, token: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise source.error(line, f"bad {column} value {token!r} in a COMMS-RES row") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise source.error(line, f"bad {column} value {token!r} in a COMMS-RES row: not a finite number >= 0")
+    return value
+
+
+def _collective_and_dtype(source: Source, line: int, label: str) -> tuple[str, str, str]:
+    """``all_reduce-float32-mytag`` -> (collective, dtype, tag): PARAM's names hold no hyphens."""
+    parts = label.split("-")
+    if parts[0] == "QUANT":
+        raise source.error(line, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
+    if len(parts) < 2:
+        raise source.error(line, f"COMMS-RES row label {label!r} is not <collective>-<dtype>")
+    return parts[0], parts[1], "-".join(parts[2:])
+
+
+def _spec(source: Source, line: int, collective: str) -> OpSpec:
+    if collective == "pt2pt":
+        raise source.error(line, "PARAM pt2pt results (ping/ping-pong latency) are not supported")
+    name = PARAM_OPS.get(collective)
+    if name is None:
+        raise source.error(line, (f"PARAM collective {collective!r} has no commlens op "
+                                  f"(known: {', '.join(sorted(PARAM_OPS))})"))
+    try:
+        return resolve_op(name)
+    except UnknownOpError as e:
+        raise source.error(line, str(e)) from None
+
+
+def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
+    """One run from a PARAM comms log; ``op`` is not needed (every row names its collective)."""
+    lines = source.lines
+    world: int | None = None
+    env_info: dict[str, Any] = {}
+    backend = ""
+    nw_stack = ""
+    nccl_version = ""
+    columns: tuple[str, ...] | None = None
+    rows: list[tuple[int, str, str, str, dict[str, float]]] = []
+    for lineno, line in enumerate(lines, 1):
+        if "COMMS-RES" in line:
+            if _HEADER_RE.search(line):
+                if "COMMS-RES-QUANT" in line:
+                    raise source.error(lineno, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
+                columns = _header_columns(line)
+                if columns is None:
+                    raise source.error(lineno, f"unrecognised COMMS-RES header: {line.strip()!r}")
+                continue
+            m = _ROW_RE.search(line)
+            if m is None:
+                continue
+            tokens = line[m.end():].split()
+            collective, dtype_name, tag = _collective_and_dtype(source, lineno, m.group(1))
+            cols = columns or (_CURRENT if len(tokens) == len(_CURRENT) else _CURRENT[:-1])
+            if len(tokens) != len(cols):
+                raise source.error(lineno, (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)}"
+                                            f" (a truncated line?)"))
+            values = {c: _number(source, lineno, c, t) for c, t in zip(cols, tokens) if c != "?"}
+            rows.append((lineno, collective, dtype_name, tag, values))
+        elif "environment:" in line:
+            m = _ENV_RE.search(line)
+            if m:
+                try:
+                    parsed = ast.literal_eval(m.group(1))
+                except (ValueError, SyntaxError):
+                    raise source.error(lineno, f"unreadable PARAM environment: {m.group(1)!r}") from None
+                if isinstance(parsed, dict):
+                    env_info = parsed
+                    if isinstance(parsed.get("world_size"), int) and parsed["world_size"] > 0:
+                        world = parsed["world_size"]
+        elif "nw-stack:" in line:
+            m = _BACKEND_RE.search(line)
+            if m:
+                backend, nw_stack = m.group(1), m.group(2)
+        elif "NCCL version" in line and not nccl_version:
+            m = _NCCL_VERSION_RE.search(line)
+            if m:
+                nccl_version = m.group(1)
+    if not rows:
+        raise source.error(1, "no PARAM COMMS-RES result rows found")
+    if world is None:
+        raise source.error(rows[0][0], ("no 'PARAM COMM environment: {'world_size': N, ...}' line before the "
+                                        "results: the world size is unknown (ingest the whole log)"))
+    measurements: list[Measurement] = []
+    checks: dict[str, BusbwCheck] = {}
+    tags: set[str] = set()
+    notes = [
+        "PARAM times are per-rank mean latencies summarised across ranks: reported p50/p95/min/max are "
+        "percentiles across ranks, not iterations; mean_s holds PARAM's p50 (it prints no mean; its algBW "
+        "and busBW come from p50)",
+    ]
+    remapped: set[str] = set()
+    for lineno, collective, dtype_name, tag, v in rows:
+        spec = _spec(source, lineno, collective)
+        if collective != spec.name:
+            remapped.add(f"{collective} -> {spec.name}")
+        dtype = PARAM_DTYPES.get(dtype_name)
+        if dtype is None:
+            raise source.error(lineno, (f"PARAM data type {dtype_name!r} has no commlens dtype "
+                                        f"(known: {', '.join(sorted(PARAM_DTYPES))})"))
+        if tag:
+            tags.add(tag)
+        size = int(v["size"])
+        elem = DTYPE_SIZES[dtype]
+        count = size // elem // (world if spec.per_rank_split else 1)
+        p50_s = v["p50"] * 1e-6
+        reported = TimeStats(mean_s=p50_s, p50_s=p50_s, p95_s=v["p95"] * 1e-6 if "p95" in v else None, p99_s=None,
+                             min_s=v["min"] * 1e-6 if "min" in v else None,
+                             max_s=v["max"] * 1e-6 if "max" in v else None, stdev_s=None, cv=None, n=0)
+        if "busbw" in v and spec.name != "barrier":
+            checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s,
+                                                           spec.busbw_factor(world))
+        try:
+            measurements.append(Measurement(
+                op=spec.name, dtype=dtype, size_bytes=size, count=count, in_place=spec.name in _IN_PLACE,
+                world_size=world, samples_s=(), redop="sum" if spec.reduces else "none",
+                root=0 if spec.has_root else -1, reported=reported))
+        except RecordError as e:
+            raise source.error(lineno, str(e)) from None
+    for name, check in checks.items():
+        note = check.report(name, source.warn)
+        if note:
+            notes.append(note)
+    if remapped:
+        notes.append("PARAM collectives read as catalog ops: " + ", ".join(sorted(remapped)))
+    if any(m.op in ("reduce", "broadcast", "gather", "scatter") for m in measurements):
+        notes.append("root taken as 0 (PARAM's --root default; PARAM does not print it)")
+    system = SystemInfo(
+        world_size=world,
+        backend=backend,
+        backend_version=nccl_version,
+        device="cuda" if backend == "nccl" else "unknown",
+        extra={k: v for k, v in {"local_size": env_info.get("local_size"), "nw_stack": nw_stack or None}.items()
+               if v is not None},
+    )
+    ops = list(dict.fromkeys(m.op for m in measurements))
+    return ParsedRun(
+        source="param",
+        system=system,
+        measurements=measurements,
+        config={"format": "param", "ops": ops, "param_tags": sorted(tags)},
+        notes=notes,
+    )
