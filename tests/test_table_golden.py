@@ -11,7 +11,7 @@ from pathlib import Path
 
 from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import Measurement
-from commlens.results.table import column_header_lines, footer_lines, row_line, run_table_lines
+from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, run_table_lines
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "table.txt"
 WORLD = 4
@@ -54,9 +54,13 @@ def test_table_is_built_from_its_parts_and_columns_line_up() -> None:
     lines = _lines()
     rows = _rows()
     assert lines[:3] == column_header_lines()
-    assert lines[3:6] == [row_line(r) for r in rows]
-    assert lines[6:] == footer_lines(7, 123.456789e9)
+    # each op's rows are introduced by a marker line, since the table has no op column
+    assert [ln for ln in lines if ln.startswith("# Collective test:")] == [
+        op_header_line("all_gather"), op_header_line("reduce"), op_header_line("all_to_all")]
+    body = [ln for ln in lines[3:] if not ln.startswith("# Collective test:")]
+    assert body[:3] == [row_line(r) for r in rows]
+    assert body[3:] == footer_lines(7, 123.456789e9)
     # every column header and every row has the same width, so the columns line up
-    assert len({len(line) for line in lines[1:6]}) == 1
+    assert len({len(line) for line in lines[1:3] + body[:3]}) == 1
     assert footer_lines(None, 0.0)[0] == "# Out of bounds values : N/A"
     assert footer_lines(0, 0.0)[0] == "# Out of bounds values : 0 OK"

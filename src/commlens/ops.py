@@ -151,14 +151,21 @@ OP_NAMES: tuple[str, ...] = tuple(OPS)
 REDOPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
 
 
+# Spellings without separators: "allreduce", "all-reduce", "alltoall" -> catalog name.
+_ALIASES: dict[str, str] = {
+    **{spec.nccl_tests_name.replace("_", ""): spec.name for spec in OPS.values()},
+    **{name.replace("_", ""): name for name in OPS},
+}
+
+
 def get_op(name: str) -> OpSpec:
     """The spec of ``name``; accepts nccl-tests spellings (``allreduce``, ``alltoall``)."""
-    key = name.strip().lower().replace("-", "_")
-    aliases = {spec.nccl_tests_name.replace("_", ""): spec.name for spec in OPS.values()}
-    aliases.update({n.replace("_", ""): n for n in OPS})
-    key = aliases.get(key.replace("_", ""), key)
+    spec = OPS.get(name)
+    if spec is not None:
+        return spec
+    key = name.strip().lower().replace("-", "").replace("_", "")
     try:
-        return OPS[key]
+        return OPS[_ALIASES[key]]
     except KeyError:
         raise UnknownOpError(
             f"unknown op {name!r}; known: {', '.join(OP_NAMES)} or 'all'"
@@ -166,15 +173,18 @@ def get_op(name: str) -> OpSpec:
 
 
 def parse_ops(text: str | list[str]) -> list[OpSpec]:
-    """Ops from a comma list or list of names; ``all`` means every payload op."""
+    """Ops from a comma list or list of names; ``all`` adds every payload op (barrier only by name)."""
     names = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
     names = [n.strip() for n in names if n.strip()]
     if not names:
         raise UnknownOpError("no op given")
-    if any(n.lower() == "all" for n in names):
-        return [spec for spec in OPS.values() if spec.name != "barrier"]
     seen: dict[str, OpSpec] = {}
     for n in names:
-        spec = get_op(n)
-        seen.setdefault(spec.name, spec)
+        if n.lower() == "all":
+            for spec in OPS.values():
+                if spec.name != "barrier":
+                    seen.setdefault(spec.name, spec)
+        else:
+            spec = get_op(n)
+            seen.setdefault(spec.name, spec)
     return list(seen.values())

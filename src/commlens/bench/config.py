@@ -130,7 +130,7 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     g = p.add_argument_group("what to run")
     g.add_argument("--op", default="all_reduce", help="op, comma list, or 'all'")
     g.add_argument("-b", "--min-bytes", default="8", help="smallest size (K/M/G suffixes)")
-    g.add_argument("-e", "--max-bytes", default=None, help="largest size (default: the min size)")
+    g.add_argument("-e", "--max-bytes", default=None, help="largest size (K/M/G suffixes; None: the min size)")
     g.add_argument("-f", "--step-factor", type=int, default=2, help="multiply the size by this each step")
     g.add_argument("-i", "--step-bytes", default="0", help="add this to the size each step (overrides -f)")
     g.add_argument("-d", "--dtype", default="float32", help="dtype, comma list or 'all'")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from commlens.results.jsonfmt import _measurement_from_dict, run_to_dict, write_json
 from commlens.results.records import Run, SystemInfo
-from commlens.results.table import column_header_lines, footer_lines, row_line, system_header_lines
+from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
 
 __all__ = ["TablePrinter", "StandalonePrinter", "run_from_events", "save_outputs", "finalize_standalone"]
 
@@ -25,6 +25,7 @@ class TablePrinter:
         self.write = write
         self.total_wrong: int | None = None
         self.busbw: list[float] = []
+        self._op: str | None = None
 
     def handle(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -32,6 +33,9 @@ class TablePrinter:
             for line in system_header_lines(event) + column_header_lines():
                 self.write(line)
         elif kind == "row":
+            if event["op"] != self._op:
+                self._op = event["op"]
+                self.write(op_header_line(self._op))
             for note in event.get("notes", ()):
                 self.write(f"# note: {note}")
             self.write(row_line(event))

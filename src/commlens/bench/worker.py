@@ -221,8 +221,11 @@ class Sweep:
         cfg = self.cfg
         wrong: list[str] = []
         rows = self.rows()
+        refused: set[tuple[str, str, str, int]] = set()  # combinations the backend refused
         t_start = time.monotonic()
         for index, (spec, dtype, redop, root, size) in enumerate(rows):
+            if (spec.name, dtype, redop, root) in refused:
+                continue
             if root >= self.world:
                 raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
             plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
@@ -270,7 +273,8 @@ class Sweep:
                     raise UnsupportedCombination(skipped)
                 if reporter:
                     reporter.emit({"event": "note", "text": f"skipped {skipped}"})
-                # every placement of this op/dtype/redop is refused alike: skip its remaining sizes
+                # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
+                refused.add((spec.name, dtype, redop, root))
                 continue
             if reporter:
                 reporter.emit({
@@ -332,7 +336,7 @@ def run_worker(argv: list[str]) -> int:
             reporter.emit({
                 "event": "start", "run_id": uuid.uuid4().hex,
                 "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "command_line": command_line([sys.argv[0], *argv]),
+                "command_line": command_line(["python", "-m", "commlens.bench", *argv]),
                 "config": cfg.as_dict(), "system": asdict(system),
             })
         status = "complete"

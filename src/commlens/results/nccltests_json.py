@@ -46,6 +46,14 @@ def _placement(m: Measurement | None) -> dict[str, Any] | None:
     }
 
 
+def _hosts_per_rank(hosts: tuple[str, ...], ranks_per_host: dict[str, int], world_size: int) -> list[str]:
+    """One host name per rank (block placement) when the run did not record each rank's host."""
+    out = [h for h in hosts for _ in range(ranks_per_host.get(h, 0))]
+    if len(out) != world_size:
+        out = [hosts[0] if hosts else "unknown"] * world_size
+    return out
+
+
 def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
     """The nccl-tests ``-J`` document for ``run``."""
     cfg = run.config
@@ -70,7 +78,7 @@ def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
     wrong = sum(checked)
     system = run.system
     pids = system.extra.get("rank_pids", [])
-    hosts = system.extra.get("rank_hosts", list(system.hosts))
+    hosts = system.extra.get("rank_hosts") or _hosts_per_rank(system.hosts, system.ranks_per_host, system.world_size)
     devices = [
         {
             "rank": rank,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-__all__ = ["column_header_lines", "row_line", "footer_lines", "run_table_lines", "system_header_lines"]
+__all__ = ["column_header_lines", "row_line", "footer_lines", "op_header_line", "run_table_lines",
+           "system_header_lines"]
 
 _LEFT = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}"
 _HALF = "  {:>8}  {:>7}  {:>7}  {:>6}  {:>8}  {:>8}"
@@ -52,6 +53,11 @@ def _half(m: Mapping[str, Any] | None) -> str:
     )
 
 
+def op_header_line(op: str) -> str:
+    """Marks where one op's rows begin, as nccl-tests marks each collective test."""
+    return f"# Collective test: {op}"
+
+
 def row_line(row: Mapping[str, Any]) -> str:
     """One table line from a row: op/dtype/size keys and a list of placement measurements."""
     by_place = {m["in_place"]: m for m in row["measurements"] if m is not None}
@@ -93,7 +99,12 @@ def system_header_lines(start: Mapping[str, Any]) -> list[str]:
 def run_table_lines(rows: Iterable[Mapping[str, Any]], total_wrong: int | None, avg_busbw: float) -> list[str]:
     """The whole table for already finished rows."""
     lines = column_header_lines()
+    last_op = None
     for row in rows:
+        op = row.get("op") or next((m["op"] for m in row["measurements"] if m), None)
+        if op != last_op:
+            lines.append(op_header_line(op))
+            last_op = op
         lines.append(row_line(row))
     lines.extend(footer_lines(total_wrong, avg_busbw))
     return lines
