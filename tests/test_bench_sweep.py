@@ -150,7 +150,9 @@ def test_rows_follow_the_catalog_and_the_timing_rules(sweep: Sweep) -> None:
         samples = m["samples_s"]
         assert len(samples) == iters and m["iterations"] == iters
         assert len(m["rank_samples_s"]) == sweep.world
-        assert samples == [max(col) for col in zip(*m["rank_samples_s"])]
+        # one host: each iteration runs from the last rank's start to the last rank's end, which can
+        # never exceed the longest rank's own duration (see commlens.bench.worker.iteration_times)
+        assert all(0 <= s <= max(col) + 1e-12 for s, col in zip(samples, zip(*m["rank_samples_s"])))
         assert all(s > 0 for s in samples)
         assert m["mean_s"] == pytest.approx(sum(samples) / iters, rel=1e-12)
         assert m["min_s"] == min(samples) and m["max_s"] == max(samples)
@@ -227,6 +229,7 @@ def test_run_metadata(sweep: Sweep) -> None:
     assert system["commlens_version"] and system["fingerprint"]
     assert system["env"]["NCCL_COMMLENS_TEST"] == f"world{sweep.world}"  # NCCL_*/GLOO_*/TORCH_* are recorded
     assert "OMP_NUM_THREADS" in system["env"]
+    assert doc["config"]["timing"] == "shared_clock"  # every rank on this one host: one clock
 
 
 def test_store_lists_and_shows_the_same_run(sweep: Sweep) -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +31,7 @@ from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import DTYPE_SIZES, Measurement
 
-__all__ = ["main", "measure_samples", "RowFailure", "normalize_launcher_env"]
+__all__ = ["main", "measure_samples", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,25 @@ def _wait(work: Any) -> None:
         work.wait()
 
 
-def measure_samples(coll: Collective, iters: int, device: torch.device, blocking: bool) -> list[float]:
-    """Per-iteration times in seconds: CUDA events on a GPU, a monotonic clock on CPU."""
+@dataclass(frozen=True)
+class Timestamps:
+    """One rank's timed iterations: when each started and ended, in seconds.
+
+    On CPU both come from the monotonic clock (``time.perf_counter``), which
+    every process on a host shares; on a GPU they are CUDA event times
+    relative to the first start event, meaningful within one rank only.
+    """
+
+    starts: tuple[float, ...]
+    ends: tuple[float, ...]
+
+    @property
+    def durations(self) -> list[float]:
+        return [e - s for s, e in zip(self.starts, self.ends)]
+
+
+def measure_samples(coll: Collective, iters: int, device: torch.device, blocking: bool) -> Timestamps:
+    """Time ``iters`` back-to-back launches: CUDA events on a GPU, the monotonic clock on CPU."""
     if device.type == "cuda":
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -86,21 +103,48 @@ def measure_samples(coll: Collective, iters: int, device: torch.device, blocking
                 _wait(work)
                 torch.cuda.synchronize(device)
         torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        first = starts[0]
+        return Timestamps(tuple(first.elapsed_time(s) / 1e3 for s in starts),
+                          tuple(first.elapsed_time(e) / 1e3 for e in ends))
     clock = time.perf_counter
-    samples = []
-    append = samples.append
+    t_start: list[float] = []
+    t_end: list[float] = []
     launch = coll.launch
     for _ in range(iters):
-        t0 = clock()
+        t_start.append(clock())
         _wait(launch())
-        append(clock() - t0)
-    return samples
+        t_end.append(clock())
+    return Timestamps(tuple(t_start), tuple(t_end))
+
+
+def iteration_times(starts: list[list[float]], ends: list[list[float]], shared_clock: bool) -> list[float]:
+    """Each iteration's time across ranks, from every rank's timestamps ``[rank][iteration]``.
+
+    1. With a clock shared by all ranks (one host, CPU): from the moment the
+       last rank started the iteration to the moment the last rank finished it,
+       ``max_r end[r][i] - max_r start[r][i]``. A rank that starts early and
+       waits for its peers does not inflate the figure, and the times of
+       back-to-back iterations add up to the wall time of the whole loop.
+    2. Otherwise (ranks on several hosts, or GPU event clocks): the longest
+       rank's own duration, ``max_r (end[r][i] - start[r][i])``.
+    """
+    if shared_clock:
+        return [max(col_e) - max(col_s) for col_s, col_e in zip(zip(*starts), zip(*ends))]
+    return [max(e - s for s, e in zip(col_s, col_e)) for col_s, col_e in zip(zip(*starts), zip(*ends))]
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class RowTimes:
+    """One placement's timing as rank 0 sees it after the gather."""
+
+    samples_s: list[float]  # per iteration, across ranks (see iteration_times)
+    rank_samples_s: list[list[float]]  # [rank][iteration]: each rank's own durations
+    wrong_per_rank: list[int]
 
 
 class Reporter:
@@ -145,6 +189,7 @@ class Sweep:
         self.ctrl = ctrl
         self.workdir = workdir
         self.fault: Fault | None = fault_from_env()
+        self.shared_clock = False  # set once every rank's host is known
         if cfg.device == "cuda":
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -193,7 +238,7 @@ class Sweep:
             _wait(coll.launch())
         _sync(self.device)
         dist.barrier(group=self.ctrl)
-        samples = measure_samples(coll, cfg.iters, self.device, cfg.blocking)
+        stamps = measure_samples(coll, cfg.iters, self.device, cfg.blocking)
         nwrong = 0
         for _ in range(cfg.check_iters):
             coll.reset()
@@ -203,18 +248,26 @@ class Sweep:
             if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
                 coll.output.view(-1)[0] += 1
             nwrong += coll.verify()
-        return samples, nwrong
+        return stamps, nwrong
 
-    def gather(self, samples: list[float] | None, nwrong: int) -> tuple[list[list[float]], list[int]] | None:
-        """Every rank's samples and wrong counts, on rank 0 (all ranks take part)."""
+    def gather(self, stamps: Timestamps | None, nwrong: int) -> RowTimes | None:
+        """Every rank's timestamps and wrong counts, combined on rank 0 (all ranks take part)."""
         n = self.cfg.iters
-        mine = torch.tensor((samples or [0.0] * n) + [float(nwrong)], dtype=torch.float64)
-        everyone = torch.empty(self.world * (n + 1), dtype=torch.float64)
+        starts = stamps.starts if stamps else (0.0,) * n
+        ends = stamps.ends if stamps else (0.0,) * n
+        mine = torch.tensor([*starts, *ends, float(nwrong)], dtype=torch.float64)
+        everyone = torch.empty(self.world * (2 * n + 1), dtype=torch.float64)
         all_gather_tensor(everyone, mine, group=self.ctrl)
         if self.rank != 0:
             return None
-        table = everyone.view(self.world, n + 1).tolist()
-        return [row[:n] for row in table], [int(row[n]) for row in table]
+        table = everyone.view(self.world, 2 * n + 1).tolist()
+        rank_starts = [row[:n] for row in table]
+        rank_ends = [row[n:2 * n] for row in table]
+        return RowTimes(
+            samples_s=iteration_times(rank_starts, rank_ends, self.shared_clock),
+            rank_samples_s=[[e - s for s, e in zip(rs, re)] for rs, re in zip(rank_starts, rank_ends)],
+            wrong_per_rank=[int(row[2 * n]) for row in table],
+        )
 
     def run(self, reporter: Reporter | None) -> list[str]:
         """Run every row; returns the wrong-result messages (rank 0 only)."""
@@ -253,7 +306,7 @@ class Sweep:
                 if gathered is None or result is None:
                     measurements.append(None)
                     continue
-                per_rank, wrong_per_rank = gathered
+                wrong_per_rank = gathered.wrong_per_rank
                 if cfg.check_iters == 0:
                     nwrong = None
                 else:
@@ -262,11 +315,11 @@ class Sweep:
                         if w:
                             wrong.append(f"{_row_context(spec, plan.size_bytes, dtype, redop, root, in_place)}: "
                                          f"{w} wrong elements on rank {r}")
-                samples = [max(col) for col in zip(*per_rank)]
                 measurements.append(Measurement(
                     op=spec.name, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
-                    count=plan.count, in_place=in_place, world_size=self.world, samples_s=tuple(samples),
-                    nwrong=nwrong, rank_samples_s=tuple(tuple(r) for r in per_rank),
+                    count=plan.count, in_place=in_place, world_size=self.world,
+                    samples_s=tuple(gathered.samples_s), nwrong=nwrong,
+                    rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
                 ))
             if skipped is not None:
                 if cfg.on_unsupported == "fail":
@@ -326,6 +379,7 @@ def run_worker(argv: list[str]) -> int:
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
         facts = [None] * world
         dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
+        sweep.shared_clock = cfg.device == "cpu" and len({f["host"] for f in facts}) == 1  # type: ignore[index]
         reporter = None
         if rank == 0:
             from commlens.bench.finalize import StandalonePrinter
@@ -337,7 +391,8 @@ def run_worker(argv: list[str]) -> int:
                 "event": "start", "run_id": uuid.uuid4().hex,
                 "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "command_line": command_line(["python", "-m", "commlens.bench", *argv]),
-                "config": cfg.as_dict(), "system": asdict(system),
+                "config": {**cfg.as_dict(), "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max"},
+                "system": asdict(system),
             })
         status = "complete"
         wrong: list[str] = []
