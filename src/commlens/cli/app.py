@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     print(f"error: {message}", file=sys.stderr)
     raise typer.Exit(code)
@@ -67,3 +67,4 @@ def main() -> None:
 def _register() -> None:
     """Import the modules that add their commands to ``app`` (one module per command family)."""
     from commlens.cli import db_cmd, ingest_cmd, regress_cmd, runs_cmd  # noqa: F401
+    from commlens.cli import model_cmd, topology_cmd  # noqa: F401

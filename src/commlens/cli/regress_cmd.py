@@ -1,5 +1,410 @@
-"""commlens compare and commlens detect: the regression gate."""
+"""commlens compare and commlens detect: the regression gate.
+
+Exit codes: 1 when a regression is found (so CI can gate on it), 0 otherwise,
+2 for bad input (an unknown run, tag or file; a bad option).
+"""
 
 from __future__ import annotations
 
-from commlens.cli.app import app, fail  # noqa: F401
+import json
+import sys
+import warnings
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+if TYPE_CHECKING:
+    from commlens.regress import CompareReport, ComparisonRow, DetectReport
+    from commlens.results.records import Run
+    from commlens.store import Store
+
+# A reference that does not exist but ends like this is taken as a missing file, not a tag or run id.
+_FILE_SUFFIXES = (".json", ".txt", ".log", ".out", ".csv")
+_REF_KINDS = ("run", "tag", "file")
+_REF_HELP = (
+    "a run id (or unique prefix), a tag (pools every run with it) or a file (commlens JSON, nccl-tests, PARAM); "
+    "write run:, tag: or file: in front to say which"
+)
+
+
+class CompareFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+class DetectOrder(str, Enum):
+    time = "time"
+    revision = "revision"
+
+
+def _fraction(text: str, option: str) -> float:
+    """``"3%"`` or ``"0.03"`` as 0.03."""
+    value = text.strip()
+    try:
+        number = float(value[:-1]) / 100.0 if value.endswith("%") else float(value)
+    except ValueError:
+        number = -1.0
+    if not (0.0 <= number < 1.0):
+        fail(f"{option} {text!r}: expected a percentage such as 3% or a fraction such as 0.03")
+    return number
+
+
+class _LazyStore:
+    """Opens the result store on first use only, so comparing two files touches no database."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.store: Store | None = None
+
+    def get(self) -> Store:
+        from commlens.store import Store, StoreError
+
+        if self.store is None:
+            try:
+                self.store = Store.open(self.db)
+            except StoreError as e:
+                fail(str(e))
+        return self.store  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def _load_file(path: str, what: str) -> list[Run]:
+    from commlens.ingest import IngestError, IngestWarning, load_runs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IngestWarning)
+        try:
+            runs = load_runs(path)
+        except (IngestError, ValueError, OSError) as e:
+            fail(f"{what}: {e}")
+        finally:
+            for w in caught:
+                if issubclass(w.category, IngestWarning):
+                    print(f"warning: {w.message}", file=sys.stderr)
+    return runs
+
+
+def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
+    """The runs ``ref`` names: an existing file, else a tag with runs, else a run id (prefix)."""
+    from commlens.store import StoreError
+
+    kind, sep, rest = ref.partition(":")
+    if not (sep and kind in _REF_KINDS):
+        kind, rest = "", ref
+    if kind == "file" or (not kind and Path(rest).is_file()):
+        return _load_file(rest, what)  # ingest's errors name the file and line
+    if not kind and rest.lower().endswith(_FILE_SUFFIXES):
+        fail(f"{what} {ref!r}: no such file")
+    if kind in ("", "tag"):
+        runs = store.get().runs_with_tag(rest)
+        if runs:
+            return runs
+        if kind == "tag":
+            fail(f"{what}: no run has tag {rest!r} in {store.get().url}")
+    try:
+        return [store.get().get_run(rest)]
+    except StoreError as e:
+        if kind == "run":
+            fail(f"{what}: {e}")
+        fail(f"{what} {ref!r} is not a file, a tag or a run id in {store.get().url}: {e}")
+    raise AssertionError("unreachable")
+
+
+@app.command("compare")
+def compare_cmd(
+    base: str = typer.Argument(..., help="the reference: " + _REF_HELP),
+    candidate: str = typer.Argument(..., help="what is judged against it: " + _REF_HELP),
+    min_change: Optional[str] = typer.Option(
+        None, "--min-change", help="smallest change of mean time that counts: 3% or 0.03 (default 3%)"),
+    alpha: Optional[float] = typer.Option(
+        None, help="significance level of Mann-Whitney U, adjusted over the rows (default 0.05)"),
+    min_samples: Optional[int] = typer.Option(
+        None, help="samples (or runs) needed on each side for a verdict (default 5)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the bootstrap confidence intervals (default 0)"),
+    resamples: Optional[int] = typer.Option(None, help="bootstrap resamples per row (default 2000)"),
+    fmt: CompareFormat = typer.Option(
+        CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"),
+    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+) -> None:
+    """A/B comparison: per row, the ratio of mean times, its 95% CI, a p-value and a verdict.
+
+    Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
+    """
+    from commlens.regress import CompareError, CompareSettings, compare_runs
+
+    given = {"min_change": None if min_change is None else _fraction(min_change, "--min-change"), "alpha": alpha,
+             "min_samples": min_samples, "seed": seed, "resamples": resamples}
+    try:
+        settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        fail(str(e))
+    store = _LazyStore(db)
+    try:
+        base_runs = resolve_side(base, "base", store)
+        cand_runs = resolve_side(candidate, "candidate", store)
+    finally:
+        store.close()
+    try:
+        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate)
+    except CompareError as e:
+        fail(str(e))
+    if fmt is CompareFormat.json:
+        print(json.dumps(compare_to_dict(report), indent=1))
+    elif fmt is CompareFormat.markdown:
+        print("\n".join(compare_markdown_lines(report)))
+    else:
+        for w in report.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print("\n".join(compare_table_lines(report)))
+    raise typer.Exit(1 if report.has_regression else 0)
+
+
+@app.command("detect")
+def detect_cmd(
+    since: Optional[str] = typer.Option(None, help="report changes from this ISO date/time on (UTC if no zone)"),
+    op: Optional[str] = typer.Option(None, help="only this op"),
+    size: Optional[str] = typer.Option(None, help="only this message size (K/M/G suffixes)"),
+    dtype: Optional[str] = typer.Option(None, help="only this dtype"),
+    tag: Optional[str] = typer.Option(None, help="only runs with this tag"),
+    fingerprint: Optional[str] = typer.Option(None, help="only runs of this system fingerprint"),
+    by: DetectOrder = typer.Option(DetectOrder.time, "--by", help="order history by run time or by revision"),
+    min_change: Optional[str] = typer.Option(
+        None, "--min-change", help="smallest change of mean time reported: 3% or 0.03 (default 3%)"),
+    alpha: Optional[float] = typer.Option(
+        None, help="significance level of each change, Mann-Whitney U before vs after (default 0.0003)"),
+    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Change points in the history of every stored series (op, size, dtype, placement, system, tag).
+
+    Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
+    """
+    from commlens.ops import UnknownOpError, get_op
+    from commlens.regress import DetectSettings, detect_history, parse_utc
+    from commlens.results.records import DTYPE_SIZES
+    from commlens.results.units import parse_size
+    from commlens.store import StoreError
+
+    given = {"min_change": None if min_change is None else _fraction(min_change, "--min-change"), "alpha": alpha}
+    try:
+        settings = DetectSettings(**{k: v for k, v in given.items() if v is not None})
+        since_utc = None if since is None else parse_utc(since)
+        size_bytes = None if size is None else parse_size(size)
+    except ValueError as e:
+        fail(str(e))
+    if op is not None:
+        try:
+            op = get_op(op).name  # nccl-tests spellings too: allreduce
+        except UnknownOpError as e:
+            fail(f"--op: {e}")
+    if dtype is not None and dtype not in DTYPE_SIZES:
+        fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
+    store = _LazyStore(db)
+    try:
+        rows = store.get().measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag,
+                                            fingerprint=fingerprint)
+    except StoreError as e:
+        fail(str(e))
+    finally:
+        store.close()
+    report = detect_history(rows, settings, order=by.value, since=since_utc)
+    if as_json:
+        print(json.dumps(detect_to_dict(report), indent=1))
+    else:
+        print("\n".join(detect_table_lines(report)))
+    raise typer.Exit(1 if report.regressions else 0)
+
+
+# -- compare output ---------------------------------------------------------------------------
+
+
+def _placement(in_place: bool) -> str:
+    return "in" if in_place else "out"
+
+
+def _us(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us:.2f}" if us < 1e5 else f"{us:.0f}"
+
+
+def _gbps(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f}"
+
+
+def _ci(row: ComparisonRow) -> str:
+    return "-" if row.ci_low is None else f"{row.ci_low:.3f}-{row.ci_high:.3f}"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def _side_text(label: str, runs: int) -> str:
+    return f"{label} ({runs} run{'s' if runs != 1 else ''})"
+
+
+def _settings_text(report: CompareReport) -> str:
+    s = report.settings
+    return (f"min change {s.min_change:.0%}, alpha {s.alpha:g} (Benjamini-Hochberg over rows), "
+            f"{s.confidence:.0%} bootstrap CI, {s.resamples} resamples, seed {s.seed}")
+
+
+def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
+    """Column names and cells shared by the table and the markdown outputs."""
+    from commlens.results.units import format_size
+
+    show_algo = any(r.algo != "builtin" for r in report.rows)
+    show_root = any(r.root >= 0 for r in report.rows)
+    names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
+    names += ["place", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "95% CI", "p", "verdict",
+              "reason"]
+    cells = []
+    for r in report.rows:
+        row = [r.op] + ([r.algo] if show_algo else []) + [format_size(r.size_bytes), r.dtype,
+                                                          "-" if r.redop == "none" else r.redop]
+        row += [str(r.root)] if show_root else []
+        row += [_placement(r.in_place), f"{r.base_n}/{r.candidate_n}", _us(r.base_mean_s), _us(r.candidate_mean_s),
+                _gbps(r.base_busbw_bytes_per_s), _gbps(r.candidate_busbw_bytes_per_s), f"{r.ratio:.3f}", _ci(r),
+                _p(r.p_value), r.verdict, r.reason]
+        cells.append(row)
+    return names, cells
+
+
+def compare_table_lines(report: CompareReport) -> list[str]:
+    names, cells = _compare_cells(report)
+    widths = [max(len(x) for x in col) for col in zip(names, *cells)]
+    right = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "p", "root"}
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)]
+        return "  ".join(parts).rstrip()
+
+    head = [
+        f"# base: {_side_text(report.base.label, len(report.base.run_ids))}   "
+        f"candidate: {_side_text(report.candidate.label, len(report.candidate.run_ids))}",
+        f"# {_settings_text(report)}",
+        "# " + line(names),
+    ]
+    return head + ["  " + line(c) for c in cells] + [f"# {report.summary_line()}"]
+
+
+def compare_markdown_lines(report: CompareReport) -> list[str]:
+    """A pull-request comment: summary first, regressions at the top of the table, no emoji."""
+    names, cells = _compare_cells(report)
+    priority = {"regression": 0, "improvement": 1, "unknown": 2, "no change": 3}
+    verdict_col = names.index("verdict")
+    cells = sorted(cells, key=lambda c: priority[c[verdict_col]])
+    for c in cells:
+        if c[verdict_col] == "regression":
+            c[verdict_col] = "**regression**"
+    align = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "p", "root"}
+    lines = [
+        "### commlens compare",
+        "",
+        f"Base `{report.base.label}` ({len(report.base.run_ids)} run{'s' if len(report.base.run_ids) != 1 else ''})"
+        f" vs candidate `{report.candidate.label}` ({len(report.candidate.run_ids)} "
+        f"run{'s' if len(report.candidate.run_ids) != 1 else ''})",
+        "",
+        f"**{report.summary_line()}**",
+        "",
+        "| " + " | ".join(names) + " |",
+        "|" + "|".join("---:" if n in align else "---" for n in names) + "|",
+    ]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    if report.warnings:
+        lines += [""] + [f"> warning: {w}" for w in report.warnings]
+    lines += ["", f"<sub>{_settings_text(report)}; ratio = candidate / base mean time</sub>"]
+    return lines
+
+
+def compare_to_dict(report: CompareReport) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    def side(s: Any) -> dict[str, Any]:
+        return {"ref": s.label, "run_ids": list(s.run_ids), "fingerprints": list(s.fingerprints)}
+
+    return {
+        "base": side(report.base),
+        "candidate": side(report.candidate),
+        "settings": asdict(report.settings),
+        "summary": {
+            "rows": len(report.rows),
+            "regressions": report.count("regression"),
+            "improvements": report.count("improvement"),
+            "no_change": report.count("no change"),
+            "unknown": report.count("unknown"),
+            "geomean_ratio": report.geomean_ratio,
+            "only_in_base": report.only_in_base,
+            "only_in_candidate": report.only_in_candidate,
+        },
+        "warnings": list(report.warnings),
+        "rows": [asdict(r) for r in report.rows],
+    }
+
+
+# -- detect output ----------------------------------------------------------------------------
+
+
+def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
+    from commlens.results.units import format_size
+
+    names = ["op", "size", "dtype", "place", "tag", "system", "at (UTC)", "run", "revision", "points",
+             "before us", "after us", "change", "p", "direction"]
+    cells = []
+    for c in report.changes:
+        k = c.series
+        op = k.op if k.algo == "builtin" else f"{k.op}/{k.algo}"
+        cells.append([op, format_size(k.size_bytes), k.dtype, _placement(k.in_place), k.tag or "-",
+                      k.fingerprint[:8], c.started_at.strftime("%Y-%m-%d %H:%M"), c.run_id[:12], c.revision or "-",
+                      f"{c.index}/{c.points}", _us(c.mean_before_s), _us(c.mean_after_s), f"{c.change:+.1%}",
+                      f"{c.p_value:.2g}", c.direction])
+    return names, cells
+
+
+def detect_table_lines(report: DetectReport) -> list[str]:
+    s = report.settings
+    lines = [f"# ordered by {report.order}; min change {s.min_change:.0%}, alpha {s.alpha:g}, "
+             f"at least {s.min_segment} points a level"]
+    names, cells = _detect_cells(report)
+    if cells:
+        widths = [max(len(x) for x in col) for col in zip(names, *cells)]
+        right = {"size", "points", "before us", "after us", "change", "p"}
+        for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
+            lines.append(lead + "  ".join(v.rjust(w) if n in right else v.ljust(w)
+                                          for n, v, w in zip(names, values, widths)).rstrip())
+    if report.too_short:
+        lines.append(f"# {report.too_short} series too short to hold a change (fewer than {2 * s.min_segment} points)")
+    lines.append(f"# {report.summary_line()}")
+    return lines
+
+
+def detect_to_dict(report: DetectReport) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    changes = []
+    for c in report.changes:
+        d = asdict(c.series)
+        d.update(index=c.index, points=c.points, run_id=c.run_id, started_at=c.started_at.isoformat(),
+                 revision=c.revision, previous_run_id=c.previous_run_id, previous_revision=c.previous_revision,
+                 mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, change=c.change, p_value=c.p_value,
+                 direction=c.direction)
+        changes.append(d)
+    return {
+        "settings": asdict(report.settings),
+        "order": report.order,
+        "since": None if report.since is None else report.since.isoformat(),
+        "series": report.series,
+        "too_short": report.too_short,
+        "points": report.points,
+        "summary": {"changes": len(report.changes), "regressions": len(report.regressions),
+                    "improvements": len(report.changes) - len(report.regressions)},
+        "changes": changes,
+    }

@@ -1,0 +1,626 @@
+#!/usr/bin/env python
+"""Issue 3's regression-gate targets: precision, recall, false positives and speed of compare and detect.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/regression_quality.py
+
+It writes the section ``## Regression gate quality (issue 3)`` of
+``docs/benchmarks.md`` (other sections are left as they are) and prints the
+same figures. Everything is synthetic, labelled and seeded (``--seed``), and
+judged at the default settings of ``commlens compare`` and ``commlens detect``:
+
+1. **detect**: histories of mean times (one point per run) with a step of
+   1-20 % at a random position (at least 20 points from either end), noise CV
+   0.5-5 %; flat histories of 100 points with Gaussian noise, single-point
+   outliers, bimodal noise and heavy tails; steps under outliers and bimodal
+   noise; linear drifts; steps 4-15 points before the end (how late a change is
+   seen). A step is found when a change in the right direction is reported
+   within +-3 points of it; every other reported change is a false positive.
+2. **compare**: A/A pairs (both sides from one distribution) and A/B pairs
+   (candidate slower or faster by 1-20 %), 20 samples a side unless said,
+   each judged as a one-row compare (``commlens.regress.judge``); 200-row
+   compares (``compare_runs``) to show the false-alarm rate of a whole gate
+   with and without the Benjamini-Hochberg adjustment; pooled tags with
+   run-to-run variation.
+3. **speed**: detect over 1,000 series of 200 points (``detect_history`` on
+   store rows: grouping, ordering, detection), and a 200-row compare
+   (``compare_runs`` on two runs of 200 measurements x 20 samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import platform
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from commlens.regress import CompareSettings, DetectSettings, compare_runs, detect_history, find_changes, judge
+from commlens.results.records import Measurement, Run, SystemInfo
+from commlens.store.repo import MeasurementRow
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Regression gate quality (issue 3)"
+DOC_TITLE = "# commlens benchmarks"
+
+CVS = (0.005, 0.01, 0.02, 0.05)
+STEPS = (0.01, 0.02, 0.03, 0.05, 0.10, 0.20)
+POSITION_TOLERANCE = 3
+EDGE = 20  # a step is at least this many points from either end of its history
+
+Noise = Callable[[np.random.Generator, int, float], np.ndarray]
+
+
+# -- noise models: multiplicative factors around 1 ---------------------------------------------
+
+
+def gauss(rng: np.random.Generator, n: int, cv: float) -> np.ndarray:
+    return 1.0 + rng.normal(0.0, cv, n)
+
+
+def outliers(rng: np.random.Generator, n: int, cv: float) -> np.ndarray:
+    """Gaussian, plus 1-3 single points 20-100 % slow (a preempted iteration, a late rank)."""
+    x = gauss(rng, n, cv)
+    k = rng.choice(n, size=int(rng.integers(1, 4)), replace=False)
+    x[k] *= 1.0 + rng.uniform(0.2, 1.0, k.size)
+    return x
+
+
+def bimodal(rng: np.random.Generator, n: int, cv: float) -> np.ndarray:
+    """Two modes 2 CV apart, 30 % of points on the slow one (two ring orders, two NUMA placements)."""
+    return 1.0 + rng.normal(0.0, cv / 2.0, n) + np.where(rng.random(n) < 0.3, 2.0 * cv, 0.0)
+
+
+def heavy(rng: np.random.Generator, n: int, cv: float) -> np.ndarray:
+    """Student t with 3 degrees of freedom, scaled by CV: frequent moderate outliers both ways
+    (floored at half the level: a run cannot be faster than the hardware allows)."""
+    return np.maximum(0.5, 1.0 + cv * rng.standard_t(3, n))
+
+
+NOISES: dict[str, Noise] = {"gaussian": gauss, "outliers": outliers, "bimodal": bimodal, "heavy tails (t3)": heavy}
+
+
+# -- detect -----------------------------------------------------------------------------------
+
+
+@dataclass
+class DetectTally:
+    series: int = 0
+    found: int = 0  # step series where the step was found (right place, right direction)
+    false: int = 0  # reported changes that are not the step
+    flagged: int = 0  # series with any reported change
+
+    def add(self, changes: list, step_at: int | None, up: bool = True) -> None:
+        self.series += 1
+        self.flagged += bool(changes)
+        hit = None
+        if step_at is not None:
+            hit = next((c for c in changes if abs(c.index - step_at) <= POSITION_TOLERANCE
+                        and c.is_regression == up), None)
+            self.found += hit is not None
+        self.false += sum(1 for c in changes if c is not hit)
+
+
+def step_series(rng: np.random.Generator, n: int, step: float, cv: float, noise: Noise = gauss,
+                at: int | None = None) -> tuple[np.ndarray, int]:
+    at = int(rng.integers(EDGE, n - EDGE + 1)) if at is None else at
+    x = 100e-6 * noise(rng, n, cv)
+    x[at:] *= 1.0 + step
+    return x, at
+
+
+def run_detect(rng: np.random.Generator, count: int, settings: DetectSettings) -> dict:
+    out: dict = {"steps": {}, "flat": {}, "noisy_steps": {}, "drift": {}, "late": {}, "down": {}}
+    for n in (100, 200):
+        for step in STEPS:
+            for cv in CVS:
+                t = DetectTally()
+                for _ in range(count):
+                    x, at = step_series(rng, n, step, cv)
+                    t.add(find_changes(x, settings), at)
+                out["steps"][(n, step, cv)] = t
+    for cv in CVS:
+        t = DetectTally()
+        for _ in range(count):
+            x, at = step_series(rng, 100, -0.05, cv)
+            t.add(find_changes(x, settings), at, up=False)
+        out["down"][cv] = t
+    for name, noise in NOISES.items():
+        for cv in CVS:
+            t = DetectTally()
+            for _ in range(2 * count):
+                t.add(find_changes(100e-6 * noise(rng, 100, cv), settings), None)
+            out["flat"][(name, cv)] = t
+            t = DetectTally()
+            for _ in range(count):
+                x, at = step_series(rng, 100, 0.05, cv, noise)
+                t.add(find_changes(x, settings), at)
+            out["noisy_steps"][(name, cv)] = t
+    for total in (0.05, 0.10, 0.20):
+        t = DetectTally()
+        for _ in range(count):
+            x = 100e-6 * gauss(rng, 100, 0.02) * np.linspace(1.0, 1.0 + total, 100)
+            t.add(find_changes(x, settings), None)
+        out["drift"][total] = t
+    for after in (4, 5, 6, 8, 10, 15):
+        t = DetectTally()
+        for _ in range(count):
+            x, at = step_series(rng, 100, 0.05, 0.02, at=100 - after)
+            t.add(find_changes(x, settings), at)
+        out["late"][after] = t
+    return out
+
+
+def _history_rows(rng: np.random.Generator, nseries: int, npoints: int) -> list[MeasurementRow]:
+    """Store rows of ``npoints`` runs measuring ``nseries`` keys; every other series has a 5 % step."""
+    t0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+    dtypes = ["float32", "float16", "bfloat16", "float64"]
+    # 5 ops x 25 sizes x 2 placements x 4 dtypes: up to 1,000 distinct series.
+    keys = [(ops[s % 5], 1 << (3 + (s // 5) % 25), bool((s // 125) % 2), dtypes[(s // 250) % 4])
+            for s in range(nseries)]
+    levels = np.empty((nseries, npoints))
+    for s in range(nseries):
+        levels[s] = 100e-6 * gauss(rng, npoints, 0.02)
+        if s % 2:
+            levels[s, int(rng.integers(EDGE, npoints - EDGE)):] *= 1.05
+    rows = []
+    for p in range(npoints):
+        when = t0 + dt.timedelta(hours=p)
+        for s in range(nseries):
+            op, size, in_place, dtype = keys[s]
+            rows.append(MeasurementRow(
+                run_id=f"run{p:05d}", started_at=when, revision=f"r{p}", tag="nightly", fingerprint="f" * 16,
+                source="commlens", op=op, algo="builtin", dtype=dtype,
+                redop="sum" if op in ("all_reduce", "reduce_scatter") else "none", root=-1,
+                size_bytes=size, in_place=in_place, world_size=8, mean_s=float(levels[s, p]),
+                cv=0.02, iterations=20, busbw_bytes_per_s=1e9, samples_s=(),
+            ))
+    return rows
+
+
+def detect_speed(rng: np.random.Generator, settings: DetectSettings, nseries: int = 1000, npoints: int = 200,
+                 repeats: int = 3) -> dict:
+    rows = _history_rows(rng, nseries, npoints)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        report = detect_history(rows, settings)
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    assert report.series == nseries, report.series
+    return {"nseries": nseries, "npoints": npoints, "walls_s": walls, "cpu_s": cpus, "changes": len(report.changes)}
+
+
+def engine_speed(rng: np.random.Generator, count: int) -> dict:
+    """ruptures' engines on the same 200-point series at the same penalty, before the significance test:
+    time per series, share of 5 % steps (2 % CV) with a candidate within +-3 points, candidates per flat series."""
+    import math
+
+    import ruptures
+
+    from commlens.regress.stats import robust_noise
+
+    steps = [step_series(rng, 200, 0.05, 0.02) for _ in range(count)]
+    flats = [100e-6 * gauss(rng, 200, 0.02) for _ in range(count)]
+    engines = {
+        "KernelCPD(kernel=\"linear\").predict(pen=...): PELT in C (used)":
+            lambda: ruptures.KernelCPD(kernel="linear", min_size=4),
+        "Binseg(model=\"l2\")": lambda: ruptures.Binseg(model="l2", min_size=4, jump=1),
+        "Pelt(model=\"l2\"): PELT in Python": lambda: ruptures.Pelt(model="l2", min_size=4, jump=1),
+    }
+
+    def breaks(make: Callable, x: np.ndarray) -> list[int]:
+        y = np.log(x)
+        noise = robust_noise(y)
+        return [int(b) for b in make().fit(y.reshape(-1, 1)).predict(pen=3.0 * noise * noise * math.log(y.size))][:-1]
+
+    out = {}
+    for name, make in engines.items():
+        k = count if "Python" not in name else max(2, count // 20)  # the Python PELT is slow
+        t = time.perf_counter()
+        found = sum(any(abs(b - at) <= POSITION_TOLERANCE for b in breaks(make, x)) for x, at in steps[:k])
+        flat_candidates = sum(len(breaks(make, x)) for x in flats[:k])
+        out[name] = {"series": 2 * k, "ms_per_series": (time.perf_counter() - t) / (2 * k) * 1e3,
+                     "step_found": found / k, "flat_candidates": flat_candidates / k}
+    return out
+
+
+# -- compare ----------------------------------------------------------------------------------
+
+
+def _pair(rng: np.random.Generator, n: int, cv: float, change: float, noise: Noise = gauss
+          ) -> tuple[np.ndarray, np.ndarray]:
+    return 100e-6 * noise(rng, n, cv), 100e-6 * (1.0 + change) * noise(rng, n, cv)
+
+
+def _verdicts(pairs: list[tuple[np.ndarray, np.ndarray]], settings: CompareSettings) -> Counter:
+    """Each pair judged alone, as a one-row compare."""
+    return Counter(judge([p], settings)[0].verdict for p in pairs)
+
+
+def run_compare(rng: np.random.Generator, count: int, settings: CompareSettings) -> dict:
+    out: dict = {"aa": {}, "ab": {}, "aa_noise": {}, "ab_noise": {}, "small_n": {}}
+    for cv in CVS + (0.03,):
+        out["aa"][cv] = _verdicts([_pair(rng, 20, cv, 0.0) for _ in range(3 * count)], settings)
+    for change in STEPS + (-0.05, -0.10):
+        for cv in CVS + (0.03,):
+            out["ab"][(change, cv)] = _verdicts([_pair(rng, 20, cv, change) for _ in range(count)], settings)
+    for name in ("outliers", "bimodal", "heavy tails (t3)"):
+        for cv in (0.01, 0.03):
+            out["aa_noise"][(name, cv)] = _verdicts(
+                [_pair(rng, 20, cv, 0.0, NOISES[name]) for _ in range(count)], settings)
+            out["ab_noise"][(name, cv)] = _verdicts(
+                [_pair(rng, 20, cv, 0.05, NOISES[name]) for _ in range(count)], settings)
+    for n in (5, 10, 50):
+        out["small_n"][(n, 0.0)] = _verdicts([_pair(rng, n, 0.03, 0.0) for _ in range(count)], settings)
+        out["small_n"][(n, 0.05)] = _verdicts([_pair(rng, n, 0.03, 0.05) for _ in range(count)], settings)
+    return out
+
+
+_SYSTEM = SystemInfo(world_size=8, backend="nccl", device="cuda", cpu_model="bench", cpu_cores=64)
+_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+def _rows_run(run_id: str, factors: np.ndarray, cvs: np.ndarray, rng: np.random.Generator, n: int = 20,
+              run_offset: float = 0.0) -> Run:
+    """A run of 200 measurements (5 ops x 20 sizes x 2 placements); row i's level is times ``factors[i]``."""
+    ms = []
+    i = 0
+    for op in _OPS:
+        for k in range(20):
+            for in_place in (False, True):
+                size = 1 << (3 + k)
+                level = (10e-6 + size / 20e9) * factors[i] * (1.0 + run_offset)
+                ms.append(Measurement(
+                    op=op, dtype="float32", size_bytes=size, count=size // 4, in_place=in_place, world_size=8,
+                    redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                    samples_s=tuple(level * gauss(rng, n, float(cvs[i]))),
+                ))
+                i += 1
+    return Run(run_id=run_id, started_at="2025-01-01T00:00:00Z", system=_SYSTEM, measurements=tuple(ms))
+
+
+def run_gate(rng: np.random.Generator, compares: int, settings: CompareSettings) -> dict:
+    """Whole 200-row compares: false alarms with nothing changed; recall of 10 rows slowed by 5 %."""
+    out = {"compares": compares, "alarm": 0, "alarm_unadjusted": 0, "false_rows": 0, "found": 0, "planted": 0,
+           "extra": 0}
+    for i in range(compares):
+        cvs = rng.uniform(0.005, 0.05, 200)
+        ones = np.ones(200)
+        report = compare_runs([_rows_run("a", ones, cvs, rng)], [_rows_run("b", ones, cvs, rng)], settings)
+        regressions = report.count("regression")
+        out["alarm"] += regressions > 0
+        out["false_rows"] += regressions
+        # Without the adjustment: the same rows, judged on their raw p-values.
+        out["alarm_unadjusted"] += any(
+            r.p_value is not None and r.p_value < settings.alpha and r.ratio > 1 + settings.min_change
+            and r.ci_low is not None and r.ci_low > 1.0 for r in report.rows)
+        slow = ones.copy()
+        planted = rng.choice(200, size=10, replace=False)
+        slow[planted] = 1.05
+        cvs = np.full(200, 0.03)
+        report = compare_runs([_rows_run("a", ones, cvs, rng)], [_rows_run("b", slow, cvs, rng)], settings)
+        keys = _row_keys()
+        planted_keys = {keys[j] for j in planted}
+        hit = {(r.op, r.size_bytes, r.in_place) for r in report.rows if r.verdict == "regression"}
+        out["found"] += len(hit & planted_keys)
+        out["extra"] += len(hit - planted_keys)
+        out["planted"] += len(planted_keys)
+    return out
+
+
+def _row_keys() -> list[tuple[str, int, bool]]:
+    """(op, size, in_place) of each measurement of ``_rows_run``, in its order."""
+    return [(op, 1 << (3 + k), in_place) for op in _OPS for k in range(20) for in_place in (False, True)]
+
+
+def run_pooled(rng: np.random.Generator, count: int, settings: CompareSettings) -> dict:
+    """A tag of 7 runs against one run, all from one distribution, with run-to-run offsets of 0-3 %."""
+    out = {}
+    for offset_sd in (0.0, 0.01, 0.02, 0.03):
+        verdicts: Counter = Counter()
+        for _ in range(count):
+            base = [_single_row_run(f"b{j}", rng, float(rng.normal(0.0, offset_sd))) for j in range(7)]
+            cand = [_single_row_run("c", rng, float(rng.normal(0.0, offset_sd)))]
+            verdicts[compare_runs(base, cand, settings).rows[0].verdict] += 1
+        out[offset_sd] = verdicts
+    return out
+
+
+def _single_row_run(run_id: str, rng: np.random.Generator, offset: float) -> Run:
+    m = Measurement(op="all_reduce", dtype="float32", size_bytes=1 << 20, count=1 << 18, in_place=False,
+                    world_size=8, redop="sum", samples_s=tuple(100e-6 * (1 + offset) * gauss(rng, 20, 0.01)))
+    return Run(run_id=run_id, started_at="2025-01-01T00:00:00Z", system=_SYSTEM, measurements=(m,))
+
+
+def compare_speed(rng: np.random.Generator, settings: CompareSettings, repeats: int = 5) -> dict:
+    cvs = rng.uniform(0.005, 0.05, 200)
+    base = _rows_run("a", np.ones(200), cvs, rng)
+    cand = _rows_run("b", np.ones(200), cvs, rng)
+    compare_runs([base], [cand], settings)  # imports, warm caches
+    walls, cpus = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        compare_runs([base], [cand], settings)
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return {"rows": 200, "samples": 20, "walls_s": walls, "cpu_s": cpus}
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _cv(cv: float) -> str:
+    return f"{100 * cv:g}%"
+
+
+def _rate(c: Counter, verdict: str) -> float:
+    return c[verdict] / max(1, sum(c.values()))
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs))
+
+
+def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, cspeed: dict, *, ns: argparse.Namespace,
+                 dset: DetectSettings, cset: CompareSettings, wall_s: float) -> list[str]:
+    steps, flat = det["steps"], det["flat"]
+    # Headline figures.
+    target = [steps[(n, 0.05, 0.02)] for n in (100, 200)]
+    flat_all = sum(t.flagged for t in flat.values()) / sum(t.series for t in flat.values())
+    flat_gauss2 = flat[("gaussian", 0.02)]
+    big = [t for (n, step, cv), t in steps.items() if step >= 0.05]
+    det_recall = sum(t.found for t in big) / sum(t.series for t in big)
+    tp = sum(t.found for t in steps.values()) + sum(t.found for t in det["noisy_steps"].values())
+    fp = (sum(t.false for t in steps.values()) + sum(t.false for t in flat.values())
+          + sum(t.false for t in det["noisy_steps"].values()))
+    det_precision = tp / max(1, tp + fp)
+    aa3 = cmp["aa"][0.03]
+    ab3 = cmp["ab"][(0.05, 0.03)]
+    aa_all = sum(cmp["aa"].values(), Counter())
+    big_ab = [c for (change, cv), c in cmp["ab"].items() if change >= 0.05]
+    cmp_recall = sum(c["regression"] for c in big_ab) / sum(sum(c.values()) for c in big_ab)
+    pos = [c for (change, cv), c in cmp["ab"].items() if change >= cset.min_change]
+    neg = [c for (change, cv), c in cmp["ab"].items() if change < cset.min_change] + list(cmp["aa"].values())
+    c_tp = sum(c["regression"] for c in pos)
+    c_fp = sum(c["regression"] for c in neg)
+    cmp_precision = c_tp / max(1, c_tp + c_fp)
+    d_wall = _median(dspeed["walls_s"])
+    c_wall = _median(cspeed["walls_s"])
+
+    def met(ok: bool) -> str:
+        return "yes" if ok else "**no**"
+
+    lines = [
+        f"Produced by `.venv/bin/python benchmarks/regression_quality.py{' ' + ' '.join(ns.argv) if ns.argv else ''}` "
+        f"(from the repository root), {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}; "
+        f"seed {ns.seed}, {ns.count} series or pairs per cell, total {wall_s:.0f} s.",
+        "",
+        f"Machine: {ns.cores} cores, {platform.machine()}, Python {platform.python_version()}, numpy "
+        f"{np.__version__}; shared and noisy, so speed figures are upper bounds.",
+        "",
+        f"Defaults judged: detect `min_change={dset.min_change}`, `alpha={dset.alpha}`, `penalty={dset.penalty}`, "
+        f"`min_segment={dset.min_segment}`; compare `min_change={cset.min_change}`, `alpha={cset.alpha}`, "
+        f"`min_samples={cset.min_samples}`, `resamples={cset.resamples}`. How they decide: `docs/regress.md`.",
+        "",
+        "### Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+        f"| detect: recall >= 95% for 5% steps at 2% CV, within +-{POSITION_TOLERANCE} points | "
+        f"{_pct(target[0].found / target[0].series)} (100 points), {_pct(target[1].found / target[1].series)} "
+        f"(200 points) | {met(min(t.found / t.series for t in target) >= 0.95)} |",
+        f"| detect: false positives <= 2% of flat series of 100 points | "
+        f"{_pct(flat_gauss2.flagged / flat_gauss2.series)} (Gaussian, 2% CV); {_pct(flat_all)} over every flat "
+        "kind and CV below | "
+        f"{met(flat_all <= 0.02 and flat_gauss2.flagged / flat_gauss2.series <= 0.02)} |",
+        f"| compare: >= 99% of A/A (20 samples each, CV 3%) give no regression | "
+        f"{_pct(1 - _rate(aa3, 'regression'))} ({aa3['regression']} of {sum(aa3.values())} said regression) | "
+        f"{met(1 - _rate(aa3, 'regression') >= 0.99)} |",
+        f"| compare: >= 95% of 5% regressions (same noise) caught | {_pct(_rate(ab3, 'regression'))} | "
+        f"{met(_rate(ab3, 'regression') >= 0.95)} |",
+        f"| detect: 1,000 series of 200 points in < 10 s | {d_wall:.2f} s (median of {len(dspeed['walls_s'])}) | "
+        f"{met(d_wall < 10)} |",
+        f"| compare: 200 rows well under 1 s | {c_wall * 1e3:.0f} ms (median of {len(cspeed['walls_s'])}) | "
+        f"{met(c_wall < 0.5)} |",
+        "",
+        "### Summary",
+        "",
+        f"- **detect**: precision {_pct(det_precision)} over every reported change (step, flat and noisy-step "
+        f"series); recall {_pct(det_recall)} over steps >= 5% (every CV, 100 and 200 points); false-positive rate "
+        f"{_pct(flat_all)} of flat series (every noise kind and CV).",
+        f"- **compare** (one-row compares): precision {_pct(cmp_precision)} (regression verdicts on pairs whose "
+        f"true slowdown is >= the {cset.min_change:.0%} threshold); recall {_pct(cmp_recall)} over slowdowns >= 5% "
+        f"(every CV); false-positive rate {_pct(_rate(aa_all, 'regression'))} of A/A pairs (every CV).",
+        f"- **200-row gate**: {gate['alarm']} of {gate['compares']} A/A compares (row CVs 0.5-5%) raised any "
+        f"regression ({gate['false_rows']} rows in all); without the Benjamini-Hochberg adjustment "
+        f"{gate['alarm_unadjusted']} would have. With 10 of 200 rows slowed 5% (CV 3%): {gate['found']} of "
+        f"{gate['planted']} found, {gate['extra']} other rows called regressions.",
+        "",
+        "### detect: steps (recall within +-3 points; extra = other changes reported)",
+        "",
+        "| points | step | " + " | ".join(f"CV {_cv(cv)}" for cv in CVS) + " |",
+        "|---:|---:|" + "---:|" * len(CVS),
+    ]
+    for n in (100, 200):
+        for step in STEPS:
+            cells = [f"{_pct(steps[(n, step, cv)].found / steps[(n, step, cv)].series)} "
+                     f"(+{steps[(n, step, cv)].false})" for cv in CVS]
+            lines.append(f"| {n} | {step:.0%} | " + " | ".join(cells) + " |")
+    lines.append(f"| 100 | -5% (faster) | " + " | ".join(
+        f"{_pct(det['down'][cv].found / det['down'][cv].series)} (+{det['down'][cv].false})" for cv in CVS) + " |")
+    lines += [
+        "",
+        f"Steps of 1-2% are below the {dset.min_change:.0%} minimum change and are not reported by design "
+        "(`--min-change 1%` to see them); 3% steps sit on the threshold.",
+        "",
+        "### detect: flat series of 100 points (share with any change reported) and 5% steps under the same noise",
+        "",
+        "| noise | " + " | ".join(f"flat, CV {_cv(cv)}" for cv in CVS) + " | "
+        + " | ".join(f"5% step, CV {_cv(cv)}" for cv in CVS) + " |",
+        "|---|" + "---:|" * (2 * len(CVS)),
+    ]
+    for name in NOISES:
+        cells = [_pct(flat[(name, cv)].flagged / flat[(name, cv)].series) for cv in CVS]
+        cells += [f"{_pct(det['noisy_steps'][(name, cv)].found / det['noisy_steps'][(name, cv)].series)} "
+                  f"(+{det['noisy_steps'][(name, cv)].false})" for cv in CVS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Outliers: 1-3 single points 20-100% slow. Bimodal: 30% of points on a second mode 2 CV slower. "
+        "Heavy tails: Student t (3 degrees of freedom) scaled by the CV, so its stdev is 1.7 x the CV.",
+        "",
+        "### detect: drifts and late steps",
+        "",
+        "| history | share with a change reported |",
+        "|---|---:|",
+    ]
+    for total, t in det["drift"].items():
+        lines.append(f"| linear drift of {total:.0%} over 100 points, CV 2% | {_pct(t.flagged / t.series)} |")
+    for after, t in det["late"].items():
+        lines.append(f"| 5% step {after} points before the end of 100, CV 2% (found within +-3) | "
+                     f"{_pct(t.found / t.series)} |")
+    lines += [
+        "",
+        "A drift has no single right answer; detect reports it as one or more steps once the level has moved "
+        f"by more than {dset.min_change:.0%} between segments. A change needs {dset.min_segment} points at the new "
+        "level before it can be reported at all, and is reliably seen about 6 points in.",
+        "",
+        "### compare: verdicts of one-row compares (20 samples a side)",
+        "",
+        "| candidate vs base | " + " | ".join(f"CV {_cv(cv)}" for cv in CVS) + " |",
+        "|---|" + "---:|" * len(CVS),
+    ]
+
+    def verdict_cell(c: Counter) -> str:
+        total = sum(c.values())
+        parts = [f"{v[0].upper()} {100 * c[v] / total:.1f}" for v in ("regression", "improvement", "no change",
+                                                                      "unknown") if c[v]]
+        return ", ".join(parts)
+
+    lines.append("| same (A/A) | " + " | ".join(verdict_cell(cmp["aa"][cv]) for cv in CVS) + " |")
+    for change in STEPS + (-0.05, -0.10):
+        word = "slower" if change > 0 else "faster"
+        lines.append(f"| {abs(change):.0%} {word} | "
+                     + " | ".join(verdict_cell(cmp["ab"][(change, cv)]) for cv in CVS) + " |")
+    lines += [
+        "",
+        "Cells: % of pairs judged R(egression), I(mprovement), N(o change), U(nknown). At CV 3% (the target's "
+        f"noise): A/A {verdict_cell(cmp['aa'][0.03])}; 5% slower {verdict_cell(cmp['ab'][(0.05, 0.03)])}. "
+        "U at high CV is \"too noisy\": the CI is wider than the 3% threshold, so the row cannot tell.",
+        "",
+        "| noise (A/A and 5% slower) | A/A, CV 1% | A/A, CV 3% | 5% slower, CV 1% | 5% slower, CV 3% |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in ("outliers", "bimodal", "heavy tails (t3)"):
+        lines.append(f"| {name} | {verdict_cell(cmp['aa_noise'][(name, 0.01)])} | "
+                     f"{verdict_cell(cmp['aa_noise'][(name, 0.03)])} | {verdict_cell(cmp['ab_noise'][(name, 0.01)])} "
+                     f"| {verdict_cell(cmp['ab_noise'][(name, 0.03)])} |")
+    lines += [
+        "",
+        "| samples a side (CV 3%) | A/A | 5% slower |",
+        "|---:|---:|---:|",
+    ]
+    for n in (5, 10, 50):
+        lines.append(f"| {n} | {verdict_cell(cmp['small_n'][(n, 0.0)])} | {verdict_cell(cmp['small_n'][(n, 0.05)])} |")
+    lines += [
+        "",
+        "### compare: a tag of 7 runs against one run, nothing changed (20 samples a run, within-run CV 1%)",
+        "",
+        "| run-to-run stdev | verdicts |",
+        "|---:|---|",
+    ]
+    for sd, c in pooled.items():
+        lines.append(f"| {sd:.0%} | {verdict_cell(c)} |")
+    lines += [
+        "",
+        "A pooled tag resamples the runs' samples together, as pyperf does. When runs differ from one another by "
+        "more than their iterations do, that understates the spread of the base, and a candidate run at the edge "
+        "of the base runs comes out significant. For gates of single runs against a pool on such machines, set "
+        "`--min-change` above the run-to-run spread.",
+        "",
+        "### Speed",
+        "",
+        f"- detect: {dspeed['nseries']} series x {dspeed['npoints']} points ({dspeed['nseries'] * dspeed['npoints']:,} "
+        f"store rows in memory): wall {', '.join(f'{w:.2f}' for w in dspeed['walls_s'])} s, CPU "
+        f"{', '.join(f'{w:.2f}' for w in dspeed['cpu_s'])} s ({d_wall / dspeed['nseries'] * 1e3:.2f} ms a series; "
+        f"{dspeed['changes']} changes found, "
+        f"{dspeed['nseries'] // 2} planted). Reading the rows from a store is not included.",
+        f"- compare: {cspeed['rows']} rows x {cspeed['samples']} samples a side, {cset.resamples} resamples a row: "
+        f"wall {', '.join(f'{w * 1e3:.0f}' for w in cspeed['walls_s'])} ms, CPU "
+        f"{', '.join(f'{w * 1e3:.0f}' for w in cspeed['cpu_s'])} ms.",
+        "",
+        "ruptures' engines on the same series and penalty, candidates before the significance test "
+        "(why detect uses `KernelCPD`; see `docs/regress.md`):",
+        "",
+        "| engine | series | ms a series | 5% steps (2% CV) with a candidate within +-3 | candidates per flat series |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, e in dspeed["engines"].items():
+        lines.append(f"| `{name}` | {e['series']} | {e['ms_per_series']:.2f} | {_pct(e['step_found'])} | "
+                     f"{e['flat_candidates']:.2f} |")
+    return lines
+
+
+def _write_section(body: list[str]) -> None:
+    """Replace (or append) this script's section of docs/benchmarks.md, re-reading the file just before."""
+    text = DOC.read_text() if DOC.exists() else DOC_TITLE + "\n"
+    section = SECTION + "\n\n" + "\n".join(body).rstrip() + "\n"
+    pattern = re.compile(r"^" + re.escape(SECTION) + r"[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+
+
+def main() -> None:
+    import os
+    import sys
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=20250501, help="seed of every generated history and pair")
+    p.add_argument("--count", type=int, default=200, help="series or pairs per cell")
+    p.add_argument("--gate-compares", type=int, default=50, help="200-row compares for the gate figures")
+    p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ns = p.parse_args()
+    ns.argv = sys.argv[1:]
+    ns.cores = os.cpu_count()
+    dset, cset = DetectSettings(), CompareSettings()
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(ns.seed)
+    print("detect quality ...", flush=True)
+    det = run_detect(rng, ns.count, dset)
+    print("compare quality ...", flush=True)
+    cmp = run_compare(rng, ns.count, cset)
+    gate = run_gate(rng, ns.gate_compares, cset)
+    pooled = run_pooled(rng, ns.count, cset)
+    print("speed ...", flush=True)
+    dspeed = detect_speed(rng, dset)
+    dspeed["engines"] = engine_speed(rng, 100)
+    cspeed = compare_speed(rng, cset)
+    body = report_lines(det, cmp, gate, pooled, dspeed, cspeed, ns=ns, dset=dset, cset=cset,
+                        wall_s=time.perf_counter() - t0)
+    print()
+    print("\n".join(body))
+    if not ns.no_write:
+        _write_section(body)
+        print(f"\nwrote {DOC.relative_to(ROOT)} ({SECTION})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Change points over stored history: split measurements into series, order them, detect, filter.
+
+A series is one experiment on one system under one tag: the measurement key
+(op, algo, dtype, redop, root, size, in_place) plus the run's fingerprint and
+tag. Each run contributes one point, its mean time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal, Sequence
+
+from commlens.regress.detect import DetectSettings, find_changes
+from commlens.store.repo import MeasurementRow
+
+__all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "detect_history", "parse_utc"]
+
+Order = Literal["time", "revision"]
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    op: str
+    algo: str
+    dtype: str
+    redop: str
+    root: int
+    size_bytes: int
+    in_place: bool
+    fingerprint: str
+    tag: str | None
+
+
+@dataclass(frozen=True)
+class DetectedChange:
+    """A change of level in one series; ``run_id`` is the first run at the new level."""
+
+    series: SeriesKey
+    index: int  # position of that run in the series
+    points: int  # length of the series
+    run_id: str
+    started_at: datetime  # UTC
+    revision: str | None
+    previous_run_id: str  # the last run at the old level
+    previous_revision: str | None
+    mean_before_s: float  # of the segment before (back to the previous change)
+    mean_after_s: float  # of the segment after (up to the next change)
+    p_value: float
+
+    @property
+    def change(self) -> float:
+        """Relative change of the mean time: +0.08 is 8 % slower."""
+        return self.mean_after_s / self.mean_before_s - 1.0
+
+    @property
+    def direction(self) -> Literal["regression", "improvement"]:
+        return "regression" if self.mean_after_s > self.mean_before_s else "improvement"
+
+
+@dataclass(frozen=True)
+class DetectReport:
+    settings: DetectSettings
+    order: Order
+    since: datetime | None
+    series: int  # series examined
+    too_short: int  # series with too few points to hold a change (2 x min_segment)
+    points: int
+    changes: tuple[DetectedChange, ...]  # in the window (at or after ``since``), by series then time
+
+    @property
+    def regressions(self) -> tuple[DetectedChange, ...]:
+        return tuple(c for c in self.changes if c.direction == "regression")
+
+    def summary_line(self) -> str:
+        window = f" since {self.since.isoformat()}" if self.since else ""
+        return (
+            f"{self.series} series, {self.points} points: {len(self.changes)} changes{window} "
+            f"({len(self.regressions)} regressions, {len(self.changes) - len(self.regressions)} improvements)"
+        )
+
+
+def parse_utc(text: str) -> datetime:
+    """An ISO 8601 date or date/time as an aware UTC datetime; no zone means UTC."""
+    value = text.strip()
+    iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # Python 3.10 lacks "Z"
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not an ISO 8601 date or date/time (e.g. 2025-05-01 or 2025-05-01T13:45:00Z)"
+        ) from None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+
+
+def detect_history(
+    rows: Sequence[MeasurementRow],
+    settings: DetectSettings = DetectSettings(),
+    *,
+    order: Order = "time",
+    since: datetime | None = None,
+) -> DetectReport:
+    """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
+
+    1. Group rows into series (key, fingerprint, tag); a run measuring a key
+       twice contributes the mean of its rows.
+    2. Order each series by run start time, or with ``order="revision"`` by
+       the first start time of the run's revision (then by start time), so the
+       runs of one revision stay together; runs without a revision are placed
+       by their own start time.
+    3. Run :func:`commlens.regress.detect.find_changes` on the series of mean
+       times. Detection always sees the whole history, so the level before a
+       recent change is known.
+    4. Keep the changes whose first run at the new level started at or after
+       ``since`` (all of them when ``since`` is None).
+    """
+    revision_first: dict[str, datetime] = {}
+    per_run: dict[tuple, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.revision is not None and (r.revision not in revision_first or r.started_at < revision_first[r.revision]):
+            revision_first[r.revision] = r.started_at
+        key = (r.op, r.algo, r.dtype, r.redop, r.root, r.size_bytes, r.in_place, r.fingerprint, r.tag)
+        per_run[key][r.run_id].append(r)
+
+    def place(run_rows: list[MeasurementRow]) -> tuple[datetime, datetime, str]:
+        first = run_rows[0]
+        anchor = revision_first[first.revision] if order == "revision" and first.revision is not None else None
+        return (anchor or first.started_at, first.started_at, first.run_id)
+
+    changes: list[DetectedChange] = []
+    too_short = points = 0
+    for key in sorted(per_run, key=_series_order):
+        series = SeriesKey(*key)
+        runs = sorted(per_run[key].values(), key=place)
+        points += len(runs)
+        if len(runs) < 2 * settings.min_segment:
+            too_short += 1
+            continue
+        means = [sum(r.mean_s for r in run_rows) / len(run_rows) for run_rows in runs]
+        for c in find_changes(means, settings):
+            first, last_before = runs[c.index][0], runs[c.index - 1][0]
+            if since is not None and first.started_at < since:
+                continue
+            changes.append(DetectedChange(
+                series=series, index=c.index, points=len(runs),
+                run_id=first.run_id, started_at=first.started_at, revision=first.revision,
+                previous_run_id=last_before.run_id, previous_revision=last_before.revision,
+                mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, p_value=c.p_value,
+            ))
+    return DetectReport(
+        settings=settings, order=order, since=since, series=len(per_run), too_short=too_short, points=points,
+        changes=tuple(changes),
+    )
+
+
+def _series_order(key: tuple) -> tuple:
+    """Tag, system, op, algo, dtype, redop, root, placement, then size: a series' neighbours are its sizes."""
+    op, algo, dtype, redop, root, size_bytes, in_place, fingerprint, tag = key
+    return (tag or "", fingerprint, op, algo, dtype, redop, root, in_place, size_bytes)
