@@ -1,66 +1,25 @@
-"""The result store on SQLite: lossless round trip, lookup, listing, deletion, concurrent writers."""
+"""The result store on SQLite and PostgreSQL: lossless round trip, lookup, listing, deletion, concurrent writers."""
 
 from __future__ import annotations
 
-import os
+import multiprocessing
 import random
 import struct
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
 
-import commlens
-from commlens.results import Measurement, Run, SystemInfo, run_to_dict
+from commlens.results import Measurement, Run, SystemInfo, TimeStats, run_to_dict
 from commlens.store import Store, StoreError, db_url, default_db_url, make_engine
-from commlens.store.models import MeasurementRow, SampleRow, SchemaVersionRow
+from commlens.store.models import MeasurementModel, SampleModel
+from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 WORLD = 4
-
-
-def _system(backend: str = "gloo") -> SystemInfo:
-    return SystemInfo(
-        world_size=WORLD,
-        hosts=("node-a", "node-b"),
-        ranks_per_host={"node-a": 2, "node-b": 2},
-        backend=backend,
-        backend_version="2.19.3",
-        device="cpu",
-        torch_version="2.4.0",
-        python_version="3.11.7",
-        cpu_model="Xeon",
-        cpu_cores=16,
-        os="Linux",
-        commlens_version="0.1.0",
-        env={"NCCL_ALGO": "Ring"},
-        extra={"slurm_job": "1234", "nested": {"a": [1, 2.5]}},
-    )
-
-
-def _measurement(
-    op: str = "all_reduce", size_bytes: int = 1024, samples_s: tuple[float, ...] = (1e-5, 2e-5), **kw: object
-) -> Measurement:
-    fields = dict(dtype="float32", count=size_bytes // 4, in_place=False, world_size=WORLD)
-    fields["redop"] = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
-    fields.update(kw)
-    return Measurement(op=op, size_bytes=size_bytes, samples_s=samples_s, **fields)  # type: ignore[arg-type]
-
-
-def _run(
-    run_id: str, *, tag: str | None = None, started_at: str = "2024-05-01T12:00:00Z",
-    ops: tuple[str, ...] = ("all_reduce",),
-) -> Run:
-    return Run(
-        run_id=run_id,
-        started_at=started_at,
-        system=_system(),
-        measurements=tuple(_measurement(op, size) for op in ops for size in (1024, 4096)),
-        tag=tag,
-    )
+_system = make_system
+_measurement = make_measurement
+_run = make_run
 
 
 def _count(store: Store, table: type) -> int:
@@ -68,7 +27,7 @@ def _count(store: Store, table: type) -> int:
         return conn.scalar(select(func.count()).select_from(table))
 
 
-def test_round_trip_is_identical_and_samples_bit_exact(tmp_path: Path) -> None:
+def test_round_trip_is_identical_and_samples_bit_exact(store_url: str) -> None:
     rng = random.Random(7)
     awkward = (0.1 + 0.2, 1 / 3, 5e-324, 12345.678901234567, 0.0, 2.2250738585072014e-308) + tuple(
         rng.random() * 1e-3 for _ in range(200)
@@ -93,9 +52,9 @@ def test_round_trip_is_identical_and_samples_bit_exact(tmp_path: Path) -> None:
             _measurement("barrier", 0, (1e-6, 2e-6), count=0),
         ),
     )
-    with Store.open(str(tmp_path / "r.db")) as store:
+    with Store.open(store_url) as store:
         assert store.save_run(run) == run.run_id
-    with Store.open(str(tmp_path / "r.db")) as store:  # a fresh connection: nothing cached
+    with Store.open(store_url) as store:  # a fresh connection: nothing cached
         loaded = store.get_run(run.run_id)
     assert loaded == run
     assert run_to_dict(loaded) == run_to_dict(run)
@@ -106,8 +65,8 @@ def test_round_trip_is_identical_and_samples_bit_exact(tmp_path: Path) -> None:
         assert got.rank_samples_s == want.rank_samples_s
 
 
-def test_prefix_lookup_and_clear_errors(tmp_path: Path) -> None:
-    with Store.open(str(tmp_path / "r.db")) as store:
+def test_prefix_lookup_and_clear_errors(store_url: str) -> None:
+    with Store.open(store_url) as store:
         for run_id in ("abcd1234", "abcd5678", "abce0000", "xyz99999", "r1", "a_c%1111"):
             store.save_run(_run(run_id))
         assert store.get_run("abce").run_id == "abce0000"
@@ -126,14 +85,14 @@ def test_prefix_lookup_and_clear_errors(tmp_path: Path) -> None:
         assert store.get_run("a_c%").run_id == "a_c%1111"
 
 
-def test_list_runs_newest_first_and_filters(tmp_path: Path) -> None:
+def test_list_runs_newest_first_and_filters(store_url: str) -> None:
     runs = [
         _run("run-old1", tag="nightly", started_at="2024-01-01T00:00:00Z", ops=("all_reduce",)),
         # Same instant as 13:00Z, written in another zone: ordering must use the real time.
         _run("run-mid2", tag="ci", started_at="2024-03-01T15:00:00+02:00", ops=("all_gather", "all_reduce")),
         _run("run-new3", tag="nightly", started_at="2024-03-01T14:00:00Z", ops=("broadcast",)),
     ]
-    with Store.open(str(tmp_path / "r.db")) as store:
+    with Store.open(store_url) as store:
         for run in runs:
             store.save_run(run)
         assert [s.run_id for s in store.list_runs()] == ["run-new3", "run-mid2", "run-old1"]
@@ -153,15 +112,15 @@ def test_list_runs_newest_first_and_filters(tmp_path: Path) -> None:
         assert (mid.status, mid.source, mid.world_size, mid.backend) == ("complete", "commlens", WORLD, "gloo")
 
 
-def test_delete_cascades_to_measurements_and_samples(tmp_path: Path) -> None:
-    with Store.open(str(tmp_path / "r.db")) as store:
+def test_delete_cascades_to_measurements_and_samples(store_url: str) -> None:
+    with Store.open(store_url) as store:
         store.save_run(_run("keep0000", ops=("all_reduce", "broadcast")))
         store.save_run(_run("gone0000", ops=("all_reduce", "all_gather", "broadcast")))
-        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (10, 10)
+        assert (_count(store, MeasurementModel), _count(store, SampleModel)) == (10, 10)
 
         assert store.delete_run("gone") == "gone0000"
 
-        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (4, 4)
+        assert (_count(store, MeasurementModel), _count(store, SampleModel)) == (4, 4)
         with pytest.raises(StoreError, match="no run matches 'gone0000'"):
             store.get_run("gone0000")
         with pytest.raises(StoreError, match="no run matches 'gone'"):
@@ -169,19 +128,19 @@ def test_delete_cascades_to_measurements_and_samples(tmp_path: Path) -> None:
         assert store.get_run("keep0000") == _run("keep0000", ops=("all_reduce", "broadcast"))
 
 
-def test_duplicate_run_id_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+def test_duplicate_run_id_is_refused_and_nothing_is_written(store_url: str) -> None:
     original = _run("dup00000", tag="first")
-    with Store.open(str(tmp_path / "r.db")) as store:
+    with Store.open(store_url) as store:
         store.save_run(original)
-        counts = (_count(store, MeasurementRow), _count(store, SampleRow))
+        counts = (_count(store, MeasurementModel), _count(store, SampleModel))
         with pytest.raises(StoreError, match="run 'dup00000' is already in the store"):
             store.save_run(_run("dup00000", tag="second", ops=("all_gather", "broadcast")))
-        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == counts
+        assert (_count(store, MeasurementModel), _count(store, SampleModel)) == counts
         assert store.get_run("dup00000") == original
 
 
-def test_bad_started_at_is_refused_before_writing(tmp_path: Path) -> None:
-    with Store.open(str(tmp_path / "r.db")) as store:
+def test_bad_started_at_is_refused_before_writing(store_url: str) -> None:
+    with Store.open(store_url) as store:
         with pytest.raises(StoreError, match="started_at 'yesterday' is not an ISO 8601 time"):
             store.save_run(_run("badtime0", started_at="yesterday"))
         assert store.list_runs() == []
@@ -199,8 +158,11 @@ def test_default_db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setenv("COMMLENS_DB", "sub/mine.db")  # a relative path becomes absolute
     assert default_db_url() == f"sqlite:///{tmp_path}/sub/mine.db"
+    # libpq's spellings get the driver commlens ships (psycopg 3); explicit drivers stay.
     monkeypatch.setenv("COMMLENS_DB", "postgresql://bench@db.example/commlens")
-    assert default_db_url() == "postgresql://bench@db.example/commlens"
+    assert default_db_url() == "postgresql+psycopg://bench@db.example/commlens"
+    assert db_url("postgres://u:pw@h:5433/db?sslmode=require") == "postgresql+psycopg://u:pw@h:5433/db?sslmode=require"
+    assert db_url("postgresql+psycopg://h/db") == "postgresql+psycopg://h/db"
     assert db_url("sqlite:///:memory:") == "sqlite:///:memory:"
 
 
@@ -212,7 +174,8 @@ def test_open_without_url_uses_default_and_creates_directories(
     with Store.open() as store:
         store.save_run(_run("default0"))
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == 1
+            assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0002"
+            assert conn.scalar(text("SELECT version FROM schema_version")) == 2  # pre-Alembic commlens refuses
     assert (tmp_path / "xdg" / "commlens" / "results.db").is_file()
 
 
@@ -227,64 +190,99 @@ def test_sqlite_engine_is_set_up_for_concurrent_writers(tmp_path: Path) -> None:
         engine.dispose()
 
 
-def test_bad_url_and_newer_schema_are_clear_errors(tmp_path: Path) -> None:
+def test_bad_and_unreachable_urls_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="bad database URL 'nosuchdb://x'"):
         Store.open("nosuchdb://x")
-    path = str(tmp_path / "r.db")
-    Store.open(path).close()
-    with Store.open(path) as store, store.engine.begin() as conn:
-        conn.execute(text("UPDATE schema_version SET version = 99"))
-    with pytest.raises(StoreError, match="schema version 99 is newer than this commlens reads"):
-        Store.open(path)
+    # Nothing listens on port 1; the password must not appear in the message.
+    hidden = r"^cannot open result store postgresql\+psycopg://u:\*\*\*@127\.0\.0\.1:1/db: "
+    with pytest.raises(StoreError, match=hidden):
+        Store.open("postgresql://u:secret@127.0.0.1:1/db")
+    with pytest.raises(StoreError, match="cannot open result store sqlite:///"):
+        Store.open(str(tmp_path))  # a directory, not a database file
 
 
-_WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    from commlens.results import Measurement, Run, SystemInfo
-    from commlens.store import Store
+def test_rows_without_samples_round_trip_with_missing_statistics(store_url: str) -> None:
+    """nccl-tests without -I prints a time per row, no samples: such rows come back exactly."""
+    reported = TimeStats(mean_s=2.5e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
+                         stdev_s=None, cv=None, n=20)
+    partial = TimeStats(mean_s=1 / 3, p50_s=0.3, p95_s=None, p99_s=None, min_s=0.25, max_s=0.5,
+                        stdev_s=0.01, cv=0.03, n=0)
+    run = Run(
+        run_id="nosamples",
+        started_at="2024-05-01T12:00:00Z",
+        source="nccl-tests",
+        system=_system("nccl"),
+        measurements=(
+            _measurement("all_reduce", 1 << 20, (), reported=reported, nwrong=0),
+            _measurement("all_gather", 1 << 20, (), reported=partial, in_place=True),
+            _measurement("all_gather", 8, (4e-6, 5e-6)),
+        ),
+    )
+    with Store.open(store_url) as store:
+        store.save_run(run)
+    with Store.open(store_url) as store:
+        loaded = store.get_run("nosamples")
+        with store.engine.connect() as conn:
+            stored = conn.execute(
+                select(MeasurementModel.mean_s, MeasurementModel.p50_s, MeasurementModel.cv,
+                       MeasurementModel.busbw_bytes_per_s).order_by(MeasurementModel.position)
+            ).all()
+    assert loaded == run
+    assert loaded.measurements[0].samples_s == () and loaded.measurements[0].reported == reported
+    assert loaded.measurements[1].stats == partial
+    assert run_to_dict(loaded) == run_to_dict(run)
+    assert stored[0] == (2.5e-5, None, None, run.measurements[0].busbw_bytes_per_s)
+    assert stored[1][:3] == (1 / 3, 0.3, 0.03)
 
-    url, go, writer = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    print("ready", flush=True)
-    while not os.path.exists(go):
-        time.sleep(0.005)
+
+def test_save_runs_is_all_or_nothing(store_url: str) -> None:
+    with Store.open(store_url) as store:
+        store.save_run(_run("taken000"))
+        with pytest.raises(StoreError, match="run 'taken000' is already in the store"):
+            store.save_runs([_run("fresh000"), _run("taken000"), _run("fresh111")])
+        with pytest.raises(StoreError, match="run 'twice000' is given more than once"):
+            store.save_runs([_run("twice000"), _run("twice000")])
+        assert [s.run_id for s in store.list_runs()] == ["taken000"]
+        assert store.save_runs([_run("fresh000", started_at="2024-05-02T00:00:00Z"), _run("fresh111")]) == [
+            "fresh000", "fresh111"]
+        assert [s.run_id for s in store.list_runs()] == ["fresh000", "taken000", "fresh111"]
+
+
+def _writer(url: str, writer: int, ready: Any, go: Any) -> None:
+    """One `commlens bench`-like process: opens the store itself and saves 20 runs, one transaction each."""
     system = SystemInfo(world_size=2, backend="gloo")
-    with Store.open(url) as store:  # fresh file: the tables are created by whichever writer is first
+    ready.set()
+    go.wait()
+    with Store.open(url) as store:  # fresh store: the tables are created by whichever writer is first
         for i in range(20):
             m = Measurement(op="all_reduce", dtype="float32", size_bytes=1024, count=256, in_place=False,
                             world_size=2, redop="sum", samples_s=(1e-5 * (i + 1), 2e-5))
             store.save_run(Run(run_id=f"w{writer}-{i:02d}", started_at=f"2024-05-01T12:{i:02d}:00Z",
                                system=system, measurements=(m,), tag=f"writer{writer}"))
-    """
-)
 
 
-def test_concurrent_writers_from_separate_processes(tmp_path: Path) -> None:
-    url = db_url(str(tmp_path / "shared.db"))
-    go = tmp_path / "go"
-    env = dict(os.environ)
-    src = str(Path(commlens.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, url, str(go), str(w)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        for w in range(4)
-    ]
+def test_concurrent_writers_from_separate_processes(store_url: str) -> None:
+    """Four processes start writing at once to a fresh store (SQLite file or PostgreSQL database):
+    the schema is created once and no run is lost. Forked, so each starts without re-importing."""
+    url = store_url
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    procs = []
+    for w in range(4):
+        ready = ctx.Event()
+        procs.append(ctx.Process(target=_writer, args=(url, w, ready, go)))
+        procs[-1].start()
+        assert ready.wait(30)
     try:
+        go.set()
         for p in procs:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        go.touch()  # all four start writing at once
-        deadline = time.monotonic() + 120
-        for p in procs:
-            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            assert p.returncode == 0, err
+            p.join(120)
+            assert p.exitcode == 0, f"writer exited with {p.exitcode}"
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.is_alive():
                 p.kill()
-                p.wait()
+                p.join()
 
     with Store.open(url) as store:
         summaries = store.list_runs(limit=None)
@@ -292,4 +290,4 @@ def test_concurrent_writers_from_separate_processes(tmp_path: Path) -> None:
         assert sorted(s.run_id for s in summaries) == sorted(f"w{w}-{i:02d}" for w in range(4) for i in range(20))
         assert len(store.list_runs(tag="writer2", limit=None)) == 20
         assert store.get_run("w3-19").measurements[0].samples_s == (2e-4, 2e-5)
-        assert (_count(store, MeasurementRow), _count(store, SampleRow)) == (80, 80)
+        assert (_count(store, MeasurementModel), _count(store, SampleModel)) == (80, 80)

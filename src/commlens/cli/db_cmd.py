@@ -1,5 +1,71 @@
-"""commlens db upgrade and commlens export: the store's schema and bulk export."""
+"""``commlens db status`` and ``commlens db upgrade``: the result store's schema."""
 
 from __future__ import annotations
 
-from commlens.cli.app import app, fail  # noqa: F401
+import json
+from dataclasses import asdict
+from typing import Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+db_app = typer.Typer(
+    help="The result store's schema: status, upgrade in place.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_app, name="db")
+
+_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
+
+_STATE_TEXT = {
+    "empty": "empty: the schema is created on first use (or by `commlens db upgrade`)",
+    "current": "up to date",
+    "old": "older than this commlens: run `commlens db upgrade`",
+    "newer": "newer than this commlens: upgrade commlens",
+}
+
+
+@db_app.command("status")
+def db_status(
+    db: Optional[str] = _DB,
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Show the store's location, its schema revision and this commlens' (changes nothing)."""
+    from commlens.store import StoreError, schema_status
+
+    try:
+        status = schema_status(db)
+    except StoreError as e:
+        fail(str(e), 2)
+    if as_json:
+        print(json.dumps(asdict(status), indent=1))
+        return
+    revision = status.revision or "-"
+    if status.revision is not None and not status.stamped:
+        revision += " (from before Alembic)"
+    print(f"store     {status.url}")
+    print(f"schema    {revision}")
+    print(f"commlens  {status.head}")
+    print(f"state     {_STATE_TEXT[status.state]}")
+    if status.nruns is not None:
+        print(f"runs      {status.nruns}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: Optional[str] = _DB) -> None:
+    """Upgrade the store's schema in place to this commlens' revision (one transaction)."""
+    from commlens.store import StoreError, upgrade_schema
+
+    try:
+        done = upgrade_schema(db)
+    except StoreError as e:
+        fail(str(e), 2)
+    if done.before is None:
+        print(f"{done.url}: created schema {done.after}")
+    elif done.before == done.after:
+        print(f"{done.url}: already at schema {done.after}, nothing to do")
+    else:
+        print(f"{done.url}: upgraded schema from {done.before} to {done.after}")

@@ -1,72 +1,183 @@
-"""``commlens runs`` and ``commlens show``: stored runs."""
+"""``commlens runs`` (list, show, tag, delete), ``commlens show`` and ``commlens export``: stored runs."""
 
 from __future__ import annotations
 
 import json
-from typing import Optional
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
 from commlens.cli.app import app, fail
 
+if TYPE_CHECKING:
+    from commlens.store import RunSummary, Store
 
-def _open_store(db: Optional[str]):
+runs_app = typer.Typer(
+    help="Stored runs: list (the default), show, tag, delete.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runs_app, name="runs")
+
+# Options shared by several commands (Typer only reads them, so sharing is safe).
+_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
+_TAG = typer.Option(None, help="only runs with this tag")
+_OP = typer.Option(None, help="only runs measuring this op")
+_SINCE = typer.Option(None, help="only runs started at or after this ISO date/time")
+_UNTIL = typer.Option(None, help="only runs started at or before this ISO date/time (a date: to the end of that day)")
+_FINGERPRINT = typer.Option(None, help="only runs whose system fingerprint starts with this")
+_LIMIT = typer.Option(50, help="at most this many runs, newest first")
+_JSON = typer.Option(False, "--json", help="print JSON")
+
+
+def open_store(db: Optional[str]) -> Store:
+    """The store at ``db`` (or the default); a store that cannot be opened ends the command (exit 2)."""
     from commlens.store import Store, StoreError
 
     try:
         return Store.open(db)
     except StoreError as e:
         fail(str(e), 2)
+        raise  # unreachable: fail() exits
 
 
-@app.command("runs")
-def runs_cmd(
-    tag: Optional[str] = typer.Option(None, help="only runs with this tag"),
-    op: Optional[str] = typer.Option(None, help="only runs measuring this op"),
-    since: Optional[str] = typer.Option(None, help="only runs started at or after this ISO date/time"),
-    limit: int = typer.Option(50, help="at most this many runs, newest first"),
-    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+# -- runs list -----------------------------------------------------------------------------
+
+
+@runs_app.callback(invoke_without_command=True)
+def runs_root(
+    ctx: typer.Context,
+    tag: Optional[str] = _TAG,
+    op: Optional[str] = _OP,
+    since: Optional[str] = _SINCE,
+    until: Optional[str] = _UNTIL,
+    fingerprint: Optional[str] = _FINGERPRINT,
+    limit: int = _LIMIT,
+    db: Optional[str] = _DB,
+    as_json: bool = _JSON,
+) -> None:
+    """List stored runs, newest first (`commlens runs` alone is `commlens runs list`)."""
+    ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too
+    if ctx.invoked_subcommand is None:
+        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db,
+              as_json=as_json)
+
+
+@runs_app.command("list")
+def runs_list(
+    ctx: typer.Context,
+    tag: Optional[str] = _TAG,
+    op: Optional[str] = _OP,
+    since: Optional[str] = _SINCE,
+    until: Optional[str] = _UNTIL,
+    fingerprint: Optional[str] = _FINGERPRINT,
+    limit: int = _LIMIT,
+    db: Optional[str] = _DB,
+    as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first."""
-    from dataclasses import asdict
+    _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit,
+          db=_db(ctx, db), as_json=as_json)
 
+
+def _op_name(op: Optional[str]) -> Optional[str]:
+    """The catalog name of ``--op`` (nccl-tests spellings such as ``allreduce`` accepted)."""
+    if op is None:
+        return None
+    from commlens.ops import UnknownOpError, get_op
+
+    try:
+        return get_op(op).name
+    except UnknownOpError as e:
+        fail(f"--op: {e}", 2)
+        raise  # unreachable: fail() exits
+
+
+def _db(ctx: typer.Context, db: Optional[str]) -> Optional[str]:
+    """A subcommand's --db, else the one given to `commlens runs`."""
+    parent = ctx.obj or {}
+    return db if db is not None else parent.get("db")
+
+
+def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until: Optional[str],
+          fingerprint: Optional[str], limit: int, db: Optional[str], as_json: bool) -> None:
     from commlens.store import StoreError
 
-    with _open_store(db) as store:
+    op = _op_name(op)
+    with open_store(db) as store:
         try:
-            rows = store.list_runs(tag=tag, op=op, since=since, limit=limit)
-        except (StoreError, ValueError) as e:
+            rows = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit)
+        except StoreError as e:
             fail(str(e), 2)
     if as_json:
-        print(json.dumps([asdict(r) for r in rows], indent=1, default=str))
+        print(json.dumps([_summary_dict(r) for r in rows], indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for col in ("run", "started (UTC)", "status", "ranks", "backend", "ops", "rows", "avg busbw GB/s", "tag"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r.run_id[:12], str(r.started_at)[:19], r.status, str(r.world_size), r.backend,
-                      ",".join(r.ops), str(r.nmeasurements), f"{r.avg_busbw_bytes_per_s / 1e9:.3f}", r.tag or "")
-    Console(soft_wrap=True).print(table)
     if not rows:
-        print("no runs stored yet: `commlens bench` stores one")
+        filtered = any(v is not None for v in (tag, op, since, until, fingerprint))
+        print("no runs match" if filtered else "no runs stored yet: `commlens bench` stores one")
+        return
+    print_run_table(rows)
+
+
+def _summary_dict(r: RunSummary) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = asdict(r)
+    d["started_at_utc"] = r.started_at_utc.isoformat()
+    d["ops"] = list(r.ops)
+    return d
+
+
+def print_run_table(rows: list[RunSummary]) -> None:
+    """One line per run, columns aligned; plain text so pipes and narrow terminals get it whole."""
+    header = ("run", "started (UTC)", "status", "ranks", "backend", "ops", "rows", "avg busbw GB/s", "tag",
+              "revision", "fingerprint")
+    lines = [header] + [
+        (r.run_id[:12], r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"), r.status, str(r.world_size), r.backend,
+         ",".join(r.ops), str(r.nmeasurements), f"{r.avg_busbw_bytes_per_s / 1e9:.3f}", r.tag or "-",
+         r.revision or "-", r.fingerprint[:8])
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    right = {3, 6, 7}  # numbers
+    for line in lines:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))]
+        print("  ".join(cells).rstrip())
+
+
+# -- runs show / commlens show ---------------------------------------------------------------
+
+
+@runs_app.command("show")
+def runs_show(
+    ctx: typer.Context,
+    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
+    db: Optional[str] = _DB,
+    as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
+) -> None:
+    """Print a stored run again: the nccl-tests table, or its JSON."""
+    _show(run, _db(ctx, db), as_json)
 
 
 @app.command("show")
 def show_cmd(
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
-    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+    db: Optional[str] = _DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
-    """Print a stored run again: the nccl-tests table, or its JSON."""
+    """Print a stored run again: the nccl-tests table, or its JSON (same as `commlens runs show`)."""
+    _show(run, db, as_json)
+
+
+def _show(run: str, db: Optional[str], as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
     from commlens.results.table import run_table_lines, system_header_lines
     from commlens.store import StoreError
 
-    with _open_store(db) as store:
+    with open_store(db) as store:
         try:
             found = store.get_run(run)
         except StoreError as e:
@@ -89,3 +200,110 @@ def show_cmd(
     lines.append(f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
                  f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}")
     print("\n".join(lines))
+
+
+# -- runs tag / delete ---------------------------------------------------------------------------
+
+
+@runs_app.command("tag")
+def runs_tag(
+    ctx: typer.Context,
+    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
+    tag: Optional[str] = typer.Argument(None, help="the new tag (replaces the run's tag)"),
+    remove: bool = typer.Option(False, "--remove", help="remove the run's tag instead"),
+    db: Optional[str] = _DB,
+) -> None:
+    """Set or replace a run's tag, or remove it with --remove."""
+    from commlens.store import StoreError
+
+    if remove == (tag is not None):
+        fail("give either a TAG or --remove", 2)
+    with open_store(_db(ctx, db)) as store:
+        try:
+            run_id, previous = store.set_tag(run, None if remove else tag)
+        except StoreError as e:
+            fail(str(e), 2)
+    was = f" (was {previous})" if previous is not None else ""
+    print(f"run {run_id}: tag removed{was}" if remove else f"run {run_id}: tag {tag}{was}")
+
+
+@runs_app.command("delete")
+def runs_delete(
+    ctx: typer.Context,
+    runs: List[str] = typer.Argument(..., help="run ids or unique prefixes of at least 4 characters"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="delete without asking"),
+    db: Optional[str] = _DB,
+) -> None:
+    """Delete runs with their measurements and samples (asks first unless --yes)."""
+    from commlens.store import StoreError
+
+    with open_store(_db(ctx, db)) as store:
+        try:
+            run_ids = list(dict.fromkeys(store.resolve(ref) for ref in runs))
+        except StoreError as e:
+            fail(str(e), 2)
+        what = _plural(len(run_ids), "run")
+        if not yes:
+            if not sys.stdin.isatty():
+                fail(f"refusing to delete {what} without --yes (no terminal to confirm on)", 2)
+            if not typer.confirm(f"delete {what} ({', '.join(run_ids)})?", default=False):
+                print("nothing deleted")
+                return
+        try:
+            deleted = store.delete_runs(run_ids)
+        except StoreError as e:
+            fail(str(e), 2)
+    print(f"deleted {what}: {', '.join(deleted)}")
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+@app.command("export")
+def export_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help="runs to export (ids or prefixes); default: all that match"),
+    tag: Optional[str] = _TAG,
+    op: Optional[str] = _OP,
+    since: Optional[str] = _SINCE,
+    until: Optional[str] = _UNTIL,
+    fingerprint: Optional[str] = _FINGERPRINT,
+    fmt: Optional[str] = typer.Option(None, "--format",
+                                      help="csv (one row per measurement) or json (a list of commlens runs); "
+                                           "default: from the output's suffix, else csv"),
+    output: str = typer.Option("-", "--output", "-o", help="file to write (atomically); - for stdout"),
+    db: Optional[str] = _DB,
+) -> None:
+    """Export stored runs, oldest first, to CSV or JSON."""
+    from commlens.store import StoreError
+    from commlens.store.export import export_runs
+
+    op = _op_name(op)
+    if fmt is None:
+        fmt = "json" if output.lower().endswith(".json") else "csv"
+    if fmt not in ("csv", "json"):
+        fail(f"--format must be csv or json, got {fmt!r}", 2)
+    if output != "-" and Path(output).is_dir():
+        fail(f"--output {output} is a directory", 2)
+    with open_store(db) as store:
+        try:
+            run_ids = [store.resolve(ref) for ref in runs] if runs else None
+            summaries = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint,
+                                        run_ids=run_ids, limit=None)
+            oldest_first = [s.run_id for s in reversed(summaries)]
+            counts = export_runs(store.iter_runs(oldest_first), output, fmt)  # type: ignore[arg-type]
+        except StoreError as e:
+            fail(str(e), 2)
+        except BrokenPipeError:  # `commlens export | head`: the reader has all it wanted
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0)
+        except OSError as e:
+            fail(f"cannot write {output}: {e.strerror or e}", 2)
+    if output != "-":
+        print(f"exported {_plural(counts.measurements, 'measurement')} of {_plural(counts.runs, 'run')} "
+              f"to {output} ({fmt})", file=sys.stderr)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

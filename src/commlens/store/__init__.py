@@ -1,6 +1,22 @@
-"""The result store: runs, measurements and raw samples in SQLite (default) or PostgreSQL."""
+"""The result store: runs, measurements and raw samples in SQLite (default) or PostgreSQL.
+
+See ``commlens.store.repo`` for the query API and ``docs/store.md`` for the set-up.
+"""
 
 from commlens.store.db import StoreError, db_url, default_db_url, make_engine
-from commlens.store.repo import RunSummary, Store
+from commlens.store.repo import MeasurementRow, RunSummary, Store
+from commlens.store.schema import SchemaStatus, SchemaUpgrade, schema_status, upgrade_schema
 
-__all__ = ["RunSummary", "Store", "StoreError", "db_url", "default_db_url", "make_engine"]
+__all__ = [
+    "MeasurementRow",
+    "RunSummary",
+    "SchemaStatus",
+    "SchemaUpgrade",
+    "Store",
+    "StoreError",
+    "db_url",
+    "default_db_url",
+    "make_engine",
+    "schema_status",
+    "upgrade_schema",
+]

@@ -2,6 +2,11 @@
 
 Types are portable (SQLite and PostgreSQL). Aggregates in ``measurements`` are copies
 for querying; a loaded run recomputes them from ``samples``, which are kept losslessly.
+A row ingested without samples keeps the statistics its tool reported in ``reported``
+(JSON) and has NULL in the statistic columns that tool did not print.
+
+These classes describe the latest schema. Changing them needs a migration under
+``migrations/versions/`` and a new ``SCHEMA_REVISION`` (see ``docs/store.md``).
 """
 
 from __future__ import annotations
@@ -23,29 +28,44 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["SCHEMA_VERSION", "Base", "SchemaVersionRow", "RunRow", "MeasurementRow", "SampleRow"]
+__all__ = [
+    "LEGACY_SCHEMA_VERSION",
+    "SCHEMA_REVISION",
+    "Base",
+    "MeasurementModel",
+    "RunModel",
+    "SampleModel",
+    "SchemaVersionModel",
+]
 
-# Bump with a migration whenever the tables change; an older commlens refuses a newer database.
-SCHEMA_VERSION = 1
+# The Alembic revision these models describe: the head of migrations/versions/.
+SCHEMA_REVISION = "0002"
+# What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
+# refuses any larger value, so that table stays as a tripwire for old installs.
+LEGACY_SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
     pass
 
 
-class SchemaVersionRow(Base):
-    """One row: the schema version this database was created or migrated to."""
+class SchemaVersionModel(Base):
+    """One row; pre-Alembic commlens read its schema version here (Alembic's table is ``alembic_version``)."""
 
     __tablename__ = "schema_version"
 
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
 
 
-class RunRow(Base):
+class RunModel(Base):
     """One benchmark run; ``system`` is the full ``SystemInfo``, its key fields copied out for queries."""
 
     __tablename__ = "runs"
-    __table_args__ = (CheckConstraint("status IN ('complete', 'incomplete')", name="ck_runs_status"),)
+    __table_args__ = (
+        CheckConstraint("status IN ('complete', 'incomplete')", name="ck_runs_status"),
+        # The history of comparable runs: same fingerprint (and tag), in time order.
+        Index("ix_runs_fingerprint_tag_started_at_utc", "fingerprint", "tag", "started_at_utc"),
+    )
 
     run_id: Mapped[str] = mapped_column(String, primary_key=True)
     started_at: Mapped[str] = mapped_column(String)  # ISO 8601 exactly as the run has it
@@ -59,7 +79,7 @@ class RunRow(Base):
     world_size: Mapped[int] = mapped_column(Integer)
     backend: Mapped[str] = mapped_column(String)
     device: Mapped[str] = mapped_column(String)
-    fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+    fingerprint: Mapped[str] = mapped_column(String(32))  # indexed with tag and time, above
     nhosts: Mapped[int] = mapped_column(Integer)
     commlens_version: Mapped[str] = mapped_column(String)
     avg_busbw_bytes_per_s: Mapped[float] = mapped_column(Float)
@@ -67,22 +87,23 @@ class RunRow(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     notes: Mapped[list[str]] = mapped_column(JSON)
 
-    measurements: Mapped[list[MeasurementRow]] = relationship(
+    measurements: Mapped[list[MeasurementModel]] = relationship(
         back_populates="run",
         cascade="all, delete-orphan",
         passive_deletes=True,
-        order_by="MeasurementRow.position",
+        order_by="MeasurementModel.position",
     )
 
 
-class MeasurementRow(Base):
+class MeasurementModel(Base):
     """One row of a run's sweep, with its time statistics and bandwidths."""
 
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint("run_id", "position", name="uq_measurements_run_position"),
         Index("ix_measurements_run_id", "run_id"),
-        Index("ix_measurements_op_size_bytes", "op", "size_bytes"),
+        # One series across runs: what compare and detect look up.
+        Index("ix_measurements_series", "op", "dtype", "size_bytes", "in_place"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -99,23 +120,25 @@ class MeasurementRow(Base):
     world_size: Mapped[int] = mapped_column(Integer)
     nwrong: Mapped[int | None] = mapped_column(BigInteger)
     mean_s: Mapped[float] = mapped_column(Float)
-    p50_s: Mapped[float] = mapped_column(Float)
-    p95_s: Mapped[float] = mapped_column(Float)
-    p99_s: Mapped[float] = mapped_column(Float)
-    min_s: Mapped[float] = mapped_column(Float)
-    max_s: Mapped[float] = mapped_column(Float)
-    cv: Mapped[float] = mapped_column(Float)
+    p50_s: Mapped[float | None] = mapped_column(Float)
+    p95_s: Mapped[float | None] = mapped_column(Float)
+    p99_s: Mapped[float | None] = mapped_column(Float)
+    min_s: Mapped[float | None] = mapped_column(Float)
+    max_s: Mapped[float | None] = mapped_column(Float)
+    cv: Mapped[float | None] = mapped_column(Float)
     algbw_bytes_per_s: Mapped[float] = mapped_column(Float)
     busbw_bytes_per_s: Mapped[float] = mapped_column(Float)
+    # TimeStats as the producing tool printed them (``as_dict()`` plus ``n``); NULL when it kept samples.
+    reported: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
-    run: Mapped[RunRow] = relationship(back_populates="measurements")
-    samples: Mapped[SampleRow] = relationship(
+    run: Mapped[RunModel] = relationship(back_populates="measurements")
+    samples: Mapped[SampleModel] = relationship(
         back_populates="measurement", cascade="all, delete-orphan", passive_deletes=True
     )
 
 
-class SampleRow(Base):
-    """A measurement's per-iteration times (JSON array of floats) and, if kept, per-rank times."""
+class SampleModel(Base):
+    """A measurement's per-iteration times (JSON array of floats, empty if none were kept) and per-rank times."""
 
     __tablename__ = "samples"
 
@@ -125,4 +148,4 @@ class SampleRow(Base):
     samples_s: Mapped[list[float]] = mapped_column(JSON)
     rank_samples_s: Mapped[list[list[float]] | None] = mapped_column(JSON(none_as_null=True))
 
-    measurement: Mapped[MeasurementRow] = relationship(back_populates="samples")
+    measurement: Mapped[MeasurementModel] = relationship(back_populates="samples")

@@ -1,26 +1,50 @@
-"""The result store: save, find, list and delete runs (SQLite by default, any SQLAlchemy URL)."""
+"""The result store: save, find, list, tag and delete runs, and query measurements across runs.
+
+``Store.open(url)`` connects to SQLite (a path or ``sqlite:///...``, the default) or
+PostgreSQL (``postgresql+psycopg://...``) and checks the schema revision (see
+``commlens.store.schema``).
+
+Query API for analysis (the regression gate):
+
+- ``Store.measurement_rows(op=, dtype=, size_bytes=, tag=, fingerprint=, since=, until=)``:
+  one ``MeasurementRow`` per stored measurement that matches, with its run's time (UTC),
+  revision, tag, fingerprint and source, its key (op, algo, dtype, redop, root, size,
+  placement), mean time, CV, iteration count, busBW and raw samples (empty for rows
+  ingested without samples); oldest run first, then the run's own order. One query.
+- ``Store.runs_with_tag(tag)``: the full runs with that tag, oldest first.
+- ``Store.list_runs(...)``: run summaries, newest first, with the same filters.
+
+Time filters take ISO 8601 strings or datetimes (naive ones are UTC). ``since`` is
+inclusive; so is ``until``, and a bare date as ``until`` covers that whole day.
+A fingerprint filter matches the full fingerprint or a prefix of it.
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
+from typing import Collection, Iterable, Iterator, Sequence
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import ColumnElement, Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
-from commlens.results.records import Measurement, RecordError, Run, SystemInfo
-from commlens.store.db import StoreError, default_db_url, db_url, make_engine, write_engine
-from commlens.store.models import SCHEMA_VERSION, Base, MeasurementRow, RunRow, SampleRow, SchemaVersionRow
+from commlens.results.records import Run
+from commlens.store.convert import is_date, reported_from_json, run_from_model, run_to_model, to_utc
+from commlens.store.db import StoreError, db_url, default_db_url, driver_reason, make_engine, shown_url, write_engine
+from commlens.store.models import MeasurementModel, RunModel, SampleModel
+from commlens.store.schema import check_schema
 
-__all__ = ["MIN_PREFIX_LEN", "RunSummary", "Store"]
+__all__ = ["MIN_PREFIX_LEN", "MeasurementRow", "RunSummary", "Store"]
 
 _log = logging.getLogger(__name__)
 
 MIN_PREFIX_LEN = 4
 _MAX_LISTED_MATCHES = 5
+_LOAD_BATCH = 200  # runs loaded per query; bounds the size of IN (...) lists
 
 
 @dataclass(frozen=True)
@@ -28,7 +52,8 @@ class RunSummary:
     """One line of a run listing: what the run was, without its samples."""
 
     run_id: str
-    started_at: str
+    started_at: str  # as the run has it
+    started_at_utc: datetime  # the same instant, UTC, timezone-aware
     status: str
     tag: str | None
     revision: str | None
@@ -41,6 +66,41 @@ class RunSummary:
     fingerprint: str
 
 
+@dataclass(frozen=True)
+class MeasurementRow:
+    """One stored measurement with what the regression gate needs of its run.
+
+    ``samples_s`` is empty for rows ingested from tools that printed only statistics;
+    then ``mean_s``, ``cv`` and ``iterations`` are what that tool reported (``cv`` may
+    be None, ``iterations`` 0 when unknown).
+    """
+
+    run_id: str
+    started_at: datetime  # UTC, timezone-aware
+    revision: str | None
+    tag: str | None
+    fingerprint: str
+    source: str
+    op: str
+    algo: str
+    dtype: str
+    redop: str
+    root: int
+    size_bytes: int
+    in_place: bool
+    world_size: int
+    mean_s: float
+    cv: float | None
+    iterations: int
+    busbw_bytes_per_s: float
+    samples_s: tuple[float, ...]
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int, int, bool]:
+        """What makes two rows the same experiment (as ``Measurement.key``)."""
+        return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+
+
 class Store:
     """A connection to one result store; ``Store.open()`` with no URL uses ``default_db_url()``."""
 
@@ -51,68 +111,107 @@ class Store:
     @property
     def url(self) -> str:
         """The store's URL with any password hidden, for messages."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return shown_url(self.engine)
 
     @classmethod
     def open(cls, url: str | None = None) -> Store:
-        """Connect to ``url`` (a SQLAlchemy URL or a file path), creating the tables if missing."""
+        """Connect to ``url`` (a SQLAlchemy URL or a file path); create the schema in an empty database.
+
+        Raises StoreError when the database cannot be reached, or its schema is older
+        (run ``commlens db upgrade``) or newer (upgrade commlens) than this commlens.
+        """
         url = default_db_url() if url is None else db_url(url)
         store = cls(make_engine(url))
         try:
-            store._ensure_schema()
+            check_schema(store.engine)
         except SQLAlchemyError as e:
             store.close()
-            shown = store.engine.url.render_as_string(hide_password=True)
-            raise StoreError(f"cannot open result store {shown}: {getattr(e, 'orig', None) or e}") from None
+            raise StoreError(f"cannot open result store {store.url}: {driver_reason(e)}") from None
         except BaseException:
             store.close()
             raise
         return store
 
-    def _ensure_schema(self) -> None:
-        if self._schema_version() == SCHEMA_VERSION:
-            return
-        with Session(self._write) as session, session.begin():
-            Base.metadata.create_all(session.connection())
-            version = session.scalar(select(func.max(SchemaVersionRow.version)))
-            if version is None:
-                session.add(SchemaVersionRow(version=SCHEMA_VERSION))
-            elif version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"result store schema version {version} is newer than this commlens reads "
-                    f"({SCHEMA_VERSION}); upgrade commlens"
-                )
-
-    def _schema_version(self) -> int | None:
-        with self.engine.connect() as conn:
-            if not self.engine.dialect.has_table(conn, SchemaVersionRow.__tablename__):
-                return None
-            return conn.scalar(select(func.max(SchemaVersionRow.version)))
+    # -- writing -------------------------------------------------------------------------
 
     def save_run(self, run: Run) -> str:
         """Store a run and all its samples in one transaction; returns its run_id."""
-        row = _run_to_row(run)
+        return self.save_runs([run])[0]
+
+    def save_runs(self, runs: Sequence[Run]) -> list[str]:
+        """Store several runs in one transaction: all of them or, on any error, none."""
+        ids = [run.run_id for run in runs]
+        repeated = [run_id for run_id, n in Counter(ids).items() if n > 1]
+        if repeated:
+            raise StoreError(f"run {repeated[0]!r} is given more than once")
+        rows = [run_to_model(run) for run in runs]
         try:
             with Session(self._write) as session, session.begin():
-                if session.get(RunRow, run.run_id) is not None:
-                    raise StoreError(f"run {run.run_id!r} is already in the store")
-                session.add(row)
+                existing = session.scalars(select(RunModel.run_id).where(RunModel.run_id.in_(ids))).first()
+                if existing is not None:
+                    raise StoreError(f"run {existing!r} is already in the store")
+                session.add_all(rows)
         except IntegrityError:
-            # Another process saved the same run_id between our check and our insert.
-            raise StoreError(f"run {run.run_id!r} is already in the store") from None
-        _log.debug("saved run %s (%d measurements)", run.run_id, len(run.measurements))
-        return run.run_id
+            # Another process saved one of these run_ids between our check and our insert.
+            raise StoreError(f"run {ids[0]!r} is already in the store" if len(ids) == 1
+                             else "one of these runs was saved by another process meanwhile") from None
+        _log.debug("saved %d runs (%s)", len(runs), ", ".join(ids))
+        return ids
+
+    def set_tag(self, run_ref: str, tag: str | None) -> tuple[str, str | None]:
+        """Set, replace (or with None remove) a run's tag; returns (run_id, previous tag)."""
+        if tag is not None and not tag.strip():
+            raise StoreError("a tag must not be empty")
+        with Session(self._write) as session, session.begin():
+            run_id = _resolve(session, run_ref)
+            previous = session.scalar(select(RunModel.tag).where(RunModel.run_id == run_id))
+            session.execute(update(RunModel).where(RunModel.run_id == run_id).values(tag=tag))
+        return run_id, previous
+
+    def delete_run(self, run_ref: str) -> str:
+        """Delete a run, its measurements and samples; returns the deleted run_id."""
+        return self.delete_runs([run_ref])[0]
+
+    def delete_runs(self, run_refs: Iterable[str]) -> list[str]:
+        """Delete runs in one transaction; every reference must name a run, else nothing is deleted."""
+        with Session(self._write) as session, session.begin():
+            run_ids = list(dict.fromkeys(_resolve(session, ref) for ref in run_refs))
+            session.execute(delete(RunModel).where(RunModel.run_id.in_(run_ids)))
+        _log.debug("deleted runs %s", ", ".join(run_ids))
+        return run_ids
+
+    # -- reading runs -------------------------------------------------------------------
+
+    def resolve(self, run_ref: str) -> str:
+        """The run_id that ``run_ref`` names: exactly, or as a unique prefix of >= 4 characters."""
+        with Session(self.engine) as session, session.begin():
+            return _resolve(session, run_ref)
 
     def get_run(self, run_ref: str) -> Run:
         """The run whose id is ``run_ref`` or starts with it (a unique prefix of >= 4 characters)."""
+        return self.get_runs([run_ref])[0]
+
+    def get_runs(self, run_refs: Iterable[str]) -> list[Run]:
+        """Full runs (with samples), in the order asked; a few queries per batch of runs, not per run."""
         with Session(self.engine) as session, session.begin():
-            run_id = _resolve(session, run_ref)
-            row = session.scalars(
-                select(RunRow)
-                .where(RunRow.run_id == run_id)
-                .options(selectinload(RunRow.measurements).selectinload(MeasurementRow.samples))
-            ).one()
-            return _run_from_row(row)
+            run_ids = [_resolve(session, ref) for ref in run_refs]
+        return list(self.iter_runs(run_ids))
+
+    def iter_runs(self, run_ids: Sequence[str]) -> Iterator[Run]:
+        """Full runs by exact id, in that order, loaded a batch at a time (for exports of any size)."""
+        for start in range(0, len(run_ids), _LOAD_BATCH):
+            batch = list(run_ids[start:start + _LOAD_BATCH])
+            with Session(self.engine) as session, session.begin():
+                loaded = _load(session, [RunModel.run_id.in_(batch)])
+            missing = [run_id for run_id in batch if run_id not in loaded]
+            if missing:
+                raise StoreError(f"no run matches {missing[0]!r} (deleted meanwhile?)")
+            yield from (loaded[run_id] for run_id in batch)
+
+    def runs_with_tag(self, tag: str) -> list[Run]:
+        """Every run with ``tag``, with samples, oldest first (a week of nightlies, say)."""
+        with Session(self.engine) as session, session.begin():
+            return list(_load(session, [RunModel.tag == tag]).values())
 
     def list_runs(
         self,
@@ -120,31 +219,36 @@ class Store:
         tag: str | None = None,
         op: str | None = None,
         since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        fingerprint: str | None = None,
+        run_ids: Collection[str] | None = None,
         limit: int | None = 50,
     ) -> list[RunSummary]:
-        """Runs newest first, optionally only those with ``tag``, measuring ``op``, or started at/after ``since``."""
-        query = select(RunRow).order_by(RunRow.started_at_utc.desc(), RunRow.run_id.desc())
-        if tag is not None:
-            query = query.where(RunRow.tag == tag)
+        """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids."""
+        if limit is not None and limit < 1:
+            raise StoreError(f"limit must be >= 1, got {limit}")
+        query = select(RunModel).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
+        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
         if op is not None:
-            query = query.where(
-                select(MeasurementRow.id)
-                .where(MeasurementRow.run_id == RunRow.run_id, MeasurementRow.op == op)
+            conditions.append(
+                select(MeasurementModel.id)
+                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == op)
                 .exists()
             )
-        if since is not None:
-            query = query.where(RunRow.started_at_utc >= _to_utc(since, what="since"))
+        if run_ids is not None:
+            conditions.append(RunModel.run_id.in_(list(run_ids)))
+        query = query.where(*conditions)
         if limit is not None:
             query = query.limit(limit)
         with Session(self.engine) as session, session.begin():
             rows = session.scalars(query).all()
             ids = [r.run_id for r in rows]
             counts: dict[str, dict[str, int]] = {run_id: {} for run_id in ids}
-            if ids:
+            for start in range(0, len(ids), _LOAD_BATCH):
                 per_op = session.execute(
-                    select(MeasurementRow.run_id, MeasurementRow.op, func.count())
-                    .where(MeasurementRow.run_id.in_(ids))
-                    .group_by(MeasurementRow.run_id, MeasurementRow.op)
+                    select(MeasurementModel.run_id, MeasurementModel.op, func.count())
+                    .where(MeasurementModel.run_id.in_(ids[start:start + _LOAD_BATCH]))
+                    .group_by(MeasurementModel.run_id, MeasurementModel.op)
                 )
                 for run_id, op_name, n in per_op:
                     counts[run_id][op_name] = n
@@ -152,6 +256,7 @@ class Store:
                 RunSummary(
                     run_id=r.run_id,
                     started_at=r.started_at,
+                    started_at_utc=r.started_at_utc.replace(tzinfo=timezone.utc),
                     status=r.status,
                     tag=r.tag,
                     revision=r.revision,
@@ -166,13 +271,69 @@ class Store:
                 for r in rows
             ]
 
-    def delete_run(self, run_ref: str) -> str:
-        """Delete a run, its measurements and samples; returns the deleted run_id."""
-        with Session(self._write) as session, session.begin():
-            run_id = _resolve(session, run_ref)
-            session.execute(delete(RunRow).where(RunRow.run_id == run_id))
-        _log.debug("deleted run %s", run_id)
-        return run_id
+    # -- reading measurements across runs -----------------------------------------------
+
+    def measurement_rows(
+        self,
+        *,
+        op: str | None = None,
+        dtype: str | None = None,
+        size_bytes: int | None = None,
+        tag: str | None = None,
+        fingerprint: str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+    ) -> list[MeasurementRow]:
+        """Every stored measurement matching the filters, oldest run first; one query."""
+        m, r, s = MeasurementModel, RunModel, SampleModel
+        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
+        if op is not None:
+            conditions.append(m.op == op)
+        if dtype is not None:
+            conditions.append(m.dtype == dtype)
+        if size_bytes is not None:
+            conditions.append(m.size_bytes == size_bytes)
+        query = (
+            select(
+                r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.source,
+                m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.world_size,
+                m.mean_s, m.cv, m.busbw_bytes_per_s, m.reported, s.samples_s,
+            )
+            .join(m, m.run_id == r.run_id)
+            .join(s, s.measurement_id == m.id)
+            .where(*conditions)
+            .order_by(r.started_at_utc, r.run_id, m.position)
+        )
+        with Session(self.engine) as session, session.begin():
+            result = session.execute(query).all()
+        rows = []
+        for (run_id, started, revision, run_tag, fp, source, op_name, algo, dtype_name, redop, root, size,
+             in_place, world_size, mean_s, cv, busbw, reported, samples) in result:
+            stats = reported_from_json(reported)
+            rows.append(MeasurementRow(
+                run_id=run_id,
+                started_at=started.replace(tzinfo=timezone.utc),
+                revision=revision,
+                tag=run_tag,
+                fingerprint=fp,
+                source=source,
+                op=op_name,
+                algo=algo,
+                dtype=dtype_name,
+                redop=redop,
+                root=root,
+                size_bytes=size,
+                in_place=in_place,
+                world_size=world_size,
+                mean_s=mean_s,
+                cv=cv,
+                iterations=len(samples) if samples or stats is None else stats.n,
+                busbw_bytes_per_s=busbw,
+                samples_s=tuple(float(x) for x in samples),
+            ))
+        return rows
+
+    # -- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:
         self.engine.dispose()
@@ -186,16 +347,50 @@ class Store:
         self.close()
 
 
+def _run_filters(
+    *,
+    tag: str | None,
+    since: str | datetime | None,
+    until: str | datetime | None,
+    fingerprint: str | None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if tag is not None:
+        conditions.append(RunModel.tag == tag)
+    if since is not None:
+        conditions.append(RunModel.started_at_utc >= to_utc(since, what="since"))
+    if until is not None:
+        bound = to_utc(until, what="until")
+        if is_date(until):
+            conditions.append(RunModel.started_at_utc < bound + timedelta(days=1))
+        else:
+            conditions.append(RunModel.started_at_utc <= bound)
+    if fingerprint is not None:
+        conditions.append(RunModel.fingerprint.startswith(fingerprint.strip().lower(), autoescape=True))
+    return conditions
+
+
+def _load(session: Session, conditions: list[ColumnElement[bool]]) -> dict[str, Run]:
+    """Full runs matching ``conditions``, oldest first, keyed by run_id: three queries in all."""
+    rows = session.scalars(
+        select(RunModel)
+        .where(*conditions)
+        .order_by(RunModel.started_at_utc, RunModel.run_id)
+        .options(selectinload(RunModel.measurements).selectinload(MeasurementModel.samples))
+    ).all()
+    return {row.run_id: run_from_model(row) for row in rows}
+
+
 def _resolve(session: Session, run_ref: str) -> str:
     """The one run_id that ``run_ref`` names exactly or as a prefix of at least MIN_PREFIX_LEN."""
-    if session.get(RunRow, run_ref) is not None:
+    if session.get(RunModel, run_ref) is not None:
         return run_ref
     if len(run_ref) < MIN_PREFIX_LEN:
         raise StoreError(
             f"no run matches {run_ref!r} (a run_id prefix needs at least {MIN_PREFIX_LEN} characters)"
         )
     candidates = session.scalars(
-        select(RunRow.run_id).where(RunRow.run_id.startswith(run_ref, autoescape=True)).order_by(RunRow.run_id)
+        select(RunModel.run_id).where(RunModel.run_id.startswith(run_ref, autoescape=True)).order_by(RunModel.run_id)
     ).all()
     matches = [c for c in candidates if c.startswith(run_ref)]  # SQLite's LIKE ignores case
     if not matches:
@@ -205,108 +400,3 @@ def _resolve(session: Session, run_ref: str) -> str:
         more = ", ..." if len(matches) > _MAX_LISTED_MATCHES else ""
         raise StoreError(f"{run_ref!r} matches {len(matches)} runs: {shown}{more}")
     return matches[0]
-
-
-def _to_utc(value: str | datetime, *, what: str) -> datetime:
-    """A naive UTC datetime; naive inputs are taken as UTC, as run timestamps are."""
-    if isinstance(value, str):
-        text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # Python 3.10 lacks "Z"
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise StoreError(f"{what} {value!r} is not an ISO 8601 time") from None
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
-
-def _run_to_row(run: Run) -> RunRow:
-    system = run.system
-    return RunRow(
-        run_id=run.run_id,
-        started_at=run.started_at,
-        started_at_utc=_to_utc(run.started_at, what=f"run {run.run_id!r}: started_at"),
-        finished_at=run.finished_at,
-        status=run.status,
-        tag=run.tag,
-        revision=run.revision,
-        command_line=run.command_line,
-        source=run.source,
-        world_size=run.world_size,
-        backend=system.backend,
-        device=system.device,
-        fingerprint=system.fingerprint(),
-        nhosts=len(system.hosts),
-        commlens_version=system.commlens_version,
-        avg_busbw_bytes_per_s=run.avg_busbw_bytes_per_s(),
-        system=asdict(system),
-        config=run.config,
-        notes=list(run.notes),
-        measurements=[_measurement_to_row(i, m) for i, m in enumerate(run.measurements)],
-    )
-
-
-def _measurement_to_row(position: int, m: Measurement) -> MeasurementRow:
-    stats = m.stats
-    rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
-    return MeasurementRow(
-        position=position,
-        op=m.op,
-        algo=m.algo,
-        dtype=m.dtype,
-        redop=m.redop,
-        root=m.root,
-        size_bytes=m.size_bytes,
-        count=m.count,
-        in_place=m.in_place,
-        world_size=m.world_size,
-        nwrong=m.nwrong,
-        mean_s=stats.mean_s,
-        p50_s=stats.p50_s,
-        p95_s=stats.p95_s,
-        p99_s=stats.p99_s,
-        min_s=stats.min_s,
-        max_s=stats.max_s,
-        cv=stats.cv,
-        algbw_bytes_per_s=m.algbw_bytes_per_s,
-        busbw_bytes_per_s=m.busbw_bytes_per_s,
-        samples=SampleRow(samples_s=list(m.samples_s), rank_samples_s=rank),
-    )
-
-
-def _run_from_row(row: RunRow) -> Run:
-    try:
-        return Run(
-            run_id=row.run_id,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            status=row.status,  # type: ignore[arg-type]  # checked by the table and by Run
-            tag=row.tag,
-            revision=row.revision,
-            command_line=row.command_line,
-            source=row.source,
-            config=row.config,
-            notes=tuple(row.notes),
-            system=SystemInfo(**row.system),
-            measurements=tuple(_measurement_from_row(m) for m in row.measurements),
-        )
-    except (RecordError, TypeError) as e:
-        raise StoreError(f"run {row.run_id!r} in the store is invalid: {e}") from None
-
-
-def _measurement_from_row(row: MeasurementRow) -> Measurement:
-    rank = row.samples.rank_samples_s
-    return Measurement(
-        op=row.op,
-        algo=row.algo,
-        dtype=row.dtype,
-        redop=row.redop,
-        root=row.root,
-        size_bytes=row.size_bytes,
-        count=row.count,
-        in_place=row.in_place,
-        world_size=row.world_size,
-        nwrong=row.nwrong,
-        samples_s=tuple(float(s) for s in row.samples.samples_s),
-        rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
-    )

@@ -1,0 +1,133 @@
+"""Between result records and table rows, losslessly: a saved run loads back equal to itself."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any
+
+from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.stats import TimeStats
+from commlens.store.db import StoreError
+from commlens.store.models import MeasurementModel, RunModel, SampleModel
+
+__all__ = ["is_date", "reported_from_json", "run_from_model", "run_to_model", "to_utc"]
+
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def to_utc(value: str | datetime, *, what: str) -> datetime:
+    """A naive UTC datetime; naive inputs are taken as UTC, as run timestamps are."""
+    if isinstance(value, str):
+        text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # Python 3.10 lacks "Z"
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise StoreError(f"{what} {value!r} is not an ISO 8601 time") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def is_date(value: str | datetime) -> bool:
+    """Whether ``value`` is a bare date (``2024-05-01``), which as an upper bound means the whole day."""
+    return isinstance(value, str) and bool(_DATE_ONLY.match(value))
+
+
+def reported_from_json(data: dict[str, Any] | None) -> TimeStats | None:
+    return None if data is None else TimeStats(**data)
+
+
+def run_to_model(run: Run) -> RunModel:
+    system = run.system
+    return RunModel(
+        run_id=run.run_id,
+        started_at=run.started_at,
+        started_at_utc=to_utc(run.started_at, what=f"run {run.run_id!r}: started_at"),
+        finished_at=run.finished_at,
+        status=run.status,
+        tag=run.tag,
+        revision=run.revision,
+        command_line=run.command_line,
+        source=run.source,
+        world_size=run.world_size,
+        backend=system.backend,
+        device=system.device,
+        fingerprint=system.fingerprint(),
+        nhosts=len(system.hosts),
+        commlens_version=system.commlens_version,
+        avg_busbw_bytes_per_s=run.avg_busbw_bytes_per_s(),
+        system=asdict(system),
+        config=run.config,
+        notes=list(run.notes),
+        measurements=[_measurement_to_model(i, m) for i, m in enumerate(run.measurements)],
+    )
+
+
+def _measurement_to_model(position: int, m: Measurement) -> MeasurementModel:
+    stats = m.stats
+    rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
+    return MeasurementModel(
+        position=position,
+        op=m.op,
+        algo=m.algo,
+        dtype=m.dtype,
+        redop=m.redop,
+        root=m.root,
+        size_bytes=m.size_bytes,
+        count=m.count,
+        in_place=m.in_place,
+        world_size=m.world_size,
+        nwrong=m.nwrong,
+        mean_s=stats.mean_s,
+        p50_s=stats.p50_s,
+        p95_s=stats.p95_s,
+        p99_s=stats.p99_s,
+        min_s=stats.min_s,
+        max_s=stats.max_s,
+        cv=stats.cv,
+        algbw_bytes_per_s=m.algbw_bytes_per_s,
+        busbw_bytes_per_s=m.busbw_bytes_per_s,
+        reported=None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
+        samples=SampleModel(samples_s=list(m.samples_s), rank_samples_s=rank),
+    )
+
+
+def run_from_model(row: RunModel) -> Run:
+    try:
+        return Run(
+            run_id=row.run_id,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            status=row.status,  # type: ignore[arg-type]  # checked by the table and by Run
+            tag=row.tag,
+            revision=row.revision,
+            command_line=row.command_line,
+            source=row.source,
+            config=row.config,
+            notes=tuple(row.notes),
+            system=SystemInfo(**row.system),
+            measurements=tuple(_measurement_from_model(m) for m in row.measurements),
+        )
+    except (RecordError, TypeError) as e:
+        raise StoreError(f"run {row.run_id!r} in the store is invalid: {e}") from None
+
+
+def _measurement_from_model(row: MeasurementModel) -> Measurement:
+    rank = row.samples.rank_samples_s
+    return Measurement(
+        op=row.op,
+        algo=row.algo,
+        dtype=row.dtype,
+        redop=row.redop,
+        root=row.root,
+        size_bytes=row.size_bytes,
+        count=row.count,
+        in_place=row.in_place,
+        world_size=row.world_size,
+        nwrong=row.nwrong,
+        samples_s=tuple(float(s) for s in row.samples.samples_s),
+        rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
+        reported=reported_from_json(row.reported),
+    )

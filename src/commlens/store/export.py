@@ -1,0 +1,126 @@
+"""Export stored runs: CSV with one row per measurement, or JSON as a list of ``commlens.run/1`` documents.
+
+Files are written atomically (a temporary file renamed into place), so a reader or a
+dashboard never sees half an export; ``-`` writes to stdout.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timezone
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator, Literal
+
+from commlens.results.jsonfmt import run_to_dict
+from commlens.results.records import Measurement, Run
+from commlens.store.convert import to_utc
+
+__all__ = ["CSV_COLUMNS", "ExportFormat", "ExportCounts", "csv_row", "export_runs"]
+
+ExportFormat = Literal["csv", "json"]
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "run_id", "started_at", "tag", "revision", "fingerprint", "world_size", "backend",
+    "op", "algo", "dtype", "redop", "root", "size_bytes", "count", "in_place", "iterations",
+    "mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "cv",
+    "algbw_bytes_per_s", "busbw_bytes_per_s", "nwrong",
+)
+
+
+@dataclass
+class ExportCounts:
+    """How much an export wrote."""
+
+    runs: int = 0
+    measurements: int = 0
+
+
+def csv_row(run: Run, m: Measurement) -> dict[str, Any]:
+    """One CSV row: the run's metadata, then the measurement. ``started_at`` is UTC (``...Z``);
+    statistics a tool did not report are empty; ``in_place`` is ``true``/``false``."""
+    stats = m.stats
+    started = to_utc(run.started_at, what="started_at").replace(tzinfo=timezone.utc)
+    return {
+        "run_id": run.run_id,
+        "started_at": started.isoformat().replace("+00:00", "Z"),
+        "tag": run.tag,
+        "revision": run.revision,
+        "fingerprint": run.system.fingerprint(),
+        "world_size": run.world_size,
+        "backend": run.system.backend,
+        "op": m.op,
+        "algo": m.algo,
+        "dtype": m.dtype,
+        "redop": m.redop,
+        "root": m.root,
+        "size_bytes": m.size_bytes,
+        "count": m.count,
+        "in_place": "true" if m.in_place else "false",
+        "iterations": len(m.samples_s) if m.samples_s else stats.n,
+        "mean_s": stats.mean_s,
+        "p50_s": stats.p50_s,
+        "p95_s": stats.p95_s,
+        "p99_s": stats.p99_s,
+        "min_s": stats.min_s,
+        "max_s": stats.max_s,
+        "cv": stats.cv,
+        "algbw_bytes_per_s": m.algbw_bytes_per_s,
+        "busbw_bytes_per_s": m.busbw_bytes_per_s,
+        "nwrong": m.nwrong,
+    }
+
+
+def export_runs(runs: Iterable[Run], output: str | Path, fmt: ExportFormat) -> ExportCounts:
+    """Write ``runs`` (any iterable: they are streamed, not held) to ``output`` as CSV or JSON."""
+    counts = ExportCounts()
+    with _atomic_text(output) as fp:
+        if fmt == "csv":
+            writer = csv.DictWriter(fp, fieldnames=CSV_COLUMNS, lineterminator="\n")
+            writer.writeheader()
+            for run in runs:
+                counts.runs += 1
+                for m in run.measurements:
+                    writer.writerow(csv_row(run, m))
+                    counts.measurements += 1
+        elif fmt == "json":
+            fp.write("[")
+            for run in runs:
+                fp.write(",\n" if counts.runs else "\n")
+                json.dump(run_to_dict(run), fp, indent=1)
+                counts.runs += 1
+                counts.measurements += len(run.measurements)
+            fp.write("\n]\n" if counts.runs else "]\n")
+        else:
+            raise ValueError(f"unknown export format {fmt!r}")
+    return counts
+
+
+@contextmanager
+def _atomic_text(output: str | Path) -> Iterator[IO[str]]:
+    if str(output) == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fp:
+            yield fp
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
