@@ -1,0 +1,385 @@
+"""``commlens model predict | fit | check``: cost models on topologies, calibrated and checked against runs.
+
+Exit codes: 0 done; 2 bad input (unknown preset or op, bad size, an
+algorithm or job the topology cannot run, an unknown run); 1 when
+``check --max-mape`` is exceeded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+from commlens.cli.topology_cmd import load_or_fail
+
+if TYPE_CHECKING:
+    from commlens.model import Prediction
+    from commlens.model.fit import Residual
+    from commlens.results.records import Run
+
+model_app = typer.Typer(
+    help="Cost models of collectives on a topology: predict, fit to stored runs, check against them.",
+    no_args_is_help=True,
+)
+app.add_typer(model_app, name="model")
+
+_TOPOLOGY_HELP = "a preset (see `commlens topology list`) or a topology YAML file"
+
+
+def _size(text: str, option: str) -> int:
+    from commlens.results.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        fail(f"{option}: {e}")
+        raise  # unreachable: fail exits
+
+
+def _ops(text: str) -> list[str]:
+    from commlens.ops import UnknownOpError, parse_ops
+
+    try:
+        return [spec.name for spec in parse_ops(text)]
+    except UnknownOpError as e:
+        fail(str(e))
+        raise
+
+
+def _us(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+
+
+def _shape(nodes: int, rpn: int, ranks: int) -> str:
+    return f"{nodes} node{'s' if nodes != 1 else ''} x {rpn} ranks = {ranks} ranks"
+
+
+# ---- predict ------------------------------------------------------------------------------------
+
+@model_app.command("predict")
+def predict_cmd(
+    topology: str = typer.Option(..., "--topology", "-t", help=_TOPOLOGY_HELP),
+    op: str = typer.Option("all_reduce", "--op", help="op, comma list or 'all' (with --sweep)"),
+    size: Optional[str] = typer.Option(None, "--size", "-s", help="message size, nccl-tests meaning (K/M/G suffixes)"),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="nodes in the job"),
+    ranks_per_node: Optional[int] = typer.Option(
+        None, "--ranks-per-node", help="ranks per node (default: the topology's accelerators per node)"),
+    algo: str = typer.Option("auto", "--algo", "-a", help="algorithm, 'auto' (fastest) or 'all' (compare every one)"),
+    sweep: bool = typer.Option(False, "--sweep", help="a predicted nccl-tests table over -b .. -e"),
+    min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="smallest size of --sweep"),
+    max_bytes: str = typer.Option("1G", "--max-bytes", "-e", help="largest size of --sweep"),
+    step_factor: int = typer.Option(2, "--step-factor", "-f", help="size multiplier between --sweep rows"),
+    dtype: str = typer.Option("float32", "--dtype", "-d", help="datatype, for the count column"),
+    breakdown: bool = typer.Option(False, "--breakdown", help="print every latency/bandwidth term"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Predict time, algBW and busBW of a collective (or a sweep of sizes) on a topology."""
+    from commlens.model import InfeasibleError
+    from commlens.model.predict import layout_for
+
+    topo = load_or_fail(topology)
+    ops = _ops(op)
+    if nodes < 1:
+        fail(f"--nodes must be >= 1, got {nodes}")
+    try:
+        layout = layout_for(topo, nodes, ranks_per_node)
+    except InfeasibleError as e:
+        fail(str(e))
+    if sweep:
+        if size is not None:
+            fail("--size and --sweep exclude each other: a sweep runs -b .. -e")
+        if algo == "all":
+            fail("--algo all compares algorithms for one size; give --size instead of --sweep")
+        if step_factor < 2:
+            fail(f"--step-factor must be >= 2, got {step_factor}")
+        lo, hi = _size(min_bytes, "--min-bytes"), _size(max_bytes, "--max-bytes")
+        if lo < 1 or hi < lo:
+            fail(f"sizes must satisfy 1 <= --min-bytes <= --max-bytes, got {lo} and {hi}")
+        _predict_sweep(topo, ops, lo, hi, step_factor, dtype, algo, layout, as_json)
+        return
+    if size is None:
+        fail("give --size (a message size) or --sweep")
+    if len(ops) != 1:
+        fail("one --op at a time without --sweep")
+    nbytes = _size(size, "--size")
+    if algo == "all":
+        _predict_all(topo, ops[0], nbytes, layout, as_json)
+        return
+    from commlens.model import predict
+
+    try:
+        pred = predict(topo, ops[0], nbytes, algo=algo, layout=layout)
+    except InfeasibleError as e:
+        fail(str(e))
+    if as_json:
+        print(json.dumps(pred.as_dict(with_breakdown=True), indent=1))
+        return
+    chosen = f"auto -> {pred.algo}" if pred.chosen_by_auto else pred.algo
+    print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; "
+          f"{pred.op} {nbytes} B, algo {chosen}")
+    print(f"time {_us(pred.time_s)} us   algBW {pred.algbw_bytes_per_s / 1e9:.2f} GB/s   "
+          f"busBW {pred.busbw_bytes_per_s / 1e9:.2f} GB/s   bottleneck {pred.bottleneck}")
+    if breakdown:
+        _print_breakdown(pred)
+
+
+def _print_breakdown(pred: Prediction) -> None:
+    print(f"{'stage':>5}  {'level':<9}  {'term':<9}  {'amount':>14}  {'time (us)':>10}  critical")
+    for t in pred.terms:
+        amount = f"{t.amount:.0f} msg" if t.kind in ("latency", "launch") else f"{t.amount:.0f} B"
+        mark = "*" if t.critical else ""
+        print(f"{t.stage:>5}  {t.level:<9}  {t.kind:<9}  {amount:>14}  {_us(t.time_s):>10}  {mark}")
+
+
+def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) -> None:
+    from commlens.model import InfeasibleError
+    from commlens.model.algorithms import algorithms_for
+    from commlens.model.predict import predict
+
+    rows: list[dict[str, Any]] = []
+    for name in algorithms_for(op):
+        try:
+            rows.append(predict(topo, op, nbytes, algo=name, layout=layout).as_dict(with_breakdown=False))
+        except InfeasibleError as e:
+            rows.append({"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(e)})
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; {op} {nbytes} B")
+    print(f"{'algo':<19} {'time (us)':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  bottleneck")
+    feasible = [r for r in rows if "infeasible" not in r]
+    fastest = min(feasible, key=lambda r: r["time_s"])["algo"] if feasible else None
+    for r in rows:
+        if "infeasible" in r:
+            print(f"{r['algo']:<19} {'-':>10} {'-':>10} {'-':>10}  cannot run: {r['infeasible']}")
+            continue
+        mark = "  <- fastest" if r["algo"] == fastest else ""
+        print(f"{r['algo']:<19} {_us(r['time_s']):>10} {r['algbw_bytes_per_s'] / 1e9:>10.2f} "
+              f"{r['busbw_bytes_per_s'] / 1e9:>10.2f}  {r['bottleneck']}{mark}")
+
+
+def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dtype: str, algo: str,
+                   layout: Any, as_json: bool) -> None:
+    from commlens.model import InfeasibleError
+    from commlens.model.predict import predict
+    from commlens.ops import OPS
+    from commlens.results.records import DTYPE_SIZES
+
+    if dtype not in DTYPE_SIZES:
+        fail(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
+    elem = DTYPE_SIZES[dtype]
+    sizes = []
+    s = lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    rows: list[dict[str, Any]] = []
+    for op in ops:
+        spec = OPS[op]
+        for requested in sizes:
+            plan = spec.plan_size(requested, elem, layout.ranks)
+            row: dict[str, Any] = {"op": op, "size_bytes": plan.size_bytes, "count": plan.count, "type": dtype,
+                                   "redop": "sum" if spec.reduces else "none", "root": 0 if spec.has_root else -1}
+            try:
+                pred = predict(topo, op, plan.size_bytes, algo=algo, layout=layout)
+            except InfeasibleError as e:
+                row["infeasible"] = str(e)
+            else:
+                row.update({k: v for k, v in pred.as_dict(with_breakdown=False).items() if k not in row})
+            rows.append(row)
+    if as_json:
+        print(json.dumps({"topology": topo.name, "nodes": layout.nodes, "ranks_per_node": layout.ranks_per_node,
+                          "world_size": layout.ranks, "algo": algo, "rows": rows}, indent=1))
+        return
+    print(f"# commlens model predict  {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}"
+          f"  algo {algo}  (predicted, not measured)")
+    head = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>8}  {:>8}  {:<18}  {}"
+    current = None
+    for r in rows:
+        if r["op"] != current:
+            current = r["op"]
+            print(f"# {current}")
+            print("#" + head.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo",
+                                    "bottleneck")[1:])
+            print("#" + head.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "")[1:])
+        left = (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"])
+        if "infeasible" in r:
+            print(head.format(*left, "-", "-", "-", "-", r["infeasible"]))
+        else:
+            print(head.format(*left, _us(r["time_s"]), f"{r['algbw_bytes_per_s'] / 1e9:.2f}",
+                              f"{r['busbw_bytes_per_s'] / 1e9:.2f}", r["algo"], r["bottleneck"]))
+
+
+# ---- runs for fit and check -----------------------------------------------------------------------
+
+def _load_runs(refs: list[str], db: Optional[str]) -> list[Run]:
+    """Each ref: an existing file (commlens JSON, nccl-tests, PARAM), else a stored run id or unique prefix."""
+    runs: list[Run] = []
+    store = None
+    try:
+        for ref in refs:
+            if Path(ref).is_file():
+                from commlens.ingest import IngestError, load_runs
+
+                try:
+                    runs.extend(load_runs(ref))
+                except (IngestError, ValueError, OSError) as e:
+                    fail(f"{ref}: {e}")
+                continue
+            from commlens.store import Store, StoreError
+
+            try:
+                if store is None:
+                    store = Store.open(db)
+                runs.append(store.get_run(ref))
+            except StoreError as e:
+                fail(str(e))
+    finally:
+        if store is not None:
+            store.close()
+    return runs
+
+
+def _residual_dict(r: Residual) -> dict[str, Any]:
+    o = r.obs
+    return {"run_id": o.run_id, "op": o.op, "algo": o.algo, "model": f"{o.model_op}/{o.model_algo}",
+            "size_bytes": o.size_bytes, "in_place": o.in_place, "world_size": o.world_size,
+            "measured_s": o.measured_s, "predicted_s": r.predicted_s, "error_pct": 100.0 * r.error,
+            "measured_busbw_bytes_per_s": r.busbw(o.measured_s),
+            "predicted_busbw_bytes_per_s": r.busbw(r.predicted_s)}
+
+
+def _print_residuals(residuals: tuple[Residual, ...]) -> None:
+    fmt = "{:<15} {:>11} {:>5} {:<20} {:>11} {:>11} {:>9} {:>9} {:>8}"
+    print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s",
+                     "error"))
+    for r in residuals:
+        o = r.obs
+        print(fmt.format(o.op, o.size_bytes, "in" if o.in_place else "out", f"{o.model_op}/{o.model_algo}"[:20],
+                         _us(o.measured_s), _us(r.predicted_s), f"{r.busbw(o.measured_s) / 1e9:.3f}",
+                         f"{r.busbw(r.predicted_s) / 1e9:.3f}", f"{100 * r.error:+.1f}%"))
+
+
+def _value(v: float, unit: str) -> str:
+    if unit == "s":
+        return f"{v * 1e6:.3f} us"
+    return f"{v / 1e9:.4g} GB/s"
+
+
+_STAT_HELP = "which time of each row: mean (as nccl-tests), p50 or min"
+
+
+# ---- fit --------------------------------------------------------------------------------------------
+
+@model_app.command("fit")
+def fit_cmd(
+    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, or result files"),
+    db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    topology: str = typer.Option("local-cpu", "--topology", "-t", help="template: " + _TOPOLOGY_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the calibrated topology (YAML) here"),
+    name: Optional[str] = typer.Option(None, "--name", help="calibrated topology's name (default TEMPLATE-fitted)"),
+    stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
+    min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Calibrate a topology from measured runs: fitted constants with their uncertainty, every row's residual.
+
+    Robust regression (soft-L1 on log predicted/measured); --output writes the calibrated topology (YAML).
+    """
+    from commlens.model import InfeasibleError
+    from commlens.model.fit import FitError, fit_runs
+    from commlens.model.observe import STATS
+    from commlens.topology import dump_topology, topology_to_dict
+
+    if stat not in STATS:
+        fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
+    template = load_or_fail(topology)
+    loaded = _load_runs(runs, db)
+    try:
+        result = fit_runs(loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name)
+    except (FitError, InfeasibleError) as e:
+        fail(str(e))
+    if output is not None:
+        try:
+            dump_topology(result.topology, output)
+        except OSError as e:
+            fail(f"cannot write {output}: {e}")
+    if as_json:
+        print(json.dumps({
+            "topology": topology_to_dict(result.topology),
+            "parameters": [{"name": p.name, "unit": p.unit, "initial": p.initial, "value": p.value,
+                            "relative_stderr": p.relative_stderr, "held": p.held_because} for p in result.params],
+            "mape_pct": result.mape_pct, "max_ape_pct": result.max_ape_pct, "stat": stat,
+            "residuals": [_residual_dict(r) for r in result.residuals],
+            "output": str(output) if output else None,
+        }, indent=1, default=lambda v: None if v != v or v in (float("inf"),) else v))
+        return
+    backends = "/".join(sorted({r.obs.backend for r in result.residuals if r.obs.backend})) or "unknown backend"
+    print(f"# fit {template.name} on {', '.join(r[:12] for r in result.runs)} ({backends}, "
+          f"{len(result.residuals)} rows, {stat} time, robust soft-L1 loss)")
+    print(f"{'constant':<36} {'template':>14} {'fitted':>14} {'± 1 sigma':>10}")
+    for p in result.params:
+        if p.held_because:
+            shown = _value(p.initial, p.unit) if p.initial > 0 else "-"
+            print(f"{p.name:<36} {shown:>14} {'held':>14} {'':>10}  ({p.held_because})")
+            continue
+        sigma = "undetermined" if p.relative_stderr is None or p.relative_stderr == float("inf") \
+            else f"{100 * p.relative_stderr:.1f}%"
+        print(f"{p.name:<36} {_value(p.initial, p.unit):>14} {_value(p.value, p.unit):>14} {sigma:>10}")
+    print(f"# fit error: MAPE {result.mape_pct:.1f}%, max {result.max_ape_pct:.1f}% over "
+          f"{len(result.residuals)} rows")
+    _print_residuals(result.residuals)
+    if output is not None:
+        print(f"# wrote {output} (topology {result.topology.name})")
+
+
+# ---- check ------------------------------------------------------------------------------------------
+
+@model_app.command("check")
+def check_cmd(
+    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, or result files"),
+    topology: str = typer.Option("local-cpu", "--topology", "-t", help=_TOPOLOGY_HELP),
+    db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
+    min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
+    max_mape: Optional[float] = typer.Option(None, "--max-mape", help="exit 1 when the MAPE (%) exceeds this"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Predicted against measured for every row of a run: the error per row, per op and overall (MAPE, max)."""
+    from commlens.model import InfeasibleError
+    from commlens.model.check import check_runs
+    from commlens.model.observe import STATS
+
+    if stat not in STATS:
+        fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
+    topo = load_or_fail(topology)
+    loaded = _load_runs(runs, db)
+    try:
+        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"))
+    except InfeasibleError as e:
+        fail(str(e))
+    if not result.residuals:
+        fail("no usable rows to check (every row empty, zero-sized, a barrier or below --min-size)")
+    summary = result.summary
+    if as_json:
+        print(json.dumps({"topology": topo.name, "stat": stat, "summary": summary, "by_op": result.by_op(),
+                          "rows": [_residual_dict(r) for r in result.residuals]}, indent=1))
+    else:
+        print(f"# check {', '.join(sorted({r.obs.run_id[:12] for r in result.residuals}))} against "
+              f"{topo.name} ({stat} time)")
+        _print_residuals(result.residuals)
+        print(f"{'# op':<16} {'rows':>5} {'MAPE':>8} {'max':>8} {'bias':>8}")
+        for op, s in result.by_op().items():
+            print(f"{'# ' + op:<16} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
+                  f"{s['bias_pct']:>+7.1f}%")
+        print(f"# all: {summary['rows']} rows, MAPE {summary['mape_pct']:.1f}%, max {summary['max_ape_pct']:.1f}%, "
+              f"bias {summary['bias_pct']:+.1f}%")
+    if max_mape is not None and summary["mape_pct"] > max_mape:
+        print(f"error: MAPE {summary['mape_pct']:.1f}% exceeds --max-mape {max_mape:g}%", file=sys.stderr)
+        raise typer.Exit(1)

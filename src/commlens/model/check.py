@@ -1,0 +1,56 @@
+"""Predicted against measured, row by row, with the error stated (MAPE and the worst row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from commlens.model.fit import Residual, predict_observations
+from commlens.model.observe import observations
+from commlens.results.records import Run
+from commlens.topology import Topology
+
+__all__ = ["CheckResult", "check_runs", "error_summary"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every row's residual and the error summaries: overall and per op."""
+
+    topology: str
+    stat: str
+    residuals: tuple[Residual, ...]
+
+    @property
+    def summary(self) -> dict[str, float | int]:
+        return error_summary(self.residuals)
+
+    def by_op(self) -> dict[str, dict[str, float | int]]:
+        ops: dict[str, list[Residual]] = {}
+        for r in self.residuals:
+            ops.setdefault(r.obs.op, []).append(r)
+        return {op: error_summary(rows) for op, rows in ops.items()}
+
+
+def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:
+    """rows, MAPE %, max |error| %, median |error| % and mean signed error % (bias)."""
+    errors = sorted(r.error for r in residuals)
+    if not errors:
+        return {"rows": 0, "mape_pct": 0.0, "max_ape_pct": 0.0, "median_ape_pct": 0.0, "bias_pct": 0.0}
+    absolute = sorted(abs(e) for e in errors)
+    mid = len(absolute) // 2
+    median = absolute[mid] if len(absolute) % 2 else (absolute[mid - 1] + absolute[mid]) / 2
+    return {
+        "rows": len(errors),
+        "mape_pct": 100.0 * sum(absolute) / len(absolute),
+        "max_ape_pct": 100.0 * absolute[-1],
+        "median_ape_pct": 100.0 * median,
+        "bias_pct": 100.0 * sum(errors) / len(errors),
+    }
+
+
+def check_runs(runs: Iterable[Run], topology: Topology, *, stat: str = "mean", min_size_bytes: int = 1) -> CheckResult:
+    """Predict every row of ``runs`` on ``topology`` as it ran; :class:`InfeasibleError` for a shape it cannot hold."""
+    obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes)
+    predicted = predict_observations(topology, obs)
+    return CheckResult(topology.name, stat, tuple(Residual(o, t) for o, t in zip(obs, predicted)))

@@ -1,0 +1,201 @@
+"""Communication patterns mapped onto the levels of a layout.
+
+Every algorithm is built from a few patterns. Each pattern decides which
+level a message crosses (same scale-up domain or not; for the fabric, which
+tier holds both ends), which rate it gets (a rank's scale-up link, its share
+of the node's NICs when several ranks send at once, a whole domain's NICs
+when ring channels spread over every rail, tapered by oversubscribed tiers),
+and adds the resulting stage to a :class:`Cost`.
+
+Ranks are node-major (see :mod:`commlens.model.layout`), so partners at a
+distance below the domain size stay in the domain.
+"""
+
+from __future__ import annotations
+
+import math
+
+from commlens.model.cost import OUT, UP, Cost
+from commlens.model.layout import Layout
+
+__all__ = ["chain", "direct", "exchange", "host_copies", "ring", "rooted_direct", "two_level"]
+
+
+def host_copies(L: Layout, bytes_per_rank: float) -> float:
+    """What all ranks of a node copy when each sends ``bytes_per_rank`` and receives as much (0 without a host budget)."""
+    return 2.0 * bytes_per_rank * L.ranks_per_node if L.host_cores else 0.0
+
+
+def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0.0) -> None:
+    """``passes`` ring passes over all ranks; each rank sends ``bytes_per_rank`` over all passes.
+
+    Steps are pipelined: each step waits for its slowest hop. Across domains,
+    NCCL-style channels spread the ring's boundary crossings over every NIC of
+    the domain, so the crossing rate is the domain's NICs together.
+    """
+    L = cost.layout
+    steps = passes * (L.ranks - 1)
+    host = host_copies(L, bytes_per_rank)
+    if not L.multi_domain:
+        cost.stage(((UP, steps, L.up_latency_s),), ((UP, bytes_per_rank, L.up_rate),), reduce_bytes, host_bytes=host)
+        return
+    inter = passes * (L.domains - 1)
+    up_bytes = bytes_per_rank if L.domain_ranks > 1 else 0.0
+    cost.stage(
+        ((UP, steps - inter, L.up_latency_s), (OUT, inter, L.out_latency_s[L.job_tier])),
+        ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate())),
+        reduce_bytes,
+        host_bytes=host,
+    )
+
+
+def two_level(
+    cost: Cost,
+    up: tuple[float, float, float, float],
+    out: tuple[float, float, float],
+    reduce_bytes: float = 0.0,
+) -> None:
+    """A scale-up phase and a scale-out phase pipelined chunk by chunk (hierarchical, NVLS across domains).
+
+    ``up`` is (messages, latency each, bytes, rate) inside the domain, ``out``
+    (messages, bytes, rate) across domains. As in NCCL's tree and NVLS-tree,
+    the phases overlap: latencies add, the bandwidth terms run at the same
+    time, and the first chunk must pass the faster level before the pipeline
+    is full (one chunk of fill at that level's rate).
+    """
+    L = cost.layout
+    up_n, up_alpha, up_bytes, up_rate = up
+    out_n, out_bytes, out_rate = out
+    cost.stage(
+        ((UP, up_n, up_alpha), (OUT, out_n, L.out_latency_s[L.job_tier])),
+        ((UP, up_bytes, up_rate), (OUT, out_bytes, out_rate)),
+        reduce_bytes,
+        host_bytes=host_copies(L, up_bytes + out_bytes),
+    )
+    if up_bytes > 0 and out_bytes > 0:
+        if up_bytes / up_rate >= out_bytes / out_rate:
+            cost.stage(bandwidth=((OUT, min(L.chunk_bytes, out_bytes), out_rate),))
+        else:
+            cost.stage(bandwidth=((UP, min(L.chunk_bytes, up_bytes), up_rate),))
+
+
+def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) -> None:
+    """Distance-based steps, one after another: (distance in ranks, bytes sent, bytes reduced) each.
+
+    A step whose partner is at least a domain away crosses the fabric at the
+    lowest tier holding both ends: its latency, and its rate tapered by the
+    oversubscription below that tier. ``all_send``: every rank sends (and
+    receives) in every step (recursive doubling, Bruck), sharing the node's
+    NICs; else a rank either sends or receives and one rank per domain
+    crosses the fabric (binomial trees).
+    """
+    L = cost.layout
+    D, rpn, p = L.domain_ranks, L.ranks_per_node, L.ranks
+    up_n = up_b = up_r = up_t = 0.0
+    out_n = out_b = out_r = out_lat = out_t = 0.0
+    base_rate = L.nic_share(rpn) if all_send else L.nic_rate
+    per_rank = L.up_both if all_send else 1.0
+    for dist, nbytes, rbytes in steps:
+        if dist < D:
+            up_n += 1
+            up_b += nbytes
+            up_r += rbytes
+            t = nbytes * per_rank / L.up_rate
+            if L.host_cores:
+                # every rank of the node copies what it sends and receives; in a tree step only the
+                # senders and receivers at this distance do, once each
+                copies = host_copies(L, nbytes) if all_send else 2 * min(dist, p - dist) * rpn / p * nbytes
+                t = max(t, copies / L.host_rate)
+            up_t += t
+        else:
+            k = L.tier_for_span(2 * dist / rpn)
+            out_n += 1
+            out_lat += L.out_latency_s[k]
+            out_t += nbytes * L.out_taper[k] / base_rate
+            out_b += nbytes
+            out_r += rbytes
+    if up_n:
+        rate = up_b * per_rank / up_t if up_t > 0 else L.up_rate  # the steps' own limits, summed
+        cost.stage(((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send)
+    if out_n:
+        rate = out_b / out_t if out_t > 0 else base_rate
+        cost.stage(((OUT, out_n, out_lat / out_n),), ((OUT, out_b, rate),), out_r, one_way=not all_send)
+
+
+def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
+    """A pipelined chain through all ranks (ring broadcast or reduce), in chunks of ``pipeline_chunk_bytes``.
+
+    T = sum over hops of (alpha + c/B) + (k - 1) x the slowest hop, for k
+    chunks of c bytes: the first chunk crosses every hop, the rest follow
+    one slowest-hop time apart.
+    """
+    L = cost.layout
+    chunk = min(L.chunk_bytes, nbytes) if nbytes > 0 else 0.0
+    k = math.ceil(nbytes / chunk) if chunk > 0 else 1
+    hops_out = L.domains - 1
+    hops_up = L.ranks - 1 - hops_out
+    out_lat = L.out_latency_s[L.job_tier] if hops_out else 0.0
+    out_rate = L.domain_nic_rate() if hops_out else 1.0
+    hop_up = L.up_latency_s + chunk / L.up_rate
+    hop_out = out_lat + chunk / out_rate
+    up_slowest = hops_out == 0 or (hops_up > 0 and hop_up >= hop_out)
+    n_up = hops_up + (k - 1 if up_slowest else 0)
+    n_out = hops_out + (0 if up_slowest else k - 1)
+    cost.stage(
+        ((UP, n_up, L.up_latency_s), (OUT, n_out, out_lat)),
+        ((UP, n_up * chunk, L.up_rate), (OUT, n_out * chunk, out_rate)),
+        nbytes if reduce else 0.0,
+        concurrent=False,
+        host_bytes=host_copies(L, (n_up if hops_up else 0) * chunk),
+    )
+
+
+def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = False) -> None:
+    """Every rank exchanges ``per_peer_bytes`` with every other rank (all-to-all traffic).
+
+    ``sequential``: one peer after another (pairwise exchange: p - 1 message
+    latencies), else all at once (direct: one message latency; the cost of
+    posting very many messages is not modelled). Fabric traffic shares the node's NICs and the tiers'
+    uplinks (:meth:`Layout.a2a_taper`); on rail-optimized fabrics the bytes
+    bound for another rail first hop over scale-up to the right NIC (PXN).
+    """
+    L = cost.layout
+    D, p = L.domain_ranks, L.ranks
+    up_bytes = (D - 1) * per_peer_bytes
+    out_bytes = (p - D) * per_peer_bytes
+    if out_bytes and L.rail_optimized and L.ranks_per_node > 1:
+        up_bytes += out_bytes * (L.ranks_per_node - 1) / L.ranks_per_node
+    out_rate = L.nic_share(L.ranks_per_node) / L.a2a_taper() if out_bytes else 1.0
+    out_lat = L.out_latency_s[L.job_tier] if out_bytes else 0.0
+    red = (p - 1) * per_peer_bytes if reduce else 0.0
+    if sequential:
+        latency = ((UP, D - 1, L.up_latency_s), (OUT, p - D, out_lat))
+    else:  # every message in flight at once: one message latency, of the slowest level
+        latency = ((OUT, 1, out_lat),) if out_bytes else ((UP, 1, L.up_latency_s),)
+    cost.stage(
+        latency,
+        ((UP, up_bytes, L.up_rate), (OUT, out_bytes, out_rate)),
+        red,
+        concurrent=not sequential,
+        host_bytes=host_copies(L, up_bytes + out_bytes),
+    )
+
+
+def rooted_direct(cost: Cost, per_peer_bytes: float, reduce: bool) -> None:
+    """The root exchanges ``per_peer_bytes`` with every other rank at once (direct gather/scatter/broadcast/reduce).
+
+    One message latency (all in flight at once); the root's own links are
+    the bottleneck: its scale-up link for its domain, its one NIC for the rest.
+    """
+    L = cost.layout
+    D, p = L.domain_ranks, L.ranks
+    out_bytes = (p - D) * per_peer_bytes
+    out_rate = L.nic_rate / L.out_taper[L.job_tier] if out_bytes else 1.0
+    out_lat = L.out_latency_s[L.job_tier] if out_bytes else 0.0
+    cost.stage(
+        ((OUT, 1, out_lat),) if out_bytes else ((UP, 1, L.up_latency_s),),
+        ((UP, (D - 1) * per_peer_bytes, L.up_rate), (OUT, out_bytes, out_rate)),
+        (p - 1) * per_peer_bytes if reduce else 0.0,
+        one_way=True,
+        host_bytes=2 * (min(D, L.ranks_per_node) - 1) * per_peer_bytes if L.host_cores else 0.0,
+    )

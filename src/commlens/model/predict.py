@@ -1,0 +1,192 @@
+"""Predict a collective's time, algBW and busBW on a topology; pick the fastest algorithm (``auto``).
+
+algBW and busBW follow nccl-tests exactly (size / time, times the op's busBW
+factor from :mod:`commlens.ops`), so a predicted row reads like a measured one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for
+from commlens.model.cost import Cost, Term, make_terms
+from commlens.model.layout import InfeasibleError, Layout, build_layout
+from commlens.ops import OPS, get_op
+from commlens.topology import Topology
+
+__all__ = ["AUTO", "Prediction", "layout_for", "predict", "predict_algorithms", "sweep"]
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One predicted row: what ran where, how long it takes, and why."""
+
+    op: str
+    algo: str
+    size_bytes: int
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    topology: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    raw_terms: tuple[tuple, ...]
+    chosen_by_auto: bool = False
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        """What the time is made of, term by term (built on demand: predictions in a sweep are many)."""
+        return make_terms(self.raw_terms)
+
+    @property
+    def bottleneck(self) -> str:
+        """The level and term that weigh most on the critical path (``scale_out bandwidth``)."""
+        best = max((t for t in self.raw_terms if t[5]), key=lambda t: t[4])
+        return f"{best[1]} {best[2]}"
+
+    def breakdown(self) -> list[dict[str, object]]:
+        """Every term as a dict: stage, level, term, amount, time_s, critical."""
+        return [t.as_dict() for t in self.terms]
+
+    def as_dict(self, with_breakdown: bool = True) -> dict[str, object]:
+        out: dict[str, object] = {
+            "op": self.op,
+            "algo": self.algo,
+            "auto": self.chosen_by_auto,
+            "size_bytes": self.size_bytes,
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "topology": self.topology,
+            "time_s": self.time_s,
+            "algbw_bytes_per_s": self.algbw_bytes_per_s,
+            "busbw_bytes_per_s": self.busbw_bytes_per_s,
+            "bottleneck": self.bottleneck,
+        }
+        if with_breakdown:
+            out["breakdown"] = self.breakdown()
+        return out
+
+
+_LAYOUTS: dict[tuple[int, int, int | None], tuple[Topology, Layout]] = {}
+
+
+def layout_for(topology: Topology, nodes: int, ranks_per_node: int | None) -> Layout:
+    """:func:`build_layout`, remembered per topology object and job shape (sweeps ask for the same one often)."""
+    key = (id(topology), nodes, ranks_per_node)
+    hit = _LAYOUTS.get(key)
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    layout = build_layout(topology, nodes, ranks_per_node)
+    if len(_LAYOUTS) >= 256:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (topology, layout)
+    return layout
+
+
+def _op_name(op: str) -> str:
+    return op if op in OPS else get_op(op).name
+
+
+def _cost(layout: Layout, op: str, algo: str, size_bytes: int, messages_per_step: float = 1.0) -> Cost:
+    """The stages of ``algo`` running ``op`` on ``layout``; :class:`InfeasibleError` if it cannot."""
+    try:
+        model = MODELS[op][algo]
+    except KeyError:
+        if algo not in ALGORITHMS:
+            raise InfeasibleError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)} or auto") from None
+        raise InfeasibleError(
+            f"no {algo} algorithm for {op}; {op} has: {', '.join(algorithms_for(op))}") from None
+    cost = Cost(layout.for_size(size_bytes) if layout.up_cache_bytes else layout, messages_per_step)
+    if layout.ranks > 1:
+        model(cost, float(size_bytes))
+    return cost
+
+
+def _prediction(layout: Layout, op: str, algo: str, size_bytes: int, cost: Cost, auto: bool = False) -> Prediction:
+    time_s = cost.time_s
+    algbw = size_bytes / time_s if time_s > 0 else 0.0
+    return Prediction(op, algo, size_bytes, layout.ranks, layout.nodes, layout.ranks_per_node, layout.topology,
+                      time_s, algbw, algbw * OPS[op].busbw_factor(layout.ranks), cost.raw_terms(), auto)
+
+
+def predict(
+    topology: Topology,
+    op: str,
+    size_bytes: int,
+    *,
+    nodes: int = 1,
+    ranks_per_node: int | None = None,
+    algo: str = AUTO,
+    layout: Layout | None = None,
+    messages_per_step: float = 1.0,
+) -> Prediction:
+    """Predict one collective; ``algo="auto"`` picks the fastest feasible algorithm.
+
+    ``messages_per_step``: for a backend that sends each algorithm step as
+    several messages (gloo's segments), each paying the latency.
+
+    Raises :class:`InfeasibleError` (with the reason) when the job shape or
+    the algorithm cannot run on the topology, ``UnknownOpError`` for an op
+    not in the catalog.
+    """
+    if size_bytes < 0:
+        raise InfeasibleError(f"size must be >= 0 bytes, got {size_bytes}")
+    name = op if op in OPS else _op_name(op)
+    if layout is None:
+        layout = layout_for(topology, nodes, ranks_per_node)
+    if algo != AUTO:
+        return _prediction(layout, name, algo, size_bytes, _cost(layout, name, algo, size_bytes, messages_per_step))
+    best: Cost | None = None
+    best_algo = ""
+    reasons = []
+    for candidate in MODELS.get(name, {}):
+        try:
+            cost = _cost(layout, name, candidate, size_bytes, messages_per_step)
+        except InfeasibleError as e:
+            reasons.append(f"{candidate}: {e}")
+            continue
+        if best is None or cost.time_s < best.time_s:
+            best, best_algo = cost, candidate
+    if best is None:
+        raise InfeasibleError(f"no algorithm can run {name} here: " + "; ".join(reasons))
+    return _prediction(layout, name, best_algo, size_bytes, best, auto=True)
+
+
+def predict_algorithms(
+    topology: Topology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_node: int | None = None
+) -> dict[str, Prediction | InfeasibleError]:
+    """Every algorithm with a model for ``op``: its prediction, or the reason it cannot run."""
+    name = _op_name(op)
+    layout = layout_for(topology, nodes, ranks_per_node)
+    out: dict[str, Prediction | InfeasibleError] = {}
+    for algo in algorithms_for(name):
+        try:
+            out[algo] = _prediction(layout, name, algo, size_bytes, _cost(layout, name, algo, size_bytes))
+        except InfeasibleError as e:
+            out[algo] = e
+    return out
+
+
+def sweep(
+    topology: Topology,
+    ops: Iterable[str],
+    sizes: Iterable[int],
+    *,
+    nodes: int = 1,
+    ranks_per_node: int | None = None,
+    algo: str = AUTO,
+) -> Iterator[Prediction | InfeasibleError]:
+    """The predicted nccl-tests table: one row per (op, size), in that order; infeasible rows as errors."""
+    layout = layout_for(topology, nodes, ranks_per_node)
+    sizes = list(sizes)
+    for op in ops:
+        for size in sizes:
+            try:
+                yield predict(topology, op, size, algo=algo, layout=layout)
+            except InfeasibleError as e:
+                yield e

@@ -1,0 +1,1 @@
+"""Topology presets shipped with commlens, one YAML file each (see docs/model.md)."""
