@@ -43,6 +43,13 @@ SECTION = "## Ingest speed (issue 3)"
 TARGET_S = 2.0
 WORLD = 8
 HOST = "bench-node-01"
+# How saving measured before it used bulk inserts, for comparison with what this script measures now.
+BASELINE = (
+    "Before `Store.save_runs` used bulk inserts (it built ORM objects, flushed one by one on SQLite), the same "
+    "input measured, with `--repeat 3`: on 2026-11-29 at load average 7.2, `Store.save_run` 22.783 s median "
+    "(16.121 best) and the command 19.945 s (19.227); again that day at load average 2.4, 5.923 s (5.350) and "
+    "11.430 s (6.562)."
+)
 
 
 def _fmt(value: float, width: int) -> str:
@@ -189,8 +196,11 @@ def main(argv: list[str] | None = None) -> None:
         f"| `commlens ingest FILE --db NEW.db` (whole command, fresh process) | {cli_med:.3f} | {min(cli_s):.3f} | "
         f"{'yes' if cli_med < TARGET_S else 'no'} |",
         "",
-        f"Parsing is {load_med / cli_med:.0%} of the command's median time; storing the run is most of the rest "
-        f"(`Store.save_run` alone: {save_med:.1f} s). Timings on a shared machine: compare rows of one run only.",
+        f"Of the command's median time, parsing is about {load_med / cli_med:.0%} and storing the run "
+        f"(`Store.save_run`) about {save_med / cli_med:.0%}; the rest is starting Python, imports and opening the "
+        f"store. Timings on a shared machine: compare rows of one run only.",
+        "",
+        BASELINE,
         "",
         "The command's output line:",
         "",

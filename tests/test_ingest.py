@@ -472,3 +472,65 @@ def test_cli_json_output_and_warnings(tmp_path: Path) -> None:
     assert (doc["file"], doc["format"], doc["stored"]) == (str(path), "nccl-tests", True)
     assert doc["run"]["format"] == "commlens.run/1" and doc["run"]["system"]["world_size"] == 8
     assert len(doc["run"]["measurements"]) == 20
+
+
+def test_cli_ingests_what_export_writes(tmp_path: Path) -> None:
+    """Two runs exported from one store as a JSON list go into another store in one go, equal to themselves."""
+    from commlens.store import Store
+
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    stored = commlens("ingest", str(H100), str(THREE_OPS), "--db", str(first), "--tag", "nightly")
+    assert stored.returncode == 0, stored.stderr
+    export = tmp_path / "runs.json"
+    exported = commlens("export", "--format", "json", "-o", str(export), "--db", str(first))
+    assert exported.returncode == 0, exported.stderr
+    with Store.open(str(first)) as store:
+        runs = store.get_runs([s.run_id for s in store.list_runs()])
+    assert len(runs) == 2 and {r.source for r in runs} == {"nccl-tests"}
+
+    proc = commlens("ingest", str(export), "--db", str(second))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"{export}: stored run {r.run_id} (commlens; {','.join(dict.fromkeys(m.op for m in r.measurements))}; "
+        f"{len(r.measurements)} measurements; {r.world_size} ranks)"
+        for r in sorted(runs, key=lambda r: (r.started_at, r.run_id))  # export writes oldest first
+    ]
+    with Store.open(str(second)) as store:
+        assert store.get_runs([r.run_id for r in runs]) == runs
+        assert {s.tag for s in store.list_runs()} == {"nightly"}
+
+    # Again: both recognised by their run ids, nothing stored twice; a tag for the file relabels every run.
+    again = commlens("ingest", str(export), "--db", str(second))
+    assert (again.returncode, again.stdout) == (0, "")
+    assert sorted(again.stderr.splitlines()) == sorted(
+        f"{export}: already stored as run {r.run_id} (same content); skipped" for r in runs)
+    relabelled = commlens("ingest", str(export), "--db", str(tmp_path / "third.db"), "--tag", "imported", "--json")
+    assert relabelled.returncode == 0, relabelled.stderr
+    assert [(d["format"], d["stored"], d["run"]["tag"]) for d in json.loads(relabelled.stdout)] == [
+        ("commlens", True, "imported")] * 2
+
+
+def test_cli_refuses_an_export_it_cannot_store_whole(tmp_path: Path) -> None:
+    db = tmp_path / "results.db"
+    docs = [run_to_dict(_bench_run()), dict(run_to_dict(_bench_run()), run_id="ef" * 16)]
+    docs[1]["measurements"] = docs[1]["measurements"] * 2
+    docs[1]["measurements"][1] = dict(docs[1]["measurements"][1], samples_s=[-1.0])
+    export = tmp_path / "runs.json"
+    text = json.dumps(docs, indent=1)
+    export.write_text(text)
+    bad = commlens("ingest", str(export), "--db", str(db))
+    line = [i for i, ln in enumerate(text.splitlines(), 1) if ln == "   {"][2]  # run [1], its measurement [1]
+    assert (bad.returncode, bad.stderr.splitlines()) == (
+        2, [f"error: {export}:{line}: [1]: all_reduce 64 B: negative or NaN sample"])
+    # One time for a file of several runs would erase each run's own.
+    docs[1]["measurements"] = docs[0]["measurements"]
+    export.write_text(json.dumps(docs, indent=1))
+    timed = commlens("ingest", str(export), "--db", str(db), "--time", "2025-05-01")
+    assert timed.returncode == 2
+    assert timed.stderr == (f"error: {export}:1: 2 runs, each with its own start time: one time for the whole "
+                            f"file applies only to a file of one run\n")
+    assert stored_runs(db) == []
+    empty = tmp_path / "none.json"
+    empty.write_text("[]\n")  # what an export of no runs writes
+    refused = commlens("ingest", str(empty), "--db", str(db))
+    assert (refused.returncode, refused.stderr) == (2, f"error: {empty}:1: an empty list: no runs to ingest\n")

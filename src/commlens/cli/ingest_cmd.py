@@ -16,7 +16,8 @@ from commlens.cli.app import app, fail
 @app.command("ingest")
 def ingest_cmd(
     files: List[Path] = typer.Argument(..., metavar="FILE",
-                                       help="nccl-tests logs or -J files, PARAM output, commlens run JSON"),
+                                       help="nccl-tests logs or -J files, PARAM output, commlens run JSON "
+                                            "(one run, or a list as `commlens export` writes)"),
     tag: Optional[str] = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
     revision: Optional[str] = typer.Option(None, help="the code revision the runs measured"),
     time: Optional[str] = typer.Option(
@@ -27,16 +28,18 @@ def ingest_cmd(
     db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
 ) -> None:
-    """Store other tools' results: each file read completely, then stored as one run in one transaction."""
+    """Store other tools' results: each file read completely, then its runs stored in one transaction."""
     from commlens.ingest import FORMATS, IngestError, IngestWarning, detect_format, load_runs, parse_time
+    from commlens.ingest.commlens_json import is_run_list, load_run_list
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError
 
     if fmt != "auto" and fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
+    started_at = None
     if time is not None:
         try:
-            parse_time(time)
+            started_at = parse_time(time)
         except ValueError as e:
             fail(f"--time: {e}")
     if op is not None:
@@ -57,8 +60,12 @@ def ingest_cmd(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", IngestWarning)
                 try:
-                    used = fmt if fmt != "auto" else detect_format(path)
-                    runs = load_runs(path, tag=tag, revision=revision, time=time, fmt=used, op=op)
+                    if fmt in ("auto", "commlens") and is_run_list(path):  # `commlens export --format json`
+                        used = "commlens"
+                        runs = load_run_list(path, tag=tag, revision=revision, started_at=started_at)
+                    else:
+                        used = fmt if fmt != "auto" else detect_format(path)
+                        runs = load_runs(path, tag=tag, revision=revision, time=time, fmt=used, op=op)
                 except (IngestError, ValueError) as e:
                     print(f"error: {e}", file=sys.stderr)
                     failed += 1
@@ -67,22 +74,21 @@ def ingest_cmd(
                     for w in caught:
                         if issubclass(w.category, IngestWarning):
                             print(f"warning: {w.message}", file=sys.stderr)
+            try:
+                # A file ingested before has the same content-derived run ids (a commlens run keeps its own).
+                stored = {s.run_id for s in store.list_runs(run_ids=[run.run_id for run in runs], limit=None)}
+                store.save_runs([run for run in runs if run.run_id not in stored])
+            except StoreError as e:
+                print(f"error: {path}: {e}", file=sys.stderr)
+                failed += 1
+                continue
             for run in runs:
-                try:
-                    if _stored(store, run.run_id):
-                        print(f"{path}: already stored as run {run.run_id} (same content); skipped", file=sys.stderr)
-                        if as_json:
-                            ingested.append({"file": str(path), "format": used, "stored": False,
-                                             "run": run_to_dict(run)})
-                        continue
-                    store.save_run(run)
-                except StoreError as e:
-                    print(f"error: {path}: {e}", file=sys.stderr)
-                    failed += 1
-                    continue
+                is_new = run.run_id not in stored
+                if not is_new:
+                    print(f"{path}: already stored as run {run.run_id} (same content); skipped", file=sys.stderr)
                 if as_json:
-                    ingested.append({"file": str(path), "format": used, "stored": True, "run": run_to_dict(run)})
-                else:
+                    ingested.append({"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)})
+                elif is_new:
                     print(_summary(path, used, run))
     if as_json:
         print(json.dumps(ingested, indent=1))
@@ -95,13 +101,3 @@ def _summary(path: Path, fmt: str, run: Any) -> str:
     status = "" if run.status == "complete" else f"; {run.status}"
     return (f"{path}: stored run {run.run_id} ({fmt}; {ops}; {len(run.measurements)} measurements; "
             f"{run.world_size} ranks{status})")
-
-
-def _stored(store: Any, run_id: str) -> bool:
-    """Whether the store already holds ``run_id`` (a file ingested before has the same content-derived id)."""
-    from commlens.store import StoreError
-
-    try:
-        return store.resolve(run_id) == run_id
-    except StoreError:
-        return False

@@ -1,35 +1,46 @@
-"""commlens' own run files (``"format": "commlens.run/N"``, written by ``commlens bench --json``).
+"""commlens' own run files (``"format": "commlens.run/N"``): one run, or a list of runs.
 
-The run keeps its run id, samples and everything else; only what the caller
-passes (tag, revision, time) is applied on top. Errors point at the line of
-the measurement that cannot be read.
+One run is what ``commlens bench --json`` writes; a JSON list of runs is what
+``commlens export --format json`` writes. Each run keeps its run id, samples and
+everything else; only what the caller passes (tag, revision, time) is applied on
+top. Errors point at the line of the measurement that cannot be read.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from commlens.ingest.base import ParsedRun, Source, json_line
+from commlens.ingest.base import ParsedRun, Source, json_line, read_source
 from commlens.ingest.nccltests_json import load_json
 from commlens.results.jsonfmt import FormatError, run_from_dict
+from commlens.results.records import Run
 
-__all__ = ["parse_commlens_json"]
+__all__ = ["is_run_list", "load_run_list", "parse_commlens_json"]
+
+# A JSON list that opens with an object (or is empty); a log with ``[1,0]<stdout>:`` prefixes is not one.
+_RUN_LIST_START = re.compile(r"\s*\[\s*[{\]]")
+_HEAD_BYTES = 512
 
 
-def _line_of_bad_measurement(source: Source, data: dict[str, Any]) -> int:
-    """The line of the first measurement that does not load on its own, else of the document."""
-    measurements = data.get("measurements")
-    try:
-        run_from_dict({**data, "measurements": []})
-    except (FormatError, TypeError, ValueError):
-        return 1  # the run itself, not one of its measurements
-    if isinstance(measurements, list):
-        for i, m in enumerate(measurements):
-            try:
-                run_from_dict({**data, "measurements": [m]})
-            except (FormatError, TypeError, ValueError):
-                return json_line(source.text, ("measurements", i))
-    return 1
+def _error_line(source: Source, doc: Any, where: tuple[int, ...] = ()) -> int:
+    """The line of the first measurement of ``doc`` (the run at ``where``) that does not load on its own,
+    else the line of the run itself."""
+    if isinstance(doc, dict):
+        measurements = doc.get("measurements")
+        try:
+            run_from_dict({**doc, "measurements": []})
+        except (FormatError, TypeError, ValueError):
+            measurements = None  # the run itself, not one of its measurements
+        if isinstance(measurements, list):
+            for i, m in enumerate(measurements):
+                try:
+                    run_from_dict({**doc, "measurements": [m]})
+                except (FormatError, TypeError, ValueError):
+                    return json_line(source.text, (*where, "measurements", i))
+    return json_line(source.text, where) if where else 1
 
 
 def parse_commlens_json(source: Source, *, op: str | None = None) -> ParsedRun:
@@ -38,8 +49,7 @@ def parse_commlens_json(source: Source, *, op: str | None = None) -> ParsedRun:
     try:
         run = run_from_dict(data)
     except FormatError as e:
-        line = _line_of_bad_measurement(source, data) if isinstance(data, dict) else 1
-        raise source.error(line, str(e)) from None
+        raise source.error(_error_line(source, data), str(e)) from None
     return ParsedRun(
         source=run.source,
         system=run.system,
@@ -54,3 +64,57 @@ def parse_commlens_json(source: Source, *, op: str | None = None) -> ParsedRun:
         tag=run.tag,
         revision=run.revision,
     )
+
+
+def is_run_list(path: str | Path) -> bool:
+    """Whether the file opens as a JSON list of objects, as ``commlens export --format json`` writes.
+
+    Reads only the first bytes; a file that cannot be read is not one (``load_runs`` then says why).
+    """
+    try:
+        with open(path, "rb") as fp:
+            head = fp.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"  # as read_source reads
+    return bool(_RUN_LIST_START.match(head.decode(encoding, errors="replace").lstrip("\ufeff")))
+
+
+def load_run_list(
+    path: str | Path,
+    *,
+    tag: str | None = None,
+    revision: str | None = None,
+    started_at: str | None = None,
+) -> list[Run]:
+    """The runs of a JSON list of ``commlens.run/N`` documents, in file order, each read completely.
+
+    ``tag`` and ``revision`` replace every run's. ``started_at`` (ISO 8601 UTC, as
+    ``commlens.ingest.parse_time`` gives it) replaces the start time of a list of one run
+    (and drops its end time, as for any file); a list of several runs keeps each run's own
+    time, and is refused with one. Raises IngestError at the line of what cannot be read.
+    """
+    source = read_source(path)
+    data = load_json(source)
+    if not isinstance(data, list):
+        raise source.error(1, "expected a JSON list of commlens runs (as `commlens export --format json` writes)")
+    if not data:
+        raise source.error(1, "an empty list: no runs to ingest")
+    if started_at is not None and len(data) > 1:
+        raise source.error(1, f"{len(data)} runs, each with its own start time: one time for the whole file "
+                              f"applies only to a file of one run")
+    runs = []
+    for i, doc in enumerate(data):
+        try:
+            run = run_from_dict(doc)
+        except FormatError as e:
+            raise source.error(_error_line(source, doc, (i,)), f"[{i}]: {e}") from None
+        changes: dict[str, Any] = {}
+        if tag is not None:
+            changes["tag"] = tag
+        if revision is not None:
+            changes["revision"] = revision
+        if started_at is not None:
+            changes.update(started_at=started_at, finished_at=None)
+        runs.append(replace(run, **changes) if changes else run)
+    return runs

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
-from commlens.store.models import MeasurementModel, RunModel, SampleModel
+from commlens.store.models import MeasurementModel, RunModel
 
-__all__ = ["is_date", "reported_from_json", "run_from_model", "run_to_model", "to_utc"]
+__all__ = ["RunRows", "is_date", "reported_from_json", "run_from_model", "run_to_rows", "to_utc"]
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -39,59 +39,82 @@ def reported_from_json(data: dict[str, Any] | None) -> TimeStats | None:
     return None if data is None else TimeStats(**data)
 
 
-def run_to_model(run: Run) -> RunModel:
+@dataclass(frozen=True)
+class RunRows:
+    """A run as rows of the three tables, for bulk inserts.
+
+    ``samples[i]`` belongs to ``measurements[i]`` and lacks its ``measurement_id``, which
+    the database assigns when the measurement is inserted.
+    """
+
+    run: dict[str, Any]
+    measurements: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+
+
+def run_to_rows(run: Run) -> RunRows:
+    """The rows that store ``run``; StoreError if its start time is not ISO 8601."""
     system = run.system
-    return RunModel(
-        run_id=run.run_id,
-        started_at=run.started_at,
-        started_at_utc=to_utc(run.started_at, what=f"run {run.run_id!r}: started_at"),
-        finished_at=run.finished_at,
-        status=run.status,
-        tag=run.tag,
-        revision=run.revision,
-        command_line=run.command_line,
-        source=run.source,
-        world_size=run.world_size,
-        backend=system.backend,
-        device=system.device,
-        fingerprint=system.fingerprint(),
-        nhosts=len(system.hosts),
-        commlens_version=system.commlens_version,
-        avg_busbw_bytes_per_s=run.avg_busbw_bytes_per_s(),
-        system=asdict(system),
-        config=run.config,
-        notes=list(run.notes),
-        measurements=[_measurement_to_model(i, m) for i, m in enumerate(run.measurements)],
-    )
+    measurements: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    for position, m in enumerate(run.measurements):
+        row, sample = _measurement_rows(run.run_id, position, m)
+        measurements.append(row)
+        samples.append(sample)
+    run_row = {
+        "run_id": run.run_id,
+        "started_at": run.started_at,
+        "started_at_utc": to_utc(run.started_at, what=f"run {run.run_id!r}: started_at"),
+        "finished_at": run.finished_at,
+        "status": run.status,
+        "tag": run.tag,
+        "revision": run.revision,
+        "command_line": run.command_line,
+        "source": run.source,
+        "world_size": run.world_size,
+        "backend": system.backend,
+        "device": system.device,
+        "fingerprint": system.fingerprint(),
+        "nhosts": len(system.hosts),
+        "commlens_version": system.commlens_version,
+        "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s(),
+        "system": asdict(system),
+        "config": run.config,
+        "notes": list(run.notes),
+    }
+    return RunRows(run=run_row, measurements=measurements, samples=samples)
 
 
-def _measurement_to_model(position: int, m: Measurement) -> MeasurementModel:
+def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``measurements`` row and the ``samples`` row (without its id) of one measurement."""
     stats = m.stats
+    algbw = m.algbw_bytes_per_s
+    row = {
+        "run_id": run_id,
+        "position": position,
+        "op": m.op,
+        "algo": m.algo,
+        "dtype": m.dtype,
+        "redop": m.redop,
+        "root": m.root,
+        "size_bytes": m.size_bytes,
+        "count": m.count,
+        "in_place": m.in_place,
+        "world_size": m.world_size,
+        "nwrong": m.nwrong,
+        "mean_s": stats.mean_s,
+        "p50_s": stats.p50_s,
+        "p95_s": stats.p95_s,
+        "p99_s": stats.p99_s,
+        "min_s": stats.min_s,
+        "max_s": stats.max_s,
+        "cv": stats.cv,
+        "algbw_bytes_per_s": algbw,
+        "busbw_bytes_per_s": algbw * m.busbw_factor,  # Measurement.busbw_bytes_per_s, algBW computed once
+        "reported": None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
+    }
     rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
-    return MeasurementModel(
-        position=position,
-        op=m.op,
-        algo=m.algo,
-        dtype=m.dtype,
-        redop=m.redop,
-        root=m.root,
-        size_bytes=m.size_bytes,
-        count=m.count,
-        in_place=m.in_place,
-        world_size=m.world_size,
-        nwrong=m.nwrong,
-        mean_s=stats.mean_s,
-        p50_s=stats.p50_s,
-        p95_s=stats.p95_s,
-        p99_s=stats.p99_s,
-        min_s=stats.min_s,
-        max_s=stats.max_s,
-        cv=stats.cv,
-        algbw_bytes_per_s=m.algbw_bytes_per_s,
-        busbw_bytes_per_s=m.busbw_bytes_per_s,
-        reported=None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
-        samples=SampleModel(samples_s=list(m.samples_s), rank_samples_s=rank),
-    )
+    return row, {"samples_s": list(m.samples_s), "rank_samples_s": rank}
 
 
 def run_from_model(row: RunModel) -> Run:

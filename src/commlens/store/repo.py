@@ -28,12 +28,12 @@ from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Collection, Iterable, Iterator, Sequence
 
-from sqlalchemy import ColumnElement, Engine, delete, func, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from commlens.results.records import Run
-from commlens.store.convert import is_date, reported_from_json, run_from_model, run_to_model, to_utc
+from commlens.store.convert import RunRows, is_date, reported_from_json, run_from_model, run_to_rows, to_utc
 from commlens.store.db import StoreError, db_url, default_db_url, driver_reason, make_engine, shown_url, write_engine
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.schema import check_schema
@@ -139,18 +139,22 @@ class Store:
         return self.save_runs([run])[0]
 
     def save_runs(self, runs: Sequence[Run]) -> list[str]:
-        """Store several runs in one transaction: all of them or, on any error, none."""
+        """Store several runs in one transaction: all of them or, on any error, none.
+
+        Bulk inserts, a handful of statements whatever the number of runs and measurements:
+        the runs, then all their measurements, then all samples.
+        """
         ids = [run.run_id for run in runs]
         repeated = [run_id for run_id, n in Counter(ids).items() if n > 1]
         if repeated:
             raise StoreError(f"run {repeated[0]!r} is given more than once")
-        rows = [run_to_model(run) for run in runs]
+        rows = [run_to_rows(run) for run in runs]
         try:
-            with Session(self._write) as session, session.begin():
-                existing = session.scalars(select(RunModel.run_id).where(RunModel.run_id.in_(ids))).first()
+            with self._write.begin() as conn:
+                existing = conn.scalars(select(RunModel.run_id).where(RunModel.run_id.in_(ids))).first()
                 if existing is not None:
                     raise StoreError(f"run {existing!r} is already in the store")
-                session.add_all(rows)
+                _insert_rows(conn, rows)
         except IntegrityError:
             # Another process saved one of these run_ids between our check and our insert.
             raise StoreError(f"run {ids[0]!r} is already in the store" if len(ids) == 1
@@ -345,6 +349,33 @@ class Store:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _insert_rows(conn: Connection, rows: Sequence[RunRows]) -> None:
+    """Insert runs, their measurements and samples with one executemany per table.
+
+    A sample row needs the id the database gave its measurement; the ids are read back by
+    (run_id, position), the measurements' unique key. (``INSERT ... RETURNING`` in
+    parameter order would need no query, but SQLite then sends one statement per row, and
+    psycopg parses each 1,000-row statement in Python: with 20,000 measurements, about 1.4
+    times as long on SQLite and 2-3 times on PostgreSQL.)
+    """
+    if not rows:
+        return
+    conn.execute(insert(RunModel), [r.run for r in rows])
+    measurements = [m for r in rows for m in r.measurements]
+    if not measurements:
+        return
+    conn.execute(insert(MeasurementModel), measurements)
+    inserted = select(MeasurementModel.id, MeasurementModel.run_id, MeasurementModel.position).where(
+        MeasurementModel.run_id.in_([r.run["run_id"] for r in rows])
+    )
+    measurement_ids = {(run_id, position): id_ for id_, run_id, position in conn.execute(inserted)}
+    conn.execute(insert(SampleModel), [
+        {"measurement_id": measurement_ids[r.run["run_id"], position], **sample}
+        for r in rows
+        for position, sample in enumerate(r.samples)
+    ])
 
 
 def _run_filters(
