@@ -68,3 +68,4 @@ def _register() -> None:
     """Import the modules that add their commands to ``app`` (one module per command family)."""
     from commlens.cli import db_cmd, ingest_cmd, regress_cmd, runs_cmd  # noqa: F401
     from commlens.cli import model_cmd, topology_cmd  # noqa: F401
+    from commlens.cli import project_cmd  # noqa: F401

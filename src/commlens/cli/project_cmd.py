@@ -1,0 +1,228 @@
+"""``commlens project WORKLOAD``, ``project sweep``, ``project validate``: training-step projection.
+
+Exit codes: 0 done; 2 bad input or a layout that cannot run (the reason on
+stderr); 1 when ``validate`` misses its targets (every row within 8%, mean
+absolute error <= 4%).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+_CTX = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+_SUB = ("sweep", "validate")
+
+
+@app.command("project", context_settings=_CTX, add_help_option=False)
+def project_entry(ctx: typer.Context) -> None:
+    """Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`)."""
+    args = list(ctx.args)
+    sub = args[0] if args and args[0] in _SUB else "one"
+    command = typer.main.get_command(_APPS[sub])
+    if sub != "one":
+        args = args[1:]
+    try:
+        rc = command.main(args, prog_name="commlens project" + ("" if sub == "one" else f" {sub}"),
+                          standalone_mode=False)
+    except typer.Exit as e:
+        raise typer.Exit(e.exit_code)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.Exit):
+            raise typer.Exit(e.exit_code)
+        if isinstance(e, click.ClickException):
+            e.show()
+            raise typer.Exit(2)
+        raise
+    if isinstance(rc, int) and rc:
+        raise typer.Exit(rc)
+
+
+def _one(
+    workload: str = typer.Argument(..., help="workload preset (llama3-70b, ...) or YAML file"),
+    topology: str = typer.Option(..., "--topology", "-t", help="topology preset or YAML file"),
+    gpus: int = typer.Option(..., "--gpus", "-n", help="GPUs in the job"),
+    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), cp: int = typer.Option(1, "--cp"),
+    vpp: int = typer.Option(1, "--vpp", help="virtual stages per GPU (interleaved 1F1B)"),
+    ep: int = typer.Option(1, "--ep"), zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (3 = FSDP)"),
+    fsdp: bool = typer.Option(False, "--fsdp", help="same as --zero 3"),
+    recompute: str = typer.Option("selective", "--recompute", help="none, selective or full"),
+    sp: bool = typer.Option(True, "--sp/--no-sp", help="sequence parallelism with TP"),
+    flash: bool = typer.Option(True, "--flash/--unfused-attention"),
+    overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="overlap DP communication with compute"),
+    order: str = typer.Option("tp,cp,dp,pp", "--order", help="placement, innermost first"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="bf16 or fp8"),
+    sets: List[str] = typer.Option([], "--set", help="any field: workload.PATH=V, layout.FIELD=V, topology.PATH=V"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
+    from commlens.project.sweep import Base, evaluate, parse_vary
+
+    layout = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": 3 if fsdp else zero,
+              "recompute": recompute, "sp": sp, "flash_attention": flash, "overlap_grad_reduce": overlap,
+              "overlap_param_gather": overlap, "order": order}
+    wl = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch), ("micro_batch", micro_batch),
+                            ("precision", precision)) if v is not None}
+    point = _point(sets, parse_vary)
+    p = _project(Base(workload, topology, gpus, layout, wl), point)
+    if as_json:
+        print(json.dumps(p.as_dict(), indent=1))
+        return
+    _print_projection(p)
+
+
+def _point(sets: list[str], parse_vary) -> dict[str, Any]:
+    from commlens.project import ProjectionError
+
+    try:
+        return {k: v[0] for k, v in parse_vary(sets).items()}
+    except ProjectionError as e:
+        fail(str(e).replace("--vary", "--set"))
+        raise
+
+
+def _project(base, point: dict[str, Any]):
+    """Like sweep.evaluate, but keeping the Projection and failing with the reason."""
+    from commlens.project import InfeasibleLayoutError, ParallelLayout, ProjectionError, project
+    from commlens.project.sweep import _topology, _workload
+    from commlens.topology import TopologyError
+    from commlens.workload import WorkloadError
+
+    wl, lay, topo_over, gpus = dict(base.workload_overrides), dict(base.layout), [], base.gpus
+    for path, value in point.items():
+        head, _, rest = path.partition(".")
+        if path == "gpus":
+            gpus = int(value)
+        elif head == "workload":
+            wl[rest] = value
+        elif head == "layout":
+            lay[rest] = value
+        else:
+            topo_over.append((rest, value))
+    try:
+        w = _workload(base.workload, tuple(sorted(wl.items())))
+        t = _topology(base.topology, tuple(topo_over))
+        return project(w, t, ParallelLayout(**lay), gpus)
+    except (InfeasibleLayoutError, ProjectionError, TopologyError, WorkloadError) as e:
+        fail(str(e))
+    except ValueError as e:  # pydantic on the layout
+        fail(f"layout: {str(e).splitlines()[0]}; {' '.join(str(e).splitlines()[1:3])}")
+
+
+def _print_projection(p) -> None:
+    lay = p.layout
+    print(f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
+          f"PP {lay['pp']} (vpp {lay['vpp']}), DP {lay['dp']}, EP {lay['ep']}, ZeRO {lay['zero']}, "
+          f"recompute {lay['recompute']}, {lay['micro_batches']} micro-batches")
+    print(f"  step time        {p.step_time_s:10.3f} s")
+    print(f"  tokens/s         {p.tokens_per_s:10.4g}")
+    print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {p.mfu * 100:.1f}%)")
+    print(f"  hw TFLOP/s       {p.hw_tflops_per_gpu:10.1f} per GPU   (with recomputation)")
+    print(f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU of {p.memory_capacity_bytes / 1e9:.0f}  "
+          + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.memory.items() if k != "total"))
+    print("  breakdown (s, share of step):")
+    for k, v in p.breakdown.items():
+        if v > 0:
+            print(f"    {k:<13} {v:10.3f}  {v / p.step_time_s * 100:5.1f}%")
+    hidden = {k: v for k, v in p.overlapped_s.items() if v > 0}
+    if hidden:
+        print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
+
+
+def _sweep(
+    workload: str = typer.Argument(..., help="workload preset or YAML file"),
+    topology: str = typer.Option(..., "--topology", "-t"),
+    gpus: int = typer.Option(..., "--gpus", "-n"),
+    vary: List[str] = typer.Option([], "--vary", help="path=v1,v2 (workload.*, layout.*, topology.*, gpus)"),
+    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), cp: int = typer.Option(1, "--cp"),
+    vpp: int = typer.Option(1, "--vpp"), ep: int = typer.Option(1, "--ep"), zero: int = typer.Option(1, "--zero"),
+    recompute: str = typer.Option("selective", "--recompute"),
+    search_layout: bool = typer.Option(False, "--search-layout", help="find the best layout at every point"),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray (RAY_ADDRESS)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="local processes (default: all cores)"),
+    metric: str = typer.Option("tokens_per_s", "--metric", help="tokens_per_s, mfu, step_time_s, memory_gb"),
+    plot_path: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the metric here"),
+    top: int = typer.Option(5, "--top", help="best configurations to list"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
+    from commlens.project import ProjectionError
+    from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
+
+    try:
+        grid_spec = parse_vary(vary)
+        points = grid(grid_spec) if grid_spec else [{}]
+        layout = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
+        layout["recompute"] = recompute
+        result = run_sweep(Base(workload, topology, gpus, layout, {}), points, search=search_layout,
+                           executor=executor, workers=workers)
+    except ProjectionError as e:
+        fail(str(e))
+    reasons = result.infeasible_reasons()
+    if plot_path and result.feasible and grid_spec:
+        plot(result, grid_spec, metric, plot_path)
+    if as_json:
+        print(json.dumps({"rows": result.rows, "best": result.best(metric, top),
+                          "infeasible": dict(reasons)}, indent=1, default=str))
+        return
+    keys = list(grid_spec)
+    print("  ".join(f"{k:>14}" for k in keys) + f"  {'step s':>9} {'tokens/s':>10} {'MFU %':>6} {'mem GB':>7}  layout")
+    for r in result.rows:
+        head = "  ".join(f"{str(r[k]):>14}" for k in keys)
+        if "error" in r:
+            print(f"{head}  infeasible: {r['error']}")
+        else:
+            lay = r["layout"]
+            print(f"{head}  {r['step_time_s']:9.3f} {r['tokens_per_s']:10.4g} {r['mfu'] * 100:6.1f} "
+                  f"{r['memory_gb']:7.1f}  tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} "
+                  f"ep{lay['ep']} z{lay['zero']}")
+    print(f"\n{len(result.feasible)} of {len(result.rows)} points feasible; best by {metric}:")
+    for r in result.best(metric, top):
+        print("  " + ", ".join(f"{k}={r[k]}" for k in keys) + f": {metric} {r[metric]:.4g}")
+    if reasons:
+        print("infeasible:")
+        for reason, n in reasons.most_common():
+            print(f"  {n:6d}  {reason}")
+    if plot_path and result.feasible and grid_spec:
+        print(f"plot: {plot_path}")
+
+
+def _validate(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Predicted vs published TFLOP/s per GPU: Megatron-LM SC'21 Table 1 on dgx-a100."""
+    from commlens.project.validate import validate_megatron
+
+    rows = validate_megatron()
+    errors = [abs(r.error) for r in rows]
+    mae, worst = sum(errors) / len(errors), max(errors)
+    ok = worst <= 0.08 and mae <= 0.04
+    if as_json:
+        print(json.dumps({"rows": [r.as_dict() for r in rows], "mean_abs_error": mae, "max_abs_error": worst,
+                          "targets_met": ok}, indent=1))
+    else:
+        print(f"{'workload':<22} {'TP':>3} {'PP':>3} {'VPP':>3} {'GPUs':>5} {'batch':>5} {'published':>9} "
+              f"{'predicted':>9} {'error':>7}")
+        for r in rows:
+            print(f"{r.workload:<22} {r.tp:>3} {r.pp:>3} {r.vpp:>3} {r.gpus:>5} {r.batch:>5} "
+                  f"{r.published_tflops:>9.0f} {r.predicted_tflops:>9.1f} {r.error * 100:>+6.1f}%")
+        print(f"mean absolute error {mae * 100:.1f}%, max {worst * 100:.1f}% "
+              f"(targets: every row within 8%, mean <= 4%: {'met' if ok else 'NOT met'})")
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _app(fn) -> typer.Typer:
+    sub = typer.Typer(add_completion=False)
+    sub.command()(fn)
+    return sub
+
+
+_APPS = {"one": _app(_one), "sweep": _app(_sweep), "validate": _app(_validate)}

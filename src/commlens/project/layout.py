@@ -1,0 +1,150 @@
+"""The parallel layout of a training job: TP (+SP), CP, PP (1F1B / interleaved), DP (ZeRO / FSDP), EP.
+
+A :class:`ParallelLayout` is data like a workload (pydantic, strict keys);
+:func:`resolve` checks it against a workload and a GPU count and returns the
+derived sizes, or raises :class:`InfeasibleLayoutError` with the reason.
+
+Placement: ranks are numbered node-major (as launchers place them); the
+dimensions in ``order`` are laid out innermost first, so by default TP groups
+are consecutive ranks inside a node's scale-up domain, then CP, then DP, with
+PP outermost. EP groups are carved from the innermost part of DP (experts are
+data-parallel over the rest), as Megatron-LM does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from commlens.project.errors import InfeasibleLayoutError
+from commlens.workload import Workload
+
+__all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
+
+Recompute = Literal["none", "selective", "full"]
+_DIMS = ("tp", "cp", "dp", "pp")
+
+
+class ParallelLayout(BaseModel):
+    """How a job splits one training step over its GPUs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size")
+    sp: bool = Field(default=True, description="sequence parallelism: TP all-gather/reduce-scatter, norms split")
+    cp: int = Field(default=1, ge=1, description="context-parallel size (sequence split, ring attention)")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+    vpp: int = Field(default=1, ge=1, description="virtual stages per GPU (>1: interleaved 1F1B)")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE), carved from DP")
+    dp: int | None = Field(default=None, ge=1, description="data-parallel size; None: GPUs / (TP x CP x PP)")
+    zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage: 1 optimizer, 2 +grads, 3 +params (FSDP)")
+    recompute: Recompute = Field(default="selective", description="activation recomputation: none, selective, full")
+    flash_attention: bool = Field(default=True, description="fused (flash) attention; false: unfused, s^2 in HBM")
+    overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
+    overlap_param_gather: bool = Field(default=True, description="ZeRO parameter all-gather overlaps forward")
+    grad_reduce_bytes: int = Field(default=4, ge=1, le=4, description="bytes per gradient element reduced (fp32: 4)")
+    order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _order(cls, v: object) -> tuple[str, ...]:
+        items = tuple(v.replace("-", ",").split(",")) if isinstance(v, str) else tuple(v)  # type: ignore[arg-type]
+        if sorted(items) != sorted(_DIMS):
+            raise ValueError(f"must name each of {', '.join(_DIMS)} once, got {', '.join(items)}")
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One communicator of a parallel dimension: its size and how its ranks sit on nodes."""
+
+    size: int
+    nodes: int
+    ranks_per_node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A layout checked against a workload and a GPU count, with everything derived."""
+
+    gpus: int
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    dp: int
+    ep: int
+    micro_batches: int  # per pipeline per step
+    layers_per_stage: int
+    groups: dict[str, Group]  # tp, cp, dp (dp x cp for dense grads), edp (experts' DP), ep, pp
+
+
+def _group(size: int, stride: int, per_node: int) -> Group:
+    if size == 1:
+        return Group(1, 1, 1)
+    if stride >= per_node:
+        return Group(size, size, 1)
+    if stride * size <= per_node:
+        return Group(size, 1, size)
+    rpn = per_node // stride
+    return Group(size, -(-size // rpn), rpn)
+
+
+def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int) -> Resolved:
+    """Derived sizes and groups; :class:`InfeasibleLayoutError` naming the first reason it cannot run."""
+    tp, cp, pp, vpp, ep = layout.tp, layout.cp, layout.pp, layout.vpp, layout.ep
+    if gpus < 1:
+        raise InfeasibleLayoutError(f"gpus must be >= 1, got {gpus}", "divides")
+    model_par = tp * cp * pp
+    if gpus % model_par:
+        raise InfeasibleLayoutError(f"TP x CP x PP = {tp} x {cp} x {pp} = {model_par} does not divide {gpus} GPUs",
+                                    "divides")
+    dp = gpus // model_par
+    if layout.dp is not None and layout.dp != dp:
+        raise InfeasibleLayoutError(f"dp {layout.dp} x TP {tp} x CP {cp} x PP {pp} != {gpus} GPUs", "divides")
+    w = workload
+    if w.heads % tp:
+        raise InfeasibleLayoutError(f"TP {tp} does not divide {w.heads} attention heads", "divides")
+    if w.kv_heads_n % tp and tp % w.kv_heads_n:
+        raise InfeasibleLayoutError(f"TP {tp} and {w.kv_heads_n} KV heads: neither divides the other", "divides")
+    if w.layers % (pp * vpp):
+        raise InfeasibleLayoutError(
+            f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {w.layers} layers", "divides")
+    if vpp > 1 and pp == 1:
+        raise InfeasibleLayoutError("interleaved schedule (vpp > 1) needs pp > 1", "divides")
+    if w.seq_len % (2 * cp if cp > 1 else 1):
+        raise InfeasibleLayoutError(f"CP {cp}: sequence length {w.seq_len} does not split into {2 * cp} chunks "
+                                    "(load-balanced causal split)", "divides")
+    if w.global_batch % (dp * w.micro_batch):
+        raise InfeasibleLayoutError(f"global batch {w.global_batch} does not split into DP {dp} x micro-batch "
+                                    f"{w.micro_batch}", "divides")
+    micro_batches = w.global_batch // (dp * w.micro_batch)
+    if vpp > 1 and micro_batches % pp:
+        raise InfeasibleLayoutError(
+            f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides")
+    if w.moe is None:
+        if ep > 1:
+            raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
+    else:
+        if w.moe.experts % ep:
+            raise InfeasibleLayoutError(f"EP {ep} does not divide {w.moe.experts} experts", "divides")
+        if (dp * cp) % ep:
+            raise InfeasibleLayoutError(f"EP {ep} does not divide DP x CP = {dp * cp}", "divides")
+    if gpus > per_node and gpus % per_node:
+        raise InfeasibleLayoutError(f"{gpus} GPUs do not fill whole nodes of {per_node}", "topology")
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    strides, stride = {}, 1
+    for dim in layout.order:
+        strides[dim] = stride
+        stride *= sizes[dim]
+    groups = {dim: _group(sizes[dim], strides[dim], per_node) for dim in _DIMS}
+    if layout.order.index("cp") + 1 == layout.order.index("dp"):  # CP and DP adjacent: one gradient group
+        groups["dp"] = _group(dp * cp, strides["cp"], per_node)
+    else:
+        groups["dp"] = _group(dp, strides["dp"], per_node)  # CP's share folded in as more bytes, see step
+    ep_stride = strides["cp"] if layout.order.index("cp") + 1 == layout.order.index("dp") else strides["dp"]
+    groups["ep"] = _group(ep, ep_stride, per_node)
+    groups["edp"] = _group(dp * cp // ep, ep_stride * ep, per_node)
+    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, w.layers // pp, groups)

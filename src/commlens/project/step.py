@@ -1,0 +1,320 @@
+"""Step time, throughput, FLOP/s and memory of one training step: :func:`project`.
+
+The model, per GPU of the slowest pipeline stage, for one micro-batch:
+
+1. compute: every GEMM of a layer (QKV, attention core, output projection,
+   FFN or routed + shared experts, router) at its shape's efficiency
+   (:mod:`commlens.project.compute`); backward = the data- and weight-gradient
+   GEMMs, each at its own shape's efficiency; recomputation
+   adds a forward (full) or the attention core (selective); the last stage adds
+   the logits GEMM;
+2. streaming ops (norms, residual adds with dropout, activations, unfused
+   softmax/dropout over s x s, MoE permutation) from their bytes and HBM
+   bandwidth; backward moves 2 x the forward bytes;
+3. communication from the collective cost models (:func:`commlens.model.predict`)
+   on the topology, per parallel dimension, each placed on its nodes
+   (:mod:`commlens.project.layout`): TP all-reduce (or all-gather +
+   reduce-scatter with SP) twice per layer per pass, exposed; CP all-gather of
+   K/V and reduce-scatter of their gradients, hidden under attention; EP
+   all-to-all dispatch + combine per MoE layer per pass, exposed; PP
+   send/recv per micro-batch per virtual stage (scatter/gather over TP: a
+   1/TP slice per rank, all-gathered over TP after it arrives unless SP);
+4. the pipeline: step = (m + (p - 1) / v) x stage time per micro-batch
+   (1F1B; interleaved with v virtual stages);
+5. after the last backward: DP gradient reduction (all-reduce, or
+   reduce-scatter + parameter all-gather with ZeRO), hidden under the last
+   micro-batch's backward when overlapped; ZeRO-3 gathers parameters every
+   micro-batch, hidden under its compute; then the optimizer step (Adam,
+   streaming over its shard of the state).
+
+FLOPs are counted as Megatron-LM counts them (attention over the full s x s,
+not halved for causality), so TFLOP/s figures compare with published ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commlens.model import InfeasibleError, predict
+from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
+from commlens.project.errors import InfeasibleLayoutError
+from commlens.project.hardware import device_for
+from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
+from commlens.project.memory import memory_per_gpu
+from commlens.topology import Topology
+from commlens.workload import Workload
+
+__all__ = ["Projection", "model_flops_per_step", "project"]
+
+_COMM: dict[tuple, float] = {}
+
+
+def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> float:
+    """Time of one collective on ``group`` (cached: sweeps ask for the same ones often)."""
+    if group.size == 1 or size_bytes <= 0:
+        return 0.0
+    key = (id(topology), op, int(size_bytes), group.nodes, group.ranks_per_node)
+    hit = _COMM.get(key)
+    if hit is None:
+        if len(_COMM) > 100_000:
+            _COMM.clear()
+        try:
+            hit = predict(topology, op, int(size_bytes), nodes=group.nodes, ranks_per_node=group.ranks_per_node).time_s
+        except InfeasibleError as e:
+            raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
+        _COMM[key] = hit
+    return hit
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projected training step."""
+
+    workload: str
+    topology: str
+    gpus: int
+    layout: dict[str, object]
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hw_tflops_per_gpu: float
+    mfu: float
+    memory_bytes_per_gpu: float
+    memory_capacity_bytes: float
+    breakdown: dict[str, float]  # seconds of the step: compute, each exposed comm, bubble, other
+    memory: dict[str, float] = field(default_factory=dict)  # bytes by kind
+    overlapped_s: dict[str, float] = field(default_factory=dict)  # communication hidden under compute
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "workload": self.workload,
+            "topology": self.topology,
+            "gpus": self.gpus,
+            "layout": self.layout,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
+            "mfu": self.mfu,
+            "memory_bytes_per_gpu": self.memory_bytes_per_gpu,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "breakdown": dict(self.breakdown),
+            "overlapped_s": dict(self.overlapped_s),
+            "memory": dict(self.memory),
+        }
+
+
+def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
+    """(GEMM FLOPs, attention-core FLOPs) of one layer's forward for ``tokens`` queries over ``keys`` keys."""
+    h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
+    mats = 3 if w.gated_ffn else 2
+    dense = 2 * tokens * h * d * (2 * a + 2 * g)
+    if moe:
+        m = w.moe
+        dense += 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (m.top_k + m.shared_experts)
+    else:
+        dense += 2 * tokens * mats * h * w.ffn_hidden
+    return dense, 4 * tokens * keys * a * d
+
+
+def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
+    """FLOPs of one step, Megatron-LM's count (full s x s attention); with recomputation's extra forward."""
+    tokens = w.global_batch * w.seq_len
+    dense_layers = w.layers - w.moe_layers
+    fwd = 0.0
+    for n, moe in ((dense_layers, False), (w.moe_layers, True)):
+        if n:
+            gemm, attn = _layer_flops(w, tokens, w.seq_len, moe)
+            fwd += n * (gemm + attn)
+            if recompute == "full":
+                fwd += n * (gemm + attn) / 3.0
+            elif recompute == "selective":
+                fwd += n * attn / 3.0
+    logits = 2 * tokens * w.hidden * w.vocab
+    return 3.0 * (fwd + logits)
+
+
+def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus: int,
+            *, check_memory: bool = True) -> Projection:
+    """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason)."""
+    dev = device_for(topology.accelerator.name)
+    w = workload
+    r = resolve(layout, w, gpus, topology.accelerators_per_node)
+    peak = dev.peak(w.precision)
+    mem = memory_per_gpu(w, layout, r)
+    if check_memory and mem["total"] > dev.hbm_bytes:
+        raise InfeasibleLayoutError(
+            f"needs {mem['total'] / 1e9:.0f} GB per GPU, has {dev.hbm_bytes / 1e9:.0f}", "memory")
+
+    t, cp, h = r.tp, r.cp, w.hidden
+    sp = layout.sp and t > 1
+    tokens = w.micro_batch * w.seq_len / cp  # this GPU's tokens of one micro-batch
+    keys = float(w.seq_len)
+    d, a, g = w.head_size, w.heads, w.kv_heads_n
+    mats = 3 if w.gated_ffn else 2
+    a_t, g_t = a / t, max(g / t, 1.0)
+    elem = 1.0 if w.precision == "fp8" else 2.0
+
+    def gemm(m_: float, n_: float, k_: float) -> tuple[float, float]:
+        """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
+        gradient (k, n, m), each at its own shape's efficiency."""
+        fwd = gemm_time_s(dev, peak, m_, n_, k_, elem_bytes=elem)
+        return fwd, gemm_time_s(dev, peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(dev, peak, k_, n_, m_,
+                                                                                       elem_bytes=elem)
+
+    def add(*parts: tuple[float, float], times: float = 1.0) -> tuple[float, float]:
+        return sum(p[0] for p in parts) * times, sum(p[1] for p in parts) * times
+
+    # --- one layer, one micro-batch, forward: GEMMs and the attention core
+    t_qkv = gemm(tokens, (a_t + 2 * g_t) * d, h)
+    t_proj = gemm(tokens, a_t * d, h)
+    if layout.flash_attention:
+        causal_flops = 4 * tokens * keys * a_t * d * 0.5  # causal: flash skips masked blocks
+        t_core = causal_flops / (peak * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION)
+        core_bytes = 0.0
+    else:  # scores and context as batched GEMMs over full s x s, softmax + dropout through HBM
+        b_heads = w.micro_batch * a_t
+        t_core = (gemm_time_s(dev, peak, tokens / w.micro_batch, keys, d, b_heads, elem)
+                  + gemm_time_s(dev, peak, tokens / w.micro_batch, d, keys, b_heads, elem))
+        core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys  # scale-mask-softmax 4 B + dropout 5 B
+    t_dense_ffn = add(add(gemm(tokens, w.ffn_hidden / t, h), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t))
+    resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
+    base_bytes = 8 * resid + 14 * resid + core_bytes  # 2 norms (r+w, bf16), 2 bias-dropout-adds (7 B)
+    dense_ffn_bytes = 2 * 2 * tokens * w.ffn_hidden / t * (mats - 1)  # activation (GeLU / SwiGLU): read + write
+    layer_kinds = []
+    dense_layers = w.layers - w.moe_layers
+    if dense_layers:
+        layer_kinds.append((dense_layers, add(t_qkv, t_proj, t_dense_ffn), t_core, base_bytes + dense_ffn_bytes, 0.0))
+    if w.moe_layers:
+        m = w.moe
+        cf = m.capacity_factor or 1.0
+        routed_tokens = tokens * m.top_k * cf  # token copies this GPU's experts take, routing balanced
+        local_experts = m.experts / r.ep
+        per_expert_tokens = routed_tokens / local_experts
+        fe = m.expert_ffn_hidden / t
+        t_exp = add(add(gemm(per_expert_tokens, fe, h), times=mats - 1), gemm(per_expert_tokens, h, fe), times=local_experts)
+        t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=m.shared_experts)
+        t_router = gemm(tokens, m.experts, h)
+        moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
+        a2a_bytes = routed_tokens * h * elem
+        layer_kinds.append((w.moe_layers, add(t_qkv, t_proj, t_exp, t_shared, t_router), t_core,
+                            base_bytes + moe_bytes, a2a_bytes))
+
+    # --- communication of one layer pass (forward or backward)
+    tp_bytes = tokens * h * 2
+    if t > 1:
+        if sp:
+            tp_pass = 2 * (_comm_s(topology, "all_gather", tp_bytes, r.groups["tp"])
+                           + _comm_s(topology, "reduce_scatter", tp_bytes, r.groups["tp"]))
+        else:
+            tp_pass = 2 * _comm_s(topology, "all_reduce", tp_bytes, r.groups["tp"])
+    else:
+        tp_pass = 0.0
+    cp_kv_bytes = 2 * w.micro_batch * w.seq_len * g_t * d * 2  # K and V of the whole sequence, gathered
+    cp_fwd = _comm_s(topology, "all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
+    cp_bwd = cp_fwd + (_comm_s(topology, "reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
+
+    recompute_full = layout.recompute == "full"
+    recompute_attn = layout.recompute == "selective"
+    stage_compute = stage_stream = stage_tp = stage_cp = stage_ep = 0.0
+    cp_hidden = ep_a2a_total = 0.0
+    layers_here = r.layers_per_stage
+    total_layers = w.layers
+    for count, t_gemm, t_attn, nbytes, a2a_bytes in layer_kinds:
+        share = count * layers_here / total_layers  # this stage's share of layers of this kind
+        fwd_passes = 2.0 if recompute_full else 1.0
+        compute = t_gemm[0] * fwd_passes + t_gemm[1] + t_attn * (fwd_passes + 2.0 + (1.0 if recompute_attn else 0.0))
+        stream = stream_time_s(dev, nbytes) * (fwd_passes + 2.0)
+        stage_compute += share * compute
+        stage_stream += share * stream
+        stage_tp += share * tp_pass * (fwd_passes + 1.0)
+        if cp > 1:
+            attn_fwd = t_attn
+            exposed = max(0.0, cp_fwd - attn_fwd) * fwd_passes + max(0.0, cp_bwd - 2 * attn_fwd)
+            stage_cp += share * exposed
+            cp_hidden += share * (cp_fwd * fwd_passes + cp_bwd - exposed)
+        if a2a_bytes and r.ep > 1:
+            a2a = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"])
+            ep_a2a_total += share * a2a * 2 * (fwd_passes + 1.0)
+    stage_ep = ep_a2a_total
+    # logits (and loss) on the last stage, embeddings on the first: the last stage is the slower one
+    t_logits = sum(gemm(tokens, w.vocab / t, h)) + stream_time_s(dev, tokens * w.vocab / t * 4 * 3)
+    stage_compute += t_logits
+    pp_p2p = 0.0
+    if r.pp > 1:
+        p2p_bytes = tokens * h * 2 / t  # scatter/gather over TP (or SP): each TP rank sends its share
+        pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
+        pp_p2p = _comm_s(topology, "sendrecv", p2p_bytes, pp_group)
+        if t > 1 and not sp:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
+            pp_p2p += _comm_s(topology, "all_gather", tokens * h * 2, r.groups["tp"])
+        pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
+    per_mb = stage_compute + stage_stream + stage_tp + stage_cp + stage_ep + pp_p2p
+    m_count = r.micro_batches
+    bubble_mb = (r.pp - 1) / r.vpp
+    pipeline_s = (m_count + bubble_mb) * per_mb
+
+    # --- data parallelism and the optimizer
+    counts = w.parameter_counts()
+    expert_params = counts["experts"]
+    dense_params = sum(counts.values()) - expert_params
+    dense_local = dense_params / (t * r.pp)
+    expert_local = expert_params / (r.ep * t * r.pp)
+    dp_group, edp_group = r.groups["dp"], r.groups["edp"]
+    gb = layout.grad_reduce_bytes
+    dp_s = 0.0
+    for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
+        if group.size == 1 or params == 0:
+            continue
+        if layout.zero == 0:
+            dp_s += _comm_s(topology, "all_reduce", params * gb, group)
+        else:
+            dp_s += _comm_s(topology, "reduce_scatter", params * gb, group)
+            if layout.zero < 3:
+                dp_s += _comm_s(topology, "all_gather", params * 2, group)
+    last_bwd = (stage_compute + stage_stream) * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
+    dp_hidden = min(dp_s, last_bwd) if layout.overlap_grad_reduce else 0.0
+    if layout.zero >= 3:  # parameters gathered every micro-batch, forward and backward, behind compute
+        gather = _comm_s(topology, "all_gather", dense_local * 2, dp_group)
+        gather += _comm_s(topology, "all_gather", expert_local * 2, edp_group)
+        fsdp_per_mb = gather * (3.0 if recompute_full else 2.0)
+        fsdp_exposed = m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
+        fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
+    else:
+        fsdp_exposed = fsdp_hidden = 0.0
+    shard = (dp_group.size if layout.zero >= 1 else 1)
+    optimizer_s = stream_time_s(dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * 30)
+
+    step = pipeline_s + (dp_s - dp_hidden) + fsdp_exposed + optimizer_s
+    m = m_count
+    breakdown = {
+        "compute": m * stage_compute,
+        "memory_bound": m * stage_stream,
+        "tp_comm": m * stage_tp,
+        "cp_comm": m * stage_cp,
+        "ep_comm": m * stage_ep,
+        "pp_comm": m * pp_p2p,
+        "bubble": bubble_mb * per_mb,
+        "dp_comm": dp_s - dp_hidden + fsdp_exposed,
+        "optimizer": optimizer_s,
+    }
+    tokens_step = w.global_batch * w.seq_len
+    model_flops = model_flops_per_step(w, "none")
+    hw_flops = model_flops_per_step(w, layout.recompute)
+    model_tflops = model_flops / step / gpus / 1e12
+    return Projection(
+        workload=w.name,
+        topology=topology.name,
+        gpus=gpus,
+        layout={"tp": t, "sp": sp, "cp": cp, "pp": r.pp, "vpp": r.vpp, "dp": r.dp, "ep": r.ep, "zero": layout.zero,
+                "recompute": layout.recompute, "micro_batches": m, "order": ",".join(layout.order)},
+        step_time_s=step,
+        tokens_per_s=tokens_step / step,
+        model_tflops_per_gpu=model_tflops,
+        hw_tflops_per_gpu=hw_flops / step / gpus / 1e12,
+        mfu=model_tflops * 1e12 / peak,
+        memory_bytes_per_gpu=mem["total"],
+        memory_capacity_bytes=dev.hbm_bytes,
+        breakdown=breakdown,
+        memory=mem,
+        overlapped_s={"cp_comm": m * cp_hidden, "dp_comm": dp_hidden, "fsdp_gather": fsdp_hidden},
+    )

@@ -1,0 +1,254 @@
+"""What-if sweeps: grids over workload, layout, topology fields and GPU count; layout search; executors.
+
+A point is a dict of dotted overrides: ``workload.seq_len``, ``layout.pp``,
+``topology.scale_out.nic_bandwidth_bytes_per_s`` (alias ``topology.nic_gbps``:
+Gb/s per NIC), ``gpus``. Points are evaluated in order; results come back in
+the same order whatever the executor (``local``: a process pool; ``ray``: Ray
+tasks, address from ``RAY_ADDRESS``), so a sweep's output is stable.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from commlens.project.errors import InfeasibleLayoutError, ProjectionError
+
+__all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "run_sweep", "search_layouts"]
+
+TOPOLOGY_ALIASES = {"nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
+                    "scale_up_gbytes": ("scale_up.bandwidth_bytes_per_s", 1e9)}
+
+
+@dataclass(frozen=True)
+class Base:
+    """What every point starts from: names (presets or paths) and plain-data overrides."""
+
+    workload: str
+    topology: str
+    gpus: int
+    layout: dict[str, Any]
+    workload_overrides: dict[str, Any]
+
+
+def _value(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
+    """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars."""
+    out: dict[str, list[Any]] = {}
+    for spec in specs:
+        path, sep, values = spec.partition("=")
+        path = path.strip()
+        if not sep or not values:
+            raise ProjectionError(f"--vary {spec!r}: expected path=v1,v2,...")
+        if path != "gpus" and path.split(".")[0] not in ("workload", "layout", "topology"):
+            raise ProjectionError(f"--vary {path}: the path starts with workload., layout., topology. or is gpus")
+        out[path] = [_value(v) for v in values.split(",")]
+    return out
+
+
+def grid(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, in the order given (last field varying fastest)."""
+    keys = list(vary)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(vary[k] for k in keys))]
+
+
+_TOPO_CACHE: dict[tuple, Any] = {}
+_WL_CACHE: dict[tuple, Any] = {}
+
+
+def _topology(name: str, overrides: tuple[tuple[str, Any], ...]):
+    from commlens.topology import load_topology, topology_from_dict, topology_to_dict
+    from commlens.workload import override
+
+    key = (name, overrides)
+    hit = _TOPO_CACHE.get(key)
+    if hit is None:
+        topo = load_topology(name)
+        if overrides:
+            data = topology_to_dict(topo)
+            for path, value in overrides:
+                if path in TOPOLOGY_ALIASES:
+                    path, scale = TOPOLOGY_ALIASES[path]
+                    value = float(value) * scale
+                override(data, path, value)
+            topo = topology_from_dict(data, source=f"{name} with {dict(overrides)}")
+        hit = _TOPO_CACHE[key] = topo
+    return hit
+
+
+def _workload(name: str, overrides: tuple[tuple[str, Any], ...]):
+    from commlens.workload import load_workload
+
+    key = (name, overrides)
+    hit = _WL_CACHE.get(key)
+    if hit is None:
+        hit = _WL_CACHE[key] = load_workload(name, dict(overrides))
+    return hit
+
+
+def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[str, Any]:
+    """One point: its projection as a row, or ``{"error": reason, "kind": kind}``."""
+    from commlens.project.layout import ParallelLayout
+    from commlens.project.step import project
+
+    row: dict[str, Any] = dict(point)
+    try:
+        wl_over = dict(base.workload_overrides)
+        topo_over, layout_over = [], dict(base.layout)
+        gpus = base.gpus
+        for path, value in point.items():
+            head, _, rest = path.partition(".")
+            if path == "gpus":
+                gpus = int(value)
+            elif head == "workload":
+                wl_over[rest] = value
+            elif head == "layout":
+                layout_over[rest] = value
+            else:
+                topo_over.append((rest, value))
+        w = _workload(base.workload, tuple(sorted(wl_over.items())))
+        topo = _topology(base.topology, tuple(topo_over))
+        if search:
+            p = search_layouts(w, topo, gpus, layout_over)
+        else:
+            p = project(w, topo, ParallelLayout(**layout_over), gpus)
+    except InfeasibleLayoutError as e:
+        row.update(error=str(e), kind=e.kind)
+        return row
+    except (ProjectionError, ValueError) as e:
+        row.update(error=str(e).splitlines()[0], kind="invalid")
+        return row
+    row.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
+               model_tflops_per_gpu=p.model_tflops_per_gpu, memory_gb=p.memory_bytes_per_gpu / 1e9,
+               layout=p.layout)
+    return row
+
+
+def search_layouts(w, topo, gpus: int, fixed: dict[str, Any]):
+    """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO)."""
+    from commlens.project.layout import ParallelLayout
+    from commlens.project.step import project
+
+    domain = topo.scale_up.domain_size
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= domain and w.heads % t == 0]
+    pps = [p for p in (1, 2, 4, 8, 16, 32, 64) if w.layers % p == 0 and p <= gpus]
+    cps = [c for c in (1, 2, 4, 8, 16) if w.seq_len >= 8192 or c == 1]
+    eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if w.moe and w.moe.experts % e == 0] if w.moe else [1]
+    best, reasons = None, Counter()
+    for tp, pp, cp, ep in itertools.product(tps, pps, cps, eps):
+        for vpp in (1, 2, 4) if pp > 1 else (1,):
+            for zero in (1, 3):
+                fields = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "zero": zero, **fixed}
+                try:
+                    p = project(w, topo, ParallelLayout(**fields), gpus)
+                except InfeasibleLayoutError as e:
+                    reasons[e.kind] += 1
+                    continue
+                if best is None or p.step_time_s < best.step_time_s:
+                    best = p
+    if best is None:
+        raise InfeasibleLayoutError(f"no feasible layout on {gpus} GPUs ({dict(reasons)})", "search")
+    return best
+
+
+def _chunk(args: tuple[Base, list[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    base, points, search = args
+    return [evaluate(base, p, search) for p in points]
+
+
+@dataclass
+class SweepResult:
+    rows: list[dict[str, Any]]
+
+    @property
+    def feasible(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if "error" not in r]
+
+    def infeasible_reasons(self) -> Counter:
+        """Count of infeasible points per reason kind and first words of the reason."""
+        return Counter(f"{r['kind']}: {_reason_key(r['error'])}" for r in self.rows if "error" in r)
+
+    def best(self, metric: str = "tokens_per_s", n: int = 5) -> list[dict[str, Any]]:
+        reverse = metric not in ("step_time_s", "memory_gb")
+        return sorted(self.feasible, key=lambda r: r[metric], reverse=reverse)[:n]
+
+
+def _reason_key(reason: str) -> str:
+    import re
+
+    return re.sub(r"\d+(\.\d+)?", "N", reason)
+
+
+def run_sweep(base: Base, points: list[dict[str, Any]], *, search: bool = False, executor: str = "local",
+              workers: int | None = None) -> SweepResult:
+    """Evaluate ``points`` (in order) locally in a process pool, serially (``workers=1``), or on Ray."""
+    import os
+
+    workers = workers or os.cpu_count() or 1
+    if executor == "ray":
+        return SweepResult(_run_ray(base, points, search))
+    if executor != "local":
+        raise ProjectionError(f"unknown executor {executor!r}; known: local, ray")
+    if workers == 1 or len(points) < 64:
+        return SweepResult(_chunk((base, points, search)))
+    size = -(-len(points) // (workers * 4))
+    chunks = [(base, points[i:i + size], search) for i in range(0, len(points), size)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        rows = [row for part in pool.map(_chunk, chunks) for row in part]
+    return SweepResult(rows)
+
+
+def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise ProjectionError("--executor ray needs Ray: pip install ray") from None
+    import os
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
+    try:
+        task = ray.remote(_chunk)
+        size = max(1, -(-len(points) // (int(ray.available_resources().get("CPU", 1)) * 4)))
+        refs = [task.remote((base, points[i:i + size], search)) for i in range(0, len(points), size)]
+        return [row for part in ray.get(refs) for row in part]
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def plot(result: SweepResult, vary: dict[str, list[Any]], metric: str, path: str) -> None:
+    """A PNG of ``metric`` over the first varied field, one line per combination of the others."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(vary)
+    x_key, others = keys[0], keys[1:]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict[tuple, list[tuple[Any, float]]] = {}
+    for r in result.feasible:
+        series.setdefault(tuple(r[k] for k in others), []).append((r[x_key], r[metric]))
+    for label, pts in series.items():
+        xs = list(range(len(pts))) if any(isinstance(x, str) for x, _ in pts) else [x for x, _ in pts]
+        ax.plot(xs, [y for _, y in pts], marker="o",
+                label=", ".join(f"{k}={v}" for k, v in zip(others, label)) or metric)
+    ax.set_xlabel(x_key)
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.3)
+    if others:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,79 @@
+"""Load workloads: shipped presets by name or any YAML file by path, with dotted-field overrides."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from commlens.workload.spec import Workload, WorkloadError, workload_from_dict
+
+__all__ = ["list_presets", "load_workload", "override", "workload_data"]
+
+_PRESET_PACKAGE = "commlens.workload.presets"
+_SUFFIXES = (".yaml", ".yml")
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped workload presets, sorted."""
+    folder = resources.files(_PRESET_PACKAGE)
+    return sorted(p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith(_SUFFIXES))
+
+
+def _preset_file(name: str) -> Path:
+    folder = resources.files(_PRESET_PACKAGE)
+    for suffix in _SUFFIXES:
+        candidate = folder / f"{name}{suffix}"
+        if candidate.is_file():
+            return Path(str(candidate))
+    raise WorkloadError(f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+
+
+@lru_cache(maxsize=64)
+def _read(path: Path, _mtime_ns: int) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise WorkloadError(f"{path.name}: cannot read workload: {e}") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{path.name}: expected a mapping of workload fields")
+    return data
+
+
+def workload_data(name_or_path: str | Path) -> dict[str, Any]:
+    """The plain data of a preset or YAML file (a fresh copy: safe to modify)."""
+    import copy
+
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(_SUFFIXES) or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise WorkloadError(f"workload file {text!r} not found")
+        return copy.deepcopy(_read(path.resolve(), path.stat().st_mtime_ns))
+    return copy.deepcopy(_read(_preset_file(text), 0))
+
+
+def override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """Set dotted field ``path`` (``moe.top_k``) in ``data`` in place; returns ``data``."""
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            if child is not None:
+                raise WorkloadError(f"{path}: {key} is not a group of fields")
+            child = node[key] = {}
+        node = child
+    node[keys[-1]] = value
+    return data
+
+
+def load_workload(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
+    """A preset by name (``llama3-70b``) or YAML file, with ``overrides`` (dotted field -> value) applied."""
+    data = workload_data(name_or_path)
+    for key, value in (overrides or {}).items():
+        override(data, key, value)
+    return workload_from_dict(data, source=str(name_or_path))

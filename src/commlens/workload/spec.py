@@ -1,0 +1,151 @@
+"""Training workloads as strict pydantic specs: a decoder transformer, dense or MoE, and its batch.
+
+A workload is data (YAML with exactly these keys); ranges are checked when it
+is built and a bad value raises :class:`WorkloadError` naming the field
+(``moe.top_k``). Parallel layout and hardware are not part of a workload: the
+same model can be projected on any cluster under any layout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
+
+FORMAT = "commlens.workload/1"
+Precision = Literal["bf16", "fp8"]
+
+
+class WorkloadError(ValueError):
+    """A workload spec that cannot be built, or a preset that does not exist."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Moe(_Spec):
+    """Mixture-of-experts feed-forward blocks (every ``every``-th layer, from ``first_moe_layer`` on)."""
+
+    experts: int = Field(ge=2, description="routed experts per MoE layer")
+    top_k: int = Field(ge=1, description="routed experts each token goes to")
+    shared_experts: int = Field(default=0, ge=0, description="experts every token goes to (DeepSeek style)")
+    expert_ffn_hidden: int = Field(ge=1, description="FFN hidden size of one expert")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)")
+    first_moe_layer: int = Field(default=0, ge=0, description="layers before this one are dense")
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> Moe:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k: {self.top_k} exceeds the {self.experts} experts")
+        return self
+
+
+class Workload(_Spec):
+    """A decoder-only transformer and the batch it trains on."""
+
+    format: str = Field(default=FORMAT, description="file format version, 'commlens.workload/1'")
+    name: str = Field(min_length=1, description="preset or file name")
+    description: str = Field(default="", description="one line on what this is and where its figures come from")
+    layers: int = Field(ge=1, description="transformer layers")
+    hidden: int = Field(ge=1, description="model (hidden) size h")
+    ffn_hidden: int = Field(ge=1, description="FFN inner size of a dense layer")
+    gated_ffn: bool = Field(description="SwiGLU-style FFN: three weight matrices instead of two")
+    heads: int = Field(ge=1, description="attention (query) heads")
+    kv_heads: int | None = Field(default=None, ge=1, description="key/value heads (GQA); None: = heads")
+    head_dim: int | None = Field(default=None, ge=1, description="size of one head; None: hidden / heads")
+    vocab: int = Field(ge=1, description="vocabulary size V")
+    seq_len: int = Field(ge=1, description="tokens per sample s")
+    tied_embeddings: bool = Field(default=False, description="the output layer reuses the input embedding")
+    moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
+    precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
+    global_batch: int = Field(ge=1, description="samples per optimizer step")
+    micro_batch: int = Field(default=1, ge=1, description="samples per micro-batch on one pipeline")
+
+    @model_validator(mode="after")
+    def _shapes_fit(self) -> Workload:
+        if self.format != FORMAT:
+            raise ValueError(f"format: unsupported workload format {self.format!r}; this commlens reads {FORMAT!r}")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"heads: {self.heads} heads do not divide hidden size {self.hidden}")
+        if self.heads % self.kv_heads_n:
+            raise ValueError(f"kv_heads: {self.kv_heads_n} KV heads do not divide {self.heads} heads")
+        if self.global_batch % self.micro_batch:
+            raise ValueError(f"micro_batch: {self.micro_batch} does not divide global_batch {self.global_batch}")
+        if self.moe is not None and self.moe.first_moe_layer >= self.layers:
+            raise ValueError(f"moe.first_moe_layer: {self.moe.first_moe_layer} leaves no MoE layer "
+                             f"in {self.layers} layers")
+        return self
+
+    @property
+    def kv_heads_n(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden // self.heads if self.head_dim is None else self.head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        return 0 if self.moe is None else self.layers - self.moe.first_moe_layer
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings."""
+        h, d = self.hidden, self.head_size
+        attn = h * d * (self.heads * 2 + self.kv_heads_n * 2)
+        mats = 3 if self.gated_ffn else 2
+        dense_layers = self.layers - self.moe_layers
+        out = {
+            "attention": self.layers * attn,
+            "ffn": dense_layers * mats * h * self.ffn_hidden,
+            "experts": 0,
+            "shared_experts": 0,
+            "router": 0,
+            "norms": self.layers * 2 * h + h,
+            "embedding": self.vocab * h * (1 if self.tied_embeddings else 2),
+        }
+        if self.moe is not None:
+            per_expert = mats * h * self.moe.expert_ffn_hidden
+            out["experts"] = self.moe_layers * self.moe.experts * per_expert
+            out["shared_experts"] = self.moe_layers * self.moe.shared_experts * per_expert
+            out["router"] = self.moe_layers * h * self.moe.experts
+        return out
+
+    @property
+    def parameters(self) -> int:
+        """All parameters."""
+        return sum(self.parameter_counts().values())
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token goes through (routed experts: top_k of them)."""
+        c = self.parameter_counts()
+        if self.moe is None:
+            return sum(c.values())
+        return sum(c.values()) - c["experts"] + c["experts"] // self.moe.experts * self.moe.top_k
+
+
+def workload_from_dict(data: Any, source: str = "workload") -> Workload:
+    """Build a :class:`Workload` from parsed YAML/JSON; errors name the field and say why."""
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{source}: expected a mapping of workload fields, got {type(data).__name__}")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as e:
+        raise WorkloadError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown field"
+    if err["type"] == "missing":
+        return f"{loc}: missing"
+    if re.match(r"^[a-z_][a-z0-9_.]*: ", msg):  # a cross-field check naming its field within its model
+        return f"{loc}.{msg}" if loc else msg
+    return f"{loc}: {msg}" if loc else msg

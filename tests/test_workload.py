@@ -1,0 +1,46 @@
+"""Workload specs: presets load, parameter counts match the published sizes, bad specs name the field."""
+
+import pytest
+
+from commlens.workload import WorkloadError, list_presets, load_workload, workload_from_dict, workload_data
+
+PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.md; others: their papers)
+    "megatron-gpt-1.7b": 1.7, "megatron-gpt-18.4b": 18.4, "megatron-gpt-145.6b": 145.6, "megatron-gpt-1t": 1008.0,
+    "gpt3-175b": 175.0, "llama3-8b": 8.0, "llama3-70b": 70.6, "llama3-405b": 405.0, "mixtral-8x7b": 46.7,
+}
+
+
+def test_presets_listed():
+    names = list_presets()
+    for required in ("gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "deepseek-v3-like"):
+        assert required in names
+    assert sum(n.startswith("megatron-gpt-") for n in names) == 10
+
+
+@pytest.mark.parametrize("name,billions", sorted(PUBLISHED_BILLIONS.items()))
+def test_parameter_counts_match_published(name, billions):
+    # within 4%: biases and position embeddings are not counted
+    assert load_workload(name).parameters / 1e9 == pytest.approx(billions, rel=0.04)
+
+
+def test_moe_active_parameters():
+    w = load_workload("mixtral-8x7b")
+    assert w.active_parameters / 1e9 == pytest.approx(12.9, rel=0.03)  # Mixtral paper: 13B active
+    assert w.moe_layers == 32
+
+
+def test_overrides_and_errors():
+    w = load_workload("llama3-8b", {"seq_len": 131072, "moe.experts": 8, "moe.top_k": 2, "moe.expert_ffn_hidden": 4096})
+    assert w.seq_len == 131072 and w.moe.top_k == 2
+    with pytest.raises(WorkloadError, match="moe.top_k: 9 exceeds the 8 experts"):
+        load_workload("mixtral-8x7b", {"moe.top_k": 9})
+    with pytest.raises(WorkloadError, match="heads: 7 heads do not divide hidden size 4096"):
+        load_workload("llama3-8b", {"heads": 7, "kv_heads": 7})
+    with pytest.raises(WorkloadError, match="nonsense: unknown field"):
+        load_workload("llama3-8b", {"nonsense": 1})
+    with pytest.raises(WorkloadError, match="unknown workload preset 'nope'"):
+        load_workload("nope")
+    data = workload_data("llama3-8b")
+    data["micro_batch"] = 3
+    with pytest.raises(WorkloadError, match="micro_batch: 3 does not divide global_batch 512"):
+        workload_from_dict(data)
