@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the issue 6 work."""
+
+from __future__ import annotations
