@@ -41,12 +41,18 @@ script launches itself with ``--worker``).
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
+from docsection import write_section  # noqa: E402
+
+
 import argparse
 import datetime as dt
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import statistics
@@ -392,15 +398,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _write_section(body: list[str]) -> None:
-    text = DOC.read_text() if DOC.exists() else DOC_TITLE + "\n"
-    section = SECTION + "\n\n" + "\n".join(body).rstrip() + "\n"
-    pattern = re.compile(r"^" + re.escape(SECTION) + r"[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
-    else:
-        text = text.rstrip() + "\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    write_section(SECTION, body)
 
 
 def _driver(ns: argparse.Namespace, argv: list[str]) -> None:

@@ -23,6 +23,13 @@ The section ``## Ingest speed (issue 3)`` of ``docs/benchmarks.md`` is replaced
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
+from docsection import write_section  # noqa: E402
+
+
 import argparse
 import datetime as dt
 import os
@@ -150,15 +157,7 @@ def _time_cli(path: Path, workdir: Path, repeat: int) -> tuple[list[float], str]
 
 
 def _write_section(body: list[str]) -> None:
-    text = DOC.read_text() if DOC.exists() else DOC_TITLE + "\n"
-    section = SECTION + "\n\n" + "\n".join(body).rstrip() + "\n"
-    pattern = re.compile(r"^" + re.escape(SECTION) + r"[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
-    else:
-        text = text.rstrip() + "\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    write_section(SECTION, body)
 
 
 def main(argv: list[str] | None = None) -> None:

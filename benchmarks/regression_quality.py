@@ -30,10 +30,16 @@ judged at the default settings of ``commlens compare`` and ``commlens detect``:
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
+from docsection import write_section  # noqa: E402
+
+
 import argparse
 import datetime as dt
 import platform
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -460,7 +466,7 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
             cells = [f"{_pct(steps[(n, step, cv)].found / steps[(n, step, cv)].series)} "
                      f"(+{steps[(n, step, cv)].false})" for cv in CVS]
             lines.append(f"| {n} | {step:.0%} | " + " | ".join(cells) + " |")
-    lines.append(f"| 100 | -5% (faster) | " + " | ".join(
+    lines.append("| 100 | -5% (faster) | " + " | ".join(
         f"{_pct(det['down'][cv].found / det['down'][cv].series)} (+{det['down'][cv].false})" for cv in CVS) + " |")
     lines += [
         "",
@@ -576,16 +582,7 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
 
 
 def _write_section(body: list[str]) -> None:
-    """Replace (or append) this script's section of docs/benchmarks.md, re-reading the file just before."""
-    text = DOC.read_text() if DOC.exists() else DOC_TITLE + "\n"
-    section = SECTION + "\n\n" + "\n".join(body).rstrip() + "\n"
-    pattern = re.compile(r"^" + re.escape(SECTION) + r"[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
-    else:
-        text = text.rstrip() + "\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    write_section(SECTION, body)
 
 
 def main() -> None:

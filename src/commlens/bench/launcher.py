@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any

@@ -6,9 +6,8 @@ input) or 1 (a failed check); nothing else in commlens prints to the user.
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
