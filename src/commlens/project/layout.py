@@ -45,6 +45,9 @@ class ParallelLayout(BaseModel):
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
     overlap_param_gather: bool = Field(default=True, description="ZeRO parameter all-gather overlaps forward")
     grad_reduce_bytes: int = Field(default=4, ge=1, le=4, description="bytes per gradient element reduced (fp32: 4)")
+    grad_accum_fusion: bool = Field(
+        default=True, description="weight-gradient GEMMs add into the main grads; false: a separate add per "
+                                  "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)")
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
 
     @field_validator("order", mode="before")

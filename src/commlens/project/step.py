@@ -10,7 +10,8 @@ The model, per GPU of the slowest pipeline stage, for one micro-batch:
    the logits GEMM;
 2. streaming ops (norms, residual adds with dropout, activations, unfused
    softmax/dropout over s x s, MoE permutation) from their bytes and HBM
-   bandwidth; backward moves 2 x the forward bytes;
+   bandwidth; backward moves 2 x the forward bytes; without gradient-accumulation
+   fusion, each micro-batch's add of the weight gradients into the main grads;
 3. communication from the collective cost models (:func:`commlens.model.predict`)
    on the topology, per parallel dimension, each placed on its nodes
    (:mod:`commlens.project.layout`): TP all-reduce (or all-gather +
@@ -248,17 +249,21 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         if t > 1 and not sp:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
             pp_p2p += _comm_s(topology, "all_gather", tokens * h * 2, r.groups["tp"])
         pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
+    counts = w.parameter_counts()
+    expert_params = counts["experts"]
+    dense_params = sum(counts.values()) - expert_params
+    dense_local = dense_params / (t * r.pp)
+    expert_local = expert_params / (r.ep * t * r.pp)
+    if not layout.grad_accum_fusion:  # each weight gradient (16-bit) added into the main grads (read + write)
+        outside_layers = counts["embedding"] if r.pp == 1 else w.vocab * h  # last stage: its copy of the output layer
+        stage_params = (dense_params - counts["embedding"]) / (t * r.pp) + outside_layers / t + expert_local
+        stage_stream += stream_time_s(dev, stage_params * (2 + 2 * layout.grad_reduce_bytes))
     per_mb = stage_compute + stage_stream + stage_tp + stage_cp + stage_ep + pp_p2p
     m_count = r.micro_batches
     bubble_mb = (r.pp - 1) / r.vpp
     pipeline_s = (m_count + bubble_mb) * per_mb
 
     # --- data parallelism and the optimizer
-    counts = w.parameter_counts()
-    expert_params = counts["experts"]
-    dense_params = sum(counts.values()) - expert_params
-    dense_local = dense_params / (t * r.pp)
-    expert_local = expert_params / (r.ep * t * r.pp)
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
     dp_s = 0.0
