@@ -152,6 +152,10 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     r.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl, mpi or any registered")
     r.add_argument("--device", default="cpu", help="cpu or cuda")
     r.add_argument("--nproc", type=int, default=4, help="local ranks to launch (launcher only)")
+    r.add_argument("--cluster", default=None,
+                   help="place the ranks on the hosts of this emulated cluster (`commlens cluster up`; launcher only)")
+    r.add_argument("--ranks-per-host", type=int, default=None,
+                   help="ranks per emulated host with --cluster (default: the cluster's); --nproc is then ignored")
     o = p.add_argument_group("output")
     o.add_argument("--json", dest="json_path", default=None, help="write the run as commlens JSON ('-' for stdout)")
     o.add_argument("--nccl-tests-json", dest="nccl_json_path", default=None, help="write nccl-tests -J JSON")

@@ -168,10 +168,34 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
     return BenchFailure("the benchmark failed without a report from any rank")
 
 
+def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list[str]]:
+    """(world size, entry-point prefix) that puts each rank on its emulated host of cluster ``name``.
+
+    The prefix runs ``commlens.cluster.place``, which enters the host's namespace and points the rank at the
+    launcher's store through the bridge address (the store listens on every interface of this namespace).
+    """
+    from commlens.cluster import ClusterError, load_state  # the one use of the emulated cluster in bench
+
+    try:
+        state = load_state(name)
+    except ClusterError as e:
+        raise ConfigError(str(e)) from None
+    per_host = ranks_per_host or state.spec.ranks_per_host
+    if per_host < 1:
+        raise ConfigError("--ranks-per-host must be >= 1")
+    if os.geteuid() != 0:
+        raise ConfigError("--cluster needs root (ranks enter network namespaces)")
+    prefix = ["-m", "commlens.cluster.place", "--cluster", name, "--ranks-per-host", str(per_host), "--"]
+    return state.spec.hosts * per_host, prefix
+
+
 def launch(argv: list[str]) -> int:
     """Run ``commlens bench`` with ``argv``; returns the exit code."""
     ns = build_parser().parse_args(argv)
     cfg = config_from_args(ns)
+    placement: list[str] = []
+    if ns.cluster is not None:
+        ns.nproc, placement = _cluster_placement(ns.cluster, ns.ranks_per_host)
     _check_environment(cfg, ns.nproc)
 
     from rich.console import Console
@@ -202,7 +226,7 @@ def launch(argv: list[str]) -> int:
         start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE,
                                                           tee=Std.NONE),
     )
-    worker_argv = ["-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
+    worker_argv = [*placement, "-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
     failure: BenchFailure | None = None
     interrupted = False
     if progress is not None:

@@ -1,3 +1,141 @@
-"""Placeholder: filled in by the issue 6 work."""
+"""``commlens cluster up|down|set|status``: an emulated multi-host cluster (network namespaces, shaped links)."""
 
 from __future__ import annotations
+
+import json
+import signal
+from typing import List, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+cluster_app = typer.Typer(help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.",
+                          no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+GBPS_HELP = "each host's link rate in Gb/s (1e9 bit/s)"
+
+
+def _faults(slow_host: list[str], slow_link: list[str], cpu_starve: list[str]) -> dict:
+    from commlens.cluster import parse_slow_host, parse_slow_link, parse_starved_host
+
+    return {"slow_hosts": tuple(parse_slow_host(s) for s in slow_host),
+            "slow_links": tuple(parse_slow_link(s) for s in slow_link),
+            "starved_hosts": tuple(parse_starved_host(s) for s in cpu_starve)}
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so that `up`'s clean-up runs when it is terminated
+
+
+@cluster_app.command("up")
+def up_cmd(
+    name: str = typer.Option(..., "--name", help="cluster name (namespaces are cl-NAME-hK)"),
+    hosts: int = typer.Option(..., "--hosts", help="number of hosts, numbered from 0"),
+    link_gbps: float = typer.Option(1.0, "--link-gbps", help=GBPS_HELP),
+    ranks_per_host: int = typer.Option(1, "--ranks-per-host", help="default ranks per host for bench --cluster"),
+    slow_host: List[str] = typer.Option([], "--slow-host", help="H:FRACTION: host H's link at FRACTION of the rate"),
+    slow_link: List[str] = typer.Option([], "--slow-link", help="A-B:FRACTION: traffic between A and B at FRACTION"),
+    cpu_starve: List[str] = typer.Option([], "--cpu-starve", help="H:CPUS: host H's ranks share CPUS of one CPU"),
+    as_json: bool = typer.Option(False, "--json", help="print the cluster as JSON"),
+) -> None:
+    """Create the cluster; on any failure everything created so far is removed."""
+    from commlens.cluster import ClusterError, ClusterSpec, NotRootError, up
+
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        spec = ClusterSpec(name=name, hosts=hosts, link_bytes_per_s=link_gbps * 1e9 / 8, ranks_per_host=ranks_per_host,
+                           **_faults(slow_host, slow_link, cpu_starve))
+        state = up(spec)
+    except NotRootError as e:
+        fail(str(e), 2)
+    except (ValueError, ClusterError) as e:
+        fail(str(e), 2)
+    _print(state.to_dict(), as_json)
+
+
+@cluster_app.command("down")
+def down_cmd(name: str = typer.Argument(..., help="cluster name")) -> None:
+    """Remove the cluster: namespaces, veth pairs, qdiscs, bridge, cgroups and its state file."""
+    from commlens.cluster import ClusterError, down
+
+    try:
+        down(name)
+    except ClusterError as e:
+        fail(str(e), 2)
+    print(f"cluster {name} removed")
+
+
+@cluster_app.command("set")
+def set_cmd(
+    name: str = typer.Argument(..., help="cluster name"),
+    link_gbps: Optional[float] = typer.Option(None, "--link-gbps", help=GBPS_HELP),
+    slow_host: List[str] = typer.Option([], "--slow-host", help="H:FRACTION (replaces the slow hosts)"),
+    slow_link: List[str] = typer.Option([], "--slow-link", help="A-B:FRACTION (replaces the slow links)"),
+    cpu_starve: List[str] = typer.Option([], "--cpu-starve", help="H:CPUS (adds or changes a CPU quota)"),
+    clear: bool = typer.Option(False, "--clear", help="remove the slow hosts and links first"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Change the rate or the faults of a running cluster, effective at once."""
+    from commlens.cluster import ClusterError, change, load_state
+
+    try:
+        old = load_state(name).spec
+        f = _faults(slow_host, slow_link, cpu_starve)
+        updates = {
+            "slow_hosts": f["slow_hosts"] or (() if clear else old.slow_hosts),
+            "slow_links": f["slow_links"] or (() if clear else old.slow_links),
+            "starved_hosts": f["starved_hosts"] or old.starved_hosts,
+        }
+        if link_gbps is not None:
+            updates["link_bytes_per_s"] = link_gbps * 1e9 / 8
+        state = change(name, **updates)
+    except (ValueError, ClusterError) as e:
+        fail(str(e), 2)
+    _print(state.to_dict(), as_json)
+
+
+@cluster_app.command("status")
+def status_cmd(name: Optional[str] = typer.Argument(None, help="cluster name (default: list all)"),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show a cluster (or all): hosts, addresses, rates, faults, and whether its objects exist."""
+    from commlens.cluster import ClusterError, list_states, require_root, status
+
+    try:
+        require_root()
+        if name is None:
+            out = [s.to_dict() for s in list_states()]
+            if as_json:
+                print(json.dumps(out, indent=2))
+            else:
+                for s in out:
+                    print(f"{s['name']}: {s['hosts']} hosts, {s['status']}, {s['subnet']}")
+            return
+        st = status(name)
+    except ClusterError as e:
+        fail(str(e), 2)
+    _print(st, as_json)
+    if not st["healthy"]:
+        raise typer.Exit(1)
+
+
+def _print(d: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(d, indent=2))
+        return
+    print(f"cluster {d['name']}: {d['hosts']} hosts on {d['subnet']} (bridge {d['bridge_address']}), "
+          f"link {d['link_bytes_per_s'] * 8 / 1e9:g} Gb/s, {d['status']}")
+    for h, addr in enumerate(d["addresses"]):
+        line = f"  host {h}: cl-{d['name']}-h{h} {addr}"
+        for row in d.get("host_status", []):
+            if row["host"] == h:
+                line += f" rate {row['rate_bytes_per_s'] * 8 / 1e9:g} Gb/s" + ("" if row["present"] else " MISSING")
+        print(line)
+    f = d["faults"]
+    for x in f["slow_hosts"]:
+        print(f"  fault: host {x['host']} at {x['fraction']:g} of the link rate")
+    for x in f["slow_links"]:
+        print(f"  fault: link {x['a']}-{x['b']} at {x['fraction']:g} of the link rate")
+    for x in f["starved_hosts"]:
+        print(f"  fault: host {x['host']} ranks limited to {x['cpu_fraction']:g} CPU")

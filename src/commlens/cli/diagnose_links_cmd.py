@@ -1,3 +1,76 @@
-"""Placeholder: filled in by the issue 6 work."""
+"""``commlens diagnose links``: all-pairs bandwidth/latency on an emulated cluster (or local ranks), faults located."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commlens.cli.app import fail
+from commlens.cli.diagnose_cmd import diagnose_app
+
+
+@diagnose_app.command("links")
+def links(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="emulated cluster (one rank per host)"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="without --cluster: local ranks over loopback"),
+    size: str = typer.Option("4M", "-b", "--size", help="bytes each way per exchange (K/M/G suffixes)"),
+    iters: int = typer.Option(3, "-n", "--iters", help="timed exchanges per pair per pass"),
+    passes: int = typer.Option(3, "--passes", help="full tournaments; a fault must show in most"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds before giving up"),
+    as_json: bool = typer.Option(False, "--json", help="print the diagnosis as JSON"),
+    heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
+) -> None:
+    """Measure every pair in N-1 rounds of disjoint pairs plus a ring; exit 1 when a slow host or link is found.
+
+    Across real hosts, run the worker under torchrun: `torchrun ... -m commlens.diagnose.links`.
+    """
+    from commlens.diagnose.links import (
+        LinkProbe,
+        LinksFailure,
+        diagnose_links,
+        format_report,
+        run_links,
+        write_heatmap,
+    )
+    from commlens.results.units import parse_size
+
+    try:
+        probe = LinkProbe(size_bytes=parse_size(size), iters=iters, passes=passes)
+    except ValueError as e:
+        fail(str(e), 2)
+    if (cluster is None) == (nproc is None):
+        fail("give --cluster NAME (an emulated cluster) or --nproc N (local ranks); across real hosts run "
+             "`torchrun ... -m commlens.diagnose.links`", 2)
+    try:
+        if cluster is not None:
+            from commlens.cluster import ClusterError, load_state, require_root
+            from commlens.cluster.place import place_command
+
+            try:
+                require_root()
+                state = load_state(cluster)
+            except ClusterError as e:
+                fail(str(e), 2)
+            world = state.spec.hosts
+            records = run_links(world, lambda r, a: place_command(cluster, r, a, master_addr="keep"), probe,
+                                master_addr=state.host_address(0), timeout_s=timeout)
+        else:
+            world = nproc  # type: ignore[assignment]
+            if world < 2:
+                fail("--nproc must be >= 2", 2)
+            records = run_links(world, lambda r, a: [sys.executable, *a], probe, master_addr="127.0.0.1",
+                                timeout_s=timeout)
+    except LinksFailure as e:
+        fail(f"measurement failed: {e}", 1)
+    diagnosis = diagnose_links(records, world)
+    if as_json:
+        print(json.dumps(diagnosis.to_dict(), indent=2))
+    else:
+        print(format_report(diagnosis))
+    if heatmap:
+        write_heatmap(diagnosis, heatmap)
+    raise typer.Exit(1 if diagnosis.faults else 0)

@@ -1,0 +1,103 @@
+"""The cluster's state on disk: one versioned JSON file per cluster, written before each kernel object is made.
+
+Because the registry of created objects is saved *before* each object is created, ``down`` can remove a
+cluster whose ``up`` was killed midway (even by SIGKILL), not only one that finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commlens.cluster.spec import (
+    ClusterError,
+    ClusterSpec,
+    SlowHost,
+    SlowLink,
+    StarvedHost,
+)
+
+__all__ = ["FORMAT", "ClusterState", "list_states", "load_state", "state_dir"]
+
+FORMAT = "commlens.cluster/1"
+
+
+def state_dir() -> Path:
+    """``$COMMLENS_CLUSTER_DIR`` or ``/run/commlens/clusters`` (tmpfs: gone after a reboot, as the namespaces)."""
+    return Path(os.environ.get("COMMLENS_CLUSTER_DIR", "/run/commlens/clusters"))
+
+
+@dataclass
+class ClusterState:
+    """A cluster as built: its spec, addresses and the kernel objects it owns, in creation order."""
+
+    spec: ClusterSpec
+    subnet_index: int
+    status: str = "building"  # building | up
+    created: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return f"10.213.{self.subnet_index}"
+
+    def host_address(self, host: int) -> str:
+        return f"{self.prefix}.{host + 1}"
+
+    @property
+    def bridge_address(self) -> str:
+        return f"{self.prefix}.254"
+
+    @property
+    def path(self) -> Path:
+        return state_dir() / f"{self.spec.name}.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "format": FORMAT, "name": s.name, "status": self.status, "hosts": s.hosts,
+            "link_bytes_per_s": s.link_bytes_per_s, "ranks_per_host": s.ranks_per_host,
+            "subnet": f"{self.prefix}.0/24", "subnet_index": self.subnet_index,
+            "bridge_address": self.bridge_address,
+            "addresses": [self.host_address(h) for h in range(s.hosts)],
+            "faults": {"slow_hosts": [asdict(f) for f in s.slow_hosts], "slow_links": [asdict(f) for f in s.slow_links],
+                       "starved_hosts": [asdict(f) for f in s.starved_hosts]},
+            "created": self.created,
+        }
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        tmp.replace(self.path)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClusterState:
+        if d.get("format") != FORMAT:
+            raise ClusterError(f"cluster state has format {d.get('format')!r}, expected {FORMAT}")
+        f = d["faults"]
+        spec = ClusterSpec(
+            name=d["name"], hosts=d["hosts"], link_bytes_per_s=d["link_bytes_per_s"], ranks_per_host=d["ranks_per_host"],
+            slow_hosts=tuple(SlowHost(**x) for x in f["slow_hosts"]),
+            slow_links=tuple(SlowLink(**x) for x in f["slow_links"]),
+            starved_hosts=tuple(StarvedHost(**x) for x in f["starved_hosts"]),
+        )
+        return cls(spec=spec, subnet_index=d["subnet_index"], status=d["status"], created=list(d["created"]))
+
+
+def load_state(name: str) -> ClusterState:
+    """The saved state of cluster ``name``; ClusterError when there is none."""
+    path = state_dir() / f"{name}.json"
+    try:
+        return ClusterState.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster named {name!r} (start one with `commlens cluster up --name {name}`)") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ClusterError(f"cluster state {path} is unreadable: {e}") from None
+
+
+def list_states() -> list[ClusterState]:
+    d = state_dir()
+    return [load_state(p.stem) for p in sorted(d.glob("*.json"))] if d.exists() else []

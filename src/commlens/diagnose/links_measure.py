@@ -1,0 +1,110 @@
+"""The per-rank measurement of ``diagnose links``: pairwise exchanges in tournament rounds, latency, a ring.
+
+Runs in every rank of a gloo (or any) process group, one rank per host. All ranks take part in every
+round's barrier; the pairs of a round run concurrently, so a round measures disjoint links at once. Within
+a pair each direction is timed on its own (the lower rank sends first), on the sender's clock, up to the
+receiver's ack: a bidirectional exchange would measure gloo's handling of two streams on one socket, which
+on a small machine runs far below the link rate.
+Returns, on rank 0, the raw samples of every rank (the analysis is in ``links_analysis``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from commlens.diagnose.tournament import partner, rounds
+
+__all__ = ["LinkProbe", "measure"]
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """How hard to probe: one field per knob, checked at construction."""
+
+    size_bytes: int = 4 * 1024 * 1024  # bytes sent each way per exchange
+    iters: int = 3  # timed exchanges per pair per pass
+    warmup: int = 1  # untimed exchanges per pair per pass
+    passes: int = 3  # full tournaments; a fault must show in most of them
+    latency_iters: int = 10  # 8-byte ping-pongs per pair per pass
+    ring: bool = True
+
+    def __post_init__(self) -> None:
+        if self.size_bytes < 1024:
+            raise ValueError("size_bytes must be >= 1024")
+        if self.iters < 1 or self.passes < 1 or self.latency_iters < 1 or self.warmup < 0:
+            raise ValueError("iters, passes and latency_iters must be >= 1, warmup >= 0")
+
+
+def _one_way(dist: Any, data: Any, ack: Any, peer: int, sending: bool) -> float:
+    """Send ``data`` one way; the sender's clock stops when the receiver's 8-byte ack arrives.
+
+    Timing the sender alone would stop when the data is in its socket buffer, not delivered.
+    """
+    t0 = time.perf_counter()
+    if sending:
+        dist.send(data, peer)
+        dist.recv(ack, peer)
+    else:
+        dist.recv(data, peer)
+        dist.send(ack, peer)
+    return time.perf_counter() - t0
+
+
+def _pingpong(dist: Any, buf: Any, peer: int, first: bool) -> float:
+    t0 = time.perf_counter()
+    if first:
+        dist.send(buf, peer)
+        dist.recv(buf, peer)
+    else:
+        dist.recv(buf, peer)
+        dist.send(buf, peer)
+    return (time.perf_counter() - t0) / 2
+
+
+def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
+    """Measure from this rank (process group already initialised); rank 0 gets every rank's records."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    count = probe.size_bytes // 4
+    send, recv = torch.ones(count, dtype=torch.float32), torch.empty(count, dtype=torch.float32)
+    if probe.ring:
+        ring_recv = torch.empty(count, dtype=torch.float32)
+    tiny = torch.zeros(2, dtype=torch.float32)
+    records: list[dict[str, Any]] = []
+    schedule = rounds(world)
+    for p in range(probe.passes):
+        for r, pairs in enumerate(schedule):
+            dist.barrier()
+            peer = partner(pairs, rank)
+            if peer is None:
+                continue
+            times = []  # this rank -> peer
+            for i in range(probe.warmup + probe.iters):
+                for sender in sorted((rank, peer)):
+                    t = _one_way(dist, send if sender == rank else recv, tiny, peer, sender == rank)
+                    if sender == rank and i >= probe.warmup:
+                        times.append(t)
+            lat = [_pingpong(dist, tiny, peer, rank < peer) for _ in range(probe.latency_iters)]
+            # record: this rank's sends to ``peer``; both ranks of a pair report, one direction each
+            records.append({"kind": "pair", "pass": p, "round": r, "rank": rank, "peer": peer,
+                            "size_bytes": probe.size_bytes, "times_s": times, "latency_s": lat})
+    if probe.ring and world > 1:
+        dist.barrier()
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        times = []
+        for i in range(probe.warmup + probe.iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            works = [dist.isend(send, nxt), dist.irecv(ring_recv, prv)]
+            for w in works:
+                w.wait()
+            if i >= probe.warmup:
+                times.append(time.perf_counter() - t0)
+        records.append({"kind": "ring", "rank": rank, "size_bytes": probe.size_bytes, "times_s": times})
+    gathered: list[Any] = [None] * world if rank == 0 else None  # type: ignore[assignment]
+    dist.gather_object(records, gathered, dst=0)
+    return [rec for recs in gathered for rec in recs] if rank == 0 else None
