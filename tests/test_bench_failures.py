@@ -128,7 +128,11 @@ def test_ctrl_c_keeps_the_finished_rows_marked_incomplete(tmp_path: Path) -> Non
                 break
         assert table_rows("".join(seen)), "no row was printed"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal signals the whole process group
-        rest, err = proc.communicate(timeout=60)
+        # Read on through the same text stream: communicate() reads the raw pipe and would lose the
+        # lines the loop above has already buffered.
+        rest = proc.stdout.read()
+        proc.wait(timeout=60)
+        err = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
