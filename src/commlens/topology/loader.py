@@ -15,20 +15,34 @@ _PRESET_PACKAGE = "commlens.topology.presets"
 _SUFFIXES = (".yaml", ".yml")
 
 
-def list_presets() -> list[str]:
-    """Names of the shipped presets, sorted."""
-    folder = resources.files(_PRESET_PACKAGE)
+def preset_names(package: str) -> list[str]:
+    """Names of the YAML presets shipped in ``package``, sorted (shared with workload presets)."""
+    folder = resources.files(package)
     return sorted(p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith(_SUFFIXES))
 
 
-def preset_path(name: str) -> Path:
-    """The file of preset ``name``; :class:`TopologyError` listing the known ones if there is none."""
-    folder = resources.files(_PRESET_PACKAGE)
+def preset_file(package: str, name: str) -> Path | None:
+    """The YAML file of preset ``name`` in ``package``, or None."""
+    folder = resources.files(package)
     for suffix in _SUFFIXES:
         candidate = folder / f"{name}{suffix}"
         if candidate.is_file():
             return Path(str(candidate))
-    raise TopologyError(f"unknown topology preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+    return None
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped topology presets, sorted."""
+    return preset_names(_PRESET_PACKAGE)
+
+
+def preset_path(name: str) -> Path:
+    """The file of preset ``name``; :class:`TopologyError` listing the known ones if there is none."""
+    path = preset_file(_PRESET_PACKAGE, name)
+    if path is None:
+        raise TopologyError(
+            f"unknown topology preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+    return path
 
 
 def load_topology(name_or_path: str | Path) -> Topology:

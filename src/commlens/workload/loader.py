@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from commlens.topology.loader import preset_file, preset_names
 from commlens.workload.spec import Workload, WorkloadError, workload_from_dict
 
 __all__ = ["list_presets", "load_workload", "override", "workload_data"]
@@ -17,17 +17,15 @@ _SUFFIXES = (".yaml", ".yml")
 
 def list_presets() -> list[str]:
     """Names of the shipped workload presets, sorted."""
-    folder = resources.files(_PRESET_PACKAGE)
-    return sorted(p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith(_SUFFIXES))
+    return preset_names(_PRESET_PACKAGE)
 
 
 def _preset_file(name: str) -> Path:
-    folder = resources.files(_PRESET_PACKAGE)
-    for suffix in _SUFFIXES:
-        candidate = folder / f"{name}{suffix}"
-        if candidate.is_file():
-            return Path(str(candidate))
-    raise WorkloadError(f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+    path = preset_file(_PRESET_PACKAGE, name)
+    if path is None:
+        raise WorkloadError(
+            f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+    return path
 
 
 @lru_cache(maxsize=64)
