@@ -1,0 +1,1 @@
+"""alltoall algorithms (being written)."""

@@ -1,0 +1,1 @@
+"""broadcast algorithms (being written)."""

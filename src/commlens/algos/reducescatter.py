@@ -1,0 +1,1 @@
+"""reducescatter algorithms (being written)."""
