@@ -76,11 +76,23 @@ def prepare(
     device: torch.device,
     group: Any = None,
     async_op: bool = False,
+    algo: str = "builtin",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
 ) -> Collective | None:
-    """Buffers and callables for one row, or None when torch offers no such placement."""
+    """Buffers and callables for one row, or None when torch offers no such placement.
+
+    ``algo`` other than ``builtin`` runs the row through :mod:`commlens.algos` (same buffers, same
+    placements, same check) with ``chunk_bytes`` and ``local_size`` passed on.
+    """
     offered_oop, offered_ip = PLACEMENTS[spec.name]
     if not (offered_ip if in_place else offered_oop):
         return None
+    alg = None
+    if algo != "builtin":
+        from commlens.bench.algorithms import AlgoCalls
+
+        alg = AlgoCalls(algo, group, chunk_bytes, local_size)
     tdt = TORCH_DTYPES[dtype]
     c = plan.count
     n = world
@@ -88,6 +100,9 @@ def prepare(
     empty = lambda k: torch.zeros(k, dtype=tdt, device=device)  # noqa: E731
 
     name = spec.name
+    if alg is not None and name not in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                                        "all_to_all"):
+        raise ValueError(f"commlens implements no algorithms for {name}")
     if name == "barrier":
         return Collective(lambda: dist.barrier(group=group, async_op=async_op), lambda: None, lambda: 0)
 
@@ -99,15 +114,18 @@ def prepare(
             _fill(buf, values)
 
         if name == "all_reduce":
-            launch = lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op)  # noqa: E731
+            launch = alg.all_reduce(buf, redop) if alg else (
+                lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
             expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
             checked = True
         elif name == "broadcast":
-            launch = lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op)  # noqa: E731
+            launch = alg.broadcast(buf, root) if alg else (
+                lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op))
             expected = lambda: rank_values(root, n, 0, c, dtype, "none")  # noqa: E731
             checked = True
         else:
-            launch = lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op)  # noqa: E731
+            launch = alg.reduce(buf, root, redop) if alg else (
+                lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op))
             expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
             checked = rank == root  # other ranks' buffers are unspecified after a reduce
 
@@ -127,7 +145,8 @@ def prepare(
             _fill(src, values)
 
         if name == "all_gather":
-            launch = lambda: all_gather_tensor(out, src, group=group, async_op=async_op)  # noqa: E731
+            launch = alg.all_gather(out, src) if alg else (
+                lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
             checked = True
         else:
             gathered = list(out.chunk(n)) if rank == root and n > 0 else None
@@ -149,7 +168,8 @@ def prepare(
         dst = full[rank * c:(rank + 1) * c] if in_place else empty(c)
         if name == "reduce_scatter":
             values = rank_values(rank, n, 0, c * n, dtype, redop)
-            launch = lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op)  # noqa: E731
+            launch = alg.reduce_scatter(dst, full, redop) if alg else (
+                lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
             expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
         else:
             values = rank_values(root, n, 0, c * n, dtype, "none")
@@ -182,7 +202,8 @@ def prepare(
             exp = torch.cat([rank_values(s, n, rank * c, c, dtype, "none") for s in range(n)])
             return count_wrong(recv, exp, dtype, "none", n)
 
-        launch = lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op)  # noqa: E731
+        launch = alg.all_to_all(recv, send) if alg else (
+            lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
         return Collective(launch, reset, verify, recv)
 
     if name == "sendrecv":

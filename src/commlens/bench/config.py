@@ -48,6 +48,8 @@ class BenchConfig:
     timeout_s: float = 300.0
     on_unsupported: str = "skip"  # or "fail"
     seed: int = 0
+    algos: tuple[str, ...] = ("builtin",)  # builtin, auto, all or commlens algorithm names (--algo)
+    chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -80,6 +82,10 @@ class BenchConfig:
             raise ConfigError("--on-unsupported must be skip or fail")
         if any(r < 0 for r in self.roots):
             raise ConfigError("--root must be >= 0")
+        if not self.algos:
+            raise ConfigError("--algo: no algorithm given")
+        if self.chunk_bytes is not None and self.chunk_bytes <= 0:
+            raise ConfigError(f"--chunk-bytes must be > 0, got {self.chunk_bytes}")
 
     @property
     def op_specs(self) -> list[OpSpec]:
@@ -139,6 +145,11 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     pl = g.add_mutually_exclusive_group()
     pl.add_argument("--in-place", dest="placement", action="store_const", const="in", help="in-place only")
     pl.add_argument("--out-of-place", dest="placement", action="store_const", const="out", help="out-of-place only")
+    g.add_argument("--algo", default="builtin",
+                   help="implementation: builtin (the backend's collective), a commlens algorithm, 'all' (every "
+                        "algorithm of the op), 'auto' (the tuning table's pick), a comma list, or 'list'")
+    g.add_argument("--chunk-bytes", default=None,
+                   help="chunk size for pipelined commlens algorithms (K/M/G suffixes; default: each one's own)")
     g.add_argument("--on-unsupported", choices=("skip", "fail"), default="skip",
                    help="what to do with a combination the backend does not support")
     t = p.add_argument_group("timing and checking")
@@ -190,6 +201,18 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
             roots = tuple(int(r) for r in ns.root.split(","))
         except ValueError:
             raise ConfigError(f"invalid --root {ns.root!r}: a rank number, comma list or 'all'") from None
+    algos = tuple(dict.fromkeys(a.strip().lower() for a in ns.algo.split(",") if a.strip()))
+    if algos != ("builtin",):
+        from commlens.bench.algorithms import validate_algos
+
+        try:
+            validate_algos(algos, ops)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    try:
+        chunk_bytes = parse_size(ns.chunk_bytes) if ns.chunk_bytes is not None else None
+    except ValueError as e:
+        raise ConfigError(f"--chunk-bytes: {e}") from None
     placement = ns.placement
     return BenchConfig(
         ops=ops,
@@ -211,6 +234,8 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
         timeout_s=ns.timeout,
         on_unsupported=ns.on_unsupported,
         seed=ns.seed,
+        algos=algos,
+        chunk_bytes=chunk_bytes,
         extra={"tag": ns.tag, "revision": ns.revision},
     )
 

@@ -25,7 +25,7 @@ class TablePrinter:
         self.write = write
         self.total_wrong: int | None = None
         self.busbw: list[float] = []
-        self._op: str | None = None
+        self._op: tuple[str, str] | None = None
 
     def handle(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -33,9 +33,10 @@ class TablePrinter:
             for line in system_header_lines(event) + column_header_lines():
                 self.write(line)
         elif kind == "row":
-            if event["op"] != self._op:
-                self._op = event["op"]
-                self.write(op_header_line(self._op))
+            key = (event["op"], event.get("algo", "builtin"))
+            if key != self._op:
+                self._op = key
+                self.write(op_header_line(*key))
             for note in event.get("notes", ()):
                 self.write(f"# note: {note}")
             self.write(row_line(event))

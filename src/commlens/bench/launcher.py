@@ -192,6 +192,11 @@ def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list
 def launch(argv: list[str]) -> int:
     """Run ``commlens bench`` with ``argv``; returns the exit code."""
     ns = build_parser().parse_args(argv)
+    if ns.algo.strip().lower() == "list":
+        from commlens.bench.algorithms import algo_listing
+
+        print("\n".join(algo_listing()))
+        return 0
     cfg = config_from_args(ns)
     placement: list[str] = []
     if ns.cluster is not None:

@@ -27,14 +27,22 @@ def _cpu_model() -> str:
 
 
 def local_facts(device: str, local_rank: int) -> dict[str, Any]:
-    """This rank's host, device and environment (plain data, ready to gather)."""
+    """This rank's host, device and environment (plain data, ready to gather).
+
+    ``machine`` is the real host (ranks on one machine share its clock); ``host`` is the host the rank runs
+    on as the job sees it: the machine, or on an emulated cluster (``commlens.cluster.place`` sets
+    ``COMMLENS_CLUSTER_HOST``) the emulated host, ``MACHINE/hK``.
+    """
     import torch
 
     device_name = "cpu"
     if device == "cuda" and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(local_rank % max(1, torch.cuda.device_count()))
+    machine = socket.gethostname()
+    emulated = os.environ.get("COMMLENS_CLUSTER_HOST")
     return {
-        "host": socket.gethostname(),
+        "host": f"{machine}/h{emulated}" if emulated else machine,
+        "machine": machine,
         "pid": os.getpid(),
         "device_name": device_name,
         "cpu_model": _cpu_model(),

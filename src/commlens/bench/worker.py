@@ -168,8 +168,15 @@ class Reporter:
             self._fp.close()
 
 
-def _row_context(spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None) -> str:
-    parts = [spec.name, f"size {size} B", dtype]
+def _algo_refusal(err: ValueError) -> str | None:
+    from commlens.bench.algorithms import refusal
+
+    return refusal(err)
+
+
+def _row_context(spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None,
+                 algo: str = "builtin") -> str:
+    parts = [spec.name if algo == "builtin" else f"{spec.name} ({algo})", f"size {size} B", dtype]
     if spec.reduces:
         parts.append(redop)
     if spec.has_root:
@@ -190,38 +197,50 @@ class Sweep:
         self.workdir = workdir
         self.fault: Fault | None = fault_from_env()
         self.shared_clock = False  # set once every rank's host is known
+        self.local_size: int | None = None  # ranks on this rank's host, when every host has as many
+        self._auto_seen: dict[str, tuple[str, str]] = {}  # op -> what auto ran for the last row
         if cfg.device == "cuda":
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
 
-    def rows(self) -> list[tuple[OpSpec, str, str, int, int]]:
+    def rows(self) -> list[tuple[OpSpec, str, str, str, int, int]]:
+        """(op, algo, dtype, redop, root, size) for every row, in the order the table prints them."""
         out = []
         roots = self.cfg.roots or tuple(range(self.world))
         for spec in self.cfg.op_specs:
             if spec.name == "barrier":  # no payload: one row, whatever the dtypes and sizes
-                out.append((spec, self.cfg.dtypes[0], "none", -1, self.cfg.min_bytes))
+                out.append((spec, "builtin", self.cfg.dtypes[0], "none", -1, self.cfg.min_bytes))
                 continue
-            for dtype in self.cfg.dtypes:
-                for redop in self.cfg.redops if spec.reduces else ("none",):
-                    for root in roots if spec.has_root else (-1,):
-                        for size in self.cfg.sizes():
-                            out.append((spec, dtype, redop, root, size))
+            for algo in self._algos(spec.name):
+                for dtype in self.cfg.dtypes:
+                    for redop in self.cfg.redops if spec.reduces else ("none",):
+                        for root in roots if spec.has_root else (-1,):
+                            for size in self.cfg.sizes():
+                                out.append((spec, algo, dtype, redop, root, size))
         return out
+
+    def _algos(self, op: str) -> list[str]:
+        if self.cfg.algos == ("builtin",):
+            return ["builtin"]
+        from commlens.bench.algorithms import expand
+
+        return expand(self.cfg.algos, op)
 
     def _state(self, context: str) -> None:
         if self.workdir is not None:
             (self.workdir / f"state-rank{self.rank}.txt").write_text(context)
 
     def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
-                      context: str) -> tuple[list[float], int] | None:
-        """Time and check one placement on this rank; None if torch does not offer it."""
+                      context: str, algo: str = "builtin") -> tuple[Timestamps, int] | None:
+        """Time and check one placement on this rank with ``algo``; None if torch does not offer it."""
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         # Synchronous calls on every device: on CUDA that orders the collective on the current
         # stream (host not blocked), so the CUDA events around each launch bracket it.
-        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device)
+        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
+                       algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
         if coll is None:
             return None
         coll.reset()
@@ -234,6 +253,11 @@ class Sweep:
             if any(h in str(e).lower() for h in UNSUPPORTED_HINTS):
                 raise UnsupportedCombination(str(e).splitlines()[0]) from None
             raise
+        except ValueError as e:  # a commlens algorithm refusing the combination (avg on integers)
+            reason = None if algo == "builtin" else _algo_refusal(e)
+            if reason is None:
+                raise
+            raise UnsupportedCombination(reason) from None
         for _ in range(max(0, cfg.warmup - 1)):
             _wait(coll.launch())
         _sync(self.device)
@@ -274,31 +298,40 @@ class Sweep:
         cfg = self.cfg
         wrong: list[str] = []
         rows = self.rows()
-        refused: set[tuple[str, str, str, int]] = set()  # combinations the backend refused
+        refused: set[tuple[str, str, str, str, int]] = set()  # combinations the backend refused
         t_start = time.monotonic()
-        for index, (spec, dtype, redop, root, size) in enumerate(rows):
-            if (spec.name, dtype, redop, root) in refused:
+        for index, (spec, algo, dtype, redop, root, size) in enumerate(rows):
+            if (spec.name, algo, dtype, redop, root) in refused:
                 continue
             if root >= self.world:
                 raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
             plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
             if reporter:
                 reporter.emit({"event": "progress", "index": index, "total": len(rows), "op": spec.name,
-                               "dtype": dtype, "redop": redop, "root": root, "size_bytes": plan.size_bytes,
-                               "elapsed_s": time.monotonic() - t_start})
+                               "algo": algo, "dtype": dtype, "redop": redop, "root": root,
+                               "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start})
             measurements: list[Measurement | None] = []
             notes: list[str] = []
             if plan.rounded and spec.name != "barrier":
                 notes.append(f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
                              f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)")
+            if algo == "auto" and reporter:
+                from commlens.bench.algorithms import auto_note
+
+                choice, note = auto_note(spec.name, plan.size_bytes, self.world)
+                if self._auto_seen.get(spec.name) != choice:  # say it when the choice changes
+                    self._auto_seen[spec.name] = choice
+                    notes.append(note)
             skipped = None
             for in_place in cfg.placements():
-                context = f"rank {self.rank}: " + _row_context(spec, plan.size_bytes, dtype, redop, root, in_place)
+                context = f"rank {self.rank}: " + _row_context(spec, plan.size_bytes, dtype, redop, root, in_place,
+                                                               algo)
                 self._state(context)
                 try:
-                    result = self.run_placement(spec, dtype, redop, root, size, in_place, context)
+                    result = self.run_placement(spec, dtype, redop, root, size, in_place, context, algo)
                 except UnsupportedCombination as e:
-                    skipped = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {cfg.backend}: {e}"
+                    where = cfg.backend if algo == "builtin" else f"commlens {algo}"
+                    skipped = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {e}"
                     break
                 except Exception as e:
                     raise RowFailure(f"{context}: {type(e).__name__}: {e}") from e
@@ -313,10 +346,10 @@ class Sweep:
                     nwrong = sum(wrong_per_rank)
                     for r, w in enumerate(wrong_per_rank):
                         if w:
-                            wrong.append(f"{_row_context(spec, plan.size_bytes, dtype, redop, root, in_place)}: "
-                                         f"{w} wrong elements on rank {r}")
+                            row = _row_context(spec, plan.size_bytes, dtype, redop, root, in_place, algo)
+                            wrong.append(f"{row}: {w} wrong elements on rank {r}")
                 measurements.append(Measurement(
-                    op=spec.name, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
+                    op=spec.name, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
                     count=plan.count, in_place=in_place, world_size=self.world,
                     samples_s=tuple(gathered.samples_s), nwrong=nwrong,
                     rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
@@ -327,11 +360,11 @@ class Sweep:
                 if reporter:
                     reporter.emit({"event": "note", "text": f"skipped {skipped}"})
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
-                refused.add((spec.name, dtype, redop, root))
+                refused.add((spec.name, algo, dtype, redop, root))
                 continue
             if reporter:
                 reporter.emit({
-                    "event": "row", "op": spec.name, "dtype": dtype, "redop": redop, "root": root,
+                    "event": "row", "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
                     "size_bytes": plan.size_bytes, "count": plan.count, "notes": notes,
                     "measurements": [measurement_to_dict(m) if m else None for m in measurements],
                 })
@@ -362,10 +395,21 @@ def _init(cfg: BenchConfig) -> tuple[int, int, int, Any]:
     return rank, world, local_rank, ctrl
 
 
+def ranks_per_host(rank_hosts: list[str], rank: int) -> int | None:
+    """Ranks on ``rank``'s host when every host holds as many (what two-level algorithms need), else None."""
+    counts = {h: rank_hosts.count(h) for h in rank_hosts}
+    return counts[rank_hosts[rank]] if len(set(counts.values())) == 1 else None
+
+
 def run_worker(argv: list[str]) -> int:
     """Entry point of one rank; returns the process exit code."""
     parser = build_parser("python -m commlens.bench")
     ns = parser.parse_args(argv)
+    if ns.algo.strip().lower() == "list":
+        from commlens.bench.algorithms import algo_listing
+
+        print("\n".join(algo_listing()))
+        return 0
     try:
         cfg = config_from_args(ns)
     except ConfigError as e:
@@ -379,7 +423,8 @@ def run_worker(argv: list[str]) -> int:
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
         facts = [None] * world
         dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
-        sweep.shared_clock = cfg.device == "cpu" and len({f["host"] for f in facts}) == 1  # type: ignore[index]
+        sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1  # type: ignore[index]
+        sweep.local_size = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
         reporter = None
         if rank == 0:
             from commlens.bench.finalize import StandalonePrinter

@@ -53,9 +53,9 @@ def _half(m: Mapping[str, Any] | None) -> str:
     )
 
 
-def op_header_line(op: str) -> str:
-    """Marks where one op's rows begin, as nccl-tests marks each collective test."""
-    return f"# Collective test: {op}"
+def op_header_line(op: str, algo: str = "builtin") -> str:
+    """Marks where one op's rows begin, as nccl-tests marks each collective test (and the algorithm, if not built-in)."""
+    return f"# Collective test: {op}" if algo == "builtin" else f"# Collective test: {op}  algo {algo}"
 
 
 def row_line(row: Mapping[str, Any]) -> str:
@@ -73,6 +73,14 @@ def footer_lines(total_wrong: int | None, avg_busbw_bytes_per_s: float) -> list[
     ]
 
 
+def _algo_text(cfg: Mapping[str, Any]) -> str:
+    algos = cfg.get("algos") or ["builtin"]
+    if list(algos) == ["builtin"]:
+        return ""
+    chunk = f"  chunk {cfg['chunk_bytes']} B" if cfg.get("chunk_bytes") else ""
+    return f"  algos {','.join(algos)}{chunk}"
+
+
 def system_header_lines(start: Mapping[str, Any]) -> list[str]:
     """The ``#`` preamble: what ran, where, with which options."""
     cfg = start["config"]
@@ -81,7 +89,7 @@ def system_header_lines(start: Mapping[str, Any]) -> list[str]:
         f"# commlens {system.get('commlens_version', '')} bench  run {start['run_id'][:12]}",
         f"# ops {','.join(cfg['ops'])}  dtypes {','.join(cfg['dtypes'])}  "
         f"sizes {cfg['min_bytes']}..{cfg['max_bytes']} B  iters {cfg['iters']}  warmup {cfg['warmup']}  "
-        f"check {cfg['check_iters']}  blocking {int(cfg['blocking'])}",
+        f"check {cfg['check_iters']}  blocking {int(cfg['blocking'])}" + _algo_text(cfg),
         f"# backend {system['backend']} {system.get('backend_version', '')}  device {system['device']}  "
         f"torch {system.get('torch_version', '')}  world size {system['world_size']}",
     ]
@@ -99,12 +107,14 @@ def system_header_lines(start: Mapping[str, Any]) -> list[str]:
 def run_table_lines(rows: Iterable[Mapping[str, Any]], total_wrong: int | None, avg_busbw: float) -> list[str]:
     """The whole table for already finished rows."""
     lines = column_header_lines()
-    last_op = None
+    last = None
     for row in rows:
-        op = row.get("op") or next((m["op"] for m in row["measurements"] if m), None)
-        if op != last_op:
-            lines.append(op_header_line(op))
-            last_op = op
+        first = next((m for m in row["measurements"] if m), {})
+        op = row.get("op") or first.get("op")
+        algo = row.get("algo") or first.get("algo") or "builtin"
+        if (op, algo) != last:
+            lines.append(op_header_line(op, algo))
+            last = (op, algo)
         lines.append(row_line(row))
     lines.extend(footer_lines(total_wrong, avg_busbw))
     return lines
