@@ -14,6 +14,7 @@ standard pre/post steps when p is not a power of two. The patterns in
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from commlens.model.cost import OUT, UP, Cost, ceil_log2, floor_log2
@@ -26,9 +27,14 @@ CostFn = Callable[[Cost, float], None]
 
 # The shared algorithm names (algorithms library, `commlens bench --algo`, this model).
 ALGORITHMS: tuple[str, ...] = (
-    "ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree",
-    "bruck", "pairwise", "direct", "hierarchical", "nvls",
+    "ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial", "double_binary_tree",
+    "bruck", "pairwise", "direct", "chain", "scatter_allgather", "hierarchical", "nvls",
 )
+
+# commlens.algos' pipelined chain without chunk_bytes: about CHAIN_PIECES chunks, none below the floor
+# (mirrors commlens/algos/broadcast.py, which this module may not import).
+CHAIN_PIECES = 8
+CHAIN_MIN_PIECE_BYTES = 64 << 10
 
 
 def _needs_domains(cost: Cost, algo: str) -> None:
@@ -332,6 +338,24 @@ def _bcast_ring(cost: Cost, n: float) -> None:
     chain(cost, n, reduce=False)
 
 
+def _bcast_chain(cost: Cost, n: float) -> None:
+    """commlens' pipelined chain root -> root+1 -> ...: (p - 1 + k - 1)(a + c b), about 8 chunks of at least 64 KiB."""
+    chain(cost, n, reduce=False, chunk_bytes=max(float(CHAIN_MIN_PIECE_BYTES), math.ceil(n / CHAIN_PIECES)))
+
+
+def _bcast_scatter_allgather(cost: Cost, n: float) -> None:
+    """Binomial scatter of p blocks, then ring all-gather (van de Geijn).
+
+    ceil(lg p) a + (p-1)/p n b for the scatter (step with mask m sends m blocks of n/p, a rank sends or
+    receives), then (p-1) a + (p-1)/p n b for the ring: about 2 n b for large n, against lg p n b for the
+    binomial tree.
+    """
+    p = cost.layout.ranks
+    masks = [1 << i for i in reversed(range(ceil_log2(p)))]
+    exchange(cost, [(m, min(m, p - m) * n / p, 0.0) for m in masks], all_send=False)
+    ring(cost, 1, (p - 1) / p * n)
+
+
 def _bcast_direct(cost: Cost, n: float) -> None:
     """The root sends n to every rank at once: (p-1) a + (p-1) n b, its links the bottleneck."""
     rooted_direct(cost, n, reduce=False)
@@ -394,7 +418,8 @@ MODELS: dict[str, dict[str, CostFn]] = {
         "hierarchical": _ar_hierarchical, "nvls": _ar_nvls,
     },
     "reduce_scatter": {
-        "ring": _rs_ring, "rabenseifner": _rs_rabenseifner, "pairwise": _rs_pairwise, "direct": _rs_direct,
+        "ring": _rs_ring, "rabenseifner": _rs_rabenseifner, "recursive_halving": _rs_rabenseifner,
+        "pairwise": _rs_pairwise, "direct": _rs_direct,
         "hierarchical": _rs_hierarchical, "nvls": _rs_nvls,
     },
     "reduce": {
@@ -409,8 +434,8 @@ MODELS: dict[str, dict[str, CostFn]] = {
         "pairwise": _a2a_pairwise, "direct": _a2a_direct, "bruck": _a2a_bruck, "hierarchical": _a2a_hierarchical,
     },
     "broadcast": {
-        "binomial": _bcast_binomial, "ring": _bcast_ring, "direct": _bcast_direct,
-        "hierarchical": _bcast_hierarchical,
+        "binomial": _bcast_binomial, "ring": _bcast_ring, "chain": _bcast_chain,
+        "scatter_allgather": _bcast_scatter_allgather, "direct": _bcast_direct, "hierarchical": _bcast_hierarchical,
     },
     "gather": {"binomial": _gather_binomial, "direct": _gather_direct, "hierarchical": _gather_hierarchical},
     "scatter": {"binomial": _gather_binomial, "direct": _gather_direct, "hierarchical": _gather_hierarchical},
