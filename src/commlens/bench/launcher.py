@@ -189,8 +189,8 @@ def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list
     return state.spec.hosts * per_host, prefix
 
 
-def launch(argv: list[str]) -> int:
-    """Run ``commlens bench`` with ``argv``; returns the exit code."""
+def launch(argv: list[str], *, print_table: bool = True) -> int:
+    """Run ``commlens bench`` with ``argv``; returns the exit code. ``print_table=False``: progress only."""
     ns = build_parser().parse_args(argv)
     if ns.algo.strip().lower() == "list":
         from commlens.bench.algorithms import algo_listing
@@ -222,7 +222,8 @@ def launch(argv: list[str]) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="commlens-bench-"))
     rows_file = workdir / "rows.jsonl"
-    printer = TablePrinter(lambda line: console.print(line, markup=False, highlight=False))
+    printer = TablePrinter((lambda line: console.print(line, markup=False, highlight=False)) if print_table
+                           else (lambda line: None))
     tail = RowsTail(rows_file, printer, progress, task)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     config = LaunchConfig(

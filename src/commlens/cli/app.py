@@ -69,3 +69,4 @@ def _register() -> None:
     from commlens.cli import model_cmd, topology_cmd  # noqa: F401
     from commlens.cli import project_cmd  # noqa: F401
     from commlens.cli import cluster_cmd, diagnose_cmd  # noqa: F401
+    from commlens.cli import tune_cmd  # noqa: F401

@@ -1,0 +1,139 @@
+"""``commlens tune``: sweep algorithms x sizes here (or on an emulated cluster), write the tuning table ``auto`` reads.
+
+Exit codes: 0 written; 2 bad input (unknown op or algorithm, bad sizes, an
+unreadable existing table); 1 when the sweep fails (a rank fails, wrong results).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from commlens.cli.app import app, fail
+
+
+def _us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    us = seconds * 1e6
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+
+
+def _bucket_text(low: int, high: int | None) -> str:
+    return f">= {low}" if high is None else f"{low} .. {high - 1}"
+
+
+def bucket_rows(entry: Any) -> list[dict[str, Any]]:
+    """One row per bucket: the range, the winner and its time, the built-in's time, the runner-up."""
+    from commlens.algos.tuning import BUILTIN
+
+    rows = []
+    for b in entry.buckets:
+        ranked = b.ranked()
+        runner = ranked[1] if len(ranked) > 1 else (None, None)
+        builtin = b.times_s.get(BUILTIN)
+        best_t = b.times_s.get(b.algo)
+        rows.append({"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "size_bytes": b.size_bytes,
+                     "algo": b.algo, "time_s": best_t, "builtin_time_s": builtin,
+                     "vs_builtin": best_t / builtin if best_t is not None and builtin else None,
+                     "runner_up": runner[0], "runner_up_time_s": runner[1]})
+    return rows
+
+
+def _print_entry(entry: Any) -> None:
+    ctx = entry.context
+    hosts = ctx.get("hosts", 1)
+    print(f"# {entry.op} on {entry.world_size} ranks ({hosts} host{'s' if hosts != 1 else ''} x "
+          f"{entry.ranks_per_host}, {entry.backend}/{entry.device}), {ctx.get('stat', '?')} time, "
+          f"run {str(ctx.get('run_id', '?'))[:12]}")
+    fmt = "{:>22}  {:>10}  {:<19} {:>10}  {:>12}  {:>9}  {:<19} {:>10}"
+    print("#" + fmt.format("bucket (B)", "size (B)", "best", "time (us)", "builtin (us)", "vs builtin",
+                           "runner-up", "time (us)")[1:])
+    for r in bucket_rows(entry):
+        ratio = f"{r['vs_builtin']:.2f}x" if r["vs_builtin"] is not None else "-"
+        print(fmt.format(_bucket_text(r["min_bytes"], r["max_bytes"]), r["size_bytes"], r["algo"],
+                         _us(r["time_s"]), _us(r["builtin_time_s"]), ratio, r["runner_up"] or "-",
+                         _us(r["runner_up_time_s"])))
+
+
+@app.command("tune")
+def tune_cmd(
+    op: str = typer.Option("all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce", "--op",
+                           help="ops to tune: a comma list or 'all' (every op commlens has algorithms for)"),
+    min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="smallest size (K/M/G suffixes)"),
+    max_bytes: str = typer.Option("64M", "--max-bytes", "-e", help="largest size (K/M/G suffixes)"),
+    step_factor: int = typer.Option(4, "--step-factor", "-f", help="multiply the size by this each step"),
+    iters: int = typer.Option(20, "--iters", "-n", help="timed iterations per row"),
+    warmup: int = typer.Option(5, "--warmup", "-w", help="untimed warm-up iterations per row"),
+    check_iters: int = typer.Option(1, "--check-iters", "-c", help="validated iterations per row (0: no check)"),
+    algo: str = typer.Option("all", "--algo", help="candidates: 'all' or a comma list (the built-in is always timed)"),
+    chunk_bytes: Optional[str] = typer.Option(None, "--chunk-bytes", help="chunk size for pipelined algorithms"),
+    stat: str = typer.Option("p50", "--stat", help="which time decides: p50 (default), mean or min"),
+    backend: str = typer.Option("gloo", "--backend", help="torch.distributed backend"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    nproc: int = typer.Option(4, "--nproc", help="local ranks"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="run on this emulated cluster (root)"),
+    ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="with --cluster"),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)"),
+    replace: bool = typer.Option(False, "--replace", help="overwrite the table instead of merging into it"),
+    db: Optional[str] = typer.Option(None, "--db", help="result store for the sweep's run"),
+    no_store: bool = typer.Option(False, "--no-store", help="do not store the sweep's run"),
+    tag: str = typer.Option("tune", "--tag", help="tag of the stored run"),
+    show_table: bool = typer.Option(False, "--show-table", help="print the sweep's nccl-tests table too"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+    as_json: bool = typer.Option(False, "--json", help="print the written entries as JSON"),
+) -> None:
+    """Time every algorithm and the built-in per size; write the table `algo="auto"` uses (see docs/algos.md)."""
+    from commlens.algos import ALGO_OPS
+    from commlens.algos.tuning import TuningError, load_table, save_table, table_path, table_to_dict, with_entries
+    from commlens.bench.config import ConfigError
+    from commlens.bench.launcher import BenchFailure
+    from commlens.bench.tune import TuneSettings, tune
+
+    ops = list(ALGO_OPS) if op.strip().lower() == "all" else [o.strip() for o in op.split(",") if o.strip()]
+    for name in ops:
+        if name not in ALGO_OPS:
+            fail(f"commlens tunes {', '.join(ALGO_OPS)}; {name!r} is not one of them")
+    path = (output or table_path()).expanduser()
+    existing = None
+    if path.exists() and not replace:
+        try:
+            existing = load_table(path)
+        except TuningError as e:
+            fail(f"{e} (fix or remove it, or pass --replace to overwrite it)")
+    try:
+        settings = TuneSettings(
+            ops=",".join(ops), min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor, iters=iters,
+            warmup=warmup, check_iters=check_iters, algos=algo, chunk_bytes=chunk_bytes, stat=stat,
+            backend=backend, device=device, nproc=nproc, cluster=cluster, ranks_per_host=ranks_per_host, db=db,
+            store=not no_store, tag=tag, quiet=quiet or as_json)
+        run, entries = tune(settings, print_table=show_table)
+    except ConfigError as e:
+        fail(str(e), 2)
+    except BenchFailure as e:
+        fail(str(e), e.code)
+    except SystemExit as e:  # argparse inside bench: a usage error it already printed
+        raise typer.Exit(e.code if isinstance(e.code, int) else 2)
+    table = with_entries(existing, entries, "commlens tune " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+    try:
+        save_table(table, path)
+        load_table(path)  # what auto will read: the round trip must hold
+    except (OSError, TuningError) as e:
+        fail(f"cannot write the tuning table {path}: {e}")
+    if as_json:
+        doc = table_to_dict(table)
+        doc["path"] = str(path)
+        doc["written"] = [e.op for e in entries]
+        print(json.dumps(doc, indent=1))
+        return
+    for entry in entries:
+        _print_entry(entry)
+    kept = len(table.entries) - len(entries)
+    print(f"# wrote {path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} from run {run.run_id[:12]}"
+          + (f", {kept} kept from before" if kept else ""))
