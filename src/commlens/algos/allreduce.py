@@ -1,1 +1,182 @@
-"""allreduce algorithms (being written)."""
+"""all_reduce algorithms over point-to-point: ring, recursive doubling, Rabenseifner, binomial, direct, two-level.
+
+Sizes below: p ranks, n the buffer, p' = 2^floor(lg p). Each algorithm
+does what its cost model in :mod:`commlens.model.algorithms` assumes.
+
+Every rank ends with bitwise the same values: each element is either reduced
+on one rank and copied to the others (ring, Rabenseifner, binomial,
+hierarchical) or reduced by every rank in one fixed operand order (recursive
+doubling, direct). Different algorithms round floating-point sums
+differently, as any two all-reduce implementations do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from commlens.algos.allgather import ring_all_gather_inplace
+from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
+from commlens.algos.broadcast import binomial as binomial_broadcast
+from commlens.algos.reduce import binomial_reduce
+from commlens.algos.reducescatter import fold_to_power_of_two, halving_reduce_scatter_inplace, ring_reduce_scatter_inplace
+
+__all__ = ["binomial", "direct", "hierarchical", "rabenseifner", "recursive_doubling", "ring"]
+
+
+def _ring_all_reduce(comm: Comm, buf: torch.Tensor, redop: str, opts: Options) -> None:
+    bounds = block_bounds(buf.numel(), comm.size)
+    ring_reduce_scatter_inplace(comm, buf, bounds, redop, opts)
+    ring_all_gather_inplace(comm, buf, bounds, opts)
+
+
+@register("all_reduce", "ring", chunked=True)
+def ring(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Ring: reduce-scatter then all-gather around i -> i+1, 2(p-1) steps of n/p; 2(p-1)/p n each way per rank.
+
+    The buffer is cut into p blocks (uneven, empty ones when n < p). Each
+    step reduces the block it receives into its place through one scratch
+    block, then the all-gather receives straight into place. With
+    ``chunk_bytes`` each step moves its block in pieces of at most that size.
+    """
+    _ring_all_reduce(comm, tensor, redop, opts)
+
+
+def _lower_first(buf: torch.Tensor, incoming: torch.Tensor, redop: str, buf_is_lower: bool) -> None:
+    """buf <- lower (redop) upper, the operands ordered by rank so both peers compute the same bits."""
+    if buf_is_lower:
+        combine(buf, incoming, redop)
+    else:
+        combine(incoming, buf, redop)
+        buf.copy_(incoming)
+
+
+@register("all_reduce", "recursive_doubling")
+def recursive_doubling(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Recursive doubling: lg p' steps exchanging the whole n; any p with a fold (one n step before, one after).
+
+    1. If p is not a power of two, ranks 2j and 2j+1 (j < p - p') fold: 2j
+       sends its buffer to 2j+1, which reduces it.
+    2. lg p' steps among the p' remaining ranks: swap the whole buffer with
+       the peer at distance 1, 2, 4 ... and reduce, the lower rank's operand
+       first so both peers compute identical bits (max/min of -0.0 and +0.0).
+    3. Rank 2j+1 sends the result back to 2j.
+    """
+    fold = fold_to_power_of_two(comm, tensor, redop)
+    if fold.active is None:
+        comm.exchange(recvs=[(fold.partner, tensor)])
+        return
+    active, v = fold.active, fold.active.index
+    scratch = torch.empty_like(tensor)
+    mask = 1
+    while mask < active.size:
+        peer = v ^ mask
+        active.exchange([(peer, tensor)], [(peer, scratch)])
+        _lower_first(tensor, scratch, redop, v < peer)
+        mask <<= 1
+    if fold.partner is not None:
+        comm.exchange([(fold.partner, tensor)])
+
+
+@register("all_reduce", "rabenseifner")
+def rabenseifner(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Rabenseifner: recursive-halving reduce-scatter, recursive-doubling all-gather; 2 lg p' steps, 2(p'-1)/p' n.
+
+    1. Fold to p' ranks if needed (2j sends n to 2j+1, reduced).
+    2. Reduce-scatter by recursive halving over p' blocks, near peers first
+       (distance 1 carries n/2, distance 2 n/4 ...), as MPICH and the cost model.
+    3. All-gather by the same steps backwards (distance p'/2 carries n/p' ...
+       distance 1 n/2), each received straight into place.
+    4. Unfold: 2j+1 sends the result (n) to 2j.
+    """
+    fold = fold_to_power_of_two(comm, tensor, redop)
+    if fold.active is None:
+        comm.exchange(recvs=[(fold.partner, tensor)])
+        return
+    active = fold.active
+    steps = halving_reduce_scatter_inplace(active, tensor, block_bounds(tensor.numel(), active.size), redop, opts,
+                                           near_first=True)
+    for step in reversed(steps):
+        (a, z), (c, d) = step.keep, step.give
+        active.exchange([(step.peer, tensor[a:z])], [(step.peer, tensor[c:d])])
+    if fold.partner is not None:
+        comm.exchange([(fold.partner, tensor)])
+
+
+@register("all_reduce", "binomial", chunked=True)
+def binomial(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Binomial tree reduce to rank 0, then binomial broadcast: 2 ceil(lg p) steps of n.
+
+    The broadcast is the ``binomial`` broadcast, the reduce tree run the
+    other way. With ``chunk_bytes`` both trees run once per chunk,
+    so chunks pipeline down the levels of each tree.
+    """
+    chunk = opts.chunk_elems(tensor)
+    scratch = torch.empty_like(tensor[:chunk] if chunk is not None else tensor)
+    pieces = chunk_bounds(tensor.numel(), chunk)
+    for a, z in pieces:
+        binomial_reduce(comm, tensor[a:z], 0, redop, scratch[:z - a])
+    for a, z in pieces:
+        binomial_broadcast(comm, tensor[a:z], 0, opts)
+
+
+@register("all_reduce", "direct")
+def direct(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """One-shot: every rank sends n to every other at once and reduces all p buffers itself; 1 step, (p-1) n.
+
+    Each rank reduces the buffers in rank order 0, 1, ..., p-1, so all ranks
+    compute the same bits. Needs (p-1) n of scratch.
+    """
+    p, i, n = comm.size, comm.index, tensor.numel()
+    others = [j for j in range(p) if j != i]
+    scratch = tensor.new_empty((p - 1, n))
+    rows = dict(zip(others, scratch))
+    comm.exchange([(j, tensor) for j in others], [(j, rows[j]) for j in others])
+    rows[i] = tensor
+    acc = rows[0]
+    for j in range(1, p):
+        combine(acc, rows[j], redop)
+    if i != 0:
+        tensor.copy_(acc)
+
+
+def _hosts(p: int, per_host: int) -> list[range]:
+    return [range(start, min(start + per_host, p)) for start in range(0, p, per_host)]
+
+
+@register("all_reduce", "hierarchical", chunked=True)
+def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Two-level: ring reduce-scatter in each host, ring all-reduce across hosts per shard, ring all-gather in each host.
+
+    Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
+    last may be smaller. With H hosts, each rank moves 2(L-1)/L n inside its
+    host and 2(H-1)/H n/L across hosts.
+
+    1. The buffer is cut into L shards. In a host of L ranks local rank j
+       owns shard j; in a smaller last host of L' ranks each local rank owns
+       a contiguous run of about L/L' shards.
+    2. Ring reduce-scatter inside each host, each rank's owned shards as its
+       block.
+    3. For each shard, a ring all-reduce across hosts among the ranks owning
+       it (one per host). A rank of the smaller host owning several shards
+       runs their rings one after another.
+    4. Ring all-gather inside each host.
+
+    With one host this is the ring; with one rank per host, the ring across
+    hosts. ``chunk_bytes`` pipelines every ring step.
+    """
+    p, i, n = comm.size, comm.index, tensor.numel()
+    per_host = opts.ranks_per_host(p)
+    hosts = _hosts(p, per_host)
+    shards = block_bounds(n, per_host)
+    # owned[h][j]: the shards local rank j of host h owns, a contiguous range
+    owned = [[range(a, z) for a, z in block_bounds(per_host, len(host))] for host in hosts]
+    h, local_rank = divmod(i, per_host)
+    local = comm.sub(hosts[h])
+    mine = owned[h]
+    bounds = [(shards[r.start][0], shards[r.stop - 1][1]) for r in mine]
+    ring_reduce_scatter_inplace(local, tensor, bounds, redop, opts)
+    for k in mine[local_rank]:
+        peers = [host[next(j for j, r in enumerate(owned[g]) if k in r)] for g, host in enumerate(hosts)]
+        a, z = shards[k]
+        _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
+    ring_all_gather_inplace(local, tensor, bounds, opts)

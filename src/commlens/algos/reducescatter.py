@@ -1,1 +1,212 @@
-"""reducescatter algorithms (being written)."""
+"""reduce_scatter algorithms over point-to-point: ring, recursive halving, pairwise.
+
+Sizes below: p ranks, S the whole input, s = S/p one rank's block. Every
+element of the result is reduced on exactly one rank, in an order that rank
+alone decides, so no two ranks can disagree about it.
+
+The phases all_reduce and reduce reuse work in place on per-rank block
+bounds (uneven and empty blocks allowed):
+
+- :func:`ring_reduce_scatter_inplace`: ring, rank i ends with block i;
+- :func:`fold_to_power_of_two`: the pre-step that folds p - p' ranks into
+  their neighbours so that p' (a power of two) ranks remain;
+- :func:`halving_reduce_scatter_inplace`: recursive halving over p' ranks,
+  returning its steps so a caller can replay them backwards as an all-gather
+  or a gather.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from commlens.algos.base import Comm, Options, chunk_bounds, combine, register
+
+__all__ = [
+    "Fold",
+    "Halving",
+    "fold_to_power_of_two",
+    "halving_reduce_scatter_inplace",
+    "pairwise",
+    "recursive_halving",
+    "ring",
+    "ring_reduce_scatter_inplace",
+]
+
+Bounds = Sequence[tuple[int, int]]
+
+
+def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, redop: str, opts: Options) -> None:
+    """Ring reduce-scatter of the blocks ``buf[bounds[i]]`` in place; on return block ``comm.index`` is reduced.
+
+    p-1 steps: at step t rank i sends its partial block i-t-1 to rank i+1 and
+    receives partial block i-t-2 from rank i-1 into one scratch buffer, then
+    reduces it into its place in ``buf``; (p-1)/p S each way per rank. With
+    ``opts.chunk_bytes`` each step moves its block in pieces of at most that
+    size, one exchange per piece. Blocks other than this rank's hold partial
+    results afterwards.
+    """
+    p, i = comm.size, comm.index
+    if p == 1:
+        return
+    right, left = (i + 1) % p, (i - 1) % p
+    chunk = opts.chunk_elems(buf)
+    width = max(stop - start for start, stop in bounds)
+    scratch = buf.new_empty(width if chunk is None else min(width, chunk))
+    for t in range(p - 1):
+        s0, s1 = bounds[(i - t - 1) % p]
+        r0, r1 = bounds[(i - t - 2) % p]
+        sends, recvs = chunk_bounds(s1 - s0, chunk), chunk_bounds(r1 - r0, chunk)
+        for j in range(max(len(sends), len(recvs))):
+            a, z = sends[j] if j < len(sends) else (0, 0)
+            c, d = recvs[j] if j < len(recvs) else (0, 0)
+            incoming = scratch[:d - c]
+            comm.exchange([(right, buf[s0 + a:s0 + z])], [(left, incoming)])
+            combine(buf[r0 + c:r0 + d], incoming, redop)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Where a rank stands after :func:`fold_to_power_of_two`."""
+
+    active: Comm | None  # the p' remaining ranks, in virtual-rank order (None: this rank folded out)
+    partner: int | None  # the index this rank is paired with (None: unpaired)
+    members: tuple[tuple[int, ...], ...]  # per virtual rank, the indexes it stands for, in index order
+
+
+def fold_to_power_of_two(comm: Comm, buf: torch.Tensor, redop: str, keep: int | None = None) -> Fold:
+    """Fold p - p' ranks into their neighbours so p' = 2^floor(lg p) remain (the pre-step of MPICH).
+
+    With r = p - p', ranks 2j and 2j+1 (j < r) pair up: one sends its whole
+    ``buf`` to the other, which reduces it into its own, one step of n at
+    distance 1. The odd one stays, or ``keep`` when it is in the pair (a
+    reduce's root). The remaining ranks, in order, form the ``active`` comm
+    of size p'; the caller undoes the fold as its result needs.
+    """
+    p, i = comm.size, comm.index
+    pp = 1 << (p.bit_length() - 1)
+    r = p - pp
+    members = tuple((2 * j, 2 * j + 1) for j in range(r)) + tuple((k,) for k in range(2 * r, p))
+    stays = [keep if keep in pair else pair[-1] for pair in members]
+    if i >= 2 * r:
+        return Fold(comm.sub(stays), None, members)
+    partner = i ^ 1
+    if i != stays[i // 2]:
+        comm.exchange([(partner, buf)])
+        return Fold(None, partner, members)
+    incoming = torch.empty_like(buf)
+    comm.exchange(recvs=[(partner, incoming)])
+    combine(buf, incoming, redop)
+    return Fold(comm.sub(stays), partner, members)
+
+
+@dataclass(frozen=True)
+class Halving:
+    """One step of recursive halving: the peer, the bit of the virtual rank it differs in, the halves."""
+
+    peer: int
+    mask: int
+    keep: tuple[int, int]  # elements this rank reduces and keeps
+    give: tuple[int, int]  # elements it hands to the peer
+
+
+def halving_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, redop: str, opts: Options,
+                                   *, near_first: bool = False) -> list[Halving]:
+    """Recursive halving over a power-of-two comm; return the steps (the last one's ``keep`` is this rank's share).
+
+    lg p steps. Each rank starts with the blocks ``bounds[0..p)`` as its
+    window; at each step it splits the window in half, sends one half to its
+    peer, receives the peer's partial of the other half into one scratch
+    buffer and reduces it: S/2, S/4, ... each way, (p-1)/p S in all.
+
+    Far first (``near_first=False``, MPICH's reduce_scatter): peers at
+    distance p/2, p/4, ... 1, and rank i ends with block i. Near first (MPICH's
+    all_reduce, the cost model's order): distance 1, 2, ... p/2 so the
+    largest halves stay closest, and rank i ends with block bitreverse(i).
+    """
+    p, v = comm.size, comm.index
+    masks = [1 << k for k in range(p.bit_length() - 1)]
+    if not near_first:
+        masks.reverse()
+    steps, lo, hi = [], 0, p
+    for mask in masks:
+        mid = (lo + hi) // 2
+        (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if v & mask else ((lo, mid), (mid, hi))
+        steps.append(Halving(v ^ mask, mask, (bounds[klo][0], bounds[khi - 1][1]),
+                             (bounds[glo][0], bounds[ghi - 1][1])))
+        lo, hi = klo, khi
+    if not steps:
+        return steps
+    scratch = buf.new_empty(max(z - a for a, z in (s.keep for s in steps)))
+    for step in steps:
+        (a, z), (c, d) = step.keep, step.give
+        incoming = scratch[:z - a]
+        comm.exchange([(step.peer, buf[c:d])], [(step.peer, incoming)])
+        combine(buf[a:z], incoming, redop)
+    return steps
+
+
+def _equal_bounds(block: int, parts: int) -> list[tuple[int, int]]:
+    return [(k * block, (k + 1) * block) for k in range(parts)]
+
+
+@register("reduce_scatter", "ring", chunked=True)
+def ring(comm: Comm, output: torch.Tensor, input: torch.Tensor, redop: str, opts: Options) -> None:
+    """Ring: p-1 steps of one block s, (p-1)/p S sent and reduced per rank.
+
+    Works on a copy of the input (the input is left as it was): see
+    :func:`ring_reduce_scatter_inplace`. With ``chunk_bytes`` each step moves
+    its block in pieces of at most that size.
+    """
+    s, i = output.numel(), comm.index
+    work = input.clone()
+    ring_reduce_scatter_inplace(comm, work, _equal_bounds(s, comm.size), redop, opts)
+    output.copy_(work[i * s:(i + 1) * s])
+
+
+@register("reduce_scatter", "recursive_halving")
+def recursive_halving(comm: Comm, output: torch.Tensor, input: torch.Tensor, redop: str, opts: Options) -> None:
+    """Recursive halving: lg p' steps of S/2, S/4 ... s; any p by folding p-p' ranks in first.
+
+    1. If p is not a power of two, the r = p - p' pairs (2j, 2j+1) fold: 2j
+       sends its whole input to 2j+1 (one step of S, reduced).
+    2. Recursive halving among the p' remaining ranks (far peers first, as
+       MPICH's reduce_scatter, so rank i ends with its own block), where a
+       folded pair's two blocks count as one: (p'-1)/p' S each way.
+    3. Rank 2j+1 sends rank 2j its block (one step of s).
+
+    Unlike the cost model's distance order (near peers first), the far-first
+    order is what leaves each rank its own block without a final shuffle.
+    Works on a copy of the input.
+    """
+    s, i = output.numel(), comm.index
+    bounds = _equal_bounds(s, comm.size)
+    work = input.clone()
+    fold = fold_to_power_of_two(comm, work, redop)
+    if fold.active is None:
+        comm.exchange(recvs=[(fold.partner, output)])
+        return
+    spans = [(bounds[m[0]][0], bounds[m[-1]][1]) for m in fold.members]
+    halving_reduce_scatter_inplace(fold.active, work, spans, redop, opts)
+    if fold.partner is not None:
+        a, z = bounds[fold.partner]
+        comm.exchange([(fold.partner, work[a:z])])
+    output.copy_(work[i * s:(i + 1) * s])
+
+
+@register("reduce_scatter", "pairwise")
+def pairwise(comm: Comm, output: torch.Tensor, input: torch.Tensor, redop: str, opts: Options) -> None:
+    """Pairwise exchange: p-1 steps; at step k rank i sends block i+k to rank i+k and reduces block i from i-k.
+
+    (p-1)/p S each way per rank, one peer at a time; rank i reduces its block
+    in the order i, i-1, i-2, ... into the output, through one scratch block.
+    """
+    p, i, s = comm.size, comm.index, output.numel()
+    output.copy_(input[i * s:(i + 1) * s])
+    scratch = torch.empty_like(output)
+    for k in range(1, p):
+        to, frm = (i + k) % p, (i - k) % p
+        comm.exchange([(to, input[to * s:(to + 1) * s])], [(frm, scratch)])
+        combine(output, scratch, redop)
