@@ -26,24 +26,10 @@ def test_every_registered_algorithm_has_a_cost_model(op: str, name: str) -> None
 
 @pytest.mark.parametrize(("op", "name"), REGISTERED, ids=[f"{op}-{name}" for op, name in REGISTERED])
 def test_every_model_predicts_on_the_local_box_at_four_ranks_and_grows_with_size(op: str, name: str) -> None:
-    local = load_topology("local-cpu")
-    if name == "hierarchical":  # two-level: needs hosts; 2 nodes x 2 ranks, as the emulated cluster runs it
-        shape = {"nodes": 2, "ranks_per_node": 2}
-        local = _two_hosts(local)
+    if name == "hierarchical":  # two-level: needs hosts; 2 hosts x 2 ranks, as the emulated cluster runs it
+        local, shape = load_topology("emulated-cluster"), {"nodes": 2, "ranks_per_node": 2}
     else:
-        shape = {"nodes": 1, "ranks_per_node": 4}
+        local, shape = load_topology("local-cpu"), {"nodes": 1, "ranks_per_node": 4}
     times = [predict(local, op, size, algo=name, **shape).time_s for size in (0, 4096, 1 << 20, 64 << 20)]
     assert all(t > 0 for t in times)
     assert times == sorted(times), f"{op}/{name}: predicted time falls as the size grows: {times}"
-
-
-def _two_hosts(topology):  # noqa: ANN001, ANN202 - a Topology in, a Topology out
-    from commlens.topology import topology_from_dict, topology_to_dict
-
-    d = topology_to_dict(topology)
-    d.update(accelerators_per_node=2)
-    d["scale_up"].update(domain_size=2)
-    d["scale_out"] = {"name": "emulated 1 Gb/s link", "nics_per_node": 1, "nic_bandwidth_bytes_per_s": 1.25e8,
-                      "efficiency": 0.95, "efficiency_origin": "test", "latency_s": 1e-4,
-                      "latency_origin": "test", "tiers": [{"name": "bridge", "nodes": 2}]}
-    return topology_from_dict(d, "two hosts")

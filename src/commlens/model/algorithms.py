@@ -95,6 +95,15 @@ def _ar_binomial(cost: Cost, n: float) -> None:
     exchange(cost, steps, all_send=False)
 
 
+def _ar_direct(cost: Cost, n: float) -> None:
+    """One-shot: every rank sends its n to every other at once and reduces all p buffers itself.
+
+    One message latency (all in flight), (p-1) n b each way, (p-1) n g: the
+    fewest steps of any all-reduce, the most bytes; latency-bound sizes only.
+    """
+    direct(cost, n, reduce=True)
+
+
 def _ar_double_binary_tree(cost: Cost, n: float) -> None:
     """Two complementary binary trees, each carrying n/2, reduce and broadcast pipelined in chunks.
 
@@ -414,7 +423,7 @@ def _barrier_recursive_doubling(cost: Cost, size: float) -> None:
 MODELS: dict[str, dict[str, CostFn]] = {
     "all_reduce": {
         "ring": _ar_ring, "recursive_doubling": _ar_recursive_doubling, "rabenseifner": _ar_rabenseifner,
-        "binomial": _ar_binomial, "double_binary_tree": _ar_double_binary_tree,
+        "binomial": _ar_binomial, "direct": _ar_direct, "double_binary_tree": _ar_double_binary_tree,
         "hierarchical": _ar_hierarchical, "nvls": _ar_nvls,
     },
     "reduce_scatter": {
