@@ -53,7 +53,7 @@ def test_predict_all_compares_every_algorithm_and_says_why_some_cannot_run() -> 
     out = ok("model", "predict", "-t", "dgx-a100", "--op", "all_reduce", "--size", "256M", "--algo", "all")
     lines = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert set(lines) == {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree",
-                          "hierarchical", "nvls"}
+                          "direct", "hierarchical", "nvls"}
     assert "cannot run: nvls needs in-switch reduction" in lines["nvls"]
     assert sum("<- fastest" in line for line in lines.values()) == 1
     rows = json.loads(ok("model", "predict", "-t", "dgx-a100", "--size", "256M", "--algo", "all", "--json"))

@@ -256,12 +256,13 @@ def _residual_dict(r: Residual) -> dict[str, Any]:
 
 
 def _print_residuals(residuals: tuple[Residual, ...]) -> None:
-    fmt = "{:<15} {:>11} {:>5} {:<20} {:>11} {:>11} {:>9} {:>9} {:>8}"
+    width = max([20] + [len(f"{r.obs.model_op}/{r.obs.model_algo}") for r in residuals])
+    fmt = "{:<15} {:>11} {:>5} {:<%d} {:>11} {:>11} {:>9} {:>9} {:>8}" % width
     print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s",
                      "error"))
     for r in residuals:
         o = r.obs
-        print(fmt.format(o.op, o.size_bytes, "in" if o.in_place else "out", f"{o.model_op}/{o.model_algo}"[:20],
+        print(fmt.format(o.op, o.size_bytes, "in" if o.in_place else "out", f"{o.model_op}/{o.model_algo}",
                          _us(o.measured_s), _us(r.predicted_s), f"{r.busbw(o.measured_s) / 1e9:.3f}",
                          f"{r.busbw(r.predicted_s) / 1e9:.3f}", f"{100 * r.error:+.1f}%"))
 
@@ -273,6 +274,17 @@ def _value(v: float, unit: str) -> str:
 
 
 _STAT_HELP = "which time of each row: mean (as nccl-tests), p50 or min"
+_ALGO_HELP = ("only rows that ran these algorithms (comma list; 'builtin' for the backend's own collectives; "
+              "default: every row but auto's)")
+
+
+def _algos(text: Optional[str]) -> Optional[list[str]]:
+    if text is None:
+        return None
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        fail("--algo: no algorithm given")
+    return names
 
 
 # ---- fit --------------------------------------------------------------------------------------------
@@ -286,6 +298,7 @@ def fit_cmd(
     name: Optional[str] = typer.Option(None, "--name", help="calibrated topology's name (default TEMPLATE-fitted)"),
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
     min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
+    algo: Optional[str] = typer.Option(None, "--algo", help=_ALGO_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Calibrate a topology from measured runs: fitted constants with their uncertainty, every row's residual.
@@ -302,7 +315,8 @@ def fit_cmd(
     template = load_or_fail(topology)
     loaded = _load_runs(runs, db)
     try:
-        result = fit_runs(loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name)
+        result = fit_runs(loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name,
+                          algos=_algos(algo))
     except (FitError, InfeasibleError) as e:
         fail(str(e))
     if output is not None:
@@ -349,9 +363,10 @@ def check_cmd(
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
     min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
     max_mape: Optional[float] = typer.Option(None, "--max-mape", help="exit 1 when the MAPE (%) exceeds this"),
+    algo: Optional[str] = typer.Option(None, "--algo", help=_ALGO_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """Predicted against measured for every row of a run: the error per row, per op and overall (MAPE, max)."""
+    """Predicted against measured for every row of a run: the error per row, per op (per algorithm) and overall."""
     from commlens.model import InfeasibleError
     from commlens.model.check import check_runs
     from commlens.model.observe import STATS
@@ -361,22 +376,27 @@ def check_cmd(
     topo = load_or_fail(topology)
     loaded = _load_runs(runs, db)
     try:
-        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"))
+        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"),
+                            algos=_algos(algo))
     except InfeasibleError as e:
         fail(str(e))
     if not result.residuals:
-        fail("no usable rows to check (every row empty, zero-sized, a barrier or below --min-size)")
+        fail("no usable rows to check (every row empty, zero-sized, a barrier, below --min-size or not --algo)")
     summary = result.summary
     if as_json:
         print(json.dumps({"topology": topo.name, "stat": stat, "summary": summary, "by_op": result.by_op(),
-                          "rows": [_residual_dict(r) for r in result.residuals]}, indent=1))
+                          "by_algo": result.by_algo(), "rows": [_residual_dict(r) for r in result.residuals]},
+                         indent=1))
     else:
         print(f"# check {', '.join(sorted({r.obs.run_id[:12] for r in result.residuals}))} against "
               f"{topo.name} ({stat} time)")
         _print_residuals(result.residuals)
-        print(f"{'# op':<16} {'rows':>5} {'MAPE':>8} {'max':>8} {'bias':>8}")
-        for op, s in result.by_op().items():
-            print(f"{'# ' + op:<16} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
+        named = any(r.obs.algo != "builtin" for r in result.residuals)
+        groups = result.by_algo() if named else result.by_op()
+        width = max(16, *(len(k) + 3 for k in groups))
+        print(f"{'# op/algo' if named else '# op':<{width}} {'rows':>5} {'MAPE':>8} {'max':>8} {'bias':>8}")
+        for key, s in groups.items():
+            print(f"{'# ' + key:<{width}} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
                   f"{s['bias_pct']:>+7.1f}%")
         print(f"# all: {summary['rows']} rows, MAPE {summary['mape_pct']:.1f}%, max {summary['max_ape_pct']:.1f}%, "
               f"bias {summary['bias_pct']:+.1f}%")

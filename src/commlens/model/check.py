@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Collection, Iterable
 
 from commlens.model.fit import Residual, predict_observations
 from commlens.model.observe import observations
@@ -31,6 +31,13 @@ class CheckResult:
             ops.setdefault(r.obs.op, []).append(r)
         return {op: error_summary(rows) for op, rows in ops.items()}
 
+    def by_algo(self) -> dict[str, dict[str, float | int]]:
+        """The error per op and algorithm as recorded (``all_reduce/ring``, ``all_reduce/builtin``)."""
+        groups: dict[str, list[Residual]] = {}
+        for r in self.residuals:
+            groups.setdefault(f"{r.obs.op}/{r.obs.algo}", []).append(r)
+        return {key: error_summary(rows) for key, rows in groups.items()}
+
 
 def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:
     """rows, MAPE %, max |error| %, median |error| % and mean signed error % (bias)."""
@@ -49,8 +56,12 @@ def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:
     }
 
 
-def check_runs(runs: Iterable[Run], topology: Topology, *, stat: str = "mean", min_size_bytes: int = 1) -> CheckResult:
-    """Predict every row of ``runs`` on ``topology`` as it ran; :class:`InfeasibleError` for a shape it cannot hold."""
-    obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes)
+def check_runs(runs: Iterable[Run], topology: Topology, *, stat: str = "mean", min_size_bytes: int = 1,
+               algos: Collection[str] | None = None) -> CheckResult:
+    """Predict every row of ``runs`` on ``topology`` as it ran; :class:`InfeasibleError` for a shape it cannot hold.
+
+    ``algos``: only the rows that ran these algorithms (see :func:`~commlens.model.observe.observations`).
+    """
+    obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes, algos=algos)
     predicted = predict_observations(topology, obs)
     return CheckResult(topology.name, stat, tuple(Residual(o, t) for o, t in zip(obs, predicted)))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from commlens.model.layout import Layout
 from commlens.model.observe import Observation, observations
@@ -286,7 +286,8 @@ def _write_topology(template: Topology, params: Sequence[FittedParam], obs: Sequ
         "backends": backends,
         "rows": len(obs),
         "loss": f"{LOSS} on log(predicted/measured), f_scale {F_SCALE}",
-        "algorithms": {o.op: f"{o.model_op}/{o.model_algo}" for o in obs},
+        "algorithms": {(o.op if o.algo == "builtin" else f"{o.op}/{o.algo}"): f"{o.model_op}/{o.model_algo}"
+                       for o in obs},
         "parameters": {
             p.name: {"value": p.value, "unit": p.unit,
                      **({"held": p.held_because} if p.held_because else
@@ -308,9 +309,11 @@ def _set_rate(level: dict[str, Any], line_key: str, rate: float, origin: str) ->
 
 
 def fit_runs(runs: Iterable[Run], template: Topology, *, stat: str = "mean", min_size_bytes: int = 1,
-             sizes: Callable[[int], bool] | None = None, name: str | None = None) -> FitResult:
-    """:func:`fit` on the rows of ``runs`` (optionally only sizes for which ``sizes(size)`` is true)."""
-    obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes)
+             sizes: Callable[[int], bool] | None = None, name: str | None = None,
+             algos: Collection[str] | None = None) -> FitResult:
+    """:func:`fit` on the rows of ``runs`` (optionally only sizes for which ``sizes(size)`` is true, only
+    rows that ran ``algos``)."""
+    obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes, algos=algos)
     if sizes is not None:
         obs = [o for o in obs if sizes(o.size_bytes)]
     result = fit(obs, template, name=name)

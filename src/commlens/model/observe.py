@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Collection, Iterable
 
 from commlens.model.backends import implementation
 from commlens.model.layout import InfeasibleError
@@ -48,8 +48,13 @@ def _time(m: Measurement, stat: str) -> float | None:
     return {"mean": s.mean_s, "p50": s.p50_s, "min": s.min_s}[stat]
 
 
-def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 1) -> list[Observation]:
-    """Every row of ``runs`` with a positive time and a size >= ``min_size_bytes`` (barriers excluded)."""
+def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 1,
+                 algos: Collection[str] | None = None) -> list[Observation]:
+    """Every row of ``runs`` with a positive time and a size >= ``min_size_bytes`` (barriers excluded).
+
+    ``algos``: only rows that ran one of these (``builtin`` for the backend's own collectives); ``auto``
+    rows are left out unless asked for, since what they ran varies with the size.
+    """
     if stat not in STATS:
         raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
     out: list[Observation] = []
@@ -59,6 +64,8 @@ def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 
         for m in run.measurements:
             t = _time(m, stat)
             if m.op == "barrier" or m.size_bytes < max(min_size_bytes, 1) or t is None or t <= 0:
+                continue
+            if (m.algo not in algos) if algos is not None else m.algo == "auto":
                 continue
             impl = implementation(backend, m.op, m.algo)
             out.append(Observation(run.run_id, backend, m.op, m.algo, m.size_bytes, m.in_place, m.world_size,
