@@ -92,36 +92,37 @@ class AlgoCalls:
     """Launchers for one row that run a commlens algorithm instead of the backend's collective.
 
     Each method returns a no-argument callable, as :func:`commlens.bench.collectives.prepare` times it; the
-    calls are synchronous (the algorithms wait for their own point-to-point messages).
+    calls are synchronous (the algorithms wait for their own point-to-point messages). They go through
+    :func:`commlens.algos.run`, the public calls by op name.
     """
 
     def __init__(self, algo: str, group: Any, chunk_bytes: int | None, local_size: int | None):
-        from commlens import algos
+        from commlens.algos import run
 
-        self.algos = algos
+        self.run = run
         self.group = group
         self.kw = {"algo": algo, "chunk_bytes": chunk_bytes, "local_size": local_size}
 
     def all_reduce(self, buf: Any, redop: str) -> Callable[[], None]:
-        call, group, kw = self.algos.all_reduce, self.group, self.kw
-        return lambda: call(buf, redop, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("all_reduce", buf, redop, group, **kw)
 
     def broadcast(self, buf: Any, root: int) -> Callable[[], None]:
-        call, group, kw = self.algos.broadcast, self.group, self.kw
-        return lambda: call(buf, root, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("broadcast", buf, root, group, **kw)
 
     def reduce(self, buf: Any, root: int, redop: str) -> Callable[[], None]:
-        call, group, kw = self.algos.reduce, self.group, self.kw
-        return lambda: call(buf, root, redop, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("reduce", buf, root, redop, group, **kw)
 
     def all_gather(self, out: Any, inp: Any) -> Callable[[], None]:
-        call, group, kw = self.algos.all_gather, self.group, self.kw
-        return lambda: call(out, inp, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("all_gather", out, inp, group, **kw)
 
     def reduce_scatter(self, out: Any, inp: Any, redop: str) -> Callable[[], None]:
-        call, group, kw = self.algos.reduce_scatter, self.group, self.kw
-        return lambda: call(out, inp, redop, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("reduce_scatter", out, inp, redop, group, **kw)
 
     def all_to_all(self, out: Any, inp: Any) -> Callable[[], None]:
-        call, group, kw = self.algos.all_to_all, self.group, self.kw
-        return lambda: call(out, inp, group, **kw)
+        run, group, kw = self.run, self.group, self.kw
+        return lambda: run("all_to_all", out, inp, group, **kw)
