@@ -6,9 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from benchutil import clean_env, commlens, error_lines, stored_runs
+from benchutil import commlens, error_lines, stored_runs
+from typer.testing import CliRunner
 
 from commlens.algos import ALGO_OPS, algorithms_for
+from commlens.cli.app import _register, app
+
+_register()
 
 QUICK = ("-n", "2", "-w", "1", "-q")
 
@@ -90,7 +94,7 @@ def test_algo_list_names_every_registered_algorithm() -> None:
     (("--op", "all_reduce", "--algo", "ring", "--chunk-bytes", "1X"), "error: --chunk-bytes: invalid size '1X'"),
 ])
 def test_bad_algorithm_input_exits_2_before_any_rank_starts(args: tuple[str, ...], message: str) -> None:
-    proc = commlens("bench", "--nproc", "2", *args, "--no-store", env=clean_env())
-    assert proc.returncode == 2
+    proc = CliRunner().invoke(app, ["bench", "--nproc", "2", *args, "--no-store"])  # refused before launching
+    assert proc.exit_code == 2
     (line,) = error_lines(proc.stderr)
     assert line.startswith(message), line
