@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Collection, Iterable
 
 from commlens.model.backends import implementation
@@ -12,6 +12,10 @@ from commlens.results.records import Measurement, Run
 __all__ = ["STATS", "Observation", "job_shape", "observations"]
 
 STATS: tuple[str, ...] = ("mean", "p50", "min")
+
+# commlens.algos' two-level algorithms with every rank on one host: what they run instead (the docstring of
+# commlens.algos.allreduce.hierarchical: "with one host this is the ring").
+ONE_HOST: dict[tuple[str, str], str] = {("all_reduce", "hierarchical"): "ring"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 
             if (m.algo not in algos) if algos is not None else m.algo == "auto":
                 continue
             impl = implementation(backend, m.op, m.algo)
+            if nodes == 1 and (m.op, m.algo) in ONE_HOST:
+                impl = replace(impl, algo=ONE_HOST[(m.op, m.algo)])
             out.append(Observation(run.run_id, backend, m.op, m.algo, m.size_bytes, m.in_place, m.world_size,
                                    nodes, rpn, impl.op, impl.algo, t, impl.copy_bytes(m.size_bytes, m.world_size),
                                    impl.messages_per_step(m.size_bytes, m.world_size)))
