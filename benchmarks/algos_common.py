@@ -1,0 +1,77 @@
+"""Shared by the algorithm benchmarks (issue 7): running commlens, picking each row's time, formatting."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent / "commlens"
+STAT = "p50"  # every figure below uses each row's median iteration time unless it says otherwise
+
+
+def commlens(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the commlens command; raise with its stderr when it fails."""
+    cmd = [str(BIN), *args]
+    print("running: commlens " + " ".join(args), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise SystemExit(f"commlens {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def bench(args: list[str], json_path: Path, env: dict[str, str] | None = None) -> Any:
+    """``commlens bench ARGS --json PATH`` (not stored), loaded as a Run."""
+    from commlens.results import load_run
+
+    commlens("bench", *args, "--json", str(json_path), "--no-store", "-q", env=env)
+    return load_run(json_path)
+
+
+def tune(args: list[str], table: Path, db: Path, replace: bool = False) -> tuple[Any, str]:
+    """``commlens tune ARGS -o TABLE --db DB``: the stored sweep run and the command's printed summary."""
+    from commlens.store import Store
+
+    proc = commlens("tune", *args, "-o", str(table), "--db", str(db), "-q", *(["--replace"] if replace else []))
+    run_id = re.search(r"from run ([0-9a-f]{12})", proc.stdout).group(1)  # type: ignore[union-attr]
+    with Store.open(str(db)) as store:
+        return store.get_run(run_id), proc.stdout
+
+
+def row_time(m: Any, stat: str = STAT) -> float:
+    s = m.stats
+    return {"p50": s.p50_s, "mean": s.mean_s, "min": s.min_s}[stat]
+
+
+def times(run: Any, op: str, stat: str = STAT) -> dict[int, dict[str, Any]]:
+    """size -> algo -> measurement, out of place where the op offers it, else in place (as tune picks)."""
+    out: dict[int, dict[str, Any]] = {}
+    for m in run.measurements:
+        if m.op != op or m.size_bytes == 0:
+            continue
+        slot = out.setdefault(m.size_bytes, {})
+        have = slot.get(m.algo)
+        if have is None or (have.in_place and not m.in_place):
+            slot[m.algo] = m
+    return out
+
+
+def us(seconds: float) -> str:
+    v = seconds * 1e6
+    return f"{v:.1f}" if v < 1e4 else f"{v:.0f}"
+
+
+def size_text(n: int) -> str:
+    for unit, name in ((1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit} {name}"
+    return f"{n} B"
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f} (1 min) / {five:.1f} (5 min)"
