@@ -229,9 +229,9 @@ def test_inplace_all_gather_phases_take_uneven_and_empty_blocks(pools: Pools, wo
 
 
 def test_chain_broadcast_pipelines_big_buffers_in_default_chunks(pools: Pools) -> None:
-    # 20,000 float64 = 160 KB: three default pieces of at least 64 KiB; every root of 5 ranks
+    # 150,000 float64 = 1.2 MB: three default chunks of 512 KiB, the last one short; every root of 5 ranks
     for root in range(5):
-        case = {"group": "world", "n": 20_000, "dtype": torch.float64, "seed": 3, "chunk_bytes": 40_000}
+        case = {"group": "world", "n": 150_000, "dtype": torch.float64, "seed": 3, "chunk_bytes": 400_000}
         _expect(_run(pools, 5, _broadcast_case, case, root=root), case, ops="broadcast")
 
 

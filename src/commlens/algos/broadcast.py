@@ -13,9 +13,9 @@ from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, regis
 
 __all__ = ["binomial", "chain", "scatter_allgather"]
 
-# The chain's pieces when chunk_bytes is not given: about this many, none smaller than the floor.
-CHAIN_PIECES = 8
-CHAIN_MIN_PIECE_BYTES = 64 << 10
+# The chain's chunk when chunk_bytes is not given: the pipeline_chunk_bytes of the topology presets,
+# which the cost model of a pipelined chain assumes (16 MiB goes in 32 chunks, 64 KiB in one).
+CHAIN_CHUNK_BYTES = 512 << 10
 
 
 @register("broadcast", "binomial")
@@ -42,10 +42,7 @@ def binomial(comm: Comm, tensor: torch.Tensor, root: int, opts: Options) -> None
 
 def _chain_chunk(tensor: torch.Tensor, opts: Options) -> int:
     chunk = opts.chunk_elems(tensor)
-    if chunk is not None:
-        return chunk
-    floor = max(1, CHAIN_MIN_PIECE_BYTES // tensor.element_size())
-    return max(floor, -(-tensor.numel() // CHAIN_PIECES))
+    return chunk if chunk is not None else max(1, CHAIN_CHUNK_BYTES // tensor.element_size())
 
 
 @register("broadcast", "chain", chunked=True)
@@ -54,8 +51,8 @@ def chain(comm: Comm, tensor: torch.Tensor, root: int, opts: Options) -> None:
 
     Relative rank v forwards chunk c to v+1 in the same exchange that
     receives chunk c+1 from v-1, so after the pipeline fills every link
-    carries a chunk each step. Chunks of ``chunk_bytes``; without it, about
-    8 chunks of at least 64 KiB.
+    carries a chunk each step. Chunks of ``chunk_bytes``, else 512 KiB (the
+    cost model's pipeline_chunk_bytes).
     """
     p, i = comm.size, comm.index
     v = (i - root) % p
