@@ -17,6 +17,7 @@ Examples are derandomized (fixed seed) so the suite is deterministic.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -89,7 +90,7 @@ def _all_gather_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_byt
 def _inplace_case(m: Member, lengths: list[int], dtype: torch.dtype, seed: int,
                   chunk_bytes: int | None) -> dict[str, bool]:
     starts = [sum(lengths[:k]) for k in range(len(lengths) + 1)]
-    bounds = list(zip(starts[:-1], starts[1:]))
+    bounds = list(itertools.pairwise(starts))
     whole = _random(seed, starts[-1], dtype)  # every rank knows what the gathered buffer must hold
     comm, ok = Comm.of(m.group), {}
     for name, phase in (("ring", ring_all_gather_inplace), ("doubling", doubling_all_gather_inplace)):

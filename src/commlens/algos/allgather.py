@@ -9,7 +9,7 @@ their gather phase.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -77,7 +77,7 @@ def doubling_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, o
     if i >= pp:
         partner = i - pp
         comm.exchange([(partner, buf[bounds[i][0]:bounds[i][1]])])
-        comm.exchange(recvs=[(partner, t) for t in _spans(buf, bounds, range(0, i))]
+        comm.exchange(recvs=[(partner, t) for t in _spans(buf, bounds, range(i))]
                       + [(partner, t) for t in _spans(buf, bounds, range(i + 1, p))])
         return
     if i < r:
@@ -98,7 +98,7 @@ def doubling_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, o
         width <<= 1
     if i < r:
         extra = i + pp
-        comm.exchange([(extra, t) for t in _spans(buf, bounds, range(0, extra))]
+        comm.exchange([(extra, t) for t in _spans(buf, bounds, range(extra))]
                       + [(extra, t) for t in _spans(buf, bounds, range(extra + 1, p))])
 
 
