@@ -1,13 +1,17 @@
-"""``commlens project WORKLOAD``, ``project sweep``, ``project validate``: training-step projection.
+"""``commlens project WORKLOAD``, ``project sweep``, ``project validate``, ``project calibrate``.
 
 Exit codes: 0 done; 2 bad input or a layout that cannot run (the reason on
 stderr); 1 when ``validate`` misses its targets (every row within 8%, mean
-absolute error <= 4%).
+absolute error <= 4%). ``--accelerators FILE`` (default: the files in
+``$COMMLENS_ACCELERATORS``) overrides or adds accelerator figures, e.g. those
+``project calibrate`` fitted; a bad file exits 2 naming the file and field.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
@@ -15,12 +19,14 @@ import typer
 from commlens.cli.app import app, fail
 
 _CTX = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-_SUB = ("sweep", "validate")
+_SUB = ("sweep", "validate", "calibrate")
+_ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
 
 
 @app.command("project", context_settings=_CTX, add_help_option=False)
 def project_entry(ctx: typer.Context) -> None:
-    """Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`)."""
+    """Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`,
+    `calibrate`)."""
     args = list(ctx.args)
     sub = args[0] if args and args[0] in _SUB else "one"
     command = typer.main.get_command(_APPS[sub])
@@ -62,10 +68,13 @@ def _one(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
     precision: Optional[str] = typer.Option(None, "--precision", help="bf16 or fp8"),
     sets: List[str] = typer.Option([], "--set", help="any field: workload.PATH=V, layout.FIELD=V, topology.PATH=V"),
+    accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
-    from commlens.project.sweep import Base, evaluate, parse_vary
+    from commlens.project.sweep import Base, parse_vary
+
+    use_accelerators(accelerators)
 
     layout = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": 3 if fsdp else zero,
               "recompute": recompute, "sp": sp, "flash_attention": flash, "overlap_grad_reduce": overlap,
@@ -78,6 +87,23 @@ def _one(
         print(json.dumps(p.as_dict(), indent=1))
         return
     _print_projection(p)
+
+
+def use_accelerators(path: str | None) -> None:
+    """``--accelerators FILE`` (else ``$COMMLENS_ACCELERATORS``): check the files now (exit 2 naming the file and
+    field), then leave them in the environment, where ``device_for`` and sweep workers read them."""
+    from commlens.project import ProjectionError
+    from commlens.project.hardware import ACCELERATORS_ENV, active_devices
+
+    if path is not None:
+        if not Path(path).is_file():
+            fail(f"--accelerators {path}: no such file")
+        os.environ[ACCELERATORS_ENV] = str(Path(path).resolve())
+    if os.environ.get(ACCELERATORS_ENV):
+        try:
+            active_devices()
+        except ProjectionError as e:
+            fail(str(e))
 
 
 def _point(sets: list[str], parse_vary) -> dict[str, Any]:
@@ -152,11 +178,14 @@ def _sweep(
     metric: str = typer.Option("tokens_per_s", "--metric", help="tokens_per_s, mfu, step_time_s, memory_gb"),
     plot_path: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the metric here"),
     top: int = typer.Option(5, "--top", help="best configurations to list"),
+    accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
     from commlens.project import ProjectionError
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
+
+    use_accelerators(accelerators)
 
     try:
         grid_spec = parse_vary(vary)
@@ -196,9 +225,12 @@ def _sweep(
         print(f"plot: {plot_path}")
 
 
-def _validate(as_json: bool = typer.Option(False, "--json")) -> None:
+def _validate(as_json: bool = typer.Option(False, "--json"),
+              accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP)) -> None:
     """Predicted vs published TFLOP/s per GPU: Megatron-LM SC'21 Table 1 on dgx-a100."""
     from commlens.project.validate import validate_megatron
+
+    use_accelerators(accelerators)
 
     rows = validate_megatron()
     errors = [abs(r.error) for r in rows]
@@ -225,4 +257,6 @@ def _app(fn) -> typer.Typer:
     return sub
 
 
-_APPS = {"one": _app(_one), "sweep": _app(_sweep), "validate": _app(_validate)}
+from commlens.cli.calibrate_cmd import calibrate  # noqa: E402  (a project subcommand, in its own module)
+
+_APPS = {"one": _app(_one), "sweep": _app(_sweep), "validate": _app(_validate), "calibrate": _app(calibrate)}

@@ -7,10 +7,13 @@ The GEMM efficiency curve (defaults documented in docs/project.md):
 2. wave quantization: the output is cut into tiles, one per SM at a time; the
    best of the usual cuBLAS tile shapes is taken, each charged for its padded
    area and for the idle SMs of its last wave; smaller tiles reuse operands
-   less (``_TILES``: relative tile throughput);
-3. short reductions: a K of k costs as k + ``_K_OVERHEAD`` (prologue and
+   less (``DEFAULT_TILES``: relative tile throughput);
+3. short reductions: a K of k costs as k + ``DEFAULT_K_OVERHEAD`` (prologue and
    epilogue of each tile);
 4. roofline: a GEMM never runs faster than its operands stream from HBM.
+
+A device's ``gemm_shape`` (fitted by ``commlens project calibrate``) replaces
+the tile throughputs of 2 and the K overhead of 3; without it, the defaults.
 
 Streaming (element-wise, normalization, softmax) kernels run at
 ``memory_efficiency`` x HBM bandwidth.
@@ -22,30 +25,39 @@ from functools import lru_cache
 
 from commlens.project.hardware import Device
 
-__all__ = ["FLASH_ATTENTION_FRACTION", "gemm_efficiency", "gemm_time_s", "stream_time_s"]
+__all__ = ["DEFAULT_K_OVERHEAD", "DEFAULT_TILES", "FLASH_ATTENTION_FRACTION", "gemm_efficiency", "gemm_time_s",
+           "shape_factor", "stream_time_s"]
 
 # (tile rows, tile cols, relative throughput): larger tiles reuse each operand load more (CUTLASS/cuBLAS SM80 tiles).
-_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
-_K_OVERHEAD = 64  # elements of K: one main-loop stage of a 3-4 stage pipelined tile (prologue + epilogue)
+DEFAULT_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
+DEFAULT_K_OVERHEAD = 64.0  # elements of K: one main-loop stage of a 3-4 stage pipelined tile (prologue + epilogue)
 # FlashAttention-2 (Dao 2023): fwd+bwd reaches ~0.6 of A100 peak at head dim 128 -> 0.7 of a large GEMM's rate.
 FLASH_ATTENTION_FRACTION = 0.7
 
 
-@lru_cache(maxsize=4096)
-def _shape_factor(m: int, n: int, k: int, sms: int) -> float:
+def shape_factor(m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, float], ...] = DEFAULT_TILES,
+                 k_overhead: float = DEFAULT_K_OVERHEAD) -> float:
+    """Steps 2 and 3 of the curve: the fraction of the plateau an (m x k) @ (k x n) GEMM keeps."""
     best = 0.0
-    for tm, tn, rel in _TILES:
+    for tm, tn, rel in tiles:
         rows, cols = -(-m // tm), -(-n // tn)
-        tiles = rows * cols
-        waves = -(-tiles // sms)
-        useful = (m * n) / (rows * tm * cols * tn) * tiles / (waves * sms)
+        count = rows * cols
+        waves = -(-count // sms)
+        useful = (m * n) / (rows * tm * cols * tn) * count / (waves * sms)
         best = max(best, useful * rel)
-    return best * k / (k + _K_OVERHEAD)
+    return best * k / (k + k_overhead)
+
+
+_cached_shape_factor = lru_cache(maxsize=4096)(shape_factor)
 
 
 def gemm_efficiency(device: Device, m: int, n: int, k: int) -> float:
     """Fraction of peak an (m x k) @ (k x n) GEMM reaches on ``device`` (before the HBM roofline)."""
-    return device.gemm_efficiency * _shape_factor(int(m), int(n), int(k), device.sms)
+    shape = device.gemm_shape
+    if shape is None:
+        return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms)
+    return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms, shape.tiles,
+                                                         shape.k_overhead)
 
 
 def gemm_time_s(device: Device, peak_flops: float, m: float, n: float, k: float, batch: float = 1.0,

@@ -5,18 +5,55 @@ what computes. Both are keyed by the topology's ``accelerator.name``; the
 figures live in ``accelerators.yaml`` next to this module, each efficiency with
 its origin. A topology whose accelerator is not listed cannot be projected
 (:class:`ProjectionError` names the known ones).
+
+Files in the same schema (``format: commlens.accelerators/1``), such as the
+fragment ``commlens project calibrate`` writes, override or add entries: list
+them in ``COMMLENS_ACCELERATORS`` (paths separated by ``os.pathsep``, later
+files win; the CLI's ``--accelerators FILE`` sets it). An entry for a known
+accelerator may give only the fields it changes, but an efficiency always comes
+with its ``*_origin``; a new accelerator gives every field.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from commlens.project.errors import ProjectionError
 
-__all__ = ["Device", "device_for", "known_devices"]
+__all__ = ["ACCELERATORS_ENV", "ACCELERATORS_FORMAT", "AcceleratorsFileError", "Device", "GemmShape",
+           "active_devices", "device_for", "known_devices", "load_accelerators_file"]
+
+ACCELERATORS_FORMAT = "commlens.accelerators/1"
+ACCELERATORS_ENV = "COMMLENS_ACCELERATORS"
+
+
+class AcceleratorsFileError(ProjectionError):
+    """An accelerators file that cannot be used; the message names the file and the field."""
+
+
+class GemmShape(BaseModel):
+    """Calibrated shape terms of the GEMM curve (:mod:`commlens.project.compute`); absent: its defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    k_overhead: float = Field(ge=0, le=4096, description="elements of K a tile spends in prologue and epilogue")
+    tiles: tuple[tuple[int, int, float], ...] = Field(
+        min_length=1, description="(tile rows, tile cols, relative throughput in (0, 1]) the library picks from")
+    origin: str = Field(min_length=1, description="where these come from")
+
+    @field_validator("tiles")
+    @classmethod
+    def _tiles_positive(cls, v: tuple[tuple[int, int, float], ...]) -> tuple[tuple[int, int, float], ...]:
+        for rows, cols, rel in v:
+            if rows < 1 or cols < 1 or not 0 < rel <= 1:
+                raise ValueError(f"tile {rows}x{cols} at {rel}: sizes must be >= 1 and throughput in (0, 1]")
+        return v
 
 
 class Device(BaseModel):
@@ -33,6 +70,7 @@ class Device(BaseModel):
     gemm_efficiency_origin: str = Field(min_length=1, description="where gemm_efficiency comes from")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streaming kernels reach")
     memory_efficiency_origin: str = Field(min_length=1, description="where memory_efficiency comes from")
+    gemm_shape: GemmShape | None = Field(None, description="calibrated tile throughputs and K overhead")
 
     @field_validator("peak_flops")
     @classmethod
@@ -50,26 +88,104 @@ class Device(BaseModel):
                                   f"(has: {', '.join(self.peak_flops)})") from None
 
 
+_FIELDS = tuple(f for f in Device.model_fields if f != "name")
+
+
+def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, Device]:
+    """Validate one parsed file: every entry a Device, partial entries merged onto ``base``."""
+    if not isinstance(data, dict):
+        raise AcceleratorsFileError(f"{source}: expected a mapping with 'format' and 'accelerators'")
+    unknown = sorted(set(data) - {"format", "accelerators"})
+    if unknown:
+        raise AcceleratorsFileError(f"{source}: unknown key {unknown[0]!r} (known: format, accelerators)")
+    if data.get("format") != ACCELERATORS_FORMAT:
+        raise AcceleratorsFileError(f"{source}: format {data.get('format')!r}; expected {ACCELERATORS_FORMAT}")
+    entries = data.get("accelerators")
+    if not isinstance(entries, dict) or not entries:
+        raise AcceleratorsFileError(f"{source}: 'accelerators' must map accelerator names to their figures")
+    out: dict[str, Device] = {}
+    for name, fields in entries.items():
+        where = f"{source}: accelerators.{name!r}"
+        if not isinstance(fields, dict):
+            raise AcceleratorsFileError(f"{where}: expected a mapping of fields")
+        unknown = [k for k in fields if k not in _FIELDS]
+        if unknown:
+            raise AcceleratorsFileError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(_FIELDS)})")
+        merged = dict(fields)
+        if name in base:
+            for eff in ("gemm_efficiency", "memory_efficiency"):
+                if eff in fields and f"{eff}_origin" not in fields:
+                    raise AcceleratorsFileError(f"{where}.{eff}: given without {eff}_origin (say where it comes from)")
+            merged = {**base[name].model_dump(exclude={"name"}), **fields}
+        try:
+            out[name] = Device(name=str(name), **merged)
+        except ValidationError as e:
+            missing = [str(err["loc"][0]) for err in e.errors() if err["type"] == "missing"]
+            if missing:
+                raise AcceleratorsFileError(f"{where}: missing {', '.join(missing)} (a new accelerator gives "
+                                            f"every field)") from None
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+            raise AcceleratorsFileError(f"{where}.{loc}: {first['msg']}{more}") from None
+    return out
+
+
+def _read_yaml(path: Path, source: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise AcceleratorsFileError(f"{source}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise AcceleratorsFileError(f"{source}: not valid YAML: {e}") from None
+
+
 @lru_cache(maxsize=1)
-def _devices() -> dict[str, Device]:
+def _shipped() -> dict[str, Device]:
     import yaml
 
     text = (resources.files("commlens.project") / "accelerators.yaml").read_text()
-    data = yaml.safe_load(text)
-    try:
-        return {name: Device(name=name, **fields) for name, fields in data["accelerators"].items()}
-    except ValidationError as e:
-        raise ProjectionError(f"accelerators.yaml: {e}") from None
+    return _entries(yaml.safe_load(text), "accelerators.yaml", {})
+
+
+def load_accelerators_file(path: str | Path, base: Mapping[str, Device] | None = None) -> dict[str, Device]:
+    """The entries of one accelerators file, validated; partial entries complete themselves from ``base``
+    (default: the shipped figures). :class:`AcceleratorsFileError` names the file and the field."""
+    p = Path(path)
+    return _entries(_read_yaml(p, str(path)), str(path), _shipped() if base is None else base)
+
+
+@lru_cache(maxsize=8)
+def _with_files(files: tuple[tuple[str, int], ...]) -> dict[str, Device]:
+    devices = dict(_shipped())
+    for path, _mtime in files:
+        devices.update(load_accelerators_file(path, devices))
+    return devices
+
+
+def active_devices() -> dict[str, Device]:
+    """The shipped figures, overridden and extended by the files in ``COMMLENS_ACCELERATORS``."""
+    value = os.environ.get(ACCELERATORS_ENV, "")
+    files = []
+    for path in (p for p in value.split(os.pathsep) if p):
+        try:
+            files.append((path, os.stat(path).st_mtime_ns))
+        except OSError as e:
+            raise AcceleratorsFileError(f"{path} (from {ACCELERATORS_ENV}): cannot read: {e.strerror or e}") from None
+    return _with_files(tuple(files))
 
 
 def known_devices() -> list[str]:
-    return sorted(_devices())
+    return sorted(active_devices())
 
 
 def device_for(accelerator_name: str) -> Device:
-    """The compute figures of ``accelerator_name``."""
+    """The compute figures of ``accelerator_name`` (shipped, or from ``COMMLENS_ACCELERATORS``)."""
+    devices = active_devices()
     try:
-        return _devices()[accelerator_name]
+        return devices[accelerator_name]
     except KeyError:
         raise ProjectionError(f"no compute figures for accelerator {accelerator_name!r}; "
-                              f"known: {', '.join(known_devices())}") from None
+                              f"known: {', '.join(sorted(devices))}") from None

@@ -218,7 +218,12 @@ def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dic
     if started:
         ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
     try:
+        from commlens.project.hardware import ACCELERATORS_ENV
+
         task = ray.remote(_chunk)
+        files = os.environ.get(ACCELERATORS_ENV)
+        if files:  # calibrated figures: the workers read the same files (paths must be visible to them)
+            task = task.options(runtime_env={"env_vars": {ACCELERATORS_ENV: files}})
         size = max(1, -(-len(points) // (int(ray.available_resources().get("CPU", 1)) * 4)))
         refs = [task.remote((base, points[i:i + size], search)) for i in range(0, len(points), size)]
         return [row for part in ray.get(refs) for row in part]

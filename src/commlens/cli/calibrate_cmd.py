@@ -1,0 +1,132 @@
+"""``commlens project calibrate``: measure GEMMs and streaming kernels on a GPU, fit the device constants.
+
+Without ``--from`` it measures (CUDA only) into ``--out``; with ``--from FILE``
+it fits an existing measurement file (any machine). Either way it prints the
+fit and, with ``-o``, writes an accelerators file for ``--accelerators``.
+Exit codes: 0 done; 2 no CUDA GPU to measure on, or a bad file or option
+(nothing is written then).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commlens.cli.app import fail
+
+
+def calibrate(
+    out: str = typer.Option("gemm-calibration.json", "--out", help="measurement file to write (when measuring)"),
+    from_file: Optional[str] = typer.Option(None, "--from", help="fit this measurement file instead of measuring"),
+    name: Optional[str] = typer.Option(None, "--name", help="accelerator to fit (default: from the measured GPU)"),
+    fit: str = typer.Option("gemm_efficiency,k_overhead", "--fit",
+                            help="parameters: gemm_efficiency, and any of k_overhead, tiles"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="write the fitted accelerators YAML here"),
+    budget_s: float = typer.Option(150.0, "--budget-s", help="stop measuring GEMMs after this many seconds"),
+    seed: int = typer.Option(0, "--seed", help="seed of the shape sample, its order and the operands"),
+    accelerators: Optional[str] = typer.Option(None, "--accelerators", help="accelerators file over the shipped one"),
+    as_json: bool = typer.Option(False, "--json", help="print the fit as JSON"),
+) -> None:
+    """Calibrate the GEMM curve and memory efficiency of an accelerator from measurements on it."""
+    from commlens.cli.project_cmd import use_accelerators
+    from commlens.project import ProjectionError
+    from commlens.project.calibrate import fit_calibration, fragment_yaml
+    from commlens.project.calibration_file import load_calibration, save_calibration
+
+    use_accelerators(accelerators)
+    parameters = tuple(p.strip() for p in fit.split(",") if p.strip())
+    if from_file is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("project calibrate needs a CUDA GPU (torch.cuda.is_available() is False) to measure; "
+                 "to fit a measurement file from elsewhere: --from FILE")
+        try:
+            cal = _measure(seed, budget_s)
+            save_calibration(cal, out)
+        except ProjectionError as e:
+            fail(str(e))
+        except OSError as e:
+            fail(f"--out {out}: {e.strerror or e}")
+        print(f"measurements: {out} ({len(cal.gemm)} GEMMs, {len(cal.stream)} streaming runs)", file=sys.stderr)
+        source = out
+    else:
+        source = from_file
+    try:
+        cal = load_calibration(source)
+        result = fit_calibration(cal, source, name, parameters)
+        text = fragment_yaml(result)
+    except ProjectionError as e:
+        fail(str(e))
+    if output:
+        _write_atomic(output, text)
+    if as_json:
+        print(json.dumps(result.as_dict(), indent=1))
+    else:
+        _print_fit(result)
+    if output:
+        print(f"accelerators file: {output}  (use: --accelerators {output})")
+
+
+def _measure(seed: int, budget_s: float):
+    from commlens.project.calibrate_measure import measure, plan_gemms, plan_streams
+
+    gemms, streams = plan_gemms(seed), plan_streams()
+    t0 = time.monotonic()
+
+    def progress(done: int, total: int, note: str) -> None:
+        if done % 25 == 0 or done == total or done <= len(streams):
+            print(f"calibrate: {done}/{total} ({time.monotonic() - t0:.0f} s) {note}", file=sys.stderr, flush=True)
+
+    return measure(gemms, streams, seed=seed, budget_s=budget_s, progress=progress)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        fail(f"-o {path}: {e.strerror or e}")
+
+
+def _print_fit(fit) -> None:
+    cal, base, dev = fit.calibration, fit.base, fit.fitted
+    print(f"{fit.source}: {cal.device.name} ({cal.device.sms} SMs), torch {cal.software.get('torch', '?')}, "
+          f"CUDA {cal.software.get('cuda', '?')}, measured {cal.created}")
+    print(f"accelerator {base.name!r}: bf16 peak {base.peak('bf16') / 1e12:.0f} TFLOP/s, "
+          f"HBM {base.hbm_bytes_per_s / 1e9:.0f} GB/s")
+    if fit.stream_fraction:
+        print("\nstreaming kernels, fraction of HBM bandwidth (median over sizes; min-max):")
+        for kernel, frac in fit.stream_fraction.items():
+            lo, hi = fit.stream_range[kernel]
+            print(f"  {kernel:<11} {frac:6.3f}   ({lo:.3f}-{hi:.3f})")
+    print(f"memory_efficiency {dev.memory_efficiency:.3f} (was {base.memory_efficiency:.3f}): "
+          f"{dev.memory_efficiency_origin}")
+    kinds = list(fit.curves[0].by_kind)
+    dtypes = list(fit.curves[0].by_dtype)
+    print(f"\nGEMM curve, mean absolute error on {len(cal.gemm)} measured GEMMs (small ones not fitted):")
+    print(f"  {'constants':<10} {'gemm_eff':>8} {'k_over':>7} {'MAPE':>7}  "
+          + " ".join(f"{k:>11}" for k in kinds) + "  " + " ".join(f"{d:>6}" for d in dtypes))
+    for c in fit.curves:
+        print(f"  {c.label:<10} {c.gemm_efficiency:8.4f} {c.k_overhead:7.1f} {c.mape * 100:6.1f}%  "
+              + " ".join(f"{c.by_kind[k] * 100:10.1f}%" for k in kinds) + "  "
+              + " ".join(f"{c.by_dtype[d] * 100:5.1f}%" for d in dtypes))
+    if dev.gemm_shape is not None and "tiles" in fit.parameters:
+        print("  tiles: " + ", ".join(f"{a}x{b} {rel:.3f}" for a, b, rel in dev.gemm_shape.tiles))
+    print("\nworst fitted shapes after the fit (error = model / measured - 1):")
+    for w in fit.curves[-1].worst:
+        shape = f"{w['m']}x{w['n']}x{w['k']}" + (f" b{w['batch']}" if w["batch"] > 1 else "")
+        print(f"  {w['error'] * 100:+6.1f}%  {w['dtype']} {w['layout']} {shape:<22} {w['label']:<30} "
+              f"measured {w['measured_tflops']:6.1f}, model {w['model_tflops']:6.1f} TFLOP/s")
+    for note in fit.notes:
+        print(f"note: {note}")

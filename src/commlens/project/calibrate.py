@@ -1,0 +1,285 @@
+"""Fit the projection's device constants to measurements: ``commlens project calibrate --from FILE``.
+
+From a measurement file (:mod:`commlens.project.calibration_file`, written by
+:func:`commlens.project.calibrate_measure.measure` on a GPU):
+
+1. ``memory_efficiency``: per streaming kernel, the median over input sizes of
+   bytes moved per second / the device's HBM bandwidth. The model has one
+   number: the median over the eager kernels it charges as memory-bound (add,
+   GeLU, softmax, layer norm, dropout: residual adds, activations, norms,
+   softmax and dropout of the step model); copy is reported as the ceiling only.
+2. GEMM curve: least squares on log time, residual log(model) - log(measured),
+   where the model is :func:`commlens.project.compute.gemm_time_s` itself with
+   the device's constants replaced by the parameters (so the fit follows any
+   change of the curve), its HBM roofline at the memory efficiency of step 1.
+   Parameters: the plateau ``gemm_efficiency``; optionally the K overhead and
+   the relative throughputs of the tiles below the largest (those stay 1: the
+   plateau carries the scale). Fitted shapes: squares, transformer and attention GEMMs,
+   bf16 and fp16 against the bf16 peak (equal on A100/H100/H200); small shapes
+   are reported, not fitted (launch latency is outside the curve).
+3. Errors: MAPE (mean of |model / measured - 1|) on the fitted shapes with the
+   device's current constants, with the plateau alone refitted, and with the
+   chosen fit; per kind and dtype, and the worst shapes.
+4. :func:`fragment_yaml`: the device's entry with the fitted figures, each with
+   an origin naming the file, its date and the GPU, loadable with
+   ``--accelerators``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commlens.project.calibration_file import CalibrationFile, GemmRecord
+from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, gemm_time_s
+from commlens.project.errors import ProjectionError
+from commlens.project.hardware import ACCELERATORS_FORMAT, Device, GemmShape, active_devices
+
+__all__ = ["FIT_KINDS", "FIT_PARAMETERS", "MODEL_STREAM_KERNELS", "CalibrationFit", "CurveError",
+           "accelerator_for", "fit_calibration", "fragment_yaml"]
+
+FIT_KINDS = ("square", "transformer", "attention")
+FIT_PARAMETERS = ("gemm_efficiency", "k_overhead", "tiles")
+MODEL_STREAM_KERNELS = ("add", "gelu", "softmax", "layer_norm", "dropout")
+# CUDA device names (substrings, first match) -> accelerators.yaml keys
+_CUDA_NAMES = (("GB200", "B200 (GB200)"), ("B200", "B200"), ("H200", "H200 SXM"), ("H100", "H100 SXM"),
+               ("A100", "A100 SXM 80GB"))
+
+
+@dataclass(frozen=True)
+class CurveError:
+    """The GEMM curve with one set of constants against the measurements."""
+
+    label: str  # current, plateau, fit
+    gemm_efficiency: float
+    k_overhead: float
+    tiles: tuple[tuple[int, int, float], ...]
+    mape: float  # over the fitted shapes
+    by_kind: dict[str, float]  # MAPE per kind (small included: not fitted)
+    by_dtype: dict[str, float]
+    worst: list[dict[str, Any]]  # fitted shapes with the largest |error|, signed error = model / measured - 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "gemm_efficiency": self.gemm_efficiency, "k_overhead": self.k_overhead,
+                "tiles": [list(t) for t in self.tiles], "mape": self.mape, "by_kind": self.by_kind,
+                "by_dtype": self.by_dtype, "worst": self.worst}
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """What the fit found, and the device entry it makes."""
+
+    source: str
+    calibration: CalibrationFile
+    base: Device
+    fitted: Device
+    parameters: tuple[str, ...]
+    stream_fraction: dict[str, float]  # kernel -> median over sizes of bytes/s / HBM bytes/s
+    stream_range: dict[str, tuple[float, float]]  # kernel -> (min, max) over sizes
+    curves: list[CurveError]  # current constants, plateau alone, the fit
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "measured_device": self.calibration.device.model_dump(),
+                "created": self.calibration.created, "software": self.calibration.software,
+                "accelerator": self.base.name, "parameters": list(self.parameters),
+                "stream_fraction": self.stream_fraction,
+                "stream_range": {k: list(v) for k, v in self.stream_range.items()},
+                "memory_efficiency": self.fitted.memory_efficiency, "gemm_efficiency": self.fitted.gemm_efficiency,
+                "gemm_shape": self.fitted.gemm_shape.model_dump() if self.fitted.gemm_shape else None,
+                "curves": [c.as_dict() for c in self.curves], "notes": self.notes}
+
+
+def accelerator_for(cal: CalibrationFile) -> str:
+    """The accelerators.yaml key of the measured GPU (by CUDA name; its SM count must agree)."""
+    devices = active_devices()
+    for fragment, key in _CUDA_NAMES:
+        if fragment in cal.device.name and key in devices:
+            if devices[key].sms != cal.device.sms:
+                raise ProjectionError(f"the measured {cal.device.name} has {cal.device.sms} SMs but {key!r} has "
+                                      f"{devices[key].sms}: give the accelerator with --name")
+            return key
+    raise ProjectionError(f"no accelerator known for the measured {cal.device.name!r}; give one with --name "
+                          f"(known: {', '.join(sorted(devices))})")
+
+
+def _shape_of(dev: Device) -> tuple[tuple[tuple[int, int, float], ...], float]:
+    s = dev.gemm_shape
+    return (s.tiles, s.k_overhead) if s else (DEFAULT_TILES, DEFAULT_K_OVERHEAD)
+
+
+def _model_s(dev: Device, peak: float, r: GemmRecord) -> float:
+    return gemm_time_s(dev, peak, r.m, r.n, r.k, r.batch, 2.0)
+
+
+def _curve_error(label: str, dev: Device, peak: float, records: list[GemmRecord], worst: int = 8) -> CurveError:
+    errors = [(_model_s(dev, peak, r) / r.time_s - 1.0, r) for r in records]
+    fitted = [(e, r) for e, r in errors if r.kind in FIT_KINDS]
+
+    def mape(items: list[tuple[float, GemmRecord]]) -> float:
+        return sum(abs(e) for e, _ in items) / len(items) if items else float("nan")
+
+    tiles, k_over = _shape_of(dev)
+    top = sorted(fitted, key=lambda er: -abs(er[0]))[:worst]
+    return CurveError(
+        label, dev.gemm_efficiency, k_over, tiles, mape(fitted),
+        {kind: mape([er for er in errors if er[1].kind == kind]) for kind in dict.fromkeys(r.kind for r in records)},
+        {dt: mape([er for er in fitted if er[1].dtype == dt]) for dt in dict.fromkeys(r.dtype for r in records)},
+        [{"error": e, "kind": r.kind, "dtype": r.dtype, "label": r.label, "m": r.m, "n": r.n, "k": r.k,
+          "batch": r.batch, "layout": r.layout, "measured_tflops": r.tflops, "model_tflops": r.flops / _model_s(
+              dev, peak, r) / 1e12} for e, r in top])
+
+
+def _with(dev: Device, params: tuple[str, ...], x: list[float], origin: str) -> Device:
+    """``dev`` with the fitted parameters ``x`` (in the order of ``params``) applied."""
+    tiles, k_over = _shape_of(dev)
+    update: dict[str, Any] = {}
+    i = 0
+    if "gemm_efficiency" in params:
+        update["gemm_efficiency"] = float(x[i])
+        i += 1
+    if "k_overhead" in params:
+        k_over = float(x[i])
+        i += 1
+    if "tiles" in params:
+        free = iter(float(v) for v in x[i:])
+        tiles = tuple((tm, tn, rel if rel >= 1.0 else next(free)) for tm, tn, rel in tiles)
+    if "k_overhead" in params or "tiles" in params:
+        update["gemm_shape"] = GemmShape(k_overhead=k_over, tiles=tiles, origin=origin)
+    return dev.model_copy(update=update)
+
+
+def _least_squares(dev: Device, peak: float, records: list[GemmRecord], params: tuple[str, ...]) -> Device:
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    tiles, k_over = _shape_of(dev)
+    spec: list[tuple[float, float, float]] = []  # (start, lower, upper) per parameter, in _with's order
+    if "gemm_efficiency" in params:
+        spec.append((dev.gemm_efficiency, 0.02, 1.0))
+    if "k_overhead" in params:
+        spec.append((k_over, 0.0, 2048.0))
+    if "tiles" in params:
+        spec += [(rel, 0.05, 1.0) for _, _, rel in tiles if rel < 1.0]
+    x0, lo, hi = (list(v) for v in zip(*spec))
+    measured = np.log([r.time_s for r in records])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        d = _with(dev, params, list(x), "fit")
+        return np.log([_model_s(d, peak, r) for r in records]) - measured
+
+    starts = [list(x0)]
+    if "k_overhead" in params:  # the K term is not convex in log time: a few starts
+        k_at = params.index("k_overhead")
+        starts += [x0[:k_at] + [k] + x0[k_at + 1:] for k in (8.0, 32.0, 128.0, 512.0)]
+    best = None
+    for start in starts:
+        start = [min(max(v, a + 1e-6), b - 1e-6) for v, a, b in zip(start, lo, hi)]
+        res = least_squares(residuals, start, bounds=(lo, hi), x_scale="jac", diff_step=1e-4)
+        if best is None or res.cost < best.cost:
+            best = res
+    return _with(dev, params, list(best.x), "fit")
+
+
+def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
+                    parameters: tuple[str, ...] = ("gemm_efficiency", "k_overhead")) -> CalibrationFit:
+    """Fit ``parameters`` of the GEMM curve and the memory efficiency of accelerator ``name`` (default: the
+    measured GPU's) to ``cal``; raises :class:`ProjectionError` for an unknown accelerator or parameter."""
+    unknown = [p for p in parameters if p not in FIT_PARAMETERS]
+    if unknown or "gemm_efficiency" not in parameters:
+        raise ProjectionError(f"--fit {','.join(parameters)}: gemm_efficiency and any of k_overhead, tiles")
+    key = name or accelerator_for(cal)
+    devices = active_devices()
+    if key not in devices:
+        raise ProjectionError(f"no accelerator {key!r}; known: {', '.join(sorted(devices))}")
+    base = devices[key]
+    peak = base.peak("bf16")
+    where = (f"{Path(source).name} ({cal.device.name}, {cal.device.sms} SMs, measured {cal.created}, "
+             f"torch {cal.software.get('torch', '?')}, CUDA {cal.software.get('cuda', '?')})")
+    notes: list[str] = []
+    by_kernel: dict[str, list[float]] = {}
+    for s in cal.stream:
+        by_kernel.setdefault(s.kernel, []).append(s.bytes_per_s / base.hbm_bytes_per_s)
+    fraction = {k: statistics.median(v) for k, v in by_kernel.items()}
+    spread = {k: (min(v), max(v)) for k, v in by_kernel.items()}
+    dev = base
+    model_kernels = [k for k in MODEL_STREAM_KERNELS if k in fraction]
+    if model_kernels:
+        mem = statistics.median(fraction[k] for k in model_kernels)
+        if mem > 1.0:
+            notes.append(f"streaming kernels measured at {mem:.3f} of the listed HBM bandwidth: kept at 1.0; "
+                         f"is hbm_bytes_per_s of {key!r} right?")
+            mem = 1.0
+        dev = dev.model_copy(update={
+            "memory_efficiency": mem,
+            "memory_efficiency_origin": f"median of eager {', '.join(model_kernels)} over "
+                                        f"{len(cal.stream)} runs of 64 MiB-2 GiB, {where}"})
+    else:
+        notes.append("no streaming measurements: memory_efficiency kept")
+    records = list(cal.gemm)
+    fit_records = [r for r in records if r.kind in FIT_KINDS]
+    if not fit_records:
+        raise ProjectionError(f"{source}: no square, transformer or attention GEMMs to fit")
+    plateau = _least_squares(dev, peak, fit_records, ("gemm_efficiency",))
+    fitted = plateau if parameters == ("gemm_efficiency",) else _least_squares(dev, peak, fit_records, parameters)
+    update: dict[str, Any] = {
+        "sms": cal.device.sms,
+        "gemm_efficiency": round(fitted.gemm_efficiency, 4),
+        "gemm_efficiency_origin": f"fit of the GEMM curve ({', '.join(parameters)}) to {len(fit_records)} GEMMs, "
+                                  f"{where}"}
+    if "k_overhead" in parameters or "tiles" in parameters:
+        s = fitted.gemm_shape
+        update["gemm_shape"] = GemmShape(k_overhead=round(s.k_overhead, 2),
+                                         tiles=tuple((a, b, round(rel, 4)) for a, b, rel in s.tiles),
+                                         origin=f"fit ({', '.join(p for p in parameters if p != 'gemm_efficiency')})"
+                                                f" with gemm_efficiency, {where}")
+    final = Device.model_validate({**fitted.model_dump(), **update})
+    curves = [_curve_error("current", base, peak, records), _curve_error("plateau", plateau, peak, records),
+              _curve_error("fit", final, peak, records)]
+    if any(math.isnan(c.mape) for c in curves):
+        notes.append("some curve errors are undefined (no shapes of a kind)")
+    return CalibrationFit(source, cal, base, final, parameters, fraction, spread, curves, notes)
+
+
+def fragment_yaml(fit: CalibrationFit) -> str:
+    """An accelerators file (``format: commlens.accelerators/1``) with the fitted entry, for ``--accelerators``."""
+    d = fit.fitted
+    entry: dict[str, Any] = {
+        "peak_flops": dict(d.peak_flops), "hbm_bytes": d.hbm_bytes, "hbm_bytes_per_s": d.hbm_bytes_per_s,
+        "sms": d.sms, "gemm_efficiency": d.gemm_efficiency, "gemm_efficiency_origin": d.gemm_efficiency_origin,
+        "memory_efficiency": round(d.memory_efficiency, 4), "memory_efficiency_origin": d.memory_efficiency_origin}
+    if d.gemm_shape is not None:
+        entry["gemm_shape"] = {"k_overhead": d.gemm_shape.k_overhead,
+                               "tiles": [list(t) for t in d.gemm_shape.tiles], "origin": d.gemm_shape.origin}
+    cur, new = fit.curves[0], fit.curves[-1]
+    head = (f"# commlens project calibrate --from {Path(fit.source).name}: {fit.calibration.device.name}, "
+            f"measured {fit.calibration.created}\n"
+            f"# GEMM curve MAPE on {sum(1 for r in fit.calibration.gemm if r.kind in FIT_KINDS)} shapes: "
+            f"{cur.mape * 100:.1f}% with the current constants, {new.mape * 100:.1f}% after the fit\n"
+            f"# use: commlens project ... --accelerators THIS_FILE (or COMMLENS_ACCELERATORS=THIS_FILE)\n")
+    import yaml
+
+    body = yaml.dump({"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}, Dumper=_dumper(),
+                     sort_keys=False, width=120, default_flow_style=None)
+    return head + body
+
+
+def _dumper() -> type:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Large floats as 989.0e+12 (as accelerators.yaml writes them), never as 15-digit integers."""
+
+    def big_float(dumper: yaml.SafeDumper, value: float) -> yaml.Node:
+        if abs(value) < 1e6:
+            return dumper.represent_float(value)
+        mantissa, exponent = f"{value:.12e}".split("e")
+        mantissa = mantissa.rstrip("0")
+        return dumper.represent_scalar("tag:yaml.org,2002:float", f"{mantissa}{'0' if mantissa.endswith('.') else ''}"
+                                       f"e{exponent}")
+
+    Dumper.add_representer(float, big_float)
+    return Dumper

@@ -1,0 +1,163 @@
+"""The GEMM and streaming-kernel measurement file of ``commlens project calibrate`` (versioned JSON).
+
+One file holds one sweep on one GPU: what was measured (device, software,
+clocks, settings) once at the top, then every measurement with its raw
+repetition times (``times_s``), their median (``time_s``) and the rate derived
+from it. Records check themselves when loaded: positive times, a median that is
+the median of the samples, a rate that follows from shape and time. Only
+``commlens.gemm-calibration/1`` exists; a file of another version is refused
+by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from commlens.project.errors import ProjectionError
+
+__all__ = ["CALIBRATION_FORMAT", "GEMM_KINDS", "STREAM_KERNELS", "CalibrationFile", "CalibrationFileError",
+           "GemmRecord", "MeasuredDevice", "StreamRecord", "load_calibration", "save_calibration"]
+
+CALIBRATION_FORMAT = "commlens.gemm-calibration/1"
+GEMM_KINDS = ("square", "transformer", "attention", "small")
+# Streaming kernels and the HBM bytes each moves per byte of its input x (bf16), as eager PyTorch runs them.
+STREAM_KERNELS: dict[str, float] = {
+    "copy": 2.0,  # y.copy_(x): read x, write y
+    "add": 3.0,  # torch.add(x, y, out=z)
+    "gelu": 2.0,  # F.gelu(x)
+    "softmax": 2.0,  # torch.softmax(x, -1) over [b x heads, s, s]
+    "layer_norm": 2.0,  # F.layer_norm(x, (h,), w, b) over [tokens, h]
+    "dropout": 2.5,  # F.dropout(x, 0.1): read x, write the output and a 1-byte mask per element
+}
+_REL_TOL = 1e-6
+
+
+class CalibrationFileError(ProjectionError):
+    """A measurement file that cannot be used; the message names the file and the problem."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: Literal["bf16", "fp16"] = Field(description="element type of the operands")
+    times_s: tuple[float, ...] = Field(min_length=1, description="one time per repetition, seconds")
+    time_s: float = Field(gt=0, description="median of times_s")
+
+    @model_validator(mode="after")
+    def _median(self) -> "_Record":
+        if any(t <= 0 for t in self.times_s):
+            raise ValueError(f"times_s: every time must be > 0 s (got {min(self.times_s)})")
+        if abs(statistics.median(self.times_s) - self.time_s) > _REL_TOL * self.time_s:
+            raise ValueError(f"time_s {self.time_s} is not the median of times_s ({statistics.median(self.times_s)})")
+        return self
+
+
+class GemmRecord(_Record):
+    """``batch`` products (m x k) @ (k x n); layout: whether A and B are read transposed (n: no, t: yes)."""
+
+    kind: Literal["square", "transformer", "attention", "small"] = Field(description="why the shape is measured")
+    label: str = Field(description="where the shape comes from (e.g. 'h8192 tp4 fc1 wgrad')")
+    m: int = Field(ge=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=1)
+    batch: int = Field(1, ge=1, description="independent products in one batched call")
+    layout: Literal["nn", "nt", "tn"] = "nn"
+    tflops: float = Field(gt=0, description="2 m n k batch / time_s / 1e12")
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @model_validator(mode="after")
+    def _rate(self) -> "GemmRecord":
+        if abs(self.flops / self.time_s / 1e12 - self.tflops) > _REL_TOL * self.tflops:
+            raise ValueError(f"tflops {self.tflops} does not follow from the shape and time_s")
+        return self
+
+
+class StreamRecord(_Record):
+    """One streaming kernel over an input of ``size_bytes``, moving ``bytes_moved`` through HBM per call."""
+
+    kernel: str = Field(description="one of STREAM_KERNELS")
+    size_bytes: int = Field(ge=1, description="bytes of the input tensor x")
+    bytes_moved: float = Field(gt=0, description="HBM bytes read + written per call")
+    bytes_per_s: float = Field(gt=0, description="bytes_moved / time_s")
+
+    @model_validator(mode="after")
+    def _rate(self) -> "StreamRecord":
+        if self.kernel not in STREAM_KERNELS:
+            raise ValueError(f"kernel {self.kernel!r} unknown; known: {', '.join(STREAM_KERNELS)}")
+        if abs(self.bytes_moved / self.time_s - self.bytes_per_s) > _REL_TOL * self.bytes_per_s:
+            raise ValueError(f"bytes_per_s {self.bytes_per_s} does not follow from bytes_moved and time_s")
+        return self
+
+
+class MeasuredDevice(BaseModel):
+    """The GPU as CUDA and nvidia-smi reported it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="torch.cuda.get_device_name")
+    sms: int = Field(ge=1, description="multiprocessors")
+    capability: str = Field(description="compute capability, e.g. 9.0")
+    memory_bytes: int = Field(ge=0)
+    clocks: dict[str, str] = Field(default_factory=dict, description="nvidia-smi readings before/after, if any")
+
+
+class CalibrationFile(BaseModel):
+    """One calibration sweep: settings once, then every measurement."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["commlens.gemm-calibration/1"] = CALIBRATION_FORMAT
+    created: str = Field(min_length=1, description="UTC time the sweep started, ISO 8601")
+    device: MeasuredDevice
+    software: dict[str, str] = Field(description="torch, CUDA, cuBLAS, python versions")
+    settings: dict[str, Any] = Field(description="seed, warm-up, repetitions, budget of the sweep")
+    gemm: tuple[GemmRecord, ...] = Field(min_length=1)
+    stream: tuple[StreamRecord, ...] = ()
+
+
+def load_calibration(path: str | Path) -> CalibrationFile:
+    """Read and check a measurement file; :class:`CalibrationFileError` says what is wrong and where."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise CalibrationFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise CalibrationFileError(f"{path}: not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise CalibrationFileError(f"{path}: expected a JSON object")
+    fmt = data.get("format")
+    if fmt != CALIBRATION_FORMAT:
+        raise CalibrationFileError(f"{path}: format {fmt!r} is not supported (this commlens reads "
+                                   f"{CALIBRATION_FORMAT})")
+    try:
+        return CalibrationFile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+        msg = first["msg"].removeprefix("Value error, ")
+        more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
+        raise CalibrationFileError(f"{path}: {loc or 'file'}: {msg}{more}") from None
+
+
+def save_calibration(cal: CalibrationFile, path: str | Path) -> None:
+    """Write ``cal`` as JSON atomically (a temporary file in the same folder, then renamed)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(cal.model_dump(mode="json"), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
