@@ -36,8 +36,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["SUBGROUPS", "HarnessError", "HarnessTimeout", "Member", "Pool", "Pools", "group_ranks"]
 
@@ -114,7 +115,7 @@ def _worker(rank: int, world: int, store_path: str, conn: mpc.Connection, gloo_t
                 member = members.get(group)
                 result = None if member is None else fn(member, **kwargs)
                 reply = pickle.dumps(("ok", result))
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - every failure goes back to the test, with its traceback
                 reply = pickle.dumps(("error", f"rank {rank}:\n{traceback.format_exc()}"))
             conn.send_bytes(reply)
     finally:

@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from harness import Member, Pools, group_ranks
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from commlens import algos
 from commlens.algos import AlgoError
-from harness import Member, Pools, group_ranks
 
 BUILTIN = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}

@@ -18,7 +18,8 @@ from commlens.algos.allgather import ring_all_gather_inplace
 from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
 from commlens.algos.broadcast import binomial as binomial_broadcast
 from commlens.algos.reduce import binomial_reduce
-from commlens.algos.reducescatter import fold_to_power_of_two, halving_reduce_scatter_inplace, ring_reduce_scatter_inplace
+from commlens.algos.reducescatter import (fold_to_power_of_two, halving_reduce_scatter_inplace,
+                                          ring_reduce_scatter_inplace)
 
 __all__ = ["binomial", "direct", "hierarchical", "rabenseifner", "recursive_doubling", "ring"]
 
@@ -145,7 +146,7 @@ def _hosts(p: int, per_host: int) -> list[range]:
 
 @register("all_reduce", "hierarchical", chunked=True)
 def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
-    """Two-level: ring reduce-scatter in each host, ring all-reduce across hosts per shard, ring all-gather in each host.
+    """Two-level: ring reduce-scatter in each host, ring all-reduce across hosts per shard, ring all-gather back.
 
     Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
     last may be smaller. With H hosts, each rank moves 2(L-1)/L n inside its

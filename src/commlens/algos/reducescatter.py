@@ -17,10 +17,13 @@ bounds (uneven and empty blocks allowed):
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from commlens.algos.base import Comm, Options, chunk_bounds, combine, register
 
@@ -38,33 +41,64 @@ __all__ = [
 Bounds = Sequence[tuple[int, int]]
 
 
+# Receive buffers in flight in the ring: the next piece lands while this one is reduced.
+RING_SLOTS = 2
+
+
+def _start(comm: Comm, sends: Sequence[tuple[int, torch.Tensor]] = (),
+           recvs: Sequence[tuple[int, torch.Tensor]] = ()) -> list[Any]:
+    """:meth:`Comm.exchange` without the wait: start the batch and return its requests."""
+    ops = [dist.P2POp(dist.isend, t, comm.ranks[p], comm.group) for p, t in sends if t.numel()]
+    ops += [dist.P2POp(dist.irecv, t, comm.ranks[p], comm.group) for p, t in recvs if t.numel()]
+    return dist.batch_isend_irecv(ops) if ops else []
+
+
+def _wait(requests: list[Any]) -> None:
+    for request in requests:
+        request.wait()
+
+
 def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, redop: str, opts: Options) -> None:
     """Ring reduce-scatter of the blocks ``buf[bounds[i]]`` in place; on return block ``comm.index`` is reduced.
 
-    p-1 steps: at step t rank i sends its partial block i-t-1 to rank i+1 and
-    receives partial block i-t-2 from rank i-1 into one scratch buffer, then
-    reduces it into its place in ``buf``; (p-1)/p S each way per rank. With
-    ``opts.chunk_bytes`` each step moves its block in pieces of at most that
-    size, one exchange per piece. Blocks other than this rank's hold partial
-    results afterwards.
+    p-1 steps, (p-1)/p S each way per rank: rank i sends its own block i-1
+    to rank i+1, then at step t receives rank i-1's partial of block i-t-2,
+    reduces it into its place in ``buf`` and passes the sum on as its step
+    t+1. Receives are posted two pieces ahead (two scratch pieces), so data
+    arrives while this rank reduces. A piece is a whole block, or
+    ``opts.chunk_bytes`` long: then each piece moves on as soon as it is
+    reduced and the steps pipeline. Blocks other than this rank's hold
+    partial results afterwards.
     """
     p, i = comm.size, comm.index
     if p == 1:
         return
     right, left = (i + 1) % p, (i - 1) % p
     chunk = opts.chunk_elems(buf)
-    width = max(stop - start for start, stop in bounds)
-    scratch = buf.new_empty(width if chunk is None else min(width, chunk))
-    for t in range(p - 1):
-        s0, s1 = bounds[(i - t - 1) % p]
-        r0, r1 = bounds[(i - t - 2) % p]
-        sends, recvs = chunk_bounds(s1 - s0, chunk), chunk_bounds(r1 - r0, chunk)
-        for j in range(max(len(sends), len(recvs))):
-            a, z = sends[j] if j < len(sends) else (0, 0)
-            c, d = recvs[j] if j < len(recvs) else (0, 0)
-            incoming = scratch[:d - c]
-            comm.exchange([(right, buf[s0 + a:s0 + z])], [(left, incoming)])
-            combine(buf[r0 + c:r0 + d], incoming, redop)
+
+    def pieces(block: int) -> list[tuple[int, int]]:
+        start, stop = bounds[block % p]
+        return [(start + a, start + z) for a, z in chunk_bounds(stop - start, chunk) if z > a]
+
+    arrivals = [(t, a, z) for t in range(p - 1) for a, z in pieces(i - t - 2)]
+    slots = buf.new_empty((RING_SLOTS, max((z - a for _, a, z in arrivals), default=0)))
+
+    def receive(k: int) -> tuple[torch.Tensor, list[Any]]:
+        _, a, z = arrivals[k]
+        slot = slots[k % RING_SLOTS, :z - a]
+        return slot, _start(comm, recvs=[(left, slot)])
+
+    sends = _start(comm, [(right, buf[a:z]) for a, z in pieces(i - 1)])
+    inflight = deque(receive(k) for k in range(min(RING_SLOTS, len(arrivals))))
+    for k, (t, a, z) in enumerate(arrivals):
+        slot, requests = inflight.popleft()
+        _wait(requests)
+        combine(buf[a:z], slot, redop)
+        if k + RING_SLOTS < len(arrivals):
+            inflight.append(receive(k + RING_SLOTS))
+        if t < p - 2:
+            sends += _start(comm, [(right, buf[a:z])])
+    _wait(sends)
 
 
 @dataclass(frozen=True)
