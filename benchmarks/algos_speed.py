@@ -191,7 +191,6 @@ def main() -> int:
         passes = [("1", ar1), ("2", ar2)]
         ring_lines, ring_ok = ring_ratio_rows(passes, 16 << 20)
         lat_lines, lat_ok = latency_rows(passes, 4 << 10)
-        ops = ["all_reduce"] + ([] if ns.no_others else OTHERS.split(","))
         auto_lines, auto_met, auto_total = auto_rows(ar2, ["all_reduce"], table)
         other_auto: list[str] = []
         if other2 is not None:

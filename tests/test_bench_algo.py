@@ -19,7 +19,7 @@ QUICK = ("-n", "2", "-w", "1", "-q")
 
 @pytest.fixture(scope="module")
 def every_algorithm(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
-    """Every registered algorithm of every op on 3 ranks, two sizes (one not splitting evenly); avg, which int32 refuses."""
+    """Every registered algorithm of every op on 3 ranks, two sizes (one splits unevenly); avg, which int32 refuses."""
     out = tmp_path_factory.mktemp("algo")
     json_path, db = out / "run.json", out / "results.db"
     proc = commlens("bench", "--nproc", "3", "--op", ",".join(ALGO_OPS), "--algo", "all", "-b", "20", "-e", "5K",

@@ -257,7 +257,7 @@ def _residual_dict(r: Residual) -> dict[str, Any]:
 
 def _print_residuals(residuals: tuple[Residual, ...]) -> None:
     width = max([20] + [len(f"{r.obs.model_op}/{r.obs.model_algo}") for r in residuals])
-    fmt = "{:<15} {:>11} {:>5} {:<%d} {:>11} {:>11} {:>9} {:>9} {:>8}" % width
+    fmt = "{:<15} {:>11} {:>5} {:<" + str(width) + "} {:>11} {:>11} {:>9} {:>9} {:>8}"
     print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s",
                      "error"))
     for r in residuals:

@@ -80,7 +80,8 @@ def tune_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="run on this emulated cluster (root)"),
     ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="with --cluster"),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)"),
+        None, "--output", "-o",
+        help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)"),
     replace: bool = typer.Option(False, "--replace", help="overwrite the table instead of merging into it"),
     db: Optional[str] = typer.Option(None, "--db", help="result store for the sweep's run"),
     no_store: bool = typer.Option(False, "--no-store", help="do not store the sweep's run"),

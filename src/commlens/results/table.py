@@ -54,7 +54,7 @@ def _half(m: Mapping[str, Any] | None) -> str:
 
 
 def op_header_line(op: str, algo: str = "builtin") -> str:
-    """Marks where one op's rows begin, as nccl-tests marks each collective test (and the algorithm, if not built-in)."""
+    """Marks where an op's rows begin, as nccl-tests marks each collective test (with the algorithm if not built-in)."""
     return f"# Collective test: {op}" if algo == "builtin" else f"# Collective test: {op}  algo {algo}"
 
 
