@@ -425,6 +425,8 @@ def run_worker(argv: list[str]) -> int:
         dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
         sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1  # type: ignore[index]
         sweep.local_size = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
+        if sweep.local_size is not None:  # what auto's table lookup and two-level algorithms take as one host
+            os.environ["COMMLENS_LOCAL_SIZE"] = str(sweep.local_size)
         reporter = None
         if rank == 0:
             from commlens.bench.finalize import StandalonePrinter
