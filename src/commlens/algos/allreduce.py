@@ -7,7 +7,10 @@ Every rank ends with bitwise the same values: each element is either reduced
 on one rank and copied to the others (ring, Rabenseifner, binomial,
 hierarchical) or reduced by every rank in one fixed operand order (recursive
 doubling, direct). Different algorithms round floating-point sums
-differently, as any two all-reduce implementations do.
+differently, as any two all-reduce implementations do: the tests hold float
+sum and avg to within p * eps(dtype) * sum_j |x_j| of gloo's built-in
+all_reduce, elementwise, and every other case (integers, max, min, prod of
+small whole numbers) to exact equality.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ def _ring_all_reduce(comm: Comm, buf: torch.Tensor, redop: str, opts: Options) -
 def ring(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
     """Ring: reduce-scatter then all-gather around i -> i+1, 2(p-1) steps of n/p; 2(p-1)/p n each way per rank.
 
-    The buffer is cut into p blocks (uneven, empty ones when n < p). Each
-    step reduces the block it receives into its place through one scratch
-    block, then the all-gather receives straight into place. With
-    ``chunk_bytes`` each step moves its block in pieces of at most that size.
+    The buffer is cut into p blocks (uneven, empty ones when n < p). The
+    reduce-scatter receives through two scratch pieces, posted ahead so the
+    next piece arrives while this one is reduced into place; the all-gather
+    receives straight into place. With ``chunk_bytes`` each step moves its
+    block in pieces of at most that size.
     """
     _ring_all_reduce(comm, tensor, redop, opts)
 
