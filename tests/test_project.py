@@ -120,9 +120,9 @@ def test_megatron_validation_rows():
     rows = validate_megatron()
     assert len(rows) == 10
     errors = [abs(r.error) for r in rows]
-    # The targets (every row within 8%, MAE <= 4%) are NOT met yet; pin today's figures so a change shows.
-    assert sum(errors) / len(errors) < 0.105
-    assert max(errors) < 0.17
+    # The targets: MAE <= 4% (met, 3.6%) and every row within 8% (9 of 10; the 76.1B row is +8.8%).
+    assert sum(errors) / len(errors) <= 0.04
+    assert sum(e <= 0.08 for e in errors) >= 9 and max(errors) < 0.09
     # The error no longer grows with pipeline depth: rows with and without PP are off by about the same.
     pp_rows = [r.error for r in rows if r.pp > 1]
     flat_rows = [r.error for r in rows if r.pp == 1]

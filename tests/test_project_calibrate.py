@@ -27,7 +27,7 @@ from commlens.workload import load_workload
 CLI = [str(Path(sys.executable).parent / "commlens"), "project"]
 H200 = device_for("H200 SXM")
 TRUE_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9), (128, 64, 0.8), (64, 64, 0.6))
-TRUE = H200.model_copy(update={"gemm_efficiency": 0.74, "memory_efficiency": 0.87,
+TRUE = H200.model_copy(update={"gemm_efficiency": 0.64, "memory_efficiency": 0.87,
                                "gemm_shape": GemmShape(k_overhead=110.0, tiles=TRUE_TILES, origin="test")})
 
 
@@ -67,10 +67,11 @@ def test_fit_recovers_the_constants_it_was_generated_from(synthetic_file):
     cal = load_calibration(synthetic_file)
     fit = fit_calibration(cal, str(synthetic_file), parameters=("gemm_efficiency", "k_overhead", "tiles"))
     assert fit.base.name == "H200 SXM"
-    assert fit.fitted.gemm_efficiency == pytest.approx(0.74, rel=0.01)
+    assert fit.fitted.gemm_efficiency == pytest.approx(0.64, rel=0.01)
     assert fit.fitted.gemm_shape.k_overhead == pytest.approx(110.0, rel=0.05)
-    for (_, _, got), (_, _, want) in zip(fit.fitted.gemm_shape.tiles, TRUE_TILES):
-        assert got == pytest.approx(want, abs=0.01)
+    # the smallest tile wins few shapes once a batch's tiles share waves: it is the least determined
+    for (_, _, got), (_, _, want), tol in zip(fit.fitted.gemm_shape.tiles, TRUE_TILES, (0.01,) * 4 + (0.1,)):
+        assert got == pytest.approx(want, abs=tol)
     # memory: the median of the eager kernels the model charges (copy is not one of them)
     assert fit.fitted.memory_efficiency == pytest.approx(statistics.median([0.86, 0.88, 0.80, 0.85, 0.87]))
     assert fit.stream_fraction["copy"] == pytest.approx(0.92)
@@ -132,7 +133,7 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
     assert "memory_efficiency 0.860 (was 0.800)" in proc.stdout
     assert "worst fitted shapes after the fit" in proc.stdout
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("  current", "  fit"))}
-    assert rows["current"].split()[1:3] == ["0.8000", "64.0"]
+    assert rows["current"].split()[1:3] == [f"{H200.gemm_efficiency:.4f}", "64.0"]
     data = yaml.safe_load(out.read_text())
     assert data["format"] == "commlens.accelerators/1"
     entry = data["accelerators"]["H200 SXM"]

@@ -36,12 +36,16 @@ FLASH_ATTENTION_FRACTION = 0.7
 
 
 def shape_factor(m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, float], ...] = DEFAULT_TILES,
-                 k_overhead: float = DEFAULT_K_OVERHEAD) -> float:
-    """Steps 2 and 3 of the curve: the fraction of the plateau an (m x k) @ (k x n) GEMM keeps."""
+                 k_overhead: float = DEFAULT_K_OVERHEAD, batch: int = 1) -> float:
+    """Steps 2 and 3 of the curve: the fraction of the plateau ``batch`` (m x k) @ (k x n) GEMMs keep.
+
+    A batched GEMM is one launch: the tiles of every matrix in the batch share
+    the waves, so only the last wave of the whole launch runs partly idle.
+    """
     best = 0.0
     for tm, tn, rel in tiles:
         rows, cols = -(-m // tm), -(-n // tn)
-        count = rows * cols
+        count = rows * cols * batch
         waves = -(-count // sms)
         useful = (m * n) / (rows * tm * cols * tn) * count / (waves * sms)
         best = max(best, useful * rel)
@@ -51,13 +55,13 @@ def shape_factor(m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, 
 _cached_shape_factor = lru_cache(maxsize=4096)(shape_factor)
 
 
-def gemm_efficiency(device: Device, m: int, n: int, k: int) -> float:
-    """Fraction of peak an (m x k) @ (k x n) GEMM reaches on ``device`` (before the HBM roofline)."""
+def gemm_efficiency(device: Device, m: int, n: int, k: int, batch: int = 1) -> float:
+    """Fraction of peak ``batch`` (m x k) @ (k x n) GEMMs in one launch reach on ``device`` (before the roofline)."""
     shape = device.gemm_shape
     if shape is None:
-        return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms)
+        return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms, batch=int(batch))
     return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms, shape.tiles,
-                                                         shape.k_overhead)
+                                                         shape.k_overhead, int(batch))
 
 
 def gemm_time_s(device: Device, peak_flops: float, m: float, n: float, k: float, batch: float = 1.0,
@@ -66,7 +70,8 @@ def gemm_time_s(device: Device, peak_flops: float, m: float, n: float, k: float,
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    compute = flops / (peak_flops * gemm_efficiency(device, max(1, round(m)), max(1, round(n)), max(1, round(k))))
+    compute = flops / (peak_flops * gemm_efficiency(device, max(1, round(m)), max(1, round(n)), max(1, round(k)),
+                                                    max(1, round(batch))))
     traffic = (m * k + k * n + m * n) * elem_bytes * batch
     return max(compute, traffic / (device.hbm_bytes_per_s * device.memory_efficiency))
 

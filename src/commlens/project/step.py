@@ -49,6 +49,15 @@ __all__ = ["Projection", "model_flops_per_step", "project"]
 
 _COMM: dict[tuple, float] = {}
 
+# Vocabulary-parallel cross-entropy as Megatron-LM runs it, in fp32 (cast from 16 bits, max, subtract, exp, sum,
+# divide; backward: scale, cast back): bytes through HBM per logit element.
+LOSS_BYTES_PER_LOGIT = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
+# Mixed-precision Adam per parameter: fused Adam reads param, grad, m, v and writes param, m, v in fp32 (28 B), the
+# gradient norm reads the grads (4 B), the fp32 params are copied to the 16-bit model (6 B).
+ADAM_BYTES_PER_PARAM = 28 + 4 + 6
+# 16-bit gradients first copied into fp32 main grads (6 B) and unscaled there (8 B).
+MAIN_GRAD_COPY_BYTES = 6 + 8
+
 
 def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> float:
     """Time of one collective on ``group`` (cached: sweeps ask for the same ones often)."""
@@ -177,7 +186,8 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         b_heads = w.micro_batch * a_t
         t_core = (gemm_time_s(dev, peak, tokens / w.micro_batch, keys, d, b_heads, elem)
                   + gemm_time_s(dev, peak, tokens / w.micro_batch, d, keys, b_heads, elem))
-        core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys  # scale-mask-softmax 4 B + dropout 5 B
+        # scale-mask-softmax 4 B + dropout 5 B per score; the context permuted back to [s, b, h] (a copy, 4 B)
+        core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys + 4.0 * tokens * a_t * d
     t_dense_ffn = add(add(gemm(tokens, w.ffn_hidden / t, h), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t))
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
     base_bytes = 8 * resid + 14 * resid + core_bytes  # 2 norms (r+w, bf16), 2 bias-dropout-adds (7 B)
@@ -239,8 +249,8 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
             ep_a2a_total += share * a2a * 2 * (fwd_passes + 1.0)
     stage_ep = ep_a2a_total
     # logits (and loss) on the last stage, embeddings on the first: the last stage is the slower one
-    t_logits = sum(gemm(tokens, w.vocab / t, h)) + stream_time_s(dev, tokens * w.vocab / t * 4 * 3)
-    stage_compute += t_logits
+    stage_compute += sum(gemm(tokens, w.vocab / t, h))
+    stage_stream += stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT)
     pp_p2p = 0.0
     if r.pp > 1:
         p2p_bytes = tokens * h * 2 / t  # scatter/gather over TP (or SP): each TP rank sends its share
@@ -287,7 +297,9 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
     else:
         fsdp_exposed = fsdp_hidden = 0.0
     shard = (dp_group.size if layout.zero >= 1 else 1)
-    optimizer_s = stream_time_s(dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * 30)
+    opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
+    optimizer_s = stream_time_s(dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1))
+                                * opt_bytes)
 
     step = pipeline_s + (dp_s - dp_hidden) + fsdp_exposed + optimizer_s
     m = m_count
