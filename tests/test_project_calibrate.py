@@ -251,3 +251,22 @@ def test_measure_code_runs_end_to_end_on_cpu(tmp_path):
     assert load_calibration(path) == cal
     proc = subprocess.run(CLI + ["calibrate", "--from", str(path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "give one with --name" in proc.stderr
+
+
+REAL = Path(__file__).parent / "data" / "calibration" / "h200-calibration.json"
+
+
+def test_shipped_h200_curve_against_the_gemms_measured_on_an_h200():
+    # 539 GEMMs measured with scripts/gpu-check.sh on an NVIDIA H200 (2026-11-29); the shipped constants must
+    # describe them: transformer GEMMs within 8% on average, the batched attention products within 15% (before
+    # batches shared waves in the curve, those were off by 47%).
+    cal = load_calibration(REAL)
+    assert cal.device.name == "NVIDIA H200" and len(cal.gemm) == 539
+    fit = fit_calibration(cal, str(REAL), parameters=("gemm_efficiency",))
+    shipped = fit.curves[0]
+    assert shipped.gemm_efficiency == device_for("H200 SXM").gemm_efficiency
+    assert shipped.by_kind["transformer"] < 0.08
+    assert shipped.by_kind["attention"] < 0.15
+    assert shipped.by_kind["square"] < 0.08
+    # the plateau the shipped file carries is the one these measurements give
+    assert fit.curves[2].gemm_efficiency == pytest.approx(shipped.gemm_efficiency, abs=0.005)
