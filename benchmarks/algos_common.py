@@ -42,6 +42,23 @@ def tune(args: list[str], table: Path, db: Path, replace: bool = False) -> tuple
         return store.get_run(run_id), proc.stdout
 
 
+def merge_runs(runs: list[Any]) -> Any:
+    """One run whose every row holds the samples of that row in all ``runs`` (passes of one sweep).
+
+    On a shared machine a burst of other work disturbs a stretch of consecutive rows; the median of the
+    pooled samples gives every row several chances at different moments.
+    """
+    from dataclasses import replace
+
+    samples: dict[tuple, list[float]] = {}
+    for run in runs:
+        for m in run.measurements:
+            samples.setdefault(m.key, []).extend(m.samples_s)
+    rows = tuple(replace(m, samples_s=tuple(samples.pop(m.key)), rank_samples_s=None)
+                 for run in runs for m in run.measurements if m.key in samples)
+    return replace(runs[0], run_id="+".join(r.run_id[:12] for r in runs), measurements=rows)
+
+
 def row_time(m: Any, stat: str = STAT) -> float:
     s = m.stats
     return {"p50": s.p50_s, "mean": s.mean_s, "min": s.min_s}[stat]

@@ -1,23 +1,25 @@
 #!/usr/bin/env python
 """Issue 7 on gloo/CPU: commlens' algorithms against the built-in collectives, ``auto`` against the best, model error.
 
-Run from the repository root (about 10-15 minutes on a quiet 2-core machine)::
+Run from the repository root (about 12 minutes on the 2-core machine)::
 
     .venv/bin/python benchmarks/algos_speed.py            # --help for shorter runs
 
 1. **Pass 1, tuning**: ``commlens tune`` on 4 local ranks: all_reduce from 16 B
    to 64 MiB (factor 4), the other ops from 1 KiB to 16 MiB (factor 16); every
    algorithm and the built-in, each row validated, written to a tuning table.
-2. **Pass 2, auto**: ``commlens bench --algo builtin,all,auto`` over the same
-   sizes, ``auto`` reading that table (``COMMLENS_TUNING``).
+2. **Passes 2.., auto**: ``commlens bench --algo builtin,all,auto`` over the
+   same sizes (``--passes``, default 3, every other one in the order auto, all,
+   builtin), ``auto`` reading that table (``COMMLENS_TUNING``); their samples
+   are pooled row by row.
 3. Figures, from each row's median iteration time (p50) unless said:
    ring all_reduce busBW / the built-in's at >= 16 MiB (target >= 85%; mean
    time too, as nccl-tests reports); the best commlens algorithm's latency /
    the built-in's at <= 4 KiB (target <= 1.5x); ``auto`` / the best algorithm
-   per size bucket in pass 2 (target <= 1.05), beside the same algorithm's
-   two measurements in that pass (the noise floor); the cost model's error
-   per algorithm: ``local-cpu`` fitted (``commlens.model.fit``) on pass 1,
-   checked on pass 2.
+   per size bucket in the pooled passes (target <= 1.05), beside auto over the
+   same algorithm's own row (the noise floor); the cost model's error per
+   algorithm: ``local-cpu`` fitted (``commlens.model.fit``) on pass 1,
+   checked on the pooled passes.
 
 Writes the section "Collective algorithms on gloo/CPU (issue 7)" of docs/benchmarks.md (``--no-docs``: print only).
 """
@@ -28,11 +30,12 @@ import argparse
 import datetime as dt
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from algos_common import STAT, bench, load, row_time, size_text, times, tune, us  # noqa: E402
+from algos_common import STAT, bench, load, merge_runs, row_time, size_text, times, tune, us  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 SECTION = "## Collective algorithms on gloo/CPU (issue 7)"
@@ -88,7 +91,7 @@ def ring_ratio_rows(runs: list[tuple[str, object]], min_size: int) -> tuple[list
             ok &= p50 >= 0.85
             lines.append(f"| {label} | {size_text(size)} | {busbw(r['builtin'], 'p50') / 1e9:.3f} | "
                          f"{busbw(r['ring'], 'p50') / 1e9:.3f} | {p50:.2f} | {mean:.2f} |")
-    return lines, ok
+    return lines, ok and len(lines) > 2
 
 
 def latency_rows(runs: list[tuple[str, object]], max_size: int) -> tuple[list[str], bool]:
@@ -106,7 +109,7 @@ def latency_rows(runs: list[tuple[str, object]], max_size: int) -> tuple[list[st
             ok &= ratio <= 1.5
             lines.append(f"| {label} | {size_text(size)} | {us(row_time(r['builtin']))} | {best} | "
                          f"{us(ours[best])} | {ratio:.2f}x |")
-    return lines, ok
+    return lines, ok and len(lines) > 2
 
 
 def auto_rows(run, ops: list[str], table_path: Path) -> tuple[list[str], int, int]:  # noqa: ANN001
@@ -159,40 +162,42 @@ def mape_rows(train: list, test: list) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc", type=int, default=4)
-    p.add_argument("--iters", type=int, default=10, help="timed iterations per row")
+    p.add_argument("--iters", type=int, default=10, help="timed iterations per row and pass")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--passes", type=int, default=3, help="passes of the auto sweep, pooled row by row")
     p.add_argument("--max-bytes", default="64M", help="largest all_reduce size")
     p.add_argument("--others-max", default="16M", help="largest size of the other ops")
     p.add_argument("--no-others", action="store_true", help="all_reduce only")
     p.add_argument("--no-docs", action="store_true", help="print only; do not write docs/benchmarks.md")
     ns = p.parse_args()
-    started = dt.datetime.now(dt.timezone.utc)
+    started, t0 = dt.datetime.now(dt.timezone.utc), time.monotonic()
     load_start = load()
     timing = ["--nproc", str(ns.nproc), "-n", str(ns.iters), "-w", str(ns.warmup)]
     ar_sizes = ["-b", "16", "-e", ns.max_bytes, "-f", "4"]
     other_sizes = ["-b", "1K", "-e", ns.others_max, "-f", "16"]
+    sweeps = [("all_reduce", ar_sizes)] + ([] if ns.no_others else [(OTHERS, other_sizes)])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         table, db = work / "tuning.json", work / "tune.db"
-        ar1, ar_summary = tune(["--op", "all_reduce", *ar_sizes, *timing], table, db, replace=True)
-        runs1, runs2 = [ar1], []
-        other1 = None
-        if not ns.no_others:
-            other1, _ = tune(["--op", OTHERS, *other_sizes, *timing], table, db)
-            runs1.append(other1)
+        runs1, summaries = [], []
+        for k, (ops, sizes) in enumerate(sweeps):
+            run, summary = tune(["--op", ops, *sizes, *timing], table, db, replace=k == 0)
+            runs1.append(run)
+            summaries.append(summary)
         env = {"COMMLENS_TUNING": str(table)}
-        ar2 = bench(["--op", "all_reduce", "--algo", "builtin,all,auto", *ar_sizes, *timing], work / "ar2.json", env)
-        runs2.append(ar2)
-        other2 = None
-        if not ns.no_others:
-            other2 = bench(["--op", OTHERS, "--algo", "builtin,all,auto", *other_sizes, *timing], work / "o2.json",
-                           env)
-            runs2.append(other2)
-        passes = [("1", ar1), ("2", ar2)]
-        ring_lines, ring_ok = ring_ratio_rows(passes, 16 << 20)
-        lat_lines, lat_ok = latency_rows(passes, 4 << 10)
+        passes: dict[str, list] = {ops: [] for ops, _ in sweeps}
+        for i in range(ns.passes):
+            order = "builtin,all,auto" if i % 2 == 0 else "auto,all,builtin"  # no implementation always first
+            for ops, sizes in sweeps:
+                passes[ops].append(bench(["--op", ops, "--algo", order, *sizes, *timing],
+                                         work / f"{ops[:10]}-{i}.json", env))
+        ar2 = merge_runs(passes["all_reduce"])
+        other2 = None if ns.no_others else merge_runs(passes[OTHERS])
+        runs2 = [ar2] + ([] if other2 is None else [other2])
+        each = [("1 (tune)", runs1[0])] + [(str(i + 2), r) for i, r in enumerate(passes["all_reduce"])]
+        ring_lines, ring_ok = ring_ratio_rows(each + [("2-%d pooled" % (ns.passes + 1), ar2)], 16 << 20)
+        lat_lines, lat_ok = latency_rows(each + [("2-%d pooled" % (ns.passes + 1), ar2)], 4 << 10)
         auto_lines, auto_met, auto_total = auto_rows(ar2, ["all_reduce"], table)
-        other_auto: list[str] = []
         if other2 is not None:
             other_auto, o_met, o_total = auto_rows(other2, OTHERS.split(","), table)
             auto_met, auto_total = auto_met + o_met, auto_total + o_total
@@ -200,41 +205,44 @@ def main() -> int:
         mape = mape_rows(runs1, runs2)
         body = [
             f"Produced by `.venv/bin/python benchmarks/algos_speed.py`, {started.isoformat(timespec='seconds')}, "
-            f"{(dt.datetime.now(dt.timezone.utc) - started).total_seconds():.0f} s; {ns.nproc} ranks, gloo on CPU, "
-            f"{ns.iters} timed + {ns.warmup} warm-up iterations per row, every row validated. Load average "
-            f"{load_start} at the start, {load()} at the end (2 cores; other jobs shared the machine).",
+            f"{time.monotonic() - t0:.0f} s; {ns.nproc} ranks, gloo on CPU, {ns.iters} timed + {ns.warmup} warm-up "
+            f"iterations per row and pass, every row validated. Load average {load_start} at the start, {load()} at "
+            "the end (2 cores; other jobs shared the machine).",
             "",
-            "Pass 1 is `commlens tune` (every algorithm and the built-in), pass 2 `commlens bench --algo "
-            "builtin,all,auto` with `auto` reading pass 1's table. Times are each row's median iteration (p50).",
+            f"Pass 1 is `commlens tune` (every algorithm and the built-in); passes 2-{ns.passes + 1} are "
+            "`commlens bench --algo builtin,all,auto` (every other one in the order auto, all, builtin) with `auto` "
+            "reading pass 1's table; *pooled*: each row's samples of passes 2 on, together. Times are medians of a "
+            "row's iterations (p50).",
             "",
             f"**Target: ring all_reduce >= 85% of the built-in's busBW at >= 16 MiB** — "
-            f"{'met' if ring_ok else '**not met**'} (p50 in every pass and size).",
+            f"{'met' if ring_ok else '**not met**'} (p50, in every pass and size).",
             "",
             *ring_lines,
             "",
             f"**Target: best commlens all_reduce within 1.5x of the built-in's latency at <= 4 KiB** — "
-            f"{'met' if lat_ok else '**not met**'}.",
+            f"{'met' if lat_ok else '**not met**'} (in every pass and size).",
             "",
             *lat_lines,
             "",
             f"**Target: `auto` within 5% of the best algorithm in every size bucket** — {auto_met} of "
-            f"{auto_total} buckets ({'met' if auto_met == auto_total else '**not met**'}). *auto / same "
-            "algorithm*: auto's time over the time of the algorithm it ran, measured separately in the same "
-            "pass: the run-to-run noise of one row.",
+            f"{auto_total} buckets, pooled passes ({'met' if auto_met == auto_total else '**not met**'}). "
+            "*auto / same algorithm*: auto's time over that of the algorithm it ran, measured as its own row in "
+            "the same passes: what two measurements of the same work differ by here.",
             "",
             *auto_lines,
             "",
-            "**all_reduce, pass 2** (p50 us; bold: the fastest commlens algorithm):",
+            "**all_reduce, pooled passes** (p50 us; bold: the fastest commlens algorithm):",
             "",
             *op_table(ar2, "all_reduce"),
             "",
         ]
         if other2 is not None:
             for op in OTHERS.split(","):
-                body += [f"**{op}, pass 2** (p50 us):", "", *op_table(other2, op), ""]
+                body += [f"**{op}, pooled passes** (p50 us):", "", *op_table(other2, op), ""]
         body += ["**Cost model per algorithm** (`local-cpu` fitted on pass 1 with `commlens.model.fit`, p50, rows "
-                 ">= 1 KiB; checked on pass 2; `auto` rows left out):", "", *mape, ""]
-        body += ["Tuning table written by pass 1 (all_reduce):", "", "```", *ar_summary.strip().splitlines(), "```"]
+                 ">= 1 KiB; checked on the pooled passes; `auto` rows left out):", "", *mape, ""]
+        body += ["Tuning table written by pass 1 (all_reduce):", "", "```", *summaries[0].strip().splitlines(),
+                 "```"]
     text = "\n".join(body)
     print(text)
     if not ns.no_docs:
