@@ -118,6 +118,27 @@ def test_a_newer_entry_replaces_the_same_experiment_and_keeps_the_others() -> No
     assert merged.find("all_reduce", 2).buckets[0].algo == "recursive_doubling"
 
 
+def test_entries_from_a_run_tune_out_of_place_where_offered_and_skip_what_no_algorithm_ran() -> None:
+    from commlens.bench.tune import entries_from_run
+    from commlens.results.records import Measurement, Run, SystemInfo
+
+    def row(op: str, algo: str, size: int, in_place: bool, t: float, redop: str = "none") -> Measurement:
+        return Measurement(op=op, algo=algo, dtype="float32", redop=redop, size_bytes=size, count=size // 16,
+                           in_place=in_place, world_size=4, samples_s=(t, t, t))
+
+    rows = [row("all_gather", "ring", 4096, True, 1e-3), row("all_gather", "ring", 4096, False, 5e-3),
+            row("all_gather", "bruck", 4096, False, 2e-3), row("all_gather", "builtin", 4096, False, 1e-4),
+            row("all_gather", "builtin", 65536, False, 1e-4),  # no commlens algorithm ran at 64 KiB
+            row("all_gather", "ring", 0, False, 1e-6),  # nothing to tune at 0 B
+            row("all_reduce", "builtin", 4096, True, 1e-4, "sum")]  # the built-in alone: no entry
+    run = Run("r1", "2026-01-01T00:00:00+00:00", SystemInfo(4, ("a",), {"a": 4}, "gloo"), tuple(rows))
+    (entry,) = entries_from_run(run, "p50")
+    assert (entry.op, entry.world_size, entry.ranks_per_host, entry.backend) == ("all_gather", 4, 4, "gloo")
+    (bucket,) = entry.buckets
+    assert (bucket.size_bytes, bucket.algo) == (4096, "bruck")  # ring's out-of-place row counts, not its in-place
+    assert bucket.times_s == {"ring": 5e-3, "bruck": 2e-3, "builtin": 1e-4}
+
+
 def _broken(tmp_path: Path, mutate) -> Path:  # noqa: ANN001 - a function editing the dict in place
     doc = table_to_dict(new_table([_entry()]))
     mutate(doc)

@@ -125,8 +125,10 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
                "iters": cfg.get("iters"), "dtype": (cfg.get("dtypes") or ["float32"])[0]}
     entries = []
     for op, sizes in chosen.items():
-        times = {size: {algo: t for algo, (_, t) in algos.items()} for size, algos in sizes.items()}
-        if not any(a != BUILTIN for row in times.values() for a in row):
+        # sizes where some commlens algorithm ran (not every one refused the combination)
+        times = {size: {algo: t for algo, (_, t) in algos.items()} for size, algos in sizes.items()
+                 if any(a != BUILTIN for a in algos)}
+        if not any(size > 0 for size in times):
             continue
         entries.append(entry_from_times(op, run.world_size, times, ranks_per_host=_uniform_ranks_per_host(run),
                                         backend=run.system.backend, device=run.system.device,
