@@ -123,9 +123,7 @@ def _broadcast_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_byte
     got = {}
     for label, name, kwargs in _variants("broadcast", chunk_bytes):
         t = x.clone()
-        # algos.run: importing broadcast.py rebinds the name algos.broadcast to that module (see
-        # test_reduce_algos.test_public_reduce_and_broadcast_stay_callable)
-        algos.run("broadcast", t, root, m.group, algo=name, **kwargs)
+        algos.broadcast(t, root, m.group, algo=name, **kwargs)
         got[label] = t
     return {"ref": ref, "got": got}
 

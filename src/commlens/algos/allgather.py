@@ -24,23 +24,31 @@ def ring_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, opts:
     """Ring all-gather of the blocks ``buf[bounds[i]]``, this rank's block filled on entry, all on return.
 
     p-1 steps: at step t rank i sends block i-t to rank i+1 and receives block
-    i-t-1 from rank i-1, straight into its place in ``buf``. With
-    ``opts.chunk_bytes`` each step moves its block in pieces of at most that
-    size, one exchange per piece.
+    i-t-1 from rank i-1, straight into its place in ``buf``. All receives are
+    posted at the start (each has its own place), and a block moves on to
+    rank i+1 as soon as it has arrived. With ``opts.chunk_bytes`` blocks move
+    in pieces of at most that size, each piece forwarded on arrival.
     """
     p, i = comm.size, comm.index
+    if p == 1:
+        return
     right, left = (i + 1) % p, (i - 1) % p
     chunk = opts.chunk_elems(buf)
-    for t in range(p - 1):
-        s0, s1 = bounds[(i - t) % p]
-        r0, r1 = bounds[(i - t - 1) % p]
-        if chunk is None:
-            comm.exchange([(right, buf[s0:s1])], [(left, buf[r0:r1])])
-            continue
-        sends, recvs = chunk_bounds(s1 - s0, chunk), chunk_bounds(r1 - r0, chunk)
-        for j in range(max(len(sends), len(recvs))):
-            comm.exchange([(right, buf[s0 + sends[j][0]:s0 + sends[j][1]])] if j < len(sends) else [],
-                          [(left, buf[r0 + recvs[j][0]:r0 + recvs[j][1]])] if j < len(recvs) else [])
+
+    def pieces(block: int) -> list[torch.Tensor]:
+        start, stop = bounds[block % p]
+        return [buf[start + a:start + z] for a, z in chunk_bounds(stop - start, chunk) if z > a]
+
+    arrivals = [(t, piece) for t in range(p - 1) for piece in pieces(i - t - 1)]
+    received = [comm.start(recvs=[(left, piece)]) for _, piece in arrivals]
+    sends = comm.start([(right, piece) for piece in pieces(i)])
+    for (t, piece), requests in zip(arrivals, received):
+        for request in requests:
+            request.wait()
+        if t < p - 2:
+            sends += comm.start([(right, piece)])
+    for request in sends:
+        request.wait()
 
 
 def _spans(buf: torch.Tensor, bounds: Bounds, blocks: range) -> list[torch.Tensor]:

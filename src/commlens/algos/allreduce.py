@@ -19,8 +19,8 @@ import torch
 
 from commlens.algos.allgather import ring_all_gather_inplace
 from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
-from commlens.algos.broadcast import binomial as binomial_broadcast
-from commlens.algos.reduce import binomial_reduce
+from commlens.algos.bcast import binomial as binomial_broadcast
+from commlens.algos.rootreduce import binomial_reduce
 from commlens.algos.reducescatter import (fold_to_power_of_two, halving_reduce_scatter_inplace,
                                           ring_reduce_scatter_inplace)
 

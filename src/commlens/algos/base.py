@@ -136,12 +136,22 @@ class Comm:
         Empty tensors are skipped: both sides compute the same sizes, so they
         skip the same messages. Messages between one pair travel in order.
         """
+        for work in self.start(sends, recvs):
+            work.wait()
+
+    def start(
+        self,
+        sends: Sequence[tuple[int, torch.Tensor]] = (),
+        recvs: Sequence[tuple[int, torch.Tensor]] = (),
+    ) -> list[Any]:
+        """:meth:`exchange` without the wait: start the batch and return its requests (``.wait()`` each).
+
+        For pipelines that post receives ahead, so data lands while the rank
+        computes. A tensor must not be touched until its request completes.
+        """
         ops = [dist.P2POp(dist.isend, t, self.ranks[p], self.group) for p, t in sends if t.numel()]
         ops += [dist.P2POp(dist.irecv, t, self.ranks[p], self.group) for p, t in recvs if t.numel()]
-        if not ops:
-            return
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        return dist.batch_isend_irecv(ops) if ops else []
 
 
 def combine(acc: torch.Tensor, incoming: torch.Tensor, redop: str) -> None:
@@ -228,4 +238,4 @@ def get_algorithm(op: str, name: str) -> Algorithm:
 
 def _load_families() -> None:
     """Import the family modules, which register themselves (once)."""
-    from commlens.algos import allgather, alltoall, allreduce, broadcast, reduce, reducescatter  # noqa: F401
+    from commlens.algos import allgather, allreduce, alltoall, bcast, reducescatter, rootreduce  # noqa: F401

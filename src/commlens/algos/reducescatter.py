@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from commlens.algos.base import Comm, Options, chunk_bounds, combine, register
 
@@ -49,14 +48,6 @@ RING_SLOTS = 2
 # The ring's largest piece without chunk_bytes: keeps its scratch (RING_SLOTS pieces) at 16 MiB, small
 # enough for the allocator to reuse; larger scratch is mapped afresh, and page-faulted, on every call.
 RING_PIECE_BYTES = 8 << 20
-
-
-def _start(comm: Comm, sends: Sequence[tuple[int, torch.Tensor]] = (),
-           recvs: Sequence[tuple[int, torch.Tensor]] = ()) -> list[Any]:
-    """:meth:`Comm.exchange` without the wait: start the batch and return its requests."""
-    ops = [dist.P2POp(dist.isend, t, comm.ranks[p], comm.group) for p, t in sends if t.numel()]
-    ops += [dist.P2POp(dist.irecv, t, comm.ranks[p], comm.group) for p, t in recvs if t.numel()]
-    return dist.batch_isend_irecv(ops) if ops else []
 
 
 def _wait(requests: list[Any]) -> None:
@@ -92,9 +83,9 @@ def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, r
     def receive(k: int) -> tuple[torch.Tensor, list[Any]]:
         _, a, z = arrivals[k]
         slot = slots[k % RING_SLOTS, :z - a]
-        return slot, _start(comm, recvs=[(left, slot)])
+        return slot, comm.start(recvs=[(left, slot)])
 
-    sends = _start(comm, [(right, buf[a:z]) for a, z in pieces(i - 1)])
+    sends = comm.start([(right, buf[a:z]) for a, z in pieces(i - 1)])
     inflight = deque(receive(k) for k in range(min(RING_SLOTS, len(arrivals))))
     for k, (t, a, z) in enumerate(arrivals):
         slot, requests = inflight.popleft()
@@ -103,7 +94,7 @@ def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, r
         if k + RING_SLOTS < len(arrivals):
             inflight.append(receive(k + RING_SLOTS))
         if t < p - 2:
-            sends += _start(comm, [(right, buf[a:z])])
+            sends += comm.start([(right, buf[a:z])])
     _wait(sends)
 
 

@@ -32,7 +32,7 @@ ALGORITHMS: tuple[str, ...] = (
 )
 
 # commlens.algos' pipelined chain without chunk_bytes: about CHAIN_PIECES chunks, none below the floor
-# (mirrors commlens/algos/broadcast.py, which this module may not import).
+# (mirrors commlens/algos/bcast.py, which this module may not import).
 CHAIN_PIECES = 8
 CHAIN_MIN_PIECE_BYTES = 64 << 10
 
