@@ -29,6 +29,7 @@ import datetime as dt
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +40,22 @@ from docsection import write_section  # noqa: E402
 SECTION = "## Collective algorithms on an emulated cluster (issue 7)"
 
 
+def measure(ns: argparse.Namespace, name: str) -> tuple:
+    """Two passes of the sweep on a fresh cluster, torn down afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = ns.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        os.environ["COMMLENS_CLUSTER_DIR"] = tmp
+        commlens("cluster", "up", "--name", name, "--hosts", "2", "--link-gbps", str(ns.link_gbps),
+                 "--ranks-per-host", "2", "--slow-link", f"0-1:{ns.slow}")
+        try:
+            args = ["--cluster", name, "--ranks-per-host", "2", "--op", "all_reduce", "--algo", "builtin,all",
+                    "-b", "1K", "-e", ns.max_bytes, "-f", "4", "-n", str(ns.iters), "-w", str(ns.warmup)]
+            return bench(args, work / "pass1.json"), bench(args, work / "pass2.json")
+        finally:
+            commlens("cluster", "down", name)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--link-gbps", type=float, default=1.0, help="every host's link rate")
@@ -46,9 +63,11 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-bytes", default="16M")
+    p.add_argument("--keep", type=Path, help="keep the two passes' run files (pass1.json, pass2.json) here")
+    p.add_argument("--runs", type=Path, help="analyse the run files kept in this folder instead of measuring")
     p.add_argument("--no-docs", action="store_true", help="print only; do not write docs/benchmarks.md")
     ns = p.parse_args()
-    if os.geteuid() != 0:
+    if ns.runs is None and os.geteuid() != 0:
         print("error: needs root (network namespaces)", file=sys.stderr)
         return 2
     from commlens.algos import algorithms_for
@@ -57,23 +76,16 @@ def main() -> int:
     from commlens.model.fit import fit_runs
     from commlens.topology import load_topology
 
-    started = dt.datetime.now(dt.timezone.utc)
+    started, t0 = dt.datetime.now(dt.timezone.utc), time.monotonic()
     load_start = load()
     names = list(algorithms_for("all_reduce"))
     name = f"alg{os.getpid() % 10000}"
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        env = {"COMMLENS_CLUSTER_DIR": str(work / "state")}
-        os.environ.update(env)
-        commlens("cluster", "up", "--name", name, "--hosts", "2", "--link-gbps", str(ns.link_gbps),
-                 "--ranks-per-host", "2", "--slow-link", f"0-1:{ns.slow}")
-        try:
-            args = ["--cluster", name, "--ranks-per-host", "2", "--op", "all_reduce", "--algo", "builtin,all",
-                    "-b", "1K", "-e", ns.max_bytes, "-f", "4", "-n", str(ns.iters), "-w", str(ns.warmup)]
-            run1 = bench(args, work / "pass1.json")
-            run2 = bench(args, work / "pass2.json")
-        finally:
-            commlens("cluster", "down", name)
+    if ns.runs is not None:
+        from commlens.results import load_run
+
+        run1, run2 = load_run(ns.runs / "pass1.json"), load_run(ns.runs / "pass2.json")
+    else:
+        run1, run2 = measure(ns, name)
     fitted = fit_runs([run1], load_topology("emulated-cluster"), stat=STAT, min_size_bytes=1024)
     topo = fitted.topology
     nodes, rpn = 2, 2
@@ -126,7 +138,7 @@ def main() -> int:
     share_all, share_pair = 100.0 * right_all / total, 100.0 * right_pair / total
     body = [
         f"Produced by `sudo .venv/bin/python benchmarks/algos_cluster.py`, {started.isoformat(timespec='seconds')}, "
-        f"{(dt.datetime.now(dt.timezone.utc) - started).total_seconds():.0f} s. Emulated cluster: 2 hosts x 2 ranks "
+        f"{time.monotonic() - t0:.0f} s. Emulated cluster: 2 hosts x 2 ranks "
         f"(gloo over real TCP between network namespaces), {ns.link_gbps:g} Gb/s links, the link between the "
         f"hosts at {ns.slow:g} of that ({ns.link_gbps * ns.slow * 1000:.0f} Mb/s); all_reduce 1 KiB .. "
         f"{ns.max_bytes}, {ns.iters} timed + {ns.warmup} warm-up iterations per row, every row validated, two "
