@@ -17,6 +17,8 @@ Run from the repository root (about 10 minutes)::
    algorithms, and between hierarchical and ring) is compared with the
    measured winner of pass 2, a separate measurement; the model's error per
    algorithm on pass 2 is stated too.
+4. The slow link with 16 MiB ``sendrecv``: one direction per connection (2
+   ranks per host) and both directions over one connection (1 rank per host).
 
 Writes the section "Collective algorithms on an emulated cluster (issue 7)" of docs/benchmarks.md
 (``--no-docs``: print only).
@@ -41,7 +43,7 @@ SECTION = "## Collective algorithms on an emulated cluster (issue 7)"
 
 
 def measure(ns: argparse.Namespace, name: str) -> tuple:
-    """Two passes of the sweep on a fresh cluster, torn down afterwards."""
+    """Two passes of the sweep and the slow link's sendrecv two ways, on a fresh cluster torn down afterwards."""
     with tempfile.TemporaryDirectory() as tmp:
         work = ns.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -51,7 +53,13 @@ def measure(ns: argparse.Namespace, name: str) -> tuple:
         try:
             args = ["--cluster", name, "--ranks-per-host", "2", "--op", "all_reduce", "--algo", "builtin,all",
                     "-b", "1K", "-e", ns.max_bytes, "-f", "4", "-n", str(ns.iters), "-w", str(ns.warmup)]
-            return bench(args, work / "pass1.json"), bench(args, work / "pass2.json")
+            runs = [bench(args, work / "pass1.json"), bench(args, work / "pass2.json")]
+            # the slow link one way at a time (4 ranks: each pair carries one direction) and both ways over one
+            # connection (2 ranks: each sends to and receives from the other)
+            for per_host in (2, 1):
+                runs.append(bench(["--cluster", name, "--ranks-per-host", str(per_host), "--op", "sendrecv", "-b",
+                                   "16M", "-n", "3", "-w", "1"], work / f"sendrecv-{per_host}.json"))
+            return tuple(runs)
         finally:
             commlens("cluster", "down", name)
 
@@ -80,12 +88,18 @@ def main() -> int:
     load_start = load()
     names = list(algorithms_for("all_reduce"))
     name = f"alg{os.getpid() % 10000}"
-    if ns.runs is not None:
-        from commlens.results import load_run
+    from commlens.results import load_run
 
-        run1, run2 = load_run(ns.runs / "pass1.json"), load_run(ns.runs / "pass2.json")
+    if ns.runs is not None:
+        files = ("pass1", "pass2", "sendrecv-2", "sendrecv-1")
+        run1, run2, *links = (load_run(ns.runs / f"{f}.json") for f in files)
     else:
-        run1, run2 = measure(ns, name)
+        run1, run2, *links = measure(ns, name)
+    link_lines = []
+    for run, what in zip(links, ("one way per connection (4 ranks, ring of send/recv)",
+                                 "both ways over one connection (2 ranks)")):
+        (m,) = run.measurements
+        link_lines.append(f"| {what} | {m.size_bytes / row_time(m) / 1e6:.1f} |")
     fitted = fit_runs([run1], load_topology("emulated-cluster"), stat=STAT, min_size_bytes=1024)
     topo = fitted.topology
     nodes, rpn = 2, 2
@@ -164,6 +178,12 @@ def main() -> int:
         "",
         *mape_lines,
     ]
+    if link_lines:
+        body += ["", f"**The slow link itself** (`bench --op sendrecv -b 16M`, {ns.link_gbps * ns.slow * 125:.2f} MB/s "
+                 "shaped): what one direction gets. Exchanges in which two ranks send to each other at once "
+                 "(hierarchical's two-host ring, recursive doubling, Rabenseifner) run at the second rate; the "
+                 "flat ring's hops at the first.", "", "| traffic over the slow link | MB/s each way |", "|---|---:|",
+                 *link_lines]
     print("\n".join(body))
     if not ns.no_docs:
         write_section(SECTION, body)
