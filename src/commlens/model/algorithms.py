@@ -14,7 +14,6 @@ standard pre/post steps when p is not a power of two. The patterns in
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from commlens.model.cost import OUT, UP, Cost, ceil_log2, floor_log2
@@ -30,11 +29,6 @@ ALGORITHMS: tuple[str, ...] = (
     "ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial", "double_binary_tree",
     "bruck", "pairwise", "direct", "chain", "scatter_allgather", "hierarchical", "nvls",
 )
-
-# commlens.algos' pipelined chain without chunk_bytes: about CHAIN_PIECES chunks, none below the floor
-# (mirrors commlens/algos/bcast.py, which this module may not import).
-CHAIN_PIECES = 8
-CHAIN_MIN_PIECE_BYTES = 64 << 10
 
 
 def _needs_domains(cost: Cost, algo: str) -> None:
@@ -348,8 +342,12 @@ def _bcast_ring(cost: Cost, n: float) -> None:
 
 
 def _bcast_chain(cost: Cost, n: float) -> None:
-    """commlens' pipelined chain root -> root+1 -> ...: (p - 1 + k - 1)(a + c b), about 8 chunks of at least 64 KiB."""
-    chain(cost, n, reduce=False, chunk_bytes=max(float(CHAIN_MIN_PIECE_BYTES), math.ceil(n / CHAIN_PIECES)))
+    """commlens' pipelined chain root -> root+1 -> ...: (p - 1 + k - 1)(a + c b), c = ``pipeline_chunk_bytes``.
+
+    The library's chain forwards chunks of the presets' pipeline_chunk_bytes (512 KiB) unless given
+    chunk_bytes: the same pipeline as the ``ring`` broadcast model.
+    """
+    chain(cost, n, reduce=False)
 
 
 def _bcast_scatter_allgather(cost: Cost, n: float) -> None:

@@ -122,16 +122,15 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
         cost.stage(((OUT, out_n, out_lat / out_n),), ((OUT, out_b, rate),), out_r, one_way=not all_send)
 
 
-def chain(cost: Cost, nbytes: float, reduce: bool, chunk_bytes: float | None = None) -> None:
-    """A pipelined chain through all ranks (ring broadcast or reduce), in chunks of ``chunk_bytes``.
+def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
+    """A pipelined chain through all ranks (ring broadcast or reduce), in chunks of ``pipeline_chunk_bytes``.
 
     T = sum over hops of (alpha + c/B) + (k - 1) x the slowest hop, for k
     chunks of c bytes: the first chunk crosses every hop, the rest follow
-    one slowest-hop time apart. The chunk defaults to the topology's
-    ``pipeline_chunk_bytes``.
+    one slowest-hop time apart.
     """
     L = cost.layout
-    chunk = min(chunk_bytes or L.chunk_bytes, nbytes) if nbytes > 0 else 0.0
+    chunk = min(L.chunk_bytes, nbytes) if nbytes > 0 else 0.0
     k = math.ceil(nbytes / chunk) if chunk > 0 else 1
     hops_out = L.domains - 1
     hops_up = L.ranks - 1 - hops_out
