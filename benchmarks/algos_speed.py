@@ -177,6 +177,7 @@ def main() -> int:
     p.add_argument("--max-bytes", default="64M", help="largest all_reduce size")
     p.add_argument("--others-max", default="16M", help="largest size of the other ops")
     p.add_argument("--no-others", action="store_true", help="all_reduce only")
+    p.add_argument("--keep", type=Path, help="keep the tuning table, the tune runs' store and the passes here")
     p.add_argument("--no-docs", action="store_true", help="print only; do not write docs/benchmarks.md")
     ns = p.parse_args()
     started, t0 = dt.datetime.now(dt.timezone.utc), time.monotonic()
@@ -186,7 +187,8 @@ def main() -> int:
     other_sizes = ["-b", "1K", "-e", ns.others_max, "-f", "16"]
     sweeps = [("all_reduce", ar_sizes)] + ([] if ns.no_others else [(OTHERS, other_sizes)])
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = ns.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         table, db = work / "tuning.json", work / "tune.db"
         runs1, summaries = [], []
         for k, (ops, sizes) in enumerate(sweeps):
