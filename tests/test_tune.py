@@ -222,3 +222,22 @@ def test_tune_will_not_overwrite_a_table_it_cannot_read(tmp_path: Path) -> None:
     assert line == (f"error: {path}: entries[0]: missing 'world_size' (fix or remove it, or pass --replace to "
                     "overwrite it)")
     assert "world_size" not in path.read_text()
+
+
+def test_auto_runs_the_tuned_algorithm_with_its_tuned_chunk(tmp_path: Path, monkeypatch) -> None:
+    from commlens import algos
+    from commlens.algos import Comm, _pick
+
+    path = tmp_path / "t.json"
+    entry = entry_from_times("all_reduce", 4, TIMES, ranks_per_host=4, backend="gloo", device="cpu",
+                             chunk_bytes=65536, context={"run_id": "abc"})
+    save_table(new_table([entry]), path)
+    monkeypatch.setenv("COMMLENS_TUNING", str(path))
+    comm = Comm(None, (0, 1, 2, 3), 0)  # four ranks; picking needs no process group
+    chosen, chunk = _pick("all_reduce", "auto", 1 << 20, comm, None)
+    assert (chosen.name, chunk) == ("ring", 65536)
+    chosen, chunk = _pick("all_reduce", "auto", 1 << 20, comm, 4096)  # the caller's chunk wins
+    assert (chosen.name, chunk) == ("ring", 4096)
+    chosen, chunk = _pick("all_reduce", "rabenseifner", 1 << 20, comm, None)  # a named algorithm: as asked
+    assert (chosen.name, chunk) == ("rabenseifner", None)
+    assert callable(algos.all_reduce)

@@ -49,12 +49,15 @@ def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
     return t.view(-1)
 
 
-def _pick(op: str, algo: str, nbytes: int, comm: Comm) -> Algorithm:
+def _pick(op: str, algo: str, nbytes: int, comm: Comm, chunk_bytes: int | None) -> tuple[Algorithm, int | None]:
+    """The algorithm to run and its chunk size: ``auto`` takes both from the tuning table (the caller's
+    ``chunk_bytes`` wins when given)."""
     if algo == AUTO:
-        from commlens.algos.tuning import choose  # reads the tuning table once per process
+        from commlens.algos.tuning import lookup  # reads the tuning table once per process
 
-        algo = choose(op, nbytes, comm.size)
-    return get_algorithm(op, algo)
+        choice = lookup(op, nbytes, comm.size)
+        return get_algorithm(op, choice.algo), chunk_bytes if chunk_bytes is not None else choice.chunk_bytes
+    return get_algorithm(op, algo), chunk_bytes
 
 
 def _check_redop(redop: str, t: torch.Tensor) -> None:
@@ -78,7 +81,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None, *, algo
     """Reduce ``tensor`` across the group, in place, with algorithm ``algo``."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
-    chosen = _pick("all_reduce", algo, flat.numel() * flat.element_size(), comm)
+    chosen, chunk_bytes = _pick("all_reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, flat, op, Options(chunk_bytes, local_size))
     _finish_avg(flat, op, comm.size)
@@ -90,7 +93,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: str = "sum", group: Any = None, *
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
     root = _root_index(comm, dst, "dst")
-    chosen = _pick("reduce", algo, flat.numel() * flat.element_size(), comm)
+    chosen, chunk_bytes = _pick("reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, flat, root, op, Options(chunk_bytes, local_size))
     if comm.index == root:
@@ -102,7 +105,7 @@ def broadcast(tensor: torch.Tensor, src: int, group: Any = None, *, algo: str = 
     """Copy global rank ``src``'s ``tensor`` to every rank of the group, in place."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     root = _root_index(comm, src, "src")
-    chosen = _pick("broadcast", algo, flat.numel() * flat.element_size(), comm)
+    chosen, chunk_bytes = _pick("broadcast", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, flat, root, Options(chunk_bytes, local_size))
 
@@ -127,7 +130,7 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, 
     """Gather every rank's ``input`` into ``output`` (rank i's block at i x len(input))."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "output")
-    chosen = _pick("all_gather", algo, out.numel() * out.element_size(), comm)
+    chosen, chunk_bytes = _pick("all_gather", algo, out.numel() * out.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, out, inp, Options(chunk_bytes, local_size))
     else:
@@ -140,7 +143,7 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "input")
     _check_redop(op, out)
-    chosen = _pick("reduce_scatter", algo, inp.numel() * inp.element_size(), comm)
+    chosen, chunk_bytes = _pick("reduce_scatter", algo, inp.numel() * inp.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, out, inp, op, Options(chunk_bytes, local_size))
     else:
@@ -153,7 +156,7 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, 
     """Send block j of ``input`` to rank j; block i of ``output`` arrives from rank i (equal splits)."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "both")
-    chosen = _pick("all_to_all", algo, inp.numel() * inp.element_size(), comm)
+    chosen, chunk_bytes = _pick("all_to_all", algo, inp.numel() * inp.element_size(), comm, chunk_bytes)
     if comm.size > 1:
         chosen.fn(comm, out, inp, Options(chunk_bytes, local_size))
     else:
