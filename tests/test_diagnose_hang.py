@@ -135,7 +135,10 @@ def test_flightrec_dumps_on_signal_and_on_uncaught_exception(tmp_path: Path) -> 
     script.write_text(JOB)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "dumps")], capture_output=True, text=True, check=False,
                           timeout=60, env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
-    assert proc.returncode == 1 and "collective failed" in proc.stderr
+    # The job fails with the exception printed. Its exit status is 1, or SIGABRT now and then: torch's gloo
+    # worker threads are still running at interpreter teardown when a job dies without destroy_process_group
+    # ("terminate called without an active exception"), which is torch's behaviour, not flightrec's.
+    assert proc.returncode in (1, -6) and "RuntimeError: collective failed" in proc.stderr, proc.stderr[-2000:]
     on_signal = pickle.loads((tmp_path / "dumps" / "fr_trace_rank_0.usr1").read_bytes())
     assert on_signal["dump_reason"] == "signal SIGUSR1" and on_signal["rank"] == 0
     assert [e["profiling_name"] for e in on_signal["entries"]] == ["gloo:all_reduce"]
