@@ -33,3 +33,11 @@ def test_every_model_predicts_on_the_local_box_at_four_ranks_and_grows_with_size
     times = [predict(local, op, size, algo=name, **shape).time_s for size in (0, 4096, 1 << 20, 64 << 20)]
     assert all(t > 0 for t in times)
     assert times == sorted(times), f"{op}/{name}: predicted time falls as the size grows: {times}"
+
+
+def test_model_and_library_share_the_one_way_routing_threshold() -> None:
+    """The cost model predicts hierarchical's two-host route from the same threshold the library routes at."""
+    from commlens.algos.allreduce import ONE_WAY_MIN_BYTES as library
+    from commlens.model.algorithms import ONE_WAY_MIN_BYTES as model
+
+    assert library == model

@@ -272,3 +272,65 @@ def test_a_backend_that_splits_steps_into_messages_pays_each_latency() -> None:
     one = predict(flat(), "all_gather", N, ranks_per_node=4, algo="ring", messages_per_step=1).time_s
     two = predict(flat(), "all_gather", N, ranks_per_node=4, algo="ring", messages_per_step=2).time_s
     assert two - one == pytest.approx(3 * A)
+
+
+EMU = load_topology("emulated-cluster")
+
+
+def _fabric_bandwidth_s(pred) -> float:  # noqa: ANN001 - a Prediction
+    return sum(t.time_s for t in pred.terms if t.level == "scale_out" and t.kind == "bandwidth")
+
+
+def _with_pair_duplex(topology, value: bool):  # noqa: ANN001, ANN202
+    d = topology_to_dict(topology)
+    d["scale_out"]["pair_full_duplex"] = value
+    return topology_from_dict(d)
+
+
+def test_connections_carrying_one_direction_at_a_time_slow_swaps_not_one_way_flows() -> None:
+    """pair_full_duplex false: recursive doubling's cross-host swap takes twice as long, the ring's one-way
+    hops do not (2 hosts x 2 ranks, the emulated cluster's shaping)."""
+    n = 16 << 20
+    full = _with_pair_duplex(EMU, True)
+    for algo, factor in (("recursive_doubling", 2.0), ("rabenseifner", 2.0), ("ring", 1.0)):
+        half_s = _fabric_bandwidth_s(predict(EMU, "all_reduce", n, algo=algo, nodes=2, ranks_per_node=2))
+        full_s = _fabric_bandwidth_s(predict(full, "all_reduce", n, algo=algo, nodes=2, ranks_per_node=2))
+        assert half_s == pytest.approx(factor * full_s), algo
+    # a two-rank ring is a swap too
+    two = [_fabric_bandwidth_s(predict(t, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=1)) for t in (EMU, full)]
+    assert two[0] == pytest.approx(2 * two[1])
+
+
+def test_hierarchical_on_a_cpu_transport_routes_two_hosts_one_way_from_the_threshold() -> None:
+    """commlens' hierarchical: phases in sequence; two hosts on half-duplex connections send each shard one
+    way (n per direction of the link, against the flat ring's 1.5 n), below the threshold they swap."""
+    from commlens.model.algorithms import ONE_WAY_MIN_BYTES
+
+    nic = EMU.scale_out.nic_bandwidth_bytes_per_s * EMU.scale_out.efficiency
+    n = 16 << 20
+    hier = predict(EMU, "all_reduce", n, algo="hierarchical", nodes=2, ranks_per_node=2)
+    ring_ = predict(EMU, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=2)
+    assert _fabric_bandwidth_s(hier) == pytest.approx(n / 2 / (nic / 2))  # each of 2 ranks sends n/2 at half the NIC
+    assert _fabric_bandwidth_s(ring_) == pytest.approx(1.5 * n / nic)
+    assert hier.time_s < ring_.time_s
+    stages = {t.stage for t in hier.terms if t.stage > 0}
+    assert len(stages) == 3  # reduce-scatter, cross-host, all-gather one after another
+    # just below the threshold (half a shard = n/4 with 2 ranks per host) the hosts swap: twice the time per byte
+    small = 4 * ONE_WAY_MIN_BYTES - 4
+    swap = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=2)
+    routed = predict(EMU, "all_reduce", 4 * ONE_WAY_MIN_BYTES, algo="hierarchical", nodes=2, ranks_per_node=2)
+    assert _fabric_bandwidth_s(swap) / small == pytest.approx(2 * _fabric_bandwidth_s(routed) / (4 * ONE_WAY_MIN_BYTES))
+
+
+def test_direct_on_a_cpu_transport_pays_every_message_latency() -> None:
+    """The CPU posts direct's p - 1 messages one by one (host_cores set); an offloaded transport pays one."""
+    cpu = load_topology("local-cpu")
+    one = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_node=2)
+    four = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_node=5)
+
+    def latency_msgs(pred) -> float:  # noqa: ANN001
+        return sum(t.amount for t in pred.terms if t.kind == "latency")
+
+    assert latency_msgs(one) == 1 and latency_msgs(four) == 4
+    gpu = predict(H100, "all_reduce", 8, algo="direct")
+    assert latency_msgs(gpu) == 1

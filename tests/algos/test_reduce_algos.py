@@ -225,3 +225,40 @@ def test_public_reduce_and_broadcast_stay_callable() -> None:
     # the family modules are bcast.py and rootreduce.py, so loading them leaves the public functions in place
     algos.algorithms_for("reduce")
     assert callable(algos.reduce) and callable(algos.broadcast)
+
+
+def _two_hosts_case(m: Member, n: int, dtype: torch.dtype, op: str, chunk_bytes: int | None) -> dict[str, Any]:
+    from commlens.algos import allreduce
+    from commlens.algos.base import Comm, block_bounds
+
+    per_host = m.size // 2
+    x = _input(7, m.global_rank, n, dtype, op)
+    ref = x.clone()
+    dist.all_reduce(ref, op=BUILTIN[op], group=m.group)
+    t = x.clone()
+    algos.all_reduce(t, op, m.group, algo="hierarchical", local_size=per_host, chunk_bytes=chunk_bytes)
+    hosts = [range(0, per_host), range(per_host, m.size)]
+    routed = allreduce._routes_one_way(Comm.of(m.group), hosts, block_bounds(n, per_host), x.element_size())
+    return {"ref": ref, "got": t, "abs_sum": _abs_sum(x, m), "routed": routed}
+
+
+@pytest.mark.parametrize("world", [4, 6])
+def test_hierarchical_two_hosts_routes_one_way_and_matches_builtin(pools: Pools, world: int) -> None:
+    """Two hosts on gloo: the cross-host phase sends one direction per connection (forwarding through a
+    neighbour); results match the built-in and are bitwise equal on every rank, with pieces or without."""
+    per_host = world // 2
+    n = 2 * per_host * (allreduce_min_elems() + 5) + 3  # uneven shards and halves
+    for dtype, op, chunk_bytes in [(torch.float32, "sum", None), (torch.float32, "max", 20000),
+                                   (torch.int32, "sum", 4096), (torch.float64, "avg", 3 * 8192 + 8)]:
+        results = pools.run(world, _two_hosts_case, n=n, dtype=dtype, op=op, chunk_bytes=chunk_bytes)
+        for r, res in enumerate(results):
+            assert res["routed"], f"rank {r}: the one-way route was not taken for n={n}"
+            _check(f"rank {r} {dtype} {op} chunk {chunk_bytes}", res["got"], res["ref"], res["abs_sum"], op, world)
+            assert torch.equal(_bits(res["got"]), _bits(results[0]["got"])), f"rank {r} differs from rank 0"
+
+
+def allreduce_min_elems() -> int:
+    """Elements of a float64 half shard at the routing threshold (the largest element size tested)."""
+    from commlens.algos.allreduce import ONE_WAY_MIN_BYTES
+
+    return ONE_WAY_MIN_BYTES // 4  # half a shard of float32; float64 halves are then twice the threshold

@@ -180,8 +180,106 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     mine = owned[h]
     bounds = [(shards[r.start][0], shards[r.stop - 1][1]) for r in mine]
     ring_reduce_scatter_inplace(local, tensor, bounds, redop, opts)
-    for k in mine[local_rank]:
-        peers = [host[next(j for j, r in enumerate(owned[g]) if k in r)] for g, host in enumerate(hosts)]
-        a, z = shards[k]
-        _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
+    if _routes_one_way(comm, hosts, shards, tensor.element_size()):
+        _two_hosts_one_way(comm, tensor, shards, h, local_rank, redop, opts)
+    else:
+        for k in mine[local_rank]:
+            peers = [host[next(j for j, r in enumerate(owned[g]) if k in r)] for g, host in enumerate(hosts)]
+            a, z = shards[k]
+            _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
     ring_all_gather_inplace(local, tensor, bounds, opts)
+
+
+# Below this many bytes per half shard the routed exchange's extra local hop costs more than it saves.
+ONE_WAY_MIN_BYTES = 16 << 10
+# Pieces of the routed exchange when no chunk size is given: the cross-host transfer of one piece overlaps the
+# local forward of the previous one.
+ONE_WAY_PIECE_BYTES = 1 << 20
+
+
+def _routes_one_way(comm: Comm, hosts: list[range], shards: list[tuple[int, int]], itemsize: int) -> bool:
+    """Whether the cross-host phase takes the one-way route: two full hosts of >= 2 ranks, large enough
+    shards, and a backend whose connections carry one direction at a time (gloo)."""
+    if len(hosts) != 2 or len(hosts[0]) < 2 or len(hosts[1]) != len(hosts[0]):
+        return False
+    half_bytes = min(z - a for a, z in shards) // 2 * itemsize
+    return half_bytes >= ONE_WAY_MIN_BYTES and _half_duplex_pairs(comm)
+
+
+def _half_duplex_pairs(comm: Comm) -> bool:
+    """gloo moves a pair's messages one direction at a time over its TCP connection (on a shaped link two
+    ranks swapping data get half the rate each way that two one-way flows get; docs/algos.md)."""
+    import torch.distributed as dist
+
+    return str(dist.get_backend(comm.group)).lower() == "gloo"
+
+
+def _two_hosts_one_way(comm: Comm, tensor: torch.Tensor, shards: list[tuple[int, int]], host: int, j: int,
+                       redop: str, opts: Options) -> None:
+    """The cross-host all-reduce of two hosts with every connection carrying one direction only.
+
+    Local rank j of each host owns shard j. Host 0 ends up reducing the first half of the shard and host 1
+    the second. Host 0 -> host 1 goes straight (0.j -> 1.j); host 1 -> host 0 goes to the next rank,
+    1.j -> 0.(j+1), which forwards it to 0.j over the local path, piece by piece so that the cross-host
+    transfer of a piece overlaps the forward of the one before. Each direction of the link carries the
+    shard once (half reduce-scatter, half all-gather), as a two-rank exchange would, but no pair of ranks
+    sends both ways at once. Host 1 ranks only cross; host 0 ranks also forward for their left neighbour.
+    """
+    per_host = len(shards)
+    piece = opts.chunk_elems(tensor) or max(1, ONE_WAY_PIECE_BYTES // tensor.element_size())
+    halves = [(a, a + (z - a) // 2, z) for a, z in shards]  # (start, middle, stop) of every shard
+
+    def pieces(span: tuple[int, int]) -> list[tuple[int, int]]:
+        a, z = span
+        return [(a + s, a + e) for s, e in chunk_bounds(z - a, piece)]
+
+    def rank_of(h: int, local: int) -> int:
+        return h * per_host + local % per_host
+
+    steps = max(max(len(pieces((a, m))), len(pieces((m, z)))) for a, m, z in halves) + 1
+    left, right = (j - 1) % per_host, (j + 1) % per_host
+    a, m, z = halves[j]
+    la, lm, lz = halves[left]
+    for stage in ("reduce_scatter", "all_gather"):
+        if host == 0:
+            # straight out: my second half (reduce-scatter) or my reduced first half (all-gather), to 1.j
+            out = pieces((m, z) if stage == "reduce_scatter" else (a, m))
+            # in for my left neighbour: its shard's first half (its raw data) or reduced second half, from 1.left
+            fwd_span = (la, lm) if stage == "reduce_scatter" else (lm, lz)
+            fwd_buf = tensor.new_empty(fwd_span[1] - fwd_span[0])
+            fwd = [(s - fwd_span[0], e - fwd_span[0]) for s, e in pieces(fwd_span)]
+            # in from my right neighbour: my first half (to reduce) or my second half (reduced), routed
+            mine = pieces((a, m) if stage == "reduce_scatter" else (m, z))
+            scratch = tensor.new_empty(m - a) if stage == "reduce_scatter" else None
+            for t in range(steps):
+                sends, recvs = [], []
+                if t < len(out):
+                    s, e = out[t]
+                    sends.append((rank_of(1, j), tensor[s:e]))
+                if t < len(fwd):
+                    s, e = fwd[t]
+                    recvs.append((rank_of(1, left), fwd_buf[s:e]))
+                if 0 < t <= len(fwd):
+                    s, e = fwd[t - 1]
+                    sends.append((rank_of(0, left), fwd_buf[s:e]))
+                if 0 < t <= len(mine):
+                    s, e = mine[t - 1]
+                    recvs.append((rank_of(0, right), scratch[s - a:e - a] if scratch is not None else tensor[s:e]))
+                comm.exchange(sends, recvs)
+            if scratch is not None:
+                combine(tensor[a:m], scratch, redop)
+        else:
+            # straight in from 0.j; routed out through 0.right
+            out = pieces((a, m) if stage == "reduce_scatter" else (m, z))
+            inc = pieces((m, z) if stage == "reduce_scatter" else (a, m))
+            scratch = tensor.new_empty(z - m) if stage == "reduce_scatter" else None
+            base = m if stage == "reduce_scatter" else 0
+            for t in range(steps):
+                sends = [(rank_of(0, right), tensor[out[t][0]:out[t][1]])] if t < len(out) else []
+                recvs = []
+                if t < len(inc):
+                    s, e = inc[t]
+                    recvs.append((rank_of(0, j), scratch[s - base:e - base] if scratch is not None else tensor[s:e]))
+                comm.exchange(sends, recvs)
+            if scratch is not None:
+                combine(tensor[m:z], scratch, redop)

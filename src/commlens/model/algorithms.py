@@ -127,18 +127,61 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
     )
 
 
+# commlens.algos.allreduce.ONE_WAY_MIN_BYTES: from this many bytes per half shard, commlens' hierarchical
+# all-reduce routes a two-host exchange one way per connection (tests/test_algos_registry.py keeps them equal).
+ONE_WAY_MIN_BYTES = 16 << 10
+
+
 def _ar_hierarchical(cost: Cost, n: float) -> None:
     """Ring reduce-scatter in each domain, ring all-reduce across domains on each n/D shard, ring all-gather back.
 
     The three phases pipeline chunk by chunk; every rank runs its own
-    cross-domain ring, so the node's ranks share its NICs.
+    cross-domain ring, so the node's ranks share its NICs. On a CPU-driven
+    transport (``host_cores``) the phases run one after another, as
+    commlens.algos runs them (:func:`_ar_hierarchical_host`).
     """
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     D, M = L.domain_ranks, L.domains
+    if L.host_cores:
+        _ar_hierarchical_host(cost, n)
+        return
     two_level(cost, (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
               (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
               (D - 1) / D * n + (M - 1) / M * n / D)
+
+
+def _ar_hierarchical_host(cost: Cost, n: float) -> None:
+    """commlens.algos' hierarchical all-reduce, phase after phase.
+
+    1. Ring reduce-scatter in each domain: D - 1 steps, (D-1)/D n sent and reduced per rank.
+    2. Across domains, each rank's n/D shard: a ring all-reduce of the M ranks owning it,
+       2(M-1) steps of n/(DM); the node's ranks share its NICs. Two domains swap halves over one
+       connection per pair, unless the fabric's connections carry one direction at a time and the
+       half shard is at least ``ONE_WAY_MIN_BYTES``: then host 1 -> host 0 goes through the next rank of
+       host 0, which forwards it locally while the next piece crosses (2 fabric and 2 local messages;
+       each direction of the link carries the shard once, the forward moves it once more inside host 0).
+    3. Ring all-gather in each domain: D - 1 steps of n/D.
+    """
+    L = cost.layout
+    D, M = L.domain_ranks, L.domains
+    local = (D - 1) / D * n
+    shard = n / D
+    out_lat = L.out_latency_s[L.job_tier]
+    nic = L.nic_share(L.ranks_per_node)
+    if D > 1:
+        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), local,
+                   host_bytes=host_copies(L, local))
+    if M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES:
+        cost.stage(((OUT, 2, out_lat), (UP, 2, L.up_latency_s)), ((OUT, shard, nic), (UP, shard, L.up_rate)),
+                   shard / 2, one_way=True, host_bytes=host_copies(L, shard))
+    else:
+        pair = L.out_pair_both if M == 2 else 1.0
+        cross = 2 * (M - 1) / M * shard
+        cost.stage(((OUT, 2 * (M - 1), out_lat),), ((OUT, cross, nic / pair),), (M - 1) / M * shard,
+                   host_bytes=host_copies(L, cross))
+    if D > 1:
+        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), host_bytes=host_copies(L, local))
 
 
 def _ar_nvls(cost: Cost, n: float) -> None:

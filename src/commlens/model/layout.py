@@ -49,6 +49,7 @@ class Layout:
     nic_rate: float  # one NIC, effective
     nics_per_node: int
     out_both: float  # as up_both, for the NICs
+    out_pair_both: float  # 2 when two ranks exchanging across the fabric share one connection's one direction
     rail_optimized: bool
     out_latency_s: tuple[float, ...]  # message latency when the lowest common tier is k
     out_taper: tuple[float, ...]  # bandwidth divisor when the lowest common tier is k
@@ -176,6 +177,7 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_node: int | None 
         nic_rate=nic_rate,
         nics_per_node=nics,
         out_both=1.0 if out is None or out.full_duplex else 2.0,
+        out_pair_both=1.0 if out is None or out.pair_full_duplex else 2.0,
         rail_optimized=rail,
         out_latency_s=lat,
         out_taper=taper,

@@ -41,9 +41,11 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
         return
     inter = passes * (L.domains - 1)
     up_bytes = bytes_per_rank if L.domain_ranks > 1 else 0.0
+    # two ranks: each step swaps blocks over one connection (a ring of three or more sends one way per pair)
+    pair = L.out_pair_both if L.ranks == 2 else 1.0
     cost.stage(
         ((UP, steps - inter, L.up_latency_s), (OUT, inter, L.out_latency_s[L.job_tier])),
-        ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate())),
+        ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate() / pair)),
         reduce_bytes,
         host_bytes=host,
     )
@@ -87,7 +89,9 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
     oversubscription below that tier. ``all_send``: every rank sends (and
     receives) in every step (recursive doubling, Bruck), sharing the node's
     NICs; else a rank either sends or receives and one rank per domain
-    crosses the fabric (binomial trees).
+    crosses the fabric (binomial trees). An all-send step swaps data over
+    one connection, so a fabric whose connections carry one direction at a
+    time (``pair_full_duplex: false``) takes twice as long for it.
     """
     L = cost.layout
     D, rpn, p = L.domain_ranks, L.ranks_per_node, L.ranks
@@ -111,7 +115,7 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             k = L.tier_for_span(2 * dist / rpn)
             out_n += 1
             out_lat += L.out_latency_s[k]
-            out_t += nbytes * L.out_taper[k] / base_rate
+            out_t += nbytes * L.out_taper[k] / base_rate * (L.out_pair_both if all_send else 1.0)
             out_b += nbytes
             out_r += rbytes
     if up_n:
@@ -154,10 +158,14 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
     """Every rank exchanges ``per_peer_bytes`` with every other rank (all-to-all traffic).
 
     ``sequential``: one peer after another (pairwise exchange: p - 1 message
-    latencies), else all at once (direct: one message latency; the cost of
-    posting very many messages is not modelled). Fabric traffic shares the node's NICs and the tiers'
+    latencies), else all at once (direct: one message latency where the
+    transport is offloaded; on a CPU-driven one, ``host_cores``, the CPU
+    handles the p - 1 messages one by one, so they cost p - 1 latencies
+    too). Fabric traffic shares the node's NICs and the tiers'
     uplinks (:meth:`Layout.a2a_taper`); on rail-optimized fabrics the bytes
     bound for another rail first hop over scale-up to the right NIC (PXN).
+    Every pair exchanges both ways, at half the rate where a connection
+    carries one direction at a time (``pair_full_duplex: false``).
     """
     L = cost.layout
     D, p = L.domain_ranks, L.ranks
@@ -165,10 +173,10 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
     out_bytes = (p - D) * per_peer_bytes
     if out_bytes and L.rail_optimized and L.ranks_per_node > 1:
         up_bytes += out_bytes * (L.ranks_per_node - 1) / L.ranks_per_node
-    out_rate = L.nic_share(L.ranks_per_node) / L.a2a_taper() if out_bytes else 1.0
+    out_rate = L.nic_share(L.ranks_per_node) / L.a2a_taper() / L.out_pair_both if out_bytes else 1.0
     out_lat = L.out_latency_s[L.job_tier] if out_bytes else 0.0
     red = (p - 1) * per_peer_bytes if reduce else 0.0
-    if sequential:
+    if sequential or L.host_cores:
         latency = ((UP, D - 1, L.up_latency_s), (OUT, p - D, out_lat))
     else:  # every message in flight at once: one message latency, of the slowest level
         latency = ((OUT, 1, out_lat),) if out_bytes else ((UP, 1, L.up_latency_s),)

@@ -132,6 +132,10 @@ class ScaleOut(_Spec):
     latency_s: float = Field(ge=0, description="time of one message NIC to NIC through one tier-0 switch (alpha)")
     latency_origin: str = Field(description="where latency_s comes from")
     full_duplex: bool = Field(default=True, description="a rank sends and receives at the full rate at once")
+    pair_full_duplex: bool = Field(
+        default=True, description="two ranks sending to each other over one connection both get the full rate "
+                                  "(false: the transport moves one direction of a connection at a time, as "
+                                  "gloo's TCP pairs do; flows in one direction per connection are not slowed)")
     rail_optimized: bool = Field(description="NIC i of each node on rail switch i; other rails reached via PXN")
     tiers: tuple[Tier, ...] = Field(min_length=1, description="switch tiers from the NICs up, groups nesting upward")
 
