@@ -50,6 +50,7 @@ class BenchConfig:
     seed: int = 0
     algos: tuple[str, ...] = ("builtin",)  # builtin, auto, all or commlens algorithm names (--algo)
     chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
+    interleave: bool = False  # time a row's implementations round-robin, iteration by iteration (--interleave)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -157,6 +158,10 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")
     t.add_argument("-z", "--blocking", action="store_true", help="wait for each collective before the next")
+    t.add_argument("--interleave", action="store_true",
+                   help="time the implementations of each row round-robin, iteration by iteration, so drift in the "
+                        "machine's load hits every one alike (for comparing --algo implementations on a noisy "
+                        "machine); with one implementation it changes nothing")
     t.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may take before ranks give up")
     t.add_argument("--seed", type=int, default=0, help="seed recorded with the run")
     r = p.add_argument_group("where")
@@ -236,6 +241,7 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
         seed=ns.seed,
         algos=algos,
         chunk_bytes=chunk_bytes,
+        interleave=ns.interleave,
         extra={"tag": ns.tag, "revision": ns.revision},
     )
 

@@ -5,7 +5,9 @@ Steps (:func:`tune`):
 1. One ``commlens bench`` launch runs ``--algo builtin,all`` (or the
    algorithms asked for) over the ops and sizes, with its usual warm-up,
    timing and check of every row: the candidates share one process group,
-   one machine state and one harness.
+   one machine state and one harness. With ``--interleave`` (the default)
+   the candidates of each row are timed round-robin, iteration by
+   iteration, so drift in the machine's load hits every one alike.
 2. Each row's time is the statistic asked for (``p50`` by default: on a
    shared machine the median is the least disturbed figure that still
    reflects every iteration); an op offered both ways is tuned out of
@@ -48,6 +50,7 @@ class TuneSettings:
     check_iters: int = 1
     algos: str = "all"  # commlens candidates; the built-in is always timed too
     chunk_bytes: str | None = None
+    interleave: bool = True  # time each row's candidates round-robin (bench --interleave)
     stat: str = "p50"
     backend: str = "gloo"
     device: str = "cpu"
@@ -83,6 +86,8 @@ def bench_argv(s: TuneSettings, json_path: Path) -> list[str]:
         argv += ["--nproc", str(s.nproc)]
     if s.chunk_bytes is not None:
         argv += ["--chunk-bytes", s.chunk_bytes]
+    if s.interleave:
+        argv.append("--interleave")
     if s.store:
         argv += ["--tag", s.tag] if s.tag else []
         argv += ["--db", s.db] if s.db else []

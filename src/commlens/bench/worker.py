@@ -16,9 +16,11 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,7 +33,7 @@ from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import DTYPE_SIZES, Measurement
 
-__all__ = ["main", "measure_samples", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
+__all__ = ["main", "measure_interleaved", "measure_samples", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
 
 log = logging.getLogger(__name__)
 
@@ -90,31 +92,46 @@ class Timestamps:
         return [e - s for s, e in zip(self.starts, self.ends)]
 
 
+def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.device,
+                        blocking: bool) -> list[Timestamps]:
+    """Time ``iters`` rounds that launch each collective once, in order (a, b, c, a, b, c, ...).
+
+    Round-robin, so drift in the machine's load over the loop hits every
+    implementation alike; with one collective these are back-to-back launches.
+    CUDA events on a GPU, the monotonic clock on CPU; one :class:`Timestamps`
+    per collective, in the order given.
+    """
+    if device.type == "cuda":
+        starts = [[torch.cuda.Event(enable_timing=True) for _ in range(iters)] for _ in colls]
+        ends = [[torch.cuda.Event(enable_timing=True) for _ in range(iters)] for _ in colls]
+        for i in range(iters):
+            for j, coll in enumerate(colls):
+                starts[j][i].record()
+                work = coll.launch()
+                ends[j][i].record()
+                if blocking:
+                    _wait(work)
+                    torch.cuda.synchronize(device)
+        torch.cuda.synchronize(device)
+        first = starts[0][0]
+        return [Timestamps(tuple(first.elapsed_time(s) / 1e3 for s in coll_starts),
+                           tuple(first.elapsed_time(e) / 1e3 for e in coll_ends))
+                for coll_starts, coll_ends in zip(starts, ends)]
+    clock = time.perf_counter
+    t_start: list[list[float]] = [[] for _ in colls]
+    t_end: list[list[float]] = [[] for _ in colls]
+    launches = [(coll.launch, t_start[j], t_end[j]) for j, coll in enumerate(colls)]
+    for _ in range(iters):
+        for launch, my_start, my_end in launches:
+            my_start.append(clock())
+            _wait(launch())
+            my_end.append(clock())
+    return [Timestamps(tuple(s), tuple(e)) for s, e in zip(t_start, t_end)]
+
+
 def measure_samples(coll: Collective, iters: int, device: torch.device, blocking: bool) -> Timestamps:
     """Time ``iters`` back-to-back launches: CUDA events on a GPU, the monotonic clock on CPU."""
-    if device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for i in range(iters):
-            starts[i].record()
-            work = coll.launch()
-            ends[i].record()
-            if blocking:
-                _wait(work)
-                torch.cuda.synchronize(device)
-        torch.cuda.synchronize(device)
-        first = starts[0]
-        return Timestamps(tuple(first.elapsed_time(s) / 1e3 for s in starts),
-                          tuple(first.elapsed_time(e) / 1e3 for e in ends))
-    clock = time.perf_counter
-    t_start: list[float] = []
-    t_end: list[float] = []
-    launch = coll.launch
-    for _ in range(iters):
-        t_start.append(clock())
-        _wait(launch())
-        t_end.append(clock())
-    return Timestamps(tuple(t_start), tuple(t_end))
+    return measure_interleaved([coll], iters, device, blocking)[0]
 
 
 def iteration_times(starts: list[list[float]], ends: list[list[float]], shared_clock: bool) -> list[float]:
@@ -168,6 +185,17 @@ class Reporter:
             self._fp.close()
 
 
+@contextmanager
+def _row_failure(context: str) -> Iterator[None]:
+    """Turn an error inside one row into a RowFailure saying where (a refusal passes through as it is)."""
+    try:
+        yield
+    except UnsupportedCombination:
+        raise
+    except Exception as e:
+        raise RowFailure(f"{context}: {type(e).__name__}: {e}") from e
+
+
 def _algo_refusal(err: ValueError) -> str | None:
     from commlens.bench.algorithms import refusal
 
@@ -199,6 +227,7 @@ class Sweep:
         self.shared_clock = False  # set once every rank's host is known
         self.local_size: int | None = None  # ranks on this rank's host, when every host has as many
         self._auto_seen: dict[str, tuple[str, str]] = {}  # op -> what auto ran for the last row
+        self._last_state: str | None = None  # what the state file says
         if cfg.device == "cuda":
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -229,26 +258,65 @@ class Sweep:
         return expand(self.cfg.algos, op)
 
     def _state(self, context: str) -> None:
-        if self.workdir is not None:
+        if self.workdir is not None and context != self._last_state:
+            self._last_state = context
             (self.workdir / f"state-rank{self.rank}.txt").write_text(context)
 
+    def _context(self, spec: OpSpec, size_bytes: int, dtype: str, redop: str, root: int, in_place: bool,
+                 algos: Sequence[str]) -> str:
+        return f"rank {self.rank}: " + _row_context(spec, size_bytes, dtype, redop, root, in_place, ", ".join(algos))
+
     def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
-                      context: str, algo: str = "builtin") -> tuple[Timestamps, int] | None:
-        """Time and check one placement on this rank with ``algo``; None if torch does not offer it."""
+                      algos: Sequence[str]) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
+        """Time and check one placement of each of ``algos`` on this rank, their timed loops interleaved.
+
+        Returns (algo -> (timestamps, wrong elements), or None where torch does not offer the placement) and
+        (algo -> reason) for the implementations that refused the combination; the others carry on.
+        """
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
-        # Synchronous calls on every device: on CUDA that orders the collective on the current
-        # stream (host not blocked), so the CUDA events around each launch bracket it.
-        coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
-                       algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
-        if coll is None:
-            return None
+        ready: list[tuple[str, Collective, Fault | None]] = []
+        refused: dict[str, str] = {}
+        for algo in algos:
+            context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
+            self._state(context)
+            with _row_failure(context):
+                # Synchronous calls on every device: on CUDA that orders the collective on the current
+                # stream (host not blocked), so the CUDA events around each launch bracket it.
+                coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
+                               algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
+                if coll is None:  # a placement torch does not offer, whatever the implementation
+                    return dict.fromkeys(algos), {}
+                fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
+                try:
+                    self._warm_up(coll, fault, context, algo)
+                except UnsupportedCombination as e:
+                    refused[algo] = str(e)
+                    continue
+            ready.append((algo, coll, fault))
+        if not ready:
+            return {}, refused
+        context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [a for a, _, _ in ready])
+        self._state(context)
+        with _row_failure(context):
+            _sync(self.device)
+            dist.barrier(group=self.ctrl)
+            stamps = measure_interleaved([coll for _, coll, _ in ready], cfg.iters, self.device, cfg.blocking)
+        results: dict[str, tuple[Timestamps, int] | None] = {}
+        for (algo, coll, fault), algo_stamps in zip(ready, stamps):
+            context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
+            self._state(context)
+            with _row_failure(context):
+                results[algo] = (algo_stamps, self._check(coll, fault))
+        return results, refused
+
+    def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str) -> None:
+        """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused)."""
         coll.reset()
-        fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
         if fault is not None and fault.kind in ("raise", "hang"):
             fault.trigger(context)
         try:
-            _wait(coll.launch())  # the first call doubles as the support probe
+            _wait(coll.launch())
         except RuntimeError as e:
             if any(h in str(e).lower() for h in UNSUPPORTED_HINTS):
                 raise UnsupportedCombination(str(e).splitlines()[0]) from None
@@ -258,13 +326,13 @@ class Sweep:
             if reason is None:
                 raise
             raise UnsupportedCombination(reason) from None
-        for _ in range(max(0, cfg.warmup - 1)):
+        for _ in range(max(0, self.cfg.warmup - 1)):
             _wait(coll.launch())
-        _sync(self.device)
-        dist.barrier(group=self.ctrl)
-        stamps = measure_samples(coll, cfg.iters, self.device, cfg.blocking)
+
+    def _check(self, coll: Collective, fault: Fault | None) -> int:
+        """Wrong elements over the check iterations, each from freshly written inputs."""
         nwrong = 0
-        for _ in range(cfg.check_iters):
+        for _ in range(self.cfg.check_iters):
             coll.reset()
             _sync(self.device)
             _wait(coll.launch())
@@ -272,7 +340,7 @@ class Sweep:
             if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
                 coll.output.view(-1)[0] += 1
             nwrong += coll.verify()
-        return stamps, nwrong
+        return nwrong
 
     def gather(self, stamps: Timestamps | None, nwrong: int) -> RowTimes | None:
         """Every rank's timestamps and wrong counts, combined on rank 0 (all ranks take part)."""
@@ -293,82 +361,125 @@ class Sweep:
             wrong_per_rank=[int(row[2 * n]) for row in table],
         )
 
-    def run(self, reporter: Reporter | None) -> list[str]:
-        """Run every row; returns the wrong-result messages (rank 0 only)."""
-        cfg = self.cfg
-        wrong: list[str] = []
-        rows = self.rows()
-        refused: set[tuple[str, str, str, str, int]] = set()  # combinations the backend refused
-        t_start = time.monotonic()
-        for index, (spec, algo, dtype, redop, root, size) in enumerate(rows):
-            if (spec.name, algo, dtype, redop, root) in refused:
-                continue
-            if root >= self.world:
-                raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
-            plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
-            if reporter:
-                reporter.emit({"event": "progress", "index": index, "total": len(rows), "op": spec.name,
-                               "algo": algo, "dtype": dtype, "redop": redop, "root": root,
-                               "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start})
-            measurements: list[Measurement | None] = []
-            notes: list[str] = []
-            if plan.rounded and spec.name != "barrier":
-                notes.append(f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
-                             f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)")
-            if algo == "auto" and reporter:
-                from commlens.bench.algorithms import auto_note
+    def cells(self, rows: list[tuple[OpSpec, str, str, str, int, int]]) -> list[list[int]]:
+        """The rows run together, as indices into ``rows``: each row alone or, with ``interleave``, every
+        implementation of one (op, dtype, redop, root, size), their timed loops interleaved."""
+        if not self.cfg.interleave:
+            return [[i] for i in range(len(rows))]
+        together: dict[tuple[str, str, str, int, int], list[int]] = {}
+        for i, (spec, _, dtype, redop, root, size) in enumerate(rows):
+            together.setdefault((spec.name, dtype, redop, root, size), []).append(i)
+        return list(together.values())
 
-                choice, note = auto_note(spec.name, plan.size_bytes, self.world)
-                if self._auto_seen.get(spec.name) != choice:  # say it when the choice changes
-                    self._auto_seen[spec.name] = choice
-                    notes.append(note)
-            skipped = None
-            for in_place in cfg.placements():
-                context = f"rank {self.rank}: " + _row_context(spec, plan.size_bytes, dtype, redop, root, in_place,
-                                                               algo)
-                self._state(context)
-                try:
-                    result = self.run_placement(spec, dtype, redop, root, size, in_place, context, algo)
-                except UnsupportedCombination as e:
-                    where = cfg.backend if algo == "builtin" else f"commlens {algo}"
-                    skipped = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {e}"
-                    break
-                except Exception as e:
-                    raise RowFailure(f"{context}: {type(e).__name__}: {e}") from e
+    def run(self, reporter: Reporter | None) -> list[str]:
+        """Run every row; returns the wrong-result messages (rank 0 only).
+
+        Rows run together are held until the last rows of their op are done, then emitted in the table's
+        order (implementation outer, size inner), so the table and the run read as without ``interleave``.
+        """
+        rows = self.rows()
+        cells = self.cells(rows)
+        refused: set[tuple[str, str, str, str, int]] = set()  # combinations the backend refused
+        wrong: list[str] = []
+        held: list[tuple[int, dict[str, Any], list[str]]] = []  # (row index, row or note event, wrong messages)
+        t_start = time.monotonic()
+
+        def release() -> None:
+            for _, event, messages in sorted(held, key=lambda h: h[0]):
+                if reporter:
+                    reporter.emit(event)
+                wrong.extend(messages)
+            held.clear()
+
+        index = 0
+        try:
+            for n, cell in enumerate(cells):
+                held.extend(self._run_cell(rows, cell, index, refused, reporter, t_start))
+                index += len(cell)
+                op = rows[cell[0]][0].name
+                if len(cell) == 1 or n + 1 == len(cells) or rows[cells[n + 1][0]][0].name != op:
+                    release()
+        finally:
+            release()
+        return wrong
+
+    def _run_cell(self, rows: list[tuple[OpSpec, str, str, str, int, int]], cell: list[int], index: int,
+                  refused: set[tuple[str, str, str, str, int]], reporter: Reporter | None,
+                  t_start: float) -> list[tuple[int, dict[str, Any], list[str]]]:
+        """Run the rows of one cell; each row's (index, row event or skip note, wrong-result messages)."""
+        cfg = self.cfg
+        spec, _, dtype, redop, root, size = rows[cell[0]]
+        todo = {rows[i][1]: i for i in cell if (spec.name, rows[i][1], dtype, redop, root) not in refused}
+        if not todo:
+            return []
+        if root >= self.world:
+            raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
+        plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
+        if reporter:
+            reporter.emit({"event": "progress", "index": index, "total": len(rows), "op": spec.name,
+                           "algo": ",".join(todo), "dtype": dtype, "redop": redop, "root": root,
+                           "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start})
+        notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) for algo in todo}
+        measurements: dict[str, list[Measurement | None]] = {algo: [] for algo in todo}
+        wrong: dict[str, list[str]] = {algo: [] for algo in todo}
+        skipped: dict[str, str] = {}
+        for in_place in cfg.placements():
+            running = [algo for algo in todo if algo not in skipped]
+            if not running:
+                break
+            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running)
+            for algo, reason in refusals.items():
+                where = cfg.backend if algo == "builtin" else f"commlens {algo}"
+                skipped[algo] = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {reason}"
+            for algo, result in results.items():  # the same order on every rank: gather is collective
                 gathered = self.gather(result[0] if result else None, result[1] if result else 0)
                 if gathered is None or result is None:
-                    measurements.append(None)
+                    measurements[algo].append(None)
                     continue
-                wrong_per_rank = gathered.wrong_per_rank
                 if cfg.check_iters == 0:
                     nwrong = None
                 else:
-                    nwrong = sum(wrong_per_rank)
-                    for r, w in enumerate(wrong_per_rank):
+                    nwrong = sum(gathered.wrong_per_rank)
+                    for r, w in enumerate(gathered.wrong_per_rank):
                         if w:
                             row = _row_context(spec, plan.size_bytes, dtype, redop, root, in_place, algo)
-                            wrong.append(f"{row}: {w} wrong elements on rank {r}")
-                measurements.append(Measurement(
+                            wrong[algo].append(f"{row}: {w} wrong elements on rank {r}")
+                measurements[algo].append(Measurement(
                     op=spec.name, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
                     count=plan.count, in_place=in_place, world_size=self.world,
                     samples_s=tuple(gathered.samples_s), nwrong=nwrong,
                     rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
                 ))
-            if skipped is not None:
+        outcomes: list[tuple[int, dict[str, Any], list[str]]] = []
+        for algo, row_index in todo.items():
+            if algo in skipped:
                 if cfg.on_unsupported == "fail":
-                    raise UnsupportedCombination(skipped)
-                if reporter:
-                    reporter.emit({"event": "note", "text": f"skipped {skipped}"})
+                    raise UnsupportedCombination(skipped[algo])
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
                 refused.add((spec.name, algo, dtype, redop, root))
+                outcomes.append((row_index, {"event": "note", "text": f"skipped {skipped[algo]}"}, []))
                 continue
-            if reporter:
-                reporter.emit({
-                    "event": "row", "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
-                    "size_bytes": plan.size_bytes, "count": plan.count, "notes": notes,
-                    "measurements": [measurement_to_dict(m) if m else None for m in measurements],
-                })
-        return wrong
+            outcomes.append((row_index, {
+                "event": "row", "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
+                "size_bytes": plan.size_bytes, "count": plan.count, "notes": notes[algo],
+                "measurements": [measurement_to_dict(m) if m else None for m in measurements[algo]],
+            }, wrong[algo]))
+        return outcomes
+
+    def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
+        """The notes printed above one row: a size rounded down, what auto runs when its choice changes."""
+        notes = []
+        if plan.rounded and spec.name != "barrier":
+            notes.append(f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
+                         f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)")
+        if algo == "auto" and reporter:
+            from commlens.bench.algorithms import auto_note
+
+            choice, note = auto_note(spec.name, plan.size_bytes, self.world)
+            if self._auto_seen.get(spec.name) != choice:  # say it when the choice changes
+                self._auto_seen[spec.name] = choice
+                notes.append(note)
+        return notes
 
 
 def _init(cfg: BenchConfig) -> tuple[int, int, int, Any]:

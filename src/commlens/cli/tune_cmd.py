@@ -73,6 +73,9 @@ def tune_cmd(
     check_iters: int = typer.Option(1, "--check-iters", "-c", help="validated iterations per row (0: no check)"),
     algo: str = typer.Option("all", "--algo", help="candidates: 'all' or a comma list (the built-in is always timed)"),
     chunk_bytes: Optional[str] = typer.Option(None, "--chunk-bytes", help="chunk size for pipelined algorithms"),
+    interleave: bool = typer.Option(True, "--interleave/--no-interleave",
+                                    help="time each row's candidates round-robin, iteration by iteration, so drift "
+                                         "in the machine's load hits every one alike (bench --interleave)"),
     stat: str = typer.Option("p50", "--stat", help="which time decides: p50 (default), mean or min"),
     backend: str = typer.Option("gloo", "--backend", help="torch.distributed backend"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
@@ -111,9 +114,9 @@ def tune_cmd(
     try:
         settings = TuneSettings(
             ops=",".join(ops), min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor, iters=iters,
-            warmup=warmup, check_iters=check_iters, algos=algo, chunk_bytes=chunk_bytes, stat=stat,
-            backend=backend, device=device, nproc=nproc, cluster=cluster, ranks_per_host=ranks_per_host, db=db,
-            store=not no_store, tag=tag, quiet=quiet or as_json)
+            warmup=warmup, check_iters=check_iters, algos=algo, chunk_bytes=chunk_bytes, interleave=interleave,
+            stat=stat, backend=backend, device=device, nproc=nproc, cluster=cluster, ranks_per_host=ranks_per_host,
+            db=db, store=not no_store, tag=tag, quiet=quiet or as_json)
         run, entries = tune(settings, print_table=show_table)
     except ConfigError as e:
         fail(str(e), 2)
