@@ -41,3 +41,10 @@ def test_model_and_library_share_the_one_way_routing_threshold() -> None:
     from commlens.model.algorithms import ONE_WAY_MIN_BYTES as model
 
     assert library == model
+
+
+def test_model_and_library_share_the_leaders_threshold() -> None:
+    from commlens.algos.allreduce import LEADERS_MAX_BYTES as library
+    from commlens.model.algorithms import LEADERS_MAX_BYTES as model
+
+    assert library == model

@@ -334,3 +334,19 @@ def test_direct_on_a_cpu_transport_pays_every_message_latency() -> None:
     assert latency_msgs(one) == 1 and latency_msgs(four) == 4
     gpu = predict(H100, "all_reduce", 8, algo="direct")
     assert latency_msgs(gpu) == 1
+
+
+def test_hierarchical_small_buffers_go_through_one_leader_per_host() -> None:
+    """Below LEADERS_MAX_BYTES: binomial reduce, leaders' recursive doubling, binomial broadcast: with 2 hosts of
+    4 ranks that is 2 + 1 + 2 message latencies, against the ring's 14 (2 of them across hosts)."""
+    from commlens.model.algorithms import LEADERS_MAX_BYTES
+
+    small = LEADERS_MAX_BYTES // 2
+    hier = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=4)
+    msgs = {lvl: sum(t.amount for t in hier.terms if t.kind == "latency" and t.level == lvl)
+            for lvl in ("scale_up", "scale_out")}
+    assert msgs == {"scale_up": 4, "scale_out": 1}
+    ring_ = predict(EMU, "all_reduce", small, algo="ring", nodes=2, ranks_per_node=4)
+    assert hier.time_s < ring_.time_s
+    big = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_node=4)
+    assert sum(t.amount for t in big.terms if t.kind == "latency" and t.level == "scale_up") == 2 * 3  # the rings

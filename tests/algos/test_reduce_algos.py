@@ -262,3 +262,30 @@ def allreduce_min_elems() -> int:
     from commlens.algos.allreduce import ONE_WAY_MIN_BYTES
 
     return ONE_WAY_MIN_BYTES // 4  # half a shard of float32; float64 halves are then twice the threshold
+
+
+def _hier_sizes_case(m: Member, dtype: torch.dtype, op: str) -> dict[str, Any]:
+    """hierarchical on both sides of the leaders threshold, 2 and 3 ranks per host (a smaller last host)."""
+    from commlens.algos.allreduce import LEADERS_MAX_BYTES
+
+    out = {}
+    elem = torch.empty(0, dtype=dtype).element_size()
+    for n in (LEADERS_MAX_BYTES // elem - 1, LEADERS_MAX_BYTES // elem + 3):
+        x = _input(n, m.global_rank, n, dtype, op)
+        ref = x.clone()
+        dist.all_reduce(ref, op=BUILTIN[op], group=m.group)
+        for k in (2, 3):
+            t = x.clone()
+            algos.all_reduce(t, op, m.group, algo="hierarchical", local_size=k)
+            out[(n, k)] = (t, ref, _abs_sum(x, m))
+    return out
+
+
+@pytest.mark.parametrize("world", [3, 5, 8])
+def test_hierarchical_both_sides_of_the_leaders_threshold(pools: Pools, world: int) -> None:
+    for dtype, op in ((torch.float32, "sum"), (torch.int64, "max")):
+        results = pools.run(world, _hier_sizes_case, dtype=dtype, op=op)
+        for r, res in enumerate(results):
+            for (n, k), (got, ref, abs_sum) in res.items():
+                _check(f"rank {r} n={n} local {k} {dtype} {op}", got, ref, abs_sum, op, world)
+                assert torch.equal(_bits(got), _bits(results[0][(n, k)][0])), f"n={n} local {k}: rank {r} differs"

@@ -168,10 +168,19 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
 
     With one host this is the ring; with one rank per host, the ring across
     hosts. ``chunk_bytes`` pipelines every ring step.
+
+    Below ``LEADERS_MAX_BYTES`` (16 KiB) with several hosts of several ranks,
+    the steps cost more than the bytes: the buffer goes through one leader per
+    host instead (:func:`_through_leaders`). From ``ONE_WAY_MIN_BYTES`` per
+    half shard, two hosts on gloo route step 3 one way per connection
+    (:func:`_two_hosts_one_way`).
     """
     p, i, n = comm.size, comm.index, tensor.numel()
     per_host = opts.ranks_per_host(p)
     hosts = _hosts(p, per_host)
+    if 1 < per_host < p and n * tensor.element_size() < LEADERS_MAX_BYTES:
+        _through_leaders(comm, tensor, hosts, i // per_host, redop, opts)
+        return
     shards = block_bounds(n, per_host)
     # owned[h][j]: the shards local rank j of host h owns, a contiguous range
     owned = [[range(a, z) for a, z in block_bounds(per_host, len(host))] for host in hosts]
@@ -188,6 +197,23 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
             a, z = shards[k]
             _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
     ring_all_gather_inplace(local, tensor, bounds, opts)
+
+
+# Below this many bytes the whole buffer goes through one leader per host (fewest messages).
+LEADERS_MAX_BYTES = 16 << 10
+
+
+def _through_leaders(comm: Comm, tensor: torch.Tensor, hosts: list[range], host: int, redop: str,
+                     opts: Options) -> None:
+    """Latency-bound sizes: binomial reduce onto each host's first rank, recursive doubling among those
+    leaders, binomial broadcast from them (MPICH's SMP-aware all-reduce). ceil(lg L) + lg H (+2 with a fold) +
+    ceil(lg L) steps of the whole n; the ring phases would take 2(L-1) + 2(H-1) steps.
+    """
+    local = comm.sub(hosts[host])
+    binomial_reduce(local, tensor, 0, redop, torch.empty_like(tensor))
+    if local.index == 0:
+        recursive_doubling(comm.sub([h.start for h in hosts]), tensor, redop, opts)
+    binomial_broadcast(local, tensor, 0, opts)
 
 
 # Below this many bytes per half shard the routed exchange's extra local hop costs more than it saves.

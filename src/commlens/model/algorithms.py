@@ -127,8 +127,10 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
     )
 
 
-# commlens.algos.allreduce.ONE_WAY_MIN_BYTES: from this many bytes per half shard, commlens' hierarchical
-# all-reduce routes a two-host exchange one way per connection (tests/test_algos_registry.py keeps them equal).
+# commlens.algos.allreduce's thresholds (tests/test_algos_registry.py keeps them equal): below LEADERS_MAX_BYTES
+# commlens' hierarchical all-reduce goes through one leader per host; from ONE_WAY_MIN_BYTES per half shard it
+# routes a two-host exchange one way per connection.
+LEADERS_MAX_BYTES = 16 << 10
 ONE_WAY_MIN_BYTES = 16 << 10
 
 
@@ -165,6 +167,9 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
     """
     L = cost.layout
     D, M = L.domain_ranks, L.domains
+    if D > 1 and n < LEADERS_MAX_BYTES:
+        _ar_through_leaders(cost, n)
+        return
     local = (D - 1) / D * n
     shard = n / D
     out_lat = L.out_latency_s[L.job_tier]
@@ -182,6 +187,24 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
                    host_bytes=host_copies(L, cross))
     if D > 1:
         cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), host_bytes=host_copies(L, local))
+
+
+def _ar_through_leaders(cost: Cost, n: float) -> None:
+    """commlens' hierarchical below ``LEADERS_MAX_BYTES``: binomial reduce onto one leader per domain,
+    recursive doubling among the M leaders (one rank per node crossing, at the whole NIC; a swap, so at half
+    the rate on half-duplex connections), binomial broadcast back. Every step moves the whole n."""
+    L = cost.layout
+    D, M = L.domain_ranks, L.domains
+    lg_d = ceil_log2(D)
+    up = ((UP, lg_d, L.up_latency_s),)
+    cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0)
+    pp, r = _pow2_split(M)
+    swaps = floor_log2(pp)
+    out_lat = L.out_latency_s[L.job_tier]
+    cost.stage(((OUT, swaps + 2 * (r > 0), out_lat),),
+               ((OUT, swaps * n * L.out_pair_both + 2 * (r > 0) * n, L.nic_rate / L.out_taper[L.job_tier]),),
+               (swaps + (r > 0)) * n, one_way=True, host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0)
+    cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0)
 
 
 def _ar_nvls(cost: Cost, n: float) -> None:
