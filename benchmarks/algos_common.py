@@ -92,3 +92,19 @@ def size_text(n: int) -> str:
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.1f} (1 min) / {five:.1f} (5 min)"
+
+
+def median_ratio_ci(a: Any, b: Any, stat: str = STAT, draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Rows ``a`` over ``b``: the ratio of their times and its 95% bootstrap interval (samples resampled per row).
+
+    Two rows whose interval holds 1.0 cannot be told apart by these samples: neither is the faster one.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    xa, xb = np.asarray(a.samples_s, dtype=float), np.asarray(b.samples_s, dtype=float)
+    pick = {"p50": lambda s: np.median(s, axis=1), "mean": lambda s: s.mean(axis=1), "min": lambda s: s.min(axis=1)}
+    fa = pick[stat](xa[rng.integers(0, len(xa), (draws, len(xa)))])
+    fb = pick[stat](xb[rng.integers(0, len(xb), (draws, len(xb)))])
+    lo, hi = np.percentile(fa / fb, [2.5, 97.5])
+    return row_time(a, stat) / row_time(b, stat), float(lo), float(hi)

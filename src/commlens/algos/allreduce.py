@@ -169,7 +169,7 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     With one host this is the ring; with one rank per host, the ring across
     hosts. ``chunk_bytes`` pipelines every ring step.
 
-    Below ``LEADERS_MAX_BYTES`` (16 KiB) with several hosts of several ranks,
+    Below ``LEADERS_MAX_BYTES`` (32 KiB) with several hosts of several ranks,
     the steps cost more than the bytes: the buffer goes through one leader per
     host instead (:func:`_through_leaders`). From ``ONE_WAY_MIN_BYTES`` per
     half shard, two hosts on gloo route step 3 one way per connection
@@ -200,7 +200,7 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
 
 
 # Below this many bytes the whole buffer goes through one leader per host (fewest messages).
-LEADERS_MAX_BYTES = 16 << 10
+LEADERS_MAX_BYTES = 32 << 10
 
 
 def _through_leaders(comm: Comm, tensor: torch.Tensor, hosts: list[range], host: int, redop: str,
@@ -217,7 +217,7 @@ def _through_leaders(comm: Comm, tensor: torch.Tensor, hosts: list[range], host:
 
 
 # Below this many bytes per half shard the routed exchange's extra local hop costs more than it saves.
-ONE_WAY_MIN_BYTES = 16 << 10
+ONE_WAY_MIN_BYTES = 32 << 10
 # Pieces of the routed exchange when no chunk size is given: the cross-host transfer of one piece overlaps the
 # local forward of the previous one.
 ONE_WAY_PIECE_BYTES = 1 << 20

@@ -130,8 +130,8 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
 # commlens.algos.allreduce's thresholds (tests/test_algos_registry.py keeps them equal): below LEADERS_MAX_BYTES
 # commlens' hierarchical all-reduce goes through one leader per host; from ONE_WAY_MIN_BYTES per half shard it
 # routes a two-host exchange one way per connection.
-LEADERS_MAX_BYTES = 16 << 10
-ONE_WAY_MIN_BYTES = 16 << 10
+LEADERS_MAX_BYTES = 32 << 10
+ONE_WAY_MIN_BYTES = 32 << 10
 
 
 def _ar_hierarchical(cost: Cost, n: float) -> None:
