@@ -174,19 +174,21 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
     shard = n / D
     out_lat = L.out_latency_s[L.job_tier]
     nic = L.nic_share(L.ranks_per_node)
+    busy = 2 * L.ranks_per_node  # every rank sends and receives in every step
     if D > 1:
         cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), local,
-                   host_bytes=host_copies(L, local))
+                   host_bytes=host_copies(L, local), node_messages=busy)
     if M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES:
         cost.stage(((OUT, 2, out_lat), (UP, 2, L.up_latency_s)), ((OUT, shard, nic), (UP, shard, L.up_rate)),
-                   shard / 2, one_way=True, host_bytes=host_copies(L, shard))
+                   shard / 2, one_way=True, host_bytes=host_copies(L, shard), node_messages=busy)
     else:
         pair = L.out_pair_both if M == 2 else 1.0
         cross = 2 * (M - 1) / M * shard
         cost.stage(((OUT, 2 * (M - 1), out_lat),), ((OUT, cross, nic / pair),), (M - 1) / M * shard,
-                   host_bytes=host_copies(L, cross))
+                   host_bytes=host_copies(L, cross), node_messages=busy)
     if D > 1:
-        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), host_bytes=host_copies(L, local))
+        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), host_bytes=host_copies(L, local),
+                   node_messages=busy)
 
 
 def _ar_through_leaders(cost: Cost, n: float) -> None:
@@ -197,14 +199,19 @@ def _ar_through_leaders(cost: Cost, n: float) -> None:
     D, M = L.domain_ranks, L.domains
     lg_d = ceil_log2(D)
     up = ((UP, lg_d, L.up_latency_s),)
-    cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0)
+    # a tree step's pairs, averaged over the steps: min(2^k, D - 2^k) pairs per domain, 2 messages each
+    tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_node / D
+    cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True,
+               host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
     pp, r = _pow2_split(M)
     swaps = floor_log2(pp)
     out_lat = L.out_latency_s[L.job_tier]
     cost.stage(((OUT, swaps + 2 * (r > 0), out_lat),),
                ((OUT, swaps * n * L.out_pair_both + 2 * (r > 0) * n, L.nic_rate / L.out_taper[L.job_tier]),),
-               (swaps + (r > 0)) * n, one_way=True, host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0)
-    cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0)
+               (swaps + (r > 0)) * n, one_way=True,
+               host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0, node_messages=2.0)
+    cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0,
+               node_messages=tree)
 
 
 def _ar_nvls(cost: Cost, n: float) -> None:

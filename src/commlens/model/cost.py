@@ -56,6 +56,7 @@ class Cost:
         concurrent: bool = True,
         one_way: bool = False,
         host_bytes: float = 0.0,
+        node_messages: float = 0.0,
     ) -> None:
         """Add a stage: ``latency`` as (level, messages, s each), ``bandwidth`` as (level, bytes sent, bytes/s).
 
@@ -64,16 +65,22 @@ class Cost:
         that is not full-duplex both count against its budget. ``host_bytes``:
         what all ranks of one node copy together in this stage; on a host with
         a shared copy budget (CPU-driven transports, ranks sharing cores) it
-        bounds the stage's transfers as a whole.
+        bounds the stage's transfers as a whole. ``node_messages``: the sends
+        and receives all ranks of one node handle in each step; on such a host
+        a step costs its latency once per two messages per core, so where the
+        node's cores handle more at once its latency terms count that many
+        times over (4 ranks on 2 cores: a ring step, 8 messages, costs 2
+        latencies; a tree step of two pairs, 4 messages, costs 1).
         """
         L = self.layout
         self._stages += 1
         index = self._stages
         terms = self._terms
         lat_s = 0.0
+        crowd = max(1.0, node_messages / (2.0 * L.host_cores)) if node_messages and L.host_cores else 1.0
         for level, count, alpha in latency:
             if count > 0:
-                count *= self._messages
+                count *= self._messages * crowd
                 t = count * alpha
                 lat_s += t
                 terms.append((index, level, "latency", count, t, True))

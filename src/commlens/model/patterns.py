@@ -37,7 +37,8 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
     steps = passes * (L.ranks - 1)
     host = host_copies(L, bytes_per_rank)
     if not L.multi_domain:
-        cost.stage(((UP, steps, L.up_latency_s),), ((UP, bytes_per_rank, L.up_rate),), reduce_bytes, host_bytes=host)
+        cost.stage(((UP, steps, L.up_latency_s),), ((UP, bytes_per_rank, L.up_rate),), reduce_bytes, host_bytes=host,
+                   node_messages=2 * L.ranks_per_node)
         return
     inter = passes * (L.domains - 1)
     up_bytes = bytes_per_rank if L.domain_ranks > 1 else 0.0
@@ -48,6 +49,7 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
         ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate() / pair)),
         reduce_bytes,
         host_bytes=host,
+        node_messages=2 * L.ranks_per_node,
     )
 
 
@@ -73,6 +75,7 @@ def two_level(
         ((UP, up_bytes, up_rate), (OUT, out_bytes, out_rate)),
         reduce_bytes,
         host_bytes=host_copies(L, up_bytes + out_bytes),
+        node_messages=2 * L.ranks_per_node,
     )
     if up_bytes > 0 and out_bytes > 0:
         if up_bytes / up_rate >= out_bytes / out_rate:
@@ -95,12 +98,15 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
     """
     L = cost.layout
     D, rpn, p = L.domain_ranks, L.ranks_per_node, L.ranks
-    up_n = up_b = up_r = up_t = 0.0
-    out_n = out_b = out_r = out_lat = out_t = 0.0
+    up_n = up_b = up_r = up_t = up_m = 0.0
+    out_n = out_b = out_r = out_lat = out_t = out_m = 0.0
     base_rate = L.nic_share(rpn) if all_send else L.nic_rate
     per_rank = L.up_both if all_send else 1.0
     for dist, nbytes, rbytes in steps:
+        # sends and receives a node's ranks handle in this step: all of them swap, or the tree's pairs do
+        msgs = 2 * rpn if all_send else 2 * min(dist, p - dist) * rpn / p
         if dist < D:
+            up_m += msgs
             up_n += 1
             up_b += nbytes
             up_r += rbytes
@@ -113,6 +119,7 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             up_t += t
         else:
             k = L.tier_for_span(2 * dist / rpn)
+            out_m += msgs
             out_n += 1
             out_lat += L.out_latency_s[k]
             out_t += nbytes * L.out_taper[k] / base_rate * (L.out_pair_both if all_send else 1.0)
@@ -120,10 +127,12 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             out_r += rbytes
     if up_n:
         rate = up_b * per_rank / up_t if up_t > 0 else L.up_rate  # the steps' own limits, summed
-        cost.stage(((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send)
+        cost.stage(((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send,
+                   node_messages=up_m / up_n)
     if out_n:
         rate = out_b / out_t if out_t > 0 else base_rate
-        cost.stage(((OUT, out_n, out_lat / out_n),), ((OUT, out_b, rate),), out_r, one_way=not all_send)
+        cost.stage(((OUT, out_n, out_lat / out_n),), ((OUT, out_b, rate),), out_r, one_way=not all_send,
+                   node_messages=out_m / out_n)
 
 
 def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
@@ -151,6 +160,7 @@ def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
         nbytes if reduce else 0.0,
         concurrent=False,
         host_bytes=host_copies(L, (n_up if hops_up else 0) * chunk),
+        node_messages=2 * L.ranks_per_node if k > 1 else 2.0,  # a full pipeline keeps every rank forwarding
     )
 
 
@@ -186,6 +196,7 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
         red,
         concurrent=not sequential,
         host_bytes=host_copies(L, up_bytes + out_bytes),
+        node_messages=2 * L.ranks_per_node,
     )
 
 
