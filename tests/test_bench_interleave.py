@@ -246,3 +246,22 @@ def test_tune_cli_passes_interleave_on(monkeypatch: pytest.MonkeyPatch, tmp_path
         proc = CliRunner().invoke(app, ["tune", "--op", "all_reduce", *args, "-o", str(tmp_path / "t.json")])
         assert proc.exit_code == 2, proc.output
         assert seen.pop().interleave is expected
+
+
+def test_rounds_are_shuffled_alike_on_every_rank_when_seeded() -> None:
+    """Seeded rounds are permutations, reproducible from the seed (all ranks draw the same), and put every
+    implementation first, last and after each neighbour at some point; unseeded rounds keep the given order."""
+    from commlens.bench.worker import round_orders
+
+    orders = round_orders(4, 40, seed=7)
+    assert orders == round_orders(4, 40, seed=7) and orders != round_orders(4, 40, seed=8)
+    assert all(sorted(o) == [0, 1, 2, 3] for o in orders)
+    assert {o[0] for o in orders} == {o[-1] for o in orders} == {0, 1, 2, 3}
+    assert {(o[k], o[k + 1]) for o in orders for k in range(3)} == {(a, b) for a in range(4) for b in range(4) if a != b}
+    assert round_orders(3, 5, seed=None) == [[0, 1, 2]] * 5 and round_orders(1, 3, seed=1) == [[0]] * 3
+    log: list[str] = []
+    stamps = measure_interleaved([_fake(log, [], name) for name in "abc"], 6, torch.device("cpu"), blocking=False,
+                                 seed=3)
+    launched = [e for e in log if not e.endswith("done")]
+    assert launched == ["abc"[j] for o in round_orders(3, 6, seed=3) for j in o]
+    assert all(len(st.starts) == 6 for st in stamps)

@@ -159,11 +159,12 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")
     t.add_argument("-z", "--blocking", action="store_true", help="wait for each collective before the next")
     t.add_argument("--interleave", action="store_true",
-                   help="time the implementations of each row round-robin, iteration by iteration, so drift in the "
-                        "machine's load hits every one alike (for comparing --algo implementations on a noisy "
-                        "machine); with one implementation it changes nothing")
+                   help="time the implementations of each row in rounds, each launched once per round in a "
+                        "shuffled order (drawn from --seed, the same on every rank), so drift in the machine's load "
+                        "hits every one alike (for comparing --algo implementations on a noisy machine); with one "
+                        "implementation it changes nothing")
     t.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may take before ranks give up")
-    t.add_argument("--seed", type=int, default=0, help="seed recorded with the run")
+    t.add_argument("--seed", type=int, default=0, help="seed recorded with the run (and --interleave's orders)")
     r = p.add_argument_group("where")
     r.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl, mpi or any registered")
     r.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import logging
 import os
+import random
 import sys
 import time
 import uuid
@@ -33,7 +34,7 @@ from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import DTYPE_SIZES, Measurement
 
-__all__ = ["main", "measure_interleaved", "measure_samples", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
+__all__ = ["main", "measure_interleaved", "measure_samples", "round_orders", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
 
 log = logging.getLogger(__name__)
 
@@ -92,28 +93,51 @@ class Timestamps:
         return [e - s for s, e in zip(self.starts, self.ends)]
 
 
-def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.device,
-                        blocking: bool) -> list[Timestamps]:
-    """Time ``iters`` rounds that launch each collective once, in order (a, b, c, a, b, c, ...).
+def round_orders(count: int, iters: int, seed: int | None) -> list[list[int]]:
+    """The order of the ``count`` implementations in each of ``iters`` rounds.
 
-    Round-robin, so drift in the machine's load over the loop hits every
-    implementation alike; with one collective these are back-to-back launches.
-    CUDA events on a GPU, the monotonic clock on CPU; one :class:`Timestamps`
-    per collective, in the order given.
+    Without a seed (or with one implementation) every round runs them as given.
+    With one, each round is a fresh permutation drawn from ``seed``, the same on
+    every rank (all ranks must launch the same collective next): no
+    implementation always runs first, last, or right after the same neighbour,
+    whose aftermath (a slow backend collective's threads finishing, skew between
+    ranks) would otherwise always land on it.
     """
+    if seed is None or count < 2:
+        return [list(range(count)) for _ in range(iters)]
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(iters):
+        order = list(range(count))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.device,
+                        blocking: bool, seed: int | None = None) -> list[Timestamps]:
+    """Time ``iters`` rounds that launch each collective once (a, b, c, then the next round ...).
+
+    Interleaved, so drift in the machine's load over the loop hits every
+    implementation alike; each round's order comes from :func:`round_orders`
+    (``seed``: shuffled, the same on every rank). With one collective these are
+    back-to-back launches. CUDA events on a GPU, the monotonic clock on CPU; one
+    :class:`Timestamps` per collective, in the order given.
+    """
+    orders = round_orders(len(colls), iters, seed)
     if device.type == "cuda":
         starts = [[torch.cuda.Event(enable_timing=True) for _ in range(iters)] for _ in colls]
         ends = [[torch.cuda.Event(enable_timing=True) for _ in range(iters)] for _ in colls]
         for i in range(iters):
-            for j, coll in enumerate(colls):
+            for j in orders[i]:
                 starts[j][i].record()
-                work = coll.launch()
+                work = colls[j].launch()
                 ends[j][i].record()
                 if blocking:
                     _wait(work)
                     torch.cuda.synchronize(device)
         torch.cuda.synchronize(device)
-        first = starts[0][0]
+        first = starts[orders[0][0]][0]
         return [Timestamps(tuple(first.elapsed_time(s) / 1e3 for s in coll_starts),
                            tuple(first.elapsed_time(e) / 1e3 for e in coll_ends))
                 for coll_starts, coll_ends in zip(starts, ends)]
@@ -121,8 +145,9 @@ def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.d
     t_start: list[list[float]] = [[] for _ in colls]
     t_end: list[list[float]] = [[] for _ in colls]
     launches = [(coll.launch, t_start[j], t_end[j]) for j, coll in enumerate(colls)]
-    for _ in range(iters):
-        for launch, my_start, my_end in launches:
+    for i in range(iters):
+        for j in orders[i]:
+            launch, my_start, my_end = launches[j]
             my_start.append(clock())
             _wait(launch())
             my_end.append(clock())
@@ -301,7 +326,8 @@ class Sweep:
         with _row_failure(context):
             _sync(self.device)
             dist.barrier(group=self.ctrl)
-            stamps = measure_interleaved([coll for _, coll, _ in ready], cfg.iters, self.device, cfg.blocking)
+            stamps = measure_interleaved([coll for _, coll, _ in ready], cfg.iters, self.device, cfg.blocking,
+                                         seed=cfg.seed + plan.size_bytes)
         results: dict[str, tuple[Timestamps, int] | None] = {}
         for (algo, coll, fault), algo_stamps in zip(ready, stamps):
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
