@@ -10,7 +10,7 @@ Run from the repository root (about 10 minutes)::
    Mb/s, against several GB/s between the ranks of one host).
 2. Two passes of ``commlens bench --cluster NAME --ranks-per-host 2 --op
    all_reduce --algo builtin,all --interleave`` (4 ranks, 1 KiB .. 16 MiB,
-   factor 4; the implementations of a size timed round-robin), every row
+   factor 4; the implementations of a size timed in shuffled rounds), every row
    validated: up to 64 KiB with 100 timed iterations per row (latency-bound
    rows are noisy and cheap), from 256 KiB with 15.
 3. Calibration: the ``emulated-cluster`` template fitted
@@ -175,7 +175,7 @@ def main() -> int:
         f"hosts at {ns.slow:g} of that ({ns.link_gbps * ns.slow * 1000:.0f} Mb/s); all_reduce 1 KiB .. "
         f"{ns.max_bytes}, {ns.small_iters} timed + {4 * ns.warmup} warm-up iterations per row up to 64 KiB, "
         f"{ns.iters} + {ns.warmup} from 256 KiB, every row validated, two "
-        f"passes, each timing the implementations of a size round-robin (`bench --interleave`). Times are each "
+        f"passes, each timing the implementations of a size in rounds of shuffled order (`bench --interleave`). Times are each "
         f"row's median iteration (p50); intervals are 95% bootstrap intervals of a ratio of medians (pass 2). "
         f"Load average {load_start} at the start, "
         f"{load()} at the end (2 cores).",

@@ -11,7 +11,7 @@ Run from the repository root (about 12 minutes on the 2-core machine)::
 2. **Passes 2.., auto**: ``commlens bench --algo builtin,all,auto
    --interleave`` over the same sizes (``--passes``, default 3, every other
    one in the order auto, all, builtin; within a pass the implementations of
-   a size are timed round-robin), ``auto`` reading that table
+   a size are timed in rounds of shuffled order), ``auto`` reading that table
    (``COMMLENS_TUNING``); their samples are pooled row by row.
 3. Figures, from each row's median iteration time (p50) unless said:
    ring all_reduce busBW / the built-in's at >= 16 MiB (target >= 85%; mean
@@ -224,7 +224,7 @@ def main() -> int:
             "",
             f"Pass 1 is `commlens tune` (every algorithm and the built-in); passes 2-{ns.passes + 1} are "
             "`commlens bench --algo builtin,all,auto --interleave` (every other one in the order auto, all, "
-            "builtin; the implementations of a size timed round-robin, iteration by iteration) with `auto` "
+            "builtin; the implementations of a size timed in rounds, each in a shuffled order) with `auto` "
             "reading pass 1's table; *pooled*: each row's samples of passes 2 on, together. Times are medians of a "
             "row's iterations (p50).",
             "",
