@@ -317,11 +317,11 @@ def test_hierarchical_on_a_cpu_transport_routes_two_hosts_one_way_from_the_thres
     assert hier.time_s < ring_.time_s
     stages = {t.stage for t in hier.terms if t.stage > 0}
     assert len(stages) == 3  # reduce-scatter, cross-host, all-gather one after another
-    # just below the threshold (half a shard = n/4 with 2 ranks per host) the hosts swap: twice the time per byte
-    small = 4 * ONE_WAY_MIN_BYTES - 4
-    swap = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=2)
-    routed = predict(EMU, "all_reduce", 4 * ONE_WAY_MIN_BYTES, algo="hierarchical", nodes=2, ranks_per_node=2)
-    assert _fabric_bandwidth_s(swap) / small == pytest.approx(2 * _fabric_bandwidth_s(routed) / (4 * ONE_WAY_MIN_BYTES))
+    # just below the threshold (half a shard = n/6 with 3 ranks per host) the hosts swap: twice the time per byte
+    small = 6 * ONE_WAY_MIN_BYTES - 6
+    swap = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=3)
+    routed = predict(EMU, "all_reduce", 6 * ONE_WAY_MIN_BYTES, algo="hierarchical", nodes=2, ranks_per_node=3)
+    assert _fabric_bandwidth_s(swap) / small == pytest.approx(2 * _fabric_bandwidth_s(routed) / (6 * ONE_WAY_MIN_BYTES))
 
 
 def test_direct_on_a_cpu_transport_pays_every_message_latency() -> None:
@@ -352,5 +352,9 @@ def test_hierarchical_small_buffers_go_through_one_leader_per_host() -> None:
     assert msgs == {"scale_up": 6, "scale_out": 1}
     ring_ = predict(EMU, "all_reduce", small, algo="ring", nodes=2, ranks_per_node=4)
     assert hier.time_s < ring_.time_s
+    # from the threshold, powers of two of full hosts: the library runs Rabenseifner's halving, near peers first
     big = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_node=4)
-    assert sum(t.amount for t in big.terms if t.kind == "latency" and t.level == "scale_up") == 2 * 3 * 4  # rings
+    halving = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="rabenseifner", nodes=2, ranks_per_node=4)
+    assert big.time_s == pytest.approx(halving.time_s)
+    three = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_node=3)
+    assert sum(t.amount for t in three.terms if t.kind == "latency" and t.level == "scale_up") == 2 * 2 * 3  # rings

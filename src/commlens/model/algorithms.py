@@ -164,6 +164,9 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
        host 0, which forwards it locally while the next piece crosses (2 fabric and 2 local messages;
        each direction of the link carries the shard once, the forward moves it once more inside host 0).
     3. Ring all-gather in each domain: D - 1 steps of n/D.
+
+    With D and M powers of two and no one-way route, the library runs these phases as Rabenseifner's
+    halving, nearest peers first, and so does this model.
     """
     L = cost.layout
     D, M = L.domain_ranks, L.domains
@@ -172,13 +175,17 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
         return
     local = (D - 1) / D * n
     shard = n / D
+    routed = M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES
+    if D & (D - 1) == 0 and M & (M - 1) == 0 and not routed:  # commlens runs Rabenseifner's halving, near first
+        _ar_rabenseifner(cost, n)
+        return
     out_lat = L.out_latency_s[L.job_tier]
     nic = L.nic_share(L.ranks_per_node)
     busy = 2 * L.ranks_per_node  # every rank sends and receives in every step
     if D > 1:
         cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), local,
                    host_bytes=host_copies(L, local), node_messages=busy)
-    if M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES:
+    if routed:
         cost.stage(((OUT, 2, out_lat), (UP, 2, L.up_latency_s)), ((OUT, shard, nic), (UP, shard, L.up_rate)),
                    shard / 2, one_way=True, host_bytes=host_copies(L, shard), node_messages=busy)
     else:
