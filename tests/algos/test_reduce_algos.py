@@ -289,3 +289,13 @@ def test_hierarchical_both_sides_of_the_leaders_threshold(pools: Pools, world: i
             for (n, k), (got, ref, abs_sum) in res.items():
                 _check(f"rank {r} n={n} local {k} {dtype} {op}", got, ref, abs_sum, op, world)
                 assert torch.equal(_bits(got), _bits(results[0][(n, k)][0])), f"n={n} local {k}: rank {r} differs"
+
+
+def test_hierarchical_paths_by_layout() -> None:
+    """Which phases hierarchical runs: one host or one rank per host stay rings; several full power-of-two
+    hosts take the halving; a smaller last host or 3 ranks per host keep the rings."""
+    from commlens.algos.allreduce import _halving_fits, _hosts
+
+    assert not _halving_fits(_hosts(4, 4), 4) and not _halving_fits(_hosts(4, 1), 1)
+    assert _halving_fits(_hosts(4, 2), 2) and _halving_fits(_hosts(8, 2), 2) and _halving_fits(_hosts(8, 4), 4)
+    assert not _halving_fits(_hosts(6, 2), 2) and not _halving_fits(_hosts(6, 3), 3) and not _halving_fits(_hosts(5, 2), 2)

@@ -208,11 +208,11 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
 
 
 def _halving_fits(hosts: list[range], per_host: int) -> bool:
-    """Hosts all of ``per_host`` ranks, both the host size and the host count powers of two."""
+    """Several full hosts of several ranks, the host size and the host count powers of two."""
     def pow2(k: int) -> bool:
         return k & (k - 1) == 0
 
-    return len(hosts[-1]) == per_host and pow2(per_host) and pow2(len(hosts))
+    return len(hosts) > 1 and per_host > 1 and len(hosts[-1]) == per_host and pow2(per_host) and pow2(len(hosts))
 
 
 # Below this many bytes the whole buffer goes through one leader per host (fewest messages).

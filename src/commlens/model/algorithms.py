@@ -176,7 +176,7 @@ def _ar_hierarchical_host(cost: Cost, n: float) -> None:
     local = (D - 1) / D * n
     shard = n / D
     routed = M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES
-    if D & (D - 1) == 0 and M & (M - 1) == 0 and not routed:  # commlens runs Rabenseifner's halving, near first
+    if D > 1 and D & (D - 1) == 0 and M & (M - 1) == 0 and not routed:  # commlens: Rabenseifner, near first
         _ar_rabenseifner(cost, n)
         return
     out_lat = L.out_latency_s[L.job_tier]
