@@ -185,7 +185,8 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
         _through_leaders(comm, tensor, hosts, i // per_host, redop, opts)
         return
     shards = block_bounds(n, per_host)
-    if _halving_fits(hosts, per_host) and not _routes_one_way(comm, hosts, shards, tensor.element_size()):
+    routed = _routes_one_way(comm, hosts, shards, tensor.element_size())
+    if _halving_fits(hosts, per_host) and not routed:
         # powers of two of full hosts: Rabenseifner's halving, nearest peers first, is this algorithm's
         # phases in fewer steps (lg L in the host, lg H across on n/L, and back), each a single swap
         rabenseifner(comm, tensor, redop, opts)
@@ -197,7 +198,7 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     mine = owned[h]
     bounds = [(shards[r.start][0], shards[r.stop - 1][1]) for r in mine]
     ring_reduce_scatter_inplace(local, tensor, bounds, redop, opts)
-    if _routes_one_way(comm, hosts, shards, tensor.element_size()):
+    if routed:
         _two_hosts_one_way(comm, tensor, shards, h, local_rank, redop, opts)
     else:
         for k in mine[local_rank]:
