@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SUBGROUPS", "HarnessError", "HarnessTimeout", "Member", "Pool", "Pools", "group_ranks"]
+__all__ = ["SUBGROUPS", "HarnessError", "HarnessTimeout", "Member", "Pool", "Pools", "errors_of", "group_ranks"]
 
 CALL_TIMEOUT_S = 60.0  # a call that runs longer fails: a deadlocked algorithm must not hang the suite
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to report before the pool is killed
@@ -50,6 +50,18 @@ SUBGROUPS: dict[str, Callable[[int], list[int]]] = {
     "odd": lambda world: list(range(1, world, 2)),  # 1, 3, 5, ...: strided, and size 1 when world is 2 or 3
     "tail": lambda world: list(range(1, world)),  # every rank but 0: a group whose rank 0 is global rank 1
 }
+
+
+def errors_of(calls: dict[str, Callable[[], Any]], error: type[BaseException]) -> dict[str, str]:
+    """Run each call; its ``error`` message by name, or "no error" (for bad-input checks inside a worker)."""
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = "no error"
+        except error as e:
+            out[name] = str(e)
+    return out
 
 
 def group_ranks(world: int, group: str) -> list[int]:

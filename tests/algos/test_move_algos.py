@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from commlens import algos
 from commlens.algos import AlgoError, Comm, Options
 from commlens.algos.allgather import doubling_all_gather_inplace, ring_all_gather_inplace
-from harness import Member, Pools, group_ranks
+from harness import Member, Pools, errors_of, group_ranks
 
 # Every dtype gloo's all_gather, all_to_all and broadcast take (int16 they refuse).
 DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64,
@@ -268,14 +268,7 @@ def _bad_calls(m: Member) -> dict[str, str]:
         "bc_unknown": lambda: algos.run("broadcast", torch.ones(3), m.global_rank, m.group, algo="nope"),
         "bc_chunk": lambda: algos.run("broadcast", torch.ones(3), 1, m.group, algo="chain", chunk_bytes=0),
     }
-    out = {}
-    for name, call in calls.items():
-        try:
-            call()
-            out[name] = "no error"
-        except AlgoError as e:
-            out[name] = str(e)
-    return out
+    return errors_of(calls, AlgoError)
 
 
 def test_bad_input_through_the_public_calls_raises_algo_error(pools: Pools) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from harness import Member, Pools, group_ranks
+from harness import Member, Pools, errors_of, group_ranks
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -193,7 +193,6 @@ def test_reduce_matches_builtin_on_the_root(pools: Pools, world: int, data: Any)
 
 
 def _bad_calls(m: Member) -> dict[str, str]:
-    out = {}
     calls = {
         "unknown": lambda: algos.all_reduce(torch.ones(4), "sum", algo="no_such_algo"),
         "avg_int": lambda: algos.all_reduce(torch.ones(4, dtype=torch.int32), "avg", algo="ring"),
@@ -201,13 +200,7 @@ def _bad_calls(m: Member) -> dict[str, str]:
         "reduce_avg_int": lambda: algos.run("reduce", torch.ones(2, dtype=torch.int64), 0, "avg", algo="binomial"),
         "rs_unknown": lambda: algos.reduce_scatter(torch.empty(1), torch.ones(m.size), "sum", algo="bogus"),
     }
-    for name, call in calls.items():
-        try:
-            call()
-            out[name] = "no error"
-        except AlgoError as e:
-            out[name] = str(e)
-    return out
+    return errors_of(calls, AlgoError)
 
 
 def test_bad_input_through_the_public_calls_raises_algo_error(pools: Pools) -> None:
@@ -258,7 +251,7 @@ def test_hierarchical_two_hosts_routes_one_way_and_matches_builtin(pools: Pools,
 
 
 def allreduce_min_elems() -> int:
-    """Elements of a float64 half shard at the routing threshold (the largest element size tested)."""
+    """Elements of a 4-byte half shard at the routing threshold (float64 halves are then twice over it)."""
     from commlens.algos.allreduce import ONE_WAY_MIN_BYTES
 
     return ONE_WAY_MIN_BYTES // 4  # half a shard of float32; float64 halves are then twice the threshold

@@ -16,6 +16,7 @@ small whole numbers) to exact equality.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from commlens.algos.allgather import ring_all_gather_inplace
 from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
@@ -252,8 +253,6 @@ def _routes_one_way(comm: Comm, hosts: list[range], shards: list[tuple[int, int]
 def _half_duplex_pairs(comm: Comm) -> bool:
     """gloo moves a pair's messages one direction at a time over its TCP connection (on a shaped link two
     ranks swapping data get half the rate each way that two one-way flows get; docs/algos.md)."""
-    import torch.distributed as dist
-
     return str(dist.get_backend(comm.group)).lower() == "gloo"
 
 
