@@ -10,4 +10,4 @@ diagnose_app = typer.Typer(help="Find slow links, slow hosts, stragglers and hun
                            no_args_is_help=True)
 app.add_typer(diagnose_app, name="diagnose")
 
-from commlens.cli import diagnose_links_cmd, diagnose_trace_cmd  # noqa: E402,F401  (register their commands)
+from commlens.cli import diagnose_hang_cmd, diagnose_links_cmd, diagnose_trace_cmd  # noqa: E402,F401
