@@ -144,13 +144,63 @@ def test_down_after_up_was_killed(state_dir):
     assert _kernel_objects(name) == []
 
 
-def test_non_root_is_refused_clearly(state_dir):
-    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                           str(os.path.join(os.path.dirname(os.sys.executable), "commlens")), "cluster", "up",
-                           "--name", "x", "--hosts", "2"], capture_output=True, text=True,
-                          env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)), timeout=60)
-    assert proc.returncode == 2
-    assert "needs root" in proc.stderr and proc.stderr.startswith("error: ")
+# Run as the unprivileged user. The checkout and the interpreter may lie under a directory that user cannot
+# enter (root's home, a `mktemp -d`), so a root child prepares what it will need: it rehearses the very command
+# with geteuid reporting 65534 (loading every module that path imports, output discarded), then drops to
+# uid/gid 65534 for real and runs the command line again; it must refuse before touching the kernel or the state.
+_AS_NOBODY = """
+import contextlib, io, os, sys
+from commlens.cli.app import _register, app
+_register()
+argv = sys.argv[1:]
+real_geteuid = os.geteuid
+os.geteuid = lambda: 65534
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        app(argv, prog_name="commlens")
+    except SystemExit:
+        pass
+os.geteuid = real_geteuid
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+assert os.geteuid() == 65534 and os.getegid() == 65534
+app(argv, prog_name="commlens")
+"""
+
+
+@pytest.mark.parametrize("argv", [["up", "--name", "x", "--hosts", "2"], ["up", "x", "--hosts", "2"],
+                                  ["down", "x"], ["down", "--name", "x"], ["set", "x", "--link-gbps", "2"],
+                                  ["status"], ["status", "--name", "x"]])
+def test_non_root_is_refused_clearly(state_dir, argv):
+    proc = subprocess.run([os.sys.executable, "-c", _AS_NOBODY, "cluster", *argv], capture_output=True, text=True,
+                          env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)), timeout=60, cwd="/")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "needs root" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_name_is_given_either_way_in_up_status_set_and_down(state_dir):
+    """`up NAME` / `up --name NAME`, and the same two forms in status, set and down."""
+    name = f"tn{os.getpid() % 10000}"
+    env = clean_env(COMMLENS_CLUSTER_DIR=str(state_dir))
+    up = commlens("cluster", "up", name, "--hosts", "2", "--json", env=env)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert json.loads(up.stdout)["name"] == name
+        st = commlens("cluster", "status", "--name", name, "--json", env=env)
+        assert st.returncode == 0 and json.loads(st.stdout)["healthy"], st.stderr
+        ch = commlens("cluster", "set", "--name", name, "--link-gbps", "2", "--json", env=env)
+        assert ch.returncode == 0, ch.stderr
+        assert json.loads(ch.stdout)["link_bytes_per_s"] == 2e9 / 8
+        both = commlens("cluster", "status", name, "--name", "other", env=env)
+        assert both.returncode == 2 and both.stderr.startswith("error: two cluster names given"), both.stderr
+    finally:
+        down = commlens("cluster", "down", "--name", name, env=env)
+    assert down.returncode == 0, down.stderr
+    assert _kernel_objects(name) == []
+    none = commlens("cluster", "down", env=env)
+    assert none.returncode == 2 and none.stderr.startswith("error: give the cluster name"), none.stderr
 
 
 def test_name_taken_by_a_foreign_object_is_left_alone(state_dir):

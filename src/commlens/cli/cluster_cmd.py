@@ -15,6 +15,25 @@ cluster_app = typer.Typer(help="An emulated multi-host cluster: hosts as network
 app.add_typer(cluster_app, name="cluster")
 
 GBPS_HELP = "each host's link rate in Gb/s (1e9 bit/s)"
+NAME_HELP = "cluster name (namespaces are cl-NAME-hK); also as --name NAME"
+
+
+def _name_argument(help_text: str = NAME_HELP) -> Optional[str]:
+    return typer.Argument(None, metavar="NAME", help=help_text, show_default=False)
+
+
+def _name_option() -> Optional[str]:
+    return typer.Option(None, "--name", help="the cluster name, as the NAME argument", show_default=False)
+
+
+def _cluster_name(positional: str | None, option: str | None, *, required: bool = True) -> str | None:
+    """One cluster name given either as NAME or as ``--name NAME`` (both: they must agree)."""
+    if positional is not None and option is not None and positional != option:
+        fail(f"two cluster names given: {positional!r} and --name {option!r}", 2)
+    name = positional if positional is not None else option
+    if name is None and required:
+        fail("give the cluster name, as NAME or --name NAME", 2)
+    return name
 
 
 def _faults(slow_host: list[str], slow_link: list[str], cpu_starve: list[str]) -> dict:
@@ -31,7 +50,8 @@ def _raise_on_sigterm(signum: int, frame: object) -> None:
 
 @cluster_app.command("up")
 def up_cmd(
-    name: str = typer.Option(..., "--name", help="cluster name (namespaces are cl-NAME-hK)"),
+    name_arg: Optional[str] = _name_argument(),
+    name_opt: Optional[str] = _name_option(),
     hosts: int = typer.Option(..., "--hosts", help="number of hosts, numbered from 0"),
     link_gbps: float = typer.Option(1.0, "--link-gbps", help=GBPS_HELP),
     ranks_per_host: int = typer.Option(1, "--ranks-per-host", help="default ranks per host for bench --cluster"),
@@ -43,6 +63,7 @@ def up_cmd(
     """Create the cluster; on any failure everything created so far is removed."""
     from commlens.cluster import ClusterError, ClusterSpec, NotRootError, up
 
+    name = _cluster_name(name_arg, name_opt)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         spec = ClusterSpec(name=name, hosts=hosts, link_bytes_per_s=link_gbps * 1e9 / 8, ranks_per_host=ranks_per_host,
@@ -56,10 +77,11 @@ def up_cmd(
 
 
 @cluster_app.command("down")
-def down_cmd(name: str = typer.Argument(..., help="cluster name")) -> None:
+def down_cmd(name_arg: Optional[str] = _name_argument(), name_opt: Optional[str] = _name_option()) -> None:
     """Remove the cluster: namespaces, veth pairs, qdiscs, bridge, cgroups and its state file."""
     from commlens.cluster import ClusterError, down
 
+    name = _cluster_name(name_arg, name_opt)
     try:
         down(name)
     except ClusterError as e:
@@ -69,7 +91,8 @@ def down_cmd(name: str = typer.Argument(..., help="cluster name")) -> None:
 
 @cluster_app.command("set")
 def set_cmd(
-    name: str = typer.Argument(..., help="cluster name"),
+    name_arg: Optional[str] = _name_argument(),
+    name_opt: Optional[str] = _name_option(),
     link_gbps: Optional[float] = typer.Option(None, "--link-gbps", help=GBPS_HELP),
     slow_host: List[str] = typer.Option([], "--slow-host", help="H:FRACTION (replaces the slow hosts)"),
     slow_link: List[str] = typer.Option([], "--slow-link", help="A-B:FRACTION (replaces the slow links)"),
@@ -78,9 +101,11 @@ def set_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Change the rate or the faults of a running cluster, effective at once."""
-    from commlens.cluster import ClusterError, change, load_state
+    from commlens.cluster import ClusterError, change, load_state, require_root
 
+    name = _cluster_name(name_arg, name_opt)
     try:
+        require_root()
         old = load_state(name).spec
         f = _faults(slow_host, slow_link, cpu_starve)
         updates = {
@@ -97,11 +122,13 @@ def set_cmd(
 
 
 @cluster_app.command("status")
-def status_cmd(name: Optional[str] = typer.Argument(None, help="cluster name (default: list all)"),
+def status_cmd(name_arg: Optional[str] = _name_argument("cluster name, also as --name NAME (default: list all)"),
+               name_opt: Optional[str] = _name_option(),
                as_json: bool = typer.Option(False, "--json")) -> None:
     """Show a cluster (or all): hosts, addresses, rates, faults, and whether its objects exist."""
     from commlens.cluster import ClusterError, list_states, require_root, status
 
+    name = _cluster_name(name_arg, name_opt, required=False)
     try:
         require_root()
         if name is None:

@@ -32,22 +32,13 @@ def project_entry(ctx: typer.Context) -> None:
     command = typer.main.get_command(_APPS[sub])
     if sub != "one":
         args = args[1:]
+    # Standalone mode: the command prints its own usage errors (exit 2) and turns typer.Exit into SystemExit,
+    # without this module reaching into typer's command-line library (typer >= 0.29 no longer ships click).
     try:
-        rc = command.main(args, prog_name="commlens project" + ("" if sub == "one" else f" {sub}"),
-                          standalone_mode=False)
-    except typer.Exit as e:
-        raise typer.Exit(e.exit_code)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
-            raise typer.Exit(e.exit_code)
-        if isinstance(e, click.ClickException):
-            e.show()
-            raise typer.Exit(2)
-        raise
-    if isinstance(rc, int) and rc:
-        raise typer.Exit(rc)
+        command.main(args, prog_name="commlens project" + ("" if sub == "one" else f" {sub}"), standalone_mode=True)
+    except SystemExit as e:
+        code = e.code
+        raise typer.Exit(code if isinstance(code, int) else (0 if code is None else 2)) from None
 
 
 def _one(

@@ -94,6 +94,8 @@ def load_state(name: str) -> ClusterState:
         return ClusterState.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         raise ClusterError(f"no cluster named {name!r} (start one with `commlens cluster up --name {name}`)") from None
+    except OSError as e:
+        raise ClusterError(f"cluster state {path} cannot be read: {e.strerror}") from None
     except (ValueError, KeyError, TypeError) as e:
         raise ClusterError(f"cluster state {path} is unreadable: {e}") from None
 
