@@ -24,6 +24,7 @@ __all__ = [
     "SystemInfo",
     "Run",
     "RunStatus",
+    "RUN_STATUSES",
 ]
 
 DTYPE_SIZES: dict[str, int] = {
@@ -37,7 +38,10 @@ DTYPE_SIZES: dict[str, int] = {
     "uint8": 1,
 }
 
-RunStatus = Literal["complete", "incomplete"]
+# complete: every row measured and checked (or not checked); incomplete: the job or the log stopped
+# early; check_failed: the producer's results check failed (nccl-tests "Out of bounds values : N FAILED").
+RunStatus = Literal["complete", "incomplete", "check_failed"]
+RUN_STATUSES: tuple[str, ...] = ("complete", "incomplete", "check_failed")
 
 
 class RecordError(ValueError):
@@ -194,8 +198,8 @@ class Run:
     def __post_init__(self) -> None:
         if not self.run_id:
             raise RecordError("run_id must not be empty")
-        if self.status not in ("complete", "incomplete"):
-            raise RecordError(f"status must be complete or incomplete, got {self.status!r}")
+        if self.status not in RUN_STATUSES:
+            raise RecordError(f"status must be one of {', '.join(RUN_STATUSES)}, got {self.status!r}")
         object.__setattr__(self, "measurements", tuple(self.measurements))
         object.__setattr__(self, "notes", tuple(self.notes))
         for m in self.measurements:

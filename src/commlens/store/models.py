@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2
@@ -62,7 +62,7 @@ class RunModel(Base):
 
     __tablename__ = "runs"
     __table_args__ = (
-        CheckConstraint("status IN ('complete', 'incomplete')", name="ck_runs_status"),
+        CheckConstraint("status IN ('complete', 'incomplete', 'check_failed')", name="ck_runs_status"),
         # The history of comparable runs: same fingerprint (and tag), in time order.
         Index("ix_runs_fingerprint_tag_started_at_utc", "fingerprint", "tag", "started_at_utc"),
     )
