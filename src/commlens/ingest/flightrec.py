@@ -1,0 +1,382 @@
+"""Read PyTorch Flight Recorder dumps (pickle or JSON, any layout from PyTorch 2.2 on) into records.
+
+A dump directory holds one file per rank, named ``<prefix><rank>`` (PyTorch's
+``TORCH_FR_DUMP_TEMP_FILE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` layout, e.g.
+``nccl_trace_rank_3``, the tutorial's ``trace_3``, or ``fr_trace_rank_3`` from
+:mod:`commlens.diagnose.flightrec`), an optional ``.json``/``.pkl`` suffix
+allowed. The format is told by the content, not the name: PyTorch writes both
+``_dump_fr_trace`` (pickle) and ``_dump_fr_trace_json`` (JSON) output under
+the same file name.
+
+Dumps are data from other machines and are treated as untrusted: files are
+bounded in size, pickles go through an unpickler that admits only plain
+containers and scalars (no class is ever looked up, so no code can run), and
+the loaded structure is bounded in depth and node count before any field is
+read. Every error names the file (and the entry or field).
+
+Layouts, keyed by the dump's ``version`` (the ``version_val`` constant of
+TraceUtils.h / NCCLUtils.hpp / FlightRecorder.hpp), and what the reader makes
+of each (fields are read by presence, so an unlisted minor version reads too):
+
+- before ``2.3`` (PyTorch 2.2-2.4 era): ``seq_id`` instead of
+  ``collective_seq_id``; the group only as ``pg_id`` (no ``process_group``
+  tuple); no ``input_dtypes``, ``pg_config`` or ``is_p2p``. The group is named
+  by its ``pg_id``; dtypes are not compared; point-to-point entries are told
+  by their ``send``/``recv`` op.
+- ``2.3`` on: ``process_group`` = (name, desc), ``collective_seq_id``,
+  ``p2p_seq_id``, ``is_p2p``, ``input_dtypes``/``output_dtypes``,
+  ``timeout_ms``, ``pg_config`` {name: {name, desc, ranks}} and ``pg_status``.
+- ``2.7`` on: ``nccl_version`` (``comm_lib_version`` from ``2.10``, which also
+  adds ``thread_id``/``thread_name``).
+- JSON form (every version that has it): ``process_group`` is a list, missing
+  ``time_discovered_*`` are ``0`` instead of ``None``, ``pg_status`` values are
+  strings, ``frames`` are absent and ``entries`` is left out when empty.
+- ``pg_config`` ``ranks`` is the string ``"[0, 1]"`` as PyTorch writes it, or a
+  list; gloo (torch 2.13, measured) keys the default group by ``''``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_MAX_DUMP_BYTES", "DumpError", "DumpSet", "Entry", "GroupConfig", "RankDump", "read_dump",
+           "read_dump_dir"]
+
+# A 2,000-entry dump with stack traces is a few MB; the bound leaves room for buffers 100x larger.
+DEFAULT_MAX_DUMP_BYTES = 256 * 1024 * 1024
+_MAX_DEPTH = 12  # dump -> entries -> entry -> frames -> frame -> value is 6
+_MAX_NODES = 30_000_000  # counted with repeats, so a pickle's shared references cannot multiply work unseen
+_MAX_RANK = 1 << 24
+_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pkl|\.pickle)?$")
+_P2P_OPS = frozenset({"send", "recv"})
+
+
+class DumpError(ValueError):
+    """A dump directory or file that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One process group as a dump's ``pg_config`` states it: global ranks, in order."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded collective or point-to-point operation."""
+
+    index: int  # position in the dump's ``entries``
+    record_id: int | None
+    process_group: str
+    process_group_desc: str
+    collective_seq_id: int  # ``seq_id`` in layouts before 2.3
+    p2p_seq_id: int | None
+    profiling_name: str  # e.g. "nccl:all_reduce", "gloo:broadcast", "nccl:send 0->1"
+    op: str  # the name without backend prefix and peer suffix: "all_reduce", "send"
+    input_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...] | None  # None where the layout has no dtypes
+    state: str | None  # "scheduled", "started", "completed" (gloo leaves every entry "scheduled")
+    time_created_ns: int | None
+    is_p2p: bool
+    frames: tuple[str, ...]  # "file:line in name", innermost first
+
+    @property
+    def backend(self) -> str:
+        return self.profiling_name.split(":", 1)[0] if ":" in self.profiling_name else ""
+
+
+@dataclass(frozen=True)
+class RankDump:
+    """One rank's dump, as read."""
+
+    rank: int
+    path: Path
+    format: str  # "pickle" or "json"
+    version: str
+    entries: tuple[Entry, ...]  # every entry, point-to-point included, in record order
+    groups: dict[str, GroupConfig]  # by group name (gloo's '' mapped back to the default group)
+    python_stack: tuple[str, ...]  # commlens dumps: the main thread at dump time, innermost first
+    dump_reason: str
+    backend: str  # "gloo", "nccl", ... as the entries' names say; "" when none does
+
+    @property
+    def collectives(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if not e.is_p2p)
+
+
+@dataclass(frozen=True)
+class DumpSet:
+    """The dumps of one directory and the ranks that should have written one."""
+
+    directory: Path
+    prefix: str
+    dumps: tuple[RankDump, ...]  # by rank
+    expected_ranks: tuple[int, ...]  # every rank some dump's pg_config or the file names show
+    missing: dict[int, tuple[str, ...]]  # rank without a dump -> how we know it should have one
+    notes: tuple[str, ...] = field(default=())
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Admits dicts, lists, tuples, str, bytes, int, float, bool and None; refuses every class or function."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a dump holds only plain data")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused a persistent id: a dump holds only plain data")
+
+
+def _check_plain(path: Path, data: Any) -> None:
+    """Iterative walk: only plain types, bounded depth and node count (shared references counted each time)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    nodes = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > _MAX_NODES:
+            raise DumpError(f"{path}: more than {_MAX_NODES:,} values; not a Flight Recorder dump")
+        if isinstance(value, dict):
+            children: Any = [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            children = value
+        elif value is None or isinstance(value, (str, bytes, int, float, bool)):
+            continue
+        else:  # unreachable for pickles (no class is admitted); kept for JSON hooks and future formats
+            raise DumpError(f"{path}: holds a {type(value).__name__}, not plain data")
+        if depth >= _MAX_DEPTH:
+            raise DumpError(f"{path}: nested deeper than {_MAX_DEPTH} levels; not a Flight Recorder dump")
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise DumpError(f"{path}: {size:,} bytes, over the {max_bytes:,}-byte limit for a dump")
+        with path.open("rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise DumpError(f"{path}: cannot read ({e.strerror or e})") from None
+    if len(raw) > max_bytes:
+        raise DumpError(f"{path}: over the {max_bytes:,}-byte limit for a dump")
+    fmt = "json" if raw.lstrip()[:1] == b"{" else "pickle"
+    try:
+        if fmt == "json":
+            data = json.loads(raw)
+        else:
+            data = _PlainUnpickler(io.BytesIO(raw)).load()
+    except RecursionError:
+        raise DumpError(f"{path}: nested too deeply; not a Flight Recorder dump") from None
+    except (ValueError, pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, MemoryError) as e:
+        raise DumpError(f"{path}: not a readable Flight Recorder dump ({type(e).__name__}: {e})") from None
+    _check_plain(path, data)
+    if not isinstance(data, dict) or "version" not in data:
+        raise DumpError(f"{path}: not a Flight Recorder dump (no 'version')")
+    return data, fmt
+
+
+def _version(path: Path, value: Any) -> str:
+    text = str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+    if not re.fullmatch(r"\d{1,3}\.\d{1,3}", text):
+        raise DumpError(f"{path}: field 'version' is {value!r}, not 'MAJOR.MINOR'")
+    return text
+
+
+def _int(path: Path, where: str, value: Any, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,20}", value):  # JSON pg_status writes numbers as text
+            return int(value)
+        raise DumpError(f"{path}: {where} is {value!r}, not an integer")
+    return value
+
+
+def _sizes(path: Path, where: str, value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in value):
+        raise DumpError(f"{path}: {where} is {value!r:.80}, not a list of tensor shapes")
+    return tuple(tuple(_int(path, where, d) for d in s) for s in value)  # type: ignore[misc]
+
+
+def _frames(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in value if isinstance(f, dict))
+
+
+def _op(profiling_name: str) -> str:
+    """``nccl:all_reduce`` -> ``all_reduce``; ``nccl:send 0->1`` -> ``send``."""
+    return profiling_name.split(":", 1)[-1].split(" ", 1)[0]
+
+
+def _entry(path: Path, i: int, raw: Any) -> Entry:
+    where = f"entry {i}"
+    if not isinstance(raw, dict):
+        raise DumpError(f"{path}: {where} is a {type(raw).__name__}, not a dict")
+    seq_key = "collective_seq_id" if "collective_seq_id" in raw else "seq_id"
+    lacking = [k for k in (seq_key, "profiling_name", "input_sizes") if k not in raw]
+    if lacking:
+        raise DumpError(f"{path}: {where} lacks {', '.join(lacking)}")
+    name = raw["profiling_name"]
+    if not isinstance(name, str):
+        raise DumpError(f"{path}: {where}: profiling_name is {name!r}, not a string")
+    pg = raw.get("process_group")
+    if isinstance(pg, (list, tuple)) and len(pg) == 2:
+        group, desc = str(pg[0]), str(pg[1])
+    elif isinstance(pg, str):
+        group, desc = pg, ""
+    elif pg is None and "pg_id" in raw:  # layouts before 2.3
+        group, desc = str(_int(path, f"{where}: pg_id", raw["pg_id"])), ""
+    else:
+        raise DumpError(f"{path}: {where}: process_group is {pg!r}, not (name, desc)")
+    dtypes = raw.get("input_dtypes")
+    if dtypes is not None and not (isinstance(dtypes, (list, tuple)) and all(isinstance(d, str) for d in dtypes)):
+        raise DumpError(f"{path}: {where}: input_dtypes is {dtypes!r:.80}, not a list of names")
+    op = _op(name)
+    is_p2p = raw.get("is_p2p")
+    state = raw.get("state")
+    return Entry(
+        index=i, record_id=_int(path, f"{where}: record_id", raw.get("record_id"), optional=True),
+        process_group=group, process_group_desc=desc,
+        collective_seq_id=_int(path, f"{where}: {seq_key}", raw[seq_key]),  # type: ignore[arg-type]
+        p2p_seq_id=_int(path, f"{where}: p2p_seq_id", raw.get("p2p_seq_id"), optional=True),
+        profiling_name=name, op=op,
+        input_sizes=_sizes(path, f"{where}: input_sizes", raw["input_sizes"]),
+        input_dtypes=tuple(dtypes) if dtypes is not None else None,
+        state=state if isinstance(state, str) else None,
+        time_created_ns=_int(path, f"{where}: time_created_ns", raw.get("time_created_ns"), optional=True),
+        is_p2p=bool(is_p2p) if isinstance(is_p2p, bool) else op in _P2P_OPS,
+        frames=_frames(raw.get("frames")))
+
+
+def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:
+    """``pg_config`` ranks: the string ``"[0, 1]"`` (as PyTorch writes it) or a list."""
+    where = f"pg_config[{key!r}].ranks"
+    if isinstance(value, str):
+        if len(value) > 16 * _MAX_RANK:
+            raise DumpError(f"{path}: {where} is too long")
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise DumpError(f"{path}: {where} is {value!r:.80}, not a list of ranks") from None
+    if not isinstance(value, (list, tuple)):
+        raise DumpError(f"{path}: {where} is {value!r:.80}, not a list of ranks")
+    ranks = tuple(_int(path, where, r) for r in value)
+    if any(r is None or not 0 <= r < _MAX_RANK for r in ranks):
+        raise DumpError(f"{path}: {where} holds a rank outside 0..{_MAX_RANK - 1}")
+    return ranks  # type: ignore[return-value]
+
+
+def _groups(path: Path, pg_config: Any, entries: list[Entry]) -> dict[str, GroupConfig]:
+    """Group name -> config. NCCL keys ``pg_config`` by group name; gloo keys the default group by ``''``."""
+    if pg_config is None:
+        return {}
+    if not isinstance(pg_config, dict):
+        raise DumpError(f"{path}: pg_config is a {type(pg_config).__name__}, not a dict")
+    out: dict[str, GroupConfig] = {}
+    for key, cfg in pg_config.items():
+        if not isinstance(cfg, dict):
+            raise DumpError(f"{path}: pg_config[{key!r}] is a {type(cfg).__name__}, not a dict")
+        name = str(key) or str(cfg.get("name") or "")
+        desc = str(cfg.get("desc") or "")
+        if not name:  # gloo: the default group ('0', default_pg) under an empty key
+            names = {e.process_group for e in entries}
+            name = "0" if "0" in names or not names else ""
+            desc = desc or ("default_pg" if name == "0" else "")
+        if name:
+            out[name] = GroupConfig(name=name, desc=desc, ranks=_ranks(path, str(key), cfg.get("ranks", "[]")))
+    return out
+
+
+def read_dump(path: str | Path, rank_from_name: int | None = None,
+              max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> RankDump:
+    """Read one rank's dump (pickle or JSON, told by content); the rank from the dump, else from the name."""
+    path = Path(path)
+    data, fmt = _load(path, max_bytes)
+    version = _version(path, data["version"])
+    raw_entries = data.get("entries", [])
+    if not isinstance(raw_entries, list):
+        raise DumpError(f"{path}: entries is a {type(raw_entries).__name__}, not a list")
+    entries = [_entry(path, i, e) for i, e in enumerate(raw_entries)]
+    rank: Any = data.get("rank", rank_from_name)
+    if rank is None:
+        raise DumpError(f"{path}: no rank in the dump or its name")
+    rank = _int(path, "field 'rank'", rank)
+    if rank_from_name is not None and rank != rank_from_name:
+        raise DumpError(f"{path}: the dump says rank {rank}, its name says rank {rank_from_name}")
+    stack = data.get("python_stack", ())
+    backends = sorted({e.backend for e in entries} - {""})
+    return RankDump(
+        rank=rank, path=path, format=fmt, version=version, entries=tuple(entries),  # type: ignore[arg-type]
+        groups=_groups(path, data.get("pg_config"), entries), python_stack=_frames(stack),
+        dump_reason=str(data.get("dump_reason", "")), backend=",".join(backends))
+
+
+def _candidates(directory: Path, prefix: str | None) -> tuple[str, dict[int, Path]]:
+    by_prefix: dict[str, list[tuple[int, Path]]] = {}
+    for path in sorted(directory.iterdir()):
+        m = _NAME.match(path.name)
+        if m is None or not path.is_file() or (prefix is not None and m.group("prefix") != prefix):
+            continue
+        by_prefix.setdefault(m.group("prefix"), []).append((int(m.group("rank")), path))
+    if not by_prefix:
+        wanted = f"'{prefix}<rank>'" if prefix is not None else "<prefix><rank>"
+        raise DumpError(f"{directory}: no Flight Recorder dumps (files named {wanted})")
+    if len(by_prefix) > 1:
+        raise DumpError(f"{directory}: files of several prefixes ({', '.join(map(repr, sorted(by_prefix)))}); "
+                        f"name the dumps' prefix (--prefix)")
+    [(found, files)] = by_prefix.items()
+    twice = sorted(r for r, n in Counter(r for r, _ in files).items() if n > 1)
+    if twice:
+        raise DumpError(f"{directory}: more than one dump for rank(s) {twice}")
+    return found, dict(files)
+
+
+def read_dump_dir(dump_dir: str | Path, prefix: str | None = None,
+                  max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> DumpSet:
+    """Read every rank's dump in ``dump_dir`` and work out which ranks wrote none.
+
+    A rank should have a dump when any dump's ``pg_config`` lists it (the
+    default group lists the whole job), or when the file names skip it (ranks
+    0..highest file). Ranks above the highest file that no ``pg_config`` lists
+    cannot be seen; dumps older than layout 2.3 have no ``pg_config``.
+    """
+    directory = Path(dump_dir)
+    if not directory.is_dir():
+        raise DumpError(f"{directory}: no such directory")
+    found_prefix, files = _candidates(directory, prefix)
+    dumps = [read_dump(path, rank, max_bytes) for rank, path in sorted(files.items())]
+    present = {d.rank for d in dumps}
+    listed: dict[int, Counter[str]] = {}
+    for d in dumps:
+        for g in d.groups.values():
+            for r in set(g.ranks) - present:
+                listed.setdefault(r, Counter())[f"group {g.name} ({g.desc or '-'})"] += 1
+    evidence: dict[int, list[str]] = {
+        r: [f"the pg_config of {group} lists it ({n} of {len(dumps)} dumps)" for group, n in sorted(groups.items())]
+        for r, groups in listed.items()}
+    top = max(present)
+    for r in sorted(set(range(top)) - present):
+        evidence.setdefault(r, []).append(f"the file names run from {found_prefix}0 to {found_prefix}{top} "
+                                          f"without {found_prefix}{r}")
+    notes = []
+    versions = Counter(d.version for d in dumps)
+    if len(versions) > 1:
+        notes.append("ranks wrote different dump versions: "
+                     + ", ".join(f"{v} ({n} dumps)" for v, n in sorted(versions.items())))
+    if all(not d.groups for d in dumps):
+        notes.append("no dump has a pg_config (layouts before 2.3): missing ranks are seen only as gaps in the "
+                     "file names")
+    return DumpSet(directory=directory, prefix=found_prefix, dumps=tuple(dumps),
+                   expected_ranks=tuple(sorted(present | set(evidence))),
+                   missing={r: tuple(w) for r, w in sorted(evidence.items())}, notes=tuple(notes))
