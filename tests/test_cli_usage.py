@@ -1,0 +1,92 @@
+"""Every command's usage-error path, run through the installed ``commlens`` script: a usage message or
+``error: ...``, exit code 2, never a traceback (issue 11: typer 0.29 no longer ships click, and
+``commlens project --bogus`` died on ``import click``)."""
+
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import typer
+from benchutil import commlens
+
+from commlens.cli.app import _register, app
+
+_register()
+
+# Subcommands behind `commlens project`'s own dispatcher (its first argument picks them).
+from commlens.cli.project_cmd import _SUB as _PROJECT_SUBCOMMANDS  # noqa: E402
+
+
+def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        return [leaf for name, sub in sorted(subcommands.items()) for leaf in _leaves(sub, (*path, name))]
+    return [(path, command)]
+
+
+_LEAVES = _leaves(typer.main.get_command(app))
+_PATHS = [path for path, _ in _LEAVES] + [("project", sub) for sub in _PROJECT_SUBCOMMANDS]
+_NUMBER_OPTIONS = {
+    path: opt
+    for path, command in _LEAVES
+    for opt in [next((p.opts[0] for p in command.params if getattr(p, "opts", None) and p.opts[0].startswith("--")
+                      and getattr(getattr(p, "type_descriptor", None), "annotation", None) in (int, float)), None)]
+    if opt is not None
+}
+_REQUIRED = {path for path, command in _LEAVES if any(getattr(p, "required", False) for p in command.params)}
+
+
+def _cases() -> dict[tuple[str, ...], tuple[str, ...]]:
+    cases: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for path in _PATHS:
+        cases[("unknown-option", *path)] = (*path, "--no-such-option")
+    for path, opt in _NUMBER_OPTIONS.items():
+        cases[("bad-number", *path)] = (*path, opt, "not-a-number")
+    for path in _REQUIRED:
+        cases[("missing-argument", *path)] = path
+    # Behind their own parsers (argparse for bench, the dispatcher for project): not seen by the walk above.
+    cases[("bad-number", "bench")] = ("bench", "--iters", "not-a-number")
+    cases[("bad-number", "project")] = ("project", "llama3-8b", "-t", "dgx-h100", "--gpus", "not-a-number")
+    cases[("bad-number", "project", "sweep")] = ("project", "sweep", "llama3-8b", "--gpus", "not-a-number")
+    cases[("missing-argument", "project")] = ("project",)
+    return cases
+
+
+_CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+    """Every case run once, a few at a time (each is a fresh process of the installed script)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        procs = pool.map(lambda argv: commlens(*argv, timeout=60), _CASES.values())
+        return dict(zip(_CASES, procs))
+
+
+def test_every_command_is_covered() -> None:
+    """The walk finds the whole command tree, so a new command gets its usage checks without a new test."""
+    tops = {path[0] for path in _PATHS}
+    assert {"bench", "ingest", "compare", "detect", "project", "tune", "runs", "cluster", "diagnose", "model",
+            "topology", "db", "show", "export"} <= tops
+    assert {("project", "sweep"), ("project", "validate"), ("project", "calibrate"), ("cluster", "down"),
+            ("diagnose", "hang"), ("diagnose", "stragglers"), ("model", "predict")} <= set(_PATHS)
+    assert len(_NUMBER_OPTIONS) >= 10 and len(_REQUIRED) >= 10
+
+
+@pytest.mark.parametrize("case", list(_CASES), ids=["-".join(c) for c in _CASES])
+def test_usage_error_is_a_message_and_exit_2(outcomes, case) -> None:
+    proc = outcomes[case]
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    text = proc.stderr
+    kind = case[0]
+    if kind == "unknown-option":
+        assert "--no-such-option" in text and ("No such option" in text or "unrecognized arguments" in text), text
+    elif kind == "bad-number":
+        assert "not-a-number" in text or "Invalid value" in text, text
+    else:
+        assert "Missing" in text or "error:" in text, text
+    assert "Usage:" in text or "usage:" in text or text.startswith("error: "), text
