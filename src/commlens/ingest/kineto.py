@@ -1,0 +1,364 @@
+"""Read PyTorch profiler (Kineto) Chrome traces into one record per collective a rank ran.
+
+A trace is ``.json`` or ``.json.gz`` (PyTorch's ``tensorboard_trace_handler``
+and HTA write gzip); the content decides, not the name. Both are bounded: the
+decompressed size (a gzip bomb is refused) and the JSON nesting depth.
+
+What a collective's execution is depends on the backend:
+
+- **NCCL**: the CPU ``nccl:<op>`` ``user_annotation`` is only the enqueue (it
+  ends when the kernel is launched). The execution is the GPU-side span: the
+  ``ncclKernel_*`` / ``ncclDevKernel_*`` kernel, joined to its enqueue by its
+  ``External id`` (that of ``record_param_comms`` or of the annotation) or by
+  its ``correlation`` with the ``cudaLaunchKernel`` the enqueue contains; else
+  the ``gpu_user_annotation`` span with the enqueue's ``External id``. Each
+  collective is one record, whichever of these spans the trace holds.
+- **gloo**: the ``gloo:<op>`` span on the process group's worker thread runs
+  the collective, so it is the execution.
+
+Identity comes from what the trace carries: ``record_param_comms`` arguments
+(``Collective name``, ``Process Group Name``/``Ranks``, ``In msg nelems``,
+``dtype``, ``Seq`` in newer PyTorch, also copied onto the kernel), else the
+annotation's ``Input Dims``/``Input type``; the ``ProfilerStep#N`` span that
+contains the enqueue gives the step. Field names and layouts are those of the
+real traces in HTA's test data (``shared/realdata/kineto``) and of traces
+recorded here with torch 2.13 (``tests/scenarios/straggler_trace.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commlens.ops import UnknownOpError, get_op
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_TRACE_BYTES",
+    "SYNCHRONIZING_OPS",
+    "KinetoTrace",
+    "KinetoTraceError",
+    "TraceCollective",
+    "read_kineto_trace",
+    "read_trace_json",
+]
+
+MAX_TRACE_BYTES = 2 << 30  # decompressed JSON text; real multi-GB traces are rare, a bomb is not
+MAX_JSON_DEPTH = 32  # Kineto traces nest 5 deep (traceEvents[i].args["Input Dims"][j][k])
+
+# Ops where every rank waits for every other before it can finish: their ends coincide.
+SYNCHRONIZING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
+# Ops whose per-rank element counts legitimately differ (uneven splits): not part of the identity.
+_UNEVEN_OPS = frozenset({"all_to_all"})
+
+_CPU_PREFIXES = ("nccl:", "gloo:")
+_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
+_STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+_RANKS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
+
+
+class KinetoTraceError(ValueError):
+    """A trace that cannot be read; ``str()`` names the file (and the event where it goes wrong)."""
+
+
+@dataclass(frozen=True)
+class TraceCollective:
+    """One collective as one rank ran it, on that rank's clock."""
+
+    op: str  # catalog name ("all_reduce") where known, else the span's name without its prefix
+    name: str  # the CPU span as printed: "nccl:all_reduce", "gloo:broadcast"
+    span: str  # what start/end are: "gpu_kernel", "gpu_user_annotation" or "cpu"
+    start_s: float
+    end_s: float
+    event_index: int  # index in traceEvents of the span giving start/end
+    group: str | None = None  # process group name ("0")
+    group_ranks: tuple[int, ...] | None = None
+    count: int | None = None  # elements in this rank's input
+    dtype: str | None = None  # lower case as printed ("float", "unsigned char")
+    seq: int | None = None  # the process group's sequence number, where PyTorch records it
+    step: int | None = None  # N of the ProfilerStep#N that contains the enqueue
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def identity(self) -> tuple[str, str, int | None, str | None]:
+        """What must agree across ranks: (group, op, count, dtype); count left out for uneven ops."""
+        count = None if self.op in _UNEVEN_OPS else self.count
+        return (self.group or "", self.op, count, self.dtype)
+
+
+@dataclass(frozen=True)
+class KinetoTrace:
+    """One rank's trace: its collectives in start order, and what the reader could not join."""
+
+    path: str
+    rank: int
+    world_size: int | None
+    backend: str | None
+    host: str | None  # ``host_name`` where the trace has it (older traces do not)
+    collectives: tuple[TraceCollective, ...]
+    n_enqueue_without_gpu_span: int = 0  # nccl:* enqueues whose kernel is not in the trace
+    n_unjoined_kernels: int = 0  # NCCL kernels joined to no enqueue (launched before the window)
+
+
+def _check_depth(root: Any, path: Path) -> None:
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
+    """The trace's top-level JSON object, from ``.json`` or gzip, within ``max_bytes`` decompressed."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=f) as gz:
+                    data = gz.read(max_bytes + 1)
+            else:
+                if path.suffix == ".gz":
+                    raise KinetoTraceError(f"{path}: not gzip data (no gzip magic bytes) despite the .gz name")
+                data = f.read(max_bytes + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise KinetoTraceError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
+    if len(data) > max_bytes:
+        raise KinetoTraceError(f"{path}: more than {max_bytes} bytes of JSON once decompressed: refused "
+                               f"(a gzip bomb, or a trace too large to analyse)")
+    try:
+        top = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace") \
+            from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise KinetoTraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from None
+    if not isinstance(top, dict) or not isinstance(top.get("traceEvents"), list):
+        raise KinetoTraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+    _check_depth(top, path)
+    return top
+
+
+def _op_name(span_name: str) -> str:
+    """``nccl:_all_gather_base`` -> ``all_gather``; names outside the catalog keep their own spelling."""
+    base = span_name.split(":", 1)[1].strip("_").lower()
+    for suffix in ("_coalesced", "_base", "_into_tensor", "_tensor"):
+        base = base.removesuffix(suffix)
+    try:
+        return get_op(base).name
+    except UnknownOpError:
+        return base
+
+
+def _number(e: dict[str, Any], key: str, path: Path, i: int) -> float:
+    v = e.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise KinetoTraceError(f"{path}: traceEvents[{i}] ({e.get('name')!r}): {key} is not a number: {v!r}")
+    return float(v)
+
+
+def _span(e: dict[str, Any], path: Path, i: int) -> tuple[float, float]:
+    """(start, end) in µs; a negative duration is a reading error, refused."""
+    ts, dur = _number(e, "ts", path, i), _number(e, "dur", path, i)
+    if dur < 0:
+        raise KinetoTraceError(f"{path}: traceEvents[{i}] ({e.get('name')!r}): negative duration {dur} µs: "
+                               f"an impossible value, no verdict can be built on it")
+    return ts, ts + dur
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int | None:
+    v = args.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _ranks_arg(v: Any) -> tuple[int, ...] | None:
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return tuple(v)
+    if isinstance(v, str) and len(v) < 100_000:
+        m = _RANKS_RE.match(v.strip())
+        if m:
+            return tuple(int(x) for x in m.group(1).split(",")) if m.group(1) else ()
+    return None
+
+
+def _dims_count(args: dict[str, Any]) -> tuple[int | None, str | None]:
+    """Elements and dtype of the first input from ``Input Dims``/``Input type`` (record_shapes=True)."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    count = None
+    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] \
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]):
+        count = math.prod(dims[0])
+    dtype = types[0].lower() if isinstance(types, list) and types and isinstance(types[0], str) and types[0] \
+        else None
+    return count, dtype
+
+
+class _Enclosing:
+    """Spans on one (pid, tid) sorted by start: the innermost one containing an instant."""
+
+    def __init__(self) -> None:
+        self._by_thread: dict[tuple[Any, Any], list[tuple[float, float, int]]] = {}
+
+    def add(self, key: tuple[Any, Any], start: float, end: float, item: int) -> None:
+        self._by_thread.setdefault(key, []).append((start, end, item))
+
+    def freeze(self) -> None:
+        for spans in self._by_thread.values():
+            spans.sort()
+
+    def find(self, key: tuple[Any, Any], t: float, end: float | None = None) -> int | None:
+        spans = self._by_thread.get(key, [])
+        j = bisect.bisect_right(spans, (t, math.inf, math.inf)) - 1
+        while j >= 0:
+            start, stop, item = spans[j]
+            if start <= t and (end if end is not None else t) <= stop:
+                return item
+            j -= 1
+            if t - start > 60e6:  # spans longer than a minute do not enclose a collective's launch
+                break
+        return None
+
+
+def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> KinetoTrace:
+    """One rank's collectives from its Kineto trace (``.json`` or ``.json.gz``)."""
+    path = Path(path)
+    top = read_trace_json(path, max_bytes)
+    info = top.get("distributedInfo")
+    if not isinstance(info, dict):
+        raise KinetoTraceError(f"{path}: no distributedInfo: was the trace recorded under torch.distributed?")
+    rank = _int_arg(info, "rank")
+    if rank is None or rank < 0:
+        raise KinetoTraceError(f"{path}: distributedInfo has no rank ({json.dumps(info)[:200]})")
+    host = top.get("host_name")
+    events = top["traceEvents"]
+
+    cpu: list[int] = []  # nccl:*/gloo:* CPU spans
+    kernels: list[int] = []
+    gpu_ann: dict[Any, list[int]] = {}  # External id -> gpu_user_annotation events
+    spans: dict[int, tuple[float, float]] = {}
+    rpc = _Enclosing()  # record_param_comms spans
+    steps: dict[Any, list[tuple[float, float, int]]] = {}  # pid -> ProfilerStep spans
+    launches: dict[Any, int] = {}  # correlation -> cuda/hip runtime event
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise KinetoTraceError(f"{path}: traceEvents[{i}] is not an object")
+        if e.get("ph") != "X":
+            continue
+        name, cat = e.get("name"), e.get("cat")
+        if not isinstance(name, str):
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if cat in ("user_annotation", "cpu_op") and name.startswith(_CPU_PREFIXES):
+            spans[i] = _span(e, path, i)
+            cpu.append(i)
+        elif cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
+            spans[i] = _span(e, path, i)
+            kernels.append(i)
+        elif cat == "gpu_user_annotation" and name.startswith("nccl:"):
+            spans[i] = _span(e, path, i)
+            gpu_ann.setdefault(args.get("External id"), []).append(i)
+        elif name == "record_param_comms":
+            start, end = _span(e, path, i)
+            rpc.add((e.get("pid"), e.get("tid")), start, end, i)
+        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and "correlation" in args:
+            launches[args["correlation"]] = i
+        elif cat == "user_annotation" and _STEP_RE.match(name):
+            start, end = _span(e, path, i)
+            steps.setdefault(e.get("pid"), []).append((start, end, int(_STEP_RE.match(name).group(1))))  # type: ignore[union-attr]
+    rpc.freeze()
+
+    enclosing_cpu = _Enclosing()
+    by_ext: dict[Any, int] = {}
+    meta: dict[int, dict[str, Any]] = {}
+    for i in cpu:
+        e = events[i]
+        key = (e.get("pid"), e.get("tid"))
+        enclosing_cpu.add(key, *spans[i], i)
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if args.get("External id") is not None:
+            by_ext[args["External id"]] = i
+        j = rpc.find(key, spans[i][0], spans[i][1])
+        meta[i] = events[j]["args"] if j is not None and isinstance(events[j].get("args"), dict) else {}
+        if j is not None and meta[i].get("External id") is not None:
+            by_ext.setdefault(meta[i]["External id"], i)
+    enclosing_cpu.freeze()
+
+    gpu_of: dict[int, list[int]] = {}
+    unjoined = 0
+    for k in kernels:
+        args = events[k].get("args") if isinstance(events[k].get("args"), dict) else {}
+        owner = by_ext.get(args.get("External id"))
+        if owner is None and args.get("correlation") in launches:
+            launch = events[launches[args["correlation"]]]
+            if isinstance(launch.get("ts"), (int, float)):
+                owner = enclosing_cpu.find((launch.get("pid"), launch.get("tid")), float(launch["ts"]))
+        if owner is None:
+            unjoined += 1
+        else:
+            gpu_of.setdefault(owner, []).append(k)
+
+    records: list[TraceCollective] = []
+    without_gpu = 0
+    for i in cpu:
+        e = events[i]
+        name = e["name"]
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if name.startswith("gloo:"):
+            span_kind, idx = "cpu", [i]
+        elif i in gpu_of:
+            span_kind, idx = "gpu_kernel", gpu_of[i]
+        elif args.get("External id") in gpu_ann:
+            span_kind, idx = "gpu_user_annotation", gpu_ann[args["External id"]]
+        else:
+            without_gpu += 1  # the enqueue alone says nothing of when the collective ran
+            continue
+        start_us = min(spans[j][0] for j in idx)
+        end_us = max(spans[j][1] for j in idx)
+        info_args = meta[i] or (events[idx[0]].get("args") if span_kind == "gpu_kernel" else {}) or {}
+        count = _int_arg(info_args, "In msg nelems")
+        dtype = info_args.get("dtype").lower() if isinstance(info_args.get("dtype"), str) else None
+        if count is None or dtype is None:
+            dims_count, dims_dtype = _dims_count(args)
+            count = dims_count if count is None else count
+            dtype = dims_dtype if dtype is None else dtype
+        group = info_args.get("Process Group Name")
+        step = None
+        for s_start, s_end, n in steps.get(e.get("pid"), ()):
+            if s_start <= spans[i][0] < s_end:
+                step = n
+                break
+        records.append(TraceCollective(
+            op=_op_name(name), name=name, span=span_kind, start_s=start_us * 1e-6, end_s=end_us * 1e-6,
+            event_index=min(idx, key=lambda j: spans[j][0]),
+            group=str(group) if isinstance(group, (str, int)) and not isinstance(group, bool) else None,
+            group_ranks=_ranks_arg(info_args.get("Process Group Ranks")), count=count, dtype=dtype,
+            seq=_int_arg(info_args, "Seq"), step=step))
+    if not records:
+        if without_gpu:
+            raise KinetoTraceError(
+                f"{path}: {without_gpu} nccl:* enqueue spans but no GPU-side span (ncclKernel_*, "
+                f"gpu_user_annotation) joined to any: record CUDA activity too; the CPU span is only the enqueue")
+        raise KinetoTraceError(f"{path}: no collective spans (nccl:*, gloo:*, ncclKernel_*)")
+    records.sort(key=lambda r: (r.start_s, r.event_index))
+    world = _int_arg(info, "world_size")
+    backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+    return KinetoTrace(path=str(path), rank=rank, world_size=world, backend=backend,
+                       host=host if isinstance(host, str) and host else None, collectives=tuple(records),
+                       n_enqueue_without_gpu_span=without_gpu, n_unjoined_kernels=unjoined)
