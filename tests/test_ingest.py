@@ -492,7 +492,7 @@ def test_cli_ingests_what_export_writes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"{export}: stored run {r.run_id} (commlens; {','.join(dict.fromkeys(m.op for m in r.measurements))}; "
-        f"{len(r.measurements)} measurements; {r.world_size} ranks)"
+        f"{len(r.measurements)} measurements; {r.world_size} ranks{'' if r.status == 'complete' else '; ' + r.status})"
         for r in sorted(runs, key=lambda r: (r.started_at, r.run_id))  # export writes oldest first
     ]
     with Store.open(str(second)) as store:

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.ingest.base import ParsedRun, Source
+from commlens.ingest.base import IngestError, ParsedRun, Source
 from commlens.ingest.nccltests_common import (
     BusbwCheck,
     RankInfo,
@@ -45,6 +45,14 @@ from commlens.ingest.nccltests_common import (
     resolve_op,
     system_from_ranks,
     unknown_dtype_message,
+)
+from commlens.ingest.nccltests_op import (
+    OLD_ALGBW_OPS,
+    OpInferenceError,
+    RowEvidence,
+    TableEvidence,
+    infer_op,
+    ratio_fits,
 )
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
@@ -60,10 +68,19 @@ _WRITE_MARK_RE = re.compile(r"\[\d+\]")
 _NCCL_LOG_RE = re.compile(
     r"(?:^\s*\S+|[A-Za-z][\w.\-]*):\d+:\d+\s+(?:\[\d+\]\s*)?NCCL (?:INFO|WARN|TRACE|ERROR|ABORT|VERSION)\b"
 )
-_NCCL_VERSION_RE = re.compile(r"\b(NCCL|RCCL) version (\d+\.\d+\.\d+)")
+# "NCCL version 2.21.5+cuda12.4" (NCCL's INFO/VERSION record), "RCCL version : 2.22.3-HEAD:ab12cd3" (RCCL's
+# NCCL_DEBUG=VERSION banner, also "RCCL version 2.18.3+hip6.0" in older RCCL).
+_NCCL_VERSION_RE = re.compile(r"\b(NCCL|RCCL) version\s*:?\s*(\d+\.\d+\.\d+)(\S*)")
+# RCCL's banner lines after "RCCL version :" (no '#'): "HIP version  : 7.12...", "Hostname     : host".
+_RCCL_BANNER_RE = re.compile(r"^(HIP version|ROCm version|Hostname|Librccl path)\s*:\s*(\S.*?)\s*$")
+_RCCL_BANNER_KEYS = {"HIP version": "hip_version", "ROCm version": "rocm_version", "Hostname": "hostname",
+                     "Librccl path": "library_path"}
+_RCCL_TESTS_RE = re.compile(r"^rccl-tests: Version (\S+)")
+# NCCL's COLL records (NCCL_DEBUG_SUBSYS=COLL): "NCCL INFO AllReduce: opCount 0 sendbuff ...".
+_NCCL_COLL_RE = re.compile(r"NCCL INFO (\w+): opCount\b")
 _ENV_ASSIGN_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)=(\S+)")
 
-_VERSION_RE = re.compile(r"nccl-tests version (\S+).*?nccl-headers=(\d+)\s+nccl-library=(\d+)")
+_VERSION_RE = re.compile(r"([nr]ccl)-tests version (\S+).*?[nr]ccl-headers=(\d+)\s+[nr]ccl-library=(\d+)")
 _STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
 _CONCLUDED_RE = re.compile(r"Collective test concluded:\s*(\S+)")
 _RANK_RE = re.compile(
@@ -151,6 +168,8 @@ class _Segment:
     oob: int | None = None
     avg_busbw: tuple[float, int] | None = None  # GB/s, line
     errors: list[str] = field(default_factory=list)
+    oob_failed: bool = False  # the footer says FAILED
+    nccl_colls: dict[str, int] = field(default_factory=dict)  # NCCL COLL record op name -> first line
 
 
 def _number(source: Source, line: int, column: str, token: str) -> float:
@@ -185,8 +204,11 @@ class _Reader:
         self.mention: tuple[str, int, str] | None = None
         self.pending: tuple[int, list[str]] | None = None  # a row waiting for the rest of its columns
         self.nccl_version: str | None = None
+        self.library_version: str | None = None  # as printed: "2.12.7+cuda11.4", "2.22.3-HEAD:ab12cd3"
         self.backend = "nccl"
         self.write_marks = False
+        self.banner: dict[str, str] = {}  # RCCL's version banner, rccl-tests' own version
+        self.colls: dict[str, int] = {}  # COLL records before the segment they belong to
 
     # -- segments --------------------------------------------------------------------------
 
@@ -199,6 +221,8 @@ class _Reader:
             seg = _Segment(first_line=line)
             if self.mention is not None:
                 seg.op_mention, self.mention = self.mention, None
+            if self.colls:
+                seg.nccl_colls, self.colls = self.colls, {}
             self.segments.append(seg)
             self.seg = seg
         seg.seen.add(kind)
@@ -224,9 +248,17 @@ class _Reader:
             if version:
                 self.backend = "rccl" if version.group(1) == "RCCL" else "nccl"
                 self.nccl_version = self.nccl_version or version.group(2)
+                self.library_version = self.library_version or version.group(2) + version.group(3)
             record = _NCCL_LOG_RE.search(line)
             if record:
+                coll = _NCCL_COLL_RE.search(line, record.start())
+                if coll:
+                    seg = self.seg
+                    colls = seg.nccl_colls if seg is not None and not seg.footer else self.colls
+                    colls.setdefault(coll.group(1), lineno)
                 line = line[: record.start()]
+            elif version and line.lstrip().startswith("RCCL version"):
+                return
         text = line.strip()
         if not text:
             return
@@ -235,6 +267,16 @@ class _Reader:
                 self._cut_short(f"line {lineno} ({text[:40]!r}) comes")
             self._header(lineno, text)
             return
+        if text[0] in "HRL" or text.startswith("rccl-tests"):
+            banner = _RCCL_BANNER_RE.match(text)
+            if banner:
+                self.banner.setdefault(_RCCL_BANNER_KEYS[banner.group(1)], banner.group(2))
+                return
+            banner = _RCCL_TESTS_RE.match(text)
+            if banner:
+                self.backend = "rccl"
+                self.banner.setdefault("rccl_tests_version", banner.group(1))
+                return
         tokens = text.split()
         if len(tokens) >= 3 and tokens[0].isdigit() and tokens[1].isdigit() and tokens[2][0].isalpha():
             if self.pending is not None:
@@ -285,12 +327,14 @@ class _Reader:
         body = text[1:].strip()
         if not body:
             return
-        if body.startswith("nccl-tests version"):
+        if body.startswith(("nccl-tests version", "rccl-tests version")):
             m = _VERSION_RE.search(body)
             seg = self._segment("version", lineno)
             if m:
-                seg.tests_version = m.group(1)
-                seg.headers_code, seg.library_code = int(m.group(2)), int(m.group(3))
+                if m.group(1) == "rccl":
+                    self.backend = "rccl"
+                seg.tests_version = m.group(2)
+                seg.headers_code, seg.library_code = int(m.group(3)), int(m.group(4))
         elif body.startswith("Collective test starting"):
             m = _STARTING_RE.search(body)
             seg = self._segment("starting", lineno)
@@ -332,6 +376,7 @@ class _Reader:
             m = _OOB_RE.search(body)
             if m:
                 seg.oob = int(m.group(1))
+                seg.oob_failed = seg.oob > 0 or "FAILED" in body
             m = _AVG_RE.search(body)
             if m:
                 try:
@@ -354,28 +399,51 @@ class _Reader:
 # -- from segments to records ------------------------------------------------------------------
 
 
-def _segment_op(source: Source, seg: _Segment, default_op: str | None) -> tuple[OpSpec, str]:
-    """The segment's op, and where it came from (for the run's notes)."""
-    named: tuple[str, int, str] | None = None
-    if seg.op_started is not None:
-        named = (seg.op_started[0], seg.op_started[1], "'Collective test starting' line")
-    elif seg.op_concluded is not None:
-        named = (seg.op_concluded[0], seg.op_concluded[1], "'Collective test concluded' line")
-    elif seg.op_mention is not None:
-        named = (seg.op_mention[0], seg.op_mention[1], "binary named")
+def _segment_op(source: Source, seg: _Segment, default_op: str | None, world: int) -> tuple[OpSpec, str]:
+    """The segment's op, and where it came from (``op_from``): named by the log, given, or inferred."""
+    named = _named_op(seg)
     if named is None:
-        if default_op is None:
-            line = seg.rows[0][0] if seg.rows else seg.first_line
-            raise source.error(line, (
-                "the log does not say which collective this table measured (no 'Collective test starting' line "
-                "and no *_perf binary named before it); pass the op (commlens ingest --op all_reduce)"))
-        return _resolve(source, seg.first_line, default_op), "given by the caller"
+        if default_op is not None:
+            return _resolve(source, seg.first_line, default_op), "given by the caller"
+        try:
+            inferred = infer_op(_evidence(source, seg, world))
+        except OpInferenceError as e:
+            raise source.error(e.line, e.message) from None
+        return inferred.op, inferred.how
     name, line, how = named
     stem = op_from_program(name) or name
     spec = _resolve(source, line, stem)
     if default_op is not None and _resolve(source, line, default_op).name != spec.name:
         raise source.error(line, f"the log names {name} ({how}) but the op given is {default_op!r}")
     return spec, f"{how} at line {line}"
+
+
+def _evidence(source: Source, seg: _Segment, world: int) -> TableEvidence:
+    """What the segment's rows say about their op (the first half each row prints)."""
+    layout = seg.layout or _MODERN
+    left = {name: i for i, name in enumerate(layout.left)}
+    i_redop, i_root = left.get("redop"), left.get("root")
+    base = len(layout.left)
+    rows: list[RowEvidence] = []
+    for lineno, tokens in seg.rows:
+        ours = commlens_dtype(tokens[2])
+        if ours is None:
+            raise source.error(lineno, unknown_dtype_message(tokens[2]))
+        rows.append(RowEvidence(
+            line=lineno, size_bytes=int(tokens[0]), count=int(tokens[1]), elem_size=DTYPE_SIZES[ours],
+            redop=tokens[i_redop] if i_redop is not None else None,
+            root=_root(source, lineno, tokens[i_root]) if i_root is not None else None,
+            algbw_gbps=_number(source, lineno, "algbw", tokens[base + 1]),
+            busbw_gbps=_number(source, lineno, "busbw", tokens[base + 2])))
+    return TableEvidence(world_size=world, rows=rows, pre_2_13=layout.half[3] == "error",
+                         nccl_colls=dict(seg.nccl_colls))
+
+
+def _root(source: Source, line: int, token: str) -> int:
+    try:
+        return int(token)
+    except ValueError:
+        raise source.error(line, f"bad root value {token!r} in a table row") from None
 
 
 def _resolve(source: Source, line: int, name: str) -> OpSpec:
@@ -397,7 +465,16 @@ def _world_size(source: Source, seg: _Segment) -> int:
     return world
 
 
-def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check: BusbwCheck) -> list[Measurement]:
+@dataclass
+class _Table:
+    """A segment's rows as records, with what was normalised on the way (notes, config)."""
+
+    measurements: list[Measurement]
+    notes: list[str]
+    config: dict[str, Any]
+
+
+def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check: BusbwCheck) -> _Table:
     layout = seg.layout or _MODERN
     left = {name: i for i, name in enumerate(layout.left)}
     half_width = len(layout.half)
@@ -408,6 +485,8 @@ def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check
     out: list[Measurement] = []
     dtypes: dict[str, tuple[str, int]] = {}
     i_redop, i_root = left.get("redop"), left.get("root")
+    printed_redops: dict[str, int] = {}  # a reduction name printed for an op that does not reduce
+    printed: list[RowEvidence] = []  # each half's printed algBW and busBW
     for lineno, tokens in seg.rows:
         size = int(tokens[0])
         count = int(tokens[1])
@@ -418,13 +497,11 @@ def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check
             if ours is None:
                 raise source.error(lineno, unknown_dtype_message(type_name))
             dt = dtypes[type_name] = (ours, DTYPE_SIZES[ours])
-        redop = tokens[i_redop] if i_redop is not None else "none"
-        root = -1
-        if i_root is not None:
-            try:
-                root = int(tokens[i_root])
-            except ValueError:
-                raise source.error(lineno, f"bad root value {tokens[i_root]!r} in a table row") from None
+        redop = tokens[i_redop] if i_redop is not None else ("sum" if spec.reduces else "none")
+        if redop != "none" and not spec.reduces:
+            printed_redops.setdefault(redop, lineno)
+            redop = "none"
+        root = _root(source, lineno, tokens[i_root]) if i_root is not None else -1
         problem = check_size(spec, size, count, dt[1], world)
         if problem:
             raise source.error(lineno, problem)
@@ -433,6 +510,8 @@ def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check
             h = tokens[base + (half_width if in_place else 0): base + (2 * half_width if in_place else half_width)]
             time_s = _number(source, lineno, layout.half[0], h[0]) * 1e-6
             busbw = _number(source, lineno, "busbw", h[2])
+            printed.append(RowEvidence(lineno, size, count, dt[1], None, None,
+                                       _number(source, lineno, "algbw", h[1]), busbw))
             nwrong = None
             if has_wrong_count and h[3] != "N/A":
                 nwrong = int(_number(source, lineno, "#wrong", h[3]))
@@ -451,7 +530,25 @@ def _measurements(source: Source, seg: _Segment, spec: OpSpec, world: int, check
                                        reported=reported))
             except RecordError as e:
                 raise source.error(lineno, str(e)) from None
-    return out
+    notes: list[str] = []
+    config: dict[str, Any] = {}
+    where = f"{spec.name} (line {seg.rows[0][0]})"
+    if printed_redops:
+        shown = ", ".join(f"'{r}'" for r in printed_redops)
+        notes.append(f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
+                     f"sum by default, though it does not reduce): stored as 'none'")
+        config["printed_redop"] = list(printed_redops)
+    if spec.reduces and i_redop is None:
+        notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
+    if spec.name in OLD_ALGBW_OPS and world > 1:
+        if ratio_fits(printed, 1.0) and ratio_fits(printed, factor) is False:
+            notes.append(f"{where}: the table prints algBW as nccl-tests did before 2020-06-19 (commit ec1b5e2): "
+                         f"count x elem x (ranks-1) / time, equal to busBW; stored with today's definition, "
+                         f"size / time ({world / (world - 1):.4g} x the printed figure); the printed algBW is kept "
+                         f"in the run's config (printed_algbw_gbps)")
+            config["printed_algbw_gbps"] = [r.algbw_gbps for r in printed]
+            config["printed_algbw_definition"] = "count x elem x (ranks-1) / time (nccl-tests before ec1b5e2, 2020)"
+    return _Table(out, notes, config)
 
 
 def _segment_config(seg: _Segment, spec: OpSpec, how: str) -> dict[str, Any]:
@@ -470,22 +567,49 @@ def _segment_config(seg: _Segment, spec: OpSpec, how: str) -> dict[str, Any]:
 
 
 def parse_nccl_tests_text(source: Source, *, op: str | None = None) -> ParsedRun:
-    """One run from an nccl-tests log: every table in it, all at one world size."""
+    """One run from an nccl-tests log: every table in it, all at one world size.
+
+    An error in one table of a log with several names that table (its op where the log says it,
+    and the line its rows start at).
+    """
     reader = _Reader(source)
-    reader.read()
+    try:
+        reader.read()
+    except IngestError as e:
+        raise _in_table(source, reader.segments, e) from None
     segments = [s for s in reader.segments if s.rows]
     if not segments:
         line = next((s.first_line for s in reader.segments), 1)
         raise source.error(line, "no nccl-tests result rows found")
+    return _run(source, reader, segments, op)
+
+
+def _in_table(source: Source, segments: list[_Segment], error: IngestError) -> IngestError:
+    """``error``, naming the table it is in when the log has several tables."""
+    tables = [s for s in segments if s.rows or s.layout is not None]
+    if len(tables) < 2 or error.line <= 0:
+        return error
+    seg = next((s for s in reversed(tables) if s.first_line <= error.line), tables[0])
+    start = seg.rows[0][0] if seg.rows else seg.first_line
+    name = _named_op(seg)
+    what = f"the {op_from_program(name[0]) or name[0]} table" if name else "the table (its op not named)"
+    return source.error(error.line, f"{error.message} (in {what} starting at line {start}, "
+                                    f"table {tables.index(seg) + 1} of {len(tables)} read)")
+
+
+def _run(source: Source, reader: _Reader, segments: list[_Segment], op: str | None) -> ParsedRun:
     notes: list[str] = []
     measurements: list[Measurement] = []
     configs: list[dict[str, Any]] = []
     world: int | None = None
     first_ranks: _Segment | None = None
-    status = "complete"
+    incomplete = failed = False
     for seg in segments:
-        spec, how = _segment_op(source, seg, op)
         seg_world = _world_size(source, seg)
+        try:
+            spec, how = _segment_op(source, seg, op, seg_world)
+        except IngestError as e:  # a table the log names is named in the message already
+            raise (e if _named_op(seg) else _in_table(source, segments, e)) from None
         if world is None:
             world, first_ranks = seg_world, seg
         elif seg_world != world:
@@ -497,20 +621,30 @@ def parse_nccl_tests_text(source: Source, *, op: str | None = None) -> ParsedRun
             notes.append(f"the {spec.name} run at line {seg.first_line} ran on other hosts than the first; "
                          f"the run's system lists the first run's")
         check = BusbwCheck()
-        measurements.extend(_measurements(source, seg, spec, seg_world, check))
+        try:
+            table = _measurements(source, seg, spec, seg_world, check)
+        except IngestError as e:
+            raise _in_table(source, segments, e) from None
+        measurements.extend(table.measurements)
+        notes.extend(table.notes)
         note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
         if note:
             notes.append(note)
         _check_footer(source, seg, spec, notes)
         if not seg.footer:
-            status = "incomplete"
+            incomplete = True
             notes.append(f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
                          f"its footer: the job ended early or the log was cut")
+        check_note = _failed_check(seg, spec, table.measurements)
+        if check_note:
+            failed = True
+            notes.append(check_note)
         if (seg.layout or _MODERN).half[3] == "error":
             notes.append(f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
                          f"not a count of wrong elements: not kept")
         notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
-        configs.append(_segment_config(seg, spec, how))
+        configs.append({**_segment_config(seg, spec, how), **table.config,
+                        "check": "failed" if check_note else _check_state(seg)})
     for seg in reader.segments:
         if not seg.rows and (seg.ranks or seg.layout is not None):
             notes.append(f"the nccl-tests run starting at line {seg.first_line} printed no result rows")
@@ -520,29 +654,74 @@ def parse_nccl_tests_text(source: Source, *, op: str | None = None) -> ParsedRun
     if any(c.get("per_iter_timing") for c in configs):
         notes.append("min/max/p99/cv come from nccl-tests -I (per-iteration CUDA event times, max over processes; "
                      "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)")
-    backend_version = ""
-    if first_ranks.library_code:
-        backend_version = nccl_version_from_code(first_ranks.library_code)
-    elif reader.nccl_version:
-        backend_version = reader.nccl_version
-    extra: dict[str, Any] = {}
-    if first_ranks.tests_version:
-        extra["nccl_tests_version"] = first_ranks.tests_version
-    if first_ranks.headers_code:
-        extra["nccl_headers_version"] = nccl_version_from_code(first_ranks.headers_code)
     commands = [s.op_mention[2] for s in segments if s.op_mention is not None]
     env = filter_env(_ENV_ASSIGN_RE.findall(commands[0])) if commands else {}
     system = system_from_ranks(list(first_ranks.ranks.values()), world_size=world, backend=reader.backend,
-                               backend_version=backend_version, extra=extra, env=env)
+                               backend_version=_backend_version(reader, first_ranks),
+                               extra=_system_extra(reader, first_ranks), env=env)
     return ParsedRun(
-        source="nccl-tests",
+        source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
         system=system,
         measurements=measurements,
         config={"format": "nccl-tests", "runs": configs},
         notes=notes,
         command_line=commands[0] if commands else "",
-        status=status,  # type: ignore[arg-type]
+        status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
     )
+
+
+def _named_op(seg: _Segment) -> tuple[str, int, str] | None:
+    if seg.op_started is not None:
+        return (seg.op_started[0], seg.op_started[1], "'Collective test starting' line")
+    if seg.op_concluded is not None:
+        return (seg.op_concluded[0], seg.op_concluded[1], "'Collective test concluded' line")
+    if seg.op_mention is not None:
+        return (seg.op_mention[0], seg.op_mention[1], "binary named")
+    return None
+
+
+def _check_state(seg: _Segment) -> str:
+    """``passed``, or ``unchecked`` when nccl-tests did not check (``-c 0``: #wrong N/A, no footer count)."""
+    if seg.oob is None:
+        return "unchecked"
+    return "passed" if seg.settings.get("validation", 1) else "unchecked"
+
+
+def _failed_check(seg: _Segment, spec: OpSpec, rows: list[Measurement]) -> str | None:
+    """The note of a table whose results check failed (its footer, or a row's #wrong), else None."""
+    wrong = [m for m in rows if m.nwrong]
+    if not seg.oob_failed and not wrong:
+        return None
+    what = f"'Out of bounds values : {seg.oob} FAILED'" if seg.oob_failed else "no footer count"
+    where = ""
+    if wrong:
+        shown = ", ".join(f"{m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)"
+                          for m in wrong[:4])
+        where = f"; rows with wrong results: {shown}{' ...' if len(wrong) > 4 else ''}"
+    elif (seg.layout or _MODERN).half[3] == "error":
+        where = "; the pre-2.13 'error' column does not say which rows"
+    return (f"results check failed: the {spec.name} table (line {seg.rows[0][0]}) reports {what}{where}; "
+            f"the run is stored with status check_failed")
+
+
+def _backend_version(reader: _Reader, seg: _Segment) -> str:
+    if seg.library_code:
+        return nccl_version_from_code(seg.library_code)
+    return reader.nccl_version or ""
+
+
+def _system_extra(reader: _Reader, seg: _Segment) -> dict[str, Any]:
+    """Versions the log prints: nccl-tests/rccl-tests, headers, the library as printed, RCCL's banner."""
+    library = "rccl" if reader.backend == "rccl" else "nccl"
+    extra: dict[str, Any] = {"library": library.upper()}
+    if seg.tests_version:
+        extra[f"{library}_tests_version"] = seg.tests_version
+    if seg.headers_code:
+        extra[f"{library}_headers_version"] = nccl_version_from_code(seg.headers_code)
+    if reader.library_version:
+        extra["library_version"] = reader.library_version
+    extra.update(reader.banner)
+    return extra
 
 
 def _check_footer(source: Source, seg: _Segment, spec: OpSpec, notes: list[str]) -> None:
