@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from commlens.cli import diagnose_cmd  # noqa: F401  (registers the diagnose commands)
 from commlens.cli.app import app
-from commlens.diagnose.hang import DumpError, diagnose_hang, load_dumps
+from commlens.diagnose.hang import DumpError, diagnose_hang
+from commlens.ingest.flightrec import GroupConfig, read_dump_dir
 
 DATA = Path(__file__).parent / "data"
 SCENARIO = "tests/scenarios/fr_hang.py"
@@ -43,6 +44,7 @@ def test_skipped_collective_names_the_rank_that_never_arrived() -> None:
     assert culprit["frames"][0].endswith(f"{SCENARIO}:59 in main")
     assert d.expected["frames"][2].endswith(f"{SCENARIO}:61 in main")
     assert report.last_seq_by_rank == {0: 7, 1: 7, 2: 6, 3: 7}
+    assert [(s.rank, s.reason) for s in report.suspects] == [(2, "missing_ranks")]
 
 
 def test_op_mismatch_names_the_rank_that_called_broadcast() -> None:
@@ -62,10 +64,14 @@ def test_dtype_mismatch_gloo_let_through_is_found() -> None:
     assert (culprit["rank"], culprit["op"], culprit["input_dtypes"]) == (3, "all_reduce", ["Int"])
 
 
-def test_dtype_mismatch_gloo_aborts_on_judged_from_the_surviving_dumps() -> None:
+def test_dtype_mismatch_gloo_aborts_on_names_the_dumpless_rank_first() -> None:
     """float64 vs float32: gloo aborts rank 2 (no dump); rank 0 dumped without entry stacks."""
     report = diagnose_hang(DATA / "hang_dtype_abort")
-    assert report.ranks == (0, 1, 3) and report.ranks_without_dump == (2,)
+    assert report.ranks == (0, 1, 3) and report.ranks_without_dump == (2,) and report.expected_ranks == (0, 1, 2, 3)
+    assert [(s.rank, s.reason) for s in report.suspects] == [(2, "no_dump"), (3, "dtype_mismatch")]
+    assert report.missing_evidence[2] == (
+        "the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",
+        "the file names run from fr_trace_rank_0 to fr_trace_rank_3 without fr_trace_rank_2")
     d = report.divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("dtype_mismatch", 7)
     assert d.expected["ranks"] == [0, 1] and d.expected["input_dtypes"] == ["Float"]
@@ -78,22 +84,31 @@ def test_dtype_mismatch_gloo_aborts_on_judged_from_the_surviving_dumps() -> None
 def test_healthy_run_is_consistent() -> None:
     report = diagnose_hang(DATA / "hang_healthy")
     assert report.divergence is None and report.ranks == (0, 1, 2, 3) and report.ranks_without_dump == ()
+    assert report.consistent and report.suspects == ()
     assert report.backend == "gloo"
 
 
 def test_gloo_pg_config_quirk_is_mapped_to_the_default_group() -> None:
-    dumps = load_dumps(DATA / "hang_healthy")
+    dumps = read_dump_dir(DATA / "hang_healthy").dumps
     raw = pickle.loads((DATA / "hang_healthy" / "fr_trace_rank_0").read_bytes())
     assert list(raw["pg_config"]) == [""]  # what gloo writes (torchfrtrace's KeyError)
     assert {e["state"] for e in raw["entries"]} == {"scheduled"}
-    assert dumps[0].group_ranks == {"0": (0, 1, 2, 3)}
+    assert dumps[0].groups == {"0": GroupConfig(name="0", desc="default_pg", ranks=(0, 1, 2, 3))}
 
 
-def test_missing_dump_is_reported_not_judged(tmp_path: Path) -> None:
+def test_missing_dump_is_the_first_suspect(tmp_path: Path) -> None:
+    """Rank 2's dump of the hang scenario lost: the others agree, and rank 2 is named with where they wait."""
     for rank in (0, 1, 3):
         (tmp_path / f"fr_trace_rank_{rank}").write_bytes((DATA / "hang_hang" / f"fr_trace_rank_{rank}").read_bytes())
     report = diagnose_hang(tmp_path)
-    assert report.divergence is None and report.ranks_without_dump == (2,)
+    assert report.divergence is None and report.ranks_without_dump == (2,) and not report.consistent
+    [suspect] = report.suspects
+    assert (suspect.rank, suspect.reason) == (2, "no_dump")
+    assert suspect.detail.endswith("its peers in group 0 reached collective 7 (all_reduce, scheduled on rank 0)")
+    result = _cli(str(tmp_path))
+    assert result.exit_code == 1 and "suspects (first is likeliest): 2" in result.output
+    out = json.loads(_cli(str(tmp_path), "--json").output)
+    assert out["consistent"] is False and out["suspect_ranks"] == [2] and out["divergence"] is None
 
 
 def test_cli_table_json_and_exit_codes(tmp_path: Path) -> None:
@@ -104,7 +119,9 @@ def test_cli_table_json_and_exit_codes(tmp_path: Path) -> None:
     result = _cli(str(DATA / "hang_hang"), "--json")
     assert result.exit_code == 1
     out = json.loads(result.output)
-    assert out["consistent"] is False and out["divergence"]["culprit_ranks"] == [2]
+    assert out["consistent"] is False and out["divergence"]["culprit_ranks"] == [2] and out["suspect_ranks"] == [2]
+    abort = _cli(str(DATA / "hang_dtype_abort"))
+    assert abort.exit_code == 1 and "suspects (first is likeliest): 2,3" in abort.output
     assert _cli(str(DATA / "hang_healthy")).exit_code == 0
     missing = _cli(str(tmp_path / "nope"))
     assert missing.exit_code == 2 and "no such directory" in missing.stderr
