@@ -4,28 +4,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from commlens.cli.app import fail
 from commlens.cli.diagnose_cmd import diagnose_app
 
+if TYPE_CHECKING:
+    from commlens.diagnose.stragglers import StragglerReport
+
 
 @diagnose_app.command("stragglers")
 def stragglers(
-    traces: list[Path] = typer.Argument(None, help="PyTorch profiler (Kineto) Chrome-trace JSON files, one per rank."),
-    run: str | None = typer.Option(None, "--run", help="A stored run id: use its per-rank samples."),
-    db: str | None = typer.Option(None, "--db", help="Store URL or path (with --run)."),
+    traces: Optional[list[Path]] = typer.Argument(
+        None, help="PyTorch profiler (Kineto) traces, .json or .json.gz, one per rank."),
+    run: Optional[str] = typer.Option(None, "--run", help="A stored run id: use its per-rank samples."),
+    db: Optional[str] = typer.Option(None, "--db", help="Store URL or path (with --run)."),
     late_threshold_us: float = typer.Option(
         1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."),
     slow_factor: float = typer.Option(
         1.5, "--slow-factor", help="A rank is slow within collectives when its median own time exceeds this "
                                    "factor times the median over ranks."),
+    max_trace_mib: int = typer.Option(2048, "--max-trace-mib", min=1,
+                                      help="Refuse a trace with more JSON than this once decompressed (MiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find ranks that arrive late at collectives, or are slow within them.
 
-    Exit 1 when a straggler is found, 0 when none, 2 on bad input.
+    Exit 1 when a straggler is found, 0 when none, 2 on bad input (an unreadable trace, impossible values).
     """
     from commlens.diagnose.stragglers import (
         StragglerError,
@@ -40,7 +47,8 @@ def stragglers(
         fail("give either trace files or --run RUN_ID", 2)
     try:
         params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor)
-        table = load_kineto_traces(traces) if traces else load_run_samples(run, db)  # type: ignore[arg-type]
+        table = (load_kineto_traces(traces, max_bytes=max_trace_mib << 20) if traces  # type: ignore[arg-type]
+                 else load_run_samples(run, db))  # type: ignore[arg-type]
         report = detect_stragglers(table, params)
     except (StragglerError, StoreError, ValueError) as e:
         fail(str(e), 2)
@@ -51,22 +59,30 @@ def stragglers(
     raise typer.Exit(1 if report.stragglers else 0)
 
 
-def _print_stragglers(report) -> None:  # type: ignore[no-untyped-def]
-    print(f"# {report.n_collectives} collectives over {len(report.ranks)} ranks ({report.source})")
-    if not report.arrival_known:
-        print("# per-rank durations only: lateness inferred from the shortest durations (ends assumed simultaneous)")
-    elif not report.shared_clock:
-        print("# ranks on several hosts: clock offsets removed assuming simultaneous collective ends")
-    print(f"{'op':<18} {'rank':>5} {'offset(us)':>11} {'late p50(us)':>13} {'late p90(us)':>13} {'last%':>6} "
-          f"{'own p50(us)':>12}  verdict")
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e6:.1f}"
+
+
+def _print_stragglers(report: StragglerReport) -> None:
+    from commlens.diagnose.stragglers import CLOCK_METHODS
+
+    print(f"# {report.n_collectives} collectives over {len(report.ranks)} ranks ({report.source}, "
+          f"spans: {report.span})")
+    if report.matching is not None:
+        print(f"# matched: {report.matching['description']}")
+    print(f"# clock: {report.clock_method}: {CLOCK_METHODS[report.clock_method]}")
+    print(f"#   {report.clock_note}")
+    for line in report.excluded:
+        print(f"# left out: {line}")
+    print(f"{'collective':<24} {'rank':>5} {'n':>4} {'offset(us)':>11} {'late p50(us)':>13} {'late p90(us)':>13} "
+          f"{'last%':>6} {'own p50(us)':>12}  verdict")
     for row in report.ranks_table:
-        def us(v: float | None) -> str:
-            return "-" if v is None else f"{v * 1e6:.1f}"
         last = "-" if row["last_arrival_fraction"] is None else f"{row['last_arrival_fraction'] * 100:.0f}"
-        print(f"{row['op']:<18} {row['rank']:>5} {us(row['clock_offset_s']):>11} {us(row['lateness_p50_s']):>13} "
-              f"{us(row['lateness_p90_s']):>13} {last:>6} {us(row['own_time_p50_s']):>12}  "
-              f"{', '.join(row['verdicts']) or 'ok'}")
+        print(f"{row['op']:<24} {row['rank']:>5} {row['n']:>4} {_us(row['clock_offset_s']):>11} "
+              f"{_us(row['lateness_p50_s']):>13} {_us(row['lateness_p90_s']):>13} {last:>6} "
+              f"{_us(row['own_time_p50_s']):>12}  {', '.join(row['verdicts']) or 'ok'}")
     if report.stragglers:
-        print(f"stragglers: {', '.join(f'rank {s.rank} ({s.kind}, {s.op})' for s in report.stragglers)}")
+        print(f"stragglers ({report.clock_method}): "
+              f"{', '.join(f'rank {s.rank} ({s.kind}, {s.op})' for s in report.stragglers)}")
     else:
-        print("no straggler")
+        print(f"no straggler ({report.clock_method})")

@@ -1,21 +1,27 @@
 """Stragglers: ranks that arrive late at collectives, and ranks slow within them.
 
-Input is one table, one row per (op, occurrence, rank) with the rank's start
-and end of that collective on the rank's own clock (:class:`CollectiveTable`),
-built from PyTorch profiler (Kineto) Chrome traces, one per rank, or from a
-commlens run's per-rank samples (durations only). :func:`detect_stragglers`
-is a plain function over that table.
+Input is one table, one row per (collective, occurrence, rank) with the rank's
+start and end of that collective on the rank's own clock
+(:class:`CollectiveTable`), built from PyTorch profiler (Kineto) traces, one
+per rank (read by :mod:`commlens.ingest.kineto`, matched across ranks by
+:mod:`commlens.diagnose.trace_match`), or from a commlens run's per-rank
+samples (durations only). :func:`detect_stragglers` is a plain function over
+that table.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commlens.diagnose.trace_match import MatchError, match_collectives
+from commlens.ingest.kineto import MAX_TRACE_BYTES, SYNCHRONIZING_OPS, KinetoTraceError, read_kineto_trace
+from commlens.ops import UnknownOpError, get_op
+
 __all__ = [
+    "CLOCK_METHODS",
     "CollectiveTable",
     "Straggler",
     "StragglerError",
@@ -27,11 +33,19 @@ __all__ = [
     "table_from_durations",
 ]
 
-_COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
+# Timestamps are printed in µs (with ns decimals): a value below zero by more than this is not rounding.
+_READING_TOLERANCE_S = 1e-6
+
+CLOCK_METHODS: dict[str, str] = {
+    "shared_clock": "one host, one clock: lateness from start times",
+    "estimated_offsets": "clock offsets estimated from the ends of synchronizing collectives, removed from starts",
+    "durations": "no shared clock: from durations, as HTA judges NCCL kernels (a synchronizing collective runs "
+                 "until every rank has arrived, so the rank that arrives last runs shortest)",
+}
 
 
 class StragglerError(ValueError):
-    """Input that cannot be analysed (unreadable trace, ranks that disagree on the collectives run)."""
+    """Input that cannot be analysed (unreadable trace, unmatched ranks, impossible values)."""
 
 
 @dataclass(frozen=True)
@@ -40,29 +54,36 @@ class StragglerParams:
 
     late_threshold_s: float = 1e-3  # a rank's median lateness above the ranks' typical lateness by more than this
     slow_factor: float = 1.5  # own time (after the last arrival) above this factor times the ranks' median
+    end_spread_s: float = 10e-3  # ends of one synchronizing collective further apart than this: not one collective
 
     def __post_init__(self) -> None:
         if self.late_threshold_s <= 0:
             raise ValueError(f"late_threshold_s must be > 0, got {self.late_threshold_s}")
         if self.slow_factor <= 1:
             raise ValueError(f"slow_factor must be > 1, got {self.slow_factor}")
+        if self.end_spread_s <= 0:
+            raise ValueError(f"end_spread_s must be > 0, got {self.end_spread_s}")
 
 
 @dataclass(frozen=True)
 class CollectiveTable:
-    """Per-rank timestamps of the same collectives: ``starts_s[op][i][rank]``, ``ends_s[op][i][rank]``.
+    """Per-rank timestamps of the same collectives: ``starts_s[label][i][j]``, ``ends_s[label][i][j]``.
 
-    ``hosts[rank]`` names each rank's clock domain: ranks on one host share a
-    clock. ``arrival_known`` is False when only durations were recorded (the
-    starts are then ``-duration`` with every end at 0).
+    ``hosts[j]`` names rank ``ranks[j]``'s clock domain (ranks on one host share
+    a clock; None where the trace does not say). ``arrival_known`` is False when
+    only durations were recorded (starts are then ``-duration``, every end 0).
+    ``synchronizing`` holds the labels whose op makes every rank wait for all.
     """
 
     source: str
     ranks: tuple[int, ...]
-    hosts: tuple[str, ...]
+    hosts: tuple[str | None, ...]
     starts_s: dict[str, list[list[float]]]
     ends_s: dict[str, list[list[float]]]
     arrival_known: bool = True
+    synchronizing: frozenset[str] = frozenset()
+    span: str = "durations"  # what a start/end is: "gpu_kernel", "gpu_user_annotation", "cpu", "durations"
+    matching: dict[str, Any] | None = None  # how the traces' collectives were matched (trace_match)
 
 
 @dataclass(frozen=True)
@@ -80,68 +101,56 @@ class StragglerReport:
     n_collectives: int
     arrival_known: bool
     shared_clock: bool
-    ranks_table: list[dict[str, Any]]  # one row per (op, rank)
+    ranks_table: list[dict[str, Any]]  # one row per (label, rank)
     stragglers: tuple[Straggler, ...] = field(default=())
+    clock_method: str = "shared_clock"  # a key of CLOCK_METHODS
+    clock_note: str = ""
+    span: str = "durations"
+    matching: dict[str, Any] | None = None
+    excluded: tuple[str, ...] = ()  # occurrences left out, with the reason
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "ranks": list(self.ranks), "n_collectives": self.n_collectives,
             "arrival_known": self.arrival_known, "shared_clock": self.shared_clock,
-            "rows": self.ranks_table,
+            "clock_method": self.clock_method, "clock_method_means": CLOCK_METHODS[self.clock_method],
+            "clock_note": self.clock_note, "span": self.span, "matching": self.matching,
+            "excluded": list(self.excluded), "rows": self.ranks_table,
             "stragglers": [{"rank": s.rank, "kind": s.kind, "op": s.op, "excess_s": s.excess_s}
                            for s in self.stragglers],
         }
 
 
-def _collective_events(path: Path) -> tuple[int, str, dict[str, list[tuple[float, float]]]]:
+def _is_synchronizing(op: str) -> bool:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise StragglerError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise StragglerError(f"{path}: not a Chrome trace (no traceEvents)")
-    info = data.get("distributedInfo") or {}
-    if "rank" not in info:
-        raise StragglerError(f"{path}: no distributedInfo.rank; was the trace recorded under torch.distributed?")
-    events: dict[str, list[tuple[float, float]]] = {}
-    for e in data["traceEvents"]:
-        name = e.get("name", "")
-        if e.get("ph") == "X" and isinstance(name, str) and name.startswith(_COLLECTIVE_PREFIXES):
-            ts_s = float(e["ts"]) * 1e-6  # Chrome traces are in µs
-            events.setdefault(name, []).append((ts_s, ts_s + float(e.get("dur", 0.0)) * 1e-6))
-    if not events:
-        raise StragglerError(f"{path}: no collective events (names starting with gloo: or nccl:)")
-    return int(info["rank"]), str(data.get("host_name", "")), {k: sorted(v) for k, v in events.items()}
+        return get_op(op).name in SYNCHRONIZING_OPS
+    except UnknownOpError:
+        return False
 
 
-def load_kineto_traces(paths: list[Path]) -> CollectiveTable:
-    """Read one Chrome trace per rank; pair each op's k-th occurrence across ranks.
-
-    The collective is the ``gloo:<op>`` / ``nccl:<op>`` span the process group
-    records when it runs the collective (on gloo, on its worker thread): it
-    starts when this rank's part starts and ends when it completes.
-    """
-    per_rank: dict[int, tuple[str, dict[str, list[tuple[float, float]]]]] = {}
-    for path in paths:
-        rank, host, events = _collective_events(Path(path))
-        if rank in per_rank:
-            raise StragglerError(f"{path}: a second trace of rank {rank}")
-        per_rank[rank] = (host, events)
-    if len(per_rank) < 2:
-        raise StragglerError("need traces of at least 2 ranks")
-    ranks = tuple(sorted(per_rank))
-    ops = sorted(set.intersection(*(set(ev) for _, ev in per_rank.values())))
+def load_kineto_traces(paths: list[Path] | list[str], max_bytes: int = MAX_TRACE_BYTES) -> CollectiveTable:
+    """Read one Kineto trace per rank (``.json`` or ``.json.gz``, at most ``max_bytes`` of JSON each)
+    and match their collectives."""
+    try:
+        traces = [read_kineto_trace(p, max_bytes) for p in paths]
+        matching = match_collectives(traces)
+    except (KinetoTraceError, MatchError) as e:
+        raise StragglerError(str(e)) from None
+    if not matching.collectives:
+        raise StragglerError(f"no collective could be matched across the traces: {matching.describe()}")
+    by_rank = {t.rank: t for t in traces}
     starts: dict[str, list[list[float]]] = {}
     ends: dict[str, list[list[float]]] = {}
-    for op in ops:
-        counts = {r: len(per_rank[r][1][op]) for r in ranks}
-        if len(set(counts.values())) != 1:
-            raise StragglerError(f"ranks recorded different numbers of {op}: {counts}")
-        n = counts[ranks[0]]
-        starts[op] = [[per_rank[r][1][op][i][0] for r in ranks] for i in range(n)]
-        ends[op] = [[per_rank[r][1][op][i][1] for r in ranks] for i in range(n)]
-    return CollectiveTable(source="kineto", ranks=ranks, hosts=tuple(per_rank[r][0] for r in ranks),
-                           starts_s=starts, ends_s=ends)
+    sync: set[str] = set()
+    for m in matching.collectives:
+        starts.setdefault(m.label, []).append([c.start_s for c in m.records])
+        ends.setdefault(m.label, []).append([c.end_s for c in m.records])
+        if m.op in SYNCHRONIZING_OPS:
+            sync.add(m.label)
+    spans = sorted({c.span for m in matching.collectives for c in m.records})
+    return CollectiveTable(source="kineto", ranks=matching.ranks,
+                           hosts=tuple(by_rank[r].host for r in matching.ranks), starts_s=starts, ends_s=ends,
+                           synchronizing=frozenset(sync), span="+".join(spans), matching=matching.to_json())
 
 
 def table_from_durations(op: str, rank_samples_s: list[list[float]] | tuple[tuple[float, ...], ...],
@@ -151,17 +160,19 @@ def table_from_durations(op: str, rank_samples_s: list[list[float]] | tuple[tupl
     iterations = list(zip(*rank_samples_s))
     return CollectiveTable(source=source, ranks=ranks, hosts=tuple(f"rank{r}" for r in ranks),
                            starts_s={op: [[-d for d in it] for it in iterations]},
-                           ends_s={op: [[0.0] * len(ranks) for _ in iterations]}, arrival_known=False)
+                           ends_s={op: [[0.0] * len(ranks) for _ in iterations]}, arrival_known=False,
+                           synchronizing=frozenset({op}) if _is_synchronizing(op.split("/")[0]) else frozenset())
 
 
 def load_run_samples(run_id: str, db: str | None) -> CollectiveTable:
-    """A table from a stored run: each measurement with per-rank samples, one op per (op, size)."""
+    """A table from a stored run: each measurement with per-rank samples, one label per (op, size)."""
     from commlens.store import Store
 
     store = Store.open(db)
     run = store.get_run(run_id)
     starts: dict[str, list[list[float]]] = {}
     ends: dict[str, list[list[float]]] = {}
+    sync: set[str] = set()
     ranks: tuple[int, ...] = ()
     for m in run.measurements:
         if m.rank_samples_s is None:
@@ -170,10 +181,11 @@ def load_run_samples(run_id: str, db: str | None) -> CollectiveTable:
         ranks = t.ranks
         starts.update(t.starts_s)
         ends.update(t.ends_s)
+        sync |= t.synchronizing
     if not starts:
         raise StragglerError(f"run {run_id} has no per-rank samples")
     return CollectiveTable(source=f"run {run_id}", ranks=ranks, hosts=tuple(f"rank{r}" for r in ranks),
-                           starts_s=starts, ends_s=ends, arrival_known=False)
+                           starts_s=starts, ends_s=ends, arrival_known=False, synchronizing=frozenset(sync))
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -184,80 +196,133 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def _clock(table: CollectiveTable, params: StragglerParams) -> tuple[str, list[float], str]:
+    """Step 1 of :func:`detect_stragglers`: the clock method, per-rank offsets and a note saying why."""
+    n = len(table.ranks)
+    if not table.arrival_known:
+        return "durations", [0.0] * n, "per-rank durations only (ends assumed simultaneous)"
+    hosts = table.hosts
+    if hosts[0] is not None and len(set(hosts)) == 1:
+        return "shared_clock", [0.0] * n, f"all ranks on host {hosts[0]!r}"
+    domains = [h if h is not None else f"rank {r}" for h, r in zip(hosts, table.ranks)]
+    why = "hosts unknown (the traces have no host_name)" if None in hosts else f"{len(set(hosts))} hosts"
+    offsets = [0.0] * n
+    notes = []
+    for domain in dict.fromkeys(domains):
+        idx = [j for j, d in enumerate(domains) if d == domain]
+        if domain == domains[0]:
+            continue
+        diffs = [occ[j] - occ[0] for label in table.synchronizing for occ in table.ends_s[label] for j in idx]
+        if len(diffs) < 3:
+            return "durations", [0.0] * n, f"{why}; too few synchronizing collectives to estimate clock offsets"
+        offset = statistics.median(diffs)
+        spread = statistics.median(abs(d - offset) for d in diffs)
+        if spread > params.late_threshold_s:
+            return "durations", [0.0] * n, (f"{why}; collective ends of {domain} scatter by {spread * 1e6:.0f} µs "
+                                            f"around any one offset: clock offsets cannot be estimated")
+        for j in idx:
+            offsets[j] = offset
+        notes.append(f"{domain} {offset:+.6f} s (spread {spread * 1e6:.0f} µs, {len(diffs)} ends)")
+    return "estimated_offsets", offsets, f"{why}; offsets against {domains[0]}: " + "; ".join(notes)
+
+
 def detect_stragglers(table: CollectiveTable, params: StragglerParams = StragglerParams()) -> StragglerReport:
     """Find ranks that arrive late persistently, and ranks slow within collectives.
 
-    1. Clocks: ranks on one host share a clock. When all ranks are on one
-       host, offsets are 0. Otherwise, assuming a collective ends at nearly
-       the same instant on every rank, each host's offset is the median, over
-       all collectives and that host's ranks, of ``end_r - end_ref`` (the
-       reference is the first rank's host); it is subtracted from that host's
-       timestamps. With durations only, every end is already put at 0.
-    2. Per collective occurrence ``i`` of op ``o`` (the k-th ``o`` on every
-       rank is the same collective), arrival lateness of rank ``r`` is
-       ``start[i][r] - min_q start[i][q]``. With durations only this is
-       ``max_q dur[i][q] - dur[i][r]``: peers of a late rank wait for it, so
-       its own duration is the shortest.
-    3. Own time (shared clock only): ``end[i][r] - max_q start[i][q]``, the
-       time rank ``r`` spent in the collective once every rank had arrived.
-       Under step 1's assumption (separate hosts) or with durations only it
-       is the same on every rank by construction, so it is not judged.
-    4. Per op and rank: median and 90th percentile of lateness, the fraction
-       of occurrences in which the rank arrived last, the median own time.
-    5. A rank is a *late arriver* for an op when its median lateness exceeds
-       the median over ranks of those medians by more than
+    1. Clocks. All ranks on one named host: one clock (``shared_clock``).
+       Otherwise (several hosts, or hosts the traces do not name) each host's
+       offset to the first rank's is the median, over the synchronizing
+       collectives (all_reduce, all_gather, reduce_scatter, all_to_all,
+       barrier: no rank leaves before all arrived, so their ends coincide) of
+       ``end_r - end_ref``; it is used only when those differences scatter by
+       at most ``late_threshold_s`` (median absolute deviation) around it, and
+       then removed from the host's starts (``estimated_offsets``). Where it
+       cannot be estimated the judgement uses durations only (``durations``),
+       as HTA judges NCCL kernels: a kernel spins until every rank has
+       arrived, so the rank whose kernel starts last runs shortest. Stored
+       runs' per-rank samples are durations too.
+    2. Occurrences whose values are impossible are not ranked: with a clock
+       (steps 1's first two methods), a synchronizing collective whose ends
+       lie further apart than ``end_spread_s`` (not one collective, or
+       mismatched) is left out and listed; a negative own time (a rank left a
+       synchronizing collective before the last rank arrived) is a reading
+       error and refuses the whole table.
+    3. Per occurrence ``i`` of a collective, arrival lateness of rank ``r`` is
+       ``start[i][r] - min_q start[i][q]`` (offsets removed). With durations
+       it is ``max_q dur[i][q] - dur[i][r]``, judged only for synchronizing
+       collectives (a broadcast's root does not wait for its receivers).
+    4. Own time (shared clock, synchronizing collectives only):
+       ``end[i][r] - max_q start[i][q]``, the time rank ``r`` spent in the
+       collective once every rank had arrived.
+    5. Per collective and rank: median and 90th percentile of lateness, the
+       fraction of occurrences in which the rank arrived last, the median own
+       time.
+    6. A rank is a *late arriver* for a collective when its median lateness
+       exceeds the median over ranks of those medians by more than
        ``late_threshold_s``: late in at least half of the occurrences, so
        persistently, not once.
-    6. A rank is *slow within* an op when its median own time exceeds
+    7. A rank is *slow within* a collective when its median own time exceeds
        ``slow_factor`` times the median over ranks of median own times and
        the excess is above ``late_threshold_s``.
     """
     ranks = table.ranks
-    hosts = table.hosts
-    shared_clock = len(set(hosts)) == 1 or not table.arrival_known
-    offsets = [0.0] * len(ranks)
-    if not shared_clock:
-        ref = hosts[0]
-        for host in sorted(set(hosts)):
-            idx = [j for j, h in enumerate(hosts) if h == host]
-            diffs = [ends[j] - ends[0] for op in table.ends_s for ends in table.ends_s[op] for j in idx]
-            offset = 0.0 if host == ref else statistics.median(diffs)
-            for j in idx:
-                offsets[j] = offset
-    judge_own = table.arrival_known and len(set(hosts)) == 1
+    method, offsets, clock_note = _clock(table, params)
     rows: list[dict[str, Any]] = []
     found: list[Straggler] = []
+    excluded: list[str] = []
     n_collectives = 0
-    for op in sorted(table.starts_s):
-        starts = [[s - offsets[j] for j, s in enumerate(occ)] for occ in table.starts_s[op]]
-        ends = [[e - offsets[j] for j, e in enumerate(occ)] for occ in table.ends_s[op]]
-        n_collectives += len(starts)
-        lateness = [[s - min(occ) for s in occ] for occ in starts]
-        own = [[e - max(s_occ) for e in e_occ] for s_occ, e_occ in zip(starts, ends)]
-        last = [max(range(len(ranks)), key=lambda j, occ=occ: occ[j]) for occ in starts]
-        late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(len(ranks))]
-        own_p50 = [statistics.median(occ[j] for occ in own) for j in range(len(ranks))]
-        typical_late = statistics.median(late_p50)
-        typical_own = statistics.median(own_p50)
+    for label in sorted(table.starts_s):
+        sync = label in table.synchronizing
+        occurrences = []
+        for i, (s_occ, e_occ) in enumerate(zip(table.starts_s[label], table.ends_s[label])):
+            starts = [s - offsets[j] for j, s in enumerate(s_occ)]
+            ends = [e - offsets[j] for j, e in enumerate(e_occ)]
+            if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
+                excluded.append(f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
+                                f"(more than {params.end_spread_s * 1e3:g} ms): not one collective")
+                continue
+            if method == "shared_clock" and sync:
+                for j, e in enumerate(ends):
+                    if e - max(starts) < -_READING_TOLERANCE_S:
+                        raise StragglerError(
+                            f"{label} #{i + 1}: rank {ranks[j]} ends {(max(starts) - e) * 1e6:.1f} µs before the "
+                            f"last rank arrived, impossible for a synchronizing collective: a reading error "
+                            f"(clocks or spans wrong); no verdict is built on it")
+            occurrences.append((starts, ends))
+        n_collectives += len(occurrences)
+        judged_late = bool(occurrences) and (method != "durations" or sync)
+        judge_own = bool(occurrences) and method == "shared_clock" and sync
+        if method == "durations":
+            lateness = [[max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)]
+                        for st, en in occurrences]
+        else:
+            lateness = [[s - min(st) for s in st] for st, _ in occurrences]
+        own = [[e - max(st) for e in en] for st, en in occurrences]
+        late_p50 = [statistics.median(occ[j] for occ in lateness) if judged_late else None
+                    for j in range(len(ranks))]
+        own_p50 = [statistics.median(occ[j] for occ in own) if judge_own else None for j in range(len(ranks))]
+        last = [max(range(len(ranks)), key=lambda j, occ=occ: occ[j]) for occ in lateness]
+        typical_late = statistics.median(late_p50) if judged_late else 0.0  # type: ignore[type-var]
+        typical_own = statistics.median(own_p50) if judge_own else 0.0  # type: ignore[type-var]
         for j, rank in enumerate(ranks):
             verdicts = []
-            excess_late = late_p50[j] - typical_late
-            if excess_late > params.late_threshold_s:
+            if late_p50[j] is not None and late_p50[j] - typical_late > params.late_threshold_s:  # type: ignore[operator]
                 verdicts.append("late_arrival")
-                found.append(Straggler(rank, "late_arrival", op, excess_late))
-            excess_own = own_p50[j] - typical_own
-            if judge_own and own_p50[j] > params.slow_factor * typical_own and excess_own > params.late_threshold_s:
+                found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))  # type: ignore[operator]
+            if own_p50[j] is not None and own_p50[j] > params.slow_factor * typical_own \
+                    and own_p50[j] - typical_own > params.late_threshold_s:  # type: ignore[operator]
                 verdicts.append("slow_within")
-                found.append(Straggler(rank, "slow_within", op, excess_own))
+                found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))  # type: ignore[operator]
             rows.append({
-                "op": op, "rank": rank, "host": hosts[j], "clock_offset_s": offsets[j],
+                "op": label, "rank": rank, "host": table.hosts[j], "clock_offset_s": offsets[j],
+                "n": len(occurrences),
                 "lateness_p50_s": late_p50[j],
-                "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9),
-                "last_arrival_fraction": (sum(1 for x in last if x == j) / len(last)) if table.arrival_known
-                else None,
-                "own_time_p50_s": own_p50[j] if judge_own else None,
-                "verdicts": verdicts,
+                "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
+                "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
+                "own_time_p50_s": own_p50[j],
+                "verdicts": verdicts if judged_late else ["not judged"],
             })
     return StragglerReport(source=table.source, ranks=ranks, n_collectives=n_collectives,
-                           arrival_known=table.arrival_known, shared_clock=shared_clock, ranks_table=rows,
-                           stragglers=tuple(found))
+                           arrival_known=table.arrival_known, shared_clock=method == "shared_clock",
+                           ranks_table=rows, stragglers=tuple(found), clock_method=method, clock_note=clock_note,
+                           span=table.span, matching=table.matching, excluded=tuple(excluded))
