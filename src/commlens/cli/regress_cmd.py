@@ -404,6 +404,7 @@ def detect_to_dict(report: DetectReport) -> dict[str, Any]:
         "series": report.series,
         "too_short": report.too_short,
         "points": report.points,
+        "excluded_runs": list(report.excluded_runs),
         "summary": {"changes": len(report.changes), "regressions": len(report.regressions),
                     "improvements": len(report.changes) - len(report.regressions)},
         "changes": changes,

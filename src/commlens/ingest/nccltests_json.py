@@ -248,6 +248,19 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             notes.append(source.warn(json_line(source.text, ("average_bus_bandwidth",)), (
                 f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
                 f"({sum(rows) / len(rows):.6g} GB/s): results may be missing")))
+    status = "complete"
+    oob = data.get("out_of_bounds")
+    wrong = [m for m in measurements if m.nwrong]
+    oob_count = oob.get("count") if isinstance(oob, dict) else None
+    oob_failed = isinstance(oob, dict) and ((isinstance(oob_count, int) and oob_count > 0)
+                                            or str(oob.get("okay")).lower() == "false")
+    if oob_failed or wrong:
+        status = "check_failed"
+        shown = ", ".join(f"{m.op} {m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)"
+                          for m in wrong[:4])
+        notes.append(f"results check failed: out_of_bounds count {oob_count}"
+                     f"{'; rows with wrong results: ' + shown if wrong else ''}{' ...' if len(wrong) > 4 else ''}; "
+                     f"the run is stored with status check_failed")
     env_field = data.get("env")
     if isinstance(env_field, dict):
         env = filter_env((str(k), str(v)) for k, v in env_field.items())
@@ -279,5 +292,6 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         started_at_note=None if written_by_commlens else (
             "start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
         finished_at=_utc(data.get("end_time")),
+        status=status,  # type: ignore[arg-type]
     )
 

@@ -228,6 +228,7 @@ class _Side:
     """One key on one side: the measurements of each run that has it."""
 
     per_run: tuple[tuple[Measurement, ...], ...]
+    failed_check: bool = False  # a run's results check failed on this row (see ``_check_failed``)
 
     @property
     def has_samples(self) -> bool:
@@ -279,7 +280,11 @@ def compare_runs(
         units.append(unit)
         pairs.append((b_side.observations(unit), c_side.observations(unit)))
         runs = min(len(b_side.per_run), len(c_side.per_run))
-        if unit == "run means" and runs < settings.min_samples:
+        if b_side.failed_check or c_side.failed_check:
+            side = "both sides" if b_side.failed_check and c_side.failed_check else (
+                base_label if b_side.failed_check else candidate_label)
+            blocked[i] = f"results check failed ({side}): wrong results are not timed results"
+        elif unit == "run means" and runs < settings.min_samples:
             reason = "no samples: reported statistics only" if runs == 1 else f"too few runs (n={runs})"
             if b_side.has_samples != c_side.has_samples:
                 reason += " (candidate)" if b_side.has_samples else " (base)"
@@ -314,20 +319,39 @@ def compare_runs(
         rows=tuple(rows),
         only_in_base=only_base,
         only_in_candidate=only_cand,
-        warnings=tuple(_warnings(base_summary, cand_summary, only_base, only_cand)),
+        warnings=tuple(_warnings(base_summary, cand_summary, only_base, only_cand)
+                       + _failed_warnings(base_label, base) + _failed_warnings(candidate_label, candidate)),
     )
 
 
 def _group(runs: Sequence[Run]) -> dict[RowKey, _Side]:
     per_key: dict[RowKey, list[tuple[Measurement, ...]]] = defaultdict(list)
+    failed: set[RowKey] = set()
     for run in runs:
         in_run: dict[RowKey, list[Measurement]] = defaultdict(list)
         for m in run.measurements:
             if m.op != "barrier":
                 in_run[m.key].append(m)
+                if _check_failed(run, m):
+                    failed.add(m.key)
         for key, ms in in_run.items():
             per_key[key].append(tuple(ms))
-    return {key: _Side(tuple(v)) for key, v in per_key.items()}
+    return {key: _Side(tuple(v), key in failed) for key, v in per_key.items()}
+
+
+def _failed_warnings(label: str, runs: Sequence[Run]) -> list[str]:
+    failed = [r.run_id[:12] for r in runs if r.status == "check_failed"]
+    if not failed:
+        return []
+    return [f"{label}: results check failed in run{'s' if len(failed) > 1 else ''} {', '.join(failed)}: its rows with "
+            f"wrong results are not judged (verdict unknown); its other rows are"]
+
+
+def _check_failed(run: Run, m: Measurement) -> bool:
+    """The row's results were wrong: its own #wrong, or a failed run whose check does not say which rows."""
+    if m.nwrong:
+        return True
+    return run.status == "check_failed" and m.nwrong is None
 
 
 def _sort_key(key: RowKey) -> tuple:

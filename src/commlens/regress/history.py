@@ -68,6 +68,7 @@ class DetectReport:
     too_short: int  # series with too few points to hold a change (2 x min_segment)
     points: int
     changes: tuple[DetectedChange, ...]  # in the window (at or after ``since``), by series then time
+    excluded_runs: tuple[str, ...] = ()  # runs left out of history: their results check failed
 
     @property
     def regressions(self) -> tuple[DetectedChange, ...]:
@@ -75,9 +76,12 @@ class DetectReport:
 
     def summary_line(self) -> str:
         window = f" since {self.since.isoformat()}" if self.since else ""
+        left_out = (f"; {len(self.excluded_runs)} run{'s' if len(self.excluded_runs) != 1 else ''} left out "
+                    f"(results check failed)" if self.excluded_runs else "")
         return (
             f"{self.series} series, {self.points} points: {len(self.changes)} changes{window} "
             f"({len(self.regressions)} regressions, {len(self.changes) - len(self.regressions)} improvements)"
+            f"{left_out}"
         )
 
 
@@ -114,7 +118,12 @@ def detect_history(
        recent change is known.
     4. Keep the changes whose first run at the new level started at or after
        ``since`` (all of them when ``since`` is None).
+
+    Runs whose results check failed (status ``check_failed``) are left out before step 1:
+    a time measured on wrong results is no point of a history. The report lists them.
     """
+    excluded = tuple(dict.fromkeys(r.run_id for r in rows if r.status == "check_failed"))
+    rows = [r for r in rows if r.status != "check_failed"]
     revision_first: dict[str, datetime] = {}
     per_run: dict[tuple, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -150,7 +159,7 @@ def detect_history(
             ))
     return DetectReport(
         settings=settings, order=order, since=since, series=len(per_run), too_short=too_short, points=points,
-        changes=tuple(changes),
+        changes=tuple(changes), excluded_runs=excluded,
     )
 
 

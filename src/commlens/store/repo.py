@@ -94,6 +94,7 @@ class MeasurementRow:
     iterations: int
     busbw_bytes_per_s: float
     samples_s: tuple[float, ...]
+    status: str = "complete"  # the run's: complete, incomplete, check_failed
 
     @property
     def key(self) -> tuple[str, str, str, str, int, int, bool]:
@@ -299,7 +300,7 @@ class Store:
             conditions.append(m.size_bytes == size_bytes)
         query = (
             select(
-                r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.source,
+                r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.source, r.status,
                 m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.world_size,
                 m.mean_s, m.cv, m.busbw_bytes_per_s, m.reported, s.samples_s,
             )
@@ -311,7 +312,7 @@ class Store:
         with Session(self.engine) as session, session.begin():
             result = session.execute(query).all()
         rows = []
-        for (run_id, started, revision, run_tag, fp, source, op_name, algo, dtype_name, redop, root, size,
+        for (run_id, started, revision, run_tag, fp, source, run_status, op_name, algo, dtype_name, redop, root, size,
              in_place, world_size, mean_s, cv, busbw, reported, samples) in result:
             stats = reported_from_json(reported)
             rows.append(MeasurementRow(
@@ -334,6 +335,7 @@ class Store:
                 iterations=len(samples) if samples or stats is None else stats.n,
                 busbw_bytes_per_s=busbw,
                 samples_s=tuple(float(x) for x in samples),
+                status=run_status,
             ))
         return rows
 
