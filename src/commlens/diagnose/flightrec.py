@@ -32,7 +32,11 @@ Measured on torch 2.13 + gloo, and why the mechanics below exist:
   development machine (2 cores), so a dump with stack traces costs that much.
 - A rank killed by SIGABRT (gloo aborts a rank on some mismatches, e.g. a
   byte-count mismatch: ``EnforceNotMet ... Received data size doesn't match``)
-  or SIGKILL leaves no dump; the analysis reports which ranks have none.
+  or SIGKILL leaves no dump; the analysis names such a rank as the first
+  suspect (``pg_config`` and the file names show that it should have one).
+
+The recorder's own bytes are read back with the same plain-data unpickler
+the analysis uses (:func:`commlens.ingest.flightrec.loads_plain`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+
+from commlens.ingest.flightrec import loads_plain
 
 __all__ = ["DUMP_PREFIX", "dump", "dump_path", "install", "uninstall"]
 
@@ -134,9 +140,10 @@ def _dump_with_stacks(timeout_s: float) -> dict[str, Any] | None:
         os.close(read_fd)
         os.waitpid(pid, 0)
     try:
-        return pickle.loads(b"".join(chunks))
+        full = loads_plain(b"".join(chunks))
     except (pickle.UnpicklingError, EOFError):
         return None
+    return full if isinstance(full, dict) else None
 
 
 def dump(dump_dir: str | os.PathLike[str] | None = None, reason: str = "on demand",
@@ -164,7 +171,7 @@ def dump(dump_dir: str | os.PathLike[str] | None = None, reason: str = "on deman
     target = dump_path(dump_dir, rank)
     # No lock: a signal handler may interrupt a dump in progress on the same thread.
     # Without stack traces the dump cannot block; with them it can (see _dump_with_stacks).
-    trace = pickle.loads(_dump_fr_trace(includeStackTraces=False))
+    trace = loads_plain(_dump_fr_trace(includeStackTraces=False))
     if include_stack_traces:
         full = _dump_with_stacks(_STACKS_TIMEOUT_S)
         if full is not None:

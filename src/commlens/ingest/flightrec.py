@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_DUMP_BYTES", "DumpError", "DumpSet", "Entry", "GroupConfig", "RankDump", "read_dump",
-           "read_dump_dir"]
+__all__ = ["DEFAULT_MAX_DUMP_BYTES", "DumpError", "DumpSet", "Entry", "GroupConfig", "RankDump", "loads_plain",
+           "read_dump", "read_dump_dir"]
 
 # A 2,000-entry dump with stack traces is a few MB; the bound leaves room for buffers 100x larger.
 DEFAULT_MAX_DUMP_BYTES = 256 * 1024 * 1024
@@ -136,6 +136,11 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused a persistent id: a dump holds only plain data")
 
 
+def loads_plain(raw: bytes) -> Any:
+    """Unpickle plain data only (containers and scalars); raises ``pickle.UnpicklingError`` on anything else."""
+    return _PlainUnpickler(io.BytesIO(raw)).load()
+
+
 def _check_plain(path: Path, data: Any) -> None:
     """Iterative walk: only plain types, bounded depth and node count (shared references counted each time)."""
     stack: list[tuple[Any, int]] = [(data, 0)]
@@ -174,7 +179,7 @@ def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
         if fmt == "json":
             data = json.loads(raw)
         else:
-            data = _PlainUnpickler(io.BytesIO(raw)).load()
+            data = loads_plain(raw)
     except RecursionError:
         raise DumpError(f"{path}: nested too deeply; not a Flight Recorder dump") from None
     except (ValueError, pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, MemoryError) as e:
