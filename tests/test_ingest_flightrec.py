@@ -230,3 +230,22 @@ def test_file_names_prefixes_and_duplicates(tmp_path: Path) -> None:
     shutil.copy(src / "trace_1", tmp_path / "trace_1")
     with pytest.raises(DumpError, match=r"more than one dump for rank\(s\) \[1\]"):
         read_dump_dir(tmp_path, prefix="trace_")
+
+
+def test_only_active_dumps_two_faulty_ranks_in_two_groups_both_named() -> None:
+    """NVRx's collector's shape (layout 2.9, active entries only): ranks 1 and 3 never queued their all-to-all."""
+    report = diagnose_hang(DATA / "flightrec_v2_9_active")
+    assert report.versions == ("2.9",) and report.ranks == (0, 1, 2, 3) and report.ranks_without_dump == ()
+    assert [(d.process_group, d.kind, d.collective_seq_id, [c["rank"] for c in d.culprits])
+            for d in report.divergences] == [("72", "missing_ranks", 45265, [1]), ("73", "missing_ranks", 45265, [3])]
+    assert report.divergences[0].culprits[0]["last_collective_seq_id"] is None
+    assert [(s.rank, s.reason) for s in report.suspects] == [(1, "missing_ranks"), (3, "missing_ranks")]
+    assert report.suspects[0].detail == ("missing_ranks at collective 45265 of group 72: issued nothing (no earlier "
+                                         "one in its dump)")
+    assert any(n.startswith("3 group(s) compared from a later collective than 1") for n in report.notes)
+    result = _cli(str(DATA / "flightrec_v2_9_active"))
+    assert result.exit_code == 1
+    assert "    1  nothing (no earlier one in its dump)   -" in result.output
+    assert result.output.endswith("suspects (first is likeliest): 1,3\n")
+    out = json.loads(_cli(str(DATA / "flightrec_v2_9_active"), "--json").output)
+    assert [d["culprit_ranks"] for d in out["divergences"]] == [[1], [3]] and out["suspect_ranks"] == [1, 3]

@@ -77,6 +77,12 @@ SOURCES = {
                            "of PyTorch's header): process_group as a JSON list, time_discovered_* written 0 when "
                            "unset, pg_status values as strings, no frames, nccl_version beside version, files "
                            "named like the pickle ones (no .json suffix).",
+    "flightrec_v2_9_active": "the per-rank pickles NVIDIA's nvidia-resiliency-ext publishes as test data "
+                             "(tests/attribution/unit/fr_traces/*/_dump_<rank>, 16 ranks, version 2.9): file "
+                             "names _dump_<rank>, dump keys version, pg_config, nccl_version ('2.27.3'), pg_status, "
+                             "entries; only active entries (all scheduled, retired False, no frames), keys in the "
+                             "order record_id, pg_id, process_group, thread_name, thread_id, collective_seq_id, ...; "
+                             "Megatron group descs. Group names, sizes and sequence numbers here are smaller.",
 }
 
 
@@ -173,7 +179,43 @@ def v2_7_json(out: Path) -> None:
         (d / f"nccl_trace_rank_{rank}").write_text(json.dumps(dump))
 
 
+def v2_9_only_active(out: Path) -> None:
+    """Layout 2.9, only active collectives dumped (NVRx's collector): 4 ranks, ranks 1 and 3 stopped enqueueing.
+
+    Every rank's tensor-parallel reduce-scatter #88683 is still queued; ranks 0 and 2 also queued the all-to-all
+    #45265 of their expert-parallel group (72 = ranks 0,1; 73 = ranks 2,3) that ranks 1 and 3 never issued.
+    """
+    d = out / "flightrec_v2_9_active"
+    d.mkdir(parents=True, exist_ok=True)
+    readme(d, v2_9_only_active.__doc__)
+    groups = {"0": ("default_pg", [0, 1, 2, 3]), "37": ("TENSOR_MODEL_PARALLEL_GROUP", [0, 1, 2, 3]),
+              "72": ("EXPERT_MODEL_PARALLEL_GROUP", [0, 1]), "73": ("EXPERT_MODEL_PARALLEL_GROUP", [2, 3])}
+    pg_ids = {"37": 5, "72": 9, "73": 10}
+
+    def active(record_id: int, pg: str, seq: int, op: str, sizes: list[list[int]]) -> dict[str, Any]:
+        return {"record_id": record_id, "pg_id": pg_ids[pg], "process_group": (pg, groups[pg][0]),
+                "thread_name": "python3", "thread_id": "23456244340032", "collective_seq_id": seq, "p2p_seq_id": 0,
+                "op_id": seq + 11000, "profiling_name": f"nccl:{op}", "time_created_ns": T0_NS + record_id * STEP_NS,
+                "input_sizes": sizes, "input_dtypes": ["BFloat16"] * len(sizes), "output_sizes": sizes,
+                "output_dtypes": ["BFloat16"] * len(sizes), "state": "scheduled",
+                "time_discovered_started_ns": None, "time_discovered_completed_ns": None, "retired": False,
+                "timeout_ms": 180000, "is_p2p": False}
+
+    for rank in range(4):
+        ep = "72" if rank < 2 else "73"
+        entries = [active(86670, "37", 88683, "_reduce_scatter_base", [[8192, 1, 5120]])]
+        if rank in (0, 2):
+            entries.append(active(86671, ep, 45265, "all_to_all", [[2048 + 100 * rank, 5120]]))
+        config = {name: {"name": name, "desc": desc, "ranks": str(ranks)} for name, (desc, ranks) in groups.items()
+                  if rank in ranks}
+        status = {str(pg_ids.get(n, 0)): pg_status(88683 if n == "37" else 45265 if rank in (0, 2) else 45264,
+                                                    -1, 88682 if n == "37" else 45264) for n in config}
+        dump = {"version": "2.9", "pg_config": config, "nccl_version": "2.27.3", "pg_status": status,
+                "entries": entries}
+        (d / f"_dump_{rank}").write_bytes(pickle.dumps(dump, protocol=2))
+
+
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data")
-    for write in (tutorial, v1_layout, v2_3_layout, v2_7_json):
+    for write in (tutorial, v1_layout, v2_3_layout, v2_7_json, v2_9_only_active):
         write(target)

@@ -41,12 +41,17 @@ def hang(
     raise typer.Exit(0 if report.consistent else 1)
 
 
+_MAX_SHOWN = 3
+
+
 def _span(ranks: tuple[int, ...]) -> str:
     return f"{ranks[0]}-{ranks[-1]}" if ranks and list(ranks) == list(range(ranks[0], ranks[-1] + 1)) else \
         ",".join(map(str, ranks))
 
 
 def _print_hang(report: HangReport) -> None:
+    from commlens.diagnose.hang import describe_missing
+
     print(f"# {len(report.ranks)} dumps ({report.backend or 'unknown backend'}, version "
           f"{','.join(report.versions)}), ranks {','.join(map(str, report.ranks))} of {_span(report.expected_ranks)}")
     for note in report.notes:
@@ -54,28 +59,30 @@ def _print_hang(report: HangReport) -> None:
     for s in report.suspects:
         if s.reason == "no_dump":
             print(f"suspect: rank {s.rank}, {s.detail}")
-    d = report.divergence
-    if d is None:
+    if not report.divergences:
         if report.consistent:
             print("consistent: every rank dumped and issued the same collectives")
         else:
             print("the ranks that dumped issued the same collectives")
-    else:
+    shown = report.divergences[:_MAX_SHOWN]
+    if len(report.divergences) > len(shown):
+        print(f"# {len(report.divergences)} groups diverge; the {len(shown)} earliest are shown (all in --json)")
+    for d in shown:
         print(f"divergence: {d.kind} in process group {d.process_group} ({d.process_group_desc or '-'}) "
               f"at collective {d.collective_seq_id}")
         e = d.expected
         print(f"expected: {e['op']} sizes={e['input_sizes']} dtypes={e['input_dtypes']} "
               f"on ranks {','.join(map(str, e['ranks']))}")
-        print(f"{'rank':>5}  {'issued':<30} {'sizes':<14} {'dtypes':<12} where (innermost first)")
+        print(f"{'rank':>5}  {'issued':<38} {'sizes':<14} {'dtypes':<12} where (innermost first)")
         for c in d.culprits:
-            issued = c["op"] if c["op"] else f"nothing (last: #{c['last_collective_seq_id']} {c['last_op']})"
+            issued = c["op"] if c["op"] else describe_missing(c)
             sizes = json.dumps(c["input_sizes"]) if c["input_sizes"] is not None else "-"
             dtypes = json.dumps(c["input_dtypes"]) if c["input_dtypes"] is not None else "-"
-            head = f"{c['rank']:>5}  {issued:<30} {sizes:<14} {dtypes:<12} "
+            head = f"{c['rank']:>5}  {issued:<38} {sizes:<14} {dtypes:<12} "
             frames = c["frames"] or ["-"]
             print(head + frames[0])
             for frame in frames[1:]:
                 print(" " * len(head) + frame)
         print(f"culprit rank(s): {','.join(str(c['rank']) for c in d.culprits)}")
     if report.suspects:
-        print(f"suspects (first is likeliest): {','.join(dict.fromkeys(str(s.rank) for s in report.suspects))}")
+        print(f"suspects (first is likeliest): {','.join(str(s.rank) for s in report.suspects)}")

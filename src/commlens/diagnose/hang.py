@@ -27,7 +27,8 @@ from typing import Any
 
 from commlens.ingest.flightrec import DEFAULT_MAX_DUMP_BYTES, DumpError, DumpSet, Entry, RankDump, read_dump_dir
 
-__all__ = ["Divergence", "DumpError", "HangReport", "Suspect", "diagnose_hang", "find_divergence"]
+__all__ = ["Divergence", "DumpError", "HangReport", "Suspect", "describe_missing", "diagnose_hang", "find_divergence",
+           "find_divergences"]
 
 # Ops whose inputs may legitimately differ in size across ranks (uneven splits, root-only buffers).
 _SIZES_MAY_DIFFER = frozenset({"all_to_all", "alltoall", "alltoall_base", "all_to_all_single", "scatter", "gather",
@@ -69,7 +70,8 @@ class HangReport:
     ranks_without_dump: tuple[int, ...]
     missing_evidence: dict[int, tuple[str, ...]]
     last_seq_by_rank: dict[int, int]
-    divergence: Divergence | None = None
+    divergence: Divergence | None = None  # the earliest of divergences
+    divergences: tuple[Divergence, ...] = ()  # at most one per process group, earliest first
     suspects: tuple[Suspect, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -90,17 +92,17 @@ class HangReport:
             "last_collective_seq_id": {str(r): s for r, s in self.last_seq_by_rank.items()},
             "suspects": [{"rank": s.rank, "reason": s.reason, "detail": s.detail} for s in self.suspects],
             "suspect_ranks": [s.rank for s in self.suspects],
-            "divergence": None,
+            "divergence": _divergence_json(self.divergence) if self.divergence is not None else None,
+            "divergences": [_divergence_json(d) for d in self.divergences],
             "notes": list(self.notes),
         }
-        if self.divergence is not None:
-            d = self.divergence
-            out["divergence"] = {
-                "kind": d.kind, "process_group": d.process_group, "process_group_desc": d.process_group_desc,
-                "collective_seq_id": d.collective_seq_id, "expected": d.expected, "tied": d.tied,
-                "culprit_ranks": [c["rank"] for c in d.culprits], "culprits": list(d.culprits),
-            }
         return out
+
+
+def _divergence_json(d: Divergence) -> dict[str, Any]:
+    return {"kind": d.kind, "process_group": d.process_group, "process_group_desc": d.process_group_desc,
+            "collective_seq_id": d.collective_seq_id, "expected": d.expected, "tied": d.tied,
+            "culprit_ranks": [c["rank"] for c in d.culprits], "culprits": list(d.culprits)}
 
 
 def _signature(entry: Entry, with_dtypes: bool) -> _Signature:
@@ -115,6 +117,12 @@ def _shifted(extra: dict[int, _Signature], other: dict[int, _Signature], seq: in
 
 
 def find_divergence(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[Divergence | None, tuple[str, ...]]:
+    """The earliest of :func:`find_divergences`, or None, and the notes."""
+    divergences, notes = find_divergences(dumps)
+    return (divergences[0] if divergences else None), notes
+
+
+def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tuple[Divergence, ...], tuple[str, ...]]:
     """Find the first collective, per process group, where the ranks with a dump diverge.
 
     1. Per rank, index its collectives (point-to-point entries left out) by
@@ -125,9 +133,9 @@ def find_divergence(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[Diver
        mapped back to group ``0``), else the ranks whose dumps hold entries
        of that group; ranks without a dump are left out here (they are
        suspects on their own, see :func:`diagnose_hang`).
-    3. The recorder is a ring buffer: compare sequence numbers from the
-       highest first number any rank still holds, up to the highest any rank
-       issued.
+    3. The recorder is a ring buffer (and a dump may hold only the active
+       collectives): compare sequence numbers from the highest first number
+       any rank still holds, up to the highest any rank issued.
     4. At each sequence number, in order, a rank that never issued it is
        *missing*; the others are grouped by (op, input sizes, input dtypes;
        dtypes only where every dump records them). The first number where
@@ -147,8 +155,11 @@ def find_divergence(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[Diver
        the Python frames the recorder captured) or, when missing, its last
        collective in the group and the Python stack where its main thread
        was at dump time.
-    Groups are examined in order of their name; the earliest divergence by
-    creation time of the first disagreeing entry wins across groups.
+    7. Each group gives at most one divergence (its first); they are
+       returned ordered by the creation time of their first disagreeing
+       entry (times from different hosts compared as they are), so the
+       earliest comes first. Several groups diverge when several ranks fail
+       at once (two faulty ranks in different expert-parallel groups).
     """
     notes: list[str] = []
     with_dtypes = all(e.input_dtypes is not None for d in dumps for e in d.collectives)
@@ -170,12 +181,15 @@ def find_divergence(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[Diver
                 groups[name] |= set(cfg.ranks) & present
                 descs[name] = descs[name] or cfg.desc
     found: list[tuple[int, Divergence, list[str]]] = []
+    later_start: list[str] = []
     for name in sorted(groups):
         members = sorted(groups[name])
         sigs = {r: {s: _signature(e, with_dtypes) for (g, s), e in by_rank[r].items() if g == name} for r in members}
         firsts = [min(s) for s in sigs.values() if s]
         start, end = max(firsts, default=1), max((max(s) for s in sigs.values() if s), default=0)
-        group_notes = [f"group {name}: ring buffer wrapped; compared from collective {start}"] if start > 1 else []
+        if start > 1:
+            later_start.append(f"{name} from {start}")
+        group_notes: list[str] = []
         for seq in range(start, end + 1):
             issued = {r: by_rank[r][(name, seq)] for r in members if (name, seq) in by_rank[r]}
             missing = [r for r in members if r not in issued]
@@ -232,10 +246,12 @@ def find_divergence(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[Diver
             break
         else:
             notes.extend(group_notes)
-    if not found:
-        return None, tuple(notes)
-    _, divergence, group_notes = min(found, key=lambda f: f[0])
-    return divergence, tuple(notes + group_notes)
+    if later_start:
+        shown = ", ".join(later_start[:6]) + (f" and {len(later_start) - 6} more" if len(later_start) > 6 else "")
+        notes.append(f"{len(later_start)} group(s) compared from a later collective than 1, the highest first one "
+                     f"every rank still holds (ring buffer wrapped, or only active collectives dumped): {shown}")
+    found.sort(key=lambda f: (f[0], f[1].process_group))
+    return tuple(d for _, d, _ in found), tuple(notes + [n for _, _, ns in found for n in ns])
 
 
 def _list(ranks: list[int]) -> str:
@@ -266,10 +282,17 @@ def _missing(rank: int, group: str, seq: int, table: dict[tuple[str, int], Entry
     earlier = [s for (g, s) in table if g == group and s < seq]
     last = table[(group, max(earlier))] if earlier else None
     return {"rank": rank, "op": None, "input_sizes": None, "input_dtypes": None,
-            "last_collective_seq_id": max(earlier) if earlier else 0,
+            "last_collective_seq_id": max(earlier) if earlier else None,  # None: no earlier one in its dump
             "last_op": last.op if last else None,
             "frames": list(dump.python_stack) or list(last.frames if last else ()),
             "dump_reason": dump.dump_reason}
+
+
+def describe_missing(culprit: dict[str, Any]) -> str:
+    """What a missing rank issued instead: nothing, after its last collective of the group if its dump has one."""
+    if culprit["last_collective_seq_id"] is None:
+        return "nothing (no earlier one in its dump)"
+    return f"nothing (last: #{culprit['last_collective_seq_id']} {culprit['last_op']})"
 
 
 def _where_peers_wait(rank: int, dump_set: DumpSet) -> str:
@@ -291,23 +314,29 @@ def diagnose_hang(dump_dir: str | Path, prefix: str | None = None,
     """Read the dumps in ``dump_dir``; suspects are the ranks without a dump, then the first divergence's culprits."""
     dump_set = read_dump_dir(dump_dir, prefix=prefix, max_bytes=max_bytes)
     dumps = dump_set.dumps
-    divergence, notes = find_divergence(dumps)
+    divergences, notes = find_divergences(dumps)
     suspects = []
     for rank, why in dump_set.missing.items():
         wait = _where_peers_wait(rank, dump_set)
         suspects.append(Suspect(rank=rank, reason="no_dump",
                                 detail="no dump: " + "; ".join(why) + (f"; {wait}" if wait else "")))
-    if divergence is not None:
+    named: dict[int, list[str]] = {}  # rank -> the divergences naming it, earliest first
+    for divergence in divergences:
         for c in divergence.culprits:
-            issued = c["op"] or f"nothing (last: #{c['last_collective_seq_id']} {c['last_op']})"
-            suspects.append(Suspect(rank=c["rank"], reason=divergence.kind,
-                                    detail=f"{divergence.kind} at collective {divergence.collective_seq_id} of group "
-                                           f"{divergence.process_group}: issued {issued}"))
+            issued = c["op"] or describe_missing(c)
+            named.setdefault(c["rank"], []).append(
+                f"{divergence.kind} at collective {divergence.collective_seq_id} of group "
+                f"{divergence.process_group}: issued {issued}")
+    first_kind = {c["rank"]: d.kind for d in reversed(divergences) for c in d.culprits}
+    for rank, what in named.items():
+        more = f" (and in {len(what) - 1} more group(s))" if len(what) > 1 else ""
+        suspects.append(Suspect(rank=rank, reason=first_kind[rank], detail=what[0] + more))
     last_seq = {d.rank: max((e.collective_seq_id for e in d.collectives), default=0) for d in dumps}
     return HangReport(
         ranks=tuple(d.rank for d in dumps), expected_ranks=dump_set.expected_ranks,
         backend=",".join(sorted({d.backend for d in dumps} - {""})),
         versions=tuple(sorted({d.version for d in dumps})), files={d.rank: d.path.name for d in dumps},
         ranks_without_dump=tuple(dump_set.missing), missing_evidence=dict(dump_set.missing),
-        last_seq_by_rank=last_seq, divergence=divergence, suspects=tuple(suspects),
+        last_seq_by_rank=last_seq, divergence=divergences[0] if divergences else None, divergences=divergences,
+        suspects=tuple(suspects),
         notes=dump_set.notes + notes)
