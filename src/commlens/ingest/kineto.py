@@ -75,7 +75,7 @@ class TraceCollective:
     op: str  # catalog name ("all_reduce") where known, else the span's name without its prefix
     name: str  # the CPU span as printed: "nccl:all_reduce", "gloo:broadcast"
     span: str  # what start/end are: "gpu_kernel", "gpu_user_annotation" or "cpu"
-    start_s: float
+    start_s: float  # seconds on the rank's clock (epoch-based clocks: 0.25 µs resolution, as the file)
     end_s: float
     event_index: int  # index in traceEvents of the span giving start/end
     group: str | None = None  # process group name ("0")
@@ -150,9 +150,9 @@ def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[
             from None
     except (ValueError, UnicodeDecodeError) as e:
         raise KinetoTraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from None
+    _check_depth(top, path)
     if not isinstance(top, dict) or not isinstance(top.get("traceEvents"), list):
         raise KinetoTraceError(f"{path}: not a Chrome trace (no traceEvents list)")
-    _check_depth(top, path)
     return top
 
 
