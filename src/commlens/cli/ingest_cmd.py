@@ -83,12 +83,12 @@ def ingest_cmd(
                 failed += 1
                 continue
             for run in runs:
-                if run.status == "check_failed":
+                is_new = run.run_id not in stored
+                if is_new and run.status == "check_failed":
                     for note in run.notes:
                         if note.startswith("results check failed"):
                             print(f"warning: {path}: {note} (compare does not judge its failed rows; detect "
                                   f"leaves the run out of history)", file=sys.stderr)
-                is_new = run.run_id not in stored
                 if not is_new:
                     print(f"{path}: already stored as run {run.run_id} (same content); skipped", file=sys.stderr)
                 if as_json:

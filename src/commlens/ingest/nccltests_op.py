@@ -7,7 +7,8 @@ facts themselves come from :mod:`commlens.ops`):
 
 - ``redop``: ``none`` for the ops that do not reduce; a reduction name for the reductions and
   for ``sendrecv``, which prints the ``-o`` op it was given (``sum`` by default) in every version
-  that has the column;
+  that has the column; before the 2.13 resync (2022) each test printed its own header, and only
+  the reductions' headers had a ``redop`` column;
 - ``root``: ``-1`` for the ops without a root, the root rank for broadcast, reduce, gather, scatter;
 - ``size`` against ``count`` x the type's size: ``x ranks`` for the per-rank ops (all_gather,
   reduce_scatter, alltoall, gather, scatter);
@@ -109,6 +110,8 @@ def _ratios(spec: OpSpec, ev: TableEvidence) -> list[float]:
 def _misfit(spec: OpSpec, ev: TableEvidence) -> str | None:
     """Why the table cannot be ``spec``, or None if all its evidence agrees."""
     n = ev.world_size
+    if ev.pre_2_13 and ev.rows and ev.rows[0].redop is None and spec.reduces:
+        return "a pre-2.13 table without a redop column, which nccl-tests printed for every reduction"
     for r in ev.rows:
         expected = r.count * r.elem_size * (n if spec.per_rank_split else 1)
         if r.size_bytes != expected:

@@ -713,14 +713,13 @@ def _backend_version(reader: _Reader, seg: _Segment) -> str:
 def _system_extra(reader: _Reader, seg: _Segment) -> dict[str, Any]:
     """Versions the log prints: nccl-tests/rccl-tests, headers, the library as printed, RCCL's banner."""
     library = "rccl" if reader.backend == "rccl" else "nccl"
-    extra: dict[str, Any] = {"library": library.upper()}
+    extra: dict[str, Any] = {"library": library.upper(), **reader.banner}  # the version header wins
     if seg.tests_version:
         extra[f"{library}_tests_version"] = seg.tests_version
     if seg.headers_code:
         extra[f"{library}_headers_version"] = nccl_version_from_code(seg.headers_code)
     if reader.library_version:
         extra["library_version"] = reader.library_version
-    extra.update(reader.banner)
     return extra
 
 
