@@ -241,12 +241,13 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
        as HTA judges NCCL kernels: a kernel spins until every rank has
        arrived, so the rank whose kernel starts last runs shortest. Stored
        runs' per-rank samples are durations too.
-    2. Occurrences whose values are impossible are not ranked: with a clock
-       (steps 1's first two methods), a synchronizing collective whose ends
-       lie further apart than ``end_spread_s`` (not one collective, or
-       mismatched) is left out and listed; a negative own time (a rank left a
-       synchronizing collective before the last rank arrived) is a reading
-       error and refuses the whole table.
+    2. No verdict on impossible values. On a shared clock, a negative own
+       time (a rank left a synchronizing collective before the last rank
+       arrived) is a reading error and refuses the whole table. With a clock
+       (shared or estimated), a synchronizing collective whose ends lie
+       further apart than ``end_spread_s`` (not one collective: mismatched
+       across ranks) is left out and listed. Negative durations never get
+       here: the reader refuses them.
     3. Per occurrence ``i`` of a collective, arrival lateness of rank ``r`` is
        ``start[i][r] - min_q start[i][q]`` (offsets removed). With durations
        it is ``max_q dur[i][q] - dur[i][r]``, judged only for synchronizing
@@ -277,10 +278,6 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         for i, (s_occ, e_occ) in enumerate(zip(table.starts_s[label], table.ends_s[label])):
             starts = [s - offsets[j] for j, s in enumerate(s_occ)]
             ends = [e - offsets[j] for j, e in enumerate(e_occ)]
-            if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
-                excluded.append(f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
-                                f"(more than {params.end_spread_s * 1e3:g} ms): not one collective")
-                continue
             if method == "shared_clock" and sync:
                 for j, e in enumerate(ends):
                     if e - max(starts) < -_READING_TOLERANCE_S:
@@ -288,6 +285,10 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
                             f"{label} #{i + 1}: rank {ranks[j]} ends {(max(starts) - e) * 1e6:.1f} µs before the "
                             f"last rank arrived, impossible for a synchronizing collective: a reading error "
                             f"(clocks or spans wrong); no verdict is built on it")
+            if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
+                excluded.append(f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
+                                f"(more than {params.end_spread_s * 1e3:g} ms): not one collective")
+                continue
             occurrences.append((starts, ends))
         n_collectives += len(occurrences)
         judged_late = bool(occurrences) and (method != "durations" or sync)
