@@ -196,6 +196,8 @@ def _show(run: str, db: Optional[str], as_json: bool) -> None:
     checked = [m["nwrong"] for m in doc["measurements"] if m["nwrong"] is not None]
     lines = system_header_lines(start) if "ops" in doc["config"] else []
     lines += [f"# {n}" for n in doc["notes"]]
+    lines += [f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
+              for r in doc["config"].get("runs", []) if isinstance(r, dict) and "op_from" in r]
     lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
     lines.append(f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
                  f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}")
