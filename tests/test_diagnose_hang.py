@@ -182,3 +182,17 @@ def test_live_gloo_hang_is_dumped_and_diagnosed(tmp_path: Path) -> None:
     assert d is not None and (d.kind, d.collective_seq_id) == ("missing_ranks", 7)
     assert [c["rank"] for c in d.culprits] == [2] and d.culprits[0]["dump_reason"] == "signal SIGTERM"
     assert d.culprits[0]["frames"][0].endswith(f"{SCENARIO}:59 in main")
+
+
+def test_killed_highest_rank_is_named_from_pg_config_alone() -> None:
+    """Recorded: rank 3 SIGKILLed (no dump); the file names end at rank 2, so only pg_config tells."""
+    report = diagnose_hang(DATA / "hang_killed_last")
+    assert report.ranks == (0, 1, 2) and report.expected_ranks == (0, 1, 2, 3)
+    assert report.missing_evidence == {3: ("the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",)}
+    assert report.divergence is None and [(s.rank, s.reason) for s in report.suspects] == [(3, "no_dump")]
+    assert [d.dump_reason.split(":")[0] for d in read_dump_dir(DATA / "hang_killed_last").dumps] == \
+        ["uncaught RuntimeError", "signal SIGTERM", "uncaught RuntimeError"]
+    result = _cli(str(DATA / "hang_killed_last"))
+    assert result.exit_code == 1 and result.output.splitlines()[0] == "# 3 dumps (gloo, version 2.10), ranks 0,1,2 of 0-3"
+    assert "suspect: rank 3, no dump: the pg_config of group 0 (default_pg) lists it (3 of 3 dumps); its peers in " \
+           "group 0 reached collective 7 (all_reduce, scheduled on rank 0)" in result.output
