@@ -235,6 +235,10 @@ def test_cli_ingest_warns_of_a_failed_check_and_stores_it_as_such(tmp_path: Path
     assert stored["status"] == "check_failed"
     shown = json.loads(commlens("show", stored["run_id"], "--db", str(db), "--json").stdout)
     assert shown["status"] == "check_failed" and shown["config"]["runs"][0]["op_from"].startswith("inferred")
+    table = commlens("show", stored["run_id"], "--db", str(db)).stdout.splitlines()
+    assert ("# op all_gather: inferred from the table at line 16 (size = count x 4 B x ranks; busBW/algBW 1.000 at "
+            "8 ranks): only all_gather fits") in table
+    assert table[-1].startswith("# status check_failed")
 
 
 def test_cli_op_resolves_an_ambiguous_log_and_ambiguity_exits_2(tmp_path: Path) -> None:
