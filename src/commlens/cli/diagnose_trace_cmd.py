@@ -26,6 +26,8 @@ def stragglers(
     slow_factor: float = typer.Option(
         1.5, "--slow-factor", help="A rank is slow within collectives when its median own time exceeds this "
                                    "factor times the median over ranks."),
+    min_occurrences: int = typer.Option(2, "--min-occurrences", min=1,
+                                        help="Judge a collective only when the ranks share this many of it."),
     max_trace_mib: int = typer.Option(2048, "--max-trace-mib", min=1,
                                       help="Refuse a trace with more JSON than this once decompressed (MiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -46,7 +48,8 @@ def stragglers(
     if bool(traces) == bool(run):
         fail("give either trace files or --run RUN_ID", 2)
     try:
-        params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor)
+        params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor,
+                                 min_occurrences=min_occurrences)
         table = (load_kineto_traces(traces, max_bytes=max_trace_mib << 20) if traces  # type: ignore[arg-type]
                  else load_run_samples(run, db))  # type: ignore[arg-type]
         report = detect_stragglers(table, params)

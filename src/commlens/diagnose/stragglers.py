@@ -55,12 +55,15 @@ class StragglerParams:
     late_threshold_s: float = 1e-3  # a rank's median lateness above the ranks' typical lateness by more than this
     slow_factor: float = 1.5  # own time (after the last arrival) above this factor times the ranks' median
     end_spread_s: float = 10e-3  # ends of one synchronizing collective further apart than this: not one collective
+    min_occurrences: int = 2  # a collective seen fewer times is shown as not judged: one late arrival is no pattern
 
     def __post_init__(self) -> None:
         if self.late_threshold_s <= 0:
             raise ValueError(f"late_threshold_s must be > 0, got {self.late_threshold_s}")
         if self.slow_factor <= 1:
             raise ValueError(f"slow_factor must be > 1, got {self.slow_factor}")
+        if self.min_occurrences < 1:
+            raise ValueError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
         if self.end_spread_s <= 0:
             raise ValueError(f"end_spread_s must be > 0, got {self.end_spread_s}")
 
@@ -261,7 +264,8 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
     6. A rank is a *late arriver* for a collective when its median lateness
        exceeds the median over ranks of those medians by more than
        ``late_threshold_s``: late in at least half of the occurrences, so
-       persistently, not once.
+       persistently, not once. A collective seen fewer than
+       ``min_occurrences`` times is not judged.
     7. A rank is *slow within* a collective when its median own time exceeds
        ``slow_factor`` times the median over ranks of median own times and
        the excess is above ``late_threshold_s``.
@@ -291,8 +295,9 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
                 continue
             occurrences.append((starts, ends))
         n_collectives += len(occurrences)
-        judged_late = bool(occurrences) and (method != "durations" or sync)
-        judge_own = bool(occurrences) and method == "shared_clock" and sync
+        enough = len(occurrences) >= params.min_occurrences
+        judged_late = enough and (method != "durations" or sync)
+        judge_own = enough and method == "shared_clock" and sync
         if method == "durations":
             lateness = [[max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)]
                         for st, en in occurrences]
