@@ -193,6 +193,7 @@ def test_killed_highest_rank_is_named_from_pg_config_alone() -> None:
     assert [d.dump_reason.split(":")[0] for d in read_dump_dir(DATA / "hang_killed_last").dumps] == \
         ["uncaught RuntimeError", "signal SIGTERM", "uncaught RuntimeError"]
     result = _cli(str(DATA / "hang_killed_last"))
-    assert result.exit_code == 1 and result.output.splitlines()[0] == "# 3 dumps (gloo, version 2.10), ranks 0,1,2 of 0-3"
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == "# 3 dumps (gloo, version 2.10), ranks 0,1,2 of 0-3"
     assert "suspect: rank 3, no dump: the pg_config of group 0 (default_pg) lists it (3 of 3 dumps); its peers in " \
            "group 0 reached collective 7 (all_reduce, scheduled on rank 0)" in result.output

@@ -1,4 +1,4 @@
-"""Record Flight Recorder dumps of a gloo job whose highest rank is killed (fixture tests/data/hang_killed_last).
+"""Record Flight Recorder dumps of a gloo job whose highest rank is killed (tests/data/hang_killed_last).
 
     torchrun --standalone --nproc-per-node 4 tests/scenarios/fr_killed.py --out tests/data/hang_killed_last
 

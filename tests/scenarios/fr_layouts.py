@@ -28,8 +28,8 @@ def _frames(script: str, line: int, op: str = "all_reduce") -> list[dict[str, An
             {"name": "<module>", "filename": script, "line": line}]
 
 
-def entry_v2(record_id: int, seq: int, op: str, sizes: list[list[int]], state: str, *, pg: tuple[str, str] = ("0", "default_pg"),
-             pg_id: int = 0, p2p_seq: int = 0, dtype: str = "Float", script: str = "crash.py", line: int = 44,
+def entry_v2(record_id: int, seq: int, op: str, sizes: list[list[int]], state: str, *,
+             pg: tuple[str, str] = ("0", "default_pg"), pg_id: int = 0, p2p_seq: int = 0, dtype: str = "Float", script: str = "crash.py", line: int = 44,
              p2p: bool = False, json_form: bool = False) -> dict[str, Any]:
     """An entry as getCollectiveTrace (pickle) / get_dump_json (JSON) write it, layouts 2.3 to 2.9."""
     created = T0_NS + record_id * STEP_NS

@@ -52,7 +52,8 @@ def _span(ranks: tuple[int, ...]) -> str:
 def _print_hang(report: HangReport) -> None:
     from commlens.diagnose.hang import describe_missing
 
-    print(f"# {len(report.ranks)} dump{'' if len(report.ranks) == 1 else 's'} ({report.backend or 'unknown backend'}, version "
+    dumps = f"{len(report.ranks)} dump{'' if len(report.ranks) == 1 else 's'}"
+    print(f"# {dumps} ({report.backend or 'unknown backend'}, version "
           f"{','.join(report.versions)}), ranks {','.join(map(str, report.ranks))} of {_span(report.expected_ranks)}")
     for note in report.notes:
         print(f"# {note}")

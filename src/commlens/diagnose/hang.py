@@ -215,7 +215,8 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
                     kind = "dtype_mismatch"
                 else:
                     continue
-                majority, culprit_ranks = leaders[0], [r for sig, rs in buckets.items() if sig != leaders[0] for r in rs]
+                majority = leaders[0]
+                culprit_ranks = [r for sig, rs in buckets.items() if sig != majority for r in rs]
                 if len(leaders) > 1:
                     extra = [sig for sig in leaders
                              if all(_shifted(sigs[r], sigs[o], seq) for r in buckets[sig]
