@@ -25,8 +25,9 @@ def hang(
 ) -> None:
     """Name the suspects: ranks without a dump, then the first collective where ranks diverge.
 
-    Exit 1 when there is a suspect (a missing dump included), 0 when every expected rank dumped and they agree, 2 on
-    bad input. Dumps are untrusted data: pickles are read as plain data only, never as code.
+    Exit 1 when there is a suspect (a missing dump included), 0 when every rank dumped and all agree, 2 on bad input.
+
+    Dumps are untrusted data: pickles are read as plain data only, never as code.
     """
     from commlens.diagnose.hang import DumpError, diagnose_hang
 
