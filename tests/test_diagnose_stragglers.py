@@ -261,7 +261,8 @@ def test_negative_own_time_is_a_reading_error(tmp_path: Path) -> None:
             span = next(e for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce")
             span["dur"] = 1.0
     paths = _rewrite(TRACES, tmp_path, early_end)
-    with pytest.raises(StragglerError, match=r"gloo:all_reduce #4: rank 0 ends 20115.5 µs before the last rank arrived"):
+    with pytest.raises(StragglerError,
+                       match=r"gloo:all_reduce #4: rank 0 ends 20115.5 µs before the last rank arrived"):
         detect_stragglers(load_kineto_traces(paths))
     result = CliRunner().invoke(app, ["diagnose", "stragglers", *map(str, paths)], catch_exceptions=False)
     assert result.exit_code == 2 and "reading error" in result.stderr and "error: " in result.stderr

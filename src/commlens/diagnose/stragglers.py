@@ -304,28 +304,28 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         else:
             lateness = [[s - min(st) for s in st] for st, _ in occurrences]
         own = [[e - max(st) for e in en] for st, en in occurrences]
-        late_p50 = [statistics.median(occ[j] for occ in lateness) if judged_late else None
-                    for j in range(len(ranks))]
-        own_p50 = [statistics.median(occ[j] for occ in own) if judge_own else None for j in range(len(ranks))]
-        last = [max(range(len(ranks)), key=lambda j, occ=occ: occ[j]) for occ in lateness]
-        typical_late = statistics.median(late_p50) if judged_late else 0.0  # type: ignore[type-var]
-        typical_own = statistics.median(own_p50) if judge_own else 0.0  # type: ignore[type-var]
+        n_ranks = len(ranks)
+        late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(n_ranks)] if judged_late else []
+        own_p50 = [statistics.median(occ[j] for occ in own) for j in range(n_ranks)] if judge_own else []
+        last = [max(range(n_ranks), key=lambda j, occ=occ: occ[j]) for occ in lateness]
+        typical_late = statistics.median(late_p50) if late_p50 else 0.0
+        typical_own = statistics.median(own_p50) if own_p50 else 0.0
         for j, rank in enumerate(ranks):
             verdicts = []
-            if late_p50[j] is not None and late_p50[j] - typical_late > params.late_threshold_s:  # type: ignore[operator]
+            if late_p50 and late_p50[j] - typical_late > params.late_threshold_s:
                 verdicts.append("late_arrival")
-                found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))  # type: ignore[operator]
-            if own_p50[j] is not None and own_p50[j] > params.slow_factor * typical_own \
-                    and own_p50[j] - typical_own > params.late_threshold_s:  # type: ignore[operator]
+                found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))
+            if own_p50 and own_p50[j] > params.slow_factor * typical_own \
+                    and own_p50[j] - typical_own > params.late_threshold_s:
                 verdicts.append("slow_within")
-                found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))  # type: ignore[operator]
+                found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))
             rows.append({
                 "op": label, "rank": rank, "host": table.hosts[j], "clock_offset_s": offsets[j],
                 "n": len(occurrences),
-                "lateness_p50_s": late_p50[j],
+                "lateness_p50_s": late_p50[j] if late_p50 else None,
                 "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
                 "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
-                "own_time_p50_s": own_p50[j],
+                "own_time_p50_s": own_p50[j] if own_p50 else None,
                 "verdicts": verdicts if judged_late else ["not judged"],
             })
     return StragglerReport(source=table.source, ranks=ranks, n_collectives=n_collectives,

@@ -279,9 +279,9 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
             rpc.add((e.get("pid"), e.get("tid")), start, end, i)
         elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and "correlation" in args:
             launches[args["correlation"]] = i
-        elif cat == "user_annotation" and _STEP_RE.match(name):
+        elif cat == "user_annotation" and (step_match := _STEP_RE.match(name)):
             start, end = _span(e, path, i)
-            steps.setdefault(e.get("pid"), []).append((start, end, int(_STEP_RE.match(name).group(1))))  # type: ignore[union-attr]
+            steps.setdefault(e.get("pid"), []).append((start, end, int(step_match.group(1))))
     rpc.freeze()
 
     enclosing_cpu = _Enclosing()
