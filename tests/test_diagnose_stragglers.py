@@ -168,6 +168,8 @@ def test_nccl_two_hosts_offsets_estimated_from_kernel_ends() -> None:
     row = _row(report, "nccl:all_reduce", 3)
     assert row["clock_offset_s"] == pytest.approx(2.5, abs=1e-6)
     assert row["lateness_p50_s"] == pytest.approx(2998.0e-6, abs=0.1e-6) and row["last_arrival_fraction"] == 1.0
+    assert row["shortest_fraction"] == 1.0  # started last, ran shortest: HTA's rule agrees with the clock
+    assert _row(report, "nccl:broadcast", 3)["shortest_fraction"] is None
     assert row["own_time_p50_s"] is None  # not judged across clocks
 
 

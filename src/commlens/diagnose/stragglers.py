@@ -259,8 +259,9 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
        ``end[i][r] - max_q start[i][q]``, the time rank ``r`` spent in the
        collective once every rank had arrived.
     5. Per collective and rank: median and 90th percentile of lateness, the
-       fraction of occurrences in which the rank arrived last, the median own
-       time.
+       fraction of occurrences in which the rank arrived last and (for
+       synchronizing collectives) in which its span was the shortest, the
+       median own time.
     6. A rank is a *late arriver* for a collective when its median lateness
        exceeds the median over ranks of those medians by more than
        ``late_threshold_s``: late in at least half of the occurrences, so
@@ -308,6 +309,7 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(n_ranks)] if judged_late else []
         own_p50 = [statistics.median(occ[j] for occ in own) for j in range(n_ranks)] if judge_own else []
         last = [max(range(n_ranks), key=lambda j, occ=occ: occ[j]) for occ in lateness]
+        shortest = [min(range(n_ranks), key=lambda j, st=st, en=en: en[j] - st[j]) for st, en in occurrences]
         typical_late = statistics.median(late_p50) if late_p50 else 0.0
         typical_own = statistics.median(own_p50) if own_p50 else 0.0
         for j, rank in enumerate(ranks):
@@ -325,6 +327,9 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
                 "lateness_p50_s": late_p50[j] if late_p50 else None,
                 "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
                 "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
+                # HTA's cross-check for synchronizing collectives: the last to arrive runs shortest
+                "shortest_fraction": sum(1 for x in shortest if x == j) / len(shortest) if judged_late and sync
+                else None,
                 "own_time_p50_s": own_p50[j] if own_p50 else None,
                 "verdicts": verdicts if judged_late else ["not judged"],
             })
