@@ -21,6 +21,7 @@ A collective is matched by identity where the traces carry it, else by order:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from commlens.ingest.kineto import KinetoTrace, TraceCollective
 
@@ -68,20 +69,19 @@ class Matching:
 
 
 def _ranges(values: tuple[int, ...]) -> str:
+    """``(3, 4, 5, 9)`` -> ``"3-5, 9"``."""
     if not values:
         return "none"
-    parts, start, prev = [], values[0], values[0]
-    for v in values[1:] + (None,):  # type: ignore[operator]
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
+    runs: list[list[int]] = [[values[0], values[0]]]
+    for v in values[1:]:
+        if v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _labeler(traces: list[KinetoTrace]):  # type: ignore[no-untyped-def]
+def _labeler(traces: list[KinetoTrace]) -> Callable[[TraceCollective], str]:
     groups = {c.group for t in traces for c in t.collectives}
     if len(groups) <= 1:
         return lambda c: c.name
