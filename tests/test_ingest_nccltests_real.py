@@ -254,3 +254,33 @@ def test_cli_op_resolves_an_ambiguous_log_and_ambiguity_exits_2(tmp_path: Path) 
     assert {m["op"] for m in doc["run"]["measurements"]} == {"all_reduce"}
     bad = commlens("ingest", str(NO_OP), "--db", str(db), "--op", "allsum")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --op: unknown op 'allsum'")
+
+
+def test_rccl_tests_in_place_only_table(tmp_path: Path) -> None:
+    """rccl-tests -O 0 prints the in-place half only (ROCm/rccl-tests ``src/common.cu`` print_header)."""
+    out = []
+    busbw = []
+    for line in RCCL.read_text().splitlines():
+        if "out-of-place" in line:
+            line = "# %10s  %12s  %8s  %6s  %6s           in-place          " % ("", "", "", "", "")
+        elif line.startswith("#       size"):
+            line = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s" % (
+                "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
+        elif line.startswith("#        (B)"):
+            line = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s" % (
+                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+        elif line[:12].strip().isdigit():
+            tokens = line.split()
+            line = "%12s  %12s  %8s  %6s  %6s" % tuple(tokens[:5]) + "  %7s  %6s  %6s  %5s" % tuple(tokens[9:13])
+            busbw.append(float(tokens[11]))
+        elif "Avg bus bandwidth" in line:
+            line = "# Avg bus bandwidth    : %g " % (sum(busbw) / len(busbw))
+        out.append(line)
+    path = tmp_path / "inplace.log"
+    path.write_text("\n".join(out) + "\n")
+    run = _load(path)
+    assert len(run.measurements) == 8 and all(m.in_place for m in run.measurements)
+    assert run.config["runs"][0]["in_place_only"] is True and run.config["runs"][0]["op"] == "all_reduce"
+    first = run.measurements[0]
+    assert first.stats.mean_s == pytest.approx(94.94e-6) and first.busbw_bytes_per_s / 1e9 == pytest.approx(
+        154.63, abs=0.01)

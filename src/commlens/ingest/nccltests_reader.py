@@ -93,10 +93,18 @@ class Layout:
     half: tuple[str, ...]  # time, algbw, busbw, #wrong|error [, i_min, i_max, i_p99, i_cv%]
     stamp_tokens: int  # 2 with the -T timestamp column ("YYYY-MM-DD HH:MM:SS")
     cputime: bool = False
+    # The halves a row prints, as in_place flags: both, or in place only (rccl-tests -O 0).
+    placements: tuple[bool, ...] = (False, True)
     ntokens: int = field(init=False)  # tokens in a whole row
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ntokens", len(self.left) + 2 * len(self.half) + self.stamp_tokens)
+        object.__setattr__(self, "ntokens",
+                           len(self.left) + len(self.placements) * len(self.half) + self.stamp_tokens)
+
+    def half_tokens(self, tokens: list[str], in_place: bool) -> list[str]:
+        """The columns of one placement's half of a row."""
+        start = len(self.left) + self.placements.index(in_place) * len(self.half)
+        return tokens[start: start + len(self.half)]
 
     @property
     def per_iter(self) -> bool:
@@ -110,17 +118,23 @@ MODERN_PER_ITER_LAYOUT = Layout(_LEFT_COLUMNS, ("time", "algbw", "busbw", "#wron
 def _layout_from_header(tokens: list[str]) -> Layout | None:
     """The layout named by a column header's tokens (without the ``#``), or None if it is not one."""
     times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
-    if len(times) < 2:
+    if not times or len(times) > 2:
         return None
     left = tuple(tokens[: times[0]])
-    half = tuple(tokens[times[0]: times[1]])
-    rest = tokens[times[1] + len(half):]
+    if len(times) == 2:
+        half = tuple(tokens[times[0]: times[1]])
+        placements: tuple[bool, ...] = (False, True)
+        if tuple(tokens[times[1]: times[1] + len(half)]) != half:
+            return None
+    else:  # rccl-tests -O 0: the in-place half only
+        half = tuple(t for t in tokens[times[0]:] if t != "timestamp")
+        placements = (True,)
+    rest = tokens[times[-1] + len(half):]
     if (left[:3] != ("size", "count", "type") or not set(left) <= set(_LEFT_COLUMNS)
             or half[1:3] != _HALF_BASE or len(half) < 4 or half[3] not in ("#wrong", "error")
-            or half[4:] not in ((), PER_ITER_COLUMNS) or tuple(tokens[times[1]: times[1] + len(half)]) != half
-            or rest not in ([], ["timestamp"])):
+            or half[4:] not in ((), PER_ITER_COLUMNS) or rest not in ([], ["timestamp"])):
         return None
-    return Layout(left, half, 2 if rest else 0, cputime=half[0] == "cputime")
+    return Layout(left, half, 2 if rest else 0, cputime=half[0] == "cputime", placements=placements)
 
 
 @dataclass

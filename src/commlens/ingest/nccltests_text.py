@@ -133,7 +133,6 @@ class _Table:
 def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check: BusbwCheck) -> _Table:
     layout = seg.layout or MODERN_LAYOUT
     left = {name: i for i, name in enumerate(layout.left)}
-    half_width = len(layout.half)
     iters = int(seg.settings.get("iters", 0))
     factor = spec.busbw_factor(world)
     has_wrong_count = layout.half[3] == "#wrong"
@@ -161,9 +160,8 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         problem = check_size(spec, size, count, dt[1], world)
         if problem:
             raise source.error(lineno, problem)
-        base = len(layout.left)
-        for in_place in (False, True):
-            h = tokens[base + (half_width if in_place else 0): base + (2 * half_width if in_place else half_width)]
+        for in_place in layout.placements:
+            h = layout.half_tokens(tokens, in_place)
             time_s = table_number(source, lineno, layout.half[0], h[0]) * 1e-6
             busbw = table_number(source, lineno, "busbw", h[2])
             printed.append(RowEvidence(lineno, size, count, dt[1], None, None,
@@ -211,6 +209,8 @@ def _segment_config(seg: Segment, spec: OpSpec, how: str) -> dict[str, Any]:
     layout = seg.layout or MODERN_LAYOUT
     cfg: dict[str, Any] = {"op": spec.name, "op_from": how, "line": seg.first_line, **seg.settings}
     cfg.update(per_iter_timing=layout.per_iter, cputime=layout.cputime, rows=len(seg.rows), complete=seg.footer)
+    if layout.placements == (True,):
+        cfg["in_place_only"] = True  # rccl-tests -O 0
     if seg.tests_version:
         cfg["nccl_tests_version"] = seg.tests_version
     if seg.op_mention is not None:
@@ -384,8 +384,7 @@ def _check_footer(source: Source, seg: Segment, spec: OpSpec, notes: list[str]) 
     if seg.avg_busbw is None:
         return
     layout = seg.layout or MODERN_LAYOUT
-    base, width = len(layout.left), len(layout.half)
-    printed = [float(tokens[base + off + 2]) for _, tokens in seg.rows for off in (0, width)]
+    printed = [float(layout.half_tokens(tokens, p)[2]) for _, tokens in seg.rows for p in layout.placements]
     mean = sum(printed) / len(printed)
     footer, line = seg.avg_busbw
     if abs(mean - footer) > 0.01 + 1e-3 * abs(footer):
