@@ -284,3 +284,15 @@ def test_rccl_tests_in_place_only_table(tmp_path: Path) -> None:
     first = run.measurements[0]
     assert first.stats.mean_s == pytest.approx(94.94e-6) and first.busbw_bytes_per_s / 1e9 == pytest.approx(
         154.63, abs=0.01)
+
+
+def test_nccl_tests_json_with_out_of_bounds_is_check_failed(tmp_path: Path) -> None:
+    """The -J file's ``out_of_bounds {count, okay}`` is the text footer's count: a failed check there too."""
+    source = DATA / "h100-8gpu-all_reduce-I.json"
+    path = tmp_path / "failed.json"
+    path.write_text(source.read_text().replace('"out_of_bounds":{"count":0,"okay":"true"}',
+                                               '"out_of_bounds":{"count":5,"okay":"false"}'))
+    run = _load(path)
+    assert run.status == "check_failed"
+    assert "results check failed: out_of_bounds count 5; the run is stored with status check_failed" in run.notes
+    assert _load(source).status == "complete"
