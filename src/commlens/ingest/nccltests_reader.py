@@ -34,6 +34,7 @@ from typing import Any
 
 from commlens.ingest.base import Source
 from commlens.ingest.nccltests_common import RankInfo, op_from_program
+from commlens.ingest.nccltests_op import NCCL_COLL_OPS
 
 __all__ = ["Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER_COLUMNS", "table_number"]
 
@@ -242,7 +243,7 @@ class LogReader:
             record = _NCCL_LOG_RE.search(line)
             if record:
                 coll = _NCCL_COLL_RE.search(line, record.start())
-                if coll:
+                if coll and coll.group(1) in NCCL_COLL_OPS:  # only names that say something about the op
                     seg = self.seg
                     colls = seg.nccl_colls if seg is not None and not seg.footer else self.colls
                     colls.setdefault(coll.group(1), lineno)

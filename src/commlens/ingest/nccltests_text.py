@@ -191,7 +191,7 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         shown = ", ".join(f"'{r}'" for r in printed_redops)
         notes.append(f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
                      f"sum by default, though it does not reduce): stored as 'none'")
-        config["printed_redop"] = list(printed_redops)
+        config["printed_redop"] = list(printed_redops)[:8]
     if spec.reduces and i_redop is None:
         notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
     if spec.name in OLD_ALGBW_OPS and world > 1:
