@@ -1,4 +1,4 @@
-"""commlens ingest FILE...: read nccl-tests, PARAM and commlens outputs into the store."""
+"""commlens ingest FILE...: read nccl-tests/rccl-tests, PARAM and commlens outputs into the store."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def ingest_cmd(
         None, "--time", help="ISO date/time placing the files in history (their started_at); default: the file's "
                              "own start time, else its modification time"),
     fmt: str = typer.Option("auto", "--format", help="auto, nccl-tests, nccl-tests-json, param or commlens"),
-    op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it"),
+    op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"),
     db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
 ) -> None:
