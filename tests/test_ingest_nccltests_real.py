@@ -296,3 +296,17 @@ def test_nccl_tests_json_with_out_of_bounds_is_check_failed(tmp_path: Path) -> N
     assert run.status == "check_failed"
     assert "results check failed: out_of_bounds count 5; the run is stored with status check_failed" in run.notes
     assert _load(source).status == "complete"
+
+
+def test_old_all_gather_named_by_its_command_line_is_normalised_alike(tmp_path: Path) -> None:
+    path = tmp_path / "named.log"
+    path.write_text("all_gather_perf -g 8 -b 4294967296 -e 4294967296 -n 100\n" + OLD_ALL_GATHER.read_text())
+    run = _load(path)
+    (cfg,) = run.config["runs"]
+    assert cfg["op_from"] == "binary named at line 1" and cfg["printed_algbw_gbps"] == [129.05, 128.84]
+    assert run.measurements == _load(OLD_ALL_GATHER).measurements
+    # Told it is a reduce_scatter (same size rule, same old ratio), the table has no redop column to say otherwise:
+    # --op wins; the reduction is nccl-tests' default, noted.
+    told = _load(OLD_ALL_GATHER, op="reduce_scatter")
+    assert {m.redop for m in told.measurements} == {"sum"}
+    assert any("no redop column: stored as 'sum'" in n for n in told.notes)
