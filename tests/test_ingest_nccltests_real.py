@@ -310,3 +310,13 @@ def test_old_all_gather_named_by_its_command_line_is_normalised_alike(tmp_path: 
     told = _load(OLD_ALL_GATHER, op="reduce_scatter")
     assert {m.redop for m in told.measurements} == {"sum"}
     assert any("no redop column: stored as 'sum'" in n for n in told.notes)
+
+
+def test_wrong_rows_in_a_table_cut_before_its_footer_still_fail_the_check(tmp_path: Path) -> None:
+    path = tmp_path / "cut.log"
+    path.write_text("".join(THREE_OPS.read_text().splitlines(True)[:69]))  # up to the last sendrecv row
+    run = _load(path)
+    assert run.status == "check_failed"  # wrong results outrank a missing footer
+    assert ("results check failed: the sendrecv table (line 66) has rows with wrong results: 1048576 B "
+            "out-of-place (3 wrong); the run is stored with status check_failed") in run.notes
+    assert any("stops after 4 rows without its footer" in n for n in run.notes)

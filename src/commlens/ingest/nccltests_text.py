@@ -348,15 +348,14 @@ def _failed_check(seg: Segment, spec: OpSpec, rows: list[Measurement]) -> str | 
     wrong = [m for m in rows if m.nwrong]
     if not seg.oob_failed and not wrong:
         return None
-    what = f"'Out of bounds values : {seg.oob} FAILED'" if seg.oob_failed else "no footer count"
-    where = ""
+    parts = [f"reports 'Out of bounds values : {seg.oob} FAILED'"] if seg.oob_failed else []
     if wrong:
         shown = ", ".join(f"{m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)"
                           for m in wrong[:4])
-        where = f"; rows with wrong results: {shown}{' ...' if len(wrong) > 4 else ''}"
+        parts.append(f"{'' if parts else 'has '}rows with wrong results: {shown}{' ...' if len(wrong) > 4 else ''}")
     elif (seg.layout or MODERN_LAYOUT).half[3] == "error":
-        where = "; the pre-2.13 'error' column does not say which rows"
-    return (f"results check failed: the {spec.name} table (line {seg.rows[0][0]}) reports {what}{where}; "
+        parts.append("the pre-2.13 'error' column does not say which rows")
+    return (f"results check failed: the {spec.name} table (line {seg.rows[0][0]}) {'; '.join(parts)}; "
             f"the run is stored with status check_failed")
 
 
