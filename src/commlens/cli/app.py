@@ -6,8 +6,10 @@ input) or 1 (a failed check); nothing else in commlens prints to the user.
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import typer
 
@@ -23,6 +25,15 @@ app = typer.Typer(
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def emit(report: Any, as_json: bool, print_text: Callable[[Any], None], code: int) -> NoReturn:
+    """Print a report (``report.to_json()`` with ``--json``, else ``print_text(report)``), then exit ``code``."""
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print_text(report)
     raise typer.Exit(code)
 
 

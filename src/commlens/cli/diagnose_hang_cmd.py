@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from commlens.cli.app import fail
+from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
 
 if TYPE_CHECKING:
@@ -35,11 +35,7 @@ def hang(
         report = diagnose_hang(dump_dir, prefix=prefix, max_bytes=max_dump_mib * 1024 * 1024)
     except DumpError as e:
         fail(str(e), 2)
-    if as_json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        _print_hang(report)
-    raise typer.Exit(0 if report.consistent else 1)
+    emit(report, as_json, _print_hang, 0 if report.consistent else 1)
 
 
 _MAX_SHOWN = 3

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from commlens.cli.app import fail
+from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
 
 if TYPE_CHECKING:
@@ -55,11 +54,7 @@ def stragglers(
         report = detect_stragglers(table, params)
     except (StragglerError, StoreError, ValueError) as e:
         fail(str(e), 2)
-    if as_json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        _print_stragglers(report)
-    raise typer.Exit(1 if report.stragglers else 0)
+    emit(report, as_json, _print_stragglers, 1 if report.stragglers else 0)
 
 
 def _us(v: float | None) -> str:
