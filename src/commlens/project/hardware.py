@@ -22,9 +22,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from commlens.project.errors import ProjectionError
+from commlens.specdata import DuplicateKeyError, load_yaml, refuse_bool_numbers
 
 __all__ = ["ACCELERATORS_ENV", "ACCELERATORS_FORMAT", "AcceleratorsFileError", "Device", "GemmShape",
            "active_devices", "device_for", "known_devices", "load_accelerators_file"]
@@ -40,7 +41,7 @@ class AcceleratorsFileError(ProjectionError):
 class GemmShape(BaseModel):
     """Calibrated shape terms of the GEMM curve (:mod:`commlens.project.compute`); absent: its defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     k_overhead: float = Field(ge=0, le=4096, description="elements of K a tile spends in prologue and epilogue")
     tiles: tuple[tuple[int, int, float], ...] = Field(
@@ -59,7 +60,12 @@ class GemmShape(BaseModel):
 class Device(BaseModel):
     """One accelerator's compute figures."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
     name: str = Field(description="the topology's accelerator.name")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s per GEMM precision (bf16, fp8)")
@@ -126,8 +132,9 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
                                             f"every field)") from None
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
+            msg = first["msg"].removeprefix("Value error, ")
             more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-            raise AcceleratorsFileError(f"{where}.{loc}: {first['msg']}{more}") from None
+            raise AcceleratorsFileError(f"{where}.{loc}: {msg}{more}" if loc else f"{where}.{msg}{more}") from None
     return out
 
 
@@ -135,19 +142,19 @@ def _read_yaml(path: Path, source: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        return load_yaml(path.read_text())
     except OSError as e:
         raise AcceleratorsFileError(f"{source}: cannot read: {e.strerror or e}") from None
+    except DuplicateKeyError as e:
+        raise AcceleratorsFileError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         raise AcceleratorsFileError(f"{source}: not valid YAML: {e}") from None
 
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, Device]:
-    import yaml
-
     text = (resources.files("commlens.project") / "accelerators.yaml").read_text()
-    return _entries(yaml.safe_load(text), "accelerators.yaml", {})
+    return _entries(load_yaml(text), "accelerators.yaml", {})
 
 
 def load_accelerators_file(path: str | Path, base: Mapping[str, Device] | None = None) -> dict[str, Device]:

@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from commlens.specdata import DuplicateKeyError, load_yaml
 from commlens.topology.spec import Topology, TopologyError, topology_from_dict
 
 __all__ = ["dump_topology", "list_presets", "load_topology", "preset_path", "topology_to_dict"]
@@ -62,8 +63,8 @@ def _load_file(path: Path, _mtime_ns: int) -> Topology:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = load_yaml(path.read_text())
+    except (OSError, yaml.YAMLError, DuplicateKeyError) as e:
         raise TopologyError(f"{path.name}: cannot read topology: {e}") from None
     return topology_from_dict(data, source=path.name)
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from commlens.specdata import refuse_bool_numbers
+
 __all__ = [
     "FORMAT",
     "Accelerator",
@@ -40,7 +42,13 @@ class TopologyError(ValueError):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan=False: a rate of .inf or .nan would pass gt=0 (or disable a check) and poison every estimate
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
 
 def _origin(value: str) -> str:

@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from commlens.specdata import DuplicateKeyError, load_yaml
 from commlens.topology.loader import preset_file, preset_names
 from commlens.workload.spec import Workload, WorkloadError, workload_from_dict
 
@@ -33,8 +34,8 @@ def _read(path: Path, _mtime_ns: int) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = load_yaml(path.read_text())
+    except (OSError, yaml.YAMLError, DuplicateKeyError) as e:
         raise WorkloadError(f"{path.name}: cannot read workload: {e}") from None
     if not isinstance(data, dict):
         raise WorkloadError(f"{path.name}: expected a mapping of workload fields")

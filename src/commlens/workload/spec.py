@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from commlens.specdata import refuse_bool_numbers
+
 __all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
 
 FORMAT = "commlens.workload/1"
@@ -24,7 +26,13 @@ class WorkloadError(ValueError):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan=False: a capacity factor of .nan or .inf would pass gt=0 and poison the projection
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
 
 class Moe(_Spec):

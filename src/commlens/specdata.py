@@ -1,0 +1,102 @@
+"""Spec files as untrusted data: YAML without repeated keys, numbers that are numbers.
+
+Shared by every loader of hand-written specs (topologies, workloads, accelerators, sweeps). It imports
+nothing of commlens, so ``topology`` and ``cluster`` (which may import nothing of commlens either) can use it,
+as every stage uses ``ops``.
+
+- :func:`load_yaml` is ``yaml.safe_load`` (plain data only, no ``!!python`` tags) whose mappings refuse a
+  key given twice: YAML keeps the last one silently, so a figure edited in one place and left in another
+  would be read from whichever comes last.
+- :func:`refuse_bool_numbers` turns away ``gpus: true`` where a number is expected: pydantic's lax mode
+  reads ``true`` as 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from typing import Any
+
+__all__ = ["DuplicateKeyError", "load_yaml", "refuse_bool_numbers"]
+
+_SHOWN_KEY_CHARS = 60
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping in a YAML document gives the same key twice; the message names the key and both lines."""
+
+
+@functools.cache
+def _loader() -> type:
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """``yaml.SafeLoader`` whose mappings refuse a repeated key (merge keys ``<<`` may still override)."""
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            if isinstance(node, yaml.MappingNode):
+                first_line: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        seen = first_line.get(key)
+                    except TypeError:  # an unhashable key: the base constructor says so
+                        break
+                    line = key_node.start_mark.line + 1
+                    if seen is not None:
+                        shown = repr(key)
+                        if len(shown) > _SHOWN_KEY_CHARS:
+                            shown = shown[:_SHOWN_KEY_CHARS] + "..."
+                        raise DuplicateKeyError(f"duplicate key {shown} on line {line} (first on line {seen})")
+                    first_line[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def load_yaml(text: str) -> Any:
+    """Plain data from YAML ``text`` as ``yaml.safe_load`` reads it, but a repeated mapping key raises
+    :class:`DuplicateKeyError`; malformed YAML raises ``yaml.YAMLError`` as usual."""
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def _wants_number(annotation: Any) -> bool:
+    """The field takes an int or float and not a bool (``int``, ``float | None``)."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) is typing.Literal:  # zero: Literal[0, 1, 2, 3]
+        args = typing.get_args(annotation)
+        return bool(args) and all(type(a) in (int, float) for a in args)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        return bool not in args and any(a in (int, float) for a in args)
+    return False
+
+
+def _number_values(annotation: Any) -> bool:
+    """The field is a mapping to numbers (``dict[str, float]``)."""
+    if typing.get_origin(annotation) is dict:
+        args = typing.get_args(annotation)
+        return len(args) == 2 and _wants_number(args[1])
+    return False
+
+
+def refuse_bool_numbers(model: Any, data: Any) -> Any:
+    """For a pydantic ``model_validator(mode="before")``: a ValueError naming the first field of ``model``
+    that expects a number and is given ``true``/``false``; ``data`` unchanged otherwise."""
+    if not isinstance(data, dict):
+        return data
+    for name, info in model.model_fields.items():
+        value = data.get(name)
+        if isinstance(value, bool) and _wants_number(info.annotation):
+            raise ValueError(f"{name}: expected a number, got {value!r}")
+        if isinstance(value, dict) and _number_values(info.annotation):
+            for key, item in value.items():
+                if isinstance(item, bool):
+                    raise ValueError(f"{name}.{key}: expected a number, got {item!r}")
+    return data
