@@ -17,7 +17,8 @@ from commlens.cli.app import app, fail
 def ingest_cmd(
     files: List[Path] = typer.Argument(..., metavar="FILE",
                                        help="nccl-tests logs or -J files, PARAM output, commlens run JSON "
-                                            "(one run, or a list as `commlens export` writes)"),
+                                            "(one run, or a list as `commlens export` writes); - reads "
+                                            "standard input"),
     tag: Optional[str] = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
     revision: Optional[str] = typer.Option(None, help="the code revision the runs measured"),
     time: Optional[str] = typer.Option(
@@ -27,15 +28,21 @@ def ingest_cmd(
     op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"),
     db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
+    max_input_mib: float = typer.Option(256.0, "--max-input-mib",
+                                        help="refuse a file (or pipe) larger than this, unread further"),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
-    from commlens.ingest import FORMATS, IngestError, IngestWarning, detect_format, load_runs, parse_time
-    from commlens.ingest.commlens_json import is_run_list, load_run_list
+    from commlens.ingest import FORMATS, IngestError, IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError
 
     if fmt != "auto" and fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
+    if not max_input_mib > 0 or max_input_mib == float("inf"):  # also refuses NaN
+        fail(f"--max-input-mib {max_input_mib}: expected a number of MiB > 0")
+    max_input_bytes = int(max_input_mib * 2**20)
+    if sum(str(path) == "-" for path in files) > 1:
+        fail("- (standard input) can be given only once")
     started_at = None
     if time is not None:
         try:
@@ -59,13 +66,11 @@ def ingest_cmd(
         for path in files:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", IngestWarning)
-                try:
-                    if fmt in ("auto", "commlens") and is_run_list(path):  # `commlens export --format json`
-                        used = "commlens"
-                        runs = load_run_list(path, tag=tag, revision=revision, started_at=started_at)
-                    else:
-                        used = fmt if fmt != "auto" else detect_format(path)
-                        runs = load_runs(path, tag=tag, revision=revision, time=time, fmt=used, op=op)
+                try:  # read once (a pipe can be read only once): detected, parsed and hashed from memory
+                    source = read_source(path, max_bytes=max_input_bytes)
+                    used, runs = load_source_runs(source, tag=tag, revision=revision, started_at=started_at,
+                                                  fmt=fmt, op=op)
+                    del source
                 except (IngestError, ValueError) as e:
                     print(f"error: {e}", file=sys.stderr)
                     failed += 1
@@ -75,9 +80,7 @@ def ingest_cmd(
                         if issubclass(w.category, IngestWarning):
                             print(f"warning: {w.message}", file=sys.stderr)
             try:
-                # A file ingested before has the same content-derived run ids (a commlens run keeps its own).
-                stored = {s.run_id for s in store.list_runs(run_ids=[run.run_id for run in runs], limit=None)}
-                store.save_runs([run for run in runs if run.run_id not in stored])
+                stored = _save_new(store, runs)
             except StoreError as e:
                 print(f"error: {path}: {e}", file=sys.stderr)
                 failed += 1
@@ -99,6 +102,27 @@ def ingest_cmd(
         print(json.dumps(ingested, indent=1))
     if failed:
         raise typer.Exit(2)
+
+
+def _save_new(store: Any, runs: list[Any]) -> set[str]:
+    """Save the runs not yet stored; returns the ids that were already there (not saved again).
+
+    A file ingested before has the same content-derived run ids (a commlens run keeps its own). Another
+    process ingesting the same file at the same time may save them between our check and our insert:
+    then the save fails, and the runs, found stored on a second look, are reported as already stored.
+    """
+    from commlens.store import StoreError
+
+    ids = [run.run_id for run in runs]
+    stored = {s.run_id for s in store.list_runs(run_ids=ids, limit=None)}
+    try:
+        store.save_runs([run for run in runs if run.run_id not in stored])
+    except StoreError:
+        now = {s.run_id for s in store.list_runs(run_ids=ids, limit=None)}
+        if now != set(ids):
+            raise
+        return now  # every run is there: saved by the other process, with the same content
+    return stored
 
 
 def _summary(path: Path, fmt: str, run: Any) -> str:

@@ -13,17 +13,50 @@ import hashlib
 import json
 import json.decoder
 import json.scanner
+import os
+import stat
+import sys
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 from commlens.results.records import Measurement, RunStatus, SystemInfo
 
-__all__ = ["IngestError", "IngestWarning", "Source", "ParsedRun", "read_source", "content_run_id", "json_line"]
+__all__ = [
+    "IngestError", "IngestWarning", "Source", "ParsedRun", "read_source", "content_run_id", "json_line", "load_json",
+    "quote", "check_limit", "DEFAULT_MAX_INPUT_BYTES", "MAX_RANKS", "MAX_SIZE_BYTES", "MAX_JSON_DEPTH", "STDIN",
+]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
 _MAX_BAD_CHAR_SHARE = 0.01
+# What a file may hold before it is refused, unread further (``commlens ingest --max-input-mib``).
+DEFAULT_MAX_INPUT_BYTES = 256 * 2**20
+_READ_CHUNK_BYTES = 2**20
+# Sane bounds on numbers that size what a parser allocates (a rank list, a sample list) or that a store keeps:
+# no job has a million ranks, no message a petabyte. Beyond them a file is refused, not believed.
+MAX_RANKS = 2**20
+MAX_SIZE_BYTES = 2**50
+# JSON nested deeper than this is not a result file (commlens' own files nest 4 deep).
+MAX_JSON_DEPTH = 64
+# Input shown in an error message is cut to this many characters.
+MAX_QUOTED_CHARS = 200
+# The path that names standard input (``commlens ingest -``).
+STDIN = "-"
+
+
+def quote(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message never repeats a whole hostile input."""
+    text = repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
+    return text if len(text) <= limit else text[:limit] + "...(cut)"
+
+
+def check_limit(what: str, value: int, limit: int) -> str | None:
+    """Why ``value`` is beyond a sane bound for ``what`` (a rank, a size), or None if it is within."""
+    if value >= limit:
+        return f"{what} {quote(value, 40)} is beyond what commlens accepts (< {limit}): a corrupted or hostile file?"
+    return None
 
 
 class IngestError(ValueError):
@@ -45,12 +78,16 @@ class IngestWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Source:
-    """One file's text, split into lines (``\\r\\n`` and ``\\n`` both end a line)."""
+    """One file's text, read once, split into lines (``\\r\\n`` and ``\\n`` both end a line).
+
+    ``mtime_s`` is the file's modification time when it was read (None for a pipe or standard input).
+    """
 
     path: Path
     text: str
+    mtime_s: float | None = None
 
-    @property
+    @cached_property
     def lines(self) -> list[str]:
         lines = self.text.split("\n")
         if lines and lines[-1] == "":
@@ -85,31 +122,93 @@ class ParsedRun:
     revision: str | None = None
 
 
-def read_source(path: str | Path) -> Source:
-    """The file's text; empty and binary files are refused with the line where it goes wrong."""
-    path = Path(path)
+def read_source(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Source:
+    """The file's text, read once (``-`` is standard input); refused beyond ``max_bytes``, empty or binary.
+
+    The read streams a chunk at a time and stops at the cap, so ``/dev/zero`` or an endless pipe costs
+    ``max_bytes`` of memory at most (a NUL byte stops it at once).
+    """
+    is_stdin = str(path) == STDIN
+    shown = Path("<stdin>") if is_stdin else Path(path)
     try:
-        data = path.read_bytes()
+        if is_stdin:
+            data, mtime_s = _read_capped(sys.stdin.buffer, shown, max_bytes), None
+        else:
+            with open(path, "rb") as fp:
+                st = os.fstat(fp.fileno())
+                mtime_s = st.st_mtime if stat.S_ISREG(st.st_mode) else None
+                data = _read_capped(fp, shown, max_bytes)
     except OSError as e:
-        raise IngestError(path, 0, f"cannot read: {e.strerror or e}") from None
+        raise IngestError(shown, 0, f"cannot read: {e.strerror or e}") from None
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16, as a PowerShell redirect writes it
         try:
             data = data.decode("utf-16").encode()
         except UnicodeDecodeError:
-            raise IngestError(path, 1, "binary data (a UTF-16 mark, but not UTF-16 text)") from None
+            raise IngestError(shown, 1, "binary data (a UTF-16 mark, but not UTF-16 text)") from None
     if not data.strip():
-        raise IngestError(path, 1, "empty file: no results to ingest")
+        raise IngestError(shown, 1, "empty file: no results to ingest")
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise IngestError(path, data.count(b"\n", 0, nul) + 1, "binary data (NUL byte): not a text log or JSON file")
+        raise IngestError(shown, data.count(b"\n", 0, nul) + 1, "binary data (NUL byte): not a text log or JSON file")
     text = data.decode("utf-8", errors="replace")
+    del data
     bad = text.count("\ufffd")
     if bad and bad > _MAX_BAD_CHAR_SHARE * len(text):
         first = text.index("\ufffd")
-        raise IngestError(path, text.count("\n", 0, first) + 1, "binary data (not UTF-8 text)")
+        raise IngestError(shown, text.count("\n", 0, first) + 1, "binary data (not UTF-8 text)")
     if text.startswith("\ufeff"):
         text = text[1:]
-    return Source(path, text)
+    return Source(shown, text, mtime_s)
+
+
+def _read_capped(fp: IO[bytes], shown: Path, max_bytes: int) -> bytes:
+    """Up to ``max_bytes`` of ``fp`` a chunk at a time; IngestError beyond the cap or at a NUL byte
+    (in a file that is not UTF-16, whose text has NULs)."""
+    chunks = bytearray()
+    utf16: bool | None = None
+    lines = 0
+    while True:
+        chunk = fp.read(min(_READ_CHUNK_BYTES, max_bytes + 1 - len(chunks)))
+        if not chunk:
+            return bytes(chunks)
+        if utf16 is None:
+            utf16 = chunk.startswith((b"\xff\xfe", b"\xfe\xff"))
+        nul = -1 if utf16 else chunk.find(b"\x00")
+        if nul >= 0:
+            line = lines + chunk.count(b"\n", 0, nul) + 1
+            raise IngestError(shown, line, "binary data (NUL byte): not a text log or JSON file")
+        lines += chunk.count(b"\n")
+        chunks += chunk
+        if len(chunks) > max_bytes:
+            raise IngestError(shown, 0, f"larger than {max_bytes / 2**20:g} MiB, the most ingest reads "
+                                        f"(--max-input-mib): not read further")
+
+
+def load_json(source: Source) -> Any:
+    """The file's JSON document; IngestError for invalid JSON, or JSON nested deeper than MAX_JSON_DEPTH."""
+    try:
+        data = json.loads(source.text)
+    except json.JSONDecodeError as e:
+        raise source.error(e.lineno, f"invalid JSON (column {e.colno}): {e.msg}; a truncated file?") from None
+    except RecursionError:
+        raise source.error(1, f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a result file") from None
+    if _json_depth(data) > MAX_JSON_DEPTH:
+        raise source.error(1, f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a result file")
+    return data
+
+
+def _json_depth(data: Any) -> int:
+    """How deep lists and objects nest in ``data``, walked without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:
+                return depth
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def content_run_id(fmt: str, text: str) -> str:

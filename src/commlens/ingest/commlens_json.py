@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from commlens.ingest.base import ParsedRun, Source, json_line, read_source
-from commlens.ingest.nccltests_json import load_json
+from commlens.ingest.base import ParsedRun, Source, json_line, load_json
 from commlens.results.jsonfmt import FormatError, run_from_dict
 from commlens.results.records import Run
 
@@ -22,7 +20,7 @@ __all__ = ["is_run_list", "load_run_list", "parse_commlens_json"]
 
 # A JSON list that opens with an object (or is empty); a log with ``[1,0]<stdout>:`` prefixes is not one.
 _RUN_LIST_START = re.compile(r"\s*\[\s*[{\]]")
-_HEAD_BYTES = 512
+_HEAD_CHARS = 512
 
 
 def _error_line(source: Source, doc: Any, where: tuple[int, ...] = ()) -> int:
@@ -66,22 +64,13 @@ def parse_commlens_json(source: Source, *, op: str | None = None) -> ParsedRun:
     )
 
 
-def is_run_list(path: str | Path) -> bool:
-    """Whether the file opens as a JSON list of objects, as ``commlens export --format json`` writes.
-
-    Reads only the first bytes; a file that cannot be read is not one (``load_runs`` then says why).
-    """
-    try:
-        with open(path, "rb") as fp:
-            head = fp.read(_HEAD_BYTES)
-    except OSError:
-        return False
-    encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"  # as read_source reads
-    return bool(_RUN_LIST_START.match(head.decode(encoding, errors="replace").lstrip("\ufeff")))
+def is_run_list(source: Source) -> bool:
+    """Whether the text opens as a JSON list of objects, as ``commlens export --format json`` writes."""
+    return bool(_RUN_LIST_START.match(source.text, 0, _HEAD_CHARS))
 
 
 def load_run_list(
-    path: str | Path,
+    source: Source,
     *,
     tag: str | None = None,
     revision: str | None = None,
@@ -94,7 +83,6 @@ def load_run_list(
     (and drops its end time, as for any file); a list of several runs keeps each run's own
     time, and is refused with one. Raises IngestError at the line of what cannot be read.
     """
-    source = read_source(path)
     data = load_json(source)
     if not isinstance(data, list):
         raise source.error(1, "expected a JSON list of commlens runs (as `commlens export --format json` writes)")

@@ -22,12 +22,11 @@ per-iteration ``times`` (µs) and statistics.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from dataclasses import replace
 from typing import Any
 
-from commlens.ingest.base import IngestError, ParsedRun, Source, json_line
+from commlens.ingest.base import IngestError, ParsedRun, Source, json_line, load_json
 from commlens.ingest.nccltests_common import (
     BusbwCheck,
     RankInfo,
@@ -47,13 +46,6 @@ from commlens.results.stats import TimeStats
 __all__ = ["parse_nccl_tests_json", "load_json"]
 
 _NCCL_TESTS_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-
-
-def load_json(source: Source) -> Any:
-    try:
-        return json.loads(source.text)
-    except json.JSONDecodeError as e:
-        raise source.error(e.lineno, f"invalid JSON (column {e.colno}): {e.msg}; a truncated file?") from None
 
 
 class _Doc:
