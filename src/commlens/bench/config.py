@@ -7,6 +7,7 @@ same options, named after nccl-tests' where they mean the same thing.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -15,10 +16,14 @@ from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
 from commlens.results.records import DTYPE_SIZES
 from commlens.results.units import parse_size
 
-__all__ = ["BenchConfig", "ConfigError", "build_parser", "config_from_args", "DTYPES"]
+__all__ = ["BenchConfig", "ConfigError", "MIN_TIMEOUT_S", "backend_problem", "build_parser", "config_from_args",
+           "DTYPES"]
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_SIZES)
 DEVICES = ("cpu", "cuda")
+# Each rank imports torch and joins the process group within --timeout; on a loaded machine that alone takes
+# seconds, so a shorter timeout fails every run at start-up and reads as a hang.
+MIN_TIMEOUT_S = 5.0
 
 
 class ConfigError(ValueError):
@@ -77,8 +82,12 @@ class BenchConfig:
             raise ConfigError("--warmup and --check-iters must be >= 0")
         if not (self.in_place or self.out_of_place):
             raise ConfigError("nothing to run: neither in-place nor out-of-place")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be > 0 seconds")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ConfigError(f"--timeout: must be a finite number of seconds > 0, got {self.timeout_s}")
+        if self.timeout_s < MIN_TIMEOUT_S:
+            raise ConfigError(
+                f"--timeout: {self.timeout_s:g} s is too short for start-up: each rank imports torch and joins the "
+                f"process group within it, which takes seconds; give at least {MIN_TIMEOUT_S:g} s")
         if self.on_unsupported not in ("skip", "fail"):
             raise ConfigError("--on-unsupported must be skip or fail")
         if any(r < 0 for r in self.roots):
@@ -185,6 +194,33 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     return p
 
 
+def backend_problem(backend: str, device: str) -> str | None:
+    """Why ``backend`` cannot start on this host (torch lists ucc, xccl and mpi whether or not it was built with
+    them), or None; imports torch, so it is called once options are parsed, not at import time."""
+    import torch
+    import torch.distributed as dist
+
+    name = backend.lower()
+    registered = sorted({b.lower() for b in dist.Backend.backend_list} - {"undefined", "fake"})
+    if name not in registered:
+        return f"unknown backend {backend!r}; registered: {', '.join(registered)}"
+    if name == "nccl" and not (dist.is_nccl_available() and torch.cuda.is_available()):
+        return "backend nccl needs CUDA GPUs and an NCCL-enabled torch; none here (use --backend gloo)"
+    if name == "mpi" and not dist.is_mpi_available():
+        return "backend mpi is not available: this torch build has no MPI support (use --backend gloo)"
+    try:
+        available = dist.is_backend_available(name)
+    except (ValueError, RuntimeError):
+        available = False
+    if not available:
+        return (f"--backend {name}: registered in torch but not available in this build or on this host "
+                f"(use --backend gloo)")
+    xpu = getattr(torch, "xpu", None)
+    if name == "xccl" and not (xpu is not None and xpu.is_available()):
+        return "--backend xccl: needs Intel XPU devices; none here (use --backend gloo)"
+    return None
+
+
 def config_from_args(ns: argparse.Namespace) -> BenchConfig:
     """Turn parsed options into a validated config; raises ConfigError naming the option."""
     try:
@@ -220,7 +256,7 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
     except ValueError as e:
         raise ConfigError(f"--chunk-bytes: {e}") from None
     placement = ns.placement
-    return BenchConfig(
+    cfg = BenchConfig(
         ops=ops,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
@@ -245,6 +281,10 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
         interleave=ns.interleave,
         extra={"tag": ns.tag, "revision": ns.revision},
     )
+    problem = backend_problem(cfg.backend, cfg.device)
+    if problem is not None:
+        raise ConfigError(problem)
+    return cfg
 
 
 def command_line(argv: list[str]) -> str:
