@@ -3,12 +3,15 @@
 See ``commlens.store.repo`` for the query API and ``docs/store.md`` for the set-up.
 """
 
-from commlens.store.db import StoreError, db_url, default_db_url, make_engine
+from commlens.store.db import DatabaseFault, NoStoreError, StoreError, db_url, default_db_url, make_engine
+from commlens.store.preflight import preflight
 from commlens.store.repo import MeasurementRow, RunSummary, Store
 from commlens.store.schema import SchemaStatus, SchemaUpgrade, schema_status, upgrade_schema
 
 __all__ = [
+    "DatabaseFault",
     "MeasurementRow",
+    "NoStoreError",
     "RunSummary",
     "SchemaStatus",
     "SchemaUpgrade",
@@ -17,6 +20,7 @@ __all__ = [
     "db_url",
     "default_db_url",
     "make_engine",
+    "preflight",
     "schema_status",
     "upgrade_schema",
 ]

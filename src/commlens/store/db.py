@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.engine import URL, ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
 __all__ = [
     "PG_CONNECT_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_MS",
+    "DatabaseFault",
+    "NoStoreError",
     "StoreError",
     "db_url",
     "default_db_url",
     "driver_reason",
     "is_sqlite",
     "make_engine",
+    "map_driver_error",
+    "parse_url",
     "shown_url",
     "sqlite_file_missing",
     "write_engine",
@@ -34,8 +40,26 @@ class StoreError(Exception):
     """A result store operation that cannot be done: bad location, unknown or ambiguous run, duplicate."""
 
 
+class NoStoreError(StoreError):
+    """A read found no result store: the SQLite file is missing, or the database has no commlens tables."""
+
+
+class DatabaseFault(StoreError):
+    """The database refused an operation (read-only, disk full, locked, corrupted, overflow, unreachable).
+
+    Every driver error of an engine made by ``make_engine`` becomes one of these, in one place
+    (``map_driver_error``); ``problem`` says what went wrong in words, with the driver's reason.
+    """
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(f"result store {url}: {problem}")
+        self.url = url
+        self.problem = problem
+
+
 # URL schemes that name PostgreSQL without a driver; commlens talks to it through psycopg 3.
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_BACKENDS = ("sqlite", "postgresql")
 
 
 def db_url(location: str) -> str:
@@ -68,9 +92,13 @@ def make_engine(url: str) -> Engine:
 
     On PostgreSQL: a 10 s connect timeout unless the URL sets one.
     """
+    parsed = parse_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in _BACKENDS:
+        raise StoreError(f"bad database URL {parsed.render_as_string(hide_password=True)!r}: unsupported database {backend!r} "
+                         "(commlens stores runs in SQLite or PostgreSQL)")
     try:
-        parsed = make_url(url)
-        is_sqlite = parsed.get_backend_name() == "sqlite"
+        is_sqlite = backend == "sqlite"
         if is_sqlite:
             database = parsed.database or ""
             if database and database != ":memory:" and not database.startswith("file:"):
@@ -79,24 +107,80 @@ def make_engine(url: str) -> Engine:
         if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         engine = create_engine(url, **kwargs)
-    except (ArgumentError, NoSuchModuleError) as e:
+    except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as e:
         raise StoreError(f"bad database URL {url!r}: {e}") from None
     except OSError as e:
         raise StoreError(f"cannot create the directory for {url!r}: {e}") from None
     if is_sqlite:
         _configure_sqlite(engine)
+    event.listen(engine, "handle_error", _raise_mapped)
     return engine
 
 
-def driver_reason(e: SQLAlchemyError) -> str:
-    """The database driver's own message, first line: what went wrong, without SQLAlchemy's wrapping."""
-    text = str(getattr(e, "orig", None) or e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+# (words, SQLite message fragments, PostgreSQL SQLSTATEs or their class prefixes)
+_PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("the database is read-only (check the file, its directory and the mount, or the role's rights)",
+     ("readonly database", "read-only"), ("25006", "42501")),
+    ("the disk is full", ("disk is full", "disk full"), ("53100",)),
+    ("the store is locked by another process and the wait timed out",
+     ("database is locked", "database table is locked"), ("55P03", "57014")),
+    ("the database is corrupted (see `commlens db status`)",
+     ("malformed", "not a database", "disk i/o error"), ("XX001", "XX002")),
+    ("a number is too large for the store's 64-bit integers", ("too large", "out of range"), ("22003",)),
+    ("cannot reach or open the database", ("unable to open",), ("08",)),
+)
+
+
+def map_driver_error(url: str, error: BaseException) -> DatabaseFault:
+    """The StoreError that says what the database driver's ``error`` means for a user."""
+    orig = getattr(error, "orig", None) or error
+    reason = _first_line(orig)
+    sqlstate = getattr(orig, "sqlstate", None) or ""
+    lowered = reason.lower()
+    if isinstance(orig, OSError) and orig.errno == errno.ENOSPC:
+        lowered += " disk full"
+    for words, fragments, states in _PROBLEMS:
+        if any(f in lowered for f in fragments) or any(sqlstate.startswith(st) for st in states):
+            return DatabaseFault(url, f"{words}: {reason}")
+    return DatabaseFault(url, reason)
+
+
+def _raise_mapped(context: ExceptionContext) -> None:
+    """``handle_error`` hook: driver errors become DatabaseFault; a duplicate key stays IntegrityError
+    (the store reports which run), and Ctrl-C stays what it is."""
+    if isinstance(context.sqlalchemy_exception, IntegrityError) or context.is_disconnect and context.is_pre_ping:
+        return
+    if not isinstance(context.original_exception, Exception):
+        return
+    engine = context.engine
+    url = engine.url.render_as_string(hide_password=True) if engine is not None else "?"
+    raise map_driver_error(url, context.original_exception) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def parse_url(url: str) -> URL:
+    """``url`` parsed; StoreError naming it (password hidden where it parses) when it is malformed."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as e:
+        shown = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+        raise StoreError(f"bad database URL {shown!r}: {e}") from None
+
+
+def driver_reason(e: BaseException) -> str:
+    """What went wrong, first line: a DatabaseFault's problem, else the driver's own message."""
+    if isinstance(e, DatabaseFault):
+        return e.problem
+    return _first_line(getattr(e, "orig", None) or e)
 
 
 def sqlite_file_missing(url: str) -> bool:
     """Whether ``url`` names a SQLite file that does not exist (yet)."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
         return False

@@ -29,12 +29,24 @@ from types import TracebackType
 from typing import Collection, Iterable, Iterator, Sequence
 
 from sqlalchemy import ColumnElement, Connection, Engine, delete, func, insert, select, update
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from commlens.results.records import Run
 from commlens.store.convert import RunRows, is_date, reported_from_json, run_from_model, run_to_rows, to_utc
-from commlens.store.db import StoreError, db_url, default_db_url, driver_reason, make_engine, shown_url, write_engine
+from commlens.store.db import (
+    DatabaseFault,
+    NoStoreError,
+    StoreError,
+    db_url,
+    default_db_url,
+    driver_reason,
+    make_engine,
+    shown_url,
+    sqlite_file_missing,
+    write_engine,
+)
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.schema import check_schema
 
@@ -115,17 +127,21 @@ class Store:
         return shown_url(self.engine)
 
     @classmethod
-    def open(cls, url: str | None = None) -> Store:
+    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
         """Connect to ``url`` (a SQLAlchemy URL or a file path); create the schema in an empty database.
 
+        ``create=False`` is for commands that only read: a missing SQLite file or a database
+        without commlens tables raises NoStoreError, and nothing is created (no file, no table).
         Raises StoreError when the database cannot be reached, or its schema is older
         (run ``commlens db upgrade``) or newer (upgrade commlens) than this commlens.
         """
         url = default_db_url() if url is None else db_url(url)
+        if not create and sqlite_file_missing(url):
+            raise NoStoreError(f"no result store at {make_url(url).database}: nothing stored yet")
         store = cls(make_engine(url))
         try:
-            check_schema(store.engine)
-        except SQLAlchemyError as e:
+            check_schema(store.engine, create=create)
+        except (SQLAlchemyError, DatabaseFault) as e:
             store.close()
             raise StoreError(f"cannot open result store {store.url}: {driver_reason(e)}") from None
         except BaseException:

@@ -29,6 +29,8 @@ from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.store.db import (
+    DatabaseFault,
+    NoStoreError,
     StoreError,
     db_url,
     default_db_url,
@@ -45,7 +47,16 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-__all__ = ["SchemaState", "SchemaStatus", "SchemaUpgrade", "check_schema", "schema_status", "upgrade_schema"]
+__all__ = [
+    "SchemaState",
+    "SchemaStatus",
+    "SchemaUpgrade",
+    "check_schema",
+    "open_engine",
+    "read_status",
+    "schema_status",
+    "upgrade_schema",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -74,8 +85,8 @@ def schema_status(url: str | None = None) -> SchemaStatus:
     url = default_db_url() if url is None else db_url(url)
     if sqlite_file_missing(url):
         return SchemaStatus(url=url, revision=None, head=SCHEMA_REVISION, state="empty", stamped=False, nruns=None)
-    with _engine(url) as engine, _snapshot(engine) as conn:
-        return _read_status(conn, counting=True)
+    with open_engine(url) as engine, _snapshot(engine) as conn:
+        return read_status(conn, counting=True)
 
 
 @dataclass(frozen=True)
@@ -91,20 +102,25 @@ class SchemaUpgrade:
 def upgrade_schema(url: str | None = None) -> SchemaUpgrade:
     """Migrate the store at ``url`` to this commlens' revision, in place and in one transaction."""
     url = default_db_url() if url is None else db_url(url)
-    with _engine(url, doing="upgrade") as engine:
+    with open_engine(url, doing="upgrade") as engine:
         before, after = _upgrade(engine)
         return SchemaUpgrade(url=shown_url(engine), before=before, after=after)
 
 
-def check_schema(engine: Engine) -> None:
-    """Make sure the store is at this commlens' revision: create it if empty, else refuse with advice."""
+def check_schema(engine: Engine, *, create: bool = True) -> None:
+    """Make sure the store is at this commlens' revision: create it if empty, else refuse with advice.
+
+    ``create=False`` (readers): an empty database is refused with NoStoreError, and nothing is written.
+    """
     with _snapshot(engine) as conn:
-        status = _read_status(conn)
+        status = read_status(conn)
     if status.state == "current":
         return
+    if status.state == "empty" and not create:
+        raise NoStoreError(f"no result store at {status.url}: nothing stored yet")
     # Decide under the lock: another process may be creating the schema right now.
     with _exclusive(engine) as conn:
-        status = _read_status(conn)
+        status = read_status(conn)
         if status.state == "empty":
             _create_latest(conn)
             _log.info("created result store schema %s at %s", SCHEMA_REVISION, status.url)
@@ -120,7 +136,7 @@ def check_schema(engine: Engine) -> None:
 
 def _upgrade(engine: Engine) -> tuple[str | None, str]:
     with _exclusive(engine, foreign_keys=False) as conn:
-        status = _read_status(conn)
+        status = read_status(conn)
         if status.state == "newer":
             raise _newer_error(status)
         if status.state == "current":
@@ -135,7 +151,7 @@ def _upgrade(engine: Engine) -> tuple[str | None, str]:
         if not status.stamped:
             MigrationContext.configure(conn).stamp(_script(), _PRE_ALEMBIC_REVISION)
         command.upgrade(_alembic_config(conn), "head")
-        reached = _read_status(conn)
+        reached = read_status(conn)
         if reached.state != "current":  # a migration chain that stops short of SCHEMA_REVISION
             raise StoreError(f"upgrade reached schema {reached.revision}, expected {status.head}")
         if is_sqlite(engine):
@@ -147,18 +163,18 @@ def _upgrade(engine: Engine) -> tuple[str | None, str]:
 
 
 @contextmanager
-def _engine(url: str, doing: str = "open") -> Iterator[Engine]:
+def open_engine(url: str, doing: str = "open") -> Iterator[Engine]:
     """An engine for one schema operation; database errors become StoreError naming the store."""
     engine = make_engine(url)
     try:
         yield engine
-    except SQLAlchemyError as e:
+    except (SQLAlchemyError, DatabaseFault) as e:
         raise StoreError(f"cannot {doing} result store {shown_url(engine)}: {driver_reason(e)}") from None
     finally:
         engine.dispose()
 
 
-def _read_status(conn: Connection, *, counting: bool = False) -> SchemaStatus:
+def read_status(conn: Connection, *, counting: bool = False) -> SchemaStatus:
     url = conn.engine.url.render_as_string(hide_password=True)
     has_table = conn.dialect.has_table
     stamped = has_table(conn, _VERSION_TABLE)
