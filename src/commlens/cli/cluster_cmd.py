@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.numbers import checked
 
 cluster_app = typer.Typer(help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.",
                           no_args_is_help=True)
@@ -27,12 +28,20 @@ def _name_option() -> Optional[str]:
 
 
 def _cluster_name(positional: str | None, option: str | None, *, required: bool = True) -> str | None:
-    """One cluster name given either as NAME or as ``--name NAME`` (both: they must agree)."""
+    """One cluster name given either as NAME or as ``--name NAME`` (both: they must agree), checked as ``up``
+    checks it before anything is built from it."""
+    from commlens.cluster.spec import check_name
+
     if positional is not None and option is not None and positional != option:
         fail(f"two cluster names given: {positional!r} and --name {option!r}", 2)
     name = positional if positional is not None else option
     if name is None and required:
         fail("give the cluster name, as NAME or --name NAME", 2)
+    if name is not None:
+        try:
+            check_name(name)
+        except ValueError as e:
+            fail(f"cluster {e}", 2)
     return name
 
 
@@ -64,6 +73,7 @@ def up_cmd(
     from commlens.cluster import ClusterError, ClusterSpec, NotRootError, up
 
     name = _cluster_name(name_arg, name_opt)
+    checked(link_gbps, "--link-gbps", above=0)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         spec = ClusterSpec(name=name, hosts=hosts, link_bytes_per_s=link_gbps * 1e9 / 8, ranks_per_host=ranks_per_host,
@@ -104,6 +114,8 @@ def set_cmd(
     from commlens.cluster import ClusterError, change, load_state, require_root
 
     name = _cluster_name(name_arg, name_opt)
+    if link_gbps is not None:
+        checked(link_gbps, "--link-gbps", above=0)
     try:
         require_root()
         old = load_state(name).spec

@@ -11,6 +11,7 @@ import typer
 
 from commlens.cli.app import fail
 from commlens.cli.diagnose_cmd import diagnose_app
+from commlens.cli.numbers import checked
 
 
 @diagnose_app.command("links")
@@ -38,6 +39,7 @@ def links(
     )
     from commlens.results.units import parse_size
 
+    checked(timeout, "--timeout", above=0)
     try:
         probe = LinkProbe(size_bytes=parse_size(size), iters=iters, passes=passes)
     except ValueError as e:

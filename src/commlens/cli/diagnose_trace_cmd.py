@@ -9,6 +9,7 @@ import typer
 
 from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
+from commlens.cli.numbers import checked
 
 if TYPE_CHECKING:
     from commlens.diagnose.stragglers import StragglerReport
@@ -46,6 +47,8 @@ def stragglers(
 
     if bool(traces) == bool(run):
         fail("give either trace files or --run RUN_ID", 2)
+    checked(late_threshold_us, "--late-threshold-us", above=0)
+    checked(slow_factor, "--slow-factor", above=1)
     try:
         params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor,
                                  min_occurrences=min_occurrences)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.numbers import checked
 from commlens.cli.topology_cmd import load_or_fail
 
 if TYPE_CHECKING:
@@ -373,6 +374,8 @@ def check_cmd(
 
     if stat not in STATS:
         fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if max_mape is not None:
+        checked(max_mape, "--max-mape", at_least=0)
     topo = load_or_fail(topology)
     loaded = _load_runs(runs, db)
     try:

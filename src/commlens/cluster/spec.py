@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ __all__ = [
     "SlowHost",
     "SlowLink",
     "StarvedHost",
+    "check_name",
     "names_for",
     "parse_slow_host",
     "parse_slow_link",
@@ -29,6 +31,14 @@ class ClusterError(RuntimeError):
 
 class NotRootError(ClusterError):
     """Namespaces, veth pairs and qdiscs need root."""
+
+
+def check_name(name: str) -> str:
+    """``name`` when it is a cluster name (lower-case letters, digits and '-', at most 24 characters), so that
+    the state file and kernel objects built from it stay where they belong (``../x`` is not a name)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name {name!r}: lower-case letters, digits and '-', at most 24 characters")
+    return name
 
 
 @dataclass(frozen=True)
@@ -70,12 +80,12 @@ class ClusterSpec:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"name {self.name!r}: lower-case letters, digits and '-', at most 24 characters")
-        if not 2 <= self.hosts <= MAX_HOSTS:
+        check_name(self.name)
+        if isinstance(self.hosts, bool) or not 2 <= self.hosts <= MAX_HOSTS:
             raise ValueError(f"hosts must be between 2 and {MAX_HOSTS}, got {self.hosts}")
-        if self.link_bytes_per_s <= 0:
-            raise ValueError("link rate must be > 0")
+        if isinstance(self.link_bytes_per_s, bool) or not (
+                math.isfinite(self.link_bytes_per_s) and self.link_bytes_per_s > 0):
+            raise ValueError(f"link rate must be a finite number > 0, got {self.link_bytes_per_s * 8 / 1e9:g} Gb/s")
         if self.ranks_per_host < 1:
             raise ValueError("ranks_per_host must be >= 1")
         for f in self.slow_hosts:
@@ -98,7 +108,7 @@ class ClusterSpec:
 
     @staticmethod
     def _check_fraction(fraction: float, what: str) -> None:
-        if not 0 < fraction <= 1:
+        if not 0 < fraction <= 1:  # false for NaN too
             raise ValueError(f"{what}: fraction must be in (0, 1], got {fraction}")
 
     def host_rate(self, host: int) -> float:

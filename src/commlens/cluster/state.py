@@ -18,9 +18,10 @@ from commlens.cluster.spec import (
     SlowHost,
     SlowLink,
     StarvedHost,
+    check_name,
 )
 
-__all__ = ["FORMAT", "ClusterState", "list_states", "load_state", "state_dir"]
+__all__ = ["FORMAT", "ClusterState", "list_states", "load_state", "state_dir", "state_path"]
 
 FORMAT = "commlens.cluster/1"
 
@@ -28,6 +29,16 @@ FORMAT = "commlens.cluster/1"
 def state_dir() -> Path:
     """``$COMMLENS_CLUSTER_DIR`` or ``/run/commlens/clusters`` (tmpfs: gone after a reboot, as the namespaces)."""
     return Path(os.environ.get("COMMLENS_CLUSTER_DIR", "/run/commlens/clusters"))
+
+
+def state_path(name: str) -> Path:
+    """The state file of cluster ``name``; ClusterError for a name ``up`` would refuse (``../x``), before any
+    path is built from it."""
+    try:
+        check_name(name)
+    except ValueError as e:
+        raise ClusterError(f"cluster {e}") from None
+    return state_dir() / f"{name}.json"
 
 
 @dataclass
@@ -52,7 +63,7 @@ class ClusterState:
 
     @property
     def path(self) -> Path:
-        return state_dir() / f"{self.spec.name}.json"
+        return state_path(self.spec.name)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
@@ -89,7 +100,7 @@ class ClusterState:
 
 def load_state(name: str) -> ClusterState:
     """The saved state of cluster ``name``; ClusterError when there is none."""
-    path = state_dir() / f"{name}.json"
+    path = state_path(name)
     try:
         return ClusterState.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
@@ -100,6 +111,15 @@ def load_state(name: str) -> ClusterState:
         raise ClusterError(f"cluster state {path} is unreadable: {e}") from None
 
 
+def _is_name(stem: str) -> bool:
+    try:
+        check_name(stem)
+    except ValueError:
+        return False
+    return True
+
+
 def list_states() -> list[ClusterState]:
+    """Every saved cluster (files whose names no cluster can have are not clusters: left alone)."""
     d = state_dir()
-    return [load_state(p.stem) for p in sorted(d.glob("*.json"))] if d.exists() else []
+    return [load_state(p.stem) for p in sorted(d.glob("*.json")) if _is_name(p.stem)] if d.exists() else []

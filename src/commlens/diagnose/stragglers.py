@@ -11,6 +11,7 @@ that table.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,13 +59,14 @@ class StragglerParams:
     min_occurrences: int = 2  # a collective seen fewer times is shown as not judged: one late arrival is no pattern
 
     def __post_init__(self) -> None:
-        if self.late_threshold_s <= 0:
-            raise ValueError(f"late_threshold_s must be > 0, got {self.late_threshold_s}")
-        if self.slow_factor <= 1:
-            raise ValueError(f"slow_factor must be > 1, got {self.slow_factor}")
+        # `not x > bound`: a NaN compares false with everything and would turn the check off
+        if not (math.isfinite(self.late_threshold_s) and self.late_threshold_s > 0):
+            raise ValueError(f"late_threshold_s must be a finite number > 0, got {self.late_threshold_s}")
+        if not (math.isfinite(self.slow_factor) and self.slow_factor > 1):
+            raise ValueError(f"slow_factor must be a finite number > 1, got {self.slow_factor}")
         if self.min_occurrences < 1:
             raise ValueError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
-        if self.end_spread_s <= 0:
+        if not (math.isfinite(self.end_spread_s) and self.end_spread_s > 0):
             raise ValueError(f"end_spread_s must be > 0, got {self.end_spread_s}")
 
 
