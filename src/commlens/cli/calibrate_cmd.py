@@ -20,6 +20,7 @@ from typing import Optional
 import typer
 
 from commlens.cli.app import fail
+from commlens.cli.numbers import checked
 
 
 def calibrate(
@@ -40,6 +41,7 @@ def calibrate(
     from commlens.project.calibrate import fit_calibration, fragment_yaml
     from commlens.project.calibration_file import load_calibration, save_calibration
 
+    checked(budget_s, "--budget-s", above=0)
     use_accelerators(accelerators)
     parameters = tuple(p.strip() for p in fit.split(",") if p.strip())
     if from_file is None:

@@ -132,7 +132,17 @@ def _project(base, point: dict[str, Any]):
     except (InfeasibleLayoutError, ProjectionError, TopologyError, WorkloadError) as e:
         fail(str(e))
     except ValueError as e:  # pydantic on the layout
-        fail(f"layout: {str(e).splitlines()[0]}; {' '.join(str(e).splitlines()[1:3])}")
+        errors = getattr(e, "errors", None)
+        if callable(errors):
+            fail("layout: " + "; ".join(_layout_error(err) for err in errors()))
+        fail(f"layout: {str(e).splitlines()[0]}")
+
+
+def _layout_error(err: dict[str, Any]) -> str:
+    """One pydantic error of a ParallelLayout as ``field: reason``."""
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
 
 
 def _print_projection(p) -> None:

@@ -10,6 +10,7 @@ tasks, address from ``RAY_ADDRESS``), so a sweep's output is stable.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -34,13 +35,31 @@ class Base:
 
 
 def _value(text: str) -> Any:
-    import yaml
+    from commlens.specdata import load_yaml
 
-    return yaml.safe_load(text)
+    return load_yaml(text)
+
+
+def _value_problem(path: str, value: Any) -> str | None:
+    """Why ``value`` cannot be given to ``path``: NaN/inf anywhere (no field takes them), ``gpus`` a whole number
+    >= 1, the Gb/s aliases a finite number > 0 (``true`` would be read as 1)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if path == "gpus" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        return f"gpus must be a whole number >= 1, got {value!r}"
+    alias = path.partition(".")[2]
+    if path.startswith("topology.") and alias in TOPOLOGY_ALIASES and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        return f"{alias} must be a number > 0, got {value!r}"
+    return None
 
 
 def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
     """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars."""
+    import yaml
+
+    from commlens.specdata import DuplicateKeyError
+
     out: dict[str, list[Any]] = {}
     for spec in specs:
         path, sep, values = spec.partition("=")
@@ -49,7 +68,17 @@ def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
             raise ProjectionError(f"--vary {spec!r}: expected path=v1,v2,...")
         if path != "gpus" and path.split(".")[0] not in ("workload", "layout", "topology"):
             raise ProjectionError(f"--vary {path}: the path starts with workload., layout., topology. or is gpus")
-        out[path] = [_value(v) for v in values.split(",")]
+        try:
+            parsed = [_value(v) for v in values.split(",")]
+        except DuplicateKeyError as e:
+            raise ProjectionError(f"--vary {path}: {e}") from None
+        except yaml.YAMLError as e:
+            raise ProjectionError(f"--vary {path}: not a YAML value: {str(e).splitlines()[0]}") from None
+        for value in parsed:
+            problem = _value_problem(path, value)
+            if problem is not None:
+                raise ProjectionError(f"--vary {path}={value}: {problem}")
+        out[path] = parsed
     return out
 
 
