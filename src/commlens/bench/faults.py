@@ -1,8 +1,9 @@
 """Fault injection for testing what users see when a rank misbehaves.
 
-``COMMLENS_INJECT_FAULT="KIND:rank=R[,op=OP][,size=BYTES]"`` makes rank R
-misbehave at the first matching row: ``raise`` raises an error, ``hang``
-sleeps forever, ``corrupt`` flips one output element before validation.
+``COMMLENS_INJECT_FAULT="KIND:rank=R[,op=OP][,size=BYTES][,seconds=S]"`` makes
+rank R misbehave at the first matching row: ``raise`` raises an error, ``hang``
+sleeps forever, ``pause`` sleeps S seconds (default 5) before each placement of the row, ``corrupt`` flips
+one output element before validation.
 Used by the test suite, and by anyone checking that their alerting fires.
 """
 
@@ -23,10 +24,11 @@ class InjectedFault(RuntimeError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # raise | hang | corrupt
+    kind: str  # raise | hang | pause | corrupt
     rank: int
     op: str | None = None
     size_bytes: int | None = None
+    seconds: float = 5.0  # how long a pause lasts
 
     def matches(self, rank: int, op: str, size_bytes: int) -> bool:
         return (
@@ -36,9 +38,11 @@ class Fault:
         )
 
     def trigger(self, where: str) -> None:
-        """Misbehave now (for raise and hang)."""
+        """Misbehave now (for raise, hang and pause)."""
         if self.kind == "raise":
             raise InjectedFault(f"injected failure at {where}")
+        if self.kind == "pause":
+            time.sleep(self.seconds)
         if self.kind == "hang":
             while True:
                 time.sleep(3600)
@@ -49,8 +53,8 @@ def fault_from_env() -> Fault | None:
     if not text:
         return None
     kind, _, rest = text.partition(":")
-    if kind not in ("raise", "hang", "corrupt"):
-        raise ValueError(f"{ENV}: unknown fault kind {kind!r} (raise, hang or corrupt)")
+    if kind not in ("raise", "hang", "pause", "corrupt"):
+        raise ValueError(f"{ENV}: unknown fault kind {kind!r} (raise, hang, pause or corrupt)")
     fields = dict(part.split("=", 1) for part in rest.split(",") if "=" in part)
     if "rank" not in fields:
         raise ValueError(f"{ENV}: rank=R is required")
@@ -59,4 +63,5 @@ def fault_from_env() -> Fault | None:
         rank=int(fields["rank"]),
         op=fields.get("op"),
         size_bytes=int(fields["size"]) if "size" in fields else None,
+        seconds=float(fields.get("seconds", 5.0)),
     )

@@ -11,7 +11,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from commlens.results.jsonfmt import _measurement_from_dict, run_to_dict, write_json
+from commlens.bench.outputs import SaveError, save_outputs
+from commlens.results.jsonfmt import _measurement_from_dict
 from commlens.results.records import Run, SystemInfo
 from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
 
@@ -106,22 +107,6 @@ def run_from_events(events: list[dict[str, Any]], command_line: str | None = Non
     )
 
 
-def save_outputs(run: Run, ns: argparse.Namespace, say: Callable[[str], None]) -> None:
-    """Write the JSON files asked for and store the run (unless --no-store)."""
-    if ns.json_path:
-        write_json(ns.json_path, run_to_dict(run))
-    if ns.nccl_json_path:
-        from commlens.results.nccltests_json import run_to_nccl_tests_json
-
-        write_json(ns.nccl_json_path, run_to_nccl_tests_json(run))
-    if not ns.no_store:
-        from commlens.store import Store
-
-        with Store.open(ns.db) as store:
-            store.save_run(run)
-            say(f"# stored run {run.run_id} ({run.status}, {len(run.measurements)} rows) in {store.url}")
-
-
 def exit_code(run: Run, wrong: list[str], say: Callable[[str], None]) -> int:
     """1 when any element was wrong, 130 for an interrupted run, else 0."""
     for msg in wrong:
@@ -134,5 +119,9 @@ def exit_code(run: Run, wrong: list[str], say: Callable[[str], None]) -> int:
 def finalize_standalone(events: list[dict[str, Any]], ns: argparse.Namespace) -> int:
     run = run_from_events(events)
     end = next((e for e in events if e["event"] == "end"), {"wrong": []})
-    save_outputs(run, ns, lambda s: print(s, file=sys.stderr))
+    try:
+        save_outputs(run, ns, lambda s: print(s, file=sys.stderr))
+    except SaveError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return exit_code(run, end.get("wrong", []), lambda s: print(s, file=sys.stderr))

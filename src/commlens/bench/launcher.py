@@ -16,14 +16,20 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from commlens.bench.config import ConfigError, build_parser, command_line, config_from_args
-from commlens.bench.finalize import TablePrinter, exit_code, run_from_events, save_outputs
+from commlens.bench.finalize import TablePrinter, exit_code, run_from_events
+from commlens.bench.lifetime import LAUNCHER_PID_ENV, make_workdir
+from commlens.bench.outputs import SaveError, check_destinations, save_outputs
+from commlens.bench.rendezvous import BACKEND as RENDEZVOUS
+from commlens.bench.rendezvous import LOOPBACK
+from commlens.bench.rendezvous import register as register_rendezvous
 
 __all__ = ["launch", "BenchFailure"]
 
@@ -168,11 +174,11 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
     return BenchFailure("the benchmark failed without a report from any rank")
 
 
-def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list[str]]:
-    """(world size, entry-point prefix) that puts each rank on its emulated host of cluster ``name``.
+def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list[str], str]:
+    """(world size, entry-point prefix, store address) that put each rank on its host of cluster ``name``.
 
     The prefix runs ``commlens.cluster.place``, which enters the host's namespace and points the rank at the
-    launcher's store through the bridge address (the store listens on every interface of this namespace).
+    launcher's store through the bridge address, the one address the store listens on.
     """
     from commlens.cluster import ClusterError, load_state  # the one use of the emulated cluster in bench
 
@@ -186,7 +192,22 @@ def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list
     if os.geteuid() != 0:
         raise ConfigError("--cluster needs root (ranks enter network namespaces)")
     prefix = ["-m", "commlens.cluster.place", "--cluster", name, "--ranks-per-host", str(per_host), "--"]
-    return state.spec.hosts * per_host, prefix
+    return state.spec.hosts * per_host, prefix, state.bridge_address
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables (which the ranks inherit) for the duration of the launch."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def launch(argv: list[str], *, print_table: bool = True) -> int:
@@ -199,9 +220,14 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
         return 0
     cfg = config_from_args(ns)
     placement: list[str] = []
+    store_addr = LOOPBACK
+    rank_env = {LAUNCHER_PID_ENV: str(os.getpid())}
     if ns.cluster is not None:
-        ns.nproc, placement = _cluster_placement(ns.cluster, ns.ranks_per_host)
+        ns.nproc, placement, store_addr = _cluster_placement(ns.cluster, ns.ranks_per_host)
+    else:  # a local run: gloo's and NCCL's listeners on loopback too
+        rank_env.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
     _check_environment(cfg, ns.nproc)
+    check_destinations(ns)
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -211,6 +237,7 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
 
     for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    register_rendezvous()
     console = Console(highlight=False, soft_wrap=True)
     say_err = Console(stderr=True, highlight=False, soft_wrap=True)
     show_progress = not ns.quiet and console.is_terminal
@@ -220,39 +247,41 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
                             TimeElapsedColumn(), console=console, transient=True)
         task = progress.add_task("starting ranks", total=None)
 
-    workdir = Path(tempfile.mkdtemp(prefix="commlens-bench-"))
-    rows_file = workdir / "rows.jsonl"
-    printer = TablePrinter((lambda line: console.print(line, markup=False, highlight=False)) if print_table
-                           else (lambda line: None))
-    tail = RowsTail(rows_file, printer, progress, task)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=ns.nproc, run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.05,
-        start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE,
-                                                          tee=Std.NONE),
-    )
-    worker_argv = [*placement, "-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
-    failure: BenchFailure | None = None
-    interrupted = False
-    if progress is not None:
-        progress.start()
-    tail.start()
+    rank_env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    workdir = make_workdir("commlens-bench-")
     try:
-        elastic_launch(config, sys.executable)(*worker_argv)
-    except ChildFailedError as e:
-        failure = explain_failure(workdir, ns.nproc, e.failures, cfg.timeout_s)
-    except KeyboardInterrupt:
-        interrupted = True
-    except Exception as e:  # noqa: BLE001 - the elastic agent signals Ctrl-C/SIGTERM as SignalException
-        if type(e).__name__ != "SignalException":
-            raise
-        interrupted = True
-    finally:
-        events = tail.stop()
+        rows_file = workdir / "rows.jsonl"
+        printer = TablePrinter((lambda line: console.print(line, markup=False, highlight=False)) if print_table
+                               else (lambda line: None))
+        tail = RowsTail(rows_file, printer, progress, task)
+        config = LaunchConfig(
+            min_nodes=1, max_nodes=1, nproc_per_node=ns.nproc, run_id=uuid.uuid4().hex,
+            rdzv_backend=RENDEZVOUS, rdzv_endpoint=f"[{store_addr}]:0" if ":" in store_addr else f"{store_addr}:0",
+            rdzv_configs={"rank": 0}, max_restarts=0, monitor_interval=0.05,
+            start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE,
+                                                              tee=Std.NONE),
+        )
+        worker_argv = [*placement, "-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
+        failure: BenchFailure | None = None
+        interrupted = False
         if progress is not None:
-            progress.stop()
-    try:
+            progress.start()
+        tail.start()
+        try:
+            with _environ(rank_env):
+                elastic_launch(config, sys.executable)(*worker_argv)
+        except ChildFailedError as e:
+            failure = explain_failure(workdir, ns.nproc, e.failures, cfg.timeout_s)
+        except KeyboardInterrupt:
+            interrupted = True
+        except Exception as e:  # noqa: BLE001 - the elastic agent signals Ctrl-C/SIGTERM as SignalException
+            if type(e).__name__ != "SignalException":
+                raise
+            interrupted = True
+        finally:
+            events = tail.stop()
+            if progress is not None:
+                progress.stop()
         if failure is not None:
             raise failure
         if not any(e["event"] == "start" for e in events):
@@ -263,7 +292,10 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
                               status="incomplete" if interrupted else None)
         if interrupted and not run.measurements:
             raise BenchFailure("interrupted before any row finished; nothing stored", 130)
-        save_outputs(run, ns, lambda s: say_err.print(s, markup=False))
+        try:
+            save_outputs(run, ns, lambda s: say_err.print(s, markup=False))
+        except SaveError as e:
+            raise BenchFailure(str(e), 1) from None
         end = next((e for e in events if e["event"] == "end"), {"wrong": []})
         return exit_code(run, end.get("wrong", []), lambda s: say_err.print(s, markup=False))
     finally:

@@ -29,6 +29,8 @@ import torch.distributed as dist
 from commlens.bench.collectives import Collective, all_gather_tensor, prepare
 from commlens.bench.config import BenchConfig, ConfigError, build_parser, command_line, config_from_args
 from commlens.bench.faults import Fault, fault_from_env
+from commlens.bench.lifetime import LAUNCHER_PID_ENV, die_with_parent
+from commlens.bench.outputs import check_destinations
 from commlens.bench.sysinfo import local_facts, system_info
 from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
@@ -339,7 +341,7 @@ class Sweep:
     def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str) -> None:
         """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused)."""
         coll.reset()
-        if fault is not None and fault.kind in ("raise", "hang"):
+        if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
         try:
             _wait(coll.launch())
@@ -554,7 +556,15 @@ def run_worker(argv: list[str]) -> int:
         return 2
     rows_file = ns.rows_file
     workdir = Path(rows_file).parent if rows_file else None
-    rank = int(os.environ.get("RANK", "0"))
+    if rows_file and os.environ.get(LAUNCHER_PID_ENV):  # under `commlens bench`: end with the launcher
+        die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))))
+    if rank == 0 and not rows_file:  # standalone rank 0 writes the outputs: refuse bad ones before the sweep
+        try:
+            check_destinations(ns)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         rank, world, local_rank, ctrl = _init(cfg)
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)

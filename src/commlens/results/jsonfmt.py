@@ -160,10 +160,17 @@ def write_json(path: str | Path, data: Any) -> None:
         with os.fdopen(fd, "w") as fp:
             json.dump(data, fp, indent=1)
             fp.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a JSON file gets the mode open() would give
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def load_run(path: str | Path) -> Run:
