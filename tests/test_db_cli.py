@@ -231,13 +231,14 @@ def test_db_status_and_upgrade_of_a_store_from_before_alembic(tmp_path: Path) ->
         "commlens  0003\n"
         "state     older than this commlens: run `commlens db upgrade`\n"
         "runs      3\n"
+        "integrity ok\n"
     )
     upgraded = _cli("db", "upgrade", "--db", str(path))
     assert (upgraded.exit_code, upgraded.stdout) == (0, f"{url}: upgraded schema from 0001 to 0003\n")
     assert _cli("db", "upgrade", "--db", str(path)).stdout == f"{url}: already at schema 0003, nothing to do\n"
     status = json.loads(_cli("db", "status", "--json", "--db", str(path)).stdout)
     assert status == {"url": url, "revision": "0003", "head": "0003", "state": "current", "stamped": True,
-                      "nruns": 3}
+                      "nruns": 3, "integrity": "ok", "integrity_ok": True}
     assert _cli("runs", "--db", str(path)).stdout.count("\n") == 4
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.text import terminal_safe
 
 db_app = typer.Typer(
     help="The result store's schema: status, upgrade in place.",
@@ -33,25 +34,29 @@ def db_status(
     db: Optional[str] = _DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """Show the store's location, its schema revision and this commlens' (changes nothing)."""
+    """Show the store's location, its schema revision and this commlens', and check its integrity
+    (SQLite: quick_check; exit 2 when it fails). Changes nothing."""
     from commlens.store import StoreError, schema_status
 
     try:
         status = schema_status(db)
     except StoreError as e:
-        fail(str(e), 2)
+        fail(terminal_safe(str(e)), 2)
     if as_json:
         print(json.dumps(asdict(status), indent=1))
-        return
-    revision = status.revision or "-"
-    if status.revision is not None and not status.stamped:
-        revision += " (from before Alembic)"
-    print(f"store     {status.url}")
-    print(f"schema    {revision}")
-    print(f"commlens  {status.head}")
-    print(f"state     {_STATE_TEXT[status.state]}")
-    if status.nruns is not None:
-        print(f"runs      {status.nruns}")
+    else:
+        revision = status.revision or "-"
+        if status.revision is not None and not status.stamped:
+            revision += " (from before Alembic)"
+        lines = [f"store     {status.url}", f"schema    {revision}", f"commlens  {status.head}",
+                 f"state     {_STATE_TEXT[status.state]}"]
+        if status.nruns is not None:
+            lines.append(f"runs      {status.nruns}")
+        if status.integrity is not None:
+            lines.append(f"integrity {status.integrity}")
+        print("\n".join(terminal_safe(line) for line in lines))
+    if status.integrity_ok is False:
+        fail(terminal_safe(f"result store {status.url} fails its integrity check: {status.integrity}"), 2)
 
 
 @db_app.command("upgrade")
@@ -62,7 +67,7 @@ def db_upgrade(db: Optional[str] = _DB) -> None:
     try:
         done = upgrade_schema(db)
     except StoreError as e:
-        fail(str(e), 2)
+        fail(terminal_safe(str(e)), 2)
     if done.before is None:
         print(f"{done.url}: created schema {done.after}")
     elif done.before == done.after:

@@ -66,7 +66,7 @@ class _LazyStore:
 
         if self.store is None:
             try:
-                self.store = Store.open(self.db)
+                self.store = Store.open(self.db, create=False)  # compare and detect only read
             except StoreError as e:
                 fail(str(e))
         return self.store  # type: ignore[return-value]

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
-    from commlens.store import RunSummary, Store
+    from commlens.store import CorruptRunError, RunSummary, Store
 
 runs_app = typer.Typer(
     help="Stored runs: list (the default), show, tag, delete.",
@@ -34,14 +35,20 @@ _JSON = typer.Option(False, "--json", help="print JSON")
 
 
 def open_store(db: Optional[str]) -> Store:
-    """The store at ``db`` (or the default); a store that cannot be opened ends the command (exit 2)."""
+    """The store at ``db`` (or the default), never created here: these commands read or change stored
+    runs. A store that is missing or cannot be opened ends the command (exit 2)."""
     from commlens.store import Store, StoreError
 
     try:
-        return Store.open(db)
+        return Store.open(db, create=False)
     except StoreError as e:
-        fail(str(e), 2)
+        fail(terminal_safe(str(e)), 2)
         raise  # unreachable: fail() exits
+
+
+def warn_corrupt(error: CorruptRunError) -> None:
+    """A listing goes on past a run that cannot be read back, saying so on stderr."""
+    print(f"warning: {terminal_safe(str(error))}; skipped (see `commlens db status`)", file=sys.stderr)
 
 
 # -- runs list -----------------------------------------------------------------------------
@@ -104,14 +111,22 @@ def _db(ctx: typer.Context, db: Optional[str]) -> Optional[str]:
 
 def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until: Optional[str],
           fingerprint: Optional[str], limit: int, db: Optional[str], as_json: bool) -> None:
-    from commlens.store import StoreError
+    from commlens.store import NoStoreError, Store, StoreError
 
     op = _op_name(op)
-    with open_store(db) as store:
-        try:
-            rows = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit)
-        except StoreError as e:
-            fail(str(e), 2)
+    try:
+        store = Store.open(db, create=False)
+    except NoStoreError:  # a fresh install: nothing to list, and nothing created by listing
+        rows = []
+    except StoreError as e:
+        fail(terminal_safe(str(e)), 2)
+    else:
+        with store:
+            try:
+                rows = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint,
+                                       limit=limit, on_corrupt=warn_corrupt)
+            except StoreError as e:
+                fail(terminal_safe(str(e)), 2)
     if as_json:
         print(json.dumps([_summary_dict(r) for r in rows], indent=1))
         return
@@ -136,9 +151,10 @@ def print_run_table(rows: list[RunSummary]) -> None:
     header = ("run", "started (UTC)", "status", "ranks", "backend", "ops", "rows", "avg busbw GB/s", "tag",
               "revision", "fingerprint")
     lines = [header] + [
-        (r.run_id[:12], r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"), r.status, str(r.world_size), r.backend,
-         ",".join(r.ops), str(r.nmeasurements), f"{r.avg_busbw_bytes_per_s / 1e9:.3f}", r.tag or "-",
-         r.revision or "-", r.fingerprint[:8])
+        tuple(terminal_safe(cell) for cell in (
+            r.run_id[:12], r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"), r.status, str(r.world_size), r.backend,
+            ",".join(r.ops), str(r.nmeasurements), f"{r.avg_busbw_bytes_per_s / 1e9:.3f}", r.tag or "-",
+            r.revision or "-", r.fingerprint[:8]))
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -181,7 +197,7 @@ def _show(run: str, db: Optional[str], as_json: bool) -> None:
         try:
             found = store.get_run(run)
         except StoreError as e:
-            fail(str(e), 2)
+            fail(terminal_safe(str(e)), 2)
     doc = run_to_dict(found)
     if as_json:
         print(json.dumps(doc, indent=1))
@@ -201,7 +217,7 @@ def _show(run: str, db: Optional[str], as_json: bool) -> None:
     lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
     lines.append(f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
                  f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}")
-    print("\n".join(lines))
+    print("\n".join(terminal_safe(line) for line in lines))
 
 
 # -- runs tag / delete ---------------------------------------------------------------------------
@@ -224,9 +240,10 @@ def runs_tag(
         try:
             run_id, previous = store.set_tag(run, None if remove else tag)
         except StoreError as e:
-            fail(str(e), 2)
+            fail(terminal_safe(str(e)), 2)
     was = f" (was {previous})" if previous is not None else ""
-    print(f"run {run_id}: tag removed{was}" if remove else f"run {run_id}: tag {tag}{was}")
+    done = f"run {run_id}: tag removed{was}" if remove else f"run {run_id}: tag {tag}{was}"
+    print(terminal_safe(done))
 
 
 @runs_app.command("delete")
@@ -243,19 +260,19 @@ def runs_delete(
         try:
             run_ids = list(dict.fromkeys(store.resolve(ref) for ref in runs))
         except StoreError as e:
-            fail(str(e), 2)
+            fail(terminal_safe(str(e)), 2)
         what = _plural(len(run_ids), "run")
         if not yes:
             if not sys.stdin.isatty():
                 fail(f"refusing to delete {what} without --yes (no terminal to confirm on)", 2)
-            if not typer.confirm(f"delete {what} ({', '.join(run_ids)})?", default=False):
+            if not typer.confirm(terminal_safe(f"delete {what} ({', '.join(run_ids)})?"), default=False):
                 print("nothing deleted")
                 return
         try:
             deleted = store.delete_runs(run_ids)
         except StoreError as e:
-            fail(str(e), 2)
-    print(f"deleted {what}: {', '.join(deleted)}")
+            fail(terminal_safe(str(e)), 2)
+    print(terminal_safe(f"deleted {what}: {', '.join(deleted)}"))
 
 
 # -- export ----------------------------------------------------------------------------------
@@ -290,11 +307,12 @@ def export_cmd(
         try:
             run_ids = [store.resolve(ref) for ref in runs] if runs else None
             summaries = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint,
-                                        run_ids=run_ids, limit=None)
+                                        run_ids=run_ids, limit=None, on_corrupt=warn_corrupt)
             oldest_first = [s.run_id for s in reversed(summaries)]
-            counts = export_runs(store.iter_runs(oldest_first), output, fmt)  # type: ignore[arg-type]
+            loaded = store.iter_runs(oldest_first, on_corrupt=warn_corrupt)
+            counts = export_runs(loaded, output, fmt)  # type: ignore[arg-type]
         except StoreError as e:
-            fail(str(e), 2)
+            fail(terminal_safe(str(e)), 2)
         except BrokenPipeError:  # `commlens export | head`: the reader has all it wanted
             import os
 

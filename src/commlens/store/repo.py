@@ -26,14 +26,14 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Collection, Iterable, Iterator, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
-from commlens.results.records import Run
+from commlens.results.records import RecordError, Run
 from commlens.store.convert import RunRows, is_date, reported_from_json, run_from_model, run_to_rows, to_utc
 from commlens.store.db import (
     DatabaseFault,
@@ -50,7 +50,7 @@ from commlens.store.db import (
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.schema import check_schema
 
-__all__ = ["MIN_PREFIX_LEN", "MeasurementRow", "RunSummary", "Store"]
+__all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunSummary", "Store"]
 
 _log = logging.getLogger(__name__)
 
@@ -112,6 +112,21 @@ class MeasurementRow:
     def key(self) -> tuple[str, str, str, str, int, int, bool]:
         """What makes two rows the same experiment (as ``Measurement.key``)."""
         return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+
+
+class CorruptRunError(StoreError):
+    """A stored run that cannot be read back: one of its columns holds what commlens never writes."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id!r} in the store cannot be read back (corrupted column?): {_short(cause)}")
+        self.run_id = run_id
+
+
+OnCorrupt = Callable[[CorruptRunError], None]
+_Loaded = TypeVar("_Loaded")
+# What decoding a damaged row raises: bad JSON or dates (ValueError), wrong shapes (TypeError,
+# KeyError, AttributeError: a measurement without its samples row), invalid records.
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecordError, StoreError)
 
 
 class Store:
@@ -213,26 +228,34 @@ class Store:
         return self.get_runs([run_ref])[0]
 
     def get_runs(self, run_refs: Iterable[str]) -> list[Run]:
-        """Full runs (with samples), in the order asked; a few queries per batch of runs, not per run."""
+        """Full runs (with samples), in the order asked; a few queries per batch of runs, not per run.
+
+        A run that cannot be read back (a corrupted column) raises CorruptRunError."""
         with Session(self.engine) as session, session.begin():
             run_ids = [_resolve(session, ref) for ref in run_refs]
         return list(self.iter_runs(run_ids))
 
-    def iter_runs(self, run_ids: Sequence[str]) -> Iterator[Run]:
-        """Full runs by exact id, in that order, loaded a batch at a time (for exports of any size)."""
+    def iter_runs(self, run_ids: Sequence[str], on_corrupt: OnCorrupt | None = None) -> Iterator[Run]:
+        """Full runs by exact id, in that order, loaded a batch at a time (for exports of any size).
+
+        A run that cannot be read back raises CorruptRunError, or with ``on_corrupt`` is handed
+        to it and left out (a listing goes on past one damaged run).
+        """
         for start in range(0, len(run_ids), _LOAD_BATCH):
             batch = list(run_ids[start:start + _LOAD_BATCH])
-            with Session(self.engine) as session, session.begin():
-                loaded = _load(session, [RunModel.run_id.in_(batch)])
-            missing = [run_id for run_id in batch if run_id not in loaded]
+            loaded, skipped = self._readable(batch, _load_runs, on_corrupt)
+            missing = [run_id for run_id in batch if run_id not in loaded and run_id not in skipped]
             if missing:
                 raise StoreError(f"no run matches {missing[0]!r} (deleted meanwhile?)")
-            yield from (loaded[run_id] for run_id in batch)
+            yield from (loaded[run_id] for run_id in batch if run_id in loaded)
 
-    def runs_with_tag(self, tag: str) -> list[Run]:
+    def runs_with_tag(self, tag: str, on_corrupt: OnCorrupt | None = None) -> list[Run]:
         """Every run with ``tag``, with samples, oldest first (a week of nightlies, say)."""
+        query = select(RunModel.run_id).where(RunModel.tag == tag).order_by(RunModel.started_at_utc,
+                                                                             RunModel.run_id)
         with Session(self.engine) as session, session.begin():
-            return list(_load(session, [RunModel.tag == tag]).values())
+            run_ids = list(session.scalars(query))
+        return list(self.iter_runs(run_ids, on_corrupt))
 
     def list_runs(
         self,
@@ -244,11 +267,16 @@ class Store:
         fingerprint: str | None = None,
         run_ids: Collection[str] | None = None,
         limit: int | None = 50,
+        on_corrupt: OnCorrupt | None = None,
     ) -> list[RunSummary]:
-        """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids."""
+        """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids.
+
+        A run whose summary cannot be read back raises CorruptRunError, or with ``on_corrupt``
+        is handed to it and left out.
+        """
         if limit is not None and limit < 1:
             raise StoreError(f"limit must be >= 1, got {limit}")
-        query = select(RunModel).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
+        query = select(RunModel.run_id).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
         conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
         if op is not None:
             conditions.append(
@@ -262,35 +290,42 @@ class Store:
         if limit is not None:
             query = query.limit(limit)
         with Session(self.engine) as session, session.begin():
-            rows = session.scalars(query).all()
-            ids = [r.run_id for r in rows]
-            counts: dict[str, dict[str, int]] = {run_id: {} for run_id in ids}
-            for start in range(0, len(ids), _LOAD_BATCH):
-                per_op = session.execute(
-                    select(MeasurementModel.run_id, MeasurementModel.op, func.count())
-                    .where(MeasurementModel.run_id.in_(ids[start:start + _LOAD_BATCH]))
-                    .group_by(MeasurementModel.run_id, MeasurementModel.op)
-                )
-                for run_id, op_name, n in per_op:
-                    counts[run_id][op_name] = n
-            return [
-                RunSummary(
-                    run_id=r.run_id,
-                    started_at=r.started_at,
-                    started_at_utc=r.started_at_utc.replace(tzinfo=timezone.utc),
-                    status=r.status,
-                    tag=r.tag,
-                    revision=r.revision,
-                    source=r.source,
-                    world_size=r.world_size,
-                    backend=r.backend,
-                    nmeasurements=sum(counts[r.run_id].values()),
-                    ops=tuple(sorted(counts[r.run_id])),
-                    avg_busbw_bytes_per_s=r.avg_busbw_bytes_per_s,
-                    fingerprint=r.fingerprint,
-                )
-                for r in rows
-            ]
+            ids = list(session.scalars(query))
+        summaries: list[RunSummary] = []
+        for start in range(0, len(ids), _LOAD_BATCH):
+            batch = ids[start:start + _LOAD_BATCH]
+            loaded, _ = self._readable(batch, _load_summaries, on_corrupt)
+            summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
+        return summaries
+
+    def _readable(
+        self,
+        run_ids: list[str],
+        load: Callable[[Session, list[str]], dict[str, _Loaded]],
+        on_corrupt: OnCorrupt | None,
+    ) -> tuple[dict[str, _Loaded], set[str]]:
+        """``load`` of a batch; if one run in it cannot be decoded, each run alone, to name it.
+
+        Returns what was loaded and the ids handed to ``on_corrupt``."""
+        try:
+            with Session(self.engine) as session, session.begin():
+                return load(session, run_ids), set()
+        except DatabaseFault:
+            raise
+        except _UNREADABLE as e:
+            if len(run_ids) == 1:
+                error = CorruptRunError(run_ids[0], e)
+                if on_corrupt is None:
+                    raise error from None
+                on_corrupt(error)
+                return {}, {run_ids[0]}
+        loaded: dict[str, _Loaded] = {}
+        skipped: set[str] = set()
+        for run_id in run_ids:
+            one, bad = self._readable([run_id], load, on_corrupt)
+            loaded.update(one)
+            skipped |= bad
+        return loaded, skipped
 
     # -- reading measurements across runs -----------------------------------------------
 
@@ -325,8 +360,14 @@ class Store:
             .where(*conditions)
             .order_by(r.started_at_utc, r.run_id, m.position)
         )
-        with Session(self.engine) as session, session.begin():
-            result = session.execute(query).all()
+        try:
+            with Session(self.engine) as session, session.begin():
+                result = session.execute(query).all()
+        except DatabaseFault:
+            raise
+        except _UNREADABLE as e:
+            raise StoreError(f"result store {self.url}: a stored measurement cannot be read back "
+                             f"(corrupted column?): {_short(e)}") from None
         rows = []
         for (run_id, started, revision, run_tag, fp, source, run_status, op_name, algo, dtype_name, redop, root, size,
              in_place, world_size, mean_s, cv, busbw, reported, samples) in result:
@@ -419,15 +460,56 @@ def _run_filters(
     return conditions
 
 
-def _load(session: Session, conditions: list[ColumnElement[bool]]) -> dict[str, Run]:
-    """Full runs matching ``conditions``, oldest first, keyed by run_id: three queries in all."""
+def _load_runs(session: Session, run_ids: list[str]) -> dict[str, Run]:
+    """Full runs with these ids, keyed by run_id: three queries in all."""
     rows = session.scalars(
         select(RunModel)
-        .where(*conditions)
-        .order_by(RunModel.started_at_utc, RunModel.run_id)
+        .where(RunModel.run_id.in_(run_ids))
         .options(selectinload(RunModel.measurements).selectinload(MeasurementModel.samples))
     ).all()
     return {row.run_id: run_from_model(row) for row in rows}
+
+
+def _load_summaries(session: Session, run_ids: list[str]) -> dict[str, RunSummary]:
+    """Summaries of the runs with these ids (no JSON column read), keyed by run_id: two queries."""
+    r = RunModel
+    rows = session.execute(
+        select(r.run_id, r.started_at, r.started_at_utc, r.status, r.tag, r.revision, r.source, r.world_size,
+               r.backend, r.avg_busbw_bytes_per_s, r.fingerprint)
+        .where(r.run_id.in_(run_ids))
+    ).all()
+    counts: dict[str, dict[str, int]] = {run_id: {} for run_id in run_ids}
+    per_op = session.execute(
+        select(MeasurementModel.run_id, MeasurementModel.op, func.count())
+        .where(MeasurementModel.run_id.in_(run_ids))
+        .group_by(MeasurementModel.run_id, MeasurementModel.op)
+    )
+    for run_id, op_name, n in per_op:
+        counts[run_id][op_name] = n
+    return {
+        row.run_id: RunSummary(
+            run_id=row.run_id,
+            started_at=row.started_at,
+            started_at_utc=row.started_at_utc.replace(tzinfo=timezone.utc),
+            status=row.status,
+            tag=row.tag,
+            revision=row.revision,
+            source=row.source,
+            world_size=row.world_size,
+            backend=row.backend,
+            nmeasurements=sum(counts[row.run_id].values()),
+            ops=tuple(sorted(counts[row.run_id])),
+            avg_busbw_bytes_per_s=row.avg_busbw_bytes_per_s,
+            fingerprint=row.fingerprint,
+        )
+        for row in rows
+    }
+
+
+def _short(error: BaseException) -> str:
+    """An exception's message, one line, at most 200 characters: stored text can be anything."""
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
 
 
 def _resolve(session: Session, run_ref: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Literal
 
@@ -78,15 +78,39 @@ class SchemaStatus:
     state: SchemaState
     stamped: bool  # False for stores from before Alembic (revision known from schema_version)
     nruns: int | None  # None when there is no runs table (yet)
+    # What the integrity check found ("ok" on a sound SQLite file), or what was checked instead;
+    # None when there is no database to check. integrity_ok is None when nothing was checked.
+    integrity: str | None = None
+    integrity_ok: bool | None = None
+
+
+_QUICK_CHECK_ROWS = 20  # problems SQLite's quick_check reports at most
 
 
 def schema_status(url: str | None = None) -> SchemaStatus:
-    """Read the store's revision and compare it with this commlens'; changes nothing, creates no file."""
+    """Read the store's revision and compare it with this commlens', and check the database's integrity
+    (SQLite: ``PRAGMA quick_check``); changes nothing, creates no file."""
     url = default_db_url() if url is None else db_url(url)
     if sqlite_file_missing(url):
         return SchemaStatus(url=url, revision=None, head=SCHEMA_REVISION, state="empty", stamped=False, nruns=None)
     with open_engine(url) as engine, _snapshot(engine) as conn:
-        return read_status(conn, counting=True)
+        integrity, integrity_ok = _integrity(conn)
+        status = read_status(conn, counting=True)
+        return replace(status, integrity=integrity, integrity_ok=integrity_ok)
+
+
+def _integrity(conn: Connection) -> tuple[str, bool | None]:
+    """SQLite: every page, index and constraint checked (``quick_check``, linear in the file's size).
+    PostgreSQL has no such check from a client: the server verifies page checksums as it reads, when
+    the cluster was initialised with them; say which."""
+    if conn.dialect.name == "sqlite":
+        found = [str(row) for row in conn.exec_driver_sql(f"PRAGMA quick_check({_QUICK_CHECK_ROWS})").scalars()]
+        if found == ["ok"]:
+            return "ok", True
+        return "; ".join(found)[:2000], False
+    checksums = conn.scalar(text("SHOW data_checksums"))
+    return (f"not checked by commlens (PostgreSQL verifies page checksums as it reads them: "
+            f"data_checksums {checksums})"), None
 
 
 @dataclass(frozen=True)
