@@ -10,10 +10,11 @@ other listener; gloo's own listeners follow ``GLOO_SOCKET_IFNAME`` (``lo`` for a
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 from typing import Any
 
-__all__ = ["BACKEND", "bound_listener", "register"]
+__all__ = ["BACKEND", "LOOPBACK", "bound_listener", "rank_store", "register"]
 
 BACKEND = "commlens-bound"
 LOOPBACK = "127.0.0.1"
@@ -63,3 +64,20 @@ def register() -> None:
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
 
     rendezvous_handler_registry.register(BACKEND, _create_handler)
+
+
+def rank_store(timeout_s: float) -> Any | None:
+    """For rank 0 of a group that hosts its own store (``MASTER_ADDR``/``MASTER_PORT`` set, no agent store):
+    the TCPStore served on ``MASTER_ADDR`` only, for ``init_process_group(store=...)``. None otherwise
+    (other ranks, or a launcher's agent hosting the store), where ``env://`` applies unchanged."""
+    import os
+
+    env = os.environ
+    if env.get("RANK") != "0" or env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or "MASTER_ADDR" not in env:
+        return None
+    from torch.distributed import TCPStore
+
+    host = env["MASTER_ADDR"]
+    sock = bound_listener(host, int(env.get("MASTER_PORT", "29500")))
+    return TCPStore(host, sock.getsockname()[1], int(env["WORLD_SIZE"]), True,
+                    dt.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from commlens.bench.lifetime import die_with_parent
+from commlens.bench.rendezvous import rank_store
 from commlens.diagnose.links_analysis import (
     LinkDiagnosis,
     LinkFault,
@@ -57,13 +59,6 @@ def _probe_args(probe: LinkProbe) -> list[str]:
         ([] if probe.ring else ["--no-ring"])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the launcher dies, even by SIGKILL (Linux prctl)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: LinkProbe, master_addr: str,
               master_port: int = 29511, timeout_s: float = 120.0, extra_env: dict[str, str] | None = None
               ) -> list[dict[str, Any]]:
@@ -76,7 +71,8 @@ def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: L
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for rank in range(world):
-            env = {**os.environ, **(extra_env or {}), "RANK": str(rank), "WORLD_SIZE": str(world),
+            loopback = {"GLOO_SOCKET_IFNAME": "lo"} if master_addr.startswith("127.") else {}
+            env = {**os.environ, **loopback, **(extra_env or {}), "RANK": str(rank), "WORLD_SIZE": str(world),
                    "LOCAL_RANK": "0", "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
                    "OMP_NUM_THREADS": "1"}
             argv = place(rank, ["-m", "commlens.diagnose.links", *_probe_args(probe), "--timeout", str(timeout_s),
@@ -84,7 +80,7 @@ def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: L
             with open(workdir / f"rank{rank}.err", "wb") as err:
                 procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                               start_new_session=True,
-                                              preexec_fn=_die_with_parent))  # noqa: PLW1509 - no threads yet
+                                              preexec_fn=die_with_parent))  # noqa: PLW1509 - no threads yet
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for p in procs):
             failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
@@ -133,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     probe = LinkProbe(size_bytes=ns.size_bytes, iters=ns.iters, warmup=ns.warmup, passes=ns.passes,
                       latency_iters=ns.latency_iters, ring=not ns.no_ring)
-    dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout))
+    store = rank_store(ns.timeout)  # rank 0 serves the store on MASTER_ADDR only, not every interface
+    if store is None:
+        dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout))
+    else:
+        dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store,
+                                rank=0, world_size=int(os.environ["WORLD_SIZE"]))
     try:
         records = measure(probe)
         world = dist.get_world_size()
