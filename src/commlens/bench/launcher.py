@@ -149,6 +149,10 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
         hits = [e for e in errors.values() if e["kind"] == kind]
         if hits:
             return BenchFailure(hits[0]["message"], code)
+    late = sorted(r for r in range(nproc) if r not in errors)
+    if any(e["kind"] == "startup" for e in errors.values()) and not states:
+        who = f" (rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} had not joined)" if late else ""
+        return BenchFailure(f"timed out during start-up after {timeout_s:g} s: raise --timeout{who}", 2)
     primary = sorted((e for e in errors.values() if not _COLLATERAL.search(e["message"])), key=lambda e: e["time"])
     if primary:
         others = sorted(set(errors) - {e["rank"] for e in primary})

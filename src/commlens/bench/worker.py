@@ -52,6 +52,10 @@ class UnsupportedCombination(RuntimeError):
     """The backend refused an op/dtype/reduction combination."""
 
 
+class StartupFailure(RuntimeError):
+    """The ranks did not all join the process group (one too slow for --timeout, or gone)."""
+
+
 def normalize_launcher_env() -> None:
     """Map Slurm and Open MPI variables onto torch's RANK/WORLD_SIZE/LOCAL_RANK when absent."""
     pairs = (
@@ -566,10 +570,16 @@ def run_worker(argv: list[str]) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     try:
-        rank, world, local_rank, ctrl = _init(cfg)
+        fault = fault_from_env()
+        if fault is not None and fault.op == "init" and fault.rank == rank:
+            fault.trigger("start-up")
+        try:
+            rank, world, local_rank, ctrl = _init(cfg)
+            facts = [None] * world
+            dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
+        except dist.DistError as e:  # a rank did not join within --timeout, or went away while joining
+            raise StartupFailure(f"rank {rank}: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
-        facts = [None] * world
-        dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
         sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1  # type: ignore[index]
         sweep.local_size = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
         if sweep.local_size is not None:  # what auto's table lookup and two-level algorithms take as one host
@@ -605,7 +615,7 @@ def run_worker(argv: list[str]) -> int:
         if status == "incomplete":
             return 130
         return 0
-    except (RowFailure, UnsupportedCombination, ConfigError) as e:
+    except (RowFailure, UnsupportedCombination, ConfigError, StartupFailure) as e:
         _report_error(workdir, rank, e)
         if workdir is None:  # under `commlens bench` the launcher reports, naming the rank at fault
             print(f"error: {e}", file=sys.stderr)
@@ -621,8 +631,8 @@ def run_worker(argv: list[str]) -> int:
 def _report_error(workdir: Path | None, rank: int, err: Exception) -> None:
     if workdir is None:
         return
-    kind = "config" if isinstance(err, ConfigError) else "unsupported" if isinstance(
-        err, UnsupportedCombination) else "failure"
+    kinds = ((ConfigError, "config"), (UnsupportedCombination, "unsupported"), (StartupFailure, "startup"))
+    kind = next((k for cls, k in kinds if isinstance(err, cls)), "failure")
     (workdir / f"error-rank{rank}.json").write_text(json.dumps(
         {"rank": rank, "kind": kind, "message": str(err), "time": time.time()}))
 
