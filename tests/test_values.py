@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,14 @@ def test_max_mape_that_would_disable_the_gate_is_refused(value: str) -> None:
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
 def test_diagnose_links_timeout_must_be_finite_and_positive(value: str) -> None:
     refused(run("diagnose", "links", "--nproc", "2", "--timeout", value), "--timeout")
+
+
+def test_links_worker_under_torchrun_refuses_a_nan_timeout() -> None:
+    proc = subprocess.run([sys.executable, "-m", "commlens.diagnose.links", "--timeout", "nan"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --timeout: must be a finite number of seconds > 0, got nan" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_calibrate_budget_nan_is_refused() -> None:

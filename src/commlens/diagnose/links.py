@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
@@ -105,6 +106,17 @@ def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: L
         workdir.rmdir()
 
 
+def _seconds(text: str) -> float:
+    """``--timeout`` of a rank: a finite number of seconds > 0 (``nan`` would fail deep inside timedelta)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m commlens.diagnose.links",
                                 description="All-pairs bandwidth/latency and fault location; one rank per host.")
@@ -115,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-iters", type=int, default=LinkProbe.latency_iters)
     p.add_argument("--no-ring", action="store_true")
     p.add_argument("--backend", default="gloo")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a rank gives up")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds before a rank gives up")
     p.add_argument("--json", dest="json_path", default=None, help="write the diagnosis as JSON ('-' for stdout)")
     p.add_argument("--heatmap", default=None, help="write the bandwidth heatmap PNG")
     p.add_argument("--raw-out", default=None, help="write rank 0's raw records here instead of a diagnosis")
