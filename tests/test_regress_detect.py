@@ -167,6 +167,10 @@ def test_short_series_are_counted_not_tested(tmp_path: Path) -> None:
 
 def test_an_empty_store_and_bad_options(tmp_path: Path) -> None:
     db = str(tmp_path / "empty.db")
+    result = invoke("detect", "--db", db)  # a read: no store is created where there is none
+    assert (result.exit_code, result.stderr) == (2, f"error: no result store at {db}: nothing stored yet\n")
+    assert not Path(db).exists()
+    _store(Path(db), [])
     result = invoke("detect", "--db", db)
     assert result.exit_code == 0 and result.stdout.splitlines()[-1] == (
         "# 0 series, 0 points: 0 changes (0 regressions, 0 improvements)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,8 @@ _PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("the disk is full", ("disk is full", "disk full"), ("53100",)),
     ("the store is locked by another process and the wait timed out",
      ("database is locked", "database table is locked"), ("55P03", "57014")),
-    ("the database is corrupted (see `commlens db status`)",
-     ("malformed", "not a database", "disk i/o error"), ("XX001", "XX002")),
+    ("the database is corrupted (see `commlens db status`)", ("malformed", "not a database"), ("XX001", "XX002")),
+    ("the disk failed a read or write (full, or failing)", ("disk i/o error",), ("58030",)),
     ("a number is too large for the store's 64-bit integers", ("too large", "out of range"), ("22003",)),
     ("cannot reach or open the database", ("unable to open",), ("08",)),
 )
@@ -154,7 +155,25 @@ def _raise_mapped(context: ExceptionContext) -> None:
         return
     engine = context.engine
     url = engine.url.render_as_string(hide_password=True) if engine is not None else "?"
-    raise map_driver_error(url, context.original_exception) from None
+    fault = map_driver_error(url, context.original_exception)
+    if engine is not None and engine.dialect.name == "sqlite":
+        fault = _sqlite_cause(fault, Path(engine.url.database or ""))
+    raise fault from None
+
+
+def _sqlite_cause(fault: DatabaseFault, database: Path) -> DatabaseFault:
+    """SQLite's vaguer errors made precise from the file system: "unable to open database file" when
+    a WAL store's directory is read-only, "disk I/O error" when the disk is full (on tmpfs, say)."""
+    if not database.exists():
+        return fault
+    if "unable to open" in fault.problem and not os.access(database.parent, os.W_OK):
+        return DatabaseFault(fault.url, f"{_PROBLEMS[0][0]}: {database.parent} is not writable")
+    if "disk failed" in fault.problem and shutil.disk_usage(database.parent).free < _FULL_BYTES:
+        return DatabaseFault(fault.url, f"the disk is full: {fault.problem.split(': ', 1)[-1]}")
+    return fault
+
+
+_FULL_BYTES = 64 << 10  # less free than this next to a store whose write failed: the disk is full
 
 
 def _first_line(error: BaseException) -> str:
@@ -165,10 +184,27 @@ def _first_line(error: BaseException) -> str:
 def parse_url(url: str) -> URL:
     """``url`` parsed; StoreError naming it (password hidden where it parses) when it is malformed."""
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except (ArgumentError, ValueError) as e:
         shown = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
         raise StoreError(f"bad database URL {shown!r}: {e}") from None
+    if parsed.get_backend_name() == "sqlite":
+        _busy_timeout_ms(parsed)
+    return parsed
+
+
+def _busy_timeout_ms(parsed: URL) -> int:
+    """How long a SQLite writer waits for another's lock: 30 s, or the URL's ?timeout=SECONDS (pysqlite's)."""
+    if "timeout" not in parsed.query:
+        return SQLITE_BUSY_TIMEOUT_MS
+    problem = f"bad database URL {parsed.render_as_string(hide_password=True)!r}: timeout must be a number of seconds"
+    try:
+        timeout_ms = round(float(str(parsed.query["timeout"])) * 1000)
+    except (ValueError, OverflowError):
+        raise StoreError(problem) from None
+    if not 0 <= timeout_ms < 1 << 31:
+        raise StoreError(f"{problem} >= 0")
+    return timeout_ms
 
 
 def driver_reason(e: BaseException) -> str:
@@ -202,6 +238,8 @@ def write_engine(engine: Engine) -> Engine:
 
 
 def _configure_sqlite(engine: Engine) -> None:
+    busy_timeout_ms = _busy_timeout_ms(engine.url)
+
     # pysqlite's own transaction handling delays BEGIN and commits before DDL; take it over
     # (the recipe from SQLAlchemy's SQLite dialect documentation).
     @event.listens_for(engine, "connect")
@@ -209,7 +247,7 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:

@@ -514,8 +514,8 @@ def _short(error: BaseException) -> str:
 
 def _resolve(session: Session, run_ref: str) -> str:
     """The one run_id that ``run_ref`` names exactly or as a prefix of at least MIN_PREFIX_LEN."""
-    if session.get(RunModel, run_ref) is not None:
-        return run_ref
+    if session.scalar(select(RunModel.run_id).where(RunModel.run_id == run_ref)) is not None:
+        return run_ref  # (the id alone: a run with a damaged column still resolves, then fails to load)
     if len(run_ref) < MIN_PREFIX_LEN:
         raise StoreError(
             f"no run matches {run_ref!r} (a run_id prefix needs at least {MIN_PREFIX_LEN} characters)"

@@ -94,8 +94,16 @@ def schema_status(url: str | None = None) -> SchemaStatus:
     if sqlite_file_missing(url):
         return SchemaStatus(url=url, revision=None, head=SCHEMA_REVISION, state="empty", stamped=False, nruns=None)
     with open_engine(url) as engine, _snapshot(engine) as conn:
-        integrity, integrity_ok = _integrity(conn)
-        status = read_status(conn, counting=True)
+        try:
+            integrity, integrity_ok = _integrity(conn)
+        except DatabaseFault as e:  # too damaged for the check to run
+            raise StoreError(f"result store {shown_url(engine)} fails its integrity check: {e.problem}") from None
+        try:
+            status = read_status(conn, counting=True)
+        except DatabaseFault:
+            if integrity_ok is not False:
+                raise
+            raise StoreError(f"result store {shown_url(engine)} fails its integrity check: {integrity}") from None
         return replace(status, integrity=integrity, integrity_ok=integrity_ok)
 
 
