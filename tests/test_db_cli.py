@@ -4,6 +4,7 @@ on SQLite and PostgreSQL, through --db and through COMMLENS_DB."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import sqlite3
@@ -264,3 +265,41 @@ def test_unreachable_store_is_an_error_naming_it() -> None:
         assert result.stderr.startswith(
             f"error: cannot {doing} result store postgresql+psycopg://bench:***@127.0.0.1:1/results: "), args
         assert "secret" not in result.stderr
+
+
+def test_control_characters_in_stored_text_are_escaped_when_printed(store_url: str) -> None:
+    """A tag, note, revision or host name from a hostile file cannot drive the terminal it is printed on."""
+    system = dataclasses.replace(make_system(), hosts=("node-\x07a", "node-b"),
+                                 ranks_per_host={"node-\x07a": 2, "node-b": 2})
+    run = dataclasses.replace(make_run("e5c0000hostile1", system=system), tag="\x1b]0;pwned\x07",
+                              revision="r1\rfake", notes=("looks fine\x1b[2J\u202e", "two\nlines"))
+    with Store.open(store_url) as store:
+        store.save_run(run)
+    outputs = {
+        "runs": _cli("runs", "--db", store_url).stdout,
+        "show": _cli("show", "e5c0", "--db", store_url).stdout,
+        "tag": _cli("runs", "tag", "e5c0", "\x1b[31mred", "--db", store_url).stdout,
+    }
+    for name, out in outputs.items():
+        assert not any(c in out for c in "\x1b\x07\r\u202e"), (name, out)
+    assert "\\x1b]0;pwned\\x07" in outputs["runs"]
+    assert "r1\\x0dfake" in outputs["runs"]
+    show = outputs["show"]
+    assert "# looks fine\\x1b[2J\\u202e" in show and "# two\\x0alines" in show
+    assert "tag \\x1b]0;pwned\\x07  revision r1\\x0dfake" in show
+    assert outputs["tag"] == "run e5c0000hostile1: tag \\x1b[31mred (was \\x1b]0;pwned\\x07)\n"
+    # JSON escapes them itself, and the stored text is kept as it was.
+    assert json.loads(_cli("show", "e5c0", "--json", "--db", store_url).stdout)["notes"][1] == "two\nlines"
+
+
+def test_control_characters_in_a_stored_revision_are_escaped_by_db_status(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    with Store.open(str(path)):
+        pass
+    con = sqlite3.connect(path)
+    con.execute("UPDATE alembic_version SET version_num = '9\x1b]0;x\x07'")
+    con.commit()
+    con.close()
+    result = _cli("db", "status", "--db", str(path))
+    assert "\x1b" not in result.stdout and "schema    9\\x1b]0;x\\x07\n" in result.stdout
+    assert "state     newer than this commlens: upgrade commlens" in result.stdout
