@@ -178,6 +178,15 @@ def test_accelerators_file_refuses_booleans_and_infinities(tmp_path: Path) -> No
         load_accelerators_file(path)
 
 
+def test_accelerators_gemm_shape_refuses_booleans(tmp_path: Path) -> None:
+    path = tmp_path / "acc.yaml"
+    for shape, message in (("{k_overhead: true, tiles: [[128, 128, 1.0]], origin: x}", "k_overhead: expected a number"),
+                           ("{k_overhead: 1, tiles: [[true, 128, 1.0]], origin: x}", "tiles: a tile's sizes")):
+        path.write_text(f"format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_shape: {shape}\n")
+        with pytest.raises(AcceleratorsFileError, match=f"gemm_shape.{message}"):
+            load_accelerators_file(path)
+
+
 def test_layout_refuses_booleans_as_sizes() -> None:
     for field in ("tp", "zero", "grad_reduce_bytes"):
         with pytest.raises(ValueError, match=f"{field}: expected a number, got True"):

@@ -17,6 +17,7 @@ with its ``*_origin``; a new accelerator gives every field.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -43,10 +44,23 @@ class GemmShape(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
+
     k_overhead: float = Field(ge=0, le=4096, description="elements of K a tile spends in prologue and epilogue")
     tiles: tuple[tuple[int, int, float], ...] = Field(
         min_length=1, description="(tile rows, tile cols, relative throughput in (0, 1]) the library picks from")
     origin: str = Field(min_length=1, description="where these come from")
+
+    @field_validator("tiles", mode="before")
+    @classmethod
+    def _tiles_are_numbers(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)) and any(
+                isinstance(x, bool) for tile in v if isinstance(tile, (list, tuple)) for x in tile):
+            raise ValueError("a tile's sizes and throughput are numbers, not true/false")
+        return v
 
     @field_validator("tiles")
     @classmethod
@@ -134,7 +148,10 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
             loc = ".".join(str(p) for p in first["loc"])
             msg = first["msg"].removeprefix("Value error, ")
             more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-            raise AcceleratorsFileError(f"{where}.{loc}: {msg}{more}" if loc else f"{where}.{msg}{more}") from None
+            if re.match(r"^[a-z_][a-z0-9_]*: ", msg):  # a check that names its field within its model
+                loc = f"{loc}.{msg.split(': ', 1)[0]}" if loc else msg.split(": ", 1)[0]
+                msg = msg.split(": ", 1)[1]
+            raise AcceleratorsFileError(f"{where}.{loc}: {msg}{more}") from None
     return out
 
 
