@@ -173,7 +173,7 @@ def load_run_samples(run_id: str, db: str | None) -> CollectiveTable:
     """A table from a stored run: each measurement with per-rank samples, one label per (op, size)."""
     from commlens.store import Store
 
-    store = Store.open(db)
+    store = Store.open(db, create=False)  # a read: never creates a store
     run = store.get_run(run_id)
     starts: dict[str, list[list[float]]] = {}
     ends: dict[str, list[list[float]]] = {}
