@@ -277,3 +277,25 @@ def test_load_state_refuses_a_path_as_a_name(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(ClusterError, match="cluster name '../x'"):
         load_state("../x")
+
+
+def test_specdata_is_a_leaf_so_topology_and_cluster_still_import_nothing_else_of_commlens() -> None:
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "commlens"
+
+    def commlens_imports(path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("commlens"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("commlens")}
+        return found
+
+    assert commlens_imports(src / "specdata.py") == set()
+    for package in ("topology", "cluster"):
+        for path in (src / package).rglob("*.py"):
+            outside = {m for m in commlens_imports(path)
+                       if not m.startswith(f"commlens.{package}") and m != "commlens.specdata"}
+            assert not outside, f"{path.relative_to(src)} imports {outside}"
