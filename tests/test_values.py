@@ -299,3 +299,12 @@ def test_specdata_is_a_leaf_so_topology_and_cluster_still_import_nothing_else_of
             outside = {m for m in commlens_imports(path)
                        if not m.startswith(f"commlens.{package}") and m != "commlens.specdata"}
             assert not outside, f"{path.relative_to(src)} imports {outside}"
+
+
+@pytest.mark.parametrize("option, text", [("--slow-host", "1:nan"), ("--slow-link", "0-1:inf"),
+                                          ("--cpu-starve", "1:nan")])
+def test_cluster_fault_fractions_nan_or_inf_exit_2(tmp_path: Path, option: str, text: str) -> None:
+    env = {"COMMLENS_CLUSTER_DIR": str(tmp_path / "state")}
+    line = refused(run("cluster", "up", "c", "--hosts", "2", option, text, env=env), "fraction must be in")
+    assert "nan" in line or "inf" in line
+    assert not (tmp_path / "state").exists()
