@@ -308,3 +308,9 @@ def test_cluster_fault_fractions_nan_or_inf_exit_2(tmp_path: Path, option: str, 
     line = refused(run("cluster", "up", "c", "--hosts", "2", option, text, env=env), "fraction must be in")
     assert "nan" in line or "inf" in line
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--top", "0"), ("--top", "-1"), ("--workers", "-1"), ("--workers", "0")])
+def test_project_sweep_counts_must_be_positive(option: str, value: str) -> None:
+    # --top -1 used to slice off the last row; --workers 0 quietly meant "all cores"
+    refused(run("project", "sweep", "llama3-8b", "-t", "dgx-h100", "-n", "8", option, value), option)

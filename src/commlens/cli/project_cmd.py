@@ -186,6 +186,10 @@ def _sweep(
     from commlens.project import ProjectionError
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
 
+    if workers is not None and workers < 1:
+        fail(f"--workers: must be >= 1, got {workers}")
+    if top < 1:
+        fail(f"--top: must be >= 1, got {top}")
     use_accelerators(accelerators)
 
     try:
