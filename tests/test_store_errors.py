@@ -92,6 +92,9 @@ def test_read_only_sqlite_store_refuses_writes_and_keeps_the_runs(mount_dir: Pat
             assert "the database is read-only" in _error(_cli(*args, "--db", url)), args
         with pytest.raises(StoreError, match="read-only"):
             preflight(url)
+        listed = _cli("runs", "--db", url)  # reading still works (immutable on a read-only mount)
+        assert (listed.exit_code, listed.stdout.count("nightly")) == (0, 3), listed.output
+        assert "integrity ok" in _cli("db", "status", "--db", url).stdout
         with pytest.raises(StoreError, match="cannot create result store .*other.db: .*Read-only|not writable"):
             preflight(str(mount_dir / "other.db"))
     finally:

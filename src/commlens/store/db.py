@@ -6,7 +6,9 @@ import errno
 import os
 import re
 import shutil
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -96,8 +98,8 @@ def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in _BACKENDS:
-        raise StoreError(f"bad database URL {parsed.render_as_string(hide_password=True)!r}: unsupported database {backend!r} "
-                         "(commlens stores runs in SQLite or PostgreSQL)")
+        raise StoreError(f"bad database URL {parsed.render_as_string(hide_password=True)!r}: "
+                         f"unsupported database {backend!r} (commlens stores runs in SQLite or PostgreSQL)")
     try:
         is_sqlite = backend == "sqlite"
         if is_sqlite:
@@ -105,6 +107,12 @@ def make_engine(url: str) -> Engine:
             if database and database != ":memory:" and not database.startswith("file:"):
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = {}
+        frozen = is_sqlite and _on_read_only_mount(Path(database).expanduser())
+        if frozen:
+            # A WAL store on a read-only mount opens only as immutable (no -shm file can be made);
+            # nobody can write it there, so that is safe, and every write fails as read-only.
+            uri = "file:" + quote(str(Path(database).expanduser())) + "?immutable=1"
+            kwargs["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False)
         if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         engine = create_engine(url, **kwargs)
@@ -113,7 +121,7 @@ def make_engine(url: str) -> Engine:
     except OSError as e:
         raise StoreError(f"cannot create the directory for {url!r}: {e}") from None
     if is_sqlite:
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, wal=not frozen)
     event.listen(engine, "handle_error", _raise_mapped)
     return engine
 
@@ -237,7 +245,15 @@ def write_engine(engine: Engine) -> Engine:
     return engine.execution_options(**{_BEGIN_MODE: "IMMEDIATE"})
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _on_read_only_mount(database: Path) -> bool:
+    """Whether ``database`` is an existing file on a file system mounted read-only."""
+    try:
+        return database.is_file() and bool(os.statvfs(database.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
     busy_timeout_ms = _busy_timeout_ms(engine.url)
 
     # pysqlite's own transaction handling delays BEGIN and commits before DDL; take it over
@@ -248,7 +264,8 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if wal:
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
