@@ -22,11 +22,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from commlens.results.records import Measurement, RunStatus, SystemInfo
+from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, RunStatus, SystemInfo
 
 __all__ = [
     "IngestError", "IngestWarning", "Source", "ParsedRun", "read_source", "content_run_id", "json_line", "load_json",
-    "quote", "check_limit", "DEFAULT_MAX_INPUT_BYTES", "MAX_RANKS", "MAX_SIZE_BYTES", "MAX_JSON_DEPTH", "STDIN",
+    "quote", "check_limit", "DEFAULT_MAX_INPUT_BYTES", "MAX_RANKS", "MAX_SIZE_BYTES", "MAX_COUNT", "MAX_JSON_DEPTH",
+    "STDIN",
 ]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
@@ -36,8 +37,8 @@ DEFAULT_MAX_INPUT_BYTES = 256 * 2**20
 _READ_CHUNK_BYTES = 2**20
 # Sane bounds on numbers that size what a parser allocates (a rank list, a sample list) or that a store keeps:
 # no job has a million ranks, no message a petabyte. Beyond them a file is refused, not believed.
-MAX_RANKS = 2**20
-MAX_SIZE_BYTES = 2**50
+# (The records refuse the same bounds: commlens.results.records.)
+MAX_COUNT = 2**50  # element counts, iterations, wrong-result counts
 # JSON nested deeper than this is not a result file (commlens' own files nest 4 deep).
 MAX_JSON_DEPTH = 64
 # Input shown in an error message is cut to this many characters.
@@ -96,6 +97,19 @@ class Source:
 
     def error(self, line: int, message: str) -> IngestError:
         return IngestError(self.path, line, message)
+
+    def int_at(self, line: int, what: str, token: str, limit: int, *, low: int = 0) -> int:
+        """``token`` as an integer in ``[low, limit)``; IngestError at ``line`` naming ``what`` otherwise."""
+        try:
+            value = int(token)
+        except ValueError:  # also a number of more than 4,300 digits
+            raise self.error(line, f"bad {what} {quote(token, 60)}: not an integer") from None
+        if value < low:
+            raise self.error(line, f"bad {what} {value}: expected >= {low}")
+        problem = check_limit(what, value, limit)
+        if problem:
+            raise self.error(line, problem)
+        return value
 
     def warn(self, line: int, message: str) -> str:
         """Issue an :class:`IngestWarning` located at ``line``; returns the message, for the run's notes."""
@@ -192,6 +206,8 @@ def load_json(source: Source) -> Any:
         raise source.error(e.lineno, f"invalid JSON (column {e.colno}): {e.msg}; a truncated file?") from None
     except RecursionError:
         raise source.error(1, f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a result file") from None
+    except ValueError as e:  # an integer of more than 4,300 digits
+        raise source.error(1, f"invalid JSON: {quote(str(e), 120)}") from None
     if _json_depth(data) > MAX_JSON_DEPTH:
         raise source.error(1, f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a result file")
     return data

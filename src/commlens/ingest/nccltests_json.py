@@ -26,7 +26,18 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from commlens.ingest.base import IngestError, ParsedRun, Source, json_line, load_json
+from commlens.ingest.base import (
+    MAX_COUNT,
+    MAX_RANKS,
+    MAX_SIZE_BYTES,
+    IngestError,
+    ParsedRun,
+    Source,
+    check_limit,
+    json_line,
+    load_json,
+    quote,
+)
 from commlens.ingest.nccltests_common import (
     BusbwCheck,
     RankInfo,
@@ -63,8 +74,20 @@ class _Doc:
         if value is None and allow_none:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise self.error(path, f"expected a finite number >= 0, got {value!r}")
+            raise self.error(path, f"expected a finite number >= 0, got {quote(value, 60)}")
         return float(value)
+
+    def integer(self, path: tuple[str | int, ...], value: Any, limit: int, *, default: int | None = None,
+                low: int = 0) -> int:
+        """An integer in ``[low, limit)``; ``default`` stands for a missing (null, 0, empty) value."""
+        if default is not None and not value and not isinstance(value, (bool, float)):
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.error(path, f"expected an integer >= {low}, got {quote(value, 60)}")
+        problem = check_limit(path[-1] if path else "value", value, limit)
+        if problem:
+            raise self.error(path, problem)
+        return value
 
 
 def _utc(value: Any) -> str | None:
@@ -101,10 +124,13 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
     seen: set[int] = set()
     for i, d in enumerate(devices):
         rank = d.get("rank", i)
-        if not isinstance(rank, int) or rank in seen:
-            raise doc.error((*path, i, "rank"), f"rank {rank!r} repeated or not an integer")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank in seen:
+            raise doc.error((*path, i, "rank"), f"rank {quote(rank, 60)} repeated or not an integer")
+        problem = check_limit("rank", rank + per_process - 1, MAX_RANKS) if rank >= 0 else f"rank {rank} < 0"
+        if problem:
+            raise doc.error((*path, i, "rank"), problem)
         seen.add(rank)
-        device = d.get("device") if isinstance(d.get("device"), int) else -1
+        device = d.get("device") if isinstance(d.get("device"), int) and -1 <= d["device"] < MAX_RANKS else -1
         for k in range(per_process):
             ranks.append(RankInfo(rank=rank + k, host=str(d.get("hostname") or ""), pid=d.get("pid"),
                                   device=device + k if device >= 0 else device, bus_id=str(d.get("device_hex") or ""),
@@ -113,8 +139,11 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
 
 
 def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, default_op: str | None) -> OpSpec:
-    name = entry.get("experiment_name") or program_op or default_op
-    path: tuple[str | int, ...] = ("results", i, "experiment_name") if entry.get("experiment_name") else ("args",)
+    named = entry.get("experiment_name")
+    if named is not None and not isinstance(named, str):
+        raise doc.error(("results", i, "experiment_name"), f"expected a string, got {quote(named, 60)}")
+    name = named or program_op or default_op
+    path: tuple[str | int, ...] = ("results", i, "experiment_name") if named else ("args",)
     if not name:
         raise doc.error(("results", i), "the file does not say which collective it measured (no *_perf binary in "
                                         "args, no experiment_name); pass the op (commlens ingest --op all_reduce)")
@@ -143,13 +172,20 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
     rank_samples: tuple[tuple[float, ...], ...] | None = None
     per_iter = entry.get(f"{key}_per_iter")
     if isinstance(per_iter, dict):  # nccl-tests -I (file version 2+)
-        skip = int(per_iter.get("skipped_iterations") or 0)
+        iter_path = ("results", i, f"{key}_per_iter")
+        skip = doc.integer((*iter_path, "skipped_iterations"), per_iter.get("skipped_iterations"), MAX_COUNT,
+                           default=0)
         times = per_iter.get("times_us") or []
-        samples = [doc.number(("results", i, f"{key}_per_iter", "times_us"), t) * 1e-6  # type: ignore[operator]
+        if not isinstance(times, list):
+            raise doc.error((*iter_path, "times_us"), "expected a list of times")
+        samples = [doc.number((*iter_path, "times_us"), t) * 1e-6  # type: ignore[operator]
                    for t in times[skip:]]
         rows = per_iter.get("per_process_max_times_us")
         if isinstance(rows, list) and len(rows) == world:
-            rank_samples = tuple(tuple(float(t) * 1e-6 for t in r[skip:]) for r in rows)
+            if not all(isinstance(r, list) for r in rows):
+                raise doc.error((*iter_path, "per_process_max_times_us"), "expected a list of lists of times")
+            rank_samples = tuple(tuple(doc.number((*iter_path, "per_process_max_times_us"), t) * 1e-6  # type: ignore[operator]
+                                       for t in r[skip:]) for r in rows)
     elif isinstance(half.get("times"), list):  # commlens' writer
         samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]  # type: ignore[operator]
     size, count = entry["size"], entry["count"]
@@ -163,9 +199,13 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
                              stdev_s=None, cv=None, n=iters)
     root_text = entry.get("root", -1)
     try:
-        root = int(str(root_text).strip())
+        root = int(str(root_text).strip()) if not isinstance(root_text, (bool, float)) else None
     except ValueError:
-        raise doc.error(("results", i, "root"), f"bad root {root_text!r}") from None
+        root = None
+    if root is None or not -1 <= root < MAX_RANKS:
+        raise doc.error(("results", i, "root"), f"bad root {quote(root_text, 60)}") from None
+    if nwrong_f is not None and nwrong_f >= MAX_COUNT:
+        raise doc.error((*path, "nwrong"), check_limit("nwrong", int(nwrong_f), MAX_COUNT) or "")
     try:
         return Measurement(op=spec.name, dtype=dtype, size_bytes=size, count=count, in_place=in_place,
                            world_size=world, samples_s=tuple(samples), redop=str(entry.get("redop") or "none"),
@@ -186,11 +226,15 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     args = data.get("args")
     argv = args if isinstance(args, list) else str(args or "").split()
     program_op = op_from_program(str(argv[0])) if argv else None
-    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
+    per_process = (doc.integer(("config", "nthreads"), config.get("nthreads"), MAX_RANKS, default=1, low=1)
+                   * doc.integer(("config", "ngpus"), config.get("ngpus"), MAX_RANKS, default=1, low=1))
     devices, dev_path = _devices(doc)
+    problem = check_limit("world size", len(devices) * per_process, MAX_RANKS + 1)
+    if problem:
+        raise doc.error(("config",), f"{problem} ({len(devices)} devices x {per_process} GPUs each)")
     ranks = _ranks(doc, devices, dev_path, per_process)
     world = len(ranks)
-    iters = int(config.get("iterations") or 0)
+    iters = doc.integer(("config", "iterations"), config.get("iterations"), MAX_COUNT, default=0)
     notes: list[str] = []
     if per_process > 1:
         notes.append(f"nccl-tests -J lists one device per process: the other {per_process - 1} GPUs of each process "
@@ -201,9 +245,8 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     for i, entry in enumerate(data["results"]):
         if not isinstance(entry, dict):
             raise doc.error(("results", i), "expected an object")
-        for field in ("size", "count"):
-            if not isinstance(entry.get(field), int) or entry[field] < 0:
-                raise doc.error(("results", i, field), f"expected an integer >= 0, got {entry.get(field)!r}")
+        for field, limit in (("size", MAX_SIZE_BYTES), ("count", MAX_COUNT)):
+            doc.integer(("results", i, field), entry.get(field), limit)
         spec = _op(doc, entry, i, program_op, op)
         type_name = str(entry.get("type"))
         dtype = commlens_dtype(type_name)
@@ -215,7 +258,9 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         check = checks.setdefault(spec.name, BusbwCheck())
         if spec.name not in ops:
             ops.append(spec.name)
-        entry_iters = entry.get("actual_iterations") if isinstance(entry.get("actual_iterations"), int) else iters
+        actual = entry.get("actual_iterations")
+        entry_iters = (doc.integer(("results", i, "actual_iterations"), actual, MAX_COUNT)
+                       if isinstance(actual, int) and not isinstance(actual, bool) else iters)
         for in_place in (False, True):
             m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check)
             if m is not None:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.ingest.base import Source
+from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
 from commlens.ingest.nccltests_common import RankInfo, op_from_program
 from commlens.ingest.nccltests_op import NCCL_COLL_OPS
 
@@ -167,9 +167,9 @@ def table_number(source: Source, line: int, column: str, token: str) -> float:
     try:
         value = float(token)
     except ValueError:
-        raise source.error(line, f"bad {column} value {token!r} in a table row") from None
+        raise source.error(line, f"bad {column} value {quote(token, 60)} in a table row") from None
     if not (value >= 0.0) or math.isinf(value):
-        raise source.error(line, f"bad {column} value {token!r} in a table row: not a finite number >= 0")
+        raise source.error(line, f"bad {column} value {quote(token, 60)} in a table row: not a finite number >= 0")
     return value
 
 
@@ -295,7 +295,7 @@ class LogReader:
         layout = self.seg.layout if self.seg and self.seg.layout else MODERN_LAYOUT
         raise self.source.error(start, (
             f"table row cut short: {len(have)} of {layout.ntokens} columns before {why} "
-            f"(a truncated log?): {' '.join(have)!r}"))
+            f"(a truncated log?): {quote(' '.join(have))}"))
 
     def _row(self, lineno: int, tokens: list[str]) -> None:
         seg = self.seg
@@ -311,7 +311,7 @@ class LogReader:
         if len(tokens) > layout.ntokens:
             raise self.source.error(lineno, (
                 f"table row has {len(tokens)} columns, the table header names {layout.ntokens}: "
-                f"{' '.join(tokens)!r}"))
+                f"{quote(' '.join(tokens))}"))
         seg.rows.append((lineno, tokens))
 
     def _header(self, lineno: int, text: str) -> None:
@@ -325,7 +325,8 @@ class LogReader:
                 if m.group(1) == "rccl":
                     self.backend = "rccl"
                 seg.tests_version = m.group(2)
-                seg.headers_code, seg.library_code = int(m.group(3)), int(m.group(4))
+                seg.headers_code = self.source.int_at(lineno, "nccl-headers code", m.group(3), MAX_COUNT)
+                seg.library_code = self.source.int_at(lineno, "nccl-library code", m.group(4), MAX_COUNT)
         elif body.startswith("Collective test starting"):
             m = _STARTING_RE.search(body)
             seg = self._segment("starting", lineno)
@@ -336,29 +337,33 @@ class LogReader:
             for key, rx in _SETTINGS_RES.items():
                 m = rx.search(body)
                 if m:
-                    seg.settings[key] = int(m.group(1))
+                    seg.settings[key] = self.source.int_at(lineno, key, m.group(1), MAX_COUNT)
             m = _STEP_RE.search(body)
             if m:
-                seg.settings["step_factor" if m.group(2) == "factor" else "step_bytes"] = int(m.group(1))
+                seg.settings["step_factor" if m.group(2) == "factor" else "step_bytes"] = self.source.int_at(
+                    lineno, "step", m.group(1), MAX_SIZE_BYTES)
         elif body.startswith("Rank"):
             m = _RANK_RE.match(text)
             if not m:
-                raise self.source.error(lineno, f"unreadable rank line: {text!r}")
+                raise self.source.error(lineno, f"unreadable rank line: {quote(text)}")
             seg = self._segment("rank", lineno)
-            rank = int(m.group(1))
+            rank = self.source.int_at(lineno, "rank", m.group(1), MAX_RANKS)
             if rank in seg.ranks:
                 raise self.source.error(lineno, (
                     f"rank {rank} is listed twice: several independent nccl-tests processes wrote to this log "
                     f"(an MPI launch of binaries built without MPI=1?)"))
             seg.rank_line = seg.rank_line or lineno
-            seg.ranks[rank] = RankInfo(rank=rank, host=m.group(3), pid=int(m.group(2)) if m.group(2) else None,
-                                       device=int(m.group(4)), bus_id=m.group(5), device_name=m.group(6))
+            pid = self.source.int_at(lineno, "pid", m.group(2), 2**63) if m.group(2) else None
+            seg.ranks[rank] = RankInfo(rank=rank, host=m.group(3), pid=pid,
+                                       device=self.source.int_at(lineno, "device", m.group(4), MAX_RANKS),
+                                       bus_id=m.group(5), device_name=m.group(6))
         elif body.startswith("Blocking Enabled"):
             self._segment("blocking", lineno).settings["blocking"] = True
         elif body.startswith("Per-Iteration Report"):
             seg = self._segment("per_iter", lineno)
             m = _SKIP_RE.search(body)
-            seg.settings["per_iter_skip"] = int(m.group(1)) if m else 0
+            seg.settings["per_iter_skip"] = self.source.int_at(lineno, "skipped iterations", m.group(1),
+                                                               MAX_COUNT) if m else 0
         elif body.startswith("Out of bounds values") or body.startswith("Avg bus bandwidth"):
             seg = self.seg
             if seg is None:
@@ -366,7 +371,7 @@ class LogReader:
             seg.footer = True
             m = _OOB_RE.search(body)
             if m:
-                seg.oob = int(m.group(1))
+                seg.oob = self.source.int_at(lineno, "out of bounds values", m.group(1), MAX_COUNT)
                 seg.oob_failed = seg.oob > 0 or "FAILED" in body
             m = _AVG_RE.search(body)
             if m:

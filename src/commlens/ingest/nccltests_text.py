@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from commlens.ingest.base import IngestError, ParsedRun, Source
+from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, IngestError, ParsedRun, Source, check_limit
 from commlens.ingest.nccltests_common import (
     BusbwCheck,
     check_size,
@@ -86,7 +86,8 @@ def _evidence(source: Source, seg: Segment, world: int) -> TableEvidence:
         if ours is None:
             raise source.error(lineno, unknown_dtype_message(tokens[2]))
         rows.append(RowEvidence(
-            line=lineno, size_bytes=int(tokens[0]), count=int(tokens[1]), elem_size=DTYPE_SIZES[ours],
+            line=lineno, size_bytes=_size(source, lineno, tokens[0]), count=_count(source, lineno, tokens[1]),
+            elem_size=DTYPE_SIZES[ours],
             redop=tokens[i_redop] if i_redop is not None else None,
             root=_root(source, lineno, tokens[i_root]) if i_root is not None else None,
             algbw_gbps=table_number(source, lineno, "algbw", tokens[base + 1]),
@@ -96,10 +97,15 @@ def _evidence(source: Source, seg: Segment, world: int) -> TableEvidence:
 
 
 def _root(source: Source, line: int, token: str) -> int:
-    try:
-        return int(token)
-    except ValueError:
-        raise source.error(line, f"bad root value {token!r} in a table row") from None
+    return source.int_at(line, "root", token, MAX_RANKS, low=-1)
+
+
+def _size(source: Source, line: int, token: str) -> int:
+    return source.int_at(line, "size", token, MAX_SIZE_BYTES)
+
+
+def _count(source: Source, line: int, token: str) -> int:
+    return source.int_at(line, "count", token, MAX_COUNT)
 
 
 def _resolve(source: Source, line: int, name: str) -> OpSpec:
@@ -114,10 +120,11 @@ def _world_size(source: Source, seg: Segment) -> int:
         line = seg.rows[0][0] if seg.rows else seg.first_line
         raise source.error(line, "no '#  Rank N ... on HOST device D' lines before this table: the world size "
                                  "is unknown (ingest the whole log, header included)")
-    world = max(seg.ranks) + 1
-    missing = sorted(set(range(world)) - set(seg.ranks))
-    if missing:
-        raise source.error(seg.rank_line, f"rank lines do not list ranks {missing} of {world}")
+    world = max(seg.ranks) + 1  # ranks are < MAX_RANKS (the reader checks), so range(world) is bounded
+    if len(seg.ranks) != world:
+        missing = sorted(set(range(world)) - set(seg.ranks))
+        shown = ", ".join(map(str, missing[:8])) + (f" ... ({len(missing)} in all)" if len(missing) > 8 else "")
+        raise source.error(seg.rank_line, f"rank lines do not list ranks [{shown}] of {world}")
     return world
 
 
@@ -143,8 +150,8 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     printed_redops: dict[str, int] = {}  # a reduction name printed for an op that does not reduce
     printed: list[RowEvidence] = []  # each half's printed algBW and busBW
     for lineno, tokens in seg.rows:
-        size = int(tokens[0])
-        count = int(tokens[1])
+        size = _size(source, lineno, tokens[0])
+        count = _count(source, lineno, tokens[1])
         type_name = tokens[2]
         dt = dtypes.get(type_name)
         if dt is None:
@@ -169,6 +176,8 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
             nwrong = None
             if has_wrong_count and h[3] != "N/A":
                 nwrong = int(table_number(source, lineno, "#wrong", h[3]))
+                if nwrong >= MAX_COUNT:
+                    raise source.error(lineno, check_limit("#wrong", nwrong, MAX_COUNT) or "")
             if per_iter:
                 i_min, i_max, i_p99, i_cv = (table_number(source, lineno, n, v) for n, v in zip(PER_ITER_COLUMNS, h[4:8]))
                 reported = TimeStats(mean_s=time_s, p50_s=None, p95_s=None, p99_s=i_p99 * 1e-6, min_s=i_min * 1e-6,

@@ -24,7 +24,7 @@ import ast
 import re
 from typing import Any
 
-from commlens.ingest.base import ParsedRun, Source
+from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, ParsedRun, Source, check_limit, quote
 from commlens.ingest.nccltests_common import BusbwCheck, resolve_op
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
@@ -48,6 +48,8 @@ PARAM_OPS = {
 # torch.distributed's all_reduce, broadcast and reduce work in place on one tensor; PARAM's others have an output.
 _IN_PLACE = {"all_reduce", "broadcast", "reduce"}
 
+# PARAM prints a handful of keys; a longer "environment" is not PARAM's.
+_MAX_ENVIRONMENT_CHARS = 65536
 _ENV_RE = re.compile(r"(?:PARAM COMM|MPI) environment:\s*(\{.*?\})")
 _BACKEND_RE = re.compile(r"\bbackend:\s*(\S+)\s+nw-stack:\s*(\S+)")
 _NCCL_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -75,10 +77,20 @@ def _number(source: Source, line: int, column: str, token: str) -> float:
     try:
         value = float(token)
     except ValueError:
-        raise source.error(line, f"bad {column} value {token!r} in a COMMS-RES row") from None
+        raise source.error(line, f"bad {column} value {quote(token, 60)} in a COMMS-RES row") from None
     if not value >= 0.0 or value == float("inf"):
-        raise source.error(line, f"bad {column} value {token!r} in a COMMS-RES row: not a finite number >= 0")
+        raise source.error(line, f"bad {column} value {quote(token, 60)} in a COMMS-RES row: not a finite number >= 0")
     return value
+
+
+def _environment(source: Source, line: int, text: str) -> Any:
+    """The Python literal PARAM prints as its environment (a dict); a long or deeply nested one is refused."""
+    if len(text) > _MAX_ENVIRONMENT_CHARS:
+        raise source.error(line, f"PARAM environment of {len(text)} characters: not one PARAM prints")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        raise source.error(line, f"unreadable PARAM environment: {quote(text)}") from None
 
 
 def _collective_and_dtype(source: Source, line: int, label: str) -> tuple[str, str, str]:
@@ -87,7 +99,7 @@ def _collective_and_dtype(source: Source, line: int, label: str) -> tuple[str, s
     if parts[0] == "QUANT":
         raise source.error(line, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
     if len(parts) < 2:
-        raise source.error(line, f"COMMS-RES row label {label!r} is not <collective>-<dtype>")
+        raise source.error(line, f"COMMS-RES row label {quote(label)} is not <collective>-<dtype>")
     return parts[0], parts[1], "-".join(parts[2:])
 
 
@@ -96,7 +108,7 @@ def _spec(source: Source, line: int, collective: str) -> OpSpec:
         raise source.error(line, "PARAM pt2pt results (ping/ping-pong latency) are not supported")
     name = PARAM_OPS.get(collective)
     if name is None:
-        raise source.error(line, (f"PARAM collective {collective!r} has no commlens op "
+        raise source.error(line, (f"PARAM collective {quote(collective, 60)} has no commlens op "
                                   f"(known: {', '.join(sorted(PARAM_OPS))})"))
     try:
         return resolve_op(name)
@@ -121,7 +133,7 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
                     raise source.error(lineno, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
                 columns = _header_columns(line)
                 if columns is None:
-                    raise source.error(lineno, f"unrecognised COMMS-RES header: {line.strip()!r}")
+                    raise source.error(lineno, f"unrecognised COMMS-RES header: {quote(line.strip())}")
                 continue
             m = _ROW_RE.search(line)
             if m is None:
@@ -137,14 +149,11 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         elif "environment:" in line:
             m = _ENV_RE.search(line)
             if m:
-                try:
-                    parsed = ast.literal_eval(m.group(1))
-                except (ValueError, SyntaxError):
-                    raise source.error(lineno, f"unreadable PARAM environment: {m.group(1)!r}") from None
+                parsed = _environment(source, lineno, m.group(1))
                 if isinstance(parsed, dict):
                     env_info = parsed
                     if isinstance(parsed.get("world_size"), int) and parsed["world_size"] > 0:
-                        world = parsed["world_size"]
+                        world = source.int_at(lineno, "world_size", parsed["world_size"], MAX_RANKS + 1)
         elif "nw-stack:" in line:
             m = _BACKEND_RE.search(line)
             if m:
@@ -173,10 +182,12 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
             remapped.add(f"{collective} -> {spec.name}")
         dtype = PARAM_DTYPES.get(dtype_name)
         if dtype is None:
-            raise source.error(lineno, (f"PARAM data type {dtype_name!r} has no commlens dtype "
+            raise source.error(lineno, (f"PARAM data type {quote(dtype_name, 60)} has no commlens dtype "
                                         f"(known: {', '.join(sorted(PARAM_DTYPES))})"))
         if tag:
             tags.add(tag)
+        if v["size"] >= MAX_SIZE_BYTES:
+            raise source.error(lineno, check_limit("size", int(v["size"]), MAX_SIZE_BYTES) or "")
         size = int(v["size"])
         elem = DTYPE_SIZES[dtype]
         count = size // elem // (world if spec.per_rank_split else 1)

@@ -162,6 +162,8 @@ def _read_yaml(path: Path, source: str) -> Any:
         return load_yaml(path.read_text())
     except OSError as e:
         raise AcceleratorsFileError(f"{source}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise AcceleratorsFileError(f"{source}: not UTF-8 text (byte {e.start})") from None
     except DuplicateKeyError as e:
         raise AcceleratorsFileError(f"{source}: {e}") from None
     except yaml.YAMLError as e:

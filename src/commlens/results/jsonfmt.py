@@ -8,9 +8,10 @@ disagree with itself once loaded. See ``docs/result-format.md``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -77,24 +78,124 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     }
 
 
-def _measurement_from_dict(d: dict[str, Any]) -> Measurement:
+_REQUIRED: Any = object()
+_MAX_SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it: cut short, since a file may hold anything."""
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN_CHARS else text[:_MAX_SHOWN_CHARS] + "...(cut)"
+
+
+def _get(d: dict[str, Any], key: str, default: Any) -> Any:
+    if default is _REQUIRED:
+        return d[key]  # KeyError: run_from_dict says which field is missing
+    return d.get(key, default)
+
+
+def _int(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> int:
+    """An integer field; an integral float (``64.0``) is one, a bool, string or infinity is not."""
+    value = _get(d, key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FormatError(f"{key}: expected an integer, got {_shown(value)}")
+    return value
+
+
+def _str(d: dict[str, Any], key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+    value = _get(d, key, default)
+    if not isinstance(value, str) and not (nullable and value is None):
+        raise FormatError(f"{key}: expected a string{' or null' if nullable else ''}, got {_shown(value)}")
+    return value
+
+
+def _bool(d: dict[str, Any], key: str) -> bool:
+    value = d[key]
+    if not isinstance(value, bool):
+        raise FormatError(f"{key}: expected true or false, got {_shown(value)}")
+    return value
+
+
+def _times(key: str, values: Any) -> tuple[float, ...]:
+    """A list of finite numbers of seconds."""
+    if not isinstance(values, list):
+        raise FormatError(f"{key}: expected a list of times, got {_shown(values)}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise FormatError(f"{key}: expected finite numbers of seconds, got {_shown(v)}")
+    return tuple(float(v) for v in values)
+
+
+def _reported(rep: Any) -> TimeStats:
+    if not isinstance(rep, dict):
+        raise FormatError(f"reported: expected an object, got {_shown(rep)}")
+    fields = {"mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "stdev_s", "cv", "n"}
+    unknown = set(rep) - fields
+    if unknown:
+        raise FormatError(f"reported: unknown fields {_shown(sorted(unknown))}")
+    stats: dict[str, Any] = {"n": _int(rep, "n", 0)}
+    for name in sorted(fields - {"n"}):
+        value = rep.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise FormatError(f"reported.{name}: expected a finite number or null, got {_shown(value)}")
+        stats[name] = None if value is None else float(value)
+    if stats["mean_s"] is None:
+        raise FormatError("reported.mean_s: missing")
+    return TimeStats(**stats)
+
+
+def _measurement_from_dict(d: Any) -> Measurement:
+    """One measurement, every field checked for its type (a file may hold anything anywhere)."""
+    if not isinstance(d, dict):
+        raise FormatError(f"a measurement must be an object, got {_shown(d)}")
     rank = d.get("rank_samples_s")
+    if rank is not None and not isinstance(rank, list):
+        raise FormatError(f"rank_samples_s: expected a list of lists of times, got {_shown(rank)}")
     rep = d.get("reported")
+    nwrong = d.get("nwrong")
     return Measurement(
-        op=d["op"],
-        algo=d.get("algo", "builtin"),
-        dtype=d["dtype"],
-        redop=d.get("redop", "none"),
-        root=int(d.get("root", -1)),
-        size_bytes=int(d["size_bytes"]),
-        count=int(d["count"]),
-        in_place=bool(d["in_place"]),
-        world_size=int(d["world_size"]),
-        samples_s=tuple(float(s) for s in d["samples_s"]),
-        nwrong=None if d.get("nwrong") is None else int(d["nwrong"]),
-        rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
-        reported=None if rep is None else TimeStats(**rep),
+        op=_str(d, "op"),
+        algo=_str(d, "algo", "builtin"),
+        dtype=_str(d, "dtype"),
+        redop=_str(d, "redop", "none"),
+        root=_int(d, "root", -1),
+        size_bytes=_int(d, "size_bytes"),
+        count=_int(d, "count"),
+        in_place=_bool(d, "in_place"),
+        world_size=_int(d, "world_size"),
+        samples_s=_times("samples_s", d["samples_s"]),
+        nwrong=None if nwrong is None else _int(d, "nwrong"),
+        rank_samples_s=None if rank is None else tuple(_times("rank_samples_s", r) for r in rank),
+        reported=None if rep is None else _reported(rep),
     )
+
+
+def _system_from_dict(sysd: Any) -> SystemInfo:
+    if not isinstance(sysd, dict):
+        raise FormatError(f"system: expected an object, got {_shown(sysd)}")
+    sysd = dict(sysd)
+    sysd.pop("fingerprint", None)
+    known = {f.name: f for f in fields(SystemInfo)}
+    unknown = set(sysd) - set(known)
+    if unknown:
+        raise FormatError(f"system: unknown fields {_shown(sorted(unknown))}")
+    kinds = {"hosts": list, "device_names": list, "ranks_per_host": dict, "env": dict, "extra": dict}
+    for name, value in sysd.items():
+        kind = kinds.get(name, int if name in ("world_size", "cpu_cores") else str)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise FormatError(f"system.{name}: expected {_KIND_NAMES[kind]}, got {_shown(value)}")
+    for name in ("hosts", "device_names"):
+        if not all(isinstance(v, str) for v in sysd.get(name, ())):
+            raise FormatError(f"system.{name}: expected a list of strings")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in sysd.get("ranks_per_host", {}).values()):
+        raise FormatError("system.ranks_per_host: expected integer counts")
+    return SystemInfo(**sysd)
+
+
+_KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object"}
 
 
 # Upgraders from an older format version to the next: {1: upgrade_1_to_2, ...}.
@@ -117,22 +218,27 @@ def run_from_dict(d: dict[str, Any]) -> Run:
         d = _UPGRADERS[version](d)
         version += 1
     try:
-        sysd = dict(d["system"])
-        sysd.pop("fingerprint", None)
-        system = SystemInfo(**sysd)
+        system = _system_from_dict(d["system"])
+        config, notes, measurements = d.get("config", {}), d.get("notes", []), d["measurements"]
+        if not isinstance(config, dict):
+            raise FormatError(f"config: expected an object, got {_shown(config)}")
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise FormatError(f"notes: expected a list of strings, got {_shown(notes)}")
+        if not isinstance(measurements, list):
+            raise FormatError(f"measurements: expected a list, got {_shown(measurements)}")
         return Run(
-            run_id=d["run_id"],
-            status=d.get("status", "complete"),
-            source=d.get("source", "commlens"),
-            started_at=d["started_at"],
-            finished_at=d.get("finished_at"),
-            tag=d.get("tag"),
-            revision=d.get("revision"),
-            command_line=d.get("command_line", ""),
-            config=d.get("config", {}),
-            notes=tuple(d.get("notes", ())),
+            run_id=_str(d, "run_id"),
+            status=_str(d, "status", "complete"),
+            source=_str(d, "source", "commlens"),
+            started_at=_str(d, "started_at"),
+            finished_at=_str(d, "finished_at", None, nullable=True),
+            tag=_str(d, "tag", None, nullable=True),
+            revision=_str(d, "revision", None, nullable=True),
+            command_line=_str(d, "command_line", ""),
+            config=config,
+            notes=tuple(notes),
             system=system,
-            measurements=tuple(_measurement_from_dict(m) for m in d["measurements"]),
+            measurements=tuple(_measurement_from_dict(m) for m in measurements),
         )
     except KeyError as e:
         raise FormatError(f"missing field {e.args[0]!r}") from None
@@ -179,6 +285,8 @@ def load_run(path: str | Path) -> Run:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise FormatError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except (RecursionError, ValueError):  # nested too deep; an integer of more than 4,300 digits
+        raise FormatError(f"{path}: not a commlens run (JSON nested too deep, or a number too long)") from None
     try:
         return run_from_dict(data)
     except FormatError as e:

@@ -25,7 +25,14 @@ __all__ = [
     "Run",
     "RunStatus",
     "RUN_STATUSES",
+    "MAX_RANKS",
+    "MAX_SIZE_BYTES",
 ]
+
+# Sane bounds a record refuses beyond: no job has a million ranks, no message a petabyte (a file claiming
+# either is corrupted or hostile, and a rank list that long would not fit in memory).
+MAX_RANKS = 2**20
+MAX_SIZE_BYTES = 2**50
 
 DTYPE_SIZES: dict[str, int] = {
     "float32": 4,
@@ -78,10 +85,12 @@ class Measurement:
             raise RecordError(f"unknown op {self.op!r}")
         if self.dtype not in DTYPE_SIZES:
             raise RecordError(f"unknown dtype {self.dtype!r}")
-        if self.world_size < 1:
-            raise RecordError(f"world_size must be >= 1, got {self.world_size}")
-        if self.size_bytes < 0 or self.count < 0:
-            raise RecordError("size_bytes and count must be >= 0")
+        if not 1 <= self.world_size <= MAX_RANKS:
+            raise RecordError(f"world_size must be in 1..{MAX_RANKS}, got {self.world_size}")
+        if not (0 <= self.size_bytes < MAX_SIZE_BYTES and 0 <= self.count < MAX_SIZE_BYTES):
+            raise RecordError(f"size_bytes and count must be >= 0 and < {MAX_SIZE_BYTES}")
+        if not -1 <= self.root < MAX_RANKS:
+            raise RecordError(f"root must be -1 (none) or a rank < {MAX_RANKS}, got {self.root}")
         if not self.samples_s and self.reported is None:
             raise RecordError(f"{self.op} {self.size_bytes} B: no samples and no reported statistics")
         if self.reported is not None and not (self.reported.mean_s >= 0.0):
@@ -92,8 +101,8 @@ class Measurement:
             raise RecordError(f"{self.op} reduces: redop must be given")
         if not spec.reduces and self.redop != "none":
             raise RecordError(f"{self.op} does not reduce: redop must be 'none'")
-        if self.nwrong is not None and self.nwrong < 0:
-            raise RecordError("nwrong must be >= 0")
+        if self.nwrong is not None and not 0 <= self.nwrong < MAX_SIZE_BYTES:
+            raise RecordError(f"nwrong must be >= 0 and < {MAX_SIZE_BYTES}")
         object.__setattr__(self, "samples_s", tuple(float(s) for s in self.samples_s))
 
     @cached_property
@@ -155,8 +164,8 @@ class SystemInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise RecordError(f"world_size must be >= 1, got {self.world_size}")
+        if not 1 <= self.world_size <= MAX_RANKS:
+            raise RecordError(f"world_size must be in 1..{MAX_RANKS}, got {self.world_size}")
         object.__setattr__(self, "hosts", tuple(self.hosts))
         object.__setattr__(self, "device_names", tuple(self.device_names))
 

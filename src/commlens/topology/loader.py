@@ -64,7 +64,7 @@ def _load_file(path: Path, _mtime_ns: int) -> Topology:
 
     try:
         data = load_yaml(path.read_text())
-    except (OSError, yaml.YAMLError, DuplicateKeyError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, DuplicateKeyError) as e:
         raise TopologyError(f"{path.name}: cannot read topology: {e}") from None
     return topology_from_dict(data, source=path.name)
 

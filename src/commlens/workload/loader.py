@@ -35,7 +35,7 @@ def _read(path: Path, _mtime_ns: int) -> dict[str, Any]:
 
     try:
         data = load_yaml(path.read_text())
-    except (OSError, yaml.YAMLError, DuplicateKeyError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, DuplicateKeyError) as e:
         raise WorkloadError(f"{path.name}: cannot read workload: {e}") from None
     if not isinstance(data, dict):
         raise WorkloadError(f"{path.name}: expected a mapping of workload fields")

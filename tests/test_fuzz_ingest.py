@@ -1,0 +1,257 @@
+"""Fuzzing every ingest format and the YAML loaders: hostile input ends cleanly, or is stored.
+
+Real fixtures (``tests/data/ingest/``, commlens' own run files, the shipped YAML presets) are mutated:
+bytes flipped, inserted and deleted, lines dropped and repeated, numbers replaced by huge, negative,
+infinite and NaN ones, JSON values swapped for values of other types. The only outcomes allowed are
+a stored run, or the reader's own error (``IngestError``, ``TopologyError``, ``WorkloadError``,
+``AcceleratorsFileError``) with a message of bounded length; anything else (a ``KeyError``, an
+``OverflowError``, a ``RecursionError``, a crash in the store) fails the test with the input that caused it.
+
+CI runs a fixed seed (``derandomize=True``) and a bounded budget; ``benchmarks/fuzz_ingest.py`` runs
+the same cases at least 10,000 times and reports the figures in ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commlens.ingest import IngestError, IngestWarning, load_source_runs, read_source
+from commlens.results import Measurement, Run, SystemInfo, dump_run, run_to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "ingest"
+SRC = ROOT / "src" / "commlens"
+# The longest error message a hostile input may produce (a quoted value is cut to 200 characters).
+MAX_MESSAGE_CHARS = 2000
+
+# Replacements for a number: what a corrupted or hostile file puts where a count, size, rank or time goes.
+HOSTILE_NUMBERS = ("4294967296", "-1", "0", "-0", "1e400", "-1e400", "inf", "-inf", "nan", "NaN", "Infinity",
+                   "99999999999999999999999999", "1125899906842624", "0x10", "65_536", "1.5", "", "1e-320",
+                   "9" * 400)
+# Replacements for a JSON value: every type, and the extremes of each.
+HOSTILE_VALUES: tuple[Any, ...] = (4294967296, -1, 0, 2**70, -(2**70), 1.5, 1e308, float("inf"), float("-inf"),
+                                   float("nan"), True, False, None, "", "x" * 1000, "-1", "inf", [], {}, [1, 2],
+                                   {"a": 1}, [[[[]]]], "all_reduce_perf", "commlens.run/1", "commlens.run/999")
+KINDS = ("flip", "insert", "delete", "drop_line", "repeat_line", "number", "json_value")
+
+
+def _bench_run_json() -> bytes:
+    system = SystemInfo(world_size=2, backend="gloo", device="cpu", hosts=("h",), ranks_per_host={"h": 2})
+    ms = (Measurement(op="all_reduce", dtype="float32", size_bytes=64, count=16, in_place=False, world_size=2,
+                      samples_s=(2e-5, 3e-5), redop="sum", rank_samples_s=((2e-5, 3e-5), (1e-5, 2e-5)), nwrong=0),
+          Measurement(op="broadcast", dtype="int8", size_bytes=8, count=8, in_place=True, world_size=2,
+                      samples_s=(1e-5,), root=0))
+    run = Run(run_id="cd" * 16, started_at="2025-02-01T00:00:00+00:00", system=system, measurements=ms,
+              tag="t", config={"sizes": [8, 64]}, notes=("a note",))
+    return json.dumps(run_to_dict(run), indent=1).encode()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A fixture to mutate and the reader that must take whatever it becomes."""
+
+    name: str
+    data: bytes
+    reader: str  # a format of commlens ingest, or "topology", "workload", "accelerators"
+
+
+def _cases() -> list[Case]:
+    formats = {"a100-2node-reduce_scatter-v1.json": "nccl-tests-json", "h100-8gpu-all_reduce-I.json": "nccl-tests-json"}
+    cases = [Case(p.name, p.read_bytes(), formats.get(p.name, "param" if p.name.startswith("param") else "nccl-tests"))
+             for p in sorted(DATA.iterdir()) if p.suffix in (".log", ".json")]
+    run = _bench_run_json()
+    cases.append(Case("commlens-run.json", run, "commlens"))
+    cases.append(Case("commlens-export.json", b"[" + run + b"]", "commlens"))
+    cases += [Case(p.name, p.read_bytes(), "topology") for p in sorted((SRC / "topology" / "presets").glob("*.yaml"))[:4]]
+    cases += [Case(p.name, p.read_bytes(), "workload") for p in sorted((SRC / "workload" / "presets").glob("*.yaml"))[:3]]
+    cases.append(Case("accelerators.yaml", (SRC / "project" / "accelerators.yaml").read_bytes(), "accelerators"))
+    return cases
+
+
+CASES = _cases()
+_NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _json_nodes(doc: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) of a JSON document, in document order, iteratively."""
+    out: list[tuple[Any, Any]] = []
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in items:
+            out.append((node, key))
+            stack.append(child)
+    return out
+
+
+def mutate(data: bytes, kind: str, where: float, pick: int) -> bytes:
+    """``data`` with one mutation of ``kind``: ``where`` (0..1) places it, ``pick`` chooses what goes in."""
+    n = len(data)
+    at = min(int(where * n), max(n - 1, 0))
+    if kind == "flip" and n:
+        return data[:at] + bytes([data[at] ^ (1 << (pick % 8))]) + data[at + 1:]
+    if kind == "insert":
+        payload = (HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode() if pick % 3 else
+                   [b"\n", b"[", b"{", b'"', b"\x00", b"\xff\xfe", b"#  Rank 4294967296 Group 0 Pid 1 on h device 0 "
+                    b"[0000:00:00] GPU\n", b"\r"][pick % 8])
+        return data[:at] + payload + data[at:]
+    if kind == "delete":
+        return data[:at] + data[at + 1 + pick % 64:]
+    if kind in ("drop_line", "repeat_line"):
+        lines = data.splitlines(True)
+        if not lines:
+            return data
+        i = min(int(where * len(lines)), len(lines) - 1)
+        repeat = lines[i:i + 1] * (1 + pick % 3) if kind == "repeat_line" else []
+        return b"".join(lines[:i] + repeat + lines[i + 1:])
+    if kind == "number":
+        numbers = list(_NUMBER.finditer(data))
+        if not numbers:
+            return data
+        m = numbers[min(int(where * len(numbers)), len(numbers) - 1)]
+        return data[:m.start()] + HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode() + data[m.end():]
+    if kind == "json_value":
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return mutate(data, "number", where, pick)
+        nodes = _json_nodes(doc)
+        if not nodes:
+            return data
+        container, key = nodes[min(int(where * len(nodes)), len(nodes) - 1)]
+        container[key] = HOSTILE_VALUES[pick % len(HOSTILE_VALUES)]
+        return json.dumps(doc, indent=1).encode()
+    return data
+
+
+def _loader(reader: str) -> tuple[Callable[[Path], Any], tuple[type[Exception], ...]]:
+    if reader == "topology":
+        from commlens.topology.loader import load_topology
+        from commlens.topology.spec import TopologyError
+
+        return load_topology, (TopologyError,)
+    if reader == "workload":
+        from commlens.workload.loader import load_workload
+        from commlens.workload.spec import WorkloadError
+
+        return load_workload, (WorkloadError,)
+    from commlens.project.hardware import AcceleratorsFileError, load_accelerators_file
+
+    return load_accelerators_file, (AcceleratorsFileError,)
+
+
+class Harness:
+    """Runs one input through its reader (and the store, for what ingests), in a scratch directory."""
+
+    def __init__(self, folder: Path) -> None:
+        from commlens.store import Store
+
+        self.folder = folder
+        self.store = Store.open(str(folder / "fuzz.db"))
+        self._names = itertools.count()
+
+    def check(self, case: Case, data: bytes) -> str:
+        """``stored``, ``skipped`` (same run stored before), ``loaded`` or ``refused``; raises on anything else."""
+        path = self.folder / f"{next(self._names)}-{case.name}"
+        path.write_bytes(data)
+        try:
+            return self._ingest(case, path) if case.reader not in ("topology", "workload", "accelerators") \
+                else self._load_spec(case, path)
+        finally:
+            path.unlink()
+
+    def _ingest(self, case: Case, path: Path) -> str:
+        from commlens.store import StoreError
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IngestWarning)
+            try:
+                _, runs = load_source_runs(read_source(path), fmt=case.reader)
+            except IngestError as e:
+                _check_message(e)
+                return "refused"
+        for run in runs:
+            json.dumps(run_to_dict(run))  # what --json prints
+        ids = [run.run_id for run in runs]
+        stored = {r.run_id for r in self.store.list_runs(run_ids=ids, limit=None)}
+        new = [run for run in runs if run.run_id not in stored]
+        try:
+            self.store.save_runs(new)
+        except StoreError as e:
+            _check_message(e)
+            return "refused"
+        for run in new:
+            assert self.store.get_run(run.run_id).run_id == run.run_id
+        return "stored" if new else "skipped"
+
+    def _load_spec(self, case: Case, path: Path) -> str:
+        load, errors = _loader(case.reader)
+        try:
+            load(path)
+        except errors as e:
+            _check_message(e)
+            return "refused"
+        return "loaded"
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _check_message(e: Exception) -> None:
+    assert len(str(e)) <= MAX_MESSAGE_CHARS, f"an error message of {len(str(e))} characters: {str(e)[:300]}..."
+
+
+@pytest.fixture(scope="module")
+def harness() -> Any:
+    with tempfile.TemporaryDirectory(prefix="commlens-fuzz-") as folder:
+        h = Harness(Path(folder))
+        yield h
+        h.close()
+
+
+_mutation = st.tuples(st.sampled_from(KINDS), st.floats(0, 1), st.integers(0, 10**6))
+_ingest_cases = [c for c in CASES if c.reader not in ("topology", "workload", "accelerators")]
+_spec_cases = [c for c in CASES if c.reader in ("topology", "workload", "accelerators")]
+
+
+def _run(harness: Harness, case: Case, mutations: list[tuple[str, float, int]]) -> str:
+    data = case.data
+    for kind, where, pick in mutations:
+        data = mutate(data, kind, where, pick)
+    return harness.check(case, data)
+
+
+@settings(max_examples=500, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=st.sampled_from(_ingest_cases), mutations=st.lists(_mutation, min_size=1, max_size=4))
+def test_mutated_ingest_files_are_stored_or_refused_cleanly(harness: Harness, case: Case,
+                                                            mutations: list[tuple[str, float, int]]) -> None:
+    assert _run(harness, case, mutations) in ("stored", "skipped", "refused")
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=st.sampled_from(_spec_cases), mutations=st.lists(_mutation, min_size=1, max_size=3))
+def test_mutated_yaml_specs_load_or_are_refused_cleanly(harness: Harness, case: Case,
+                                                        mutations: list[tuple[str, float, int]]) -> None:
+    assert _run(harness, case, mutations) in ("loaded", "refused")
+
+
+def test_the_fixtures_themselves_go_in(harness: Harness) -> None:
+    """The mutations start from files that ingest (or load): a fuzz of files already refused proves little."""
+    outcomes = {c.name: harness.check(c, c.data) for c in CASES}
+    refused_on_purpose = {"duplicate-rank.log", "nan-time.log", "no-op-named.log", "truncated-row.log",
+                          "uint32-type.log"}  # the fixtures of malformed logs
+    assert {name for name, out in outcomes.items() if out == "refused"} == refused_on_purpose
