@@ -192,17 +192,16 @@ def test_locked_postgresql_table_times_out_with_a_clear_error(pg_url: str) -> No
 # -- integer overflow -------------------------------------------------------------------------
 
 
-def test_integers_beyond_the_columns_are_refused_before_writing(store_url: str) -> None:
+def test_integers_beyond_the_columns_are_refused_and_nothing_is_written(store_url: str) -> None:
+    """Records refuse such sizes themselves; this reaches past them to the store's own mapping."""
     _fill(store_url)
-    huge = dataclasses.replace(make_run("dddd0004"), measurements=(make_measurement(size_bytes=1 << 64),))
-    wide = dataclasses.replace(make_run("eeee0005"), measurements=(make_measurement(root=1 << 40),))
+    huge = make_measurement()
+    object.__setattr__(huge, "size_bytes", 1 << 64)
+    run = dataclasses.replace(make_run("dddd0004"), measurements=(make_measurement(), huge))
     with Store.open(store_url) as store:
-        with pytest.raises(StoreError, match=r"'dddd0004': measurement 0: size_bytes 18446744073709551616 "
-                                             r"does not fit the store's 64-bit integers"):
-            store.save_run(huge)
-        with pytest.raises(StoreError, match="root 1099511627776 does not fit the store's 32-bit integers"):
-            store.save_runs([make_run("ffff0006"), wide])
-    assert _stored(store_url) == sorted(RUN_IDS)  # nothing of either batch was written
+        with pytest.raises(DatabaseFault, match="too large for the store's 64-bit integers"):
+            store.save_runs([make_run("eeee0005"), run])
+    assert _stored(store_url) == sorted(RUN_IDS)  # nothing of the batch was written
 
 
 def test_a_number_too_large_for_the_driver_is_mapped_in_one_place(store_url: str) -> None:
@@ -379,3 +378,25 @@ def test_preflight_refuses_a_store_with_an_older_or_newer_schema(store_url: str)
                 preflight(store_url)
     finally:
         engine.dispose()
+
+
+def test_a_corrupted_samples_column_makes_compare_and_detect_a_clear_error(store_url: str) -> None:
+    _fill(store_url)
+    engine = create_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            bad = "'{not json'" if engine.dialect.name == "sqlite" else "'5'::json"
+            conn.execute(text(f"UPDATE samples SET samples_s = {bad} WHERE measurement_id = "
+                              "(SELECT min(measurement_id) FROM samples)"))
+    finally:
+        engine.dispose()
+    assert "a stored measurement cannot be read back (corrupted column?)" in _error(
+        _cli("detect", "--db", store_url))
+
+
+def test_db_status_says_what_is_checked_on_postgresql(pg_url: str) -> None:
+    _fill(pg_url)
+    status = _cli("db", "status", "--db", pg_url)
+    assert status.exit_code == 0
+    assert ("integrity not checked by commlens (PostgreSQL verifies page checksums as it reads them: "
+            "data_checksums ") in status.stdout

@@ -82,27 +82,7 @@ def run_to_rows(run: Run) -> RunRows:
         "config": run.config,
         "notes": list(run.notes),
     }
-    _check_integers(run.run_id, "", run_row, _INT32_COLUMNS)
-    for position, row in enumerate(measurements):
-        _check_integers(run.run_id, f"measurement {position}: ", row, _INT32_COLUMNS + _INT64_COLUMNS)
     return RunRows(run=run_row, measurements=measurements, samples=samples)
-
-
-# Integer columns and their widths (models.py): Integer is 32-bit on PostgreSQL, BigInteger 64-bit.
-_INT32_COLUMNS = ("world_size", "nhosts", "root", "position")
-_INT64_COLUMNS = ("size_bytes", "count", "nwrong")
-_INT_BITS = {**dict.fromkeys(_INT32_COLUMNS, 32), **dict.fromkeys(_INT64_COLUMNS, 64)}
-
-
-def _check_integers(run_id: str, where: str, row: dict[str, Any], columns: tuple[str, ...]) -> None:
-    """StoreError for an integer the store's column cannot hold (the same limit on SQLite and PostgreSQL)."""
-    for column in columns:
-        value = row.get(column)
-        bits = _INT_BITS[column]
-        if isinstance(value, int) and not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-            shown = str(value) if len(str(value)) <= 30 else f"{str(value)[:20]}... ({len(str(value))} digits)"
-            raise StoreError(f"run {run_id!r}: {where}{column} {shown} does not fit the store's "
-                             f"{bits}-bit integers")
 
 
 def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -363,38 +363,12 @@ class Store:
         try:
             with Session(self.engine) as session, session.begin():
                 result = session.execute(query).all()
+            return [_measurement_row(*row) for row in result]
         except DatabaseFault:
             raise
         except _UNREADABLE as e:
             raise StoreError(f"result store {self.url}: a stored measurement cannot be read back "
                              f"(corrupted column?): {_short(e)}") from None
-        rows = []
-        for (run_id, started, revision, run_tag, fp, source, run_status, op_name, algo, dtype_name, redop, root, size,
-             in_place, world_size, mean_s, cv, busbw, reported, samples) in result:
-            stats = reported_from_json(reported)
-            rows.append(MeasurementRow(
-                run_id=run_id,
-                started_at=started.replace(tzinfo=timezone.utc),
-                revision=revision,
-                tag=run_tag,
-                fingerprint=fp,
-                source=source,
-                op=op_name,
-                algo=algo,
-                dtype=dtype_name,
-                redop=redop,
-                root=root,
-                size_bytes=size,
-                in_place=in_place,
-                world_size=world_size,
-                mean_s=mean_s,
-                cv=cv,
-                iterations=len(samples) if samples or stats is None else stats.n,
-                busbw_bytes_per_s=busbw,
-                samples_s=tuple(float(x) for x in samples),
-                status=run_status,
-            ))
-        return rows
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -435,6 +409,37 @@ def _insert_rows(conn: Connection, rows: Sequence[RunRows]) -> None:
         for r in rows
         for position, sample in enumerate(r.samples)
     ])
+
+
+def _measurement_row(
+    run_id: str, started: datetime, revision: str | None, run_tag: str | None, fp: str, source: str,
+    run_status: str, op_name: str, algo: str, dtype_name: str, redop: str, root: int, size: int, in_place: bool,
+    world_size: int, mean_s: float, cv: float | None, busbw: float, reported: dict | None, samples: list,
+) -> MeasurementRow:
+    """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
+    stats = reported_from_json(reported)
+    return MeasurementRow(
+        run_id=run_id,
+        started_at=started.replace(tzinfo=timezone.utc),
+        revision=revision,
+        tag=run_tag,
+        fingerprint=fp,
+        source=source,
+        op=op_name,
+        algo=algo,
+        dtype=dtype_name,
+        redop=redop,
+        root=root,
+        size_bytes=size,
+        in_place=in_place,
+        world_size=world_size,
+        mean_s=mean_s,
+        cv=cv,
+        iterations=len(samples) if samples or stats is None else stats.n,
+        busbw_bytes_per_s=busbw,
+        samples_s=tuple(float(x) for x in samples),
+        status=run_status,
+    )
 
 
 def _run_filters(
