@@ -400,3 +400,11 @@ def test_db_status_says_what_is_checked_on_postgresql(pg_url: str) -> None:
     assert status.exit_code == 0
     assert ("integrity not checked by commlens (PostgreSQL verifies page checksums as it reads them: "
             "data_checksums ") in status.stdout
+
+
+def test_text_that_is_not_utf8_is_a_clear_error_and_writes_nothing(store_url: str) -> None:
+    """A tag from undecodable bytes (a surrogate escape, as os.fsdecode makes) cannot be stored."""
+    _fill(store_url)
+    with Store.open(store_url) as store, pytest.raises(DatabaseFault, match="text that is not valid UTF-8"):
+        store.save_run(make_run("dddd0004", tag="bad\udcfftag"))
+    assert _stored(store_url) == sorted(RUN_IDS)

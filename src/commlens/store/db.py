@@ -137,6 +137,8 @@ _PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("the disk failed a read or write (full, or failing)", ("disk i/o error",), ("58030",)),
     ("a number is too large for the store's 64-bit integers", ("too large", "out of range"), ("22003",)),
     ("cannot reach or open the database", ("unable to open",), ("08",)),
+    ("text that is not valid UTF-8 (a tag, note or name read from undecodable bytes)",
+     ("codec can't encode", "surrogates not allowed"), ("22021",)),
 )
 
 
