@@ -5,10 +5,11 @@ See ``commlens.store.repo`` for the query API and ``docs/store.md`` for the set-
 
 from commlens.store.db import DatabaseFault, NoStoreError, StoreError, db_url, default_db_url, make_engine
 from commlens.store.preflight import preflight
-from commlens.store.repo import MeasurementRow, RunSummary, Store
+from commlens.store.repo import CorruptRunError, MeasurementRow, RunSummary, Store
 from commlens.store.schema import SchemaStatus, SchemaUpgrade, schema_status, upgrade_schema
 
 __all__ = [
+    "CorruptRunError",
     "DatabaseFault",
     "MeasurementRow",
     "NoStoreError",

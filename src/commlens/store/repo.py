@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Callable, Collection, Iterable, Iterator, Sequence, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, delete, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
-from commlens.results.records import RecordError, Run
-from commlens.store.convert import RunRows, is_date, reported_from_json, run_from_model, run_to_rows, to_utc
+from commlens.results.records import Run
+from commlens.store.convert import RunRows, is_date, run_to_rows, to_utc
 from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
@@ -47,6 +46,17 @@ from commlens.store.db import (
     sqlite_file_missing,
     write_engine,
 )
+from commlens.store.loading import (
+    UNREADABLE,
+    CorruptRunError,
+    MeasurementRow,
+    OnCorrupt,
+    RunSummary,
+    load_runs,
+    load_summaries,
+    measurement_row,
+    short_reason,
+)
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.schema import check_schema
 
@@ -57,76 +67,7 @@ _log = logging.getLogger(__name__)
 MIN_PREFIX_LEN = 4
 _MAX_LISTED_MATCHES = 5
 _LOAD_BATCH = 200  # runs loaded per query; bounds the size of IN (...) lists
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One line of a run listing: what the run was, without its samples."""
-
-    run_id: str
-    started_at: str  # as the run has it
-    started_at_utc: datetime  # the same instant, UTC, timezone-aware
-    status: str
-    tag: str | None
-    revision: str | None
-    source: str
-    world_size: int
-    backend: str
-    nmeasurements: int
-    ops: tuple[str, ...]
-    avg_busbw_bytes_per_s: float
-    fingerprint: str
-
-
-@dataclass(frozen=True)
-class MeasurementRow:
-    """One stored measurement with what the regression gate needs of its run.
-
-    ``samples_s`` is empty for rows ingested from tools that printed only statistics;
-    then ``mean_s``, ``cv`` and ``iterations`` are what that tool reported (``cv`` may
-    be None, ``iterations`` 0 when unknown).
-    """
-
-    run_id: str
-    started_at: datetime  # UTC, timezone-aware
-    revision: str | None
-    tag: str | None
-    fingerprint: str
-    source: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str
-    root: int
-    size_bytes: int
-    in_place: bool
-    world_size: int
-    mean_s: float
-    cv: float | None
-    iterations: int
-    busbw_bytes_per_s: float
-    samples_s: tuple[float, ...]
-    status: str = "complete"  # the run's: complete, incomplete, check_failed
-
-    @property
-    def key(self) -> tuple[str, str, str, str, int, int, bool]:
-        """What makes two rows the same experiment (as ``Measurement.key``)."""
-        return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
-
-
-class CorruptRunError(StoreError):
-    """A stored run that cannot be read back: one of its columns holds what commlens never writes."""
-
-    def __init__(self, run_id: str, cause: BaseException) -> None:
-        super().__init__(f"run {run_id!r} in the store cannot be read back (corrupted column?): {_short(cause)}")
-        self.run_id = run_id
-
-
-OnCorrupt = Callable[[CorruptRunError], None]
 _Loaded = TypeVar("_Loaded")
-# What decoding a damaged row raises: bad JSON or dates (ValueError), wrong shapes (TypeError,
-# KeyError, AttributeError: a measurement without its samples row), invalid records.
-_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecordError, StoreError)
 
 
 class Store:
@@ -243,7 +184,7 @@ class Store:
         """
         for start in range(0, len(run_ids), _LOAD_BATCH):
             batch = list(run_ids[start:start + _LOAD_BATCH])
-            loaded, skipped = self._readable(batch, _load_runs, on_corrupt)
+            loaded, skipped = self._readable(batch, load_runs, on_corrupt)
             missing = [run_id for run_id in batch if run_id not in loaded and run_id not in skipped]
             if missing:
                 raise StoreError(f"no run matches {missing[0]!r} (deleted meanwhile?)")
@@ -294,7 +235,7 @@ class Store:
         summaries: list[RunSummary] = []
         for start in range(0, len(ids), _LOAD_BATCH):
             batch = ids[start:start + _LOAD_BATCH]
-            loaded, _ = self._readable(batch, _load_summaries, on_corrupt)
+            loaded, _ = self._readable(batch, load_summaries, on_corrupt)
             summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
         return summaries
 
@@ -312,7 +253,7 @@ class Store:
                 return load(session, run_ids), set()
         except DatabaseFault:
             raise
-        except _UNREADABLE as e:
+        except UNREADABLE as e:
             if len(run_ids) == 1:
                 error = CorruptRunError(run_ids[0], e)
                 if on_corrupt is None:
@@ -363,12 +304,12 @@ class Store:
         try:
             with Session(self.engine) as session, session.begin():
                 result = session.execute(query).all()
-            return [_measurement_row(*row) for row in result]
+            return [measurement_row(*row) for row in result]
         except DatabaseFault:
             raise
-        except _UNREADABLE as e:
+        except UNREADABLE as e:
             raise StoreError(f"result store {self.url}: a stored measurement cannot be read back "
-                             f"(corrupted column?): {_short(e)}") from None
+                             f"(corrupted column?): {short_reason(e)}") from None
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -411,37 +352,6 @@ def _insert_rows(conn: Connection, rows: Sequence[RunRows]) -> None:
     ])
 
 
-def _measurement_row(
-    run_id: str, started: datetime, revision: str | None, run_tag: str | None, fp: str, source: str,
-    run_status: str, op_name: str, algo: str, dtype_name: str, redop: str, root: int, size: int, in_place: bool,
-    world_size: int, mean_s: float, cv: float | None, busbw: float, reported: dict | None, samples: list,
-) -> MeasurementRow:
-    """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
-    stats = reported_from_json(reported)
-    return MeasurementRow(
-        run_id=run_id,
-        started_at=started.replace(tzinfo=timezone.utc),
-        revision=revision,
-        tag=run_tag,
-        fingerprint=fp,
-        source=source,
-        op=op_name,
-        algo=algo,
-        dtype=dtype_name,
-        redop=redop,
-        root=root,
-        size_bytes=size,
-        in_place=in_place,
-        world_size=world_size,
-        mean_s=mean_s,
-        cv=cv,
-        iterations=len(samples) if samples or stats is None else stats.n,
-        busbw_bytes_per_s=busbw,
-        samples_s=tuple(float(x) for x in samples),
-        status=run_status,
-    )
-
-
 def _run_filters(
     *,
     tag: str | None,
@@ -463,58 +373,6 @@ def _run_filters(
     if fingerprint is not None:
         conditions.append(RunModel.fingerprint.startswith(fingerprint.strip().lower(), autoescape=True))
     return conditions
-
-
-def _load_runs(session: Session, run_ids: list[str]) -> dict[str, Run]:
-    """Full runs with these ids, keyed by run_id: three queries in all."""
-    rows = session.scalars(
-        select(RunModel)
-        .where(RunModel.run_id.in_(run_ids))
-        .options(selectinload(RunModel.measurements).selectinload(MeasurementModel.samples))
-    ).all()
-    return {row.run_id: run_from_model(row) for row in rows}
-
-
-def _load_summaries(session: Session, run_ids: list[str]) -> dict[str, RunSummary]:
-    """Summaries of the runs with these ids (no JSON column read), keyed by run_id: two queries."""
-    r = RunModel
-    rows = session.execute(
-        select(r.run_id, r.started_at, r.started_at_utc, r.status, r.tag, r.revision, r.source, r.world_size,
-               r.backend, r.avg_busbw_bytes_per_s, r.fingerprint)
-        .where(r.run_id.in_(run_ids))
-    ).all()
-    counts: dict[str, dict[str, int]] = {run_id: {} for run_id in run_ids}
-    per_op = session.execute(
-        select(MeasurementModel.run_id, MeasurementModel.op, func.count())
-        .where(MeasurementModel.run_id.in_(run_ids))
-        .group_by(MeasurementModel.run_id, MeasurementModel.op)
-    )
-    for run_id, op_name, n in per_op:
-        counts[run_id][op_name] = n
-    return {
-        row.run_id: RunSummary(
-            run_id=row.run_id,
-            started_at=row.started_at,
-            started_at_utc=row.started_at_utc.replace(tzinfo=timezone.utc),
-            status=row.status,
-            tag=row.tag,
-            revision=row.revision,
-            source=row.source,
-            world_size=row.world_size,
-            backend=row.backend,
-            nmeasurements=sum(counts[row.run_id].values()),
-            ops=tuple(sorted(counts[row.run_id])),
-            avg_busbw_bytes_per_s=row.avg_busbw_bytes_per_s,
-            fingerprint=row.fingerprint,
-        )
-        for row in rows
-    }
-
-
-def _short(error: BaseException) -> str:
-    """An exception's message, one line, at most 200 characters: stored text can be anything."""
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
 
 
 def _resolve(session: Session, run_ref: str) -> str:
