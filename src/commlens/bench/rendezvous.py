@@ -14,7 +14,7 @@ import datetime as dt
 import socket
 from typing import Any
 
-__all__ = ["BACKEND", "LOOPBACK", "bound_listener", "rank_store", "register"]
+__all__ = ["BACKEND", "LOOPBACK", "bound_listener", "group_store", "register"]
 
 BACKEND = "commlens-bound"
 LOOPBACK = "127.0.0.1"
@@ -66,18 +66,22 @@ def register() -> None:
     rendezvous_handler_registry.register(BACKEND, _create_handler)
 
 
-def rank_store(timeout_s: float) -> Any | None:
-    """For rank 0 of a group that hosts its own store (``MASTER_ADDR``/``MASTER_PORT`` set, no agent store):
-    the TCPStore served on ``MASTER_ADDR`` only, for ``init_process_group(store=...)``. None otherwise
-    (other ranks, or a launcher's agent hosting the store), where ``env://`` applies unchanged."""
+def group_store(timeout_s: float) -> tuple[Any, int, int] | None:
+    """(store, rank, world size) for ``init_process_group(store=...)`` when the ranks host their own store
+    (``MASTER_ADDR``/``MASTER_PORT`` set, no launcher agent's store): rank 0 serves it on ``MASTER_ADDR`` only,
+    not on every interface as ``env://`` would; the others connect to it. None under a launcher's agent
+    store (``torchrun``), where ``env://`` applies unchanged."""
     import os
 
     env = os.environ
-    if env.get("RANK") != "0" or env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or "MASTER_ADDR" not in env:
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or "MASTER_ADDR" not in env:
         return None
     from torch.distributed import TCPStore
 
-    host = env["MASTER_ADDR"]
-    sock = bound_listener(host, int(env.get("MASTER_PORT", "29500")))
-    return TCPStore(host, sock.getsockname()[1], int(env["WORLD_SIZE"]), True,
-                    dt.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
+    host, port = env["MASTER_ADDR"], int(env.get("MASTER_PORT", "29500"))
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    timeout = dt.timedelta(seconds=timeout_s)
+    if rank != 0:
+        return TCPStore(host, port, world, False, timeout), rank, world
+    sock = bound_listener(host, port)
+    return TCPStore(host, port, world, True, timeout, master_listen_fd=sock.detach()), rank, world

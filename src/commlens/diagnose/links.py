@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.bench.lifetime import die_with_parent
-from commlens.bench.rendezvous import rank_store
+from commlens.bench.rendezvous import group_store
 from commlens.diagnose.links_analysis import (
     LinkDiagnosis,
     LinkFault,
@@ -141,12 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     probe = LinkProbe(size_bytes=ns.size_bytes, iters=ns.iters, warmup=ns.warmup, passes=ns.passes,
                       latency_iters=ns.latency_iters, ring=not ns.no_ring)
-    store = rank_store(ns.timeout)  # rank 0 serves the store on MASTER_ADDR only, not every interface
-    if store is None:
+    bound = group_store(ns.timeout)  # rank 0 serves the store on MASTER_ADDR only, not every interface
+    if bound is None:
         dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout))
     else:
-        dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store,
-                                rank=0, world_size=int(os.environ["WORLD_SIZE"]))
+        store, rank, world_size = bound
+        dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store, rank=rank,
+                                world_size=world_size)
     try:
         records = measure(probe)
         world = dist.get_world_size()
