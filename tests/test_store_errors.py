@@ -297,6 +297,10 @@ def test_one_corrupted_run_is_skipped_by_listings_with_a_warning(store_url: str,
     assert "exported 4 measurements of 2 runs" in exported.stderr
     assert '"bbbb0002"' not in out.read_text() and '"aaaa0001"' in out.read_text()
     assert "run 'bbbb0002' in the store cannot be read back" in _error(_cli("show", "bbbb0002", "--db", store_url))
+    status = _cli("db", "status", "--runs", "--db", store_url)
+    assert "error: 1 stored run cannot be read back" in _error(status)
+    assert "unreadable runs 1\n  run 'bbbb0002' in the store cannot be read back" in status.stdout
+    assert "unreadable runs 0" in _cli("db", "status", "--runs", "--db", _fill(db_url(str(tmp_path / "ok.db")))).stdout
     with Store.open(store_url, create=False) as store:  # the others read back whole
         assert [r.run_id for r in store.get_runs(["aaaa0001", "cccc0003"])] == ["aaaa0001", "cccc0003"]
         assert [r.run_id for r in store.runs_with_tag("nightly", on_corrupt=lambda e: None)] == [

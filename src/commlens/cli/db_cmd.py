@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.text import terminal_safe
+
+if TYPE_CHECKING:
+    from commlens.store import CorruptRunError
 
 db_app = typer.Typer(
     help="The result store's schema: status, upgrade in place.",
@@ -33,17 +36,22 @@ _STATE_TEXT = {
 def db_status(
     db: Optional[str] = _DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    runs: bool = typer.Option(False, "--runs", help="also read every stored run back (slower: loads all samples)"),
 ) -> None:
     """Show the store's location, its schema revision and this commlens', and check its integrity
-    (SQLite: quick_check; exit 2 when it fails). Changes nothing."""
+    (SQLite: quick_check; --runs: every run read back; exit 2 when a check fails). Changes nothing."""
     from commlens.store import StoreError, schema_status
 
     try:
         status = schema_status(db)
     except StoreError as e:
         fail(terminal_safe(str(e)), 2)
+    unreadable = _unreadable_runs(db) if runs and status.state == "current" else None
     if as_json:
-        print(json.dumps(asdict(status), indent=1))
+        doc = asdict(status)
+        if unreadable is not None:
+            doc["unreadable_runs"] = [e.run_id for e in unreadable]
+        print(json.dumps(doc, indent=1))
     else:
         revision = status.revision or "-"
         if status.revision is not None and not status.stamped:
@@ -54,9 +62,24 @@ def db_status(
             lines.append(f"runs      {status.nruns}")
         if status.integrity is not None:
             lines.append(f"integrity {status.integrity}")
+        if unreadable is not None:
+            lines.append(f"unreadable runs {len(unreadable)}")
+            lines += [f"  {e}" for e in unreadable]
         print("\n".join(terminal_safe(line) for line in lines))
     if status.integrity_ok is False:
         fail(terminal_safe(f"result store {status.url} fails its integrity check: {status.integrity}"), 2)
+    if unreadable:
+        fail(f"{len(unreadable)} stored run{'s' if len(unreadable) > 1 else ''} cannot be read back", 2)
+
+
+def _unreadable_runs(db: Optional[str]) -> list[CorruptRunError]:
+    from commlens.store import Store, StoreError
+
+    try:
+        with Store.open(db, create=False) as store:
+            return store.unreadable_runs()
+    except StoreError as e:
+        fail(terminal_safe(str(e)), 2)
 
 
 @db_app.command("upgrade")

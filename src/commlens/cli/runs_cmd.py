@@ -48,7 +48,7 @@ def open_store(db: Optional[str]) -> Store:
 
 def warn_corrupt(error: CorruptRunError) -> None:
     """A listing goes on past a run that cannot be read back, saying so on stderr."""
-    print(f"warning: {terminal_safe(str(error))}; skipped (see `commlens db status`)", file=sys.stderr)
+    print(f"warning: {terminal_safe(str(error))}; skipped (`commlens db status --runs` lists all such)", file=sys.stderr)
 
 
 # -- runs list -----------------------------------------------------------------------------

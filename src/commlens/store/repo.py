@@ -311,6 +311,14 @@ class Store:
             raise StoreError(f"result store {self.url}: a stored measurement cannot be read back "
                              f"(corrupted column?): {short_reason(e)}") from None
 
+    def unreadable_runs(self) -> list[CorruptRunError]:
+        """Read every stored run back, a batch at a time; the ones that cannot be, oldest first."""
+        found: list[CorruptRunError] = []
+        ids = [summary.run_id for summary in reversed(self.list_runs(limit=None, on_corrupt=found.append))]
+        for _ in self.iter_runs(ids, on_corrupt=found.append):
+            pass
+        return found
+
     # -- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:
