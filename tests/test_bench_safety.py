@@ -346,3 +346,25 @@ def test_json_files_follow_the_umask(umask: int, mode: int, tmp_path: Path) -> N
                           timeout=180, preexec_fn=lambda: os.umask(umask))
     assert proc.returncode == 0, proc.stderr
     assert (out.stat().st_mode & 0o777, nccl.stat().st_mode & 0o777) == (mode, mode)
+
+
+def test_diagnose_links_local_ranks_listen_on_loopback_only() -> None:
+    proc = subprocess.Popen([str(BIN / "commlens"), "diagnose", "links", "--nproc", "3", "-b", "4M", "-n", "200",
+                             "--timeout", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                            env=clean_env(), start_new_session=True)
+    try:
+        sockets: list[tuple[str, int, int]] = []
+        deadline = time.monotonic() + 60
+        while len(sockets) < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)  # rank 0's store and each rank's gloo listener, once all have joined
+            sockets = listening_addresses(descendants(proc.pid))
+    finally:
+        stop(proc)
+    assert len(sockets) >= 4, sockets
+    assert [s for s in sockets if not ipaddress.ip_address(s[0]).is_loopback] == []
+
+
+def test_tune_output_naming_a_directory_is_refused_before_the_sweep(tmp_path: Path) -> None:
+    proc = commlens("tune", "--nproc", "2", "-n", "2", "--output", str(tmp_path), "--replace", "--no-store")
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [f"error: --output {tmp_path}: is a directory; give a file name"]

@@ -19,7 +19,8 @@ from commlens.bench.config import ConfigError
 from commlens.results.jsonfmt import run_to_dict, write_json
 from commlens.results.records import Run
 
-__all__ = ["MIN_FREE_BYTES", "SaveError", "check_destinations", "save_outputs", "unsaved_dir"]
+__all__ = ["MIN_FREE_BYTES", "SaveError", "check_destinations", "check_file_destination", "save_outputs",
+           "unsaved_dir"]
 
 # Below this much free space a run's JSON file is likely not to fit (a sweep's file is tens of KB to MBs).
 MIN_FREE_BYTES = 1 << 20
@@ -49,7 +50,7 @@ def _check_text(option: str, value: str | None) -> None:
         raise ConfigError(f"{option} is not valid UTF-8 text: {os.fsencode(value)!r}") from None
 
 
-def _check_file_destination(option: str, location: str) -> None:
+def check_file_destination(option: str, location: str) -> None:
     """The file can be written atomically: not a directory, its directory takes a new file and has room."""
     path = Path(location).expanduser()
     if path.is_dir():
@@ -87,7 +88,7 @@ def check_destinations(ns: argparse.Namespace) -> None:
     _check_text("--revision", ns.revision)
     for option, location in (("--json", ns.json_path), ("--nccl-tests-json", ns.nccl_json_path)):
         if location is not None and location != "-":
-            _check_file_destination(option, location)
+            check_file_destination(option, location)
     if not ns.no_store:
         _check_store(ns.db)
 

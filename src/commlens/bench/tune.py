@@ -24,7 +24,6 @@ Steps (:func:`tune`):
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,9 +143,10 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
 def tune(settings: TuneSettings, *, print_table: bool = False) -> tuple[Run, list[Any]]:
     """Run the sweep and build the entries; :class:`ConfigError` for bad input, ``BenchFailure`` for a failed run."""
     from commlens.bench.launcher import BenchFailure, launch
+    from commlens.bench.lifetime import make_workdir
     from commlens.results.jsonfmt import load_run
 
-    workdir = Path(tempfile.mkdtemp(prefix="commlens-tune-"))
+    workdir = make_workdir("commlens-tune-")
     try:
         json_path = workdir / "run.json"
         code = launch(bench_argv(settings, json_path), print_table=print_table)

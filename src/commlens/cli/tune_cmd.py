@@ -98,6 +98,7 @@ def tune_cmd(
     from commlens.algos.tuning import TuningError, load_table, save_table, table_path, table_to_dict, with_entries
     from commlens.bench.config import ConfigError
     from commlens.bench.launcher import BenchFailure
+    from commlens.bench.outputs import check_file_destination
     from commlens.bench.tune import TuneSettings, tune
 
     ops = list(ALGO_OPS) if op.strip().lower() == "all" else [o.strip() for o in op.split(",") if o.strip()]
@@ -112,6 +113,7 @@ def tune_cmd(
         except TuningError as e:
             fail(f"{e} (fix or remove it, or pass --replace to overwrite it)")
     try:
+        check_file_destination("--output", str(path))  # before the sweep, not after it
         settings = TuneSettings(
             ops=",".join(ops), min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor, iters=iters,
             warmup=warmup, check_iters=check_iters, algos=algo, chunk_bytes=chunk_bytes, interleave=interleave,
