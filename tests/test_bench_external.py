@@ -37,3 +37,13 @@ def test_torchrun_runs_the_worker_and_rank_0_prints_and_stores(tmp_path: Path) -
     assert (stored["run_id"], stored["nmeasurements"], stored["world_size"]) == (run.run_id, 12, 2)
     assert f"# stored run {run.run_id}" in proc.stderr
     assert json.loads(out.read_text())["measurements"][0]["world_size"] == 2
+
+
+def test_under_torchrun_rank_0_refuses_a_bad_destination_before_the_sweep(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "commlens.bench", *QUICK, "--json", str(tmp_path), "--no-store"],
+        capture_output=True, text=True, timeout=180, env=clean_env(), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert f"error: --json {tmp_path}: is a directory; give a file name" in proc.stderr
+    assert table_rows(proc.stdout) == []

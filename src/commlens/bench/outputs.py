@@ -73,8 +73,7 @@ def check_file_destination(option: str, location: str) -> None:
 
 
 def _check_store(location: str | None) -> None:
-    from commlens.store import StoreError
-    from commlens.store.preflight import preflight
+    from commlens.store import StoreError, preflight
 
     try:
         preflight(location)
