@@ -368,3 +368,19 @@ def test_tune_output_naming_a_directory_is_refused_before_the_sweep(tmp_path: Pa
     proc = commlens("tune", "--nproc", "2", "-n", "2", "--output", str(tmp_path), "--replace", "--no-store")
     assert proc.returncode == 2
     assert error_lines(proc.stderr) == [f"error: --output {tmp_path}: is a directory; give a file name"]
+
+
+def test_a_locked_db_is_refused_before_launch(tmp_path: Path) -> None:
+    """Another process holds the write lock: bench waits as a save would (the busy timeout), then refuses."""
+    import sqlite3
+
+    db = tmp_path / "results.db"
+    made = commlens("db", "upgrade", "--db", str(db))
+    assert made.returncode == 0, made.stderr
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        proc = commlens("bench", "--nproc", "2", *QUICK, "--db", str(db))
+    finally:
+        holder.close()
+    _refused_before_launch(proc, "locked")
