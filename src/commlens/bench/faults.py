@@ -2,8 +2,9 @@
 
 ``COMMLENS_INJECT_FAULT="KIND:rank=R[,op=OP][,size=BYTES][,seconds=S]"`` makes
 rank R misbehave at the first matching row: ``raise`` raises an error, ``hang``
-sleeps forever, ``pause`` sleeps S seconds (default 5) before each placement of the row (``op=init``: before the rank joins the group), ``corrupt`` flips
-one output element before validation.
+sleeps forever, ``pause`` sleeps S seconds (default 5) before each placement of
+the row, ``corrupt`` flips one output element before validation. ``op=init``
+(raise, hang, pause) misbehaves before the rank joins the process group.
 Used by the test suite, and by anyone checking that their alerting fires.
 """
 

@@ -64,7 +64,8 @@ def check_file_destination(option: str, location: str) -> None:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".commlens-probe-")
         os.close(fd)
         os.unlink(probe)
-        free_bytes = os.statvfs(parent).f_bavail * os.statvfs(parent).f_frsize
+        fs = os.statvfs(parent)
+        free_bytes = fs.f_bavail * fs.f_frsize
     except OSError as e:
         raise ConfigError(f"{option} {location}: cannot write in {parent}: {e.strerror}") from None
     if free_bytes < MIN_FREE_BYTES:

@@ -562,7 +562,8 @@ def run_worker(argv: list[str]) -> int:
     workdir = Path(rows_file).parent if rows_file else None
     if rows_file and os.environ.get(LAUNCHER_PID_ENV):  # under `commlens bench`: end with the launcher
         die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))))
+    normalize_launcher_env()
+    rank = int(os.environ.get("RANK", "0"))
     if rank == 0 and not rows_file:  # standalone rank 0 writes the outputs: refuse bad ones before the sweep
         try:
             check_destinations(ns)
