@@ -384,3 +384,20 @@ def test_a_locked_db_is_refused_before_launch(tmp_path: Path) -> None:
     finally:
         holder.close()
     _refused_before_launch(proc, "locked")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root")
+def test_a_cluster_run_binds_its_store_to_the_bridge_address_only(tmp_path: Path) -> None:
+    env = clean_env(COMMLENS_CLUSTER_DIR=str(tmp_path))
+    name = f"ts{os.getpid() % 10000}"
+    assert commlens("cluster", "up", "--name", name, "--hosts", "2", env=env).returncode == 0
+    try:
+        bridge = json.loads(commlens("cluster", "status", name, "--json", env=env).stdout)["bridge_address"]
+        proc, _ = start_bench("--cluster", name, *LONG_SWEEP, "--no-store", env=env)
+        try:
+            launcher_sockets = listening_addresses([proc.pid])  # the ranks listen inside their namespaces
+        finally:
+            stop(proc)
+        assert launcher_sockets and {addr for addr, _, _ in launcher_sockets} == {bridge}, launcher_sockets
+    finally:
+        assert commlens("cluster", "down", name, env=env).returncode == 0
