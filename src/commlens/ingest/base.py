@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Iterator, Sequence
 
 from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, RunStatus, SystemInfo
 
@@ -90,10 +90,24 @@ class Source:
 
     @cached_property
     def lines(self) -> list[str]:
-        lines = self.text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        return list(self.iter_lines())
+
+    def iter_lines(self) -> Iterator[str]:
+        """The lines one at a time, without a list of them all (a parser that reads once needs none)."""
+        text = self.text
+        end = len(text)
+        if text.endswith("\n"):
+            end -= 1  # the last line's end, not an empty line after it
+        elif not end:
+            return
+        start = 0
+        while True:
+            stop = text.find("\n", start, end)
+            line = text[start:stop if stop >= 0 else end]
+            yield line[:-1] if line.endswith("\r") else line
+            if stop < 0:
+                return
+            start = stop + 1
 
     def error(self, line: int, message: str) -> IngestError:
         return IngestError(self.path, line, message)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
 from commlens.ingest.nccltests_common import RankInfo, op_from_program
@@ -154,13 +154,18 @@ class Segment:
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     rank_line: int = 0
     layout: Layout | None = None
-    rows: list[tuple] = field(default_factory=list)  # (line, tokens)
+    rows: list[tuple[int, str]] = field(default_factory=list)  # (line, the row's tokens joined by spaces)
     footer: bool = False
     oob: int | None = None
     avg_busbw: tuple[float, int] | None = None  # GB/s, line
     errors: list[str] = field(default_factory=list)
     oob_failed: bool = False  # the footer says FAILED
     nccl_colls: dict[str, int] = field(default_factory=dict)  # NCCL COLL record op name -> first line
+
+    def iter_rows(self) -> Iterator[tuple[int, list[str]]]:
+        """Each row's line and tokens; a row is kept as one string (a tenth of its tokens' memory)."""
+        for line, text in self.rows:
+            yield line, text.split()
 
 
 def table_number(source: Source, line: int, column: str, token: str) -> float:
@@ -222,7 +227,7 @@ class LogReader:
     # -- lines -----------------------------------------------------------------------------
 
     def read(self) -> None:
-        for lineno, raw in enumerate(self.source.lines, 1):
+        for lineno, raw in enumerate(self.source.iter_lines(), 1):
             self._line(lineno, raw)
         if self.pending is not None:
             self._cut_short("the file ends")
@@ -312,7 +317,7 @@ class LogReader:
             raise self.source.error(lineno, (
                 f"table row has {len(tokens)} columns, the table header names {layout.ntokens}: "
                 f"{quote(' '.join(tokens))}"))
-        seg.rows.append((lineno, tokens))
+        seg.rows.append((lineno, " ".join(tokens)))
 
     def _header(self, lineno: int, text: str) -> None:
         body = text[1:].strip()

@@ -81,7 +81,7 @@ def _evidence(source: Source, seg: Segment, world: int) -> TableEvidence:
     i_redop, i_root = left.get("redop"), left.get("root")
     base = len(layout.left)
     rows: list[RowEvidence] = []
-    for lineno, tokens in seg.rows:
+    for lineno, tokens in seg.iter_rows():
         ours = commlens_dtype(tokens[2])
         if ours is None:
             raise source.error(lineno, unknown_dtype_message(tokens[2]))
@@ -148,8 +148,9 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     dtypes: dict[str, tuple[str, int]] = {}
     i_redop, i_root = left.get("redop"), left.get("root")
     printed_redops: dict[str, int] = {}  # a reduction name printed for an op that does not reduce
-    printed: list[RowEvidence] = []  # each half's printed algBW and busBW
-    for lineno, tokens in seg.rows:
+    printed: list[RowEvidence] = []  # each half's printed algBW and busBW, for the old algBW check below
+    keep_printed = spec.name in OLD_ALGBW_OPS and world > 1
+    for lineno, tokens in seg.iter_rows():
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
         type_name = tokens[2]
@@ -171,8 +172,9 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
             h = layout.half_tokens(tokens, in_place)
             time_s = table_number(source, lineno, layout.half[0], h[0]) * 1e-6
             busbw = table_number(source, lineno, "busbw", h[2])
-            printed.append(RowEvidence(lineno, size, count, dt[1], None, None,
-                                       table_number(source, lineno, "algbw", h[1]), busbw))
+            algbw = table_number(source, lineno, "algbw", h[1])
+            if keep_printed:
+                printed.append(RowEvidence(lineno, size, count, dt[1], None, None, algbw, busbw))
             nwrong = None
             if has_wrong_count and h[3] != "N/A":
                 nwrong = int(table_number(source, lineno, "#wrong", h[3]))
@@ -392,7 +394,7 @@ def _check_footer(source: Source, seg: Segment, spec: OpSpec, notes: list[str]) 
     if seg.avg_busbw is None:
         return
     layout = seg.layout or MODERN_LAYOUT
-    printed = [float(layout.half_tokens(tokens, p)[2]) for _, tokens in seg.rows for p in layout.placements]
+    printed = [float(layout.half_tokens(tokens, p)[2]) for _, tokens in seg.iter_rows() for p in layout.placements]
     mean = sum(printed) / len(printed)
     footer, line = seg.avg_busbw
     if abs(mean - footer) > 0.01 + 1e-3 * abs(footer):

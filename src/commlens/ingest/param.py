@@ -118,7 +118,7 @@ def _spec(source: Source, line: int, collective: str) -> OpSpec:
 
 def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
     """One run from a PARAM comms log; ``op`` is not needed (every row names its collective)."""
-    lines = source.lines
+    lines = source.iter_lines()
     world: int | None = None
     env_info: dict[str, Any] = {}
     backend = ""
