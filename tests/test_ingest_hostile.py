@@ -173,6 +173,15 @@ def test_type_confusion_in_commlens_json_is_an_error_naming_the_field(tmp_path: 
     assert proc.stderr.decode().endswith(f": {message}\n"), proc.stderr
 
 
+def test_a_format_version_below_1_is_refused_not_upgraded(tmp_path: Path) -> None:
+    """Found by benchmarks/fuzz_ingest.py: "commlens.run/0" looked for an upgrader from version 0 (KeyError)."""
+    path = tmp_path / "run.json"
+    for fmt in ("commlens.run/0", "commlens.run/-1", "commlens.run/x"):
+        path.write_text(json.dumps(_run_dict(format=fmt), indent=1))
+        assert pytest.raises(IngestError, load_runs, path, fmt="commlens").value.message == (
+            f"bad format version in {fmt!r}")
+
+
 def test_infinite_or_out_of_range_numbers_in_commlens_json(tmp_path: Path) -> None:
     doc = _run_dict()
     path = tmp_path / "run.json"

@@ -207,11 +207,11 @@ def run_from_dict(d: dict[str, Any]) -> Run:
     """Build a run from its dict form, upgrading older format versions."""
     fmt = d.get("format") if isinstance(d, dict) else None
     if not isinstance(fmt, str) or not fmt.startswith(_FORMAT_PREFIX):
-        raise FormatError(f"not a commlens run (format is {fmt!r}, expected {FORMAT!r})")
-    try:
-        version = int(fmt[len(_FORMAT_PREFIX):])
-    except ValueError:
-        raise FormatError(f"bad format version in {fmt!r}") from None
+        raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT!r})")
+    suffix = fmt[len(_FORMAT_PREFIX):]
+    version = int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) < 6 else 0
+    if version < 1:  # versions start at 1
+        raise FormatError(f"bad format version in {_shown(fmt)}")
     if version > _CURRENT_VERSION:
         raise FormatError(f"{fmt} is newer than this commlens reads ({FORMAT}); upgrade commlens")
     while version < _CURRENT_VERSION:
