@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commlens.ingest import IngestError, IngestWarning, load_source_runs, read_source
-from commlens.results import Measurement, Run, SystemInfo, dump_run, run_to_dict
+from commlens.results import Measurement, Run, SystemInfo, run_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "ingest"
