@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
 from commlens.store.models import MeasurementModel, RunModel
 
-__all__ = ["RunRows", "is_date", "reported_from_json", "run_from_model", "run_to_rows", "to_utc"]
+__all__ = ["is_date", "measurement_rows", "reported_from_json", "run_from_model", "run_row", "to_utc"]
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -39,29 +39,10 @@ def reported_from_json(data: dict[str, Any] | None) -> TimeStats | None:
     return None if data is None else TimeStats(**data)
 
 
-@dataclass(frozen=True)
-class RunRows:
-    """A run as rows of the three tables, for bulk inserts.
-
-    ``samples[i]`` belongs to ``measurements[i]`` and lacks its ``measurement_id``, which
-    the database assigns when the measurement is inserted.
-    """
-
-    run: dict[str, Any]
-    measurements: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
-
-
-def run_to_rows(run: Run) -> RunRows:
-    """The rows that store ``run``; StoreError if its start time is not ISO 8601."""
+def run_row(run: Run) -> dict[str, Any]:
+    """The ``runs`` row of ``run``; StoreError if its start time is not ISO 8601."""
     system = run.system
-    measurements: list[dict[str, Any]] = []
-    samples: list[dict[str, Any]] = []
-    for position, m in enumerate(run.measurements):
-        row, sample = _measurement_rows(run.run_id, position, m)
-        measurements.append(row)
-        samples.append(sample)
-    run_row = {
+    return {
         "run_id": run.run_id,
         "started_at": run.started_at,
         "started_at_utc": to_utc(run.started_at, what=f"run {run.run_id!r}: started_at"),
@@ -82,7 +63,14 @@ def run_to_rows(run: Run) -> RunRows:
         "config": run.config,
         "notes": list(run.notes),
     }
-    return RunRows(run=run_row, measurements=measurements, samples=samples)
+
+
+def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """The ``measurements`` row and the ``samples`` row (without its ``measurement_id``, which the
+    database assigns) of each of ``run.measurements[start:stop]``, made one at a time: a save of
+    a million measurements holds only one batch of rows."""
+    for position in range(start, min(stop, len(run.measurements))):
+        yield _measurement_rows(run.run_id, position, run.measurements[position])
 
 
 def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -25,7 +25,7 @@ import logging
 from collections import Counter
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Callable, Collection, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, delete, insert, select, update
 from sqlalchemy.engine import make_url
@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from commlens.results.records import Run
-from commlens.store.convert import RunRows, is_date, run_to_rows, to_utc
+from commlens.store.convert import is_date, measurement_rows, run_row, to_utc
 from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
@@ -67,6 +67,7 @@ _log = logging.getLogger(__name__)
 MIN_PREFIX_LEN = 4
 _MAX_LISTED_MATCHES = 5
 _LOAD_BATCH = 200  # runs loaded per query; bounds the size of IN (...) lists
+_INSERT_BATCH = 5_000  # measurements inserted per statement; bounds a save's memory, whatever the run's size
 _Loaded = TypeVar("_Loaded")
 
 
@@ -114,20 +115,21 @@ class Store:
     def save_runs(self, runs: Sequence[Run]) -> list[str]:
         """Store several runs in one transaction: all of them or, on any error, none.
 
-        Bulk inserts, a handful of statements whatever the number of runs and measurements:
-        the runs, then all their measurements, then all samples.
+        Bulk inserts of a batch of rows at a time (``_INSERT_BATCH`` measurements), all in the
+        one transaction: a run of a million measurements holds one batch of rows in memory, and
+        a failure in its last batch still stores nothing of it.
         """
         ids = [run.run_id for run in runs]
         repeated = [run_id for run_id, n in Counter(ids).items() if n > 1]
         if repeated:
             raise StoreError(f"run {repeated[0]!r} is given more than once")
-        rows = [run_to_rows(run) for run in runs]
+        run_rows = [run_row(run) for run in runs]
         try:
             with self._write.begin() as conn:
                 existing = conn.scalars(select(RunModel.run_id).where(RunModel.run_id.in_(ids))).first()
                 if existing is not None:
                     raise StoreError(f"run {existing!r} is already in the store")
-                _insert_rows(conn, rows)
+                _insert_runs(conn, runs, run_rows)
         except IntegrityError:
             # Another process saved one of these run_ids between our check and our insert.
             raise StoreError(f"run {ids[0]!r} is already in the store" if len(ids) == 1
@@ -333,8 +335,19 @@ class Store:
         self.close()
 
 
-def _insert_rows(conn: Connection, rows: Sequence[RunRows]) -> None:
-    """Insert runs, their measurements and samples with one executemany per table.
+def _insert_runs(conn: Connection, runs: Sequence[Run], run_rows: Sequence[dict[str, Any]]) -> None:
+    """Insert the runs (``run_rows``, one executemany), then each run's measurements and samples
+    a batch at a time."""
+    if not runs:
+        return
+    conn.execute(insert(RunModel), list(run_rows))
+    for run in runs:
+        for start in range(0, len(run.measurements), _INSERT_BATCH):
+            _insert_measurements(conn, run, start, start + _INSERT_BATCH)
+
+
+def _insert_measurements(conn: Connection, run: Run, start: int, stop: int) -> None:
+    """Insert ``run.measurements[start:stop]`` and their samples, one executemany per table.
 
     A sample row needs the id the database gave its measurement; the ids are read back by
     (run_id, position), the measurements' unique key. (``INSERT ... RETURNING`` in
@@ -342,21 +355,13 @@ def _insert_rows(conn: Connection, rows: Sequence[RunRows]) -> None:
     psycopg parses each 1,000-row statement in Python: with 20,000 measurements, about 1.4
     times as long on SQLite and 2-3 times on PostgreSQL.)
     """
-    if not rows:
-        return
-    conn.execute(insert(RunModel), [r.run for r in rows])
-    measurements = [m for r in rows for m in r.measurements]
-    if not measurements:
-        return
-    conn.execute(insert(MeasurementModel), measurements)
-    inserted = select(MeasurementModel.id, MeasurementModel.run_id, MeasurementModel.position).where(
-        MeasurementModel.run_id.in_([r.run["run_id"] for r in rows])
-    )
-    measurement_ids = {(run_id, position): id_ for id_, run_id, position in conn.execute(inserted)}
+    rows = list(measurement_rows(run, start, stop))
+    conn.execute(insert(MeasurementModel), [measurement for measurement, _ in rows])
+    m = MeasurementModel
+    inserted = select(m.id, m.position).where(m.run_id == run.run_id, m.position >= start, m.position < stop)
+    measurement_ids = dict((position, id_) for id_, position in conn.execute(inserted))
     conn.execute(insert(SampleModel), [
-        {"measurement_id": measurement_ids[r.run["run_id"], position], **sample}
-        for r in rows
-        for position, sample in enumerate(r.samples)
+        {"measurement_id": measurement_ids[start + i], **sample} for i, (_, sample) in enumerate(rows)
     ])
 
 
