@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from commlens.bench.config import ConfigError
+from commlens.results.files import user_data_dir
 from commlens.results.jsonfmt import run_to_dict, write_json
 from commlens.results.records import Run
 
@@ -36,9 +37,7 @@ class SaveError(RuntimeError):
 
 def unsaved_dir() -> Path:
     """``$XDG_DATA_HOME/commlens/unsaved`` (default ``~/.local/share/commlens/unsaved``)."""
-    data_home = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
-    return base / "commlens" / "unsaved"
+    return user_data_dir() / "unsaved"
 
 
 def _check_text(option: str, value: str | None) -> None:

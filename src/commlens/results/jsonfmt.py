@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from commlens.results.files import atomic_text
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 
@@ -253,30 +252,9 @@ def dump_run(run: Run, fp: IO[str]) -> None:
 
 def write_json(path: str | Path, data: Any) -> None:
     """Write JSON atomically: a reader never sees a half-written file. ``-`` is stdout."""
-    if str(path) == "-":
-        import sys
-
-        json.dump(data, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fp:
-            json.dump(data, fp, indent=1)
-            fp.write("\n")
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a JSON file gets the mode open() would give
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with atomic_text(path) as fp:
+        json.dump(data, fp, indent=1)
+        fp.write("\n")
 
 
 def load_run(path: str | Path) -> Run:

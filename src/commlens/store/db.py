@@ -15,6 +15,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
+from commlens.results.files import user_data_dir
+
 __all__ = [
     "PG_CONNECT_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_MS",
@@ -84,10 +86,7 @@ def default_db_url() -> str:
     location = os.environ.get("COMMLENS_DB")
     if location:
         return db_url(location)
-    data_home = os.environ.get("XDG_DATA_HOME", "")
-    # The XDG spec says to ignore a relative XDG_DATA_HOME.
-    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
-    return db_url(str(base / "commlens" / "results.db"))
+    return db_url(str(user_data_dir() / "results.db"))
 
 
 def make_engine(url: str) -> Engine:

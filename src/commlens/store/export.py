@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Literal
+from typing import IO, Any, ContextManager, Iterable, Literal
 
+from commlens.results.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
 from commlens.results.records import Measurement, Run
 from commlens.store.convert import to_utc
@@ -101,26 +98,5 @@ def export_runs(runs: Iterable[Run], output: str | Path, fmt: ExportFormat) -> E
     return counts
 
 
-@contextmanager
-def _atomic_text(output: str | Path) -> Iterator[IO[str]]:
-    if str(output) == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as fp:
-            yield fp
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _atomic_text(output: str | Path) -> ContextManager[IO[str]]:
+    return atomic_text(output, newline="")
