@@ -27,6 +27,8 @@ __all__ = [
     "system_from_ranks",
     "check_size",
     "filter_env",
+    "zero_time_note",
+    "is_decimal",
 ]
 
 # nccl-tests type names (and the older "char"/"int" spellings) -> commlens dtypes.
@@ -135,6 +137,23 @@ def check_size(spec: OpSpec, size_bytes: int, count: int, elem_size: int, world_
     ranks = f" x {world_size} ranks" if spec.per_rank_split else ""
     return (f"size {size_bytes} B does not match count {count} x {elem_size} B{ranks} = {expected} B "
             f"for {spec.name}: wrong op or world size")
+
+
+def is_decimal(token: str) -> bool:
+    """Plain ASCII digits, as nccl-tests and PARAM print sizes and counts (not ``-8``, ``0x10``, ``65_536``)."""
+    return token.isascii() and token.isdigit()
+
+
+def zero_time_note(warn: Callable[[Any, str], str], where_first: Any, what: str, left_out: list[str]) -> str:
+    """Warn once about measurements printed with time 0 (left out); returns the note for the run.
+
+    nccl-tests prints times as ``%7.2f`` µs, so ``0.00`` is under 5 ns: no collective is that fast, and a
+    bandwidth of size / 0 is not a number. ``left_out`` names each one (``line 52 in-place``).
+    """
+    shown = ", ".join(left_out[:4]) + (f" ... ({len(left_out)} in all)" if len(left_out) > 4 else "")
+    return warn(where_first, (
+        f"{what}: {len(left_out)} measurement(s) printed with time 0 ({shown}): no bandwidth can be "
+        f"computed from a time of 0, so they are left out and the run is stored as incomplete"))
 
 
 class BusbwCheck:

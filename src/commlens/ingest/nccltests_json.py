@@ -49,6 +49,7 @@ from commlens.ingest.nccltests_common import (
     resolve_op,
     system_from_ranks,
     unknown_dtype_message,
+    zero_time_note,
 )
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
@@ -157,7 +158,8 @@ def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, defaul
 
 
 def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: OpSpec, dtype: str, world: int,
-               iters: int, check: BusbwCheck) -> Measurement | None:
+               iters: int, check: BusbwCheck, zero_times: list[tuple[tuple[str | int, ...], str]]) -> Measurement | None:
+    """One half of a result, or None where the file has none or printed its time as 0 (then in ``zero_times``)."""
     key = "in_place" if in_place else "out_of_place"
     half = entry.get(key)
     if half is None:
@@ -167,6 +169,9 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
         raise doc.error(path, "expected an object or null")
     time_key = "time" if "time" in half else "cpu_time"
     time_s = doc.number((*path, time_key), half.get(time_key)) * 1e-6  # type: ignore[operator]
+    if time_s == 0.0:  # no bandwidth can come of it: left out, warned, noted, the run incomplete
+        zero_times.append(((*path, time_key), f"results[{i}] {'in' if in_place else 'out-of'}-place"))
+        return None
     nwrong_f = doc.number((*path, "nwrong"), half.get("nwrong"), allow_none=True)
     samples: list[float] = []
     rank_samples: tuple[tuple[float, ...], ...] | None = None
@@ -242,6 +247,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     measurements: list[Measurement] = []
     checks: dict[str, BusbwCheck] = {}
     ops: list[str] = []
+    zero_times: list[tuple[tuple[str | int, ...], str]] = []  # (JSON path, label) of each half with time 0
     for i, entry in enumerate(data["results"]):
         if not isinstance(entry, dict):
             raise doc.error(("results", i), "expected an object")
@@ -262,11 +268,16 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         entry_iters = (doc.integer(("results", i, "actual_iterations"), actual, MAX_COUNT)
                        if isinstance(actual, int) and not isinstance(actual, bool) else iters)
         for in_place in (False, True):
-            m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check)
+            m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check, zero_times)
             if m is not None:
                 measurements.append(m)
     if not measurements:
+        if zero_times:
+            raise doc.error(zero_times[0][0], "every result has time 0: no measurement to store")
         raise doc.error(("results",), "no results: the test produced no rows")
+    if zero_times:
+        notes.append(zero_time_note(lambda path, msg: source.warn(json_line(source.text, path), msg),
+                                    zero_times[0][0], "results", [label for _, label in zero_times]))
     for name, check in checks.items():
         note = check.report(name, source.warn, lambda path: json_line(source.text, path))
         if note:
@@ -285,7 +296,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             notes.append(source.warn(json_line(source.text, ("average_bus_bandwidth",)), (
                 f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
                 f"({sum(rows) / len(rows):.6g} GB/s): results may be missing")))
-    status = "complete"
+    status = "incomplete" if zero_times else "complete"
     oob = data.get("out_of_bounds")
     wrong = [m for m in measurements if m.nwrong]
     oob_count = oob.get("count") if isinstance(oob, dict) else None

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
-from commlens.ingest.nccltests_common import RankInfo, op_from_program
+from commlens.ingest.nccltests_common import RankInfo, is_decimal, op_from_program
 from commlens.ingest.nccltests_op import NCCL_COLL_OPS
 
 __all__ = ["Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER_COLUMNS", "table_number"]
@@ -80,6 +80,9 @@ _SKIP_RE = re.compile(r"summary skips first (\d+) iterations")
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _STAMP_RE = re.compile(r"^(?:\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d)$")
+# What a size or count that went wrong looks like: a sign or a digit first (-8, +8, 0x10, 65_536, 1e3, 8.0).
+_ROW_NUMBER_RE = re.compile(r"^[-+]?\.?\d")
+_ROW_INTEGERS = {"size": "byte count", "count": "element count"}
 
 _LEFT_COLUMNS = ("size", "count", "type", "redop", "root")
 _HALF_BASE = ("algbw", "busbw")
@@ -274,7 +277,7 @@ class LogReader:
                 self.banner.setdefault("rccl_tests_version", banner.group(1))
                 return
         tokens = text.split()
-        if len(tokens) >= 3 and tokens[0].isdigit() and tokens[1].isdigit() and tokens[2][0].isalpha():
+        if len(tokens) >= 3 and is_decimal(tokens[0]) and is_decimal(tokens[1]) and tokens[2][0].isalpha():
             if self.pending is not None:
                 self._cut_short(f"the next row (line {lineno}) starts")
             self._row(lineno, tokens)
@@ -283,6 +286,9 @@ class LogReader:
             have = have + tokens
             self.pending = None
             self._row(start, have)
+        elif self._in_table() and len(tokens) >= 3 and tokens[2][0].isalpha() and \
+                _ROW_NUMBER_RE.match(tokens[0]) and _ROW_NUMBER_RE.match(tokens[1]):
+            self._malformed_row(lineno, tokens)
         elif "_perf" in text:
             stem = op_from_program(text)
             if stem is not None:
@@ -293,6 +299,19 @@ class LogReader:
                     seg.op_mention = mention
                 else:
                     self.mention = mention
+
+    def _in_table(self) -> bool:
+        """Between a table's column header (or first row) and its footer."""
+        seg = self.seg
+        return seg is not None and not seg.footer and (seg.layout is not None or bool(seg.rows))
+
+    def _malformed_row(self, lineno: int, tokens: list[str]) -> None:
+        """A line inside a table that starts like a row but whose size or count is no decimal integer."""
+        for token, what in ((tokens[0], "size"), (tokens[1], "count")):
+            if not is_decimal(token):
+                raise self.source.error(lineno, (
+                    f"{what} {quote(token, 40)} is not a decimal {_ROW_INTEGERS[what]} (nccl-tests prints plain "
+                    f"digits) in a table row: {quote(' '.join(tokens))}"))
 
     def _cut_short(self, why: str) -> None:
         assert self.pending is not None

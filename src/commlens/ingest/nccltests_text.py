@@ -27,6 +27,7 @@ from commlens.ingest.nccltests_common import (
     resolve_op,
     system_from_ranks,
     unknown_dtype_message,
+    zero_time_note,
 )
 from commlens.ingest.nccltests_op import (
     OLD_ALGBW_OPS,
@@ -136,6 +137,11 @@ class _Table:
     notes: list[str]
     config: dict[str, Any]
 
+    @property
+    def dropped_rows(self) -> bool:
+        """Halves printed with time 0 were left out: the run is incomplete."""
+        return "zero_time_lines" in self.config
+
 
 def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check: BusbwCheck) -> _Table:
     layout = seg.layout or MODERN_LAYOUT
@@ -150,6 +156,7 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     printed_redops: dict[str, int] = {}  # a reduction name printed for an op that does not reduce
     printed: list[RowEvidence] = []  # each half's printed algBW and busBW, for the old algBW check below
     keep_printed = spec.name in OLD_ALGBW_OPS and world > 1
+    zero_times: list[tuple[int, bool]] = []  # (line, in_place) of each half printed with time 0
     for lineno, tokens in seg.iter_rows():
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
@@ -171,6 +178,9 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         for in_place in layout.placements:
             h = layout.half_tokens(tokens, in_place)
             time_s = table_number(source, lineno, layout.half[0], h[0]) * 1e-6
+            if time_s == 0.0:  # no bandwidth can come of it: dropped, warned, noted, the run incomplete
+                zero_times.append((lineno, in_place))
+                continue
             busbw = table_number(source, lineno, "busbw", h[2])
             algbw = table_number(source, lineno, "algbw", h[1])
             if keep_printed:
@@ -198,6 +208,10 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     notes: list[str] = []
     config: dict[str, Any] = {}
     where = f"{spec.name} (line {seg.rows[0][0]})"
+    if zero_times:
+        notes.append(zero_time_note(source.warn, zero_times[0][0], where,
+                                    [f"line {n} {'in' if p else 'out-of'}-place" for n, p in zero_times]))
+        config["zero_time_lines"] = sorted({line for line, _ in zero_times})[:64]
     if printed_redops:
         shown = ", ".join(f"'{r}'" for r in printed_redops)
         notes.append(f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
@@ -294,6 +308,7 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
             raise _in_table(source, segments, e) from None
         measurements.extend(table.measurements)
         notes.extend(table.notes)
+        incomplete = incomplete or table.dropped_rows
         note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
         if note:
             notes.append(note)
@@ -316,6 +331,8 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
         if not seg.rows and (seg.ranks or seg.layout is not None):
             notes.append(f"the nccl-tests run starting at line {seg.first_line} printed no result rows")
     assert world is not None and first_ranks is not None
+    if not measurements:
+        raise source.error(segments[0].rows[0][0], "every row of the log has time 0: no measurement to store")
     if any(c.get("cputime") for c in configs):
         notes.append("times marked 'cputime' are CPU wall times (nccl-tests -C), not CUDA event times")
     if any(c.get("per_iter_timing") for c in configs):

@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, ParsedRun, Source, check_limit, quote
-from commlens.ingest.nccltests_common import BusbwCheck, resolve_op
+from commlens.ingest.nccltests_common import BusbwCheck, is_decimal, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
 from commlens.results.stats import TimeStats
@@ -71,6 +71,9 @@ def _header_columns(text: str) -> tuple[str, ...] | None:
     names = re.sub(r"\s+\(B\)", "(B)", text.split("COMMS-RES", 1)[1]).split()
     cols = tuple(_COLUMNS.get(n, "?") for n in names)
     return cols if "size" in cols and "p50" in cols else None
+
+
+_INTEGER_COLUMNS = {"size": "byte count", "elements": "element count"}
 
 
 def _number(source: Source, line: int, column: str, token: str) -> float:
@@ -144,6 +147,10 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
             if len(tokens) != len(cols):
                 raise source.error(lineno, (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)}"
                                             f" (a truncated line?)"))
+            for c, t in zip(cols, tokens):
+                if c in _INTEGER_COLUMNS and not is_decimal(t):
+                    raise source.error(lineno, (f"{c} {quote(t, 40)} is not a decimal {_INTEGER_COLUMNS[c]} "
+                                                f"(PARAM prints plain digits) in a COMMS-RES row"))
             values = {c: _number(source, lineno, c, t) for c, t in zip(cols, tokens) if c != "?"}
             rows.append((lineno, collective, dtype_name, tag, values))
         elif "environment:" in line:
@@ -176,6 +183,7 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         "and busBW come from p50)",
     ]
     remapped: set[str] = set()
+    zero_times: list[int] = []  # the line of each row printed with p50 time 0
     for lineno, collective, dtype_name, tag, v in rows:
         spec = _spec(source, lineno, collective)
         if collective != spec.name:
@@ -192,6 +200,9 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         elem = DTYPE_SIZES[dtype]
         count = size // elem // (world if spec.per_rank_split else 1)
         p50_s = v["p50"] * 1e-6
+        if p50_s == 0.0:  # no bandwidth can come of it: left out, warned, noted, the run incomplete
+            zero_times.append(lineno)
+            continue
         reported = TimeStats(mean_s=p50_s, p50_s=p50_s, p95_s=v["p95"] * 1e-6 if "p95" in v else None, p99_s=None,
                              min_s=v["min"] * 1e-6 if "min" in v else None,
                              max_s=v["max"] * 1e-6 if "max" in v else None, stdev_s=None, cv=None, n=0)
@@ -205,6 +216,11 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
                 root=0 if spec.has_root else -1, reported=reported))
         except RecordError as e:
             raise source.error(lineno, str(e)) from None
+    if zero_times:
+        if not measurements:
+            raise source.error(zero_times[0], "every COMMS-RES row has time 0: no measurement to store")
+        notes.append(zero_time_note(source.warn, zero_times[0], "COMMS-RES rows",
+                                    [f"line {n}" for n in zero_times]))
     for name, check in checks.items():
         note = check.report(name, source.warn)
         if note:
@@ -228,4 +244,5 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         measurements=measurements,
         config={"format": "param", "ops": ops, "param_tags": sorted(tags)},
         notes=notes,
+        status="incomplete" if zero_times else "complete",
     )
