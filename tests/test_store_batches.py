@@ -24,11 +24,12 @@ def _big_run(run_id: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_run_of_several_batches_reads_back_equal(store_url: str) -> None:
-    """Every batch's samples land on their own measurement (ids read back per batch)."""
-    run = _big_run("ffff0001")
+    """Every batch's samples land on their own measurement (ids read back per batch), also where a
+    batch holds the end of one run and the start of the next."""
+    runs = [make_run("aaaa0001"), _big_run("ffff0001"), make_run("bbbb0002")]
     with Store.open(store_url) as store:
-        store.save_run(run)
-        assert store.get_run("ffff0001") == run
+        store.save_runs(runs)
+        assert store.get_runs(["aaaa0001", "ffff0001", "bbbb0002"]) == runs
 
 
 def test_a_failure_in_the_last_batch_stores_nothing_of_the_run(store_url: str) -> None:
