@@ -90,3 +90,15 @@ def test_usage_error_is_a_message_and_exit_2(outcomes, case) -> None:
     else:
         assert "Missing" in text or "error:" in text, text
     assert "Usage:" in text or "usage:" in text or text.startswith("error: "), text
+
+
+def test_terminal_controls_in_an_error_are_escaped(tmp_path) -> None:
+    """A file name (or any text from outside) that holds terminal controls cannot drive the terminal through
+    an error line: ``ingest`` and ``fail()`` print it escaped."""
+    evil = tmp_path / "x\x1b]0;pwned\x07"
+    proc = commlens("ingest", "--db", str(tmp_path / "r.db"), str(evil))
+    assert proc.returncode == 2
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert "x\\x1b]0;pwned\\x07: cannot read" in proc.stderr, proc.stderr
+    proc = commlens("cluster", "down", "a\x1bb")
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr and "'a\\x1bb'" in proc.stderr, proc.stderr

@@ -105,19 +105,10 @@ class RowsTail:
 def _check_environment(cfg: Any, nproc: int) -> None:
     """Refuse, before starting any rank, what cannot run here."""
     import torch
-    import torch.distributed as dist
 
     if nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {nproc}")
-    registered = sorted({b.lower() for b in dist.Backend.backend_list} - {"undefined", "fake"})
-    if cfg.backend.lower() not in registered:
-        raise ConfigError(f"unknown backend {cfg.backend!r}; registered: {', '.join(registered)}")
-    if cfg.backend == "gloo" and not dist.is_gloo_available():
-        raise ConfigError("backend gloo is not available in this torch build")
-    if cfg.backend == "mpi" and not dist.is_mpi_available():
-        raise ConfigError("backend mpi is not available: this torch build has no MPI support")
-    if cfg.backend == "nccl" and not (dist.is_nccl_available() and torch.cuda.is_available()):
-        raise ConfigError("backend nccl needs CUDA GPUs and an NCCL-enabled torch; none here (use --backend gloo)")
+    # Whether the backend can start here at all was decided when the options were checked (backend_problem).
     if cfg.backend == "nccl" and cfg.device != "cuda":
         raise ConfigError("backend nccl runs on --device cuda only")
     if cfg.device == "cuda":

@@ -22,9 +22,18 @@ app = typer.Typer(
 )
 
 
+def say(kind: str, message: str) -> None:
+    """Print ``kind: message`` on stderr (``error``, ``warning``, or a plain note for ``kind=""``), with any
+    terminal control characters a file name, tag or file's content brought in escaped."""
+    from commlens.cli.text import terminal_safe
+
+    text = terminal_safe(message, keep="\n\t")
+    print(f"{kind}: {text}" if kind else text, file=sys.stderr)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print ``error: message`` on stderr (see :func:`say`) and exit with ``code``."""
+    say("error", message)
     raise typer.Exit(code)
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import app, fail, say
+from commlens.cli.text import terminal_safe
 
 
 @app.command("ingest")
@@ -72,17 +72,17 @@ def ingest_cmd(
                                                   fmt=fmt, op=op)
                     del source
                 except (IngestError, ValueError) as e:
-                    print(f"error: {e}", file=sys.stderr)
+                    say("error", str(e))
                     failed += 1
                     continue
                 finally:
                     for w in caught:
                         if issubclass(w.category, IngestWarning):
-                            print(f"warning: {w.message}", file=sys.stderr)
+                            say("warning", str(w.message))
             try:
                 stored = _save_new(store, runs)
             except StoreError as e:
-                print(f"error: {path}: {e}", file=sys.stderr)
+                say("error", f"{path}: {e}")
                 failed += 1
                 continue
             for run in runs:
@@ -90,14 +90,14 @@ def ingest_cmd(
                 if is_new and run.status == "check_failed":
                     for note in run.notes:
                         if note.startswith("results check failed"):
-                            print(f"warning: {path}: {note} (compare does not judge its failed rows; detect "
-                                  f"leaves the run out of history)", file=sys.stderr)
+                            say("warning", f"{path}: {note} (compare does not judge its failed rows; detect "
+                                          f"leaves the run out of history)")
                 if not is_new:
-                    print(f"{path}: already stored as run {run.run_id} (same content); skipped", file=sys.stderr)
+                    say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
                 if as_json:
                     ingested.append({"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)})
                 elif is_new:
-                    print(_summary(path, used, run))
+                    print(terminal_safe(_summary(path, used, run)))
     if as_json:
         print(json.dumps(ingested, indent=1))
     if failed:
