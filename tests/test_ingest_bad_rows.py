@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from benchutil import commlens, stored_runs
+
 from commlens.ingest import load_runs
 
 DATA = Path(__file__).parent / "data" / "ingest"
