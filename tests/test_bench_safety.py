@@ -380,7 +380,8 @@ def test_a_locked_db_is_refused_before_launch(tmp_path: Path) -> None:
     holder = sqlite3.connect(db, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
-        proc = commlens("bench", "--nproc", "2", *QUICK, "--db", str(db))
+        # The wait is the store URL's busy timeout (30 s unless told): 1 s here.
+        proc = commlens("bench", "--nproc", "2", *QUICK, "--db", f"sqlite:///{db}?timeout=1")
     finally:
         holder.close()
     _refused_before_launch(proc, "locked")
