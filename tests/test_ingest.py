@@ -470,7 +470,7 @@ def test_cli_json_output_and_warnings(tmp_path: Path) -> None:
     assert warning.startswith(f"warning: {path}:") and "printed busBW disagrees" in warning
     (doc,) = json.loads(proc.stdout)
     assert (doc["file"], doc["format"], doc["stored"]) == (str(path), "nccl-tests", True)
-    assert doc["run"]["format"] == "commlens.run/1" and doc["run"]["system"]["world_size"] == 8
+    assert doc["run"]["format"] == "commlens.run/2" and doc["run"]["system"]["world_size"] == 8
     assert len(doc["run"]["measurements"]) == 20
 
 

@@ -112,15 +112,15 @@ def _counts(store: Store) -> tuple[int, int]:
 def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: str, tmp_path: Path) -> None:
     _make_pre_alembic_store(store_url, tmp_path)
 
-    with pytest.raises(StoreError, match=r"has schema 0001, this commlens needs 0003: run `commlens db upgrade`"):
+    with pytest.raises(StoreError, match=r"has schema 0001, this commlens needs 0004: run `commlens db upgrade`"):
         Store.open(store_url)
     status = schema_status(store_url)
     assert (status.revision, status.state, status.stamped, status.nruns) == ("0001", "old", False, 3)
 
     done = upgrade_schema(store_url)
-    assert (done.before, done.after) == ("0001", "0003")
+    assert (done.before, done.after) == ("0001", "0004")
     status = schema_status(store_url)
-    assert (status.revision, status.state, status.stamped, status.nruns) == ("0003", "current", True, 3)
+    assert (status.revision, status.state, status.stamped, status.nruns) == ("0004", "current", True, 3)
 
     expected = _legacy_runs()
     with Store.open(store_url) as store:
@@ -154,7 +154,7 @@ def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: 
             assert conn.scalar(text("SELECT version FROM schema_version")) == 2
 
     again = upgrade_schema(store_url)
-    assert (again.before, again.after) == ("0003", "0003")
+    assert (again.before, again.after) == ("0004", "0004")
 
 
 def _schema(engine: Engine) -> dict[str, object]:
@@ -207,7 +207,7 @@ def test_newer_schema_is_refused_with_advice(store_url: str) -> None:
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
     engine.dispose()
-    message = r"database schema 0099 is newer than this commlens \(0003\); upgrade commlens"
+    message = r"database schema 0099 is newer than this commlens \(0004\); upgrade commlens"
     with pytest.raises(StoreError, match=message):
         Store.open(store_url)
     with pytest.raises(StoreError, match=message):
@@ -222,7 +222,7 @@ def test_pre_alembic_version_other_than_1_is_newer(tmp_path: Path) -> None:
     con.execute("UPDATE schema_version SET version = 99")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match=r"database schema 99 is newer than this commlens \(0003\)"):
+    with pytest.raises(StoreError, match=r"database schema 99 is newer than this commlens \(0004\)"):
         Store.open(str(path))
 
 

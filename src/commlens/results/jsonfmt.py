@@ -1,4 +1,4 @@
-"""The versioned JSON file format of a run (``"format": "commlens.run/1"``).
+"""The versioned JSON file format of a run (``"format": "commlens.run/2"``).
 
 Derived figures (time statistics, algBW, busBW) are written for the reader's
 convenience and recomputed from ``samples_s`` on load, so a file can never
@@ -19,8 +19,12 @@ from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "FormatError", "run_to_dict", "run_from_dict", "dump_run", "load_run", "write_json"]
 
-FORMAT = "commlens.run/1"
+FORMAT = "commlens.run/2"
 _FORMAT_PREFIX = "commlens.run/"
+
+
+# No benchmark runs more rounds than this; a longer list is a corrupted or hostile file.
+MAX_ROUNDS = 10_000
 
 
 class FormatError(ValueError):
@@ -51,6 +55,8 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     )
     if m.rank_samples_s is not None:
         out["rank_samples_s"] = [list(r) for r in m.rank_samples_s]
+    if m.rounds is not None:
+        out["rounds"] = list(m.rounds)
     if m.reported is not None:
         out["reported"] = {**m.reported.as_dict(), "n": m.reported.n}
     return out
@@ -155,6 +161,10 @@ def _measurement_from_dict(d: Any) -> Measurement:
         raise FormatError(f"rank_samples_s: expected a list of lists of times, got {_shown(rank)}")
     rep = d.get("reported")
     nwrong = d.get("nwrong")
+    rounds = d.get("rounds")
+    if rounds is not None and (not isinstance(rounds, list) or len(rounds) > MAX_ROUNDS
+                               or not all(isinstance(k, int) and not isinstance(k, bool) for k in rounds)):
+        raise FormatError(f"rounds: expected a list of at most {MAX_ROUNDS} sample counts, got {_shown(rounds)}")
     return Measurement(
         op=_str(d, "op"),
         algo=_str(d, "algo", "builtin"),
@@ -169,6 +179,7 @@ def _measurement_from_dict(d: Any) -> Measurement:
         nwrong=None if nwrong is None else _int(d, "nwrong"),
         rank_samples_s=None if rank is None else tuple(_times("rank_samples_s", r) for r in rank),
         reported=None if rep is None else _reported(rep),
+        rounds=None if rounds is None else tuple(rounds),
     )
 
 
@@ -197,8 +208,13 @@ def _system_from_dict(sysd: Any) -> SystemInfo:
 _KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object"}
 
 
-# Upgraders from an older format version to the next: {1: upgrade_1_to_2, ...}.
-_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _upgrade_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds each measurement's optional ``rounds``; a version-1 row was timed in one round."""
+    return d
+
+
+# Upgraders from an older format version to the next.
+_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2}
 _CURRENT_VERSION = int(FORMAT.rsplit("/", 1)[1])
 
 

@@ -78,6 +78,9 @@ class Measurement:
     rank_samples_s: tuple[tuple[float, ...], ...] | None = None
     # Statistics as another tool reported them, for rows ingested without samples.
     reported: TimeStats | None = None
+    # Samples per round when the row was timed in several independent rounds (``bench --rounds``):
+    # ``samples_s`` is their concatenation, round after round. None: one round (or not known).
+    rounds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         spec = OPS.get(self.op)
@@ -103,7 +106,29 @@ class Measurement:
             raise RecordError(f"{self.op} does not reduce: redop must be 'none'")
         if self.nwrong is not None and not 0 <= self.nwrong < MAX_SIZE_BYTES:
             raise RecordError(f"nwrong must be >= 0 and < {MAX_SIZE_BYTES}")
+        if self.rounds is not None:
+            object.__setattr__(self, "rounds", tuple(self.rounds))
+            if not self.rounds or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in self.rounds):
+                raise RecordError(f"{self.op} {self.size_bytes} B: rounds must be sample counts >= 1")
+            if sum(self.rounds) != len(self.samples_s):
+                raise RecordError(f"{self.op} {self.size_bytes} B: rounds hold {sum(self.rounds)} samples, "
+                                  f"the row has {len(self.samples_s)}")
         object.__setattr__(self, "samples_s", tuple(float(s) for s in self.samples_s))
+
+    @property
+    def round_count(self) -> int:
+        """Independent rounds the samples came from (1 when the row was timed in one go)."""
+        return len(self.rounds) if self.rounds is not None else 1
+
+    def round_samples(self) -> list[tuple[float, ...]]:
+        """The samples of each round, in the order the rounds ran (one tuple when there was one round)."""
+        if self.rounds is None:
+            return [self.samples_s]
+        out, start = [], 0
+        for k in self.rounds:
+            out.append(self.samples_s[start:start + k])
+            start += k
+        return out
 
     @cached_property
     def stats(self) -> TimeStats:

@@ -102,7 +102,8 @@ def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[
         "reported": None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
     }
     rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
-    return row, {"samples_s": list(m.samples_s), "rank_samples_s": rank}
+    rounds = None if m.rounds is None else list(m.rounds)
+    return row, {"samples_s": list(m.samples_s), "rank_samples_s": rank, "rounds": rounds}
 
 
 def run_from_model(row: RunModel) -> Run:
@@ -141,4 +142,5 @@ def _measurement_from_model(row: MeasurementModel) -> Measurement:
         samples_s=tuple(float(s) for s in row.samples.samples_s),
         rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
         reported=reported_from_json(row.reported),
+        rounds=None if row.samples.rounds is None else tuple(int(k) for k in row.samples.rounds),
     )

@@ -1,4 +1,4 @@
-"""Export stored runs: CSV with one row per measurement, or JSON as a list of ``commlens.run/1`` documents.
+"""Export stored runs: CSV with one row per measurement, or JSON as a list of ``commlens.run/2`` documents.
 
 Files are written atomically (a temporary file renamed into place), so a reader or a
 dashboard never sees half an export; ``-`` writes to stdout.

@@ -34,12 +34,13 @@ __all__ = [
     "Base",
     "MeasurementModel",
     "RunModel",
+    "NoiseFloorModel",
     "SampleModel",
     "SchemaVersionModel",
 ]
 
 # The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2
@@ -147,5 +148,36 @@ class SampleModel(Base):
     )
     samples_s: Mapped[list[float]] = mapped_column(JSON)
     rank_samples_s: Mapped[list[list[float]] | None] = mapped_column(JSON(none_as_null=True))
+    # Samples per round (``Measurement.rounds``); NULL when the row was timed in one round.
+    rounds: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
 
     measurement: Mapped[MeasurementModel] = relationship(back_populates="samples")
+
+
+class NoiseFloorModel(Base):
+    """A series' run-to-run variation, learned from A/A-like history (``commlens noise learn``).
+
+    One row per series: (fingerprint, op, algo, dtype, redop, root, size, placement). ``sd_log`` is the
+    standard deviation of the natural log of whole runs' typical times at one revision, pooled over the
+    revisions that had at least two runs: 0.05 means runs of the same code scatter by about 5 %.
+    """
+
+    __tablename__ = "noise_floors"
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place",
+                         name="uq_noise_floors_series"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String)
+    op: Mapped[str] = mapped_column(String)
+    algo: Mapped[str] = mapped_column(String)
+    dtype: Mapped[str] = mapped_column(String)
+    redop: Mapped[str] = mapped_column(String)
+    root: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    in_place: Mapped[bool] = mapped_column()
+    sd_log: Mapped[float] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer)  # runs the figure was learned from
+    groups: Mapped[int] = mapped_column(Integer)  # revisions (or tags) with two runs or more among them
+    learned_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
