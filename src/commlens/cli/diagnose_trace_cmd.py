@@ -10,6 +10,7 @@ import typer
 from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
 from commlens.cli.numbers import checked
+from commlens.cli.run_refs import run_named
 
 if TYPE_CHECKING:
     from commlens.diagnose.stragglers import StragglerReport
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 def stragglers(
     traces: Optional[list[Path]] = typer.Argument(
         None, help="PyTorch profiler (Kineto) traces, .json or .json.gz, one per rank."),
-    run: Optional[str] = typer.Option(None, "--run", help="A stored run id: use its per-rank samples."),
+    run: Optional[str] = typer.Option(None, "--run", help="A run (stored run id or prefix, or a result file): use its per-rank samples."),
     db: Optional[str] = typer.Option(None, "--db", help="Store URL or path (with --run)."),
     late_threshold_us: float = typer.Option(
         1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."),
@@ -41,7 +42,7 @@ def stragglers(
         StragglerParams,
         detect_stragglers,
         load_kineto_traces,
-        load_run_samples,
+        table_from_run,
     )
     from commlens.store import StoreError
 
@@ -53,7 +54,7 @@ def stragglers(
         params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor,
                                  min_occurrences=min_occurrences)
         table = (load_kineto_traces(traces, max_bytes=max_trace_mib << 20) if traces  # type: ignore[arg-type]
-                 else load_run_samples(run, db))  # type: ignore[arg-type]
+                 else table_from_run(run_named(run, db)))  # type: ignore[arg-type]
         report = detect_stragglers(table, params)
     except (StragglerError, StoreError, ValueError) as e:
         fail(str(e), 2)

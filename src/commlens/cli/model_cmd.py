@@ -16,12 +16,12 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.numbers import checked
+from commlens.cli.run_refs import runs_named
 from commlens.cli.topology_cmd import load_or_fail
 
 if TYPE_CHECKING:
     from commlens.model import Prediction
     from commlens.model.fit import Residual
-    from commlens.results.records import Run
 
 model_app = typer.Typer(
     help="Cost models of collectives on a topology: predict, fit to stored runs, check against them.",
@@ -217,35 +217,7 @@ def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dty
                               f"{r['busbw_bytes_per_s'] / 1e9:.2f}", r["algo"], r["bottleneck"]))
 
 
-# ---- runs for fit and check -----------------------------------------------------------------------
-
-def _load_runs(refs: list[str], db: Optional[str]) -> list[Run]:
-    """Each ref: an existing file (commlens JSON, nccl-tests, PARAM), else a stored run id or unique prefix."""
-    runs: list[Run] = []
-    store = None
-    try:
-        for ref in refs:
-            if Path(ref).is_file():
-                from commlens.ingest import IngestError, load_runs
-
-                try:
-                    runs.extend(load_runs(ref))
-                except (IngestError, ValueError, OSError) as e:
-                    fail(f"{ref}: {e}")
-                continue
-            from commlens.store import Store, StoreError
-
-            try:
-                if store is None:
-                    store = Store.open(db)
-                runs.append(store.get_run(ref))
-            except StoreError as e:
-                fail(str(e))
-    finally:
-        if store is not None:
-            store.close()
-    return runs
-
+# ---- fit and check -------------------------------------------------------------------------------
 
 def _residual_dict(r: Residual) -> dict[str, Any]:
     o = r.obs
@@ -292,7 +264,7 @@ def _algos(text: Optional[str]) -> Optional[list[str]]:
 
 @model_app.command("fit")
 def fit_cmd(
-    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, or result files"),
+    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which"),
     db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
     topology: str = typer.Option("local-cpu", "--topology", "-t", help="template: " + _TOPOLOGY_HELP),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the calibrated topology (YAML) here"),
@@ -314,7 +286,7 @@ def fit_cmd(
     if stat not in STATS:
         fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
     template = load_or_fail(topology)
-    loaded = _load_runs(runs, db)
+    loaded = runs_named(runs, db)
     try:
         result = fit_runs(loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name,
                           algos=_algos(algo))
@@ -358,7 +330,7 @@ def fit_cmd(
 
 @model_app.command("check")
 def check_cmd(
-    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, or result files"),
+    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which"),
     topology: str = typer.Option("local-cpu", "--topology", "-t", help=_TOPOLOGY_HELP),
     db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
@@ -377,7 +349,7 @@ def check_cmd(
     if max_mape is not None:
         checked(max_mape, "--max-mape", at_least=0)
     topo = load_or_fail(topology)
-    loaded = _load_runs(runs, db)
+    loaded = runs_named(runs, db)
     try:
         result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"),
                             algos=_algos(algo))

@@ -10,7 +10,6 @@ import json
 import sys
 import warnings
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -22,9 +21,6 @@ if TYPE_CHECKING:
     from commlens.results.records import Run
     from commlens.store import Store
 
-# A reference that does not exist but ends like this is taken as a missing file, not a tag or run id.
-_FILE_SUFFIXES = (".json", ".txt", ".log", ".out", ".csv")
-_REF_KINDS = ("run", "tag", "file")
 _REF_HELP = (
     "a run id (or unique prefix), a tag (pools every run with it) or a file (commlens JSON, nccl-tests, PARAM); "
     "write run:, tag: or file: in front to say which"
@@ -93,28 +89,13 @@ def _load_file(path: str, what: str) -> list[Run]:
 
 
 def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
-    """The runs ``ref`` names: an existing file, else a tag with runs, else a run id (prefix)."""
-    from commlens.store import StoreError
+    """The runs ``ref`` names (see ``commlens.store.refs``); ``what`` (base, candidate) leads its errors."""
+    from commlens.store.refs import RunRefError, resolve_runs
 
-    kind, sep, rest = ref.partition(":")
-    if not (sep and kind in _REF_KINDS):
-        kind, rest = "", ref
-    if kind == "file" or (not kind and Path(rest).is_file()):
-        return _load_file(rest, what)  # ingest's errors name the file and line
-    if not kind and rest.lower().endswith(_FILE_SUFFIXES):
-        fail(f"{what} {ref!r}: no such file")
-    if kind in ("", "tag"):
-        runs = store.get().runs_with_tag(rest)
-        if runs:
-            return runs
-        if kind == "tag":
-            fail(f"{what}: no run has tag {rest!r} in {store.get().url}")
     try:
-        return [store.get().get_run(rest)]
-    except StoreError as e:
-        if kind == "run":
-            fail(f"{what}: {e}")
-        fail(f"{what} {ref!r} is not a file, a tag or a run id in {store.get().url}: {e}")
+        return resolve_runs(ref, store.get, lambda path: _load_file(path, what))  # ingest's errors name the file
+    except RunRefError as e:
+        fail(e.labelled(what))
     raise AssertionError("unreachable")
 
 

@@ -15,11 +15,14 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.diagnose.trace_match import MatchError, match_collectives
 from commlens.ingest.kineto import MAX_TRACE_BYTES, SYNCHRONIZING_OPS, KinetoTraceError, read_kineto_trace
 from commlens.ops import UnknownOpError, get_op
+
+if TYPE_CHECKING:
+    from commlens.results.records import Run
 
 __all__ = [
     "CLOCK_METHODS",
@@ -30,8 +33,8 @@ __all__ = [
     "StragglerReport",
     "detect_stragglers",
     "load_kineto_traces",
-    "load_run_samples",
     "table_from_durations",
+    "table_from_run",
 ]
 
 # Timestamps are printed in µs (with ns decimals): a value below zero by more than this is not rounding.
@@ -169,12 +172,9 @@ def table_from_durations(op: str, rank_samples_s: list[list[float]] | tuple[tupl
                            synchronizing=frozenset({op}) if _is_synchronizing(op.split("/")[0]) else frozenset())
 
 
-def load_run_samples(run_id: str, db: str | None) -> CollectiveTable:
-    """A table from a stored run: each measurement with per-rank samples, one label per (op, size)."""
-    from commlens.store import Store
-
-    store = Store.open(db, create=False)  # a read: never creates a store
-    run = store.get_run(run_id)
+def table_from_run(run: Run) -> CollectiveTable:
+    """A table from a run's per-rank samples: each measurement that has them, one label per (op, size)."""
+    run_id = run.run_id
     starts: dict[str, list[list[float]]] = {}
     ends: dict[str, list[list[float]]] = {}
     sync: set[str] = set()

@@ -1,0 +1,99 @@
+"""commlens.store.refs: one grammar of run references (files, tags, ids and prefixes) for every command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commlens.results import Measurement, Run, SystemInfo
+from commlens.store import Store
+from commlens.store.refs import (
+    MissingFileError,
+    NotOneRunError,
+    RunRef,
+    StoreOnDemand,
+    UnknownRefError,
+    UnknownRunError,
+    UnknownTagError,
+    resolve_run,
+    resolve_runs,
+)
+
+
+def _run(run_id: str, started_at: str, tag: str | None) -> Run:
+    m = Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=1024, count=256, in_place=False,
+                    world_size=2, samples_s=(1e-5, 1.1e-5, 1.2e-5))
+    return Run(run_id=run_id, started_at=started_at, tag=tag,
+               system=SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2,
+                                 torch_version="2.13.0"),
+               measurements=(m,))
+
+
+RUNS = (_run("aaaa1111", "2026-11-01T00:00:00+00:00", "nightly"),
+        _run("aaaa2222", "2026-11-02T00:00:00+00:00", "nightly"),
+        _run("bbbb3333", "2026-11-03T00:00:00+00:00", None))
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> str:
+    path = str(tmp_path / "runs.db")
+    with Store.open(path) as store:
+        for run in RUNS:
+            store.save_run(run)
+    return path
+
+
+def _no_file(path: str) -> list[Run]:
+    raise AssertionError(f"read {path} as a file")
+
+
+def test_parse_says_the_kind_only_for_the_three_prefixes() -> None:
+    assert RunRef.parse("tag:nightly") == RunRef("tag", "nightly")
+    assert RunRef.parse("run:aaaa") == RunRef("run", "aaaa")
+    assert RunRef.parse("file:a:b.json") == RunRef("file", "a:b.json")
+    assert RunRef.parse("sqlite:x") == RunRef(None, "sqlite:x")
+
+
+def test_a_tag_pools_its_runs_oldest_first_and_an_id_prefix_names_one(db: str) -> None:
+    with StoreOnDemand(db, create=False) as store:
+        assert [r.run_id for r in resolve_runs("nightly", store, _no_file)] == ["aaaa1111", "aaaa2222"]
+        assert [r.run_id for r in resolve_runs("tag:nightly", store, _no_file)] == ["aaaa1111", "aaaa2222"]
+        assert [r.run_id for r in resolve_runs("bbbb", store, _no_file)] == ["bbbb3333"]
+        assert resolve_run("run:aaaa2222", store, _no_file) == RUNS[1]
+
+
+def test_an_existing_file_is_read_without_opening_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "nightly"  # named like a tag: the file wins
+    path.write_text("")
+    read: list[str] = []
+
+    def load(p: str) -> list[Run]:
+        read.append(p)
+        return [RUNS[2]]
+
+    store = StoreOnDemand(str(tmp_path / "absent.db"), create=False)
+    assert resolve_runs(str(path), store, load) == [RUNS[2]]
+    assert resolve_runs(f"file:{path}", store, load) == [RUNS[2]]
+    assert read == [str(path)] * 2 and store.store is None
+
+
+def test_each_miss_raises_its_own_error_with_the_message_the_cli_prints(db: str) -> None:
+    with StoreOnDemand(db, create=False) as store:
+        with pytest.raises(MissingFileError) as missing:
+            resolve_runs("gone.json", store, _no_file)
+        assert missing.value.labelled("base") == "base 'gone.json': no such file"
+        assert store.store is None  # a missing file is known without the store
+        with pytest.raises(UnknownTagError) as tag:
+            resolve_runs("tag:weekly", store, _no_file)
+        assert tag.value.labelled("base") == f"base: no run has tag 'weekly' in {store().url}"
+        with pytest.raises(UnknownRunError) as run:
+            resolve_runs("run:aaaa", store, _no_file)
+        assert run.value.labelled("candidate") == (
+            "candidate: 'aaaa' matches 2 runs: aaaa1111, aaaa2222")
+        with pytest.raises(UnknownRefError) as bare:
+            resolve_runs("nope", store, _no_file)
+        assert str(bare.value) == f"'nope' is not a file, a tag or a run id in {store().url}: no run matches 'nope'"
+        with pytest.raises(NotOneRunError) as several:
+            resolve_run("nightly", store, _no_file)
+        assert str(several.value) == "'nightly' names 2 runs; give one (a run id, or a file of one run)"
