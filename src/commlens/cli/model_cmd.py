@@ -140,15 +140,12 @@ def _print_breakdown(pred: Prediction) -> None:
 
 def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) -> None:
     from commlens.model import InfeasibleError
-    from commlens.model.algorithms import algorithms_for
-    from commlens.model.predict import predict
+    from commlens.model.predict import predict_algorithms
 
-    rows: list[dict[str, Any]] = []
-    for name in algorithms_for(op):
-        try:
-            rows.append(predict(topo, op, nbytes, algo=name, layout=layout).as_dict(with_breakdown=False))
-        except InfeasibleError as e:
-            rows.append({"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(e)})
+    rows: list[dict[str, Any]] = [
+        {"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(pred)} if isinstance(pred, InfeasibleError)
+        else pred.as_dict(with_breakdown=False)
+        for name, pred in predict_algorithms(topo, op, nbytes, layout=layout).items()]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -167,33 +164,13 @@ def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) ->
 
 def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dtype: str, algo: str,
                    layout: Any, as_json: bool) -> None:
-    from commlens.model import InfeasibleError
-    from commlens.model.predict import predict
-    from commlens.ops import OPS
-    from commlens.results.records import DTYPE_SIZES
+    from commlens.model.predict import predicted_table, sweep_sizes
 
-    if dtype not in DTYPE_SIZES:
-        fail(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
-    elem = DTYPE_SIZES[dtype]
-    sizes = []
-    s = lo
-    while s <= hi:
-        sizes.append(s)
-        s *= factor
-    rows: list[dict[str, Any]] = []
-    for op in ops:
-        spec = OPS[op]
-        for requested in sizes:
-            plan = spec.plan_size(requested, elem, layout.ranks)
-            row: dict[str, Any] = {"op": op, "size_bytes": plan.size_bytes, "count": plan.count, "type": dtype,
-                                   "redop": "sum" if spec.reduces else "none", "root": 0 if spec.has_root else -1}
-            try:
-                pred = predict(topo, op, plan.size_bytes, algo=algo, layout=layout)
-            except InfeasibleError as e:
-                row["infeasible"] = str(e)
-            else:
-                row.update({k: v for k, v in pred.as_dict(with_breakdown=False).items() if k not in row})
-            rows.append(row)
+    try:
+        table = predicted_table(topo, ops, sweep_sizes(lo, hi, factor), dtype=dtype, layout=layout, algo=algo)
+    except ValueError as e:
+        fail(str(e))
+    rows = [row.as_dict() for row in table]
     if as_json:
         print(json.dumps({"topology": topo.name, "nodes": layout.nodes, "ranks_per_node": layout.ranks_per_node,
                           "world_size": layout.ranks, "algo": algo, "rows": rows}, indent=1))

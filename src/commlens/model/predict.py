@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for
+from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for, auto_candidates
 from commlens.model.cost import Cost, Term, make_terms
 from commlens.model.layout import InfeasibleError, Layout, build_layout
 from commlens.ops import OPS, get_op
 from commlens.topology import Topology
 
-__all__ = ["AUTO", "Prediction", "layout_for", "predict", "predict_algorithms", "sweep"]
+__all__ = ["AUTO", "Prediction", "TableRow", "layout_for", "predict", "predict_algorithms", "predicted_table", "sweep",
+           "sweep_sizes"]
 
 AUTO = "auto"
 
@@ -144,7 +145,7 @@ def predict(
     best: Cost | None = None
     best_algo = ""
     reasons = []
-    for candidate in MODELS.get(name, {}):
+    for candidate in auto_candidates(name):
         try:
             cost = _cost(layout, name, candidate, size_bytes, messages_per_step)
         except InfeasibleError as e:
@@ -158,11 +159,13 @@ def predict(
 
 
 def predict_algorithms(
-    topology: Topology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_node: int | None = None
+    topology: Topology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_node: int | None = None,
+    layout: Layout | None = None,
 ) -> dict[str, Prediction | InfeasibleError]:
     """Every algorithm with a model for ``op``: its prediction, or the reason it cannot run."""
     name = _op_name(op)
-    layout = layout_for(topology, nodes, ranks_per_node)
+    if layout is None:
+        layout = layout_for(topology, nodes, ranks_per_node)
     out: dict[str, Prediction | InfeasibleError] = {}
     for algo in algorithms_for(name):
         try:
@@ -190,3 +193,69 @@ def sweep(
                 yield predict(topology, op, size, algo=algo, layout=layout)
             except InfeasibleError as e:
                 yield e
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    """One row of a predicted nccl-tests table: the size and count nccl-tests would run, and its prediction
+    (or the reason no algorithm can run it). ``redop`` and ``root`` are None for ops without them."""
+
+    op: str
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    prediction: Prediction | None
+    infeasible: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as ``commlens model predict --sweep --json`` prints it (nccl-tests' ``none`` and ``-1``)."""
+        out: dict[str, object] = {"op": self.op, "size_bytes": self.size_bytes, "count": self.count,
+                                  "type": self.dtype, "redop": "none" if self.redop is None else self.redop,
+                                  "root": -1 if self.root is None else self.root}
+        if self.prediction is None:
+            out["infeasible"] = self.infeasible
+        else:
+            out.update({k: v for k, v in self.prediction.as_dict(with_breakdown=False).items() if k not in out})
+        return out
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
+    """The requested sizes of nccl-tests' ``-b MIN -e MAX -f FACTOR``: MIN, MIN*FACTOR, ... up to MAX."""
+    if step_factor < 2:
+        raise ValueError(f"step factor must be >= 2, got {step_factor}")
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise ValueError(f"sizes must satisfy 1 <= min <= max, got {min_bytes} and {max_bytes}")
+    sizes = []
+    size = min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= step_factor
+    return sizes
+
+
+def predicted_table(
+    topology: Topology, ops: Iterable[str], sizes: Iterable[int], *, dtype: str, layout: Layout, algo: str = AUTO
+) -> list[TableRow]:
+    """The predicted nccl-tests table: per op and requested size, the size nccl-tests runs (rounded to whole
+    elements per rank) and its prediction. An unknown ``dtype`` raises ValueError."""
+    from commlens.results.records import DTYPE_SIZES
+
+    if dtype not in DTYPE_SIZES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
+    elem = DTYPE_SIZES[dtype]
+    sizes = list(sizes)
+    rows: list[TableRow] = []
+    for op in ops:
+        spec = OPS[_op_name(op)]
+        for requested in sizes:
+            plan = spec.plan_size(requested, elem, layout.ranks)
+            redop, root = ("sum" if spec.reduces else None), (0 if spec.has_root else None)
+            try:
+                pred = predict(topology, spec.name, plan.size_bytes, algo=algo, layout=layout)
+            except InfeasibleError as e:
+                rows.append(TableRow(spec.name, plan.size_bytes, plan.count, dtype, redop, root, None, str(e)))
+            else:
+                rows.append(TableRow(spec.name, plan.size_bytes, plan.count, dtype, redop, root, pred))
+    return rows
