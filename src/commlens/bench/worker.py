@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -298,7 +298,8 @@ class Sweep:
         return f"rank {self.rank}: " + _row_context(spec, size_bytes, dtype, redop, root, in_place, ", ".join(algos))
 
     def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
-                      algos: Sequence[str]) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
+                      algos: Sequence[str], iters: int, group: Any = None,
+                      ) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
         """Time and check one placement of each of ``algos`` on this rank, their timed loops interleaved.
 
         Returns (algo -> (timestamps, wrong elements), or None where torch does not offer the placement) and
@@ -315,7 +316,7 @@ class Sweep:
                 # Synchronous calls on every device: on CUDA that orders the collective on the current
                 # stream (host not blocked), so the CUDA events around each launch bracket it.
                 coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
-                               algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
+                               group=group, algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
@@ -332,7 +333,7 @@ class Sweep:
         with _row_failure(context):
             _sync(self.device)
             dist.barrier(group=self.ctrl)
-            stamps = measure_interleaved([coll for _, coll, _ in ready], cfg.iters, self.device, cfg.blocking,
+            stamps = measure_interleaved([coll for _, coll, _ in ready], iters, self.device, cfg.blocking,
                                          seed=cfg.seed + plan.size_bytes)
         results: dict[str, tuple[Timestamps, int] | None] = {}
         for (algo, coll, fault), algo_stamps in zip(ready, stamps):
@@ -374,9 +375,9 @@ class Sweep:
             nwrong += coll.verify()
         return nwrong
 
-    def gather(self, stamps: Timestamps | None, nwrong: int) -> RowTimes | None:
+    def gather(self, stamps: Timestamps | None, nwrong: int, iters: int) -> RowTimes | None:
         """Every rank's timestamps and wrong counts, combined on rank 0 (all ranks take part)."""
-        n = self.cfg.iters
+        n = iters
         starts = stamps.starts if stamps else (0.0,) * n
         ends = stamps.ends if stamps else (0.0,) * n
         mine = torch.tensor([*starts, *ends, float(nwrong)], dtype=torch.float64)
@@ -406,9 +407,12 @@ class Sweep:
     def run(self, reporter: Reporter | None) -> list[str]:
         """Run every row; returns the wrong-result messages (rank 0 only).
 
-        Rows run together are held until the last rows of their op are done, then emitted in the table's
-        order (implementation outer, size inner), so the table and the run read as without ``interleave``.
+        With one round, rows run together are held until the last rows of their op are done, then emitted in
+        the table's order (implementation outer, size inner), so the table and the run read as without
+        ``interleave``. With several rounds (``cfg.rounds``), see :meth:`run_rounds`.
         """
+        if self.cfg.rounds > 1:
+            return self.run_rounds(reporter)
         rows = self.rows()
         cells = self.cells(rows)
         refused: set[tuple[str, str, str, str, int]] = set()  # combinations the backend refused
@@ -426,7 +430,9 @@ class Sweep:
         index = 0
         try:
             for n, cell in enumerate(cells):
-                held.extend(self._run_cell(rows, cell, index, refused, reporter, t_start))
+                for outcome in self._run_cell(rows, cell, index, len(rows), refused, reporter, t_start,
+                                              self.cfg.iters):
+                    held.append((outcome.index, outcome.event(), outcome.wrong))
                 index += len(cell)
                 op = rows[cell[0]][0].name
                 if len(cell) == 1 or n + 1 == len(cells) or rows[cells[n + 1][0]][0].name != op:
@@ -435,10 +441,59 @@ class Sweep:
             release()
         return wrong
 
+    def run_rounds(self, reporter: Reporter | None) -> list[str]:
+        """Every row once per round, ``cfg.rounds`` rounds; each row's samples are the rounds' concatenation.
+
+        1. Round ``r`` times ``cfg.round_iters()[r]`` iterations of every row (after the row's own warm-up),
+           in a permutation of the cells drawn from ``cfg.seed`` and ``r`` (the same on every rank), so no row
+           always runs first or right after the same neighbour, and a change of the machine's state between
+           rounds hits every row alike instead of the rows timed after it.
+        2. With ``round_groups == "fresh"`` each round runs in a new process group (new connections or
+           communicators), as pyperf runs each round in a fresh worker: what one set of connections makes of
+           the machine is measured across rounds instead of being fixed for the whole run.
+        3. Rows are emitted once the last round is done (or the run stops: then with the rounds they have),
+           in the table's order; a combination the backend refused in one round is not tried again.
+        """
+        cfg = self.cfg
+        rows = self.rows()
+        cells = self.cells(rows)
+        refused: set[tuple[str, str, str, str, int]] = set()
+        done: dict[int, list[_Outcome]] = {}  # row index -> its outcome in each round so far
+        t_start = time.monotonic()
+        total = len(rows) * cfg.rounds
+        try:
+            for r, iters in enumerate(cfg.round_iters()):
+                order = list(range(len(cells)))
+                random.Random(f"{cfg.seed}/round/{r}").shuffle(order)
+                group = self._round_group(r)
+                for n, c in enumerate(order):
+                    first = sum(len(cells[k]) for k in order[:n])
+                    for outcome in self._run_cell(rows, cells[c], r * len(rows) + first, total, refused, reporter,
+                                                  t_start, iters, group=group, round_index=r):
+                        done.setdefault(outcome.index, []).append(outcome)
+                if group is not None:  # a round that failed leaves its group to the process' teardown
+                    dist.destroy_process_group(group)
+        finally:
+            wrong: list[str] = []
+            for index in sorted(done):
+                merged = _merge_rounds(done[index])
+                if reporter:
+                    reporter.emit(merged.event())
+                wrong.extend(merged.wrong)
+        return wrong
+
+    def _round_group(self, r: int) -> Any:
+        """The process group round ``r`` times its collectives in: None (the default group) unless fresh."""
+        if self.cfg.round_groups != "fresh":
+            return None
+        self._state(f"rank {self.rank}: round {r + 1}: creating its process group")
+        return dist.new_group(backend=self.cfg.backend, timeout=dt.timedelta(seconds=self.cfg.timeout_s))
+
     def _run_cell(self, rows: list[tuple[OpSpec, str, str, str, int, int]], cell: list[int], index: int,
-                  refused: set[tuple[str, str, str, str, int]], reporter: Reporter | None,
-                  t_start: float) -> list[tuple[int, dict[str, Any], list[str]]]:
-        """Run the rows of one cell; each row's (index, row event or skip note, wrong-result messages)."""
+                  total: int, refused: set[tuple[str, str, str, str, int]], reporter: Reporter | None,
+                  t_start: float, iters: int, group: Any = None, round_index: int | None = None,
+                  ) -> list[_Outcome]:
+        """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
         todo = {rows[i][1]: i for i in cell if (spec.name, rows[i][1], dtype, redop, root) not in refused}
@@ -448,10 +503,14 @@ class Sweep:
             raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         if reporter:
-            reporter.emit({"event": "progress", "index": index, "total": len(rows), "op": spec.name,
-                           "algo": ",".join(todo), "dtype": dtype, "redop": redop, "root": root,
-                           "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start})
-        notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) for algo in todo}
+            progress = {"event": "progress", "index": index, "total": total, "op": spec.name,
+                        "algo": ",".join(todo), "dtype": dtype, "redop": redop, "root": root,
+                        "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start}
+            if round_index is not None:
+                progress.update(round=round_index + 1, rounds=self.cfg.rounds)
+            reporter.emit(progress)
+        notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) if not round_index else []
+                 for algo in todo}
         measurements: dict[str, list[Measurement | None]] = {algo: [] for algo in todo}
         wrong: dict[str, list[str]] = {algo: [] for algo in todo}
         skipped: dict[str, str] = {}
@@ -459,12 +518,12 @@ class Sweep:
             running = [algo for algo in todo if algo not in skipped]
             if not running:
                 break
-            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running)
+            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running, iters, group)
             for algo, reason in refusals.items():
                 where = cfg.backend if algo == "builtin" else f"commlens {algo}"
                 skipped[algo] = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {reason}"
             for algo, result in results.items():  # the same order on every rank: gather is collective
-                gathered = self.gather(result[0] if result else None, result[1] if result else 0)
+                gathered = self.gather(result[0] if result else None, result[1] if result else 0, iters)
                 if gathered is None or result is None:
                     measurements[algo].append(None)
                     continue
@@ -482,20 +541,18 @@ class Sweep:
                     samples_s=tuple(gathered.samples_s), nwrong=nwrong,
                     rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
                 ))
-        outcomes: list[tuple[int, dict[str, Any], list[str]]] = []
+        outcomes: list[_Outcome] = []
         for algo, row_index in todo.items():
             if algo in skipped:
                 if cfg.on_unsupported == "fail":
                     raise UnsupportedCombination(skipped[algo])
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
                 refused.add((spec.name, algo, dtype, redop, root))
-                outcomes.append((row_index, {"event": "note", "text": f"skipped {skipped[algo]}"}, []))
+                outcomes.append(_Outcome(row_index, {}, [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
-            outcomes.append((row_index, {
-                "event": "row", "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
-                "size_bytes": plan.size_bytes, "count": plan.count, "notes": notes[algo],
-                "measurements": [measurement_to_dict(m) if m else None for m in measurements[algo]],
-            }, wrong[algo]))
+            outcomes.append(_Outcome(row_index, {
+                "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
+                "size_bytes": plan.size_bytes, "count": plan.count}, notes[algo], measurements[algo], wrong[algo]))
         return outcomes
 
     def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
@@ -512,6 +569,53 @@ class Sweep:
                 self._auto_seen[spec.name] = choice
                 notes.append(note)
         return notes
+
+
+@dataclass
+class _Outcome:
+    """One row of one cell in one round: its measurements per placement, or the note that it was skipped."""
+
+    index: int  # the row's position in the table
+    fields: dict[str, Any]  # op, algo, dtype, redop, root, size_bytes, count
+    notes: list[str]
+    measurements: list[Measurement | None]  # per placement, None where torch offers none
+    wrong: list[str]
+    skip_note: str | None = None
+
+    def event(self) -> dict[str, Any]:
+        if self.skip_note is not None:
+            return {"event": "note", "text": self.skip_note}
+        return {"event": "row", **self.fields, "notes": self.notes,
+                "measurements": [measurement_to_dict(m) if m else None for m in self.measurements]}
+
+
+def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
+    """One row's outcomes of every round as one: samples round after round, ``rounds`` their counts.
+
+    A row skipped in any round is skipped (a refusal does not depend on the round); wrong-result messages
+    are kept from every round.
+    """
+    skipped = next((o for o in outcomes if o.skip_note is not None), None)
+    if skipped is not None:
+        return skipped
+    first = outcomes[0]
+    merged: list[Measurement | None] = []
+    for p, m0 in enumerate(first.measurements):
+        parts = [o.measurements[p] for o in outcomes if p < len(o.measurements) and o.measurements[p] is not None]
+        if m0 is None or not parts:
+            merged.append(None)
+            continue
+        ranks = [m.rank_samples_s for m in parts]
+        nwrongs = [m.nwrong for m in parts if m.nwrong is not None]
+        merged.append(replace(
+            m0,
+            samples_s=tuple(s for m in parts for s in m.samples_s),
+            rank_samples_s=None if any(r is None for r in ranks) else tuple(
+                tuple(s for r in ranks for s in r[k]) for k in range(len(ranks[0]))),  # type: ignore[index]
+            nwrong=sum(nwrongs) if nwrongs else None,
+            rounds=tuple(len(m.samples_s) for m in parts),
+        ))
+    return _Outcome(first.index, first.fields, first.notes, merged, [w for o in outcomes for w in o.wrong])
 
 
 def _init(cfg: BenchConfig) -> tuple[int, int, int, Any]:

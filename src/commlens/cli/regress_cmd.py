@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import app, fail, say
 
 if TYPE_CHECKING:
     from commlens.regress import CompareReport, ComparisonRow, DetectReport
@@ -67,6 +67,15 @@ class _LazyStore:
                 fail(str(e))
         return self.store  # type: ignore[return-value]
 
+    def exists(self) -> bool:
+        """Whether a store is (or can be) open: False for a SQLite file not created yet."""
+        from commlens.store import db_url, default_db_url
+        from commlens.store.db import sqlite_file_missing
+
+        if self.store is not None:
+            return True
+        return not sqlite_file_missing(default_db_url() if self.db is None else db_url(self.db))
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
@@ -108,33 +117,47 @@ def compare_cmd(
     alpha: Optional[float] = typer.Option(
         None, help="significance level of Mann-Whitney U, adjusted over the rows (default 0.05)"),
     min_samples: Optional[int] = typer.Option(
-        None, help="samples (or runs) needed on each side for a verdict (default 5)"),
-    seed: Optional[int] = typer.Option(None, help="seed of the bootstrap confidence intervals (default 0)"),
-    resamples: Optional[int] = typer.Option(None, help="bootstrap resamples per row (default 2000)"),
+        None, help="rounds (or runs) needed on each side to measure its spread (default 3)"),
+    statistic: Optional[str] = typer.Option(
+        None, help="what summarises one round's iterations: median or mean (default median)"),
+    noise_floor: Optional[str] = typer.Option(
+        None, "--noise-floor",
+        help="run-to-run sd of every row, e.g. 5% (instead of the floors `commlens noise learn` stored)"),
+    no_floors: bool = typer.Option(False, "--no-noise-floors", help="use no noise floor, stored or given"),
     fmt: CompareFormat = typer.Option(
         CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"),
     db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
 ) -> None:
-    """A/B comparison: per row, the ratio of mean times, its 95% CI, a p-value and a verdict.
+    """A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, its 95%
+    CI, a p-value and a verdict.
 
     Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
     from commlens.regress import CompareError, CompareSettings, compare_runs
 
+    if noise_floor is not None and no_floors:
+        fail("--noise-floor and --no-noise-floors contradict each other: give one")
     given = {"min_change": None if min_change is None else _fraction(min_change, "--min-change"), "alpha": alpha,
-             "min_samples": min_samples, "seed": seed, "resamples": resamples}
+             "min_samples": min_samples, "statistic": statistic}
     try:
         settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:
         fail(str(e))
+    floor = None if noise_floor is None else _fraction(noise_floor, "--noise-floor")
+    if floor == 0.0:
+        fail("--noise-floor 0: a floor must be > 0 (use --no-noise-floors for none)")
     store = _LazyStore(db)
     try:
         base_runs = resolve_side(base, "base", store)
         cand_runs = resolve_side(candidate, "candidate", store)
+        floors = None if no_floors or floor is not None else _stored_floors(store, [*base_runs, *cand_runs])
     finally:
         store.close()
+    if floor is not None:
+        floors = {(r.system.fingerprint(), *m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements}
     try:
-        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate)
+        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate,
+                              floors=floors)
     except CompareError as e:
         fail(str(e))
     if fmt is CompareFormat.json:
@@ -146,6 +169,27 @@ def compare_cmd(
             print(f"warning: {w}", file=sys.stderr)
         print("\n".join(compare_table_lines(report)))
     raise typer.Exit(1 if report.has_regression else 0)
+
+
+def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
+    """The stored noise floors of these runs' systems; none when there is no store yet (two files compared)."""
+    from commlens.store import NoStoreError, StoreError
+    from commlens.store.noise import load_floors
+
+    fingerprints = {r.system.fingerprint() for r in runs}
+    if store.store is None and not store.exists():
+        return None
+    try:
+        if store.store is None:
+            from commlens.store import Store
+
+            store.store = Store.open(store.db, create=False)
+        return load_floors(store.store, fingerprints)
+    except NoStoreError:
+        return None
+    except StoreError as e:  # the runs came from files: judge them without floors rather than not at all
+        say("warning", f"noise floors not read: {e}")
+        return None
 
 
 @app.command("detect")
@@ -234,8 +278,21 @@ def _side_text(label: str, runs: int) -> str:
 
 def _settings_text(report: CompareReport) -> str:
     s = report.settings
-    return (f"min change {s.min_change:.0%}, alpha {s.alpha:g} (Benjamini-Hochberg over rows), "
-            f"{s.confidence:.0%} bootstrap CI, {s.resamples} resamples, seed {s.seed}")
+    return (f"min change {s.min_change:.0%}, alpha {s.alpha:g} (Welch t on ln time, Benjamini-Hochberg over rows), "
+            f"{s.confidence:.0%} CI; unit: rounds or runs, each summarised by its {s.statistic}")
+
+
+def _n_text(r: ComparisonRow) -> str:
+    """Observations a side: runs (``3r``) or rounds of one run (``5x``)."""
+    def one(runs: int, rounds: int) -> str:
+        return f"{runs}r" if runs >= 2 else f"{rounds}x"
+    return f"{one(r.base_runs, r.base_rounds)}/{one(r.candidate_runs, r.candidate_rounds)}"
+
+
+def _spread_text(r: ComparisonRow) -> str:
+    spreads = [x for x in (r.base_spread, r.candidate_spread) if x is not None]
+    text = f"{max(spreads):.1%}" if spreads else "-"
+    return text + (f" (floor {r.noise_floor:.1%})" if r.noise_floor is not None else "")
 
 
 def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
@@ -245,16 +302,16 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     show_algo = any(r.algo != "builtin" for r in report.rows)
     show_root = any(r.root >= 0 for r in report.rows)
     names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
-    names += ["place", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "95% CI", "p", "verdict",
-              "reason"]
+    names += ["place", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "95% CI", "p",
+              "verdict", "reason"]
     cells = []
     for r in report.rows:
         row = [r.op] + ([r.algo] if show_algo else []) + [format_size(r.size_bytes), r.dtype,
                                                           "-" if r.redop == "none" else r.redop]
         row += [str(r.root)] if show_root else []
-        row += [_placement(r.in_place), f"{r.base_n}/{r.candidate_n}", _us(r.base_mean_s), _us(r.candidate_mean_s),
-                _gbps(r.base_busbw_bytes_per_s), _gbps(r.candidate_busbw_bytes_per_s), f"{r.ratio:.3f}", _ci(r),
-                _p(r.p_value), r.verdict, r.reason]
+        row += [_placement(r.in_place), _n_text(r), _us(r.base_time_s), _us(r.candidate_time_s),
+                _gbps(r.base_busbw_bytes_per_s), _gbps(r.candidate_busbw_bytes_per_s), _spread_text(r),
+                f"{r.ratio:.3f}", _ci(r), _p(r.p_value), r.verdict, r.reason]
         cells.append(row)
     return names, cells
 
@@ -262,7 +319,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
 def compare_table_lines(report: CompareReport) -> list[str]:
     names, cells = _compare_cells(report)
     widths = [max(len(x) for x in col) for col in zip(names, *cells)]
-    right = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "p", "root"}
+    right = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
 
     def line(values: list[str]) -> str:
         parts = [v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)]
@@ -286,7 +343,7 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
     for c in cells:
         if c[verdict_col] == "regression":
             c[verdict_col] = "**regression**"
-    align = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "ratio", "p", "root"}
+    align = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
     lines = [
         "### commlens compare",
         "",
@@ -302,7 +359,8 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
     if report.warnings:
         lines += [""] + [f"> warning: {w}" for w in report.warnings]
-    lines += ["", f"<sub>{_settings_text(report)}; ratio = candidate / base mean time</sub>"]
+    lines += ["", f"<sub>{_settings_text(report)}; ratio = candidate / base typical time; n = runs (r) or rounds "
+                  f"of one run (x) a side</sub>"]
     return lines
 
 

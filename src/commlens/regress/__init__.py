@@ -8,12 +8,16 @@ from commlens.regress.compare import (
     CompareReport,
     CompareSettings,
     ComparisonRow,
+    FloorKey,
     Judgement,
+    RowSide,
     Verdict,
     compare_runs,
     judge,
+    row_side,
 )
 from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
+from commlens.regress.noise import NoiseFloor, learn_floors
 from commlens.regress.history import DetectedChange, DetectReport, SeriesKey, detect_history, parse_utc
 
 __all__ = [
@@ -24,7 +28,10 @@ __all__ = [
     "DetectReport",
     "DetectSettings",
     "DetectedChange",
+    "FloorKey",
     "Judgement",
+    "NoiseFloor",
+    "RowSide",
     "SegmentChange",
     "SeriesKey",
     "Verdict",
@@ -32,5 +39,7 @@ __all__ = [
     "detect_history",
     "find_changes",
     "judge",
+    "learn_floors",
     "parse_utc",
+    "row_side",
 ]

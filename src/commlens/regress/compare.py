@@ -1,20 +1,24 @@
-"""A/B comparison of two sets of runs: per row, the ratio of mean times, its CI, a p-value and a verdict.
+"""A/B comparison of two sets of runs, judged on the variation between rounds and runs.
 
 ``compare_runs`` takes plain lists of runs (one run, a pool of runs with a tag,
-the runs of a file); the CLI resolves what the user named into those lists.
+the runs of a file); the CLI resolves what the user named into those lists. The
+unit of evidence is a round (``bench --rounds``) or a whole run, never the pool
+of one run's iterations: iterations of one run share the machine's state and
+say nothing about how much the next run will differ. See ``docs/regress.md``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
 
 from commlens.ops import get_op
-from commlens.regress.stats import benjamini_hochberg, bootstrap_ratio_ci_rows, cv, mann_whitney_p_rows
+from commlens.regress.stats import benjamini_hochberg
 from commlens.results.records import Measurement, Run
 
 __all__ = [
@@ -22,19 +26,24 @@ __all__ = [
     "CompareReport",
     "CompareSettings",
     "ComparisonRow",
+    "FloorKey",
     "SideSummary",
     "Judgement",
+    "RowSide",
     "Verdict",
     "compare_runs",
     "judge",
+    "row_side",
 ]
 
 Verdict = Literal["regression", "improvement", "no change", "unknown"]
-Unit = Literal["samples", "run means"]
+# What a side's spread was measured from: runs (two or more a side), the rounds of one run, one round only
+# (no spread measured), or a learned noise floor standing in for it.
+Unit = Literal["runs", "rounds", "single round"]
+Statistic = Literal["median", "mean"]
 RowKey = tuple[str, str, str, str, int, int, bool]
-
-# Above this CV a row that still gets a verdict is flagged "unstable", as pyperf does.
-UNSTABLE_CV = 0.10
+# (fingerprint, op, algo, dtype, redop, root, size_bytes, in_place): the series a noise floor belongs to.
+FloorKey = tuple[str, str, str, str, str, int, int, bool]
 
 
 class CompareError(ValueError):
@@ -43,14 +52,14 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """Thresholds of the verdict and how the confidence interval is computed."""
+    """Thresholds of the verdict and how the rounds are summarised."""
 
-    min_change: float = 0.03  # smallest relative change of the mean time called a regression (0.03 = 3 %)
-    alpha: float = 0.05  # significance level of the Mann-Whitney U test
-    min_samples: int = 5  # observations needed on each side for a p-value and a CI
-    confidence: float = 0.95  # confidence level of the bootstrap interval of the ratio
-    resamples: int = 2000  # bootstrap resamples per row
-    seed: int = 0  # seeds the bootstrap resampling
+    min_change: float = 0.03  # smallest relative change of the typical time called a regression (0.03 = 3 %)
+    alpha: float = 0.05  # significance level of Welch's t-test on log times, Benjamini-Hochberg over the rows
+    min_samples: int = 3  # rounds (or runs) needed on each side to measure its spread
+    confidence: float = 0.95  # confidence level of the interval of the ratio
+    statistic: Statistic = "median"  # what summarises one round's iterations
+    far_floors: float = 5.0  # a single-round side: a change beyond this many noise floors is still judged
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_change < 1.0):
@@ -61,15 +70,63 @@ class CompareSettings:
             raise ValueError(f"min_samples must be >= 2, got {self.min_samples}")
         if not (0.5 <= self.confidence < 1.0):
             raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
-        if self.resamples < 100:
-            raise ValueError(f"resamples must be >= 100, got {self.resamples}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.statistic not in ("median", "mean"):
+            raise ValueError(f"statistic must be median or mean, got {self.statistic!r}")
+        if not (self.far_floors > 0.0):
+            raise ValueError(f"far_floors must be > 0, got {self.far_floors}")
+
+
+@dataclass(frozen=True)
+class RowSide:
+    """One row on one side: per run, each round's typical time in seconds (``[run][round]``)."""
+
+    rounds_s: tuple[tuple[float, ...], ...]
+
+    @property
+    def runs(self) -> int:
+        return len(self.rounds_s)
+
+    @property
+    def rounds(self) -> int:
+        return sum(len(r) for r in self.rounds_s)
+
+    @property
+    def unit(self) -> Unit:
+        if self.runs >= 2:
+            return "runs"
+        return "rounds" if self.rounds >= 2 else "single round"
+
+    def observations(self) -> np.ndarray:
+        """ln of what the test compares: one value per run (the mean of its rounds' ln) with two or more
+        runs, else one per round of the single run."""
+        logs = [np.log(np.maximum(np.asarray(r, dtype=float), 1e-300)) for r in self.rounds_s]
+        if self.runs >= 2:
+            return np.array([float(x.mean()) for x in logs])
+        return logs[0]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The statistics and verdict of one row."""
+
+    ratio: float  # candidate / base typical time
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None  # Welch's t-test on ln time, two-sided
+    p_adjusted: float | None  # Benjamini-Hochberg over the rows judged together
+    spread: float | None  # relative spread of one unit (run or round), the larger side's; None if not measured
+    floor: float | None  # the noise floor used (relative sd of a run), None if none was known
+    verdict: Verdict
+    reason: str
 
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """One comparable key on both sides; times in seconds, ``ratio`` = candidate / base mean time."""
+    """One comparable key on both sides; times in seconds, ``ratio`` = candidate / base typical time.
+
+    A side's typical time is the geometric mean, over its runs, of the geometric mean of each run's round
+    statistics (medians of the rounds' iterations by default; a reported mean for rows without samples).
+    """
 
     op: str
     algo: str
@@ -78,28 +135,31 @@ class ComparisonRow:
     root: int
     size_bytes: int
     in_place: bool
-    unit: Unit  # what the statistics resample: per-iteration samples, or one mean per run
-    base_n: int  # observations (samples or runs) on the base side
+    unit: Unit  # the weaker side's: what its spread was measured from
+    base_n: int  # observations (runs, or rounds of the one run) on the base side
     candidate_n: int
     base_runs: int
     candidate_runs: int
-    base_mean_s: float
-    candidate_mean_s: float
+    base_rounds: int
+    candidate_rounds: int
+    base_time_s: float
+    candidate_time_s: float
     base_busbw_bytes_per_s: float
     candidate_busbw_bytes_per_s: float
-    base_cv: float | None  # of the observations; None when there are fewer than two
-    candidate_cv: float | None
+    base_spread: float | None  # relative sd of one observation (run or round); None with one observation
+    candidate_spread: float | None
+    noise_floor: float | None  # the series' learned run-to-run sd, when one was used
     ratio: float
     ci_low: float | None
     ci_high: float | None
-    p_value: float | None  # Mann-Whitney U, two-sided
-    p_adjusted: float | None  # Benjamini-Hochberg over the rows of this compare
+    p_value: float | None
+    p_adjusted: float | None
     verdict: Verdict
     reason: str
 
     @property
     def change(self) -> float:
-        """Relative change of the mean time: +0.10 is 10 % slower."""
+        """Relative change of the typical time: +0.10 is 10 % slower."""
         return self.ratio - 1.0
 
 
@@ -143,84 +203,150 @@ class CompareReport:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """The statistics and verdict of one pair of samples."""
+class _Estimate:
+    """ln typical time of one side, the variance of that estimate and its degrees of freedom."""
 
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None  # Mann-Whitney U, two-sided
-    p_adjusted: float | None  # Benjamini-Hochberg over the rows judged together
-    verdict: Verdict
-    reason: str
+    mean: float
+    var: float | None  # None: not measured and no floor known
+    df: float
+    spread: float | None  # sd of one observation
 
 
-def judge(
-    pairs: Sequence[tuple[np.ndarray, np.ndarray]], settings: CompareSettings = CompareSettings()
-) -> list[Judgement]:
-    """Verdicts for (base, candidate) samples of times judged together, as the rows of one compare.
+def _estimate(side: RowSide, floor: float | None, min_obs: int) -> _Estimate:
+    """Steps 1 and 2 of :func:`judge` for one side."""
+    x = side.observations()
+    mean = float(x.mean())
+    spread = float(x.std(ddof=1)) if x.size >= 2 else None
+    var: float | None = None
+    df = math.inf
+    if spread is not None and x.size >= min_obs:
+        var, df = spread * spread / x.size, float(x.size - 1)
+    if floor is not None:
+        floor_var = floor * floor / side.runs
+        if var is None or floor_var > var:
+            var, df = floor_var, math.inf  # the floor is learned from many runs: its own uncertainty is small
+    return _Estimate(mean, var, df, spread)
 
-    With ``d = min_change``, ``r`` the ratio of means, ``[lo, hi]`` its
-    bootstrap CI (each side resampled on its own) and ``q`` the Mann-Whitney
-    p-value adjusted by Benjamini-Hochberg over every pair judged together
-    (so a 200-row compare is not 200 chances of a false alarm):
 
-    1. unknown, too few samples: a side has fewer than ``min_samples``;
-    2. regression: ``r > 1 + d`` and ``q < alpha`` and ``lo > 1``;
-    3. improvement: ``r < 1 / (1 + d)`` and ``q < alpha`` and ``hi < 1``
-       (the mirror image: swapping base and candidate swaps the two verdicts);
-    4. unknown, too noisy: otherwise, when the CI's half-width exceeds ``d``:
-       the data cannot resolve a change as small as the threshold asked for;
-    5. no change: otherwise (not significant, or smaller than ``d``).
+def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = CompareSettings(),
+          floors: Sequence[float | None] | None = None) -> list[Judgement]:
+    """Verdicts for (base, candidate) rows judged together, as the rows of one compare.
 
-    The bootstrap draws from ``settings.seed`` and the sample counts only, so
-    a pair's interval does not depend on which other pairs are judged with it.
+    With ``d = min_change`` and ``f`` the series' noise floor (the relative sd of one whole run's typical
+    time between runs of the same code, learned from history; None when unknown):
+
+    1. Each side's observations are ln times: one per run (the mean of its rounds' ln) when the side has
+       two or more runs, else one per round of its single run. Their mean ``m`` estimates the side's ln
+       typical time, with variance ``s^2 / n`` (``s`` their sd, ``n`` their count; measured only with at
+       least ``min_samples`` of them).
+    2. A side is never taken as more precise than its history allows: the variance is at least
+       ``f^2 / runs``. With no spread measured (one round, or too few) and no floor, it is unknown.
+    3. ``D = m_candidate - m_base``, ``ratio = exp(D)``; Welch's t-test gives the p-value (adjusted by
+       Benjamini-Hochberg over every row with a test) and the CI ``exp(D -/+ t * se)``.
+    4. unknown, run-to-run variation not measured: a side's variance is unknown, or a side has a single
+       round and the change is not beyond ``far_floors`` noise floors (``|D| > far_floors * f * sqrt(2)``).
+    5. regression: ``ratio > 1 + d``, adjusted ``p < alpha`` and the CI above 1; improvement: the mirror.
+    6. unknown, too noisy: otherwise, when the CI's half-width (in ratio) exceeds ``d``: the runs or
+       rounds scatter too much to resolve a change as small as asked.
+    7. no change: otherwise (not significant, or smaller than ``d``).
     """
-    testable = [i for i, (b, c) in enumerate(pairs) if min(b.size, c.size) >= settings.min_samples]
-    p_raw: dict[int, float] = {}
-    ci: dict[int, tuple[float, float]] = {}
-    by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i in testable:
-        by_shape[(pairs[i][0].size, pairs[i][1].size)].append(i)
-    for (n_base, n_cand), idx in by_shape.items():
-        base = np.stack([pairs[i][0] for i in idx])
-        cand = np.stack([pairs[i][1] for i in idx])
-        rng = np.random.default_rng([settings.seed, n_base, n_cand])
-        lo, hi = bootstrap_ratio_ci_rows(base, cand, resamples=settings.resamples, confidence=settings.confidence,
-                                         rng=rng)
-        p_raw.update(zip(idx, mann_whitney_p_rows(base, cand).tolist()))
-        ci.update(zip(idx, zip(lo.tolist(), hi.tolist())))
-    p_adj = dict(zip(testable, benjamini_hochberg(np.array([p_raw[i] for i in testable])).tolist()))
-    out = []
-    for i, (b, c) in enumerate(pairs):
-        if i not in p_adj:
-            out.append(Judgement(None, None, None, None, "unknown", f"too few samples (n={min(b.size, c.size)})"))
+    from scipy import stats as sps
+
+    floors = list(floors) if floors is not None else [None] * len(pairs)
+    ests = [(_estimate(b, f, settings.min_samples), _estimate(c, f, settings.min_samples))
+            for (b, c), f in zip(pairs, floors)]
+    tested: dict[int, tuple[float, float, float]] = {}  # row -> (D, se, df)
+    for i, (eb, ec) in enumerate(ests):
+        if eb.var is None or ec.var is None:
             continue
-        lo, hi = ci[i]
-        verdict, reason = _verdict(float(c.mean() / b.mean()), lo, hi, p_raw[i], p_adj[i], max(cv(b), cv(c)),
-                                   settings, len(testable))
-        out.append(Judgement(lo, hi, p_raw[i], p_adj[i], verdict, reason))
+        se2 = eb.var + ec.var
+        if se2 <= 0.0:
+            se2 = 1e-30
+        finite = [(v, df) for v, df in ((eb.var, eb.df), (ec.var, ec.df)) if math.isfinite(df)]
+        if len(finite) < 2:  # a floor on either side: its df is large; take the measured side's, if any
+            df = min((df for _, df in finite), default=math.inf)
+        else:
+            df = se2 * se2 / sum(v * v / d for v, d in finite)
+        tested[i] = (ec.mean - eb.mean, math.sqrt(se2), df)
+    order = list(tested)
+    p_raw = {i: float(2.0 * sps.t.sf(abs(tested[i][0]) / tested[i][1], tested[i][2])) for i in order}
+    p_adj = dict(zip(order, benjamini_hochberg(np.array([p_raw[i] for i in order])).tolist()))
+    out = []
+    for i, ((b, c), (eb, ec)) in enumerate(zip(pairs, ests)):
+        f = floors[i]
+        ratio = math.exp(ec.mean - eb.mean)
+        spreads = [x for x in (eb.spread, ec.spread) if x is not None]
+        spread = max(spreads) if spreads else None
+        if i not in tested:
+            out.append(Judgement(ratio, None, None, None, None, spread, f, "unknown", _unmeasured(b, c, settings)))
+            continue
+        d, se, df = tested[i]
+        t_crit = float(sps.t.ppf(0.5 + settings.confidence / 2.0, df))
+        lo, hi = math.exp(d - t_crit * se), math.exp(d + t_crit * se)
+        single = b.unit == "single round" or c.unit == "single round"
+        verdict, reason = _verdict(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, single, settings, len(order))
+        out.append(Judgement(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, verdict, reason))
     return out
 
 
-def _verdict(
-    ratio: float, lo: float, hi: float, p: float, q: float, noise: float, settings: CompareSettings, rows: int
-) -> tuple[Verdict, str]:
-    """Steps 2 to 5 of :func:`judge`, with the reason a reader is shown."""
+def _unmeasured(b: RowSide, c: RowSide, settings: CompareSettings) -> str:
+    sides = [name for name, s in (("base", b), ("candidate", c)) if s.unit == "single round"
+             or (s.unit == "rounds" and s.rounds < settings.min_samples)
+             or (s.unit == "runs" and s.runs < settings.min_samples)]
+    where = " and ".join(sides) or "a side"
+    return (f"run-to-run variation not measured ({where}: fewer than {settings.min_samples} rounds or runs, "
+            f"no noise floor known)")
+
+
+def _verdict(ratio: float, lo: float, hi: float, p: float, q: float, spread: float | None, floor: float | None,
+             single: bool, settings: CompareSettings, rows: int) -> tuple[Verdict, str]:
+    """Steps 4 to 7 of :func:`judge`, with the reason a reader is shown."""
     change = f"{ratio - 1.0:+.1%}"
-    unstable = f"; unstable (CV {noise:.0%})" if noise > UNSTABLE_CV else ""
-    if ratio > 1.0 + settings.min_change and q < settings.alpha and lo > 1.0:
-        return "regression", f"slower {change}{unstable}"
-    if ratio < 1.0 / (1.0 + settings.min_change) and q < settings.alpha and hi < 1.0:
-        return "improvement", f"faster {change}{unstable}"
-    if (hi - lo) / 2.0 > settings.min_change:
-        return "unknown", f"too noisy (CV {noise:.0%})"
+    d = settings.min_change
+    if single:
+        assert floor is not None  # a single-round side is only tested through a floor
+        far = abs(math.log(ratio)) > settings.far_floors * floor * math.sqrt(2.0)
+        if not far or abs(ratio - 1.0) <= d or q >= settings.alpha:
+            return "unknown", (f"run-to-run variation not measured (a side has one round); {change} is within "
+                               f"{settings.far_floors:g} noise floors ({floor:.1%} a run)")
+        kind: Verdict = "regression" if ratio > 1.0 else "improvement"
+        return kind, (f"{'slower' if ratio > 1.0 else 'faster'} {change}: one round a side, but beyond "
+                      f"{settings.far_floors:g} noise floors ({floor:.1%} a run)")
+    if ratio > 1.0 + d and q < settings.alpha and lo > 1.0:
+        return "regression", f"slower {change}"
+    if ratio < 1.0 / (1.0 + d) and q < settings.alpha and hi < 1.0:
+        return "improvement", f"faster {change}"
+    if (hi - lo) / 2.0 > d:
+        what = f"runs or rounds scatter by {spread:.0%}" if spread is not None else "spread unknown"
+        if floor is not None and (spread is None or floor > spread):
+            what = f"runs of this series scatter by {floor:.0%} (noise floor)"
+        return "unknown", f"unstable: too noisy to resolve {d:.0%} ({what}; {change})"
     if q >= settings.alpha:
         if p < settings.alpha:
-            return "no change", f"not significant after adjusting for {rows} rows (adjusted p {q:.2g}){unstable}"
-        return "no change", f"not significant{unstable}"
+            return "no change", f"not significant after adjusting for {rows} rows (adjusted p {q:.2g})"
+        return "no change", "not significant"
     if lo <= 1.0 <= hi:
-        return "no change", f"not significant: the CI includes 1{unstable}"
-    return "no change", f"{change}, below the {settings.min_change:.0%} threshold{unstable}"
+        return "no change", "not significant: the CI includes 1"
+    return "no change", f"{change}, below the {d:.0%} threshold"
+
+
+def row_side(per_run: Sequence[Sequence[Measurement]], statistic: Statistic = "median") -> RowSide:
+    """A row's side from its measurements, per run: each round's typical time (its measurements of the key
+    in one run are taken round by round together); a row without samples counts its reported figure as
+    one round."""
+    out = []
+    for ms in per_run:
+        rounds: list[float] = []
+        for m in ms:
+            if not m.has_samples:
+                rep = m.stats
+                rounds.append(rep.p50_s if statistic == "median" and rep.p50_s is not None else rep.mean_s)
+                continue
+            for samples in m.round_samples():
+                a = np.asarray(samples, dtype=float)
+                rounds.append(float(np.median(a) if statistic == "median" else a.mean()))
+        out.append(tuple(rounds))
+    return RowSide(tuple(out))
 
 
 @dataclass(frozen=True)
@@ -230,18 +356,9 @@ class _Side:
     per_run: tuple[tuple[Measurement, ...], ...]
     failed_check: bool = False  # a run's results check failed on this row (see ``_check_failed``)
 
-    @property
-    def has_samples(self) -> bool:
-        return all(m.has_samples for ms in self.per_run for m in ms)
-
-    def observations(self, unit: Unit) -> np.ndarray:
-        if unit == "samples":
-            return np.array([s for ms in self.per_run for m in ms for s in m.samples_s])
-        return np.array([float(np.mean([m.stats.mean_s for m in ms])) for ms in self.per_run])
-
-    def busbw(self, mean_s: float) -> float:
+    def busbw(self, time_s: float) -> float:
         m = self.per_run[0][0]
-        return get_op(m.op).busbw(m.size_bytes, mean_s, m.world_size)
+        return get_op(m.op).busbw(m.size_bytes, time_s, m.world_size)
 
 
 def compare_runs(
@@ -251,16 +368,15 @@ def compare_runs(
     *,
     base_label: str = "base",
     candidate_label: str = "candidate",
+    floors: Mapping[FloorKey, float] | None = None,
 ) -> CompareReport:
-    """Compare every row present on both sides; rows of several runs on a side are pooled.
+    """Compare every row present on both sides.
 
-    1. Group each side's measurements by key (op, algo, dtype, redop, root,
-       size, in_place); a side with several runs pools them.
-    2. Per key, the observations are the per-iteration samples of every run
-       (pooled), or, when any run on either side has only reported statistics,
-       one mean per run on both sides (fewer than ``min_samples`` runs: unknown).
-    3. The ratio is mean(candidate) / mean(base) of those observations; the
-       CI, the p-value and the verdict come from :func:`judge`, all rows together.
+    1. Group each side's measurements by key (op, algo, dtype, redop, root, size, in_place), per run.
+    2. Summarise each run's rows round by round (:func:`row_side`): the median of each round's iterations
+       (``settings.statistic``), or the reported figure of a row without samples.
+    3. Judge every row together (:func:`judge`), with the series' noise floor from ``floors`` (keyed by
+       fingerprint and row; the larger of the two sides' systems when they differ) where one is known.
     """
     if not base or not candidate:
         raise CompareError(f"{base_label if not base else candidate_label}: no runs to compare")
@@ -271,41 +387,39 @@ def compare_runs(
             f"{base_label} and {candidate_label} have no row in common "
             "(same op, algo, dtype, redop, root, size and placement)"
         )
-    units: list[Unit] = []
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    fingerprints = sorted({r.system.fingerprint() for r in (*base, *candidate)})
+    pairs: list[tuple[RowSide, RowSide]] = []
+    row_floors: list[float | None] = []
     blocked: dict[int, str] = {}
     for i, key in enumerate(keys):
         b_side, c_side = base_sides[key], cand_sides[key]
-        unit: Unit = "samples" if b_side.has_samples and c_side.has_samples else "run means"
-        units.append(unit)
-        pairs.append((b_side.observations(unit), c_side.observations(unit)))
-        runs = min(len(b_side.per_run), len(c_side.per_run))
+        pairs.append((row_side(b_side.per_run, settings.statistic), row_side(c_side.per_run, settings.statistic)))
+        known = [floors[(fp, *key)] for fp in fingerprints if floors and (fp, *key) in floors]
+        row_floors.append(max(known) if known else None)
         if b_side.failed_check or c_side.failed_check:
             side = "both sides" if b_side.failed_check and c_side.failed_check else (
                 base_label if b_side.failed_check else candidate_label)
             blocked[i] = f"results check failed ({side}): wrong results are not timed results"
-        elif unit == "run means" and runs < settings.min_samples:
-            reason = "no samples: reported statistics only" if runs == 1 else f"too few runs (n={runs})"
-            if b_side.has_samples != c_side.has_samples:
-                reason += " (candidate)" if b_side.has_samples else " (base)"
-            blocked[i] = reason
     testable = [i for i in range(len(keys)) if i not in blocked]
-    judged = dict(zip(testable, judge([pairs[i] for i in testable], settings)))
+    judged = dict(zip(testable, judge([pairs[i] for i in testable], settings, [row_floors[i] for i in testable])))
     rows = []
     for i, key in enumerate(keys):
-        j = judged.get(i) or Judgement(None, None, None, None, "unknown", blocked[i])
         b, c = pairs[i]
+        eb, ec = _estimate(b, None, 2), _estimate(c, None, 2)
+        j = judged.get(i) or Judgement(math.exp(ec.mean - eb.mean), None, None, None, None, None, row_floors[i],
+                                       "unknown", blocked[i])
         op, algo, dtype, redop, root, size_bytes, in_place = key
+        units = (b.unit, c.unit)
         rows.append(ComparisonRow(
             op=op, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=size_bytes, in_place=in_place,
-            unit=units[i],
-            base_n=int(b.size), candidate_n=int(c.size),
-            base_runs=len(base_sides[key].per_run), candidate_runs=len(cand_sides[key].per_run),
-            base_mean_s=float(b.mean()), candidate_mean_s=float(c.mean()),
-            base_busbw_bytes_per_s=base_sides[key].busbw(float(b.mean())),
-            candidate_busbw_bytes_per_s=cand_sides[key].busbw(float(c.mean())),
-            base_cv=cv(b) if b.size > 1 else None, candidate_cv=cv(c) if c.size > 1 else None,
-            ratio=float(c.mean() / b.mean()), ci_low=j.ci_low, ci_high=j.ci_high,
+            unit="single round" if "single round" in units else ("rounds" if "rounds" in units else "runs"),
+            base_n=int(b.observations().size), candidate_n=int(c.observations().size),
+            base_runs=b.runs, candidate_runs=c.runs, base_rounds=b.rounds, candidate_rounds=c.rounds,
+            base_time_s=math.exp(eb.mean), candidate_time_s=math.exp(ec.mean),
+            base_busbw_bytes_per_s=base_sides[key].busbw(math.exp(eb.mean)),
+            candidate_busbw_bytes_per_s=cand_sides[key].busbw(math.exp(ec.mean)),
+            base_spread=eb.spread, candidate_spread=ec.spread, noise_floor=j.floor,
+            ratio=j.ratio, ci_low=j.ci_low, ci_high=j.ci_high,
             p_value=j.p_value, p_adjusted=j.p_adjusted, verdict=j.verdict, reason=j.reason,
         ))
     base_summary = _summary(base_label, base)
