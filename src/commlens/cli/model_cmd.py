@@ -196,15 +196,6 @@ def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dty
 
 # ---- fit and check -------------------------------------------------------------------------------
 
-def _residual_dict(r: Residual) -> dict[str, Any]:
-    o = r.obs
-    return {"run_id": o.run_id, "op": o.op, "algo": o.algo, "model": f"{o.model_op}/{o.model_algo}",
-            "size_bytes": o.size_bytes, "in_place": o.in_place, "world_size": o.world_size,
-            "measured_s": o.measured_s, "predicted_s": r.predicted_s, "error_pct": 100.0 * r.error,
-            "measured_busbw_bytes_per_s": r.busbw(o.measured_s),
-            "predicted_busbw_bytes_per_s": r.busbw(r.predicted_s)}
-
-
 def _print_residuals(residuals: tuple[Residual, ...]) -> None:
     width = max([20] + [len(f"{r.obs.model_op}/{r.obs.model_algo}") for r in residuals])
     fmt = "{:<15} {:>11} {:>5} {:<" + str(width) + "} {:>11} {:>11} {:>9} {:>9} {:>8}"
@@ -258,7 +249,7 @@ def fit_cmd(
     from commlens.model import InfeasibleError
     from commlens.model.fit import FitError, fit_runs
     from commlens.model.observe import STATS
-    from commlens.topology import dump_topology, topology_to_dict
+    from commlens.topology import dump_topology
 
     if stat not in STATS:
         fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
@@ -275,14 +266,7 @@ def fit_cmd(
         except OSError as e:
             fail(f"cannot write {output}: {e}")
     if as_json:
-        print(json.dumps({
-            "topology": topology_to_dict(result.topology),
-            "parameters": [{"name": p.name, "unit": p.unit, "initial": p.initial, "value": p.value,
-                            "relative_stderr": p.relative_stderr, "held": p.held_because} for p in result.params],
-            "mape_pct": result.mape_pct, "max_ape_pct": result.max_ape_pct, "stat": stat,
-            "residuals": [_residual_dict(r) for r in result.residuals],
-            "output": str(output) if output else None,
-        }, indent=1, default=lambda v: None if v != v or v in (float("inf"),) else v))
+        print(json.dumps({**result.as_dict(), "output": str(output) if output else None}, indent=1, default=lambda v: None if v != v or v in (float("inf"),) else v))
         return
     backends = "/".join(sorted({r.obs.backend for r in result.residuals if r.obs.backend})) or "unknown backend"
     print(f"# fit {template.name} on {', '.join(r[:12] for r in result.runs)} ({backends}, "
@@ -336,9 +320,7 @@ def check_cmd(
         fail("no usable rows to check (every row empty, zero-sized, a barrier, below --min-size or not --algo)")
     summary = result.summary
     if as_json:
-        print(json.dumps({"topology": topo.name, "stat": stat, "summary": summary, "by_op": result.by_op(),
-                          "by_algo": result.by_algo(), "rows": [_residual_dict(r) for r in result.residuals]},
-                         indent=1))
+        print(json.dumps(result.as_dict(), indent=1))
     else:
         print(f"# check {', '.join(sorted({r.obs.run_id[:12] for r in result.residuals}))} against "
               f"{topo.name} ({stat} time)")

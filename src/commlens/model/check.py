@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Iterable
+from typing import Any, Collection, Iterable
 
 from commlens.model.fit import Residual, predict_observations
 from commlens.model.observe import observations
@@ -37,6 +37,11 @@ class CheckResult:
         for r in self.residuals:
             groups.setdefault(f"{r.obs.op}/{r.obs.algo}", []).append(r)
         return {key: error_summary(rows) for key, rows in groups.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summaries and every row (``model check --json``)."""
+        return {"topology": self.topology, "stat": self.stat, "summary": self.summary, "by_op": self.by_op(),
+                "by_algo": self.by_algo(), "rows": [r.as_dict() for r in self.residuals]}
 
 
 def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:

@@ -97,6 +97,10 @@ class FittedParam:
     def stderr(self) -> float | None:
         return None if self.relative_stderr is None else self.value * self.relative_stderr
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "unit": self.unit, "initial": self.initial, "value": self.value,
+                "relative_stderr": self.relative_stderr, "held": self.held_because}
+
 
 @dataclass(frozen=True)
 class Residual:
@@ -111,6 +115,15 @@ class Residual:
 
     def busbw(self, time_s: float) -> float:
         return OPS[self.obs.op].busbw(self.obs.size_bytes, time_s, self.obs.world_size)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as ``commlens model fit/check --json`` prints it."""
+        o = self.obs
+        return {"run_id": o.run_id, "op": o.op, "algo": o.algo, "model": f"{o.model_op}/{o.model_algo}",
+                "size_bytes": o.size_bytes, "in_place": o.in_place, "world_size": o.world_size,
+                "measured_s": o.measured_s, "predicted_s": self.predicted_s, "error_pct": 100.0 * self.error,
+                "measured_busbw_bytes_per_s": self.busbw(o.measured_s),
+                "predicted_busbw_bytes_per_s": self.busbw(self.predicted_s)}
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,14 @@ class FitResult:
     @property
     def max_ape_pct(self) -> float:
         return 100.0 * max(abs(r.error) for r in self.residuals)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The calibrated topology, the constants, the error and every residual (``model fit --json``)."""
+        from commlens.topology import topology_to_dict
+
+        return {"topology": topology_to_dict(self.topology), "parameters": [p.as_dict() for p in self.params],
+                "mape_pct": self.mape_pct, "max_ape_pct": self.max_ape_pct, "stat": self.stat,
+                "residuals": [r.as_dict() for r in self.residuals]}
 
 
 def _layouts(topology: Topology, obs: Sequence[Observation]) -> list[Layout]:
