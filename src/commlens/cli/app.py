@@ -90,3 +90,4 @@ def _register() -> None:
     from commlens.cli import project_cmd  # noqa: F401
     from commlens.cli import cluster_cmd, diagnose_cmd  # noqa: F401
     from commlens.cli import tune_cmd  # noqa: F401
+    from commlens.cli import noise_cmd  # noqa: F401

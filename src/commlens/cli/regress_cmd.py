@@ -234,13 +234,16 @@ def detect_cmd(
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
     store = _LazyStore(db)
     try:
+        from commlens.store.noise import load_floors
+
         rows = store.get().measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag,
                                             fingerprint=fingerprint)
+        floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
     except StoreError as e:
         fail(str(e))
     finally:
         store.close()
-    report = detect_history(rows, settings, order=by.value, since=since_utc)
+    report = detect_history(rows, settings, order=by.value, since=since_utc, floors=floors)
     if as_json:
         print(json.dumps(detect_to_dict(report), indent=1))
     else:
@@ -410,8 +413,10 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
 
 def detect_table_lines(report: DetectReport) -> list[str]:
     s = report.settings
+    floored = (f"; changes beyond {s.floor_multiple:g} noise floor{'s' if s.floor_multiple != 1 else ''} in "
+               f"{report.floored} series" if report.floored else "")
     lines = [f"# ordered by {report.order}; min change {s.min_change:.0%}, alpha {s.alpha:g}, "
-             f"at least {s.min_segment} points a level"]
+             f"at least {s.min_segment} points a level{floored}"]
     names, cells = _detect_cells(report)
     if cells:
         widths = [max(len(x) for x in col) for col in zip(names, *cells)]
@@ -434,7 +439,7 @@ def detect_to_dict(report: DetectReport) -> dict[str, Any]:
         d.update(index=c.index, points=c.points, run_id=c.run_id, started_at=c.started_at.isoformat(),
                  revision=c.revision, previous_run_id=c.previous_run_id, previous_revision=c.previous_revision,
                  mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, change=c.change, p_value=c.p_value,
-                 direction=c.direction)
+                 direction=c.direction, noise_floor=c.noise_floor)
         changes.append(d)
     return {
         "settings": asdict(report.settings),
@@ -442,6 +447,7 @@ def detect_to_dict(report: DetectReport) -> dict[str, Any]:
         "since": None if report.since is None else report.since.isoformat(),
         "series": report.series,
         "too_short": report.too_short,
+        "floored": report.floored,
         "points": report.points,
         "excluded_runs": list(report.excluded_runs),
         "summary": {"changes": len(report.changes), "regressions": len(report.regressions),

@@ -32,6 +32,7 @@ class DetectSettings:
     alpha: float = 3e-4  # a change needs a Mann-Whitney p-value below this, before vs after
     penalty: float = 3.0  # PELT penalty per change, in units of noise variance x ln(n)
     min_segment: int = 4  # points a level must hold on each side of a change
+    floor_multiple: float = 1.0  # a change must exceed this many noise floors (the series' run-to-run sd)
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_change < 1.0):
@@ -42,6 +43,8 @@ class DetectSettings:
             raise ValueError(f"penalty must be > 0, got {self.penalty}")
         if self.min_segment < 2:
             raise ValueError(f"min_segment must be >= 2, got {self.min_segment}")
+        if not (self.floor_multiple >= 0.0):
+            raise ValueError(f"floor_multiple must be >= 0, got {self.floor_multiple}")
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,13 @@ class SegmentChange:
         return self.mean_after_s > self.mean_before_s
 
 
-def find_changes(times_s: Sequence[float], settings: DetectSettings = DetectSettings()) -> list[SegmentChange]:
+def find_changes(times_s: Sequence[float], settings: DetectSettings = DetectSettings(),
+                 floor: float | None = None) -> list[SegmentChange]:
     """Changes of level in ``times_s`` (one mean time per run, in history order).
+
+    ``floor`` is the series' noise floor (sd of ln time between runs of the same code, learned by
+    ``commlens noise learn``), when known: it is a lower bound of the noise in step 2, and a change
+    smaller than ``floor_multiple`` floors is weak in step 5, as one smaller than ``min_change`` is.
 
     1. Work on ``y = ln(time)``, so noise and steps are relative and a 5 % step
        looks the same at 10 us as at 10 ms.
@@ -94,14 +102,14 @@ def find_changes(times_s: Sequence[float], settings: DetectSettings = DetectSett
     if n < 2 * settings.min_segment:
         return []
     y = np.log(np.maximum(x, np.finfo(float).tiny))
-    noise = max(robust_noise(y), _MIN_NOISE)
+    noise = max(robust_noise(y), _MIN_NOISE, floor or 0.0)
     local = _running_median(y, _CLIP_WINDOW)
     y = local + np.clip(y - local, -_CLIP_NOISES * noise, _CLIP_NOISES * noise)
     import ruptures
 
     algo = ruptures.KernelCPD(kernel="linear", min_size=settings.min_segment).fit(y.reshape(-1, 1))
     breaks = [int(b) for b in algo.predict(pen=settings.penalty * noise * noise * math.log(n))][:-1]
-    return _prune(np.exp(y), breaks, settings)
+    return _prune(np.exp(y), breaks, settings, settings.floor_multiple * (floor or 0.0))
 
 
 def _running_median(y: np.ndarray, window: int) -> np.ndarray:
@@ -111,7 +119,8 @@ def _running_median(y: np.ndarray, window: int) -> np.ndarray:
     return np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
 
 
-def _prune(x: np.ndarray, breaks: list[int], settings: DetectSettings) -> list[SegmentChange]:
+def _prune(x: np.ndarray, breaks: list[int], settings: DetectSettings, min_log_change: float = 0.0,
+           ) -> list[SegmentChange]:
     """Steps 5 and 6 of ``find_changes``: keep only candidates that pass the test.
 
     A candidate smaller than ``min_change`` is weaker than any that is not,
@@ -126,7 +135,8 @@ def _prune(x: np.ndarray, breaks: list[int], settings: DetectSettings) -> list[S
             if key not in tested:
                 before, after = x[key[0] : key[1]], x[key[1] : key[2]]
                 mean_before, mean_after = float(before.mean()), float(after.mean())
-                big = abs(mean_after / mean_before - 1.0) >= settings.min_change
+                big = (abs(mean_after / mean_before - 1.0) >= settings.min_change
+                       and abs(math.log(mean_after / mean_before)) >= min_log_change)
                 tested[key] = SegmentChange(
                     index=key[1],
                     mean_before_s=mean_before,

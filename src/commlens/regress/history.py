@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from typing import Literal, Sequence
 
 from commlens.regress.detect import DetectSettings, find_changes
@@ -48,6 +49,7 @@ class DetectedChange:
     mean_before_s: float  # of the segment before (back to the previous change)
     mean_after_s: float  # of the segment after (up to the next change)
     p_value: float
+    noise_floor: float | None = None  # the series' run-to-run sd the change had to exceed, when known
 
     @property
     def change(self) -> float:
@@ -69,6 +71,7 @@ class DetectReport:
     points: int
     changes: tuple[DetectedChange, ...]  # in the window (at or after ``since``), by series then time
     excluded_runs: tuple[str, ...] = ()  # runs left out of history: their results check failed
+    floored: int = 0  # series judged with a noise floor
 
     @property
     def regressions(self) -> tuple[DetectedChange, ...]:
@@ -104,6 +107,7 @@ def detect_history(
     *,
     order: Order = "time",
     since: datetime | None = None,
+    floors: Mapping[tuple[str, str, str, str, str, int, int, bool], float] | None = None,
 ) -> DetectReport:
     """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
 
@@ -118,6 +122,9 @@ def detect_history(
        recent change is known.
     4. Keep the changes whose first run at the new level started at or after
        ``since`` (all of them when ``since`` is None).
+
+    ``floors`` maps (fingerprint, op, algo, dtype, redop, root, size, placement) to the series' noise
+    floor (``commlens noise learn``): a level shift smaller than it is no change point.
 
     Runs whose results check failed (status ``check_failed``) are left out before step 1:
     a time measured on wrong results is no point of a history. The report lists them.
@@ -138,7 +145,7 @@ def detect_history(
         return (anchor or first.started_at, first.started_at, first.run_id)
 
     changes: list[DetectedChange] = []
-    too_short = points = 0
+    too_short = points = floored = 0
     for key in sorted(per_run, key=_series_order):
         series = SeriesKey(*key)
         runs = sorted(per_run[key].values(), key=place)
@@ -147,7 +154,10 @@ def detect_history(
             too_short += 1
             continue
         means = [sum(r.mean_s for r in run_rows) / len(run_rows) for run_rows in runs]
-        for c in find_changes(means, settings):
+        op, algo, dtype, redop, root, size_bytes, in_place, fingerprint, _ = key
+        floor = (floors or {}).get((fingerprint, op, algo, dtype, redop, root, size_bytes, in_place))
+        floored += floor is not None
+        for c in find_changes(means, settings, floor):
             first, last_before = runs[c.index][0], runs[c.index - 1][0]
             if since is not None and first.started_at < since:
                 continue
@@ -156,10 +166,11 @@ def detect_history(
                 run_id=first.run_id, started_at=first.started_at, revision=first.revision,
                 previous_run_id=last_before.run_id, previous_revision=last_before.revision,
                 mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, p_value=c.p_value,
+                noise_floor=floor,
             ))
     return DetectReport(
         settings=settings, order=order, since=since, series=len(per_run), too_short=too_short, points=points,
-        changes=tuple(changes), excluded_runs=excluded,
+        changes=tuple(changes), excluded_runs=excluded, floored=floored,
     )
 
 

@@ -1,0 +1,111 @@
+"""``commlens noise learn`` and ``commlens noise show``: each series' run-to-run variation (noise floor)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from enum import Enum
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from commlens.cli.app import app, fail, say
+
+if TYPE_CHECKING:
+    from commlens.store.noise import NoiseFloor
+
+noise_app = typer.Typer(
+    help="Noise floors: how much whole runs of the same code differ, per series, learned from stored history.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(noise_app, name="noise")
+
+_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
+
+
+class GroupBy(str, Enum):
+    revision = "revision"
+    tag = "tag"
+    all = "all"
+
+
+@noise_app.command("learn")
+def noise_learn(
+    by: GroupBy = typer.Option(GroupBy.revision, "--by",
+                               help="runs alike: of one revision, of one tag, or all (an A/A history)"),
+    tag: Optional[str] = typer.Option(None, help="only runs with this tag"),
+    since: Optional[str] = typer.Option(None, help="only runs from this ISO date/time on (UTC if no zone)"),
+    fingerprint: Optional[str] = typer.Option(None, help="only runs of this system fingerprint"),
+    min_df: int = typer.Option(2, "--min-df", help="degrees of freedom a floor needs (runs minus groups)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the floors, store nothing"),
+    db: Optional[str] = _DB,
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Learn every series' noise floor from stored runs of the same code and keep it in the store.
+
+    compare uses a series' floor so a side is never more precise than its history allows; detect ignores
+    level shifts smaller than it. Exit code 2 when no series has enough history.
+    """
+    from commlens.regress import learn_floors, parse_utc
+    from commlens.store import Store, StoreError
+    from commlens.store.noise import save_floors
+
+    if min_df < 1:
+        fail(f"--min-df {min_df}: must be >= 1")
+    try:
+        since_utc = None if since is None else parse_utc(since)
+    except ValueError as e:
+        fail(f"--since: {e}")
+    try:
+        with Store.open(db, create=False) as store:
+            ids = [s.run_id for s in store.list_runs(tag=tag, since=since_utc, fingerprint=fingerprint, limit=None)]
+            runs = list(store.iter_runs(ids, on_corrupt=lambda e: say("warning", f"skipped: {e}")))
+            floors = learn_floors(runs, by=by.value, min_df=min_df)
+            if not floors:
+                fail(f"no series has enough history among {len(runs)} runs: a floor needs runs of the same "
+                     f"{'code' if by is GroupBy.all else by.value} ({min_df + 1} or more of one series, or pairs)")
+            if not dry_run:
+                save_floors(store, floors)
+    except StoreError as e:
+        fail(str(e))
+    _print(floors, as_json, f"{'would store' if dry_run else 'stored'} {len(floors)} noise floors from "
+                            f"{len(runs)} runs (grouped by {by.value})")
+
+
+@noise_app.command("show")
+def noise_show(
+    fingerprint: Optional[str] = typer.Option(None, help="only this system fingerprint"),
+    db: Optional[str] = _DB,
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """The stored noise floors, by system, op and size."""
+    from commlens.store import Store, StoreError
+    from commlens.store.noise import list_floors
+
+    try:
+        with Store.open(db, create=False) as store:
+            floors = list_floors(store, None if fingerprint is None else [fingerprint])
+    except StoreError as e:
+        fail(str(e))
+    _print(floors, as_json, f"{len(floors)} noise floors")
+
+
+def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
+    from commlens.results.units import format_size
+
+    if as_json:
+        print(json.dumps({"summary": summary, "floors": [asdict(f) for f in floors]}, indent=1))
+        return
+    names = ["system", "op", "size", "dtype", "redop", "place", "floor", "runs", "groups", "learned (UTC)"]
+    cells = [[f.fingerprint[:8], f.op if f.algo == "builtin" else f"{f.op}/{f.algo}", format_size(f.size_bytes),
+              f.dtype, "-" if f.redop == "none" else f.redop, "in" if f.in_place else "out", f"{f.sd_log:.2%}",
+              str(f.runs), str(f.groups), f.learned_at[:19]] for f in floors]
+    if cells:
+        widths = [max(len(x) for x in col) for col in zip(names, *cells)]
+        right = {"size", "floor", "runs", "groups"}
+        for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
+            print(lead + "  ".join(v.rjust(w) if n in right else v.ljust(w)
+                                   for n, v, w in zip(names, values, widths)).rstrip())
+    print(f"# {summary}")
