@@ -9,7 +9,7 @@ from commlens.model import predict
 from commlens.model.algorithms import ALGORITHMS, MODELS
 from commlens.topology import load_topology
 
-REGISTERED = [(op, name) for op in ALGO_OPS for name in algorithms_for(op)]
+REGISTERED = [(op, name) for op in ALGO_OPS for name in algorithms_for(op, schemes=True)]
 
 
 def test_the_library_registers_algorithms_for_every_op_it_names() -> None:
@@ -26,7 +26,7 @@ def test_every_registered_algorithm_has_a_cost_model(op: str, name: str) -> None
 
 @pytest.mark.parametrize(("op", "name"), REGISTERED, ids=[f"{op}-{name}" for op, name in REGISTERED])
 def test_every_model_predicts_on_the_local_box_at_four_ranks_and_grows_with_size(op: str, name: str) -> None:
-    if name == "hierarchical":  # two-level: needs hosts; 2 hosts x 2 ranks, as the emulated cluster runs it
+    if name.startswith("hierarchical"):  # two-level: needs hosts; 2 hosts x 2 ranks, as the emulated cluster runs it
         local, shape = load_topology("emulated-cluster"), {"nodes": 2, "ranks_per_node": 2}
     else:
         local, shape = load_topology("local-cpu"), {"nodes": 1, "ranks_per_node": 4}
@@ -35,16 +35,57 @@ def test_every_model_predicts_on_the_local_box_at_four_ranks_and_grows_with_size
     assert times == sorted(times), f"{op}/{name}: predicted time falls as the size grows: {times}"
 
 
-def test_model_and_library_share_the_one_way_routing_threshold() -> None:
-    """The cost model predicts hierarchical's two-host route from the same threshold the library routes at."""
-    from commlens.algos.allreduce import ONE_WAY_MIN_BYTES as library
-    from commlens.model.algorithms import ONE_WAY_MIN_BYTES as model
+def test_the_schemes_hierarchical_picks_are_registered_as_schemes_with_models_of_their_own() -> None:
+    """``all`` and the model's ``auto`` leave them to ``hierarchical``; each has its own cost formula."""
+    from commlens.model.algorithms import SCHEMES, auto_candidates
+    from commlens.model.algorithms import algorithms_for as modelled
 
-    assert library == model
+    schemes = {n for n in algorithms_for("all_reduce", schemes=True) if get_algorithm("all_reduce", n).scheme_of}
+    assert schemes == set(SCHEMES) == {"hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way"}
+    assert all(get_algorithm("all_reduce", n).scheme_of == "hierarchical" for n in schemes)
+    assert not schemes & set(algorithms_for("all_reduce")) and "hierarchical" in algorithms_for("all_reduce")
+    assert not schemes & set(modelled("all_reduce")) and not schemes & set(auto_candidates("all_reduce"))
+    assert len({MODELS["all_reduce"][n] for n in (*schemes, "hierarchical", "rabenseifner")}) == 5
 
 
-def test_model_and_library_share_the_leaders_threshold() -> None:
-    from commlens.algos.allreduce import LEADERS_MAX_BYTES as library
-    from commlens.model.algorithms import LEADERS_MAX_BYTES as model
+@pytest.mark.parametrize("pair_full_duplex", [False, True])
+def test_model_prices_hierarchical_as_the_scheme_the_shared_rule_picks(pair_full_duplex: bool) -> None:
+    """The one rule (commlens.ops.hierarchical_all_reduce_scheme) decides for the library and the model: on
+    both sides of each threshold the model's hierarchical costs what the named scheme it picks costs."""
+    from commlens.ops import (
+        HIERARCHICAL_LEADERS_MAX_BYTES,
+        HIERARCHICAL_ONE_WAY_MIN_BYTES,
+        hierarchical_all_reduce_scheme,
+    )
+    from commlens.topology import topology_from_dict, topology_to_dict
 
-    assert library == model
+    d = topology_to_dict(load_topology("emulated-cluster"))
+    d["scale_out"]["pair_full_duplex"] = pair_full_duplex
+    emu = topology_from_dict(d)
+    seen = set()
+    for nodes, rpn in ((2, 2), (2, 3), (4, 2), (3, 2)):
+        one_way = HIERARCHICAL_ONE_WAY_MIN_BYTES * 2 * rpn
+        for size in (HIERARCHICAL_LEADERS_MAX_BYTES - 8, HIERARCHICAL_LEADERS_MAX_BYTES, one_way - 8 * rpn, one_way):
+            scheme = hierarchical_all_reduce_scheme(size, size / rpn / 2, nodes, rpn, True, not pair_full_duplex)
+            seen.add(scheme)
+            got = predict(emu, "all_reduce", size, algo="hierarchical", nodes=nodes, ranks_per_node=rpn)
+            want = predict(emu, "all_reduce", size, algo=scheme, nodes=nodes, ranks_per_node=rpn)
+            assert got.time_s == want.time_s and got.terms == want.terms, (nodes, rpn, size, scheme)
+    expected = {"hierarchical_leaders", "rabenseifner", "hierarchical_ring"}
+    assert seen == (expected if pair_full_duplex else expected | {"hierarchical_one_way"})
+
+
+def test_the_shared_rule_picks_by_size_layout_and_transport() -> None:
+    from commlens.ops import TRANSPORTS, transport
+    from commlens.ops import hierarchical_all_reduce_scheme as pick
+
+    big = 1 << 20
+    assert pick(big - 1, big / 8, 2, 4, True, True) == "hierarchical_one_way"
+    assert pick(big, big / 8, 2, 4, True, False) == "rabenseifner"
+    assert pick(100, 12, 2, 4, True, True) == "hierarchical_leaders"
+    assert pick(big, big / 6, 2, 3, True, False) == "hierarchical_ring"  # 3 ranks per host: no halving
+    assert pick(big, big / 4, 3, 2, False, True) == "hierarchical_ring"  # a smaller last host
+    assert pick(100, 50, 1, 4, True, True) == "hierarchical_ring"  # one host: the ring
+    assert pick(100, 50, 4, 1, True, True) == "hierarchical_ring"  # one rank per host: the ring across hosts
+    assert transport("GLOO") is TRANSPORTS["gloo"] and transport("gloo").half_duplex_pairs
+    assert not transport("nccl").half_duplex_pairs and not transport("some_new_backend").half_duplex_pairs

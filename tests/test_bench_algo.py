@@ -82,7 +82,10 @@ def test_algo_list_names_every_registered_algorithm() -> None:
     proc = commlens("bench", "--algo", "list")
     assert proc.returncode == 0, proc.stderr
     listed = {tuple(line.split()[:2]) for line in proc.stdout.splitlines() if not line.startswith("#")}
-    assert listed == {(op, name) for op in ALGO_OPS for name in algorithms_for(op)}
+    assert listed == {(op, name) for op in ALGO_OPS for name in algorithms_for(op, schemes=True)}
+    schemes = [line for line in proc.stdout.splitlines() if "[hierarchical picks it]" in line]
+    assert [line.split()[1] for line in schemes] == ["hierarchical_ring", "hierarchical_leaders",
+                                                     "hierarchical_one_way"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -98,3 +101,15 @@ def test_bad_algorithm_input_exits_2_before_any_rank_starts(args: tuple[str, ...
     assert proc.exit_code == 2
     (line,) = error_lines(proc.stderr)
     assert line.startswith(message), line
+
+
+def test_the_schemes_hierarchical_picks_run_by_their_own_names(tmp_path: Path) -> None:
+    """``--algo hierarchical_ring,hierarchical_leaders``: the two-level schemes run as algorithms of their own."""
+    json_path = tmp_path / "run.json"
+    proc = commlens("bench", "--nproc", "3", "--op", "all_reduce", "--algo", "hierarchical_ring,hierarchical_leaders",
+                    "-b", "20", "-e", "5K", "-f", "256", *QUICK, "--json", str(json_path), "--no-store", timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    rows = json.loads(json_path.read_text())["measurements"]
+    schemes = ("hierarchical_ring", "hierarchical_leaders")
+    assert {(m["algo"], m["size_bytes"]) for m in rows} == {(a, s) for a in schemes for s in (20, 5120)}
+    assert all(m["nwrong"] == 0 for m in rows)

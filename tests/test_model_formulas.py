@@ -306,7 +306,7 @@ def test_connections_carrying_one_direction_at_a_time_slow_swaps_not_one_way_flo
 def test_hierarchical_on_a_cpu_transport_routes_two_hosts_one_way_from_the_threshold() -> None:
     """commlens' hierarchical: phases in sequence; two hosts on half-duplex connections send each shard one
     way (n per direction of the link, against the flat ring's 1.5 n), below the threshold they swap."""
-    from commlens.model.algorithms import ONE_WAY_MIN_BYTES
+    from commlens.ops import HIERARCHICAL_ONE_WAY_MIN_BYTES as ONE_WAY_MIN_BYTES
 
     nic = EMU.scale_out.nic_bandwidth_bytes_per_s * EMU.scale_out.efficiency
     n = 16 << 20
@@ -340,10 +340,10 @@ def test_direct_on_a_cpu_transport_pays_every_message_latency() -> None:
 
 
 def test_hierarchical_small_buffers_go_through_one_leader_per_host() -> None:
-    """Below LEADERS_MAX_BYTES: binomial reduce, leaders' recursive doubling, binomial broadcast: with 2 hosts of
+    """Below HIERARCHICAL_LEADERS_MAX_BYTES: binomial reduce, leaders' recursive doubling, binomial broadcast: with 2 hosts of
     4 ranks (1 core each) that is 2 + 1 + 2 steps, the trees' steps 1.5 latencies each on average (2 then 4
     messages on one core), against the ring's 14 steps of 8 messages."""
-    from commlens.model.algorithms import LEADERS_MAX_BYTES
+    from commlens.ops import HIERARCHICAL_LEADERS_MAX_BYTES as LEADERS_MAX_BYTES
 
     small = LEADERS_MAX_BYTES // 2
     hier = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=4)

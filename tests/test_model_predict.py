@@ -121,7 +121,7 @@ def test_auto_picks_the_fastest_feasible_algorithm_and_says_so() -> None:
 def test_every_shared_algorithm_name_has_a_model_and_every_op_has_one() -> None:
     assert ALGORITHMS == ("ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial",
                           "double_binary_tree", "bruck", "pairwise", "direct", "chain", "scatter_allgather",
-                          "hierarchical", "nvls")
+                          "hierarchical", "nvls", "hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way")
     modelled = {algo for models in MODELS.values() for algo in models}
     assert modelled == set(ALGORITHMS)
     assert set(MODELS) == set(OP_NAMES)

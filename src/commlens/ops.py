@@ -18,6 +18,12 @@ Terms, as in nccl-tests:
 A requested size that the per-rank split cannot honour exactly is rounded down
 as nccl-tests does (``count/nranks`` in integer arithmetic); ``plan_size``
 says when it happened.
+
+Two facts here are shared by :mod:`commlens.algos` (which runs the
+algorithms) and :mod:`commlens.model` (which prices them), the only module
+both may import: :data:`TRANSPORTS`, what each backend's point-to-point
+transport does, and :func:`hierarchical_all_reduce_scheme`, which of its
+named schemes commlens' ``hierarchical`` all-reduce runs.
 """
 
 from __future__ import annotations
@@ -26,14 +32,20 @@ from dataclasses import dataclass
 from typing import Callable
 
 __all__ = [
-    "OpSpec",
-    "SizePlan",
+    "HIERARCHICAL_LEADERS_MAX_BYTES",
+    "HIERARCHICAL_ONE_WAY_MIN_BYTES",
     "OPS",
     "OP_NAMES",
     "REDOPS",
+    "TRANSPORTS",
+    "OpSpec",
+    "SizePlan",
+    "Transport",
     "UnknownOpError",
     "get_op",
+    "hierarchical_all_reduce_scheme",
     "parse_ops",
+    "transport",
 ]
 
 
@@ -188,3 +200,66 @@ def parse_ops(text: str | list[str]) -> list[OpSpec]:
             spec = get_op(n)
             seen.setdefault(spec.name, spec)
     return list(seen.values())
+
+
+# ---- transports and the choices that depend on them ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transport:
+    """What an algorithm (to choose its route) and a cost model (to price it) know of a backend's transport."""
+
+    half_duplex_pairs: bool  # a connection carries one direction at a time: two ranks swapping share it
+    origin: str  # where the fact comes from
+
+
+# One entry per torch.distributed backend, by its lower-case name; a backend not listed is full duplex.
+TRANSPORTS: dict[str, Transport] = {
+    "gloo": Transport(True, "gloo's TCP pair moves one direction at a time: on a shaped link two ranks swapping "
+                            "get 14.8 MB/s each way against 29.2 one way (benchmarks/algos_cluster.py, "
+                            "docs/algos.md)"),
+    "nccl": Transport(False, "NCCL opens a send and a receive connection per peer, each direction at full rate"),
+    "mpi": Transport(False, "not measured by commlens; taken as full duplex, as an unlisted backend"),
+}
+_FULL_DUPLEX = Transport(False, "not listed in commlens.ops.TRANSPORTS: taken as full duplex")
+
+
+def transport(backend: str) -> Transport:
+    """The transport facts of ``backend`` (a torch.distributed backend name, any case)."""
+    return TRANSPORTS.get(backend.lower(), _FULL_DUPLEX)
+
+
+# Below this buffer size the hierarchical all-reduce goes through one leader per host (fewest messages).
+HIERARCHICAL_LEADERS_MAX_BYTES = 32 << 10
+# From this many bytes per half shard, two hosts on half-duplex pairs take the one-way route; below, its extra
+# local hop costs more than it saves.
+HIERARCHICAL_ONE_WAY_MIN_BYTES = 32 << 10
+
+
+def hierarchical_all_reduce_scheme(size_bytes: float, half_shard_bytes: float, hosts: int, ranks_per_host: int,
+                                   full_hosts: bool, half_duplex_pairs: bool) -> str:
+    """The all_reduce algorithm ``hierarchical`` runs: the one rule the library and the cost model share.
+
+    ``half_shard_bytes`` is half of the smallest of the ranks_per_host shards; ``full_hosts``: the last
+    host has ranks_per_host ranks too. The first that applies:
+
+    1. several hosts of several ranks, below :data:`HIERARCHICAL_LEADERS_MAX_BYTES`:
+       ``hierarchical_leaders`` (the steps cost more than the bytes);
+    2. two full hosts of >= 2 ranks on half-duplex pairs, half shards of at least
+       :data:`HIERARCHICAL_ONE_WAY_MIN_BYTES`: ``hierarchical_one_way``;
+    3. several full hosts of several ranks, host size and host count powers of two: ``rabenseifner``
+       (nearest peers first: the rings' bytes per level in fewer steps);
+    4. else ``hierarchical_ring``.
+    """
+    def pow2(k: int) -> bool:
+        return k & (k - 1) == 0
+
+    two_level = hosts > 1 and ranks_per_host > 1
+    if two_level and size_bytes < HIERARCHICAL_LEADERS_MAX_BYTES:
+        return "hierarchical_leaders"
+    if (hosts == 2 and ranks_per_host >= 2 and full_hosts and half_duplex_pairs
+            and half_shard_bytes >= HIERARCHICAL_ONE_WAY_MIN_BYTES):
+        return "hierarchical_one_way"
+    if two_level and full_hosts and pow2(ranks_per_host) and pow2(hosts):
+        return "rabenseifner"
+    return "hierarchical_ring"

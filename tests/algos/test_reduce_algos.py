@@ -76,6 +76,17 @@ def _variants(op: str, world: int, elem_bytes: int, chunk: int) -> list[tuple[st
             out.append((f"{name}/chunk{chunk}", name, {"chunk_bytes": chunk * elem_bytes}))
         if name == "hierarchical":
             out += [(f"{name}/local{k}", name, {"local_size": k}) for k in sorted({1, 2, 3, world})]
+    for name in algos.algorithms_for(op, schemes=True):  # the schemes hierarchical picks, run by their own names
+        if algos.get_algorithm(op, name).scheme_of is None:
+            continue
+        if name == "hierarchical_one_way":  # two hosts of the same size, at least 2 ranks each
+            locals_ = [world // 2] if world % 2 == 0 and world >= 4 else []
+        else:
+            locals_ = sorted({1, 2, 3, world})
+        out += [(f"{name}/local{k}", name, {"local_size": k}) for k in locals_]
+        if algos.get_algorithm(op, name).chunked and locals_:
+            out.append((f"{name}/local{locals_[-1]}/chunk{chunk}", name,
+                        {"local_size": locals_[-1], "chunk_bytes": chunk * elem_bytes}))
     return out
 
 
@@ -222,7 +233,7 @@ def test_public_reduce_and_broadcast_stay_callable() -> None:
 
 def _two_hosts_case(m: Member, n: int, dtype: torch.dtype, op: str, chunk_bytes: int | None) -> dict[str, Any]:
     from commlens.algos import allreduce
-    from commlens.algos.base import Comm, block_bounds
+    from commlens.algos.base import Comm, Options
 
     per_host = m.size // 2
     x = _input(7, m.global_rank, n, dtype, op)
@@ -230,8 +241,7 @@ def _two_hosts_case(m: Member, n: int, dtype: torch.dtype, op: str, chunk_bytes:
     dist.all_reduce(ref, op=BUILTIN[op], group=m.group)
     t = x.clone()
     algos.all_reduce(t, op, m.group, algo="hierarchical", local_size=per_host, chunk_bytes=chunk_bytes)
-    hosts = [range(0, per_host), range(per_host, m.size)]
-    routed = allreduce._routes_one_way(Comm.of(m.group), hosts, block_bounds(n, per_host), x.element_size())
+    routed = allreduce._scheme(Comm.of(m.group), x, Options(chunk_bytes, per_host)) == "hierarchical_one_way"
     return {"ref": ref, "got": t, "abs_sum": _abs_sum(x, m), "routed": routed}
 
 
@@ -252,14 +262,14 @@ def test_hierarchical_two_hosts_routes_one_way_and_matches_builtin(pools: Pools,
 
 def allreduce_min_elems() -> int:
     """Elements of a 4-byte half shard at the routing threshold (float64 halves are then twice over it)."""
-    from commlens.algos.allreduce import ONE_WAY_MIN_BYTES
+    from commlens.ops import HIERARCHICAL_ONE_WAY_MIN_BYTES
 
-    return ONE_WAY_MIN_BYTES // 4  # half a shard of float32; float64 halves are then twice the threshold
+    return HIERARCHICAL_ONE_WAY_MIN_BYTES // 4  # half a shard of float32; float64 halves are then twice the threshold
 
 
 def _hier_sizes_case(m: Member, dtype: torch.dtype, op: str) -> dict[str, Any]:
     """hierarchical on both sides of the leaders threshold, 2 and 3 ranks per host (a smaller last host)."""
-    from commlens.algos.allreduce import LEADERS_MAX_BYTES
+    from commlens.ops import HIERARCHICAL_LEADERS_MAX_BYTES as LEADERS_MAX_BYTES
 
     out = {}
     elem = torch.empty(0, dtype=dtype).element_size()
@@ -287,8 +297,27 @@ def test_hierarchical_both_sides_of_the_leaders_threshold(pools: Pools, world: i
 def test_hierarchical_paths_by_layout() -> None:
     """Which phases hierarchical runs: one host or one rank per host stay rings; several full power-of-two
     hosts take the halving; a smaller last host or 3 ranks per host keep the rings."""
-    from commlens.algos.allreduce import _halving_fits, _hosts
+    from commlens.algos.allreduce import _hosts
+    from commlens.ops import hierarchical_all_reduce_scheme
 
-    assert not _halving_fits(_hosts(4, 4), 4) and not _halving_fits(_hosts(4, 1), 1)
-    assert _halving_fits(_hosts(4, 2), 2) and _halving_fits(_hosts(8, 2), 2) and _halving_fits(_hosts(8, 4), 4)
-    assert not _halving_fits(_hosts(6, 2), 2) and not _halving_fits(_hosts(6, 3), 3) and not _halving_fits(_hosts(5, 2), 2)
+    def halving(p: int, per_host: int) -> bool:  # a large buffer on full-duplex pairs, as the library asks
+        hosts = _hosts(p, per_host)
+        return hierarchical_all_reduce_scheme(1 << 20, 1 << 16, len(hosts), per_host, len(hosts[-1]) == per_host,
+                                              False) == "rabenseifner"
+
+    assert not halving(4, 4) and not halving(4, 1)
+    assert halving(4, 2) and halving(8, 2) and halving(8, 4)
+    assert not halving(6, 2) and not halving(6, 3) and not halving(5, 2)
+
+
+def _one_way_refusal(m: Member) -> dict[str, str]:
+    calls = {f"local{k}": (lambda k=k: algos.all_reduce(torch.ones(8), "sum", m.group, algo="hierarchical_one_way",
+                                                        local_size=k)) for k in (1, 2, 3)}
+    return errors_of(calls, AlgoError)
+
+
+def test_the_one_way_scheme_by_name_refuses_other_layouts(pools: Pools) -> None:
+    for res in pools.run(6, _one_way_refusal):
+        assert res["local1"] == ("hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; "
+                                 "got 6 ranks at 1 per host")
+        assert res["local2"].endswith("got 6 ranks at 2 per host") and res["local3"] == "no error"

@@ -1,5 +1,9 @@
 """all_reduce algorithms over point-to-point: ring, recursive doubling, Rabenseifner, binomial, direct, two-level.
 
+The two-level schemes (``hierarchical_ring``, ``hierarchical_leaders``,
+``hierarchical_one_way``) are algorithms of their own; ``hierarchical`` runs
+the one :func:`commlens.ops.hierarchical_all_reduce_scheme` picks.
+
 Sizes below: p ranks, n the buffer, p' = 2^floor(lg p). Each algorithm
 does what its cost model in :mod:`commlens.model.algorithms` assumes.
 
@@ -16,16 +20,17 @@ small whole numbers) to exact equality.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from commlens.algos.allgather import ring_all_gather_inplace
-from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
+from commlens.algos.base import AlgoError, Comm, Options, block_bounds, chunk_bounds, combine, get_algorithm, register
 from commlens.algos.bcast import binomial as binomial_broadcast
-from commlens.algos.rootreduce import binomial_reduce
 from commlens.algos.reducescatter import (fold_to_power_of_two, halving_reduce_scatter_inplace,
                                           ring_reduce_scatter_inplace)
+from commlens.algos.rootreduce import binomial_reduce
+from commlens.ops import hierarchical_all_reduce_scheme
 
-__all__ = ["binomial", "direct", "hierarchical", "rabenseifner", "recursive_doubling", "ring"]
+__all__ = ["binomial", "direct", "hierarchical", "hierarchical_leaders",
+           "hierarchical_one_way", "hierarchical_ring", "rabenseifner", "recursive_doubling", "ring"]
 
 
 def _ring_all_reduce(comm: Comm, buf: torch.Tensor, redop: str, opts: Options) -> None:
@@ -151,7 +156,37 @@ def _hosts(p: int, per_host: int) -> list[range]:
 
 @register("all_reduce", "hierarchical", chunked=True)
 def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
-    """Two-level: ring reduce-scatter in each host, ring all-reduce across hosts per shard, ring all-gather back.
+    """Two-level, by size and layout: hierarchical_leaders, hierarchical_one_way, rabenseifner or hierarchical_ring.
+
+    Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
+    last may be smaller. :func:`commlens.ops.hierarchical_all_reduce_scheme`,
+    the rule the cost model applies too, picks the scheme from the buffer
+    size, the layout and the group's transport (:attr:`Comm.transport`):
+    ``hierarchical_leaders`` below 32 KiB with several hosts of several ranks,
+    ``hierarchical_one_way`` for two hosts on half-duplex pairs (gloo),
+    ``rabenseifner`` for full hosts with L and H powers of two, else
+    ``hierarchical_ring``. With one host this is the ring; with one rank per
+    host, the ring across hosts.
+    """
+    get_algorithm("all_reduce", _scheme(comm, tensor, opts)).fn(comm, tensor, redop, opts)
+
+
+def _scheme(comm: Comm, tensor: torch.Tensor, opts: Options) -> str:
+    """The scheme :func:`hierarchical` runs for this buffer on this comm."""
+    p, n, itemsize = comm.size, tensor.numel(), tensor.element_size()
+    per_host = opts.ranks_per_host(p)
+    hosts = _hosts(p, per_host)
+    half_shard_bytes = min(z - a for a, z in block_bounds(n, per_host)) // 2 * itemsize
+    full_hosts = len(hosts[-1]) == per_host
+    # the transport is asked only where the one-way route could be taken (it asks the process group)
+    half_duplex = len(hosts) == 2 and full_hosts and comm.transport.half_duplex_pairs
+    return hierarchical_all_reduce_scheme(n * itemsize, half_shard_bytes, len(hosts), per_host, full_hosts,
+                                          half_duplex)
+
+
+@register("all_reduce", "hierarchical_ring", chunked=True, scheme_of="hierarchical")
+def hierarchical_ring(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Two-level rings: ring reduce-scatter in each host, ring all-reduce of each shard across hosts, ring all-gather.
 
     Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
     last may be smaller. With H hosts, each rank moves 2(L-1)/L n inside its
@@ -169,29 +204,11 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
 
     With one host this is the ring; with one rank per host, the ring across
     hosts. ``chunk_bytes`` pipelines every ring step.
-
-    Below ``LEADERS_MAX_BYTES`` (32 KiB) with several hosts of several ranks,
-    the steps cost more than the bytes: the buffer goes through one leader per
-    host instead (:func:`_through_leaders`). From ``ONE_WAY_MIN_BYTES`` per
-    half shard, two hosts on gloo route step 3 one way per connection
-    (:func:`_two_hosts_one_way`). Otherwise, with full hosts and L and H
-    powers of two, the same phases run as Rabenseifner's halving with the
-    nearest peers first (lg L steps in the host, lg H across, and back: the
-    same bytes per level as the rings, in fewer steps).
     """
     p, i, n = comm.size, comm.index, tensor.numel()
     per_host = opts.ranks_per_host(p)
     hosts = _hosts(p, per_host)
-    if 1 < per_host < p and n * tensor.element_size() < LEADERS_MAX_BYTES:
-        _through_leaders(comm, tensor, hosts, i // per_host, redop, opts)
-        return
     shards = block_bounds(n, per_host)
-    routed = _routes_one_way(comm, hosts, shards, tensor.element_size())
-    if _halving_fits(hosts, per_host) and not routed:
-        # powers of two of full hosts: Rabenseifner's halving, nearest peers first, is this algorithm's
-        # phases in fewer steps (lg L in the host, lg H across on n/L, and back), each a single swap
-        rabenseifner(comm, tensor, redop, opts)
-        return
     # owned[h][j]: the shards local rank j of host h owns, a contiguous range
     owned = [[range(a, z) for a, z in block_bounds(per_host, len(host))] for host in hosts]
     h, local_rank = divmod(i, per_host)
@@ -199,61 +216,58 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     mine = owned[h]
     bounds = [(shards[r.start][0], shards[r.stop - 1][1]) for r in mine]
     ring_reduce_scatter_inplace(local, tensor, bounds, redop, opts)
-    if routed:
-        _two_hosts_one_way(comm, tensor, shards, h, local_rank, redop, opts)
-    else:
-        for k in mine[local_rank]:
-            peers = [host[next(j for j, r in enumerate(owned[g]) if k in r)] for g, host in enumerate(hosts)]
-            a, z = shards[k]
-            _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
+    for k in mine[local_rank]:
+        peers = [host[next(j for j, r in enumerate(owned[g]) if k in r)] for g, host in enumerate(hosts)]
+        a, z = shards[k]
+        _ring_all_reduce(comm.sub(peers), tensor[a:z], redop, opts)
     ring_all_gather_inplace(local, tensor, bounds, opts)
 
 
-def _halving_fits(hosts: list[range], per_host: int) -> bool:
-    """Several full hosts of several ranks, the host size and the host count powers of two."""
-    def pow2(k: int) -> bool:
-        return k & (k - 1) == 0
+@register("all_reduce", "hierarchical_leaders", scheme_of="hierarchical")
+def hierarchical_leaders(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """One leader per host: binomial reduce in the host, recursive doubling among leaders, binomial broadcast.
 
-    return len(hosts) > 1 and per_host > 1 and len(hosts[-1]) == per_host and pow2(per_host) and pow2(len(hosts))
-
-
-# Below this many bytes the whole buffer goes through one leader per host (fewest messages).
-LEADERS_MAX_BYTES = 32 << 10
-
-
-def _through_leaders(comm: Comm, tensor: torch.Tensor, hosts: list[range], host: int, redop: str,
-                     opts: Options) -> None:
-    """Latency-bound sizes: binomial reduce onto each host's first rank, recursive doubling among those
-    leaders, binomial broadcast from them (MPICH's SMP-aware all-reduce). ceil(lg L) + lg H (+2 with a fold) +
-    ceil(lg L) steps of the whole n; the ring phases would take 2(L-1) + 2(H-1) steps.
+    MPICH's SMP-aware all-reduce, for latency-bound sizes: ceil(lg L) + lg H
+    (+2 with a fold) + ceil(lg L) steps of the whole n, where the two-level
+    rings take 2(L-1) + 2(H-1). Hosts as in :func:`hierarchical_ring`; each
+    host's first rank leads.
     """
-    local = comm.sub(hosts[host])
+    per_host = opts.ranks_per_host(comm.size)
+    hosts = _hosts(comm.size, per_host)
+    local = comm.sub(hosts[comm.index // per_host])
     binomial_reduce(local, tensor, 0, redop, torch.empty_like(tensor))
     if local.index == 0:
         recursive_doubling(comm.sub([h.start for h in hosts]), tensor, redop, opts)
     binomial_broadcast(local, tensor, 0, opts)
 
 
-# Below this many bytes per half shard the routed exchange's extra local hop costs more than it saves.
-ONE_WAY_MIN_BYTES = 32 << 10
 # Pieces of the routed exchange when no chunk size is given: the cross-host transfer of one piece overlaps the
 # local forward of the previous one.
 ONE_WAY_PIECE_BYTES = 1 << 20
 
 
-def _routes_one_way(comm: Comm, hosts: list[range], shards: list[tuple[int, int]], itemsize: int) -> bool:
-    """Whether the cross-host phase takes the one-way route: two full hosts of >= 2 ranks, large enough
-    shards, and a backend whose connections carry one direction at a time (gloo)."""
-    if len(hosts) != 2 or len(hosts[0]) < 2 or len(hosts[1]) != len(hosts[0]):
-        return False
-    half_bytes = min(z - a for a, z in shards) // 2 * itemsize
-    return half_bytes >= ONE_WAY_MIN_BYTES and _half_duplex_pairs(comm)
+@register("all_reduce", "hierarchical_one_way", chunked=True, scheme_of="hierarchical")
+def hierarchical_one_way(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
+    """Two hosts: rings in each, every shard across the hosts one way per connection (for half-duplex pairs).
 
-
-def _half_duplex_pairs(comm: Comm) -> bool:
-    """gloo moves a pair's messages one direction at a time over its TCP connection (on a shaped link two
-    ranks swapping data get half the rate each way that two one-way flows get; docs/algos.md)."""
-    return str(dist.get_backend(comm.group)).lower() == "gloo"
+    For transports whose connections carry one direction at a time (half-duplex
+    pairs, :data:`commlens.ops.TRANSPORTS`), where two ranks swapping halves
+    would get half the rate each way. Needs two hosts of the same L >= 2
+    ranks. Ring reduce-scatter in each host (local rank j keeps shard j),
+    the routed exchange of each shard across the hosts
+    (:func:`_two_hosts_one_way`), ring all-gather back.
+    """
+    p, n = comm.size, tensor.numel()
+    per_host = opts.ranks_per_host(p)
+    if per_host < 2 or p != 2 * per_host:
+        raise AlgoError(f"hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; got {p} "
+                        f"ranks at {per_host} per host")
+    h, local_rank = divmod(comm.index, per_host)
+    local = comm.sub(_hosts(p, per_host)[h])
+    shards = block_bounds(n, per_host)
+    ring_reduce_scatter_inplace(local, tensor, shards, redop, opts)
+    _two_hosts_one_way(comm, tensor, shards, h, local_rank, redop, opts)
+    ring_all_gather_inplace(local, tensor, shards, opts)
 
 
 def _two_hosts_one_way(comm: Comm, tensor: torch.Tensor, shards: list[tuple[int, int]], host: int, j: int,

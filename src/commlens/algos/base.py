@@ -30,6 +30,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from commlens.ops import Transport, transport
+
 __all__ = [
     "ALGO_OPS",
     "AlgoError",
@@ -121,6 +123,11 @@ class Comm:
         """This rank's global rank."""
         return self.ranks[self.index]
 
+    @property
+    def transport(self) -> Transport:
+        """What the group's backend transport does (:data:`commlens.ops.TRANSPORTS`), for routes that depend on it."""
+        return transport(str(dist.get_backend(self.group)))
+
     def sub(self, indexes: Sequence[int]) -> "Comm":
         """The ranks at ``indexes`` (which must include this rank), in that order."""
         ranks = tuple(self.ranks[i] for i in indexes)
@@ -198,13 +205,19 @@ class Algorithm:
     fn: AlgoFn
     chunked: bool  # honours Options.chunk_bytes
     summary: str  # one line for `commlens bench --algo list` and the docs
+    scheme_of: str | None = None  # the algorithm that picks this one by size and layout (None: a choice of its own)
 
 
 _REGISTRY: dict[str, dict[str, Algorithm]] = {op: {} for op in ALGO_OPS}
 
 
-def register(op: str, name: str, *, chunked: bool = False) -> Callable[[AlgoFn], AlgoFn]:
-    """Decorator: enter ``fn`` as ``op``'s algorithm ``name``; its docstring's first line is the summary."""
+def register(op: str, name: str, *, chunked: bool = False,
+             scheme_of: str | None = None) -> Callable[[AlgoFn], AlgoFn]:
+    """Decorator: enter ``fn`` as ``op``'s algorithm ``name``; its docstring's first line is the summary.
+
+    ``scheme_of``: the selector that runs this algorithm where it fits (``hierarchical``); such a scheme runs
+    by its own name too, but ``all``, the tuner and ``auto``'s fallback leave it to its selector.
+    """
     if op not in _REGISTRY:
         raise AlgoError(f"no algorithm family for op {op!r}; known: {', '.join(ALGO_OPS)}")
 
@@ -212,16 +225,20 @@ def register(op: str, name: str, *, chunked: bool = False) -> Callable[[AlgoFn],
         if name in _REGISTRY[op]:
             raise AlgoError(f"{op} algorithm {name!r} registered twice")
         summary = (fn.__doc__ or name).strip().splitlines()[0]
-        _REGISTRY[op][name] = Algorithm(op, name, fn, chunked, summary)
+        _REGISTRY[op][name] = Algorithm(op, name, fn, chunked, summary, scheme_of)
         return fn
 
     return enter
 
 
-def algorithms_for(op: str) -> tuple[str, ...]:
-    """The names registered for ``op``, in registration order (empty for an op with none)."""
+def algorithms_for(op: str, *, schemes: bool = False) -> tuple[str, ...]:
+    """The names registered for ``op``, in registration order (empty for an op with none).
+
+    Without ``schemes``, the choices only: what ``--algo all`` and the tuner run; the schemes a selector
+    picks (``Algorithm.scheme_of``) are left to it.
+    """
     _load_families()
-    return tuple(_REGISTRY.get(op, {}))
+    return tuple(name for name, a in _REGISTRY.get(op, {}).items() if schemes or a.scheme_of is None)
 
 
 def get_algorithm(op: str, name: str) -> Algorithm:
@@ -232,7 +249,7 @@ def get_algorithm(op: str, name: str) -> Algorithm:
     try:
         return _REGISTRY[op][name]
     except KeyError:
-        known = ", ".join(_REGISTRY[op]) or "none"
+        known = ", ".join(algorithms_for(op)) or "none"
         raise AlgoError(f"unknown {op} algorithm {name!r}; known: {known}") from None
 
 

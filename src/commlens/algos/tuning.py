@@ -255,7 +255,7 @@ def _bucket_from_dict(d: Any, op: str, where: str) -> Bucket:
     size = _need(d, "size_bytes", int, where)
     algo = _need(d, "algo", str, where)
     known = algorithms_for(op)
-    if algo not in known:
+    if algo not in algorithms_for(op, schemes=True):
         raise TuningError(f"{where}.algo: unknown {op} algorithm {algo!r}; known: {', '.join(known) or 'none'}")
     chunk = d.get("chunk_bytes")
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0):

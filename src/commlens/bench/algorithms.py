@@ -4,8 +4,9 @@ The one place bench reaches into :mod:`commlens.algos` (imported here, when a
 run asks for algorithms). ``--algo`` takes a comma list of:
 
 - ``builtin``: the backend's own collective (the default, what nccl-tests times);
-- a registered algorithm name (``ring``, ``bruck``, ...), which every ``--op`` must have;
-- ``all``: every registered algorithm of each op;
+- a registered algorithm name (``ring``, ``bruck``, ``hierarchical_leaders``, ...), which every ``--op`` must have;
+- ``all``: every registered algorithm of each op but the schemes a selector picks (``hierarchical_ring``,
+  ``hierarchical_leaders``, ``hierarchical_one_way``: ``hierarchical`` runs them where they fit);
 - ``auto``: the tuning table's choice per size (``commlens tune``).
 """
 
@@ -39,7 +40,7 @@ def validate_algos(names: tuple[str, ...], ops: tuple[str, ...]) -> None:
                 if not known:
                     raise ValueError(f"--algo {name}: no {op} algorithm is registered yet")
                 continue
-            if name not in known:
+            if name not in algorithms_for(op, schemes=True):
                 raise ValueError(f"unknown {op} algorithm {name!r}; known: {', '.join(known) or 'none'} "
                              f"(or {', '.join(_SPECIAL)}; `commlens bench --algo list` describes them)")
 
@@ -63,11 +64,12 @@ def algo_listing() -> list[str]:
 
     lines = ["# op               algorithm            chunked  summary"]
     for op in ALGO_OPS:
-        for name in algorithms_for(op):
+        for name in algorithms_for(op, schemes=True):
             a = get_algorithm(op, name)
-            lines.append(f"{op:<18} {name:<20} {'yes' if a.chunked else 'no':<7}  {a.summary}")
-    lines.append("# also: builtin (the backend's own collective, the default), all (every algorithm of the op), "
-                 "auto (the tuning table's choice; commlens tune)")
+            picked = f"[{a.scheme_of} picks it] " if a.scheme_of else ""
+            lines.append(f"{op:<18} {name:<20} {'yes' if a.chunked else 'no':<7}  {picked}{a.summary}")
+    lines.append("# also: builtin (the backend's own collective, the default), all (every algorithm of the op "
+                 "but those [hierarchical picks]), auto (the tuning table's choice; commlens tune)")
     return lines
 
 

@@ -19,8 +19,9 @@ from typing import Callable
 from commlens.model.cost import OUT, UP, Cost, ceil_log2, floor_log2
 from commlens.model.layout import InfeasibleError
 from commlens.model.patterns import chain, direct, exchange, host_copies, ring, rooted_direct, two_level
+from commlens.ops import hierarchical_all_reduce_scheme
 
-__all__ = ["ALGORITHMS", "CostFn", "MODELS", "algorithms_for"]
+__all__ = ["ALGORITHMS", "MODELS", "SCHEMES", "CostFn", "algorithms_for", "auto_candidates"]
 
 CostFn = Callable[[Cost, float], None]
 
@@ -28,7 +29,12 @@ CostFn = Callable[[Cost, float], None]
 ALGORITHMS: tuple[str, ...] = (
     "ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial", "double_binary_tree",
     "bruck", "pairwise", "direct", "chain", "scatter_allgather", "hierarchical", "nvls",
+    "hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way",
 )
+
+# The schemes a selector picks (``hierarchical``, by :func:`commlens.ops.hierarchical_all_reduce_scheme`): predicted
+# by name, left to their selector in ``auto`` and in the all-algorithms listing, as ``--algo all`` leaves them.
+SCHEMES: frozenset[str] = frozenset({"hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way"})
 
 
 def _needs_domains(cost: Cost, algo: str) -> None:
@@ -127,89 +133,106 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
     )
 
 
-# commlens.algos.allreduce's thresholds (tests/test_algos_registry.py keeps them equal): below LEADERS_MAX_BYTES
-# commlens' hierarchical all-reduce goes through one leader per host; from ONE_WAY_MIN_BYTES per half shard it
-# routes a two-host exchange one way per connection.
-LEADERS_MAX_BYTES = 32 << 10
-ONE_WAY_MIN_BYTES = 32 << 10
-
-
 def _ar_hierarchical(cost: Cost, n: float) -> None:
+    """Two-level all-reduce: the scheme commlens' ``hierarchical`` runs, by the library's own rule.
+
+    On a CPU-driven transport (``host_cores``), the scheme
+    :func:`commlens.ops.hierarchical_all_reduce_scheme` picks for this size,
+    the job's domains as hosts and the fabric's ``pair_full_duplex`` as the
+    transport's half-duplex pairs: ``hierarchical_leaders``,
+    ``hierarchical_one_way``, ``rabenseifner`` or ``hierarchical_ring``. On an
+    offloaded one, the pipelined two-level rings at every size
+    (:func:`_ar_hierarchical_ring`).
+    """
+    _needs_domains(cost, "hierarchical")
+    L = cost.layout
+    scheme = "hierarchical_ring"
+    if L.host_cores:
+        D = L.domain_ranks
+        scheme = hierarchical_all_reduce_scheme(n, n / D / 2, L.domains, D, True, L.out_pair_both > 1)
+    MODELS["all_reduce"][scheme](cost, n)
+
+
+def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
     """Ring reduce-scatter in each domain, ring all-reduce across domains on each n/D shard, ring all-gather back.
 
     The three phases pipeline chunk by chunk; every rank runs its own
     cross-domain ring, so the node's ranks share its NICs. On a CPU-driven
     transport (``host_cores``) the phases run one after another, as
-    commlens.algos runs them (:func:`_ar_hierarchical_host`).
-    """
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
-    if L.host_cores:
-        _ar_hierarchical_host(cost, n)
-        return
-    two_level(cost, (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
-              (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
-              (D - 1) / D * n + (M - 1) / M * n / D)
-
-
-def _ar_hierarchical_host(cost: Cost, n: float) -> None:
-    """commlens.algos' hierarchical all-reduce, phase after phase.
+    commlens.algos runs them:
 
     1. Ring reduce-scatter in each domain: D - 1 steps, (D-1)/D n sent and reduced per rank.
     2. Across domains, each rank's n/D shard: a ring all-reduce of the M ranks owning it,
        2(M-1) steps of n/(DM); the node's ranks share its NICs. Two domains swap halves over one
-       connection per pair, unless the fabric's connections carry one direction at a time and the
-       half shard is at least ``ONE_WAY_MIN_BYTES``: then host 1 -> host 0 goes through the next rank of
-       host 0, which forwards it locally while the next piece crosses (2 fabric and 2 local messages;
-       each direction of the link carries the shard once, the forward moves it once more inside host 0).
+       connection per pair (at half the rate on half-duplex pairs).
     3. Ring all-gather in each domain: D - 1 steps of n/D.
-
-    With D and M powers of two and no one-way route, the library runs these phases as Rabenseifner's
-    halving, nearest peers first, and so does this model.
     """
+    _needs_domains(cost, "hierarchical_ring")
     L = cost.layout
     D, M = L.domain_ranks, L.domains
-    if D > 1 and n < LEADERS_MAX_BYTES:
-        _ar_through_leaders(cost, n)
+    if not L.host_cores:
+        two_level(cost, (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
+                  (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
+                  (D - 1) / D * n + (M - 1) / M * n / D)
+        return
+    shard = n / D
+    pair = L.out_pair_both if M == 2 else 1.0
+    cross = 2 * (M - 1) / M * shard
+    _host_phase(cost, n)
+    cost.stage(((OUT, 2 * (M - 1), L.out_latency_s[L.job_tier]),),
+               ((OUT, cross, L.nic_share(L.ranks_per_node) / pair),), (M - 1) / M * shard,
+               host_bytes=host_copies(L, cross), node_messages=2 * L.ranks_per_node)
+    _host_phase(cost, n, reduce=False)
+
+
+def _host_phase(cost: Cost, n: float, reduce: bool = True) -> None:
+    """One ring phase inside each domain, D - 1 steps of n/D, every rank sending and receiving in every step."""
+    L = cost.layout
+    D = L.domain_ranks
+    if D == 1:
         return
     local = (D - 1) / D * n
+    cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), *((local,) if reduce else ()),
+               host_bytes=host_copies(L, local), node_messages=2 * L.ranks_per_node)
+
+
+def _ar_hierarchical_one_way(cost: Cost, n: float) -> None:
+    """Two domains: ring phases in each, the cross-domain exchange routed one way per connection.
+
+    Host 1 -> host 0 goes through the next rank of host 0, which forwards it locally while the next piece
+    crosses (2 fabric and 2 local messages; each direction of the link carries the n/D shard once, the
+    forward moves it once more inside host 0).
+    """
+    _needs_domains(cost, "hierarchical_one_way")
+    L = cost.layout
+    D, M = L.domain_ranks, L.domains
+    if M != 2 or D < 2:
+        raise InfeasibleError(f"hierarchical_one_way needs two scale-up domains of at least 2 ranks; the job has {M} "
+                              f"of {D}")
     shard = n / D
-    routed = M == 2 and D > 1 and L.out_pair_both > 1 and shard / 2 >= ONE_WAY_MIN_BYTES
-    if D > 1 and D & (D - 1) == 0 and M & (M - 1) == 0 and not routed:  # commlens: Rabenseifner, near first
-        _ar_rabenseifner(cost, n)
-        return
-    out_lat = L.out_latency_s[L.job_tier]
-    nic = L.nic_share(L.ranks_per_node)
-    busy = 2 * L.ranks_per_node  # every rank sends and receives in every step
-    if D > 1:
-        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), local,
-                   host_bytes=host_copies(L, local), node_messages=busy)
-    if routed:
-        cost.stage(((OUT, 2, out_lat), (UP, 2, L.up_latency_s)), ((OUT, shard, nic), (UP, shard, L.up_rate)),
-                   shard / 2, one_way=True, host_bytes=host_copies(L, shard), node_messages=busy)
-    else:
-        pair = L.out_pair_both if M == 2 else 1.0
-        cross = 2 * (M - 1) / M * shard
-        cost.stage(((OUT, 2 * (M - 1), out_lat),), ((OUT, cross, nic / pair),), (M - 1) / M * shard,
-                   host_bytes=host_copies(L, cross), node_messages=busy)
-    if D > 1:
-        cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), host_bytes=host_copies(L, local),
-                   node_messages=busy)
+    _host_phase(cost, n)
+    cost.stage(((OUT, 2, L.out_latency_s[L.job_tier]), (UP, 2, L.up_latency_s)),
+               ((OUT, shard, L.nic_share(L.ranks_per_node)), (UP, shard, L.up_rate)),
+               shard / 2, one_way=True, host_bytes=host_copies(L, shard), node_messages=2 * L.ranks_per_node)
+    _host_phase(cost, n, reduce=False)
 
 
-def _ar_through_leaders(cost: Cost, n: float) -> None:
-    """commlens' hierarchical below ``LEADERS_MAX_BYTES``: binomial reduce onto one leader per domain,
-    recursive doubling among the M leaders (one rank per node crossing, at the whole NIC; a swap, so at half
-    the rate on half-duplex connections), binomial broadcast back. Every step moves the whole n."""
+def _ar_hierarchical_leaders(cost: Cost, n: float) -> None:
+    """Binomial reduce onto one leader per domain, recursive doubling among the M leaders, binomial broadcast back.
+
+    The leaders' swaps cross at one rank per node, at the whole NIC (at half the rate on half-duplex
+    connections). Every step moves the whole n.
+    """
+    _needs_domains(cost, "hierarchical_leaders")
     L = cost.layout
     D, M = L.domain_ranks, L.domains
     lg_d = ceil_log2(D)
     up = ((UP, lg_d, L.up_latency_s),)
-    # a tree step's pairs, averaged over the steps: min(2^k, D - 2^k) pairs per domain, 2 messages each
-    tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_node / D
-    cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True,
-               host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
+    if lg_d:
+        # a tree step's pairs, averaged over the steps: min(2^k, D - 2^k) pairs per domain, 2 messages each
+        tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_node / D
+        cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True,
+                   host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
     pp, r = _pow2_split(M)
     swaps = floor_log2(pp)
     out_lat = L.out_latency_s[L.job_tier]
@@ -217,8 +240,9 @@ def _ar_through_leaders(cost: Cost, n: float) -> None:
                ((OUT, swaps * n * L.out_pair_both + 2 * (r > 0) * n, L.nic_rate / L.out_taper[L.job_tier]),),
                (swaps + (r > 0)) * n, one_way=True,
                host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0, node_messages=2.0)
-    cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True, host_bytes=2 * lg_d * n if L.host_cores else 0.0,
-               node_messages=tree)
+    if lg_d:
+        cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True,
+                   host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
 
 
 def _ar_nvls(cost: Cost, n: float) -> None:
@@ -503,6 +527,8 @@ MODELS: dict[str, dict[str, CostFn]] = {
         "ring": _ar_ring, "recursive_doubling": _ar_recursive_doubling, "rabenseifner": _ar_rabenseifner,
         "binomial": _ar_binomial, "direct": _ar_direct, "double_binary_tree": _ar_double_binary_tree,
         "hierarchical": _ar_hierarchical, "nvls": _ar_nvls,
+        "hierarchical_ring": _ar_hierarchical_ring, "hierarchical_leaders": _ar_hierarchical_leaders,
+        "hierarchical_one_way": _ar_hierarchical_one_way,
     },
     "reduce_scatter": {
         "ring": _rs_ring, "rabenseifner": _rs_rabenseifner, "recursive_halving": _rs_rabenseifner,
@@ -532,7 +558,12 @@ MODELS: dict[str, dict[str, CostFn]] = {
 
 
 def algorithms_for(op: str) -> tuple[str, ...]:
-    """The algorithms with a model for ``op``, in the shared order."""
+    """The algorithms with a model for ``op``, in the shared order, without the :data:`SCHEMES` a selector picks."""
     models = MODELS.get(op, {})
-    return tuple(a for a in ALGORITHMS if a in models)
+    return tuple(a for a in ALGORITHMS if a in models and a not in SCHEMES)
+
+
+def auto_candidates(op: str) -> tuple[str, ...]:
+    """What ``auto`` chooses among for ``op``: every model but the :data:`SCHEMES`, in :data:`MODELS` order."""
+    return tuple(a for a in MODELS.get(op, {}) if a not in SCHEMES)
 
