@@ -1,4 +1,4 @@
-"""commlens ingest FILE...: read nccl-tests/rccl-tests, PARAM and commlens outputs into the store."""
+"""commlens ingest FILE...: read other tools' outputs (the formats of ``commlens.ingest``) into the store."""
 
 from __future__ import annotations
 
@@ -11,20 +11,24 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.text import terminal_safe
+from commlens.ingest.registry import FORMATS
+
+# Help texts list the registry's formats: "nccl-tests logs, ..., commlens run JSON (...)", "auto, ... or commlens".
+_FILE_HELP = f"{', '.join(f.description for f in FORMATS.values())}; - reads standard input"
+_NAMES = ("auto", *FORMATS)
+_FORMAT_HELP = f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]}"
 
 
 @app.command("ingest")
 def ingest_cmd(
     files: List[Path] = typer.Argument(..., metavar="FILE",
-                                       help="nccl-tests logs or -J files, PARAM output, commlens run JSON "
-                                            "(one run, or a list as `commlens export` writes); - reads "
-                                            "standard input"),
+                                       help=_FILE_HELP),
     tag: Optional[str] = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
     revision: Optional[str] = typer.Option(None, help="the code revision the runs measured"),
     time: Optional[str] = typer.Option(
         None, "--time", help="ISO date/time placing the files in history (their started_at); default: the file's "
                              "own start time, else its modification time"),
-    fmt: str = typer.Option("auto", "--format", help="auto, nccl-tests, nccl-tests-json, param or commlens"),
+    fmt: str = typer.Option("auto", "--format", help=_FORMAT_HELP),
     op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"),
     db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
@@ -32,7 +36,7 @@ def ingest_cmd(
                                         help="refuse a file (or pipe) larger than this, unread further"),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
-    from commlens.ingest import FORMATS, IngestError, IngestWarning, load_source_runs, parse_time, read_source
+    from commlens.ingest import IngestError, IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError
 

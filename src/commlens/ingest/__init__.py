@@ -1,47 +1,34 @@
 """Read other tools' outputs (and commlens' own files) into runs: one file, one run.
 
-Formats (see ``docs/ingest.md``): ``nccl-tests`` (text logs), ``nccl-tests-json``
-(``-J`` files), ``param`` (PARAM comms ``COMMS-RES`` output), ``commlens``
-(``commlens.run/N`` JSON). Adding one is a module with a ``parse_*(source, *, op)``
-function and a line in ``PARSERS``.
+The formats are the entries of :data:`FORMATS` (``commlens.ingest.registry``; see ``docs/ingest.md``).
+Adding one is a module that declares its ``FORMAT`` (name, description, sniffer, parser) and a line in
+the registry.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Callable
 
 from commlens.ingest.base import (
     DEFAULT_MAX_INPUT_BYTES,
     STDIN,
     IngestError,
     IngestWarning,
+    InputFormat,
     ParsedRun,
     Source,
     content_run_id,
     read_source,
 )
-from commlens.ingest.commlens_json import is_run_list, load_run_list, parse_commlens_json
-from commlens.ingest.detect import detect_format, detect_source_format
-from commlens.ingest.nccltests_json import parse_nccl_tests_json
-from commlens.ingest.nccltests_text import parse_nccl_tests_text
-from commlens.ingest.param import parse_param
+from commlens.ingest.registry import FORMATS, detect_format, detect_source_format, get_format
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.records import RecordError, Run
 
 __all__ = [
-    "FORMATS", "PARSERS", "DEFAULT_MAX_INPUT_BYTES", "STDIN", "IngestError", "IngestWarning", "Source",
-    "detect_format", "load_runs", "load_source_runs", "parse_time", "read_source",
+    "FORMATS", "DEFAULT_MAX_INPUT_BYTES", "STDIN", "IngestError", "IngestWarning", "InputFormat", "Source",
+    "detect_format", "get_format", "load_runs", "load_source_runs", "parse_time", "read_source",
 ]
-
-PARSERS: dict[str, Callable[..., ParsedRun]] = {
-    "nccl-tests": parse_nccl_tests_text,
-    "nccl-tests-json": parse_nccl_tests_json,
-    "param": parse_param,
-    "commlens": parse_commlens_json,
-}
-FORMATS: tuple[str, ...] = tuple(PARSERS)
 
 
 def parse_time(text: str) -> str:
@@ -83,8 +70,8 @@ def load_runs(
             get_op(op)
         except UnknownOpError as e:
             raise ValueError(str(e)) from None
-    if fmt != "auto" and fmt not in PARSERS:
-        raise ValueError(f"unknown format {fmt!r}; known: auto, {', '.join(FORMATS)}")
+    if fmt != "auto":
+        get_format(fmt)
     source = read_source(path, max_bytes=max_input_bytes)
     return load_source_runs(source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op)[1]
 
@@ -103,15 +90,14 @@ def load_source_runs(
     ``started_at`` is ISO UTC (as :func:`parse_time` gives it). A JSON list of commlens runs (what
     ``commlens export --format json`` writes) gives each of its runs; any other file one run.
     """
-    if fmt in ("auto", "commlens") and is_run_list(source):
-        return "commlens", load_run_list(source, tag=tag, revision=revision, started_at=started_at)
-    if fmt == "auto":
-        fmt = detect_source_format(source)
-    parser = PARSERS.get(fmt)
-    if parser is None:
-        raise ValueError(f"unknown format {fmt!r}; known: auto, {', '.join(FORMATS)}")
-    parsed = parser(source, op=op)
-    return fmt, [_to_run(source, fmt, parsed, tag=tag, revision=revision, started_at=started_at)]
+    candidates = tuple(FORMATS.values()) if fmt == "auto" else (get_format(fmt),)
+    for candidate in candidates:
+        if candidate.run_list is not None and candidate.run_list.sniff(source):
+            runs = candidate.run_list.load(source, tag=tag, revision=revision, started_at=started_at)
+            return candidate.name, runs
+    chosen = get_format(detect_source_format(source)) if fmt == "auto" else get_format(fmt)
+    parsed = chosen.parse(source, op=op)
+    return chosen.name, [_to_run(source, chosen.name, parsed, tag=tag, revision=revision, started_at=started_at)]
 
 
 def _to_run(source: Source, fmt: str, parsed: ParsedRun, *, tag: str | None, revision: str | None,
@@ -132,7 +118,7 @@ def _to_run(source: Source, fmt: str, parsed: ParsedRun, *, tag: str | None, rev
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         notes.append("the input (a pipe) does not say when it ran: started_at is when it was read (set --time)")
     config = dict(parsed.config)
-    if fmt != "commlens":  # a commlens run keeps its own config as written
+    if not parsed.config_as_written:
         config.setdefault("ingested_from", source.path.name)
     try:
         return Run(

@@ -1,6 +1,7 @@
-"""What every parser shares: the error type, reading a file, and the parsed-run shape.
+"""What every parser shares: the error type, reading a file, the parsed-run shape and a format's entry.
 
-A parser turns one :class:`Source` into one :class:`ParsedRun`; ``load_runs``
+A format is one module that defines its :class:`InputFormat` (name, description, sniffer, parser),
+listed in ``commlens.ingest.registry``. A parser turns one :class:`Source` into one :class:`ParsedRun`; ``load_runs``
 then adds what the caller decides (tag, revision, time) and builds the
 :class:`~commlens.results.Run`. Parsers raise :class:`IngestError` for input
 they cannot read and issue :class:`IngestWarning` (and a run note) for input
@@ -20,14 +21,14 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Literal, Protocol, Sequence
 
-from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, RunStatus, SystemInfo
+from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run, RunStatus, SystemInfo
 
 __all__ = [
     "IngestError", "IngestWarning", "Source", "ParsedRun", "read_source", "content_run_id", "json_line", "load_json",
     "quote", "check_limit", "DEFAULT_MAX_INPUT_BYTES", "MAX_RANKS", "MAX_SIZE_BYTES", "MAX_COUNT", "MAX_JSON_DEPTH",
-    "STDIN",
+    "STDIN", "InputFormat", "RunList",
 ]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
@@ -135,7 +136,7 @@ class Source:
 class ParsedRun:
     """A run as a parser read it, before the caller's tag, revision and time are applied."""
 
-    source: str  # the producing tool: "nccl-tests", "param", "commlens"
+    source: str  # the producing tool, e.g. "nccl-tests", "rccl-tests", "param"
     system: SystemInfo
     measurements: list[Measurement]
     config: dict[str, Any] = field(default_factory=dict)
@@ -146,8 +147,40 @@ class ParsedRun:
     finished_at: str | None = None
     status: RunStatus = "complete"
     run_id: str | None = None  # kept from the file (commlens JSON); else derived from the content
+    config_as_written: bool = False  # the file's own run config (commlens JSON): stored without ingested_from
     tag: str | None = None
     revision: str | None = None
+
+
+class Parser(Protocol):
+    def __call__(self, source: Source, *, op: str | None = None) -> ParsedRun: ...
+
+
+class RunListLoader(Protocol):
+    def __call__(self, source: Source, *, tag: str | None = None, revision: str | None = None,
+                 started_at: str | None = None) -> list[Run]: ...
+
+
+@dataclass(frozen=True)
+class RunList:
+    """A file of several finished runs (``commlens export --format json``), read as they are, one run each."""
+
+    sniff: Callable[[Source], bool]  # whether the text is such a list; looked at before any single-run sniffer
+    load: RunListLoader  # the runs, with the caller's tag, revision and start time applied
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """One input format, as its own module declares it; ``commlens.ingest.registry`` lists them all."""
+
+    name: str  # what ``--format`` takes and the ingest summary prints: "nccl-tests"
+    description: str  # what a user holds of it, as help texts list it: "nccl-tests logs"
+    document: Literal["json", "text"]  # "json": sniffed only in a file that opens with "{"; "text": in any other
+    sniff: Callable[[Source], bool]  # whether the content is this format, from the marker below
+    marker: str  # what ``sniff`` looks for, as the error for a file no format fits names it
+    parse: Parser  # the one run of the file
+    sniff_first: bool = False  # the marker is one no other format's file holds: sniffed before the others
+    run_list: RunList | None = None  # the format can also hold several finished runs in one file
 
 
 def read_source(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Source:

@@ -12,15 +12,17 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from commlens.ingest.base import ParsedRun, Source, json_line, load_json
+from commlens.ingest.base import InputFormat, ParsedRun, RunList, Source, json_line, load_json
 from commlens.results.jsonfmt import FormatError, run_from_dict
 from commlens.results.records import Run
 
-__all__ = ["is_run_list", "load_run_list", "parse_commlens_json"]
+__all__ = ["FORMAT", "is_run_list", "load_run_list", "parse_commlens_json"]
 
 # A JSON list that opens with an object (or is empty); a log with ``[1,0]<stdout>:`` prefixes is not one.
 _RUN_LIST_START = re.compile(r"\s*\[\s*[{\]]")
 _HEAD_CHARS = 512
+# A commlens run's own format tag, anywhere in a JSON document.
+_SNIFF_RE = re.compile(r'"format"\s*:\s*"commlens\.run/')
 
 
 def _error_line(source: Source, doc: Any, where: tuple[int, ...] = ()) -> int:
@@ -59,6 +61,7 @@ def parse_commlens_json(source: Source, *, op: str | None = None) -> ParsedRun:
         finished_at=run.finished_at,
         status=run.status,
         run_id=run.run_id,
+        config_as_written=True,
         tag=run.tag,
         revision=run.revision,
     )
@@ -106,3 +109,19 @@ def load_run_list(
             changes.update(started_at=started_at, finished_at=None)
         runs.append(replace(run, **changes) if changes else run)
     return runs
+
+
+def _sniff(source: Source) -> bool:
+    return _SNIFF_RE.search(source.text) is not None
+
+
+FORMAT = InputFormat(
+    name="commlens",
+    description="commlens run JSON (one run, or a list as `commlens export` writes)",
+    document="json",
+    sniff=_sniff,
+    marker='a commlens run ("format": "commlens.run/N")',
+    parse=parse_commlens_json,
+    sniff_first=True,
+    run_list=RunList(sniff=is_run_list, load=load_run_list),
+)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from commlens.ingest.base import (
     MAX_RANKS,
     MAX_SIZE_BYTES,
     IngestError,
+    InputFormat,
     ParsedRun,
     Source,
     check_limit,
@@ -38,26 +40,25 @@ from commlens.ingest.base import (
     load_json,
     quote,
 )
-from commlens.ingest.nccltests_common import (
-    BusbwCheck,
+from commlens.ingest.nccltests_facts import (
     RankInfo,
-    check_size,
     commlens_dtype,
     filter_env,
     nccl_version_from_code,
     op_from_program,
-    resolve_op,
     system_from_ranks,
     unknown_dtype_message,
-    zero_time_note,
 )
+from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
 from commlens.results.stats import TimeStats
 
-__all__ = ["parse_nccl_tests_json", "load_json"]
+__all__ = ["FORMAT", "parse_nccl_tests_json", "load_json"]
 
 _NCCL_TESTS_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+# A key of nccl-tests -J output anywhere in a JSON document (loose: commlens runs are sniffed first).
+_SNIFF_RE = re.compile(r'"(?:results|nccl_version)"\s*:')
 
 
 class _Doc:
@@ -343,3 +344,16 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         status=status,  # type: ignore[arg-type]
     )
 
+
+def _sniff(source: Source) -> bool:
+    return _SNIFF_RE.search(source.text) is not None
+
+
+FORMAT = InputFormat(
+    name="nccl-tests-json",
+    description="nccl-tests -J files",
+    document="json",
+    sniff=_sniff,
+    marker='nccl-tests -J output ("results")',
+    parse=parse_nccl_tests_json,
+)

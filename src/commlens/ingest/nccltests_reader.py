@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
-from commlens.ingest.nccltests_common import RankInfo, is_decimal, op_from_program
+from commlens.ingest.nccltests_facts import RankInfo, op_from_program
 from commlens.ingest.nccltests_op import NCCL_COLL_OPS
+from commlens.ingest.table_checks import is_decimal
 
 __all__ = ["Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER_COLUMNS", "table_number"]
 

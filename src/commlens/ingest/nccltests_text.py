@@ -16,18 +16,23 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, IngestError, ParsedRun, Source, check_limit
-from commlens.ingest.nccltests_common import (
-    BusbwCheck,
-    check_size,
+from commlens.ingest.base import (
+    MAX_COUNT,
+    MAX_RANKS,
+    MAX_SIZE_BYTES,
+    IngestError,
+    InputFormat,
+    ParsedRun,
+    Source,
+    check_limit,
+)
+from commlens.ingest.nccltests_facts import (
     commlens_dtype,
     filter_env,
     nccl_version_from_code,
     op_from_program,
-    resolve_op,
     system_from_ranks,
     unknown_dtype_message,
-    zero_time_note,
 )
 from commlens.ingest.nccltests_op import (
     OLD_ALGBW_OPS,
@@ -44,13 +49,19 @@ from commlens.ingest.nccltests_reader import (
     Segment,
     table_number,
 )
+from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
 from commlens.results.stats import TimeStats
 
-__all__ = ["parse_nccl_tests_text"]
+__all__ = ["FORMAT", "parse_nccl_tests_text"]
 
 _ENV_ASSIGN_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)=(\S+)")
+# What tells an nccl-tests log: its settings line, rank lines, footer, table header or the word out-of-place.
+# Loose (any log quoting nccl-tests matches), so formats with markers of their own are sniffed first.
+_SNIFF_RE = re.compile(
+    r"#\s*nThread \d|#\s+Rank\s+\d+|#\s*Avg bus bandwidth|^\W*#?\s*size\s+count\s+type\b|out-of-place", re.MULTILINE
+)
 
 
 # -- from segments to records ------------------------------------------------------------------
@@ -418,3 +429,17 @@ def _check_footer(source: Source, seg: Segment, spec: OpSpec, notes: list[str]) 
         notes.append(source.warn(line, (
             f"{spec.name}: the footer's average busBW {footer:g} GB/s is not the mean of the {len(seg.rows)} rows "
             f"read ({mean:.6g} GB/s): rows may be missing or garbled")))
+
+
+def _sniff(source: Source) -> bool:
+    return _SNIFF_RE.search(source.text) is not None
+
+
+FORMAT = InputFormat(
+    name="nccl-tests",
+    description="nccl-tests logs",
+    document="text",
+    sniff=_sniff,
+    marker="nccl-tests table",
+    parse=parse_nccl_tests_text,
+)

@@ -24,13 +24,13 @@ import ast
 import re
 from typing import Any
 
-from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, ParsedRun, Source, check_limit, quote
-from commlens.ingest.nccltests_common import BusbwCheck, is_decimal, resolve_op, zero_time_note
+from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, InputFormat, ParsedRun, Source, check_limit, quote
+from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
 from commlens.results.stats import TimeStats
 
-__all__ = ["parse_param"]
+__all__ = ["FORMAT", "parse_param"]
 
 # PARAM's --data-type names (comms_utils.py dtypeMap) -> commlens dtypes.
 PARAM_DTYPES = {
@@ -55,6 +55,7 @@ _BACKEND_RE = re.compile(r"\bbackend:\s*(\S+)\s+nw-stack:\s*(\S+)")
 _NCCL_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _HEADER_RE = re.compile(r"COMMS-RES(?:-QUANT)?\s")
 _ROW_RE = re.compile(r"COMMS-RES-(\S+)")
+_SNIFF_RE = re.compile(r"COMMS-RES")
 
 # Header names across PARAM's versions -> what the column holds.
 _COLUMNS = {
@@ -246,3 +247,18 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         notes=notes,
         status="incomplete" if zero_times else "complete",
     )
+
+
+def _sniff(source: Source) -> bool:
+    return _SNIFF_RE.search(source.text) is not None
+
+
+FORMAT = InputFormat(
+    name="param",
+    description="PARAM output",
+    document="text",
+    sniff=_sniff,
+    marker="PARAM COMMS-RES rows",
+    parse=parse_param,
+    sniff_first=True,
+)
