@@ -1,0 +1,216 @@
+"""Every import inside ``src/commlens`` keeps to the table "Layers and data flow" of DESIGN.md.
+
+The table is read from ``../shared/DESIGN.md`` when that checkout is present, else from the copy
+below (kept equal to it by ``test_the_embedded_table_is_design_md_s``). Each module's imports are read
+with ``ast``: those at the top, inside functions and under ``if TYPE_CHECKING:`` alike. A stage may
+import itself, the stages its row lists ("all above": every stage of the rows above it), and two leaves
+anyone may import: ``commlens.specdata`` (YAML spec loading, which imports nothing of commlens; see its
+docstring) and the package ``commlens`` itself (its ``__version__``). ``commlens.__main__`` is the CLI's
+entry point and counts as ``cli``.
+
+The crossings known today are listed in ``KNOWN_CROSSINGS``: the test fails for a crossing not listed,
+and for a listed one that is gone, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PACKAGE = SRC / "commlens"
+DESIGN_MD = REPO.parent / "shared" / "DESIGN.md"
+
+# A copy of DESIGN.md's table (its module and may-import columns), for checkouts without ../shared.
+EMBEDDED_TABLE = """\
+| `ops` | nothing of commlens |
+| `results` | `ops` |
+| `bench` | `ops`, `results` |
+| `algos` | `ops` |
+| `store` | `results` |
+| `ingest` | `ops`, `results` |
+| `regress` | `results`, `store` |
+| `topology` | nothing of commlens |
+| `model` | `ops`, `topology`, `results` |
+| `sim` | `ops`, `topology`, `model` |
+| `workload`, `project` | `model`, `topology`, `sim` |
+| `cluster` | nothing of commlens |
+| `diagnose` | `bench`, `results`, `ingest`, `model` |
+| `monitor` | `ops`, `results`, `model`, `topology`, `diagnose`, `store` |
+| `report`, `serve` | all above |
+| `cli` | all above |
+"""
+
+# Modules anyone may import: they hold no stage's logic and import nothing of commlens.
+LEAVES = frozenset({"commlens", "commlens.specdata"})
+# Modules that belong to a stage other than their own name says.
+STAGE_OF = {"commlens.__main__": "cli"}
+
+# Imports that cross the table today: (file under src/, module imported). Each is a debt to pay off;
+# remove its line when it is gone (the test says so).
+KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset({
+    # bench saves to the result store (--db): issue 14 item 1 moves storing to the CLI. bench/finalize.py
+    # reaches the store only through save_outputs here, with no import of its own.
+    ("commlens/bench/outputs.py", "commlens.store"),
+    # bench runs the collective algorithms (--algo) and the tuner: bench's row lists only ops and results.
+    ("commlens/bench/algorithms.py", "commlens.algos"),
+    ("commlens/bench/algorithms.py", "commlens.algos.tuning"),
+    ("commlens/bench/tune.py", "commlens.algos"),
+    ("commlens/bench/tune.py", "commlens.algos.tuning"),
+    # bench places ranks on the emulated cluster's hosts (--cluster); cluster is below no row of bench's.
+    ("commlens/bench/launcher.py", "commlens.cluster"),
+    # op facts read directly by stages whose rows do not list ops (they list results, which may).
+    ("commlens/diagnose/stragglers.py", "commlens.ops"),
+    ("commlens/regress/compare.py", "commlens.ops"),
+})
+
+
+def parse_table(markdown: str) -> dict[str, frozenset[str]]:
+    """Stage -> the stages it may import, from the table's rows (``| `a`, `b` | ... | may import |``)."""
+    rows: list[tuple[list[str], str]] = []
+    for line in markdown.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        rows.append((re.findall(r"`([a-z_]+)`", cells[0]), cells[-1]))
+    allowed: dict[str, frozenset[str]] = {}
+    above: set[str] = set()
+    for stages, may in rows:
+        if may == "nothing of commlens":
+            imports: set[str] = set()
+        elif may == "all above":
+            imports = set(above)
+        else:
+            imports = set(re.findall(r"`([a-z_]+)`", may))
+            if not imports:
+                raise ValueError(f"cannot read the may-import cell {may!r}")
+        for stage in stages:
+            allowed[stage] = frozenset(imports | set(stages))  # a row's stages may import one another
+        above.update(stages)
+    return allowed
+
+
+def design_table() -> str:
+    """The section "Layers and data flow" of ../shared/DESIGN.md, or the embedded copy without it."""
+    if not DESIGN_MD.is_file():
+        return EMBEDDED_TABLE
+    text = DESIGN_MD.read_text()
+    section = text.split("## Layers and data flow", 1)[1].split("\n## ", 1)[0]
+    return section
+
+
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = path.relative_to(src).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def stage_of(module: str) -> str | None:
+    """The stage a ``commlens.*`` module belongs to; None for a leaf."""
+    if module in LEAVES:
+        return None
+    if module in STAGE_OF:
+        return STAGE_OF[module]
+    return module.split(".")[1]
+
+
+def _is_module(name: str, src: Path) -> bool:
+    relative = Path(*name.split("."))
+    return (src / relative).is_dir() or (src / relative).with_suffix(".py").is_file()
+
+
+def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
+    """(line, module) for each commlens module the file imports, wherever the import statement is."""
+    module = module_name(path, src)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from commlens import ops`` imports the stage commlens.ops, not a name of the package
+            subs = [f"{base}.{alias.name}" for alias in node.names
+                    if base == "commlens" and _is_module(f"{base}.{alias.name}", src)]
+            found.extend((node.lineno, name) for name in (subs or [base]))
+    return [(line, name) for line, name in found if name == "commlens" or name.startswith("commlens.")]
+
+
+def crossings(allowed: dict[str, frozenset[str]],
+              src: Path = SRC) -> tuple[dict[tuple[str, str], list[int]], list[str]]:
+    """The imports the table does not allow, (file, module) -> lines; and modules in no row of the table."""
+    crossed: dict[tuple[str, str], list[int]] = {}
+    unplaced: list[str] = []
+    for path in sorted((src / "commlens").rglob("*.py")):
+        file = path.relative_to(src).as_posix()
+        own = stage_of(module_name(path, src))
+        if own is None:
+            continue
+        if own not in allowed:
+            unplaced.append(f"{file} (stage {own!r})")
+            continue
+        for line, imported in imports_of(path, src):
+            target = stage_of(imported)
+            if target is None or target in allowed[own]:
+                continue
+            crossed.setdefault((file, imported), []).append(line)
+    return {key: sorted(lines) for key, lines in crossed.items()}, unplaced
+
+
+def test_the_table_is_read() -> None:
+    allowed = parse_table(design_table())
+    assert allowed["ops"] == {"ops"} and allowed["topology"] == {"topology"}
+    assert allowed["bench"] == {"bench", "ops", "results"}
+    assert allowed["project"] == {"workload", "project", "model", "topology", "sim"}
+    assert allowed["report"] == allowed.keys() - {"cli"}  # "all above", and its own row
+    assert allowed["cli"] == allowed.keys()
+
+
+def test_the_embedded_table_is_design_md_s() -> None:
+    if not DESIGN_MD.is_file():
+        pytest.skip("no ../shared/DESIGN.md in this checkout")
+    assert parse_table(design_table()) == parse_table(EMBEDDED_TABLE), (
+        "DESIGN.md's table changed: update EMBEDDED_TABLE in tests/test_layering.py to match it")
+
+
+def test_a_crossing_is_caught_wherever_the_import_is(tmp_path: Path) -> None:
+    (tmp_path / "commlens" / "ingest").mkdir(parents=True)
+    (tmp_path / "commlens" / "store").mkdir()
+    for name in ("__init__.py", "ops.py", "specdata.py", "store/__init__.py", "ingest/__init__.py"):
+        (tmp_path / "commlens" / name).write_text("")
+    (tmp_path / "commlens" / "ingest" / "fine.py").write_text(
+        "from commlens import ops, specdata, __version__\nfrom . import fine\n")
+    (tmp_path / "commlens" / "ingest" / "bad.py").write_text(
+        "import json\n\n\ndef f():\n    from ..store import x\n\n\n"
+        "if False:\n    import commlens.store.models\nfrom commlens import store\n")
+    (tmp_path / "commlens" / "newstage").mkdir()
+    (tmp_path / "commlens" / "newstage" / "__init__.py").write_text("")
+    crossed, unplaced = crossings(parse_table(EMBEDDED_TABLE), tmp_path)
+    assert crossed == {("commlens/ingest/bad.py", "commlens.store"): [5, 10],
+                       ("commlens/ingest/bad.py", "commlens.store.models"): [9]}
+    assert unplaced == ["commlens/newstage/__init__.py (stage 'newstage')"]
+
+
+def test_imports_are_read_everywhere_in_a_file() -> None:
+    # a top-level import, one inside a function, and ``from commlens import <module>``
+    lines = {name for _, name in imports_of(PACKAGE / "bench" / "outputs.py")}
+    assert {"commlens.store"} <= lines
+    lines = {name for _, name in imports_of(PACKAGE / "cli" / "ingest_cmd.py")}
+    assert {"commlens.cli.app", "commlens.ingest", "commlens.store"} <= lines
+
+
+def test_no_import_crosses_the_layers() -> None:
+    crossed, unplaced = crossings(parse_table(design_table()))
+    assert not unplaced, f"modules in no row of DESIGN.md's table (add their stage there): {unplaced}"
+    new = {key: lines for key, lines in crossed.items() if key not in KNOWN_CROSSINGS}
+    gone = sorted(KNOWN_CROSSINGS - crossed.keys())
+    problems = [f"{file}:{','.join(map(str, lines))} imports {module}, which its stage may not "
+                f"(DESIGN.md, \"Layers and data flow\")" for (file, module), lines in sorted(new.items())]
+    problems += [f"{file} no longer imports {module}: remove it from KNOWN_CROSSINGS" for file, module in gone]
+    assert not problems, "\n".join(problems)
