@@ -162,10 +162,10 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     last may be smaller. :func:`commlens.ops.hierarchical_all_reduce_scheme`,
     the rule the cost model applies too, picks the scheme from the buffer
     size, the layout and the group's transport (:attr:`Comm.transport`):
-    ``hierarchical_leaders`` below 32 KiB with several hosts of several ranks,
-    ``hierarchical_one_way`` for two hosts on half-duplex pairs (gloo),
+    ``hierarchical_leaders`` for small buffers on several hosts of several
+    ranks, ``hierarchical_one_way`` for two hosts on half-duplex pairs,
     ``rabenseifner`` for full hosts with L and H powers of two, else
-    ``hierarchical_ring``. With one host this is the ring; with one rank per
+    ``hierarchical_ring`` (the thresholds live with the rule). With one host this is the ring; with one rank per
     host, the ring across hosts.
     """
     get_algorithm("all_reduce", _scheme(comm, tensor, opts)).fn(comm, tensor, redop, opts)
