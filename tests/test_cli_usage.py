@@ -16,9 +16,6 @@ from commlens.cli.app import _register, app
 
 _register()
 
-# Subcommands behind `commlens project`'s own dispatcher (its first argument picks them).
-from commlens.cli.project_cmd import _SUB as _PROJECT_SUBCOMMANDS  # noqa: E402
-
 
 def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
     subcommands = getattr(command, "commands", None)
@@ -28,7 +25,7 @@ def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
 
 
 _LEAVES = _leaves(typer.main.get_command(app))
-_PATHS = [path for path, _ in _LEAVES] + [("project", sub) for sub in _PROJECT_SUBCOMMANDS]
+_PATHS = [path for path, _ in _LEAVES]
 _NUMBER_OPTIONS = {
     path: opt
     for path, command in _LEAVES
@@ -47,7 +44,7 @@ def _cases() -> dict[tuple[str, ...], tuple[str, ...]]:
         cases[("bad-number", *path)] = (*path, opt, "not-a-number")
     for path in _REQUIRED:
         cases[("missing-argument", *path)] = path
-    # Behind their own parsers (argparse for bench, the dispatcher for project): not seen by the walk above.
+    # Behind their own parser (argparse for bench), or without a sub-command name (`project WORKLOAD`).
     cases[("bad-number", "bench")] = ("bench", "--iters", "not-a-number")
     cases[("bad-number", "project")] = ("project", "llama3-8b", "-t", "dgx-h100", "--gpus", "not-a-number")
     cases[("bad-number", "project", "sweep")] = ("project", "sweep", "llama3-8b", "--gpus", "not-a-number")

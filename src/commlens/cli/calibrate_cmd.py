@@ -36,13 +36,13 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="print the fit as JSON"),
 ) -> None:
     """Calibrate the GEMM curve and memory efficiency of an accelerator from measurements on it."""
-    from commlens.cli.project_cmd import use_accelerators
+    from commlens.cli.project_cmd import accelerators_in_force
     from commlens.project import ProjectionError
     from commlens.project.calibrate import fit_calibration, fragment_yaml
     from commlens.project.calibration_file import load_calibration, save_calibration
 
     checked(budget_s, "--budget-s", above=0)
-    use_accelerators(accelerators)
+    files = accelerators_in_force(accelerators)
     parameters = tuple(p.strip() for p in fit.split(",") if p.strip())
     if from_file is None:
         import torch
@@ -63,7 +63,7 @@ def calibrate(
         source = from_file
     try:
         cal = load_calibration(source)
-        result = fit_calibration(cal, source, name, parameters)
+        result = fit_calibration(cal, source, name, parameters, accelerators=files)
         text = fragment_yaml(result)
     except ProjectionError as e:
         fail(str(e))

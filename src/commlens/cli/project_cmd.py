@@ -10,37 +10,52 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import app, fail
 
-_CTX = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-_SUB = ("sweep", "validate", "calibrate")
 _ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
+_ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, with no sub-command name
 
 
-@app.command("project", context_settings=_CTX, add_help_option=False)
-def project_entry(ctx: typer.Context) -> None:
-    """Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`,
-    `calibrate`)."""
-    args = list(ctx.args)
-    sub = args[0] if args and args[0] in _SUB else "one"
-    command = typer.main.get_command(_APPS[sub])
-    if sub != "one":
-        args = args[1:]
-    # Standalone mode: the command prints its own usage errors (exit 2) and turns typer.Exit into SystemExit,
-    # without this module reaching into typer's command-line library (typer >= 0.29 no longer ships click).
-    try:
-        command.main(args, prog_name="commlens project" + ("" if sub == "one" else f" {sub}"), standalone_mode=True)
-    except SystemExit as e:
-        code = e.code
-        raise typer.Exit(code if isinstance(code, int) else (0 if code is None else 2)) from None
+class _ProjectGroup(TyperGroup):
+    """``project WORKLOAD ...`` projects one point; ``project sweep|validate|calibrate ...`` are sub-commands.
+
+    A first argument that names no sub-command (a workload, an option, nothing) goes to the projection."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands or args[0] == _ONE:  # (a workload named "one" stays one)
+            args = [_ONE, *args]
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        return ("" if name == _ONE else name), command, rest
 
 
+class _UnnamedContext(typer.Context):
+    """The projection's context: its usage line reads ``commlens project [OPTIONS] WORKLOAD``."""
+
+    @property
+    def command_path(self) -> str:
+        return super().command_path.rstrip()
+
+
+class _UnnamedCommand(TyperCommand):
+    context_class = _UnnamedContext
+
+
+project_app = typer.Typer(
+    cls=_ProjectGroup, add_completion=False,
+    help="Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`, "
+         "`calibrate`).")
+app.add_typer(project_app, name="project")
+
+
+@project_app.command(_ONE, hidden=True, cls=_UnnamedCommand)
 def _one(
     workload: str = typer.Argument(..., help="workload preset (llama3-70b, ...) or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t", help="topology preset or YAML file"),
@@ -65,7 +80,7 @@ def _one(
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
     from commlens.project.sweep import Base, parse_vary
 
-    use_accelerators(accelerators)
+    files = accelerators_in_force(accelerators)
 
     layout = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": 3 if fsdp else zero,
               "recompute": recompute, "sp": sp, "flash_attention": flash, "overlap_grad_reduce": overlap,
@@ -73,28 +88,26 @@ def _one(
     wl = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch), ("micro_batch", micro_batch),
                             ("precision", precision)) if v is not None}
     point = _point(sets, parse_vary)
-    p = _project(Base(workload, topology, gpus, layout, wl), point)
+    p = _project(Base(workload, topology, gpus, layout, wl, files), point)
     if as_json:
         print(json.dumps(p.as_dict(), indent=1))
         return
     _print_projection(p)
 
 
-def use_accelerators(path: str | None) -> None:
-    """``--accelerators FILE`` (else ``$COMMLENS_ACCELERATORS``): check the files now (exit 2 naming the file and
-    field), then leave them in the environment, where ``device_for`` and sweep workers read them."""
+def accelerators_in_force(path: str | None) -> tuple[str, ...]:
+    """``--accelerators FILE`` (else ``$COMMLENS_ACCELERATORS``): the files, checked now (exit 2 naming the file
+    and field), to pass down to the projection."""
     from commlens.project import ProjectionError
-    from commlens.project.hardware import ACCELERATORS_ENV, active_devices
+    from commlens.project.hardware import accelerator_files, active_devices
 
-    if path is not None:
-        if not Path(path).is_file():
-            fail(f"--accelerators {path}: no such file")
-        os.environ[ACCELERATORS_ENV] = str(Path(path).resolve())
-    if os.environ.get(ACCELERATORS_ENV):
-        try:
-            active_devices()
-        except ProjectionError as e:
-            fail(str(e))
+    try:
+        files = accelerator_files(path)
+        if files:
+            active_devices(files if path is not None else None)  # (None: errors say the files came from $...)
+    except ProjectionError as e:
+        fail(str(e))
+    return files
 
 
 def _point(sets: list[str], parse_vary) -> dict[str, Any]:
@@ -108,27 +121,14 @@ def _point(sets: list[str], parse_vary) -> dict[str, Any]:
 
 
 def _project(base, point: dict[str, Any]):
-    """Like sweep.evaluate, but keeping the Projection and failing with the reason."""
-    from commlens.project import InfeasibleLayoutError, ParallelLayout, ProjectionError, project
-    from commlens.project.sweep import _topology, _workload
+    """The projection of one point (``sweep.project_point``), or exit 2 with the reason."""
+    from commlens.project import InfeasibleLayoutError, ProjectionError
+    from commlens.project.sweep import project_point
     from commlens.topology import TopologyError
     from commlens.workload import WorkloadError
 
-    wl, lay, topo_over, gpus = dict(base.workload_overrides), dict(base.layout), [], base.gpus
-    for path, value in point.items():
-        head, _, rest = path.partition(".")
-        if path == "gpus":
-            gpus = int(value)
-        elif head == "workload":
-            wl[rest] = value
-        elif head == "layout":
-            lay[rest] = value
-        else:
-            topo_over.append((rest, value))
     try:
-        w = _workload(base.workload, tuple(sorted(wl.items())))
-        t = _topology(base.topology, tuple(topo_over))
-        return project(w, t, ParallelLayout(**lay), gpus)
+        return project_point(base, point)
     except (InfeasibleLayoutError, ProjectionError, TopologyError, WorkloadError) as e:
         fail(str(e))
     except ValueError as e:  # pydantic on the layout
@@ -165,6 +165,7 @@ def _print_projection(p) -> None:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
 
 
+@project_app.command("sweep")
 def _sweep(
     workload: str = typer.Argument(..., help="workload preset or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t"),
@@ -190,14 +191,14 @@ def _sweep(
         fail(f"--workers: must be >= 1, got {workers}")
     if top < 1:
         fail(f"--top: must be >= 1, got {top}")
-    use_accelerators(accelerators)
+    files = accelerators_in_force(accelerators)
 
     try:
         grid_spec = parse_vary(vary)
         points = grid(grid_spec) if grid_spec else [{}]
         layout = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
         layout["recompute"] = recompute
-        result = run_sweep(Base(workload, topology, gpus, layout, {}), points, search=search_layout,
+        result = run_sweep(Base(workload, topology, gpus, layout, {}, files), points, search=search_layout,
                            executor=executor, workers=workers)
     except ProjectionError as e:
         fail(str(e))
@@ -230,14 +231,13 @@ def _sweep(
         print(f"plot: {plot_path}")
 
 
+@project_app.command("validate")
 def _validate(as_json: bool = typer.Option(False, "--json"),
               accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP)) -> None:
     """Predicted vs published TFLOP/s per GPU: Megatron-LM SC'21 Table 1 on dgx-a100."""
     from commlens.project.validate import validate_megatron
 
-    use_accelerators(accelerators)
-
-    rows = validate_megatron()
+    rows = validate_megatron(accelerators=accelerators_in_force(accelerators))
     errors = [abs(r.error) for r in rows]
     mae, worst = sum(errors) / len(errors), max(errors)
     ok = worst <= 0.08 and mae <= 0.04
@@ -256,12 +256,6 @@ def _validate(as_json: bool = typer.Option(False, "--json"),
         raise typer.Exit(1)
 
 
-def _app(fn) -> typer.Typer:
-    sub = typer.Typer(add_completion=False)
-    sub.command()(fn)
-    return sub
-
-
 from commlens.cli.calibrate_cmd import calibrate  # noqa: E402  (a project subcommand, in its own module)
 
-_APPS = {"one": _app(_one), "sweep": _app(_sweep), "validate": _app(_validate), "calibrate": _app(calibrate)}
+project_app.command("calibrate")(calibrate)

@@ -31,7 +31,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from commlens.project.calibration_file import CalibrationFile, GemmRecord
 from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, gemm_time_s
@@ -93,9 +93,9 @@ class CalibrationFit:
                 "curves": [c.as_dict() for c in self.curves], "notes": self.notes}
 
 
-def accelerator_for(cal: CalibrationFile) -> str:
+def accelerator_for(cal: CalibrationFile, accelerators: Sequence[str] | None = None) -> str:
     """The accelerators.yaml key of the measured GPU (by CUDA name; its SM count must agree)."""
-    devices = active_devices()
+    devices = active_devices(accelerators)
     for fragment, key in _CUDA_NAMES:
         if fragment in cal.device.name and key in devices:
             if devices[key].sms != cal.device.sms:
@@ -185,14 +185,16 @@ def _least_squares(dev: Device, peak: float, records: list[GemmRecord], params: 
 
 
 def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
-                    parameters: tuple[str, ...] = ("gemm_efficiency", "k_overhead")) -> CalibrationFit:
+                    parameters: tuple[str, ...] = ("gemm_efficiency", "k_overhead"),
+                    accelerators: Sequence[str] | None = None) -> CalibrationFit:
     """Fit ``parameters`` of the GEMM curve and the memory efficiency of accelerator ``name`` (default: the
-    measured GPU's) to ``cal``; raises :class:`ProjectionError` for an unknown accelerator or parameter."""
+    measured GPU's) to ``cal``, with the figures of ``accelerators`` files over the shipped ones (default:
+    ``COMMLENS_ACCELERATORS``); raises :class:`ProjectionError` for an unknown accelerator or parameter."""
     unknown = [p for p in parameters if p not in FIT_PARAMETERS]
     if unknown or "gemm_efficiency" not in parameters:
         raise ProjectionError(f"--fit {','.join(parameters)}: gemm_efficiency and any of k_overhead, tiles")
-    key = name or accelerator_for(cal)
-    devices = active_devices()
+    key = name or accelerator_for(cal, accelerators)
+    devices = active_devices(accelerators)
     if key not in devices:
         raise ProjectionError(f"no accelerator {key!r}; known: {', '.join(sorted(devices))}")
     base = devices[key]

@@ -9,7 +9,7 @@ its origin. A topology whose accelerator is not listed cannot be projected
 Files in the same schema (``format: commlens.accelerators/1``), such as the
 fragment ``commlens project calibrate`` writes, override or add entries: list
 them in ``COMMLENS_ACCELERATORS`` (paths separated by ``os.pathsep``, later
-files win; the CLI's ``--accelerators FILE`` sets it). An entry for a known
+files win), or pass them as ``files`` (the CLI's ``--accelerators FILE``). An entry for a known
 accelerator may give only the fields it changes, but an efficiency always comes
 with its ``*_origin``; a new accelerator gives every field.
 """
@@ -21,7 +21,7 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,7 +29,7 @@ from commlens.project.errors import ProjectionError
 from commlens.specdata import DuplicateKeyError, load_yaml, refuse_bool_numbers
 
 __all__ = ["ACCELERATORS_ENV", "ACCELERATORS_FORMAT", "AcceleratorsFileError", "Device", "GemmShape",
-           "active_devices", "device_for", "known_devices", "load_accelerators_file"]
+           "accelerator_files", "active_devices", "device_for", "known_devices", "load_accelerators_file"]
 
 ACCELERATORS_FORMAT = "commlens.accelerators/1"
 ACCELERATORS_ENV = "COMMLENS_ACCELERATORS"
@@ -191,25 +191,37 @@ def _with_files(files: tuple[tuple[str, int], ...]) -> dict[str, Device]:
     return devices
 
 
-def active_devices() -> dict[str, Device]:
-    """The shipped figures, overridden and extended by the files in ``COMMLENS_ACCELERATORS``."""
-    value = os.environ.get(ACCELERATORS_ENV, "")
-    files = []
-    for path in (p for p in value.split(os.pathsep) if p):
+def accelerator_files(path: str | Path | None = None) -> tuple[str, ...]:
+    """The accelerators files in force: ``path`` alone when given (``--accelerators``), else those listed in
+    ``COMMLENS_ACCELERATORS``. A given path that is not a file raises :class:`AcceleratorsFileError`."""
+    if path is not None:
+        if not Path(path).is_file():
+            raise AcceleratorsFileError(f"--accelerators {path}: no such file")
+        return (str(Path(path).resolve()),)
+    return tuple(p for p in os.environ.get(ACCELERATORS_ENV, "").split(os.pathsep) if p)
+
+
+def active_devices(files: Sequence[str] | None = None) -> dict[str, Device]:
+    """The shipped figures, overridden and extended by ``files`` in order (default: :func:`accelerator_files`)."""
+    from_env = files is None
+    files = accelerator_files() if files is None else files
+    stamped = []
+    for path in files:
         try:
-            files.append((path, os.stat(path).st_mtime_ns))
+            stamped.append((path, os.stat(path).st_mtime_ns))
         except OSError as e:
-            raise AcceleratorsFileError(f"{path} (from {ACCELERATORS_ENV}): cannot read: {e.strerror or e}") from None
-    return _with_files(tuple(files))
+            where = f" (from {ACCELERATORS_ENV})" if from_env else ""
+            raise AcceleratorsFileError(f"{path}{where}: cannot read: {e.strerror or e}") from None
+    return _with_files(tuple(stamped))
 
 
-def known_devices() -> list[str]:
-    return sorted(active_devices())
+def known_devices(files: Sequence[str] | None = None) -> list[str]:
+    return sorted(active_devices(files))
 
 
-def device_for(accelerator_name: str) -> Device:
-    """The compute figures of ``accelerator_name`` (shipped, or from ``COMMLENS_ACCELERATORS``)."""
-    devices = active_devices()
+def device_for(accelerator_name: str, files: Sequence[str] | None = None) -> Device:
+    """The compute figures of ``accelerator_name``: shipped, or from ``files`` (default: :func:`accelerator_files`)."""
+    devices = active_devices(files)
     try:
         return devices[accelerator_name]
     except KeyError:

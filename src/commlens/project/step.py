@@ -34,6 +34,7 @@ not halved for causality), so TFLOP/s figures compare with published ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from commlens.model import InfeasibleError, predict
@@ -145,9 +146,11 @@ def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
 
 
 def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus: int,
-            *, check_memory: bool = True) -> Projection:
-    """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason)."""
-    dev = device_for(topology.accelerator.name)
+            *, check_memory: bool = True, accelerators: Sequence[str] | None = None) -> Projection:
+    """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason).
+
+    ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``)."""
+    dev = device_for(topology.accelerator.name, accelerators)
     w = workload
     r = resolve(layout, w, gpus, topology.accelerators_per_node)
     peak = dev.peak(w.precision)

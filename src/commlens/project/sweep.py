@@ -13,11 +13,14 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 
-__all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "run_sweep", "search_layouts"]
+if TYPE_CHECKING:
+    from commlens.project.step import Projection
+
+__all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "project_point", "run_sweep", "search_layouts"]
 
 TOPOLOGY_ALIASES = {"nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
                     "scale_up_gbytes": ("scale_up.bandwidth_bytes_per_s", 1e9)}
@@ -32,6 +35,7 @@ class Base:
     gpus: int
     layout: dict[str, Any]
     workload_overrides: dict[str, Any]
+    accelerators: tuple[str, ...] | None = None  # accelerators files (None: COMMLENS_ACCELERATORS)
 
 
 def _value(text: str) -> Any:
@@ -122,32 +126,38 @@ def _workload(name: str, overrides: tuple[tuple[str, Any], ...]):
     return hit
 
 
-def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[str, Any]:
-    """One point: its projection as a row, or ``{"error": reason, "kind": kind}``."""
+def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Projection:
+    """The projection of one point: ``base`` with the point's overrides (``workload.*``, ``layout.*``,
+    ``topology.*``, ``gpus``); the best layout with ``search``. Raises the projection's errors, and pydantic's
+    ValueError for a layout field that is out of range."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
 
+    wl_over = dict(base.workload_overrides)
+    topo_over, layout_over = [], dict(base.layout)
+    gpus = base.gpus
+    for path, value in point.items():
+        head, _, rest = path.partition(".")
+        if path == "gpus":
+            gpus = int(value)
+        elif head == "workload":
+            wl_over[rest] = value
+        elif head == "layout":
+            layout_over[rest] = value
+        else:
+            topo_over.append((rest, value))
+    w = _workload(base.workload, tuple(sorted(wl_over.items())))
+    topo = _topology(base.topology, tuple(topo_over))
+    if search:
+        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators)
+    return project(w, topo, ParallelLayout(**layout_over), gpus, accelerators=base.accelerators)
+
+
+def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[str, Any]:
+    """One point: its projection as a row, or ``{"error": reason, "kind": kind}``."""
     row: dict[str, Any] = dict(point)
     try:
-        wl_over = dict(base.workload_overrides)
-        topo_over, layout_over = [], dict(base.layout)
-        gpus = base.gpus
-        for path, value in point.items():
-            head, _, rest = path.partition(".")
-            if path == "gpus":
-                gpus = int(value)
-            elif head == "workload":
-                wl_over[rest] = value
-            elif head == "layout":
-                layout_over[rest] = value
-            else:
-                topo_over.append((rest, value))
-        w = _workload(base.workload, tuple(sorted(wl_over.items())))
-        topo = _topology(base.topology, tuple(topo_over))
-        if search:
-            p = search_layouts(w, topo, gpus, layout_over)
-        else:
-            p = project(w, topo, ParallelLayout(**layout_over), gpus)
+        p = project_point(base, point, search)
     except InfeasibleLayoutError as e:
         row.update(error=str(e), kind=e.kind)
         return row
@@ -160,7 +170,7 @@ def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[st
     return row
 
 
-def search_layouts(w, topo, gpus: int, fixed: dict[str, Any]):
+def search_layouts(w, topo, gpus: int, fixed: dict[str, Any], *, accelerators: tuple[str, ...] | None = None):
     """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO)."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
@@ -176,7 +186,7 @@ def search_layouts(w, topo, gpus: int, fixed: dict[str, Any]):
             for zero in (1, 3):
                 fields = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "zero": zero, **fixed}
                 try:
-                    p = project(w, topo, ParallelLayout(**fields), gpus)
+                    p = project(w, topo, ParallelLayout(**fields), gpus, accelerators=accelerators)
                 except InfeasibleLayoutError as e:
                     reasons[e.kind] += 1
                     continue
@@ -217,9 +227,16 @@ def _reason_key(reason: str) -> str:
 
 def run_sweep(base: Base, points: list[dict[str, Any]], *, search: bool = False, executor: str = "local",
               workers: int | None = None) -> SweepResult:
-    """Evaluate ``points`` (in order) locally in a process pool, serially (``workers=1``), or on Ray."""
-    import os
+    """Evaluate ``points`` (in order) locally in a process pool, serially (``workers=1``), or on Ray.
 
+    The accelerators files are settled here, once, and travel to the workers with ``base``."""
+    import os
+    from dataclasses import replace
+
+    from commlens.project.hardware import accelerator_files
+
+    if base.accelerators is None:
+        base = replace(base, accelerators=accelerator_files())
     workers = workers or os.cpu_count() or 1
     if executor == "ray":
         return SweepResult(_run_ray(base, points, search))
@@ -247,12 +264,7 @@ def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dic
     if started:
         ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
     try:
-        from commlens.project.hardware import ACCELERATORS_ENV
-
-        task = ray.remote(_chunk)
-        files = os.environ.get(ACCELERATORS_ENV)
-        if files:  # calibrated figures: the workers read the same files (paths must be visible to them)
-            task = task.options(runtime_env={"env_vars": {ACCELERATORS_ENV: files}})
+        task = ray.remote(_chunk)  # calibrated figures: base names the files (paths must be visible to workers)
         size = max(1, -(-len(points) // (int(ray.available_resources().get("CPU", 1)) * 4)))
         refs = [task.remote((base, points[i:i + size], search)) for i in range(0, len(points), size)]
         return [row for part in ray.get(refs) for row in part]

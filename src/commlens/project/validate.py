@@ -22,6 +22,7 @@ presets, efficiencies from their documented origins.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["MEGATRON_TABLE1", "PublishedRun", "ValidationRow", "megatron_flops", "validate_megatron"]
@@ -97,8 +98,9 @@ def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -
     return 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def validate_megatron(topology: str = "dgx-a100") -> list[ValidationRow]:
-    """Predicted vs published TFLOP/s per GPU for every row of Megatron-LM SC'21 Table 1."""
+def validate_megatron(topology: str = "dgx-a100", accelerators: Sequence[str] | None = None) -> list[ValidationRow]:
+    """Predicted vs published TFLOP/s per GPU for every row of Megatron-LM SC'21 Table 1 (``accelerators``:
+    accelerators files over the shipped figures, default ``COMMLENS_ACCELERATORS``)."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
     from commlens.topology import load_topology
@@ -111,7 +113,7 @@ def validate_megatron(topology: str = "dgx-a100") -> list[ValidationRow]:
         layout = ParallelLayout(tp=run.tp, pp=run.pp, vpp=run.vpp, sp=False, zero=0, recompute="full",
                                 flash_attention=False, overlap_grad_reduce=run.torch_ddp, grad_reduce_bytes=2,
                                 grad_accum_fusion=False)
-        p = project(w, topo, layout, run.gpus)
+        p = project(w, topo, layout, run.gpus, accelerators=accelerators)
         flops = megatron_flops(run.batch, w.seq_len, w.layers, w.hidden, w.vocab)
         rows.append(ValidationRow(run.workload, run.tp, run.pp, run.vpp, run.gpus, run.batch, run.micro_batch,
                                   run.published_tflops, flops / p.step_time_s / run.gpus / 1e12))
