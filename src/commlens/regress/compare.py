@@ -210,6 +210,7 @@ class _Estimate:
     var: float | None  # None: not measured and no floor known
     df: float
     spread: float | None  # sd of one observation
+    floored: bool = False  # the floor, not the measured spread, set the variance
 
 
 def _estimate(side: RowSide, floor: float | None, min_obs: int) -> _Estimate:
@@ -221,11 +222,12 @@ def _estimate(side: RowSide, floor: float | None, min_obs: int) -> _Estimate:
     df = math.inf
     if spread is not None and x.size >= min_obs:
         var, df = spread * spread / x.size, float(x.size - 1)
+    floored = False
     if floor is not None:
         floor_var = floor * floor / side.runs
         if var is None or floor_var > var:
-            var, df = floor_var, math.inf  # the floor is learned from many runs: its own uncertainty is small
-    return _Estimate(mean, var, df, spread)
+            var, df, floored = floor_var, math.inf, True  # learned from many runs: its own uncertainty is small
+    return _Estimate(mean, var, df, spread, floored)
 
 
 def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = CompareSettings(),
@@ -284,7 +286,9 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
         t_crit = float(sps.t.ppf(0.5 + settings.confidence / 2.0, df))
         lo, hi = math.exp(d - t_crit * se), math.exp(d + t_crit * se)
         single = b.unit == "single round" or c.unit == "single round"
-        verdict, reason = _verdict(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, single, settings, len(order))
+        floor_set = f if (eb.floored or ec.floored) else None
+        verdict, reason = _verdict(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, floor_set, single, settings,
+                                   len(order))
         out.append(Judgement(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, verdict, reason))
     return out
 
@@ -299,7 +303,7 @@ def _unmeasured(b: RowSide, c: RowSide, settings: CompareSettings) -> str:
 
 
 def _verdict(ratio: float, lo: float, hi: float, p: float, q: float, spread: float | None, floor: float | None,
-             single: bool, settings: CompareSettings, rows: int) -> tuple[Verdict, str]:
+             floor_set: float | None, single: bool, settings: CompareSettings, rows: int) -> tuple[Verdict, str]:
     """Steps 4 to 7 of :func:`judge`, with the reason a reader is shown."""
     change = f"{ratio - 1.0:+.1%}"
     d = settings.min_change
@@ -317,9 +321,9 @@ def _verdict(ratio: float, lo: float, hi: float, p: float, q: float, spread: flo
     if ratio < 1.0 / (1.0 + d) and q < settings.alpha and hi < 1.0:
         return "improvement", f"faster {change}"
     if (hi - lo) / 2.0 > d:
-        what = f"runs or rounds scatter by {spread:.0%}" if spread is not None else "spread unknown"
-        if floor is not None and (spread is None or floor > spread):
-            what = f"runs of this series scatter by {floor:.0%} (noise floor)"
+        what = f"runs or rounds scatter by {spread:.1%}" if spread is not None else "spread unknown"
+        if floor_set is not None:
+            what = f"runs of this series scatter by {floor_set:.1%}, its noise floor"
         return "unknown", f"unstable: too noisy to resolve {d:.0%} ({what}; {change})"
     if q >= settings.alpha:
         if p < settings.alpha:
