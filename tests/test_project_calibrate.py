@@ -176,6 +176,25 @@ def test_accelerators_override_moves_the_step_the_expected_way(tmp_path, monkeyp
     assert project(w, topo, ParallelLayout(tp=2), 64).step_time_s == pytest.approx(shipped, rel=1e-12)
 
 
+def test_accelerators_files_are_an_argument_and_the_argument_wins_over_the_variable(tmp_path, monkeypatch):
+    """The library takes the files as an argument (what the CLI's --accelerators passes down): they replace
+    COMMLENS_ACCELERATORS, and a sweep's points see them in its worker processes too."""
+    from commlens.project.sweep import Base, run_sweep
+
+    w, topo, lay = load_workload("llama3-8b"), load_topology("dgx-h100"), ParallelLayout(tp=2)
+    fast, slow = str(_h100_override(tmp_path, 0.95)), str(_h100_override(tmp_path, 0.6))
+    shipped = project(w, topo, lay, 64).step_time_s
+    monkeypatch.setenv(ACCELERATORS_ENV, slow)
+    faster = project(w, topo, lay, 64, accelerators=(fast,)).step_time_s
+    assert faster < shipped < project(w, topo, lay, 64).step_time_s
+    assert project(w, topo, lay, 64, accelerators=()).step_time_s == shipped
+    points = [{"topology.nic_gbps": 100 + i} for i in range(64)]
+    rows = run_sweep(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}, (fast,)), points, workers=2).rows
+    assert rows[0]["step_time_s"] == pytest.approx(faster, rel=0.05) and all("error" not in r for r in rows)
+    monkeypatch.delenv(ACCELERATORS_ENV)
+    assert rows == run_sweep(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}, (fast,)), points, workers=1).rows
+
+
 def test_sweep_workers_see_the_override(tmp_path):
     base = ["sweep", "llama3-8b", "-t", "dgx-h100", "--gpus", "64", "--tp", "2", "--vary",
             "topology.nic_gbps=" + ",".join(str(100 + i) for i in range(70)), "--workers", "2", "--json"]

@@ -97,3 +97,36 @@ def test_each_miss_raises_its_own_error_with_the_message_the_cli_prints(db: str)
         with pytest.raises(NotOneRunError) as several:
             resolve_run("nightly", store, _no_file)
         assert str(several.value) == "'nightly' names 2 runs; give one (a run id, or a file of one run)"
+
+
+def test_model_check_and_diagnose_take_the_same_references(tmp_path: Path) -> None:
+    """`model check` pools a tag as `compare` does; `diagnose stragglers --run` takes an id prefix; a missing
+    file is named as one (these commands once read references each their own way)."""
+    import dataclasses
+    import json
+
+    from typer.testing import CliRunner
+
+    from commlens.cli.app import _register, app
+    from commlens.ingest import load_runs
+
+    _register()
+    fixture = Path(__file__).parent / "data" / "model" / "gloo-4ranks.json"
+    run = dataclasses.replace(load_runs(str(fixture))[0], tag="box")
+    db = str(tmp_path / "runs.db")
+    with Store.open(db) as store:
+        store.save_run(run)
+
+    def cli(*args: str):
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+    by_tag = cli("model", "check", "tag:box", "--db", db, "--json")
+    by_file = cli("model", "check", str(fixture), "--json")
+    assert by_tag.exit_code == 0, by_tag.output
+    assert json.loads(by_tag.stdout)["summary"] == json.loads(by_file.stdout)["summary"]
+    missing = cli("model", "check", "gone.json", "--db", db)
+    assert (missing.exit_code, missing.stderr) == (2, "error: 'gone.json': no such file\n")
+    tagged = cli("diagnose", "stragglers", "--run", "box", "--db", db)  # the tag's one run, read from the store
+    assert (tagged.exit_code, tagged.stderr) == (2, f"error: run {run.run_id} has no per-rank samples\n")
+    unknown = cli("diagnose", "stragglers", "--run", "run:zzzz9999", "--db", db)
+    assert (unknown.exit_code, unknown.stderr) == (2, "error: no run matches 'zzzz9999'\n")
