@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -128,22 +128,13 @@ def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until:
             except StoreError as e:
                 fail(terminal_safe(str(e)), 2)
     if as_json:
-        print(json.dumps([_summary_dict(r) for r in rows], indent=1))
+        print(json.dumps([r.as_dict() for r in rows], indent=1))
         return
     if not rows:
         filtered = any(v is not None for v in (tag, op, since, until, fingerprint))
         print("no runs match" if filtered else "no runs stored yet: `commlens bench` stores one")
         return
     print_run_table(rows)
-
-
-def _summary_dict(r: RunSummary) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    d = asdict(r)
-    d["started_at_utc"] = r.started_at_utc.isoformat()
-    d["ops"] = list(r.ops)
-    return d
 
 
 def print_run_table(rows: list[RunSummary]) -> None:

@@ -6,7 +6,7 @@ samples) raises ``CorruptRunError`` naming the run; ``Store`` listings can skip 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -48,6 +48,13 @@ class RunSummary:
     ops: tuple[str, ...]
     avg_busbw_bytes_per_s: float
     fingerprint: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (``commlens runs --json``): the UTC instant in ISO 8601, ops as a list."""
+        d = asdict(self)
+        d["started_at_utc"] = self.started_at_utc.isoformat()
+        d["ops"] = list(self.ops)
+        return d
 
 
 @dataclass(frozen=True)
