@@ -548,7 +548,7 @@ class Sweep:
                     raise UnsupportedCombination(skipped[algo])
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
                 refused.add((spec.name, algo, dtype, redop, root))
-                outcomes.append(_Outcome(row_index, {}, [], [], skip_note=f"skipped {skipped[algo]}"))
+                outcomes.append(_Outcome(row_index, {}, [], [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
             outcomes.append(_Outcome(row_index, {
                 "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
