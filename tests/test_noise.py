@@ -127,9 +127,9 @@ def test_each_system_has_its_own_floor() -> None:
 
 
 def _floor(size_bytes: int, sd_log: float, fingerprint: str = "fp-a", **kw: object) -> NoiseFloor:
-    fields: dict[str, object] = dict(fingerprint=fingerprint, op="all_reduce", algo="builtin", dtype="float32",
-                                     redop="sum", root=-1, size_bytes=size_bytes, in_place=False, sd_log=sd_log,
-                                     runs=8, groups=2, learned_at="2025-05-02T00:00:00+00:00")
+    fields: dict[str, object] = {"fingerprint": fingerprint, "op": "all_reduce", "algo": "builtin", "dtype": "float32",
+                                     "redop": "sum", "root": -1, "size_bytes": size_bytes, "in_place": False, "sd_log": sd_log,
+                                     "runs": 8, "groups": 2, "learned_at": "2025-05-02T00:00:00+00:00"}
     fields.update(kw)
     return NoiseFloor(**fields)  # type: ignore[arg-type]
 
@@ -239,8 +239,8 @@ def test_noise_learn_without_history_or_store_exits_2(tmp_path: Path) -> None:
     Store.open(empty).close()
     result = invoke("noise", "learn", "--db", empty)
     assert (result.exit_code, result.stderr) == (
-        2, "error: no series has enough history among 0 runs: a floor needs runs of the same revision "
-           "(3 or more of one series, or pairs)\n")
+        2, ("error: no series has enough history among 0 runs: a floor needs runs of the same revision "
+           "(3 or more of one series, or pairs)\n"))
     missing = tmp_path / "missing.db"
     for args in (("noise", "learn"), ("noise", "show")):
         result = invoke(*args, "--db", str(missing))
