@@ -212,3 +212,77 @@ def test_the_noise_estimate_ignores_steps_and_outliers() -> None:
     y[[50, 300]] += 3.0
     assert clean == pytest.approx(0.02, rel=0.1)
     assert robust_noise(y) == pytest.approx(clean, rel=0.05)
+
+
+def _aa_runs(rng: np.random.Generator, run_sd: float, count: int = 12) -> list[Run]:
+    """Repeated runs of one revision (tag ``aa``): each whole run's level drawn from exp(N(0, run_sd))."""
+    return [_run(100 + i, {LARGE: float(np.exp(rng.normal(0.0, run_sd)))}, rng, revision="aaa", tag="aa",
+                 when=_when(70) + timedelta(hours=i)) for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def small_step_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """60 quiet nightlies of LARGE with a 4 % step at run 30, and A/A runs of the same series that scatter by 6 %."""
+    rng = np.random.default_rng(21)
+    runs = [_run(i, {LARGE: 1.04 if i >= 30 else 1.0}, rng) for i in range(60)]
+    return _store(tmp_path_factory.mktemp("floor") / "results.db", runs + _aa_runs(rng, 0.06))
+
+
+def test_a_step_smaller_than_the_learned_noise_floor_is_no_change(small_step_db: str) -> None:
+    from commlens.cli import noise_cmd  # noqa: F401  (registers noise learn)
+
+    # No floor known: the nightlies alone are quiet (0.5 % a run), and the 4 % step is a change.
+    before = invoke("detect", "--db", small_step_db, "--tag", "nightly", "--json")
+    assert before.exit_code == 1, before.stderr
+    doc = json.loads(before.stdout)
+    assert doc["floored"] == 0
+    [change] = doc["changes"]
+    assert (change["index"], change["direction"], change["noise_floor"]) == (30, "regression", None)
+    assert change["change"] == pytest.approx(0.04, abs=0.01)
+    # The A/A runs say whole runs of this series differ by about 6 %: a 4 % step is within that.
+    learned = invoke("noise", "learn", "--db", small_step_db, "--tag", "aa", "--json")
+    assert learned.exit_code == 0, learned.stderr
+    [floor] = json.loads(learned.stdout)["floors"]
+    assert (floor["size_bytes"], floor["runs"], floor["groups"]) == (LARGE, 12, 1)
+    assert floor["sd_log"] == pytest.approx(0.06, rel=0.3)  # 11 degrees of freedom: about 21 % either way
+    assert floor["sd_log"] > 0.045  # this seed's: larger than the step
+    after = invoke("detect", "--db", small_step_db, "--tag", "nightly", "--json")
+    assert after.exit_code == 0, after.stderr
+    doc = json.loads(after.stdout)
+    assert (doc["floored"], doc["changes"], doc["settings"]["floor_multiple"]) == (1, [], 1.0)
+    table = invoke("detect", "--db", small_step_db, "--tag", "nightly")
+    assert table.stdout.splitlines() == [
+        "# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level; changes beyond 1 noise floor in "
+        "1 series",
+        "# 1 series, 60 points: 0 changes (0 regressions, 0 improvements)"]
+
+
+def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str, tmp_path: Path) -> None:
+    from commlens.store.noise import NoiseFloor, save_floors
+
+    db = tmp_path / "copy.db"
+    db.write_bytes(Path(small_step_db).read_bytes())
+    with Store.open(str(db)) as store:
+        save_floors(store, [NoiseFloor(fingerprint=SYSTEM.fingerprint(), op="all_reduce", algo="builtin",
+                                       dtype="float32", redop="sum", root=-1, size_bytes=LARGE, in_place=False,
+                                       sd_log=0.01, runs=12, groups=1, learned_at="2025-05-01T00:00:00+00:00")])
+    result = invoke("detect", "--db", str(db), "--tag", "nightly", "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["floored"] == 1
+    [change] = doc["changes"]
+    assert (change["index"], change["noise_floor"]) == (30, 0.01)
+
+
+def test_find_changes_ignores_a_shift_within_the_floor() -> None:
+    rng = np.random.default_rng(22)
+    x = 1e-4 * (1 + rng.normal(0, 0.005, 80))
+    x[40:] *= 1.04
+    [change] = find_changes(x)
+    assert change.index == 40
+    assert find_changes(x, floor=0.06) == []
+    assert [c.index for c in find_changes(x, floor=0.01)] == [40]
+    # floor_multiple 0 counts the floor in the noise estimate only
+    assert find_changes(x, DetectSettings(floor_multiple=0.0), floor=0.02) != []
+    with pytest.raises(ValueError, match="floor_multiple must be >= 0"):
+        DetectSettings(floor_multiple=-1.0)
