@@ -252,8 +252,8 @@ def test_a_step_smaller_than_the_learned_noise_floor_is_no_change(small_step_db:
     assert (doc["floored"], doc["changes"], doc["settings"]["floor_multiple"]) == (1, [], 1.0)
     table = invoke("detect", "--db", small_step_db, "--tag", "nightly")
     assert table.stdout.splitlines() == [
-        "# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level; changes beyond 1 noise floor in "
-        "1 series",
+        ("# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level; changes beyond 1 noise floor in "
+        "1 series"),
         "# 1 series, 60 points: 0 changes (0 regressions, 0 improvements)"]
 
 

@@ -16,7 +16,7 @@ from commlens.results import Measurement, Run, SystemInfo, TimeStats
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
 from commlens.store.schema import _alembic_config
-from store_backends import make_run, pg_server, pg_url, store_url  # noqa: F401
+from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "store" / "legacy-0001.sql"
 
@@ -250,3 +250,61 @@ def test_foreign_tables_without_a_revision_are_not_taken_for_a_store(store_url: 
         Store.open(store_url)
     with pytest.raises(StoreError, match="not a commlens store"):
         upgrade_schema(store_url)
+
+
+def _make_0003_store(url: str, runs: list[Run], tmp_path: Path) -> None:
+    """A store at schema 0003 (before rounds and noise floors) holding ``runs``, with the rows today's commlens
+    writes for them, less what 0004 added."""
+    current = tmp_path / "current.db"
+    with Store.open(str(current)) as store:
+        store.save_runs(runs)
+    source, target = create_engine(f"sqlite:///{current}"), make_engine(url)
+    try:
+        _migrate(target, "0003")
+        with source.connect() as src, target.begin() as dst:
+            src_tables, dst_tables = MetaData(), MetaData()
+            src_tables.reflect(src)
+            dst_tables.reflect(dst)
+            assert "rounds" not in dst_tables.tables["samples"].c and "noise_floors" not in dst_tables.tables
+            for name in ("runs", "measurements", "samples"):
+                columns = dst_tables.tables[name].c.keys()
+                rows = [{c: r[c] for c in columns} for r in src.execute(select(src_tables.tables[name])).mappings()]
+                dst.execute(insert(dst_tables.tables[name]), rows)
+            if url.startswith("postgresql"):
+                dst.execute(text("SELECT setval(pg_get_serial_sequence('measurements', 'id'), max(id)) "
+                                 "FROM measurements"))
+    finally:
+        source.dispose()
+        target.dispose()
+
+
+def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store_url: str, tmp_path: Path) -> None:
+    from commlens.store.noise import NoiseFloor, list_floors, save_floors
+
+    runs = [make_run("old00001", tag="nightly", revision="r1"), make_run("old00002", revision="r1", scale=1.5),
+            Run(**{**make_run("old00003").__dict__, "status": "check_failed"})]
+    _make_0003_store(store_url, runs, tmp_path)
+    with pytest.raises(StoreError, match=r"has schema 0003, this commlens needs 0004: run `commlens db upgrade`"):
+        Store.open(store_url)
+    assert schema_status(store_url).nruns == 3
+
+    done = upgrade_schema(store_url)
+    assert (done.before, done.after) == ("0003", "0004")
+    status = schema_status(store_url)
+    assert (status.revision, status.state, status.nruns) == ("0004", "current", 3)
+    with Store.open(store_url) as store:
+        assert store.get_runs([r.run_id for r in runs]) == runs  # bit for bit, each row one round
+        assert {m.rounds for r in store.get_runs([r.run_id for r in runs]) for m in r.measurements} == {None}
+        assert _counts(store) == (6, 6)
+        # what 0004 added works on the upgraded store
+        assert list_floors(store) == []
+        floor = NoiseFloor(fingerprint="fp", op="all_reduce", algo="builtin", dtype="float32", redop="sum", root=-1,
+                           size_bytes=1024, in_place=False, sd_log=0.04, runs=2, groups=1,
+                           learned_at="2025-01-01T00:00:00+00:00")
+        save_floors(store, [floor])
+        assert list_floors(store) == [floor]
+        m = make_measurement(samples_s=(1e-5, 2e-5, 3e-5), rounds=(1, 2))
+        new = Run(**{**make_run("new00001").__dict__, "measurements": (m,)})
+        store.save_run(new)
+        assert store.get_run("new00001").measurements[0].rounds == (1, 2)
+        assert _counts(store) == (7, 7)
