@@ -51,21 +51,33 @@ def _fraction(text: str, option: str) -> float:
 
 
 class _LazyStore:
-    """Opens the result store on first use only, so comparing two files touches no database."""
+    """The store compare and detect read, opened on first use only (comparing two files touches no database),
+    through ``commlens.store.refs.StoreOnDemand``; a store that cannot be opened is an ``error: ...`` exit.
+    (Composed, not subclassed, so that importing this module does not import SQLAlchemy.)"""
 
     def __init__(self, db: str | None) -> None:
-        self.db = db
-        self.store: Store | None = None
+        from commlens.store.refs import StoreOnDemand
+
+        self.url = db
+        self._open = StoreOnDemand(db, create=False)  # compare and detect only read
+
+    @property
+    def store(self) -> Store | None:
+        return self._open.store
+
+    def __call__(self) -> Store:
+        return self._open()
 
     def get(self) -> Store:
-        from commlens.store import Store, StoreError
+        from commlens.store import StoreError
 
-        if self.store is None:
-            try:
-                self.store = Store.open(self.db, create=False)  # compare and detect only read
-            except StoreError as e:
-                fail(str(e))
-        return self.store  # type: ignore[return-value]
+        try:
+            return self._open()
+        except StoreError as e:
+            fail(str(e))
+
+    def close(self) -> None:
+        self._open.__exit__()
 
     def exists(self) -> bool:
         """Whether a store is (or can be) open: False for a SQLite file not created yet."""
@@ -74,11 +86,7 @@ class _LazyStore:
 
         if self.store is not None:
             return True
-        return not sqlite_file_missing(default_db_url() if self.db is None else db_url(self.db))
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        return not sqlite_file_missing(default_db_url() if self.url is None else db_url(self.url))
 
 
 def _load_file(path: str, what: str) -> list[Run]:
@@ -180,11 +188,7 @@ def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
     if store.store is None and not store.exists():
         return None
     try:
-        if store.store is None:
-            from commlens.store import Store
-
-            store.store = Store.open(store.db, create=False)
-        return load_floors(store.store, fingerprints)
+        return load_floors(store(), fingerprints)
     except NoStoreError:
         return None
     except StoreError as e:  # the runs came from files: judge them without floors rather than not at all
@@ -368,28 +372,7 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
 
 
 def compare_to_dict(report: CompareReport) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    def side(s: Any) -> dict[str, Any]:
-        return {"ref": s.label, "run_ids": list(s.run_ids), "fingerprints": list(s.fingerprints)}
-
-    return {
-        "base": side(report.base),
-        "candidate": side(report.candidate),
-        "settings": asdict(report.settings),
-        "summary": {
-            "rows": len(report.rows),
-            "regressions": report.count("regression"),
-            "improvements": report.count("improvement"),
-            "no_change": report.count("no change"),
-            "unknown": report.count("unknown"),
-            "geomean_ratio": report.geomean_ratio,
-            "only_in_base": report.only_in_base,
-            "only_in_candidate": report.only_in_candidate,
-        },
-        "warnings": list(report.warnings),
-        "rows": [asdict(r) for r in report.rows],
-    }
+    return report.as_dict()
 
 
 # -- detect output ----------------------------------------------------------------------------
@@ -431,26 +414,4 @@ def detect_table_lines(report: DetectReport) -> list[str]:
 
 
 def detect_to_dict(report: DetectReport) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    changes = []
-    for c in report.changes:
-        d = asdict(c.series)
-        d.update(index=c.index, points=c.points, run_id=c.run_id, started_at=c.started_at.isoformat(),
-                 revision=c.revision, previous_run_id=c.previous_run_id, previous_revision=c.previous_revision,
-                 mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, change=c.change, p_value=c.p_value,
-                 direction=c.direction, noise_floor=c.noise_floor)
-        changes.append(d)
-    return {
-        "settings": asdict(report.settings),
-        "order": report.order,
-        "since": None if report.since is None else report.since.isoformat(),
-        "series": report.series,
-        "too_short": report.too_short,
-        "floored": report.floored,
-        "points": report.points,
-        "excluded_runs": list(report.excluded_runs),
-        "summary": {"changes": len(report.changes), "regressions": len(report.regressions),
-                    "improvements": len(report.changes) - len(report.regressions)},
-        "changes": changes,
-    }
+    return report.as_dict()

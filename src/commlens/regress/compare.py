@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -193,6 +193,30 @@ class CompareReport:
     @property
     def has_regression(self) -> bool:
         return any(r.verdict == "regression" for r in self.rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as ``commlens compare --format json`` prints it."""
+
+        def side(s: SideSummary) -> dict[str, Any]:
+            return {"ref": s.label, "run_ids": list(s.run_ids), "fingerprints": list(s.fingerprints)}
+
+        return {
+            "base": side(self.base),
+            "candidate": side(self.candidate),
+            "settings": asdict(self.settings),
+            "summary": {
+                "rows": len(self.rows),
+                "regressions": self.count("regression"),
+                "improvements": self.count("improvement"),
+                "no_change": self.count("no change"),
+                "unknown": self.count("unknown"),
+                "geomean_ratio": self.geomean_ratio,
+                "only_in_base": self.only_in_base,
+                "only_in_candidate": self.only_in_candidate,
+            },
+            "warnings": list(self.warnings),
+            "rows": [asdict(r) for r in self.rows],
+        }
 
     def summary_line(self) -> str:
         return (

@@ -8,10 +8,10 @@ tag. Each run contributes one point, its mean time.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from collections.abc import Mapping
-from typing import Literal, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, Sequence
 
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.store.repo import MeasurementRow
@@ -76,6 +76,30 @@ class DetectReport:
     @property
     def regressions(self) -> tuple[DetectedChange, ...]:
         return tuple(c for c in self.changes if c.direction == "regression")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as ``commlens detect --json`` prints it."""
+        changes = []
+        for c in self.changes:
+            d = asdict(c.series)
+            d.update(index=c.index, points=c.points, run_id=c.run_id, started_at=c.started_at.isoformat(),
+                     revision=c.revision, previous_run_id=c.previous_run_id, previous_revision=c.previous_revision,
+                     mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, change=c.change,
+                     p_value=c.p_value, direction=c.direction, noise_floor=c.noise_floor)
+            changes.append(d)
+        return {
+            "settings": asdict(self.settings),
+            "order": self.order,
+            "since": None if self.since is None else self.since.isoformat(),
+            "series": self.series,
+            "too_short": self.too_short,
+            "floored": self.floored,
+            "points": self.points,
+            "excluded_runs": list(self.excluded_runs),
+            "summary": {"changes": len(self.changes), "regressions": len(self.regressions),
+                        "improvements": len(self.changes) - len(self.regressions)},
+            "changes": changes,
+        }
 
     def summary_line(self) -> str:
         window = f" since {self.since.isoformat()}" if self.since else ""
