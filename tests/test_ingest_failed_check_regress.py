@@ -29,7 +29,8 @@ def _run(run_id: str, factor: dict[int, float], seed: int, *, wrong: dict[int, i
     wrong = wrong or {}
     ms = [Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=size, count=size // 4, in_place=False,
                       world_size=4, nwrong=wrong.get(size, 0),
-                      samples_s=tuple((20e-6 + size / 5e9) * factor[size] * (1.0 + rng.normal(0.0, 0.01, 20))))
+                      samples_s=tuple((20e-6 + size / 5e9) * factor[size] * (1.0 + rng.normal(0.0, 0.01, 20))),
+                      rounds=(4,) * 5)  # as bench --rounds 5 -n 20 times it
           for size in SIZES]
     return Run(run_id=run_id, started_at=when.isoformat(), system=SYSTEM, measurements=tuple(ms),
                status=status)  # type: ignore[arg-type]
