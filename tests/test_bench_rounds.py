@@ -106,8 +106,6 @@ def test_the_table_has_the_layout_of_a_single_round_run(tmp_path_factory: pytest
     assert len(widths) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bench/worker.py _run_cell builds a skipped row's _Outcome without its "
-                                       "'wrong' list (TypeError in the rank): any refused combination kills the run")
 def test_a_refused_combination_is_skipped_with_a_note_in_every_round(tmp_path: Path) -> None:
     """int32 avg is refused by gloo: noted once, at its first size; float32 avg is measured in both rounds."""
     json_path = tmp_path / "run.json"

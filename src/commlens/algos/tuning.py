@@ -34,12 +34,12 @@ import json
 import logging
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from commlens.algos.base import ALGO_OPS, AlgoError, algorithms_for
+from commlens.files import atomic_text
 
 __all__ = [
     "BUILTIN",
@@ -222,16 +222,8 @@ def save_table(table: TuningTable, path: str | Path) -> Path:
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(table_to_dict(table), indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fp:
-            fp.write(text)
-            fp.flush()
-            os.fsync(fp.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_text(path, fsync=True) as fp:
+        fp.write(text)
     return path
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from commlens.bench.config import ConfigError
-from commlens.results.files import user_data_dir
+from commlens.files import user_data_dir
 from commlens.results.jsonfmt import run_to_dict, write_json
 from commlens.results.records import Run
 

@@ -444,10 +444,10 @@ class Sweep:
     def run_rounds(self, reporter: Reporter | None) -> list[str]:
         """Every row once per round, ``cfg.rounds`` rounds; each row's samples are the rounds' concatenation.
 
-        1. Round ``r`` times ``cfg.round_iters()[r]`` iterations of every row (after the row's own warm-up),
-           in a permutation of the cells drawn from ``cfg.seed`` and ``r`` (the same on every rank), so no row
-           always runs first or right after the same neighbour, and a change of the machine's state between
-           rounds hits every row alike instead of the rows timed after it.
+        1. Round ``r`` times ``cfg.round_iters()[r]`` iterations of every row (after the row's own warm-up):
+           the first round in table order, each later one in a permutation of the cells drawn from
+           ``cfg.seed`` and ``r`` (the same on every rank), so no row always runs first or right after the
+           same neighbour, and a change of the machine's state between rounds hits every row alike.
         2. With ``round_groups == "fresh"`` each round runs in a new process group (new connections or
            communicators), as pyperf runs each round in a fresh worker: what one set of connections makes of
            the machine is measured across rounds instead of being fixed for the whole run.
@@ -464,7 +464,8 @@ class Sweep:
         try:
             for r, iters in enumerate(cfg.round_iters()):
                 order = list(range(len(cells)))
-                random.Random(f"{cfg.seed}/round/{r}").shuffle(order)
+                if r > 0:  # the first round in table order: a refusal is met, and noted, at the first size
+                    random.Random(f"{cfg.seed}/round/{r}").shuffle(order)
                 group = self._round_group(r)
                 for n, c in enumerate(order):
                     first = sum(len(cells[k]) for k in order[:n])

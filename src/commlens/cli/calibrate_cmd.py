@@ -10,11 +10,8 @@ Exit codes: 0 done; 2 no CUDA GPU to measure on, or a bad file or option
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -91,12 +88,11 @@ def _measure(seed: int, budget_s: float):
 
 
 def _write_atomic(path: str, text: str) -> None:
-    target = Path(path)
+    from commlens.files import atomic_text
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w") as f:
+        with atomic_text(path) as f:
             f.write(text)
-        os.replace(tmp, target)
     except OSError as e:
         fail(f"-o {path}: {e.strerror or e}")
 

@@ -121,9 +121,9 @@ def compare_cmd(
     base: str = typer.Argument(..., help="the reference: " + _REF_HELP),
     candidate: str = typer.Argument(..., help="what is judged against it: " + _REF_HELP),
     min_change: Optional[str] = typer.Option(
-        None, "--min-change", help="smallest change of mean time that counts: 3% or 0.03 (default 3%)"),
+        None, "--min-change", help="smallest change of the typical time that counts: 3% or 0.03 (default 3%)"),
     alpha: Optional[float] = typer.Option(
-        None, help="significance level of Mann-Whitney U, adjusted over the rows (default 0.05)"),
+        None, help="significance level of Welch's t on ln time, adjusted over the rows (default 0.05)"),
     min_samples: Optional[int] = typer.Option(
         None, help="rounds (or runs) needed on each side to measure its spread (default 3)"),
     statistic: Optional[str] = typer.Option(

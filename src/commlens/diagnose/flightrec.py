@@ -54,6 +54,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from commlens.files import atomic_bytes
 from commlens.ingest.flightrec import loads_plain
 
 __all__ = ["DUMP_PREFIX", "dump", "dump_path", "install", "uninstall"]
@@ -177,10 +178,8 @@ def dump(dump_dir: str | os.PathLike[str] | None = None, reason: str = "on deman
         if full is not None:
             trace = full
     trace.update(rank=rank, dump_reason=reason, python_stack=python_stack)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(pickle.dumps(trace))
-    os.replace(tmp, target)
+    with atomic_bytes(target) as fp:  # a unique temporary file: safe from any thread or signal handler
+        fp.write(pickle.dumps(trace))
     log.info("flight recorder dumped to %s (%s)", target, reason)
     return target
 

@@ -12,14 +12,13 @@ by name.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from commlens.files import atomic_text
 from commlens.project.errors import ProjectionError
 
 __all__ = ["CALIBRATION_FORMAT", "GEMM_KINDS", "STREAM_KERNELS", "CalibrationFile", "CalibrationFileError",
@@ -151,13 +150,6 @@ def load_calibration(path: str | Path) -> CalibrationFile:
 
 def save_calibration(cal: CalibrationFile, path: str | Path) -> None:
     """Write ``cal`` as JSON atomically (a temporary file in the same folder, then renamed)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(cal.model_dump(mode="json"), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_text(path) as f:
+        json.dump(cal.model_dump(mode="json"), f, indent=1)
+        f.write("\n")

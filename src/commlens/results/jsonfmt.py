@@ -13,7 +13,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from commlens.results.files import atomic_text
+from commlens.files import atomic_text
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 

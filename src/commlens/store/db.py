@@ -15,7 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
-from commlens.results.files import user_data_dir
+from commlens.files import user_data_dir
 
 __all__ = [
     "PG_CONNECT_TIMEOUT_S",

@@ -13,7 +13,7 @@ from datetime import timezone
 from pathlib import Path
 from typing import IO, Any, ContextManager, Iterable, Literal
 
-from commlens.results.files import atomic_text
+from commlens.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
 from commlens.results.records import Measurement, Run
 from commlens.store.convert import to_utc
