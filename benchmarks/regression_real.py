@@ -294,7 +294,7 @@ def main() -> None:
                    help="where the runs' JSON files are kept (runs already there are reused)")
     p.add_argument("--pairs", type=int, default=20, help="pairs of each kind")
     p.add_argument("--history", type=int, default=8, help="A/A runs the noise floors are learned from")
-    p.add_argument("--starve-cpus", type=float, default=0.6, help="CPU quota of the starved rank's host")
+    p.add_argument("--starve-cpus", type=float, default=0.25, help="CPU quota of the starved rank's host")
     p.add_argument("--parts", default="local,cluster", help="local, cluster or both")
     p.add_argument("--judge-only", action="store_true", help="judge the runs in --workdir, measure nothing")
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
