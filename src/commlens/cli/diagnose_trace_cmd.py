@@ -62,7 +62,9 @@ def stragglers(
 
 
 def _us(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1e6:.1f}"
+    from commlens.results.units import format_us
+
+    return format_us(v, decimals=1)
 
 
 def _print_stragglers(report: StragglerReport) -> None:

@@ -53,8 +53,9 @@ def _ops(text: str) -> list[str]:
 
 
 def _us(seconds: float) -> str:
-    us = seconds * 1e6
-    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+    from commlens.results.units import format_us
+
+    return format_us(seconds)
 
 
 def _shape(nodes: int, rpn: int, ranks: int) -> str:

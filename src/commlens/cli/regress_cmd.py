@@ -263,12 +263,15 @@ def _placement(in_place: bool) -> str:
 
 
 def _us(seconds: float) -> str:
-    us = seconds * 1e6
-    return f"{us:.2f}" if us < 1e5 else f"{us:.0f}"
+    from commlens.results.units import format_us
+
+    return format_us(seconds)
 
 
 def _gbps(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e9:.2f}"
+    from commlens.results.units import format_gbps
+
+    return format_gbps(bytes_per_s)
 
 
 def _ci(row: ComparisonRow) -> str:

@@ -18,10 +18,9 @@ from commlens.cli.app import app, fail
 
 
 def _us(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    us = seconds * 1e6
-    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+    from commlens.results.units import format_us
+
+    return format_us(seconds)
 
 
 def _bucket_text(low: int, high: int | None) -> str:

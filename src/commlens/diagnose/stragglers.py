@@ -194,11 +194,10 @@ def table_from_run(run: Run) -> CollectiveTable:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    """The ``q`` quantile (0..1), linearly interpolated: :func:`commlens.results.stats.percentile`."""
+    from commlens.results.stats import percentile
+
+    return percentile(sorted(values), 100.0 * q)
 
 
 def _clock(table: CollectiveTable, params: StragglerParams) -> tuple[str, list[float], str]:

@@ -17,7 +17,6 @@ from commlens.regress.compare import (
     row_side,
 )
 from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
-from commlens.regress.noise import NoiseFloor, learn_floors
 from commlens.regress.history import DetectedChange, DetectReport, SeriesKey, detect_history, parse_utc
 
 __all__ = [
@@ -43,3 +42,12 @@ __all__ = [
     "parse_utc",
     "row_side",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``learn_floors`` and ``NoiseFloor`` on first use: they need the store (SQLAlchemy), compare does not."""
+    if name in ("learn_floors", "NoiseFloor"):
+        from commlens.regress import noise
+
+        return getattr(noise, name)
+    raise AttributeError(f"module 'commlens.regress' has no attribute {name!r}")

@@ -276,7 +276,7 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
        rounds scatter too much to resolve a change as small as asked.
     7. no change: otherwise (not significant, or smaller than ``d``).
     """
-    from scipy import stats as sps
+    from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse: lighter than scipy.stats
 
     floors = list(floors) if floors is not None else [None] * len(pairs)
     ests = [(_estimate(b, f, settings.min_samples), _estimate(c, f, settings.min_samples))
@@ -295,7 +295,7 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
             df = se2 * se2 / sum(v * v / d for v, d in finite)
         tested[i] = (ec.mean - eb.mean, math.sqrt(se2), df)
     order = list(tested)
-    p_raw = {i: float(2.0 * sps.t.sf(abs(tested[i][0]) / tested[i][1], tested[i][2])) for i in order}
+    p_raw = {i: float(2.0 * stdtr(tested[i][2], -abs(tested[i][0]) / tested[i][1])) for i in order}
     p_adj = dict(zip(order, benjamini_hochberg(np.array([p_raw[i] for i in order])).tolist()))
     out = []
     for i, ((b, c), (eb, ec)) in enumerate(zip(pairs, ests)):
@@ -307,7 +307,7 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
             out.append(Judgement(ratio, None, None, None, None, spread, f, "unknown", _unmeasured(b, c, settings)))
             continue
         d, se, df = tested[i]
-        t_crit = float(sps.t.ppf(0.5 + settings.confidence / 2.0, df))
+        t_crit = float(stdtrit(df, 0.5 + settings.confidence / 2.0))
         lo, hi = math.exp(d - t_crit * se), math.exp(d + t_crit * se)
         single = b.unit == "single round" or c.unit == "single round"
         floor_set = f if (eb.floored or ec.floored) else None

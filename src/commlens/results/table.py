@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from commlens.results.units import format_us
+
 __all__ = ["column_header_lines", "row_line", "footer_lines", "op_header_line", "run_table_lines",
            "system_header_lines"]
 
@@ -31,12 +33,7 @@ def column_header_lines() -> list[str]:
     ]
 
 
-def _fmt_time_us(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    us = seconds * 1e6
-    # nccl-tests' precision steps: 2 decimals below 100 us, 1 below 10 ms, none above (fits the column)
-    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+_fmt_time_us = format_us  # nccl-tests' precision steps (fits the column)
 
 
 def _half(m: Mapping[str, Any] | None) -> str:
