@@ -13,7 +13,10 @@ BIN = Path(sys.executable).parent
 # Every op of the catalog, barrier included ("all" means every payload op).
 ALL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
            "sendrecv", "barrier")
-QUICK = ("-n", "3", "-w", "1", "-q")  # few iterations: tests check behaviour, not speed
+# Few iterations in one round: these tests check behaviour, not speed (rounds multiply each row's set-up,
+# warm-up and gather by the rounds); rounds are tested with their own options in test_bench_rounds.py and
+# test_bench_interleave.py.
+QUICK = ("-n", "3", "-w", "1", "-q", "--rounds", "1")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

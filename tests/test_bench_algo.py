@@ -14,7 +14,7 @@ from commlens.cli.app import _register, app
 
 _register()
 
-QUICK = ("-n", "2", "-w", "1", "-q")
+QUICK = ("-n", "2", "-w", "1", "-q", "--rounds", "1")  # one round, as benchutil.QUICK
 
 
 @pytest.fixture(scope="module")

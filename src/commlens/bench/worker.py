@@ -40,6 +40,9 @@ __all__ = ["main", "measure_interleaved", "measure_samples", "round_orders", "it
 
 log = logging.getLogger(__name__)
 
+# Warm-up iterations of a row in every round after the first (see Sweep.run_placement).
+LATER_ROUND_WARMUP = 2
+
 UNSUPPORTED_HINTS = ("not supported", "unsupported", "does not support", "not implemented", "cannot use",
                      "can't be cast to the desired output type")  # gloo: avg on integer types
 
@@ -298,13 +301,19 @@ class Sweep:
         return f"rank {self.rank}: " + _row_context(spec, size_bytes, dtype, redop, root, in_place, ", ".join(algos))
 
     def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
-                      algos: Sequence[str], iters: int, group: Any = None,
+                      algos: Sequence[str], iters: int, group: Any = None, round_index: int = 0,
                       ) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
         """Time and check one placement of each of ``algos`` on this rank, their timed loops interleaved.
 
         Returns (algo -> (timestamps, wrong elements), or None where torch does not offer the placement) and
         (algo -> reason) for the implementations that refused the combination; the others carry on.
+
+        The first round (``round_index`` 0) warms up ``cfg.warmup`` iterations and checks the results; a later
+        round, in its fresh group, warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` (the connections and
+        buffers are new, the code paths and the data are not) and does not check again: results are checked
+        once per row, as nccl-tests does with ``-c 1``.
         """
+        warmup = self.cfg.warmup if round_index == 0 else min(self.cfg.warmup, LATER_ROUND_WARMUP)
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         ready: list[tuple[str, Collective, Fault | None]] = []
@@ -321,7 +330,7 @@ class Sweep:
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
                 try:
-                    self._warm_up(coll, fault, context, algo)
+                    self._warm_up(coll, fault, context, algo, warmup)
                 except UnsupportedCombination as e:
                     refused[algo] = str(e)
                     continue
@@ -340,10 +349,10 @@ class Sweep:
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
             self._state(context)
             with _row_failure(context):
-                results[algo] = (algo_stamps, self._check(coll, fault))
+                results[algo] = (algo_stamps, self._check(coll, fault) if round_index == 0 else 0)
         return results, refused
 
-    def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str) -> None:
+    def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int) -> None:
         """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused)."""
         coll.reset()
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
@@ -359,7 +368,7 @@ class Sweep:
             if reason is None:
                 raise
             raise UnsupportedCombination(reason) from None
-        for _ in range(max(0, self.cfg.warmup - 1)):
+        for _ in range(max(0, warmup - 1)):
             _wait(coll.launch())
 
     def _check(self, coll: Collective, fault: Fault | None) -> int:
@@ -519,7 +528,8 @@ class Sweep:
             running = [algo for algo in todo if algo not in skipped]
             if not running:
                 break
-            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running, iters, group)
+            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running, iters, group,
+                                                   round_index or 0)
             for algo, reason in refusals.items():
                 where = cfg.backend if algo == "builtin" else f"commlens {algo}"
                 skipped[algo] = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {reason}"
