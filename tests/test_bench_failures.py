@@ -115,9 +115,10 @@ def test_wrong_results_fail_the_run_naming_op_size_dtype_and_rank(tmp_path: Path
 
 def test_ctrl_c_keeps_the_finished_rows_marked_incomplete(tmp_path: Path) -> None:
     db, out = tmp_path / "results.db", tmp_path / "run.json"
+    # One round: with rounds a row is printed only once its last round is done: no first row to wait for.
     proc = subprocess.Popen(
         [str(BIN / "commlens"), "bench", "--nproc", "2", "--op", "all_reduce", "-b", "8", "-e", "1G", "-n", "20",
-         "-w", "1", "--db", str(db), "--json", str(out)],
+         "-w", "1", "--rounds", "1", "--db", str(db), "--json", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
     try:
         seen = []
