@@ -38,8 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from algos_common import (STAT, bench, commlens, load, median_ratio_ci, merge_runs, row_time, size_text,  # noqa: E402
-                          times, us)
+from algos_common import STAT, bench, commlens, load, median_ratio_ci, merge_runs, row_time, size_text, times, us  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 SECTION = "## Collective algorithms on an emulated cluster (issue 7)"
@@ -51,20 +50,62 @@ def measure(ns: argparse.Namespace, name: str) -> tuple:
         work = ns.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         os.environ["COMMLENS_CLUSTER_DIR"] = tmp
-        commlens("cluster", "up", "--name", name, "--hosts", "2", "--link-gbps", str(ns.link_gbps),
-                 "--ranks-per-host", "2", "--slow-link", f"0-1:{ns.slow}")
+        commlens(
+            "cluster",
+            "up",
+            "--name",
+            name,
+            "--hosts",
+            "2",
+            "--link-gbps",
+            str(ns.link_gbps),
+            "--ranks-per-host",
+            "2",
+            "--slow-link",
+            f"0-1:{ns.slow}",
+        )
         try:
-            args = ["--cluster", name, "--ranks-per-host", "2", "--op", "all_reduce", "--algo", "builtin,all",
-                    "--interleave", "-f", "4"]
+            args = [
+                "--cluster",
+                name,
+                "--ranks-per-host",
+                "2",
+                "--op",
+                "all_reduce",
+                "--algo",
+                "builtin,all",
+                "--interleave",
+                "-f",
+                "4",
+            ]
             small = args + ["-b", "1K", "-e", "64K", "-n", str(ns.small_iters), "-w", str(4 * ns.warmup)]
             large = args + ["-b", "256K", "-e", ns.max_bytes, "-n", str(ns.iters), "-w", str(ns.warmup)]
-            runs = [merge_runs([bench(small, work / f"pass{k}-small.json"), bench(large, work / f"pass{k}-large.json")])
-                    for k in (1, 2)]
+            runs = [
+                merge_runs([bench(small, work / f"pass{k}-small.json"), bench(large, work / f"pass{k}-large.json")])
+                for k in (1, 2)
+            ]
             # the slow link one way at a time (4 ranks: each pair carries one direction) and both ways over one
             # connection (2 ranks: each sends to and receives from the other)
             for per_host in (2, 1):
-                runs.append(bench(["--cluster", name, "--ranks-per-host", str(per_host), "--op", "sendrecv", "-b",
-                                   "16M", "-n", "5", "-w", "1"], work / f"sendrecv-{per_host}.json"))
+                runs.append(
+                    bench(
+                        [
+                            "--cluster",
+                            name,
+                            "--ranks-per-host",
+                            str(per_host),
+                            "--op",
+                            "sendrecv",
+                            "-b",
+                            "16M",
+                            "-n",
+                            "5",
+                            "-w",
+                            "1",
+                        ],
+                        work / f"sendrecv-{per_host}.json",
+                    )
+                )
             return tuple(runs)
         finally:
             commlens("cluster", "down", name)
@@ -98,14 +139,16 @@ def main() -> int:
     from commlens.results import load_run
 
     if ns.runs is not None:
-        run1, run2 = (merge_runs([load_run(ns.runs / f"pass{k}-{part}.json") for part in ("small", "large")])
-                      for k in (1, 2))
+        run1, run2 = (
+            merge_runs([load_run(ns.runs / f"pass{k}-{part}.json") for part in ("small", "large")]) for k in (1, 2)
+        )
         links = [load_run(ns.runs / f"{f}.json") for f in ("sendrecv-2", "sendrecv-1")]
     else:
         run1, run2, *links = measure(ns, name)
     link_lines = []
-    for run, what in zip(links, ("one way per connection (4 ranks, ring of send/recv)",
-                                 "both ways over one connection (2 ranks)")):
+    for run, what in zip(
+        links, ("one way per connection (4 ranks, ring of send/recv)", "both ways over one connection (2 ranks)")
+    ):
         (m,) = run.measurements
         link_lines.append(f"| {what} | {m.size_bytes / row_time(m) / 1e6:.1f} |")
     fitted = fit_runs([run1], load_topology("emulated-cluster"), stat=STAT, min_size_bytes=1024)
@@ -123,11 +166,16 @@ def main() -> int:
 
     rows2 = times(run2, "all_reduce")
     rows1 = times(run1, "all_reduce")
-    hier_lines = ["| size | ring p1 (us) | hierarchical p1 (us) | ring / hier p1 | ring p2 (us) | hierarchical p2 "
-                  "(us) | ring / hier p2 (95% CI) | builtin p2 (us) | predicted ring / hier |", "|" + "---:|" * 9]
-    win_lines = ["| size | measured winner (p2) | its time (us) | predicted winner | predicted time (us) | "
-                 "its measured time / the winner's (95% CI) | right | hier vs ring: measured | predicted | right |",
-                 "|---:|---|---:|---|---:|---:|---|---|---|---|"]
+    hier_lines = [
+        "| size | ring p1 (us) | hierarchical p1 (us) | ring / hier p1 | ring p2 (us) | hierarchical p2 "
+        "(us) | ring / hier p2 (95% CI) | builtin p2 (us) | predicted ring / hier |",
+        "|" + "---:|" * 9,
+    ]
+    win_lines = [
+        "| size | measured winner (p2) | its time (us) | predicted winner | predicted time (us) | "
+        "its measured time / the winner's (95% CI) | right | hier vs ring: measured | predicted | right |",
+        "|---:|---|---:|---|---:|---:|---|---|---|---|",
+    ]
     beats = beats_clear = right_all = right_tied = right_pair = right_pair_tied = total = 0
     for size in sorted(rows2):
         r1, r2 = rows1.get(size, {}), rows2[size]
@@ -154,18 +202,25 @@ def main() -> int:
             f"{us(row_time(r1['hierarchical'])) if r1 else '-'} | {ratio1} | {us(meas['ring'])} | "
             f"{us(meas['hierarchical'])} | {hr:.2f} ({hlo:.2f}-{hhi:.2f}) | "
             f"{us(row_time(r2['builtin'])) if 'builtin' in r2 else '-'} | "
-            f"{pred['ring'] / pred['hierarchical']:.2f} |")
+            f"{pred['ring'] / pred['hierarchical']:.2f} |"
+        )
         verdict = "yes" if m_win == p_win else ("tie" if tied else "no")
         pair_verdict = "yes" if m_pair == p_pair else ("tie" if pair_tied else "no")
-        win_lines.append(f"| {size_text(size)} | {m_win} | {us(meas[m_win])} | {p_win} | {us(pred[p_win])} | "
-                         f"{ratio:.2f} ({lo:.2f}-{hi:.2f}) | {verdict} | {m_pair} | {p_pair} | {pair_verdict} |")
+        win_lines.append(
+            f"| {size_text(size)} | {m_win} | {us(meas[m_win])} | {p_win} | {us(pred[p_win])} | "
+            f"{ratio:.2f} ({lo:.2f}-{hi:.2f}) | {verdict} | {m_pair} | {p_pair} | {pair_verdict} |"
+        )
     check = check_runs([run2], topo, stat=STAT, min_size_bytes=1024).by_algo()
     mape_lines = ["| op / algorithm | rows | MAPE | max | bias |", "|---|---:|---:|---:|---:|"]
     for key, s in check.items():
-        mape_lines.append(f"| {key} | {s['rows']} | {s['mape_pct']:.1f}% | {s['max_ape_pct']:.1f}% | "
-                          f"{s['bias_pct']:+.1f}% |")
-    consts = ", ".join(f"{q.name} {q.value * 1e6:.1f} us" if q.unit == "s" else f"{q.name} {q.value / 1e9:.3g} GB/s"
-                       for q in fitted.params if q.held_because is None)
+        mape_lines.append(
+            f"| {key} | {s['rows']} | {s['mape_pct']:.1f}% | {s['max_ape_pct']:.1f}% | {s['bias_pct']:+.1f}% |"
+        )
+    consts = ", ".join(
+        f"{q.name} {q.value * 1e6:.1f} us" if q.unit == "s" else f"{q.name} {q.value / 1e9:.3g} GB/s"
+        for q in fitted.params
+        if q.held_because is None
+    )
     share_all, share_pair = 100.0 * right_all / total, 100.0 * right_pair / total
     share_tied, share_pair_tied = 100.0 * right_tied / total, 100.0 * right_pair_tied / total
     body = [
@@ -206,11 +261,17 @@ def main() -> int:
         *mape_lines,
     ]
     if link_lines:
-        body += ["", f"**The slow link itself** (`bench --op sendrecv -b 16M`, {ns.link_gbps * ns.slow * 125:.2f} MB/s "
-                 "shaped): what one direction gets. Exchanges in which two ranks send to each other at once "
-                 "(hierarchical's two-host ring, recursive doubling, Rabenseifner) run at the second rate; the "
-                 "flat ring's hops at the first.", "", "| traffic over the slow link | MB/s each way |", "|---|---:|",
-                 *link_lines]
+        body += [
+            "",
+            f"**The slow link itself** (`bench --op sendrecv -b 16M`, {ns.link_gbps * ns.slow * 125:.2f} MB/s "
+            "shaped): what one direction gets. Exchanges in which two ranks send to each other at once "
+            "(hierarchical's two-host ring, recursive doubling, Rabenseifner) run at the second rate; the "
+            "flat ring's hops at the first.",
+            "",
+            "| traffic over the slow link | MB/s each way |",
+            "|---|---:|",
+            *link_lines,
+        ]
     print("\n".join(body))
     if not ns.no_docs:
         write_section(SECTION, body)

@@ -54,8 +54,12 @@ def merge_runs(runs: list[Any]) -> Any:
     for run in runs:
         for m in run.measurements:
             samples.setdefault(m.key, []).extend(m.samples_s)
-    rows = tuple(replace(m, samples_s=tuple(samples.pop(m.key)), rank_samples_s=None)
-                 for run in runs for m in run.measurements if m.key in samples)
+    rows = tuple(
+        replace(m, samples_s=tuple(samples.pop(m.key)), rank_samples_s=None)
+        for run in runs
+        for m in run.measurements
+        if m.key in samples
+    )
     return replace(runs[0], run_id="+".join(r.run_id[:12] for r in runs), measurements=rows)
 
 

@@ -36,8 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from algos_common import (STAT, bench, load, median_ratio_ci, merge_runs, row_time, size_text, times,  # noqa: E402
-                          tune, us)
+from algos_common import STAT, bench, load, median_ratio_ci, merge_runs, row_time, size_text, times, tune, us  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 SECTION = "## Collective algorithms on gloo/CPU (issue 7)"
@@ -82,8 +81,10 @@ def op_table(run, op: str) -> list[str]:  # noqa: ANN001 - a Run
 
 def ring_ratio_rows(runs: list[tuple[str, object]], min_size: int) -> tuple[list[str], bool]:
     """ring / builtin busBW per pass and size; the verdict is the last run's (the pooled passes)."""
-    lines = ["| pass | size | builtin busBW (GB/s, p50) | ring busBW (p50) | ring / builtin (p50) | "
-             "ring / builtin (mean) |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| pass | size | builtin busBW (GB/s, p50) | ring busBW (p50) | ring / builtin (p50) | ring / builtin (mean) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     ok = True
     for label, run in runs:
         for size, r in sorted(times(run, "all_reduce").items()):
@@ -93,15 +94,19 @@ def ring_ratio_rows(runs: list[tuple[str, object]], min_size: int) -> tuple[list
             mean = busbw(r["ring"], "mean") / busbw(r["builtin"], "mean")
             if run is runs[-1][1]:
                 ok &= p50 >= 0.85
-            lines.append(f"| {label} | {size_text(size)} | {busbw(r['builtin'], 'p50') / 1e9:.3f} | "
-                         f"{busbw(r['ring'], 'p50') / 1e9:.3f} | {p50:.2f} | {mean:.2f} |")
+            lines.append(
+                f"| {label} | {size_text(size)} | {busbw(r['builtin'], 'p50') / 1e9:.3f} | "
+                f"{busbw(r['ring'], 'p50') / 1e9:.3f} | {p50:.2f} | {mean:.2f} |"
+            )
     return lines, ok and len(lines) > 2
 
 
 def latency_rows(runs: list[tuple[str, object]], max_size: int) -> tuple[list[str], bool]:
     """best commlens / builtin p50 per pass and size; the verdict is the last run's (the pooled passes)."""
-    lines = ["| pass | size | builtin (us) | best commlens | its time (us) | best / builtin |",
-             "|---|---:|---:|---|---:|---:|"]
+    lines = [
+        "| pass | size | builtin (us) | best commlens | its time (us) | best / builtin |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
     ok = True
     names = algo_names("all_reduce")
     for label, run in runs:
@@ -113,8 +118,10 @@ def latency_rows(runs: list[tuple[str, object]], max_size: int) -> tuple[list[st
             ratio = ours[best] / row_time(r["builtin"])
             if run is runs[-1][1]:
                 ok &= ratio <= 1.5
-            lines.append(f"| {label} | {size_text(size)} | {us(row_time(r['builtin']))} | {best} | "
-                         f"{us(ours[best])} | {ratio:.2f}x |")
+            lines.append(
+                f"| {label} | {size_text(size)} | {us(row_time(r['builtin']))} | {best} | "
+                f"{us(ours[best])} | {ratio:.2f}x |"
+            )
     return lines, ok and len(lines) > 2
 
 
@@ -127,8 +134,11 @@ def auto_rows(run, ops: list[str], table_path: Path) -> tuple[list[str], int, in
     from commlens.algos.tuning import load_table, lookup
 
     table = load_table(table_path)
-    lines = ["| op | size | auto ran | auto (us) | best | best (us) | auto / best (95% CI) | picked / best | "
-             "auto / same algorithm |", "|---|---:|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| op | size | auto ran | auto (us) | best | best (us) | auto / best (95% CI) | picked / best | "
+        "auto / same algorithm |",
+        "|---|---:|---|---:|---|---:|---:|---:|---:|",
+    ]
     met = within_noise = total = 0
     for op in ops:
         names = algo_names(op)
@@ -143,8 +153,10 @@ def auto_rows(run, ops: list[str], table_path: Path) -> tuple[list[str], int, in
             total += 1
             met += ratio <= 1.05
             within_noise += lo <= 1.05
-            lines.append(f"| {op} | {size_text(size)} | {ran} | {us(t_auto)} | {best} | {us(ours[best])} | "
-                         f"{ratio:.2f} ({lo:.2f}-{hi:.2f}) | {ours[ran] / ours[best]:.2f} | {t_auto / ours[ran]:.2f} |")
+            lines.append(
+                f"| {op} | {size_text(size)} | {ran} | {us(t_auto)} | {best} | {us(ours[best])} | "
+                f"{ratio:.2f} ({lo:.2f}-{hi:.2f}) | {ours[ran] / ours[best]:.2f} | {t_auto / ours[ran]:.2f} |"
+            )
     return lines, met, within_noise, total
 
 
@@ -157,17 +169,27 @@ def mape_rows(train: list, test: list) -> list[str]:
     fitted = fit_runs(train, load_topology("local-cpu"), stat=STAT, min_size_bytes=1024)
     wide = check_runs(test, fitted.topology, stat=STAT, min_size_bytes=1024).by_algo()
     large = check_runs(test, fitted.topology, stat=STAT, min_size_bytes=64 << 10).by_algo()
-    lines = ["| op / algorithm | rows >= 1 KiB | MAPE | bias | rows >= 64 KiB | MAPE | max | bias |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| op / algorithm | rows >= 1 KiB | MAPE | bias | rows >= 64 KiB | MAPE | max | bias |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for key, s in wide.items():
         big = large.get(key)
-        tail = (f"{big['rows']} | {big['mape_pct']:.1f}% | {big['max_ape_pct']:.1f}% | {big['bias_pct']:+.1f}%"
-                if big else "0 | - | - | -")
+        tail = (
+            f"{big['rows']} | {big['mape_pct']:.1f}% | {big['max_ape_pct']:.1f}% | {big['bias_pct']:+.1f}%"
+            if big
+            else "0 | - | - | -"
+        )
         lines.append(f"| {key} | {s['rows']} | {s['mape_pct']:.1f}% | {s['bias_pct']:+.1f}% | {tail} |")
-    consts = ", ".join(f"{p.name} {p.value * 1e6:.1f} us" if p.unit == "s" else f"{p.name} {p.value / 1e9:.3g} GB/s"
-                       for p in fitted.params if p.held_because is None)
-    return lines + ["", f"Fitted on pass 1 ({len(fitted.residuals)} rows, in-sample MAPE "
-                        f"{fitted.mape_pct:.1f}%): {consts}."]
+    consts = ", ".join(
+        f"{p.name} {p.value * 1e6:.1f} us" if p.unit == "s" else f"{p.name} {p.value / 1e9:.3g} GB/s"
+        for p in fitted.params
+        if p.held_because is None
+    )
+    return lines + [
+        "",
+        f"Fitted on pass 1 ({len(fitted.residuals)} rows, in-sample MAPE {fitted.mape_pct:.1f}%): {consts}.",
+    ]
 
 
 def main() -> int:
@@ -202,14 +224,19 @@ def main() -> int:
         for i in range(ns.passes):
             order = "builtin,all,auto" if i % 2 == 0 else "auto,all,builtin"  # no implementation always first
             for ops, sizes in sweeps:
-                passes[ops].append(bench(["--op", ops, "--algo", order, "--interleave", *sizes, *timing],
-                                         work / f"{ops[:10]}-{i}.json", env))
+                passes[ops].append(
+                    bench(
+                        ["--op", ops, "--algo", order, "--interleave", *sizes, *timing],
+                        work / f"{ops[:10]}-{i}.json",
+                        env,
+                    )
+                )
         ar2 = merge_runs(passes["all_reduce"])
         other2 = None if ns.no_others else merge_runs(passes[OTHERS])
         runs2 = [ar2] + ([] if other2 is None else [other2])
         each = [("1 (tune)", runs1[0])] + [(str(i + 2), r) for i, r in enumerate(passes["all_reduce"])]
-        ring_lines, ring_ok = ring_ratio_rows(each + [("2-%d pooled" % (ns.passes + 1), ar2)], 16 << 20)
-        lat_lines, lat_ok = latency_rows(each + [("2-%d pooled" % (ns.passes + 1), ar2)], 4 << 10)
+        ring_lines, ring_ok = ring_ratio_rows(each + [(f"2-{ns.passes + 1} pooled", ar2)], 16 << 20)
+        lat_lines, lat_ok = latency_rows(each + [(f"2-{ns.passes + 1} pooled", ar2)], 4 << 10)
         auto_lines, auto_met, noise_met, auto_total = auto_rows(ar2, ["all_reduce"], table)
         if other2 is not None:
             other_auto, o_met, o_noise, o_total = auto_rows(other2, OTHERS.split(","), table)
@@ -256,10 +283,14 @@ def main() -> int:
         if other2 is not None:
             for op in OTHERS.split(","):
                 body += [f"**{op}, pooled passes** (p50 us):", "", *op_table(other2, op), ""]
-        body += ["**Cost model per algorithm** (`local-cpu` fitted on pass 1 with `commlens.model.fit`, p50, rows "
-                 ">= 1 KiB; checked on the pooled passes; `auto` rows left out):", "", *mape, ""]
-        body += ["Tuning table written by pass 1 (all_reduce):", "", "```", *summaries[0].strip().splitlines(),
-                 "```"]
+        body += [
+            "**Cost model per algorithm** (`local-cpu` fitted on pass 1 with `commlens.model.fit`, p50, rows "
+            ">= 1 KiB; checked on the pooled passes; `auto` rows left out):",
+            "",
+            *mape,
+            "",
+        ]
+        body += ["Tuning table written by pass 1 (all_reduce):", "", "```", *summaries[0].strip().splitlines(), "```"]
     text = "\n".join(body)
     print(text)
     if not ns.no_docs:

@@ -41,7 +41,7 @@ def write_section(body: str) -> None:
     if HEADING in text:
         start = text.index(HEADING)
         nxt = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt != -1 else "")
+        text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt != -1 else "")
     else:
         text = text.rstrip() + "\n\n" + section
     DOCS.write_text(text)
@@ -81,22 +81,34 @@ def main() -> int:
                 ok = got == [] if want is None else got == [want]
                 hits += ok
                 confs += [f["confidence"] for f in faults]
-            rows.append((label, hits, ns.trials, errors, max(times), sum(times) / len(times),
-                         min(confs) if confs else None))
+            rows.append(
+                (label, hits, ns.trials, errors, max(times), sum(times) / len(times), min(confs) if confs else None)
+            )
             print(f"{label}: {hits}/{ns.trials} correct", file=sys.stderr, flush=True)
     finally:
         cl("cluster", "down", name)
-    lines = [(f"Produced by `sudo .venv/bin/python benchmarks/diagnose_accuracy.py --trials {ns.trials}`, {started}: "
-             f"{ns.hosts} emulated hosts (network namespaces, HTB-shaped {ns.link_gbps:g} Gb/s links), "
-             f"`commlens diagnose links --cluster NAME {ns.probe}` per trial, on a 2-core machine."), "",
-             "| scenario | correct | errors | mean time (s) | max time (s) | min confidence |", "|---|---|---|---|---|---|"]
+    lines = [
+        (
+            f"Produced by `sudo .venv/bin/python benchmarks/diagnose_accuracy.py --trials {ns.trials}`, {started}: "
+            f"{ns.hosts} emulated hosts (network namespaces, HTB-shaped {ns.link_gbps:g} Gb/s links), "
+            f"`commlens diagnose links --cluster NAME {ns.probe}` per trial, on a 2-core machine."
+        ),
+        "",
+        "| scenario | correct | errors | mean time (s) | max time (s) | min confidence |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, hits, n, errors, tmax, tmean, cmin in rows:
         c = "-" if cmin is None else f"{cmin:.2f}"
         lines.append(f"| {label} | {hits}/{n} | {errors} | {tmean:.1f} | {tmax:.1f} | {c} |")
-    lines += ["", ("A trial is correct when the `faults` list of the JSON is exactly the injected fault (kind and "
-              "hosts), or empty on the healthy cluster: a healthy trial that is not correct is a false alarm. "
-              "Time is the whole command, wall clock: starting 8 Python/torch processes in the namespaces on 2 "
-              "cores is most of it; the measurement (3 passes of 7 rounds) takes a few seconds.")]
+    lines += [
+        "",
+        (
+            "A trial is correct when the `faults` list of the JSON is exactly the injected fault (kind and "
+            "hosts), or empty on the healthy cluster: a healthy trial that is not correct is a false alarm. "
+            "Time is the whole command, wall clock: starting 8 Python/torch processes in the namespaces on 2 "
+            "cores is most of it; the measurement (3 passes of 7 rounds) takes a few seconds."
+        ),
+    ]
     body = "\n".join(lines)
     print(body)
     if not ns.no_docs:

@@ -27,8 +27,6 @@ from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
 _sys.path.insert(0, str(_Path(__file__).resolve().parent.parent / "tests"))
-from docsection import write_section  # noqa: E402
-
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import datetime as dt  # noqa: E402
@@ -43,6 +41,8 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+
+from docsection import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Bad input (issue 12)"
@@ -59,10 +59,12 @@ BEFORE = (
     "little above the parse: what remains is the parsed run itself."
 )
 # Runs one command and prints the peak resident memory of that child, in KiB (Linux ru_maxrss).
-_PEAK = ("import resource, subprocess, sys\n"
-         "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
-         "print(json.dumps({'rc': p.returncode, 'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
-         " 'out': (p.stdout[-300:] + p.stderr[-300:]).decode(errors='replace')}))\n")
+_PEAK = (
+    "import resource, subprocess, sys\n"
+    "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
+    "print(json.dumps({'rc': p.returncode, 'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
+    " 'out': (p.stdout[-300:] + p.stderr[-300:]).decode(errors='replace')}))\n"
+)
 
 
 def _fuzz(cases: int, seed: int) -> tuple[collections.Counter, list[tuple[str, str, str, list, str]], float]:
@@ -80,14 +82,22 @@ def _fuzz(cases: int, seed: int) -> tuple[collections.Counter, list[tuple[str, s
         try:
             for _ in range(cases):
                 case = rng.choice(fuzz.CASES)
-                mutations = [(rng.choice(fuzz.KINDS), rng.random(), rng.randrange(10**6))
-                             for _ in range(rng.randint(1, 4))]
+                mutations = [
+                    (rng.choice(fuzz.KINDS), rng.random(), rng.randrange(10**6)) for _ in range(rng.randint(1, 4))
+                ]
                 try:
                     outcomes[(case.reader, fuzz._run(harness, case, mutations))] += 1
                 except Exception as e:  # a crash: what the fuzz is looking for
                     where = traceback.extract_tb(e.__traceback__)[-1]
-                    crashes.append((case.reader, case.name, f"{type(e).__name__} at {Path(where.filename).name}:{where.lineno}",
-                                    mutations, str(e)[:200]))
+                    crashes.append(
+                        (
+                            case.reader,
+                            case.name,
+                            f"{type(e).__name__} at {Path(where.filename).name}:{where.lineno}",
+                            mutations,
+                            str(e)[:200],
+                        )
+                    )
         finally:
             harness.close()
     return outcomes, crashes, time.perf_counter() - start
@@ -98,22 +108,23 @@ def _inputs(folder: Path) -> dict[str, Path]:
     lines = LOG.read_text().splitlines(True)
     rank7 = next(i for i, ln in enumerate(lines) if ln.startswith("#  Rank  7 "))
     huge = folder / "rank-4294967296.log"
-    huge.write_text("".join(lines[:rank7] + [lines[rank7].replace("Rank  7 ", "Rank 4294967296 ")]
-                            + lines[rank7 + 1:]))
+    huge.write_text(
+        "".join(lines[:rank7] + [lines[rank7].replace("Rank  7 ", "Rank 4294967296 ")] + lines[rank7 + 1 :])
+    )
     nested = folder / "nested-100k.json"
     nested.write_text('{"results": ' + "[" * 100_000 + "]" * 100_000 + "}")
     first_info = min(i for i, ln in enumerate(lines) if "NCCL INFO" in ln)
     info = [ln for ln in lines[:40] if "NCCL INFO" in ln]
     block = "".join(info)
     info_log = folder / "valid-50mib-nccl-info.log"
-    info_log.write_text("".join(lines[:first_info]) + block * (TARGET_BYTES // len(block) + 1)
-                        + "".join(lines[first_info:]))
+    info_log.write_text(
+        "".join(lines[:first_info]) + block * (TARGET_BYTES // len(block) + 1) + "".join(lines[first_info:])
+    )
     rows = [ln for ln in lines if ln.strip()[:1].isdigit() and len(ln.split()) == 13]
     first, last = lines.index(rows[0]), lines.index(rows[-1])
     table = "".join(rows)
     rows_log = folder / "valid-50mib-rows.log"
-    rows_log.write_text("".join(lines[:first]) + table * (TARGET_BYTES // len(table) + 1)
-                        + "".join(lines[last + 1:]))
+    rows_log.write_text("".join(lines[:first]) + table * (TARGET_BYTES // len(table) + 1) + "".join(lines[last + 1 :]))
     return {"huge": huge, "nested": nested, "info": info_log, "rows": rows_log}
 
 
@@ -127,31 +138,53 @@ def _memory(folder: Path, full: bool) -> list[tuple[str, str, dict]]:
     files = _inputs(folder)
     cli = [str(Path(sys.executable).parent / "commlens"), "ingest"]
     db = ["--db", str(folder / "results.db")]
-    parse = [sys.executable, "-c", "import sys, warnings; warnings.simplefilter('ignore'); "
-             "from commlens.ingest import load_runs; r = load_runs(sys.argv[1]); "
-             "print(len(r[0].measurements), 'measurements')"]
+    parse = [
+        sys.executable,
+        "-c",
+        "import sys, warnings; warnings.simplefilter('ignore'); "
+        "from commlens.ingest import load_runs; r = load_runs(sys.argv[1]); "
+        "print(len(r[0].measurements), 'measurements')",
+    ]
     yes = subprocess.Popen(["yes", "# not a log"], stdout=subprocess.PIPE)
     try:
         runs = [
             ("a rank of 4294967296 (nccl-tests log, 3 KiB)", "commlens ingest", _peak(cli + [str(files["huge"])] + db)),
             ("100,000 nested brackets (JSON, 195 KiB)", "commlens ingest", _peak(cli + [str(files["nested"])] + db)),
             ("/dev/zero", "commlens ingest", _peak(cli + ["/dev/zero"] + db)),
-            ("an endless pipe (`yes`), default 256 MiB cap", "commlens ingest -",
-             _peak(cli + ["-"] + db, stdin=yes.stdout)),
+            (
+                "an endless pipe (`yes`), default 256 MiB cap",
+                "commlens ingest -",
+                _peak(cli + ["-"] + db, stdin=yes.stdout),
+            ),
         ]
     finally:
         yes.stdout.close()  # type: ignore[union-attr]
         yes.kill()
         yes.wait()
     size_mib = files["info"].stat().st_size / 2**20
-    runs.append((f"valid log, {size_mib:.0f} MiB, mostly NCCL INFO records", "commlens ingest",
-                 _peak(cli + [str(files["info"])] + db)))
+    runs.append(
+        (
+            f"valid log, {size_mib:.0f} MiB, mostly NCCL INFO records",
+            "commlens ingest",
+            _peak(cli + [str(files["info"])] + db),
+        )
+    )
     size_mib = files["rows"].stat().st_size / 2**20
-    runs.append((f"valid log, {size_mib:.0f} MiB, all table rows (881,160 measurements)", "load_runs (parse only)",
-                 _peak(parse + [str(files["rows"])])))
+    runs.append(
+        (
+            f"valid log, {size_mib:.0f} MiB, all table rows (881,160 measurements)",
+            "load_runs (parse only)",
+            _peak(parse + [str(files["rows"])]),
+        )
+    )
     if full:
-        runs.append((f"valid log, {size_mib:.0f} MiB, all table rows (881,160 measurements)", "commlens ingest",
-                     _peak(cli + [str(files["rows"])] + db)))
+        runs.append(
+            (
+                f"valid log, {size_mib:.0f} MiB, all table rows (881,160 measurements)",
+                "commlens ingest",
+                _peak(cli + [str(files["rows"])] + db),
+            )
+        )
     return runs
 
 
@@ -159,8 +192,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--full", action="store_true", help="also the whole command on the 50 MiB table log "
-                                                            "(minutes; about 650 MiB of memory)")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also the whole command on the 50 MiB table log (minutes; about 650 MiB of memory)",
+    )
     parser.add_argument("--no-doc", action="store_true", help="print only; do not rewrite docs/benchmarks.md")
     args = parser.parse_args()
 
@@ -173,10 +209,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="commlens-hostile-") as scratch:
         memory = _memory(Path(scratch), args.full)
     for what, how, result in memory:
-        print(f"  {what}: {how}: exit {result['rc']}, peak {result['kib'] / 1024:.0f} MiB: {result['out'].strip()[-160:]}")
+        print(
+            f"  {what}: {how}: exit {result['rc']}, peak {result['kib'] / 1024:.0f} MiB: {result['out'].strip()[-160:]}"
+        )
 
-    command = "benchmarks/fuzz_ingest.py" + (f" --cases {args.cases}" if args.cases != 10_000 else "") + (
-        f" --seed {args.seed}" if args.seed != 12 else "") + (" --full" if args.full else "")
+    command = (
+        "benchmarks/fuzz_ingest.py"
+        + (f" --cases {args.cases}" if args.cases != 10_000 else "")
+        + (f" --seed {args.seed}" if args.seed != 12 else "")
+        + (" --full" if args.full else "")
+    )
     by_reader: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for (reader, outcome), n in outcomes.items():
         by_reader[reader][outcome] += n

@@ -46,12 +46,17 @@ def main() -> None:
     best = max(r.tflops for r in cal.gemm if r.kind != "small") * 1e12
     curves = [plateau_fit.curves[0], plateau_fit.curves[2], k_fit.curves[2]]
     kinds = ("transformer", "attention", "square", "small")
-    rows = ["| constants | plateau | K overhead | all fitted shapes | " + " | ".join(kinds) + " |",
-            "|---|---|---|---|" + "---|" * len(kinds)]
+    rows = [
+        "| constants | plateau | K overhead | all fitted shapes | " + " | ".join(kinds) + " |",
+        "|---|---|---|---|" + "---|" * len(kinds),
+    ]
     names = {0: f"shipped {device.name}", 1: "plateau refitted", 2: "plateau + K overhead refitted"}
     for i, c in enumerate(curves):
-        rows.append(f"| {names[i]} | {c.gemm_efficiency:.4f} | {c.k_overhead:.0f} | {c.mape:.1%} | "
-                    + " | ".join(f"{c.by_kind.get(k, float('nan')):.1%}" for k in kinds) + " |")
+        rows.append(
+            f"| {names[i]} | {c.gemm_efficiency:.4f} | {c.k_overhead:.0f} | {c.mape:.1%} | "
+            + " | ".join(f"{c.by_kind.get(k, float('nan')):.1%}" for k in kinds)
+            + " |"
+        )
     ratio = plateau_fit.curves[2].gemm_efficiency / (best / peak)
     ratio_k = k_fit.curves[2].gemm_efficiency / (best / peak)
     streams = " ".join(f"{k} {v:.2f}," for k, v in plateau_fit.stream_fraction.items()).rstrip(",")

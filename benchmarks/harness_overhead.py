@@ -45,9 +45,6 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
-
-
 import argparse
 import datetime as dt
 import json
@@ -62,6 +59,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from docsection import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -99,8 +98,16 @@ def _worker(ns: argparse.Namespace) -> None:
     dtype = "float32"
     elem = DTYPE_SIZES[dtype]
 
-    cfg = BenchConfig(ops=tuple(ns.ops), min_bytes=min(ns.sizes), max_bytes=max(ns.sizes),
-                      iters=ns.iters, warmup=ns.warmup, check_iters=ns.check_iters, backend="gloo", device="cpu")
+    cfg = BenchConfig(
+        ops=tuple(ns.ops),
+        min_bytes=min(ns.sizes),
+        max_bytes=max(ns.sizes),
+        iters=ns.iters,
+        warmup=ns.warmup,
+        check_iters=ns.check_iters,
+        backend="gloo",
+        device="cpu",
+    )
     # ctrl=None on gloo, as commlens.bench.worker._init does
     sweep = Sweep(cfg, rank, world, local_rank, None, None)
     sweep.shared_clock = True  # one host, CPU: what run_worker sets for this case
@@ -172,9 +179,19 @@ def _worker(ns: argparse.Namespace) -> None:
         per_rank, wrong_per_rank = gathered.rank_samples_s, gathered.wrong_per_rank
         plan = spec.plan_size(size, elem, world)
         # as Sweep.run: each iteration across ranks (commlens.bench.worker.iteration_times)
-        m = Measurement(op=spec.name, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
-                        count=plan.count, in_place=in_place, world_size=world, samples_s=tuple(gathered.samples_s),
-                        nwrong=sum(wrong_per_rank), rank_samples_s=tuple(tuple(r) for r in per_rank))
+        m = Measurement(
+            op=spec.name,
+            dtype=dtype,
+            redop=redop,
+            root=root,
+            size_bytes=plan.size_bytes,
+            count=plan.count,
+            in_place=in_place,
+            world_size=world,
+            samples_s=tuple(gathered.samples_s),
+            nwrong=sum(wrong_per_rank),
+            rank_samples_s=tuple(tuple(r) for r in per_rank),
+        )
         return {
             "mean_s": m.stats.mean_s,
             "p50_s": m.stats.p50_s,
@@ -215,16 +232,24 @@ def _worker(ns: argparse.Namespace) -> None:
             del call
             if rank == 0:
                 cell = {
-                    "op": op, "world": world, "requested_bytes": requested, "size_bytes": plan.size_bytes,
-                    "count": plan.count, "in_place": in_place, "busbw_factor": spec.busbw_factor(world),
+                    "op": op,
+                    "world": world,
+                    "requested_bytes": requested,
+                    "size_bytes": plan.size_bytes,
+                    "count": plan.count,
+                    "in_place": in_place,
+                    "busbw_factor": spec.busbw_factor(world),
                     "rounds": [{"raw_s": rd["raw_s"], **rd["harness"]} for rd in rounds],
                     "cell_wall_s": time.perf_counter() - t_cell,
                 }
                 cells.append(cell)
                 h = statistics.median(x["mean_s"] for x in cell["rounds"]) * 1e6
                 w = statistics.median(x["raw_s"] for x in cell["rounds"]) * 1e6
-                print(f"  [{world} ranks] {op:<14} {plan.size_bytes:>10} B  harness {h:11.1f} us  "
-                      f"raw {w:11.1f} us  ratio {h / w:6.3f}  ({cell['cell_wall_s']:.1f} s)", flush=True)
+                print(
+                    f"  [{world} ranks] {op:<14} {plan.size_bytes:>10} B  harness {h:11.1f} us  "
+                    f"raw {w:11.1f} us  ratio {h / w:6.3f}  ({cell['cell_wall_s']:.1f} s)",
+                    flush=True,
+                )
     if rank == 0:
         Path(ns.result).write_text(json.dumps({"world": world, "cells": cells}))
     dist.barrier()
@@ -235,11 +260,34 @@ def _worker(ns: argparse.Namespace) -> None:
 
 
 def _launch_world(world: int, ns: argparse.Namespace, result: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-           str(Path(__file__).resolve()), "--worker", "--result", str(result),
-           "--rounds", str(ns.rounds), "--max-rounds", str(ns.max_rounds), "--cell-budget", str(ns.cell_budget),
-           "--iters", str(ns.iters), "--warmup", str(ns.warmup),
-           "--check-iters", str(ns.check_iters), "--ops", *ns.ops, "--sizes", *map(str, ns.sizes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(world),
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--result",
+        str(result),
+        "--rounds",
+        str(ns.rounds),
+        "--max-rounds",
+        str(ns.max_rounds),
+        "--cell-budget",
+        str(ns.cell_budget),
+        "--iters",
+        str(ns.iters),
+        "--warmup",
+        str(ns.warmup),
+        "--check-iters",
+        str(ns.check_iters),
+        "--ops",
+        *ns.ops,
+        "--sizes",
+        *map(str, ns.sizes),
+    ]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun and commlens bench set it
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
@@ -255,8 +303,7 @@ def _time_sweeps(runs: int, extra: tuple[str, ...] = ()) -> list[float]:
     walls = []
     for i in range(runs):
         t0 = time.perf_counter()
-        proc = subprocess.run([exe, *SWEEP_ARGS, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=ROOT)
+        proc = subprocess.run([exe, *SWEEP_ARGS, *extra], capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"sweep run {i + 1} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -317,11 +364,19 @@ def _summarize(cell: dict[str, Any], smallest: bool) -> dict[str, Any]:
     med = lambda key: statistics.median(x[key] for x in rds)  # noqa: E731
     h, w = med("mean_s"), med("raw_s")
     out = {
-        "op": cell["op"], "world": cell["world"], "size_bytes": cell["size_bytes"],
+        "op": cell["op"],
+        "world": cell["world"],
+        "size_bytes": cell["size_bytes"],
         "requested_bytes": cell["requested_bytes"],
-        "harness_us": h * 1e6, "raw_us": w * 1e6, "ratio": h / w, "diff_us": (h - w) * 1e6,
-        "loop_us": med("loop_s") * 1e6, "rank_mean_us": med("rank_mean_s") * 1e6, "p50_us": med("p50_s") * 1e6,
-        "nwrong": sum(x["nwrong"] for x in rds), "rounds": len(rds),
+        "harness_us": h * 1e6,
+        "raw_us": w * 1e6,
+        "ratio": h / w,
+        "diff_us": (h - w) * 1e6,
+        "loop_us": med("loop_s") * 1e6,
+        "rank_mean_us": med("rank_mean_s") * 1e6,
+        "p50_us": med("p50_s") * 1e6,
+        "nwrong": sum(x["nwrong"] for x in rds),
+        "rounds": len(rds),
     }
     out["ci_lo"], out["ci_hi"] = _ratio_ci([x["mean_s"] for x in rds], [x["raw_s"] for x in rds])
     if cell["size_bytes"] >= LARGE_BYTES:
@@ -345,10 +400,13 @@ def _decomposition(rows: list[dict[str, Any]], bookkeeping: tuple[float, float])
         f"- Per-iteration timing: the harness's loop (`measure_samples`) around a no-op call costs "
         f"{timed_ns:.0f} ns per iteration against {bare_ns:.0f} ns for a bare loop of the same call "
         f"(best of 7 x 200,000), i.e. {(timed_ns - bare_ns) / 1e3:.2f} us per iteration for the two clock reads "
-        "and the append.")
-    for label, pick in ((">= 1 MiB", lambda r: r["size_bytes"] >= LARGE_BYTES),
-                        ("the smallest size", lambda r: r["requested_bytes"] == min(x["requested_bytes"] for x in rows)),
-                        ("all sizes", lambda r: True)):
+        "and the append."
+    )
+    for label, pick in (
+        (">= 1 MiB", lambda r: r["size_bytes"] >= LARGE_BYTES),
+        ("the smallest size", lambda r: r["requested_bytes"] == min(x["requested_bytes"] for x in rows)),
+        ("all sizes", lambda r: True),
+    ):
         sel = [r for r in rows if pick(r)]
         if not sel:
             continue
@@ -356,14 +414,18 @@ def _decomposition(rows: list[dict[str, Any]], bookkeeping: tuple[float, float])
         gap = [r["rank_mean_us"] / r["loop_us"] - 1 for r in sel]
         ex = [r["loop_us"] / r["raw_us"] - 1 for r in sel]
         tot = [r["ratio"] - 1 for r in sel]
-        line = (f"- {label} ({len(sel)} rows), medians of per-row relative differences: harness vs raw "
-                f"{med(tot):+.1%}; of which forming iterations across ranks (harness mean vs harness rank mean, "
-                f"the same samples) {med(mx):+.1%} (range {min(mx):+.1%} to {max(mx):+.1%}); time in the harness's "
-                f"loop outside its samples (rank mean vs loop/it) {med(gap):+.1%}; the harness's loop vs the raw loop "
-                f"(loop/it vs raw, two interleaved executions) {med(ex):+.1%} (range {min(ex):+.1%} to {max(ex):+.1%}).")
+        line = (
+            f"- {label} ({len(sel)} rows), medians of per-row relative differences: harness vs raw "
+            f"{med(tot):+.1%}; of which forming iterations across ranks (harness mean vs harness rank mean, "
+            f"the same samples) {med(mx):+.1%} (range {min(mx):+.1%} to {max(mx):+.1%}); time in the harness's "
+            f"loop outside its samples (rank mean vs loop/it) {med(gap):+.1%}; the harness's loop vs the raw loop "
+            f"(loop/it vs raw, two interleaved executions) {med(ex):+.1%} (range {min(ex):+.1%} to {max(ex):+.1%})."
+        )
         if label == "the smallest size":
-            line += (f" In us: across-ranks forming {med([r['harness_us'] - r['rank_mean_us'] for r in sel]):+.1f}, "
-                     f"loop vs raw {med([r['loop_us'] - r['raw_us'] for r in sel]):+.1f}.")
+            line += (
+                f" In us: across-ranks forming {med([r['harness_us'] - r['rank_mean_us'] for r in sel]):+.1f}, "
+                f"loop vs raw {med([r['loop_us'] - r['raw_us'] for r in sel]):+.1f}."
+            )
         out.append(line)
     out += [
         "",
@@ -393,7 +455,8 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {r['op']} | {r['world']} | {size} | {r['harness_us']:.1f} | {r['raw_us']:.1f} | {r['ratio']:.3f} "
             f"| {r['ci_lo']:.2f}-{r['ci_hi']:.2f} "
             f"| {r['diff_us']:+.1f} | {r['target']} | {met} | {r['loop_us']:.1f} | {r['rank_mean_us']:.1f} "
-            f"| {r['p50_us']:.1f} | {r['rounds']} |")
+            f"| {r['p50_us']:.1f} | {r['rounds']} |"
+        )
     return lines
 
 
@@ -410,8 +473,10 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
     all_cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="commlens-overhead-") as tmp:
         for world in ns.worlds:
-            print(f"harness vs raw loop, {world} ranks, gloo/CPU, >= {ns.rounds} rounds x {ns.iters} iterations",
-                  flush=True)
+            print(
+                f"harness vs raw loop, {world} ranks, gloo/CPU, >= {ns.rounds} rounds x {ns.iters} iterations",
+                flush=True,
+            )
             result = Path(tmp) / f"world{world}.json"
             _launch_world(world, ns, result)
             all_cells += json.loads(result.read_text())["cells"]
@@ -487,19 +552,27 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
         "what the harness's loop costs, per-iteration clock reads included; **harness rank mean** is each rank's "
         "mean of its own durations, max across ranks: the harness's samples under the raw loop's definition; "
         "**harness p50** is the reported p50.",
-        (f"- harness validation: {ns.check_iters} check iteration(s) per round, {wrong} wrong elements."
-         if ns.check_iters else
-         "- harness validation off (`--check-iters 0`, the config's `check_iters`): the check runs after the "
-         "timed loop and does not change the samples; it is left out to keep the run short."),
+        (
+            f"- harness validation: {ns.check_iters} check iteration(s) per round, {wrong} wrong elements."
+            if ns.check_iters
+            else "- harness validation off (`--check-iters 0`, the config's `check_iters`): the check runs after the "
+            "timed loop and does not change the samples; it is left out to keep the run short."
+        ),
         "",
         *_table(rows),
         "",
         f"Targets met: {len(checked) - len(missed)} of {len(checked)} checked rows.",
     ]
     if missed:
-        body.append("Missed: " + "; ".join(
-            f"{r['op']} {r['world']} ranks {_fmt_size(r['size_bytes'])} "
-            f"(ratio {r['ratio']:.3f}, diff {r['diff_us']:+.1f} us)" for r in missed) + ".")
+        body.append(
+            "Missed: "
+            + "; ".join(
+                f"{r['op']} {r['world']} ranks {_fmt_size(r['size_bytes'])} "
+                f"(ratio {r['ratio']:.3f}, diff {r['diff_us']:+.1f} us)"
+                for r in missed
+            )
+            + "."
+        )
     body += ["", *_decomposition(rows, bookkeeping)]
     body += ["", "### Sweep wall time", ""]
     if walls:
@@ -517,8 +590,7 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
     body += ["", "### BusBW of all_reduce at 64 MiB, 4 ranks", ""]
     if bus:
         body += [
-            f"Median over {bus['rounds']} rounds (range in brackets); busBW = 2(n-1)/n x size / time, "
-            "GB = 1e9 bytes.",
+            f"Median over {bus['rounds']} rounds (range in brackets); busBW = 2(n-1)/n x size / time, GB = 1e9 bytes.",
             "",
             "| | busBW (GB/s) |",
             "|---|---:|",
@@ -535,9 +607,18 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
         _write_section(body)
         print(f"\nwrote {DOC.relative_to(ROOT)} ({SECTION})")
     if ns.json:
-        Path(ns.json).write_text(json.dumps({"rows": rows, "cells": all_cells, "sweep_walls_s": walls,
-                                             "sweep_nocheck_walls_s": nocheck,
-                                             "busbw_64mib_4ranks": bus}, indent=1))
+        Path(ns.json).write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "cells": all_cells,
+                    "sweep_walls_s": walls,
+                    "sweep_nocheck_walls_s": nocheck,
+                    "busbw_64mib_4ranks": bus,
+                },
+                indent=1,
+            )
+        )
 
 
 def main() -> None:
@@ -547,16 +628,28 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="sizes in bytes")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell, at least")
     p.add_argument("--max-rounds", type=int, default=41, help="rounds per cell, at most")
-    p.add_argument("--cell-budget", type=float, default=1.0,
-                   help="seconds per cell: cheap cells add rounds (beyond --rounds) until this is spent")
+    p.add_argument(
+        "--cell-budget",
+        type=float,
+        default=1.0,
+        help="seconds per cell: cheap cells add rounds (beyond --rounds) until this is spent",
+    )
     p.add_argument("--iters", type=int, default=20, help="timed iterations (commlens default 20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (commlens default 5)")
-    p.add_argument("--check-iters", type=int, default=0,
-                   help="harness check iterations (commlens default 1; they run after the timed loop and do not "
-                        "change its samples, but cost seconds per round at 64 MiB, so 0 here by default)")
+    p.add_argument(
+        "--check-iters",
+        type=int,
+        default=0,
+        help="harness check iterations (commlens default 1; they run after the timed loop and do not "
+        "change its samples, but cost seconds per round at 64 MiB, so 0 here by default)",
+    )
     p.add_argument("--sweep-runs", type=int, default=3, help="timed `commlens bench` sweeps (0: skip)")
-    p.add_argument("--sweep-nocheck-runs", type=int, default=1,
-                   help="extra timed sweeps with -c 0, to show what validation costs (0: skip)")
+    p.add_argument(
+        "--sweep-nocheck-runs",
+        type=int,
+        default=1,
+        help="extra timed sweeps with -c 0, to show what validation costs (0: skip)",
+    )
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     p.add_argument("--json", default=None, help="also write every figure to this JSON file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

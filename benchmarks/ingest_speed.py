@@ -27,9 +27,6 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
-
-
 import argparse
 import datetime as dt
 import os
@@ -42,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from docsection import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -80,8 +79,11 @@ def write_log(path: Path, rows: int) -> None:
         "#",
         "# Using devices",
     ]
-    lines += [f"#  Rank {r:2d} Group  0 Pid {40000 + r:6d} on {HOST:>10} device {r:2d} [0000:{0x18 + r:02x}:00] "
-              f"NVIDIA H100 80GB HBM3" for r in range(WORLD)]
+    lines += [
+        f"#  Rank {r:2d} Group  0 Pid {40000 + r:6d} on {HOST:>10} device {r:2d} [0000:{0x18 + r:02x}:00] "
+        f"NVIDIA H100 80GB HBM3"
+        for r in range(WORLD)
+    ]
     lines += [
         "#",
         "#                                                              out-of-place                       in-place",

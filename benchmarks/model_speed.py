@@ -55,9 +55,13 @@ def single(repeat: int) -> list[tuple[str, float, float]]:
     h100 = load_topology("dgx-h100")
     calls = 2000
     out = []
-    for label, kwargs in (("ring, 1 node", dict(algo="ring")), ("ring, 16 nodes", dict(algo="ring", nodes=16)),
-                          ("auto (7 algorithms), 1 node", dict(algo="auto")),
-                          ("auto (7 algorithms), 16 nodes", dict(algo="auto", nodes=16))):
+    for label, kwargs in (
+        ("ring, 1 node", dict(algo="ring")),
+        ("ring, 16 nodes", dict(algo="ring", nodes=16)),
+        ("auto (7 algorithms), 1 node", dict(algo="auto")),
+        ("auto (7 algorithms), 16 nodes", dict(algo="auto", nodes=16)),
+    ):
+
         def loop(kwargs=kwargs) -> None:
             for _ in range(calls):
                 predict(h100, "all_reduce", 1 << 30, **kwargs)
@@ -92,11 +96,17 @@ def sweep(repeat: int) -> tuple[int, int, float, float]:
 def cli(repeat: int) -> list[tuple[str, float, float]]:
     exe = str(ROOT / ".venv" / "bin" / "commlens")
     out = []
-    for label, args in (("`commlens model predict -t dgx-h100 -N 16 --size 1G`",
-                         ["model", "predict", "-t", "dgx-h100", "-N", "16", "--size", "1G"]),
-                        ("`commlens model predict -t dgx-h100 -N 16 --op all --sweep -b 8 -e 4G`",
-                         ["model", "predict", "-t", "dgx-h100", "-N", "16", "--op", "all", "--sweep", "-b", "8",
-                          "-e", "4G"])):
+    for label, args in (
+        (
+            "`commlens model predict -t dgx-h100 -N 16 --size 1G`",
+            ["model", "predict", "-t", "dgx-h100", "-N", "16", "--size", "1G"],
+        ),
+        (
+            "`commlens model predict -t dgx-h100 -N 16 --op all --sweep -b 8 -e 4G`",
+            ["model", "predict", "-t", "dgx-h100", "-N", "16", "--op", "all", "--sweep", "-b", "8", "-e", "4G"],
+        ),
+    ):
+
         def once(args=args) -> None:
             subprocess.run([exe, *args], check=True, stdout=subprocess.DEVNULL)
 
@@ -111,25 +121,36 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/benchmarks.md")
     args = parser.parse_args()
     started = dt.datetime.now(dt.timezone.utc)
-    body = [f"Produced by `.venv/bin/python benchmarks/model_speed.py`, {started.isoformat(timespec='seconds')}. "
-            f"Python {platform.python_version()} on {platform.machine()}, shared machine: each figure is the "
-            f"median (and best) of {args.repeat} rounds.", "",
-            "| what | median | best | target | met |", "|---|---:|---:|---|---|"]
+    body = [
+        f"Produced by `.venv/bin/python benchmarks/model_speed.py`, {started.isoformat(timespec='seconds')}. "
+        f"Python {platform.python_version()} on {platform.machine()}, shared machine: each figure is the "
+        f"median (and best) of {args.repeat} rounds.",
+        "",
+        "| what | median | best | target | met |",
+        "|---|---:|---:|---|---|",
+    ]
     for label, med, best in single(args.repeat):
         target = "< 50 us" if label.startswith("ring") else "-"
         met = ("yes" if med < SINGLE_TARGET_S else "**no**") if target != "-" else "-"
-        body.append(f"| one prediction, all_reduce 1 GiB on dgx-h100, {label} | {med * 1e6:.1f} us | "
-                    f"{best * 1e6:.1f} us | {target} | {met} |")
+        body.append(
+            f"| one prediction, all_reduce 1 GiB on dgx-h100, {label} | {med * 1e6:.1f} us | "
+            f"{best * 1e6:.1f} us | {target} | {met} |"
+        )
     feasible, infeasible, med, best = sweep(args.repeat)
-    body.append(f"| sweep: 30 sizes x 9 ops x every algorithm of each op, 16 x dgx-h100 ({feasible + infeasible} "
-                f"predictions, {infeasible} infeasible) | {med * 1e3:.0f} ms | {best * 1e3:.0f} ms | "
-                f"< 1 s | {'yes' if med < SWEEP_TARGET_S else '**no**'} |")
+    body.append(
+        f"| sweep: 30 sizes x 9 ops x every algorithm of each op, 16 x dgx-h100 ({feasible + infeasible} "
+        f"predictions, {infeasible} infeasible) | {med * 1e3:.0f} ms | {best * 1e3:.0f} ms | "
+        f"< 1 s | {'yes' if med < SWEEP_TARGET_S else '**no**'} |"
+    )
     for label, med, cbest in cli(max(3, args.repeat // 2)):
         body.append(f"| {label}, fresh process | {med * 1e3:.0f} ms | {cbest * 1e3:.0f} ms | - | - |")
-    body += ["", "The per-call figure is the whole `predict()` call: layout lookup (cached per topology and job "
-             "shape), the algorithm's stages, the prediction record; `auto` evaluates every algorithm of the "
-             "op. The command's time is mostly interpreter start-up and imports (typer, pydantic, PyYAML; no "
-             "torch, numpy or scipy)."]
+    body += [
+        "",
+        "The per-call figure is the whole `predict()` call: layout lookup (cached per topology and job "
+        "shape), the algorithm's stages, the prediction record; `auto` evaluates every algorithm of the "
+        "op. The command's time is mostly interpreter start-up and imports (typer, pydantic, PyYAML; no "
+        "torch, numpy or scipy).",
+    ]
     print("\n".join(body))
     if not args.no_write:
         write_subsection("Speed", body)

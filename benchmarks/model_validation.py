@@ -37,8 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Cost model (issue 4)"
-INTRO = ("Predictions of `commlens.model` (issue 4): speed, and error against published figures and measured "
-         "runs. Produced by `benchmarks/model_speed.py` and `benchmarks/model_validation.py`.")
+INTRO = (
+    "Predictions of `commlens.model` (issue 4): speed, and error against published figures and measured "
+    "runs. Produced by `benchmarks/model_speed.py` and `benchmarks/model_validation.py`."
+)
 FIXTURE = ROOT / "tests" / "data" / "model" / "gloo-4ranks.json"
 OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
 GiB = 1 << 30
@@ -58,7 +60,7 @@ def write_subsection(title: str, body: list[str]) -> None:
         section = section.rstrip() + "\n\n" + sub
     section = section.rstrip() + "\n"
     if match:
-        text = text[:match.start()] + section + ("\n" + text[match.end():] if text[match.end():] else "")
+        text = text[: match.start()] + section + ("\n" + text[match.end() :] if text[match.end() :] else "")
     else:
         text = text.rstrip() + "\n\n" + section
     DOC.write_text(text.rstrip() + "\n")
@@ -75,30 +77,68 @@ def reference_rows() -> list[str]:
     h100, h200 = load_topology("dgx-h100"), load_topology("dgx-h200")
     rows = []
 
-    def row(what: str, pred_value: float, ref_low: float, ref_high: float, ref_text: str, source: str,
-            target: bool) -> None:
+    def row(
+        what: str, pred_value: float, ref_low: float, ref_high: float, ref_text: str, source: str, target: bool
+    ) -> None:
         ref = (ref_low + ref_high) / 2
         err = 100.0 * (pred_value - ref) / ref
         met = ("yes" if abs(err) <= 10.0 else "**no**") if target else "-"
-        rows.append(f"| {what} | {pred_value / 1e9:.1f} | {ref_text} | {_pct(err)} | {'10%' if target else '-'} "
-                    f"| {met} | {source} |")
+        rows.append(
+            f"| {what} | {pred_value / 1e9:.1f} | {ref_text} | {_pct(err)} | {'10%' if target else '-'} "
+            f"| {met} | {source} |"
+        )
 
     ring = predict(h100, "all_reduce", 8 * GiB, algo="ring")
-    row("8 x H100, 1 node, ring all_reduce 8 GiB: busBW (GB/s)", ring.busbw_bytes_per_s, 370e9, 370e9, "~370",
-        "nccl-tests issue 212", True)
+    row(
+        "8 x H100, 1 node, ring all_reduce 8 GiB: busBW (GB/s)",
+        ring.busbw_bytes_per_s,
+        370e9,
+        370e9,
+        "~370",
+        "nccl-tests issue 212",
+        True,
+    )
     nvls = predict(h100, "all_reduce", 8 * GiB, algo="nvls")
-    row("8 x H100, 1 node, NVLS all_reduce 8 GiB: busBW (GB/s)", nvls.busbw_bytes_per_s, 480e9, 480e9, "~480",
-        "nccl-tests issues 212, 290; nccl 1455", True)
+    row(
+        "8 x H100, 1 node, NVLS all_reduce 8 GiB: busBW (GB/s)",
+        nvls.busbw_bytes_per_s,
+        480e9,
+        480e9,
+        "~480",
+        "nccl-tests issues 212, 290; nccl 1455",
+        True,
+    )
     row("same, algBW (GB/s)", nvls.algbw_bytes_per_s, 275e9, 275e9, "~275", "same", True)
     nic = predict(h100, "all_reduce", 8 * GiB, nodes=2, ranks_per_node=1, algo="ring")
-    row("one 400G NIC: 2 nodes x 1 rank, ring all_reduce 8 GiB: busBW (GB/s)", nic.busbw_bytes_per_s, 46e9, 48e9,
-        "46-48", "NVIDIA, nccl-tests issue 290", True)
+    row(
+        "one 400G NIC: 2 nodes x 1 rank, ring all_reduce 8 GiB: busBW (GB/s)",
+        nic.busbw_bytes_per_s,
+        46e9,
+        48e9,
+        "46-48",
+        "NVIDIA, nccl-tests issue 290",
+        True,
+    )
     pair = predict(h100, "sendrecv", 8 * GiB, nodes=2)
-    row("one 400G NIC: sendrecv across 2 nodes, 8 GiB: busBW (GB/s)", pair.busbw_bytes_per_s, 46e9, 48e9, "46-48",
-        "same", True)
+    row(
+        "one 400G NIC: sendrecv across 2 nodes, 8 GiB: busBW (GB/s)",
+        pair.busbw_bytes_per_s,
+        46e9,
+        48e9,
+        "46-48",
+        "same",
+        True,
+    )
     big = predict(h200, "all_reduce", 8 * GiB, nodes=248)
-    row(f"248 x 8 H200, all_reduce 8 GiB, auto ({big.algo}): busBW (GB/s)", big.busbw_bytes_per_s, 350e9, 350e9,
-        "~350 typical, < 300 at times", "nccl-tests issue 283", False)
+    row(
+        f"248 x 8 H200, all_reduce 8 GiB, auto ({big.algo}): busBW (GB/s)",
+        big.busbw_bytes_per_s,
+        350e9,
+        350e9,
+        "~350 typical, < 300 at times",
+        "nccl-tests issue 283",
+        False,
+    )
     ring248 = predict(h200, "all_reduce", 8 * GiB, nodes=248, algo="ring")
     row("same, ring: busBW (GB/s)", ring248.busbw_bytes_per_s, 350e9, 350e9, "~350 typical", "same", False)
     return [
@@ -121,8 +161,28 @@ def measure(nproc: int, iters: int, passes: int, workdir: Path) -> Path:
     runs = []
     for i in range(passes):
         out = workdir / f"gloo-{nproc}ranks-{i}.json"
-        cmd = [str(ROOT / ".venv" / "bin" / "commlens"), "bench", "--nproc", str(nproc), "--op", OPS, "-b", "1K",
-               "-e", "16M", "-f", "2", "-n", str(iters), "-w", "5", "--no-store", "--json", str(out), "-q"]
+        cmd = [
+            str(ROOT / ".venv" / "bin" / "commlens"),
+            "bench",
+            "--nproc",
+            str(nproc),
+            "--op",
+            OPS,
+            "-b",
+            "1K",
+            "-e",
+            "16M",
+            "-f",
+            "2",
+            "-n",
+            str(iters),
+            "-w",
+            "5",
+            "--no-store",
+            "--json",
+            str(out),
+            "-q",
+        ]
         print("measuring:", " ".join(cmd[1:]), file=sys.stderr)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         runs.append(load_run(out))
@@ -152,8 +212,12 @@ def holdout(run, stat: str) -> dict:
     by_op: dict[str, list] = {}
     for r in held:
         by_op.setdefault(r.obs.op, []).append(r)
-    return {"summary": error_summary(held), "by_op": {op: error_summary(rs) for op, rs in by_op.items()},
-            "params": result.params, "fit_mape": result.mape_pct}
+    return {
+        "summary": error_summary(held),
+        "by_op": {op: error_summary(rs) for op, rs in by_op.items()},
+        "params": result.params,
+        "fit_mape": result.mape_pct,
+    }
 
 
 def noise_floor(run, stat: str) -> float:
@@ -181,17 +245,23 @@ def local_rows(paths: list[tuple[str, Path]]) -> list[str]:
             h = holdout(run, stat)
             s = h["summary"]
             met = "yes" if s["mape_pct"] <= 15.0 else "**no**"
-            lines.append(f"| {label} | {stat} | {s['rows']} | {s['mape_pct']:.1f}% | {s['max_ape_pct']:.1f}% | "
-                         f"{s['median_ape_pct']:.1f}% | {s['bias_pct']:+.1f}% | 15% | {met} | "
-                         f"{noise_floor(run, stat):.1f}% | {h['fit_mape']:.1f}% |")
+            lines.append(
+                f"| {label} | {stat} | {s['rows']} | {s['mape_pct']:.1f}% | {s['max_ape_pct']:.1f}% | "
+                f"{s['median_ape_pct']:.1f}% | {s['bias_pct']:+.1f}% | 15% | {met} | "
+                f"{noise_floor(run, stat):.1f}% | {h['fit_mape']:.1f}% |"
+            )
             if stat == "min":
                 per_op = ", ".join(f"{op} {v['mape_pct']:.1f}%" for op, v in h["by_op"].items())
                 consts = ", ".join(
                     f"{p.name} {p.value * 1e6:.1f} us" if p.unit == "s" else f"{p.name} {p.value / 1e9:.3g} GB/s"
-                    for p in h["params"] if p.held_because is None)
+                    for p in h["params"]
+                    if p.held_because is None
+                )
                 held = ", ".join(p.name for p in h["params"] if p.held_because and "scale_out" not in p.name)
-                details.append(f"- {label}, min: held-out MAPE per op: {per_op}. Fitted: {consts}"
-                               + (f"; held at the template's value: {held}." if held else "."))
+                details.append(
+                    f"- {label}, min: held-out MAPE per op: {per_op}. Fitted: {consts}"
+                    + (f"; held at the template's value: {held}." if held else ".")
+                )
     return lines + [""] + details
 
 
@@ -206,13 +276,19 @@ def main() -> None:
     args = parser.parse_args()
 
     started = dt.datetime.now(dt.timezone.utc)
-    body = [f"Produced by `.venv/bin/python benchmarks/model_validation.py`, "
-            f"{started.isoformat(timespec='seconds')}. Machine: {platform.machine()}, Python "
-            f"{platform.python_version()}, {_cores()} cores; gloo on CPU, shared with other jobs.", "",
-            "**Reference figures** (shared/reference/hardware.md), preset topologies, no per-case adjustment: "
-            "the NVLink efficiency is NCCL's own per-link figure (20.6 of 25 GB/s, src/graph/topo.h), NVLS adds "
-            "NCCL's nvlsEfficiency (0.85, Hopper), the NIC runs at the 48.0 GB/s NCCL's graph search gives a "
-            "50 GB/s path.", "", *reference_rows(), ""]
+    body = [
+        f"Produced by `.venv/bin/python benchmarks/model_validation.py`, "
+        f"{started.isoformat(timespec='seconds')}. Machine: {platform.machine()}, Python "
+        f"{platform.python_version()}, {_cores()} cores; gloo on CPU, shared with other jobs.",
+        "",
+        "**Reference figures** (shared/reference/hardware.md), preset topologies, no per-case adjustment: "
+        "the NVLink efficiency is NCCL's own per-link figure (20.6 of 25 GB/s, src/graph/topo.h), NVLS adds "
+        "NCCL's nvlsEfficiency (0.85, Hopper), the NIC runs at the 48.0 GB/s NCCL's graph search gives a "
+        "50 GB/s path.",
+        "",
+        *reference_rows(),
+        "",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
@@ -229,8 +305,10 @@ def main() -> None:
             "`commlens.model.fit`) and checked on the sizes left out, from 64 KiB up. Each row's time is the "
             "statistic named (`--stat` of `commlens model fit/check`). *noise floor*: mean |t_in/t_out - 1| "
             "of the rows measured both in and out of place (same work): what two measurements of one row "
-            "disagree by on this machine at the time; a model's error cannot go far below it.", "",
-            *local_rows(paths), "",
+            "disagree by on this machine at the time; a model's error cannot go far below it.",
+            "",
+            *local_rows(paths),
+            "",
         ]
     body.append(f"Total {(dt.datetime.now(dt.timezone.utc) - started).total_seconds():.0f} s.")
     print("\n".join(body))

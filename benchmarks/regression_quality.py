@@ -35,20 +35,18 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
-
-
 import argparse
 import datetime as dt
 import math
 import platform
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
+from docsection import write_section  # noqa: E402
 
 from commlens.regress import CompareSettings, DetectSettings, RowSide, compare_runs, detect_history, find_changes, judge
 from commlens.results.records import Measurement, Run, SystemInfo
@@ -111,14 +109,16 @@ class DetectTally:
         self.flagged += bool(changes)
         hit = None
         if step_at is not None:
-            hit = next((c for c in changes if abs(c.index - step_at) <= POSITION_TOLERANCE
-                        and c.is_regression == up), None)
+            hit = next(
+                (c for c in changes if abs(c.index - step_at) <= POSITION_TOLERANCE and c.is_regression == up), None
+            )
             self.found += hit is not None
         self.false += sum(1 for c in changes if c is not hit)
 
 
-def step_series(rng: np.random.Generator, n: int, step: float, cv: float, noise: Noise = gauss,
-                at: int | None = None) -> tuple[np.ndarray, int]:
+def step_series(
+    rng: np.random.Generator, n: int, step: float, cv: float, noise: Noise = gauss, at: int | None = None
+) -> tuple[np.ndarray, int]:
     at = int(rng.integers(EDGE, n - EDGE + 1)) if at is None else at
     x = 100e-6 * noise(rng, n, cv)
     x[at:] *= 1.0 + step
@@ -173,30 +173,48 @@ def _history_rows(rng: np.random.Generator, nseries: int, npoints: int) -> list[
     ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
     dtypes = ["float32", "float16", "bfloat16", "float64"]
     # 5 ops x 25 sizes x 2 placements x 4 dtypes: up to 1,000 distinct series.
-    keys = [(ops[s % 5], 1 << (3 + (s // 5) % 25), bool((s // 125) % 2), dtypes[(s // 250) % 4])
-            for s in range(nseries)]
+    keys = [
+        (ops[s % 5], 1 << (3 + (s // 5) % 25), bool((s // 125) % 2), dtypes[(s // 250) % 4]) for s in range(nseries)
+    ]
     levels = np.empty((nseries, npoints))
     for s in range(nseries):
         levels[s] = 100e-6 * gauss(rng, npoints, 0.02)
         if s % 2:
-            levels[s, int(rng.integers(EDGE, npoints - EDGE)):] *= 1.05
+            levels[s, int(rng.integers(EDGE, npoints - EDGE)) :] *= 1.05
     rows = []
     for p in range(npoints):
         when = t0 + dt.timedelta(hours=p)
         for s in range(nseries):
             op, size, in_place, dtype = keys[s]
-            rows.append(MeasurementRow(
-                run_id=f"run{p:05d}", started_at=when, revision=f"r{p}", tag="nightly", fingerprint="f" * 16,
-                source="commlens", op=op, algo="builtin", dtype=dtype,
-                redop="sum" if op in ("all_reduce", "reduce_scatter") else "none", root=-1,
-                size_bytes=size, in_place=in_place, world_size=8, mean_s=float(levels[s, p]),
-                cv=0.02, iterations=20, busbw_bytes_per_s=1e9, samples_s=(),
-            ))
+            rows.append(
+                MeasurementRow(
+                    run_id=f"run{p:05d}",
+                    started_at=when,
+                    revision=f"r{p}",
+                    tag="nightly",
+                    fingerprint="f" * 16,
+                    source="commlens",
+                    op=op,
+                    algo="builtin",
+                    dtype=dtype,
+                    redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                    root=-1,
+                    size_bytes=size,
+                    in_place=in_place,
+                    world_size=8,
+                    mean_s=float(levels[s, p]),
+                    cv=0.02,
+                    iterations=20,
+                    busbw_bytes_per_s=1e9,
+                    samples_s=(),
+                )
+            )
     return rows
 
 
-def detect_speed(rng: np.random.Generator, settings: DetectSettings, nseries: int = 1000, npoints: int = 200,
-                 repeats: int = 3) -> dict:
+def detect_speed(
+    rng: np.random.Generator, settings: DetectSettings, nseries: int = 1000, npoints: int = 200, repeats: int = 3
+) -> dict:
     rows = _history_rows(rng, nseries, npoints)
     walls, cpus = [], []
     for _ in range(repeats):
@@ -220,10 +238,11 @@ def engine_speed(rng: np.random.Generator, count: int) -> dict:
     steps = [step_series(rng, 200, 0.05, 0.02) for _ in range(count)]
     flats = [100e-6 * gauss(rng, 200, 0.02) for _ in range(count)]
     engines = {
-        "KernelCPD(kernel=\"linear\").predict(pen=...): PELT in C (used)":
-            lambda: ruptures.KernelCPD(kernel="linear", min_size=4),
-        "Binseg(model=\"l2\")": lambda: ruptures.Binseg(model="l2", min_size=4, jump=1),
-        "Pelt(model=\"l2\"): PELT in Python": lambda: ruptures.Pelt(model="l2", min_size=4, jump=1),
+        'KernelCPD(kernel="linear").predict(pen=...): PELT in C (used)': lambda: ruptures.KernelCPD(
+            kernel="linear", min_size=4
+        ),
+        'Binseg(model="l2")': lambda: ruptures.Binseg(model="l2", min_size=4, jump=1),
+        'Pelt(model="l2"): PELT in Python': lambda: ruptures.Pelt(model="l2", min_size=4, jump=1),
     }
 
     def breaks(make: Callable, x: np.ndarray) -> list[int]:
@@ -237,8 +256,12 @@ def engine_speed(rng: np.random.Generator, count: int) -> dict:
         t = time.perf_counter()
         found = sum(any(abs(b - at) <= POSITION_TOLERANCE for b in breaks(make, x)) for x, at in steps[:k])
         flat_candidates = sum(len(breaks(make, x)) for x in flats[:k])
-        out[name] = {"series": 2 * k, "ms_per_series": (time.perf_counter() - t) / (2 * k) * 1e3,
-                     "step_found": found / k, "flat_candidates": flat_candidates / k}
+        out[name] = {
+            "series": 2 * k,
+            "ms_per_series": (time.perf_counter() - t) / (2 * k) * 1e3,
+            "step_found": found / k,
+            "flat_candidates": flat_candidates / k,
+        }
     return out
 
 
@@ -252,13 +275,26 @@ ROUNDS = 5
 PER_ROUND = 6  # -n 30 split over 5 rounds, the issue's CI command
 # (within-round CV, run-to-run sd, round-to-round sd): the cells judged. The measured case on this machine
 # (docs/benchmarks.md, real runs) is about 15 % CV within a round, a few % between rounds and runs.
-DRIFTS = ((0.03, 0.0, 0.01), (0.03, 0.02, 0.01), (0.03, 0.05, 0.01), (0.15, 0.0, 0.03), (0.15, 0.03, 0.03),
-          (0.15, 0.05, 0.03))
+DRIFTS = (
+    (0.03, 0.0, 0.01),
+    (0.03, 0.02, 0.01),
+    (0.03, 0.05, 0.01),
+    (0.15, 0.0, 0.03),
+    (0.15, 0.03, 0.03),
+    (0.15, 0.05, 0.03),
+)
 CHANGES = (0.05, 0.10, 0.15)
 
 
-def _rounds(rng: np.random.Generator, factor: float, cv: float, run_sd: float, round_sd: float,
-            rounds: int = ROUNDS, per_round: int = PER_ROUND) -> tuple[float, ...]:
+def _rounds(
+    rng: np.random.Generator,
+    factor: float,
+    cv: float,
+    run_sd: float,
+    round_sd: float,
+    rounds: int = ROUNDS,
+    per_round: int = PER_ROUND,
+) -> tuple[float, ...]:
     """One run's round medians: level x run offset x round offset x iteration noise."""
     level = 100e-6 * factor * math.exp(rng.normal(0.0, run_sd))
     offsets = np.exp(rng.normal(0.0, round_sd, rounds))
@@ -272,16 +308,21 @@ def _learned_floor(rng: np.random.Generator, cv: float, run_sd: float, round_sd:
     return float(np.std(levels, ddof=1))
 
 
-def _side_pairs(rng: np.random.Generator, count: int, cell: tuple[float, float, float], change: float,
-                rounds: int = ROUNDS) -> list[tuple[RowSide, RowSide]]:
+def _side_pairs(
+    rng: np.random.Generator, count: int, cell: tuple[float, float, float], change: float, rounds: int = ROUNDS
+) -> list[tuple[RowSide, RowSide]]:
     cv, run_sd, round_sd = cell
     per_round = ROUNDS * PER_ROUND // rounds
-    return [(RowSide((_rounds(rng, 1.0, cv, run_sd, round_sd, rounds, per_round),)),
-             RowSide((_rounds(rng, 1.0 + change, cv, run_sd, round_sd, rounds, per_round),))) for _ in range(count)]
+    return [
+        (
+            RowSide((_rounds(rng, 1.0, cv, run_sd, round_sd, rounds, per_round),)),
+            RowSide((_rounds(rng, 1.0 + change, cv, run_sd, round_sd, rounds, per_round),)),
+        )
+        for _ in range(count)
+    ]
 
 
-def _verdicts(pairs: list[tuple[RowSide, RowSide]], settings: CompareSettings,
-              floor: float | None = None) -> Counter:
+def _verdicts(pairs: list[tuple[RowSide, RowSide]], settings: CompareSettings, floor: float | None = None) -> Counter:
     """Each pair judged alone, as a one-row compare."""
     return Counter(judge([p], settings, [floor])[0].verdict for p in pairs)
 
@@ -299,8 +340,11 @@ def run_compare(rng: np.random.Generator, count: int, settings: CompareSettings)
             out["ab_floor"][(change, cell)] = _verdicts(ab, settings, floor)
         # One round a run (bench --rounds 1): no spread measured; judged only far beyond a floor.
         one_aa, one_ab = _side_pairs(rng, count, cell, 0.0, rounds=1), _side_pairs(rng, count, cell, 0.5, rounds=1)
-        out["single"][cell] = (_verdicts(one_aa, settings), _verdicts(one_aa, settings, floor),
-                               _verdicts(one_ab, settings, floor))
+        out["single"][cell] = (
+            _verdicts(one_aa, settings),
+            _verdicts(one_aa, settings, floor),
+            _verdicts(one_ab, settings, floor),
+        )
     return out
 
 
@@ -308,8 +352,14 @@ _SYSTEM = SystemInfo(world_size=8, backend="nccl", device="cuda", cpu_model="ben
 _OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
-def _rows_run(run_id: str, factors: np.ndarray, cvs: np.ndarray, rng: np.random.Generator,
-              run_sd: float = 0.02, round_sd: float = 0.01) -> Run:
+def _rows_run(
+    run_id: str,
+    factors: np.ndarray,
+    cvs: np.ndarray,
+    rng: np.random.Generator,
+    run_sd: float = 0.02,
+    round_sd: float = 0.01,
+) -> Run:
     """A run of 200 measurements (5 ops x 20 sizes x 2 placements) in ROUNDS rounds; row i's level is times
     ``factors[i]``, the whole run shifted by one offset, each round by its own."""
     ms = []
@@ -322,27 +372,33 @@ def _rows_run(run_id: str, factors: np.ndarray, cvs: np.ndarray, rng: np.random.
                 size = 1 << (3 + k)
                 level = (10e-6 + size / 20e9) * factors[i] * run_offset
                 samples = [level * off * gauss(rng, PER_ROUND, float(cvs[i])) for off in round_offsets]
-                ms.append(Measurement(
-                    op=op, dtype="float32", size_bytes=size, count=size // 4, in_place=in_place, world_size=8,
-                    redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
-                    samples_s=tuple(float(x) for x in np.concatenate(samples)), rounds=(PER_ROUND,) * ROUNDS,
-                ))
+                ms.append(
+                    Measurement(
+                        op=op,
+                        dtype="float32",
+                        size_bytes=size,
+                        count=size // 4,
+                        in_place=in_place,
+                        world_size=8,
+                        redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                        samples_s=tuple(float(x) for x in np.concatenate(samples)),
+                        rounds=(PER_ROUND,) * ROUNDS,
+                    )
+                )
                 i += 1
     return Run(run_id=run_id, started_at="2025-01-01T00:00:00Z", system=_SYSTEM, measurements=tuple(ms))
 
 
 def run_gate(rng: np.random.Generator, compares: int, settings: CompareSettings) -> dict:
     """Whole 200-row compares: false alarms with nothing changed; recall of 10 rows slowed by 10 %."""
-    out = {"compares": compares, "alarm": 0, "alarm_floor": 0, "false_rows": 0, "found": 0, "planted": 0,
-           "extra": 0}
+    out = {"compares": compares, "alarm": 0, "alarm_floor": 0, "false_rows": 0, "found": 0, "planted": 0, "extra": 0}
     floors = {}
-    for i in range(compares):
+    for _ in range(compares):
         cvs = rng.uniform(0.005, 0.05, 200)
         ones = np.ones(200)
         base, cand = _rows_run("a", ones, cvs, rng), _rows_run("b", ones, cvs, rng)
         if not floors:  # the run-level sd of this generator, as a learned floor would say (2 % run, 1 % round)
-            floors = {(_SYSTEM.fingerprint(), *m.key): math.sqrt(0.02 ** 2 + 0.01 ** 2 / ROUNDS)
-                      for m in base.measurements}
+            floors = {(_SYSTEM.fingerprint(), *m.key): math.sqrt(0.02**2 + 0.01**2 / ROUNDS) for m in base.measurements}
         report = compare_runs([base], [cand], settings)
         regressions = report.count("regression")
         out["alarm"] += regressions > 0
@@ -352,8 +408,9 @@ def run_gate(rng: np.random.Generator, compares: int, settings: CompareSettings)
         planted = rng.choice(200, size=10, replace=False)
         slow[planted] = 1.10
         cvs = np.full(200, 0.03)
-        report = compare_runs([_rows_run("a", ones, cvs, rng)], [_rows_run("b", slow, cvs, rng)], settings,
-                              floors=floors)
+        report = compare_runs(
+            [_rows_run("a", ones, cvs, rng)], [_rows_run("b", slow, cvs, rng)], settings, floors=floors
+        )
         keys = _row_keys()
         planted_keys = {keys[j] for j in planted}
         hit = {(r.op, r.size_bytes, r.in_place) for r in report.rows if r.verdict == "regression"}
@@ -374,7 +431,7 @@ def run_pooled(rng: np.random.Generator, count: int, settings: CompareSettings) 
     for run_sd in (0.0, 0.02, 0.05):
         plain: Counter = Counter()
         floored: Counter = Counter()
-        floor = math.sqrt(run_sd ** 2 + 0.01 ** 2 / ROUNDS)
+        floor = math.sqrt(run_sd**2 + 0.01**2 / ROUNDS)
         for _ in range(count):
             base = RowSide(tuple(_rounds(rng, 1.0, 0.03, run_sd, 0.01) for _ in range(7)))
             cand = RowSide((_rounds(rng, 1.0, 0.03, run_sd, 0.01),))
@@ -417,8 +474,19 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs))
 
 
-def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, cspeed: dict, *, ns: argparse.Namespace,
-                 dset: DetectSettings, cset: CompareSettings, wall_s: float) -> list[str]:
+def report_lines(
+    det: dict,
+    cmp: dict,
+    gate: dict,
+    pooled: dict,
+    dspeed: dict,
+    cspeed: dict,
+    *,
+    ns: argparse.Namespace,
+    dset: DetectSettings,
+    cset: CompareSettings,
+    wall_s: float,
+) -> list[str]:
     steps, flat = det["steps"], det["flat"]
     # Headline figures.
     target = [steps[(n, 0.05, 0.02)] for n in (100, 200)]
@@ -427,8 +495,11 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
     big = [t for (n, step, cv), t in steps.items() if step >= 0.05]
     det_recall = sum(t.found for t in big) / sum(t.series for t in big)
     tp = sum(t.found for t in steps.values()) + sum(t.found for t in det["noisy_steps"].values())
-    fp = (sum(t.false for t in steps.values()) + sum(t.false for t in flat.values())
-          + sum(t.false for t in det["noisy_steps"].values()))
+    fp = (
+        sum(t.false for t in steps.values())
+        + sum(t.false for t in flat.values())
+        + sum(t.false for t in det["noisy_steps"].values())
+    )
     det_precision = tp / max(1, tp + fp)
     quiet = DRIFTS[0]  # 3 % CV, no run-to-run offset: the old targets' conditions, in rounds
     aa3 = cmp["aa"][quiet]
@@ -499,11 +570,16 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
     ]
     for n in (100, 200):
         for step in STEPS:
-            cells = [f"{_pct(steps[(n, step, cv)].found / steps[(n, step, cv)].series)} "
-                     f"(+{steps[(n, step, cv)].false})" for cv in CVS]
+            cells = [
+                f"{_pct(steps[(n, step, cv)].found / steps[(n, step, cv)].series)} (+{steps[(n, step, cv)].false})"
+                for cv in CVS
+            ]
             lines.append(f"| {n} | {step:.0%} | " + " | ".join(cells) + " |")
-    lines.append("| 100 | -5% (faster) | " + " | ".join(
-        f"{_pct(det['down'][cv].found / det['down'][cv].series)} (+{det['down'][cv].false})" for cv in CVS) + " |")
+    lines.append(
+        "| 100 | -5% (faster) | "
+        + " | ".join(f"{_pct(det['down'][cv].found / det['down'][cv].series)} (+{det['down'][cv].false})" for cv in CVS)
+        + " |"
+    )
     lines += [
         "",
         f"Steps of 1-2% are below the {dset.min_change:.0%} minimum change and are not reported by design "
@@ -511,14 +587,20 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
         "",
         "### detect: flat series of 100 points (share with any change reported) and 5% steps under the same noise",
         "",
-        "| noise | " + " | ".join(f"flat, CV {_cv(cv)}" for cv in CVS) + " | "
-        + " | ".join(f"5% step, CV {_cv(cv)}" for cv in CVS) + " |",
+        "| noise | "
+        + " | ".join(f"flat, CV {_cv(cv)}" for cv in CVS)
+        + " | "
+        + " | ".join(f"5% step, CV {_cv(cv)}" for cv in CVS)
+        + " |",
         "|---|" + "---:|" * (2 * len(CVS)),
     ]
     for name in NOISES:
         cells = [_pct(flat[(name, cv)].flagged / flat[(name, cv)].series) for cv in CVS]
-        cells += [f"{_pct(det['noisy_steps'][(name, cv)].found / det['noisy_steps'][(name, cv)].series)} "
-                  f"(+{det['noisy_steps'][(name, cv)].false})" for cv in CVS]
+        cells += [
+            f"{_pct(det['noisy_steps'][(name, cv)].found / det['noisy_steps'][(name, cv)].series)} "
+            f"(+{det['noisy_steps'][(name, cv)].false})"
+            for cv in CVS
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -533,8 +615,9 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
     for total, t in det["drift"].items():
         lines.append(f"| linear drift of {total:.0%} over 100 points, CV 2% | {_pct(t.flagged / t.series)} |")
     for after, t in det["late"].items():
-        lines.append(f"| 5% step {after} points before the end of 100, CV 2% (found within +-3) | "
-                     f"{_pct(t.found / t.series)} |")
+        lines.append(
+            f"| 5% step {after} points before the end of 100, CV 2% (found within +-3) | {_pct(t.found / t.series)} |"
+        )
     lines += [
         "",
         "A drift has no single right answer; detect reports it as one or more steps once the level has moved "
@@ -555,8 +638,11 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
 
     def verdict_cell(c: Counter) -> str:
         total = sum(c.values())
-        parts = [f"{v[0].upper()} {100 * c[v] / total:.1f}" for v in ("regression", "improvement", "no change",
-                                                                      "unknown") if c[v]]
+        parts = [
+            f"{v[0].upper()} {100 * c[v] / total:.1f}"
+            for v in ("regression", "improvement", "no change", "unknown")
+            if c[v]
+        ]
         return ", ".join(parts)
 
     for cell in DRIFTS:
@@ -565,12 +651,13 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
             f"| {_cv(cv)}, {_cv(run_sd)}, {_cv(round_sd)} | {_pct(cmp['floors'][cell])} | "
             f"{verdict_cell(cmp['aa'][cell])} | {verdict_cell(cmp['aa_floor'][cell])} | "
             f"{verdict_cell(cmp['ab_floor'][(0.05, cell)])} | {verdict_cell(cmp['ab'][(0.10, cell)])} | "
-            f"{verdict_cell(cmp['ab_floor'][(0.10, cell)])} | {verdict_cell(cmp['ab_floor'][(0.15, cell)])} |")
+            f"{verdict_cell(cmp['ab_floor'][(0.10, cell)])} | {verdict_cell(cmp['ab_floor'][(0.15, cell)])} |"
+        )
     lines += [
         "",
         "Cells: % of pairs judged R(egression), I(mprovement), N(o change), U(nknown). Without a floor, a "
         "run-to-run offset the rounds of one run cannot see turns into false regressions; the floor stops "
-        "them, at the price of calling small changes on noisy series unknown (\"unstable: too noisy\"), "
+        'them, at the price of calling small changes on noisy series unknown ("unstable: too noisy"), '
         "never regressions.",
         "",
         f"One round a run (`bench --rounds 1`, {ROUNDS * PER_ROUND} iterations in one loop): A/A without a floor, "
@@ -581,11 +668,13 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
     ]
     for cell in DRIFTS:
         plain, floored, big = cmp["single"][cell]
-        lines.append(f"| {_cv(cell[0])}, {_cv(cell[1])}, {_cv(cell[2])} | {verdict_cell(plain)} | "
-                     f"{verdict_cell(floored)} | {verdict_cell(big)} |")
+        lines.append(
+            f"| {_cv(cell[0])}, {_cv(cell[1])}, {_cv(cell[2])} | {verdict_cell(plain)} | "
+            f"{verdict_cell(floored)} | {verdict_cell(big)} |"
+        )
     lines += [
         "",
-        f"A single round is unknown (\"run-to-run variation not measured\") unless the change is beyond "
+        f'A single round is unknown ("run-to-run variation not measured") unless the change is beyond '
         f"{cset.far_floors:g} noise floors.",
         "",
         "### compare: a tag of 7 runs against one run of 5 rounds, nothing changed (CV 3%, rounds 1%)",
@@ -618,8 +707,10 @@ def report_lines(det: dict, cmp: dict, gate: dict, pooled: dict, dspeed: dict, c
         "|---|---:|---:|---:|---:|",
     ]
     for name, e in dspeed["engines"].items():
-        lines.append(f"| `{name}` | {e['series']} | {e['ms_per_series']:.2f} | {_pct(e['step_found'])} | "
-                     f"{e['flat_candidates']:.2f} |")
+        lines.append(
+            f"| `{name}` | {e['series']} | {e['ms_per_series']:.2f} | {_pct(e['step_found'])} | "
+            f"{e['flat_candidates']:.2f} |"
+        )
     return lines
 
 
@@ -652,8 +743,9 @@ def main() -> None:
     dspeed = detect_speed(rng, dset)
     dspeed["engines"] = engine_speed(rng, 100)
     cspeed = compare_speed(rng, cset)
-    body = report_lines(det, cmp, gate, pooled, dspeed, cspeed, ns=ns, dset=dset, cset=cset,
-                        wall_s=time.perf_counter() - t0)
+    body = report_lines(
+        det, cmp, gate, pooled, dspeed, cspeed, ns=ns, dset=dset, cset=cset, wall_s=time.perf_counter() - t0
+    )
     print()
     print("\n".join(body))
     if not ns.no_write:

@@ -34,8 +34,6 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
-
 import argparse
 import json
 import os
@@ -48,6 +46,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from docsection import write_section  # noqa: E402
 
 from commlens.regress import CompareSettings, compare_runs, learn_floors
 from commlens.results.jsonfmt import load_run
@@ -108,9 +107,11 @@ def measure(ns: argparse.Namespace) -> None:
                 print("cluster pairs ...", flush=True)
                 for i in range(ns.pairs):
                     bench(wd / f"cl-base-{i:02d}.json", on, log)
-                    for name, fault in (("slow10", ["--slow-host", f"1:{1 / 1.10:.6f}"]),
-                                        ("slow15", ["--slow-host", f"1:{1 / 1.15:.6f}"]),
-                                        ("starve", ["--cpu-starve", f"1:{ns.starve_cpus:g}"])):
+                    for name, fault in (
+                        ("slow10", ["--slow-host", f"1:{1 / 1.10:.6f}"]),
+                        ("slow15", ["--slow-host", f"1:{1 / 1.15:.6f}"]),
+                        ("starve", ["--cpu-starve", f"1:{ns.starve_cpus:g}"]),
+                    ):
                         out = wd / f"cl-{name}-{i:02d}.json"
                         if out.exists():
                             continue
@@ -159,8 +160,12 @@ def compare_wall(wd: Path, log: list[dict]) -> None:
     for kind in ("r5", "r1"):
         files = [wd / f"local-{kind}-00.json", wd / f"local-{kind}-00.json"]
         t0 = time.perf_counter()
-        subprocess.run([COMMLENS, "compare", *map(str, files), "--no-noise-floors"], capture_output=True,
-                       text=True, env={**os.environ, "COMMLENS_DB": str(wd / "none.db")})
+        subprocess.run(
+            [COMMLENS, "compare", *map(str, files), "--no-noise-floors"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COMMLENS_DB": str(wd / "none.db")},
+        )
         log.append({"file": f"compare-{kind}", "wall_s": time.perf_counter() - t0, "args": ["compare"]})
 
 
@@ -177,8 +182,12 @@ def _judge(pairs: list[tuple[Run, Run]], floors: dict | None, settings: CompareS
         for r in report.rows:
             verdicts[f"row {r.verdict}"] += 1
         ratios.append(max(r.ratio for r in report.rows))
-    return {"pairs": len(pairs), "regressions": verdicts["regression"], "verdicts": dict(verdicts),
-            "max_ratio_median": float(np.median(ratios)) if ratios else float("nan")}
+    return {
+        "pairs": len(pairs),
+        "regressions": verdicts["regression"],
+        "verdicts": dict(verdicts),
+        "max_ratio_median": float(np.median(ratios)) if ratios else float("nan"),
+    }
 
 
 def _floors(history: list[Run]) -> dict:
@@ -217,16 +226,22 @@ def judge_all(ns: argparse.Namespace) -> dict:
             "r5_floor": _judge(list(zip(r5, r5[1:])), floors, settings) if floors else None,
             "r1": _judge(list(zip(r1, r1[1:])), None, settings),
             "r1_floor": _judge(list(zip(r1, r1[1:])), floors, settings) if floors else None,
-            "spread_r5": _level_spread(r5), "spread_r1": _level_spread(r1),
-            "floors": floors, "history": len(hist), "rounds": r5[0].config.get("rounds"),
+            "spread_r5": _level_spread(r5),
+            "spread_r1": _level_spread(r1),
+            "floors": floors,
+            "history": len(hist),
+            "rounds": r5[0].config.get("rounds"),
         }
     if (wd / "cl-base-00.json").exists():
         base = _runs(wd, "cl-base-*.json")
         hist = _runs(wd, "cl-hist-*.json")
         floors = _floors(hist) if len(hist) >= 3 else None
-        cl: dict = {"aa": _judge(list(zip(base, base[1:])), None, settings),
-                    "aa_floor": _judge(list(zip(base, base[1:])), floors, settings) if floors else None,
-                    "spread": _level_spread(base), "floors": floors}
+        cl: dict = {
+            "aa": _judge(list(zip(base, base[1:])), None, settings),
+            "aa_floor": _judge(list(zip(base, base[1:])), floors, settings) if floors else None,
+            "spread": _level_spread(base),
+            "floors": floors,
+        }
         for name in ("slow10", "slow15", "starve"):
             slowed = _runs(wd, f"cl-{name}-*.json")
             pairs = list(zip(base, slowed))
@@ -241,9 +256,11 @@ def judge_all(ns: argparse.Namespace) -> dict:
         runs = _runs(wd, "claa-*.json")
         hist = _runs(wd, "cl-hist-*.json")
         floors = _floors(hist) if len(hist) >= 3 else None
-        res["cluster_aa"] = {"aa": _judge(list(zip(runs, runs[1:])), None, settings),
-                             "aa_floor": _judge(list(zip(runs, runs[1:])), floors, settings) if floors else None,
-                             "spread": _level_spread(runs)}
+        res["cluster_aa"] = {
+            "aa": _judge(list(zip(runs, runs[1:])), None, settings),
+            "aa_floor": _judge(list(zip(runs, runs[1:])), floors, settings) if floors else None,
+            "spread": _level_spread(runs),
+        }
     return res
 
 
@@ -318,14 +335,22 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "|---|---:|---:|---|",
             f"| A/A (consecutive baselines, a slowed run of each kind between them) | {_rate(cl['aa'])} | "
             f"{_rate(cl['aa_floor'])} | - |",
-            *([f"| A/A back to back (a fresh cluster, nothing between the runs) | {_rate(res['cluster_aa']['aa'])} | "
-               f"{_rate(res['cluster_aa']['aa_floor'])} | at most 1 in 20 |"] if res.get("cluster_aa") else []),
+            *(
+                [
+                    f"| A/A back to back (a fresh cluster, nothing between the runs) | {_rate(res['cluster_aa']['aa'])} | "
+                    f"{_rate(res['cluster_aa']['aa_floor'])} | at most 1 in 20 |"
+                ]
+                if res.get("cluster_aa")
+                else []
+            ),
             f"| host 1's link 10 % slower | {_rate(cl['slow10'])} | {_rate(cl['slow10_floor'])} | at least 16 of 20 |",
             f"| host 1's link 15 % slower | {_rate(cl['slow15'])} | {_rate(cl['slow15_floor'])} | at least 19 of 20 |",
             f"| host 1's rank CPU-starved ({ns.starve_cpus:g} CPU) | {_rate(cl['starve'])} | "
             f"{_rate(cl['starve_floor'])} | - |",
-            *[f"| host 1's rank CPU-starved ({cpus} CPU; its own baselines just before) | {_rate(j)} | - | - |"
-              for cpus, j in res.get("hard_starve", {}).items()],
+            *[
+                f"| host 1's rank CPU-starved ({cpus} CPU; its own baselines just before) | {_rate(j)} | - | - |"
+                for cpus, j in res.get("hard_starve", {}).items()
+            ],
             "",
             "Median over pairs of the largest row ratio (candidate / base typical time): "
             + ", ".join(f"{n} {cl[n]['max_ratio_median']:.3f}" for n in ("aa", "slow10", "slow15", "starve")),
@@ -339,13 +364,20 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workdir", type=Path, default=Path("/tmp/commlens-regression-real"),
-                   help="where the runs' JSON files are kept (runs already there are reused)")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("/tmp/commlens-regression-real"),
+        help="where the runs' JSON files are kept (runs already there are reused)",
+    )
     p.add_argument("--pairs", type=int, default=20, help="pairs of each kind")
     p.add_argument("--history", type=int, default=8, help="A/A runs the noise floors are learned from")
     p.add_argument("--starve-cpus", type=float, default=0.25, help="CPU quota of the starved rank's host")
-    p.add_argument("--parts", default="local,cluster,cluster-aa,cluster-starve",
-                   help="any of local, cluster (slowdowns), cluster-aa (back-to-back baselines), cluster-starve")
+    p.add_argument(
+        "--parts",
+        default="local,cluster,cluster-aa,cluster-starve",
+        help="any of local, cluster (slowdowns), cluster-aa (back-to-back baselines), cluster-starve",
+    )
     p.add_argument("--hard-starve-cpus", type=float, default=0.1, help="CPU quota of cluster-starve's starved host")
     p.add_argument("--starve-pairs", type=int, default=10, help="pairs of cluster-starve")
     p.add_argument("--judge-only", action="store_true", help="judge the runs in --workdir, measure nothing")

@@ -11,8 +11,18 @@ from typing import Any
 
 BIN = Path(sys.executable).parent
 # Every op of the catalog, barrier included ("all" means every payload op).
-ALL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
-           "sendrecv", "barrier")
+ALL_OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "sendrecv",
+    "barrier",
+)
 # Few iterations in one round: these tests check behaviour, not speed (rounds multiply each row's set-up,
 # warm-up and gather by the rounds); rounds are tested with their own options in test_bench_rounds.py and
 # test_bench_interleave.py.
@@ -26,11 +36,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def commlens(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
-             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def commlens(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the installed ``commlens`` console script and capture its output."""
-    return subprocess.run([str(BIN / "commlens"), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env or clean_env(), cwd=cwd)
+    return subprocess.run(
+        [str(BIN / "commlens"), *args], capture_output=True, text=True, timeout=timeout, env=env or clean_env(), cwd=cwd
+    )
 
 
 def stored_runs(db: Path) -> list[dict[str, Any]]:

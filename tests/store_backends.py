@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -33,8 +33,11 @@ def pg_server() -> str:
     """The URL of the test server's own database (the role there may create databases)."""
     url = os.environ.get(PG_URL_ENV)
     if not url:
-        pytest.fail(f"{PG_URL_ENV} is not set: run the tests with scripts/test.sh, which starts PostgreSQL, "
-                    f'or first: eval "$(bash scripts/test-postgres.sh)"', pytrace=False)
+        pytest.fail(
+            f"{PG_URL_ENV} is not set: run the tests with scripts/test.sh, which starts PostgreSQL, "
+            f'or first: eval "$(bash scripts/test-postgres.sh)"',
+            pytrace=False,
+        )
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
@@ -115,8 +118,9 @@ def make_run(
         run_id=run_id,
         started_at=started_at,
         system=system or make_system(),
-        measurements=tuple(make_measurement(op, size, (1e-5 * scale, 2e-5 * scale)) for op in ops
-                           for size in (1024, 4096)),
+        measurements=tuple(
+            make_measurement(op, size, (1e-5 * scale, 2e-5 * scale)) for op in ops for size in (1024, 4096)
+        ),
         tag=tag,
         revision=revision,
     )

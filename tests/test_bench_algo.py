@@ -22,9 +22,31 @@ def every_algorithm(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str
     """Every registered algorithm of every op on 3 ranks, two sizes (one splits unevenly); avg, which int32 refuses."""
     out = tmp_path_factory.mktemp("algo")
     json_path, db = out / "run.json", out / "results.db"
-    proc = commlens("bench", "--nproc", "3", "--op", ",".join(ALGO_OPS), "--algo", "all", "-b", "20", "-e", "5K",
-                    "-f", "256", "-d", "float32,int32", "-o", "avg", *QUICK, "--json", str(json_path),
-                    "--db", str(db), timeout=300)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "3",
+        "--op",
+        ",".join(ALGO_OPS),
+        "--algo",
+        "all",
+        "-b",
+        "20",
+        "-e",
+        "5K",
+        "-f",
+        "256",
+        "-d",
+        "float32,int32",
+        "-o",
+        "avg",
+        *QUICK,
+        "--json",
+        str(json_path),
+        "--db",
+        str(db),
+        timeout=300,
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return json.loads(json_path.read_text()), proc.stdout, db
 
@@ -69,8 +91,25 @@ def test_the_table_marks_each_algorithm_and_the_store_keeps_it(every_algorithm) 
 
 def test_builtin_and_algorithms_share_one_run_and_chunk_bytes_is_recorded(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    proc = commlens("bench", "--nproc", "2", "--op", "broadcast", "--algo", "builtin,chain", "--chunk-bytes", "1K",
-                    "-b", "16K", "-r", "1", *QUICK, "--no-store", "--json", str(out))
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "2",
+        "--op",
+        "broadcast",
+        "--algo",
+        "builtin,chain",
+        "--chunk-bytes",
+        "1K",
+        "-b",
+        "16K",
+        "-r",
+        "1",
+        *QUICK,
+        "--no-store",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["config"]["algos"] == ["builtin", "chain"] and doc["config"]["chunk_bytes"] == 1024
@@ -84,18 +123,29 @@ def test_algo_list_names_every_registered_algorithm() -> None:
     listed = {tuple(line.split()[:2]) for line in proc.stdout.splitlines() if not line.startswith("#")}
     assert listed == {(op, name) for op in ALGO_OPS for name in algorithms_for(op, schemes=True)}
     schemes = [line for line in proc.stdout.splitlines() if "[hierarchical picks it]" in line]
-    assert [line.split()[1] for line in schemes] == ["hierarchical_ring", "hierarchical_leaders",
-                                                     "hierarchical_one_way"]
+    assert [line.split()[1] for line in schemes] == [
+        "hierarchical_ring",
+        "hierarchical_leaders",
+        "hierarchical_one_way",
+    ]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--op", "all_reduce", "--algo", "ring,nope"),
-     "error: unknown all_reduce algorithm 'nope'; known: " + ", ".join(algorithms_for("all_reduce"))),
-    (("--op", "all_reduce,all_gather", "--algo", "rabenseifner"), "error: unknown all_gather algorithm 'rabenseifner'"),
-    (("--op", "gather", "--algo", "ring"), "error: --algo ring: commlens implements no algorithms for gather"),
-    (("--op", "all_reduce", "--algo", "ring", "--chunk-bytes", "0"), "error: --chunk-bytes must be > 0, got 0"),
-    (("--op", "all_reduce", "--algo", "ring", "--chunk-bytes", "1X"), "error: --chunk-bytes: invalid size '1X'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--op", "all_reduce", "--algo", "ring,nope"),
+            "error: unknown all_reduce algorithm 'nope'; known: " + ", ".join(algorithms_for("all_reduce")),
+        ),
+        (
+            ("--op", "all_reduce,all_gather", "--algo", "rabenseifner"),
+            "error: unknown all_gather algorithm 'rabenseifner'",
+        ),
+        (("--op", "gather", "--algo", "ring"), "error: --algo ring: commlens implements no algorithms for gather"),
+        (("--op", "all_reduce", "--algo", "ring", "--chunk-bytes", "0"), "error: --chunk-bytes must be > 0, got 0"),
+        (("--op", "all_reduce", "--algo", "ring", "--chunk-bytes", "1X"), "error: --chunk-bytes: invalid size '1X'"),
+    ],
+)
 def test_bad_algorithm_input_exits_2_before_any_rank_starts(args: tuple[str, ...], message: str) -> None:
     proc = CliRunner().invoke(app, ["bench", "--nproc", "2", *args, "--no-store"])  # refused before launching
     assert proc.exit_code == 2
@@ -106,8 +156,26 @@ def test_bad_algorithm_input_exits_2_before_any_rank_starts(args: tuple[str, ...
 def test_the_schemes_hierarchical_picks_run_by_their_own_names(tmp_path: Path) -> None:
     """``--algo hierarchical_ring,hierarchical_leaders``: the two-level schemes run as algorithms of their own."""
     json_path = tmp_path / "run.json"
-    proc = commlens("bench", "--nproc", "3", "--op", "all_reduce", "--algo", "hierarchical_ring,hierarchical_leaders",
-                    "-b", "20", "-e", "5K", "-f", "256", *QUICK, "--json", str(json_path), "--no-store", timeout=300)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "3",
+        "--op",
+        "all_reduce",
+        "--algo",
+        "hierarchical_ring,hierarchical_leaders",
+        "-b",
+        "20",
+        "-e",
+        "5K",
+        "-f",
+        "256",
+        *QUICK,
+        "--json",
+        str(json_path),
+        "--no-store",
+        timeout=300,
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     rows = json.loads(json_path.read_text())["measurements"]
     schemes = ("hierarchical_ring", "hierarchical_leaders")

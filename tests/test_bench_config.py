@@ -14,8 +14,17 @@ def _cfg(*argv: str) -> BenchConfig:
 
 @pytest.mark.parametrize(
     "text, size",
-    [("8", 8), ("1K", 1024), ("1k", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("1.5K", 1536), ("2KB", 2048),
-     ("0", 0), ("512B", 512)],
+    [
+        ("8", 8),
+        ("1K", 1024),
+        ("1k", 1024),
+        ("64M", 64 << 20),
+        ("1G", 1 << 30),
+        ("1.5K", 1536),
+        ("2KB", 2048),
+        ("0", 0),
+        ("512B", 512),
+    ],
 )
 def test_size_suffixes_are_powers_of_1024(text: str, size: int) -> None:
     assert parse_size(text) == size
@@ -52,8 +61,27 @@ def test_defaults_and_lists() -> None:
     assert (cfg.ops, cfg.dtypes, cfg.redops, cfg.roots) == (("all_reduce",), ("float32",), ("sum",), (0,))
     assert (cfg.iters, cfg.warmup, cfg.check_iters, cfg.backend, cfg.device) == (20, 5, 1, "gloo", "cpu")
     assert cfg.placements() == [False, True]  # out-of-place first, as nccl-tests prints
-    cfg = _cfg("--op", "alltoall,allreduce", "-d", "half,bf16,int8", "-o", "max,min", "-r", "1,2",
-               "--in-place", "-n", "7", "-w", "0", "-c", "0", "--tag", "t1", "--revision", "abc")
+    cfg = _cfg(
+        "--op",
+        "alltoall,allreduce",
+        "-d",
+        "half,bf16,int8",
+        "-o",
+        "max,min",
+        "-r",
+        "1,2",
+        "--in-place",
+        "-n",
+        "7",
+        "-w",
+        "0",
+        "-c",
+        "0",
+        "--tag",
+        "t1",
+        "--revision",
+        "abc",
+    )
     assert cfg.ops == ("all_to_all", "all_reduce")
     assert cfg.dtypes == ("float16", "bfloat16", "int8")
     assert cfg.redops == ("max", "min")

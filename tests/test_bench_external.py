@@ -16,10 +16,37 @@ from commlens.results.table import column_header_lines
 def test_torchrun_runs_the_worker_and_rank_0_prints_and_stores(tmp_path: Path) -> None:
     out, db = tmp_path / "run.json", tmp_path / "results.db"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "commlens.bench", "--op", "all_reduce,all_gather", "-b", "8", "-e", "1K", "-f", "4", *QUICK,
-         "--json", str(out), "--db", str(db), "--tag", "torchrun"],
-        capture_output=True, text=True, timeout=180, env=clean_env(), cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "commlens.bench",
+            "--op",
+            "all_reduce,all_gather",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+            "-f",
+            "4",
+            *QUICK,
+            "--json",
+            str(out),
+            "--db",
+            str(db),
+            "--tag",
+            "torchrun",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     header = column_header_lines()
@@ -41,9 +68,26 @@ def test_torchrun_runs_the_worker_and_rank_0_prints_and_stores(tmp_path: Path) -
 
 def test_under_torchrun_rank_0_refuses_a_bad_destination_before_the_sweep(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "commlens.bench", *QUICK, "--json", str(tmp_path), "--no-store"],
-        capture_output=True, text=True, timeout=180, env=clean_env(), cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "commlens.bench",
+            *QUICK,
+            "--json",
+            str(tmp_path),
+            "--no-store",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode != 0
     assert f"error: --json {tmp_path}: is a directory; give a file name" in proc.stderr
     assert table_rows(proc.stdout) == []

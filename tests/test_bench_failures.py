@@ -45,15 +45,33 @@ def test_nccl_on_a_cpu_machine_says_what_to_use_instead() -> None:
     proc = commlens("bench", "--nproc", "2", "--backend", "nccl", "--no-store", timeout=60)
     assert proc.returncode == 2
     assert error_lines(proc.stderr) == [
-        "error: backend nccl needs CUDA GPUs and an NCCL-enabled torch; none here (use --backend gloo)"]
+        "error: backend nccl needs CUDA GPUs and an NCCL-enabled torch; none here (use --backend gloo)"
+    ]
 
 
 def test_unsupported_combination_fails_when_asked(tmp_path: Path) -> None:
     """gloo cannot average integers. By default such rows are skipped with a note (see test_bench_sweep);
     with --on-unsupported fail the run stops, saying which combination."""
     db = tmp_path / "results.db"
-    proc = commlens("bench", "--nproc", "2", "--op", "all_reduce", "-d", "int32", "-o", "avg", "-b", "64", *QUICK,
-                    "--on-unsupported", "fail", "--db", str(db), timeout=120)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "2",
+        "--op",
+        "all_reduce",
+        "-d",
+        "int32",
+        "-o",
+        "avg",
+        "-b",
+        "64",
+        *QUICK,
+        "--on-unsupported",
+        "fail",
+        "--db",
+        str(db),
+        timeout=120,
+    )
     assert proc.returncode == 2
     (err,) = error_lines(proc.stderr)
     assert err.startswith("error: all_reduce size 64 B int32 avg on gloo: ")
@@ -65,8 +83,22 @@ def test_a_rank_that_raises_stops_every_rank_and_is_named(tmp_path: Path) -> Non
     db = tmp_path / "results.db"
     env = clean_env(COMMLENS_INJECT_FAULT="raise:rank=2,op=all_reduce,size=1024")
     t0 = time.monotonic()
-    proc = commlens("bench", "--nproc", "4", "--op", "all_reduce", "-b", "256", "-e", "4K", *QUICK,
-                    "--db", str(db), env=env, timeout=120)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "4",
+        "--op",
+        "all_reduce",
+        "-b",
+        "256",
+        "-e",
+        "4K",
+        *QUICK,
+        "--db",
+        str(db),
+        env=env,
+        timeout=120,
+    )
     assert time.monotonic() - t0 < 90
     assert proc.returncode == 1
     errors = error_lines(proc.stderr)
@@ -82,8 +114,24 @@ def test_a_rank_that_hangs_is_named_after_the_timeout(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     env = clean_env(COMMLENS_INJECT_FAULT="hang:rank=1,op=all_gather,size=48")
     t0 = time.monotonic()
-    proc = commlens("bench", "--nproc", "3", "--op", "all_gather", "-b", "24", "-e", "96", *QUICK, "--timeout", "5",
-                    "--db", str(db), env=env, timeout=120)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "3",
+        "--op",
+        "all_gather",
+        "-b",
+        "24",
+        "-e",
+        "96",
+        *QUICK,
+        "--timeout",
+        "5",
+        "--db",
+        str(db),
+        env=env,
+        timeout=120,
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0 and proc.returncode != 130
     assert elapsed < 60, f"took {elapsed:.0f} s with --timeout 5"
@@ -99,8 +147,23 @@ def test_a_rank_that_hangs_is_named_after_the_timeout(tmp_path: Path) -> None:
 def test_wrong_results_fail_the_run_naming_op_size_dtype_and_rank(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     env = clean_env(COMMLENS_INJECT_FAULT="corrupt:rank=1,op=reduce_scatter")
-    proc = commlens("bench", "--nproc", "3", "--op", "all_reduce,reduce_scatter", "-d", "bfloat16", "-b", "96",
-                    *QUICK, "--no-store", "--json", str(out), env=env, timeout=120)
+    proc = commlens(
+        "bench",
+        "--nproc",
+        "3",
+        "--op",
+        "all_reduce,reduce_scatter",
+        "-d",
+        "bfloat16",
+        "-b",
+        "96",
+        *QUICK,
+        "--no-store",
+        "--json",
+        str(out),
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 1
     errors = error_lines(proc.stderr)
     assert errors == [
@@ -110,16 +173,44 @@ def test_wrong_results_fail_the_run_naming_op_size_dtype_and_rank(tmp_path: Path
     assert "# Out of bounds values : 2 FAILED" in proc.stdout.splitlines()
     doc = json.loads(out.read_text())
     assert {(m["op"], m["in_place"]): m["nwrong"] for m in doc["measurements"]} == {
-        ("all_reduce", True): 0, ("reduce_scatter", False): 1, ("reduce_scatter", True): 1}
+        ("all_reduce", True): 0,
+        ("reduce_scatter", False): 1,
+        ("reduce_scatter", True): 1,
+    }
 
 
 def test_ctrl_c_keeps_the_finished_rows_marked_incomplete(tmp_path: Path) -> None:
     db, out = tmp_path / "results.db", tmp_path / "run.json"
     # One round: with rounds a row is printed only once its last round is done: no first row to wait for.
     proc = subprocess.Popen(
-        [str(BIN / "commlens"), "bench", "--nproc", "2", "--op", "all_reduce", "-b", "8", "-e", "1G", "-n", "20",
-         "-w", "1", "--rounds", "1", "--db", str(db), "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+        [
+            str(BIN / "commlens"),
+            "bench",
+            "--nproc",
+            "2",
+            "--op",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "1G",
+            "-n",
+            "20",
+            "-w",
+            "1",
+            "--rounds",
+            "1",
+            "--db",
+            str(db),
+            "--json",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,
+    )
     try:
         seen = []
         assert proc.stdout is not None

@@ -25,8 +25,30 @@ _register()
 
 ALGOS = "builtin,ring,recursive_doubling"
 # int32 avg: every implementation refuses it (gloo and commlens alike), float32 avg runs; all_gather both placements
-SWEEP = ("--nproc", "2", "--op", "all_reduce,all_gather", "--algo", ALGOS, "-d", "float32,int32", "-o", "avg",
-         "-b", "64", "-e", "4K", "-f", "64", "-n", "3", "-w", "1", "-q", "--no-store")
+SWEEP = (
+    "--nproc",
+    "2",
+    "--op",
+    "all_reduce,all_gather",
+    "--algo",
+    ALGOS,
+    "-d",
+    "float32,int32",
+    "-o",
+    "avg",
+    "-b",
+    "64",
+    "-e",
+    "4K",
+    "-f",
+    "64",
+    "-n",
+    "3",
+    "-w",
+    "1",
+    "-q",
+    "--no-store",
+)
 
 
 def _bench(tmp: Path, *extra: str) -> tuple[dict[str, Any], str]:
@@ -39,9 +61,12 @@ def _bench(tmp: Path, *extra: str) -> tuple[dict[str, Any], str]:
 @pytest.fixture(scope="module")
 def both(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[dict[str, Any], str]]:
     """The same sweep on 2 real gloo ranks, implementation after implementation and interleaved."""
-    return {interleave: _bench(tmp_path_factory.mktemp(f"interleave{int(interleave)}"),
-                               *(("--interleave",) if interleave else ()))
-            for interleave in (False, True)}
+    return {
+        interleave: _bench(
+            tmp_path_factory.mktemp(f"interleave{int(interleave)}"), *(("--interleave",) if interleave else ())
+        )
+        for interleave in (False, True)
+    }
 
 
 def _rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, bool]]:
@@ -62,15 +87,18 @@ def test_interleaved_rows_are_the_same_rows_in_the_same_order(both) -> None:
     (plain, plain_out), (mixed, mixed_out) = both[False], both[True]
     assert _rows(mixed) == _rows(plain)
     assert {m["algo"] for m in mixed["measurements"]} == set(ALGOS.split(","))
-    assert all(m["nwrong"] == 0 and m["iterations"] == 3 and len(m["samples_s"]) == 3
-               for m in mixed["measurements"])
+    assert all(m["nwrong"] == 0 and m["iterations"] == 3 and len(m["samples_s"]) == 3 for m in mixed["measurements"])
     assert mixed["notes"] == plain["notes"]
     assert _table_shape(mixed_out) == _table_shape(plain_out)
     headers = [line for line in mixed_out.splitlines() if line.startswith("# Collective test")]
-    assert headers == ["# Collective test: all_reduce", "# Collective test: all_reduce  algo ring",
-                       "# Collective test: all_reduce  algo recursive_doubling", "# Collective test: all_gather",
-                       "# Collective test: all_gather  algo ring",
-                       "# Collective test: all_gather  algo recursive_doubling"]
+    assert headers == [
+        "# Collective test: all_reduce",
+        "# Collective test: all_reduce  algo ring",
+        "# Collective test: all_reduce  algo recursive_doubling",
+        "# Collective test: all_gather",
+        "# Collective test: all_gather  algo ring",
+        "# Collective test: all_gather  algo recursive_doubling",
+    ]
 
 
 def test_a_combination_every_implementation_refuses_is_skipped_for_each_with_a_note(both) -> None:
@@ -79,11 +107,15 @@ def test_a_combination_every_implementation_refuses_is_skipped_for_each_with_a_n
     assert {m["algo"] for m in mixed["measurements"] if m["dtype"] == "int32"} == set(ALGOS.split(","))  # all_gather
     skipped = [line for line in stdout.splitlines() if line.startswith("# skipped")]
     assert skipped == [
-        ("# skipped all_reduce size 64 B int32 avg on gloo: result type Float can't be cast to the desired output "
-         "type Int"),
+        (
+            "# skipped all_reduce size 64 B int32 avg on gloo: result type Float can't be cast to the desired output "
+            "type Int"
+        ),
         "# skipped all_reduce size 64 B int32 avg on commlens ring: avg needs a floating-point tensor, got torch.int32",
-        ("# skipped all_reduce size 64 B int32 avg on commlens recursive_doubling: avg needs a floating-point tensor, "
-         "got torch.int32"),
+        (
+            "# skipped all_reduce size 64 B int32 avg on commlens recursive_doubling: avg needs a floating-point tensor, "
+            "got torch.int32"
+        ),
     ]
 
 
@@ -102,6 +134,7 @@ def test_interleave_is_an_option_of_bench_and_off_by_default() -> None:
 
 
 # --- the timed loop --------------------------------------------------------------------------------------------
+
 
 class _Done:
     def __init__(self, log: list[str], name: str):
@@ -145,6 +178,7 @@ def test_one_implementation_is_timed_back_to_back() -> None:
 
 # --- an implementation refusing a row that the others run, in one process group --------------------------------
 
+
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Any]:
     """Two ranks in one gloo group: the worker pool of the algorithm tests (tests/algos/harness.py)."""
@@ -158,8 +192,9 @@ def pool() -> Iterator[Any]:
         pool.close()
 
 
-def _sweep_events(ctx: Any, interleave: bool, refuse: str | None = None, corrupt_size: int | None = None
-                  ) -> tuple[list[dict[str, Any]], list[str]] | None:
+def _sweep_events(
+    ctx: Any, interleave: bool, refuse: str | None = None, corrupt_size: int | None = None
+) -> tuple[list[dict[str, Any]], list[str]] | None:
     """Rank 0's events and wrong-result messages of an all_reduce sweep; ``refuse`` is made to refuse every row."""
     from commlens.algos import AlgoError
     from commlens.bench import worker
@@ -170,14 +205,23 @@ def _sweep_events(ctx: Any, interleave: bool, refuse: str | None = None, corrupt
     def prepare(*args: Any, **kwargs: Any) -> Any:
         coll = real_prepare(*args, **kwargs)
         if coll is not None and kwargs["algo"] == refuse:
+
             def launch() -> None:
                 raise AlgoError(f"{refuse} refuses this row (test)")
 
             coll = dataclasses.replace(coll, launch=launch)
         return coll
 
-    cfg = BenchConfig(ops=("all_reduce",), min_bytes=64, max_bytes=4096, step_factor=64, iters=3, warmup=1,
-                      algos=("ring", "recursive_doubling", "binomial"), interleave=interleave)
+    cfg = BenchConfig(
+        ops=("all_reduce",),
+        min_bytes=64,
+        max_bytes=4096,
+        step_factor=64,
+        iters=3,
+        warmup=1,
+        algos=("ring", "recursive_doubling", "binomial"),
+        interleave=interleave,
+    )
     worker.prepare = prepare
     try:
         sweep = worker.Sweep(cfg, ctx.rank, ctx.size, 0, None, None)
@@ -190,17 +234,24 @@ def _sweep_events(ctx: Any, interleave: bool, refuse: str | None = None, corrupt
 
 
 def _readable(events: list[dict[str, Any]]) -> list[str]:
-    return [f"{e['algo']} {e['size_bytes']}" if e["event"] == "row" else e["text"]
-            for e in events if e["event"] in ("row", "note")]
+    return [
+        f"{e['algo']} {e['size_bytes']}" if e["event"] == "row" else e["text"]
+        for e in events
+        if e["event"] in ("row", "note")
+    ]
 
 
 def test_an_implementation_that_refuses_is_skipped_while_the_others_run(pool: Any) -> None:
     (events, wrong), _ = pool.run(_sweep_events, interleave=True, refuse="recursive_doubling")
     assert _readable(events) == [
-        "ring 64", "ring 4096",
-        ("skipped all_reduce size 64 B float32 sum on commlens recursive_doubling: recursive_doubling refuses this "
-         "row (test)"),
-        "binomial 64", "binomial 4096",
+        "ring 64",
+        "ring 4096",
+        (
+            "skipped all_reduce size 64 B float32 sum on commlens recursive_doubling: recursive_doubling refuses this "
+            "row (test)"
+        ),
+        "binomial 64",
+        "binomial 4096",
     ]
     rows = [e for e in events if e["event"] == "row"]
     assert all(m["nwrong"] == 0 and m["iterations"] == 3 for e in rows for m in e["measurements"] if m)
@@ -213,19 +264,24 @@ def test_progress_counts_every_row_once_and_rows_wait_for_their_op(pool: Any) ->
     (events, _), _ = pool.run(_sweep_events, interleave=True)
     progress = [e for e in events if e["event"] == "progress"]
     assert [(e["index"], e["total"], e["algo"], e["size_bytes"]) for e in progress] == [
-        (0, 6, "ring,recursive_doubling,binomial", 64), (3, 6, "ring,recursive_doubling,binomial", 4096)]
+        (0, 6, "ring,recursive_doubling,binomial", 64),
+        (3, 6, "ring,recursive_doubling,binomial", 4096),
+    ]
     kinds = [e["event"] for e in events]
     assert kinds == ["progress", "progress", *["row"] * 6]
 
 
 def test_a_corrupting_rank_is_caught_for_every_implementation_of_its_row(pool: Any) -> None:
     (events, wrong), _ = pool.run(_sweep_events, interleave=True, corrupt_size=4096)
-    assert wrong == [f"all_reduce ({algo}) size 4096 B float32 sum in-place: 1 wrong elements on rank 1"
-                     for algo in ("ring", "recursive_doubling", "binomial")]
+    assert wrong == [
+        f"all_reduce ({algo}) size 4096 B float32 sum in-place: 1 wrong elements on rank 1"
+        for algo in ("ring", "recursive_doubling", "binomial")
+    ]
     assert [e["measurements"][1]["nwrong"] for e in events if e["event"] == "row"] == [0, 1, 0, 1, 0, 1]
 
 
 # --- commlens tune -------------------------------------------------------------------------------------------
+
 
 def test_tune_interleaves_its_sweep_unless_told_not_to(tmp_path: Path) -> None:
     on = bench_argv(TuneSettings(), tmp_path / "run.json")
@@ -257,11 +313,14 @@ def test_rounds_are_shuffled_alike_on_every_rank_when_seeded() -> None:
     assert orders == round_orders(4, 40, seed=7) and orders != round_orders(4, 40, seed=8)
     assert all(sorted(o) == [0, 1, 2, 3] for o in orders)
     assert {o[0] for o in orders} == {o[-1] for o in orders} == {0, 1, 2, 3}
-    assert {(o[k], o[k + 1]) for o in orders for k in range(3)} == {(a, b) for a in range(4) for b in range(4) if a != b}
+    assert {(o[k], o[k + 1]) for o in orders for k in range(3)} == {
+        (a, b) for a in range(4) for b in range(4) if a != b
+    }
     assert round_orders(3, 5, seed=None) == [[0, 1, 2]] * 5 and round_orders(1, 3, seed=1) == [[0]] * 3
     log: list[str] = []
-    stamps = measure_interleaved([_fake(log, [], name) for name in "abc"], 6, torch.device("cpu"), blocking=False,
-                                 seed=3)
+    stamps = measure_interleaved(
+        [_fake(log, [], name) for name in "abc"], 6, torch.device("cpu"), blocking=False, seed=3
+    )
     launched = [e for e in log if not e.endswith("done")]
     assert launched == ["abc"[j] for o in round_orders(3, 6, seed=3) for j in o]
     assert all(len(st.starts) == 6 for st in stamps)

@@ -50,7 +50,8 @@ def _bench(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Bench:
 
 @pytest.mark.parametrize("groups", ["fresh", "shared"])
 def test_three_rounds_of_three_iterations_are_recorded_on_every_row(
-        groups: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    groups: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     run = _bench(tmp_path_factory, "--rounds", "3", "-n", "9", "--round-groups", groups)
     rows = run.doc["measurements"]
     assert run.doc["status"] == "complete"
@@ -92,8 +93,11 @@ def test_default_rounds_with_two_iterations_give_two_rounds(tmp_path_factory: py
 def _shape(stdout: str) -> list[str]:
     """The table without its figures: its ``#`` lines after the run's header and each row's first five columns."""
     header = ("# commlens ", "# ops ", "# backend ", "#  Rank ", "# Avg bus bandwidth")
-    return [line if line.startswith("#") else " ".join(line.split()[:5])
-            for line in stdout.splitlines() if not line.startswith(header)]
+    return [
+        line if line.startswith("#") else " ".join(line.split()[:5])
+        for line in stdout.splitlines()
+        if not line.startswith(header)
+    ]
 
 
 def test_the_table_has_the_layout_of_a_single_round_run(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -109,11 +113,26 @@ def test_the_table_has_the_layout_of_a_single_round_run(tmp_path_factory: pytest
 def test_a_refused_combination_is_skipped_with_a_note_in_every_round(tmp_path: Path) -> None:
     """int32 avg is refused by gloo: noted once, at its first size; float32 avg is measured in both rounds."""
     json_path = tmp_path / "run.json"
-    proc = commlens("bench", *SWEEP, "-d", "float32,int32", "-o", "avg", "--rounds", "2", "-n", "2", "--no-store",
-                    "--json", str(json_path), timeout=240)
+    proc = commlens(
+        "bench",
+        *SWEEP,
+        "-d",
+        "float32,int32",
+        "-o",
+        "avg",
+        "--rounds",
+        "2",
+        "-n",
+        "2",
+        "--no-store",
+        "--json",
+        str(json_path),
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(json_path.read_text())
     assert [(m["dtype"], m["size_bytes"], m["rounds"]) for m in doc["measurements"]] == [
-        ("float32", size, [1, 1]) for size in SIZES]
+        ("float32", size, [1, 1]) for size in SIZES
+    ]
     skipped = [line for line in proc.stdout.splitlines() if line.startswith("# skipped")]
     assert len(skipped) == 1 and skipped[0].startswith("# skipped all_reduce size 1024 B int32 avg on gloo: ")

@@ -24,6 +24,7 @@ LONG_SWEEP = ("--op", "all_reduce", "-b", "8", "-e", "8", "-n", "1000000", "-w",
 
 # -- real processes and sockets, read from /proc ------------------------------------------------------------
 
+
 def _children() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -80,15 +81,21 @@ def listening_addresses(pids: list[int]) -> list[tuple[str, int, int]]:
             if fields[3] != "0A" or fields[9] not in owner:  # 0A: LISTEN
                 continue
             hex_addr, hex_port = fields[1].split(":")
-            raw = b"".join(struct.pack("<I", int(hex_addr[i:i + 8], 16)) for i in range(0, len(hex_addr), 8))
+            raw = b"".join(struct.pack("<I", int(hex_addr[i : i + 8], 16)) for i in range(0, len(hex_addr), 8))
             out.append((socket.inet_ntop(family, raw), int(hex_port, 16), owner[fields[9]]))
     return out
 
 
 def start_bench(*args: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     """Start ``commlens bench`` and return once its table header is printed (every rank has joined)."""
-    proc = subprocess.Popen([str(BIN / "commlens"), "bench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "commlens"), "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     seen: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -119,6 +126,7 @@ def leftovers(tmp: Path) -> list[str]:
 
 # -- item 2: a local run listens on loopback only -----------------------------------------------------------
 
+
 def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
     proc, _ = start_bench("--nproc", "3", *LONG_SWEEP, "--no-store", env=clean_env())
     try:
@@ -134,6 +142,7 @@ def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
 
 
 # -- item 8: processes and temporary directories ------------------------------------------------------------
+
 
 def test_kill_9_of_the_launcher_ends_every_rank_and_the_next_run_clears_its_dir(private_tmp: Path) -> None:
     env = clean_env(TMPDIR=str(private_tmp))
@@ -163,8 +172,18 @@ def test_no_temporary_directory_remains_after_any_exit(private_tmp: Path, tmp_pa
     ok = commlens("bench", "--nproc", "2", *QUICK, "--no-store", env=env)
     assert ok.returncode == 0, ok.stderr
     assert leftovers(private_tmp) == []
-    failed = commlens("bench", "--nproc", "2", *QUICK, "-b", "8", "-e", "64", "--no-store",
-                      env={**env, "COMMLENS_INJECT_FAULT": "raise:rank=1,size=32"})
+    failed = commlens(
+        "bench",
+        "--nproc",
+        "2",
+        *QUICK,
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "--no-store",
+        env={**env, "COMMLENS_INJECT_FAULT": "raise:rank=1,size=32"},
+    )
     assert failed.returncode == 1 and "injected failure" in failed.stderr
     assert leftovers(private_tmp) == []
     bad = commlens("bench", "--nproc", "2", *QUICK, "--json", str(tmp_path), "--no-store", env=env)
@@ -182,18 +201,21 @@ def test_no_temporary_directory_remains_after_any_exit(private_tmp: Path, tmp_pa
 
 # -- item 7 (launcher side): a start-up that outlasts --timeout ---------------------------------------------
 
+
 def test_a_timeout_during_start_up_says_so() -> None:
     env = clean_env(COMMLENS_INJECT_FAULT="pause:rank=1,op=init,seconds=60")
     t0 = time.monotonic()
     proc = commlens("bench", "--nproc", "2", *QUICK, "--timeout", "5", "--no-store", env=env, timeout=120)
     assert time.monotonic() - t0 < 50  # not the 60 s pause: the others gave up after --timeout
     assert proc.returncode == 2, proc.stderr
-    assert error_lines(proc.stderr) == ["error: timed out during start-up after 5 s: raise --timeout "
-                                        "(rank 1 had not joined)"]
+    assert error_lines(proc.stderr) == [
+        "error: timed out during start-up after 5 s: raise --timeout (rank 1 had not joined)"
+    ]
     assert "Traceback" not in proc.stderr
 
 
 # -- item 3: destinations checked before launch --------------------------------------------------------------
+
 
 def _refused_before_launch(proc: subprocess.CompletedProcess[str], message: str) -> None:
     assert proc.returncode == 2, proc.stderr
@@ -208,24 +230,42 @@ def test_json_naming_a_directory_is_refused_before_launch(tmp_path: Path) -> Non
     _refused_before_launch(proc, f"--json {tmp_path}: is a directory")
 
 
-@pytest.mark.parametrize("url, message", [
-    ("postgresql://user@[unclosed/db", "--db: "),
-    ("mysql://host/db", "unsupported database 'mysql'"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("postgresql://user@[unclosed/db", "--db: "),
+        ("mysql://host/db", "unsupported database 'mysql'"),
+    ],
+)
 def test_a_malformed_or_unsupported_db_url_is_refused_before_launch(url: str, message: str) -> None:
     _refused_before_launch(commlens("bench", "--nproc", "2", *QUICK, "--db", url), message)
 
 
 def test_a_tag_that_is_not_utf8_is_refused_before_launch(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
-    proc = subprocess.run([str(BIN / "commlens").encode(), b"bench", b"--nproc", b"2", *(a.encode() for a in QUICK),
-                           b"--db", str(db).encode(), b"--tag", b"nightly-\xff\xfe"],
-                          capture_output=True, text=True, env=clean_env(), timeout=120)
+    proc = subprocess.run(
+        [
+            str(BIN / "commlens").encode(),
+            b"bench",
+            b"--nproc",
+            b"2",
+            *(a.encode() for a in QUICK),
+            b"--db",
+            str(db).encode(),
+            b"--tag",
+            b"nightly-\xff\xfe",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
     _refused_before_launch(proc, "--tag is not valid UTF-8 text: b'nightly-\\xff\\xfe'")
     assert not db.exists() or stored_runs(db) == []
 
 
 # -- tmpfs file systems, full or read-only (root only) ------------------------------------------------------
+
 
 def _mount_tmpfs(where: Path, size: str) -> None:
     if os.geteuid() != 0:
@@ -338,20 +378,42 @@ def test_a_save_that_fails_at_the_end_keeps_the_whole_run(broken: str, tmpfs: Pa
 
 # -- item 10: --json files follow the umask ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("umask, mode", [(0o077, 0o600), (0o022, 0o644)])
 def test_json_files_follow_the_umask(umask: int, mode: int, tmp_path: Path) -> None:
     out, nccl = tmp_path / "run.json", tmp_path / "nccl.json"
-    proc = subprocess.run([str(BIN / "commlens"), "bench", "--nproc", "2", *QUICK, "--no-store", "--json", str(out),
-                           "--nccl-tests-json", str(nccl)], capture_output=True, text=True, env=clean_env(),
-                          timeout=180, preexec_fn=lambda: os.umask(umask))
+    proc = subprocess.run(
+        [
+            str(BIN / "commlens"),
+            "bench",
+            "--nproc",
+            "2",
+            *QUICK,
+            "--no-store",
+            "--json",
+            str(out),
+            "--nccl-tests-json",
+            str(nccl),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=180,
+        preexec_fn=lambda: os.umask(umask),
+    )
     assert proc.returncode == 0, proc.stderr
     assert (out.stat().st_mode & 0o777, nccl.stat().st_mode & 0o777) == (mode, mode)
 
 
 def test_diagnose_links_local_ranks_listen_on_loopback_only() -> None:
-    proc = subprocess.Popen([str(BIN / "commlens"), "diagnose", "links", "--nproc", "3", "-b", "4M", "-n", "200",
-                             "--timeout", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                            env=clean_env(), start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "commlens"), "diagnose", "links", "--nproc", "3", "-b", "4M", "-n", "200", "--timeout", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,
+    )
     try:
         sockets: list[tuple[str, int, int]] = []
         deadline = time.monotonic() + 60

@@ -32,13 +32,39 @@ SWEEPS: dict[int, tuple[str, ...]] = {
 }
 # (out-of-place, in-place) as torch.distributed offers them
 PLACEMENTS = {
-    "all_reduce": {True}, "broadcast": {True}, "reduce": {True},
-    "all_to_all": {False}, "sendrecv": {False}, "barrier": {False},
-    "all_gather": {False, True}, "reduce_scatter": {False, True}, "gather": {False, True}, "scatter": {False, True},
+    "all_reduce": {True},
+    "broadcast": {True},
+    "reduce": {True},
+    "all_to_all": {False},
+    "sendrecv": {False},
+    "barrier": {False},
+    "all_gather": {False, True},
+    "reduce_scatter": {False, True},
+    "gather": {False, True},
+    "scatter": {False, True},
 }
-REQUIRED_KEYS = {"op", "algo", "dtype", "redop", "root", "size_bytes", "count", "in_place", "world_size", "samples_s",
-                 "mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "cv", "algbw_bytes_per_s",
-                 "busbw_bytes_per_s", "nwrong"}
+REQUIRED_KEYS = {
+    "op",
+    "algo",
+    "dtype",
+    "redop",
+    "root",
+    "size_bytes",
+    "count",
+    "in_place",
+    "world_size",
+    "samples_s",
+    "mean_s",
+    "p50_s",
+    "p95_s",
+    "p99_s",
+    "min_s",
+    "max_s",
+    "cv",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
+    "nwrong",
+}
 
 
 @dataclass
@@ -63,13 +89,31 @@ def _run_sweep(world: int, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     if world not in _CACHE:
         out = tmp_path_factory.mktemp(f"sweep{world}")
         json_path, nccl_path, db = out / "run.json", out / "nccl.json", out / "results.db"
-        proc = commlens("bench", "--nproc", str(world), "--op", ",".join(ALL_OPS), *SWEEPS[world], *QUICK,
-                        "--json", str(json_path), "--nccl-tests-json", str(nccl_path), "--db", str(db),
-                        "--tag", f"world{world}", "--revision", "rev-abc", timeout=240,
-                        env=clean_env(NCCL_COMMLENS_TEST=f"world{world}"))
+        proc = commlens(
+            "bench",
+            "--nproc",
+            str(world),
+            "--op",
+            ",".join(ALL_OPS),
+            *SWEEPS[world],
+            *QUICK,
+            "--json",
+            str(json_path),
+            "--nccl-tests-json",
+            str(nccl_path),
+            "--db",
+            str(db),
+            "--tag",
+            f"world{world}",
+            "--revision",
+            "rev-abc",
+            timeout=240,
+            env=clean_env(NCCL_COMMLENS_TEST=f"world{world}"),
+        )
         assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        _CACHE[world] = Sweep(world, proc, json.loads(json_path.read_text()), json.loads(nccl_path.read_text()),
-                              json_path, db)
+        _CACHE[world] = Sweep(
+            world, proc, json.loads(json_path.read_text()), json.loads(nccl_path.read_text()), json_path, db
+        )
     return _CACHE[world]
 
 
@@ -123,16 +167,23 @@ def test_every_op_dtype_and_reduction_is_measured(sweep: Sweep) -> None:
                     if got is None:
                         # gloo refuses avg on integers; nothing else may be missing, and the skip is said
                         assert redop == "avg" and dtype in INT_DTYPES, (op, dtype, redop, root)
-                        said = [n for n in skipped
-                                if re.match(rf"skipped {op} size \d+ B {dtype} avg( root {root})? on gloo: ", n)]
+                        said = [
+                            n
+                            for n in skipped
+                            if re.match(rf"skipped {op} size \d+ B {dtype} avg( root {root})? on gloo: ", n)
+                        ]
                         assert said and f"# {said[0]}" in sweep.proc.stdout.splitlines()
                         continue
-                    want = {(spec.plan_size(s, elem, world).size_bytes, p)
-                            for s in _requested_sizes(sweep) for p in PLACEMENTS[op]}
+                    want = {
+                        (spec.plan_size(s, elem, world).size_bytes, p)
+                        for s in _requested_sizes(sweep)
+                        for p in PLACEMENTS[op]
+                    }
                     assert got == want, (op, dtype, redop, root)
     # floating-point avg is supported by gloo and must have run
-    assert any(m["redop"] == "avg" and m["dtype"] in ("float32", "float16", "bfloat16", "float64")
-               for m in sweep.measurements) == ("avg" in _cfg_list(sweep, "redops"))
+    assert any(
+        m["redop"] == "avg" and m["dtype"] in ("float32", "float16", "bfloat16", "float64") for m in sweep.measurements
+    ) == ("avg" in _cfg_list(sweep, "redops"))
 
 
 def test_rows_follow_the_catalog_and_the_timing_rules(sweep: Sweep) -> None:
@@ -141,9 +192,11 @@ def test_rows_follow_the_catalog_and_the_timing_rules(sweep: Sweep) -> None:
         assert REQUIRED_KEYS <= set(m), REQUIRED_KEYS - set(m)
         assert m["world_size"] == sweep.world and m["algo"] == "builtin"
         elem = DTYPE_SIZES[m["dtype"]]
-        assert any(OPS[m["op"]].plan_size(s, elem, sweep.world).size_bytes == m["size_bytes"]
-                   and OPS[m["op"]].plan_size(s, elem, sweep.world).count == m["count"]
-                   for s in _requested_sizes(sweep)), m["op"]
+        assert any(
+            OPS[m["op"]].plan_size(s, elem, sweep.world).size_bytes == m["size_bytes"]
+            and OPS[m["op"]].plan_size(s, elem, sweep.world).count == m["count"]
+            for s in _requested_sizes(sweep)
+        ), m["op"]
         assert (m["redop"] != "none") == OPS[m["op"]].reduces
         assert (m["root"] >= 0) == OPS[m["op"]].has_root
         # every iteration kept; each is the slowest rank's time
@@ -162,13 +215,14 @@ def test_rows_follow_the_catalog_and_the_timing_rules(sweep: Sweep) -> None:
         assert m["algbw_bytes_per_s"] == pytest.approx(m["size_bytes"] / m["mean_s"], rel=1e-12)
         factor = OPS[m["op"]].busbw_factor(sweep.world)
         assert m["busbw_bytes_per_s"] == pytest.approx(m["algbw_bytes_per_s"] * factor, rel=1e-12, abs=1e-300)
-        assert m["busbw_p50_bytes_per_s"] == pytest.approx(m["size_bytes"] / m["p50_s"] * factor, rel=1e-12,
-                                                           abs=1e-300)
+        assert m["busbw_p50_bytes_per_s"] == pytest.approx(m["size_bytes"] / m["p50_s"] * factor, rel=1e-12, abs=1e-300)
 
 
 def test_no_two_rows_are_the_same_experiment(sweep: Sweep) -> None:
-    keys = [(m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"], m["in_place"])
-            for m in sweep.measurements]
+    keys = [
+        (m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"], m["in_place"])
+        for m in sweep.measurements
+    ]
     # sizes that round to the same bytes (8 B and 12 B on 4 ranks) could collide; these sweeps have none
     assert len(keys) == len(set(keys))
 
@@ -177,7 +231,7 @@ def test_table_on_the_terminal(sweep: Sweep) -> None:
     lines = sweep.proc.stdout.splitlines()
     header = column_header_lines()
     start = lines.index(header[0])
-    assert lines[start:start + 3] == header
+    assert lines[start : start + 3] == header
     assert f"world size {sweep.world}" in sweep.proc.stdout
     assert sum(line.startswith("#  Rank ") for line in lines) == sweep.world
     rows = table_rows(sweep.proc.stdout)
@@ -189,8 +243,11 @@ def test_table_on_the_terminal(sweep: Sweep) -> None:
     assert len(avg) == 1
     assert float(avg[0].split(":")[1]) == pytest.approx(sweep.doc["avg_busbw_bytes_per_s"] / 1e9, rel=1e-5)
     first = next(m for m in sweep.measurements if m["op"] == "all_reduce")
-    row = next(r for r in rows if r.split()[:5] == [str(first["size_bytes"]), str(first["count"]), first["dtype"],
-                                                    first["redop"], "-1"])
+    row = next(
+        r
+        for r in rows
+        if r.split()[:5] == [str(first["size_bytes"]), str(first["count"]), first["dtype"], first["redop"], "-1"]
+    )
     # out-of-place half is "-" (torch offers all_reduce in place only); in-place time in us, #wrong 0
     fields = row.split()
     assert fields[5:11] == ["-"] * 6
@@ -235,7 +292,8 @@ def test_run_metadata(sweep: Sweep) -> None:
 def test_store_lists_and_shows_the_same_run(sweep: Sweep) -> None:
     runs = stored_runs(sweep.db)
     assert [(r["run_id"], r["status"], r["world_size"], r["nmeasurements"], r["tag"]) for r in runs] == [
-        (sweep.doc["run_id"], "complete", sweep.world, len(sweep.measurements), f"world{sweep.world}")]
+        (sweep.doc["run_id"], "complete", sweep.world, len(sweep.measurements), f"world{sweep.world}")
+    ]
     assert sorted(runs[0]["ops"]) == sorted(ALL_OPS)
     assert f"# stored run {sweep.doc['run_id']} (complete, {len(sweep.measurements)} rows)" in sweep.proc.stderr
     prefix = sweep.doc["run_id"][:8]
@@ -244,7 +302,8 @@ def test_store_lists_and_shows_the_same_run(sweep: Sweep) -> None:
     doc = json.loads(shown.stdout)
     assert doc["measurements"] == sweep.measurements
     assert {k: v for k, v in doc.items() if k != "measurements"} == {
-        k: v for k, v in sweep.doc.items() if k != "measurements"}
+        k: v for k, v in sweep.doc.items() if k != "measurements"
+    }
     # the table again, same rows as the terminal showed
     text = commlens("show", prefix, "--db", str(sweep.db))
     assert text.returncode == 0, text.stderr
@@ -256,11 +315,33 @@ def test_store_lists_and_shows_the_same_run(sweep: Sweep) -> None:
 
 def test_nccl_tests_json_layout(sweep: Sweep) -> None:
     nccl = sweep.nccl
-    assert {"version", "start_time", "args", "env", "nccl_version", "config", "devices", "results",
-            "out_of_bounds", "average_bus_bandwidth", "errors"} <= set(nccl)
-    assert {"nthreads", "ngpus", "minimum_bytes", "maximum_bytes", "step_factor", "warmup_iters", "iterations",
-            "aggregated_iterations", "validation", "graph", "blocking_collectives", "parallel_init"} <= set(
-        nccl["config"])
+    assert {
+        "version",
+        "start_time",
+        "args",
+        "env",
+        "nccl_version",
+        "config",
+        "devices",
+        "results",
+        "out_of_bounds",
+        "average_bus_bandwidth",
+        "errors",
+    } <= set(nccl)
+    assert {
+        "nthreads",
+        "ngpus",
+        "minimum_bytes",
+        "maximum_bytes",
+        "step_factor",
+        "warmup_iters",
+        "iterations",
+        "aggregated_iterations",
+        "validation",
+        "graph",
+        "blocking_collectives",
+        "parallel_init",
+    } <= set(nccl["config"])
     assert (nccl["config"]["minimum_bytes"], nccl["config"]["iterations"]) == (sweep.doc["config"]["min_bytes"], 3)
     assert [d["rank"] for d in nccl["devices"]] == list(range(sweep.world))
     assert {"pid", "hostname", "device"} <= set(nccl["devices"][0])
@@ -270,13 +351,27 @@ def test_nccl_tests_json_layout(sweep: Sweep) -> None:
     assert len(nccl["results"]) == len(distinct)
     types = {"float32": "float", "float16": "half", "float64": "double", "bfloat16": "bfloat16"}
     for r in nccl["results"]:
-        assert {"size", "count", "type", "redop", "root", "out_of_place", "in_place", "actual_iterations",
-                "experiment_name"} <= set(r)
+        assert {
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "out_of_place",
+            "in_place",
+            "actual_iterations",
+            "experiment_name",
+        } <= set(r)
         assert isinstance(r["root"], str) and r["actual_iterations"] == 3
-        pair = {p: m for m in sweep.measurements for p in ("out_of_place", "in_place")
-                if (m["op"], m["size_bytes"], m["redop"], m["root"]) == (r["experiment_name"], r["size"], r["redop"],
-                                                                         int(r["root"]))
-                and types.get(m["dtype"], m["dtype"]) == r["type"] and m["in_place"] == (p == "in_place")}
+        pair = {
+            p: m
+            for m in sweep.measurements
+            for p in ("out_of_place", "in_place")
+            if (m["op"], m["size_bytes"], m["redop"], m["root"])
+            == (r["experiment_name"], r["size"], r["redop"], int(r["root"]))
+            and types.get(m["dtype"], m["dtype"]) == r["type"]
+            and m["in_place"] == (p == "in_place")
+        }
         for place in ("out_of_place", "in_place"):
             if place not in pair:
                 assert r[place] is None

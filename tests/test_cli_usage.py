@@ -29,8 +29,18 @@ _PATHS = [path for path, _ in _LEAVES]
 _NUMBER_OPTIONS = {
     path: opt
     for path, command in _LEAVES
-    for opt in [next((p.opts[0] for p in command.params if getattr(p, "opts", None) and p.opts[0].startswith("--")
-                      and getattr(getattr(p, "type_descriptor", None), "annotation", None) in (int, float)), None)]
+    for opt in [
+        next(
+            (
+                p.opts[0]
+                for p in command.params
+                if getattr(p, "opts", None)
+                and p.opts[0].startswith("--")
+                and getattr(getattr(p, "type_descriptor", None), "annotation", None) in (int, float)
+            ),
+            None,
+        )
+    ]
     if opt is not None
 }
 _REQUIRED = {path for path, command in _LEAVES if any(getattr(p, "required", False) for p in command.params)}
@@ -66,10 +76,31 @@ def outcomes() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
 def test_every_command_is_covered() -> None:
     """The walk finds the whole command tree, so a new command gets its usage checks without a new test."""
     tops = {path[0] for path in _PATHS}
-    assert {"bench", "ingest", "compare", "detect", "project", "tune", "runs", "cluster", "diagnose", "model",
-            "topology", "db", "show", "export"} <= tops
-    assert {("project", "sweep"), ("project", "validate"), ("project", "calibrate"), ("cluster", "down"),
-            ("diagnose", "hang"), ("diagnose", "stragglers"), ("model", "predict")} <= set(_PATHS)
+    assert {
+        "bench",
+        "ingest",
+        "compare",
+        "detect",
+        "project",
+        "tune",
+        "runs",
+        "cluster",
+        "diagnose",
+        "model",
+        "topology",
+        "db",
+        "show",
+        "export",
+    } <= tops
+    assert {
+        ("project", "sweep"),
+        ("project", "validate"),
+        ("project", "calibrate"),
+        ("cluster", "down"),
+        ("diagnose", "hang"),
+        ("diagnose", "stragglers"),
+        ("model", "predict"),
+    } <= set(_PATHS)
     assert len(_NUMBER_OPTIONS) >= 10 and len(_REQUIRED) >= 10
 
 

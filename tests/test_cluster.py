@@ -18,8 +18,11 @@ def _kernel_objects(name: str) -> list[str]:
     from commlens.cluster.spec import names_for
 
     tag = names_for(name).tag
-    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-             if ns.startswith(f"cl-{name}-")]
+    found = [
+        ns
+        for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        if ns.startswith(f"cl-{name}-")
+    ]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found += [line.split(":")[1].strip() for line in links.splitlines() if f"cl{tag}" in line]
     qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
@@ -37,25 +40,51 @@ def state_dir(tmp_path, monkeypatch):
 def test_up_status_set_down_leaves_nothing(state_dir):
     name = f"tc{os.getpid() % 10000}"
     env = clean_env(COMMLENS_CLUSTER_DIR=str(state_dir))
-    proc = commlens("cluster", "up", "--name", name, "--hosts", "3", "--link-gbps", "1", "--slow-host", "1:0.3",
-                    "--slow-link", "0-2:0.5", "--cpu-starve", "1:0.5", "--json", env=env)
+    proc = commlens(
+        "cluster",
+        "up",
+        "--name",
+        name,
+        "--hosts",
+        "3",
+        "--link-gbps",
+        "1",
+        "--slow-host",
+        "1:0.3",
+        "--slow-link",
+        "0-2:0.5",
+        "--cpu-starve",
+        "1:0.5",
+        "--json",
+        env=env,
+    )
     try:
         assert proc.returncode == 0, proc.stderr
         up = json.loads(proc.stdout)
         assert up["addresses"] == [f"10.213.{up['subnet_index']}.{k}" for k in (1, 2, 3)]
         assert len([o for o in _kernel_objects(name) if o.startswith(f"cl-{name}-h")]) == 3
         # host 1 egress at 30% of 1 Gb/s; host 0's egress has a 500 Mb/s class for host 2's address
-        h1 = subprocess.run(["tc", "-n", f"cl-{name}-h1", "class", "show", "dev", "eth0"], capture_output=True, text=True)
+        h1 = subprocess.run(
+            ["tc", "-n", f"cl-{name}-h1", "class", "show", "dev", "eth0"], capture_output=True, text=True
+        )
         assert "rate 300Mbit" in h1.stdout
-        h0 = subprocess.run(["tc", "-n", f"cl-{name}-h0", "filter", "show", "dev", "eth0"], capture_output=True,
-                            text=True)
+        h0 = subprocess.run(
+            ["tc", "-n", f"cl-{name}-h0", "filter", "show", "dev", "eth0"], capture_output=True, text=True
+        )
         assert f"match 0ad5{up['subnet_index']:02x}03/ffffffff" in h0.stdout
         # a rank placed on host 1 runs in host 1's namespace, with its CPU quota (half a CPU)
-        probe = ("import os, subprocess; print(os.environ['GLOO_SOCKET_IFNAME'], os.environ['MASTER_ADDR']); "
-                 "print(subprocess.run(['ip', '-4', '-br', 'addr'], capture_output=True, text=True).stdout); "
-                 "print(open('/proc/self/cgroup').read())")
-        placed = subprocess.run([os.sys.executable, "-m", "commlens.cluster.place", "--cluster", name, "--host", "1",
-                                 "--", "-c", probe], capture_output=True, text=True, env=env, timeout=30)
+        probe = (
+            "import os, subprocess; print(os.environ['GLOO_SOCKET_IFNAME'], os.environ['MASTER_ADDR']); "
+            "print(subprocess.run(['ip', '-4', '-br', 'addr'], capture_output=True, text=True).stdout); "
+            "print(open('/proc/self/cgroup').read())"
+        )
+        placed = subprocess.run(
+            [os.sys.executable, "-m", "commlens.cluster.place", "--cluster", name, "--host", "1", "--", "-c", probe],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
         assert placed.returncode == 0, placed.stderr
         assert f"eth0 {up['bridge_address']}" in placed.stdout
         assert f"{up['addresses'][1]}/24" in placed.stdout and up["addresses"][0] not in placed.stdout
@@ -68,7 +97,9 @@ def test_up_status_set_down_leaves_nothing(state_dir):
         # change while running: host 1 back to full rate, link faster
         ch = commlens("cluster", "set", name, "--clear", "--link-gbps", "2", "--json", env=env)
         assert ch.returncode == 0, ch.stderr
-        h1 = subprocess.run(["tc", "-n", f"cl-{name}-h1", "class", "show", "dev", "eth0"], capture_output=True, text=True)
+        h1 = subprocess.run(
+            ["tc", "-n", f"cl-{name}-h1", "class", "show", "dev", "eth0"], capture_output=True, text=True
+        )
         assert "rate 2Gbit" in h1.stdout and "300Mbit" not in h1.stdout
     finally:
         down = commlens("cluster", "down", name, env=env)
@@ -133,10 +164,12 @@ def test_down_after_up_was_killed(state_dir):
     from commlens.cluster import down
 
     name = f"tk{os.getpid() % 10000}"
-    code = ("import os\nfrom commlens.cluster import lifecycle, ClusterSpec\n"
-            "real = lifecycle.apply_shaping\n"
-            "lifecycle.apply_shaping = lambda s: os.kill(os.getpid(), 9)\n"
-            f"lifecycle.up(ClusterSpec({name!r}, 3, 125e6))\n")
+    code = (
+        "import os\nfrom commlens.cluster import lifecycle, ClusterSpec\n"
+        "real = lifecycle.apply_shaping\n"
+        "lifecycle.apply_shaping = lambda s: os.kill(os.getpid(), 9)\n"
+        f"lifecycle.up(ClusterSpec({name!r}, 3, 125e6))\n"
+    )
     proc = subprocess.run([os.sys.executable, "-c", code], env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)))
     assert proc.returncode == -9
     assert len(_kernel_objects(name)) >= 6  # 3 namespaces, bridge, 3 veths: left behind by the kill
@@ -169,12 +202,27 @@ app(argv, prog_name="commlens")
 """
 
 
-@pytest.mark.parametrize("argv", [["up", "--name", "x", "--hosts", "2"], ["up", "x", "--hosts", "2"],
-                                  ["down", "x"], ["down", "--name", "x"], ["set", "x", "--link-gbps", "2"],
-                                  ["status"], ["status", "--name", "x"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["up", "--name", "x", "--hosts", "2"],
+        ["up", "x", "--hosts", "2"],
+        ["down", "x"],
+        ["down", "--name", "x"],
+        ["set", "x", "--link-gbps", "2"],
+        ["status"],
+        ["status", "--name", "x"],
+    ],
+)
 def test_non_root_is_refused_clearly(state_dir, argv):
-    proc = subprocess.run([os.sys.executable, "-c", _AS_NOBODY, "cluster", *argv], capture_output=True, text=True,
-                          env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)), timeout=60, cwd="/")
+    proc = subprocess.run(
+        [os.sys.executable, "-c", _AS_NOBODY, "cluster", *argv],
+        capture_output=True,
+        text=True,
+        env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)),
+        timeout=60,
+        cwd="/",
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "needs root" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -218,7 +266,16 @@ def test_name_taken_by_a_foreign_object_is_left_alone(state_dir):
 
 
 def test_bad_fault_is_usage_error(state_dir):
-    proc = commlens("cluster", "up", "--name", "x", "--hosts", "3", "--slow-host", "5:0.3",
-                    env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)))
+    proc = commlens(
+        "cluster",
+        "up",
+        "--name",
+        "x",
+        "--hosts",
+        "3",
+        "--slow-host",
+        "5:0.3",
+        env=clean_env(COMMLENS_CLUSTER_DIR=str(state_dir)),
+    )
     assert proc.returncode == 2 and "host 5 does not exist" in proc.stderr
     assert _kernel_objects("x") == []

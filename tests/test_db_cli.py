@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 from typer.testing import CliRunner, Result
 
 from commlens.cli.app import _register, app
@@ -18,7 +19,6 @@ from commlens.results import Run, run_from_dict
 from commlens.results.stats import TimeStats
 from commlens.store import Store
 from commlens.store.export import CSV_COLUMNS
-from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "store" / "legacy-0001.sql"
 
@@ -30,17 +30,35 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> Result:
 
 
 def _runs() -> list[Run]:
-    reported = TimeStats(mean_s=5e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None,
-                         cv=None, n=20)
-    ingested = Run(run_id="c0ffee00ingested", tag="ci", started_at="2024-05-02T09:30:00+02:00", revision="abc1234",
-                   source="nccl-tests", system=make_system(),
-                   measurements=(make_measurement("all_reduce", 1 << 20, (), reported=reported, nwrong=0),))
+    reported = TimeStats(
+        mean_s=5e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=20
+    )
+    ingested = Run(
+        run_id="c0ffee00ingested",
+        tag="ci",
+        started_at="2024-05-02T09:30:00+02:00",
+        revision="abc1234",
+        source="nccl-tests",
+        system=make_system(),
+        measurements=(make_measurement("all_reduce", 1 << 20, (), reported=reported, nwrong=0),),
+    )
     return [
-        make_run("aaaa1111nightly1", tag="nightly", started_at="2024-05-01T02:00:00Z", revision="r1",
-                 ops=("all_reduce", "all_gather")),
+        make_run(
+            "aaaa1111nightly1",
+            tag="nightly",
+            started_at="2024-05-01T02:00:00Z",
+            revision="r1",
+            ops=("all_reduce", "all_gather"),
+        ),
         ingested,
-        make_run("bbbb2222nightly2", tag="nightly", started_at="2024-05-03T02:00:00Z", revision="r2",
-                 ops=("all_reduce",), scale=2.0),
+        make_run(
+            "bbbb2222nightly2",
+            tag="nightly",
+            started_at="2024-05-03T02:00:00Z",
+            revision="r2",
+            ops=("all_reduce",),
+            scale=2.0,
+        ),
     ]
 
 
@@ -82,7 +100,9 @@ def test_runs_filters_and_json(db: str) -> None:
     assert ids("--op", "allgather") == ["aaaa1111nightly1"]  # nccl-tests' spelling
     assert ids("--since", "2024-05-02", "--until", "2024-05-02") == ["c0ffee00ingested"]
     assert ids("--fingerprint", make_system().fingerprint()[:8], "--limit", "2") == [
-        "bbbb2222nightly2", "c0ffee00ingested"]
+        "bbbb2222nightly2",
+        "c0ffee00ingested",
+    ]
     assert ids("--fingerprint", "0000") == []
     doc = json.loads(_cli("runs", "--json", "--tag", "ci", "--db", db).stdout)[0]
     assert doc["started_at"] == "2024-05-02T09:30:00+02:00"
@@ -110,10 +130,13 @@ def test_show_and_runs_show_print_the_same(db: str) -> None:
 
 
 def test_runs_tag_sets_replaces_and_removes(db: str) -> None:
-    assert _cli("runs", "tag", "aaaa", "release", "--db", db).stdout == \
-        "run aaaa1111nightly1: tag release (was nightly)\n"
-    assert _cli("runs", "tag", "aaaa", "--remove", "--db", db).stdout == \
-        "run aaaa1111nightly1: tag removed (was release)\n"
+    assert (
+        _cli("runs", "tag", "aaaa", "release", "--db", db).stdout == "run aaaa1111nightly1: tag release (was nightly)\n"
+    )
+    assert (
+        _cli("runs", "tag", "aaaa", "--remove", "--db", db).stdout
+        == "run aaaa1111nightly1: tag removed (was release)\n"
+    )
     assert _cli("runs", "tag", "aaaa", "kept", "--db", db).stdout == "run aaaa1111nightly1: tag kept\n"
     with Store.open(db) as store:
         assert store.get_run("aaaa").tag == "kept"
@@ -146,26 +169,54 @@ def test_export_csv_one_row_per_measurement(db: str, tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [(r["run_id"], r["op"], r["size_bytes"]) for r in rows] == [  # oldest run first, then the run's order
-        ("aaaa1111nightly1", "all_reduce", "1024"), ("aaaa1111nightly1", "all_reduce", "4096"),
-        ("aaaa1111nightly1", "all_gather", "1024"), ("aaaa1111nightly1", "all_gather", "4096"),
+        ("aaaa1111nightly1", "all_reduce", "1024"),
+        ("aaaa1111nightly1", "all_reduce", "4096"),
+        ("aaaa1111nightly1", "all_gather", "1024"),
+        ("aaaa1111nightly1", "all_gather", "4096"),
         ("c0ffee00ingested", "all_reduce", "1048576"),
-        ("bbbb2222nightly2", "all_reduce", "1024"), ("bbbb2222nightly2", "all_reduce", "4096"),
+        ("bbbb2222nightly2", "all_reduce", "1024"),
+        ("bbbb2222nightly2", "all_reduce", "4096"),
     ]
     fp = make_system().fingerprint()
     first = _runs()[0].measurements[0]
     assert rows[0] == {
-        "run_id": "aaaa1111nightly1", "started_at": "2024-05-01T02:00:00Z", "tag": "nightly", "revision": "r1",
-        "fingerprint": fp, "world_size": "4", "backend": "gloo", "op": "all_reduce", "algo": "builtin",
-        "dtype": "float32", "redop": "sum", "root": "-1", "size_bytes": "1024", "count": "256", "in_place": "false",
-        "iterations": "2", "mean_s": repr(first.stats.mean_s), "p50_s": repr(first.stats.p50_s),
-        "p95_s": repr(first.stats.p95_s), "p99_s": repr(first.stats.p99_s), "min_s": "1e-05", "max_s": "2e-05", "cv": repr(first.stats.cv),
-        "algbw_bytes_per_s": repr(first.algbw_bytes_per_s), "busbw_bytes_per_s": repr(first.busbw_bytes_per_s),
+        "run_id": "aaaa1111nightly1",
+        "started_at": "2024-05-01T02:00:00Z",
+        "tag": "nightly",
+        "revision": "r1",
+        "fingerprint": fp,
+        "world_size": "4",
+        "backend": "gloo",
+        "op": "all_reduce",
+        "algo": "builtin",
+        "dtype": "float32",
+        "redop": "sum",
+        "root": "-1",
+        "size_bytes": "1024",
+        "count": "256",
+        "in_place": "false",
+        "iterations": "2",
+        "mean_s": repr(first.stats.mean_s),
+        "p50_s": repr(first.stats.p50_s),
+        "p95_s": repr(first.stats.p95_s),
+        "p99_s": repr(first.stats.p99_s),
+        "min_s": "1e-05",
+        "max_s": "2e-05",
+        "cv": repr(first.stats.cv),
+        "algbw_bytes_per_s": repr(first.algbw_bytes_per_s),
+        "busbw_bytes_per_s": repr(first.busbw_bytes_per_s),
         "nwrong": "",
     }
     # A row ingested without samples: the reported mean and count, empty where the tool printed nothing.
     ingested = rows[4]
-    assert (ingested["started_at"], ingested["iterations"], ingested["mean_s"], ingested["p50_s"], ingested["cv"],
-            ingested["nwrong"]) == ("2024-05-02T07:30:00Z", "20", "5e-05", "", "", "0")
+    assert (
+        ingested["started_at"],
+        ingested["iterations"],
+        ingested["mean_s"],
+        ingested["p50_s"],
+        ingested["cv"],
+        ingested["nwrong"],
+    ) == ("2024-05-02T07:30:00Z", "20", "5e-05", "", "", "0")
     assert sorted(p.name for p in out.parent.iterdir()) == ["all.csv"]  # no temporary file left
 
 
@@ -206,7 +257,10 @@ def test_export_errors_exit_2_and_write_nothing(db: str, tmp_path: Path) -> None
 def test_commlens_db_selects_the_store_for_every_command(db: str, tmp_path: Path) -> None:
     env = {"COMMLENS_DB": db}
     assert [r["run_id"] for r in json.loads(_cli("runs", "--json", env=env).stdout)] == [
-        "bbbb2222nightly2", "c0ffee00ingested", "aaaa1111nightly1"]
+        "bbbb2222nightly2",
+        "c0ffee00ingested",
+        "aaaa1111nightly1",
+    ]
     assert _cli("show", "aaaa", env=env).exit_code == 0
     assert _cli("runs", "tag", "aaaa", "x", env=env).exit_code == 0
     assert _cli("export", "--tag", "x", env=env).stdout.count("aaaa1111nightly1") == 4
@@ -224,8 +278,10 @@ def test_db_status_and_upgrade_of_a_store_from_before_alembic(tmp_path: Path) ->
 
     refused = _cli("runs", "--db", str(path))
     assert refused.exit_code == 2
-    assert refused.stderr == (f"error: result store {url} has schema 0001, this commlens needs 0004: "
-                              "run `commlens db upgrade` (with the same --db) to upgrade it in place\n")
+    assert refused.stderr == (
+        f"error: result store {url} has schema 0001, this commlens needs 0004: "
+        "run `commlens db upgrade` (with the same --db) to upgrade it in place\n"
+    )
     assert _cli("db", "status", "--db", str(path)).stdout == (
         f"store     {url}\n"
         "schema    0001 (from before Alembic)\n"
@@ -238,8 +294,16 @@ def test_db_status_and_upgrade_of_a_store_from_before_alembic(tmp_path: Path) ->
     assert (upgraded.exit_code, upgraded.stdout) == (0, f"{url}: upgraded schema from 0001 to 0004\n")
     assert _cli("db", "upgrade", "--db", str(path)).stdout == f"{url}: already at schema 0004, nothing to do\n"
     status = json.loads(_cli("db", "status", "--json", "--db", str(path)).stdout)
-    assert status == {"url": url, "revision": "0004", "head": "0004", "state": "current", "stamped": True,
-                      "nruns": 3, "integrity": "ok", "integrity_ok": True}
+    assert status == {
+        "url": url,
+        "revision": "0004",
+        "head": "0004",
+        "state": "current",
+        "stamped": True,
+        "nruns": 3,
+        "integrity": "ok",
+        "integrity_ok": True,
+    }
     assert _cli("runs", "--db", str(path)).stdout.count("\n") == 4
 
 
@@ -258,21 +322,31 @@ def test_db_upgrade_creates_and_refuses_newer(store_url: str) -> None:
 
 
 def test_unreachable_store_is_an_error_naming_it() -> None:
-    for args, doing in ((("runs",), "open"), (("db", "status"), "open"), (("db", "upgrade"), "upgrade"),
-                        (("export",), "open")):
+    for args, doing in (
+        (("runs",), "open"),
+        (("db", "status"), "open"),
+        (("db", "upgrade"), "upgrade"),
+        (("export",), "open"),
+    ):
         result = _cli(*args, "--db", "postgresql://bench:secret@127.0.0.1:1/results")
         assert result.exit_code == 2
         assert result.stderr.startswith(
-            f"error: cannot {doing} result store postgresql+psycopg://bench:***@127.0.0.1:1/results: "), args
+            f"error: cannot {doing} result store postgresql+psycopg://bench:***@127.0.0.1:1/results: "
+        ), args
         assert "secret" not in result.stderr
 
 
 def test_control_characters_in_stored_text_are_escaped_when_printed(store_url: str) -> None:
     """A tag, note, revision or host name from a hostile file cannot drive the terminal it is printed on."""
-    system = dataclasses.replace(make_system(), hosts=("node-\x07a", "node-b"),
-                                 ranks_per_host={"node-\x07a": 2, "node-b": 2})
-    run = dataclasses.replace(make_run("e5c0000hostile1", system=system), tag="\x1b]0;pwned\x07",
-                              revision="r1\rfake", notes=("looks fine\x1b[2J\u202e", "two\nlines"))
+    system = dataclasses.replace(
+        make_system(), hosts=("node-\x07a", "node-b"), ranks_per_host={"node-\x07a": 2, "node-b": 2}
+    )
+    run = dataclasses.replace(
+        make_run("e5c0000hostile1", system=system),
+        tag="\x1b]0;pwned\x07",
+        revision="r1\rfake",
+        notes=("looks fine\x1b[2J\u202e", "two\nlines"),
+    )
     with Store.open(store_url) as store:
         store.save_run(run)
     outputs = {

@@ -77,8 +77,10 @@ def test_the_package_imports_only_declared_dependencies() -> None:
             continue
         if dists & extras and not at_top:
             continue  # an optional extra (ray), imported where it is used
-        wrong.append(f"{where}: import {module} ({', '.join(sorted(dists))}; "
-                     f"{'an extra, imported at module level' if dists & extras else 'not declared'})")
+        wrong.append(
+            f"{where}: import {module} ({', '.join(sorted(dists))}; "
+            f"{'an extra, imported at module level' if dists & extras else 'not declared'})"
+        )
     assert not wrong, "\n".join(wrong)
 
 
@@ -86,8 +88,11 @@ def test_the_tests_and_benchmarks_import_only_declared_dependencies() -> None:
     runtime, extras = _declared()
     files = sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
     local = {p.stem for p in files} | {p.name for p in (ROOT / "tests").iterdir() if p.is_dir()}
-    wrong = [f"{where}: import {module}" for module, where, _ in _third_party(files, local)
-             if not _distributions(module) & (runtime | extras)]
+    wrong = [
+        f"{where}: import {module}"
+        for module, where, _ in _third_party(files, local)
+        if not _distributions(module) & (runtime | extras)
+    ]
     assert not wrong, "\n".join(wrong)
 
 

@@ -71,7 +71,8 @@ def test_dtype_mismatch_gloo_aborts_on_names_the_dumpless_rank_first() -> None:
     assert [(s.rank, s.reason) for s in report.suspects] == [(2, "no_dump"), (3, "dtype_mismatch")]
     assert report.missing_evidence[2] == (
         "the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",
-        "the file names run from fr_trace_rank_0 to fr_trace_rank_3 without fr_trace_rank_2")
+        "the file names run from fr_trace_rank_0 to fr_trace_rank_3 without fr_trace_rank_2",
+    )
     d = report.divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("dtype_mismatch", 7)
     assert d.expected["ranks"] == [0, 1] and d.expected["input_dtypes"] == ["Float"]
@@ -150,8 +151,14 @@ raise RuntimeError("collective failed")
 def test_flightrec_dumps_on_signal_and_on_uncaught_exception(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "dumps")], capture_output=True, text=True, check=False,
-                          timeout=60, env={**os.environ, "MASTER_ADDR": "127.0.0.1"})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "dumps")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "MASTER_ADDR": "127.0.0.1"},
+    )
     # The job fails with the exception printed. Its exit status is 1, or SIGABRT now and then: torch's gloo
     # worker threads are still running at interpreter teardown when a job dies without destroy_process_group
     # ("terminate called without an active exception"), which is torch's behaviour, not flightrec's.
@@ -171,10 +178,26 @@ def test_live_gloo_hang_is_dumped_and_diagnosed(tmp_path: Path) -> None:
     """End to end: a fresh 3-rank torchrun job hangs; flightrec dumps every rank; rank 2 is named."""
     root = Path(__file__).parent.parent
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-         str(root / SCENARIO), "--scenario", "hang", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=root,
-        env={**os.environ, "OMP_NUM_THREADS": "1"})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "3",
+            str(root / SCENARIO),
+            "--scenario",
+            "hang",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=root,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode != 0  # the job did fail
     report = diagnose_hang(tmp_path)
     assert report.ranks == (0, 1, 2)
@@ -190,10 +213,15 @@ def test_killed_highest_rank_is_named_from_pg_config_alone() -> None:
     assert report.ranks == (0, 1, 2) and report.expected_ranks == (0, 1, 2, 3)
     assert report.missing_evidence == {3: ("the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",)}
     assert report.divergence is None and [(s.rank, s.reason) for s in report.suspects] == [(3, "no_dump")]
-    assert [d.dump_reason.split(":")[0] for d in read_dump_dir(DATA / "hang_killed_last").dumps] == \
-        ["uncaught RuntimeError", "signal SIGTERM", "uncaught RuntimeError"]
+    assert [d.dump_reason.split(":")[0] for d in read_dump_dir(DATA / "hang_killed_last").dumps] == [
+        "uncaught RuntimeError",
+        "signal SIGTERM",
+        "uncaught RuntimeError",
+    ]
     result = _cli(str(DATA / "hang_killed_last"))
     assert result.exit_code == 1
     assert result.output.splitlines()[0] == "# 3 dumps (gloo, version 2.10), ranks 0,1,2 of 0-3"
-    assert "suspect: rank 3, no dump: the pg_config of group 0 (default_pg) lists it (3 of 3 dumps); its peers in " \
-           "group 0 reached collective 7 (all_reduce, scheduled on rank 0)" in result.output
+    assert (
+        "suspect: rank 3, no dump: the pg_config of group 0 (default_pg) lists it (3 of 3 dumps); its peers in "
+        "group 0 reached collective 7 (all_reduce, scheduled on rank 0)" in result.output
+    )

@@ -37,8 +37,18 @@ def _records(bw: dict[tuple[int, int], float], n: int, passes: int = 3) -> list[
             for b in range(a + 1, n):
                 rate = bw.get((a, b), 100e6)
                 t = size / rate
-                recs.append({"kind": "pair", "pass": p, "round": 0, "rank": a, "peer": b, "size_bytes": size,
-                             "times_s": [t * 0.99, t, t * 1.01], "latency_s": [1e-4]})
+                recs.append(
+                    {
+                        "kind": "pair",
+                        "pass": p,
+                        "round": 0,
+                        "rank": a,
+                        "peer": b,
+                        "size_bytes": size,
+                        "times_s": [t * 0.99, t, t * 1.01],
+                        "latency_s": [1e-4],
+                    }
+                )
     return recs
 
 
@@ -125,15 +135,32 @@ def test_killed_diagnosis_leaves_no_rank_behind(cluster):
     from pathlib import Path
 
     name, env = cluster
-    launcher = subprocess.Popen([str(Path(sys.executable).parent / "commlens"), "diagnose", "links", "--cluster", name,
-                                 "-b", "1M", "--passes", "50"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "commlens"),
+            "diagnose",
+            "links",
+            "--cluster",
+            name,
+            "-b",
+            "1M",
+            "--passes",
+            "50",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def ranks() -> list[str]:
         out = subprocess.run(["pgrep", "-f", "raw-out /tmp/commlens-links-"], capture_output=True, text=True).stdout
-        return [pid for pid in out.split() if Path(f"/proc/{pid}/environ").exists()
-                and f"COMMLENS_CLUSTER_DIR={env['COMMLENS_CLUSTER_DIR']}".encode()
-                in Path(f"/proc/{pid}/environ").read_bytes()]
+        return [
+            pid
+            for pid in out.split()
+            if Path(f"/proc/{pid}/environ").exists()
+            and f"COMMLENS_CLUSTER_DIR={env['COMMLENS_CLUSTER_DIR']}".encode()
+            in Path(f"/proc/{pid}/environ").read_bytes()
+        ]
 
     deadline = time.monotonic() + 30
     while len(ranks()) < 4 and time.monotonic() < deadline:

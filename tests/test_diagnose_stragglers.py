@@ -95,8 +95,9 @@ def test_durations_only_still_find_the_late_rank() -> None:
     """commlens' own per-rank records hold durations [rank][iteration]; the late rank's are the shortest."""
     table = load_kineto_traces(TRACES)
     op = "gloo:all_reduce"
-    durations = [[e - s for s, e in zip(col_s, col_e)]
-                 for col_s, col_e in zip(zip(*table.starts_s[op]), zip(*table.ends_s[op]))]
+    durations = [
+        [e - s for s, e in zip(col_s, col_e)] for col_s, col_e in zip(zip(*table.starts_s[op]), zip(*table.ends_s[op]))
+    ]
     report = detect_stragglers(table_from_durations("all_reduce", durations))
     assert not report.arrival_known
     assert [(s.rank, s.kind) for s in report.stragglers] == [(1, "late_arrival")]
@@ -115,8 +116,9 @@ def test_cli_exit_codes_and_bad_input(tmp_path: Path) -> None:
     assert "# matched: 20 collectives matched on all 3 ranks by order within" in result.output
     result = runner.invoke(app, ["diagnose", "stragglers", "--json", *map(str, TRACES)], catch_exceptions=False)
     assert json.loads(result.output)["stragglers"][0]["rank"] == 1
-    result = runner.invoke(app, ["diagnose", "stragglers", "--late-threshold-us", "50000", *map(str, TRACES)],
-                           catch_exceptions=False)
+    result = runner.invoke(
+        app, ["diagnose", "stragglers", "--late-threshold-us", "50000", *map(str, TRACES)], catch_exceptions=False
+    )
     assert result.exit_code == 0 and "no straggler" in result.output
     broken = tmp_path / "trace_rank9.json"
     broken.write_text("{")
@@ -133,19 +135,33 @@ def test_stored_run_with_per_rank_samples(tmp_path: Path) -> None:
 
     table = load_kineto_traces(TRACES)
     op = "gloo:all_reduce"
-    durations = tuple(tuple(e - s for s, e in zip(col_s, col_e))
-                      for col_s, col_e in zip(zip(*table.starts_s[op]), zip(*table.ends_s[op])))
-    m = Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=65536, count=16384, in_place=False,
-                    world_size=3, samples_s=tuple(max(col) for col in zip(*durations)), rank_samples_s=durations)
-    run = Run(run_id="straggler-run-1", started_at="2026-11-29T18:12:00+00:00",
-              system=SystemInfo(world_size=3, backend="gloo", cpu_model="test-cpu", cpu_cores=2,
-                                torch_version="2.13.0"),
-              measurements=(m,))
+    durations = tuple(
+        tuple(e - s for s, e in zip(col_s, col_e))
+        for col_s, col_e in zip(zip(*table.starts_s[op]), zip(*table.ends_s[op]))
+    )
+    m = Measurement(
+        op="all_reduce",
+        dtype="float32",
+        redop="sum",
+        size_bytes=65536,
+        count=16384,
+        in_place=False,
+        world_size=3,
+        samples_s=tuple(max(col) for col in zip(*durations)),
+        rank_samples_s=durations,
+    )
+    run = Run(
+        run_id="straggler-run-1",
+        started_at="2026-11-29T18:12:00+00:00",
+        system=SystemInfo(world_size=3, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0"),
+        measurements=(m,),
+    )
     db = tmp_path / "runs.db"
     with Store.open(str(db)) as store:
         store.save_run(run)
-    result = CliRunner().invoke(app, ["diagnose", "stragglers", "--run", "straggler-run-1", "--db", str(db), "--json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["diagnose", "stragglers", "--run", "straggler-run-1", "--db", str(db), "--json"], catch_exceptions=False
+    )
     assert result.exit_code == 1
     out = json.loads(result.output)
     assert out["source"] == "run straggler-run-1" and out["arrival_known"] is False
@@ -179,7 +195,11 @@ def test_nccl_hosts_unknown_each_rank_its_own_clock(tmp_path: Path) -> None:
     assert report.clock_method == "estimated_offsets"
     assert report.clock_note.startswith("hosts unknown (the traces have no host_name); offsets against rank 0: ")
     assert [round(r["clock_offset_s"], 3) for r in report.ranks_table if r["op"] == "nccl:all_reduce"] == [
-        0.0, 0.0, 2.5, 2.5]
+        0.0,
+        0.0,
+        2.5,
+        2.5,
+    ]
     assert [(s.rank, s.op) for s in report.stragglers] == [(3, "nccl:all_reduce")]
 
 
@@ -206,6 +226,7 @@ def test_nccl_without_usable_offsets_judged_from_kernel_durations(tmp_path: Path
 
 def test_sequence_numbers_match_where_recorded(tmp_path: Path) -> None:
     """Newer PyTorch records "Seq" on record_param_comms: identity then beats order and steps."""
+
     def add_seq(trace: dict) -> None:
         rank = trace["distributedInfo"]["rank"]
         first_step = 11 if rank == 2 else 10
@@ -225,9 +246,11 @@ def test_sequence_numbers_match_where_recorded(tmp_path: Path) -> None:
     def mismatch(trace: dict) -> None:
         add_seq(trace)
         if trace["distributedInfo"]["rank"] == 1:
-            rpc = next(e for e in trace["traceEvents"] if e.get("name") == "record_param_comms"
-                       and e["args"]["Seq"] == 4)
+            rpc = next(
+                e for e in trace["traceEvents"] if e.get("name") == "record_param_comms" and e["args"]["Seq"] == 4
+            )
             rpc["args"]["In msg nelems"] = 1024
+
     (tmp_path / "bad").mkdir()
     with pytest.raises(StragglerError, match="process group 0 sequence number 4: ranks ran different collectives"):
         load_kineto_traces(_rewrite(NCCL_2HOST, tmp_path / "bad", mismatch))
@@ -258,28 +281,34 @@ def test_hta_sampled_ranks_of_a_128_rank_job(realdata: Path) -> None:
 
 def test_negative_own_time_is_a_reading_error(tmp_path: Path) -> None:
     """On one clock, a rank cannot leave an all_reduce before the last rank arrived: refuse, don't rank."""
+
     def early_end(trace: dict) -> None:
         if trace["distributedInfo"]["rank"] == 0:
             span = next(e for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce")
             span["dur"] = 1.0
+
     paths = _rewrite(TRACES, tmp_path, early_end)
-    with pytest.raises(StragglerError,
-                       match=r"gloo:all_reduce #4: rank 0 ends 20115.5 µs before the last rank arrived"):
+    with pytest.raises(
+        StragglerError, match=r"gloo:all_reduce #4: rank 0 ends 20115.5 µs before the last rank arrived"
+    ):
         detect_stragglers(load_kineto_traces(paths))
     result = CliRunner().invoke(app, ["diagnose", "stragglers", *map(str, paths)], catch_exceptions=False)
     assert result.exit_code == 2 and "reading error" in result.stderr and "error: " in result.stderr
 
 
 def test_cli_json_says_method_and_matching() -> None:
-    result = CliRunner().invoke(app, ["diagnose", "stragglers", "--json", *map(str, NCCL_2HOST)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["diagnose", "stragglers", "--json", *map(str, NCCL_2HOST)], catch_exceptions=False
+    )
     assert result.exit_code == 1
     out = json.loads(result.output)
     assert out["clock_method"] == "estimated_offsets" and out["span"] == "gpu_kernel"
     assert out["matching"]["matched"] == 15 and out["stragglers"][0]["rank"] == 3
     result = CliRunner().invoke(app, ["diagnose", "stragglers", *map(str, NCCL_2HOST)], catch_exceptions=False)
-    assert "# clock: estimated_offsets: clock offsets estimated from the ends of synchronizing collectives" \
+    assert (
+        "# clock: estimated_offsets: clock offsets estimated from the ends of synchronizing collectives"
         in result.output
+    )
     assert "stragglers (estimated_offsets): rank 3 (late_arrival, nccl:all_reduce)" in result.output
 
 
@@ -292,9 +321,24 @@ def test_cli_bad_traces_exit_2(tmp_path: Path, realdata: Path) -> None:
     no_events = tmp_path / "rank7.json"
     no_events.write_text('{"distributedInfo": {"rank": 7}}')
     negative = tmp_path / "rank8.json"
-    negative.write_text(json.dumps({"distributedInfo": {"rank": 8}, "traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": 5.0,
-         "dur": -2.0}]}))
+    negative.write_text(
+        json.dumps(
+            {
+                "distributedInfo": {"rank": 8},
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "user_annotation",
+                        "name": "gloo:all_reduce",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 5.0,
+                        "dur": -2.0,
+                    }
+                ],
+            }
+        )
+    )
     cases = [
         ([str(not_gz)], "rank5.json.gz: not gzip data"),
         (["--max-trace-mib", "1", str(bomb)], "rank6.json.gz: more than 1048576 bytes of JSON once decompressed"),

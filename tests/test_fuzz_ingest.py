@@ -18,9 +18,10 @@ import json
 import re
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,24 +37,86 @@ SRC = ROOT / "src" / "commlens"
 MAX_MESSAGE_CHARS = 2000
 
 # Replacements for a number: what a corrupted or hostile file puts where a count, size, rank or time goes.
-HOSTILE_NUMBERS = ("4294967296", "-1", "0", "-0", "1e400", "-1e400", "inf", "-inf", "nan", "NaN", "Infinity",
-                   "99999999999999999999999999", "1125899906842624", "0x10", "65_536", "1.5", "", "1e-320",
-                   "9" * 400)
+HOSTILE_NUMBERS = (
+    "4294967296",
+    "-1",
+    "0",
+    "-0",
+    "1e400",
+    "-1e400",
+    "inf",
+    "-inf",
+    "nan",
+    "NaN",
+    "Infinity",
+    "99999999999999999999999999",
+    "1125899906842624",
+    "0x10",
+    "65_536",
+    "1.5",
+    "",
+    "1e-320",
+    "9" * 400,
+)
 # Replacements for a JSON value: every type, and the extremes of each.
-HOSTILE_VALUES: tuple[Any, ...] = (4294967296, -1, 0, 2**70, -(2**70), 1.5, 1e308, float("inf"), float("-inf"),
-                                   float("nan"), True, False, None, "", "x" * 1000, "-1", "inf", [], {}, [1, 2],
-                                   {"a": 1}, [[[[]]]], "all_reduce_perf", "commlens.run/1", "commlens.run/999")
+HOSTILE_VALUES: tuple[Any, ...] = (
+    4294967296,
+    -1,
+    0,
+    2**70,
+    -(2**70),
+    1.5,
+    1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    True,
+    False,
+    None,
+    "",
+    "x" * 1000,
+    "-1",
+    "inf",
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    [[[[]]]],
+    "all_reduce_perf",
+    "commlens.run/1",
+    "commlens.run/999",
+)
 KINDS = ("flip", "insert", "delete", "drop_line", "repeat_line", "number", "json_value")
 
 
 def _bench_run_json() -> bytes:
     system = SystemInfo(world_size=2, backend="gloo", device="cpu", hosts=("h",), ranks_per_host={"h": 2})
-    ms = (Measurement(op="all_reduce", dtype="float32", size_bytes=64, count=16, in_place=False, world_size=2,
-                      samples_s=(2e-5, 3e-5), redop="sum", rank_samples_s=((2e-5, 3e-5), (1e-5, 2e-5)), nwrong=0),
-          Measurement(op="broadcast", dtype="int8", size_bytes=8, count=8, in_place=True, world_size=2,
-                      samples_s=(1e-5,), root=0))
-    run = Run(run_id="cd" * 16, started_at="2025-02-01T00:00:00+00:00", system=system, measurements=ms,
-              tag="t", config={"sizes": [8, 64]}, notes=("a note",))
+    ms = (
+        Measurement(
+            op="all_reduce",
+            dtype="float32",
+            size_bytes=64,
+            count=16,
+            in_place=False,
+            world_size=2,
+            samples_s=(2e-5, 3e-5),
+            redop="sum",
+            rank_samples_s=((2e-5, 3e-5), (1e-5, 2e-5)),
+            nwrong=0,
+        ),
+        Measurement(
+            op="broadcast", dtype="int8", size_bytes=8, count=8, in_place=True, world_size=2, samples_s=(1e-5,), root=0
+        ),
+    )
+    run = Run(
+        run_id="cd" * 16,
+        started_at="2025-02-01T00:00:00+00:00",
+        system=system,
+        measurements=ms,
+        tag="t",
+        config={"sizes": [8, 64]},
+        notes=("a note",),
+    )
     return json.dumps(run_to_dict(run), indent=1).encode()
 
 
@@ -68,13 +131,20 @@ class Case:
 
 def _cases() -> list[Case]:
     formats = {"a100-2node-reduce_scatter-v1.json": "nccl-tests-json", "h100-8gpu-all_reduce-I.json": "nccl-tests-json"}
-    cases = [Case(p.name, p.read_bytes(), formats.get(p.name, "param" if p.name.startswith("param") else "nccl-tests"))
-             for p in sorted(DATA.iterdir()) if p.suffix in (".log", ".json")]
+    cases = [
+        Case(p.name, p.read_bytes(), formats.get(p.name, "param" if p.name.startswith("param") else "nccl-tests"))
+        for p in sorted(DATA.iterdir())
+        if p.suffix in (".log", ".json")
+    ]
     run = _bench_run_json()
     cases.append(Case("commlens-run.json", run, "commlens"))
     cases.append(Case("commlens-export.json", b"[" + run + b"]", "commlens"))
-    cases += [Case(p.name, p.read_bytes(), "topology") for p in sorted((SRC / "topology" / "presets").glob("*.yaml"))[:4]]
-    cases += [Case(p.name, p.read_bytes(), "workload") for p in sorted((SRC / "workload" / "presets").glob("*.yaml"))[:3]]
+    cases += [
+        Case(p.name, p.read_bytes(), "topology") for p in sorted((SRC / "topology" / "presets").glob("*.yaml"))[:4]
+    ]
+    cases += [
+        Case(p.name, p.read_bytes(), "workload") for p in sorted((SRC / "workload" / "presets").glob("*.yaml"))[:3]
+    ]
     cases.append(Case("accelerators.yaml", (SRC / "project" / "accelerators.yaml").read_bytes(), "accelerators"))
     return cases
 
@@ -101,27 +171,38 @@ def mutate(data: bytes, kind: str, where: float, pick: int) -> bytes:
     n = len(data)
     at = min(int(where * n), max(n - 1, 0))
     if kind == "flip" and n:
-        return data[:at] + bytes([data[at] ^ (1 << (pick % 8))]) + data[at + 1:]
+        return data[:at] + bytes([data[at] ^ (1 << (pick % 8))]) + data[at + 1 :]
     if kind == "insert":
-        payload = (HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode() if pick % 3 else
-                   [b"\n", b"[", b"{", b'"', b"\x00", b"\xff\xfe", b"#  Rank 4294967296 Group 0 Pid 1 on h device 0 "
-                    b"[0000:00:00] GPU\n", b"\r"][pick % 8])
+        payload = (
+            HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode()
+            if pick % 3
+            else [
+                b"\n",
+                b"[",
+                b"{",
+                b'"',
+                b"\x00",
+                b"\xff\xfe",
+                b"#  Rank 4294967296 Group 0 Pid 1 on h device 0 [0000:00:00] GPU\n",
+                b"\r",
+            ][pick % 8]
+        )
         return data[:at] + payload + data[at:]
     if kind == "delete":
-        return data[:at] + data[at + 1 + pick % 64:]
+        return data[:at] + data[at + 1 + pick % 64 :]
     if kind in ("drop_line", "repeat_line"):
         lines = data.splitlines(True)
         if not lines:
             return data
         i = min(int(where * len(lines)), len(lines) - 1)
-        repeat = lines[i:i + 1] * (1 + pick % 3) if kind == "repeat_line" else []
-        return b"".join(lines[:i] + repeat + lines[i + 1:])
+        repeat = lines[i : i + 1] * (1 + pick % 3) if kind == "repeat_line" else []
+        return b"".join(lines[:i] + repeat + lines[i + 1 :])
     if kind == "number":
         numbers = list(_NUMBER.finditer(data))
         if not numbers:
             return data
         m = numbers[min(int(where * len(numbers)), len(numbers) - 1)]
-        return data[:m.start()] + HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode() + data[m.end():]
+        return data[: m.start()] + HOSTILE_NUMBERS[pick % len(HOSTILE_NUMBERS)].encode() + data[m.end() :]
     if kind == "json_value":
         try:
             doc = json.loads(data)
@@ -167,8 +248,11 @@ class Harness:
         path = self.folder / f"{next(self._names)}-{case.name}"
         path.write_bytes(data)
         try:
-            return self._ingest(case, path) if case.reader not in ("topology", "workload", "accelerators") \
+            return (
+                self._ingest(case, path)
+                if case.reader not in ("topology", "workload", "accelerators")
                 else self._load_spec(case, path)
+            )
         finally:
             path.unlink()
 
@@ -233,25 +317,42 @@ def _run(harness: Harness, case: Case, mutations: list[tuple[str, float, int]]) 
     return harness.check(case, data)
 
 
-@settings(max_examples=500, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=500,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(case=st.sampled_from(_ingest_cases), mutations=st.lists(_mutation, min_size=1, max_size=4))
-def test_mutated_ingest_files_are_stored_or_refused_cleanly(harness: Harness, case: Case,
-                                                            mutations: list[tuple[str, float, int]]) -> None:
+def test_mutated_ingest_files_are_stored_or_refused_cleanly(
+    harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
+) -> None:
     assert _run(harness, case, mutations) in ("stored", "refused")
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(case=st.sampled_from(_spec_cases), mutations=st.lists(_mutation, min_size=1, max_size=3))
-def test_mutated_yaml_specs_load_or_are_refused_cleanly(harness: Harness, case: Case,
-                                                        mutations: list[tuple[str, float, int]]) -> None:
+def test_mutated_yaml_specs_load_or_are_refused_cleanly(
+    harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
+) -> None:
     assert _run(harness, case, mutations) in ("loaded", "refused")
 
 
 def test_the_fixtures_themselves_go_in(harness: Harness) -> None:
     """The mutations start from files that ingest (or load): a fuzz of files already refused proves little."""
     outcomes = {c.name: harness.check(c, c.data) for c in CASES}
-    refused_on_purpose = {"duplicate-rank.log", "nan-time.log", "no-op-named.log", "truncated-row.log",
-                          "uint32-type.log"}  # the fixtures of malformed logs
+    refused_on_purpose = {
+        "duplicate-rank.log",
+        "nan-time.log",
+        "no-op-named.log",
+        "truncated-row.log",
+        "uint32-type.log",
+    }  # the fixtures of malformed logs
     assert {name for name, out in outcomes.items() if out == "refused"} == refused_on_purpose

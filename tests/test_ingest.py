@@ -11,8 +11,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from benchutil import commlens, stored_runs
+
 from commlens.ingest import IngestError, IngestWarning, detect_format, load_runs
 from commlens.results import Measurement, Run, SystemInfo, dump_run, run_to_dict
 from commlens.results.nccltests_json import run_to_nccl_tests_json
@@ -71,12 +71,25 @@ def test_nccl_tests_log_header_metadata_and_rows() -> None:
     assert run.command_line.endswith("./build/all_reduce_perf -b 32K -e 32M -f 2 -g 1")
     (cfg,) = run.config["runs"]
     assert (cfg["op"], cfg["iters"], cfg["warmup_iters"], cfg["min_bytes"], cfg["max_bytes"], cfg["step_factor"]) == (
-        "all_reduce", 20, 1, 32768, 33554432, 2)
+        "all_reduce",
+        20,
+        1,
+        32768,
+        33554432,
+        2,
+    )
     assert cfg["avg_busbw_gbps"] == 100.952 and cfg["out_of_bounds"] == 0 and cfg["complete"] is True
 
     first = run.measurements[0]
     assert (first.size_bytes, first.count, first.dtype, first.redop, first.root, first.in_place, first.nwrong) == (
-        32768, 8192, "float32", "sum", -1, False, 0)
+        32768,
+        8192,
+        "float32",
+        "sum",
+        -1,
+        False,
+        0,
+    )
     assert first.samples_s == () and first.reported is not None
     assert first.reported.mean_s == pytest.approx(18.66e-6) and first.reported.n == 20
     assert first.reported.min_s is None and first.reported.p99_s is None
@@ -101,8 +114,9 @@ def test_per_iteration_columns_fill_min_max_p99_cv() -> None:
     assert cfg["op"] == "all_reduce"  # "Collective test starting: all_reduce_perf_mpi"
     s = _row(run, "all_reduce", 65536, False).reported
     assert s is not None
-    assert (s.mean_s, s.min_s, s.max_s, s.p99_s, s.cv) == pytest.approx((18.95e-6, 17.84e-6, 22.91e-6, 22.91e-6,
-                                                                          0.0612))
+    assert (s.mean_s, s.min_s, s.max_s, s.p99_s, s.cv) == pytest.approx(
+        (18.95e-6, 17.84e-6, 22.91e-6, 22.91e-6, 0.0612)
+    )
     assert s.p50_s is None and s.n == 20
     s = _row(run, "all_reduce", 16777216, True).reported
     assert (s.mean_s, s.min_s, s.max_s, s.cv) == pytest.approx((120.47e-6, 119.52e-6, 122.90e-6, 0.0074))
@@ -151,12 +165,15 @@ def test_pre_2022_layout_without_root_and_with_an_error_column() -> None:
     assert any("max delta" in n for n in run.notes)
 
 
-@pytest.mark.parametrize("transform", [
-    pytest.param(lambda text: text.replace("\n", "\r\n"), id="crlf"),
-    pytest.param(lambda text: "".join(f"[1,0]<stdout>:{ln}" for ln in text.splitlines(True)), id="openmpi-tag"),
-    pytest.param(lambda text: "".join(f"0: {ln}" for ln in text.splitlines(True)), id="srun-label"),
-    pytest.param(lambda text: text.replace("\n", "\r\n").encode("utf-16"), id="utf16-powershell"),
-])
+@pytest.mark.parametrize(
+    "transform",
+    [
+        pytest.param(lambda text: text.replace("\n", "\r\n"), id="crlf"),
+        pytest.param(lambda text: "".join(f"[1,0]<stdout>:{ln}" for ln in text.splitlines(True)), id="openmpi-tag"),
+        pytest.param(lambda text: "".join(f"0: {ln}" for ln in text.splitlines(True)), id="srun-label"),
+        pytest.param(lambda text: text.replace("\n", "\r\n").encode("utf-16"), id="utf16-powershell"),
+    ],
+)
 def test_line_endings_and_launcher_prefixes_change_nothing(tmp_path: Path, transform) -> None:
     path = tmp_path / "log.txt"
     data = transform(THREE_OPS.read_text())
@@ -202,7 +219,8 @@ def test_a_log_that_does_not_name_its_op_needs_one(tmp_path: Path) -> None:
     run = _load(path, op="all_reduce")
     assert len(run.measurements) == 8 and run.config["runs"][0]["op_from"] == "given by the caller"
     assert _error(THREE_OPS, op="broadcast").message == (
-        "the log names all_reduce_perf ('Collective test starting' line) but the op given is 'broadcast'")
+        "the log names all_reduce_perf ('Collective test starting' line) but the op given is 'broadcast'"
+    )
 
 
 # -- malformed nccl-tests logs ------------------------------------------------------------------------------
@@ -211,23 +229,29 @@ def test_a_log_that_does_not_name_its_op_needs_one(tmp_path: Path) -> None:
 def test_truncated_row_is_an_error_at_its_line() -> None:
     err = _error(DATA / "truncated-row.log")
     assert err.line == 67
-    assert err.message == ("table row cut short: 10 of 13 columns before the file ends (a truncated log?): "
-                           "'16777216 4194304 float sum -1 121.33 138.28 242.00 0 120.47'")
+    assert err.message == (
+        "table row cut short: 10 of 13 columns before the file ends (a truncated log?): "
+        "'16777216 4194304 float sum -1 121.33 138.28 242.00 0 120.47'"
+    )
 
 
 def test_table_without_footer_is_an_incomplete_run() -> None:
     run = _load(DATA / "table-stops.log", time="2025-01-01")
     assert run.status == "incomplete" and len(run.measurements) == 18
-    assert run.notes[0] == ("the all_reduce table (line 53) stops after 9 rows without its footer: the job ended "
-                            "early or the log was cut")
+    assert run.notes[0] == (
+        "the all_reduce table (line 53) stops after 9 rows without its footer: the job ended early or the log was cut"
+    )
     assert run.config["runs"][0]["complete"] is False
 
 
-@pytest.mark.parametrize("name, line, message", [
-    ("uint32-type.log", 16, "data type 'uint32' has no commlens dtype"),
-    ("nan-time.log", 15, "bad time value '-nan' in a table row: not a finite number >= 0"),
-    ("duplicate-rank.log", 9, "rank 0 is listed twice: several independent nccl-tests processes wrote to this log"),
-])
+@pytest.mark.parametrize(
+    "name, line, message",
+    [
+        ("uint32-type.log", 16, "data type 'uint32' has no commlens dtype"),
+        ("nan-time.log", 15, "bad time value '-nan' in a table row: not a finite number >= 0"),
+        ("duplicate-rank.log", 9, "rank 0 is listed twice: several independent nccl-tests processes wrote to this log"),
+    ],
+)
 def test_malformed_logs_name_file_and_line(name: str, line: int, message: str) -> None:
     err = _error(DATA / name)
     assert err.line == line and err.message.startswith(message)
@@ -259,8 +283,7 @@ def test_nccl_tests_json_with_per_iteration_times() -> None:
     assert run.world_size == 8 and run.system.hosts == ("dgx-h100-07",)
     assert run.system.extra["rank_devices"] == list(range(8))
     assert run.system.backend_version == "2.28.3" and run.system.extra["json_version"] == 3
-    assert run.system.env == {"NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN",
-                              "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    assert run.system.env == {"NCCL_NVLS_ENABLE": "1", "NCCL_DEBUG": "WARN", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
     assert (run.started_at, run.finished_at) == ("2026-07-21T09:14:03+00:00", "2026-07-21T09:14:09+00:00")
     assert run.command_line.startswith("./build/all_reduce_perf -b 1M -e 16M")
     assert len(run.measurements) == 6
@@ -292,8 +315,14 @@ def test_bad_json_values_point_at_their_line(tmp_path: Path) -> None:
     err = _error(path)
     lines = text.splitlines()
     results_at = next(i for i, ln in enumerate(lines) if '"results"' in ln)
-    expected = next(i for i, ln in enumerate(lines) if i > results_at and '"in_place"' in ln
-                    and any('"size": 134217728' in x for x in lines[results_at:i])) + 1
+    expected = (
+        next(
+            i
+            for i, ln in enumerate(lines)
+            if i > results_at and '"in_place"' in ln and any('"size": 134217728' in x for x in lines[results_at:i])
+        )
+        + 1
+    )
     assert err.line == expected
     assert err.message == "results[1].in_place.time: expected a finite number >= 0, got 'nan'"
     cut = tmp_path / "cut.json"
@@ -303,18 +332,43 @@ def test_bad_json_values_point_at_their_line(tmp_path: Path) -> None:
 
 
 def test_commlens_own_nccl_tests_json_round_trips_its_samples(tmp_path: Path) -> None:
-    system = SystemInfo(world_size=4, hosts=("node-a",), ranks_per_host={"node-a": 4}, backend="gloo",
-                        device="cpu", extra={"rank_hosts": ["node-a"] * 4, "rank_pids": [11, 12, 13, 14]})
+    system = SystemInfo(
+        world_size=4,
+        hosts=("node-a",),
+        ranks_per_host={"node-a": 4},
+        backend="gloo",
+        device="cpu",
+        extra={"rank_hosts": ["node-a"] * 4, "rank_pids": [11, 12, 13, 14]},
+    )
     samples = (1.25e-5, 1.5e-5, 1.125e-5)
     measurements = tuple(
-        Measurement(op=op, dtype="float32", size_bytes=4096, count=count, in_place=in_place, world_size=4,
-                    samples_s=samples, redop=redop, root=root, nwrong=0)
-        for op, count, redop, root in (("all_reduce", 1024, "sum", -1), ("all_gather", 256, "none", -1),
-                                       ("broadcast", 1024, "none", 0))
-        for in_place in (False, True))
-    run = Run(run_id="ab" * 16, started_at="2025-03-04T05:06:07+00:00", system=system, measurements=measurements,
-              command_line="commlens bench --nproc 4", config={"iters": 3, "warmup": 1, "min_bytes": 4096,
-                                                                "max_bytes": 4096, "step_factor": 2})
+        Measurement(
+            op=op,
+            dtype="float32",
+            size_bytes=4096,
+            count=count,
+            in_place=in_place,
+            world_size=4,
+            samples_s=samples,
+            redop=redop,
+            root=root,
+            nwrong=0,
+        )
+        for op, count, redop, root in (
+            ("all_reduce", 1024, "sum", -1),
+            ("all_gather", 256, "none", -1),
+            ("broadcast", 1024, "none", 0),
+        )
+        for in_place in (False, True)
+    )
+    run = Run(
+        run_id="ab" * 16,
+        started_at="2025-03-04T05:06:07+00:00",
+        system=system,
+        measurements=measurements,
+        command_line="commlens bench --nproc 4",
+        config={"iters": 3, "warmup": 1, "min_bytes": 4096, "max_bytes": 4096, "step_factor": 2},
+    )
     path = tmp_path / "commlens-nccl.json"
     path.write_text(json.dumps(run_to_nccl_tests_json(run)))
     assert detect_format(path) == "nccl-tests-json"
@@ -322,7 +376,8 @@ def test_commlens_own_nccl_tests_json_round_trips_its_samples(tmp_path: Path) ->
     assert back.world_size == 4 and back.system.device == "cpu" and back.system.backend == "gloo"
     assert back.started_at == "2025-03-04T05:06:07+00:00"
     assert [(m.op, m.in_place, m.root, m.count) for m in back.measurements] == [
-        (m.op, m.in_place, m.root, m.count) for m in run.measurements]
+        (m.op, m.in_place, m.root, m.count) for m in run.measurements
+    ]
     for got, want in zip(back.measurements, run.measurements):
         assert got.samples_s == pytest.approx(want.samples_s, rel=1e-12)
 
@@ -340,8 +395,9 @@ def test_param_rows_map_percentiles_across_ranks() -> None:
     assert (ar.dtype, ar.in_place, ar_bf16.dtype) == ("float32", True, "bfloat16")
     s = ar.reported
     assert s is not None
-    assert (s.mean_s, s.p50_s, s.p95_s, s.min_s, s.max_s) == pytest.approx((27.9e-6, 27.9e-6, 30.1e-6, 27.5e-6,
-                                                                            31.0e-6))
+    assert (s.mean_s, s.p50_s, s.p95_s, s.min_s, s.max_s) == pytest.approx(
+        (27.9e-6, 27.9e-6, 30.1e-6, 27.5e-6, 31.0e-6)
+    )
     assert s.p99_s is None and s.n == 0
     assert ar.busbw_bytes_per_s / 1e9 == pytest.approx(65.771, abs=0.001)  # PARAM's own BusBW column
     rs = [m for m in run.measurements if m.op == "reduce_scatter" and m.size_bytes == 67108864][0]
@@ -378,10 +434,19 @@ def test_malformed_param_output(tmp_path: Path) -> None:
 
 def _bench_run() -> Run:
     system = SystemInfo(world_size=2, backend="gloo", device="cpu")
-    m = Measurement(op="all_reduce", dtype="float32", size_bytes=64, count=16, in_place=False, world_size=2,
-                    samples_s=(2e-5, 3e-5), redop="sum")
-    return Run(run_id="cd" * 16, started_at="2025-02-01T00:00:00+00:00", system=system, measurements=(m,),
-               tag="old-tag")
+    m = Measurement(
+        op="all_reduce",
+        dtype="float32",
+        size_bytes=64,
+        count=16,
+        in_place=False,
+        world_size=2,
+        samples_s=(2e-5, 3e-5),
+        redop="sum",
+    )
+    return Run(
+        run_id="cd" * 16, started_at="2025-02-01T00:00:00+00:00", system=system, measurements=(m,), tag="old-tag"
+    )
 
 
 def test_commlens_json_keeps_the_run(tmp_path: Path) -> None:
@@ -418,8 +483,19 @@ def test_tag_revision_and_time_place_the_run_in_history() -> None:
 
 def test_cli_stores_files_with_tag_revision_and_time(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
-    proc = commlens("ingest", str(H100), str(JSON_V3), "--db", str(db), "--tag", "nightly", "--revision", "r42",
-                    "--time", "2025-05-01T12:00:00Z")
+    proc = commlens(
+        "ingest",
+        str(H100),
+        str(JSON_V3),
+        "--db",
+        str(db),
+        "--tag",
+        "nightly",
+        "--revision",
+        "r42",
+        "--time",
+        "2025-05-01T12:00:00Z",
+    )
     assert proc.returncode == 0, proc.stderr
     h100_id, json_id = _load(H100).run_id, _load(JSON_V3).run_id
     assert proc.stdout.splitlines() == [
@@ -448,9 +524,11 @@ def test_cli_refuses_a_bad_file_and_stores_nothing_of_it(tmp_path: Path) -> None
     bad = DATA / "truncated-row.log"
     proc = commlens("ingest", str(bad), str(PARAM), "--db", str(db), "--time", "2025-01-01")
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0] == (f"error: {bad}:67: table row cut short: 10 of 13 columns before the file "
-                                           f"ends (a truncated log?): '16777216 4194304 float sum -1 121.33 138.28 "
-                                           f"242.00 0 120.47'")
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {bad}:67: table row cut short: 10 of 13 columns before the file "
+        f"ends (a truncated log?): '16777216 4194304 float sum -1 121.33 138.28 "
+        f"242.00 0 120.47'"
+    )
     assert [r["source"] for r in stored_runs(db)] == ["param"]  # the good file still went in
     only_bad = commlens("ingest", str(DATA / "uint32-type.log"), "--db", str(db), "--json")
     assert only_bad.returncode == 2 and json.loads(only_bad.stdout) == []
@@ -503,11 +581,13 @@ def test_cli_ingests_what_export_writes(tmp_path: Path) -> None:
     again = commlens("ingest", str(export), "--db", str(second))
     assert (again.returncode, again.stdout) == (0, "")
     assert sorted(again.stderr.splitlines()) == sorted(
-        f"{export}: already stored as run {r.run_id} (same content); skipped" for r in runs)
+        f"{export}: already stored as run {r.run_id} (same content); skipped" for r in runs
+    )
     relabelled = commlens("ingest", str(export), "--db", str(tmp_path / "third.db"), "--tag", "imported", "--json")
     assert relabelled.returncode == 0, relabelled.stderr
     assert [(d["format"], d["stored"], d["run"]["tag"]) for d in json.loads(relabelled.stdout)] == [
-        ("commlens", True, "imported")] * 2
+        ("commlens", True, "imported")
+    ] * 2
 
 
 def test_cli_refuses_an_export_it_cannot_store_whole(tmp_path: Path) -> None:
@@ -521,14 +601,18 @@ def test_cli_refuses_an_export_it_cannot_store_whole(tmp_path: Path) -> None:
     bad = commlens("ingest", str(export), "--db", str(db))
     line = [i for i, ln in enumerate(text.splitlines(), 1) if ln == "   {"][2]  # run [1], its measurement [1]
     assert (bad.returncode, bad.stderr.splitlines()) == (
-        2, [f"error: {export}:{line}: [1]: all_reduce 64 B: negative or NaN sample"])
+        2,
+        [f"error: {export}:{line}: [1]: all_reduce 64 B: negative or NaN sample"],
+    )
     # One time for a file of several runs would erase each run's own.
     docs[1]["measurements"] = docs[0]["measurements"]
     export.write_text(json.dumps(docs, indent=1))
     timed = commlens("ingest", str(export), "--db", str(db), "--time", "2025-05-01")
     assert timed.returncode == 2
-    assert timed.stderr == (f"error: {export}:1: 2 runs, each with its own start time: one time for the whole "
-                            f"file applies only to a file of one run\n")
+    assert timed.stderr == (
+        f"error: {export}:1: 2 runs, each with its own start time: one time for the whole "
+        f"file applies only to a file of one run\n"
+    )
     assert stored_runs(db) == []
     empty = tmp_path / "none.json"
     empty.write_text("[]\n")  # what an export of no runs writes

@@ -38,14 +38,17 @@ def test_the_row_edited_is_the_64k_row() -> None:
     assert H100.read_text().splitlines()[ROW_LINE - 1] == ROW
 
 
-@pytest.mark.parametrize(("old", "new", "what"), [
-    ("       65536 ", "          -8 ", "size '-8' is not a decimal byte count"),
-    ("       65536 ", "        0x10 ", "size '0x10' is not a decimal byte count"),
-    ("       65536 ", "      65_536 ", "size '65_536' is not a decimal byte count"),
-    (" 16384 ", " 16_384 ", "count '16_384' is not a decimal element count"),
-    (" 16384 ", " -16384 ", "count '-16384' is not a decimal element count"),
-    ("       65536 ", "     65536.0 ", "size '65536.0' is not a decimal byte count"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ("       65536 ", "          -8 ", "size '-8' is not a decimal byte count"),
+        ("       65536 ", "        0x10 ", "size '0x10' is not a decimal byte count"),
+        ("       65536 ", "      65_536 ", "size '65_536' is not a decimal byte count"),
+        (" 16384 ", " 16_384 ", "count '16_384' is not a decimal element count"),
+        (" 16384 ", " -16384 ", "count '-16384' is not a decimal element count"),
+        ("       65536 ", "     65536.0 ", "size '65536.0' is not a decimal byte count"),
+    ],
+)
 def test_malformed_size_or_count_is_an_error_at_its_line(tmp_path: Path, old: str, new: str, what: str) -> None:
     log = _edited(tmp_path, H100, ROW_LINE, old, new, "bad.log")
     db = tmp_path / "s.db"
@@ -58,8 +61,11 @@ def test_malformed_size_or_count_is_an_error_at_its_line(tmp_path: Path, old: st
 
 def test_malformed_size_without_the_footer_is_still_an_error(tmp_path: Path) -> None:
     """The footer average used to be the only hint of a dropped row; without it there was none."""
-    text = "".join(line for line in H100.read_text().splitlines(keepends=True)
-                   if not re.match(r"#\s*(Out of bounds|Avg bus)", line))
+    text = "".join(
+        line
+        for line in H100.read_text().splitlines(keepends=True)
+        if not re.match(r"#\s*(Out of bounds|Avg bus)", line)
+    )
     log = tmp_path / "nofooter.log"
     log.write_text(text.replace(ROW, ROW.replace("       65536 ", "        0x10 ", 1)))
     proc = commlens("ingest", str(log), "--db", str(tmp_path / "s.db"))
@@ -75,12 +81,16 @@ def test_a_number_like_line_outside_a_table_is_not_a_row(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize(("halves", "left_out"), [
-    ((" 18.95 ",), 1),
-    ((" 18.95 ", " 18.25 "), 2),
-])
-def test_time_zero_is_left_out_warned_noted_and_incomplete(tmp_path: Path, halves: tuple[str, ...],
-                                                            left_out: int) -> None:
+@pytest.mark.parametrize(
+    ("halves", "left_out"),
+    [
+        ((" 18.95 ",), 1),
+        ((" 18.95 ", " 18.25 "), 2),
+    ],
+)
+def test_time_zero_is_left_out_warned_noted_and_incomplete(
+    tmp_path: Path, halves: tuple[str, ...], left_out: int
+) -> None:
     log = tmp_path / "zero.log"
     row = ROW
     for old in halves:
@@ -135,11 +145,14 @@ def test_json_time_zero_is_left_out_and_incomplete(tmp_path: Path) -> None:
     assert all(m.stats.mean_s > 0 for m in run.measurements)
 
 
-@pytest.mark.parametrize(("new", "what"), [
-    ("0x400000", "size '0x400000' is not a decimal byte count"),
-    ("4_194_304", "size '4_194_304' is not a decimal byte count"),
-    ("4194304.5", "size '4194304.5' is not a decimal byte count"),
-])
+@pytest.mark.parametrize(
+    ("new", "what"),
+    [
+        ("0x400000", "size '0x400000' is not a decimal byte count"),
+        ("4_194_304", "size '4_194_304' is not a decimal byte count"),
+        ("4194304.5", "size '4194304.5' is not a decimal byte count"),
+    ],
+)
 def test_param_malformed_size_is_an_error(tmp_path: Path, new: str, what: str) -> None:
     log = _edited(tmp_path, PARAM, 12, "4194304 ", new + " ", "bad.log")
     proc = commlens("ingest", str(log), "--db", str(tmp_path / "s.db"))

@@ -23,17 +23,33 @@ SIZES = (1024, 1 << 20)
 T0 = datetime(2025, 3, 1, 2, 0, tzinfo=timezone.utc)
 
 
-def _run(run_id: str, factor: dict[int, float], seed: int, *, wrong: dict[int, int | None] | None = None,
-         status: str = "complete", when: datetime = T0) -> Run:
+def _run(
+    run_id: str,
+    factor: dict[int, float],
+    seed: int,
+    *,
+    wrong: dict[int, int | None] | None = None,
+    status: str = "complete",
+    when: datetime = T0,
+) -> Run:
     rng = np.random.default_rng(seed)
     wrong = wrong or {}
-    ms = [Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=size, count=size // 4, in_place=False,
-                      world_size=4, nwrong=wrong.get(size, 0),
-                      samples_s=tuple((20e-6 + size / 5e9) * factor[size] * (1.0 + rng.normal(0.0, 0.01, 20))),
-                      rounds=(4,) * 5)  # as bench --rounds 5 -n 20 times it
-          for size in SIZES]
-    return Run(run_id=run_id, started_at=when.isoformat(), system=SYSTEM, measurements=tuple(ms),
-               status=status)  # type: ignore[arg-type]
+    ms = [
+        Measurement(
+            op="all_reduce",
+            dtype="float32",
+            redop="sum",
+            size_bytes=size,
+            count=size // 4,
+            in_place=False,
+            world_size=4,
+            nwrong=wrong.get(size, 0),
+            samples_s=tuple((20e-6 + size / 5e9) * factor[size] * (1.0 + rng.normal(0.0, 0.01, 20))),
+            rounds=(4,) * 5,
+        )  # as bench --rounds 5 -n 20 times it
+        for size in SIZES
+    ]
+    return Run(run_id=run_id, started_at=when.isoformat(), system=SYSTEM, measurements=tuple(ms), status=status)  # type: ignore[arg-type]
 
 
 def test_compare_does_not_judge_rows_with_wrong_results() -> None:
@@ -43,25 +59,39 @@ def test_compare_does_not_judge_rows_with_wrong_results() -> None:
     report = compare_runs([base], [failed], base_label="base", candidate_label="cand")
     small, large = report.rows
     assert small.verdict == "no change"
-    assert (large.verdict, large.reason) == ("unknown", "results check failed (cand): wrong results are not timed "
-                                                        "results")
+    assert (large.verdict, large.reason) == (
+        "unknown",
+        "results check failed (cand): wrong results are not timed results",
+    )
     assert large.ratio > 1.25 and not report.has_regression
-    assert report.warnings[-1] == ("cand: results check failed in run fail00000000: its rows with wrong results "
-                                   "are not judged (verdict unknown); its other rows are")
+    assert report.warnings[-1] == (
+        "cand: results check failed in run fail00000000: its rows with wrong results "
+        "are not judged (verdict unknown); its other rows are"
+    )
     # A failed run whose check does not say which rows (the pre-2.13 'error' column): no row is judged.
-    unlocated = _run("fail11111111", {1024: 1.0, 1 << 20: 1.3}, 3, wrong={1024: None, 1 << 20: None},
-                     status="check_failed")
+    unlocated = _run(
+        "fail11111111", {1024: 1.0, 1 << 20: 1.3}, 3, wrong={1024: None, 1 << 20: None}, status="check_failed"
+    )
     assert [r.verdict for r in compare_runs([base], [unlocated]).rows] == ["unknown", "unknown"]
     # The same slowdown on checked results is a regression.
-    fine = dataclasses.replace(failed, status="complete", measurements=tuple(
-        dataclasses.replace(m, nwrong=0) for m in failed.measurements))
+    fine = dataclasses.replace(
+        failed, status="complete", measurements=tuple(dataclasses.replace(m, nwrong=0) for m in failed.measurements)
+    )
     assert [r.verdict for r in compare_runs([base], [fine]).rows] == ["no change", "regression"]
 
 
 def test_detect_leaves_failed_runs_out_of_history(tmp_path: Path) -> None:
     """60 nightlies; the last 20 are 8 % slower at 1 MiB, and their check failed: no change is reported."""
-    runs = [_run(f"run-{i:03d}", {1024: 1.0, 1 << 20: 1.08 if i >= 40 else 1.0}, i,
-                 status="check_failed" if i >= 40 else "complete", when=T0 + timedelta(days=i)) for i in range(60)]
+    runs = [
+        _run(
+            f"run-{i:03d}",
+            {1024: 1.0, 1 << 20: 1.08 if i >= 40 else 1.0},
+            i,
+            status="check_failed" if i >= 40 else "complete",
+            when=T0 + timedelta(days=i),
+        )
+        for i in range(60)
+    ]
     db = tmp_path / "r.db"
     with Store.open(str(db)) as store:
         store.save_runs(runs)
@@ -70,8 +100,9 @@ def test_detect_leaves_failed_runs_out_of_history(tmp_path: Path) -> None:
     report = detect_history(rows)
     assert report.changes == () and report.points == 80
     assert report.excluded_runs == tuple(f"run-{i:03d}" for i in range(40, 60))
-    assert report.summary_line() == ("2 series, 80 points: 0 changes (0 regressions, 0 improvements); 20 runs left "
-                                     "out (results check failed)")
+    assert report.summary_line() == (
+        "2 series, 80 points: 0 changes (0 regressions, 0 improvements); 20 runs left out (results check failed)"
+    )
     # Were they checked results, the step would be found at run 40.
     checked = detect_history([dataclasses.replace(r, status="complete") for r in rows])
     assert [c.run_id for c in checked.regressions] == ["run-040"]

@@ -36,6 +36,7 @@ def _dump(path: Path, data: object) -> Path:
 
 # --- the tutorial's sample -----------------------------------------------------------------------------------------
 
+
 def test_tutorial_sample_is_read_as_published() -> None:
     ds = read_dump_dir(DATA / "flightrec_tutorial")
     assert ds.prefix == "trace_" and [d.rank for d in ds.dumps] == [0, 1] and ds.missing == {}
@@ -43,8 +44,12 @@ def test_tutorial_sample_is_read_as_published() -> None:
     assert (d0.format, d0.version, d0.backend) == ("pickle", "2.5", "nccl")
     assert d0.groups == {"0": GroupConfig(name="0", desc="default_pg", ranks=(0, 1))}  # from the string "[0, 1]"
     third = d0.entries[2]
-    assert (third.process_group, third.process_group_desc, third.collective_seq_id, third.op) == \
-        ("0", "default_pg", 3, "all_reduce")
+    assert (third.process_group, third.process_group_desc, third.collective_seq_id, third.op) == (
+        "0",
+        "default_pg",
+        3,
+        "all_reduce",
+    )
     assert third.input_sizes == ((4, 5),) and third.input_dtypes == ("Float",) and third.state == "started"
     assert third.frames[-1] == "crash.py:44 in <module>"
     assert [len(d.entries) for d in ds.dumps] == [5, 4]
@@ -68,12 +73,13 @@ def test_tutorial_set_with_rank1s_dump_lost_names_rank1(tmp_path: Path) -> None:
     assert report.ranks == (0,) and report.expected_ranks == (0, 1) and report.ranks_without_dump == (1,)
     [suspect] = report.suspects
     assert (suspect.rank, suspect.reason) == (1, "no_dump")
-    assert suspect.detail == ("no dump: the pg_config of group 0 (default_pg) lists it (1 of 1 dumps); its peers in "
-                              "group 0 reached collective 5 (all_reduce, scheduled on rank 0)")
+    assert suspect.detail == (
+        "no dump: the pg_config of group 0 (default_pg) lists it (1 of 1 dumps); its peers in "
+        "group 0 reached collective 5 (all_reduce, scheduled on rank 0)"
+    )
     result = _cli(str(tmp_path))
     assert result.exit_code == 1
-    assert ("suspect: rank 1, no dump: the pg_config of group 0 (default_pg) lists it (1 of 1 dumps)"
-            in result.output)
+    assert "suspect: rank 1, no dump: the pg_config of group 0 (default_pg) lists it (1 of 1 dumps)" in result.output
     out = json.loads(_cli(str(tmp_path), "--json").output)
     assert out["consistent"] is False and out["suspect_ranks"] == [1] and out["ranks_without_dump"] == [1]
     assert out["suspects"][0]["reason"] == "no_dump"
@@ -81,11 +87,13 @@ def test_tutorial_set_with_rank1s_dump_lost_names_rank1(tmp_path: Path) -> None:
 
 # --- every layout ---------------------------------------------------------------------------------------------------
 
+
 def test_layout_before_2_3_seq_id_pg_id_no_dtypes_missing_rank_from_file_names() -> None:
     report = diagnose_hang(DATA / "flightrec_v1_1_nccl")
     assert report.versions == ("1.1",) and report.backend == "nccl"
     assert report.missing_evidence == {
-        1: ("the file names run from nccl_trace_rank_0 to nccl_trace_rank_2 without nccl_trace_rank_1",)}
+        1: ("the file names run from nccl_trace_rank_0 to nccl_trace_rank_2 without nccl_trace_rank_1",)
+    }
     assert [(s.rank, s.reason) for s in report.suspects] == [(1, "no_dump")] and report.divergence is None
     assert any("layouts before 2.3" in n for n in report.notes)
     entry = read_dump_dir(DATA / "flightrec_v1_1_nccl").dumps[0].entries[2]
@@ -97,9 +105,17 @@ def test_layout_2_3_pickle_with_list_ranks_and_a_size_mismatch() -> None:
     assert ds.dumps[0].groups["0"].ranks == (0, 1, 2, 3) and ds.missing == {}  # ranks as a list
     d = diagnose_hang(DATA / "flightrec_v2_3_nccl").divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("size_mismatch", 2)
-    assert d.expected == {"op": "all_gather", "input_sizes": [[1024]], "input_dtypes": ["Float"], "ranks": [0, 1, 2],
-                          "frames": ["torch/distributed/distributed_c10d.py:2696 in all_gather",
-                                     "torch/distributed/c10d_logger.py:83 in wrapper", "train.py:97 in <module>"]}
+    assert d.expected == {
+        "op": "all_gather",
+        "input_sizes": [[1024]],
+        "input_dtypes": ["Float"],
+        "ranks": [0, 1, 2],
+        "frames": [
+            "torch/distributed/distributed_c10d.py:2696 in all_gather",
+            "torch/distributed/c10d_logger.py:83 in wrapper",
+            "train.py:97 in <module>",
+        ],
+    }
     assert [(c["rank"], c["input_sizes"]) for c in d.culprits] == [(3, [[2048]])]
 
 
@@ -107,16 +123,24 @@ def test_layout_2_7_json_unsuffixed_p2p_left_out_rank_known_only_from_pg_config(
     ds = read_dump_dir(DATA / "flightrec_v2_7_json")
     d0 = ds.dumps[0]
     assert (d0.format, d0.version) == ("json", "2.7")
-    assert [(e.op, e.is_p2p, e.process_group) for e in d0.entries] == \
-        [("all_reduce", False, "0"), ("send", True, "1"), ("all_reduce", False, "0")]
+    assert [(e.op, e.is_p2p, e.process_group) for e in d0.entries] == [
+        ("all_reduce", False, "0"),
+        ("send", True, "1"),
+        ("all_reduce", False, "0"),
+    ]
     assert d0.entries[0].state == "completed" and d0.entries[2].state == "started"
     assert set(d0.groups) == {"0", "1"} and ds.dumps[2].groups["2"].ranks == (2, 3)
-    assert ds.missing == {3: ("the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",
-                              "the pg_config of group 2 (tp) lists it (1 of 3 dumps)")}
+    assert ds.missing == {
+        3: (
+            "the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",
+            "the pg_config of group 2 (tp) lists it (1 of 3 dumps)",
+        )
+    }
     report = diagnose_hang(DATA / "flightrec_v2_7_json")
     assert report.divergence is None and [s.rank for s in report.suspects] == [3]
-    assert report.suspects[0].detail.endswith("its peers in group 0 reached collective 2 (all_reduce, started on "
-                                              "rank 0)")
+    assert report.suspects[0].detail.endswith(
+        "its peers in group 0 reached collective 2 (all_reduce, started on rank 0)"
+    )
     assert _cli(str(DATA / "flightrec_v2_7_json")).exit_code == 1
 
 
@@ -127,8 +151,7 @@ def test_real_gloo_json_dumps() -> None:
     d1 = ds.dumps[1]
     assert (d1.format, d1.version, d1.backend) == ("json", "2.10", "gloo")
     assert d1.groups == {"0": GroupConfig(name="0", desc="default_pg", ranks=(0, 1, 2))}
-    assert [e.op for e in d1.entries] == ["all_reduce", "broadcast", "all_reduce", "broadcast", "all_reduce",
-                                          "barrier"]
+    assert [e.op for e in d1.entries] == ["all_reduce", "broadcast", "all_reduce", "broadcast", "all_reduce", "barrier"]
     assert d1.entries[5].input_sizes == () and d1.entries[5].input_dtypes == ()
     d = diagnose_hang(DATA / "flightrec_gloo_json").divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("dtype_mismatch", 5)
@@ -152,6 +175,7 @@ def test_pickle_and_json_of_one_recording_read_the_same(tmp_path: Path) -> None:
 
 # --- dumps are untrusted data --------------------------------------------------------------------------------------
 
+
 class _RunsACommand:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -165,8 +189,11 @@ def test_pickle_that_would_run_a_command_is_refused_and_nothing_runs(tmp_path: P
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     bad = _dump(dumps / "nccl_trace_rank_0", {"version": "2.5", "entries": [], "payload": _RunsACommand(marker)})
-    with pytest.raises(DumpError, match=r"nccl_trace_rank_0: not a readable Flight Recorder dump .*refused to load "
-                                        r"(posix|os)\.system"):
+    with pytest.raises(
+        DumpError,
+        match=r"nccl_trace_rank_0: not a readable Flight Recorder dump .*refused to load "
+        r"(posix|os)\.system",
+    ):
         read_dump(bad)
     result = _cli(str(dumps))
     assert result.exit_code == 2 and f"error: {bad}: not a readable Flight Recorder dump" in result.stderr
@@ -195,18 +222,36 @@ def test_bounds_size_depth_and_shared_references(tmp_path: Path, monkeypatch: py
     assert _cli(str(DATA / "hang_healthy"), "--max-dump-mib", "1").exit_code == 0
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ([1, 2], "not a Flight Recorder dump (no 'version')"),
-    ({"version": "v2", "entries": []}, "field 'version' is 'v2', not 'MAJOR.MINOR'"),
-    ({"version": "2.5", "entries": [{"profiling_name": "nccl:all_reduce", "collective_seq_id": 1}]},
-     "entry 0 lacks input_sizes"),
-    ({"version": "2.5", "entries": [{"profiling_name": "nccl:all_reduce", "collective_seq_id": "x",
-                                     "input_sizes": [], "process_group": ("0", "")}]},
-     "entry 0: collective_seq_id is 'x', not an integer"),
-    ({"version": "2.5", "entries": [], "pg_config": {"0": {"name": "0", "desc": "", "ranks": "[0, one]"}}},
-     "pg_config['0'].ranks is '[0, one]', not a list of ranks"),
-    ({"version": "2.5", "entries": [], "rank": 3}, "the dump says rank 3, its name says rank 0"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1, 2], "not a Flight Recorder dump (no 'version')"),
+        ({"version": "v2", "entries": []}, "field 'version' is 'v2', not 'MAJOR.MINOR'"),
+        (
+            {"version": "2.5", "entries": [{"profiling_name": "nccl:all_reduce", "collective_seq_id": 1}]},
+            "entry 0 lacks input_sizes",
+        ),
+        (
+            {
+                "version": "2.5",
+                "entries": [
+                    {
+                        "profiling_name": "nccl:all_reduce",
+                        "collective_seq_id": "x",
+                        "input_sizes": [],
+                        "process_group": ("0", ""),
+                    }
+                ],
+            },
+            "entry 0: collective_seq_id is 'x', not an integer",
+        ),
+        (
+            {"version": "2.5", "entries": [], "pg_config": {"0": {"name": "0", "desc": "", "ranks": "[0, one]"}}},
+            "pg_config['0'].ranks is '[0, one]', not a list of ranks",
+        ),
+        ({"version": "2.5", "entries": [], "rank": 3}, "the dump says rank 3, its name says rank 0"),
+    ],
+)
 def test_bad_dumps_are_refused_naming_file_and_field(tmp_path: Path, data: object, message: str) -> None:
     path = _dump(tmp_path / "trace_0", data)
     with pytest.raises(DumpError) as e:
@@ -236,12 +281,14 @@ def test_only_active_dumps_two_faulty_ranks_in_two_groups_both_named() -> None:
     """NVRx's collector's shape (layout 2.9, active entries only): ranks 1 and 3 never queued their all-to-all."""
     report = diagnose_hang(DATA / "flightrec_v2_9_active")
     assert report.versions == ("2.9",) and report.ranks == (0, 1, 2, 3) and report.ranks_without_dump == ()
-    assert [(d.process_group, d.kind, d.collective_seq_id, [c["rank"] for c in d.culprits])
-            for d in report.divergences] == [("72", "missing_ranks", 45265, [1]), ("73", "missing_ranks", 45265, [3])]
+    assert [
+        (d.process_group, d.kind, d.collective_seq_id, [c["rank"] for c in d.culprits]) for d in report.divergences
+    ] == [("72", "missing_ranks", 45265, [1]), ("73", "missing_ranks", 45265, [3])]
     assert report.divergences[0].culprits[0]["last_collective_seq_id"] is None
     assert [(s.rank, s.reason) for s in report.suspects] == [(1, "missing_ranks"), (3, "missing_ranks")]
-    assert report.suspects[0].detail == ("missing_ranks at collective 45265 of group 72: issued nothing (no earlier "
-                                         "one in its dump)")
+    assert report.suspects[0].detail == (
+        "missing_ranks at collective 45265 of group 72: issued nothing (no earlier one in its dump)"
+    )
     assert any(n.startswith("3 group(s) compared from a later collective than 1") for n in report.notes)
     result = _cli(str(DATA / "flightrec_v2_9_active"))
     assert result.exit_code == 1

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from benchutil import BIN, clean_env, commlens, stored_runs
+
 from commlens.ingest import IngestError, load_runs
 from commlens.results import Measurement, Run, SystemInfo, run_to_dict
 
@@ -32,16 +32,29 @@ def _limited() -> None:
 
 def _ingest(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
     """``commlens ingest ARGS`` in a child with bounded memory, fed ``stdin`` through a real pipe."""
-    return subprocess.run([str(BIN / "commlens"), "ingest", *args], input=stdin, capture_output=True,
-                          timeout=timeout, env=clean_env(), preexec_fn=_limited)
+    return subprocess.run(
+        [str(BIN / "commlens"), "ingest", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env=clean_env(),
+        preexec_fn=_limited,
+    )
 
 
 def _run_dict(**changes: object) -> dict:
     system = SystemInfo(world_size=2, backend="gloo", device="cpu")
-    m = Measurement(op="all_reduce", dtype="float32", size_bytes=64, count=16, in_place=False, world_size=2,
-                    samples_s=(2e-5, 3e-5), redop="sum")
-    doc = run_to_dict(Run(run_id="ab" * 16, started_at="2025-02-01T00:00:00+00:00", system=system,
-                          measurements=(m,)))
+    m = Measurement(
+        op="all_reduce",
+        dtype="float32",
+        size_bytes=64,
+        count=16,
+        in_place=False,
+        world_size=2,
+        samples_s=(2e-5, 3e-5),
+        redop="sum",
+    )
+    doc = run_to_dict(Run(run_id="ab" * 16, started_at="2025-02-01T00:00:00+00:00", system=system, measurements=(m,)))
     doc.update(changes)
     return doc
 
@@ -55,8 +68,14 @@ def test_a_log_piped_in_is_stored_as_the_same_run_as_the_file(tmp_path: Path, na
     run_id = load_runs(H100)[0].run_id
     piped = subprocess.Popen(["cat", str(H100)], stdout=subprocess.PIPE)  # cat log | commlens ingest NAME
     try:
-        proc = subprocess.run([str(BIN / "commlens"), "ingest", name, "--db", str(db)], stdin=piped.stdout,
-                              capture_output=True, timeout=120, env=clean_env(), preexec_fn=_limited)
+        proc = subprocess.run(
+            [str(BIN / "commlens"), "ingest", name, "--db", str(db)],
+            stdin=piped.stdout,
+            capture_output=True,
+            timeout=120,
+            env=clean_env(),
+            preexec_fn=_limited,
+        )
     finally:
         piped.stdout.close()  # type: ignore[union-attr]
         piped.wait()
@@ -86,16 +105,22 @@ def test_an_endless_stream_is_cut_at_the_size_cap(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     endless = subprocess.Popen(["yes", "# not a log"], stdout=subprocess.PIPE)
     try:
-        proc = subprocess.run([str(BIN / "commlens"), "ingest", "-", "--db", str(db), "--max-input-mib", "1"],
-                              stdin=endless.stdout, capture_output=True, timeout=120, env=clean_env(),
-                              preexec_fn=_limited)
+        proc = subprocess.run(
+            [str(BIN / "commlens"), "ingest", "-", "--db", str(db), "--max-input-mib", "1"],
+            stdin=endless.stdout,
+            capture_output=True,
+            timeout=120,
+            env=clean_env(),
+            preexec_fn=_limited,
+        )
     finally:
         endless.stdout.close()  # type: ignore[union-attr]
         endless.kill()
         endless.wait()
     assert proc.returncode == 2
-    assert proc.stderr.decode() == ("error: <stdin>: larger than 1 MiB, the most ingest reads (--max-input-mib): "
-                                    "not read further\n")
+    assert proc.stderr.decode() == (
+        "error: <stdin>: larger than 1 MiB, the most ingest reads (--max-input-mib): not read further\n"
+    )
     zero = _ingest("/dev/zero", "--db", str(db))  # unbounded, and binary: refused at its first byte
     assert zero.returncode == 2
     assert zero.stderr.decode() == "error: /dev/zero:1: binary data (NUL byte): not a text log or JSON file\n"
@@ -120,8 +145,10 @@ def test_a_rank_of_4294967296_is_refused_without_allocating_by_it(tmp_path: Path
     path.write_text("".join(lines))
     proc = _ingest(str(path), "--db", str(tmp_path / "r.db"))
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.decode() == (f"error: {path}:{i + 1}: rank 4294967296 is beyond what commlens accepts "
-                                    f"(< 1048576): a corrupted or hostile file?\n")
+    assert proc.stderr.decode() == (
+        f"error: {path}:{i + 1}: rank 4294967296 is beyond what commlens accepts "
+        f"(< 1048576): a corrupted or hostile file?\n"
+    )
     # The same through nccl-tests -J: a process count that would make a world of 2**40 ranks.
     doc = json.loads(JSON_V3.read_text())
     doc["config"]["nthreads"] = 2**19
@@ -158,14 +185,18 @@ def test_deep_nesting_huge_numbers_and_long_lines_give_short_errors(tmp_path: Pa
     assert "unreadable rank line: '#  Rank  7 xxxx" in message and "...(cut)" in message and len(message) < 400
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"run_id": 12345}, "run_id: expected a string, got 12345"),
-    ({"system": True}, "system: expected an object, got True"),
-    ({"measurements": [True]}, "a measurement must be an object, got True"),
-    ({"tag": ["x"]}, "tag: expected a string or null, got ['x']"),
-])
-def test_type_confusion_in_commlens_json_is_an_error_naming_the_field(tmp_path: Path, changes: dict,
-                                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"run_id": 12345}, "run_id: expected a string, got 12345"),
+        ({"system": True}, "system: expected an object, got True"),
+        ({"measurements": [True]}, "a measurement must be an object, got True"),
+        ({"tag": ["x"]}, "tag: expected a string or null, got ['x']"),
+    ],
+)
+def test_type_confusion_in_commlens_json_is_an_error_naming_the_field(
+    tmp_path: Path, changes: dict, message: str
+) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run_dict(**changes), indent=1))
     proc = _ingest(str(path), "--db", str(tmp_path / "r.db"))
@@ -179,16 +210,19 @@ def test_a_format_version_below_1_is_refused_not_upgraded(tmp_path: Path) -> Non
     for fmt in ("commlens.run/0", "commlens.run/-1", "commlens.run/x"):
         path.write_text(json.dumps(_run_dict(format=fmt), indent=1))
         assert pytest.raises(IngestError, load_runs, path, fmt="commlens").value.message == (
-            f"bad format version in {fmt!r}")
+            f"bad format version in {fmt!r}"
+        )
 
 
 def test_infinite_or_out_of_range_numbers_in_commlens_json(tmp_path: Path) -> None:
     doc = _run_dict()
     path = tmp_path / "run.json"
-    for field, value, message in (("size_bytes", float("inf"), "size_bytes: expected an integer, got inf"),
-                                  ("world_size", 2**40, "world_size must be in 1..1048576, got 1099511627776"),
-                                  ("samples_s", [float("inf")], "samples_s: expected finite numbers of seconds"),
-                                  ("nwrong", 2**62, "nwrong must be >= 0 and < 1125899906842624")):
+    for field, value, message in (
+        ("size_bytes", float("inf"), "size_bytes: expected an integer, got inf"),
+        ("world_size", 2**40, "world_size must be in 1..1048576, got 1099511627776"),
+        ("samples_s", [float("inf")], "samples_s: expected finite numbers of seconds"),
+        ("nwrong", 2**62, "nwrong must be >= 0 and < 1125899906842624"),
+    ):
         bad = dict(doc, measurements=[dict(doc["measurements"][0], **{field: value})])
         path.write_text(json.dumps(bad, indent=1))  # json writes inf as Infinity, which Python's json reads
         err = pytest.raises(IngestError, load_runs, path).value
@@ -201,12 +235,14 @@ def test_type_confusion_in_nccl_tests_json(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc, indent=1))
     assert pytest.raises(IngestError, load_runs, path).value.message == (
-        "results[0].experiment_name: expected a string, got 7")
+        "results[0].experiment_name: expected a string, got 7"
+    )
     doc = json.loads(JSON_V3.read_text())
     doc["results"][0]["out_of_place_per_iter"]["times_us"] = {"a": 1}
     path.write_text(json.dumps(doc, indent=1))
     assert pytest.raises(IngestError, load_runs, path).value.message == (
-        "results[0].out_of_place_per_iter.times_us: expected a list of times")
+        "results[0].out_of_place_per_iter.times_us: expected a list of times"
+    )
 
 
 # -- item 3: one file's failure never stops the others -------------------------------------------------------
@@ -220,8 +256,9 @@ def test_each_failing_file_is_reported_and_the_others_stored(tmp_path: Path) -> 
     not_iso.write_text(json.dumps(_run_dict(started_at="yesterday"), indent=1))
     unknown = tmp_path / "notes.txt"
     unknown.write_text("nothing commlens reads\n")
-    proc = _ingest(str(folder), str(H100), str(tmp_path / "missing.log"), str(not_iso), str(unknown), str(PARAM),
-                   "--db", str(db))
+    proc = _ingest(
+        str(folder), str(H100), str(tmp_path / "missing.log"), str(not_iso), str(unknown), str(PARAM), "--db", str(db)
+    )
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("error: ")]
     assert errors == [
@@ -245,13 +282,21 @@ def test_concurrent_ingests_of_one_file_store_it_once_and_both_succeed(tmp_path:
         db = tmp_path / f"r{attempt}.db"
         ready = commlens("ingest", str(PARAM), "--db", str(db))  # the store exists: the race is on the run
         assert ready.returncode == 0, ready.stderr
-        procs = [subprocess.Popen([str(BIN / "commlens"), "ingest", str(H100), "--db", str(db)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
-                 for _ in range(4)]
+        procs = [
+            subprocess.Popen(
+                [str(BIN / "commlens"), "ingest", str(H100), "--db", str(db)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=clean_env(),
+            )
+            for _ in range(4)
+        ]
         outs = [p.communicate(timeout=180) for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, [o[1] for o in outs]
         assert [o[0].decode() for o in outs if o[0]] == [
-            f"{H100}: stored run {run_id} (nccl-tests; all_reduce; 22 measurements; 8 ranks)\n"]
+            f"{H100}: stored run {run_id} (nccl-tests; all_reduce; 22 measurements; 8 ranks)\n"
+        ]
         assert [o[1].decode() for o in outs if not o[0]] == [
-            f"{H100}: already stored as run {run_id} (same content); skipped\n"] * 3
+            f"{H100}: already stored as run {run_id} (same content); skipped\n"
+        ] * 3
         assert len([r for r in stored_runs(db) if r["run_id"] == run_id]) == 1

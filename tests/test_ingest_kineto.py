@@ -38,10 +38,14 @@ def test_nccl_collective_counted_once_on_its_kernel(realdata: Path) -> None:
     assert first.name == "nccl:broadcast"
     assert first.start_s == pytest.approx(4458676423385.774e-6, abs=1e-9)
     assert first.duration_s == pytest.approx(30.975e-6, abs=1e-9)
-    assert (first.group, first.group_ranks, first.count, first.dtype, first.seq) == ("0", (0, 1), 53120, "float",
-                                                                                      None)
+    assert (first.group, first.group_ranks, first.count, first.dtype, first.seq) == ("0", (0, 1), 53120, "float", None)
     assert sorted({c.count for c in trace.collectives if c.op == "all_reduce"}) == [
-        2049000, 2431040, 6563840, 6637568, 7875584]
+        2049000,
+        2431040,
+        6563840,
+        6637568,
+        7875584,
+    ]
 
 
 def test_gpu_user_annotation_when_the_kernel_is_missing(realdata: Path, tmp_path: Path) -> None:
@@ -58,10 +62,12 @@ def test_gpu_user_annotation_when_the_kernel_is_missing(realdata: Path, tmp_path
 def test_kernel_joined_by_correlation_in_the_sampled_128_rank_job(realdata: Path) -> None:
     """trace_filter: kernels carry their own correlation as External id; the launch inside nccl:* joins them."""
     trace = read_kineto_trace(realdata / "kineto/trace_filter_sampled_rank-0.json.gz")
-    assert (trace.rank, trace.world_size, trace.n_unjoined_kernels, trace.n_enqueue_without_gpu_span) == (
-        0, 128, 0, 0)
+    assert (trace.rank, trace.world_size, trace.n_unjoined_kernels, trace.n_enqueue_without_gpu_span) == (0, 128, 0, 0)
     assert collections.Counter(c.name for c in trace.collectives) == {
-        "nccl:all_to_all": 4, "nccl:all_reduce": 4, "nccl:_all_gather_base": 2}
+        "nccl:all_to_all": 4,
+        "nccl:all_reduce": 4,
+        "nccl:_all_gather_base": 2,
+    }
     first = trace.collectives[0]
     assert (first.op, first.count, first.dtype, first.step, first.group) == ("all_to_all", 384, "long", 551, None)
     assert first.start_s == pytest.approx(1682725898.094377, abs=1e-6)
@@ -73,15 +79,20 @@ def test_gloo_cpu_spans_are_the_collectives(realdata: Path) -> None:
     trace = read_kineto_trace(realdata / "kineto/cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
     assert (trace.rank, trace.world_size, trace.backend) == (34, 300, "gloo")
     assert collections.Counter((c.span, c.count, c.dtype) for c in trace.collectives) == {
-        ("cpu", 321271, "float"): 5, ("cpu", 2082411, "float"): 5}
+        ("cpu", 321271, "float"): 5,
+        ("cpu", 2082411, "float"): 5,
+    }
     assert trace.collectives[0].duration_s == pytest.approx(173209.713e-6, abs=1e-9)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "no distributedInfo"),
-    ("distributed_info_unavailable_distributed_info_not_found.json.gz", "no distributedInfo"),
-    ("rank_unavailable_rank_not_found.json.gz", "distributedInfo has no rank"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "no distributedInfo"),
+        ("distributed_info_unavailable_distributed_info_not_found.json.gz", "no distributedInfo"),
+        ("rank_unavailable_rank_not_found.json.gz", "distributedInfo has no rank"),
+    ],
+)
 def test_traces_without_a_rank_are_refused_by_name(realdata: Path, name: str, message: str) -> None:
     with pytest.raises(KinetoTraceError, match=message) as e:
         read_kineto_trace(realdata / "kineto" / name)
@@ -102,7 +113,9 @@ def test_real_sampled_gloo_traces_carry_shapes_and_steps() -> None:
     assert steps == {0: [2, 3, 4, 5], 1: [2, 3, 4, 5], 2: [3, 4, 5, 6]}
     trace = read_kineto_trace(paths[0])
     assert collections.Counter((c.op, c.count, c.dtype) for c in trace.collectives) == {
-        ("all_reduce", 16384, "float"): 4, ("broadcast", 1, "float"): 4}
+        ("all_reduce", 16384, "float"): 4,
+        ("broadcast", 1, "float"): 4,
+    }
 
 
 def test_fixture_reads_as_the_real_layout() -> None:
@@ -120,10 +133,13 @@ def test_gzip_bomb_refused(tmp_path: Path) -> None:
         read_kineto_trace(bomb, max_bytes=1 << 20)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"{\"traceEvents\": []}", "not gzip data"),
-    (gzip.compress(b"{\"traceEvents\": [")[:-8], "cannot read"),  # truncated
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"traceEvents": []}', "not gzip data"),
+        (gzip.compress(b'{"traceEvents": [')[:-8], "cannot read"),  # truncated
+    ],
+)
 def test_bad_gzip(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "rank0.json.gz"
     path.write_bytes(content)
@@ -135,13 +151,16 @@ def _trace(events: list, **top: object) -> dict:
     return {"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2}, "traceEvents": events, **top}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[" * 50 + "]" * 50, "nested deeper than 32 levels"),
-    ("[" * 5000 + "]" * 5000, "nested deeper than 32 levels"),
-    ('{"traceEvents": [], "x": NaN}', "NaN is not a JSON number"),
-    ('{"events": []}', "no traceEvents list"),
-    ('{"traceEvents": [', "not a readable Chrome trace"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 50 + "]" * 50, "nested deeper than 32 levels"),
+        ("[" * 5000 + "]" * 5000, "nested deeper than 32 levels"),
+        ('{"traceEvents": [], "x": NaN}', "NaN is not a JSON number"),
+        ('{"events": []}', "no traceEvents list"),
+        ('{"traceEvents": [', "not a readable Chrome trace"),
+    ],
+)
 def test_bad_json(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "rank0.json"
     path.write_text(text)

@@ -28,8 +28,9 @@ def test_each_format_is_one_entry_declared_by_its_own_module() -> None:
 
 def test_formats_with_a_marker_of_their_own_are_sniffed_first() -> None:
     # A commlens run whose config holds a "results" key is still commlens, not nccl-tests -J output.
-    assert registry.detect_source_format(_source('{"format": "commlens.run/2", "config": {"results": 1}}')) \
-        == "commlens"
+    assert (
+        registry.detect_source_format(_source('{"format": "commlens.run/2", "config": {"results": 1}}')) == "commlens"
+    )
     # A PARAM log quoting an nccl-tests word is still PARAM.
     assert registry.detect_source_format(_source("out-of-place\n\tCOMMS-RES-all_reduce-float 8 2\n")) == "param"
 
@@ -39,14 +40,19 @@ def test_the_refusals_name_every_format() -> None:
         registry.detect_source_format(_source("nothing here\n"))
     assert str(text_error.value) == (
         "f.txt:1: not a format commlens reads: no nccl-tests table, no PARAM COMMS-RES rows, no JSON "
-        "(pass --format if it is one of nccl-tests, nccl-tests-json, param, commlens)")
+        "(pass --format if it is one of nccl-tests, nccl-tests-json, param, commlens)"
+    )
     with pytest.raises(IngestError) as json_error:
         registry.detect_source_format(_source('{"a": 1}'))
     assert str(json_error.value) == (
         'f.txt:1: a JSON document, but neither nccl-tests -J output ("results") nor a commlens run '
-        '("format": "commlens.run/N")')
-    with pytest.raises(ValueError, match=r"^unknown format 'x'; known: auto, nccl-tests, nccl-tests-json, "
-                                         r"param, commlens$"):
+        '("format": "commlens.run/N")'
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^unknown format 'x'; known: auto, nccl-tests, nccl-tests-json, "
+        r"param, commlens$",
+    ):
         get_format("x")
 
 
@@ -56,8 +62,14 @@ def test_a_new_entry_is_detected_parsed_and_named_in_refusals(monkeypatch: pytes
     def parse(source: Source, *, op: str | None = None) -> ParsedRun:
         return ParsedRun(source="toy", system=parsed.system, measurements=list(parsed.measurements))
 
-    toy = InputFormat(name="toy", description="toy logs", document="text", sniff=lambda s: "TOY" in s.text,
-                      marker="TOY line", parse=parse)
+    toy = InputFormat(
+        name="toy",
+        description="toy logs",
+        document="text",
+        sniff=lambda s: "TOY" in s.text,
+        marker="TOY line",
+        parse=parse,
+    )
     formats = {**registry.FORMATS, "toy": toy}
     monkeypatch.setattr(registry, "FORMATS", formats)
     monkeypatch.setattr(registry, "_ENTRIES", tuple(formats.values()))
@@ -65,8 +77,11 @@ def test_a_new_entry_is_detected_parsed_and_named_in_refusals(monkeypatch: pytes
     monkeypatch.setattr("commlens.ingest.FORMATS", formats)
     used, (run,) = load_source_runs(_source("TOY\n"))
     assert (used, run.source, len(run.measurements)) == ("toy", "toy", len(parsed.measurements))
-    with pytest.raises(IngestError, match=r"no PARAM COMMS-RES rows, no TOY line, no JSON \(pass --format if it "
-                                          r"is one of nccl-tests, nccl-tests-json, param, commlens, toy\)"):
+    with pytest.raises(
+        IngestError,
+        match=r"no PARAM COMMS-RES rows, no TOY line, no JSON \(pass --format if it "
+        r"is one of nccl-tests, nccl-tests-json, param, commlens, toy\)",
+    ):
         load_source_runs(_source("nothing\n"))
 
 
@@ -84,4 +99,3 @@ def test_the_docs_have_a_section_and_a_choice_for_every_format() -> None:
     assert usage is not None and usage.group(1).split("|") == ["auto", *FORMATS]
     sections = re.findall(r"^### .*\(`([a-z-]+)`\)$", docs, re.MULTILINE)
     assert sections == list(FORMATS)
-

@@ -52,21 +52,23 @@ STAGE_OF = {"commlens.__main__": "cli"}
 
 # Imports that cross the table today: (file under src/, module imported). Each is a debt to pay off;
 # remove its line when it is gone (the test says so).
-KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset({
-    # bench saves to the result store (--db): issue 14 item 1 moves storing to the CLI. bench/finalize.py
-    # reaches the store only through save_outputs here, with no import of its own.
-    ("commlens/bench/outputs.py", "commlens.store"),
-    # bench runs the collective algorithms (--algo) and the tuner: bench's row lists only ops and results.
-    ("commlens/bench/algorithms.py", "commlens.algos"),
-    ("commlens/bench/algorithms.py", "commlens.algos.tuning"),
-    ("commlens/bench/tune.py", "commlens.algos"),
-    ("commlens/bench/tune.py", "commlens.algos.tuning"),
-    # bench places ranks on the emulated cluster's hosts (--cluster); cluster is below no row of bench's.
-    ("commlens/bench/launcher.py", "commlens.cluster"),
-    # op facts read directly by stages whose rows do not list ops (they list results, which may).
-    ("commlens/diagnose/stragglers.py", "commlens.ops"),
-    ("commlens/regress/compare.py", "commlens.ops"),
-})
+KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
+    {
+        # bench saves to the result store (--db): issue 14 item 1 moves storing to the CLI. bench/finalize.py
+        # reaches the store only through save_outputs here, with no import of its own.
+        ("commlens/bench/outputs.py", "commlens.store"),
+        # bench runs the collective algorithms (--algo) and the tuner: bench's row lists only ops and results.
+        ("commlens/bench/algorithms.py", "commlens.algos"),
+        ("commlens/bench/algorithms.py", "commlens.algos.tuning"),
+        ("commlens/bench/tune.py", "commlens.algos"),
+        ("commlens/bench/tune.py", "commlens.algos.tuning"),
+        # bench places ranks on the emulated cluster's hosts (--cluster); cluster is below no row of bench's.
+        ("commlens/bench/launcher.py", "commlens.cluster"),
+        # op facts read directly by stages whose rows do not list ops (they list results, which may).
+        ("commlens/diagnose/stragglers.py", "commlens.ops"),
+        ("commlens/regress/compare.py", "commlens.ops"),
+    }
+)
 
 
 def parse_table(markdown: str) -> dict[str, frozenset[str]]:
@@ -136,14 +138,18 @@ def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             # ``from commlens import ops`` imports the stage commlens.ops, not a name of the package
-            subs = [f"{base}.{alias.name}" for alias in node.names
-                    if base == "commlens" and _is_module(f"{base}.{alias.name}", src)]
+            subs = [
+                f"{base}.{alias.name}"
+                for alias in node.names
+                if base == "commlens" and _is_module(f"{base}.{alias.name}", src)
+            ]
             found.extend((node.lineno, name) for name in (subs or [base]))
     return [(line, name) for line, name in found if name == "commlens" or name.startswith("commlens.")]
 
 
-def crossings(allowed: dict[str, frozenset[str]],
-              src: Path = SRC) -> tuple[dict[tuple[str, str], list[int]], list[str]]:
+def crossings(
+    allowed: dict[str, frozenset[str]], src: Path = SRC
+) -> tuple[dict[tuple[str, str], list[int]], list[str]]:
     """The imports the table does not allow, (file, module) -> lines; and modules in no row of the table."""
     crossed: dict[tuple[str, str], list[int]] = {}
     unplaced: list[str] = []
@@ -176,7 +182,8 @@ def test_the_embedded_table_is_design_md_s() -> None:
     if not DESIGN_MD.is_file():
         pytest.skip("no ../shared/DESIGN.md in this checkout")
     assert parse_table(design_table()) == parse_table(EMBEDDED_TABLE), (
-        "DESIGN.md's table changed: update EMBEDDED_TABLE in tests/test_layering.py to match it")
+        "DESIGN.md's table changed: update EMBEDDED_TABLE in tests/test_layering.py to match it"
+    )
 
 
 def test_a_crossing_is_caught_wherever_the_import_is(tmp_path: Path) -> None:
@@ -185,15 +192,19 @@ def test_a_crossing_is_caught_wherever_the_import_is(tmp_path: Path) -> None:
     for name in ("__init__.py", "ops.py", "specdata.py", "store/__init__.py", "ingest/__init__.py"):
         (tmp_path / "commlens" / name).write_text("")
     (tmp_path / "commlens" / "ingest" / "fine.py").write_text(
-        "from commlens import ops, specdata, __version__\nfrom . import fine\n")
+        "from commlens import ops, specdata, __version__\nfrom . import fine\n"
+    )
     (tmp_path / "commlens" / "ingest" / "bad.py").write_text(
         "import json\n\n\ndef f():\n    from ..store import x\n\n\n"
-        "if False:\n    import commlens.store.models\nfrom commlens import store\n")
+        "if False:\n    import commlens.store.models\nfrom commlens import store\n"
+    )
     (tmp_path / "commlens" / "newstage").mkdir()
     (tmp_path / "commlens" / "newstage" / "__init__.py").write_text("")
     crossed, unplaced = crossings(parse_table(EMBEDDED_TABLE), tmp_path)
-    assert crossed == {("commlens/ingest/bad.py", "commlens.store"): [5, 10],
-                       ("commlens/ingest/bad.py", "commlens.store.models"): [9]}
+    assert crossed == {
+        ("commlens/ingest/bad.py", "commlens.store"): [5, 10],
+        ("commlens/ingest/bad.py", "commlens.store.models"): [9],
+    }
     assert unplaced == ["commlens/newstage/__init__.py (stage 'newstage')"]
 
 
@@ -210,7 +221,10 @@ def test_no_import_crosses_the_layers() -> None:
     assert not unplaced, f"modules in no row of DESIGN.md's table (add their stage there): {unplaced}"
     new = {key: lines for key, lines in crossed.items() if key not in KNOWN_CROSSINGS}
     gone = sorted(KNOWN_CROSSINGS - crossed.keys())
-    problems = [f"{file}:{','.join(map(str, lines))} imports {module}, which its stage may not "
-                f"(DESIGN.md, \"Layers and data flow\")" for (file, module), lines in sorted(new.items())]
+    problems = [
+        f"{file}:{','.join(map(str, lines))} imports {module}, which its stage may not "
+        f'(DESIGN.md, "Layers and data flow")'
+        for (file, module), lines in sorted(new.items())
+    ]
     problems += [f"{file} no longer imports {module}: remove it from KNOWN_CROSSINGS" for file, module in gone]
     assert not problems, "\n".join(problems)

@@ -30,8 +30,21 @@ def ok(*args: str) -> str:
 
 
 def test_predict_json_has_the_documented_keys_and_the_library_numbers() -> None:
-    out = json.loads(ok("model", "predict", "--topology", "dgx-h100", "--nodes", "16", "--op", "all_reduce",
-                        "--size", "1G", "--json"))
+    out = json.loads(
+        ok(
+            "model",
+            "predict",
+            "--topology",
+            "dgx-h100",
+            "--nodes",
+            "16",
+            "--op",
+            "all_reduce",
+            "--size",
+            "1G",
+            "--json",
+        )
+    )
     for key in ("time_s", "algbw_bytes_per_s", "busbw_bytes_per_s", "algo", "auto", "world_size", "breakdown"):
         assert key in out
     expected = predict(load_topology("dgx-h100"), "all_reduce", 1 << 30, nodes=16)
@@ -52,8 +65,16 @@ def test_predict_prints_one_line_with_time_and_bandwidths() -> None:
 def test_predict_all_compares_every_algorithm_and_says_why_some_cannot_run() -> None:
     out = ok("model", "predict", "-t", "dgx-a100", "--op", "all_reduce", "--size", "256M", "--algo", "all")
     lines = {line.split()[0]: line for line in out.splitlines()[2:]}
-    assert set(lines) == {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree",
-                          "direct", "hierarchical", "nvls"}
+    assert set(lines) == {
+        "ring",
+        "recursive_doubling",
+        "rabenseifner",
+        "binomial",
+        "double_binary_tree",
+        "direct",
+        "hierarchical",
+        "nvls",
+    }
     assert "cannot run: nvls needs in-switch reduction" in lines["nvls"]
     assert sum("<- fastest" in line for line in lines.values()) == 1
     rows = json.loads(ok("model", "predict", "-t", "dgx-a100", "--size", "256M", "--algo", "all", "--json"))
@@ -61,13 +82,36 @@ def test_predict_all_compares_every_algorithm_and_says_why_some_cannot_run() -> 
 
 
 def test_sweep_predicts_the_nccl_tests_table() -> None:
-    out = json.loads(ok("model", "predict", "-t", "dgx-h100", "-N", "2", "--op", "all_reduce,all_gather",
-                        "--sweep", "-b", "8", "-e", "1M", "-f", "4", "--json"))
+    out = json.loads(
+        ok(
+            "model",
+            "predict",
+            "-t",
+            "dgx-h100",
+            "-N",
+            "2",
+            "--op",
+            "all_reduce,all_gather",
+            "--sweep",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "--json",
+        )
+    )
     requested = [8 * 4**k for k in range(9)]  # 8 B .. 512 KiB: the last step under -e 1M
     assert out["world_size"] == 16 and len(out["rows"]) == 2 * len(requested)
     first = out["rows"][0]
     assert (first["op"], first["size_bytes"], first["count"], first["redop"], first["root"]) == (
-        "all_reduce", 8, 2, "sum", -1)
+        "all_reduce",
+        8,
+        2,
+        "sum",
+        -1,
+    )
     for row in out["rows"]:
         assert {"time_s", "algbw_bytes_per_s", "busbw_bytes_per_s", "algo"} <= set(row)
     ag = [r for r in out["rows"] if r["op"] == "all_gather"]
@@ -80,18 +124,21 @@ def test_sweep_predicts_the_nccl_tests_table() -> None:
     assert [line.split()[0] for line in lines[4:]] == ["1024", "2048", "4096"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (("--size", "12Q"), "--size: invalid size '12Q'"),
-    (("--size", "1M", "--op", "allreduse"), "unknown op 'allreduse'"),
-    (("--size", "1M", "--algo", "tree"), "unknown algorithm 'tree'"),
-    (("--size", "1M", "--algo", "bruck"), "no bruck algorithm for all_reduce"),
-    (("--size", "1M", "--nodes", "0"), "--nodes must be >= 1"),
-    (("--size", "1M", "--ranks-per-node", "9"), "ranks per node must be between 1 and dgx-h100's 8"),
-    (("--size", "1M", "--nodes", "100000"), "100000 nodes exceed dgx-h100's fabric"),
-    ((), "give --size (a message size) or --sweep"),
-    (("--size", "1M", "--sweep"), "--size and --sweep exclude each other"),
-    (("--sweep", "-b", "1M", "-e", "1K"), "sizes must satisfy"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--size", "12Q"), "--size: invalid size '12Q'"),
+        (("--size", "1M", "--op", "allreduse"), "unknown op 'allreduse'"),
+        (("--size", "1M", "--algo", "tree"), "unknown algorithm 'tree'"),
+        (("--size", "1M", "--algo", "bruck"), "no bruck algorithm for all_reduce"),
+        (("--size", "1M", "--nodes", "0"), "--nodes must be >= 1"),
+        (("--size", "1M", "--ranks-per-node", "9"), "ranks per node must be between 1 and dgx-h100's 8"),
+        (("--size", "1M", "--nodes", "100000"), "100000 nodes exceed dgx-h100's fabric"),
+        ((), "give --size (a message size) or --sweep"),
+        (("--size", "1M", "--sweep"), "--size and --sweep exclude each other"),
+        (("--sweep", "-b", "1M", "-e", "1K"), "sizes must satisfy"),
+    ],
+)
 def test_bad_input_exits_2_with_a_clear_message(args: tuple[str, ...], message: str) -> None:
     result = run("model", "predict", "-t", "dgx-h100", *args)
     assert result.exit_code == 2
@@ -148,7 +195,8 @@ def test_fit_json_lists_constants_and_residuals(tmp_path) -> None:
     # 64 KiB .. 16 MiB: 9 sizes; gloo runs all_gather and reduce_scatter in and out of place, the rest one way
     assert len(run_json["residuals"]) == 9 * (1 + 2 + 2 + 1 + 1)
     assert run_json["mape_pct"] == pytest.approx(
-        sum(abs(r["error_pct"]) for r in run_json["residuals"]) / len(run_json["residuals"]))
+        sum(abs(r["error_pct"]) for r in run_json["residuals"]) / len(run_json["residuals"])
+    )
 
 
 def test_check_fails_with_exit_1_beyond_max_mape_and_2_on_unknown_runs(tmp_path) -> None:
@@ -161,9 +209,11 @@ def test_check_fails_with_exit_1_beyond_max_mape_and_2_on_unknown_runs(tmp_path)
 
 
 def test_model_predict_starts_without_torch() -> None:
-    code = ("import sys\nsys.argv = ['commlens', 'model', 'predict', '-t', 'dgx-h100', '--size', '1G']\n"
-            "from commlens.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'numpy', 'scipy', 'sqlalchemy') if m in sys.modules), file=sys.stderr)")
+    code = (
+        "import sys\nsys.argv = ['commlens', 'model', 'predict', '-t', 'dgx-h100', '--size', '1G']\n"
+        "from commlens.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'scipy', 'sqlalchemy') if m in sys.modules), file=sys.stderr)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "busBW" in proc.stdout
     assert proc.stderr.strip().splitlines()[-1] == "[]"

@@ -40,9 +40,12 @@ TRUTH = {
 def _truth_topology():
     d = topology_to_dict(load_topology("local-cpu"))
     d["launch_latency_s"] = TRUTH["launch_latency_s"]
-    d["scale_up"].update(latency_s=TRUTH["scale_up.latency_s"], efficiency=1.0,
-                         bandwidth_bytes_per_s=TRUTH["scale_up.rate_bytes_per_s"],
-                         cached_bandwidth_bytes_per_s=TRUTH["scale_up.cached_rate_bytes_per_s"])
+    d["scale_up"].update(
+        latency_s=TRUTH["scale_up.latency_s"],
+        efficiency=1.0,
+        bandwidth_bytes_per_s=TRUTH["scale_up.rate_bytes_per_s"],
+        cached_bandwidth_bytes_per_s=TRUTH["scale_up.cached_rate_bytes_per_s"],
+    )
     d["accelerator"]["copy_bytes_per_s"] = TRUTH["accelerator.copy_bytes_per_s"]
     return topology_from_dict(d)
 
@@ -102,8 +105,10 @@ def test_the_calibrated_topology_records_where_its_figures_come_from() -> None:
 
 def test_a_rate_above_the_line_rate_raises_it_and_below_it_sets_the_efficiency() -> None:
     h100 = load_topology("dgx-h100")
-    rows = [Observation("r", "nccl", "all_reduce", "ring", 1 << k, False, 8, 1, 8, "all_reduce", "ring", 1.0)
-            for k in range(16, 31)]
+    rows = [
+        Observation("r", "nccl", "all_reduce", "ring", 1 << k, False, 8, 1, 8, "all_reduce", "ring", 1.0)
+        for k in range(16, 31)
+    ]
     measured = predict_observations(h100, rows)
     slower = [replace(o, measured_s=t * 1.25) for o, t in zip(rows, measured)]
     t = fit(slower, h100).topology
@@ -121,6 +126,7 @@ def test_fit_refuses_rows_that_cannot_determine_anything() -> None:
 
 
 # ---- a real run -------------------------------------------------------------------------------------------
+
 
 def test_a_real_gloo_run_maps_every_row_to_what_gloo_ran() -> None:
     run = load_run(FIXTURE)
@@ -142,7 +148,10 @@ def test_fit_on_half_the_sizes_of_a_real_run_predicts_the_other_half(tmp_path) -
     train, test = set(sizes[0::2]), set(sizes[1::2])
     result = fit_runs([run], load_topology("local-cpu"), stat="min", sizes=lambda s: s in train)
     assert {p.name for p in result.params if p.held_because is None} >= {
-        "scale_up.latency_s", "scale_up.rate_bytes_per_s", "accelerator.copy_bytes_per_s"}
+        "scale_up.latency_s",
+        "scale_up.rate_bytes_per_s",
+        "accelerator.copy_bytes_per_s",
+    }
     checked = check_runs([run], result.topology, stat="min", min_size_bytes=64 << 10)
     held_out = error_summary(r for r in checked.residuals if r.obs.size_bytes in test)
     # This machine is shared and noisy (replicate rows differ by ~20%); the figure on a quiet

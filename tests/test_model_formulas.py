@@ -61,7 +61,8 @@ def expected(op: str, algo: str, p: int, n: float) -> float:
     table = {
         ("all_reduce", "ring"): 2 * (p - 1) * A + 2 * f * n * B + f * n * G,
         ("all_reduce", "recursive_doubling"): (lgpp + 2 * r) * A + (lgpp + 2 * r) * n * B + (lgpp + r) * n * G,
-        ("all_reduce", "rabenseifner"): (2 * lgpp + 2 * r) * A + (2 * (pp - 1) / pp + 2 * r) * n * B
+        ("all_reduce", "rabenseifner"): (2 * lgpp + 2 * r) * A
+        + (2 * (pp - 1) / pp + 2 * r) * n * B
         + ((pp - 1) / pp + r) * n * G,
         ("all_reduce", "binomial"): 2 * lg(p) * (A + n * B) + lg(p) * n * G,
         ("all_gather", "ring"): (p - 1) * A + f * n * B,
@@ -71,7 +72,8 @@ def expected(op: str, algo: str, p: int, n: float) -> float:
         ("reduce_scatter", "ring"): (p - 1) * A + f * n * (B + G),
         ("reduce_scatter", "pairwise"): (p - 1) * A + f * n * (B + G),
         ("reduce_scatter", "direct"): A + f * n * (B + G),
-        ("reduce_scatter", "rabenseifner"): (lgpp + 2 * r) * A + ((pp - 1) / pp * n + r * (n + n / p)) * B
+        ("reduce_scatter", "rabenseifner"): (lgpp + 2 * r) * A
+        + ((pp - 1) / pp * n + r * (n + n / p)) * B
         + ((pp - 1) / pp * n + r * n) * G,
         ("all_to_all", "pairwise"): (p - 1) * A + f * n * B,
         ("all_to_all", "direct"): A + f * n * B,
@@ -92,13 +94,31 @@ def expected(op: str, algo: str, p: int, n: float) -> float:
 
 
 CASES = [
-    ("all_reduce", "ring"), ("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner"),
-    ("all_reduce", "binomial"), ("all_gather", "ring"), ("all_gather", "bruck"), ("all_gather", "direct"),
-    ("all_gather", "recursive_doubling"), ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
-    ("reduce_scatter", "direct"), ("reduce_scatter", "rabenseifner"), ("all_to_all", "pairwise"),
-    ("all_to_all", "direct"), ("all_to_all", "bruck"), ("broadcast", "binomial"), ("broadcast", "ring"),
-    ("broadcast", "direct"), ("reduce", "binomial"), ("reduce", "direct"), ("gather", "binomial"),
-    ("gather", "direct"), ("scatter", "binomial"), ("scatter", "direct"), ("sendrecv", "direct"),
+    ("all_reduce", "ring"),
+    ("all_reduce", "recursive_doubling"),
+    ("all_reduce", "rabenseifner"),
+    ("all_reduce", "binomial"),
+    ("all_gather", "ring"),
+    ("all_gather", "bruck"),
+    ("all_gather", "direct"),
+    ("all_gather", "recursive_doubling"),
+    ("reduce_scatter", "ring"),
+    ("reduce_scatter", "pairwise"),
+    ("reduce_scatter", "direct"),
+    ("reduce_scatter", "rabenseifner"),
+    ("all_to_all", "pairwise"),
+    ("all_to_all", "direct"),
+    ("all_to_all", "bruck"),
+    ("broadcast", "binomial"),
+    ("broadcast", "ring"),
+    ("broadcast", "direct"),
+    ("reduce", "binomial"),
+    ("reduce", "direct"),
+    ("gather", "binomial"),
+    ("gather", "direct"),
+    ("scatter", "binomial"),
+    ("scatter", "direct"),
+    ("sendrecv", "direct"),
     ("barrier", "recursive_doubling"),
 ]
 
@@ -123,7 +143,8 @@ def test_thakur_table_values_for_p8_written_out() -> None:
 def test_launch_cost_is_added_once_and_one_rank_costs_only_the_launch() -> None:
     t = flat(launch=5e-6)
     assert predict(t, "all_reduce", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(
-        5e-6 + expected("all_reduce", "ring", 4, N))
+        5e-6 + expected("all_reduce", "ring", 4, N)
+    )
     alone = predict(t, "all_reduce", N, ranks_per_node=1, algo="ring")
     assert alone.time_s == pytest.approx(5e-6) and alone.busbw_bytes_per_s == 0.0
 
@@ -154,10 +175,12 @@ def test_double_binary_tree_pipelines_two_half_trees() -> None:
     """p = 8, depth 3. One chunk per tree (c = n/2): (2*3 + 1 - 1)(A + 4c B) + n G; four: (6 + 3)(A + 4 n/8 B)."""
     t = flat()
     assert predict(t, "all_reduce", N, ranks_per_node=8, algo="double_binary_tree").time_s == pytest.approx(
-        6 * (A + 4 * (N / 2) * B) + N * G)
+        6 * (A + 4 * (N / 2) * B) + N * G
+    )
     t4 = flat(chunk=N // 8)
     assert predict(t4, "all_reduce", N, ranks_per_node=8, algo="double_binary_tree").time_s == pytest.approx(
-        9 * (A + 4 * (N / 8) * B) + N * G)
+        9 * (A + 4 * (N / 8) * B) + N * G
+    )
 
 
 # ---- mapped onto levels ------------------------------------------------------------------------------
@@ -262,7 +285,9 @@ def test_ranks_sharing_fewer_cores_share_the_copy_budget() -> None:
     d = topology_to_dict(flat(duplex=False))
     d["scale_up"]["host_cores"] = 2
     t = topology_from_dict(d)
-    assert predict(t, "all_gather", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(2 * 3 * A + 4 * 0.75 * N * B)
+    assert predict(t, "all_gather", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(
+        2 * 3 * A + 4 * 0.75 * N * B
+    )
     assert predict(t, "all_gather", N, ranks_per_node=2, algo="ring").time_s == pytest.approx(A + N * B)
     assert predict(t, "broadcast", N, ranks_per_node=4, algo="binomial").time_s == pytest.approx(2 * A + 3 * N * B)
     host = [term for term in predict(t, "all_gather", N, ranks_per_node=4, algo="ring").terms if term.level == "host"]
@@ -299,7 +324,9 @@ def test_connections_carrying_one_direction_at_a_time_slow_swaps_not_one_way_flo
         full_s = _fabric_bandwidth_s(predict(full, "all_reduce", n, algo=algo, nodes=2, ranks_per_node=2))
         assert half_s == pytest.approx(factor * full_s), algo
     # a two-rank ring is a swap too
-    two = [_fabric_bandwidth_s(predict(t, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=1)) for t in (EMU, full)]
+    two = [
+        _fabric_bandwidth_s(predict(t, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=1)) for t in (EMU, full)
+    ]
     assert two[0] == pytest.approx(2 * two[1])
 
 
@@ -347,8 +374,10 @@ def test_hierarchical_small_buffers_go_through_one_leader_per_host() -> None:
 
     small = LEADERS_MAX_BYTES // 2
     hier = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=4)
-    msgs = {lvl: sum(t.amount for t in hier.terms if t.kind == "latency" and t.level == lvl)
-            for lvl in ("scale_up", "scale_out")}
+    msgs = {
+        lvl: sum(t.amount for t in hier.terms if t.kind == "latency" and t.level == lvl)
+        for lvl in ("scale_up", "scale_out")
+    }
     assert msgs == {"scale_up": 6, "scale_out": 1}
     ring_ = predict(EMU, "all_reduce", small, algo="ring", nodes=2, ranks_per_node=4)
     assert hier.time_s < ring_.time_s

@@ -13,6 +13,7 @@ GiB = 1 << 30
 
 # ---- validation targets (issue 4, item 5): within 10% of shared/reference/hardware.md ---------------
 
+
 def test_h100_node_ring_all_reduce_reaches_the_reference_busbw() -> None:
     """8 x H100, one node, ring all-reduce: ~370 GB/s busBW (nccl-tests issue 212)."""
     pred = predict(load_topology("dgx-h100"), "all_reduce", 8 * GiB, algo="ring")
@@ -49,8 +50,14 @@ def test_efficiencies_are_one_constant_per_level_not_per_case() -> None:
 
 # ---- monotonicity ---------------------------------------------------------------------------------------
 
-SHAPES = [("dgx-h100", 1, None), ("dgx-h100", 4, None), ("dgx-a100", 3, 5), ("gb200-nvl72", 36, None),
-          ("local-cpu", 1, 3), ("local-cpu", 1, 8)]
+SHAPES = [
+    ("dgx-h100", 1, None),
+    ("dgx-h100", 4, None),
+    ("dgx-a100", 3, 5),
+    ("gb200-nvl72", 36, None),
+    ("local-cpu", 1, 3),
+    ("local-cpu", 1, 8),
+]
 SIZES = [0, 8, 1000, 1 << 16, 3 << 20, 1 << 27, 1 << 33]
 
 
@@ -106,6 +113,7 @@ def test_more_nodes_never_make_a_ring_all_reduce_faster_per_byte_of_busbw() -> N
 
 # ---- auto, registry, units ------------------------------------------------------------------------------
 
+
 def test_auto_picks_the_fastest_feasible_algorithm_and_says_so() -> None:
     h100 = load_topology("dgx-h100")
     for op in ("all_reduce", "all_gather", "all_to_all", "broadcast"):
@@ -119,9 +127,24 @@ def test_auto_picks_the_fastest_feasible_algorithm_and_says_so() -> None:
 
 
 def test_every_shared_algorithm_name_has_a_model_and_every_op_has_one() -> None:
-    assert ALGORITHMS == ("ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial",
-                          "double_binary_tree", "bruck", "pairwise", "direct", "chain", "scatter_allgather",
-                          "hierarchical", "nvls", "hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way")
+    assert ALGORITHMS == (
+        "ring",
+        "recursive_doubling",
+        "rabenseifner",
+        "recursive_halving",
+        "binomial",
+        "double_binary_tree",
+        "bruck",
+        "pairwise",
+        "direct",
+        "chain",
+        "scatter_allgather",
+        "hierarchical",
+        "nvls",
+        "hierarchical_ring",
+        "hierarchical_leaders",
+        "hierarchical_one_way",
+    )
     modelled = {algo for models in MODELS.values() for algo in models}
     assert modelled == set(ALGORITHMS)
     assert set(MODELS) == set(OP_NAMES)

@@ -25,8 +25,17 @@ SIZES = (1024, 1 << 20)
 RUN_SD = 0.04  # the seeded runs' run-to-run sd of ln(time): what a floor should find
 
 
-def make_run(run_id: str, factor: float, rng: np.random.Generator, *, revision: str | None, tag: str | None = None,
-             status: str = "complete", system: SystemInfo = SYSTEM, run_sd: float = RUN_SD) -> Run:
+def make_run(
+    run_id: str,
+    factor: float,
+    rng: np.random.Generator,
+    *,
+    revision: str | None,
+    tag: str | None = None,
+    status: str = "complete",
+    system: SystemInfo = SYSTEM,
+    run_sd: float = RUN_SD,
+) -> Run:
     """all_reduce at SIZES, out of place, 3 rounds of 4 iterations: the whole run's level is drawn once
     (exp(N(0, run_sd)), the machine's state for this run); rounds and iterations scatter by 0.2 % around it."""
     run_level = factor * math.exp(rng.normal(0.0, run_sd))
@@ -34,10 +43,28 @@ def make_run(run_id: str, factor: float, rng: np.random.Generator, *, revision: 
     for size in SIZES:
         rounds = run_level * (20e-6 + size / 5e9) * np.exp(rng.normal(0.0, 0.002, 3))
         samples = np.concatenate([r * (1.0 + rng.normal(0.0, 0.002, 4)) for r in rounds])
-        ms.append(Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=size, count=size // 4,
-                              in_place=False, world_size=4, samples_s=tuple(samples), rounds=(4, 4, 4)))
-    return Run(run_id=run_id, started_at="2025-05-01T02:00:00Z", system=system, measurements=tuple(ms),
-               revision=revision, tag=tag, status=status)  # type: ignore[arg-type]
+        ms.append(
+            Measurement(
+                op="all_reduce",
+                dtype="float32",
+                redop="sum",
+                size_bytes=size,
+                count=size // 4,
+                in_place=False,
+                world_size=4,
+                samples_s=tuple(samples),
+                rounds=(4, 4, 4),
+            )
+        )
+    return Run(
+        run_id=run_id,
+        started_at="2025-05-01T02:00:00Z",
+        system=system,
+        measurements=tuple(ms),
+        revision=revision,
+        tag=tag,
+        status=status,
+    )  # type: ignore[arg-type]
 
 
 REVISIONS = (("r1", 1.0), ("r2", 1.2), ("r3", 0.9), ("r4", 1.1))
@@ -52,8 +79,11 @@ def history(seed: int = 7) -> list[Run]:
     """Nightlies of four revisions (8 runs each), their code at different speeds; two incomplete runs at a wild
     level; four runs without a revision."""
     rng = np.random.default_rng(seed + 1000)
-    runs = [make_run(f"{rev}-{i}", factor * math.exp(offset), rng, revision=rev, tag="nightly", run_sd=0.0)
-            for (rev, factor), offsets in zip(REVISIONS, _offsets(seed)) for i, offset in enumerate(offsets)]
+    runs = [
+        make_run(f"{rev}-{i}", factor * math.exp(offset), rng, revision=rev, tag="nightly", run_sd=0.0)
+        for (rev, factor), offsets in zip(REVISIONS, _offsets(seed))
+        for i, offset in enumerate(offsets)
+    ]
     runs += [make_run(f"cut-{i}", 3.0, rng, revision="r1", tag="nightly", status="incomplete") for i in range(2)]
     runs += [make_run(f"norev-{i}", 2.0 + i, rng, revision=None, tag="adhoc") for i in range(4)]
     return runs
@@ -65,7 +95,8 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
     assert drawn == pytest.approx(RUN_SD, rel=0.3)  # 28 degrees of freedom: about 13 % either way
     floors = learn_floors(history())
     assert [(f.fingerprint, f.op, f.size_bytes, f.in_place) for f in floors] == [
-        (SYSTEM.fingerprint(), "all_reduce", size, False) for size in SIZES]
+        (SYSTEM.fingerprint(), "all_reduce", size, False) for size in SIZES
+    ]
     for f in floors:
         # the pooled sd of the drawn run offsets, give or take what the rounds' 0.2 % scatter adds
         assert f.sd_log == pytest.approx(drawn, rel=0.03)
@@ -127,16 +158,31 @@ def test_each_system_has_its_own_floor() -> None:
 
 
 def _floor(size_bytes: int, sd_log: float, fingerprint: str = "fp-a", **kw: object) -> NoiseFloor:
-    fields: dict[str, object] = {"fingerprint": fingerprint, "op": "all_reduce", "algo": "builtin", "dtype": "float32",
-                                     "redop": "sum", "root": -1, "size_bytes": size_bytes, "in_place": False, "sd_log": sd_log,
-                                     "runs": 8, "groups": 2, "learned_at": "2025-05-02T00:00:00+00:00"}
+    fields: dict[str, object] = {
+        "fingerprint": fingerprint,
+        "op": "all_reduce",
+        "algo": "builtin",
+        "dtype": "float32",
+        "redop": "sum",
+        "root": -1,
+        "size_bytes": size_bytes,
+        "in_place": False,
+        "sd_log": sd_log,
+        "runs": 8,
+        "groups": 2,
+        "learned_at": "2025-05-02T00:00:00+00:00",
+    }
     fields.update(kw)
     return NoiseFloor(**fields)  # type: ignore[arg-type]
 
 
 def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
-    floors = [_floor(1 << 20, 0.05), _floor(1024, 0.03), _floor(1024, 0.07, in_place=True),
-              _floor(1024, 0.02, fingerprint="fp-b", algo="ring", runs=12, groups=3)]
+    floors = [
+        _floor(1 << 20, 0.05),
+        _floor(1024, 0.03),
+        _floor(1024, 0.07, in_place=True),
+        _floor(1024, 0.02, fingerprint="fp-b", algo="ring", runs=12, groups=3),
+    ]
     with Store.open(store_url) as store:
         assert list_floors(store) == []
         assert save_floors(store, floors) == 4
@@ -148,7 +194,8 @@ def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
         assert load_floors(store, ["fp-a"]) == {
             ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1024, False): 0.03,
             ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1 << 20, False): 0.05,
-            ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1024, True): 0.07}
+            ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1024, True): 0.07,
+        }
         assert load_floors(store)[floors[3].key] == 0.02
 
 
@@ -192,12 +239,25 @@ def test_noise_learn_stores_and_show_prints_them(db: str) -> None:
     result = invoke("noise", "learn", "--db", db)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["#", "system", "op", "size", "dtype", "redop", "place", "floor", "runs", "groups",
-                                "learned", "(UTC)"]
+    assert lines[0].split() == [
+        "#",
+        "system",
+        "op",
+        "size",
+        "dtype",
+        "redop",
+        "place",
+        "floor",
+        "runs",
+        "groups",
+        "learned",
+        "(UTC)",
+    ]
     cells = [line.split() for line in lines[1:3]]
     floors = learn_floors(history())
     assert [c[:6] + c[7:9] for c in cells] == [
-        [SYSTEM.fingerprint()[:8], "all_reduce", size, "float32", "sum", "out", "32", "4"] for size in ("1K", "1M")]
+        [SYSTEM.fingerprint()[:8], "all_reduce", size, "float32", "sum", "out", "32", "4"] for size in ("1K", "1M")
+    ]
     assert [c[6] for c in cells] == [f"{f.sd_log:.2%}" for f in floors]
     # 38 runs read: the incomplete ones and those without a revision are counted, not learned from
     assert lines[-1] == "# stored 2 noise floors from 38 runs (grouped by revision)"
@@ -209,8 +269,20 @@ def test_noise_learn_stores_and_show_prints_them(db: str) -> None:
     assert doc["summary"] == "2 noise floors"
     assert [(f["size_bytes"], f["runs"], f["groups"]) for f in doc["floors"]] == [(1024, 32, 4), (1 << 20, 32, 4)]
     assert [f["sd_log"] for f in doc["floors"]] == pytest.approx([f.sd_log for f in floors])
-    assert set(doc["floors"][0]) == {"fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place",
-                                     "sd_log", "runs", "groups", "learned_at"}
+    assert set(doc["floors"][0]) == {
+        "fingerprint",
+        "op",
+        "algo",
+        "dtype",
+        "redop",
+        "root",
+        "size_bytes",
+        "in_place",
+        "sd_log",
+        "runs",
+        "groups",
+        "learned_at",
+    }
     other = json.loads(invoke("noise", "show", "--db", db, "--json", "--fingerprint", "nope").stdout)
     assert other == {"summary": "0 noise floors", "floors": []}
 
@@ -225,8 +297,10 @@ def test_noise_learn_options_dry_run_json_and_grouping(db: str) -> None:
     # only the ad-hoc runs (no revision): nothing to learn by revision, but by tag they are one group of four
     result = invoke("noise", "learn", "--db", db, "--tag", "adhoc")
     assert result.exit_code == 2
-    assert result.stderr == ("error: no series has enough history among 4 runs: a floor needs runs of the same "
-                             "revision (3 or more of one series, or pairs)\n")
+    assert result.stderr == (
+        "error: no series has enough history among 4 runs: a floor needs runs of the same "
+        "revision (3 or more of one series, or pairs)\n"
+    )
     by_tag = invoke("noise", "learn", "--db", db, "--tag", "adhoc", "--by", "tag", "--json")
     assert by_tag.exit_code == 0
     assert [(f["runs"], f["groups"]) for f in json.loads(by_tag.stdout)["floors"]] == [(4, 1)] * 2
@@ -239,15 +313,21 @@ def test_noise_learn_without_history_or_store_exits_2(tmp_path: Path) -> None:
     Store.open(empty).close()
     result = invoke("noise", "learn", "--db", empty)
     assert (result.exit_code, result.stderr) == (
-        2, ("error: no series has enough history among 0 runs: a floor needs runs of the same revision "
-           "(3 or more of one series, or pairs)\n"))
+        2,
+        (
+            "error: no series has enough history among 0 runs: a floor needs runs of the same revision "
+            "(3 or more of one series, or pairs)\n"
+        ),
+    )
     missing = tmp_path / "missing.db"
     for args in (("noise", "learn"), ("noise", "show")):
         result = invoke(*args, "--db", str(missing))
         assert (result.exit_code, result.stderr) == (2, f"error: no result store at {missing}: nothing stored yet\n")
     assert not missing.exists()
-    for args, message in [(("--min-df", "0"), "error: --min-df 0: must be >= 1\n"),
-                          (("--since", "yesterday"), "error: --since: 'yesterday' is not an ISO 8601 date or date/time")]:
+    for args, message in [
+        (("--min-df", "0"), "error: --min-df 0: must be >= 1\n"),
+        (("--since", "yesterday"), "error: --since: 'yesterday' is not an ISO 8601 date or date/time"),
+    ]:
         result = invoke("noise", "learn", "--db", empty, *args)
         assert result.exit_code == 2 and result.stderr.startswith(message), result.stderr
 

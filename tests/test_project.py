@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from commlens.project import InfeasibleLayoutError, ParallelLayout, model_flops_per_step, project
-from commlens.project.memory import memory_per_gpu
 from commlens.project.layout import resolve
+from commlens.project.memory import memory_per_gpu
 from commlens.project.validate import MEGATRON_TABLE1, megatron_flops, validate_megatron
 from commlens.topology import load_topology, topology_from_dict, topology_to_dict
 from commlens.workload import load_workload
@@ -26,16 +26,34 @@ def test_flops_match_closed_form(run):
     w = load_workload(run.workload, {"global_batch": batch})
     closed = megatron_flops(batch, w.seq_len, w.layers, w.hidden, w.vocab)
     assert model_flops_per_step(w, "full") == pytest.approx(closed, rel=1e-12)
-    no_recompute = 72 * batch * w.seq_len * w.layers * w.hidden**2 * (
-        1 + w.seq_len / (6 * w.hidden) + w.vocab / (12 * w.layers * w.hidden))
+    no_recompute = (
+        72
+        * batch
+        * w.seq_len
+        * w.layers
+        * w.hidden**2
+        * (1 + w.seq_len / (6 * w.hidden) + w.vocab / (12 * w.layers * w.hidden))
+    )
     assert model_flops_per_step(w, "none") == pytest.approx(no_recompute, rel=1e-12)
 
 
 def _tiny(**over):
-    data = {"name": "tiny", "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "gated_ffn": False, "heads": 16,
-            "vocab": 32000, "seq_len": 2048, "tied_embeddings": True, "global_batch": 64, "micro_batch": 1}
+    data = {
+        "name": "tiny",
+        "layers": 4,
+        "hidden": 1024,
+        "ffn_hidden": 4096,
+        "gated_ffn": False,
+        "heads": 16,
+        "vocab": 32000,
+        "seq_len": 2048,
+        "tied_embeddings": True,
+        "global_batch": 64,
+        "micro_batch": 1,
+    }
     data.update(over)
     from commlens.workload import workload_from_dict
+
     return workload_from_dict(data)
 
 
@@ -147,15 +165,27 @@ def test_unfused_grad_accumulation_costs_its_bytes():
 
 
 def test_cli_json_keys_and_errors():
-    out = subprocess.run(CLI + ["project", "llama3-8b", "-t", "dgx-h100", "--gpus", "64", "--tp", "2", "--json"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        CLI + ["project", "llama3-8b", "-t", "dgx-h100", "--gpus", "64", "--tp", "2", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(out.stdout)
-    for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hw_tflops_per_gpu", "mfu",
-                "memory_bytes_per_gpu", "breakdown"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "model_tflops_per_gpu",
+        "hw_tflops_per_gpu",
+        "mfu",
+        "memory_bytes_per_gpu",
+        "breakdown",
+    ):
         assert key in data
     assert 0 < data["mfu"] < 1
-    bad = subprocess.run(CLI + ["project", "llama3-70b", "-t", "dgx-h100", "--gpus", "8", "--zero", "0"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        CLI + ["project", "llama3-70b", "-t", "dgx-h100", "--gpus", "8", "--zero", "0"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "GB per GPU, has 80" in bad.stderr
 
 

@@ -15,10 +15,25 @@ import yaml
 
 from commlens.project import ParallelLayout, project
 from commlens.project.calibrate import fit_calibration
-from commlens.project.calibrate_measure import (GemmCase, StreamCase, _repeats, estimate_s, measure, plan_gemms,
-                                                plan_streams)
-from commlens.project.calibration_file import (STREAM_KERNELS, CalibrationFile, CalibrationFileError, GemmRecord,
-                                               MeasuredDevice, StreamRecord, load_calibration, save_calibration)
+from commlens.project.calibrate_measure import (
+    GemmCase,
+    StreamCase,
+    _repeats,
+    estimate_s,
+    measure,
+    plan_gemms,
+    plan_streams,
+)
+from commlens.project.calibration_file import (
+    STREAM_KERNELS,
+    CalibrationFile,
+    CalibrationFileError,
+    GemmRecord,
+    MeasuredDevice,
+    StreamRecord,
+    load_calibration,
+    save_calibration,
+)
 from commlens.project.compute import gemm_time_s
 from commlens.project.hardware import ACCELERATORS_ENV, GemmShape, device_for
 from commlens.topology import load_topology
@@ -27,8 +42,13 @@ from commlens.workload import load_workload
 CLI = [str(Path(sys.executable).parent / "commlens"), "project"]
 H200 = device_for("H200 SXM")
 TRUE_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9), (128, 64, 0.8), (64, 64, 0.6))
-TRUE = H200.model_copy(update={"gemm_efficiency": 0.64, "memory_efficiency": 0.87,
-                               "gemm_shape": GemmShape(k_overhead=110.0, tiles=TRUE_TILES, origin="test")})
+TRUE = H200.model_copy(
+    update={
+        "gemm_efficiency": 0.64,
+        "memory_efficiency": 0.87,
+        "gemm_shape": GemmShape(k_overhead=110.0, tiles=TRUE_TILES, origin="test"),
+    }
+)
 
 
 def _synthetic(noise: float = 0.01, seed: int = 1) -> CalibrationFile:
@@ -40,20 +60,45 @@ def _synthetic(noise: float = 0.01, seed: int = 1) -> CalibrationFile:
         t = gemm_time_s(TRUE, peak, c.m, c.n, c.k, c.batch, 2.0)
         times = tuple(t * (1 + rng.gauss(0, noise)) for _ in range(5))
         med = statistics.median(times)
-        gemm.append(GemmRecord(kind=c.kind, label=c.label, m=c.m, n=c.n, k=c.k, batch=c.batch, layout=c.layout,
-                               dtype=c.dtype, times_s=times, time_s=med,
-                               tflops=2.0 * c.m * c.n * c.k * c.batch / med / 1e12))
+        gemm.append(
+            GemmRecord(
+                kind=c.kind,
+                label=c.label,
+                m=c.m,
+                n=c.n,
+                k=c.k,
+                batch=c.batch,
+                layout=c.layout,
+                dtype=c.dtype,
+                times_s=times,
+                time_s=med,
+                tflops=2.0 * c.m * c.n * c.k * c.batch / med / 1e12,
+            )
+        )
     stream = []
     fractions = {"copy": 0.92, "add": 0.86, "gelu": 0.88, "softmax": 0.80, "layer_norm": 0.85, "dropout": 0.87}
     for c in plan_streams():
         moved = c.size_bytes * STREAM_KERNELS[c.kernel]
         t = moved / (H200.hbm_bytes_per_s * fractions[c.kernel])
-        stream.append(StreamRecord(kernel=c.kernel, size_bytes=c.size_bytes, bytes_moved=moved, dtype="bf16",
-                                   times_s=(t,), time_s=t, bytes_per_s=moved / t))
-    return CalibrationFile(created="2025-01-02T03:04:05+00:00",
-                           device=MeasuredDevice(name="NVIDIA H200", sms=132, capability="9.0", memory_bytes=150e9),
-                           software={"torch": "2.11.0+cu128", "cuda": "12.8"}, settings={"seed": 0},
-                           gemm=tuple(gemm), stream=tuple(stream))
+        stream.append(
+            StreamRecord(
+                kernel=c.kernel,
+                size_bytes=c.size_bytes,
+                bytes_moved=moved,
+                dtype="bf16",
+                times_s=(t,),
+                time_s=t,
+                bytes_per_s=moved / t,
+            )
+        )
+    return CalibrationFile(
+        created="2025-01-02T03:04:05+00:00",
+        device=MeasuredDevice(name="NVIDIA H200", sms=132, capability="9.0", memory_bytes=150e9),
+        software={"torch": "2.11.0+cu128", "cuda": "12.8"},
+        settings={"seed": 0},
+        gemm=tuple(gemm),
+        stream=tuple(stream),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,15 +150,22 @@ def _broken(tmp_path: Path, edit) -> Path:
     return path
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d.update(format="commlens.gemm-calibration/2"),
-     "format 'commlens.gemm-calibration/2' is not supported (this commlens reads commlens.gemm-calibration/1)"),
-    (lambda d: d["gemm"][3].pop("k"), "gemm[3].k: Field required"),
-    (lambda d: d["gemm"][0].update(times_s=[-1e-3, 2e-3, 3e-3], time_s=2e-3, tflops=1.0),
-     "gemm[0]: times_s: every time must be > 0 s (got -0.001)"),
-    (lambda d: d["stream"][1].update(time_s=-1.0), "stream[1].time_s: Input should be greater than 0"),
-    (lambda d: d["gemm"][2].update(tflops=d["gemm"][2]["tflops"] * 2), "does not follow from the shape and time_s"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d.update(format="commlens.gemm-calibration/2"),
+            "format 'commlens.gemm-calibration/2' is not supported (this commlens reads commlens.gemm-calibration/1)",
+        ),
+        (lambda d: d["gemm"][3].pop("k"), "gemm[3].k: Field required"),
+        (
+            lambda d: d["gemm"][0].update(times_s=[-1e-3, 2e-3, 3e-3], time_s=2e-3, tflops=1.0),
+            "gemm[0]: times_s: every time must be > 0 s (got -0.001)",
+        ),
+        (lambda d: d["stream"][1].update(time_s=-1.0), "stream[1].time_s: Input should be greater than 0"),
+        (lambda d: d["gemm"][2].update(tflops=d["gemm"][2]["tflops"] * 2), "does not follow from the shape and time_s"),
+    ],
+)
 def test_bad_files_exit_2_naming_the_problem_and_write_nothing(tmp_path, edit, message):
     path = _broken(tmp_path, edit)
     with pytest.raises(CalibrationFileError, match="bad.json"):
@@ -127,8 +179,9 @@ def test_bad_files_exit_2_naming_the_problem_and_write_nothing(tmp_path, edit, m
 
 def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path):
     out = tmp_path / "h200.yaml"
-    proc = subprocess.run(CLI + ["calibrate", "--from", str(synthetic_file), "-o", str(out)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        CLI + ["calibrate", "--from", str(synthetic_file), "-o", str(out)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert "memory_efficiency 0.860 (was 0.800)" in proc.stdout
     assert "worst fitted shapes after the fit" in proc.stdout
@@ -138,11 +191,22 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
     assert data["format"] == "commlens.accelerators/1"
     entry = data["accelerators"]["H200 SXM"]
     assert entry["peak_flops"] == {"bf16": 989e12, "fp8": 1979e12} and entry["sms"] == 132
-    assert set(entry) == {"peak_flops", "hbm_bytes", "hbm_bytes_per_s", "sms", "gemm_efficiency",
-                          "gemm_efficiency_origin", "memory_efficiency", "memory_efficiency_origin", "gemm_shape"}
+    assert set(entry) == {
+        "peak_flops",
+        "hbm_bytes",
+        "hbm_bytes_per_s",
+        "sms",
+        "gemm_efficiency",
+        "gemm_efficiency_origin",
+        "memory_efficiency",
+        "memory_efficiency_origin",
+        "gemm_shape",
+    }
     env = {**os.environ, ACCELERATORS_ENV: str(out)}
-    code = "from commlens.project import device_for; d = device_for('H200 SXM'); print(d.gemm_efficiency, " \
-           "d.memory_efficiency, d.gemm_shape.k_overhead)"
+    code = (
+        "from commlens.project import device_for; d = device_for('H200 SXM'); print(d.gemm_efficiency, "
+        "d.memory_efficiency, d.gemm_shape.k_overhead)"
+    )
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     eff, mem, k_over = (float(v) for v in got.stdout.split())
     assert eff == entry["gemm_efficiency"] and mem == 0.86 and k_over == entry["gemm_shape"]["k_overhead"]
@@ -150,8 +214,10 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
 
 def _h100_override(tmp_path: Path, gemm_efficiency: float) -> Path:
     path = tmp_path / f"h100-{gemm_efficiency}.yaml"
-    path.write_text(f"format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n"
-                    f"    gemm_efficiency: {gemm_efficiency}\n    gemm_efficiency_origin: test\n")
+    path.write_text(
+        f"format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n"
+        f"    gemm_efficiency: {gemm_efficiency}\n    gemm_efficiency_origin: test\n"
+    )
     return path
 
 
@@ -159,8 +225,9 @@ def test_accelerators_override_moves_the_step_the_expected_way(tmp_path, monkeyp
     args = ["llama3-8b", "-t", "dgx-h100", "--gpus", "64", "--tp", "2", "--json"]
 
     def step(*extra: str, env: dict | None = None) -> float:
-        proc = subprocess.run(CLI + args + list(extra), capture_output=True, text=True,
-                              env={**os.environ, **(env or {})})
+        proc = subprocess.run(
+            CLI + args + list(extra), capture_output=True, text=True, env={**os.environ, **(env or {})}
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)["step_time_s"]
 
@@ -196,41 +263,77 @@ def test_accelerators_files_are_an_argument_and_the_argument_wins_over_the_varia
 
 
 def test_sweep_workers_see_the_override(tmp_path):
-    base = ["sweep", "llama3-8b", "-t", "dgx-h100", "--gpus", "64", "--tp", "2", "--vary",
-            "topology.nic_gbps=" + ",".join(str(100 + i) for i in range(70)), "--workers", "2", "--json"]
+    base = [
+        "sweep",
+        "llama3-8b",
+        "-t",
+        "dgx-h100",
+        "--gpus",
+        "64",
+        "--tp",
+        "2",
+        "--vary",
+        "topology.nic_gbps=" + ",".join(str(100 + i) for i in range(70)),
+        "--workers",
+        "2",
+        "--json",
+    ]
     shipped = json.loads(subprocess.run(CLI + base, capture_output=True, text=True, check=True).stdout)
-    faster = json.loads(subprocess.run(CLI + base + ["--accelerators", str(_h100_override(tmp_path, 0.95))],
-                                       capture_output=True, text=True, check=True).stdout)
+    faster = json.loads(
+        subprocess.run(
+            CLI + base + ["--accelerators", str(_h100_override(tmp_path, 0.95))],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert all(a["step_time_s"] > b["step_time_s"] for a, b in zip(shipped["rows"], faster["rows"]))
 
 
-@pytest.mark.parametrize("body, message", [
-    ("accelerators:\n  H100 SXM:\n    sms: 1\n", "format None; expected commlens.accelerators/1"),
-    ("format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_eff: 0.9\n",
-     "accelerators.'H100 SXM'.gemm_eff: unknown key"),
-    ("format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_efficiency: 1.5\n"
-     "    gemm_efficiency_origin: x\n",
-     "accelerators.'H100 SXM'.gemm_efficiency: Input should be less than or equal to 1"),
-    ("format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    memory_efficiency: 0.9\n",
-     "accelerators.'H100 SXM'.memory_efficiency: given without memory_efficiency_origin"),
-    ("format: commlens.accelerators/1\naccelerators:\n  X1:\n    sms: 10\n",
-     "accelerators.'X1': missing peak_flops, hbm_bytes"),
-    ("format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_shape: {k_overhead: 1, tiles: [[0, 1, 1]], "
-     "origin: x}\n", "accelerators.'H100 SXM'.gemm_shape.tiles: tile 0x1"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("accelerators:\n  H100 SXM:\n    sms: 1\n", "format None; expected commlens.accelerators/1"),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_eff: 0.9\n",
+            "accelerators.'H100 SXM'.gemm_eff: unknown key",
+        ),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_efficiency: 1.5\n"
+            "    gemm_efficiency_origin: x\n",
+            "accelerators.'H100 SXM'.gemm_efficiency: Input should be less than or equal to 1",
+        ),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    memory_efficiency: 0.9\n",
+            "accelerators.'H100 SXM'.memory_efficiency: given without memory_efficiency_origin",
+        ),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  X1:\n    sms: 10\n",
+            "accelerators.'X1': missing peak_flops, hbm_bytes",
+        ),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_shape: {k_overhead: 1, tiles: [[0, 1, 1]], "
+            "origin: x}\n",
+            "accelerators.'H100 SXM'.gemm_shape.tiles: tile 0x1",
+        ),
+    ],
+)
 def test_bad_accelerators_files_exit_2_naming_file_and_field(tmp_path, body, message):
     path = tmp_path / "acc.yaml"
     path.write_text(body)
-    for argv, env in ((["validate", "--accelerators", str(path)], {}),
-                      (["llama3-8b", "-t", "dgx-h100", "--gpus", "64"], {ACCELERATORS_ENV: str(path)})):
+    for argv, env in (
+        (["validate", "--accelerators", str(path)], {}),
+        (["llama3-8b", "-t", "dgx-h100", "--gpus", "64"], {ACCELERATORS_ENV: str(path)}),
+    ):
         proc = subprocess.run(CLI + argv, capture_output=True, text=True, env={**os.environ, **env})
         assert proc.returncode == 2 and f"error: {path}: " in proc.stderr and message in proc.stderr, proc.stderr
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
 def test_measuring_without_cuda_exits_2(tmp_path):
-    proc = subprocess.run(CLI + ["calibrate", "--out", str(tmp_path / "c.json")], capture_output=True, text=True,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        CLI + ["calibrate", "--out", str(tmp_path / "c.json")], capture_output=True, text=True, cwd=tmp_path
+    )
     assert proc.returncode == 2
     assert "error: project calibrate needs a CUDA GPU (torch.cuda.is_available() is False)" in proc.stderr
     assert list(tmp_path.iterdir()) == []
@@ -239,28 +342,39 @@ def test_measuring_without_cuda_exits_2(tmp_path):
 def test_plan_covers_the_projection_within_budget():
     gemms = plan_gemms()
     kinds = {(c.kind, c.dtype) for c in gemms}
-    assert {("square", "bf16"), ("transformer", "bf16"), ("attention", "bf16"), ("small", "bf16"),
-            ("square", "fp16"), ("transformer", "fp16")} <= kinds
+    assert {
+        ("square", "bf16"),
+        ("transformer", "bf16"),
+        ("attention", "bf16"),
+        ("small", "bf16"),
+        ("square", "fp16"),
+        ("transformer", "fp16"),
+    } <= kinds
     assert 300 <= len(gemms) <= 600 and plan_gemms() == gemms  # seeded: the same plan every time
     shapes = {(c.m, c.n, c.k, c.layout) for c in gemms}
     # every GEMM of the 1T row of Megatron SC'21 (h 25600, TP 8, 2048 tokens): fc1 forward, dgrad, wgrad
     assert {(2048, 12800, 25600, "nt"), (2048, 25600, 12800, "nn"), (25600, 12800, 2048, "tn")} <= shapes
     assert {c.k for c in gemms if c.kind == "attention"} >= {64, 128}
     # planned device time at nominal H200 rates (warm-up + timed windows, plus ~3 ms per case to set up)
-    total = sum((w + r) * i * estimate_s(c) + 3e-3 for c in [*gemms, *plan_streams()]
-                for w, r, i in [_repeats(estimate_s(c))])
+    total = sum(
+        (w + r) * i * estimate_s(c) + 3e-3 for c in [*gemms, *plan_streams()] for w, r, i in [_repeats(estimate_s(c))]
+    )
     assert total < 60
 
 
 def test_measure_code_runs_end_to_end_on_cpu(tmp_path):
     # Tiny shapes with the wall clock: checks operand layouts, batching, stream kernels, the records and the file.
-    gemms = [GemmCase("square", "sq", 64, 64, 64), GemmCase("transformer", "t", 96, 32, 48, layout="nt"),
-             GemmCase("transformer", "w", 48, 32, 96, layout="tn", dtype="fp16"),
-             GemmCase("attention", "a", 32, 32, 16, batch=3, layout="nt")]
+    gemms = [
+        GemmCase("square", "sq", 64, 64, 64),
+        GemmCase("transformer", "t", 96, 32, 48, layout="nt"),
+        GemmCase("transformer", "w", 48, 32, 96, layout="tn", dtype="fp16"),
+        GemmCase("attention", "a", 32, 32, 16, batch=3, layout="nt"),
+    ]
     streams = [StreamCase(k, 1 << 20) for k in STREAM_KERNELS]
     seen = []
-    cal = measure(gemms, streams, device="cpu", progress=lambda done, total, note: seen.append((done, total)),
-                  repeats=(1, 3, 2))
+    cal = measure(
+        gemms, streams, device="cpu", progress=lambda done, total, note: seen.append((done, total)), repeats=(1, 3, 2)
+    )
     assert len(cal.gemm) == 4 and len(cal.stream) == len(STREAM_KERNELS) and not cal.settings["failed"]
     assert seen[-1] == (4 + len(STREAM_KERNELS),) * 2
     assert all(len(r.times_s) == 3 for r in cal.gemm + cal.stream)

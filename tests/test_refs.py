@@ -22,17 +22,30 @@ from commlens.store.refs import (
 
 
 def _run(run_id: str, started_at: str, tag: str | None) -> Run:
-    m = Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=1024, count=256, in_place=False,
-                    world_size=2, samples_s=(1e-5, 1.1e-5, 1.2e-5))
-    return Run(run_id=run_id, started_at=started_at, tag=tag,
-               system=SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2,
-                                 torch_version="2.13.0"),
-               measurements=(m,))
+    m = Measurement(
+        op="all_reduce",
+        dtype="float32",
+        redop="sum",
+        size_bytes=1024,
+        count=256,
+        in_place=False,
+        world_size=2,
+        samples_s=(1e-5, 1.1e-5, 1.2e-5),
+    )
+    return Run(
+        run_id=run_id,
+        started_at=started_at,
+        tag=tag,
+        system=SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0"),
+        measurements=(m,),
+    )
 
 
-RUNS = (_run("aaaa1111", "2026-11-01T00:00:00+00:00", "nightly"),
-        _run("aaaa2222", "2026-11-02T00:00:00+00:00", "nightly"),
-        _run("bbbb3333", "2026-11-03T00:00:00+00:00", None))
+RUNS = (
+    _run("aaaa1111", "2026-11-01T00:00:00+00:00", "nightly"),
+    _run("aaaa2222", "2026-11-02T00:00:00+00:00", "nightly"),
+    _run("bbbb3333", "2026-11-03T00:00:00+00:00", None),
+)
 
 
 @pytest.fixture()
@@ -89,8 +102,7 @@ def test_each_miss_raises_its_own_error_with_the_message_the_cli_prints(db: str)
         assert tag.value.labelled("base") == f"base: no run has tag 'weekly' in {store().url}"
         with pytest.raises(UnknownRunError) as run:
             resolve_runs("run:aaaa", store, _no_file)
-        assert run.value.labelled("candidate") == (
-            "candidate: 'aaaa' matches 2 runs: aaaa1111, aaaa2222")
+        assert run.value.labelled("candidate") == ("candidate: 'aaaa' matches 2 runs: aaaa1111, aaaa2222")
         with pytest.raises(UnknownRefError) as bare:
             resolve_runs("nope", store, _no_file)
         assert str(bare.value) == f"'nope' is not a file, a tag or a run id in {store().url}: no run matches 'nope'"

@@ -27,17 +27,37 @@ def _when(i: int) -> datetime:
     return T0 + timedelta(days=i)
 
 
-def _run(i: int, factors: dict[int, float], rng: np.random.Generator, *, revision: str | None = None,
-         when: datetime | None = None, tag: str = "nightly") -> Run:
+def _run(
+    i: int,
+    factors: dict[int, float],
+    rng: np.random.Generator,
+    *,
+    revision: str | None = None,
+    when: datetime | None = None,
+    tag: str = "nightly",
+) -> Run:
     """Nightly run ``i``: all_reduce at SMALL and LARGE, 10 samples each, 1.5 % CV, level x factors[size]."""
     ms = [
-        Measurement(op="all_reduce", dtype="float32", redop="sum", size_bytes=size, count=size // 4,
-                    in_place=False, world_size=4,
-                    samples_s=tuple((20e-6 + size / 5e9) * factor * (1.0 + rng.normal(0.0, 0.015, 10))))
+        Measurement(
+            op="all_reduce",
+            dtype="float32",
+            redop="sum",
+            size_bytes=size,
+            count=size // 4,
+            in_place=False,
+            world_size=4,
+            samples_s=tuple((20e-6 + size / 5e9) * factor * (1.0 + rng.normal(0.0, 0.015, 10))),
+        )
         for size, factor in factors.items()
     ]
-    return Run(run_id=f"run-{i:03d}", started_at=(when or _when(i)).isoformat(), system=SYSTEM,
-               measurements=tuple(ms), tag=tag, revision=revision or f"rev{i:03d}")
+    return Run(
+        run_id=f"run-{i:03d}",
+        started_at=(when or _when(i)).isoformat(),
+        system=SYSTEM,
+        measurements=tuple(ms),
+        tag=tag,
+        revision=revision or f"rev{i:03d}",
+    )
 
 
 def _store(path: Path, runs: list[Run]) -> str:
@@ -70,7 +90,10 @@ def test_a_known_step_is_found_at_its_run(step_db: str) -> None:
     assert abs(change["index"] - STEP_AT) <= 1
     assert change["index"] == STEP_AT  # this seed's noise puts it exactly there
     assert (change["run_id"], change["revision"], change["previous_run_id"]) == (
-        f"run-{STEP_AT:03d}", f"rev{STEP_AT:03d}", f"run-{STEP_AT - 1:03d}")
+        f"run-{STEP_AT:03d}",
+        f"rev{STEP_AT:03d}",
+        f"run-{STEP_AT - 1:03d}",
+    )
     assert change["started_at"] == _when(STEP_AT).isoformat()
     assert change["direction"] == "regression"
     assert change["change"] == pytest.approx(0.08, abs=0.01)
@@ -84,8 +107,27 @@ def test_the_table_names_the_run_and_the_change(step_db: str) -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[0] == "# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level"
-    assert lines[1].split() == ["#", "op", "size", "dtype", "place", "tag", "system", "at", "(UTC)", "run",
-                                "revision", "points", "before", "us", "after", "us", "change", "p", "direction"]
+    assert lines[1].split() == [
+        "#",
+        "op",
+        "size",
+        "dtype",
+        "place",
+        "tag",
+        "system",
+        "at",
+        "(UTC)",
+        "run",
+        "revision",
+        "points",
+        "before",
+        "us",
+        "after",
+        "us",
+        "change",
+        "p",
+        "direction",
+    ]
     cells = lines[2].split()
     assert cells[:6] == ["all_reduce", "1M", "float32", "out", "nightly", SYSTEM.fingerprint()[:8]]
     assert cells[6:11] == ["2025-04-07", "02:00", "run-037", "rev037", "37/60"]
@@ -98,7 +140,8 @@ def test_since_reports_only_changes_inside_the_window(step_db: str) -> None:
     after = invoke("detect", "--db", step_db, "--since", _when(STEP_AT + 1).isoformat())
     assert after.exit_code == 0
     assert after.stdout.splitlines()[-1] == (
-        "# 2 series, 120 points: 0 changes since 2025-04-08T02:00:00+00:00 (0 regressions, 0 improvements)")
+        "# 2 series, 120 points: 0 changes since 2025-04-08T02:00:00+00:00 (0 regressions, 0 improvements)"
+    )
     # A window that starts at the first slow run (inclusive) or before it reports it.
     for since in (_when(STEP_AT).isoformat(), "2025-04-01", "2025-04-07T03:00:00+01:00"):
         result = invoke("detect", "--db", step_db, "--since", since, "--json")
@@ -110,8 +153,20 @@ def test_filters_pick_series(step_db: str) -> None:
     flat = invoke("detect", "--db", step_db, "--size", "1K", "--json")
     assert flat.exit_code == 0
     assert json.loads(flat.stdout)["series"] == 1 and json.loads(flat.stdout)["changes"] == []
-    large = invoke("detect", "--db", step_db, "--size", "1M", "--op", "allreduce", "--dtype", "float32",
-                   "--tag", "nightly", "--json")
+    large = invoke(
+        "detect",
+        "--db",
+        step_db,
+        "--size",
+        "1M",
+        "--op",
+        "allreduce",
+        "--dtype",
+        "float32",
+        "--tag",
+        "nightly",
+        "--json",
+    )
     assert large.exit_code == 1 and json.loads(large.stdout)["series"] == 1
     other = invoke("detect", "--db", step_db, "--op", "all_gather", "--json")
     assert other.exit_code == 0 and json.loads(other.stdout)["series"] == 0
@@ -147,7 +202,9 @@ def test_by_revision_keeps_reruns_of_old_revisions_in_place(tmp_path: Path) -> N
     db = _store(tmp_path / "rev.db", runs)
     by_time = json.loads(invoke("detect", "--db", db, "--json").stdout)
     assert [(c["run_id"], c["direction"]) for c in by_time["changes"]] == [
-        ("run-040", "regression"), ("run-060", "improvement")]
+        ("run-040", "regression"),
+        ("run-060", "improvement"),
+    ]
     result = invoke("detect", "--db", db, "--by", "revision", "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
@@ -173,7 +230,8 @@ def test_an_empty_store_and_bad_options(tmp_path: Path) -> None:
     _store(Path(db), [])
     result = invoke("detect", "--db", db)
     assert result.exit_code == 0 and result.stdout.splitlines()[-1] == (
-        "# 0 series, 0 points: 0 changes (0 regressions, 0 improvements)")
+        "# 0 series, 0 points: 0 changes (0 regressions, 0 improvements)"
+    )
     for args, message in [
         (("--since", "last week"), "error: 'last week' is not an ISO 8601 date or date/time"),
         (("--size", "12Q"), "error: invalid size '12Q'"),
@@ -216,8 +274,17 @@ def test_the_noise_estimate_ignores_steps_and_outliers() -> None:
 
 def _aa_runs(rng: np.random.Generator, run_sd: float, count: int = 12) -> list[Run]:
     """Repeated runs of one revision (tag ``aa``): each whole run's level drawn from exp(N(0, run_sd))."""
-    return [_run(100 + i, {LARGE: float(np.exp(rng.normal(0.0, run_sd)))}, rng, revision="aaa", tag="aa",
-                 when=_when(70) + timedelta(hours=i)) for i in range(count)]
+    return [
+        _run(
+            100 + i,
+            {LARGE: float(np.exp(rng.normal(0.0, run_sd)))},
+            rng,
+            revision="aaa",
+            tag="aa",
+            when=_when(70) + timedelta(hours=i),
+        )
+        for i in range(count)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -252,9 +319,12 @@ def test_a_step_smaller_than_the_learned_noise_floor_is_no_change(small_step_db:
     assert (doc["floored"], doc["changes"], doc["settings"]["floor_multiple"]) == (1, [], 1.0)
     table = invoke("detect", "--db", small_step_db, "--tag", "nightly")
     assert table.stdout.splitlines() == [
-        ("# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level; changes beyond 1 noise floor in "
-        "1 series"),
-        "# 1 series, 60 points: 0 changes (0 regressions, 0 improvements)"]
+        (
+            "# ordered by time; min change 3%, alpha 0.0003, at least 4 points a level; changes beyond 1 noise floor in "
+            "1 series"
+        ),
+        "# 1 series, 60 points: 0 changes (0 regressions, 0 improvements)",
+    ]
 
 
 def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str, tmp_path: Path) -> None:
@@ -263,9 +333,25 @@ def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str
     db = tmp_path / "copy.db"
     db.write_bytes(Path(small_step_db).read_bytes())
     with Store.open(str(db)) as store:
-        save_floors(store, [NoiseFloor(fingerprint=SYSTEM.fingerprint(), op="all_reduce", algo="builtin",
-                                       dtype="float32", redop="sum", root=-1, size_bytes=LARGE, in_place=False,
-                                       sd_log=0.01, runs=12, groups=1, learned_at="2025-05-01T00:00:00+00:00")])
+        save_floors(
+            store,
+            [
+                NoiseFloor(
+                    fingerprint=SYSTEM.fingerprint(),
+                    op="all_reduce",
+                    algo="builtin",
+                    dtype="float32",
+                    redop="sum",
+                    root=-1,
+                    size_bytes=LARGE,
+                    in_place=False,
+                    sd_log=0.01,
+                    runs=12,
+                    groups=1,
+                    learned_at="2025-05-01T00:00:00+00:00",
+                )
+            ],
+        )
     result = invoke("detect", "--db", str(db), "--tag", "nightly", "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)

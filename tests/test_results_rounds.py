@@ -34,15 +34,18 @@ def test_rounds_split_the_samples_in_order() -> None:
     assert (one.rounds, one.round_count, one.round_samples()) == (None, 1, [SAMPLES])
 
 
-@pytest.mark.parametrize(("rounds", "message"), [
-    ((2, 3), "all_reduce 1024 B: rounds hold 5 samples, the row has 6"),
-    ((3, 3, 1), "all_reduce 1024 B: rounds hold 7 samples, the row has 6"),
-    ((), "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ((6, 0), "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ((7, -1), "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ((True, 5), "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ((3.0, 3), "all_reduce 1024 B: rounds must be sample counts >= 1"),
-])
+@pytest.mark.parametrize(
+    ("rounds", "message"),
+    [
+        ((2, 3), "all_reduce 1024 B: rounds hold 5 samples, the row has 6"),
+        ((3, 3, 1), "all_reduce 1024 B: rounds hold 7 samples, the row has 6"),
+        ((), "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ((6, 0), "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ((7, -1), "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ((True, 5), "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ((3.0, 3), "all_reduce 1024 B: rounds must be sample counts >= 1"),
+    ],
+)
 def test_rounds_that_do_not_count_the_samples_are_refused(rounds: tuple, message: str) -> None:
     with pytest.raises(RecordError) as info:
         make_measurement(samples_s=SAMPLES, rounds=rounds)
@@ -57,8 +60,10 @@ def _run_dict(**rounds_of_first: Any) -> dict[str, Any]:
 
 def test_json_keeps_the_rounds_and_reads_them_back(tmp_path: Path) -> None:
     base = make_run("r1")
-    ms = (Measurement(**{**base.measurements[0].__dict__, "samples_s": SAMPLES, "rounds": (3, 3)}),
-          *base.measurements[1:])
+    ms = (
+        Measurement(**{**base.measurements[0].__dict__, "samples_s": SAMPLES, "rounds": (3, 3)}),
+        *base.measurements[1:],
+    )
     run = type(base)(**{**base.__dict__, "measurements": ms})
     d = run_to_dict(run)
     assert d["format"] == FORMAT == "commlens.run/2"
@@ -82,20 +87,23 @@ def test_a_version_1_file_still_loads_as_one_round_per_row(tmp_path: Path) -> No
     assert [m.round_count for m in run.measurements] == [1, 1]
 
 
-@pytest.mark.parametrize(("rounds", "message"), [
-    ("2", "rounds: expected a list of at most 10000 sample counts, got '2'"),
-    (2, "rounds: expected a list of at most 10000 sample counts, got 2"),
-    ({"a": 2}, "rounds: expected a list of at most 10000 sample counts, got "),
-    ([True, True], "rounds: expected a list of at most 10000 sample counts, got "),
-    ([1.0, 1.0], "rounds: expected a list of at most 10000 sample counts, got "),
-    (["1", "1"], "rounds: expected a list of at most 10000 sample counts, got "),
-    ([1] * (MAX_ROUNDS + 1), "rounds: expected a list of at most 10000 sample counts, got "),
-    ([3, -1], "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ([2, 0], "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ([], "all_reduce 1024 B: rounds must be sample counts >= 1"),
-    ([1, 2], "all_reduce 1024 B: rounds hold 3 samples, the row has 2"),
-    ([10**30], "all_reduce 1024 B: rounds hold 1000000000000000000000000000000 samples, the row has 2"),
-])
+@pytest.mark.parametrize(
+    ("rounds", "message"),
+    [
+        ("2", "rounds: expected a list of at most 10000 sample counts, got '2'"),
+        (2, "rounds: expected a list of at most 10000 sample counts, got 2"),
+        ({"a": 2}, "rounds: expected a list of at most 10000 sample counts, got "),
+        ([True, True], "rounds: expected a list of at most 10000 sample counts, got "),
+        ([1.0, 1.0], "rounds: expected a list of at most 10000 sample counts, got "),
+        (["1", "1"], "rounds: expected a list of at most 10000 sample counts, got "),
+        ([1] * (MAX_ROUNDS + 1), "rounds: expected a list of at most 10000 sample counts, got "),
+        ([3, -1], "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ([2, 0], "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ([], "all_reduce 1024 B: rounds must be sample counts >= 1"),
+        ([1, 2], "all_reduce 1024 B: rounds hold 3 samples, the row has 2"),
+        ([10**30], "all_reduce 1024 B: rounds hold 1000000000000000000000000000000 samples, the row has 2"),
+    ],
+)
 def test_hostile_rounds_in_a_file_are_a_format_error(rounds: Any, message: str) -> None:
     with pytest.raises(FormatError) as info:
         run_from_dict(_run_dict(rounds=rounds))

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
+from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, SystemInfo, TimeStats, run_to_dict
 from commlens.store import Store, StoreError, db_url, default_db_url, make_engine
 from commlens.store.models import MeasurementModel, SampleModel
-from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 WORLD = 4
 _system = make_system
@@ -47,8 +47,16 @@ def test_round_trip_is_identical_and_samples_bit_exact(store_url: str) -> None:
         measurements=(
             _measurement("all_reduce", 8 << 30, awkward, nwrong=0),
             _measurement("all_reduce", 8 << 30, awkward[:3], in_place=True, nwrong=None),
-            _measurement("broadcast", 4096, (3e-5,), root=2, algo="tree", dtype="bfloat16", count=2048,
-                         rank_samples_s=tuple(tuple(rng.random() for _ in range(1)) for _ in range(WORLD))),
+            _measurement(
+                "broadcast",
+                4096,
+                (3e-5,),
+                root=2,
+                algo="tree",
+                dtype="bfloat16",
+                count=2048,
+                rank_samples_s=tuple(tuple(rng.random() for _ in range(1)) for _ in range(WORLD)),
+            ),
             _measurement("barrier", 0, (1e-6, 2e-6), count=0),
         ),
     )
@@ -166,9 +174,7 @@ def test_default_db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert db_url("sqlite:///:memory:") == "sqlite:///:memory:"
 
 
-def test_open_without_url_uses_default_and_creates_directories(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_open_without_url_uses_default_and_creates_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COMMLENS_DB", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     with Store.open() as store:
@@ -203,10 +209,12 @@ def test_bad_and_unreachable_urls_are_clear_errors(tmp_path: Path) -> None:
 
 def test_rows_without_samples_round_trip_with_missing_statistics(store_url: str) -> None:
     """nccl-tests without -I prints a time per row, no samples: such rows come back exactly."""
-    reported = TimeStats(mean_s=2.5e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
-                         stdev_s=None, cv=None, n=20)
-    partial = TimeStats(mean_s=1 / 3, p50_s=0.3, p95_s=None, p99_s=None, min_s=0.25, max_s=0.5,
-                        stdev_s=0.01, cv=0.03, n=0)
+    reported = TimeStats(
+        mean_s=2.5e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=20
+    )
+    partial = TimeStats(
+        mean_s=1 / 3, p50_s=0.3, p95_s=None, p99_s=None, min_s=0.25, max_s=0.5, stdev_s=0.01, cv=0.03, n=0
+    )
     run = Run(
         run_id="nosamples",
         started_at="2024-05-01T12:00:00Z",
@@ -224,8 +232,12 @@ def test_rows_without_samples_round_trip_with_missing_statistics(store_url: str)
         loaded = store.get_run("nosamples")
         with store.engine.connect() as conn:
             stored = conn.execute(
-                select(MeasurementModel.mean_s, MeasurementModel.p50_s, MeasurementModel.cv,
-                       MeasurementModel.busbw_bytes_per_s).order_by(MeasurementModel.position)
+                select(
+                    MeasurementModel.mean_s,
+                    MeasurementModel.p50_s,
+                    MeasurementModel.cv,
+                    MeasurementModel.busbw_bytes_per_s,
+                ).order_by(MeasurementModel.position)
             ).all()
     assert loaded == run
     assert loaded.measurements[0].samples_s == () and loaded.measurements[0].reported == reported
@@ -244,7 +256,9 @@ def test_save_runs_is_all_or_nothing(store_url: str) -> None:
             store.save_runs([_run("twice000"), _run("twice000")])
         assert [s.run_id for s in store.list_runs()] == ["taken000"]
         assert store.save_runs([_run("fresh000", started_at="2024-05-02T00:00:00Z"), _run("fresh111")]) == [
-            "fresh000", "fresh111"]
+            "fresh000",
+            "fresh111",
+        ]
         assert [s.run_id for s in store.list_runs()] == ["fresh000", "taken000", "fresh111"]
 
 
@@ -255,10 +269,25 @@ def _writer(url: str, writer: int, ready: Any, go: Any) -> None:
     go.wait()
     with Store.open(url) as store:  # fresh store: the tables are created by whichever writer is first
         for i in range(20):
-            m = Measurement(op="all_reduce", dtype="float32", size_bytes=1024, count=256, in_place=False,
-                            world_size=2, redop="sum", samples_s=(1e-5 * (i + 1), 2e-5))
-            store.save_run(Run(run_id=f"w{writer}-{i:02d}", started_at=f"2024-05-01T12:{i:02d}:00Z",
-                               system=system, measurements=(m,), tag=f"writer{writer}"))
+            m = Measurement(
+                op="all_reduce",
+                dtype="float32",
+                size_bytes=1024,
+                count=256,
+                in_place=False,
+                world_size=2,
+                redop="sum",
+                samples_s=(1e-5 * (i + 1), 2e-5),
+            )
+            store.save_run(
+                Run(
+                    run_id=f"w{writer}-{i:02d}",
+                    started_at=f"2024-05-01T12:{i:02d}:00Z",
+                    system=system,
+                    measurements=(m,),
+                    tag=f"writer{writer}",
+                )
+            )
 
 
 def test_concurrent_writers_from_separate_processes(store_url: str) -> None:

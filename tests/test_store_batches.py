@@ -9,18 +9,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results.records import Run
 from commlens.store import DatabaseFault, Store
 from commlens.store.repo import _INSERT_BATCH
-from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 SPANNING = 2 * _INSERT_BATCH + 1  # the last measurement alone in a third batch
 
 
 def _big_run(run_id: str) -> Run:
-    measurements = tuple(make_measurement(size_bytes=4 * (i + 1), samples_s=(1e-6 * (i + 1), 2e-6))
-                         for i in range(SPANNING))
+    measurements = tuple(
+        make_measurement(size_bytes=4 * (i + 1), samples_s=(1e-6 * (i + 1), 2e-6)) for i in range(SPANNING)
+    )
     return dataclasses.replace(make_run(run_id), measurements=measurements)
 
 

@@ -14,16 +14,16 @@ import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
+from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 from typer.testing import CliRunner, Result
 
 from commlens.cli.app import _register, app
 from commlens.store import DatabaseFault, NoStoreError, Store, StoreError, db_url, preflight
-from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 _register()
 
@@ -36,8 +36,12 @@ def _cli(*args: str) -> Result:
 
 def _fill(url: str) -> str:
     with Store.open(url) as store:
-        store.save_runs([make_run(run_id, started_at=f"2024-05-0{i + 1}T02:00:00Z", tag="nightly")
-                         for i, run_id in enumerate(RUN_IDS)])
+        store.save_runs(
+            [
+                make_run(run_id, started_at=f"2024-05-0{i + 1}T02:00:00Z", tag="nightly")
+                for i, run_id in enumerate(RUN_IDS)
+            ]
+        )
     return url
 
 
@@ -123,8 +127,9 @@ def test_read_only_postgresql_transaction_refuses_writes(pg_url: str) -> None:
 def _big_run(run_id: str) -> object:
     run = make_run(run_id)
     samples = tuple(1e-5 + i * 1e-9 for i in range(2000))
-    return dataclasses.replace(run, measurements=tuple(make_measurement(size_bytes=1024 << i, samples_s=samples)
-                                                       for i in range(20)))
+    return dataclasses.replace(
+        run, measurements=tuple(make_measurement(size_bytes=1024 << i, samples_s=samples) for i in range(20))
+    )
 
 
 @pytest.mark.skipif(not _is_root(), reason="a full disk needs a tmpfs mount (root)")
@@ -162,8 +167,9 @@ sys.stdin.read()
 def test_locked_sqlite_store_times_out_with_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "results.db"
     _fill(db_url(str(path)))
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SQLITE_LOCK, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SQLITE_LOCK, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         url = f"sqlite:///{path}?timeout=0.2"
@@ -215,15 +221,24 @@ def test_a_number_too_large_for_the_driver_is_mapped_in_one_place(store_url: str
 # -- URLs ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url, says", [
-    ("postgresql://bench:secret@db.example:notaport/results", "bad database URL 'postgresql+psycopg://bench:***@"),
-    ("mysql://bench:secret@db.example/results", "unsupported database 'mysql'"),
-    ("foo://x", "unsupported database 'foo'"),
-    ("sqlite:///x.db?timeout=soon", "timeout must be a number of seconds"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("postgresql://bench:secret@db.example:notaport/results", "bad database URL 'postgresql+psycopg://bench:***@"),
+        ("mysql://bench:secret@db.example/results", "unsupported database 'mysql'"),
+        ("foo://x", "unsupported database 'foo'"),
+        ("sqlite:///x.db?timeout=soon", "timeout must be a number of seconds"),
+    ],
+)
 def test_malformed_urls_and_unsupported_dialects(url: str, says: str) -> None:
-    for args in (("runs",), ("show", "aaaa0001"), ("export",), ("db", "status"), ("db", "upgrade"),
-                 ("runs", "tag", "aaaa0001", "x")):
+    for args in (
+        ("runs",),
+        ("show", "aaaa0001"),
+        ("export",),
+        ("db", "status"),
+        ("db", "upgrade"),
+        ("runs", "tag", "aaaa0001", "x"),
+    ):
         message = _error(_cli(*args, "--db", url))
         assert says in message, args
         assert "secret" not in message
@@ -241,7 +256,7 @@ def _sha256(path: Path) -> str:
 def test_garbage_in_the_middle_of_a_sqlite_file_is_reported_and_not_written(tmp_path: Path) -> None:
     path = tmp_path / "results.db"
     with Store.open(str(path)) as store:
-        store.save_runs([_big_run(f"{i:04d}big")for i in range(3)])  # type: ignore[list-item]
+        store.save_runs([_big_run(f"{i:04d}big") for i in range(3)])  # type: ignore[list-item]
     size = path.stat().st_size
     assert size > 64 * 4096
     with open(path, "r+b") as fp:
@@ -303,8 +318,7 @@ def test_one_corrupted_run_is_skipped_by_listings_with_a_warning(store_url: str,
     assert "unreadable runs 0" in _cli("db", "status", "--runs", "--db", _fill(db_url(str(tmp_path / "ok.db")))).stdout
     with Store.open(store_url, create=False) as store:  # the others read back whole
         assert [r.run_id for r in store.get_runs(["aaaa0001", "cccc0003"])] == ["aaaa0001", "cccc0003"]
-        assert [r.run_id for r in store.runs_with_tag("nightly", on_corrupt=lambda e: None)] == [
-            "aaaa0001", "cccc0003"]
+        assert [r.run_id for r in store.runs_with_tag("nightly", on_corrupt=lambda e: None)] == ["aaaa0001", "cccc0003"]
 
 
 def test_a_corrupted_summary_column_is_skipped_by_the_run_listing(tmp_path: Path) -> None:
@@ -326,8 +340,13 @@ def test_a_corrupted_summary_column_is_skipped_by_the_run_listing(tmp_path: Path
 def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "results.db"
     assert _cli("runs", "--db", str(missing)).stdout == "no runs stored yet: `commlens bench` stores one\n"
-    for args in (("show", "aaaa0001"), ("export",), ("runs", "tag", "aaaa0001", "x"),
-                 ("detect", "--op", "all_reduce"), ("compare", "aaaa0001", "bbbb0002")):
+    for args in (
+        ("show", "aaaa0001"),
+        ("export",),
+        ("runs", "tag", "aaaa0001", "x"),
+        ("detect", "--op", "all_reduce"),
+        ("compare", "aaaa0001", "bbbb0002"),
+    ):
         assert "no result store at" in _error(_cli(*args, "--db", str(missing))), args
     assert _cli("db", "status", "--db", str(missing)).exit_code == 0
     assert not missing.parent.exists()
@@ -390,20 +409,24 @@ def test_a_corrupted_samples_column_makes_compare_and_detect_a_clear_error(store
     try:
         with engine.begin() as conn:
             bad = "'{not json'" if engine.dialect.name == "sqlite" else "'5'::json"
-            conn.execute(text(f"UPDATE samples SET samples_s = {bad} WHERE measurement_id = "
-                              "(SELECT min(measurement_id) FROM samples)"))
+            conn.execute(
+                text(
+                    f"UPDATE samples SET samples_s = {bad} WHERE measurement_id = "
+                    "(SELECT min(measurement_id) FROM samples)"
+                )
+            )
     finally:
         engine.dispose()
-    assert "a stored measurement cannot be read back (corrupted column?)" in _error(
-        _cli("detect", "--db", store_url))
+    assert "a stored measurement cannot be read back (corrupted column?)" in _error(_cli("detect", "--db", store_url))
 
 
 def test_db_status_says_what_is_checked_on_postgresql(pg_url: str) -> None:
     _fill(pg_url)
     status = _cli("db", "status", "--db", pg_url)
     assert status.exit_code == 0
-    assert ("integrity not checked by commlens (PostgreSQL verifies page checksums as it reads them: "
-            "data_checksums ") in status.stdout
+    assert (
+        "integrity not checked by commlens (PostgreSQL verifies page checksums as it reads them: data_checksums "
+    ) in status.stdout
 
 
 def test_text_that_is_not_utf8_is_a_clear_error_and_writes_nothing(store_url: str) -> None:

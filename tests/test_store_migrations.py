@@ -10,13 +10,13 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, MetaData, create_engine, func, inspect, insert, select, text
+from sqlalchemy import Engine, MetaData, create_engine, func, insert, inspect, select, text
+from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, SystemInfo, TimeStats
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
 from commlens.store.schema import _alembic_config
-from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "store" / "legacy-0001.sql"
 
@@ -25,39 +25,86 @@ def _legacy_runs() -> list[Run]:
     """What tests/data/store/legacy-0001.sql holds, as records: saved by commlens before Alembic."""
 
     def sysinfo(backend: str, ws: int, hosts: tuple[str, ...]) -> SystemInfo:
-        return SystemInfo(world_size=ws, hosts=hosts, ranks_per_host={h: ws // len(hosts) for h in hosts},
-                          backend=backend, backend_version="2.19.3" if backend == "nccl" else "",
-                          device="cuda" if backend == "nccl" else "cpu",
-                          device_names=("NVIDIA H100 80GB HBM3",) * ws if backend == "nccl" else (),
-                          torch_version="2.4.0", python_version="3.11.7", cpu_model="Xeon 8480", cpu_cores=112,
-                          os="Linux-6.5", commlens_version="0.1.0", env={"NCCL_ALGO": "Ring"},
-                          extra={"slurm_job": "77"})
+        return SystemInfo(
+            world_size=ws,
+            hosts=hosts,
+            ranks_per_host={h: ws // len(hosts) for h in hosts},
+            backend=backend,
+            backend_version="2.19.3" if backend == "nccl" else "",
+            device="cuda" if backend == "nccl" else "cpu",
+            device_names=("NVIDIA H100 80GB HBM3",) * ws if backend == "nccl" else (),
+            torch_version="2.4.0",
+            python_version="3.11.7",
+            cpu_model="Xeon 8480",
+            cpu_cores=112,
+            os="Linux-6.5",
+            commlens_version="0.1.0",
+            env={"NCCL_ALGO": "Ring"},
+            extra={"slurm_job": "77"},
+        )
 
     def m(op: str, size: int, samples: tuple[float, ...], ws: int, **kw: object) -> Measurement:
         kw.setdefault("redop", "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none")
-        return Measurement(op=op, dtype=kw.pop("dtype", "float32"), size_bytes=size,  # type: ignore[arg-type]
-                           count=size // 4, in_place=kw.pop("in_place", False), world_size=ws,  # type: ignore[arg-type]
-                           samples_s=samples, **kw)  # type: ignore[arg-type]
+        return Measurement(
+            op=op,
+            dtype=kw.pop("dtype", "float32"),
+            size_bytes=size,  # type: ignore[arg-type]
+            count=size // 4,
+            in_place=kw.pop("in_place", False),
+            world_size=ws,  # type: ignore[arg-type]
+            samples_s=samples,
+            **kw,
+        )  # type: ignore[arg-type]
 
     return [
-        Run(run_id="legacy0a1b2c3d4e5f", started_at="2024-04-30T22:15:00.250000Z",
-            finished_at="2024-04-30T22:16:02Z", tag="nightly", revision="a1b2c3d",
-            command_line="commlens bench --nproc 8 -b 8 -e 1M -f 1024", config={"iters": 3, "warmup_iters": 1},
+        Run(
+            run_id="legacy0a1b2c3d4e5f",
+            started_at="2024-04-30T22:15:00.250000Z",
+            finished_at="2024-04-30T22:16:02Z",
+            tag="nightly",
+            revision="a1b2c3d",
+            command_line="commlens bench --nproc 8 -b 8 -e 1M -f 1024",
+            config={"iters": 3, "warmup_iters": 1},
             system=sysinfo("nccl", 8, ("gpu-01",)),
-            measurements=(m("all_reduce", 8, (1.5e-5, 1.25e-5, 1.75e-5), 8, nwrong=0),
-                          m("all_reduce", 8, (1.0e-5, 1.1e-5, 0.1 + 0.2), 8, in_place=True, nwrong=0),
-                          m("all_reduce", 1 << 20, (6.1e-5, 6.2e-5, 6.05e-5), 8, nwrong=0),
-                          m("all_gather", 1 << 20, (4.4e-5, 4.5e-5, 1 / 3 * 1e-4), 8, nwrong=0))),
-        Run(run_id="legacy1f2e3d4c5b6a", started_at="2024-05-01T09:00:00+02:00", tag="nightly",
-            revision="b2c3d4e", system=sysinfo("nccl", 8, ("gpu-01",)),
-            measurements=(m("all_reduce", 8, (1.6e-5, 1.3e-5), 8),
-                          m("broadcast", 4096, (2e-5, 2.5e-5), 8, root=3, algo="tree", dtype="bfloat16",
-                            rank_samples_s=tuple((2e-5 - r * 1e-7, 2.5e-5 - r * 1e-7) for r in range(8))))),
-        Run(run_id="legacy2aaaabbbbcccc", started_at="2024-05-02T03:30:00Z", status="incomplete",
-            source="nccl-tests", notes=("rank 3 slow",), system=sysinfo("gloo", 4, ("node-a", "node-b")),
-            measurements=(m("reduce_scatter", 65536, (3e-4, 5e-324, 2.2250738585072014e-308), 4, redop="max",
-                            nwrong=2),
-                          m("barrier", 0, (1e-6,), 4, redop="none"))),
+            measurements=(
+                m("all_reduce", 8, (1.5e-5, 1.25e-5, 1.75e-5), 8, nwrong=0),
+                m("all_reduce", 8, (1.0e-5, 1.1e-5, 0.1 + 0.2), 8, in_place=True, nwrong=0),
+                m("all_reduce", 1 << 20, (6.1e-5, 6.2e-5, 6.05e-5), 8, nwrong=0),
+                m("all_gather", 1 << 20, (4.4e-5, 4.5e-5, 1 / 3 * 1e-4), 8, nwrong=0),
+            ),
+        ),
+        Run(
+            run_id="legacy1f2e3d4c5b6a",
+            started_at="2024-05-01T09:00:00+02:00",
+            tag="nightly",
+            revision="b2c3d4e",
+            system=sysinfo("nccl", 8, ("gpu-01",)),
+            measurements=(
+                m("all_reduce", 8, (1.6e-5, 1.3e-5), 8),
+                m(
+                    "broadcast",
+                    4096,
+                    (2e-5, 2.5e-5),
+                    8,
+                    root=3,
+                    algo="tree",
+                    dtype="bfloat16",
+                    rank_samples_s=tuple((2e-5 - r * 1e-7, 2.5e-5 - r * 1e-7) for r in range(8)),
+                ),
+            ),
+        ),
+        Run(
+            run_id="legacy2aaaabbbbcccc",
+            started_at="2024-05-02T03:30:00Z",
+            status="incomplete",
+            source="nccl-tests",
+            notes=("rank 3 slow",),
+            system=sysinfo("gloo", 4, ("node-a", "node-b")),
+            measurements=(
+                m("reduce_scatter", 65536, (3e-4, 5e-324, 2.2250738585072014e-308), 4, redop="max", nwrong=2),
+                m("barrier", 0, (1e-6,), 4, redop="none"),
+            ),
+        ),
     ]
 
 
@@ -105,8 +152,10 @@ def _make_pre_alembic_store(url: str, tmp_path: Path) -> None:
 
 def _counts(store: Store) -> tuple[int, int]:
     with store.engine.connect() as conn:
-        return (conn.scalar(select(func.count()).select_from(MeasurementModel)),
-                conn.scalar(select(func.count()).select_from(SampleModel)))
+        return (
+            conn.scalar(select(func.count()).select_from(MeasurementModel)),
+            conn.scalar(select(func.count()).select_from(SampleModel)),
+        )
 
 
 def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: str, tmp_path: Path) -> None:
@@ -136,12 +185,28 @@ def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: 
         ]
 
         # The new columns work: a row with reported statistics and no samples.
-        reported = TimeStats(mean_s=3e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
-                             stdev_s=None, cv=None, n=20)
-        new = Run(run_id="after-upgrade", started_at="2024-05-03T00:00:00Z", source="nccl-tests",
-                  system=expected[0].system,
-                  measurements=(Measurement(op="all_reduce", dtype="float32", size_bytes=8, count=2, in_place=False,
-                                            world_size=8, redop="sum", samples_s=(), reported=reported),))
+        reported = TimeStats(
+            mean_s=3e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=20
+        )
+        new = Run(
+            run_id="after-upgrade",
+            started_at="2024-05-03T00:00:00Z",
+            source="nccl-tests",
+            system=expected[0].system,
+            measurements=(
+                Measurement(
+                    op="all_reduce",
+                    dtype="float32",
+                    size_bytes=8,
+                    count=2,
+                    in_place=False,
+                    world_size=8,
+                    redop="sum",
+                    samples_s=(),
+                    reported=reported,
+                ),
+            ),
+        )
         store.save_run(new)
         assert store.get_run("after-upgrade") == new
         assert _counts(store) == (9, 9)
@@ -165,8 +230,10 @@ def _schema(engine: Engine) -> dict[str, object]:
         out[table] = {
             "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(table)],
             "pk": insp.get_pk_constraint(table)["constrained_columns"],
-            "fks": sorted((tuple(f["constrained_columns"]), f["referred_table"], f["options"].get("ondelete"))
-                          for f in insp.get_foreign_keys(table)),
+            "fks": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], f["options"].get("ondelete"))
+                for f in insp.get_foreign_keys(table)
+            ),
             "unique": sorted((u["name"], tuple(u["column_names"])) for u in insp.get_unique_constraints(table)),
             "indexes": sorted((i["name"], tuple(i["column_names"])) for i in insp.get_indexes(table)),
         }
@@ -271,8 +338,9 @@ def _make_0003_store(url: str, runs: list[Run], tmp_path: Path) -> None:
                 rows = [{c: r[c] for c in columns} for r in src.execute(select(src_tables.tables[name])).mappings()]
                 dst.execute(insert(dst_tables.tables[name]), rows)
             if url.startswith("postgresql"):
-                dst.execute(text("SELECT setval(pg_get_serial_sequence('measurements', 'id'), max(id)) "
-                                 "FROM measurements"))
+                dst.execute(
+                    text("SELECT setval(pg_get_serial_sequence('measurements', 'id'), max(id)) FROM measurements")
+                )
     finally:
         source.dispose()
         target.dispose()
@@ -281,8 +349,11 @@ def _make_0003_store(url: str, runs: list[Run], tmp_path: Path) -> None:
 def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store_url: str, tmp_path: Path) -> None:
     from commlens.store.noise import NoiseFloor, list_floors, save_floors
 
-    runs = [make_run("old00001", tag="nightly", revision="r1"), make_run("old00002", revision="r1", scale=1.5),
-            Run(**{**make_run("old00003").__dict__, "status": "check_failed"})]
+    runs = [
+        make_run("old00001", tag="nightly", revision="r1"),
+        make_run("old00002", revision="r1", scale=1.5),
+        Run(**{**make_run("old00003").__dict__, "status": "check_failed"}),
+    ]
     _make_0003_store(store_url, runs, tmp_path)
     with pytest.raises(StoreError, match=r"has schema 0003, this commlens needs 0004: run `commlens db upgrade`"):
         Store.open(store_url)
@@ -298,9 +369,20 @@ def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store
         assert _counts(store) == (6, 6)
         # what 0004 added works on the upgraded store
         assert list_floors(store) == []
-        floor = NoiseFloor(fingerprint="fp", op="all_reduce", algo="builtin", dtype="float32", redop="sum", root=-1,
-                           size_bytes=1024, in_place=False, sd_log=0.04, runs=2, groups=1,
-                           learned_at="2025-01-01T00:00:00+00:00")
+        floor = NoiseFloor(
+            fingerprint="fp",
+            op="all_reduce",
+            algo="builtin",
+            dtype="float32",
+            redop="sum",
+            root=-1,
+            size_bytes=1024,
+            in_place=False,
+            sd_log=0.04,
+            runs=2,
+            groups=1,
+            learned_at="2025-01-01T00:00:00+00:00",
+        )
         save_floors(store, [floor])
         assert list_floors(store) == [floor]
         m = make_measurement(samples_s=(1e-5, 2e-5, 3e-5), rounds=(1, 2))

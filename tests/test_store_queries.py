@@ -3,15 +3,15 @@ gate reads), runs by tag, filters by time and fingerprint, tagging, deleting sev
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Iterator
 
 import pytest
 from sqlalchemy import event
+from store_backends import WORLD, make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, TimeStats
 from commlens.store import MeasurementRow, Store, StoreError
-from store_backends import WORLD, make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 OTHER_SYSTEM = make_system(cpu_model="EPYC")
 
@@ -20,13 +20,17 @@ def _history() -> list[Run]:
     """Five runs: three nightlies on one system, one CI run, one nightly on another system."""
     return [
         make_run("n1", tag="nightly", started_at="2024-05-01T02:00:00Z", revision="r1", ops=("all_reduce",)),
-        make_run("n2", tag="nightly", started_at="2024-05-02T04:00:00+02:00", revision="r2",
-                 ops=("all_reduce", "all_gather"), scale=1.1),
+        make_run(
+            "n2",
+            tag="nightly",
+            started_at="2024-05-02T04:00:00+02:00",
+            revision="r2",
+            ops=("all_reduce", "all_gather"),
+            scale=1.1,
+        ),
         make_run("ci", tag="ci", started_at="2024-05-02T12:00:00Z", revision="r2", ops=("broadcast",)),
-        make_run("n3", tag="nightly", started_at="2024-05-03T02:00:00Z", revision="r3", ops=("all_reduce",),
-                 scale=1.2),
-        make_run("other", tag="nightly", started_at="2024-05-02T03:00:00Z", ops=("all_reduce",),
-                 system=OTHER_SYSTEM),
+        make_run("n3", tag="nightly", started_at="2024-05-03T02:00:00Z", revision="r3", ops=("all_reduce",), scale=1.2),
+        make_run("other", tag="nightly", started_at="2024-05-02T03:00:00Z", ops=("all_reduce",), system=OTHER_SYSTEM),
     ]
 
 
@@ -43,8 +47,12 @@ def _ids(rows: list[MeasurementRow]) -> list[tuple[str, str, int]]:
 
 def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Store) -> None:
     rows = store.measurement_rows(op="all_reduce", size_bytes=4096)
-    assert _ids(rows) == [("n1", "all_reduce", 4096), ("n2", "all_reduce", 4096), ("other", "all_reduce", 4096),
-                          ("n3", "all_reduce", 4096)]
+    assert _ids(rows) == [
+        ("n1", "all_reduce", 4096),
+        ("n2", "all_reduce", 4096),
+        ("other", "all_reduce", 4096),
+        ("n3", "all_reduce", 4096),
+    ]
     n2 = rows[1]
     assert n2 == MeasurementRow(
         run_id="n2",
@@ -53,7 +61,13 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
         tag="nightly",
         fingerprint=make_system().fingerprint(),
         source="commlens",
-        op="all_reduce", algo="builtin", dtype="float32", redop="sum", root=-1, size_bytes=4096, in_place=False,
+        op="all_reduce",
+        algo="builtin",
+        dtype="float32",
+        redop="sum",
+        root=-1,
+        size_bytes=4096,
+        in_place=False,
         world_size=WORLD,
         mean_s=n2.samples_s[0] / 2 + n2.samples_s[1] / 2,
         cv=_history()[1].measurements[1].stats.cv,
@@ -74,12 +88,16 @@ def test_measurement_rows_filters(store: Store) -> None:
     assert {r.run_id for r in store.measurement_rows(fingerprint=fp[:6].upper())} == {"n1", "n2", "ci", "n3"}
     assert {r.run_id for r in store.measurement_rows(fingerprint=OTHER_SYSTEM.fingerprint())} == {"other"}
     # since and until are inclusive; a bare date as until covers that whole day.
-    assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024,
-                                                     since="2024-05-02T02:00:00Z")] == ["n2", "other", "n3"]
-    assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024,
-                                                     until="2024-05-02T02:00:00Z")] == ["n1", "n2"]
-    assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02",
-                                                     until="2024-05-02")] == ["n2", "other"]
+    assert [
+        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02T02:00:00Z")
+    ] == ["n2", "other", "n3"]
+    assert [
+        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, until="2024-05-02T02:00:00Z")
+    ] == ["n1", "n2"]
+    assert [
+        r.run_id
+        for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02", until="2024-05-02")
+    ] == ["n2", "other"]
     aware = datetime(2024, 5, 3, 4, 0, tzinfo=timezone.utc).astimezone()
     assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since=aware)] == []
     with pytest.raises(StoreError, match="until 'soon' is not an ISO 8601 time"):
@@ -102,10 +120,16 @@ def test_measurement_rows_is_one_query_however_many_runs(store: Store) -> None:
 
 
 def test_rows_without_samples_report_the_tools_statistics(store: Store) -> None:
-    reported = TimeStats(mean_s=4e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None,
-                         cv=None, n=50)
-    run = Run(run_id="ingested", started_at="2024-05-04T00:00:00Z", source="nccl-tests", system=make_system(),
-              measurements=(make_measurement("all_reduce", 1024, (), reported=reported),))
+    reported = TimeStats(
+        mean_s=4e-5, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=50
+    )
+    run = Run(
+        run_id="ingested",
+        started_at="2024-05-04T00:00:00Z",
+        source="nccl-tests",
+        system=make_system(),
+        measurements=(make_measurement("all_reduce", 1024, (), reported=reported),),
+    )
     store.save_run(run)
     (row,) = store.measurement_rows(since="2024-05-04")
     assert (row.samples_s, row.mean_s, row.cv, row.iterations, row.source) == ((), 4e-5, None, 50, "nccl-tests")
@@ -161,10 +185,25 @@ def test_delete_runs_is_all_or_nothing(store: Store) -> None:
 
 
 def test_measurement_row_for_every_placement_and_op(store: Store) -> None:
-    run = Run(run_id="mixed", started_at="2024-06-01T00:00:00Z", system=make_system(),
-              measurements=(make_measurement("broadcast", 64, (1e-6,), root=2, algo="tree", in_place=True),
-                            Measurement(op="reduce", dtype="bfloat16", size_bytes=64, count=32, in_place=False,
-                                        world_size=WORLD, redop="max", root=1, samples_s=(2e-6, 3e-6))))
+    run = Run(
+        run_id="mixed",
+        started_at="2024-06-01T00:00:00Z",
+        system=make_system(),
+        measurements=(
+            make_measurement("broadcast", 64, (1e-6,), root=2, algo="tree", in_place=True),
+            Measurement(
+                op="reduce",
+                dtype="bfloat16",
+                size_bytes=64,
+                count=32,
+                in_place=False,
+                world_size=WORLD,
+                redop="max",
+                root=1,
+                samples_s=(2e-6, 3e-6),
+            ),
+        ),
+    )
     store.save_run(run)
     rows = store.measurement_rows(since="2024-06-01")
     assert [r.key for r in rows] == [m.key for m in run.measurements]

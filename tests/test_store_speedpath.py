@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select
+from store_backends import WORLD, make_measurement, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Run, TimeStats
 from commlens.store import Store, StoreError
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
-from store_backends import WORLD, make_measurement, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 
 def _big_run(run_id: str, n: int, seed: int) -> Run:
@@ -26,16 +26,29 @@ def _big_run(run_id: str, n: int, seed: int) -> Run:
         if i % 11 == 10:
             measurements.append(make_measurement("barrier", 0, (rng.random() * 1e-5,), count=0))
         elif i % 5 == 4:
-            reported = TimeStats(mean_s=rng.random() * 1e-3, p50_s=None, p95_s=None, p99_s=None, min_s=None,
-                                 max_s=None, stdev_s=None, cv=None, n=i)
+            reported = TimeStats(
+                mean_s=rng.random() * 1e-3,
+                p50_s=None,
+                p95_s=None,
+                p99_s=None,
+                min_s=None,
+                max_s=None,
+                stdev_s=None,
+                cv=None,
+                n=i,
+            )
             measurements.append(make_measurement("all_gather", size, (), reported=reported, nwrong=0))
         else:
             samples = tuple(rng.random() * 1e-3 for _ in range(1 + i % 4))
             rank = tuple(tuple(rng.random() for _ in samples) for _ in range(WORLD)) if i % 7 == 0 else None
-            measurements.append(make_measurement("all_reduce", size, samples, in_place=i % 2 == 0,
-                                                 rank_samples_s=rank))
-    return Run(run_id=run_id, started_at=f"2024-06-0{seed}T00:00:00Z", system=make_system("nccl"),
-               measurements=tuple(measurements), source="nccl-tests")
+            measurements.append(make_measurement("all_reduce", size, samples, in_place=i % 2 == 0, rank_samples_s=rank))
+    return Run(
+        run_id=run_id,
+        started_at=f"2024-06-0{seed}T00:00:00Z",
+        system=make_system("nccl"),
+        measurements=tuple(measurements),
+        source="nccl-tests",
+    )
 
 
 def _count(store: Store, table: type) -> int:
@@ -51,12 +64,17 @@ def test_a_large_save_is_a_few_statements_and_loads_back_equal(store_url: str) -
         event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
         assert store.save_runs(runs) == ["bulk000a", "bulk000b", "bulk000c"]
         assert len(statements) <= 6, statements  # BEGIN (SQLite), check, runs, measurements, ids, samples
-        assert store.save_run(Run(run_id="empty000", started_at="2024-06-04T00:00:00Z", system=make_system("nccl"),
-                                  measurements=())) == "empty000"
+        assert (
+            store.save_run(
+                Run(run_id="empty000", started_at="2024-06-04T00:00:00Z", system=make_system("nccl"), measurements=())
+            )
+            == "empty000"
+        )
     with Store.open(store_url) as store:
         assert store.get_runs(["bulk000a", "bulk000b", "bulk000c", "empty000"]) == [
-            *runs, Run(run_id="empty000", started_at="2024-06-04T00:00:00Z", system=make_system("nccl"),
-                       measurements=())]
+            *runs,
+            Run(run_id="empty000", started_at="2024-06-04T00:00:00Z", system=make_system("nccl"), measurements=()),
+        ]
         assert (_count(store, MeasurementModel), _count(store, SampleModel)) == (2201, 2201)
         # The aggregates kept for queries are the records' own figures, to the bit.
         summaries = {s.run_id: s for s in store.list_runs(limit=None)}
@@ -66,10 +84,14 @@ def test_a_large_save_is_a_few_statements_and_loads_back_equal(store_url: str) -
         assert summaries["empty000"].avg_busbw_bytes_per_s == 0.0
         rows = [r for r in store.measurement_rows() if r.run_id == "bulk000b"]
         assert [(r.mean_s, r.cv, r.busbw_bytes_per_s, r.samples_s) for r in rows] == [
-            (m.stats.mean_s, m.stats.cv, m.busbw_bytes_per_s, m.samples_s) for m in runs[1].measurements]
+            (m.stats.mean_s, m.stats.cv, m.busbw_bytes_per_s, m.samples_s) for m in runs[1].measurements
+        ]
         with store.engine.connect() as conn:
-            algbw = conn.scalars(select(MeasurementModel.algbw_bytes_per_s)
-                                 .where(MeasurementModel.run_id == "bulk000a").order_by(MeasurementModel.position))
+            algbw = conn.scalars(
+                select(MeasurementModel.algbw_bytes_per_s)
+                .where(MeasurementModel.run_id == "bulk000a")
+                .order_by(MeasurementModel.position)
+            )
             assert list(algbw) == [m.algbw_bytes_per_s for m in runs[0].measurements]
 
 

@@ -18,24 +18,49 @@ WORLD = 4
 
 
 def _m(op: str, size_bytes: int, count: int, in_place: bool, samples_s: tuple[float, ...], **kw: object) -> dict:
-    return measurement_to_dict(Measurement(op=op, size_bytes=size_bytes, count=count, in_place=in_place,
-                                           world_size=WORLD, samples_s=samples_s, **kw))  # type: ignore[arg-type]
+    return measurement_to_dict(
+        Measurement(
+            op=op, size_bytes=size_bytes, count=count, in_place=in_place, world_size=WORLD, samples_s=samples_s, **kw
+        )
+    )  # type: ignore[arg-type]
 
 
 def _rows() -> list[dict]:
     ag = dict(dtype="float32", nwrong=0)
     return [
         # both placements: all_gather 1 MiB, 4 ranks
-        {"size_bytes": 1 << 20, "count": 65536, "dtype": "float32", "redop": "none", "root": -1,
-         "measurements": [_m("all_gather", 1 << 20, 65536, False, (100e-6, 110e-6, 120e-6, 130e-6), **ag),
-                          _m("all_gather", 1 << 20, 65536, True, (90e-6, 95e-6, 100e-6, 400e-6), **ag)]},
+        {
+            "size_bytes": 1 << 20,
+            "count": 65536,
+            "dtype": "float32",
+            "redop": "none",
+            "root": -1,
+            "measurements": [
+                _m("all_gather", 1 << 20, 65536, False, (100e-6, 110e-6, 120e-6, 130e-6), **ag),
+                _m("all_gather", 1 << 20, 65536, True, (90e-6, 95e-6, 100e-6, 400e-6), **ag),
+            ],
+        },
         # in-place only, a reduction with a root, unchecked: #wrong is N/A
-        {"size_bytes": 8, "count": 4, "dtype": "bfloat16", "redop": "max", "root": 3,
-         "measurements": [None, _m("reduce", 8, 4, True, (12.5e-6, 13.25e-6), dtype="bfloat16", redop="max",
-                                   root=3)]},
+        {
+            "size_bytes": 8,
+            "count": 4,
+            "dtype": "bfloat16",
+            "redop": "max",
+            "root": 3,
+            "measurements": [
+                None,
+                _m("reduce", 8, 4, True, (12.5e-6, 13.25e-6), dtype="bfloat16", redop="max", root=3),
+            ],
+        },
         # out-of-place only, a long time (seconds), with wrong elements
-        {"size_bytes": 1 << 30, "count": 1 << 28, "dtype": "int32", "redop": "none", "root": -1,
-         "measurements": [_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None]},
+        {
+            "size_bytes": 1 << 30,
+            "count": 1 << 28,
+            "dtype": "int32",
+            "redop": "none",
+            "root": -1,
+            "measurements": [_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None],
+        },
     ]
 
 
@@ -56,7 +81,10 @@ def test_table_is_built_from_its_parts_and_columns_line_up() -> None:
     assert lines[:3] == column_header_lines()
     # each op's rows are introduced by a marker line, since the table has no op column
     assert [ln for ln in lines if ln.startswith("# Collective test:")] == [
-        op_header_line("all_gather"), op_header_line("reduce"), op_header_line("all_to_all")]
+        op_header_line("all_gather"),
+        op_header_line("reduce"),
+        op_header_line("all_to_all"),
+    ]
     body = [ln for ln in lines[3:] if not ln.startswith("# Collective test:")]
     assert body[:3] == [row_line(r) for r in rows]
     assert body[3:] == footer_lines(7, 123.456789e9)

@@ -55,8 +55,14 @@ def test_presets_carry_the_reference_line_rates() -> None:
 def test_every_efficiency_and_latency_says_where_it_comes_from() -> None:
     for name in PRESETS:
         t = load_topology(name)
-        origins = [t.launch_latency_origin, t.pipeline_chunk_origin, t.accelerator.reduction_origin,
-                   t.accelerator.copy_origin, t.scale_up.efficiency_origin, t.scale_up.latency_origin]
+        origins = [
+            t.launch_latency_origin,
+            t.pipeline_chunk_origin,
+            t.accelerator.reduction_origin,
+            t.accelerator.copy_origin,
+            t.scale_up.efficiency_origin,
+            t.scale_up.latency_origin,
+        ]
         if t.scale_out is not None:
             origins += [t.scale_out.efficiency_origin, t.scale_out.latency_origin]
         assert all(o.strip() for o in origins), name
@@ -78,23 +84,27 @@ def _rejected(mutate, match: str) -> None:
 
 
 def test_negative_bandwidth_is_rejected_naming_the_field() -> None:
-    _rejected(lambda d: d["scale_up"].update(bandwidth_bytes_per_s=-1.0),
-              r"bad\.yaml: scale_up\.bandwidth_bytes_per_s: .*greater than 0")
-    _rejected(lambda d: d["scale_out"].update(nic_bandwidth_bytes_per_s=0),
-              r"scale_out\.nic_bandwidth_bytes_per_s")
+    _rejected(
+        lambda d: d["scale_up"].update(bandwidth_bytes_per_s=-1.0),
+        r"bad\.yaml: scale_up\.bandwidth_bytes_per_s: .*greater than 0",
+    )
+    _rejected(lambda d: d["scale_out"].update(nic_bandwidth_bytes_per_s=0), r"scale_out\.nic_bandwidth_bytes_per_s")
 
 
 def test_a_nic_count_that_does_not_divide_the_accelerators_is_rejected() -> None:
-    _rejected(lambda d: d["scale_out"].update(nics_per_node=3),
-              r"scale_out\.nics_per_node: 3 NICs do not divide the 8 accelerators per node")
+    _rejected(
+        lambda d: d["scale_out"].update(nics_per_node=3),
+        r"scale_out\.nics_per_node: 3 NICs do not divide the 8 accelerators per node",
+    )
 
 
 def test_other_bad_values_name_their_field() -> None:
     _rejected(lambda d: d["scale_up"].update(efficiency=1.2), r"scale_up\.efficiency: .*less than or equal to 1")
     _rejected(lambda d: d["scale_up"].update(domain_size=12), r"scale_up\.domain_size: 12 is not a multiple")
     _rejected(lambda d: d["scale_out"]["tiers"][1].update(nodes=48), r"scale_out\.tiers\[1\]\.nodes: 48")
-    _rejected(lambda d: d["scale_out"]["tiers"][0].update(oversubscription=0.5),
-              r"scale_out\.tiers\[0\]\.oversubscription")
+    _rejected(
+        lambda d: d["scale_out"]["tiers"][0].update(oversubscription=0.5), r"scale_out\.tiers\[0\]\.oversubscription"
+    )
     _rejected(lambda d: d["scale_up"].update(latency_s=-1e-6), r"scale_up\.latency_s")
     _rejected(lambda d: d["scale_up"].update(efficiency_origin="  "), r"scale_up\.efficiency_origin: must say where")
     _rejected(lambda d: d["scale_up"].pop("in_switch_efficiency"), r"scale_up\.in_switch_efficiency: needed")
@@ -123,6 +133,6 @@ def test_a_file_that_is_not_a_mapping_is_refused(tmp_path) -> None:
 
 def test_specs_are_immutable() -> None:
     t = load_topology("dgx-h100")
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - pydantic or dataclasses: either frozen error will do
         t.scale_up.bandwidth_bytes_per_s = 1.0  # type: ignore[misc]
     assert copy.deepcopy(t) == t

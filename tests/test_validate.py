@@ -51,8 +51,11 @@ def test_reduction_in_the_dtype_is_exact(dtype: str, redop: str, world: int) -> 
         if redop == "avg":
             # the sum itself must be exact: world x the expected average
             assert torch.equal(got.to(torch.int64), expected * world), "avg: the sum of inputs is not exact"
-            got = (got / world).to(got.dtype) if got.dtype.is_floating_point else torch.div(
-                got, world, rounding_mode="floor")
+            got = (
+                (got / world).to(got.dtype)
+                if got.dtype.is_floating_point
+                else torch.div(got, world, rounding_mode="floor")
+            )
         assert count_wrong(got, expected, dtype, redop, world) == 0
         if redop != "avg" or not got.dtype.is_floating_point:
             assert torch.equal(got.to(torch.int64), expected)

@@ -50,6 +50,7 @@ def refused(result, option: str) -> str:
 
 # ---- bounds of checks: NaN, infinities, out of range ------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["nan", "inf", "1", "0.5", "-2"])
 def test_slow_factor_that_would_disable_the_check_is_refused(value: str) -> None:
     line = refused(run("diagnose", "stragglers", *map(str, TRACES), "--slow-factor", value), "--slow-factor")
@@ -60,8 +61,10 @@ def test_late_threshold_nan_is_refused() -> None:
     refused(run("diagnose", "stragglers", *map(str, TRACES), "--late-threshold-us", "nan"), "--late-threshold-us")
 
 
-@pytest.mark.parametrize("field, value", [("slow_factor", math.nan), ("slow_factor", math.inf),
-                                          ("late_threshold_s", math.nan), ("end_spread_s", math.inf)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("slow_factor", math.nan), ("slow_factor", math.inf), ("late_threshold_s", math.nan), ("end_spread_s", math.inf)],
+)
 def test_straggler_params_refuse_non_finite_thresholds(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         StragglerParams(**{field: value})
@@ -81,8 +84,12 @@ def test_diagnose_links_timeout_must_be_finite_and_positive(value: str) -> None:
 
 
 def test_links_worker_under_torchrun_refuses_a_nan_timeout() -> None:
-    proc = subprocess.run([sys.executable, "-m", "commlens.diagnose.links", "--timeout", "nan"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "commlens.diagnose.links", "--timeout", "nan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "argument --timeout: must be a finite number of seconds > 0, got nan" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -94,13 +101,20 @@ def test_calibrate_budget_nan_is_refused() -> None:
 
 # ---- bench: timeout and backends, refused before any rank starts ------------------------------------
 
+
 def _cfg(*argv: str):
     return config_from_args(build_parser().parse_args(list(argv)))
 
 
-@pytest.mark.parametrize("value, message", [("nan", "finite number of seconds > 0, got nan"),
-                                            ("inf", "finite number of seconds > 0, got inf"),
-                                            ("-1", "> 0"), ("1", "too short for start-up")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("nan", "finite number of seconds > 0, got nan"),
+        ("inf", "finite number of seconds > 0, got inf"),
+        ("-1", "> 0"),
+        ("1", "too short for start-up"),
+    ],
+)
 def test_bench_timeout_nan_inf_or_shorter_than_start_up_is_refused(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match="--timeout") as info:
         _cfg("--timeout", value)
@@ -108,9 +122,14 @@ def test_bench_timeout_nan_inf_or_shorter_than_start_up_is_refused(value: str, m
     assert _cfg("--timeout", str(MIN_TIMEOUT_S)).timeout_s == MIN_TIMEOUT_S
 
 
-@pytest.mark.parametrize("backend, message", [("ucc", "--backend ucc: registered in torch but not available"),
-                                              ("xccl", "--backend xccl: registered in torch but not available"),
-                                              ("mpi", "backend mpi is not available")])
+@pytest.mark.parametrize(
+    "backend, message",
+    [
+        ("ucc", "--backend ucc: registered in torch but not available"),
+        ("xccl", "--backend xccl: registered in torch but not available"),
+        ("mpi", "backend mpi is not available"),
+    ],
+)
 def test_backends_torch_lists_but_cannot_start_here_are_refused(backend: str, message: str) -> None:
     import torch.distributed as dist
 
@@ -133,6 +152,7 @@ def test_bench_with_an_unavailable_backend_exits_2_before_launch(tmp_path: Path)
 
 # ---- numbers in spec files: nan, inf, booleans ------------------------------------------------------
 
+
 def _topology_file(tmp_path: Path, change) -> Path:
     data = topology_to_dict(load_topology("dgx-h100"))
     change(data)
@@ -141,14 +161,17 @@ def _topology_file(tmp_path: Path, change) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field, change", [
-    ("scale_up.bandwidth_bytes_per_s", lambda d: d["scale_up"].update(bandwidth_bytes_per_s=math.inf)),
-    ("scale_out.nic_bandwidth_bytes_per_s", lambda d: d["scale_out"].update(nic_bandwidth_bytes_per_s=math.nan)),
-    ("scale_up.latency_s", lambda d: d["scale_up"].update(latency_s=math.nan)),
-    ("accelerators_per_node", lambda d: d.update(accelerators_per_node=True)),
-    ("scale_up.domain_size", lambda d: d["scale_up"].update(domain_size=True)),
-    ("scale_out.tiers[0].oversubscription", lambda d: d["scale_out"]["tiers"][0].update(oversubscription=True)),
-])
+@pytest.mark.parametrize(
+    "field, change",
+    [
+        ("scale_up.bandwidth_bytes_per_s", lambda d: d["scale_up"].update(bandwidth_bytes_per_s=math.inf)),
+        ("scale_out.nic_bandwidth_bytes_per_s", lambda d: d["scale_out"].update(nic_bandwidth_bytes_per_s=math.nan)),
+        ("scale_up.latency_s", lambda d: d["scale_up"].update(latency_s=math.nan)),
+        ("accelerators_per_node", lambda d: d.update(accelerators_per_node=True)),
+        ("scale_up.domain_size", lambda d: d["scale_up"].update(domain_size=True)),
+        ("scale_out.tiers[0].oversubscription", lambda d: d["scale_out"]["tiers"][0].update(oversubscription=True)),
+    ],
+)
 def test_topology_refuses_nan_inf_and_booleans_as_numbers(tmp_path: Path, field: str, change) -> None:
     path = _topology_file(tmp_path, change)
     with pytest.raises(TopologyError, match=field.replace("[", r"\[").replace("]", r"\]")):
@@ -180,8 +203,10 @@ def test_accelerators_file_refuses_booleans_and_infinities(tmp_path: Path) -> No
 
 def test_accelerators_gemm_shape_refuses_booleans(tmp_path: Path) -> None:
     path = tmp_path / "acc.yaml"
-    for shape, message in (("{k_overhead: true, tiles: [[128, 128, 1.0]], origin: x}", "k_overhead: expected a number"),
-                           ("{k_overhead: 1, tiles: [[true, 128, 1.0]], origin: x}", "tiles: a tile's sizes")):
+    for shape, message in (
+        ("{k_overhead: true, tiles: [[128, 128, 1.0]], origin: x}", "k_overhead: expected a number"),
+        ("{k_overhead: 1, tiles: [[true, 128, 1.0]], origin: x}", "tiles: a tile's sizes"),
+    ):
         path.write_text(f"format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    gemm_shape: {shape}\n")
         with pytest.raises(AcceleratorsFileError, match=f"gemm_shape.{message}"):
             load_accelerators_file(path)
@@ -194,12 +219,17 @@ def test_layout_refuses_booleans_as_sizes() -> None:
     assert ParallelLayout(sp=False).sp is False  # real booleans stay booleans
 
 
-@pytest.mark.parametrize("spec, message", [("gpus=true", "gpus must be a whole number"),
-                                           ("gpus=4.5", "gpus must be a whole number"),
-                                           ("gpus=0", "gpus must be a whole number"),
-                                           ("topology.nic_gbps=true", "nic_gbps must be a number > 0"),
-                                           ("topology.nic_gbps=.nan", "not a finite number"),
-                                           ("workload.seq_len=.inf", "not a finite number")])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("gpus=true", "gpus must be a whole number"),
+        ("gpus=4.5", "gpus must be a whole number"),
+        ("gpus=0", "gpus must be a whole number"),
+        ("topology.nic_gbps=true", "nic_gbps must be a number > 0"),
+        ("topology.nic_gbps=.nan", "not a finite number"),
+        ("workload.seq_len=.inf", "not a finite number"),
+    ],
+)
 def test_sweep_values_that_slip_through_are_refused(spec: str, message: str) -> None:
     with pytest.raises(ProjectionError, match=message):
         parse_vary([spec])
@@ -210,6 +240,7 @@ def test_project_set_gpus_true_exits_2() -> None:
 
 
 # ---- repeated YAML keys ----------------------------------------------------------------------------
+
 
 def test_load_yaml_refuses_a_repeated_key_naming_it_and_both_lines() -> None:
     with pytest.raises(DuplicateKeyError, match=r"duplicate key 'latency_s' on line 4 \(first on line 2\)"):
@@ -240,6 +271,7 @@ def test_every_spec_loader_refuses_repeated_keys(tmp_path: Path) -> None:
 
 # ---- the emulated cluster: rates and names ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("rate", [math.inf, math.nan, 0.0, -1.0])
 def test_cluster_link_rate_must_be_finite_and_positive(rate: float) -> None:
     with pytest.raises(ValueError, match="link rate must be a finite number > 0"):
@@ -259,10 +291,21 @@ def test_cluster_commands_refuse_a_name_that_is_a_path(tmp_path: Path, command: 
     state.mkdir()
     # a well-formed state file outside the state directory: `down ../victim` used to read it, and remove it
     victim = tmp_path / "victim.json"
-    victim.write_text(json.dumps({
-        "format": "commlens.cluster/1", "name": "victim", "status": "up", "hosts": 2, "link_bytes_per_s": 1.25e8,
-        "ranks_per_host": 1, "subnet_index": 7, "faults": {"slow_hosts": [], "slow_links": [], "starved_hosts": []},
-        "created": []}))
+    victim.write_text(
+        json.dumps(
+            {
+                "format": "commlens.cluster/1",
+                "name": "victim",
+                "status": "up",
+                "hosts": 2,
+                "link_bytes_per_s": 1.25e8,
+                "ranks_per_host": 1,
+                "subnet_index": 7,
+                "faults": {"slow_hosts": [], "slow_links": [], "starved_hosts": []},
+                "created": [],
+            }
+        )
+    )
     before = victim.read_text()
     env = {"COMMLENS_CLUSTER_DIR": str(state)}
     line = refused(run("cluster", command[0], "../victim", *command[1:], env=env), "cluster name '../victim'")
@@ -296,13 +339,17 @@ def test_specdata_is_a_leaf_so_topology_and_cluster_still_import_nothing_else_of
     assert commlens_imports(src / "specdata.py") == set()
     for package in ("topology", "cluster"):
         for path in (src / package).rglob("*.py"):
-            outside = {m for m in commlens_imports(path)
-                       if not m.startswith(f"commlens.{package}") and m != "commlens.specdata"}
+            outside = {
+                m
+                for m in commlens_imports(path)
+                if not m.startswith(f"commlens.{package}") and m != "commlens.specdata"
+            }
             assert not outside, f"{path.relative_to(src)} imports {outside}"
 
 
-@pytest.mark.parametrize("option, text", [("--slow-host", "1:nan"), ("--slow-link", "0-1:inf"),
-                                          ("--cpu-starve", "1:nan")])
+@pytest.mark.parametrize(
+    "option, text", [("--slow-host", "1:nan"), ("--slow-link", "0-1:inf"), ("--cpu-starve", "1:nan")]
+)
 def test_cluster_fault_fractions_nan_or_inf_exit_2(tmp_path: Path, option: str, text: str) -> None:
     env = {"COMMLENS_CLUSTER_DIR": str(tmp_path / "state")}
     line = refused(run("cluster", "up", "c", "--hosts", "2", option, text, env=env), "fraction must be in")

@@ -2,11 +2,18 @@
 
 import pytest
 
-from commlens.workload import WorkloadError, list_presets, load_workload, workload_from_dict, workload_data
+from commlens.workload import WorkloadError, list_presets, load_workload, workload_data, workload_from_dict
 
 PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.md; others: their papers)
-    "megatron-gpt-1.7b": 1.7, "megatron-gpt-18.4b": 18.4, "megatron-gpt-145.6b": 145.6, "megatron-gpt-1t": 1008.0,
-    "gpt3-175b": 175.0, "llama3-8b": 8.0, "llama3-70b": 70.6, "llama3-405b": 405.0, "mixtral-8x7b": 46.7,
+    "megatron-gpt-1.7b": 1.7,
+    "megatron-gpt-18.4b": 18.4,
+    "megatron-gpt-145.6b": 145.6,
+    "megatron-gpt-1t": 1008.0,
+    "gpt3-175b": 175.0,
+    "llama3-8b": 8.0,
+    "llama3-70b": 70.6,
+    "llama3-405b": 405.0,
+    "mixtral-8x7b": 46.7,
 }
 
 

@@ -28,8 +28,8 @@ named schemes commlens' ``hierarchical`` all-reduce runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = [
     "HIERARCHICAL_LEADERS_MAX_BYTES",
@@ -134,26 +134,116 @@ class OpSpec:
 OPS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in (
-        OpSpec("all_reduce", "all_reduce", "AllReduce", True, False, False, False,
-               "bytes each rank contributes and receives (count x elem)", _allreduce_factor),
-        OpSpec("all_gather", "all_gather", "AllGather", False, False, True, True,
-               "bytes each rank receives: the gathered whole (count x elem x ranks)", _ring_factor),
-        OpSpec("reduce_scatter", "reduce_scatter", "ReduceScatter", True, False, True, False,
-               "bytes each rank contributes: the full input (count x elem x ranks)", _ring_factor),
-        OpSpec("all_to_all", "alltoall", "AlltoAll", False, False, True, False,
-               "bytes each rank sends, all peers together (count x elem x ranks)", _ring_factor),
-        OpSpec("broadcast", "broadcast", "Broadcast", False, True, False, False,
-               "bytes the root sends and every rank receives (count x elem)", _unit_factor),
-        OpSpec("reduce", "reduce", "Reduce", True, True, False, False,
-               "bytes each rank contributes to the root (count x elem)", _unit_factor),
-        OpSpec("gather", "gather", "Gather", False, True, True, True,
-               "bytes the root receives, all ranks together (count x elem x ranks)", _ring_factor),
-        OpSpec("scatter", "scatter", "Scatter", False, True, True, False,
-               "bytes the root sends, all ranks together (count x elem x ranks)", _ring_factor),
-        OpSpec("sendrecv", "sendrecv", "SendRecv", False, False, False, False,
-               "bytes each rank sends to the next rank and receives from the previous", _unit_factor),
-        OpSpec("barrier", "barrier", "Barrier", False, False, False, False,
-               "no payload: latency of a barrier; size is always 0", lambda n: 0.0),
+        OpSpec(
+            "all_reduce",
+            "all_reduce",
+            "AllReduce",
+            True,
+            False,
+            False,
+            False,
+            "bytes each rank contributes and receives (count x elem)",
+            _allreduce_factor,
+        ),
+        OpSpec(
+            "all_gather",
+            "all_gather",
+            "AllGather",
+            False,
+            False,
+            True,
+            True,
+            "bytes each rank receives: the gathered whole (count x elem x ranks)",
+            _ring_factor,
+        ),
+        OpSpec(
+            "reduce_scatter",
+            "reduce_scatter",
+            "ReduceScatter",
+            True,
+            False,
+            True,
+            False,
+            "bytes each rank contributes: the full input (count x elem x ranks)",
+            _ring_factor,
+        ),
+        OpSpec(
+            "all_to_all",
+            "alltoall",
+            "AlltoAll",
+            False,
+            False,
+            True,
+            False,
+            "bytes each rank sends, all peers together (count x elem x ranks)",
+            _ring_factor,
+        ),
+        OpSpec(
+            "broadcast",
+            "broadcast",
+            "Broadcast",
+            False,
+            True,
+            False,
+            False,
+            "bytes the root sends and every rank receives (count x elem)",
+            _unit_factor,
+        ),
+        OpSpec(
+            "reduce",
+            "reduce",
+            "Reduce",
+            True,
+            True,
+            False,
+            False,
+            "bytes each rank contributes to the root (count x elem)",
+            _unit_factor,
+        ),
+        OpSpec(
+            "gather",
+            "gather",
+            "Gather",
+            False,
+            True,
+            True,
+            True,
+            "bytes the root receives, all ranks together (count x elem x ranks)",
+            _ring_factor,
+        ),
+        OpSpec(
+            "scatter",
+            "scatter",
+            "Scatter",
+            False,
+            True,
+            True,
+            False,
+            "bytes the root sends, all ranks together (count x elem x ranks)",
+            _ring_factor,
+        ),
+        OpSpec(
+            "sendrecv",
+            "sendrecv",
+            "SendRecv",
+            False,
+            False,
+            False,
+            False,
+            "bytes each rank sends to the next rank and receives from the previous",
+            _unit_factor,
+        ),
+        OpSpec(
+            "barrier",
+            "barrier",
+            "Barrier",
+            False,
+            False,
+            False,
+            False,
+            "no payload: latency of a barrier; size is always 0",
+            lambda n: 0.0,
+        ),
     )
 }
 
@@ -179,9 +269,7 @@ def get_op(name: str) -> OpSpec:
     try:
         return OPS[_ALIASES[key]]
     except KeyError:
-        raise UnknownOpError(
-            f"unknown op {name!r}; known: {', '.join(OP_NAMES)} or 'all'"
-        ) from None
+        raise UnknownOpError(f"unknown op {name!r}; known: {', '.join(OP_NAMES)} or 'all'") from None
 
 
 def parse_ops(text: str | list[str]) -> list[OpSpec]:
@@ -215,9 +303,12 @@ class Transport:
 
 # One entry per torch.distributed backend, by its lower-case name; a backend not listed is full duplex.
 TRANSPORTS: dict[str, Transport] = {
-    "gloo": Transport(True, "gloo's TCP pair moves one direction at a time: on a shaped link two ranks swapping "
-                            "get 14.8 MB/s each way against 29.2 one way (benchmarks/algos_cluster.py, "
-                            "docs/algos.md)"),
+    "gloo": Transport(
+        True,
+        "gloo's TCP pair moves one direction at a time: on a shaped link two ranks swapping "
+        "get 14.8 MB/s each way against 29.2 one way (benchmarks/algos_cluster.py, "
+        "docs/algos.md)",
+    ),
     "nccl": Transport(False, "NCCL opens a send and a receive connection per peer, each direction at full rate"),
     "mpi": Transport(False, "not measured by commlens; taken as full duplex, as an unlisted backend"),
 }
@@ -236,8 +327,14 @@ HIERARCHICAL_LEADERS_MAX_BYTES = 32 << 10
 HIERARCHICAL_ONE_WAY_MIN_BYTES = 32 << 10
 
 
-def hierarchical_all_reduce_scheme(size_bytes: float, half_shard_bytes: float, hosts: int, ranks_per_host: int,
-                                   full_hosts: bool, half_duplex_pairs: bool) -> str:
+def hierarchical_all_reduce_scheme(
+    size_bytes: float,
+    half_shard_bytes: float,
+    hosts: int,
+    ranks_per_host: int,
+    full_hosts: bool,
+    half_duplex_pairs: bool,
+) -> str:
     """The all_reduce algorithm ``hierarchical`` runs: the one rule the library and the cost model share.
 
     ``half_shard_bytes`` is half of the smallest of the ranks_per_host shards; ``full_hosts``: the last
@@ -251,14 +348,20 @@ def hierarchical_all_reduce_scheme(size_bytes: float, half_shard_bytes: float, h
        (nearest peers first: the rings' bytes per level in fewer steps);
     4. else ``hierarchical_ring``.
     """
+
     def pow2(k: int) -> bool:
         return k & (k - 1) == 0
 
     two_level = hosts > 1 and ranks_per_host > 1
     if two_level and size_bytes < HIERARCHICAL_LEADERS_MAX_BYTES:
         return "hierarchical_leaders"
-    if (hosts == 2 and ranks_per_host >= 2 and full_hosts and half_duplex_pairs
-            and half_shard_bytes >= HIERARCHICAL_ONE_WAY_MIN_BYTES):
+    if (
+        hosts == 2
+        and ranks_per_host >= 2
+        and full_hosts
+        and half_duplex_pairs
+        and half_shard_bytes >= HIERARCHICAL_ONE_WAY_MIN_BYTES
+    ):
         return "hierarchical_one_way"
     if two_level and full_hosts and pow2(ranks_per_host) and pow2(hosts):
         return "rabenseifner"

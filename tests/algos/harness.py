@@ -100,8 +100,13 @@ def _worker(rank: int, world: int, store_path: str, conn: mpc.Connection, gloo_t
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # up to 8 ranks share 2 cores
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world,
-                            timeout=dt.timedelta(seconds=gloo_timeout_s))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=world,
+        timeout=dt.timedelta(seconds=gloo_timeout_s),
+    )
     members: dict[str, Member] = {"world": Member(None, "world", rank, world, rank, world)}
     for name, spec in SUBGROUPS.items():
         ranks = spec(world)
@@ -154,8 +159,12 @@ class Pool:
         try:
             for rank in range(world):
                 ours, theirs = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(rank, world, store, theirs, timeout_s * 0.75),
-                                   name=f"pool{world}-rank{rank}", daemon=True)
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(rank, world, store, theirs, timeout_s * 0.75),
+                    name=f"pool{world}-rank{rank}",
+                    daemon=True,
+                )
                 proc.start()
                 theirs.close()
                 self._procs.append(proc)
@@ -169,8 +178,9 @@ class Pool:
     def alive(self) -> bool:
         return bool(self._procs) and all(p.is_alive() for p in self._procs)
 
-    def run(self, fn: Callable[..., Any], *, group: str = "world", timeout_s: float | None = None,
-            **kwargs: Any) -> list[Any]:
+    def run(
+        self, fn: Callable[..., Any], *, group: str = "world", timeout_s: float | None = None, **kwargs: Any
+    ) -> list[Any]:
         """Run ``fn(member, **kwargs)`` on every rank of ``group``; return their results in group-rank order."""
         ranks = group_ranks(self.world, group)
         message = pickle.dumps((list(sys.path), pickle.dumps((fn, group, kwargs))))
@@ -242,8 +252,9 @@ class Pools:
             pool = self._pools[world] = Pool(world, timeout_s=self.timeout_s)
         return pool
 
-    def run(self, world: int, fn: Callable[..., Any], *, group: str = "world", timeout_s: float | None = None,
-            **kwargs: Any) -> list[Any]:
+    def run(
+        self, world: int, fn: Callable[..., Any], *, group: str = "world", timeout_s: float | None = None, **kwargs: Any
+    ) -> list[Any]:
         """:meth:`Pool.run` on the pool of ``world`` ranks."""
         return self.get(world).run(fn, group=group, timeout_s=timeout_s, **kwargs)
 

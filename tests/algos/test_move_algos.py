@@ -23,17 +23,26 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from harness import Member, Pools, errors_of, group_ranks
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from commlens import algos
 from commlens.algos import AlgoError, Comm, Options
 from commlens.algos.allgather import doubling_all_gather_inplace, ring_all_gather_inplace
-from harness import Member, Pools, errors_of, group_ranks
 
 # Every dtype gloo's all_gather, all_to_all and broadcast take (int16 they refuse).
-DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64,
-          torch.float16, torch.bfloat16, torch.float32, torch.float64)
+DTYPES = (
+    torch.bool,
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
 SETTINGS = settings(derandomize=True, max_examples=4, deadline=None, database=None)
 WORLDS = range(1, 9)
 SENTINEL = 0xA5  # the byte every output starts as
@@ -70,6 +79,7 @@ def _variants(op: str, chunk_bytes: int) -> list[tuple[str, str, dict[str, int]]
 
 # ---- per-rank case functions (run in the pool's workers) ---------------------------------------
 
+
 def _all_gather_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_bytes: int) -> dict[str, Any]:
     x = _random(seed * 1009 + m.global_rank, n, dtype)
     ref = _sentinel(n * m.size, dtype)
@@ -80,15 +90,16 @@ def _all_gather_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_byt
         algos.all_gather(out, inp, m.group, algo=name, **kwargs)
         got[label], untouched[label] = out, _same_bits(inp, x)
         out = _sentinel(n * m.size, dtype)  # input already in place, as torch allows
-        own = out[m.rank * n:(m.rank + 1) * n]
+        own = out[m.rank * n : (m.rank + 1) * n]
         own.copy_(x)
         algos.all_gather(out, own, m.group, algo=name, **kwargs)
         aliased[label] = out
     return {"ref": ref, "got": got, "aliased": aliased, "untouched": untouched}
 
 
-def _inplace_case(m: Member, lengths: list[int], dtype: torch.dtype, seed: int,
-                  chunk_bytes: int | None) -> dict[str, bool]:
+def _inplace_case(
+    m: Member, lengths: list[int], dtype: torch.dtype, seed: int, chunk_bytes: int | None
+) -> dict[str, bool]:
     starts = [sum(lengths[:k]) for k in range(len(lengths) + 1)]
     bounds = list(itertools.pairwise(starts))
     whole = _random(seed, starts[-1], dtype)  # every rank knows what the gathered buffer must hold
@@ -114,8 +125,7 @@ def _all_to_all_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_byt
     return {"ref": ref, "got": got, "untouched": untouched}
 
 
-def _broadcast_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_bytes: int,
-                    root: int) -> dict[str, Any]:
+def _broadcast_case(m: Member, n: int, dtype: torch.dtype, seed: int, chunk_bytes: int, root: int) -> dict[str, Any]:
     # only the root's data is random; the others start from their own garbage
     x = _random(seed * 1009 + m.global_rank, n, dtype)
     ref = x.clone()
@@ -148,24 +158,40 @@ def _direct_one_rank(m: Member, n: int) -> dict[str, bool]:
 
 # ---- strategies and checks ----------------------------------------------------------------------
 
+
 @st.composite
 def cases(draw: st.DrawFn, world: int, max_len: int = 9) -> dict[str, Any]:
     """One case: the group, a block length, a dtype, a seed, a chunk size in bytes (1..12)."""
-    return {"group": draw(st.sampled_from(["world", *(["odd", "tail"] if world > 1 else [])])),
-            "n": draw(st.integers(0, max_len)), "dtype": draw(st.sampled_from(DTYPES)),
-            "seed": draw(st.integers(0, 2**16)), "chunk_bytes": draw(st.integers(1, 12))}
+    return {
+        "group": draw(st.sampled_from(["world", *(["odd", "tail"] if world > 1 else [])])),
+        "n": draw(st.integers(0, max_len)),
+        "dtype": draw(st.sampled_from(DTYPES)),
+        "seed": draw(st.integers(0, 2**16)),
+        "chunk_bytes": draw(st.integers(1, 12)),
+    }
 
 
 def _edges(world: int) -> list[dict[str, Any]]:
     """Lengths 0, 1 and world-1 on the whole world and on a sub-group whose rank 0 is global rank 1."""
     groups = ["world", "tail"] if world > 1 else ["world"]
-    return [{"group": g, "n": n, "dtype": torch.float32, "seed": 1, "chunk_bytes": 4}
-            for g in groups for n in sorted({0, 1, world - 1})]
+    return [
+        {"group": g, "n": n, "dtype": torch.float32, "seed": 1, "chunk_bytes": 4}
+        for g in groups
+        for n in sorted({0, 1, world - 1})
+    ]
 
 
 def _run(pools: Pools, world: int, fn: Any, case: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
-    return pools.run(world, fn, group=case["group"], n=case["n"], dtype=case["dtype"], seed=case["seed"],
-                     chunk_bytes=case["chunk_bytes"], **extra)
+    return pools.run(
+        world,
+        fn,
+        group=case["group"],
+        n=case["n"],
+        dtype=case["dtype"],
+        seed=case["seed"],
+        chunk_bytes=case["chunk_bytes"],
+        **extra,
+    )
 
 
 def _expect(results: list[dict[str, Any]], case: dict[str, Any], *, ops: str, extra: tuple[str, ...] = ()) -> None:
@@ -180,6 +206,7 @@ def _expect(results: list[dict[str, Any]], case: dict[str, Any], *, ops: str, ex
 
 
 # ---- tests --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("world", WORLDS)
 @SETTINGS
@@ -222,8 +249,9 @@ def test_inplace_all_gather_phases_take_uneven_and_empty_blocks(pools: Pools, wo
     lengths = data.draw(st.lists(st.integers(0, 5), min_size=size, max_size=size))
     chunk_bytes = data.draw(st.sampled_from([None, 1, 3, 8]))
     dtype = data.draw(st.sampled_from(DTYPES))
-    for res in pools.run(world, _inplace_case, group=group, lengths=lengths, dtype=dtype, seed=7,
-                         chunk_bytes=chunk_bytes):
+    for res in pools.run(
+        world, _inplace_case, group=group, lengths=lengths, dtype=dtype, seed=7, chunk_bytes=chunk_bytes
+    ):
         assert res == {"ring": True, "doubling": True}, (group, lengths, chunk_bytes, dtype)
 
 
@@ -245,8 +273,12 @@ def test_registry_lists_the_algorithms_with_one_line_summaries() -> None:
     assert algos.algorithms_for("all_gather") == ("ring", "recursive_doubling", "bruck")
     assert algos.algorithms_for("all_to_all") == ("pairwise", "direct", "bruck")
     assert algos.algorithms_for("broadcast") == ("binomial", "chain", "scatter_allgather")
-    chunked = {(op, name) for op in ("all_gather", "all_to_all", "broadcast")
-               for name in algos.algorithms_for(op) if algos.get_algorithm(op, name).chunked}
+    chunked = {
+        (op, name)
+        for op in ("all_gather", "all_to_all", "broadcast")
+        for name in algos.algorithms_for(op)
+        if algos.get_algorithm(op, name).chunked
+    }
     assert chunked == {("all_gather", "ring"), ("broadcast", "chain"), ("broadcast", "scatter_allgather")}
     for op in ("all_gather", "all_to_all", "broadcast"):
         for name in algos.algorithms_for(op):
@@ -278,12 +310,13 @@ def test_bad_input_through_the_public_calls_raises_algo_error(pools: Pools) -> N
         assert res["ag_dtype"] == "output is torch.float32 but input is torch.int32"
         assert res["ag_unknown"] == "unknown all_gather algorithm 'nope'; known: ring, recursive_doubling, bruck"
         assert res["ag_strided"] == "output must be contiguous"
-        assert res["a2a_size"] == ("all_to_all needs input and output of equal length divisible by 2 ranks, "
-                                   "got 3 and 2")
-        assert res["a2a_split"] == ("all_to_all needs input and output of equal length divisible by 2 ranks, "
-                                    "got 3 and 3")
+        assert res["a2a_size"] == (
+            "all_to_all needs input and output of equal length divisible by 2 ranks, got 3 and 2"
+        )
+        assert res["a2a_split"] == (
+            "all_to_all needs input and output of equal length divisible by 2 ranks, got 3 and 3"
+        )
         assert res["a2a_dtype"] == "output is torch.float64 but input is torch.float32"
         assert res["bc_src"] == "src=0 is not a rank of the group (ranks [1, 3])"
-        assert res["bc_unknown"] == ("unknown broadcast algorithm 'nope'; known: binomial, chain, "
-                                     "scatter_allgather")
+        assert res["bc_unknown"] == ("unknown broadcast algorithm 'nope'; known: binomial, chain, scatter_allgather")
         assert res["bc_chunk"] == "chunk_bytes must be positive, got 0"

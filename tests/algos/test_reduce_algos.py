@@ -33,8 +33,13 @@ from hypothesis import strategies as st
 from commlens import algos
 from commlens.algos import AlgoError
 
-BUILTIN = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
-           "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}
+BUILTIN = {
+    "sum": dist.ReduceOp.SUM,
+    "prod": dist.ReduceOp.PRODUCT,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "avg": dist.ReduceOp.AVG,
+}
 INT_DTYPES = (torch.int32, torch.int64)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -50,8 +55,14 @@ def cases(draw: st.DrawFn, world: int, max_len: int = 23) -> dict[str, Any]:
     group = draw(st.sampled_from(["world", *(["odd", "tail"] if world > 1 else [])]))
     dtype = draw(st.sampled_from(INT_DTYPES + FLOAT_DTYPES))
     op = draw(st.sampled_from(["sum", "prod", "max", "min", *(["avg"] if dtype.is_floating_point else [])]))
-    return {"group": group, "n": draw(st.integers(0, max_len)), "dtype": dtype, "op": op,
-            "seed": draw(st.integers(0, 2**16)), "chunk": draw(st.integers(1, 5))}
+    return {
+        "group": group,
+        "n": draw(st.integers(0, max_len)),
+        "dtype": dtype,
+        "op": op,
+        "seed": draw(st.integers(0, 2**16)),
+        "chunk": draw(st.integers(1, 5)),
+    }
 
 
 def _input(seed: int, rank: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
@@ -85,8 +96,13 @@ def _variants(op: str, world: int, elem_bytes: int, chunk: int) -> list[tuple[st
             locals_ = sorted({1, 2, 3, world})
         out += [(f"{name}/local{k}", name, {"local_size": k}) for k in locals_]
         if algos.get_algorithm(op, name).chunked and locals_:
-            out.append((f"{name}/local{locals_[-1]}/chunk{chunk}", name,
-                        {"local_size": locals_[-1], "chunk_bytes": chunk * elem_bytes}))
+            out.append(
+                (
+                    f"{name}/local{locals_[-1]}/chunk{chunk}",
+                    name,
+                    {"local_size": locals_[-1], "chunk_bytes": chunk * elem_bytes},
+                )
+            )
     return out
 
 
@@ -117,11 +133,10 @@ def _reduce_scatter_case(m: Member, n: int, dtype: torch.dtype, op: str, seed: i
         inp, out = x.clone(), x.new_empty(n)
         algos.reduce_scatter(out, inp, op, m.group, algo=name, **kwargs)
         got[label], untouched[label] = out, torch.equal(inp, x)
-    return {"ref": ref, "abs_sum": _abs_sum(x, m)[m.rank * n:(m.rank + 1) * n], "got": got, "untouched": untouched}
+    return {"ref": ref, "abs_sum": _abs_sum(x, m)[m.rank * n : (m.rank + 1) * n], "got": got, "untouched": untouched}
 
 
-def _reduce_case(m: Member, n: int, dtype: torch.dtype, op: str, seed: int, chunk: int,
-                 root: int) -> dict[str, Any]:
+def _reduce_case(m: Member, n: int, dtype: torch.dtype, op: str, seed: int, chunk: int, root: int) -> dict[str, Any]:
     x = _input(seed, m.global_rank, n, dtype, op)
     ref = x.clone()
     dist.reduce(ref, dst=root, op=BUILTIN[op], group=m.group)
@@ -148,8 +163,17 @@ def _check(label: str, got: torch.Tensor, ref: torch.Tensor, abs_sum: torch.Tens
 
 
 def _run(pools: Pools, world: int, fn: Any, case: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
-    return pools.run(world, fn, group=case["group"], n=case["n"], dtype=case["dtype"], op=case["op"],
-                     seed=case["seed"], chunk=case["chunk"], **extra)
+    return pools.run(
+        world,
+        fn,
+        group=case["group"],
+        n=case["n"],
+        dtype=case["dtype"],
+        op=case["op"],
+        seed=case["seed"],
+        chunk=case["chunk"],
+        **extra,
+    )
 
 
 WORLDS = range(1, 9)
@@ -251,8 +275,12 @@ def test_hierarchical_two_hosts_routes_one_way_and_matches_builtin(pools: Pools,
     neighbour); results match the built-in and are bitwise equal on every rank, with pieces or without."""
     per_host = world // 2
     n = 2 * per_host * (allreduce_min_elems() + 5) + 3  # uneven shards and halves
-    for dtype, op, chunk_bytes in [(torch.float32, "sum", None), (torch.float32, "max", 20000),
-                                   (torch.int32, "sum", 4096), (torch.float64, "avg", 3 * 8192 + 8)]:
+    for dtype, op, chunk_bytes in [
+        (torch.float32, "sum", None),
+        (torch.float32, "max", 20000),
+        (torch.int32, "sum", 4096),
+        (torch.float64, "avg", 3 * 8192 + 8),
+    ]:
         results = pools.run(world, _two_hosts_case, n=n, dtype=dtype, op=op, chunk_bytes=chunk_bytes)
         for r, res in enumerate(results):
             assert res["routed"], f"rank {r}: the one-way route was not taken for n={n}"
@@ -302,8 +330,10 @@ def test_hierarchical_paths_by_layout() -> None:
 
     def halving(p: int, per_host: int) -> bool:  # a large buffer on full-duplex pairs, as the library asks
         hosts = _hosts(p, per_host)
-        return hierarchical_all_reduce_scheme(1 << 20, 1 << 16, len(hosts), per_host, len(hosts[-1]) == per_host,
-                                              False) == "rabenseifner"
+        return (
+            hierarchical_all_reduce_scheme(1 << 20, 1 << 16, len(hosts), per_host, len(hosts[-1]) == per_host, False)
+            == "rabenseifner"
+        )
 
     assert not halving(4, 4) and not halving(4, 1)
     assert halving(4, 2) and halving(8, 2) and halving(8, 4)
@@ -311,13 +341,18 @@ def test_hierarchical_paths_by_layout() -> None:
 
 
 def _one_way_refusal(m: Member) -> dict[str, str]:
-    calls = {f"local{k}": (lambda k=k: algos.all_reduce(torch.ones(8), "sum", m.group, algo="hierarchical_one_way",
-                                                        local_size=k)) for k in (1, 2, 3)}
+    calls = {
+        f"local{k}": (
+            lambda k=k: algos.all_reduce(torch.ones(8), "sum", m.group, algo="hierarchical_one_way", local_size=k)
+        )
+        for k in (1, 2, 3)
+    }
     return errors_of(calls, AlgoError)
 
 
 def test_the_one_way_scheme_by_name_refuses_other_layouts(pools: Pools) -> None:
     for res in pools.run(6, _one_way_refusal):
-        assert res["local1"] == ("hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; "
-                                 "got 6 ranks at 1 per host")
+        assert res["local1"] == (
+            "hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; got 6 ranks at 1 per host"
+        )
         assert res["local2"].endswith("got 6 ranks at 2 per host") and res["local3"] == "no error"

@@ -43,8 +43,9 @@ def step(grad: torch.Tensor) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scenario", required=True, choices=["hang", "op_mismatch", "dtype_mismatch", "dtype_abort",
-                                                           "healthy"])
+    parser.add_argument(
+        "--scenario", required=True, choices=["hang", "op_mismatch", "dtype_mismatch", "dtype_abort", "healthy"]
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))

@@ -41,8 +41,7 @@ def main() -> None:
 
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"fr_trace_rank_{rank}.json").write_bytes(_dump_fr_trace_json(includeCollectives=True,
-                                                                              onlyActive=False))
+        (out / f"fr_trace_rank_{rank}.json").write_bytes(_dump_fr_trace_json(includeCollectives=True, onlyActive=False))
     finally:
         dist.destroy_process_group()
 

@@ -48,19 +48,49 @@ STEP_US = 50_000.0
 T0_US = 4458676416788.066  # the real trace's first ProfilerStep start
 # (op for the annotation, c10d op, record_param_comms name, kernel name, elements, dtype, transfer µs)
 COLLECTIVES = (
-    ("all_reduce", "c10d::allreduce_", "allreduce",
-     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 2049000, "Float", 820.0),
-    ("all_reduce", "c10d::allreduce_", "allreduce",
-     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 6563840, "Float", 2600.0),
-    ("broadcast", "c10d::broadcast_", "broadcast",
-     "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", 53, "Long", 8.0),
+    (
+        "all_reduce",
+        "c10d::allreduce_",
+        "allreduce",
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+        2049000,
+        "Float",
+        820.0,
+    ),
+    (
+        "all_reduce",
+        "c10d::allreduce_",
+        "allreduce",
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+        6563840,
+        "Float",
+        2600.0,
+    ),
+    (
+        "broadcast",
+        "c10d::broadcast_",
+        "broadcast",
+        "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+        53,
+        "Long",
+        8.0,
+    ),
 )
 
 
 def _meta(name: str, count: int, dtype: str) -> dict[str, object]:
-    return {"Collective name": name, "In msg nelems": count, "Out msg nelems": count, "Group size": RANKS,
-            "dtype": dtype, "In split size": "[]", "Out split size": "[]", "Process Group Name": "0",
-            "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1, 2, 3]"}
+    return {
+        "Collective name": name,
+        "In msg nelems": count,
+        "Out msg nelems": count,
+        "Group size": RANKS,
+        "dtype": dtype,
+        "In split size": "[]",
+        "Out split size": "[]",
+        "Process Group Name": "0",
+        "Process Group Description": "default_pg",
+        "Process Group Ranks": "[0, 1, 2, 3]",
+    }
 
 
 def build(seed: int = 11) -> dict[int, dict[str, object]]:
@@ -70,8 +100,10 @@ def build(seed: int = 11) -> dict[int, dict[str, object]]:
     for step in range(10, 17):
         for k, (op, *_rest, transfer_us) in enumerate(COLLECTIVES):
             base = T0_US + (step - 10) * STEP_US + 5000.0 + k * 12_000.0
-            arrive = [base + rng.uniform(0, 50) + (LATE_US if r == LATE_RANK and op == "all_reduce" else 0.0)
-                      for r in range(RANKS)]
+            arrive = [
+                base + rng.uniform(0, 50) + (LATE_US if r == LATE_RANK and op == "all_reduce" else 0.0)
+                for r in range(RANKS)
+            ]
             truth[(step, k)] = (arrive, max(arrive) + 120.0 + transfer_us)
     traces = {}
     for r in range(RANKS):
@@ -81,9 +113,18 @@ def build(seed: int = 11) -> dict[int, dict[str, object]]:
         ext, corr, ev_idx = 1, 19000 + r * 1000, 7200
         for step in STEPS[r]:
             s0 = T0_US + (step - 10) * STEP_US + ahead
-            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
-                           "tid": tid, "ts": round(s0, 3), "dur": round(STEP_US - 10.0, 3),
-                           "args": {"External id": ext, "Record function id": ext, "Ev Idx": ev_idx}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{step}",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": round(s0, 3),
+                    "dur": round(STEP_US - 10.0, 3),
+                    "args": {"External id": ext, "Record function id": ext, "Ev Idx": ev_idx},
+                }
+            )
             ext, ev_idx = ext + 1, ev_idx + 1
             for k, (op, c10d, rpc_name, kernel, count, dtype, _t) in enumerate(COLLECTIVES):
                 arrive, end_true = truth[(step, k)]
@@ -93,35 +134,116 @@ def build(seed: int = 11) -> dict[int, dict[str, object]]:
                 kernel_end = end_true + ahead + rng.uniform(-2.0, 2.0)
                 rpc_ext, ann_ext = ext + 1, ext + 2
                 events += [
-                    {"ph": "X", "cat": "cpu_op", "name": c10d, "pid": pid, "tid": tid, "ts": round(c10d_ts, 3),
-                     "dur": 294.37, "args": {"External id": ext, "Record function id": ext, "Ev Idx": ev_idx}},
-                    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": tid,
-                     "ts": round(rpc_ts, 3), "dur": 189.626,
-                     "args": {"External id": rpc_ext, "Record function id": rpc_ext, "Process Group Name": "0",
-                              "Global rank stride": 1, "Out msg nelems": count,
-                              "Process Group Ranks": "[0, 1, 2, 3]", "Group size": RANKS, "Global rank start": 0,
-                              "Ev Idx": ev_idx + 1, "In msg nelems": count, "In split size": "[]",
-                              "Out split size": "[]", "dtype": dtype, "Process Group Description": "default_pg",
-                              "Collective name": rpc_name}},
-                    {"ph": "X", "cat": "user_annotation", "name": f"nccl:{op}", "pid": pid, "tid": tid,
-                     "ts": round(ann_ts, 3), "dur": 92.804,
-                     "args": {"External id": ann_ext, "Record function id": ann_ext, "Ev Idx": ev_idx + 2}},
-                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "pid": pid, "tid": tid,
-                     "ts": round(launch_ts, 3), "dur": 17.944,
-                     "args": {"External id": rpc_ext, "cbid": 430, "correlation": corr}},
-                    {"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": round(launch_ts, 3), "cat": "ac2g",
-                     "name": "ac2g"},
-                    {"ph": "X", "cat": "gpu_user_annotation", "name": f"nccl:{op}", "pid": r, "tid": stream,
-                     "ts": round(kernel_ts - 1.0, 3), "dur": round(kernel_end - kernel_ts + 1.5, 3),
-                     "args": {"External id": ann_ext}},
-                    {"ph": "X", "cat": "kernel", "name": kernel, "pid": r, "tid": stream, "ts": round(kernel_ts, 3),
-                     "dur": round(kernel_end - kernel_ts, 3),
-                     "args": {"External id": rpc_ext, "queued": 0, "device": r, "context": 1, "stream": stream,
-                              "correlation": corr, "registers per thread": 96, "shared memory": 87568,
-                              "blocks per SM": 0.074074, "warps per SM": 1.259259, "grid": [8, 1, 1],
-                              "block": [544, 1, 1], "est. achieved occupancy %": 0, **_meta(rpc_name, count, dtype)}},
-                    {"ph": "f", "id": corr, "pid": r, "tid": stream, "ts": round(kernel_ts, 3), "cat": "ac2g",
-                     "name": "ac2g", "bp": "e"},
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": c10d,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(c10d_ts, 3),
+                        "dur": 294.37,
+                        "args": {"External id": ext, "Record function id": ext, "Ev Idx": ev_idx},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "record_param_comms",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(rpc_ts, 3),
+                        "dur": 189.626,
+                        "args": {
+                            "External id": rpc_ext,
+                            "Record function id": rpc_ext,
+                            "Process Group Name": "0",
+                            "Global rank stride": 1,
+                            "Out msg nelems": count,
+                            "Process Group Ranks": "[0, 1, 2, 3]",
+                            "Group size": RANKS,
+                            "Global rank start": 0,
+                            "Ev Idx": ev_idx + 1,
+                            "In msg nelems": count,
+                            "In split size": "[]",
+                            "Out split size": "[]",
+                            "dtype": dtype,
+                            "Process Group Description": "default_pg",
+                            "Collective name": rpc_name,
+                        },
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "user_annotation",
+                        "name": f"nccl:{op}",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(ann_ts, 3),
+                        "dur": 92.804,
+                        "args": {"External id": ann_ext, "Record function id": ann_ext, "Ev Idx": ev_idx + 2},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernelExC",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(launch_ts, 3),
+                        "dur": 17.944,
+                        "args": {"External id": rpc_ext, "cbid": 430, "correlation": corr},
+                    },
+                    {
+                        "ph": "s",
+                        "id": corr,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(launch_ts, 3),
+                        "cat": "ac2g",
+                        "name": "ac2g",
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "gpu_user_annotation",
+                        "name": f"nccl:{op}",
+                        "pid": r,
+                        "tid": stream,
+                        "ts": round(kernel_ts - 1.0, 3),
+                        "dur": round(kernel_end - kernel_ts + 1.5, 3),
+                        "args": {"External id": ann_ext},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": kernel,
+                        "pid": r,
+                        "tid": stream,
+                        "ts": round(kernel_ts, 3),
+                        "dur": round(kernel_end - kernel_ts, 3),
+                        "args": {
+                            "External id": rpc_ext,
+                            "queued": 0,
+                            "device": r,
+                            "context": 1,
+                            "stream": stream,
+                            "correlation": corr,
+                            "registers per thread": 96,
+                            "shared memory": 87568,
+                            "blocks per SM": 0.074074,
+                            "warps per SM": 1.259259,
+                            "grid": [8, 1, 1],
+                            "block": [544, 1, 1],
+                            "est. achieved occupancy %": 0,
+                            **_meta(rpc_name, count, dtype),
+                        },
+                    },
+                    {
+                        "ph": "f",
+                        "id": corr,
+                        "pid": r,
+                        "tid": stream,
+                        "ts": round(kernel_ts, 3),
+                        "cat": "ac2g",
+                        "name": "ac2g",
+                        "bp": "e",
+                    },
                 ]
                 ext, corr, ev_idx = ext + 3, corr + 1, ev_idx + 3
         meta_ts = round(T0_US + ahead - 357.0, 3)
@@ -133,15 +255,40 @@ def build(seed: int = 11) -> dict[int, dict[str, object]]:
         ]
         traces[r] = {
             "schemaVersion": 1,
-            "deviceProperties": [{"id": r, "name": "NVIDIA A100-PG509-200", "totalGlobalMem": 42297524224,
-                                  "computeMajor": 8, "computeMinor": 0, "maxThreadsPerBlock": 1024,
-                                  "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
-                                  "sharedMemPerBlock": 49152, "numSms": 108, "regsPerMultiprocessor": 65536,
-                                  "sharedMemPerBlockOptin": 166912, "sharedMemPerMultiprocessor": 167936}],
-            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": RANKS, "pg_count": 1,
-                                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                                               "pg_size": RANKS, "ranks": list(range(RANKS))}],
-                                "nccl_version": "2.17.1"},
+            "deviceProperties": [
+                {
+                    "id": r,
+                    "name": "NVIDIA A100-PG509-200",
+                    "totalGlobalMem": 42297524224,
+                    "computeMajor": 8,
+                    "computeMinor": 0,
+                    "maxThreadsPerBlock": 1024,
+                    "maxThreadsPerMultiprocessor": 2048,
+                    "regsPerBlock": 65536,
+                    "warpSize": 32,
+                    "sharedMemPerBlock": 49152,
+                    "numSms": 108,
+                    "regsPerMultiprocessor": 65536,
+                    "sharedMemPerBlockOptin": 166912,
+                    "sharedMemPerMultiprocessor": 167936,
+                }
+            ],
+            "distributedInfo": {
+                "backend": "nccl",
+                "rank": r,
+                "world_size": RANKS,
+                "pg_count": 1,
+                "pg_config": [
+                    {
+                        "pg_name": "0",
+                        "pg_desc": "default_pg",
+                        "backend_config": "cuda:nccl",
+                        "pg_size": RANKS,
+                        "ranks": list(range(RANKS)),
+                    }
+                ],
+                "nccl_version": "2.17.1",
+            },
             "host_name": HOSTS[r],
             "traceEvents": events,
             "traceName": f"/tmp/job/rank-{r}.pt.trace.json.gz",
@@ -158,8 +305,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for r, trace in build().items():
         data = json.dumps(trace).encode()
-        with open(args.out / f"rank-{r}.pt.trace.json.gz", "wb") as f, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+        with (
+            open(args.out / f"rank-{r}.pt.trace.json.gz", "wb") as f,
+            gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz,
+        ):
             gz.write(data)
 
 

@@ -33,8 +33,9 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 
-def _step(args: argparse.Namespace, rank: int, weight: torch.Tensor, grad: torch.Tensor,
-          flag: torch.Tensor) -> torch.Tensor:
+def _step(
+    args: argparse.Namespace, rank: int, weight: torch.Tensor, grad: torch.Tensor, flag: torch.Tensor
+) -> torch.Tensor:
     weight = torch.tanh(weight @ weight) * 0.5
     if rank == args.late_rank:
         time.sleep(args.late_ms / 1e3)
@@ -50,8 +51,9 @@ def main() -> None:
     parser.add_argument("--late-ms", type=float, default=20.0)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--active", type=int, default=0, help="profile on a schedule: this many steps, gzipped")
-    parser.add_argument("--shifted-rank", type=int, default=-1, help="with --active: this rank's window starts "
-                                                                     "one step later")
+    parser.add_argument(
+        "--shifted-rank", type=int, default=-1, help="with --active: this rank's window starts one step later"
+    )
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
     try:
@@ -62,11 +64,13 @@ def main() -> None:
         flag = torch.zeros(1)
         dist.barrier()
         if args.active:
-            sampled = schedule(skip_first=1 + (rank == args.shifted_rank), wait=0, warmup=1, active=args.active,
-                               repeat=1)
+            sampled = schedule(
+                skip_first=1 + (rank == args.shifted_rank), wait=0, warmup=1, active=args.active, repeat=1
+            )
             handler = tensorboard_trace_handler(args.out, worker_name=f"rank{rank}", use_gzip=True)
-            with profile(activities=[ProfilerActivity.CPU], schedule=sampled, on_trace_ready=handler,
-                         record_shapes=True) as prof:
+            with profile(
+                activities=[ProfilerActivity.CPU], schedule=sampled, on_trace_ready=handler, record_shapes=True
+            ) as prof:
                 for _ in range(args.steps):
                     weight = _step(args, rank, weight, grad, flag)
                     prof.step()

@@ -76,8 +76,15 @@ def _root_index(comm: Comm, root: int, what: str) -> int:
     return comm.ranks.index(root)
 
 
-def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None, *, algo: str = "ring",
-               chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def all_reduce(
+    tensor: torch.Tensor,
+    op: str = "sum",
+    group: Any = None,
+    *,
+    algo: str = "ring",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Reduce ``tensor`` across the group, in place, with algorithm ``algo``."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
@@ -87,8 +94,16 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None, *, algo
     _finish_avg(flat, op, comm.size)
 
 
-def reduce(tensor: torch.Tensor, dst: int, op: str = "sum", group: Any = None, *, algo: str = "binomial",
-           chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def reduce(
+    tensor: torch.Tensor,
+    dst: int,
+    op: str = "sum",
+    group: Any = None,
+    *,
+    algo: str = "binomial",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Reduce ``tensor`` onto global rank ``dst``, in place; other ranks' tensors are scratch afterwards."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
@@ -100,8 +115,15 @@ def reduce(tensor: torch.Tensor, dst: int, op: str = "sum", group: Any = None, *
         _finish_avg(flat, op, comm.size)
 
 
-def broadcast(tensor: torch.Tensor, src: int, group: Any = None, *, algo: str = "binomial",
-              chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def broadcast(
+    tensor: torch.Tensor,
+    src: int,
+    group: Any = None,
+    *,
+    algo: str = "binomial",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Copy global rank ``src``'s ``tensor`` to every rank of the group, in place."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     root = _root_index(comm, src, "src")
@@ -117,16 +139,26 @@ def _blocked(output: torch.Tensor, input: torch.Tensor, comm: Comm, big: str) ->
     small, large = (out, inp) if big == "input" else (inp, out)
     if big == "both":
         if out.numel() != inp.numel() or out.numel() % comm.size:
-            raise AlgoError(f"all_to_all needs input and output of equal length divisible by {comm.size} ranks, "
-                            f"got {inp.numel()} and {out.numel()}")
+            raise AlgoError(
+                f"all_to_all needs input and output of equal length divisible by {comm.size} ranks, "
+                f"got {inp.numel()} and {out.numel()}"
+            )
     elif large.numel() != small.numel() * comm.size:
-        raise AlgoError(f"{big} must hold {comm.size} x {small.numel()} = {comm.size * small.numel()} elements, "
-                        f"got {large.numel()}")
+        raise AlgoError(
+            f"{big} must hold {comm.size} x {small.numel()} = {comm.size * small.numel()} elements, got {large.numel()}"
+        )
     return out, inp
 
 
-def all_gather(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, algo: str = "ring",
-               chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def all_gather(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    group: Any = None,
+    *,
+    algo: str = "ring",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Gather every rank's ``input`` into ``output`` (rank i's block at i x len(input))."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "output")
@@ -137,8 +169,16 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, 
         out.copy_(inp)
 
 
-def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", group: Any = None, *,
-                   algo: str = "ring", chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def reduce_scatter(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    op: str = "sum",
+    group: Any = None,
+    *,
+    algo: str = "ring",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Reduce ``input`` across ranks and leave block i of the result in rank i's ``output``."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "input")
@@ -151,8 +191,15 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: str = "sum", g
     _finish_avg(out, op, comm.size)
 
 
-def all_to_all(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, algo: str = "pairwise",
-               chunk_bytes: int | None = None, local_size: int | None = None) -> None:
+def all_to_all(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    group: Any = None,
+    *,
+    algo: str = "pairwise",
+    chunk_bytes: int | None = None,
+    local_size: int | None = None,
+) -> None:
     """Send block j of ``input`` to rank j; block i of ``output`` arrives from rank i (equal splits)."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "both")
@@ -164,8 +211,12 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, group: Any = None, *, 
 
 
 _CALLS = {
-    "all_reduce": all_reduce, "reduce": reduce, "broadcast": broadcast,
-    "all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_to_all": all_to_all,
+    "all_reduce": all_reduce,
+    "reduce": reduce,
+    "broadcast": broadcast,
+    "all_gather": all_gather,
+    "reduce_scatter": reduce_scatter,
+    "all_to_all": all_to_all,
 }
 
 

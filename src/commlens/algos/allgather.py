@@ -37,7 +37,7 @@ def ring_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, opts:
 
     def pieces(block: int) -> list[torch.Tensor]:
         start, stop = bounds[block % p]
-        return [buf[start + a:start + z] for a, z in chunk_bounds(stop - start, chunk) if z > a]
+        return [buf[start + a : start + z] for a, z in chunk_bounds(stop - start, chunk) if z > a]
 
     arrivals = [(t, piece) for t in range(p - 1) for piece in pieces(i - t - 1)]
     received = [comm.start(recvs=[(left, piece)]) for _, piece in arrivals]
@@ -84,12 +84,14 @@ def doubling_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, o
     r = p - pp
     if i >= pp:
         partner = i - pp
-        comm.exchange([(partner, buf[bounds[i][0]:bounds[i][1]])])
-        comm.exchange(recvs=[(partner, t) for t in _spans(buf, bounds, range(i))]
-                      + [(partner, t) for t in _spans(buf, bounds, range(i + 1, p))])
+        comm.exchange([(partner, buf[bounds[i][0] : bounds[i][1]])])
+        comm.exchange(
+            recvs=[(partner, t) for t in _spans(buf, bounds, range(i))]
+            + [(partner, t) for t in _spans(buf, bounds, range(i + 1, p))]
+        )
         return
     if i < r:
-        comm.exchange(recvs=[(i + pp, buf[bounds[i + pp][0]:bounds[i + pp][1]])])
+        comm.exchange(recvs=[(i + pp, buf[bounds[i + pp][0] : bounds[i + pp][1]])])
 
     def held(v: int, width: int) -> list[torch.Tensor]:
         # the blocks of virtual ranks [base, base + width) and their folded partners
@@ -106,8 +108,10 @@ def doubling_all_gather_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, o
         width <<= 1
     if i < r:
         extra = i + pp
-        comm.exchange([(extra, t) for t in _spans(buf, bounds, range(extra))]
-                      + [(extra, t) for t in _spans(buf, bounds, range(extra + 1, p))])
+        comm.exchange(
+            [(extra, t) for t in _spans(buf, bounds, range(extra))]
+            + [(extra, t) for t in _spans(buf, bounds, range(extra + 1, p))]
+        )
 
 
 def _equal_bounds(block: int, parts: int) -> list[tuple[int, int]]:
@@ -124,7 +128,7 @@ def ring(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options) -
     """
     s = input.numel()
     i = comm.index
-    output[i * s:(i + 1) * s].copy_(input)
+    output[i * s : (i + 1) * s].copy_(input)
     ring_all_gather_inplace(comm, output, _equal_bounds(s, comm.size), opts)
 
 
@@ -139,7 +143,7 @@ def recursive_doubling(comm: Comm, output: torch.Tensor, input: torch.Tensor, op
     """
     s = input.numel()
     i = comm.index
-    output[i * s:(i + 1) * s].copy_(input)
+    output[i * s : (i + 1) * s].copy_(input)
     doubling_all_gather_inplace(comm, output, _equal_bounds(s, comm.size), opts)
 
 
@@ -160,8 +164,8 @@ def bruck(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options) 
     have = 1
     while have < p:
         n = min(have, p - have)
-        comm.exchange([((i - have) % p, work[:n * s])], [((i + have) % p, work[have * s:(have + n) * s])])
+        comm.exchange([((i - have) % p, work[: n * s])], [((i + have) % p, work[have * s : (have + n) * s])])
         have += n
     if i:
-        output[i * s:].copy_(work[:(p - i) * s])
-        output[:i * s].copy_(work[(p - i) * s:])
+        output[i * s :].copy_(work[: (p - i) * s])
+        output[: i * s].copy_(work[(p - i) * s :])

@@ -24,13 +24,25 @@ import torch
 from commlens.algos.allgather import ring_all_gather_inplace
 from commlens.algos.base import AlgoError, Comm, Options, block_bounds, chunk_bounds, combine, get_algorithm, register
 from commlens.algos.bcast import binomial as binomial_broadcast
-from commlens.algos.reducescatter import (fold_to_power_of_two, halving_reduce_scatter_inplace,
-                                          ring_reduce_scatter_inplace)
+from commlens.algos.reducescatter import (
+    fold_to_power_of_two,
+    halving_reduce_scatter_inplace,
+    ring_reduce_scatter_inplace,
+)
 from commlens.algos.rootreduce import binomial_reduce
 from commlens.ops import hierarchical_all_reduce_scheme
 
-__all__ = ["binomial", "direct", "hierarchical", "hierarchical_leaders",
-           "hierarchical_one_way", "hierarchical_ring", "rabenseifner", "recursive_doubling", "ring"]
+__all__ = [
+    "binomial",
+    "direct",
+    "hierarchical",
+    "hierarchical_leaders",
+    "hierarchical_one_way",
+    "hierarchical_ring",
+    "rabenseifner",
+    "recursive_doubling",
+    "ring",
+]
 
 
 def _ring_all_reduce(comm: Comm, buf: torch.Tensor, redop: str, opts: Options) -> None:
@@ -104,8 +116,9 @@ def rabenseifner(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
         comm.exchange(recvs=[(fold.partner, tensor)])
         return
     active = fold.active
-    steps = halving_reduce_scatter_inplace(active, tensor, block_bounds(tensor.numel(), active.size), redop, opts,
-                                           near_first=True)
+    steps = halving_reduce_scatter_inplace(
+        active, tensor, block_bounds(tensor.numel(), active.size), redop, opts, near_first=True
+    )
     for step in reversed(steps):
         (a, z), (c, d) = step.keep, step.give
         active.exchange([(step.peer, tensor[a:z])], [(step.peer, tensor[c:d])])
@@ -125,7 +138,7 @@ def binomial(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> Non
     scratch = torch.empty_like(tensor[:chunk] if chunk is not None else tensor)
     pieces = chunk_bounds(tensor.numel(), chunk)
     for a, z in pieces:
-        binomial_reduce(comm, tensor[a:z], 0, redop, scratch[:z - a])
+        binomial_reduce(comm, tensor[a:z], 0, redop, scratch[: z - a])
     for a, z in pieces:
         binomial_broadcast(comm, tensor[a:z], 0, opts)
 
@@ -180,8 +193,7 @@ def _scheme(comm: Comm, tensor: torch.Tensor, opts: Options) -> str:
     full_hosts = len(hosts[-1]) == per_host
     # the transport is asked only where the one-way route could be taken (it asks the process group)
     half_duplex = len(hosts) == 2 and full_hosts and comm.transport.half_duplex_pairs
-    return hierarchical_all_reduce_scheme(n * itemsize, half_shard_bytes, len(hosts), per_host, full_hosts,
-                                          half_duplex)
+    return hierarchical_all_reduce_scheme(n * itemsize, half_shard_bytes, len(hosts), per_host, full_hosts, half_duplex)
 
 
 @register("all_reduce", "hierarchical_ring", chunked=True, scheme_of="hierarchical")
@@ -260,8 +272,10 @@ def hierarchical_one_way(comm: Comm, tensor: torch.Tensor, redop: str, opts: Opt
     p, n = comm.size, tensor.numel()
     per_host = opts.ranks_per_host(p)
     if per_host < 2 or p != 2 * per_host:
-        raise AlgoError(f"hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; got {p} "
-                        f"ranks at {per_host} per host")
+        raise AlgoError(
+            f"hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; got {p} "
+            f"ranks at {per_host} per host"
+        )
     h, local_rank = divmod(comm.index, per_host)
     local = comm.sub(_hosts(p, per_host)[h])
     shards = block_bounds(n, per_host)
@@ -270,8 +284,9 @@ def hierarchical_one_way(comm: Comm, tensor: torch.Tensor, redop: str, opts: Opt
     ring_all_gather_inplace(local, tensor, shards, opts)
 
 
-def _two_hosts_one_way(comm: Comm, tensor: torch.Tensor, shards: list[tuple[int, int]], host: int, j: int,
-                       redop: str, opts: Options) -> None:
+def _two_hosts_one_way(
+    comm: Comm, tensor: torch.Tensor, shards: list[tuple[int, int]], host: int, j: int, redop: str, opts: Options
+) -> None:
     """The cross-host all-reduce of two hosts with every connection carrying one direction only.
 
     Local rank j of each host owns shard j. Host 0 ends up reducing the first half of the shard and host 1
@@ -320,7 +335,7 @@ def _two_hosts_one_way(comm: Comm, tensor: torch.Tensor, shards: list[tuple[int,
                     sends.append((rank_of(0, left), fwd_buf[s:e]))
                 if 0 < t <= len(mine):
                     s, e = mine[t - 1]
-                    recvs.append((rank_of(0, right), scratch[s - a:e - a] if scratch is not None else tensor[s:e]))
+                    recvs.append((rank_of(0, right), scratch[s - a : e - a] if scratch is not None else tensor[s:e]))
                 comm.exchange(sends, recvs)
             if scratch is not None:
                 combine(tensor[a:m], scratch, redop)
@@ -331,11 +346,11 @@ def _two_hosts_one_way(comm: Comm, tensor: torch.Tensor, shards: list[tuple[int,
             scratch = tensor.new_empty(z - m) if stage == "reduce_scatter" else None
             base = m if stage == "reduce_scatter" else 0
             for t in range(steps):
-                sends = [(rank_of(0, right), tensor[out[t][0]:out[t][1]])] if t < len(out) else []
+                sends = [(rank_of(0, right), tensor[out[t][0] : out[t][1]])] if t < len(out) else []
                 recvs = []
                 if t < len(inc):
                     s, e = inc[t]
-                    recvs.append((rank_of(0, j), scratch[s - base:e - base] if scratch is not None else tensor[s:e]))
+                    recvs.append((rank_of(0, j), scratch[s - base : e - base] if scratch is not None else tensor[s:e]))
                 comm.exchange(sends, recvs)
             if scratch is not None:
                 combine(tensor[m:z], scratch, redop)

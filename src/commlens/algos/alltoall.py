@@ -25,11 +25,11 @@ def pairwise(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Option
     """
     p, i = comm.size, comm.index
     s = input.numel() // p
-    output[i * s:(i + 1) * s].copy_(input[i * s:(i + 1) * s])
+    output[i * s : (i + 1) * s].copy_(input[i * s : (i + 1) * s])
     power_of_two = p & (p - 1) == 0
     for k in range(1, p):
         to, frm = (i ^ k, i ^ k) if power_of_two else ((i + k) % p, (i - k) % p)
-        comm.exchange([(to, input[to * s:(to + 1) * s])], [(frm, output[frm * s:(frm + 1) * s])])
+        comm.exchange([(to, input[to * s : (to + 1) * s])], [(frm, output[frm * s : (frm + 1) * s])])
 
 
 @register("all_to_all", "direct")
@@ -42,10 +42,11 @@ def direct(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options)
     """
     p, i = comm.size, comm.index
     s = input.numel() // p
-    output[i * s:(i + 1) * s].copy_(input[i * s:(i + 1) * s])
+    output[i * s : (i + 1) * s].copy_(input[i * s : (i + 1) * s])
     peers = [(i + k) % p for k in range(1, p)]
-    comm.exchange([(j, input[j * s:(j + 1) * s]) for j in peers],
-                  [(j, output[j * s:(j + 1) * s]) for j in reversed(peers)])
+    comm.exchange(
+        [(j, input[j * s : (j + 1) * s]) for j in peers], [(j, output[j * s : (j + 1) * s]) for j in reversed(peers)]
+    )
 
 
 @register("all_to_all", "bruck")
@@ -65,15 +66,15 @@ def bruck(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options) 
     p, i = comm.size, comm.index
     s = input.numel() // p
     work = torch.empty_like(input)
-    work[:(p - i) * s].copy_(input[i * s:])
-    work[(p - i) * s:].copy_(input[:i * s])
+    work[: (p - i) * s].copy_(input[i * s :])
+    work[(p - i) * s :].copy_(input[: i * s])
     blocks, packed = work.view(p, s), output.view(p, s)
     half = p // 2
     bit = 1
     while bit < p:
         index = torch.tensor([j for j in range(p) if j & bit])
         n = len(index)
-        send, recv = packed[:n], packed[half:half + n]
+        send, recv = packed[:n], packed[half : half + n]
         torch.index_select(blocks, 0, index, out=send)
         comm.exchange([((i + bit) % p, send.view(-1))], [((i - bit) % p, recv.view(-1))])
         blocks.index_copy_(0, index, recv)

@@ -24,8 +24,9 @@ Tensors are contiguous and one-dimensional; the public calls flatten views.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -108,7 +109,7 @@ class Comm:
     index: int
 
     @classmethod
-    def of(cls, group: Any = None) -> "Comm":
+    def of(cls, group: Any = None) -> Comm:
         """The whole of ``group`` (None: the default group) as seen from this rank."""
         world = dist.get_world_size(group)
         ranks = tuple(dist.get_global_rank(group, i) if group is not None else i for i in range(world))
@@ -128,7 +129,7 @@ class Comm:
         """What the group's backend transport does (:data:`commlens.ops.TRANSPORTS`), for routes that depend on it."""
         return transport(str(dist.get_backend(self.group)))
 
-    def sub(self, indexes: Sequence[int]) -> "Comm":
+    def sub(self, indexes: Sequence[int]) -> Comm:
         """The ranks at ``indexes`` (which must include this rank), in that order."""
         ranks = tuple(self.ranks[i] for i in indexes)
         return Comm(self.group, ranks, ranks.index(self.rank))
@@ -211,8 +212,7 @@ class Algorithm:
 _REGISTRY: dict[str, dict[str, Algorithm]] = {op: {} for op in ALGO_OPS}
 
 
-def register(op: str, name: str, *, chunked: bool = False,
-             scheme_of: str | None = None) -> Callable[[AlgoFn], AlgoFn]:
+def register(op: str, name: str, *, chunked: bool = False, scheme_of: str | None = None) -> Callable[[AlgoFn], AlgoFn]:
     """Decorator: enter ``fn`` as ``op``'s algorithm ``name``; its docstring's first line is the summary.
 
     ``scheme_of``: the selector that runs this algorithm where it fits (``hierarchical``); such a scheme runs

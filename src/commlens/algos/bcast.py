@@ -83,7 +83,7 @@ def scatter_allgather(comm: Comm, tensor: torch.Tensor, root: int, opts: Options
     bounds = block_bounds(tensor.numel(), p)
 
     def subtree(lo: int, width: int) -> torch.Tensor:
-        return tensor[bounds[lo][0]:bounds[min(lo + width, p) - 1][1]]
+        return tensor[bounds[lo][0] : bounds[min(lo + width, p) - 1][1]]
 
     mask = 1
     while mask < p:

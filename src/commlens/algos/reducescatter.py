@@ -82,7 +82,7 @@ def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, r
 
     def receive(k: int) -> tuple[torch.Tensor, list[Any]]:
         _, a, z = arrivals[k]
-        slot = slots[k % RING_SLOTS, :z - a]
+        slot = slots[k % RING_SLOTS, : z - a]
         return slot, comm.start(recvs=[(left, slot)])
 
     sends = comm.start([(right, buf[a:z]) for a, z in pieces(i - 1)])
@@ -143,8 +143,9 @@ class Halving:
     give: tuple[int, int]  # elements it hands to the peer
 
 
-def halving_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, redop: str, opts: Options,
-                                   *, near_first: bool = False) -> list[Halving]:
+def halving_reduce_scatter_inplace(
+    comm: Comm, buf: torch.Tensor, bounds: Bounds, redop: str, opts: Options, *, near_first: bool = False
+) -> list[Halving]:
     """Recursive halving over a power-of-two comm; return the steps (the last one's ``keep`` is this rank's share).
 
     lg p steps. Each rank starts with the blocks ``bounds[0..p)`` as its
@@ -165,15 +166,16 @@ def halving_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds
     for mask in masks:
         mid = (lo + hi) // 2
         (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if v & mask else ((lo, mid), (mid, hi))
-        steps.append(Halving(v ^ mask, mask, (bounds[klo][0], bounds[khi - 1][1]),
-                             (bounds[glo][0], bounds[ghi - 1][1])))
+        steps.append(
+            Halving(v ^ mask, mask, (bounds[klo][0], bounds[khi - 1][1]), (bounds[glo][0], bounds[ghi - 1][1]))
+        )
         lo, hi = klo, khi
     if not steps:
         return steps
     scratch = buf.new_empty(max(z - a for a, z in (s.keep for s in steps)))
     for step in steps:
         (a, z), (c, d) = step.keep, step.give
-        incoming = scratch[:z - a]
+        incoming = scratch[: z - a]
         comm.exchange([(step.peer, buf[c:d])], [(step.peer, incoming)])
         combine(buf[a:z], incoming, redop)
     return steps
@@ -194,7 +196,7 @@ def ring(comm: Comm, output: torch.Tensor, input: torch.Tensor, redop: str, opts
     s, i = output.numel(), comm.index
     work = input.clone()
     ring_reduce_scatter_inplace(comm, work, _equal_bounds(s, comm.size), redop, opts)
-    output.copy_(work[i * s:(i + 1) * s])
+    output.copy_(work[i * s : (i + 1) * s])
 
 
 @register("reduce_scatter", "recursive_halving")
@@ -224,7 +226,7 @@ def recursive_halving(comm: Comm, output: torch.Tensor, input: torch.Tensor, red
     if fold.partner is not None:
         a, z = bounds[fold.partner]
         comm.exchange([(fold.partner, work[a:z])])
-    output.copy_(work[i * s:(i + 1) * s])
+    output.copy_(work[i * s : (i + 1) * s])
 
 
 @register("reduce_scatter", "pairwise")
@@ -235,9 +237,9 @@ def pairwise(comm: Comm, output: torch.Tensor, input: torch.Tensor, redop: str, 
     in the order i, i-1, i-2, ... into the output, through one scratch block.
     """
     p, i, s = comm.size, comm.index, output.numel()
-    output.copy_(input[i * s:(i + 1) * s])
+    output.copy_(input[i * s : (i + 1) * s])
     scratch = torch.empty_like(output)
     for k in range(1, p):
         to, frm = (i + k) % p, (i - k) % p
-        comm.exchange([(to, input[to * s:(to + 1) * s])], [(frm, scratch)])
+        comm.exchange([(to, input[to * s : (to + 1) * s])], [(frm, scratch)])
         combine(output, scratch, redop)

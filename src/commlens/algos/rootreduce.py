@@ -45,7 +45,7 @@ def binomial(comm: Comm, tensor: torch.Tensor, root: int, redop: str, opts: Opti
     chunk = opts.chunk_elems(tensor)
     scratch = torch.empty_like(tensor[:chunk] if chunk is not None else tensor)
     for a, z in chunk_bounds(tensor.numel(), chunk):
-        binomial_reduce(comm, tensor[a:z], root, redop, scratch[:z - a])
+        binomial_reduce(comm, tensor[a:z], root, redop, scratch[: z - a])
 
 
 @register("reduce", "rabenseifner")
@@ -65,8 +65,9 @@ def rabenseifner(comm: Comm, tensor: torch.Tensor, root: int, redop: str, opts: 
         return
     active, v = fold.active, fold.active.index
     vroot = next(k for k, m in enumerate(fold.members) if root in m)
-    steps = halving_reduce_scatter_inplace(active, tensor, block_bounds(tensor.numel(), active.size), redop, opts,
-                                           near_first=True)
+    steps = halving_reduce_scatter_inplace(
+        active, tensor, block_bounds(tensor.numel(), active.size), redop, opts, near_first=True
+    )
     for step in reversed(steps):
         (a, z), (c, d) = step.keep, step.give
         if (v ^ vroot) & step.mask:

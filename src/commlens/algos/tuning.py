@@ -34,9 +34,10 @@ import json
 import logging
 import math
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from commlens.algos.base import ALGO_OPS, AlgoError, algorithms_for
 from commlens.files import atomic_text
@@ -143,17 +144,22 @@ class TuningTable:
     created_at: str = ""
     command_line: str = ""
 
-    def find(self, op: str, world_size: int, ranks_per_host: int | None = None,
-             backend: str | None = None) -> Entry | None:
+    def find(
+        self, op: str, world_size: int, ranks_per_host: int | None = None, backend: str | None = None
+    ) -> Entry | None:
         """The entry for ``op`` at ``world_size`` ranks; among several, the one matching the layout and backend."""
         matches = [e for e in self.entries if e.op == op and e.world_size == world_size]
         if not matches:
             return None
-        matches.sort(key=lambda e: (ranks_per_host is not None and e.ranks_per_host == ranks_per_host,
-                                    backend is not None and e.backend == backend))
+        matches.sort(
+            key=lambda e: (
+                ranks_per_host is not None and e.ranks_per_host == ranks_per_host,
+                backend is not None and e.backend == backend,
+            )
+        )
         return matches[-1]
 
-    def merged(self, newer: "TuningTable") -> "TuningTable":
+    def merged(self, newer: TuningTable) -> TuningTable:
         """This table with ``newer``'s entries added, replacing any with the same key."""
         keys = {e.key for e in newer.entries}
         kept = tuple(e for e in self.entries if e.key not in keys)
@@ -161,6 +167,7 @@ class TuningTable:
 
 
 # ---- building entries from measurements ------------------------------------------------------------
+
 
 def bucket_edges(sizes: Iterable[int]) -> list[tuple[int, int | None]]:
     """[min, max) per size (sorted, distinct, > 0): edges at the geometric mean of neighbours."""
@@ -178,9 +185,17 @@ def bucket_edges(sizes: Iterable[int]) -> list[tuple[int, int | None]]:
     return edges
 
 
-def entry_from_times(op: str, world_size: int, times_s: Mapping[int, Mapping[str, float]], *,
-                     ranks_per_host: int, backend: str, device: str, chunk_bytes: int | None = None,
-                     context: Mapping[str, Any] | None = None) -> Entry:
+def entry_from_times(
+    op: str,
+    world_size: int,
+    times_s: Mapping[int, Mapping[str, float]],
+    *,
+    ranks_per_host: int,
+    backend: str,
+    device: str,
+    chunk_bytes: int | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> Entry:
     """An entry from measured times ``{size_bytes: {candidate: time_s}}``: the fastest commlens algorithm per size.
 
     Candidates named :data:`BUILTIN` are kept for reference but never chosen;
@@ -202,18 +217,34 @@ def entry_from_times(op: str, world_size: int, times_s: Mapping[int, Mapping[str
 
 # ---- the file -------------------------------------------------------------------------------------
 
+
 def table_to_dict(table: TuningTable) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "created_at": table.created_at,
         "command_line": table.command_line,
-        "entries": [{
-            "op": e.op, "world_size": e.world_size, "ranks_per_host": e.ranks_per_host,
-            "backend": e.backend, "device": e.device, "context": dict(e.context),
-            "buckets": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "size_bytes": b.size_bytes,
-                         "algo": b.algo, "chunk_bytes": b.chunk_bytes, "times_s": dict(b.times_s)}
-                        for b in e.buckets],
-        } for e in table.entries],
+        "entries": [
+            {
+                "op": e.op,
+                "world_size": e.world_size,
+                "ranks_per_host": e.ranks_per_host,
+                "backend": e.backend,
+                "device": e.device,
+                "context": dict(e.context),
+                "buckets": [
+                    {
+                        "min_bytes": b.min_bytes,
+                        "max_bytes": b.max_bytes,
+                        "size_bytes": b.size_bytes,
+                        "algo": b.algo,
+                        "chunk_bytes": b.chunk_bytes,
+                        "times_s": dict(b.times_s),
+                    }
+                    for b in e.buckets
+                ],
+            }
+            for e in table.entries
+        ],
     }
 
 
@@ -254,7 +285,8 @@ def _bucket_from_dict(d: Any, op: str, where: str) -> Bucket:
         raise TuningError(f"{where}.chunk_bytes: expected a positive whole number or null, got {chunk!r}")
     times = d.get("times_s", {})
     if not isinstance(times, dict) or any(
-            not isinstance(t, (int, float)) or isinstance(t, bool) or not t >= 0 for t in times.values()):
+        not isinstance(t, (int, float)) or isinstance(t, bool) or not t >= 0 for t in times.values()
+    ):
         raise TuningError(f"{where}.times_s: expected {{algorithm: seconds >= 0}}, got {times!r}")
     return Bucket(low, high, size, algo, chunk, {str(a): float(t) for a, t in times.items()})
 
@@ -264,25 +296,29 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
         raise TuningError(f"{where}: expected an object, got {d!r}")
     op = _need(d, "op", str, where)
     if op not in ALGO_OPS:
-        raise TuningError(f"{where}.op: commlens implements no algorithms for {op!r}; it does for "
-                          f"{', '.join(ALGO_OPS)}")
+        raise TuningError(
+            f"{where}.op: commlens implements no algorithms for {op!r}; it does for {', '.join(ALGO_OPS)}"
+        )
     world = _need(d, "world_size", int, where)
     per_host = d.get("ranks_per_host", world)
     if world < 1 or not isinstance(per_host, int) or isinstance(per_host, bool) or not 1 <= per_host <= world:
-        raise TuningError(f"{where}: world_size {world!r} and ranks_per_host {per_host!r} must satisfy "
-                          "1 <= ranks_per_host <= world_size")
+        raise TuningError(
+            f"{where}: world_size {world!r} and ranks_per_host {per_host!r} must satisfy "
+            "1 <= ranks_per_host <= world_size"
+        )
     where = f"{where} ({op}, {world} ranks)"
     raw = _need(d, "buckets", list, where)
     if not raw:
         raise TuningError(f"{where}.buckets: empty")
     buckets = tuple(_bucket_from_dict(b, op, f"{where}.buckets[{i}]") for i, b in enumerate(raw))
     if buckets[0].min_bytes != 0:
-        raise TuningError(f"{where}.buckets[0].min_bytes: the first bucket must start at 0, not "
-                          f"{buckets[0].min_bytes}")
+        raise TuningError(f"{where}.buckets[0].min_bytes: the first bucket must start at 0, not {buckets[0].min_bytes}")
     for i, (a, b) in enumerate(zip(buckets, buckets[1:])):
         if a.max_bytes != b.min_bytes:
-            raise TuningError(f"{where}.buckets[{i + 1}].min_bytes: {b.min_bytes} does not continue the previous "
-                              f"bucket's max_bytes {a.max_bytes} (buckets must be sorted and contiguous)")
+            raise TuningError(
+                f"{where}.buckets[{i + 1}].min_bytes: {b.min_bytes} does not continue the previous "
+                f"bucket's max_bytes {a.max_bytes} (buckets must be sorted and contiguous)"
+            )
     if buckets[-1].max_bytes is not None:
         raise TuningError(f"{where}.buckets[{len(buckets) - 1}].max_bytes: the last bucket must be unbounded (null)")
     context = d.get("context", {})
@@ -301,13 +337,18 @@ def table_from_dict(data: Any, source: str = "tuning table") -> TuningTable:
     if fmt != FORMAT:
         raise TuningError(f"{source}: format {fmt!r} is not one this commlens reads ({FORMAT!r})")
     entries = _need(data, "entries", list, source)
-    table = TuningTable(tuple(_entry_from_dict(e, f"{source}: entries[{i}]") for i, e in enumerate(entries)),
-                        str(data.get("created_at", "")), str(data.get("command_line", "")))
+    table = TuningTable(
+        tuple(_entry_from_dict(e, f"{source}: entries[{i}]") for i, e in enumerate(entries)),
+        str(data.get("created_at", "")),
+        str(data.get("command_line", "")),
+    )
     seen: set[tuple[str, int, int, str, str]] = set()
     for i, e in enumerate(table.entries):
         if e.key in seen:
-            raise TuningError(f"{source}: entries[{i}]: a second entry for {e.op} at {e.world_size} ranks "
-                              f"({e.ranks_per_host} per host, {e.backend}/{e.device})")
+            raise TuningError(
+                f"{source}: entries[{i}]: a second entry for {e.op} at {e.world_size} ranks "
+                f"({e.ranks_per_host} per host, {e.backend}/{e.device})"
+            )
         seen.add(e.key)
     return table
 
@@ -332,6 +373,7 @@ def new_table(entries: Iterable[Entry], command_line: str = "") -> TuningTable:
 
 
 # ---- choosing -------------------------------------------------------------------------------------
+
 
 def default_path() -> Path:
     """``$XDG_CACHE_HOME/commlens/tuning.json``, else ``~/.cache/commlens/tuning.json``."""
@@ -396,8 +438,13 @@ def heuristic(op: str, nbytes: int, world: int, ranks_per_host: int | None = Non
         raise AlgoError(f"commlens implements no algorithms for {op!r}; it does for {', '.join(ALGO_OPS)}")
     threshold, small, large = HEURISTIC[op]
     name = small if nbytes < threshold else large
-    if (nbytes >= threshold and op in MULTI_HOST_LARGE and ranks_per_host is not None
-            and 1 < ranks_per_host < world and world % ranks_per_host == 0):
+    if (
+        nbytes >= threshold
+        and op in MULTI_HOST_LARGE
+        and ranks_per_host is not None
+        and 1 < ranks_per_host < world
+        and world % ranks_per_host == 0
+    ):
         name = MULTI_HOST_LARGE[op]
     return name if name in known else known[0]
 
@@ -432,4 +479,3 @@ def with_entries(table: TuningTable | None, entries: Iterable[Entry], command_li
     """``table`` (None: empty) with ``entries`` added, replacing those with the same key."""
     fresh = new_table(entries, command_line)
     return fresh if table is None else table.merged(fresh)
-

@@ -12,7 +12,8 @@ run asks for algorithms). ``--algo`` takes a comma list of:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ALL", "AUTO", "BUILTIN", "AlgoCalls", "algo_listing", "auto_note", "expand", "refusal", "validate_algos"]
 
@@ -33,16 +34,20 @@ def validate_algos(names: tuple[str, ...], ops: tuple[str, ...]) -> None:
             continue
         for op in ops:
             if op not in ALGO_OPS:
-                raise ValueError(f"--algo {name}: commlens implements no algorithms for {op}; it does for "
-                             f"{', '.join(ALGO_OPS)} (use --algo builtin for {op})")
+                raise ValueError(
+                    f"--algo {name}: commlens implements no algorithms for {op}; it does for "
+                    f"{', '.join(ALGO_OPS)} (use --algo builtin for {op})"
+                )
             known = algorithms_for(op)
             if name in (AUTO, ALL):
                 if not known:
                     raise ValueError(f"--algo {name}: no {op} algorithm is registered yet")
                 continue
             if name not in algorithms_for(op, schemes=True):
-                raise ValueError(f"unknown {op} algorithm {name!r}; known: {', '.join(known) or 'none'} "
-                             f"(or {', '.join(_SPECIAL)}; `commlens bench --algo list` describes them)")
+                raise ValueError(
+                    f"unknown {op} algorithm {name!r}; known: {', '.join(known) or 'none'} "
+                    f"(or {', '.join(_SPECIAL)}; `commlens bench --algo list` describes them)"
+                )
 
 
 def expand(names: tuple[str, ...], op: str) -> list[str]:
@@ -68,8 +73,10 @@ def algo_listing() -> list[str]:
             a = get_algorithm(op, name)
             picked = f"[{a.scheme_of} picks it] " if a.scheme_of else ""
             lines.append(f"{op:<18} {name:<20} {'yes' if a.chunked else 'no':<7}  {picked}{a.summary}")
-    lines.append("# also: builtin (the backend's own collective, the default), all (every algorithm of the op "
-                 "but those [hierarchical picks]), auto (the tuning table's choice; commlens tune)")
+    lines.append(
+        "# also: builtin (the backend's own collective, the default), all (every algorithm of the op "
+        "but those [hierarchical picks]), auto (the tuning table's choice; commlens tune)"
+    )
     return lines
 
 
@@ -86,8 +93,10 @@ def auto_note(op: str, size_bytes: int, world: int) -> tuple[tuple[str, str], st
 
     choice = lookup(op, size_bytes, world)
     chunk = f", chunk {choice.chunk_bytes} B" if choice.chunk_bytes else ""
-    return (choice.algo, choice.source), f"auto: {op} from {size_bytes} B on {world} ranks runs {choice.algo} " \
-                                         f"({choice.source}{chunk})"
+    return (
+        choice.algo,
+        choice.source,
+    ), f"auto: {op} from {size_bytes} B on {world} ranks runs {choice.algo} ({choice.source}{chunk})"
 
 
 class AlgoCalls:

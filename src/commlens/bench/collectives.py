@@ -8,8 +8,9 @@ placement as not run rather than timing an extra copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -100,8 +101,14 @@ def prepare(
     empty = lambda k: torch.zeros(k, dtype=tdt, device=device)  # noqa: E731
 
     name = spec.name
-    if alg is not None and name not in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-                                        "all_to_all"):
+    if alg is not None and name not in (
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+    ):
         raise ValueError(f"commlens implements no algorithms for {name}")
     if name == "barrier":
         return Collective(lambda: dist.barrier(group=group, async_op=async_op), lambda: None, lambda: 0)
@@ -114,18 +121,27 @@ def prepare(
             _fill(buf, values)
 
         if name == "all_reduce":
-            launch = alg.all_reduce(buf, redop) if alg else (
-                lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
+            launch = (
+                alg.all_reduce(buf, redop)
+                if alg
+                else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
+            )
             expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
             checked = True
         elif name == "broadcast":
-            launch = alg.broadcast(buf, root) if alg else (
-                lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op))
+            launch = (
+                alg.broadcast(buf, root)
+                if alg
+                else (lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op))
+            )
             expected = lambda: rank_values(root, n, 0, c, dtype, "none")  # noqa: E731
             checked = True
         else:
-            launch = alg.reduce(buf, root, redop) if alg else (
-                lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op))
+            launch = (
+                alg.reduce(buf, root, redop)
+                if alg
+                else (lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op))
+            )
             expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
             checked = rank == root  # other ranks' buffers are unspecified after a reduce
 
@@ -136,7 +152,7 @@ def prepare(
 
     if name in ("all_gather", "gather"):
         out = empty(c * n)
-        src = out[rank * c:(rank + 1) * c] if in_place else empty(c)
+        src = out[rank * c : (rank + 1) * c] if in_place else empty(c)
         values = rank_values(rank, n, rank * c, c, dtype, "none")
         gathered = None
 
@@ -145,8 +161,11 @@ def prepare(
             _fill(src, values)
 
         if name == "all_gather":
-            launch = alg.all_gather(out, src) if alg else (
-                lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
+            launch = (
+                alg.all_gather(out, src)
+                if alg
+                else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
+            )
             checked = True
         else:
             gathered = list(out.chunk(n)) if rank == root and n > 0 else None
@@ -165,11 +184,14 @@ def prepare(
 
     if name in ("reduce_scatter", "scatter"):
         full = empty(c * n)
-        dst = full[rank * c:(rank + 1) * c] if in_place else empty(c)
+        dst = full[rank * c : (rank + 1) * c] if in_place else empty(c)
         if name == "reduce_scatter":
             values = rank_values(rank, n, 0, c * n, dtype, redop)
-            launch = alg.reduce_scatter(dst, full, redop) if alg else (
-                lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
+            launch = (
+                alg.reduce_scatter(dst, full, redop)
+                if alg
+                else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
+            )
             expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
         else:
             values = rank_values(root, n, 0, c * n, dtype, "none")
@@ -202,8 +224,11 @@ def prepare(
             exp = torch.cat([rank_values(s, n, rank * c, c, dtype, "none") for s in range(n)])
             return count_wrong(recv, exp, dtype, "none", n)
 
-        launch = alg.all_to_all(recv, send) if alg else (
-            lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
+        launch = (
+            alg.all_to_all(recv, send)
+            if alg
+            else (lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
+        )
         return Collective(launch, reset, verify, recv)
 
     if name == "sendrecv":

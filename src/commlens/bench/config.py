@@ -9,15 +9,24 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
 from commlens.results.records import DTYPE_SIZES
 from commlens.results.units import parse_size
 
-__all__ = ["BenchConfig", "ConfigError", "DEFAULT_ROUNDS", "MIN_TIMEOUT_S", "backend_problem", "build_parser", "config_from_args",
-           "DTYPES"]
+__all__ = [
+    "BenchConfig",
+    "ConfigError",
+    "DEFAULT_ROUNDS",
+    "MIN_TIMEOUT_S",
+    "backend_problem",
+    "build_parser",
+    "config_from_args",
+    "DTYPES",
+]
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_SIZES)
 DEVICES = ("cpu", "cuda")
@@ -87,8 +96,10 @@ class BenchConfig:
         if self.rounds < 1:
             raise ConfigError(f"--rounds must be >= 1, got {self.rounds}")
         if self.rounds > self.iters:
-            raise ConfigError(f"--rounds {self.rounds} is more than --iters {self.iters}: each round times at "
-                              "least one iteration of every row (give more --iters or fewer --rounds)")
+            raise ConfigError(
+                f"--rounds {self.rounds} is more than --iters {self.iters}: each round times at "
+                "least one iteration of every row (give more --iters or fewer --rounds)"
+            )
         if self.round_groups not in ROUND_GROUPS:
             raise ConfigError(f"--round-groups must be one of {', '.join(ROUND_GROUPS)}, got {self.round_groups!r}")
         if self.warmup < 0 or self.check_iters < 0:
@@ -100,7 +111,8 @@ class BenchConfig:
         if self.timeout_s < MIN_TIMEOUT_S:
             raise ConfigError(
                 f"--timeout: {self.timeout_s:g} s is too short for start-up: each rank imports torch and joins the "
-                f"process group within it, which takes seconds; give at least {MIN_TIMEOUT_S:g} s")
+                f"process group within it, which takes seconds; give at least {MIN_TIMEOUT_S:g} s"
+            )
         if self.on_unsupported not in ("skip", "fail"):
             raise ConfigError("--on-unsupported must be skip or fail")
         if any(r < 0 for r in self.roots):
@@ -149,8 +161,16 @@ def _csv_choice(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]
     return tuple(dict.fromkeys(items))
 
 
-_DTYPE_ALIASES = {"float": "float32", "half": "float16", "fp16": "float16", "bf16": "bfloat16",
-                  "double": "float64", "fp32": "float32", "fp64": "float64", "int": "int32"}
+_DTYPE_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "fp32": "float32",
+    "fp64": "float64",
+    "int": "int32",
+}
 
 
 def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
@@ -173,46 +193,75 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     pl = g.add_mutually_exclusive_group()
     pl.add_argument("--in-place", dest="placement", action="store_const", const="in", help="in-place only")
     pl.add_argument("--out-of-place", dest="placement", action="store_const", const="out", help="out-of-place only")
-    g.add_argument("--algo", default="builtin",
-                   help="implementation: builtin (the backend's collective), a commlens algorithm, 'all' (every "
-                        "algorithm of the op), 'auto' (the tuning table's pick), a comma list, or 'list'")
-    g.add_argument("--chunk-bytes", default=None,
-                   help="chunk size for pipelined commlens algorithms (K/M/G suffixes; default: each one's own)")
-    g.add_argument("--on-unsupported", choices=("skip", "fail"), default="skip",
-                   help="what to do with a combination the backend does not support")
+    g.add_argument(
+        "--algo",
+        default="builtin",
+        help="implementation: builtin (the backend's collective), a commlens algorithm, 'all' (every "
+        "algorithm of the op), 'auto' (the tuning table's pick), a comma list, or 'list'",
+    )
+    g.add_argument(
+        "--chunk-bytes",
+        default=None,
+        help="chunk size for pipelined commlens algorithms (K/M/G suffixes; default: each one's own)",
+    )
+    g.add_argument(
+        "--on-unsupported",
+        choices=("skip", "fail"),
+        default="skip",
+        help="what to do with a combination the backend does not support",
+    )
     t = p.add_argument_group("timing and checking")
-    t.add_argument("-n", "--iters", type=int, default=20,
-                   help="timed iterations per row, all rounds together")
-    t.add_argument("--rounds", type=int, default=None,
-                   help=f"split each row's iterations into this many independent rounds; every round runs every "
-                        f"row once, in its own shuffled order (from --seed), after its own warm-up, so a shift in "
-                        f"the machine's state between rounds is measured and hits every row alike: compare judges "
-                        f"on the spread between rounds (default: {DEFAULT_ROUNDS}, or --iters when smaller)")
-    t.add_argument("--round-groups", choices=ROUND_GROUPS, default="fresh",
-                   help="fresh: each round in a new process group (new connections or communicators, as pyperf "
-                        "runs fresh workers); shared: every round in the default group")
+    t.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row, all rounds together")
+    t.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"split each row's iterations into this many independent rounds; every round runs every "
+        f"row once, in its own shuffled order (from --seed), after its own warm-up, so a shift in "
+        f"the machine's state between rounds is measured and hits every row alike: compare judges "
+        f"on the spread between rounds (default: {DEFAULT_ROUNDS}, or --iters when smaller)",
+    )
+    t.add_argument(
+        "--round-groups",
+        choices=ROUND_GROUPS,
+        default="fresh",
+        help="fresh: each round in a new process group (new connections or communicators, as pyperf "
+        "runs fresh workers); shared: every round in the default group",
+    )
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")
     t.add_argument("-z", "--blocking", action="store_true", help="wait for each collective before the next")
-    t.add_argument("--interleave", action="store_true",
-                   help="time the implementations of each row in rounds, each launched once per round in a "
-                        "shuffled order (drawn from --seed, the same on every rank), so drift in the machine's load "
-                        "hits every one alike (for comparing --algo implementations on a noisy machine); with one "
-                        "implementation it changes nothing")
+    t.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time the implementations of each row in rounds, each launched once per round in a "
+        "shuffled order (drawn from --seed, the same on every rank), so drift in the machine's load "
+        "hits every one alike (for comparing --algo implementations on a noisy machine); with one "
+        "implementation it changes nothing",
+    )
     t.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may take before ranks give up")
     t.add_argument("--seed", type=int, default=0, help="seed recorded with the run (and --interleave's orders)")
     r = p.add_argument_group("where")
     r.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl, mpi or any registered")
     r.add_argument("--device", default="cpu", help="cpu or cuda")
     r.add_argument("--nproc", type=int, default=4, help="local ranks to launch (launcher only)")
-    r.add_argument("--cluster", default=None,
-                   help="place the ranks on the hosts of this emulated cluster (`commlens cluster up`; launcher only)")
-    r.add_argument("--ranks-per-host", type=int, default=None,
-                   help="ranks per emulated host with --cluster (default: the cluster's); --nproc is then ignored")
+    r.add_argument(
+        "--cluster",
+        default=None,
+        help="place the ranks on the hosts of this emulated cluster (`commlens cluster up`; launcher only)",
+    )
+    r.add_argument(
+        "--ranks-per-host",
+        type=int,
+        default=None,
+        help="ranks per emulated host with --cluster (default: the cluster's); --nproc is then ignored",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", dest="json_path", default=None, help="write the run as commlens JSON ('-' for stdout)")
     o.add_argument("--nccl-tests-json", dest="nccl_json_path", default=None, help="write nccl-tests -J JSON")
-    o.add_argument("--db", default=None, help="result store URL or SQLite path (default: $COMMLENS_DB or the user data dir)")
+    o.add_argument(
+        "--db", default=None, help="result store URL or SQLite path (default: $COMMLENS_DB or the user data dir)"
+    )
     o.add_argument("--no-store", action="store_true", help="do not save the run in the result store")
     o.add_argument("--tag", default=None, help="label stored with the run")
     o.add_argument("--revision", default=None, help="code/config revision stored with the run")
@@ -240,8 +289,10 @@ def backend_problem(backend: str, device: str) -> str | None:
     except (ValueError, RuntimeError):
         available = False
     if not available:
-        return (f"--backend {name}: registered in torch but not available in this build or on this host "
-                f"(use --backend gloo)")
+        return (
+            f"--backend {name}: registered in torch but not available in this build or on this host "
+            f"(use --backend gloo)"
+        )
     xpu = getattr(torch, "xpu", None)
     if name == "xccl" and not (xpu is not None and xpu.is_available()):
         return "--backend xccl: needs Intel XPU devices; none here (use --backend gloo)"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from commlens.bench.outputs import SaveError, save_outputs
 from commlens.results.jsonfmt import _measurement_from_dict
@@ -71,14 +72,18 @@ class StandalonePrinter(TablePrinter):
             now = time.monotonic()
             if not self.quiet and now - self._last > 0.5:
                 self._last = now
-                print(f"\r[{event['index'] + 1}/{event['total']}] {event['op']} {event['size_bytes']} B "
-                      f"{event['elapsed_s']:.1f} s", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\r[{event['index'] + 1}/{event['total']}] {event['op']} {event['size_bytes']} B "
+                    f"{event['elapsed_s']:.1f} s",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         super().handle(event)
 
 
-def run_from_events(events: list[dict[str, Any]], command_line: str | None = None,
-                    status: str | None = None) -> Run:
+def run_from_events(events: list[dict[str, Any]], command_line: str | None = None, status: str | None = None) -> Run:
     """Assemble the run from a start event, its rows and (if it came) the end event."""
     start = next(e for e in events if e["event"] == "start")
     end = next((e for e in events if e["event"] == "end"), None)

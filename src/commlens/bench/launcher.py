@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 # Errors a rank reports because *another* rank went away, not because it failed itself.
 _COLLATERAL = re.compile(
     r"timed out|timeout|connection closed|connection reset|broken pipe|connection refused|"
-    r"socket closed|peer|ProcessGroup.*aborted|NCCL communicator was aborted", re.IGNORECASE)
+    r"socket closed|peer|ProcessGroup.*aborted|NCCL communicator was aborted",
+    re.IGNORECASE,
+)
 
 
 class BenchFailure(RuntimeError):
@@ -163,7 +165,9 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
     if failures:
         parts = []
         for r, f in sorted(failures.items()):
-            what = getattr(f, "signal_name", lambda: "")() if getattr(f, "exitcode", 0) < 0 else f"exit code {f.exitcode}"
+            what = (
+                getattr(f, "signal_name", lambda: "")() if getattr(f, "exitcode", 0) < 0 else f"exit code {f.exitcode}"
+            )
             parts.append(f"rank {r} ended with {what} ({states.get(r, 'before the first row')})")
         return BenchFailure("; ".join(parts))
     return BenchFailure("the benchmark failed without a report from any rank")
@@ -238,23 +242,36 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
     show_progress = not ns.quiet and console.is_terminal
     progress = task = None
     if show_progress:
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True)
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         task = progress.add_task("starting ranks", total=None)
 
     rank_env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     workdir = make_workdir("commlens-bench-")
     try:
         rows_file = workdir / "rows.jsonl"
-        printer = TablePrinter((lambda line: console.print(line, markup=False, highlight=False)) if print_table
-                               else (lambda line: None))
+        printer = TablePrinter(
+            (lambda line: console.print(line, markup=False, highlight=False)) if print_table else (lambda line: None)
+        )
         tail = RowsTail(rows_file, printer, progress, task)
         config = LaunchConfig(
-            min_nodes=1, max_nodes=1, nproc_per_node=ns.nproc, run_id=uuid.uuid4().hex,
-            rdzv_backend=RENDEZVOUS, rdzv_endpoint=f"[{store_addr}]:0" if ":" in store_addr else f"{store_addr}:0",
-            rdzv_configs={"rank": 0}, max_restarts=0, monitor_interval=0.05,
-            start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE,
-                                                              tee=Std.NONE),
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=ns.nproc,
+            run_id=uuid.uuid4().hex,
+            rdzv_backend=RENDEZVOUS,
+            rdzv_endpoint=f"[{store_addr}]:0" if ":" in store_addr else f"{store_addr}:0",
+            rdzv_configs={"rank": 0},
+            max_restarts=0,
+            monitor_interval=0.05,
+            start_method="spawn",
+            logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE, tee=Std.NONE),
         )
         worker_argv = [*placement, "-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
         failure: BenchFailure | None = None
@@ -283,8 +300,11 @@ def launch(argv: list[str], *, print_table: bool = True) -> int:
             raise BenchFailure("interrupted before the ranks started; nothing stored", 130)
         if interrupted and not any(e["event"] == "end" for e in events):
             printer.handle({"event": "end", "status": "incomplete", "wrong": [], "finished_at": None})
-        run = run_from_events(events, command_line=command_line(["commlens", "bench", *argv]),
-                              status="incomplete" if interrupted else None)
+        run = run_from_events(
+            events,
+            command_line=command_line(["commlens", "bench", *argv]),
+            status="incomplete" if interrupted else None,
+        )
         if interrupted and not run.measurements:
             raise BenchFailure("interrupted before any row finished; nothing stored", 130)
         try:

@@ -20,8 +20,7 @@ from commlens.files import user_data_dir
 from commlens.results.jsonfmt import run_to_dict, write_json
 from commlens.results.records import Run
 
-__all__ = ["MIN_FREE_BYTES", "SaveError", "check_destinations", "check_file_destination", "save_outputs",
-           "unsaved_dir"]
+__all__ = ["MIN_FREE_BYTES", "SaveError", "check_destinations", "check_file_destination", "save_outputs", "unsaved_dir"]
 
 # Below this much free space a run's JSON file is likely not to fit (a sweep's file is tens of KB to MBs).
 MIN_FREE_BYTES = 1 << 20
@@ -68,8 +67,9 @@ def check_file_destination(option: str, location: str) -> None:
     except OSError as e:
         raise ConfigError(f"{option} {location}: cannot write in {parent}: {e.strerror}") from None
     if free_bytes < MIN_FREE_BYTES:
-        raise ConfigError(f"{option} {location}: no space left in {parent} ({free_bytes} B free, "
-                          f"need {MIN_FREE_BYTES} B)")
+        raise ConfigError(
+            f"{option} {location}: no space left in {parent} ({free_bytes} B free, need {MIN_FREE_BYTES} B)"
+        )
 
 
 def _check_store(location: str | None) -> None:
@@ -120,9 +120,11 @@ def save_outputs(run: Run, ns: argparse.Namespace, say: Callable[[str], None]) -
     if ns.nccl_json_path:
         from commlens.results.nccltests_json import run_to_nccl_tests_json
 
-        attempt(f"--nccl-tests-json {ns.nccl_json_path}",
-                lambda: write_json(ns.nccl_json_path, run_to_nccl_tests_json(run)))
+        attempt(
+            f"--nccl-tests-json {ns.nccl_json_path}", lambda: write_json(ns.nccl_json_path, run_to_nccl_tests_json(run))
+        )
     if not ns.no_store:
+
         def store() -> None:
             from commlens.store import Store
 

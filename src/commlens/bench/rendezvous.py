@@ -49,10 +49,21 @@ def _create_handler(params: Any) -> Any:
             if self._store is None:
                 sock = bound_listener(self.master_addr, self.master_port)
                 self.master_port = sock.getsockname()[1]
-                self._store = TCPStore(self.master_addr, self.master_port, self.world_size, True, self.timeout,
-                                       multi_tenant=True, master_listen_fd=sock.detach())
-            return RendezvousInfo(PrefixStore(self.run_id, self._store), 0, self.world_size,
-                                  RendezvousStoreInfo(self.master_addr, self.master_port))
+                self._store = TCPStore(
+                    self.master_addr,
+                    self.master_port,
+                    self.world_size,
+                    True,
+                    self.timeout,
+                    multi_tenant=True,
+                    master_listen_fd=sock.detach(),
+                )
+            return RendezvousInfo(
+                PrefixStore(self.run_id, self._store),
+                0,
+                self.world_size,
+                RendezvousStoreInfo(self.master_addr, self.master_port),
+            )
 
     host, _, port = params.endpoint.rpartition(":")
     timeout_s = int(params.config.get("timeout", 600))

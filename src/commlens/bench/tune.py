@@ -68,15 +68,38 @@ class TuneSettings:
         if not names:
             raise ConfigError("--algo: no algorithm given")
         if "auto" in names or "builtin" in names:
-            raise ConfigError("--algo: give commlens algorithms to tune (or 'all'); the built-in is always "
-                              "timed for reference and auto is what tuning decides")
+            raise ConfigError(
+                "--algo: give commlens algorithms to tune (or 'all'); the built-in is always "
+                "timed for reference and auto is what tuning decides"
+            )
 
 
 def bench_argv(s: TuneSettings, json_path: Path) -> list[str]:
     """The ``commlens bench`` arguments of the sweep."""
-    argv = ["--op", s.ops, "--algo", f"builtin,{s.algos}", "-b", s.min_bytes, "-e", s.max_bytes,
-            "-f", str(s.step_factor), "-n", str(s.iters), "-w", str(s.warmup), "-c", str(s.check_iters),
-            "--backend", s.backend, "--device", s.device, "--json", str(json_path)]
+    argv = [
+        "--op",
+        s.ops,
+        "--algo",
+        f"builtin,{s.algos}",
+        "-b",
+        s.min_bytes,
+        "-e",
+        s.max_bytes,
+        "-f",
+        str(s.step_factor),
+        "-n",
+        str(s.iters),
+        "-w",
+        str(s.warmup),
+        "-c",
+        str(s.check_iters),
+        "--backend",
+        s.backend,
+        "--device",
+        s.device,
+        "--json",
+        str(json_path),
+    ]
     if s.cluster is not None:
         argv += ["--cluster", s.cluster]
         if s.ranks_per_host is not None:
@@ -124,19 +147,38 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
             slot[m.algo] = (m.in_place, _time(m, stat))
     cfg = run.config
     chunk = cfg.get("chunk_bytes")
-    context = {"run_id": run.run_id, "fingerprint": run.system.fingerprint(), "hosts": len(run.system.hosts) or 1,
-               "stat": stat, "cpu_model": run.system.cpu_model, "torch_version": run.system.torch_version,
-               "iters": cfg.get("iters"), "dtype": (cfg.get("dtypes") or ["float32"])[0]}
+    context = {
+        "run_id": run.run_id,
+        "fingerprint": run.system.fingerprint(),
+        "hosts": len(run.system.hosts) or 1,
+        "stat": stat,
+        "cpu_model": run.system.cpu_model,
+        "torch_version": run.system.torch_version,
+        "iters": cfg.get("iters"),
+        "dtype": (cfg.get("dtypes") or ["float32"])[0],
+    }
     entries = []
     for op, sizes in chosen.items():
         # sizes where some commlens algorithm ran (not every one refused the combination)
-        times = {size: {algo: t for algo, (_, t) in algos.items()} for size, algos in sizes.items()
-                 if any(a != BUILTIN for a in algos)}
+        times = {
+            size: {algo: t for algo, (_, t) in algos.items()}
+            for size, algos in sizes.items()
+            if any(a != BUILTIN for a in algos)
+        }
         if not any(size > 0 for size in times):
             continue
-        entries.append(entry_from_times(op, run.world_size, times, ranks_per_host=_uniform_ranks_per_host(run),
-                                        backend=run.system.backend, device=run.system.device,
-                                        chunk_bytes=chunk, context=context))
+        entries.append(
+            entry_from_times(
+                op,
+                run.world_size,
+                times,
+                ranks_per_host=_uniform_ranks_per_host(run),
+                backend=run.system.backend,
+                device=run.system.device,
+                chunk_bytes=chunk,
+                context=context,
+            )
+        )
     return entries
 
 
@@ -157,6 +199,7 @@ def tune(settings: TuneSettings, *, print_table: bool = False) -> tuple[Run, lis
         shutil.rmtree(workdir, ignore_errors=True)
     entries = entries_from_run(run, settings.stat)
     if not entries:
-        raise ConfigError("the sweep measured no size above 0 bytes with a commlens algorithm: nothing to tune "
-                          "(raise -b/-e)")
+        raise ConfigError(
+            "the sweep measured no size above 0 bytes with a commlens algorithm: nothing to tune (raise -b/-e)"
+        )
     return run, entries

@@ -36,15 +36,31 @@ from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import DTYPE_SIZES, Measurement
 
-__all__ = ["main", "measure_interleaved", "measure_samples", "round_orders", "iteration_times", "RowFailure", "RowTimes", "Timestamps", "normalize_launcher_env"]
+__all__ = [
+    "main",
+    "measure_interleaved",
+    "measure_samples",
+    "round_orders",
+    "iteration_times",
+    "RowFailure",
+    "RowTimes",
+    "Timestamps",
+    "normalize_launcher_env",
+]
 
 log = logging.getLogger(__name__)
 
 # Warm-up iterations of a row in every round after the first (see Sweep.run_placement).
 LATER_ROUND_WARMUP = 2
 
-UNSUPPORTED_HINTS = ("not supported", "unsupported", "does not support", "not implemented", "cannot use",
-                     "can't be cast to the desired output type")  # gloo: avg on integer types
+UNSUPPORTED_HINTS = (
+    "not supported",
+    "unsupported",
+    "does not support",
+    "not implemented",
+    "cannot use",
+    "can't be cast to the desired output type",
+)  # gloo: avg on integer types
 
 
 class RowFailure(RuntimeError):
@@ -123,8 +139,9 @@ def round_orders(count: int, iters: int, seed: int | None) -> list[list[int]]:
     return orders
 
 
-def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.device,
-                        blocking: bool, seed: int | None = None) -> list[Timestamps]:
+def measure_interleaved(
+    colls: Sequence[Collective], iters: int, device: torch.device, blocking: bool, seed: int | None = None
+) -> list[Timestamps]:
     """Time ``iters`` rounds that launch each collective once (a, b, c, then the next round ...).
 
     Interleaved, so drift in the machine's load over the loop hits every
@@ -147,9 +164,13 @@ def measure_interleaved(colls: Sequence[Collective], iters: int, device: torch.d
                     torch.cuda.synchronize(device)
         torch.cuda.synchronize(device)
         first = starts[orders[0][0]][0]
-        return [Timestamps(tuple(first.elapsed_time(s) / 1e3 for s in coll_starts),
-                           tuple(first.elapsed_time(e) / 1e3 for e in coll_ends))
-                for coll_starts, coll_ends in zip(starts, ends)]
+        return [
+            Timestamps(
+                tuple(first.elapsed_time(s) / 1e3 for s in coll_starts),
+                tuple(first.elapsed_time(e) / 1e3 for e in coll_ends),
+            )
+            for coll_starts, coll_ends in zip(starts, ends)
+        ]
     clock = time.perf_counter
     t_start: list[list[float]] = [[] for _ in colls]
     t_end: list[list[float]] = [[] for _ in colls]
@@ -236,8 +257,9 @@ def _algo_refusal(err: ValueError) -> str | None:
     return refusal(err)
 
 
-def _row_context(spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None,
-                 algo: str = "builtin") -> str:
+def _row_context(
+    spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None, algo: str = "builtin"
+) -> str:
     parts = [spec.name if algo == "builtin" else f"{spec.name} ({algo})", f"size {size} B", dtype]
     if spec.reduces:
         parts.append(redop)
@@ -296,13 +318,24 @@ class Sweep:
             self._last_state = context
             (self.workdir / f"state-rank{self.rank}.txt").write_text(context)
 
-    def _context(self, spec: OpSpec, size_bytes: int, dtype: str, redop: str, root: int, in_place: bool,
-                 algos: Sequence[str]) -> str:
+    def _context(
+        self, spec: OpSpec, size_bytes: int, dtype: str, redop: str, root: int, in_place: bool, algos: Sequence[str]
+    ) -> str:
         return f"rank {self.rank}: " + _row_context(spec, size_bytes, dtype, redop, root, in_place, ", ".join(algos))
 
-    def run_placement(self, spec: OpSpec, dtype: str, redop: str, root: int, size: int, in_place: bool,
-                      algos: Sequence[str], iters: int, group: Any = None, round_index: int = 0,
-                      ) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
+    def run_placement(
+        self,
+        spec: OpSpec,
+        dtype: str,
+        redop: str,
+        root: int,
+        size: int,
+        in_place: bool,
+        algos: Sequence[str],
+        iters: int,
+        group: Any = None,
+        round_index: int = 0,
+    ) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
         """Time and check one placement of each of ``algos`` on this rank, their timed loops interleaved.
 
         Returns (algo -> (timestamps, wrong elements), or None where torch does not offer the placement) and
@@ -324,8 +357,21 @@ class Sweep:
             with _row_failure(context):
                 # Synchronous calls on every device: on CUDA that orders the collective on the current
                 # stream (host not blocked), so the CUDA events around each launch bracket it.
-                coll = prepare(spec, plan, dtype, redop, root, in_place, self.rank, self.world, self.device,
-                               group=group, algo=algo, chunk_bytes=cfg.chunk_bytes, local_size=self.local_size)
+                coll = prepare(
+                    spec,
+                    plan,
+                    dtype,
+                    redop,
+                    root,
+                    in_place,
+                    self.rank,
+                    self.world,
+                    self.device,
+                    group=group,
+                    algo=algo,
+                    chunk_bytes=cfg.chunk_bytes,
+                    local_size=self.local_size,
+                )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
@@ -342,8 +388,9 @@ class Sweep:
         with _row_failure(context):
             _sync(self.device)
             dist.barrier(group=self.ctrl)
-            stamps = measure_interleaved([coll for _, coll, _ in ready], iters, self.device, cfg.blocking,
-                                         seed=cfg.seed + plan.size_bytes)
+            stamps = measure_interleaved(
+                [coll for _, coll, _ in ready], iters, self.device, cfg.blocking, seed=cfg.seed + plan.size_bytes
+            )
         results: dict[str, tuple[Timestamps, int] | None] = {}
         for (algo, coll, fault), algo_stamps in zip(ready, stamps):
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
@@ -396,7 +443,7 @@ class Sweep:
             return None
         table = everyone.view(self.world, 2 * n + 1).tolist()
         rank_starts = [row[:n] for row in table]
-        rank_ends = [row[n:2 * n] for row in table]
+        rank_ends = [row[n : 2 * n] for row in table]
         return RowTimes(
             samples_s=iteration_times(rank_starts, rank_ends, self.shared_clock),
             rank_samples_s=[[e - s for s, e in zip(rs, re)] for rs, re in zip(rank_starts, rank_ends)],
@@ -439,8 +486,7 @@ class Sweep:
         index = 0
         try:
             for n, cell in enumerate(cells):
-                for outcome in self._run_cell(rows, cell, index, len(rows), refused, reporter, t_start,
-                                              self.cfg.iters):
+                for outcome in self._run_cell(rows, cell, index, len(rows), refused, reporter, t_start, self.cfg.iters):
                     held.append((outcome.index, outcome.event(), outcome.wrong))
                 index += len(cell)
                 op = rows[cell[0]][0].name
@@ -478,8 +524,18 @@ class Sweep:
                 group = self._round_group(r)
                 for n, c in enumerate(order):
                     first = sum(len(cells[k]) for k in order[:n])
-                    for outcome in self._run_cell(rows, cells[c], r * len(rows) + first, total, refused, reporter,
-                                                  t_start, iters, group=group, round_index=r):
+                    for outcome in self._run_cell(
+                        rows,
+                        cells[c],
+                        r * len(rows) + first,
+                        total,
+                        refused,
+                        reporter,
+                        t_start,
+                        iters,
+                        group=group,
+                        round_index=r,
+                    ):
                         done.setdefault(outcome.index, []).append(outcome)
                 if group is not None:  # a round that failed leaves its group to the process' teardown
                     dist.destroy_process_group(group)
@@ -499,10 +555,19 @@ class Sweep:
         self._state(f"rank {self.rank}: round {r + 1}: creating its process group")
         return dist.new_group(backend=self.cfg.backend, timeout=dt.timedelta(seconds=self.cfg.timeout_s))
 
-    def _run_cell(self, rows: list[tuple[OpSpec, str, str, str, int, int]], cell: list[int], index: int,
-                  total: int, refused: set[tuple[str, str, str, str, int]], reporter: Reporter | None,
-                  t_start: float, iters: int, group: Any = None, round_index: int | None = None,
-                  ) -> list[_Outcome]:
+    def _run_cell(
+        self,
+        rows: list[tuple[OpSpec, str, str, str, int, int]],
+        cell: list[int],
+        index: int,
+        total: int,
+        refused: set[tuple[str, str, str, str, int]],
+        reporter: Reporter | None,
+        t_start: float,
+        iters: int,
+        group: Any = None,
+        round_index: int | None = None,
+    ) -> list[_Outcome]:
         """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
@@ -513,14 +578,22 @@ class Sweep:
             raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         if reporter:
-            progress = {"event": "progress", "index": index, "total": total, "op": spec.name,
-                        "algo": ",".join(todo), "dtype": dtype, "redop": redop, "root": root,
-                        "size_bytes": plan.size_bytes, "elapsed_s": time.monotonic() - t_start}
+            progress = {
+                "event": "progress",
+                "index": index,
+                "total": total,
+                "op": spec.name,
+                "algo": ",".join(todo),
+                "dtype": dtype,
+                "redop": redop,
+                "root": root,
+                "size_bytes": plan.size_bytes,
+                "elapsed_s": time.monotonic() - t_start,
+            }
             if round_index is not None:
                 progress.update(round=round_index + 1, rounds=self.cfg.rounds)
             reporter.emit(progress)
-        notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) if not round_index else []
-                 for algo in todo}
+        notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) if not round_index else [] for algo in todo}
         measurements: dict[str, list[Measurement | None]] = {algo: [] for algo in todo}
         wrong: dict[str, list[str]] = {algo: [] for algo in todo}
         skipped: dict[str, str] = {}
@@ -528,8 +601,9 @@ class Sweep:
             running = [algo for algo in todo if algo not in skipped]
             if not running:
                 break
-            results, refusals = self.run_placement(spec, dtype, redop, root, size, in_place, running, iters, group,
-                                                   round_index or 0)
+            results, refusals = self.run_placement(
+                spec, dtype, redop, root, size, in_place, running, iters, group, round_index or 0
+            )
             for algo, reason in refusals.items():
                 where = cfg.backend if algo == "builtin" else f"commlens {algo}"
                 skipped[algo] = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {reason}"
@@ -546,12 +620,22 @@ class Sweep:
                         if w:
                             row = _row_context(spec, plan.size_bytes, dtype, redop, root, in_place, algo)
                             wrong[algo].append(f"{row}: {w} wrong elements on rank {r}")
-                measurements[algo].append(Measurement(
-                    op=spec.name, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=plan.size_bytes,
-                    count=plan.count, in_place=in_place, world_size=self.world,
-                    samples_s=tuple(gathered.samples_s), nwrong=nwrong,
-                    rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
-                ))
+                measurements[algo].append(
+                    Measurement(
+                        op=spec.name,
+                        algo=algo,
+                        dtype=dtype,
+                        redop=redop,
+                        root=root,
+                        size_bytes=plan.size_bytes,
+                        count=plan.count,
+                        in_place=in_place,
+                        world_size=self.world,
+                        samples_s=tuple(gathered.samples_s),
+                        nwrong=nwrong,
+                        rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
+                    )
+                )
         outcomes: list[_Outcome] = []
         for algo, row_index in todo.items():
             if algo in skipped:
@@ -561,17 +645,33 @@ class Sweep:
                 refused.add((spec.name, algo, dtype, redop, root))
                 outcomes.append(_Outcome(row_index, {}, [], [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
-            outcomes.append(_Outcome(row_index, {
-                "op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root,
-                "size_bytes": plan.size_bytes, "count": plan.count}, notes[algo], measurements[algo], wrong[algo]))
+            outcomes.append(
+                _Outcome(
+                    row_index,
+                    {
+                        "op": spec.name,
+                        "algo": algo,
+                        "dtype": dtype,
+                        "redop": redop,
+                        "root": root,
+                        "size_bytes": plan.size_bytes,
+                        "count": plan.count,
+                    },
+                    notes[algo],
+                    measurements[algo],
+                    wrong[algo],
+                )
+            )
         return outcomes
 
     def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
         """The notes printed above one row: a size rounded down, what auto runs when its choice changes."""
         notes = []
         if plan.rounded and spec.name != "barrier":
-            notes.append(f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
-                         f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)")
+            notes.append(
+                f"{spec.name} {dtype}: requested {size} B, ran {plan.size_bytes} B "
+                f"({plan.count} elements per rank x {self.world} ranks, rounded down as nccl-tests)"
+            )
         if algo == "auto" and reporter:
             from commlens.bench.algorithms import auto_note
 
@@ -596,8 +696,12 @@ class _Outcome:
     def event(self) -> dict[str, Any]:
         if self.skip_note is not None:
             return {"event": "note", "text": self.skip_note}
-        return {"event": "row", **self.fields, "notes": self.notes,
-                "measurements": [measurement_to_dict(m) if m else None for m in self.measurements]}
+        return {
+            "event": "row",
+            **self.fields,
+            "notes": self.notes,
+            "measurements": [measurement_to_dict(m) if m else None for m in self.measurements],
+        }
 
 
 def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
@@ -618,14 +722,17 @@ def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
             continue
         ranks = [m.rank_samples_s for m in parts]
         nwrongs = [m.nwrong for m in parts if m.nwrong is not None]
-        merged.append(replace(
-            m0,
-            samples_s=tuple(s for m in parts for s in m.samples_s),
-            rank_samples_s=None if any(r is None for r in ranks) else tuple(
-                tuple(s for r in ranks for s in r[k]) for k in range(len(ranks[0]))),  # type: ignore[index]
-            nwrong=sum(nwrongs) if nwrongs else None,
-            rounds=tuple(len(m.samples_s) for m in parts),
-        ))
+        merged.append(
+            replace(
+                m0,
+                samples_s=tuple(s for m in parts for s in m.samples_s),
+                rank_samples_s=None
+                if any(r is None for r in ranks)
+                else tuple(tuple(s for r in ranks for s in r[k]) for k in range(len(ranks[0]))),  # type: ignore[index]
+                nwrong=sum(nwrongs) if nwrongs else None,
+                rounds=tuple(len(m.samples_s) for m in parts),
+            )
+        )
     return _Outcome(first.index, first.fields, first.notes, merged, [w for o in outcomes for w in o.wrong])
 
 
@@ -707,13 +814,19 @@ def run_worker(argv: list[str]) -> int:
             printer = None if rows_file else StandalonePrinter(quiet=ns.quiet)
             reporter = Reporter(rows_file, printer.handle if printer else None)
             system = system_info(world, cfg.backend, cfg.device, facts)  # type: ignore[arg-type]
-            reporter.emit({
-                "event": "start", "run_id": uuid.uuid4().hex,
-                "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "command_line": command_line(["python", "-m", "commlens.bench", *argv]),
-                "config": {**cfg.as_dict(), "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max"},
-                "system": asdict(system),
-            })
+            reporter.emit(
+                {
+                    "event": "start",
+                    "run_id": uuid.uuid4().hex,
+                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "command_line": command_line(["python", "-m", "commlens.bench", *argv]),
+                    "config": {
+                        **cfg.as_dict(),
+                        "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max",
+                    },
+                    "system": asdict(system),
+                }
+            )
         status = "complete"
         wrong: list[str] = []
         try:
@@ -721,8 +834,14 @@ def run_worker(argv: list[str]) -> int:
         except KeyboardInterrupt:
             status = "incomplete"
         if reporter:
-            reporter.emit({"event": "end", "status": status, "wrong": wrong,
-                           "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+            reporter.emit(
+                {
+                    "event": "end",
+                    "status": status,
+                    "wrong": wrong,
+                    "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                }
+            )
             reporter.close()
             if not rows_file:
                 from commlens.bench.finalize import finalize_standalone
@@ -749,8 +868,9 @@ def _report_error(workdir: Path | None, rank: int, err: Exception) -> None:
         return
     kinds = ((ConfigError, "config"), (UnsupportedCombination, "unsupported"), (StartupFailure, "startup"))
     kind = next((k for cls, k in kinds if isinstance(err, cls)), "failure")
-    (workdir / f"error-rank{rank}.json").write_text(json.dumps(
-        {"rank": rank, "kind": kind, "message": str(err), "time": time.time()}))
+    (workdir / f"error-rank{rank}.json").write_text(
+        json.dumps({"rank": rank, "kind": kind, "message": str(err), "time": time.time()})
+    )
 
 
 def main() -> None:

@@ -74,7 +74,7 @@ def bench(ctx: typer.Context) -> None:
     except BenchFailure as e:
         fail(str(e), e.code)
     except SystemExit as e:  # argparse usage errors
-        raise typer.Exit(e.code if isinstance(e.code, int) else 2)
+        raise typer.Exit(e.code if isinstance(e.code, int) else 2) from None
     raise typer.Exit(code)
 
 
@@ -85,9 +85,16 @@ def main() -> None:
 
 def _register() -> None:
     """Import the modules that add their commands to ``app`` (one module per command family)."""
-    from commlens.cli import db_cmd, ingest_cmd, regress_cmd, runs_cmd  # noqa: F401
-    from commlens.cli import model_cmd, topology_cmd  # noqa: F401
-    from commlens.cli import project_cmd  # noqa: F401
-    from commlens.cli import cluster_cmd, diagnose_cmd  # noqa: F401
-    from commlens.cli import tune_cmd  # noqa: F401
-    from commlens.cli import noise_cmd  # noqa: F401
+    from commlens.cli import (  # noqa: F401  # noqa: F401  # noqa: F401
+        cluster_cmd,
+        db_cmd,
+        diagnose_cmd,
+        ingest_cmd,
+        model_cmd,
+        noise_cmd,  # noqa: F401
+        project_cmd,  # noqa: F401
+        regress_cmd,
+        runs_cmd,
+        topology_cmd,
+        tune_cmd,  # noqa: F401
+    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Optional
 
 import typer
 
@@ -22,14 +21,15 @@ from commlens.cli.numbers import checked
 
 def calibrate(
     out: str = typer.Option("gemm-calibration.json", "--out", help="measurement file to write (when measuring)"),
-    from_file: Optional[str] = typer.Option(None, "--from", help="fit this measurement file instead of measuring"),
-    name: Optional[str] = typer.Option(None, "--name", help="accelerator to fit (default: from the measured GPU)"),
-    fit: str = typer.Option("gemm_efficiency,k_overhead", "--fit",
-                            help="parameters: gemm_efficiency, and any of k_overhead, tiles"),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="write the fitted accelerators YAML here"),
+    from_file: str | None = typer.Option(None, "--from", help="fit this measurement file instead of measuring"),
+    name: str | None = typer.Option(None, "--name", help="accelerator to fit (default: from the measured GPU)"),
+    fit: str = typer.Option(
+        "gemm_efficiency,k_overhead", "--fit", help="parameters: gemm_efficiency, and any of k_overhead, tiles"
+    ),
+    output: str | None = typer.Option(None, "--output", "-o", help="write the fitted accelerators YAML here"),
     budget_s: float = typer.Option(150.0, "--budget-s", help="stop measuring GEMMs after this many seconds"),
     seed: int = typer.Option(0, "--seed", help="seed of the shape sample, its order and the operands"),
-    accelerators: Optional[str] = typer.Option(None, "--accelerators", help="accelerators file over the shipped one"),
+    accelerators: str | None = typer.Option(None, "--accelerators", help="accelerators file over the shipped one"),
     as_json: bool = typer.Option(False, "--json", help="print the fit as JSON"),
 ) -> None:
     """Calibrate the GEMM curve and memory efficiency of an accelerator from measurements on it."""
@@ -45,8 +45,10 @@ def calibrate(
         import torch
 
         if not torch.cuda.is_available():
-            fail("project calibrate needs a CUDA GPU (torch.cuda.is_available() is False) to measure; "
-                 "to fit a measurement file from elsewhere: --from FILE")
+            fail(
+                "project calibrate needs a CUDA GPU (torch.cuda.is_available() is False) to measure; "
+                "to fit a measurement file from elsewhere: --from FILE"
+            )
         try:
             cal = _measure(seed, budget_s)
             save_calibration(cal, out)
@@ -99,32 +101,47 @@ def _write_atomic(path: str, text: str) -> None:
 
 def _print_fit(fit) -> None:
     cal, base, dev = fit.calibration, fit.base, fit.fitted
-    print(f"{fit.source}: {cal.device.name} ({cal.device.sms} SMs), torch {cal.software.get('torch', '?')}, "
-          f"CUDA {cal.software.get('cuda', '?')}, measured {cal.created}")
-    print(f"accelerator {base.name!r}: bf16 peak {base.peak('bf16') / 1e12:.0f} TFLOP/s, "
-          f"HBM {base.hbm_bytes_per_s / 1e9:.0f} GB/s")
+    print(
+        f"{fit.source}: {cal.device.name} ({cal.device.sms} SMs), torch {cal.software.get('torch', '?')}, "
+        f"CUDA {cal.software.get('cuda', '?')}, measured {cal.created}"
+    )
+    print(
+        f"accelerator {base.name!r}: bf16 peak {base.peak('bf16') / 1e12:.0f} TFLOP/s, "
+        f"HBM {base.hbm_bytes_per_s / 1e9:.0f} GB/s"
+    )
     if fit.stream_fraction:
         print("\nstreaming kernels, fraction of HBM bandwidth (median over sizes; min-max):")
         for kernel, frac in fit.stream_fraction.items():
             lo, hi = fit.stream_range[kernel]
             print(f"  {kernel:<11} {frac:6.3f}   ({lo:.3f}-{hi:.3f})")
-    print(f"memory_efficiency {dev.memory_efficiency:.3f} (was {base.memory_efficiency:.3f}): "
-          f"{dev.memory_efficiency_origin}")
+    print(
+        f"memory_efficiency {dev.memory_efficiency:.3f} (was {base.memory_efficiency:.3f}): "
+        f"{dev.memory_efficiency_origin}"
+    )
     kinds = list(fit.curves[0].by_kind)
     dtypes = list(fit.curves[0].by_dtype)
     print(f"\nGEMM curve, mean absolute error on {len(cal.gemm)} measured GEMMs (small ones not fitted):")
-    print(f"  {'constants':<10} {'gemm_eff':>8} {'k_over':>7} {'MAPE':>7}  "
-          + " ".join(f"{k:>11}" for k in kinds) + "  " + " ".join(f"{d:>6}" for d in dtypes))
+    print(
+        f"  {'constants':<10} {'gemm_eff':>8} {'k_over':>7} {'MAPE':>7}  "
+        + " ".join(f"{k:>11}" for k in kinds)
+        + "  "
+        + " ".join(f"{d:>6}" for d in dtypes)
+    )
     for c in fit.curves:
-        print(f"  {c.label:<10} {c.gemm_efficiency:8.4f} {c.k_overhead:7.1f} {c.mape * 100:6.1f}%  "
-              + " ".join(f"{c.by_kind[k] * 100:10.1f}%" for k in kinds) + "  "
-              + " ".join(f"{c.by_dtype[d] * 100:5.1f}%" for d in dtypes))
+        print(
+            f"  {c.label:<10} {c.gemm_efficiency:8.4f} {c.k_overhead:7.1f} {c.mape * 100:6.1f}%  "
+            + " ".join(f"{c.by_kind[k] * 100:10.1f}%" for k in kinds)
+            + "  "
+            + " ".join(f"{c.by_dtype[d] * 100:5.1f}%" for d in dtypes)
+        )
     if dev.gemm_shape is not None and "tiles" in fit.parameters:
         print("  tiles: " + ", ".join(f"{a}x{b} {rel:.3f}" for a, b, rel in dev.gemm_shape.tiles))
     print("\nworst fitted shapes after the fit (error = model / measured - 1):")
     for w in fit.curves[-1].worst:
         shape = f"{w['m']}x{w['n']}x{w['k']}" + (f" b{w['batch']}" if w["batch"] > 1 else "")
-        print(f"  {w['error'] * 100:+6.1f}%  {w['dtype']} {w['layout']} {shape:<22} {w['label']:<30} "
-              f"measured {w['measured_tflops']:6.1f}, model {w['model_tflops']:6.1f} TFLOP/s")
+        print(
+            f"  {w['error'] * 100:+6.1f}%  {w['dtype']} {w['layout']} {shape:<22} {w['label']:<30} "
+            f"measured {w['measured_tflops']:6.1f}, model {w['model_tflops']:6.1f} TFLOP/s"
+        )
     for note in fit.notes:
         print(f"note: {note}")

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import List, Optional
 
 import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.numbers import checked
 
-cluster_app = typer.Typer(help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.",
-                          no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.", no_args_is_help=True
+)
 app.add_typer(cluster_app, name="cluster")
 
 GBPS_HELP = "each host's link rate in Gb/s (1e9 bit/s)"
 NAME_HELP = "cluster name (namespaces are cl-NAME-hK); also as --name NAME"
 
 
-def _name_argument(help_text: str = NAME_HELP) -> Optional[str]:
+def _name_argument(help_text: str = NAME_HELP) -> str | None:
     return typer.Argument(None, metavar="NAME", help=help_text, show_default=False)
 
 
-def _name_option() -> Optional[str]:
+def _name_option() -> str | None:
     return typer.Option(None, "--name", help="the cluster name, as the NAME argument", show_default=False)
 
 
@@ -48,9 +48,11 @@ def _cluster_name(positional: str | None, option: str | None, *, required: bool 
 def _faults(slow_host: list[str], slow_link: list[str], cpu_starve: list[str]) -> dict:
     from commlens.cluster import parse_slow_host, parse_slow_link, parse_starved_host
 
-    return {"slow_hosts": tuple(parse_slow_host(s) for s in slow_host),
-            "slow_links": tuple(parse_slow_link(s) for s in slow_link),
-            "starved_hosts": tuple(parse_starved_host(s) for s in cpu_starve)}
+    return {
+        "slow_hosts": tuple(parse_slow_host(s) for s in slow_host),
+        "slow_links": tuple(parse_slow_link(s) for s in slow_link),
+        "starved_hosts": tuple(parse_starved_host(s) for s in cpu_starve),
+    }
 
 
 def _raise_on_sigterm(signum: int, frame: object) -> None:
@@ -59,14 +61,14 @@ def _raise_on_sigterm(signum: int, frame: object) -> None:
 
 @cluster_app.command("up")
 def up_cmd(
-    name_arg: Optional[str] = _name_argument(),
-    name_opt: Optional[str] = _name_option(),
+    name_arg: str | None = _name_argument(),
+    name_opt: str | None = _name_option(),
     hosts: int = typer.Option(..., "--hosts", help="number of hosts, numbered from 0"),
     link_gbps: float = typer.Option(1.0, "--link-gbps", help=GBPS_HELP),
     ranks_per_host: int = typer.Option(1, "--ranks-per-host", help="default ranks per host for bench --cluster"),
-    slow_host: List[str] = typer.Option([], "--slow-host", help="H:FRACTION: host H's link at FRACTION of the rate"),
-    slow_link: List[str] = typer.Option([], "--slow-link", help="A-B:FRACTION: traffic between A and B at FRACTION"),
-    cpu_starve: List[str] = typer.Option([], "--cpu-starve", help="H:CPUS: host H's ranks share CPUS of one CPU"),
+    slow_host: list[str] = typer.Option([], "--slow-host", help="H:FRACTION: host H's link at FRACTION of the rate"),
+    slow_link: list[str] = typer.Option([], "--slow-link", help="A-B:FRACTION: traffic between A and B at FRACTION"),
+    cpu_starve: list[str] = typer.Option([], "--cpu-starve", help="H:CPUS: host H's ranks share CPUS of one CPU"),
     as_json: bool = typer.Option(False, "--json", help="print the cluster as JSON"),
 ) -> None:
     """Create the cluster; on any failure everything created so far is removed."""
@@ -76,8 +78,13 @@ def up_cmd(
     checked(link_gbps, "--link-gbps", above=0)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        spec = ClusterSpec(name=name, hosts=hosts, link_bytes_per_s=link_gbps * 1e9 / 8, ranks_per_host=ranks_per_host,
-                           **_faults(slow_host, slow_link, cpu_starve))
+        spec = ClusterSpec(
+            name=name,
+            hosts=hosts,
+            link_bytes_per_s=link_gbps * 1e9 / 8,
+            ranks_per_host=ranks_per_host,
+            **_faults(slow_host, slow_link, cpu_starve),
+        )
         state = up(spec)
     except NotRootError as e:
         fail(str(e), 2)
@@ -87,7 +94,7 @@ def up_cmd(
 
 
 @cluster_app.command("down")
-def down_cmd(name_arg: Optional[str] = _name_argument(), name_opt: Optional[str] = _name_option()) -> None:
+def down_cmd(name_arg: str | None = _name_argument(), name_opt: str | None = _name_option()) -> None:
     """Remove the cluster: namespaces, veth pairs, qdiscs, bridge, cgroups and its state file."""
     from commlens.cluster import ClusterError, down
 
@@ -101,12 +108,12 @@ def down_cmd(name_arg: Optional[str] = _name_argument(), name_opt: Optional[str]
 
 @cluster_app.command("set")
 def set_cmd(
-    name_arg: Optional[str] = _name_argument(),
-    name_opt: Optional[str] = _name_option(),
-    link_gbps: Optional[float] = typer.Option(None, "--link-gbps", help=GBPS_HELP),
-    slow_host: List[str] = typer.Option([], "--slow-host", help="H:FRACTION (replaces the slow hosts)"),
-    slow_link: List[str] = typer.Option([], "--slow-link", help="A-B:FRACTION (replaces the slow links)"),
-    cpu_starve: List[str] = typer.Option([], "--cpu-starve", help="H:CPUS (adds or changes a CPU quota)"),
+    name_arg: str | None = _name_argument(),
+    name_opt: str | None = _name_option(),
+    link_gbps: float | None = typer.Option(None, "--link-gbps", help=GBPS_HELP),
+    slow_host: list[str] = typer.Option([], "--slow-host", help="H:FRACTION (replaces the slow hosts)"),
+    slow_link: list[str] = typer.Option([], "--slow-link", help="A-B:FRACTION (replaces the slow links)"),
+    cpu_starve: list[str] = typer.Option([], "--cpu-starve", help="H:CPUS (adds or changes a CPU quota)"),
     clear: bool = typer.Option(False, "--clear", help="remove the slow hosts and links first"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -134,9 +141,11 @@ def set_cmd(
 
 
 @cluster_app.command("status")
-def status_cmd(name_arg: Optional[str] = _name_argument("cluster name, also as --name NAME (default: list all)"),
-               name_opt: Optional[str] = _name_option(),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+def status_cmd(
+    name_arg: str | None = _name_argument("cluster name, also as --name NAME (default: list all)"),
+    name_opt: str | None = _name_option(),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Show a cluster (or all): hosts, addresses, rates, faults, and whether its objects exist."""
     from commlens.cluster import ClusterError, list_states, require_root, status
 
@@ -163,8 +172,10 @@ def _print(d: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(d, indent=2))
         return
-    print(f"cluster {d['name']}: {d['hosts']} hosts on {d['subnet']} (bridge {d['bridge_address']}), "
-          f"link {d['link_bytes_per_s'] * 8 / 1e9:g} Gb/s, {d['status']}")
+    print(
+        f"cluster {d['name']}: {d['hosts']} hosts on {d['subnet']} (bridge {d['bridge_address']}), "
+        f"link {d['link_bytes_per_s'] * 8 / 1e9:g} Gb/s, {d['status']}"
+    )
     for h, addr in enumerate(d["addresses"]):
         line = f"  host {h}: cl-{d['name']}-h{h} {addr}"
         for row in d.get("host_status", []):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,7 +34,7 @@ _STATE_TEXT = {
 
 @db_app.command("status")
 def db_status(
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     runs: bool = typer.Option(False, "--runs", help="also read every stored run back (slower: loads all samples)"),
 ) -> None:
@@ -56,8 +56,12 @@ def db_status(
         revision = status.revision or "-"
         if status.revision is not None and not status.stamped:
             revision += " (from before Alembic)"
-        lines = [f"store     {status.url}", f"schema    {revision}", f"commlens  {status.head}",
-                 f"state     {_STATE_TEXT[status.state]}"]
+        lines = [
+            f"store     {status.url}",
+            f"schema    {revision}",
+            f"commlens  {status.head}",
+            f"state     {_STATE_TEXT[status.state]}",
+        ]
         if status.nruns is not None:
             lines.append(f"runs      {status.nruns}")
         if status.integrity is not None:
@@ -72,7 +76,7 @@ def db_status(
         fail(f"{len(unreadable)} stored run{'s' if len(unreadable) > 1 else ''} cannot be read back", 2)
 
 
-def _unreadable_runs(db: Optional[str]) -> list[CorruptRunError]:
+def _unreadable_runs(db: str | None) -> list[CorruptRunError]:
     from commlens.store import Store, StoreError
 
     try:
@@ -83,7 +87,7 @@ def _unreadable_runs(db: Optional[str]) -> list[CorruptRunError]:
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: Optional[str] = _DB) -> None:
+def db_upgrade(db: str | None = _DB) -> None:
     """Upgrade the store's schema in place to this commlens' revision (one transaction)."""
     from commlens.store import StoreError, upgrade_schema
 

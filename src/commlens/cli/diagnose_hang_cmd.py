@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,8 +18,11 @@ if TYPE_CHECKING:
 @diagnose_app.command("hang")
 def hang(
     dump_dir: Path = typer.Argument(..., help="Directory of Flight Recorder dumps, one file per rank."),
-    prefix: Optional[str] = typer.Option(None, "--prefix", help="File name before the rank (e.g. nccl_trace_rank_); "
-                                         "found from the names when they share one."),
+    prefix: str | None = typer.Option(
+        None,
+        "--prefix",
+        help="File name before the rank (e.g. nccl_trace_rank_); found from the names when they share one.",
+    ),
     max_dump_mib: int = typer.Option(256, "--max-dump-mib", min=1, help="Refuse a dump larger than this (MiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -42,16 +45,21 @@ _MAX_SHOWN = 3
 
 
 def _span(ranks: tuple[int, ...]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if ranks and list(ranks) == list(range(ranks[0], ranks[-1] + 1)) else \
-        ",".join(map(str, ranks))
+    return (
+        f"{ranks[0]}-{ranks[-1]}"
+        if ranks and list(ranks) == list(range(ranks[0], ranks[-1] + 1))
+        else ",".join(map(str, ranks))
+    )
 
 
 def _print_hang(report: HangReport) -> None:
     from commlens.diagnose.hang import describe_missing
 
     dumps = f"{len(report.ranks)} dump{'' if len(report.ranks) == 1 else 's'}"
-    print(f"# {dumps} ({report.backend or 'unknown backend'}, version "
-          f"{','.join(report.versions)}), ranks {','.join(map(str, report.ranks))} of {_span(report.expected_ranks)}")
+    print(
+        f"# {dumps} ({report.backend or 'unknown backend'}, version "
+        f"{','.join(report.versions)}), ranks {','.join(map(str, report.ranks))} of {_span(report.expected_ranks)}"
+    )
     for note in report.notes:
         print(f"# {note}")
     for s in report.suspects:
@@ -66,11 +74,15 @@ def _print_hang(report: HangReport) -> None:
     if len(report.divergences) > len(shown):
         print(f"# {len(report.divergences)} groups diverge; the {len(shown)} earliest are shown (all in --json)")
     for d in shown:
-        print(f"divergence: {d.kind} in process group {d.process_group} ({d.process_group_desc or '-'}) "
-              f"at collective {d.collective_seq_id}")
+        print(
+            f"divergence: {d.kind} in process group {d.process_group} ({d.process_group_desc or '-'}) "
+            f"at collective {d.collective_seq_id}"
+        )
         e = d.expected
-        print(f"expected: {e['op']} sizes={e['input_sizes']} dtypes={e['input_dtypes']} "
-              f"on ranks {','.join(map(str, e['ranks']))}")
+        print(
+            f"expected: {e['op']} sizes={e['input_sizes']} dtypes={e['input_dtypes']} "
+            f"on ranks {','.join(map(str, e['ranks']))}"
+        )
         print(f"{'rank':>5}  {'issued':<38} {'sizes':<14} {'dtypes':<12} where (innermost first)")
         for c in d.culprits:
             issued = c["op"] if c["op"] else describe_missing(c)

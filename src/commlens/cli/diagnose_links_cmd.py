@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,14 +15,14 @@ from commlens.cli.numbers import checked
 
 @diagnose_app.command("links")
 def links(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="emulated cluster (one rank per host)"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", help="without --cluster: local ranks over loopback"),
+    cluster: str | None = typer.Option(None, "--cluster", help="emulated cluster (one rank per host)"),
+    nproc: int | None = typer.Option(None, "--nproc", help="without --cluster: local ranks over loopback"),
     size: str = typer.Option("4M", "-b", "--size", help="bytes each way per exchange (K/M/G suffixes)"),
     iters: int = typer.Option(3, "-n", "--iters", help="timed exchanges per pair per pass"),
     passes: int = typer.Option(3, "--passes", help="full tournaments; a fault must show in most"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds before giving up"),
     as_json: bool = typer.Option(False, "--json", help="print the diagnosis as JSON"),
-    heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
+    heatmap: Path | None = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
 ) -> None:
     """Measure every pair in N-1 rounds of disjoint pairs plus a ring; exit 1 when a slow host or link is found.
 
@@ -45,8 +44,11 @@ def links(
     except ValueError as e:
         fail(str(e), 2)
     if (cluster is None) == (nproc is None):
-        fail("give --cluster NAME (an emulated cluster) or --nproc N (local ranks); across real hosts run "
-             "`torchrun ... -m commlens.diagnose.links`", 2)
+        fail(
+            "give --cluster NAME (an emulated cluster) or --nproc N (local ranks); across real hosts run "
+            "`torchrun ... -m commlens.diagnose.links`",
+            2,
+        )
     try:
         if cluster is not None:
             from commlens.cluster import ClusterError, load_state, require_root
@@ -58,14 +60,20 @@ def links(
             except ClusterError as e:
                 fail(str(e), 2)
             world = state.spec.hosts
-            records = run_links(world, lambda r, a: place_command(cluster, r, a, master_addr="keep"), probe,
-                                master_addr=state.host_address(0), timeout_s=timeout)
+            records = run_links(
+                world,
+                lambda r, a: place_command(cluster, r, a, master_addr="keep"),
+                probe,
+                master_addr=state.host_address(0),
+                timeout_s=timeout,
+            )
         else:
             world = nproc  # type: ignore[assignment]
             if world < 2:
                 fail("--nproc must be >= 2", 2)
-            records = run_links(world, lambda r, a: [sys.executable, *a], probe, master_addr="127.0.0.1",
-                                timeout_s=timeout)
+            records = run_links(
+                world, lambda r, a: [sys.executable, *a], probe, master_addr="127.0.0.1", timeout_s=timeout
+            )
     except LinksFailure as e:
         fail(f"measurement failed: {e}", 1)
     diagnosis = diagnose_links(records, world)

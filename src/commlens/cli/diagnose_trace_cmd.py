@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,19 +18,28 @@ if TYPE_CHECKING:
 
 @diagnose_app.command("stragglers")
 def stragglers(
-    traces: Optional[list[Path]] = typer.Argument(
-        None, help="PyTorch profiler (Kineto) traces, .json or .json.gz, one per rank."),
-    run: Optional[str] = typer.Option(None, "--run", help="A run (stored run id or prefix, or a result file): use its per-rank samples."),
-    db: Optional[str] = typer.Option(None, "--db", help="Store URL or path (with --run)."),
+    traces: list[Path] | None = typer.Argument(
+        None, help="PyTorch profiler (Kineto) traces, .json or .json.gz, one per rank."
+    ),
+    run: str | None = typer.Option(
+        None, "--run", help="A run (stored run id or prefix, or a result file): use its per-rank samples."
+    ),
+    db: str | None = typer.Option(None, "--db", help="Store URL or path (with --run)."),
     late_threshold_us: float = typer.Option(
-        1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."),
+        1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."
+    ),
     slow_factor: float = typer.Option(
-        1.5, "--slow-factor", help="A rank is slow within collectives when its median own time exceeds this "
-                                   "factor times the median over ranks."),
-    min_occurrences: int = typer.Option(2, "--min-occurrences", min=1,
-                                        help="Judge a collective only when the ranks share this many of it."),
-    max_trace_mib: int = typer.Option(2048, "--max-trace-mib", min=1,
-                                      help="Refuse a trace with more JSON than this once decompressed (MiB)."),
+        1.5,
+        "--slow-factor",
+        help="A rank is slow within collectives when its median own time exceeds this "
+        "factor times the median over ranks.",
+    ),
+    min_occurrences: int = typer.Option(
+        2, "--min-occurrences", min=1, help="Judge a collective only when the ranks share this many of it."
+    ),
+    max_trace_mib: int = typer.Option(
+        2048, "--max-trace-mib", min=1, help="Refuse a trace with more JSON than this once decompressed (MiB)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Find ranks that arrive late at collectives, or are slow within them.
@@ -51,10 +60,14 @@ def stragglers(
     checked(late_threshold_us, "--late-threshold-us", above=0)
     checked(slow_factor, "--slow-factor", above=1)
     try:
-        params = StragglerParams(late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor,
-                                 min_occurrences=min_occurrences)
-        table = (load_kineto_traces(traces, max_bytes=max_trace_mib << 20) if traces  # type: ignore[arg-type]
-                 else table_from_run(run_named(run, db)))  # type: ignore[arg-type]
+        params = StragglerParams(
+            late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor, min_occurrences=min_occurrences
+        )
+        table = (
+            load_kineto_traces(traces, max_bytes=max_trace_mib << 20)
+            if traces  # type: ignore[arg-type]
+            else table_from_run(run_named(run, db))
+        )  # type: ignore[arg-type]
         report = detect_stragglers(table, params)
     except (StragglerError, StoreError, ValueError) as e:
         fail(str(e), 2)
@@ -70,23 +83,30 @@ def _us(v: float | None) -> str:
 def _print_stragglers(report: StragglerReport) -> None:
     from commlens.diagnose.stragglers import CLOCK_METHODS
 
-    print(f"# {report.n_collectives} collectives over {len(report.ranks)} ranks ({report.source}, "
-          f"spans: {report.span})")
+    print(
+        f"# {report.n_collectives} collectives over {len(report.ranks)} ranks ({report.source}, spans: {report.span})"
+    )
     if report.matching is not None:
         print(f"# matched: {report.matching['description']}")
     print(f"# clock: {report.clock_method}: {CLOCK_METHODS[report.clock_method]}")
     print(f"#   {report.clock_note}")
     for line in report.excluded:
         print(f"# left out: {line}")
-    print(f"{'collective':<24} {'rank':>5} {'n':>4} {'offset(us)':>11} {'late p50(us)':>13} {'late p90(us)':>13} "
-          f"{'last%':>6} {'own p50(us)':>12}  verdict")
+    print(
+        f"{'collective':<24} {'rank':>5} {'n':>4} {'offset(us)':>11} {'late p50(us)':>13} {'late p90(us)':>13} "
+        f"{'last%':>6} {'own p50(us)':>12}  verdict"
+    )
     for row in report.ranks_table:
         last = "-" if row["last_arrival_fraction"] is None else f"{row['last_arrival_fraction'] * 100:.0f}"
-        print(f"{row['op']:<24} {row['rank']:>5} {row['n']:>4} {_us(row['clock_offset_s']):>11} "
-              f"{_us(row['lateness_p50_s']):>13} {_us(row['lateness_p90_s']):>13} {last:>6} "
-              f"{_us(row['own_time_p50_s']):>12}  {', '.join(row['verdicts']) or 'ok'}")
+        print(
+            f"{row['op']:<24} {row['rank']:>5} {row['n']:>4} {_us(row['clock_offset_s']):>11} "
+            f"{_us(row['lateness_p50_s']):>13} {_us(row['lateness_p90_s']):>13} {last:>6} "
+            f"{_us(row['own_time_p50_s']):>12}  {', '.join(row['verdicts']) or 'ok'}"
+        )
     if report.stragglers:
-        print(f"stragglers ({report.clock_method}): "
-              f"{', '.join(f'rank {s.rank} ({s.kind}, {s.op})' for s in report.stragglers)}")
+        print(
+            f"stragglers ({report.clock_method}): "
+            f"{', '.join(f'rank {s.rank} ({s.kind}, {s.op})' for s in report.stragglers)}"
+        )
     else:
         print(f"no straggler ({report.clock_method})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -21,19 +21,24 @@ _FORMAT_HELP = f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]}"
 
 @app.command("ingest")
 def ingest_cmd(
-    files: List[Path] = typer.Argument(..., metavar="FILE",
-                                       help=_FILE_HELP),
-    tag: Optional[str] = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
-    revision: Optional[str] = typer.Option(None, help="the code revision the runs measured"),
-    time: Optional[str] = typer.Option(
-        None, "--time", help="ISO date/time placing the files in history (their started_at); default: the file's "
-                             "own start time, else its modification time"),
+    files: list[Path] = typer.Argument(..., metavar="FILE", help=_FILE_HELP),
+    tag: str | None = typer.Option(None, help="label every run with this tag (a nightly, a branch)"),
+    revision: str | None = typer.Option(None, help="the code revision the runs measured"),
+    time: str | None = typer.Option(
+        None,
+        "--time",
+        help="ISO date/time placing the files in history (their started_at); default: the file's "
+        "own start time, else its modification time",
+    ),
     fmt: str = typer.Option("auto", "--format", help=_FORMAT_HELP),
-    op: Optional[str] = typer.Option(None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"),
-    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+    op: str | None = typer.Option(
+        None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"
+    ),
+    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
-    max_input_mib: float = typer.Option(256.0, "--max-input-mib",
-                                        help="refuse a file (or pipe) larger than this, unread further"),
+    max_input_mib: float = typer.Option(
+        256.0, "--max-input-mib", help="refuse a file (or pipe) larger than this, unread further"
+    ),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
     from commlens.ingest import IngestError, IngestWarning, load_source_runs, parse_time, read_source
@@ -72,8 +77,9 @@ def ingest_cmd(
                 warnings.simplefilter("always", IngestWarning)
                 try:  # read once (a pipe can be read only once): detected, parsed and hashed from memory
                     source = read_source(path, max_bytes=max_input_bytes)
-                    used, runs = load_source_runs(source, tag=tag, revision=revision, started_at=started_at,
-                                                  fmt=fmt, op=op)
+                    used, runs = load_source_runs(
+                        source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op
+                    )
                     del source
                 except (IngestError, ValueError) as e:
                     say("error", str(e))
@@ -94,8 +100,11 @@ def ingest_cmd(
                 if is_new and run.status == "check_failed":
                     for note in run.notes:
                         if note.startswith("results check failed"):
-                            say("warning", f"{path}: {note} (compare does not judge its failed rows; detect "
-                                          f"leaves the run out of history)")
+                            say(
+                                "warning",
+                                f"{path}: {note} (compare does not judge its failed rows; detect "
+                                f"leaves the run out of history)",
+                            )
                 if not is_new:
                     say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
                 if as_json:
@@ -132,5 +141,7 @@ def _save_new(store: Any, runs: list[Any]) -> set[str]:
 def _summary(path: Path, fmt: str, run: Any) -> str:
     ops = ",".join(dict.fromkeys(m.op for m in run.measurements))
     status = "" if run.status == "complete" else f"; {run.status}"
-    return (f"{path}: stored run {run.run_id} ({fmt}; {ops}; {len(run.measurements)} measurements; "
-            f"{run.world_size} ranks{status})")
+    return (
+        f"{path}: stored run {run.run_id} ({fmt}; {ops}; {len(run.measurements)} measurements; "
+        f"{run.world_size} ranks{status})"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -64,14 +64,16 @@ def _shape(nodes: int, rpn: int, ranks: int) -> str:
 
 # ---- predict ------------------------------------------------------------------------------------
 
+
 @model_app.command("predict")
 def predict_cmd(
     topology: str = typer.Option(..., "--topology", "-t", help=_TOPOLOGY_HELP),
     op: str = typer.Option("all_reduce", "--op", help="op, comma list or 'all' (with --sweep)"),
-    size: Optional[str] = typer.Option(None, "--size", "-s", help="message size, nccl-tests meaning (K/M/G suffixes)"),
+    size: str | None = typer.Option(None, "--size", "-s", help="message size, nccl-tests meaning (K/M/G suffixes)"),
     nodes: int = typer.Option(1, "--nodes", "-N", help="nodes in the job"),
-    ranks_per_node: Optional[int] = typer.Option(
-        None, "--ranks-per-node", help="ranks per node (default: the topology's accelerators per node)"),
+    ranks_per_node: int | None = typer.Option(
+        None, "--ranks-per-node", help="ranks per node (default: the topology's accelerators per node)"
+    ),
     algo: str = typer.Option("auto", "--algo", "-a", help="algorithm, 'auto' (fastest) or 'all' (compare every one)"),
     sweep: bool = typer.Option(False, "--sweep", help="a predicted nccl-tests table over -b .. -e"),
     min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="smallest size of --sweep"),
@@ -123,10 +125,14 @@ def predict_cmd(
         print(json.dumps(pred.as_dict(with_breakdown=True), indent=1))
         return
     chosen = f"auto -> {pred.algo}" if pred.chosen_by_auto else pred.algo
-    print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; "
-          f"{pred.op} {nbytes} B, algo {chosen}")
-    print(f"time {_us(pred.time_s)} us   algBW {pred.algbw_bytes_per_s / 1e9:.2f} GB/s   "
-          f"busBW {pred.busbw_bytes_per_s / 1e9:.2f} GB/s   bottleneck {pred.bottleneck}")
+    print(
+        f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; "
+        f"{pred.op} {nbytes} B, algo {chosen}"
+    )
+    print(
+        f"time {_us(pred.time_s)} us   algBW {pred.algbw_bytes_per_s / 1e9:.2f} GB/s   "
+        f"busBW {pred.busbw_bytes_per_s / 1e9:.2f} GB/s   bottleneck {pred.bottleneck}"
+    )
     if breakdown:
         _print_breakdown(pred)
 
@@ -144,9 +150,11 @@ def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) ->
     from commlens.model.predict import predict_algorithms
 
     rows: list[dict[str, Any]] = [
-        {"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(pred)} if isinstance(pred, InfeasibleError)
+        {"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(pred)}
+        if isinstance(pred, InfeasibleError)
         else pred.as_dict(with_breakdown=False)
-        for name, pred in predict_algorithms(topo, op, nbytes, layout=layout).items()]
+        for name, pred in predict_algorithms(topo, op, nbytes, layout=layout).items()
+    ]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -159,12 +167,15 @@ def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) ->
             print(f"{r['algo']:<19} {'-':>10} {'-':>10} {'-':>10}  cannot run: {r['infeasible']}")
             continue
         mark = "  <- fastest" if r["algo"] == fastest else ""
-        print(f"{r['algo']:<19} {_us(r['time_s']):>10} {r['algbw_bytes_per_s'] / 1e9:>10.2f} "
-              f"{r['busbw_bytes_per_s'] / 1e9:>10.2f}  {r['bottleneck']}{mark}")
+        print(
+            f"{r['algo']:<19} {_us(r['time_s']):>10} {r['algbw_bytes_per_s'] / 1e9:>10.2f} "
+            f"{r['busbw_bytes_per_s'] / 1e9:>10.2f}  {r['bottleneck']}{mark}"
+        )
 
 
-def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dtype: str, algo: str,
-                   layout: Any, as_json: bool) -> None:
+def _predict_sweep(
+    topo: Any, ops: list[str], lo: int, hi: int, factor: int, dtype: str, algo: str, layout: Any, as_json: bool
+) -> None:
     from commlens.model.predict import predicted_table, sweep_sizes
 
     try:
@@ -173,40 +184,75 @@ def _predict_sweep(topo: Any, ops: list[str], lo: int, hi: int, factor: int, dty
         fail(str(e))
     rows = [row.as_dict() for row in table]
     if as_json:
-        print(json.dumps({"topology": topo.name, "nodes": layout.nodes, "ranks_per_node": layout.ranks_per_node,
-                          "world_size": layout.ranks, "algo": algo, "rows": rows}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "topology": topo.name,
+                    "nodes": layout.nodes,
+                    "ranks_per_node": layout.ranks_per_node,
+                    "world_size": layout.ranks,
+                    "algo": algo,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
         return
-    print(f"# commlens model predict  {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}"
-          f"  algo {algo}  (predicted, not measured)")
+    print(
+        f"# commlens model predict  {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}"
+        f"  algo {algo}  (predicted, not measured)"
+    )
     head = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>8}  {:>8}  {:<18}  {}"
     current = None
     for r in rows:
         if r["op"] != current:
             current = r["op"]
             print(f"# {current}")
-            print("#" + head.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo",
-                                    "bottleneck")[1:])
+            print(
+                "#"
+                + head.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo", "bottleneck")[
+                    1:
+                ]
+            )
             print("#" + head.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "")[1:])
         left = (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"])
         if "infeasible" in r:
             print(head.format(*left, "-", "-", "-", "-", r["infeasible"]))
         else:
-            print(head.format(*left, _us(r["time_s"]), f"{r['algbw_bytes_per_s'] / 1e9:.2f}",
-                              f"{r['busbw_bytes_per_s'] / 1e9:.2f}", r["algo"], r["bottleneck"]))
+            print(
+                head.format(
+                    *left,
+                    _us(r["time_s"]),
+                    f"{r['algbw_bytes_per_s'] / 1e9:.2f}",
+                    f"{r['busbw_bytes_per_s'] / 1e9:.2f}",
+                    r["algo"],
+                    r["bottleneck"],
+                )
+            )
 
 
 # ---- fit and check -------------------------------------------------------------------------------
 
+
 def _print_residuals(residuals: tuple[Residual, ...]) -> None:
     width = max([20] + [len(f"{r.obs.model_op}/{r.obs.model_algo}") for r in residuals])
     fmt = "{:<15} {:>11} {:>5} {:<" + str(width) + "} {:>11} {:>11} {:>9} {:>9} {:>8}"
-    print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s",
-                     "error"))
+    print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s", "error"))
     for r in residuals:
         o = r.obs
-        print(fmt.format(o.op, o.size_bytes, "in" if o.in_place else "out", f"{o.model_op}/{o.model_algo}",
-                         _us(o.measured_s), _us(r.predicted_s), f"{r.busbw(o.measured_s) / 1e9:.3f}",
-                         f"{r.busbw(r.predicted_s) / 1e9:.3f}", f"{100 * r.error:+.1f}%"))
+        print(
+            fmt.format(
+                o.op,
+                o.size_bytes,
+                "in" if o.in_place else "out",
+                f"{o.model_op}/{o.model_algo}",
+                _us(o.measured_s),
+                _us(r.predicted_s),
+                f"{r.busbw(o.measured_s) / 1e9:.3f}",
+                f"{r.busbw(r.predicted_s) / 1e9:.3f}",
+                f"{100 * r.error:+.1f}%",
+            )
+        )
 
 
 def _value(v: float, unit: str) -> str:
@@ -216,11 +262,13 @@ def _value(v: float, unit: str) -> str:
 
 
 _STAT_HELP = "which time of each row: mean (as nccl-tests), p50 or min"
-_ALGO_HELP = ("only rows that ran these algorithms (comma list; 'builtin' for the backend's own collectives; "
-              "default: every row but auto's)")
+_ALGO_HELP = (
+    "only rows that ran these algorithms (comma list; 'builtin' for the backend's own collectives; "
+    "default: every row but auto's)"
+)
 
 
-def _algos(text: Optional[str]) -> Optional[list[str]]:
+def _algos(text: str | None) -> list[str] | None:
     if text is None:
         return None
     names = [a.strip() for a in text.split(",") if a.strip()]
@@ -231,16 +279,20 @@ def _algos(text: Optional[str]) -> Optional[list[str]]:
 
 # ---- fit --------------------------------------------------------------------------------------------
 
+
 @model_app.command("fit")
 def fit_cmd(
-    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which"),
-    db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    runs: list[str] = typer.Argument(
+        ...,
+        help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which",
+    ),
+    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
     topology: str = typer.Option("local-cpu", "--topology", "-t", help="template: " + _TOPOLOGY_HELP),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the calibrated topology (YAML) here"),
-    name: Optional[str] = typer.Option(None, "--name", help="calibrated topology's name (default TEMPLATE-fitted)"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="write the calibrated topology (YAML) here"),
+    name: str | None = typer.Option(None, "--name", help="calibrated topology's name (default TEMPLATE-fitted)"),
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
     min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
-    algo: Optional[str] = typer.Option(None, "--algo", help=_ALGO_HELP),
+    algo: str | None = typer.Option(None, "--algo", help=_ALGO_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Calibrate a topology from measured runs: fitted constants with their uncertainty, every row's residual.
@@ -257,8 +309,9 @@ def fit_cmd(
     template = load_or_fail(topology)
     loaded = runs_named(runs, db)
     try:
-        result = fit_runs(loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name,
-                          algos=_algos(algo))
+        result = fit_runs(
+            loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name, algos=_algos(algo)
+        )
     except (FitError, InfeasibleError) as e:
         fail(str(e))
     if output is not None:
@@ -267,22 +320,32 @@ def fit_cmd(
         except OSError as e:
             fail(f"cannot write {output}: {e}")
     if as_json:
-        print(json.dumps({**result.as_dict(), "output": str(output) if output else None}, indent=1, default=lambda v: None if v != v or v in (float("inf"),) else v))
+        print(
+            json.dumps(
+                {**result.as_dict(), "output": str(output) if output else None},
+                indent=1,
+                default=lambda v: None if v != v or v in (float("inf"),) else v,
+            )
+        )
         return
     backends = "/".join(sorted({r.obs.backend for r in result.residuals if r.obs.backend})) or "unknown backend"
-    print(f"# fit {template.name} on {', '.join(r[:12] for r in result.runs)} ({backends}, "
-          f"{len(result.residuals)} rows, {stat} time, robust soft-L1 loss)")
+    print(
+        f"# fit {template.name} on {', '.join(r[:12] for r in result.runs)} ({backends}, "
+        f"{len(result.residuals)} rows, {stat} time, robust soft-L1 loss)"
+    )
     print(f"{'constant':<36} {'template':>14} {'fitted':>14} {'± 1 sigma':>10}")
     for p in result.params:
         if p.held_because:
             shown = _value(p.initial, p.unit) if p.initial > 0 else "-"
             print(f"{p.name:<36} {shown:>14} {'held':>14} {'':>10}  ({p.held_because})")
             continue
-        sigma = "undetermined" if p.relative_stderr is None or p.relative_stderr == float("inf") \
+        sigma = (
+            "undetermined"
+            if p.relative_stderr is None or p.relative_stderr == float("inf")
             else f"{100 * p.relative_stderr:.1f}%"
+        )
         print(f"{p.name:<36} {_value(p.initial, p.unit):>14} {_value(p.value, p.unit):>14} {sigma:>10}")
-    print(f"# fit error: MAPE {result.mape_pct:.1f}%, max {result.max_ape_pct:.1f}% over "
-          f"{len(result.residuals)} rows")
+    print(f"# fit error: MAPE {result.mape_pct:.1f}%, max {result.max_ape_pct:.1f}% over {len(result.residuals)} rows")
     _print_residuals(result.residuals)
     if output is not None:
         print(f"# wrote {output} (topology {result.topology.name})")
@@ -290,15 +353,19 @@ def fit_cmd(
 
 # ---- check ------------------------------------------------------------------------------------------
 
+
 @model_app.command("check")
 def check_cmd(
-    runs: List[str] = typer.Argument(..., help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which"),
+    runs: list[str] = typer.Argument(
+        ...,
+        help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which",
+    ),
     topology: str = typer.Option("local-cpu", "--topology", "-t", help=_TOPOLOGY_HELP),
-    db: Optional[str] = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
     min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
-    max_mape: Optional[float] = typer.Option(None, "--max-mape", help="exit 1 when the MAPE (%) exceeds this"),
-    algo: Optional[str] = typer.Option(None, "--algo", help=_ALGO_HELP),
+    max_mape: float | None = typer.Option(None, "--max-mape", help="exit 1 when the MAPE (%) exceeds this"),
+    algo: str | None = typer.Option(None, "--algo", help=_ALGO_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predicted against measured for every row of a run: the error per row, per op (per algorithm) and overall."""
@@ -313,8 +380,7 @@ def check_cmd(
     topo = load_or_fail(topology)
     loaded = runs_named(runs, db)
     try:
-        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"),
-                            algos=_algos(algo))
+        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"), algos=_algos(algo))
     except InfeasibleError as e:
         fail(str(e))
     if not result.residuals:
@@ -323,18 +389,24 @@ def check_cmd(
     if as_json:
         print(json.dumps(result.as_dict(), indent=1))
     else:
-        print(f"# check {', '.join(sorted({r.obs.run_id[:12] for r in result.residuals}))} against "
-              f"{topo.name} ({stat} time)")
+        print(
+            f"# check {', '.join(sorted({r.obs.run_id[:12] for r in result.residuals}))} against "
+            f"{topo.name} ({stat} time)"
+        )
         _print_residuals(result.residuals)
         named = any(r.obs.algo != "builtin" for r in result.residuals)
         groups = result.by_algo() if named else result.by_op()
         width = max(16, *(len(k) + 3 for k in groups))
         print(f"{'# op/algo' if named else '# op':<{width}} {'rows':>5} {'MAPE':>8} {'max':>8} {'bias':>8}")
         for key, s in groups.items():
-            print(f"{'# ' + key:<{width}} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
-                  f"{s['bias_pct']:>+7.1f}%")
-        print(f"# all: {summary['rows']} rows, MAPE {summary['mape_pct']:.1f}%, max {summary['max_ape_pct']:.1f}%, "
-              f"bias {summary['bias_pct']:+.1f}%")
+            print(
+                f"{'# ' + key:<{width}} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
+                f"{s['bias_pct']:>+7.1f}%"
+            )
+        print(
+            f"# all: {summary['rows']} rows, MAPE {summary['mape_pct']:.1f}%, max {summary['max_ape_pct']:.1f}%, "
+            f"bias {summary['bias_pct']:+.1f}%"
+        )
     if max_mape is not None and summary["mape_pct"] > max_mape:
         print(f"error: MAPE {summary['mape_pct']:.1f}% exceeds --max-mape {max_mape:g}%", file=sys.stderr)
         raise typer.Exit(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from enum import Enum
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -33,14 +33,15 @@ class GroupBy(str, Enum):
 
 @noise_app.command("learn")
 def noise_learn(
-    by: GroupBy = typer.Option(GroupBy.revision, "--by",
-                               help="runs alike: of one revision, of one tag, or all (an A/A history)"),
-    tag: Optional[str] = typer.Option(None, help="only runs with this tag"),
-    since: Optional[str] = typer.Option(None, help="only runs from this ISO date/time on (UTC if no zone)"),
-    fingerprint: Optional[str] = typer.Option(None, help="only runs of this system fingerprint"),
+    by: GroupBy = typer.Option(
+        GroupBy.revision, "--by", help="runs alike: of one revision, of one tag, or all (an A/A history)"
+    ),
+    tag: str | None = typer.Option(None, help="only runs with this tag"),
+    since: str | None = typer.Option(None, help="only runs from this ISO date/time on (UTC if no zone)"),
+    fingerprint: str | None = typer.Option(None, help="only runs of this system fingerprint"),
     min_df: int = typer.Option(2, "--min-df", help="degrees of freedom a floor needs (runs minus groups)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the floors, store nothing"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Learn every series' noise floor from stored runs of the same code and keep it in the store.
@@ -64,20 +65,26 @@ def noise_learn(
             runs = list(store.iter_runs(ids, on_corrupt=lambda e: say("warning", f"skipped: {e}")))
             floors = learn_floors(runs, by=by.value, min_df=min_df)
             if not floors:
-                fail(f"no series has enough history among {len(runs)} runs: a floor needs runs of the same "
-                     f"{'code' if by is GroupBy.all else by.value} ({min_df + 1} or more of one series, or pairs)")
+                fail(
+                    f"no series has enough history among {len(runs)} runs: a floor needs runs of the same "
+                    f"{'code' if by is GroupBy.all else by.value} ({min_df + 1} or more of one series, or pairs)"
+                )
             if not dry_run:
                 save_floors(store, floors)
     except StoreError as e:
         fail(str(e))
-    _print(floors, as_json, f"{'would store' if dry_run else 'stored'} {len(floors)} noise floors from "
-                            f"{len(runs)} runs (grouped by {by.value})")
+    _print(
+        floors,
+        as_json,
+        f"{'would store' if dry_run else 'stored'} {len(floors)} noise floors from "
+        f"{len(runs)} runs (grouped by {by.value})",
+    )
 
 
 @noise_app.command("show")
 def noise_show(
-    fingerprint: Optional[str] = typer.Option(None, help="only this system fingerprint"),
-    db: Optional[str] = _DB,
+    fingerprint: str | None = typer.Option(None, help="only this system fingerprint"),
+    db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """The stored noise floors, by system, op and size."""
@@ -99,13 +106,27 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
         print(json.dumps({"summary": summary, "floors": [asdict(f) for f in floors]}, indent=1))
         return
     names = ["system", "op", "size", "dtype", "redop", "place", "floor", "runs", "groups", "learned (UTC)"]
-    cells = [[f.fingerprint[:8], f.op if f.algo == "builtin" else f"{f.op}/{f.algo}", format_size(f.size_bytes),
-              f.dtype, "-" if f.redop == "none" else f.redop, "in" if f.in_place else "out", f"{f.sd_log:.2%}",
-              str(f.runs), str(f.groups), f.learned_at[:19]] for f in floors]
+    cells = [
+        [
+            f.fingerprint[:8],
+            f.op if f.algo == "builtin" else f"{f.op}/{f.algo}",
+            format_size(f.size_bytes),
+            f.dtype,
+            "-" if f.redop == "none" else f.redop,
+            "in" if f.in_place else "out",
+            f"{f.sd_log:.2%}",
+            str(f.runs),
+            str(f.groups),
+            f.learned_at[:19],
+        ]
+        for f in floors
+    ]
     if cells:
         widths = [max(len(x) for x in col) for col in zip(names, *cells)]
         right = {"size", "floor", "runs", "groups"}
         for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
-            print(lead + "  ".join(v.rjust(w) if n in right else v.ljust(w)
-                                   for n, v, w in zip(names, values, widths)).rstrip())
+            print(
+                lead
+                + "  ".join(v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)).rstrip()
+            )
     print(f"# {summary}")

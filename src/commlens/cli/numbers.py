@@ -25,20 +25,30 @@ def describe_bounds(above: float | None, at_least: float | None, at_most: float 
     return f"a finite number <= {at_most:g}"
 
 
-def number_problem(value: float, *, above: float | None = None, at_least: float | None = None,
-                   at_most: float | None = None) -> str | None:
+def number_problem(
+    value: float, *, above: float | None = None, at_least: float | None = None, at_most: float | None = None
+) -> str | None:
     """Why ``value`` is not a finite number within the bounds, or None when it is."""
     wanted = describe_bounds(above, at_least, at_most)
     if isinstance(value, bool) or not math.isfinite(value):
         return f"must be {wanted}, got {value}"
-    if (above is not None and not value > above) or (at_least is not None and not value >= at_least) or (
-            at_most is not None and not value <= at_most):
+    if (
+        (above is not None and not value > above)
+        or (at_least is not None and not value >= at_least)
+        or (at_most is not None and not value <= at_most)
+    ):
         return f"must be {wanted}, got {value:g}"
     return None
 
 
-def checked(value: float, option: str, *, above: float | None = None, at_least: float | None = None,
-            at_most: float | None = None) -> float:
+def checked(
+    value: float,
+    option: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> float:
     """``value`` when finite and within the bounds; else ``error: OPTION: must be ...`` and exit 2."""
     problem = number_problem(value, above=above, at_least=at_least, at_most=at_most)
     if problem is not None:

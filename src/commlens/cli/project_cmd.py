@@ -10,7 +10,7 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -49,9 +49,11 @@ class _UnnamedCommand(TyperCommand):
 
 
 project_app = typer.Typer(
-    cls=_ProjectGroup, add_completion=False,
+    cls=_ProjectGroup,
+    add_completion=False,
     help="Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`, "
-         "`calibrate`).")
+    "`calibrate`).",
+)
 app.add_typer(project_app, name="project")
 
 
@@ -60,21 +62,24 @@ def _one(
     workload: str = typer.Argument(..., help="workload preset (llama3-70b, ...) or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t", help="topology preset or YAML file"),
     gpus: int = typer.Option(..., "--gpus", "-n", help="GPUs in the job"),
-    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), cp: int = typer.Option(1, "--cp"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    cp: int = typer.Option(1, "--cp"),
     vpp: int = typer.Option(1, "--vpp", help="virtual stages per GPU (interleaved 1F1B)"),
-    ep: int = typer.Option(1, "--ep"), zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (3 = FSDP)"),
+    ep: int = typer.Option(1, "--ep"),
+    zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (3 = FSDP)"),
     fsdp: bool = typer.Option(False, "--fsdp", help="same as --zero 3"),
     recompute: str = typer.Option("selective", "--recompute", help="none, selective or full"),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="sequence parallelism with TP"),
     flash: bool = typer.Option(True, "--flash/--unfused-attention"),
     overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="overlap DP communication with compute"),
     order: str = typer.Option("tp,cp,dp,pp", "--order", help="placement, innermost first"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch"),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="bf16 or fp8"),
-    sets: List[str] = typer.Option([], "--set", help="any field: workload.PATH=V, layout.FIELD=V, topology.PATH=V"),
-    accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
+    seq_len: int | None = typer.Option(None, "--seq-len"),
+    global_batch: int | None = typer.Option(None, "--global-batch"),
+    micro_batch: int | None = typer.Option(None, "--micro-batch"),
+    precision: str | None = typer.Option(None, "--precision", help="bf16 or fp8"),
+    sets: list[str] = typer.Option([], "--set", help="any field: workload.PATH=V, layout.FIELD=V, topology.PATH=V"),
+    accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
@@ -82,11 +87,30 @@ def _one(
 
     files = accelerators_in_force(accelerators)
 
-    layout = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": 3 if fsdp else zero,
-              "recompute": recompute, "sp": sp, "flash_attention": flash, "overlap_grad_reduce": overlap,
-              "overlap_param_gather": overlap, "order": order}
-    wl = {k: v for k, v in (("seq_len", seq_len), ("global_batch", global_batch), ("micro_batch", micro_batch),
-                            ("precision", precision)) if v is not None}
+    layout = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "vpp": vpp,
+        "ep": ep,
+        "zero": 3 if fsdp else zero,
+        "recompute": recompute,
+        "sp": sp,
+        "flash_attention": flash,
+        "overlap_grad_reduce": overlap,
+        "overlap_param_gather": overlap,
+        "order": order,
+    }
+    wl = {
+        k: v
+        for k, v in (
+            ("seq_len", seq_len),
+            ("global_batch", global_batch),
+            ("micro_batch", micro_batch),
+            ("precision", precision),
+        )
+        if v is not None
+    }
     point = _point(sets, parse_vary)
     p = _project(Base(workload, topology, gpus, layout, wl, files), point)
     if as_json:
@@ -147,15 +171,19 @@ def _layout_error(err: dict[str, Any]) -> str:
 
 def _print_projection(p) -> None:
     lay = p.layout
-    print(f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
-          f"PP {lay['pp']} (vpp {lay['vpp']}), DP {lay['dp']}, EP {lay['ep']}, ZeRO {lay['zero']}, "
-          f"recompute {lay['recompute']}, {lay['micro_batches']} micro-batches")
+    print(
+        f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
+        f"PP {lay['pp']} (vpp {lay['vpp']}), DP {lay['dp']}, EP {lay['ep']}, ZeRO {lay['zero']}, "
+        f"recompute {lay['recompute']}, {lay['micro_batches']} micro-batches"
+    )
     print(f"  step time        {p.step_time_s:10.3f} s")
     print(f"  tokens/s         {p.tokens_per_s:10.4g}")
     print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {p.mfu * 100:.1f}%)")
     print(f"  hw TFLOP/s       {p.hw_tflops_per_gpu:10.1f} per GPU   (with recomputation)")
-    print(f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU of {p.memory_capacity_bytes / 1e9:.0f}  "
-          + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.memory.items() if k != "total"))
+    print(
+        f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU of {p.memory_capacity_bytes / 1e9:.0f}  "
+        + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.memory.items() if k != "total")
+    )
     print("  breakdown (s, share of step):")
     for k, v in p.breakdown.items():
         if v > 0:
@@ -170,17 +198,21 @@ def _sweep(
     workload: str = typer.Argument(..., help="workload preset or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t"),
     gpus: int = typer.Option(..., "--gpus", "-n"),
-    vary: List[str] = typer.Option([], "--vary", help="path=v1,v2 (workload.*, layout.*, topology.*, gpus)"),
-    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), cp: int = typer.Option(1, "--cp"),
-    vpp: int = typer.Option(1, "--vpp"), ep: int = typer.Option(1, "--ep"), zero: int = typer.Option(1, "--zero"),
+    vary: list[str] = typer.Option([], "--vary", help="path=v1,v2 (workload.*, layout.*, topology.*, gpus)"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    cp: int = typer.Option(1, "--cp"),
+    vpp: int = typer.Option(1, "--vpp"),
+    ep: int = typer.Option(1, "--ep"),
+    zero: int = typer.Option(1, "--zero"),
     recompute: str = typer.Option("selective", "--recompute"),
     search_layout: bool = typer.Option(False, "--search-layout", help="find the best layout at every point"),
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray (RAY_ADDRESS)"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="local processes (default: all cores)"),
+    workers: int | None = typer.Option(None, "--workers", help="local processes (default: all cores)"),
     metric: str = typer.Option("tokens_per_s", "--metric", help="tokens_per_s, mfu, step_time_s, memory_gb"),
-    plot_path: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the metric here"),
+    plot_path: str | None = typer.Option(None, "--plot", help="write a PNG of the metric here"),
     top: int = typer.Option(5, "--top", help="best configurations to list"),
-    accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
+    accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
@@ -198,16 +230,26 @@ def _sweep(
         points = grid(grid_spec) if grid_spec else [{}]
         layout = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
         layout["recompute"] = recompute
-        result = run_sweep(Base(workload, topology, gpus, layout, {}, files), points, search=search_layout,
-                           executor=executor, workers=workers)
+        result = run_sweep(
+            Base(workload, topology, gpus, layout, {}, files),
+            points,
+            search=search_layout,
+            executor=executor,
+            workers=workers,
+        )
     except ProjectionError as e:
         fail(str(e))
     reasons = result.infeasible_reasons()
     if plot_path and result.feasible and grid_spec:
         plot(result, grid_spec, metric, plot_path)
     if as_json:
-        print(json.dumps({"rows": result.rows, "best": result.best(metric, top),
-                          "infeasible": dict(reasons)}, indent=1, default=str))
+        print(
+            json.dumps(
+                {"rows": result.rows, "best": result.best(metric, top), "infeasible": dict(reasons)},
+                indent=1,
+                default=str,
+            )
+        )
         return
     keys = list(grid_spec)
     print("  ".join(f"{k:>14}" for k in keys) + f"  {'step s':>9} {'tokens/s':>10} {'MFU %':>6} {'mem GB':>7}  layout")
@@ -217,9 +259,11 @@ def _sweep(
             print(f"{head}  infeasible: {r['error']}")
         else:
             lay = r["layout"]
-            print(f"{head}  {r['step_time_s']:9.3f} {r['tokens_per_s']:10.4g} {r['mfu'] * 100:6.1f} "
-                  f"{r['memory_gb']:7.1f}  tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} "
-                  f"ep{lay['ep']} z{lay['zero']}")
+            print(
+                f"{head}  {r['step_time_s']:9.3f} {r['tokens_per_s']:10.4g} {r['mfu'] * 100:6.1f} "
+                f"{r['memory_gb']:7.1f}  tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} "
+                f"ep{lay['ep']} z{lay['zero']}"
+            )
     print(f"\n{len(result.feasible)} of {len(result.rows)} points feasible; best by {metric}:")
     for r in result.best(metric, top):
         print("  " + ", ".join(f"{k}={r[k]}" for k in keys) + f": {metric} {r[metric]:.4g}")
@@ -232,8 +276,10 @@ def _sweep(
 
 
 @project_app.command("validate")
-def _validate(as_json: bool = typer.Option(False, "--json"),
-              accelerators: Optional[str] = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP)) -> None:
+def _validate(
+    as_json: bool = typer.Option(False, "--json"),
+    accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
+) -> None:
     """Predicted vs published TFLOP/s per GPU: Megatron-LM SC'21 Table 1 on dgx-a100."""
     from commlens.project.validate import validate_megatron
 
@@ -242,16 +288,26 @@ def _validate(as_json: bool = typer.Option(False, "--json"),
     mae, worst = sum(errors) / len(errors), max(errors)
     ok = worst <= 0.08 and mae <= 0.04
     if as_json:
-        print(json.dumps({"rows": [r.as_dict() for r in rows], "mean_abs_error": mae, "max_abs_error": worst,
-                          "targets_met": ok}, indent=1))
+        print(
+            json.dumps(
+                {"rows": [r.as_dict() for r in rows], "mean_abs_error": mae, "max_abs_error": worst, "targets_met": ok},
+                indent=1,
+            )
+        )
     else:
-        print(f"{'workload':<22} {'TP':>3} {'PP':>3} {'VPP':>3} {'GPUs':>5} {'batch':>5} {'published':>9} "
-              f"{'predicted':>9} {'error':>7}")
+        print(
+            f"{'workload':<22} {'TP':>3} {'PP':>3} {'VPP':>3} {'GPUs':>5} {'batch':>5} {'published':>9} "
+            f"{'predicted':>9} {'error':>7}"
+        )
         for r in rows:
-            print(f"{r.workload:<22} {r.tp:>3} {r.pp:>3} {r.vpp:>3} {r.gpus:>5} {r.batch:>5} "
-                  f"{r.published_tflops:>9.0f} {r.predicted_tflops:>9.1f} {r.error * 100:>+6.1f}%")
-        print(f"mean absolute error {mae * 100:.1f}%, max {worst * 100:.1f}% "
-              f"(targets: every row within 8%, mean <= 4%: {'met' if ok else 'NOT met'})")
+            print(
+                f"{r.workload:<22} {r.tp:>3} {r.pp:>3} {r.vpp:>3} {r.gpus:>5} {r.batch:>5} "
+                f"{r.published_tflops:>9.0f} {r.predicted_tflops:>9.1f} {r.error * 100:>+6.1f}%"
+            )
+        print(
+            f"mean absolute error {mae * 100:.1f}%, max {worst * 100:.1f}% "
+            f"(targets: every row within 8%, mean <= 4%: {'met' if ok else 'NOT met'})"
+        )
     if not ok:
         raise typer.Exit(1)
 

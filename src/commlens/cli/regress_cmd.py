@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -120,21 +120,28 @@ def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
 def compare_cmd(
     base: str = typer.Argument(..., help="the reference: " + _REF_HELP),
     candidate: str = typer.Argument(..., help="what is judged against it: " + _REF_HELP),
-    min_change: Optional[str] = typer.Option(
-        None, "--min-change", help="smallest change of the typical time that counts: 3% or 0.03 (default 3%)"),
-    alpha: Optional[float] = typer.Option(
-        None, help="significance level of Welch's t on ln time, adjusted over the rows (default 0.05)"),
-    min_samples: Optional[int] = typer.Option(
-        None, help="rounds (or runs) needed on each side to measure its spread (default 3)"),
-    statistic: Optional[str] = typer.Option(
-        None, help="what summarises one round's iterations: median or mean (default median)"),
-    noise_floor: Optional[str] = typer.Option(
-        None, "--noise-floor",
-        help="run-to-run sd of every row, e.g. 5% (instead of the floors `commlens noise learn` stored)"),
+    min_change: str | None = typer.Option(
+        None, "--min-change", help="smallest change of the typical time that counts: 3% or 0.03 (default 3%)"
+    ),
+    alpha: float | None = typer.Option(
+        None, help="significance level of Welch's t on ln time, adjusted over the rows (default 0.05)"
+    ),
+    min_samples: int | None = typer.Option(
+        None, help="rounds (or runs) needed on each side to measure its spread (default 3)"
+    ),
+    statistic: str | None = typer.Option(
+        None, help="what summarises one round's iterations: median or mean (default median)"
+    ),
+    noise_floor: str | None = typer.Option(
+        None,
+        "--noise-floor",
+        help="run-to-run sd of every row, e.g. 5% (instead of the floors `commlens noise learn` stored)",
+    ),
     no_floors: bool = typer.Option(False, "--no-noise-floors", help="use no noise floor, stored or given"),
     fmt: CompareFormat = typer.Option(
-        CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"),
-    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+        CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"
+    ),
+    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
 ) -> None:
     """A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, its 95%
     CI, a p-value and a verdict.
@@ -145,8 +152,12 @@ def compare_cmd(
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
-    given = {"min_change": None if min_change is None else _fraction(min_change, "--min-change"), "alpha": alpha,
-             "min_samples": min_samples, "statistic": statistic}
+    given = {
+        "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
+        "alpha": alpha,
+        "min_samples": min_samples,
+        "statistic": statistic,
+    }
     try:
         settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:
@@ -164,8 +175,7 @@ def compare_cmd(
     if floor is not None:
         floors = {(r.system.fingerprint(), *m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements}
     try:
-        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate,
-                              floors=floors)
+        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate, floors=floors)
     except CompareError as e:
         fail(str(e))
     if fmt is CompareFormat.json:
@@ -198,18 +208,20 @@ def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
 
 @app.command("detect")
 def detect_cmd(
-    since: Optional[str] = typer.Option(None, help="report changes from this ISO date/time on (UTC if no zone)"),
-    op: Optional[str] = typer.Option(None, help="only this op"),
-    size: Optional[str] = typer.Option(None, help="only this message size (K/M/G suffixes)"),
-    dtype: Optional[str] = typer.Option(None, help="only this dtype"),
-    tag: Optional[str] = typer.Option(None, help="only runs with this tag"),
-    fingerprint: Optional[str] = typer.Option(None, help="only runs of this system fingerprint"),
+    since: str | None = typer.Option(None, help="report changes from this ISO date/time on (UTC if no zone)"),
+    op: str | None = typer.Option(None, help="only this op"),
+    size: str | None = typer.Option(None, help="only this message size (K/M/G suffixes)"),
+    dtype: str | None = typer.Option(None, help="only this dtype"),
+    tag: str | None = typer.Option(None, help="only runs with this tag"),
+    fingerprint: str | None = typer.Option(None, help="only runs of this system fingerprint"),
     by: DetectOrder = typer.Option(DetectOrder.time, "--by", help="order history by run time or by revision"),
-    min_change: Optional[str] = typer.Option(
-        None, "--min-change", help="smallest change of mean time reported: 3% or 0.03 (default 3%)"),
-    alpha: Optional[float] = typer.Option(
-        None, help="significance level of each change, Mann-Whitney U before vs after (default 0.0003)"),
-    db: Optional[str] = typer.Option(None, help="result store URL or SQLite path"),
+    min_change: str | None = typer.Option(
+        None, "--min-change", help="smallest change of mean time reported: 3% or 0.03 (default 3%)"
+    ),
+    alpha: float | None = typer.Option(
+        None, help="significance level of each change, Mann-Whitney U before vs after (default 0.0003)"
+    ),
+    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Change points in the history of every stored series (op, size, dtype, placement, system, tag).
@@ -240,8 +252,7 @@ def detect_cmd(
     try:
         from commlens.store.noise import load_floors
 
-        rows = store.get().measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag,
-                                            fingerprint=fingerprint)
+        rows = store.get().measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint)
         floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
     except StoreError as e:
         fail(str(e))
@@ -288,14 +299,18 @@ def _side_text(label: str, runs: int) -> str:
 
 def _settings_text(report: CompareReport) -> str:
     s = report.settings
-    return (f"min change {s.min_change:.0%}, alpha {s.alpha:g} (Welch t on ln time, Benjamini-Hochberg over rows), "
-            f"{s.confidence:.0%} CI; unit: rounds or runs, each summarised by its {s.statistic}")
+    return (
+        f"min change {s.min_change:.0%}, alpha {s.alpha:g} (Welch t on ln time, Benjamini-Hochberg over rows), "
+        f"{s.confidence:.0%} CI; unit: rounds or runs, each summarised by its {s.statistic}"
+    )
 
 
 def _n_text(r: ComparisonRow) -> str:
     """Observations a side: runs (``3r``) or rounds of one run (``5x``)."""
+
     def one(runs: int, rounds: int) -> str:
         return f"{runs}r" if runs >= 2 else f"{rounds}x"
+
     return f"{one(r.base_runs, r.base_rounds)}/{one(r.candidate_runs, r.candidate_rounds)}"
 
 
@@ -312,16 +327,42 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     show_algo = any(r.algo != "builtin" for r in report.rows)
     show_root = any(r.root >= 0 for r in report.rows)
     names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
-    names += ["place", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "95% CI", "p",
-              "verdict", "reason"]
+    names += [
+        "place",
+        "n",
+        "base us",
+        "cand us",
+        "base GB/s",
+        "cand GB/s",
+        "spread",
+        "ratio",
+        "95% CI",
+        "p",
+        "verdict",
+        "reason",
+    ]
     cells = []
     for r in report.rows:
-        row = [r.op] + ([r.algo] if show_algo else []) + [format_size(r.size_bytes), r.dtype,
-                                                          "-" if r.redop == "none" else r.redop]
+        row = (
+            [r.op]
+            + ([r.algo] if show_algo else [])
+            + [format_size(r.size_bytes), r.dtype, "-" if r.redop == "none" else r.redop]
+        )
         row += [str(r.root)] if show_root else []
-        row += [_placement(r.in_place), _n_text(r), _us(r.base_time_s), _us(r.candidate_time_s),
-                _gbps(r.base_busbw_bytes_per_s), _gbps(r.candidate_busbw_bytes_per_s), _spread_text(r),
-                f"{r.ratio:.3f}", _ci(r), _p(r.p_value), r.verdict, r.reason]
+        row += [
+            _placement(r.in_place),
+            _n_text(r),
+            _us(r.base_time_s),
+            _us(r.candidate_time_s),
+            _gbps(r.base_busbw_bytes_per_s),
+            _gbps(r.candidate_busbw_bytes_per_s),
+            _spread_text(r),
+            f"{r.ratio:.3f}",
+            _ci(r),
+            _p(r.p_value),
+            r.verdict,
+            r.reason,
+        ]
         cells.append(row)
     return names, cells
 
@@ -369,8 +410,11 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
     if report.warnings:
         lines += [""] + [f"> warning: {w}" for w in report.warnings]
-    lines += ["", f"<sub>{_settings_text(report)}; ratio = candidate / base typical time; n = runs (r) or rounds "
-                  f"of one run (x) a side</sub>"]
+    lines += [
+        "",
+        f"<sub>{_settings_text(report)}; ratio = candidate / base typical time; n = runs (r) or rounds "
+        f"of one run (x) a side</sub>",
+    ]
     return lines
 
 
@@ -384,32 +428,70 @@ def compare_to_dict(report: CompareReport) -> dict[str, Any]:
 def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
     from commlens.results.units import format_size
 
-    names = ["op", "size", "dtype", "place", "tag", "system", "at (UTC)", "run", "revision", "points",
-             "before us", "after us", "change", "p", "direction"]
+    names = [
+        "op",
+        "size",
+        "dtype",
+        "place",
+        "tag",
+        "system",
+        "at (UTC)",
+        "run",
+        "revision",
+        "points",
+        "before us",
+        "after us",
+        "change",
+        "p",
+        "direction",
+    ]
     cells = []
     for c in report.changes:
         k = c.series
         op = k.op if k.algo == "builtin" else f"{k.op}/{k.algo}"
-        cells.append([op, format_size(k.size_bytes), k.dtype, _placement(k.in_place), k.tag or "-",
-                      k.fingerprint[:8], c.started_at.strftime("%Y-%m-%d %H:%M"), c.run_id[:12], c.revision or "-",
-                      f"{c.index}/{c.points}", _us(c.mean_before_s), _us(c.mean_after_s), f"{c.change:+.1%}",
-                      f"{c.p_value:.2g}", c.direction])
+        cells.append(
+            [
+                op,
+                format_size(k.size_bytes),
+                k.dtype,
+                _placement(k.in_place),
+                k.tag or "-",
+                k.fingerprint[:8],
+                c.started_at.strftime("%Y-%m-%d %H:%M"),
+                c.run_id[:12],
+                c.revision or "-",
+                f"{c.index}/{c.points}",
+                _us(c.mean_before_s),
+                _us(c.mean_after_s),
+                f"{c.change:+.1%}",
+                f"{c.p_value:.2g}",
+                c.direction,
+            ]
+        )
     return names, cells
 
 
 def detect_table_lines(report: DetectReport) -> list[str]:
     s = report.settings
-    floored = (f"; changes beyond {s.floor_multiple:g} noise floor{'s' if s.floor_multiple != 1 else ''} in "
-               f"{report.floored} series" if report.floored else "")
-    lines = [f"# ordered by {report.order}; min change {s.min_change:.0%}, alpha {s.alpha:g}, "
-             f"at least {s.min_segment} points a level{floored}"]
+    floored = (
+        f"; changes beyond {s.floor_multiple:g} noise floor{'s' if s.floor_multiple != 1 else ''} in "
+        f"{report.floored} series"
+        if report.floored
+        else ""
+    )
+    lines = [
+        f"# ordered by {report.order}; min change {s.min_change:.0%}, alpha {s.alpha:g}, "
+        f"at least {s.min_segment} points a level{floored}"
+    ]
     names, cells = _detect_cells(report)
     if cells:
         widths = [max(len(x) for x in col) for col in zip(names, *cells)]
         right = {"size", "points", "before us", "after us", "change", "p"}
         for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
-            lines.append(lead + "  ".join(v.rjust(w) if n in right else v.ljust(w)
-                                          for n, v, w in zip(names, values, widths)).rstrip())
+            lines.append(
+                lead
+                + "  ".join(v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)).rstrip()
+            )
     if report.too_short:
         lines.append(f"# {report.too_short} series too short to hold a change (fewer than {2 * s.min_segment} points)")
     lines.append(f"# {report.summary_line()}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,7 +34,7 @@ _LIMIT = typer.Option(50, help="at most this many runs, newest first")
 _JSON = typer.Option(False, "--json", help="print JSON")
 
 
-def open_store(db: Optional[str]) -> Store:
+def open_store(db: str | None) -> Store:
     """The store at ``db`` (or the default), never created here: these commands read or change stored
     runs. A store that is missing or cannot be opened ends the command (exit 2)."""
     from commlens.store import Store, StoreError
@@ -48,7 +48,9 @@ def open_store(db: Optional[str]) -> Store:
 
 def warn_corrupt(error: CorruptRunError) -> None:
     """A listing goes on past a run that cannot be read back, saying so on stderr."""
-    print(f"warning: {terminal_safe(str(error))}; skipped (`commlens db status --runs` lists all such)", file=sys.stderr)
+    print(
+        f"warning: {terminal_safe(str(error))}; skipped (`commlens db status --runs` lists all such)", file=sys.stderr
+    )
 
 
 # -- runs list -----------------------------------------------------------------------------
@@ -57,40 +59,40 @@ def warn_corrupt(error: CorruptRunError) -> None:
 @runs_app.callback(invoke_without_command=True)
 def runs_root(
     ctx: typer.Context,
-    tag: Optional[str] = _TAG,
-    op: Optional[str] = _OP,
-    since: Optional[str] = _SINCE,
-    until: Optional[str] = _UNTIL,
-    fingerprint: Optional[str] = _FINGERPRINT,
+    tag: str | None = _TAG,
+    op: str | None = _OP,
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    fingerprint: str | None = _FINGERPRINT,
     limit: int = _LIMIT,
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first (`commlens runs` alone is `commlens runs list`)."""
     ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too
     if ctx.invoked_subcommand is None:
-        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db,
-              as_json=as_json)
+        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db, as_json=as_json)
 
 
 @runs_app.command("list")
 def runs_list(
     ctx: typer.Context,
-    tag: Optional[str] = _TAG,
-    op: Optional[str] = _OP,
-    since: Optional[str] = _SINCE,
-    until: Optional[str] = _UNTIL,
-    fingerprint: Optional[str] = _FINGERPRINT,
+    tag: str | None = _TAG,
+    op: str | None = _OP,
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    fingerprint: str | None = _FINGERPRINT,
     limit: int = _LIMIT,
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first."""
-    _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit,
-          db=_db(ctx, db), as_json=as_json)
+    _list(
+        tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=_db(ctx, db), as_json=as_json
+    )
 
 
-def _op_name(op: Optional[str]) -> Optional[str]:
+def _op_name(op: str | None) -> str | None:
     """The catalog name of ``--op`` (nccl-tests spellings such as ``allreduce`` accepted)."""
     if op is None:
         return None
@@ -103,14 +105,23 @@ def _op_name(op: Optional[str]) -> Optional[str]:
         raise  # unreachable: fail() exits
 
 
-def _db(ctx: typer.Context, db: Optional[str]) -> Optional[str]:
+def _db(ctx: typer.Context, db: str | None) -> str | None:
     """A subcommand's --db, else the one given to `commlens runs`."""
     parent = ctx.obj or {}
     return db if db is not None else parent.get("db")
 
 
-def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until: Optional[str],
-          fingerprint: Optional[str], limit: int, db: Optional[str], as_json: bool) -> None:
+def _list(
+    *,
+    tag: str | None,
+    op: str | None,
+    since: str | None,
+    until: str | None,
+    fingerprint: str | None,
+    limit: int,
+    db: str | None,
+    as_json: bool,
+) -> None:
     from commlens.store import NoStoreError, Store, StoreError
 
     op = _op_name(op)
@@ -123,8 +134,15 @@ def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until:
     else:
         with store:
             try:
-                rows = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint,
-                                       limit=limit, on_corrupt=warn_corrupt)
+                rows = store.list_runs(
+                    tag=tag,
+                    op=op,
+                    since=since,
+                    until=until,
+                    fingerprint=fingerprint,
+                    limit=limit,
+                    on_corrupt=warn_corrupt,
+                )
             except StoreError as e:
                 fail(terminal_safe(str(e)), 2)
     if as_json:
@@ -139,13 +157,36 @@ def _list(*, tag: Optional[str], op: Optional[str], since: Optional[str], until:
 
 def print_run_table(rows: list[RunSummary]) -> None:
     """One line per run, columns aligned; plain text so pipes and narrow terminals get it whole."""
-    header = ("run", "started (UTC)", "status", "ranks", "backend", "ops", "rows", "avg busbw GB/s", "tag",
-              "revision", "fingerprint")
+    header = (
+        "run",
+        "started (UTC)",
+        "status",
+        "ranks",
+        "backend",
+        "ops",
+        "rows",
+        "avg busbw GB/s",
+        "tag",
+        "revision",
+        "fingerprint",
+    )
     lines = [header] + [
-        tuple(terminal_safe(cell) for cell in (
-            r.run_id[:12], r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"), r.status, str(r.world_size), r.backend,
-            ",".join(r.ops), str(r.nmeasurements), f"{r.avg_busbw_bytes_per_s / 1e9:.3f}", r.tag or "-",
-            r.revision or "-", r.fingerprint[:8]))
+        tuple(
+            terminal_safe(cell)
+            for cell in (
+                r.run_id[:12],
+                r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"),
+                r.status,
+                str(r.world_size),
+                r.backend,
+                ",".join(r.ops),
+                str(r.nmeasurements),
+                f"{r.avg_busbw_bytes_per_s / 1e9:.3f}",
+                r.tag or "-",
+                r.revision or "-",
+                r.fingerprint[:8],
+            )
+        )
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -162,7 +203,7 @@ def print_run_table(rows: list[RunSummary]) -> None:
 def runs_show(
     ctx: typer.Context,
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
     """Print a stored run again: the nccl-tests table, or its JSON."""
@@ -172,14 +213,14 @@ def runs_show(
 @app.command("show")
 def show_cmd(
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
     """Print a stored run again: the nccl-tests table, or its JSON (same as `commlens runs show`)."""
     _show(run, db, as_json)
 
 
-def _show(run: str, db: Optional[str], as_json: bool) -> None:
+def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
     from commlens.results.table import run_table_lines, system_header_lines
     from commlens.store import StoreError
@@ -197,17 +238,31 @@ def _show(run: str, db: Optional[str], as_json: bool) -> None:
     rows: dict[tuple, dict] = {}
     for m in doc["measurements"]:
         key = (m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"])
-        row = rows.setdefault(key, {"size_bytes": m["size_bytes"], "count": m["count"], "dtype": m["dtype"],
-                                    "redop": m["redop"], "root": m["root"], "measurements": []})
+        row = rows.setdefault(
+            key,
+            {
+                "size_bytes": m["size_bytes"],
+                "count": m["count"],
+                "dtype": m["dtype"],
+                "redop": m["redop"],
+                "root": m["root"],
+                "measurements": [],
+            },
+        )
         row["measurements"].append(m)
     checked = [m["nwrong"] for m in doc["measurements"] if m["nwrong"] is not None]
     lines = system_header_lines(start) if "ops" in doc["config"] else []
     lines += [f"# {n}" for n in doc["notes"]]
-    lines += [f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
-              for r in doc["config"].get("runs", []) if isinstance(r, dict) and "op_from" in r]
+    lines += [
+        f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
+        for r in doc["config"].get("runs", [])
+        if isinstance(r, dict) and "op_from" in r
+    ]
     lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
-    lines.append(f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
-                 f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}")
+    lines.append(
+        f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
+        f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}"
+    )
     print("\n".join(terminal_safe(line) for line in lines))
 
 
@@ -218,9 +273,9 @@ def _show(run: str, db: Optional[str], as_json: bool) -> None:
 def runs_tag(
     ctx: typer.Context,
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
-    tag: Optional[str] = typer.Argument(None, help="the new tag (replaces the run's tag)"),
+    tag: str | None = typer.Argument(None, help="the new tag (replaces the run's tag)"),
     remove: bool = typer.Option(False, "--remove", help="remove the run's tag instead"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
 ) -> None:
     """Set or replace a run's tag, or remove it with --remove."""
     from commlens.store import StoreError
@@ -240,9 +295,9 @@ def runs_tag(
 @runs_app.command("delete")
 def runs_delete(
     ctx: typer.Context,
-    runs: List[str] = typer.Argument(..., help="run ids or unique prefixes of at least 4 characters"),
+    runs: list[str] = typer.Argument(..., help="run ids or unique prefixes of at least 4 characters"),
     yes: bool = typer.Option(False, "--yes", "-y", help="delete without asking"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
 ) -> None:
     """Delete runs with their measurements and samples (asks first unless --yes)."""
     from commlens.store import StoreError
@@ -271,17 +326,20 @@ def runs_delete(
 
 @app.command("export")
 def export_cmd(
-    runs: Optional[List[str]] = typer.Argument(None, help="runs to export (ids or prefixes); default: all that match"),
-    tag: Optional[str] = _TAG,
-    op: Optional[str] = _OP,
-    since: Optional[str] = _SINCE,
-    until: Optional[str] = _UNTIL,
-    fingerprint: Optional[str] = _FINGERPRINT,
-    fmt: Optional[str] = typer.Option(None, "--format",
-                                      help="csv (one row per measurement) or json (a list of commlens runs); "
-                                           "default: from the output's suffix, else csv"),
+    runs: list[str] | None = typer.Argument(None, help="runs to export (ids or prefixes); default: all that match"),
+    tag: str | None = _TAG,
+    op: str | None = _OP,
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    fingerprint: str | None = _FINGERPRINT,
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        help="csv (one row per measurement) or json (a list of commlens runs); "
+        "default: from the output's suffix, else csv",
+    ),
     output: str = typer.Option("-", "--output", "-o", help="file to write (atomically); - for stdout"),
-    db: Optional[str] = _DB,
+    db: str | None = _DB,
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
     from commlens.store import StoreError
@@ -297,8 +355,16 @@ def export_cmd(
     with open_store(db) as store:
         try:
             run_ids = [store.resolve(ref) for ref in runs] if runs else None
-            summaries = store.list_runs(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint,
-                                        run_ids=run_ids, limit=None, on_corrupt=warn_corrupt)
+            summaries = store.list_runs(
+                tag=tag,
+                op=op,
+                since=since,
+                until=until,
+                fingerprint=fingerprint,
+                run_ids=run_ids,
+                limit=None,
+                on_corrupt=warn_corrupt,
+            )
             oldest_first = [s.run_id for s in reversed(summaries)]
             loaded = store.iter_runs(oldest_first, on_corrupt=warn_corrupt)
             counts = export_runs(loaded, output, fmt)  # type: ignore[arg-type]
@@ -308,12 +374,15 @@ def export_cmd(
             import os
 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(0)
+            raise typer.Exit(0) from None
         except OSError as e:
             fail(f"cannot write {output}: {e.strerror or e}", 2)
     if output != "-":
-        print(f"exported {_plural(counts.measurements, 'measurement')} of {_plural(counts.runs, 'run')} "
-              f"to {output} ({fmt})", file=sys.stderr)
+        print(
+            f"exported {_plural(counts.measurements, 'measurement')} of {_plural(counts.runs, 'run')} "
+            f"to {output} ({fmt})",
+            file=sys.stderr,
+        )
 
 
 def _plural(n: int, noun: str) -> str:

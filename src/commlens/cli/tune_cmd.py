@@ -10,7 +10,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -37,33 +37,60 @@ def bucket_rows(entry: Any) -> list[dict[str, Any]]:
         runner = ranked[1] if len(ranked) > 1 else (None, None)
         builtin = b.times_s.get(BUILTIN)
         best_t = b.times_s.get(b.algo)
-        rows.append({"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "size_bytes": b.size_bytes,
-                     "algo": b.algo, "time_s": best_t, "builtin_time_s": builtin,
-                     "vs_builtin": best_t / builtin if best_t is not None and builtin else None,
-                     "runner_up": runner[0], "runner_up_time_s": runner[1]})
+        rows.append(
+            {
+                "min_bytes": b.min_bytes,
+                "max_bytes": b.max_bytes,
+                "size_bytes": b.size_bytes,
+                "algo": b.algo,
+                "time_s": best_t,
+                "builtin_time_s": builtin,
+                "vs_builtin": best_t / builtin if best_t is not None and builtin else None,
+                "runner_up": runner[0],
+                "runner_up_time_s": runner[1],
+            }
+        )
     return rows
 
 
 def _print_entry(entry: Any) -> None:
     ctx = entry.context
     hosts = ctx.get("hosts", 1)
-    print(f"# {entry.op} on {entry.world_size} ranks ({hosts} host{'s' if hosts != 1 else ''} x "
-          f"{entry.ranks_per_host}, {entry.backend}/{entry.device}), {ctx.get('stat', '?')} time, "
-          f"run {str(ctx.get('run_id', '?'))[:12]}")
+    print(
+        f"# {entry.op} on {entry.world_size} ranks ({hosts} host{'s' if hosts != 1 else ''} x "
+        f"{entry.ranks_per_host}, {entry.backend}/{entry.device}), {ctx.get('stat', '?')} time, "
+        f"run {str(ctx.get('run_id', '?'))[:12]}"
+    )
     fmt = "{:>22}  {:>10}  {:<19} {:>10}  {:>12}  {:>9}  {:<19} {:>10}"
-    print("#" + fmt.format("bucket (B)", "size (B)", "best", "time (us)", "builtin (us)", "vs builtin",
-                           "runner-up", "time (us)")[1:])
+    print(
+        "#"
+        + fmt.format(
+            "bucket (B)", "size (B)", "best", "time (us)", "builtin (us)", "vs builtin", "runner-up", "time (us)"
+        )[1:]
+    )
     for r in bucket_rows(entry):
         ratio = f"{r['vs_builtin']:.2f}x" if r["vs_builtin"] is not None else "-"
-        print(fmt.format(_bucket_text(r["min_bytes"], r["max_bytes"]), r["size_bytes"], r["algo"],
-                         _us(r["time_s"]), _us(r["builtin_time_s"]), ratio, r["runner_up"] or "-",
-                         _us(r["runner_up_time_s"])))
+        print(
+            fmt.format(
+                _bucket_text(r["min_bytes"], r["max_bytes"]),
+                r["size_bytes"],
+                r["algo"],
+                _us(r["time_s"]),
+                _us(r["builtin_time_s"]),
+                ratio,
+                r["runner_up"] or "-",
+                _us(r["runner_up_time_s"]),
+            )
+        )
 
 
 @app.command("tune")
 def tune_cmd(
-    op: str = typer.Option("all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce", "--op",
-                           help="ops to tune: a comma list or 'all' (every op commlens has algorithms for)"),
+    op: str = typer.Option(
+        "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce",
+        "--op",
+        help="ops to tune: a comma list or 'all' (every op commlens has algorithms for)",
+    ),
     min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="smallest size (K/M/G suffixes)"),
     max_bytes: str = typer.Option("64M", "--max-bytes", "-e", help="largest size (K/M/G suffixes)"),
     step_factor: int = typer.Option(4, "--step-factor", "-f", help="multiply the size by this each step"),
@@ -71,21 +98,27 @@ def tune_cmd(
     warmup: int = typer.Option(5, "--warmup", "-w", help="untimed warm-up iterations per row"),
     check_iters: int = typer.Option(1, "--check-iters", "-c", help="validated iterations per row (0: no check)"),
     algo: str = typer.Option("all", "--algo", help="candidates: 'all' or a comma list (the built-in is always timed)"),
-    chunk_bytes: Optional[str] = typer.Option(None, "--chunk-bytes", help="chunk size for pipelined algorithms"),
-    interleave: bool = typer.Option(True, "--interleave/--no-interleave",
-                                    help="time each row's candidates round-robin, iteration by iteration, so drift "
-                                         "in the machine's load hits every one alike (bench --interleave)"),
+    chunk_bytes: str | None = typer.Option(None, "--chunk-bytes", help="chunk size for pipelined algorithms"),
+    interleave: bool = typer.Option(
+        True,
+        "--interleave/--no-interleave",
+        help="time each row's candidates round-robin, iteration by iteration, so drift "
+        "in the machine's load hits every one alike (bench --interleave)",
+    ),
     stat: str = typer.Option("p50", "--stat", help="which time decides: p50 (default), mean or min"),
     backend: str = typer.Option("gloo", "--backend", help="torch.distributed backend"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     nproc: int = typer.Option(4, "--nproc", help="local ranks"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="run on this emulated cluster (root)"),
-    ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="with --cluster"),
-    output: Optional[Path] = typer.Option(
-        None, "--output", "-o",
-        help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)"),
+    cluster: str | None = typer.Option(None, "--cluster", help="run on this emulated cluster (root)"),
+    ranks_per_host: int | None = typer.Option(None, "--ranks-per-host", help="with --cluster"),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)",
+    ),
     replace: bool = typer.Option(False, "--replace", help="overwrite the table instead of merging into it"),
-    db: Optional[str] = typer.Option(None, "--db", help="result store for the sweep's run"),
+    db: str | None = typer.Option(None, "--db", help="result store for the sweep's run"),
     no_store: bool = typer.Option(False, "--no-store", help="do not store the sweep's run"),
     tag: str = typer.Option("tune", "--tag", help="tag of the stored run"),
     show_table: bool = typer.Option(False, "--show-table", help="print the sweep's nccl-tests table too"),
@@ -114,17 +147,34 @@ def tune_cmd(
     try:
         check_file_destination("--output", str(path))  # before the sweep, not after it
         settings = TuneSettings(
-            ops=",".join(ops), min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor, iters=iters,
-            warmup=warmup, check_iters=check_iters, algos=algo, chunk_bytes=chunk_bytes, interleave=interleave,
-            stat=stat, backend=backend, device=device, nproc=nproc, cluster=cluster, ranks_per_host=ranks_per_host,
-            db=db, store=not no_store, tag=tag, quiet=quiet or as_json)
+            ops=",".join(ops),
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            step_factor=step_factor,
+            iters=iters,
+            warmup=warmup,
+            check_iters=check_iters,
+            algos=algo,
+            chunk_bytes=chunk_bytes,
+            interleave=interleave,
+            stat=stat,
+            backend=backend,
+            device=device,
+            nproc=nproc,
+            cluster=cluster,
+            ranks_per_host=ranks_per_host,
+            db=db,
+            store=not no_store,
+            tag=tag,
+            quiet=quiet or as_json,
+        )
         run, entries = tune(settings, print_table=show_table)
     except ConfigError as e:
         fail(str(e), 2)
     except BenchFailure as e:
         fail(str(e), e.code)
     except SystemExit as e:  # argparse inside bench: a usage error it already printed
-        raise typer.Exit(e.code if isinstance(e.code, int) else 2)
+        raise typer.Exit(e.code if isinstance(e.code, int) else 2) from None
     table = with_entries(existing, entries, "commlens tune " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     try:
         save_table(table, path)
@@ -140,5 +190,7 @@ def tune_cmd(
     for entry in entries:
         _print_entry(entry)
     kept = len(table.entries) - len(entries)
-    print(f"# wrote {path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} from run {run.run_id[:12]}"
-          + (f", {kept} kept from before" if kept else ""))
+    print(
+        f"# wrote {path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} from run {run.run_id[:12]}"
+        + (f", {kept} kept from before" if kept else "")
+    )

@@ -31,8 +31,10 @@ IFNAME = "eth0"  # the host's interface inside its namespace
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise NotRootError("commlens cluster needs root: it creates network namespaces, veth pairs, a bridge and "
-                           "tc qdiscs (run it with sudo)")
+        raise NotRootError(
+            "commlens cluster needs root: it creates network namespaces, veth pairs, a bridge and "
+            "tc qdiscs (run it with sudo)"
+        )
 
 
 def _free_subnet_index(name: str) -> int:
@@ -57,14 +59,68 @@ def _htb(prefix: list[str], dev: str, rate: float, classes: dict[int, tuple[floa
     try_run(*prefix, "qdisc", "del", "dev", dev, "root")
     run(*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
     top = max([rate, *(r for r, _ in classes.values())])
-    run(*prefix, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-        "rate", _bits(top), "ceil", _bits(top), "burst", _burst(top), "cburst", _burst(top))
+    run(
+        *prefix,
+        "class",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        "1:",
+        "classid",
+        "1:1",
+        "htb",
+        "rate",
+        _bits(top),
+        "ceil",
+        _bits(top),
+        "burst",
+        _burst(top),
+        "cburst",
+        _burst(top),
+    )
     for cid, (r, dst) in {10: (rate, None), **classes}.items():
-        run(*prefix, "class", "add", "dev", dev, "parent", "1:1", "classid", f"1:{cid}", "htb",
-            "rate", _bits(r), "ceil", _bits(r), "burst", _burst(r), "cburst", _burst(r))
+        run(
+            *prefix,
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:1",
+            "classid",
+            f"1:{cid}",
+            "htb",
+            "rate",
+            _bits(r),
+            "ceil",
+            _bits(r),
+            "burst",
+            _burst(r),
+            "cburst",
+            _burst(r),
+        )
         if dst is not None:
-            run(*prefix, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                "match", "ip", "dst", f"{dst}/32", "flowid", f"1:{cid}")
+            run(
+                *prefix,
+                "filter",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "protocol",
+                "ip",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "ip",
+                "dst",
+                f"{dst}/32",
+                "flowid",
+                f"1:{cid}",
+            )
 
 
 def apply_shaping(state: ClusterState) -> None:
@@ -117,8 +173,22 @@ def up(spec: ClusterSpec) -> ClusterState:
         for h in range(spec.hosts):
             ns = names.netns(h)
             _create(state, "netns", ns, "ip", "netns", "add", ns)
-            _create(state, "link", names.veth_root(h), "ip", "link", "add", names.veth_root(h), "type", "veth",
-                    "peer", "name", IFNAME, "netns", ns)
+            _create(
+                state,
+                "link",
+                names.veth_root(h),
+                "ip",
+                "link",
+                "add",
+                names.veth_root(h),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                IFNAME,
+                "netns",
+                ns,
+            )
             run("ip", "link", "set", names.veth_root(h), "master", names.bridge, "up")
             run("ip", "-n", ns, "addr", "add", f"{state.host_address(h)}/24", "dev", IFNAME)
             run("ip", "-n", ns, "link", "set", IFNAME, "up")
@@ -195,12 +265,19 @@ def status(name: str) -> dict[str, Any]:
     names = names_for(name)
     hosts = []
     for h in range(state.spec.hosts):
-        row: dict[str, Any] = {"host": h, "netns": names.netns(h), "address": state.host_address(h),
-                               "rate_bytes_per_s": state.spec.host_rate(h),
-                               "present": names.netns(h) in live and names.veth_root(h) in live}
+        row: dict[str, Any] = {
+            "host": h,
+            "netns": names.netns(h),
+            "address": state.host_address(h),
+            "rate_bytes_per_s": state.spec.host_rate(h),
+            "present": names.netns(h) in live and names.veth_root(h) in live,
+        }
         if row["present"]:
-            row["tx_bytes"] = int(run("ip", "netns", "exec", names.netns(h), "cat",
-                                      f"/sys/class/net/{IFNAME}/statistics/tx_bytes").strip())
+            row["tx_bytes"] = int(
+                run(
+                    "ip", "netns", "exec", names.netns(h), "cat", f"/sys/class/net/{IFNAME}/statistics/tx_bytes"
+                ).strip()
+            )
         hosts.append(row)
     out["host_status"] = hosts
     out["healthy"] = all(r["present"] for r in hosts) and state.status == "up"

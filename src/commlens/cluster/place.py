@@ -24,8 +24,19 @@ __all__ = ["main", "place_command"]
 
 def place_command(name: str, host: int, python_args: list[str], master_addr: str = "bridge") -> list[str]:
     """The argv that runs ``python python_args`` as a rank on ``host`` of cluster ``name``."""
-    return [sys.executable, "-m", "commlens.cluster.place", "--cluster", name, "--host", str(host),
-            "--master-addr", master_addr, "--", *python_args]
+    return [
+        sys.executable,
+        "-m",
+        "commlens.cluster.place",
+        "--cluster",
+        name,
+        "--host",
+        str(host),
+        "--master-addr",
+        master_addr,
+        "--",
+        *python_args,
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,12 +52,14 @@ def main(argv: list[str] | None = None) -> None:
         state = load_state(ns.cluster)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     per_host = ns.ranks_per_host or state.spec.ranks_per_host
     host = ns.host if ns.host is not None else int(os.environ.get("LOCAL_RANK", "0")) // per_host
     if not 0 <= host < state.spec.hosts:
-        print(f"error: rank placed on host {host}, but cluster {ns.cluster!r} has {state.spec.hosts} hosts",
-              file=sys.stderr)
+        print(
+            f"error: rank placed on host {host}, but cluster {ns.cluster!r} has {state.spec.hosts} hosts",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     names = names_for(state.spec.name)
     if any(f.host == host for f in state.spec.starved_hosts):

@@ -84,7 +84,8 @@ class ClusterSpec:
         if isinstance(self.hosts, bool) or not 2 <= self.hosts <= MAX_HOSTS:
             raise ValueError(f"hosts must be between 2 and {MAX_HOSTS}, got {self.hosts}")
         if isinstance(self.link_bytes_per_s, bool) or not (
-                math.isfinite(self.link_bytes_per_s) and self.link_bytes_per_s > 0):
+            math.isfinite(self.link_bytes_per_s) and self.link_bytes_per_s > 0
+        ):
             raise ValueError(f"link rate must be a finite number > 0, got {self.link_bytes_per_s * 8 / 1e9:g} Gb/s")
         if self.ranks_per_host < 1:
             raise ValueError("ranks_per_host must be >= 1")

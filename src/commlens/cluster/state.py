@@ -68,13 +68,21 @@ class ClusterState:
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
         return {
-            "format": FORMAT, "name": s.name, "status": self.status, "hosts": s.hosts,
-            "link_bytes_per_s": s.link_bytes_per_s, "ranks_per_host": s.ranks_per_host,
-            "subnet": f"{self.prefix}.0/24", "subnet_index": self.subnet_index,
+            "format": FORMAT,
+            "name": s.name,
+            "status": self.status,
+            "hosts": s.hosts,
+            "link_bytes_per_s": s.link_bytes_per_s,
+            "ranks_per_host": s.ranks_per_host,
+            "subnet": f"{self.prefix}.0/24",
+            "subnet_index": self.subnet_index,
             "bridge_address": self.bridge_address,
             "addresses": [self.host_address(h) for h in range(s.hosts)],
-            "faults": {"slow_hosts": [asdict(f) for f in s.slow_hosts], "slow_links": [asdict(f) for f in s.slow_links],
-                       "starved_hosts": [asdict(f) for f in s.starved_hosts]},
+            "faults": {
+                "slow_hosts": [asdict(f) for f in s.slow_hosts],
+                "slow_links": [asdict(f) for f in s.slow_links],
+                "starved_hosts": [asdict(f) for f in s.starved_hosts],
+            },
             "created": self.created,
         }
 
@@ -90,7 +98,10 @@ class ClusterState:
             raise ClusterError(f"cluster state has format {d.get('format')!r}, expected {FORMAT}")
         f = d["faults"]
         spec = ClusterSpec(
-            name=d["name"], hosts=d["hosts"], link_bytes_per_s=d["link_bytes_per_s"], ranks_per_host=d["ranks_per_host"],
+            name=d["name"],
+            hosts=d["hosts"],
+            link_bytes_per_s=d["link_bytes_per_s"],
+            ranks_per_host=d["ranks_per_host"],
             slow_hosts=tuple(SlowHost(**x) for x in f["slow_hosts"]),
             slow_links=tuple(SlowLink(**x) for x in f["slow_links"]),
             starved_hosts=tuple(StarvedHost(**x) for x in f["starved_hosts"]),

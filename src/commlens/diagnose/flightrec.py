@@ -147,8 +147,12 @@ def _dump_with_stacks(timeout_s: float) -> dict[str, Any] | None:
     return full if isinstance(full, dict) else None
 
 
-def dump(dump_dir: str | os.PathLike[str] | None = None, reason: str = "on demand",
-         include_stack_traces: bool | None = None, python_stack: list[dict[str, Any]] | None = None) -> Path:
+def dump(
+    dump_dir: str | os.PathLike[str] | None = None,
+    reason: str = "on demand",
+    include_stack_traces: bool | None = None,
+    python_stack: list[dict[str, Any]] | None = None,
+) -> Path:
     """Write this rank's Flight Recorder into ``dump_dir`` now and return the file.
 
     ``dump_dir`` defaults to the directory given to :func:`install`. The dump
@@ -264,8 +268,7 @@ def _watch(read_fd: int, signums: frozenset[int]) -> None:
                 stack = _state.get("exception_stack") or _frames(main)
                 # No forked symbolizing dump from this thread: os.fork() waits for the import
                 # lock, which the interrupted main thread may hold (measured: a deadlock).
-                dump(reason=f"signal {signal.Signals(signum).name}", include_stack_traces=False,
-                     python_stack=stack)
+                dump(reason=f"signal {signal.Signals(signum).name}", include_stack_traces=False, python_stack=stack)
             except Exception:
                 log.exception("flight recorder dump failed")
             finally:
@@ -278,8 +281,11 @@ _GRACE_S = 2.0
 _exit_requested = threading.Event()
 
 
-def install(dump_dir: str | os.PathLike[str], signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1),
-            stack_traces: bool = True) -> Path:
+def install(
+    dump_dir: str | os.PathLike[str],
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1),
+    stack_traces: bool = True,
+) -> Path:
     """Dump this rank's Flight Recorder into ``dump_dir`` on failure, SIGTERM and SIGUSR1.
 
     Call once per process, from the main thread, after ``init_process_group``
@@ -306,8 +312,7 @@ def install(dump_dir: str | os.PathLike[str], signals: tuple[int, ...] = (signal
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     _state["wakeup"] = (write_fd, signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False))
-    threading.Thread(target=_watch, args=(read_fd, frozenset(signals)), name="commlens-flightrec",
-                     daemon=True).start()
+    threading.Thread(target=_watch, args=(read_fd, frozenset(signals)), name="commlens-flightrec", daemon=True).start()
     return dump_path(dump_dir, _rank())
 
 

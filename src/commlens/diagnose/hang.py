@@ -27,13 +27,34 @@ from typing import Any
 
 from commlens.ingest.flightrec import DEFAULT_MAX_DUMP_BYTES, DumpError, DumpSet, Entry, RankDump, read_dump_dir
 
-__all__ = ["Divergence", "DumpError", "HangReport", "Suspect", "describe_missing", "diagnose_hang", "find_divergence",
-           "find_divergences"]
+__all__ = [
+    "Divergence",
+    "DumpError",
+    "HangReport",
+    "Suspect",
+    "describe_missing",
+    "diagnose_hang",
+    "find_divergence",
+    "find_divergences",
+]
 
 # Ops whose inputs may legitimately differ in size across ranks (uneven splits, root-only buffers).
-_SIZES_MAY_DIFFER = frozenset({"all_to_all", "alltoall", "alltoall_base", "all_to_all_single", "scatter", "gather",
-                               "send", "recv", "_reduce_scatter_base", "reduce_scatter", "all_gather_v",
-                               "reduce_scatter_v"})
+_SIZES_MAY_DIFFER = frozenset(
+    {
+        "all_to_all",
+        "alltoall",
+        "alltoall_base",
+        "all_to_all_single",
+        "scatter",
+        "gather",
+        "send",
+        "recv",
+        "_reduce_scatter_base",
+        "reduce_scatter",
+        "all_gather_v",
+        "reduce_scatter_v",
+    }
+)
 
 _Signature = tuple[str, str, str]
 
@@ -100,9 +121,16 @@ class HangReport:
 
 
 def _divergence_json(d: Divergence) -> dict[str, Any]:
-    return {"kind": d.kind, "process_group": d.process_group, "process_group_desc": d.process_group_desc,
-            "collective_seq_id": d.collective_seq_id, "expected": d.expected, "tied": d.tied,
-            "culprit_ranks": [c["rank"] for c in d.culprits], "culprits": list(d.culprits)}
+    return {
+        "kind": d.kind,
+        "process_group": d.process_group,
+        "process_group_desc": d.process_group_desc,
+        "collective_seq_id": d.collective_seq_id,
+        "expected": d.expected,
+        "tied": d.tied,
+        "culprit_ranks": [c["rank"] for c in d.culprits],
+        "culprits": list(d.culprits),
+    }
 
 
 def _signature(entry: Entry, with_dtypes: bool) -> _Signature:
@@ -194,7 +222,7 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
             issued = {r: by_rank[r][(name, seq)] for r in members if (name, seq) in by_rank[r]}
             missing = [r for r in members if r not in issued]
             buckets: dict[_Signature, list[int]] = {}
-            for r, e in issued.items():
+            for r in issued:
                 buckets.setdefault(sigs[r][seq], []).append(r)
             if not missing and len(buckets) == 1:
                 continue
@@ -218,9 +246,16 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
                 majority = leaders[0]
                 culprit_ranks = [r for sig, rs in buckets.items() if sig != majority for r in rs]
                 if len(leaders) > 1:
-                    extra = [sig for sig in leaders
-                             if all(_shifted(sigs[r], sigs[o], seq) for r in buckets[sig]
-                                    for o in issued if o not in buckets[sig])]
+                    extra = [
+                        sig
+                        for sig in leaders
+                        if all(
+                            _shifted(sigs[r], sigs[o], seq)
+                            for r in buckets[sig]
+                            for o in issued
+                            if o not in buckets[sig]
+                        )
+                    ]
                     if len(extra) == 1:
                         kind, majority = "extra_collective", next(s for s in leaders if s != extra[0])
                         culprit_ranks = sorted(buckets[extra[0]])
@@ -229,28 +264,48 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
                             f"group {name}: rank(s) {_list(culprit_ranks)} issued collective {seq} "
                             f"({extra[0][0]} {extra[0][1]}) and then the same collectives as rank(s) {_list(other)}, "
                             f"one number later: an extra collective on {_list(culprit_ranks)} (or, with as many "
-                            f"ranks on each side, one skipped on {_list(other)})")
+                            f"ranks on each side, one skipped on {_list(other)})"
+                        )
                     else:
                         tied, culprit_ranks = True, sorted(r for sig in leaders for r in buckets[sig])
-                        group_notes.append(f"group {name}: collective {seq} splits the ranks into equal groups; "
-                                           f"every rank of them is named")
+                        group_notes.append(
+                            f"group {name}: collective {seq} splits the ranks into equal groups; "
+                            f"every rank of them is named"
+                        )
                 culprits = sorted((_issued(r, issued[r], dumps) for r in culprit_ranks), key=lambda c: c["rank"])
             expected_rank = min(buckets[majority])
             expected_entry = issued[expected_rank]
             first_ns = min(e.time_created_ns or 0 for e in issued.values())
-            found.append((first_ns, Divergence(
-                kind=kind, process_group=name, process_group_desc=descs.get(name, ""), collective_seq_id=seq,
-                expected={"op": expected_entry.op, "input_sizes": [list(s) for s in expected_entry.input_sizes],
-                          "input_dtypes": _dtypes(expected_entry), "ranks": sorted(buckets[majority]),
-                          "frames": _issued(expected_rank, expected_entry, dumps)["frames"]},
-                culprits=tuple(culprits), tied=tied), group_notes))
+            found.append(
+                (
+                    first_ns,
+                    Divergence(
+                        kind=kind,
+                        process_group=name,
+                        process_group_desc=descs.get(name, ""),
+                        collective_seq_id=seq,
+                        expected={
+                            "op": expected_entry.op,
+                            "input_sizes": [list(s) for s in expected_entry.input_sizes],
+                            "input_dtypes": _dtypes(expected_entry),
+                            "ranks": sorted(buckets[majority]),
+                            "frames": _issued(expected_rank, expected_entry, dumps)["frames"],
+                        },
+                        culprits=tuple(culprits),
+                        tied=tied,
+                    ),
+                    group_notes,
+                )
+            )
             break
         else:
             notes.extend(group_notes)
     if later_start:
         shown = ", ".join(later_start[:6]) + (f" and {len(later_start) - 6} more" if len(later_start) > 6 else "")
-        notes.append(f"{len(later_start)} group(s) compared from a later collective than 1, the highest first one "
-                     f"every rank still holds (ring buffer wrapped, or only active collectives dumped): {shown}")
+        notes.append(
+            f"{len(later_start)} group(s) compared from a later collective than 1, the highest first one "
+            f"every rank still holds (ring buffer wrapped, or only active collectives dumped): {shown}"
+        )
     found.sort(key=lambda f: (f[0], f[1].process_group))
     return tuple(d for _, d, _ in found), tuple(notes + [n for _, _, ns in found for n in ns])
 
@@ -273,20 +328,31 @@ def _issued(rank: int, entry: Entry, dumps: tuple[RankDump, ...] | list[RankDump
     frames = list(entry.frames)
     if not frames and dump.collectives and entry is dump.collectives[-1]:
         frames = list(dump.python_stack)
-    return {"rank": rank, "op": entry.op, "input_sizes": [list(s) for s in entry.input_sizes],
-            "input_dtypes": _dtypes(entry), "frames": frames}
+    return {
+        "rank": rank,
+        "op": entry.op,
+        "input_sizes": [list(s) for s in entry.input_sizes],
+        "input_dtypes": _dtypes(entry),
+        "frames": frames,
+    }
 
 
-def _missing(rank: int, group: str, seq: int, table: dict[tuple[str, int], Entry],
-             dumps: tuple[RankDump, ...] | list[RankDump]) -> dict[str, Any]:
+def _missing(
+    rank: int, group: str, seq: int, table: dict[tuple[str, int], Entry], dumps: tuple[RankDump, ...] | list[RankDump]
+) -> dict[str, Any]:
     dump = _dump_of(rank, dumps)
     earlier = [s for (g, s) in table if g == group and s < seq]
     last = table[(group, max(earlier))] if earlier else None
-    return {"rank": rank, "op": None, "input_sizes": None, "input_dtypes": None,
-            "last_collective_seq_id": max(earlier) if earlier else None,  # None: no earlier one in its dump
-            "last_op": last.op if last else None,
-            "frames": list(dump.python_stack) or list(last.frames if last else ()),
-            "dump_reason": dump.dump_reason}
+    return {
+        "rank": rank,
+        "op": None,
+        "input_sizes": None,
+        "input_dtypes": None,
+        "last_collective_seq_id": max(earlier) if earlier else None,  # None: no earlier one in its dump
+        "last_op": last.op if last else None,
+        "frames": list(dump.python_stack) or list(last.frames if last else ()),
+        "dump_reason": dump.dump_reason,
+    }
 
 
 def describe_missing(culprit: dict[str, Any]) -> str:
@@ -301,8 +367,9 @@ def _where_peers_wait(rank: int, dump_set: DumpSet) -> str:
     parts = []
     names = sorted({n for d in dump_set.dumps for n, g in d.groups.items() if rank in g.ranks})
     for name in names:
-        last = [(e.collective_seq_id, d.rank, e) for d in dump_set.dumps for e in d.collectives
-                if e.process_group == name]
+        last = [
+            (e.collective_seq_id, d.rank, e) for d in dump_set.dumps for e in d.collectives if e.process_group == name
+        ]
         if last:
             seq, holder, e = max(last, key=lambda t: (t[0], -t[1]))
             state = f", {e.state} on rank {holder}" if e.state else ""
@@ -310,8 +377,9 @@ def _where_peers_wait(rank: int, dump_set: DumpSet) -> str:
     return "; ".join(parts)
 
 
-def diagnose_hang(dump_dir: str | Path, prefix: str | None = None,
-                  max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> HangReport:
+def diagnose_hang(
+    dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES
+) -> HangReport:
     """Read the dumps in ``dump_dir``; suspects are the ranks without a dump, then the first divergence's culprits."""
     dump_set = read_dump_dir(dump_dir, prefix=prefix, max_bytes=max_bytes)
     dumps = dump_set.dumps
@@ -319,25 +387,33 @@ def diagnose_hang(dump_dir: str | Path, prefix: str | None = None,
     suspects = []
     for rank, why in dump_set.missing.items():
         wait = _where_peers_wait(rank, dump_set)
-        suspects.append(Suspect(rank=rank, reason="no_dump",
-                                detail="no dump: " + "; ".join(why) + (f"; {wait}" if wait else "")))
+        suspects.append(
+            Suspect(rank=rank, reason="no_dump", detail="no dump: " + "; ".join(why) + (f"; {wait}" if wait else ""))
+        )
     named: dict[int, list[str]] = {}  # rank -> the divergences naming it, earliest first
     for divergence in divergences:
         for c in divergence.culprits:
             issued = c["op"] or describe_missing(c)
             named.setdefault(c["rank"], []).append(
                 f"{divergence.kind} at collective {divergence.collective_seq_id} of group "
-                f"{divergence.process_group}: issued {issued}")
+                f"{divergence.process_group}: issued {issued}"
+            )
     first_kind = {c["rank"]: d.kind for d in reversed(divergences) for c in d.culprits}
     for rank, what in named.items():
         more = f" (and in {len(what) - 1} more group(s))" if len(what) > 1 else ""
         suspects.append(Suspect(rank=rank, reason=first_kind[rank], detail=what[0] + more))
     last_seq = {d.rank: max((e.collective_seq_id for e in d.collectives), default=0) for d in dumps}
     return HangReport(
-        ranks=tuple(d.rank for d in dumps), expected_ranks=dump_set.expected_ranks,
+        ranks=tuple(d.rank for d in dumps),
+        expected_ranks=dump_set.expected_ranks,
         backend=",".join(sorted({d.backend for d in dumps} - {""})),
-        versions=tuple(sorted({d.version for d in dumps})), files={d.rank: d.path.name for d in dumps},
-        ranks_without_dump=tuple(dump_set.missing), missing_evidence=dict(dump_set.missing),
-        last_seq_by_rank=last_seq, divergence=divergences[0] if divergences else None, divergences=divergences,
+        versions=tuple(sorted({d.version for d in dumps})),
+        files={d.rank: d.path.name for d in dumps},
+        ranks_without_dump=tuple(dump_set.missing),
+        missing_evidence=dict(dump_set.missing),
+        last_seq_by_rank=last_seq,
+        divergence=divergences[0] if divergences else None,
+        divergences=divergences,
         suspects=tuple(suspects),
-        notes=dump_set.notes + notes)
+        notes=dump_set.notes + notes,
+    )

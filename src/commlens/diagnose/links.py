@@ -55,14 +55,29 @@ class LinksFailure(RuntimeError):
 
 
 def _probe_args(probe: LinkProbe) -> list[str]:
-    return ["--size-bytes", str(probe.size_bytes), "--iters", str(probe.iters), "--warmup", str(probe.warmup),
-            "--passes", str(probe.passes), "--latency-iters", str(probe.latency_iters)] + \
-        ([] if probe.ring else ["--no-ring"])
+    return [
+        "--size-bytes",
+        str(probe.size_bytes),
+        "--iters",
+        str(probe.iters),
+        "--warmup",
+        str(probe.warmup),
+        "--passes",
+        str(probe.passes),
+        "--latency-iters",
+        str(probe.latency_iters),
+    ] + ([] if probe.ring else ["--no-ring"])
 
 
-def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: LinkProbe, master_addr: str,
-              master_port: int = 29511, timeout_s: float = 120.0, extra_env: dict[str, str] | None = None
-              ) -> list[dict[str, Any]]:
+def run_links(
+    world: int,
+    place: Callable[[int, list[str]], list[str]],
+    probe: LinkProbe,
+    master_addr: str,
+    master_port: int = 29511,
+    timeout_s: float = 120.0,
+    extra_env: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Start ``world`` ranks (``place(rank, python_args)`` gives each one's argv), return rank 0's records.
 
     Every rank is killed in ``finally``, and by the kernel if this process itself is killed.
@@ -73,15 +88,40 @@ def run_links(world: int, place: Callable[[int, list[str]], list[str]], probe: L
     try:
         for rank in range(world):
             loopback = {"GLOO_SOCKET_IFNAME": "lo"} if master_addr.startswith("127.") else {}
-            env = {**os.environ, **loopback, **(extra_env or {}), "RANK": str(rank), "WORLD_SIZE": str(world),
-                   "LOCAL_RANK": "0", "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
-                   "OMP_NUM_THREADS": "1"}
-            argv = place(rank, ["-m", "commlens.diagnose.links", *_probe_args(probe), "--timeout", str(timeout_s),
-                                "--raw-out", str(raw)])
+            env = {
+                **os.environ,
+                **loopback,
+                **(extra_env or {}),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": "0",
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "OMP_NUM_THREADS": "1",
+            }
+            argv = place(
+                rank,
+                [
+                    "-m",
+                    "commlens.diagnose.links",
+                    *_probe_args(probe),
+                    "--timeout",
+                    str(timeout_s),
+                    "--raw-out",
+                    str(raw),
+                ],
+            )
             with open(workdir / f"rank{rank}.err", "wb") as err:
-                procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                              start_new_session=True,
-                                              preexec_fn=die_with_parent))  # noqa: PLW1509 - no threads yet
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                )  # noqa: PLW1509 - no threads yet
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for p in procs):
             failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
@@ -118,8 +158,10 @@ def _seconds(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m commlens.diagnose.links",
-                                description="All-pairs bandwidth/latency and fault location; one rank per host.")
+    p = argparse.ArgumentParser(
+        prog="python -m commlens.diagnose.links",
+        description="All-pairs bandwidth/latency and fault location; one rank per host.",
+    )
     p.add_argument("--size-bytes", type=int, default=LinkProbe.size_bytes)
     p.add_argument("--iters", type=int, default=LinkProbe.iters)
     p.add_argument("--warmup", type=int, default=LinkProbe.warmup)
@@ -139,15 +181,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     ns = _parser().parse_args(argv)
-    probe = LinkProbe(size_bytes=ns.size_bytes, iters=ns.iters, warmup=ns.warmup, passes=ns.passes,
-                      latency_iters=ns.latency_iters, ring=not ns.no_ring)
+    probe = LinkProbe(
+        size_bytes=ns.size_bytes,
+        iters=ns.iters,
+        warmup=ns.warmup,
+        passes=ns.passes,
+        latency_iters=ns.latency_iters,
+        ring=not ns.no_ring,
+    )
     bound = group_store(ns.timeout)  # rank 0 serves the store on MASTER_ADDR only, not every interface
     if bound is None:
         dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout))
     else:
         store, rank, world_size = bound
-        dist.init_process_group(ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store, rank=rank,
-                                world_size=world_size)
+        dist.init_process_group(
+            ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store, rank=rank, world_size=world_size
+        )
     try:
         records = measure(probe)
         world = dist.get_world_size()

@@ -139,8 +139,7 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
     noise = _median(rel_spreads) if rel_spreads else 0.0
     low_ratio = 1 - max(t.min_drop, t.noise_k * noise)
 
-    low_passes = {key: sum(by_pass[p][key] < low_ratio * expected_by_pass[p] for p in range(passes))
-                  for key in pair_bw}
+    low_passes = {key: sum(by_pass[p][key] < low_ratio * expected_by_pass[p] for p in range(passes)) for key in pair_bw}
     low = {key for key, n in low_passes.items() if n > t.pass_share * passes}
 
     def pairs_of(h: int) -> list[tuple[int, int]]:
@@ -156,11 +155,18 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
             slow_hosts.add(h)
             measured = _median([_median(pair_bw[k]) for k in mine])
             agree = sum(low_passes[k] for k in mine) / (len(mine) * passes)
-            faults.append(LinkFault(
-                "slow_host", (h,), measured, expected, round(agree, 3),
-                f"{n_low}/{len(mine)} pairs of host {h} low (below {low_ratio:.2f}x expected) in most of {passes} "
-                f"passes: median {measured / 1e6:.1f} MB/s vs {expected / 1e6:.1f} MB/s expected "
-                f"({measured / expected:.2f}x)"))
+            faults.append(
+                LinkFault(
+                    "slow_host",
+                    (h,),
+                    measured,
+                    expected,
+                    round(agree, 3),
+                    f"{n_low}/{len(mine)} pairs of host {h} low (below {low_ratio:.2f}x expected) in most of {passes} "
+                    f"passes: median {measured / 1e6:.1f} MB/s vs {expected / 1e6:.1f} MB/s expected "
+                    f"({measured / expected:.2f}x)",
+                )
+            )
     for key in sorted(low):
         a, b = key
         if a in slow_hosts or b in slow_hosts:
@@ -169,11 +175,18 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
         others = [k for k in pairs_of(a) + pairs_of(b) if k != key]
         others_ok = (sum(passes - low_passes[k] for k in others) / (len(others) * passes)) if others else 1.0
         confidence = low_passes[key] / passes * others_ok
-        faults.append(LinkFault(
-            "slow_link", key, measured, expected, round(confidence, 3),
-            f"pair {a}-{b} low in {low_passes[key]}/{passes} passes: {measured / 1e6:.1f} MB/s vs "
-            f"{expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x); hosts {a} and {b} are normal "
-            f"with their other peers ({others_ok:.0%} of those measurements at or above the bar)"))
+        faults.append(
+            LinkFault(
+                "slow_link",
+                key,
+                measured,
+                expected,
+                round(confidence, 3),
+                f"pair {a}-{b} low in {low_passes[key]}/{passes} passes: {measured / 1e6:.1f} MB/s vs "
+                f"{expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x); hosts {a} and {b} are normal "
+                f"with their other peers ({others_ok:.0%} of those measurements at or above the bar)",
+            )
+        )
 
     bw_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
     lat_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
@@ -188,6 +201,15 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
         slowest = [max(r["times_s"][i] for r in ring_recs) for i in range(n)]
         ring_bw = size / _median(slowest)
         ring = {"bytes_per_s": ring_bw, "expected_bytes_per_s": expected, "ratio": ring_bw / expected}
-    return LinkDiagnosis(hosts=hosts, size_bytes=size, passes=passes, bandwidth_bytes_per_s=bw_matrix,
-                         latency_s=lat_matrix, expected_bytes_per_s=expected, noise_rel=noise, low_ratio=low_ratio,
-                         faults=faults, ring=ring)
+    return LinkDiagnosis(
+        hosts=hosts,
+        size_bytes=size,
+        passes=passes,
+        bandwidth_bytes_per_s=bw_matrix,
+        latency_s=lat_matrix,
+        expected_bytes_per_s=expected,
+        noise_rel=noise,
+        low_ratio=low_ratio,
+        faults=faults,
+        ring=ring,
+    )

@@ -90,8 +90,18 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
                         times.append(t)
             lat = [_pingpong(dist, tiny, peer, rank < peer) for _ in range(probe.latency_iters)]
             # record: this rank's sends to ``peer``; both ranks of a pair report, one direction each
-            records.append({"kind": "pair", "pass": p, "round": r, "rank": rank, "peer": peer,
-                            "size_bytes": probe.size_bytes, "times_s": times, "latency_s": lat})
+            records.append(
+                {
+                    "kind": "pair",
+                    "pass": p,
+                    "round": r,
+                    "rank": rank,
+                    "peer": peer,
+                    "size_bytes": probe.size_bytes,
+                    "times_s": times,
+                    "latency_s": lat,
+                }
+            )
     if probe.ring and world > 1:
         dist.barrier()
         nxt, prv = (rank + 1) % world, (rank - 1) % world

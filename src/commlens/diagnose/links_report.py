@@ -12,7 +12,9 @@ __all__ = ["format_report", "write_heatmap"]
 def format_report(d: LinkDiagnosis) -> str:
     """Bandwidth matrix in GB/s (GB = 1e9 B), median latency in µs, ring check and faults."""
     n = d.hosts
-    lines = [f"# point-to-point bandwidth (GB/s, row host sends to column host, {d.size_bytes} B messages, {d.passes} passes)"]
+    lines = [
+        f"# point-to-point bandwidth (GB/s, row host sends to column host, {d.size_bytes} B messages, {d.passes} passes)"
+    ]
     lines.append("host " + "".join(f"{j:>8}" for j in range(n)))
     for i in range(n):
         cells = "".join(f"{'-':>8}" if v is None else f"{v / 1e9:8.3f}" for v in d.bandwidth_bytes_per_s[i])
@@ -22,17 +24,23 @@ def format_report(d: LinkDiagnosis) -> str:
     for i in range(n):
         cells = "".join(f"{'-':>8}" if v is None else f"{v * 1e6:8.1f}" for v in d.latency_s[i])
         lines.append(f"{i:>4} {cells}")
-    lines.append(f"# expected {d.expected_bytes_per_s / 1e9:.3f} GB/s; noise {d.noise_rel:.1%}; "
-                 f"a pair is low below {d.low_ratio:.2f}x expected")
+    lines.append(
+        f"# expected {d.expected_bytes_per_s / 1e9:.3f} GB/s; noise {d.noise_rel:.1%}; "
+        f"a pair is low below {d.low_ratio:.2f}x expected"
+    )
     if d.ring:
-        lines.append(f"# ring (all ranks send and receive at once): {d.ring['bytes_per_s'] / 1e9:.3f} GB/s "
-                     f"({d.ring['ratio']:.2f}x expected)")
+        lines.append(
+            f"# ring (all ranks send and receive at once): {d.ring['bytes_per_s'] / 1e9:.3f} GB/s "
+            f"({d.ring['ratio']:.2f}x expected)"
+        )
     if not d.faults:
         lines.append("healthy: no slow host or slow link")
     for f in d.faults:
         who = f"host {f.hosts[0]}" if f.kind == "slow_host" else f"link {f.hosts[0]}-{f.hosts[1]}"
-        lines.append(f"FAULT {f.kind} {who}: {f.measured_bytes_per_s / 1e9:.3f} GB/s vs "
-                     f"{f.expected_bytes_per_s / 1e9:.3f} expected, confidence {f.confidence:.2f} — {f.evidence}")
+        lines.append(
+            f"FAULT {f.kind} {who}: {f.measured_bytes_per_s / 1e9:.3f} GB/s vs "
+            f"{f.expected_bytes_per_s / 1e9:.3f} expected, confidence {f.confidence:.2f} — {f.evidence}"
+        )
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ CLOCK_METHODS: dict[str, str] = {
     "shared_clock": "one host, one clock: lateness from start times",
     "estimated_offsets": "clock offsets estimated from the ends of synchronizing collectives, removed from starts",
     "durations": "no shared clock: from durations, as HTA judges NCCL kernels (a synchronizing collective runs "
-                 "until every rank has arrived, so the rank that arrives last runs shortest)",
+    "until every rank has arrived, so the rank that arrives last runs shortest)",
 }
 
 
@@ -119,13 +119,21 @@ class StragglerReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "ranks": list(self.ranks), "n_collectives": self.n_collectives,
-            "arrival_known": self.arrival_known, "shared_clock": self.shared_clock,
-            "clock_method": self.clock_method, "clock_method_means": CLOCK_METHODS[self.clock_method],
-            "clock_note": self.clock_note, "span": self.span, "matching": self.matching,
-            "excluded": list(self.excluded), "rows": self.ranks_table,
-            "stragglers": [{"rank": s.rank, "kind": s.kind, "op": s.op, "excess_s": s.excess_s}
-                           for s in self.stragglers],
+            "source": self.source,
+            "ranks": list(self.ranks),
+            "n_collectives": self.n_collectives,
+            "arrival_known": self.arrival_known,
+            "shared_clock": self.shared_clock,
+            "clock_method": self.clock_method,
+            "clock_method_means": CLOCK_METHODS[self.clock_method],
+            "clock_note": self.clock_note,
+            "span": self.span,
+            "matching": self.matching,
+            "excluded": list(self.excluded),
+            "rows": self.ranks_table,
+            "stragglers": [
+                {"rank": s.rank, "kind": s.kind, "op": s.op, "excess_s": s.excess_s} for s in self.stragglers
+            ],
         }
 
 
@@ -156,20 +164,33 @@ def load_kineto_traces(paths: list[Path] | list[str], max_bytes: int = MAX_TRACE
         if m.op in SYNCHRONIZING_OPS:
             sync.add(m.label)
     spans = sorted({c.span for m in matching.collectives for c in m.records})
-    return CollectiveTable(source="kineto", ranks=matching.ranks,
-                           hosts=tuple(by_rank[r].host for r in matching.ranks), starts_s=starts, ends_s=ends,
-                           synchronizing=frozenset(sync), span="+".join(spans), matching=matching.to_json())
+    return CollectiveTable(
+        source="kineto",
+        ranks=matching.ranks,
+        hosts=tuple(by_rank[r].host for r in matching.ranks),
+        starts_s=starts,
+        ends_s=ends,
+        synchronizing=frozenset(sync),
+        span="+".join(spans),
+        matching=matching.to_json(),
+    )
 
 
-def table_from_durations(op: str, rank_samples_s: list[list[float]] | tuple[tuple[float, ...], ...],
-                         source: str = "commlens") -> CollectiveTable:
+def table_from_durations(
+    op: str, rank_samples_s: list[list[float]] | tuple[tuple[float, ...], ...], source: str = "commlens"
+) -> CollectiveTable:
     """A table from per-rank durations ``[rank][iteration]``: ends put at 0, starts at ``-duration``."""
     ranks = tuple(range(len(rank_samples_s)))
     iterations = list(zip(*rank_samples_s))
-    return CollectiveTable(source=source, ranks=ranks, hosts=tuple(f"rank{r}" for r in ranks),
-                           starts_s={op: [[-d for d in it] for it in iterations]},
-                           ends_s={op: [[0.0] * len(ranks) for _ in iterations]}, arrival_known=False,
-                           synchronizing=frozenset({op}) if _is_synchronizing(op.split("/")[0]) else frozenset())
+    return CollectiveTable(
+        source=source,
+        ranks=ranks,
+        hosts=tuple(f"rank{r}" for r in ranks),
+        starts_s={op: [[-d for d in it] for it in iterations]},
+        ends_s={op: [[0.0] * len(ranks) for _ in iterations]},
+        arrival_known=False,
+        synchronizing=frozenset({op}) if _is_synchronizing(op.split("/")[0]) else frozenset(),
+    )
 
 
 def table_from_run(run: Run) -> CollectiveTable:
@@ -189,8 +210,15 @@ def table_from_run(run: Run) -> CollectiveTable:
         sync |= t.synchronizing
     if not starts:
         raise StragglerError(f"run {run_id} has no per-rank samples")
-    return CollectiveTable(source=f"run {run_id}", ranks=ranks, hosts=tuple(f"rank{r}" for r in ranks),
-                           starts_s=starts, ends_s=ends, arrival_known=False, synchronizing=frozenset(sync))
+    return CollectiveTable(
+        source=f"run {run_id}",
+        ranks=ranks,
+        hosts=tuple(f"rank{r}" for r in ranks),
+        starts_s=starts,
+        ends_s=ends,
+        arrival_known=False,
+        synchronizing=frozenset(sync),
+    )
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -222,8 +250,14 @@ def _clock(table: CollectiveTable, params: StragglerParams) -> tuple[str, list[f
         offset = statistics.median(diffs)
         spread = statistics.median(abs(d - offset) for d in diffs)
         if spread > params.late_threshold_s:
-            return "durations", [0.0] * n, (f"{why}; collective ends of {domain} scatter by {spread * 1e6:.0f} µs "
-                                            f"around any one offset: clock offsets cannot be estimated")
+            return (
+                "durations",
+                [0.0] * n,
+                (
+                    f"{why}; collective ends of {domain} scatter by {spread * 1e6:.0f} µs "
+                    f"around any one offset: clock offsets cannot be estimated"
+                ),
+            )
         for j in idx:
             offsets[j] = offset
         notes.append(f"{domain} {offset:+.6f} s (spread {spread * 1e6:.0f} µs, {len(diffs)} ends)")
@@ -290,10 +324,13 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
                         raise StragglerError(
                             f"{label} #{i + 1}: rank {ranks[j]} ends {(max(starts) - e) * 1e6:.1f} µs before the "
                             f"last rank arrived, impossible for a synchronizing collective: a reading error "
-                            f"(clocks or spans wrong); no verdict is built on it")
+                            f"(clocks or spans wrong); no verdict is built on it"
+                        )
             if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
-                excluded.append(f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
-                                f"(more than {params.end_spread_s * 1e3:g} ms): not one collective")
+                excluded.append(
+                    f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
+                    f"(more than {params.end_spread_s * 1e3:g} ms): not one collective"
+                )
                 continue
             occurrences.append((starts, ends))
         n_collectives += len(occurrences)
@@ -301,8 +338,9 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         judged_late = enough and (method != "durations" or sync)
         judge_own = enough and method == "shared_clock" and sync
         if method == "durations":
-            lateness = [[max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)]
-                        for st, en in occurrences]
+            lateness = [
+                [max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)] for st, en in occurrences
+            ]
         else:
             lateness = [[s - min(st) for s in st] for st, _ in occurrences]
         own = [[e - max(st) for e in en] for st, en in occurrences]
@@ -318,23 +356,42 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
             if late_p50 and late_p50[j] - typical_late > params.late_threshold_s:
                 verdicts.append("late_arrival")
                 found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))
-            if own_p50 and own_p50[j] > params.slow_factor * typical_own \
-                    and own_p50[j] - typical_own > params.late_threshold_s:
+            if (
+                own_p50
+                and own_p50[j] > params.slow_factor * typical_own
+                and own_p50[j] - typical_own > params.late_threshold_s
+            ):
                 verdicts.append("slow_within")
                 found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))
-            rows.append({
-                "op": label, "rank": rank, "host": table.hosts[j], "clock_offset_s": offsets[j],
-                "n": len(occurrences),
-                "lateness_p50_s": late_p50[j] if late_p50 else None,
-                "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
-                "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
-                # HTA's cross-check for synchronizing collectives: the last to arrive runs shortest
-                "shortest_fraction": sum(1 for x in shortest if x == j) / len(shortest) if judged_late and sync
-                else None,
-                "own_time_p50_s": own_p50[j] if own_p50 else None,
-                "verdicts": verdicts if judged_late else ["not judged"],
-            })
-    return StragglerReport(source=table.source, ranks=ranks, n_collectives=n_collectives,
-                           arrival_known=table.arrival_known, shared_clock=method == "shared_clock",
-                           ranks_table=rows, stragglers=tuple(found), clock_method=method, clock_note=clock_note,
-                           span=table.span, matching=table.matching, excluded=tuple(excluded))
+            rows.append(
+                {
+                    "op": label,
+                    "rank": rank,
+                    "host": table.hosts[j],
+                    "clock_offset_s": offsets[j],
+                    "n": len(occurrences),
+                    "lateness_p50_s": late_p50[j] if late_p50 else None,
+                    "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
+                    "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
+                    # HTA's cross-check for synchronizing collectives: the last to arrive runs shortest
+                    "shortest_fraction": sum(1 for x in shortest if x == j) / len(shortest)
+                    if judged_late and sync
+                    else None,
+                    "own_time_p50_s": own_p50[j] if own_p50 else None,
+                    "verdicts": verdicts if judged_late else ["not judged"],
+                }
+            )
+    return StragglerReport(
+        source=table.source,
+        ranks=ranks,
+        n_collectives=n_collectives,
+        arrival_known=table.arrival_known,
+        shared_clock=method == "shared_clock",
+        ranks_table=rows,
+        stragglers=tuple(found),
+        clock_method=method,
+        clock_note=clock_note,
+        span=table.span,
+        matching=table.matching,
+        excluded=tuple(excluded),
+    )

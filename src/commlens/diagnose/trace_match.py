@@ -20,8 +20,8 @@ A collective is matched by identity where the traces carry it, else by order:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from commlens.ingest.kineto import KinetoTrace, TraceCollective
 
@@ -54,18 +54,23 @@ class Matching:
         if self.steps is not None:
             text += f", on the profiler steps every trace covers ({_ranges(self.steps)})"
         if any(self.unmatched.values()):
-            text += "; unmatched: " + ", ".join(f"rank {r} {n} of {self.recorded[r]}"
-                                                 for r, n in self.unmatched.items() if n)
+            text += "; unmatched: " + ", ".join(
+                f"rank {r} {n} of {self.recorded[r]}" for r, n in self.unmatched.items() if n
+            )
         if self.ambiguous_streams:
             text += f"; {self.ambiguous_streams} streams with different counts on different ranks left out"
         return text
 
     def to_json(self) -> dict[str, object]:
-        return {"matched": len(self.collectives), "method": self.method,
-                "steps": list(self.steps) if self.steps is not None else None,
-                "recorded": {str(r): n for r, n in self.recorded.items()},
-                "unmatched": {str(r): n for r, n in self.unmatched.items()},
-                "ambiguous_streams": self.ambiguous_streams, "description": self.describe()}
+        return {
+            "matched": len(self.collectives),
+            "method": self.method,
+            "steps": list(self.steps) if self.steps is not None else None,
+            "recorded": {str(r): n for r, n in self.recorded.items()},
+            "unmatched": {str(r): n for r, n in self.unmatched.items()},
+            "ambiguous_streams": self.ambiguous_streams,
+            "description": self.describe(),
+        }
 
 
 def _ranges(values: tuple[int, ...]) -> str:
@@ -110,8 +115,10 @@ def match_collectives(traces: list[KinetoTrace]) -> Matching:
             recs = tuple(k[key] for k in keyed)
             if len({c.identity for c in recs}) != 1:
                 shown = "; ".join(f"rank {r}: {c.name} count {c.count} {c.dtype}" for r, c in zip(ranks, recs))
-                raise MatchError(f"process group {key[0]} sequence number {key[1]}: ranks ran different "
-                                 f"collectives ({shown}): a mismatch, see `commlens diagnose hang`")
+                raise MatchError(
+                    f"process group {key[0]} sequence number {key[1]}: ranks ran different "
+                    f"collectives ({shown}): a mismatch, see `commlens diagnose hang`"
+                )
             matched.append(recs)
     else:
         method = "order within (group, op, count, dtype) streams"
@@ -134,6 +141,12 @@ def match_collectives(traces: list[KinetoTrace]) -> Matching:
     matched.sort(key=lambda recs: recs[0].start_s)
     used = {id(c) for recs in matched for c in recs}
     unmatched = {r: sum(1 for c in by_rank[r].collectives if id(c) not in used) for r in ranks}
-    return Matching(ranks=ranks, method=method, steps=steps, recorded=recorded, unmatched=unmatched,
-                    ambiguous_streams=ambiguous,
-                    collectives=tuple(MatchedCollective(label(recs[0]), recs[0].op, recs) for recs in matched))
+    return Matching(
+        ranks=ranks,
+        method=method,
+        steps=steps,
+        recorded=recorded,
+        unmatched=unmatched,
+        ambiguous_streams=ambiguous,
+        collectives=tuple(MatchedCollective(label(recs[0]), recs[0].op, recs) for recs in matched),
+    )

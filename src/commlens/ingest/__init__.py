@@ -26,8 +26,19 @@ from commlens.ops import UnknownOpError, get_op
 from commlens.results.records import RecordError, Run
 
 __all__ = [
-    "FORMATS", "DEFAULT_MAX_INPUT_BYTES", "STDIN", "IngestError", "IngestWarning", "InputFormat", "Source",
-    "detect_format", "get_format", "load_runs", "load_source_runs", "parse_time", "read_source",
+    "FORMATS",
+    "DEFAULT_MAX_INPUT_BYTES",
+    "STDIN",
+    "IngestError",
+    "IngestWarning",
+    "InputFormat",
+    "Source",
+    "detect_format",
+    "get_format",
+    "load_runs",
+    "load_source_runs",
+    "parse_time",
+    "read_source",
 ]
 
 
@@ -38,8 +49,9 @@ def parse_time(text: str) -> str:
     try:
         when = dt.datetime.fromisoformat(iso)
     except ValueError:
-        raise ValueError(f"{text!r} is not an ISO 8601 date or date/time (e.g. 2025-05-01 or "
-                         f"2025-05-01T13:45:00Z)") from None
+        raise ValueError(
+            f"{text!r} is not an ISO 8601 date or date/time (e.g. 2025-05-01 or 2025-05-01T13:45:00Z)"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
@@ -100,8 +112,9 @@ def load_source_runs(
     return chosen.name, [_to_run(source, chosen.name, parsed, tag=tag, revision=revision, started_at=started_at)]
 
 
-def _to_run(source: Source, fmt: str, parsed: ParsedRun, *, tag: str | None, revision: str | None,
-            started_at: str | None) -> Run:
+def _to_run(
+    source: Source, fmt: str, parsed: ParsedRun, *, tag: str | None, revision: str | None, started_at: str | None
+) -> Run:
     notes = list(parsed.notes)
     finished_at = parsed.finished_at
     if started_at is not None:

@@ -18,17 +18,33 @@ import os
 import stat
 import sys
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Literal, Protocol, Sequence
+from typing import IO, Any, Literal, Protocol
 
 from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run, RunStatus, SystemInfo
 
 __all__ = [
-    "IngestError", "IngestWarning", "Source", "ParsedRun", "read_source", "content_run_id", "json_line", "load_json",
-    "quote", "check_limit", "DEFAULT_MAX_INPUT_BYTES", "MAX_RANKS", "MAX_SIZE_BYTES", "MAX_COUNT", "MAX_JSON_DEPTH",
-    "STDIN", "InputFormat", "RunList",
+    "IngestError",
+    "IngestWarning",
+    "Source",
+    "ParsedRun",
+    "read_source",
+    "content_run_id",
+    "json_line",
+    "load_json",
+    "quote",
+    "check_limit",
+    "DEFAULT_MAX_INPUT_BYTES",
+    "MAX_RANKS",
+    "MAX_SIZE_BYTES",
+    "MAX_COUNT",
+    "MAX_JSON_DEPTH",
+    "STDIN",
+    "InputFormat",
+    "RunList",
 ]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
@@ -104,7 +120,7 @@ class Source:
         start = 0
         while True:
             stop = text.find("\n", start, end)
-            line = text[start:stop if stop >= 0 else end]
+            line = text[start : stop if stop >= 0 else end]
             yield line[:-1] if line.endswith("\r") else line
             if stop < 0:
                 return
@@ -157,8 +173,9 @@ class Parser(Protocol):
 
 
 class RunListLoader(Protocol):
-    def __call__(self, source: Source, *, tag: str | None = None, revision: str | None = None,
-                 started_at: str | None = None) -> list[Run]: ...
+    def __call__(
+        self, source: Source, *, tag: str | None = None, revision: str | None = None, started_at: str | None = None
+    ) -> list[Run]: ...
 
 
 @dataclass(frozen=True)
@@ -241,8 +258,11 @@ def _read_capped(fp: IO[bytes], shown: Path, max_bytes: int) -> bytes:
         lines += chunk.count(b"\n")
         chunks += chunk
         if len(chunks) > max_bytes:
-            raise IngestError(shown, 0, f"larger than {max_bytes / 2**20:g} MiB, the most ingest reads "
-                                        f"(--max-input-mib): not read further")
+            raise IngestError(
+                shown,
+                0,
+                f"larger than {max_bytes / 2**20:g} MiB, the most ingest reads (--max-input-mib): not read further",
+            )
 
 
 def load_json(source: Source) -> Any:

@@ -92,8 +92,11 @@ def load_run_list(
     if not data:
         raise source.error(1, "an empty list: no runs to ingest")
     if started_at is not None and len(data) > 1:
-        raise source.error(1, f"{len(data)} runs, each with its own start time: one time for the whole file "
-                              f"applies only to a file of one run")
+        raise source.error(
+            1,
+            f"{len(data)} runs, each with its own start time: one time for the whole file "
+            f"applies only to a file of one run",
+        )
     runs = []
     for i, doc in enumerate(data):
         try:

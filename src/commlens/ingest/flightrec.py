@@ -46,8 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_DUMP_BYTES", "DumpError", "DumpSet", "Entry", "GroupConfig", "RankDump", "loads_plain",
-           "read_dump", "read_dump_dir"]
+__all__ = [
+    "DEFAULT_MAX_DUMP_BYTES",
+    "DumpError",
+    "DumpSet",
+    "Entry",
+    "GroupConfig",
+    "RankDump",
+    "loads_plain",
+    "read_dump",
+    "read_dump_dir",
+]
 
 # A 2,000-entry dump with stack traces is a few MB; the bound leaves room for buffers 100x larger.
 DEFAULT_MAX_DUMP_BYTES = 256 * 1024 * 1024
@@ -251,17 +260,21 @@ def _entry(path: Path, i: int, raw: Any) -> Entry:
     is_p2p = raw.get("is_p2p")
     state = raw.get("state")
     return Entry(
-        index=i, record_id=_int(path, f"{where}: record_id", raw.get("record_id"), optional=True),
-        process_group=group, process_group_desc=desc,
+        index=i,
+        record_id=_int(path, f"{where}: record_id", raw.get("record_id"), optional=True),
+        process_group=group,
+        process_group_desc=desc,
         collective_seq_id=_int(path, f"{where}: {seq_key}", raw[seq_key]),  # type: ignore[arg-type]
         p2p_seq_id=_int(path, f"{where}: p2p_seq_id", raw.get("p2p_seq_id"), optional=True),
-        profiling_name=name, op=op,
+        profiling_name=name,
+        op=op,
         input_sizes=_sizes(path, f"{where}: input_sizes", raw["input_sizes"]),
         input_dtypes=tuple(dtypes) if dtypes is not None else None,
         state=state if isinstance(state, str) else None,
         time_created_ns=_int(path, f"{where}: time_created_ns", raw.get("time_created_ns"), optional=True),
         is_p2p=bool(is_p2p) if isinstance(is_p2p, bool) else op in _P2P_OPS,
-        frames=_frames(raw.get("frames")))
+        frames=_frames(raw.get("frames")),
+    )
 
 
 def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:
@@ -303,8 +316,7 @@ def _groups(path: Path, pg_config: Any, entries: list[Entry]) -> dict[str, Group
     return out
 
 
-def read_dump(path: str | Path, rank_from_name: int | None = None,
-              max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> RankDump:
+def read_dump(path: str | Path, rank_from_name: int | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> RankDump:
     """Read one rank's dump (pickle or JSON, told by content); the rank from the dump, else from the name."""
     path = Path(path)
     data, fmt = _load(path, max_bytes)
@@ -322,9 +334,16 @@ def read_dump(path: str | Path, rank_from_name: int | None = None,
     stack = data.get("python_stack", ())
     backends = sorted({e.backend for e in entries} - {""})
     return RankDump(
-        rank=rank, path=path, format=fmt, version=version, entries=tuple(entries),  # type: ignore[arg-type]
-        groups=_groups(path, data.get("pg_config"), entries), python_stack=_frames(stack),
-        dump_reason=str(data.get("dump_reason", "")), backend=",".join(backends))
+        rank=rank,
+        path=path,
+        format=fmt,
+        version=version,
+        entries=tuple(entries),  # type: ignore[arg-type]
+        groups=_groups(path, data.get("pg_config"), entries),
+        python_stack=_frames(stack),
+        dump_reason=str(data.get("dump_reason", "")),
+        backend=",".join(backends),
+    )
 
 
 def _candidates(directory: Path, prefix: str | None) -> tuple[str, dict[int, Path]]:
@@ -338,8 +357,10 @@ def _candidates(directory: Path, prefix: str | None) -> tuple[str, dict[int, Pat
         wanted = f"'{prefix}<rank>'" if prefix is not None else "<prefix><rank>"
         raise DumpError(f"{directory}: no Flight Recorder dumps (files named {wanted})")
     if len(by_prefix) > 1:
-        raise DumpError(f"{directory}: files of several prefixes ({', '.join(map(repr, sorted(by_prefix)))}); "
-                        f"name the dumps' prefix (--prefix)")
+        raise DumpError(
+            f"{directory}: files of several prefixes ({', '.join(map(repr, sorted(by_prefix)))}); "
+            f"name the dumps' prefix (--prefix)"
+        )
     [(found, files)] = by_prefix.items()
     twice = sorted(r for r, n in Counter(r for r, _ in files).items() if n > 1)
     if twice:
@@ -347,8 +368,7 @@ def _candidates(directory: Path, prefix: str | None) -> tuple[str, dict[int, Pat
     return found, dict(files)
 
 
-def read_dump_dir(dump_dir: str | Path, prefix: str | None = None,
-                  max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> DumpSet:
+def read_dump_dir(dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES) -> DumpSet:
     """Read every rank's dump in ``dump_dir`` and work out which ranks wrote none.
 
     A rank should have a dump when any dump's ``pg_config`` lists it (the
@@ -369,19 +389,28 @@ def read_dump_dir(dump_dir: str | Path, prefix: str | None = None,
                 listed.setdefault(r, Counter())[f"group {g.name} ({g.desc or '-'})"] += 1
     evidence: dict[int, list[str]] = {
         r: [f"the pg_config of {group} lists it ({n} of {len(dumps)} dumps)" for group, n in sorted(groups.items())]
-        for r, groups in listed.items()}
+        for r, groups in listed.items()
+    }
     top = max(present)
     for r in sorted(set(range(top)) - present):
-        evidence.setdefault(r, []).append(f"the file names run from {found_prefix}0 to {found_prefix}{top} "
-                                          f"without {found_prefix}{r}")
+        evidence.setdefault(r, []).append(
+            f"the file names run from {found_prefix}0 to {found_prefix}{top} without {found_prefix}{r}"
+        )
     notes = []
     versions = Counter(d.version for d in dumps)
     if len(versions) > 1:
-        notes.append("ranks wrote different dump versions: "
-                     + ", ".join(f"{v} ({n} dumps)" for v, n in sorted(versions.items())))
+        notes.append(
+            "ranks wrote different dump versions: " + ", ".join(f"{v} ({n} dumps)" for v, n in sorted(versions.items()))
+        )
     if all(not d.groups for d in dumps):
-        notes.append("no dump has a pg_config (layouts before 2.3): missing ranks are seen only as gaps in the "
-                     "file names")
-    return DumpSet(directory=directory, prefix=found_prefix, dumps=tuple(dumps),
-                   expected_ranks=tuple(sorted(present | set(evidence))),
-                   missing={r: tuple(w) for r, w in sorted(evidence.items())}, notes=tuple(notes))
+        notes.append(
+            "no dump has a pg_config (layouts before 2.3): missing ranks are seen only as gaps in the file names"
+        )
+    return DumpSet(
+        directory=directory,
+        prefix=found_prefix,
+        dumps=tuple(dumps),
+        expected_ranks=tuple(sorted(present | set(evidence))),
+        missing={r: tuple(w) for r, w in sorted(evidence.items())},
+        notes=tuple(notes),
+    )

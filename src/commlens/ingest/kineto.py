@@ -141,13 +141,14 @@ def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[
     except (OSError, EOFError, zlib.error) as e:
         raise KinetoTraceError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
     if len(data) > max_bytes:
-        raise KinetoTraceError(f"{path}: more than {max_bytes} bytes of JSON once decompressed: refused "
-                               f"(a gzip bomb, or a trace too large to analyse)")
+        raise KinetoTraceError(
+            f"{path}: more than {max_bytes} bytes of JSON once decompressed: refused "
+            f"(a gzip bomb, or a trace too large to analyse)"
+        )
     try:
         top = json.loads(data, parse_constant=_reject_constant)
     except RecursionError:
-        raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace") \
-            from None
+        raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise KinetoTraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from None
     _check_depth(top, path)
@@ -178,8 +179,10 @@ def _span(e: dict[str, Any], path: Path, i: int) -> tuple[float, float]:
     """(start, end) in µs; a negative duration is a reading error, refused."""
     ts, dur = _number(e, "ts", path, i), _number(e, "dur", path, i)
     if dur < 0:
-        raise KinetoTraceError(f"{path}: traceEvents[{i}] ({e.get('name')!r}): negative duration {dur} µs: "
-                               f"an impossible value, no verdict can be built on it")
+        raise KinetoTraceError(
+            f"{path}: traceEvents[{i}] ({e.get('name')!r}): negative duration {dur} µs: "
+            f"an impossible value, no verdict can be built on it"
+        )
     return ts, ts + dur
 
 
@@ -202,11 +205,15 @@ def _dims_count(args: dict[str, Any]) -> tuple[int | None, str | None]:
     """Elements and dtype of the first input from ``Input Dims``/``Input type`` (record_shapes=True)."""
     dims, types = args.get("Input Dims"), args.get("Input type")
     count = None
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] \
-            and all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]):
+    if (
+        isinstance(dims, list)
+        and dims
+        and isinstance(dims[0], list)
+        and dims[0]
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0])
+    ):
         count = math.prod(dims[0])
-    dtype = types[0].lower() if isinstance(types, list) and types and isinstance(types[0], str) and types[0] \
-        else None
+    dtype = types[0].lower() if isinstance(types, list) and types and isinstance(types[0], str) and types[0] else None
     return count, dtype
 
 
@@ -344,21 +351,39 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
             if s_start <= spans[i][0] < s_end:
                 step = n
                 break
-        records.append(TraceCollective(
-            op=_op_name(name), name=name, span=span_kind, start_s=start_us * 1e-6, end_s=end_us * 1e-6,
-            event_index=min(idx, key=lambda j: spans[j][0]),
-            group=str(group) if isinstance(group, (str, int)) and not isinstance(group, bool) else None,
-            group_ranks=_ranks_arg(info_args.get("Process Group Ranks")), count=count, dtype=dtype,
-            seq=_int_arg(info_args, "Seq"), step=step))
+        records.append(
+            TraceCollective(
+                op=_op_name(name),
+                name=name,
+                span=span_kind,
+                start_s=start_us * 1e-6,
+                end_s=end_us * 1e-6,
+                event_index=min(idx, key=lambda j: spans[j][0]),
+                group=str(group) if isinstance(group, (str, int)) and not isinstance(group, bool) else None,
+                group_ranks=_ranks_arg(info_args.get("Process Group Ranks")),
+                count=count,
+                dtype=dtype,
+                seq=_int_arg(info_args, "Seq"),
+                step=step,
+            )
+        )
     if not records:
         if without_gpu:
             raise KinetoTraceError(
                 f"{path}: {without_gpu} nccl:* enqueue spans but no GPU-side span (ncclKernel_*, "
-                f"gpu_user_annotation) joined to any: record CUDA activity too; the CPU span is only the enqueue")
+                f"gpu_user_annotation) joined to any: record CUDA activity too; the CPU span is only the enqueue"
+            )
         raise KinetoTraceError(f"{path}: no collective spans (nccl:*, gloo:*, ncclKernel_*)")
     records.sort(key=lambda r: (r.start_s, r.event_index))
     world = _int_arg(info, "world_size")
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-    return KinetoTrace(path=str(path), rank=rank, world_size=world, backend=backend,
-                       host=host if isinstance(host, str) and host else None, collectives=tuple(records),
-                       n_enqueue_without_gpu_span=without_gpu, n_unjoined_kernels=unjoined)
+    return KinetoTrace(
+        path=str(path),
+        rank=rank,
+        world_size=world,
+        backend=backend,
+        host=host if isinstance(host, str) and host else None,
+        collectives=tuple(records),
+        n_enqueue_without_gpu_span=without_gpu,
+        n_unjoined_kernels=unjoined,
+    )

@@ -37,6 +37,7 @@ _PROGRAM_RE = re.compile(r"(?<![A-Za-z0-9])([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)_perf
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "UCX_", "FI_", "RCCL_", "HSA_")
 _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 
+
 def commlens_dtype(type_name: str) -> str | None:
     """The commlens dtype of an nccl-tests type name, or None if commlens has none (uint32, f8e4m3...)."""
     return DTYPES.get(type_name)
@@ -44,8 +45,10 @@ def commlens_dtype(type_name: str) -> str | None:
 
 def unknown_dtype_message(type_name: str) -> str:
     known = ", ".join(sorted(set(NCCL_TYPE_NAMES.values()) | {"char", "int"}))
-    return (f"data type {type_name!r} has no commlens dtype (commlens keeps {', '.join(DTYPE_SIZES)}; "
-            f"the nccl-tests names it maps onto them: {known})")
+    return (
+        f"data type {type_name!r} has no commlens dtype (commlens keeps {', '.join(DTYPE_SIZES)}; "
+        f"the nccl-tests names it maps onto them: {known})"
+    )
 
 
 def op_from_program(text: str) -> str | None:

@@ -79,8 +79,9 @@ class _Doc:
             raise self.error(path, f"expected a finite number >= 0, got {quote(value, 60)}")
         return float(value)
 
-    def integer(self, path: tuple[str | int, ...], value: Any, limit: int, *, default: int | None = None,
-                low: int = 0) -> int:
+    def integer(
+        self, path: tuple[str | int, ...], value: Any, limit: int, *, default: int | None = None, low: int = 0
+    ) -> int:
         """An integer in ``[low, limit)``; ``default`` stands for a missing (null, 0, empty) value."""
         if default is not None and not value and not isinstance(value, (bool, float)):
             return default
@@ -134,9 +135,16 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
         seen.add(rank)
         device = d.get("device") if isinstance(d.get("device"), int) and -1 <= d["device"] < MAX_RANKS else -1
         for k in range(per_process):
-            ranks.append(RankInfo(rank=rank + k, host=str(d.get("hostname") or ""), pid=d.get("pid"),
-                                  device=device + k if device >= 0 else device, bus_id=str(d.get("device_hex") or ""),
-                                  device_name=str(d.get("device_info") or "")))
+            ranks.append(
+                RankInfo(
+                    rank=rank + k,
+                    host=str(d.get("hostname") or ""),
+                    pid=d.get("pid"),
+                    device=device + k if device >= 0 else device,
+                    bus_id=str(d.get("device_hex") or ""),
+                    device_name=str(d.get("device_info") or ""),
+                )
+            )
     return ranks
 
 
@@ -147,8 +155,11 @@ def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, defaul
     name = named or program_op or default_op
     path: tuple[str | int, ...] = ("results", i, "experiment_name") if named else ("args",)
     if not name:
-        raise doc.error(("results", i), "the file does not say which collective it measured (no *_perf binary in "
-                                        "args, no experiment_name); pass the op (commlens ingest --op all_reduce)")
+        raise doc.error(
+            ("results", i),
+            "the file does not say which collective it measured (no *_perf binary in "
+            "args, no experiment_name); pass the op (commlens ingest --op all_reduce)",
+        )
     try:
         spec = resolve_op(op_from_program(name) or name)
     except UnknownOpError as e:
@@ -158,8 +169,18 @@ def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, defaul
     return spec
 
 
-def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: OpSpec, dtype: str, world: int,
-               iters: int, check: BusbwCheck, zero_times: list[tuple[tuple[str | int, ...], str]]) -> Measurement | None:
+def _placement(
+    doc: _Doc,
+    entry: dict[str, Any],
+    i: int,
+    in_place: bool,
+    spec: OpSpec,
+    dtype: str,
+    world: int,
+    iters: int,
+    check: BusbwCheck,
+    zero_times: list[tuple[tuple[str | int, ...], str]],
+) -> Measurement | None:
     """One half of a result, or None where the file has none or printed its time as 0 (then in ``zero_times``)."""
     key = "in_place" if in_place else "out_of_place"
     half = entry.get(key)
@@ -179,19 +200,25 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
     per_iter = entry.get(f"{key}_per_iter")
     if isinstance(per_iter, dict):  # nccl-tests -I (file version 2+)
         iter_path = ("results", i, f"{key}_per_iter")
-        skip = doc.integer((*iter_path, "skipped_iterations"), per_iter.get("skipped_iterations"), MAX_COUNT,
-                           default=0)
+        skip = doc.integer((*iter_path, "skipped_iterations"), per_iter.get("skipped_iterations"), MAX_COUNT, default=0)
         times = per_iter.get("times_us") or []
         if not isinstance(times, list):
             raise doc.error((*iter_path, "times_us"), "expected a list of times")
-        samples = [doc.number((*iter_path, "times_us"), t) * 1e-6  # type: ignore[operator]
-                   for t in times[skip:]]
+        samples = [
+            doc.number((*iter_path, "times_us"), t) * 1e-6  # type: ignore[operator]
+            for t in times[skip:]
+        ]
         rows = per_iter.get("per_process_max_times_us")
         if isinstance(rows, list) and len(rows) == world:
             if not all(isinstance(r, list) for r in rows):
                 raise doc.error((*iter_path, "per_process_max_times_us"), "expected a list of lists of times")
-            rank_samples = tuple(tuple(doc.number((*iter_path, "per_process_max_times_us"), t) * 1e-6  # type: ignore[operator]
-                                       for t in r[skip:]) for r in rows)
+            rank_samples = tuple(
+                tuple(
+                    doc.number((*iter_path, "per_process_max_times_us"), t) * 1e-6  # type: ignore[operator]
+                    for t in r[skip:]
+                )
+                for r in rows
+            )
     elif isinstance(half.get("times"), list):  # commlens' writer
         samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]  # type: ignore[operator]
     size, count = entry["size"], entry["count"]
@@ -201,8 +228,9 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
             check.add(("results", i), bus_bw, size, time_s, spec.busbw_factor(world))
     reported = None
     if not samples:
-        reported = TimeStats(mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
-                             stdev_s=None, cv=None, n=iters)
+        reported = TimeStats(
+            mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=iters
+        )
     root_text = entry.get("root", -1)
     try:
         root = int(str(root_text).strip()) if not isinstance(root_text, (bool, float)) else None
@@ -213,10 +241,20 @@ def _placement(doc: _Doc, entry: dict[str, Any], i: int, in_place: bool, spec: O
     if nwrong_f is not None and nwrong_f >= MAX_COUNT:
         raise doc.error((*path, "nwrong"), check_limit("nwrong", int(nwrong_f), MAX_COUNT) or "")
     try:
-        return Measurement(op=spec.name, dtype=dtype, size_bytes=size, count=count, in_place=in_place,
-                           world_size=world, samples_s=tuple(samples), redop=str(entry.get("redop") or "none"),
-                           root=root, nwrong=None if nwrong_f is None else int(nwrong_f),
-                           rank_samples_s=rank_samples, reported=reported)
+        return Measurement(
+            op=spec.name,
+            dtype=dtype,
+            size_bytes=size,
+            count=count,
+            in_place=in_place,
+            world_size=world,
+            samples_s=tuple(samples),
+            redop=str(entry.get("redop") or "none"),
+            root=root,
+            nwrong=None if nwrong_f is None else int(nwrong_f),
+            rank_samples_s=rank_samples,
+            reported=reported,
+        )
     except RecordError as e:
         raise doc.error(path, str(e)) from None
 
@@ -232,8 +270,9 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     args = data.get("args")
     argv = args if isinstance(args, list) else str(args or "").split()
     program_op = op_from_program(str(argv[0])) if argv else None
-    per_process = (doc.integer(("config", "nthreads"), config.get("nthreads"), MAX_RANKS, default=1, low=1)
-                   * doc.integer(("config", "ngpus"), config.get("ngpus"), MAX_RANKS, default=1, low=1))
+    per_process = doc.integer(
+        ("config", "nthreads"), config.get("nthreads"), MAX_RANKS, default=1, low=1
+    ) * doc.integer(("config", "ngpus"), config.get("ngpus"), MAX_RANKS, default=1, low=1)
     devices, dev_path = _devices(doc)
     problem = check_limit("world size", len(devices) * per_process, MAX_RANKS + 1)
     if problem:
@@ -243,8 +282,10 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     iters = doc.integer(("config", "iterations"), config.get("iterations"), MAX_COUNT, default=0)
     notes: list[str] = []
     if per_process > 1:
-        notes.append(f"nccl-tests -J lists one device per process: the other {per_process - 1} GPUs of each process "
-                     f"are taken to be on the same host, with the same device name")
+        notes.append(
+            f"nccl-tests -J lists one device per process: the other {per_process - 1} GPUs of each process "
+            f"are taken to be on the same host, with the same device name"
+        )
     measurements: list[Measurement] = []
     checks: dict[str, BusbwCheck] = {}
     ops: list[str] = []
@@ -266,8 +307,11 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         if spec.name not in ops:
             ops.append(spec.name)
         actual = entry.get("actual_iterations")
-        entry_iters = (doc.integer(("results", i, "actual_iterations"), actual, MAX_COUNT)
-                       if isinstance(actual, int) and not isinstance(actual, bool) else iters)
+        entry_iters = (
+            doc.integer(("results", i, "actual_iterations"), actual, MAX_COUNT)
+            if isinstance(actual, int) and not isinstance(actual, bool)
+            else iters
+        )
         for in_place in (False, True):
             m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check, zero_times)
             if m is not None:
@@ -277,8 +321,14 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             raise doc.error(zero_times[0][0], "every result has time 0: no measurement to store")
         raise doc.error(("results",), "no results: the test produced no rows")
     if zero_times:
-        notes.append(zero_time_note(lambda path, msg: source.warn(json_line(source.text, path), msg),
-                                    zero_times[0][0], "results", [label for _, label in zero_times]))
+        notes.append(
+            zero_time_note(
+                lambda path, msg: source.warn(json_line(source.text, path), msg),
+                zero_times[0][0],
+                "results",
+                [label for _, label in zero_times],
+            )
+        )
     for name, check in checks.items():
         note = check.report(name, source.warn, lambda path: json_line(source.text, path))
         if note:
@@ -289,27 +339,44 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     avg = data.get("average_bus_bandwidth") or data.get("average_bus_bandwidith")
     if isinstance(avg, dict):
         printed = avg.get("bandwidth", avg.get("bandwidith"))
-        rows = [r.get(k, {}).get("bus_bw") for r in data["results"] for k in ("out_of_place", "in_place")
-                if isinstance(r.get(k), dict)]
+        rows = [
+            r.get(k, {}).get("bus_bw")
+            for r in data["results"]
+            for k in ("out_of_place", "in_place")
+            if isinstance(r.get(k), dict)
+        ]
         rows = [float(b) for b in rows if isinstance(b, (int, float))]
-        if isinstance(printed, (int, float)) and rows and abs(sum(rows) / len(rows) - printed) > 1e-3 * abs(
-                printed) + 1e-3:
-            notes.append(source.warn(json_line(source.text, ("average_bus_bandwidth",)), (
-                f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
-                f"({sum(rows) / len(rows):.6g} GB/s): results may be missing")))
+        if (
+            isinstance(printed, (int, float))
+            and rows
+            and abs(sum(rows) / len(rows) - printed) > 1e-3 * abs(printed) + 1e-3
+        ):
+            notes.append(
+                source.warn(
+                    json_line(source.text, ("average_bus_bandwidth",)),
+                    (
+                        f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
+                        f"({sum(rows) / len(rows):.6g} GB/s): results may be missing"
+                    ),
+                )
+            )
     status = "incomplete" if zero_times else "complete"
     oob = data.get("out_of_bounds")
     wrong = [m for m in measurements if m.nwrong]
     oob_count = oob.get("count") if isinstance(oob, dict) else None
-    oob_failed = isinstance(oob, dict) and ((isinstance(oob_count, int) and oob_count > 0)
-                                            or str(oob.get("okay")).lower() == "false")
+    oob_failed = isinstance(oob, dict) and (
+        (isinstance(oob_count, int) and oob_count > 0) or str(oob.get("okay")).lower() == "false"
+    )
     if oob_failed or wrong:
         status = "check_failed"
-        shown = ", ".join(f"{m.op} {m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)"
-                          for m in wrong[:4])
-        notes.append(f"results check failed: out_of_bounds count {oob_count}"
-                     f"{'; rows with wrong results: ' + shown if wrong else ''}{' ...' if len(wrong) > 4 else ''}; "
-                     f"the run is stored with status check_failed")
+        shown = ", ".join(
+            f"{m.op} {m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)" for m in wrong[:4]
+        )
+        notes.append(
+            f"results check failed: out_of_bounds count {oob_count}"
+            f"{'; rows with wrong results: ' + shown if wrong else ''}{' ...' if len(wrong) > 4 else ''}; "
+            f"the run is stored with status check_failed"
+        )
     env_field = data.get("env")
     if isinstance(env_field, dict):
         env = filter_env((str(k), str(v)) for k, v in env_field.items())
@@ -318,17 +385,20 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     else:
         env = {}
     nccl_version = data.get("nccl_version")
-    backend_version = (nccl_version_from_code(nccl_version) if isinstance(nccl_version, int) and nccl_version > 0
-                       else str(nccl_version or ""))
+    backend_version = (
+        nccl_version_from_code(nccl_version)
+        if isinstance(nccl_version, int) and nccl_version > 0
+        else str(nccl_version or "")
+    )
     backend = str(config.get("backend") or "nccl")
     extra: dict[str, Any] = {"json_version": data.get("version")}
-    system = system_from_ranks(ranks, world_size=world, backend=backend, backend_version=backend_version,
-                               extra=extra, env=env)
+    system = system_from_ranks(
+        ranks, world_size=world, backend=backend, backend_version=backend_version, extra=extra, env=env
+    )
     if all(d.get("device") == -1 for d in devices):  # commlens' writer, for a run on CPUs
         kinds = {str(d.get("device_info") or "cpu") for d in devices}
         system = replace(system, device=kinds.pop() if len(kinds) == 1 else "cpu", device_names=())
-    run_config = {"format": "nccl-tests-json", "ops": ops,
-                  **{k: v for k, v in config.items() if k != "devices"}}
+    run_config = {"format": "nccl-tests-json", "ops": ops, **{k: v for k, v in config.items() if k != "devices"}}
     started = _utc(data.get("start_time"))
     return ParsedRun(
         source="nccl-tests",
@@ -338,8 +408,9 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         notes=notes,
         command_line=" ".join(str(a) for a in argv),
         started_at=started,
-        started_at_note=None if written_by_commlens else (
-            "start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
+        started_at_note=None
+        if written_by_commlens
+        else ("start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
         finished_at=_utc(data.get("end_time")),
         status=status,  # type: ignore[arg-type]
     )

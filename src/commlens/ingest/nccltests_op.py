@@ -24,8 +24,16 @@ from dataclasses import dataclass, field
 
 from commlens.ops import OPS, OpSpec
 
-__all__ = ["RowEvidence", "TableEvidence", "OpInference", "OpInferenceError", "infer_op", "ratio_fits",
-           "NCCL_COLL_OPS", "OLD_ALGBW_OPS"]
+__all__ = [
+    "RowEvidence",
+    "TableEvidence",
+    "OpInference",
+    "OpInferenceError",
+    "infer_op",
+    "ratio_fits",
+    "NCCL_COLL_OPS",
+    "OLD_ALGBW_OPS",
+]
 
 # NCCL's opName in its COLL records -> the catalog ops that make such calls.
 NCCL_COLL_OPS: dict[str, frozenset[str]] = {
@@ -182,10 +190,20 @@ def infer_op(ev: TableEvidence) -> OpInference:
     if len(fits) == 1:
         return OpInference(OPS[fits[0]], f"inferred from the table at line {line} ({evidence}): only {fits[0]} fits")
     if not fits:
-        raise OpInferenceError(line, (
-            f"the log does not say which collective this table measured, and no collective fits its evidence "
-            f"({evidence}; {'; '.join(misfits)}); pass the op if you know it (commlens ingest --op NAME)"), ())
-    raise OpInferenceError(line, (
-        f"the log does not say which collective this table measured, and its evidence ({evidence}) fits "
-        f"{len(fits)}: {', '.join(fits)}; pass the op (commlens ingest "
-        f"{' or '.join(f'--op {name}' for name in fits)})"), tuple(fits))
+        raise OpInferenceError(
+            line,
+            (
+                f"the log does not say which collective this table measured, and no collective fits its evidence "
+                f"({evidence}; {'; '.join(misfits)}); pass the op if you know it (commlens ingest --op NAME)"
+            ),
+            (),
+        )
+    raise OpInferenceError(
+        line,
+        (
+            f"the log does not say which collective this table measured, and its evidence ({evidence}) fits "
+            f"{len(fits)}: {', '.join(fits)}; pass the op (commlens ingest "
+            f"{' or '.join(f'--op {name}' for name in fits)})"
+        ),
+        tuple(fits),
+    )

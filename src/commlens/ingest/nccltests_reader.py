@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
 from commlens.ingest.nccltests_facts import RankInfo, op_from_program
@@ -52,8 +53,12 @@ _NCCL_LOG_RE = re.compile(
 _NCCL_VERSION_RE = re.compile(r"\b(NCCL|RCCL) version\s*:?\s*(\d+\.\d+\.\d+)(\S*)")
 # RCCL's banner lines after "RCCL version :" (no '#'): "HIP version  : 7.12...", "Hostname     : host".
 _RCCL_BANNER_RE = re.compile(r"^(HIP version|ROCm version|Hostname|Librccl path)\s*:\s*(\S.*?)\s*$")
-_RCCL_BANNER_KEYS = {"HIP version": "hip_version", "ROCm version": "rocm_version", "Hostname": "hostname",
-                     "Librccl path": "library_path"}
+_RCCL_BANNER_KEYS = {
+    "HIP version": "hip_version",
+    "ROCm version": "rocm_version",
+    "Hostname": "hostname",
+    "Librccl path": "library_path",
+}
 _RCCL_TESTS_RE = re.compile(r"^rccl-tests: Version (\S+)")
 # NCCL's COLL records (NCCL_DEBUG_SUBSYS=COLL): "NCCL INFO AllReduce: opCount 0 sendbuff ...".
 _NCCL_COLL_RE = re.compile(r"NCCL INFO (\w+): opCount\b")
@@ -103,13 +108,12 @@ class Layout:
     ntokens: int = field(init=False)  # tokens in a whole row
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ntokens",
-                           len(self.left) + len(self.placements) * len(self.half) + self.stamp_tokens)
+        object.__setattr__(self, "ntokens", len(self.left) + len(self.placements) * len(self.half) + self.stamp_tokens)
 
     def half_tokens(self, tokens: list[str], in_place: bool) -> list[str]:
         """The columns of one placement's half of a row."""
         start = len(self.left) + self.placements.index(in_place) * len(self.half)
-        return tokens[start: start + len(self.half)]
+        return tokens[start : start + len(self.half)]
 
     @property
     def per_iter(self) -> bool:
@@ -127,17 +131,23 @@ def _layout_from_header(tokens: list[str]) -> Layout | None:
         return None
     left = tuple(tokens[: times[0]])
     if len(times) == 2:
-        half = tuple(tokens[times[0]: times[1]])
+        half = tuple(tokens[times[0] : times[1]])
         placements: tuple[bool, ...] = (False, True)
-        if tuple(tokens[times[1]: times[1] + len(half)]) != half:
+        if tuple(tokens[times[1] : times[1] + len(half)]) != half:
             return None
     else:  # rccl-tests -O 0: the in-place half only
-        half = tuple(t for t in tokens[times[0]:] if t != "timestamp")
+        half = tuple(t for t in tokens[times[0] :] if t != "timestamp")
         placements = (True,)
-    rest = tokens[times[-1] + len(half):]
-    if (left[:3] != ("size", "count", "type") or not set(left) <= set(_LEFT_COLUMNS)
-            or half[1:3] != _HALF_BASE or len(half) < 4 or half[3] not in ("#wrong", "error")
-            or half[4:] not in ((), PER_ITER_COLUMNS) or rest not in ([], ["timestamp"])):
+    rest = tokens[times[-1] + len(half) :]
+    if (
+        left[:3] != ("size", "count", "type")
+        or not set(left) <= set(_LEFT_COLUMNS)
+        or half[1:3] != _HALF_BASE
+        or len(half) < 4
+        or half[3] not in ("#wrong", "error")
+        or half[4:] not in ((), PER_ITER_COLUMNS)
+        or rest not in ([], ["timestamp"])
+    ):
         return None
     return Layout(left, half, 2 if rest else 0, cputime=half[0] == "cputime", placements=placements)
 
@@ -216,8 +226,13 @@ class LogReader:
         """The segment a header line of ``kind`` belongs to: the current one, or a new run."""
         seg = self.seg
         repeats = kind == "rank" and seg is not None and seg.layout is None
-        if seg is None or seg.rows or seg.footer or (kind in seg.seen and not repeats) or (
-                kind == "rank" and seg.layout is not None):
+        if (
+            seg is None
+            or seg.rows
+            or seg.footer
+            or (kind in seg.seen and not repeats)
+            or (kind == "rank" and seg.layout is not None)
+        ):
             seg = Segment(first_line=line)
             if self.mention is not None:
                 seg.op_mention, self.mention = self.mention, None
@@ -287,16 +302,26 @@ class LogReader:
             have = have + tokens
             self.pending = None
             self._row(start, have)
-        elif self._in_table() and len(tokens) >= 3 and tokens[2][0].isalpha() and \
-                _ROW_NUMBER_RE.match(tokens[0]) and _ROW_NUMBER_RE.match(tokens[1]):
+        elif (
+            self._in_table()
+            and len(tokens) >= 3
+            and tokens[2][0].isalpha()
+            and _ROW_NUMBER_RE.match(tokens[0])
+            and _ROW_NUMBER_RE.match(tokens[1])
+        ):
             self._malformed_row(lineno, tokens)
         elif "_perf" in text:
             stem = op_from_program(text)
             if stem is not None:
                 mention = (stem, lineno, text)
                 seg = self.seg
-                if seg is not None and not seg.rows and not seg.footer and seg.layout is None \
-                        and seg.op_mention is None:
+                if (
+                    seg is not None
+                    and not seg.rows
+                    and not seg.footer
+                    and seg.layout is None
+                    and seg.op_mention is None
+                ):
                     seg.op_mention = mention
                 else:
                     self.mention = mention
@@ -310,17 +335,25 @@ class LogReader:
         """A line inside a table that starts like a row but whose size or count is no decimal integer."""
         for token, what in ((tokens[0], "size"), (tokens[1], "count")):
             if not is_decimal(token):
-                raise self.source.error(lineno, (
-                    f"{what} {quote(token, 40)} is not a decimal {_ROW_INTEGERS[what]} (nccl-tests prints plain "
-                    f"digits) in a table row: {quote(' '.join(tokens))}"))
+                raise self.source.error(
+                    lineno,
+                    (
+                        f"{what} {quote(token, 40)} is not a decimal {_ROW_INTEGERS[what]} (nccl-tests prints plain "
+                        f"digits) in a table row: {quote(' '.join(tokens))}"
+                    ),
+                )
 
     def _cut_short(self, why: str) -> None:
         assert self.pending is not None
         start, have = self.pending
         layout = self.seg.layout if self.seg and self.seg.layout else MODERN_LAYOUT
-        raise self.source.error(start, (
-            f"table row cut short: {len(have)} of {layout.ntokens} columns before {why} "
-            f"(a truncated log?): {quote(' '.join(have))}"))
+        raise self.source.error(
+            start,
+            (
+                f"table row cut short: {len(have)} of {layout.ntokens} columns before {why} "
+                f"(a truncated log?): {quote(' '.join(have))}"
+            ),
+        )
 
     def _row(self, lineno: int, tokens: list[str]) -> None:
         seg = self.seg
@@ -334,9 +367,13 @@ class LogReader:
             self.pending = (lineno, tokens)
             return
         if len(tokens) > layout.ntokens:
-            raise self.source.error(lineno, (
-                f"table row has {len(tokens)} columns, the table header names {layout.ntokens}: "
-                f"{quote(' '.join(tokens))}"))
+            raise self.source.error(
+                lineno,
+                (
+                    f"table row has {len(tokens)} columns, the table header names {layout.ntokens}: "
+                    f"{quote(' '.join(tokens))}"
+                ),
+            )
         seg.rows.append((lineno, " ".join(tokens)))
 
     def _header(self, lineno: int, text: str) -> None:
@@ -366,7 +403,8 @@ class LogReader:
             m = _STEP_RE.search(body)
             if m:
                 seg.settings["step_factor" if m.group(2) == "factor" else "step_bytes"] = self.source.int_at(
-                    lineno, "step", m.group(1), MAX_SIZE_BYTES)
+                    lineno, "step", m.group(1), MAX_SIZE_BYTES
+                )
         elif body.startswith("Rank"):
             m = _RANK_RE.match(text)
             if not m:
@@ -374,21 +412,31 @@ class LogReader:
             seg = self._segment("rank", lineno)
             rank = self.source.int_at(lineno, "rank", m.group(1), MAX_RANKS)
             if rank in seg.ranks:
-                raise self.source.error(lineno, (
-                    f"rank {rank} is listed twice: several independent nccl-tests processes wrote to this log "
-                    f"(an MPI launch of binaries built without MPI=1?)"))
+                raise self.source.error(
+                    lineno,
+                    (
+                        f"rank {rank} is listed twice: several independent nccl-tests processes wrote to this log "
+                        f"(an MPI launch of binaries built without MPI=1?)"
+                    ),
+                )
             seg.rank_line = seg.rank_line or lineno
             pid = self.source.int_at(lineno, "pid", m.group(2), 2**63) if m.group(2) else None
-            seg.ranks[rank] = RankInfo(rank=rank, host=m.group(3), pid=pid,
-                                       device=self.source.int_at(lineno, "device", m.group(4), MAX_RANKS),
-                                       bus_id=m.group(5), device_name=m.group(6))
+            seg.ranks[rank] = RankInfo(
+                rank=rank,
+                host=m.group(3),
+                pid=pid,
+                device=self.source.int_at(lineno, "device", m.group(4), MAX_RANKS),
+                bus_id=m.group(5),
+                device_name=m.group(6),
+            )
         elif body.startswith("Blocking Enabled"):
             self._segment("blocking", lineno).settings["blocking"] = True
         elif body.startswith("Per-Iteration Report"):
             seg = self._segment("per_iter", lineno)
             m = _SKIP_RE.search(body)
-            seg.settings["per_iter_skip"] = self.source.int_at(lineno, "skipped iterations", m.group(1),
-                                                               MAX_COUNT) if m else 0
+            seg.settings["per_iter_skip"] = (
+                self.source.int_at(lineno, "skipped iterations", m.group(1), MAX_COUNT) if m else 0
+            )
         elif body.startswith("Out of bounds values") or body.startswith("Avg bus bandwidth"):
             seg = self.seg
             if seg is None:

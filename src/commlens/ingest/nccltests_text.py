@@ -97,15 +97,21 @@ def _evidence(source: Source, seg: Segment, world: int) -> TableEvidence:
         ours = commlens_dtype(tokens[2])
         if ours is None:
             raise source.error(lineno, unknown_dtype_message(tokens[2]))
-        rows.append(RowEvidence(
-            line=lineno, size_bytes=_size(source, lineno, tokens[0]), count=_count(source, lineno, tokens[1]),
-            elem_size=DTYPE_SIZES[ours],
-            redop=tokens[i_redop] if i_redop is not None else None,
-            root=_root(source, lineno, tokens[i_root]) if i_root is not None else None,
-            algbw_gbps=table_number(source, lineno, "algbw", tokens[base + 1]),
-            busbw_gbps=table_number(source, lineno, "busbw", tokens[base + 2])))
-    return TableEvidence(world_size=world, rows=rows, pre_2_13=layout.half[3] == "error",
-                         nccl_colls=dict(seg.nccl_colls))
+        rows.append(
+            RowEvidence(
+                line=lineno,
+                size_bytes=_size(source, lineno, tokens[0]),
+                count=_count(source, lineno, tokens[1]),
+                elem_size=DTYPE_SIZES[ours],
+                redop=tokens[i_redop] if i_redop is not None else None,
+                root=_root(source, lineno, tokens[i_root]) if i_root is not None else None,
+                algbw_gbps=table_number(source, lineno, "algbw", tokens[base + 1]),
+                busbw_gbps=table_number(source, lineno, "busbw", tokens[base + 2]),
+            )
+        )
+    return TableEvidence(
+        world_size=world, rows=rows, pre_2_13=layout.half[3] == "error", nccl_colls=dict(seg.nccl_colls)
+    )
 
 
 def _root(source: Source, line: int, token: str) -> int:
@@ -130,8 +136,11 @@ def _resolve(source: Source, line: int, name: str) -> OpSpec:
 def _world_size(source: Source, seg: Segment) -> int:
     if not seg.ranks:
         line = seg.rows[0][0] if seg.rows else seg.first_line
-        raise source.error(line, "no '#  Rank N ... on HOST device D' lines before this table: the world size "
-                                 "is unknown (ingest the whole log, header included)")
+        raise source.error(
+            line,
+            "no '#  Rank N ... on HOST device D' lines before this table: the world size "
+            "is unknown (ingest the whole log, header included)",
+        )
     world = max(seg.ranks) + 1  # ranks are < MAX_RANKS (the reader checks), so range(world) is bounded
     if len(seg.ranks) != world:
         missing = sorted(set(range(world)) - set(seg.ranks))
@@ -202,40 +211,82 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
                 if nwrong >= MAX_COUNT:
                     raise source.error(lineno, check_limit("#wrong", nwrong, MAX_COUNT) or "")
             if per_iter:
-                i_min, i_max, i_p99, i_cv = (table_number(source, lineno, n, v) for n, v in zip(PER_ITER_COLUMNS, h[4:8]))
-                reported = TimeStats(mean_s=time_s, p50_s=None, p95_s=None, p99_s=i_p99 * 1e-6, min_s=i_min * 1e-6,
-                                     max_s=i_max * 1e-6, stdev_s=None, cv=i_cv / 100.0, n=iters)
+                i_min, i_max, i_p99, i_cv = (
+                    table_number(source, lineno, n, v) for n, v in zip(PER_ITER_COLUMNS, h[4:8])
+                )
+                reported = TimeStats(
+                    mean_s=time_s,
+                    p50_s=None,
+                    p95_s=None,
+                    p99_s=i_p99 * 1e-6,
+                    min_s=i_min * 1e-6,
+                    max_s=i_max * 1e-6,
+                    stdev_s=None,
+                    cv=i_cv / 100.0,
+                    n=iters,
+                )
             else:
-                reported = TimeStats(mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None,
-                                     stdev_s=None, cv=None, n=iters)
+                reported = TimeStats(
+                    mean_s=time_s,
+                    p50_s=None,
+                    p95_s=None,
+                    p99_s=None,
+                    min_s=None,
+                    max_s=None,
+                    stdev_s=None,
+                    cv=None,
+                    n=iters,
+                )
             if spec.name != "barrier":
                 check.add(lineno, busbw, size, time_s, factor)
             try:
-                out.append(Measurement(op=spec.name, dtype=dt[0], size_bytes=size, count=count, in_place=in_place,
-                                       world_size=world, samples_s=(), redop=redop, root=root, nwrong=nwrong,
-                                       reported=reported))
+                out.append(
+                    Measurement(
+                        op=spec.name,
+                        dtype=dt[0],
+                        size_bytes=size,
+                        count=count,
+                        in_place=in_place,
+                        world_size=world,
+                        samples_s=(),
+                        redop=redop,
+                        root=root,
+                        nwrong=nwrong,
+                        reported=reported,
+                    )
+                )
             except RecordError as e:
                 raise source.error(lineno, str(e)) from None
     notes: list[str] = []
     config: dict[str, Any] = {}
     where = f"{spec.name} (line {seg.rows[0][0]})"
     if zero_times:
-        notes.append(zero_time_note(source.warn, zero_times[0][0], where,
-                                    [f"line {n} {'in' if p else 'out-of'}-place" for n, p in zero_times]))
+        notes.append(
+            zero_time_note(
+                source.warn,
+                zero_times[0][0],
+                where,
+                [f"line {n} {'in' if p else 'out-of'}-place" for n, p in zero_times],
+            )
+        )
         config["zero_time_lines"] = sorted({line for line, _ in zero_times})[:64]
     if printed_redops:
         shown = ", ".join(f"'{r}'" for r in printed_redops)
-        notes.append(f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
-                     f"sum by default, though it does not reduce): stored as 'none'")
+        notes.append(
+            f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
+            f"sum by default, though it does not reduce): stored as 'none'"
+        )
         config["printed_redop"] = list(printed_redops)[:8]
     if spec.reduces and i_redop is None:
         notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
     if spec.name in OLD_ALGBW_OPS and world > 1:
         if ratio_fits(printed, 1.0) and ratio_fits(printed, factor) is False:
-            notes.append(f"{where}: the table prints algBW as nccl-tests did before 2020-06-19 (commit ec1b5e2): "
-                         f"count x elem x (ranks-1) / time, equal to busBW; stored with today's definition, "
-                         f"size / time ({world / (world - 1):.4g} x the printed figure); the printed algBW is kept "
-                         f"in the run's config (printed_algbw_gbps)")
+            notes.append(
+                f"{where}: the table prints algBW as nccl-tests did before 2020-06-19 (commit ec1b5e2): "
+                f"count x elem x (ranks-1) / time, equal to busBW; stored with today's definition, "
+                f"size / time ({world / (world - 1):.4g} x the printed figure); the printed algBW is kept "
+                f"in the run's config (printed_algbw_gbps)"
+            )
             config["printed_algbw_gbps"] = [r.algbw_gbps for r in printed]
             config["printed_algbw_definition"] = "count x elem x (ranks-1) / time (nccl-tests before ec1b5e2, 2020)"
     return _Table(out, notes, config)
@@ -285,8 +336,10 @@ def _in_table(source: Source, segments: list[Segment], error: IngestError) -> In
     start = seg.rows[0][0] if seg.rows else seg.first_line
     name = _named_op(seg)
     what = f"the {op_from_program(name[0]) or name[0]} table" if name else "the table (its op not named)"
-    return source.error(error.line, f"{error.message} (in {what} starting at line {start}, "
-                                    f"table {tables.index(seg) + 1} of {len(tables)} read)")
+    return source.error(
+        error.line,
+        f"{error.message} (in {what} starting at line {start}, table {tables.index(seg) + 1} of {len(tables)} read)",
+    )
 
 
 def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | None) -> ParsedRun:
@@ -305,13 +358,20 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
         if world is None:
             world, first_ranks = seg_world, seg
         elif seg_world != world:
-            raise source.error(seg.rank_line, (
-                f"this run has {seg_world} ranks, an earlier one in the file {world}: a run has one world size "
-                f"(split the log)"))
-        elif first_ranks is not None and [r.host for r in seg.ranks.values()] != \
-                [r.host for r in first_ranks.ranks.values()]:
-            notes.append(f"the {spec.name} run at line {seg.first_line} ran on other hosts than the first; "
-                         f"the run's system lists the first run's")
+            raise source.error(
+                seg.rank_line,
+                (
+                    f"this run has {seg_world} ranks, an earlier one in the file {world}: a run has one world size "
+                    f"(split the log)"
+                ),
+            )
+        elif first_ranks is not None and [r.host for r in seg.ranks.values()] != [
+            r.host for r in first_ranks.ranks.values()
+        ]:
+            notes.append(
+                f"the {spec.name} run at line {seg.first_line} ran on other hosts than the first; "
+                f"the run's system lists the first run's"
+            )
         check = BusbwCheck()
         try:
             table = _measurements(source, seg, spec, seg_world, check)
@@ -326,18 +386,23 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
         _check_footer(source, seg, spec, notes)
         if not seg.footer:
             incomplete = True
-            notes.append(f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
-                         f"its footer: the job ended early or the log was cut")
+            notes.append(
+                f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
+                f"its footer: the job ended early or the log was cut"
+            )
         check_note = _failed_check(seg, spec, table.measurements)
         if check_note:
             failed = True
             notes.append(check_note)
         if (seg.layout or MODERN_LAYOUT).half[3] == "error":
-            notes.append(f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
-                         f"not a count of wrong elements: not kept")
+            notes.append(
+                f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
+                f"not a count of wrong elements: not kept"
+            )
         notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
-        configs.append({**_segment_config(seg, spec, how), **table.config,
-                        "check": "failed" if check_note else _check_state(seg)})
+        configs.append(
+            {**_segment_config(seg, spec, how), **table.config, "check": "failed" if check_note else _check_state(seg)}
+        )
     for seg in reader.segments:
         if not seg.rows and (seg.ranks or seg.layout is not None):
             notes.append(f"the nccl-tests run starting at line {seg.first_line} printed no result rows")
@@ -347,13 +412,20 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
     if any(c.get("cputime") for c in configs):
         notes.append("times marked 'cputime' are CPU wall times (nccl-tests -C), not CUDA event times")
     if any(c.get("per_iter_timing") for c in configs):
-        notes.append("min/max/p99/cv come from nccl-tests -I (per-iteration CUDA event times, max over processes; "
-                     "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)")
+        notes.append(
+            "min/max/p99/cv come from nccl-tests -I (per-iteration CUDA event times, max over processes; "
+            "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)"
+        )
     commands = [s.op_mention[2] for s in segments if s.op_mention is not None]
     env = filter_env(_ENV_ASSIGN_RE.findall(commands[0])) if commands else {}
-    system = system_from_ranks(list(first_ranks.ranks.values()), world_size=world, backend=reader.backend,
-                               backend_version=_backend_version(reader, first_ranks),
-                               extra=_system_extra(reader, first_ranks), env=env)
+    system = system_from_ranks(
+        list(first_ranks.ranks.values()),
+        world_size=world,
+        backend=reader.backend,
+        backend_version=_backend_version(reader, first_ranks),
+        extra=_system_extra(reader, first_ranks),
+        env=env,
+    )
     return ParsedRun(
         source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
         system=system,
@@ -389,13 +461,16 @@ def _failed_check(seg: Segment, spec: OpSpec, rows: list[Measurement]) -> str | 
         return None
     parts = [f"reports 'Out of bounds values : {seg.oob} FAILED'"] if seg.oob_failed else []
     if wrong:
-        shown = ", ".join(f"{m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)"
-                          for m in wrong[:4])
+        shown = ", ".join(
+            f"{m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)" for m in wrong[:4]
+        )
         parts.append(f"{'' if parts else 'has '}rows with wrong results: {shown}{' ...' if len(wrong) > 4 else ''}")
     elif (seg.layout or MODERN_LAYOUT).half[3] == "error":
         parts.append("the pre-2.13 'error' column does not say which rows")
-    return (f"results check failed: the {spec.name} table (line {seg.rows[0][0]}) {'; '.join(parts)}; "
-            f"the run is stored with status check_failed")
+    return (
+        f"results check failed: the {spec.name} table (line {seg.rows[0][0]}) {'; '.join(parts)}; "
+        f"the run is stored with status check_failed"
+    )
 
 
 def _backend_version(reader: LogReader, seg: Segment) -> str:
@@ -426,9 +501,15 @@ def _check_footer(source: Source, seg: Segment, spec: OpSpec, notes: list[str]) 
     mean = sum(printed) / len(printed)
     footer, line = seg.avg_busbw
     if abs(mean - footer) > 0.01 + 1e-3 * abs(footer):
-        notes.append(source.warn(line, (
-            f"{spec.name}: the footer's average busBW {footer:g} GB/s is not the mean of the {len(seg.rows)} rows "
-            f"read ({mean:.6g} GB/s): rows may be missing or garbled")))
+        notes.append(
+            source.warn(
+                line,
+                (
+                    f"{spec.name}: the footer's average busBW {footer:g} GB/s is not the mean of the {len(seg.rows)} rows "
+                    f"read ({mean:.6g} GB/s): rows may be missing or garbled"
+                ),
+            )
+        )
 
 
 def _sniff(source: Source) -> bool:

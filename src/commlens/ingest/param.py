@@ -34,16 +34,35 @@ __all__ = ["FORMAT", "parse_param"]
 
 # PARAM's --data-type names (comms_utils.py dtypeMap) -> commlens dtypes.
 PARAM_DTYPES = {
-    "float": "float32", "float32": "float32", "float16": "float16", "half": "float16", "float64": "float64",
-    "double": "float64", "bfloat16": "bfloat16", "int32": "int32", "int": "int32", "long": "int64",
-    "uint8": "uint8", "byte": "uint8", "int8": "int8", "char": "int8",
+    "float": "float32",
+    "float32": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "float64": "float64",
+    "double": "float64",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int": "int32",
+    "long": "int64",
+    "uint8": "uint8",
+    "byte": "uint8",
+    "int8": "int8",
+    "char": "int8",
 }
 # PARAM collectives -> catalog ops. all_to_allv is taken as all_to_all: PARAM splits it evenly unless told not to.
 PARAM_OPS = {
-    "all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_base": "all_gather",
-    "reduce_scatter": "reduce_scatter", "reduce_scatter_base": "reduce_scatter", "all_to_all": "all_to_all",
-    "all_to_allv": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
-    "scatter": "scatter", "barrier": "barrier",
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "all_to_all": "all_to_all",
+    "all_to_allv": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
 }
 # torch.distributed's all_reduce, broadcast and reduce work in place on one tensor; PARAM's others have an output.
 _IN_PLACE = {"all_reduce", "broadcast", "reduce"}
@@ -59,10 +78,23 @@ _SNIFF_RE = re.compile(r"COMMS-RES")
 
 # Header names across PARAM's versions -> what the column holds.
 _COLUMNS = {
-    "total-size(B)": "size", "size(B)": "size", "nElementsPerRank": "elements", "num-elements": "elements",
-    "Time(us):p50": "p50", "Latency(us):p50": "p50", "p75": "p75", "p95": "p95", "Min": "min", "Max": "max",
-    "AlgBW(GB/s)": "algbw", "algBW(GB/s)": "algbw", "BusBW(GB/s)": "busbw", "busBW(GB/s)": "busbw",
-    "TotalTime(us):p50": "total_p50", "TotalLatency(us):p50": "total_p50", "CompLatency(us):p50": "comp_p50",
+    "total-size(B)": "size",
+    "size(B)": "size",
+    "nElementsPerRank": "elements",
+    "num-elements": "elements",
+    "Time(us):p50": "p50",
+    "Latency(us):p50": "p50",
+    "p75": "p75",
+    "p95": "p95",
+    "Min": "min",
+    "Max": "max",
+    "AlgBW(GB/s)": "algbw",
+    "algBW(GB/s)": "algbw",
+    "BusBW(GB/s)": "busbw",
+    "busBW(GB/s)": "busbw",
+    "TotalTime(us):p50": "total_p50",
+    "TotalLatency(us):p50": "total_p50",
+    "CompLatency(us):p50": "comp_p50",
     "TFlops": "tflops",
 }
 _CURRENT = ("size", "elements", "p50", "p75", "p95", "min", "max", "algbw", "busbw", "total_p50")
@@ -112,8 +144,10 @@ def _spec(source: Source, line: int, collective: str) -> OpSpec:
         raise source.error(line, "PARAM pt2pt results (ping/ping-pong latency) are not supported")
     name = PARAM_OPS.get(collective)
     if name is None:
-        raise source.error(line, (f"PARAM collective {quote(collective, 60)} has no commlens op "
-                                  f"(known: {', '.join(sorted(PARAM_OPS))})"))
+        raise source.error(
+            line,
+            (f"PARAM collective {quote(collective, 60)} has no commlens op (known: {', '.join(sorted(PARAM_OPS))})"),
+        )
     try:
         return resolve_op(name)
     except UnknownOpError as e:
@@ -142,16 +176,23 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
             m = _ROW_RE.search(line)
             if m is None:
                 continue
-            tokens = line[m.end():].split()
+            tokens = line[m.end() :].split()
             collective, dtype_name, tag = _collective_and_dtype(source, lineno, m.group(1))
             cols = columns or (_CURRENT if len(tokens) == len(_CURRENT) else _CURRENT[:-1])
             if len(tokens) != len(cols):
-                raise source.error(lineno, (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)}"
-                                            f" (a truncated line?)"))
+                raise source.error(
+                    lineno,
+                    (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)} (a truncated line?)"),
+                )
             for c, t in zip(cols, tokens):
                 if c in _INTEGER_COLUMNS and not is_decimal(t):
-                    raise source.error(lineno, (f"{c} {quote(t, 40)} is not a decimal {_INTEGER_COLUMNS[c]} "
-                                                f"(PARAM prints plain digits) in a COMMS-RES row"))
+                    raise source.error(
+                        lineno,
+                        (
+                            f"{c} {quote(t, 40)} is not a decimal {_INTEGER_COLUMNS[c]} "
+                            f"(PARAM prints plain digits) in a COMMS-RES row"
+                        ),
+                    )
             values = {c: _number(source, lineno, c, t) for c, t in zip(cols, tokens) if c != "?"}
             rows.append((lineno, collective, dtype_name, tag, values))
         elif "environment:" in line:
@@ -173,8 +214,13 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
     if not rows:
         raise source.error(1, "no PARAM COMMS-RES result rows found")
     if world is None:
-        raise source.error(rows[0][0], ("no 'PARAM COMM environment: {'world_size': N, ...}' line before the "
-                                        "results: the world size is unknown (ingest the whole log)"))
+        raise source.error(
+            rows[0][0],
+            (
+                "no 'PARAM COMM environment: {'world_size': N, ...}' line before the "
+                "results: the world size is unknown (ingest the whole log)"
+            ),
+        )
     measurements: list[Measurement] = []
     checks: dict[str, BusbwCheck] = {}
     tags: set[str] = set()
@@ -191,8 +237,13 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
             remapped.add(f"{collective} -> {spec.name}")
         dtype = PARAM_DTYPES.get(dtype_name)
         if dtype is None:
-            raise source.error(lineno, (f"PARAM data type {quote(dtype_name, 60)} has no commlens dtype "
-                                        f"(known: {', '.join(sorted(PARAM_DTYPES))})"))
+            raise source.error(
+                lineno,
+                (
+                    f"PARAM data type {quote(dtype_name, 60)} has no commlens dtype "
+                    f"(known: {', '.join(sorted(PARAM_DTYPES))})"
+                ),
+            )
         if tag:
             tags.add(tag)
         if v["size"] >= MAX_SIZE_BYTES:
@@ -204,24 +255,40 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         if p50_s == 0.0:  # no bandwidth can come of it: left out, warned, noted, the run incomplete
             zero_times.append(lineno)
             continue
-        reported = TimeStats(mean_s=p50_s, p50_s=p50_s, p95_s=v["p95"] * 1e-6 if "p95" in v else None, p99_s=None,
-                             min_s=v["min"] * 1e-6 if "min" in v else None,
-                             max_s=v["max"] * 1e-6 if "max" in v else None, stdev_s=None, cv=None, n=0)
+        reported = TimeStats(
+            mean_s=p50_s,
+            p50_s=p50_s,
+            p95_s=v["p95"] * 1e-6 if "p95" in v else None,
+            p99_s=None,
+            min_s=v["min"] * 1e-6 if "min" in v else None,
+            max_s=v["max"] * 1e-6 if "max" in v else None,
+            stdev_s=None,
+            cv=None,
+            n=0,
+        )
         if "busbw" in v and spec.name != "barrier":
-            checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s,
-                                                           spec.busbw_factor(world))
+            checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s, spec.busbw_factor(world))
         try:
-            measurements.append(Measurement(
-                op=spec.name, dtype=dtype, size_bytes=size, count=count, in_place=spec.name in _IN_PLACE,
-                world_size=world, samples_s=(), redop="sum" if spec.reduces else "none",
-                root=0 if spec.has_root else -1, reported=reported))
+            measurements.append(
+                Measurement(
+                    op=spec.name,
+                    dtype=dtype,
+                    size_bytes=size,
+                    count=count,
+                    in_place=spec.name in _IN_PLACE,
+                    world_size=world,
+                    samples_s=(),
+                    redop="sum" if spec.reduces else "none",
+                    root=0 if spec.has_root else -1,
+                    reported=reported,
+                )
+            )
         except RecordError as e:
             raise source.error(lineno, str(e)) from None
     if zero_times:
         if not measurements:
             raise source.error(zero_times[0], "every COMMS-RES row has time 0: no measurement to store")
-        notes.append(zero_time_note(source.warn, zero_times[0], "COMMS-RES rows",
-                                    [f"line {n}" for n in zero_times]))
+        notes.append(zero_time_note(source.warn, zero_times[0], "COMMS-RES rows", [f"line {n}" for n in zero_times]))
     for name, check in checks.items():
         note = check.report(name, source.warn)
         if note:
@@ -235,8 +302,11 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         backend=backend,
         backend_version=nccl_version,
         device="cuda" if backend == "nccl" else "unknown",
-        extra={k: v for k, v in {"local_size": env_info.get("local_size"), "nw_stack": nw_stack or None}.items()
-               if v is not None},
+        extra={
+            k: v
+            for k, v in {"local_size": env_info.get("local_size"), "nw_stack": nw_stack or None}.items()
+            if v is not None
+        },
     )
     ops = list(dict.fromkeys(m.op for m in measurements))
     return ParsedRun(

@@ -50,8 +50,9 @@ def detect_source_format(source: Source) -> str:
     missing = [f"no {fmt.marker}" for fmt in _ENTRIES if fmt.document == "text"]
     if any(fmt.document == "json" for fmt in _ENTRIES):
         missing.append("no JSON")
-    raise source.error(1, (f"not a format commlens reads: {', '.join(missing)} "
-                           f"(pass --format if it is one of {', '.join(FORMATS)})"))
+    raise source.error(
+        1, (f"not a format commlens reads: {', '.join(missing)} (pass --format if it is one of {', '.join(FORMATS)})")
+    )
 
 
 def detect_format(path: str | Path) -> str:

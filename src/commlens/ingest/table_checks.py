@@ -12,8 +12,15 @@ from typing import Any
 
 from commlens.ops import OPS, OpSpec, UnknownOpError, get_op
 
-__all__ = ["BUSBW_ABS_TOL_GBPS", "BUSBW_REL_TOL", "BusbwCheck", "check_size", "is_decimal", "resolve_op",
-           "zero_time_note"]
+__all__ = [
+    "BUSBW_ABS_TOL_GBPS",
+    "BUSBW_REL_TOL",
+    "BusbwCheck",
+    "check_size",
+    "is_decimal",
+    "resolve_op",
+    "zero_time_note",
+]
 
 # A printed busBW further than this from size / time x factor (relative, and absolute in GB/s) is doubtful.
 BUSBW_REL_TOL = 0.05
@@ -25,9 +32,7 @@ def resolve_op(name: str) -> OpSpec:
     try:
         return get_op(name)
     except UnknownOpError:
-        raise UnknownOpError(
-            f"op {name!r} is not in the commlens catalog ({', '.join(n for n in OPS)})"
-        ) from None
+        raise UnknownOpError(f"op {name!r} is not in the commlens catalog ({', '.join(n for n in OPS)})") from None
 
 
 def check_size(spec: OpSpec, size_bytes: int, count: int, elem_size: int, world_size: int) -> str | None:
@@ -38,8 +43,10 @@ def check_size(spec: OpSpec, size_bytes: int, count: int, elem_size: int, world_
     if size_bytes == expected:
         return None
     ranks = f" x {world_size} ranks" if spec.per_rank_split else ""
-    return (f"size {size_bytes} B does not match count {count} x {elem_size} B{ranks} = {expected} B "
-            f"for {spec.name}: wrong op or world size")
+    return (
+        f"size {size_bytes} B does not match count {count} x {elem_size} B{ranks} = {expected} B "
+        f"for {spec.name}: wrong op or world size"
+    )
 
 
 def is_decimal(token: str) -> bool:
@@ -54,9 +61,13 @@ def zero_time_note(warn: Callable[[Any, str], str], where_first: Any, what: str,
     bandwidth of size / 0 is not a number. ``left_out`` names each one (``line 52 in-place``).
     """
     shown = ", ".join(left_out[:4]) + (f" ... ({len(left_out)} in all)" if len(left_out) > 4 else "")
-    return warn(where_first, (
-        f"{what}: {len(left_out)} measurement(s) printed with time 0 ({shown}): no bandwidth can be "
-        f"computed from a time of 0, so they are left out and the run is stored as incomplete"))
+    return warn(
+        where_first,
+        (
+            f"{what}: {len(left_out)} measurement(s) printed with time 0 ({shown}): no bandwidth can be "
+            f"computed from a time of 0, so they are left out and the run is stored as incomplete"
+        ),
+    )
 
 
 class BusbwCheck:
@@ -79,14 +90,18 @@ class BusbwCheck:
             if self.first is None:
                 self.first = (where, printed_gbps, computed)
 
-    def report(self, what: str, warn: Callable[[int, str], str],
-               line_of: Callable[[Any], int] = lambda where: where) -> str | None:
+    def report(
+        self, what: str, warn: Callable[[int, str], str], line_of: Callable[[Any], int] = lambda where: where
+    ) -> str | None:
         """Warn once if any row disagreed; returns the note for the run, or None."""
         if not self.bad or self.first is None:
             return None
         where, printed, computed = self.first
-        return warn(line_of(where), (
-            f"{what}: printed busBW disagrees with size / time x busBW factor by more than "
-            f"{BUSBW_REL_TOL:.0%} in {self.bad} of {self.rows} measurements (first: printed {printed:g} GB/s, "
-            f"computed {computed:.4g} GB/s); check the op and the world size"
-        ))
+        return warn(
+            line_of(where),
+            (
+                f"{what}: printed busBW disagrees with size / time x busBW factor by more than "
+                f"{BUSBW_REL_TOL:.0%} in {self.bad} of {self.rows} measurements (first: printed {printed:g} GB/s, "
+                f"computed {computed:.4g} GB/s); check the op and the world size"
+            ),
+        )

@@ -14,7 +14,7 @@ standard pre/post steps when p is not a power of two. The patterns in
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from commlens.model.cost import OUT, UP, Cost, ceil_log2, floor_log2
 from commlens.model.layout import InfeasibleError
@@ -27,9 +27,22 @@ CostFn = Callable[[Cost, float], None]
 
 # The shared algorithm names (algorithms library, `commlens bench --algo`, this model).
 ALGORITHMS: tuple[str, ...] = (
-    "ring", "recursive_doubling", "rabenseifner", "recursive_halving", "binomial", "double_binary_tree",
-    "bruck", "pairwise", "direct", "chain", "scatter_allgather", "hierarchical", "nvls",
-    "hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way",
+    "ring",
+    "recursive_doubling",
+    "rabenseifner",
+    "recursive_halving",
+    "binomial",
+    "double_binary_tree",
+    "bruck",
+    "pairwise",
+    "direct",
+    "chain",
+    "scatter_allgather",
+    "hierarchical",
+    "nvls",
+    "hierarchical_ring",
+    "hierarchical_leaders",
+    "hierarchical_one_way",
 )
 
 # The schemes a selector picks (``hierarchical``, by :func:`commlens.ops.hierarchical_all_reduce_scheme`): predicted
@@ -41,7 +54,8 @@ def _needs_domains(cost: Cost, algo: str) -> None:
     if not cost.layout.multi_domain:
         raise InfeasibleError(
             f"{algo} needs more than one scale-up domain; {cost.layout.ranks} ranks fit in one on "
-            f"{cost.layout.topology}")
+            f"{cost.layout.topology}"
+        )
 
 
 def _needs_switch(cost: Cost) -> None:
@@ -59,6 +73,7 @@ def _pow2_split(p: int) -> tuple[int, int]:
 
 
 # ---- all_reduce (size n: the buffer) ---------------------------------------------------------
+
 
 def _ar_ring(cost: Cost, n: float) -> None:
     """2(p-1) a + 2(p-1)/p n b + (p-1)/p n g."""
@@ -120,15 +135,21 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
     if not L.multi_domain:
         depth = floor_log2(L.ranks)
         steps = 2 * depth + k - 1
-        cost.stage(((UP, steps, L.up_latency_s),), ((UP, steps * 4 * chunk, L.up_rate),), n,
-                   host_bytes=host_copies(L, steps * 4 * chunk))
+        cost.stage(
+            ((UP, steps, L.up_latency_s),),
+            ((UP, steps * 4 * chunk, L.up_rate),),
+            n,
+            host_bytes=host_copies(L, steps * 4 * chunk),
+        )
         return
     depth_out = floor_log2(L.domains)
     hops_up = 2 * (L.domain_ranks - 1)
     cost.stage(
         ((UP, hops_up + k - 1, L.up_latency_s), (OUT, 2 * depth_out, L.out_latency_s[L.job_tier])),
-        ((UP, (hops_up + k - 1) * 4 * chunk if L.domain_ranks > 1 else 0.0, L.up_rate),
-         (OUT, (2 * depth_out + k - 1) * 4 * chunk, L.domain_nic_rate())),
+        (
+            (UP, (hops_up + k - 1) * 4 * chunk if L.domain_ranks > 1 else 0.0, L.up_rate),
+            (OUT, (2 * depth_out + k - 1) * 4 * chunk, L.domain_nic_rate()),
+        ),
         n,
     )
 
@@ -171,17 +192,24 @@ def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
     L = cost.layout
     D, M = L.domain_ranks, L.domains
     if not L.host_cores:
-        two_level(cost, (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
-                  (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
-                  (D - 1) / D * n + (M - 1) / M * n / D)
+        two_level(
+            cost,
+            (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
+            (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
+            (D - 1) / D * n + (M - 1) / M * n / D,
+        )
         return
     shard = n / D
     pair = L.out_pair_both if M == 2 else 1.0
     cross = 2 * (M - 1) / M * shard
     _host_phase(cost, n)
-    cost.stage(((OUT, 2 * (M - 1), L.out_latency_s[L.job_tier]),),
-               ((OUT, cross, L.nic_share(L.ranks_per_node) / pair),), (M - 1) / M * shard,
-               host_bytes=host_copies(L, cross), node_messages=2 * L.ranks_per_node)
+    cost.stage(
+        ((OUT, 2 * (M - 1), L.out_latency_s[L.job_tier]),),
+        ((OUT, cross, L.nic_share(L.ranks_per_node) / pair),),
+        (M - 1) / M * shard,
+        host_bytes=host_copies(L, cross),
+        node_messages=2 * L.ranks_per_node,
+    )
     _host_phase(cost, n, reduce=False)
 
 
@@ -192,8 +220,13 @@ def _host_phase(cost: Cost, n: float, reduce: bool = True) -> None:
     if D == 1:
         return
     local = (D - 1) / D * n
-    cost.stage(((UP, D - 1, L.up_latency_s),), ((UP, local, L.up_rate),), *((local,) if reduce else ()),
-               host_bytes=host_copies(L, local), node_messages=2 * L.ranks_per_node)
+    cost.stage(
+        ((UP, D - 1, L.up_latency_s),),
+        ((UP, local, L.up_rate),),
+        *((local,) if reduce else ()),
+        host_bytes=host_copies(L, local),
+        node_messages=2 * L.ranks_per_node,
+    )
 
 
 def _ar_hierarchical_one_way(cost: Cost, n: float) -> None:
@@ -207,13 +240,19 @@ def _ar_hierarchical_one_way(cost: Cost, n: float) -> None:
     L = cost.layout
     D, M = L.domain_ranks, L.domains
     if M != 2 or D < 2:
-        raise InfeasibleError(f"hierarchical_one_way needs two scale-up domains of at least 2 ranks; the job has {M} "
-                              f"of {D}")
+        raise InfeasibleError(
+            f"hierarchical_one_way needs two scale-up domains of at least 2 ranks; the job has {M} of {D}"
+        )
     shard = n / D
     _host_phase(cost, n)
-    cost.stage(((OUT, 2, L.out_latency_s[L.job_tier]), (UP, 2, L.up_latency_s)),
-               ((OUT, shard, L.nic_share(L.ranks_per_node)), (UP, shard, L.up_rate)),
-               shard / 2, one_way=True, host_bytes=host_copies(L, shard), node_messages=2 * L.ranks_per_node)
+    cost.stage(
+        ((OUT, 2, L.out_latency_s[L.job_tier]), (UP, 2, L.up_latency_s)),
+        ((OUT, shard, L.nic_share(L.ranks_per_node)), (UP, shard, L.up_rate)),
+        shard / 2,
+        one_way=True,
+        host_bytes=host_copies(L, shard),
+        node_messages=2 * L.ranks_per_node,
+    )
     _host_phase(cost, n, reduce=False)
 
 
@@ -231,18 +270,33 @@ def _ar_hierarchical_leaders(cost: Cost, n: float) -> None:
     if lg_d:
         # a tree step's pairs, averaged over the steps: min(2^k, D - 2^k) pairs per domain, 2 messages each
         tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_node / D
-        cost.stage(up, ((UP, lg_d * n, L.up_rate),), lg_d * n, one_way=True,
-                   host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
+        cost.stage(
+            up,
+            ((UP, lg_d * n, L.up_rate),),
+            lg_d * n,
+            one_way=True,
+            host_bytes=2 * lg_d * n if L.host_cores else 0.0,
+            node_messages=tree,
+        )
     pp, r = _pow2_split(M)
     swaps = floor_log2(pp)
     out_lat = L.out_latency_s[L.job_tier]
-    cost.stage(((OUT, swaps + 2 * (r > 0), out_lat),),
-               ((OUT, swaps * n * L.out_pair_both + 2 * (r > 0) * n, L.nic_rate / L.out_taper[L.job_tier]),),
-               (swaps + (r > 0)) * n, one_way=True,
-               host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0, node_messages=2.0)
+    cost.stage(
+        ((OUT, swaps + 2 * (r > 0), out_lat),),
+        ((OUT, swaps * n * L.out_pair_both + 2 * (r > 0) * n, L.nic_rate / L.out_taper[L.job_tier]),),
+        (swaps + (r > 0)) * n,
+        one_way=True,
+        host_bytes=2 * (swaps + 2 * (r > 0)) * n if L.host_cores else 0.0,
+        node_messages=2.0,
+    )
     if lg_d:
-        cost.stage(up, ((UP, lg_d * n, L.up_rate),), one_way=True,
-                   host_bytes=2 * lg_d * n if L.host_cores else 0.0, node_messages=tree)
+        cost.stage(
+            up,
+            ((UP, lg_d * n, L.up_rate),),
+            one_way=True,
+            host_bytes=2 * lg_d * n if L.host_cores else 0.0,
+            node_messages=tree,
+        )
 
 
 def _ar_nvls(cost: Cost, n: float) -> None:
@@ -258,11 +312,16 @@ def _ar_nvls(cost: Cost, n: float) -> None:
     if not L.multi_domain:
         cost.stage(((UP, 1, L.switch_latency_s),), ((UP, n * (1 + 1 / D), L.switch_rate),))
         return
-    two_level(cost, (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
-              (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)), (M - 1) / M * n / D)
+    two_level(
+        cost,
+        (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
+        (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
+        (M - 1) / M * n / D,
+    )
 
 
 # ---- reduce_scatter (size S: the full input; s = S/p per rank) ----------------------------------
+
 
 def _rs_ring(cost: Cost, size: float) -> None:
     """(p-1) a + (p-1)/p S (b + g)."""
@@ -295,9 +354,12 @@ def _rs_hierarchical(cost: Cost, size: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     D, M = L.domain_ranks, L.domains
-    two_level(cost, (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
-              (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)),
-              (D - 1) / D * size + (M - 1) / M * size / D)
+    two_level(
+        cost,
+        (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
+        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)),
+        (D - 1) / D * size + (M - 1) / M * size / D,
+    )
 
 
 def _rs_nvls(cost: Cost, size: float) -> None:
@@ -308,11 +370,16 @@ def _rs_nvls(cost: Cost, size: float) -> None:
     if not L.multi_domain:
         cost.stage(((UP, 1, L.switch_latency_s),), ((UP, size, L.switch_rate),))
         return
-    two_level(cost, (1, L.switch_latency_s, size, L.switch_rate),
-              (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)), (M - 1) / M * size / D)
+    two_level(
+        cost,
+        (1, L.switch_latency_s, size, L.switch_rate),
+        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)),
+        (M - 1) / M * size / D,
+    )
 
 
 # ---- reduce (size n: the buffer) -----------------------------------------------------------------
+
 
 def _reduce_binomial(cost: Cost, n: float) -> None:
     """ceil(lg p) (a + n b + n g)."""
@@ -346,11 +413,16 @@ def _reduce_hierarchical(cost: Cost, n: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     lg_d, lg_m = ceil_log2(L.domain_ranks), ceil_log2(L.domains)
-    two_level(cost, (lg_d, L.up_latency_s, lg_d * n, L.up_rate),
-              (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]), (lg_d + lg_m) * n)
+    two_level(
+        cost,
+        (lg_d, L.up_latency_s, lg_d * n, L.up_rate),
+        (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]),
+        (lg_d + lg_m) * n,
+    )
 
 
 # ---- all_gather (size S: the gathered whole; s = S/p per rank) -----------------------------------
+
 
 def _ag_ring(cost: Cost, size: float) -> None:
     """(p-1) a + (p-1)/p S b."""
@@ -385,8 +457,9 @@ def _ag_hierarchical(cost: Cost, size: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     D, M, s = L.domain_ranks, L.domains, size / L.ranks
-    two_level(cost, (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate),
-              (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_node)))
+    two_level(
+        cost, (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate), (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_node))
+    )
 
 
 def _ag_nvls(cost: Cost, size: float) -> None:
@@ -396,11 +469,15 @@ def _ag_nvls(cost: Cost, size: float) -> None:
     if not L.multi_domain:
         cost.stage(((UP, 1, L.switch_latency_s),), ((UP, size, L.switch_rate),))
         return
-    two_level(cost, (1, L.switch_latency_s, size, L.switch_rate),
-              (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_node)))
+    two_level(
+        cost,
+        (1, L.switch_latency_s, size, L.switch_rate),
+        (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_node)),
+    )
 
 
 # ---- all_to_all (size S: what one rank sends in total; s = S/p per peer) --------------------------
+
 
 def _a2a_pairwise(cost: Cost, size: float) -> None:
     """(p-1) a + (p-1)/p S b, one peer after another."""
@@ -429,11 +506,15 @@ def _a2a_hierarchical(cost: Cost, size: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     D, M = L.domain_ranks, L.domains
-    two_level(cost, (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
-              (M - 1, (M - 1) / M * size, L.nic_share(L.ranks_per_node) / L.a2a_taper()))
+    two_level(
+        cost,
+        (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
+        (M - 1, (M - 1) / M * size, L.nic_share(L.ranks_per_node) / L.a2a_taper()),
+    )
 
 
 # ---- broadcast (size n: the buffer) --------------------------------------------------------------
+
 
 def _bcast_binomial(cost: Cost, n: float) -> None:
     """ceil(lg p)(a + n b)."""
@@ -477,11 +558,11 @@ def _bcast_hierarchical(cost: Cost, n: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     lg_d, lg_m = ceil_log2(L.domain_ranks), ceil_log2(L.domains)
-    two_level(cost, (lg_d, L.up_latency_s, lg_d * n, L.up_rate),
-              (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]))
+    two_level(cost, (lg_d, L.up_latency_s, lg_d * n, L.up_rate), (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]))
 
 
 # ---- gather and scatter (size S: all ranks' data together; s = S/p) -------------------------------
+
 
 def _gather_binomial(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step i forwards 2^i blocks of s."""
@@ -500,18 +581,24 @@ def _gather_hierarchical(cost: Cost, size: float) -> None:
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     D, M, s = L.domain_ranks, L.domains, size / L.ranks
-    two_level(cost, (ceil_log2(D), L.up_latency_s, (D - 1) * s, L.up_rate),
-              (M - 1, (M - 1) * D * s, L.nic_rate / L.out_taper[L.job_tier]))
+    two_level(
+        cost,
+        (ceil_log2(D), L.up_latency_s, (D - 1) * s, L.up_rate),
+        (M - 1, (M - 1) * D * s, L.nic_rate / L.out_taper[L.job_tier]),
+    )
 
 
 # ---- sendrecv and barrier ------------------------------------------------------------------------
+
 
 def _sendrecv_direct(cost: Cost, size: float) -> None:
     """Rank r sends to r+1 while receiving from r-1: a + S b on the slowest pair (a domain boundary if any)."""
     L = cost.layout
     if L.multi_domain:
-        cost.stage(((OUT, 1, L.out_latency_s[L.job_tier]),),
-                   ((UP, size if L.domain_ranks > 1 else 0.0, L.up_rate), (OUT, size, L.nic_rate)))
+        cost.stage(
+            ((OUT, 1, L.out_latency_s[L.job_tier]),),
+            ((UP, size if L.domain_ranks > 1 else 0.0, L.up_rate), (OUT, size, L.nic_rate)),
+        )
     else:
         cost.stage(((UP, 1, L.up_latency_s),), ((UP, size, L.up_rate),), host_bytes=host_copies(L, size))
 
@@ -524,31 +611,55 @@ def _barrier_recursive_doubling(cost: Cost, size: float) -> None:
 # One entry per (op, algorithm); an algorithm absent for an op is infeasible for it.
 MODELS: dict[str, dict[str, CostFn]] = {
     "all_reduce": {
-        "ring": _ar_ring, "recursive_doubling": _ar_recursive_doubling, "rabenseifner": _ar_rabenseifner,
-        "binomial": _ar_binomial, "direct": _ar_direct, "double_binary_tree": _ar_double_binary_tree,
-        "hierarchical": _ar_hierarchical, "nvls": _ar_nvls,
-        "hierarchical_ring": _ar_hierarchical_ring, "hierarchical_leaders": _ar_hierarchical_leaders,
+        "ring": _ar_ring,
+        "recursive_doubling": _ar_recursive_doubling,
+        "rabenseifner": _ar_rabenseifner,
+        "binomial": _ar_binomial,
+        "direct": _ar_direct,
+        "double_binary_tree": _ar_double_binary_tree,
+        "hierarchical": _ar_hierarchical,
+        "nvls": _ar_nvls,
+        "hierarchical_ring": _ar_hierarchical_ring,
+        "hierarchical_leaders": _ar_hierarchical_leaders,
         "hierarchical_one_way": _ar_hierarchical_one_way,
     },
     "reduce_scatter": {
-        "ring": _rs_ring, "rabenseifner": _rs_rabenseifner, "recursive_halving": _rs_rabenseifner,
-        "pairwise": _rs_pairwise, "direct": _rs_direct,
-        "hierarchical": _rs_hierarchical, "nvls": _rs_nvls,
+        "ring": _rs_ring,
+        "rabenseifner": _rs_rabenseifner,
+        "recursive_halving": _rs_rabenseifner,
+        "pairwise": _rs_pairwise,
+        "direct": _rs_direct,
+        "hierarchical": _rs_hierarchical,
+        "nvls": _rs_nvls,
     },
     "reduce": {
-        "binomial": _reduce_binomial, "ring": _reduce_ring, "rabenseifner": _reduce_rabenseifner,
-        "direct": _reduce_direct, "hierarchical": _reduce_hierarchical,
+        "binomial": _reduce_binomial,
+        "ring": _reduce_ring,
+        "rabenseifner": _reduce_rabenseifner,
+        "direct": _reduce_direct,
+        "hierarchical": _reduce_hierarchical,
     },
     "all_gather": {
-        "ring": _ag_ring, "recursive_doubling": _ag_recursive_doubling, "bruck": _ag_bruck,
-        "direct": _ag_direct, "hierarchical": _ag_hierarchical, "nvls": _ag_nvls,
+        "ring": _ag_ring,
+        "recursive_doubling": _ag_recursive_doubling,
+        "bruck": _ag_bruck,
+        "direct": _ag_direct,
+        "hierarchical": _ag_hierarchical,
+        "nvls": _ag_nvls,
     },
     "all_to_all": {
-        "pairwise": _a2a_pairwise, "direct": _a2a_direct, "bruck": _a2a_bruck, "hierarchical": _a2a_hierarchical,
+        "pairwise": _a2a_pairwise,
+        "direct": _a2a_direct,
+        "bruck": _a2a_bruck,
+        "hierarchical": _a2a_hierarchical,
     },
     "broadcast": {
-        "binomial": _bcast_binomial, "ring": _bcast_ring, "chain": _bcast_chain,
-        "scatter_allgather": _bcast_scatter_allgather, "direct": _bcast_direct, "hierarchical": _bcast_hierarchical,
+        "binomial": _bcast_binomial,
+        "ring": _bcast_ring,
+        "chain": _bcast_chain,
+        "scatter_allgather": _bcast_scatter_allgather,
+        "direct": _bcast_direct,
+        "hierarchical": _bcast_hierarchical,
     },
     "gather": {"binomial": _gather_binomial, "direct": _gather_direct, "hierarchical": _gather_hierarchical},
     "scatter": {"binomial": _gather_binomial, "direct": _gather_direct, "hierarchical": _gather_hierarchical},
@@ -566,4 +677,3 @@ def algorithms_for(op: str) -> tuple[str, ...]:
 def auto_candidates(op: str) -> tuple[str, ...]:
     """What ``auto`` chooses among for ``op``: every model but the :data:`SCHEMES`, in :data:`MODELS` order."""
     return tuple(a for a in MODELS.get(op, {}) if a not in SCHEMES)
-

@@ -48,8 +48,9 @@ BUILTIN: dict[str, dict[str, Implementation]] = {
         "all_gather": Implementation("all_gather", "ring", copy_size=1.0, copy_shard=1.0, min_messages=2),
         # ProcessGroupGloo::reduce_scatter_tensor_coalesced: all-reduce a clone of the input, copy this
         # rank's chunk out.
-        "reduce_scatter": Implementation("all_reduce", "ring", copy_size=1.0, copy_shard=1.0, min_messages=2,
-                                         segment_bytes=1 << 20),
+        "reduce_scatter": Implementation(
+            "all_reduce", "ring", copy_size=1.0, copy_shard=1.0, min_messages=2, segment_bytes=1 << 20
+        ),
         # gloo/alltoall.cc: the rank's own chunk copied locally, every send and receive posted at once.
         "all_to_all": Implementation("all_to_all", "direct", copy_shard=1.0),
         # gloo/broadcast.cc: binomial tree, in place.

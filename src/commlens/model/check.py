@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable
+from typing import Any
 
 from commlens.model.fit import Residual, predict_observations
 from commlens.model.observe import observations
@@ -40,8 +41,14 @@ class CheckResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The summaries and every row (``model check --json``)."""
-        return {"topology": self.topology, "stat": self.stat, "summary": self.summary, "by_op": self.by_op(),
-                "by_algo": self.by_algo(), "rows": [r.as_dict() for r in self.residuals]}
+        return {
+            "topology": self.topology,
+            "stat": self.stat,
+            "summary": self.summary,
+            "by_op": self.by_op(),
+            "by_algo": self.by_algo(),
+            "rows": [r.as_dict() for r in self.residuals],
+        }
 
 
 def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:
@@ -61,8 +68,14 @@ def error_summary(residuals: Iterable[Residual]) -> dict[str, float | int]:
     }
 
 
-def check_runs(runs: Iterable[Run], topology: Topology, *, stat: str = "mean", min_size_bytes: int = 1,
-               algos: Collection[str] | None = None) -> CheckResult:
+def check_runs(
+    runs: Iterable[Run],
+    topology: Topology,
+    *,
+    stat: str = "mean",
+    min_size_bytes: int = 1,
+    algos: Collection[str] | None = None,
+) -> CheckResult:
     """Predict every row of ``runs`` on ``topology`` as it ran; :class:`InfeasibleError` for a shape it cannot hold.
 
     ``algos``: only the rows that ran these algorithms (see :func:`~commlens.model.observe.observations`).

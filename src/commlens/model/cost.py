@@ -32,8 +32,14 @@ class Term:
     critical: bool
 
     def as_dict(self) -> dict[str, object]:
-        return {"stage": self.stage, "level": self.level, "term": self.kind, "amount": self.amount,
-                "time_s": self.time_s, "critical": self.critical}
+        return {
+            "stage": self.stage,
+            "level": self.level,
+            "term": self.kind,
+            "amount": self.amount,
+            "time_s": self.time_s,
+            "critical": self.critical,
+        }
 
 
 class Cost:

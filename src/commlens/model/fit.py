@@ -30,8 +30,9 @@ Steps (``fit``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Iterable, Sequence
+from typing import Any
 
 from commlens.model.layout import Layout
 from commlens.model.observe import Observation, observations
@@ -73,8 +74,7 @@ _PARAMS: tuple[_Param, ...] = (
     _Param("launch_latency_s", "s", lambda L: L.launch_s, lambda L, v: {"launch_s": v}),
     _Param("scale_up.latency_s", "s", lambda L: L.up_latency_s, lambda L, v: {"up_latency_s": v}),
     _Param("scale_up.rate_bytes_per_s", "B/s", lambda L: L.up_rate, _up_rate),
-    _Param("scale_up.cached_rate_bytes_per_s", "B/s", lambda L: L.up_cached_rate,
-           lambda L, v: {"up_cached_rate": v}),
+    _Param("scale_up.cached_rate_bytes_per_s", "B/s", lambda L: L.up_cached_rate, lambda L, v: {"up_cached_rate": v}),
     _Param("accelerator.reduction_bytes_per_s", "B/s", lambda L: L.reduce_rate, lambda L, v: {"reduce_rate": v}),
     _Param("accelerator.copy_bytes_per_s", "B/s", lambda L: L.copy_rate, lambda L, v: {"copy_rate": v}),
     _Param("scale_out.latency_s", "s", lambda L: L.out_latency_s[0], _out_latency),
@@ -98,8 +98,14 @@ class FittedParam:
         return None if self.relative_stderr is None else self.value * self.relative_stderr
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, "initial": self.initial, "value": self.value,
-                "relative_stderr": self.relative_stderr, "held": self.held_because}
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "initial": self.initial,
+            "value": self.value,
+            "relative_stderr": self.relative_stderr,
+            "held": self.held_because,
+        }
 
 
 @dataclass(frozen=True)
@@ -119,11 +125,20 @@ class Residual:
     def as_dict(self) -> dict[str, Any]:
         """The row as ``commlens model fit/check --json`` prints it."""
         o = self.obs
-        return {"run_id": o.run_id, "op": o.op, "algo": o.algo, "model": f"{o.model_op}/{o.model_algo}",
-                "size_bytes": o.size_bytes, "in_place": o.in_place, "world_size": o.world_size,
-                "measured_s": o.measured_s, "predicted_s": self.predicted_s, "error_pct": 100.0 * self.error,
-                "measured_busbw_bytes_per_s": self.busbw(o.measured_s),
-                "predicted_busbw_bytes_per_s": self.busbw(self.predicted_s)}
+        return {
+            "run_id": o.run_id,
+            "op": o.op,
+            "algo": o.algo,
+            "model": f"{o.model_op}/{o.model_algo}",
+            "size_bytes": o.size_bytes,
+            "in_place": o.in_place,
+            "world_size": o.world_size,
+            "measured_s": o.measured_s,
+            "predicted_s": self.predicted_s,
+            "error_pct": 100.0 * self.error,
+            "measured_busbw_bytes_per_s": self.busbw(o.measured_s),
+            "predicted_busbw_bytes_per_s": self.busbw(self.predicted_s),
+        }
 
 
 @dataclass(frozen=True)
@@ -149,22 +164,32 @@ class FitResult:
         """The calibrated topology, the constants, the error and every residual (``model fit --json``)."""
         from commlens.topology import topology_to_dict
 
-        return {"topology": topology_to_dict(self.topology), "parameters": [p.as_dict() for p in self.params],
-                "mape_pct": self.mape_pct, "max_ape_pct": self.max_ape_pct, "stat": self.stat,
-                "residuals": [r.as_dict() for r in self.residuals]}
+        return {
+            "topology": topology_to_dict(self.topology),
+            "parameters": [p.as_dict() for p in self.params],
+            "mape_pct": self.mape_pct,
+            "max_ape_pct": self.max_ape_pct,
+            "stat": self.stat,
+            "residuals": [r.as_dict() for r in self.residuals],
+        }
 
 
 def _layouts(topology: Topology, obs: Sequence[Observation]) -> list[Layout]:
     return [layout_for(topology, o.nodes, o.ranks_per_node) for o in obs]
 
 
-def predict_observations(topology: Topology, obs: Sequence[Observation],
-                         layouts: Sequence[Layout] | None = None) -> list[float]:
+def predict_observations(
+    topology: Topology, obs: Sequence[Observation], layouts: Sequence[Layout] | None = None
+) -> list[float]:
     """The model's time for each row, with the algorithm the row ran."""
     layouts = layouts if layouts is not None else _layouts(topology, obs)
-    return [predict(topology, o.model_op, o.size_bytes, algo=o.model_algo, layout=L,
-                    messages_per_step=o.messages_per_step).time_s
-            + o.copy_bytes / L.copy_rate for o, L in zip(obs, layouts)]
+    return [
+        predict(
+            topology, o.model_op, o.size_bytes, algo=o.model_algo, layout=L, messages_per_step=o.messages_per_step
+        ).time_s
+        + o.copy_bytes / L.copy_rate
+        for o, L in zip(obs, layouts)
+    ]
 
 
 def _informs(param: _Param, obs: Sequence[Observation], layouts: Sequence[Layout]) -> str | None:
@@ -220,8 +245,9 @@ def fit(obs: Sequence[Observation], template: Topology, *, name: str | None = No
     return FitResult(fitted, tuple(params), res, run_ids, stat="", cost=float(result.cost))
 
 
-def _solve(free: list[_Param], base: list[Layout], obs: Sequence[Observation], template: Topology,
-           measured: Any) -> tuple[Any, list[float]]:
+def _solve(
+    free: list[_Param], base: list[Layout], obs: Sequence[Observation], template: Topology, measured: Any
+) -> tuple[Any, list[float]]:
     """One robust least-squares solve over the log of the ``free`` constants; the result and relative errors."""
     import numpy as np
     from scipy.optimize import least_squares
@@ -265,8 +291,13 @@ def _relative_stderr(jac: Any, fun: Any, k: int) -> list[float]:
     return [math.inf if undetermined[i] else math.sqrt(max(float(cov[i, i]), 0.0)) for i in range(k)]
 
 
-def _write_topology(template: Topology, params: Sequence[FittedParam], obs: Sequence[Observation],
-                    run_ids: tuple[str, ...], name: str | None) -> Topology:
+def _write_topology(
+    template: Topology,
+    params: Sequence[FittedParam],
+    obs: Sequence[Observation],
+    run_ids: tuple[str, ...],
+    name: str | None,
+) -> Topology:
     """A copy of ``template`` with the fitted constants, their origins and a calibration record."""
     data = topology_to_dict(template)
     runs = ", ".join(r[:12] for r in run_ids)
@@ -307,12 +338,19 @@ def _write_topology(template: Topology, params: Sequence[FittedParam], obs: Sequ
         "backends": backends,
         "rows": len(obs),
         "loss": f"{LOSS} on log(predicted/measured), f_scale {F_SCALE}",
-        "algorithms": {(o.op if o.algo == "builtin" else f"{o.op}/{o.algo}"): f"{o.model_op}/{o.model_algo}"
-                       for o in obs},
+        "algorithms": {
+            (o.op if o.algo == "builtin" else f"{o.op}/{o.algo}"): f"{o.model_op}/{o.model_algo}" for o in obs
+        },
         "parameters": {
-            p.name: {"value": p.value, "unit": p.unit,
-                     **({"held": p.held_because} if p.held_because else
-                        {"relative_stderr": round(p.relative_stderr or 0.0, 4)})}
+            p.name: {
+                "value": p.value,
+                "unit": p.unit,
+                **(
+                    {"held": p.held_because}
+                    if p.held_because
+                    else {"relative_stderr": round(p.relative_stderr or 0.0, 4)}
+                ),
+            }
             for p in applicable
         },
     }
@@ -329,9 +367,16 @@ def _set_rate(level: dict[str, Any], line_key: str, rate: float, origin: str) ->
     level["efficiency_origin"] = origin
 
 
-def fit_runs(runs: Iterable[Run], template: Topology, *, stat: str = "mean", min_size_bytes: int = 1,
-             sizes: Callable[[int], bool] | None = None, name: str | None = None,
-             algos: Collection[str] | None = None) -> FitResult:
+def fit_runs(
+    runs: Iterable[Run],
+    template: Topology,
+    *,
+    stat: str = "mean",
+    min_size_bytes: int = 1,
+    sizes: Callable[[int], bool] | None = None,
+    name: str | None = None,
+    algos: Collection[str] | None = None,
+) -> FitResult:
     """:func:`fit` on the rows of ``runs`` (optionally only sizes for which ``sizes(size)`` is true, only
     rows that ran ``algos``)."""
     obs = observations(runs, stat=stat, min_size_bytes=min_size_bytes, algos=algos)

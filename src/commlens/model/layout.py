@@ -121,24 +121,28 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_node: int | None 
         raise InfeasibleError(f"nodes must be >= 1, got {nodes}")
     if not 1 <= rpn <= per_node:
         raise InfeasibleError(
-            f"ranks per node must be between 1 and {topology.name}'s {per_node} accelerators per node, got {rpn}")
+            f"ranks per node must be between 1 and {topology.name}'s {per_node} accelerators per node, got {rpn}"
+        )
     domain_nodes_full = topology.domain_nodes
     if nodes <= domain_nodes_full:
         domain_nodes, domains = nodes, 1
     else:
         if nodes % domain_nodes_full:
             raise InfeasibleError(
-                f"{nodes} nodes do not fill whole scale-up domains of {domain_nodes_full} nodes on {topology.name}")
+                f"{nodes} nodes do not fill whole scale-up domains of {domain_nodes_full} nodes on {topology.name}"
+            )
         domain_nodes, domains = domain_nodes_full, nodes // domain_nodes_full
     up, out = topology.scale_up, topology.scale_out
     if domains > 1 and out is None:
         raise InfeasibleError(
             f"{topology.name} has no scale_out level: it cannot connect {nodes} nodes "
-            f"(one scale-up domain holds {domain_nodes_full})")
+            f"(one scale-up domain holds {domain_nodes_full})"
+        )
     if out is not None and nodes > out.tiers[-1].nodes:
         raise InfeasibleError(
             f"{nodes} nodes exceed {topology.name}'s fabric: its top tier ({out.tiers[-1].name}) "
-            f"connects {out.tiers[-1].nodes}")
+            f"connects {out.tiers[-1].nodes}"
+        )
     up_rate = up.bandwidth_bytes_per_s * up.efficiency
     switch_rate = up_rate * up.in_switch_efficiency if up.in_switch_reduction and up.in_switch_efficiency else 0.0
     if out is None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Collection, Iterable
 
 from commlens.model.backends import implementation
 from commlens.model.layout import InfeasibleError
@@ -42,8 +42,7 @@ def job_shape(run: Run) -> tuple[int, int]:
     """(nodes, ranks per node) of a run, from its hosts; one node when the run names none."""
     nodes = max(len(run.system.hosts), 1)
     if run.world_size % nodes:
-        raise InfeasibleError(
-            f"run {run.run_id[:12]}: {run.world_size} ranks do not split evenly over {nodes} hosts")
+        raise InfeasibleError(f"run {run.run_id[:12]}: {run.world_size} ranks do not split evenly over {nodes} hosts")
     return nodes, run.world_size // nodes
 
 
@@ -52,8 +51,9 @@ def _time(m: Measurement, stat: str) -> float | None:
     return {"mean": s.mean_s, "p50": s.p50_s, "min": s.min_s}[stat]
 
 
-def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 1,
-                 algos: Collection[str] | None = None) -> list[Observation]:
+def observations(
+    runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 1, algos: Collection[str] | None = None
+) -> list[Observation]:
     """Every row of ``runs`` with a positive time and a size >= ``min_size_bytes`` (barriers excluded).
 
     ``algos``: only rows that ran one of these (``builtin`` for the backend's own collectives); ``auto``
@@ -74,7 +74,22 @@ def observations(runs: Iterable[Run], stat: str = "mean", min_size_bytes: int = 
             impl = implementation(backend, m.op, m.algo)
             if nodes == 1 and (m.op, m.algo) in ONE_HOST:
                 impl = replace(impl, algo=ONE_HOST[(m.op, m.algo)])
-            out.append(Observation(run.run_id, backend, m.op, m.algo, m.size_bytes, m.in_place, m.world_size,
-                                   nodes, rpn, impl.op, impl.algo, t, impl.copy_bytes(m.size_bytes, m.world_size),
-                                   impl.messages_per_step(m.size_bytes, m.world_size)))
+            out.append(
+                Observation(
+                    run.run_id,
+                    backend,
+                    m.op,
+                    m.algo,
+                    m.size_bytes,
+                    m.in_place,
+                    m.world_size,
+                    nodes,
+                    rpn,
+                    impl.op,
+                    impl.algo,
+                    t,
+                    impl.copy_bytes(m.size_bytes, m.world_size),
+                    impl.messages_per_step(m.size_bytes, m.world_size),
+                )
+            )
     return out

@@ -37,8 +37,13 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
     steps = passes * (L.ranks - 1)
     host = host_copies(L, bytes_per_rank)
     if not L.multi_domain:
-        cost.stage(((UP, steps, L.up_latency_s),), ((UP, bytes_per_rank, L.up_rate),), reduce_bytes, host_bytes=host,
-                   node_messages=2 * L.ranks_per_node)
+        cost.stage(
+            ((UP, steps, L.up_latency_s),),
+            ((UP, bytes_per_rank, L.up_rate),),
+            reduce_bytes,
+            host_bytes=host,
+            node_messages=2 * L.ranks_per_node,
+        )
         return
     inter = passes * (L.domains - 1)
     up_bytes = bytes_per_rank if L.domain_ranks > 1 else 0.0
@@ -127,12 +132,18 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             out_r += rbytes
     if up_n:
         rate = up_b * per_rank / up_t if up_t > 0 else L.up_rate  # the steps' own limits, summed
-        cost.stage(((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send,
-                   node_messages=up_m / up_n)
+        cost.stage(
+            ((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send, node_messages=up_m / up_n
+        )
     if out_n:
         rate = out_b / out_t if out_t > 0 else base_rate
-        cost.stage(((OUT, out_n, out_lat / out_n),), ((OUT, out_b, rate),), out_r, one_way=not all_send,
-                   node_messages=out_m / out_n)
+        cost.stage(
+            ((OUT, out_n, out_lat / out_n),),
+            ((OUT, out_b, rate),),
+            out_r,
+            one_way=not all_send,
+            node_messages=out_m / out_n,
+        )
 
 
 def chain(cost: Cost, nbytes: float, reduce: bool) -> None:

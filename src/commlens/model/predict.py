@@ -6,8 +6,8 @@ factor from :mod:`commlens.ops`), so a predicted row reads like a measured one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for, auto_candidates
 from commlens.model.cost import Cost, Term, make_terms
@@ -15,8 +15,17 @@ from commlens.model.layout import InfeasibleError, Layout, build_layout
 from commlens.ops import OPS, get_op
 from commlens.topology import Topology
 
-__all__ = ["AUTO", "Prediction", "TableRow", "layout_for", "predict", "predict_algorithms", "predicted_table", "sweep",
-           "sweep_sizes"]
+__all__ = [
+    "AUTO",
+    "Prediction",
+    "TableRow",
+    "layout_for",
+    "predict",
+    "predict_algorithms",
+    "predicted_table",
+    "sweep",
+    "sweep_sizes",
+]
 
 AUTO = "auto"
 
@@ -100,8 +109,7 @@ def _cost(layout: Layout, op: str, algo: str, size_bytes: int, messages_per_step
     except KeyError:
         if algo not in ALGORITHMS:
             raise InfeasibleError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)} or auto") from None
-        raise InfeasibleError(
-            f"no {algo} algorithm for {op}; {op} has: {', '.join(algorithms_for(op))}") from None
+        raise InfeasibleError(f"no {algo} algorithm for {op}; {op} has: {', '.join(algorithms_for(op))}") from None
     cost = Cost(layout.for_size(size_bytes) if layout.up_cache_bytes else layout, messages_per_step)
     if layout.ranks > 1:
         model(cost, float(size_bytes))
@@ -111,8 +119,20 @@ def _cost(layout: Layout, op: str, algo: str, size_bytes: int, messages_per_step
 def _prediction(layout: Layout, op: str, algo: str, size_bytes: int, cost: Cost, auto: bool = False) -> Prediction:
     time_s = cost.time_s
     algbw = size_bytes / time_s if time_s > 0 else 0.0
-    return Prediction(op, algo, size_bytes, layout.ranks, layout.nodes, layout.ranks_per_node, layout.topology,
-                      time_s, algbw, algbw * OPS[op].busbw_factor(layout.ranks), cost.raw_terms(), auto)
+    return Prediction(
+        op,
+        algo,
+        size_bytes,
+        layout.ranks,
+        layout.nodes,
+        layout.ranks_per_node,
+        layout.topology,
+        time_s,
+        algbw,
+        algbw * OPS[op].busbw_factor(layout.ranks),
+        cost.raw_terms(),
+        auto,
+    )
 
 
 def predict(
@@ -159,7 +179,12 @@ def predict(
 
 
 def predict_algorithms(
-    topology: Topology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_node: int | None = None,
+    topology: Topology,
+    op: str,
+    size_bytes: int,
+    *,
+    nodes: int = 1,
+    ranks_per_node: int | None = None,
     layout: Layout | None = None,
 ) -> dict[str, Prediction | InfeasibleError]:
     """Every algorithm with a model for ``op``: its prediction, or the reason it cannot run."""
@@ -211,9 +236,14 @@ class TableRow:
 
     def as_dict(self) -> dict[str, object]:
         """The row as ``commlens model predict --sweep --json`` prints it (nccl-tests' ``none`` and ``-1``)."""
-        out: dict[str, object] = {"op": self.op, "size_bytes": self.size_bytes, "count": self.count,
-                                  "type": self.dtype, "redop": "none" if self.redop is None else self.redop,
-                                  "root": -1 if self.root is None else self.root}
+        out: dict[str, object] = {
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "type": self.dtype,
+            "redop": "none" if self.redop is None else self.redop,
+            "root": -1 if self.root is None else self.root,
+        }
         if self.prediction is None:
             out["infeasible"] = self.infeasible
         else:

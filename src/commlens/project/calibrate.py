@@ -29,24 +29,38 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from commlens.project.calibration_file import CalibrationFile, GemmRecord
 from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, gemm_time_s
 from commlens.project.errors import ProjectionError
 from commlens.project.hardware import ACCELERATORS_FORMAT, Device, GemmShape, active_devices
 
-__all__ = ["FIT_KINDS", "FIT_PARAMETERS", "MODEL_STREAM_KERNELS", "CalibrationFit", "CurveError",
-           "accelerator_for", "fit_calibration", "fragment_yaml"]
+__all__ = [
+    "FIT_KINDS",
+    "FIT_PARAMETERS",
+    "MODEL_STREAM_KERNELS",
+    "CalibrationFit",
+    "CurveError",
+    "accelerator_for",
+    "fit_calibration",
+    "fragment_yaml",
+]
 
 FIT_KINDS = ("square", "transformer", "attention")
 FIT_PARAMETERS = ("gemm_efficiency", "k_overhead", "tiles")
 MODEL_STREAM_KERNELS = ("add", "gelu", "softmax", "layer_norm", "dropout")
 # CUDA device names (substrings, first match) -> accelerators.yaml keys
-_CUDA_NAMES = (("GB200", "B200 (GB200)"), ("B200", "B200"), ("H200", "H200 SXM"), ("H100", "H100 SXM"),
-               ("A100", "A100 SXM 80GB"))
+_CUDA_NAMES = (
+    ("GB200", "B200 (GB200)"),
+    ("B200", "B200"),
+    ("H200", "H200 SXM"),
+    ("H100", "H100 SXM"),
+    ("A100", "A100 SXM 80GB"),
+)
 
 
 @dataclass(frozen=True)
@@ -63,9 +77,16 @@ class CurveError:
     worst: list[dict[str, Any]]  # fitted shapes with the largest |error|, signed error = model / measured - 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "gemm_efficiency": self.gemm_efficiency, "k_overhead": self.k_overhead,
-                "tiles": [list(t) for t in self.tiles], "mape": self.mape, "by_kind": self.by_kind,
-                "by_dtype": self.by_dtype, "worst": self.worst}
+        return {
+            "label": self.label,
+            "gemm_efficiency": self.gemm_efficiency,
+            "k_overhead": self.k_overhead,
+            "tiles": [list(t) for t in self.tiles],
+            "mape": self.mape,
+            "by_kind": self.by_kind,
+            "by_dtype": self.by_dtype,
+            "worst": self.worst,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,14 +104,21 @@ class CalibrationFit:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "measured_device": self.calibration.device.model_dump(),
-                "created": self.calibration.created, "software": self.calibration.software,
-                "accelerator": self.base.name, "parameters": list(self.parameters),
-                "stream_fraction": self.stream_fraction,
-                "stream_range": {k: list(v) for k, v in self.stream_range.items()},
-                "memory_efficiency": self.fitted.memory_efficiency, "gemm_efficiency": self.fitted.gemm_efficiency,
-                "gemm_shape": self.fitted.gemm_shape.model_dump() if self.fitted.gemm_shape else None,
-                "curves": [c.as_dict() for c in self.curves], "notes": self.notes}
+        return {
+            "source": self.source,
+            "measured_device": self.calibration.device.model_dump(),
+            "created": self.calibration.created,
+            "software": self.calibration.software,
+            "accelerator": self.base.name,
+            "parameters": list(self.parameters),
+            "stream_fraction": self.stream_fraction,
+            "stream_range": {k: list(v) for k, v in self.stream_range.items()},
+            "memory_efficiency": self.fitted.memory_efficiency,
+            "gemm_efficiency": self.fitted.gemm_efficiency,
+            "gemm_shape": self.fitted.gemm_shape.model_dump() if self.fitted.gemm_shape else None,
+            "curves": [c.as_dict() for c in self.curves],
+            "notes": self.notes,
+        }
 
 
 def accelerator_for(cal: CalibrationFile, accelerators: Sequence[str] | None = None) -> str:
@@ -99,11 +127,15 @@ def accelerator_for(cal: CalibrationFile, accelerators: Sequence[str] | None = N
     for fragment, key in _CUDA_NAMES:
         if fragment in cal.device.name and key in devices:
             if devices[key].sms != cal.device.sms:
-                raise ProjectionError(f"the measured {cal.device.name} has {cal.device.sms} SMs but {key!r} has "
-                                      f"{devices[key].sms}: give the accelerator with --name")
+                raise ProjectionError(
+                    f"the measured {cal.device.name} has {cal.device.sms} SMs but {key!r} has "
+                    f"{devices[key].sms}: give the accelerator with --name"
+                )
             return key
-    raise ProjectionError(f"no accelerator known for the measured {cal.device.name!r}; give one with --name "
-                          f"(known: {', '.join(sorted(devices))})")
+    raise ProjectionError(
+        f"no accelerator known for the measured {cal.device.name!r}; give one with --name "
+        f"(known: {', '.join(sorted(devices))})"
+    )
 
 
 def _shape_of(dev: Device) -> tuple[tuple[tuple[int, int, float], ...], float]:
@@ -125,12 +157,30 @@ def _curve_error(label: str, dev: Device, peak: float, records: list[GemmRecord]
     tiles, k_over = _shape_of(dev)
     top = sorted(fitted, key=lambda er: -abs(er[0]))[:worst]
     return CurveError(
-        label, dev.gemm_efficiency, k_over, tiles, mape(fitted),
+        label,
+        dev.gemm_efficiency,
+        k_over,
+        tiles,
+        mape(fitted),
         {kind: mape([er for er in errors if er[1].kind == kind]) for kind in dict.fromkeys(r.kind for r in records)},
         {dt: mape([er for er in fitted if er[1].dtype == dt]) for dt in dict.fromkeys(r.dtype for r in records)},
-        [{"error": e, "kind": r.kind, "dtype": r.dtype, "label": r.label, "m": r.m, "n": r.n, "k": r.k,
-          "batch": r.batch, "layout": r.layout, "measured_tflops": r.tflops, "model_tflops": r.flops / _model_s(
-              dev, peak, r) / 1e12} for e, r in top])
+        [
+            {
+                "error": e,
+                "kind": r.kind,
+                "dtype": r.dtype,
+                "label": r.label,
+                "m": r.m,
+                "n": r.n,
+                "k": r.k,
+                "batch": r.batch,
+                "layout": r.layout,
+                "measured_tflops": r.tflops,
+                "model_tflops": r.flops / _model_s(dev, peak, r) / 1e12,
+            }
+            for e, r in top
+        ],
+    )
 
 
 def _with(dev: Device, params: tuple[str, ...], x: list[float], origin: str) -> Device:
@@ -174,7 +224,7 @@ def _least_squares(dev: Device, peak: float, records: list[GemmRecord], params: 
     starts = [list(x0)]
     if "k_overhead" in params:  # the K term is not convex in log time: a few starts
         k_at = params.index("k_overhead")
-        starts += [x0[:k_at] + [k] + x0[k_at + 1:] for k in (8.0, 32.0, 128.0, 512.0)]
+        starts += [x0[:k_at] + [k] + x0[k_at + 1 :] for k in (8.0, 32.0, 128.0, 512.0)]
     best = None
     for start in starts:
         start = [min(max(v, a + 1e-6), b - 1e-6) for v, a, b in zip(start, lo, hi)]
@@ -184,9 +234,13 @@ def _least_squares(dev: Device, peak: float, records: list[GemmRecord], params: 
     return _with(dev, params, list(best.x), "fit")
 
 
-def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
-                    parameters: tuple[str, ...] = ("gemm_efficiency", "k_overhead"),
-                    accelerators: Sequence[str] | None = None) -> CalibrationFit:
+def fit_calibration(
+    cal: CalibrationFile,
+    source: str,
+    name: str | None = None,
+    parameters: tuple[str, ...] = ("gemm_efficiency", "k_overhead"),
+    accelerators: Sequence[str] | None = None,
+) -> CalibrationFit:
     """Fit ``parameters`` of the GEMM curve and the memory efficiency of accelerator ``name`` (default: the
     measured GPU's) to ``cal``, with the figures of ``accelerators`` files over the shipped ones (default:
     ``COMMLENS_ACCELERATORS``); raises :class:`ProjectionError` for an unknown accelerator or parameter."""
@@ -199,8 +253,10 @@ def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
         raise ProjectionError(f"no accelerator {key!r}; known: {', '.join(sorted(devices))}")
     base = devices[key]
     peak = base.peak("bf16")
-    where = (f"{Path(source).name} ({cal.device.name}, {cal.device.sms} SMs, measured {cal.created}, "
-             f"torch {cal.software.get('torch', '?')}, CUDA {cal.software.get('cuda', '?')})")
+    where = (
+        f"{Path(source).name} ({cal.device.name}, {cal.device.sms} SMs, measured {cal.created}, "
+        f"torch {cal.software.get('torch', '?')}, CUDA {cal.software.get('cuda', '?')})"
+    )
     notes: list[str] = []
     by_kernel: dict[str, list[float]] = {}
     for s in cal.stream:
@@ -212,13 +268,18 @@ def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
     if model_kernels:
         mem = statistics.median(fraction[k] for k in model_kernels)
         if mem > 1.0:
-            notes.append(f"streaming kernels measured at {mem:.3f} of the listed HBM bandwidth: kept at 1.0; "
-                         f"is hbm_bytes_per_s of {key!r} right?")
+            notes.append(
+                f"streaming kernels measured at {mem:.3f} of the listed HBM bandwidth: kept at 1.0; "
+                f"is hbm_bytes_per_s of {key!r} right?"
+            )
             mem = 1.0
-        dev = dev.model_copy(update={
-            "memory_efficiency": mem,
-            "memory_efficiency_origin": f"median of eager {', '.join(model_kernels)} over "
-                                        f"{len(cal.stream)} runs of 64 MiB-2 GiB, {where}"})
+        dev = dev.model_copy(
+            update={
+                "memory_efficiency": mem,
+                "memory_efficiency_origin": f"median of eager {', '.join(model_kernels)} over "
+                f"{len(cal.stream)} runs of 64 MiB-2 GiB, {where}",
+            }
+        )
     else:
         notes.append("no streaming measurements: memory_efficiency kept")
     records = list(cal.gemm)
@@ -231,16 +292,21 @@ def fit_calibration(cal: CalibrationFile, source: str, name: str | None = None,
         "sms": cal.device.sms,
         "gemm_efficiency": round(fitted.gemm_efficiency, 4),
         "gemm_efficiency_origin": f"fit of the GEMM curve ({', '.join(parameters)}) to {len(fit_records)} GEMMs, "
-                                  f"{where}"}
+        f"{where}",
+    }
     if "k_overhead" in parameters or "tiles" in parameters:
         s = fitted.gemm_shape
-        update["gemm_shape"] = GemmShape(k_overhead=round(s.k_overhead, 2),
-                                         tiles=tuple((a, b, round(rel, 4)) for a, b, rel in s.tiles),
-                                         origin=f"fit ({', '.join(p for p in parameters if p != 'gemm_efficiency')})"
-                                                f" with gemm_efficiency, {where}")
+        update["gemm_shape"] = GemmShape(
+            k_overhead=round(s.k_overhead, 2),
+            tiles=tuple((a, b, round(rel, 4)) for a, b, rel in s.tiles),
+            origin=f"fit ({', '.join(p for p in parameters if p != 'gemm_efficiency')}) with gemm_efficiency, {where}",
+        )
     final = Device.model_validate({**fitted.model_dump(), **update})
-    curves = [_curve_error("current", base, peak, records), _curve_error("plateau", plateau, peak, records),
-              _curve_error("fit", final, peak, records)]
+    curves = [
+        _curve_error("current", base, peak, records),
+        _curve_error("plateau", plateau, peak, records),
+        _curve_error("fit", final, peak, records),
+    ]
     if any(math.isnan(c.mape) for c in curves):
         notes.append("some curve errors are undefined (no shapes of a kind)")
     return CalibrationFit(source, cal, base, final, parameters, fraction, spread, curves, notes)
@@ -250,22 +316,38 @@ def fragment_yaml(fit: CalibrationFit) -> str:
     """An accelerators file (``format: commlens.accelerators/1``) with the fitted entry, for ``--accelerators``."""
     d = fit.fitted
     entry: dict[str, Any] = {
-        "peak_flops": dict(d.peak_flops), "hbm_bytes": d.hbm_bytes, "hbm_bytes_per_s": d.hbm_bytes_per_s,
-        "sms": d.sms, "gemm_efficiency": d.gemm_efficiency, "gemm_efficiency_origin": d.gemm_efficiency_origin,
-        "memory_efficiency": round(d.memory_efficiency, 4), "memory_efficiency_origin": d.memory_efficiency_origin}
+        "peak_flops": dict(d.peak_flops),
+        "hbm_bytes": d.hbm_bytes,
+        "hbm_bytes_per_s": d.hbm_bytes_per_s,
+        "sms": d.sms,
+        "gemm_efficiency": d.gemm_efficiency,
+        "gemm_efficiency_origin": d.gemm_efficiency_origin,
+        "memory_efficiency": round(d.memory_efficiency, 4),
+        "memory_efficiency_origin": d.memory_efficiency_origin,
+    }
     if d.gemm_shape is not None:
-        entry["gemm_shape"] = {"k_overhead": d.gemm_shape.k_overhead,
-                               "tiles": [list(t) for t in d.gemm_shape.tiles], "origin": d.gemm_shape.origin}
+        entry["gemm_shape"] = {
+            "k_overhead": d.gemm_shape.k_overhead,
+            "tiles": [list(t) for t in d.gemm_shape.tiles],
+            "origin": d.gemm_shape.origin,
+        }
     cur, new = fit.curves[0], fit.curves[-1]
-    head = (f"# commlens project calibrate --from {Path(fit.source).name}: {fit.calibration.device.name}, "
-            f"measured {fit.calibration.created}\n"
-            f"# GEMM curve MAPE on {sum(1 for r in fit.calibration.gemm if r.kind in FIT_KINDS)} shapes: "
-            f"{cur.mape * 100:.1f}% with the current constants, {new.mape * 100:.1f}% after the fit\n"
-            f"# use: commlens project ... --accelerators THIS_FILE (or COMMLENS_ACCELERATORS=THIS_FILE)\n")
+    head = (
+        f"# commlens project calibrate --from {Path(fit.source).name}: {fit.calibration.device.name}, "
+        f"measured {fit.calibration.created}\n"
+        f"# GEMM curve MAPE on {sum(1 for r in fit.calibration.gemm if r.kind in FIT_KINDS)} shapes: "
+        f"{cur.mape * 100:.1f}% with the current constants, {new.mape * 100:.1f}% after the fit\n"
+        f"# use: commlens project ... --accelerators THIS_FILE (or COMMLENS_ACCELERATORS=THIS_FILE)\n"
+    )
     import yaml
 
-    body = yaml.dump({"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}, Dumper=_dumper(),
-                     sort_keys=False, width=120, default_flow_style=None)
+    body = yaml.dump(
+        {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}},
+        Dumper=_dumper(),
+        sort_keys=False,
+        width=120,
+        default_flow_style=None,
+    )
     return head + body
 
 
@@ -280,8 +362,9 @@ def _dumper() -> type:
             return dumper.represent_float(value)
         mantissa, exponent = f"{value:.12e}".split("e")
         mantissa = mantissa.rstrip("0")
-        return dumper.represent_scalar("tag:yaml.org,2002:float", f"{mantissa}{'0' if mantissa.endswith('.') else ''}"
-                                       f"e{exponent}")
+        return dumper.represent_scalar(
+            "tag:yaml.org,2002:float", f"{mantissa}{'0' if mantissa.endswith('.') else ''}e{exponent}"
+        )
 
     Dumper.add_representer(float, big_float)
     return Dumper

@@ -25,11 +25,10 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from commlens.project.calibration_file import (CalibrationFile, GemmRecord, MeasuredDevice, StreamRecord,
-                                               STREAM_KERNELS)
+from commlens.project.calibration_file import STREAM_KERNELS, CalibrationFile, GemmRecord, MeasuredDevice, StreamRecord
 from commlens.project.errors import ProjectionError
 
 __all__ = ["GemmCase", "StreamCase", "estimate_s", "measure", "plan_gemms", "plan_streams"]
@@ -40,8 +39,18 @@ _TOKENS = (2048, 4096, 8192, 16384, 32768)
 _HIDDEN = (2048, 2304, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 16384, 20480, 25600)
 _TP = (1, 2, 4, 8)
 # Megatron SC'21 Table 1 rows: (hidden, TP, tokens of one micro-batch = micro-batch x 2048)
-_MEGATRON = ((2304, 1, 32768), (3072, 2, 32768), (4096, 4, 32768), (6144, 8, 16384), (8192, 8, 8192),
-             (10240, 8, 4096), (12288, 8, 4096), (16384, 8, 2048), (20480, 8, 2048), (25600, 8, 2048))
+_MEGATRON = (
+    (2304, 1, 32768),
+    (3072, 2, 32768),
+    (4096, 4, 32768),
+    (6144, 8, 16384),
+    (8192, 8, 8192),
+    (10240, 8, 4096),
+    (12288, 8, 4096),
+    (16384, 8, 2048),
+    (20480, 8, 2048),
+    (25600, 8, 2048),
+)
 _MAX_FLOPS = 4e12  # transformer shapes above this (~6 ms) add time, not information: the plateau is known by then
 _STREAM_SIZES = (64 << 20, 256 << 20, 1 << 30, 2 << 30)
 
@@ -77,12 +86,18 @@ def estimate_s(case: GemmCase | StreamCase) -> float:
 def _layer_gemms(hidden: int, tp: int, tokens: int) -> list[GemmCase]:
     """The 12 GEMMs of one transformer layer on one TP rank, as step.py asks for them."""
     out = []
-    for name, n_out, k_in in (("qkv", 3 * hidden // tp, hidden), ("proj", hidden, hidden // tp),
-                              ("fc1", 4 * hidden // tp, hidden), ("fc2", hidden, 4 * hidden // tp)):
+    for name, n_out, k_in in (
+        ("qkv", 3 * hidden // tp, hidden),
+        ("proj", hidden, hidden // tp),
+        ("fc1", 4 * hidden // tp, hidden),
+        ("fc2", hidden, 4 * hidden // tp),
+    ):
         label = f"h{hidden} tp{tp} t{tokens} {name}"
-        out += [GemmCase("transformer", f"{label} fwd", tokens, n_out, k_in, layout="nt"),  # x @ W^T
-                GemmCase("transformer", f"{label} dgrad", tokens, k_in, n_out, layout="nn"),  # dY @ W
-                GemmCase("transformer", f"{label} wgrad", k_in, n_out, tokens, layout="tn")]  # X^T @ dY
+        out += [
+            GemmCase("transformer", f"{label} fwd", tokens, n_out, k_in, layout="nt"),  # x @ W^T
+            GemmCase("transformer", f"{label} dgrad", tokens, k_in, n_out, layout="nn"),  # dY @ W
+            GemmCase("transformer", f"{label} wgrad", k_in, n_out, tokens, layout="tn"),
+        ]  # X^T @ dY
     return out
 
 
@@ -91,8 +106,14 @@ def plan_gemms(seed: int = 0, sample: int = 240) -> list[GemmCase]:
     rng = random.Random(seed)
     squares = [GemmCase("square", f"square {s}", s, s, s) for s in (4096, 5120, 6144, 8192, 10240, 12288, 16384)]
     megatron = [g for h, tp, t in _MEGATRON for g in _layer_gemms(h, tp, t)]
-    pool = [g for h in _HIDDEN for tp in _TP for t in _TOKENS for g in _layer_gemms(h, tp, t)
-            if 2.0 * g.m * g.n * g.k <= _MAX_FLOPS]
+    pool = [
+        g
+        for h in _HIDDEN
+        for tp in _TP
+        for t in _TOKENS
+        for g in _layer_gemms(h, tp, t)
+        if 2.0 * g.m * g.n * g.k <= _MAX_FLOPS
+    ]
     seen = {(g.m, g.n, g.k, g.layout) for g in megatron}
     pool = [g for g in pool if (g.m, g.n, g.k, g.layout) not in seen]
     sampled = rng.sample(pool, min(sample, len(pool)))
@@ -102,17 +123,35 @@ def plan_gemms(seed: int = 0, sample: int = 240) -> list[GemmCase]:
             for heads in (16, 128):
                 b = max(1, min(heads, (4 << 30) // (2 * s * s)))  # scores tensor at most 4 GiB
                 tag = f"attn s{s} d{d} b{b}"
-                attention += [GemmCase("attention", f"{tag} scores", s, s, d, b, "nt"),  # Q @ K^T
-                              GemmCase("attention", f"{tag} context", s, d, s, b, "nn"),  # P @ V
-                              GemmCase("attention", f"{tag} grad", s, d, s, b, "tn")]  # dS^T @ Q, P^T @ dC
+                attention += [
+                    GemmCase("attention", f"{tag} scores", s, s, d, b, "nt"),  # Q @ K^T
+                    GemmCase("attention", f"{tag} context", s, d, s, b, "nn"),  # P @ V
+                    GemmCase("attention", f"{tag} grad", s, d, s, b, "tn"),
+                ]  # dS^T @ Q, P^T @ dC
     attention = list(dict.fromkeys(attention))
-    small = [GemmCase("small", f"small {m}x{n}x{k}", m, n, k)
-             for m, n, k in ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
-                             (128, 4096, 4096), (4096, 128, 4096), (4096, 4096, 128), (4096, 4096, 64),
-                             (64, 8192, 8192), (8192, 8192, 64), (1024, 4096, 1024), (2048, 1024, 8192))]
+    small = [
+        GemmCase("small", f"small {m}x{n}x{k}", m, n, k)
+        for m, n, k in (
+            (256, 256, 256),
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (128, 4096, 4096),
+            (4096, 128, 4096),
+            (4096, 4096, 128),
+            (4096, 4096, 64),
+            (64, 8192, 8192),
+            (8192, 8192, 64),
+            (1024, 4096, 1024),
+            (2048, 1024, 8192),
+        )
+    ]
     bf16 = squares + megatron + sampled + attention + small
-    fp16 = [GemmCase(g.kind, g.label, g.m, g.n, g.k, g.batch, g.layout, "fp16")
-            for i, g in enumerate(bf16) if g.kind == "square" or i % 4 == 0]
+    fp16 = [
+        GemmCase(g.kind, g.label, g.m, g.n, g.k, g.batch, g.layout, "fp16")
+        for i, g in enumerate(bf16)
+        if g.kind == "square" or i % 4 == 0
+    ]
     cases = bf16 + fp16
     rng.shuffle(cases)
     return cases
@@ -214,16 +253,27 @@ def _clocks() -> dict[str, str]:
         return {}
     fields = "clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,driver_version"
     try:
-        out = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=15).stdout.strip()
+        out = subprocess.run(
+            ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return dict(zip(fields.split(","), (v.strip() for v in out.split(","))))
 
 
-def measure(gemms: list[GemmCase], streams: list[StreamCase], *, device: str = "cuda", seed: int = 0,
-            budget_s: float = 150.0, progress: Callable[[int, int, str], None] | None = None,
-            repeats: tuple[int, int, int] | None = None) -> CalibrationFile:
+def measure(
+    gemms: list[GemmCase],
+    streams: list[StreamCase],
+    *,
+    device: str = "cuda",
+    seed: int = 0,
+    budget_s: float = 150.0,
+    progress: Callable[[int, int, str], None] | None = None,
+    repeats: tuple[int, int, int] | None = None,
+) -> CalibrationFile:
     """Time every case on ``device`` (``cuda``; ``cpu`` only for tests of this code) and return the file;
     ``repeats`` (warm-up windows, timed windows, calls per window) replaces the planned ones (tests)."""
     import platform
@@ -235,14 +285,19 @@ def measure(gemms: list[GemmCase], streams: list[StreamCase], *, device: str = "
     timer = _timer(device)
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        measured = MeasuredDevice(name=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
-                                  capability=f"{props.major}.{props.minor}", memory_bytes=props.total_memory,
-                                  clocks={f"before {k}": v for k, v in _clocks().items()})
+        measured = MeasuredDevice(
+            name=torch.cuda.get_device_name(0),
+            sms=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+            memory_bytes=props.total_memory,
+            clocks={f"before {k}": v for k, v in _clocks().items()},
+        )
         warm = _gemm_call(GemmCase("square", "warm-up", 8192, 8192, 8192), device)
         timer(warm, 0, 500, 1)  # ~1 s of large GEMMs: clocks up, cuBLAS loaded
     else:
-        measured = MeasuredDevice(name=f"cpu ({platform.processor() or platform.machine()})", sms=1,
-                                  capability="none", memory_bytes=0)
+        measured = MeasuredDevice(
+            name=f"cpu ({platform.processor() or platform.machine()})", sms=1, capability="none", memory_bytes=0
+        )
     total, done = len(gemms) + len(streams), 0
     gemm_rows: list[GemmRecord] = []
     stream_rows: list[StreamRecord] = []
@@ -264,32 +319,67 @@ def measure(gemms: list[GemmCase], streams: list[StreamCase], *, device: str = "
             call = None
         med = statistics.median(times)
         if isinstance(case, GemmCase):
-            gemm_rows.append(GemmRecord(kind=case.kind, label=case.label, m=case.m, n=case.n, k=case.k,
-                                        batch=case.batch, layout=case.layout, dtype=case.dtype,
-                                        times_s=tuple(times), time_s=med,
-                                        tflops=2.0 * case.m * case.n * case.k * case.batch / med / 1e12))
+            gemm_rows.append(
+                GemmRecord(
+                    kind=case.kind,
+                    label=case.label,
+                    m=case.m,
+                    n=case.n,
+                    k=case.k,
+                    batch=case.batch,
+                    layout=case.layout,
+                    dtype=case.dtype,
+                    times_s=tuple(times),
+                    time_s=med,
+                    tflops=2.0 * case.m * case.n * case.k * case.batch / med / 1e12,
+                )
+            )
             note = f"{case.dtype} {case.label}: {gemm_rows[-1].tflops:.0f} TFLOP/s"
         else:
             moved = case.size_bytes * STREAM_KERNELS[case.kernel]
-            stream_rows.append(StreamRecord(kernel=case.kernel, size_bytes=case.size_bytes, bytes_moved=moved,
-                                            dtype=case.dtype, times_s=tuple(times), time_s=med,
-                                            bytes_per_s=moved / med))
+            stream_rows.append(
+                StreamRecord(
+                    kernel=case.kernel,
+                    size_bytes=case.size_bytes,
+                    bytes_moved=moved,
+                    dtype=case.dtype,
+                    times_s=tuple(times),
+                    time_s=med,
+                    bytes_per_s=moved / med,
+                )
+            )
             note = f"{case.kernel} {case.size_bytes >> 20} MiB: {moved / med / 1e9:.0f} GB/s"
         done += 1
         if progress:
             progress(done, total, note)
     if device == "cuda":
-        measured = measured.model_copy(update={"clocks": {**measured.clocks,
-                                                          **{f"after {k}": v for k, v in _clocks().items()}}})
+        measured = measured.model_copy(
+            update={"clocks": {**measured.clocks, **{f"after {k}": v for k, v in _clocks().items()}}}
+        )
     software = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": platform.python_version()}
-    settings = {"seed": seed, "gemm_cases": len(gemms), "stream_cases": len(streams), "budget_s": budget_s,
-                "gemm_cases_skipped_over_budget": skipped, "failed": failed,
-                "elapsed_s": round(time.monotonic() - t0, 1),
-                "timer": "cuda events" if device == "cuda" else "wall clock (test run, not a calibration)",
-                "repeats": list(repeats) if repeats else
-                "2 warm-up windows; 5-20 timed windows of 1-50 calls (~50 ms per shape); median per call"}
+    settings = {
+        "seed": seed,
+        "gemm_cases": len(gemms),
+        "stream_cases": len(streams),
+        "budget_s": budget_s,
+        "gemm_cases_skipped_over_budget": skipped,
+        "failed": failed,
+        "elapsed_s": round(time.monotonic() - t0, 1),
+        "timer": "cuda events" if device == "cuda" else "wall clock (test run, not a calibration)",
+        "repeats": list(repeats)
+        if repeats
+        else "2 warm-up windows; 5-20 timed windows of 1-50 calls (~50 ms per shape); median per call",
+    }
     if not gemm_rows:
-        raise ProjectionError(f"no GEMM could be measured ({skipped} over budget; failures: "
-                              f"{'; '.join(f'{k}: {v}' for k, v in list(failed.items())[:3]) or 'none'})")
-    return CalibrationFile(created=created, device=measured, software=software, settings=settings,
-                           gemm=tuple(gemm_rows), stream=tuple(stream_rows))
+        raise ProjectionError(
+            f"no GEMM could be measured ({skipped} over budget; failures: "
+            f"{'; '.join(f'{k}: {v}' for k, v in list(failed.items())[:3]) or 'none'})"
+        )
+    return CalibrationFile(
+        created=created,
+        device=measured,
+        software=software,
+        settings=settings,
+        gemm=tuple(gemm_rows),
+        stream=tuple(stream_rows),
+    )

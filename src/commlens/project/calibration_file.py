@@ -21,8 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from commlens.files import atomic_text
 from commlens.project.errors import ProjectionError
 
-__all__ = ["CALIBRATION_FORMAT", "GEMM_KINDS", "STREAM_KERNELS", "CalibrationFile", "CalibrationFileError",
-           "GemmRecord", "MeasuredDevice", "StreamRecord", "load_calibration", "save_calibration"]
+__all__ = [
+    "CALIBRATION_FORMAT",
+    "GEMM_KINDS",
+    "STREAM_KERNELS",
+    "CalibrationFile",
+    "CalibrationFileError",
+    "GemmRecord",
+    "MeasuredDevice",
+    "StreamRecord",
+    "load_calibration",
+    "save_calibration",
+]
 
 CALIBRATION_FORMAT = "commlens.gemm-calibration/1"
 GEMM_KINDS = ("square", "transformer", "attention", "small")
@@ -50,7 +60,7 @@ class _Record(BaseModel):
     time_s: float = Field(gt=0, description="median of times_s")
 
     @model_validator(mode="after")
-    def _median(self) -> "_Record":
+    def _median(self) -> _Record:
         if any(t <= 0 for t in self.times_s):
             raise ValueError(f"times_s: every time must be > 0 s (got {min(self.times_s)})")
         if abs(statistics.median(self.times_s) - self.time_s) > _REL_TOL * self.time_s:
@@ -75,7 +85,7 @@ class GemmRecord(_Record):
         return 2.0 * self.m * self.n * self.k * self.batch
 
     @model_validator(mode="after")
-    def _rate(self) -> "GemmRecord":
+    def _rate(self) -> GemmRecord:
         if abs(self.flops / self.time_s / 1e12 - self.tflops) > _REL_TOL * self.tflops:
             raise ValueError(f"tflops {self.tflops} does not follow from the shape and time_s")
         return self
@@ -90,7 +100,7 @@ class StreamRecord(_Record):
     bytes_per_s: float = Field(gt=0, description="bytes_moved / time_s")
 
     @model_validator(mode="after")
-    def _rate(self) -> "StreamRecord":
+    def _rate(self) -> StreamRecord:
         if self.kernel not in STREAM_KERNELS:
             raise ValueError(f"kernel {self.kernel!r} unknown; known: {', '.join(STREAM_KERNELS)}")
         if abs(self.bytes_moved / self.time_s - self.bytes_per_s) > _REL_TOL * self.bytes_per_s:
@@ -136,8 +146,9 @@ def load_calibration(path: str | Path) -> CalibrationFile:
         raise CalibrationFileError(f"{path}: expected a JSON object")
     fmt = data.get("format")
     if fmt != CALIBRATION_FORMAT:
-        raise CalibrationFileError(f"{path}: format {fmt!r} is not supported (this commlens reads "
-                                   f"{CALIBRATION_FORMAT})")
+        raise CalibrationFileError(
+            f"{path}: format {fmt!r} is not supported (this commlens reads {CALIBRATION_FORMAT})"
+        )
     try:
         return CalibrationFile.model_validate(data)
     except ValidationError as e:

@@ -25,8 +25,15 @@ from functools import lru_cache
 
 from commlens.project.hardware import Device
 
-__all__ = ["DEFAULT_K_OVERHEAD", "DEFAULT_TILES", "FLASH_ATTENTION_FRACTION", "gemm_efficiency", "gemm_time_s",
-           "shape_factor", "stream_time_s"]
+__all__ = [
+    "DEFAULT_K_OVERHEAD",
+    "DEFAULT_TILES",
+    "FLASH_ATTENTION_FRACTION",
+    "gemm_efficiency",
+    "gemm_time_s",
+    "shape_factor",
+    "stream_time_s",
+]
 
 # (tile rows, tile cols, relative throughput): larger tiles reuse each operand load more (CUTLASS/cuBLAS SM80 tiles).
 DEFAULT_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
@@ -35,8 +42,15 @@ DEFAULT_K_OVERHEAD = 64.0  # elements of K: one main-loop stage of a 3-4 stage p
 FLASH_ATTENTION_FRACTION = 0.7
 
 
-def shape_factor(m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, float], ...] = DEFAULT_TILES,
-                 k_overhead: float = DEFAULT_K_OVERHEAD, batch: int = 1) -> float:
+def shape_factor(
+    m: int,
+    n: int,
+    k: int,
+    sms: int,
+    tiles: tuple[tuple[int, int, float], ...] = DEFAULT_TILES,
+    k_overhead: float = DEFAULT_K_OVERHEAD,
+    batch: int = 1,
+) -> float:
     """Steps 2 and 3 of the curve: the fraction of the plateau ``batch`` (m x k) @ (k x n) GEMMs keep.
 
     A batched GEMM is one launch: the tiles of every matrix in the batch share
@@ -60,18 +74,21 @@ def gemm_efficiency(device: Device, m: int, n: int, k: int, batch: int = 1) -> f
     shape = device.gemm_shape
     if shape is None:
         return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms, batch=int(batch))
-    return device.gemm_efficiency * _cached_shape_factor(int(m), int(n), int(k), device.sms, shape.tiles,
-                                                         shape.k_overhead, int(batch))
+    return device.gemm_efficiency * _cached_shape_factor(
+        int(m), int(n), int(k), device.sms, shape.tiles, shape.k_overhead, int(batch)
+    )
 
 
-def gemm_time_s(device: Device, peak_flops: float, m: float, n: float, k: float, batch: float = 1.0,
-                elem_bytes: float = 2.0) -> float:
+def gemm_time_s(
+    device: Device, peak_flops: float, m: float, n: float, k: float, batch: float = 1.0, elem_bytes: float = 2.0
+) -> float:
     """Time of ``batch`` GEMMs of (m x k) @ (k x n): compute at the shape's efficiency, floored by HBM traffic."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    compute = flops / (peak_flops * gemm_efficiency(device, max(1, round(m)), max(1, round(n)), max(1, round(k)),
-                                                    max(1, round(batch))))
+    compute = flops / (
+        peak_flops * gemm_efficiency(device, max(1, round(m)), max(1, round(n)), max(1, round(k)), max(1, round(batch)))
+    )
     traffic = (m * k + k * n + m * n) * elem_bytes * batch
     return max(compute, traffic / (device.hbm_bytes_per_s * device.memory_efficiency))
 

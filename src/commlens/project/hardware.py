@@ -18,18 +18,29 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from commlens.project.errors import ProjectionError
 from commlens.specdata import DuplicateKeyError, load_yaml, refuse_bool_numbers
 
-__all__ = ["ACCELERATORS_ENV", "ACCELERATORS_FORMAT", "AcceleratorsFileError", "Device", "GemmShape",
-           "accelerator_files", "active_devices", "device_for", "known_devices", "load_accelerators_file"]
+__all__ = [
+    "ACCELERATORS_ENV",
+    "ACCELERATORS_FORMAT",
+    "AcceleratorsFileError",
+    "Device",
+    "GemmShape",
+    "accelerator_files",
+    "active_devices",
+    "device_for",
+    "known_devices",
+    "load_accelerators_file",
+]
 
 ACCELERATORS_FORMAT = "commlens.accelerators/1"
 ACCELERATORS_ENV = "COMMLENS_ACCELERATORS"
@@ -51,14 +62,16 @@ class GemmShape(BaseModel):
 
     k_overhead: float = Field(ge=0, le=4096, description="elements of K a tile spends in prologue and epilogue")
     tiles: tuple[tuple[int, int, float], ...] = Field(
-        min_length=1, description="(tile rows, tile cols, relative throughput in (0, 1]) the library picks from")
+        min_length=1, description="(tile rows, tile cols, relative throughput in (0, 1]) the library picks from"
+    )
     origin: str = Field(min_length=1, description="where these come from")
 
     @field_validator("tiles", mode="before")
     @classmethod
     def _tiles_are_numbers(cls, v: Any) -> Any:
         if isinstance(v, (list, tuple)) and any(
-                isinstance(x, bool) for tile in v if isinstance(tile, (list, tuple)) for x in tile):
+            isinstance(x, bool) for tile in v if isinstance(tile, (list, tuple)) for x in tile
+        ):
             raise ValueError("a tile's sizes and throughput are numbers, not true/false")
         return v
 
@@ -104,8 +117,9 @@ class Device(BaseModel):
         try:
             return self.peak_flops[precision]
         except KeyError:
-            raise ProjectionError(f"{self.name} has no {precision} tensor cores "
-                                  f"(has: {', '.join(self.peak_flops)})") from None
+            raise ProjectionError(
+                f"{self.name} has no {precision} tensor cores (has: {', '.join(self.peak_flops)})"
+            ) from None
 
 
 _FIELDS = tuple(f for f in Device.model_fields if f != "name")
@@ -142,8 +156,9 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
         except ValidationError as e:
             missing = [str(err["loc"][0]) for err in e.errors() if err["type"] == "missing"]
             if missing:
-                raise AcceleratorsFileError(f"{where}: missing {', '.join(missing)} (a new accelerator gives "
-                                            f"every field)") from None
+                raise AcceleratorsFileError(
+                    f"{where}: missing {', '.join(missing)} (a new accelerator gives every field)"
+                ) from None
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
             msg = first["msg"].removeprefix("Value error, ")
@@ -225,5 +240,6 @@ def device_for(accelerator_name: str, files: Sequence[str] | None = None) -> Dev
     try:
         return devices[accelerator_name]
     except KeyError:
-        raise ProjectionError(f"no compute figures for accelerator {accelerator_name!r}; "
-                              f"known: {', '.join(sorted(devices))}") from None
+        raise ProjectionError(
+            f"no compute figures for accelerator {accelerator_name!r}; known: {', '.join(sorted(devices))}"
+        ) from None

@@ -52,8 +52,10 @@ class ParallelLayout(BaseModel):
     overlap_param_gather: bool = Field(default=True, description="ZeRO parameter all-gather overlaps forward")
     grad_reduce_bytes: int = Field(default=4, ge=1, le=4, description="bytes per gradient element reduced (fp32: 4)")
     grad_accum_fusion: bool = Field(
-        default=True, description="weight-gradient GEMMs add into the main grads; false: a separate add per "
-                                  "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)")
+        default=True,
+        description="weight-gradient GEMMs add into the main grads; false: a separate add per "
+        "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)",
+    )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
 
     @field_validator("order", mode="before")
@@ -108,8 +110,9 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(f"gpus must be >= 1, got {gpus}", "divides")
     model_par = tp * cp * pp
     if gpus % model_par:
-        raise InfeasibleLayoutError(f"TP x CP x PP = {tp} x {cp} x {pp} = {model_par} does not divide {gpus} GPUs",
-                                    "divides")
+        raise InfeasibleLayoutError(
+            f"TP x CP x PP = {tp} x {cp} x {pp} = {model_par} does not divide {gpus} GPUs", "divides"
+        )
     dp = gpus // model_par
     if layout.dp is not None and layout.dp != dp:
         raise InfeasibleLayoutError(f"dp {layout.dp} x TP {tp} x CP {cp} x PP {pp} != {gpus} GPUs", "divides")
@@ -119,20 +122,23 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     if w.kv_heads_n % tp and tp % w.kv_heads_n:
         raise InfeasibleLayoutError(f"TP {tp} and {w.kv_heads_n} KV heads: neither divides the other", "divides")
     if w.layers % (pp * vpp):
-        raise InfeasibleLayoutError(
-            f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {w.layers} layers", "divides")
+        raise InfeasibleLayoutError(f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {w.layers} layers", "divides")
     if vpp > 1 and pp == 1:
         raise InfeasibleLayoutError("interleaved schedule (vpp > 1) needs pp > 1", "divides")
     if w.seq_len % (2 * cp if cp > 1 else 1):
-        raise InfeasibleLayoutError(f"CP {cp}: sequence length {w.seq_len} does not split into {2 * cp} chunks "
-                                    "(load-balanced causal split)", "divides")
+        raise InfeasibleLayoutError(
+            f"CP {cp}: sequence length {w.seq_len} does not split into {2 * cp} chunks (load-balanced causal split)",
+            "divides",
+        )
     if w.global_batch % (dp * w.micro_batch):
-        raise InfeasibleLayoutError(f"global batch {w.global_batch} does not split into DP {dp} x micro-batch "
-                                    f"{w.micro_batch}", "divides")
+        raise InfeasibleLayoutError(
+            f"global batch {w.global_batch} does not split into DP {dp} x micro-batch {w.micro_batch}", "divides"
+        )
     micro_batches = w.global_batch // (dp * w.micro_batch)
     if vpp > 1 and micro_batches % pp:
         raise InfeasibleLayoutError(
-            f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides")
+            f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
+        )
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")

@@ -71,8 +71,9 @@ def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str
     tokens = w.micro_batch * w.seq_len / r.cp
     layers = r.layers_per_stage
     moe_share = w.moe_layers / w.layers
-    per_token = ((1 - moe_share) * activation_bytes_per_token(w, layout, r.tp, False)
-                 + (moe_share * activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0))
+    per_token = (1 - moe_share) * activation_bytes_per_token(w, layout, r.tp, False) + (
+        moe_share * activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
+    )
     sp = layout.sp and r.tp > 1
     working = 0.0
     if layout.recompute == "full":  # stored: each layer's input; working: one layer being recomputed
@@ -85,5 +86,4 @@ def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str
         in_flight *= 1.0 + (r.pp - 1) / (r.pp * r.vpp)
     activations = per_mb * in_flight + working
     total = weights + grads + optimizer + activations
-    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations,
-            "total": total}
+    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations, "total": total}

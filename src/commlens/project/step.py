@@ -41,7 +41,7 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.hardware import device_for
-from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
+from commlens.project.layout import Group, ParallelLayout, resolve
 from commlens.project.memory import memory_per_gpu
 from commlens.topology import Topology
 from commlens.workload import Workload
@@ -145,8 +145,15 @@ def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
     return 3.0 * (fwd + logits)
 
 
-def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus: int,
-            *, check_memory: bool = True, accelerators: Sequence[str] | None = None) -> Projection:
+def project(
+    workload: Workload,
+    topology: Topology,
+    layout: ParallelLayout,
+    gpus: int,
+    *,
+    check_memory: bool = True,
+    accelerators: Sequence[str] | None = None,
+) -> Projection:
     """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason).
 
     ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``)."""
@@ -157,7 +164,8 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
     mem = memory_per_gpu(w, layout, r)
     if check_memory and mem["total"] > dev.hbm_bytes:
         raise InfeasibleLayoutError(
-            f"needs {mem['total'] / 1e9:.0f} GB per GPU, has {dev.hbm_bytes / 1e9:.0f}", "memory")
+            f"needs {mem['total'] / 1e9:.0f} GB per GPU, has {dev.hbm_bytes / 1e9:.0f}", "memory"
+        )
 
     t, cp, h = r.tp, r.cp, w.hidden
     sp = layout.sp and t > 1
@@ -172,8 +180,9 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
         gradient (k, n, m), each at its own shape's efficiency."""
         fwd = gemm_time_s(dev, peak, m_, n_, k_, elem_bytes=elem)
-        return fwd, gemm_time_s(dev, peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(dev, peak, k_, n_, m_,
-                                                                                       elem_bytes=elem)
+        return fwd, gemm_time_s(dev, peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(
+            dev, peak, k_, n_, m_, elem_bytes=elem
+        )
 
     def add(*parts: tuple[float, float], times: float = 1.0) -> tuple[float, float]:
         return sum(p[0] for p in parts) * times, sum(p[1] for p in parts) * times
@@ -187,8 +196,9 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         core_bytes = 0.0
     else:  # scores and context as batched GEMMs over full s x s, softmax + dropout through HBM
         b_heads = w.micro_batch * a_t
-        t_core = (gemm_time_s(dev, peak, tokens / w.micro_batch, keys, d, b_heads, elem)
-                  + gemm_time_s(dev, peak, tokens / w.micro_batch, d, keys, b_heads, elem))
+        t_core = gemm_time_s(dev, peak, tokens / w.micro_batch, keys, d, b_heads, elem) + gemm_time_s(
+            dev, peak, tokens / w.micro_batch, d, keys, b_heads, elem
+        )
         # scale-mask-softmax 4 B + dropout 5 B per score; the context permuted back to [s, b, h] (a copy, 4 B)
         core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys + 4.0 * tokens * a_t * d
     t_dense_ffn = add(add(gemm(tokens, w.ffn_hidden / t, h), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t))
@@ -206,20 +216,25 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         local_experts = m.experts / r.ep
         per_expert_tokens = routed_tokens / local_experts
         fe = m.expert_ffn_hidden / t
-        t_exp = add(add(gemm(per_expert_tokens, fe, h), times=mats - 1), gemm(per_expert_tokens, h, fe), times=local_experts)
+        t_exp = add(
+            add(gemm(per_expert_tokens, fe, h), times=mats - 1), gemm(per_expert_tokens, h, fe), times=local_experts
+        )
         t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=m.shared_experts)
         t_router = gemm(tokens, m.experts, h)
         moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
         a2a_bytes = routed_tokens * h * elem
-        layer_kinds.append((w.moe_layers, add(t_qkv, t_proj, t_exp, t_shared, t_router), t_core,
-                            base_bytes + moe_bytes, a2a_bytes))
+        layer_kinds.append(
+            (w.moe_layers, add(t_qkv, t_proj, t_exp, t_shared, t_router), t_core, base_bytes + moe_bytes, a2a_bytes)
+        )
 
     # --- communication of one layer pass (forward or backward)
     tp_bytes = tokens * h * 2
     if t > 1:
         if sp:
-            tp_pass = 2 * (_comm_s(topology, "all_gather", tp_bytes, r.groups["tp"])
-                           + _comm_s(topology, "reduce_scatter", tp_bytes, r.groups["tp"]))
+            tp_pass = 2 * (
+                _comm_s(topology, "all_gather", tp_bytes, r.groups["tp"])
+                + _comm_s(topology, "reduce_scatter", tp_bytes, r.groups["tp"])
+            )
         else:
             tp_pass = 2 * _comm_s(topology, "all_reduce", tp_bytes, r.groups["tp"])
     else:
@@ -295,14 +310,17 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         gather = _comm_s(topology, "all_gather", dense_local * 2, dp_group)
         gather += _comm_s(topology, "all_gather", expert_local * 2, edp_group)
         fsdp_per_mb = gather * (3.0 if recompute_full else 2.0)
-        fsdp_exposed = m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
+        fsdp_exposed = (
+            m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
+        )
         fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
     else:
         fsdp_exposed = fsdp_hidden = 0.0
-    shard = (dp_group.size if layout.zero >= 1 else 1)
+    shard = dp_group.size if layout.zero >= 1 else 1
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
-    optimizer_s = stream_time_s(dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1))
-                                * opt_bytes)
+    optimizer_s = stream_time_s(
+        dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * opt_bytes
+    )
 
     step = pipeline_s + (dp_s - dp_hidden) + fsdp_exposed + optimizer_s
     m = m_count
@@ -325,8 +343,19 @@ def project(workload: Workload, topology: Topology, layout: ParallelLayout, gpus
         workload=w.name,
         topology=topology.name,
         gpus=gpus,
-        layout={"tp": t, "sp": sp, "cp": cp, "pp": r.pp, "vpp": r.vpp, "dp": r.dp, "ep": r.ep, "zero": layout.zero,
-                "recompute": layout.recompute, "micro_batches": m, "order": ",".join(layout.order)},
+        layout={
+            "tp": t,
+            "sp": sp,
+            "cp": cp,
+            "pp": r.pp,
+            "vpp": r.vpp,
+            "dp": r.dp,
+            "ep": r.ep,
+            "zero": layout.zero,
+            "recompute": layout.recompute,
+            "micro_batches": m,
+            "order": ",".join(layout.order),
+        },
         step_time_s=step,
         tokens_per_s=tokens_step / step,
         model_tflops_per_gpu=model_tflops,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "project_point", "run_sweep", "search_layouts"]
 
-TOPOLOGY_ALIASES = {"nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
-                    "scale_up_gbytes": ("scale_up.bandwidth_bytes_per_s", 1e9)}
+TOPOLOGY_ALIASES = {
+    "nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
+    "scale_up_gbytes": ("scale_up.bandwidth_bytes_per_s", 1e9),
+}
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,11 @@ def _value_problem(path: str, value: Any) -> str | None:
     if path == "gpus" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         return f"gpus must be a whole number >= 1, got {value!r}"
     alias = path.partition(".")[2]
-    if path.startswith("topology.") and alias in TOPOLOGY_ALIASES and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+    if (
+        path.startswith("topology.")
+        and alias in TOPOLOGY_ALIASES
+        and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0)
+    ):
         return f"{alias} must be a number > 0, got {value!r}"
     return None
 
@@ -164,9 +170,14 @@ def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[st
     except (ProjectionError, ValueError) as e:
         row.update(error=str(e).splitlines()[0], kind="invalid")
         return row
-    row.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
-               model_tflops_per_gpu=p.model_tflops_per_gpu, memory_gb=p.memory_bytes_per_gpu / 1e9,
-               layout=p.layout)
+    row.update(
+        step_time_s=p.step_time_s,
+        tokens_per_s=p.tokens_per_s,
+        mfu=p.mfu,
+        model_tflops_per_gpu=p.model_tflops_per_gpu,
+        memory_gb=p.memory_bytes_per_gpu / 1e9,
+        layout=p.layout,
+    )
     return row
 
 
@@ -225,8 +236,14 @@ def _reason_key(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
-def run_sweep(base: Base, points: list[dict[str, Any]], *, search: bool = False, executor: str = "local",
-              workers: int | None = None) -> SweepResult:
+def run_sweep(
+    base: Base,
+    points: list[dict[str, Any]],
+    *,
+    search: bool = False,
+    executor: str = "local",
+    workers: int | None = None,
+) -> SweepResult:
     """Evaluate ``points`` (in order) locally in a process pool, serially (``workers=1``), or on Ray.
 
     The accelerators files are settled here, once, and travel to the workers with ``base``."""
@@ -245,7 +262,7 @@ def run_sweep(base: Base, points: list[dict[str, Any]], *, search: bool = False,
     if workers == 1 or len(points) < 64:
         return SweepResult(_chunk((base, points, search)))
     size = -(-len(points) // (workers * 4))
-    chunks = [(base, points[i:i + size], search) for i in range(0, len(points), size)]
+    chunks = [(base, points[i : i + size], search) for i in range(0, len(points), size)]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -266,7 +283,7 @@ def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dic
     try:
         task = ray.remote(_chunk)  # calibrated figures: base names the files (paths must be visible to workers)
         size = max(1, -(-len(points) // (int(ray.available_resources().get("CPU", 1)) * 4)))
-        refs = [task.remote((base, points[i:i + size], search)) for i in range(0, len(points), size)]
+        refs = [task.remote((base, points[i : i + size], search)) for i in range(0, len(points), size)]
         return [row for part in ray.get(refs) for row in part]
     finally:
         if started:
@@ -288,8 +305,9 @@ def plot(result: SweepResult, vary: dict[str, list[Any]], metric: str, path: str
         series.setdefault(tuple(r[k] for k in others), []).append((r[x_key], r[metric]))
     for label, pts in series.items():
         xs = list(range(len(pts))) if any(isinstance(x, str) for x, _ in pts) else [x for x, _ in pts]
-        ax.plot(xs, [y for _, y in pts], marker="o",
-                label=", ".join(f"{k}={v}" for k, v in zip(others, label)) or metric)
+        ax.plot(
+            xs, [y for _, y in pts], marker="o", label=", ".join(f"{k}={v}" for k, v in zip(others, label)) or metric
+        )
     ax.set_xlabel(x_key)
     ax.set_ylabel(metric)
     ax.grid(True, alpha=0.3)

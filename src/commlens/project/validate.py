@@ -28,7 +28,6 @@ from dataclasses import dataclass
 __all__ = ["MEGATRON_TABLE1", "PublishedRun", "ValidationRow", "megatron_flops", "validate_megatron"]
 
 
-
 @dataclass(frozen=True)
 class PublishedRun:
     """One row of Table 1 with the settings its run used (run_table_1.sh)."""
@@ -88,9 +87,18 @@ class ValidationRow:
         return self.predicted_tflops / self.published_tflops - 1.0
 
     def as_dict(self) -> dict[str, object]:
-        return {"workload": self.workload, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "gpus": self.gpus,
-                "batch": self.batch, "micro_batch": self.micro_batch, "published_tflops_per_gpu": self.published_tflops,
-                "predicted_tflops_per_gpu": self.predicted_tflops, "error": self.error}
+        return {
+            "workload": self.workload,
+            "tp": self.tp,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "gpus": self.gpus,
+            "batch": self.batch,
+            "micro_batch": self.micro_batch,
+            "published_tflops_per_gpu": self.published_tflops,
+            "predicted_tflops_per_gpu": self.predicted_tflops,
+            "error": self.error,
+        }
 
 
 def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
@@ -110,11 +118,31 @@ def validate_megatron(topology: str = "dgx-a100", accelerators: Sequence[str] | 
     rows = []
     for run in MEGATRON_TABLE1:
         w = load_workload(run.workload, {"global_batch": run.batch, "micro_batch": run.micro_batch})
-        layout = ParallelLayout(tp=run.tp, pp=run.pp, vpp=run.vpp, sp=False, zero=0, recompute="full",
-                                flash_attention=False, overlap_grad_reduce=run.torch_ddp, grad_reduce_bytes=2,
-                                grad_accum_fusion=False)
+        layout = ParallelLayout(
+            tp=run.tp,
+            pp=run.pp,
+            vpp=run.vpp,
+            sp=False,
+            zero=0,
+            recompute="full",
+            flash_attention=False,
+            overlap_grad_reduce=run.torch_ddp,
+            grad_reduce_bytes=2,
+            grad_accum_fusion=False,
+        )
         p = project(w, topo, layout, run.gpus, accelerators=accelerators)
         flops = megatron_flops(run.batch, w.seq_len, w.layers, w.hidden, w.vocab)
-        rows.append(ValidationRow(run.workload, run.tp, run.pp, run.vpp, run.gpus, run.batch, run.micro_batch,
-                                  run.published_tflops, flops / p.step_time_s / run.gpus / 1e12))
+        rows.append(
+            ValidationRow(
+                run.workload,
+                run.tp,
+                run.pp,
+                run.vpp,
+                run.gpus,
+                run.batch,
+                run.micro_batch,
+                run.published_tflops,
+                flops / p.step_time_s / run.gpus / 1e12,
+            )
+        )
     return rows

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -254,8 +254,11 @@ def _estimate(side: RowSide, floor: float | None, min_obs: int) -> _Estimate:
     return _Estimate(mean, var, df, spread, floored)
 
 
-def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = CompareSettings(),
-          floors: Sequence[float | None] | None = None) -> list[Judgement]:
+def judge(
+    pairs: Sequence[tuple[RowSide, RowSide]],
+    settings: CompareSettings = CompareSettings(),
+    floors: Sequence[float | None] | None = None,
+) -> list[Judgement]:
     """Verdicts for (base, candidate) rows judged together, as the rows of one compare.
 
     With ``d = min_change`` and ``f`` the series' noise floor (the relative sd of one whole run's typical
@@ -279,8 +282,10 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
     from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse: lighter than scipy.stats
 
     floors = list(floors) if floors is not None else [None] * len(pairs)
-    ests = [(_estimate(b, f, settings.min_samples), _estimate(c, f, settings.min_samples))
-            for (b, c), f in zip(pairs, floors)]
+    ests = [
+        (_estimate(b, f, settings.min_samples), _estimate(c, f, settings.min_samples))
+        for (b, c), f in zip(pairs, floors)
+    ]
     tested: dict[int, tuple[float, float, float]] = {}  # row -> (D, se, df)
     for i, (eb, ec) in enumerate(ests):
         if eb.var is None or ec.var is None:
@@ -311,23 +316,41 @@ def judge(pairs: Sequence[tuple[RowSide, RowSide]], settings: CompareSettings = 
         lo, hi = math.exp(d - t_crit * se), math.exp(d + t_crit * se)
         single = b.unit == "single round" or c.unit == "single round"
         floor_set = f if (eb.floored or ec.floored) else None
-        verdict, reason = _verdict(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, floor_set, single, settings,
-                                   len(order))
+        verdict, reason = _verdict(
+            ratio, lo, hi, p_raw[i], p_adj[i], spread, f, floor_set, single, settings, len(order)
+        )
         out.append(Judgement(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, verdict, reason))
     return out
 
 
 def _unmeasured(b: RowSide, c: RowSide, settings: CompareSettings) -> str:
-    sides = [name for name, s in (("base", b), ("candidate", c)) if s.unit == "single round"
-             or (s.unit == "rounds" and s.rounds < settings.min_samples)
-             or (s.unit == "runs" and s.runs < settings.min_samples)]
+    sides = [
+        name
+        for name, s in (("base", b), ("candidate", c))
+        if s.unit == "single round"
+        or (s.unit == "rounds" and s.rounds < settings.min_samples)
+        or (s.unit == "runs" and s.runs < settings.min_samples)
+    ]
     where = " and ".join(sides) or "a side"
-    return (f"run-to-run variation not measured ({where}: fewer than {settings.min_samples} rounds or runs, "
-            f"no noise floor known)")
+    return (
+        f"run-to-run variation not measured ({where}: fewer than {settings.min_samples} rounds or runs, "
+        f"no noise floor known)"
+    )
 
 
-def _verdict(ratio: float, lo: float, hi: float, p: float, q: float, spread: float | None, floor: float | None,
-             floor_set: float | None, single: bool, settings: CompareSettings, rows: int) -> tuple[Verdict, str]:
+def _verdict(
+    ratio: float,
+    lo: float,
+    hi: float,
+    p: float,
+    q: float,
+    spread: float | None,
+    floor: float | None,
+    floor_set: float | None,
+    single: bool,
+    settings: CompareSettings,
+    rows: int,
+) -> tuple[Verdict, str]:
     """Steps 4 to 7 of :func:`judge`, with the reason a reader is shown."""
     change = f"{ratio - 1.0:+.1%}"
     d = settings.min_change
@@ -335,11 +358,15 @@ def _verdict(ratio: float, lo: float, hi: float, p: float, q: float, spread: flo
         assert floor is not None  # a single-round side is only tested through a floor
         far = abs(math.log(ratio)) > settings.far_floors * floor * math.sqrt(2.0)
         if not far or abs(ratio - 1.0) <= d or q >= settings.alpha:
-            return "unknown", (f"run-to-run variation not measured (a side has one round); {change} is within "
-                               f"{settings.far_floors:g} noise floors ({floor:.1%} a run)")
+            return "unknown", (
+                f"run-to-run variation not measured (a side has one round); {change} is within "
+                f"{settings.far_floors:g} noise floors ({floor:.1%} a run)"
+            )
         kind: Verdict = "regression" if ratio > 1.0 else "improvement"
-        return kind, (f"{'slower' if ratio > 1.0 else 'faster'} {change}: one round a side, but beyond "
-                      f"{settings.far_floors:g} noise floors ({floor:.1%} a run)")
+        return kind, (
+            f"{'slower' if ratio > 1.0 else 'faster'} {change}: one round a side, but beyond "
+            f"{settings.far_floors:g} noise floors ({floor:.1%} a run)"
+        )
     if ratio > 1.0 + d and q < settings.alpha and lo > 1.0:
         return "regression", f"slower {change}"
     if ratio < 1.0 / (1.0 + d) and q < settings.alpha and hi < 1.0:
@@ -425,8 +452,11 @@ def compare_runs(
         known = [floors[(fp, *key)] for fp in fingerprints if floors and (fp, *key) in floors]
         row_floors.append(max(known) if known else None)
         if b_side.failed_check or c_side.failed_check:
-            side = "both sides" if b_side.failed_check and c_side.failed_check else (
-                base_label if b_side.failed_check else candidate_label)
+            side = (
+                "both sides"
+                if b_side.failed_check and c_side.failed_check
+                else (base_label if b_side.failed_check else candidate_label)
+            )
             blocked[i] = f"results check failed ({side}): wrong results are not timed results"
     testable = [i for i in range(len(keys)) if i not in blocked]
     judged = dict(zip(testable, judge([pairs[i] for i in testable], settings, [row_floors[i] for i in testable])))
@@ -434,22 +464,43 @@ def compare_runs(
     for i, key in enumerate(keys):
         b, c = pairs[i]
         eb, ec = _estimate(b, None, 2), _estimate(c, None, 2)
-        j = judged.get(i) or Judgement(math.exp(ec.mean - eb.mean), None, None, None, None, None, row_floors[i],
-                                       "unknown", blocked[i])
+        j = judged.get(i) or Judgement(
+            math.exp(ec.mean - eb.mean), None, None, None, None, None, row_floors[i], "unknown", blocked[i]
+        )
         op, algo, dtype, redop, root, size_bytes, in_place = key
         units = (b.unit, c.unit)
-        rows.append(ComparisonRow(
-            op=op, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=size_bytes, in_place=in_place,
-            unit="single round" if "single round" in units else ("rounds" if "rounds" in units else "runs"),
-            base_n=int(b.observations().size), candidate_n=int(c.observations().size),
-            base_runs=b.runs, candidate_runs=c.runs, base_rounds=b.rounds, candidate_rounds=c.rounds,
-            base_time_s=math.exp(eb.mean), candidate_time_s=math.exp(ec.mean),
-            base_busbw_bytes_per_s=base_sides[key].busbw(math.exp(eb.mean)),
-            candidate_busbw_bytes_per_s=cand_sides[key].busbw(math.exp(ec.mean)),
-            base_spread=eb.spread, candidate_spread=ec.spread, noise_floor=j.floor,
-            ratio=j.ratio, ci_low=j.ci_low, ci_high=j.ci_high,
-            p_value=j.p_value, p_adjusted=j.p_adjusted, verdict=j.verdict, reason=j.reason,
-        ))
+        rows.append(
+            ComparisonRow(
+                op=op,
+                algo=algo,
+                dtype=dtype,
+                redop=redop,
+                root=root,
+                size_bytes=size_bytes,
+                in_place=in_place,
+                unit="single round" if "single round" in units else ("rounds" if "rounds" in units else "runs"),
+                base_n=int(b.observations().size),
+                candidate_n=int(c.observations().size),
+                base_runs=b.runs,
+                candidate_runs=c.runs,
+                base_rounds=b.rounds,
+                candidate_rounds=c.rounds,
+                base_time_s=math.exp(eb.mean),
+                candidate_time_s=math.exp(ec.mean),
+                base_busbw_bytes_per_s=base_sides[key].busbw(math.exp(eb.mean)),
+                candidate_busbw_bytes_per_s=cand_sides[key].busbw(math.exp(ec.mean)),
+                base_spread=eb.spread,
+                candidate_spread=ec.spread,
+                noise_floor=j.floor,
+                ratio=j.ratio,
+                ci_low=j.ci_low,
+                ci_high=j.ci_high,
+                p_value=j.p_value,
+                p_adjusted=j.p_adjusted,
+                verdict=j.verdict,
+                reason=j.reason,
+            )
+        )
     base_summary = _summary(base_label, base)
     cand_summary = _summary(candidate_label, candidate)
     only_base = len(base_sides.keys() - cand_sides.keys())
@@ -461,8 +512,11 @@ def compare_runs(
         rows=tuple(rows),
         only_in_base=only_base,
         only_in_candidate=only_cand,
-        warnings=tuple(_warnings(base_summary, cand_summary, only_base, only_cand)
-                       + _failed_warnings(base_label, base) + _failed_warnings(candidate_label, candidate)),
+        warnings=tuple(
+            _warnings(base_summary, cand_summary, only_base, only_cand)
+            + _failed_warnings(base_label, base)
+            + _failed_warnings(candidate_label, candidate)
+        ),
     )
 
 
@@ -485,8 +539,10 @@ def _failed_warnings(label: str, runs: Sequence[Run]) -> list[str]:
     failed = [r.run_id[:12] for r in runs if r.status == "check_failed"]
     if not failed:
         return []
-    return [f"{label}: results check failed in run{'s' if len(failed) > 1 else ''} {', '.join(failed)}: its rows with "
-            f"wrong results are not judged (verdict unknown); its other rows are"]
+    return [
+        f"{label}: results check failed in run{'s' if len(failed) > 1 else ''} {', '.join(failed)}: its rows with "
+        f"wrong results are not judged (verdict unknown); its other rows are"
+    ]
 
 
 def _check_failed(run: Run, m: Measurement) -> bool:
@@ -513,8 +569,10 @@ def _warnings(base: SideSummary, cand: SideSummary, only_base: int, only_cand: i
     out = []
     for side in (base, cand):
         if len(side.fingerprints) > 1:
-            out.append(f"{side.label} pools runs from {len(side.fingerprints)} different systems "
-                       f"(fingerprints {', '.join(side.fingerprints)})")
+            out.append(
+                f"{side.label} pools runs from {len(side.fingerprints)} different systems "
+                f"(fingerprints {', '.join(side.fingerprints)})"
+            )
     if set(base.fingerprints) != set(cand.fingerprints):
         out.append(
             f"base and candidate ran on different systems (fingerprint {', '.join(base.fingerprints)} vs "

@@ -7,8 +7,8 @@ applies it to every series of a result store.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -66,8 +66,9 @@ class SegmentChange:
         return self.mean_after_s > self.mean_before_s
 
 
-def find_changes(times_s: Sequence[float], settings: DetectSettings = DetectSettings(),
-                 floor: float | None = None) -> list[SegmentChange]:
+def find_changes(
+    times_s: Sequence[float], settings: DetectSettings = DetectSettings(), floor: float | None = None
+) -> list[SegmentChange]:
     """Changes of level in ``times_s`` (one mean time per run, in history order).
 
     ``floor`` is the series' noise floor (sd of ln time between runs of the same code, learned by
@@ -119,8 +120,12 @@ def _running_median(y: np.ndarray, window: int) -> np.ndarray:
     return np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
 
 
-def _prune(x: np.ndarray, breaks: list[int], settings: DetectSettings, min_log_change: float = 0.0,
-           ) -> list[SegmentChange]:
+def _prune(
+    x: np.ndarray,
+    breaks: list[int],
+    settings: DetectSettings,
+    min_log_change: float = 0.0,
+) -> list[SegmentChange]:
     """Steps 5 and 6 of ``find_changes``: keep only candidates that pass the test.
 
     A candidate smaller than ``min_change`` is weaker than any that is not,
@@ -135,8 +140,10 @@ def _prune(x: np.ndarray, breaks: list[int], settings: DetectSettings, min_log_c
             if key not in tested:
                 before, after = x[key[0] : key[1]], x[key[1] : key[2]]
                 mean_before, mean_after = float(before.mean()), float(after.mean())
-                big = (abs(mean_after / mean_before - 1.0) >= settings.min_change
-                       and abs(math.log(mean_after / mean_before)) >= min_log_change)
+                big = (
+                    abs(mean_after / mean_before - 1.0) >= settings.min_change
+                    and abs(math.log(mean_after / mean_before)) >= min_log_change
+                )
                 tested[key] = SegmentChange(
                     index=key[1],
                     mean_before_s=mean_before,

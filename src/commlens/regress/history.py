@@ -8,10 +8,10 @@ tag. Each run contributes one point, its mean time.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.store.repo import MeasurementRow
@@ -82,10 +82,21 @@ class DetectReport:
         changes = []
         for c in self.changes:
             d = asdict(c.series)
-            d.update(index=c.index, points=c.points, run_id=c.run_id, started_at=c.started_at.isoformat(),
-                     revision=c.revision, previous_run_id=c.previous_run_id, previous_revision=c.previous_revision,
-                     mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, change=c.change,
-                     p_value=c.p_value, direction=c.direction, noise_floor=c.noise_floor)
+            d.update(
+                index=c.index,
+                points=c.points,
+                run_id=c.run_id,
+                started_at=c.started_at.isoformat(),
+                revision=c.revision,
+                previous_run_id=c.previous_run_id,
+                previous_revision=c.previous_revision,
+                mean_before_s=c.mean_before_s,
+                mean_after_s=c.mean_after_s,
+                change=c.change,
+                p_value=c.p_value,
+                direction=c.direction,
+                noise_floor=c.noise_floor,
+            )
             changes.append(d)
         return {
             "settings": asdict(self.settings),
@@ -96,15 +107,22 @@ class DetectReport:
             "floored": self.floored,
             "points": self.points,
             "excluded_runs": list(self.excluded_runs),
-            "summary": {"changes": len(self.changes), "regressions": len(self.regressions),
-                        "improvements": len(self.changes) - len(self.regressions)},
+            "summary": {
+                "changes": len(self.changes),
+                "regressions": len(self.regressions),
+                "improvements": len(self.changes) - len(self.regressions),
+            },
             "changes": changes,
         }
 
     def summary_line(self) -> str:
         window = f" since {self.since.isoformat()}" if self.since else ""
-        left_out = (f"; {len(self.excluded_runs)} run{'s' if len(self.excluded_runs) != 1 else ''} left out "
-                    f"(results check failed)" if self.excluded_runs else "")
+        left_out = (
+            f"; {len(self.excluded_runs)} run{'s' if len(self.excluded_runs) != 1 else ''} left out "
+            f"(results check failed)"
+            if self.excluded_runs
+            else ""
+        )
         return (
             f"{self.series} series, {self.points} points: {len(self.changes)} changes{window} "
             f"({len(self.regressions)} regressions, {len(self.changes) - len(self.regressions)} improvements)"
@@ -185,16 +203,32 @@ def detect_history(
             first, last_before = runs[c.index][0], runs[c.index - 1][0]
             if since is not None and first.started_at < since:
                 continue
-            changes.append(DetectedChange(
-                series=series, index=c.index, points=len(runs),
-                run_id=first.run_id, started_at=first.started_at, revision=first.revision,
-                previous_run_id=last_before.run_id, previous_revision=last_before.revision,
-                mean_before_s=c.mean_before_s, mean_after_s=c.mean_after_s, p_value=c.p_value,
-                noise_floor=floor,
-            ))
+            changes.append(
+                DetectedChange(
+                    series=series,
+                    index=c.index,
+                    points=len(runs),
+                    run_id=first.run_id,
+                    started_at=first.started_at,
+                    revision=first.revision,
+                    previous_run_id=last_before.run_id,
+                    previous_revision=last_before.revision,
+                    mean_before_s=c.mean_before_s,
+                    mean_after_s=c.mean_after_s,
+                    p_value=c.p_value,
+                    noise_floor=floor,
+                )
+            )
     return DetectReport(
-        settings=settings, order=order, since=since, series=len(per_run), too_short=too_short, points=points,
-        changes=tuple(changes), excluded_runs=excluded, floored=floored,
+        settings=settings,
+        order=order,
+        since=since,
+        series=len(per_run),
+        too_short=too_short,
+        points=points,
+        changes=tuple(changes),
+        excluded_runs=excluded,
+        floored=floored,
     )
 
 

@@ -26,8 +26,9 @@ __all__ = ["GroupBy", "NoiseFloor", "learn_floors"]
 GroupBy = Literal["revision", "tag", "all"]
 
 
-def learn_floors(runs: Sequence[Run], *, by: GroupBy = "revision", min_df: int = 2,
-                 statistic: Statistic = "median") -> list[NoiseFloor]:
+def learn_floors(
+    runs: Sequence[Run], *, by: GroupBy = "revision", min_df: int = 2, statistic: Statistic = "median"
+) -> list[NoiseFloor]:
     """The noise floor of every series with enough A/A-like history in ``runs``.
 
     1. Runs that are alike are grouped: the same revision (``by="revision"``; runs without one are left
@@ -65,9 +66,21 @@ def learn_floors(runs: Sequence[Run], *, by: GroupBy = "revision", min_df: int =
             continue
         ss = sum(float(((v - v.mean()) ** 2).sum()) for v in full)
         fp, op, algo, dtype, redop, root, size_bytes, in_place = series
-        floors.append(NoiseFloor(
-            fingerprint=fp, op=op, algo=algo, dtype=dtype, redop=redop, root=root, size_bytes=size_bytes,
-            in_place=in_place, sd_log=math.sqrt(ss / df), runs=sum(v.size for v in full), groups=len(full),
-            learned_at=now))
+        floors.append(
+            NoiseFloor(
+                fingerprint=fp,
+                op=op,
+                algo=algo,
+                dtype=dtype,
+                redop=redop,
+                root=root,
+                size_bytes=size_bytes,
+                in_place=in_place,
+                sd_log=math.sqrt(ss / df),
+                runs=sum(v.size for v in full),
+                groups=len(full),
+                learned_at=now,
+            )
+        )
     floors.sort(key=lambda f: (f.fingerprint, f.op, f.algo, f.dtype, f.redop, f.root, f.in_place, f.size_bytes))
     return floors

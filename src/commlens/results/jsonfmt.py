@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from commlens.files import atomic_text
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
@@ -143,8 +144,9 @@ def _reported(rep: Any) -> TimeStats:
     stats: dict[str, Any] = {"n": _int(rep, "n", 0)}
     for name in sorted(fields - {"n"}):
         value = rep.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
             raise FormatError(f"reported.{name}: expected a finite number or null, got {_shown(value)}")
         stats[name] = None if value is None else float(value)
     if stats["mean_s"] is None:
@@ -162,8 +164,11 @@ def _measurement_from_dict(d: Any) -> Measurement:
     rep = d.get("reported")
     nwrong = d.get("nwrong")
     rounds = d.get("rounds")
-    if rounds is not None and (not isinstance(rounds, list) or len(rounds) > MAX_ROUNDS
-                               or not all(isinstance(k, int) and not isinstance(k, bool) for k in rounds)):
+    if rounds is not None and (
+        not isinstance(rounds, list)
+        or len(rounds) > MAX_ROUNDS
+        or not all(isinstance(k, int) and not isinstance(k, bool) for k in rounds)
+    ):
         raise FormatError(f"rounds: expected a list of at most {MAX_ROUNDS} sample counts, got {_shown(rounds)}")
     return Measurement(
         op=_str(d, "op"),
@@ -223,7 +228,7 @@ def run_from_dict(d: dict[str, Any]) -> Run:
     fmt = d.get("format") if isinstance(d, dict) else None
     if not isinstance(fmt, str) or not fmt.startswith(_FORMAT_PREFIX):
         raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT!r})")
-    suffix = fmt[len(_FORMAT_PREFIX):]
+    suffix = fmt[len(_FORMAT_PREFIX) :]
     version = int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) < 6 else 0
     if version < 1:  # versions start at 1
         raise FormatError(f"bad format version in {_shown(fmt)}")

@@ -63,17 +63,19 @@ def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
     results = []
     for (op, dtype, redop, root, size, _algo), pair in rows.items():
         any_m = next(iter(pair.values()))
-        results.append({
-            "size": size,
-            "count": any_m.count,
-            "type": NCCL_TYPE_NAMES[dtype],
-            "redop": redop,
-            "root": f"{root:6d}",
-            "out_of_place": _placement(pair.get(False)),
-            "in_place": _placement(pair.get(True)),
-            "actual_iterations": len(any_m.samples_s),
-            "experiment_name": op,
-        })
+        results.append(
+            {
+                "size": size,
+                "count": any_m.count,
+                "type": NCCL_TYPE_NAMES[dtype],
+                "redop": redop,
+                "root": f"{root:6d}",
+                "out_of_place": _placement(pair.get(False)),
+                "in_place": _placement(pair.get(True)),
+                "actual_iterations": len(any_m.samples_s),
+                "experiment_name": op,
+            }
+        )
     checked = [m.nwrong for m in run.measurements if m.nwrong is not None]
     wrong = sum(checked)
     system = run.system

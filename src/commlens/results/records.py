@@ -111,8 +111,10 @@ class Measurement:
             if not self.rounds or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in self.rounds):
                 raise RecordError(f"{self.op} {self.size_bytes} B: rounds must be sample counts >= 1")
             if sum(self.rounds) != len(self.samples_s):
-                raise RecordError(f"{self.op} {self.size_bytes} B: rounds hold {sum(self.rounds)} samples, "
-                                  f"the row has {len(self.samples_s)}")
+                raise RecordError(
+                    f"{self.op} {self.size_bytes} B: rounds hold {sum(self.rounds)} samples, "
+                    f"the row has {len(self.samples_s)}"
+                )
         object.__setattr__(self, "samples_s", tuple(float(s) for s in self.samples_s))
 
     @property
@@ -126,7 +128,7 @@ class Measurement:
             return [self.samples_s]
         out, start = [], 0
         for k in self.rounds:
-            out.append(self.samples_s[start:start + k])
+            out.append(self.samples_s[start : start + k])
             start += k
         return out
 
@@ -238,9 +240,7 @@ class Run:
         object.__setattr__(self, "notes", tuple(self.notes))
         for m in self.measurements:
             if m.world_size != self.system.world_size:
-                raise RecordError(
-                    f"measurement world_size {m.world_size} != run world_size {self.system.world_size}"
-                )
+                raise RecordError(f"measurement world_size {m.world_size} != run world_size {self.system.world_size}")
 
     @property
     def world_size(self) -> int:

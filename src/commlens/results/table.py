@@ -6,12 +6,19 @@ launcher can print rows as they stream in, before a Run exists.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from commlens.results.units import format_us
 
-__all__ = ["column_header_lines", "row_line", "footer_lines", "op_header_line", "run_table_lines",
-           "system_header_lines"]
+__all__ = [
+    "column_header_lines",
+    "row_line",
+    "footer_lines",
+    "op_header_line",
+    "run_table_lines",
+    "system_header_lines",
+]
 
 _LEFT = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}"
 _HALF = "  {:>8}  {:>7}  {:>7}  {:>6}  {:>8}  {:>8}"

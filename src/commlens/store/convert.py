@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats

@@ -8,8 +8,8 @@ import re
 import shutil
 import sqlite3
 from pathlib import Path
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
@@ -75,7 +75,7 @@ def db_url(location: str) -> str:
     """
     for scheme in _POSTGRES_SCHEMES:
         if location.startswith(scheme):
-            return "postgresql+psycopg://" + location[len(scheme):]
+            return "postgresql+psycopg://" + location[len(scheme) :]
     if "://" in location:
         return location
     return "sqlite:///" + str(Path(location).expanduser().resolve())
@@ -97,8 +97,10 @@ def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in _BACKENDS:
-        raise StoreError(f"bad database URL {parsed.render_as_string(hide_password=True)!r}: "
-                         f"unsupported database {backend!r} (commlens stores runs in SQLite or PostgreSQL)")
+        raise StoreError(
+            f"bad database URL {parsed.render_as_string(hide_password=True)!r}: "
+            f"unsupported database {backend!r} (commlens stores runs in SQLite or PostgreSQL)"
+        )
     try:
         is_sqlite = backend == "sqlite"
         if is_sqlite:
@@ -127,17 +129,26 @@ def make_engine(url: str) -> Engine:
 
 # (words, SQLite message fragments, PostgreSQL SQLSTATEs or their class prefixes)
 _PROBLEMS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("the database is read-only (check the file, its directory and the mount, or the role's rights)",
-     ("readonly database", "read-only"), ("25006", "42501")),
+    (
+        "the database is read-only (check the file, its directory and the mount, or the role's rights)",
+        ("readonly database", "read-only"),
+        ("25006", "42501"),
+    ),
     ("the disk is full", ("disk is full", "disk full"), ("53100",)),
-    ("the store is locked by another process and the wait timed out",
-     ("database is locked", "database table is locked"), ("55P03", "57014")),
+    (
+        "the store is locked by another process and the wait timed out",
+        ("database is locked", "database table is locked"),
+        ("55P03", "57014"),
+    ),
     ("the database is corrupted (see `commlens db status`)", ("malformed", "not a database"), ("XX001", "XX002")),
     ("the disk failed a read or write (full, or failing)", ("disk i/o error",), ("58030",)),
     ("a number is too large for the store's 64-bit integers", ("too large", "out of range"), ("22003",)),
     ("cannot reach or open the database", ("unable to open",), ("08",)),
-    ("text that is not valid UTF-8 (a tag, note or name read from undecodable bytes)",
-     ("codec can't encode", "surrogates not allowed"), ("22021",)),
+    (
+        "text that is not valid UTF-8 (a tag, note or name read from undecodable bytes)",
+        ("codec can't encode", "surrogates not allowed"),
+        ("22021",),
+    ),
 )
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
-from typing import IO, Any, ContextManager, Iterable, Literal
+from typing import IO, Any, Literal
 
 from commlens.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
@@ -23,10 +25,32 @@ __all__ = ["CSV_COLUMNS", "ExportFormat", "ExportCounts", "csv_row", "export_run
 ExportFormat = Literal["csv", "json"]
 
 CSV_COLUMNS: tuple[str, ...] = (
-    "run_id", "started_at", "tag", "revision", "fingerprint", "world_size", "backend",
-    "op", "algo", "dtype", "redop", "root", "size_bytes", "count", "in_place", "iterations",
-    "mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "cv",
-    "algbw_bytes_per_s", "busbw_bytes_per_s", "nwrong",
+    "run_id",
+    "started_at",
+    "tag",
+    "revision",
+    "fingerprint",
+    "world_size",
+    "backend",
+    "op",
+    "algo",
+    "dtype",
+    "redop",
+    "root",
+    "size_bytes",
+    "count",
+    "in_place",
+    "iterations",
+    "mean_s",
+    "p50_s",
+    "p95_s",
+    "p99_s",
+    "min_s",
+    "max_s",
+    "cv",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
+    "nwrong",
 )
 
 

@@ -6,9 +6,10 @@ samples) raises ``CorruptRunError`` naming the run; ``Store`` listings can skip 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -108,9 +109,26 @@ UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecordError, Stor
 
 
 def measurement_row(
-    run_id: str, started: datetime, revision: str | None, run_tag: str | None, fp: str, source: str,
-    run_status: str, op_name: str, algo: str, dtype_name: str, redop: str, root: int, size: int, in_place: bool,
-    world_size: int, mean_s: float, cv: float | None, busbw: float, reported: dict[str, Any] | None, samples: list[Any],
+    run_id: str,
+    started: datetime,
+    revision: str | None,
+    run_tag: str | None,
+    fp: str,
+    source: str,
+    run_status: str,
+    op_name: str,
+    algo: str,
+    dtype_name: str,
+    redop: str,
+    root: int,
+    size: int,
+    in_place: bool,
+    world_size: int,
+    mean_s: float,
+    cv: float | None,
+    busbw: float,
+    reported: dict[str, Any] | None,
+    samples: list[Any],
 ) -> MeasurementRow:
     """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
     stats = reported_from_json(reported)
@@ -152,9 +170,19 @@ def load_summaries(session: Session, run_ids: list[str]) -> dict[str, RunSummary
     """Summaries of the runs with these ids (no JSON column read), keyed by run_id: two queries."""
     r = RunModel
     rows = session.execute(
-        select(r.run_id, r.started_at, r.started_at_utc, r.status, r.tag, r.revision, r.source, r.world_size,
-               r.backend, r.avg_busbw_bytes_per_s, r.fingerprint)
-        .where(r.run_id.in_(run_ids))
+        select(
+            r.run_id,
+            r.started_at,
+            r.started_at_utc,
+            r.status,
+            r.tag,
+            r.revision,
+            r.source,
+            r.world_size,
+            r.backend,
+            r.avg_busbw_bytes_per_s,
+            r.fingerprint,
+        ).where(r.run_id.in_(run_ids))
     ).all()
     counts: dict[str, dict[str, int]] = {run_id: {} for run_id in run_ids}
     per_op = session.execute(

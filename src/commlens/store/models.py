@@ -164,8 +164,17 @@ class NoiseFloorModel(Base):
 
     __tablename__ = "noise_floors"
     __table_args__ = (
-        UniqueConstraint("fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place",
-                         name="uq_noise_floors_series"),
+        UniqueConstraint(
+            "fingerprint",
+            "op",
+            "algo",
+            "dtype",
+            "redop",
+            "root",
+            "size_bytes",
+            "in_place",
+            name="uq_noise_floors_series",
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

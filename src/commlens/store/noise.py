@@ -42,8 +42,7 @@ class NoiseFloor:
 
     @property
     def key(self) -> FloorKey:
-        return (self.fingerprint, self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes,
-                self.in_place)
+        return (self.fingerprint, self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
 
 
 _KEY_COLUMNS = ("fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place")
@@ -57,9 +56,13 @@ def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
             for f in floors:
                 conn.execute(delete(m).where(*(getattr(m, c) == getattr(f, c) for c in _KEY_COLUMNS)))
             if floors:
-                conn.execute(insert(m), [
-                    {c: getattr(f, c) for c in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")}
-                    for f in floors])
+                conn.execute(
+                    insert(m),
+                    [
+                        {c: getattr(f, c) for c in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")}
+                        for f in floors
+                    ],
+                )
     except SQLAlchemyError as e:
         raise StoreError(f"cannot save noise floors in {store.url}: {driver_reason(e)}") from None
     return len(floors)
@@ -77,8 +80,9 @@ def list_floors(store: Store, fingerprints: Iterable[str] | None = None) -> list
             rows = conn.execute(query).mappings().all()
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read noise floors from {store.url}: {driver_reason(e)}") from None
-    return [NoiseFloor(**{k: row[k] for k in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")})
-            for row in rows]
+    return [
+        NoiseFloor(**{k: row[k] for k in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")}) for row in rows
+    ]
 
 
 def load_floors(store: Store, fingerprints: Iterable[str] | None = None) -> dict[FloorKey, float]:

@@ -43,11 +43,15 @@ def preflight(url: str | None = None) -> None:
             try:
                 status = read_status(conn)
                 if status.state == "old":
-                    raise StoreError(f"result store {status.url} has schema {status.revision}, this commlens "
-                                     f"needs {status.head}: run `commlens db upgrade` (with the same --db) first")
+                    raise StoreError(
+                        f"result store {status.url} has schema {status.revision}, this commlens "
+                        f"needs {status.head}: run `commlens db upgrade` (with the same --db) first"
+                    )
                 if status.state == "newer":
-                    raise StoreError(f"result store {status.url}: database schema {status.revision} is newer "
-                                     f"than this commlens ({status.head}); upgrade commlens")
+                    raise StoreError(
+                        f"result store {status.url}: database schema {status.revision} is newer "
+                        f"than this commlens ({status.head}); upgrade commlens"
+                    )
                 conn.execute(text(f"CREATE TABLE {_PROBE_TABLE} (x INTEGER)"))
                 conn.execute(text(f"INSERT INTO {_PROBE_TABLE} (x) VALUES (1)"))
             finally:
@@ -75,5 +79,7 @@ def _check_new_file(database: Path) -> None:
 def _check_free_space(directory: Path) -> None:
     free_bytes = shutil.disk_usage(directory).free
     if free_bytes < MIN_FREE_BYTES:
-        raise StoreError(f"result store in {directory}: the disk is full ({free_bytes} bytes free, "
-                         f"a save needs at least {MIN_FREE_BYTES})")
+        raise StoreError(
+            f"result store in {directory}: the disk is full ({free_bytes} bytes free, "
+            f"a save needs at least {MIN_FREE_BYTES})"
+        )

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Callable, Collection, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, insert, or_, select, update
 from sqlalchemy.engine import make_url
@@ -132,8 +133,11 @@ class Store:
                 _insert_runs(conn, runs, run_rows)
         except IntegrityError:
             # Another process saved one of these run_ids between our check and our insert.
-            raise StoreError(f"run {ids[0]!r} is already in the store" if len(ids) == 1
-                             else "one of these runs was saved by another process meanwhile") from None
+            raise StoreError(
+                f"run {ids[0]!r} is already in the store"
+                if len(ids) == 1
+                else "one of these runs was saved by another process meanwhile"
+            ) from None
         _log.debug("saved %d runs (%s)", len(runs), ", ".join(ids))
         return ids
 
@@ -185,7 +189,7 @@ class Store:
         to it and left out (a listing goes on past one damaged run).
         """
         for start in range(0, len(run_ids), _LOAD_BATCH):
-            batch = list(run_ids[start:start + _LOAD_BATCH])
+            batch = list(run_ids[start : start + _LOAD_BATCH])
             loaded, skipped = self._readable(batch, load_runs, on_corrupt)
             missing = [run_id for run_id in batch if run_id not in loaded and run_id not in skipped]
             if missing:
@@ -194,8 +198,7 @@ class Store:
 
     def runs_with_tag(self, tag: str, on_corrupt: OnCorrupt | None = None) -> list[Run]:
         """Every run with ``tag``, with samples, oldest first (a week of nightlies, say)."""
-        query = select(RunModel.run_id).where(RunModel.tag == tag).order_by(RunModel.started_at_utc,
-                                                                             RunModel.run_id)
+        query = select(RunModel.run_id).where(RunModel.tag == tag).order_by(RunModel.started_at_utc, RunModel.run_id)
         with Session(self.engine) as session, session.begin():
             run_ids = list(session.scalars(query))
         return list(self.iter_runs(run_ids, on_corrupt))
@@ -236,7 +239,7 @@ class Store:
             ids = list(session.scalars(query))
         summaries: list[RunSummary] = []
         for start in range(0, len(ids), _LOAD_BATCH):
-            batch = ids[start:start + _LOAD_BATCH]
+            batch = ids[start : start + _LOAD_BATCH]
             loaded, _ = self._readable(batch, load_summaries, on_corrupt)
             summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
         return summaries
@@ -294,9 +297,26 @@ class Store:
             conditions.append(m.size_bytes == size_bytes)
         query = (
             select(
-                r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.source, r.status,
-                m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.world_size,
-                m.mean_s, m.cv, m.busbw_bytes_per_s, m.reported, s.samples_s,
+                r.run_id,
+                r.started_at_utc,
+                r.revision,
+                r.tag,
+                r.fingerprint,
+                r.source,
+                r.status,
+                m.op,
+                m.algo,
+                m.dtype,
+                m.redop,
+                m.root,
+                m.size_bytes,
+                m.in_place,
+                m.world_size,
+                m.mean_s,
+                m.cv,
+                m.busbw_bytes_per_s,
+                m.reported,
+                s.samples_s,
             )
             .join(m, m.run_id == r.run_id)
             .join(s, s.measurement_id == m.id)
@@ -310,8 +330,10 @@ class Store:
         except DatabaseFault:
             raise
         except UNREADABLE as e:
-            raise StoreError(f"result store {self.url}: a stored measurement cannot be read back "
-                             f"(corrupted column?): {short_reason(e)}") from None
+            raise StoreError(
+                f"result store {self.url}: a stored measurement cannot be read back "
+                f"(corrupted column?): {short_reason(e)}"
+            ) from None
 
     def unreadable_runs(self) -> list[CorruptRunError]:
         """Read every stored run back, a batch at a time; the ones that cannot be, oldest first."""
@@ -380,14 +402,20 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
     conn.execute(insert(MeasurementModel), [measurement for measurement, _ in rows])
     m = MeasurementModel
     whole = [run.run_id for run, start, stop in spans if start == 0 and stop == len(run.measurements)]
-    parts = [and_(m.run_id == run.run_id, m.position >= start, m.position < stop)
-             for run, start, stop in spans if not (start == 0 and stop == len(run.measurements))]
+    parts = [
+        and_(m.run_id == run.run_id, m.position >= start, m.position < stop)
+        for run, start, stop in spans
+        if not (start == 0 and stop == len(run.measurements))
+    ]
     inserted = select(m.id, m.run_id, m.position).where(or_(*parts, *([m.run_id.in_(whole)] if whole else [])))
     measurement_ids = {(run_id, position): id_ for id_, run_id, position in conn.execute(inserted)}
-    conn.execute(insert(SampleModel), [
-        {"measurement_id": measurement_ids[measurement["run_id"], measurement["position"]], **sample}
-        for measurement, sample in rows
-    ])
+    conn.execute(
+        insert(SampleModel),
+        [
+            {"measurement_id": measurement_ids[measurement["run_id"], measurement["position"]], **sample}
+            for measurement, sample in rows
+        ],
+    )
 
 
 def _run_filters(
@@ -418,9 +446,7 @@ def _resolve(session: Session, run_ref: str) -> str:
     if session.scalar(select(RunModel.run_id).where(RunModel.run_id == run_ref)) is not None:
         return run_ref  # (the id alone: a run with a damaged column still resolves, then fails to load)
     if len(run_ref) < MIN_PREFIX_LEN:
-        raise StoreError(
-            f"no run matches {run_ref!r} (a run_id prefix needs at least {MIN_PREFIX_LEN} characters)"
-        )
+        raise StoreError(f"no run matches {run_ref!r} (a run_id prefix needs at least {MIN_PREFIX_LEN} characters)")
     candidates = session.scalars(
         select(RunModel.run_id).where(RunModel.run_id.startswith(run_ref, autoescape=True)).order_by(RunModel.run_id)
     ).all()

@@ -20,10 +20,11 @@ create it once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterator, Literal
+from typing import TYPE_CHECKING, Literal
 
 from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -117,8 +118,9 @@ def _integrity(conn: Connection) -> tuple[str, bool | None]:
             return "ok", True
         return "; ".join(found)[:2000], False
     checksums = conn.scalar(text("SHOW data_checksums"))
-    return (f"not checked by commlens (PostgreSQL verifies page checksums as it reads them: "
-            f"data_checksums {checksums})"), None
+    return (
+        f"not checked by commlens (PostgreSQL verifies page checksums as it reads them: data_checksums {checksums})"
+    ), None
 
 
 @dataclass(frozen=True)

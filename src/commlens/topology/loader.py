@@ -42,7 +42,8 @@ def preset_path(name: str) -> Path:
     path = preset_file(_PRESET_PACKAGE, name)
     if path is None:
         raise TopologyError(
-            f"unknown topology preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+            f"unknown topology preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)"
+        )
     return path
 
 

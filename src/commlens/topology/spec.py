@@ -64,7 +64,8 @@ class Accelerator(_Spec):
     reduction_bytes_per_s: float = Field(gt=0, description="bytes one rank reduces per second (gamma = 1/this)")
     reduction_origin: str = Field(description="where reduction_bytes_per_s comes from")
     reduction_overlaps_transfer: bool = Field(
-        description="reductions run inside the transfer pipeline (NCCL's fused kernels) rather than after it")
+        description="reductions run inside the transfer pipeline (NCCL's fused kernels) rather than after it"
+    )
     copy_bytes_per_s: float = Field(gt=0, description="bytes one rank copies locally per second (staging copies)")
     copy_origin: str = Field(description="where copy_bytes_per_s comes from")
 
@@ -85,21 +86,30 @@ class ScaleUp(_Spec):
     latency_s: float = Field(ge=0, description="time of one message between two accelerators of the domain (alpha)")
     latency_origin: str = Field(description="where latency_s comes from")
     full_duplex: bool = Field(
-        default=True, description="a rank sends and receives at the full rate at once (false: a CPU-driven "
-                                  "transport whose sends and receives share one budget)")
+        default=True,
+        description="a rank sends and receives at the full rate at once (false: a CPU-driven "
+        "transport whose sends and receives share one budget)",
+    )
     cache_bytes: int | None = Field(
-        default=None, ge=1, description="CPU-driven transports: buffers up to this size stay in cache and move "
-                                        "at cached_bandwidth_bytes_per_s")
+        default=None,
+        ge=1,
+        description="CPU-driven transports: buffers up to this size stay in cache and move "
+        "at cached_bandwidth_bytes_per_s",
+    )
     cached_bandwidth_bytes_per_s: float | None = Field(
-        default=None, gt=0, description="rate of cache-resident buffers (needed with cache_bytes)")
+        default=None, gt=0, description="rate of cache-resident buffers (needed with cache_bytes)"
+    )
     host_cores: int | None = Field(
-        default=None, ge=1, description="CPU-driven transports: cores the ranks of one node share for copying")
+        default=None, ge=1, description="CPU-driven transports: cores the ranks of one node share for copying"
+    )
     in_switch_reduction: bool = Field(description="the switch can reduce and multicast (NVLink SHARP / NVLS)")
     in_switch_efficiency: float | None = Field(
-        default=None, gt=0, le=1, description="fraction of the link rate in-switch collectives reach (with NVLS)")
+        default=None, gt=0, le=1, description="fraction of the link rate in-switch collectives reach (with NVLS)"
+    )
     in_switch_efficiency_origin: str | None = Field(default=None, description="where in_switch_efficiency is from")
     in_switch_latency_s: float | None = Field(
-        default=None, ge=0, description="time of one in-switch collective step (with NVLS)")
+        default=None, ge=0, description="time of one in-switch collective step (with NVLS)"
+    )
     in_switch_latency_origin: str | None = Field(default=None, description="where in_switch_latency_s comes from")
 
     @field_validator("efficiency_origin", "latency_origin")
@@ -141,9 +151,11 @@ class ScaleOut(_Spec):
     latency_origin: str = Field(description="where latency_s comes from")
     full_duplex: bool = Field(default=True, description="a rank sends and receives at the full rate at once")
     pair_full_duplex: bool = Field(
-        default=True, description="two ranks sending to each other over one connection both get the full rate "
-                                  "(false: the transport moves one direction of a connection at a time, as "
-                                  "gloo's TCP pairs do; flows in one direction per connection are not slowed)")
+        default=True,
+        description="two ranks sending to each other over one connection both get the full rate "
+        "(false: the transport moves one direction of a connection at a time, as "
+        "gloo's TCP pairs do; flows in one direction per connection are not slowed)",
+    )
     rail_optimized: bool = Field(description="NIC i of each node on rail switch i; other rails reached via PXN")
     tiers: tuple[Tier, ...] = Field(min_length=1, description="switch tiers from the NICs up, groups nesting upward")
 
@@ -157,8 +169,7 @@ class ScaleOut(_Spec):
         for i in range(1, len(self.tiers)):
             below, above = self.tiers[i - 1].nodes, self.tiers[i].nodes
             if above < below or above % below:
-                raise ValueError(
-                    f"tiers[{i}].nodes: {above} must be a multiple of tiers[{i - 1}].nodes ({below})")
+                raise ValueError(f"tiers[{i}].nodes: {above} must be a multiple of tiers[{i - 1}].nodes ({below})")
         return self
 
 
@@ -178,7 +189,8 @@ class Topology(_Spec):
     scale_up: ScaleUp = Field(description="the scale-up domain")
     scale_out: ScaleOut | None = Field(default=None, description="NICs and fabric; absent for one domain")
     calibration: dict[str, Any] | None = Field(
-        default=None, description="written by `commlens model fit`: runs, fitted values, uncertainties, errors")
+        default=None, description="written by `commlens model fit`: runs, fitted values, uncertainties, errors"
+    )
 
     @field_validator("launch_latency_origin", "pipeline_chunk_origin")
     @classmethod
@@ -198,18 +210,21 @@ class Topology(_Spec):
         if self.scale_up.domain_size % per_node:
             raise ValueError(
                 f"scale_up.domain_size: {self.scale_up.domain_size} is not a multiple of "
-                f"accelerators_per_node ({per_node})")
+                f"accelerators_per_node ({per_node})"
+            )
         if self.scale_out is not None:
             nics = self.scale_out.nics_per_node
             if per_node % nics:
                 raise ValueError(
-                    f"scale_out.nics_per_node: {nics} NICs do not divide the {per_node} accelerators per node")
+                    f"scale_out.nics_per_node: {nics} NICs do not divide the {per_node} accelerators per node"
+                )
             domain_nodes = self.domain_nodes
             for i, tier in enumerate(self.scale_out.tiers):
                 if tier.nodes % domain_nodes:
                     raise ValueError(
                         f"scale_out.tiers[{i}].nodes: {tier.nodes} is not a multiple of the "
-                        f"{domain_nodes} nodes of one scale-up domain")
+                        f"{domain_nodes} nodes of one scale-up domain"
+                    )
         return self
 
     @property

@@ -25,7 +25,8 @@ def _preset_file(name: str) -> Path:
     path = preset_file(_PRESET_PACKAGE, name)
     if path is None:
         raise WorkloadError(
-            f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)")
+            f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)"
+        )
     return path
 
 

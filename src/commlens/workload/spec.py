@@ -43,7 +43,8 @@ class Moe(_Spec):
     shared_experts: int = Field(default=0, ge=0, description="experts every token goes to (DeepSeek style)")
     expert_ffn_hidden: int = Field(ge=1, description="FFN hidden size of one expert")
     capacity_factor: float | None = Field(
-        default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)")
+        default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)"
+    )
     first_moe_layer: int = Field(default=0, ge=0, description="layers before this one are dense")
 
     @model_validator(mode="after")
@@ -85,8 +86,9 @@ class Workload(_Spec):
         if self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch: {self.micro_batch} does not divide global_batch {self.global_batch}")
         if self.moe is not None and self.moe.first_moe_layer >= self.layers:
-            raise ValueError(f"moe.first_moe_layer: {self.moe.first_moe_layer} leaves no MoE layer "
-                             f"in {self.layers} layers")
+            raise ValueError(
+                f"moe.first_moe_layer: {self.moe.first_moe_layer} leaves no MoE layer in {self.layers} layers"
+            )
         return self
 
     @property
