@@ -3,10 +3,11 @@
 The table is read from ``../shared/DESIGN.md`` when that checkout is present, else from the copy
 below (kept equal to it by ``test_the_embedded_table_is_design_md_s``). Each module's imports are read
 with ``ast``: those at the top, inside functions and under ``if TYPE_CHECKING:`` alike. A stage may
-import itself, the stages its row lists ("all above": every stage of the rows above it), and two leaves
-anyone may import: ``commlens.files`` (atomic writes, the user data dir), ``commlens.specdata`` (YAML spec loading, which imports nothing of commlens; see its
-docstring) and the package ``commlens`` itself (its ``__version__``). ``commlens.__main__`` is the CLI's
-entry point and counts as ``cli``.
+import itself, the stages its row lists ("all above": every stage of the rows above it), and the leaves
+anyone may import: ``commlens.files`` (atomic writes, the user data dir), ``commlens.specdata`` (YAML spec loading,
+which imports nothing of commlens; see its docstring), ``commlens.errors`` (``CommlensError``, the base of every
+stage's errors, with its exit code) and the package ``commlens`` itself (its ``__version__``).
+``commlens.__main__`` is the CLI's entry point and counts as ``cli``.
 
 The crossings known today are listed in ``KNOWN_CROSSINGS``: the test fails for a crossing not listed,
 and for a listed one that is gone, so the list only shrinks.
@@ -46,7 +47,7 @@ EMBEDDED_TABLE = """\
 """
 
 # Modules anyone may import: they hold no stage's logic and import nothing of commlens.
-LEAVES = frozenset({"commlens", "commlens.specdata", "commlens.files"})
+LEAVES = frozenset({"commlens", "commlens.specdata", "commlens.files", "commlens.errors"})
 # Modules that belong to a stage other than their own name says.
 STAGE_OF = {"commlens.__main__": "cli"}
 

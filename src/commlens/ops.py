@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from commlens.errors import CommlensError
+
 __all__ = [
     "HIERARCHICAL_LEADERS_MAX_BYTES",
     "HIERARCHICAL_ONE_WAY_MIN_BYTES",
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 
-class UnknownOpError(ValueError):
+class UnknownOpError(CommlensError, ValueError):
     """An op name that is not in the catalog."""
 
 

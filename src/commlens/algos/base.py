@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commlens.errors import CommlensError
 from commlens.ops import Transport, transport
 
 __all__ = [
@@ -54,7 +55,7 @@ ALGO_OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_
 REDUCTIONS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
 
 
-class AlgoError(ValueError):
+class AlgoError(CommlensError, ValueError):
     """An unknown algorithm, an op it does not implement, or arguments it cannot take."""
 
 

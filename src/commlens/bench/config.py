@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from commlens.errors import CommlensError
 from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
 from commlens.results.records import DTYPE_SIZES
 from commlens.results.units import parse_size
@@ -39,7 +40,7 @@ DEFAULT_ROUNDS = 5
 ROUND_GROUPS = ("fresh", "shared")
 
 
-class ConfigError(ValueError):
+class ConfigError(CommlensError, ValueError):
     """Benchmark settings that cannot run."""
 
 

@@ -7,6 +7,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from commlens.errors import CommlensError
+
 __all__ = [
     "ClusterError",
     "ClusterSpec",
@@ -25,7 +27,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
 MAX_HOSTS = 200
 
 
-class ClusterError(RuntimeError):
+class ClusterError(CommlensError, RuntimeError):
     """A cluster that cannot be built, found or changed; the message says why."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commlens.diagnose.trace_match import MatchError, match_collectives
+from commlens.errors import CommlensError
 from commlens.ingest.kineto import MAX_TRACE_BYTES, SYNCHRONIZING_OPS, KinetoTraceError, read_kineto_trace
 from commlens.ops import UnknownOpError, get_op
 
@@ -48,7 +49,7 @@ CLOCK_METHODS: dict[str, str] = {
 }
 
 
-class StragglerError(ValueError):
+class StragglerError(CommlensError, ValueError):
     """Input that cannot be analysed (unreadable trace, unmatched ranks, impossible values)."""
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from commlens.errors import CommlensError
 from commlens.ingest.kineto import KinetoTrace, TraceCollective
 
 __all__ = ["MatchError", "MatchedCollective", "Matching", "match_collectives"]
 
 
-class MatchError(ValueError):
+class MatchError(CommlensError, ValueError):
     """Traces whose collectives cannot be matched (a rank twice, one rank, disagreeing identities)."""
 
 

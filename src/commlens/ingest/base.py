@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+from commlens.errors import CommlensError
 from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run, RunStatus, SystemInfo
 
 __all__ = [
@@ -77,7 +78,7 @@ def check_limit(what: str, value: int, limit: int) -> str | None:
     return None
 
 
-class IngestError(ValueError):
+class IngestError(CommlensError, ValueError):
     """A file that cannot be ingested; ``str()`` is ``FILE:LINE: what is wrong``.
 
     ``line`` counts from 1; 0 means the file as a whole (it could not be read), shown as ``FILE: ...``.

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commlens.errors import CommlensError
+
 __all__ = [
     "DEFAULT_MAX_DUMP_BYTES",
     "DumpError",
@@ -67,7 +69,7 @@ _NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pkl|\.pickle)
 _P2P_OPS = frozenset({"send", "recv"})
 
 
-class DumpError(ValueError):
+class DumpError(CommlensError, ValueError):
     """A dump directory or file that cannot be read; the message names the file."""
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commlens.errors import CommlensError
 from commlens.ops import UnknownOpError, get_op
 
 __all__ = [
@@ -64,7 +65,7 @@ _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 _RANKS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
 
-class KinetoTraceError(ValueError):
+class KinetoTraceError(CommlensError, ValueError):
     """A trace that cannot be read; ``str()`` names the file (and the event where it goes wrong)."""
 
 

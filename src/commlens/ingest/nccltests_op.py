@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from commlens.errors import CommlensError
 from commlens.ops import OPS, OpSpec
 
 __all__ = [
@@ -85,7 +86,7 @@ class OpInference:
     how: str  # for ``op_from``
 
 
-class OpInferenceError(ValueError):
+class OpInferenceError(CommlensError, ValueError):
     """No op, or several, fit the table; ``candidates`` are the ones that fit (maybe none)."""
 
     def __init__(self, line: int, message: str, candidates: tuple[str, ...]) -> None:

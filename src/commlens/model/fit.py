@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from commlens.errors import CommlensError
 from commlens.model.layout import Layout
 from commlens.model.observe import Observation, observations
 from commlens.model.predict import layout_for, predict
@@ -48,7 +49,7 @@ F_SCALE = 0.1  # residuals (log ratios) beyond ~10% count linearly, not quadrati
 MAX_RELATIVE_STDERR = 1.0  # a constant known worse than a factor e either way is not determined: held
 
 
-class FitError(ValueError):
+class FitError(CommlensError, ValueError):
     """Runs that cannot calibrate a topology (no usable rows, nothing to fit)."""
 
 

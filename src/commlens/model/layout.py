@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from commlens.errors import CommlensError
 from commlens.topology import Topology
 
 __all__ = ["InfeasibleError", "Layout", "build_layout"]
 
 
-class InfeasibleError(ValueError):
+class InfeasibleError(CommlensError, ValueError):
     """A job or algorithm the topology cannot run; the message says why (sweeps count these)."""
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from commlens.errors import CommlensError
 from commlens.model import InfeasibleError
 
 __all__ = ["InfeasibleLayoutError", "ProjectionError"]
 
 
-class ProjectionError(ValueError):
+class ProjectionError(CommlensError, ValueError):
     """A projection that cannot be made (missing hardware figures, bad input)."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from commlens.errors import CommlensError
 from commlens.ops import get_op
 from commlens.regress.stats import benjamini_hochberg
 from commlens.results.records import Measurement, Run
@@ -46,7 +47,7 @@ RowKey = tuple[str, str, str, str, int, int, bool]
 FloorKey = tuple[str, str, str, str, str, int, int, bool]
 
 
-class CompareError(ValueError):
+class CompareError(CommlensError, ValueError):
     """Two sets of runs that cannot be compared (no row in common, an empty side)."""
 
 

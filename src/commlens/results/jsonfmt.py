@@ -14,6 +14,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, Any
 
+from commlens.errors import CommlensError
 from commlens.files import atomic_text
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
@@ -28,7 +29,7 @@ _FORMAT_PREFIX = "commlens.run/"
 MAX_ROUNDS = 10_000
 
 
-class FormatError(ValueError):
+class FormatError(CommlensError, ValueError):
     """A file that is not a valid commlens run."""
 
 

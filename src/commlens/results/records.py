@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from commlens.errors import CommlensError
 from commlens.ops import OPS, get_op
 from commlens.results.stats import TimeStats, summarize
 
@@ -51,7 +52,7 @@ RunStatus = Literal["complete", "incomplete", "check_failed"]
 RUN_STATUSES: tuple[str, ...] = ("complete", "incomplete", "check_failed")
 
 
-class RecordError(ValueError):
+class RecordError(CommlensError, ValueError):
     """A result record that would be inconsistent."""
 
 

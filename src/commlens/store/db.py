@@ -15,6 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
+from commlens.errors import CommlensError
 from commlens.files import user_data_dir
 
 __all__ = [
@@ -41,7 +42,7 @@ PG_CONNECT_TIMEOUT_S = 10  # unless the URL says otherwise (?connect_timeout=...
 _BEGIN_MODE = "commlens_sqlite_begin"
 
 
-class StoreError(Exception):
+class StoreError(CommlensError):
     """A result store operation that cannot be done: bad location, unknown or ambiguous run, duplicate."""
 
 

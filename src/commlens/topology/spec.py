@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from commlens.errors import CommlensError
 from commlens.specdata import refuse_bool_numbers
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
 FORMAT = "commlens.topology/1"
 
 
-class TopologyError(ValueError):
+class TopologyError(CommlensError, ValueError):
     """A topology spec that cannot be built, or a preset that does not exist."""
 
 

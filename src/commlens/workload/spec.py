@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from commlens.errors import CommlensError
 from commlens.specdata import refuse_bool_numbers
 
 __all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
@@ -21,7 +22,7 @@ FORMAT = "commlens.workload/1"
 Precision = Literal["bf16", "fp8"]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(CommlensError, ValueError):
     """A workload spec that cannot be built, or a preset that does not exist."""
 
 
