@@ -89,3 +89,15 @@ def test_the_shared_rule_picks_by_size_layout_and_transport() -> None:
     assert pick(100, 50, 4, 1, True, True) == "hierarchical_ring"  # one rank per host: the ring across hosts
     assert transport("GLOO") is TRANSPORTS["gloo"] and transport("gloo").half_duplex_pairs
     assert not transport("nccl").half_duplex_pairs and not transport("some_new_backend").half_duplex_pairs
+
+
+def test_ranks_per_host_comes_from_the_caller_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from commlens.algos import AlgoError, Options
+
+    monkeypatch.setenv("COMMLENS_LOCAL_SIZE", "2")  # what the launcher or an old worker may leave behind
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert Options().ranks_per_host_in(4) == 4  # not told: one host
+    assert Options(ranks_per_host=2).ranks_per_host_in(4) == 2
+    assert Options(ranks_per_host=8).ranks_per_host_in(4) == 4  # at most the group
+    with pytest.raises(AlgoError, match="^ranks_per_host must be positive, got 0$"):
+        Options(ranks_per_host=0)

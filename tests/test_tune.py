@@ -58,8 +58,6 @@ def _entry(op: str = "all_reduce", world: int = 4, per_host: int = 4):
 def _fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("COMMLENS_TUNING", raising=False)
-    monkeypatch.delenv("COMMLENS_LOCAL_SIZE", raising=False)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     reset_cache()
     yield
     reset_cache()
@@ -116,9 +114,16 @@ def test_without_a_table_the_documented_rule_decides_and_never_fails(monkeypatch
     assert choose("all_reduce", 1024, 4) == "recursive_doubling"
     assert choose("all_reduce", 1 << 20, 4) == "ring"
     assert heuristic("all_reduce", 1 << 20, 4, ranks_per_host=2) == "hierarchical"
+    assert choose("all_reduce", 1 << 20, 4, ranks_per_host=2) == "hierarchical"
+    from commlens.algos import Comm, _pick
+
+    four = Comm(None, (0, 1, 2, 3), 0)  # picking needs no process group
+    assert _pick("all_reduce", "auto", 1 << 20, four, None, 2)[0].name == "hierarchical"  # what algos.* pass on
+    # the layout comes from the caller only: the launcher's environment is not a side channel
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("COMMLENS_LOCAL_SIZE", "2")
     reset_cache()
-    assert choose("all_reduce", 1 << 20, 4) == "hierarchical"
+    assert choose("all_reduce", 1 << 20, 4) == "ring"
     for op, (_, small, large) in tuning.HEURISTIC.items():
         assert small in algorithms_for(op) and large in algorithms_for(op), op
         assert choose(op, 8, 4) == small and choose(op, 1 << 26, 4) in (large, "hierarchical")

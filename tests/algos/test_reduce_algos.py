@@ -86,7 +86,7 @@ def _variants(op: str, world: int, elem_bytes: int, chunk: int) -> list[tuple[st
         if algos.get_algorithm(op, name).chunked:
             out.append((f"{name}/chunk{chunk}", name, {"chunk_bytes": chunk * elem_bytes}))
         if name == "hierarchical":
-            out += [(f"{name}/local{k}", name, {"local_size": k}) for k in sorted({1, 2, 3, world})]
+            out += [(f"{name}/local{k}", name, {"ranks_per_host": k}) for k in sorted({1, 2, 3, world})]
     for name in algos.algorithms_for(op, schemes=True):  # the schemes hierarchical picks, run by their own names
         if algos.get_algorithm(op, name).scheme_of is None:
             continue
@@ -94,13 +94,13 @@ def _variants(op: str, world: int, elem_bytes: int, chunk: int) -> list[tuple[st
             locals_ = [world // 2] if world % 2 == 0 and world >= 4 else []
         else:
             locals_ = sorted({1, 2, 3, world})
-        out += [(f"{name}/local{k}", name, {"local_size": k}) for k in locals_]
+        out += [(f"{name}/local{k}", name, {"ranks_per_host": k}) for k in locals_]
         if algos.get_algorithm(op, name).chunked and locals_:
             out.append(
                 (
                     f"{name}/local{locals_[-1]}/chunk{chunk}",
                     name,
-                    {"local_size": locals_[-1], "chunk_bytes": chunk * elem_bytes},
+                    {"ranks_per_host": locals_[-1], "chunk_bytes": chunk * elem_bytes},
                 )
             )
     return out
@@ -259,13 +259,13 @@ def _two_hosts_case(m: Member, n: int, dtype: torch.dtype, op: str, chunk_bytes:
     from commlens.algos import allreduce
     from commlens.algos.base import Comm, Options
 
-    per_host = m.size // 2
+    ranks_per_host = m.size // 2
     x = _input(7, m.global_rank, n, dtype, op)
     ref = x.clone()
     dist.all_reduce(ref, op=BUILTIN[op], group=m.group)
     t = x.clone()
-    algos.all_reduce(t, op, m.group, algo="hierarchical", local_size=per_host, chunk_bytes=chunk_bytes)
-    routed = allreduce._scheme(Comm.of(m.group), x, Options(chunk_bytes, per_host)) == "hierarchical_one_way"
+    algos.all_reduce(t, op, m.group, algo="hierarchical", ranks_per_host=ranks_per_host, chunk_bytes=chunk_bytes)
+    routed = allreduce._scheme(Comm.of(m.group), x, Options(chunk_bytes, ranks_per_host)) == "hierarchical_one_way"
     return {"ref": ref, "got": t, "abs_sum": _abs_sum(x, m), "routed": routed}
 
 
@@ -273,8 +273,8 @@ def _two_hosts_case(m: Member, n: int, dtype: torch.dtype, op: str, chunk_bytes:
 def test_hierarchical_two_hosts_routes_one_way_and_matches_builtin(pools: Pools, world: int) -> None:
     """Two hosts on gloo: the cross-host phase sends one direction per connection (forwarding through a
     neighbour); results match the built-in and are bitwise equal on every rank, with pieces or without."""
-    per_host = world // 2
-    n = 2 * per_host * (allreduce_min_elems() + 5) + 3  # uneven shards and halves
+    ranks_per_host = world // 2
+    n = 2 * ranks_per_host * (allreduce_min_elems() + 5) + 3  # uneven shards and halves
     for dtype, op, chunk_bytes in [
         (torch.float32, "sum", None),
         (torch.float32, "max", 20000),
@@ -307,7 +307,7 @@ def _hier_sizes_case(m: Member, dtype: torch.dtype, op: str) -> dict[str, Any]:
         dist.all_reduce(ref, op=BUILTIN[op], group=m.group)
         for k in (2, 3):
             t = x.clone()
-            algos.all_reduce(t, op, m.group, algo="hierarchical", local_size=k)
+            algos.all_reduce(t, op, m.group, algo="hierarchical", ranks_per_host=k)
             out[(n, k)] = (t, ref, _abs_sum(x, m))
     return out
 
@@ -328,10 +328,12 @@ def test_hierarchical_paths_by_layout() -> None:
     from commlens.algos.allreduce import _hosts
     from commlens.ops import hierarchical_all_reduce_scheme
 
-    def halving(p: int, per_host: int) -> bool:  # a large buffer on full-duplex pairs, as the library asks
-        hosts = _hosts(p, per_host)
+    def halving(p: int, ranks_per_host: int) -> bool:  # a large buffer on full-duplex pairs, as the library asks
+        hosts = _hosts(p, ranks_per_host)
         return (
-            hierarchical_all_reduce_scheme(1 << 20, 1 << 16, len(hosts), per_host, len(hosts[-1]) == per_host, False)
+            hierarchical_all_reduce_scheme(
+                1 << 20, 1 << 16, len(hosts), ranks_per_host, len(hosts[-1]) == ranks_per_host, False
+            )
             == "rabenseifner"
         )
 
@@ -343,7 +345,7 @@ def test_hierarchical_paths_by_layout() -> None:
 def _one_way_refusal(m: Member) -> dict[str, str]:
     calls = {
         f"local{k}": (
-            lambda k=k: algos.all_reduce(torch.ones(8), "sum", m.group, algo="hierarchical_one_way", local_size=k)
+            lambda k=k: algos.all_reduce(torch.ones(8), "sum", m.group, algo="hierarchical_one_way", ranks_per_host=k)
         )
         for k in (1, 2, 3)
     }

@@ -13,10 +13,15 @@ reduce_scatter take the flat ``*_into_tensor``/``*_tensor`` layouts,
 all_to_all the equal-split ``all_to_all_single`` layout. Tensors must be
 contiguous. ``avg`` reduces as a sum and divides at the end (floating
 point only, as in torch.distributed).
+
+``ranks_per_host``: how many consecutive ranks of the group share a host,
+for the two-level algorithms and ``auto``'s table lookup (None: one host).
+The caller says it; nothing is read from the environment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,13 +54,15 @@ def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
     return t.view(-1)
 
 
-def _pick(op: str, algo: str, nbytes: int, comm: Comm, chunk_bytes: int | None) -> tuple[Algorithm, int | None]:
-    """The algorithm to run and its chunk size: ``auto`` takes both from the tuning table (the caller's
-    ``chunk_bytes`` wins when given)."""
+def _pick(
+    op: str, algo: str, nbytes: int, comm: Comm, chunk_bytes: int | None, ranks_per_host: int | None = None
+) -> tuple[Algorithm, int | None]:
+    """The algorithm to run and its chunk size: ``auto`` takes both from the tuning table's entry for this
+    layout (the caller's ``chunk_bytes`` wins when given)."""
     if algo == AUTO:
         from commlens.algos.tuning import lookup  # reads the tuning table once per process
 
-        choice = lookup(op, nbytes, comm.size)
+        choice = lookup(op, nbytes, comm.size, ranks_per_host=ranks_per_host)
         return get_algorithm(op, choice.algo), chunk_bytes if chunk_bytes is not None else choice.chunk_bytes
     return get_algorithm(op, algo), chunk_bytes
 
@@ -83,14 +90,16 @@ def all_reduce(
     *,
     algo: str = "ring",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Reduce ``tensor`` across the group, in place, with algorithm ``algo``."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
-    chosen, chunk_bytes = _pick("all_reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick(
+        "all_reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host
+    )
     if comm.size > 1:
-        chosen.fn(comm, flat, op, Options(chunk_bytes, local_size))
+        chosen.fn(comm, flat, op, Options(chunk_bytes, ranks_per_host))
     _finish_avg(flat, op, comm.size)
 
 
@@ -102,15 +111,15 @@ def reduce(
     *,
     algo: str = "binomial",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Reduce ``tensor`` onto global rank ``dst``, in place; other ranks' tensors are scratch afterwards."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
     root = _root_index(comm, dst, "dst")
-    chosen, chunk_bytes = _pick("reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick("reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, flat, root, op, Options(chunk_bytes, local_size))
+        chosen.fn(comm, flat, root, op, Options(chunk_bytes, ranks_per_host))
     if comm.index == root:
         _finish_avg(flat, op, comm.size)
 
@@ -122,14 +131,16 @@ def broadcast(
     *,
     algo: str = "binomial",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Copy global rank ``src``'s ``tensor`` to every rank of the group, in place."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     root = _root_index(comm, src, "src")
-    chosen, chunk_bytes = _pick("broadcast", algo, flat.numel() * flat.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick(
+        "broadcast", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host
+    )
     if comm.size > 1:
-        chosen.fn(comm, flat, root, Options(chunk_bytes, local_size))
+        chosen.fn(comm, flat, root, Options(chunk_bytes, ranks_per_host))
 
 
 def _blocked(output: torch.Tensor, input: torch.Tensor, comm: Comm, big: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,14 +168,14 @@ def all_gather(
     *,
     algo: str = "ring",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Gather every rank's ``input`` into ``output`` (rank i's block at i x len(input))."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "output")
-    chosen, chunk_bytes = _pick("all_gather", algo, out.numel() * out.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick("all_gather", algo, out.numel() * out.element_size(), comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, out, inp, Options(chunk_bytes, local_size))
+        chosen.fn(comm, out, inp, Options(chunk_bytes, ranks_per_host))
     else:
         out.copy_(inp)
 
@@ -177,15 +188,17 @@ def reduce_scatter(
     *,
     algo: str = "ring",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Reduce ``input`` across ranks and leave block i of the result in rank i's ``output``."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "input")
     _check_redop(op, out)
-    chosen, chunk_bytes = _pick("reduce_scatter", algo, inp.numel() * inp.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick(
+        "reduce_scatter", algo, inp.numel() * inp.element_size(), comm, chunk_bytes, ranks_per_host
+    )
     if comm.size > 1:
-        chosen.fn(comm, out, inp, op, Options(chunk_bytes, local_size))
+        chosen.fn(comm, out, inp, op, Options(chunk_bytes, ranks_per_host))
     else:
         out.copy_(inp)
     _finish_avg(out, op, comm.size)
@@ -198,19 +211,19 @@ def all_to_all(
     *,
     algo: str = "pairwise",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
 ) -> None:
     """Send block j of ``input`` to rank j; block i of ``output`` arrives from rank i (equal splits)."""
     comm = Comm.of(group)
     out, inp = _blocked(output, input, comm, "both")
-    chosen, chunk_bytes = _pick("all_to_all", algo, inp.numel() * inp.element_size(), comm, chunk_bytes)
+    chosen, chunk_bytes = _pick("all_to_all", algo, inp.numel() * inp.element_size(), comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, out, inp, Options(chunk_bytes, local_size))
+        chosen.fn(comm, out, inp, Options(chunk_bytes, ranks_per_host))
     else:
         out.copy_(inp)
 
 
-_CALLS = {
+_CALLS: dict[str, Callable[..., None]] = {
     "all_reduce": all_reduce,
     "reduce": reduce,
     "broadcast": broadcast,

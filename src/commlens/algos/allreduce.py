@@ -163,15 +163,15 @@ def direct(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
         tensor.copy_(acc)
 
 
-def _hosts(p: int, per_host: int) -> list[range]:
-    return [range(start, min(start + per_host, p)) for start in range(0, p, per_host)]
+def _hosts(p: int, ranks_per_host: int) -> list[range]:
+    return [range(start, min(start + ranks_per_host, p)) for start in range(0, p, ranks_per_host)]
 
 
 @register("all_reduce", "hierarchical", chunked=True)
 def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
     """Two-level, by size and layout: hierarchical_leaders, hierarchical_one_way, rabenseifner or hierarchical_ring.
 
-    Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
+    Hosts are consecutive blocks of ``opts.ranks_per_host_in(p)`` = L ranks; the
     last may be smaller. :func:`commlens.ops.hierarchical_all_reduce_scheme`,
     the rule the cost model applies too, picks the scheme from the buffer
     size, the layout and the group's transport (:attr:`Comm.transport`):
@@ -187,20 +187,22 @@ def hierarchical(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
 def _scheme(comm: Comm, tensor: torch.Tensor, opts: Options) -> str:
     """The scheme :func:`hierarchical` runs for this buffer on this comm."""
     p, n, itemsize = comm.size, tensor.numel(), tensor.element_size()
-    per_host = opts.ranks_per_host(p)
-    hosts = _hosts(p, per_host)
-    half_shard_bytes = min(z - a for a, z in block_bounds(n, per_host)) // 2 * itemsize
-    full_hosts = len(hosts[-1]) == per_host
+    ranks_per_host = opts.ranks_per_host_in(p)
+    hosts = _hosts(p, ranks_per_host)
+    half_shard_bytes = min(z - a for a, z in block_bounds(n, ranks_per_host)) // 2 * itemsize
+    full_hosts = len(hosts[-1]) == ranks_per_host
     # the transport is asked only where the one-way route could be taken (it asks the process group)
     half_duplex = len(hosts) == 2 and full_hosts and comm.transport.half_duplex_pairs
-    return hierarchical_all_reduce_scheme(n * itemsize, half_shard_bytes, len(hosts), per_host, full_hosts, half_duplex)
+    return hierarchical_all_reduce_scheme(
+        n * itemsize, half_shard_bytes, len(hosts), ranks_per_host, full_hosts, half_duplex
+    )
 
 
 @register("all_reduce", "hierarchical_ring", chunked=True, scheme_of="hierarchical")
 def hierarchical_ring(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) -> None:
     """Two-level rings: ring reduce-scatter in each host, ring all-reduce of each shard across hosts, ring all-gather.
 
-    Hosts are consecutive blocks of ``opts.ranks_per_host(p)`` = L ranks; the
+    Hosts are consecutive blocks of ``opts.ranks_per_host_in(p)`` = L ranks; the
     last may be smaller. With H hosts, each rank moves 2(L-1)/L n inside its
     host and 2(H-1)/H n/L across hosts.
 
@@ -218,12 +220,12 @@ def hierarchical_ring(comm: Comm, tensor: torch.Tensor, redop: str, opts: Option
     hosts. ``chunk_bytes`` pipelines every ring step.
     """
     p, i, n = comm.size, comm.index, tensor.numel()
-    per_host = opts.ranks_per_host(p)
-    hosts = _hosts(p, per_host)
-    shards = block_bounds(n, per_host)
+    ranks_per_host = opts.ranks_per_host_in(p)
+    hosts = _hosts(p, ranks_per_host)
+    shards = block_bounds(n, ranks_per_host)
     # owned[h][j]: the shards local rank j of host h owns, a contiguous range
-    owned = [[range(a, z) for a, z in block_bounds(per_host, len(host))] for host in hosts]
-    h, local_rank = divmod(i, per_host)
+    owned = [[range(a, z) for a, z in block_bounds(ranks_per_host, len(host))] for host in hosts]
+    h, local_rank = divmod(i, ranks_per_host)
     local = comm.sub(hosts[h])
     mine = owned[h]
     bounds = [(shards[r.start][0], shards[r.stop - 1][1]) for r in mine]
@@ -244,9 +246,9 @@ def hierarchical_leaders(comm: Comm, tensor: torch.Tensor, redop: str, opts: Opt
     rings take 2(L-1) + 2(H-1). Hosts as in :func:`hierarchical_ring`; each
     host's first rank leads.
     """
-    per_host = opts.ranks_per_host(comm.size)
-    hosts = _hosts(comm.size, per_host)
-    local = comm.sub(hosts[comm.index // per_host])
+    ranks_per_host = opts.ranks_per_host_in(comm.size)
+    hosts = _hosts(comm.size, ranks_per_host)
+    local = comm.sub(hosts[comm.index // ranks_per_host])
     binomial_reduce(local, tensor, 0, redop, torch.empty_like(tensor))
     if local.index == 0:
         recursive_doubling(comm.sub([h.start for h in hosts]), tensor, redop, opts)
@@ -270,15 +272,15 @@ def hierarchical_one_way(comm: Comm, tensor: torch.Tensor, redop: str, opts: Opt
     (:func:`_two_hosts_one_way`), ring all-gather back.
     """
     p, n = comm.size, tensor.numel()
-    per_host = opts.ranks_per_host(p)
-    if per_host < 2 or p != 2 * per_host:
+    ranks_per_host = opts.ranks_per_host_in(p)
+    if ranks_per_host < 2 or p != 2 * ranks_per_host:
         raise AlgoError(
             f"hierarchical_one_way needs two hosts of the same size, at least 2 ranks each; got {p} "
-            f"ranks at {per_host} per host"
+            f"ranks at {ranks_per_host} per host"
         )
-    h, local_rank = divmod(comm.index, per_host)
-    local = comm.sub(_hosts(p, per_host)[h])
-    shards = block_bounds(n, per_host)
+    h, local_rank = divmod(comm.index, ranks_per_host)
+    local = comm.sub(_hosts(p, ranks_per_host)[h])
+    shards = block_bounds(n, ranks_per_host)
     ring_reduce_scatter_inplace(local, tensor, shards, redop, opts)
     _two_hosts_one_way(comm, tensor, shards, h, local_rank, redop, opts)
     ring_all_gather_inplace(local, tensor, shards, opts)
@@ -296,7 +298,7 @@ def _two_hosts_one_way(
     shard once (half reduce-scatter, half all-gather), as a two-rank exchange would, but no pair of ranks
     sends both ways at once. Host 1 ranks only cross; host 0 ranks also forward for their left neighbour.
     """
-    per_host = len(shards)
+    ranks_per_host = len(shards)
     piece = opts.chunk_elems(tensor) or max(1, ONE_WAY_PIECE_BYTES // tensor.element_size())
     halves = [(a, a + (z - a) // 2, z) for a, z in shards]  # (start, middle, stop) of every shard
 
@@ -305,10 +307,10 @@ def _two_hosts_one_way(
         return [(a + s, a + e) for s, e in chunk_bounds(z - a, piece)]
 
     def rank_of(h: int, local: int) -> int:
-        return h * per_host + local % per_host
+        return h * ranks_per_host + local % ranks_per_host
 
     steps = max(max(len(pieces((a, m))), len(pieces((m, z)))) for a, m, z in halves) + 1
-    left, right = (j - 1) % per_host, (j + 1) % per_host
+    left, right = (j - 1) % ranks_per_host, (j + 1) % ranks_per_host
     a, m, z = halves[j]
     la, lm, lz = halves[left]
     for stage in ("reduce_scatter", "all_gather"):

@@ -23,7 +23,6 @@ Tensors are contiguous and one-dimensional; the public calls flatten views.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,13 +63,13 @@ class Options:
     """Tuning knobs an algorithm may read; each one ignores the knobs it has no use for."""
 
     chunk_bytes: int | None = None  # pipeline the payload in chunks of this many bytes (None: one piece)
-    local_size: int | None = None  # ranks per host for two-level algorithms (None: from the environment)
+    ranks_per_host: int | None = None  # ranks per host for two-level algorithms and auto (None: one host)
 
     def __post_init__(self) -> None:
         if self.chunk_bytes is not None and self.chunk_bytes <= 0:
             raise AlgoError(f"chunk_bytes must be positive, got {self.chunk_bytes}")
-        if self.local_size is not None and self.local_size <= 0:
-            raise AlgoError(f"local_size must be positive, got {self.local_size}")
+        if self.ranks_per_host is not None and self.ranks_per_host <= 0:
+            raise AlgoError(f"ranks_per_host must be positive, got {self.ranks_per_host}")
 
     def chunk_elems(self, tensor: torch.Tensor) -> int | None:
         """The chunk size in elements of ``tensor`` (at least 1), or None for no chunking."""
@@ -78,21 +77,13 @@ class Options:
             return None
         return max(1, self.chunk_bytes // tensor.element_size())
 
-    def ranks_per_host(self, world: int) -> int:
-        """Ranks per host: the option, else COMMLENS_LOCAL_SIZE, else LOCAL_WORLD_SIZE, else all ranks."""
-        if self.local_size is not None:
-            return min(self.local_size, world)
-        for var in ("COMMLENS_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
-            text = os.environ.get(var)
-            if text:
-                try:
-                    value = int(text)
-                except ValueError:
-                    raise AlgoError(f"{var}={text!r} is not a whole number") from None
-                if value <= 0:
-                    raise AlgoError(f"{var}={text!r} must be positive")
-                return min(value, world)
-        return world
+    def ranks_per_host_in(self, world: int) -> int:
+        """Ranks per host in a group of ``world`` ranks: the option (at most ``world``), else ``world`` (one host).
+
+        The caller says how many ranks share a host (the benchmark's worker knows it from every rank's host
+        name); nothing is read from the environment.
+        """
+        return world if self.ranks_per_host is None else min(self.ranks_per_host, world)
 
 
 @dataclass(frozen=True)

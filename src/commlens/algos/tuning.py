@@ -35,9 +35,23 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from commlens.algos.base import ALGO_OPS, AlgoError, algorithms_for
 from commlens.files import atomic_text
@@ -93,16 +107,42 @@ class TuningError(AlgoError):
     """A tuning table that cannot be read or used: the message names the file and the field."""
 
 
-@dataclass(frozen=True)
-class Bucket:
+class _FieldError(ValueError):
+    """A check of the tuning file's models that names where it failed.
+
+    ``at``: the path below the field or model being validated (``(1, "min_bytes")`` under ``buckets``);
+    ``of_model``: the reason is about the model holding the field, so it is reported at the model.
+    """
+
+    def __init__(self, reason: str, at: tuple[str | int, ...] = (), *, of_model: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.at, self.of_model = reason, at, of_model
+
+
+class _Record(BaseModel):
+    # unknown keys are ignored, as before the models: a newer commlens may add a field to the same format
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Bucket(_Record):
     """Sizes ``min_bytes <= n < max_bytes`` (None: unbounded) and the algorithm that won at ``size_bytes``."""
 
-    min_bytes: int
-    max_bytes: int | None
-    size_bytes: int  # the size measured for this bucket
-    algo: str
-    chunk_bytes: int | None = None  # the chunk size it was measured with (None: the algorithm's default)
-    times_s: Mapping[str, float] = field(default_factory=dict)  # candidate -> measured time
+    min_bytes: StrictInt = Field(description="the smallest size the bucket holds")
+    max_bytes: StrictInt | None = Field(None, description="the first size it no longer holds (None: unbounded)")
+    size_bytes: StrictInt = Field(description="the size measured for this bucket")
+    algo: StrictStr = Field(description="the algorithm that won at size_bytes")
+    chunk_bytes: Annotated[StrictInt, Field(gt=0)] | None = Field(
+        None, description="the chunk size it was measured with (None: the algorithm's default)"
+    )
+    times_s: dict[str, Annotated[StrictFloat, Field(ge=0)]] = Field(
+        default_factory=dict, description="candidate -> measured time"
+    )
+
+    @model_validator(mode="after")
+    def _max_above_min(self) -> Bucket:
+        if self.max_bytes is not None and self.max_bytes <= self.min_bytes:
+            raise _FieldError(f"expected {_expected_max(self.min_bytes)}, got {self.max_bytes!r}", ("max_bytes",))
+        return self
 
     def holds(self, nbytes: int) -> bool:
         return self.min_bytes <= nbytes and (self.max_bytes is None or nbytes < self.max_bytes)
@@ -112,17 +152,75 @@ class Bucket:
         return sorted(((a, t) for a, t in self.times_s.items() if a != BUILTIN), key=lambda at: at[1])
 
 
-@dataclass(frozen=True)
-class Entry:
+def _expected_max(min_bytes: Any) -> str:
+    return f"a whole number above min_bytes {min_bytes} or null"
+
+
+def _as_text(value: Any) -> str:
+    return str(value)
+
+
+class Entry(_Record):
     """One op at one rank count and layout: its size buckets, and where it was measured."""
 
-    op: str
-    world_size: int
-    ranks_per_host: int
-    backend: str
-    device: str
-    buckets: tuple[Bucket, ...]
-    context: Mapping[str, Any] = field(default_factory=dict)  # fingerprint, hosts, run id, stat, cpu model ...
+    op: StrictStr = Field(description="the op tuned (one of ALGO_OPS)")
+    world_size: StrictInt = Field(description="ranks it was measured on")
+    ranks_per_host: StrictInt = Field(description="ranks per host it was measured with (absent: world_size)")
+    backend: Annotated[str, BeforeValidator(_as_text)] = Field("", description="torch.distributed backend")
+    device: Annotated[str, BeforeValidator(_as_text)] = Field("", description="device type (cpu, cuda)")
+    context: dict[str, Any] = Field(default_factory=dict, description="fingerprint, hosts, run id, stat, cpu model ...")
+    buckets: tuple[Bucket, ...] = Field(min_length=1, description="sorted, contiguous, from 0 to unbounded")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_host_by_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "ranks_per_host" not in data and "world_size" in data:
+            return {**data, "ranks_per_host": data["world_size"]}
+        return data
+
+    @field_validator("op")
+    @classmethod
+    def _implemented(cls, op: str) -> str:
+        if op not in ALGO_OPS:
+            raise _FieldError(f"commlens implements no algorithms for {op!r}; it does for {', '.join(ALGO_OPS)}")
+        return op
+
+    @field_validator("ranks_per_host")
+    @classmethod
+    def _within_world(cls, ranks_per_host: int, info: ValidationInfo) -> int:
+        world = info.data.get("world_size")
+        if world is not None and (world < 1 or not 1 <= ranks_per_host <= world):
+            raise _FieldError(
+                f"world_size {world!r} and ranks_per_host {ranks_per_host!r} must satisfy "
+                "1 <= ranks_per_host <= world_size",
+                of_model=True,
+            )
+        return ranks_per_host
+
+    @field_validator("buckets")
+    @classmethod
+    def _registered_and_contiguous(cls, buckets: tuple[Bucket, ...], info: ValidationInfo) -> tuple[Bucket, ...]:
+        op = info.data.get("op")
+        if op is not None:
+            known = algorithms_for(op)
+            everything = algorithms_for(op, schemes=True)
+            for i, b in enumerate(buckets):
+                if b.algo not in everything:
+                    raise _FieldError(
+                        f"unknown {op} algorithm {b.algo!r}; known: {', '.join(known) or 'none'}", (i, "algo")
+                    )
+        if buckets[0].min_bytes != 0:
+            raise _FieldError(f"the first bucket must start at 0, not {buckets[0].min_bytes}", (0, "min_bytes"))
+        for i, (a, b) in enumerate(zip(buckets, buckets[1:])):
+            if a.max_bytes != b.min_bytes:
+                raise _FieldError(
+                    f"{b.min_bytes} does not continue the previous bucket's max_bytes {a.max_bytes} "
+                    "(buckets must be sorted and contiguous)",
+                    (i + 1, "min_bytes"),
+                )
+        if buckets[-1].max_bytes is not None:
+            raise _FieldError("the last bucket must be unbounded (null)", (len(buckets) - 1, "max_bytes"))
+        return buckets
 
     @property
     def key(self) -> tuple[str, int, int, str, str]:
@@ -136,13 +234,25 @@ class Entry:
         raise TuningError(f"{self.op} at {self.world_size} ranks: no bucket holds {nbytes} B")  # validated away
 
 
-@dataclass(frozen=True)
-class TuningTable:
+class TuningTable(_Record):
     """Every tuned entry, and when and how the table was made."""
 
-    entries: tuple[Entry, ...]
-    created_at: str = ""
-    command_line: str = ""
+    created_at: Annotated[str, BeforeValidator(_as_text)] = Field("", description="ISO 8601, UTC")
+    command_line: Annotated[str, BeforeValidator(_as_text)] = Field("", description="the command that made it")
+    entries: tuple[Entry, ...] = Field(description="at most one per key (op, ranks, ranks per host, backend, device)")
+
+    @model_validator(mode="after")
+    def _one_entry_per_experiment(self) -> TuningTable:
+        seen: set[tuple[str, int, int, str, str]] = set()
+        for i, e in enumerate(self.entries):
+            if e.key in seen:
+                raise _FieldError(
+                    f"a second entry for {e.op} at {e.world_size} ranks "
+                    f"({e.ranks_per_host} per host, {e.backend}/{e.device})",
+                    ("entries", i),
+                )
+            seen.add(e.key)
+        return self
 
     def find(
         self, op: str, world_size: int, ranks_per_host: int | None = None, backend: str | None = None
@@ -163,7 +273,7 @@ class TuningTable:
         """This table with ``newer``'s entries added, replacing any with the same key."""
         keys = {e.key for e in newer.entries}
         kept = tuple(e for e in self.entries if e.key not in keys)
-        return TuningTable(kept + newer.entries, newer.created_at, newer.command_line)
+        return TuningTable(entries=kept + newer.entries, created_at=newer.created_at, command_line=newer.command_line)
 
 
 # ---- building entries from measurements ------------------------------------------------------------
@@ -211,39 +321,32 @@ def entry_from_times(
         if not ours:
             raise TuningError(f"{op} at {world_size} ranks, {size} B: no commlens algorithm was measured")
         best = min(ours, key=ours.__getitem__)
-        buckets.append(Bucket(low, high, size, best, chunk_bytes, candidates))
-    return Entry(op, world_size, ranks_per_host, backend, device, tuple(buckets), dict(context or {}))
+        buckets.append(
+            Bucket(
+                min_bytes=low, max_bytes=high, size_bytes=size, algo=best, chunk_bytes=chunk_bytes, times_s=candidates
+            )
+        )
+    return Entry(
+        op=op,
+        world_size=world_size,
+        ranks_per_host=ranks_per_host,
+        backend=backend,
+        device=device,
+        context=dict(context or {}),
+        buckets=tuple(buckets),
+    )
 
 
 # ---- the file -------------------------------------------------------------------------------------
 
 
 def table_to_dict(table: TuningTable) -> dict[str, Any]:
+    """The file's JSON object: the format, then the table's fields in their order (lists, not tuples)."""
     return {
         "format": FORMAT,
-        "created_at": table.created_at,
-        "command_line": table.command_line,
+        **table.model_dump(exclude={"entries"}),
         "entries": [
-            {
-                "op": e.op,
-                "world_size": e.world_size,
-                "ranks_per_host": e.ranks_per_host,
-                "backend": e.backend,
-                "device": e.device,
-                "context": dict(e.context),
-                "buckets": [
-                    {
-                        "min_bytes": b.min_bytes,
-                        "max_bytes": b.max_bytes,
-                        "size_bytes": b.size_bytes,
-                        "algo": b.algo,
-                        "chunk_bytes": b.chunk_bytes,
-                        "times_s": dict(b.times_s),
-                    }
-                    for b in e.buckets
-                ],
-            }
-            for e in table.entries
+            {**e.model_dump(exclude={"buckets"}), "buckets": [b.model_dump() for b in e.buckets]} for e in table.entries
         ],
     }
 
@@ -258,75 +361,6 @@ def save_table(table: TuningTable, path: str | Path) -> Path:
     return path
 
 
-def _need(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in obj:
-        raise TuningError(f"{where}: missing {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise TuningError(f"{where}.{key}: expected {names}, got {value!r}")
-    return value
-
-
-def _bucket_from_dict(d: Any, op: str, where: str) -> Bucket:
-    if not isinstance(d, dict):
-        raise TuningError(f"{where}: expected an object, got {d!r}")
-    low = _need(d, "min_bytes", int, where)
-    high = d.get("max_bytes")
-    if high is not None and (not isinstance(high, int) or isinstance(high, bool) or high <= low):
-        raise TuningError(f"{where}.max_bytes: expected a whole number above min_bytes {low} or null, got {high!r}")
-    size = _need(d, "size_bytes", int, where)
-    algo = _need(d, "algo", str, where)
-    known = algorithms_for(op)
-    if algo not in algorithms_for(op, schemes=True):
-        raise TuningError(f"{where}.algo: unknown {op} algorithm {algo!r}; known: {', '.join(known) or 'none'}")
-    chunk = d.get("chunk_bytes")
-    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0):
-        raise TuningError(f"{where}.chunk_bytes: expected a positive whole number or null, got {chunk!r}")
-    times = d.get("times_s", {})
-    if not isinstance(times, dict) or any(
-        not isinstance(t, (int, float)) or isinstance(t, bool) or not t >= 0 for t in times.values()
-    ):
-        raise TuningError(f"{where}.times_s: expected {{algorithm: seconds >= 0}}, got {times!r}")
-    return Bucket(low, high, size, algo, chunk, {str(a): float(t) for a, t in times.items()})
-
-
-def _entry_from_dict(d: Any, where: str) -> Entry:
-    if not isinstance(d, dict):
-        raise TuningError(f"{where}: expected an object, got {d!r}")
-    op = _need(d, "op", str, where)
-    if op not in ALGO_OPS:
-        raise TuningError(
-            f"{where}.op: commlens implements no algorithms for {op!r}; it does for {', '.join(ALGO_OPS)}"
-        )
-    world = _need(d, "world_size", int, where)
-    per_host = d.get("ranks_per_host", world)
-    if world < 1 or not isinstance(per_host, int) or isinstance(per_host, bool) or not 1 <= per_host <= world:
-        raise TuningError(
-            f"{where}: world_size {world!r} and ranks_per_host {per_host!r} must satisfy "
-            "1 <= ranks_per_host <= world_size"
-        )
-    where = f"{where} ({op}, {world} ranks)"
-    raw = _need(d, "buckets", list, where)
-    if not raw:
-        raise TuningError(f"{where}.buckets: empty")
-    buckets = tuple(_bucket_from_dict(b, op, f"{where}.buckets[{i}]") for i, b in enumerate(raw))
-    if buckets[0].min_bytes != 0:
-        raise TuningError(f"{where}.buckets[0].min_bytes: the first bucket must start at 0, not {buckets[0].min_bytes}")
-    for i, (a, b) in enumerate(zip(buckets, buckets[1:])):
-        if a.max_bytes != b.min_bytes:
-            raise TuningError(
-                f"{where}.buckets[{i + 1}].min_bytes: {b.min_bytes} does not continue the previous "
-                f"bucket's max_bytes {a.max_bytes} (buckets must be sorted and contiguous)"
-            )
-    if buckets[-1].max_bytes is not None:
-        raise TuningError(f"{where}.buckets[{len(buckets) - 1}].max_bytes: the last bucket must be unbounded (null)")
-    context = d.get("context", {})
-    if not isinstance(context, dict):
-        raise TuningError(f"{where}.context: expected an object, got {context!r}")
-    return Entry(op, world, per_host, str(d.get("backend", "")), str(d.get("device", "")), buckets, context)
-
-
 def table_from_dict(data: Any, source: str = "tuning table") -> TuningTable:
     """Validate and build a table; :class:`TuningError` names ``source`` and the offending field."""
     if not isinstance(data, dict):
@@ -336,21 +370,68 @@ def table_from_dict(data: Any, source: str = "tuning table") -> TuningTable:
         raise TuningError(f"{source}: not a tuning table (format {fmt!r}, expected {FORMAT!r})")
     if fmt != FORMAT:
         raise TuningError(f"{source}: format {fmt!r} is not one this commlens reads ({FORMAT!r})")
-    entries = _need(data, "entries", list, source)
-    table = TuningTable(
-        tuple(_entry_from_dict(e, f"{source}: entries[{i}]") for i, e in enumerate(entries)),
-        str(data.get("created_at", "")),
-        str(data.get("command_line", "")),
-    )
-    seen: set[tuple[str, int, int, str, str]] = set()
-    for i, e in enumerate(table.entries):
-        if e.key in seen:
-            raise TuningError(
-                f"{source}: entries[{i}]: a second entry for {e.op} at {e.world_size} ranks "
-                f"({e.ranks_per_host} per host, {e.backend}/{e.device})"
-            )
-        seen.add(e.key)
-    return table
+    try:
+        return TuningTable.model_validate(data)
+    except ValidationError as e:
+        raise TuningError(_describe(e.errors()[0], data, source)) from None
+
+
+# What a field that fails its type or range holds, where "expected <type name>" would say too little.
+_EXPECTED = {
+    "max_bytes": "",  # filled with the bucket's min_bytes
+    "chunk_bytes": "a positive whole number or null",
+    "times_s": "{algorithm: seconds >= 0}",
+}
+_TYPE_NAMES = {
+    "int_type": "int",
+    "string_type": "str",
+    "float_type": "float",
+    "list_type": "list",
+    "tuple_type": "list",
+    "dict_type": "an object",
+    "model_type": "an object",
+}
+
+
+def _describe(err: Any, data: dict[str, Any], source: str) -> str:
+    """The first pydantic error as ``SOURCE: entries[i] (op, N ranks).field: reason``, as the file's readers quote
+    it: entries that passed their op and rank count are named by them."""
+    loc: tuple[str | int, ...] = tuple(err["loc"])
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _FieldError):
+        at = loc[:-1] if cause.of_model else loc + cause.at
+        return f"{_where(at, data, source)}: {cause.reason}"
+    if err["type"] == "missing":
+        return f"{_where(loc[:-1], data, source, missing=loc[-1])}: missing {loc[-1]!r}"
+    if err["type"] == "too_short":
+        return f"{_where(loc, data, source)}: empty"
+    field = next((i for i, part in enumerate(loc) if part in _EXPECTED), None)
+    if field is not None:
+        loc = loc[: field + 1]
+        value = _at(data, loc)
+        expected = _EXPECTED[str(loc[-1])] or _expected_max(_at(data, (*loc[:-1], "min_bytes")))
+    else:
+        value = err.get("input")
+        expected = _TYPE_NAMES.get(err["type"], err["msg"])
+    return f"{_where(loc, data, source)}: expected {expected}, got {value!r}"
+
+
+def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
+    for part in loc:
+        data = data[part]
+    return data
+
+
+def _where(loc: tuple[str | int, ...], data: dict[str, Any], source: str, missing: str | int | None = None) -> str:
+    """``loc`` as the messages name it: ``SOURCE: entries[2] (all_reduce, 4 ranks).buckets[1].algo``
+    (``missing``: the key missing under ``loc``)."""
+    text, rest = source, loc
+    if len(loc) >= 2 and loc[0] == "entries":
+        text, rest = f"{source}: entries[{loc[1]}]", loc[2:]
+        if (rest[0] if rest else missing) in ("context", "buckets"):  # checked after the op and the rank count
+            entry = _at(data, loc[:2])
+            text += f" ({entry['op']}, {entry['world_size']} ranks)"
+    return text + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest)
 
 
 def load_table(path: str | Path) -> TuningTable:
@@ -369,7 +450,7 @@ def load_table(path: str | Path) -> TuningTable:
 
 def new_table(entries: Iterable[Entry], command_line: str = "") -> TuningTable:
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    return TuningTable(tuple(entries), now, command_line)
+    return TuningTable(entries=tuple(entries), created_at=now, command_line=command_line)
 
 
 # ---- choosing -------------------------------------------------------------------------------------
@@ -411,14 +492,6 @@ def reset_cache() -> None:
     _cached = _UNSET
 
 
-def _hint_ranks_per_host(world: int) -> int | None:
-    for var in ("COMMLENS_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
-        text = os.environ.get(var, "")
-        if text.isdigit() and int(text) > 0:
-            return min(int(text), world)
-    return None
-
-
 def heuristic(op: str, nbytes: int, world: int, ranks_per_host: int | None = None) -> str:
     """The built-in rule, used without a table entry.
 
@@ -458,21 +531,32 @@ class Choice:
     source: str  # "table" or "heuristic"
 
 
-def lookup(op: str, nbytes: int, world: int, table: TuningTable | None = _UNSET) -> Choice:  # type: ignore[assignment]
-    """The table's choice for ``op`` at ``nbytes`` on ``world`` ranks, else the built-in rule's."""
+def lookup(
+    op: str,
+    nbytes: int,
+    world: int,
+    table: TuningTable | None = _UNSET,  # type: ignore[assignment]
+    *,
+    ranks_per_host: int | None = None,
+) -> Choice:
+    """The table's choice for ``op`` at ``nbytes`` on ``world`` ranks, else the built-in rule's.
+
+    ``ranks_per_host`` (None: not known) picks among entries of several layouts and lets the rule see several hosts.
+    """
     if table is _UNSET:
         table = loaded_table()
-    per_host = _hint_ranks_per_host(world)
-    entry = table.find(op, world, per_host) if table is not None else None
+    if ranks_per_host is not None:
+        ranks_per_host = min(ranks_per_host, world)
+    entry = table.find(op, world, ranks_per_host) if table is not None else None
     if entry is None:
-        return Choice(heuristic(op, nbytes, world, per_host), None, "heuristic")
+        return Choice(heuristic(op, nbytes, world, ranks_per_host), None, "heuristic")
     bucket = entry.bucket_for(nbytes)
     return Choice(bucket.algo, bucket.chunk_bytes, "table")
 
 
-def choose(op: str, nbytes: int, world: int) -> str:
+def choose(op: str, nbytes: int, world: int, *, ranks_per_host: int | None = None) -> str:
     """The algorithm ``algo="auto"`` runs for ``op`` with ``nbytes`` (nccl-tests size) on ``world`` ranks."""
-    return lookup(op, nbytes, world).algo
+    return lookup(op, nbytes, world, ranks_per_host=ranks_per_host).algo
 
 
 def with_entries(table: TuningTable | None, entries: Iterable[Entry], command_line: str = "") -> TuningTable:

@@ -87,11 +87,16 @@ def refusal(err: BaseException) -> str | None:
     return str(err).splitlines()[0] if isinstance(err, AlgoError) else None
 
 
-def auto_note(op: str, size_bytes: int, world: int) -> tuple[tuple[str, str], str]:
-    """What ``auto`` runs for one row: (algorithm, source) and a note naming it and where the choice came from."""
+def auto_note(
+    op: str, size_bytes: int, world: int, *, ranks_per_host: int | None = None
+) -> tuple[tuple[str, str], str]:
+    """What ``auto`` runs for one row: (algorithm, source) and a note naming it and where the choice came from.
+
+    ``ranks_per_host``: as the row's :class:`AlgoCalls` get it, so the note names what runs.
+    """
     from commlens.algos.tuning import lookup
 
-    choice = lookup(op, size_bytes, world)
+    choice = lookup(op, size_bytes, world, ranks_per_host=ranks_per_host)
     chunk = f", chunk {choice.chunk_bytes} B" if choice.chunk_bytes else ""
     return (
         choice.algo,
@@ -107,12 +112,12 @@ class AlgoCalls:
     :func:`commlens.algos.run`, the public calls by op name.
     """
 
-    def __init__(self, algo: str, group: Any, chunk_bytes: int | None, local_size: int | None):
+    def __init__(self, algo: str, group: Any, chunk_bytes: int | None, ranks_per_host: int | None) -> None:
         from commlens.algos import run
 
         self.run = run
         self.group = group
-        self.kw = {"algo": algo, "chunk_bytes": chunk_bytes, "local_size": local_size}
+        self.kw = {"algo": algo, "chunk_bytes": chunk_bytes, "ranks_per_host": ranks_per_host}
 
     def all_reduce(self, buf: Any, redop: str) -> Callable[[], None]:
         run, group, kw = self.run, self.group, self.kw

@@ -79,13 +79,17 @@ def prepare(
     async_op: bool = False,
     algo: str = "builtin",
     chunk_bytes: int | None = None,
-    local_size: int | None = None,
+    ranks_per_host: int | None = None,
+    local_size: int | None = None,  # TRANSITIONAL: worker.py's old name for ranks_per_host; drop once it passes that
 ) -> Collective | None:
     """Buffers and callables for one row, or None when torch offers no such placement.
 
     ``algo`` other than ``builtin`` runs the row through :mod:`commlens.algos` (same buffers, same
-    placements, same check) with ``chunk_bytes`` and ``local_size`` passed on.
+    placements, same check) with ``chunk_bytes`` and ``ranks_per_host`` (ranks on each host, when every
+    host has as many; None: one host) passed on.
     """
+    if ranks_per_host is None:
+        ranks_per_host = local_size
     offered_oop, offered_ip = PLACEMENTS[spec.name]
     if not (offered_ip if in_place else offered_oop):
         return None
@@ -93,7 +97,7 @@ def prepare(
     if algo != "builtin":
         from commlens.bench.algorithms import AlgoCalls
 
-        alg = AlgoCalls(algo, group, chunk_bytes, local_size)
+        alg = AlgoCalls(algo, group, chunk_bytes, ranks_per_host)
     tdt = TORCH_DTYPES[dtype]
     c = plan.count
     n = world
