@@ -17,7 +17,7 @@ from benchutil import commlens
 from typer.testing import CliRunner
 
 from commlens.bench.config import BenchConfig, ConfigError, build_parser, config_from_args
-from commlens.bench.tune import TuneSettings, bench_argv
+from commlens.bench.tune import TuneSettings, bench_config
 from commlens.bench.worker import measure_interleaved
 from commlens.cli.app import _register, app
 
@@ -283,11 +283,12 @@ def test_a_corrupting_rank_is_caught_for_every_implementation_of_its_row(pool: A
 # --- commlens tune -------------------------------------------------------------------------------------------
 
 
-def test_tune_interleaves_its_sweep_unless_told_not_to(tmp_path: Path) -> None:
-    on = bench_argv(TuneSettings(), tmp_path / "run.json")
-    off = bench_argv(TuneSettings(interleave=False), tmp_path / "run.json")
-    assert "--interleave" in on and "--interleave" not in off
-    assert config_from_args(build_parser().parse_args(on)).interleave is True
+def test_tune_interleaves_its_sweep_unless_told_not_to() -> None:
+    on, _ = bench_config(TuneSettings())
+    off, _ = bench_config(TuneSettings(interleave=False))
+    assert on.interleave is True and off.interleave is False
+    assert "--interleave" in on.argv() and "--interleave" not in off.argv()
+    assert config_from_args(build_parser().parse_args(on.argv())).interleave is True
 
 
 def test_tune_cli_passes_interleave_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -299,7 +300,9 @@ def test_tune_cli_passes_interleave_on(monkeypatch: pytest.MonkeyPatch, tmp_path
 
     monkeypatch.setattr("commlens.bench.tune.tune", fake_tune)
     for args, expected in (((), True), (("--no-interleave",), False), (("--interleave",), True)):
-        proc = CliRunner().invoke(app, ["tune", "--op", "all_reduce", *args, "-o", str(tmp_path / "t.json")])
+        proc = CliRunner().invoke(
+            app, ["tune", "--op", "all_reduce", *args, "--no-store", "-o", str(tmp_path / "t.json")]
+        )
         assert proc.exit_code == 2, proc.output
         assert seen.pop().interleave is expected
 

@@ -10,8 +10,8 @@ import argparse
 import math
 import shlex
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
@@ -58,7 +58,7 @@ class BenchConfig:
     check_iters: int = 1
     dtypes: tuple[str, ...] = ("float32",)
     redops: tuple[str, ...] = ("sum",)
-    roots: tuple[int, ...] = (0,)  # () means every rank (--root all)
+    roots: tuple[int, ...] | Literal["all"] = (0,)  # "all": every rank, once the world size is known (--root all)
     in_place: bool = True
     out_of_place: bool = True
     blocking: bool = False
@@ -116,8 +116,11 @@ class BenchConfig:
             )
         if self.on_unsupported not in ("skip", "fail"):
             raise ConfigError("--on-unsupported must be skip or fail")
-        if any(r < 0 for r in self.roots):
-            raise ConfigError("--root must be >= 0")
+        if self.roots != "all":
+            if not isinstance(self.roots, tuple) or not self.roots:
+                raise ConfigError("--root: give root ranks or 'all'")
+            if any(r < 0 for r in self.roots):
+                raise ConfigError("--root must be >= 0")
         if not self.algos:
             raise ConfigError("--algo: no algorithm given")
         if self.chunk_bytes is not None and self.chunk_bytes <= 0:
@@ -148,6 +151,50 @@ class BenchConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchConfig:
+        """The config ``as_dict`` gave (lists back to tuples); raises ConfigError for a field it does not know."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown benchmark settings: {', '.join(unknown)}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**values)
+
+    def argv(self) -> list[str]:
+        """The ``commlens bench`` options that give this config (``extra`` beyond tag and revision is not one)."""
+
+        def csv(items: tuple[Any, ...]) -> str:
+            return ",".join(str(i) for i in items)
+
+        out = ["--op", csv(self.ops), "-b", str(self.min_bytes), "-e", str(self.max_bytes)]
+        out += ["-i", str(self.step_bytes)] if self.step_bytes else ["-f", str(self.step_factor)]
+        out += ["-d", csv(self.dtypes), "-o", csv(self.redops)]
+        out += ["-r", "all" if self.roots == "all" else csv(self.roots)]
+        if not self.out_of_place:
+            out.append("--in-place")
+        elif not self.in_place:
+            out.append("--out-of-place")
+        out += ["--algo", csv(self.algos)]
+        if self.chunk_bytes is not None:
+            out += ["--chunk-bytes", str(self.chunk_bytes)]
+        if self.on_unsupported != "skip":
+            out += ["--on-unsupported", self.on_unsupported]
+        out += ["-n", str(self.iters), "--rounds", str(self.rounds), "-w", str(self.warmup)]
+        out += ["-c", str(self.check_iters)]
+        if self.round_groups != "fresh":
+            out += ["--round-groups", self.round_groups]
+        if self.blocking:
+            out.append("-z")
+        if self.interleave:
+            out.append("--interleave")
+        out += ["--timeout", str(self.timeout_s), "--seed", str(self.seed)]
+        out += ["--backend", self.backend, "--device", self.device]
+        for option, key in (("--tag", "tag"), ("--revision", "revision")):
+            if self.extra.get(key) is not None:
+                out += [option, str(self.extra[key])]
+        return out
 
 
 def _csv_choice(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -268,6 +315,7 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     o.add_argument("--revision", default=None, help="code/config revision stored with the run")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--rows-file", default=None, help=argparse.SUPPRESS)  # set by the launcher
+    p.add_argument("--config-file", default=None, help=argparse.SUPPRESS)  # the launcher's BenchConfig, as JSON
     return p
 
 
@@ -315,8 +363,9 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
     dtype_text = ",".join(_DTYPE_ALIASES.get(d.strip().lower(), d.strip()) for d in ns.dtype.split(","))
     dtypes = _csv_choice(dtype_text, DTYPES, "dtype")
     redops = _csv_choice(ns.redop, REDOPS, "reduction")
+    roots: tuple[int, ...] | Literal["all"]
     if ns.root.strip().lower() == "all":
-        roots: tuple[int, ...] = (-2,)  # resolved to every rank once the world size is known
+        roots = "all"
     else:
         try:
             roots = tuple(int(r) for r in ns.root.split(","))
@@ -347,7 +396,7 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
         check_iters=ns.check_iters,
         dtypes=dtypes,
         redops=redops,
-        roots=roots if roots != (-2,) else (),
+        roots=roots,
         in_place=placement in (None, "in"),
         out_of_place=placement in (None, "out"),
         blocking=ns.blocking,

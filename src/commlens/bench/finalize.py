@@ -1,23 +1,21 @@
-"""From rank 0's event stream to a stored run: table, JSON files, result store.
+"""From rank 0's events to the nccl-tests table and to the finished :class:`Run`.
 
-Used by the launcher (reading the rows file the workers wrote) and by rank 0
-itself when the worker runs under an external launcher.
+Used by ``commlens.bench.run`` (on the events the launcher read from the ranks) and by rank 0 itself when
+the worker runs under an external launcher. Nothing here prints on its own or stores: the table goes to the
+``write`` function it is given.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from commlens.bench.outputs import SaveError, save_outputs
-from commlens.results.jsonfmt import _measurement_from_dict
-from commlens.results.records import Run, SystemInfo
+from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
+from commlens.results.records import Run
 from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
 
-__all__ = ["TablePrinter", "StandalonePrinter", "run_from_events", "save_outputs", "finalize_standalone"]
+__all__ = ["StandalonePrinter", "TablePrinter", "run_from_events"]
 
 
 class TablePrinter:
@@ -29,34 +27,33 @@ class TablePrinter:
         self.busbw: list[float] = []
         self._op: tuple[str, str] | None = None
 
-    def handle(self, event: dict[str, Any]) -> None:
-        kind = event["event"]
-        if kind == "start":
-            for line in system_header_lines(event) + column_header_lines():
+    def handle(self, event: Event) -> None:
+        if isinstance(event, Started):
+            for line in system_header_lines(event.as_wire()) + column_header_lines():
                 self.write(line)
-        elif kind == "row":
-            key = (event["op"], event.get("algo", "builtin"))
+        elif isinstance(event, RowDone):
+            key = (event.op, event.algo)
             if key != self._op:
                 self._op = key
                 self.write(op_header_line(*key))
-            for note in event.get("notes", ()):
+            for note in event.notes:
                 self.write(f"# note: {note}")
-            self.write(row_line(event))
-            for m in event["measurements"]:
+            self.write(row_line(event.as_wire()))
+            for m in event.measurements:
                 if m is None:
                     continue
-                if m["op"] != "barrier":
-                    self.busbw.append(m["busbw_bytes_per_s"])
-                if m["nwrong"] is not None:
-                    self.total_wrong = (self.total_wrong or 0) + m["nwrong"]
-        elif kind == "note":
-            self.write(f"# {event['text']}")
-        elif kind == "end":
+                if m.op != "barrier":
+                    self.busbw.append(m.busbw_bytes_per_s)
+                if m.nwrong is not None:
+                    self.total_wrong = (self.total_wrong or 0) + m.nwrong
+        elif isinstance(event, Note):
+            self.write(f"# {event.text}")
+        elif isinstance(event, Finished):
             avg = sum(self.busbw) / len(self.busbw) if self.busbw else 0.0
             for line in footer_lines(self.total_wrong, avg):
                 self.write(line)
-            if event["status"] != "complete":
-                self.write(f"# run {event['status']}: interrupted before the sweep finished")
+            if event.status != "complete":
+                self.write(f"# run {event.status}: interrupted before the sweep finished")
 
 
 class StandalonePrinter(TablePrinter):
@@ -67,14 +64,13 @@ class StandalonePrinter(TablePrinter):
         self.quiet = quiet or not sys.stderr.isatty()
         self._last = 0.0
 
-    def handle(self, event: dict[str, Any]) -> None:
-        if event["event"] == "progress":
+    def handle(self, event: Event) -> None:
+        if isinstance(event, Progress):
             now = time.monotonic()
             if not self.quiet and now - self._last > 0.5:
                 self._last = now
                 print(
-                    f"\r[{event['index'] + 1}/{event['total']}] {event['op']} {event['size_bytes']} B "
-                    f"{event['elapsed_s']:.1f} s",
+                    f"\r[{event.index + 1}/{event.total}] {event.op} {event.size_bytes} B {event.elapsed_s:.1f} s",
                     end="",
                     file=sys.stderr,
                     flush=True,
@@ -83,50 +79,30 @@ class StandalonePrinter(TablePrinter):
         super().handle(event)
 
 
-def run_from_events(events: list[dict[str, Any]], command_line: str | None = None, status: str | None = None) -> Run:
-    """Assemble the run from a start event, its rows and (if it came) the end event."""
-    start = next(e for e in events if e["event"] == "start")
-    end = next((e for e in events if e["event"] == "end"), None)
+def run_from_events(events: Iterable[Event], command_line: str | None = None, status: str | None = None) -> Run:
+    """Assemble the run from its start event, its rows and (if it came) the end event."""
+    events = list(events)
+    start = next(e for e in events if isinstance(e, Started))
+    end = next((e for e in events if isinstance(e, Finished)), None)
     measurements = []
     notes: list[str] = []
     for e in events:
-        if e["event"] == "row":
-            notes.extend(e.get("notes", ()))
-            measurements.extend(_measurement_from_dict(m) for m in e["measurements"] if m is not None)
-        elif e["event"] == "note":
-            notes.append(e["text"])
-    sysd = dict(start["system"])
-    cfg = start["config"]
+        if isinstance(e, RowDone):
+            notes.extend(e.notes)
+            measurements.extend(m for m in e.measurements if m is not None)
+        elif isinstance(e, Note):
+            notes.append(e.text)
+    cfg = start.config
     return Run(
-        run_id=start["run_id"],
-        started_at=start["started_at"],
-        finished_at=end["finished_at"] if end else None,
-        status=status or (end["status"] if end else "incomplete"),
-        system=SystemInfo(**sysd),
+        run_id=start.run_id,
+        started_at=start.started_at,
+        finished_at=end.finished_at if end else None,
+        status=status or (end.status if end else "incomplete"),
+        system=start.system,
         measurements=tuple(measurements),
         tag=cfg.get("extra", {}).get("tag"),
         revision=cfg.get("extra", {}).get("revision"),
-        command_line=command_line or start.get("command_line", ""),
+        command_line=command_line or start.command_line,
         config=cfg,
         notes=tuple(notes),
     )
-
-
-def exit_code(run: Run, wrong: list[str], say: Callable[[str], None]) -> int:
-    """1 when any element was wrong, 130 for an interrupted run, else 0."""
-    for msg in wrong:
-        say(f"error: wrong results: {msg}")
-    if wrong:
-        return 1
-    return 130 if run.status == "incomplete" else 0
-
-
-def finalize_standalone(events: list[dict[str, Any]], ns: argparse.Namespace) -> int:
-    run = run_from_events(events)
-    end = next((e for e in events if e["event"] == "end"), {"wrong": []})
-    try:
-        save_outputs(run, ns, lambda s: print(s, file=sys.stderr))
-    except SaveError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return exit_code(run, end.get("wrong", []), lambda s: print(s, file=sys.stderr))

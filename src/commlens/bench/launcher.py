@@ -1,11 +1,12 @@
-"""``commlens bench``: launch local ranks through torch's elastic launcher and own the terminal.
+"""The one launcher of commlens: start ranks on this host (or on an emulated cluster's hosts) and run them.
 
-The workers (``python -m commlens.bench``) run under
-``torch.distributed.launcher.api.elastic_launch``, the machinery behind
-``torchrun --standalone``. Rank 0 streams events into a rows file; this
-process prints the table and the progress from it, then stores the run. On a
-rank failure it reads each rank's error and state files to say which rank
-failed or hung, and where.
+``run(config, placement=..., on_event=...)`` is the benchmark as a library: it launches the ranks of
+``python -m commlens.bench``, hands rank 0's events to ``on_event`` as they come and returns the finished
+:class:`Run`. It prints nothing and stores nothing; a failure is a :class:`BenchFailure` naming the rank
+that failed or hung, and where. ``launch_ranks`` is the machinery under it, also used by ``diagnose
+links``: the ranks run under ``torch.distributed.launcher.api.elastic_launch`` (what ``torchrun
+--standalone`` runs) with a rendezvous store bound to loopback (or the cluster's bridge address), and die
+with this process even when it is killed by SIGKILL.
 """
 
 from __future__ import annotations
@@ -18,20 +19,23 @@ import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commlens.bench.config import ConfigError, build_parser, command_line, config_from_args
-from commlens.bench.finalize import TablePrinter, exit_code, run_from_events
+from commlens.bench.config import BenchConfig, ConfigError, command_line
+from commlens.bench.events import Event, Finished, Started, event_from_wire
+from commlens.bench.finalize import run_from_events
 from commlens.bench.lifetime import LAUNCHER_PID_ENV, make_workdir
-from commlens.bench.outputs import SaveError, check_destinations, save_outputs
 from commlens.bench.rendezvous import BACKEND as RENDEZVOUS
 from commlens.bench.rendezvous import LOOPBACK
 from commlens.bench.rendezvous import register as register_rendezvous
+from commlens.errors import CommlensError
+from commlens.results.records import Run
 
-__all__ = ["launch", "BenchFailure"]
+__all__ = ["BenchFailure", "Local", "OnCluster", "Placement", "Ranks", "RanksFailed", "check", "launch_ranks", "place", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +47,172 @@ _COLLATERAL = re.compile(
 )
 
 
-class BenchFailure(RuntimeError):
-    """The run failed; ``code`` is the exit code to use."""
+class BenchFailure(CommlensError, RuntimeError):
+    """The run failed; ``code`` is the exit code to use (2 for settings that cannot run, 130 interrupted)."""
+
+    exit_code = 1
 
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
+        self.exit_code = code
+
+
+@dataclass(frozen=True)
+class Local:
+    """``nproc`` ranks on this host, talking over loopback."""
+
+    nproc: int = 4
+
+
+@dataclass(frozen=True)
+class OnCluster:
+    """The ranks spread over the hosts of the emulated cluster ``name`` (``commlens cluster up``; needs root),
+    ``ranks_per_host`` on each (default: the cluster's)."""
+
+    name: str
+    ranks_per_host: int | None = None
+
+
+Placement = Local | OnCluster
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """A placement resolved: how many ranks, the argv prefix that places each, where the store listens."""
+
+    world: int
+    prefix: tuple[str, ...] = ()
+    store_address: str = LOOPBACK
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def place(placement: Placement) -> Ranks:
+    """Resolve a placement; ConfigError for one that cannot run here."""
+    if isinstance(placement, Local):
+        if placement.nproc < 1:
+            raise ConfigError(f"--nproc must be >= 1, got {placement.nproc}")
+        # a local run: gloo's and NCCL's listeners on loopback too
+        return Ranks(placement.nproc, env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"})
+    from commlens.cluster import ClusterError, load_state  # the one use of the emulated cluster in bench
+
+    try:
+        state = load_state(placement.name)
+    except ClusterError as e:
+        raise ConfigError(str(e)) from None
+    ranks_per_host = placement.ranks_per_host or state.spec.ranks_per_host
+    if ranks_per_host < 1:
+        raise ConfigError("--ranks-per-host must be >= 1")
+    if os.geteuid() != 0:
+        raise ConfigError("--cluster needs root (ranks enter network namespaces)")
+    # commlens.cluster.place enters the host's namespace and points the rank at the launcher's store through
+    # the bridge address, the one address the store listens on.
+    prefix = (
+        "-m",
+        "commlens.cluster.place",
+        "--cluster",
+        placement.name,
+        "--ranks-per-host",
+        str(ranks_per_host),
+        "--",
+    )
+    return Ranks(state.spec.hosts * ranks_per_host, prefix, state.bridge_address)
+
+
+def check(config: BenchConfig, placement: Placement) -> Ranks:
+    """Refuse (ConfigError), before any rank starts, a config and placement that cannot run here."""
+    ranks = place(placement)
+    _check_environment(config, ranks.world)
+    return ranks
+
+
+class RanksFailed(Exception):
+    """A rank ended with an error; ``failures`` maps rank to torch's ProcessFailure."""
+
+    def __init__(self, failures: dict[int, Any]):
+        super().__init__(f"ranks {sorted(failures)} failed")
+        self.failures = failures
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables (which the ranks inherit) for the duration of the launch."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch_ranks(python_args: list[str], ranks: Ranks, workdir: Path, *, capture_stderr: bool = False) -> bool:
+    """Run ``python [placement] python_args`` as ``ranks.world`` ranks until all end; True if interrupted.
+
+    Raises :class:`RanksFailed` when a rank fails (the others are stopped). Each rank gets torch's launcher
+    environment (RANK, WORLD_SIZE, LOCAL_RANK, the agent's store) and ``COMMLENS_LAUNCHER_PID``, so that it
+    dies with this process (``lifetime.die_with_parent``). With ``capture_stderr`` each rank's stderr goes to
+    ``workdir/logs`` (read it with :func:`rank_stderr`) instead of this process's.
+    """
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    register_rendezvous()
+    addr = ranks.store_address
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=ranks.world,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend=RENDEZVOUS,
+        rdzv_endpoint=f"[{addr}]:0" if ":" in addr else f"{addr}:0",
+        rdzv_configs={"rank": 0},
+        max_restarts=0,
+        monitor_interval=0.05,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(
+            log_dir=str(workdir / "logs"), redirects=Std.ERR if capture_stderr else Std.NONE, tee=Std.NONE
+        ),
+    )
+    env = {
+        LAUNCHER_PID_ENV: str(os.getpid()),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        **ranks.env,
+    }
+    try:
+        with _environ(env):
+            elastic_launch(config, sys.executable)(*ranks.prefix, *python_args)
+    except ChildFailedError as e:
+        raise RanksFailed(e.failures) from None
+    except KeyboardInterrupt:
+        return True
+    except Exception as e:  # the elastic agent signals Ctrl-C/SIGTERM as SignalException
+        if type(e).__name__ != "SignalException":
+            raise
+        return True
+    return False
+
+
+def rank_stderr(workdir: Path, rank: int) -> str:
+    """What rank ``rank`` wrote to stderr under ``launch_ranks(..., capture_stderr=True)`` ("" if nothing)."""
+    for path in sorted((workdir / "logs").glob(f"*/attempt_*/{rank}/stderr.log")):
+        return path.read_text(errors="replace")
+    return ""
 
 
 class RowsTail:
-    """Follows the rows file in a thread, feeding each event to the printer and progress."""
+    """Follows the rows file rank 0 writes, in a thread, handing each event to ``on_event`` in order."""
 
-    def __init__(self, path: Path, printer: TablePrinter, progress: Any | None, task: Any | None):
+    def __init__(self, path: Path, on_event: Callable[[Event], None] | None):
         self.path = path
-        self.printer = printer
-        self.progress = progress
-        self.task = task
-        self.events: list[dict[str, Any]] = []
+        self.on_event = on_event
+        self.events: list[Event] = []
         self._stop = threading.Event()
         self._offset = 0
         self._buffer = ""
@@ -79,32 +232,85 @@ class RowsTail:
         *lines, self._buffer = self._buffer.split("\n")
         for line in lines:
             if line.strip():
-                self._handle(json.loads(line))
+                self.add(event_from_wire(json.loads(line)))
 
-    def _handle(self, event: dict[str, Any]) -> None:
+    def add(self, event: Event) -> None:
         self.events.append(event)
-        if event["event"] == "progress":
-            if self.progress is not None:
-                desc = f"{event['op']} {event['dtype']} {event['size_bytes']} B"
-                self.progress.update(self.task, total=event["total"], completed=event["index"], description=desc)
-            return
-        if event["event"] == "end" and self.progress is not None:
-            self.progress.update(self.task, completed=self.progress.tasks[0].total or 0)
-        self.printer.handle(event)
+        if self.on_event is not None:
+            self.on_event(event)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._poll()
             self._stop.wait(0.05)
 
-    def stop(self) -> list[dict[str, Any]]:
+    def stop(self) -> list[Event]:
         self._stop.set()
         self._thread.join()
         self._poll()
         return self.events
 
 
-def _check_environment(cfg: Any, nproc: int) -> None:
+def command_for(config: BenchConfig, placement: Placement) -> str:
+    """The ``commlens bench`` command line that runs ``config`` at ``placement``."""
+    if isinstance(placement, Local):
+        where = ["--nproc", str(placement.nproc)]
+    else:
+        where = ["--cluster", placement.name]
+        where += ["--ranks-per-host", str(placement.ranks_per_host)] if placement.ranks_per_host else []
+    return command_line(["commlens", "bench", *config.argv(), *where])
+
+
+def run(
+    config: BenchConfig, *, placement: Placement | None = None, on_event: Callable[[Event], None] | None = None
+) -> Run:
+    """Run the sweep ``config`` on ``placement`` (default: 4 local ranks) and return the run.
+
+    ``on_event`` is called with each :class:`commlens.bench.events.Event` as rank 0 reports it, in order,
+    from a thread of this process. Raises :class:`ConfigError` for settings that cannot run here (before any
+    rank starts) and :class:`BenchFailure` when the run fails. Interrupted (Ctrl-C, SIGTERM) after a row
+    finished, it returns the rows measured so far with ``status == "incomplete"``; wrong results are in each
+    measurement's ``nwrong`` and in the :class:`Finished` event's ``wrong``.
+    """
+    placement = placement if placement is not None else Local()
+    ranks = check(config, placement)
+    workdir = make_workdir("commlens-bench-")
+    try:
+        config_file = workdir / "config.json"
+        config_file.write_text(json.dumps(config.as_dict()))
+        rows_file = workdir / "rows.jsonl"
+        tail = RowsTail(rows_file, on_event)
+        failure: BenchFailure | None = None
+        interrupted = False
+        tail.start()
+        try:
+            interrupted = launch_ranks(
+                ["-m", "commlens.bench", "--config-file", str(config_file), "--rows-file", str(rows_file)],
+                ranks,
+                workdir,
+            )
+        except RanksFailed as e:
+            failure = explain_failure(workdir, ranks.world, e.failures, config.timeout_s)
+        finally:
+            events = tail.stop()
+        if failure is not None:
+            raise failure
+        if not any(isinstance(e, Started) for e in events):
+            raise BenchFailure("interrupted before the ranks started; nothing stored", 130)
+        if interrupted and not any(isinstance(e, Finished) for e in events):
+            if on_event is not None:
+                on_event(Finished(status="incomplete"))
+        result = run_from_events(
+            events, command_line=command_for(config, placement), status="incomplete" if interrupted else None
+        )
+        if interrupted and not result.measurements:
+            raise BenchFailure("interrupted before any row finished; nothing stored", 130)
+        return result
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _check_environment(cfg: BenchConfig, nproc: int) -> None:
     """Refuse, before starting any rank, what cannot run here."""
     import torch
 
@@ -118,7 +324,7 @@ def _check_environment(cfg: Any, nproc: int) -> None:
             raise ConfigError("--device cuda: no CUDA device is available on this host")
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc} exceeds the {torch.cuda.device_count()} CUDA devices here")
-    for root in cfg.roots:
+    for root in () if cfg.roots == "all" else cfg.roots:
         if root >= nproc:
             raise ConfigError(f"--root {root} is not a rank (world size {nproc})")
 
@@ -171,147 +377,3 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
             parts.append(f"rank {r} ended with {what} ({states.get(r, 'before the first row')})")
         return BenchFailure("; ".join(parts))
     return BenchFailure("the benchmark failed without a report from any rank")
-
-
-def _cluster_placement(name: str, ranks_per_host: int | None) -> tuple[int, list[str], str]:
-    """(world size, entry-point prefix, store address) that put each rank on its host of cluster ``name``.
-
-    The prefix runs ``commlens.cluster.place``, which enters the host's namespace and points the rank at the
-    launcher's store through the bridge address, the one address the store listens on.
-    """
-    from commlens.cluster import ClusterError, load_state  # the one use of the emulated cluster in bench
-
-    try:
-        state = load_state(name)
-    except ClusterError as e:
-        raise ConfigError(str(e)) from None
-    per_host = ranks_per_host or state.spec.ranks_per_host
-    if per_host < 1:
-        raise ConfigError("--ranks-per-host must be >= 1")
-    if os.geteuid() != 0:
-        raise ConfigError("--cluster needs root (ranks enter network namespaces)")
-    prefix = ["-m", "commlens.cluster.place", "--cluster", name, "--ranks-per-host", str(per_host), "--"]
-    return state.spec.hosts * per_host, prefix, state.bridge_address
-
-
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables (which the ranks inherit) for the duration of the launch."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def launch(argv: list[str], *, print_table: bool = True) -> int:
-    """Run ``commlens bench`` with ``argv``; returns the exit code. ``print_table=False``: progress only."""
-    ns = build_parser().parse_args(argv)
-    if ns.algo.strip().lower() == "list":
-        from commlens.bench.algorithms import algo_listing
-
-        print("\n".join(algo_listing()))
-        return 0
-    cfg = config_from_args(ns)
-    placement: list[str] = []
-    store_addr = LOOPBACK
-    rank_env = {LAUNCHER_PID_ENV: str(os.getpid())}
-    if ns.cluster is not None:
-        ns.nproc, placement, store_addr = _cluster_placement(ns.cluster, ns.ranks_per_host)
-    else:  # a local run: gloo's and NCCL's listeners on loopback too
-        rank_env.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
-    _check_environment(cfg, ns.nproc)
-    check_destinations(ns)
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    register_rendezvous()
-    console = Console(highlight=False, soft_wrap=True)
-    say_err = Console(stderr=True, highlight=False, soft_wrap=True)
-    show_progress = not ns.quiet and console.is_terminal
-    progress = task = None
-    if show_progress:
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        task = progress.add_task("starting ranks", total=None)
-
-    rank_env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
-    workdir = make_workdir("commlens-bench-")
-    try:
-        rows_file = workdir / "rows.jsonl"
-        printer = TablePrinter(
-            (lambda line: console.print(line, markup=False, highlight=False)) if print_table else (lambda line: None)
-        )
-        tail = RowsTail(rows_file, printer, progress, task)
-        config = LaunchConfig(
-            min_nodes=1,
-            max_nodes=1,
-            nproc_per_node=ns.nproc,
-            run_id=uuid.uuid4().hex,
-            rdzv_backend=RENDEZVOUS,
-            rdzv_endpoint=f"[{store_addr}]:0" if ":" in store_addr else f"{store_addr}:0",
-            rdzv_configs={"rank": 0},
-            max_restarts=0,
-            monitor_interval=0.05,
-            start_method="spawn",
-            logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.NONE, tee=Std.NONE),
-        )
-        worker_argv = [*placement, "-m", "commlens.bench", *argv, "--rows-file", str(rows_file)]
-        failure: BenchFailure | None = None
-        interrupted = False
-        if progress is not None:
-            progress.start()
-        tail.start()
-        try:
-            with _environ(rank_env):
-                elastic_launch(config, sys.executable)(*worker_argv)
-        except ChildFailedError as e:
-            failure = explain_failure(workdir, ns.nproc, e.failures, cfg.timeout_s)
-        except KeyboardInterrupt:
-            interrupted = True
-        except Exception as e:  # noqa: BLE001 - the elastic agent signals Ctrl-C/SIGTERM as SignalException
-            if type(e).__name__ != "SignalException":
-                raise
-            interrupted = True
-        finally:
-            events = tail.stop()
-            if progress is not None:
-                progress.stop()
-        if failure is not None:
-            raise failure
-        if not any(e["event"] == "start" for e in events):
-            raise BenchFailure("interrupted before the ranks started; nothing stored", 130)
-        if interrupted and not any(e["event"] == "end" for e in events):
-            printer.handle({"event": "end", "status": "incomplete", "wrong": [], "finished_at": None})
-        run = run_from_events(
-            events,
-            command_line=command_line(["commlens", "bench", *argv]),
-            status="incomplete" if interrupted else None,
-        )
-        if interrupted and not run.measurements:
-            raise BenchFailure("interrupted before any row finished; nothing stored", 130)
-        try:
-            save_outputs(run, ns, lambda s: say_err.print(s, markup=False))
-        except SaveError as e:
-            raise BenchFailure(str(e), 1) from None
-        end = next((e for e in events if e["event"] == "end"), {"wrong": []})
-        return exit_code(run, end.get("wrong", []), lambda s: say_err.print(s, markup=False))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)

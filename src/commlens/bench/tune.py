@@ -2,7 +2,7 @@
 
 Steps (:func:`tune`):
 
-1. One ``commlens bench`` launch runs ``--algo builtin,all`` (or the
+1. One run of ``commlens.bench.run`` times ``--algo builtin,all`` (or the
    algorithms asked for) over the ops and sizes, with its usual warm-up,
    timing and check of every row: the candidates share one process group,
    one machine state and one harness. With ``--interleave`` (the default)
@@ -23,15 +23,16 @@ Steps (:func:`tune`):
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from commlens.bench.config import ConfigError
+from commlens.bench.config import BenchConfig, ConfigError
+from commlens.bench.events import Event, Finished
+from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement, run
 from commlens.results.records import Measurement, Run
 
-__all__ = ["STATS", "TuneSettings", "bench_argv", "entries_from_run", "tune"]
+__all__ = ["STATS", "NothingToTune", "SweepFailed", "TuneSettings", "bench_config", "entries_from_run", "tune"]
 
 STATS: tuple[str, ...] = ("p50", "mean", "min")
 
@@ -56,10 +57,8 @@ class TuneSettings:
     nproc: int = 4
     cluster: str | None = None
     ranks_per_host: int | None = None
-    db: str | None = None
-    store: bool = True
+    store: bool = True  # the run is to be stored: it carries ``tag``
     tag: str | None = "tune"
-    quiet: bool = False
 
     def __post_init__(self) -> None:
         if self.stat not in STATS:
@@ -74,50 +73,40 @@ class TuneSettings:
             )
 
 
-def bench_argv(s: TuneSettings, json_path: Path) -> list[str]:
-    """The ``commlens bench`` arguments of the sweep."""
-    argv = [
-        "--op",
-        s.ops,
-        "--algo",
-        f"builtin,{s.algos}",
-        "-b",
-        s.min_bytes,
-        "-e",
-        s.max_bytes,
-        "-f",
-        str(s.step_factor),
-        "-n",
-        str(s.iters),
-        "-w",
-        str(s.warmup),
-        "-c",
-        str(s.check_iters),
-        "--backend",
-        s.backend,
-        "--device",
-        s.device,
-        "--json",
-        str(json_path),
-    ]
-    if s.cluster is not None:
-        argv += ["--cluster", s.cluster]
-        if s.ranks_per_host is not None:
-            argv += ["--ranks-per-host", str(s.ranks_per_host)]
-    else:
-        argv += ["--nproc", str(s.nproc)]
-    if s.chunk_bytes is not None:
-        argv += ["--chunk-bytes", s.chunk_bytes]
-    if s.interleave:
-        argv.append("--interleave")
-    if s.store:
-        argv += ["--tag", s.tag] if s.tag else []
-        argv += ["--db", s.db] if s.db else []
-    else:
-        argv.append("--no-store")
-    if s.quiet:
-        argv.append("-q")
-    return argv
+class SweepFailed(BenchFailure):
+    """The sweep ran but cannot be tuned on: results were wrong (``wrong``), or it was interrupted. ``run`` is
+    what it measured, for the caller to keep."""
+
+    def __init__(self, run: Run, wrong: list[str]):
+        super().__init__("the sweep failed (see the errors above); no tuning table written", 1 if wrong else 130)
+        self.run = run
+        self.wrong = wrong
+
+
+class NothingToTune(ConfigError):
+    """The sweep ran, but no size above 0 bytes ran with a commlens algorithm; ``run`` is what it measured."""
+
+    def __init__(self, run: Run):
+        super().__init__(
+            "the sweep measured no size above 0 bytes with a commlens algorithm: nothing to tune (raise -b/-e)"
+        )
+        self.run = run
+
+
+def bench_config(s: TuneSettings) -> tuple[BenchConfig, Placement]:
+    """The sweep's config (``--algo builtin,ALGOS``, the tuning's sizes and timing) and where it runs.
+
+    Built through bench's own option parsing, so a bad size or op is refused with bench's message.
+    """
+    from commlens.bench.config import build_parser, config_from_args
+
+    ns = build_parser().parse_args([])
+    ns.op, ns.algo, ns.min_bytes, ns.max_bytes = s.ops, f"builtin,{s.algos}", s.min_bytes, s.max_bytes
+    ns.step_factor, ns.iters, ns.warmup, ns.check_iters = s.step_factor, s.iters, s.warmup, s.check_iters
+    ns.backend, ns.device, ns.chunk_bytes, ns.interleave = s.backend, s.device, s.chunk_bytes, s.interleave
+    ns.tag = s.tag if s.store else None
+    placement: Placement = OnCluster(s.cluster, s.ranks_per_host) if s.cluster is not None else Local(s.nproc)
+    return config_from_args(ns), placement
 
 
 def _time(m: Measurement, stat: str) -> float:
@@ -182,24 +171,22 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
     return entries
 
 
-def tune(settings: TuneSettings, *, print_table: bool = False) -> tuple[Run, list[Any]]:
-    """Run the sweep and build the entries; :class:`ConfigError` for bad input, ``BenchFailure`` for a failed run."""
-    from commlens.bench.launcher import BenchFailure, launch
-    from commlens.bench.lifetime import make_workdir
-    from commlens.results.jsonfmt import load_run
+def tune(settings: TuneSettings, *, on_event: Callable[[Event], None] | None = None) -> tuple[Run, list[Any]]:
+    """Run the sweep and build the entries; :class:`ConfigError` for bad input, ``BenchFailure`` for a failed run
+    (wrong results included). The run is returned for the caller to store; nothing is printed or stored here."""
+    config, placement = bench_config(settings)
+    wrong: list[str] = []
 
-    workdir = make_workdir("commlens-tune-")
-    try:
-        json_path = workdir / "run.json"
-        code = launch(bench_argv(settings, json_path), print_table=print_table)
-        if code != 0:
-            raise BenchFailure("the sweep failed (see the errors above); no tuning table written", code)
-        run = load_run(json_path)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    entries = entries_from_run(run, settings.stat)
+    def watch(event: Event) -> None:
+        if isinstance(event, Finished):
+            wrong.extend(event.wrong)
+        if on_event is not None:
+            on_event(event)
+
+    result = run(config, placement=placement, on_event=watch)
+    if wrong or result.status != "complete":
+        raise SweepFailed(result, wrong)
+    entries = entries_from_run(result, settings.stat)
     if not entries:
-        raise ConfigError(
-            "the sweep measured no size above 0 bytes with a commlens algorithm: nothing to tune (raise -b/-e)"
-        )
-    return run, entries
+        raise NothingToTune(result)
+    return result, entries

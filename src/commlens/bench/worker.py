@@ -9,6 +9,7 @@ launcher, or rank 0 itself when run standalone, turns them into a run.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -21,20 +22,27 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
 
 from commlens.bench.collectives import Collective, all_gather_tensor, prepare
-from commlens.bench.config import BenchConfig, ConfigError, build_parser, command_line, config_from_args
+from commlens.bench.config import (
+    BenchConfig,
+    ConfigError,
+    backend_problem,
+    build_parser,
+    command_line,
+    config_from_args,
+)
+from commlens.bench.events import Event, event_from_wire
 from commlens.bench.faults import Fault, fault_from_env
 from commlens.bench.lifetime import LAUNCHER_PID_ENV, die_with_parent
-from commlens.bench.outputs import check_destinations
 from commlens.bench.sysinfo import local_facts, system_info
 from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
-from commlens.results.records import DTYPE_SIZES, Measurement
+from commlens.results.records import DTYPE_SIZES, Measurement, Run
 
 __all__ = [
     "main",
@@ -222,18 +230,21 @@ class RowTimes:
 class Reporter:
     """Rank 0's outlet: JSON lines to the launcher's file, or the table to stdout."""
 
-    def __init__(self, rows_file: str | None, standalone_print: Callable[[dict[str, Any]], None] | None):
+    def __init__(self, rows_file: str | None, standalone_print: Callable[[Event], None] | None):
         self._fp = open(rows_file, "a", buffering=1) if rows_file else None
         self._print = standalone_print
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []  # kept only without a launcher, which reads the rows file instead
 
     def emit(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
+        """Hand on one event in its wire form (``commlens.bench.events``)."""
         if self._fp is not None:
             self._fp.write(json.dumps(event) + "\n")
             self._fp.flush()
+            return
+        typed = event_from_wire(event)
+        self.events.append(typed)
         if self._print is not None:
-            self._print(event)
+            self._print(typed)
 
     def close(self) -> None:
         if self._fp is not None:
@@ -257,8 +268,33 @@ def _algo_refusal(err: ValueError) -> str | None:
     return refusal(err)
 
 
+class SweepRow(NamedTuple):
+    """One row of the sweep, in the order the table prints them."""
+
+    spec: OpSpec
+    algo: str
+    dtype: str
+    redop: str | None  # None: the op does not reduce
+    root: int | None  # None: the op has no root
+    size: int  # the requested size in bytes (the op's size plan may round it down)
+
+    def cell(self) -> SweepRow:
+        """What the rows run together with ``interleave`` share: the row but for its implementation."""
+        return self._replace(algo="")
+
+    def combination(self) -> SweepRow:
+        """What a backend's refusal holds for: the row whatever its size."""
+        return self._replace(size=0)
+
+
 def _row_context(
-    spec: OpSpec, size: int, dtype: str, redop: str, root: int, in_place: bool | None, algo: str = "builtin"
+    spec: OpSpec,
+    size: int,
+    dtype: str,
+    redop: str | None,
+    root: int | None,
+    in_place: bool | None,
+    algo: str = "builtin",
 ) -> str:
     parts = [spec.name if algo == "builtin" else f"{spec.name} ({algo})", f"size {size} B", dtype]
     if spec.reduces:
@@ -290,20 +326,20 @@ class Sweep:
         else:
             self.device = torch.device("cpu")
 
-    def rows(self) -> list[tuple[OpSpec, str, str, str, int, int]]:
-        """(op, algo, dtype, redop, root, size) for every row, in the order the table prints them."""
+    def rows(self) -> list[SweepRow]:
+        """Every row, in the order the table prints them."""
         out = []
-        roots = self.cfg.roots or tuple(range(self.world))
+        roots = tuple(range(self.world)) if self.cfg.roots == "all" else self.cfg.roots
         for spec in self.cfg.op_specs:
             if spec.name == "barrier":  # no payload: one row, whatever the dtypes and sizes
-                out.append((spec, "builtin", self.cfg.dtypes[0], "none", -1, self.cfg.min_bytes))
+                out.append(SweepRow(spec, "builtin", self.cfg.dtypes[0], None, None, self.cfg.min_bytes))
                 continue
             for algo in self._algos(spec.name):
                 for dtype in self.cfg.dtypes:
-                    for redop in self.cfg.redops if spec.reduces else ("none",):
-                        for root in roots if spec.has_root else (-1,):
+                    for redop in self.cfg.redops if spec.reduces else (None,):
+                        for root in roots if spec.has_root else (None,):
                             for size in self.cfg.sizes():
-                                out.append((spec, algo, dtype, redop, root, size))
+                                out.append(SweepRow(spec, algo, dtype, redop, root, size))
         return out
 
     def _algos(self, op: str) -> list[str]:
@@ -319,7 +355,14 @@ class Sweep:
             (self.workdir / f"state-rank{self.rank}.txt").write_text(context)
 
     def _context(
-        self, spec: OpSpec, size_bytes: int, dtype: str, redop: str, root: int, in_place: bool, algos: Sequence[str]
+        self,
+        spec: OpSpec,
+        size_bytes: int,
+        dtype: str,
+        redop: str | None,
+        root: int | None,
+        in_place: bool,
+        algos: Sequence[str],
     ) -> str:
         return f"rank {self.rank}: " + _row_context(spec, size_bytes, dtype, redop, root, in_place, ", ".join(algos))
 
@@ -327,8 +370,8 @@ class Sweep:
         self,
         spec: OpSpec,
         dtype: str,
-        redop: str,
-        root: int,
+        redop: str | None,
+        root: int | None,
         size: int,
         in_place: bool,
         algos: Sequence[str],
@@ -450,14 +493,14 @@ class Sweep:
             wrong_per_rank=[int(row[2 * n]) for row in table],
         )
 
-    def cells(self, rows: list[tuple[OpSpec, str, str, str, int, int]]) -> list[list[int]]:
+    def cells(self, rows: list[SweepRow]) -> list[list[int]]:
         """The rows run together, as indices into ``rows``: each row alone or, with ``interleave``, every
         implementation of one (op, dtype, redop, root, size), their timed loops interleaved."""
         if not self.cfg.interleave:
             return [[i] for i in range(len(rows))]
-        together: dict[tuple[str, str, str, int, int], list[int]] = {}
-        for i, (spec, _, dtype, redop, root, size) in enumerate(rows):
-            together.setdefault((spec.name, dtype, redop, root, size), []).append(i)
+        together: dict[SweepRow, list[int]] = {}
+        for i, row in enumerate(rows):
+            together.setdefault(row.cell(), []).append(i)
         return list(together.values())
 
     def run(self, reporter: Reporter | None) -> list[str]:
@@ -471,7 +514,7 @@ class Sweep:
             return self.run_rounds(reporter)
         rows = self.rows()
         cells = self.cells(rows)
-        refused: set[tuple[str, str, str, str, int]] = set()  # combinations the backend refused
+        refused: set[SweepRow] = set()  # combinations the backend refused (SweepRow.combination)
         wrong: list[str] = []
         held: list[tuple[int, dict[str, Any], list[str]]] = []  # (row index, row or note event, wrong messages)
         t_start = time.monotonic()
@@ -489,8 +532,8 @@ class Sweep:
                 for outcome in self._run_cell(rows, cell, index, len(rows), refused, reporter, t_start, self.cfg.iters):
                     held.append((outcome.index, outcome.event(), outcome.wrong))
                 index += len(cell)
-                op = rows[cell[0]][0].name
-                if len(cell) == 1 or n + 1 == len(cells) or rows[cells[n + 1][0]][0].name != op:
+                op = rows[cell[0]].spec.name
+                if len(cell) == 1 or n + 1 == len(cells) or rows[cells[n + 1][0]].spec.name != op:
                     release()
         finally:
             release()
@@ -512,7 +555,7 @@ class Sweep:
         cfg = self.cfg
         rows = self.rows()
         cells = self.cells(rows)
-        refused: set[tuple[str, str, str, str, int]] = set()
+        refused: set[SweepRow] = set()
         done: dict[int, list[_Outcome]] = {}  # row index -> its outcome in each round so far
         t_start = time.monotonic()
         total = len(rows) * cfg.rounds
@@ -557,11 +600,11 @@ class Sweep:
 
     def _run_cell(
         self,
-        rows: list[tuple[OpSpec, str, str, str, int, int]],
+        rows: list[SweepRow],
         cell: list[int],
         index: int,
         total: int,
-        refused: set[tuple[str, str, str, str, int]],
+        refused: set[SweepRow],
         reporter: Reporter | None,
         t_start: float,
         iters: int,
@@ -571,10 +614,10 @@ class Sweep:
         """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
-        todo = {rows[i][1]: i for i in cell if (spec.name, rows[i][1], dtype, redop, root) not in refused}
+        todo = {rows[i].algo: i for i in cell if rows[i].combination() not in refused}
         if not todo:
             return []
-        if root >= self.world:
+        if root is not None and root >= self.world:
             raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         if reporter:
@@ -642,7 +685,7 @@ class Sweep:
                 if cfg.on_unsupported == "fail":
                     raise UnsupportedCombination(skipped[algo])
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
-                refused.add((spec.name, algo, dtype, redop, root))
+                refused.add(rows[row_index].combination())
                 outcomes.append(_Outcome(row_index, {}, [], [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
             outcomes.append(
@@ -766,8 +809,34 @@ def ranks_per_host(rank_hosts: list[str], rank: int) -> int | None:
     return counts[rank_hosts[rank]] if len(set(counts.values())) == 1 else None
 
 
-def run_worker(argv: list[str]) -> int:
-    """Entry point of one rank; returns the process exit code."""
+class StandaloneOutputs(Protocol):
+    """What rank 0 does with its run when no commlens launcher collects it (``torchrun -m commlens.bench``):
+    the outputs the options ask for, checked before the sweep and written after it (by the CLI's face)."""
+
+    def check(self, ns: argparse.Namespace) -> None:
+        """Raise ConfigError for an output the run could not be saved to."""
+
+    def finish(self, run: Run, wrong: list[str], ns: argparse.Namespace) -> int:
+        """Save the run as asked; the process's exit code."""
+
+
+def _settings(ns: argparse.Namespace) -> BenchConfig:
+    """The run's settings: the launcher's config file, else the options."""
+    if ns.config_file is None:
+        return config_from_args(ns)
+    cfg = BenchConfig.from_dict(json.loads(Path(ns.config_file).read_text()))
+    problem = backend_problem(cfg.backend, cfg.device)
+    if problem is not None:
+        raise ConfigError(problem)
+    return cfg
+
+
+def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int:
+    """Entry point of one rank; returns the process exit code.
+
+    Under ``commlens.bench.run`` (``--rows-file``) rank 0 streams its events to the launcher; under any other
+    launcher rank 0 prints the table and hands the run to ``outputs``.
+    """
     parser = build_parser("python -m commlens.bench")
     ns = parser.parse_args(argv)
     if ns.algo.strip().lower() == "list":
@@ -776,7 +845,7 @@ def run_worker(argv: list[str]) -> int:
         print("\n".join(algo_listing()))
         return 0
     try:
-        cfg = config_from_args(ns)
+        cfg = _settings(ns)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -786,9 +855,9 @@ def run_worker(argv: list[str]) -> int:
         die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
     normalize_launcher_env()
     rank = int(os.environ.get("RANK", "0"))
-    if rank == 0 and not rows_file:  # standalone rank 0 writes the outputs: refuse bad ones before the sweep
+    if rank == 0 and not rows_file and outputs is not None:  # refuse bad outputs before the sweep
         try:
-            check_destinations(ns)
+            outputs.check(ns)
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -843,10 +912,10 @@ def run_worker(argv: list[str]) -> int:
                 }
             )
             reporter.close()
-            if not rows_file:
-                from commlens.bench.finalize import finalize_standalone
+            if not rows_file and outputs is not None:
+                from commlens.bench.finalize import run_from_events
 
-                return finalize_standalone(reporter.events, ns)
+                return outputs.finish(run_from_events(reporter.events), wrong, ns)
         if status == "incomplete":
             return 130
         return 0
@@ -874,4 +943,4 @@ def _report_error(workdir: Path | None, rank: int, err: Exception) -> None:
 
 
 def main() -> None:
-    sys.exit(run_worker(sys.argv[1:]))
+    sys.exit(run_worker(sys.argv[1:]))  # no outputs: ``python -m commlens.bench`` (bench/__main__.py) gives them

@@ -65,7 +65,8 @@ def bench(ctx: typer.Context) -> None:
 
         build_parser().print_help()
         raise typer.Exit(0)
-    from commlens.bench.launcher import BenchFailure, launch
+    from commlens.bench.launcher import BenchFailure
+    from commlens.cli.bench_cmd import launch
 
     try:
         code = launch(argv)

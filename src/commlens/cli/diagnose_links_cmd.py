@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -28,9 +27,12 @@ def links(
 
     Across real hosts, run the worker under torchrun: `torchrun ... -m commlens.diagnose.links`.
     """
+    from commlens.bench.config import ConfigError
     from commlens.diagnose.links import (
         LinkProbe,
         LinksFailure,
+        Local,
+        OnCluster,
         diagnose_links,
         format_report,
         run_links,
@@ -49,33 +51,25 @@ def links(
             "`torchrun ... -m commlens.diagnose.links`",
             2,
         )
-    try:
-        if cluster is not None:
-            from commlens.cluster import ClusterError, load_state, require_root
-            from commlens.cluster.place import place_command
+    placement: Local | OnCluster
+    if cluster is not None:
+        from commlens.cluster import ClusterError, require_root
 
-            try:
-                require_root()
-                state = load_state(cluster)
-            except ClusterError as e:
-                fail(str(e), 2)
-            world = state.spec.hosts
-            records = run_links(
-                world,
-                lambda r, a: place_command(cluster, r, a, master_addr="keep"),
-                probe,
-                master_addr=state.host_address(0),
-                timeout_s=timeout,
-            )
-        else:
-            world = nproc  # type: ignore[assignment]
-            if world < 2:
-                fail("--nproc must be >= 2", 2)
-            records = run_links(
-                world, lambda r, a: [sys.executable, *a], probe, master_addr="127.0.0.1", timeout_s=timeout
-            )
+        try:
+            require_root()
+        except ClusterError as e:
+            fail(str(e), 2)
+        placement = OnCluster(cluster, ranks_per_host=1)
+    else:
+        if nproc is not None and nproc < 2:
+            fail("--nproc must be >= 2", 2)
+        placement = Local(nproc or 2)
+    try:
+        world, records = run_links(placement, probe, timeout_s=timeout)
+    except ConfigError as e:
+        fail(str(e), 2)
     except LinksFailure as e:
-        fail(f"measurement failed: {e}", 1)
+        fail(f"measurement failed: {e}", e.exit_code)
     diagnosis = diagnose_links(records, world)
     if as_json:
         print(json.dumps(diagnosis.to_dict(), indent=2))

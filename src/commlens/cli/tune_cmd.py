@@ -130,8 +130,9 @@ def tune_cmd(
     from commlens.algos.tuning import TuningError, load_table, save_table, table_path, table_to_dict, with_entries
     from commlens.bench.config import ConfigError
     from commlens.bench.launcher import BenchFailure
-    from commlens.bench.outputs import check_file_destination
-    from commlens.bench.tune import TuneSettings, tune
+    from commlens.bench.tune import NothingToTune, SweepFailed, TuneSettings, tune
+    from commlens.cli.bench_cmd import Terminal, say, store
+    from commlens.cli.bench_outputs import Destinations, check_destinations, check_file_destination, exit_code
 
     ops = list(ALGO_OPS) if op.strip().lower() == "all" else [o.strip() for o in op.split(",") if o.strip()]
     for name in ops:
@@ -163,18 +164,26 @@ def tune_cmd(
             nproc=nproc,
             cluster=cluster,
             ranks_per_host=ranks_per_host,
-            db=db,
             store=not no_store,
             tag=tag,
-            quiet=quiet or as_json,
         )
-        run, entries = tune(settings, print_table=show_table)
+        to = Destinations(db=db, store=not no_store, tag=tag)
+        check_destinations(to)
+        with Terminal(print_table=show_table, quiet=quiet or as_json) as terminal:
+            try:
+                run, entries = tune(settings, on_event=terminal.on_event)
+            except SweepFailed as e:
+                store(e.run, to)
+                exit_code(e.run, e.wrong, say)  # names each wrong result
+                raise
+            except NothingToTune as e:
+                store(e.run, to)
+                raise
+        store(run, to)
     except ConfigError as e:
         fail(str(e), 2)
     except BenchFailure as e:
         fail(str(e), e.code)
-    except SystemExit as e:  # argparse inside bench: a usage error it already printed
-        raise typer.Exit(e.code if isinstance(e.code, int) else 2) from None
     table = with_entries(existing, entries, "commlens tune " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     try:
         save_table(table, path)

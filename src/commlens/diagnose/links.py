@@ -5,8 +5,8 @@ As a worker under any launcher (one rank per host)::
     torchrun --nnodes 8 --nproc-per-node 1 ... -m commlens.diagnose.links --json links.json
 
 Rank 0 prints the matrix and the faults and exits 1 when it found one. ``run_links`` launches the ranks
-itself (on an emulated cluster, each through a command prefix that places it on its host). The steps
-of the detection are in ``links_analysis.diagnose_links``.
+through bench's launcher (``commlens.bench.launcher.launch_ranks``: locally, or one rank per host of an
+emulated cluster). The steps of the detection are in ``links_analysis.diagnose_links``.
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ import datetime as dt
 import json
 import math
 import os
-import signal
-import subprocess
+import shutil
 import sys
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from commlens.bench.lifetime import die_with_parent
+from commlens.bench.launcher import Local, OnCluster, Placement
+from commlens.bench.lifetime import LAUNCHER_PID_ENV, die_with_parent, make_workdir
 from commlens.bench.rendezvous import group_store
 from commlens.diagnose.links_analysis import (
     LinkDiagnosis,
@@ -35,12 +32,15 @@ from commlens.diagnose.links_analysis import (
 )
 from commlens.diagnose.links_measure import LinkProbe, measure
 from commlens.diagnose.links_report import format_report, write_heatmap
+from commlens.errors import CommlensError
 
 __all__ = [
     "LinkDiagnosis",
     "LinkFault",
     "LinkProbe",
     "LinksFailure",
+    "Local",
+    "OnCluster",
     "Thresholds",
     "diagnose_links",
     "format_report",
@@ -50,8 +50,14 @@ __all__ = [
 ]
 
 
-class LinksFailure(RuntimeError):
-    """The measurement itself failed (a rank died or timed out)."""
+class LinksFailure(CommlensError, RuntimeError):
+    """The measurement itself failed (a rank died or timed out); ``exit_code`` 1, 130 when interrupted."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.exit_code = code
 
 
 def _probe_args(probe: LinkProbe) -> list[str]:
@@ -69,81 +75,32 @@ def _probe_args(probe: LinkProbe) -> list[str]:
     ] + ([] if probe.ring else ["--no-ring"])
 
 
-def run_links(
-    world: int,
-    place: Callable[[int, list[str]], list[str]],
-    probe: LinkProbe,
-    master_addr: str,
-    master_port: int = 29511,
-    timeout_s: float = 120.0,
-    extra_env: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Start ``world`` ranks (``place(rank, python_args)`` gives each one's argv), return rank 0's records.
+def run_links(placement: Placement, probe: LinkProbe, timeout_s: float = 120.0) -> tuple[int, list[dict[str, Any]]]:
+    """Run the measurement's ranks through bench's launcher; (world size, rank 0's records).
 
-    Every rank is killed in ``finally``, and by the kernel if this process itself is killed.
+    ``placement``: ``Local(nproc)``, or ``OnCluster(name, ranks_per_host=1)`` for one rank per emulated host.
+    Each rank gives up after ``timeout_s`` in any exchange; a rank that fails stops the others, and the
+    failure names it with the last line it wrote to stderr.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="commlens-links-"))
-    raw = workdir / "raw.json"
-    procs: list[subprocess.Popen[bytes]] = []
+    from commlens.bench.launcher import RanksFailed, launch_ranks, place, rank_stderr
+
+    ranks = place(placement)
+    workdir = make_workdir("commlens-links-")
     try:
-        for rank in range(world):
-            loopback = {"GLOO_SOCKET_IFNAME": "lo"} if master_addr.startswith("127.") else {}
-            env = {
-                **os.environ,
-                **loopback,
-                **(extra_env or {}),
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world),
-                "LOCAL_RANK": "0",
-                "MASTER_ADDR": master_addr,
-                "MASTER_PORT": str(master_port),
-                "OMP_NUM_THREADS": "1",
-            }
-            argv = place(
-                rank,
-                [
-                    "-m",
-                    "commlens.diagnose.links",
-                    *_probe_args(probe),
-                    "--timeout",
-                    str(timeout_s),
-                    "--raw-out",
-                    str(raw),
-                ],
-            )
-            with open(workdir / f"rank{rank}.err", "wb") as err:
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                        stderr=err,
-                        start_new_session=True,
-                        preexec_fn=die_with_parent,
-                    )
-                )  # noqa: PLW1509 - no threads yet
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs):
-            failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-        hung = [r for r, p in enumerate(procs) if p.returncode is None]
-        if failed or hung:
-            r = (failed or hung)[0]
-            err = (workdir / f"rank{r}.err").read_text(errors="replace").strip().splitlines()
-            what = f"rank {r} failed" if failed else f"ranks {hung} did not finish within {timeout_s:g} s"
-            raise LinksFailure(f"{what}{': ' + err[-1] if err else ''}")
-        return json.loads(raw.read_text())["records"]
+        raw = workdir / "raw.json"
+        args = ["-m", "commlens.diagnose.links", *_probe_args(probe), "--timeout", str(timeout_s)]
+        try:
+            interrupted = launch_ranks([*args, "--raw-out", str(raw)], ranks, workdir, capture_stderr=True)
+        except RanksFailed as e:
+            failures = e.failures
+            first = min(failures, key=lambda r: (getattr(failures[r], "timestamp", 0), r))
+            err = rank_stderr(workdir, first).strip().splitlines()
+            raise LinksFailure(f"rank {first} failed{': ' + err[-1] if err else ''}") from None
+        if interrupted:
+            raise LinksFailure("interrupted before the measurement finished", 130)
+        return ranks.world, json.loads(raw.read_text())["records"]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        for f in workdir.iterdir():
-            f.unlink()
-        workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _seconds(text: str) -> float:
@@ -181,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     ns = _parser().parse_args(argv)
+    if os.environ.get(LAUNCHER_PID_ENV):  # under run_links: end with the launcher, even one killed by SIGKILL
+        die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
     probe = LinkProbe(
         size_bytes=ns.size_bytes,
         iters=ns.iters,

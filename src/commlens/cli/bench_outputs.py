@@ -1,4 +1,4 @@
-"""Where a finished run goes, checked before the ranks start and never lost when a write fails at the end.
+"""Where a finished benchmark run goes, checked before the ranks start and never lost when a write fails at the end.
 
 ``check_destinations`` refuses, before any measurement, a ``--json`` path that is a directory or sits on
 a read-only or full file system, a result store that cannot take a write, and a tag or revision that is
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from commlens.bench.config import ConfigError
@@ -20,7 +22,17 @@ from commlens.files import user_data_dir
 from commlens.results.jsonfmt import run_to_dict, write_json
 from commlens.results.records import Run
 
-__all__ = ["MIN_FREE_BYTES", "SaveError", "check_destinations", "check_file_destination", "save_outputs", "unsaved_dir"]
+__all__ = [
+    "Destinations",
+    "Outputs",
+    "exit_code",
+    "MIN_FREE_BYTES",
+    "SaveError",
+    "check_destinations",
+    "check_file_destination",
+    "save_outputs",
+    "unsaved_dir",
+]
 
 # Below this much free space a run's JSON file is likely not to fit (a sweep's file is tens of KB to MBs).
 MIN_FREE_BYTES = 1 << 20
@@ -81,15 +93,32 @@ def _check_store(location: str | None) -> None:
         raise ConfigError(f"--db: {e}") from None
 
 
-def check_destinations(ns: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class Destinations:
+    """Where a finished run goes: the JSON files asked for and the result store (``db``; None: the default)."""
+
+    json_path: str | None = None
+    nccl_json_path: str | None = None
+    db: str | None = None
+    store: bool = True
+    tag: str | None = None
+    revision: str | None = None
+
+    @classmethod
+    def of(cls, ns: argparse.Namespace) -> Destinations:
+        """From ``commlens bench``'s parsed options."""
+        return cls(ns.json_path, ns.nccl_json_path, ns.db, not ns.no_store, ns.tag, ns.revision)
+
+
+def check_destinations(to: Destinations) -> None:
     """Raise ConfigError, before anything runs, for an output or store the run could not be saved to."""
-    _check_text("--tag", ns.tag)
-    _check_text("--revision", ns.revision)
-    for option, location in (("--json", ns.json_path), ("--nccl-tests-json", ns.nccl_json_path)):
+    _check_text("--tag", to.tag)
+    _check_text("--revision", to.revision)
+    for option, location in (("--json", to.json_path), ("--nccl-tests-json", to.nccl_json_path)):
         if location is not None and location != "-":
             check_file_destination(option, location)
-    if not ns.no_store:
-        _check_store(ns.db)
+    if to.store:
+        _check_store(to.db)
 
 
 def _keep(run: Run) -> Path | None:
@@ -102,7 +131,7 @@ def _keep(run: Run) -> Path | None:
     return path
 
 
-def save_outputs(run: Run, ns: argparse.Namespace, say: Callable[[str], None]) -> None:
+def save_outputs(run: Run, to: Destinations, say: Callable[[str], None]) -> None:
     """Write the JSON files asked for and store the run (unless --no-store); every destination is tried.
 
     Raises SaveError naming what failed and the fallback file that keeps the run.
@@ -115,20 +144,19 @@ def save_outputs(run: Run, ns: argparse.Namespace, say: Callable[[str], None]) -
         except Exception as e:  # noqa: BLE001 - any failure here must not lose the run; it is reported below
             failed.append(f"{what}: {e}")
 
-    if ns.json_path:
-        attempt(f"--json {ns.json_path}", lambda: write_json(ns.json_path, run_to_dict(run)))
-    if ns.nccl_json_path:
+    json_path, nccl_json_path = to.json_path, to.nccl_json_path
+    if json_path:
+        attempt(f"--json {json_path}", lambda: write_json(json_path, run_to_dict(run)))
+    if nccl_json_path:
         from commlens.results.nccltests_json import run_to_nccl_tests_json
 
-        attempt(
-            f"--nccl-tests-json {ns.nccl_json_path}", lambda: write_json(ns.nccl_json_path, run_to_nccl_tests_json(run))
-        )
-    if not ns.no_store:
+        attempt(f"--nccl-tests-json {nccl_json_path}", lambda: write_json(nccl_json_path, run_to_nccl_tests_json(run)))
+    if to.store:
 
         def store() -> None:
             from commlens.store import Store
 
-            with Store.open(ns.db) as db:
+            with Store.open(to.db) as db:
                 db.save_run(run)
                 say(f"# stored run {run.run_id} ({run.status}, {len(run.measurements)} rows) in {db.url}")
 
@@ -138,3 +166,31 @@ def save_outputs(run: Run, ns: argparse.Namespace, say: Callable[[str], None]) -
     fallback = _keep(run)
     kept = f"the run is kept in {fallback}" if fallback else f"the run could not be kept either (in {unsaved_dir()})"
     raise SaveError(f"saving run {run.run_id} failed: {'; '.join(failed)}; {kept}", fallback)
+
+
+def exit_code(run: Run, wrong: Sequence[str], say: Callable[[str], None]) -> int:
+    """1 when any element was wrong, 130 for an interrupted run, else 0."""
+    for msg in wrong:
+        say(f"error: wrong results: {msg}")
+    if wrong:
+        return 1
+    return 130 if run.status == "incomplete" else 0
+
+
+class Outputs:
+    """Rank 0's outputs under an external launcher (``torchrun ... -m commlens.bench``): the worker's
+    ``StandaloneOutputs``, with messages on stderr."""
+
+    def check(self, ns: argparse.Namespace) -> None:
+        check_destinations(Destinations.of(ns))
+
+    def finish(self, run: Run, wrong: list[str], ns: argparse.Namespace) -> int:
+        def say(text: str) -> None:
+            print(text, file=sys.stderr)
+
+        try:
+            save_outputs(run, Destinations.of(ns), say)
+        except SaveError as e:
+            say(f"error: {e}")
+            return 1
+        return exit_code(run, wrong, say)

@@ -1,0 +1,149 @@
+"""What a benchmark run reports while it runs: typed events, in the order rank 0 emits them.
+
+A run gives one :class:`Started`, then :class:`Progress` before each row it times, a :class:`RowDone` per
+finished row (or a :class:`Note` for a row it skipped), and one :class:`Finished` at the end (missing when the
+run was cut short before rank 0 could say so). ``commlens.bench.run(..., on_event=f)`` calls ``f`` with each.
+
+Rank 0 writes them to the launcher as JSON lines (the *wire* form, ``as_wire``/``event_from_wire``); the wire
+form is internal to a run and not a file format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
+from commlens.results.records import Measurement, SystemInfo
+
+__all__ = ["Event", "Finished", "Note", "Progress", "RowDone", "Started", "event_from_wire"]
+
+
+@dataclass(frozen=True)
+class Started:
+    """The ranks joined: the run's id, where it runs and its settings (``BenchConfig.as_dict()`` and timing)."""
+
+    run_id: str
+    started_at: str
+    system: SystemInfo
+    config: dict[str, Any]
+    command_line: str = ""
+
+    def as_wire(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "event": "start",
+            "run_id": self.run_id,
+            "started_at": self.started_at,
+            "command_line": self.command_line,
+            "config": self.config,
+            "system": asdict(self.system),
+        }
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Rank 0 is about to time row ``index`` of ``total`` (in round ``round`` of ``rounds``, when rounds > 1)."""
+
+    index: int
+    total: int
+    op: str
+    algo: str  # the row's implementations, comma separated
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    elapsed_s: float
+    round: int | None = None
+    rounds: int | None = None
+
+    def as_wire(self) -> dict[str, Any]:
+        out = {"event": "progress", **{k: getattr(self, k) for k in _PROGRESS_FIELDS}}
+        if self.round is not None:
+            out.update(round=self.round, rounds=self.rounds)
+        return out
+
+
+_PROGRESS_FIELDS = ("index", "total", "op", "algo", "dtype", "redop", "root", "size_bytes", "elapsed_s")
+
+
+@dataclass(frozen=True)
+class RowDone:
+    """A row of the table: one size of one op, dtype, reduction, root and implementation, every placement.
+
+    ``measurements`` holds one entry per placement run (out of place, then in place); None where torch offers
+    no such placement for the op.
+    """
+
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    count: int
+    measurements: tuple[Measurement | None, ...]
+    notes: tuple[str, ...] = ()
+
+    def as_wire(self) -> dict[str, Any]:
+        return {
+            "event": "row",
+            **{k: getattr(self, k) for k in _ROW_FIELDS},
+            "notes": list(self.notes),
+            "measurements": [measurement_to_dict(m) if m else None for m in self.measurements],
+        }
+
+
+_ROW_FIELDS = ("op", "algo", "dtype", "redop", "root", "size_bytes", "count")
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line the table carries for the reader, e.g. a row skipped because the backend refuses it."""
+
+    text: str
+
+    def as_wire(self) -> dict[str, Any]:
+        return {"event": "note", "text": self.text}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The sweep ended: ``complete``, or ``incomplete`` when interrupted; ``wrong`` names rows with wrong results."""
+
+    status: str
+    wrong: tuple[str, ...] = field(default=())
+    finished_at: str | None = None
+
+    def as_wire(self) -> dict[str, Any]:
+        return {"event": "end", "status": self.status, "wrong": list(self.wrong), "finished_at": self.finished_at}
+
+
+Event = Started | Progress | RowDone | Note | Finished
+
+
+def event_from_wire(d: dict[str, Any]) -> Event:
+    """The typed event of one wire line (written by this version's rank 0)."""
+    kind = d["event"]
+    if kind == "start":
+        return Started(
+            run_id=d["run_id"],
+            started_at=d["started_at"],
+            system=SystemInfo(**d["system"]),
+            config=d["config"],
+            command_line=d.get("command_line", ""),
+        )
+    if kind == "progress":
+        return Progress(**{k: d[k] for k in _PROGRESS_FIELDS}, round=d.get("round"), rounds=d.get("rounds"))
+    if kind == "row":
+        return RowDone(
+            **{k: d[k] for k in _ROW_FIELDS},
+            measurements=tuple(_measurement_from_dict(m) if m is not None else None for m in d["measurements"]),
+            notes=tuple(d.get("notes", ())),
+        )
+    if kind == "note":
+        return Note(d["text"])
+    if kind == "end":
+        return Finished(status=d["status"], wrong=tuple(d.get("wrong", ())), finished_at=d.get("finished_at"))
+    raise ValueError(f"unknown event {kind!r}")

@@ -1,0 +1,123 @@
+"""``commlens bench``: parse nccl-tests' options, run ``commlens.bench.run``, print the table, store the run.
+
+The run itself (ranks, events, failures) is the library's; this module owns the terminal (the table as
+rows finish, a progress bar on a terminal), the outputs (``--json``, ``--nccl-tests-json``, the result
+store, checked before any rank starts) and the exit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from commlens.bench.config import build_parser, command_line, config_from_args
+from commlens.bench.events import Event, Finished, Progress
+from commlens.bench.finalize import TablePrinter
+from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement
+from commlens.cli.bench_outputs import Destinations, SaveError, check_destinations, exit_code, save_outputs
+from commlens.results.records import Run
+
+__all__ = ["Terminal", "launch", "say", "store"]
+
+
+def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
+    """Run ``commlens bench ARGV``; returns the exit code. Raises ConfigError (exit 2) and BenchFailure."""
+    from commlens.bench import launcher
+
+    argv = list(argv)
+    ns = build_parser().parse_args(argv)
+    if ns.algo.strip().lower() == "list":
+        from commlens.bench.algorithms import algo_listing
+
+        print("\n".join(algo_listing()))
+        return 0
+    cfg = config_from_args(ns)
+    placement: Placement = OnCluster(ns.cluster, ns.ranks_per_host) if ns.cluster is not None else Local(ns.nproc)
+    launcher.check(cfg, placement)  # what cannot run here is refused first, then outputs that cannot be written
+    to = Destinations.of(ns)
+    check_destinations(to)
+    with Terminal(print_table=print_table, quiet=ns.quiet) as terminal:
+        run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
+    run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
+    store(run, to)
+    return exit_code(run, terminal.wrong, say)
+
+
+def say(text: str) -> None:
+    """A message on stderr (stored-run notes, wrong results)."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(text, markup=False)
+
+
+def store(run: Run, to: Destinations) -> None:
+    """Write the run where ``to`` says; BenchFailure (exit 1) naming the file that kept it when a write failed."""
+    try:
+        save_outputs(run, to, say)
+    except SaveError as e:
+        raise BenchFailure(str(e), 1) from None
+
+
+class Terminal:
+    """What a running sweep shows: the nccl-tests table as rows finish (``print_table``) and, on a terminal
+    unless ``quiet``, a progress bar; collects the wrong-result messages of the end event."""
+
+    def __init__(self, *, print_table: bool = True, quiet: bool = False):
+        from rich.console import Console
+
+        console = Console(highlight=False, soft_wrap=True)
+        self.printer = TablePrinter(
+            (lambda line: console.print(line, markup=False, highlight=False)) if print_table else (lambda line: None)
+        )
+        self.progress = _ProgressBar(console) if not quiet and console.is_terminal else None
+        self.wrong: list[str] = []
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Progress):
+            if self.progress is not None:
+                self.progress.update(event)
+            return
+        if isinstance(event, Finished):
+            self.wrong.extend(event.wrong)
+            if self.progress is not None:
+                self.progress.finish()
+        self.printer.handle(event)
+
+    def __enter__(self) -> Terminal:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+class _ProgressBar:
+    """The progress bar of a terminal: the row being timed, rows done of all."""
+
+    def __init__(self, console: object):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,  # type: ignore[arg-type]
+            transient=True,
+        )
+        self._task = self._bar.add_task("starting ranks", total=None)
+
+    def start(self) -> None:
+        self._bar.start()
+
+    def stop(self) -> None:
+        self._bar.stop()
+
+    def update(self, event: Progress) -> None:
+        desc = f"{event.op} {event.dtype} {event.size_bytes} B"
+        self._bar.update(self._task, total=event.total, completed=event.index, description=desc)
+
+    def finish(self) -> None:
+        self._bar.update(self._task, completed=self._bar.tasks[0].total or 0)
