@@ -153,13 +153,13 @@ def main() -> int:
         link_lines.append(f"| {what} | {m.size_bytes / row_time(m) / 1e6:.1f} |")
     fitted = fit_runs([run1], load_topology("emulated-cluster"), stat=STAT, min_size_bytes=1024)
     topo = fitted.topology
-    nodes, rpn = 2, 2
+    nodes, ranks_per_host = 2, 2
 
     def predicted(size: int) -> dict[str, float]:
         out = {}
         for a in names:
             try:
-                out[a] = predict(topo, "all_reduce", size, algo=a, nodes=nodes, ranks_per_node=rpn).time_s
+                out[a] = predict(topo, "all_reduce", size, algo=a, nodes=nodes, ranks_per_host=ranks_per_host).time_s
             except InfeasibleError:
                 pass
         return out

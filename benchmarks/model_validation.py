@@ -109,7 +109,7 @@ def reference_rows() -> list[str]:
         True,
     )
     row("same, algBW (GB/s)", nvls.algbw_bytes_per_s, 275e9, 275e9, "~275", "same", True)
-    nic = predict(h100, "all_reduce", 8 * GiB, nodes=2, ranks_per_node=1, algo="ring")
+    nic = predict(h100, "all_reduce", 8 * GiB, nodes=2, ranks_per_host=1, algo="ring")
     row(
         "one 400G NIC: 2 nodes x 1 rank, ring all_reduce 8 GiB: busBW (GB/s)",
         nic.busbw_bytes_per_s,

@@ -27,9 +27,9 @@ def test_every_registered_algorithm_has_a_cost_model(op: str, name: str) -> None
 @pytest.mark.parametrize(("op", "name"), REGISTERED, ids=[f"{op}-{name}" for op, name in REGISTERED])
 def test_every_model_predicts_on_the_local_box_at_four_ranks_and_grows_with_size(op: str, name: str) -> None:
     if name.startswith("hierarchical"):  # two-level: needs hosts; 2 hosts x 2 ranks, as the emulated cluster runs it
-        local, shape = load_topology("emulated-cluster"), {"nodes": 2, "ranks_per_node": 2}
+        local, shape = load_topology("emulated-cluster"), {"nodes": 2, "ranks_per_host": 2}
     else:
-        local, shape = load_topology("local-cpu"), {"nodes": 1, "ranks_per_node": 4}
+        local, shape = load_topology("local-cpu"), {"nodes": 1, "ranks_per_host": 4}
     times = [predict(local, op, size, algo=name, **shape).time_s for size in (0, 4096, 1 << 20, 64 << 20)]
     assert all(t > 0 for t in times)
     assert times == sorted(times), f"{op}/{name}: predicted time falls as the size grows: {times}"
@@ -63,14 +63,21 @@ def test_model_prices_hierarchical_as_the_scheme_the_shared_rule_picks(pair_full
     d["scale_out"]["pair_full_duplex"] = pair_full_duplex
     emu = topology_from_dict(d)
     seen = set()
-    for nodes, rpn in ((2, 2), (2, 3), (4, 2), (3, 2)):
-        one_way = HIERARCHICAL_ONE_WAY_MIN_BYTES * 2 * rpn
-        for size in (HIERARCHICAL_LEADERS_MAX_BYTES - 8, HIERARCHICAL_LEADERS_MAX_BYTES, one_way - 8 * rpn, one_way):
-            scheme = hierarchical_all_reduce_scheme(size, size / rpn / 2, nodes, rpn, True, not pair_full_duplex)
+    for nodes, ranks_per_host in ((2, 2), (2, 3), (4, 2), (3, 2)):
+        one_way = HIERARCHICAL_ONE_WAY_MIN_BYTES * 2 * ranks_per_host
+        for size in (
+            HIERARCHICAL_LEADERS_MAX_BYTES - 8,
+            HIERARCHICAL_LEADERS_MAX_BYTES,
+            one_way - 8 * ranks_per_host,
+            one_way,
+        ):
+            scheme = hierarchical_all_reduce_scheme(
+                size, size / ranks_per_host / 2, nodes, ranks_per_host, True, not pair_full_duplex
+            )
             seen.add(scheme)
-            got = predict(emu, "all_reduce", size, algo="hierarchical", nodes=nodes, ranks_per_node=rpn)
-            want = predict(emu, "all_reduce", size, algo=scheme, nodes=nodes, ranks_per_node=rpn)
-            assert got.time_s == want.time_s and got.terms == want.terms, (nodes, rpn, size, scheme)
+            got = predict(emu, "all_reduce", size, algo="hierarchical", nodes=nodes, ranks_per_host=ranks_per_host)
+            want = predict(emu, "all_reduce", size, algo=scheme, nodes=nodes, ranks_per_host=ranks_per_host)
+            assert got.time_s == want.time_s and got.terms == want.terms, (nodes, ranks_per_host, size, scheme)
     expected = {"hierarchical_leaders", "rabenseifner", "hierarchical_ring"}
     assert seen == (expected if pair_full_duplex else expected | {"hierarchical_one_way"})
 

@@ -127,58 +127,58 @@ CASES = [
 @pytest.mark.parametrize("op,algo", CASES)
 def test_single_level_formula_matches_the_hand_computed_value(op: str, algo: str, p: int) -> None:
     size = 0 if op == "barrier" else N
-    pred = predict(flat(), op, size, ranks_per_node=p, algo=algo)
+    pred = predict(flat(), op, size, ranks_per_host=p, algo=algo)
     assert pred.time_s == pytest.approx(expected(op, algo, p, size), rel=1e-9)
 
 
 def test_thakur_table_values_for_p8_written_out() -> None:
     """Two rows of the reference table, p = 8, n = 1 MiB, computed by hand once more."""
     t = flat()
-    ring = predict(t, "all_reduce", N, ranks_per_node=8, algo="ring").time_s
+    ring = predict(t, "all_reduce", N, ranks_per_host=8, algo="ring").time_s
     assert ring == pytest.approx(14 * 2e-6 + 1.75 * N / 1e9 + 0.875 * N / 4e9)
-    bcast = predict(t, "broadcast", N, ranks_per_node=8, algo="binomial").time_s
+    bcast = predict(t, "broadcast", N, ranks_per_host=8, algo="binomial").time_s
     assert bcast == pytest.approx(3 * (2e-6 + N / 1e9))
 
 
 def test_launch_cost_is_added_once_and_one_rank_costs_only_the_launch() -> None:
     t = flat(launch=5e-6)
-    assert predict(t, "all_reduce", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(
+    assert predict(t, "all_reduce", N, ranks_per_host=4, algo="ring").time_s == pytest.approx(
         5e-6 + expected("all_reduce", "ring", 4, N)
     )
-    alone = predict(t, "all_reduce", N, ranks_per_node=1, algo="ring")
+    alone = predict(t, "all_reduce", N, ranks_per_host=1, algo="ring")
     assert alone.time_s == pytest.approx(5e-6) and alone.busbw_bytes_per_s == 0.0
 
 
 def test_overlapped_reduction_costs_the_larger_of_transfer_and_reduction() -> None:
     t = flat(overlap=True)
     p = 4
-    got = predict(t, "reduce_scatter", N, ranks_per_node=p, algo="ring").time_s
+    got = predict(t, "reduce_scatter", N, ranks_per_host=p, algo="ring").time_s
     assert got == pytest.approx((p - 1) * A + max(0.75 * N * B, 0.75 * N * G))
 
 
 def test_half_duplex_levels_count_sent_and_received_bytes() -> None:
     """A CPU-driven transport: ring ranks send and receive at once (x2); binomial ranks do one or the other."""
     t = flat(duplex=False)
-    assert predict(t, "all_gather", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(3 * A + 2 * 0.75 * N * B)
-    assert predict(t, "broadcast", N, ranks_per_node=4, algo="binomial").time_s == pytest.approx(2 * (A + N * B))
+    assert predict(t, "all_gather", N, ranks_per_host=4, algo="ring").time_s == pytest.approx(3 * A + 2 * 0.75 * N * B)
+    assert predict(t, "broadcast", N, ranks_per_host=4, algo="binomial").time_s == pytest.approx(2 * (A + N * B))
 
 
 def test_a_pipelined_chain_forwards_chunks() -> None:
     """Ring broadcast of 4 chunks over p ranks: (p - 1 + 4 - 1)(A + c B)."""
     c = N // 4
     for p in (2, 3, 8):
-        got = predict(flat(chunk=c), "broadcast", N, ranks_per_node=p, algo="ring").time_s
+        got = predict(flat(chunk=c), "broadcast", N, ranks_per_host=p, algo="ring").time_s
         assert got == pytest.approx((p - 1 + 3) * (A + c * B))
 
 
 def test_double_binary_tree_pipelines_two_half_trees() -> None:
     """p = 8, depth 3. One chunk per tree (c = n/2): (2*3 + 1 - 1)(A + 4c B) + n G; four: (6 + 3)(A + 4 n/8 B)."""
     t = flat()
-    assert predict(t, "all_reduce", N, ranks_per_node=8, algo="double_binary_tree").time_s == pytest.approx(
+    assert predict(t, "all_reduce", N, ranks_per_host=8, algo="double_binary_tree").time_s == pytest.approx(
         6 * (A + 4 * (N / 2) * B) + N * G
     )
     t4 = flat(chunk=N // 8)
-    assert predict(t4, "all_reduce", N, ranks_per_node=8, algo="double_binary_tree").time_s == pytest.approx(
+    assert predict(t4, "all_reduce", N, ranks_per_host=8, algo="double_binary_tree").time_s == pytest.approx(
         9 * (A + 4 * (N / 8) * B) + N * G
     )
 
@@ -252,7 +252,7 @@ def test_job_shapes_a_topology_cannot_hold_are_infeasible_with_a_reason() -> Non
     with pytest.raises(InfeasibleError, match=r"exceed dgx-h100's fabric"):
         build_layout(H100, nodes=10_000)
     with pytest.raises(InfeasibleError, match="ranks per node must be between 1 and"):
-        build_layout(H100, nodes=1, ranks_per_node=9)
+        build_layout(H100, nodes=1, ranks_per_host=9)
     with pytest.raises(InfeasibleError, match="do not fill whole scale-up domains of 18 nodes"):
         build_layout(load_topology("gb200-nvl72"), nodes=20)
     with pytest.raises(InfeasibleError, match="nvls needs in-switch reduction.*dgx-a100"):
@@ -270,9 +270,9 @@ def test_cache_resident_buffers_move_at_the_cached_rate() -> None:
     d = topology_to_dict(flat())
     d["scale_up"].update(cache_bytes=N, cached_bandwidth_bytes_per_s=4 * BW)
     t = topology_from_dict(d)
-    small = predict(t, "sendrecv", N // 2, ranks_per_node=2).time_s
+    small = predict(t, "sendrecv", N // 2, ranks_per_host=2).time_s
     assert small == pytest.approx(A + (N // 2) / (4 * BW))
-    big = predict(t, "sendrecv", 4 * N, ranks_per_node=2).time_s
+    big = predict(t, "sendrecv", 4 * N, ranks_per_host=2).time_s
     assert big == pytest.approx(A + 4 * N * (0.25 / (4 * BW) + 0.75 / BW))
 
 
@@ -285,19 +285,19 @@ def test_ranks_sharing_fewer_cores_share_the_copy_budget() -> None:
     d = topology_to_dict(flat(duplex=False))
     d["scale_up"]["host_cores"] = 2
     t = topology_from_dict(d)
-    assert predict(t, "all_gather", N, ranks_per_node=4, algo="ring").time_s == pytest.approx(
+    assert predict(t, "all_gather", N, ranks_per_host=4, algo="ring").time_s == pytest.approx(
         2 * 3 * A + 4 * 0.75 * N * B
     )
-    assert predict(t, "all_gather", N, ranks_per_node=2, algo="ring").time_s == pytest.approx(A + N * B)
-    assert predict(t, "broadcast", N, ranks_per_node=4, algo="binomial").time_s == pytest.approx(2 * A + 3 * N * B)
-    host = [term for term in predict(t, "all_gather", N, ranks_per_node=4, algo="ring").terms if term.level == "host"]
+    assert predict(t, "all_gather", N, ranks_per_host=2, algo="ring").time_s == pytest.approx(A + N * B)
+    assert predict(t, "broadcast", N, ranks_per_host=4, algo="binomial").time_s == pytest.approx(2 * A + 3 * N * B)
+    host = [term for term in predict(t, "all_gather", N, ranks_per_host=4, algo="ring").terms if term.level == "host"]
     assert len(host) == 1 and host[0].critical and host[0].amount == pytest.approx(2 * 0.75 * N * 4)
 
 
 def test_a_backend_that_splits_steps_into_messages_pays_each_latency() -> None:
     """gloo sends each ring step as at least two messages: the latency term doubles, the bandwidth term does not."""
-    one = predict(flat(), "all_gather", N, ranks_per_node=4, algo="ring", messages_per_step=1).time_s
-    two = predict(flat(), "all_gather", N, ranks_per_node=4, algo="ring", messages_per_step=2).time_s
+    one = predict(flat(), "all_gather", N, ranks_per_host=4, algo="ring", messages_per_step=1).time_s
+    two = predict(flat(), "all_gather", N, ranks_per_host=4, algo="ring", messages_per_step=2).time_s
     assert two - one == pytest.approx(3 * A)
 
 
@@ -320,12 +320,12 @@ def test_connections_carrying_one_direction_at_a_time_slow_swaps_not_one_way_flo
     n = 16 << 20
     full = _with_pair_duplex(EMU, True)
     for algo, factor in (("recursive_doubling", 2.0), ("rabenseifner", 2.0), ("ring", 1.0)):
-        half_s = _fabric_bandwidth_s(predict(EMU, "all_reduce", n, algo=algo, nodes=2, ranks_per_node=2))
-        full_s = _fabric_bandwidth_s(predict(full, "all_reduce", n, algo=algo, nodes=2, ranks_per_node=2))
+        half_s = _fabric_bandwidth_s(predict(EMU, "all_reduce", n, algo=algo, nodes=2, ranks_per_host=2))
+        full_s = _fabric_bandwidth_s(predict(full, "all_reduce", n, algo=algo, nodes=2, ranks_per_host=2))
         assert half_s == pytest.approx(factor * full_s), algo
     # a two-rank ring is a swap too
     two = [
-        _fabric_bandwidth_s(predict(t, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=1)) for t in (EMU, full)
+        _fabric_bandwidth_s(predict(t, "all_reduce", n, algo="ring", nodes=2, ranks_per_host=1)) for t in (EMU, full)
     ]
     assert two[0] == pytest.approx(2 * two[1])
 
@@ -337,8 +337,8 @@ def test_hierarchical_on_a_cpu_transport_routes_two_hosts_one_way_from_the_thres
 
     nic = EMU.scale_out.nic_bandwidth_bytes_per_s * EMU.scale_out.efficiency
     n = 16 << 20
-    hier = predict(EMU, "all_reduce", n, algo="hierarchical", nodes=2, ranks_per_node=2)
-    ring_ = predict(EMU, "all_reduce", n, algo="ring", nodes=2, ranks_per_node=2)
+    hier = predict(EMU, "all_reduce", n, algo="hierarchical", nodes=2, ranks_per_host=2)
+    ring_ = predict(EMU, "all_reduce", n, algo="ring", nodes=2, ranks_per_host=2)
     assert _fabric_bandwidth_s(hier) == pytest.approx(n / 2 / (nic / 2))  # each of 2 ranks sends n/2 at half the NIC
     assert _fabric_bandwidth_s(ring_) == pytest.approx(1.5 * n / nic)
     assert hier.time_s < ring_.time_s
@@ -346,16 +346,16 @@ def test_hierarchical_on_a_cpu_transport_routes_two_hosts_one_way_from_the_thres
     assert len(stages) == 3  # reduce-scatter, cross-host, all-gather one after another
     # just below the threshold (half a shard = n/6 with 3 ranks per host) the hosts swap: twice the time per byte
     small = 6 * ONE_WAY_MIN_BYTES - 6
-    swap = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=3)
-    routed = predict(EMU, "all_reduce", 6 * ONE_WAY_MIN_BYTES, algo="hierarchical", nodes=2, ranks_per_node=3)
+    swap = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_host=3)
+    routed = predict(EMU, "all_reduce", 6 * ONE_WAY_MIN_BYTES, algo="hierarchical", nodes=2, ranks_per_host=3)
     assert _fabric_bandwidth_s(swap) / small == pytest.approx(2 * _fabric_bandwidth_s(routed) / (6 * ONE_WAY_MIN_BYTES))
 
 
 def test_direct_on_a_cpu_transport_pays_every_message_latency() -> None:
     """The CPU posts direct's p - 1 messages one by one (host_cores set); an offloaded transport pays one."""
     cpu = load_topology("local-cpu")
-    one = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_node=2)
-    four = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_node=5)
+    one = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_host=2)
+    four = predict(cpu, "all_reduce", 8, algo="direct", ranks_per_host=5)
 
     def latency_msgs(pred) -> float:  # noqa: ANN001
         return sum(t.amount for t in pred.terms if t.kind == "latency")
@@ -373,17 +373,17 @@ def test_hierarchical_small_buffers_go_through_one_leader_per_host() -> None:
     from commlens.ops import HIERARCHICAL_LEADERS_MAX_BYTES as LEADERS_MAX_BYTES
 
     small = LEADERS_MAX_BYTES // 2
-    hier = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_node=4)
+    hier = predict(EMU, "all_reduce", small, algo="hierarchical", nodes=2, ranks_per_host=4)
     msgs = {
         lvl: sum(t.amount for t in hier.terms if t.kind == "latency" and t.level == lvl)
         for lvl in ("scale_up", "scale_out")
     }
     assert msgs == {"scale_up": 6, "scale_out": 1}
-    ring_ = predict(EMU, "all_reduce", small, algo="ring", nodes=2, ranks_per_node=4)
+    ring_ = predict(EMU, "all_reduce", small, algo="ring", nodes=2, ranks_per_host=4)
     assert hier.time_s < ring_.time_s
     # from the threshold, powers of two of full hosts: the library runs Rabenseifner's halving, near peers first
-    big = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_node=4)
-    halving = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="rabenseifner", nodes=2, ranks_per_node=4)
+    big = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_host=4)
+    halving = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="rabenseifner", nodes=2, ranks_per_host=4)
     assert big.time_s == pytest.approx(halving.time_s)
-    three = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_node=3)
+    three = predict(EMU, "all_reduce", LEADERS_MAX_BYTES, algo="hierarchical", nodes=2, ranks_per_host=3)
     assert sum(t.amount for t in three.terms if t.kind == "latency" and t.level == "scale_up") == 2 * 2 * 3  # rings

@@ -31,7 +31,7 @@ def test_h100_node_nvls_all_reduce_reaches_the_reference_busbw() -> None:
 def test_one_400g_nic_reaches_the_reference_bandwidth() -> None:
     """One 400 Gb/s NDR NIC: 46-48 GB/s (NVIDIA, nccl-tests issue 290): one rank per node over two nodes."""
     h100 = load_topology("dgx-h100")
-    ring = predict(h100, "all_reduce", 8 * GiB, nodes=2, ranks_per_node=1, algo="ring")
+    ring = predict(h100, "all_reduce", 8 * GiB, nodes=2, ranks_per_host=1, algo="ring")
     assert ring.busbw_bytes_per_s == pytest.approx(47e9, rel=0.10)
     pair = predict(h100, "sendrecv", 8 * GiB, nodes=2)
     assert pair.busbw_bytes_per_s == pytest.approx(47e9, rel=0.10)
@@ -61,19 +61,19 @@ SHAPES = [
 SIZES = [0, 8, 1000, 1 << 16, 3 << 20, 1 << 27, 1 << 33]
 
 
-def _feasible(topology, op, algo, size, nodes, rpn):
+def _feasible(topology, op, algo, size, nodes, ranks_per_host):
     try:
-        return predict(topology, op, size, nodes=nodes, ranks_per_node=rpn, algo=algo).time_s
+        return predict(topology, op, size, nodes=nodes, ranks_per_host=ranks_per_host, algo=algo).time_s
     except InfeasibleError:
         return None
 
 
-@pytest.mark.parametrize("name,nodes,rpn", SHAPES)
-def test_more_bytes_never_take_less_time(name: str, nodes: int, rpn: int | None) -> None:
+@pytest.mark.parametrize("name,nodes,ranks_per_host", SHAPES)
+def test_more_bytes_never_take_less_time(name: str, nodes: int, ranks_per_host: int | None) -> None:
     topology = load_topology(name)
     for op in OP_NAMES:
         for algo in (*algorithms_for(op), "auto"):
-            times = [_feasible(topology, op, algo, s, nodes, rpn) for s in SIZES]
+            times = [_feasible(topology, op, algo, s, nodes, ranks_per_host) for s in SIZES]
             if times[0] is None:
                 continue
             assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:])), (op, algo, times)
@@ -90,16 +90,16 @@ def _scaled(name: str, factor: float):
     return topology_from_dict(d)
 
 
-@pytest.mark.parametrize("name,nodes,rpn", SHAPES)
-def test_more_bandwidth_is_never_slower(name: str, nodes: int, rpn: int | None) -> None:
+@pytest.mark.parametrize("name,nodes,ranks_per_host", SHAPES)
+def test_more_bandwidth_is_never_slower(name: str, nodes: int, ranks_per_host: int | None) -> None:
     slow, fast = load_topology(name), _scaled(name, 2.0)
     for op in OP_NAMES:
         for algo in (*algorithms_for(op), "auto"):
             for size in (1 << 12, 1 << 24, 1 << 32):
-                t_slow = _feasible(slow, op, algo, size, nodes, rpn)
+                t_slow = _feasible(slow, op, algo, size, nodes, ranks_per_host)
                 if t_slow is None:
                     continue
-                t_fast = _feasible(fast, op, algo, size, nodes, rpn)
+                t_fast = _feasible(fast, op, algo, size, nodes, ranks_per_host)
                 assert t_fast <= t_slow * (1 + 1e-12), (op, algo, size)
                 if size == 1 << 32 and op != "barrier":
                     assert t_fast < t_slow, (op, algo)

@@ -58,8 +58,8 @@ def _us(seconds: float) -> str:
     return format_us(seconds)
 
 
-def _shape(nodes: int, rpn: int, ranks: int) -> str:
-    return f"{nodes} node{'s' if nodes != 1 else ''} x {rpn} ranks = {ranks} ranks"
+def _shape(nodes: int, ranks_per_host: int, ranks: int) -> str:
+    return f"{nodes} node{'s' if nodes != 1 else ''} x {ranks_per_host} ranks = {ranks} ranks"
 
 
 # ---- predict ------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def predict_cmd(
     op: str = typer.Option("all_reduce", "--op", help="op, comma list or 'all' (with --sweep)"),
     size: str | None = typer.Option(None, "--size", "-s", help="message size, nccl-tests meaning (K/M/G suffixes)"),
     nodes: int = typer.Option(1, "--nodes", "-N", help="nodes in the job"),
-    ranks_per_node: int | None = typer.Option(
+    ranks_per_host: int | None = typer.Option(
         None, "--ranks-per-node", help="ranks per node (default: the topology's accelerators per node)"
     ),
     algo: str = typer.Option("auto", "--algo", "-a", help="algorithm, 'auto' (fastest) or 'all' (compare every one)"),
@@ -92,7 +92,7 @@ def predict_cmd(
     if nodes < 1:
         fail(f"--nodes must be >= 1, got {nodes}")
     try:
-        layout = layout_for(topo, nodes, ranks_per_node)
+        layout = layout_for(topo, nodes, ranks_per_host)
     except InfeasibleError as e:
         fail(str(e))
     if sweep:
@@ -126,7 +126,7 @@ def predict_cmd(
         return
     chosen = f"auto -> {pred.algo}" if pred.chosen_by_auto else pred.algo
     print(
-        f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; "
+        f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_host, layout.ranks)}; "
         f"{pred.op} {nbytes} B, algo {chosen}"
     )
     print(
@@ -158,7 +158,7 @@ def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) ->
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}; {op} {nbytes} B")
+    print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_host, layout.ranks)}; {op} {nbytes} B")
     print(f"{'algo':<19} {'time (us)':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  bottleneck")
     feasible = [r for r in rows if "infeasible" not in r]
     fastest = min(feasible, key=lambda r: r["time_s"])["algo"] if feasible else None
@@ -189,7 +189,7 @@ def _predict_sweep(
                 {
                     "topology": topo.name,
                     "nodes": layout.nodes,
-                    "ranks_per_node": layout.ranks_per_node,
+                    "ranks_per_node": layout.ranks_per_host,
                     "world_size": layout.ranks,
                     "algo": algo,
                     "rows": rows,
@@ -199,7 +199,7 @@ def _predict_sweep(
         )
         return
     print(
-        f"# commlens model predict  {topo.name}: {_shape(layout.nodes, layout.ranks_per_node, layout.ranks)}"
+        f"# commlens model predict  {topo.name}: {_shape(layout.nodes, layout.ranks_per_host, layout.ranks)}"
         f"  algo {algo}  (predicted, not measured)"
     )
     head = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>8}  {:>8}  {:<18}  {}"

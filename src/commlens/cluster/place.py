@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    per_host = ns.ranks_per_host or state.spec.ranks_per_host
-    host = ns.host if ns.host is not None else int(os.environ.get("LOCAL_RANK", "0")) // per_host
+    ranks_per_host = ns.ranks_per_host or state.spec.ranks_per_host
+    host = ns.host if ns.host is not None else int(os.environ.get("LOCAL_RANK", "0")) // ranks_per_host
     if not 0 <= host < state.spec.hosts:
         print(
             f"error: rank placed on host {host}, but cluster {ns.cluster!r} has {state.spec.hosts} hosts",

@@ -87,9 +87,9 @@ def system_from_ranks(
     """Hosts, ranks per host and device names from the rank list (rank order)."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     hosts = list(dict.fromkeys(r.host for r in ranks))
-    per_host = {h: 0 for h in hosts}
+    ranks_per_host = {h: 0 for h in hosts}
     for r in ranks:
-        per_host[r.host] += 1
+        ranks_per_host[r.host] += 1
     extra = {
         **extra,
         "rank_hosts": [r.host for r in ranks],
@@ -100,7 +100,7 @@ def system_from_ranks(
     return SystemInfo(
         world_size=world_size,
         hosts=tuple(hosts),
-        ranks_per_host=per_host,
+        ranks_per_host=ranks_per_host,
         backend=backend,
         backend_version=backend_version,
         device="cuda",

@@ -195,7 +195,7 @@ def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
         two_level(
             cost,
             (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
-            (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
+            (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_host)),
             (D - 1) / D * n + (M - 1) / M * n / D,
         )
         return
@@ -205,10 +205,10 @@ def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
     _host_phase(cost, n)
     cost.stage(
         ((OUT, 2 * (M - 1), L.out_latency_s[L.job_tier]),),
-        ((OUT, cross, L.nic_share(L.ranks_per_node) / pair),),
+        ((OUT, cross, L.nic_share(L.ranks_per_host) / pair),),
         (M - 1) / M * shard,
         host_bytes=host_copies(L, cross),
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
     _host_phase(cost, n, reduce=False)
 
@@ -223,9 +223,9 @@ def _host_phase(cost: Cost, n: float, reduce: bool = True) -> None:
     cost.stage(
         ((UP, D - 1, L.up_latency_s),),
         ((UP, local, L.up_rate),),
-        *((local,) if reduce else ()),
+        local if reduce else 0.0,
         host_bytes=host_copies(L, local),
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
 
 
@@ -247,11 +247,11 @@ def _ar_hierarchical_one_way(cost: Cost, n: float) -> None:
     _host_phase(cost, n)
     cost.stage(
         ((OUT, 2, L.out_latency_s[L.job_tier]), (UP, 2, L.up_latency_s)),
-        ((OUT, shard, L.nic_share(L.ranks_per_node)), (UP, shard, L.up_rate)),
+        ((OUT, shard, L.nic_share(L.ranks_per_host)), (UP, shard, L.up_rate)),
         shard / 2,
         one_way=True,
         host_bytes=host_copies(L, shard),
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
     _host_phase(cost, n, reduce=False)
 
@@ -269,7 +269,7 @@ def _ar_hierarchical_leaders(cost: Cost, n: float) -> None:
     up = ((UP, lg_d, L.up_latency_s),)
     if lg_d:
         # a tree step's pairs, averaged over the steps: min(2^k, D - 2^k) pairs per domain, 2 messages each
-        tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_node / D
+        tree = sum(2 * min(1 << k, D - (1 << k)) for k in range(lg_d)) / lg_d * L.ranks_per_host / D
         cost.stage(
             up,
             ((UP, lg_d * n, L.up_rate),),
@@ -315,7 +315,7 @@ def _ar_nvls(cost: Cost, n: float) -> None:
     two_level(
         cost,
         (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
-        (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_node)),
+        (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * n / D,
     )
 
@@ -357,7 +357,7 @@ def _rs_hierarchical(cost: Cost, size: float) -> None:
     two_level(
         cost,
         (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
-        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)),
+        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)),
         (D - 1) / D * size + (M - 1) / M * size / D,
     )
 
@@ -373,7 +373,7 @@ def _rs_nvls(cost: Cost, size: float) -> None:
     two_level(
         cost,
         (1, L.switch_latency_s, size, L.switch_rate),
-        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_node)),
+        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * size / D,
     )
 
@@ -458,7 +458,7 @@ def _ag_hierarchical(cost: Cost, size: float) -> None:
     L = cost.layout
     D, M, s = L.domain_ranks, L.domains, size / L.ranks
     two_level(
-        cost, (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate), (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_node))
+        cost, (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate), (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_host))
     )
 
 
@@ -472,7 +472,7 @@ def _ag_nvls(cost: Cost, size: float) -> None:
     two_level(
         cost,
         (1, L.switch_latency_s, size, L.switch_rate),
-        (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_node)),
+        (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_host)),
     )
 
 
@@ -509,7 +509,7 @@ def _a2a_hierarchical(cost: Cost, size: float) -> None:
     two_level(
         cost,
         (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
-        (M - 1, (M - 1) / M * size, L.nic_share(L.ranks_per_node) / L.a2a_taper()),
+        (M - 1, (M - 1) / M * size, L.nic_share(L.ranks_per_host) / L.a2a_taper()),
     )
 
 

@@ -176,7 +176,7 @@ class FitResult:
 
 
 def _layouts(topology: Topology, obs: Sequence[Observation]) -> list[Layout]:
-    return [layout_for(topology, o.nodes, o.ranks_per_node) for o in obs]
+    return [layout_for(topology, o.nodes, o.ranks_per_host) for o in obs]
 
 
 def predict_observations(

@@ -2,7 +2,7 @@
 
 A :class:`Layout` is the topology reduced to the numbers the cost formulas
 read, for one job shape (nodes x ranks per node). Ranks are numbered
-node-major, as launchers place them: rank r lives on node r // ranks_per_node,
+node-major, as launchers place them: rank r lives on node r // ranks_per_host,
 and consecutive nodes fill a scale-up domain before the next one starts.
 
 Rates are effective (line rate x efficiency), in bytes per second per
@@ -30,8 +30,8 @@ class Layout:
     topology: str  # the topology's name, for messages
     ranks: int  # p
     nodes: int
-    ranks_per_node: int  # R
-    domain_ranks: int  # D: ranks in one scale-up domain of this job
+    ranks_per_host: int  # R: ranks on each node (host)
+    domain_ranks: int  # D: ranks in one scale-up domain of this job (R x its nodes: not ranks per host)
     domains: int  # M: scale-up domains the job spans
     domain_nodes: int  # nodes in one domain of this job
     launch_s: float  # fixed cost of one call
@@ -80,7 +80,7 @@ class Layout:
 
     def node_nic_rate(self) -> float:
         """What one node's ranks can push into the fabric together: each rank drives at most its own NIC."""
-        return self.nic_rate * min(self.nics_per_node, self.ranks_per_node)
+        return self.nic_rate * min(self.nics_per_node, self.ranks_per_host)
 
     def nic_share(self, senders_per_node: int) -> float:
         """Per-rank fabric rate when ``senders_per_node`` ranks of every node send at once (the NIC bottleneck)."""
@@ -114,15 +114,15 @@ class Layout:
         return worst
 
 
-def build_layout(topology: Topology, nodes: int = 1, ranks_per_node: int | None = None) -> Layout:
-    """The layout of ``nodes`` x ``ranks_per_node`` ranks; :class:`InfeasibleError` when it cannot exist."""
+def build_layout(topology: Topology, nodes: int = 1, ranks_per_host: int | None = None) -> Layout:
+    """The layout of ``nodes`` x ``ranks_per_host`` ranks; :class:`InfeasibleError` when it cannot exist."""
     per_node = topology.accelerators_per_node
-    rpn = per_node if ranks_per_node is None else ranks_per_node
+    ranks_per_host = per_node if ranks_per_host is None else ranks_per_host
     if nodes < 1:
         raise InfeasibleError(f"nodes must be >= 1, got {nodes}")
-    if not 1 <= rpn <= per_node:
+    if not 1 <= ranks_per_host <= per_node:
         raise InfeasibleError(
-            f"ranks per node must be between 1 and {topology.name}'s {per_node} accelerators per node, got {rpn}"
+            f"ranks per node must be between 1 and {topology.name}'s {per_node} accelerators per node, got {ranks_per_host}"
         )
     domain_nodes_full = topology.domain_nodes
     if nodes <= domain_nodes_full:
@@ -160,10 +160,10 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_node: int | None 
         lat, taper, groups = tuple(lat_list), tuple(taper_list), tuple(t.nodes for t in out.tiers)
     layout = Layout(
         topology=topology.name,
-        ranks=nodes * rpn,
+        ranks=nodes * ranks_per_host,
         nodes=nodes,
-        ranks_per_node=rpn,
-        domain_ranks=domain_nodes * rpn,
+        ranks_per_host=ranks_per_host,
+        domain_ranks=domain_nodes * ranks_per_host,
         domains=domains,
         domain_nodes=domain_nodes,
         launch_s=topology.launch_latency_s,

@@ -30,7 +30,7 @@ class Observation:
     in_place: bool
     world_size: int
     nodes: int
-    ranks_per_node: int
+    ranks_per_host: int
     model_op: str
     model_algo: str
     measured_s: float
@@ -63,7 +63,7 @@ def observations(
         raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
     out: list[Observation] = []
     for run in runs:
-        nodes, rpn = job_shape(run)
+        nodes, ranks_per_host = job_shape(run)
         backend = run.system.backend or ""
         for m in run.measurements:
             t = _time(m, stat)
@@ -84,7 +84,7 @@ def observations(
                     m.in_place,
                     m.world_size,
                     nodes,
-                    rpn,
+                    ranks_per_host,
                     impl.op,
                     impl.algo,
                     t,

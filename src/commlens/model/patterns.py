@@ -23,7 +23,7 @@ __all__ = ["chain", "direct", "exchange", "host_copies", "ring", "rooted_direct"
 
 def host_copies(L: Layout, bytes_per_rank: float) -> float:
     """What all ranks of a node copy when each sends ``bytes_per_rank`` and receives as much (0 without a host budget)."""
-    return 2.0 * bytes_per_rank * L.ranks_per_node if L.host_cores else 0.0
+    return 2.0 * bytes_per_rank * L.ranks_per_host if L.host_cores else 0.0
 
 
 def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0.0) -> None:
@@ -42,7 +42,7 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
             ((UP, bytes_per_rank, L.up_rate),),
             reduce_bytes,
             host_bytes=host,
-            node_messages=2 * L.ranks_per_node,
+            node_messages=2 * L.ranks_per_host,
         )
         return
     inter = passes * (L.domains - 1)
@@ -54,7 +54,7 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
         ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate() / pair)),
         reduce_bytes,
         host_bytes=host,
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
 
 
@@ -80,7 +80,7 @@ def two_level(
         ((UP, up_bytes, up_rate), (OUT, out_bytes, out_rate)),
         reduce_bytes,
         host_bytes=host_copies(L, up_bytes + out_bytes),
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
     if up_bytes > 0 and out_bytes > 0:
         if up_bytes / up_rate >= out_bytes / out_rate:
@@ -102,14 +102,14 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
     time (``pair_full_duplex: false``) takes twice as long for it.
     """
     L = cost.layout
-    D, rpn, p = L.domain_ranks, L.ranks_per_node, L.ranks
+    D, ranks_per_host, p = L.domain_ranks, L.ranks_per_host, L.ranks
     up_n = up_b = up_r = up_t = up_m = 0.0
     out_n = out_b = out_r = out_lat = out_t = out_m = 0.0
-    base_rate = L.nic_share(rpn) if all_send else L.nic_rate
+    base_rate = L.nic_share(ranks_per_host) if all_send else L.nic_rate
     per_rank = L.up_both if all_send else 1.0
     for dist, nbytes, rbytes in steps:
         # sends and receives a node's ranks handle in this step: all of them swap, or the tree's pairs do
-        msgs = 2 * rpn if all_send else 2 * min(dist, p - dist) * rpn / p
+        msgs = 2 * ranks_per_host if all_send else 2 * min(dist, p - dist) * ranks_per_host / p
         if dist < D:
             up_m += msgs
             up_n += 1
@@ -119,11 +119,11 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             if L.host_cores:
                 # every rank of the node copies what it sends and receives; in a tree step only the
                 # senders and receivers at this distance do, once each
-                copies = host_copies(L, nbytes) if all_send else 2 * min(dist, p - dist) * rpn / p * nbytes
+                copies = host_copies(L, nbytes) if all_send else 2 * min(dist, p - dist) * ranks_per_host / p * nbytes
                 t = max(t, copies / L.host_rate)
             up_t += t
         else:
-            k = L.tier_for_span(2 * dist / rpn)
+            k = L.tier_for_span(2 * dist / ranks_per_host)
             out_m += msgs
             out_n += 1
             out_lat += L.out_latency_s[k]
@@ -171,7 +171,7 @@ def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
         nbytes if reduce else 0.0,
         concurrent=False,
         host_bytes=host_copies(L, (n_up if hops_up else 0) * chunk),
-        node_messages=2 * L.ranks_per_node if k > 1 else 2.0,  # a full pipeline keeps every rank forwarding
+        node_messages=2 * L.ranks_per_host if k > 1 else 2.0,  # a full pipeline keeps every rank forwarding
     )
 
 
@@ -192,11 +192,12 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
     D, p = L.domain_ranks, L.ranks
     up_bytes = (D - 1) * per_peer_bytes
     out_bytes = (p - D) * per_peer_bytes
-    if out_bytes and L.rail_optimized and L.ranks_per_node > 1:
-        up_bytes += out_bytes * (L.ranks_per_node - 1) / L.ranks_per_node
-    out_rate = L.nic_share(L.ranks_per_node) / L.a2a_taper() / L.out_pair_both if out_bytes else 1.0
+    if out_bytes and L.rail_optimized and L.ranks_per_host > 1:
+        up_bytes += out_bytes * (L.ranks_per_host - 1) / L.ranks_per_host
+    out_rate = L.nic_share(L.ranks_per_host) / L.a2a_taper() / L.out_pair_both if out_bytes else 1.0
     out_lat = L.out_latency_s[L.job_tier] if out_bytes else 0.0
     red = (p - 1) * per_peer_bytes if reduce else 0.0
+    latency: tuple[tuple[str, float, float], ...]
     if sequential or L.host_cores:
         latency = ((UP, D - 1, L.up_latency_s), (OUT, p - D, out_lat))
     else:  # every message in flight at once: one message latency, of the slowest level
@@ -207,7 +208,7 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
         red,
         concurrent=not sequential,
         host_bytes=host_copies(L, up_bytes + out_bytes),
-        node_messages=2 * L.ranks_per_node,
+        node_messages=2 * L.ranks_per_host,
     )
 
 
@@ -227,5 +228,5 @@ def rooted_direct(cost: Cost, per_peer_bytes: float, reduce: bool) -> None:
         ((UP, (D - 1) * per_peer_bytes, L.up_rate), (OUT, out_bytes, out_rate)),
         (p - 1) * per_peer_bytes if reduce else 0.0,
         one_way=True,
-        host_bytes=2 * (min(D, L.ranks_per_node) - 1) * per_peer_bytes if L.host_cores else 0.0,
+        host_bytes=2 * (min(D, L.ranks_per_host) - 1) * per_peer_bytes if L.host_cores else 0.0,
     )

@@ -39,7 +39,7 @@ class Prediction:
     size_bytes: int
     world_size: int
     nodes: int
-    ranks_per_node: int
+    ranks_per_host: int
     topology: str
     time_s: float
     algbw_bytes_per_s: float
@@ -70,7 +70,7 @@ class Prediction:
             "size_bytes": self.size_bytes,
             "world_size": self.world_size,
             "nodes": self.nodes,
-            "ranks_per_node": self.ranks_per_node,
+            "ranks_per_node": self.ranks_per_host,
             "topology": self.topology,
             "time_s": self.time_s,
             "algbw_bytes_per_s": self.algbw_bytes_per_s,
@@ -85,13 +85,13 @@ class Prediction:
 _LAYOUTS: dict[tuple[int, int, int | None], tuple[Topology, Layout]] = {}
 
 
-def layout_for(topology: Topology, nodes: int, ranks_per_node: int | None) -> Layout:
+def layout_for(topology: Topology, nodes: int, ranks_per_host: int | None) -> Layout:
     """:func:`build_layout`, remembered per topology object and job shape (sweeps ask for the same one often)."""
-    key = (id(topology), nodes, ranks_per_node)
+    key = (id(topology), nodes, ranks_per_host)
     hit = _LAYOUTS.get(key)
     if hit is not None and hit[0] is topology:
         return hit[1]
-    layout = build_layout(topology, nodes, ranks_per_node)
+    layout = build_layout(topology, nodes, ranks_per_host)
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()
     _LAYOUTS[key] = (topology, layout)
@@ -125,7 +125,7 @@ def _prediction(layout: Layout, op: str, algo: str, size_bytes: int, cost: Cost,
         size_bytes,
         layout.ranks,
         layout.nodes,
-        layout.ranks_per_node,
+        layout.ranks_per_host,
         layout.topology,
         time_s,
         algbw,
@@ -141,7 +141,7 @@ def predict(
     size_bytes: int,
     *,
     nodes: int = 1,
-    ranks_per_node: int | None = None,
+    ranks_per_host: int | None = None,
     algo: str = AUTO,
     layout: Layout | None = None,
     messages_per_step: float = 1.0,
@@ -159,7 +159,7 @@ def predict(
         raise InfeasibleError(f"size must be >= 0 bytes, got {size_bytes}")
     name = op if op in OPS else _op_name(op)
     if layout is None:
-        layout = layout_for(topology, nodes, ranks_per_node)
+        layout = layout_for(topology, nodes, ranks_per_host)
     if algo != AUTO:
         return _prediction(layout, name, algo, size_bytes, _cost(layout, name, algo, size_bytes, messages_per_step))
     best: Cost | None = None
@@ -184,13 +184,13 @@ def predict_algorithms(
     size_bytes: int,
     *,
     nodes: int = 1,
-    ranks_per_node: int | None = None,
+    ranks_per_host: int | None = None,
     layout: Layout | None = None,
 ) -> dict[str, Prediction | InfeasibleError]:
     """Every algorithm with a model for ``op``: its prediction, or the reason it cannot run."""
     name = _op_name(op)
     if layout is None:
-        layout = layout_for(topology, nodes, ranks_per_node)
+        layout = layout_for(topology, nodes, ranks_per_host)
     out: dict[str, Prediction | InfeasibleError] = {}
     for algo in algorithms_for(name):
         try:
@@ -206,11 +206,11 @@ def sweep(
     sizes: Iterable[int],
     *,
     nodes: int = 1,
-    ranks_per_node: int | None = None,
+    ranks_per_host: int | None = None,
     algo: str = AUTO,
 ) -> Iterator[Prediction | InfeasibleError]:
     """The predicted nccl-tests table: one row per (op, size), in that order; infeasible rows as errors."""
-    layout = layout_for(topology, nodes, ranks_per_node)
+    layout = layout_for(topology, nodes, ranks_per_host)
     sizes = list(sizes)
     for op in ops:
         for size in sizes:

@@ -73,7 +73,7 @@ class Group:
 
     size: int
     nodes: int
-    ranks_per_node: int
+    ranks_per_host: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +99,8 @@ def _group(size: int, stride: int, per_node: int) -> Group:
         return Group(size, size, 1)
     if stride * size <= per_node:
         return Group(size, 1, size)
-    rpn = per_node // stride
-    return Group(size, -(-size // rpn), rpn)
+    ranks_per_host = per_node // stride
+    return Group(size, -(-size // ranks_per_host), ranks_per_host)
 
 
 def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int) -> Resolved:
