@@ -7,6 +7,15 @@ and consecutive nodes fill a scale-up domain before the next one starts.
 
 Rates are effective (line rate x efficiency), in bytes per second per
 direction; latencies are seconds per message.
+
+Ranks per host is ``ranks_per_host`` in all of commlens' code (a node of a
+topology is a host). Names kept where users already depend on them: the
+options ``--ranks-per-node`` (``model``) and ``--ranks-per-host`` (``bench``,
+``tune``, ``cluster``); the key ``ranks_per_node`` of ``model predict --json``;
+``ranks_per_host`` in tuning tables, cluster state and a run's ``system``
+(there a map host -> ranks); PARAM's own ``local_size``, kept as
+``system.extra.local_size``. ``domain_ranks`` is another quantity: the ranks
+of one scale-up domain, which may span several hosts.
 """
 
 from __future__ import annotations
