@@ -27,21 +27,27 @@ def _name_option() -> str | None:
     return typer.Option(None, "--name", help="the cluster name, as the NAME argument", show_default=False)
 
 
-def _cluster_name(positional: str | None, option: str | None, *, required: bool = True) -> str | None:
+def _optional_cluster_name(positional: str | None, option: str | None) -> str | None:
     """One cluster name given either as NAME or as ``--name NAME`` (both: they must agree), checked as ``up``
-    checks it before anything is built from it."""
+    checks it before anything is built from it; None when neither is given."""
     from commlens.cluster.spec import check_name
 
     if positional is not None and option is not None and positional != option:
         fail(f"two cluster names given: {positional!r} and --name {option!r}", 2)
     name = positional if positional is not None else option
-    if name is None and required:
-        fail("give the cluster name, as NAME or --name NAME", 2)
     if name is not None:
         try:
             check_name(name)
         except ValueError as e:
             fail(f"cluster {e}", 2)
+    return name
+
+
+def _cluster_name(positional: str | None, option: str | None) -> str:
+    """As :func:`_optional_cluster_name`, for a command that needs the name."""
+    name = _optional_cluster_name(positional, option)
+    if name is None:
+        fail("give the cluster name, as NAME or --name NAME", 2)
     return name
 
 
@@ -149,7 +155,7 @@ def status_cmd(
     """Show a cluster (or all): hosts, addresses, rates, faults, and whether its objects exist."""
     from commlens.cluster import ClusterError, list_states, require_root, status
 
-    name = _cluster_name(name_arg, name_opt, required=False)
+    name = _optional_cluster_name(name_arg, name_opt)
     try:
         require_root()
         if name is None:

@@ -182,7 +182,7 @@ def _predict_sweep(
         table = predicted_table(topo, ops, sweep_sizes(lo, hi, factor), dtype=dtype, layout=layout, algo=algo)
     except ValueError as e:
         fail(str(e))
-    rows = [row.as_dict() for row in table]
+    rows: list[dict[str, Any]] = [row.as_dict() for row in table]
     if as_json:
         print(
             json.dumps(

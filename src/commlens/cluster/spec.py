@@ -94,16 +94,18 @@ class ClusterSpec:
         for f in self.slow_hosts:
             self._check_host(f.host, "slow host")
             self._check_fraction(f.fraction, "slow host")
-        for f in self.slow_links:
-            self._check_host(f.a, "slow link")
-            self._check_host(f.b, "slow link")
-            if f.a == f.b:
-                raise ValueError(f"slow link {f.a}-{f.b} joins a host to itself")
-            self._check_fraction(f.fraction, "slow link")
-        for f in self.starved_hosts:
-            self._check_host(f.host, "cpu-starved host")
-            if not 0.01 <= f.cpu_fraction <= 64:
-                raise ValueError(f"cpu-starved host {f.host}: CPU fraction must be in [0.01, 64], got {f.cpu_fraction}")
+        for link in self.slow_links:
+            self._check_host(link.a, "slow link")
+            self._check_host(link.b, "slow link")
+            if link.a == link.b:
+                raise ValueError(f"slow link {link.a}-{link.b} joins a host to itself")
+            self._check_fraction(link.fraction, "slow link")
+        for starved in self.starved_hosts:
+            self._check_host(starved.host, "cpu-starved host")
+            if not 0.01 <= starved.cpu_fraction <= 64:
+                raise ValueError(
+                    f"cpu-starved host {starved.host}: CPU fraction must be in [0.01, 64], got {starved.cpu_fraction}"
+                )
 
     def _check_host(self, host: int, what: str) -> None:
         if not 0 <= host < self.hosts:

@@ -103,7 +103,8 @@ def _dump_with_stacks(timeout_s: float) -> dict[str, Any] | None:
     So the symbolizing dump runs in a forked child, which gets the recorder's
     memory as it is; a child still busy after ``timeout_s`` is killed.
     """
-    from torch._C._distributed_c10d import _dump_fr_trace
+    # torch's _distributed_c10d.pyi omits _dump_fr_trace, which the extension module exports.
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -162,7 +163,8 @@ def dump(
     name and renamed, so a reader never sees half a dump; a later dump of the
     same rank replaces an earlier one.
     """
-    from torch._C._distributed_c10d import _dump_fr_trace
+    # torch's _distributed_c10d.pyi omits _dump_fr_trace, which the extension module exports.
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
 
     if dump_dir is None:
         if "dump_dir" not in _state:
@@ -191,7 +193,9 @@ def dump(
 def _excepthook(kind: type[BaseException], value: BaseException, traceback: TracebackType | None) -> None:
     tb = traceback
     try:
-        stack = []  # where the exception was raised, innermost first, with the traceback's line numbers
+        stack: list[
+            dict[str, Any]
+        ] = []  # where the exception was raised, innermost first, with the traceback's line numbers
         while tb is not None:
             code = tb.tb_frame.f_code
             stack.insert(0, {"name": code.co_name, "filename": code.co_filename, "line": tb.tb_lineno})
@@ -264,7 +268,8 @@ def _watch(read_fd: int, signums: frozenset[int]) -> None:
             if not _claim(signum):
                 continue
             try:
-                main = sys._current_frames().get(threading.main_thread().ident)
+                main_ident = threading.main_thread().ident  # None only for a thread not yet started
+                main = sys._current_frames().get(main_ident) if main_ident is not None else None
                 stack = _state.get("exception_stack") or _frames(main)
                 # No forked symbolizing dump from this thread: os.fork() waits for the import
                 # lock, which the interrupted main thread may hold (measured: a deadlock).

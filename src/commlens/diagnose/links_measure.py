@@ -109,12 +109,13 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
         for i in range(probe.warmup + probe.iters):
             dist.barrier()
             t0 = time.perf_counter()
-            works = [dist.isend(send, nxt), dist.irecv(ring_recv, prv)]
+            works = (dist.isend(send, nxt), dist.irecv(ring_recv, prv))
             for w in works:
-                w.wait()
+                if w is not None:  # None only on a rank outside the group, which the default group has none of
+                    w.wait()
             if i >= probe.warmup:
                 times.append(time.perf_counter() - t0)
         records.append({"kind": "ring", "rank": rank, "size_bytes": probe.size_bytes, "times_s": times})
-    gathered: list[Any] = [None] * world if rank == 0 else None  # type: ignore[assignment]
+    gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered, dst=0)
-    return [rec for recs in gathered for rec in recs] if rank == 0 else None
+    return None if gathered is None else [rec for recs in gathered for rec in recs]

@@ -125,7 +125,8 @@ def match_collectives(traces: list[KinetoTrace]) -> Matching:
         method = "order within (group, op, count, dtype) streams"
         use_steps = all(c.step is not None for t in traces for c in t.collectives)
         if use_steps:
-            steps = tuple(sorted(set.intersection(*({c.step for c in by_rank[r].collectives} for r in ranks))))
+            rank_steps = ({c.step for c in by_rank[r].collectives if c.step is not None} for r in ranks)
+            steps = tuple(sorted(set.intersection(*rank_steps)))
         streams: list[dict[tuple[object, ...], list[TraceCollective]]] = []
         for r in ranks:
             s: dict[tuple[object, ...], list[TraceCollective]] = {}
@@ -133,8 +134,8 @@ def match_collectives(traces: list[KinetoTrace]) -> Matching:
                 if steps is None or c.step in steps:
                     s.setdefault((c.step if use_steps else None, *c.identity), []).append(c)
             streams.append(s)
-        for key in set.intersection(*(set(s) for s in streams)):
-            lists = [s[key] for s in streams]
+        for stream_key in set.intersection(*(set(s) for s in streams)):
+            lists = [s[stream_key] for s in streams]
             if len({len(x) for x in lists}) != 1:
                 ambiguous += 1
                 continue

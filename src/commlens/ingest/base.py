@@ -309,20 +309,22 @@ def json_line(text: str, path: Sequence[str | int]) -> int:
     scanner, recording where each object and array begins.
     """
     positions: dict[int, int] = {}
+    # The ignores below: typeshed leaves out json.decoder's undocumented JSONObject and JSONArray and the
+    # decoder's parse_object and parse_array attributes, which the pure-Python scanner reads.
 
     def parse_object(s_and_end: Any, *args: Any, **kw: Any) -> Any:
-        obj, end = json.decoder.JSONObject(s_and_end, *args, **kw)
+        obj, end = json.decoder.JSONObject(s_and_end, *args, **kw)  # type: ignore[attr-defined]
         positions[id(obj)] = s_and_end[1] - 1
         return obj, end
 
     def parse_array(s_and_end: Any, *args: Any, **kw: Any) -> Any:
-        arr, end = json.decoder.JSONArray(s_and_end, *args, **kw)
+        arr, end = json.decoder.JSONArray(s_and_end, *args, **kw)  # type: ignore[attr-defined]
         positions[id(arr)] = s_and_end[1] - 1
         return arr, end
 
     decoder = json.JSONDecoder()
-    decoder.parse_object = parse_object  # type: ignore[assignment]
-    decoder.parse_array = parse_array  # type: ignore[assignment]
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.parse_array = parse_array  # type: ignore[attr-defined]
     decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
     try:
         node: Any = decoder.decode(text)

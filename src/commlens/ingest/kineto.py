@@ -272,7 +272,8 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
         name, cat = e.get("name"), e.get("cat")
         if not isinstance(name, str):
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        raw_args = e.get("args")
+        args = raw_args if isinstance(raw_args, dict) else {}
         if cat in ("user_annotation", "cpu_op") and name.startswith(_CPU_PREFIXES):
             spans[i] = _span(e, path, i)
             cpu.append(i)
@@ -341,7 +342,8 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
         end_us = max(spans[j][1] for j in idx)
         info_args = meta[i] or (events[idx[0]].get("args") if span_kind == "gpu_kernel" else {}) or {}
         count = _int_arg(info_args, "In msg nelems")
-        dtype = info_args.get("dtype").lower() if isinstance(info_args.get("dtype"), str) else None
+        raw_dtype = info_args.get("dtype")
+        dtype = raw_dtype.lower() if isinstance(raw_dtype, str) else None
         if count is None or dtype is None:
             dims_count, dims_dtype = _dims_count(args)
             count = dims_count if count is None else count

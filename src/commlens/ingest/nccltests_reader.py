@@ -438,9 +438,9 @@ class LogReader:
                 self.source.int_at(lineno, "skipped iterations", m.group(1), MAX_COUNT) if m else 0
             )
         elif body.startswith("Out of bounds values") or body.startswith("Avg bus bandwidth"):
-            seg = self.seg
-            if seg is None:
+            if self.seg is None:
                 return
+            seg = self.seg
             seg.footer = True
             m = _OOB_RE.search(body)
             if m:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from commlens.errors import CommlensError
 from commlens.model.layout import Layout
@@ -44,7 +44,7 @@ from commlens.topology import Topology, topology_from_dict, topology_to_dict
 
 __all__ = ["FitError", "FitResult", "FittedParam", "Residual", "fit", "fit_runs", "predict_observations"]
 
-LOSS = "soft_l1"
+LOSS: Final = "soft_l1"
 F_SCALE = 0.1  # residuals (log ratios) beyond ~10% count linearly, not quadratically
 MAX_RELATIVE_STDERR = 1.0  # a constant known worse than a factor e either way is not determined: held
 

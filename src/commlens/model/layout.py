@@ -155,6 +155,9 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_host: int | None 
         )
     up_rate = up.bandwidth_bytes_per_s * up.efficiency
     switch_rate = up_rate * up.in_switch_efficiency if up.in_switch_reduction and up.in_switch_efficiency else 0.0
+    lat: tuple[float, ...]
+    taper: tuple[float, ...]
+    groups: tuple[int, ...]
     if out is None:
         nic_rate, nics, rail, lat, taper, groups = 0.0, 1, False, (0.0,), (1.0,), (domain_nodes,)
     else:

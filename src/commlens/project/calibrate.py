@@ -225,12 +225,12 @@ def _least_squares(dev: Device, peak: float, records: list[GemmRecord], params: 
     if "k_overhead" in params:  # the K term is not convex in log time: a few starts
         k_at = params.index("k_overhead")
         starts += [x0[:k_at] + [k] + x0[k_at + 1 :] for k in (8.0, 32.0, 128.0, 512.0)]
-    best = None
+    fits = []
     for start in starts:
         start = [min(max(v, a + 1e-6), b - 1e-6) for v, a, b in zip(start, lo, hi)]
-        res = least_squares(residuals, start, bounds=(lo, hi), x_scale="jac", diff_step=1e-4)
-        if best is None or res.cost < best.cost:
-            best = res
+        # scipy-stubs types diff_step as an array; scipy documents it as array_like, a scalar for every parameter.
+        fits.append(least_squares(residuals, start, bounds=(lo, hi), x_scale="jac", diff_step=1e-4))  # type: ignore[arg-type]
+    best = min(fits, key=lambda res: res.cost)  # the first of equal costs, as the starts are ordered
     return _with(dev, params, list(best.x), "fit")
 
 
@@ -295,10 +295,10 @@ def fit_calibration(
         f"{where}",
     }
     if "k_overhead" in parameters or "tiles" in parameters:
-        s = fitted.gemm_shape
+        fitted_tiles, fitted_k_overhead = _shape_of(fitted)
         update["gemm_shape"] = GemmShape(
-            k_overhead=round(s.k_overhead, 2),
-            tiles=tuple((a, b, round(rel, 4)) for a, b, rel in s.tiles),
+            k_overhead=round(fitted_k_overhead, 2),
+            tiles=tuple((a, b, round(rel, 4)) for a, b, rel in fitted_tiles),
             origin=f"fit ({', '.join(p for p in parameters if p != 'gemm_efficiency')}) with gemm_efficiency, {where}",
         )
     final = Device.model_validate({**fitted.model_dump(), **update})

@@ -28,7 +28,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from commlens.project.calibration_file import STREAM_KERNELS, CalibrationFile, GemmRecord, MeasuredDevice, StreamRecord
+from commlens.project.calibration_file import (
+    STREAM_KERNELS,
+    CalibrationDtype,
+    CalibrationFile,
+    GemmKind,
+    GemmLayout,
+    GemmRecord,
+    MeasuredDevice,
+    StreamRecord,
+)
 from commlens.project.errors import ProjectionError
 
 __all__ = ["GemmCase", "StreamCase", "estimate_s", "measure", "plan_gemms", "plan_streams"]
@@ -57,21 +66,21 @@ _STREAM_SIZES = (64 << 20, 256 << 20, 1 << 30, 2 << 30)
 
 @dataclass(frozen=True)
 class GemmCase:
-    kind: str
+    kind: GemmKind
     label: str
     m: int
     n: int
     k: int
     batch: int = 1
-    layout: str = "nn"
-    dtype: str = "bf16"
+    layout: GemmLayout = "nn"
+    dtype: CalibrationDtype = "bf16"
 
 
 @dataclass(frozen=True)
 class StreamCase:
     kernel: str
     size_bytes: int
-    dtype: str = "bf16"
+    dtype: CalibrationDtype = "bf16"
 
 
 def estimate_s(case: GemmCase | StreamCase) -> float:
@@ -304,7 +313,9 @@ def measure(
     failed: dict[str, str] = {}
     skipped = 0
     t0 = time.monotonic()
-    for case in [*streams, *gemms]:  # streams first: few and short; GEMMs over budget are skipped
+    cases: list[GemmCase | StreamCase] = [*streams, *gemms]
+    call: Callable[[], object] | None = None
+    for case in cases:  # streams first: few and short; GEMMs over budget are skipped
         if isinstance(case, GemmCase) and time.monotonic() - t0 > budget_s:
             skipped += 1
             continue

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,6 +24,9 @@ from commlens.project.errors import ProjectionError
 __all__ = [
     "CALIBRATION_FORMAT",
     "GEMM_KINDS",
+    "CalibrationDtype",
+    "GemmKind",
+    "GemmLayout",
     "STREAM_KERNELS",
     "CalibrationFile",
     "CalibrationFileError",
@@ -34,8 +37,11 @@ __all__ = [
     "save_calibration",
 ]
 
-CALIBRATION_FORMAT = "commlens.gemm-calibration/1"
-GEMM_KINDS = ("square", "transformer", "attention", "small")
+CALIBRATION_FORMAT: Final = "commlens.gemm-calibration/1"
+GemmKind = Literal["square", "transformer", "attention", "small"]
+GemmLayout = Literal["nn", "nt", "tn"]  # whether A and B are read transposed (n: no, t: yes)
+CalibrationDtype = Literal["bf16", "fp16"]
+GEMM_KINDS: tuple[GemmKind, ...] = ("square", "transformer", "attention", "small")
 # Streaming kernels and the HBM bytes each moves per byte of its input x (bf16), as eager PyTorch runs them.
 STREAM_KERNELS: dict[str, float] = {
     "copy": 2.0,  # y.copy_(x): read x, write y
@@ -55,7 +61,7 @@ class CalibrationFileError(ProjectionError):
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dtype: Literal["bf16", "fp16"] = Field(description="element type of the operands")
+    dtype: CalibrationDtype = Field(description="element type of the operands")
     times_s: tuple[float, ...] = Field(min_length=1, description="one time per repetition, seconds")
     time_s: float = Field(gt=0, description="median of times_s")
 
@@ -71,13 +77,13 @@ class _Record(BaseModel):
 class GemmRecord(_Record):
     """``batch`` products (m x k) @ (k x n); layout: whether A and B are read transposed (n: no, t: yes)."""
 
-    kind: Literal["square", "transformer", "attention", "small"] = Field(description="why the shape is measured")
+    kind: GemmKind = Field(description="why the shape is measured")
     label: str = Field(description="where the shape comes from (e.g. 'h8192 tp4 fc1 wgrad')")
     m: int = Field(ge=1)
     n: int = Field(ge=1)
     k: int = Field(ge=1)
     batch: int = Field(1, ge=1, description="independent products in one batched call")
-    layout: Literal["nn", "nt", "tn"] = "nn"
+    layout: GemmLayout = "nn"
     tflops: float = Field(gt=0, description="2 m n k batch / time_s / 1e12")
 
     @property

@@ -33,8 +33,8 @@ def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe
     sp = layout.sp and tp > 1
     outside = 10.0 * h  # 2 norm inputs (2 B), their outputs feeding QKV / FC1 (2 B), 2 dropout masks (1 B)
     inside = 2.0 * d * (a + 2 * g) + 2.0 * a * d  # Q, K, V and the attention output
-    if moe:
-        m = w.moe
+    m = w.moe if moe else None
+    if m is not None:
         copies = m.top_k * (m.capacity_factor or 1.0)
         fe = m.expert_ffn_hidden
         inside += copies * (2.0 * h + 2.0 * fe * (2 if w.gated_ffn else 1) + 2.0 * fe)
@@ -81,7 +81,7 @@ def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str
         working = tokens * per_token
     else:
         per_mb = tokens * layers * per_token
-    in_flight = min(r.micro_batches, r.pp)
+    in_flight: float = min(r.micro_batches, r.pp)
     if r.vpp > 1:
         in_flight *= 1.0 + (r.pp - 1) / (r.pp * r.vpp)
     activations = per_mb * in_flight + working

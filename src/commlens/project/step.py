@@ -120,8 +120,8 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     mats = 3 if w.gated_ffn else 2
     dense = 2 * tokens * h * d * (2 * a + 2 * g)
-    if moe:
-        m = w.moe
+    m = w.moe if moe else None
+    if m is not None:
         dense += 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (m.top_k + m.shared_experts)
     else:
         dense += 2 * tokens * mats * h * w.ffn_hidden
@@ -209,18 +209,18 @@ def project(
     dense_layers = w.layers - w.moe_layers
     if dense_layers:
         layer_kinds.append((dense_layers, add(t_qkv, t_proj, t_dense_ffn), t_core, base_bytes + dense_ffn_bytes, 0.0))
-    if w.moe_layers:
-        m = w.moe
-        cf = m.capacity_factor or 1.0
-        routed_tokens = tokens * m.top_k * cf  # token copies this GPU's experts take, routing balanced
-        local_experts = m.experts / r.ep
+    if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
+        moe = w.moe
+        cf = moe.capacity_factor or 1.0
+        routed_tokens = tokens * moe.top_k * cf  # token copies this GPU's experts take, routing balanced
+        local_experts = moe.experts / r.ep
         per_expert_tokens = routed_tokens / local_experts
-        fe = m.expert_ffn_hidden / t
+        fe = moe.expert_ffn_hidden / t
         t_exp = add(
             add(gemm(per_expert_tokens, fe, h), times=mats - 1), gemm(per_expert_tokens, h, fe), times=local_experts
         )
-        t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=m.shared_experts)
-        t_router = gemm(tokens, m.experts, h)
+        t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=moe.shared_experts)
+        t_router = gemm(tokens, moe.experts, h)
         moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
         a2a_bytes = routed_tokens * h * elem
         layer_kinds.append(

@@ -20,6 +20,8 @@ from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 
 if TYPE_CHECKING:
     from commlens.project.step import Projection
+    from commlens.topology import Topology
+    from commlens.workload import Workload
 
 __all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "project_point", "run_sweep", "search_layouts"]
 
@@ -181,7 +183,9 @@ def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[st
     return row
 
 
-def search_layouts(w, topo, gpus: int, fixed: dict[str, Any], *, accelerators: tuple[str, ...] | None = None):
+def search_layouts(
+    w: Workload, topo: Topology, gpus: int, fixed: dict[str, Any], *, accelerators: tuple[str, ...] | None = None
+) -> Projection:
     """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO)."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
@@ -191,7 +195,8 @@ def search_layouts(w, topo, gpus: int, fixed: dict[str, Any], *, accelerators: t
     pps = [p for p in (1, 2, 4, 8, 16, 32, 64) if w.layers % p == 0 and p <= gpus]
     cps = [c for c in (1, 2, 4, 8, 16) if w.seq_len >= 8192 or c == 1]
     eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if w.moe and w.moe.experts % e == 0] if w.moe else [1]
-    best, reasons = None, Counter()
+    best: Projection | None = None
+    reasons: Counter[str] = Counter()
     for tp, pp, cp, ep in itertools.product(tps, pps, cps, eps):
         for vpp in (1, 2, 4) if pp > 1 else (1,):
             for zero in (1, 3):

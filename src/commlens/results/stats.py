@@ -39,7 +39,7 @@ class TimeStats:
     cv: float | None
     n: int
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | None]:
         return {
             "mean_s": self.mean_s,
             "p50_s": self.p50_s,

@@ -103,7 +103,7 @@ class RunRef:
     def parse(cls, ref: str) -> RunRef:
         kind, sep, rest = ref.partition(":")
         if sep and kind in REF_KINDS:
-            return cls(kind, rest)  # type: ignore[arg-type]
+            return cls(kind, rest)
         return cls(None, ref)
 
 

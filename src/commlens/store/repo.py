@@ -325,7 +325,9 @@ class Store:
         )
         try:
             with Session(self.engine) as session, session.begin():
-                result = session.execute(query).all()
+                # Rows as plain sequences: mypy cannot match ``*row`` of a 20-column Row (typed past
+                # its tenth column as ``*tuple[Any, ...]``) to measurement_row's parameters.
+                result: Sequence[Sequence[Any]] = session.execute(query).all()
             return [measurement_row(*row) for row in result]
         except DatabaseFault:
             raise

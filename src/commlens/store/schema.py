@@ -271,8 +271,9 @@ def _exclusive(engine: Engine, *, foreign_keys: bool = True) -> Iterator[Connect
     """
     sqlite = is_sqlite(engine)
     with write_engine(engine).connect() as conn:
-        raw = conn.connection.driver_connection
-        if sqlite and not foreign_keys:
+        # The driver's own connection: a PRAGMA through SQLAlchemy would begin the transaction early.
+        raw = conn.connection.driver_connection if sqlite and not foreign_keys else None
+        if raw is not None:
             raw.execute("PRAGMA foreign_keys = OFF")
         try:
             with conn.begin():
@@ -280,7 +281,7 @@ def _exclusive(engine: Engine, *, foreign_keys: bool = True) -> Iterator[Connect
                     conn.execute(select(func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
                 yield conn
         finally:
-            if sqlite and not foreign_keys:
+            if raw is not None:
                 raw.execute("PRAGMA foreign_keys = ON")
 
 
