@@ -80,7 +80,6 @@ def prepare(
     algo: str = "builtin",
     chunk_bytes: int | None = None,
     ranks_per_host: int | None = None,
-    local_size: int | None = None,  # TRANSITIONAL: worker.py's old name for ranks_per_host; drop once it passes that
 ) -> Collective | None:
     """Buffers and callables for one row, or None when torch offers no such placement.
 
@@ -88,8 +87,6 @@ def prepare(
     placements, same check) with ``chunk_bytes`` and ``ranks_per_host`` (ranks on each host, when every
     host has as many; None: one host) passed on.
     """
-    if ranks_per_host is None:
-        ranks_per_host = local_size
     offered_oop, offered_ip = PLACEMENTS[spec.name]
     if not (offered_ip if in_place else offered_oop):
         return None
