@@ -25,6 +25,7 @@ from commlens.algos.allgather import ring_all_gather_inplace
 from commlens.algos.base import AlgoError, Comm, Options, block_bounds, chunk_bounds, combine, get_algorithm, register
 from commlens.algos.bcast import binomial as binomial_broadcast
 from commlens.algos.reducescatter import (
+    FoldedOut,
     fold_to_power_of_two,
     halving_reduce_scatter_inplace,
     ring_reduce_scatter_inplace,
@@ -85,7 +86,7 @@ def recursive_doubling(comm: Comm, tensor: torch.Tensor, redop: str, opts: Optio
     3. Rank 2j+1 sends the result back to 2j.
     """
     fold = fold_to_power_of_two(comm, tensor, redop)
-    if fold.active is None:
+    if isinstance(fold, FoldedOut):
         comm.exchange(recvs=[(fold.partner, tensor)])
         return
     active, v = fold.active, fold.active.index
@@ -112,7 +113,7 @@ def rabenseifner(comm: Comm, tensor: torch.Tensor, redop: str, opts: Options) ->
     4. Unfold: 2j+1 sends the result (n) to 2j.
     """
     fold = fold_to_power_of_two(comm, tensor, redop)
-    if fold.active is None:
+    if isinstance(fold, FoldedOut):
         comm.exchange(recvs=[(fold.partner, tensor)])
         return
     active = fold.active

@@ -31,6 +31,7 @@ from commlens.algos.base import Comm, Options, chunk_bounds, combine, register
 
 __all__ = [
     "Fold",
+    "FoldedOut",
     "Halving",
     "fold_to_power_of_two",
     "halving_reduce_scatter_inplace",
@@ -100,14 +101,21 @@ def ring_reduce_scatter_inplace(comm: Comm, buf: torch.Tensor, bounds: Bounds, r
 
 @dataclass(frozen=True)
 class Fold:
-    """Where a rank stands after :func:`fold_to_power_of_two`."""
+    """Where a rank that stays stands after :func:`fold_to_power_of_two`."""
 
-    active: Comm | None  # the p' remaining ranks, in virtual-rank order (None: this rank folded out)
+    active: Comm  # the p' remaining ranks, in virtual-rank order
     partner: int | None  # the index this rank is paired with (None: unpaired)
     members: tuple[tuple[int, ...], ...]  # per virtual rank, the indexes it stands for, in index order
 
 
-def fold_to_power_of_two(comm: Comm, buf: torch.Tensor, redop: str, keep: int | None = None) -> Fold:
+@dataclass(frozen=True)
+class FoldedOut:
+    """A rank that :func:`fold_to_power_of_two` folded out: its buffer went to ``partner``, which unfolds to it."""
+
+    partner: int  # the index this rank is paired with
+
+
+def fold_to_power_of_two(comm: Comm, buf: torch.Tensor, redop: str, keep: int | None = None) -> Fold | FoldedOut:
     """Fold p - p' ranks into their neighbours so p' = 2^floor(lg p) remain (the pre-step of MPICH).
 
     With r = p - p', ranks 2j and 2j+1 (j < r) pair up: one sends its whole
@@ -120,13 +128,13 @@ def fold_to_power_of_two(comm: Comm, buf: torch.Tensor, redop: str, keep: int | 
     pp = 1 << (p.bit_length() - 1)
     r = p - pp
     members = tuple((2 * j, 2 * j + 1) for j in range(r)) + tuple((k,) for k in range(2 * r, p))
-    stays = [keep if keep in pair else pair[-1] for pair in members]
+    stays = [keep if keep is not None and keep in pair else pair[-1] for pair in members]
     if i >= 2 * r:
         return Fold(comm.sub(stays), None, members)
     partner = i ^ 1
     if i != stays[i // 2]:
         comm.exchange([(partner, buf)])
-        return Fold(None, partner, members)
+        return FoldedOut(partner)
     incoming = torch.empty_like(buf)
     comm.exchange(recvs=[(partner, incoming)])
     combine(buf, incoming, redop)
@@ -218,7 +226,7 @@ def recursive_halving(comm: Comm, output: torch.Tensor, input: torch.Tensor, red
     bounds = _equal_bounds(s, comm.size)
     work = input.clone()
     fold = fold_to_power_of_two(comm, work, redop)
-    if fold.active is None:
+    if isinstance(fold, FoldedOut):
         comm.exchange(recvs=[(fold.partner, output)])
         return
     spans = [(bounds[m[0]][0], bounds[m[-1]][1]) for m in fold.members]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from commlens.algos.base import Comm, Options, block_bounds, chunk_bounds, combine, register
-from commlens.algos.reducescatter import fold_to_power_of_two, halving_reduce_scatter_inplace
+from commlens.algos.reducescatter import FoldedOut, fold_to_power_of_two, halving_reduce_scatter_inplace
 
 __all__ = ["binomial", "binomial_reduce", "rabenseifner"]
 
@@ -61,7 +61,7 @@ def rabenseifner(comm: Comm, tensor: torch.Tensor, root: int, redop: str, opts: 
        holds (n/p', 2n/p' ... n/2) and is done; the root ends with all of n.
     """
     fold = fold_to_power_of_two(comm, tensor, redop, keep=root)
-    if fold.active is None:
+    if isinstance(fold, FoldedOut):
         return
     active, v = fold.active, fold.active.index
     vroot = next(k for k, m in enumerate(fold.members) if root in m)
