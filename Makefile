@@ -1,12 +1,13 @@
-# commlens: two entry points for a fresh machine.
+# commlens: two entry points for a fresh machine, and the lint CI runs before the tests.
 #   make bench   set up, then run a local 4-rank sweep on gloo/CPU (printed and stored)
 #   make test    set up, then run the whole test suite (what .ci/run runs)
+#   make lint    set up, then ruff check, ruff format --check and mypy (.ci/run runs it before the tests)
 
 PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.commlens-setup
 
-.PHONY: setup bench test clean
+.PHONY: setup bench test lint clean
 
 setup: $(STAMP)
 
@@ -19,6 +20,11 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	VENV=$(VENV) bash scripts/test.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
