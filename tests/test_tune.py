@@ -42,12 +42,12 @@ TIMES = {
 }
 
 
-def _entry(op: str = "all_reduce", world: int = 4, per_host: int = 4):
+def _entry(op: str = "all_reduce", world: int = 4, ranks_per_host: int = 4):
     return entry_from_times(
         op,
         world,
         TIMES,
-        ranks_per_host=per_host,
+        ranks_per_host=ranks_per_host,
         backend="gloo",
         device="cpu",
         context={"run_id": "abc", "stat": "p50"},
@@ -85,7 +85,7 @@ def test_buckets_split_halfway_on_a_log_scale_and_cover_every_size() -> None:
 
 def test_the_table_round_trips_through_its_file_and_choose_reads_it(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "t.json"
-    table = new_table([_entry(), _entry(world=2, per_host=2)], "commlens tune ...")
+    table = new_table([_entry(), _entry(world=2, ranks_per_host=2)], "commlens tune ...")
     save_table(table, path)
     assert json.loads(path.read_text())["format"] == "commlens.tuning/1"
     assert load_table(path) == table
@@ -130,7 +130,7 @@ def test_without_a_table_the_documented_rule_decides_and_never_fails(monkeypatch
 
 
 def test_a_newer_entry_replaces_the_same_experiment_and_keeps_the_others() -> None:
-    old = new_table([_entry(), _entry(world=2, per_host=2)])
+    old = new_table([_entry(), _entry(world=2, ranks_per_host=2)])
     faster = entry_from_times(
         "all_reduce", 4, {8: {"ring": 1e-6, "recursive_doubling": 2e-6}}, ranks_per_host=4, backend="gloo", device="cpu"
     )
