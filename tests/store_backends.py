@@ -98,7 +98,7 @@ def make_measurement(
     op: str = "all_reduce", size_bytes: int = 1024, samples_s: tuple[float, ...] = (1e-5, 2e-5), **kw: object
 ) -> Measurement:
     fields: dict[str, object] = dict(dtype="float32", count=size_bytes // 4, in_place=False, world_size=WORLD)
-    fields["redop"] = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
+    fields["redop"] = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else None
     fields.update(kw)
     return Measurement(op=op, size_bytes=size_bytes, samples_s=samples_s, **fields)  # type: ignore[arg-type]
 

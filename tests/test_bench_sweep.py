@@ -161,8 +161,8 @@ def test_every_op_dtype_and_reduction_is_measured(sweep: Sweep) -> None:
             continue
         for dtype in dtypes:
             elem = DTYPE_SIZES[dtype]
-            for redop in _cfg_list(sweep, "redops") if spec.reduces else ["none"]:
-                for root in roots if spec.has_root else [-1]:
+            for redop in _cfg_list(sweep, "redops") if spec.reduces else [None]:
+                for root in roots if spec.has_root else [None]:
                     got = have.get((op, dtype, redop, root))
                     if got is None:
                         # gloo refuses avg on integers; nothing else may be missing, and the skip is said
@@ -197,8 +197,9 @@ def test_rows_follow_the_catalog_and_the_timing_rules(sweep: Sweep) -> None:
             and OPS[m["op"]].plan_size(s, elem, sweep.world).count == m["count"]
             for s in _requested_sizes(sweep)
         ), m["op"]
-        assert (m["redop"] != "none") == OPS[m["op"]].reduces
-        assert (m["root"] >= 0) == OPS[m["op"]].has_root
+        assert (m["redop"] is not None) == OPS[m["op"]].reduces and m["redop"] != "none"
+        assert (m["root"] is not None and m["root"] >= 0) == OPS[m["op"]].has_root
+        assert m["root"] is None or m["root"] >= 0
         # every iteration kept; each is the slowest rank's time
         samples = m["samples_s"]
         assert len(samples) == iters and m["iterations"] == iters
@@ -270,7 +271,7 @@ def test_json_file_loads_and_round_trips(sweep: Sweep) -> None:
     assert len(run.measurements) == len(sweep.measurements)
     again = run_to_dict(run)
     assert again["measurements"] == sweep.measurements
-    assert again["format"] == sweep.doc["format"] == "commlens.run/2"
+    assert again["format"] == sweep.doc["format"] == "commlens.run/3"
 
 
 def test_run_metadata(sweep: Sweep) -> None:
@@ -367,7 +368,7 @@ def test_nccl_tests_json_layout(sweep: Sweep) -> None:
             p: m
             for m in sweep.measurements
             for p in ("out_of_place", "in_place")
-            if (m["op"], m["size_bytes"], m["redop"], m["root"])
+            if (m["op"], m["size_bytes"], m["redop"] or "none", -1 if m["root"] is None else m["root"])
             == (r["experiment_name"], r["size"], r["redop"], int(r["root"]))
             and types.get(m["dtype"], m["dtype"]) == r["type"]
             and m["in_place"] == (p == "in_place")

@@ -86,7 +86,7 @@ def test_nccl_tests_log_header_metadata_and_rows() -> None:
         8192,
         "float32",
         "sum",
-        -1,
+        None,
         False,
         0,
     )
@@ -130,7 +130,7 @@ def test_several_ops_in_one_log_give_one_run() -> None:
     assert run.world_size == 2 and run.system.hosts == ("spark-d708", "spark-dbf4")
     assert run.system.device_names == ("NVIDIA GB10", "NVIDIA GB10") and run.system.backend_version == "2.31.2"
     ag = _row(run, "all_gather", 771751936, False)
-    assert (ag.dtype, ag.count, ag.redop, ag.root) == ("bfloat16", 192937984, "none", -1)
+    assert (ag.dtype, ag.count, ag.redop, ag.root) == ("bfloat16", 192937984, None, None)
     assert ag.stats.mean_s == pytest.approx(2786.5e-6)
     assert ag.busbw_bytes_per_s / 1e9 == pytest.approx(138.48, abs=0.01)
     step = run.config["runs"][1]
@@ -160,7 +160,7 @@ def test_pre_2022_layout_without_root_and_with_an_error_column() -> None:
     assert run.system.extra["rank_pids"] == [190712, 190713, 190714, 190715]
     assert run.system.device_names == ("Tesla V100-SXM2-16GB",) * 4
     last = _row(run, "all_reduce", 16777216, False)
-    assert (last.root, last.nwrong, last.redop) == (-1, None, "sum")
+    assert (last.root, last.nwrong, last.redop) == (None, None, "sum")
     assert last.stats.mean_s == pytest.approx(330.2e-6) and last.reported.n == 100  # type: ignore[union-attr]
     assert any("max delta" in n for n in run.notes)
 
@@ -355,9 +355,9 @@ def test_commlens_own_nccl_tests_json_round_trips_its_samples(tmp_path: Path) ->
             nwrong=0,
         )
         for op, count, redop, root in (
-            ("all_reduce", 1024, "sum", -1),
-            ("all_gather", 256, "none", -1),
-            ("broadcast", 1024, "none", 0),
+            ("all_reduce", 1024, "sum", None),
+            ("all_gather", 256, None, None),
+            ("broadcast", 1024, None, 0),
         )
         for in_place in (False, True)
     )
@@ -548,7 +548,7 @@ def test_cli_json_output_and_warnings(tmp_path: Path) -> None:
     assert warning.startswith(f"warning: {path}:") and "printed busBW disagrees" in warning
     (doc,) = json.loads(proc.stdout)
     assert (doc["file"], doc["format"], doc["stored"]) == (str(path), "nccl-tests", True)
-    assert doc["run"]["format"] == "commlens.run/2" and doc["run"]["system"]["world_size"] == 8
+    assert doc["run"]["format"] == "commlens.run/3" and doc["run"]["system"]["world_size"] == 8
     assert len(doc["run"]["measurements"]) == 20
 
 

@@ -148,7 +148,7 @@ def test_sendrecv_inferred_at_eight_ranks_and_its_printed_redop_normalised(tmp_p
         "inferred from the table at line 17 (size = count x 4 B; redop sum; root -1; "
         "busBW/algBW 1.000 at 8 ranks): only sendrecv fits"
     )
-    assert {m.redop for m in run.measurements} == {"none"}
+    assert {m.redop for m in run.measurements} == {None}
     assert (
         "sendrecv (line 17): the table prints redop 'sum' (nccl-tests gives sendrecv its -o reduction, sum by "
         "default, though it does not reduce): stored as 'none'"
@@ -191,7 +191,7 @@ def test_all_gather_before_2020_algbw_definition_normalised_and_kept() -> None:
     )
     assert cfg["printed_algbw_gbps"] == [129.05, 128.84]
     out, inp = run.measurements
-    assert (out.size_bytes, out.count, out.redop, out.root, out.nwrong) == (4294967296, 134217728, "none", -1, None)
+    assert (out.size_bytes, out.count, out.redop, out.root, out.nwrong) == (4294967296, 134217728, None, None, None)
     assert out.stats.mean_s == pytest.approx(29122e-6) and inp.stats.mean_s == pytest.approx(29169e-6)
     # Today's definition: algBW = size / time; busBW (unchanged since) = algBW x 7/8 = the printed busBW.
     assert out.algbw_bytes_per_s / 1e9 == pytest.approx(147.4819, abs=1e-4)

@@ -16,6 +16,7 @@ from commlens.cli import noise_cmd  # noqa: F401  (registers the noise commands)
 from commlens.cli.app import app
 from commlens.regress import learn_floors
 from commlens.results import Measurement, Run, SystemInfo
+from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store import Store
 from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
 
@@ -102,7 +103,7 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
         assert f.sd_log == pytest.approx(drawn, rel=0.03)
         # the incomplete runs and the runs without a revision are left out
         assert (f.runs, f.groups) == (32, 4)
-        assert (f.algo, f.dtype, f.redop, f.root) == ("builtin", "float32", "sum", -1)
+        assert (f.algo, f.dtype, f.redop, f.root) == ("builtin", "float32", "sum", None)
         assert f.learned_at.endswith("+00:00")
     # the revisions' own speeds are code changes, not noise: pooled over all runs the floor is several times larger
     pooled = learn_floors([r for r in history() if r.revision is not None], by="all")
@@ -164,7 +165,7 @@ def _floor(size_bytes: int, sd_log: float, fingerprint: str = "fp-a", **kw: obje
         "algo": "builtin",
         "dtype": "float32",
         "redop": "sum",
-        "root": -1,
+        "root": None,
         "size_bytes": size_bytes,
         "in_place": False,
         "sd_log": sd_log,
@@ -192,9 +193,9 @@ def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
         assert list_floors(store, ["fp-b"]) == [floors[3]]
         assert list_floors(store, ["fp-none"]) == []
         assert load_floors(store, ["fp-a"]) == {
-            ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1024, False): 0.03,
-            ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1 << 20, False): 0.05,
-            ("fp-a", "all_reduce", "builtin", "float32", "sum", -1, 1024, True): 0.07,
+            FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False)): 0.03,
+            FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1 << 20, False)): 0.05,
+            FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, True)): 0.07,
         }
         assert load_floors(store)[floors[3].key] == 0.02
 

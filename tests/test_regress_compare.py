@@ -24,6 +24,7 @@ from commlens.results import (
     run_to_dict,
     write_json,
 )
+from commlens.results.records import FloorKey
 from commlens.store import Store, make_engine
 from commlens.store.noise import NoiseFloor, save_floors
 from commlens.store.schema import _alembic_config
@@ -317,7 +318,7 @@ def test_a_floor_larger_than_the_rounds_spread_makes_a_borderline_regression_unk
     assert all(
         r.reason == f"slower {r.ratio - 1:+.1%}" and max(r.base_spread, r.candidate_spread) < 0.01 for r in alone.rows
     )
-    floors = {(SYSTEM.fingerprint(), *m.key): 0.05 for m in base.measurements}
+    floors = {FloorKey(SYSTEM.fingerprint(), m.key): 0.05 for m in base.measurements}
     floored = compare_runs([base], [cand], floors=floors)
     assert [(r.verdict, r.reason, r.noise_floor) for r in floored.rows] == [
         (

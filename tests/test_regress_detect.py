@@ -342,7 +342,7 @@ def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str
                     algo="builtin",
                     dtype="float32",
                     redop="sum",
-                    root=-1,
+                    root=None,
                     size_bytes=LARGE,
                     in_place=False,
                     sd_log=0.01,

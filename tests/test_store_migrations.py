@@ -44,7 +44,7 @@ def _legacy_runs() -> list[Run]:
         )
 
     def m(op: str, size: int, samples: tuple[float, ...], ws: int, **kw: object) -> Measurement:
-        kw.setdefault("redop", "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none")
+        kw.setdefault("redop", "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else None)
         return Measurement(
             op=op,
             dtype=kw.pop("dtype", "float32"),
@@ -102,7 +102,7 @@ def _legacy_runs() -> list[Run]:
             system=sysinfo("gloo", 4, ("node-a", "node-b")),
             measurements=(
                 m("reduce_scatter", 65536, (3e-4, 5e-324, 2.2250738585072014e-308), 4, redop="max", nwrong=2),
-                m("barrier", 0, (1e-6,), 4, redop="none"),
+                m("barrier", 0, (1e-6,), 4, redop=None),
             ),
         ),
     ]
@@ -375,7 +375,7 @@ def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store
             algo="builtin",
             dtype="float32",
             redop="sum",
-            root=-1,
+            root=None,
             size_bytes=1024,
             in_place=False,
             sd_log=0.04,

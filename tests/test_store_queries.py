@@ -65,7 +65,7 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
         algo="builtin",
         dtype="float32",
         redop="sum",
-        root=-1,
+        root=None,
         size_bytes=4096,
         in_place=False,
         world_size=WORLD,

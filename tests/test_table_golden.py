@@ -33,8 +33,8 @@ def _rows() -> list[dict]:
             "size_bytes": 1 << 20,
             "count": 65536,
             "dtype": "float32",
-            "redop": "none",
-            "root": -1,
+            "redop": None,
+            "root": None,
             "measurements": [
                 _m("all_gather", 1 << 20, 65536, False, (100e-6, 110e-6, 120e-6, 130e-6), **ag),
                 _m("all_gather", 1 << 20, 65536, True, (90e-6, 95e-6, 100e-6, 400e-6), **ag),
@@ -57,8 +57,8 @@ def _rows() -> list[dict]:
             "size_bytes": 1 << 30,
             "count": 1 << 28,
             "dtype": "int32",
-            "redop": "none",
-            "root": -1,
+            "redop": None,
+            "root": None,
             "measurements": [_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None],
         },
     ]

@@ -144,7 +144,7 @@ def test_entries_from_a_run_tune_out_of_place_where_offered_and_skip_what_no_alg
     from commlens.bench.tune import entries_from_run
     from commlens.results.records import Measurement, Run, SystemInfo
 
-    def row(op: str, algo: str, size: int, in_place: bool, t: float, redop: str = "none") -> Measurement:
+    def row(op: str, algo: str, size: int, in_place: bool, t: float, redop: str | None = None) -> Measurement:
         return Measurement(
             op=op,
             algo=algo,

@@ -65,7 +65,7 @@ def test_reduction_in_the_dtype_is_exact(dtype: str, redop: str, world: int) -> 
 def test_inputs_fit_the_dtype_and_differ_between_ranks(dtype: str) -> None:
     limit = exact_int_limit(dtype)
     lo = 0 if dtype == "uint8" else -limit
-    for redop in (*REDOPS, "none"):
+    for redop in (*REDOPS, None):
         per_rank = [rank_values(r, 4, 0, LENGTH, dtype, redop) for r in range(4)]
         for values in per_rank:
             assert int(values.min()) >= lo and int(values.max()) <= limit
@@ -76,8 +76,8 @@ def test_inputs_fit_the_dtype_and_differ_between_ranks(dtype: str) -> None:
 
 
 def test_values_depend_on_the_global_index() -> None:
-    whole = rank_values(2, 4, 0, 40, "float32", "none")
-    assert torch.equal(rank_values(2, 4, 10, 10, "float32", "none"), whole[10:20])
+    whole = rank_values(2, 4, 0, 40, "float32", None)
+    assert torch.equal(rank_values(2, 4, 10, 10, "float32", None), whole[10:20])
     whole = reduce_values(4, 0, 40, "int32", "sum")
     assert torch.equal(reduce_values(4, 30, 10, "int32", "sum"), whole[30:])
 

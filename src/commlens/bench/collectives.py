@@ -69,8 +69,8 @@ def prepare(
     spec: OpSpec,
     plan: SizePlan,
     dtype: str,
-    redop: str,
-    root: int,
+    redop: str | None,
+    root: int | None,
     in_place: bool,
     rank: int,
     world: int,
@@ -98,7 +98,7 @@ def prepare(
     tdt = TORCH_DTYPES[dtype]
     c = plan.count
     n = world
-    red = _REDOPS.get(redop)
+    red = None if redop is None else _REDOPS.get(redop)
     empty = lambda k: torch.zeros(k, dtype=tdt, device=device)  # noqa: E731
 
     name = spec.name
@@ -116,7 +116,7 @@ def prepare(
 
     if name in ("all_reduce", "broadcast", "reduce"):
         buf = empty(c)
-        values = rank_values(rank, n, 0, c, dtype, redop if spec.reduces else "none")
+        values = rank_values(rank, n, 0, c, dtype, redop if spec.reduces else None)
 
         def reset() -> None:
             _fill(buf, values)
@@ -135,7 +135,7 @@ def prepare(
                 if alg
                 else (lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op))
             )
-            expected = lambda: rank_values(root, n, 0, c, dtype, "none")  # noqa: E731
+            expected = lambda: rank_values(root, n, 0, c, dtype, None)  # noqa: E731
             checked = True
         else:
             launch = (
@@ -154,7 +154,7 @@ def prepare(
     if name in ("all_gather", "gather"):
         out = empty(c * n)
         src = out[rank * c : (rank + 1) * c] if in_place else empty(c)
-        values = rank_values(rank, n, rank * c, c, dtype, "none")
+        values = rank_values(rank, n, rank * c, c, dtype, None)
         gathered = None
 
         def reset() -> None:
@@ -178,8 +178,8 @@ def prepare(
         def verify() -> int:
             if not checked:
                 return 0
-            exp = torch.cat([rank_values(k, n, k * c, c, dtype, "none") for k in range(n)])
-            return count_wrong(out, exp, dtype, "none", n)
+            exp = torch.cat([rank_values(k, n, k * c, c, dtype, None) for k in range(n)])
+            return count_wrong(out, exp, dtype, None, n)
 
         return Collective(launch, reset, verify, out)
 
@@ -195,12 +195,12 @@ def prepare(
             )
             expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
         else:
-            values = rank_values(root, n, 0, c * n, dtype, "none")
+            values = rank_values(root, n, 0, c * n, dtype, None)
             if in_place and rank != root:
                 dst = empty(c)
             chunks = list(full.chunk(n)) if rank == root else None
             launch = lambda: dist.scatter(dst, chunks, src=root, group=group, async_op=async_op)  # noqa: E731
-            expected = lambda: rank_values(root, n, rank * c, c, dtype, "none")  # noqa: E731
+            expected = lambda: rank_values(root, n, rank * c, c, dtype, None)  # noqa: E731
 
         def reset() -> None:
             _fill(full, values)
@@ -215,15 +215,15 @@ def prepare(
     if name == "all_to_all":
         send = empty(c * n)
         recv = empty(c * n)
-        values = rank_values(rank, n, 0, c * n, dtype, "none")
+        values = rank_values(rank, n, 0, c * n, dtype, None)
 
         def reset() -> None:
             _fill(send, values)
             recv.zero_()
 
         def verify() -> int:
-            exp = torch.cat([rank_values(s, n, rank * c, c, dtype, "none") for s in range(n)])
-            return count_wrong(recv, exp, dtype, "none", n)
+            exp = torch.cat([rank_values(s, n, rank * c, c, dtype, None) for s in range(n)])
+            return count_wrong(recv, exp, dtype, None, n)
 
         launch = (
             alg.all_to_all(recv, send)
@@ -235,7 +235,7 @@ def prepare(
     if name == "sendrecv":
         send = empty(c)
         recv = empty(c)
-        values = rank_values(rank, n, 0, c, dtype, "none")
+        values = rank_values(rank, n, 0, c, dtype, None)
         peer_next, peer_prev = (rank + 1) % n, (rank - 1) % n
 
         def reset() -> None:
@@ -258,7 +258,7 @@ def prepare(
             return None
 
         def verify() -> int:
-            return count_wrong(recv, rank_values(peer_prev, n, 0, c, dtype, "none"), dtype, "none", n)
+            return count_wrong(recv, rank_values(peer_prev, n, 0, c, dtype, None), dtype, None, n)
 
         return Collective(launch, reset, verify, recv)
 

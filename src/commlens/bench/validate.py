@@ -49,13 +49,13 @@ def exact_int_limit(dtype: str) -> int:
     return _EXACT_LIMIT[dtype]
 
 
-def rank_values(rank: int, world: int, start: int, length: int, dtype: str, redop: str) -> torch.Tensor:
+def rank_values(rank: int, world: int, start: int, length: int, dtype: str, redop: str | None) -> torch.Tensor:
     """Input of ``rank`` for global element indices ``start .. start+length-1`` (int64, on CPU).
 
-    ``redop`` is ``none`` for ops that do not reduce.
+    ``redop`` is None for ops that do not reduce.
     """
     g = torch.arange(start, start + length, dtype=torch.int64)
-    if redop == "none":
+    if redop is None:
         return (7 * rank + g) % _COPY_MODULUS
     if redop == "prod":
         # One rank per element contributes a 2 on every other stripe: products stay 1 or 2.
@@ -102,7 +102,7 @@ def reduce_values(world: int, start: int, length: int, dtype: str, redop: str) -
     return acc
 
 
-def count_wrong(got: torch.Tensor, expected_int: torch.Tensor, dtype: str, redop: str, world: int) -> int:
+def count_wrong(got: torch.Tensor, expected_int: torch.Tensor, dtype: str, redop: str | None, world: int) -> int:
     """Elements of ``got`` that differ from the exact expected values."""
     expected = expected_int.to(device=got.device, dtype=got.dtype)
     if redop == "avg" and got.dtype.is_floating_point:

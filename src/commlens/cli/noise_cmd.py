@@ -112,7 +112,7 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
             f.op if f.algo == "builtin" else f"{f.op}/{f.algo}",
             format_size(f.size_bytes),
             f.dtype,
-            "-" if f.redop == "none" else f.redop,
+            "-" if f.redop is None else f.redop,
             "in" if f.in_place else "out",
             f"{f.sd_log:.2%}",
             str(f.runs),

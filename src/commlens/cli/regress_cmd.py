@@ -149,6 +149,7 @@ def compare_cmd(
     Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
     from commlens.regress import CompareError, CompareSettings, compare_runs
+    from commlens.results.records import FloorKey
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
@@ -173,7 +174,9 @@ def compare_cmd(
     finally:
         store.close()
     if floor is not None:
-        floors = {(r.system.fingerprint(), *m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements}
+        floors = {
+            FloorKey(r.system.fingerprint(), m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements
+        }
     try:
         report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate, floors=floors)
     except CompareError as e:
@@ -325,7 +328,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     from commlens.results.units import format_size
 
     show_algo = any(r.algo != "builtin" for r in report.rows)
-    show_root = any(r.root >= 0 for r in report.rows)
+    show_root = any(r.root is not None for r in report.rows)
     names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
     names += [
         "place",
@@ -346,9 +349,9 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
         row = (
             [r.op]
             + ([r.algo] if show_algo else [])
-            + [format_size(r.size_bytes), r.dtype, "-" if r.redop == "none" else r.redop]
+            + [format_size(r.size_bytes), r.dtype, "-" if r.redop is None else r.redop]
         )
-        row += [str(r.root)] if show_root else []
+        row += [str(-1 if r.root is None else r.root)] if show_root else []  # -1 beside rooted ops, as before
         row += [
             _placement(r.in_place),
             _n_text(r),

@@ -51,6 +51,7 @@ from commlens.ingest.nccltests_facts import (
 )
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
 from commlens.results.stats import TimeStats
 
@@ -240,6 +241,7 @@ def _placement(
         raise doc.error(("results", i, "root"), f"bad root {quote(root_text, 60)}") from None
     if nwrong_f is not None and nwrong_f >= MAX_COUNT:
         raise doc.error((*path, "nwrong"), check_limit("nwrong", int(nwrong_f), MAX_COUNT) or "")
+    redop, root = from_nccl_tests(str(entry.get("redop") or "none"), root)
     try:
         return Measurement(
             op=spec.name,
@@ -249,7 +251,7 @@ def _placement(
             in_place=in_place,
             world_size=world,
             samples_s=tuple(samples),
-            redop=str(entry.get("redop") or "none"),
+            redop=redop,
             root=root,
             nwrong=None if nwrong_f is None else int(nwrong_f),
             rank_samples_s=rank_samples,

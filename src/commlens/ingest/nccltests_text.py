@@ -51,6 +51,7 @@ from commlens.ingest.nccltests_reader import (
 )
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
 from commlens.results.stats import TimeStats
 
@@ -187,11 +188,13 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
             if ours is None:
                 raise source.error(lineno, unknown_dtype_message(type_name))
             dt = dtypes[type_name] = (ours, DTYPE_SIZES[ours])
-        redop = tokens[i_redop] if i_redop is not None else ("sum" if spec.reduces else "none")
-        if redop != "none" and not spec.reduces:
+        redop, root = from_nccl_tests(
+            tokens[i_redop] if i_redop is not None else ("sum" if spec.reduces else "none"),
+            _root(source, lineno, tokens[i_root]) if i_root is not None else -1,
+        )
+        if redop is not None and not spec.reduces:
             printed_redops.setdefault(redop, lineno)
-            redop = "none"
-        root = _root(source, lineno, tokens[i_root]) if i_root is not None else -1
+            redop = None
         problem = check_size(spec, size, count, dt[1], world)
         if problem:
             raise source.error(lineno, problem)

@@ -278,8 +278,8 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
                     in_place=spec.name in _IN_PLACE,
                     world_size=world,
                     samples_s=(),
-                    redop="sum" if spec.reduces else "none",
-                    root=0 if spec.has_root else -1,
+                    redop="sum" if spec.reduces else None,
+                    root=0 if spec.has_root else None,
                     reported=reported,
                 )
             )

@@ -13,6 +13,7 @@ from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for, auto_c
 from commlens.model.cost import Cost, Term, make_terms
 from commlens.model.layout import InfeasibleError, Layout, build_layout
 from commlens.ops import OPS, get_op
+from commlens.results.nccltests_json import to_nccl_tests
 from commlens.topology import Topology
 
 __all__ = [
@@ -236,13 +237,14 @@ class TableRow:
 
     def as_dict(self) -> dict[str, object]:
         """The row as ``commlens model predict --sweep --json`` prints it (nccl-tests' ``none`` and ``-1``)."""
+        redop, root = to_nccl_tests(self.redop, self.root)
         out: dict[str, object] = {
             "op": self.op,
             "size_bytes": self.size_bytes,
             "count": self.count,
             "type": self.dtype,
-            "redop": "none" if self.redop is None else self.redop,
-            "root": -1 if self.root is None else self.root,
+            "redop": redop,
+            "root": root,
         }
         if self.prediction is None:
             out["infeasible"] = self.infeasible

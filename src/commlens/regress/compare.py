@@ -20,7 +20,7 @@ import numpy as np
 from commlens.errors import CommlensError
 from commlens.ops import get_op
 from commlens.regress.stats import benjamini_hochberg
-from commlens.results.records import Measurement, Run
+from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run
 
 __all__ = [
     "CompareError",
@@ -42,9 +42,6 @@ Verdict = Literal["regression", "improvement", "no change", "unknown"]
 # (no spread measured), or a learned noise floor standing in for it.
 Unit = Literal["runs", "rounds", "single round"]
 Statistic = Literal["median", "mean"]
-RowKey = tuple[str, str, str, str, int, int, bool]
-# (fingerprint, op, algo, dtype, redop, root, size_bytes, in_place): the series a noise floor belongs to.
-FloorKey = tuple[str, str, str, str, str, int, int, bool]
 
 
 class CompareError(CommlensError, ValueError):
@@ -132,8 +129,8 @@ class ComparisonRow:
     op: str
     algo: str
     dtype: str
-    redop: str
-    root: int
+    redop: str | None  # None: the op does not reduce
+    root: int | None  # None: the op has no root
     size_bytes: int
     in_place: bool
     unit: Unit  # the weaker side's: what its spread was measured from
@@ -437,7 +434,7 @@ def compare_runs(
     if not base or not candidate:
         raise CompareError(f"{base_label if not base else candidate_label}: no runs to compare")
     base_sides, cand_sides = _group(base), _group(candidate)
-    keys = sorted(base_sides.keys() & cand_sides.keys(), key=_sort_key)
+    keys = sorted(base_sides.keys() & cand_sides.keys(), key=MeasurementKey.order)
     if not keys:
         raise CompareError(
             f"{base_label} and {candidate_label} have no row in common "
@@ -450,7 +447,7 @@ def compare_runs(
     for i, key in enumerate(keys):
         b_side, c_side = base_sides[key], cand_sides[key]
         pairs.append((row_side(b_side.per_run, settings.statistic), row_side(c_side.per_run, settings.statistic)))
-        known = [floors[(fp, *key)] for fp in fingerprints if floors and (fp, *key) in floors]
+        known = [floors[FloorKey(fp, key)] for fp in fingerprints if floors and FloorKey(fp, key) in floors]
         row_floors.append(max(known) if known else None)
         if b_side.failed_check or c_side.failed_check:
             side = (
@@ -468,17 +465,10 @@ def compare_runs(
         j = judged.get(i) or Judgement(
             math.exp(ec.mean - eb.mean), None, None, None, None, None, row_floors[i], "unknown", blocked[i]
         )
-        op, algo, dtype, redop, root, size_bytes, in_place = key
         units = (b.unit, c.unit)
         rows.append(
             ComparisonRow(
-                op=op,
-                algo=algo,
-                dtype=dtype,
-                redop=redop,
-                root=root,
-                size_bytes=size_bytes,
-                in_place=in_place,
+                **key._asdict(),
                 unit="single round" if "single round" in units else ("rounds" if "rounds" in units else "runs"),
                 base_n=int(b.observations().size),
                 candidate_n=int(c.observations().size),
@@ -521,11 +511,11 @@ def compare_runs(
     )
 
 
-def _group(runs: Sequence[Run]) -> dict[RowKey, _Side]:
-    per_key: dict[RowKey, list[tuple[Measurement, ...]]] = defaultdict(list)
-    failed: set[RowKey] = set()
+def _group(runs: Sequence[Run]) -> dict[MeasurementKey, _Side]:
+    per_key: dict[MeasurementKey, list[tuple[Measurement, ...]]] = defaultdict(list)
+    failed: set[MeasurementKey] = set()
     for run in runs:
-        in_run: dict[RowKey, list[Measurement]] = defaultdict(list)
+        in_run: dict[MeasurementKey, list[Measurement]] = defaultdict(list)
         for m in run.measurements:
             if m.op != "barrier":
                 in_run[m.key].append(m)
@@ -551,11 +541,6 @@ def _check_failed(run: Run, m: Measurement) -> bool:
     if m.nwrong:
         return True
     return run.status == "check_failed" and m.nwrong is None
-
-
-def _sort_key(key: RowKey) -> tuple:
-    op, algo, dtype, redop, root, size_bytes, in_place = key
-    return (op, algo, dtype, redop, root, in_place, size_bytes)
 
 
 def _summary(label: str, runs: Sequence[Run]) -> SideSummary:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from commlens.regress.detect import DetectSettings, find_changes
+from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.repo import MeasurementRow
 
 __all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "detect_history", "parse_utc"]
@@ -23,15 +24,21 @@ Order = Literal["time", "revision"]
 
 @dataclass(frozen=True)
 class SeriesKey:
+    """One series: a measurement key (``redop``, ``root`` None where the op has none) on one system, one tag."""
+
     op: str
     algo: str
     dtype: str
-    redop: str
-    root: int
+    redop: str | None
+    root: int | None
     size_bytes: int
     in_place: bool
     fingerprint: str
     tag: str | None
+
+    @property
+    def key(self) -> MeasurementKey:
+        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ def detect_history(
     *,
     order: Order = "time",
     since: datetime | None = None,
-    floors: Mapping[tuple[str, str, str, str, str, int, int, bool], float] | None = None,
+    floors: Mapping[FloorKey, float] | None = None,
 ) -> DetectReport:
     """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
 
@@ -165,8 +172,8 @@ def detect_history(
     4. Keep the changes whose first run at the new level started at or after
        ``since`` (all of them when ``since`` is None).
 
-    ``floors`` maps (fingerprint, op, algo, dtype, redop, root, size, placement) to the series' noise
-    floor (``commlens noise learn``): a level shift smaller than it is no change point.
+    ``floors`` maps (fingerprint, measurement key) to the series' noise floor (``commlens noise learn``):
+    a level shift smaller than it is no change point.
 
     Runs whose results check failed (status ``check_failed``) are left out before step 1:
     a time measured on wrong results is no point of a history. The report lists them.
@@ -174,12 +181,11 @@ def detect_history(
     excluded = tuple(dict.fromkeys(r.run_id for r in rows if r.status == "check_failed"))
     rows = [r for r in rows if r.status != "check_failed"]
     revision_first: dict[str, datetime] = {}
-    per_run: dict[tuple, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
+    per_run: dict[SeriesKey, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.revision is not None and (r.revision not in revision_first or r.started_at < revision_first[r.revision]):
             revision_first[r.revision] = r.started_at
-        key = (r.op, r.algo, r.dtype, r.redop, r.root, r.size_bytes, r.in_place, r.fingerprint, r.tag)
-        per_run[key][r.run_id].append(r)
+        per_run[SeriesKey(*r.key, r.fingerprint, r.tag)][r.run_id].append(r)
 
     def place(run_rows: list[MeasurementRow]) -> tuple[datetime, datetime, str]:
         first = run_rows[0]
@@ -188,16 +194,14 @@ def detect_history(
 
     changes: list[DetectedChange] = []
     too_short = points = floored = 0
-    for key in sorted(per_run, key=_series_order):
-        series = SeriesKey(*key)
-        runs = sorted(per_run[key].values(), key=place)
+    for series in sorted(per_run, key=_series_order):
+        runs = sorted(per_run[series].values(), key=place)
         points += len(runs)
         if len(runs) < 2 * settings.min_segment:
             too_short += 1
             continue
         means = [sum(r.mean_s for r in run_rows) / len(run_rows) for run_rows in runs]
-        op, algo, dtype, redop, root, size_bytes, in_place, fingerprint, _ = key
-        floor = (floors or {}).get((fingerprint, op, algo, dtype, redop, root, size_bytes, in_place))
+        floor = (floors or {}).get(FloorKey(series.fingerprint, series.key))
         floored += floor is not None
         for c in find_changes(means, settings, floor):
             first, last_before = runs[c.index][0], runs[c.index - 1][0]
@@ -232,7 +236,6 @@ def detect_history(
     )
 
 
-def _series_order(key: tuple) -> tuple:
-    """Tag, system, op, algo, dtype, redop, root, placement, then size: a series' neighbours are its sizes."""
-    op, algo, dtype, redop, root, size_bytes, in_place, fingerprint, tag = key
-    return (tag or "", fingerprint, op, algo, dtype, redop, root, in_place, size_bytes)
+def _series_order(series: SeriesKey) -> tuple[str, str, tuple[str, str, str, str, int, bool, int]]:
+    """Tag, system, then the key's order (op, algo, dtype, redop, root, placement, size)."""
+    return (series.tag or "", series.fingerprint, series.key.order())

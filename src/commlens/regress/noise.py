@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from commlens.regress.compare import Statistic, row_side
-from commlens.results.records import Run
+from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run
 from commlens.store.noise import NoiseFloor
 
 __all__ = ["GroupBy", "NoiseFloor", "learn_floors"]
@@ -41,7 +41,7 @@ def learn_floors(
     """
     if min_df < 1:
         raise ValueError(f"min_df must be >= 1, got {min_df}")
-    values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    values: dict[FloorKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.status != "complete":
             continue
@@ -49,14 +49,14 @@ def learn_floors(
         if group is None:
             continue
         fp = run.system.fingerprint()
-        per_key: dict[tuple, list] = defaultdict(list)
+        per_key: dict[MeasurementKey, list[Measurement]] = defaultdict(list)
         for m in run.measurements:
             if m.op != "barrier":
                 per_key[m.key].append(m)
         for key, ms in per_key.items():
             rounds = row_side([ms], statistic).rounds_s[0]
             level = float(np.mean(np.log(np.maximum(np.asarray(rounds), 1e-300))))
-            values[(fp, *key)][group].append(level)
+            values[FloorKey(fp, key)][group].append(level)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     floors = []
     for series, groups in values.items():
@@ -65,22 +65,15 @@ def learn_floors(
         if df < min_df:
             continue
         ss = sum(float(((v - v.mean()) ** 2).sum()) for v in full)
-        fp, op, algo, dtype, redop, root, size_bytes, in_place = series
         floors.append(
             NoiseFloor(
-                fingerprint=fp,
-                op=op,
-                algo=algo,
-                dtype=dtype,
-                redop=redop,
-                root=root,
-                size_bytes=size_bytes,
-                in_place=in_place,
+                fingerprint=series.fingerprint,
+                **series.key._asdict(),
                 sd_log=math.sqrt(ss / df),
                 runs=sum(v.size for v in full),
                 groups=len(full),
                 learned_at=now,
             )
         )
-    floors.sort(key=lambda f: (f.fingerprint, f.op, f.algo, f.dtype, f.redop, f.root, f.in_place, f.size_bytes))
+    floors.sort(key=lambda f: (f.fingerprint, f.key.key.order()))
     return floors

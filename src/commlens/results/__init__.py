@@ -1,15 +1,25 @@
 """Result records, their versioned JSON format, statistics and unit helpers."""
 
 from commlens.results.jsonfmt import FORMAT, FormatError, dump_run, load_run, run_from_dict, run_to_dict, write_json
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, Run, SystemInfo
+from commlens.results.records import (
+    DTYPE_SIZES,
+    FloorKey,
+    Measurement,
+    MeasurementKey,
+    RecordError,
+    Run,
+    SystemInfo,
+)
 from commlens.results.stats import TimeStats, summarize
 from commlens.results.units import format_size, parse_size
 
 __all__ = [
     "DTYPE_SIZES",
     "FORMAT",
+    "FloorKey",
     "FormatError",
     "Measurement",
+    "MeasurementKey",
     "RecordError",
     "Run",
     "SystemInfo",

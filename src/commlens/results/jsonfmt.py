@@ -1,4 +1,4 @@
-"""The versioned JSON file format of a run (``"format": "commlens.run/2"``).
+"""The versioned JSON file format of a run (``"format": "commlens.run/3"``).
 
 Derived figures (time statistics, algBW, busBW) are written for the reader's
 convenience and recomputed from ``samples_s`` on load, so a file can never
@@ -21,7 +21,7 @@ from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "FormatError", "run_to_dict", "run_from_dict", "dump_run", "load_run", "write_json"]
 
-FORMAT = "commlens.run/2"
+FORMAT = "commlens.run/3"
 _FORMAT_PREFIX = "commlens.run/"
 
 
@@ -175,8 +175,8 @@ def _measurement_from_dict(d: Any) -> Measurement:
         op=_str(d, "op"),
         algo=_str(d, "algo", "builtin"),
         dtype=_str(d, "dtype"),
-        redop=_str(d, "redop", "none"),
-        root=_int(d, "root", -1),
+        redop=_str(d, "redop", None, nullable=True),
+        root=None if d.get("root") is None else _int(d, "root"),
         size_bytes=_int(d, "size_bytes"),
         count=_int(d, "count"),
         in_place=_bool(d, "in_place"),
@@ -219,8 +219,26 @@ def _upgrade_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+def _upgrade_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 writes null for the redop of an op that does not reduce and the root of an op without one,
+    where versions 1 and 2 wrote nccl-tests' ``"none"`` and ``-1``."""
+    measurements = d.get("measurements")
+    if not isinstance(measurements, list):
+        return d  # run_from_dict says what is wrong with it
+    upgraded = []
+    for m in measurements:
+        if isinstance(m, dict):
+            m = dict(m)
+            if m.get("redop") == "none":
+                m["redop"] = None
+            if m.get("root") == -1:  # also -1.0, which versions 1 and 2 read as -1
+                m["root"] = None
+        upgraded.append(m)
+    return {**d, "measurements": upgraded}
+
+
 # Upgraders from an older format version to the next.
-_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2}
+_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
 _CURRENT_VERSION = int(FORMAT.rsplit("/", 1)[1])
 
 

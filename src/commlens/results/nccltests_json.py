@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from commlens import __version__
-from commlens.results.records import Measurement, Run
+from commlens.results.records import Measurement, MeasurementKey, Run
 
-__all__ = ["NCCL_TYPE_NAMES", "run_to_nccl_tests_json"]
+__all__ = ["NCCL_TYPE_NAMES", "from_nccl_tests", "run_to_nccl_tests_json", "to_nccl_tests"]
 
 NCCL_TYPE_NAMES = {
     "float32": "float",
@@ -24,6 +24,22 @@ NCCL_TYPE_NAMES = {
     "int8": "int8",
     "uint8": "uint8",
 }
+
+
+# What nccl-tests prints (text table and -J) for the redop of an op that does not reduce and the root of an
+# op without one; a Measurement holds None for both.
+_NO_REDOP = "none"
+_NO_ROOT = -1
+
+
+def to_nccl_tests(redop: str | None, root: int | None) -> tuple[str, int]:
+    """A row's redop and root as nccl-tests prints them: ``none`` and ``-1`` where the op has none."""
+    return (_NO_REDOP if redop is None else redop), (_NO_ROOT if root is None else root)
+
+
+def from_nccl_tests(redop: str, root: int) -> tuple[str | None, int | None]:
+    """A printed redop and root as a Measurement holds them: None for nccl-tests' ``none`` and ``-1``."""
+    return (None if redop == _NO_REDOP else redop), (None if root == _NO_ROOT else root)
 
 
 def _placement(m: Measurement | None) -> dict[str, Any] | None:
@@ -57,23 +73,24 @@ def _hosts_per_rank(hosts: tuple[str, ...], ranks_per_host: dict[str, int], worl
 def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
     """The nccl-tests ``-J`` document for ``run``."""
     cfg = run.config
-    rows: dict[tuple, dict[bool, Measurement]] = {}
+    rows: dict[MeasurementKey, dict[bool, Measurement]] = {}
     for m in run.measurements:
-        rows.setdefault((m.op, m.dtype, m.redop, m.root, m.size_bytes, m.algo), {})[m.in_place] = m
+        rows.setdefault(m.key._replace(in_place=False), {})[m.in_place] = m
     results = []
-    for (op, dtype, redop, root, size, _algo), pair in rows.items():
+    for key, pair in rows.items():
         any_m = next(iter(pair.values()))
+        redop, root = to_nccl_tests(key.redop, key.root)
         results.append(
             {
-                "size": size,
+                "size": key.size_bytes,
                 "count": any_m.count,
-                "type": NCCL_TYPE_NAMES[dtype],
+                "type": NCCL_TYPE_NAMES[key.dtype],
                 "redop": redop,
                 "root": f"{root:6d}",
                 "out_of_place": _placement(pair.get(False)),
                 "in_place": _placement(pair.get(True)),
                 "actual_iterations": len(any_m.samples_s),
-                "experiment_name": op,
+                "experiment_name": key.op,
             }
         )
     checked = [m.nwrong for m in run.measurements if m.nwrong is not None]

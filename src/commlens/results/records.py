@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, get_op
@@ -20,8 +20,10 @@ from commlens.results.stats import TimeStats, summarize
 
 __all__ = [
     "DTYPE_SIZES",
+    "FloorKey",
     "RecordError",
     "Measurement",
+    "MeasurementKey",
     "SystemInfo",
     "Run",
     "RunStatus",
@@ -56,12 +58,38 @@ class RecordError(CommlensError, ValueError):
     """A result record that would be inconsistent."""
 
 
+class MeasurementKey(NamedTuple):
+    """What makes two rows the same experiment. ``redop`` is None for an op that does not reduce, ``root``
+    None for an op without a root."""
+
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    in_place: bool
+
+    def order(self) -> tuple[str, str, str, str, int, bool, int]:
+        """Op, algo, dtype, redop, root, placement, then size: a series' neighbours are its sizes."""
+        root = -1 if self.root is None else self.root  # sorts before every rank
+        return (self.op, self.algo, self.dtype, self.redop or "", root, self.in_place, self.size_bytes)
+
+
+class FloorKey(NamedTuple):
+    """The series a noise floor belongs to: one measurement key on one system (``SystemInfo.fingerprint``)."""
+
+    fingerprint: str
+    key: MeasurementKey
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One row of a sweep: one op, dtype, reduction, root, size and placement.
 
     ``samples_s`` holds one time per measured iteration: the max across ranks
     of that iteration's time. ``nwrong`` is None when results were not checked.
+    ``redop`` is None for an op that does not reduce, ``root`` None for an op without a root.
     """
 
     op: str
@@ -71,8 +99,8 @@ class Measurement:
     in_place: bool
     world_size: int
     samples_s: tuple[float, ...]
-    redop: str = "none"
-    root: int = -1
+    redop: str | None = None
+    root: int | None = None
     algo: str = "builtin"
     nwrong: int | None = None
     # Optional per-rank samples [rank][iteration], kept when the producer has them.
@@ -93,18 +121,20 @@ class Measurement:
             raise RecordError(f"world_size must be in 1..{MAX_RANKS}, got {self.world_size}")
         if not (0 <= self.size_bytes < MAX_SIZE_BYTES and 0 <= self.count < MAX_SIZE_BYTES):
             raise RecordError(f"size_bytes and count must be >= 0 and < {MAX_SIZE_BYTES}")
-        if not -1 <= self.root < MAX_RANKS:
-            raise RecordError(f"root must be -1 (none) or a rank < {MAX_RANKS}, got {self.root}")
+        if self.root is not None and not 0 <= self.root < MAX_RANKS:
+            raise RecordError(f"root must be None (no root) or a rank < {MAX_RANKS}, got {self.root}")
         if not self.samples_s and self.reported is None:
             raise RecordError(f"{self.op} {self.size_bytes} B: no samples and no reported statistics")
         if self.reported is not None and not (self.reported.mean_s >= 0.0):
             raise RecordError(f"{self.op} {self.size_bytes} B: negative or NaN reported mean")
         if any(not (s >= 0.0) for s in self.samples_s):  # also rejects NaN
             raise RecordError(f"{self.op} {self.size_bytes} B: negative or NaN sample")
-        if spec.reduces and self.redop == "none":
+        if spec.reduces and self.redop is None:
             raise RecordError(f"{self.op} reduces: redop must be given")
-        if not spec.reduces and self.redop != "none":
-            raise RecordError(f"{self.op} does not reduce: redop must be 'none'")
+        if not spec.reduces and self.redop is not None:
+            raise RecordError(f"{self.op} does not reduce: redop must be None")
+        if self.redop == "none":
+            raise RecordError(f"{self.op}: redop 'none' is no reduction (None means none)")
         if self.nwrong is not None and not 0 <= self.nwrong < MAX_SIZE_BYTES:
             raise RecordError(f"nwrong must be >= 0 and < {MAX_SIZE_BYTES}")
         if self.rounds is not None:
@@ -166,9 +196,9 @@ class Measurement:
         return None if algbw is None else algbw * self.busbw_factor
 
     @property
-    def key(self) -> tuple[str, str, str, str, int, int, bool]:
+    def key(self) -> MeasurementKey:
         """What makes two rows the same experiment."""
-        return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
 
 
 @dataclass(frozen=True)

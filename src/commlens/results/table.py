@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from commlens.results.nccltests_json import to_nccl_tests
 from commlens.results.units import format_us
 
 __all__ = [
@@ -65,7 +66,8 @@ def op_header_line(op: str, algo: str = "builtin") -> str:
 def row_line(row: Mapping[str, Any]) -> str:
     """One table line from a row: op/dtype/size keys and a list of placement measurements."""
     by_place = {m["in_place"]: m for m in row["measurements"] if m is not None}
-    left = _LEFT.format(row["size_bytes"], row["count"], row["dtype"], row["redop"], row["root"])
+    redop, root = to_nccl_tests(row["redop"], row["root"])
+    left = _LEFT.format(row["size_bytes"], row["count"], row["dtype"], redop, root)
     return left + _half(by_place.get(False)) + _half(by_place.get(True))
 
 

@@ -13,9 +13,33 @@ from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
 from commlens.store.models import MeasurementModel, RunModel
 
-__all__ = ["is_date", "measurement_rows", "reported_from_json", "run_from_model", "run_row", "to_utc"]
+__all__ = [
+    "decode_redop_root",
+    "encode_redop_root",
+    "is_date",
+    "measurement_rows",
+    "reported_from_json",
+    "run_from_model",
+    "run_row",
+    "to_utc",
+]
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+# How the store's ``redop`` and ``root`` columns say "no reduction" and "no root" (as nccl-tests prints them):
+# not NULL, since NULLs are never equal in a UNIQUE constraint and would let a series hold two noise floors.
+_NO_REDOP = "none"
+_NO_ROOT = -1
+
+
+def encode_redop_root(redop: str | None, root: int | None) -> tuple[str, int]:
+    """A measurement's redop and root as the store's columns hold them."""
+    return (_NO_REDOP if redop is None else redop), (_NO_ROOT if root is None else root)
+
+
+def decode_redop_root(redop: str, root: int) -> tuple[str | None, int | None]:
+    """The store's ``redop`` and ``root`` columns as a measurement holds them (None for none)."""
+    return (None if redop == _NO_REDOP else redop), (None if root == _NO_ROOT else root)
 
 
 def to_utc(value: str | datetime, *, what: str) -> datetime:
@@ -78,14 +102,15 @@ def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[
     """The ``measurements`` row and the ``samples`` row (without its id) of one measurement."""
     stats = m.stats
     algbw = m.algbw_bytes_per_s
+    redop, root = encode_redop_root(m.redop, m.root)
     row = {
         "run_id": run_id,
         "position": position,
         "op": m.op,
         "algo": m.algo,
         "dtype": m.dtype,
-        "redop": m.redop,
-        "root": m.root,
+        "redop": redop,
+        "root": root,
         "size_bytes": m.size_bytes,
         "count": m.count,
         "in_place": m.in_place,
@@ -129,12 +154,13 @@ def run_from_model(row: RunModel) -> Run:
 
 def _measurement_from_model(row: MeasurementModel) -> Measurement:
     rank = row.samples.rank_samples_s
+    redop, root = decode_redop_root(row.redop, row.root)
     return Measurement(
         op=row.op,
         algo=row.algo,
         dtype=row.dtype,
-        redop=row.redop,
-        root=row.root,
+        redop=redop,
+        root=root,
         size_bytes=row.size_bytes,
         count=row.count,
         in_place=row.in_place,

@@ -18,7 +18,7 @@ from typing import IO, Any, Literal
 from commlens.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
 from commlens.results.records import Measurement, Run
-from commlens.store.convert import to_utc
+from commlens.store.convert import encode_redop_root, to_utc
 
 __all__ = ["CSV_COLUMNS", "ExportFormat", "ExportCounts", "csv_row", "export_runs"]
 
@@ -67,6 +67,7 @@ def csv_row(run: Run, m: Measurement) -> dict[str, Any]:
     statistics a tool did not report are empty; ``in_place`` is ``true``/``false``."""
     stats = m.stats
     started = to_utc(run.started_at, what="started_at").replace(tzinfo=timezone.utc)
+    redop, root = encode_redop_root(m.redop, m.root)  # as the store's columns: none and -1
     return {
         "run_id": run.run_id,
         "started_at": started.isoformat().replace("+00:00", "Z"),
@@ -78,8 +79,8 @@ def csv_row(run: Run, m: Measurement) -> dict[str, Any]:
         "op": m.op,
         "algo": m.algo,
         "dtype": m.dtype,
-        "redop": m.redop,
-        "root": m.root,
+        "redop": redop,
+        "root": root,
         "size_bytes": m.size_bytes,
         "count": m.count,
         "in_place": "true" if m.in_place else "false",

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from commlens.results.records import RecordError, Run
-from commlens.store.convert import reported_from_json, run_from_model
+from commlens.results.records import MeasurementKey, RecordError, Run
+from commlens.store.convert import decode_redop_root, reported_from_json, run_from_model
 from commlens.store.db import StoreError
 from commlens.store.models import MeasurementModel, RunModel
 
@@ -76,8 +76,8 @@ class MeasurementRow:
     op: str
     algo: str
     dtype: str
-    redop: str
-    root: int
+    redop: str | None  # None: the op does not reduce
+    root: int | None  # None: the op has no root
     size_bytes: int
     in_place: bool
     world_size: int
@@ -89,9 +89,9 @@ class MeasurementRow:
     status: str = "complete"  # the run's: complete, incomplete, check_failed
 
     @property
-    def key(self) -> tuple[str, str, str, str, int, int, bool]:
+    def key(self) -> MeasurementKey:
         """What makes two rows the same experiment (as ``Measurement.key``)."""
-        return (self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
 
 
 class CorruptRunError(StoreError):
@@ -132,6 +132,7 @@ def measurement_row(
 ) -> MeasurementRow:
     """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
     stats = reported_from_json(reported)
+    redop_or_none, root_or_none = decode_redop_root(redop, root)
     return MeasurementRow(
         run_id=run_id,
         started_at=started.replace(tzinfo=timezone.utc),
@@ -142,8 +143,8 @@ def measurement_row(
         op=op_name,
         algo=algo,
         dtype=dtype_name,
-        redop=redop,
-        root=root,
+        redop=redop_or_none,
+        root=root_or_none,
         size_bytes=size,
         in_place=in_place,
         world_size=world_size,

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from commlens.results.records import FloorKey, MeasurementKey
+from commlens.store.convert import decode_redop_root, encode_redop_root
 from commlens.store.db import StoreError, driver_reason
 from commlens.store.models import NoiseFloorModel
 from commlens.store.repo import Store
 
-__all__ = ["NoiseFloor", "load_floors", "list_floors", "save_floors"]
-
-# (fingerprint, op, algo, dtype, redop, root, size_bytes, in_place)
-FloorKey = tuple[str, str, str, str, str, int, int, bool]
+__all__ = ["FloorKey", "NoiseFloor", "load_floors", "list_floors", "save_floors"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,8 @@ class NoiseFloor:
     op: str
     algo: str
     dtype: str
-    redop: str
-    root: int
+    redop: str | None  # None: the op does not reduce
+    root: int | None  # None: the op has no root
     size_bytes: int
     in_place: bool
     sd_log: float
@@ -42,10 +41,21 @@ class NoiseFloor:
 
     @property
     def key(self) -> FloorKey:
-        return (self.fingerprint, self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+        return FloorKey(
+            self.fingerprint,
+            MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place),
+        )
 
 
 _KEY_COLUMNS = ("fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place")
+_VALUE_COLUMNS = ("sd_log", "runs", "groups", "learned_at")
+
+
+def _columns(f: NoiseFloor) -> dict[str, object]:
+    """The ``noise_floors`` row of ``f``: its series' columns (redop and root encoded), then its figures."""
+    row = {c: getattr(f, c) for c in (*_KEY_COLUMNS, *_VALUE_COLUMNS)}
+    row["redop"], row["root"] = encode_redop_root(f.redop, f.root)
+    return row
 
 
 def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
@@ -53,16 +63,11 @@ def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
     m = NoiseFloorModel
     try:
         with store.engine.begin() as conn:
-            for f in floors:
-                conn.execute(delete(m).where(*(getattr(m, c) == getattr(f, c) for c in _KEY_COLUMNS)))
-            if floors:
-                conn.execute(
-                    insert(m),
-                    [
-                        {c: getattr(f, c) for c in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")}
-                        for f in floors
-                    ],
-                )
+            rows = [_columns(f) for f in floors]
+            for row in rows:
+                conn.execute(delete(m).where(*(getattr(m, c) == row[c] for c in _KEY_COLUMNS)))
+            if rows:
+                conn.execute(insert(m), rows)
     except SQLAlchemyError as e:
         raise StoreError(f"cannot save noise floors in {store.url}: {driver_reason(e)}") from None
     return len(floors)
@@ -80,9 +85,12 @@ def list_floors(store: Store, fingerprints: Iterable[str] | None = None) -> list
             rows = conn.execute(query).mappings().all()
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read noise floors from {store.url}: {driver_reason(e)}") from None
-    return [
-        NoiseFloor(**{k: row[k] for k in (*_KEY_COLUMNS, "sd_log", "runs", "groups", "learned_at")}) for row in rows
-    ]
+    floors = []
+    for row in rows:
+        fields = {k: row[k] for k in (*_KEY_COLUMNS, *_VALUE_COLUMNS)}
+        fields["redop"], fields["root"] = decode_redop_root(row["redop"], row["root"])
+        floors.append(NoiseFloor(**fields))
+    return floors
 
 
 def load_floors(store: Store, fingerprints: Iterable[str] | None = None) -> dict[FloorKey, float]:
