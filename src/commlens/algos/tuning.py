@@ -25,6 +25,10 @@ It is read once per process. With no table, or no entry for the op and rank
 count, :func:`choose` falls back to :func:`heuristic` and never fails for
 want of a table; a table that exists but is malformed raises
 :class:`TuningError` naming the file and the field.
+
+The file's records are pydantic models (:class:`Bucket`, :class:`Entry`,
+:class:`TuningTable`); their first validation error is reported as
+``FILE: entries[i] (op, N ranks).buckets[j].field: reason``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -377,10 +381,11 @@ def table_from_dict(data: Any, source: str = "tuning table") -> TuningTable:
 
 
 # What a field that fails its type or range holds, where "expected <type name>" would say too little.
-_EXPECTED = {
-    "max_bytes": "",  # filled with the bucket's min_bytes
-    "chunk_bytes": "a positive whole number or null",
-    "times_s": "{algorithm: seconds >= 0}",
+# Each takes the object holding the field.
+_EXPECTED: dict[str, Callable[[Any], str]] = {
+    "max_bytes": lambda bucket: _expected_max(bucket.get("min_bytes")),
+    "chunk_bytes": lambda _: "a positive whole number or null",
+    "times_s": lambda _: "{algorithm: seconds >= 0}",
 }
 _TYPE_NAMES = {
     "int_type": "int",
@@ -409,7 +414,7 @@ def _describe(err: Any, data: dict[str, Any], source: str) -> str:
     if field is not None:
         loc = loc[: field + 1]
         value = _at(data, loc)
-        expected = _EXPECTED[str(loc[-1])] or _expected_max(_at(data, (*loc[:-1], "min_bytes")))
+        expected = _EXPECTED[str(loc[-1])](_at(data, loc[:-1]))
     else:
         value = err.get("input")
         expected = _TYPE_NAMES.get(err["type"], err["msg"])
