@@ -317,7 +317,7 @@ class Sweep:
         self.workdir = workdir
         self.fault: Fault | None = fault_from_env()
         self.shared_clock = False  # set once every rank's host is known
-        self.local_size: int | None = None  # ranks on this rank's host, when every host has as many
+        self.ranks_per_host: int | None = None  # ranks on this rank's host, when every host has as many
         self._auto_seen: dict[str, tuple[str, str]] = {}  # op -> what auto ran for the last row
         self._last_state: str | None = None  # what the state file says
         if cfg.device == "cuda":
@@ -413,7 +413,7 @@ class Sweep:
                     group=group,
                     algo=algo,
                     chunk_bytes=cfg.chunk_bytes,
-                    local_size=self.local_size,
+                    ranks_per_host=self.ranks_per_host,
                 )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
@@ -718,7 +718,7 @@ class Sweep:
         if algo == "auto" and reporter:
             from commlens.bench.algorithms import auto_note
 
-            choice, note = auto_note(spec.name, plan.size_bytes, self.world)
+            choice, note = auto_note(spec.name, plan.size_bytes, self.world, ranks_per_host=self.ranks_per_host)
             if self._auto_seen.get(spec.name) != choice:  # say it when the choice changes
                 self._auto_seen[spec.name] = choice
                 notes.append(note)
@@ -873,9 +873,8 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
             raise StartupFailure(f"rank {rank}: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
         sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1  # type: ignore[index]
-        sweep.local_size = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
-        if sweep.local_size is not None:  # what auto's table lookup and two-level algorithms take as one host
-            os.environ["COMMLENS_LOCAL_SIZE"] = str(sweep.local_size)
+        # what auto's table lookup and two-level algorithms take as one host
+        sweep.ranks_per_host = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
         reporter = None
         if rank == 0:
             from commlens.bench.finalize import StandalonePrinter
