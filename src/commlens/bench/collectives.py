@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -59,6 +59,16 @@ class Collective:
     reset: Callable[[], None]  # rewrite inputs and clear outputs
     verify: Callable[[], int]  # wrong elements on this rank after one launch
     output: torch.Tensor | None = None  # the buffer verify() reads
+
+
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None, what: str, op: str) -> _T:
+    """A row's reduction or root where its op has one (None only for an op without)."""
+    if value is None:
+        raise ValueError(f"{op} needs its {what}")
+    return value
 
 
 def _fill(t: torch.Tensor, values: torch.Tensor) -> None:
@@ -122,29 +132,32 @@ def prepare(
             _fill(buf, values)
 
         if name == "all_reduce":
+            reduction = _given(redop, "reduction", name)
             launch = (
-                alg.all_reduce(buf, redop)
+                alg.all_reduce(buf, reduction)
                 if alg
                 else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
+            expected = lambda: reduce_values(n, 0, c, dtype, reduction)  # noqa: E731
             checked = True
         elif name == "broadcast":
+            src_rank = _given(root, "root", name)
             launch = (
-                alg.broadcast(buf, root)
+                alg.broadcast(buf, src_rank)
                 if alg
-                else (lambda: dist.broadcast(buf, src=root, group=group, async_op=async_op))
+                else (lambda: dist.broadcast(buf, src=src_rank, group=group, async_op=async_op))
             )
-            expected = lambda: rank_values(root, n, 0, c, dtype, None)  # noqa: E731
+            expected = lambda: rank_values(src_rank, n, 0, c, dtype, None)  # noqa: E731
             checked = True
         else:
+            dst_rank, reduction = _given(root, "root", name), _given(redop, "reduction", name)
             launch = (
-                alg.reduce(buf, root, redop)
+                alg.reduce(buf, dst_rank, reduction)
                 if alg
-                else (lambda: dist.reduce(buf, dst=root, op=red, group=group, async_op=async_op))
+                else (lambda: dist.reduce(buf, dst=dst_rank, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, 0, c, dtype, redop)  # noqa: E731
-            checked = rank == root  # other ranks' buffers are unspecified after a reduce
+            expected = lambda: reduce_values(n, 0, c, dtype, reduction)  # noqa: E731
+            checked = rank == dst_rank  # other ranks' buffers are unspecified after a reduce
 
         def verify() -> int:
             return count_wrong(buf, expected(), dtype, redop, n) if checked else 0
@@ -169,11 +182,12 @@ def prepare(
             )
             checked = True
         else:
-            gathered = list(out.chunk(n)) if rank == root and n > 0 else None
-            if in_place and rank != root:
+            dst_rank = _given(root, "root", name)
+            gathered = list(out.chunk(n)) if rank == dst_rank and n > 0 else None
+            if in_place and rank != dst_rank:
                 src = empty(c)  # only the root's input lives inside its output
-            launch = lambda: dist.gather(src, gathered, dst=root, group=group, async_op=async_op)  # noqa: E731
-            checked = rank == root
+            launch = lambda: dist.gather(src, gathered, dst=dst_rank, group=group, async_op=async_op)  # noqa: E731
+            checked = rank == dst_rank
 
         def verify() -> int:
             if not checked:
@@ -187,20 +201,22 @@ def prepare(
         full = empty(c * n)
         dst = full[rank * c : (rank + 1) * c] if in_place else empty(c)
         if name == "reduce_scatter":
-            values = rank_values(rank, n, 0, c * n, dtype, redop)
+            reduction = _given(redop, "reduction", name)
+            values = rank_values(rank, n, 0, c * n, dtype, reduction)
             launch = (
-                alg.reduce_scatter(dst, full, redop)
+                alg.reduce_scatter(dst, full, reduction)
                 if alg
                 else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, rank * c, c, dtype, redop)  # noqa: E731
+            expected = lambda: reduce_values(n, rank * c, c, dtype, reduction)  # noqa: E731
         else:
-            values = rank_values(root, n, 0, c * n, dtype, None)
-            if in_place and rank != root:
+            src_rank = _given(root, "root", name)
+            values = rank_values(src_rank, n, 0, c * n, dtype, None)
+            if in_place and rank != src_rank:
                 dst = empty(c)
-            chunks = list(full.chunk(n)) if rank == root else None
-            launch = lambda: dist.scatter(dst, chunks, src=root, group=group, async_op=async_op)  # noqa: E731
-            expected = lambda: rank_values(root, n, rank * c, c, dtype, None)  # noqa: E731
+            chunks = list(full.chunk(n)) if rank == src_rank else None
+            launch = lambda: dist.scatter(dst, chunks, src=src_rank, group=group, async_op=async_op)  # noqa: E731
+            expected = lambda: rank_values(src_rank, n, rank * c, c, dtype, None)  # noqa: E731
 
         def reset() -> None:
             _fill(full, values)

@@ -297,7 +297,7 @@ def _row_context(
     algo: str = "builtin",
 ) -> str:
     parts = [spec.name if algo == "builtin" else f"{spec.name} ({algo})", f"size {size} B", dtype]
-    if spec.reduces:
+    if redop is not None:  # spec.reduces
         parts.append(redop)
     if spec.has_root:
         parts.append(f"root {root}")

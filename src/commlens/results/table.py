@@ -115,9 +115,9 @@ def run_table_lines(rows: Iterable[Mapping[str, Any]], total_wrong: int | None, 
     lines = column_header_lines()
     last = None
     for row in rows:
-        first = next((m for m in row["measurements"] if m), {})
-        op = row.get("op") or first.get("op")
-        algo = row.get("algo") or first.get("algo") or "builtin"
+        first: Mapping[str, Any] = next((m for m in row["measurements"] if m), {})
+        op = str(row.get("op") or first.get("op"))
+        algo = str(row.get("algo") or first.get("algo") or "builtin")
         if (op, algo) != last:
             lines.append(op_header_line(op, algo))
             last = (op, algo)
