@@ -69,14 +69,14 @@ def system_info(world_size: int, backend: str, device: str, facts: list[dict[str
     import torch
 
     hosts = [f["host"] for f in facts]
-    per_host: dict[str, int] = {}
+    ranks_per_host: dict[str, int] = {}
     for h in hosts:
-        per_host[h] = per_host.get(h, 0) + 1
+        ranks_per_host[h] = ranks_per_host.get(h, 0) + 1
     first = facts[0]
     return SystemInfo(
         world_size=world_size,
         hosts=tuple(dict.fromkeys(hosts)),
-        ranks_per_host=per_host,
+        ranks_per_host=ranks_per_host,
         backend=backend,
         backend_version=_backend_version(backend),
         device=device,
