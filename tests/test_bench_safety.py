@@ -14,6 +14,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -124,32 +125,53 @@ def leftovers(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if p.name.startswith("commlens-"))
 
 
-# -- item 2: a local run listens on loopback only -----------------------------------------------------------
+# -- item 2: a local run listens on loopback only; item 8: processes and temporary directories -----------------
 
 
-def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
-    proc, _ = start_bench("--nproc", "3", *LONG_SWEEP, "--no-store", env=clean_env())
+@dataclass
+class LongRun:
+    """A 3-rank run of a sweep that does not end, seen once every rank has joined."""
+
+    proc: subprocess.Popen[str]
+    ranks: list[int]  # the launcher's descendants then
+    sockets: list[tuple[str, int, int]]  # the TCP sockets they and the launcher were listening on then
+    tmp: Path  # its TMPDIR, of this module's own
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LongRun]:
+    """One launch (3 ranks, each importing torch) for the two tests that need a run in its sweep: the loopback test
+    reads its sockets, the kill -9 test then kills its launcher. Processes and sockets are read here, before either
+    test, so the two checks do not depend on their order."""
+    tmp = tmp_path_factory.mktemp("long-run") / "tmp"
+    tmp.mkdir()
+    proc, _ = start_bench("--nproc", "3", *LONG_SWEEP, "--no-store", env=clean_env(TMPDIR=str(tmp)))
+    ranks: list[int] = []
     try:
-        pids = [proc.pid, *descendants(proc.pid)]
-        sockets = listening_addresses(pids)
+        ranks = descendants(proc.pid)
+        yield LongRun(proc, ranks, listening_addresses([proc.pid, *ranks]), tmp)
     finally:
+        for r in ranks:
+            if alive(r):
+                os.kill(r, signal.SIGKILL)
         stop(proc)
+
+
+def test_a_local_run_listens_on_loopback_only(long_run: LongRun) -> None:
+    sockets = long_run.sockets
     # the launcher's rendezvous store and each rank's gloo listener, at least
-    assert {pid for _, _, pid in sockets} >= {proc.pid}, sockets
+    assert {pid for _, _, pid in sockets} >= {long_run.proc.pid}, sockets
     assert len(sockets) >= 4, sockets
     exposed = [s for s in sockets if not ipaddress.ip_address(s[0]).is_loopback]
     assert exposed == [], f"listening beyond loopback: {exposed}"
 
 
-# -- item 8: processes and temporary directories ------------------------------------------------------------
-
-
-def test_kill_9_of_the_launcher_ends_every_rank_and_the_next_run_clears_its_dir(private_tmp: Path) -> None:
-    env = clean_env(TMPDIR=str(private_tmp))
-    proc, _ = start_bench("--nproc", "3", *LONG_SWEEP, "--no-store", env=env)
+def test_kill_9_of_the_launcher_ends_every_rank_and_the_next_run_clears_its_dir(long_run: LongRun) -> None:
+    proc, ranks, tmp = long_run.proc, long_run.ranks, long_run.tmp
+    env = clean_env(TMPDIR=str(tmp))
     try:
-        ranks = descendants(proc.pid)
         assert len(ranks) >= 3, ranks
+        assert proc.poll() is None, "the launcher ended before it was killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
@@ -161,10 +183,10 @@ def test_kill_9_of_the_launcher_ends_every_rank_and_the_next_run_clears_its_dir(
             if alive(r):
                 os.kill(r, signal.SIGKILL)
         stop(proc)
-    assert len(leftovers(private_tmp)) == 1  # SIGKILL leaves no chance to clean up ...
+    assert len(leftovers(tmp)) == 1  # SIGKILL leaves no chance to clean up ...
     done = commlens("bench", "--nproc", "2", *QUICK, "--no-store", env=env)
     assert done.returncode == 0, done.stderr
-    assert leftovers(private_tmp) == []  # ... the next launch removes the dead launcher's directory
+    assert leftovers(tmp) == []  # ... the next launch removes the dead launcher's directory
 
 
 def test_no_temporary_directory_remains_after_any_exit(private_tmp: Path, tmp_path: Path) -> None:
