@@ -16,6 +16,7 @@ import time
 import typer
 
 from commlens.cli.app import fail
+from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.numbers import checked
 
 
@@ -34,7 +35,7 @@ def calibrate(
 ) -> None:
     """Calibrate the GEMM curve and memory efficiency of an accelerator from measurements on it."""
     from commlens.cli.project_cmd import accelerators_in_force
-    from commlens.project import ProjectionError
+    from commlens.errors import CommlensError
     from commlens.project.calibrate import fit_calibration, fragment_yaml
     from commlens.project.calibration_file import load_calibration, save_calibration
 
@@ -52,20 +53,18 @@ def calibrate(
         try:
             cal = _measure(seed, budget_s)
             save_calibration(cal, out)
-        except ProjectionError as e:
-            fail(str(e))
+        except CommlensError as e:
+            fail_with(e)
         except OSError as e:
             fail(f"--out {out}: {e.strerror or e}")
         print(f"measurements: {out} ({len(cal.gemm)} GEMMs, {len(cal.stream)} streaming runs)", file=sys.stderr)
         source = out
     else:
         source = from_file
-    try:
+    with errors_as_exit():
         cal = load_calibration(source)
         result = fit_calibration(cal, source, name, parameters, accelerators=files)
         text = fragment_yaml(result)
-    except ProjectionError as e:
-        fail(str(e))
     if output:
         _write_atomic(output, text)
     if as_json:
@@ -100,6 +99,9 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def _print_fit(fit) -> None:
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
     cal, base, dev = fit.calibration, fit.base, fit.fitted
     print(
         f"{fit.source}: {cal.device.name} ({cal.device.sms} SMs), torch {cal.software.get('torch', '?')}, "
@@ -111,9 +113,11 @@ def _print_fit(fit) -> None:
     )
     if fit.stream_fraction:
         print("\nstreaming kernels, fraction of HBM bandwidth (median over sizes; min-max):")
+        streams = new_table("kernel", right("fraction"), right("min-max"))
         for kernel, frac in fit.stream_fraction.items():
             lo, hi = fit.stream_range[kernel]
-            print(f"  {kernel:<11} {frac:6.3f}   ({lo:.3f}-{hi:.3f})")
+            streams.add_row(kernel, f"{frac:.3f}", f"{lo:.3f}-{hi:.3f}")
+        print_table(streams, indent=2)
     print(
         f"memory_efficiency {dev.memory_efficiency:.3f} (was {base.memory_efficiency:.3f}): "
         f"{dev.memory_efficiency_origin}"
@@ -121,27 +125,34 @@ def _print_fit(fit) -> None:
     kinds = list(fit.curves[0].by_kind)
     dtypes = list(fit.curves[0].by_dtype)
     print(f"\nGEMM curve, mean absolute error on {len(cal.gemm)} measured GEMMs (small ones not fitted):")
-    print(
-        f"  {'constants':<10} {'gemm_eff':>8} {'k_over':>7} {'MAPE':>7}  "
-        + " ".join(f"{k:>11}" for k in kinds)
-        + "  "
-        + " ".join(f"{d:>6}" for d in dtypes)
-    )
+    curves = new_table("constants", *map(right, ("gemm_eff", "k_over", "MAPE", *kinds, *dtypes)))
     for c in fit.curves:
-        print(
-            f"  {c.label:<10} {c.gemm_efficiency:8.4f} {c.k_overhead:7.1f} {c.mape * 100:6.1f}%  "
-            + " ".join(f"{c.by_kind[k] * 100:10.1f}%" for k in kinds)
-            + "  "
-            + " ".join(f"{c.by_dtype[d] * 100:5.1f}%" for d in dtypes)
+        curves.add_row(
+            c.label,
+            f"{c.gemm_efficiency:.4f}",
+            f"{c.k_overhead:.1f}",
+            format_percent(c.mape),
+            *(format_percent(c.by_kind[k]) for k in kinds),
+            *(format_percent(c.by_dtype[d]) for d in dtypes),
         )
+    print_table(curves, indent=2)
     if dev.gemm_shape is not None and "tiles" in fit.parameters:
         print("  tiles: " + ", ".join(f"{a}x{b} {rel:.3f}" for a, b, rel in dev.gemm_shape.tiles))
     print("\nworst fitted shapes after the fit (error = model / measured - 1):")
+    worst = new_table(
+        right("error"), "dtype", "layout", "shape", "case", right("measured TFLOP/s"), right("model TFLOP/s")
+    )
     for w in fit.curves[-1].worst:
         shape = f"{w['m']}x{w['n']}x{w['k']}" + (f" b{w['batch']}" if w["batch"] > 1 else "")
-        print(
-            f"  {w['error'] * 100:+6.1f}%  {w['dtype']} {w['layout']} {shape:<22} {w['label']:<30} "
-            f"measured {w['measured_tflops']:6.1f}, model {w['model_tflops']:6.1f} TFLOP/s"
+        worst.add_row(
+            format_percent(w["error"], sign=True),
+            w["dtype"],
+            w["layout"],
+            shape,
+            w["label"],
+            f"{w['measured_tflops']:.1f}",
+            f"{w['model_tflops']:.1f}",
         )
+    print_table(worst, indent=2)
     for note in fit.notes:
         print(f"note: {note}")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -40,12 +41,10 @@ def db_status(
 ) -> None:
     """Show the store's location, its schema revision and this commlens', and check its integrity
     (SQLite: quick_check; --runs: every run read back; exit 2 when a check fails). Changes nothing."""
-    from commlens.store import StoreError, schema_status
+    from commlens.store import schema_status
 
-    try:
+    with errors_as_exit(escape_all=True):
         status = schema_status(db)
-    except StoreError as e:
-        fail(terminal_safe(str(e)), 2)
     unreadable = _unreadable_runs(db) if runs and status.state == "current" else None
     if as_json:
         doc = asdict(status)
@@ -77,24 +76,20 @@ def db_status(
 
 
 def _unreadable_runs(db: str | None) -> list[CorruptRunError]:
-    from commlens.store import Store, StoreError
+    from commlens.store import Store
 
-    try:
+    with errors_as_exit(escape_all=True):
         with Store.open(db, create=False) as store:
             return store.unreadable_runs()
-    except StoreError as e:
-        fail(terminal_safe(str(e)), 2)
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: str | None = _DB) -> None:
     """Upgrade the store's schema in place to this commlens' revision (one transaction)."""
-    from commlens.store import StoreError, upgrade_schema
+    from commlens.store import upgrade_schema
 
-    try:
+    with errors_as_exit(escape_all=True):
         done = upgrade_schema(db)
-    except StoreError as e:
-        fail(terminal_safe(str(e)), 2)
     if done.before is None:
         print(f"{done.url}: created schema {done.after}")
     elif done.before == done.after:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import emit, fail
+from commlens.cli.app import emit
 from commlens.cli.diagnose_cmd import diagnose_app
+from commlens.cli.errors import errors_as_exit
 
 if TYPE_CHECKING:
     from commlens.diagnose.hang import HangReport
@@ -32,12 +33,10 @@ def hang(
 
     Dumps are untrusted data: pickles are read as plain data only, never as code.
     """
-    from commlens.diagnose.hang import DumpError, diagnose_hang
+    from commlens.diagnose.hang import diagnose_hang
 
-    try:
+    with errors_as_exit():
         report = diagnose_hang(dump_dir, prefix=prefix, max_bytes=max_dump_mib * 1024 * 1024)
-    except DumpError as e:
-        fail(str(e), 2)
     emit(report, as_json, _print_hang, 0 if report.consistent else 1)
 
 
@@ -53,6 +52,7 @@ def _span(ranks: tuple[int, ...]) -> str:
 
 
 def _print_hang(report: HangReport) -> None:
+    from commlens.cli.tables import new_table, print_table, right
     from commlens.diagnose.hang import describe_missing
 
     dumps = f"{len(report.ranks)} dump{'' if len(report.ranks) == 1 else 's'}"
@@ -83,16 +83,13 @@ def _print_hang(report: HangReport) -> None:
             f"expected: {e['op']} sizes={e['input_sizes']} dtypes={e['input_dtypes']} "
             f"on ranks {','.join(map(str, e['ranks']))}"
         )
-        print(f"{'rank':>5}  {'issued':<38} {'sizes':<14} {'dtypes':<12} where (innermost first)")
+        table = new_table(right("rank"), "issued", "sizes", "dtypes", "where (innermost first)")
         for c in d.culprits:
             issued = c["op"] if c["op"] else describe_missing(c)
             sizes = json.dumps(c["input_sizes"]) if c["input_sizes"] is not None else "-"
             dtypes = json.dumps(c["input_dtypes"]) if c["input_dtypes"] is not None else "-"
-            head = f"{c['rank']:>5}  {issued:<38} {sizes:<14} {dtypes:<12} "
-            frames = c["frames"] or ["-"]
-            print(head + frames[0])
-            for frame in frames[1:]:
-                print(" " * len(head) + frame)
+            table.add_row(str(c["rank"]), issued, sizes, dtypes, "\n".join(c["frames"] or ["-"]))
+        print_table(table)
         print(f"culprit rank(s): {','.join(str(c['rank']) for c in d.culprits)}")
     if report.suspects:
         print(f"suspects (first is likeliest): {','.join(str(s.rank) for s in report.suspects)}")

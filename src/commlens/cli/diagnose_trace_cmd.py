@@ -9,6 +9,7 @@ import typer
 
 from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 from commlens.cli.run_refs import run_named
 
@@ -46,31 +47,21 @@ def stragglers(
 
     Exit 1 when a straggler is found, 0 when none, 2 on bad input (an unreadable trace, impossible values).
     """
-    from commlens.diagnose.stragglers import (
-        StragglerError,
-        StragglerParams,
-        detect_stragglers,
-        load_kineto_traces,
-        table_from_run,
-    )
-    from commlens.store import StoreError
+    from commlens.diagnose.stragglers import StragglerParams, detect_stragglers, load_kineto_traces, table_from_run
 
     if bool(traces) == bool(run):
         fail("give either trace files or --run RUN_ID", 2)
     checked(late_threshold_us, "--late-threshold-us", above=0)
     checked(slow_factor, "--slow-factor", above=1)
-    try:
+    with errors_as_exit():
         params = StragglerParams(
             late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor, min_occurrences=min_occurrences
         )
-        table = (
-            load_kineto_traces(traces, max_bytes=max_trace_mib << 20)
-            if traces  # type: ignore[arg-type]
-            else table_from_run(run_named(run, db))
-        )  # type: ignore[arg-type]
+        if traces:
+            table = load_kineto_traces(traces, max_bytes=max_trace_mib << 20)
+        else:  # --run (given: checked above)
+            table = table_from_run(run_named(run or "", db))
         report = detect_stragglers(table, params)
-    except (StragglerError, StoreError, ValueError) as e:
-        fail(str(e), 2)
     emit(report, as_json, _print_stragglers, 1 if report.stragglers else 0)
 
 
@@ -81,6 +72,7 @@ def _us(v: float | None) -> str:
 
 
 def _print_stragglers(report: StragglerReport) -> None:
+    from commlens.cli.tables import new_table, print_table, right
     from commlens.diagnose.stragglers import CLOCK_METHODS
 
     print(
@@ -92,17 +84,31 @@ def _print_stragglers(report: StragglerReport) -> None:
     print(f"#   {report.clock_note}")
     for line in report.excluded:
         print(f"# left out: {line}")
-    print(
-        f"{'collective':<24} {'rank':>5} {'n':>4} {'offset(us)':>11} {'late p50(us)':>13} {'late p90(us)':>13} "
-        f"{'last%':>6} {'own p50(us)':>12}  verdict"
+    table = new_table(
+        "collective",
+        right("rank"),
+        right("n"),
+        right("offset(us)"),
+        right("late p50(us)"),
+        right("late p90(us)"),
+        right("last%"),
+        right("own p50(us)"),
+        "verdict",
     )
     for row in report.ranks_table:
         last = "-" if row["last_arrival_fraction"] is None else f"{row['last_arrival_fraction'] * 100:.0f}"
-        print(
-            f"{row['op']:<24} {row['rank']:>5} {row['n']:>4} {_us(row['clock_offset_s']):>11} "
-            f"{_us(row['lateness_p50_s']):>13} {_us(row['lateness_p90_s']):>13} {last:>6} "
-            f"{_us(row['own_time_p50_s']):>12}  {', '.join(row['verdicts']) or 'ok'}"
+        table.add_row(
+            row["op"],
+            str(row["rank"]),
+            str(row["n"]),
+            _us(row["clock_offset_s"]),
+            _us(row["lateness_p50_s"]),
+            _us(row["lateness_p90_s"]),
+            last,
+            _us(row["own_time_p50_s"]),
+            ", ".join(row["verdicts"]) or "ok",
         )
+    print_table(table)
     if report.stragglers:
         print(
             f"stragglers ({report.clock_method}): "

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from commlens.cli.app import app, fail, say
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.text import terminal_safe
 from commlens.ingest.registry import FORMATS
 
@@ -41,7 +42,8 @@ def ingest_cmd(
     ),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
-    from commlens.ingest import IngestError, IngestWarning, load_source_runs, parse_time, read_source
+    from commlens.errors import CommlensError
+    from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError
 
@@ -56,19 +58,15 @@ def ingest_cmd(
     if time is not None:
         try:
             started_at = parse_time(time)
-        except ValueError as e:
+        except ValueError as e:  # parse_time's one error: not an ISO date
             fail(f"--time: {e}")
     if op is not None:
-        from commlens.ops import UnknownOpError, get_op
+        from commlens.ops import get_op
 
-        try:
+        with errors_as_exit("--op: "):
             get_op(op)
-        except UnknownOpError as e:
-            fail(f"--op: {e}")
-    try:
+    with errors_as_exit():
         store = Store.open(db)
-    except StoreError as e:
-        fail(str(e))
     failed = 0
     ingested: list[dict[str, Any]] = []
     with store:
@@ -81,7 +79,7 @@ def ingest_cmd(
                         source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op
                     )
                     del source
-                except (IngestError, ValueError) as e:
+                except CommlensError as e:
                     say("error", str(e))
                     failed += 1
                     continue

@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit, fail_with
 
 _ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
 _ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, with no sub-command name
@@ -122,40 +123,34 @@ def _one(
 def accelerators_in_force(path: str | None) -> tuple[str, ...]:
     """``--accelerators FILE`` (else ``$COMMLENS_ACCELERATORS``): the files, checked now (exit 2 naming the file
     and field), to pass down to the projection."""
-    from commlens.project import ProjectionError
     from commlens.project.hardware import accelerator_files, active_devices
 
-    try:
+    with errors_as_exit():
         files = accelerator_files(path)
         if files:
             active_devices(files if path is not None else None)  # (None: errors say the files came from $...)
-    except ProjectionError as e:
-        fail(str(e))
     return files
 
 
 def _point(sets: list[str], parse_vary) -> dict[str, Any]:
-    from commlens.project import ProjectionError
+    from commlens.errors import CommlensError
 
     try:
         return {k: v[0] for k, v in parse_vary(sets).items()}
-    except ProjectionError as e:
-        fail(str(e).replace("--vary", "--set"))
-        raise
+    except CommlensError as e:
+        fail(str(e).replace("--vary", "--set"), e.exit_code)
 
 
 def _project(base, point: dict[str, Any]):
     """The projection of one point (``sweep.project_point``), or exit 2 with the reason."""
-    from commlens.project import InfeasibleLayoutError, ProjectionError
+    from commlens.errors import CommlensError
     from commlens.project.sweep import project_point
-    from commlens.topology import TopologyError
-    from commlens.workload import WorkloadError
 
     try:
         return project_point(base, point)
-    except (InfeasibleLayoutError, ProjectionError, TopologyError, WorkloadError) as e:
-        fail(str(e))
-    except ValueError as e:  # pydantic on the layout
+    except CommlensError as e:  # the projection's, the workload's and the topology's errors
+        fail_with(e)
+    except ValueError as e:  # pydantic on the layout (project_point's documented other error)
         errors = getattr(e, "errors", None)
         if callable(errors):
             fail("layout: " + "; ".join(_layout_error(err) for err in errors()))
@@ -170,6 +165,9 @@ def _layout_error(err: dict[str, Any]) -> str:
 
 
 def _print_projection(p) -> None:
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
     lay = p.layout
     print(
         f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
@@ -178,16 +176,15 @@ def _print_projection(p) -> None:
     )
     print(f"  step time        {p.step_time_s:10.3f} s")
     print(f"  tokens/s         {p.tokens_per_s:10.4g}")
-    print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {p.mfu * 100:.1f}%)")
+    print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {format_percent(p.mfu)})")
     print(f"  hw TFLOP/s       {p.hw_tflops_per_gpu:10.1f} per GPU   (with recomputation)")
     print(
         f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU of {p.memory_capacity_bytes / 1e9:.0f}  "
         + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.memory.items() if k != "total")
     )
     print("  breakdown (s, share of step):")
-    for k, v in p.breakdown.items():
-        if v > 0:
-            print(f"    {k:<13} {v:10.3f}  {v / p.step_time_s * 100:5.1f}%")
+    parts = [(k, f"{v:.3f}", format_percent(v / p.step_time_s)) for k, v in p.breakdown.items() if v > 0]
+    print_table(new_table("part", right("time s"), right("share"), rows=parts), indent=4)
     hidden = {k: v for k, v in p.overlapped_s.items() if v > 0}
     if hidden:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
@@ -216,7 +213,6 @@ def _sweep(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
-    from commlens.project import ProjectionError
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
 
     if workers is not None and workers < 1:
@@ -225,7 +221,7 @@ def _sweep(
         fail(f"--top: must be >= 1, got {top}")
     files = accelerators_in_force(accelerators)
 
-    try:
+    with errors_as_exit():
         grid_spec = parse_vary(vary)
         points = grid(grid_spec) if grid_spec else [{}]
         layout = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
@@ -237,8 +233,6 @@ def _sweep(
             executor=executor,
             workers=workers,
         )
-    except ProjectionError as e:
-        fail(str(e))
     reasons = result.infeasible_reasons()
     if plot_path and result.feasible and grid_spec:
         plot(result, grid_spec, metric, plot_path)
@@ -252,18 +246,7 @@ def _sweep(
         )
         return
     keys = list(grid_spec)
-    print("  ".join(f"{k:>14}" for k in keys) + f"  {'step s':>9} {'tokens/s':>10} {'MFU %':>6} {'mem GB':>7}  layout")
-    for r in result.rows:
-        head = "  ".join(f"{str(r[k]):>14}" for k in keys)
-        if "error" in r:
-            print(f"{head}  infeasible: {r['error']}")
-        else:
-            lay = r["layout"]
-            print(
-                f"{head}  {r['step_time_s']:9.3f} {r['tokens_per_s']:10.4g} {r['mfu'] * 100:6.1f} "
-                f"{r['memory_gb']:7.1f}  tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} "
-                f"ep{lay['ep']} z{lay['zero']}"
-            )
+    _print_sweep_rows(keys, result.rows)
     print(f"\n{len(result.feasible)} of {len(result.rows)} points feasible; best by {metric}:")
     for r in result.best(metric, top):
         print("  " + ", ".join(f"{k}={r[k]}" for k in keys) + f": {metric} {r[metric]:.4g}")
@@ -273,6 +256,28 @@ def _sweep(
             print(f"  {n:6d}  {reason}")
     if plot_path and result.feasible and grid_spec:
         print(f"plot: {plot_path}")
+
+
+def _print_sweep_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
+    """One row per point: its values, then the projection, or (in the layout column) why it cannot run."""
+    from commlens.cli.tables import new_table, print_table, right
+
+    table = new_table(*map(right, keys), *map(right, ("step s", "tokens/s", "MFU %", "mem GB")), "layout")
+    for r in rows:
+        head = [str(r[k]) for k in keys]
+        if "error" in r:
+            table.add_row(*head, "", "", "", "", f"infeasible: {r['error']}")
+            continue
+        lay = r["layout"]
+        table.add_row(
+            *head,
+            f"{r['step_time_s']:.3f}",
+            f"{r['tokens_per_s']:.4g}",
+            f"{r['mfu'] * 100:.1f}",
+            f"{r['memory_gb']:.1f}",
+            f"tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} ep{lay['ep']} z{lay['zero']}",
+        )
+    print_table(table)
 
 
 @project_app.command("validate")
@@ -295,17 +300,24 @@ def _validate(
             )
         )
     else:
-        print(
-            f"{'workload':<22} {'TP':>3} {'PP':>3} {'VPP':>3} {'GPUs':>5} {'batch':>5} {'published':>9} "
-            f"{'predicted':>9} {'error':>7}"
+        from commlens.cli.tables import new_table, print_table, right
+        from commlens.results.units import format_percent
+
+        table = new_table(
+            "workload",
+            *map(right, ("TP", "PP", "VPP", "GPUs", "batch", "published", "predicted", "error")),
         )
         for r in rows:
-            print(
-                f"{r.workload:<22} {r.tp:>3} {r.pp:>3} {r.vpp:>3} {r.gpus:>5} {r.batch:>5} "
-                f"{r.published_tflops:>9.0f} {r.predicted_tflops:>9.1f} {r.error * 100:>+6.1f}%"
+            table.add_row(
+                r.workload,
+                *map(str, (r.tp, r.pp, r.vpp, r.gpus, r.batch)),
+                f"{r.published_tflops:.0f}",
+                f"{r.predicted_tflops:.1f}",
+                format_percent(r.error, sign=True),
             )
+        print_table(table)
         print(
-            f"mean absolute error {mae * 100:.1f}%, max {worst * 100:.1f}% "
+            f"mean absolute error {format_percent(mae)}, max {format_percent(worst)} "
             f"(targets: every row within 8%, mean <= 4%: {'met' if ok else 'NOT met'})"
         )
     if not ok:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -37,13 +38,10 @@ _JSON = typer.Option(False, "--json", help="print JSON")
 def open_store(db: str | None) -> Store:
     """The store at ``db`` (or the default), never created here: these commands read or change stored
     runs. A store that is missing or cannot be opened ends the command (exit 2)."""
-    from commlens.store import Store, StoreError
+    from commlens.store import Store
 
-    try:
+    with errors_as_exit(escape_all=True):
         return Store.open(db, create=False)
-    except StoreError as e:
-        fail(terminal_safe(str(e)), 2)
-        raise  # unreachable: fail() exits
 
 
 def warn_corrupt(error: CorruptRunError) -> None:
@@ -96,13 +94,10 @@ def _op_name(op: str | None) -> str | None:
     """The catalog name of ``--op`` (nccl-tests spellings such as ``allreduce`` accepted)."""
     if op is None:
         return None
-    from commlens.ops import UnknownOpError, get_op
+    from commlens.ops import get_op
 
-    try:
+    with errors_as_exit("--op: "):
         return get_op(op).name
-    except UnknownOpError as e:
-        fail(f"--op: {e}", 2)
-        raise  # unreachable: fail() exits
 
 
 def _db(ctx: typer.Context, db: str | None) -> str | None:
@@ -130,10 +125,10 @@ def _list(
     except NoStoreError:  # a fresh install: nothing to list, and nothing created by listing
         rows = []
     except StoreError as e:
-        fail(terminal_safe(str(e)), 2)
+        fail_with(e, escape_all=True)
     else:
         with store:
-            try:
+            with errors_as_exit(escape_all=True):
                 rows = store.list_runs(
                     tag=tag,
                     op=op,
@@ -143,8 +138,6 @@ def _list(
                     limit=limit,
                     on_corrupt=warn_corrupt,
                 )
-            except StoreError as e:
-                fail(terminal_safe(str(e)), 2)
     if as_json:
         print(json.dumps([r.as_dict() for r in rows], indent=1))
         return
@@ -156,44 +149,39 @@ def _list(
 
 
 def print_run_table(rows: list[RunSummary]) -> None:
-    """One line per run, columns aligned; plain text so pipes and narrow terminals get it whole."""
-    header = (
+    """One line per run, columns aligned (a Rich table: plain text in pipes, never wrapped)."""
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_gbps
+
+    table = new_table(
         "run",
         "started (UTC)",
         "status",
-        "ranks",
+        right("ranks"),
         "backend",
         "ops",
-        "rows",
-        "avg busbw GB/s",
+        right("rows"),
+        right("avg busbw GB/s"),
         "tag",
         "revision",
         "fingerprint",
     )
-    lines = [header] + [
-        tuple(
-            terminal_safe(cell)
-            for cell in (
-                r.run_id[:12],
-                r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"),
-                r.status,
-                str(r.world_size),
-                r.backend,
-                ",".join(r.ops),
-                str(r.nmeasurements),
-                f"{r.avg_busbw_bytes_per_s / 1e9:.3f}",
-                r.tag or "-",
-                r.revision or "-",
-                r.fingerprint[:8],
-            )
+    for r in rows:
+        cells = (
+            r.run_id[:12],
+            r.started_at_utc.strftime("%Y-%m-%d %H:%M:%S"),
+            r.status,
+            str(r.world_size),
+            r.backend,
+            ",".join(r.ops),
+            str(r.nmeasurements),
+            format_gbps(r.avg_busbw_bytes_per_s, decimals=3),
+            r.tag or "-",
+            r.revision or "-",
+            r.fingerprint[:8],
         )
-        for r in rows
-    ]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    right = {3, 6, 7}  # numbers
-    for line in lines:
-        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))]
-        print("  ".join(cells).rstrip())
+        table.add_row(*(terminal_safe(cell) for cell in cells))
+    print_table(table)
 
 
 # -- runs show / commlens show ---------------------------------------------------------------
@@ -223,13 +211,10 @@ def show_cmd(
 def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
     from commlens.results.table import run_table_lines, system_header_lines
-    from commlens.store import StoreError
 
     with open_store(db) as store:
-        try:
+        with errors_as_exit(escape_all=True):
             found = store.get_run(run)
-        except StoreError as e:
-            fail(terminal_safe(str(e)), 2)
     doc = run_to_dict(found)
     if as_json:
         print(json.dumps(doc, indent=1))
@@ -278,15 +263,12 @@ def runs_tag(
     db: str | None = _DB,
 ) -> None:
     """Set or replace a run's tag, or remove it with --remove."""
-    from commlens.store import StoreError
 
     if remove == (tag is not None):
         fail("give either a TAG or --remove", 2)
     with open_store(_db(ctx, db)) as store:
-        try:
+        with errors_as_exit(escape_all=True):
             run_id, previous = store.set_tag(run, None if remove else tag)
-        except StoreError as e:
-            fail(terminal_safe(str(e)), 2)
     was = f" (was {previous})" if previous is not None else ""
     done = f"run {run_id}: tag removed{was}" if remove else f"run {run_id}: tag {tag}{was}"
     print(terminal_safe(done))
@@ -300,13 +282,10 @@ def runs_delete(
     db: str | None = _DB,
 ) -> None:
     """Delete runs with their measurements and samples (asks first unless --yes)."""
-    from commlens.store import StoreError
 
     with open_store(_db(ctx, db)) as store:
-        try:
+        with errors_as_exit(escape_all=True):
             run_ids = list(dict.fromkeys(store.resolve(ref) for ref in runs))
-        except StoreError as e:
-            fail(terminal_safe(str(e)), 2)
         what = _plural(len(run_ids), "run")
         if not yes:
             if not sys.stdin.isatty():
@@ -314,10 +293,8 @@ def runs_delete(
             if not typer.confirm(terminal_safe(f"delete {what} ({', '.join(run_ids)})?"), default=False):
                 print("nothing deleted")
                 return
-        try:
+        with errors_as_exit(escape_all=True):
             deleted = store.delete_runs(run_ids)
-        except StoreError as e:
-            fail(terminal_safe(str(e)), 2)
     print(terminal_safe(f"deleted {what}: {', '.join(deleted)}"))
 
 
@@ -342,7 +319,7 @@ def export_cmd(
     db: str | None = _DB,
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
-    from commlens.store import StoreError
+    from commlens.errors import CommlensError
     from commlens.store.export import export_runs
 
     op = _op_name(op)
@@ -368,8 +345,8 @@ def export_cmd(
             oldest_first = [s.run_id for s in reversed(summaries)]
             loaded = store.iter_runs(oldest_first, on_corrupt=warn_corrupt)
             counts = export_runs(loaded, output, fmt)  # type: ignore[arg-type]
-        except StoreError as e:
-            fail(terminal_safe(str(e)), 2)
+        except CommlensError as e:
+            fail_with(e, escape_all=True)
         except BrokenPipeError:  # `commlens export | head`: the reader has all it wanted
             import os
 

@@ -6,7 +6,8 @@ import json
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import app
+from commlens.cli.errors import errors_as_exit
 
 topology_app = typer.Typer(
     help="Cluster topologies: presets shipped with commlens, or your own YAML file.",
@@ -17,12 +18,10 @@ app.add_typer(topology_app, name="topology")
 
 def load_or_fail(name_or_path: str):
     """The topology a preset name or YAML path names, or ``error: ...`` and exit 2."""
-    from commlens.topology import TopologyError, load_topology
+    from commlens.topology import load_topology
 
-    try:
+    with errors_as_exit():
         return load_topology(name_or_path)
-    except TopologyError as e:
-        fail(str(e))
 
 
 @topology_app.command("list")
@@ -50,16 +49,31 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    print(
-        f"{'name':<13} {'acc/node':>8} {'domain':>6} {'up GB/s':>8} {'NICs':>4} {'NIC GB/s':>8} {'max nodes':>9}"
-        "  description"
+    from commlens.cli.tables import new_table, print_table, right
+
+    table = new_table(
+        "name",
+        right("acc/node"),
+        right("domain"),
+        right("up GB/s"),
+        right("NICs"),
+        right("NIC GB/s"),
+        right("max nodes"),
+        "description",
     )
     for r in rows:
         flag = " (approximate)" if r["approximate"] and "approximate" not in str(r["description"]) else ""
-        print(
-            f"{r['name']:<13} {r['accelerators_per_node']:>8} {r['scale_up_domain']:>6} {r['scale_up_gbps']:>8.0f} "
-            f"{r['nics_per_node']:>4} {r['nic_gbps']:>8.1f} {r['max_nodes']:>9}  {r['description']}{flag}"
+        table.add_row(
+            str(r["name"]),
+            str(r["accelerators_per_node"]),
+            str(r["scale_up_domain"]),
+            f"{r['scale_up_gbps']:.0f}",
+            str(r["nics_per_node"]),
+            f"{r['nic_gbps']:.1f}",
+            str(r["max_nodes"]),
+            f"{r['description']}{flag}",
         )
+    print_table(table)
 
 
 @topology_app.command("show")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from commlens.diagnose.links_analysis import LinkDiagnosis
+from commlens.results.text_tables import new_table, render_table, right
+from commlens.results.units import format_gbps, format_us
 
 __all__ = ["format_report", "write_heatmap"]
 
@@ -15,15 +17,11 @@ def format_report(d: LinkDiagnosis) -> str:
     lines = [
         f"# point-to-point bandwidth (GB/s, row host sends to column host, {d.size_bytes} B messages, {d.passes} passes)"
     ]
-    lines.append("host " + "".join(f"{j:>8}" for j in range(n)))
-    for i in range(n):
-        cells = "".join(f"{'-':>8}" if v is None else f"{v / 1e9:8.3f}" for v in d.bandwidth_bytes_per_s[i])
-        lines.append(f"{i:>4} {cells}")
+    lines.append(
+        _matrix(n, [["-" if v is None else format_gbps(v, decimals=3) for v in row] for row in d.bandwidth_bytes_per_s])
+    )
     lines.append("# latency (µs, median half round trip of 8 B)")
-    lines.append("host " + "".join(f"{j:>8}" for j in range(n)))
-    for i in range(n):
-        cells = "".join(f"{'-':>8}" if v is None else f"{v * 1e6:8.1f}" for v in d.latency_s[i])
-        lines.append(f"{i:>4} {cells}")
+    lines.append(_matrix(n, [[format_us(v, decimals=1) for v in row] for row in d.latency_s]))
     lines.append(
         f"# expected {d.expected_bytes_per_s / 1e9:.3f} GB/s; noise {d.noise_rel:.1%}; "
         f"a pair is low below {d.low_ratio:.2f}x expected"
@@ -42,6 +40,12 @@ def format_report(d: LinkDiagnosis) -> str:
             f"{f.expected_bytes_per_s / 1e9:.3f} expected, confidence {f.confidence:.2f} — {f.evidence}"
         )
     return "\n".join(lines)
+
+
+def _matrix(hosts: int, cells: list[list[str]]) -> str:
+    """A host-by-host matrix: a row per sending host, a column per receiving one (no trailing newline)."""
+    columns = [right("host"), *(right(str(j)) for j in range(hosts))]
+    return render_table(new_table(*columns, rows=([str(i), *row] for i, row in enumerate(cells)))).rstrip("\n")
 
 
 def write_heatmap(d: LinkDiagnosis, path: Path) -> None:

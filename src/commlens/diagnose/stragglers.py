@@ -65,13 +65,13 @@ class StragglerParams:
     def __post_init__(self) -> None:
         # `not x > bound`: a NaN compares false with everything and would turn the check off
         if not (math.isfinite(self.late_threshold_s) and self.late_threshold_s > 0):
-            raise ValueError(f"late_threshold_s must be a finite number > 0, got {self.late_threshold_s}")
+            raise StragglerError(f"late_threshold_s must be a finite number > 0, got {self.late_threshold_s}")
         if not (math.isfinite(self.slow_factor) and self.slow_factor > 1):
-            raise ValueError(f"slow_factor must be a finite number > 1, got {self.slow_factor}")
+            raise StragglerError(f"slow_factor must be a finite number > 1, got {self.slow_factor}")
         if self.min_occurrences < 1:
-            raise ValueError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
+            raise StragglerError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
         if not (math.isfinite(self.end_spread_s) and self.end_spread_s > 0):
-            raise ValueError(f"end_spread_s must be > 0, got {self.end_spread_s}")
+            raise StragglerError(f"end_spread_s must be > 0, got {self.end_spread_s}")
 
 
 @dataclass(frozen=True)
@@ -348,8 +348,9 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         n_ranks = len(ranks)
         late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(n_ranks)] if judged_late else []
         own_p50 = [statistics.median(occ[j] for occ in own) for j in range(n_ranks)] if judge_own else []
-        last = [max(range(n_ranks), key=lambda j, occ=occ: occ[j]) for occ in lateness]
-        shortest = [min(range(n_ranks), key=lambda j, st=st, en=en: en[j] - st[j]) for st, en in occurrences]
+        last = [max(range(n_ranks), key=occ.__getitem__) for occ in lateness]
+        durations = [[e - s for s, e in zip(st, en)] for st, en in occurrences]
+        shortest = [min(range(n_ranks), key=d.__getitem__) for d in durations]
         typical_late = statistics.median(late_p50) if late_p50 else 0.0
         typical_own = statistics.median(own_p50) if own_p50 else 0.0
         for j, rank in enumerate(ranks):

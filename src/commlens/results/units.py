@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_size", "format_size", "format_gbps", "format_us", "to_us", "to_gbps"]
+__all__ = ["parse_size", "format_size", "format_gbps", "format_us", "format_percent"]
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
@@ -35,15 +35,6 @@ def format_size(size_bytes: int) -> str:
     return str(size_bytes)
 
 
-def to_us(time_s: float) -> float:
-    return time_s * 1e6
-
-
-def to_gbps(bytes_per_s: float) -> float:
-    """Bytes/s to GB/s with GB = 1e9 bytes, as nccl-tests prints."""
-    return bytes_per_s / 1e9
-
-
 def format_us(time_s: float | None, decimals: int | None = None) -> str:
     """A time in µs for a table: nccl-tests' precision steps (2 decimals below 100 µs, 1 below 10 ms, none
     above, so it fits the column), or a fixed number of ``decimals``; ``-`` for None."""
@@ -55,6 +46,13 @@ def format_us(time_s: float | None, decimals: int | None = None) -> str:
     return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
 
 
-def format_gbps(bytes_per_s: float) -> str:
-    """A bandwidth in GB/s (1e9 bytes) with 2 decimals, as nccl-tests prints busBW."""
-    return f"{bytes_per_s / 1e9:.2f}"
+def format_gbps(bytes_per_s: float, decimals: int = 2) -> str:
+    """A bandwidth in GB/s (1e9 bytes), with 2 decimals as nccl-tests prints busBW unless told."""
+    return f"{bytes_per_s / 1e9:.{decimals}f}"
+
+
+def format_percent(fraction: float | None, decimals: int = 1, *, sign: bool = False) -> str:
+    """A fraction as a percentage for a table (``0.123`` -> ``12.3%``; ``+12.3%`` with ``sign``); ``-`` for None."""
+    if fraction is None:
+        return "-"
+    return f"{fraction * 100:{'+' if sign else ''}.{decimals}f}%"

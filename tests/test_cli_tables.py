@@ -1,0 +1,160 @@
+"""The CLI's tables (all but nccl-tests' own layout) are Rich tables printed as plain text off a terminal: a
+header, columns two spaces apart (numbers right-aligned), no wrapping, no colour, no trailing spaces.
+
+Each command's table is checked here with its exact header and values; ``commlens runs`` has its golden test in
+``test_db_cli.py`` (byte-identical to the table it printed before it was a Rich table).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from commlens.cli import diagnose_cmd, project_cmd, topology_cmd  # noqa: F401  (registers the commands)
+from commlens.cli.app import app
+from commlens.results.text_tables import new_table, render_table, right
+
+DATA = Path(__file__).parent / "data"
+CLI = [sys.executable, "-m", "commlens"]
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return result.stdout
+
+
+def test_a_table_off_a_terminal_is_plain_text_never_wrapped() -> None:
+    long = "x" * 300
+    table = new_table("name", right("n"), "note", rows=[("a", "1", "[bold]not markup[/]"), ("bbb", "22", long)])
+    assert render_table(table) == (
+        f"name   n  note\na      1  [bold]not markup[/]\nbbb   22  {long}\n"  # the last column: no padding after it
+    )
+    assert render_table(table, indent=2).splitlines()[0] == "  name   n  note"
+    styled = render_table(table, terminal=True)
+    assert "\x1b[1m" in styled  # a bold header on a terminal
+
+
+def test_topology_list() -> None:
+    assert _cli("topology", "list") == (
+        "name              acc/node  domain  up GB/s  NICs  NIC GB/s  max nodes  description\n"
+        "b200                     8       8      900     8      50.0       8192  DGX B200 (approximate): 8 x B200, "
+        "NVLink5 + NVSwitch (NVLS), 8 x 400 Gb/s, rail-optimized fat tree\n"
+        "dgx-a100                 8       8      300     8      25.0       4480  DGX A100: 8 x A100 SXM 80GB, "
+        "NVLink3 + NVSwitch (no in-switch reduction), 8 x 200 Gb/s HDR, rail-optimized\n"
+        "dgx-h100                 8       8      450     8      50.0       8192  DGX H100: 8 x H100 SXM, "
+        "NVLink4 + NVSwitch (NVLS), 8 x 400 Gb/s NDR, rail-optimized fat tree\n"
+        "dgx-h200                 8       8      450     8      50.0       8192  DGX H200: 8 x H200 SXM, "
+        "NVLink4 + NVSwitch (NVLS), 8 x 400 Gb/s NDR, rail-optimized fat tree\n"
+        "emulated-cluster        64      64        4     1       0.1        200  hosts of an emulated cluster on one "
+        "2-core machine: gloo over veth within a host, 1 Gb/s shaped links between hosts (approximate)\n"
+        "gb200-nvl72              4      72      900     4      50.0       2304  GB200 NVL72 (approximate): racks of "
+        "72 GPUs in one NVLink5 domain (NVLS), 4 x 400 Gb/s per 4-GPU tray\n"
+        "local-cpu               64      64        4     0       0.0          1  ranks as processes on one host, gloo "
+        "over loopback TCP; calibrated on a 4-rank run of this machine type (approximate)\n"
+    )
+
+
+def test_diagnose_stragglers_ranks_table() -> None:
+    traces = sorted(str(p) for p in (DATA / "stragglers_late_rank1").glob("trace_rank*.json"))
+    lines = _cli("diagnose", "stragglers", *traces).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("collective"))
+    assert lines[start : start + 8] == [
+        "collective       rank   n  offset(us)  late p50(us)  late p90(us)  last%  own p50(us)  verdict",
+        "gloo:all_reduce     0  10         0.0         416.3        7405.5      0        749.0  ok",
+        "gloo:all_reduce     1  10         0.0       27832.6       54760.4    100       1138.0  late_arrival",
+        "gloo:all_reduce     2  10         0.0           0.0         249.5      0        965.3  ok",
+        "gloo:broadcast      0  10         0.0          37.1         229.9     10            -  ok",
+        "gloo:broadcast      1  10         0.0         684.6        3985.2     60            -  ok",
+        "gloo:broadcast      2  10         0.0         271.8         759.4     30            -  ok",
+        "stragglers (shared_clock): rank 1 (late_arrival, gloo:all_reduce)",
+    ]
+
+
+def test_diagnose_hang_culprits_table_keeps_each_frame_on_its_own_line() -> None:
+    torch = "/work/main/.venv/lib/python3.11/site-packages/torch/distributed"  # as the dumps recorded them
+    pad = " " * 38
+    assert _cli("diagnose", "hang", str(DATA / "hang_op_mismatch")).splitlines()[3:9] == [
+        "rank  issued     sizes     dtypes     where (innermost first)",
+        f'   1  broadcast  [[1024]]  ["Float"]  {torch}/distributed_c10d.py:3145 in broadcast',
+        f"{pad}{torch}/c10d_logger.py:83 in wrapper",
+        f"{pad}/work/main/tests/scenarios/fr_hang.py:64 in main",
+        f"{pad}/work/main/tests/scenarios/fr_hang.py:80 in <module>",
+        "culprit rank(s): 1",
+    ]
+
+
+def test_links_report_matrices() -> None:
+    from test_diagnose_links import _records  # its synthetic probe records
+
+    from commlens.diagnose.links_analysis import diagnose_links
+    from commlens.diagnose.links_report import format_report
+
+    report = format_report(diagnose_links(_records({(0, 3): 30e6, (1, 3): 30e6, (2, 3): 30e6, (3, 4): 30e6}, 5), 5))
+    assert report.splitlines()[:14] == [
+        "# point-to-point bandwidth (GB/s, row host sends to column host, 1000000 B messages, 3 passes)",
+        "host  0      1      2      3      4",
+        "   0  -  0.100  0.100  0.030  0.100",
+        "   1  -      -  0.100  0.030  0.100",
+        "   2  -      -      -  0.030  0.100",
+        "   3  -      -      -      -  0.030",
+        "   4  -      -      -      -      -",
+        "# latency (µs, median half round trip of 8 B)",
+        "host      0      1      2      3      4",
+        "   0      -  100.0  100.0  100.0  100.0",
+        "   1  100.0      -  100.0  100.0  100.0",
+        "   2  100.0  100.0      -  100.0  100.0",
+        "   3  100.0  100.0  100.0      -  100.0",
+        "   4  100.0  100.0  100.0  100.0      -",
+    ]
+
+
+def test_project_tables() -> None:
+    out = _cli("project", "megatron-gpt-7.5b", "-t", "dgx-a100", "-n", "128", "--tp", "4").splitlines()
+    start = out.index("  breakdown (s, share of step):")
+    assert out[start + 1] == "    part          time s  share"
+    assert [line.split()[0] for line in out[start + 2 : start + 7]] == [
+        "compute",
+        "memory_bound",
+        "tp_comm",
+        "dp_comm",
+        "optimizer",
+    ]
+    sweep = _cli(
+        "project", "sweep", "megatron-gpt-7.5b", "-t", "dgx-a100", "-n", "128", "--tp", "4", "--vary",
+        "layout.pp=1,64", "--workers", "1",
+    ).splitlines()  # fmt: skip
+    assert sweep[0] == "layout.pp  step s   tokens/s  MFU %  mem GB  layout"
+    assert sweep[1].startswith("        1  ") and sweep[1].endswith("  tp4 cp1 pp1x1 dp32 ep1 z1")
+    assert sweep[2] == (
+        "       64                                    infeasible: TP x CP x PP = 4 x 1 x 64 = 256 does not divide 128 GPUs"
+    )
+    validate = CliRunner().invoke(app, ["project", "validate"], catch_exceptions=False).stdout.splitlines()
+    assert validate[0] == "workload             TP  PP  VPP  GPUs  batch  published  predicted  error"
+    assert validate[1].startswith("megatron-gpt-1.7b     1   1    1    32    512        137  ")
+    assert len(validate) == 12 and validate[-1].startswith("mean absolute error ")
+
+
+def test_project_calibrate_tables() -> None:
+    path = DATA / "calibration" / "h200-calibration.json"
+    proc = subprocess.run([*CLI, "project", "calibrate", "--from", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("streaming kernels, fraction of HBM bandwidth (median over sizes; min-max):")
+    assert lines[start + 1 : start + 3] == [
+        "  kernel      fraction      min-max",
+        "  copy           0.878  0.797-0.890",
+    ]
+    start = next(i for i, line in enumerate(lines) if line.startswith("GEMM curve"))
+    assert lines[start + 1 : start + 3] == [
+        "  constants  gemm_eff  k_over  MAPE  transformer  attention  square  small  fp16  bf16",
+        "  current      0.7140    64.0  7.6%         7.0%      12.8%    5.8%  44.7%  7.4%  7.6%",
+    ]
+    start = lines.index("worst fitted shapes after the fit (error = model / measured - 1):")
+    assert lines[start + 1 : start + 3] == [
+        "   error  dtype  layout  shape              case                         measured TFLOP/s  model TFLOP/s",
+        "  -70.7%  bf16   nt      2048x2048x256      h2048 tp8 t2048 proj fwd                123.8          422.2",
+    ]
