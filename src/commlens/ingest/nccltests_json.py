@@ -52,7 +52,7 @@ from commlens.ingest.nccltests_facts import (
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.nccltests_json import from_nccl_tests
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
+from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus
 from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "parse_nccl_tests_json", "load_json"]
@@ -73,12 +73,14 @@ class _Doc:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
         return self.source.error(json_line(self.source.text, path), f"{where}: {message}" if where else message)
 
-    def number(self, path: tuple[str | int, ...], value: Any, *, allow_none: bool = False) -> float | None:
-        if value is None and allow_none:
-            return None
+    def number(self, path: tuple[str | int, ...], value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise self.error(path, f"expected a finite number >= 0, got {quote(value, 60)}")
         return float(value)
+
+    def optional_number(self, path: tuple[str | int, ...], value: Any) -> float | None:
+        """As :meth:`number`, with None (JSON null or a missing key) allowed."""
+        return None if value is None else self.number(path, value)
 
     def integer(
         self, path: tuple[str | int, ...], value: Any, limit: int, *, default: int | None = None, low: int = 0
@@ -88,7 +90,7 @@ class _Doc:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise self.error(path, f"expected an integer >= {low}, got {quote(value, 60)}")
-        problem = check_limit(path[-1] if path else "value", value, limit)
+        problem = check_limit(str(path[-1]) if path else "value", value, limit)
         if problem:
             raise self.error(path, problem)
         return value
@@ -113,7 +115,8 @@ def _utc(value: Any) -> str | None:
 
 def _devices(doc: _Doc) -> tuple[list[dict[str, Any]], tuple[str | int, ...]]:
     data = doc.data
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    raw_config = data.get("config")
+    config = raw_config if isinstance(raw_config, dict) else {}
     for path, devices in ((("config", "devices"), config.get("devices")), (("devices",), data.get("devices"))):
         if devices:
             if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
@@ -134,7 +137,8 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
         if problem:
             raise doc.error((*path, i, "rank"), problem)
         seen.add(rank)
-        device = d.get("device") if isinstance(d.get("device"), int) and -1 <= d["device"] < MAX_RANKS else -1
+        raw_device = d.get("device")
+        device = raw_device if isinstance(raw_device, int) and -1 <= raw_device < MAX_RANKS else -1
         for k in range(per_process):
             ranks.append(
                 RankInfo(
@@ -191,11 +195,11 @@ def _placement(
     if not isinstance(half, dict):
         raise doc.error(path, "expected an object or null")
     time_key = "time" if "time" in half else "cpu_time"
-    time_s = doc.number((*path, time_key), half.get(time_key)) * 1e-6  # type: ignore[operator]
+    time_s = doc.number((*path, time_key), half.get(time_key)) * 1e-6
     if time_s == 0.0:  # no bandwidth can come of it: left out, warned, noted, the run incomplete
         zero_times.append(((*path, time_key), f"results[{i}] {'in' if in_place else 'out-of'}-place"))
         return None
-    nwrong_f = doc.number((*path, "nwrong"), half.get("nwrong"), allow_none=True)
+    nwrong_f = doc.optional_number((*path, "nwrong"), half.get("nwrong"))
     samples: list[float] = []
     rank_samples: tuple[tuple[float, ...], ...] | None = None
     per_iter = entry.get(f"{key}_per_iter")
@@ -205,26 +209,19 @@ def _placement(
         times = per_iter.get("times_us") or []
         if not isinstance(times, list):
             raise doc.error((*iter_path, "times_us"), "expected a list of times")
-        samples = [
-            doc.number((*iter_path, "times_us"), t) * 1e-6  # type: ignore[operator]
-            for t in times[skip:]
-        ]
+        samples = [doc.number((*iter_path, "times_us"), t) * 1e-6 for t in times[skip:]]
         rows = per_iter.get("per_process_max_times_us")
         if isinstance(rows, list) and len(rows) == world:
             if not all(isinstance(r, list) for r in rows):
                 raise doc.error((*iter_path, "per_process_max_times_us"), "expected a list of lists of times")
             rank_samples = tuple(
-                tuple(
-                    doc.number((*iter_path, "per_process_max_times_us"), t) * 1e-6  # type: ignore[operator]
-                    for t in r[skip:]
-                )
-                for r in rows
+                tuple(doc.number((*iter_path, "per_process_max_times_us"), t) * 1e-6 for t in r[skip:]) for r in rows
             )
     elif isinstance(half.get("times"), list):  # commlens' writer
-        samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]  # type: ignore[operator]
+        samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]
     size, count = entry["size"], entry["count"]
     if spec.name != "barrier":
-        bus_bw = doc.number((*path, "bus_bw"), half.get("bus_bw"), allow_none=True)
+        bus_bw = doc.optional_number((*path, "bus_bw"), half.get("bus_bw"))
         if bus_bw is not None:
             check.add(("results", i), bus_bw, size, time_s, spec.busbw_factor(world))
     reported = None
@@ -268,7 +265,8 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise doc.error((), "not an nccl-tests JSON file: no results[] list")
     written_by_commlens = isinstance(data.get("version"), str) and data["version"].startswith("commlens")
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    raw_config = data.get("config")
+    config = raw_config if isinstance(raw_config, dict) else {}
     args = data.get("args")
     argv = args if isinstance(args, list) else str(args or "").split()
     program_op = op_from_program(str(argv[0])) if argv else None
@@ -362,7 +360,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
                     ),
                 )
             )
-    status = "incomplete" if zero_times else "complete"
+    status: RunStatus = "incomplete" if zero_times else "complete"
     oob = data.get("out_of_bounds")
     wrong = [m for m in measurements if m.nwrong]
     oob_count = oob.get("count") if isinstance(oob, dict) else None
@@ -383,7 +381,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     if isinstance(env_field, dict):
         env = filter_env((str(k), str(v)) for k, v in env_field.items())
     elif isinstance(env_field, list):
-        env = filter_env(tuple(str(e).split("=", 1)) for e in env_field if "=" in str(e))  # type: ignore[misc]
+        env = filter_env((k, v) for k, sep, v in (str(e).partition("=") for e in env_field) if sep)
     else:
         env = {}
     nccl_version = data.get("nccl_version")
@@ -414,7 +412,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         if written_by_commlens
         else ("start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
         finished_at=_utc(data.get("end_time")),
-        status=status,  # type: ignore[arg-type]
+        status=status,
     )
 
 

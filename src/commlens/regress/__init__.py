@@ -3,6 +3,8 @@
 See ``docs/regress.md`` for how each decides.
 """
 
+from typing import TYPE_CHECKING
+
 from commlens.regress.compare import (
     CompareError,
     CompareReport,
@@ -18,6 +20,9 @@ from commlens.regress.compare import (
 )
 from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
 from commlens.regress.history import DetectedChange, DetectReport, SeriesKey, detect_history, parse_utc
+
+if TYPE_CHECKING:  # imported on first use, by __getattr__ below
+    from commlens.regress.noise import NoiseFloor, learn_floors
 
 __all__ = [
     "CompareError",

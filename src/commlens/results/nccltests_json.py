@@ -42,6 +42,11 @@ def from_nccl_tests(redop: str, root: int) -> tuple[str | None, int | None]:
     return (None if redop == _NO_REDOP else redop), (None if root == _NO_ROOT else root)
 
 
+def _scaled(value: float | None, factor: float) -> float | None:
+    """``value * factor``; None (JSON null) for a statistic the measurement does not have (no samples kept)."""
+    return None if value is None else value * factor
+
+
 def _placement(m: Measurement | None) -> dict[str, Any] | None:
     if m is None:
         return None
@@ -51,13 +56,13 @@ def _placement(m: Measurement | None) -> dict[str, Any] | None:
         "alg_bw": m.algbw_bytes_per_s / 1e9,
         "bus_bw": m.busbw_bytes_per_s / 1e9,
         "nwrong": m.nwrong,
-        "min": s.min_s * 1e6,
-        "max": s.max_s * 1e6,
-        "p50": s.p50_s * 1e6,
-        "p95": s.p95_s * 1e6,
-        "p99": s.p99_s * 1e6,
-        "stdev": s.stdev_s * 1e6,
-        "cv": s.cv * 100.0,
+        "min": _scaled(s.min_s, 1e6),
+        "max": _scaled(s.max_s, 1e6),
+        "p50": _scaled(s.p50_s, 1e6),
+        "p95": _scaled(s.p95_s, 1e6),
+        "p99": _scaled(s.p99_s, 1e6),
+        "stdev": _scaled(s.stdev_s, 1e6),
+        "cv": _scaled(s.cv, 100.0),
         "times": [t * 1e6 for t in m.samples_s],
     }
 
