@@ -159,7 +159,7 @@ class BenchConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown benchmark settings: {', '.join(unknown)}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**values)
 
     def argv(self) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
-from commlens.results.records import Run
+from commlens.results.records import Measurement, Run, RunStatus
 from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
 
 __all__ = ["StandalonePrinter", "TablePrinter", "run_from_events"]
@@ -79,12 +79,12 @@ class StandalonePrinter(TablePrinter):
         super().handle(event)
 
 
-def run_from_events(events: Iterable[Event], command_line: str | None = None, status: str | None = None) -> Run:
+def run_from_events(events: Iterable[Event], command_line: str | None = None, status: RunStatus | None = None) -> Run:
     """Assemble the run from its start event, its rows and (if it came) the end event."""
     events = list(events)
     start = next(e for e in events if isinstance(e, Started))
     end = next((e for e in events if isinstance(e, Finished)), None)
-    measurements = []
+    measurements: list[Measurement] = []
     notes: list[str] = []
     for e in events:
         if isinstance(e, RowDone):
@@ -97,7 +97,7 @@ def run_from_events(events: Iterable[Event], command_line: str | None = None, st
         run_id=start.run_id,
         started_at=start.started_at,
         finished_at=end.finished_at if end else None,
-        status=status or (end.status if end else "incomplete"),
+        status=status or (_status(end.status) if end else "incomplete"),
         system=start.system,
         measurements=tuple(measurements),
         tag=cfg.get("extra", {}).get("tag"),
@@ -106,3 +106,8 @@ def run_from_events(events: Iterable[Event], command_line: str | None = None, st
         config=cfg,
         notes=tuple(notes),
     )
+
+
+def _status(text: str) -> RunStatus:
+    """The run status rank 0 reported: complete or incomplete."""
+    return "complete" if text == "complete" else "incomplete"

@@ -759,19 +759,21 @@ def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
     first = outcomes[0]
     merged: list[Measurement | None] = []
     for p, m0 in enumerate(first.measurements):
-        parts = [o.measurements[p] for o in outcomes if p < len(o.measurements) and o.measurements[p] is not None]
+        parts = [m for o in outcomes if p < len(o.measurements) and (m := o.measurements[p]) is not None]
         if m0 is None or not parts:
             merged.append(None)
             continue
         ranks = [m.rank_samples_s for m in parts]
         nwrongs = [m.nwrong for m in parts if m.nwrong is not None]
+        per_rank: tuple[tuple[float, ...], ...] | None = None
+        if all(r is not None for r in ranks):
+            complete = [r for r in ranks if r is not None]
+            per_rank = tuple(tuple(s for r in complete for s in r[k]) for k in range(len(complete[0])))
         merged.append(
             replace(
                 m0,
                 samples_s=tuple(s for m in parts for s in m.samples_s),
-                rank_samples_s=None
-                if any(r is None for r in ranks)
-                else tuple(tuple(s for r in ranks for s in r[k]) for k in range(len(ranks[0]))),  # type: ignore[index]
+                rank_samples_s=per_rank,
                 nwrong=sum(nwrongs) if nwrongs else None,
                 rounds=tuple(len(m.samples_s) for m in parts),
             )
