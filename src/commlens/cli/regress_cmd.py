@@ -153,7 +153,7 @@ def compare_cmd(
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
-    given = {
+    given: dict[str, Any] = {
         "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
         "alpha": alpha,
         "min_samples": min_samples,
@@ -237,7 +237,10 @@ def detect_cmd(
     from commlens.results.units import parse_size
     from commlens.store import StoreError
 
-    given = {"min_change": None if min_change is None else _fraction(min_change, "--min-change"), "alpha": alpha}
+    given: dict[str, Any] = {
+        "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
+        "alpha": alpha,
+    }
     try:
         settings = DetectSettings(**{k: v for k, v in given.items() if v is not None})
         since_utc = None if since is None else parse_utc(since)
