@@ -65,13 +65,13 @@ class StragglerParams:
     def __post_init__(self) -> None:
         # `not x > bound`: a NaN compares false with everything and would turn the check off
         if not (math.isfinite(self.late_threshold_s) and self.late_threshold_s > 0):
-            raise ValueError(f"late_threshold_s must be a finite number > 0, got {self.late_threshold_s}")
+            raise StragglerError(f"late_threshold_s must be a finite number > 0, got {self.late_threshold_s}")
         if not (math.isfinite(self.slow_factor) and self.slow_factor > 1):
-            raise ValueError(f"slow_factor must be a finite number > 1, got {self.slow_factor}")
+            raise StragglerError(f"slow_factor must be a finite number > 1, got {self.slow_factor}")
         if self.min_occurrences < 1:
-            raise ValueError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
+            raise StragglerError(f"min_occurrences must be >= 1, got {self.min_occurrences}")
         if not (math.isfinite(self.end_spread_s) and self.end_spread_s > 0):
-            raise ValueError(f"end_spread_s must be > 0, got {self.end_spread_s}")
+            raise StragglerError(f"end_spread_s must be > 0, got {self.end_spread_s}")
 
 
 @dataclass(frozen=True)
