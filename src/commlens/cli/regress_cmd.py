@@ -453,7 +453,7 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
     ]
     cells = []
     for c in report.changes:
-        k = c.series
+        k = c.series.key
         op = k.op if k.algo == "builtin" else f"{k.op}/{k.algo}"
         cells.append(
             [
@@ -461,8 +461,8 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
                 format_size(k.size_bytes),
                 k.dtype,
                 _placement(k.in_place),
-                k.tag or "-",
-                k.fingerprint[:8],
+                c.series.tag or "-",
+                c.series.fingerprint[:8],
                 c.started_at.strftime("%Y-%m-%d %H:%M"),
                 c.run_id[:12],
                 c.revision or "-",

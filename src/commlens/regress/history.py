@@ -24,21 +24,15 @@ Order = Literal["time", "revision"]
 
 @dataclass(frozen=True)
 class SeriesKey:
-    """One series: a measurement key (``redop``, ``root`` None where the op has none) on one system, one tag."""
+    """One series: a measurement key on one system (its fingerprint) under one tag."""
 
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None
-    root: int | None
-    size_bytes: int
-    in_place: bool
+    key: MeasurementKey
     fingerprint: str
     tag: str | None
 
-    @property
-    def key(self) -> MeasurementKey:
-        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+    def as_dict(self) -> dict[str, Any]:
+        """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change."""
+        return {**self.key._asdict(), "fingerprint": self.fingerprint, "tag": self.tag}
 
 
 @dataclass(frozen=True)
@@ -88,7 +82,7 @@ class DetectReport:
         """The report as ``commlens detect --json`` prints it."""
         changes = []
         for c in self.changes:
-            d = asdict(c.series)
+            d = c.series.as_dict()
             d.update(
                 index=c.index,
                 points=c.points,
@@ -185,7 +179,7 @@ def detect_history(
     for r in rows:
         if r.revision is not None and (r.revision not in revision_first or r.started_at < revision_first[r.revision]):
             revision_first[r.revision] = r.started_at
-        per_run[SeriesKey(*r.key, r.fingerprint, r.tag)][r.run_id].append(r)
+        per_run[SeriesKey(r.key, r.fingerprint, r.tag)][r.run_id].append(r)
 
     def place(run_rows: list[MeasurementRow]) -> tuple[datetime, datetime, str]:
         first = run_rows[0]

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
+from commlens.results.nccltests_json import from_nccl_tests, to_nccl_tests
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
@@ -26,20 +27,19 @@ __all__ = [
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
-# How the store's ``redop`` and ``root`` columns say "no reduction" and "no root" (as nccl-tests prints them):
-# not NULL, since NULLs are never equal in a UNIQUE constraint and would let a series hold two noise floors.
-_NO_REDOP = "none"
-_NO_ROOT = -1
+# The store's ``redop`` and ``root`` columns say "no reduction" and "no root" as nccl-tests prints them, ``none``
+# and ``-1``: not NULL, since NULLs are never equal in a UNIQUE constraint and would let a series hold two noise
+# floors (and the columns keep what stores before commlens.run/3 hold, with no migration).
 
 
 def encode_redop_root(redop: str | None, root: int | None) -> tuple[str, int]:
     """A measurement's redop and root as the store's columns hold them."""
-    return (_NO_REDOP if redop is None else redop), (_NO_ROOT if root is None else root)
+    return to_nccl_tests(redop, root)
 
 
 def decode_redop_root(redop: str, root: int) -> tuple[str | None, int | None]:
     """The store's ``redop`` and ``root`` columns as a measurement holds them (None for none)."""
-    return (None if redop == _NO_REDOP else redop), (None if root == _NO_ROOT else root)
+    return from_nccl_tests(redop, root)
 
 
 def to_utc(value: str | datetime, *, what: str) -> datetime:
