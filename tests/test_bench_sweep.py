@@ -146,7 +146,8 @@ def test_every_row_validates(sweep: Sweep) -> None:
 def test_every_op_dtype_and_reduction_is_measured(sweep: Sweep) -> None:
     """Each combination has a row per size and placement, or a note saying the backend refused it."""
     world = sweep.world
-    roots = list(range(world)) if sweep.doc["config"]["roots"] == [] else _cfg_list(sweep, "roots")
+    every = sweep.doc["config"]["roots"] in ([], "all")  # "all" since BenchConfig.roots says it in words
+    roots = list(range(world)) if every else _cfg_list(sweep, "roots")
     have: dict[tuple, set[tuple[int, bool]]] = {}
     for m in sweep.measurements:
         have.setdefault((m["op"], m["dtype"], m["redop"], m["root"]), set()).add((m["size_bytes"], m["in_place"]))
