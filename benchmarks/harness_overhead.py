@@ -168,7 +168,7 @@ def _worker(ns: argparse.Namespace) -> None:
         per_iter = (clock() - t0) / cfg.iters
         return max_across(per_iter)
 
-    def run_harness(spec, size: int, in_place: bool, redop: str, root: int) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    def run_harness(spec, size: int, in_place: bool, redop: str | None, root: int | None) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
         context = f"rank {rank}: {spec.name} {size} B"
         result = sweep.run_placement(spec, dtype, redop, root, size, in_place, context)
         assert result is not None, f"{spec.name} in_place={in_place} not offered"
@@ -205,8 +205,8 @@ def _worker(ns: argparse.Namespace) -> None:
     for op in ns.ops:
         spec = CATALOG[op]
         in_place = op == "all_reduce"  # all_reduce in place; the others out of place
-        redop = "sum" if spec.reduces else "none"
-        root = -1
+        redop = "sum" if spec.reduces else None
+        root = None  # none of OPS has a root
         for requested in ns.sizes:
             size = requested
             plan = spec.plan_size(size, elem, world)

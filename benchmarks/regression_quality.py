@@ -49,7 +49,7 @@ import numpy as np
 from docsection import write_section  # noqa: E402
 
 from commlens.regress import CompareSettings, DetectSettings, RowSide, compare_runs, detect_history, find_changes, judge
-from commlens.results.records import Measurement, Run, SystemInfo
+from commlens.results.records import FloorKey, Measurement, Run, SystemInfo
 from commlens.store.repo import MeasurementRow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,8 +197,8 @@ def _history_rows(rng: np.random.Generator, nseries: int, npoints: int) -> list[
                     op=op,
                     algo="builtin",
                     dtype=dtype,
-                    redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
-                    root=-1,
+                    redop="sum" if op in ("all_reduce", "reduce_scatter") else None,
+                    root=None,
                     size_bytes=size,
                     in_place=in_place,
                     world_size=8,
@@ -380,7 +380,7 @@ def _rows_run(
                         count=size // 4,
                         in_place=in_place,
                         world_size=8,
-                        redop="sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                        redop="sum" if op in ("all_reduce", "reduce_scatter") else None,
                         samples_s=tuple(float(x) for x in np.concatenate(samples)),
                         rounds=(PER_ROUND,) * ROUNDS,
                     )
@@ -398,7 +398,9 @@ def run_gate(rng: np.random.Generator, compares: int, settings: CompareSettings)
         ones = np.ones(200)
         base, cand = _rows_run("a", ones, cvs, rng), _rows_run("b", ones, cvs, rng)
         if not floors:  # the run-level sd of this generator, as a learned floor would say (2 % run, 1 % round)
-            floors = {(_SYSTEM.fingerprint(), *m.key): math.sqrt(0.02**2 + 0.01**2 / ROUNDS) for m in base.measurements}
+            floors = {
+                FloorKey(_SYSTEM.fingerprint(), m.key): math.sqrt(0.02**2 + 0.01**2 / ROUNDS) for m in base.measurements
+            }
         report = compare_runs([base], [cand], settings)
         regressions = report.count("regression")
         out["alarm"] += regressions > 0
