@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from commlens.results.records import MeasurementKey
+
 __all__ = [
     "LEGACY_SCHEMA_VERSION",
     "SCHEMA_REVISION",
@@ -157,25 +159,14 @@ class SampleModel(Base):
 class NoiseFloorModel(Base):
     """A series' run-to-run variation, learned from A/A-like history (``commlens noise learn``).
 
-    One row per series: (fingerprint, op, algo, dtype, redop, root, size, placement). ``sd_log`` is the
-    standard deviation of the natural log of whole runs' typical times at one revision, pooled over the
+    One row per series (a ``FloorKey``: fingerprint and measurement key; ``redop`` and ``root`` encoded as
+    in ``measurements``, ``none`` and ``-1`` for none, so the unique key holds: NULLs are never equal).
+    ``sd_log`` is the standard deviation of the natural log of whole runs' typical times at one revision, pooled over the
     revisions that had at least two runs: 0.05 means runs of the same code scatter by about 5 %.
     """
 
     __tablename__ = "noise_floors"
-    __table_args__ = (
-        UniqueConstraint(
-            "fingerprint",
-            "op",
-            "algo",
-            "dtype",
-            "redop",
-            "root",
-            "size_bytes",
-            "in_place",
-            name="uq_noise_floors_series",
-        ),
-    )
+    __table_args__ = (UniqueConstraint("fingerprint", *MeasurementKey._fields, name="uq_noise_floors_series"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     fingerprint: Mapped[str] = mapped_column(String)

@@ -47,7 +47,7 @@ class NoiseFloor:
         )
 
 
-_KEY_COLUMNS = ("fingerprint", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place")
+_KEY_COLUMNS = ("fingerprint", *MeasurementKey._fields)  # a FloorKey's columns
 _VALUE_COLUMNS = ("sd_log", "runs", "groups", "learned_at")
 
 
