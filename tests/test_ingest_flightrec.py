@@ -292,7 +292,11 @@ def test_only_active_dumps_two_faulty_ranks_in_two_groups_both_named() -> None:
     assert any(n.startswith("3 group(s) compared from a later collective than 1") for n in report.notes)
     result = _cli(str(DATA / "flightrec_v2_9_active"))
     assert result.exit_code == 1
-    assert "    1  nothing (no earlier one in its dump)   -" in result.output
+    assert (
+        "rank  issued                                sizes  dtypes  where (innermost first)\n"
+        "   1  nothing (no earlier one in its dump)  -      -       -\n"
+        "culprit rank(s): 1\n"
+    ) in result.output
     assert result.output.endswith("suspects (first is likeliest): 1,3\n")
     out = json.loads(_cli(str(DATA / "flightrec_v2_9_active"), "--json").output)
     assert [d["culprit_ranks"] for d in out["divergences"]] == [[1], [3]] and out["suspect_ranks"] == [1, 3]
