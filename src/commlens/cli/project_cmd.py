@@ -10,13 +10,16 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit, fail_with
+
+if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
+    from typer._click import Context as ClickContext
 
 _ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
 _ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, with no sub-command name
@@ -25,24 +28,22 @@ _ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, 
 class _ProjectGroup(TyperGroup):
     """``project WORKLOAD ...`` projects one point; ``project sweep|validate|calibrate ...`` are sub-commands.
 
-    A first argument that names no sub-command (a workload, an option, nothing) goes to the projection."""
+    A first argument that names no sub-command (a workload, an option, nothing) goes to the projection, the
+    hidden sub-command ``one``: a click group cannot take a positional argument beside its sub-commands, so
+    this one hook names the default sub-command."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
         if not args or args[0] not in self.commands or args[0] == _ONE:  # (a workload named "one" stays one)
             args = [_ONE, *args]
         return super().parse_args(ctx, args)
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
-        name, command, rest = super().resolve_command(ctx, args)
-        return ("" if name == _ONE else name), command, rest
-
 
 class _UnnamedContext(typer.Context):
-    """The projection's context: its usage line reads ``commlens project [OPTIONS] WORKLOAD``."""
+    """The projection's context: its usage line reads ``commlens project [OPTIONS] WORKLOAD``, without ``one``."""
 
     @property
     def command_path(self) -> str:
-        return super().command_path.rstrip()
+        return super().command_path.removesuffix(f" {_ONE}")
 
 
 class _UnnamedCommand(TyperCommand):
@@ -224,7 +225,9 @@ def _sweep(
     with errors_as_exit():
         grid_spec = parse_vary(vary)
         points = grid(grid_spec) if grid_spec else [{}]
-        layout = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
+        layout: dict[str, Any] = (
+            {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
+        )
         layout["recompute"] = recompute
         result = run_sweep(
             Base(workload, topology, gpus, layout, {}, files),
