@@ -10,6 +10,7 @@ from commlens.algos.base import AlgoError
 from commlens.bench.config import ConfigError
 from commlens.cli.errors import errors_as_exit
 from commlens.cluster.spec import ClusterError
+from commlens.diagnose.links_measure import LinkProbe, ProbeError
 from commlens.diagnose.stragglers import StragglerError, StragglerParams
 from commlens.diagnose.trace_match import MatchError
 from commlens.errors import CommlensError
@@ -24,6 +25,7 @@ from commlens.project.errors import ProjectionError
 from commlens.regress.compare import CompareError
 from commlens.results.jsonfmt import FormatError
 from commlens.results.records import RecordError
+from commlens.results.units import SizeError, parse_size
 from commlens.store.db import StoreError
 from commlens.topology.spec import TopologyError
 from commlens.workload.spec import WorkloadError
@@ -32,6 +34,7 @@ from commlens.workload.spec import WorkloadError
 STAGE_ERRORS = [
     (UnknownOpError, ValueError),
     (RecordError, ValueError),
+    (SizeError, ValueError),
     (FormatError, ValueError),
     (ConfigError, ValueError),
     (AlgoError, ValueError),
@@ -49,6 +52,7 @@ STAGE_ERRORS = [
     (ClusterError, RuntimeError),
     (MatchError, ValueError),
     (StragglerError, ValueError),
+    (ProbeError, ValueError),
 ]
 
 
@@ -83,3 +87,10 @@ def test_errors_as_exit_lets_other_exceptions_through() -> None:
 def test_straggler_params_refuse_impossible_values_with_their_error() -> None:
     with pytest.raises(StragglerError, match="late_threshold_s must be a finite number > 0, got 0.0"):
         StragglerParams(late_threshold_s=0.0)
+
+
+def test_sizes_and_probes_refuse_bad_values_with_their_errors() -> None:
+    with pytest.raises(SizeError, match="invalid size '64X': expected a number with an optional K, M or G suffix"):
+        parse_size("64X")
+    with pytest.raises(ProbeError, match="size_bytes must be >= 1024"):
+        LinkProbe(size_bytes=8)

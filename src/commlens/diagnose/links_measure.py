@@ -15,8 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from commlens.diagnose.tournament import partner, rounds
+from commlens.errors import CommlensError
 
-__all__ = ["LinkProbe", "measure"]
+__all__ = ["LinkProbe", "ProbeError", "measure"]
+
+
+class ProbeError(CommlensError, ValueError):
+    """Probe settings that cannot measure (a message too small to time, no iterations)."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,9 @@ class LinkProbe:
 
     def __post_init__(self) -> None:
         if self.size_bytes < 1024:
-            raise ValueError("size_bytes must be >= 1024")
+            raise ProbeError("size_bytes must be >= 1024")
         if self.iters < 1 or self.passes < 1 or self.latency_iters < 1 or self.warmup < 0:
-            raise ValueError("iters, passes and latency_iters must be >= 1, warmup >= 0")
+            raise ProbeError("iters, passes and latency_iters must be >= 1, warmup >= 0")
 
 
 def _one_way(dist: Any, data: Any, ack: Any, peer: int, sending: bool) -> float:

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_size", "format_size", "format_gbps", "format_us", "format_percent"]
+from commlens.errors import CommlensError
+
+__all__ = ["SizeError", "parse_size", "format_size", "format_gbps", "format_us", "format_percent"]
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+class SizeError(CommlensError, ValueError):
+    """A size that is not a whole number of bytes (``"64X"``, ``"1.5"``, ``-1``); the message quotes it."""
 
 
 def parse_size(text: str | int) -> int:
     """Bytes from ``"64M"``, ``"1K"``, ``"8"``, ``"1.5G"`` (powers of 1024, as nccl-tests)."""
     if isinstance(text, int):
         if text < 0:
-            raise ValueError(f"size must be >= 0, got {text}")
+            raise SizeError(f"size must be >= 0, got {text}")
         return text
     match = _SIZE_RE.match(str(text))
     if not match:
-        raise ValueError(f"invalid size {text!r}: expected a number with an optional K, M or G suffix")
+        raise SizeError(f"invalid size {text!r}: expected a number with an optional K, M or G suffix")
     number, suffix = float(match.group(1)), match.group(2).upper()
     value = number * _SUFFIX[suffix]
     if value != int(value):
-        raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
+        raise SizeError(f"invalid size {text!r}: not a whole number of bytes")
     return int(value)
 
 
