@@ -17,10 +17,10 @@ Levels, from the accelerator out:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails
 
 from commlens.errors import CommlensError
 from commlens.specdata import refuse_bool_numbers
@@ -255,7 +255,7 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
 _NAMED = re.compile(r"^[a-z_][a-z0-9_.\[\]]*: ")
 
 
-def _describe(err: ErrorDetails) -> str:
+def _describe(err: Mapping[str, Any]) -> str:
     """One pydantic error as ``field.path: reason (got value)``."""
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
     msg = err["msg"].removeprefix("Value error, ")

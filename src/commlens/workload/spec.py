@@ -9,10 +9,10 @@ same model can be projected on any cluster under any layout.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import ErrorDetails
 
 from commlens.errors import CommlensError
 from commlens.specdata import refuse_bool_numbers
@@ -151,7 +151,7 @@ def workload_from_dict(data: Any, source: str = "workload") -> Workload:
         raise WorkloadError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
 
 
-def _describe(err: ErrorDetails) -> str:
+def _describe(err: Mapping[str, Any]) -> str:
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
