@@ -440,8 +440,8 @@ def test_diagnose_links_local_ranks_listen_on_loopback_only() -> None:
         sockets: list[tuple[str, int, int]] = []
         deadline = time.monotonic() + 60
         while len(sockets) < 4 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)  # rank 0's store and each rank's gloo listener, once all have joined
-            sockets = listening_addresses(descendants(proc.pid))
+            time.sleep(0.2)  # the launcher's store and each rank's gloo listener, once all have joined
+            sockets = listening_addresses([proc.pid, *descendants(proc.pid)])
     finally:
         stop(proc)
     assert len(sockets) >= 4, sockets
