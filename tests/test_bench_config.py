@@ -92,7 +92,7 @@ def test_defaults_and_lists() -> None:
     assert _cfg("--out-of-place").placements() == [False]
     all_cfg = _cfg("-d", "all", "-o", "all", "-r", "all")
     assert len(all_cfg.dtypes) == 8 and len(all_cfg.redops) == 5
-    assert all_cfg.roots == ()  # every rank, resolved once the world size is known
+    assert all_cfg.roots == "all"  # every rank, resolved once the world size is known
 
 
 @pytest.mark.parametrize(
