@@ -8,6 +8,7 @@ import signal
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 
 cluster_app = typer.Typer(
@@ -36,10 +37,8 @@ def _optional_cluster_name(positional: str | None, option: str | None) -> str | 
         fail(f"two cluster names given: {positional!r} and --name {option!r}", 2)
     name = positional if positional is not None else option
     if name is not None:
-        try:
+        with errors_as_exit("cluster "):
             check_name(name)
-        except ValueError as e:
-            fail(f"cluster {e}", 2)
     return name
 
 
@@ -78,12 +77,12 @@ def up_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the cluster as JSON"),
 ) -> None:
     """Create the cluster; on any failure everything created so far is removed."""
-    from commlens.cluster import ClusterError, ClusterSpec, NotRootError, up
+    from commlens.cluster import ClusterSpec, up
 
     name = _cluster_name(name_arg, name_opt)
     checked(link_gbps, "--link-gbps", above=0)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
+    with errors_as_exit():
         spec = ClusterSpec(
             name=name,
             hosts=hosts,
@@ -92,23 +91,17 @@ def up_cmd(
             **_faults(slow_host, slow_link, cpu_starve),
         )
         state = up(spec)
-    except NotRootError as e:
-        fail(str(e), 2)
-    except (ValueError, ClusterError) as e:
-        fail(str(e), 2)
     _print(state.to_dict(), as_json)
 
 
 @cluster_app.command("down")
 def down_cmd(name_arg: str | None = _name_argument(), name_opt: str | None = _name_option()) -> None:
     """Remove the cluster: namespaces, veth pairs, qdiscs, bridge, cgroups and its state file."""
-    from commlens.cluster import ClusterError, down
+    from commlens.cluster import down
 
     name = _cluster_name(name_arg, name_opt)
-    try:
+    with errors_as_exit():
         down(name)
-    except ClusterError as e:
-        fail(str(e), 2)
     print(f"cluster {name} removed")
 
 
@@ -124,12 +117,12 @@ def set_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Change the rate or the faults of a running cluster, effective at once."""
-    from commlens.cluster import ClusterError, change, load_state, require_root
+    from commlens.cluster import change, load_state, require_root
 
     name = _cluster_name(name_arg, name_opt)
     if link_gbps is not None:
         checked(link_gbps, "--link-gbps", above=0)
-    try:
+    with errors_as_exit():
         require_root()
         old = load_state(name).spec
         f = _faults(slow_host, slow_link, cpu_starve)
@@ -141,8 +134,6 @@ def set_cmd(
         if link_gbps is not None:
             updates["link_bytes_per_s"] = link_gbps * 1e9 / 8
         state = change(name, **updates)
-    except (ValueError, ClusterError) as e:
-        fail(str(e), 2)
     _print(state.to_dict(), as_json)
 
 
@@ -153,10 +144,10 @@ def status_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a cluster (or all): hosts, addresses, rates, faults, and whether its objects exist."""
-    from commlens.cluster import ClusterError, list_states, require_root, status
+    from commlens.cluster import list_states, require_root, status
 
     name = _optional_cluster_name(name_arg, name_opt)
-    try:
+    with errors_as_exit():
         require_root()
         if name is None:
             out = [s.to_dict() for s in list_states()]
@@ -167,8 +158,6 @@ def status_cmd(
                     print(f"{s['name']}: {s['hosts']} hosts, {s['status']}, {s['subnet']}")
             return
         st = status(name)
-    except ClusterError as e:
-        fail(str(e), 2)
     _print(st, as_json)
     if not st["healthy"]:
         raise typer.Exit(1)

@@ -12,6 +12,7 @@ from commlens.errors import CommlensError
 __all__ = [
     "ClusterError",
     "ClusterSpec",
+    "ClusterSpecError",
     "NotRootError",
     "SlowHost",
     "SlowLink",
@@ -35,11 +36,15 @@ class NotRootError(ClusterError):
     """Namespaces, veth pairs and qdiscs need root."""
 
 
+class ClusterSpecError(ClusterError, ValueError):
+    """A cluster name, spec field or fault option that is not valid; the message names it."""
+
+
 def check_name(name: str) -> str:
     """``name`` when it is a cluster name (lower-case letters, digits and '-', at most 24 characters), so that
     the state file and kernel objects built from it stay where they belong (``../x`` is not a name)."""
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"name {name!r}: lower-case letters, digits and '-', at most 24 characters")
+        raise ClusterSpecError(f"name {name!r}: lower-case letters, digits and '-', at most 24 characters")
     return name
 
 
@@ -70,7 +75,7 @@ class StarvedHost:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """An emulated cluster; validated at construction (``ValueError`` naming the field)."""
+    """An emulated cluster; validated at construction (``ClusterSpecError``, a ``ValueError``, naming the field)."""
 
     name: str
     hosts: int
@@ -84,13 +89,15 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         check_name(self.name)
         if isinstance(self.hosts, bool) or not 2 <= self.hosts <= MAX_HOSTS:
-            raise ValueError(f"hosts must be between 2 and {MAX_HOSTS}, got {self.hosts}")
+            raise ClusterSpecError(f"hosts must be between 2 and {MAX_HOSTS}, got {self.hosts}")
         if isinstance(self.link_bytes_per_s, bool) or not (
             math.isfinite(self.link_bytes_per_s) and self.link_bytes_per_s > 0
         ):
-            raise ValueError(f"link rate must be a finite number > 0, got {self.link_bytes_per_s * 8 / 1e9:g} Gb/s")
+            raise ClusterSpecError(
+                f"link rate must be a finite number > 0, got {self.link_bytes_per_s * 8 / 1e9:g} Gb/s"
+            )
         if self.ranks_per_host < 1:
-            raise ValueError("ranks_per_host must be >= 1")
+            raise ClusterSpecError("ranks_per_host must be >= 1")
         for f in self.slow_hosts:
             self._check_host(f.host, "slow host")
             self._check_fraction(f.fraction, "slow host")
@@ -98,23 +105,23 @@ class ClusterSpec:
             self._check_host(link.a, "slow link")
             self._check_host(link.b, "slow link")
             if link.a == link.b:
-                raise ValueError(f"slow link {link.a}-{link.b} joins a host to itself")
+                raise ClusterSpecError(f"slow link {link.a}-{link.b} joins a host to itself")
             self._check_fraction(link.fraction, "slow link")
         for starved in self.starved_hosts:
             self._check_host(starved.host, "cpu-starved host")
             if not 0.01 <= starved.cpu_fraction <= 64:
-                raise ValueError(
+                raise ClusterSpecError(
                     f"cpu-starved host {starved.host}: CPU fraction must be in [0.01, 64], got {starved.cpu_fraction}"
                 )
 
     def _check_host(self, host: int, what: str) -> None:
         if not 0 <= host < self.hosts:
-            raise ValueError(f"{what}: host {host} does not exist (hosts 0..{self.hosts - 1})")
+            raise ClusterSpecError(f"{what}: host {host} does not exist (hosts 0..{self.hosts - 1})")
 
     @staticmethod
     def _check_fraction(fraction: float, what: str) -> None:
         if not 0 < fraction <= 1:  # false for NaN too
-            raise ValueError(f"{what}: fraction must be in (0, 1], got {fraction}")
+            raise ClusterSpecError(f"{what}: fraction must be in (0, 1], got {fraction}")
 
     def host_rate(self, host: int) -> float:
         """Bytes/s of ``host``'s link in each direction."""
@@ -129,7 +136,9 @@ class ClusterSpec:
 
 def _split(text: str, sep: str, what: str) -> tuple[str, str]:
     if sep not in text:
-        raise ValueError(f"{what} {text!r}: expected the form {'A-B' if what == 'slow link' else 'H'}{sep}FRACTION")
+        raise ClusterSpecError(
+            f"{what} {text!r}: expected the form {'A-B' if what == 'slow link' else 'H'}{sep}FRACTION"
+        )
     left, right = text.rsplit(sep, 1)
     return left, right
 
@@ -140,7 +149,7 @@ def parse_slow_host(text: str) -> SlowHost:
     try:
         return SlowHost(int(host), float(frac))
     except ValueError:
-        raise ValueError(f"slow host {text!r}: expected H:FRACTION, e.g. 2:0.3") from None
+        raise ClusterSpecError(f"slow host {text!r}: expected H:FRACTION, e.g. 2:0.3") from None
 
 
 def parse_slow_link(text: str) -> SlowLink:
@@ -150,7 +159,7 @@ def parse_slow_link(text: str) -> SlowLink:
         a, b = pair.split("-")
         return SlowLink(int(a), int(b), float(frac))
     except ValueError:
-        raise ValueError(f"slow link {text!r}: expected A-B:FRACTION, e.g. 0-3:0.5") from None
+        raise ClusterSpecError(f"slow link {text!r}: expected A-B:FRACTION, e.g. 0-3:0.5") from None
 
 
 def parse_starved_host(text: str) -> StarvedHost:
@@ -159,7 +168,7 @@ def parse_starved_host(text: str) -> StarvedHost:
     try:
         return StarvedHost(int(host), float(frac))
     except ValueError:
-        raise ValueError(f"cpu-starved host {text!r}: expected H:CPUS, e.g. 1:0.2") from None
+        raise ClusterSpecError(f"cpu-starved host {text!r}: expected H:CPUS, e.g. 1:0.2") from None
 
 
 @dataclass(frozen=True)
