@@ -57,23 +57,18 @@ def _root() -> None:
 )
 def bench(ctx: typer.Context) -> None:
     """Run collectives across local ranks (nccl-tests options; see `commlens bench --help`)."""
-    from commlens.bench.config import ConfigError
-
     argv = list(ctx.args)
     if "-h" in argv or "--help" in argv:
         from commlens.bench.config import build_parser
 
         build_parser().print_help()
         raise typer.Exit(0)
-    from commlens.bench.launcher import BenchFailure
     from commlens.cli.bench_cmd import launch
+    from commlens.cli.errors import errors_as_exit
 
     try:
-        code = launch(argv)
-    except ConfigError as e:
-        fail(str(e), 2)
-    except BenchFailure as e:
-        fail(str(e), e.code)
+        with errors_as_exit():  # bad settings (exit 2), a failed run (its code)
+            code = launch(argv)
     except SystemExit as e:  # argparse usage errors
         raise typer.Exit(e.code if isinstance(e.code, int) else 2) from None
     raise typer.Exit(code)

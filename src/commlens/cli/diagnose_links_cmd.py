@@ -10,6 +10,7 @@ import typer
 from commlens.cli.app import fail
 from commlens.cli.diagnose_cmd import diagnose_app
 from commlens.cli.numbers import checked
+from commlens.errors import CommlensError
 
 
 @diagnose_app.command("links")
@@ -27,7 +28,7 @@ def links(
 
     Across real hosts, run the worker under torchrun: `torchrun ... -m commlens.diagnose.links`.
     """
-    from commlens.bench.config import ConfigError
+    from commlens.cli.errors import errors_as_exit, fail_with
     from commlens.diagnose.links import (
         LinkProbe,
         LinksFailure,
@@ -41,10 +42,8 @@ def links(
     from commlens.results.units import parse_size
 
     checked(timeout, "--timeout", above=0)
-    try:
+    with errors_as_exit():  # a size or probe setting that cannot be (SizeError, ProbeError)
         probe = LinkProbe(size_bytes=parse_size(size), iters=iters, passes=passes)
-    except ValueError as e:
-        fail(str(e), 2)
     if (cluster is None) == (nproc is None):
         fail(
             "give --cluster NAME (an emulated cluster) or --nproc N (local ranks); across real hosts run "
@@ -53,12 +52,10 @@ def links(
         )
     placement: Local | OnCluster
     if cluster is not None:
-        from commlens.cluster import ClusterError, require_root
+        from commlens.cluster import require_root
 
-        try:
+        with errors_as_exit():
             require_root()
-        except ClusterError as e:
-            fail(str(e), 2)
         placement = OnCluster(cluster, ranks_per_host=1)
     else:
         if nproc is not None and nproc < 2:
@@ -66,10 +63,10 @@ def links(
         placement = Local(nproc or 2)
     try:
         world, records = run_links(placement, probe, timeout_s=timeout)
-    except ConfigError as e:
-        fail(str(e), 2)
     except LinksFailure as e:
-        fail(f"measurement failed: {e}", e.exit_code)
+        fail_with(e, "measurement failed: ")
+    except CommlensError as e:  # the placement (an unknown cluster): not a failed measurement
+        fail_with(e)
     diagnosis = diagnose_links(records, world)
     if as_json:
         print(json.dumps(diagnosis.to_dict(), indent=2))

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.tables import left, new_table, print_table, right
 
 
 def _us(seconds: float | None) -> str:
@@ -61,27 +62,29 @@ def _print_entry(entry: Any) -> None:
         f"{entry.ranks_per_host}, {entry.backend}/{entry.device}), {ctx.get('stat', '?')} time, "
         f"run {str(ctx.get('run_id', '?'))[:12]}"
     )
-    fmt = "{:>22}  {:>10}  {:<19} {:>10}  {:>12}  {:>9}  {:<19} {:>10}"
-    print(
-        "#"
-        + fmt.format(
-            "bucket (B)", "size (B)", "best", "time (us)", "builtin (us)", "vs builtin", "runner-up", "time (us)"
-        )[1:]
+    table = new_table(
+        right("bucket (B)"),
+        right("size (B)"),
+        left("best"),
+        right("time (us)"),
+        right("builtin (us)"),
+        right("vs builtin"),
+        left("runner-up"),
+        right("time (us)"),
     )
     for r in bucket_rows(entry):
         ratio = f"{r['vs_builtin']:.2f}x" if r["vs_builtin"] is not None else "-"
-        print(
-            fmt.format(
-                _bucket_text(r["min_bytes"], r["max_bytes"]),
-                r["size_bytes"],
-                r["algo"],
-                _us(r["time_s"]),
-                _us(r["builtin_time_s"]),
-                ratio,
-                r["runner_up"] or "-",
-                _us(r["runner_up_time_s"]),
-            )
+        table.add_row(
+            _bucket_text(r["min_bytes"], r["max_bytes"]),
+            str(r["size_bytes"]),
+            r["algo"],
+            _us(r["time_s"]),
+            _us(r["builtin_time_s"]),
+            ratio,
+            r["runner_up"] or "-",
+            _us(r["runner_up_time_s"]),
         )
+    print_table(table)
 
 
 @app.command("tune")
@@ -128,11 +131,11 @@ def tune_cmd(
     """Time every algorithm and the built-in per size; write the table `algo="auto"` uses (see docs/algos.md)."""
     from commlens.algos import ALGO_OPS
     from commlens.algos.tuning import TuningError, load_table, save_table, table_path, table_to_dict, with_entries
-    from commlens.bench.config import ConfigError
-    from commlens.bench.launcher import BenchFailure
     from commlens.bench.tune import NothingToTune, SweepFailed, TuneSettings, tune
     from commlens.cli.bench_cmd import Terminal, say, store
     from commlens.cli.bench_outputs import Destinations, check_destinations, check_file_destination, exit_code
+    from commlens.cli.errors import errors_as_exit
+    from commlens.errors import CommlensError
 
     ops = list(ALGO_OPS) if op.strip().lower() == "all" else [o.strip() for o in op.split(",") if o.strip()]
     for name in ops:
@@ -144,8 +147,8 @@ def tune_cmd(
         try:
             existing = load_table(path)
         except TuningError as e:
-            fail(f"{e} (fix or remove it, or pass --replace to overwrite it)")
-    try:
+            fail(f"{e} (fix or remove it, or pass --replace to overwrite it)", e.exit_code)
+    with errors_as_exit():  # bad input (exit 2), a failed sweep (its code)
         check_file_destination("--output", str(path))  # before the sweep, not after it
         settings = TuneSettings(
             ops=",".join(ops),
@@ -180,15 +183,11 @@ def tune_cmd(
                 store(e.run, to)
                 raise
         store(run, to)
-    except ConfigError as e:
-        fail(str(e), 2)
-    except BenchFailure as e:
-        fail(str(e), e.code)
     table = with_entries(existing, entries, "commlens tune " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     try:
         save_table(table, path)
         load_table(path)  # what auto will read: the round trip must hold
-    except (OSError, TuningError) as e:
+    except (OSError, CommlensError) as e:
         fail(f"cannot write the tuning table {path}: {e}")
     if as_json:
         doc = table_to_dict(table)
