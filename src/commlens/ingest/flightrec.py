@@ -208,9 +208,12 @@ def _version(path: Path, value: Any) -> str:
     return text
 
 
-def _int(path: Path, where: str, value: Any, *, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
+def _optional_int(path: Path, where: str, value: Any) -> int | None:
+    """As :func:`_int`, with None (a missing field) allowed."""
+    return None if value is None else _int(path, where, value)
+
+
+def _int(path: Path, where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and re.fullmatch(r"-?\d{1,20}", value):  # JSON pg_status writes numbers as text
             return int(value)
@@ -221,7 +224,7 @@ def _int(path: Path, where: str, value: Any, *, optional: bool = False) -> int |
 def _sizes(path: Path, where: str, value: Any) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in value):
         raise DumpError(f"{path}: {where} is {value!r:.80}, not a list of tensor shapes")
-    return tuple(tuple(_int(path, where, d) for d in s) for s in value)  # type: ignore[misc]
+    return tuple(tuple(_int(path, where, d) for d in s) for s in value)
 
 
 def _frames(value: Any) -> tuple[str, ...]:
@@ -263,17 +266,17 @@ def _entry(path: Path, i: int, raw: Any) -> Entry:
     state = raw.get("state")
     return Entry(
         index=i,
-        record_id=_int(path, f"{where}: record_id", raw.get("record_id"), optional=True),
+        record_id=_optional_int(path, f"{where}: record_id", raw.get("record_id")),
         process_group=group,
         process_group_desc=desc,
-        collective_seq_id=_int(path, f"{where}: {seq_key}", raw[seq_key]),  # type: ignore[arg-type]
-        p2p_seq_id=_int(path, f"{where}: p2p_seq_id", raw.get("p2p_seq_id"), optional=True),
+        collective_seq_id=_int(path, f"{where}: {seq_key}", raw[seq_key]),
+        p2p_seq_id=_optional_int(path, f"{where}: p2p_seq_id", raw.get("p2p_seq_id")),
         profiling_name=name,
         op=op,
         input_sizes=_sizes(path, f"{where}: input_sizes", raw["input_sizes"]),
         input_dtypes=tuple(dtypes) if dtypes is not None else None,
         state=state if isinstance(state, str) else None,
-        time_created_ns=_int(path, f"{where}: time_created_ns", raw.get("time_created_ns"), optional=True),
+        time_created_ns=_optional_int(path, f"{where}: time_created_ns", raw.get("time_created_ns")),
         is_p2p=bool(is_p2p) if isinstance(is_p2p, bool) else op in _P2P_OPS,
         frames=_frames(raw.get("frames")),
     )
@@ -292,9 +295,9 @@ def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
         raise DumpError(f"{path}: {where} is {value!r:.80}, not a list of ranks")
     ranks = tuple(_int(path, where, r) for r in value)
-    if any(r is None or not 0 <= r < _MAX_RANK for r in ranks):
+    if any(not 0 <= r < _MAX_RANK for r in ranks):
         raise DumpError(f"{path}: {where} holds a rank outside 0..{_MAX_RANK - 1}")
-    return ranks  # type: ignore[return-value]
+    return ranks
 
 
 def _groups(path: Path, pg_config: Any, entries: list[Entry]) -> dict[str, GroupConfig]:
