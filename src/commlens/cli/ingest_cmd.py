@@ -56,10 +56,8 @@ def ingest_cmd(
         fail("- (standard input) can be given only once")
     started_at = None
     if time is not None:
-        try:
+        with errors_as_exit("--time: "):
             started_at = parse_time(time)
-        except ValueError as e:  # parse_time's one error: not an ISO date
-            fail(f"--time: {e}")
     if op is not None:
         from commlens.ops import get_op
 

@@ -14,6 +14,7 @@ from commlens.ingest.base import (
     DEFAULT_MAX_INPUT_BYTES,
     STDIN,
     IngestError,
+    IngestOptionError,
     IngestWarning,
     InputFormat,
     ParsedRun,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
     "STDIN",
     "IngestError",
+    "IngestOptionError",
     "IngestWarning",
     "InputFormat",
     "Source",
@@ -43,13 +45,14 @@ __all__ = [
 
 
 def parse_time(text: str) -> str:
-    """An ISO 8601 date or date/time as ISO UTC; a time without a zone is taken as UTC, a date as its midnight."""
+    """An ISO 8601 date or date/time as ISO UTC; a time without a zone is taken as UTC, a date as its midnight
+    (else IngestOptionError)."""
     value = text.strip()
     iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         when = dt.datetime.fromisoformat(iso)
     except ValueError:
-        raise ValueError(
+        raise IngestOptionError(
             f"{text!r} is not an ISO 8601 date or date/time (e.g. 2025-05-01 or 2025-05-01T13:45:00Z)"
         ) from None
     if when.tzinfo is None:
@@ -81,7 +84,7 @@ def load_runs(
         try:
             get_op(op)
         except UnknownOpError as e:
-            raise ValueError(str(e)) from None
+            raise IngestOptionError(str(e)) from None
     if fmt != "auto":
         get_format(fmt)
     source = read_source(path, max_bytes=max_input_bytes)

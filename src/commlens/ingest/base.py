@@ -29,6 +29,7 @@ from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run
 
 __all__ = [
     "IngestError",
+    "IngestOptionError",
     "IngestWarning",
     "Source",
     "ParsedRun",
@@ -76,6 +77,10 @@ def check_limit(what: str, value: int, limit: int) -> str | None:
     if value >= limit:
         return f"{what} {quote(value, 40)} is beyond what commlens accepts (< {limit}): a corrupted or hostile file?"
     return None
+
+
+class IngestOptionError(CommlensError, ValueError):
+    """An ingest option that is not valid (a time that is not ISO 8601, an unknown op or format name)."""
 
 
 class IngestError(CommlensError, ValueError):

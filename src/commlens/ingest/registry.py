@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from commlens.ingest import commlens_json, nccltests_json, nccltests_text, param
-from commlens.ingest.base import InputFormat, Source, read_source
+from commlens.ingest.base import IngestOptionError, InputFormat, Source, read_source
 
 __all__ = ["FORMATS", "detect_format", "detect_source_format", "get_format"]
 
@@ -31,11 +31,11 @@ _SNIFF_ORDER: tuple[InputFormat, ...] = tuple(sorted(_ENTRIES, key=lambda fmt: n
 
 
 def get_format(name: str) -> InputFormat:
-    """The format called ``name``; ValueError naming the known ones otherwise."""
+    """The format called ``name``; IngestOptionError (a ValueError) naming the known ones otherwise."""
     try:
         return FORMATS[name]
     except KeyError:
-        raise ValueError(f"unknown format {name!r}; known: auto, {', '.join(FORMATS)}") from None
+        raise IngestOptionError(f"unknown format {name!r}; known: auto, {', '.join(FORMATS)}") from None
 
 
 def detect_source_format(source: Source) -> str:
