@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commlens.cli.app import app, fail, say
+from commlens.cli.errors import errors_as_exit
 
 if TYPE_CHECKING:
     from commlens.store.noise import NoiseFloor
@@ -50,16 +51,14 @@ def noise_learn(
     level shifts smaller than it. Exit code 2 when no series has enough history.
     """
     from commlens.regress import learn_floors, parse_utc
-    from commlens.store import Store, StoreError
+    from commlens.store import Store
     from commlens.store.noise import save_floors
 
     if min_df < 1:
         fail(f"--min-df {min_df}: must be >= 1")
-    try:
+    with errors_as_exit("--since: "):
         since_utc = None if since is None else parse_utc(since)
-    except ValueError as e:
-        fail(f"--since: {e}")
-    try:
+    with errors_as_exit():
         with Store.open(db, create=False) as store:
             ids = [s.run_id for s in store.list_runs(tag=tag, since=since_utc, fingerprint=fingerprint, limit=None)]
             runs = list(store.iter_runs(ids, on_corrupt=lambda e: say("warning", f"skipped: {e}")))
@@ -71,8 +70,6 @@ def noise_learn(
                 )
             if not dry_run:
                 save_floors(store, floors)
-    except StoreError as e:
-        fail(str(e))
     _print(
         floors,
         as_json,
@@ -88,19 +85,17 @@ def noise_show(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """The stored noise floors, by system, op and size."""
-    from commlens.store import Store, StoreError
+    from commlens.store import Store
     from commlens.store.noise import list_floors
 
-    try:
-        with Store.open(db, create=False) as store:
-            floors = list_floors(store, None if fingerprint is None else [fingerprint])
-    except StoreError as e:
-        fail(str(e))
+    with errors_as_exit(), Store.open(db, create=False) as store:
+        floors = list_floors(store, None if fingerprint is None else [fingerprint])
     _print(floors, as_json, f"{len(floors)} noise floors")
 
 
 def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
-    from commlens.results.units import format_size
+    from commlens.cli.regress_cmd import commented_table_lines
+    from commlens.results.units import format_percent, format_size
 
     if as_json:
         print(json.dumps({"summary": summary, "floors": [asdict(f) for f in floors]}, indent=1))
@@ -114,7 +109,7 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
             f.dtype,
             "-" if f.redop is None else f.redop,
             "in" if f.in_place else "out",
-            f"{f.sd_log:.2%}",
+            format_percent(f.sd_log, decimals=2),
             str(f.runs),
             str(f.groups),
             f.learned_at[:19],
@@ -122,11 +117,5 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
         for f in floors
     ]
     if cells:
-        widths = [max(len(x) for x in col) for col in zip(names, *cells)]
-        right = {"size", "floor", "runs", "groups"}
-        for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
-            print(
-                lead
-                + "  ".join(v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)).rstrip()
-            )
+        print("\n".join(commented_table_lines(names, cells, frozenset({"size", "floor", "runs", "groups"}))))
     print(f"# {summary}")

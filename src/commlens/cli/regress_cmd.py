@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commlens.cli.app import app, fail, say
+from commlens.cli.errors import errors_as_exit
 
 if TYPE_CHECKING:
     from commlens.regress import CompareReport, ComparisonRow, DetectReport
@@ -69,12 +70,8 @@ class _LazyStore:
         return self._open()
 
     def get(self) -> Store:
-        from commlens.store import StoreError
-
-        try:
+        with errors_as_exit():
             return self._open()
-        except StoreError as e:
-            fail(str(e))
 
     def close(self) -> None:
         self._open.__exit__()
@@ -90,13 +87,14 @@ class _LazyStore:
 
 
 def _load_file(path: str, what: str) -> list[Run]:
-    from commlens.ingest import IngestError, IngestWarning, load_runs
+    from commlens.ingest import IngestWarning, load_runs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IngestWarning)
         try:
-            runs = load_runs(path)
-        except (IngestError, ValueError, OSError) as e:
+            with errors_as_exit(f"{what}: "):
+                runs = load_runs(path)
+        except OSError as e:
             fail(f"{what}: {e}")
         finally:
             for w in caught:
@@ -148,7 +146,7 @@ def compare_cmd(
 
     Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
-    from commlens.regress import CompareError, CompareSettings, compare_runs
+    from commlens.regress import CompareSettings, compare_runs
     from commlens.results.records import FloorKey
 
     if noise_floor is not None and no_floors:
@@ -159,10 +157,8 @@ def compare_cmd(
         "min_samples": min_samples,
         "statistic": statistic,
     }
-    try:
+    with errors_as_exit():
         settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValueError as e:
-        fail(str(e))
     floor = None if noise_floor is None else _fraction(noise_floor, "--noise-floor")
     if floor == 0.0:
         fail("--noise-floor 0: a floor must be > 0 (use --no-noise-floors for none)")
@@ -177,10 +173,8 @@ def compare_cmd(
         floors = {
             FloorKey(r.system.fingerprint(), m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements
         }
-    try:
+    with errors_as_exit():
         report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate, floors=floors)
-    except CompareError as e:
-        fail(str(e))
     if fmt is CompareFormat.json:
         print(json.dumps(compare_to_dict(report), indent=1))
     elif fmt is CompareFormat.markdown:
@@ -231,37 +225,33 @@ def detect_cmd(
 
     Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
     """
-    from commlens.ops import UnknownOpError, get_op
+    from commlens.ops import get_op
     from commlens.regress import DetectSettings, detect_history, parse_utc
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
-    from commlens.store import StoreError
 
     given: dict[str, Any] = {
         "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
         "alpha": alpha,
     }
-    try:
+    with errors_as_exit():
         settings = DetectSettings(**{k: v for k, v in given.items() if v is not None})
         since_utc = None if since is None else parse_utc(since)
         size_bytes = None if size is None else parse_size(size)
-    except ValueError as e:
-        fail(str(e))
     if op is not None:
-        try:
+        with errors_as_exit("--op: "):
             op = get_op(op).name  # nccl-tests spellings too: allreduce
-        except UnknownOpError as e:
-            fail(f"--op: {e}")
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
     store = _LazyStore(db)
     try:
         from commlens.store.noise import load_floors
 
-        rows = store.get().measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint)
-        floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
-    except StoreError as e:
-        fail(str(e))
+        with errors_as_exit():
+            rows = store.get().measurement_rows(
+                op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint
+            )
+            floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
     finally:
         store.close()
     report = detect_history(rows, settings, order=by.value, since=since_utc, floors=floors)
@@ -322,8 +312,10 @@ def _n_text(r: ComparisonRow) -> str:
 
 def _spread_text(r: ComparisonRow) -> str:
     spreads = [x for x in (r.base_spread, r.candidate_spread) if x is not None]
-    text = f"{max(spreads):.1%}" if spreads else "-"
-    return text + (f" (floor {r.noise_floor:.1%})" if r.noise_floor is not None else "")
+    from commlens.results.units import format_percent
+
+    text = format_percent(max(spreads)) if spreads else "-"
+    return text + (f" (floor {format_percent(r.noise_floor)})" if r.noise_floor is not None else "")
 
 
 def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
@@ -373,22 +365,29 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     return names, cells
 
 
+_COMPARE_NUMBERS = frozenset(
+    {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
+)
+
+
+def commented_table_lines(names: list[str], cells: list[list[str]], numbers: frozenset[str]) -> list[str]:
+    """A Rich table (``numbers`` right-aligned) as lines: the header behind ``# `` (a comment to a reader of
+    the text), the rows indented two spaces beneath it."""
+    from commlens.results.text_tables import new_table, render_table, right
+
+    table = new_table(*(right(n) if n in numbers else n for n in names), rows=cells)
+    lines = render_table(table, indent=2).splitlines()
+    return ["# " + lines[0][2:], *lines[1:]]
+
+
 def compare_table_lines(report: CompareReport) -> list[str]:
     names, cells = _compare_cells(report)
-    widths = [max(len(x) for x in col) for col in zip(names, *cells)]
-    right = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
-
-    def line(values: list[str]) -> str:
-        parts = [v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)]
-        return "  ".join(parts).rstrip()
-
     head = [
         f"# base: {_side_text(report.base.label, len(report.base.run_ids))}   "
         f"candidate: {_side_text(report.candidate.label, len(report.candidate.run_ids))}",
         f"# {_settings_text(report)}",
-        "# " + line(names),
     ]
-    return head + ["  " + line(c) for c in cells] + [f"# {report.summary_line()}"]
+    return head + commented_table_lines(names, cells, _COMPARE_NUMBERS) + [f"# {report.summary_line()}"]
 
 
 def compare_markdown_lines(report: CompareReport) -> list[str]:
@@ -400,7 +399,6 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
     for c in cells:
         if c[verdict_col] == "regression":
             c[verdict_col] = "**regression**"
-    align = {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
     lines = [
         "### commlens compare",
         "",
@@ -411,7 +409,7 @@ def compare_markdown_lines(report: CompareReport) -> list[str]:
         f"**{report.summary_line()}**",
         "",
         "| " + " | ".join(names) + " |",
-        "|" + "|".join("---:" if n in align else "---" for n in names) + "|",
+        "|" + "|".join("---:" if n in _COMPARE_NUMBERS else "---" for n in names) + "|",
     ]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
     if report.warnings:
@@ -432,7 +430,7 @@ def compare_to_dict(report: CompareReport) -> dict[str, Any]:
 
 
 def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
-    from commlens.results.units import format_size
+    from commlens.results.units import format_percent, format_size
 
     names = [
         "op",
@@ -469,7 +467,7 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
                 f"{c.index}/{c.points}",
                 _us(c.mean_before_s),
                 _us(c.mean_after_s),
-                f"{c.change:+.1%}",
+                format_percent(c.change, sign=True),
                 f"{c.p_value:.2g}",
                 c.direction,
             ]
@@ -491,13 +489,9 @@ def detect_table_lines(report: DetectReport) -> list[str]:
     ]
     names, cells = _detect_cells(report)
     if cells:
-        widths = [max(len(x) for x in col) for col in zip(names, *cells)]
-        right = {"size", "points", "before us", "after us", "change", "p"}
-        for lead, values in [("# ", names), *(("  ", c) for c in cells)]:
-            lines.append(
-                lead
-                + "  ".join(v.rjust(w) if n in right else v.ljust(w) for n, v, w in zip(names, values, widths)).rstrip()
-            )
+        lines += commented_table_lines(
+            names, cells, frozenset({"size", "points", "before us", "after us", "change", "p"})
+        )
     if report.too_short:
         lines.append(f"# {report.too_short} series too short to hold a change (fewer than {2 * s.min_segment} points)")
     lines.append(f"# {report.summary_line()}")

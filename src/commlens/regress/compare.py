@@ -26,6 +26,7 @@ __all__ = [
     "CompareError",
     "CompareReport",
     "CompareSettings",
+    "CompareSettingsError",
     "ComparisonRow",
     "FloorKey",
     "SideSummary",
@@ -48,6 +49,10 @@ class CompareError(CommlensError, ValueError):
     """Two sets of runs that cannot be compared (no row in common, an empty side)."""
 
 
+class CompareSettingsError(CommlensError, ValueError):
+    """A comparison setting out of its range; the message names the field."""
+
+
 @dataclass(frozen=True)
 class CompareSettings:
     """Thresholds of the verdict and how the rounds are summarised."""
@@ -61,17 +66,17 @@ class CompareSettings:
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_change < 1.0):
-            raise ValueError(f"min_change must be in [0, 1), got {self.min_change}")
+            raise CompareSettingsError(f"min_change must be in [0, 1), got {self.min_change}")
         if not (0.0 < self.alpha < 1.0):
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+            raise CompareSettingsError(f"alpha must be in (0, 1), got {self.alpha}")
         if self.min_samples < 2:
-            raise ValueError(f"min_samples must be >= 2, got {self.min_samples}")
+            raise CompareSettingsError(f"min_samples must be >= 2, got {self.min_samples}")
         if not (0.5 <= self.confidence < 1.0):
-            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
+            raise CompareSettingsError(f"confidence must be in [0.5, 1), got {self.confidence}")
         if self.statistic not in ("median", "mean"):
-            raise ValueError(f"statistic must be median or mean, got {self.statistic!r}")
+            raise CompareSettingsError(f"statistic must be median or mean, got {self.statistic!r}")
         if not (self.far_floors > 0.0):
-            raise ValueError(f"far_floors must be > 0, got {self.far_floors}")
+            raise CompareSettingsError(f"far_floors must be > 0, got {self.far_floors}")
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commlens.errors import CommlensError
 from commlens.regress.stats import mann_whitney_p, robust_noise
 
-__all__ = ["DetectSettings", "SegmentChange", "find_changes"]
+__all__ = ["DetectSettings", "DetectSettingsError", "SegmentChange", "find_changes"]
 
 # The noise estimate is floored at this relative level (0.01 %), so a series of
 # identical values still gets a positive penalty.
@@ -22,6 +23,10 @@ _MIN_NOISE = 1e-4
 # Outlier clipping: points further than this many noise stdevs from the running median of this many points.
 _CLIP_NOISES = 3.0
 _CLIP_WINDOW = 5
+
+
+class DetectSettingsError(CommlensError, ValueError):
+    """A detection setting out of its range; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -36,15 +41,15 @@ class DetectSettings:
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_change < 1.0):
-            raise ValueError(f"min_change must be in [0, 1), got {self.min_change}")
+            raise DetectSettingsError(f"min_change must be in [0, 1), got {self.min_change}")
         if not (0.0 < self.alpha < 1.0):
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+            raise DetectSettingsError(f"alpha must be in (0, 1), got {self.alpha}")
         if not (self.penalty > 0.0):
-            raise ValueError(f"penalty must be > 0, got {self.penalty}")
+            raise DetectSettingsError(f"penalty must be > 0, got {self.penalty}")
         if self.min_segment < 2:
-            raise ValueError(f"min_segment must be >= 2, got {self.min_segment}")
+            raise DetectSettingsError(f"min_segment must be >= 2, got {self.min_segment}")
         if not (self.floor_multiple >= 0.0):
-            raise ValueError(f"floor_multiple must be >= 0, got {self.floor_multiple}")
+            raise DetectSettingsError(f"floor_multiple must be >= 0, got {self.floor_multiple}")
 
 
 @dataclass(frozen=True)

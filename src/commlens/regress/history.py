@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.repo import MeasurementRow
 
-__all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "detect_history", "parse_utc"]
+__all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "TimeFormatError", "detect_history", "parse_utc"]
 
 Order = Literal["time", "revision"]
 
@@ -131,14 +132,18 @@ class DetectReport:
         )
 
 
+class TimeFormatError(CommlensError, ValueError):
+    """A date or date/time that is not ISO 8601."""
+
+
 def parse_utc(text: str) -> datetime:
-    """An ISO 8601 date or date/time as an aware UTC datetime; no zone means UTC."""
+    """An ISO 8601 date or date/time as an aware UTC datetime; no zone means UTC (else TimeFormatError)."""
     value = text.strip()
     iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # Python 3.10 lacks "Z"
     try:
         when = datetime.fromisoformat(iso)
     except ValueError:
-        raise ValueError(
+        raise TimeFormatError(
             f"{text!r} is not an ISO 8601 date or date/time (e.g. 2025-05-01 or 2025-05-01T13:45:00Z)"
         ) from None
     return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
