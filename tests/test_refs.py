@@ -142,3 +142,38 @@ def test_model_check_and_diagnose_take_the_same_references(tmp_path: Path) -> No
     assert (tagged.exit_code, tagged.stderr) == (2, f"error: run {run.run_id} has no per-rank samples\n")
     unknown = cli("diagnose", "stragglers", "--run", "run:zzzz9999", "--db", db)
     assert (unknown.exit_code, unknown.stderr) == (2, "error: no run matches 'zzzz9999'\n")
+
+
+def test_show_and_export_take_the_store_s_references(db: str, tmp_path: Path) -> None:
+    """`export` and `show` read references with resolve_run_ids: a tag (oldest first), an id or prefix; a file
+    is refused as not stored, and `show` wants exactly one run."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from commlens.cli.app import _register, app
+    from commlens.store.refs import NotStoredError, resolve_run_ids
+
+    with Store.open(db) as store:
+        assert resolve_run_ids("nightly", store) == resolve_run_ids("tag:nightly", store) == ["aaaa1111", "aaaa2222"]
+        assert resolve_run_ids("bbbb", store) == resolve_run_ids("run:bbbb", store) == ["bbbb3333"]
+        (tmp_path / "a.json").write_text("{}")
+        with pytest.raises(NotStoredError, match="is a file, not a stored run"):
+            resolve_run_ids(str(tmp_path / "a.json"), store)
+        with pytest.raises(UnknownTagError):
+            resolve_run_ids("tag:weekly", store)
+    _register()
+
+    def cli(*args: str):
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+    out = cli("export", "tag:nightly", "bbbb", "--db", db, "--format", "json", "-o", "-")
+    assert out.exit_code == 0, out.output
+    assert [r["run_id"] for r in json.loads(out.stdout)] == ["aaaa1111", "aaaa2222", "bbbb3333"]
+    one = cli("show", "aaaa2", "--db", db, "--json")
+    assert one.exit_code == 0 and json.loads(one.stdout)["run_id"] == "aaaa2222"
+    many = cli("show", "tag:nightly", "--db", db)
+    assert (many.exit_code, many.stderr) == (
+        2,
+        "error: 'tag:nightly' names 2 runs; give one (a run id, or a file of one run)\n",
+    )

@@ -190,7 +190,7 @@ def print_run_table(rows: list[RunSummary]) -> None:
 @runs_app.command("show")
 def runs_show(
     ctx: typer.Context,
-    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
+    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
     db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
@@ -200,7 +200,7 @@ def runs_show(
 
 @app.command("show")
 def show_cmd(
-    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
+    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
     db: str | None = _DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
@@ -211,10 +211,14 @@ def show_cmd(
 def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
     from commlens.results.table import run_table_lines, system_header_lines
+    from commlens.store.refs import NotOneRunError, resolve_run_ids
 
     with open_store(db) as store:
         with errors_as_exit(escape_all=True):
-            found = store.get_run(run)
+            ids = resolve_run_ids(run, store)
+            if len(ids) != 1:
+                raise NotOneRunError(run, len(ids))
+            found = store.get_run(ids[0])
     doc = run_to_dict(found)
     if as_json:
         print(json.dumps(doc, indent=1))
@@ -257,7 +261,7 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
 @runs_app.command("tag")
 def runs_tag(
     ctx: typer.Context,
-    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters"),
+    run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
     tag: str | None = typer.Argument(None, help="the new tag (replaces the run's tag)"),
     remove: bool = typer.Option(False, "--remove", help="remove the run's tag instead"),
     db: str | None = _DB,
@@ -303,7 +307,9 @@ def runs_delete(
 
 @app.command("export")
 def export_cmd(
-    runs: list[str] | None = typer.Argument(None, help="runs to export (ids or prefixes); default: all that match"),
+    runs: list[str] | None = typer.Argument(
+        None, help="runs to export (ids, prefixes or tags; run: or tag: in front says which); default: all that match"
+    ),
     tag: str | None = _TAG,
     op: str | None = _OP,
     since: str | None = _SINCE,
@@ -320,18 +326,20 @@ def export_cmd(
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
     from commlens.errors import CommlensError
-    from commlens.store.export import export_runs
+    from commlens.store.export import ExportFormat, export_runs
+    from commlens.store.refs import resolve_run_ids
 
     op = _op_name(op)
     if fmt is None:
         fmt = "json" if output.lower().endswith(".json") else "csv"
     if fmt not in ("csv", "json"):
         fail(f"--format must be csv or json, got {fmt!r}", 2)
+    export_format: ExportFormat = "json" if fmt == "json" else "csv"
     if output != "-" and Path(output).is_dir():
         fail(f"--output {output} is a directory", 2)
     with open_store(db) as store:
         try:
-            run_ids = [store.resolve(ref) for ref in runs] if runs else None
+            run_ids = [i for ref in runs for i in resolve_run_ids(ref, store)] if runs else None
             summaries = store.list_runs(
                 tag=tag,
                 op=op,
@@ -344,7 +352,7 @@ def export_cmd(
             )
             oldest_first = [s.run_id for s in reversed(summaries)]
             loaded = store.iter_runs(oldest_first, on_corrupt=warn_corrupt)
-            counts = export_runs(loaded, output, fmt)  # type: ignore[arg-type]
+            counts = export_runs(loaded, output, export_format)
         except CommlensError as e:
             fail_with(e, escape_all=True)
         except BrokenPipeError:  # `commlens export | head`: the reader has all it wanted

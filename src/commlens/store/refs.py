@@ -1,10 +1,14 @@
-"""Run references: what ``commlens compare``, ``model fit``/``check`` and ``diagnose`` accept as "a run".
+"""Run references: what ``commlens compare``, ``model fit``/``check``, ``diagnose``, ``show`` and ``export``
+accept as "a run".
 
 A reference is a file (read by the ``load_file`` the caller passes, so that the store
 need not know the input formats), a tag (every stored run with it, oldest first) or a
 run id or unique prefix. ``run:``, ``tag:`` or ``file:`` in front says which; without it
 an existing file wins, then a tag with runs, then a run id. A reference that is not a
 file but ends like one (``.json``, ``.txt``, ...) is a missing file, not a tag or an id.
+
+:func:`resolve_runs` gives the runs themselves; :func:`resolve_run_ids` the ids of stored runs, for the
+commands that act on the store (``show``, ``export``), where a file is refused.
 """
 
 from __future__ import annotations
@@ -152,3 +156,30 @@ def resolve_run(ref: str, store: Callable[[], Store], load_file: Callable[[str],
     if len(runs) != 1:
         raise NotOneRunError(ref, len(runs))
     return runs[0]
+
+
+class NotStoredError(RunRefError):
+    """A file given where a stored run is wanted."""
+
+    _joiner = " "
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"{ref!r} is a file, not a stored run (`commlens ingest` stores it)")
+        self.ref = ref
+
+
+def resolve_run_ids(ref: str, store: Store) -> list[str]:
+    """The ids of the stored runs ``ref`` names: ``tag:NAME`` or a tag with runs (oldest first), else a run id
+    or unique prefix (``run:`` says so). The store's own error when no run matches; :class:`NotStoredError`
+    for a file, :class:`UnknownTagError` for ``tag:NAME`` with no run."""
+    parsed = RunRef.parse(ref)
+    kind, text = parsed.kind, parsed.text
+    if kind == "file" or (kind is None and Path(text).is_file()):
+        raise NotStoredError(ref)
+    if kind in (None, "tag"):
+        tagged = store.run_ids_with_tag(text)
+        if tagged:
+            return tagged
+        if kind == "tag":
+            raise UnknownTagError(text, store.url)
+    return [store.resolve(text)]

@@ -196,12 +196,15 @@ class Store:
                 raise StoreError(f"no run matches {missing[0]!r} (deleted meanwhile?)")
             yield from (loaded[run_id] for run_id in batch if run_id in loaded)
 
-    def runs_with_tag(self, tag: str, on_corrupt: OnCorrupt | None = None) -> list[Run]:
-        """Every run with ``tag``, with samples, oldest first (a week of nightlies, say)."""
+    def run_ids_with_tag(self, tag: str) -> list[str]:
+        """The ids of every run with ``tag``, oldest first."""
         query = select(RunModel.run_id).where(RunModel.tag == tag).order_by(RunModel.started_at_utc, RunModel.run_id)
         with Session(self.engine) as session, session.begin():
-            run_ids = list(session.scalars(query))
-        return list(self.iter_runs(run_ids, on_corrupt))
+            return list(session.scalars(query))
+
+    def runs_with_tag(self, tag: str, on_corrupt: OnCorrupt | None = None) -> list[Run]:
+        """Every run with ``tag``, with samples, oldest first (a week of nightlies, say)."""
+        return list(self.iter_runs(self.run_ids_with_tag(tag), on_corrupt))
 
     def list_runs(
         self,
