@@ -35,7 +35,18 @@ from commlens.bench.rendezvous import register as register_rendezvous
 from commlens.errors import CommlensError
 from commlens.results.records import Run
 
-__all__ = ["BenchFailure", "Local", "OnCluster", "Placement", "Ranks", "RanksFailed", "check", "launch_ranks", "place", "run"]
+__all__ = [
+    "BenchFailure",
+    "Local",
+    "OnCluster",
+    "Placement",
+    "Ranks",
+    "RanksFailed",
+    "check",
+    "launch_ranks",
+    "place",
+    "run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +160,14 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def launch_ranks(python_args: list[str], ranks: Ranks, workdir: Path, *, capture_stderr: bool = False) -> bool:
-    """Run ``python [placement] python_args`` as ``ranks.world`` ranks until all end; True if interrupted.
+def launch_ranks(module: str, args: list[str], ranks: Ranks, workdir: Path, *, capture_stderr: bool = False) -> bool:
+    """Run ``python -m MODULE ARGS`` as ``ranks.world`` ranks (each placed by ``ranks.prefix``) until all end;
+    True if interrupted.
 
     Raises :class:`RanksFailed` when a rank fails (the others are stopped). Each rank gets torch's launcher
-    environment (RANK, WORLD_SIZE, LOCAL_RANK, the agent's store) and ``COMMLENS_LAUNCHER_PID``, so that it
-    dies with this process (``lifetime.die_with_parent``). With ``capture_stderr`` each rank's stderr goes to
-    ``workdir/logs`` (read it with :func:`rank_stderr`) instead of this process's.
+    environment (RANK, WORLD_SIZE, LOCAL_RANK, the agent's store) and starts through ``commlens.bench.rank``,
+    which makes it die with this process even when this one is killed by SIGKILL. With ``capture_stderr``
+    each rank's stderr goes to ``workdir/logs`` (read it with :func:`rank_stderr`) instead of this process's.
     """
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -187,7 +199,7 @@ def launch_ranks(python_args: list[str], ranks: Ranks, workdir: Path, *, capture
     }
     try:
         with _environ(env):
-            elastic_launch(config, sys.executable)(*ranks.prefix, *python_args)
+            elastic_launch(config, sys.executable)(*ranks.prefix, "-m", "commlens.bench.rank", module, *args)
     except ChildFailedError as e:
         raise RanksFailed(e.failures) from None
     except KeyboardInterrupt:
@@ -285,9 +297,7 @@ def run(
         tail.start()
         try:
             interrupted = launch_ranks(
-                ["-m", "commlens.bench", "--config-file", str(config_file), "--rows-file", str(rows_file)],
-                ranks,
-                workdir,
+                "commlens.bench", ["--config-file", str(config_file), "--rows-file", str(rows_file)], ranks, workdir
             )
         except RanksFailed as e:
             failure = explain_failure(workdir, ranks.world, e.failures, config.timeout_s)

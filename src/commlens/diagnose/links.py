@@ -15,14 +15,13 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from commlens.bench.launcher import Local, OnCluster, Placement
-from commlens.bench.lifetime import LAUNCHER_PID_ENV, die_with_parent, make_workdir
+from commlens.bench.lifetime import make_workdir
 from commlens.bench.rendezvous import group_store
 from commlens.diagnose.links_analysis import (
     LinkDiagnosis,
@@ -88,9 +87,9 @@ def run_links(placement: Placement, probe: LinkProbe, timeout_s: float = 120.0) 
     workdir = make_workdir("commlens-links-")
     try:
         raw = workdir / "raw.json"
-        args = ["-m", "commlens.diagnose.links", *_probe_args(probe), "--timeout", str(timeout_s)]
+        args = [*_probe_args(probe), "--timeout", str(timeout_s), "--raw-out", str(raw)]
         try:
-            interrupted = launch_ranks([*args, "--raw-out", str(raw)], ranks, workdir, capture_stderr=True)
+            interrupted = launch_ranks("commlens.diagnose.links", args, ranks, workdir, capture_stderr=True)
         except RanksFailed as e:
             failures = e.failures
             first = min(failures, key=lambda r: (getattr(failures[r], "timestamp", 0), r))
@@ -138,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     ns = _parser().parse_args(argv)
-    if os.environ.get(LAUNCHER_PID_ENV):  # under run_links: end with the launcher, even one killed by SIGKILL
-        die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
     probe = LinkProbe(
         size_bytes=ns.size_bytes,
         iters=ns.iters,
