@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 from commlens.cli.run_refs import runs_named
 from commlens.cli.topology_cmd import load_or_fail
@@ -35,27 +36,27 @@ _TOPOLOGY_HELP = "a preset (see `commlens topology list`) or a topology YAML fil
 def _size(text: str, option: str) -> int:
     from commlens.results.units import parse_size
 
-    try:
+    with errors_as_exit(f"{option}: "):
         return parse_size(text)
-    except ValueError as e:
-        fail(f"{option}: {e}")
-        raise  # unreachable: fail exits
 
 
 def _ops(text: str) -> list[str]:
-    from commlens.ops import UnknownOpError, parse_ops
+    from commlens.ops import parse_ops
 
-    try:
+    with errors_as_exit():
         return [spec.name for spec in parse_ops(text)]
-    except UnknownOpError as e:
-        fail(str(e))
-        raise
 
 
 def _us(seconds: float) -> str:
     from commlens.results.units import format_us
 
     return format_us(seconds)
+
+
+def _gbps(bytes_per_s: float, decimals: int = 2) -> str:
+    from commlens.results.units import format_gbps
+
+    return format_gbps(bytes_per_s, decimals)
 
 
 def _shape(nodes: int, ranks_per_host: int, ranks: int) -> str:
@@ -84,17 +85,14 @@ def predict_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predict time, algBW and busBW of a collective (or a sweep of sizes) on a topology."""
-    from commlens.model import InfeasibleError
     from commlens.model.predict import layout_for
 
     topo = load_or_fail(topology)
     ops = _ops(op)
     if nodes < 1:
         fail(f"--nodes must be >= 1, got {nodes}")
-    try:
+    with errors_as_exit():
         layout = layout_for(topo, nodes, ranks_per_host)
-    except InfeasibleError as e:
-        fail(str(e))
     if sweep:
         if size is not None:
             fail("--size and --sweep exclude each other: a sweep runs -b .. -e")
@@ -117,10 +115,8 @@ def predict_cmd(
         return
     from commlens.model import predict
 
-    try:
+    with errors_as_exit():
         pred = predict(topo, ops[0], nbytes, algo=algo, layout=layout)
-    except InfeasibleError as e:
-        fail(str(e))
     if as_json:
         print(json.dumps(pred.as_dict(with_breakdown=True), indent=1))
         return
@@ -130,19 +126,21 @@ def predict_cmd(
         f"{pred.op} {nbytes} B, algo {chosen}"
     )
     print(
-        f"time {_us(pred.time_s)} us   algBW {pred.algbw_bytes_per_s / 1e9:.2f} GB/s   "
-        f"busBW {pred.busbw_bytes_per_s / 1e9:.2f} GB/s   bottleneck {pred.bottleneck}"
+        f"time {_us(pred.time_s)} us   algBW {_gbps(pred.algbw_bytes_per_s)} GB/s   "
+        f"busBW {_gbps(pred.busbw_bytes_per_s)} GB/s   bottleneck {pred.bottleneck}"
     )
     if breakdown:
         _print_breakdown(pred)
 
 
 def _print_breakdown(pred: Prediction) -> None:
-    print(f"{'stage':>5}  {'level':<9}  {'term':<9}  {'amount':>14}  {'time (us)':>10}  critical")
+    from commlens.cli.tables import new_table, print_table, right
+
+    table = new_table(right("stage"), "level", "term", right("amount"), right("time (us)"), "critical")
     for t in pred.terms:
         amount = f"{t.amount:.0f} msg" if t.kind in ("latency", "launch") else f"{t.amount:.0f} B"
-        mark = "*" if t.critical else ""
-        print(f"{t.stage:>5}  {t.level:<9}  {t.kind:<9}  {amount:>14}  {_us(t.time_s):>10}  {mark}")
+        table.add_row(str(t.stage), t.level, t.kind, amount, _us(t.time_s), "*" if t.critical else "")
+    print_table(table)
 
 
 def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) -> None:
@@ -159,18 +157,24 @@ def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) ->
         print(json.dumps(rows, indent=1))
         return
     print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_host, layout.ranks)}; {op} {nbytes} B")
-    print(f"{'algo':<19} {'time (us)':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  bottleneck")
+    from commlens.cli.tables import new_table, print_table, right
+
+    table = new_table("algo", right("time (us)"), right("algbw GB/s"), right("busbw GB/s"), "bottleneck")
     feasible = [r for r in rows if "infeasible" not in r]
     fastest = min(feasible, key=lambda r: r["time_s"])["algo"] if feasible else None
     for r in rows:
         if "infeasible" in r:
-            print(f"{r['algo']:<19} {'-':>10} {'-':>10} {'-':>10}  cannot run: {r['infeasible']}")
+            table.add_row(r["algo"], "-", "-", "-", f"cannot run: {r['infeasible']}")
             continue
         mark = "  <- fastest" if r["algo"] == fastest else ""
-        print(
-            f"{r['algo']:<19} {_us(r['time_s']):>10} {r['algbw_bytes_per_s'] / 1e9:>10.2f} "
-            f"{r['busbw_bytes_per_s'] / 1e9:>10.2f}  {r['bottleneck']}{mark}"
+        table.add_row(
+            r["algo"],
+            _us(r["time_s"]),
+            _gbps(r["algbw_bytes_per_s"]),
+            _gbps(r["busbw_bytes_per_s"]),
+            f"{r['bottleneck']}{mark}",
         )
+    print_table(table)
 
 
 def _predict_sweep(
@@ -178,10 +182,8 @@ def _predict_sweep(
 ) -> None:
     from commlens.model.predict import predicted_table, sweep_sizes
 
-    try:
+    with errors_as_exit():
         table = predicted_table(topo, ops, sweep_sizes(lo, hi, factor), dtype=dtype, layout=layout, algo=algo)
-    except ValueError as e:
-        fail(str(e))
     rows: list[dict[str, Any]] = [row.as_dict() for row in table]
     if as_json:
         print(
@@ -223,8 +225,8 @@ def _predict_sweep(
                 head.format(
                     *left,
                     _us(r["time_s"]),
-                    f"{r['algbw_bytes_per_s'] / 1e9:.2f}",
-                    f"{r['busbw_bytes_per_s'] / 1e9:.2f}",
+                    _gbps(r["algbw_bytes_per_s"]),
+                    _gbps(r["busbw_bytes_per_s"]),
                     r["algo"],
                     r["bottleneck"],
                 )
@@ -235,29 +237,41 @@ def _predict_sweep(
 
 
 def _print_residuals(residuals: tuple[Residual, ...]) -> None:
-    width = max([20] + [len(f"{r.obs.model_op}/{r.obs.model_algo}") for r in residuals])
-    fmt = "{:<15} {:>11} {:>5} {:<" + str(width) + "} {:>11} {:>11} {:>9} {:>9} {:>8}"
-    print(fmt.format("op", "size (B)", "place", "model", "meas (us)", "pred (us)", "meas GB/s", "pred GB/s", "error"))
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
+    table = new_table(
+        "op",
+        right("size (B)"),
+        right("place"),
+        "model",
+        right("meas (us)"),
+        right("pred (us)"),
+        right("meas GB/s"),
+        right("pred GB/s"),
+        right("error"),
+    )
     for r in residuals:
         o = r.obs
-        print(
-            fmt.format(
-                o.op,
-                o.size_bytes,
-                "in" if o.in_place else "out",
-                f"{o.model_op}/{o.model_algo}",
-                _us(o.measured_s),
-                _us(r.predicted_s),
-                f"{r.busbw(o.measured_s) / 1e9:.3f}",
-                f"{r.busbw(r.predicted_s) / 1e9:.3f}",
-                f"{100 * r.error:+.1f}%",
-            )
+        table.add_row(
+            o.op,
+            str(o.size_bytes),
+            "in" if o.in_place else "out",
+            f"{o.model_op}/{o.model_algo}",
+            _us(o.measured_s),
+            _us(r.predicted_s),
+            _gbps(r.busbw(o.measured_s), 3),
+            _gbps(r.busbw(r.predicted_s), 3),
+            format_percent(r.error, sign=True),
         )
+    print_table(table)
 
 
 def _value(v: float, unit: str) -> str:
+    from commlens.results.units import format_us
+
     if unit == "s":
-        return f"{v * 1e6:.3f} us"
+        return f"{format_us(v, decimals=3)} us"
     return f"{v / 1e9:.4g} GB/s"
 
 
@@ -299,8 +313,8 @@ def fit_cmd(
 
     Robust regression (soft-L1 on log predicted/measured); --output writes the calibrated topology (YAML).
     """
-    from commlens.model import InfeasibleError
-    from commlens.model.fit import FitError, fit_runs
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.model.fit import fit_runs
     from commlens.model.observe import STATS
     from commlens.topology import dump_topology
 
@@ -308,12 +322,9 @@ def fit_cmd(
         fail(f"--stat must be one of {', '.join(STATS)}, got {stat!r}")
     template = load_or_fail(topology)
     loaded = runs_named(runs, db)
-    try:
-        result = fit_runs(
-            loaded, template, stat=stat, min_size_bytes=_size(min_size, "--min-size"), name=name, algos=_algos(algo)
-        )
-    except (FitError, InfeasibleError) as e:
-        fail(str(e))
+    min_size_bytes = _size(min_size, "--min-size")
+    with errors_as_exit():
+        result = fit_runs(loaded, template, stat=stat, min_size_bytes=min_size_bytes, name=name, algos=_algos(algo))
     if output is not None:
         try:
             dump_topology(result.topology, output)
@@ -333,18 +344,21 @@ def fit_cmd(
         f"# fit {template.name} on {', '.join(r[:12] for r in result.runs)} ({backends}, "
         f"{len(result.residuals)} rows, {stat} time, robust soft-L1 loss)"
     )
-    print(f"{'constant':<36} {'template':>14} {'fitted':>14} {'± 1 sigma':>10}")
+    from commlens.results.units import format_percent
+
+    table = new_table("constant", right("template"), right("fitted"), right("± 1 sigma"), "note")
     for p in result.params:
         if p.held_because:
             shown = _value(p.initial, p.unit) if p.initial > 0 else "-"
-            print(f"{p.name:<36} {shown:>14} {'held':>14} {'':>10}  ({p.held_because})")
+            table.add_row(p.name, shown, "held", "", f"({p.held_because})")
             continue
         sigma = (
             "undetermined"
             if p.relative_stderr is None or p.relative_stderr == float("inf")
-            else f"{100 * p.relative_stderr:.1f}%"
+            else format_percent(p.relative_stderr)
         )
-        print(f"{p.name:<36} {_value(p.initial, p.unit):>14} {_value(p.value, p.unit):>14} {sigma:>10}")
+        table.add_row(p.name, _value(p.initial, p.unit), _value(p.value, p.unit), sigma, "")
+    print_table(table)
     print(f"# fit error: MAPE {result.mape_pct:.1f}%, max {result.max_ape_pct:.1f}% over {len(result.residuals)} rows")
     _print_residuals(result.residuals)
     if output is not None:
@@ -369,7 +383,7 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predicted against measured for every row of a run: the error per row, per op (per algorithm) and overall."""
-    from commlens.model import InfeasibleError
+    from commlens.cli.tables import new_table, print_table, right
     from commlens.model.check import check_runs
     from commlens.model.observe import STATS
 
@@ -379,10 +393,9 @@ def check_cmd(
         checked(max_mape, "--max-mape", at_least=0)
     topo = load_or_fail(topology)
     loaded = runs_named(runs, db)
-    try:
-        result = check_runs(loaded, topo, stat=stat, min_size_bytes=_size(min_size, "--min-size"), algos=_algos(algo))
-    except InfeasibleError as e:
-        fail(str(e))
+    min_size_bytes = _size(min_size, "--min-size")
+    with errors_as_exit():
+        result = check_runs(loaded, topo, stat=stat, min_size_bytes=min_size_bytes, algos=_algos(algo))
     if not result.residuals:
         fail("no usable rows to check (every row empty, zero-sized, a barrier, below --min-size or not --algo)")
     summary = result.summary
@@ -396,13 +409,16 @@ def check_cmd(
         _print_residuals(result.residuals)
         named = any(r.obs.algo != "builtin" for r in result.residuals)
         groups = result.by_algo() if named else result.by_op()
-        width = max(16, *(len(k) + 3 for k in groups))
-        print(f"{'# op/algo' if named else '# op':<{width}} {'rows':>5} {'MAPE':>8} {'max':>8} {'bias':>8}")
+        table = new_table("# op/algo" if named else "# op", right("rows"), right("MAPE"), right("max"), right("bias"))
         for key, s in groups.items():
-            print(
-                f"{'# ' + key:<{width}} {s['rows']:>5} {s['mape_pct']:>7.1f}% {s['max_ape_pct']:>7.1f}% "
-                f"{s['bias_pct']:>+7.1f}%"
+            table.add_row(
+                f"# {key}",
+                str(s["rows"]),
+                f"{s['mape_pct']:.1f}%",
+                f"{s['max_ape_pct']:.1f}%",
+                f"{s['bias_pct']:+.1f}%",
             )
+        print_table(table)
         print(
             f"# all: {summary['rows']} rows, MAPE {summary['mape_pct']:.1f}%, max {summary['max_ape_pct']:.1f}%, "
             f"bias {summary['bias_pct']:+.1f}%"

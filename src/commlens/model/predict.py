@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from commlens.errors import CommlensError
 from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for, auto_candidates
 from commlens.model.cost import Cost, Term, make_terms
 from commlens.model.layout import InfeasibleError, Layout, build_layout
@@ -18,6 +19,7 @@ from commlens.topology import Topology
 
 __all__ = [
     "AUTO",
+    "PredictError",
     "Prediction",
     "TableRow",
     "layout_for",
@@ -29,6 +31,10 @@ __all__ = [
 ]
 
 AUTO = "auto"
+
+
+class PredictError(CommlensError, ValueError):
+    """A prediction request that is not valid: a sweep's sizes or step factor, an unknown dtype."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,9 +262,9 @@ class TableRow:
 def sweep_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
     """The requested sizes of nccl-tests' ``-b MIN -e MAX -f FACTOR``: MIN, MIN*FACTOR, ... up to MAX."""
     if step_factor < 2:
-        raise ValueError(f"step factor must be >= 2, got {step_factor}")
+        raise PredictError(f"step factor must be >= 2, got {step_factor}")
     if min_bytes < 1 or max_bytes < min_bytes:
-        raise ValueError(f"sizes must satisfy 1 <= min <= max, got {min_bytes} and {max_bytes}")
+        raise PredictError(f"sizes must satisfy 1 <= min <= max, got {min_bytes} and {max_bytes}")
     sizes = []
     size = min_bytes
     while size <= max_bytes:
@@ -271,11 +277,11 @@ def predicted_table(
     topology: Topology, ops: Iterable[str], sizes: Iterable[int], *, dtype: str, layout: Layout, algo: str = AUTO
 ) -> list[TableRow]:
     """The predicted nccl-tests table: per op and requested size, the size nccl-tests runs (rounded to whole
-    elements per rank) and its prediction. An unknown ``dtype`` raises ValueError."""
+    elements per rank) and its prediction. An unknown ``dtype`` raises PredictError."""
     from commlens.results.records import DTYPE_SIZES
 
     if dtype not in DTYPE_SIZES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
+        raise PredictError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_SIZES)}")
     elem = DTYPE_SIZES[dtype]
     sizes = list(sizes)
     rows: list[TableRow] = []
