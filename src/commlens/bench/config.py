@@ -348,7 +348,7 @@ def backend_problem(backend: str, device: str) -> str | None:
     return None
 
 
-def config_from_args(ns: argparse.Namespace) -> BenchConfig:
+def config_from_args(ns: argparse.Namespace, *, check_backend: bool = True) -> BenchConfig:
     """Turn parsed options into a validated config; raises ConfigError naming the option."""
     try:
         ops = tuple(spec.name for spec in parse_ops(ns.op))
@@ -412,10 +412,16 @@ def config_from_args(ns: argparse.Namespace) -> BenchConfig:
         round_groups=ns.round_groups,
         extra={"tag": ns.tag, "revision": ns.revision},
     )
+    if check_backend:
+        check_backend_here(cfg)
+    return cfg
+
+
+def check_backend_here(cfg: BenchConfig) -> None:
+    """ConfigError when ``cfg``'s backend cannot start on this host (imports torch)."""
     problem = backend_problem(cfg.backend, cfg.device)
     if problem is not None:
         raise ConfigError(problem)
-    return cfg
 
 
 def command_line(argv: list[str]) -> str:

@@ -38,7 +38,6 @@ from commlens.bench.config import (
 )
 from commlens.bench.events import Event, event_from_wire
 from commlens.bench.faults import Fault, fault_from_env
-from commlens.bench.lifetime import LAUNCHER_PID_ENV, die_with_parent
 from commlens.bench.sysinfo import local_facts, system_info
 from commlens.ops import OpSpec
 from commlens.results.jsonfmt import measurement_to_dict
@@ -853,8 +852,6 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
         return 2
     rows_file = ns.rows_file
     workdir = Path(rows_file).parent if rows_file else None
-    if rows_file and os.environ.get(LAUNCHER_PID_ENV):  # under `commlens bench`: end with the launcher
-        die_with_parent(int(os.environ[LAUNCHER_PID_ENV]))
     normalize_launcher_env()
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0 and not rows_file and outputs is not None:  # refuse bad outputs before the sweep

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from commlens.bench.config import build_parser, command_line, config_from_args
+from commlens.bench.config import build_parser, check_backend_here, command_line, config_from_args
 from commlens.bench.events import Event, Finished, Progress
 from commlens.bench.finalize import TablePrinter
 from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement
@@ -31,11 +31,12 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
 
         print("\n".join(algo_listing()))
         return 0
-    cfg = config_from_args(ns)
+    cfg = config_from_args(ns, check_backend=False)
     placement: Placement = OnCluster(ns.cluster, ns.ranks_per_host) if ns.cluster is not None else Local(ns.nproc)
-    launcher.check(cfg, placement)  # what cannot run here is refused first, then outputs that cannot be written
     to = Destinations.of(ns)
-    check_destinations(to)
+    check_destinations(to)  # before anything imports torch (seconds): a bad --json or --db is refused at once
+    check_backend_here(cfg)
+    launcher.check(cfg, placement)
     with Terminal(print_table=print_table, quiet=ns.quiet) as terminal:
         run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
