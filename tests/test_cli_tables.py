@@ -158,3 +158,90 @@ def test_project_calibrate_tables() -> None:
         "   error  dtype  layout  shape              case                         measured TFLOP/s  model TFLOP/s",
         "  -70.7%  bf16   nt      2048x2048x256      h2048 tp8 t2048 proj fwd                123.8          422.2",
     ]
+
+
+# -- model, compare: tables that were hand-aligned before ------------------------------------------
+
+
+def test_model_predict_breakdown_and_algo_all_tables() -> None:
+    from commlens.cli import model_cmd  # noqa: F401  (registers the commands)
+
+    out = _cli("model", "predict", "-t", "dgx-h100", "--size", "1M", "--breakdown")
+    assert out.splitlines()[2:] == [
+        "stage  level     term          amount  time (us)  critical",
+        "    0  software  launch         1 msg       6.60  *",
+        "    1  scale_up  latency        6 msg       3.60  *",
+        "    1  scale_up  bandwidth  1835008 B       4.95  *",
+        "    1  compute   reduction   917504 B       0.82",
+    ]
+    out = _cli("model", "predict", "-t", "dgx-a100", "--op", "all_reduce", "--size", "256M", "--algo", "all")
+    assert out.splitlines()[1:5] == [
+        "algo                time (us)  algbw GB/s  busbw GB/s  bottleneck",
+        "ring                   1972.3      136.10      238.17  scale_up bandwidth",
+        "recursive_doubling     3363.8       79.80      139.65  scale_up bandwidth",
+        "rabenseifner           1967.5      136.43      238.76  scale_up bandwidth  <- fastest",
+    ]
+    assert out.splitlines()[-1] == (
+        "nvls                        -           -           -  cannot run: nvls needs in-switch reduction in the "
+        "scale-up domain; dgx-a100 has none"
+    )
+
+
+def test_model_check_residuals_and_summary_tables() -> None:
+    from commlens.cli import model_cmd  # noqa: F401  (registers the commands)
+
+    lines = _cli("model", "check", str(DATA / "model" / "gloo-4ranks.json"), "--stat", "min").splitlines()
+    assert lines[1:3] == [
+        "op              size (B)  place  model               meas (us)  pred (us)  meas GB/s  pred GB/s    error",
+        "all_reduce          1024     in  all_reduce/ring        1674.8     2196.5      0.001      0.001   +31.1%",
+    ]
+    assert lines[-7:] == [
+        "# op              rows   MAPE     max    bias",
+        "# all_reduce        15  76.8%  151.4%  +76.8%",
+        "# all_gather        30  40.8%  106.4%  +29.7%",
+        "# reduce_scatter    30  42.4%  109.9%  +39.2%",
+        "# all_to_all        15  44.4%   96.6%  +43.4%",
+        "# broadcast         15  48.2%   92.8%  +31.6%",
+        "# all: 105 rows, MAPE 48.0%, max 151.4%, bias +41.4%",
+    ]
+
+
+def test_model_fit_constants_table() -> None:
+    from commlens.cli import model_cmd  # noqa: F401  (registers the commands)
+
+    lines = _cli("model", "fit", str(DATA / "model" / "gloo-4ranks.json"), "--stat", "min").splitlines()
+    assert lines[1] == "constant                             template      fitted  ± 1 sigma  note"
+    assert lines[6] == (
+        "accelerator.reduction_bytes_per_s      2 GB/s        held             (the rows cannot separate it from "
+        "the other constants (template value kept))"
+    )
+    assert lines[8:10] == [
+        "scale_out.latency_s                         -        held             (no row spans more than one scale-up "
+        "domain)",
+        "scale_out.rate_bytes_per_s                  -        held             (no row spans more than one scale-up "
+        "domain)",
+    ]
+
+
+def test_compare_table_header_is_a_comment_and_rows_are_indented(tmp_path, monkeypatch) -> None:
+    from commlens.cli import regress_cmd  # noqa: F401  (registers the commands)
+
+    monkeypatch.setenv("COMMLENS_DB", str(tmp_path / "none.db"))
+    regress = DATA / "regress"
+    base, cand = str(regress / "base-all_reduce.log"), str(regress / "candidate-all_reduce-10pct-slower.log")
+    lines = _cli("compare", base, cand, "--no-noise-floors").splitlines()
+    reason = "run-to-run variation not measured (base and candidate: fewer than 3 rounds or runs, no noise floor known)"
+    assert lines[2:5] == [
+        "# op          size  dtype    redop  place      n  base us  cand us  base GB/s  cand GB/s  spread  ratio  "
+        "95% CI  p  verdict  reason",
+        f"  all_reduce    1M  float32  sum    out    1x/1x    27.76    30.54      66.10      60.09       -  1.100  "
+        f"-       -  unknown  {reason}",
+        f"  all_reduce    2M  float32  sum    out    1x/1x    40.66    44.73      90.26      82.05       -  1.100  "
+        f"-       -  unknown  {reason}",
+    ]
+    markdown = _cli("compare", base, cand, "--no-noise-floors", "--format", "markdown").splitlines()
+    assert markdown[6:8] == [
+        "| op | size | dtype | redop | place | n | base us | cand us | base GB/s | cand GB/s | spread | ratio | 95% CI "
+        "| p | verdict | reason |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|",
+    ]
