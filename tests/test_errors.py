@@ -9,20 +9,24 @@ import typer
 from commlens.algos.base import AlgoError
 from commlens.bench.config import ConfigError
 from commlens.cli.errors import errors_as_exit
-from commlens.cluster.spec import ClusterError
+from commlens.cluster.spec import ClusterError, ClusterSpec, ClusterSpecError, check_name
 from commlens.diagnose.links_measure import LinkProbe, ProbeError
 from commlens.diagnose.stragglers import StragglerError, StragglerParams
 from commlens.diagnose.trace_match import MatchError
 from commlens.errors import CommlensError
-from commlens.ingest.base import IngestError
+from commlens.ingest import parse_time
+from commlens.ingest.base import IngestError, IngestOptionError
 from commlens.ingest.flightrec import DumpError
 from commlens.ingest.kineto import KinetoTraceError
 from commlens.ingest.nccltests_op import OpInferenceError
 from commlens.model.fit import FitError
 from commlens.model.layout import InfeasibleError
+from commlens.model.predict import PredictError, sweep_sizes
 from commlens.ops import UnknownOpError
 from commlens.project.errors import ProjectionError
-from commlens.regress.compare import CompareError
+from commlens.regress.compare import CompareError, CompareSettings, CompareSettingsError
+from commlens.regress.detect import DetectSettings, DetectSettingsError
+from commlens.regress.history import TimeFormatError, parse_utc
 from commlens.results.jsonfmt import FormatError
 from commlens.results.records import RecordError
 from commlens.results.units import SizeError, parse_size
@@ -53,6 +57,13 @@ STAGE_ERRORS = [
     (MatchError, ValueError),
     (StragglerError, ValueError),
     (ProbeError, ValueError),
+    (ClusterSpecError, ValueError),
+    (ClusterSpecError, ClusterError),
+    (CompareSettingsError, ValueError),
+    (DetectSettingsError, ValueError),
+    (TimeFormatError, ValueError),
+    (IngestOptionError, ValueError),
+    (PredictError, ValueError),
 ]
 
 
@@ -94,3 +105,21 @@ def test_sizes_and_probes_refuse_bad_values_with_their_errors() -> None:
         parse_size("64X")
     with pytest.raises(ProbeError, match="size_bytes must be >= 1024"):
         LinkProbe(size_bytes=8)
+
+
+def test_settings_and_options_raise_their_stage_error() -> None:
+    """What the CLI once caught as a broad ValueError now raises a CommlensError of its stage."""
+    with pytest.raises(ClusterSpecError, match="name '../x': lower-case letters"):
+        check_name("../x")
+    with pytest.raises(ClusterSpecError, match="hosts must be between 2 and"):
+        ClusterSpec(name="c", hosts=1, link_bytes_per_s=1e9)
+    with pytest.raises(CompareSettingsError, match=r"alpha must be in \(0, 1\), got 2"):
+        CompareSettings(alpha=2)
+    with pytest.raises(DetectSettingsError, match="min_segment must be >= 2, got 1"):
+        DetectSettings(min_segment=1)
+    with pytest.raises(TimeFormatError, match="'yesterday' is not an ISO 8601 date"):
+        parse_utc("yesterday")
+    with pytest.raises(IngestOptionError, match="'yesterday' is not an ISO 8601 date"):
+        parse_time("yesterday")
+    with pytest.raises(PredictError, match="step factor must be >= 2, got 1"):
+        sweep_sizes(8, 64, 1)
