@@ -260,6 +260,12 @@ def test_noise_learn_stores_and_show_prints_them(db: str) -> None:
         [SYSTEM.fingerprint()[:8], "all_reduce", size, "float32", "sum", "out", "32", "4"] for size in ("1K", "1M")
     ]
     assert [c[6] for c in cells] == [f"{f.sd_log:.2%}" for f in floors]
+    # a Rich table: its header behind "# ", the rows indented beneath (the learned time is now's)
+    assert lines[0] == "# system    op          size  dtype    redop  place  floor  runs  groups  learned (UTC)"
+    assert [line[:-19] for line in lines[1:3]] == [
+        f"  {SYSTEM.fingerprint()[:8]}  all_reduce  {size:>4}  float32  sum    out    {f.sd_log:.2%}    32       4  "
+        for size, f in zip(("1K", "1M"), floors)
+    ]
     # 38 runs read: the incomplete ones and those without a revision are counted, not learned from
     assert lines[-1] == "# stored 2 noise floors from 38 runs (grouped by revision)"
     shown = invoke("noise", "show", "--db", db)

@@ -133,6 +133,13 @@ def test_the_table_names_the_run_and_the_change(step_db: str) -> None:
     assert cells[6:11] == ["2025-04-07", "02:00", "run-037", "rev037", "37/60"]
     assert cells[13].startswith("+") and cells[-1] == "regression"
     assert lines[-1] == "# 2 series, 120 points: 1 changes (1 regressions, 0 improvements)"
+    # a Rich table: its header behind "# ", the rows indented beneath
+    assert lines[1:3] == [
+        "# op          size  dtype    place  tag      system    at (UTC)          run      revision  points  before us  "
+        "after us  change      p  direction",
+        f"  all_reduce    1M  float32  out    nightly  {SYSTEM.fingerprint()[:8]}  2025-04-07 02:00  run-037  rev037     "
+        "37/60      229.6     248.4   +8.2%  1e-10  regression",
+    ]
 
 
 def test_since_reports_only_changes_inside_the_window(step_db: str) -> None:
