@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from commlens.bench.config import build_parser, check_backend_here, command_line, config_from_args
 from commlens.bench.events import Event, Finished, Progress
@@ -16,6 +17,9 @@ from commlens.bench.finalize import TablePrinter
 from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement
 from commlens.cli.bench_outputs import Destinations, SaveError, check_destinations, exit_code, save_outputs
 from commlens.results.records import Run
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["Terminal", "launch", "say", "store"]
 
@@ -97,7 +101,7 @@ class Terminal:
 class _ProgressBar:
     """The progress bar of a terminal: the row being timed, rows done of all."""
 
-    def __init__(self, console: object):
+    def __init__(self, console: Console) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(
@@ -105,7 +109,7 @@ class _ProgressBar:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=console,  # type: ignore[arg-type]
+            console=console,
             transient=True,
         )
         self._task = self._bar.add_task("starting ranks", total=None)
