@@ -866,21 +866,21 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
             fault.trigger("start-up")
         try:
             rank, world, local_rank, ctrl = _init(cfg)
-            facts = [None] * world
+            facts: list[Any] = [None] * world  # each rank's local_facts(), once gathered
             dist.all_gather_object(facts, local_facts(cfg.device, local_rank), group=ctrl)
         except dist.DistError as e:  # a rank did not join within --timeout, or went away while joining
             raise StartupFailure(f"rank {rank}: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
         sweep = Sweep(cfg, rank, world, local_rank, ctrl, workdir)
-        sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1  # type: ignore[index]
+        sweep.shared_clock = cfg.device == "cpu" and len({f["machine"] for f in facts}) == 1
         # what auto's table lookup and two-level algorithms take as one host
-        sweep.ranks_per_host = ranks_per_host([f["host"] for f in facts], rank)  # type: ignore[index]
+        sweep.ranks_per_host = ranks_per_host([f["host"] for f in facts], rank)
         reporter = None
         if rank == 0:
             from commlens.bench.finalize import StandalonePrinter
 
             printer = None if rows_file else StandalonePrinter(quiet=ns.quiet)
             reporter = Reporter(rows_file, printer.handle if printer else None)
-            system = system_info(world, cfg.backend, cfg.device, facts)  # type: ignore[arg-type]
+            system = system_info(world, cfg.backend, cfg.device, facts)
             reporter.emit(
                 {
                     "event": "start",
