@@ -540,7 +540,7 @@ def lookup(
     op: str,
     nbytes: int,
     world: int,
-    table: TuningTable | None = _UNSET,  # type: ignore[assignment]
+    table: TuningTable | None = _UNSET,  # type: ignore[assignment]  # _UNSET: read the default table; None: none
     *,
     ranks_per_host: int | None = None,
 ) -> Choice:

@@ -166,7 +166,10 @@ class Measurement:
     @cached_property
     def stats(self) -> TimeStats:
         """From the samples when there are any, else as the producing tool reported them."""
-        return summarize(self.samples_s) if self.samples_s else self.reported  # type: ignore[return-value]
+        if self.samples_s:
+            return summarize(self.samples_s)
+        assert self.reported is not None  # __post_init__ refuses a measurement with neither
+        return self.reported
 
     @property
     def has_samples(self) -> bool:
