@@ -51,11 +51,13 @@ def merge_runs(runs: list[Any]) -> Any:
     from dataclasses import replace
 
     samples: dict[tuple, list[float]] = {}
+    rounds: dict[tuple, list[int]] = {}  # each pass's rounds, one after another
     for run in runs:
         for m in run.measurements:
             samples.setdefault(m.key, []).extend(m.samples_s)
+            rounds.setdefault(m.key, []).extend(m.rounds or (len(m.samples_s),))
     rows = tuple(
-        replace(m, samples_s=tuple(samples.pop(m.key)), rank_samples_s=None)
+        replace(m, samples_s=tuple(samples.pop(m.key)), rounds=tuple(rounds[m.key]), rank_samples_s=None)
         for run in runs
         for m in run.measurements
         if m.key in samples

@@ -169,10 +169,10 @@ def _worker(ns: argparse.Namespace) -> None:
         return max_across(per_iter)
 
     def run_harness(spec, size: int, in_place: bool, redop: str | None, root: int | None) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
-        context = f"rank {rank}: {spec.name} {size} B"
-        result = sweep.run_placement(spec, dtype, redop, root, size, in_place, context)
-        assert result is not None, f"{spec.name} in_place={in_place} not offered"
-        gathered = sweep.gather(result[0], result[1])
+        results, refusals = sweep.run_placement(spec, dtype, redop, root, size, in_place, ["builtin"], cfg.iters)
+        result = results["builtin"]
+        assert result is not None and not refusals, f"{spec.name} in_place={in_place} not offered: {refusals}"
+        gathered = sweep.gather(result[0], result[1], cfg.iters)
         loop = max_across(probe["loop_s"] / cfg.iters)
         if gathered is None:
             return None
