@@ -230,7 +230,7 @@ def _sweep_events(
         wrong = sweep.run(reporter)
     finally:
         worker.prepare = real_prepare
-    return (reporter.events, wrong) if reporter else None
+    return ([e.as_wire() for e in reporter.events], wrong) if reporter else None  # the events as rank 0 sends them
 
 
 def _readable(events: list[dict[str, Any]]) -> list[str]:
