@@ -245,6 +245,29 @@ def test_type_confusion_in_nccl_tests_json(tmp_path: Path) -> None:
     )
 
 
+def test_an_integer_of_hundreds_of_digits_is_refused_not_an_overflow(tmp_path: Path) -> None:
+    """A number no float holds (the fuzzer found one in -J's times_us): a located error, in every JSON reader."""
+    huge = 10**400
+    doc = json.loads(JSON_V3.read_text())
+    doc["results"][2]["in_place_per_iter"]["times_us"][5] = huge
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(doc))
+    message = pytest.raises(IngestError, load_runs, path).value.message
+    assert message.startswith("results[2].in_place_per_iter.times_us: expected a finite number >= 0, got 1000"), message
+    run = _run_dict()
+    for field, value, expected in (
+        ("samples_s", [2e-5, huge], "samples_s: expected finite numbers of seconds"),
+        ("reported", {"mean_s": huge, "n": 2}, "reported.mean_s: expected a finite number or null"),
+    ):
+        bad = dict(run, measurements=[dict(run["measurements"][0], **{field: value})])
+        other = tmp_path / f"{field}.json"
+        other.write_text(json.dumps(bad))
+        message = pytest.raises(IngestError, load_runs, other).value.message
+        assert expected in message, message
+    proc = _ingest(str(path), "--db", str(tmp_path / "runs.db"))
+    assert proc.returncode == 2 and b"expected a finite number >= 0" in proc.stderr and b"Traceback" not in proc.stderr
+
+
 # -- item 3: one file's failure never stops the others -------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.ops import UnknownOpError, get_op
+from commlens.results.units import finite_float
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -171,9 +172,10 @@ def _op_name(span_name: str) -> str:
 
 def _number(e: dict[str, Any], key: str, path: Path, i: int) -> float:
     v = e.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise KinetoTraceError(f"{path}: traceEvents[{i}] ({e.get('name')!r}): {key} is not a number: {v!r}")
-    return float(v)
+    number = finite_float(v)
+    if number is None:
+        raise KinetoTraceError(f"{path}: traceEvents[{i}] ({e.get('name')!r}): {key} is not a number: {v!r:.80}")
+    return number
 
 
 def _span(e: dict[str, Any], path: Path, i: int) -> tuple[float, float]:

@@ -22,7 +22,6 @@ per-iteration ``times`` (µs) and statistics.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from dataclasses import replace
 from typing import Any
@@ -54,6 +53,7 @@ from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus
 from commlens.results.stats import TimeStats
+from commlens.results.units import finite_float
 
 __all__ = ["FORMAT", "parse_nccl_tests_json", "load_json"]
 
@@ -74,9 +74,11 @@ class _Doc:
         return self.source.error(json_line(self.source.text, path), f"{where}: {message}" if where else message)
 
     def number(self, path: tuple[str | int, ...], value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        """A finite number >= 0, as a float."""
+        number = finite_float(value)
+        if number is None or number < 0:
             raise self.error(path, f"expected a finite number >= 0, got {quote(value, 60)}")
-        return float(value)
+        return number
 
     def optional_number(self, path: tuple[str | int, ...], value: Any) -> float | None:
         """As :meth:`number`, with None (JSON null or a missing key) allowed."""

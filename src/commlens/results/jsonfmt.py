@@ -8,7 +8,6 @@ disagree with itself once loaded. See ``docs/result-format.md``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -18,6 +17,7 @@ from commlens.errors import CommlensError
 from commlens.files import atomic_text
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
+from commlens.results.units import finite_float
 
 __all__ = ["FORMAT", "FormatError", "run_to_dict", "run_from_dict", "dump_run", "load_run", "write_json"]
 
@@ -129,10 +129,11 @@ def _times(key: str, values: Any) -> tuple[float, ...]:
     """A list of finite numbers of seconds."""
     if not isinstance(values, list):
         raise FormatError(f"{key}: expected a list of times, got {_shown(values)}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    times = tuple(finite_float(v) for v in values)
+    for v, t in zip(values, times):
+        if t is None:
             raise FormatError(f"{key}: expected finite numbers of seconds, got {_shown(v)}")
-    return tuple(float(v) for v in values)
+    return tuple(t for t in times if t is not None)
 
 
 def _reported(rep: Any) -> TimeStats:
@@ -145,11 +146,10 @@ def _reported(rep: Any) -> TimeStats:
     stats: dict[str, Any] = {"n": _int(rep, "n", 0)}
     for name in sorted(fields - {"n"}):
         value = rep.get(name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-        ):
+        number = None if value is None else finite_float(value)
+        if value is not None and number is None:
             raise FormatError(f"reported.{name}: expected a finite number or null, got {_shown(value)}")
-        stats[name] = None if value is None else float(value)
+        stats[name] = number
     if stats["mean_s"] is None:
         raise FormatError("reported.mean_s: missing")
     return TimeStats(**stats)

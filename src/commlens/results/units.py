@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from commlens.errors import CommlensError
 
-__all__ = ["SizeError", "parse_size", "format_size", "format_gbps", "format_us", "format_percent"]
+__all__ = ["SizeError", "finite_float", "parse_size", "format_size", "format_gbps", "format_us", "format_percent"]
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
@@ -62,3 +63,15 @@ def format_percent(fraction: float | None, decimals: int = 1, *, sign: bool = Fa
     if fraction is None:
         return "-"
     return f"{fraction * 100:{'+' if sign else ''}.{decimals}f}%"
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a float when it is a finite JSON number (not a bool), else None; an integer too large for a
+    float (a file may hold one of hundreds of digits) is None, not an OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
