@@ -90,3 +90,15 @@ def test_a_placement_that_cannot_run_is_refused_before_any_rank_starts() -> None
         bench.run(CONFIG, placement=Local(0))
     with pytest.raises(ConfigError, match=r"--root 3 is not a rank \(world size 2\)"):
         bench.run(BenchConfig(ops=("broadcast",), roots=(3,)), placement=Local(2))
+
+
+def test_the_launcher_reports_a_failed_rank_with_what_it_wrote(tmp_path: Path) -> None:
+    """launch_ranks (bench.run's and diagnose links' launcher): a rank that fails raises RanksFailed, and its
+    captured stderr says why (what `diagnose links` names a failed rank with)."""
+    from commlens.bench.launcher import RanksFailed, launch_ranks, place, rank_stderr
+
+    with pytest.raises(RanksFailed) as caught:
+        launch_ranks("commlens.no_such_module", [], place(Local(2)), tmp_path, capture_stderr=True)
+    assert set(caught.value.failures) <= {0, 1} and caught.value.failures
+    said = [rank_stderr(tmp_path, r) for r in caught.value.failures]
+    assert any("No module named commlens.no_such_module" in text for text in said), said

@@ -92,8 +92,11 @@ def run_links(placement: Placement, probe: LinkProbe, timeout_s: float = 120.0) 
             interrupted = launch_ranks("commlens.diagnose.links", args, ranks, workdir, capture_stderr=True)
         except RanksFailed as e:
             failures = e.failures
-            first = min(failures, key=lambda r: (getattr(failures[r], "timestamp", 0), r))
-            err = rank_stderr(workdir, first).strip().splitlines()
+            order = sorted(failures, key=lambda r: (getattr(failures[r], "timestamp", 0), r))
+            # the first rank to fail that said why (a rank stopped by the agent may have written nothing)
+            said = {r: rank_stderr(workdir, r).strip().splitlines() for r in order}
+            first = next((r for r in order if said[r]), order[0])
+            err = said[first]
             raise LinksFailure(f"rank {first} failed{': ' + err[-1] if err else ''}") from None
         if interrupted:
             raise LinksFailure("interrupted before the measurement finished", 130)
