@@ -87,6 +87,7 @@ def _register() -> None:
         diagnose_cmd,
         ingest_cmd,
         model_cmd,
+        monitor_cmd,
         noise_cmd,  # noqa: F401
         project_cmd,  # noqa: F401
         regress_cmd,

@@ -57,7 +57,7 @@ from typing import Any
 from commlens.files import atomic_bytes
 from commlens.ingest.flightrec import loads_plain
 
-__all__ = ["DUMP_PREFIX", "dump", "dump_path", "install", "uninstall"]
+__all__ = ["DUMP_PREFIX", "dump", "dump_path", "install", "stack_of", "uninstall"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,11 @@ def _frames(frame: FrameType | None) -> list[dict[str, Any]]:
 # The first symbolization in a process takes ~5 s here (measured, torch 2.13 CPU); the
 # child starts cold every time, so the bound is generous.
 _STACKS_TIMEOUT_S = 20.0
+
+
+def stack_of(frame: FrameType | None) -> list[dict[str, Any]]:
+    """A thread's Python stack as a dump's ``python_stack`` (innermost frame first), from its current frame."""
+    return _frames(frame)
 
 
 def _dump_with_stacks(timeout_s: float) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ __all__ = [
     "StragglerParams",
     "StragglerReport",
     "detect_stragglers",
+    "is_synchronizing",
     "load_kineto_traces",
     "table_from_durations",
     "table_from_run",
@@ -136,6 +137,11 @@ class StragglerReport:
                 {"rank": s.rank, "kind": s.kind, "op": s.op, "excess_s": s.excess_s} for s in self.stragglers
             ],
         }
+
+
+def is_synchronizing(op: str) -> bool:
+    """True for an op no rank leaves before every rank arrived (all_reduce, all_gather, ...)."""
+    return _is_synchronizing(op)
 
 
 def _is_synchronizing(op: str) -> bool:

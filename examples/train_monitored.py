@@ -1,0 +1,130 @@
+"""A small real training job under commlens' monitor: a few transformer layers under DDP or FSDP2.
+
+Run it as any training script is run::
+
+    torchrun --nproc-per-node 4 examples/train_monitored.py --parallel ddp --steps 60 --jsonl-dir mon/
+
+The monitor lines are the three marked ``# commlens``. The other options make
+it a test subject: ``--slow-rank R --slow-from STEP --slow-ms MS`` gives rank R
+that much extra real compute per step from that step on (a slow host's rank),
+``--hang-rank R --hang-at STEP`` makes rank R stop issuing collectives (the
+others hang in theirs), ``--no-monitor`` runs the same loop unmonitored, and
+``--step-times FILE`` writes each step's time (for the overhead benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parallel", choices=("ddp", "fsdp2"), default="ddp")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--window-s", type=float, default=2.0)
+    p.add_argument("--window-steps", type=int, default=None)
+    p.add_argument("--port", type=int, default=None, help="base port of the ranks' endpoints (none: no endpoint)")
+    p.add_argument("--jsonl-dir", default=None)
+    p.add_argument("--store", default=None)
+    p.add_argument("--topology", default="auto")
+    p.add_argument("--hang-deadline-s", type=float, default=300.0)
+    p.add_argument("--no-monitor", action="store_true")
+    p.add_argument("--slow-rank", type=int, default=None)
+    p.add_argument("--slow-from", type=int, default=0)
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--hang-rank", type=int, default=None)
+    p.add_argument("--hang-at", type=int, default=0)
+    p.add_argument("--step-times", default=None, help="write this rank's step times (JSON) to FILE.RANK")
+    p.add_argument("--sleep-after-s", type=float, default=0.0, help="keep the endpoints up this long at the end")
+    return p.parse_args()
+
+
+def burn(ms: float) -> None:
+    """Real compute for about ``ms`` milliseconds of this rank's CPU time (a slow host does more work)."""
+    a = torch.randn(64, 64)
+    end = time.thread_time() + ms / 1000.0
+    while time.thread_time() < end:
+        a = torch.tanh(a @ a)
+
+
+def build(args: argparse.Namespace) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = [
+        torch.nn.TransformerEncoderLayer(args.dim, 4, args.dim * 4, dropout=0.0, batch_first=True)
+        for _ in range(args.layers)
+    ]
+    model = torch.nn.Sequential(*layers)
+    if args.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, bucket_cap_mb=1)
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def main() -> None:
+    args = parse()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.set_num_threads(1)
+    mon = None
+    if not args.no_monitor:
+        from commlens import monitor  # commlens
+
+        mon = monitor.start(  # commlens
+            window_s=args.window_s,
+            window_steps=args.window_steps,
+            port=args.port,
+            jsonl_dir=args.jsonl_dir,
+            store=args.store,
+            topology=None if args.topology == "none" else args.topology,
+            hang_deadline_s=args.hang_deadline_s,
+        )
+    model = build(args)
+    if mon is not None and args.parallel == "ddp":
+        monitor.watch_ddp(model)  # commlens: DDP's all-reduces through Python, recorded
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch, args.seq, args.dim, generator=gen)
+    times = []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        if args.hang_rank == rank and step >= args.hang_at:
+            time.sleep(3600)
+        if args.slow_rank == rank and step >= args.slow_from and args.slow_ms > 0:
+            burn(args.slow_ms)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if mon is not None:
+            monitor.step()  # commlens
+        times.append(time.perf_counter() - t0)
+    if args.step_times:
+        with open(f"{args.step_times}.{rank}", "w") as fp:
+            json.dump(times, fp)
+    if args.sleep_after_s:
+        time.sleep(args.sleep_after_s)
+    if mon is not None:
+        monitor.stop()
+    dist.destroy_process_group()
+    if rank == 0 and os.environ.get("TRAIN_SAY_DONE"):
+        print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

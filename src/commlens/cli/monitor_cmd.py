@@ -1,0 +1,152 @@
+"""``commlens monitor collect``: join a live job's ranks and name stragglers, slow groups and slowdowns."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from commlens.cli.app import app, fail, say
+from commlens.cli.errors import errors_as_exit
+
+monitor_app = typer.Typer(
+    help="Watch live training jobs: the in-job monitor's collector (the job side is commlens.monitor).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(monitor_app, name="monitor")
+
+
+@monitor_app.command("collect")
+def monitor_collect(
+    endpoint: list[str] = typer.Option(
+        [], "--endpoint", "-e", help="a rank's endpoint HOST:PORT, or HOST:FIRST-LAST for one per local rank"
+    ),
+    jsonl: Path | None = typer.Option(None, "--jsonl", help="a directory of the ranks' monitor-rank<R>.jsonl files"),
+    inspector: Path | None = typer.Option(None, "--inspector", help="NCCL Inspector output (a file or directory)"),
+    replay_files: bool = typer.Option(
+        False, "--replay", help="files only: evaluate as the live collector would have, in the job's own time"
+    ),
+    interval: float = typer.Option(1.0, help="seconds between evaluations"),
+    duration: float | None = typer.Option(None, help="stop after this many seconds (default: when the job ends)"),
+    idle_exit: float = typer.Option(15.0, "--idle-exit", help="stop when no record came for this many seconds"),
+    window: int = typer.Option(16, help="complete collectives per group the straggler method looks at"),
+    persist: int = typer.Option(3, help="evaluations in a row before an alert is raised or cleared"),
+    late_ms: float = typer.Option(5.0, "--late-ms", help="lateness that counts, in ms (at least)"),
+    min_change: float = typer.Option(0.3, "--min-change", help="slowdown: smallest relative slowdown"),
+    below_expected: float = typer.Option(
+        0.0, "--below-expected", help="alert when a group's busBW is below this fraction of the model's (0: off)"
+    ),
+    topology: str | None = typer.Option(None, help="the model for --below-expected (a preset or topology file)"),
+    backend: str = typer.Option("gloo", help="the job's backend, for the model (gloo, nccl)"),
+    ranks_per_host: int = typer.Option(0, "--ranks-per-host", help="for the model: ranks per host (0: from the job)"),
+    port: int | None = typer.Option(
+        None, help="serve the collector's metrics on this port (127.0.0.1 unless --host; default: none)"
+    ),
+    host: str = typer.Option("127.0.0.1", help="address the collector's endpoint binds"),
+    token: str | None = typer.Option(
+        None, help="token for the ranks' endpoints and this one (default: $COMMLENS_MONITOR_TOKEN)"
+    ),
+    job_id: str = typer.Option("", "--job-id", help="the job_id label of the collector's metrics"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the summary and every alert as JSON here"),
+    fail_on_alert: bool = typer.Option(False, "--fail-on-alert", help="exit 1 when any alert was raised"),
+) -> None:
+    """Read the ranks' records (endpoints, JSONL files or NCCL Inspector output), join them by group and
+    sequence number, and raise alerts (log lines, and metrics when --port is given).
+
+    Nothing is sent to the job: no collective, no barrier. Exit code 2 for unreadable sources.
+    """
+    from commlens.monitor.collect import (
+        Collector,
+        CollectSettings,
+        EndpointSource,
+        JsonlSource,
+        collect,
+        parse_endpoints,
+        replay,
+    )
+    from commlens.monitor.expect import Expectations
+
+    if not (endpoint or jsonl or inspector):
+        fail("give the job's --endpoint HOST:PORT..., a --jsonl directory, or --inspector output")
+    if replay_files and endpoint:
+        fail("--replay reads files (--jsonl, --inspector); the endpoints are live")
+    if interval <= 0:
+        fail(f"--interval {interval}: must be > 0")
+    token = token or os.environ.get("COMMLENS_MONITOR_TOKEN") or None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    logging.getLogger("commlens.monitor").setLevel(logging.INFO)
+    with errors_as_exit():
+        settings = CollectSettings(
+            window=window,
+            persist=persist,
+            late_threshold_s=late_ms / 1e3,
+            min_change=min_change,
+            below_expected=below_expected,
+        )
+        expectations = None
+        if topology is not None:
+            from commlens.topology import load_topology
+
+            expectations = Expectations(load_topology(topology), backend, ranks_per_host or 1)
+        collector = Collector(settings, expectations)
+        server = None
+        if port is not None:
+            from commlens.monitor.exporter import CollectorMetrics, serve
+
+            collector.metrics = CollectorMetrics(job_id)
+            server = serve(host, port, collector.metrics.registry, token=token)
+            say("", f"collector metrics on http://{server.address[0]}:{server.address[1]}/metrics")
+        sources: list[EndpointSource | JsonlSource] = [
+            EndpointSource(h, p, token) for h, p in parse_endpoints(endpoint)
+        ]
+        if jsonl is not None:
+            sources.append(JsonlSource(jsonl))
+        try:
+            if inspector is not None:
+                from commlens.ingest.nccl_inspector import records_from_inspector
+
+                records = records_from_inspector(inspector)
+                if replay_files:
+                    replay(records, collector, interval)
+                else:
+                    collector.add(records)
+                    collector.evaluate()
+            if replay_files and jsonl is not None:
+                replay([r for s in sources if isinstance(s, JsonlSource) for r in s.poll()], collector, interval)
+            elif sources:
+                try:
+                    collect(sources, collector, interval_s=interval, duration_s=duration, idle_exit_s=idle_exit)
+                except KeyboardInterrupt:
+                    say("", "interrupted: summary of what was collected")
+        finally:
+            if server is not None:
+                server.close()
+    summary = collector.summary()
+    for name, g in summary["groups"].items():
+        print(
+            f"group {name}: {g['joined']} collectives joined across ranks {_ranks(g['ranks'])}, last step {g['last_step']}"
+        )
+    alerts = summary["alerts"]
+    if not alerts:
+        print("no alert")
+    for a in alerts:
+        state = "active" if a["cleared_at_s"] is None else "cleared"
+        print(f"{a['kind']}: {a['text']} [{state}]")
+    if json_out is not None:
+        from commlens.files import atomic_text
+
+        with atomic_text(json_out) as fp:
+            json.dump(summary, fp, indent=2)
+    raise typer.Exit(1 if fail_on_alert and alerts else 0)
+
+
+def _ranks(ranks: list[int]) -> str:
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks[:16])) + ("..." if len(ranks) > 16 else "")
