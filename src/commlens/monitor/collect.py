@@ -420,7 +420,7 @@ class Collector:
 
 def parse_endpoints(texts: Iterable[str]) -> list[tuple[str, int]]:
     """``127.0.0.1:9750-9753`` or ``host:port`` (repeatable) into (host, port) pairs."""
-    out = []
+    out: list[tuple[str, int]] = []
     for text in texts:
         host, sep, ports = text.rpartition(":")
         if not sep or not host:
