@@ -20,7 +20,7 @@ def _source(text: str) -> Source:
 
 
 def test_each_format_is_one_entry_declared_by_its_own_module() -> None:
-    assert list(FORMATS) == ["nccl-tests", "nccl-tests-json", "param", "commlens"]
+    assert list(FORMATS) == ["nccl-tests", "nccl-tests-json", "param", "nccl-inspector", "commlens"]
     for name, fmt in FORMATS.items():
         assert fmt.name == name and fmt.description and fmt.marker
         assert fmt.parse.__module__ == fmt.sniff.__module__, f"{name}: sniffer and parser in different modules"
@@ -40,18 +40,18 @@ def test_the_refusals_name_every_format() -> None:
         registry.detect_source_format(_source("nothing here\n"))
     assert str(text_error.value) == (
         "f.txt:1: not a format commlens reads: no nccl-tests table, no PARAM COMMS-RES rows, no JSON "
-        "(pass --format if it is one of nccl-tests, nccl-tests-json, param, commlens)"
+        "(pass --format if it is one of nccl-tests, nccl-tests-json, param, nccl-inspector, commlens)"
     )
     with pytest.raises(IngestError) as json_error:
         registry.detect_source_format(_source('{"a": 1}'))
     assert str(json_error.value) == (
-        'f.txt:1: a JSON document, but neither nccl-tests -J output ("results") nor a commlens run '
-        '("format": "commlens.run/N")'
+        'f.txt:1: a JSON document, but neither nccl-tests -J output ("results"), NCCL Inspector records '
+        '(header, coll_perf) nor a commlens run ("format": "commlens.run/N")'
     )
     with pytest.raises(
         ValueError,
         match=r"^unknown format 'x'; known: auto, nccl-tests, nccl-tests-json, "
-        r"param, commlens$",
+        r"param, nccl-inspector, commlens$",
     ):
         get_format("x")
 
@@ -80,7 +80,7 @@ def test_a_new_entry_is_detected_parsed_and_named_in_refusals(monkeypatch: pytes
     with pytest.raises(
         IngestError,
         match=r"no PARAM COMMS-RES rows, no TOY line, no JSON \(pass --format if it "
-        r"is one of nccl-tests, nccl-tests-json, param, commlens, toy\)",
+        r"is one of nccl-tests, nccl-tests-json, param, nccl-inspector, commlens, toy\)",
     ):
         load_source_runs(_source("nothing\n"))
 
@@ -90,7 +90,7 @@ def test_the_cli_help_lists_the_registry() -> None:
     assert proc.returncode == 0
     text = re.sub(r"\s+", " ", proc.stdout)
     assert ", ".join(fmt.description for fmt in FORMATS.values()) + "; - reads standard input" in text
-    assert "auto, nccl-tests, nccl-tests-json, param or commlens" in text
+    assert "auto, nccl-tests, nccl-tests-json, param, nccl-inspector or commlens" in text
 
 
 def test_the_docs_have_a_section_and_a_choice_for_every_format() -> None:

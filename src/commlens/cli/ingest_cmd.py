@@ -72,11 +72,14 @@ def ingest_cmd(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", IngestWarning)
                 try:  # read once (a pipe can be read only once): detected, parsed and hashed from memory
-                    source = read_source(path, max_bytes=max_input_bytes)
-                    used, runs = load_source_runs(
-                        source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op
-                    )
-                    del source
+                    if path.is_dir():  # a dump directory of per-process files: NCCL Inspector's
+                        used, runs = _directory_runs(path, fmt, tag, revision, started_at, max_input_bytes)
+                    else:
+                        source = read_source(path, max_bytes=max_input_bytes)
+                        used, runs = load_source_runs(
+                            source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op
+                        )
+                        del source
                 except CommlensError as e:
                     say("error", str(e))
                     failed += 1
@@ -111,6 +114,19 @@ def ingest_cmd(
         print(json.dumps(ingested, indent=1))
     if failed:
         raise typer.Exit(2)
+
+
+def _directory_runs(
+    path: Path, fmt: str, tag: str | None, revision: str | None, started_at: str | None, max_bytes: int
+) -> tuple[str, list[Any]]:
+    """The run of a directory: only NCCL Inspector's output comes as one (a file per process)."""
+    from commlens.ingest.base import IngestError
+    from commlens.ingest.nccl_inspector import NAME, load_dump_runs
+
+    if fmt not in ("auto", NAME):
+        raise IngestError(path, 0, f"a directory, read only as {NAME} output (not --format {fmt})")
+    runs = load_dump_runs(path, tag=tag, revision=revision, started_at=started_at, max_bytes=max_bytes)
+    return NAME, runs
 
 
 def _save_new(store: Any, runs: list[Any]) -> set[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from commlens.ingest import commlens_json, nccltests_json, nccltests_text, param
+from commlens.ingest import commlens_json, nccl_inspector, nccltests_json, nccltests_text, param
 from commlens.ingest.base import IngestOptionError, InputFormat, Source, read_source
 
 __all__ = ["FORMATS", "detect_format", "detect_source_format", "get_format"]
@@ -19,6 +19,7 @@ _ENTRIES: tuple[InputFormat, ...] = (
     nccltests_text.FORMAT,
     nccltests_json.FORMAT,
     param.FORMAT,
+    nccl_inspector.FORMAT,
     commlens_json.FORMAT,
 )
 
