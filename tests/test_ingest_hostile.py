@@ -285,11 +285,11 @@ def test_each_failing_file_is_reported_and_the_others_stored(tmp_path: Path) -> 
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("error: ")]
     assert errors == [
-        f"error: {folder}: cannot read: Is a directory",
+        f"error: {folder}: no *.log or *.jsonl files: not an NCCL Inspector dump directory",
         f"error: {tmp_path / 'missing.log'}: cannot read: No such file or directory",
         f"error: {not_iso}: run {'ab' * 16!r}: started_at 'yesterday' is not an ISO 8601 time",
         f"error: {unknown}:1: not a format commlens reads: no nccl-tests table, no PARAM COMMS-RES rows, no JSON "
-        f"(pass --format if it is one of nccl-tests, nccl-tests-json, param, commlens)",
+        f"(pass --format if it is one of nccl-tests, nccl-tests-json, param, nccl-inspector, commlens)",
     ]
     assert sorted(r["source"] for r in stored_runs(db)) == ["nccl-tests", "param"]
 
