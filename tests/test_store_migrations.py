@@ -4,6 +4,7 @@ older and newer schemas refused with advice; the models and the migrations descr
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from store_backends import make_measurement, make_run, pg_server, pg_url, store_
 from commlens.results import Measurement, Run, SystemInfo, TimeStats
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
+from commlens.store.noise import NoiseFloor, list_floors, save_floors
 from commlens.store.schema import _alembic_config
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "store" / "legacy-0001.sql"
@@ -161,15 +163,17 @@ def _counts(store: Store) -> tuple[int, int]:
 def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: str, tmp_path: Path) -> None:
     _make_pre_alembic_store(store_url, tmp_path)
 
-    with pytest.raises(StoreError, match=r"has schema 0001, this commlens needs 0004: run `commlens db upgrade`"):
+    with pytest.raises(
+        StoreError, match=rf"has schema 0001, this commlens needs {SCHEMA_REVISION}: run `commlens db upgrade`"
+    ):
         Store.open(store_url)
     status = schema_status(store_url)
     assert (status.revision, status.state, status.stamped, status.nruns) == ("0001", "old", False, 3)
 
     done = upgrade_schema(store_url)
-    assert (done.before, done.after) == ("0001", "0004")
+    assert (done.before, done.after) == ("0001", SCHEMA_REVISION)
     status = schema_status(store_url)
-    assert (status.revision, status.state, status.stamped, status.nruns) == ("0004", "current", True, 3)
+    assert (status.revision, status.state, status.stamped, status.nruns) == (SCHEMA_REVISION, "current", True, 3)
 
     expected = _legacy_runs()
     with Store.open(store_url) as store:
@@ -219,7 +223,7 @@ def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: 
             assert conn.scalar(text("SELECT version FROM schema_version")) == 2
 
     again = upgrade_schema(store_url)
-    assert (again.before, again.after) == ("0004", "0004")
+    assert (again.before, again.after) == (SCHEMA_REVISION, SCHEMA_REVISION)
 
 
 def _schema(engine: Engine) -> dict[str, object]:
@@ -274,7 +278,7 @@ def test_newer_schema_is_refused_with_advice(store_url: str) -> None:
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
     engine.dispose()
-    message = r"database schema 0099 is newer than this commlens \(0004\); upgrade commlens"
+    message = rf"database schema 0099 is newer than this commlens \({SCHEMA_REVISION}\); upgrade commlens"
     with pytest.raises(StoreError, match=message):
         Store.open(store_url)
     with pytest.raises(StoreError, match=message):
@@ -289,7 +293,7 @@ def test_pre_alembic_version_other_than_1_is_newer(tmp_path: Path) -> None:
     con.execute("UPDATE schema_version SET version = 99")
     con.commit()
     con.close()
-    with pytest.raises(StoreError, match=r"database schema 99 is newer than this commlens \(0004\)"):
+    with pytest.raises(StoreError, match=rf"database schema 99 is newer than this commlens \({SCHEMA_REVISION}\)"):
         Store.open(str(path))
 
 
@@ -319,50 +323,62 @@ def test_foreign_tables_without_a_revision_are_not_taken_for_a_store(store_url: 
         upgrade_schema(store_url)
 
 
-def _make_0003_store(url: str, runs: list[Run], tmp_path: Path) -> None:
-    """A store at schema 0003 (before rounds and noise floors) holding ``runs``, with the rows today's commlens
-    writes for them, less what 0004 added."""
+def make_old_store(
+    url: str, runs: list[Run], tmp_path: Path, revision: str = "0003", floors: Sequence[NoiseFloor] = ()
+) -> None:
+    """A store at schema ``revision`` holding ``runs`` (and noise ``floors``, from 0004 on), with the rows today's
+    commlens writes for them, less the columns later revisions added."""
     current = tmp_path / "current.db"
     with Store.open(str(current)) as store:
         store.save_runs(runs)
+        save_floors(store, floors)
     source, target = create_engine(f"sqlite:///{current}"), make_engine(url)
     try:
-        _migrate(target, "0003")
+        _migrate(target, revision)
         with source.connect() as src, target.begin() as dst:
             src_tables, dst_tables = MetaData(), MetaData()
             src_tables.reflect(src)
             dst_tables.reflect(dst)
-            assert "rounds" not in dst_tables.tables["samples"].c and "noise_floors" not in dst_tables.tables
-            for name in ("runs", "measurements", "samples"):
+            assert dst.scalar(text("SELECT version_num FROM alembic_version")) == revision
+            assert not floors or "noise_floors" in dst_tables.tables, f"schema {revision} has no noise floors"
+            for name in ("runs", "measurements", "samples", "noise_floors"):
+                if name not in dst_tables.tables:
+                    continue
                 columns = dst_tables.tables[name].c.keys()
                 rows = [{c: r[c] for c in columns} for r in src.execute(select(src_tables.tables[name])).mappings()]
-                dst.execute(insert(dst_tables.tables[name]), rows)
-            if url.startswith("postgresql"):
-                dst.execute(
-                    text("SELECT setval(pg_get_serial_sequence('measurements', 'id'), max(id)) FROM measurements")
-                )
+                if rows:
+                    dst.execute(insert(dst_tables.tables[name]), rows)
+                if rows and url.startswith("postgresql") and "id" in columns:
+                    # Rows copied with their ids: move the id sequence past them, as real inserts would have.
+                    dst.execute(text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), max(id)) FROM {name}"))
     finally:
         source.dispose()
         target.dispose()
 
 
 def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store_url: str, tmp_path: Path) -> None:
-    from commlens.store.noise import NoiseFloor, list_floors, save_floors
-
     runs = [
         make_run("old00001", tag="nightly", revision="r1"),
         make_run("old00002", revision="r1", scale=1.5),
         Run(**{**make_run("old00003").__dict__, "status": "check_failed"}),
     ]
-    _make_0003_store(store_url, runs, tmp_path)
-    with pytest.raises(StoreError, match=r"has schema 0003, this commlens needs 0004: run `commlens db upgrade`"):
+    make_old_store(store_url, runs, tmp_path)
+    engine = make_engine(store_url)
+    try:
+        insp = inspect(engine)
+        assert "rounds" not in [c["name"] for c in insp.get_columns("samples")] and not insp.has_table("noise_floors")
+    finally:
+        engine.dispose()
+    with pytest.raises(
+        StoreError, match=rf"has schema 0003, this commlens needs {SCHEMA_REVISION}: run `commlens db upgrade`"
+    ):
         Store.open(store_url)
     assert schema_status(store_url).nruns == 3
 
     done = upgrade_schema(store_url)
-    assert (done.before, done.after) == ("0003", "0004")
+    assert (done.before, done.after) == ("0003", SCHEMA_REVISION)
     status = schema_status(store_url)
-    assert (status.revision, status.state, status.nruns) == ("0004", "current", 3)
+    assert (status.revision, status.state, status.nruns) == (SCHEMA_REVISION, "current", 3)
     with Store.open(store_url) as store:
         assert store.get_runs([r.run_id for r in runs]) == runs  # bit for bit, each row one round
         assert {m.rounds for r in store.get_runs([r.run_id for r in runs]) for m in r.measurements} == {None}

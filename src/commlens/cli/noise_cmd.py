@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -98,7 +97,7 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
     from commlens.results.units import format_percent, format_size
 
     if as_json:
-        print(json.dumps({"summary": summary, "floors": [asdict(f) for f in floors]}, indent=1))
+        print(json.dumps({"summary": summary, "floors": [f.as_dict() for f in floors]}, indent=1))
         return
     names = ["system", "op", "size", "dtype", "redop", "place", "floor", "runs", "groups", "learned (UTC)"]
     cells = [

@@ -20,7 +20,7 @@ import numpy as np
 from commlens.errors import CommlensError
 from commlens.ops import get_op
 from commlens.regress.stats import benjamini_hochberg
-from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run
+from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run, omit_no_group
 
 __all__ = [
     "CompareError",
@@ -159,6 +159,7 @@ class ComparisonRow:
     p_adjusted: float | None
     verdict: Verdict
     reason: str
+    group: str | None = None  # the process group of rows measured inside a job; None for benchmark rows
 
     @property
     def change(self) -> float:
@@ -218,7 +219,7 @@ class CompareReport:
                 "only_in_candidate": self.only_in_candidate,
             },
             "warnings": list(self.warnings),
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [omit_no_group(asdict(r)) for r in self.rows],  # group only for a process group's rows
         }
 
     def summary_line(self) -> str:
@@ -430,7 +431,7 @@ def compare_runs(
 ) -> CompareReport:
     """Compare every row present on both sides.
 
-    1. Group each side's measurements by key (op, algo, dtype, redop, root, size, in_place), per run.
+    1. Group each side's measurements by key (op, algo, dtype, redop, root, size, in_place, group), per run.
     2. Summarise each run's rows round by round (:func:`row_side`): the median of each round's iterations
        (``settings.statistic``), or the reported figure of a row without samples.
     3. Judge every row together (:func:`judge`), with the series' noise floor from ``floors`` (keyed by

@@ -1,8 +1,8 @@
 """Change points over stored history: split measurements into series, order them, detect, filter.
 
 A series is one experiment on one system under one tag: the measurement key
-(op, algo, dtype, redop, root, size, in_place) plus the run's fingerprint and
-tag. Each run contributes one point, its mean time.
+(op, algo, dtype, redop, root, size, in_place, process group) plus the run's
+fingerprint and tag. Each run contributes one point, its mean time.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
-from commlens.results.records import FloorKey, MeasurementKey
+from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, omit_no_group
 from commlens.store.repo import MeasurementRow
 
 __all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "TimeFormatError", "detect_history", "parse_utc"]
@@ -32,8 +32,9 @@ class SeriesKey:
     tag: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change."""
-        return {**self.key._asdict(), "fingerprint": self.fingerprint, "tag": self.tag}
+        """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change;
+        ``group`` only for a series of a process group, so a benchmark's report reads as it always did."""
+        return {**omit_no_group(self.key._asdict()), "fingerprint": self.fingerprint, "tag": self.tag}
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,6 @@ def detect_history(
     )
 
 
-def _series_order(series: SeriesKey) -> tuple[str, str, tuple[str, str, str, str, int, bool, int]]:
-    """Tag, system, then the key's order (op, algo, dtype, redop, root, placement, size)."""
+def _series_order(series: SeriesKey) -> tuple[str, str, KeyOrder]:
+    """Tag, system, then the key's order (op, algo, dtype, redop, root, placement, group, size)."""
     return (series.tag or "", series.fingerprint, series.key.order())

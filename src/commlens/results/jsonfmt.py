@@ -1,8 +1,14 @@
-"""The versioned JSON file format of a run (``"format": "commlens.run/3"``).
+"""The versioned JSON file format of a run (``"format": "commlens.run/3"``, or ``/4`` with process groups).
 
 Derived figures (time statistics, algBW, busBW) are written for the reader's
 convenience and recomputed from ``samples_s`` on load, so a file can never
 disagree with itself once loaded. See ``docs/result-format.md``.
+
+Version 4 adds a measurement's ``group`` (the process group a row measured inside a
+job ran on). A run is written in the oldest version that holds it: version 3 unless a
+row has a group, so a benchmark's file is what it always was, and a commlens that
+reads only version 3 refuses a grouped run ("newer than this commlens reads") instead
+of dropping its groups and pairing the rows of different groups as one series.
 """
 
 from __future__ import annotations
@@ -19,9 +25,19 @@ from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.results.units import finite_float
 
-__all__ = ["FORMAT", "FormatError", "run_to_dict", "run_from_dict", "dump_run", "load_run", "write_json"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_WITH_GROUPS",
+    "FormatError",
+    "run_to_dict",
+    "run_from_dict",
+    "dump_run",
+    "load_run",
+    "write_json",
+]
 
-FORMAT = "commlens.run/3"
+FORMAT = "commlens.run/3"  # a run none of whose rows has a process group
+FORMAT_WITH_GROUPS = "commlens.run/4"  # a run with a grouped row; the newest version this commlens reads
 _FORMAT_PREFIX = "commlens.run/"
 
 
@@ -44,9 +60,10 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
         "count": m.count,
         "in_place": m.in_place,
         "world_size": m.world_size,
-        "nwrong": m.nwrong,
-        "iterations": len(m.samples_s) if m.samples_s else m.stats.n,
     }
+    if m.group is not None:  # absent, not null, for a benchmark row: version-3 files stay as they were
+        out["group"] = m.group
+    out.update(nwrong=m.nwrong, iterations=len(m.samples_s) if m.samples_s else m.stats.n)
     out.update(m.stats.as_dict())
     out.update(
         algbw_bytes_per_s=m.algbw_bytes_per_s,
@@ -67,8 +84,9 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
 def run_to_dict(run: Run) -> dict[str, Any]:
     system = asdict(run.system)
     system["fingerprint"] = run.system.fingerprint()
+    grouped = any(m.group is not None for m in run.measurements)
     return {
-        "format": FORMAT,
+        "format": FORMAT_WITH_GROUPS if grouped else FORMAT,
         "run_id": run.run_id,
         "status": run.status,
         "source": run.source,
@@ -186,6 +204,7 @@ def _measurement_from_dict(d: Any) -> Measurement:
         rank_samples_s=None if rank is None else tuple(_times("rank_samples_s", r) for r in rank),
         reported=None if rep is None else _reported(rep),
         rounds=None if rounds is None else tuple(rounds),
+        group=_str(d, "group", None, nullable=True),  # its length is checked by Measurement
     )
 
 
@@ -237,22 +256,31 @@ def _upgrade_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "measurements": upgraded}
 
 
+def _upgrade_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 adds each measurement's optional ``group``; a version-3 row was measured on no process group."""
+    return d
+
+
 # Upgraders from an older format version to the next.
-_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
-_CURRENT_VERSION = int(FORMAT.rsplit("/", 1)[1])
+_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _upgrade_1_to_2,
+    2: _upgrade_2_to_3,
+    3: _upgrade_3_to_4,
+}
+_CURRENT_VERSION = int(FORMAT_WITH_GROUPS.rsplit("/", 1)[1])
 
 
 def run_from_dict(d: dict[str, Any]) -> Run:
     """Build a run from its dict form, upgrading older format versions."""
     fmt = d.get("format") if isinstance(d, dict) else None
     if not isinstance(fmt, str) or not fmt.startswith(_FORMAT_PREFIX):
-        raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT!r})")
+        raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT_WITH_GROUPS!r})")
     suffix = fmt[len(_FORMAT_PREFIX) :]
     version = int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) < 6 else 0
     if version < 1:  # versions start at 1
         raise FormatError(f"bad format version in {_shown(fmt)}")
     if version > _CURRENT_VERSION:
-        raise FormatError(f"{fmt} is newer than this commlens reads ({FORMAT}); upgrade commlens")
+        raise FormatError(f"{fmt} is newer than this commlens reads ({FORMAT_WITH_GROUPS}); upgrade commlens")
     while version < _CURRENT_VERSION:
         d = _UPGRADERS[version](d)
         version += 1

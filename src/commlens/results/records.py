@@ -21,6 +21,7 @@ from commlens.results.stats import TimeStats, summarize
 __all__ = [
     "DTYPE_SIZES",
     "FloorKey",
+    "KeyOrder",
     "RecordError",
     "Measurement",
     "MeasurementKey",
@@ -28,14 +29,17 @@ __all__ = [
     "Run",
     "RunStatus",
     "RUN_STATUSES",
+    "MAX_GROUP_NAME",
     "MAX_RANKS",
     "MAX_SIZE_BYTES",
+    "omit_no_group",
 ]
 
 # Sane bounds a record refuses beyond: no job has a million ranks, no message a petabyte (a file claiming
 # either is corrupted or hostile, and a rank list that long would not fit in memory).
 MAX_RANKS = 2**20
 MAX_SIZE_BYTES = 2**50
+MAX_GROUP_NAME = 200  # characters of a process group's name (a longer one is not a name a job gave)
 
 DTYPE_SIZES: dict[str, int] = {
     "float32": 4,
@@ -58,9 +62,13 @@ class RecordError(CommlensError, ValueError):
     """A result record that would be inconsistent."""
 
 
+# How MeasurementKey.order sorts: op, algo, dtype, redop, root, in_place, grouped, group, size_bytes.
+KeyOrder = tuple[str, str, str, str, int, bool, bool, str, int]
+
+
 class MeasurementKey(NamedTuple):
     """What makes two rows the same experiment. ``redop`` is None for an op that does not reduce, ``root``
-    None for an op without a root."""
+    None for an op without a root, ``group`` None for a row not measured on one process group of a job."""
 
     op: str
     algo: str
@@ -69,11 +77,32 @@ class MeasurementKey(NamedTuple):
     root: int | None
     size_bytes: int
     in_place: bool
+    group: str | None = None
 
-    def order(self) -> tuple[str, str, str, str, int, bool, int]:
-        """Op, algo, dtype, redop, root, placement, then size: a series' neighbours are its sizes."""
+    def order(self) -> KeyOrder:
+        """Op, algo, dtype, redop, root, placement, group (none first), then size: a series' neighbours are
+        its sizes."""
         root = -1 if self.root is None else self.root  # sorts before every rank
-        return (self.op, self.algo, self.dtype, self.redop or "", root, self.in_place, self.size_bytes)
+        grouped = self.group is not None
+        return (
+            self.op,
+            self.algo,
+            self.dtype,
+            self.redop or "",
+            root,
+            self.in_place,
+            grouped,
+            self.group or "",
+            self.size_bytes,
+        )
+
+
+def omit_no_group(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (a key's or a row's, as JSON output prints them) without ``group`` when it is None: what
+    commlens prints of a benchmark row reads as it did before rows had process groups."""
+    if fields.get("group", "") is None:
+        fields = {k: v for k, v in fields.items() if k != "group"}
+    return fields
 
 
 class FloorKey(NamedTuple):
@@ -90,6 +119,8 @@ class Measurement:
     ``samples_s`` holds one time per measured iteration: the max across ranks
     of that iteration's time. ``nwrong`` is None when results were not checked.
     ``redop`` is None for an op that does not reduce, ``root`` None for an op without a root.
+    ``group`` names the process group a row measured inside a job ran on (None for a benchmark row);
+    ``world_size`` is then that group's size, which may be less than the job's.
     """
 
     op: str
@@ -110,6 +141,8 @@ class Measurement:
     # Samples per round when the row was timed in several independent rounds (``bench --rounds``):
     # ``samples_s`` is their concatenation, round after round. None: one round (or not known).
     rounds: tuple[int, ...] | None = None
+    # The process group's name when the row was measured inside a training job (``commlens.monitor``).
+    group: str | None = None
 
     def __post_init__(self) -> None:
         spec = OPS.get(self.op)
@@ -135,6 +168,9 @@ class Measurement:
             raise RecordError(f"{self.op} does not reduce: redop must be None")
         if self.redop == "none":
             raise RecordError(f"{self.op}: redop 'none' is no reduction (None means none)")
+        if self.group is not None and not (isinstance(self.group, str) and 1 <= len(self.group) <= MAX_GROUP_NAME):
+            shown = f"{len(self.group)} characters" if isinstance(self.group, str) else type(self.group).__name__
+            raise RecordError(f"group must be None (no group) or a name of 1..{MAX_GROUP_NAME} characters, got {shown}")
         if self.nwrong is not None and not 0 <= self.nwrong < MAX_SIZE_BYTES:
             raise RecordError(f"nwrong must be >= 0 and < {MAX_SIZE_BYTES}")
         if self.rounds is not None:
@@ -201,7 +237,9 @@ class Measurement:
     @property
     def key(self) -> MeasurementKey:
         """What makes two rows the same experiment."""
-        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+        return MeasurementKey(
+            self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
+        )
 
 
 @dataclass(frozen=True)
@@ -273,8 +311,13 @@ class Run:
         object.__setattr__(self, "measurements", tuple(self.measurements))
         object.__setattr__(self, "notes", tuple(self.notes))
         for m in self.measurements:
-            if m.world_size != self.system.world_size:
+            # A row of one process group spans that group, which may be smaller than the job.
+            if m.group is None and m.world_size != self.system.world_size:
                 raise RecordError(f"measurement world_size {m.world_size} != run world_size {self.system.world_size}")
+            if m.group is not None and m.world_size > self.system.world_size:
+                raise RecordError(
+                    f"group {m.group!r}: world_size {m.world_size} is larger than the run's {self.system.world_size}"
+                )
 
     @property
     def world_size(self) -> int:

@@ -126,6 +126,7 @@ def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[
         "algbw_bytes_per_s": algbw,
         "busbw_bytes_per_s": algbw * m.busbw_factor,  # Measurement.busbw_bytes_per_s, algBW computed once
         "reported": None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
+        "group_name": m.group,
     }
     rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
     rounds = None if m.rounds is None else list(m.rounds)
@@ -170,4 +171,5 @@ def _measurement_from_model(row: MeasurementModel) -> Measurement:
         rank_samples_s=None if rank is None else tuple(tuple(float(s) for s in r) for r in rank),
         reported=reported_from_json(row.reported),
         rounds=None if row.samples.rounds is None else tuple(int(k) for k in row.samples.rounds),
+        group=row.group_name,
     )

@@ -1,4 +1,4 @@
-"""Export stored runs: CSV with one row per measurement, or JSON as a list of ``commlens.run/2`` documents.
+"""Export stored runs: CSV with one row per measurement, or JSON as a list of ``commlens.run/N`` documents.
 
 Files are written atomically (a temporary file renamed into place), so a reader or a
 dashboard never sees half an export; ``-`` writes to stdout.
@@ -51,6 +51,7 @@ CSV_COLUMNS: tuple[str, ...] = (
     "algbw_bytes_per_s",
     "busbw_bytes_per_s",
     "nwrong",
+    "group",  # the process group of a row measured inside a job; empty for a benchmark row
 )
 
 
@@ -95,6 +96,7 @@ def csv_row(run: Run, m: Measurement) -> dict[str, Any]:
         "algbw_bytes_per_s": m.algbw_bytes_per_s,
         "busbw_bytes_per_s": m.busbw_bytes_per_s,
         "nwrong": m.nwrong,
+        "group": m.group,
     }
 
 

@@ -87,11 +87,14 @@ class MeasurementRow:
     busbw_bytes_per_s: float
     samples_s: tuple[float, ...]
     status: str = "complete"  # the run's: complete, incomplete, check_failed
+    group: str | None = None  # the process group of a row measured inside a job; None for a benchmark row
 
     @property
     def key(self) -> MeasurementKey:
         """What makes two rows the same experiment (as ``Measurement.key``)."""
-        return MeasurementKey(self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place)
+        return MeasurementKey(
+            self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
+        )
 
 
 class CorruptRunError(StoreError):
@@ -129,6 +132,7 @@ def measurement_row(
     busbw: float,
     reported: dict[str, Any] | None,
     samples: list[Any],
+    group_name: str | None,
 ) -> MeasurementRow:
     """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
     stats = reported_from_json(reported)
@@ -154,6 +158,7 @@ def measurement_row(
         busbw_bytes_per_s=busbw,
         samples_s=tuple(float(x) for x in samples),
         status=run_status,
+        group=group_name,
     )
 
 

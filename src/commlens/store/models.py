@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from commlens.results.records import MeasurementKey
+from commlens.results.records import MAX_GROUP_NAME
 
 __all__ = [
     "LEGACY_SCHEMA_VERSION",
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 # The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2
@@ -105,8 +105,8 @@ class MeasurementModel(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "position", name="uq_measurements_run_position"),
         Index("ix_measurements_run_id", "run_id"),
-        # One series across runs: what compare and detect look up.
-        Index("ix_measurements_series", "op", "dtype", "size_bytes", "in_place"),
+        # One series across runs: what compare and detect look up (NULL group_name: no process group).
+        Index("ix_measurements_series", "op", "dtype", "size_bytes", "in_place", "group_name"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -120,7 +120,7 @@ class MeasurementModel(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     count: Mapped[int] = mapped_column(BigInteger)
     in_place: Mapped[bool]
-    world_size: Mapped[int] = mapped_column(Integer)
+    world_size: Mapped[int] = mapped_column(Integer)  # the group's size for a row with a group
     nwrong: Mapped[int | None] = mapped_column(BigInteger)
     mean_s: Mapped[float] = mapped_column(Float)
     p50_s: Mapped[float | None] = mapped_column(Float)
@@ -133,6 +133,8 @@ class MeasurementModel(Base):
     busbw_bytes_per_s: Mapped[float] = mapped_column(Float)
     # TimeStats as the producing tool printed them (``as_dict()`` plus ``n``); NULL when it kept samples.
     reported: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # The process group a row measured inside a job ran on (``Measurement.group``); NULL for a benchmark row.
+    group_name: Mapped[str | None] = mapped_column(String(MAX_GROUP_NAME))
 
     run: Mapped[RunModel] = relationship(back_populates="measurements")
     samples: Mapped[SampleModel] = relationship(
@@ -160,13 +162,27 @@ class NoiseFloorModel(Base):
     """A series' run-to-run variation, learned from A/A-like history (``commlens noise learn``).
 
     One row per series (a ``FloorKey``: fingerprint and measurement key; ``redop`` and ``root`` encoded as
-    in ``measurements``, ``none`` and ``-1`` for none, so the unique key holds: NULLs are never equal).
+    in ``measurements``, ``none`` and ``-1`` for none, and ``group_name`` as ``''`` for no group, so the
+    unique key holds: NULLs are never equal).
     ``sd_log`` is the standard deviation of the natural log of whole runs' typical times at one revision, pooled over the
     revisions that had at least two runs: 0.05 means runs of the same code scatter by about 5 %.
     """
 
     __tablename__ = "noise_floors"
-    __table_args__ = (UniqueConstraint("fingerprint", *MeasurementKey._fields, name="uq_noise_floors_series"),)
+    __table_args__ = (
+        UniqueConstraint(
+            "fingerprint",
+            "op",
+            "algo",
+            "dtype",
+            "redop",
+            "root",
+            "size_bytes",
+            "in_place",
+            "group_name",
+            name="uq_noise_floors_series",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     fingerprint: Mapped[str] = mapped_column(String)
@@ -181,3 +197,4 @@ class NoiseFloorModel(Base):
     runs: Mapped[int] = mapped_column(Integer)  # runs the figure was learned from
     groups: Mapped[int] = mapped_column(Integer)  # revisions (or tags) with two runs or more among them
     learned_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
+    group_name: Mapped[str] = mapped_column(String(MAX_GROUP_NAME), server_default="")  # the process group; '': none

@@ -9,7 +9,7 @@ Query API for analysis (the regression gate):
 - ``Store.measurement_rows(op=, dtype=, size_bytes=, tag=, fingerprint=, since=, until=)``:
   one ``MeasurementRow`` per stored measurement that matches, with its run's time (UTC),
   revision, tag, fingerprint and source, its key (op, algo, dtype, redop, root, size,
-  placement), mean time, CV, iteration count, busBW and raw samples (empty for rows
+  placement, process group), mean time, CV, iteration count, busBW and raw samples (empty for rows
   ingested without samples); oldest run first, then the run's own order. One query.
 - ``Store.runs_with_tag(tag)``: the full runs with that tag, oldest first.
 - ``Store.list_runs(...)``: run summaries, newest first, with the same filters.
@@ -320,6 +320,7 @@ class Store:
                 m.busbw_bytes_per_s,
                 m.reported,
                 s.samples_s,
+                m.group_name,
             )
             .join(m, m.run_id == r.run_id)
             .join(s, s.measurement_id == m.id)
@@ -328,7 +329,7 @@ class Store:
         )
         try:
             with Session(self.engine) as session, session.begin():
-                # Rows as plain sequences: mypy cannot match ``*row`` of a 20-column Row (typed past
+                # Rows as plain sequences: mypy cannot match ``*row`` of a 21-column Row (typed past
                 # its tenth column as ``*tuple[Any, ...]``) to measurement_row's parameters.
                 result: Sequence[Sequence[Any]] = session.execute(query).all()
             return [measurement_row(*row) for row in result]
