@@ -257,6 +257,21 @@ def test_the_file_count_and_bytes_per_file_are_bounded(tmp_path: Path, monkeypat
             read_inspector(COMPACT, max_bytes=5000)
 
 
+def test_the_record_count_is_bounded_and_a_repeated_record_kept_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dump_dir = tmp_path / "dump"
+    shutil.copytree(COMPACT, dump_dir)
+    shutil.copy(dump_dir / "node-a-pid41001.log", dump_dir / "node-a-pid41001.jsonl")  # the same process twice
+    dump = _quiet_read(dump_dir)
+    assert len(dump.records) == 96 and "24 records repeated (same communicator, rank and coll_sn) kept once" in (
+        dump.notes
+    )
+    monkeypatch.setattr(insp, "MAX_RECORDS", 30)
+    with pytest.raises(IngestError, match=r"node-a-pid41002\.log:7: more than 30 collective records in the dump"):
+        read_inspector(dump_dir)
+
+
 def test_the_v4_3_marker_layout_and_a_pretty_printed_record_are_read(tmp_path: Path) -> None:
     dump = read_inspector(DATA / "marker_v4_3.log")
     assert [(r.rank, r.seq, r.size_bytes) for r in dump.records] == [(2, 1406, 17179869184), (2, 1407, 17179869184)]

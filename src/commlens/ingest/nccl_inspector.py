@@ -111,12 +111,14 @@ _NO_INSPECTOR_BW = frozenset({"all_to_all"})
 MAX_FILES = 16384  # files read from one dump directory (one per process: a 16k-GPU job)
 MAX_DIR_DEPTH = 4  # folders below the dump directory searched for files
 MAX_LINE_CHARS = 2**20  # a verbose record with every channel is ~20 KB
-MAX_RECORDS = 4_000_000  # collective records in one dump (about 1 GB of memory)
+MAX_RECORDS = 2_000_000  # collective records in one dump (about 0.8 GB of memory)
 MAX_CHANNELS = 1024  # kernel channels read from one verbose record
 _MAX_US = 2**63  # a timestamp or duration in µs beyond this is not one (NCCL writes uint64)
 _MAX_SEQ = 2**62
 _MAX_HOST_CHARS = 255
 _WARNED_PER_FILE = 5  # skipped lines warned about one by one in a file; the rest in one summary
+_MAX_NAMES_COUNTED = 20  # distinct unread op names (and format versions) counted one by one; the rest together
+_TIMING_SOURCES = ("kernel_gpu", "kernel_cpu", "collective_cpu")  # inspectorTimingSourceToString
 _FILE_SUFFIXES = (".log", ".jsonl")  # what the plugin writes, and what NVIDIA's exporter also reads
 _SNIFF_CHARS = 65536
 _SNIFF_RE = re.compile(r'"(?:coll_perf|p2p_perf|dump_stats)"\s*:')
@@ -215,6 +217,7 @@ class _Reader:
         self.compact = 0
         self.timing: dict[str, int] = {}
         self.digest = hashlib.sha256()
+        self.names: dict[str, str] = {}  # communicator ids and host names, one string each for every record
 
     def read(self, source: Source, shown: str) -> None:
         self.digest.update(f"{shown}\0{len(source.text)}\0".encode())
@@ -250,7 +253,10 @@ class _Reader:
                 header, metadata = state.header, state.metadata
             else:
                 raise _Skip("a coll_perf record with no header, and no dump_stats marker before it")
+            bad_before = self.busbw.bad
             record = self._collective(state, header, metadata, _obj(obj, "coll_perf"))
+            if self.busbw_where is None and self.busbw.bad > bad_before:
+                self.busbw_where = (state.source, line_no)
             if record is not None:
                 key = (record.group, record.rank, record.seq)
                 if key in self.seen:
@@ -265,8 +271,6 @@ class _Reader:
                 self.seen.add(key)
                 self.records.append(record)
                 state.records += 1
-                if self.busbw_where is None and self.busbw.bad:
-                    self.busbw_where = (state.source, line_no)
         elif "p2p_perf" in obj:
             self.p2p += 1
         elif "dump_stats" not in obj:
@@ -276,6 +280,7 @@ class _Reader:
         self, state: _FileState, header: dict[str, Any], metadata: dict[str, Any], perf: dict[str, Any]
     ) -> CollectiveRecord | None:
         comm_id = _text(header, "id", MAX_GROUP_NAME)
+        comm_id = self.names.setdefault(comm_id, comm_id)  # one string for all its records
         n_ranks = _int(header, "n_ranks", 1, MAX_RANKS + 1)
         rank = _int(header, "rank", 0, n_ranks)
         nnodes = _int(header, "nnodes", 0, MAX_RANKS + 1)
@@ -285,12 +290,14 @@ class _Reader:
         hostname = metadata.get("hostname")
         if hostname is not None and not (isinstance(hostname, str) and len(hostname) <= _MAX_HOST_CHARS):
             raise _Skip(f"metadata.hostname must be a string of at most {_MAX_HOST_CHARS} characters")
+        if hostname is not None:
+            hostname = self.names.setdefault(hostname, hostname)
         pid = metadata.get("pid")
         if pid is not None:
             pid = _int(metadata, "pid", 0, 2**32)
         dump_us = _int(metadata, "dump_timestamp_us", 0, _MAX_US)
         version = metadata.get("inspector_output_format_version")
-        if isinstance(version, str) and len(version) <= 20:
+        if isinstance(version, str) and len(version) <= 20 and len(self.versions) < _MAX_NAMES_COUNTED:
             self.versions.add(version)
 
         coll = _text(perf, "coll", 40)
@@ -303,7 +310,8 @@ class _Reader:
             raise _Skip("coll_perf.coll_timing_source must be a short string")
         printed_busbw = _bandwidth(perf, "coll_busbw_gbs")
         if op is None:
-            self.left_out_ops[coll] = self.left_out_ops.get(coll, 0) + 1
+            counted = coll if coll in self.left_out_ops or len(self.left_out_ops) < _MAX_NAMES_COUNTED else "others"
+            self.left_out_ops[counted] = self.left_out_ops.get(counted, 0) + 1
             return None
         size_bytes = msg_bytes * n_ranks if op in _PER_RANK_MSG else msg_bytes
         if size_bytes >= MAX_SIZE_BYTES:
@@ -348,6 +356,7 @@ class _Reader:
             comm["name"] = name
         state.hostname = state.hostname or hostname
         state.pid = state.pid if state.pid is not None else pid
+        timing = timing if timing in _TIMING_SOURCES else "unknown"
         self.timing[timing] = self.timing.get(timing, 0) + 1
         if printed_busbw is not None and not (op in _NO_INSPECTOR_BW and printed_busbw == 0):
             spec = get_op(op)
