@@ -69,6 +69,8 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         # op facts read directly by stages whose rows do not list ops (they list results, which may).
         ("commlens/diagnose/stragglers.py", "commlens.ops"),
         ("commlens/regress/compare.py", "commlens.ops"),
+        # the monitor's collector finds slowdowns with the detect engine (issue 15); monitor's row omits regress.
+        ("commlens/monitor/collect.py", "commlens.regress.detect"),
     }
 )
 

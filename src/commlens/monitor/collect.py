@@ -84,7 +84,8 @@ class CollectSettings:
     window: int = 16  # complete collectives per group the straggler method looks at
     persist: int = 3  # evaluations in a row before an alert is raised (and clean ones before it clears)
     late_threshold_s: float = 5e-3  # median lateness above the ranks' typical lateness by more than this
-    late_fraction: float = 0.1  # ... and by more than this fraction of the group's median interval
+    late_fraction: float = 0.2  # ... and by more than this fraction of the group's median interval
+    last_fraction: float = 0.5  # a late arriver must be the last to arrive in at least this share
     slow_factor: float = 1.5
     end_spread_s: float = 0.1
     history: int = 60  # own-time points per series kept for the slowdown detector
@@ -181,6 +182,7 @@ class Collector:
         self.history: list[Alert] = []  # every alert raised, in order (bounded)
         self._streak: dict[tuple[str, str, str, int | None], int] = {}
         self._clean: dict[tuple[str, str, str, int | None], int] = {}
+        self._since: dict[tuple[str, str, str, int | None], int] = {}
         self.lateness: dict[tuple[str, int], float] = {}
         self.records = 0
         self.rejected = 0
@@ -257,7 +259,12 @@ class Collector:
             seen.add(key)
             self._streak[key] = self._streak.get(key, 0) + 1
             self._clean.pop(key, None)
-            if key not in self.active and self._streak[key] >= self.settings.persist:
+            progress = self.groups[key[1]].count if key[0] == "straggler" and key[1] in self.groups else 0
+            since = self._since.setdefault(key, progress)
+            # a straggler must stay flagged while half a window of new collectives arrived: overlapping
+            # windows are not independent evidence, and a rank the scheduler slows for a moment is no straggler
+            fresh = progress - since >= self.settings.window // 2 if key[0] == "straggler" else True
+            if key not in self.active and self._streak[key] >= self.settings.persist and fresh:
                 kind, group_name, op, rank = key
                 alert = Alert(kind, group_name, op, rank, text, now, step, detail=detail)
                 self.active[key] = alert
@@ -270,6 +277,7 @@ class Collector:
         for key in list(self._streak):
             if key not in seen:
                 self._streak.pop(key, None)
+                self._since.pop(key, None)
                 if key in self.active:
                     self._clean[key] = self._clean.get(key, 0) + 1
                     if self._clean[key] >= self.settings.persist:
@@ -326,7 +334,11 @@ class Collector:
                 value = float(row["lateness_p50_s"])
                 latest[key] = max(latest.get(key, 0.0), value)
         self.lateness.update(latest)
+        last_fraction = {(row["op"], int(row["rank"])): row.get("last_arrival_fraction") for row in report.ranks_table}
         for st in report.stragglers:
+            share = last_fraction.get((st.op, st.rank))
+            if st.kind == "late_arrival" and share is not None and share < s.last_fraction:
+                continue  # late on the median but not the last to arrive most of the time: not a straggler
             host = self.hosts.get(st.rank)
             where = f" (host {host})" if host else ""
             how = "arrives late at" if st.kind == "late_arrival" else "is slow within"
@@ -336,9 +348,12 @@ class Collector:
             )
             if group.last_step is not None:
                 text += f"; at step {group.last_step}"
-            out[("straggler", group.name, st.op, st.rank)] = (
+            akey = ("straggler", group.name, "", st.rank)
+            if akey in out and out[akey][1]["excess_s"] >= st.excess_s:
+                continue  # one alert per rank and group: the collective it is latest at speaks for it
+            out[akey] = (
                 text,
-                {"straggler_kind": st.kind, "excess_s": st.excess_s, "host": host},
+                {"straggler_kind": st.kind, "excess_s": st.excess_s, "host": host, "collective": st.op},
                 group.last_step,
             )
 

@@ -150,6 +150,7 @@ class Monitor:
         self._jsonl: IO[str] | None = None
         self._jsonl_bytes = 0
         self._jsonl_full = False
+        self._below_keys: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()  # one window closes at a time (the thread, or stop())
 
     # ---- life -------------------------------------------------------------------------------------
@@ -307,8 +308,11 @@ class Monitor:
                     ratio = row.busbw_p50_bytes_per_s / exp.busbw_bytes_per_s
                     ratios[row.key] = ratio
                     line.update(expected_busbw_bytes_per_s=exp.busbw_bytes_per_s, expected_ratio=ratio)
-                    if ratio < BELOW_EXPECTED:
+                    if ratio < BELOW_EXPECTED and row.key not in self._below_keys:
+                        self._below_keys.add(row.key)  # said once, until it recovers
                         self._below(row, ratio, exp.busbw_bytes_per_s)
+                    elif ratio >= BELOW_EXPECTED:
+                        self._below_keys.discard(row.key)
                 if lost:
                     line["records_lost"] = lost
                 self._write({"type": "window", **line})
