@@ -31,9 +31,9 @@ same figures. Two parts:
    measured with ``tracemalloc``, checked against ``sys.getsizeof`` of the
    ring's tuples and the objects only they hold.
 
-Wall time: each launch costs about 30 s on a 2-core machine (start-up of 4
-torch processes is most of it), so the default 10 pairs take about 11
-minutes, part 2 about a minute more. ``--quick`` is a smoke run (1 pair of
+Wall time: each launch costs about 30-40 s on a 2-core machine (start-up of
+4 torch processes is most of it; 150 steps add about 8 s), so the default 10
+pairs (20 launches) take about 12 minutes, part 2 about a minute more. ``--quick`` is a smoke run (1 pair of
 short launches, small blocks, about 1.5 minutes) that never writes the docs.
 """
 
