@@ -351,7 +351,7 @@ def test_a_healthy_ddp_job_scraped_by_prometheus_and_collected_live_raises_no_al
     server = prometheus([f"127.0.0.1:{base + i}" for i in range(4)])
     collector = subprocess.Popen(
         [str(BIN / "commlens"), "monitor", "collect", "--endpoint", f"127.0.0.1:{base}-{base + 3}",
-         "--interval", "0.5", "--idle-exit", "3", "--json", str(tmp_path / "collect.json")],
+         "--interval", "0.25", "--idle-exit", "3", "--json", str(tmp_path / "collect.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
     )  # fmt: skip
     try:

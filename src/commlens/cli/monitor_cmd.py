@@ -32,10 +32,13 @@ def monitor_collect(
     replay_files: bool = typer.Option(
         False, "--replay", help="files only: evaluate as the live collector would have, in the job's own time"
     ),
-    interval: float = typer.Option(1.0, help="seconds between evaluations"),
+    interval: float = typer.Option(0.25, help="seconds between evaluations"),
     duration: float | None = typer.Option(None, help="stop after this many seconds (default: when the job ends)"),
     idle_exit: float = typer.Option(15.0, "--idle-exit", help="stop when no record came for this many seconds"),
-    window: int = typer.Option(16, help="complete collectives per group the straggler method looks at"),
+    window_steps: int = typer.Option(
+        12, "--window-steps", help="training steps of collectives the straggler method looks at"
+    ),
+    window: int = typer.Option(24, help="collectives it looks at when the job marks no steps"),
     persist: int = typer.Option(3, help="evaluations in a row before an alert is raised or cleared"),
     late_ms: float = typer.Option(5.0, "--late-ms", help="lateness that counts, in ms (at least)"),
     min_change: float = typer.Option(0.3, "--min-change", help="slowdown: smallest relative slowdown"),
@@ -84,6 +87,7 @@ def monitor_collect(
     with errors_as_exit():
         settings = CollectSettings(
             window=window,
+            window_steps=window_steps,
             persist=persist,
             late_threshold_s=late_ms / 1e3,
             min_change=min_change,

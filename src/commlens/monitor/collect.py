@@ -73,6 +73,7 @@ log = logging.getLogger("commlens.monitor")
 ALERT_KINDS = ("straggler", "slow_group", "slowdown", "below_expected", "hang")
 MAX_LINE_BYTES = 1 << 20
 MAX_PENDING = 200_000  # collectives waiting for their last rank's record
+MAX_WINDOW = 1024  # collectives the straggler method looks at, at most
 
 
 class CollectError(CommlensError, ValueError):
@@ -81,10 +82,12 @@ class CollectError(CommlensError, ValueError):
 
 @dataclass(frozen=True)
 class CollectSettings:
-    window: int = 16  # complete collectives per group the straggler method looks at
+    window_steps: int = 12  # training steps of collectives the straggler method looks at (jobs that mark steps)
+    window: int = 24  # complete collectives it looks at when the job marks no steps
     persist: int = 3  # evaluations in a row before an alert is raised (and clean ones before it clears)
     late_threshold_s: float = 5e-3  # median lateness above the ranks' typical lateness by more than this
-    late_fraction: float = 0.2  # ... and by more than this fraction of the group's median interval
+    late_fraction: float = 0.15  # ... and by more than this fraction of a training step (or of the interval
+    # between collectives when the job marks no steps): what the scheduler's noise cannot do persistently
     last_fraction: float = 0.5  # a late arriver must be the last to arrive in at least this share
     slow_factor: float = 1.5
     end_spread_s: float = 0.1
@@ -96,6 +99,8 @@ class CollectSettings:
     def __post_init__(self) -> None:
         if self.window < 4:
             raise CollectError(f"window must be >= 4 collectives, got {self.window}")
+        if self.window_steps < 2:
+            raise CollectError(f"window_steps must be >= 2 steps, got {self.window_steps}")
         if self.persist < 1:
             raise CollectError(f"persist must be >= 1, got {self.persist}")
         for name in ("late_threshold_s", "end_spread_s"):
@@ -157,13 +162,27 @@ class _Joined:
         return max(0.0, min(self.ends) - max(self.starts))
 
 
+def _interval(joined: list[_Joined]) -> float:
+    """The median time of a training step (from the records' steps), else between collectives."""
+    first: dict[int, float] = {}
+    for j in joined:
+        if j.step is not None:
+            first[j.step] = min(first.get(j.step, math.inf), min(j.starts))
+    steps = sorted(first)
+    gaps = [(first[b] - first[a]) / (b - a) for a, b in zip(steps, steps[1:])]
+    if not gaps:
+        ends = sorted(min(j.ends) for j in joined)
+        gaps = [b - a for a, b in zip(ends, ends[1:])]
+    return statistics.median(gaps) if gaps else 0.0
+
+
 class _Group:
     def __init__(self, name: str, ranks: tuple[int, ...], window: int, history: int) -> None:
         self.name = name
         self.ranks = ranks
         self.index = {r: j for j, r in enumerate(ranks)}
         self.pending: dict[int, dict[int, CollectiveRecord]] = {}
-        self.joined: deque[_Joined] = deque(maxlen=window)
+        self.joined: deque[_Joined] = deque(maxlen=max(window, MAX_WINDOW))
         self.history: dict[tuple[str, int], deque[float]] = {}
         self.fresh: dict[tuple[str, int], list[float]] = {}
         self.history_len = history
@@ -259,11 +278,11 @@ class Collector:
             seen.add(key)
             self._streak[key] = self._streak.get(key, 0) + 1
             self._clean.pop(key, None)
-            progress = self.groups[key[1]].count if key[0] == "straggler" and key[1] in self.groups else 0
+            progress, needed = self._progress(key)
             since = self._since.setdefault(key, progress)
             # a straggler must stay flagged while half a window of new collectives arrived: overlapping
             # windows are not independent evidence, and a rank the scheduler slows for a moment is no straggler
-            fresh = progress - since >= self.settings.window // 2 if key[0] == "straggler" else True
+            fresh = progress - since >= needed
             if key not in self.active and self._streak[key] >= self.settings.persist and fresh:
                 kind, group_name, op, rank = key
                 alert = Alert(kind, group_name, op, rank, text, now, step, detail=detail)
@@ -291,19 +310,37 @@ class Collector:
             self.metrics.lateness(self.lateness)
         return raised
 
-    def _stragglers(self, group: _Group, out: dict[Any, Any]) -> None:
+    def _progress(self, key: tuple[str, str, str, int | None]) -> tuple[int, int]:
+        """(how far the key's group has come, how far it must come while flagged): steps, else collectives."""
+        group = self.groups.get(key[1])
+        if key[0] != "straggler" or group is None:
+            return 0, 0
+        if group.last_step is not None:
+            return group.last_step, self.settings.window_steps // 2
+        return group.count, self.settings.window // 2
+
+    def _recent(self, group: _Group) -> tuple[list[_Joined], int]:
+        """The collectives the straggler method looks at, and the fewest occurrences a label needs."""
         s = self.settings
         joined = list(group.joined)
-        if len(joined) < s.window // 2 or len(group.ranks) < 2:
+        if group.last_step is not None:
+            first = group.last_step - s.window_steps + 1
+            recent = [j for j in joined if j.step is not None and j.step >= first][-MAX_WINDOW:]
+            steps = {j.step for j in recent}
+            return (recent, max(2, s.window_steps // 3)) if len(steps) >= s.window_steps // 2 else ([], 0)
+        recent = joined[-s.window :]
+        return (recent, max(2, s.window // 4)) if len(recent) >= s.window // 2 else ([], 0)
+
+    def _stragglers(self, group: _Group, out: dict[Any, Any]) -> None:
+        s = self.settings
+        joined, min_occurrences = self._recent(group)
+        if not joined or len(group.ranks) < 2:
             return
         labels: dict[str, list[_Joined]] = {}
         for j in joined:
             labels.setdefault(f"{j.op} {format_size(j.bucket)}", []).append(j)
         # A threshold that scales with the job: lateness must be a real share of the time between collectives.
-        ends = sorted(min(j.ends) for j in joined)
-        gaps = [b - a for a, b in zip(ends, ends[1:])]
-        interval = statistics.median(gaps) if gaps else 0.0
-        threshold = max(s.late_threshold_s, s.late_fraction * interval)
+        threshold = max(s.late_threshold_s, s.late_fraction * _interval(joined))
         hosts = tuple(joined[-1].hosts)
         table = CollectiveTable(
             source=f"monitor group {group.name}",
@@ -319,7 +356,7 @@ class Collector:
             late_threshold_s=threshold,
             slow_factor=s.slow_factor,
             end_spread_s=s.end_spread_s,
-            min_occurrences=max(2, s.window // 4),
+            min_occurrences=min_occurrences,
         )
         try:
             report = detect_stragglers(table, params)
@@ -567,7 +604,7 @@ class JsonlSource:
         return bool(files) and all(p in self.ended for p in files)
 
 
-def replay(records: Iterable[CollectiveRecord], collector: Collector, interval_s: float = 1.0) -> list[Alert]:
+def replay(records: Iterable[CollectiveRecord], collector: Collector, interval_s: float = 0.25) -> list[Alert]:
     """Feed ``records`` in order of completion and evaluate every ``interval_s`` of the job's own time.
 
     What the live collector would have seen polling at that interval (a file read after the job ended).
@@ -595,7 +632,7 @@ def collect(
     sources: list[EndpointSource | JsonlSource],
     collector: Collector,
     *,
-    interval_s: float = 1.0,
+    interval_s: float = 0.25,
     duration_s: float | None = None,
     idle_exit_s: float | None = 15.0,
     should_stop: Any = None,
