@@ -1,0 +1,218 @@
+"""commlens.monitor on the emulated cluster: a real DDP job on 4 gloo ranks over 2 hosts (needs root).
+
+The faults are the cluster's own, applied while the job runs (``commlens cluster set``), so the job starts
+healthy and the collector must find when and where it went wrong:
+
+- a slow host: host 1's link drops to 5% of its rate; gloo's ring all-reduce crosses it, so every rank's
+  all-reduce slows alike (no rank arrives late): the collector reports a ``slowdown`` of the world group;
+- a CPU-starved rank: rank 3, alone on host 1, drops to a tenth of one CPU; it arrives late at every
+  all-reduce and is named a ``straggler``, with its host, and no other rank is;
+- a healthy run raises no alert.
+
+The ranks bind their endpoints on the loopback of their own namespace, which the root namespace cannot
+reach, so the collector reads the ranks' JSONL files: live (tailing them while the job runs) and replayed
+after the job (``--replay``, what a live collector polling at that interval would have seen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchutil import BIN, clean_env, commlens
+
+from commlens.cluster import SlowHost, StarvedHost, change
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root")
+
+HERE = Path(__file__).resolve().parent
+# A small model: 60-100 steps take seconds, so the cost of a case is the ranks' start-up (~15 s here).
+JOB = ("--parallel", "ddp", "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.5")
+
+
+def _name(case: str) -> str:
+    return f"tm{case}{os.getpid() % 10000}"
+
+
+def _launch(name: str, ranks_per_host: int, work: Path, steps: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start the training job on cluster ``name`` (``tests/cluster_train.py``); JSONL under ``work/mon``."""
+    return subprocess.Popen(
+        [str(BIN / "python"), str(HERE / "cluster_train.py"), "--cluster", name, "--world", "4",
+         "--ranks-per-host", str(ranks_per_host), "--workdir", str(work / "launch"), "--",
+         *JOB, "--steps", str(steps), "--jsonl-dir", str(work / "mon")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _progress(mon: Path) -> tuple[float | None, int]:
+    """(start time of rank 0's first collective or None, the highest step it has written a record of)."""
+    first, step = None, -1
+    path = mon / "monitor-rank0.jsonl"
+    lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+    for line in lines:
+        if '"type":"record"' in line and line.endswith("\n"):  # a line being written is read next time
+            rec = json.loads(line)
+            first = rec["start_s"] if first is None else first
+            step = max(step, rec["step"])
+    return first, step
+
+
+def _wait_until(
+    job: subprocess.Popen[str], mon: Path, *, job_time_s: float = 0.0, step: int = 0, timeout_s: float = 90
+) -> int:
+    """Wait until the job has run ``job_time_s`` since its first collective and recorded ``step``; the step."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        first, seen = _progress(mon)
+        if first is not None and time.time() - first >= job_time_s and seen >= step:
+            return seen
+        if job.poll() is not None:
+            raise AssertionError(f"the job ended early: {job.stderr.read() if job.stderr else ''}")
+        time.sleep(0.1)
+    raise AssertionError(f"the job did not get to {job_time_s} s and step {step} in {timeout_s} s")
+
+
+def _replay(mon: Path, out: Path) -> dict[str, Any]:
+    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--interval", "0.5", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+def _records(mon: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(mon.glob("monitor-rank*.jsonl")):
+        out += [json.loads(x) for x in path.read_text().splitlines() if '"type":"record"' in x]
+    return out
+
+
+def _run_case(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    up_args: tuple[str, ...],
+    ranks_per_host: int,
+    steps: int,
+    fault: dict[str, Any] | None = None,
+    fault_after_s: float = 0.0,
+    recovery: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Bring up a 2-host cluster and run the job on it, a live collector tailing the JSONL; ``fault_after_s``
+    of the job's time in, change the cluster by ``fault`` (``commlens.cluster.change``'s fields), and by
+    ``recovery`` 10 steps before the end (so a starved rank's shut-down is not starved too); bring the cluster
+    down. Returns the live and replayed summaries, the records and the step at which the fault began."""
+    state_dir = str(tmp_path / "clusters")
+    env = clean_env(COMMLENS_CLUSTER_DIR=state_dir)
+    monkeypatch.setenv("COMMLENS_CLUSTER_DIR", state_dir)  # for change() in this process
+    name = _name(case)
+    mon = tmp_path / "mon"
+    mon.mkdir()
+    up = commlens("cluster", "up", "--name", name, "--hosts", "2", "--link-gbps", "1", *up_args, env=env)
+    assert up.returncode == 0, up.stderr
+    job = live = None
+    changed_at_s = None
+    try:
+        job = _launch(name, ranks_per_host, tmp_path, steps, env)
+        live = subprocess.Popen(
+            [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--interval", "0.5",
+             "--idle-exit", "20", "--json", str(tmp_path / "live.json")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        if fault is not None:
+            _wait_until(job, mon, job_time_s=fault_after_s)
+            # in this process, not by `commlens cluster set`, whose start-up alone takes a second or more
+            change(name, **fault)
+            changed_at_s = time.time()  # the ranks stamp their records with this same clock
+        if recovery is not None:
+            _wait_until(job, mon, step=steps - 10)
+            change(name, **recovery)
+        _, err = job.communicate(timeout=150)
+        assert job.returncode == 0, err[-3000:]
+        live_out, live_err = live.communicate(timeout=60)
+        assert live.returncode == 0, live_err
+    finally:
+        for p in (job, live):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        assert commlens("cluster", "down", name, env=env).returncode == 0
+    records = _records(mon)
+    onset = None  # the first step a rank started after the change: where the fault began
+    if changed_at_s is not None:
+        onset = min(r["step"] for r in records if r["start_s"] >= changed_at_s)
+    return {
+        "onset_step": onset,
+        "live": json.loads((tmp_path / "live.json").read_text()),
+        "live_stdout": live_out,
+        "replay": _replay(mon, tmp_path / "replay.json"),
+        "records": records,
+    }
+
+
+def _named(summary: dict[str, Any]) -> set[tuple[str, int | None]]:
+    return {(a["kind"], a["rank"]) for a in summary["alerts"]}
+
+
+def test_a_healthy_job_on_the_cluster_raises_no_alert(tmp_path, monkeypatch):
+    got = _run_case(tmp_path, monkeypatch, "h", (), ranks_per_host=2, steps=60)
+    for which in ("live", "replay"):
+        summary = got[which]
+        assert summary["alerts"] == [], (which, summary["alerts"])
+        assert summary["groups"]["world"]["joined"] == 60  # one all-reduce bucket per step, joined on 4 ranks
+    assert "no alert" in got["live_stdout"]
+    # the records carry each rank's emulated host: ranks 0-1 on host 0, 2-3 on host 1
+    assert {(r["rank"], r["host"]) for r in got["records"]} == {(0, "0"), (1, "0"), (2, "1"), (3, "1")}
+
+
+def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, monkeypatch):
+    # ranks 0-2 on host 0, rank 3 alone on host 1; host 1's cgroup starts at 2 CPUs (no limit on this 2-core
+    # machine, so the ranks start at full speed) and drops to 0.1 CPU 3 s into the job (and back
+    # to 2 CPUs for the last 10 steps)
+    got = _run_case(
+        tmp_path,
+        monkeypatch,
+        "c",
+        ("--cpu-starve", "1:2"),
+        ranks_per_host=3,
+        steps=140,
+        fault={"starved_hosts": (StarvedHost(1, 0.1),)},
+        fault_after_s=3,
+        recovery={"starved_hosts": (StarvedHost(1, 2),)},
+    )
+    assert {(r["rank"], r["host"]) for r in got["records"]} == {(0, "0"), (1, "0"), (2, "0"), (3, "1")}
+    onset = got["onset_step"]
+    for which, within_steps in (("replay", 30), ("live", 60)):
+        summary = got[which]
+        assert _named(summary) == {("straggler", 3)}, (which, summary["alerts"])
+        first = min(a["step"] for a in summary["alerts"])
+        assert onset <= first <= onset + within_steps, (which, onset, summary["alerts"])
+        assert all("rank 3 (host 1) arrives late" in a["text"] for a in summary["alerts"]), summary["alerts"]
+    assert "rank 3 (host 1) arrives late" in got["live_stdout"]
+
+
+def test_a_slow_host_link_is_reported_as_a_slowdown_of_the_group(tmp_path, monkeypatch):
+    # 2 ranks per host; host 1's link drops from 1 Gb/s to 50 Mb/s 5 s into the job (the detect engine needs
+    # a few points of history at each level: one per evaluation, every 0.5 s). Every all-reduce crosses it,
+    # so no rank is late: the group's own time rises for all, and that is what is reported.
+    got = _run_case(
+        tmp_path,
+        monkeypatch,
+        "s",
+        (),
+        ranks_per_host=2,
+        steps=200,
+        fault={"slow_hosts": (SlowHost(1, 0.05),)},
+        fault_after_s=5,
+    )
+    for which in ("live", "replay"):
+        summary = got[which]
+        assert _named(summary) == {("slowdown", None)}, (which, summary["alerts"])
+        alert = summary["alerts"][0]
+        assert alert["group"] == "world" and alert["op"].startswith("all_reduce"), alert
+        assert alert["step"] >= got["onset_step"], (got["onset_step"], alert)
+        before, after = alert["detail"]["before_s"], alert["detail"]["after_s"]
+        assert after > 3 * before, alert  # 20x less bandwidth: the own time grows by several times
