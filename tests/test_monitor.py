@@ -6,6 +6,7 @@ so one launch serves several checks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -427,10 +428,16 @@ def test_a_slowed_rank_is_named_live_within_20_steps(tmp_path):
 
 def test_a_hung_collective_dumps_the_flight_recorder_on_every_rank_and_diagnose_hang_names_the_rank(tmp_path):
     mon = tmp_path / "mon"
+    base = _ports(4)
     job = subprocess.Popen(
         torchrun(TRAIN, "--parallel", "ddp", "--steps", "30", "--jsonl-dir", str(mon), "--hang-rank", "3",
-                 "--hang-at", "5", "--hang-deadline-s", "3"),
+                 "--hang-at", "5", "--hang-deadline-s", "3", "--port", str(base)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True,
+    )  # fmt: skip
+    collector = subprocess.Popen(
+        [str(BIN / "commlens"), "monitor", "collect", "--endpoint", f"127.0.0.1:{base}-{base + 3}",
+         "--hang-after", "4", "--idle-exit", "2", "--json", str(tmp_path / "c.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
     )  # fmt: skip
     dumps = mon / "flightrec"
     try:
@@ -440,9 +447,18 @@ def test_a_hung_collective_dumps_the_flight_recorder_on_every_rank_and_diagnose_
                 break
             assert job.poll() is None, job.communicate()[1][-3000:]
             time.sleep(0.5)
+        time.sleep(2)  # the collector's evaluations after the deadline
     finally:
+        # torchrun starts each rank in a session of its own: kill the ranks by the pids they wrote, then it
+        for line in (mon.glob("monitor-rank*.jsonl") if mon.is_dir() else []):
+            with contextlib.suppress(ValueError, OSError, IndexError, KeyError):
+                os.kill(int(json.loads(line.read_text().splitlines()[0])["pid"]), signal.SIGKILL)
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+        out, err = collector.communicate(timeout=60)
+    # the collector, from the ranks' endpoints alone: three ranks wait in the collective, rank 3 never joined
+    hangs = [a for a in json.loads((tmp_path / "c.json").read_text())["alerts"] if a["kind"] == "hang"]
+    assert hangs and hangs[0]["rank"] == 3 and "rank 3 never joined" in hangs[0]["text"], (hangs, err[-2000:])
     files = sorted(p.name for p in dumps.glob("fr_trace_rank_*"))
     assert files == [f"fr_trace_rank_{r}" for r in range(4)], files
     proc = commlens("diagnose", "hang", str(dumps), "--json")

@@ -45,6 +45,9 @@ def monitor_collect(
     below_expected: float = typer.Option(
         0.0, "--below-expected", help="alert when a group's busBW is below this fraction of the model's (0: off)"
     ),
+    hang_after: float = typer.Option(
+        60.0, "--hang-after", help="a collective in flight this long on some of its group's ranks is a hang (s)"
+    ),
     topology: str | None = typer.Option(None, help="the model for --below-expected (a preset or topology file)"),
     backend: str = typer.Option("gloo", help="the job's backend, for the model (gloo, nccl)"),
     ranks_per_host: int = typer.Option(0, "--ranks-per-host", help="for the model: ranks per host (0: from the job)"),
@@ -92,6 +95,7 @@ def monitor_collect(
             late_threshold_s=late_ms / 1e3,
             min_change=min_change,
             below_expected=below_expected,
+            hang_after_s=hang_after,
         )
         expectations = None
         if topology is not None:

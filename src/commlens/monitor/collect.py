@@ -95,6 +95,7 @@ class CollectSettings:
     min_change: float = 0.3  # a slowdown must slow the own time by at least this fraction
     alpha: float = 1e-3
     below_expected: float = 0.0  # 0: no below-expectation alerts (the ranks' metrics carry the ratio)
+    hang_after_s: float = 60.0  # a collective in flight this long on some ranks of its group is a hang
 
     def __post_init__(self) -> None:
         if self.window < 4:
@@ -111,6 +112,8 @@ class CollectSettings:
             raise CollectError(f"slow_factor must be > 1, got {self.slow_factor}")
         if not 0 <= self.min_change < 1:
             raise CollectError(f"min_change must be in [0, 1), got {self.min_change}")
+        if not (math.isfinite(self.hang_after_s) and self.hang_after_s > 0):
+            raise CollectError(f"hang_after_s must be a finite number > 0, got {self.hang_after_s}")
         if not 0 <= self.below_expected < 1:
             raise CollectError(f"below_expected must be in [0, 1), got {self.below_expected}")
 
@@ -162,6 +165,10 @@ class _Joined:
         return max(0.0, min(self.ends) - max(self.starts))
 
 
+def _list(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:16])) + ("..." if len(ranks) > 16 else "")
+
+
 def _interval(joined: list[_Joined]) -> float:
     """The median time of a training step (from the records' steps), else between collectives."""
     first: dict[int, float] = {}
@@ -208,6 +215,8 @@ class Collector:
         self.dropped = 0
         self.evaluations = 0
         self.hosts: dict[int, str] = {}
+        self.inflight: dict[int, dict[str, Any] | None] = {}  # rank -> its oldest collective in flight
+        self.hang_reports: list[dict[str, Any]] = []  # the ranks' own hang lines (JSONL)
         self.metrics: Any = None
 
     # ---- joining ------------------------------------------------------------------------------------
@@ -273,6 +282,7 @@ class Collector:
             self._stragglers(group, candidates)
             self._slowdowns(group, candidates)
         self._slow_groups(candidates)
+        self._hangs(candidates)
         raised = []
         for key, (text, detail, step) in candidates.items():
             seen.add(key)
@@ -285,6 +295,7 @@ class Collector:
             fresh = progress - since >= needed
             if key not in self.active and self._streak[key] >= self.settings.persist and fresh:
                 kind, group_name, op, rank = key
+                op = str(detail.get("collective", op))
                 alert = Alert(kind, group_name, op, rank, text, now, step, detail=detail)
                 self.active[key] = alert
                 self.history.append(alert)
@@ -430,6 +441,35 @@ class Collector:
                             group.last_step,
                         )
 
+    def note_inflight(self, rank: int, inflight: dict[str, Any] | None) -> None:
+        """What a rank's endpoint said it is waiting in (None: nothing)."""
+        self.inflight[rank] = inflight
+
+    def _hangs(self, out: dict[Any, Any]) -> None:
+        """A collective in flight past ``hang_after_s`` on some ranks of its group: the others are suspects."""
+        waiting: dict[tuple[str, int], dict[int, float]] = {}
+        for rank, info in self.inflight.items():
+            if info and float(info.get("age_s", 0.0)) > self.settings.hang_after_s:
+                waiting.setdefault((str(info.get("group")), int(info.get("seq", -1))), {})[rank] = float(info["age_s"])
+        for (name, seq), ranks in waiting.items():
+            group = self.groups.get(name)
+            members = group.ranks if group is not None else tuple(sorted(ranks))
+            missing = [r for r in members if r not in ranks]
+            ages = sorted(ranks.values())
+            text = f"group {name} collective #{seq} in flight for {ages[-1]:.0f} s on ranks {_list(sorted(ranks))}" + (
+                f"; rank {_list(missing)} never joined it" if missing else ""
+            )
+            suspect = missing[0] if len(missing) == 1 else None
+            out[("hang", name, "", suspect)] = (
+                text,
+                {"seq": seq, "waiting": sorted(ranks), "missing": missing},
+                group.last_step if group is not None else None,
+            )
+        for report in self.hang_reports[-100:]:
+            rank = int(report.get("rank", -1))
+            text = f"rank {rank} reported a hang: {str(report.get('reason', ''))[:300]}"
+            out[("hang", "", "", rank)] = (text, {"dump_dir": str(report.get("dump_dir", ""))[:500]}, None)
+
     def _slow_groups(self, out: dict[Any, Any]) -> None:
         s = self.settings
         peers: dict[tuple[str, int, int], list[tuple[str, float]]] = {}
@@ -500,6 +540,8 @@ class EndpointSource:
         self.lost = 0
         self.info: dict[str, Any] | None = None
         self.reachable = False
+        self.inflight: dict[str, Any] | None = None
+        self.rank: int | None = None
 
     def _get(self, path: str) -> Any:
         req = Request(self.url + path)
@@ -522,6 +564,9 @@ class EndpointSource:
             return []
         self.cursor = int(data.get("next", self.cursor))
         self.lost += int(data.get("lost", 0))
+        inflight = data.get("inflight")
+        self.inflight = inflight if isinstance(inflight, dict) else None
+        self.rank = data.get("rank") if isinstance(data.get("rank"), int) else None
         out: list[CollectiveRecord] = []
         for d in data["records"]:
             try:
@@ -541,6 +586,7 @@ class JsonlSource:
         self.offsets: dict[Path, int] = {}
         self.bad_lines = 0
         self.ended: set[Path] = set()
+        self.hangs: list[dict[str, Any]] = []
 
     def files(self) -> list[Path]:
         return sorted(self.directory.glob("monitor-rank*.jsonl"))
@@ -589,6 +635,9 @@ class JsonlSource:
         kind = obj.get("type")
         if kind == "end":
             self.ended.add(path)
+            return None
+        if kind == "hang":
+            self.hangs.append(obj)
             return None
         if kind != "record":
             return None
@@ -639,8 +688,8 @@ def collect(
 ) -> None:
     """Poll ``sources`` and evaluate every ``interval_s`` until ``duration_s``, the job ends, or asked to stop.
 
-    The job has ended when every JSONL file says so, or when no source has answered with a record for
-    ``idle_exit_s`` after records were seen (the ranks' endpoints close with the job).
+    The job has ended when every JSONL file says so, or when no endpoint has answered for ``idle_exit_s``
+    after records were seen (the ranks' endpoints close with the job; a hung job's still answer).
     """
     started = last_record = time.time()
     seen_any = False
@@ -651,6 +700,11 @@ def collect(
             records = source.poll()
             got += len(records)
             collector.add(records)
+            if isinstance(source, EndpointSource) and source.rank is not None:
+                collector.note_inflight(source.rank, source.inflight)
+            elif isinstance(source, JsonlSource) and source.hangs:
+                collector.hang_reports.extend(source.hangs)
+                source.hangs.clear()
         if got:
             seen_any, last_record = True, now
         collector.evaluate(now)
@@ -659,7 +713,8 @@ def collect(
         files = [s for s in sources if isinstance(s, JsonlSource)]
         if files and len(files) == len(sources) and all(s.done for s in files) and not got:
             return
-        if idle_exit_s is not None and seen_any and now - last_record > idle_exit_s:
+        live = any(isinstance(s, EndpointSource) and s.reachable for s in sources)
+        if idle_exit_s is not None and seen_any and not live and now - last_record > idle_exit_s:
             return
         if should_stop is not None and should_stop():
             return

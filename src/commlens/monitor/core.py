@@ -268,7 +268,17 @@ class Monitor:
 
     def _records(self, after: int, limit: int) -> dict[str, Any]:
         records, cursor, lost = self.recorder.read(after, limit)
-        return {"rank": self.rank, "next": cursor, "lost": lost, "records": [r.as_wire() for r in records]}
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "next": cursor,
+            "lost": lost,
+            "records": [r.as_wire() for r in records],
+        }
+        oldest = self.recorder.oldest_inflight()
+        if oldest is not None:
+            group, seq, t0 = oldest
+            out["inflight"] = {"group": group, "seq": seq, "age_s": time.time() - t0}
+        return out
 
     # ---- windows ------------------------------------------------------------------------------------
 
