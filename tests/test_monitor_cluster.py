@@ -6,7 +6,8 @@ healthy and the collector must find when and where it went wrong:
 - a slow host: host 1's link drops to 5% of its rate; gloo's ring all-reduce crosses it, so every rank's
   all-reduce slows alike (no rank arrives late): the collector reports a ``slowdown`` of the world group;
 - a CPU-starved rank: rank 3, alone on host 1, drops to a tenth of one CPU; it arrives late at every
-  all-reduce and is named a ``straggler``, with its host, and no other rank is;
+  all-reduce and is named a ``straggler``, with its host, and no other rank is (its throttled gloo threads
+  may also slow the all-reduce itself: a ``slowdown`` of the group, which names no rank);
 - a healthy run raises no alert.
 
 The ranks bind their endpoints on the loopback of their own namespace, which the root namespace cannot
@@ -187,10 +188,15 @@ def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, mon
     onset = got["onset_step"]
     for which, within_steps in (("replay", 30), ("live", 60)):
         summary = got[which]
-        assert _named(summary) == {("straggler", 3)}, (which, summary["alerts"])
-        first = min(a["step"] for a in summary["alerts"])
+        named = [a for a in summary["alerts"] if a["rank"] is not None]
+        assert {(a["kind"], a["rank"]) for a in named} == {("straggler", 3)}, (which, summary["alerts"])
+        first = min(a["step"] for a in named)
         assert onset <= first <= onset + within_steps, (which, onset, summary["alerts"])
-        assert all("rank 3 (host 1) arrives late" in a["text"] for a in summary["alerts"]), summary["alerts"]
+        assert all("rank 3 (host 1) arrives late" in a["text"] for a in named), summary["alerts"]
+        # the starved rank's gloo threads share its quota, so the all-reduce itself can slow too: a slowdown
+        # of the group, true, and naming no rank
+        others = [a for a in summary["alerts"] if a["rank"] is None]
+        assert all(a["kind"] == "slowdown" and a["group"] == "world" for a in others), summary["alerts"]
     assert "rank 3 (host 1) arrives late" in got["live_stdout"]
 
 
