@@ -101,6 +101,16 @@ class MonitorConfig:
             raise MonitorError(f"tick_s must be in (0, 60], got {self.tick_s}")
 
 
+def _human_size(size_bytes: int) -> str:
+    """``67108864`` -> ``64 MiB``, ``399872`` -> ``390.5 KiB``: sizes a gradient bucket has, readable."""
+    if size_bytes % 1024 == 0 and size_bytes >= 1024:
+        return format_size(size_bytes).replace("K", " KiB").replace("M", " MiB").replace("G", " GiB")
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if size_bytes >= unit:
+            return f"{size_bytes / unit:.1f} {name}"
+    return f"{size_bytes} B"
+
+
 def _default_topology(device: str) -> str | None:
     if device == "cpu":
         return "local-cpu"
@@ -335,7 +345,7 @@ class Monitor:
     def _below(self, row: WindowRow, ratio: float, expected: float) -> None:
         assert self.expectations is not None
         text = (
-            f"{row.op} {format_size(row.size_bytes)} on the {row.group} group: {ratio:.0%} of expected "
+            f"{row.op} {_human_size(row.size_bytes)} on the {row.group} group: {ratio:.0%} of expected "
             f"({format_gbps(row.busbw_p50_bytes_per_s)} of {format_gbps(expected)} GB/s busBW; "
             f"{self.expectations.description})"
         )
