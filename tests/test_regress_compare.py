@@ -772,3 +772,11 @@ def test_pooled_tags_of_summaries_from_the_store_compare_run_means(tmp_path: Pat
     ] * 4
     # the geometric mean of the runs' means: 1.1 within the +-1 % the runs scatter by
     assert [r["ratio"] for r in rows] == [pytest.approx(1.1, rel=1e-4)] * 4
+
+
+def test_runs_with_identical_times_on_both_sides_are_compared_not_a_zero_division():
+    """Several runs per side, every time the same (a simulator, a rounded log): no spread anywhere."""
+    a = [make_run(f"a{i}", 1.0, 1, cv=0.0, drift=0.0) for i in range(3)]
+    b = [make_run(f"b{i}", 2.0, 1, cv=0.0, drift=0.0) for i in range(3)]
+    rows = compare_runs(a, b).rows
+    assert rows and all(r.verdict == "regression" for r in rows), [r.verdict for r in rows]

@@ -301,7 +301,9 @@ def judge(
         if len(finite) < 2:  # a floor on either side: its df is large; take the measured side's, if any
             df = min((df for _, df in finite), default=math.inf)
         else:
-            df = se2 * se2 / sum(v * v / d for v, d in finite)
+            denom = sum(v * v / d for v, d in finite)
+            # both sides without spread (identical times in every run): Welch's df is 0/0; take the smaller df
+            df = se2 * se2 / denom if denom > 0.0 else min(d for _, d in finite)
         tested[i] = (ec.mean - eb.mean, math.sqrt(se2), df)
     order = list(tested)
     p_raw = {i: float(2.0 * stdtr(tested[i][2], -abs(tested[i][0]) / tested[i][1])) for i in order}
