@@ -306,3 +306,21 @@ def test_migration_0004_to_0005_keeps_every_row_without_a_group(store_url: str, 
         grouped = replace(floor, group="tp0", sd_log=0.08)
         save_floors(store, [grouped])
         assert list_floors(store) == [floor, grouped]
+
+
+def test_the_compare_table_shows_each_rows_group(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from commlens.cli import regress_cmd  # noqa: F401  (registers compare)
+    from commlens.cli.app import app
+    from commlens.store import Store
+
+    db = f"sqlite:///{tmp_path / 'g.db'}"
+    rng = np.random.default_rng(3)
+    with Store.open(db) as store:
+        store.save_run(_jittered(_job_run("base0000aaaa"), rng))
+        store.save_run(_jittered(_job_run("cand0000bbbb", tp1_scale=2.0, started_at="2026-11-30T11:00:00Z"), rng))
+    result = CliRunner().invoke(app, ["compare", "base0000aaaa", "cand0000bbbb", "--db", db])
+    lines = [line for line in result.output.splitlines() if "all_reduce" in line]
+    assert "group" in result.output
+    assert len(lines) == 3 and [line.split()[0] for line in lines] == ["dp0", "tp0", "tp1"], result.output

@@ -103,7 +103,7 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
     cells = [
         [
             f.fingerprint[:8],
-            f.op if f.algo == "builtin" else f"{f.op}/{f.algo}",
+            (f.op if f.algo == "builtin" else f"{f.op}/{f.algo}") + (f" on {f.group}" if f.group else ""),
             format_size(f.size_bytes),
             f.dtype,
             "-" if f.redop is None else f.redop,

@@ -324,7 +324,9 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
 
     show_algo = any(r.algo != "builtin" for r in report.rows)
     show_root = any(r.root is not None for r in report.rows)
+    show_group = any(r.group is not None for r in report.rows)  # a live job's rows (commlens.monitor)
     names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
+    names = (["group"] if show_group else []) + names
     names += [
         "place",
         "n",
@@ -347,6 +349,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
             + [format_size(r.size_bytes), r.dtype, "-" if r.redop is None else r.redop]
         )
         row += [str(-1 if r.root is None else r.root)] if show_root else []  # -1 beside rooted ops, as before
+        row = ([r.group or "-"] if show_group else []) + row
         row += [
             _placement(r.in_place),
             _n_text(r),
@@ -453,6 +456,7 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
     for c in report.changes:
         k = c.series.key
         op = k.op if k.algo == "builtin" else f"{k.op}/{k.algo}"
+        op = op if k.group is None else f"{op} on {k.group}"  # a live job's series is per process group
         cells.append(
             [
                 op,
