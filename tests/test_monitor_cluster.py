@@ -12,7 +12,7 @@ healthy and the collector must find when and where it went wrong:
 
 The ranks bind their endpoints on the loopback of their own namespace, which the root namespace cannot
 reach, so the collector reads the ranks' JSONL files: live (tailing them while the job runs) and replayed
-after the job (``--replay``, what a live collector polling at that interval would have seen).
+after the job (``--replay``, what a live collector at its default interval would have seen).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster 
 
 HERE = Path(__file__).resolve().parent
 # A small model: 60-100 steps take seconds, so the cost of a case is the ranks' start-up (~15 s here).
-JOB = ("--parallel", "ddp", "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.5")
+JOB = ("--parallel", "ddp", "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.25")
 
 
 def _name(case: str) -> str:
@@ -79,7 +79,7 @@ def _wait_until(
 
 
 def _replay(mon: Path, out: Path) -> dict[str, Any]:
-    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--interval", "0.5", "--json", str(out))
+    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -100,10 +100,12 @@ def _run_case(
     steps: int,
     fault: dict[str, Any] | None = None,
     fault_after_s: float = 0.0,
+    fault_at_step: int = 0,
     recovery: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Bring up a 2-host cluster and run the job on it, a live collector tailing the JSONL; ``fault_after_s``
-    of the job's time in, change the cluster by ``fault`` (``commlens.cluster.change``'s fields), and by
+    """Bring up a 2-host cluster and run the job on it, a live collector tailing the JSONL; once the job has run
+    ``fault_after_s`` and recorded ``fault_at_step`` (enough history before the fault, and enough steps after
+    it), change the cluster by ``fault`` (``commlens.cluster.change``'s fields), and by
     ``recovery`` 10 steps before the end (so a starved rank's shut-down is not starved too); bring the cluster
     down. Returns the live and replayed summaries, the records and the step at which the fault began."""
     state_dir = str(tmp_path / "clusters")
@@ -119,12 +121,11 @@ def _run_case(
     try:
         job = _launch(name, ranks_per_host, tmp_path, steps, env)
         live = subprocess.Popen(
-            [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--interval", "0.5",
-             "--idle-exit", "20", "--json", str(tmp_path / "live.json")],
+            [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--idle-exit", "20", "--json", str(tmp_path / "live.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         if fault is not None:
-            _wait_until(job, mon, job_time_s=fault_after_s)
+            _wait_until(job, mon, job_time_s=fault_after_s, step=fault_at_step)
             # in this process, not by `commlens cluster set`, whose start-up alone takes a second or more
             change(name, **fault)
             changed_at_s = time.time()  # the ranks stamp their records with this same clock
@@ -171,8 +172,8 @@ def test_a_healthy_job_on_the_cluster_raises_no_alert(tmp_path, monkeypatch):
 
 def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, monkeypatch):
     # ranks 0-2 on host 0, rank 3 alone on host 1; host 1's cgroup starts at 2 CPUs (no limit on this 2-core
-    # machine, so the ranks start at full speed) and drops to 0.1 CPU 3 s into the job (and back
-    # to 2 CPUs for the last 10 steps)
+    # machine, so the ranks start at full speed) and drops to 0.1 CPU once the files show step 40 (they lag
+    # the job by a window or two), back to 2 CPUs for the last 10 steps
     got = _run_case(
         tmp_path,
         monkeypatch,
@@ -181,7 +182,7 @@ def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, mon
         ranks_per_host=3,
         steps=140,
         fault={"starved_hosts": (StarvedHost(1, 0.1),)},
-        fault_after_s=3,
+        fault_at_step=40,
         recovery={"starved_hosts": (StarvedHost(1, 2),)},
     )
     assert {(r["rank"], r["host"]) for r in got["records"]} == {(0, "0"), (1, "0"), (2, "0"), (3, "1")}
@@ -201,18 +202,20 @@ def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, mon
 
 
 def test_a_slow_host_link_is_reported_as_a_slowdown_of_the_group(tmp_path, monkeypatch):
-    # 2 ranks per host; host 1's link drops from 1 Gb/s to 50 Mb/s 5 s into the job (the detect engine needs
-    # a few points of history at each level: one per evaluation, every 0.5 s). Every all-reduce crosses it,
-    # so no rank is late: the group's own time rises for all, and that is what is reported.
+    # 2 ranks per host; host 1's link drops from 1 Gb/s to 50 Mb/s 3 s into the job and at least 80 steps
+    # before its end (the detect engine needs some history at each level: a point per evaluation, every
+    # 0.25 s). Every all-reduce crosses that link, so no rank is late: the group's own time rises for all,
+    # and that is what is reported.
     got = _run_case(
         tmp_path,
         monkeypatch,
         "s",
         (),
         ranks_per_host=2,
-        steps=200,
+        steps=170,
         fault={"slow_hosts": (SlowHost(1, 0.05),)},
-        fault_after_s=5,
+        fault_after_s=3,
+        fault_at_step=90,
     )
     for which in ("live", "replay"):
         summary = got[which]
