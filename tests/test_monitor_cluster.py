@@ -1,14 +1,18 @@
 """commlens.monitor on the emulated cluster: a real DDP job on 4 gloo ranks over 2 hosts (needs root).
 
-The faults are the cluster's own, applied while the job runs (``commlens cluster set``), so the job starts
-healthy and the collector must find when and where it went wrong:
+The faults are the cluster's own, mostly applied while the job runs (``commlens.cluster.change``, what
+``commlens cluster set`` does), so the job starts healthy and the collector must find when and where it went
+wrong:
 
 - a slow host: host 1's link drops to 5% of its rate; gloo's ring all-reduce crosses it, so every rank's
   all-reduce slows alike (no rank arrives late): the collector reports a ``slowdown`` of the world group;
 - a CPU-starved rank: rank 3, alone on host 1, drops to a tenth of one CPU; it arrives late at every
   all-reduce and is named a ``straggler``, with its host, and no other rank is (its throttled gloo threads
   may also slow the all-reduce itself: a ``slowdown`` of the group, which names no rank);
-- a healthy run raises no alert.
+- a host slow from the start (its link at 5% from the first step) leaves no history to compare with and no
+  rank late: only the collector's comparison with the cost model (``--below-expected`` with the
+  ``emulated-cluster`` topology) finds it, as ``below_expected`` on the world group;
+- a healthy run raises no alert, at the collector's defaults or against the model.
 
 The ranks bind their endpoints on the loopback of their own namespace, which the root namespace cannot
 reach, so the collector reads the ranks' JSONL files: live (tailing them while the job runs) and replayed
@@ -34,6 +38,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster 
 HERE = Path(__file__).resolve().parent
 # A small model: 60-100 steps take seconds, so the cost of a case is the ranks' start-up (~15 s here).
 JOB = ("--parallel", "ddp", "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.25")
+
+
+# The collector's comparison with the cost model (off by default): a group below half the model's busBW.
+AGAINST_MODEL = ("--below-expected", "0.5", "--topology", "emulated-cluster")
 
 
 def _name(case: str) -> str:
@@ -78,8 +86,8 @@ def _wait_until(
     raise AssertionError(f"the job did not get to {job_time_s} s and step {step} in {timeout_s} s")
 
 
-def _replay(mon: Path, out: Path) -> dict[str, Any]:
-    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--json", str(out))
+def _replay(mon: Path, out: Path, *args: str) -> dict[str, Any]:
+    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--json", str(out), *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -152,6 +160,7 @@ def _run_case(
         "live_stdout": live_out,
         "replay": _replay(mon, tmp_path / "replay.json"),
         "records": records,
+        "mon": mon,
     }
 
 
@@ -166,6 +175,8 @@ def test_a_healthy_job_on_the_cluster_raises_no_alert(tmp_path, monkeypatch):
         assert summary["alerts"] == [], (which, summary["alerts"])
         assert summary["groups"]["world"]["joined"] == 60  # one all-reduce bucket per step, joined on 4 ranks
     assert "no alert" in got["live_stdout"]
+    # nor against the model of the emulated cluster (the check that finds a host slow from the start)
+    assert _replay(got["mon"], tmp_path / "model.json", *AGAINST_MODEL)["alerts"] == []
     # the records carry each rank's emulated host: ranks 0-1 on host 0, 2-3 on host 1
     assert {(r["rank"], r["host"]) for r in got["records"]} == {(0, "0"), (1, "0"), (2, "1"), (3, "1")}
 
@@ -225,3 +236,16 @@ def test_a_slow_host_link_is_reported_as_a_slowdown_of_the_group(tmp_path, monke
         assert alert["step"] >= got["onset_step"], (got["onset_step"], alert)
         before, after = alert["detail"]["before_s"], alert["detail"]["after_s"]
         assert after > 3 * before, alert  # 20x less bandwidth: the own time grows by several times
+
+
+def test_a_host_slow_from_the_start_is_found_against_the_model(tmp_path, monkeypatch):
+    # host 1's link at 50 Mb/s from the first step: no history to compare with and no rank late, so only the
+    # model can tell: the world group's all-reduce runs far below the emulated cluster's expected busBW
+    got = _run_case(tmp_path, monkeypatch, "f", ("--slow-host", "1:0.05"), ranks_per_host=2, steps=60)
+    assert got["replay"]["alerts"] == []  # at its defaults the collector has no model to compare with
+    summary = _replay(got["mon"], tmp_path / "model.json", *AGAINST_MODEL)
+    assert _named(summary) == {("below_expected", None)}, summary["alerts"]
+    alert = summary["alerts"][0]
+    assert alert["group"] == "world" and alert["op"].startswith("all_reduce"), alert
+    assert alert["detail"]["ratio"] < 0.2, alert  # 5% of the link rate: far below half
+    assert "emulated-cluster" in alert["text"], alert
