@@ -36,10 +36,10 @@ def monitor_collect(
     duration: float | None = typer.Option(None, help="stop after this many seconds (default: when the job ends)"),
     idle_exit: float = typer.Option(15.0, "--idle-exit", help="stop when no record came for this many seconds"),
     window_steps: int = typer.Option(
-        12, "--window-steps", help="training steps of collectives the straggler method looks at"
+        10, "--window-steps", help="training steps of collectives the straggler method looks at"
     ),
     window: int = typer.Option(24, help="collectives it looks at when the job marks no steps"),
-    persist: int = typer.Option(3, help="evaluations in a row before an alert is raised or cleared"),
+    persist: int = typer.Option(2, help="evaluations in a row before an alert is raised or cleared"),
     late_ms: float = typer.Option(5.0, "--late-ms", help="lateness that counts, in ms (at least)"),
     min_change: float = typer.Option(0.3, "--min-change", help="slowdown: smallest relative slowdown"),
     below_expected: float = typer.Option(

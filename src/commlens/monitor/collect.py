@@ -82,11 +82,12 @@ class CollectError(CommlensError, ValueError):
 
 @dataclass(frozen=True)
 class CollectSettings:
-    window_steps: int = 12  # training steps of collectives the straggler method looks at (jobs that mark steps)
+    window_steps: int = 10  # training steps of collectives the straggler method looks at (jobs that mark steps)
     window: int = 24  # complete collectives it looks at when the job marks no steps
-    persist: int = 3  # evaluations in a row before an alert is raised (and clean ones before it clears)
+    persist: int = 2  # evaluations in a row before an alert is raised (and clean ones before it clears)
+    fresh_divisor: int = 2  # a straggler stays flagged while window / this many new steps (collectives) arrive
     late_threshold_s: float = 5e-3  # median lateness above the ranks' typical lateness by more than this
-    late_fraction: float = 0.15  # ... and by more than this fraction of a training step (or of the interval
+    late_fraction: float = 0.25  # ... and by more than this fraction of a training step (or of the interval
     # between collectives when the job marks no steps): what the scheduler's noise cannot do persistently
     last_fraction: float = 0.5  # a late arriver must be the last to arrive in at least this share
     slow_factor: float = 1.5
@@ -327,8 +328,8 @@ class Collector:
         if key[0] != "straggler" or group is None:
             return 0, 0
         if group.last_step is not None:
-            return group.last_step, self.settings.window_steps // 2
-        return group.count, self.settings.window // 2
+            return group.last_step, max(2, self.settings.window_steps // self.settings.fresh_divisor)
+        return group.count, max(2, self.settings.window // self.settings.fresh_divisor)
 
     def _recent(self, group: _Group) -> tuple[list[_Joined], int]:
         """The collectives the straggler method looks at, and the fewest occurrences a label needs."""
