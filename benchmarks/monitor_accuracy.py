@@ -195,6 +195,9 @@ def _report(ns: argparse.Namespace, argv: list[str], trials: list[dict[str, Any]
         f"median step went from {_ms(statistics.median(before) if before else None)} ms before the slowdown "
         f"to {_ms(statistics.median(after) if after else None)} ms after (medians over trials).",
         "",
+        "The collector's defaults (10-step window, lateness above a quarter of a step, 2 evaluations in a row) "
+        "were chosen on 14 trials of seed 15; seed 16 (the default) was not looked at before this run.",
+        "",
         "| result | count | target | met |",
         "|---|---:|---|---|",
         f"| slowed rank found within {ns.within} steps | {found}/{len(slowed)} | >= {need}/{len(slowed)} "
@@ -229,7 +232,7 @@ def _report(ns: argparse.Namespace, argv: list[str], trials: list[dict[str, Any]
         f"A slowed trial is found when a `straggler` alert names the slowed rank at a step from the slowdown's "
         f"first to {ns.within} steps after it, and no alert names another rank; a healthy trial is a false alarm "
         "when the collector raises any alert. An alert's step is the training step the joined records had "
-        "reached when the collector raised it (evaluating every second of the job's own time, as live).",
+        "reached when the collector raised it (evaluating every 0.25 s of the job's own time, the live default).",
     ]
     return lines
 
