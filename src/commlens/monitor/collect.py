@@ -409,11 +409,12 @@ class Collector:
     def _slowdowns(self, group: _Group, out: dict[Any, Any]) -> None:
         s = self.settings
         for key, fresh in group.fresh.items():
-            if not fresh:
-                continue
             hist = group.history.setdefault(key, deque(maxlen=group.history_len))
-            hist.append(statistics.median(fresh))
-            fresh.clear()
+            if fresh:
+                hist.append(statistics.median(fresh))
+                fresh.clear()
+            # judged on every evaluation, fresh point or not: an evaluation between two flushes of the ranks'
+            # records must not break the run of evaluations an alert needs
             op, bucket = key
             label = f"{op} {format_size(bucket)}"
             if len(hist) >= 8:
