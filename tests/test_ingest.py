@@ -618,3 +618,21 @@ def test_cli_refuses_an_export_it_cannot_store_whole(tmp_path: Path) -> None:
     empty.write_text("[]\n")  # what an export of no runs writes
     refused = commlens("ingest", str(empty), "--db", str(db))
     assert (refused.returncode, refused.stderr) == (2, f"error: {empty}:1: an empty list: no runs to ingest\n")
+
+
+def test_show_prints_an_ingested_param_run_whose_config_has_ops_of_its_own(tmp_path):
+    """PARAM's config names its ops but is no bench config: show once failed with KeyError 'dtypes'."""
+    from typer.testing import CliRunner
+
+    from commlens.cli.app import _register, app
+
+    _register()
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    log = Path(__file__).parent / "data" / "ingest" / "param-2node-all_to_all-legacy.log"
+    runner = CliRunner()
+    stored = runner.invoke(app, ["ingest", str(log), "--db", db, "--json"])
+    assert stored.exit_code == 0, stored.output
+    run_id = json.loads(stored.stdout)[0]["run"]["run_id"]
+    shown = runner.invoke(app, ["show", run_id, "--db", db])
+    assert shown.exit_code == 0, shown.output
+    assert "# Collective test: all_to_all" in shown.output and "# ops" not in shown.output

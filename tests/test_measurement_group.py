@@ -324,3 +324,26 @@ def test_the_compare_table_shows_each_rows_group(tmp_path: Path) -> None:
     lines = [line for line in result.output.splitlines() if "all_reduce" in line]
     assert "group" in result.output
     assert len(lines) == 3 and [line.split()[0] for line in lines] == ["dp0", "tp0", "tp1"], result.output
+
+
+def test_show_prints_one_table_per_process_group_and_no_bench_preamble(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from commlens.cli import runs_cmd  # noqa: F401  (registers show)
+    from commlens.cli.app import app
+    from commlens.store import Store
+
+    db = f"sqlite:///{tmp_path / 'g.db'}"
+    with Store.open(db) as store:
+        store.save_run(_job_run("job00000aaaa", tp1_scale=2.0))
+    result = CliRunner().invoke(app, ["show", "job00000aaaa", "--db", db])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert [line for line in out.splitlines() if line.startswith("# process group")] == [
+        "# process group dp0",
+        "# process group tp0",
+        "# process group tp1",
+    ]
+    rows = [line for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(rows) == 3  # the two TP groups' rows of one size are not merged into one
+    assert "# ops" not in out  # a monitor run's config is no bench config

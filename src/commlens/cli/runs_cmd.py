@@ -226,7 +226,8 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
     start = {"run_id": doc["run_id"], "config": doc["config"], "system": doc["system"]}
     rows: dict[tuple, dict] = {}
     for m in doc["measurements"]:
-        key = (m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"])
+        # a live job's rows (commlens.monitor) are per process group: one table each, never merged
+        key = (m.get("group") or "", m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"])
         row = rows.setdefault(
             key,
             {
@@ -240,14 +241,23 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
         )
         row["measurements"].append(m)
     checked = [m["nwrong"] for m in doc["measurements"] if m["nwrong"] is not None]
-    lines = system_header_lines(start) if "ops" in doc["config"] else []
+    bench_keys = ("ops", "dtypes", "min_bytes", "max_bytes", "iters", "warmup", "check_iters", "blocking")
+    # the bench preamble only for a config that has its fields (an ingested PARAM run has "ops" of its own)
+    lines = system_header_lines(start) if all(k in doc["config"] for k in bench_keys) else []
     lines += [f"# {n}" for n in doc["notes"]]
     lines += [
         f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
         for r in doc["config"].get("runs", [])
         if isinstance(r, dict) and "op_from" in r
     ]
-    lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
+    groups = sorted({key[0] for key in rows})
+    if groups == [""]:
+        lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
+    for group in groups if groups != [""] else []:
+        mine = [row for key, row in rows.items() if key[0] == group]
+        busbw = [m["busbw_bytes_per_s"] for row in mine for m in row["measurements"] if m["op"] != "barrier"]
+        lines.append(f"# process group {group or '-'}")
+        lines += run_table_lines(mine, sum(checked) if checked else None, sum(busbw) / len(busbw) if busbw else 0.0)
     lines.append(
         f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
         f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}"
