@@ -14,6 +14,18 @@ if [ -z "${COMMLENS_TEST_PG_URL:-}" ]; then
     echo "error: PostgreSQL could not be started: the store's PostgreSQL tests will fail" >&2
   fi
 fi
+# The monitor's tests start Debian's prometheus server and run its promtool (tests/prometheus_server.py);
+# install the package when either is missing (as root), and make a missing one fail those tests, not skip them.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "test: installing Debian's prometheus (apt-get install prometheus)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2 \
+      || echo "error: prometheus could not be installed: the monitor's Prometheus tests will fail" >&2
+  else
+    echo "error: prometheus is not installed and this is not root: the monitor's Prometheus tests will fail" >&2
+  fi
+fi
 "$VENV/bin/python" -m pytest -q "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
