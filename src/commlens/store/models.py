@@ -34,15 +34,19 @@ __all__ = [
     "LEGACY_SCHEMA_VERSION",
     "SCHEMA_REVISION",
     "Base",
+    "BaselineModel",
+    "ChangePointModel",
     "MeasurementModel",
     "RunModel",
     "NoiseFloorModel",
+    "ReportModel",
     "SampleModel",
+    "ThresholdModel",
     "SchemaVersionModel",
 ]
 
 # The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2
@@ -198,3 +202,115 @@ class NoiseFloorModel(Base):
     groups: Mapped[int] = mapped_column(Integer)  # revisions (or tags) with two runs or more among them
     learned_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
     group_name: Mapped[str] = mapped_column(String(MAX_GROUP_NAME), server_default="")  # the process group; '': none
+
+
+# -- what a team says about its series (commlens baseline / threshold, commlens serve) ----------------
+
+ANY = "*"  # a threshold field that matches every value
+
+
+class BaselineModel(Base):
+    """The baseline of the series of one system under one tag (a branch, say): a run, or every run of a tag.
+
+    ``tag`` is the series' tag, ``''`` for runs without one (NULLs are never equal in a UNIQUE key).
+    ``ref_kind`` is ``run`` (``ref`` a full run id) or ``tag`` (``ref`` a tag whose runs are pooled).
+    """
+
+    __tablename__ = "baselines"
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "tag", name="uq_baselines_series"),
+        CheckConstraint("ref_kind IN ('run', 'tag')", name="ck_baselines_ref_kind"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    tag: Mapped[str] = mapped_column(String)
+    ref_kind: Mapped[str] = mapped_column(String(8))
+    ref: Mapped[str] = mapped_column(String)
+    note: Mapped[str] = mapped_column(String, server_default="")
+    set_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
+
+
+class ThresholdModel(Base):
+    """How big a change must be (and how sure) before compare or detect calls it, for the series it matches.
+
+    Each selector field is a value or ``'*'`` (any); ``size_bytes`` -1 is any size; ``tag`` and
+    ``group_name`` ``''`` match no tag and no group. The most specific match wins (most fields
+    given), then the newest. A NULL setting is not set here: the next match, then the default, decides.
+    ``alpha`` is compare's significance level, ``detect_alpha`` detect's (their tests differ).
+    """
+
+    __tablename__ = "thresholds"
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "tag", "op", "dtype", "size_bytes", "group_name", name="uq_thresholds_selector"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    tag: Mapped[str] = mapped_column(String)
+    op: Mapped[str] = mapped_column(String)
+    dtype: Mapped[str] = mapped_column(String)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    group_name: Mapped[str] = mapped_column(String(MAX_GROUP_NAME))
+    min_change: Mapped[float | None] = mapped_column(Float)
+    alpha: Mapped[float | None] = mapped_column(Float)
+    detect_alpha: Mapped[float | None] = mapped_column(Float)
+    set_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
+
+
+class ChangePointModel(Base):
+    """A change point ``commlens detect --save`` found: what Grafana annotates and the regressions page lists.
+
+    The series' key as in ``noise_floors`` (``redop`` ``'none'``, ``root`` -1, ``group_name`` and ``tag`` ``''``
+    for none). A save replaces every stored change of the series it examined.
+    """
+
+    __tablename__ = "change_points"
+    __table_args__ = (
+        Index("ix_change_points_started_at_utc", "started_at_utc"),
+        Index("ix_change_points_series", "fingerprint", "tag", "op", "dtype", "size_bytes"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    tag: Mapped[str] = mapped_column(String)
+    op: Mapped[str] = mapped_column(String)
+    algo: Mapped[str] = mapped_column(String)
+    dtype: Mapped[str] = mapped_column(String)
+    redop: Mapped[str] = mapped_column(String)
+    root: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    in_place: Mapped[bool] = mapped_column()
+    group_name: Mapped[str] = mapped_column(String(MAX_GROUP_NAME))
+    run_id: Mapped[str] = mapped_column(String)  # the first run at the new level
+    started_at_utc: Mapped[datetime] = mapped_column(DateTime)  # that run's start
+    revision: Mapped[str | None] = mapped_column(String)
+    previous_run_id: Mapped[str] = mapped_column(String)
+    previous_revision: Mapped[str | None] = mapped_column(String)
+    mean_before_s: Mapped[float] = mapped_column(Float)
+    mean_after_s: Mapped[float] = mapped_column(Float)
+    change: Mapped[float] = mapped_column(Float)  # +0.08: 8 % slower
+    p_value: Mapped[float] = mapped_column(Float)
+    direction: Mapped[str] = mapped_column(String(16))  # regression | improvement
+    detected_at: Mapped[str] = mapped_column(String)  # ISO 8601, UTC
+
+
+class ReportModel(Base):
+    """A diagnosis or projection kept for the dashboard: its ``--json`` document, as the command printed it.
+
+    ``kind``: ``links``, ``stragglers``, ``hang``, ``projection`` or ``sweep``.
+    """
+
+    __tablename__ = "reports"
+    __table_args__ = (
+        CheckConstraint("kind IN ('links', 'stragglers', 'hang', 'projection', 'sweep')", name="ck_reports_kind"),
+        Index("ix_reports_kind_created_at_utc", "kind", "created_at_utc"),
+    )
+
+    report_id: Mapped[str] = mapped_column(String, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str] = mapped_column(String)
+    created_at_utc: Mapped[datetime] = mapped_column(DateTime)
+    fingerprint: Mapped[str | None] = mapped_column(String(32))
+    run_id: Mapped[str | None] = mapped_column(String)  # the stored run it came from, if any
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
