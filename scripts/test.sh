@@ -26,6 +26,18 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
     echo "error: prometheus is not installed and this is not root: the monitor's Prometheus tests will fail" >&2
   fi
 fi
+# The dashboard's browser tests (tests/browser.py) drive Debian's chromium through its chromedriver; install
+# them when missing (as root), and make a missing one fail those tests, not skip them.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "test: installing Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >&2 \
+      || echo "error: chromium could not be installed: the dashboard's browser tests will fail" >&2
+  else
+    echo "error: chromium or chromedriver is not installed and this is not root: the dashboard's browser tests will fail" >&2
+  fi
+fi
 "$VENV/bin/python" -m pytest -q "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
