@@ -82,6 +82,7 @@ def main() -> None:
 def _register() -> None:
     """Import the modules that add their commands to ``app`` (one module per command family)."""
     from commlens.cli import (  # noqa: F401  # noqa: F401  # noqa: F401
+        baseline_cmd,
         cluster_cmd,
         db_cmd,
         diagnose_cmd,
@@ -92,6 +93,7 @@ def _register() -> None:
         project_cmd,  # noqa: F401
         regress_cmd,
         runs_cmd,
+        serve_cmd,
         topology_cmd,
         tune_cmd,  # noqa: F401
     )

@@ -131,12 +131,13 @@ def measurement_row(
     cv: float | None,
     busbw: float,
     reported: dict[str, Any] | None,
-    samples: list[Any],
+    samples: list[Any] | None,
     group_name: str | None,
 ) -> MeasurementRow:
     """One row of ``Store.measurement_rows``' query as a MeasurementRow."""
     stats = reported_from_json(reported)
     redop_or_none, root_or_none = decode_redop_root(redop, root)
+    samples = samples if samples is not None else []  # None: not read (``with_samples=False``)
     return MeasurementRow(
         run_id=run_id,
         started_at=started.replace(tzinfo=timezone.utc),

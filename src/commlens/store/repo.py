@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, insert, literal, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -214,30 +214,31 @@ class Store:
         since: str | datetime | None = None,
         until: str | datetime | None = None,
         fingerprint: str | None = None,
+        source: str | None = None,
+        revision: str | None = None,
         run_ids: Collection[str] | None = None,
         limit: int | None = 50,
+        offset: int = 0,
         on_corrupt: OnCorrupt | None = None,
     ) -> list[RunSummary]:
         """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids.
 
+        ``source`` is the producing tool (``commlens``, ``nccl-tests``, ``monitor``, ...); ``revision``
+        a revision or its prefix. ``offset`` skips that many matches first (a page of a listing).
         A run whose summary cannot be read back raises CorruptRunError, or with ``on_corrupt``
         is handed to it and left out.
         """
         if limit is not None and limit < 1:
             raise StoreError(f"limit must be >= 1, got {limit}")
+        if offset < 0:
+            raise StoreError(f"offset must be >= 0, got {offset}")
         query = select(RunModel.run_id).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
-        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
-        if op is not None:
-            conditions.append(
-                select(MeasurementModel.id)
-                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == op)
-                .exists()
-            )
-        if run_ids is not None:
-            conditions.append(RunModel.run_id.in_(list(run_ids)))
+        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, run_ids)
         query = query.where(*conditions)
         if limit is not None:
             query = query.limit(limit)
+        if offset:
+            query = query.offset(offset)
         with Session(self.engine) as session, session.begin():
             ids = list(session.scalars(query))
         summaries: list[RunSummary] = []
@@ -246,6 +247,48 @@ class Store:
             loaded, _ = self._readable(batch, load_summaries, on_corrupt)
             summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
         return summaries
+
+    def count_runs(
+        self,
+        *,
+        tag: str | None = None,
+        op: str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        fingerprint: str | None = None,
+        source: str | None = None,
+        revision: str | None = None,
+    ) -> int:
+        """How many runs ``list_runs`` with the same filters (and no limit) would list."""
+        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, None)
+        with Session(self.engine) as session, session.begin():
+            return int(session.scalar(select(func.count()).select_from(RunModel).where(*conditions)) or 0)
+
+    @staticmethod
+    def _listing_filters(
+        tag: str | None,
+        op: str | None,
+        since: str | datetime | None,
+        until: str | datetime | None,
+        fingerprint: str | None,
+        source: str | None,
+        revision: str | None,
+        run_ids: Collection[str] | None,
+    ) -> list[ColumnElement[bool]]:
+        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
+        if op is not None:
+            conditions.append(
+                select(MeasurementModel.id)
+                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == op)
+                .exists()
+            )
+        if source is not None:
+            conditions.append(RunModel.source == source)
+        if revision is not None:
+            conditions.append(RunModel.revision.startswith(revision.strip(), autoescape=True))
+        if run_ids is not None:
+            conditions.append(RunModel.run_id.in_(list(run_ids)))
+        return conditions
 
     def _readable(
         self,
@@ -288,8 +331,13 @@ class Store:
         fingerprint: str | None = None,
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        with_samples: bool = True,
     ) -> list[MeasurementRow]:
-        """Every stored measurement matching the filters, oldest run first; one query."""
+        """Every stored measurement matching the filters, oldest run first; one query.
+
+        ``with_samples=False`` leaves the samples unread (``samples_s`` empty, ``iterations`` the
+        reported count or 0): what a history of mean times needs, at a fraction of the cost.
+        """
         m, r, s = MeasurementModel, RunModel, SampleModel
         conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
         if op is not None:
@@ -319,14 +367,15 @@ class Store:
                 m.cv,
                 m.busbw_bytes_per_s,
                 m.reported,
-                s.samples_s,
+                s.samples_s if with_samples else literal(None).label("samples_s"),
                 m.group_name,
             )
             .join(m, m.run_id == r.run_id)
-            .join(s, s.measurement_id == m.id)
             .where(*conditions)
             .order_by(r.started_at_utc, r.run_id, m.position)
         )
+        if with_samples:
+            query = query.join(s, s.measurement_id == m.id)
         try:
             with Session(self.engine) as session, session.begin():
                 # Rows as plain sequences: mypy cannot match ``*row`` of a 21-column Row (typed past

@@ -1,0 +1,239 @@
+"""The JSON API under ``/api``: everything the pages show, and the writes a write token allows."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+
+from commlens.errors import CommlensError
+from commlens.serve import queries as q
+from commlens.store import Store
+
+__all__ = ["router", "series_selector"]
+
+router = APIRouter(prefix="/api", tags=["api"])
+
+
+def store_of(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def base_url(request: Request) -> str:
+    return str(request.app.state.config.base_url)
+
+
+@router.get("/runs", response_model=q.RunsPage, summary="Stored runs, newest first, filtered and paged")
+def runs(
+    request: Request,
+    op: str | None = None,
+    tag: str | None = None,
+    source: str | None = None,
+    fingerprint: str | None = None,
+    revision: str | None = None,
+    since: str | None = Query(None, description="ISO 8601 date or time (UTC unless it says)"),
+    until: str | None = None,
+    page: int = Query(1, ge=1, le=1_000_000),
+    per_page: int = Query(50, ge=1, le=q.MAX_PER_PAGE),
+) -> q.RunsPage:
+    filters = q.RunFilters(
+        op=op, tag=tag, source=source, fingerprint=fingerprint, revision=revision, since=since, until=until
+    )
+    return q.runs_doc(store_of(request), filters, page, per_page)
+
+
+@router.get("/runs/{run_id}", response_model=q.RunOut, summary="One run: system, config, notes, every row")
+def run(request: Request, run_id: str) -> q.RunOut:
+    return q.run_doc(store_of(request), run_id)
+
+
+def compare_page_url(request: Request, base: str, candidate: str, extra: dict[str, Any] | None = None) -> str:
+    params = {"base": base, "candidate": candidate, **{k: v for k, v in (extra or {}).items() if v is not None}}
+    return f"{base_url(request)}/compare?{urlencode(params)}"
+
+
+@router.get("/compare", response_model=q.CompareOut, summary="Two runs or tags, or a run against its baseline")
+def compare(
+    request: Request,
+    base: str = Query(..., description="run:ID, tag:NAME, a bare run id or tag, or `baseline`"),
+    candidate: str = Query(..., description="run:ID, tag:NAME, or a bare run id or tag"),
+    min_change: float | None = Query(None, ge=0.0, lt=1.0),
+    alpha: float | None = Query(None, gt=0.0, lt=1.0),
+) -> q.CompareOut:
+    url = compare_page_url(request, base, candidate, {"min_change": min_change, "alpha": alpha})
+    return q.compare_doc(store_of(request), base, candidate, page_url=url, min_change=min_change, alpha=alpha)
+
+
+def series_selector(
+    fingerprint: str,
+    op: str,
+    dtype: str,
+    size_bytes: int,
+    tag: str | None = None,
+    in_place: bool = False,
+    algo: str = "builtin",
+    redop: str | None = None,
+    root: int | None = None,
+    group: str | None = None,
+) -> q.SeriesSelector:
+    return q.SeriesSelector(
+        fingerprint=fingerprint,
+        tag=tag or None,
+        op=op,
+        dtype=dtype,
+        size_bytes=size_bytes,
+        in_place=in_place,
+        algo=algo,
+        redop=redop or None,
+        root=root,
+        group=group or None,
+    )
+
+
+@router.get("/series", response_model=q.SeriesOut, summary="The history of one series, its change points, baseline")
+def series(
+    request: Request,
+    fingerprint: str,
+    op: str,
+    dtype: str,
+    size_bytes: int = Query(..., ge=0, le=2**62),
+    tag: str | None = Query(None, description="the series' tag; empty or absent: runs without one"),
+    in_place: bool = False,
+    algo: str = "builtin",
+    redop: str | None = None,
+    root: int | None = Query(None, ge=0, le=2**31),
+    group: str | None = None,
+    order: Literal["time", "revision"] = "time",
+) -> q.SeriesOut:
+    sel = series_selector(fingerprint, op, dtype, size_bytes, tag, in_place, algo, redop, root, group)
+    return q.series_doc(store_of(request), sel, order)
+
+
+@router.get("/regressions", response_model=q.RegressionsOut, summary="Recent regressions over every series")
+def regressions(
+    request: Request,
+    since: str | None = Query(None, description="changes at or after this date (default: 30 days ago)"),
+    lookback_days: int = Query(180, ge=1, le=3650),
+) -> q.RegressionsOut:
+    return q.regressions_doc(store_of(request), since, lookback_days)
+
+
+# -- writes (need the write token; see commlens.serve.security) ----------------------------------------
+
+
+class BaselineIn(BaseModel):
+    fingerprint: str = Field(max_length=32)
+    tag: str | None = Field(None, max_length=q.MAX_REF_CHARS, description="the series' tag; null: no tag")
+    ref_kind: Literal["run", "tag"]
+    ref: str = Field(max_length=q.MAX_REF_CHARS)
+    note: str = Field("", max_length=500)
+
+
+class SeriesIn(BaseModel):
+    fingerprint: str = Field(max_length=32)
+    tag: str | None = Field(None, max_length=q.MAX_REF_CHARS)
+
+
+class ThresholdIn(BaseModel):
+    fingerprint: str = Field("*", max_length=32)
+    tag: str | None = Field("*", max_length=q.MAX_REF_CHARS, description="'*': any; null: runs without a tag")
+    op: str = Field("*", max_length=64)
+    dtype: str = Field("*", max_length=64)
+    size_bytes: int = Field(-1, ge=-1, le=2**62)
+    group: str | None = Field("*", max_length=200)
+    min_change: float | None = Field(None, ge=0.0, lt=1.0)
+    alpha: float | None = Field(None, gt=0.0, lt=1.0)
+    detect_alpha: float | None = Field(None, gt=0.0, lt=1.0)
+
+
+class TagIn(BaseModel):
+    tag: str | None = Field(None, max_length=q.MAX_REF_CHARS, description="null removes the tag")
+
+
+def _meta() -> Any:
+    from commlens.store import series_meta
+
+    return series_meta
+
+
+def _as_bad_request(e: CommlensError) -> q.BadRequest:
+    return q.BadRequest(str(e))
+
+
+@router.get("/baselines", summary="Every stored baseline")
+def list_baselines(request: Request) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    return [asdict(b) for b in _meta().list_baselines(store_of(request))]
+
+
+@router.put("/baselines", summary="Set the baseline of a series (write token)")
+def put_baseline(request: Request, body: BaselineIn) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    try:
+        b = _meta().set_baseline(store_of(request), body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
+    except CommlensError as e:
+        raise _as_bad_request(e) from None
+    return asdict(b)
+
+
+@router.delete("/baselines", summary="Remove the baseline of a series (write token)")
+def delete_baseline(request: Request, body: SeriesIn) -> dict[str, bool]:
+    return {"removed": bool(_meta().unset_baseline(store_of(request), body.fingerprint, body.tag))}
+
+
+@router.get("/thresholds", summary="Every stored threshold")
+def list_thresholds(request: Request) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    return [asdict(t) for t in _meta().list_thresholds(store_of(request))]
+
+
+def _threshold(body: ThresholdIn) -> Any:
+    meta = _meta()
+    return meta.Threshold(
+        fingerprint=body.fingerprint,
+        tag=body.tag,
+        op=body.op,
+        dtype=body.dtype,
+        size_bytes=body.size_bytes,
+        group=body.group,
+        min_change=body.min_change,
+        alpha=body.alpha,
+        detect_alpha=body.detect_alpha,
+    )
+
+
+@router.put("/thresholds", summary="Set a threshold for the series a selector matches (write token)")
+def put_threshold(request: Request, body: ThresholdIn) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    try:
+        t = _meta().set_threshold(store_of(request), _threshold(body))
+    except CommlensError as e:
+        raise _as_bad_request(e) from None
+    return asdict(t)
+
+
+@router.delete("/thresholds", summary="Remove the threshold of a selector (write token)")
+def delete_threshold(request: Request, body: ThresholdIn) -> dict[str, bool]:
+    try:
+        removed = _meta().unset_threshold(store_of(request), _threshold(body))
+    except CommlensError as e:
+        raise _as_bad_request(e) from None
+    return {"removed": bool(removed)}
+
+
+@router.put("/runs/{run_id}/tag", summary="Tag a run, or remove its tag (write token)")
+def put_tag(request: Request, run_id: str, body: TagIn) -> dict[str, str | None]:
+    from commlens.store import StoreError
+
+    try:
+        full, tag = store_of(request).set_tag(run_id, body.tag or None)
+    except StoreError as e:
+        raise q.NotFound(str(e)) from None
+    return {"run_id": full, "tag": tag}

@@ -1,0 +1,713 @@
+"""What the pages and the JSON API show, read from the store: one function per document.
+
+Each returns a pydantic model (the API's response schema); the pages render the same models.
+Every parameter comes from a client: it is checked here, and a reference names a stored run or
+tag only. Nothing here opens a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from commlens.errors import CommlensError
+from commlens.regress.compare import CompareSettings, compare_runs
+from commlens.regress.detect import DetectSettings
+from commlens.regress.history import DetectedChange, detect_history, parse_utc
+from commlens.regress.stats import robust_noise
+from commlens.results.records import MeasurementKey, Run
+from commlens.store import MeasurementRow, Store, StoreError
+
+__all__ = [
+    "MAX_PER_PAGE",
+    "BadRequest",
+    "NotFound",
+    "compare_doc",
+    "regressions_doc",
+    "run_doc",
+    "runs_doc",
+    "series_doc",
+]
+
+MAX_PER_PAGE = 200
+MAX_SAMPLES_SHOWN = 2000  # per-iteration times sent per row; the count says how many there were
+MAX_SERIES_POINTS = 5000  # a history page's points (the newest)
+MAX_REF_CHARS = 200
+
+
+class BadRequest(CommlensError, ValueError):
+    """A client's parameter that cannot be used; the message names it (HTTP 400)."""
+
+
+class NotFound(CommlensError, LookupError):
+    """A run, tag, series or report that is not in the store (HTTP 404)."""
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+
+class RunSummaryOut(BaseModel):
+    run_id: str
+    started_at: str
+    started_at_utc: str
+    status: str
+    tag: str | None
+    revision: str | None
+    source: str
+    world_size: int
+    backend: str
+    nmeasurements: int
+    ops: list[str]
+    avg_busbw_bytes_per_s: float
+    fingerprint: str
+
+
+class RunFilters(BaseModel):
+    op: str | None = None
+    tag: str | None = None
+    source: str | None = None
+    fingerprint: str | None = None
+    revision: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
+class RunsPage(BaseModel):
+    total: int
+    page: int
+    per_page: int
+    pages: int
+    filters: RunFilters
+    runs: list[RunSummaryOut]
+
+
+def _text(value: str | None, name: str, limit: int = MAX_REF_CHARS) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if len(value) > limit or not value.isprintable():
+        raise BadRequest(f"{name}: at most {limit} printable characters")
+    return value
+
+
+def _when(value: str | None, name: str) -> str | None:
+    value = _text(value, name, 40)
+    if value is not None:
+        try:
+            parse_utc(value)
+        except CommlensError as e:
+            raise BadRequest(f"{name}: {e}") from None
+    return value
+
+
+def runs_doc(store: Store, filters: RunFilters, page: int = 1, per_page: int = 50) -> RunsPage:
+    """One page of the run listing, newest first, and how many runs match."""
+    if page < 1:
+        raise BadRequest(f"page: expected 1 or more, got {page}")
+    if not (1 <= per_page <= MAX_PER_PAGE):
+        raise BadRequest(f"per_page: expected 1 to {MAX_PER_PAGE}, got {per_page}")
+    f = RunFilters(
+        op=_text(filters.op, "op"),
+        tag=_text(filters.tag, "tag"),
+        source=_text(filters.source, "source"),
+        fingerprint=_text(filters.fingerprint, "fingerprint", 32),
+        revision=_text(filters.revision, "revision"),
+        since=_when(filters.since, "since"),
+        until=_when(filters.until, "until"),
+    )
+    query = f.model_dump()
+    total = store.count_runs(**query)
+    pages = max(1, math.ceil(total / per_page))
+    runs = store.list_runs(**query, limit=per_page, offset=(page - 1) * per_page, on_corrupt=lambda _e: None)
+    return RunsPage(
+        total=total,
+        page=page,
+        per_page=per_page,
+        pages=pages,
+        filters=f,
+        runs=[RunSummaryOut(**r.as_dict()) for r in runs],
+    )
+
+
+# -- one run ----------------------------------------------------------------------------------------
+
+
+class MeasurementOut(BaseModel):
+    position: int
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    count: int
+    in_place: bool
+    world_size: int
+    group: str | None
+    nwrong: int | None
+    iterations: int
+    mean_s: float
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    min_s: float | None
+    max_s: float | None
+    cv: float | None
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    samples_s: list[float] = Field(description=f"per-iteration times, the first {MAX_SAMPLES_SHOWN}")
+
+
+class RunOut(BaseModel):
+    summary: RunSummaryOut
+    finished_at: str | None
+    command_line: str
+    system: dict[str, Any]
+    fingerprint: str
+    config: dict[str, Any]
+    notes: list[str]
+    measurements: list[MeasurementOut]
+
+
+def run_doc(store: Store, run_ref: str) -> RunOut:
+    ref = _text(run_ref, "run")
+    if ref is None:
+        raise BadRequest("run: a run id is needed")
+    try:
+        run = store.get_run(ref)
+    except StoreError as e:
+        raise NotFound(str(e)) from None
+    summary = store.list_runs(run_ids=[run.run_id], limit=1)[0]
+    rows = []
+    for i, m in enumerate(run.measurements):
+        st = m.stats
+        rows.append(
+            MeasurementOut(
+                position=i,
+                op=m.op,
+                algo=m.algo,
+                dtype=m.dtype,
+                redop=m.redop,
+                root=m.root,
+                size_bytes=m.size_bytes,
+                count=m.count,
+                in_place=m.in_place,
+                world_size=m.world_size,
+                group=m.group,
+                nwrong=m.nwrong,
+                iterations=st.n,
+                mean_s=st.mean_s,
+                p50_s=st.p50_s,
+                p95_s=st.p95_s,
+                p99_s=st.p99_s,
+                min_s=st.min_s,
+                max_s=st.max_s,
+                cv=st.cv,
+                algbw_bytes_per_s=m.algbw_bytes_per_s,
+                busbw_bytes_per_s=m.busbw_bytes_per_s,
+                samples_s=list(m.samples_s[:MAX_SAMPLES_SHOWN]),
+            )
+        )
+    from dataclasses import asdict
+
+    return RunOut(
+        summary=RunSummaryOut(**summary.as_dict()),
+        finished_at=run.finished_at,
+        command_line=run.command_line,
+        system=asdict(run.system),
+        fingerprint=run.system.fingerprint(),
+        config=run.config,
+        notes=list(run.notes),
+        measurements=rows,
+    )
+
+
+# -- compare ----------------------------------------------------------------------------------------
+
+
+class CompareOut(BaseModel):
+    base: str
+    candidate: str
+    report: dict[str, Any] = Field(description="as `commlens compare --format json` prints it")
+    markdown: str = Field(description="a pull-request comment linking back to this comparison")
+    url: str = Field(description="the shareable address of this comparison's page")
+
+
+def resolve_stored(store: Store, ref: str, what: str) -> list[Run]:
+    """The runs a client's reference names: ``run:ID`` (or a unique prefix), ``tag:NAME``, or bare
+    (a tag with runs, else a run id). Never a file: the server reads no path a client gives."""
+    text = _text(ref, what)
+    if text is None:
+        raise BadRequest(f"{what}: a run id or tag is needed")
+    kind, sep, rest = text.partition(":")
+    if sep and kind == "file":
+        raise BadRequest(f"{what}: the server reads no files; give a stored run id or tag")
+    if sep and kind in ("run", "tag"):
+        text = rest
+    else:
+        kind = ""
+    if kind in ("", "tag"):
+        runs = store.runs_with_tag(text, on_corrupt=lambda _e: None)
+        if runs:
+            return runs
+        if kind == "tag":
+            raise NotFound(f"{what}: no stored run has tag {text!r}")
+    try:
+        return [store.get_run(text)]
+    except StoreError as e:
+        raise NotFound(f"{what}: no stored run or tag {text!r} ({e})") from None
+
+
+SeriesThresholds = Callable[[str, str | None, MeasurementKey], tuple[float | None, float | None]]
+
+
+def compare_doc(
+    store: Store,
+    base: str,
+    candidate: str,
+    *,
+    page_url: str,
+    min_change: float | None = None,
+    alpha: float | None = None,
+) -> CompareOut:
+    cand_runs = resolve_stored(store, candidate, "candidate")
+    if base.strip() in ("baseline", "baseline:"):
+        base_runs = baseline_runs(store, cand_runs)
+    else:
+        base_runs = resolve_stored(store, base, "base")
+    try:
+        settings = CompareSettings()
+        if min_change is not None:
+            settings = dataclasses.replace(settings, min_change=min_change)
+        if alpha is not None:
+            settings = dataclasses.replace(settings, alpha=alpha)
+    except CommlensError as e:
+        raise BadRequest(str(e)) from None
+    try:
+        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate)
+    except CommlensError as e:
+        raise BadRequest(str(e)) from None
+    doc = report.as_dict()
+    return CompareOut(
+        base=base, candidate=candidate, report=doc, markdown=compare_markdown(doc, page_url), url=page_url
+    )
+
+
+def baseline_runs(store: Store, candidate: Sequence[Run]) -> list[Run]:
+    """The stored baseline of the candidate's series: one fingerprint and tag."""
+    series = {(r.system.fingerprint(), r.tag) for r in candidate}
+    if len(series) != 1:
+        raise BadRequest("base baseline: the candidate's runs span several systems or tags; compare one series")
+    ((fingerprint, tag),) = series
+    from commlens.store import series_meta
+
+    found = series_meta.get_baseline(store, fingerprint, tag)
+    if found is None:
+        raise NotFound(
+            f"no baseline is set for system {fingerprint} under tag {tag or '(none)'} "
+            "(`commlens baseline set` or the history page sets one)"
+        )
+    ids = series_meta.baseline_run_ids(store, found)
+    return store.get_runs(ids)
+
+
+def compare_markdown(doc: dict[str, Any], url: str) -> str:
+    """A pull-request comment: the verdict counts, the rows that changed, a link to the page."""
+    s = doc["summary"]
+    lines = [
+        "### commlens compare",
+        "",
+        f"Base `{doc['base']['ref']}` ({len(doc['base']['run_ids'])} runs) vs candidate "
+        f"`{doc['candidate']['ref']}` ({len(doc['candidate']['run_ids'])} runs): "
+        f"**{s['regressions']} regressions**, {s['improvements']} improvements, {s['no_change']} no change, "
+        f"{s['unknown']} unknown; geometric mean ratio {s['geomean_ratio']:.3f}",
+        "",
+    ]
+    changed = [r for r in doc["rows"] if r["verdict"] in ("regression", "improvement")]
+    changed.sort(key=lambda r: (r["verdict"] != "regression", -abs(math.log(r["ratio"]))))
+    if changed:
+        lines += [
+            "| op | size | dtype | place | base us | cand us | change | verdict |",
+            "|---|---:|---|---|---:|---:|---:|---|",
+        ]
+        for r in changed[:50]:
+            verdict = "**regression**" if r["verdict"] == "regression" else r["verdict"]
+            lines.append(
+                f"| {r['op']} | {_size(r['size_bytes'])} | {r['dtype']} | {'in' if r['in_place'] else 'out'} | "
+                f"{r['base_time_s'] * 1e6:.2f} | {r['candidate_time_s'] * 1e6:.2f} | {(r['ratio'] - 1) * 100:+.1f}% | "
+                f"{verdict} |"
+            )
+        if len(changed) > 50:
+            lines.append(f"| ... {len(changed) - 50} more rows on the page | | | | | | | |")
+        lines.append("")
+    lines.append(f"[Open the comparison in commlens]({url})")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    from commlens.results.units import format_size
+
+    return format_size(n)
+
+
+# -- history of one series ---------------------------------------------------------------------------
+
+
+class SeriesSelector(BaseModel):
+    fingerprint: str
+    tag: str | None = None  # None: runs without a tag
+    op: str
+    dtype: str
+    size_bytes: int
+    in_place: bool = False
+    algo: str = "builtin"
+    redop: str | None = None
+    root: int | None = None
+    group: str | None = None
+
+
+class SeriesPoint(BaseModel):
+    run_id: str
+    started_at: str
+    revision: str | None
+    mean_s: float
+    busbw_bytes_per_s: float
+    status: str
+
+
+class ChangeOut(BaseModel):
+    index: int
+    run_id: str
+    started_at: str
+    revision: str | None
+    previous_run_id: str
+    previous_revision: str | None
+    mean_before_s: float
+    mean_after_s: float
+    change: float
+    p_value: float
+    direction: str
+
+
+class BaselineOut(BaseModel):
+    ref_kind: str
+    ref: str
+    note: str
+    set_at: str
+    run_ids: list[str]
+    mean_s: float | None = Field(description="the baseline runs' mean time of this series; None if they lack it")
+
+
+class SeriesOut(BaseModel):
+    series: SeriesSelector
+    order: Literal["time", "revision"]
+    points: list[SeriesPoint]
+    truncated: int = Field(description="older points left out (a page shows the newest)")
+    changes: list[ChangeOut]
+    baseline: BaselineOut | None
+    settings: dict[str, Any]
+    noise: float | None = Field(description="robust relative sd of the series' run means")
+
+
+def _change_out(c: DetectedChange) -> ChangeOut:
+    return ChangeOut(
+        index=c.index,
+        run_id=c.run_id,
+        started_at=c.started_at.isoformat(),
+        revision=c.revision,
+        previous_run_id=c.previous_run_id,
+        previous_revision=c.previous_revision,
+        mean_before_s=c.mean_before_s,
+        mean_after_s=c.mean_after_s,
+        change=c.change,
+        p_value=c.p_value,
+        direction=c.direction,
+    )
+
+
+def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:
+    for name in ("fingerprint", "op", "dtype", "algo"):
+        if _text(getattr(sel, name), name) is None:
+            raise BadRequest(f"{name}: needed to name a series")
+    _text(sel.tag, "tag")
+    _text(sel.group, "group")
+    if sel.size_bytes < 0:
+        raise BadRequest("size_bytes: expected 0 or more")
+    rows = [
+        r
+        for r in store.measurement_rows(
+            op=sel.op,
+            dtype=sel.dtype,
+            size_bytes=sel.size_bytes,
+            fingerprint=sel.fingerprint,
+            tag=sel.tag,
+            with_samples=False,
+        )
+        if r.tag == sel.tag
+        and r.fingerprint == sel.fingerprint
+        and r.in_place == sel.in_place
+        and r.algo == sel.algo
+        and r.group == sel.group
+        and (sel.redop is None or r.redop == sel.redop)
+        and (sel.root is None or r.root == sel.root)
+    ]
+    if not rows:
+        raise NotFound("no stored run measured this series (system, tag, op, dtype, size, placement, algorithm)")
+    keys = {r.key for r in rows}
+    if len(keys) > 1:
+        shown = ", ".join(sorted(f"redop {k.redop} root {k.root}" for k in keys))
+        raise BadRequest(f"several series match ({shown}): give redop and root")
+    (key,) = keys
+    sel = sel.model_copy(update={"redop": key.redop, "root": key.root})
+    settings, thresholds = _detect_settings(store, sel.fingerprint, sel.tag, key)
+    report = detect_history(rows, settings, order=order)
+    per_run: dict[str, list[MeasurementRow]] = defaultdict(list)
+    for r in rows:
+        per_run[r.run_id].append(r)
+    runs = list(per_run.values())
+    if order == "revision":
+        first: dict[str, datetime] = {}
+        for rs in runs:
+            rev = rs[0].revision
+            if rev is not None and (rev not in first or rs[0].started_at < first[rev]):
+                first[rev] = rs[0].started_at
+        runs.sort(key=lambda rs: (first.get(rs[0].revision or "", rs[0].started_at), rs[0].started_at, rs[0].run_id))
+    else:
+        runs.sort(key=lambda rs: (rs[0].started_at, rs[0].run_id))
+    points = [
+        SeriesPoint(
+            run_id=rs[0].run_id,
+            started_at=rs[0].started_at.isoformat(),
+            revision=rs[0].revision,
+            mean_s=sum(r.mean_s for r in rs) / len(rs),
+            busbw_bytes_per_s=sum(r.busbw_bytes_per_s for r in rs) / len(rs),
+            status=rs[0].status,
+        )
+        for rs in runs
+    ]
+    truncated = max(0, len(points) - MAX_SERIES_POINTS)
+    means = [p.mean_s for p in points if p.status != "check_failed" and p.mean_s > 0]
+    noise = float(robust_noise(_log(means))) if len(means) >= 4 else None
+    return SeriesOut(
+        series=sel,
+        order=order,
+        points=points[truncated:],
+        truncated=truncated,
+        changes=[_change_out(c) for c in report.changes if c.index - truncated >= 0],
+        baseline=_baseline_out(store, sel, key),
+        settings={"min_change": settings.min_change, "alpha": settings.alpha, "thresholds": thresholds},
+        noise=noise,
+    )
+
+
+def _log(values: list[float]) -> Any:
+    import numpy as np
+
+    return np.log(np.asarray(values, dtype=float))
+
+
+def _detect_settings(
+    store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
+) -> tuple[DetectSettings, list[dict[str, Any]]]:
+    """Detect's settings for one series: the stored thresholds that match it, over the defaults."""
+    try:
+        from commlens.store import series_meta
+    except ImportError:  # pragma: no cover - before the store knew thresholds
+        return DetectSettings(), []
+    resolved = series_meta.resolve_threshold(series_meta.list_thresholds(store), fingerprint, tag, key)
+    settings = DetectSettings()
+    if resolved.min_change is not None:
+        settings = dataclasses.replace(settings, min_change=resolved.min_change)
+    if resolved.detect_alpha is not None:
+        settings = dataclasses.replace(settings, alpha=resolved.detect_alpha)
+    return settings, [_threshold_dict(t) for t in resolved.matched]
+
+
+def _threshold_dict(t: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(t)
+
+
+def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> BaselineOut | None:
+    try:
+        from commlens.store import series_meta
+    except ImportError:  # pragma: no cover
+        return None
+    found = series_meta.get_baseline(store, sel.fingerprint, sel.tag)
+    if found is None:
+        return None
+    ids = series_meta.baseline_run_ids(store, found)
+    wanted = set(ids)
+    tag = found.ref if found.ref_kind == "tag" else None
+    rows = [
+        r
+        for r in store.measurement_rows(
+            op=sel.op,
+            dtype=sel.dtype,
+            size_bytes=sel.size_bytes,
+            fingerprint=sel.fingerprint,
+            tag=tag,
+            with_samples=False,
+        )
+        if r.run_id in wanted and r.key == key
+    ]
+    return BaselineOut(
+        ref_kind=found.ref_kind,
+        ref=found.ref,
+        note=found.note,
+        set_at=found.set_at,
+        run_ids=ids,
+        mean_s=sum(r.mean_s for r in rows) / len(rows) if rows else None,
+    )
+
+
+# -- regressions over every series -------------------------------------------------------------------
+
+
+class SeriesRef(BaseModel):
+    fingerprint: str
+    tag: str | None
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    in_place: bool
+    group: str | None
+    points: int
+    noise: float | None
+
+
+class RegressionOut(BaseModel):
+    series: SeriesRef
+    change: ChangeOut
+
+
+class RegressionsOut(BaseModel):
+    since: str
+    lookback_days: int
+    computed_at: str
+    compute_s: float
+    series: int
+    points: int
+    regressions: list[RegressionOut] = Field(description="regression-direction changes of stable series, newest first")
+    unstable: list[SeriesRef] = Field(description="series too noisy to tell a change of min_change from noise")
+    unstable_regressions: list[RegressionOut]
+
+
+class _Cache:
+    """The last regressions document per (since, lookback), valid while the store holds the same runs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: dict[tuple[str, int], tuple[tuple[int, str], RegressionsOut]] = {}
+
+
+_cache = _Cache()
+
+
+def _generation(store: Store) -> tuple[int, str]:
+    from sqlalchemy import func, select
+    from sqlalchemy.orm import Session
+
+    from commlens.store.models import RunModel
+
+    with Session(store.engine) as session:
+        n, newest = session.execute(select(func.count(), func.max(RunModel.started_at_utc))).one()
+    return int(n), str(newest)
+
+
+def regressions_doc(
+    store: Store, since: str | None = None, lookback_days: int = 180, now: datetime | None = None
+) -> RegressionsOut:
+    """Every recent regression-direction change across all series, unstable series apart.
+
+    History is read back ``lookback_days`` before ``since`` (default: 30 days ago), so the level before a
+    recent change is known. A series is unstable when its robust relative noise exceeds the detection's
+    ``min_change``: a change that small cannot be told from one noisy run.
+    """
+    if not (1 <= lookback_days <= 3650):
+        raise BadRequest("lookback_days: expected 1 to 3650")
+    now = now or datetime.now(timezone.utc)
+    since = _when(since, "since")
+    since_at = parse_utc(since) if since is not None else now - timedelta(days=30)
+    key = (since_at.isoformat(), lookback_days)
+    gen = _generation(store)
+    with _cache.lock:
+        hit = _cache.entries.get(key)
+        if hit is not None and hit[0] == gen:
+            return hit[1]
+        started = time.perf_counter()
+        doc = _regressions(store, since_at, lookback_days)
+        doc.compute_s = time.perf_counter() - started
+        _cache.entries = {k: v for k, v in _cache.entries.items() if v[0] == gen}
+        _cache.entries[key] = (gen, doc)
+        return doc
+
+
+def _regressions(store: Store, since_at: datetime, lookback_days: int) -> RegressionsOut:
+    rows = store.measurement_rows(since=since_at - timedelta(days=lookback_days), with_samples=False)
+    settings = DetectSettings()
+    report = detect_history(rows, settings, since=since_at)
+    per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    for r in rows:
+        if r.status != "check_failed" and r.mean_s > 0:
+            per_series[(r.fingerprint, r.tag, r.key)].append(r.mean_s)
+    refs: dict[tuple[Any, ...], SeriesRef] = {}
+    unstable: list[SeriesRef] = []
+    for (fp, tag, k), means in per_series.items():
+        noise = float(robust_noise(_log(means))) if len(means) >= 4 else None
+        ref = SeriesRef(
+            fingerprint=fp,
+            tag=tag,
+            op=k.op,
+            algo=k.algo,
+            dtype=k.dtype,
+            redop=k.redop,
+            root=k.root,
+            size_bytes=k.size_bytes,
+            in_place=k.in_place,
+            group=k.group,
+            points=len(means),
+            noise=noise,
+        )
+        refs[(fp, tag, k)] = ref
+        if noise is not None and noise > settings.min_change:
+            unstable.append(ref)
+    unstable_keys = {(u.fingerprint, u.tag, _ref_key(u)) for u in unstable}
+    stable_out: list[RegressionOut] = []
+    noisy_out: list[RegressionOut] = []
+    for c in report.regressions:
+        skey = (c.series.fingerprint, c.series.tag, c.series.key)
+        item = RegressionOut(series=refs[skey], change=_change_out(c))
+        (noisy_out if skey in unstable_keys else stable_out).append(item)
+    stable_out.sort(key=lambda x: x.change.started_at, reverse=True)
+    noisy_out.sort(key=lambda x: x.change.started_at, reverse=True)
+    unstable.sort(key=lambda u: -(u.noise or 0.0))
+    return RegressionsOut(
+        since=since_at.isoformat(),
+        lookback_days=lookback_days,
+        computed_at=datetime.now(timezone.utc).isoformat(),
+        compute_s=0.0,
+        series=report.series,
+        points=report.points,
+        regressions=stable_out,
+        unstable=unstable,
+        unstable_regressions=noisy_out,
+    )
+
+
+def _ref_key(u: SeriesRef) -> MeasurementKey:
+    return MeasurementKey(u.op, u.algo, u.dtype, u.redop, u.root, u.size_bytes, u.in_place, u.group)
