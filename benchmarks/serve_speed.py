@@ -1,0 +1,510 @@
+#!/usr/bin/env python
+"""Issue 16's dashboard targets on a store of 10,000 runs and 1,000,000 measurements.
+
+Run from the repository root (PostgreSQL: ``eval "$(bash scripts/test-postgres.sh)"`` first)::
+
+    .venv/bin/python benchmarks/serve_speed.py                  # SQLite and PostgreSQL
+    .venv/bin/python benchmarks/serve_speed.py --backend sqlite --requests 50 --loads 10
+
+For each backend it
+
+1. makes (once, then reuses) the generated store of ``benchmarks/serve_store.py``;
+2. starts a real ``commlens serve --db URL --port P`` process on loopback and waits for ``/healthz``;
+3. requests each page and its JSON document (``--warmup`` times, then ``--requests`` times, one at a
+   time): the runs page, one run's page, the history page of a 500-point series, and
+   ``/api/runs``, ``/api/runs/{id}``, ``/api/series``; the server time of each is the
+   ``Server-Timing: app;dur=`` the server sends (its middleware's clock, from the request reaching the
+   app to the response leaving it), the client's loopback latency is shown next to it;
+4. loads each page in headless Chromium (Selenium, Debian's chromium and chromedriver) ``--loads``
+   times after one warm-up load: full render is from navigation start until the load event has
+   fired and every ``.chart`` carries ``data-rendered="1"``, timed in the page
+   (``performance.now()`` when a MutationObserver, added before the page's scripts, sees the last
+   chart marked); console errors are counted;
+5. reads the server's memory from ``/proc/PID/status`` (VmRSS now and VmHWM, the peak);
+6. fetches the same API documents (runs pages 1 and 2 with filters, the run, the series, the
+   regressions) and, with both backends, compares them key by key.
+
+The section ``## Serve speed (issue 16)`` of ``docs/benchmarks.md`` is replaced (or appended).
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import serve_store  # noqa: E402
+from docsection import write_section  # noqa: E402
+from sqlalchemy.engine import make_url
+
+from commlens.results.stats import percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "## Serve speed (issue 16)"
+TARGET_SERVER_P95_S = 0.200
+TARGET_RENDER_S = 1.0
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+START_TIMEOUT_S = 120.0
+REQUEST_TIMEOUT_S = 120.0
+# The 500-point series: all_reduce of 16 MiB out of place on the first system's main.
+SERIES_OP = "all_reduce"
+SERIES_SIZE_BYTES = 16 * 1024 * 1024
+VOLATILE_KEYS = {"computed_at", "compute_s"}  # the regressions document's own clock
+# Added to every document before its scripts run (CDP): the time the last chart was marked drawn.
+RENDER_PROBE = """
+(() => {
+  const check = () => {
+    const charts = document.querySelectorAll('.chart');
+    let done = 0;
+    charts.forEach((c) => { if (c.getAttribute('data-rendered') === '1') done += 1; });
+    if (done === charts.length && window.__commlensChartsAt === undefined) {
+      window.__commlensChartsAt = performance.now();
+      window.__commlensCharts = charts.length;
+    }
+  };
+  const start = () => {
+    check();
+    new MutationObserver(check).observe(document.documentElement,
+      {subtree: true, attributes: true, childList: true, attributeFilter: ['data-rendered']});
+  };
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();
+"""
+
+
+@dataclass
+class Timings:
+    """One URL's request timings, seconds."""
+
+    path: str
+    server_s: list[float] = field(default_factory=list)
+    client_s: list[float] = field(default_factory=list)
+    bytes: int = 0
+
+    def p(self, q: float, which: str = "server") -> float:
+        values = self.server_s if which == "server" and self.server_s else self.client_s
+        return percentile(sorted(values), q)
+
+
+@dataclass
+class Render:
+    page: str
+    path: str
+    times_s: list[float]
+    cold_s: float
+    charts: int
+    points: list[int]
+    console_errors: list[str]
+
+
+@dataclass
+class BackendResult:
+    backend: str
+    url_shown: str
+    store: dict[str, Any]
+    requests: dict[str, Timings]
+    renders: list[Render]
+    memory_kib: dict[str, int]
+    documents: dict[str, Any]
+    cold_s: dict[str, float]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_command(db_url: str, port: int) -> list[str]:
+    return [str(Path(sys.executable).parent / "commlens"), "serve", "--db", db_url, "--port", str(port)]
+
+
+@contextmanager
+def running_server(db_url: str, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``commlens serve`` on loopback; stopped (SIGTERM, then SIGKILL) when the block ends."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMLENS_SERVE_")}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(serve_command(db_url, port), stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"commlens serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"commlens serve did not answer /healthz within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of ``pid`` (and of its children, if it forked workers), KiB."""
+    found: dict[str, int] = {}
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    for one in pids:
+        for line in Path(f"/proc/{one}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                found[name] = found.get(name, 0) + int(value.split()[0])
+    return found
+
+
+def _server_time_s(response: httpx.Response) -> float | None:
+    for part in response.headers.get("server-timing", "").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        if fields and fields[0] == "app":
+            for f in fields[1:]:
+                if f.startswith("dur="):
+                    return float(f[4:]) / 1e3
+    return None
+
+
+def time_requests(client: httpx.Client, path: str, warmup: int, n: int) -> tuple[Timings, float]:
+    """``n`` sequential GETs of ``path`` after ``warmup``; returns the timings and the first (cold) request's."""
+    t = Timings(path)
+    cold = 0.0
+    for i in range(warmup + n):
+        start = time.perf_counter()
+        response = client.get(path)
+        elapsed = time.perf_counter() - start
+        if response.status_code != 200:
+            raise SystemExit(f"GET {path}: HTTP {response.status_code}: {response.text[:500]}")
+        if i == 0:
+            cold = _server_time_s(response) or elapsed
+        if i >= warmup:
+            server = _server_time_s(response)
+            if server is not None:
+                t.server_s.append(server)
+            t.client_s.append(elapsed)
+            t.bytes = len(response.content)
+    return t, cold
+
+
+def _driver() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RENDER_PROBE})
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def _one_load(driver: Any, url: str) -> tuple[float, int, int]:
+    """Load ``url``; (seconds from navigation start to full render, charts, points plotted)."""
+    driver.get(url)  # returns after the load event
+    deadline = time.monotonic() + 30.0
+    while True:
+        state = driver.execute_script(
+            "const nav = performance.getEntriesByType('navigation')[0];"
+            "const pts = [...document.querySelectorAll('.chart')].map(c => +(c.getAttribute('data-points') || 0));"
+            "return [nav ? nav.loadEventEnd : 0, window.__commlensChartsAt, window.__commlensCharts,"
+            " pts.reduce((a, b) => a + b, 0)];"
+        )
+        load_end, charts_at, charts, points = state
+        if charts_at is not None and load_end:
+            return max(load_end, charts_at) / 1e3, int(charts), int(points)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url}: the charts were not all drawn within 30 s")
+        time.sleep(0.01)
+
+
+def time_renders(base: str, pages: dict[str, str], loads: int) -> list[Render]:
+    driver = _driver()
+    out = []
+    try:
+        for page, path in pages.items():
+            driver.get_log("browser")  # drop what came before
+            cold, charts, points = _one_load(driver, base + path)
+            times, all_points = [], [points]
+            for _ in range(loads):
+                seconds, charts, points = _one_load(driver, base + path)
+                times.append(seconds)
+                all_points.append(points)
+            errors = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+            out.append(Render(page, path, times, cold, charts, sorted(set(all_points)), errors))
+    finally:
+        driver.quit()
+    return out
+
+
+def _series_params(fingerprint: str) -> dict[str, Any]:
+    return {
+        "fingerprint": fingerprint,
+        "tag": "main",
+        "op": SERIES_OP,
+        "dtype": "float32",
+        "size_bytes": SERIES_SIZE_BYTES,
+        "in_place": "false",
+        "redop": "sum",
+    }
+
+
+def documents(client: httpx.Client, run_id: str, fingerprint: str) -> dict[str, Any]:
+    """The API documents whose equality across backends is checked; volatile keys dropped."""
+    paths = {
+        "runs page 1, tag main": "/api/runs?" + urlencode({"tag": "main", "page": 1, "per_page": 50}),
+        "runs page 2, fingerprint and op": "/api/runs?"
+        + urlencode({"fingerprint": fingerprint[:8], "op": "all_gather", "page": 2, "per_page": 50}),
+        "runs page 2, since/until": "/api/runs?"
+        + urlencode({"since": "2026-06-01", "until": "2026-06-30", "page": 2, "per_page": 25}),
+        "runs page 3, no filter": "/api/runs?page=3&per_page=100",
+        "run": f"/api/runs/{run_id}",
+        "series": "/api/series?" + urlencode(_series_params(fingerprint)),
+        "series by revision": "/api/series?" + urlencode({**_series_params(fingerprint), "order": "revision"}),
+        "regressions": "/api/regressions?" + urlencode({"since": "2026-10-01"}),
+    }
+    out = {}
+    for name, path in paths.items():
+        response = client.get(path)
+        if response.status_code != 200:
+            raise SystemExit(f"GET {path}: HTTP {response.status_code}: {response.text[:500]}")
+        out[name] = _drop_volatile(response.json())
+    return out
+
+
+def _drop_volatile(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _drop_volatile(v) for k, v in doc.items() if k not in VOLATILE_KEYS}
+    if isinstance(doc, list):
+        return [_drop_volatile(v) for v in doc]
+    return doc
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """Where ``a`` and ``b`` first differ (a JSON path and both values), or None when equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{where}.{k}: only on {'PostgreSQL' if k not in a else 'SQLite'}"
+            found = first_difference(a[k], b[k], f"{where}.{k}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} items on SQLite, {len(b)} on PostgreSQL"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if a != b or type(a) is not type(b):
+        return f"{where}: {a!r} on SQLite, {b!r} on PostgreSQL"
+    return None
+
+
+def measure(backend: str, args: argparse.Namespace, workdir: Path) -> BackendResult:
+    url = serve_store.ensure_store(backend, regenerate=args.regenerate)
+    shown = make_url(url).render_as_string(hide_password=True)
+    held = serve_store.describe(url)
+    print(f"{backend}: {shown} {held}", flush=True)
+    port = _free_port()
+    fingerprint = serve_store.SYSTEMS[0].info.fingerprint()
+    with running_server(url, port, workdir / f"serve-{backend}.log") as proc:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=REQUEST_TIMEOUT_S) as client:
+            newest = client.get("/api/runs", params={"tag": "main", "fingerprint": fingerprint, "per_page": 1})
+            run_id = newest.json()["runs"][0]["run_id"]
+            series = urlencode(_series_params(fingerprint))
+            pages = {"runs": "/runs", "run": f"/runs/{run_id}", "history": f"/history?{series}"}
+            apis = {"runs": "/api/runs", "run": f"/api/runs/{run_id}", "history": f"/api/series?{series}"}
+            requests: dict[str, Timings] = {}
+            cold: dict[str, float] = {}
+            for name in pages:
+                for kind, path in (("page", pages[name]), ("api", apis[name])):
+                    t, first = time_requests(client, path, args.warmup, args.requests)
+                    requests[f"{name} {kind}"] = t
+                    cold[f"{name} {kind}"] = first
+                    print(
+                        f"  {name} {kind}: server p50 {t.p(50) * 1e3:.1f} ms p95 {t.p(95) * 1e3:.1f} ms "
+                        f"(client p50 {t.p(50, 'client') * 1e3:.1f} ms), {t.bytes} B",
+                        flush=True,
+                    )
+            renders = [] if args.no_browser else time_renders(base, pages, args.loads)
+            for r in renders:
+                print(
+                    f"  render {r.page}: p50 {percentile(sorted(r.times_s), 50) * 1e3:.0f} ms "
+                    f"p95 {percentile(sorted(r.times_s), 95) * 1e3:.0f} ms, {r.charts} charts, points {r.points}, "
+                    f"{len(r.console_errors)} console errors",
+                    flush=True,
+                )
+            docs = documents(client, run_id, fingerprint)
+            regressions_cold = _server_time_s(client.get("/api/regressions", params={"since": "2026-11-15"}))
+            cold["regressions api (first request, uncached)"] = regressions_cold or 0.0
+        memory = memory_kib(proc.pid)
+    print(f"  memory: {memory}", flush=True)
+    return BackendResult(backend, shown, held, requests, renders, memory, docs, cold)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def report(results: list[BackendResult], identical: str | None, args: argparse.Namespace, load: float) -> list[str]:
+    """The section's lines."""
+    today = dt.date.today().isoformat()
+    cores = os.cpu_count()
+    held = results[0].store
+    lines = [
+        f"Produced by `{shlex.join(['.venv/bin/python', 'benchmarks/serve_speed.py', *args.argv])}` on {today} "
+        f"({platform.machine()}, {cores} CPUs, Python {platform.python_version()}; 1-minute load average "
+        f"{load:.1f} when it started; the machine is shared with other work).",
+        "",
+        f"Store: generated by `benchmarks/serve_store.py` (seed {serve_store.SEED}): {held['runs']:,} runs, "
+        f"{held['measurements']:,} measurements of {serve_store.SAMPLES} samples each, {held['fingerprints']} systems, "
+        f"{held['tags']:,} tags (`main` nightlies and `pr-NNN`), one year; the history page's series "
+        f"({SERIES_OP}, {SERIES_SIZE_BYTES >> 20} MiB, out of place, tag main, first system) has "
+        f"{held['longest_series']} points. SQLite: a file in /tmp; PostgreSQL: the test server of "
+        "`scripts/test-postgres.sh` (Unix socket, fsync off; ANALYZE run after the load, as autovacuum would).",
+        "",
+        f"Server: one `commlens serve --db URL --port P` process on loopback. Server time is its "
+        f"`Server-Timing: app;dur=` header, p50 and p95 of {args.requests} sequential requests after "
+        f"{args.warmup} warm-up requests; the client's loopback latency (httpx) is shown next to it.",
+        "Target: p95 under 200 ms per page.",
+        "",
+        "| backend | request | server p50 (ms) | server p95 (ms) | client p50 (ms) | client p95 (ms) | first request (ms) | size (KiB) | p95 < 200 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        for name, t in r.requests.items():
+            lines.append(
+                f"| {r.backend} | `{name}` (`{_short(t.path)}`) | {_ms(t.p(50))} | {_ms(t.p(95))} | "
+                f"{_ms(t.p(50, 'client'))} | {_ms(t.p(95, 'client'))} | {_ms(r.cold_s[name])} | {t.bytes / 1024:.0f} | "
+                f"{_yes(t.p(95) < TARGET_SERVER_P95_S) if name.endswith('page') else '(API)'} |"
+            )
+    if any(r.renders for r in results):
+        lines += [
+            "",
+            f"Full render in headless Chromium (Selenium, `--headless=new`): navigation start until the load event "
+            f'and every `.chart` marked `data-rendered="1"`, timed in the page; p50 and p95 of {args.loads} loads '
+            "after one warm-up load (whose time is the first-load column; the browser's cache is warm after it). "
+            "Target: under 1 s.",
+            "",
+            "| backend | page | charts | points plotted | first load (ms) | p50 (ms) | p95 (ms) | console errors | p95 < 1 s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in results:
+            for x in r.renders:
+                p95 = percentile(sorted(x.times_s), 95)
+                points = ", ".join(str(p) for p in x.points)
+                lines.append(
+                    f"| {r.backend} | {x.page} | {x.charts} | {points} | {_ms(x.cold_s)} | "
+                    f"{_ms(percentile(sorted(x.times_s), 50))} | {_ms(p95)} | {len(x.console_errors)} | "
+                    f"{_yes(p95 < TARGET_RENDER_S)} |"
+                )
+    lines += [
+        "",
+        "Server memory after all of the above (`/proc/PID/status`):",
+        "",
+        "| backend | VmRSS (MiB) | VmHWM, peak (MiB) |",
+        "|---|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.backend} | {r.memory_kib.get('VmRSS', 0) / 1024:.0f} | {r.memory_kib.get('VmHWM', 0) / 1024:.0f} |"
+        )
+    lines += ["", "Other first requests (uncached on the server):", ""]
+    for r in results:
+        for name, seconds in r.cold_s.items():
+            if name.startswith("regressions"):
+                lines.append(f"- {r.backend}: `{name}`: {_ms(seconds)} ms")
+    if len(results) == 2:
+        names = ", ".join(results[0].documents)
+        verdict = "identical" if identical is None else f"**differ**: first difference at `{identical}`"
+        lines += [
+            "",
+            f"Results on SQLite and PostgreSQL: {verdict} (the API documents {names}; the regressions "
+            "document without its own `computed_at` and `compute_s`). Target: identical; "
+            f"met: {_yes(identical is None)}.",
+        ]
+    return lines
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 48 else path[:45] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument("--requests", type=int, default=60, help="timed requests per URL (default 60)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed requests per URL first (default 5)")
+    parser.add_argument("--loads", type=int, default=12, help="timed browser loads per page (default 12)")
+    parser.add_argument("--regenerate", action="store_true", help="generate the stores again")
+    parser.add_argument("--no-browser", action="store_true", help="skip the headless-browser renders")
+    parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    load = os.getloadavg()[0]
+    backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="commlens-serve-speed-") as tmp:
+        for backend in backends:
+            results.append(measure(backend, args, Path(tmp)))
+    identical = None
+    if len(results) == 2:
+        a, b = results[0].documents, results[1].documents
+        a_sorted = json.loads(json.dumps(a, sort_keys=True))
+        b_sorted = json.loads(json.dumps(b, sort_keys=True))
+        identical = first_difference(a_sorted, b_sorted)
+        print("results on SQLite and PostgreSQL:", "identical" if identical is None else f"differ at {identical}")
+    lines = report(results, identical, args, load)
+    print("\n".join(lines))
+    if not args.no_doc:
+        write_section(SECTION, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
