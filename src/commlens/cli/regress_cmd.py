@@ -18,9 +18,13 @@ from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
 
 if TYPE_CHECKING:
-    from commlens.regress import CompareReport, ComparisonRow, DetectReport
-    from commlens.results.records import Run
+    from collections.abc import Callable
+
+    from commlens.regress import CompareReport, CompareSettings, ComparisonRow, DetectReport
+    from commlens.regress.compare import RowThreshold
+    from commlens.results.records import MeasurementKey, Run
     from commlens.store import Store
+    from commlens.store.series_meta import Threshold
 
 _REF_HELP = (
     "a run id (or unique prefix), a tag (pools every run with it) or a file (commlens JSON, nccl-tests, PARAM); "
@@ -39,7 +43,7 @@ class DetectOrder(str, Enum):
     revision = "revision"
 
 
-def _fraction(text: str, option: str) -> float:
+def parse_fraction(text: str, option: str) -> float:
     """``"3%"`` or ``"0.03"`` as 0.03."""
     value = text.strip()
     try:
@@ -61,6 +65,7 @@ class _LazyStore:
 
         self.url = db
         self._open = StoreOnDemand(db, create=False)  # compare and detect only read
+        self.unreadable = False  # a warning already said that the store could not be read
 
     @property
     def store(self) -> Store | None:
@@ -116,7 +121,9 @@ def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
 
 @app.command("compare")
 def compare_cmd(
-    base: str = typer.Argument(..., help="the reference: " + _REF_HELP),
+    base: str = typer.Argument(
+        ..., help="the reference: " + _REF_HELP + "; or baseline: the candidate's series' stored baseline"
+    ),
     candidate: str = typer.Argument(..., help="what is judged against it: " + _REF_HELP),
     min_change: str | None = typer.Option(
         None, "--min-change", help="smallest change of the typical time that counts: 3% or 0.03 (default 3%)"
@@ -144,29 +151,37 @@ def compare_cmd(
     """A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, its 95%
     CI, a p-value and a verdict.
 
-    Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
+    Each row is judged with the stored threshold that matches it (`commlens threshold set`) unless
+    --min-change or --alpha is given. Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
     from commlens.regress import CompareSettings, compare_runs
+    from commlens.regress.series_settings import is_baseline_ref
     from commlens.results.records import FloorKey
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
     given: dict[str, Any] = {
-        "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
+        "min_change": None if min_change is None else parse_fraction(min_change, "--min-change"),
         "alpha": alpha,
         "min_samples": min_samples,
         "statistic": statistic,
     }
     with errors_as_exit():
         settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
-    floor = None if noise_floor is None else _fraction(noise_floor, "--noise-floor")
+    floor = None if noise_floor is None else parse_fraction(noise_floor, "--noise-floor")
     if floor == 0.0:
         fail("--noise-floor 0: a floor must be > 0 (use --no-noise-floors for none)")
+    explicit = [name for name in ("min_change", "alpha") if given[name] is not None]
     store = _LazyStore(db)
     try:
-        base_runs = resolve_side(base, "base", store)
-        cand_runs = resolve_side(candidate, "candidate", store)
+        if is_baseline_ref(base):
+            cand_runs = resolve_side(candidate, "candidate", store)
+            base, base_runs = _baseline_side(store, cand_runs)
+        else:
+            base_runs = resolve_side(base, "base", store)
+            cand_runs = resolve_side(candidate, "candidate", store)
         floors = None if no_floors or floor is not None else _stored_floors(store, [*base_runs, *cand_runs])
+        thresholds = None if len(explicit) == 2 else _row_thresholds(store, cand_runs, settings, explicit)
     finally:
         store.close()
     if floor is not None:
@@ -174,7 +189,15 @@ def compare_cmd(
             FloorKey(r.system.fingerprint(), m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements
         }
     with errors_as_exit():
-        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate, floors=floors)
+        report = compare_runs(
+            base_runs,
+            cand_runs,
+            settings,
+            base_label=base,
+            candidate_label=candidate,
+            floors=floors,
+            thresholds=thresholds,
+        )
     if fmt is CompareFormat.json:
         print(json.dumps(compare_to_dict(report), indent=1))
     elif fmt is CompareFormat.markdown:
@@ -200,7 +223,53 @@ def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
         return None
     except StoreError as e:  # the runs came from files: judge them without floors rather than not at all
         say("warning", f"noise floors not read: {e}")
+        store.unreadable = True
         return None
+
+
+def _baseline_side(store: _LazyStore, cand_runs: list[Run]) -> tuple[str, list[Run]]:
+    """The label and runs of the stored baseline of the candidate's series (base ``baseline``)."""
+    from commlens.regress.series_settings import baseline_runs
+
+    with errors_as_exit("base 'baseline': ", escape_all=True):
+        baseline, runs = baseline_runs(store(), cand_runs)
+    return f"baseline {baseline.ref_text}", runs
+
+
+def _stored_thresholds(store: _LazyStore) -> list[Threshold]:
+    """The stored thresholds; none when there is no store yet (two files compared)."""
+    from commlens.store import NoStoreError, StoreError
+    from commlens.store.series_meta import list_thresholds
+
+    if store.store is None and not store.exists():
+        return []
+    try:
+        return list_thresholds(store())
+    except NoStoreError:
+        return []
+    except StoreError as e:  # as for the floors: judge with the command's settings rather than not at all
+        if not store.unreadable:
+            say("warning", f"stored thresholds not read: {e}")
+        return []
+
+
+def _row_thresholds(
+    store: _LazyStore, cand_runs: list[Run], settings: CompareSettings, explicit: list[str]
+) -> Callable[[MeasurementKey], RowThreshold | None] | None:
+    """Each row's stored threshold, for the candidate's series (its one fingerprint and tag); a warning and
+    none when the candidate pools several series and thresholds are stored."""
+    from commlens.regress.series_settings import candidate_series, compare_thresholds
+    from commlens.store.series_meta import BaselineError
+
+    stored = _stored_thresholds(store)
+    if not stored:
+        return None
+    try:
+        fingerprint, tag = candidate_series(cand_runs)
+    except BaselineError as e:
+        say("warning", f"stored thresholds not used: {e}: a threshold applies to one series")
+        return None
+    return compare_thresholds(stored, fingerprint, tag, settings, explicit=explicit)
 
 
 @app.command("detect")
@@ -218,12 +287,16 @@ def detect_cmd(
     alpha: float | None = typer.Option(
         None, help="significance level of each change, Mann-Whitney U before vs after (default 0.0003)"
     ),
+    save: bool = typer.Option(
+        False, "--save", help="store the change points found, replacing those stored of every series examined"
+    ),
     db: str | None = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Change points in the history of every stored series (op, size, dtype, placement, system, tag).
 
-    Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
+    Each series is judged with the stored threshold that matches it (`commlens threshold set`: min change,
+    detect alpha) unless --min-change or --alpha is given. Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
     """
     from commlens.ops import get_op
     from commlens.regress import DetectSettings, detect_history, parse_utc
@@ -231,7 +304,7 @@ def detect_cmd(
     from commlens.results.units import parse_size
 
     given: dict[str, Any] = {
-        "min_change": None if min_change is None else _fraction(min_change, "--min-change"),
+        "min_change": None if min_change is None else parse_fraction(min_change, "--min-change"),
         "alpha": alpha,
     }
     with errors_as_exit():
@@ -243,18 +316,30 @@ def detect_cmd(
             op = get_op(op).name  # nccl-tests spellings too: allreduce
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
+    explicit = [name for name, value in given.items() if value is not None]
     store = _LazyStore(db)
     try:
+        from commlens.regress.saved import save_change_points
+        from commlens.regress.series_settings import detect_thresholds
         from commlens.store.noise import load_floors
+        from commlens.store.series_meta import list_thresholds
 
         with errors_as_exit():
             rows = store.get().measurement_rows(
                 op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint
             )
             floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
+            stored = [] if len(explicit) == 2 else list_thresholds(store.get())
+        settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
+        report = detect_history(
+            rows, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
+        )
+        if save:
+            with errors_as_exit():
+                saved = save_change_points(store.get(), report)
+            say("", f"saved {saved} change point{'s' if saved != 1 else ''} of {len(report.examined)} series")
     finally:
         store.close()
-    report = detect_history(rows, settings, order=by.value, since=since_utc, floors=floors)
     if as_json:
         print(json.dumps(detect_to_dict(report), indent=1))
     else:
@@ -318,6 +403,13 @@ def _spread_text(r: ComparisonRow) -> str:
     return text + (f" (floor {format_percent(r.noise_floor)})" if r.noise_floor is not None else "")
 
 
+def _threshold_text(t: RowThreshold | None) -> str:
+    """``stored: min 5%, alpha 0.05`` for a row judged with a stored threshold, ``-`` otherwise."""
+    from commlens.results.units import format_percent
+
+    return "-" if t is None else f"stored: min {format_percent(t.min_change)}, alpha {t.alpha:g}"
+
+
 def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     """Column names and cells shared by the table and the markdown outputs."""
     from commlens.results.units import format_size
@@ -325,6 +417,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
     show_algo = any(r.algo != "builtin" for r in report.rows)
     show_root = any(r.root is not None for r in report.rows)
     show_group = any(r.group is not None for r in report.rows)  # a live job's rows (commlens.monitor)
+    show_threshold = any(r.threshold is not None for r in report.rows)  # rows judged with a stored threshold
     names = ["op"] + (["algo"] if show_algo else []) + ["size", "dtype", "redop"] + (["root"] if show_root else [])
     names = (["group"] if show_group else []) + names
     names += [
@@ -340,7 +433,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
         "p",
         "verdict",
         "reason",
-    ]
+    ] + (["threshold"] if show_threshold else [])
     cells = []
     for r in report.rows:
         row = (
@@ -364,6 +457,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
             r.verdict,
             r.reason,
         ]
+        row += [_threshold_text(r.threshold)] if show_threshold else []
         cells.append(row)
     return names, cells
 
@@ -452,6 +546,8 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
         "p",
         "direction",
     ]
+    show_threshold = any(c.settings is not None for c in report.changes)
+    names += ["threshold"] if show_threshold else []
     cells = []
     for c in report.changes:
         k = c.series.key
@@ -475,6 +571,15 @@ def _detect_cells(report: DetectReport) -> tuple[list[str], list[list[str]]]:
                 f"{c.p_value:.2g}",
                 c.direction,
             ]
+            + (
+                [
+                    "-"
+                    if c.settings is None
+                    else f"stored: min {format_percent(c.settings.min_change)}, alpha {c.settings.alpha:g}"
+                ]
+                if show_threshold
+                else []
+            )
         )
     return names, cells
 
@@ -487,9 +592,12 @@ def detect_table_lines(report: DetectReport) -> list[str]:
         if report.floored
         else ""
     )
+    stored = (
+        f"; stored thresholds in {report.thresholded} series (`commlens threshold list`)" if report.thresholded else ""
+    )
     lines = [
         f"# ordered by {report.order}; min change {s.min_change:.0%}, alpha {s.alpha:g}, "
-        f"at least {s.min_segment} points a level{floored}"
+        f"at least {s.min_segment} points a level{floored}{stored}"
     ]
     names, cells = _detect_cells(report)
     if cells:

@@ -9,9 +9,10 @@ say nothing about how much the next run will differ. See ``docs/regress.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ __all__ = [
     "SideSummary",
     "Judgement",
     "RowSide",
+    "RowThreshold",
     "Verdict",
     "compare_runs",
     "judge",
@@ -77,6 +79,16 @@ class CompareSettings:
             raise CompareSettingsError(f"statistic must be median or mean, got {self.statistic!r}")
         if not (self.far_floors > 0.0):
             raise CompareSettingsError(f"far_floors must be > 0, got {self.far_floors}")
+
+
+@dataclass(frozen=True)
+class RowThreshold:
+    """What one row is judged with when it is not the report's settings: a stored threshold's (see
+    ``commlens.store.series_meta.resolve_threshold``)."""
+
+    min_change: float
+    alpha: float
+    source: str  # which stored threshold(s) set them, in words (``op=all_reduce size=1048576``)
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,7 @@ class ComparisonRow:
     verdict: Verdict
     reason: str
     group: str | None = None  # the process group of rows measured inside a job; None for benchmark rows
+    threshold: RowThreshold | None = None  # the settings the row was judged with, when not the report's
 
     @property
     def change(self) -> float:
@@ -219,7 +232,8 @@ class CompareReport:
                 "only_in_candidate": self.only_in_candidate,
             },
             "warnings": list(self.warnings),
-            "rows": [omit_no_group(asdict(r)) for r in self.rows],  # group only for a process group's rows
+            # group only for a process group's rows, threshold only for a row judged with a stored threshold
+            "rows": [_row_dict(r) for r in self.rows],
         }
 
     def summary_line(self) -> str:
@@ -228,6 +242,13 @@ class CompareReport:
             f"improvements, {self.count('no change')} no change, {self.count('unknown')} unknown; "
             f"geometric mean ratio {self.geomean_ratio:.3f}"
         )
+
+
+def _row_dict(row: ComparisonRow) -> dict[str, Any]:
+    d = omit_no_group(asdict(row))
+    if d["threshold"] is None:
+        del d["threshold"]
+    return d
 
 
 @dataclass(frozen=True)
@@ -262,8 +283,12 @@ def judge(
     pairs: Sequence[tuple[RowSide, RowSide]],
     settings: CompareSettings = CompareSettings(),
     floors: Sequence[float | None] | None = None,
+    row_settings: Sequence[CompareSettings] | None = None,
 ) -> list[Judgement]:
     """Verdicts for (base, candidate) rows judged together, as the rows of one compare.
+
+    ``row_settings`` gives each row settings of its own (a stored threshold's ``min_change`` and ``alpha``);
+    the adjustment over the rows still takes every row's p-value together.
 
     With ``d = min_change`` and ``f`` the series' noise floor (the relative sd of one whole run's typical
     time between runs of the same code, learned from history; None when unknown):
@@ -286,9 +311,9 @@ def judge(
     from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse: lighter than scipy.stats
 
     floors = list(floors) if floors is not None else [None] * len(pairs)
+    per_row = list(row_settings) if row_settings is not None else [settings] * len(pairs)
     ests = [
-        (_estimate(b, f, settings.min_samples), _estimate(c, f, settings.min_samples))
-        for (b, c), f in zip(pairs, floors)
+        (_estimate(b, f, s.min_samples), _estimate(c, f, s.min_samples)) for (b, c), f, s in zip(pairs, floors, per_row)
     ]
     tested: dict[int, tuple[float, float, float]] = {}  # row -> (D, se, df)
     for i, (eb, ec) in enumerate(ests):
@@ -310,21 +335,19 @@ def judge(
     p_adj = dict(zip(order, benjamini_hochberg(np.array([p_raw[i] for i in order])).tolist()))
     out = []
     for i, ((b, c), (eb, ec)) in enumerate(zip(pairs, ests)):
-        f = floors[i]
+        f, row = floors[i], per_row[i]
         ratio = math.exp(ec.mean - eb.mean)
         spreads = [x for x in (eb.spread, ec.spread) if x is not None]
         spread = max(spreads) if spreads else None
         if i not in tested:
-            out.append(Judgement(ratio, None, None, None, None, spread, f, "unknown", _unmeasured(b, c, settings)))
+            out.append(Judgement(ratio, None, None, None, None, spread, f, "unknown", _unmeasured(b, c, row)))
             continue
         d, se, df = tested[i]
-        t_crit = float(stdtrit(df, 0.5 + settings.confidence / 2.0))
+        t_crit = float(stdtrit(df, 0.5 + row.confidence / 2.0))
         lo, hi = math.exp(d - t_crit * se), math.exp(d + t_crit * se)
         single = b.unit == "single round" or c.unit == "single round"
         floor_set = f if (eb.floored or ec.floored) else None
-        verdict, reason = _verdict(
-            ratio, lo, hi, p_raw[i], p_adj[i], spread, f, floor_set, single, settings, len(order)
-        )
+        verdict, reason = _verdict(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, floor_set, single, row, len(order))
         out.append(Judgement(ratio, lo, hi, p_raw[i], p_adj[i], spread, f, verdict, reason))
     return out
 
@@ -430,8 +453,12 @@ def compare_runs(
     base_label: str = "base",
     candidate_label: str = "candidate",
     floors: Mapping[FloorKey, float] | None = None,
+    thresholds: Callable[[MeasurementKey], RowThreshold | None] | None = None,
 ) -> CompareReport:
     """Compare every row present on both sides.
+
+    ``thresholds`` gives a row a min change and alpha of its own (a stored threshold's), or None for
+    ``settings``'.
 
     1. Group each side's measurements by key (op, algo, dtype, redop, root, size, in_place, group), per run.
     2. Summarise each run's rows round by round (:func:`row_side`): the median of each round's iterations
@@ -464,8 +491,23 @@ def compare_runs(
                 else (base_label if b_side.failed_check else candidate_label)
             )
             blocked[i] = f"results check failed ({side}): wrong results are not timed results"
+    row_thresholds = [thresholds(key) if thresholds is not None else None for key in keys]
+    row_settings = [
+        settings if t is None else dataclasses.replace(settings, min_change=t.min_change, alpha=t.alpha)
+        for t in row_thresholds
+    ]
     testable = [i for i in range(len(keys)) if i not in blocked]
-    judged = dict(zip(testable, judge([pairs[i] for i in testable], settings, [row_floors[i] for i in testable])))
+    judged = dict(
+        zip(
+            testable,
+            judge(
+                [pairs[i] for i in testable],
+                settings,
+                [row_floors[i] for i in testable],
+                [row_settings[i] for i in testable],
+            ),
+        )
+    )
     rows = []
     for i, key in enumerate(keys):
         b, c = pairs[i]
@@ -498,6 +540,7 @@ def compare_runs(
                 p_adjusted=j.p_adjusted,
                 verdict=j.verdict,
                 reason=j.reason,
+                threshold=row_thresholds[i],
             )
         )
     base_summary = _summary(base_label, base)

@@ -8,7 +8,7 @@ fingerprint and tag. Each run contributes one point, its mean time.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -18,7 +18,16 @@ from commlens.regress.detect import DetectSettings, find_changes
 from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, omit_no_group
 from commlens.store.repo import MeasurementRow
 
-__all__ = ["DetectReport", "DetectedChange", "Order", "SeriesKey", "TimeFormatError", "detect_history", "parse_utc"]
+__all__ = [
+    "DetectReport",
+    "DetectedChange",
+    "Order",
+    "SeriesKey",
+    "SeriesSettings",
+    "TimeFormatError",
+    "detect_history",
+    "parse_utc",
+]
 
 Order = Literal["time", "revision"]
 
@@ -38,6 +47,14 @@ class SeriesKey:
 
 
 @dataclass(frozen=True)
+class SeriesSettings:
+    """The settings one series is judged with when they are not the report's: a stored threshold's."""
+
+    settings: DetectSettings
+    threshold: str  # which stored threshold(s) set them, in words (``op=all_reduce size=1048576``)
+
+
+@dataclass(frozen=True)
 class DetectedChange:
     """A change of level in one series; ``run_id`` is the first run at the new level."""
 
@@ -53,6 +70,8 @@ class DetectedChange:
     mean_after_s: float  # of the segment after (up to the next change)
     p_value: float
     noise_floor: float | None = None  # the series' run-to-run sd the change had to exceed, when known
+    settings: DetectSettings | None = None  # what the series was judged with, when not the report's settings
+    threshold: str | None = None  # the stored threshold(s) that set them (``SeriesSettings.threshold``)
 
     @property
     def change(self) -> float:
@@ -75,6 +94,8 @@ class DetectReport:
     changes: tuple[DetectedChange, ...]  # in the window (at or after ``since``), by series then time
     excluded_runs: tuple[str, ...] = ()  # runs left out of history: their results check failed
     floored: int = 0  # series judged with a noise floor
+    examined: tuple[SeriesKey, ...] = ()  # every series looked at, too short ones too (what a save replaces)
+    thresholded: int = 0  # series judged with a stored threshold
 
     @property
     def regressions(self) -> tuple[DetectedChange, ...]:
@@ -99,6 +120,7 @@ class DetectReport:
                 p_value=c.p_value,
                 direction=c.direction,
                 noise_floor=c.noise_floor,
+                threshold=self._threshold_dict(c),
             )
             changes.append(d)
         return {
@@ -108,6 +130,7 @@ class DetectReport:
             "series": self.series,
             "too_short": self.too_short,
             "floored": self.floored,
+            "thresholded": self.thresholded,
             "points": self.points,
             "excluded_runs": list(self.excluded_runs),
             "summary": {
@@ -117,6 +140,12 @@ class DetectReport:
             },
             "changes": changes,
         }
+
+    def _threshold_dict(self, c: DetectedChange) -> dict[str, Any]:
+        """The min change and alpha the change passed, and the stored threshold(s) that set them (None: the
+        command's settings)."""
+        used = c.settings or self.settings
+        return {"min_change": used.min_change, "alpha": used.alpha, "stored": c.threshold}
 
     def summary_line(self) -> str:
         window = f" since {self.since.isoformat()}" if self.since else ""
@@ -157,6 +186,7 @@ def detect_history(
     order: Order = "time",
     since: datetime | None = None,
     floors: Mapping[FloorKey, float] | None = None,
+    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None = None,
 ) -> DetectReport:
     """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
 
@@ -174,6 +204,8 @@ def detect_history(
 
     ``floors`` maps (fingerprint, measurement key) to the series' noise floor (``commlens noise learn``):
     a level shift smaller than it is no change point.
+
+    ``settings_for`` gives a series settings of its own (a stored threshold's), or None for ``settings``.
 
     Runs whose results check failed (status ``check_failed``) are left out before step 1:
     a time measured on wrong results is no point of a history. The report lists them.
@@ -193,17 +225,21 @@ def detect_history(
         return (anchor or first.started_at, first.started_at, first.run_id)
 
     changes: list[DetectedChange] = []
-    too_short = points = floored = 0
-    for series in sorted(per_run, key=_series_order):
+    too_short = points = floored = thresholded = 0
+    examined = sorted(per_run, key=_series_order)
+    for series in examined:
         runs = sorted(per_run[series].values(), key=place)
         points += len(runs)
-        if len(runs) < 2 * settings.min_segment:
+        own = settings_for(series) if settings_for is not None else None
+        thresholded += own is not None
+        used = settings if own is None else own.settings
+        if len(runs) < 2 * used.min_segment:
             too_short += 1
             continue
         means = [sum(r.mean_s for r in run_rows) / len(run_rows) for run_rows in runs]
         floor = (floors or {}).get(FloorKey(series.fingerprint, series.key))
         floored += floor is not None
-        for c in find_changes(means, settings, floor):
+        for c in find_changes(means, used, floor):
             first, last_before = runs[c.index][0], runs[c.index - 1][0]
             if since is not None and first.started_at < since:
                 continue
@@ -221,6 +257,8 @@ def detect_history(
                     mean_after_s=c.mean_after_s,
                     p_value=c.p_value,
                     noise_floor=floor,
+                    settings=None if own is None else own.settings,
+                    threshold=None if own is None else own.threshold,
                 )
             )
     return DetectReport(
@@ -233,6 +271,8 @@ def detect_history(
         changes=tuple(changes),
         excluded_runs=excluded,
         floored=floored,
+        examined=tuple(examined),
+        thresholded=thresholded,
     )
 
 

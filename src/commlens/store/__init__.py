@@ -7,17 +7,23 @@ from commlens.store.db import DatabaseFault, NoStoreError, StoreError, db_url, d
 from commlens.store.preflight import preflight
 from commlens.store.repo import CorruptRunError, MeasurementRow, RunSummary, Store
 from commlens.store.schema import SchemaStatus, SchemaUpgrade, schema_status, upgrade_schema
+from commlens.store.series_meta import Baseline, BaselineError, ResolvedThreshold, Threshold, ThresholdError
 
 __all__ = [
+    "Baseline",
+    "BaselineError",
     "CorruptRunError",
     "DatabaseFault",
     "MeasurementRow",
     "NoStoreError",
+    "ResolvedThreshold",
     "RunSummary",
     "SchemaStatus",
     "SchemaUpgrade",
     "Store",
     "StoreError",
+    "Threshold",
+    "ThresholdError",
     "db_url",
     "default_db_url",
     "make_engine",

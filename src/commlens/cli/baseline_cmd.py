@@ -1,0 +1,305 @@
+"""``commlens baseline`` and ``commlens threshold``: a series' stored baseline, and per-series thresholds.
+
+A series is one system (fingerprint) under one tag. ``compare baseline RUN`` compares a run with its
+series' baseline; compare and detect judge each row with the stored threshold that matches it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import typer
+
+from commlens.cli.app import app, fail
+from commlens.cli.errors import errors_as_exit
+from commlens.cli.regress_cmd import commented_table_lines, parse_fraction
+
+if TYPE_CHECKING:
+    from commlens.store import Store
+    from commlens.store.series_meta import Threshold
+
+baseline_app = typer.Typer(
+    help="Baselines: the run or tag a series (system and tag) is compared against (`compare baseline RUN`).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+threshold_app = typer.Typer(
+    help="Thresholds: the min change and alpha compare and detect use for the series and rows they match.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(baseline_app, name="baseline")
+app.add_typer(threshold_app, name="threshold")
+
+_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
+_JSON = typer.Option(False, "--json", help="print JSON")
+
+
+def _series_tag(tag: str | None, untagged: bool, *, default: str | None = None, required: bool = False) -> str | None:
+    """The series' tag from --tag / --untagged; ``default`` when neither is given (an error when ``required``)."""
+    if tag is not None and untagged:
+        fail("--tag and --untagged contradict each other: give one")
+    if untagged:
+        return None
+    if tag is not None:
+        if not tag.strip():
+            fail("--tag must not be empty (--untagged is the series of runs without a tag)")
+        return tag
+    if required:
+        fail("give the series' tag: --tag NAME, or --untagged for runs without a tag")
+    return default
+
+
+def _fingerprint(store: Store, text: str) -> str:
+    from commlens.store.series_meta import resolve_fingerprint
+
+    with errors_as_exit("--fingerprint: "):
+        return resolve_fingerprint(store, text)
+
+
+# -- baseline -----------------------------------------------------------------------------------------
+
+
+@baseline_app.command("set")
+def baseline_set(
+    ref: str = typer.Argument(..., help="the baseline: a run id (or unique prefix), run:ID, or tag:NAME"),
+    fingerprint: str | None = typer.Option(
+        None, help="the series' system fingerprint (or unique prefix); default: the run's, or the tag's one system"
+    ),
+    tag: str | None = typer.Option(None, help="the series' tag (a branch, say); default: the run's own"),
+    untagged: bool = typer.Option(False, "--untagged", help="the series of runs without a tag"),
+    note: str = typer.Option("", help="why this is the baseline (shown by `baseline list`)"),
+    db: str | None = _DB,
+) -> None:
+    """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
+    from commlens.store import Store
+    from commlens.store.refs import RunRef
+    from commlens.store.series_meta import series_text, set_baseline
+
+    parsed = RunRef.parse(ref)
+    if parsed.kind == "file":
+        fail(f"baseline {ref!r}: a baseline is a stored run or tag, not a file (`commlens ingest` stores it)")
+    kind = "tag" if parsed.kind == "tag" else "run"
+    with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
+        if kind == "run":
+            with errors_as_exit("baseline run: "):
+                run_id = store.resolve(parsed.text)
+            [summary] = store.list_runs(run_ids=[run_id], limit=1)
+            series_fp = summary.fingerprint if fingerprint is None else _fingerprint(store, fingerprint)
+            series_tag = _series_tag(tag, untagged, default=summary.tag)
+            baseline = set_baseline(store, series_fp, series_tag, "run", run_id, note)
+        else:
+            series_tag = _series_tag(tag, untagged, required=True)
+            if fingerprint is not None:
+                series_fp = _fingerprint(store, fingerprint)
+            else:
+                systems = sorted({s.fingerprint for s in store.list_runs(tag=parsed.text, limit=None)})
+                if len(systems) != 1:
+                    fail(
+                        f"tag {parsed.text!r} has runs of {len(systems)} systems"
+                        + (f" ({', '.join(systems)})" if systems else "")
+                        + ": give --fingerprint"
+                    )
+                series_fp = systems[0]
+            baseline = set_baseline(store, series_fp, series_tag, "tag", parsed.text, note)
+    print(f"baseline of {series_text(baseline.fingerprint, baseline.tag)}: {baseline.ref_text}")
+
+
+@baseline_app.command("list")
+def baseline_list(db: str | None = _DB, as_json: bool = _JSON) -> None:
+    """Every stored baseline, by system and tag."""
+    from commlens.store import Store
+    from commlens.store.series_meta import list_baselines
+
+    with errors_as_exit(), Store.open(db, create=False) as store:
+        baselines = list_baselines(store)
+    if as_json:
+        print(json.dumps({"baselines": [b.as_dict() for b in baselines]}, indent=1))
+        return
+    if not baselines:
+        print("# no baselines set (`commlens baseline set RUN` sets one)")
+        return
+    cells = [
+        [b.fingerprint, "(untagged)" if b.tag is None else b.tag, b.ref_text, b.note or "-", b.set_at[:19] + "Z"]
+        for b in baselines
+    ]
+    print(
+        "\n".join(commented_table_lines(["fingerprint", "tag", "baseline", "note", "set at (UTC)"], cells, frozenset()))
+    )
+
+
+@baseline_app.command("unset")
+def baseline_unset(
+    fingerprint: str = typer.Option(..., help="the series' system fingerprint (or unique prefix)"),
+    tag: str | None = typer.Option(None, help="the series' tag"),
+    untagged: bool = typer.Option(False, "--untagged", help="the series of runs without a tag"),
+    db: str | None = _DB,
+) -> None:
+    """Forget a series' baseline. Exit code 2 when it had none."""
+    from commlens.store import Store
+    from commlens.store.series_meta import series_text, unset_baseline
+
+    series_tag = _series_tag(tag, untagged, required=True)
+    with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
+        series_fp = _fingerprint(store, fingerprint)
+        removed = unset_baseline(store, series_fp, series_tag)
+    if not removed:
+        fail(f"no baseline is set for {series_text(series_fp, series_tag)}")
+    print(f"baseline of {series_text(series_fp, series_tag)} removed")
+
+
+# -- threshold ----------------------------------------------------------------------------------------
+
+
+def _selector(
+    store: Store,
+    fingerprint: str | None,
+    tag: str | None,
+    untagged: bool,
+    op: str | None,
+    dtype: str | None,
+    size: str | None,
+    group: str | None,
+    no_group: bool,
+) -> Threshold:
+    """The selector the options name (settings unset); a field not given matches anything."""
+    from commlens.ops import get_op
+    from commlens.results.units import parse_size
+    from commlens.store.series_meta import ANY, ANY_SIZE, Threshold
+
+    if group is not None and no_group:
+        fail("--group and --no-group contradict each other: give one")
+    if group is not None and not group.strip():
+        fail("--group must not be empty (--no-group matches rows without a process group)")
+    if op is not None:
+        with errors_as_exit("--op: "):
+            op = get_op(op).name  # nccl-tests spellings too: allreduce
+    with errors_as_exit("--size: "):
+        size_bytes = ANY_SIZE if size is None else parse_size(size)
+    return Threshold(
+        fingerprint=ANY if fingerprint is None else _fingerprint(store, fingerprint),
+        tag=_series_tag(tag, untagged, default=ANY),
+        op=ANY if op is None else op,
+        dtype=ANY if dtype is None else dtype,
+        size_bytes=size_bytes,
+        group=None if no_group else (ANY if group is None else group),
+    )
+
+
+_FP = typer.Option(None, help="only this system (fingerprint or unique prefix); default: any")
+_TAG = typer.Option(None, help="only runs with this tag; default: any")
+_UNTAGGED = typer.Option(False, "--untagged", help="only runs without a tag")
+_OP = typer.Option(None, help="only this op; default: any")
+_DTYPE = typer.Option(None, help="only this dtype; default: any")
+_SIZE = typer.Option(None, help="only this message size (K/M/G suffixes); default: any")
+_GROUP = typer.Option(None, help="only rows of this process group (a live job's); default: any")
+_NO_GROUP = typer.Option(False, "--no-group", help="only rows without a process group (benchmark rows)")
+
+
+@threshold_app.command("set")
+def threshold_set(
+    fingerprint: str | None = _FP,
+    tag: str | None = _TAG,
+    untagged: bool = _UNTAGGED,
+    op: str | None = _OP,
+    dtype: str | None = _DTYPE,
+    size: str | None = _SIZE,
+    group: str | None = _GROUP,
+    no_group: bool = _NO_GROUP,
+    min_change: str | None = typer.Option(
+        None, "--min-change", help="smallest change that counts, for compare and detect: 5% or 0.05"
+    ),
+    alpha: float | None = typer.Option(None, help="compare's significance level (its default 0.05)"),
+    detect_alpha: float | None = typer.Option(
+        None, "--detect-alpha", help="detect's significance level (its default 0.0003)"
+    ),
+    db: str | None = _DB,
+) -> None:
+    """Set (or replace) the threshold of the series and rows the selector matches. The most specific stored
+    threshold that sets a value wins; an explicit --min-change or --alpha of compare or detect beats it."""
+    from dataclasses import replace
+
+    from commlens.store import Store
+    from commlens.store.series_meta import set_threshold
+
+    change = None if min_change is None else parse_fraction(min_change, "--min-change")
+    with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
+        selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
+        saved = set_threshold(store, replace(selector, min_change=change, alpha=alpha, detect_alpha=detect_alpha))
+    print(f"threshold for {saved.selector_text()}: {_settings_text(saved)}")
+
+
+@threshold_app.command("list")
+def threshold_list(db: str | None = _DB, as_json: bool = _JSON) -> None:
+    """Every stored threshold, by selector."""
+    from commlens.results.units import format_size
+    from commlens.store import Store
+    from commlens.store.series_meta import ANY, ANY_SIZE, list_thresholds
+
+    with errors_as_exit(), Store.open(db, create=False) as store:
+        thresholds = list_thresholds(store)
+    if as_json:
+        print(json.dumps({"thresholds": [t.as_dict() for t in thresholds]}, indent=1))
+        return
+    if not thresholds:
+        print("# no thresholds set (`commlens threshold set --min-change 5%` sets one)")
+        return
+
+    def shown(value: str | None) -> str:
+        return "(none)" if value is None else value
+
+    cells = [
+        [
+            shown(t.fingerprint),
+            shown(t.tag),
+            t.op,
+            t.dtype,
+            ANY if t.size_bytes == ANY_SIZE else format_size(t.size_bytes),
+            shown(t.group),
+            "-" if t.min_change is None else f"{t.min_change:.4g}",
+            "-" if t.alpha is None else f"{t.alpha:g}",
+            "-" if t.detect_alpha is None else f"{t.detect_alpha:g}",
+            t.set_at[:19] + "Z",
+        ]
+        for t in thresholds
+    ]
+    names = ["fingerprint", "tag", "op", "dtype", "size", "group", "min change", "alpha", "detect alpha", "set at"]
+    print("\n".join(commented_table_lines(names, cells, frozenset({"size", "min change", "alpha", "detect alpha"}))))
+
+
+@threshold_app.command("unset")
+def threshold_unset(
+    fingerprint: str | None = _FP,
+    tag: str | None = _TAG,
+    untagged: bool = _UNTAGGED,
+    op: str | None = _OP,
+    dtype: str | None = _DTYPE,
+    size: str | None = _SIZE,
+    group: str | None = _GROUP,
+    no_group: bool = _NO_GROUP,
+    db: str | None = _DB,
+) -> None:
+    """Forget the threshold with exactly this selector. Exit code 2 when there is none."""
+    from commlens.store import Store
+    from commlens.store.series_meta import unset_threshold
+
+    with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
+        selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
+        removed = unset_threshold(store, selector)
+    if not removed:
+        fail(f"no threshold is set for {selector.selector_text()} (`commlens threshold list` shows them)")
+    print(f"threshold for {selector.selector_text()} removed")
+
+
+def _settings_text(t: Threshold) -> str:
+    parts = []
+    if t.min_change is not None:
+        parts.append(f"min change {t.min_change:.4g}")
+    if t.alpha is not None:
+        parts.append(f"alpha {t.alpha:g}")
+    if t.detect_alpha is not None:
+        parts.append(f"detect alpha {t.detect_alpha:g}")
+    return ", ".join(parts)

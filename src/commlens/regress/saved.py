@@ -1,0 +1,188 @@
+"""Change points kept in the store (table ``change_points``): what ``commlens detect --save`` found.
+
+Grafana annotates them and the dashboard's regressions page lists them. A save replaces every stored
+change of each series the detection examined, so a series that has no change any more (its history grew,
+a threshold changed) loses its stale ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from commlens.regress.history import DetectReport, SeriesKey
+from commlens.results.records import MeasurementKey
+from commlens.store.convert import decode_redop_root, encode_redop_root, to_utc
+from commlens.store.db import StoreError, driver_reason, write_engine
+from commlens.store.models import ChangePointModel
+from commlens.store.repo import Store
+
+__all__ = ["DEFAULT_LIMIT", "Direction", "SavedChange", "load_change_points", "save_change_points"]
+
+Direction = Literal["regression", "improvement"]
+DEFAULT_LIMIT = 1000
+_NONE = ""  # tag and group_name of a series without a tag or a process group
+_SERIES_COLUMNS = ("fingerprint", "tag", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place", "group_name")
+
+
+@dataclass(frozen=True)
+class SavedChange:
+    """A stored change point: the series, the first run at the new level, the means either side, when saved."""
+
+    series: SeriesKey
+    run_id: str  # the first run at the new level
+    started_at: datetime  # that run's start, UTC
+    revision: str | None
+    previous_run_id: str  # the last run at the old level
+    previous_revision: str | None
+    mean_before_s: float
+    mean_after_s: float
+    change: float  # relative change of the mean time: +0.08 is 8 % slower
+    p_value: float
+    direction: Direction
+    detected_at: str  # ISO 8601, UTC: when ``detect --save`` stored it
+
+    def as_dict(self) -> dict[str, Any]:
+        """The series' fields, then the change's, as a change of ``commlens detect --json`` reads."""
+        d = self.series.as_dict()
+        d.update(
+            run_id=self.run_id,
+            started_at=self.started_at.isoformat(),
+            revision=self.revision,
+            previous_run_id=self.previous_run_id,
+            previous_revision=self.previous_revision,
+            mean_before_s=self.mean_before_s,
+            mean_after_s=self.mean_after_s,
+            change=self.change,
+            p_value=self.p_value,
+            direction=self.direction,
+            detected_at=self.detected_at,
+        )
+        return d
+
+
+def _series_columns(series: SeriesKey) -> dict[str, Any]:
+    k = series.key
+    redop, root = encode_redop_root(k.redop, k.root)
+    return {
+        "fingerprint": series.fingerprint,
+        "tag": _NONE if series.tag is None else series.tag,
+        "op": k.op,
+        "algo": k.algo,
+        "dtype": k.dtype,
+        "redop": redop,
+        "root": root,
+        "size_bytes": k.size_bytes,
+        "in_place": k.in_place,
+        "group_name": _NONE if k.group is None else k.group,
+    }
+
+
+def _is_series(series: SeriesKey) -> list[Any]:
+    columns = _series_columns(series)
+    return [getattr(ChangePointModel, c) == columns[c] for c in _SERIES_COLUMNS]
+
+
+def save_change_points(store: Store, report: DetectReport, examined: Iterable[SeriesKey] | None = None) -> int:
+    """Store ``report``'s changes, replacing every stored change of each examined series (``report.examined``
+    unless given), in one transaction; returns how many changes were stored."""
+    series = list(dict.fromkeys(report.examined if examined is None else examined))
+    detected_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = []
+    for c in report.changes:
+        row = _series_columns(c.series)
+        row.update(
+            run_id=c.run_id,
+            started_at_utc=to_utc(c.started_at, what="started_at"),
+            revision=c.revision,
+            previous_run_id=c.previous_run_id,
+            previous_revision=c.previous_revision,
+            mean_before_s=c.mean_before_s,
+            mean_after_s=c.mean_after_s,
+            change=c.change,
+            p_value=c.p_value,
+            direction=c.direction,
+            detected_at=detected_at,
+        )
+        rows.append(row)
+    try:
+        with write_engine(store.engine).begin() as conn:
+            for s in dict.fromkeys([*series, *(c.series for c in report.changes)]):
+                conn.execute(delete(ChangePointModel).where(*_is_series(s)))
+            if rows:
+                conn.execute(insert(ChangePointModel), rows)
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot save change points in {store.url}: {driver_reason(e)}") from None
+    return len(rows)
+
+
+def load_change_points(
+    store: Store,
+    *,
+    since: datetime | str | None = None,
+    direction: Direction | None = None,
+    series: SeriesKey | None = None,
+    fingerprint: str | None = None,
+    limit: int | None = DEFAULT_LIMIT,
+) -> list[SavedChange]:
+    """Stored change points, newest first (by the start of their first run at the new level).
+
+    ``since`` keeps those from then on (inclusive; naive times are UTC); ``direction`` only regressions or
+    only improvements; ``series`` one series' changes; ``fingerprint`` one system's; ``limit`` at most so many.
+    """
+    if direction is not None and direction not in ("regression", "improvement"):
+        raise StoreError(f"direction must be regression or improvement, got {direction!r}")
+    if limit is not None and limit < 1:
+        raise StoreError(f"limit must be >= 1, got {limit}")
+    m = ChangePointModel
+    query = select(m).order_by(m.started_at_utc.desc(), m.id.desc())
+    if since is not None:
+        query = query.where(m.started_at_utc >= to_utc(since, what="since"))
+    if direction is not None:
+        query = query.where(m.direction == direction)
+    if series is not None:
+        query = query.where(*_is_series(series))
+    if fingerprint is not None:
+        query = query.where(m.fingerprint == fingerprint)
+    if limit is not None:
+        query = query.limit(limit)
+    try:
+        with store.engine.connect() as conn:
+            found = conn.execute(query).all()
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot read change points from {store.url}: {driver_reason(e)}") from None
+    out = []
+    for r in found:
+        redop, root = decode_redop_root(r.redop, r.root)
+        key = MeasurementKey(
+            r.op,
+            r.algo,
+            r.dtype,
+            redop,
+            root,
+            r.size_bytes,
+            r.in_place,
+            None if r.group_name == _NONE else r.group_name,
+        )
+        out.append(
+            SavedChange(
+                series=SeriesKey(key, r.fingerprint, None if r.tag == _NONE else r.tag),
+                run_id=r.run_id,
+                started_at=r.started_at_utc.replace(tzinfo=timezone.utc),
+                revision=r.revision,
+                previous_run_id=r.previous_run_id,
+                previous_revision=r.previous_revision,
+                mean_before_s=r.mean_before_s,
+                mean_after_s=r.mean_after_s,
+                change=r.change,
+                p_value=r.p_value,
+                direction="regression" if r.direction == "regression" else "improvement",
+                detected_at=r.detected_at,
+            )
+        )
+    return out
