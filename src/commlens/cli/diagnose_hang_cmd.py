@@ -26,6 +26,8 @@ def hang(
     ),
     max_dump_mib: int = typer.Option(256, "--max-dump-mib", min=1, help="Refuse a dump larger than this (MiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    save: bool = typer.Option(False, "--save", help="Also keep the report in the store (--db) for `commlens serve`."),
+    db: str | None = typer.Option(None, "--db", help="The store --save keeps the report in (default: the local one)."),
 ) -> None:
     """Name the suspects: ranks without a dump, then the first collective where ranks diverge.
 
@@ -37,6 +39,10 @@ def hang(
 
     with errors_as_exit():
         report = diagnose_hang(dump_dir, prefix=prefix, max_bytes=max_dump_mib * 1024 * 1024)
+    if save:
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "hang", report.to_json())
     emit(report, as_json, _print_hang, 0 if report.consistent else 1)
 
 

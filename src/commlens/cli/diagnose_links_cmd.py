@@ -23,6 +23,8 @@ def links(
     timeout: float = typer.Option(120.0, "--timeout", help="seconds before giving up"),
     as_json: bool = typer.Option(False, "--json", help="print the diagnosis as JSON"),
     heatmap: Path | None = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
+    save: bool = typer.Option(False, "--save", help="also keep the diagnosis in the store (--db) for `commlens serve`"),
+    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
 ) -> None:
     """Measure every pair in N-1 rounds of disjoint pairs plus a ring; exit 1 when a slow host or link is found.
 
@@ -74,4 +76,8 @@ def links(
         print(format_report(diagnosis))
     if heatmap:
         write_heatmap(diagnosis, heatmap)
+    if save:
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "links", diagnosis.to_dict())
     raise typer.Exit(1 if diagnosis.faults else 0)

@@ -25,7 +25,7 @@ def stragglers(
     run: str | None = typer.Option(
         None, "--run", help="A run (stored run id or prefix, or a result file): use its per-rank samples."
     ),
-    db: str | None = typer.Option(None, "--db", help="Store URL or path (with --run)."),
+    db: str | None = typer.Option(None, "--db", help="Store URL or path (with --run, and where --save keeps it)."),
     late_threshold_us: float = typer.Option(
         1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."
     ),
@@ -42,6 +42,7 @@ def stragglers(
         2048, "--max-trace-mib", min=1, help="Refuse a trace with more JSON than this once decompressed (MiB)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    save: bool = typer.Option(False, "--save", help="Also keep the report in the store (--db) for `commlens serve`."),
 ) -> None:
     """Find ranks that arrive late at collectives, or are slow within them.
 
@@ -53,6 +54,7 @@ def stragglers(
         fail("give either trace files or --run RUN_ID", 2)
     checked(late_threshold_us, "--late-threshold-us", above=0)
     checked(slow_factor, "--slow-factor", above=1)
+    origin: dict[str, str] = {}
     with errors_as_exit():
         params = StragglerParams(
             late_threshold_s=late_threshold_us * 1e-6, slow_factor=slow_factor, min_occurrences=min_occurrences
@@ -60,8 +62,16 @@ def stragglers(
         if traces:
             table = load_kineto_traces(traces, max_bytes=max_trace_mib << 20)
         else:  # --run (given: checked above)
-            table = table_from_run(run_named(run or "", db))
+            measured = run_named(run or "", db)
+            origin["fingerprint"] = measured.system.fingerprint()
+            if not Path(run or "").exists():  # a stored run, not a result file
+                origin["run_id"] = measured.run_id
+            table = table_from_run(measured)
         report = detect_stragglers(table, params)
+    if save:
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "stragglers", report.to_json(), **origin)
     emit(report, as_json, _print_stragglers, 1 if report.stragglers else 0)
 
 

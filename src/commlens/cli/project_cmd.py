@@ -83,6 +83,8 @@ def _one(
     sets: list[str] = typer.Option([], "--set", help="any field: workload.PATH=V, layout.FIELD=V, topology.PATH=V"),
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
+    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
     from commlens.project.sweep import Base, parse_vary
@@ -115,6 +117,10 @@ def _one(
     }
     point = _point(sets, parse_vary)
     p = _project(Base(workload, topology, gpus, layout, wl, files), point)
+    if save:
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "projection", p.as_dict())
     if as_json:
         print(json.dumps(p.as_dict(), indent=1))
         return
@@ -212,6 +218,8 @@ def _sweep(
     top: int = typer.Option(5, "--top", help="best configurations to list"),
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json"),
+    save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
+    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
@@ -239,14 +247,13 @@ def _sweep(
     reasons = result.infeasible_reasons()
     if plot_path and result.feasible and grid_spec:
         plot(result, grid_spec, metric, plot_path)
+    document = {"rows": result.rows, "best": result.best(metric, top), "infeasible": dict(reasons)}
+    if save:
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "sweep", document)
     if as_json:
-        print(
-            json.dumps(
-                {"rows": result.rows, "best": result.best(metric, top), "infeasible": dict(reasons)},
-                indent=1,
-                default=str,
-            )
-        )
+        print(json.dumps(document, indent=1, default=str))
         return
     keys = list(grid_spec)
     _print_sweep_rows(keys, result.rows)
