@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -492,3 +496,48 @@ def test_the_tables_list_the_series_changes_and_the_systems_recent_regressions(v
         (T0 + timedelta(days=5), "main all_reduce 1K float32 on tp"),
     ]
     assert {r["direction"] for r in recent} == {"regression"}
+
+
+def test_the_annotations_show_what_commlens_detect_save_stored(pg_url: str) -> None:  # noqa: F811
+    """End to end: runs stored, ``commlens detect --save`` run, the dashboard's annotation query answers its change."""
+    rng = random.Random(3)
+    runs = [
+        make_run(
+            f"main-{i:02d}",
+            tag="main",
+            started_at=(T0 + timedelta(days=i)).isoformat() + "Z",
+            revision=f"r{i:02d}",
+            system=SYSTEM_A,
+            scale=(1.0 if i < 12 else 1.2) * (1.0 + rng.uniform(-0.003, 0.003)),
+        )
+        for i in range(24)
+    ]
+    with Store.open(pg_url) as store:
+        store.save_runs(runs)
+    done = subprocess.run(
+        [sys.executable, "-m", "commlens", "detect", "--db", pg_url, "--save"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: regressions found
+    with Store.open(pg_url) as store:
+        view = GrafanaView(store, _dashboard())
+        selected = view.select(fingerprint=FP_A, tag="main", op="all_reduce")
+        rows = view.rows(_annotation_sql(view.doc, "Regressions"), selected)
+        assert view.rows(_annotation_sql(view.doc, "Improvements"), selected) == []
+    # One change per size, at the first slower run.
+    assert [r["time"] for r in rows] == [T0 + timedelta(days=12)] * 2
+    for row, size in zip(rows, (1024, 4096), strict=True):
+        means = [next(m for m in r.measurements if m.size_bytes == size).stats.mean_s for r in runs]
+        before, after = sum(means[:12]) / 12, sum(means[12:]) / 12
+        assert row["text"] == (
+            f"main all_reduce {size // 1024}K float32: {_sql_round(before * 1e6, 2)} µs -> {_sql_round(after * 1e6, 2)} µs "
+            f"(+{_sql_round((after / before - 1) * 100, 1)} %), regression at r12 (from r11)"
+        )
+        assert row["tags"] == "regression"
+
+
+def _sql_round(value: float, decimals: int) -> str:
+    """PostgreSQL's round(float8::numeric, n): 15 significant digits, then halves away from zero."""
+    return str(Decimal(f"{value:.15g}").quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
