@@ -343,7 +343,7 @@ def test_a_stored_min_change_silences_a_4_percent_change_and_an_explicit_option_
     assert all("threshold" not in r for r in _rows(before.stdout))
     result = invoke("threshold", "set", "--tag", "main", "--op", "allreduce", "--min-change", "5%", "--db", db)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.strip() == "threshold for tag=main op=all_reduce: min change 0.05"
+    assert result.stdout.strip() == "threshold for tag=main op=all_reduce: min change 5%"
     after = invoke("compare", "base0000aaaa", "slow0000bbbb", "--db", db, "--format", "json")
     assert after.exit_code == 0, after.stderr
     rows = _rows(after.stdout)

@@ -259,7 +259,7 @@ def threshold_list(db: str | None = _DB, as_json: bool = _JSON) -> None:
             t.dtype,
             ANY if t.size_bytes == ANY_SIZE else format_size(t.size_bytes),
             shown(t.group),
-            "-" if t.min_change is None else f"{t.min_change:.4g}",
+            "-" if t.min_change is None else _percent(t.min_change),
             "-" if t.alpha is None else f"{t.alpha:g}",
             "-" if t.detect_alpha is None else f"{t.detect_alpha:g}",
             t.set_at[:19] + "Z",
@@ -294,10 +294,15 @@ def threshold_unset(
     print(f"threshold for {selector.selector_text()} removed")
 
 
+def _percent(fraction: float) -> str:
+    """0.05 as ``5%``, 0.025 as ``2.5%``: a min change as the options take it."""
+    return f"{fraction * 100:.4g}%"
+
+
 def _settings_text(t: Threshold) -> str:
     parts = []
     if t.min_change is not None:
-        parts.append(f"min change {t.min_change:.4g}")
+        parts.append(f"min change {_percent(t.min_change)}")
     if t.alpha is not None:
         parts.append(f"alpha {t.alpha:g}")
     if t.detect_alpha is not None:
