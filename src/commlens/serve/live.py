@@ -1,0 +1,241 @@
+"""The live page's data: the monitor's windows, from stored monitor runs and from live rank endpoints.
+
+- A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its windows
+  are in ``run.config["windows"]``, each a ``WindowRow.as_wire()`` object.
+- A live job is a rank endpoint the operator named at start (``commlens serve --monitor URL``; never a client):
+  its ``/job`` and ``/records`` are read with a short timeout and a bounded response, the records kept (the
+  newest ``MAX_KEPT_RECORDS``) and grouped into windows as the monitor groups them (``aggregate``). An
+  endpoint that cannot be read is shown with its error; it never fails the page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import deque
+from typing import Any
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
+
+from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
+from commlens.store import Store, StoreError
+
+__all__ = ["LiveEndpoint", "LiveSources", "live_doc"]
+
+TIMEOUT_S = 2.0  # per request to a rank endpoint
+MAX_RESPONSE_BYTES = 16 << 20  # a /records or /job answer larger than this is refused
+MAX_KEPT_RECORDS = 50_000  # per endpoint, the newest
+RECORDS_PER_REQUEST = 5_000
+MAX_REQUESTS_PER_POLL = 4  # an endpoint far ahead is caught up over a few page loads
+MAX_WINDOWS = 300  # the newest windows a job shows
+MAX_STORED_JOBS = 20
+_WINDOW_NUMBERS = ("start_s", "end_s", "time_s", "busbw_p50_bytes_per_s", "duration_p50_s")
+
+
+class LiveEndpoint:
+    """One rank endpoint ``url`` (``http://host:port``): its job, and its records read so far by cursor."""
+
+    def __init__(self, index: int, url: str, token: str | None = None) -> None:
+        self.index = index
+        self.url = url.rstrip("/")
+        self.token = token
+        self.cursor = 0
+        self.lost = 0
+        self.info: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.records: deque[CollectiveRecord] = deque(maxlen=MAX_KEPT_RECORDS)
+        self.skipped = 0  # records the endpoint sent that were not valid
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> str:
+        return f"endpoint:{self.index}"
+
+    def _get(self, path: str) -> Any:
+        request = Request(self.url + path, headers={"Accept": "application/json"})
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - an http(s) URL the operator gave
+            body = response.read(MAX_RESPONSE_BYTES + 1)
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"its answer to {path.split('?')[0]} is over {MAX_RESPONSE_BYTES >> 20} MiB")
+        return json.loads(body)
+
+    def poll(self) -> None:
+        """Read what the endpoint has recorded since the last poll; on failure keep what was read, say why."""
+        with self._lock:
+            try:
+                if self.info is None:
+                    info = self._get("/job")
+                    if not isinstance(info, dict):
+                        raise ValueError("/job did not answer a JSON object")
+                    self.info = info
+                for _ in range(MAX_REQUESTS_PER_POLL):
+                    data = self._get(f"/records?after={self.cursor}&limit={RECORDS_PER_REQUEST}")
+                    got = self._take(data)
+                    if got < RECORDS_PER_REQUEST:
+                        break
+                self.error = None
+            except HTTPError as e:
+                self.error = f"HTTP {e.code} {e.reason}" + (" (does it need --monitor-token?)" if e.code == 401 else "")
+            except (URLError, OSError) as e:
+                self.error = f"cannot reach it: {getattr(e, 'reason', None) or e}"
+            except (ValueError, TypeError) as e:  # a JSON error is a ValueError
+                self.error = f"not a commlens monitor endpoint: {e}"
+
+    def _take(self, data: Any) -> int:
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise ValueError("/records did not answer an object with a records list")
+        nxt, lost = data.get("next"), data.get("lost", 0)
+        if not isinstance(nxt, int) or isinstance(nxt, bool) or nxt < self.cursor:
+            raise ValueError("/records' next cursor is not an integer at or after the one asked for")
+        self.cursor = nxt
+        self.lost += lost if isinstance(lost, int) and lost > 0 else 0
+        for d in data["records"]:
+            try:
+                self.records.append(record_from_wire(d))
+            except CollectiveRecordError:
+                self.skipped += 1
+        return len(data["records"])
+
+    def windows(self) -> list[dict[str, Any]]:
+        """The records read so far, grouped into the job's windows (its ``window_steps``, else ``window_s``)."""
+        info = self.info or {}
+        given = info.get("window_steps")
+        steps = given if isinstance(given, int) and not isinstance(given, bool) and given >= 1 else None
+        width = info.get("window_s")
+        width_s = float(width) if isinstance(width, (int, float)) and math.isfinite(width) and width >= 0.1 else 10.0
+        with self._lock:
+            records = list(self.records)
+        buckets: dict[int, list[CollectiveRecord]] = {}
+        for r in records:
+            if steps is not None and r.step is not None:
+                key = r.step // steps
+            else:
+                key = math.floor(r.end_s / width_s)
+            buckets.setdefault(key, []).append(r)
+        rows: list[dict[str, Any]] = []
+        for key in sorted(buckets)[-MAX_WINDOWS:]:
+            rs = buckets[key]
+            start_s, end_s = min(r.start_s for r in rs), max(r.end_s for r in rs)
+            if steps is None:
+                start_s, end_s = key * width_s, (key + 1) * width_s
+            rows.extend(row.as_wire() for row in aggregate(rs, window=key, start_s=start_s, end_s=end_s))
+        return rows
+
+    def summary(self) -> dict[str, Any]:
+        info = self.info or {}
+        return {
+            "key": self.key,
+            "source": "endpoint",
+            "label": self.url,
+            "job_id": _text(info.get("job_id")),
+            "rank": info.get("rank") if isinstance(info.get("rank"), int) else None,
+            "world_size": info.get("world_size") if isinstance(info.get("world_size"), int) else None,
+            "host": _text(info.get("host")),
+            "model": _text(info.get("model")),
+            "started_at": None,
+            "status": "unreachable" if self.error else "live",
+            "records": len(self.records),
+            "lost": self.lost + self.skipped,
+            "error": self.error,
+            "url": self.url,
+        }
+
+
+def _text(value: Any, limit: int = 200) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+class LiveSources:
+    """The endpoints ``commlens serve --monitor`` named, one :class:`LiveEndpoint` each, kept across requests."""
+
+    def __init__(self, urls: tuple[str, ...], token: str | None = None) -> None:
+        self.endpoints = [LiveEndpoint(i, url, token) for i, url in enumerate(urls)]
+
+    def poll(self) -> None:
+        threads = [threading.Thread(target=e.poll, daemon=True) for e in self.endpoints]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT_S * (MAX_REQUESTS_PER_POLL + 2))
+
+
+def _stored_jobs(store: Store) -> list[dict[str, Any]]:
+    runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS)
+    return [
+        {
+            "key": f"run:{r.run_id}",
+            "source": "store",
+            "label": f"run {r.run_id[:12]}",
+            "job_id": None,
+            "rank": None,
+            "world_size": r.world_size,
+            "host": None,
+            "model": None,
+            "started_at": r.started_at,
+            "status": r.status,
+            "records": None,
+            "lost": None,
+            "error": None,
+            "url": f"/runs/{r.run_id}",
+        }
+        for r in runs
+    ]
+
+
+def _stored_windows(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The windows of a stored monitor run (its config), the well-formed ones; fills in the job's details."""
+    run = store.get_run(job["key"].removeprefix("run:"))
+    config = run.config if isinstance(run.config, dict) else {}
+    job.update(
+        job_id=_text(config.get("job_id")), model=_text(config.get("model")), host=(run.system.hosts or (None,))[0]
+    )
+    if isinstance(config.get("rank"), int):
+        job["rank"] = config["rank"]
+    windows = config.get("windows")
+    if not isinstance(windows, list):
+        return []
+    kept = [w for w in windows if _window_ok(w)]
+    job["lost"] = len(windows) - len(kept)
+    return kept
+
+
+def _window_ok(w: Any) -> bool:
+    if not isinstance(w, dict):
+        return False
+    for name in ("group", "op", "dtype"):
+        if not isinstance(w.get(name), str) or len(w[name]) > 200:
+            return False
+    for name in ("window", "count", "size_bucket", "rank"):
+        if not isinstance(w.get(name), int) or isinstance(w.get(name), bool):
+            return False
+    for name in _WINDOW_NUMBERS:
+        v = w.get(name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            return False
+    return True
+
+
+def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:
+    """Every job (live endpoints first, then stored monitor runs, newest first) and the windows of ``job``
+    (a key from that list; default the first). An unknown key is a LookupError."""
+    sources.poll()
+    live = [e.summary() for e in sources.endpoints]
+    try:
+        stored = _stored_jobs(store)
+        store_error = None
+    except StoreError as e:
+        stored, store_error = [], str(e)
+    jobs = live + stored
+    chosen = next((j for j in jobs if j["key"] == job), None) if job else (jobs[0] if jobs else None)
+    if job and chosen is None:
+        raise LookupError(f"no live job {job[:80]!r} (the list: /api/live)")
+    windows: list[dict[str, Any]] = []
+    if chosen is not None:
+        if chosen["source"] == "endpoint":
+            windows = sources.endpoints[int(chosen["key"].split(":")[1])].windows()
+        else:
+            windows = _stored_windows(store, chosen)
+    return {"jobs": jobs, "job": chosen["key"] if chosen else None, "windows": windows, "store_error": store_error}
