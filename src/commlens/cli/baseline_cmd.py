@@ -77,7 +77,7 @@ def baseline_set(
     """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
     from commlens.store import Store
     from commlens.store.refs import RunRef
-    from commlens.store.series_meta import series_text, set_baseline
+    from commlens.store.series_meta import series_text, set_baseline, tag_fingerprints
 
     parsed = RunRef.parse(ref)
     if parsed.kind == "file":
@@ -96,7 +96,7 @@ def baseline_set(
             if fingerprint is not None:
                 series_fp = _fingerprint(store, fingerprint)
             else:
-                systems = sorted({s.fingerprint for s in store.list_runs(tag=parsed.text, limit=None)})
+                systems = tag_fingerprints(store, parsed.text)
                 if len(systems) != 1:
                     fail(
                         f"tag {parsed.text!r} has runs of {len(systems)} systems"

@@ -45,6 +45,7 @@ __all__ = [
     "resolve_fingerprint",
     "resolve_threshold",
     "series_text",
+    "tag_fingerprints",
     "set_baseline",
     "set_threshold",
     "unset_baseline",
@@ -140,7 +141,7 @@ def set_baseline(
     else:
         _check_tag(ref, "the baseline tag")
         if not _tag_run_ids(store, fingerprint, ref, limit=1):
-            others = _tag_fingerprints(store, ref)
+            others = tag_fingerprints(store, ref)
             where = f"its runs ran on {', '.join(others[:_MAX_LISTED])}" if others else f"no stored run has tag {ref!r}"
             raise BaselineError(f"tag {ref!r} has no run of system {fingerprint} in {store.url} ({where})")
     baseline = Baseline(fingerprint, tag, ref_kind, ref, note, _now())
@@ -232,7 +233,8 @@ def _tag_run_ids(store: Store, fingerprint: str, tag: str, limit: int | None = N
         raise StoreError(f"cannot read {store.url}: {driver_reason(e)}") from None
 
 
-def _tag_fingerprints(store: Store, tag: str) -> list[str]:
+def tag_fingerprints(store: Store, tag: str) -> list[str]:
+    """The fingerprints of the systems the runs of ``tag`` ran on, sorted."""
     query = select(RunModel.fingerprint).distinct().where(RunModel.tag == tag).order_by(RunModel.fingerprint)
     try:
         with store.engine.connect() as conn:
