@@ -10,16 +10,21 @@ must work; a screenshot of each is saved under ``test-artifacts/serve/``.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from browser import Browser, browser  # noqa: F401 - fixture
-from serve_server import ServeProcess, running_server
+from serve_server import ServeProcess, free_port, running_server
 from store_backends import make_measurement, make_system, pg_server, pg_url  # noqa: F401 - fixtures
 
 from commlens.results import Measurement, Run
@@ -364,3 +369,214 @@ def test_runs_and_history_pages_over_postgresql_show_what_they_show_over_sqlite(
     runs, points, changes, _title = pages["postgresql"]
     assert len(runs) == len(seeded_runs().runs) and points == NIGHTLIES and len(changes) == 1
     assert pages["postgresql"] == pages["sqlite"]
+
+
+# -- diagnoses, projections and a monitored job, in a store of their own ------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+LINK_HOSTS = 4
+SLOW_LINK = (1, 2)  # at half the rate of every other pair
+SWEEP_PP = (2, 4, 8, 128)  # 128 stages do not divide the 80 layers: two points that cannot run
+SWEEP_BATCH = (512, 1024)
+
+
+def _commlens(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "commlens", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def _link_records() -> list[dict[str, object]]:
+    """What ``commlens diagnose links`` measures on 4 hosts, 3 passes of 1 MB exchanges, with a slow 1-2 link."""
+    size = 1_000_000
+    records: list[dict[str, object]] = []
+    for p in range(3):
+        for a in range(LINK_HOSTS):
+            for b in range(a + 1, LINK_HOSTS):
+                rate = 50e6 if (a, b) == SLOW_LINK else 100e6
+                for sender, receiver in ((a, b), (b, a)):
+                    t = size / rate
+                    records.append(
+                        {
+                            "kind": "pair",
+                            "pass": p,
+                            "round": 0,
+                            "rank": sender,
+                            "peer": receiver,
+                            "size_bytes": size,
+                            "times_s": [t * 0.99, t, t * 1.01],
+                            "latency_s": [20e-6 + 1e-6 * sender],
+                        }
+                    )
+    return records
+
+
+def seed_reports(url: str, tmp: Path) -> dict[str, str]:
+    """Keep one report of each kind through the commands' ``--save`` (links: ``reports import`` of its
+    ``--json`` document), and run a real monitored training job that stores itself; kind -> report id."""
+    from commlens.diagnose.links_analysis import diagnose_links
+
+    sweep = ["--vary", "layout.pp=" + ",".join(map(str, SWEEP_PP))]
+    sweep += ["--vary", "workload.global_batch=" + ",".join(map(str, SWEEP_BATCH))]
+    assert _commlens("project", "sweep", "llama3-70b", "-t", "dgx-h100", "--gpus", "1024", "--tp", "8", *sweep,
+                     "--workers", "2", "--save", "--db", url).returncode == 0  # fmt: skip
+    assert _commlens("project", "llama3-70b", "-t", "dgx-h100", "--gpus", "1024", "--tp", "8", "--pp", "4",
+                     "--save", "--db", url).returncode == 0  # fmt: skip
+    assert _commlens("diagnose", "hang", DATA / "hang_hang", "--save", "--db", url).returncode in (0, 1)
+    traces = sorted((DATA / "stragglers_late_rank1").glob("*.json"))
+    assert _commlens("diagnose", "stragglers", *traces, "--save", "--db", url).returncode in (0, 1)
+    links = tmp / "links.json"
+    links.write_text(json.dumps(diagnose_links(_link_records(), LINK_HOSTS).to_dict()))
+    assert _commlens("reports", "import", "links", links, "--db", url).returncode == 0
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(free_port()), str(REPO / "examples" / "train_monitored.py"), "--steps", "30",
+         "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.5", "--store", url],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr[-3000:]
+    listed = json.loads(_commlens("reports", "list", "--db", url, "--json").stdout)["reports"]
+    assert sorted(r["kind"] for r in listed) == ["hang", "links", "projection", "stragglers", "sweep"]
+    return {r["kind"]: r["report_id"] for r in listed}
+
+
+@dataclass
+class ReportsServer:
+    server: ServeProcess
+    report_ids: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def reports_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportsServer]:
+    tmp = tmp_path_factory.mktemp("serve-reports")
+    url = db_url(str(tmp / "results.db"))
+    with Store.open(url):
+        pass  # the schema, before the commands write to it
+    ids = seed_reports(url, tmp)
+    with running_server(url) as server:
+        yield ReportsServer(server, ids)
+
+
+def test_diagnose_page_lists_the_kept_diagnoses_and_filters_them_by_kind(
+    reports_server: ReportsServer,
+    browser: Browser,  # noqa: F811
+) -> None:
+    server, ids = reports_server.server, reports_server.report_ids
+    browser.open(server.url("/diagnose"))
+    assert browser.page() == "diagnose"
+    rows = browser.table_rows("table-reports")
+    assert sorted(r[1] for r in rows) == ["hang", "links", "stragglers"]
+    assert {r[0] for r in rows} == {ids[k][:12] for k in ("hang", "links", "stragglers")}
+    browser.screenshot("diagnose")
+    _clean(browser, server)
+    assert _submit(browser, kind="hang")["kind"] == ["hang"]
+    assert [r[1] for r in browser.table_rows("table-reports")] == ["hang"]
+    _clean(browser, server)
+
+
+def test_links_report_draws_the_matrix_with_the_slow_link_outlined(
+    reports_server: ReportsServer,
+    browser: Browser,  # noqa: F811
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    server, ids = reports_server.server, reports_server.report_ids
+    browser.open(server.url(f"/diagnose/{ids['links']}"))
+    assert browser.page() == "report"
+    (fault,) = browser.table_rows("table-faults")
+    assert fault[0] == "slow link" and fault[1] == "1 - 2", fault
+    heatmap = browser.driver.find_element(By.ID, "heatmap")
+    assert heatmap.get_attribute("data-cells") == str(LINK_HOSTS * (LINK_HOSTS - 1))
+    faulted = browser.driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell.fault")
+    assert sorted((c.get_attribute("data-sender"), c.get_attribute("data-receiver")) for c in faulted) == [
+        ("1", "2"),
+        ("2", "1"),
+    ]
+    assert len(browser.table_rows("table-latency")) == LINK_HOSTS
+    browser.screenshot("diagnose-links")
+    _clean(browser, server)
+
+
+def test_stragglers_and_hang_reports_name_the_late_and_the_hung_rank(
+    reports_server: ReportsServer,
+    browser: Browser,  # noqa: F811
+) -> None:
+    server, ids = reports_server.server, reports_server.report_ids
+    browser.open(server.url(f"/diagnose/{ids['stragglers']}"))
+    stragglers = browser.table_rows("table-stragglers")
+    assert stragglers and stragglers[0][0] == "1", stragglers
+    # one point per rank and collective with a lateness, as the report has them
+    doc = server.get_json(f"/api/reports/{ids['stragglers']}")
+    assert isinstance(doc, dict)
+    late = {(r["op"], r["rank"]) for r in doc["payload"]["rows"] if r.get("lateness_p50_s") is not None}
+    assert len(late) >= 3 and browser.chart_points("chart-lateness") == len(late)
+    browser.screenshot("diagnose-stragglers")
+    _clean(browser, server)
+    browser.open(server.url(f"/diagnose/{ids['hang']}"))
+    suspects = browser.table_rows("table-suspects")
+    assert suspects[0][0] == "2", suspects
+    browser.screenshot("diagnose-hang")
+    _clean(browser, server)
+
+
+def test_projection_pages_chart_the_sweep_over_its_varied_fields(
+    reports_server: ReportsServer,
+    browser: Browser,  # noqa: F811
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    server, ids = reports_server.server, reports_server.report_ids
+    browser.open(server.url("/projection"))
+    assert browser.page() == "projection"
+    assert sorted(r[1] for r in browser.table_rows("table-reports")) == ["projection", "sweep"]
+    _clean(browser, server)
+    browser.open(server.url(f"/projection/{ids['sweep']}"))
+    rows = browser.table_rows("table-sweep")
+    feasible = (len(SWEEP_PP) - 1) * len(SWEEP_BATCH)
+    assert len(rows) == len(SWEEP_PP) * len(SWEEP_BATCH)
+    assert len(browser.driver.find_elements(By.CSS_SELECTOR, "#table-sweep tr.infeasible")) == len(SWEEP_BATCH)
+    charts = [c for c in browser.charts() if c.startswith("chart-sweep-")]
+    assert "chart-sweep-tokens_per_s" in charts, charts
+    for chart in charts:
+        assert browser.chart_points(chart) == feasible, chart
+    browser.screenshot("projection-sweep")
+    _clean(browser, server)
+    # The other varied field on the x axis: the same points, drawn again.
+    Select(browser.driver.find_element(By.ID, "sweep-x")).select_by_value("workload.global_batch")
+    browser.wait_for(
+        lambda d: d.find_element(By.ID, "chart-sweep-tokens_per_s").get_attribute("data-x") == "workload.global_batch",
+        message="the sweep chart redrawn over workload.global_batch",
+    )
+    assert browser.chart_points("chart-sweep-tokens_per_s") == feasible
+    _clean(browser, server)
+    browser.open(server.url(f"/projection/{ids['projection']}"))
+    assert browser.table_rows("table-breakdown")
+    browser.screenshot("projection")
+    _clean(browser, server)
+
+
+def test_live_page_shows_the_stored_monitored_job_and_its_windows(
+    reports_server: ReportsServer,
+    browser: Browser,  # noqa: F811
+) -> None:
+    server = reports_server.server
+    browser.open(server.url("/live"))
+    assert browser.page() == "live"
+    (job,) = browser.table_rows("table-jobs")
+    assert job[1] == "store" and job[4] == "2", job
+    # One point per window of each group, op (and size bucket for busBW) and rank, as the API has them.
+    api = browser.driver.find_element("id", "chart-live-time").get_attribute("data-api")
+    doc = server.get_json(api)
+    assert isinstance(doc, dict) and doc["windows"]
+    busbw = {(w["group"], w["op"], w["dtype"], w["size_bucket"], w["rank"], w["end_s"]) for w in doc["windows"]
+             if w["busbw_p50_bytes_per_s"] > 0}  # fmt: skip
+    times = {(w["group"], w["op"], w["rank"], w["end_s"]) for w in doc["windows"]}
+    assert browser.chart_points("chart-live-busbw") == len(busbw) > 0
+    assert browser.chart_points("chart-live-time") == len(times) > 0
+    assert browser.table_rows("table-latest")
+    browser.screenshot("live")
+    _clean(browser, server)
