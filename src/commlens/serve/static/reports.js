@@ -103,7 +103,7 @@
 
   R["live-busbw"] = (el, doc) => drawLive(
     el,
-    windowSeries(doc, (w) => (w.busbw_p50_bytes_per_s > 0 ? w.busbw_p50_bytes_per_s / 1e9 : null),
+    windowSeries(doc, (w) => w.busbw_p50_bytes_per_s / 1e9,
       (w) => w.group + " " + w.op + " " + w.dtype + " " + cl.fmtSize(w.size_bucket)),
     "busBW p50 GB/s",
   );
