@@ -78,7 +78,9 @@ class LiveEndpoint:
                         break
                 self.error = None
             except HTTPError as e:
-                self.error = f"HTTP {e.code} {e.reason}" + (" (does it need --monitor-token?)" if e.code == 401 else "")
+                self.error = f"HTTP {e.code} {e.reason}" + (
+                    " (the endpoint needs its job's monitor token)" if e.code == 401 else ""
+                )
             except (URLError, OSError) as e:
                 self.error = f"cannot reach it: {getattr(e, 'reason', None) or e}"
             except (ValueError, TypeError) as e:  # a JSON error is a ValueError

@@ -57,8 +57,11 @@
     ]);
     const d = aligned(triples);
     const xAxis = numeric ? {} : { values: (u, vals) => vals.map((v) => (Number.isInteger(v) && labels[v] !== undefined ? labels[v] : "")) };
+    // parallel degrees, GPU counts and batch sizes grow by factors: a log2 axis spaces them evenly
+    const geometric = numeric && raw.every((v) => v > 0) && Math.max(...raw) >= 4 * Math.min(...raw);
     cl.plot(el, {
       xs: d.xs, series: d.series, xLabel: xField, yLabel: metric === "mfu" ? "MFU %" : el.dataset.label, xAxis: xAxis,
+      xScale: geometric ? { time: false, distr: 3, log: 2 } : { time: false },
     });
     const n = cl.counted(d.series);
     el.dataset.x = xField;
