@@ -59,6 +59,7 @@ def serve(
         application = create_app(config)
     import uvicorn
 
+    _check_can_listen(host, port)
     print(f"commlens serve: {config.base_url}/ over {url}", file=sys.stderr, flush=True)
     try:
         uvicorn.run(
@@ -72,3 +73,23 @@ def serve(
         )
     except OSError as e:
         fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+    except SystemExit as e:  # uvicorn exits 1 when it cannot bind (taken between the check and now)
+        if e.code not in (0, None):
+            fail(f"cannot listen on {host}:{port} (see uvicorn's message above)")
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Bind the address once before starting, so a taken port is an ``error:`` line, not uvicorn's log."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        fail(f"--host {host!r}: {e.strerror or e}")
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            fail(f"cannot listen on {host}:{port}: {e.strerror or e}")

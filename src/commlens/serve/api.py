@@ -232,8 +232,11 @@ def delete_threshold(request: Request, body: ThresholdIn) -> dict[str, bool]:
 def put_tag(request: Request, run_id: str, body: TagIn) -> dict[str, str | None]:
     from commlens.store import StoreError
 
+    tag = body.tag.strip() if body.tag is not None and body.tag.strip() else None
+    if tag is not None and not tag.isprintable():
+        raise q.BadRequest("tag: printable characters only")
     try:
-        full, tag = store_of(request).set_tag(run_id, body.tag or None)
+        full, previous = store_of(request).set_tag(run_id, tag)
     except StoreError as e:
         raise q.NotFound(str(e)) from None
-    return {"run_id": full, "tag": tag}
+    return {"run_id": full, "tag": tag, "previous_tag": previous}

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -280,45 +280,56 @@ def compare_doc(
     min_change: float | None = None,
     alpha: float | None = None,
 ) -> CompareOut:
+    """As ``commlens compare BASE CANDIDATE --db ...`` judges it: stored noise floors and thresholds
+    (an explicit ``min_change`` or ``alpha`` wins over a stored threshold), ``baseline`` as the base."""
+    from commlens.regress import series_settings
+    from commlens.store.noise import load_floors
+    from commlens.store.series_meta import BaselineError, list_thresholds
+
     cand_runs = resolve_stored(store, candidate, "candidate")
-    if base.strip() in ("baseline", "baseline:"):
-        base_runs = baseline_runs(store, cand_runs)
-    else:
-        base_runs = resolve_stored(store, base, "base")
     try:
-        settings = CompareSettings()
+        if series_settings.is_baseline_ref(base.strip()):
+            _baseline, base_runs = series_settings.baseline_runs(store, cand_runs)
+        else:
+            base_runs = resolve_stored(store, base, "base")
+    except BaselineError as e:
+        raise NotFound(f"base baseline: {e}") from None
+    settings = CompareSettings()
+    try:
         if min_change is not None:
             settings = dataclasses.replace(settings, min_change=min_change)
         if alpha is not None:
             settings = dataclasses.replace(settings, alpha=alpha)
     except CommlensError as e:
         raise BadRequest(str(e)) from None
+    explicit = [name for name, value in (("min_change", min_change), ("alpha", alpha)) if value is not None]
+    thresholds = None
+    if len(explicit) < 2:
+        try:
+            fingerprint, tag = series_settings.candidate_series(cand_runs)
+        except BaselineError:
+            pass  # a candidate pooling several series: a threshold belongs to one
+        else:
+            stored = list_thresholds(store)
+            if stored:
+                thresholds = series_settings.compare_thresholds(stored, fingerprint, tag, settings, explicit=explicit)
+    floors = load_floors(store, sorted({r.system.fingerprint() for r in (*base_runs, *cand_runs)}))
     try:
-        report = compare_runs(base_runs, cand_runs, settings, base_label=base, candidate_label=candidate)
+        report = compare_runs(
+            base_runs,
+            cand_runs,
+            settings,
+            base_label=base,
+            candidate_label=candidate,
+            floors=floors,
+            thresholds=thresholds,
+        )
     except CommlensError as e:
         raise BadRequest(str(e)) from None
     doc = report.as_dict()
     return CompareOut(
         base=base, candidate=candidate, report=doc, markdown=compare_markdown(doc, page_url), url=page_url
     )
-
-
-def baseline_runs(store: Store, candidate: Sequence[Run]) -> list[Run]:
-    """The stored baseline of the candidate's series: one fingerprint and tag."""
-    series = {(r.system.fingerprint(), r.tag) for r in candidate}
-    if len(series) != 1:
-        raise BadRequest("base baseline: the candidate's runs span several systems or tags; compare one series")
-    ((fingerprint, tag),) = series
-    from commlens.store import series_meta
-
-    found = series_meta.get_baseline(store, fingerprint, tag)
-    if found is None:
-        raise NotFound(
-            f"no baseline is set for system {fingerprint} under tag {tag or '(none)'} "
-            "(`commlens baseline set` or the history page sets one)"
-        )
-    ids = series_meta.baseline_run_ids(store, found)
-    return store.get_runs(ids)
 
 
 def compare_markdown(doc: dict[str, Any], url: str) -> str:
@@ -470,7 +481,7 @@ def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revisi
     (key,) = keys
     sel = sel.model_copy(update={"redop": key.redop, "root": key.root})
     settings, thresholds = _detect_settings(store, sel.fingerprint, sel.tag, key)
-    report = detect_history(rows, settings, order=order)
+    report = detect_history(rows, settings, order=order, floors=_floors(store, [sel.fingerprint]))
     per_run: dict[str, list[MeasurementRow]] = defaultdict(list)
     for r in rows:
         per_run[r.run_id].append(r)
@@ -519,18 +530,22 @@ def _log(values: list[float]) -> Any:
 def _detect_settings(
     store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
 ) -> tuple[DetectSettings, list[dict[str, Any]]]:
-    """Detect's settings for one series: the stored thresholds that match it, over the defaults."""
-    try:
-        from commlens.store import series_meta
-    except ImportError:  # pragma: no cover - before the store knew thresholds
-        return DetectSettings(), []
-    resolved = series_meta.resolve_threshold(series_meta.list_thresholds(store), fingerprint, tag, key)
+    """Detect's settings for one series, as ``commlens detect`` judges it: its stored thresholds over the defaults."""
+    from commlens.store.series_meta import list_thresholds, resolve_threshold
+
+    resolved = resolve_threshold(list_thresholds(store), fingerprint, tag, key)
     settings = DetectSettings()
     if resolved.min_change is not None:
         settings = dataclasses.replace(settings, min_change=resolved.min_change)
     if resolved.detect_alpha is not None:
         settings = dataclasses.replace(settings, alpha=resolved.detect_alpha)
     return settings, [_threshold_dict(t) for t in resolved.matched]
+
+
+def _floors(store: Store, fingerprints: list[str] | None) -> Any:
+    from commlens.store.noise import load_floors
+
+    return load_floors(store, fingerprints)
 
 
 def _threshold_dict(t: Any) -> dict[str, Any]:
@@ -540,10 +555,8 @@ def _threshold_dict(t: Any) -> dict[str, Any]:
 
 
 def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> BaselineOut | None:
-    try:
-        from commlens.store import series_meta
-    except ImportError:  # pragma: no cover
-        return None
+    from commlens.store import series_meta
+
     found = series_meta.get_baseline(store, sel.fingerprint, sel.tag)
     if found is None:
         return None
@@ -658,9 +671,19 @@ def regressions_doc(
 
 
 def _regressions(store: Store, since_at: datetime, lookback_days: int) -> RegressionsOut:
+    from commlens.regress.series_settings import detect_thresholds
+    from commlens.store.series_meta import list_thresholds
+
     rows = store.measurement_rows(since=since_at - timedelta(days=lookback_days), with_samples=False)
     settings = DetectSettings()
-    report = detect_history(rows, settings, since=since_at)
+    stored = list_thresholds(store)
+    report = detect_history(
+        rows,
+        settings,
+        since=since_at,
+        floors=_floors(store, None),
+        settings_for=detect_thresholds(stored, settings) if stored else None,
+    )
     per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     for r in rows:
         if r.status != "check_failed" and r.mean_s > 0:

@@ -151,7 +151,7 @@
         }
       }
       const series = [{ label: "mean time us", values: ys, paths: () => null }];
-      if (doc.changes.length) series.push({ label: "level", values: levels, points: false, measured: false, stroke: "#dc6803", width: 2 });
+      if (doc.changes.length) series.push({ label: "level", values: levels, points: false, measured: false, stroke: "#dc6803", width: 2, paths: uPlot.paths.stepped({ align: 1 }) });
       if (doc.baseline && doc.baseline.mean_s) {
         const b = doc.baseline.mean_s * 1e6;
         series.push({ label: "baseline", values: xs.map(() => b), points: false, dash: [8, 4], measured: false, stroke: "#079455" });
