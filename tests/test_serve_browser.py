@@ -580,3 +580,66 @@ def test_live_page_shows_the_stored_monitored_job_and_its_windows(
     assert browser.table_rows("table-latest")
     browser.screenshot("live")
     _clean(browser, server)
+
+
+# -- a server with tokens: signing in, and a write from the page -------------------------------------------
+
+READ_TOKEN = "read-" + "r" * 24
+WRITE_TOKEN = "write-" + "w" * 24
+
+
+def _login(browser: Browser, token: str) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    form = browser.driver.find_element(By.ID, "login")
+    form.find_element(By.NAME, "token").send_keys(token)
+    before = browser.driver.current_url
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    browser.wait_for(lambda d: d.current_url != before or d.find_elements(By.ID, "login-failed"), message="sign in")
+    browser.wait_for(lambda d: d.execute_script("return document.readyState") == "complete", message="page load")
+
+
+def test_signing_in_then_setting_a_baseline_from_the_history_page(
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    url = db_url(str(tmp_path / "results.db"))
+    seed(url)
+    with running_server(url, token=READ_TOKEN, write_token=WRITE_TOKEN) as server:
+        # Without a token every page sends the browser to sign in; a wrong token is refused.
+        browser.open(server.url(HISTORY_1M))
+        assert browser.page() == "login" and urlsplit(browser.driver.current_url).path == "/login"
+        _login(browser, "not-the-token-" + "x" * 20)
+        assert browser.driver.find_element(By.ID, "login-failed").is_displayed()
+        browser.clear_console()  # the refused sign-in answered 401: the one error expected here
+        _login(browser, READ_TOKEN)
+        assert browser.page() == "runs" and len(browser.table_rows("table-runs")) == len(seeded_runs().runs)
+        browser.screenshot("login-then-runs")
+        _clean(browser, server)
+        # Read access only: the history page offers no write.
+        browser.open(server.url(HISTORY_1M))
+        assert browser.driver.find_elements(By.ID, "baseline-form") == []
+        assert browser.chart_points("chart-history") == NIGHTLIES
+        # With the write token too, the page's form sets the baseline (a PUT carrying the CSRF token).
+        browser.open(server.url("/login"))
+        _login(browser, WRITE_TOKEN)
+        browser.open(server.url(HISTORY_1M))
+        form = browser.driver.find_element(By.ID, "baseline-form")
+        form.find_element(By.NAME, "ref").clear()
+        form.find_element(By.NAME, "ref").send_keys("nightly-05")
+        form.find_element(By.NAME, "note").send_keys("before the slowdown")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        browser.wait_for(
+            lambda d: "nightly-05" in d.find_element(By.ID, "baseline").text, message="the new baseline shown"
+        )
+        assert "before the slowdown" in browser.driver.find_element(By.ID, "baseline").text
+        assert browser.chart_points("chart-history") == NIGHTLIES
+        browser.screenshot("history-baseline-set")
+        _clean(browser, server)
+    with Store.open(url) as store:
+        from commlens.store.series_meta import get_baseline
+
+        baseline = get_baseline(store, FP, "main")
+        assert baseline is not None and (baseline.ref_kind, baseline.ref) == ("run", "nightly-05")
