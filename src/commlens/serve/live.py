@@ -222,7 +222,7 @@ def _window_ok(w: Any) -> bool:
 
 def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:
     """Every job (live endpoints first, then stored monitor runs, newest first) and the windows of ``job``
-    (a key from that list; default the first). An unknown key is a LookupError."""
+    (a key from that list; default the first that can be read). An unknown key is a LookupError."""
     sources.poll()
     live = [e.summary() for e in sources.endpoints]
     try:
@@ -231,7 +231,10 @@ def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, A
     except StoreError as e:
         stored, store_error = [], str(e)
     jobs = live + stored
-    chosen = next((j for j in jobs if j["key"] == job), None) if job else (jobs[0] if jobs else None)
+    if job:
+        chosen = next((j for j in jobs if j["key"] == job), None)
+    else:  # the first job that can be read: a reachable endpoint, else the newest stored one
+        chosen = next((j for j in jobs if not j["error"]), jobs[0] if jobs else None)
     if job and chosen is None:
         raise LookupError(f"no live job {job[:80]!r} (the list: /api/live)")
     windows: list[dict[str, Any]] = []
