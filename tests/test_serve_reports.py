@@ -175,6 +175,20 @@ def test_save_keeps_exactly_what_json_prints_and_leaves_the_exit_code_alone(save
     assert json.loads(shown.stdout) == saved["hang"]["doc"]
 
 
+def test_links_save_keeps_the_measured_diagnosis(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.db")
+    proc = commlens(
+        "diagnose", "links", "--nproc", "3", "-b", "64K", "-n", "2", "--passes", "2", "--json", "--save", "--db", db
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # 1: loopback ranks on a busy machine can look like a fault
+    found = SAVED.search(proc.stderr)
+    assert found and found.group(1) == "links", proc.stderr
+    with Store.open(db_url(db), create=False) as store:
+        kept = get_report(store, found.group(2))
+    assert kept.payload == json.loads(proc.stdout) and kept.payload["hosts"] == 3
+    assert kept.summary.title.startswith("links over 3 hosts: ")
+
+
 def test_reports_import_keeps_a_json_file_and_refuses_what_is_not_that_document(
     tmp_path: Path, saved: dict[str, Any]
 ) -> None:
