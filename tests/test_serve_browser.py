@@ -323,7 +323,7 @@ def test_compare_form_shows_the_verdict_rows_a_share_url_and_the_pr_markdown(
         ("all_reduce", "64K"): "no change",
         ("all_reduce", "1M"): "regression",
     }
-    ratio_1m = float(next(r for r in rows if r[1] == "1M")[9])
+    ratio_1m = float(next(r for r in rows if r[1] == "1M")[8])
     assert 1.17 < ratio_1m < 1.23
     # Every row draws its confidence interval.
     assert len(browser.driver.find_elements(By.CSS_SELECTOR, "#table-compare svg.ci")) == 3
