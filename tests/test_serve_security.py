@@ -201,6 +201,7 @@ def test_a_cookie_write_needs_the_csrf_token_that_only_the_page_can_read(guarded
         {"Origin": "null"},  # a sandboxed frame or a file: page
         {"Sec-Fetch-Site": "cross-site"},
         {"Sec-Fetch-Site": "same-site"},  # a sibling subdomain is another site's page too
+        {"Sec-Fetch-Site": "cross-site", "Origin": "http://127.0.0.1"},  # the browser's word wins
     ],
 )
 def test_a_write_from_another_site_is_refused_even_with_every_token(
@@ -246,7 +247,7 @@ def test_every_response_carries_the_security_headers(open_server: ServeProcess) 
         assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP and "unsafe-eval" not in CSP
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in CSP
-        assert headers["referrer-policy"] == "no-referrer"
+        assert headers["referrer-policy"] == "same-origin"  # never sent to another site
 
 
 def test_pages_hold_no_inline_script_style_or_handler(open_server: ServeProcess) -> None:

@@ -46,7 +46,8 @@ CSP = (
 SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer Chromium sends ``Origin: null`` on the pages' own form posts
+    "referrer-policy": "same-origin",
     "x-frame-options": "DENY",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
@@ -175,11 +176,17 @@ class Gate:
         return Decision(True, access="write")
 
     def _same_origin(self, host: str | None, origin: str | None, fetch_site: str | None) -> bool:
-        """A state-changing request must not come from another site: Sec-Fetch-Site, else Origin, decide."""
-        if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-            return False
+        """A state-changing request must not come from another site.
+
+        A current browser says where a request comes from in ``Sec-Fetch-Site``, which a page cannot
+        set: that decides alone (``same-origin``, or ``none`` for what the user typed). Without it, an
+        ``Origin`` other than this server's is refused; no Origin at all is a client that is no browser
+        (curl, CI), which carries no browser's cookies unasked.
+        """
+        if fetch_site is not None:
+            return fetch_site in ("same-origin", "none")
         if origin is None:
-            return True  # not a browser (curl, CI): it cannot carry the browser's cookies unasked
+            return True
         if origin == "null" or host is None:
             return False
         return origin.lower().split("://", 1)[-1] == host.lower()

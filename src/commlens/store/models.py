@@ -242,7 +242,9 @@ class ThresholdModel(Base):
 
     __tablename__ = "thresholds"
     __table_args__ = (
-        UniqueConstraint("fingerprint", "tag", "op", "dtype", "size_bytes", "group_name", name="uq_thresholds_selector"),
+        UniqueConstraint(
+            "fingerprint", "tag", "op", "dtype", "size_bytes", "group_name", name="uq_thresholds_selector"
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -221,10 +221,39 @@
     });
   }
 
+  function wireThresholdForm() {
+    const form = document.getElementById("threshold-form");
+    if (!form) return;
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const out = document.getElementById("threshold-result");
+      const f = new FormData(form);
+      const number = (name) => (f.get(name) ? Number(f.get(name)) : null);
+      try {
+        await sendJSON("PUT", "/api/thresholds", {
+          fingerprint: form.dataset.fingerprint,
+          tag: form.dataset.tag || null,
+          op: form.dataset.op,
+          dtype: form.dataset.dtype,
+          size_bytes: Number(form.dataset.size),
+          group: form.dataset.group || null,
+          min_change: number("min_change"),
+          alpha: number("alpha"),
+          detect_alpha: number("detect_alpha"),
+        });
+        out.textContent = "threshold set";
+        window.location.reload();
+      } catch (e) {
+        out.textContent = "error: " + (e.message || e);
+      }
+    });
+  }
+
   window.commlens = { renderers: renderers, getJSON: getJSON, sendJSON: sendJSON, plot: plot, counted: counted, fmtSize: fmtSize, PALETTE: PALETTE };
 
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll(".chart[data-api]").forEach((el) => draw(el));
     wireBaselineForm();
+    wireThresholdForm();
   });
 })();
