@@ -32,6 +32,7 @@ from commlens.store.reports import (
     ReportError,
     ReportNotFoundError,
     count_reports,
+    default_title,
     get_report,
     list_reports,
     save_report,
@@ -148,6 +149,11 @@ def test_a_document_not_of_its_kind_is_refused_naming_the_field_and_nothing_is_k
         with pytest.raises(ReportError, match="title"):
             save_report(store, "stragglers", "  ", stragglers)
         assert count_reports(store) == 0
+    # an imported document's strings reach the title: kept to one printable line
+    odd = links_document()
+    odd["faults"][0]["kind"] = "slow\x1b[2J_link" + "!" * 300
+    title = default_title("links", odd)
+    assert title.startswith("links over 4 hosts: slow?[2J link!!!") and title.isprintable() and len(title) == 200
 
 
 # -- the command line -------------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ class LiveSources:
 
 
 def _stored_jobs(store: Store) -> list[dict[str, Any]]:
-    runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS)
+    runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS, on_corrupt=lambda _e: None)
     return [
         {
             "key": f"run:{r.run_id}",

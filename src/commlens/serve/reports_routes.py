@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from commlens.serve import queries as q
 from commlens.serve.api import store_of
 from commlens.serve.live import LiveSources, live_doc
+from commlens.serve.pages import render
 from commlens.store import Store
 from commlens.store import reports as stored
 
@@ -226,12 +227,6 @@ def _sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
 # -- pages ------------------------------------------------------------------------------------------------
 
 
-def _render(request: Request, name: str, page: str, **context: Any) -> Response:
-    from commlens.serve.pages import render
-
-    return render(request, name, page, **context)
-
-
 def _list_page(request: Request, family: str, kind: str | None, page: int, per_page: int) -> Response:
     kinds = FAMILIES[family]
     if kind is not None and kind not in kinds:
@@ -241,7 +236,7 @@ def _list_page(request: Request, family: str, kind: str | None, page: int, per_p
     def page_link(n: int) -> str:
         return f"/{family}?" + urlencode({**({"kind": kind} if kind else {}), "page": n, "per_page": per_page})
 
-    return _render(
+    return render(
         request, "reports_list.html", family, doc=doc, family=family, kind=kind or "", kinds=kinds, page_link=page_link
     )
 
@@ -257,7 +252,7 @@ def _report_page(request: Request, family: str, report_id: str) -> Response:
         context["map"] = heatmap(r.payload)
     elif kind == "sweep":
         context["sweep"] = _sweep_view(r.payload)
-    return _render(request, f"report_{kind}.html", "report", **context)
+    return render(request, f"report_{kind}.html", "report", **context)
 
 
 _PAGE = Query(1, ge=1, le=1_000_000)
@@ -295,4 +290,4 @@ def live_page(request: Request, job: str | None = Query(None, max_length=200)) -
         last = max(w["window"] for w in doc.windows)
         latest = [w for w in doc.windows if w["window"] == last]
     api = "/api/live?" + urlencode({"job": doc.job}) if doc.job else None
-    return _render(request, "live.html", "live", doc=doc, chosen=chosen, latest=latest, api=api)
+    return render(request, "live.html", "live", doc=doc, chosen=chosen, latest=latest, api=api)

@@ -96,7 +96,7 @@ class Report:
 
 
 # -- document shapes ------------------------------------------------------------------------------------
-# A shape is a type name ("str", "int", "num", "bool", "list", "dict", "any"; a trailing "?" allows null),
+# A shape is a type name ("str", "int", "num", "bool", "list", "dict"; a trailing "?" allows null),
 # a one-item list [ITEM] (an array of ITEM), or a dict {field: shape} (an object with at least those fields).
 
 _FAULT = {
@@ -204,8 +204,6 @@ _TYPE_NAMES = {
 
 
 def _is(value: Any, name: str) -> bool:
-    if name == "any":
-        return True
     if name == "str":
         return isinstance(value, str)
     if name == "int":
@@ -360,7 +358,14 @@ def _encode_payload(payload: dict[str, Any]) -> int:
 
 
 def default_title(kind: str, payload: dict[str, Any]) -> str:
-    """A one-line title for a checked ``kind`` document: what it found, in a few words."""
+    """A one-line title for a checked ``kind`` document: what it found, in a few words (at most
+    ``MAX_TITLE_CHARS``, printable: an imported document's strings are anyone's)."""
+    text = _describe(kind, payload)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= MAX_TITLE_CHARS else text[: MAX_TITLE_CHARS - 3] + "..."
+
+
+def _describe(kind: str, payload: dict[str, Any]) -> str:
 
     def plural(n: int, word: str) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
