@@ -270,6 +270,20 @@ def test_bad_page_parameters_are_an_error_page(server: ServeProcess) -> None:
     assert b'id="error-message"' in body and b"per_page" in body
     status, _, body = server.get("/runs/" + "0" * 16)
     assert status == 404 and b"no run matches" in body
+    # a form sends the fields left empty as empty strings: not given, not wrong
+    compare = "/compare?base=run:05" + "a" * 14 + "&candidate=run:20" + "a" * 14
+    assert server.get(compare + "&min_change=&alpha=")[0] == 200
+    assert server.get(compare + "&min_change=5%25")[0] == 200
+    status, _, body = server.get(compare + "&min_change=abc")
+    assert status == 400 and b"min_change" in body
+    status, _, body = server.get(compare + "&alpha=0")
+    assert status == 400 and b"alpha" in body
+    history = "/history?" + urlencode(
+        {"fingerprint": FP, "tag": "main", "op": "all_reduce", "dtype": "float32", "size_bytes": 1024}
+    )
+    assert server.get(history + "&redop=&root=&group=")[0] == 200
+    status, _, body = server.get(history + "&root=1.5")
+    assert status == 400 and b"root" in body
 
 
 def test_no_endpoint_reads_a_path_a_client_gives(servers: dict[str, ServeProcess], tmp_path: Path) -> None:

@@ -92,6 +92,19 @@ def error_page(request: Request, status: int, message: str) -> Response:
     return render(request, "error.html", "error", status=status, status_code=status, message=message)
 
 
+def _number(text: str | None, name: str, low: float, high: float, *, low_open: bool = False) -> float | None:
+    """A form field's number, None when left empty; BadRequest naming the field when it is not one in range."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text.strip().rstrip("%")) / (100.0 if text.strip().endswith("%") else 1.0)
+    except ValueError:
+        raise q.BadRequest(f"{name}: {text[:40]!r} is not a number") from None
+    if not (low < value if low_open else low <= value) or not value < high or math.isnan(value):
+        raise q.BadRequest(f"{name}: expected {'more than' if low_open else 'at least'} {low:g} and less than {high:g}")
+    return value
+
+
 @router.get("/", response_class=HTMLResponse)
 def home() -> Response:
     return RedirectResponse("/runs", status_code=303)
@@ -133,9 +146,12 @@ def compare_page(
     request: Request,
     base: str | None = None,
     candidate: str | None = None,
-    min_change: float | None = Query(None, ge=0.0, lt=1.0),
-    alpha: float | None = Query(None, gt=0.0, lt=1.0),
+    min_change_text: str | None = Query(None, alias="min_change", max_length=40),
+    alpha_text: str | None = Query(None, alias="alpha", max_length=40),
 ) -> Response:
+    # A form sends its empty fields as empty strings: those are "not given".
+    min_change = _number(min_change_text, "min_change", 0.0, 1.0, low_open=False)
+    alpha = _number(alpha_text, "alpha", 0.0, 1.0, low_open=True)
     doc = None
     if base and candidate:
         url = compare_page_url(request, base, candidate, {"min_change": min_change, "alpha": alpha})
@@ -172,10 +188,16 @@ def history_page(
     in_place: bool = False,
     algo: str = "builtin",
     redop: str | None = None,
-    root: int | None = Query(None, ge=0, le=2**31),
+    root_text: str | None = Query(None, alias="root", max_length=20),
     group: str | None = None,
     order: Literal["time", "revision"] = "time",
 ) -> Response:
+    root_value = _number(root_text, "root", 0, 2**31)
+    if root_value is not None and not root_value.is_integer():
+        raise q.BadRequest(f"root: {root_text!r} is not a rank")
+    root = None if root_value is None else int(root_value)
+    redop = redop or None
+    group = group or None
     doc = None
     api = None
     if fingerprint and op and dtype and size_bytes is not None:

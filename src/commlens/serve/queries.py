@@ -287,9 +287,11 @@ def compare_doc(
     from commlens.store.series_meta import BaselineError, list_thresholds
 
     cand_runs = resolve_stored(store, candidate, "candidate")
+    base_label = base
     try:
         if series_settings.is_baseline_ref(base.strip()):
-            _baseline, base_runs = series_settings.baseline_runs(store, cand_runs)
+            baseline, base_runs = series_settings.baseline_runs(store, cand_runs)
+            base_label = f"baseline {baseline.ref_text}"
         else:
             base_runs = resolve_stored(store, base, "base")
     except BaselineError as e:
@@ -319,7 +321,7 @@ def compare_doc(
             base_runs,
             cand_runs,
             settings,
-            base_label=base,
+            base_label=base_label,
             candidate_label=candidate,
             floors=floors,
             thresholds=thresholds,
@@ -333,34 +335,47 @@ def compare_doc(
 
 
 def compare_markdown(doc: dict[str, Any], url: str) -> str:
-    """A pull-request comment: the verdict counts, the rows that changed, a link to the page."""
+    """A pull-request comment: the verdict counts, the rows that changed (regressions first), a link to the page."""
     s = doc["summary"]
+
+    def runs(side: dict[str, Any]) -> str:
+        n = len(side["run_ids"])
+        ref = str(side["ref"]).replace("`", "'").replace("\n", " ")  # stored text: no code span breaking out
+        return f"`{ref}` ({n} run{'' if n == 1 else 's'})"
+
+    def ci(r: dict[str, Any]) -> str:
+        if r["ci_low"] is None or r["ci_high"] is None:
+            return "-"
+        return f"{(r['ci_low'] - 1) * 100:+.1f}% .. {(r['ci_high'] - 1) * 100:+.1f}%"
+
     lines = [
         "### commlens compare",
         "",
-        f"Base `{doc['base']['ref']}` ({len(doc['base']['run_ids'])} runs) vs candidate "
-        f"`{doc['candidate']['ref']}` ({len(doc['candidate']['run_ids'])} runs): "
-        f"**{s['regressions']} regressions**, {s['improvements']} improvements, {s['no_change']} no change, "
-        f"{s['unknown']} unknown; geometric mean ratio {s['geomean_ratio']:.3f}",
+        f"Base {runs(doc['base'])} vs candidate {runs(doc['candidate'])}: **{s['regressions']} regressions**, "
+        f"{s['improvements']} improvements, {s['no_change']} no change, {s['unknown']} unknown; "
+        f"geometric mean ratio {s['geomean_ratio']:.3f}",
         "",
     ]
     changed = [r for r in doc["rows"] if r["verdict"] in ("regression", "improvement")]
     changed.sort(key=lambda r: (r["verdict"] != "regression", -abs(math.log(r["ratio"]))))
     if changed:
         lines += [
-            "| op | size | dtype | place | base us | cand us | change | verdict |",
-            "|---|---:|---|---|---:|---:|---:|---|",
+            "| op | size | dtype | place | base us | cand us | change | 95% CI | verdict |",
+            "|---|---:|---|---|---:|---:|---:|---:|---|",
         ]
         for r in changed[:50]:
             verdict = "**regression**" if r["verdict"] == "regression" else r["verdict"]
+            group = f"{r['group']} " if r.get("group") else ""
             lines.append(
-                f"| {r['op']} | {_size(r['size_bytes'])} | {r['dtype']} | {'in' if r['in_place'] else 'out'} | "
+                f"| {group}{r['op']} | {_size(r['size_bytes'])} | {r['dtype']} | {'in' if r['in_place'] else 'out'} | "
                 f"{r['base_time_s'] * 1e6:.2f} | {r['candidate_time_s'] * 1e6:.2f} | {(r['ratio'] - 1) * 100:+.1f}% | "
-                f"{verdict} |"
+                f"{ci(r)} | {verdict} |"
             )
         if len(changed) > 50:
-            lines.append(f"| ... {len(changed) - 50} more rows on the page | | | | | | | |")
+            lines.append(f"| {len(changed) - 50} more rows on the page | | | | | | | | |")
         lines.append("")
+    for w in doc["warnings"]:
+        lines.append(f"> warning: {w}")
     lines.append(f"[Open the comparison in commlens]({url})")
     return "\n".join(lines)
 
