@@ -12,6 +12,7 @@ from commlens.cli.errors import errors_as_exit
 
 TOKEN_ENV = "COMMLENS_SERVE_TOKEN"
 WRITE_TOKEN_ENV = "COMMLENS_SERVE_WRITE_TOKEN"
+MONITOR_TOKEN_ENV = "COMMLENS_MONITOR_TOKEN"  # what commlens.monitor and monitor collect read
 
 
 @app.command("serve")
@@ -33,6 +34,9 @@ def serve(
     monitor: list[str] = typer.Option(
         [], "--monitor", help="a live job's rank endpoint http://HOST:PORT (commlens.monitor) for the live page"
     ),
+    monitor_token: str | None = typer.Option(
+        None, "--monitor-token", help="the token of those endpoints (default: $COMMLENS_MONITOR_TOKEN)"
+    ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level"),
 ) -> None:
     """Serve the dashboard: runs, run, compare, history, regressions, diagnoses, projections, live jobs."""
@@ -53,6 +57,7 @@ def serve(
             write_token=write_token,
             public_url=public_url,
             monitor_endpoints=tuple(monitor),
+            monitor_token=monitor_token if monitor_token is not None else os.environ.get(MONITOR_TOKEN_ENV) or None,
         )
         from commlens.serve.app import create_app
 
