@@ -65,11 +65,40 @@ TARGET_RENDER_S = 1.0
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 START_TIMEOUT_S = 120.0
-REQUEST_TIMEOUT_S = 120.0
+REQUEST_TIMEOUT_S = 600.0  # the regressions document reads every series of half a year
 # The 500-point series: all_reduce of 16 MiB out of place on the first system's main.
 SERIES_OP = "all_reduce"
 SERIES_SIZE_BYTES = 16 * 1024 * 1024
 VOLATILE_KEYS = {"computed_at", "compute_s"}  # the regressions document's own clock
+# Why the misses miss, as found on 2026-12-01 (EXPLAIN and cProfile of the requests in-process through
+# create_app), with the fixes proposed; printed in the section until the code changes make them stale.
+FINDINGS = [
+    "Why the history page misses (found with EXPLAIN and cProfile of `series_doc` in-process, 2026-12-01):",
+    "",
+    "1. `series_doc` asks `Store.measurement_rows` for every row of the op, dtype and size on the system "
+    "(fingerprint as a prefix, any tag, both placements): 8,342 rows, of which Python keeps the 500 of the "
+    "series. Building those rows costs about 0.4 s, the query 0.1-0.5 s (SQLite scans the 20,000 entries of "
+    "`ix_measurements_series` and looks each run up; PostgreSQL 475 ms in EXPLAIN ANALYZE). With the whole "
+    "key in SQL (exact fingerprint, tag, placement, algo, redop, root, group) the query returns the 500 rows: "
+    "PostgreSQL 94 ms, SQLite 92-342 ms as it is, 40-100 ms after `ANALYZE` (the store never runs it, and "
+    "without statistics SQLite starts from the measurements index).",
+    "2. `_baseline_out` runs the same wide query a second time, for the rows of one baseline run: it could "
+    "select by the baseline's run ids.",
+    "3. The HTML page computes the whole series document, then its chart fetches `/api/series`, which computes "
+    "it again: the full render costs two series documents. A cache of series documents keyed by selector "
+    "and store generation (as the regressions document has) or a page that does not compute what only "
+    "the chart shows would halve it.",
+    "4. An index `measurements (run_id, op, dtype, size_bytes, in_place)` lets both databases start from the "
+    "500 runs of the series (`ix_runs_fingerprint_tag_started_at_utc`) and read one measurement each: "
+    "SQLite 21-38 ms (after ANALYZE), PostgreSQL 53 ms, against 40-100 and 94 ms without it.",
+    "",
+    "The run page's three charts each fetch the same `/api/runs/{id}` (98 KB, 40-90 ms of server time each, "
+    "served one after another under the GIL): one fetch per distinct URL in `commlens.js` would cut its "
+    "render by about two requests. The regressions document reads every measurement of 210 days "
+    "(about 580,000 rows) into memory and runs detection on every series on its first request: 33-71 s and "
+    "1.0-1.4 GiB of resident memory that stays after it; saved change points (`detect --save`) or a "
+    "detection that streams one series at a time would bound both.",
+]
 # Added to every document before its scripts run (CDP): the time the last chart was marked drawn.
 RENDER_PROBE = """
 (() => {
@@ -116,6 +145,7 @@ class Render:
     charts: int
     points: list[int]
     console_errors: list[str]
+    phases_s: dict[str, float]  # median time of each step of the load, from navigation start
 
 
 @dataclass
@@ -236,20 +266,39 @@ def _driver() -> Any:
     return driver
 
 
-def _one_load(driver: Any, url: str) -> tuple[float, int, int]:
-    """Load ``url``; (seconds from navigation start to full render, charts, points plotted)."""
+@dataclass
+class Load:
+    """One page load, seconds from navigation start."""
+
+    full_s: float  # load event fired and every chart drawn
+    response_end_s: float  # the HTML received
+    dom_ready_s: float  # DOMContentLoaded handlers done
+    load_end_s: float  # the load event done (stylesheets, scripts)
+    charts: int
+    points: int
+
+
+def _one_load(driver: Any, url: str) -> Load:
+    """Load ``url`` and wait until every chart is drawn."""
     driver.get(url)  # returns after the load event
     deadline = time.monotonic() + 30.0
     while True:
         state = driver.execute_script(
             "const nav = performance.getEntriesByType('navigation')[0];"
             "const pts = [...document.querySelectorAll('.chart')].map(c => +(c.getAttribute('data-points') || 0));"
-            "return [nav ? nav.loadEventEnd : 0, window.__commlensChartsAt, window.__commlensCharts,"
-            " pts.reduce((a, b) => a + b, 0)];"
+            "return [nav.responseEnd, nav.domContentLoadedEventEnd, nav.loadEventEnd, window.__commlensChartsAt,"
+            " window.__commlensCharts, pts.reduce((a, b) => a + b, 0)];"
         )
-        load_end, charts_at, charts, points = state
+        response_end, dom_ready, load_end, charts_at, charts, points = state
         if charts_at is not None and load_end:
-            return max(load_end, charts_at) / 1e3, int(charts), int(points)
+            return Load(
+                max(load_end, charts_at) / 1e3,
+                response_end / 1e3,
+                dom_ready / 1e3,
+                load_end / 1e3,
+                int(charts),
+                int(points),
+            )
         if time.monotonic() > deadline:
             raise SystemExit(f"{url}: the charts were not all drawn within 30 s")
         time.sleep(0.01)
@@ -261,17 +310,32 @@ def time_renders(base: str, pages: dict[str, str], loads: int) -> list[Render]:
     try:
         for page, path in pages.items():
             driver.get_log("browser")  # drop what came before
-            cold, charts, points = _one_load(driver, base + path)
-            times, all_points = [], [points]
-            for _ in range(loads):
-                seconds, charts, points = _one_load(driver, base + path)
-                times.append(seconds)
-                all_points.append(points)
+            cold = _one_load(driver, base + path)
+            timed = [_one_load(driver, base + path) for _ in range(loads)]
             errors = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
-            out.append(Render(page, path, times, cold, charts, sorted(set(all_points)), errors))
+            out.append(
+                Render(
+                    page,
+                    path,
+                    [x.full_s for x in timed],
+                    cold.full_s,
+                    timed[-1].charts,
+                    sorted({x.points for x in [cold, *timed]}),
+                    errors,
+                    {
+                        "HTML received": _median([x.response_end_s for x in timed]),
+                        "DOMContentLoaded": _median([x.dom_ready_s for x in timed]),
+                        "load event": _median([x.load_end_s for x in timed]),
+                    },
+                )
+            )
     finally:
         driver.quit()
     return out
+
+
+def _median(values: list[float]) -> float:
+    return percentile(sorted(values), 50)
 
 
 def _series_params(fingerprint: str) -> dict[str, Any]:
@@ -372,13 +436,16 @@ def measure(backend: str, args: argparse.Namespace, workdir: Path) -> BackendRes
                 print(
                     f"  render {r.page}: p50 {percentile(sorted(r.times_s), 50) * 1e3:.0f} ms "
                     f"p95 {percentile(sorted(r.times_s), 95) * 1e3:.0f} ms, {r.charts} charts, points {r.points}, "
-                    f"{len(r.console_errors)} console errors",
+                    f"{len(r.console_errors)} console errors; medians: "
+                    + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in r.phases_s.items()),
                     flush=True,
                 )
+            memory_pages = memory_kib(proc.pid)
             docs = documents(client, run_id, fingerprint)
             regressions_cold = _server_time_s(client.get("/api/regressions", params={"since": "2026-11-15"}))
             cold["regressions api (first request, uncached)"] = regressions_cold or 0.0
-        memory = memory_kib(proc.pid)
+        memory = {f"{k} after the pages": v for k, v in memory_pages.items()}
+        memory.update({f"{k} after the regressions": v for k, v in memory_kib(proc.pid).items()})
     print(f"  memory: {memory}", flush=True)
     return BackendResult(backend, shown, held, requests, renders, memory, docs, cold)
 
@@ -431,8 +498,11 @@ def report(results: list[BackendResult], identical: str | None, args: argparse.N
             "after one warm-up load (whose time is the first-load column; the browser's cache is warm after it). "
             "Target: under 1 s.",
             "",
-            "| backend | page | charts | points plotted | first load (ms) | p50 (ms) | p95 (ms) | console errors | p95 < 1 s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "The median load's steps, from navigation start: HTML received, DOMContentLoaded, load event (the "
+            "rest, to full render, is the charts' API requests and drawing).",
+            "",
+            "| backend | page | charts | points plotted | first load (ms) | HTML (ms) | DOM ready (ms) | load (ms) | p50 (ms) | p95 (ms) | console errors | p95 < 1 s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in results:
             for x in r.renders:
@@ -440,27 +510,37 @@ def report(results: list[BackendResult], identical: str | None, args: argparse.N
                 points = ", ".join(str(p) for p in x.points)
                 lines.append(
                     f"| {r.backend} | {x.page} | {x.charts} | {points} | {_ms(x.cold_s)} | "
+                    + " | ".join(_ms(v) for v in x.phases_s.values())
+                    + " | "
                     f"{_ms(percentile(sorted(x.times_s), 50))} | {_ms(p95)} | {len(x.console_errors)} | "
                     f"{_yes(p95 < TARGET_RENDER_S)} |"
                 )
     lines += [
         "",
-        "Server memory after all of the above (`/proc/PID/status`):",
+        "Server memory (`/proc/PID/status`: VmRSS, and VmHWM, the peak so far), after the timed requests and "
+        "renders of the three pages, then after the documents compared below (the regressions document reads "
+        "every series' points of half a year):",
         "",
-        "| backend | VmRSS (MiB) | VmHWM, peak (MiB) |",
-        "|---|---:|---:|",
+        "| backend | after the pages: VmRSS (MiB) | VmHWM (MiB) | after the regressions: VmRSS (MiB) | VmHWM (MiB) |",
+        "|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        lines.append(
-            f"| {r.backend} | {r.memory_kib.get('VmRSS', 0) / 1024:.0f} | {r.memory_kib.get('VmHWM', 0) / 1024:.0f} |"
-        )
+        m = r.memory_kib
+        cells = [
+            m.get(f"{k} after {when}", 0) / 1024
+            for when in ("the pages", "the regressions")
+            for k in ("VmRSS", "VmHWM")
+        ]
+        lines.append(f"| {r.backend} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
     lines += ["", "Other first requests (uncached on the server):", ""]
     for r in results:
         for name, seconds in r.cold_s.items():
             if name.startswith("regressions"):
                 lines.append(f"- {r.backend}: `{name}`: {_ms(seconds)} ms")
+    lines.append("")
+    lines.append(f"1-minute load average when it ended: {os.getloadavg()[0]:.1f}.")
     if len(results) == 2:
-        names = ", ".join(results[0].documents)
+        names = "; ".join(results[0].documents)
         verdict = "identical" if identical is None else f"**differ**: first difference at `{identical}`"
         lines += [
             "",
@@ -468,6 +548,8 @@ def report(results: list[BackendResult], identical: str | None, args: argparse.N
             "document without its own `computed_at` and `compute_s`). Target: identical; "
             f"met: {_yes(identical is None)}.",
         ]
+    if args.findings:
+        lines += ["", *FINDINGS]
     return lines
 
 
@@ -483,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=12, help="timed browser loads per page (default 12)")
     parser.add_argument("--regenerate", action="store_true", help="generate the stores again")
     parser.add_argument("--no-browser", action="store_true", help="skip the headless-browser renders")
+    parser.add_argument(
+        "--no-findings", dest="findings", action="store_false", help="leave out the analysis of the misses"
+    )
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
