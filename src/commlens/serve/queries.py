@@ -462,6 +462,18 @@ def _change_out(c: DetectedChange) -> ChangeOut:
 
 
 def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:
+    """One series' history: its points, the change points ``commlens detect`` finds, its baseline."""
+    key = (store.url, order, *sel.model_dump().items())
+    generation = _generation(store)
+    cached = _series_cache.get(key, generation)
+    if cached is not None:
+        return cached
+    doc = _series_doc(store, sel, order)
+    _series_cache.put(key, generation, doc)
+    return doc
+
+
+def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"]) -> SeriesOut:
     for name in ("fingerprint", "op", "dtype", "algo"):
         if _text(getattr(sel, name), name) is None:
             raise BadRequest(f"{name}: needed to name a series")
@@ -577,7 +589,8 @@ def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> Bas
         return None
     ids = series_meta.baseline_run_ids(store, found)
     wanted = set(ids)
-    tag = found.ref if found.ref_kind == "tag" else None
+    # a tag's runs by their tag, a run by its id: never every run of the system
+    by_tag = found.ref_kind == "tag"
     rows = [
         r
         for r in store.measurement_rows(
@@ -585,7 +598,8 @@ def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> Bas
             dtype=sel.dtype,
             size_bytes=sel.size_bytes,
             fingerprint=sel.fingerprint,
-            tag=tag,
+            tag=found.ref if by_tag else None,
+            run_ids=None if by_tag else ids,
             with_samples=False,
         )
         if r.run_id in wanted and r.key == key
@@ -640,21 +654,59 @@ class _Cache:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: dict[tuple[str, int], tuple[tuple[int, str], RegressionsOut]] = {}
+        self.entries: dict[tuple[str, str, int], tuple[tuple[Any, ...], RegressionsOut]] = {}
 
 
 _cache = _Cache()
 
 
-def _generation(store: Store) -> tuple[int, str]:
+def _generation(store: Store) -> tuple[Any, ...]:
+    """What a cached document depends on, in one query: the runs, baselines, thresholds and noise floors
+    held (how many, and the newest). Any write through commlens changes it."""
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
-    from commlens.store.models import RunModel
+    from commlens.store.models import BaselineModel, NoiseFloorModel, RunModel, ThresholdModel
 
+    parts = [
+        select(func.count()).select_from(RunModel).scalar_subquery(),
+        select(func.max(RunModel.started_at_utc)).scalar_subquery(),
+        select(func.max(RunModel.run_id)).scalar_subquery(),
+        select(func.count()).select_from(BaselineModel).scalar_subquery(),
+        select(func.max(BaselineModel.set_at)).scalar_subquery(),
+        select(func.count()).select_from(ThresholdModel).scalar_subquery(),
+        select(func.max(ThresholdModel.set_at)).scalar_subquery(),
+        select(func.count()).select_from(NoiseFloorModel).scalar_subquery(),
+        select(func.max(NoiseFloorModel.learned_at)).scalar_subquery(),
+    ]
     with Session(store.engine) as session:
-        n, newest = session.execute(select(func.count(), func.max(RunModel.started_at_utc))).one()
-    return int(n), str(newest)
+        return tuple(str(v) for v in session.execute(select(*parts)).one())
+
+
+class _SeriesCache:
+    """The last few history documents, each valid while the store's generation is the same: the history
+    page and its chart ask for the same series within a second."""
+
+    SIZE = 32
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], SeriesOut]] = {}
+
+    def get(self, key: tuple[Any, ...], generation: tuple[Any, ...]) -> SeriesOut | None:
+        with self.lock:
+            hit = self.entries.get(key)
+            return hit[1] if hit is not None and hit[0] == generation else None
+
+    def put(self, key: tuple[Any, ...], generation: tuple[Any, ...], doc: SeriesOut) -> None:
+        with self.lock:
+            self.entries.pop(key, None)
+            self.entries[key] = (generation, doc)
+            while len(self.entries) > self.SIZE:
+                self.entries.pop(next(iter(self.entries)))
+
+
+_series_cache = _SeriesCache()
 
 
 def regressions_doc(
@@ -663,15 +715,16 @@ def regressions_doc(
     """Every recent regression-direction change across all series, unstable series apart.
 
     History is read back ``lookback_days`` before ``since`` (default: 30 days ago), so the level before a
-    recent change is known. A series is unstable when its robust relative noise exceeds the detection's
-    ``min_change``: a change that small cannot be told from one noisy run.
+    recent change is known. A series (of at least the 2 x ``min_segment`` points detection needs) is
+    unstable when its robust relative noise exceeds the detection's ``min_change``: a change that small
+    cannot be told from one noisy run.
     """
     if not (1 <= lookback_days <= 3650):
         raise BadRequest("lookback_days: expected 1 to 3650")
     now = now or datetime.now(timezone.utc)
     since = _when(since, "since")
     since_at = parse_utc(since) if since is not None else now - timedelta(days=30)
-    key = (since_at.isoformat(), lookback_days)
+    key = (store.url, since_at.isoformat(), lookback_days)
     gen = _generation(store)
     with _cache.lock:
         hit = _cache.entries.get(key)
@@ -686,65 +739,90 @@ def regressions_doc(
 
 
 def _regressions(store: Store, since_at: datetime, lookback_days: int) -> RegressionsOut:
+    """Detect over every series, one (op, dtype, size) at a time: memory holds one slice of the history,
+    not the whole store's."""
     from commlens.regress.series_settings import detect_thresholds
     from commlens.store.series_meta import list_thresholds
 
-    rows = store.measurement_rows(since=since_at - timedelta(days=lookback_days), with_samples=False)
+    start = since_at - timedelta(days=lookback_days)
     settings = DetectSettings()
     stored = list_thresholds(store)
-    report = detect_history(
-        rows,
-        settings,
-        since=since_at,
-        floors=_floors(store, None),
-        settings_for=detect_thresholds(stored, settings) if stored else None,
-    )
-    per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
-    for r in rows:
-        if r.status != "check_failed" and r.mean_s > 0:
-            per_series[(r.fingerprint, r.tag, r.key)].append(r.mean_s)
-    refs: dict[tuple[Any, ...], SeriesRef] = {}
+    settings_for = detect_thresholds(stored, settings) if stored else None
+    floors = _floors(store, None)
+    series = points = 0
     unstable: list[SeriesRef] = []
-    for (fp, tag, k), means in per_series.items():
-        noise = float(robust_noise(_log(means))) if len(means) >= 4 else None
-        ref = SeriesRef(
-            fingerprint=fp,
-            tag=tag,
-            op=k.op,
-            algo=k.algo,
-            dtype=k.dtype,
-            redop=k.redop,
-            root=k.root,
-            size_bytes=k.size_bytes,
-            in_place=k.in_place,
-            group=k.group,
-            points=len(means),
-            noise=noise,
-        )
-        refs[(fp, tag, k)] = ref
-        if noise is not None and noise > settings.min_change:
-            unstable.append(ref)
-    unstable_keys = {(u.fingerprint, u.tag, _ref_key(u)) for u in unstable}
     stable_out: list[RegressionOut] = []
     noisy_out: list[RegressionOut] = []
-    for c in report.regressions:
-        skey = (c.series.fingerprint, c.series.tag, c.series.key)
-        item = RegressionOut(series=refs[skey], change=_change_out(c))
-        (noisy_out if skey in unstable_keys else stable_out).append(item)
+    for op, dtype, size_bytes in _slices(store, start):
+        rows = store.measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, since=start, with_samples=False)
+        report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
+        series += report.series
+        points += report.points
+        per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+        for r in rows:
+            if r.status != "check_failed" and r.mean_s > 0:
+                per_series[(r.fingerprint, r.tag, r.key)].append(r.mean_s)
+        del rows
+        refs: dict[tuple[Any, ...], SeriesRef] = {}
+        noisy: set[tuple[Any, ...]] = set()
+        for (fp, tag, k), means in per_series.items():
+            # judged only where detect can find a change at all (2 x min_segment points): a pull
+            # request's few runs are not a series to call noisy
+            noise = float(robust_noise(_log(means))) if len(means) >= 2 * settings.min_segment else None
+            refs[(fp, tag, k)] = ref = SeriesRef(
+                fingerprint=fp,
+                tag=tag,
+                op=k.op,
+                algo=k.algo,
+                dtype=k.dtype,
+                redop=k.redop,
+                root=k.root,
+                size_bytes=k.size_bytes,
+                in_place=k.in_place,
+                group=k.group,
+                points=len(means),
+                noise=noise,
+            )
+            if noise is not None and noise > settings.min_change:
+                unstable.append(ref)
+                noisy.add((fp, tag, k))
+        for c in report.regressions:
+            skey = (c.series.fingerprint, c.series.tag, c.series.key)
+            item = RegressionOut(series=refs[skey], change=_change_out(c))
+            (noisy_out if skey in noisy else stable_out).append(item)
     stable_out.sort(key=lambda x: x.change.started_at, reverse=True)
     noisy_out.sort(key=lambda x: x.change.started_at, reverse=True)
-    unstable.sort(key=lambda u: -(u.noise or 0.0))
+    unstable.sort(key=lambda u: (-(u.noise or 0.0), u.fingerprint, u.tag or "", u.op, u.size_bytes))
     return RegressionsOut(
         since=since_at.isoformat(),
         lookback_days=lookback_days,
         computed_at=datetime.now(timezone.utc).isoformat(),
         compute_s=0.0,
-        series=report.series,
-        points=report.points,
+        series=series,
+        points=points,
         regressions=stable_out,
         unstable=unstable,
         unstable_regressions=noisy_out,
     )
+
+
+def _slices(store: Store, since: datetime) -> list[tuple[str, str, int]]:
+    """The (op, dtype, size) measured by runs started at or after ``since``, in order."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from commlens.store.models import MeasurementModel, RunModel
+
+    m = MeasurementModel
+    query = (
+        select(m.op, m.dtype, m.size_bytes)
+        .join(RunModel, RunModel.run_id == m.run_id)
+        .where(RunModel.started_at_utc >= since.astimezone(timezone.utc).replace(tzinfo=None))
+        .distinct()
+        .order_by(m.op, m.dtype, m.size_bytes)
+    )
+    with Session(store.engine) as session:
+        return [(op, dtype, int(size)) for op, dtype, size in session.execute(query)]
 
 
 def _ref_key(u: SeriesRef) -> MeasurementKey:

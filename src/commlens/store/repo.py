@@ -331,11 +331,12 @@ class Store:
         fingerprint: str | None = None,
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        run_ids: Collection[str] | None = None,
         with_samples: bool = True,
     ) -> list[MeasurementRow]:
         """Every stored measurement matching the filters, oldest run first; one query.
 
-        ``with_samples=False`` leaves the samples unread (``samples_s`` empty, ``iterations`` the
+        ``run_ids`` keeps only those runs. ``with_samples=False`` leaves the samples unread (``samples_s`` empty, ``iterations`` the
         reported count or 0): what a history of mean times needs, at a fraction of the cost.
         """
         m, r, s = MeasurementModel, RunModel, SampleModel
@@ -346,6 +347,8 @@ class Store:
             conditions.append(m.dtype == dtype)
         if size_bytes is not None:
             conditions.append(m.size_bytes == size_bytes)
+        if run_ids is not None:
+            conditions.append(r.run_id.in_(list(run_ids)))
         query = (
             select(
                 r.run_id,
