@@ -38,7 +38,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
     echo "error: chromium or chromedriver is not installed and this is not root: the dashboard's browser tests will fail" >&2
   fi
 fi
-"$VENV/bin/python" -m pytest -q "$@"
+"$VENV/bin/python" -m pytest -q --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "error: no tests were collected" >&2
