@@ -292,3 +292,31 @@ def test_tokens_are_compared_in_constant_time_on_digests() -> None:
     assert gate.access(f"Bearer {READ}", {}) == "read" and gate.access(f"Bearer {WRITE}", {}) == "write"
     assert gate.access(f"bearer   {READ}  ", {}) == "read"
     assert gate.access("Bearer ", {}) == "none" and gate.access(None, {"commlens_write": WRITE}) == "none"
+
+
+def test_a_large_or_unbounded_body_is_refused_before_it_is_read(guarded: ServeProcess) -> None:
+    big = json.dumps({"tag": "x" * 200, "pad": "y" * (1 << 20)}).encode()
+    status, _, answer = guarded.request(
+        "PUT",
+        f"/api/runs/{RUN}/tag",
+        body=big,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {WRITE}"},
+        auth=False,
+    )
+    assert status == 413 and "at most" in _json(answer)["error"]
+    assert _tag_of(guarded) == "main"
+    # a chunked body says no length: refused without reading it
+    import socket
+
+    with socket.create_connection(("127.0.0.1", guarded.port), timeout=10) as conn:
+        conn.sendall(
+            (
+                f"PUT /api/runs/{RUN}/tag HTTP/1.1\r\nHost: 127.0.0.1:{guarded.port}\r\n"
+                f"Authorization: Bearer {WRITE}\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                '5\r\n{"tag\r\n'
+            ).encode()
+        )
+        reply = conn.recv(4096).decode(errors="replace")
+    assert reply.startswith("HTTP/1.1 411"), reply[:200]
+    assert _tag_of(guarded) == "main"

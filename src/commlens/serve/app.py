@@ -54,6 +54,8 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
             cookies=dict(request.cookies),
             csrf_header=h.get("x-csrf-token"),
         )
+        if decision.allowed and request.method not in ("GET", "HEAD", "OPTIONS"):
+            decision = _body_limit(decision, h.get("content-length"), h.get("transfer-encoding"))
         if not decision.allowed:
             response: Response
             wants_page = not request.url.path.startswith("/api") and request.method == "GET"
@@ -110,6 +112,24 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
     for extra in _extra_routers():
         app.include_router(extra)
     return app
+
+
+MAX_BODY_BYTES = 64 * 1024  # a write's JSON (a tag, a baseline, a threshold) or the sign-in form
+
+
+def _body_limit(decision: Any, length: str | None, encoding: str | None) -> Any:
+    """Refuse a body that could be large before anything reads it: one without a length, or over the limit."""
+    from commlens.serve.security import Decision
+
+    if encoding is not None and length is None:
+        return Decision(False, 411, "a request body needs a Content-Length")
+    try:
+        n = int(length) if length is not None else 0
+    except ValueError:
+        return Decision(False, 400, "Content-Length is not a number")
+    if n > MAX_BODY_BYTES:
+        return Decision(False, 413, f"request body of {n} bytes: at most {MAX_BODY_BYTES} are accepted")
+    return decision
 
 
 def _extra_routers() -> list[Any]:
