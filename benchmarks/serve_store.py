@@ -422,7 +422,7 @@ def ensure_store(backend: str, *, regenerate: bool = False, runs: int = RUNS, pr
     if backend == "sqlite":
         path = SQLITE_PATH if runs == RUNS else SQLITE_PATH.with_name(f"{SQLITE_PATH.stem}-{runs}.db")
         if path.exists() and not regenerate:
-            return f"sqlite:///{path}"
+            return _current(f"sqlite:///{path}")
         partial = path.with_name(path.name + ".partial")
         for stale in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
             stale.unlink(missing_ok=True)
@@ -441,7 +441,7 @@ def ensure_store(backend: str, *, regenerate: bool = False, runs: int = RUNS, pr
     name = PG_DATABASE if runs == RUNS else f"{PG_DATABASE}_{runs}"
     existing = _pg_databases(admin)
     if name in existing and not regenerate:
-        return pg_url(admin, name)
+        return _current(pg_url(admin, name))
     building = f"{name}_partial"
     _pg_admin(admin, f'DROP DATABASE IF EXISTS "{building}"', f'CREATE DATABASE "{building}"')
     if progress:
@@ -451,6 +451,14 @@ def ensure_store(backend: str, *, regenerate: bool = False, runs: int = RUNS, pr
     if progress:
         print(f"stored {n_runs} runs, {n_m} measurements in {seconds:.0f} s", flush=True)
     return pg_url(admin, name)
+
+
+def _current(url: str) -> str:
+    """A store generated earlier, migrated to this commlens' schema (a new index, say) if it is older."""
+    from commlens.store import upgrade_schema
+
+    upgrade_schema(url)
+    return url
 
 
 def describe(url: str) -> dict[str, Any]:

@@ -280,25 +280,25 @@ def test_db_status_and_upgrade_of_a_store_from_before_alembic(tmp_path: Path) ->
     refused = _cli("runs", "--db", str(path))
     assert refused.exit_code == 2
     assert refused.stderr == (
-        f"error: result store {url} has schema 0001, this commlens needs 0006: "
+        f"error: result store {url} has schema 0001, this commlens needs 0007: "
         "run `commlens db upgrade` (with the same --db) to upgrade it in place\n"
     )
     assert _cli("db", "status", "--db", str(path)).stdout == (
         f"store     {url}\n"
         "schema    0001 (from before Alembic)\n"
-        "commlens  0006\n"
+        "commlens  0007\n"
         "state     older than this commlens: run `commlens db upgrade`\n"
         "runs      3\n"
         "integrity ok\n"
     )
     upgraded = _cli("db", "upgrade", "--db", str(path))
-    assert (upgraded.exit_code, upgraded.stdout) == (0, f"{url}: upgraded schema from 0001 to 0006\n")
-    assert _cli("db", "upgrade", "--db", str(path)).stdout == f"{url}: already at schema 0006, nothing to do\n"
+    assert (upgraded.exit_code, upgraded.stdout) == (0, f"{url}: upgraded schema from 0001 to 0007\n")
+    assert _cli("db", "upgrade", "--db", str(path)).stdout == f"{url}: already at schema 0007, nothing to do\n"
     status = json.loads(_cli("db", "status", "--json", "--db", str(path)).stdout)
     assert status == {
         "url": url,
-        "revision": "0006",
-        "head": "0006",
+        "revision": "0007",
+        "head": "0007",
         "state": "current",
         "stamped": True,
         "nruns": 3,
@@ -312,13 +312,13 @@ def test_db_upgrade_creates_and_refuses_newer(store_url: str) -> None:
     shown = store_url.split("@")[-1]  # the PostgreSQL URL as printed hides nothing here: no password
     created = _cli("db", "upgrade", "--db", store_url)
     assert created.exit_code == 0, created.output
-    assert created.stdout.endswith(f"{shown}: created schema 0006\n")
+    assert created.stdout.endswith(f"{shown}: created schema 0007\n")
     with Store.open(store_url) as store, store.engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0007'")
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0008'")
     for args in (("db", "upgrade"), ("runs",), ("export",)):
         result = _cli(*args, "--db", store_url)
         assert result.exit_code == 2
-        assert result.stderr.endswith("database schema 0007 is newer than this commlens (0006); upgrade commlens\n")
+        assert result.stderr.endswith("database schema 0008 is newer than this commlens (0007); upgrade commlens\n")
     assert "state     newer than this commlens: upgrade commlens" in _cli("db", "status", "--db", store_url).stdout
 
 

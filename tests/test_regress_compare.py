@@ -460,7 +460,7 @@ def test_files_are_compared_when_the_default_store_has_an_old_schema(tmp_path: P
         assert _verdicts(result.stdout) == ["regression"] * 4
         [warning] = result.stderr.splitlines()
         assert warning.startswith("warning: noise floors not read: ")
-        assert "has schema 0003, this commlens needs 0006: run `commlens db upgrade`" in warning
+        assert "has schema 0003, this commlens needs 0007: run `commlens db upgrade`" in warning
 
 
 def test_markdown_is_a_pull_request_table_with_regressions_first(db: str) -> None:

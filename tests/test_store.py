@@ -180,7 +180,7 @@ def test_open_without_url_uses_default_and_creates_directories(tmp_path: Path, m
     with Store.open() as store:
         store.save_run(_run("default0"))
         with store.engine.connect() as conn:
-            assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
+            assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0007"
             assert conn.scalar(text("SELECT version FROM schema_version")) == 2  # pre-Alembic commlens refuses
     assert (tmp_path / "xdg" / "commlens" / "results.db").is_file()
 

@@ -37,6 +37,7 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
     app.state.config = config
     app.state.store = store if store is not None else Store.open(config.db_url, create=False)
     app.state.gate = Gate(config)
+    _refresh_sqlite_statistics(app.state.store)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.middleware("http")
@@ -112,6 +113,27 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
     for extra in _extra_routers():
         app.include_router(extra)
     return app
+
+
+def _refresh_sqlite_statistics(store: Store) -> None:
+    """Give SQLite's planner statistics (an approximate ANALYZE, a fraction of a second on 1,000,000 rows).
+
+    Without them it reads a series' history through the index on the key alone, every run's row of the
+    key across systems and tags, rather than from the series' runs: 3x slower on a 10,000-run store.
+    PostgreSQL's autovacuum keeps its own. A store that cannot be written keeps the old plans.
+    """
+    from commlens.store.db import is_sqlite, write_engine
+
+    if not is_sqlite(store.engine):
+        return
+    try:
+        with write_engine(store.engine).begin() as conn:
+            conn.exec_driver_sql("PRAGMA analysis_limit=400")
+            conn.exec_driver_sql("ANALYZE")
+    except Exception as e:  # noqa: BLE001 - statistics are an optimisation: serving goes on without them
+        import logging
+
+        logging.getLogger(__name__).warning("SQLite statistics not refreshed: %s", e)
 
 
 MAX_BODY_BYTES = 64 * 1024  # a write's JSON (a tag, a baseline, a threshold) or the sign-in form

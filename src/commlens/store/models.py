@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 # The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2
@@ -108,7 +108,8 @@ class MeasurementModel(Base):
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint("run_id", "position", name="uq_measurements_run_position"),
-        Index("ix_measurements_run_id", "run_id"),
+        # A run's measurements of one key: the history of one series starts from its runs.
+        Index("ix_measurements_run_key", "run_id", "op", "dtype", "size_bytes", "in_place"),
         # One series across runs: what compare and detect look up (NULL group_name: no process group).
         Index("ix_measurements_series", "op", "dtype", "size_bytes", "in_place", "group_name"),
     )

@@ -495,8 +495,14 @@ def _run_filters(
         else:
             conditions.append(RunModel.started_at_utc <= bound)
     if fingerprint is not None:
-        conditions.append(RunModel.fingerprint.startswith(fingerprint.strip().lower(), autoescape=True))
+        fp = fingerprint.strip().lower()
+        # a whole fingerprint (16 hex digits) by equality, which the (fingerprint, tag, time) index serves
+        exact = len(fp) == _FINGERPRINT_CHARS
+        conditions.append(RunModel.fingerprint == fp if exact else RunModel.fingerprint.startswith(fp, autoescape=True))
     return conditions
+
+
+_FINGERPRINT_CHARS = 16  # SystemInfo.fingerprint(): the first 16 hex digits of a SHA-256
 
 
 def _resolve(session: Session, run_ref: str) -> str:

@@ -8,11 +8,18 @@
     return hit ? decodeURIComponent(hit.slice(name.length + 1)) : null;
   }
 
-  async function getJSON(url) {
-    const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    const body = await r.json();
-    if (!r.ok) throw new Error(body.error || r.statusText);
-    return body;
+  // One request per URL and page: the charts of a page that draw the same document share it.
+  const fetched = new Map();
+  function getJSON(url) {
+    if (!fetched.has(url)) {
+      fetched.set(url, (async () => {
+        const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        const body = await r.json();
+        if (!r.ok) throw new Error(body.error || r.statusText);
+        return body;
+      })());
+    }
+    return fetched.get(url);
   }
 
   async function sendJSON(method, url, data) {
