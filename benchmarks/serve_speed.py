@@ -70,34 +70,30 @@ REQUEST_TIMEOUT_S = 600.0  # the regressions document reads every series of half
 SERIES_OP = "all_reduce"
 SERIES_SIZE_BYTES = 16 * 1024 * 1024
 VOLATILE_KEYS = {"computed_at", "compute_s"}  # the regressions document's own clock
-# Why the misses miss, as found on 2026-12-01 (EXPLAIN and cProfile of the requests in-process through
-# create_app), with the fixes proposed; printed in the section until the code changes make them stale.
+# What the first runs of this benchmark found (EXPLAIN and cProfile of the requests in-process through
+# create_app), what was changed, and what is left; printed in the section.
 FINDINGS = [
-    "Why the history page misses (found with EXPLAIN and cProfile of `series_doc` in-process, 2026-12-01):",
+    "What the first runs found (2026-12-01; EXPLAIN ANALYZE on PostgreSQL, EXPLAIN QUERY PLAN on SQLite, "
+    "cProfile of the requests in-process through `create_app`), and what changed since:",
     "",
-    "1. `series_doc` asks `Store.measurement_rows` for every row of the op, dtype and size on the system "
-    "(fingerprint as a prefix, any tag, both placements): 8,342 rows, of which Python keeps the 500 of the "
-    "series. Building those rows costs about 0.4 s, the query 0.1-0.5 s (SQLite scans the 20,000 entries of "
-    "`ix_measurements_series` and looks each run up; PostgreSQL 475 ms in EXPLAIN ANALYZE). With the whole "
-    "key in SQL (exact fingerprint, tag, placement, algo, redop, root, group) the query returns the 500 rows: "
-    "PostgreSQL 94 ms, SQLite 92-342 ms as it is, 40-100 ms after `ANALYZE` (the store never runs it, and "
-    "without statistics SQLite starts from the measurements index).",
-    "2. `_baseline_out` runs the same wide query a second time, for the rows of one baseline run: it could "
-    "select by the baseline's run ids.",
-    "3. The HTML page computes the whole series document, then its chart fetches `/api/series`, which computes "
-    "it again: the full render costs two series documents. A cache of series documents keyed by selector "
-    "and store generation (as the regressions document has) or a page that does not compute what only "
-    "the chart shows would halve it.",
-    "4. An index `measurements (run_id, op, dtype, size_bytes, in_place)` lets both databases start from the "
-    "500 runs of the series (`ix_runs_fingerprint_tag_started_at_utc`) and read one measurement each: "
-    "SQLite 21-38 ms (after ANALYZE), PostgreSQL 53 ms, against 40-100 and 94 ms without it.",
-    "",
-    "The run page's three charts each fetch the same `/api/runs/{id}` (98 KB, 40-90 ms of server time each, "
-    "served one after another under the GIL): one fetch per distinct URL in `commlens.js` would cut its "
-    "render by about two requests. The regressions document reads every measurement of 210 days "
-    "(about 580,000 rows) into memory and runs detection on every series on its first request: 33-71 s and "
-    "1.0-1.4 GiB of resident memory that stays after it; saved change points (`detect --save`) or a "
-    "detection that streams one series at a time would bound both.",
+    "1. The 500-point history page took 1.1 s at p50 and 2.3 s at p95 on SQLite (0.76 s and 1.3 s on "
+    "PostgreSQL), its full render 2.2 s. `series_doc` read every row of the op, dtype and size on the "
+    "system (fingerprint as a prefix, any tag, both placements: 8,342 rows) and kept the series' 500 in "
+    "Python (0.4 s to build the rows, 0.1-0.5 s of query: SQLite walked the 20,000 entries of "
+    "`ix_measurements_series`, PostgreSQL 475 ms in EXPLAIN ANALYZE); the baseline's mean ran the same wide "
+    "query again; and the page computed the whole document, then its chart fetched `/api/series`, which "
+    "computed it again. Fixed in 383b54b (documents cached per store generation, the baseline read by run "
+    "id) and 57a3c74 (schema 0007: `ix_measurements_run_key (run_id, op, dtype, size_bytes, in_place)`, so "
+    "the query starts from the series' runs in `ix_runs_fingerprint_tag_started_at_utc`; SQLite's planner "
+    "statistics refreshed when the server starts, without which it starts from the measurements index). "
+    "The query measured alone: PostgreSQL 475 -> 53 ms, SQLite 440-980 -> 21-38 ms.",
+    "2. The run page's three charts each fetched the same `/api/runs/{id}` (98 KB): one fetch per URL now (57a3c74).",
+    "3. Left: the regressions document (not one of the three pages timed here) reads every measurement of "
+    "210 days (about 660,000 points of 156,000 series: each `pr-NNN` tag is its own series) and runs "
+    "detection on each on its first request after any change to the store: tens of seconds (the "
+    "first-request figures above). Its memory is bounded since 383b54b (one (op, dtype, size) slice at a "
+    "time: peak 1.25 GB -> about 0.2 GB). Listing saved change points (`detect --save`), or detecting "
+    "only the series of long-lived tags, would make it a query.",
 ]
 # Added to every document before its scripts run (CDP): the time the last chart was marked drawn.
 RENDER_PROBE = """
@@ -274,6 +270,7 @@ class Load:
     response_end_s: float  # the HTML received
     dom_ready_s: float  # DOMContentLoaded handlers done
     load_end_s: float  # the load event done (stylesheets, scripts)
+    api_end_s: float  # the last chart document received (0: none)
     charts: int
     points: int
 
@@ -286,16 +283,19 @@ def _one_load(driver: Any, url: str) -> Load:
         state = driver.execute_script(
             "const nav = performance.getEntriesByType('navigation')[0];"
             "const pts = [...document.querySelectorAll('.chart')].map(c => +(c.getAttribute('data-points') || 0));"
+            "const api = performance.getEntriesByType('resource').filter(e => e.name.includes('/api/'))"
+            ".map(e => e.responseEnd);"
             "return [nav.responseEnd, nav.domContentLoadedEventEnd, nav.loadEventEnd, window.__commlensChartsAt,"
-            " window.__commlensCharts, pts.reduce((a, b) => a + b, 0)];"
+            " window.__commlensCharts, pts.reduce((a, b) => a + b, 0), api.length ? Math.max(...api) : 0];"
         )
-        response_end, dom_ready, load_end, charts_at, charts, points = state
+        response_end, dom_ready, load_end, charts_at, charts, points, api_end = state
         if charts_at is not None and load_end:
             return Load(
                 max(load_end, charts_at) / 1e3,
                 response_end / 1e3,
                 dom_ready / 1e3,
                 load_end / 1e3,
+                api_end / 1e3,
                 int(charts),
                 int(points),
             )
@@ -326,6 +326,7 @@ def time_renders(base: str, pages: dict[str, str], loads: int) -> list[Render]:
                         "HTML received": _median([x.response_end_s for x in timed]),
                         "DOMContentLoaded": _median([x.dom_ready_s for x in timed]),
                         "load event": _median([x.load_end_s for x in timed]),
+                        "chart data received": _median([x.api_end_s for x in timed]),
                     },
                 )
             )
@@ -350,6 +351,48 @@ def _series_params(fingerprint: str) -> dict[str, Any]:
     }
 
 
+def time_uncached_history(client: httpx.Client, fingerprint: str, n: int) -> dict[str, Timings]:
+    """The history page and ``/api/series`` of ``n`` distinct 500-point series each, one request each.
+
+    The server caches a series' document per store generation, so a repeated URL measures the cache;
+    here every request names a series (op, size, placement; the page by time, the API by revision,
+    each its own document) not asked for before. The series measured warm is left out.
+    """
+    combos = [
+        (op, size, in_place)
+        for op in serve_store.OPS
+        for size in serve_store.SIZES_BYTES
+        for in_place in (False, True)
+        if (op, size, in_place) != (SERIES_OP, SERIES_SIZE_BYTES, False)
+    ]
+    out = {"page": Timings("/history?..."), "api": Timings("/api/series?...&order=revision")}
+    for kind, prefix, order in (("page", "/history?", "time"), ("api", "/api/series?", "revision")):
+        for op, size, in_place in combos[:n]:
+            params = {
+                **_series_params(fingerprint),
+                "op": op,
+                "size_bytes": size,
+                "in_place": "true" if in_place else "false",
+                "order": order,
+            }
+            if op not in ("all_reduce", "reduce_scatter"):
+                del params["redop"]
+            if op == "broadcast":
+                params["root"] = 0
+            path = prefix + urlencode(params)
+            start = time.perf_counter()
+            response = client.get(path)
+            elapsed = time.perf_counter() - start
+            if response.status_code != 200:
+                raise SystemExit(f"GET {path}: HTTP {response.status_code}: {response.text[:500]}")
+            server = _server_time_s(response)
+            if server is not None:
+                out[kind].server_s.append(server)
+            out[kind].client_s.append(elapsed)
+            out[kind].bytes = len(response.content)
+    return out
+
+
 def documents(client: httpx.Client, run_id: str, fingerprint: str) -> dict[str, Any]:
     """The API documents whose equality across backends is checked; volatile keys dropped."""
     paths = {
@@ -362,7 +405,7 @@ def documents(client: httpx.Client, run_id: str, fingerprint: str) -> dict[str, 
         "run": f"/api/runs/{run_id}",
         "series": "/api/series?" + urlencode(_series_params(fingerprint)),
         "series by revision": "/api/series?" + urlencode({**_series_params(fingerprint), "order": "revision"}),
-        "regressions": "/api/regressions?" + urlencode({"since": "2026-10-01"}),
+        "regressions": "/api/regressions?" + urlencode({"since": "2026-09-01"}),
     }
     out = {}
     for name, path in paths.items():
@@ -431,6 +474,14 @@ def measure(backend: str, args: argparse.Namespace, workdir: Path) -> BackendRes
                         f"(client p50 {t.p(50, 'client') * 1e3:.1f} ms), {t.bytes} B",
                         flush=True,
                     )
+            for kind, t in time_uncached_history(client, fingerprint, args.requests).items():
+                requests[f"history {kind}, uncached"] = t
+                cold[f"history {kind}, uncached"] = t.server_s[0] if t.server_s else t.client_s[0]
+                print(
+                    f"  history {kind}, uncached: server p50 {t.p(50) * 1e3:.1f} ms p95 {t.p(95) * 1e3:.1f} ms "
+                    f"over {len(t.client_s)} distinct 500-point series",
+                    flush=True,
+                )
             renders = [] if args.no_browser else time_renders(base, pages, args.loads)
             for r in renders:
                 print(
@@ -488,7 +539,7 @@ def report(results: list[BackendResult], identical: str | None, args: argparse.N
             lines.append(
                 f"| {r.backend} | `{name}` (`{_short(t.path)}`) | {_ms(t.p(50))} | {_ms(t.p(95))} | "
                 f"{_ms(t.p(50, 'client'))} | {_ms(t.p(95, 'client'))} | {_ms(r.cold_s[name])} | {t.bytes / 1024:.0f} | "
-                f"{_yes(t.p(95) < TARGET_SERVER_P95_S) if name.endswith('page') else '(API)'} |"
+                f"{_yes(t.p(95) < TARGET_SERVER_P95_S) if 'page' in name else '(API)'} |"
             )
     if any(r.renders for r in results):
         lines += [
@@ -498,11 +549,12 @@ def report(results: list[BackendResult], identical: str | None, args: argparse.N
             "after one warm-up load (whose time is the first-load column; the browser's cache is warm after it). "
             "Target: under 1 s.",
             "",
-            "The median load's steps, from navigation start: HTML received, DOMContentLoaded, load event (the "
-            "rest, to full render, is the charts' API requests and drawing).",
+            "The median load's steps, from navigation start: HTML received, DOMContentLoaded, load event, the "
+            "last chart document received from the API (0: the page has no chart); the rest, to full render, "
+            "is drawing.",
             "",
-            "| backend | page | charts | points plotted | first load (ms) | HTML (ms) | DOM ready (ms) | load (ms) | p50 (ms) | p95 (ms) | console errors | p95 < 1 s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| backend | page | charts | points plotted | first load (ms) | HTML (ms) | DOM ready (ms) | load (ms) | chart data (ms) | p50 (ms) | p95 (ms) | console errors | p95 < 1 s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in results:
             for x in r.renders:
