@@ -52,7 +52,7 @@ def _cases() -> dict[tuple[str, ...], tuple[str, ...]]:
         cases[("unknown-option", *path)] = (*path, "--no-such-option")
     for path, opt in _NUMBER_OPTIONS.items():
         cases[("bad-number", *path)] = (*path, opt, "not-a-number")
-    for path in _REQUIRED:
+    for path in sorted(_REQUIRED):
         cases[("missing-argument", *path)] = path
     # Behind their own parser (argparse for bench), or without a sub-command name (`project WORKLOAD`).
     cases[("bad-number", "bench")] = ("bench", "--iters", "not-a-number")
@@ -62,7 +62,7 @@ def _cases() -> dict[tuple[str, ...], tuple[str, ...]]:
     return cases
 
 
-_CASES = _cases()
+_CASES = dict(sorted(_cases().items()))  # sorted: every pytest process (xdist workers) collects one order
 
 
 @pytest.fixture(scope="module")
