@@ -100,11 +100,16 @@ class Browser:
     # -- the page's charts and tables (the DOM conventions in serve_design) ----------------------
 
     def wait_for(self, condition: Any, timeout_s: float = CHART_TIMEOUT_S, message: str = "") -> Any:
-        from selenium.common.exceptions import TimeoutException
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
         from selenium.webdriver.support.ui import WebDriverWait
 
+        # A page that reloads while the condition reads it (a form's write, then location.reload()) leaves it
+        # holding an element of the old document: poll again rather than fail.
+        ignored = (NoSuchElementException, StaleElementReferenceException)
         try:
-            return WebDriverWait(self.driver, timeout_s, poll_frequency=0.05).until(condition)
+            return WebDriverWait(self.driver, timeout_s, poll_frequency=0.05, ignored_exceptions=ignored).until(
+                condition
+            )
         except TimeoutException:
             raise AssertionError(
                 f"{message or 'condition'} not met within {timeout_s} s; console: {self.console_errors()}"

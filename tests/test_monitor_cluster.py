@@ -134,9 +134,12 @@ def _run_case(
         )  # fmt: skip
         if fault is not None:
             _wait_until(job, mon, job_time_s=fault_after_s, step=fault_at_step)
-            # in this process, not by `commlens cluster set`, whose start-up alone takes a second or more
+            # in this process, not by `commlens cluster set`, whose start-up alone takes a second or more.
+            # The clock is read before the change: its tc commands take effect while it runs, and on a busy
+            # machine the job ran 20 steps during it (CI: the slowdown was named at step 90, the step after
+            # change() returned was 111). The ranks stamp their records with this same clock.
+            changed_at_s = time.time()
             change(name, **fault)
-            changed_at_s = time.time()  # the ranks stamp their records with this same clock
         if recovery is not None:
             _wait_until(job, mon, step=steps - 10)
             change(name, **recovery)
@@ -151,7 +154,7 @@ def _run_case(
                 p.wait()
         assert commlens("cluster", "down", name, env=env).returncode == 0
     records = _records(mon)
-    onset = None  # the first step a rank started after the change: where the fault began
+    onset = None  # the first step a rank started after the change began: where the fault can begin
     if changed_at_s is not None:
         onset = min(r["step"] for r in records if r["start_s"] >= changed_at_s)
     return {
