@@ -9,7 +9,7 @@ import pytest
 
 from commlens.project import InfeasibleLayoutError, ParallelLayout, model_flops_per_step, project
 from commlens.project.layout import resolve
-from commlens.project.memory import memory_per_gpu
+from commlens.project.memory import memory_per_gpu, stage_memory
 from commlens.project.validate import MEGATRON_TABLE1, megatron_flops, validate_megatron
 from commlens.topology import load_topology, topology_from_dict, topology_to_dict
 from commlens.workload import load_workload
@@ -58,25 +58,34 @@ def _tiny(**over):
 
 
 def test_memory_hand_computed():
-    w = _tiny()
-    P = 4 * 12 * 1024**2 + (4 * 2 + 1) * 1024 + 32000 * 1024  # layers x 12 h^2, norms, tied embedding
+    w = _tiny(dropout=True)
+    h, V, s, a, t = 1024, 32000, 2048, 16, 2
+    P = 4 * 12 * h**2 + (4 * 2 + 1) * h + V * h  # layers x 12 h^2, norms, tied embedding
     assert w.parameters == P
     lay = ParallelLayout(tp=2, pp=2, zero=0, recompute="none", flash_attention=False, sp=False)
     r = resolve(lay, w, 8, 8)  # dp 2, 32 micro-batches, 2 layers per stage
-    mem = memory_per_gpu(w, lay, r)
-    local = P / 4
-    assert mem["weights"] == pytest.approx(2 * local)
-    assert mem["gradients"] == pytest.approx(4 * local)
-    assert mem["optimizer"] == pytest.approx(12 * local)
-    # Korthikanti: s b h (10 + 24/t + 5 a s / (h t)) per layer, 2 layers, p = 2 micro-batches in flight
-    s, h, a, t = 2048, 1024, 16, 2
+    first, last = stage_memory(w, lay, r)
+    layers = 2 * (12 * h**2 + 2 * h)
+    local_first = (layers + V * h) / t  # the input embedding on the first stage
+    local_last = (layers + h + V * h) / t  # final norm and the (tied) output layer's copy on the last
+    assert first["weights"] == pytest.approx(2 * local_first)
+    assert first["gradients"] == pytest.approx(4 * local_first)
+    assert first["optimizer"] == pytest.approx(12 * local_first)
+    assert last["weights"] == pytest.approx(2 * local_last)
+    # Korthikanti: s b h (10 + 24/t + 5 a s / (h t)) per layer, 2 layers; 1F1B keeps p = 2 micro-batches in flight
+    # on the first stage and 1 on the last, each + one layer's transient; the last also holds one micro-batch's
+    # logits (bf16 + the fp32 copy of the loss)
     per_layer = s * h * (10 + 24 / t + 5 * a * s / (h * t))
-    assert mem["activations"] == pytest.approx(per_layer * 2 * 2)
+    assert first["in_flight"] == 2 and last["in_flight"] == 1
+    assert first["activations"] == pytest.approx(per_layer * 2 * 2 + per_layer)
+    assert last["activations"] == pytest.approx(per_layer * 2 * 1 + per_layer + s * V / t * 6)
+    assert memory_per_gpu(w, lay, r)["total"] == pytest.approx(max(first["total"], last["total"]))
     lay1 = ParallelLayout(tp=2, pp=2, zero=1, recompute="full", sp=True)
-    mem1 = memory_per_gpu(w, lay1, resolve(lay1, w, 8, 8))
-    assert mem1["optimizer"] == pytest.approx(12 * local / 2)
-    # full recompute with SP: 2 s h / t per layer stored, + one layer's working set (34 s h / t with flash)
-    assert mem1["activations"] == pytest.approx(2 * s * h / t * 2 * 2 + s * h * 34 / t)
+    first1 = stage_memory(w, lay1, resolve(lay1, w, 8, 8))[0]
+    assert first1["optimizer"] == pytest.approx(12 * local_first / 2)
+    # full recompute with SP: 2 s h / t per layer stored, + the layer being recomputed and its gradients
+    # (34 s h / t with flash attention, + its 4-byte log-sum-exp per head)
+    assert first1["activations"] == pytest.approx(2 * s * h / t * 2 * 2 + 2 * s * (34 * h + 4 * a) / t)
 
 
 def test_infeasible_layouts_carry_reason():
@@ -85,7 +94,7 @@ def test_infeasible_layouts_carry_reason():
         (ParallelLayout(tp=3), 1023, "TP 3 does not divide 64 attention heads"),
         (ParallelLayout(tp=8, pp=3), 1032, "PP 3 x VPP 1 = 3 does not divide 80 layers"),
         (ParallelLayout(tp=8, pp=4), 1000, "TP x CP x PP = 8 x 1 x 4 = 32 does not divide 1000 GPUs"),
-        (ParallelLayout(tp=1, pp=1, zero=0), 512, "needs 1461 GB per GPU, has 80"),
+        (ParallelLayout(tp=1, pp=1, zero=0), 512, "needs 1504 GB per GPU, has 84.9 \\(79.1 GiB\\)"),
     ]
     for layout, gpus, reason in cases:
         with pytest.raises(InfeasibleLayoutError, match=reason):
@@ -149,7 +158,8 @@ def test_megatron_validation_rows():
 
 def test_unfused_grad_accumulation_costs_its_bytes():
     # Without gradient-accumulation fusion every micro-batch adds its 16-bit weight gradients into the main
-    # grads: (2 + 2 x grad bytes) per parameter of the last stage (its layers and the output layer), at HBM speed.
+    # grads: (2 + 2 x grad bytes) per parameter of each stage, at HBM speed. The last stage (its layers, the final
+    # norm and the output layer) sets the pace for m micro-batches; the first (with the embedding) adds its once.
     from commlens.project.hardware import device_for
 
     w = _tiny(global_batch=64)
@@ -157,11 +167,13 @@ def test_unfused_grad_accumulation_costs_its_bytes():
     unfused = fused.model_copy(update={"grad_accum_fusion": False})
     a, b = project(w, A100, fused, 8), project(w, A100, unfused, 8)
     counts = w.parameter_counts()
-    stage_params = (w.parameters - counts["embedding"]) / 2 + w.vocab * w.hidden
+    layers = (w.parameters - counts["embedding"] - w.hidden) / 2
+    first, last = layers + w.vocab * w.hidden, layers + w.hidden + w.vocab * w.hidden
     dev = device_for(A100.accelerator.name)
-    per_mb = stage_params * (2 + 2 * 4) / (dev.hbm_bytes_per_s * dev.memory_efficiency)
+    rate = (2 + 2 * 4) / (dev.hbm_bytes_per_s * dev.memory_efficiency)
     m = a.layout["micro_batches"]
-    assert b.step_time_s - a.step_time_s == pytest.approx(per_mb * (m + 1), rel=1e-9)
+    assert a.pace_stage == b.pace_stage == 1
+    assert b.step_time_s - a.step_time_s == pytest.approx(last * rate * m + first * rate, rel=1e-9)
 
 
 def test_cli_json_keys_and_errors():
@@ -186,7 +198,7 @@ def test_cli_json_keys_and_errors():
     bad = subprocess.run(
         CLI + ["project", "llama3-70b", "-t", "dgx-h100", "--gpus", "8", "--zero", "0"], capture_output=True, text=True
     )
-    assert bad.returncode == 2 and "GB per GPU, has 80" in bad.stderr
+    assert bad.returncode == 2 and "GB per GPU, has 84.9 (79.1 GiB)" in bad.stderr
 
 
 def test_sweep_stable_and_counts_infeasible():

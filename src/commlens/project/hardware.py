@@ -96,7 +96,8 @@ class Device(BaseModel):
 
     name: str = Field(description="the topology's accelerator.name")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s per GEMM precision (bf16, fp8)")
-    hbm_bytes: float = Field(gt=0, description="HBM capacity")
+    hbm_bytes: float = Field(gt=0, description="HBM capacity as PyTorch sees it (get_device_properties().total_memory)")
+    hbm_bytes_origin: str = Field(default="", description="where hbm_bytes comes from")
     hbm_bytes_per_s: float = Field(gt=0, description="HBM bandwidth")
     sms: int = Field(ge=1, description="streaming multiprocessors (for wave quantization of GEMM tiles)")
     gemm_efficiency: float = Field(gt=0, le=1, description="fraction of peak a large GEMM reaches")

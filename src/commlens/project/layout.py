@@ -43,9 +43,27 @@ class ParallelLayout(BaseModel):
     cp: int = Field(default=1, ge=1, description="context-parallel size (sequence split, ring attention)")
     pp: int = Field(default=1, ge=1, description="pipeline stages")
     vpp: int = Field(default=1, ge=1, description="virtual stages per GPU (>1: interleaved 1F1B)")
+    first_stage_layers: int | None = Field(
+        default=None, ge=0, description="layers of the first stage (Megatron --decoder-first-pipeline-num-layers)"
+    )
+    last_stage_layers: int | None = Field(
+        default=None, ge=0, description="layers of the last stage (Megatron --decoder-last-pipeline-num-layers)"
+    )
+    stage_layers: tuple[int, ...] | None = Field(
+        default=None, description="layers of every stage, first to last (torchtitan's split points); sums to layers"
+    )
     ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE), carved from DP")
     dp: int | None = Field(default=None, ge=1, description="data-parallel size; None: GPUs / (TP x CP x PP)")
     zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage: 1 optimizer, 2 +grads, 3 +params (FSDP)")
+    reshard_after_forward: bool = Field(
+        default=True, description="ZeRO-3/FSDP frees gathered parameters after forward (false: kept until backward)"
+    )
+    optimizer_state_bytes: float = Field(
+        default=12.0,
+        gt=0,
+        le=16,
+        description="optimizer bytes per parameter: fp32 master + Adam moments 12; bf16 moments 8",
+    )
     recompute: Recompute = Field(default="selective", description="activation recomputation: none, selective, full")
     flash_attention: bool = Field(default=True, description="fused (flash) attention; false: unfused, s^2 in HBM")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
@@ -57,6 +75,15 @@ class ParallelLayout(BaseModel):
         "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)",
     )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
+
+    @field_validator("stage_layers", mode="before")
+    @classmethod
+    def _stage_layers(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [x for x in v.replace("-", ",").split(",") if x]
+        if v is not None and not isinstance(v, list | tuple):
+            raise ValueError("must be a list of layer counts, first stage to last")
+        return v
 
     @field_validator("order", mode="before")
     @classmethod
@@ -88,8 +115,13 @@ class Resolved:
     dp: int
     ep: int
     micro_batches: int  # per pipeline per step
-    layers_per_stage: int
+    stage_layers: tuple[int, ...]  # transformer layers of each pipeline stage, first to last
     groups: dict[str, Group]  # tp, cp, dp (dp x cp for dense grads), edp (experts' DP), ep, pp
+
+    @property
+    def layers_per_stage(self) -> int:
+        """Layers of the fullest stage."""
+        return max(self.stage_layers)
 
 
 def _group(size: int, stride: int, per_node: int) -> Group:
@@ -121,8 +153,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(f"TP {tp} does not divide {w.heads} attention heads", "divides")
     if w.kv_heads_n % tp and tp % w.kv_heads_n:
         raise InfeasibleLayoutError(f"TP {tp} and {w.kv_heads_n} KV heads: neither divides the other", "divides")
-    if w.layers % (pp * vpp):
-        raise InfeasibleLayoutError(f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {w.layers} layers", "divides")
+    stage_layers = _stage_split(layout, w.layers)
     if vpp > 1 and pp == 1:
         raise InfeasibleLayoutError("interleaved schedule (vpp > 1) needs pp > 1", "divides")
     if w.seq_len % (2 * cp if cp > 1 else 1):
@@ -162,4 +193,48 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     ep_stride = strides["cp"] if layout.order.index("cp") + 1 == layout.order.index("dp") else strides["dp"]
     groups["ep"] = _group(ep, ep_stride, per_node)
     groups["edp"] = _group(dp * cp // ep, ep_stride * ep, per_node)
-    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, w.layers // pp, groups)
+    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups)
+
+
+def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:
+    """Transformer layers of each pipeline stage: explicit, first/last given with the rest even, or even."""
+    pp, vpp = layout.pp, layout.vpp
+    first, last = layout.first_stage_layers, layout.last_stage_layers
+    if layout.stage_layers is not None:
+        split = tuple(layout.stage_layers)
+        if first is not None or last is not None:
+            raise InfeasibleLayoutError("give stage_layers or first/last_stage_layers, not both", "divides")
+        if len(split) != pp:
+            raise InfeasibleLayoutError(f"stage_layers names {len(split)} stages, PP is {pp}", "divides")
+        if any(n < 0 for n in split) or sum(split) != layers:
+            raise InfeasibleLayoutError(f"stage_layers {list(split)} do not add up to {layers} layers", "divides")
+        if max(split) == 0:
+            raise InfeasibleLayoutError("stage_layers: every stage is empty", "divides")
+        return split
+    if first is None and last is None:
+        if layers % (pp * vpp):
+            raise InfeasibleLayoutError(f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {layers} layers", "divides")
+        return (layers // pp,) * pp
+    if pp < 2 or (first is not None and last is not None and pp < 3):
+        raise InfeasibleLayoutError(
+            f"first/last stage layers need PP >= {2 if first is None or last is None else 3}, got {pp}", "divides"
+        )
+    ends = (first or 0) + (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    rest = layers - ends
+    if rest < 0 or (middle and rest % middle) or (not middle and rest):
+        raise InfeasibleLayoutError(
+            f"{layers} layers less {ends} on the first/last stages do not split evenly over {middle} stages",
+            "divides",
+        )
+    if vpp > 1 and middle and (rest // middle) % vpp:
+        raise InfeasibleLayoutError(
+            f"VPP {vpp} does not divide the {rest // middle} layers of each middle stage", "divides"
+        )
+    each = rest // middle if middle else 0
+    stages = [each] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    return tuple(stages)

@@ -1,19 +1,55 @@
-"""Memory per GPU of a training step: weights, gradients, optimizer state, activations.
+"""Memory per GPU of a training step, stage by stage: parameters, gradients, optimizer state, activations.
 
-Mixed-precision Adam as Megatron-LM keeps it, per parameter: bf16 weights (2 B,
-+1 B fp8 copy with fp8 GEMMs), fp32 gradients (4 B), fp32 master weights and two
-moments (12 B). ZeRO-1 shards the 12 B over the data-parallel group, ZeRO-2
-also the gradients, ZeRO-3 / FSDP also the weights.
+Model states, per parameter held by a GPU (its TP x PP x EP share of the
+stage's layers; the input embedding on the first stage, the output layer and
+final norm on the last, each split over TP as vocabulary-parallel layers):
 
-Activations per layer and token (bytes; Korthikanti et al. 2022 for the
-standard layer, 34 h + 5 a s, generalised to GQA, gated FFN and MoE): inputs
-kept for backward of the norms, QKV, attention core, projections and FFN.
-Parts inside the TP region divide by TP; the rest (norm inputs, dropout masks:
-10 h) only with sequence parallelism. The unfused attention core keeps 5 a s
-per token (softmax output, dropout mask and output); flash attention and
-selective recomputation drop it. Full recomputation keeps only each layer's
-input (2 h) plus one layer's full working set. The first pipeline stage holds
-``min(m, p)`` micro-batches in flight (x (1 + (p - 1) / (p v)) interleaved).
+- weights: 2 B (bf16), 3 B with fp8 GEMMs (the fp8 copy beside the bf16 one);
+- gradients: ``grad_reduce_bytes`` (Megatron's main-grad buffer: fp32 4 B, or
+  bf16 2 B);
+- optimizer: ``optimizer_state_bytes`` (fp32 master + Adam moments: 12 B; bf16
+  moments: 8 B).
+
+ZeRO-1 shards the optimizer over the data-parallel group (x CP), ZeRO-2 also
+the gradients. ZeRO-3 / FSDP keeps only shards (the fp32 master is the
+sharded parameter, so no separate 16-bit copy) plus the gathered 16-bit
+weights it computes with: two layers at a time (the one running and the one
+prefetched) when it reshards after forward, or the whole stage when it does not
+(FSDP ``reshard_after_forward=False``, ZeRO-2-like).
+
+Activations kept for backward, per layer and token (bytes), after Korthikanti et
+al. 2022 (34 h + 5 a s for the GPT layer with dropout) generalised to GQA,
+SwiGLU, MoE and flash attention:
+
+- outside the TP region (split by TP only with sequence parallelism): each of
+  the two norms keeps its input (2 h) and its output, which the next GEMM keeps
+  as its input (2 h): 8 h; dropout keeps a 1-byte mask after attention and after
+  the FFN (2 h) when the model has dropout;
+- inside (split by TP): Q, K, V (2 d (a + 2 g)); the attention output, kept by
+  flash attention and by the output projection as one tensor (2 a d); FC1's
+  outputs (gate and up: 2 x 2 f) and the activation's output (2 f); an MoE layer
+  keeps these per routed token copy, with the permuted input (2 h);
+- the unfused attention core adds 5 a s (softmax output, dropout mask, dropout
+  output); flash attention keeps only a 4-byte log-sum-exp per head, and
+  selective recomputation drops the 5 a s.
+
+Full recomputation keeps each layer's input (2 h, split with SP) and rebuilds
+one layer at a time. One layer's worth of transient memory (the activations
+being recomputed, or the activation gradients of the layer in backward) is
+added on top. The last stage adds its logits for one micro-batch: the 16-bit
+GEMM output and the fp32 copy the cross-entropy works on (6 B per logit).
+
+Micro-batches in flight on stage ``i`` of ``p`` (Megatron-LM's schedules):
+1F1B keeps ``min(m, p - i)``; interleaved with ``v`` chunks keeps the
+``min(m v, 2 (p - i - 1) + (v - 1) p) + 1`` chunk activations its warm-up
+leaves, each of ``1 / v`` of the stage's layers.
+
+What a job needs from the device is the allocated peak times the caching
+allocator's fragmentation (``ALLOCATOR_FRAGMENTATION``), plus what lives
+outside PyTorch's allocator (``RUNTIME_BYTES``: CUDA context, cuBLAS
+workspaces, NCCL buffers). It is compared with the capacity PyTorch sees
+(``torch.cuda.get_device_properties().total_memory``), not the marketing
+figure (an "80 GB" H100 shows 79.11 GiB = 84.9e9 B).
 """
 
 from __future__ import annotations
@@ -24,66 +60,153 @@ if TYPE_CHECKING:
     from commlens.project.layout import ParallelLayout, Resolved
     from commlens.workload import Workload
 
-__all__ = ["activation_bytes_per_token", "memory_per_gpu"]
+__all__ = [
+    "ALLOCATOR_FRAGMENTATION",
+    "LOGIT_BYTES",
+    "RUNTIME_BYTES",
+    "activation_bytes_per_token",
+    "in_flight",
+    "memory_per_gpu",
+    "stage_memory",
+    "stage_parameters",
+]
+
+# Reserved / allocated of PyTorch's caching allocator in steady training: blocks cached but not in use. Documented
+# in docs/project.md (memory): OOM reports of training jobs show 0.5-2 GiB reserved-but-unallocated beside 43-77 GiB
+# allocated on 80 GB GPUs (about 1-3%), more when allocation sizes churn.
+ALLOCATOR_FRAGMENTATION = 1.03
+# Device memory outside the caching allocator: CUDA context and kernels' modules (~0.5 GiB), cuBLAS/cuDNN
+# workspaces, NCCL's channel buffers for each communicator (4 MiB x channels x peers). OOM reports of single-node
+# jobs on H100 show 1.6-4 GiB of "non-PyTorch memory".
+RUNTIME_BYTES = 2.0 * 2**30
+LOGIT_BYTES = 2.0 + 4.0  # the output layer's 16-bit logits and the fp32 copy the vocabulary-parallel loss uses
 
 
 def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
     """Activation bytes one layer keeps per token for backward (per GPU of its TP group), no recomputation."""
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
-    outside = 10.0 * h  # 2 norm inputs (2 B), their outputs feeding QKV / FC1 (2 B), 2 dropout masks (1 B)
+    outside = 8.0 * h + (2.0 * h if w.dropout else 0.0)
     inside = 2.0 * d * (a + 2 * g) + 2.0 * a * d  # Q, K, V and the attention output
+    fc1_outputs = 2 if w.gated_ffn else 1
     m = w.moe if moe else None
     if m is not None:
         copies = m.top_k * (m.capacity_factor or 1.0)
         fe = m.expert_ffn_hidden
-        inside += copies * (2.0 * h + 2.0 * fe * (2 if w.gated_ffn else 1) + 2.0 * fe)
-        inside += m.shared_experts * (2.0 * fe * (2 if w.gated_ffn else 1) + 2.0 * fe)
+        inside += copies * (2.0 * h + 2.0 * fe * fc1_outputs + 2.0 * fe)
+        inside += m.shared_experts * (2.0 * fe * fc1_outputs + 2.0 * fe)
     else:
         f = w.ffn_hidden
-        inside += 2.0 * f * (2 if w.gated_ffn else 1) + 2.0 * f  # FC1 output(s) and the activation output
-    if not layout.flash_attention and layout.recompute == "none":
-        inside += 5.0 * a * w.seq_len / 1.0  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
+        inside += 2.0 * f * fc1_outputs + 2.0 * f  # FC1 output(s) and the activation output
+    if layout.flash_attention:
+        inside += 4.0 * a  # log-sum-exp per query and head (fp32)
+    elif layout.recompute == "none":
+        inside += 5.0 * a * w.seq_len  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
     return outside / (tp if sp else 1) + inside / tp
 
 
-def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str, float]:
-    """Bytes per GPU by kind (``weights``, ``gradients``, ``optimizer``, ``activations``) and ``total``."""
+def in_flight(stage: int, pp: int, vpp: int, micro_batches: int) -> float:
+    """Micro-batches' worth of a stage's activations alive at its peak (in units of the whole stage)."""
+    if pp == 1:
+        return 1.0
+    if vpp == 1:
+        return float(min(micro_batches, pp - stage))
+    chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp) + 1
+    return chunks / vpp
+
+
+def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of every stage."""
     counts = w.parameter_counts()
-    experts = counts["experts"]
-    dense = sum(counts.values()) - experts
-    # The first stage also holds the (untied) embedding; parameters spread evenly is the usual approximation.
-    dense_local = dense / (r.tp * r.pp)
-    expert_local = experts / (r.ep * r.tp * r.pp)
+    h, mats = w.hidden, 3 if w.gated_ffn else 2
+    attn_norms = counts["attention"] / w.layers + 2 * h
+    dense_layer = attn_norms + mats * h * w.ffn_hidden
+    moe_dense_layer = attn_norms
+    expert_layer = 0.0
+    if w.moe is not None:
+        moe_dense_layer += (counts["shared_experts"] + counts["router"]) / w.moe_layers
+        expert_layer = counts["experts"] / w.moe_layers
+    embed = w.vocab * h
+    first_moe = w.layers - w.moe_layers
+    out, start = [], 0
+    for i, n in enumerate(r.stage_layers):
+        dense_n = max(0, min(start + n, first_moe) - start)
+        moe_n = n - dense_n
+        start += n
+        dense = dense_n * dense_layer + moe_n * moe_dense_layer
+        if i == 0:
+            dense += embed
+        if i == r.pp - 1:
+            dense += h + (embed if (not w.tied_embeddings or r.pp > 1) else 0.0)
+        out.append((dense / r.tp, moe_n * expert_layer / (r.ep * r.tp)))
+    return out
+
+
+def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
+    """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     dp_shard = r.dp * r.cp
-    edp_shard = dp_shard // r.ep
+    edp_shard = max(1, dp_shard // r.ep)
     weight_bytes = 3.0 if w.precision == "fp8" else 2.0
-
-    def sharded(per_param: float, stage: int) -> float:
-        if layout.zero >= stage:
-            return per_param * (dense_local / dp_shard + expert_local / edp_shard)
-        return per_param * (dense_local + expert_local)
-
-    weights = sharded(weight_bytes, 3)
-    grads = sharded(4.0, 2)
-    optimizer = sharded(12.0, 1)
-
-    tokens = w.micro_batch * w.seq_len / r.cp
-    layers = r.layers_per_stage
-    moe_share = w.moe_layers / w.layers
-    per_token = (1 - moe_share) * activation_bytes_per_token(w, layout, r.tp, False) + (
-        moe_share * activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
-    )
+    grad_bytes = float(layout.grad_reduce_bytes)
+    opt_bytes = layout.optimizer_state_bytes
+    zero = layout.zero
     sp = layout.sp and r.tp > 1
-    working = 0.0
-    if layout.recompute == "full":  # stored: each layer's input; working: one layer being recomputed
-        per_mb = tokens * layers * 2.0 * w.hidden / (r.tp if sp else 1)
-        working = tokens * per_token
-    else:
-        per_mb = tokens * layers * per_token
-    in_flight: float = min(r.micro_batches, r.pp)
-    if r.vpp > 1:
-        in_flight *= 1.0 + (r.pp - 1) / (r.pp * r.vpp)
-    activations = per_mb * in_flight + working
-    total = weights + grads + optimizer + activations
-    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations, "total": total}
+    tokens = w.micro_batch * w.seq_len / r.cp
+    moe_share = w.moe_layers / w.layers
+    dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
+    moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
+    layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
+    params = stage_parameters(w, r)
+    stages = []
+    first_moe = w.layers - w.moe_layers
+    start = 0
+    for i, n in enumerate(r.stage_layers):
+        dense_p, expert_p = params[i]
+        shard_states = dense_p / dp_shard + expert_p / edp_shard
+        full = dense_p + expert_p
+        if zero >= 3:
+            gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
+            weights = weight_bytes * gathered
+            grads = grad_bytes * shard_states
+            optimizer = opt_bytes * shard_states
+        else:
+            weights = weight_bytes * full
+            grads = grad_bytes * (shard_states if zero >= 2 else full)
+            optimizer = opt_bytes * (shard_states if zero >= 1 else full)
+        dense_n = max(0, min(start + n, first_moe) - start)
+        start += n
+        per_token = dense_n * dense_act + (n - dense_n) * moe_act  # the stage's layers, no recomputation
+        one_layer = max(dense_act if dense_n else 0.0, moe_act if n - dense_n else 0.0)
+        live = in_flight(i, r.pp, r.vpp, r.micro_batches)
+        if layout.recompute == "full":
+            kept = tokens * n * layer_input * live
+            transient = 2.0 * tokens * one_layer  # the layer being recomputed and its activation gradients
+        else:
+            kept = tokens * per_token * live
+            transient = tokens * one_layer
+        logits = tokens * w.vocab / r.tp * LOGIT_BYTES if i == r.pp - 1 else 0.0
+        activations = kept + transient + logits
+        total = weights + grads + optimizer + activations
+        stages.append(
+            {
+                "weights": weights,
+                "gradients": grads,
+                "optimizer": optimizer,
+                "activations": activations,
+                "total": total,
+                "reserved": total * ALLOCATOR_FRAGMENTATION + RUNTIME_BYTES,
+                "layers": float(n),
+                "in_flight": live,
+            }
+        )
+    return stages
+
+
+def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str, float]:
+    """Bytes per GPU of the stage that needs the most, by kind (``weights``, ``gradients``, ``optimizer``,
+    ``activations``), ``total`` (allocated peak), ``reserved`` (what the device must hold) and ``stage``."""
+    stages = stage_memory(w, layout, r)
+    worst = max(range(len(stages)), key=lambda i: stages[i]["reserved"])
+    out = {k: stages[worst][k] for k in ("weights", "gradients", "optimizer", "activations", "total", "reserved")}
+    out["stage"] = float(worst)
+    return out

@@ -42,7 +42,7 @@ from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stre
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.hardware import device_for
 from commlens.project.layout import Group, ParallelLayout, resolve
-from commlens.project.memory import memory_per_gpu
+from commlens.project.memory import stage_memory, stage_parameters
 from commlens.topology import Topology
 from commlens.workload import Workload
 
@@ -95,6 +95,8 @@ class Projection:
     breakdown: dict[str, float]  # seconds of the step: compute, each exposed comm, bubble, other
     memory: dict[str, float] = field(default_factory=dict)  # bytes by kind
     overlapped_s: dict[str, float] = field(default_factory=dict)  # communication hidden under compute
+    stages: list[dict[str, float]] = field(default_factory=list)  # per pipeline stage: layers, times, memory
+    pace_stage: int = 0  # the stage that sets the pipeline's pace (slowest per micro-batch)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -112,6 +114,8 @@ class Projection:
             "breakdown": dict(self.breakdown),
             "overlapped_s": dict(self.overlapped_s),
             "memory": dict(self.memory),
+            "stages": [dict(st) for st in self.stages],
+            "pace_stage": self.pace_stage,
         }
 
 
@@ -161,10 +165,15 @@ def project(
     w = workload
     r = resolve(layout, w, gpus, topology.accelerators_per_node)
     peak = dev.peak(w.precision)
-    mem = memory_per_gpu(w, layout, r)
-    if check_memory and mem["total"] > dev.hbm_bytes:
+    stage_mem = stage_memory(w, layout, r)
+    worst = max(range(len(stage_mem)), key=lambda i: stage_mem[i]["reserved"])
+    mem = {k: stage_mem[worst][k] for k in ("weights", "gradients", "optimizer", "activations", "total", "reserved")}
+    if check_memory and mem["reserved"] > dev.hbm_bytes:
+        where = f" on stage {worst + 1} of {r.pp}" if r.pp > 1 else ""
         raise InfeasibleLayoutError(
-            f"needs {mem['total'] / 1e9:.0f} GB per GPU, has {dev.hbm_bytes / 1e9:.0f}", "memory"
+            f"needs {mem['reserved'] / 1e9:.0f} GB per GPU{where}, has {dev.hbm_bytes / 1e9:.1f} "
+            f"({dev.hbm_bytes / 2**30:.1f} GiB)",
+            "memory",
         )
 
     t, cp, h = r.tp, r.cp, w.hidden
@@ -245,30 +254,23 @@ def project(
 
     recompute_full = layout.recompute == "full"
     recompute_attn = layout.recompute == "selective"
-    stage_compute = stage_stream = stage_tp = stage_cp = stage_ep = 0.0
-    cp_hidden = ep_a2a_total = 0.0
-    layers_here = r.layers_per_stage
-    total_layers = w.layers
-    for count, t_gemm, t_attn, nbytes, a2a_bytes in layer_kinds:
-        share = count * layers_here / total_layers  # this stage's share of layers of this kind
-        fwd_passes = 2.0 if recompute_full else 1.0
+    fwd_passes = 2.0 if recompute_full else 1.0
+    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP)
+    kind_times: list[tuple[float, float, float, float, float, float]] = []
+    for _count, t_gemm, t_attn, nbytes, a2a_bytes in layer_kinds:
         compute = t_gemm[0] * fwd_passes + t_gemm[1] + t_attn * (fwd_passes + 2.0 + (1.0 if recompute_attn else 0.0))
         stream = stream_time_s(dev, nbytes) * (fwd_passes + 2.0)
-        stage_compute += share * compute
-        stage_stream += share * stream
-        stage_tp += share * tp_pass * (fwd_passes + 1.0)
+        cp_exp = cp_hid = 0.0
         if cp > 1:
-            attn_fwd = t_attn
-            exposed = max(0.0, cp_fwd - attn_fwd) * fwd_passes + max(0.0, cp_bwd - 2 * attn_fwd)
-            stage_cp += share * exposed
-            cp_hidden += share * (cp_fwd * fwd_passes + cp_bwd - exposed)
+            exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
+            cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
+        ep_t = 0.0
         if a2a_bytes and r.ep > 1:
-            a2a = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"])
-            ep_a2a_total += share * a2a * 2 * (fwd_passes + 1.0)
-    stage_ep = ep_a2a_total
-    # logits (and loss) on the last stage, embeddings on the first: the last stage is the slower one
-    stage_compute += sum(gemm(tokens, w.vocab / t, h))
-    stage_stream += stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT)
+            ep_t = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
+        kind_times.append((compute, stream, tp_pass * (fwd_passes + 1.0), cp_exp, cp_hid, ep_t))
+    dense_kind = 0 if dense_layers else None
+    moe_kind = len(kind_times) - 1 if w.moe is not None else None
+
     pp_p2p = 0.0
     if r.pp > 1:
         p2p_bytes = tokens * h * 2 / t  # scatter/gather over TP (or SP): each TP rank sends its share
@@ -277,64 +279,111 @@ def project(
         if t > 1 and not sp:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
             pp_p2p += _comm_s(topology, "all_gather", tokens * h * 2, r.groups["tp"])
         pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
-    counts = w.parameter_counts()
-    expert_params = counts["experts"]
-    dense_params = sum(counts.values()) - expert_params
-    dense_local = dense_params / (t * r.pp)
-    expert_local = expert_params / (r.ep * t * r.pp)
-    if not layout.grad_accum_fusion:  # each weight gradient (16-bit) added into the main grads (read + write)
-        outside_layers = counts["embedding"] if r.pp == 1 else w.vocab * h  # last stage: its copy of the output layer
-        stage_params = (dense_params - counts["embedding"]) / (t * r.pp) + outside_layers / t + expert_local
-        stage_stream += stream_time_s(dev, stage_params * (2 + 2 * layout.grad_reduce_bytes))
-    per_mb = stage_compute + stage_stream + stage_tp + stage_cp + stage_ep + pp_p2p
-    m_count = r.micro_batches
-    bubble_mb = (r.pp - 1) / r.vpp
-    pipeline_s = (m_count + bubble_mb) * per_mb
+    # the first stage's embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
+    embed_stream = stream_time_s(dev, tokens * h * (4.0 + 8.0) / t)
+    embed_tp = 0.0
+    if t > 1:
+        embed_tp = _comm_s(topology, "reduce_scatter" if sp else "all_reduce", tp_bytes, r.groups["tp"])
+    # the last stage's output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
+    head_compute = sum(gemm(tokens, w.vocab / t, h))
+    head_stream = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT + 8 * resid)
+    head_tp = 2 * _comm_s(topology, "all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
-    # --- data parallelism and the optimizer
+    stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
+    accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
+    first_moe = w.layers - w.moe_layers
+    stages: list[dict[str, float]] = []
+    start = 0
+    for i, n in enumerate(r.stage_layers):
+        dense_n = max(0, min(start + n, first_moe) - start)
+        moe_n = n - dense_n
+        start += n
+        parts = [0.0] * 6
+        for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
+            if kind is not None and count:
+                for j, v in enumerate(kind_times[kind]):
+                    parts[j] += count * v
+        compute, stream, tp_t, cp_t, cp_h, ep_t = parts
+        if i == 0:
+            stream += embed_stream
+            tp_t += embed_tp
+        if i == r.pp - 1:
+            compute += head_compute
+            stream += head_stream
+            tp_t += head_tp
+        if not layout.grad_accum_fusion:
+            stream += stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
+        per_mb = compute + stream + tp_t + cp_t + ep_t + pp_p2p
+        stages.append(
+            {
+                "layers": float(n),
+                "compute": compute,
+                "memory_bound": stream,
+                "tp_comm": tp_t,
+                "cp_comm": cp_t,
+                "cp_hidden": cp_h,
+                "ep_comm": ep_t,
+                "pp_comm": pp_p2p,
+                "per_micro_batch_s": per_mb,
+            }
+        )
+    m_count = r.micro_batches
+    times = [s["per_micro_batch_s"] for s in stages]
+    pace = max(range(len(stages)), key=times.__getitem__)
+    t_max = times[pace]
+    # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
+    pipeline_s = m_count * t_max + (sum(times) - t_max) / r.vpp
+
+    # --- data parallelism and the optimizer, per stage (its own parameters); the step waits for the slowest
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
-    dp_s = 0.0
-    for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
-        if group.size == 1 or params == 0:
-            continue
-        if layout.zero == 0:
-            dp_s += _comm_s(topology, "all_reduce", params * gb, group)
-        else:
-            dp_s += _comm_s(topology, "reduce_scatter", params * gb, group)
-            if layout.zero < 3:
-                dp_s += _comm_s(topology, "all_gather", params * 2, group)
-    last_bwd = (stage_compute + stage_stream) * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
-    dp_hidden = min(dp_s, last_bwd) if layout.overlap_grad_reduce else 0.0
-    if layout.zero >= 3:  # parameters gathered every micro-batch, forward and backward, behind compute
-        gather = _comm_s(topology, "all_gather", dense_local * 2, dp_group)
-        gather += _comm_s(topology, "all_gather", expert_local * 2, edp_group)
-        fsdp_per_mb = gather * (3.0 if recompute_full else 2.0)
-        fsdp_exposed = (
-            m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
-        )
-        fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
-    else:
-        fsdp_exposed = fsdp_hidden = 0.0
-    shard = dp_group.size if layout.zero >= 1 else 1
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
-    optimizer_s = stream_time_s(
-        dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * opt_bytes
-    )
+    tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
+    best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0))
+    for i, st in enumerate(stages):
+        dense_local, expert_local = stage_params[i]
+        key = (dense_local, expert_local, st["per_micro_batch_s"])
+        tail = tails.get(key)
+        if tail is None:
+            tail = _dp_tail(
+                topology,
+                dev,
+                layout,
+                dense_local,
+                expert_local,
+                dp_group,
+                edp_group,
+                gb,
+                opt_bytes,
+                st,
+                recompute_full,
+                m_count,
+            )
+            tails[key] = tail
+        total = tail[0] + tail[1] + tail[2]  # exposed DP, exposed FSDP gathers, optimizer
+        st["tail_s"] = total
+        if total > best_tail[0]:
+            best_tail = (total, i, tail)
+    _, _, (dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden) = best_tail
 
-    step = pipeline_s + (dp_s - dp_hidden) + fsdp_exposed + optimizer_s
+    step = pipeline_s + dp_exposed + fsdp_exposed + optimizer_s
     m = m_count
+    ps = stages[pace]
     breakdown = {
-        "compute": m * stage_compute,
-        "memory_bound": m * stage_stream,
-        "tp_comm": m * stage_tp,
-        "cp_comm": m * stage_cp,
-        "ep_comm": m * stage_ep,
-        "pp_comm": m * pp_p2p,
-        "bubble": bubble_mb * per_mb,
-        "dp_comm": dp_s - dp_hidden + fsdp_exposed,
+        "compute": m * ps["compute"],
+        "memory_bound": m * ps["memory_bound"],
+        "tp_comm": m * ps["tp_comm"],
+        "cp_comm": m * ps["cp_comm"],
+        "ep_comm": m * ps["ep_comm"],
+        "pp_comm": m * ps["pp_comm"],
+        "bubble": pipeline_s - m * t_max,
+        "dp_comm": dp_exposed + fsdp_exposed,
         "optimizer": optimizer_s,
     }
+    for st, sm in zip(stages, stage_mem, strict=True):
+        st["memory_bytes"] = sm["total"]
+        st["reserved_bytes"] = sm["reserved"]
+        st["in_flight"] = sm["in_flight"]
     tokens_step = w.global_batch * w.seq_len
     model_flops = model_flops_per_step(w, "none")
     hw_flops = model_flops_per_step(w, layout.recompute)
@@ -354,6 +403,7 @@ def project(
             "zero": layout.zero,
             "recompute": layout.recompute,
             "micro_batches": m,
+            "stage_layers": list(r.stage_layers),
             "order": ",".join(layout.order),
         },
         step_time_s=step,
@@ -361,9 +411,56 @@ def project(
         model_tflops_per_gpu=model_tflops,
         hw_tflops_per_gpu=hw_flops / step / gpus / 1e12,
         mfu=model_tflops * 1e12 / peak,
-        memory_bytes_per_gpu=mem["total"],
+        memory_bytes_per_gpu=mem["reserved"],
         memory_capacity_bytes=dev.hbm_bytes,
         breakdown=breakdown,
         memory=mem,
-        overlapped_s={"cp_comm": m * cp_hidden, "dp_comm": dp_hidden, "fsdp_gather": fsdp_hidden},
+        overlapped_s={"cp_comm": m * ps["cp_hidden"], "dp_comm": dp_hidden, "fsdp_gather": fsdp_hidden},
+        stages=stages,
+        pace_stage=pace,
     )
+
+
+def _dp_tail(
+    topology: Topology,
+    dev,
+    layout: ParallelLayout,
+    dense_local: float,
+    expert_local: float,
+    dp_group: Group,
+    edp_group: Group,
+    gb: int,
+    opt_bytes: float,
+    st: dict[str, float],
+    recompute_full: bool,
+    m_count: int,
+) -> tuple[float, float, float, float, float]:
+    """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage."""
+    dp_s = 0.0
+    for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
+        if group.size == 1 or params == 0:
+            continue
+        if layout.zero == 0:
+            dp_s += _comm_s(topology, "all_reduce", params * gb, group)
+        else:
+            dp_s += _comm_s(topology, "reduce_scatter", params * gb, group)
+            if layout.zero < 3:
+                dp_s += _comm_s(topology, "all_gather", params * 2, group)
+    last_bwd = (st["compute"] + st["memory_bound"]) * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
+    dp_hidden = min(dp_s, last_bwd) if layout.overlap_grad_reduce else 0.0
+    fsdp_exposed = fsdp_hidden = 0.0
+    if layout.zero >= 3:  # parameters gathered every micro-batch, forward (and backward if resharded)
+        gather = _comm_s(topology, "all_gather", dense_local * 2, dp_group)
+        gather += _comm_s(topology, "all_gather", expert_local * 2, edp_group)
+        passes = (2.0 if recompute_full else 1.0) + (1.0 if layout.reshard_after_forward else 0.0)
+        fsdp_per_mb = gather * passes
+        per_mb = st["per_micro_batch_s"]
+        fsdp_exposed = (
+            m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
+        )
+        fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
+    shard = dp_group.size if layout.zero >= 1 else 1
+    optimizer_s = stream_time_s(
+        dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * opt_bytes
+    )
+    return dp_s - dp_hidden, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden

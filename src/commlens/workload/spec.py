@@ -72,6 +72,9 @@ class Workload(_Spec):
     vocab: int = Field(ge=1, description="vocabulary size V")
     seq_len: int = Field(ge=1, description="tokens per sample s")
     tied_embeddings: bool = Field(default=False, description="the output layer reuses the input embedding")
+    dropout: bool = Field(
+        default=False, description="hidden dropout after attention and FFN (GPT-3 style; Llama-style models: none)"
+    )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")
