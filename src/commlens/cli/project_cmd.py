@@ -85,8 +85,10 @@ def _one(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
+    no_what_if: bool = typer.Option(False, "--no-what-if", help="skip the single changes that would help most"),
 ) -> None:
-    """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout."""
+    """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout, and the single
+    changes (layout, batch, precision, NICs, scale-up domain) that would shorten it most."""
     from commlens.project.sweep import Base, parse_vary
 
     files = accelerators_in_force(accelerators)
@@ -116,15 +118,24 @@ def _one(
         if v is not None
     }
     point = _point(sets, parse_vary)
-    p = _project(Base(workload, topology, gpus, layout, wl, files), point)
+    base = Base(workload, topology, gpus, layout, wl, files)
+    p = _project(base, point)
     if save:
         from commlens.cli.reports_cmd import save_document
 
         save_document(db, "projection", p.as_dict())
+    what = None
+    if not no_what_if:
+        from commlens.project.whatif import explore
+
+        with errors_as_exit():
+            what = explore(base, point, current=p)
     if as_json:
-        print(json.dumps(p.as_dict(), indent=1))
+        print(json.dumps({**p.as_dict(), **({"what_if": what.as_dict()} if what else {})}, indent=1))
         return
     _print_projection(p)
+    if what is not None:
+        _print_what_if(what)
 
 
 def accelerators_in_force(path: str | None) -> tuple[str, ...]:
@@ -195,6 +206,33 @@ def _print_projection(p) -> None:
     hidden = {k: v for k, v in p.overlapped_s.items() if v > 0}
     if hidden:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
+
+
+def _print_what_if(what) -> None:
+    """The best single changes (``whatif.explore``) as a table, then why the most telling refused ones cannot run."""
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.project.whatif import MIN_GAIN
+    from commlens.results.units import format_percent
+
+    print("what would help most (projected by this model):")
+    if what.changes:
+        rows = [
+            (
+                c.label,
+                f"{c.step_time_s:.3f}",
+                format_percent(c.gain, sign=True),
+                format_percent(c.mfu),
+                f"{c.memory_bytes_per_gpu / 1e9:.1f}",
+            )
+            for c in what.changes
+        ]
+        print_table(new_table("change", *map(right, ("step s", "gain", "MFU", "mem GB")), rows=rows), indent=4)
+    else:
+        print(f"    no single change shortens the step by more than {format_percent(MIN_GAIN)}")
+    if what.refused:
+        print(f"  refused ({len(what.refused)} of {what.tried} tried):")
+        for r in what.refused[:3]:
+            print(f"    {r.label}: {r.reason}")
 
 
 @project_app.command("sweep")

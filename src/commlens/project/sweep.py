@@ -2,7 +2,8 @@
 
 A point is a dict of dotted overrides: ``workload.seq_len``, ``layout.pp``,
 ``topology.scale_out.nic_bandwidth_bytes_per_s`` (alias ``topology.nic_gbps``:
-Gb/s per NIC), ``gpus``. Points are evaluated in order; results come back in
+Gb/s per NIC), ``topology.scale_up_domain`` (a scale-up domain of N accelerators: one node of N, with the
+NICs per accelerator kept), ``gpus``. Points are evaluated in order; results come back in
 the same order whatever the executor (``local``: a process pool; ``ray``: Ray
 tasks, address from ``RAY_ADDRESS``), so a sweep's output is stable.
 """
@@ -23,12 +24,23 @@ if TYPE_CHECKING:
     from commlens.topology import Topology
     from commlens.workload import Workload
 
-__all__ = ["Base", "SweepResult", "evaluate", "grid", "parse_vary", "project_point", "run_sweep", "search_layouts"]
+__all__ = [
+    "Base",
+    "SweepResult",
+    "evaluate",
+    "grid",
+    "parse_vary",
+    "point_inputs",
+    "project_point",
+    "run_sweep",
+    "search_layouts",
+]
 
 TOPOLOGY_ALIASES = {
     "nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
     "scale_up_gbytes": ("scale_up.bandwidth_bytes_per_s", 1e9),
 }
+SCALE_UP_DOMAIN = "scale_up_domain"  # topology.scale_up_domain=N: see _set_scale_up_domain
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,8 @@ def _value_problem(path: str, value: Any) -> str | None:
     if path == "gpus" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         return f"gpus must be a whole number >= 1, got {value!r}"
     alias = path.partition(".")[2]
+    if path == f"topology.{SCALE_UP_DOMAIN}" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        return f"{SCALE_UP_DOMAIN} must be a whole number >= 1, got {value!r}"
     if (
         path.startswith("topology.")
         and alias in TOPOLOGY_ALIASES
@@ -115,6 +129,9 @@ def _topology(name: str, overrides: tuple[tuple[str, Any], ...]):
         if overrides:
             data = topology_to_dict(topo)
             for path, value in overrides:
+                if path == SCALE_UP_DOMAIN:
+                    _set_scale_up_domain(data, int(value))
+                    continue
                 if path in TOPOLOGY_ALIASES:
                     path, scale = TOPOLOGY_ALIASES[path]
                     value = float(value) * scale
@@ -122,6 +139,24 @@ def _topology(name: str, overrides: tuple[tuple[str, Any], ...]):
             topo = topology_from_dict(data, source=f"{name} with {dict(overrides)}")
         hit = _TOPO_CACHE[key] = topo
     return hit
+
+
+def _set_scale_up_domain(data: dict[str, Any], size: int) -> None:
+    """A scale-up domain of ``size`` accelerators: one node of ``size`` (accelerators_per_node and
+    scale_up.domain_size both ``size``), with as many NICs per accelerator as before; links, tiers (in nodes)
+    and everything else as they were. A what-if: the same accelerators in a bigger NVLink-class domain."""
+    per_node = data["accelerators_per_node"]
+    scale_out = data.get("scale_out")
+    if scale_out is not None:
+        nics = scale_out["nics_per_node"] * size
+        if nics % per_node:
+            raise ProjectionError(
+                f"topology.{SCALE_UP_DOMAIN}={size}: {scale_out['nics_per_node']} NICs per {per_node} accelerators "
+                f"do not scale to a whole number per {size}"
+            )
+        scale_out["nics_per_node"] = nics // per_node
+    data["accelerators_per_node"] = size
+    data["scale_up"]["domain_size"] = size
 
 
 def _workload(name: str, overrides: tuple[tuple[str, Any], ...]):
@@ -141,6 +176,15 @@ def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Pr
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
 
+    w, topo, gpus, layout_over = point_inputs(base, point)
+    if search:
+        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators)
+    return project(w, topo, ParallelLayout(**layout_over), gpus, accelerators=base.accelerators)
+
+
+def point_inputs(base: Base, point: dict[str, Any]) -> tuple[Workload, Topology, int, dict[str, Any]]:
+    """The workload, topology, GPU count and layout fields of ``base`` with the point's overrides (the
+    loaded workload and topology are cached)."""
     wl_over = dict(base.workload_overrides)
     topo_over, layout_over = [], dict(base.layout)
     gpus = base.gpus
@@ -154,11 +198,12 @@ def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Pr
             layout_over[rest] = value
         else:
             topo_over.append((rest, value))
-    w = _workload(base.workload, tuple(sorted(wl_over.items())))
-    topo = _topology(base.topology, tuple(topo_over))
-    if search:
-        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators)
-    return project(w, topo, ParallelLayout(**layout_over), gpus, accelerators=base.accelerators)
+    return (
+        _workload(base.workload, tuple(sorted(wl_over.items()))),
+        _topology(base.topology, tuple(topo_over)),
+        gpus,
+        layout_over,
+    )
 
 
 def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[str, Any]:
