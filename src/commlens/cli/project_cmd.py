@@ -330,46 +330,127 @@ def _print_sweep_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
 
 @project_app.command("validate")
 def _validate(
+    table_name: str = typer.Option("all", "--table", help="a published table's name, or all (see --list)"),
+    list_tables: bool = typer.Option(False, "--list", help="list the tables and their sources"),
     as_json: bool = typer.Option(False, "--json"),
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
 ) -> None:
-    """Predicted vs published TFLOP/s per GPU: Megatron-LM SC'21 Table 1 on dgx-a100."""
-    from commlens.project.validate import validate_megatron
+    """Predicted vs published figures of training runs, per row, per table and overall (exit 1: targets missed)."""
+    from commlens.project.validate import load_set, table_names, validate_tables
 
-    rows = validate_megatron(accelerators=accelerators_in_force(accelerators))
-    errors = [abs(r.error) for r in rows]
-    mae, worst = sum(errors) / len(errors), max(errors)
-    ok = worst <= 0.08 and mae <= 0.04
+    names = table_names()
+    if list_tables:
+        with errors_as_exit():
+            for name in names:
+                if name == names[0]:
+                    print(f"{name}: Megatron-LM SC'21 Table 1 (Narayanan et al., arXiv 2104.04473), 10 rows")
+                else:
+                    t = load_set(name)
+                    print(f"{name}: {t.title} ({len(t.rows)} rows; {t.source})")
+        return
+    if table_name != "all" and table_name not in names:
+        fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
+    files = accelerators_in_force(accelerators)
+    with errors_as_exit():
+        rows = validate_tables(names if table_name == "all" else [table_name], accelerators=files)
+    summary = _validation_summary(rows)
     if as_json:
-        print(
-            json.dumps(
-                {"rows": [r.as_dict() for r in rows], "mean_abs_error": mae, "max_abs_error": worst, "targets_met": ok},
-                indent=1,
-            )
-        )
+        print(json.dumps({"rows": [r.as_dict() for r in rows], **summary}, indent=1))
     else:
-        from commlens.cli.tables import new_table, print_table, right
-        from commlens.results.units import format_percent
+        _print_validation(rows, summary)
+    if not summary["targets_met"]:
+        raise typer.Exit(1)
 
-        table = new_table(
-            "workload",
-            *map(right, ("TP", "PP", "VPP", "GPUs", "batch", "published", "predicted", "error")),
-        )
-        for r in rows:
+
+def _stats(rows) -> dict[str, Any]:
+    """Mean and max absolute error of the rows the model projected, and how many it refused."""
+    errors = [abs(r.error) for r in rows if r.error is not None]
+    return {
+        "rows": len(rows),
+        "refused": sum(r.error is None for r in rows),
+        "mean_abs_error": sum(errors) / len(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+    }
+
+
+def _validation_summary(rows) -> dict[str, Any]:
+    """Per table and overall; targets (issue 17): mean absolute error <= 5%, every row within 10%, none refused."""
+    tables: dict[str, list] = {}
+    for r in rows:
+        tables.setdefault(r.table, []).append(r)
+    overall = _stats(rows)
+    ok = (
+        overall["refused"] == 0
+        and overall["mean_abs_error"] is not None
+        and overall["mean_abs_error"] <= 0.05
+        and overall["max_abs_error"] <= 0.10
+    )
+    return {"tables": {name: _stats(t) for name, t in tables.items()}, "overall": overall, "targets_met": ok}
+
+
+def _print_validation(rows, summary: dict[str, Any]) -> None:
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
+    units = {"tflops_per_gpu": "TFLOP/s", "mfu": "MFU", "tokens_per_s_per_gpu": "tok/s/GPU", "step_time_s": "step s"}
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else format_percent(v)
+
+    current = None
+    table = None
+    for r in rows:
+        if r.table != current:
+            if table is not None:
+                print_table(table)
+                _print_table_stats(current, summary["tables"][current], pct)
+            current = r.table
+            print(f"\n{r.table}")
+            table = new_table(
+                "workload",
+                "topology",
+                right("GPUs"),
+                "layout",
+                "figure",
+                *map(right, ("published", "predicted", "error")),
+            )
+        assert table is not None
+        if r.predicted is None:
             table.add_row(
                 r.workload,
-                *map(str, (r.tp, r.pp, r.vpp, r.gpus, r.batch)),
-                f"{r.published_tflops:.0f}",
-                f"{r.predicted_tflops:.1f}",
+                r.topology,
+                str(r.gpus),
+                r.layout,
+                units[r.metric],
+                f"{r.published:.4g}",
+                "refused",
+                r.refused,
+            )
+        else:
+            table.add_row(
+                r.workload,
+                r.topology,
+                str(r.gpus),
+                r.layout,
+                units[r.metric],
+                f"{r.published:.4g}",
+                f"{r.predicted:.4g}",
                 format_percent(r.error, sign=True),
             )
+    if table is not None:
         print_table(table)
-        print(
-            f"mean absolute error {format_percent(mae)}, max {format_percent(worst)} "
-            f"(targets: every row within 8%, mean <= 4%: {'met' if ok else 'NOT met'})"
-        )
-    if not ok:
-        raise typer.Exit(1)
+        _print_table_stats(current, summary["tables"][current], pct)
+    o = summary["overall"]
+    print(
+        f"\noverall: {o['rows']} rows, mean absolute error {pct(o['mean_abs_error'])}, max {pct(o['max_abs_error'])}"
+        + (f", {o['refused']} refused" if o["refused"] else "")
+        + f" (targets: mean <= 5%, every row within 10%, none refused: {'met' if summary['targets_met'] else 'NOT met'})"
+    )
+
+
+def _print_table_stats(name, stats: dict[str, Any], pct) -> None:
+    refused = f", {stats['refused']} refused" if stats["refused"] else ""
+    print(f"  {name}: mean absolute error {pct(stats['mean_abs_error'])}, max {pct(stats['max_abs_error'])}{refused}")
 
 
 from commlens.cli.calibrate_cmd import calibrate  # noqa: E402  (a project subcommand, in its own module)

@@ -49,6 +49,16 @@ class ParallelLayout(BaseModel):
     last_stage_layers: int | None = Field(
         default=None, ge=0, description="layers of the last stage (Megatron --decoder-last-pipeline-num-layers)"
     )
+    embedding_in_split: bool = Field(
+        default=False,
+        description="the embedding takes one layer's slot on the first stage (Megatron "
+        "--account-for-embedding-in-pipeline-split)",
+    )
+    loss_in_split: bool = Field(
+        default=False,
+        description="the output layer and loss take one layer's slot on the last stage (Megatron "
+        "--account-for-loss-in-pipeline-split)",
+    )
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers of every stage, first to last (torchtitan's split points); sums to layers"
     )
@@ -211,6 +221,21 @@ def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:
         if max(split) == 0:
             raise InfeasibleLayoutError("stage_layers: every stage is empty", "divides")
         return split
+    slots = layout.embedding_in_split + layout.loss_in_split
+    if slots and (first is not None or last is not None):
+        raise InfeasibleLayoutError("give first/last_stage_layers or embedding/loss_in_split, not both", "divides")
+    if slots:
+        if (layers + slots) % (pp * vpp):
+            raise InfeasibleLayoutError(
+                f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {layers} layers + {slots} "
+                f"(embedding/loss in the split)",
+                "divides",
+            )
+        each = (layers + slots) // pp
+        stages = [each] * pp
+        stages[0] -= layout.embedding_in_split
+        stages[-1] -= layout.loss_in_split
+        return tuple(stages)
     if first is None and last is None:
         if layers % (pp * vpp):
             raise InfeasibleLayoutError(f"PP {pp} x VPP {vpp} = {pp * vpp} does not divide {layers} layers", "divides")
