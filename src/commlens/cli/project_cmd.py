@@ -196,16 +196,47 @@ def _print_projection(p) -> None:
     print(f"  tokens/s         {p.tokens_per_s:10.4g}")
     print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {format_percent(p.mfu)})")
     print(f"  hw TFLOP/s       {p.hw_tflops_per_gpu:10.1f} per GPU   (with recomputation)")
+    kinds = ("weights", "gradients", "optimizer", "activations")
+    stage = f" (stage {int(p.memory['stage']) + 1})" if lay["pp"] > 1 and "stage" in p.memory else ""
     print(
-        f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU of {p.memory_capacity_bytes / 1e9:.0f}  "
-        + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in p.memory.items() if k != "total")
+        f"  memory           {p.memory_bytes_per_gpu / 1e9:10.1f} GB per GPU{stage} of "
+        f"{p.memory_capacity_bytes / 1e9:.1f}: allocated {p.memory['total'] / 1e9:.1f} ("
+        + ", ".join(f"{k} {p.memory[k] / 1e9:.1f}" for k in kinds if k in p.memory)
+        + "), + allocator fragmentation and runtime"
     )
+    if lay["pp"] > 1 and p.stages:
+        _print_stages(p)
     print("  breakdown (s, share of step):")
     parts = [(k, f"{v:.3f}", format_percent(v / p.step_time_s)) for k, v in p.breakdown.items() if v > 0]
     print_table(new_table("part", right("time s"), right("share"), rows=parts), indent=4)
     hidden = {k: v for k, v in p.overlapped_s.items() if v > 0}
     if hidden:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
+
+
+def _print_stages(p) -> None:
+    """One row per run of identical pipeline stages: layers, time per micro-batch, in flight, memory."""
+    from commlens.cli.tables import new_table, print_table, right
+
+    print(f"  pipeline stages (stage {p.pace_stage + 1} sets the pace):")
+    table = new_table(*map(right, ("stage", "layers", "ms / micro-batch", "in flight", "memory GB")))
+    rows: list[list[Any]] = []
+    for i, st in enumerate(p.stages):
+        key = (st["layers"], round(st["per_micro_batch_s"], 9), st["in_flight"], round(st["reserved_bytes"]))
+        if rows and rows[-1][0] == key and i != p.pace_stage and rows[-1][2] != p.pace_stage:
+            rows[-1][2] = i
+            continue
+        rows.append([key, i, i, st])
+    for key, first, last, st in rows:
+        name = str(first + 1) if first == last else f"{first + 1}-{last + 1}"
+        table.add_row(
+            name,
+            f"{st['layers']:.0f}",
+            f"{st['per_micro_batch_s'] * 1e3:.2f}",
+            f"{st['in_flight']:.3g}",
+            f"{st['reserved_bytes'] / 1e9:.1f}",
+        )
+    print_table(table, indent=4)
 
 
 def _print_what_if(what) -> None:

@@ -22,7 +22,7 @@ presets, efficiencies from their documented origins.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["MEGATRON_TABLE1", "PublishedRun", "ValidationRow", "megatron_flops", "validate_megatron"]
@@ -288,12 +288,13 @@ def _flops_megatron96(w) -> float:
 _FLOPS_PER_TOKEN = {"6N+12lhs": _flops_6n_12lhs, "megatron96": _flops_megatron96}
 
 
-def _compact(lay: dict[str, object]) -> str:
+def _compact(lay: Mapping[str, int]) -> str:
     return f"tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} ep{lay['ep']} dp{lay['dp']}"
 
 
 def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None) -> list[SetResult]:
     """Every row of ``table`` projected as published: predicted against published figure."""
+    from commlens.errors import CommlensError
     from commlens.project.errors import InfeasibleLayoutError
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
@@ -304,7 +305,13 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
     for row in table.rows:
         w = load_workload(row.workload, row.overrides)
         topo = load_topology(row.topology)
-        layout = ParallelLayout(**row.layout)
+        try:
+            layout = ParallelLayout.model_validate(row.layout)
+        except ValueError as e:
+            raise CommlensError(
+                f"published/{table.name}.yaml: {row.workload} on {row.gpus} GPUs: layout: "
+                f"{str(e).splitlines()[-1].strip()}"
+            ) from None
         shown = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "vpp": layout.vpp, "ep": layout.ep}
         shown["dp"] = row.gpus // (layout.tp * layout.cp * layout.pp)
         try:
