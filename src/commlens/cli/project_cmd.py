@@ -227,7 +227,7 @@ def _print_stages(p) -> None:
             rows[-1][2] = i
             continue
         rows.append([key, i, i, st])
-    for key, first, last, st in rows:
+    for _key, first, last, st in rows:
         name = str(first + 1) if first == last else f"{first + 1}-{last + 1}"
         table.add_row(
             name,
