@@ -84,6 +84,15 @@ class ParallelLayout(BaseModel):
         description="weight-gradient GEMMs add into the main grads; false: a separate add per "
         "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)",
     )
+    pp_scatter_gather: bool = Field(
+        default=True,
+        description="each TP rank sends 1/TP of a stage's activations and they are all-gathered after (Megatron-LM "
+        "since 2021); false: every TP rank sends the whole tensor",
+    )
+    cuda_graphs: bool = Field(
+        default=False,
+        description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",
+    )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
 
     @field_validator("stage_layers", mode="before")

@@ -58,6 +58,25 @@ LOSS_BYTES_PER_LOGIT = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 ADAM_BYTES_PER_PARAM = 28 + 4 + 6
 # 16-bit gradients first copied into fp32 main grads (6 B) and unscaled there (8 B).
 MAIN_GRAD_COPY_BYTES = 6 + 8
+# fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
+# written as fp8 row-wise and column-wise (the transpose the weight gradient needs): 2 + 2 + 1 + 1 B per element;
+# two kernels (amax, cast-transpose) per GEMM input.
+FP8_CAST_BYTES = 6.0
+FP8_CAST_KERNELS = 2
+# Host (CPU) time to issue one kernel from eager PyTorch: Python, the autograd and ATen dispatchers, the library's
+# algorithm choice and cudaLaunchKernel, 5-25 us per op (docs/project.md, "host overhead"); 10 us taken.
+HOST_S_PER_KERNEL = 10e-6
+# Kernels of one transformer layer's forward, eager, Megatron-LM with Transformer Engine (docs/project.md): each
+# norm 1, the attention core with rotary embedding 2, each residual add 1 (with the norms: LAYER_NORM_KERNELS = 2
+# per norm), the FFN activation 1; the backward launches about twice as many.
+LAYER_NORM_KERNELS = 2
+ATTENTION_KERNELS = 2
+FFN_ELEMENTWISE = 1
+BACKWARD_KERNEL_RATIO = 2.0
+# An MoE layer's router (GEMM launched apart; softmax/sigmoid, top-k, the load-balancing loss: about 8 kernels) and
+# dispatch (token counts, permutation, all-to-all of the splits and the tokens, unpermute: about 10 kernels).
+MOE_ROUTER_KERNELS = 8
+MOE_DISPATCH_KERNELS = 10
 
 
 def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> float:
@@ -183,7 +202,9 @@ def project(
     d, a, g = w.head_size, w.heads, w.kv_heads_n
     mats = 3 if w.gated_ffn else 2
     a_t, g_t = a / t, max(g / t, 1.0)
-    elem = 1.0 if w.precision == "fp8" else 2.0
+    fp8 = w.precision == "fp8"
+    elem = 1.0 if fp8 else 2.0
+    peak16 = dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
 
     def gemm(m_: float, n_: float, k_: float) -> tuple[float, float]:
         """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
@@ -201,12 +222,12 @@ def project(
     t_proj = gemm(tokens, a_t * d, h)
     if layout.flash_attention:
         causal_flops = 4 * tokens * keys * a_t * d * 0.5  # causal: flash skips masked blocks
-        t_core = causal_flops / (peak * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION)
+        t_core = causal_flops / (peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION)
         core_bytes = 0.0
     else:  # scores and context as batched GEMMs over full s x s, softmax + dropout through HBM
         b_heads = w.micro_batch * a_t
-        t_core = gemm_time_s(dev, peak, tokens / w.micro_batch, keys, d, b_heads, elem) + gemm_time_s(
-            dev, peak, tokens / w.micro_batch, d, keys, b_heads, elem
+        t_core = gemm_time_s(dev, peak16, tokens / w.micro_batch, keys, d, b_heads) + gemm_time_s(
+            dev, peak16, tokens / w.micro_batch, d, keys, b_heads
         )
         # scale-mask-softmax 4 B + dropout 5 B per score; the context permuted back to [s, b, h] (a copy, 4 B)
         core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys + 4.0 * tokens * a_t * d
@@ -214,10 +235,28 @@ def project(
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
     base_bytes = 8 * resid + 14 * resid + core_bytes  # 2 norms (r+w, bf16), 2 bias-dropout-adds (7 B)
     dense_ffn_bytes = 2 * 2 * tokens * w.ffn_hidden / t * (mats - 1)  # activation (GeLU / SwiGLU): read + write
+    f_t = w.ffn_hidden / t
+    # fp8: every GEMM's input is cast forward, every output gradient backward (FP8_CAST_BYTES per element)
+    attn_in, attn_grads = 2 * resid + tokens * a_t * d, tokens * (a_t + 2 * g_t) * d + 2 * resid
+    cast_dense = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t) if fp8 else (0.0, 0.0)
+    gemm_launch = 1 + (FP8_CAST_KERNELS if fp8 else 0)  # kernels per GEMM launch, forward
+    tp_launch = (4 if sp else 2) if t > 1 else 0
+    attn_kernels = 2 * LAYER_NORM_KERNELS + ATTENTION_KERNELS + 2 * gemm_launch + tp_launch
+    dense_kernels = attn_kernels + mats * gemm_launch - (1 if w.gated_ffn else 0) * gemm_launch + FFN_ELEMENTWISE
     layer_kinds = []
     dense_layers = w.layers - w.moe_layers
     if dense_layers:
-        layer_kinds.append((dense_layers, add(t_qkv, t_proj, t_dense_ffn), t_core, base_bytes + dense_ffn_bytes, 0.0))
+        layer_kinds.append(
+            (
+                dense_layers,
+                add(t_qkv, t_proj, t_dense_ffn),
+                t_core,
+                base_bytes + dense_ffn_bytes,
+                0.0,
+                cast_dense,
+                (float(dense_kernels), 0.0),
+            )
+        )
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         moe = w.moe
         cf = moe.capacity_factor or 1.0
@@ -232,8 +271,25 @@ def project(
         t_router = gemm(tokens, moe.experts, h)
         moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
         a2a_bytes = routed_tokens * h * elem
+        expert_tokens = routed_tokens + tokens * moe.shared_experts
+        cast_moe = (
+            (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h))
+            if fp8
+            else (0.0, 0.0)
+        )
+        # eager kernels: attention part and router (graphable), then the dispatch and every local expert's GEMMs
+        # (Transformer Engine's grouped linear launches one GEMM per expert), which dynamic shapes keep eager
+        expert_kernels = MOE_DISPATCH_KERNELS + (local_experts + moe.shared_experts) * 2 * gemm_launch + 1
         layer_kinds.append(
-            (w.moe_layers, add(t_qkv, t_proj, t_exp, t_shared, t_router), t_core, base_bytes + moe_bytes, a2a_bytes)
+            (
+                w.moe_layers,
+                add(t_qkv, t_proj, t_exp, t_shared, t_router),
+                t_core,
+                base_bytes + moe_bytes,
+                a2a_bytes,
+                cast_moe,
+                (float(attn_kernels + gemm_launch + MOE_ROUTER_KERNELS), float(expert_kernels)),
+            )
         )
 
     # --- communication of one layer pass (forward or backward)
@@ -256,10 +312,14 @@ def project(
     recompute_attn = layout.recompute == "selective"
     fwd_passes = 2.0 if recompute_full else 1.0
     # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP)
-    kind_times: list[tuple[float, float, float, float, float, float]] = []
-    for _count, t_gemm, t_attn, nbytes, a2a_bytes in layer_kinds:
+    kind_times: list[tuple[float, ...]] = []
+    host_s = 0.0 if layout.cuda_graphs else HOST_S_PER_KERNEL  # graphable kernels: none left to launch
+    for _count, t_gemm, t_attn, nbytes, a2a_bytes, cast, kernels in layer_kinds:
         compute = t_gemm[0] * fwd_passes + t_gemm[1] + t_attn * (fwd_passes + 2.0 + (1.0 if recompute_attn else 0.0))
         stream = stream_time_s(dev, nbytes) * (fwd_passes + 2.0)
+        stream += stream_time_s(dev, FP8_CAST_BYTES * (cast[0] * fwd_passes + cast[1]))
+        # host time to launch the layer's kernels (backward launches about twice the forward's)
+        host = (kernels[0] * host_s + kernels[1] * HOST_S_PER_KERNEL) * (fwd_passes + BACKWARD_KERNEL_RATIO)
         cp_exp = cp_hid = 0.0
         if cp > 1:
             exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
@@ -267,16 +327,18 @@ def project(
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
             ep_t = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
-        kind_times.append((compute, stream, tp_pass * (fwd_passes + 1.0), cp_exp, cp_hid, ep_t))
+        gpu = compute + stream + tp_pass * (fwd_passes + 1.0) + cp_exp + ep_t
+        kind_times.append((compute, stream, tp_pass * (fwd_passes + 1.0), cp_exp, cp_hid, ep_t, max(0.0, host - gpu)))
     dense_kind = 0 if dense_layers else None
     moe_kind = len(kind_times) - 1 if w.moe is not None else None
 
     pp_p2p = 0.0
     if r.pp > 1:
-        p2p_bytes = tokens * h * 2 / t  # scatter/gather over TP (or SP): each TP rank sends its share
+        split = t if (sp or layout.pp_scatter_gather) else 1
+        p2p_bytes = tokens * h * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
         pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
         pp_p2p = _comm_s(topology, "sendrecv", p2p_bytes, pp_group)
-        if t > 1 and not sp:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
+        if t > 1 and not sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
             pp_p2p += _comm_s(topology, "all_gather", tokens * h * 2, r.groups["tp"])
         pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
     # the first stage's embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
@@ -298,12 +360,12 @@ def project(
         dense_n = max(0, min(start + n, first_moe) - start)
         moe_n = n - dense_n
         start += n
-        parts = [0.0] * 6
+        parts = [0.0] * 7
         for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
             if kind is not None and count:
                 for j, v in enumerate(kind_times[kind]):
                     parts[j] += count * v
-        compute, stream, tp_t, cp_t, cp_h, ep_t = parts
+        compute, stream, tp_t, cp_t, cp_h, ep_t, host_t = parts
         if i == 0:
             stream += embed_stream
             tp_t += embed_tp
@@ -313,7 +375,7 @@ def project(
             tp_t += head_tp
         if not layout.grad_accum_fusion:
             stream += stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
-        per_mb = compute + stream + tp_t + cp_t + ep_t + pp_p2p
+        per_mb = compute + stream + tp_t + cp_t + ep_t + pp_p2p + host_t
         stages.append(
             {
                 "layers": float(n),
@@ -324,6 +386,7 @@ def project(
                 "cp_hidden": cp_h,
                 "ep_comm": ep_t,
                 "pp_comm": pp_p2p,
+                "host": host_t,
                 "per_micro_batch_s": per_mb,
             }
         )
@@ -376,6 +439,7 @@ def project(
         "cp_comm": m * ps["cp_comm"],
         "ep_comm": m * ps["ep_comm"],
         "pp_comm": m * ps["pp_comm"],
+        "host_overhead": m * ps["host"],
         "bubble": pipeline_s - m * t_max,
         "dp_comm": dp_exposed + fsdp_exposed,
         "optimizer": optimizer_s,
