@@ -102,6 +102,10 @@ class Device(BaseModel):
     sms: int = Field(ge=1, description="streaming multiprocessors (for wave quantization of GEMM tiles)")
     gemm_efficiency: float = Field(gt=0, le=1, description="fraction of peak a large GEMM reaches")
     gemm_efficiency_origin: str = Field(min_length=1, description="where gemm_efficiency comes from")
+    fp8_gemm_efficiency: float | None = Field(
+        None, gt=0, le=1, description="the plateau for fp8 GEMMs, of the fp8 peak (None: as gemm_efficiency)"
+    )
+    fp8_gemm_efficiency_origin: str = Field(default="", description="where fp8_gemm_efficiency comes from")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streaming kernels reach")
     memory_efficiency_origin: str = Field(min_length=1, description="where memory_efficiency comes from")
     gemm_shape: GemmShape | None = Field(None, description="calibrated tile throughputs and K overhead")

@@ -89,6 +89,12 @@ class ParallelLayout(BaseModel):
         description="each TP rank sends 1/TP of a stage's activations and they are all-gathered after (Megatron-LM "
         "since 2021); false: every TP rank sends the whole tensor",
     )
+    offload_activation_layers: int = Field(
+        default=0,
+        ge=0,
+        description="layers per stage whose saved activations go to host memory during forward (Megatron "
+        "--cpu-offloading-num-layers); the copies are taken to hide under compute",
+    )
     cuda_graphs: bool = Field(
         default=False,
         description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",

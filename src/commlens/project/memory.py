@@ -23,18 +23,21 @@ SwiGLU, MoE and flash attention:
 
 - outside the TP region (split by TP only with sequence parallelism): each of
   the two norms keeps its input (2 h) and its output, which the next GEMM keeps
-  as its input (2 h): 8 h; dropout keeps a 1-byte mask after attention and after
+  as its input (2 h; under fp8 the GEMM keeps its 1-byte fp8 copy instead, as
+  Transformer Engine does): 8 h, 6 h with fp8; dropout keeps a 1-byte mask after attention and after
   the FFN (2 h) when the model has dropout;
 - inside (split by TP): Q, K, V (2 d (a + 2 g)); the attention output, kept by
   flash attention and by the output projection as one tensor (2 a d); FC1's
-  outputs (gate and up: 2 x 2 f) and the activation's output (2 f); an MoE layer
+  outputs (gate and up: 2 x 2 f) and the activation's output (2 f; f with fp8,
+  which also adds the output projection's fp8 copy of the attention output); an MoE layer
   keeps these per routed token copy, with the permuted input (2 h);
 - the unfused attention core adds 5 a s (softmax output, dropout mask, dropout
   output); flash attention keeps only a 4-byte log-sum-exp per head, and
   selective recomputation drops the 5 a s.
 
 Full recomputation keeps each layer's input (2 h, split with SP) and rebuilds
-one layer at a time. One layer's worth of transient memory (the activations
+one layer at a time. Layers whose activations are offloaded to host memory
+(``offload_activation_layers``) keep none on the device. One layer's worth of transient memory (the activations
 being recomputed, or the activation gradients of the layer in backward) is
 added on top. The last stage adds its logits for one micro-batch: the 16-bit
 GEMM output and the fp32 copy the cross-entropy works on (6 B per logit).
@@ -86,18 +89,22 @@ def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe
     """Activation bytes one layer keeps per token for backward (per GPU of its TP group), no recomputation."""
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
-    outside = 8.0 * h + (2.0 * h if w.dropout else 0.0)
-    inside = 2.0 * d * (a + 2 * g) + 2.0 * a * d  # Q, K, V and the attention output
+    # a GEMM keeps its input for the weight gradient: 16-bit, or its fp8 copy (1 B) under fp8
+    gemm_in = 1.0 if w.precision == "fp8" else 2.0
+    outside = 4.0 * h + 2.0 * gemm_in * h + (2.0 * h if w.dropout else 0.0)
+    inside = 2.0 * d * (a + 2 * g) + 2.0 * a * d  # Q, K, V and the attention output (kept by attention)
+    if w.precision == "fp8":
+        inside += a * d  # the output projection's own fp8 copy of the attention output
     fc1_outputs = 2 if w.gated_ffn else 1
     m = w.moe if moe else None
     if m is not None:
         copies = m.top_k * (m.capacity_factor or 1.0)
         fe = m.expert_ffn_hidden
-        inside += copies * (2.0 * h + 2.0 * fe * fc1_outputs + 2.0 * fe)
-        inside += m.shared_experts * (2.0 * fe * fc1_outputs + 2.0 * fe)
+        inside += copies * (gemm_in * h + 2.0 * fe * fc1_outputs + gemm_in * fe)
+        inside += m.shared_experts * (2.0 * fe * fc1_outputs + gemm_in * fe)
     else:
         f = w.ffn_hidden
-        inside += 2.0 * f * fc1_outputs + 2.0 * f  # FC1 output(s) and the activation output
+        inside += 2.0 * f * fc1_outputs + gemm_in * f  # FC1 output(s) and the activation output (FC2's input)
     if layout.flash_attention:
         inside += 4.0 * a  # log-sum-exp per query and head (fp32)
     elif layout.recompute == "none":
@@ -178,8 +185,10 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         per_token = dense_n * dense_act + (n - dense_n) * moe_act  # the stage's layers, no recomputation
         one_layer = max(dense_act if dense_n else 0.0, moe_act if n - dense_n else 0.0)
         live = in_flight(i, r.pp, r.vpp, r.micro_batches)
+        if layout.offload_activation_layers and n:  # offloaded layers keep nothing on the device between passes
+            per_token *= max(0, n - layout.offload_activation_layers) / n
         if layout.recompute == "full":
-            kept = tokens * n * layer_input * live
+            kept = tokens * max(0, n - layout.offload_activation_layers) * layer_input * live
             transient = 2.0 * tokens * one_layer  # the layer being recomputed and its activation gradients
         else:
             kept = tokens * per_token * live

@@ -205,13 +205,14 @@ def project(
     fp8 = w.precision == "fp8"
     elem = 1.0 if fp8 else 2.0
     peak16 = dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
+    gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
 
     def gemm(m_: float, n_: float, k_: float) -> tuple[float, float]:
         """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
         gradient (k, n, m), each at its own shape's efficiency."""
-        fwd = gemm_time_s(dev, peak, m_, n_, k_, elem_bytes=elem)
-        return fwd, gemm_time_s(dev, peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(
-            dev, peak, k_, n_, m_, elem_bytes=elem
+        fwd = gemm_time_s(dev, gemm_peak, m_, n_, k_, elem_bytes=elem)
+        return fwd, gemm_time_s(dev, gemm_peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(
+            dev, gemm_peak, k_, n_, m_, elem_bytes=elem
         )
 
     def add(*parts: tuple[float, float], times: float = 1.0) -> tuple[float, float]:
@@ -270,7 +271,7 @@ def project(
         t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=moe.shared_experts)
         t_router = gemm(tokens, moe.experts, h)
         moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
-        a2a_bytes = routed_tokens * h * elem
+        a2a_bytes = routed_tokens * h * 2.0  # tokens travel in 16 bits (fp8 dispatch is an opt-in)
         expert_tokens = routed_tokens + tokens * moe.shared_experts
         cast_moe = (
             (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h))
