@@ -367,28 +367,48 @@ def _validate(
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
 ) -> None:
     """Predicted vs published figures of training runs, per row, per table and overall (exit 1: targets missed)."""
-    from commlens.project.validate import load_set, table_names, validate_tables
+    from commlens.project.validate import (
+        MEMORY,
+        SC21,
+        load_memory_figures,
+        load_set,
+        table_names,
+        validate_memory,
+        validate_tables,
+    )
 
     names = table_names()
     if list_tables:
         with errors_as_exit():
             for name in names:
-                if name == names[0]:
+                if name == SC21:
                     print(f"{name}: Megatron-LM SC'21 Table 1 (Narayanan et al., arXiv 2104.04473), 10 rows")
+                elif name == MEMORY:
+                    n = len(load_memory_figures())
+                    print(f"{name}: published GPU-memory figures per GPU ({n} figures; docs/reference/memory.md)")
                 else:
                     t = load_set(name)
                     print(f"{name}: {t.title} ({len(t.rows)} rows; {t.source})")
         return
     if table_name != "all" and table_name not in names:
         fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
+    chosen = names if table_name == "all" else [table_name]
     files = accelerators_in_force(accelerators)
     with errors_as_exit():
-        rows = validate_tables(names if table_name == "all" else [table_name], accelerators=files)
-    summary = _validation_summary(rows)
+        rows = validate_tables([n for n in chosen if n != MEMORY], accelerators=files)
+        memory = validate_memory(accelerators=files) if MEMORY in chosen else None
+    summary = _validation_summary(rows, memory)
     if as_json:
-        print(json.dumps({"rows": [r.as_dict() for r in rows], **summary}, indent=1))
+        out: dict[str, Any] = {"rows": [r.as_dict() for r in rows], **summary}
+        if memory is not None:
+            out["memory"]["figures"] = [m.as_dict() for m in memory]
+        print(json.dumps(out, indent=1))
     else:
         _print_validation(rows, summary)
+        if memory is not None:
+            _print_memory_validation(memory, summary["memory"])
+        if rows and memory is not None:
+            print(f"\ntargets (throughput and memory): {'met' if summary['targets_met'] else 'NOT met'}")
     if not summary["targets_met"]:
         raise typer.Exit(1)
 
@@ -404,19 +424,75 @@ def _stats(rows) -> dict[str, Any]:
     }
 
 
-def _validation_summary(rows) -> dict[str, Any]:
-    """Per table and overall; targets (issue 17): mean absolute error <= 5%, every row within 10%, none refused."""
+def _validation_summary(rows, memory=None) -> dict[str, Any]:
+    """Per table and overall, and the memory figures when given. Targets (issue 17): mean absolute error <= 5%,
+    every row within 10%, none refused; memory: every printed/formula figure within 10%, every bound met."""
     tables: dict[str, list] = {}
     for r in rows:
         tables.setdefault(r.table, []).append(r)
-    overall = _stats(rows)
-    ok = (
-        overall["refused"] == 0
-        and overall["mean_abs_error"] is not None
-        and overall["mean_abs_error"] <= 0.05
-        and overall["max_abs_error"] <= 0.10
+    out: dict[str, Any] = {"tables": {name: _stats(t) for name, t in tables.items()}}
+    if rows:
+        overall = _stats(rows)
+        ok = (
+            overall["refused"] == 0
+            and overall["mean_abs_error"] is not None
+            and overall["mean_abs_error"] <= 0.05
+            and overall["max_abs_error"] <= 0.10
+        )
+        out["overall"] = overall
+        out["throughput_targets_met"] = ok
+    else:
+        ok = True
+    if memory is not None:
+        out["memory"] = _memory_stats(memory)
+        ok = ok and out["memory"]["targets_met"]
+    out["targets_met"] = ok
+    return out
+
+
+def _memory_stats(memory) -> dict[str, Any]:
+    """Mean and max absolute error of the printed/formula figures, bounds met and missed, refusals."""
+    errors = [abs(m.error) for m in memory if m.error is not None]
+    bounds = [m for m in memory if m.kind == "bound"]
+    refused = sum(m.predicted_bytes is None for m in memory)
+    within = sum(e <= 0.10 for e in errors)
+    return {
+        "figures": len(memory),
+        "refused": refused,
+        "mean_abs_error": sum(errors) / len(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "within_10pct": within,
+        "bounds": len(bounds),
+        "bounds_met": sum(bool(m.fits) for m in bounds),
+        "targets_met": refused == 0 and within == len(errors) and all(m.fits for m in bounds),
+    }
+
+
+def _print_memory_validation(memory, stats: dict[str, Any]) -> None:
+    """One row per memory figure: published and predicted GB (1e9 B), the error, or whether a bound is met."""
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
+    print("\nmemory (GB = 1e9 B per GPU)")
+    table = new_table("figure", "measures", "stage", *map(right, ("published GB", "predicted GB", "error")))
+    for m in memory:
+        if m.predicted_bytes is None:
+            table.add_row(m.name, m.measures, m.stage, f"{m.published_bytes / 1e9:.4g}", "refused", m.refused)
+            continue
+        verdict = ("fits" if m.fits else "over the bound") if m.kind == "bound" else format_percent(m.error, sign=True)
+        table.add_row(
+            m.name, m.measures, m.stage, f"{m.published_bytes / 1e9:.4g}", f"{m.predicted_bytes / 1e9:.4g}", verdict
+        )
+    print_table(table)
+    mean = "-" if stats["mean_abs_error"] is None else format_percent(stats["mean_abs_error"])
+    top = "-" if stats["max_abs_error"] is None else format_percent(stats["max_abs_error"])
+    refused = f", {stats['refused']} refused" if stats["refused"] else ""
+    print(
+        f"  memory: {stats['figures']} figures, mean absolute error {mean}, max {top}, "
+        f"{stats['within_10pct']} of {stats['figures'] - stats['bounds'] - stats['refused']} within 10%, "
+        f"bounds met {stats['bounds_met']} of {stats['bounds']}{refused} "
+        f"(targets: every figure within 10%, every bound met: {'met' if stats['targets_met'] else 'NOT met'})"
     )
-    return {"tables": {name: _stats(t) for name, t in tables.items()}, "overall": overall, "targets_met": ok}
 
 
 def _print_validation(rows, summary: dict[str, Any]) -> None:
@@ -428,6 +504,8 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
     def pct(v: float | None) -> str:
         return "-" if v is None else format_percent(v)
 
+    if not rows:
+        return
     current = None
     table = None
     for r in rows:
@@ -475,7 +553,8 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
     print(
         f"\noverall: {o['rows']} rows, mean absolute error {pct(o['mean_abs_error'])}, max {pct(o['max_abs_error'])}"
         + (f", {o['refused']} refused" if o["refused"] else "")
-        + f" (targets: mean <= 5%, every row within 10%, none refused: {'met' if summary['targets_met'] else 'NOT met'})"
+        + " (targets: mean <= 5%, every row within 10%, none refused: "
+        + f"{'met' if summary['throughput_targets_met'] else 'NOT met'})"
     )
 
 

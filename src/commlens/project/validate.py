@@ -22,10 +22,33 @@ presets, efficiencies from their documented origins.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["MEGATRON_TABLE1", "PublishedRun", "ValidationRow", "megatron_flops", "validate_megatron"]
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+__all__ = [
+    "MEGATRON_TABLE1",
+    "MEMORY",
+    "MemoryFigure",
+    "MemoryResult",
+    "PublishedRun",
+    "PublishedSet",
+    "SetResult",
+    "ValidationRow",
+    "load_memory_figures",
+    "load_set",
+    "megatron_flops",
+    "table_names",
+    "validate_megatron",
+    "validate_memory",
+    "validate_set",
+    "validate_tables",
+]
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,7 @@ def validate_megatron(topology: str = "dgx-a100", accelerators: Sequence[str] | 
 
 PUBLISHED_FORMAT = "commlens.published/1"
 SC21 = "megatron-sc21"
+MEMORY = "memory"  # published/memory.yaml: GPU-memory figures, validated by validate_memory
 _METRICS = ("tflops_per_gpu", "mfu", "tokens_per_s_per_gpu", "step_time_s")
 _ROW_KEYS = {"workload", "set", "gpus", "layout", "published", "note", "topology"}
 
@@ -219,28 +243,66 @@ class SetResult:
         }
 
 
-def _published_dir():
+def _published_dir(directory: Path | None = None) -> Traversable:
     from importlib.resources import files
 
-    return files("commlens.project") / "published"
+    return directory if directory is not None else files("commlens.project") / "published"
 
 
-def table_names() -> list[str]:
-    """Every validation table: Megatron-LM SC'21 Table 1 and the shipped published sets."""
-    names = sorted(p.name.removesuffix(".yaml") for p in _published_dir().iterdir() if p.name.endswith(".yaml"))
-    return [SC21, *(n for n in names if n != "memory")]
+def _where(name: str, directory: Path | None) -> str:
+    """How errors name a set's file: ``published/NAME.yaml`` for the shipped ones, the path otherwise."""
+    return f"published/{name}.yaml" if directory is None else str(directory / f"{name}.yaml")
 
 
-def load_set(name: str) -> PublishedSet:
-    """A shipped published set by name; :class:`commlens.errors.CommlensError` naming what is wrong."""
+def table_names(directory: Path | None = None) -> list[str]:
+    """Every validation table: Megatron-LM SC'21 Table 1, the published throughput sets, then ``memory``
+    (``directory``: where the sets are, default the shipped package data)."""
+    names = sorted(
+        p.name.removesuffix(".yaml") for p in _published_dir(directory).iterdir() if p.name.endswith(".yaml")
+    )
+    return [SC21, *(n for n in names if n != MEMORY), *([MEMORY] if MEMORY in names else [])]
+
+
+def _number(value: object, where: str, what: str, *, integer: bool = False) -> float:
+    """A finite, positive number from a YAML value; :class:`CommlensError` naming ``what`` otherwise."""
+    from commlens.errors import CommlensError
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number) and number > 0 and (number.is_integer() or not integer):
+            return number
+    kind = "a positive integer" if integer else "a finite positive number"
+    raise CommlensError(f"{where}: {what} must be {kind}, got {value!r}")
+
+
+def _row_keys(row: object, allowed: set[str], required: set[str], where: str) -> dict:
+    from commlens.errors import CommlensError
+
+    if not isinstance(row, dict):
+        raise CommlensError(f"{where}: must be a mapping, got {type(row).__name__}")
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise CommlensError(f"{where}: unknown key {', '.join(map(str, unknown))} (keys: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(row))
+    if missing:
+        raise CommlensError(f"{where}: missing {', '.join(missing)}")
+    return row
+
+
+def load_set(name: str, directory: Path | None = None) -> PublishedSet:
+    """A published set by name (``directory``: where the sets are, default the shipped package data);
+    :class:`commlens.errors.CommlensError` naming the file and what is wrong."""
     from commlens.errors import CommlensError
     from commlens.specdata import load_yaml
 
-    path = _published_dir() / f"{name}.yaml"
-    if not path.is_file():
-        raise CommlensError(f"no published table {name!r} (have: {', '.join(table_names())})")
-    data = load_yaml(path.read_text(encoding="utf-8"))
-    where = f"published/{name}.yaml"
+    path = _published_dir(directory) / f"{name}.yaml"
+    if name == MEMORY or not path.is_file():
+        raise CommlensError(f"no published table {name!r} (have: {', '.join(table_names(directory))})")
+    where = _where(name, directory)
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except Exception as e:  # yaml.YAMLError, DuplicateKeyError
+        raise CommlensError(f"{where}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != PUBLISHED_FORMAT:
         raise CommlensError(f"{where}: format must be {PUBLISHED_FORMAT!r}")
     metric = data.get("metric")
@@ -249,29 +311,33 @@ def load_set(name: str) -> PublishedSet:
     flops = str(data.get("flops", "n/a"))
     if metric in ("tflops_per_gpu", "mfu") and flops not in _FLOPS_PER_TOKEN:
         raise CommlensError(f"{where}: flops {flops!r} is not one of {', '.join(_FLOPS_PER_TOKEN)}")
+    peak = data.get("peak_tflops")
+    if metric == "mfu" and peak is None:
+        raise CommlensError(f"{where}: metric mfu needs peak_tflops")
     rows = []
-    for i, row in enumerate(data.get("rows") or []):
-        if not isinstance(row, dict) or not _ROW_KEYS >= set(row) or not {"workload", "gpus", "published"} <= set(row):
-            raise CommlensError(f"{where}: row {i + 1}: keys must be among {', '.join(sorted(_ROW_KEYS))}")
+    for i, raw in enumerate(data.get("rows") or []):
+        at = f"{where}: row {i + 1}"
+        row = _row_keys(raw, _ROW_KEYS, {"workload", "gpus", "published"}, at)
+        if "topology" not in row and "topology" not in data:
+            raise CommlensError(f"{at}: no topology (neither the row's nor the file's)")
         rows.append(
             SetRow(
                 workload=str(row["workload"]),
                 overrides=dict(row.get("set") or {}),
-                gpus=int(row["gpus"]),
+                gpus=int(_number(row["gpus"], at, "gpus", integer=True)),
                 layout=dict(row.get("layout") or {}),
-                published=float(row["published"]),
+                published=_number(row["published"], at, "published"),
                 topology=str(row.get("topology") or data["topology"]),
                 note=str(row.get("note") or ""),
             )
         )
-    peak = data.get("peak_tflops")
     return PublishedSet(
         name=str(data.get("name", name)),
         title=str(data.get("title", "")),
         source=str(data.get("source", "")),
         metric=metric,
         flops=flops,
-        peak_tflops=None if peak is None else float(peak),
+        peak_tflops=None if peak is None else _number(peak, where, "peak_tflops"),
         rows=tuple(rows),
     )
 
@@ -375,4 +441,174 @@ def validate_tables(names: Sequence[str], accelerators: Sequence[str] | None = N
                 )
         else:
             out.extend(validate_set(load_set(name), accelerators))
+    return out
+
+
+# --- published memory figures (published/memory.yaml, format commlens.published-memory/1)
+
+MEMORY_FORMAT = "commlens.published-memory/1"
+_MEASURES = ("activations_per_layer", "activations", "model_states", "peak_reserved")
+_STAGES = ("first", "last", "any")
+_KINDS = ("printed", "formula", "bound")
+_FIGURE_KEYS = {"name", "source", "workload", "set", "gpus", "layout", "measures", "stage", "published_bytes", "note"}
+_PER_NODE = 8  # GPUs per node for resolve(): the figures' systems are 8-GPU nodes; memory does not depend on it
+
+
+@dataclass(frozen=True)
+class MemoryFigure:
+    """One published memory figure per GPU: the workload and layout it is for, what it measures, its bytes."""
+
+    name: str
+    source: str
+    workload: str
+    overrides: dict[str, object]
+    gpus: int
+    layout: dict[str, object]
+    measures: str  # activations_per_layer, activations, model_states, peak_reserved
+    stage: str  # first, last, any (the largest over stages)
+    published_bytes: float
+    kind: str  # printed, formula, bound (the run fit: an upper bound on the peak)
+    note: str
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """The model's bytes for a figure; ``error`` for printed/formula figures, ``fits`` for bounds."""
+
+    name: str
+    measures: str
+    stage: str
+    kind: str
+    published_bytes: float
+    predicted_bytes: float | None  # None: the model refused the layout
+    refused: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """Signed relative error (+: the model predicts more memory); None for bounds and refusals."""
+        if self.predicted_bytes is None or self.kind == "bound":
+            return None
+        return self.predicted_bytes / self.published_bytes - 1.0
+
+    @property
+    def fits(self) -> bool | None:
+        """For a bound: the predicted peak is within it (None otherwise)."""
+        if self.kind != "bound":
+            return None
+        return self.predicted_bytes is not None and self.predicted_bytes <= self.published_bytes
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "measures": self.measures,
+            "stage": self.stage,
+            "kind": self.kind,
+            "published_bytes": self.published_bytes,
+            "predicted_bytes": self.predicted_bytes,
+            "error": self.error,
+            "fits": self.fits,
+            "refused": self.refused or None,
+        }
+
+
+def load_memory_figures(directory: Path | None = None) -> list[MemoryFigure]:
+    """The figures of ``memory.yaml`` (``directory``: where it is, default the shipped package data);
+    :class:`commlens.errors.CommlensError` naming the file, the figure and what is wrong."""
+    from commlens.errors import CommlensError
+    from commlens.specdata import load_yaml
+
+    where = _where(MEMORY, directory)
+    path = _published_dir(directory) / f"{MEMORY}.yaml"
+    if not path.is_file():
+        raise CommlensError(f"{where}: no such file")
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except Exception as e:  # yaml.YAMLError, DuplicateKeyError
+        raise CommlensError(f"{where}: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != MEMORY_FORMAT:
+        raise CommlensError(f"{where}: format must be {MEMORY_FORMAT!r}")
+    out = []
+    for i, raw in enumerate(data.get("figures") or []):
+        at = f"{where}: figure {i + 1}"
+        fig = _row_keys(raw, _FIGURE_KEYS, _FIGURE_KEYS - {"set", "source"}, at)
+        at = f"{where}: {fig['name']}"
+        if fig["measures"] not in _MEASURES:
+            raise CommlensError(f"{at}: measures must be one of {', '.join(_MEASURES)}, got {fig['measures']!r}")
+        if fig["stage"] not in _STAGES:
+            raise CommlensError(f"{at}: stage must be one of {', '.join(_STAGES)}, got {fig['stage']!r}")
+        kind = str(fig["note"]).split(":", 1)[0]
+        if kind not in _KINDS:
+            raise CommlensError(f"{at}: note must start with one of {', '.join(k + ':' for k in _KINDS)}")
+        if (kind == "bound") != (fig["measures"] == "peak_reserved"):
+            raise CommlensError(f"{at}: a bound is a peak_reserved figure and a peak_reserved figure a bound")
+        out.append(
+            MemoryFigure(
+                name=str(fig["name"]),
+                source=str(fig.get("source") or ""),
+                workload=str(fig["workload"]),
+                overrides=dict(fig.get("set") or {}),
+                gpus=int(_number(fig["gpus"], at, "gpus", integer=True)),
+                layout=dict(fig["layout"] or {}),
+                measures=fig["measures"],
+                stage=fig["stage"],
+                published_bytes=_number(fig["published_bytes"], at, "published_bytes"),
+                kind=kind,
+                note=str(fig["note"]),
+            )
+        )
+    return out
+
+
+def _predicted_bytes(fig: MemoryFigure) -> float:
+    """The model's figure (``commlens.project.memory``); :class:`InfeasibleLayoutError` when it cannot resolve.
+
+    1. activations_per_layer: one layer's activations for one micro-batch (micro_batch x seq_len / CP tokens),
+       as ``stage_memory`` keeps them: the layer input alone under full recomputation, else
+       ``activation_bytes_per_token`` (selective recomputation already drops the attention core);
+    2. activations: ``stage_memory``'s activations of the stage (first, last, or the largest);
+    3. model_states: weights + gradients + optimizer of the stage;
+    4. peak_reserved: the stage's ``reserved`` (allocated peak x fragmentation + runtime).
+    """
+    from commlens.project.layout import ParallelLayout, resolve
+    from commlens.project.memory import activation_bytes_per_token, stage_memory
+    from commlens.workload import load_workload
+
+    w = load_workload(fig.workload, fig.overrides)
+    layout = ParallelLayout.model_validate(fig.layout)
+    r = resolve(layout, w, fig.gpus, _PER_NODE)
+    if fig.measures == "activations_per_layer":
+        tokens = w.micro_batch * w.seq_len / r.cp
+        if layout.recompute == "full":
+            return tokens * 2.0 * w.hidden / (r.tp if layout.sp and r.tp > 1 else 1)
+        kinds = ([False] if w.moe_layers < w.layers else []) + ([True] if w.moe_layers else [])
+        return tokens * max(activation_bytes_per_token(w, layout, r.tp, moe) for moe in kinds)
+    stages = stage_memory(w, layout, r)
+    key = {"activations": "activations", "peak_reserved": "reserved"}.get(fig.measures)
+    values = [st[key] if key else st["weights"] + st["gradients"] + st["optimizer"] for st in stages]
+    if fig.stage == "first":
+        return values[0]
+    if fig.stage == "last":
+        return values[-1]
+    return max(values)
+
+
+def validate_memory(accelerators: Sequence[str] | None = None, directory: Path | None = None) -> list[MemoryResult]:
+    """Every published memory figure against the model's. ``accelerators`` is taken for the CLI's sake and
+    not used: the memory model reads no accelerator figure (bounds are the published capacity)."""
+    from commlens.errors import CommlensError
+    from commlens.project.errors import InfeasibleLayoutError
+
+    del accelerators
+    out = []
+    for fig in load_memory_figures(directory):
+        try:
+            predicted: float | None = _predicted_bytes(fig)
+            refused = ""
+        except InfeasibleLayoutError as e:
+            predicted, refused = None, str(e)
+        except ValueError as e:  # the layout's fields (pydantic)
+            raise CommlensError(
+                f"{_where(MEMORY, directory)}: {fig.name}: layout: {str(e).splitlines()[-1].strip()}"
+            ) from None
+        out.append(MemoryResult(fig.name, fig.measures, fig.stage, fig.kind, fig.published_bytes, predicted, refused))
     return out
