@@ -84,6 +84,11 @@ class ParallelLayout(BaseModel):
         description="weight-gradient GEMMs add into the main grads; false: a separate add per "
         "micro-batch, 2 + 2 x grad_reduce_bytes B per parameter (Megatron-LM of 2021)",
     )
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="TP all-gather/reduce-scatter split into chunks behind the GEMMs they feed (Transformer Engine "
+        "userbuffers, Megatron --tp-comm-overlap)",
+    )
     pp_scatter_gather: bool = Field(
         default=True,
         description="each TP rank sends 1/TP of a stage's activations and they are all-gathered after (Megatron-LM "

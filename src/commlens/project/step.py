@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
 
 from commlens.model import InfeasibleError, predict
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
@@ -75,6 +77,14 @@ FFN_ELEMENTWISE = 1
 BACKWARD_KERNEL_RATIO = 2.0
 # An MoE layer's router (GEMM launched apart; softmax/sigmoid, top-k, the load-balancing loss: about 8 kernels) and
 # dispatch (token counts, permutation, all-to-all of the splits and the tokens, unpermute: about 10 kernels).
+# Spread of compute speed between GPUs of one SKU in one cluster (coefficient of variation). Sinha et al., "Not All
+# GPUs Are Created Equal" (SC'22, arXiv 2208.11035): compute-bound kernels vary 8% on average (max - min over the
+# median) across the thousands of GPUs of each cluster studied; over ~4,000 normally spread GPUs that range is
+# 2 x 3.5 sigma, so sigma ~ 1.15%.
+GPU_SPEED_CV = 0.0115
+# SMs a communication kernel overlapped with GEMMs occupies (Transformer Engine's userbuffers reduce-scatter default,
+# of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile.
+OVERLAP_COMM_SMS = 16
 MOE_ROUTER_KERNELS = 8
 MOE_DISPATCH_KERNELS = 10
 
@@ -328,8 +338,13 @@ def project(
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
             ep_t = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
-        gpu = compute + stream + tp_pass * (fwd_passes + 1.0) + cp_exp + ep_t
-        kind_times.append((compute, stream, tp_pass * (fwd_passes + 1.0), cp_exp, cp_hid, ep_t, max(0.0, host - gpu)))
+        tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
+        if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
+            exposed = max(tp_t / t, tp_t - (t_gemm[0] * fwd_passes + t_gemm[1]))
+            # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
+            tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
+        gpu = compute + stream + tp_t + cp_exp + ep_t
+        kind_times.append((compute, stream, tp_t, cp_exp, cp_hid, ep_t, max(0.0, host - gpu), tp_hid))
     dense_kind = 0 if dense_layers else None
     moe_kind = len(kind_times) - 1 if w.moe is not None else None
 
@@ -352,6 +367,7 @@ def project(
     head_stream = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT + 8 * resid)
     head_tp = 2 * _comm_s(topology, "all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
+    straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
     first_moe = w.layers - w.moe_layers
@@ -361,12 +377,12 @@ def project(
         dense_n = max(0, min(start + n, first_moe) - start)
         moe_n = n - dense_n
         start += n
-        parts = [0.0] * 7
+        parts = [0.0] * 8
         for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
             if kind is not None and count:
                 for j, v in enumerate(kind_times[kind]):
                     parts[j] += count * v
-        compute, stream, tp_t, cp_t, cp_h, ep_t, host_t = parts
+        compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         if i == 0:
             stream += embed_stream
             tp_t += embed_tp
@@ -376,7 +392,8 @@ def project(
             tp_t += head_tp
         if not layout.grad_accum_fusion:
             stream += stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
-        per_mb = compute + stream + tp_t + cp_t + ep_t + pp_p2p + host_t
+        slowest = (compute + stream) * (straggle - 1.0)  # every collective waits for the slowest GPU's share
+        per_mb = compute + stream + slowest + tp_t + cp_t + ep_t + pp_p2p + host_t
         stages.append(
             {
                 "layers": float(n),
@@ -385,9 +402,11 @@ def project(
                 "tp_comm": tp_t,
                 "cp_comm": cp_t,
                 "cp_hidden": cp_h,
+                "tp_hidden": tp_h,
                 "ep_comm": ep_t,
                 "pp_comm": pp_p2p,
                 "host": host_t,
+                "slowest_gpu": slowest,
                 "per_micro_batch_s": per_mb,
             }
         )
@@ -441,6 +460,7 @@ def project(
         "ep_comm": m * ps["ep_comm"],
         "pp_comm": m * ps["pp_comm"],
         "host_overhead": m * ps["host"],
+        "slowest_gpu": m * ps["slowest_gpu"],
         "bubble": pipeline_s - m * t_max,
         "dp_comm": dp_exposed + fsdp_exposed,
         "optimizer": optimizer_s,
@@ -480,10 +500,25 @@ def project(
         memory_capacity_bytes=dev.hbm_bytes,
         breakdown=breakdown,
         memory=mem,
-        overlapped_s={"cp_comm": m * ps["cp_hidden"], "dp_comm": dp_hidden, "fsdp_gather": fsdp_hidden},
+        overlapped_s={
+            "tp_comm": m * ps["tp_hidden"],
+            "cp_comm": m * ps["cp_hidden"],
+            "dp_comm": dp_hidden,
+            "fsdp_gather": fsdp_hidden,
+        },
         stages=stages,
         pace_stage=pace,
     )
+
+
+@lru_cache(maxsize=256)
+def slowest_gpu_factor(gpus: int) -> float:
+    """How much slower than the median the slowest of ``gpus`` GPUs computes: GPUs of one SKU differ in speed
+    (manufacturing and power management), each synchronous step waits for the slowest, and with speeds spread
+    normally with ``GPU_SPEED_CV`` it lags by the ``gpus / (gpus + 1)`` quantile."""
+    if gpus <= 1:
+        return 1.0
+    return 1.0 + GPU_SPEED_CV * NormalDist().inv_cdf(gpus / (gpus + 1.0))
 
 
 def _dp_tail(
