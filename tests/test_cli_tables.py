@@ -55,6 +55,8 @@ def test_topology_list() -> None:
         "72 GPUs in one NVLink5 domain (NVLS), 4 x 400 Gb/s per 4-GPU tray\n"
         "local-cpu               64      64        4     0       0.0          1  ranks as processes on one host, gloo "
         "over loopback TCP; calibrated on a 4-rank run of this machine type (approximate)\n"
+        "meta-h100-roce           8       8      450     8      50.0       3072  Llama 3 405B cluster: 8 x H100 SXM on "
+        "NVLink per server, 400 Gb/s RoCE per GPU, 3,072-GPU pods, 1:7 between pods\n"
     )
 
 
@@ -116,10 +118,11 @@ def test_project_tables() -> None:
     out = _cli("project", "megatron-gpt-7.5b", "-t", "dgx-a100", "-n", "128", "--tp", "4").splitlines()
     start = out.index("  breakdown (s, share of step):")
     assert out[start + 1] == "    part          time s  share"
-    assert [line.split()[0] for line in out[start + 2 : start + 7]] == [
+    assert [line.split()[0] for line in out[start + 2 : start + 8]] == [
         "compute",
         "memory_bound",
         "tp_comm",
+        "slowest_gpu",
         "dp_comm",
         "optimizer",
     ]
@@ -127,15 +130,22 @@ def test_project_tables() -> None:
         "project", "sweep", "megatron-gpt-7.5b", "-t", "dgx-a100", "-n", "128", "--tp", "4", "--vary",
         "layout.pp=1,64", "--workers", "1",
     ).splitlines()  # fmt: skip
-    assert sweep[0] == "layout.pp  step s   tokens/s  MFU %  mem GB  layout"
+    assert sweep[0] == "layout.pp  step s  tokens/s  MFU %  mem GB  layout"
     assert sweep[1].startswith("        1  ") and sweep[1].endswith("  tp4 cp1 pp1x1 dp32 ep1 z1")
     assert sweep[2] == (
-        "       64                                    infeasible: TP x CP x PP = 4 x 1 x 64 = 256 does not divide 128 GPUs"
+        "       64                                   infeasible: TP x CP x PP = 4 x 1 x 64 = 256 does not divide 128 GPUs"
     )
-    validate = CliRunner().invoke(app, ["project", "validate"], catch_exceptions=False).stdout.splitlines()
-    assert validate[0] == "workload             TP  PP  VPP  GPUs  batch  published  predicted  error"
-    assert validate[1].startswith("megatron-gpt-1.7b     1   1    1    32    512        137  ")
-    assert len(validate) == 12 and validate[-1].startswith("mean absolute error ")
+    validate = (
+        CliRunner()
+        .invoke(app, ["project", "validate", "--table", "megatron-sc21"], catch_exceptions=False)
+        .stdout.splitlines()
+    )
+    assert validate[1] == "megatron-sc21"
+    assert validate[2] == (
+        "workload             topology  GPUs  layout                   figure   published  predicted  error"
+    )
+    assert validate[3].startswith("megatron-gpt-1.7b    dgx-a100    32  tp1 cp1 pp1x1 ep1 dp32   TFLOP/s        137  ")
+    assert validate[13].startswith("  megatron-sc21: mean absolute error ")
 
 
 def test_project_calibrate_tables() -> None:
