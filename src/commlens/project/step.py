@@ -217,11 +217,15 @@ def project(
     peak16 = dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
     gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
 
-    def gemm(m_: float, n_: float, k_: float) -> tuple[float, float]:
+    tp_chunks = t if layout.tp_comm_overlap and t > 1 else 1
+
+    def gemm(m_: float, n_: float, k_: float, chunks: int = 1) -> tuple[float, float]:
         """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
-        gradient (k, n, m), each at its own shape's efficiency."""
-        fwd = gemm_time_s(dev, gemm_peak, m_, n_, k_, elem_bytes=elem)
-        return fwd, gemm_time_s(dev, gemm_peak, m_, k_, n_, elem_bytes=elem) + gemm_time_s(
+        gradient (k, n, m), each at its own shape's efficiency. ``chunks``: the forward and data-gradient GEMMs
+        run as that many GEMMs of m_ / chunks rows (TP communication overlapped chunk by chunk)."""
+        mc = m_ / chunks
+        fwd = chunks * gemm_time_s(dev, gemm_peak, mc, n_, k_, elem_bytes=elem)
+        return fwd, chunks * gemm_time_s(dev, gemm_peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
             dev, gemm_peak, k_, n_, m_, elem_bytes=elem
         )
 
@@ -229,8 +233,8 @@ def project(
         return sum(p[0] for p in parts) * times, sum(p[1] for p in parts) * times
 
     # --- one layer, one micro-batch, forward: GEMMs and the attention core
-    t_qkv = gemm(tokens, (a_t + 2 * g_t) * d, h)
-    t_proj = gemm(tokens, a_t * d, h)
+    t_qkv = gemm(tokens, (a_t + 2 * g_t) * d, h, tp_chunks)
+    t_proj = gemm(tokens, a_t * d, h, tp_chunks)
     if layout.flash_attention:
         causal_flops = 4 * tokens * keys * a_t * d * 0.5  # causal: flash skips masked blocks
         t_core = causal_flops / (peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION)
@@ -242,7 +246,9 @@ def project(
         )
         # scale-mask-softmax 4 B + dropout 5 B per score; the context permuted back to [s, b, h] (a copy, 4 B)
         core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys + 4.0 * tokens * a_t * d
-    t_dense_ffn = add(add(gemm(tokens, w.ffn_hidden / t, h), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t))
+    t_dense_ffn = add(
+        add(gemm(tokens, w.ffn_hidden / t, h, tp_chunks), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t, tp_chunks)
+    )
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
     base_bytes = 8 * resid + 14 * resid + core_bytes  # 2 norms (r+w, bf16), 2 bias-dropout-adds (7 B)
     dense_ffn_bytes = 2 * 2 * tokens * w.ffn_hidden / t * (mats - 1)  # activation (GeLU / SwiGLU): read + write
