@@ -14,6 +14,11 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "llama3-70b": 70.6,
     "llama3-405b": 405.0,
     "mixtral-8x7b": 46.7,
+    "nemotron4-15b": 15.7,  # 3.2B embedding + 12.5B other (Parmar et al., arXiv 2402.16819)
+    "nemotron4-340b": 341.0,  # 9.4B embedding + 331.6B other (arXiv 2406.11704)
+    "qwen3-30b-a3b": 30.5,  # Qwen3 technical report
+    "qwen3-235b-a22b": 235.0,
+    "korthikanti-22b": 22.0,  # Korthikanti et al., arXiv 2205.05198, Table 3
 }
 
 
@@ -33,6 +38,8 @@ def test_parameter_counts_match_published(name, billions):
 def test_moe_active_parameters():
     w = load_workload("mixtral-8x7b")
     assert w.active_parameters / 1e9 == pytest.approx(12.9, rel=0.03)  # Mixtral paper: 13B active
+    assert load_workload("qwen3-30b-a3b").active_parameters / 1e9 == pytest.approx(3.3, rel=0.03)
+    assert load_workload("qwen3-235b-a22b").active_parameters / 1e9 == pytest.approx(22.0, rel=0.03)
     assert w.moe_layers == 32
 
 
