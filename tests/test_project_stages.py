@@ -154,6 +154,11 @@ def test_the_slowest_stage_sets_the_pace(vpp):
     for p in (even, heavy):
         assert p.step_time_s == pytest.approx(_step_from_stages(p), rel=1e-9)
         assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
+        # each stage's own bubble: the pace-setter idles only for the fill and drain, the others also wait for it
+        pace = p.stages[p.pace_stage]
+        assert pace["idle_s"] == pytest.approx(p.breakdown["bubble"], rel=1e-9)
+        assert all(st["idle_s"] >= pace["idle_s"] for st in p.stages)
+    assert heavy.stages[0]["idle_s"] > even.stages[0]["idle_s"]
 
 
 # --- memory per stage

@@ -215,11 +215,12 @@ def _print_projection(p) -> None:
 
 
 def _print_stages(p) -> None:
-    """One row per run of identical pipeline stages: layers, time per micro-batch, in flight, memory."""
+    """One row per run of identical pipeline stages: layers, time per micro-batch, its own idle time (bubble and
+    waiting for the pace-setter), micro-batches in flight, memory."""
     from commlens.cli.tables import new_table, print_table, right
 
     print(f"  pipeline stages (stage {p.pace_stage + 1} sets the pace):")
-    table = new_table(*map(right, ("stage", "layers", "ms / micro-batch", "in flight", "memory GB")))
+    table = new_table(*map(right, ("stage", "layers", "ms / micro-batch", "idle s", "in flight", "memory GB")))
     rows: list[list[Any]] = []
     for i, st in enumerate(p.stages):
         key = (st["layers"], round(st["per_micro_batch_s"], 9), st["in_flight"], round(st["reserved_bytes"]))
@@ -233,6 +234,7 @@ def _print_stages(p) -> None:
             name,
             f"{st['layers']:.0f}",
             f"{st['per_micro_batch_s'] * 1e3:.2f}",
+            f"{st['idle_s']:.3f}",
             f"{st['in_flight']:.3g}",
             f"{st['reserved_bytes'] / 1e9:.1f}",
         )

@@ -422,6 +422,8 @@ def project(
     t_max = times[pace]
     # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
     pipeline_s = m_count * t_max + (sum(times) - t_max) / r.vpp
+    for st in stages:  # each stage's own bubble: the pipeline's time it spends not working on its micro-batches
+        st["idle_s"] = pipeline_s - m_count * st["per_micro_batch_s"]
 
     # --- data parallelism and the optimizer, per stage (its own parameters); the step waits for the slowest
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
