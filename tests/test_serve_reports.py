@@ -383,7 +383,14 @@ def test_straggler_hang_and_projection_pages_show_their_tables(
     parts = {row[0]: row[1] for row in pr.tables["table-breakdown"]}
     assert parts["compute"] == f"{saved['projection']['doc']['breakdown']['compute']:.3f}"
     assert "tp comm" in parts and "bubble" not in parts  # parts that take no time are left out
-    assert pr.tables["table-memory"][-1] == ["total", "44.9"]
+    mem = saved["projection"]["doc"]["memory"]
+    assert pr.tables["table-memory"][-2:] == [
+        ["allocated (peak)", f"{mem['total'] / 1e9:.1f}"],
+        ["the device must hold", f"{mem['reserved'] / 1e9:.1f}"],
+    ]
+    assert "stage" not in [row[0] for row in pr.tables["table-memory"]]
+    what = saved["projection"]["doc"]["what_if"]["changes"]
+    assert [row[0] for row in pr.tables["table-what-if"]] == [c["label"] for c in what]
 
 
 # -- live jobs --------------------------------------------------------------------------------------------

@@ -120,18 +120,19 @@ def _one(
     point = _point(sets, parse_vary)
     base = Base(workload, topology, gpus, layout, wl, files)
     p = _project(base, point)
-    if save:
-        from commlens.cli.reports_cmd import save_document
-
-        save_document(db, "projection", p.as_dict())
     what = None
     if not no_what_if:
         from commlens.project.whatif import explore
 
         with errors_as_exit():
             what = explore(base, point, current=p)
+    document = {**p.as_dict(), **({"what_if": what.as_dict()} if what else {})}
+    if save:  # the same document --json prints
+        from commlens.cli.reports_cmd import save_document
+
+        save_document(db, "projection", document)
     if as_json:
-        print(json.dumps({**p.as_dict(), **({"what_if": what.as_dict()} if what else {})}, indent=1))
+        print(json.dumps(document, indent=1))
         return
     _print_projection(p)
     if what is not None:
