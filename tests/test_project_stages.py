@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_project import _tiny
 
 from commlens.errors import CommlensError
 from commlens.project import ParallelLayout, project
@@ -23,7 +24,7 @@ from commlens.project.validate import (
     validate_set,
 )
 from commlens.topology import load_topology
-from commlens.workload import load_workload, workload_from_dict
+from commlens.workload import load_workload
 
 H100 = load_topology("dgx-h100")
 CLI = [str(Path(sys.executable).parent / "commlens")]
@@ -56,24 +57,6 @@ LLAMA_405B_16K = [  # Llama 3 paper (arXiv 2407.21783) Table 4, the 16384-GPU ro
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(CLI + list(args), capture_output=True, text=True)
-
-
-def _tiny(**over):
-    data = {
-        "name": "tiny",
-        "layers": 4,
-        "hidden": 1024,
-        "ffn_hidden": 4096,
-        "gated_ffn": False,
-        "heads": 16,
-        "vocab": 32000,
-        "seq_len": 2048,
-        "tied_embeddings": True,
-        "global_batch": 64,
-        "micro_batch": 1,
-    }
-    data.update(over)
-    return workload_from_dict(data)
 
 
 # --- how layers are split over the stages

@@ -527,28 +527,14 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
                 *map(right, ("published", "predicted", "error")),
             )
         assert table is not None
-        if r.predicted is None:
-            table.add_row(
-                r.workload,
-                r.topology,
-                str(r.gpus),
-                r.layout,
-                units[r.metric],
-                f"{r.published:.4g}",
-                "refused",
-                r.refused,
-            )
-        else:
-            table.add_row(
-                r.workload,
-                r.topology,
-                str(r.gpus),
-                r.layout,
-                units[r.metric],
-                f"{r.published:.4g}",
-                f"{r.predicted:.4g}",
-                format_percent(r.error, sign=True),
-            )
+        predicted, error = (
+            ("refused", r.refused)
+            if r.predicted is None
+            else (f"{r.predicted:.4g}", format_percent(r.error, sign=True))
+        )
+        table.add_row(
+            r.workload, r.topology, str(r.gpus), r.layout, units[r.metric], f"{r.published:.4g}", predicted, error
+        )
     if table is not None:
         print_table(table)
         _print_table_stats(current, summary["tables"][current], pct)

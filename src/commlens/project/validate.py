@@ -380,31 +380,21 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
             ) from None
         shown = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "vpp": layout.vpp, "ep": layout.ep}
         shown["dp"] = row.gpus // (layout.tp * layout.cp * layout.pp)
+        predicted: float | None = None
+        refused = ""
         try:
             p = project(w, topo, layout, row.gpus, accelerators=accelerators)
         except InfeasibleLayoutError as e:
-            out.append(
-                SetResult(
-                    table.name,
-                    row.workload,
-                    row.topology,
-                    row.gpus,
-                    _compact(shown),
-                    table.metric,
-                    row.published,
-                    None,
-                    str(e),
-                )
-            )
-            continue
-        per_gpu_tokens = p.tokens_per_s / row.gpus
-        if table.metric == "tokens_per_s_per_gpu":
-            predicted = per_gpu_tokens
-        elif table.metric == "step_time_s":
-            predicted = p.step_time_s
+            refused = str(e)
         else:
-            flops = _FLOPS_PER_TOKEN[table.flops](w) * per_gpu_tokens
-            predicted = flops / 1e12 if table.metric == "tflops_per_gpu" else flops / (table.peak_tflops or 0) / 1e12
+            per_gpu_tokens = p.tokens_per_s / row.gpus
+            if table.metric == "tokens_per_s_per_gpu":
+                predicted = per_gpu_tokens
+            elif table.metric == "step_time_s":
+                predicted = p.step_time_s
+            else:
+                flops = _FLOPS_PER_TOKEN[table.flops](w) * per_gpu_tokens / 1e12
+                predicted = flops if table.metric == "tflops_per_gpu" else flops / (table.peak_tflops or 0)
         out.append(
             SetResult(
                 table.name,
@@ -415,6 +405,7 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
                 table.metric,
                 row.published,
                 predicted,
+                refused,
             )
         )
     return out
