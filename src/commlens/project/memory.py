@@ -70,6 +70,7 @@ __all__ = [
     "activation_bytes_per_token",
     "in_flight",
     "memory_per_gpu",
+    "stage_layer_kinds",
     "stage_memory",
     "stage_parameters",
 ]
@@ -122,6 +123,17 @@ def in_flight(stage: int, pp: int, vpp: int, micro_batches: int) -> float:
     return chunks / vpp
 
 
+def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
+    """(dense, MoE) transformer layers of every stage, first to last (the MoE layers are the last ones)."""
+    first_moe = w.layers - w.moe_layers
+    out, start = [], 0
+    for n in r.stage_layers:
+        dense_n = max(0, min(start + n, first_moe) - start)
+        out.append((dense_n, n - dense_n))
+        start += n
+    return out
+
+
 def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
     """(dense, expert) parameters per GPU of every stage."""
     counts = w.parameter_counts()
@@ -134,12 +146,8 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
         moe_dense_layer += (counts["shared_experts"] + counts["router"]) / w.moe_layers
         expert_layer = counts["experts"] / w.moe_layers
     embed = w.vocab * h
-    first_moe = w.layers - w.moe_layers
-    out, start = [], 0
-    for i, n in enumerate(r.stage_layers):
-        dense_n = max(0, min(start + n, first_moe) - start)
-        moe_n = n - dense_n
-        start += n
+    out = []
+    for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         dense = dense_n * dense_layer + moe_n * moe_dense_layer
         if i == 0:
             dense += embed
@@ -165,9 +173,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     params = stage_parameters(w, r)
     stages = []
-    first_moe = w.layers - w.moe_layers
-    start = 0
-    for i, n in enumerate(r.stage_layers):
+    for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
+        n = dense_n + moe_n
         dense_p, expert_p = params[i]
         shard_states = dense_p / dp_shard + expert_p / edp_shard
         full = dense_p + expert_p
@@ -180,10 +187,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             weights = weight_bytes * full
             grads = grad_bytes * (shard_states if zero >= 2 else full)
             optimizer = opt_bytes * (shard_states if zero >= 1 else full)
-        dense_n = max(0, min(start + n, first_moe) - start)
-        start += n
-        per_token = dense_n * dense_act + (n - dense_n) * moe_act  # the stage's layers, no recomputation
-        one_layer = max(dense_act if dense_n else 0.0, moe_act if n - dense_n else 0.0)
+        per_token = dense_n * dense_act + moe_n * moe_act  # the stage's layers, no recomputation
+        one_layer = max(dense_act if dense_n else 0.0, moe_act if moe_n else 0.0)
         live = in_flight(i, r.pp, r.vpp, r.micro_batches)
         if layout.offload_activation_layers and n:  # offloaded layers keep nothing on the device between passes
             per_token *= max(0, n - layout.offload_activation_layers) / n

@@ -44,7 +44,7 @@ from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stre
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.hardware import device_for
 from commlens.project.layout import Group, ParallelLayout, resolve
-from commlens.project.memory import stage_memory, stage_parameters
+from commlens.project.memory import stage_layer_kinds, stage_memory, stage_parameters
 from commlens.topology import Topology
 from commlens.workload import Workload
 
@@ -376,13 +376,9 @@ def project(
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
-    first_moe = w.layers - w.moe_layers
     stages: list[dict[str, float]] = []
-    start = 0
-    for i, n in enumerate(r.stage_layers):
-        dense_n = max(0, min(start + n, first_moe) - start)
-        moe_n = n - dense_n
-        start += n
+    for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
+        n = dense_n + moe_n
         parts = [0.0] * 8
         for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
             if kind is not None and count:
