@@ -326,10 +326,27 @@ def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dic
     except ImportError:
         raise ProjectionError("--executor ray needs Ray: pip install ray") from None
     import os
+    import socket
 
+    address = os.environ.get("RAY_ADDRESS") or None  # None: a Ray instance of its own, on this machine
     started = not ray.is_initialized()
     if started:
-        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
+        # ray.init retries a GCS that does not answer for minutes (Ray 2.60 gave up on 127.0.0.1:9 after 13):
+        # a host:port that refuses a TCP connection, or does not answer in 5 s, is refused here instead.
+        host, sep, port = (address or "").removeprefix("ray://").rpartition(":")
+        if sep and host and port.isdigit():
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
+            except OSError as e:
+                reason = e.strerror or str(e) or type(e).__name__
+                raise ProjectionError(f"--executor ray: no Ray cluster at RAY_ADDRESS={address}: {reason}") from None
+        try:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        except ConnectionError as e:
+            where = f"RAY_ADDRESS={address}" if address else "this machine (RAY_ADDRESS unset)"
+            raise ProjectionError(
+                f"--executor ray: cannot connect to Ray at {where}: {str(e).splitlines()[0]}"
+            ) from None
     try:
         task = ray.remote(_chunk)  # calibrated figures: base names the files (paths must be visible to workers)
         size = max(1, -(-len(points) // (int(ray.available_resources().get("CPU", 1)) * 4)))
