@@ -106,8 +106,10 @@ def test_more_bandwidth_is_never_slower(name: str, nodes: int, ranks_per_host: i
 
 
 def test_more_nodes_never_make_a_ring_all_reduce_faster_per_byte_of_busbw() -> None:
+    """From 2 nodes on (one node is NVLink-bound at 370.8 GB/s; across nodes each channel leaves a node over one
+    GPU's NIC, so the 8 NICs' 384 GB/s set the pace)."""
     h100 = load_topology("dgx-h100")
-    busbw = [predict(h100, "all_reduce", GiB, nodes=n, algo="ring").busbw_bytes_per_s for n in (1, 2, 8, 32, 128)]
+    busbw = [predict(h100, "all_reduce", GiB, nodes=n, algo="ring").busbw_bytes_per_s for n in (2, 8, 32, 128)]
     assert all(b <= a * (1 + 1e-9) for a, b in zip(busbw, busbw[1:]))
 
 

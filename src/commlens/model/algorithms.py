@@ -197,6 +197,7 @@ def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
             (2 * (D - 1), L.up_latency_s, 2 * (D - 1) / D * n, L.up_rate),
             (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_host)),
             (D - 1) / D * n + (M - 1) / M * n / D,
+            inner="ring",
         )
         return
     shard = n / D
@@ -310,13 +311,18 @@ def _ar_nvls(cost: Cost, n: float) -> None:
     L = cost.layout
     D, M = L.domain_ranks, L.domains
     if not L.multi_domain:
-        cost.stage(((UP, 1, L.switch_latency_s),), ((UP, n * (1 + 1 / D), L.switch_rate),))
+        cost.stage(
+            ((UP, 1, L.switch_latency_s),),
+            ((UP, n * (1 + 1 / D), L.switch_rate),),
+            pattern=("switch", n * (1 + 1 / D) * L.up_rate / L.switch_rate),
+        )
         return
     two_level(
         cost,
         (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
         (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * n / D,
+        inner="switch",
     )
 
 
@@ -359,6 +365,7 @@ def _rs_hierarchical(cost: Cost, size: float) -> None:
         (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
         (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)),
         (D - 1) / D * size + (M - 1) / M * size / D,
+        inner="ring",
     )
 
 
@@ -368,13 +375,18 @@ def _rs_nvls(cost: Cost, size: float) -> None:
     L = cost.layout
     D, M = L.domain_ranks, L.domains
     if not L.multi_domain:
-        cost.stage(((UP, 1, L.switch_latency_s),), ((UP, size, L.switch_rate),))
+        cost.stage(
+            ((UP, 1, L.switch_latency_s),),
+            ((UP, size, L.switch_rate),),
+            pattern=("switch", size * L.up_rate / L.switch_rate),
+        )
         return
     two_level(
         cost,
         (1, L.switch_latency_s, size, L.switch_rate),
         (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * size / D,
+        inner="switch",
     )
 
 
@@ -458,7 +470,10 @@ def _ag_hierarchical(cost: Cost, size: float) -> None:
     L = cost.layout
     D, M, s = L.domain_ranks, L.domains, size / L.ranks
     two_level(
-        cost, (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate), (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_host))
+        cost,
+        (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate),
+        (M - 1, (M - 1) * s, L.nic_share(L.ranks_per_host)),
+        inner="ring",
     )
 
 
@@ -467,12 +482,17 @@ def _ag_nvls(cost: Cost, size: float) -> None:
     _needs_switch(cost)
     L = cost.layout
     if not L.multi_domain:
-        cost.stage(((UP, 1, L.switch_latency_s),), ((UP, size, L.switch_rate),))
+        cost.stage(
+            ((UP, 1, L.switch_latency_s),),
+            ((UP, size, L.switch_rate),),
+            pattern=("switch", size * L.up_rate / L.switch_rate),
+        )
         return
     two_level(
         cost,
         (1, L.switch_latency_s, size, L.switch_rate),
         (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_host)),
+        inner="switch",
     )
 
 
@@ -598,9 +618,15 @@ def _sendrecv_direct(cost: Cost, size: float) -> None:
         cost.stage(
             ((OUT, 1, L.out_latency_s[L.job_tier]),),
             ((UP, size if L.domain_ranks > 1 else 0.0, L.up_rate), (OUT, size, L.nic_rate)),
+            pattern=("pair", size),
         )
     else:
-        cost.stage(((UP, 1, L.up_latency_s),), ((UP, size, L.up_rate),), host_bytes=host_copies(L, size))
+        cost.stage(
+            ((UP, 1, L.up_latency_s),),
+            ((UP, size, L.up_rate),),
+            host_bytes=host_copies(L, size),
+            pattern=("pair", size),
+        )
 
 
 def _barrier_recursive_doubling(cost: Cost, size: float) -> None:

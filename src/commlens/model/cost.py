@@ -45,10 +45,12 @@ class Term:
 class Cost:
     """Accumulates the stages of one algorithm on one layout."""
 
-    __slots__ = ("layout", "time_s", "_terms", "_stages", "_messages")
+    __slots__ = ("layout", "time_s", "_terms", "_stages", "_messages", "patterns")
 
-    def __init__(self, layout: Layout, messages_per_step: float = 1.0) -> None:
+    def __init__(self, layout: Layout, messages_per_step: float = 1.0, record: bool = False) -> None:
         self.layout = layout
+        # with ``record``: each stage's communication pattern (who sends what to whom), as the simulator replays it
+        self.patterns: list[tuple[int, tuple]] | None = [] if record else None
         self._messages = messages_per_step  # a backend that splits each step into several messages
         self.time_s = layout.launch_s
         self._terms: list[tuple] = [(0, LAUNCH, "launch", 1.0, layout.launch_s, True)]
@@ -63,6 +65,7 @@ class Cost:
         one_way: bool = False,
         host_bytes: float = 0.0,
         node_messages: float = 0.0,
+        pattern: tuple | None = None,
     ) -> None:
         """Add a stage: ``latency`` as (level, messages, s each), ``bandwidth`` as (level, bytes sent, bytes/s).
 
@@ -77,10 +80,14 @@ class Cost:
         node's cores handle more at once its latency terms count that many
         times over (4 ranks on 2 cores: a ring step, 8 messages, costs 2
         latencies; a tree step of two pairs, 4 messages, costs 1).
+        ``pattern``: the stage's traffic as :mod:`commlens.sim` replays it (``("ring", passes, bytes_per_rank)``
+        and the like, see :mod:`commlens.model.patterns`), kept when the cost records patterns.
         """
         L = self.layout
         self._stages += 1
         index = self._stages
+        if self.patterns is not None:
+            self.patterns.append((index, pattern if pattern is not None else ("analytic",)))
         terms = self._terms
         lat_s = 0.0
         crowd = max(1.0, node_messages / (2.0 * L.host_cores)) if node_messages and L.host_cores else 1.0

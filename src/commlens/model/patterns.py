@@ -43,10 +43,13 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
             reduce_bytes,
             host_bytes=host,
             node_messages=2 * L.ranks_per_host,
+            pattern=("ring", bytes_per_rank),
         )
         return
     inter = passes * (L.domains - 1)
-    up_bytes = bytes_per_rank if L.domain_ranks > 1 else 0.0
+    # each of the domain's channels leaves it from one rank (over that rank's NIC): (D-1)/D of a rank's bytes
+    # stay on its scale-up link
+    up_bytes = bytes_per_rank * (L.domain_ranks - 1) / L.domain_ranks if L.domain_ranks > 1 else 0.0
     # two ranks: each step swaps blocks over one connection (a ring of three or more sends one way per pair)
     pair = L.out_pair_both if L.ranks == 2 else 1.0
     cost.stage(
@@ -55,6 +58,7 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
         reduce_bytes,
         host_bytes=host,
         node_messages=2 * L.ranks_per_host,
+        pattern=("ring", bytes_per_rank),
     )
 
 
@@ -63,6 +67,7 @@ def two_level(
     up: tuple[float, float, float, float],
     out: tuple[float, float, float],
     reduce_bytes: float = 0.0,
+    inner: str | None = None,
 ) -> None:
     """A scale-up phase and a scale-out phase pipelined chunk by chunk (hierarchical, NVLS across domains).
 
@@ -71,6 +76,10 @@ def two_level(
     the phases overlap: latencies add, the bandwidth terms run at the same
     time, and the first chunk must pass the faster level before the pipeline
     is full (one chunk of fill at that level's rate).
+
+    ``inner``: the traffic inside the domain as the simulator replays it, ``"ring"`` (a ring over the domain's
+    ranks) or ``"switch"`` (through the in-switch reduction), with a ring across domains of the ranks at the same
+    place in theirs; None: the stage is not replayed flow by flow (the simulator takes its time as is).
     """
     L = cost.layout
     up_n, up_alpha, up_bytes, up_rate = up
@@ -81,6 +90,7 @@ def two_level(
         reduce_bytes,
         host_bytes=host_copies(L, up_bytes + out_bytes),
         node_messages=2 * L.ranks_per_host,
+        pattern=("two_level", inner, up_bytes * L.up_rate / up_rate, out_bytes) if inner else None,
     )
     if up_bytes > 0 and out_bytes > 0:
         if up_bytes / up_rate >= out_bytes / out_rate:
@@ -105,12 +115,15 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
     D, ranks_per_host, p = L.domain_ranks, L.ranks_per_host, L.ranks
     up_n = up_b = up_r = up_t = up_m = 0.0
     out_n = out_b = out_r = out_lat = out_t = out_m = 0.0
+    up_steps: list[tuple[int, float]] = []
+    out_steps: list[tuple[int, float]] = []
     base_rate = L.nic_share(ranks_per_host) if all_send else L.nic_rate
     per_rank = L.up_both if all_send else 1.0
     for dist, nbytes, rbytes in steps:
         # sends and receives a node's ranks handle in this step: all of them swap, or the tree's pairs do
         msgs = 2 * ranks_per_host if all_send else 2 * min(dist, p - dist) * ranks_per_host / p
         if dist < D:
+            up_steps.append((dist, nbytes))
             up_m += msgs
             up_n += 1
             up_b += nbytes
@@ -123,6 +136,7 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
                 t = max(t, copies / L.host_rate)
             up_t += t
         else:
+            out_steps.append((dist, nbytes))
             k = L.tier_for_span(2 * dist / ranks_per_host)
             out_m += msgs
             out_n += 1
@@ -133,7 +147,12 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
     if up_n:
         rate = up_b * per_rank / up_t if up_t > 0 else L.up_rate  # the steps' own limits, summed
         cost.stage(
-            ((UP, up_n, L.up_latency_s),), ((UP, up_b, rate),), up_r, one_way=not all_send, node_messages=up_m / up_n
+            ((UP, up_n, L.up_latency_s),),
+            ((UP, up_b, rate),),
+            up_r,
+            one_way=not all_send,
+            node_messages=up_m / up_n,
+            pattern=("exchange", tuple(up_steps), all_send),
         )
     if out_n:
         rate = out_b / out_t if out_t > 0 else base_rate
@@ -143,6 +162,7 @@ def exchange(cost: Cost, steps: list[tuple[int, float, float]], all_send: bool) 
             out_r,
             one_way=not all_send,
             node_messages=out_m / out_n,
+            pattern=("exchange", tuple(out_steps), all_send),
         )
 
 
@@ -209,6 +229,7 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
         concurrent=not sequential,
         host_bytes=host_copies(L, up_bytes + out_bytes),
         node_messages=2 * L.ranks_per_host,
+        pattern=("direct", per_peer_bytes, sequential),
     )
 
 

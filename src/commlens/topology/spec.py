@@ -159,6 +159,14 @@ class ScaleOut(_Spec):
         "gloo's TCP pairs do; flows in one direction per connection are not slowed)",
     )
     rail_optimized: bool = Field(description="NIC i of each node on rail switch i; other rails reached via PXN")
+    planes: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="parallel fabric planes: each NIC's line rate split over this many independent copies of the "
+        "tiers (multi-plane fabrics, e.g. one 800 Gb/s NIC as 2 x 400 Gb/s planes); the simulator hashes or sprays "
+        "flows over them",
+    )
     tiers: tuple[Tier, ...] = Field(min_length=1, description="switch tiers from the NICs up, groups nesting upward")
 
     @field_validator("efficiency_origin", "latency_origin")
