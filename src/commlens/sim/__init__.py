@@ -1,0 +1,32 @@
+"""Flow-level network simulation of collectives on real fabrics: contention, ECMP collisions, oversubscription,
+failed links, concurrent parallel groups and jobs (``commlens sim``).
+
+- :mod:`commlens.sim.fabric`: the fabric graph a topology spec describes, and faults on it;
+- :mod:`commlens.sim.routing`: ECMP (seeded per-flow hash) and ideal spraying;
+- :mod:`commlens.sim.traffic`: collectives as the cost model's own stages, replayed as flows;
+- :mod:`commlens.sim.engine`: max-min fair rates by progressive filling, event by event;
+- :mod:`commlens.sim.run`: :func:`simulate` and its results.
+"""
+
+from commlens.sim.engine import Engine, max_min_rates
+from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric, parse_fault
+from commlens.sim.routing import ROUTINGS, route
+from commlens.sim.run import CollectiveResult, SimResult, simulate
+from commlens.sim.traffic import Collective, groups_by_stride
+
+__all__ = [
+    "ROUTINGS",
+    "Collective",
+    "CollectiveResult",
+    "Engine",
+    "Fabric",
+    "Fault",
+    "SimError",
+    "SimResult",
+    "build_fabric",
+    "groups_by_stride",
+    "max_min_rates",
+    "parse_fault",
+    "route",
+    "simulate",
+]

@@ -1,0 +1,215 @@
+"""Run a simulation: collectives (of one job or several) on one fabric, and what came out of it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commlens.model import predict
+from commlens.ops import OPS, get_op
+from commlens.sim.engine import Engine
+from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric
+from commlens.sim.routing import ROUTINGS
+from commlens.sim.traffic import Collective, plan
+from commlens.topology import Topology
+
+__all__ = ["CollectiveResult", "SimResult", "simulate"]
+
+
+@dataclass
+class CollectiveResult:
+    """One collective across all its groups: when it ran, how long the slowest group took, its busBW."""
+
+    name: str
+    op: str
+    algo: str
+    size_bytes: float
+    groups: int
+    ranks: int
+    start_s: float
+    end_s: float
+    time_s: float  # the slowest group, from its start to its end
+    analytic_s: float  # the cost model's time for one group alone on the fabric
+    busbw_bytes_per_s: float
+    stages: list[dict[str, float | str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "op": self.op,
+            "algo": self.algo,
+            "size_bytes": self.size_bytes,
+            "groups": self.groups,
+            "ranks": self.ranks,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "time_s": self.time_s,
+            "analytic_s": self.analytic_s,
+            "slowdown": self.time_s / self.analytic_s if self.analytic_s > 0 else 1.0,
+            "busbw_bytes_per_s": self.busbw_bytes_per_s,
+            "stages": self.stages,
+        }
+
+
+@dataclass
+class SimResult:
+    """A whole simulation: its collectives, the fabric, the links' load, and how much work it took."""
+
+    topology: str
+    routing: str
+    seed: int
+    sync: bool
+    makespan_s: float
+    collectives: list[CollectiveResult]
+    fabric: dict[str, object]
+    hottest: list[dict[str, object]]
+    classes: list[dict[str, object]]
+    timeline: dict[str, object]
+    events: int
+    recomputations: int
+    wall_s: float
+    link_util: np.ndarray | None = None  # mean utilisation of every link over the makespan (not in JSON)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "format": "commlens.sim/1",
+            "topology": self.topology,
+            "routing": self.routing,
+            "seed": self.seed,
+            "sync": self.sync,
+            "makespan_s": self.makespan_s,
+            "collectives": [c.as_dict() for c in self.collectives],
+            "fabric": self.fabric,
+            "hottest_links": self.hottest,
+            "link_classes": self.classes,
+            "timeline": self.timeline,
+            "events": self.events,
+            "rate_recomputations": self.recomputations,
+            "wall_s": self.wall_s,
+        }
+
+
+def simulate(
+    topology: Topology,
+    nodes: int,
+    collectives: list[Collective],
+    *,
+    routing: str = "ecmp",
+    seed: int = 0,
+    sync: bool = True,
+    faults: tuple[Fault, ...] = (),
+    fabric: Fabric | None = None,
+    top: int = 10,
+) -> SimResult:
+    """Simulate ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``.
+
+    Each collective starts at once, or after the collectives it names in ``after`` end (group by group where
+    both have as many groups, else after all of them), plus its ``delay_s``.
+    """
+    if routing not in ROUTINGS:
+        raise SimError(f"unknown routing {routing!r}; known: {', '.join(ROUTINGS)}")
+    if not collectives:
+        raise SimError("nothing to simulate: no collective given")
+    wall0 = time.perf_counter()
+    fab = fabric if fabric is not None else build_fabric(topology, nodes)
+    fab = fab.with_faults(tuple(faults))
+    engine = Engine(fab.capacity, fab.link_class, len(fab.class_names))
+    planned: dict[str, tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]] = {}
+    for k, coll in enumerate(collectives):
+        if coll.name in planned:
+            raise SimError(f"two collectives are named {coll.name!r}")
+        deps = None
+        groups = np.asarray(coll.groups)
+        if coll.after:
+            for name in coll.after:
+                if name not in planned:
+                    raise SimError(f"{coll.name}: runs after {name!r}, which is not defined before it")
+            per = [planned[n][1] for n in coll.after]
+            if all(len(ids) == groups.shape[0] for ids in per):
+                deps = [[ids[g][-1] for ids in per] for g in range(groups.shape[0])]
+            else:
+                last = [i[-1] for ids in per for i in ids]
+                deps = [list(last) for _ in range(groups.shape[0])]
+        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, key=k, deps=deps)
+    makespan = engine.run()
+    results = []
+    for coll in collectives:
+        algo, ids, stages = planned[coll.name]
+        op = coll.op if coll.op in OPS else get_op(coll.op).name
+        per_group = [(engine.tasks[g[0]].start_s, engine.tasks[g[-1]].end_s) for g in ids]
+        start = min(s for s, _ in per_group)
+        end = max(e for _, e in per_group)
+        slowest = max(e - s for s, e in per_group)
+        p = int(np.asarray(coll.groups).shape[1])
+        analytic = _analytic(topology, fab, coll, op, algo) if p > 1 else 0.0
+        t_coll = slowest - coll.delay_s
+        stage_rows: list[dict[str, float | str]] = []
+        for s_name, s_analytic, tids in stages:
+            if not tids:
+                continue
+            t0 = min(engine.tasks[i].start_s for i in tids)
+            t1 = max(engine.tasks[i].end_s for i in tids)
+            stage_rows.append(
+                {"stage": s_name, "start_s": t0, "end_s": t1, "time_s": t1 - t0, "analytic_s": s_analytic}
+            )
+        busbw = OPS[op].busbw(int(coll.size_bytes), t_coll, p) if t_coll > 0 else 0.0
+        results.append(
+            CollectiveResult(
+                coll.name, op, algo, coll.size_bytes, len(ids), p, start, end, t_coll, analytic, busbw, stage_rows
+            )
+        )
+    span = max(makespan, 1e-30)
+    util = engine.link_bytes / (fab.capacity.clip(min=1e-30) * span)
+    util[fab.capacity <= 0] = 0.0
+    order = np.argsort(-util, kind="stable")[:top]
+    hottest = [
+        {"link": fab.link_name(int(i)), "utilisation": float(util[i]), "bytes": float(engine.link_bytes[i])}
+        for i in order
+        if util[i] > 0
+    ]
+    classes = []
+    for c, name in enumerate(fab.class_names):
+        sel = fab.link_class == c
+        if sel.any():
+            u = util[sel]
+            classes.append(
+                {
+                    "class": name,
+                    "links": int(sel.sum()),
+                    "mean_utilisation": float(u.mean()),
+                    "max_utilisation": float(u.max()),
+                }
+            )
+    timeline = {
+        "classes": list(fab.class_names),
+        "t0_s": [seg[0] for seg in engine.timeline],
+        "t1_s": [seg[1] for seg in engine.timeline],
+        "mean_utilisation": [seg[2].round(6).tolist() for seg in engine.timeline],
+        "max_utilisation": [seg[3].round(6).tolist() for seg in engine.timeline],
+    }
+    return SimResult(
+        topology.name,
+        routing,
+        seed,
+        sync,
+        makespan,
+        results,
+        fab.describe(),
+        hottest,
+        classes,
+        timeline,
+        engine.events,
+        engine.recomputations,
+        time.perf_counter() - wall0,
+        util,
+    )
+
+
+def _analytic(topology: Topology, fab: Fabric, coll: Collective, op: str, algo: str) -> float:
+    group = np.asarray(coll.groups)[0]
+    nodes = int(np.unique(group // fab.gpus_per_node).size)
+    return predict(
+        topology, op, int(coll.size_bytes), nodes=nodes, ranks_per_host=group.size // nodes, algo=algo
+    ).time_s
