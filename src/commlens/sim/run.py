@@ -70,6 +70,7 @@ class SimResult:
     events: int
     recomputations: int
     wall_s: float
+    qps: int = 1
     link_util: np.ndarray | None = None  # mean utilisation of every link over the makespan (not in JSON)
 
     def as_dict(self) -> dict[str, object]:
@@ -79,6 +80,7 @@ class SimResult:
             "routing": self.routing,
             "seed": self.seed,
             "sync": self.sync,
+            "qps": self.qps,
             "makespan_s": self.makespan_s,
             "collectives": [c.as_dict() for c in self.collectives],
             "fabric": self.fabric,
@@ -102,12 +104,16 @@ def simulate(
     faults: tuple[Fault, ...] = (),
     fabric: Fabric | None = None,
     top: int = 10,
+    qps: int = 1,
 ) -> SimResult:
     """Simulate ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``.
 
     Each collective starts at once, or after the collectives it names in ``after`` end (group by group where
-    both have as many groups, else after all of them), plus its ``delay_s``.
+    both have as many groups, else after all of them), plus its ``delay_s``. ``qps``: connections each flow is
+    split over (each hashed on its own by ECMP).
     """
+    if not 1 <= qps <= 64:
+        raise SimError(f"qps must be between 1 and 64, got {qps}")
     if routing not in ROUTINGS:
         raise SimError(f"unknown routing {routing!r}; known: {', '.join(ROUTINGS)}")
     if not collectives:
@@ -132,7 +138,7 @@ def simulate(
             else:
                 last = [i[-1] for ids in per for i in ids]
                 deps = [list(last) for _ in range(groups.shape[0])]
-        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, key=k, deps=deps)
+        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, key=k, deps=deps, qps=qps)
     makespan = engine.run()
     results = []
     for coll in collectives:
@@ -203,6 +209,7 @@ def simulate(
         engine.events,
         engine.recomputations,
         time.perf_counter() - wall0,
+        qps,
         util,
     )
 

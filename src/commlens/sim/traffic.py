@@ -180,13 +180,17 @@ def _bundles(
     seed: int,
     key: int,
     sync: bool,
+    qps: int = 1,
 ) -> list[list[Bundle]]:
-    """Per group, the bundles of one step."""
+    """Per group, the bundles of one step; ``qps``: each flow split over that many connections (queue pairs),
+    hashed apart (NCCL_IB_QPS_PER_CONNECTION, Meta's QP scaling)."""
     G = groups.shape[0]
     per_group: list[list[Bundle]] = [[] for _ in range(G)]
     for s, (src_r, dst_r, nbytes) in enumerate(flow_sets):
         if nbytes <= 0 or src_r.size == 0:
             continue
+        if qps > 1:
+            src_r, dst_r, nbytes = np.repeat(src_r, qps), np.repeat(dst_r, qps), nbytes / qps
         n = src_r.size
         src = groups[:, src_r].ravel()
         dst = groups[:, dst_r].ravel()
@@ -221,6 +225,7 @@ def plan(
     sync: bool = True,
     key: int = 0,
     deps: list[list[int]] | None = None,
+    qps: int = 1,
 ) -> tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]:
     """Add ``collective``'s tasks to ``engine``: (algorithm, task ids per group, (stage, analytic s, its task ids)
     per stage).
@@ -265,7 +270,7 @@ def plan(
         total = sum(sum(fs[2] * fs[0].size for fs in step) for step in steps) or 1.0
         for k, step in enumerate(steps):
             frac = sum(fs[2] * fs[0].size for fs in step) / total
-            bundles = _bundles(fabric, groups, step, routing, seed, key * 4096 + index * 64 + k, sync)
+            bundles = _bundles(fabric, groups, step, routing, seed, key * 4096 + index * 64 + k, sync, qps)
             red = red_s * frac
             for g in range(G):
                 task = Task(
