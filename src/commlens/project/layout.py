@@ -13,7 +13,7 @@ data-parallel over the rest), as Megatron-LM does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -147,6 +147,8 @@ class Resolved:
     micro_batches: int  # per pipeline per step
     stage_layers: tuple[int, ...]  # transformer layers of each pipeline stage, first to last
     groups: dict[str, Group]  # tp, cp, dp (dp x cp for dense grads), edp (experts' DP), ep, pp
+    # each group's (size, stride) in GPU ids: its ranks are ``base + k x stride`` (for the simulator's placement)
+    placement: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def layers_per_stage(self) -> int:
@@ -223,7 +225,12 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     ep_stride = strides["cp"] if layout.order.index("cp") + 1 == layout.order.index("dp") else strides["dp"]
     groups["ep"] = _group(ep, ep_stride, per_node)
     groups["edp"] = _group(dp * cp // ep, ep_stride * ep, per_node)
-    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups)
+    placement = {dim: (sizes[dim], strides[dim]) for dim in _DIMS}
+    if layout.order.index("cp") + 1 == layout.order.index("dp"):
+        placement["dp"] = (dp * cp, strides["cp"])
+    placement["ep"] = (ep, ep_stride)
+    placement["edp"] = (dp * cp // ep, ep_stride * ep)
+    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups, placement)
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

@@ -34,7 +34,7 @@ not halved for causality), so TFLOP/s figures compare with published ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from statistics import NormalDist
@@ -43,7 +43,7 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.hardware import device_for
-from commlens.project.layout import Group, ParallelLayout, resolve
+from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_memory, stage_parameters
 from commlens.topology import Topology
 from commlens.workload import Workload
@@ -104,6 +104,19 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
         _COMM[key] = hit
     return hit
+
+
+def _comm_model(
+    topology: Topology, r: Resolved, gpus: int, network: str, options: dict[str, object]
+) -> Callable[[str, float, Group], float]:
+    """The time of one collective of a group, by the analytic model or by the simulator."""
+    if network == "analytic":
+        return lambda op, size, group: _comm_s(topology, op, size, group)
+    if network != "sim":
+        raise InfeasibleLayoutError(f"unknown network model {network!r}; known: analytic, sim", "network")
+    from commlens.project.simnet import SimNetwork
+
+    return SimNetwork(topology, r, gpus, options).time_s
 
 
 @dataclass(frozen=True)
@@ -186,13 +199,19 @@ def project(
     *,
     check_memory: bool = True,
     accelerators: Sequence[str] | None = None,
+    network: str = "analytic",
+    sim_options: dict[str, object] | None = None,
 ) -> Projection:
     """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason).
 
-    ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``)."""
+    ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``).
+    ``network``: ``analytic`` (each collective alone on the fabric, :func:`commlens.model.predict`) or ``sim``
+    (each communication term simulated with every group of its dimension at once on the fabric,
+    :mod:`commlens.sim`; ``sim_options``: routing, seed, faults, qps)."""
     dev = device_for(topology.accelerator.name, accelerators)
     w = workload
     r = resolve(layout, w, gpus, topology.accelerators_per_node)
+    comm = _comm_model(topology, r, gpus, network, sim_options or {})
     peak = dev.peak(w.precision)
     stage_mem = stage_memory(w, layout, r)
     worst = max(range(len(stage_mem)), key=lambda i: stage_mem[i]["reserved"])
@@ -314,16 +333,15 @@ def project(
     if t > 1:
         if sp:
             tp_pass = 2 * (
-                _comm_s(topology, "all_gather", tp_bytes, r.groups["tp"])
-                + _comm_s(topology, "reduce_scatter", tp_bytes, r.groups["tp"])
+                comm("all_gather", tp_bytes, r.groups["tp"]) + comm("reduce_scatter", tp_bytes, r.groups["tp"])
             )
         else:
-            tp_pass = 2 * _comm_s(topology, "all_reduce", tp_bytes, r.groups["tp"])
+            tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
         tp_pass = 0.0
     cp_kv_bytes = 2 * w.micro_batch * w.seq_len * g_t * d * 2  # K and V of the whole sequence, gathered
-    cp_fwd = _comm_s(topology, "all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
-    cp_bwd = cp_fwd + (_comm_s(topology, "reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
+    cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
+    cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
 
     recompute_full = layout.recompute == "full"
     recompute_attn = layout.recompute == "selective"
@@ -343,7 +361,7 @@ def project(
             cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
-            ep_t = _comm_s(topology, "all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
+            ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
         tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
         if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
             exposed = max(tp_t / t, tp_t - (t_gemm[0] * fwd_passes + t_gemm[1]))
@@ -359,19 +377,19 @@ def project(
         split = t if (sp or layout.pp_scatter_gather) else 1
         p2p_bytes = tokens * h * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
         pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
-        pp_p2p = _comm_s(topology, "sendrecv", p2p_bytes, pp_group)
+        pp_p2p = comm("sendrecv", p2p_bytes, pp_group)
         if t > 1 and not sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
-            pp_p2p += _comm_s(topology, "all_gather", tokens * h * 2, r.groups["tp"])
+            pp_p2p += comm("all_gather", tokens * h * 2, r.groups["tp"])
         pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
     # the first stage's embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
     embed_stream = stream_time_s(dev, tokens * h * (4.0 + 8.0) / t)
     embed_tp = 0.0
     if t > 1:
-        embed_tp = _comm_s(topology, "reduce_scatter" if sp else "all_reduce", tp_bytes, r.groups["tp"])
+        embed_tp = comm("reduce_scatter" if sp else "all_reduce", tp_bytes, r.groups["tp"])
     # the last stage's output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
     head_compute = sum(gemm(tokens, w.vocab / t, h))
     head_stream = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT + 8 * resid)
-    head_tp = 2 * _comm_s(topology, "all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
+    head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
@@ -433,7 +451,7 @@ def project(
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
-                topology,
+                comm,
                 dev,
                 layout,
                 dense_local,
@@ -526,7 +544,7 @@ def slowest_gpu_factor(gpus: int) -> float:
 
 
 def _dp_tail(
-    topology: Topology,
+    comm: Callable[[str, float, Group], float],
     dev,
     layout: ParallelLayout,
     dense_local: float,
@@ -545,17 +563,17 @@ def _dp_tail(
         if group.size == 1 or params == 0:
             continue
         if layout.zero == 0:
-            dp_s += _comm_s(topology, "all_reduce", params * gb, group)
+            dp_s += comm("all_reduce", params * gb, group)
         else:
-            dp_s += _comm_s(topology, "reduce_scatter", params * gb, group)
+            dp_s += comm("reduce_scatter", params * gb, group)
             if layout.zero < 3:
-                dp_s += _comm_s(topology, "all_gather", params * 2, group)
+                dp_s += comm("all_gather", params * 2, group)
     last_bwd = (st["compute"] + st["memory_bound"]) * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
     dp_hidden = min(dp_s, last_bwd) if layout.overlap_grad_reduce else 0.0
     fsdp_exposed = fsdp_hidden = 0.0
     if layout.zero >= 3:  # parameters gathered every micro-batch, forward (and backward if resharded)
-        gather = _comm_s(topology, "all_gather", dense_local * 2, dp_group)
-        gather += _comm_s(topology, "all_gather", expert_local * 2, edp_group)
+        gather = comm("all_gather", dense_local * 2, dp_group)
+        gather += comm("all_gather", expert_local * 2, edp_group)
         passes = (2.0 if recompute_full else 1.0) + (1.0 if layout.reshard_after_forward else 0.0)
         fsdp_per_mb = gather * passes
         per_mb = st["per_micro_batch_s"]

@@ -79,8 +79,14 @@ def route(
         bad = int(link[np.argmax(dead)])
         raise SimError(f"a flow must cross failed link {F.link_name(bad)}: no other path exists")
     combined = b * F.links + link
-    uniq, inv = np.unique(combined, return_inverse=True)
-    weight = np.bincount(inv, weights=w, minlength=uniq.size)
+    span = (int(b.max()) + 1) * F.links
+    if span <= 1 << 26:  # dense enough: count in place of sorting
+        dense = np.bincount(combined, weights=w, minlength=span)
+        uniq = np.flatnonzero(dense)
+        weight = dense[uniq]
+    else:
+        uniq, inv = np.unique(combined, return_inverse=True)
+        weight = np.bincount(inv, weights=w, minlength=uniq.size)
     return uniq // F.links, uniq % F.links, weight
 
 

@@ -123,7 +123,7 @@ def simulate(
     fab = fab.with_faults(tuple(faults))
     engine = Engine(fab.capacity, fab.link_class, len(fab.class_names))
     planned: dict[str, tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]] = {}
-    for k, coll in enumerate(collectives):
+    for coll in collectives:
         if coll.name in planned:
             raise SimError(f"two collectives are named {coll.name!r}")
         deps = None
@@ -138,7 +138,7 @@ def simulate(
             else:
                 last = [i[-1] for ids in per for i in ids]
                 deps = [list(last) for _ in range(groups.shape[0])]
-        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, key=k, deps=deps, qps=qps)
+        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, deps=deps, qps=qps)
     makespan = engine.run()
     results = []
     for coll in collectives:

@@ -28,6 +28,8 @@ step's synchronisation, as a ring's chunks wait for their predecessor); without 
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +174,13 @@ def _flows(pattern: tuple, p: int, D: int) -> list[list[tuple[np.ndarray, np.nda
     return []
 
 
+_ROUTES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).hexdigest()
+
+
 def _bundles(
     fabric: Fabric,
     groups: np.ndarray,
@@ -197,8 +206,30 @@ def _bundles(
         g_of = np.repeat(np.arange(G), n)
         bid = g_of if sync else np.arange(G * n)
         loop = src == dst  # in-switch traffic: up to the switch and back
+        # a flow's identity: its communicator's (the collective's name), its place in the step, its ends; the
+        # same for every collective of that name (connections persist, so their routes do too)
         flow_key = np.tile(np.arange(n), G) + (key * 64 + s) * 1_000_003
-        b, link, w = route(fabric, src[~loop], dst[~loop], flow_key[~loop], bid[~loop], routing, seed)
+        cache_key = (
+            fabric.topology.name,
+            fabric.nodes,
+            fabric.faults,
+            routing,
+            seed,
+            sync,
+            key,
+            s,
+            groups.shape,
+            _digest(groups),
+            _digest(src_r),
+            _digest(dst_r),
+        )
+        hit = _ROUTES.get(cache_key)
+        if hit is None:
+            hit = route(fabric, src[~loop], dst[~loop], flow_key[~loop], bid[~loop], routing, seed)
+            if len(_ROUTES) >= 4:
+                _ROUTES.pop(next(iter(_ROUTES)))
+            _ROUTES[cache_key] = hit
+        b, link, w = hit
         if loop.any():
             lb = bid[loop]
             b = np.concatenate([b, lb, lb])
@@ -223,7 +254,6 @@ def plan(
     routing: str = "ecmp",
     seed: int = 0,
     sync: bool = True,
-    key: int = 0,
     deps: list[list[int]] | None = None,
     qps: int = 1,
 ) -> tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]:
@@ -239,6 +269,7 @@ def plan(
     if groups.max() >= fabric.gpus or groups.min() < 0:
         raise SimError(f"{collective.name}: a group names a GPU outside the fabric's {fabric.gpus}")
     G, p = groups.shape
+    comm_key = zlib.crc32(collective.name.encode()) % 100_003
     nodes, per_host = _shape(fabric, groups[0])
     try:
         layout = build_layout(topology, nodes=nodes, ranks_per_host=collective.ranks_per_host or per_host)
@@ -270,7 +301,7 @@ def plan(
         total = sum(sum(fs[2] * fs[0].size for fs in step) for step in steps) or 1.0
         for k, step in enumerate(steps):
             frac = sum(fs[2] * fs[0].size for fs in step) / total
-            bundles = _bundles(fabric, groups, step, routing, seed, key * 4096 + index * 64 + k, sync, qps)
+            bundles = _bundles(fabric, groups, step, routing, seed, comm_key * 4096 + index * 64 + k, sync, qps)
             red = red_s * frac
             for g in range(G):
                 task = Task(

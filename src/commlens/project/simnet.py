@@ -1,0 +1,100 @@
+"""The projection's communication terms from the simulator (``commlens project --network sim``).
+
+Each term of a step (a TP all-reduce, the DP reduce-scatter, the EP all-to-all, a PP send/recv) is one collective
+run by every group of its dimension at once, placed on the GPUs as the layout places them
+(:attr:`commlens.project.layout.Resolved.placement`), on the fabric of the whole job: so DP rings that share leaf
+uplinks, ECMP collisions, oversubscribed tiers and failed links all show in the term. PP send/recv runs every
+stage boundary of every pipeline at once, both ways (1F1B's steady state). Results are cached per term.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from commlens.project.errors import InfeasibleLayoutError
+from commlens.project.layout import Group, Resolved
+from commlens.sim import Collective, Fabric, Fault, SimError, build_fabric, groups_by_stride, simulate
+from commlens.topology import Topology
+
+__all__ = ["SimNetwork"]
+
+_FABRICS: dict[tuple, Fabric] = {}
+_TIMES: dict[tuple, float] = {}
+
+
+class SimNetwork:
+    """Collective times of one resolved layout on one topology, simulated with all groups of a dimension."""
+
+    def __init__(self, topology: Topology, r: Resolved, gpus: int, options: dict[str, Any]) -> None:
+        self.topology = topology
+        self.r = r
+        self.gpus = gpus
+        self.routing = str(options.get("routing", "ecmp"))
+        self.seed = int(options.get("seed", 0))
+        self.qps = int(options.get("qps", 1))
+        self.faults: tuple[Fault, ...] = tuple(options.get("faults", ()))
+        per_node = topology.accelerators_per_node
+        self.nodes = max(1, -(-gpus // per_node))
+        self._key = (
+            id(topology),
+            gpus,
+            tuple(sorted(r.placement.items())),
+            self.routing,
+            self.seed,
+            self.qps,
+            self.faults,
+        )
+
+    def _fabric(self) -> Fabric:
+        key = (id(self.topology), self.nodes, self.faults)
+        fab = _FABRICS.get(key)
+        if fab is None:
+            if len(_FABRICS) > 8:
+                _FABRICS.clear()
+            try:
+                fab = build_fabric(self.topology, self.nodes).with_faults(self.faults)
+            except SimError as e:
+                raise InfeasibleLayoutError(str(e), "topology") from None
+            _FABRICS[key] = fab
+        return fab
+
+    def _dim(self, group: Group) -> str:
+        for dim, g in self.r.groups.items():
+            if g is group:
+                return dim
+        return "pp"  # the send/recv pair the step builds for a stage boundary
+
+    def _groups(self, dim: str) -> np.ndarray:
+        size, stride = self.r.placement[dim]
+        groups = groups_by_stride(self.gpus, size, stride)
+        if dim == "pp":  # every stage boundary of every pipeline
+            return np.concatenate([groups[:, [s, s + 1]] for s in range(size - 1)])
+        return groups
+
+    def time_s(self, op: str, size_bytes: float, group: Group) -> float:
+        if group.size == 1 or size_bytes <= 0:
+            return 0.0
+        dim = self._dim(group)
+        key = (*self._key, op, int(size_bytes), dim)
+        hit = _TIMES.get(key)
+        if hit is not None:
+            return hit
+        if len(_TIMES) > 100_000:
+            _TIMES.clear()
+        try:
+            result = simulate(
+                self.topology,
+                self.nodes,
+                [Collective(dim, op, float(int(size_bytes)), self._groups(dim))],
+                routing=self.routing,
+                seed=self.seed,
+                qps=self.qps,
+                fabric=self._fabric(),
+            )
+        except SimError as e:
+            raise InfeasibleLayoutError(f"{op} over {group.size} ranks ({dim}): {e}", "topology") from None
+        hit = result.collectives[0].time_s
+        _TIMES[key] = hit
+        return hit
