@@ -86,6 +86,14 @@ def _one(
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
     no_what_if: bool = typer.Option(False, "--no-what-if", help="skip the single changes that would help most"),
+    network: str = typer.Option(
+        "analytic", "--network", help="analytic (cost models) or sim (commlens sim: every group at once)"
+    ),
+    routing: str = typer.Option("ecmp", "--routing", help="with --network sim: ecmp or spray"),
+    seed: int = typer.Option(0, "--seed", help="with --network sim: the ECMP hash seed"),
+    qps: int = typer.Option(1, "--qps", help="with --network sim: connections each flow is split over"),
+    fail_links: list[str] = typer.Option([], "--fail", help="with --network sim: fail a switch, NIC or link (pattern)"),
+    degrade: list[str] = typer.Option([], "--degrade", help="with --network sim: NAME:FACTOR, capacity kept"),
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout, and the single
     changes (layout, batch, precision, NICs, scale-up domain) that would shorten it most."""
@@ -118,10 +126,14 @@ def _one(
         if v is not None
     }
     point = _point(sets, parse_vary)
-    base = Base(workload, topology, gpus, layout, wl, files)
+    base = Base(
+        workload, topology, gpus, layout, wl, files, *_network(network, routing, seed, qps, fail_links, degrade)
+    )
     p = _project(base, point)
     what = None
-    if not no_what_if:
+    if network == "sim" and not no_what_if and not as_json:
+        print("what-if: not explored with --network sim (each change is a simulation; use project sweep --network sim)")
+    if not no_what_if and network != "sim":
         from commlens.project.whatif import explore
 
         with errors_as_exit():
@@ -158,6 +170,30 @@ def _point(sets: list[str], parse_vary) -> dict[str, Any]:
         return {k: v[0] for k, v in parse_vary(sets).items()}
     except CommlensError as e:
         fail(str(e).replace("--vary", "--set"), e.exit_code)
+
+
+def _network(
+    network: str, routing: str, seed: int, qps: int, fail_links: list[str], degrade: list[str]
+) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The Base fields of ``--network`` and the simulator's options (exit 2 when they do not go together)."""
+    if network not in ("analytic", "sim"):
+        fail(f"--network: {network!r} is not a network model; known: analytic, sim")
+    if network == "analytic":
+        given = [n for n, v in (("--fail", fail_links), ("--degrade", degrade)) if v]
+        if given or routing != "ecmp" or seed or qps != 1:
+            fail(f"{', '.join(given) or '--routing/--seed/--qps'}: only with --network sim")
+        return network, ()
+    if routing not in ("ecmp", "spray"):
+        fail(f"--routing: {routing!r}; known: ecmp, spray")
+    if not 1 <= qps <= 64:
+        fail(f"--qps: must be between 1 and 64, got {qps}")
+    return network, (
+        ("routing", routing),
+        ("seed", seed),
+        ("qps", qps),
+        ("fail", tuple(fail_links)),
+        ("degrade", tuple(degrade)),
+    )
 
 
 def _project(base, point: dict[str, Any]):
@@ -292,6 +328,14 @@ def _sweep(
     as_json: bool = typer.Option(False, "--json"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
+    network: str = typer.Option(
+        "analytic", "--network", help="analytic (cost models) or sim (commlens sim: every group at once)"
+    ),
+    routing: str = typer.Option("ecmp", "--routing", help="with --network sim: ecmp or spray"),
+    seed: int = typer.Option(0, "--seed", help="with --network sim: the ECMP hash seed"),
+    qps: int = typer.Option(1, "--qps", help="with --network sim: connections each flow is split over"),
+    fail_links: list[str] = typer.Option([], "--fail", help="with --network sim: fail a switch, NIC or link (pattern)"),
+    degrade: list[str] = typer.Option([], "--degrade", help="with --network sim: NAME:FACTOR, capacity kept"),
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
@@ -309,8 +353,12 @@ def _sweep(
             {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
         )
         layout["recompute"] = recompute
+        base = Base(
+            workload, topology, gpus, layout, {}, files, *_network(network, routing, seed, qps, fail_links, degrade)
+        )
+        base.sim_options()  # a bad fault name or factor: error before any point runs
         result = run_sweep(
-            Base(workload, topology, gpus, layout, {}, files),
+            base,
             points,
             search=search_layout,
             executor=executor,

@@ -53,6 +53,21 @@ class Base:
     layout: dict[str, Any]
     workload_overrides: dict[str, Any]
     accelerators: tuple[str, ...] | None = None  # accelerators files (None: COMMLENS_ACCELERATORS)
+    network: str = "analytic"  # analytic (cost models) or sim (commlens.sim, every group at once)
+    # with network sim, plain data (Ray ships it): routing, seed, qps, fail (names), degrade (NAME:FACTOR)
+    sim: tuple[tuple[str, Any], ...] = ()
+
+    def sim_options(self) -> dict[str, Any]:
+        """The simulator's options, faults parsed (:class:`commlens.sim.SimError` for a bad one)."""
+        if self.network != "sim":
+            return {}
+        from commlens.sim import parse_fault
+
+        opts = dict(self.sim)
+        faults = tuple(parse_fault(f, False) for f in opts.pop("fail", ())) + tuple(
+            parse_fault(d, True) for d in opts.pop("degrade", ())
+        )
+        return {**opts, "faults": faults}
 
 
 def _value(text: str) -> Any:
@@ -177,9 +192,20 @@ def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Pr
     from commlens.project.step import project
 
     w, topo, gpus, layout_over = point_inputs(base, point)
+    opts = base.sim_options()
     if search:
-        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators)
-    return project(w, topo, ParallelLayout(**layout_over), gpus, accelerators=base.accelerators)
+        return search_layouts(
+            w, topo, gpus, layout_over, accelerators=base.accelerators, network=base.network, sim_options=opts
+        )
+    return project(
+        w,
+        topo,
+        ParallelLayout(**layout_over),
+        gpus,
+        accelerators=base.accelerators,
+        network=base.network,
+        sim_options=opts,
+    )
 
 
 def point_inputs(base: Base, point: dict[str, Any]) -> tuple[Workload, Topology, int, dict[str, Any]]:
@@ -229,7 +255,14 @@ def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[st
 
 
 def search_layouts(
-    w: Workload, topo: Topology, gpus: int, fixed: dict[str, Any], *, accelerators: tuple[str, ...] | None = None
+    w: Workload,
+    topo: Topology,
+    gpus: int,
+    fixed: dict[str, Any],
+    *,
+    accelerators: tuple[str, ...] | None = None,
+    network: str = "analytic",
+    sim_options: dict[str, Any] | None = None,
 ) -> Projection:
     """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO)."""
     from commlens.project.layout import ParallelLayout
@@ -247,7 +280,15 @@ def search_layouts(
             for zero in (1, 3):
                 fields = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "zero": zero, **fixed}
                 try:
-                    p = project(w, topo, ParallelLayout(**fields), gpus, accelerators=accelerators)
+                    p = project(
+                        w,
+                        topo,
+                        ParallelLayout(**fields),
+                        gpus,
+                        accelerators=accelerators,
+                        network=network,
+                        sim_options=sim_options,
+                    )
                 except InfeasibleLayoutError as e:
                     reasons[e.kind] += 1
                     continue
