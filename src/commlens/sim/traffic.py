@@ -59,6 +59,8 @@ class Collective:
     ranks_per_host: int | None = None  # of each group (default: from its GPU ids)
     after: tuple[str, ...] = ()  # collectives that must end first (in every group)
     delay_s: float = 0.0  # compute or other time before it starts (after its dependencies)
+    communicator: str = ""  # collectives of one communicator share connections, so routes (default: the name)
+    lockstep: bool = False  # every group runs each stage together (one task): data-parallel replicas in step
 
 
 def groups_by_stride(gpus: int, size: int, stride: int) -> np.ndarray:
@@ -175,6 +177,7 @@ def _flows(pattern: tuple, p: int, D: int) -> list[list[tuple[np.ndarray, np.nda
 
 
 _ROUTES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_ROUTE_CACHE_ENTRIES = 8_000_000  # (bundle, link) entries kept over all cached routes: about 200 MB
 
 
 def _digest(a: np.ndarray) -> str:
@@ -226,7 +229,7 @@ def _bundles(
         hit = _ROUTES.get(cache_key)
         if hit is None:
             hit = route(fabric, src[~loop], dst[~loop], flow_key[~loop], bid[~loop], routing, seed)
-            if len(_ROUTES) >= 4:
+            while _ROUTES and sum(x[0].size for x in _ROUTES.values()) + hit[0].size > _ROUTE_CACHE_ENTRIES:
                 _ROUTES.pop(next(iter(_ROUTES)))
             _ROUTES[cache_key] = hit
         b, link, w = hit
@@ -269,7 +272,8 @@ def plan(
     if groups.max() >= fabric.gpus or groups.min() < 0:
         raise SimError(f"{collective.name}: a group names a GPU outside the fabric's {fabric.gpus}")
     G, p = groups.shape
-    comm_key = zlib.crc32(collective.name.encode()) % 100_003
+    comm_key = zlib.crc32((collective.communicator or collective.name).encode()) % 100_003
+    lock = collective.lockstep
     nodes, per_host = _shape(fabric, groups[0])
     try:
         layout = build_layout(topology, nodes=nodes, ranks_per_host=collective.ranks_per_host or per_host)
@@ -290,6 +294,13 @@ def plan(
         stages.append((stage_name, analytic, mine))
         extra = (launch + collective.delay_s) if first else 0.0
         first = False
+        if not steps and lock:
+            tid = engine.add(Task(stage_name, latency_s=extra + analytic, deps=sorted({d for p_ in prev for d in p_})))
+            mine.append(tid)
+            for g in range(G):
+                ids[g].append(tid)
+            prev = [[tid] for _ in range(G)]
+            continue
         if not steps:  # not replayed: the model's time
             for g in range(G):
                 ids[g].append(
@@ -303,6 +314,24 @@ def plan(
             frac = sum(fs[2] * fs[0].size for fs in step) / total
             bundles = _bundles(fabric, groups, step, routing, seed, comm_key * 4096 + index * 64 + k, sync, qps)
             red = red_s * frac
+            if lock:
+                tid = engine.add(
+                    Task(
+                        f"{stage_name}.{k}" if len(steps) > 1 else stage_name,
+                        bundles=[b for per in bundles for b in per],
+                        latency_s=lat_s / len(steps) + extra,
+                        min_s=red if overlaps else 0.0,
+                        post_s=0.0 if overlaps else red,
+                        deps=sorted({d for p_ in prev for d in p_}),
+                        tag=collective.name,
+                    )
+                )
+                mine.append(tid)
+                for g in range(G):
+                    ids[g].append(tid)
+                extra = 0.0
+                prev = [[tid] for _ in range(G)]
+                continue
             for g in range(G):
                 task = Task(
                     f"{stage_name}.{k}" if len(steps) > 1 else stage_name,
@@ -319,5 +348,14 @@ def plan(
             prev = [[ids[g][-1]] for g in range(G)]
     if not cost.patterns:  # one rank: launch only
         for g in range(G):
-            ids[g].append(engine.add(Task(collective.name, latency_s=launch, deps=list(prev[g]), tag=collective.name)))
+            ids[g].append(
+                engine.add(
+                    Task(
+                        collective.name,
+                        latency_s=launch + collective.delay_s,
+                        deps=list(prev[g]),
+                        tag=collective.name,
+                    )
+                )
+            )
     return algo, ids, stages
