@@ -120,3 +120,31 @@ def test_a_ray_address_where_no_cluster_answers_is_an_error() -> None:
     assert ran.stderr.strip() == f"error: --executor ray: no Ray cluster at RAY_ADDRESS={address}: Connection refused"
     assert ran.stdout == ""
     assert time.monotonic() - started < 30  # not Ray's minutes of retrying
+
+
+SIM_SWEEP = [
+    "llama3-8b",
+    "--topology",
+    "meta-h100-roce",
+    "--gpus",
+    "64",
+    "--vary",
+    "layout.tp=2,4",
+    "--network",
+    "sim",
+    "--fail",
+    "pod0",
+]
+
+
+def test_a_sim_sweep_on_ray_gives_the_local_rows(ray_cluster: RayCluster) -> None:
+    """``--network sim`` on the cluster: every point's communication simulated on Ray's workers (with a failed
+    pod switch), the same rows as a local sweep; and the simulated network is not the analytic one."""
+    local = _sweep([*SIM_SWEEP, "--executor", "local"], _env())
+    on_ray = _run([*SIM_SWEEP, "--executor", "ray", "--json"], _env(ray_cluster.driver_env))
+    assert on_ray.json() == local
+    analytic = _sweep([*SIM_SWEEP[:7], "--executor", "local"], _env())
+    steps = [r["step_time_s"] for r in local["rows"]]
+    assert all(s > 0 for s in steps)
+    assert steps != [r["step_time_s"] for r in analytic["rows"]]
+    assert _tasks_submitted_by(ray_cluster, _driver_id(ray_cluster, on_ray.pid)) >= 1

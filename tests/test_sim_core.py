@@ -1,0 +1,171 @@
+"""The simulator's parts: max-min rates, the fabric graph, routes, the step and the projection's --network sim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commlens.project.errors import InfeasibleLayoutError
+from commlens.project.layout import ParallelLayout
+from commlens.project.simstep import simulate_step
+from commlens.project.step import project
+from commlens.sim import Collective, SimError, build_fabric, max_min_rates, parse_fault, route, simulate
+from commlens.sim.traffic import ring_channels
+from commlens.topology import load_topology
+from commlens.workload import load_workload
+
+H100 = load_topology("dgx-h100")
+RAIL2 = load_topology("h100-rail-2tier")
+META = load_topology("meta-h100-roce")
+
+
+def test_max_min_rates_are_the_textbook_allocation() -> None:
+    """Two links of 10 and 4: flow A on both, B on the first, C on the second. C and A share 4 (2 each), B takes
+    the 8 left on the first link."""
+    links = np.array([0, 1, 0, 1])
+    bundle = np.array([0, 0, 1, 2])
+    weight = np.ones(4)
+    rate = max_min_rates(links, bundle, weight, np.array([10.0, 4.0]), 3)
+    assert rate == pytest.approx([2.0, 8.0, 2.0])
+
+
+def test_a_bundle_counts_its_flows_on_a_link() -> None:
+    """A bundle of 3 flows on one link shares it with a single flow: 3/4 of it, one quarter each."""
+    rate = max_min_rates(np.array([0, 0]), np.array([0, 1]), np.array([3.0, 1.0]), np.array([8.0]), 2)
+    assert rate == pytest.approx([2.0, 2.0])
+
+
+def test_the_fabric_has_the_tiers_the_spec_describes() -> None:
+    fab = build_fabric(RAIL2, 2048)
+    d = fab.describe()
+    assert [t["name"] for t in d["tiers"]] == ["leaf", "spine"]
+    # 64 groups x 8 rails of leaves with 32 up each; 8 rails x 32 spines
+    assert [t["switches"] for t in d["tiers"]] == [512, 256]
+    assert d["tiers"][0]["uplinks_per_switch"] == 32
+    assert d["gpus"] == 16384
+    # a small job builds only the tiers it spans
+    assert [t["name"] for t in build_fabric(H100, 16).describe()["tiers"]] == ["leaf"]
+    assert [t["name"] for t in build_fabric(H100, 256).describe()["tiers"]] == ["leaf", "spine", "core"]
+
+
+def test_oversubscription_leaves_fewer_uplinks() -> None:
+    data = RAIL2.model_dump()
+    data["scale_out"]["tiers"][0]["oversubscription"] = 2.0
+    from commlens.topology import Topology
+
+    fab = build_fabric(Topology.model_validate(data), 256)
+    assert fab.uplinks[0] == 16
+
+
+def test_a_job_larger_than_the_fabric_is_refused() -> None:
+    with pytest.raises(SimError, match="exceed"):
+        build_fabric(RAIL2, 2049)
+
+
+def test_ring_channels_visit_every_rank_and_cross_on_one_rail() -> None:
+    for D, M in ((8, 2), (8, 3), (8, 16), (4, 5), (2, 4)):
+        order = ring_channels(D, M)
+        assert order.shape == (D, D * M)
+        for ch in order:
+            assert sorted(ch) == list(range(D * M))
+            nxt = np.roll(ch, -1)
+            cross = ch // D != nxt // D
+            assert (ch[cross] % D == nxt[cross] % D).all()  # same rail both ends: no PXN hop
+
+
+def test_ecmp_is_seeded_and_spray_spreads_evenly() -> None:
+    fab = build_fabric(RAIL2, 64)
+    src = np.arange(32) * 8  # rail 0 of nodes 0..31 (leaf group 0)
+    dst = src + 32 * 8  # to nodes 32..63 (leaf group 1): every flow climbs to a spine
+    key = np.zeros(32, dtype=np.int64)
+    b = np.arange(32)
+    a = route(fab, src, dst, key, b, "ecmp", seed=1)
+    again = route(fab, src, dst, key, b, "ecmp", seed=1)
+    other = route(fab, src, dst, key, b, "ecmp", seed=2)
+    assert all(np.array_equal(x, y) for x, y in zip(a, again))
+    assert not np.array_equal(a[1], other[1])
+    _, link, w = route(fab, src, dst, key, np.zeros(32, dtype=np.int64), "spray")
+    ups = (link >= fab._tier_off[0]) & (link < fab._tier_off[0] + fab._tier_cables[0])
+    assert w[ups] == pytest.approx(np.ones(ups.sum()))  # 32 flows over 32 uplinks: one flow's worth on each
+
+
+def test_a_failed_spine_is_routed_around_and_a_dead_path_is_an_error() -> None:
+    fab = build_fabric(RAIL2, 64)
+    src, dst = np.array([0]), np.array([32 * 8])
+    failed = fab.with_faults((parse_fault("spine*", False),))
+    with pytest.raises(SimError, match="no live path"):
+        route(failed, src, dst, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    some = fab.with_faults((parse_fault("spine[0-9]", False),))
+    _, link, _ = route(some, src, dst, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert (some.capacity[link] > 0).all()
+    with pytest.raises(SimError, match="matches no"):
+        fab.with_faults((parse_fault("spine999", False),))
+    with pytest.raises(SimError, match="factor"):
+        parse_fault("leaf0-spine0:1.5", True)
+
+
+def test_a_failed_nic_moves_its_flows_to_another() -> None:
+    groups = np.arange(32)[None, :]
+    ok = simulate(H100, 4, [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")], routing="spray")
+    hurt = simulate(
+        H100,
+        4,
+        [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")],
+        routing="spray",
+        faults=(parse_fault("node1.nic3", False),),
+    )
+    assert hurt.collectives[0].time_s > ok.collectives[0].time_s
+
+
+def test_two_jobs_on_shared_uplinks_slow_each_other() -> None:
+    """Two DP-like all-reduces whose rings cross the same leaves: together slower than either alone."""
+    nodes = 64
+    ring_a = (np.arange(32) * 2) * 8  # even nodes, rail 0
+    ring_b = (np.arange(32) * 2 + 1) * 8  # odd nodes, rail 0
+    perm = np.random.default_rng(0).permutation(32)
+    a = Collective("a", "all_reduce", 1 << 28, ring_a[perm][None, :], algo="ring")
+    b = Collective("b", "all_reduce", 1 << 28, ring_b[perm][None, :], algo="ring")
+    alone = simulate(RAIL2, nodes, [a], routing="spray").collectives[0].time_s
+    both = simulate(RAIL2, nodes, [a, b], routing="spray")
+    assert max(c.time_s for c in both.collectives) >= alone * (1 - 1e-9)
+    after = simulate(RAIL2, nodes, [a, Collective("b", "all_reduce", 1 << 28, b.groups, algo="ring", after=("a",))])
+    assert after.collectives[1].start_s >= after.collectives[0].end_s * (1 - 1e-12)
+
+
+def test_project_network_sim_matches_analytic_where_nothing_contends() -> None:
+    """TP 8 inside each node and DP over 2 nodes of one leaf: no shared link, so the simulated terms are the
+    analytic ones."""
+    w = load_workload("llama3-8b")
+    layout = ParallelLayout(tp=8)
+    a = project(w, H100, layout, 16)
+    s = project(w, H100, layout, 16, network="sim", sim_options={"routing": "spray"})
+    assert s.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+    with pytest.raises(InfeasibleLayoutError, match="network"):
+        project(w, H100, layout, 16, network="packets")
+
+
+def test_a_failed_link_shows_in_the_projection() -> None:
+    w = load_workload("llama3-8b")
+    layout = ParallelLayout(tp=2)
+    base = project(w, META, layout, 64, network="sim", sim_options={"routing": "spray"})
+    hurt = project(
+        w,
+        META,
+        layout,
+        64,
+        network="sim",
+        sim_options={"routing": "spray", "faults": (parse_fault("rack*-pod*:0.25", True),)},
+    )
+    assert hurt.breakdown.get("dp_comm", 0) + hurt.overlapped_s.get("dp_comm", 0) > base.breakdown.get(
+        "dp_comm", 0
+    ) + base.overlapped_s.get("dp_comm", 0)
+
+
+def test_a_whole_step_simulates_every_group() -> None:
+    w = load_workload("llama3-8b").model_copy(update={"global_batch": 64})
+    layout = ParallelLayout(tp=4, pp=4, dp=4, zero=1, order=("tp", "cp", "pp", "dp"))
+    doc = simulate_step(w, H100, layout, 64)
+    assert doc["collectives"] > 4 * doc["micro_batches"]
+    assert set(doc["communication_s"]) >= {"tp", "pp", "dp"}
+    # the same compute, the same collectives: within a fifth of the projection (the sim rebuilds 1F1B itself)
+    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
