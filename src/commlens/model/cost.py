@@ -50,7 +50,7 @@ class Cost:
     def __init__(self, layout: Layout, messages_per_step: float = 1.0, record: bool = False) -> None:
         self.layout = layout
         # with ``record``: each stage's communication pattern (who sends what to whom), as the simulator replays it
-        self.patterns: list[tuple[int, tuple]] | None = [] if record else None
+        self.patterns: list[tuple[int, tuple, float, float, float]] | None = [] if record else None
         self._messages = messages_per_step  # a backend that splits each step into several messages
         self.time_s = layout.launch_s
         self._terms: list[tuple] = [(0, LAUNCH, "launch", 1.0, layout.launch_s, True)]
@@ -86,8 +86,6 @@ class Cost:
         L = self.layout
         self._stages += 1
         index = self._stages
-        if self.patterns is not None:
-            self.patterns.append((index, pattern if pattern is not None else ("analytic",)))
         terms = self._terms
         lat_s = 0.0
         crowd = max(1.0, node_messages / (2.0 * L.host_cores)) if node_messages and L.host_cores else 1.0
@@ -124,6 +122,8 @@ class Cost:
         if red_s > 0:
             terms.append((index, COMPUTE, "reduction", reduce_bytes, red_s, red_binds))
         self.time_s += lat_s + (transfer_s + red_s if not L.reduce_overlaps else max(transfer_s, red_s))
+        if self.patterns is not None:
+            self.patterns.append((index, pattern if pattern is not None else ("analytic",), lat_s, transfer_s, red_s))
 
     def raw_terms(self) -> tuple[tuple, ...]:
         """The terms as plain tuples (cheap); :func:`make_terms` turns them into :class:`Term`."""
