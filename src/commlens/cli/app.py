@@ -95,6 +95,7 @@ def _register() -> None:
         reports_cmd,
         runs_cmd,
         serve_cmd,
+        sim_cmd,
         topology_cmd,
         tune_cmd,  # noqa: F401
     )

@@ -72,6 +72,7 @@ class SimResult:
     wall_s: float
     qps: int = 1
     link_util: np.ndarray | None = None  # mean utilisation of every link over the makespan (not in JSON)
+    graph: Fabric | None = None  # the fabric simulated, faults applied (not in JSON)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -211,6 +212,7 @@ def simulate(
         time.perf_counter() - wall0,
         qps,
         util,
+        fab,
     )
 
 
