@@ -1,0 +1,106 @@
+"""``commlens sim``: its tables, JSON, plot, validation against the analytic model, and every error path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMMLENS = Path(sys.executable).with_name("commlens")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(COMMLENS), "sim", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_collective_prints_its_time_links_and_fabric() -> None:
+    out = _run("collective", "-t", "dgx-h100", "-N", "4", "-b", "256M", "--algo", "ring")
+    assert out.returncode == 0, out.stderr
+    for header in ("collective", "time us", "analytic us", "slowdown", "busBW GB/s", "hottest links", "links by class"):
+        assert header in out.stdout
+    assert "fabric: 32 GPUs" in out.stdout
+
+
+def test_json_with_no_contention_equals_the_analytic_model() -> None:
+    out = _run("collective", "-t", "dgx-h100", "-N", "16", "--algo", "ring", "--routing", "spray", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["format"] == "commlens.sim/1"
+    coll = doc["collectives"][0]
+    assert coll["time_s"] == pytest.approx(coll["analytic_s"], rel=0.01)
+    assert coll["ranks"] == 128
+
+
+def test_both_routings_side_by_side_and_a_plot(tmp_path: Path) -> None:
+    png = tmp_path / "sim.png"
+    out = _run("collective", "-t", "h100-rail-2tier", "-N", "64", "--routing", "both", "--json", "--plot", str(png))
+    assert out.returncode == 0, out.stderr
+    runs = json.loads(out.stdout)["runs"]
+    assert [r["routing"] for r in runs] == ["ecmp", "spray"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_two_jobs_interleaved_share_leaves_packed_do_not() -> None:
+    def slowdown(placement: str) -> float:
+        out = _run(
+            "collective", "-t", "h100-rail-2tier", "-N", "64", "--ranks-per-node", "1", "--jobs", "2",
+            "--placement", placement, "--algo", "ring", "--json",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return max(c["slowdown"] for c in json.loads(out.stdout)["collectives"])
+
+    assert slowdown("packed") == pytest.approx(1.0, rel=0.01)
+    assert slowdown("interleaved") >= 1.0 - 1e-9
+
+
+def test_a_failed_spine_is_reported_with_its_cables() -> None:
+    out = _run("collective", "-t", "dgx-h100", "-N", "64", "--fail", "spine3", "--degrade", "leaf0-spine0:0.5")
+    assert out.returncode == 0, out.stderr
+    assert "fail spine3" in out.stdout and "degrade leaf0-spine0 to 0.5" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--fail", "spine999", "-N", "64"), "matches no switch"),
+        (("--degrade", "leaf0-spine0:2"), "factor must be"),
+        (("--degrade", "leaf0-spine0"), "expected NAME:FACTOR"),
+        (("-N", "9000"), "exceed"),
+        (("--routing", "adaptive"), "--routing"),
+        (("-b", "12Q"), "--size"),
+        (("--op", "gossip"), "gossip"),
+        (("--jobs", "3", "-N", "4"), "--jobs"),
+        (("--qps", "0"), "qps"),
+        (("--algo", "nvls", "-t", "dgx-a100"), "nvls"),
+        (("-t", "no-such-topology"), "no-such-topology"),
+    ],
+)
+def test_bad_input_is_an_error_not_a_traceback(args: tuple[str, ...], message: str) -> None:
+    out = _run("collective", *args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("error: ") and message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_fabric_lists_tiers_and_names() -> None:
+    out = _run("fabric", "-t", "meta-h100-roce", "-N", "768")
+    assert out.returncode == 0, out.stderr
+    assert "rack" in out.stdout and "pod" in out.stdout and "aggregation" in out.stdout
+    assert "node0.nic0" in out.stdout
+    doc = json.loads(_run("fabric", "-t", "meta-h100-roce", "-N", "768", "--json").stdout)
+    assert [t["name"] for t in doc["tiers"]] == ["rack", "pod", "aggregation"]
+
+
+def test_a_step_simulates_and_compares_with_the_projection() -> None:
+    out = _run(
+        "step", "llama3-8b", "-t", "dgx-h100", "-n", "64", "--set", "layout.tp=4", "--set", "layout.pp=2",
+        "--set", "workload.global_batch=32", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.25)
+    bad = _run("step", "llama3-8b", "-t", "dgx-h100", "-n", "64", "--set", "layout.tp=3")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")
