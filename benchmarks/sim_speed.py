@@ -68,11 +68,12 @@ def main() -> None:
         for routing in ("ecmp", "spray"):
             m = _child(RING, str(gpus), routing)
             target = targets.get(gpus)
+            bound = f"< {target:g} s, < 1 GiB" if target else "-"
             verdict = "-" if target is None else ("met" if m["wall_s"] < target and m["rss_mib"] < 1024 else "missed")
             rows.append(
                 f"| 1 GiB ring all-reduce, {gpus:,} GPUs, {routing} | {m['wall_s']:.2f} s | {m['rss_mib']:.0f} MiB | "
                 f"{m['time_s'] * 1e3:.2f} ms (analytic {m['analytic_s'] * 1e3:.2f}), busBW {m['busbw'] / 1e9:.1f} GB/s | "
-                f"{'< %g s, < 1 GiB' % target if target else '-'} | {verdict} |"
+                f"{bound} | {verdict} |"
             )
             print(rows[-1], flush=True)
     s = _child(STEP)
