@@ -169,3 +169,28 @@ def test_a_whole_step_simulates_every_group() -> None:
     assert set(doc["communication_s"]) >= {"tp", "pp", "dp"}
     # the same compute, the same collectives: within a fifth of the projection (the sim rebuilds 1F1B itself)
     assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+
+
+_ALONE = [
+    ("all_reduce", "ring"),
+    ("all_reduce", "hierarchical"),
+    ("all_reduce", "nvls"),
+    ("all_reduce", "double_binary_tree"),
+    ("all_reduce", "rabenseifner"),
+    ("all_reduce", "recursive_doubling"),
+    ("all_gather", "ring"),
+    ("reduce_scatter", "ring"),
+    ("all_to_all", "direct"),
+    ("broadcast", "binomial"),
+]
+
+
+# hierarchical needs two scale-up domains: not asked of one node
+@pytest.mark.parametrize(
+    ("op", "algo", "nodes"),
+    [(op, algo, n) for op, algo in _ALONE for n in (1, 2, 16) if (algo, n) != ("hierarchical", 1)],
+)
+def test_alone_on_an_idle_fabric_a_collective_takes_what_the_model_says(op: str, algo: str, nodes: int) -> None:
+    r = simulate(H100, nodes, [Collective("c", op, 1 << 28, np.arange(nodes * 8)[None, :], algo=algo)], routing="spray")
+    c = r.collectives[0]
+    assert c.time_s == pytest.approx(c.analytic_s, rel=0.01)

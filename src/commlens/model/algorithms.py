@@ -140,6 +140,7 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
             ((UP, steps * 4 * chunk, L.up_rate),),
             n,
             host_bytes=host_copies(L, steps * 4 * chunk),
+            pattern=("tree", steps * 4 * chunk, 0.0),
         )
         return
     depth_out = floor_log2(L.domains)
@@ -151,6 +152,11 @@ def _ar_double_binary_tree(cost: Cost, n: float) -> None:
             (OUT, (2 * depth_out + k - 1) * 4 * chunk, L.domain_nic_rate()),
         ),
         n,
+        pattern=(
+            "tree",
+            (hops_up + k - 1) * 4 * chunk if L.domain_ranks > 1 else 0.0,
+            (2 * depth_out + k - 1) * 4 * chunk,
+        ),
     )
 
 

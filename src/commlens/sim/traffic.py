@@ -169,6 +169,24 @@ def _flows(pattern: tuple, p: int, D: int) -> list[list[tuple[np.ndarray, np.nda
         src = np.repeat(r, p - 1)
         dst = (src + np.tile(np.arange(1, p), p)) % p
         return [[(src, dst, per_peer)]]
+    if kind == "tree":
+        # double binary tree: a chain both ways inside each domain; across domains two binary trees (heap order
+        # and its mirror), each edge both ways, spread over the domains' ranks as channels (one per rail). A domain
+        # is inner node of one tree and leaf of the other, so its NICs carry four edges' worth each way.
+        _, up_bytes, out_bytes = pattern
+        sets = []
+        if up_bytes > 0 and D > 1:
+            local = r % D
+            nxt = r[local < D - 1]
+            sets.append((np.concatenate([nxt, nxt + 1]), np.concatenate([nxt + 1, nxt]), up_bytes / 2))
+        if out_bytes > 0 and M > 1:
+            child = np.arange(1, M)
+            parent = (child - 1) // 2
+            edges = np.concatenate([np.stack([parent, child], 1), np.stack([M - 1 - parent, M - 1 - child], 1)])
+            a = (edges[:, :1] * D + np.arange(D)[None, :]).ravel()
+            b = (edges[:, 1:] * D + np.arange(D)[None, :]).ravel()
+            sets.append((np.concatenate([a, b]), np.concatenate([b, a]), out_bytes / 4 / D))
+        return [sets]
     if kind == "switch":
         return [[(r, r, pattern[1])]]
     if kind == "pair":
