@@ -194,3 +194,33 @@ def test_alone_on_an_idle_fabric_a_collective_takes_what_the_model_says(op: str,
     r = simulate(H100, nodes, [Collective("c", op, 1 << 28, np.arange(nodes * 8)[None, :], algo=algo)], routing="spray")
     c = r.collectives[0]
     assert c.time_s == pytest.approx(c.analytic_s, rel=0.01)
+
+
+def test_a_two_plane_fabric_halves_each_plane_and_spreads_flows_over_both() -> None:
+    data = RAIL2.model_dump()
+    data["scale_out"]["planes"] = 2
+    from commlens.topology import Topology
+
+    two = Topology.model_validate(data)
+    fab = build_fabric(two, 64)
+    assert fab.describe()["planes"] == 2
+    assert fab.switches[0] == 2 * build_fabric(RAIL2, 64).switches[0]
+    nic = fab.capacity[fab.nic_off]
+    assert nic == pytest.approx(build_fabric(RAIL2, 64).capacity[fab.nic_off] / 2)
+    ring = Collective("ar", "all_reduce", 1 << 28, (np.arange(64) * 8)[None, :], algo="ring")
+    one = simulate(RAIL2, 64, [ring], routing="spray").collectives[0].time_s
+    both = simulate(two, 64, [ring], routing="spray").collectives[0].time_s
+    assert both == pytest.approx(one, rel=1e-6)  # sprayed over both planes: the NIC's whole rate
+    names, _ = fab.cable_names()
+    assert any(".p1-" in n for n in names)
+
+
+def test_without_sync_every_flow_has_its_own_rate() -> None:
+    """Two rings share one uplink under ECMP: synchronised, a ring's every flow waits for its slowest; without
+    sync the flows off the shared link finish early, so the link carries the same bytes but rates differ."""
+    order = np.ravel(np.column_stack([np.arange(32), np.arange(32) + 32])) * 8
+    ring = Collective("ring", "all_reduce", 1 << 28, order[None, :], algo="ring")
+    synced = simulate(RAIL2, 64, [ring], routing="ecmp", seed=3)
+    free = simulate(RAIL2, 64, [ring], routing="ecmp", seed=3, sync=False)
+    assert free.collectives[0].time_s <= synced.collectives[0].time_s * (1 + 1e-9)
+    assert free.events > synced.events

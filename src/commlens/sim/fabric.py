@@ -23,6 +23,7 @@ fail and degrade together. Switch and cable names follow the tiers' names in the
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from commlens.topology import Topology
 __all__ = ["Fabric", "Fault", "SimError", "build_fabric", "parse_fault"]
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_SERIALS = itertools.count()
 
 
 class SimError(CommlensError, ValueError):
@@ -114,6 +116,7 @@ class Fabric:
     fault_cables: dict[str, int] = field(default_factory=dict)  # each fault: how many cables it hit
     _tier_off: tuple[int, ...] = ()
     _tier_cables: tuple[int, ...] = ()
+    serial: int = field(default_factory=lambda: next(_SERIALS))  # unique per fabric built (keys route caches)
 
     # ---- numbering --------------------------------------------------------------------------------
     @property
@@ -258,7 +261,8 @@ class Fabric:
             for link in (cables, self.down_of(cables)):
                 cap[link] *= fault.factor
             hits[fault.pattern] = int(cables.size)
-        out = Fabric(**{f: getattr(self, f) for f in self.__dataclass_fields__ if f != "capacity"}, capacity=cap)
+        kept = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("capacity", "serial")}
+        out = Fabric(**kept, capacity=cap)
         out.faults = self.faults + tuple(faults)
         out.fault_cables = {**self.fault_cables, **hits}
         object.__setattr__(out, "_name_cache", (names, ups))

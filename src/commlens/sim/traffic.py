@@ -231,9 +231,7 @@ def _bundles(
         # same for every collective of that name (connections persist, so their routes do too)
         flow_key = np.tile(np.arange(n), G) + (key * 64 + s) * 1_000_003
         cache_key = (
-            fabric.topology.name,
-            fabric.nodes,
-            fabric.faults,
+            fabric.serial,
             routing,
             seed,
             sync,
