@@ -53,6 +53,8 @@ def test_topology_list() -> None:
         "2-core machine: gloo over veth within a host, 1 Gb/s shaped links between hosts (approximate)\n"
         "gb200-nvl72              4      72      900     4      50.0       2304  GB200 NVL72 (approximate): racks of "
         "72 GPUs in one NVLink5 domain (NVLS), 4 x 400 Gb/s per 4-GPU tray\n"
+        "h100-rail-2tier          8       8      450     8      50.0       2048  DGX H100 nodes, 8 x 400 Gb/s NDR, "
+        "two-tier rail-optimized non-blocking fat tree of 64-port switches, up to 16,384 GPUs\n"
         "local-cpu               64      64        4     0       0.0          1  ranks as processes on one host, gloo "
         "over loopback TCP; calibrated on a 4-rank run of this machine type (approximate)\n"
         "meta-h100-roce           8       8      450     8      50.0       3072  Llama 3 405B cluster: 8 x H100 SXM on "
