@@ -1,6 +1,8 @@
 """Validation of `commlens sim`: against the analytic model with no contention, ECMP collisions against operators'
-published figures, failed and degraded links against the capacity they remove, and one published multi-node
-measurement (NVIDIA/nccl-tests issue 283).
+published figures, failed and degraded links against the capacity they remove, and published measurements
+(NVIDIA/nccl-tests issues 283 and 290, NVIDIA/nccl issue 812).
+
+Writes the subsection ``### Validation`` of ``## Simulator (issue 18)`` in docs/benchmarks.md.
 
     .venv/bin/python benchmarks/sim_validation.py [--write]
 """
@@ -11,121 +13,202 @@ import argparse
 import statistics
 
 import numpy as np
-from docsection import write_section
+from sim_speed import write_subsection
 
-from commlens.sim import Collective, groups_by_stride, parse_fault, simulate
+from commlens.sim import Collective, SimResult, groups_by_stride, parse_fault, simulate
 from commlens.topology import load_topology
 
 GiB = 1 << 30
+SEEDS = range(5)
+
+NO_CONTENTION_CASES = (
+    ("all_reduce", "ring"), ("all_reduce", "hierarchical"), ("all_reduce", "nvls"), ("all_reduce", "rabenseifner"),
+    ("all_reduce", "recursive_doubling"), ("all_reduce", "double_binary_tree"), ("all_gather", "ring"),
+    ("reduce_scatter", "ring"), ("all_to_all", "direct"), ("all_to_all", "pairwise"),
+)  # fmt: skip
 
 
 def no_contention() -> list[str]:
-    rows, worst = [], 0.0
-    cases = [
-        ("all_reduce", "ring"), ("all_reduce", "hierarchical"), ("all_reduce", "nvls"), ("all_reduce", "rabenseifner"),
-        ("all_reduce", "recursive_doubling"), ("all_reduce", "double_binary_tree"), ("all_gather", "ring"), ("reduce_scatter", "ring"),
-        ("all_to_all", "direct"), ("all_to_all", "pairwise"),
-    ]  # fmt: skip
+    rows, worst, pairwise = [], 0.0, []
     for topo_name in ("dgx-h100", "h100-rail-2tier"):
         topo = load_topology(topo_name)
         for nodes in (2, 16, 64):
             errs = []
-            for op, algo in cases:
+            for op, algo in NO_CONTENTION_CASES:
                 r = simulate(topo, nodes, [Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo)],
                              routing="spray")  # fmt: skip
                 c = r.collectives[0]
                 err = c.time_s / c.analytic_s - 1
                 errs.append(f"{algo} {op.replace('_', '-')} {100 * err:+.2f}%")
-                if algo != "pairwise":
+                if algo == "pairwise":
+                    pairwise.append(err)
+                else:
                     worst = max(worst, abs(err))
             rows.append(f"| {topo_name} | {nodes} | " + "; ".join(errs) + " |")
+    verdict = "pass" if worst < 0.01 else "miss"
     return [
-        "With no contention (spraying, one collective): simulated / analytic - 1, 1 GiB, nodes of 8.",
+        "#### No contention equals the analytic model",
+        "",
+        "One collective alone, spraying, 1 GiB, nodes of 8: simulated / analytic - 1.",
         "",
         "| topology | nodes | error per op and algorithm |",
         "|---|---|---|",
         *rows,
         "",
-        f"Worst error but pairwise all-to-all: **{100 * worst:.3f}%** (target: within 1%). Pairwise differs by design: "
-        "the model lumps its p - 1 rounds by level (all scale-up rounds, then all fabric rounds); the simulator runs "
-        "each round with its own mix of NVLink and NIC flows, each round waiting for its slowest.",
+        f"Worst error of every replayed algorithm but pairwise all-to-all: **{100 * worst:.3f}%** (target within 1%: "
+        f"{verdict}). Pairwise all-to-all differs by design, from {100 * min(pairwise):+.1f}% to "
+        f"{100 * max(pairwise):+.1f}% (not the ~12% expected beforehand; +53% on 2 nodes, where almost every one "
+        "of the 15 rounds has some ranks sending over a NIC and waits for them): the model prices its p - 1 "
+        "rounds by level, the simulator runs each round with its own mix of NVLink and NIC flows, each round "
+        "waiting for its slowest.",
     ]
+
+
+def _dp_ring(nodes: int) -> tuple[int, Collective]:
+    """The DP all-reduce of a TP 8, PP 16 layout (order tp-pp-dp) on ``nodes`` nodes: DP = nodes / 16 rings with
+    one GPU per node, every ring on one rail, its neighbours 16 nodes apart (so half its hops cross leaves)."""
+    gpus = nodes * 8
+    dp = gpus // 128
+    return dp, Collective("dp", "all_reduce", GiB, groups_by_stride(gpus, dp, 128), algo="ring")
 
 
 def ecmp() -> list[str]:
-    """The DP all-reduce of a Llama 3 405B layout on 16,384 GPUs (TP 8, PP 16, DP 128, order tp-pp-dp): 128 rings
-    of 128 GPUs, one GPU per node, all at once."""
     topo = load_topology("h100-rail-2tier")
-    groups = groups_by_stride(16384, 128, 128)
-    rows = []
-    base = None
-    for qps in (1, 2, 4, 8):
-        slow = []
-        for seed in range(5):
-            r = simulate(topo, 2048, [Collective("dp", "all_reduce", GiB, groups, algo="ring")], routing="ecmp",
-                         seed=seed, qps=qps)  # fmt: skip
-            slow.append(r.collectives[0].time_s)
-        spray = simulate(topo, 2048, [Collective("dp", "all_reduce", GiB, groups, algo="ring")], routing="spray")
-        s = spray.collectives[0].time_s
-        ratios = [t / s for t in slow]
-        if qps == 1:
-            base = statistics.mean(slow)
-        assert base is not None
-        rows.append(
-            f"| {qps} | {statistics.mean(ratios):.2f} | {min(ratios):.2f} - {max(ratios):.2f} | "
-            f"{100 * s / statistics.mean(slow):.0f}% | {base / statistics.mean(slow):.2f} |"
-        )
+    rows, gains, effective_1qp, effective_8qp = [], [], [], []
+    for nodes in (256, 1024, 2048):
+        dp, coll = _dp_ring(nodes)
+        spray_s = simulate(topo, nodes, [coll], routing="spray").collectives[0].time_s
+        mean_1qp = 0.0
+        for qps in (1, 2, 4, 8):
+            times = [
+                simulate(topo, nodes, [coll], routing="ecmp", seed=s, qps=qps).collectives[0].time_s for s in SEEDS
+            ]
+            ratios = [t / spray_s for t in times]
+            mean_s = statistics.mean(times)
+            if qps == 1:
+                mean_1qp = mean_s
+                effective_1qp.append(spray_s / mean_s)
+            if qps == 8:
+                effective_8qp.append(spray_s / mean_s)
+                gains.append(mean_1qp / mean_s)
+            rows.append(
+                f"| {nodes:,} ({nodes * 8:,} GPUs, {nodes * 8 // dp} rings of {dp}) | {qps} | "
+                f"{statistics.mean(ratios):.2f} | {min(ratios):.2f} - {max(ratios):.2f} | "
+                f"{100 * spray_s / mean_s:.0f}% | {mean_1qp / mean_s:.2f} |"
+            )
+            print(rows[-1], flush=True)
     return [
-        "ECMP collisions: the DP all-reduce of a Llama 3 405B layout on 16,384 GPUs (TP 8, PP 16, DP 128; 128 rings "
-        "of 128 GPUs, one per node, all at once) on the non-blocking two-tier rail-optimized fabric, 1 GiB, ECMP over "
-        "5 seeds against ideal spraying, with each connection split over 1-8 queue pairs:",
+        "#### ECMP collisions on a non-blocking fat tree",
         "",
-        "| QPs per connection | ECMP / spray, mean | min - max | effective bandwidth (spray / ECMP) | speed-up over 1 QP |",
-        "|---|---|---|---|---|",
+        "The DP all-reduce of a TP 8 x PP 16 x DP layout (order tp-pp-dp) on the non-blocking two-tier "
+        "rail-optimized fabric (`h100-rail-2tier`, 32 nodes per leaf, 32 uplinks per leaf): every DP ring holds one "
+        "GPU per node, all on one rail, neighbours 16 nodes apart, so half of each ring's hops leave their leaf; "
+        "every ring at once, 1 GiB, ring algorithm. ECMP (per-flow hash, "
+        f"seeds {SEEDS.start}-{SEEDS.stop - 1}) against ideal spraying (which equals the analytic model here), each "
+        "connection split over 1-8 queue pairs hashed apart:",
+        "",
+        "| nodes | QPs per connection | ECMP / spray, mean | min - max over seeds | effective bandwidth (spray / "
+        "ECMP, mean) | speed-up over 1 QP |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
-        'Published: Meta (Gangidi et al., "RDMA over Ethernet for Distributed AI Training at Meta Scale", SIGCOMM '
-        "2024): hashing on the destination QP with more QPs per connection (E-ECMP + QP scaling) improved AllReduce "
-        "by up to 40% over plain ECMP; path pinning degraded training by more than 30%. NVIDIA's Spectrum-X launch "
-        "material (2024) claims about 60% effective data throughput for standard Ethernet ECMP against 95% with "
-        "adaptive routing (a marketing figure, method not given). The simulated effective bandwidth and the gain "
-        "from more QPs are compared with these in docs/sim.md.",
+        "Published, for comparison (shared notes /work/notes/sim-research.md):",
+        "",
+        '- Meta, Gangidi et al., "RDMA over Ethernet for Distributed AI Training at Meta Scale", SIGCOMM 2024 (an '
+        "operator's measurement on its own clusters): E-ECMP (hashing on the destination QP) with QP scaling in NCCL "
+        "improved AllReduce by **up to 40%** over baseline ECMP; path pinning under fragmented placement degraded "
+        "training by more than 30%.",
+        "- NVIDIA Spectrum-X launch material (xAI Colossus press release, 2024-10-28): standard Ethernet reaches "
+        "**about 60%** data throughput under flow collisions against 95% with Spectrum-X; **marketing**, with no "
+        "method, message size or collective stated, so only an order of magnitude.",
+        "",
+        f"Simulated: with 1 QP, ECMP reaches {100 * min(effective_1qp):.0f}-{100 * max(effective_1qp):.0f}% of "
+        f"spraying's bandwidth, well below NVIDIA's 60%; with 8 QPs {100 * min(effective_8qp):.0f}-"
+        f"{100 * max(effective_8qp):.0f}%, in NVIDIA's range. Going from 1 to 8 QPs speeds the all-reduce up "
+        f"{min(gains):.2f}-{max(gains):.2f}x, far beyond Meta's 'up to 40%' (1.4x): **the simulated magnitude is "
+        "in the published range only with several QPs per connection; with a single flow per NIC pair it is "
+        "several times worse than anything published.** Why, as far as this model can say: every ring is as slow "
+        "as its most collided link anywhere in the fabric, and a cluster-wide ring crosses hundreds of leaves, so "
+        "one 4- or 5-way collision sets the pace; the simulator's ECMP is an ideal uniform random hash with no "
+        "adaptive or flowlet routing, no switch buffers and no congestion control, and NCCL's real rings typically "
+        "run several channels per NIC (each its own connection), so a real '1 QP' job already hashes more flows "
+        "than this model's 1 QP.",
     ]
+
+
+def _slowdown(base: SimResult, faulted: SimResult) -> float:
+    return faulted.collectives[0].time_s / base.collectives[0].time_s
+
+
+def _cable_load(r: SimResult, cable: str) -> float:
+    """The higher utilisation of the two directions of ``cable`` (e.g. ``leaf0-spine4``) in ``r``."""
+    assert r.graph is not None and r.link_util is not None
+    ids = [i for i in range(r.graph.links) if r.graph.link_name(i).startswith(cable + " (")]
+    return float(max(r.link_util[i] for i in ids))
 
 
 def failures() -> list[str]:
     topo = load_topology("h100-rail-2tier")
-    # 64 nodes, two leaf groups of 32; a ring over rail 0 alternating between the groups: every rail-0 leaf sends
-    # 32 flows up over its 32 uplinks (full load)
+    # 64 nodes = two leaf groups of 32; one rail-0 ring alternating between the groups: every rail-0 leaf sends
+    # 32 flows up over its 32 uplinks (each uplink fully loaded under spraying)
     order = np.ravel(np.column_stack([np.arange(32), np.arange(32) + 32])) * 8
     ring = Collective("ring", "all_reduce", GiB, order[None, :], algo="ring")
-    base = simulate(topo, 64, [ring], routing="spray").collectives[0].time_s
+    base = simulate(topo, 64, [ring], routing="spray")
+    u = 32
     rows = []
     for desc, fault, expect in (
-        ("one leaf-spine cable failed (leaf0-spine0)", parse_fault("leaf0-spine0", False), 32 / 31),
-        ("one spine failed (spine0: rail 0's leaves each lose 1 of 32 uplinks)", parse_fault("spine0", False), 32 / 31),
-        ("one leaf-spine cable at half capacity (leaf0-spine0:0.5), sprayed evenly", parse_fault("leaf0-spine0:0.5", True),
-         32 / 16),
-        ("four spines of rail 0 failed (spine[0-3])", parse_fault("spine[0-3]", False), 32 / 28),
+        ("spray, one leaf-spine cable failed (leaf0-spine0)", parse_fault("leaf0-spine0", False), u / (u - 1)),
+        ("spray, one spine failed (spine0: each rail-0 leaf loses 1 of 32 uplinks)", parse_fault("spine0", False),
+         u / (u - 1)),
+        ("spray, four spines of rail 0 failed (spine[0-3])", parse_fault("spine[0-3]", False), u / (u - 4)),
+        ("spray, one leaf-spine cable at half capacity (leaf0-spine0:0.5)", parse_fault("leaf0-spine0:0.5", True),
+         2.0),
     ):  # fmt: skip
-        t = simulate(topo, 64, [ring], routing="spray", faults=(fault,)).collectives[0].time_s
-        rows.append(f"| {desc} | {expect:.4f} | {t / base:.4f} |")
-    ecmp_base = simulate(topo, 64, [ring], routing="ecmp").collectives[0].time_s
-    ecmp_fail = simulate(topo, 64, [ring], routing="ecmp", faults=(parse_fault("spine0", False),)).collectives[0].time_s
+        r = simulate(topo, 64, [ring], routing="spray", faults=(fault,))
+        rows.append(f"| {desc} | {expect:.4f} | {_slowdown(base, r):.4f} |")
+    # ECMP: a degraded cable slows the ring by how far its halved capacity falls below the hottest link's share
+    ecmp_base = simulate(topo, 64, [ring], routing="ecmp")
+    assert ecmp_base.graph is not None and ecmp_base.link_util is not None
+    hottest = float(ecmp_base.link_util.max())
+    uplinks: dict[float, str] = {}  # one leaf0 uplink per load level (share of the hottest link's load)
+    for i in range(ecmp_base.graph.links):
+        name = ecmp_base.graph.link_name(i)
+        if name.startswith("leaf0-spine") and name.endswith("(up)"):
+            uplinks.setdefault(round(_cable_load(ecmp_base, name.split(" ")[0]) / hottest, 2), name.split(" ")[0])
+    for share in sorted(uplinks, reverse=True):
+        cable = uplinks[share]
+        if share == 0:
+            continue
+        load = _cable_load(ecmp_base, cable)
+        expect = max(hottest, load / 0.5) / hottest
+        r = simulate(topo, 64, [ring], routing="ecmp", faults=(parse_fault(f"{cable}:0.5", True),))
+        rows.append(
+            f"| ECMP, {cable} at half capacity (it carries {share:.2f} of the hottest link's flows) | {expect:.4f} | "
+            f"{_slowdown(ecmp_base, r):.4f} |"
+        )
+    r = simulate(topo, 64, [ring], routing="ecmp", faults=(parse_fault("spine0", False),))
     rows.append(
-        f"| ECMP, spine0 failed (routes withdrawn, flows rehashed over 31 uplinks) | - | {ecmp_fail / ecmp_base:.4f} |"
+        "| ECMP, spine0 failed (its routes withdrawn, the flows rehashed over 31 uplinks) | set by the rehash | "
+        f"{_slowdown(ecmp_base, r):.4f} |"
     )
     return [
-        "Failed and degraded links, where the leaf uplinks are fully loaded (64 nodes, a rail-0 ring alternating "
-        "between the two leaf groups, 1 GiB, spraying): the slowdown the lost capacity implies against the simulated "
-        "one.",
+        "#### Failed and degraded links cost the capacity they remove",
+        "",
+        "Leaf uplinks fully loaded: 64 nodes (two leaf groups of 32, u = 32 uplinks per leaf), one rail-0 ring "
+        "alternating between the two groups, so every rail-0 leaf sends 32 flows up; 1 GiB all-reduce. Expected "
+        "slowdowns: u/(u-1) for one lost cable or spine under spraying; under ECMP, a cable degraded to half slows "
+        "the ring by max(hottest load, its load / 0.5) / hottest load, from the link loads of the unfaulted run.",
         "",
         "| fault | expected slowdown | simulated |",
         "|---|---|---|",
         *rows,
         "",
-        "Uniform spraying is oblivious to capacity (as per-packet spraying is), so a half-speed cable sets the pace "
-        "of every flow sprayed over it: 2x, not 32/31.5; adaptive routing would route around it.",
+        "The simulated slowdowns sit just under the expected ones because a ring stage's fixed latency is not "
+        "slowed by lost capacity. Uniform spraying is oblivious to capacity (as per-packet spraying is), so a "
+        "half-speed cable sets the pace of every flow sprayed over it: 2x, not 32/31.5; adaptive routing would "
+        "route around it. Under ECMP a failed spine costs whatever the rehash does to the hottest link: here the "
+        "rehashed flows landed on uplinks below the hottest, so it cost nothing (seed 0); capacity alone does not "
+        "predict it.",
     ]
 
 
@@ -133,33 +216,71 @@ def nccl_tests_283() -> list[str]:
     """NVIDIA/nccl-tests issue 283: 248 nodes x 8 H200 (1,984 ranks), 8 NICs per node, all_reduce of 512 MiB,
     busBW about 350 GB/s typical, sometimes below 300 (fabric not described)."""
     topo = load_topology("dgx-h200")
-    busbw = {}
-    for algo in ("ring", "hierarchical", "nvls", "auto"):
-        for routing, seeds in (("spray", 1), ("ecmp", 8)):
-            vals = []
-            for seed in range(seeds):
+    rows: list[str] = []
+    runs: dict[tuple[str, str], list[float]] = {}
+    for algo in ("ring", "auto"):
+        for routing, seeds in (("spray", range(1)), ("ecmp", range(8))):
+            vals, chosen = [], algo
+            for seed in seeds:
                 r = simulate(topo, 248, [Collective("ar", "all_reduce", 512 << 20, np.arange(1984)[None, :],
                                                     algo=algo)], routing=routing, seed=seed)  # fmt: skip
                 vals.append(r.collectives[0].busbw_bytes_per_s / 1e9)
                 chosen = r.collectives[0].algo
-            busbw[f"{algo} ({chosen}), {routing}"] = vals
-    rows = [f"| {k} | {min(v):.0f} - {max(v):.0f} (mean {statistics.mean(v):.0f}) |" for k, v in busbw.items()]
+            runs[algo, routing] = vals
+            spread = f"{min(vals):.0f} - {max(vals):.0f} (mean {statistics.mean(vals):.0f})" if len(vals) > 1 else ""
+            rows.append(f"| {algo} ({chosen}) | {routing} | {len(vals)} | {spread or f'{vals[0]:.0f}'} |")
+            print(rows[-1], flush=True)
+    few = []
+    for source, topo_name, nodes, algo, published in (
+        ("NVIDIA/nccl-tests #290 (NVIDIA staff): 8 x H100, one node, NVLS", "dgx-h100", 1, "nvls", "476"),
+        ("NVIDIA/nccl-tests #290: NDR 400 Gb/s, 46-48 GB/s per NIC; 2 x DGX H100 ring, 8 NICs", "dgx-h100", 2, "ring",
+         "368 - 384 (8 x 46-48)"),
+        ("NVIDIA/nccl #812 (NVIDIA staff): DGX A100, 8 x 200 Gb/s IB, multi-node ring (nodes not given); 2 nodes",
+         "dgx-a100", 2, "ring", "192"),
+        ("NVIDIA/nccl #812, same; 16 nodes", "dgx-a100", 16, "ring", "192"),
+    ):  # fmt: skip
+        r = simulate(load_topology(topo_name), nodes, [Collective("ar", "all_reduce", GiB,
+                                                                  np.arange(nodes * 8)[None, :], algo=algo)],
+                     routing="spray")  # fmt: skip
+        few.append(f"| {source} | `{topo_name}`, {nodes}, {algo} | {published} | "
+                   f"{r.collectives[0].busbw_bytes_per_s / 1e9:.0f} |")  # fmt: skip
+        print(few[-1], flush=True)
+    tree_spray, tree_ecmp = runs["auto", "spray"][0], runs["auto", "ecmp"]
     return [
-        "A published multi-node measurement: NVIDIA/nccl-tests issue 283, 248 nodes x 8 H200 (1,984 ranks), 8 NICs "
-        "per node, `all_reduce_perf` at 512 MiB: busBW about 350 GB/s typical, sometimes below 300 GB/s (default "
-        "algorithm; NIC speed and fabric not stated). Simulated on `dgx-h200` (8 x 400 Gb/s, rail-optimized "
-        "three-tier non-blocking fat tree), spraying (the bound of adaptive routing, as InfiniBand fabrics run) and "
-        "ECMP over 8 seeds (random hashing, as RoCE fabrics run):",
+        "#### Published measurements",
         "",
-        "| algorithm | simulated busBW GB/s |",
-        "|---|---|",
+        "NVIDIA/nccl-tests issue 283 (a user's report, 2025-01): 248 nodes x 8 H200 (1,984 ranks, one GPU per "
+        "rank), 8 NICs per node, `all_reduce_perf` at 512 MiB, default NCCL algorithm: busBW **about 350 GB/s "
+        "typical, sometimes below 300 GB/s**. NIC speed, InfiniBand or RoCE, fabric tiers and routing are not "
+        "stated. Simulated on `dgx-h200` (8 x 400 Gb/s, rail-optimized non-blocking fat tree), spraying (the bound "
+        "of adaptive routing) and ECMP over 8 seeds (random hashing, 1 QP):",
+        "",
+        "| algorithm (chosen) | routing | runs | simulated busBW GB/s |",
+        "|---|---|---|---|",
         *rows,
+        "",
+        "What matches and what does not: the ring is NIC- and latency-bound at 1,984 ranks and far below the "
+        "published figure, as NCCL's ring would be (NCCL picks a tree at this scale). With the model's choice "
+        f"(double binary tree) and spraying, the simulation lands {100 * (1 - tree_spray / 350):.0f}% under the "
+        f"typical 350 GB/s; under plain ECMP with one flow per connection it falls to "
+        f"{100 * statistics.mean(tree_ecmp) / 350:.0f}% of it, far under the 'sometimes below 300' dips, so the "
+        "published fabric is better balanced than this model's random 1-QP ECMP (adaptive routing on InfiniBand, "
+        f"or more flows per connection). The spread over ECMP seeds ({100 * (max(tree_ecmp) / min(tree_ecmp) - 1):.0f}%) "
+        "is of the order of the published run-to-run dips (350 to under 300, about 15%), but that is a coincidence "
+        "of magnitude, not a reproduction: the issue does not say what caused its dips.",
+        "",
+        "Few-node figures (1 GiB, spraying; the presets' link efficiencies come from NCCL's own tuning constants, "
+        "not from these measurements):",
+        "",
+        "| source | simulated as (preset, nodes, algorithm) | published busBW GB/s | simulated busBW GB/s |",
+        "|---|---|---|---|",
+        *few,
     ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--write", action="store_true", help="write the subsection of docs/benchmarks.md")
     args = ap.parse_args()
     body = ["`.venv/bin/python benchmarks/sim_validation.py --write`.", ""]
     for part in (no_contention, ecmp, failures, nccl_tests_283):
@@ -167,7 +288,7 @@ def main() -> None:
         print("\n".join(lines), flush=True)
         body += lines + [""]
     if args.write:
-        write_section("## Simulator validation (issue 18)", body)
+        write_subsection("Validation", body)
 
 
 if __name__ == "__main__":
