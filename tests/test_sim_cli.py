@@ -41,19 +41,39 @@ def test_both_routings_side_by_side_and_a_plot(tmp_path: Path) -> None:
     runs = json.loads(out.stdout)["runs"]
     assert [r["routing"] for r in runs] == ["ecmp", "spray"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert [p.name for p in tmp_path.iterdir()] == ["sim.png"]  # written by rename: no temporary file left
 
 
-def test_two_jobs_interleaved_share_leaves_packed_do_not() -> None:
-    def slowdown(placement: str) -> float:
+def test_the_plot_of_a_faulted_fabric_through_the_api(tmp_path: Path) -> None:
+    import numpy as np
+
+    from commlens.sim import Collective, parse_fault, simulate
+    from commlens.sim.report import plot
+    from commlens.topology import load_topology
+
+    topo = load_topology("dgx-h100")
+    groups = np.arange(64 * 8)[None, :]
+    result = simulate(topo, 64, [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")],
+                      faults=(parse_fault("spine1", False),))  # fmt: skip
+    png = tmp_path / "faulted.png"
+    plot(result, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_two_jobs_interleaved_collide_on_spines_under_ecmp_packed_do_not() -> None:
+    def slowdown(placement: str, routing: str) -> float:
         out = _run(
-            "collective", "-t", "h100-rail-2tier", "-N", "64", "--ranks-per-node", "1", "--jobs", "2",
-            "--placement", placement, "--algo", "ring", "--json",
+            "collective", "-t", "h100-rail-2tier", "-N", "128", "--jobs", "2", "--placement", placement,
+            "--algo", "ring", "--routing", routing, "--json",
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         return max(c["slowdown"] for c in json.loads(out.stdout)["collectives"])
 
-    assert slowdown("packed") == pytest.approx(1.0, rel=0.01)
-    assert slowdown("interleaved") >= 1.0 - 1e-9
+    # packed: each job's rings stay under its own leaves; interleaved: they cross the spines, where ECMP hashes
+    # some flows onto one uplink; spraying over every spine removes the collision (the fabric is non-blocking)
+    assert slowdown("packed", "ecmp") == pytest.approx(1.0, rel=0.01)
+    assert slowdown("interleaved", "ecmp") > 1.2
+    assert slowdown("interleaved", "spray") == pytest.approx(1.0, rel=0.01)
 
 
 def test_a_failed_spine_is_reported_with_its_cables() -> None:
@@ -74,6 +94,10 @@ def test_a_failed_spine_is_reported_with_its_cables() -> None:
         (("--op", "gossip"), "gossip"),
         (("--jobs", "3", "-N", "4"), "--jobs"),
         (("--qps", "0"), "qps"),
+        (("--seed", "-1"), "--seed"),
+        (("--ranks-per-node", "0"), "--ranks-per-node"),
+        (("--placement", "diagonal", "--jobs", "2"), "--placement"),
+        (("--plot", "/proc/no/such.png"), "--plot"),
         (("--algo", "nvls", "-t", "dgx-a100"), "nvls"),
         (("-t", "no-such-topology"), "no-such-topology"),
     ],

@@ -29,6 +29,14 @@ def _faults(fail_links: list[str], degrade: list[str]) -> tuple[Any, ...]:
         return tuple(parse_fault(f, False) for f in fail_links) + tuple(parse_fault(d, True) for d in degrade)
 
 
+_SEED_MAX = 2**32 - 1
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed <= _SEED_MAX:
+        fail(f"--seed: between 0 and {_SEED_MAX}, got {seed}")
+
+
 def _groups(nodes: int, per_node: int, gpus_per_node: int, jobs: int, placement: str) -> list[Any]:
     import numpy as np
 
@@ -117,6 +125,7 @@ def collective(
     topo = load_or_fail(topology)
     if routing not in ("ecmp", "spray", "both"):
         fail(f"--routing: {routing!r}; known: ecmp, spray, both")
+    _check_seed(seed)
     if nodes < 1:
         fail(f"--nodes: must be >= 1, got {nodes}")
     if top < 1:
@@ -127,7 +136,7 @@ def collective(
         ops = parse_ops(op)
     if len(ops) != 1:
         fail(f"--op: one collective, got {op!r}")
-    per_node = ranks_per_node or topo.accelerators_per_node
+    per_node = topo.accelerators_per_node if ranks_per_node is None else ranks_per_node
     if not 1 <= per_node <= topo.accelerators_per_node:
         fail(f"--ranks-per-node: between 1 and {topo.accelerators_per_node}, got {per_node}")
     faults = _faults(fail_links, degrade)
@@ -144,9 +153,8 @@ def collective(
     if plot_path:
         from commlens.sim.report import plot
 
-        assert results[0].graph is not None
         try:
-            plot(results[0], results[0].graph, plot_path)
+            plot(results[0], plot_path)
         except OSError as e:
             fail(f"--plot: cannot write {plot_path}: {e.strerror}")
     if as_json:
@@ -162,10 +170,10 @@ def collective(
 @sim_app.command("fabric")
 def fabric(
     topology: str = typer.Option("dgx-h100", "--topology", "-t", help=_TOPOLOGY),
-    nodes: int = typer.Option(2, "--nodes", "-N"),
-    fail_links: list[str] = typer.Option([], "--fail"),
-    degrade: list[str] = typer.Option([], "--degrade"),
-    as_json: bool = typer.Option(False, "--json"),
+    nodes: int = typer.Option(2, "--nodes", "-N", help="nodes of the job (only the tiers they span are built)"),
+    fail_links: list[str] = typer.Option([], "--fail", help="fail a switch, NIC or link by name or pattern"),
+    degrade: list[str] = typer.Option([], "--degrade", help="NAME:FACTOR, the capacity kept"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Describe the fabric a job of NODES nodes gets: tiers, switches, uplinks, links, and names to fault."""
     from commlens.sim import build_fabric
@@ -217,6 +225,7 @@ def step(
 
     if routing not in ("ecmp", "spray"):
         fail(f"--routing: {routing!r}; known: ecmp, spray")
+    _check_seed(seed)
     faults = _faults(fail_links, degrade)
     with errors_as_exit():
         point = parse_vary([s for s in sets]) if sets else {}
