@@ -187,6 +187,8 @@ def _network(
         fail(f"--routing: {routing!r}; known: ecmp, spray")
     if not 1 <= qps <= 64:
         fail(f"--qps: must be between 1 and 64, got {qps}")
+    if not 0 <= seed < 1 << 32:
+        fail(f"--seed: between 0 and 4294967295, got {seed}")
     return network, (
         ("routing", routing),
         ("seed", seed),

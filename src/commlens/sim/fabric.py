@@ -255,7 +255,7 @@ class Fabric:
             if cables.size == 0:
                 raise SimError(
                     f"fault {fault.pattern!r} matches no switch, NIC or link of this fabric "
-                    f"(names look like {self.tier_names[0]}0, {self.tier_names[-1]}0, node0.nic0, "
+                    f"(names look like {', '.join(dict.fromkeys(f'{t}0' for t in self.tier_names))}, nvs0, node0.nic0, "
                     f"{names[self.gpus] if len(names) > self.gpus else names[0]})"
                 )
             for link in (cables, self.down_of(cables)):

@@ -115,6 +115,8 @@ def simulate(
     """
     if not 1 <= qps <= 64:
         raise SimError(f"qps must be between 1 and 64, got {qps}")
+    if not 0 <= seed < 1 << 32:
+        raise SimError(f"seed must be between 0 and 4294967295, got {seed}")
     if routing not in ROUTINGS:
         raise SimError(f"unknown routing {routing!r}; known: {', '.join(ROUTINGS)}")
     if not collectives:
