@@ -27,7 +27,7 @@ import numpy as np
 from commlens.project.layout import ParallelLayout, resolve
 from commlens.project.memory import stage_parameters
 from commlens.project.step import project
-from commlens.sim import Collective, Fault, build_fabric, groups_by_stride, simulate
+from commlens.sim import Collective, Fault, groups_by_stride, simulate
 from commlens.topology import Topology
 from commlens.workload import Workload
 
@@ -142,7 +142,7 @@ def simulate_step(
                         )
                         end = f"{base}/ar"
                 else:
-                    colls.append(_delay(f"{base}/compute", compute, after, gpus))
+                    colls.append(_delay(f"{base}/compute", compute, after))
                     end = f"{base}/compute"
                 last[s] = end
                 names[(kind, s, i)] = end
@@ -166,52 +166,27 @@ def simulate_step(
                 progressed = True
         if not progressed:
             raise RuntimeError("1F1B schedule could not be ordered")
-    tails = []
     params = stage_parameters(w, r)
     if r.dp > 1:
         for s in range(pp):
-            dp = groups_of("dp", s)
             dense = params[s][0] + params[s][1]
-            if layout.zero == 0:
+            grads = dense * layout.grad_reduce_bytes
+            # ZeRO 0: one all-reduce; ZeRO 1/2: reduce-scatter, then the updated parameters all-gathered
+            steps = [("ar", "all_reduce", grads)] if layout.zero == 0 else [
+                ("rs", "reduce_scatter", grads),
+                ("ag", "all_gather", dense * 2),
+            ]  # fmt: skip
+            prev = last[s]
+            for suffix, op, nbytes in steps:
+                name = f"dp@s{s}/{suffix}"
                 colls.append(
                     Collective(
-                        f"dp@s{s}/ar",
-                        "all_reduce",
-                        dense * layout.grad_reduce_bytes,
-                        dp,
-                        after=(last[s],),
-                        communicator=f"dp{s}",
-                        lockstep=True,
+                        name, op, nbytes, groups_of("dp", s), after=(prev,), communicator=f"dp{s}", lockstep=True
                     )
                 )
-                tails.append(f"dp@s{s}/ar")
-            else:
-                colls.append(
-                    Collective(
-                        f"dp@s{s}/rs",
-                        "reduce_scatter",
-                        dense * layout.grad_reduce_bytes,
-                        dp,
-                        after=(last[s],),
-                        communicator=f"dp{s}",
-                        lockstep=True,
-                    )
-                )
-                colls.append(
-                    Collective(
-                        f"dp@s{s}/ag",
-                        "all_gather",
-                        dense * 2,
-                        dp,
-                        after=(f"dp@s{s}/rs",),
-                        communicator=f"dp{s}",
-                        lockstep=True,
-                    )
-                )
-                tails.append(f"dp@s{s}/ag")
+                prev = name
     nodes = max(1, -(-gpus // per_node))
-    fabric = build_fabric(topology, nodes)
-    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, faults=faults, fabric=fabric)
+    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, faults=faults)
     parts: dict[str, float] = {}
     for c in result.collectives:
         kind = c.name.rsplit("/", 1)[-1] if "/" in c.name else "pp_send"
@@ -243,7 +218,7 @@ def simulate_step(
     }
 
 
-def _delay(name: str, seconds: float, after: tuple[str, ...], gpus: int) -> Collective:
+def _delay(name: str, seconds: float, after: tuple[str, ...]) -> Collective:
     """A compute-only step (no TP): a one-rank collective that only waits."""
     return Collective(
         name, "all_reduce", 0.0, np.zeros((1, 1), dtype=np.int64), after=after, delay_s=seconds, lockstep=True
