@@ -218,6 +218,30 @@ def test_collector_finds_the_slow_group_among_peer_groups():
     assert {(a.kind, a.group) for a in alerts} == {("slow_group", "tp3")}
 
 
+def test_the_live_collector_loads_its_detectors_before_it_reads_the_job():
+    # loaded at the first evaluation with enough history instead, their second of CPU landed a few seconds
+    # into the job, on the cores its ranks share, and slowed the collectives being measured
+    script = """
+import sys
+from commlens.monitor.collect import Collector, collect
+
+class Source:
+    def __init__(self):
+        self.loaded = None
+    def poll(self):
+        if self.loaded is None:
+            self.loaded = all(m in sys.modules for m in ("ruptures", "scipy.stats"))
+        return []
+
+source = Source()
+collect([source], Collector(), interval_s=0.01, duration_s=0.05, idle_exit_s=None)
+print(source.loaded)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
 def test_collector_settings_and_endpoints_are_checked():
     with pytest.raises(CollectError, match="window"):
         CollectSettings(window=2)
@@ -419,10 +443,14 @@ def test_a_slowed_rank_is_named_live_within_20_steps(tmp_path):
             job.kill()
     assert proc.returncode == 1, proc.stderr  # --fail-on-alert: an alert was raised
     summary = json.loads((tmp_path / "c.json").read_text())
-    named = {(a["kind"], a["rank"]) for a in summary["alerts"]}
-    assert named <= {("straggler", 1)} and named, summary["alerts"]
-    first = min(a["step"] for a in summary["alerts"])
-    assert 20 <= first <= 40, summary["alerts"]
+    # rank 1 and no other is named; its burst of compute on a shared 2-core machine may also slow the
+    # group's own all-reduce time (a slowdown of the world group, which names no rank), but not before step 20
+    stragglers = [a for a in summary["alerts"] if a["kind"] == "straggler"]
+    assert {a["rank"] for a in stragglers} == {1}, summary["alerts"]
+    others = [a for a in summary["alerts"] if a["kind"] != "straggler"]
+    assert all(a["kind"] == "slowdown" and a["rank"] is None and a["group"] == "world" for a in others), others
+    assert 20 <= min(a["step"] for a in stragglers) <= 40, summary["alerts"]
+    assert min(a["step"] for a in summary["alerts"]) >= 20, summary["alerts"]
     assert "rank 1" in proc.stdout and "arrives late" in proc.stdout
 
 

@@ -264,7 +264,7 @@ def test_a_slow_host_link_is_reported_as_a_slowdown_of_the_group(tmp_path, monke
         assert _named(summary) == {("slowdown", None)}, (which, summary["alerts"])
         alert = summary["alerts"][0]
         assert alert["group"] == "world" and alert["op"].startswith("all_reduce"), alert
-        assert alert["step"] >= got["onset_step"], (got["onset_step"], alert)
+        assert alert["step"] >= got["onset_step"], (which, got["onset_step"], summary["alerts"])
         before, after = alert["detail"]["before_s"], alert["detail"]["after_s"]
         assert after > 3 * before, alert  # 20x less bandwidth: the own time grows by several times
 

@@ -66,6 +66,7 @@ __all__ = [
     "collect",
     "parse_endpoints",
     "replay",
+    "warm_up",
 ]
 
 log = logging.getLogger("commlens.monitor")
@@ -679,6 +680,16 @@ def replay(records: Iterable[CollectiveRecord], collector: Collector, interval_s
     return raised
 
 
+def warm_up() -> None:
+    """Load what the detectors import on first use (ruptures, scipy.stats: over a second of CPU here) now.
+
+    Loaded lazily, they came in at the first evaluation with enough history, a few seconds into the job
+    it watches, and on a machine the job's ranks share that burst slowed the very collectives being
+    measured: enough, on 2 cores, for a slowdown alert before anything had changed.
+    """
+    find_changes([1.0] * 8 + [2.0] * 8, DetectSettings())
+
+
 def collect(
     sources: list[EndpointSource | JsonlSource],
     collector: Collector,
@@ -693,6 +704,7 @@ def collect(
     The job has ended when every JSONL file says so, or when no endpoint has answered for ``idle_exit_s``
     after records were seen (the ranks' endpoints close with the job; a hung job's still answer).
     """
+    warm_up()
     started = last_record = time.time()
     seen_any = False
     while True:
