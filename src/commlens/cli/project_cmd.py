@@ -10,7 +10,7 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -20,6 +20,18 @@ from commlens.cli.errors import errors_as_exit, fail_with
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
     from typer._click import Context as ClickContext
+
+# The network options of ``project`` and ``project sweep``, declared once.
+_Network = Annotated[
+    str, typer.Option("--network", help="analytic (cost models) or sim (commlens sim: every group at once)")
+]
+_Routing = Annotated[str, typer.Option("--routing", help="with --network sim: ecmp or spray")]
+_Seed = Annotated[int, typer.Option("--seed", help="with --network sim: the ECMP hash seed")]
+_Qps = Annotated[int, typer.Option("--qps", help="with --network sim: connections each flow is split over")]
+_Fail = Annotated[
+    list[str] | None, typer.Option("--fail", help="with --network sim: fail a switch, NIC or link (pattern)")
+]
+_Degrade = Annotated[list[str] | None, typer.Option("--degrade", help="with --network sim: NAME:FACTOR, capacity kept")]
 
 _ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
 _ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, with no sub-command name
@@ -86,14 +98,12 @@ def _one(
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
     no_what_if: bool = typer.Option(False, "--no-what-if", help="skip the single changes that would help most"),
-    network: str = typer.Option(
-        "analytic", "--network", help="analytic (cost models) or sim (commlens sim: every group at once)"
-    ),
-    routing: str = typer.Option("ecmp", "--routing", help="with --network sim: ecmp or spray"),
-    seed: int = typer.Option(0, "--seed", help="with --network sim: the ECMP hash seed"),
-    qps: int = typer.Option(1, "--qps", help="with --network sim: connections each flow is split over"),
-    fail_links: list[str] = typer.Option([], "--fail", help="with --network sim: fail a switch, NIC or link (pattern)"),
-    degrade: list[str] = typer.Option([], "--degrade", help="with --network sim: NAME:FACTOR, capacity kept"),
+    network: _Network = "analytic",
+    routing: _Routing = "ecmp",
+    seed: _Seed = 0,
+    qps: _Qps = 1,
+    fail_links: _Fail = None,
+    degrade: _Degrade = None,
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout, and the single
     changes (layout, batch, precision, NICs, scale-up domain) that would shorten it most."""
@@ -173,7 +183,7 @@ def _point(sets: list[str], parse_vary) -> dict[str, Any]:
 
 
 def _network(
-    network: str, routing: str, seed: int, qps: int, fail_links: list[str], degrade: list[str]
+    network: str, routing: str, seed: int, qps: int, fail_links: list[str] | None, degrade: list[str] | None
 ) -> tuple[str, tuple[tuple[str, Any], ...]]:
     """The Base fields of ``--network`` and the simulator's options (exit 2 when they do not go together)."""
     if network not in ("analytic", "sim"):
@@ -193,8 +203,8 @@ def _network(
         ("routing", routing),
         ("seed", seed),
         ("qps", qps),
-        ("fail", tuple(fail_links)),
-        ("degrade", tuple(degrade)),
+        ("fail", tuple(fail_links or ())),
+        ("degrade", tuple(degrade or ())),
     )
 
 
@@ -330,14 +340,12 @@ def _sweep(
     as_json: bool = typer.Option(False, "--json"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
-    network: str = typer.Option(
-        "analytic", "--network", help="analytic (cost models) or sim (commlens sim: every group at once)"
-    ),
-    routing: str = typer.Option("ecmp", "--routing", help="with --network sim: ecmp or spray"),
-    seed: int = typer.Option(0, "--seed", help="with --network sim: the ECMP hash seed"),
-    qps: int = typer.Option(1, "--qps", help="with --network sim: connections each flow is split over"),
-    fail_links: list[str] = typer.Option([], "--fail", help="with --network sim: fail a switch, NIC or link (pattern)"),
-    degrade: list[str] = typer.Option([], "--degrade", help="with --network sim: NAME:FACTOR, capacity kept"),
+    network: _Network = "analytic",
+    routing: _Routing = "ecmp",
+    seed: _Seed = 0,
+    qps: _Qps = 1,
+    fail_links: _Fail = None,
+    degrade: _Degrade = None,
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep

@@ -102,45 +102,25 @@ def simulate_step(
                 if t > 1:
                     n = int(st["layers"]) or 1
                     tp = groups_of("tp", s)
-                    if sp:
+                    # sequence parallel: an all-gather then a reduce-scatter per layer pair; else an all-reduce
+                    tp_ops = (("ag", "all_gather"), ("rs", "reduce_scatter")) if sp else (("ar", "all_reduce"),)
+                    chain, delay = after, compute
+                    for tag, op in tp_ops:
+                        label = f"{base}/{tag}"
                         colls.append(
                             Collective(
-                                f"{base}/ag",
-                                "all_gather",
+                                label,
+                                op,
                                 2 * n * act,
                                 tp,
-                                after=after,
-                                delay_s=compute,
+                                after=chain,
+                                delay_s=delay,
                                 communicator=f"tp{s}",
                                 lockstep=True,
                             )
                         )
-                        colls.append(
-                            Collective(
-                                f"{base}/rs",
-                                "reduce_scatter",
-                                2 * n * act,
-                                tp,
-                                after=(f"{base}/ag",),
-                                communicator=f"tp{s}",
-                                lockstep=True,
-                            )
-                        )
-                        end = f"{base}/rs"
-                    else:
-                        colls.append(
-                            Collective(
-                                f"{base}/ar",
-                                "all_reduce",
-                                2 * n * act,
-                                tp,
-                                after=after,
-                                delay_s=compute,
-                                communicator=f"tp{s}",
-                                lockstep=True,
-                            )
-                        )
-                        end = f"{base}/ar"
+                        chain, delay = (label,), 0.0
+                    end = chain[0]
                 else:
                     colls.append(_delay(f"{base}/compute", compute, after))
                     end = f"{base}/compute"
