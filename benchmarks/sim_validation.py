@@ -24,15 +24,15 @@ SEEDS = range(5)
 NO_CONTENTION_CASES = (
     ("all_reduce", "ring"), ("all_reduce", "hierarchical"), ("all_reduce", "nvls"), ("all_reduce", "rabenseifner"),
     ("all_reduce", "recursive_doubling"), ("all_reduce", "double_binary_tree"), ("all_gather", "ring"),
-    ("reduce_scatter", "ring"), ("all_to_all", "direct"), ("all_to_all", "pairwise"),
+    ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"), ("all_to_all", "direct"), ("all_to_all", "pairwise"),
 )  # fmt: skip
 
 
 def no_contention() -> list[str]:
-    rows, worst, pairwise = [], 0.0, []
+    rows, worst = [], 0.0
     for topo_name in ("dgx-h100", "h100-rail-2tier"):
         topo = load_topology(topo_name)
-        for nodes in (2, 16, 64):
+        for nodes in (2, 3, 16, 64):
             errs = []
             for op, algo in NO_CONTENTION_CASES:
                 r = simulate(topo, nodes, [Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo)],
@@ -40,10 +40,7 @@ def no_contention() -> list[str]:
                 c = r.collectives[0]
                 err = c.time_s / c.analytic_s - 1
                 errs.append(f"{algo} {op.replace('_', '-')} {100 * err:+.2f}%")
-                if algo == "pairwise":
-                    pairwise.append(err)
-                else:
-                    worst = max(worst, abs(err))
+                worst = max(worst, abs(err))
             rows.append(f"| {topo_name} | {nodes} | " + "; ".join(errs) + " |")
     verdict = "pass" if worst < 0.01 else "miss"
     return [
@@ -55,12 +52,11 @@ def no_contention() -> list[str]:
         "|---|---|---|",
         *rows,
         "",
-        f"Worst error of every replayed algorithm but pairwise all-to-all: **{100 * worst:.3f}%** (target within 1%: "
-        f"{verdict}). Pairwise all-to-all differs by design, from {100 * min(pairwise):+.1f}% to "
-        f"{100 * max(pairwise):+.1f}% (not the ~12% expected beforehand; +53% on 2 nodes, where almost every one "
-        "of the 15 rounds has some ranks sending over a NIC and waits for them): the model prices its p - 1 "
-        "rounds by level, the simulator runs each round with its own mix of NVLink and NIC flows, each round "
-        "waiting for its slowest.",
+        f"Worst error over every replayed algorithm: **{100 * worst:.3f}%** (target within 1%: {verdict}). "
+        "Pairwise exchange runs p - 1 rounds, each waiting for its slowest flow; the model prices them by round "
+        "(`commlens.model.patterns.pairwise_rounds`: XOR partners for all-to-all on a power-of-two group, as "
+        "`commlens.algos` pairs them, else shifted ones, whose rounds mix NVLink and NIC partners), so the "
+        "3-node rows, not a power of two, check the shifted rounds.",
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from commlens.model.patterns import pairwise_rounds
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.layout import ParallelLayout
 from commlens.project.simstep import simulate_step
@@ -180,7 +181,9 @@ _ALONE = [
     ("all_reduce", "recursive_doubling"),
     ("all_gather", "ring"),
     ("reduce_scatter", "ring"),
+    ("reduce_scatter", "pairwise"),
     ("all_to_all", "direct"),
+    ("all_to_all", "pairwise"),
     ("broadcast", "binomial"),
 ]
 
@@ -188,12 +191,29 @@ _ALONE = [
 # hierarchical needs two scale-up domains: not asked of one node
 @pytest.mark.parametrize(
     ("op", "algo", "nodes"),
-    [(op, algo, n) for op, algo in _ALONE for n in (1, 2, 16) if (algo, n) != ("hierarchical", 1)],
+    [(op, algo, n) for op, algo in _ALONE for n in (1, 2, 3, 16) if (algo, n) != ("hierarchical", 1)],
 )
 def test_alone_on_an_idle_fabric_a_collective_takes_what_the_model_says(op: str, algo: str, nodes: int) -> None:
     r = simulate(H100, nodes, [Collective("c", op, 1 << 28, np.arange(nodes * 8)[None, :], algo=algo)], routing="spray")
     c = r.collectives[0]
     assert c.time_s == pytest.approx(c.analytic_s, rel=0.01)
+
+
+def test_pairwise_rounds_pair_by_xor_on_powers_of_two_and_shift_otherwise() -> None:
+    # 2 domains of 8: XOR keeps rounds 1-7 inside the domain and sends every rank off it in rounds 8-15
+    assert pairwise_rounds(16, 8, 8, xor=True) == {0: [(1, 7)], 8: [(8, 15)]}
+    # shifted: round l < 8 sends the domain's last l ranks off it, round 8 + l its first 8 - l (the others are
+    # home again): no round stays inside, and a round's cost is its host's busiest count of off-domain senders
+    shifted = pairwise_rounds(16, 8, 8, xor=False)
+    assert 0 not in shifted and sum(b - a + 1 for runs in shifted.values() for a, b in runs) == 15
+    assert shifted[1] == [(1, 1), (15, 15)] and shifted[8] == [(8, 8)]
+    # 3 domains: rounds 8-16 send every rank one or two domains on
+    assert pairwise_rounds(24, 8, 8, xor=False)[8] == [(8, 16)]
+    # a pairwise all-to-all on 2 nodes: two stages, 7 rounds on NVLink then 8 over the NICs; the NIC rounds
+    # set its time
+    r = simulate(H100, 2, [Collective("a", "all_to_all", 1 << 28, np.arange(16)[None, :], algo="pairwise")])
+    stages = r.collectives[0].stages
+    assert len(stages) == 2 and float(stages[1]["time_s"]) > 5 * float(stages[0]["time_s"]), stages
 
 
 def test_a_two_plane_fabric_halves_each_plane_and_spreads_flows_over_both() -> None:

@@ -506,8 +506,9 @@ def _ag_nvls(cost: Cost, size: float) -> None:
 
 
 def _a2a_pairwise(cost: Cost, size: float) -> None:
-    """(p-1) a + (p-1)/p S b, one peer after another."""
-    direct(cost, size / cost.layout.ranks, reduce=False, sequential=True)
+    """(p-1) a + (p-1)/p S b, one peer after another (XOR partners where p is a power of two, as
+    :func:`commlens.algos.alltoall.pairwise` pairs them)."""
+    direct(cost, size / cost.layout.ranks, reduce=False, sequential=True, xor=True)
 
 
 def _a2a_direct(cost: Cost, size: float) -> None:

@@ -18,7 +18,7 @@ import math
 from commlens.model.cost import OUT, UP, Cost
 from commlens.model.layout import Layout
 
-__all__ = ["chain", "direct", "exchange", "host_copies", "ring", "rooted_direct", "two_level"]
+__all__ = ["chain", "direct", "exchange", "host_copies", "pairwise_rounds", "ring", "rooted_direct", "two_level"]
 
 
 def host_copies(L: Layout, bytes_per_rank: float) -> float:
@@ -195,20 +195,22 @@ def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
     )
 
 
-def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = False) -> None:
+def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = False, xor: bool = False) -> None:
     """Every rank exchanges ``per_peer_bytes`` with every other rank (all-to-all traffic).
 
-    ``sequential``: one peer after another (pairwise exchange: p - 1 message
-    latencies), else all at once (direct: one message latency where the
-    transport is offloaded; on a CPU-driven one, ``host_cores``, the CPU
-    handles the p - 1 messages one by one, so they cost p - 1 latencies
-    too). Fabric traffic shares the node's NICs and the tiers'
+    ``sequential``: one peer after another (pairwise exchange, :func:`pairwise_rounds`; ``xor`` pairs by XOR
+    where ``p`` is a power of two), else all at once (direct: one message latency where the transport is
+    offloaded; on a CPU-driven one, ``host_cores``, the CPU handles the p - 1 messages one by one, so they
+    cost p - 1 latencies too). Fabric traffic shares the node's NICs and the tiers'
     uplinks (:meth:`Layout.a2a_taper`); on rail-optimized fabrics the bytes
     bound for another rail first hop over scale-up to the right NIC (PXN).
     Every pair exchanges both ways, at half the rate where a connection
     carries one direction at a time (``pair_full_duplex: false``).
     """
     L = cost.layout
+    if sequential:
+        _pairwise(cost, per_peer_bytes, reduce, xor)
+        return
     D, p = L.domain_ranks, L.ranks
     up_bytes = (D - 1) * per_peer_bytes
     out_bytes = (p - D) * per_peer_bytes
@@ -218,7 +220,7 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
     out_lat = L.out_latency_s[L.job_tier] if out_bytes else 0.0
     red = (p - 1) * per_peer_bytes if reduce else 0.0
     latency: tuple[tuple[str, float, float], ...]
-    if sequential or L.host_cores:
+    if L.host_cores:
         latency = ((UP, D - 1, L.up_latency_s), (OUT, p - D, out_lat))
     else:  # every message in flight at once: one message latency, of the slowest level
         latency = ((OUT, 1, out_lat),) if out_bytes else ((UP, 1, L.up_latency_s),)
@@ -226,11 +228,82 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
         latency,
         ((UP, up_bytes, L.up_rate), (OUT, out_bytes, out_rate)),
         red,
-        concurrent=not sequential,
         host_bytes=host_copies(L, up_bytes + out_bytes),
         node_messages=2 * L.ranks_per_host,
-        pattern=("direct", per_peer_bytes, sequential),
+        pattern=("direct", per_peer_bytes, None),
     )
+
+
+def pairwise_rounds(p: int, D: int, R: int, xor: bool) -> dict[int, list[tuple[int, int]]]:
+    """The rounds ``k = 1 .. p-1`` of a pairwise exchange, by how many ranks of a host send off the domain in them.
+
+    Round ``k`` pairs rank ``r`` with ``r ^ k`` (``xor``, ``p`` a power of two: rounds below ``D`` stay in
+    the domain, the others all leave it) or sends to ``r + k`` (rounds ``j D + l``: with ``l > 0`` the last
+    ``l`` ranks of each domain cross one domain further, which is home again when ``j = M - 1``). Returns
+    senders per host (0: the round stays inside every domain) -> runs ``(first, last)`` of rounds. ``D``
+    must divide ``p``.
+    """
+    M = p // D
+    classes: dict[int, list[tuple[int, int]]] = {}
+
+    def add(c: int, k: int) -> None:
+        runs = classes.setdefault(c, [])
+        if runs and runs[-1][1] == k - 1:
+            runs[-1] = (runs[-1][0], k)
+        else:
+            runs.append((k, k))
+
+    for k in range(1, p):
+        if M == 1 or (xor and k < D):
+            c = 0
+        elif xor:
+            c = R
+        else:
+            j, shift = divmod(k, D)
+            if shift == 0 or 0 < j < M - 1:
+                c = R
+            elif j == 0:
+                c = min(shift, R)  # the domain's last `shift` ranks, on its last host
+            else:
+                c = min(D - shift, R)  # j = M - 1: its first D - shift ranks, on its first host
+        add(c, k)
+    return classes
+
+
+def _pairwise(cost: Cost, s: float, reduce: bool, xor: bool) -> None:
+    """Pairwise exchange: ``p - 1`` rounds, each waiting for its slowest flow. Rounds with the same number of
+    off-domain senders per host cost alike and make one stage: a round inside the domains costs one scale-up
+    message; one with ``c`` senders per host, one fabric message at the NIC rate ``c`` senders get (each at
+    most one NIC's rate), its scale-up hops (same-domain partners, PXN relays) overlapping."""
+    L = cost.layout
+    D, p, R = L.domain_ranks, L.ranks, L.ranks_per_host
+    xor = xor and p & (p - 1) == 0
+    if p % D:  # a domain the group does not fill: every round priced as one that leaves it
+        classes = {R: [(1, p - 1)]} if L.multi_domain else {0: [(1, p - 1)]}
+    else:
+        classes = pairwise_rounds(p, D, R, xor)
+    scheme = "xor" if xor else "shift"
+    out_lat = L.out_latency_s[L.job_tier] if L.multi_domain else 0.0
+    latency: tuple[tuple[str, float, float], ...]
+    bandwidth: tuple[tuple[str, float, float], ...]
+    for c, runs in sorted(classes.items()):
+        n = sum(b - a + 1 for a, b in runs)
+        if c == 0:
+            latency, bandwidth = ((UP, n, L.up_latency_s),), ((UP, n * s, L.up_rate),)
+        else:
+            rate = min(L.nic_rate, L.node_nic_rate() / c) / L.a2a_taper() / L.out_pair_both
+            relay = n * s * (R - 1) / R if L.rail_optimized and R > 1 else 0.0  # PXN: to the partner's rail
+            # a shifted round also keeps some partners inside the domain: at most one flow per scale-up link
+            up = relay if xor else max(relay, n * s)
+            latency, bandwidth = ((OUT, n, out_lat),), ((UP, up, L.up_rate), (OUT, n * s, rate))
+        cost.stage(
+            latency,
+            bandwidth,
+            n * s if reduce else 0.0,
+            host_bytes=host_copies(L, n * s),
+            node_messages=2 * R,
+            pattern=("direct", s, (scheme, tuple(runs))),
+        )
 
 
 def rooted_direct(cost: Cost, per_peer_bytes: float, reduce: bool) -> None:

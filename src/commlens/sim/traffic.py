@@ -16,8 +16,8 @@ Patterns (per group of ``p`` ranks, ``D`` per scale-up domain, ``M`` domains):
   domains of the ranks at the same place in theirs (hierarchical, NVLS-tree).
 - ``exchange``: the steps one after another, step ``k`` at distance ``d_k``: every rank sends to ``r + d`` (all
   send: recursive doubling/halving, Bruck) or the pairs of a binomial tree level send one way.
-- ``direct``: every rank to every other at once; ``sequential`` (pairwise): ``p - 1`` rounds, round ``k``
-  to ``r + k``.
+- ``direct``: every rank to every other at once; pairwise: the stage's rounds (the model's
+  :func:`~commlens.model.patterns.pairwise_rounds`), round ``k`` to ``r ^ k`` or to ``r + k``.
 - ``switch``: each rank's bytes up to the domain's switch and back (NVLS).
 - ``pair``: rank ``r`` to ``r + 1`` (send/recv).
 - anything else (chains, rooted and tree-shaped two-level stages): the model's own time, as a delay.
@@ -163,9 +163,11 @@ def _flows(pattern: tuple, p: int, D: int) -> list[list[tuple[np.ndarray, np.nda
                 out.append([(lo + dist, lo, nbytes)])
         return out
     if kind == "direct":
-        _, per_peer, sequential = pattern
-        if sequential:
-            return [[(r, (r + k) % p, per_peer)] for k in range(1, p)]
+        _, per_peer, rounds = pattern
+        if rounds is not None:  # pairwise exchange: this stage's rounds, round k to r ^ k or to r + k
+            scheme, runs = rounds
+            ks = [k for a, b in runs for k in range(a, b + 1)]
+            return [[(r, r ^ k if scheme == "xor" else (r + k) % p, per_peer)] for k in ks]
         src = np.repeat(r, p - 1)
         dst = (src + np.tile(np.arange(1, p), p)) % p
         return [[(src, dst, per_peer)]]
