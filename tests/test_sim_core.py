@@ -168,7 +168,28 @@ def test_a_whole_step_simulates_every_group() -> None:
     doc = simulate_step(w, H100, layout, 64)
     assert doc["collectives"] > 4 * doc["micro_batches"]
     assert set(doc["communication_s"]) >= {"tp", "pp", "dp"}
+    assert not set(doc["communication_s"]) & {"ep", "edp", "cp"}  # a dense model without CP has none of these
     # the same compute, the same collectives: within a fifth of the projection (the sim rebuilds 1F1B itself)
+    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+
+
+def test_a_whole_moe_step_runs_its_expert_all_to_alls_and_reduces_experts_over_their_own_groups() -> None:
+    w = load_workload("mixtral-8x7b").model_copy(update={"global_batch": 64})
+    layout = ParallelLayout(tp=2, pp=2, ep=8, order=("tp", "cp", "pp", "dp"))
+    doc = simulate_step(w, H100, layout, 64)
+    parts = doc["communication_s"]
+    assert set(parts) >= {"tp", "ep", "pp", "dp", "edp"}, parts
+    # the all-to-alls are most of this step's communication, as the projection says
+    assert parts["ep"] > parts["tp"] + parts["pp"]
+    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+
+
+def test_a_whole_step_with_context_parallelism_exchanges_k_and_v_beside_the_compute() -> None:
+    w = load_workload("llama3-8b").model_copy(update={"global_batch": 16, "seq_len": 32768})
+    layout = ParallelLayout(tp=2, cp=4, pp=2, order=("tp", "cp", "pp", "dp"))
+    doc = simulate_step(w, H100, layout, 64)
+    assert doc["communication_s"].get("cp", 0.0) > 0.0, doc["communication_s"]
+    # hidden behind the compute where it can be: the step is not longer than compute and exposed parts
     assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
 
 

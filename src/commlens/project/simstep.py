@@ -6,11 +6,14 @@ micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of t
 - each stage runs 1F1B (Megatron's order: ``pp - s - 1`` warm-up forwards, then one forward and one backward in
   turn, then the cool-down backwards); a forward is its compute (a third of the stage's, the backward two thirds)
   followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
-  all-reduce), summed over the stage's layers into one collective of each kind;
+  all-reduce) and its MoE layers' all-to-alls over the EP groups, summed over the stage's layers into one
+  collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
+  gradients) runs alongside the compute, hidden behind it where it can be;
 - a forward's activations go to the next stage, a backward's gradients to the previous one (every pipeline's
   send at once), and the receiving stage's pass waits for them;
 - after a stage's last backward its DP reduce-scatter (and parameter all-gather under ZeRO 1/2, all-reduce under
-  ZeRO 0) starts, over the DP groups of that stage, while the other stages still compute and communicate.
+  ZeRO 0) starts, over the DP (x CP) groups of that stage for dense parameters and the expert-data-parallel
+  groups for experts', while the other stages still compute and communicate.
 
 Data-parallel replicas run in lockstep (each collective's groups are one task), so thousands of groups cost one
 task per collective. The interleaved schedule is not rebuilt (virtual stages run as one); the step time is the
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from commlens.project.layout import ParallelLayout, resolve
-from commlens.project.memory import stage_parameters
+from commlens.project.memory import stage_layer_kinds, stage_parameters
 from commlens.project.step import project
 from commlens.sim import Collective, Fault, groups_by_stride, simulate
 from commlens.topology import Topology
@@ -78,6 +81,73 @@ def simulate_step(
         g = groups_by_stride(gpus, size, stride)
         return g[stage_of(g[:, 0]) == stage]
 
+    fwd_passes = 2 if layout.recompute == "full" else 1  # full recomputation runs the forward twice
+    # per layer of one micro-batch, as the projection prices them: TP activations; CP's K and V of the whole
+    # sequence; the token copies EP dispatches and combines (16 bits)
+    cp_kv = 2 * w.micro_batch * w.seq_len * max(w.kv_heads_n / t, 1.0) * w.head_size * 2 if r.cp > 1 else 0.0
+    moe = w.moe
+    a2a = tokens * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
+    layer_kinds = stage_layer_kinds(w, r)
+
+    def add_pass(base: str, kind: str, s: int, compute: float, after: tuple[str, ...]) -> str:
+        """Add one pass of stage ``s``; returns its last collective. Its compute runs first, CP's K/V exchange
+        alongside it (hidden behind it where it can be), then TP's collectives and EP's all-to-alls in turn."""
+        n = sum(layer_kinds[s]) or 1
+        moe_n = layer_kinds[s][1]
+        times = fwd_passes if kind == "F" else 1
+        serial: list[tuple[str, str, float, str]] = []  # (suffix, op, bytes, dimension), one after another
+        if t > 1:
+            if sp:  # an all-gather then a reduce-scatter per layer pair
+                serial += [
+                    ("ag", "all_gather", 2 * n * act * times, "tp"),
+                    ("rs", "reduce_scatter", 2 * n * act * times, "tp"),
+                ]
+            else:
+                serial.append(("ar", "all_reduce", 2 * n * act * times, "tp"))
+        if a2a and moe_n:  # dispatch and combine of every MoE layer
+            serial.append(("ep", "all_to_all", 2 * moe_n * a2a * times, "ep"))
+        fold = serial and not cp_kv  # the compute is then the first collective's wait: a task fewer per pass
+        chain = after
+        if not fold:
+            joins = [f"{base}/compute"]
+            colls.append(_delay(joins[0], compute, after))
+            if cp_kv:
+                cp_ops = (
+                    [("cp-ag", "all_gather")] * times
+                    if kind == "F"
+                    else [("cp-ag", "all_gather"), ("cp-rs", "reduce_scatter")]
+                )
+                for k, (suffix, op) in enumerate(cp_ops):
+                    label = f"{base}/{suffix}{k}"
+                    colls.append(
+                        Collective(
+                            label, op, n * cp_kv, groups_of("cp", s), after=chain, communicator=f"cp{s}", lockstep=True
+                        )
+                    )
+                    chain = (label,)
+                joins.append(chain[0])
+            chain = tuple(joins)
+        delay = compute if fold else 0.0
+        for suffix, op, nbytes, dim in serial:
+            label = f"{base}/{suffix}"
+            colls.append(
+                Collective(
+                    label,
+                    op,
+                    nbytes,
+                    groups_of(dim, s),
+                    after=chain,
+                    delay_s=delay,
+                    communicator=f"{dim}{s}",
+                    lockstep=True,
+                )
+            )
+            chain, delay = (label,), 0.0
+        if len(chain) > 1:  # compute and CP both end the pass
+            colls.append(_delay(f"{base}/join", 0.0, chain))
+            chain = (f"{base}/join",)
+        return chain[0]
+
     last: dict[int, str] = {}
     names: dict[tuple[str, int, int], str] = {}  # (pass, stage, micro-batch) -> its last collective
     pp_groups = groups_by_stride(gpus, pp, pp_stride) if pp > 1 else None
@@ -99,31 +169,7 @@ def simulate_step(
                 compute = own / 3.0 if kind == "F" else own * 2.0 / 3.0
                 after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
                 base = f"{kind}{i}@s{s}"
-                if t > 1:
-                    n = int(st["layers"]) or 1
-                    tp = groups_of("tp", s)
-                    # sequence parallel: an all-gather then a reduce-scatter per layer pair; else an all-reduce
-                    tp_ops = (("ag", "all_gather"), ("rs", "reduce_scatter")) if sp else (("ar", "all_reduce"),)
-                    chain, delay = after, compute
-                    for tag, op in tp_ops:
-                        label = f"{base}/{tag}"
-                        colls.append(
-                            Collective(
-                                label,
-                                op,
-                                2 * n * act,
-                                tp,
-                                after=chain,
-                                delay_s=delay,
-                                communicator=f"tp{s}",
-                                lockstep=True,
-                            )
-                        )
-                        chain, delay = (label,), 0.0
-                    end = chain[0]
-                else:
-                    colls.append(_delay(f"{base}/compute", compute, after))
-                    end = f"{base}/compute"
+                end = add_pass(base, kind, s, compute, after)
                 last[s] = end
                 names[(kind, s, i)] = end
                 nxt = s + 1 if kind == "F" else s - 1
@@ -147,21 +193,25 @@ def simulate_step(
         if not progressed:
             raise RuntimeError("1F1B schedule could not be ordered")
     params = stage_parameters(w, r)
-    if r.dp > 1:
-        for s in range(pp):
-            dense = params[s][0] + params[s][1]
-            grads = dense * layout.grad_reduce_bytes
+    # dense parameters are reduced over DP (x CP), experts' over the expert-data-parallel groups
+    tails = [("dp", 0, r.placement["dp"][0])] + ([("edp", 1, r.placement["edp"][0])] if moe is not None else [])
+    for s in range(pp):
+        for dim, which, size in tails:
+            count = params[s][which] if moe is not None else params[s][0] + params[s][1]
+            if size < 2 or count <= 0:
+                continue
+            grads = count * layout.grad_reduce_bytes
             # ZeRO 0: one all-reduce; ZeRO 1/2: reduce-scatter, then the updated parameters all-gathered
             steps = [("ar", "all_reduce", grads)] if layout.zero == 0 else [
                 ("rs", "reduce_scatter", grads),
-                ("ag", "all_gather", dense * 2),
+                ("ag", "all_gather", count * 2),
             ]  # fmt: skip
             prev = last[s]
             for suffix, op, nbytes in steps:
-                name = f"dp@s{s}/{suffix}"
+                name = f"{dim}@s{s}/{suffix}"
                 colls.append(
                     Collective(
-                        name, op, nbytes, groups_of("dp", s), after=(prev,), communicator=f"dp{s}", lockstep=True
+                        name, op, nbytes, groups_of(dim, s), after=(prev,), communicator=f"{dim}{s}", lockstep=True
                     )
                 )
                 prev = name
@@ -169,12 +219,15 @@ def simulate_step(
     result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, faults=faults)
     parts: dict[str, float] = {}
     for c in result.collectives:
-        kind = c.name.rsplit("/", 1)[-1] if "/" in c.name else "pp_send"
-        key = {"ag": "tp", "rs": "tp", "ar": "tp", "compute": "compute"}.get(kind, kind)
-        if c.name.startswith("dp@"):
-            key = "dp"
+        kind = c.name.rsplit("/", 1)[-1]
+        if c.name.startswith(("dp@", "edp@")):
+            key = c.name.split("@", 1)[0]
         elif ">send" in c.name:
             key = "pp"
+        elif kind in ("compute", "join"):
+            continue
+        else:
+            key = {"ag": "tp", "rs": "tp", "ar": "tp", "ep": "ep"}.get(kind, "cp")
         parts[key] = parts.get(key, 0.0) + c.time_s
     return {
         "format": "commlens.sim-step/1",
