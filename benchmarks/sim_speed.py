@@ -45,40 +45,22 @@ print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_
                   "time_s": c.time_s, "analytic_s": c.analytic_s, "busbw": c.busbw_bytes_per_s, "events": r.events}))
 """
 
-# The whole-step case: commlens.sim.step.simulate_step (the issue's entry point) when that module exists; else the
-# step simulator that exists today, commlens.project.simstep, on the same 405B layout; else nothing (a TODO row).
+# The whole-step case (`commlens sim step`): Llama 3 405B as Meta trained it, TP 8, PP 16, DP 128, every group at once.
 STEP = """
 import json, resource, time
-def _get(d, key):
-    return d.get(key) if isinstance(d, dict) else getattr(d, key, None)
-try:
-    from commlens.sim.step import simulate_step
-except ImportError:
-    simulate_step = None
-if simulate_step is not None:
-    api = "commlens.sim.step.simulate_step"
-    t = time.perf_counter()
-    d = simulate_step(workload_name="llama3-405b", topology="h100-rail-2tier", gpus=16384)
-    wall = time.perf_counter() - t
-else:
-    try:
-        from commlens.project.simstep import simulate_step as project_step
-    except ImportError:
-        print(json.dumps({"api": None}))
-        raise SystemExit(0)
-    from commlens.project.layout import ParallelLayout
-    from commlens.topology import load_topology
-    from commlens.workload import load_workload
-    api = "commlens.project.simstep.simulate_step"
-    w = load_workload("llama3-405b").model_copy(update={"seq_len": 8192, "global_batch": 2048})
-    layout = ParallelLayout(tp=8, pp=16, first_stage_layers=7, last_stage_layers=7, dp=128, zero=1,
-                            order=("tp", "cp", "pp", "dp"), recompute="full")
-    t = time.perf_counter()
-    d = project_step(w, load_topology("h100-rail-2tier"), layout, 16384)
-    wall = time.perf_counter() - t
-print(json.dumps({"api": api, "wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "step_s": _get(d, "step_time_s"), "projected_s": _get(d, "projected_step_time_s"),
-                  "collectives": _get(d, "collectives"), "events": _get(d, "events")}))
+from commlens.project.layout import ParallelLayout
+from commlens.project.simstep import simulate_step
+from commlens.topology import load_topology
+from commlens.workload import load_workload
+w = load_workload("llama3-405b").model_copy(update={"seq_len": 8192, "global_batch": 2048})
+layout = ParallelLayout(tp=8, pp=16, first_stage_layers=7, last_stage_layers=7, dp=128, zero=1,
+                        order=("tp", "cp", "pp", "dp"), recompute="full")
+t = time.perf_counter()
+d = simulate_step(w, load_topology("h100-rail-2tier"), layout, 16384)
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "step_s": d["step_time_s"], "projected_s": d["projected_step_time_s"],
+                  "collectives": d["collectives"], "events": d["events"]}))
 """
 
 
@@ -130,22 +112,10 @@ def ring_rows() -> list[str]:
 
 def step_row() -> str:
     s = _child(STEP)
-    if s["api"] is None:
-        return (
-            "| **TODO** whole step, 405B-class, 16,384 GPUs: neither `commlens.sim.step` nor "
-            "`commlens.project.simstep` importable; rerun this script when `commlens.sim.step` exists | - | - | - | "
-            f"< {STEP_TARGET_S:g} s, < 1 GiB | - |"
-        )
-    note = "" if s["api"].startswith("commlens.sim.step") else " (`commlens.sim.step` not present yet)"
-    simulated = f"step {s['step_s']:.2f} s" if s["step_s"] is not None else "step time not returned"
-    if s["projected_s"] is not None:
-        simulated += f" (projected {s['projected_s']:.2f} s)"
-    if s["collectives"] is not None and s["events"] is not None:
-        simulated += f", {s['collectives']:,} collectives, {s['events']:,} events"
     return (
-        f"| whole step, Llama 3 405B (TP 8, PP 16, DP 128), 16,384 GPUs, ecmp, via `{s['api']}`{note} | "
-        f"{s['wall_s']:.1f} s "
-        f"| {s['rss_mib']:.0f} MiB | {simulated} | < {STEP_TARGET_S:g} s, < 1 GiB | "
+        f"| whole step, Llama 3 405B (TP 8, PP 16, DP 128), 16,384 GPUs, ecmp (`commlens sim step`) | "
+        f"{s['wall_s']:.1f} s | {s['rss_mib']:.0f} MiB | step {s['step_s']:.2f} s (projected {s['projected_s']:.2f} s), "
+        f"{s['collectives']:,} collectives, {s['events']:,} events | < {STEP_TARGET_S:g} s, < 1 GiB | "
         f"{_verdict(s['wall_s'], s['rss_mib'], STEP_TARGET_S)} |"
     )
 

@@ -4,8 +4,8 @@ The projection (:func:`commlens.project.step.project`, analytic network) gives e
 micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of the whole job and simulated:
 
 - each stage runs 1F1B (Megatron's order: ``pp - s - 1`` warm-up forwards, then one forward and one backward in
-  turn, then the cool-down backwards); a forward is its compute (a third of the stage's, the backward two thirds)
-  followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
+  turn, then the cool-down backwards); a forward is its compute (a third of the stage's, the backward two thirds;
+  under full recomputation a quarter, and the backward redoes the forward and its collectives) followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
   all-reduce) and its MoE layers' all-to-alls over the EP groups, summed over the stage's layers into one
   collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
   gradients) runs alongside the compute, hidden behind it where it can be;
@@ -94,7 +94,7 @@ def simulate_step(
         alongside it (hidden behind it where it can be), then TP's collectives and EP's all-to-alls in turn."""
         n = sum(layer_kinds[s]) or 1
         moe_n = layer_kinds[s][1]
-        times = fwd_passes if kind == "F" else 1
+        times = 1 if kind == "F" else fwd_passes  # a backward under full recomputation redoes the forward first
         serial: list[tuple[str, str, float, str]] = []  # (suffix, op, bytes, dimension), one after another
         if t > 1:
             if sp:  # an all-gather then a reduce-scatter per layer pair
@@ -112,11 +112,7 @@ def simulate_step(
             joins = [f"{base}/compute"]
             colls.append(_delay(joins[0], compute, after))
             if cp_kv:
-                cp_ops = (
-                    [("cp-ag", "all_gather")] * times
-                    if kind == "F"
-                    else [("cp-ag", "all_gather"), ("cp-rs", "reduce_scatter")]
-                )
+                cp_ops = [("cp-ag", "all_gather")] * times + ([("cp-rs", "reduce_scatter")] if kind == "B" else [])
                 for k, (suffix, op) in enumerate(cp_ops):
                     label = f"{base}/{suffix}{k}"
                     colls.append(
@@ -166,7 +162,8 @@ def simulate_step(
                     break
                 st = proj.stages[s]
                 own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
-                compute = own / 3.0 if kind == "F" else own * 2.0 / 3.0
+                # a forward's share: one forward of (fwd_passes forwards + a backward of twice a forward)
+                compute = own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
                 after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
                 base = f"{kind}{i}@s{s}"
                 end = add_pass(base, kind, s, compute, after)
