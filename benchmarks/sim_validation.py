@@ -108,7 +108,7 @@ def ecmp() -> list[str]:
         "|---|---|---|---|---|---|",
         *rows,
         "",
-        "Published, for comparison (shared notes /work/notes/sim-research.md):",
+        "Published, for comparison:",
         "",
         '- Meta, Gangidi et al., "RDMA over Ethernet for Distributed AI Training at Meta Scale", SIGCOMM 2024 (an '
         "operator's measurement on its own clusters): E-ECMP (hashing on the destination QP) with QP scaling in NCCL "
