@@ -93,12 +93,12 @@ def test_a_lost_uplink_under_full_load_costs_its_share_of_capacity(fault: str) -
 
 def test_a_link_degraded_to_half_halves_the_flow_it_carries() -> None:
     pair = Collective("p", "all_reduce", GiB, np.array([[0, 256]]), algo="ring")  # node 0 to node 32: other leaf
-    base = simulate(RAIL, 64, [pair], routing="ecmp")
+    base = simulate(RAIL, 64, [pair], routing="ecmp", channels=1)  # one connection: one cable up
     assert base.link_util is not None and base.graph is not None
     used = [i for i in _link_ids(base, "leaf0-spine") if base.link_util[i] > 0 and "(up)" in base.graph.link_name(i)]
     assert len(used) == 1
     cable = base.graph.link_name(used[0]).split(" ")[0]
-    degraded = simulate(RAIL, 64, [pair], routing="ecmp", faults=(parse_fault(f"{cable}:0.5", True),))
+    degraded = simulate(RAIL, 64, [pair], routing="ecmp", channels=1, faults=(parse_fault(f"{cable}:0.5", True),))
     assert _time(degraded) / _time(base) == pytest.approx(2.0, rel=0.01)
 
 

@@ -19,6 +19,7 @@ sim_app = typer.Typer(
 )
 app.add_typer(sim_app, name="sim")
 
+_CHANNELS = "NCCL channels per pair of ranks, each its own connection (NCCL duplicates its rings: 2 per NIC)"
 _TOPOLOGY = "a preset (see `commlens topology list`) or a topology YAML file"
 
 
@@ -69,7 +70,10 @@ def _print(result: Any) -> None:
         )
         for c in result.collectives
     ]
-    print(f"{result.topology}, routing {result.routing}, seed {result.seed}, qps {result.qps}")
+    print(
+        f"{result.topology}, routing {result.routing}, seed {result.seed}, "
+        f"channels {result.channels} x qps {result.qps}"
+    )
     cols = ("collective", "op", "algo", "ranks", "size B", "time us", "analytic us", "slowdown", "busBW GB/s")
     print_table(new_table(*cols[:3], *map(right, cols[3:]), rows=rows))
     stages = [
@@ -108,7 +112,8 @@ def collective(
     routing: str = typer.Option("ecmp", "--routing", help="ecmp, spray or both (side by side)"),
     seed: int = typer.Option(0, "--seed", help="ECMP hash seed"),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="flows of a step wait for the slowest (default)"),
-    qps: int = typer.Option(1, "--qps", help="connections each flow is split over (hashed apart)"),
+    qps: int = typer.Option(1, "--qps", help="queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION), hashed apart"),
+    channels: int = typer.Option(2, "--channels", help=_CHANNELS),
     fail_links: list[str] = typer.Option([], "--fail", help="fail a switch, NIC or link by name or pattern"),
     degrade: list[str] = typer.Option([], "--degrade", help="NAME:FACTOR, the capacity kept (e.g. leaf2-spine0:0.5)"),
     jobs: int = typer.Option(1, "--jobs", help="identical jobs sharing the fabric, one collective each"),
@@ -148,7 +153,18 @@ def collective(
     for r in ("ecmp", "spray") if routing == "both" else (routing,):
         with errors_as_exit():
             results.append(
-                simulate(topo, nodes, colls, routing=r, seed=seed, sync=sync, faults=faults, qps=qps, top=top)
+                simulate(
+                    topo,
+                    nodes,
+                    colls,
+                    routing=r,
+                    seed=seed,
+                    sync=sync,
+                    faults=faults,
+                    qps=qps,
+                    channels=channels,
+                    top=top,
+                )
             )
     if plot_path:
         from commlens.sim.report import plot
@@ -213,12 +229,14 @@ def step(
     sets: list[str] = typer.Option([], "--set", help="workload.PATH=V or layout.FIELD=V"),
     routing: str = typer.Option("ecmp", "--routing", help="ecmp or spray"),
     seed: int = typer.Option(0, "--seed"),
-    qps: int = typer.Option(1, "--qps"),
+    qps: int = typer.Option(1, "--qps", help="queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION), hashed apart"),
+    channels: int = typer.Option(2, "--channels", help=_CHANNELS),
     fail_links: list[str] = typer.Option([], "--fail"),
     degrade: list[str] = typer.Option([], "--degrade"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Simulate one whole training step, every TP, PP and DP group at once, and compare it with the projection."""
+    """Simulate one whole training step, every TP, CP, EP, PP and DP group at once, and compare it with the
+    projection."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.simstep import simulate_step
     from commlens.project.sweep import Base, parse_vary, point_inputs
@@ -236,7 +254,7 @@ def step(
     except ValueError as e:
         fail(f"layout: {str(e).splitlines()[0]}")
     with errors_as_exit():
-        doc = simulate_step(w, topo, layout, n, routing=routing, seed=seed, qps=qps, faults=faults)
+        doc = simulate_step(w, topo, layout, n, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
     if as_json:
         print(json.dumps(doc, indent=1, default=str))
         return

@@ -60,6 +60,7 @@ def simulate_step(
     routing: str = "ecmp",
     seed: int = 0,
     qps: int = 1,
+    channels: int = 2,
     faults: tuple[Fault, ...] = (),
 ) -> dict[str, Any]:
     """Simulate one step; a JSON-ready document with the simulated and projected step times and the run."""
@@ -213,7 +214,7 @@ def simulate_step(
                 )
                 prev = name
     nodes = max(1, -(-gpus // per_node))
-    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, faults=faults)
+    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
     parts: dict[str, float] = {}
     for c in result.collectives:
         kind = c.name.rsplit("/", 1)[-1]
@@ -239,6 +240,8 @@ def simulate_step(
         "communication_s": parts,
         "routing": routing,
         "seed": seed,
+        "qps": qps,
+        "channels": channels,
         "events": result.events,
         "rate_recomputations": result.recomputations,
         "hottest_links": result.hottest,

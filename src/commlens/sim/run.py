@@ -71,6 +71,7 @@ class SimResult:
     recomputations: int
     wall_s: float
     qps: int = 1
+    channels: int = 2
     link_util: np.ndarray | None = None  # mean utilisation of every link over the makespan (not in JSON)
     graph: Fabric | None = None  # the fabric simulated, faults applied (not in JSON)
 
@@ -82,6 +83,7 @@ class SimResult:
             "seed": self.seed,
             "sync": self.sync,
             "qps": self.qps,
+            "channels": self.channels,
             "makespan_s": self.makespan_s,
             "collectives": [c.as_dict() for c in self.collectives],
             "fabric": self.fabric,
@@ -106,15 +108,20 @@ def simulate(
     fabric: Fabric | None = None,
     top: int = 10,
     qps: int = 1,
+    channels: int = 2,
 ) -> SimResult:
     """Simulate ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``.
 
     Each collective starts at once, or after the collectives it names in ``after`` end (group by group where
-    both have as many groups, else after all of them), plus its ``delay_s``. ``qps``: connections each flow is
-    split over (each hashed on its own by ECMP).
+    both have as many groups, else after all of them), plus its ``delay_s``. ``channels``: NCCL's channels
+    between each pair of ranks, each its own connection (NCCL duplicates the channels its topology search finds,
+    so a ring over 8-NIC nodes runs 2 per NIC: NVIDIA/nccl#578, #1302); ``qps``: queue pairs each connection is
+    split over (NCCL_IB_QPS_PER_CONNECTION). ECMP hashes each of the ``channels x qps`` flows on its own.
     """
     if not 1 <= qps <= 64:
         raise SimError(f"qps must be between 1 and 64, got {qps}")
+    if not 1 <= channels <= 32:
+        raise SimError(f"channels must be between 1 and 32, got {channels}")
     if not 0 <= seed < 1 << 32:
         raise SimError(f"seed must be between 0 and 4294967295, got {seed}")
     if routing not in ROUTINGS:
@@ -141,7 +148,9 @@ def simulate(
             else:
                 last = [i[-1] for ids in per for i in ids]
                 deps = [list(last) for _ in range(groups.shape[0])]
-        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, deps=deps, qps=qps)
+        planned[coll.name] = plan(
+            engine, fab, coll, routing=routing, seed=seed, sync=sync, deps=deps, qps=qps * channels
+        )
     makespan = engine.run()
     results = []
     for coll in collectives:
@@ -213,6 +222,7 @@ def simulate(
         engine.recomputations,
         time.perf_counter() - wall0,
         qps,
+        channels,
         util,
         fab,
     )

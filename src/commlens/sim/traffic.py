@@ -214,8 +214,8 @@ def _bundles(
     sync: bool,
     qps: int = 1,
 ) -> list[list[Bundle]]:
-    """Per group, the bundles of one step; ``qps``: each flow split over that many connections (queue pairs),
-    hashed apart (NCCL_IB_QPS_PER_CONNECTION, Meta's QP scaling)."""
+    """Per group, the bundles of one step; ``qps``: each flow split over that many flows hashed apart (NCCL's
+    channels x its queue pairs per connection, NCCL_IB_QPS_PER_CONNECTION: Meta's QP scaling)."""
     G = groups.shape[0]
     per_group: list[list[Bundle]] = [[] for _ in range(G)]
     for s, (src_r, dst_r, nbytes) in enumerate(flow_sets):
