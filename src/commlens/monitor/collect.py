@@ -17,7 +17,8 @@ seconds. It issues nothing to the job: no collective, no barrier.
   collective's time after its last rank arrived): one above ``slow_factor``
   times the others' median raises ``slow_group``.
 - **Slowdowns.** Each (group, op, size bucket) keeps a history of its own
-  time, one point per evaluation; :func:`commlens.regress.detect.find_changes`
+  time, one point per evaluation that brings at least ``point_samples`` new
+  collectives (their median); :func:`commlens.regress.detect.find_changes`
   (the detect engine) on the last ``history`` points finds a level shift; a
   slower level that is still the current one raises ``slowdown``.
 - **Expectation.** With a model, a group whose own time is persistently
@@ -94,6 +95,11 @@ class CollectSettings:
     slow_factor: float = 1.5
     end_spread_s: float = 0.1
     history: int = 60  # own-time points per series kept for the slowdown detector
+    # collectives a point summarises at least (their median): an evaluation with fewer adds them to the next.
+    # Polled live, records arrive in bursts, and a point of one or two collectives is as noisy as they are: on a
+    # busy 2-core machine such points made a healthy job's own time "rise" 53% for a second, which the same
+    # records replayed (about 3 collectives a point) did not show
+    point_samples: int = 3
     min_change: float = 0.3  # a slowdown must slow the own time by at least this fraction
     alpha: float = 1e-3
     below_expected: float = 0.0  # 0: no below-expectation alerts (the ranks' metrics carry the ratio)
@@ -106,6 +112,8 @@ class CollectSettings:
             raise CollectError(f"window_steps must be >= 2 steps, got {self.window_steps}")
         if self.persist < 1:
             raise CollectError(f"persist must be >= 1, got {self.persist}")
+        if self.point_samples < 1:
+            raise CollectError(f"point_samples must be >= 1, got {self.point_samples}")
         for name in ("late_threshold_s", "end_spread_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -411,7 +419,7 @@ class Collector:
         s = self.settings
         for key, fresh in group.fresh.items():
             hist = group.history.setdefault(key, deque(maxlen=group.history_len))
-            if fresh:
+            if len(fresh) >= s.point_samples:
                 hist.append(statistics.median(fresh))
                 fresh.clear()
             # judged on every evaluation, fresh point or not: an evaluation between two flushes of the ranks'
