@@ -90,8 +90,9 @@ def test_up_status_set_down_leaves_nothing(state_dir):
         assert f"{up['addresses'][1]}/24" in placed.stdout and up["addresses"][0] not in placed.stdout
         assert f"commlens-{name}-h1" in placed.stdout
         quota = Path(f"/sys/fs/cgroup/cpu/commlens-{name}-h1/cpu.cfs_quota_us")  # cgroup v1 here
-        if quota.exists():
-            assert quota.read_text().strip() == "50000"
+        if quota.exists():  # half a CPU, in 10 ms periods (a uniformly slow host, not one that stalls)
+            assert quota.read_text().strip() == "5000"
+            assert (quota.parent / "cpu.cfs_period_us").read_text().strip() == "10000"
         st = commlens("cluster", "status", name, "--json", env=env)
         assert st.returncode == 0 and json.loads(st.stdout)["healthy"]
         # change while running: host 1 back to full rate, link faster

@@ -49,7 +49,10 @@ def set_cpu_quota(name: str, cpu_fraction: float) -> Path:
     root, version = _cgroup_root()
     path = root / name
     path.mkdir(exist_ok=True)
-    period_us = 100_000
+    # A short CFS period (10 ms; longer only where the quota would fall under the kernel's 1 ms minimum) makes the
+    # host uniformly slow, as a slower CPU is. Under the default 100 ms period a rank at 0.1 CPU ran a few fast
+    # steps, then sat throttled for 90 ms: late at one step in several, which a median does not see.
+    period_us = max(10_000, int(round(1000 / cpu_fraction))) if cpu_fraction > 0 else 10_000
     quota_us = max(1000, int(cpu_fraction * period_us))
     if version == "v1":
         (path / "cpu.cfs_period_us").write_text(str(period_us))
