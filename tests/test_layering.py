@@ -34,13 +34,15 @@ EMBEDDED_TABLE = """\
 | `algos` | `ops` |
 | `store` | `results` |
 | `ingest` | `ops`, `results` |
-| `regress` | `results`, `store` |
+| `regress` | `ops`, `results`, `store` |
 | `topology` | nothing of commlens |
 | `model` | `ops`, `topology`, `results` |
 | `sim` | `ops`, `topology`, `model` |
 | `workload`, `project` | `model`, `topology`, `sim` |
 | `cluster` | nothing of commlens |
-| `diagnose` | `bench`, `results`, `ingest`, `model` |
+| `diagnose` | `ops`, `bench`, `results`, `ingest`, `model` |
+| `expect` | `ops`, `results`, `topology`, `model` |
+| `replay` | `ops`, `results`, `ingest`, `bench` |
 | `monitor` | `ops`, `results`, `model`, `topology`, `diagnose`, `store` |
 | `report`, `serve` | all above |
 | `cli` | all above |
@@ -66,9 +68,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("commlens/bench/tune.py", "commlens.algos.tuning"),
         # bench places ranks on the emulated cluster's hosts (--cluster); cluster is below no row of bench's.
         ("commlens/bench/launcher.py", "commlens.cluster"),
-        # op facts read directly by stages whose rows do not list ops (they list results, which may).
-        ("commlens/diagnose/stragglers.py", "commlens.ops"),
-        ("commlens/regress/compare.py", "commlens.ops"),
         # the monitor's collector finds slowdowns with the detect engine (issue 15); monitor's row omits regress.
         ("commlens/monitor/collect.py", "commlens.regress.detect"),
     }

@@ -25,6 +25,8 @@ from commlens.workload import Workload
 __all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
+AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
@@ -105,6 +107,37 @@ class ParallelLayout(BaseModel):
         description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",
     )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
+    framework: str = Field(
+        default="megatron-core",
+        description="the training stack whose kernels and overlaps the step follows (frameworks.yaml: megatron-core, "
+        "nemo, torchtitan, deepspeed)",
+    )
+    schedule: Schedule | None = Field(
+        default=None,
+        description="pipeline schedule: 1f1b, interleaved, zero-bubble, dualpipe, gpipe; None: interleaved when "
+        "vpp > 1, else 1f1b",
+    )
+    compile: bool | None = Field(
+        default=None, description="torch.compile of each block (fuses memory-bound ops); None: the framework's default"
+    )
+    attention_kernel: AttentionKernel | None = Field(
+        default=None, description="attention kernel family (fa2, fa3, cudnn, ck); None: what the framework calls"
+    )
+    moe_load_imbalance: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=8.0,
+        description="tokens of the most loaded GPU's experts over the mean (1: balanced routing); EP waits for it",
+    )
+
+    @field_validator("framework")
+    @classmethod
+    def _known_framework(cls, v: str) -> str:
+        from commlens.project.frameworks import framework_names
+
+        if v not in framework_names():
+            raise ValueError(f"unknown framework {v!r}; known: {', '.join(framework_names())}")
+        return v
 
     @field_validator("stage_layers", mode="before")
     @classmethod

@@ -40,9 +40,11 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from commlens.model import InfeasibleError, predict
-from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
+from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
+from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
+from commlens.project.kernels import COMPUTE_KINDS, KINDS, Kernel, LayerShape, layer_kernels, unfused_factor
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_memory, stage_parameters
 from commlens.topology import Topology
@@ -139,6 +141,8 @@ class Projection:
     overlapped_s: dict[str, float] = field(default_factory=dict)  # communication hidden under compute
     stages: list[dict[str, float]] = field(default_factory=list)  # per pipeline stage: layers, times, memory
     pace_stage: int = 0  # the stage that sets the pipeline's pace (slowest per micro-batch)
+    kernels: dict[str, float] = field(default_factory=dict)  # seconds of the step by kernel class (pace stage)
+    framework: str = "megatron-core"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -158,6 +162,8 @@ class Projection:
             "memory": dict(self.memory),
             "stages": [dict(st) for st in self.stages],
             "pace_stage": self.pace_stage,
+            "kernels": dict(self.kernels),
+            "framework": self.framework,
         }
 
 
@@ -228,107 +234,26 @@ def project(
     sp = layout.sp and t > 1
     tokens = w.micro_batch * w.seq_len / cp  # this GPU's tokens of one micro-batch
     keys = float(w.seq_len)
-    d, a, g = w.head_size, w.heads, w.kv_heads_n
-    mats = 3 if w.gated_ffn else 2
-    a_t, g_t = a / t, max(g / t, 1.0)
+    d, g_t = w.head_size, max(w.kv_heads_n / t, 1.0)
     fp8 = w.precision == "fp8"
-    elem = 1.0 if fp8 else 2.0
     peak16 = dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
     gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
 
     tp_chunks = t if layout.tp_comm_overlap and t > 1 else 1
-
-    def gemm(m_: float, n_: float, k_: float, chunks: int = 1) -> tuple[float, float]:
-        """(forward, backward) time of a GEMM of tokens m_: backward = data gradient (m, k, n) + weight
-        gradient (k, n, m), each at its own shape's efficiency. ``chunks``: the forward and data-gradient GEMMs
-        run as that many GEMMs of m_ / chunks rows (TP communication overlapped chunk by chunk)."""
-        mc = m_ / chunks
-        fwd = chunks * gemm_time_s(dev, gemm_peak, mc, n_, k_, elem_bytes=elem)
-        return fwd, chunks * gemm_time_s(dev, gemm_peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
-            dev, gemm_peak, k_, n_, m_, elem_bytes=elem
-        )
-
-    def add(*parts: tuple[float, float], times: float = 1.0) -> tuple[float, float]:
-        return sum(p[0] for p in parts) * times, sum(p[1] for p in parts) * times
-
-    # --- one layer, one micro-batch, forward: GEMMs and the attention core
-    t_qkv = gemm(tokens, (a_t + 2 * g_t) * d, h, tp_chunks)
-    t_proj = gemm(tokens, a_t * d, h, tp_chunks)
-    if layout.flash_attention:
-        causal_flops = 4 * tokens * keys * a_t * d * 0.5  # causal: flash skips masked blocks
-        t_core = causal_flops / (peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION)
-        core_bytes = 0.0
-    else:  # scores and context as batched GEMMs over full s x s, softmax + dropout through HBM
-        b_heads = w.micro_batch * a_t
-        t_core = gemm_time_s(dev, peak16, tokens / w.micro_batch, keys, d, b_heads) + gemm_time_s(
-            dev, peak16, tokens / w.micro_batch, d, keys, b_heads
-        )
-        # scale-mask-softmax 4 B + dropout 5 B per score; the context permuted back to [s, b, h] (a copy, 4 B)
-        core_bytes = 9.0 * b_heads * (tokens / w.micro_batch) * keys + 4.0 * tokens * a_t * d
-    t_dense_ffn = add(
-        add(gemm(tokens, w.ffn_hidden / t, h, tp_chunks), times=mats - 1), gemm(tokens, h, w.ffn_hidden / t, tp_chunks)
-    )
+    fw = framework(layout.framework)
+    shape = LayerShape(tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks)
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
-    base_bytes = 8 * resid + 14 * resid + core_bytes  # 2 norms (r+w, bf16), 2 bias-dropout-adds (7 B)
-    dense_ffn_bytes = 2 * 2 * tokens * w.ffn_hidden / t * (mats - 1)  # activation (GeLU / SwiGLU): read + write
-    f_t = w.ffn_hidden / t
-    # fp8: every GEMM's input is cast forward, every output gradient backward (FP8_CAST_BYTES per element)
-    attn_in, attn_grads = 2 * resid + tokens * a_t * d, tokens * (a_t + 2 * g_t) * d + 2 * resid
-    cast_dense = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t) if fp8 else (0.0, 0.0)
-    gemm_launch = 1 + (FP8_CAST_KERNELS if fp8 else 0)  # kernels per GEMM launch, forward
-    tp_launch = (4 if sp else 2) if t > 1 else 0
-    attn_kernels = 2 * LAYER_NORM_KERNELS + ATTENTION_KERNELS + 2 * gemm_launch + tp_launch
-    dense_kernels = attn_kernels + mats * gemm_launch - (1 if w.gated_ffn else 0) * gemm_launch + FFN_ELEMENTWISE
-    layer_kinds = []
-    dense_layers = w.layers - w.moe_layers
-    if dense_layers:
-        layer_kinds.append(
-            (
-                dense_layers,
-                add(t_qkv, t_proj, t_dense_ffn),
-                t_core,
-                base_bytes + dense_ffn_bytes,
-                0.0,
-                cast_dense,
-                (float(dense_kernels), 0.0),
-            )
-        )
-    if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
-        moe = w.moe
-        cf = moe.capacity_factor or 1.0
-        routed_tokens = tokens * moe.top_k * cf  # token copies this GPU's experts take, routing balanced
-        local_experts = moe.experts / r.ep
-        per_expert_tokens = routed_tokens / local_experts
-        fe = moe.expert_ffn_hidden / t
-        t_exp = add(
-            add(gemm(per_expert_tokens, fe, h), times=mats - 1), gemm(per_expert_tokens, h, fe), times=local_experts
-        )
-        t_shared = add(add(gemm(tokens, fe, h), times=mats - 1), gemm(tokens, h, fe), times=moe.shared_experts)
-        t_router = gemm(tokens, moe.experts, h)
-        moe_bytes = 2 * 2 * routed_tokens * fe * mats + 2 * 2 * 2 * routed_tokens * h  # act + permute/unpermute
-        a2a_bytes = routed_tokens * h * 2.0  # tokens travel in 16 bits (fp8 dispatch is an opt-in)
-        expert_tokens = routed_tokens + tokens * moe.shared_experts
-        cast_moe = (
-            (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h))
-            if fp8
-            else (0.0, 0.0)
-        )
-        # eager kernels: attention part and router (graphable), then the dispatch and every local expert's GEMMs
-        # (Transformer Engine's grouped linear launches one GEMM per expert), which dynamic shapes keep eager
-        expert_kernels = MOE_DISPATCH_KERNELS + (local_experts + moe.shared_experts) * 2 * gemm_launch + 1
-        layer_kinds.append(
-            (
-                w.moe_layers,
-                add(t_qkv, t_proj, t_exp, t_shared, t_router),
-                t_core,
-                base_bytes + moe_bytes,
-                a2a_bytes,
-                cast_moe,
-                (float(attn_kernels + gemm_launch + MOE_ROUTER_KERNELS), float(expert_kernels)),
-            )
-        )
 
-    # --- communication of one layer pass (forward or backward)
+    # --- one layer, one micro-batch: its kernels (dense and MoE kinds), then its communication
+    dense_layers = w.layers - w.moe_layers
+    layer_kinds: list[tuple[list[Kernel], float]] = []  # (kernels, all-to-all bytes per pass)
+    if dense_layers:
+        layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
+    if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
+        routed_tokens = tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0)
+        a2a_bytes = routed_tokens * h * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
+        layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
+
     tp_bytes = tokens * h * 2
     if t > 1:
         if sp:
@@ -342,29 +267,42 @@ def project(
     cp_kv_bytes = 2 * w.micro_batch * w.seq_len * g_t * d * 2  # K and V of the whole sequence, gathered
     cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
     cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
+    cp_hides = fw.overlap.cp == "ring"
 
     recompute_full = layout.recompute == "full"
     recompute_attn = layout.recompute == "selective"
     fwd_passes = 2.0 if recompute_full else 1.0
-    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP)
+    host_static = 0.0 if layout.cuda_graphs else fw.host_s_per_kernel  # graphable kernels: none left to launch
+    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden)
     kind_times: list[tuple[float, ...]] = []
-    host_s = 0.0 if layout.cuda_graphs else HOST_S_PER_KERNEL  # graphable kernels: none left to launch
-    for _count, t_gemm, t_attn, nbytes, a2a_bytes, cast, kernels in layer_kinds:
-        compute = t_gemm[0] * fwd_passes + t_gemm[1] + t_attn * (fwd_passes + 2.0 + (1.0 if recompute_attn else 0.0))
-        stream = stream_time_s(dev, nbytes) * (fwd_passes + 2.0)
-        stream += stream_time_s(dev, FP8_CAST_BYTES * (cast[0] * fwd_passes + cast[1]))
+    kind_seconds: list[dict[str, float]] = []  # per layer of each kind, one micro-batch: seconds by kernel class
+    for kernels, a2a_bytes in layer_kinds:
+        by_kind: dict[str, float] = {}
+        for k in kernels:
+            passes = fwd_passes + (1.0 if recompute_attn and k.selective else 0.0)
+            by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
+        kind_seconds.append(by_kind)
+        compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
+        stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
+        t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
+        t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
+        t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
+        static = sum(k.launches for k in kernels if not k.eager)
+        eager = sum(k.launches for k in kernels if k.eager)
         # host time to launch the layer's kernels (backward launches about twice the forward's)
-        host = (kernels[0] * host_s + kernels[1] * HOST_S_PER_KERNEL) * (fwd_passes + BACKWARD_KERNEL_RATIO)
+        host = (static * host_static + eager * fw.host_s_per_kernel) * (fwd_passes + BACKWARD_KERNEL_RATIO)
         cp_exp = cp_hid = 0.0
         if cp > 1:
             exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
+            if not cp_hides:
+                exposed = cp_fwd * fwd_passes + cp_bwd
             cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
             ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
         tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
         if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
-            exposed = max(tp_t / t, tp_t - (t_gemm[0] * fwd_passes + t_gemm[1]))
+            exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
             # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
             tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
         gpu = compute + stream + tp_t + cp_exp + ep_t
@@ -387,14 +325,22 @@ def project(
     if t > 1:
         embed_tp = comm("reduce_scatter" if sp else "all_reduce", tp_bytes, r.groups["tp"])
     # the last stage's output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
-    head_compute = sum(gemm(tokens, w.vocab / t, h))
-    head_stream = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT + 8 * resid)
+    elem = 1.0 if fp8 else 2.0
+    head_compute = (
+        gemm_time_s(dev, gemm_peak, tokens, w.vocab / t, h, elem_bytes=elem)
+        + gemm_time_s(dev, gemm_peak, tokens, h, w.vocab / t, elem_bytes=elem)
+        + gemm_time_s(dev, gemm_peak, h, w.vocab / t, tokens, elem_bytes=elem)
+    )
+    loss_factor, _ = unfused_factor(fw, bool(fw.compile if layout.compile is None else layout.compile), "cross_entropy")
+    head_loss = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT * loss_factor)
+    head_stream = head_loss + stream_time_s(dev, 8 * resid)
     head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
     stages: list[dict[str, float]] = []
+    stage_classes: list[dict[str, float]] = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
         parts = [0.0] * 8
@@ -403,15 +349,26 @@ def project(
                 for j, v in enumerate(kind_times[kind]):
                     parts[j] += count * v
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
+        classes: dict[str, float] = {}
+        for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
+            if kind is not None and count:
+                for cls, v in kind_seconds[kind].items():
+                    classes[cls] = classes.get(cls, 0.0) + count * v
         if i == 0:
             stream += embed_stream
             tp_t += embed_tp
+            classes["embedding"] = embed_stream
         if i == r.pp - 1:
             compute += head_compute
+            classes["gemm"] = classes.get("gemm", 0.0) + head_compute
+            classes["loss"] = head_loss
+            classes["norm"] = classes.get("norm", 0.0) + head_stream - head_loss
             stream += head_stream
             tp_t += head_tp
         if not layout.grad_accum_fusion:
-            stream += stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
+            classes["grad_accum"] = stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
+            stream += classes["grad_accum"]
+        stage_classes.append(classes)
         slowest = (compute + stream) * (straggle - 1.0)  # every collective waits for the slowest GPU's share
         per_mb = compute + stream + slowest + tp_t + cp_t + ep_t + pp_p2p + host_t
         stages.append(
@@ -487,6 +444,9 @@ def project(
         "dp_comm": dp_exposed + fsdp_exposed,
         "optimizer": optimizer_s,
     }
+    kernel_s = {cls: m * v for cls, v in stage_classes[pace].items() if v > 0}
+    if optimizer_s:
+        kernel_s["optimizer"] = optimizer_s
     for st, sm in zip(stages, stage_mem, strict=True):
         st["memory_bytes"] = sm["total"]
         st["reserved_bytes"] = sm["reserved"]
@@ -530,6 +490,8 @@ def project(
         },
         stages=stages,
         pace_stage=pace,
+        kernels={cls: kernel_s[cls] for cls in KINDS if cls in kernel_s},
+        framework=layout.framework,
     )
 
 

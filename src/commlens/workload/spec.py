@@ -75,6 +75,9 @@ class Workload(_Spec):
     dropout: bool = Field(
         default=False, description="hidden dropout after attention and FFN (GPT-3 style; Llama-style models: none)"
     )
+    position_embedding: Literal["rotary", "learned"] = Field(
+        default="rotary", description="rotary (applied to Q and K in every layer) or learned absolute positions"
+    )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")

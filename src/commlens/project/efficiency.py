@@ -1,0 +1,125 @@
+"""Kernel efficiency tables as data: what published kernel benchmarks measured, per GPU and kernel class.
+
+``efficiency.yaml`` beside this module (``format: commlens.efficiency/1``) lists, per accelerator (the names of
+``accelerators.yaml``), measured TFLOP/s of attention kernels by family (``fa2``, ``fa3``, ``cudnn``, ``ck``), pass
+(``fwd``, ``bwd``), causality, head size and sequence length, each with its origin. ``commlens project calibrate``
+writes the same schema from a lent GPU; files in ``COMMLENS_EFFICIENCY`` (``os.pathsep``-separated) add to it.
+
+:func:`attention_tflops` answers in FLOP/s (causal FLOPs counted halved, as the FlashAttention benchmarks count
+them): the entries of the device (or of its generation's sibling, H200 from H100's: the same SMs and clocks),
+kernel and pass, causal first, the nearest head size, interpolated in log2 of the sequence length and held at the
+ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
+large GEMM's rate).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from commlens.project.errors import ProjectionError
+from commlens.specdata import load_yaml
+
+__all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_tflops", "attention_entries"]
+
+EFFICIENCY_FORMAT = "commlens.efficiency/1"
+EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
+# Devices without attention entries of their own borrow a sibling's: the same SMs and clocks, other HBM.
+SIBLINGS = {"H200 SXM": "H100 SXM", "GB200": "B200", "B200": "GB200", "H100 SXM": "H200 SXM"}
+# Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
+FAMILY_FALLBACK = {"fa3": ("cudnn", "fa2"), "cudnn": ("fa3", "fa2"), "fa2": (), "ck": ("fa2",)}
+
+Entry = tuple[str, str, bool, int, float, float]  # kernel, pass, causal, head_dim, seq_len, flop/s
+
+
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ProjectionError(f"{where}: expected a positive number, got {v!r}")
+    return float(v)
+
+
+def _read(text: str, where: str) -> dict[str, list[Entry]]:
+    data = load_yaml(text)
+    if not isinstance(data, dict) or data.get("format") != EFFICIENCY_FORMAT:
+        raise ProjectionError(f"{where}: format must be {EFFICIENCY_FORMAT!r}")
+    out: dict[str, list[Entry]] = {}
+    gpus = data.get("gpus") or {}
+    if not isinstance(gpus, dict):
+        raise ProjectionError(f"{where}: gpus must be a mapping of accelerator names")
+    for gpu, tables in gpus.items():
+        if not isinstance(tables, dict):
+            raise ProjectionError(f"{where}: {gpu}: must be a mapping")
+        rows = tables.get("attention") or []
+        if not isinstance(rows, list):
+            raise ProjectionError(f"{where}: {gpu}: attention must be a list")
+        for i, row in enumerate(rows):
+            at = f"{where}: {gpu}: attention {i + 1}"
+            if not isinstance(row, dict) or not row.get("origin"):
+                raise ProjectionError(f"{at}: must be a mapping with an origin")
+            out.setdefault(str(gpu), []).append(
+                (
+                    str(row.get("kernel")),
+                    str(row.get("pass")),
+                    bool(row.get("causal", True)),
+                    int(_number(row.get("head_dim"), at)),
+                    _number(row.get("seq_len"), at),
+                    _number(row.get("tflops"), at) * 1e12,
+                )
+            )
+    return out
+
+
+@cache
+def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
+    shipped = resources.files("commlens.project") / "efficiency.yaml"
+    merged: dict[str, list[Entry]] = {}
+    if shipped.is_file():
+        merged = _read(shipped.read_text(encoding="utf-8"), "efficiency.yaml")
+    for f in files:
+        try:
+            text = Path(f).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
+        for gpu, rows in _read(text, f).items():
+            merged[gpu] = rows + merged.get(gpu, [])  # a later file's entries come first
+    return merged
+
+
+def attention_entries(device: str) -> list[Entry]:
+    files = tuple(p for p in os.environ.get(EFFICIENCY_ENV, "").split(os.pathsep) if p)
+    tables = _tables(files)
+    return tables.get(device) or tables.get(SIBLINGS.get(device, ""), [])
+
+
+@cache
+def _lookup(device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: str) -> float | None:
+    del files  # part of the cache key only
+    entries = attention_entries(device)
+    for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
+        rows = [e for e in entries if e[0] == family and e[1] == pass_]
+        if not rows:
+            continue
+        causal = [e for e in rows if e[2]] or rows
+        dim = min({e[3] for e in causal}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
+        curve = sorted((e[4], e[5]) for e in causal if e[3] == dim)
+        if seq <= curve[0][0]:
+            return curve[0][1]
+        if seq >= curve[-1][0]:
+            return curve[-1][1]
+        for (s0, f0), (s1, f1) in zip(curve, curve[1:], strict=False):
+            if s0 <= seq <= s1:
+                x = math.log2(seq / s0) / math.log2(s1 / s0) if s1 > s0 else 0.0
+                return f0 + (f1 - f0) * x
+    return None
+
+
+def attention_tflops(device: str, kernel: str, pass_: str, head_dim: int, seq_len: float) -> float | None:
+    """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``; None if
+    nothing is tabled for it (nor for a stand-in family)."""
+    if kernel == "unfused":
+        return None
+    return _lookup(device, kernel, pass_, int(head_dim), float(seq_len), os.environ.get(EFFICIENCY_ENV, ""))

@@ -1,0 +1,123 @@
+"""Framework profiles: what a training stack does, so one layout can be projected as each stack runs it.
+
+A profile (``frameworks.yaml`` beside this module, each fact with its source) says which attention kernel the
+stack calls on each GPU generation, which memory-bound ops it fuses, whether it compiles, its host cost per kernel,
+what overlaps with what (DP gradient reduction, ZeRO-3/FSDP parameter prefetch, TP, CP, EP, the optimizer), the
+pipeline schedules and recomputation granularities it offers, and whether its MoE dispatcher syncs with the host.
+``ParallelLayout.framework`` names the profile (``megatron-core`` by default); :func:`framework` returns it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from commlens.project.errors import ProjectionError
+from commlens.specdata import load_yaml
+
+__all__ = [
+    "FRAMEWORKS_FORMAT",
+    "Framework",
+    "Fused",
+    "Overlap",
+    "framework",
+    "framework_names",
+    "generation",
+]
+
+FRAMEWORKS_FORMAT = "commlens.frameworks/1"
+Generation = Literal["ampere", "hopper", "blackwell", "cdna3"]
+AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
+Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Fused(_Strict):
+    """Memory-bound ops the stack runs as one fused kernel when eager (compile fuses them all)."""
+
+    norm: bool = Field(description="RMSNorm/LayerNorm as one kernel (else ~5 eager ops over the tensor)")
+    rotary: bool = Field(description="rotary embedding of Q and K as one kernel")
+    activation: bool = Field(description="SwiGLU/GeLU as one kernel")
+    bias_dropout_add: bool = Field(description="residual add (with dropout) as one kernel")
+    cross_entropy: bool = Field(description="vocabulary-parallel cross-entropy fused")
+
+
+class Overlap(_Strict):
+    """What the stack runs beside what."""
+
+    grad_reduce: Literal["bucketed", "per_layer", "none"] = Field(description="DP gradient reduction in backward")
+    param_prefetch_layers: int = Field(ge=0, le=8, description="ZeRO-3/FSDP all-gathers issued this many layers ahead")
+    reshard_after_forward: bool = Field(description="default of freeing gathered parameters after forward")
+    tp: Literal["userbuffers", "async_tp", "none"] = Field(description="TP communication overlap the stack offers")
+    cp: Literal["ring", "none"] = Field(description="CP K/V exchange overlapped with attention")
+    ep: Literal["exposed", "overlapped"] = Field(description="EP all-to-all on the critical path or hidden")
+    optimizer: Literal["after_step", "overlapped"] = Field(description="optimizer step after the backward or beside")
+
+
+class Framework(_Strict):
+    """One stack's profile."""
+
+    name: str
+    title: str
+    source: str = Field(min_length=1)
+    attention: dict[Generation, AttentionKernel]
+    fused: Fused
+    compile: bool
+    host_s_per_kernel: float = Field(gt=0, le=1e-3)
+    overlap: Overlap
+    schedules: tuple[Schedule, ...] = Field(min_length=1)
+    recompute: tuple[Literal["full", "selective"], ...]
+    moe_dispatch_sync: bool
+
+    def attention_kernel(self, gen: str) -> str:
+        """The attention kernel family the stack calls on GPU generation ``gen``."""
+        return self.attention.get(gen, "fa2")  # type: ignore[call-overload]
+
+
+def generation(accelerator_name: str) -> str:
+    """The GPU generation of an accelerator's name (``ampere``, ``hopper``, ``blackwell``, ``cdna3``)."""
+    name = accelerator_name.upper()
+    if "MI3" in name:
+        return "cdna3"
+    if name.startswith(("B", "GB")):
+        return "blackwell"
+    if name.startswith(("H", "GH")):
+        return "hopper"
+    return "ampere"
+
+
+@cache
+def _profiles() -> dict[str, Framework]:
+    text = (resources.files("commlens.project") / "frameworks.yaml").read_text(encoding="utf-8")
+    data: Any = load_yaml(text)
+    if not isinstance(data, dict) or data.get("format") != FRAMEWORKS_FORMAT:
+        raise ProjectionError(f"frameworks.yaml: format must be {FRAMEWORKS_FORMAT!r}")
+    raw: dict[str, Any] = data.get("frameworks") or {}
+    out: dict[str, Framework] = {}
+    for name, entry in raw.items():
+        base = entry
+        if "same_as" in entry:  # a stack built on another: its profile, with its own title and source
+            base = {**raw[entry["same_as"]], "title": entry["title"], "source": entry["source"]}
+        try:
+            out[name] = Framework.model_validate({**base, "name": name})
+        except ValidationError as e:
+            raise ProjectionError(f"frameworks.yaml: {name}: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+    return out
+
+
+def framework_names() -> list[str]:
+    return sorted(_profiles())
+
+
+def framework(name: str) -> Framework:
+    """The profile named ``name``; :class:`ProjectionError` naming the known ones otherwise."""
+    try:
+        return _profiles()[name]
+    except KeyError:
+        raise ProjectionError(f"unknown framework {name!r}; known: {', '.join(framework_names())}") from None

@@ -1,0 +1,266 @@
+"""One transformer layer's pass as the list of kernels it runs, each timed from its own FLOPs, bytes and efficiency.
+
+:func:`layer_kernels` builds the kernels of one layer for one micro-batch on one GPU (its TP/CP/EP share):
+
+- GEMMs (QKV, output projection, FFN, the router, shared experts) by shape at the shape's efficiency
+  (:func:`commlens.project.compute.gemm_time_s`); backward = the data- and weight-gradient GEMMs;
+- the attention core by kernel family (:mod:`commlens.project.efficiency`: FlashAttention 2/3, cuDNN, CK, or
+  unfused batched GEMMs with softmax and dropout through HBM), forward and backward apart, causal, by head size and
+  the sequence length one kernel sees (CP splits it);
+- routed experts as grouped GEMMs by tokens per expert, slowed by the stated load imbalance (the EP group waits
+  for its most loaded GPU);
+- memory-bound kernels at HBM rate: norms, rotary embedding, the activation and gating, residual adds with
+  dropout, MoE permutation, fp8 casts with their amax; eager stacks run several kernels where a fused one runs
+  one (:class:`commlens.project.frameworks.Fused`), and compile fuses them;
+- each kernel's host launches, so a layer whose kernels are issued slower than the GPU runs them waits for the
+  host.
+
+Backward of a memory-bound kernel moves twice its forward bytes; of the attention core, its backward kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
+from commlens.project.efficiency import attention_tflops
+from commlens.project.frameworks import Framework, generation
+from commlens.project.hardware import Device
+from commlens.project.layout import ParallelLayout
+from commlens.workload import Workload
+
+__all__ = [
+    "COMPUTE_KINDS",
+    "KINDS",
+    "Kernel",
+    "LayerShape",
+    "layer_kernels",
+    "unfused_factor",
+]
+
+# Kernel classes of the breakdown (docs/project.md): compute-bound first, then memory-bound.
+KINDS = (
+    "gemm",
+    "attention",
+    "grouped_gemm",
+    "norm",
+    "rotary",
+    "activation",
+    "residual",
+    "moe_routing",
+    "fp8_cast",
+    "embedding",
+    "loss",
+    "grad_accum",
+    "optimizer",
+)
+COMPUTE_KINDS = frozenset({"gemm", "attention", "grouped_gemm"})
+
+# fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
+# written as fp8 row-wise and column-wise (the transpose the weight gradient needs): 2 + 2 + 1 + 1 B per element;
+# two kernels (amax, cast-transpose) per GEMM input.
+FP8_CAST_BYTES = 6.0
+FP8_CAST_KERNELS = 2
+# Eager (unfused) memory-bound ops, in bytes moved and kernels launched relative to the fused kernel. RMSNorm in
+# eager PyTorch: upcast, square, mean, rsqrt, multiply, downcast, weight: ~6 kernels, ~6x the fused bytes;
+# rotary in complex arithmetic (upcast to fp32, view as complex, multiply, back): ~5x, 4 kernels per tensor;
+# SwiGLU as silu then multiply: 1.7x, 2 kernels; cross-entropy on an fp32 copy of the logits: 1.5x.
+UNFUSED = {
+    "norm": (6.0, 6),
+    "rotary": (5.0, 8),
+    "activation": (1.7, 2),
+    "bias_dropout_add": (1.0, 1),
+    "cross_entropy": (1.5, 4),
+}
+LAYER_NORM_KERNELS = 2  # a norm and the residual add beside it (fused kernels)
+ATTENTION_KERNELS = 2  # the attention core with its rotary embedding (fused)
+FFN_ELEMENTWISE = 1
+MOE_ROUTER_KERNELS = 8  # softmax/sigmoid, top-k, the load-balancing loss
+MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the splits and tokens, unpermute
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel (or a fused group) of a layer, one micro-batch, one GPU: forward and backward seconds."""
+
+    name: str
+    kind: str  # one of KINDS
+    fwd_s: float
+    bwd_s: float
+    launches: float = 1.0  # host launches of the forward (the backward launches BACKWARD_KERNEL_RATIO x)
+    eager: bool = False  # stays eager under CUDA graphs (dynamic shapes: MoE dispatch and experts)
+    selective: bool = False  # recomputed under selective recomputation (the attention core)
+    flops: float = 0.0  # forward FLOPs
+    nbytes: float = 0.0  # forward bytes through HBM
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What a layer's kernels depend on besides the workload: this GPU's share and how the stack runs."""
+
+    tokens: float  # this GPU's tokens of one micro-batch (micro_batch x seq / CP)
+    keys: float  # keys each query attends over (the whole sequence)
+    tp: int
+    ep: int
+    sp: bool
+    tp_chunks: int  # GEMMs run as this many row chunks (TP communication overlapped chunk by chunk)
+
+
+def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
+    """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``."""
+    if compiled or getattr(fw.fused, op):
+        return 1.0, 1.0
+    factor, kernels = UNFUSED[op]
+    return factor, float(kernels)
+
+
+def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> Kernel:
+    """The attention core of one layer: flash-style kernels from their family's efficiency, or unfused."""
+    a_t = w.heads / s.tp
+    d = w.head_size
+    causal_flops = 4 * s.tokens * s.keys * a_t * d * 0.5  # causal: flash skips masked blocks
+    if layout.flash_attention:
+        kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
+        seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
+        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq)
+        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq)
+        default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
+        t_fwd = causal_flops / (fwd if fwd else default)
+        t_bwd = 2 * causal_flops / (bwd if bwd else default)
+        return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, selective=True, flops=causal_flops)
+    # unfused: scores and context as batched GEMMs over the full s x s, softmax + dropout through HBM
+    b_heads = w.micro_batch * a_t
+    q = s.tokens / w.micro_batch
+    t_core = gemm_time_s(dev, peak16, q, s.keys, d, b_heads) + gemm_time_s(dev, peak16, q, d, s.keys, b_heads)
+    return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, selective=True, flops=causal_flops)
+
+
+def layer_kernels(
+    dev: Device,
+    fw: Framework,
+    w: Workload,
+    layout: ParallelLayout,
+    s: LayerShape,
+    gemm_peak: float,
+    peak16: float,
+    moe: bool,
+) -> list[Kernel]:
+    """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
+    t, h, d = s.tp, w.hidden, w.head_size
+    a_t, g_t = w.heads / t, max(w.kv_heads_n / t, 1.0)
+    mats = 3 if w.gated_ffn else 2
+    fp8 = w.precision == "fp8"
+    elem = 1.0 if fp8 else 2.0
+    compiled = fw.compile if layout.compile is None else layout.compile
+    gemm_launch = 1 + (FP8_CAST_KERNELS if fp8 else 0)
+    tokens = s.tokens
+
+    def stream(name: str, kind: str, nbytes: float, launches: float, op: str | None = None, **kw: bool) -> Kernel:
+        factor, kernels = unfused_factor(fw, compiled, op) if op else (1.0, 1.0)
+        t_fwd = stream_time_s(dev, nbytes * factor)
+        return Kernel(name, kind, t_fwd, 2 * t_fwd, launches * kernels, nbytes=nbytes * factor, **kw)
+
+    def gemm(
+        name: str,
+        kind: str,
+        m_: float,
+        n_: float,
+        k_: float,
+        chunks: int = 1,
+        times: float = 1.0,
+        launches: float | None = None,
+        eager: bool = False,
+    ) -> Kernel:
+        """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m))."""
+        mc = m_ / chunks
+        fwd = chunks * gemm_time_s(dev, gemm_peak, mc, n_, k_, elem_bytes=elem)
+        bwd = chunks * gemm_time_s(dev, gemm_peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
+            dev, gemm_peak, k_, n_, m_, elem_bytes=elem
+        )
+        n_launch = gemm_launch * times if launches is None else launches
+        return Kernel(name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times)
+
+    resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
+    out: list[Kernel] = [
+        stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+        gemm("qkv", "gemm", tokens, (a_t + 2 * g_t) * d, h, s.tp_chunks),
+    ]
+    if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
+        out.append(stream("rotary", "rotary", 2 * 2 * tokens * (a_t + g_t) * d, 0, "rotary"))
+    attention = _attention(dev, fw, w, layout, s, peak16)
+    out.append(attention)
+    if not layout.flash_attention:  # scale-mask-softmax 4 B + dropout 5 B per score; context copied back 4 B
+        b_heads = w.micro_batch * a_t
+        out.append(
+            stream("softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0)
+        )
+    out += [
+        gemm("attention_out", "gemm", tokens, a_t * d, h, s.tp_chunks),
+        stream("attention_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+        stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+    ]
+    if t > 1:  # the TP collectives' launches (their time is communication, counted apart)
+        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 4 if s.sp else 2))
+    attn_in, attn_grads = 2 * resid + tokens * a_t * d, tokens * (a_t + 2 * g_t) * d + 2 * resid
+    if not moe:
+        f_t = w.ffn_hidden / t
+        out += [
+            # gate and up projections: one launch, each timed as its own GEMM
+            gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=gemm_launch),
+            stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
+            gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
+            stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+        ]
+        if fp8:  # every GEMM input cast forward, every output gradient backward
+            cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
+            out.append(_cast(dev, cast))
+        return out
+    m = w.moe
+    assert m is not None
+    cf = m.capacity_factor or 1.0
+    routed = tokens * m.top_k * cf  # token copies this GPU's experts take, routing balanced
+    local = m.experts / s.ep
+    per_expert = routed / local
+    fe = m.expert_ffn_hidden / t
+    imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
+    up = gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
+    down = gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
+    out += [
+        gemm("router", "gemm", tokens, m.experts, h),
+        Kernel("router_topk", "moe_routing", 0.0, 0.0, MOE_ROUTER_KERNELS),
+        stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
+        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * gemm_launch, True, flops=up.flops),
+        stream("experts_activation", "activation", 2 * 2 * routed * fe * mats * imbalance, 1, "activation", eager=True),
+        down,
+        stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+    ]
+    if m.shared_experts:
+        out += [
+            gemm(
+                "shared_in",
+                "gemm",
+                tokens,
+                fe,
+                h,
+                times=(mats - 1) * m.shared_experts,
+                launches=gemm_launch * m.shared_experts,
+                eager=True,
+            ),
+            gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
+        ]
+    if fp8:
+        expert_tokens = routed + tokens * m.shared_experts
+        out.append(_cast(dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h))))
+    return out
+
+
+def _cast(dev: Device, elements: tuple[float, float]) -> Kernel:
+    """fp8 casts of a layer: (forward, backward) elements cast, FP8_CAST_BYTES each (launches counted per GEMM)."""
+    return Kernel(
+        "fp8_cast",
+        "fp8_cast",
+        stream_time_s(dev, FP8_CAST_BYTES * elements[0]),
+        stream_time_s(dev, FP8_CAST_BYTES * elements[1]),
+        0,
+        nbytes=FP8_CAST_BYTES * elements[0],
+    )
