@@ -113,10 +113,17 @@ def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe
     return outside / (tp if sp else 1) + inside / tp
 
 
-def in_flight(stage: int, pp: int, vpp: int, micro_batches: int) -> float:
-    """Micro-batches' worth of a stage's activations alive at its peak (in units of the whole stage)."""
+def in_flight(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str | None = None) -> float:
+    """Micro-batches' worth of a stage's activations alive at its peak (in units of the whole stage).
+
+    1F1B keeps ``min(m, p - i)``; interleaved keeps its warm-up's chunks; GPipe every micro-batch; zero-bubble
+    (ZB-H1) as 1F1B; DualPipe holds both directions' micro-batches, ``p + 1`` (Table 2 of the DeepSeek-V3 report)."""
     if pp == 1:
         return 1.0
+    if schedule == "gpipe":
+        return float(micro_batches)
+    if schedule == "dualpipe":
+        return float(min(micro_batches, pp + 1))
     if vpp == 1:
         return float(min(micro_batches, pp - stage))
     chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp) + 1
@@ -178,6 +185,10 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         dense_p, expert_p = params[i]
         shard_states = dense_p / dp_shard + expert_p / edp_shard
         full = dense_p + expert_p
+        if layout.schedule == "dualpipe":  # two copies of every stage's parameters (both directions)
+            dense_p, expert_p = 2 * dense_p, 2 * expert_p
+            shard_states = dense_p / dp_shard + expert_p / edp_shard
+            full = dense_p + expert_p
         if zero >= 3:
             gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
             weights = weight_bytes * gathered
@@ -189,7 +200,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             optimizer = opt_bytes * (shard_states if zero >= 1 else full)
         per_token = dense_n * dense_act + moe_n * moe_act  # the stage's layers, no recomputation
         one_layer = max(dense_act if dense_n else 0.0, moe_act if moe_n else 0.0)
-        live = in_flight(i, r.pp, r.vpp, r.micro_batches)
+        live = in_flight(i, r.pp, r.vpp, r.micro_batches, layout.schedule)
         if layout.offload_activation_layers and n:  # offloaded layers keep nothing on the device between passes
             per_token *= max(0, n - layout.offload_activation_layers) / n
         if layout.recompute == "full":

@@ -42,7 +42,7 @@ from statistics import NormalDist
 from commlens.model import InfeasibleError, predict
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import framework
+from commlens.project.frameworks import Framework, framework
 from commlens.project.hardware import device_for
 from commlens.project.kernels import COMPUTE_KINDS, KINDS, Kernel, LayerShape, layer_kernels, unfused_factor
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
@@ -87,6 +87,21 @@ GPU_SPEED_CV = 0.0115
 # SMs a communication kernel overlapped with GEMMs occupies (Transformer Engine's userbuffers reduce-scatter default,
 # of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile.
 OVERLAP_COMM_SMS = 16
+# The pipeline's fill and drain per schedule, as a fraction of one pass through every stage but the slowest:
+# 1F1B and GPipe (p - 1) micro-batch times; interleaved with v chunks 1/v of it (Narayanan et al. SC'21);
+# zero-bubble ZB-H1 a third (its bubble (p-1)(F + B - W) against 1F1B's (p-1)(F + B + W) with F = B = W; Qi et al.,
+# arXiv 2401.10241, Sec. 3); DualPipe (p/2 - 1)(F&B + B - 3W) over 1F1B's, about half (DeepSeek-V3 report,
+# arXiv 2412.19437, Table 2, with overlapped F&B taken as F + B).
+PIPELINE_FILL: dict[str, Callable[[int, int], float]] = {
+    "1f1b": lambda p, v: 1.0,
+    "gpipe": lambda p, v: 1.0,
+    "interleaved": lambda p, v: 1.0 / v,
+    "zero-bubble": lambda p, v: 1.0 / 3.0,
+    "dualpipe": lambda p, v: max(0.0, (p / 2 - 1) / max(1, p - 1)),
+}
+# Round trip of the MoE dispatcher's host sync: a small device-to-host copy and stream synchronisation (~10 us on
+# PCIe/NVLink-C2C) and the first kernel launched after it reaching the GPU (~5-10 us).
+MOE_SYNC_S = 20e-6
 MOE_ROUTER_KERNELS = 8
 MOE_DISPATCH_KERNELS = 10
 
@@ -241,6 +256,11 @@ def project(
 
     tp_chunks = t if layout.tp_comm_overlap and t > 1 else 1
     fw = framework(layout.framework)
+    if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
+        raise InfeasibleLayoutError(
+            f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
+            "schedule",
+        )
     shape = LayerShape(tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks)
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
 
@@ -306,7 +326,21 @@ def project(
             # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
             tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
         gpu = compute + stream + tp_t + cp_exp + ep_t
-        kind_times.append((compute, stream, tp_t, cp_exp, cp_hid, ep_t, max(0.0, host - gpu), tp_hid))
+        host_exposed = max(0.0, host - gpu)
+        if a2a_bytes and fw.moe_dispatch_sync:
+            # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
+            # GPU past that point, so the forward's two halves (before and after the sync) each take the longer of
+            # their launches and their GPU work, plus the copy's round trip; the backward reuses the counts
+            ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
+            pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + tp_pass / 2
+            post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
+            pre_host = static * host_static
+            post_host = eager * fw.host_s_per_kernel
+            fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
+            bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
+            bwd_host = (static * host_static + eager * fw.host_s_per_kernel) * BACKWARD_KERNEL_RATIO
+            host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
+        kind_times.append((compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid))
     dense_kind = 0 if dense_layers else None
     moe_kind = len(kind_times) - 1 if w.moe is not None else None
 
@@ -392,7 +426,8 @@ def project(
     pace = max(range(len(stages)), key=times.__getitem__)
     t_max = times[pace]
     # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
-    pipeline_s = m_count * t_max + (sum(times) - t_max) / r.vpp
+    schedule = layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
+    pipeline_s = m_count * t_max + (sum(times) - t_max) * PIPELINE_FILL[schedule](r.pp, r.vpp)
     for st in stages:  # each stage's own bubble: the pipeline's time it spends not working on its micro-batches
         st["idle_s"] = pipeline_s - m_count * st["per_micro_batch_s"]
 
@@ -420,6 +455,7 @@ def project(
                 st,
                 recompute_full,
                 m_count,
+                fw,
             )
             tails[key] = tail
         total = tail[0] + tail[1] + tail[2]  # exposed DP, exposed FSDP gathers, optimizer
@@ -518,6 +554,7 @@ def _dp_tail(
     st: dict[str, float],
     recompute_full: bool,
     m_count: int,
+    fw: Framework,
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage."""
     dp_s = 0.0
@@ -538,10 +575,24 @@ def _dp_tail(
         gather += comm("all_gather", expert_local * 2, edp_group)
         passes = (2.0 if recompute_full else 1.0) + (1.0 if layout.reshard_after_forward else 0.0)
         fsdp_per_mb = gather * passes
-        per_mb = st["per_micro_batch_s"]
-        fsdp_exposed = (
-            m_count * max(0.0, fsdp_per_mb - per_mb) if layout.overlap_param_gather else m_count * fsdp_per_mb
-        )
+        layers = max(1.0, st["layers"])
+        per_layer = gather / layers  # each layer's parameters are gathered on their own, before it runs
+        fwd_layer = (st["compute"] + st["memory_bound"]) / (4.0 if recompute_full else 3.0) / layers
+        prefetch = fw.overlap.param_prefetch_layers
+        if not layout.overlap_param_gather or prefetch == 0:
+            exposed_mb = fsdp_per_mb  # gathered on demand: each layer waits for its parameters
+        else:
+            # a pass waits for its first layer's gather; then each gather runs under the layers before it
+            # (prefetch 1: under one layer's compute, the backward's two; deeper prefetch pools the slack)
+            def pass_exposed(compute_per_layer: float) -> float:
+                if prefetch == 1:
+                    return per_layer + (layers - 1) * max(0.0, per_layer - compute_per_layer)
+                return per_layer + max(0.0, (layers - 1) * (per_layer - compute_per_layer))
+
+            exposed_mb = pass_exposed(fwd_layer) * (2.0 if recompute_full else 1.0)
+            if layout.reshard_after_forward:
+                exposed_mb += pass_exposed(2 * fwd_layer)
+        fsdp_exposed = m_count * min(fsdp_per_mb, exposed_mb)
         fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
