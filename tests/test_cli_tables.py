@@ -144,9 +144,10 @@ def test_project_tables() -> None:
     )
     assert validate[1] == "megatron-sc21"
     assert validate[2] == (
-        "workload             topology  GPUs  layout                   figure   published  predicted  error"
+        "workload             topology  GPUs  layout                   figure   published  predicted  error  in band"
     )
     assert validate[3].startswith("megatron-gpt-1.7b    dgx-a100    32  tp1 cp1 pp1x1 ep1 dp32   TFLOP/s        137  ")
+    assert validate[3].endswith(("  yes", "  no"))  # the row against its family's band fitted without it
     assert validate[13].startswith("  megatron-sc21: mean absolute error ")
 
 

@@ -242,6 +242,15 @@ def _print_projection(p) -> None:
         f"recompute {lay['recompute']}, {lay['micro_batches']} micro-batches"
     )
     print(f"  step time        {p.step_time_s:10.3f} s")
+    if p.band:
+        b = p.band
+        print(
+            f"  80% band        {b['low_s']:.3f}-{b['high_s']:.3f} s  (validation residuals of {b['family']}, "
+            f"{b['rows']} published rows)"
+        )
+    else:
+        print("  80% band         none: no published rows near this workload")
+    print(f"  framework        {p.framework:>10}")
     print(f"  tokens/s         {p.tokens_per_s:10.4g}")
     print(f"  model TFLOP/s    {p.model_tflops_per_gpu:10.1f} per GPU   (MFU {format_percent(p.mfu)})")
     print(f"  hw TFLOP/s       {p.hw_tflops_per_gpu:10.1f} per GPU   (with recomputation)")
@@ -255,6 +264,12 @@ def _print_projection(p) -> None:
     )
     if lay["pp"] > 1 and p.stages:
         _print_stages(p)
+    if p.kernels:
+        total = sum(p.kernels.values())
+        print(
+            "  kernels (share of GPU kernel time): "
+            + ", ".join(f"{k} {format_percent(v / total)}" for k, v in p.kernels.items() if v / total >= 0.005)
+        )
     print("  breakdown (s, share of step):")
     parts = [(k, f"{v:.3f}", format_percent(v / p.step_time_s)) for k, v in p.breakdown.items() if v > 0]
     print_table(new_table("part", right("time s"), right("share"), rows=parts), indent=4)
@@ -431,6 +446,7 @@ def _validate(
     from commlens.project.validate import (
         MEMORY,
         SC21,
+        band_coverage,
         load_memory_figures,
         load_set,
         table_names,
@@ -457,8 +473,10 @@ def _validate(
     files = accelerators_in_force(accelerators)
     with errors_as_exit():
         rows = validate_tables([n for n in chosen if n != MEMORY], accelerators=files)
+        rows, coverage = band_coverage(rows)
         memory = validate_memory(accelerators=files) if MEMORY in chosen else None
     summary = _validation_summary(rows, memory)
+    summary["band_coverage"] = coverage
     if as_json:
         out: dict[str, Any] = {"rows": [r.as_dict() for r in rows], **summary}
         if memory is not None:
@@ -486,19 +504,25 @@ def _stats(rows) -> dict[str, Any]:
 
 
 def _validation_summary(rows, memory=None) -> dict[str, Any]:
-    """Per table and overall, and the memory figures when given. Targets (issue 17): mean absolute error <= 5%,
-    every row within 10%, none refused; memory: every printed/formula figure within 10%, every bound met."""
+    """Per table and overall, and the memory figures when given. Targets (issue 27): every table's mean absolute
+    error <= 8% (SC'21 <= 3%), every row within 20%, all rows together <= 6%, none refused; memory: every
+    printed/formula figure within 10%, every bound met."""
     tables: dict[str, list] = {}
     for r in rows:
         tables.setdefault(r.table, []).append(r)
     out: dict[str, Any] = {"tables": {name: _stats(t) for name, t in tables.items()}}
     if rows:
         overall = _stats(rows)
+        per_table = all(
+            st["mean_abs_error"] is not None and st["mean_abs_error"] <= (0.03 if name == "megatron-sc21" else 0.08)
+            for name, st in out["tables"].items()
+        )
         ok = (
             overall["refused"] == 0
             and overall["mean_abs_error"] is not None
-            and overall["mean_abs_error"] <= 0.05
-            and overall["max_abs_error"] <= 0.10
+            and overall["mean_abs_error"] <= 0.06
+            and overall["max_abs_error"] <= 0.20
+            and per_table
         )
         out["overall"] = overall
         out["throughput_targets_met"] = ok
@@ -583,6 +607,7 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
                 "layout",
                 "figure",
                 *map(right, ("published", "predicted", "error")),
+                "in band",
             )
         assert table is not None
         predicted, error = (
@@ -590,8 +615,17 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
             if r.predicted is None
             else (f"{r.predicted:.4g}", format_percent(r.error, sign=True))
         )
+        in_band = "-" if r.in_band is None else "yes" if r.in_band else "no"
         table.add_row(
-            r.workload, r.topology, str(r.gpus), r.layout, units[r.metric], f"{r.published:.4g}", predicted, error
+            r.workload,
+            r.topology,
+            str(r.gpus),
+            r.layout,
+            units[r.metric],
+            f"{r.published:.4g}",
+            predicted,
+            error,
+            in_band,
         )
     if table is not None:
         print_table(table)
@@ -600,9 +634,15 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
     print(
         f"\noverall: {o['rows']} rows, mean absolute error {pct(o['mean_abs_error'])}, max {pct(o['max_abs_error'])}"
         + (f", {o['refused']} refused" if o["refused"] else "")
-        + " (targets: mean <= 5%, every row within 10%, none refused: "
+        + " (targets: mean <= 6%, each table <= 8% (SC'21 <= 3%), every row within 20%, none refused: "
         + f"{'met' if summary['throughput_targets_met'] else 'NOT met'})"
     )
+    cov = summary.get("band_coverage") or {}
+    if cov.get("coverage") is not None:
+        print(
+            f"80% band (each row left out of its own family's fit): covers {cov['covered']} of {cov['rows']} rows "
+            f"({format_percent(cov['coverage'])}; target 70% to 90%)"
+        )
 
 
 def _print_table_stats(name, stats: dict[str, Any], pct) -> None:

@@ -40,6 +40,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from commlens.model import InfeasibleError, predict
+from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, framework
@@ -158,6 +159,7 @@ class Projection:
     pace_stage: int = 0  # the stage that sets the pipeline's pace (slowest per micro-batch)
     kernels: dict[str, float] = field(default_factory=dict)  # seconds of the step by kernel class (pace stage)
     framework: str = "megatron-core"
+    band: dict[str, object] | None = None  # 80% band of the step time and its family (commlens.project.bands)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -179,6 +181,7 @@ class Projection:
             "pace_stage": self.pace_stage,
             "kernels": dict(self.kernels),
             "framework": self.framework,
+            "band": self.band,
         }
 
 
@@ -528,7 +531,13 @@ def project(
         pace_stage=pace,
         kernels={cls: kernel_s[cls] for cls in KINDS if cls in kernel_s},
         framework=layout.framework,
+        band=_band(step, family_of(topology.accelerator.name, layout.framework, w.moe is not None, w.seq_len)),
     )
+
+
+def _band(step_s: float, family: tuple[str, str, str, str]) -> dict[str, object] | None:
+    found = band(step_s, family)
+    return None if found is None else found.as_dict()
 
 
 @lru_cache(maxsize=256)

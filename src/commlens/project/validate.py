@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
+    from commlens.project.bands import Residual
+
 __all__ = [
     "MEGATRON_TABLE1",
     "MEMORY",
@@ -219,6 +221,13 @@ class SetResult:
     published: float
     predicted: float | None  # None: the model refused the layout
     refused: str = ""
+    family: tuple[str, str, str, str] | None = None  # commlens.project.bands.family_of the row
+    in_band: bool | None = None  # published within the 80% band fitted without this row (band_coverage)
+
+    @property
+    def log_ratio(self) -> float | None:
+        """log(published step / projected step): the residual the error bands are fitted on."""
+        return None if self.error is None else math.log1p(self.error)
 
     @property
     def error(self) -> float | None:
@@ -240,7 +249,50 @@ class SetResult:
             "predicted": self.predicted,
             "error": self.error,
             "refused": self.refused or None,
+            "family": " x ".join(self.family) if self.family else None,
+            "in_band": self.in_band,
         }
+
+
+def residuals(rows: Sequence[SetResult]) -> list[Residual]:
+    """The projected rows' residuals by family, for ``commlens.project.bands``."""
+    from commlens.project.bands import Residual
+
+    return [
+        Residual(r.family, r.log_ratio, f"{r.table} {r.workload} {r.gpus}")
+        for r in rows
+        if r.family is not None and r.log_ratio is not None
+    ]
+
+
+def band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], dict[str, object]]:
+    """Each projected row's published figure against the 80% band of its family fitted on the other rows
+    (leave one out); the rows with ``in_band`` set, and the coverage (target: 70% to 90%)."""
+    from dataclasses import replace
+
+    from commlens.project.bands import band
+
+    all_res = residuals(rows)
+    out: list[SetResult] = []
+    covered = judged = 0
+    for i, r in enumerate(rows):
+        if r.family is None or r.log_ratio is None:
+            out.append(r)
+            continue
+        own = _index(rows, i)
+        others = [x for j, x in enumerate(all_res) if j != own]
+        b = band(1.0, r.family, others)
+        inside = None if b is None else b.low_s <= math.exp(r.log_ratio) <= b.high_s
+        if inside is not None:
+            judged += 1
+            covered += inside
+        out.append(replace(r, in_band=inside))
+    return out, {"rows": judged, "covered": covered, "coverage": covered / judged if judged else None}
+
+
+def _index(rows: Sequence[SetResult], i: int) -> int:
+    """Position of row ``i`` among the rows that have a residual."""
+    return sum(1 for r in rows[:i] if r.family is not None and r.log_ratio is not None)
 
 
 def _published_dir(directory: Path | None = None) -> Traversable:
@@ -361,6 +413,7 @@ def _compact(lay: Mapping[str, int]) -> str:
 def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None) -> list[SetResult]:
     """Every row of ``table`` projected as published: predicted against published figure."""
     from commlens.errors import CommlensError
+    from commlens.project.bands import family_of
     from commlens.project.errors import InfeasibleLayoutError
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
@@ -406,6 +459,7 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
                 row.published,
                 predicted,
                 refused,
+                family_of(topo.accelerator.name, layout.framework, w.moe is not None, w.seq_len),
             )
         )
     return out
@@ -428,6 +482,7 @@ def validate_tables(names: Sequence[str], accelerators: Sequence[str] | None = N
                         "tflops_per_gpu",
                         r.published_tflops,
                         r.predicted_tflops,
+                        family=("ampere", "megatron-core", "dense", "short"),
                     )
                 )
         else:
