@@ -279,6 +279,8 @@ def test_a_refused_row_misses_the_targets():
 
 
 def test_memory_table_through_the_cli():
+    from commlens.project.memory import MEMORY_TOLERANCE
+
     out = _cli("project", "validate", "--table", "memory", "--json")
     assert out.returncode in (0, 1), out.stderr
     data = json.loads(out.stdout)
@@ -287,7 +289,9 @@ def test_memory_table_through_the_cli():
     assert [f["name"] for f in figures] == names and len(names) == 34
     for f in figures:
         if f["kind"] == "bound":
-            assert f["error"] is None and f["fits"] == (f["predicted_bytes"] <= f["published_bytes"])
+            # a bound is met within the memory model's stated error, as the projection refuses only beyond it
+            allowed = f["published_bytes"] * (1 + MEMORY_TOLERANCE)
+            assert f["error"] is None and f["fits"] == (f["predicted_bytes"] <= allowed)
         else:
             assert f["fits"] is None and f["error"] == pytest.approx(f["predicted_bytes"] / f["published_bytes"] - 1)
     assert data["rows"] == []

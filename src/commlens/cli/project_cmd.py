@@ -233,6 +233,7 @@ def _layout_error(err: dict[str, Any]) -> str:
 
 def _print_projection(p) -> None:
     from commlens.cli.tables import new_table, print_table, right
+    from commlens.project.memory import MEMORY_TOLERANCE
     from commlens.results.units import format_percent
 
     lay = p.layout
@@ -261,6 +262,12 @@ def _print_projection(p) -> None:
         f"{p.memory_capacity_bytes / 1e9:.1f}: allocated {p.memory['total'] / 1e9:.1f} ("
         + ", ".join(f"{k} {p.memory[k] / 1e9:.1f}" for k in kinds if k in p.memory)
         + "), + allocator fragmentation and runtime"
+        + (
+            f"\n                   tight: over capacity by less than the memory model's error "
+            f"({MEMORY_TOLERANCE:.0%}); it may not fit"
+            if p.memory_fit == "tight"
+            else ""
+        )
     )
     if lay["pp"] > 1 and p.stages:
         _print_stages(p)

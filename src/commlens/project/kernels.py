@@ -34,6 +34,7 @@ __all__ = [
     "KINDS",
     "Kernel",
     "LayerShape",
+    "MODULES",
     "layer_kernels",
     "unfused_factor",
 ]
@@ -77,6 +78,27 @@ ATTENTION_KERNELS = 2  # the attention core with its rotary embedding (fused)
 FFN_ELEMENTWISE = 1
 MOE_ROUTER_KERNELS = 8  # softmax/sigmoid, top-k, the load-balancing loss
 MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the splits and tokens, unpermute
+# The recompute modules (Megatron-Core's --recompute-modules) each kernel belongs to: selective recomputation of a
+# module runs its kernels' forward again in the backward.
+MODULES: dict[str, frozenset[str]] = {
+    "attention": frozenset({"core_attn"}),
+    "softmax": frozenset({"core_attn"}),
+    "q_up": frozenset({"mla_up_proj"}),
+    "kv_up": frozenset({"mla_up_proj"}),
+    "input_norm": frozenset({"layernorm"}),
+    "ffn_norm": frozenset({"layernorm"}),
+    "ffn_in": frozenset({"mlp"}),
+    "ffn_activation": frozenset({"mlp"}),
+    "ffn_out": frozenset({"mlp"}),
+    "router": frozenset({"moe"}),
+    "router_topk": frozenset({"moe"}),
+    "permute": frozenset({"moe"}),
+    "experts_in": frozenset({"moe"}),
+    "experts_activation": frozenset({"moe", "moe_act"}),
+    "experts_out": frozenset({"moe"}),
+    "shared_in": frozenset({"shared_experts"}),
+    "shared_out": frozenset({"shared_experts"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +111,6 @@ class Kernel:
     bwd_s: float
     launches: float = 1.0  # host launches of the forward (the backward launches BACKWARD_KERNEL_RATIO x)
     eager: bool = False  # stays eager under CUDA graphs (dynamic shapes: MoE dispatch and experts)
-    selective: bool = False  # recomputed under selective recomputation (the attention core)
     flops: float = 0.0  # forward FLOPs
     nbytes: float = 0.0  # forward bytes through HBM
 
@@ -117,8 +138,9 @@ def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float
 def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> Kernel:
     """The attention core of one layer: flash-style kernels from their family's efficiency, or unfused."""
     a_t = w.heads / s.tp
-    d = w.head_size
-    causal_flops = 4 * s.tokens * s.keys * a_t * d * 0.5  # causal: flash skips masked blocks
+    d = w.qk_head_dim
+    # scores (QK^T over the query/key size) and context (PV over the value size); causal: flash skips masked blocks
+    causal_flops = 2 * s.tokens * s.keys * a_t * (w.qk_head_dim + w.v_head_dim) * 0.5
     if layout.flash_attention:
         kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
@@ -127,12 +149,14 @@ def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, 
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
         t_fwd = causal_flops / (fwd if fwd else default)
         t_bwd = 2 * causal_flops / (bwd if bwd else default)
-        return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, selective=True, flops=causal_flops)
+        return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=causal_flops)
     # unfused: scores and context as batched GEMMs over the full s x s, softmax + dropout through HBM
     b_heads = w.micro_batch * a_t
     q = s.tokens / w.micro_batch
-    t_core = gemm_time_s(dev, peak16, q, s.keys, d, b_heads) + gemm_time_s(dev, peak16, q, d, s.keys, b_heads)
-    return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, selective=True, flops=causal_flops)
+    t_core = gemm_time_s(dev, peak16, q, s.keys, d, b_heads) + gemm_time_s(
+        dev, peak16, q, w.v_head_dim, s.keys, b_heads
+    )
+    return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, flops=causal_flops)
 
 
 def layer_kernels(
@@ -147,7 +171,7 @@ def layer_kernels(
 ) -> list[Kernel]:
     """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
     t, h, d = s.tp, w.hidden, w.head_size
-    a_t, g_t = w.heads / t, max(w.kv_heads_n / t, 1.0)
+    a_t, g_t = w.heads / t, max(w.kv_heads_n / t, 1.0)  # query and key/value heads on this GPU
     mats = 3 if w.gated_ffn else 2
     fp8 = w.precision == "fp8"
     elem = 1.0 if fp8 else 2.0
@@ -181,12 +205,15 @@ def layer_kernels(
         return Kernel(name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times)
 
     resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
-    out: list[Kernel] = [
-        stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
-        gemm("qkv", "gemm", tokens, (a_t + 2 * g_t) * d, h, s.tp_chunks),
-    ]
+    linears = w.attention_linears(t)
+    out: list[Kernel] = [stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
+    for name, k_in, n_out in linears[:-1]:  # QKV, or MLA's down- and up-projections (latent norms beside them)
+        out.append(gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1))
+        if name in ("q_down", "kv_down"):
+            out.append(stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
     if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
-        out.append(stream("rotary", "rotary", 2 * 2 * tokens * (a_t + g_t) * d, 0, "rotary"))
+        rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
+        out.append(stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
     attention = _attention(dev, fw, w, layout, s, peak16)
     out.append(attention)
     if not layout.flash_attention:  # scale-mask-softmax 4 B + dropout 5 B per score; context copied back 4 B
@@ -195,13 +222,14 @@ def layer_kernels(
             stream("softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0)
         )
     out += [
-        gemm("attention_out", "gemm", tokens, a_t * d, h, s.tp_chunks),
+        gemm("attention_out", "gemm", tokens, h, linears[-1][1], s.tp_chunks),
         stream("attention_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
         stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
     ]
     if t > 1:  # the TP collectives' launches (their time is communication, counted apart)
         out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 4 if s.sp else 2))
-    attn_in, attn_grads = 2 * resid + tokens * a_t * d, tokens * (a_t + 2 * g_t) * d + 2 * resid
+    attn_in = 2 * resid + tokens * linears[-1][1] + sum(tokens * k for name, k, _ in linears[1:-1])
+    attn_grads = sum(tokens * n for _, _, n in linears[:-1]) + 2 * resid
     if not moe:
         f_t = w.ffn_hidden / t
         out += [

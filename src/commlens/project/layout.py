@@ -25,6 +25,7 @@ from commlens.workload import Workload
 __all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 _DIMS = ("tp", "cp", "dp", "pp")
@@ -77,6 +78,11 @@ class ParallelLayout(BaseModel):
         description="optimizer bytes per parameter: fp32 master + Adam moments 12; bf16 moments 8",
     )
     recompute: Recompute = Field(default="selective", description="activation recomputation: none, selective, full")
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=(),
+        description="modules selective recomputation redoes (Megatron --recompute-modules: core_attn, mla_up_proj, "
+        "layernorm, mlp, moe, moe_act, shared_experts); empty: core_attn",
+    )
     flash_attention: bool = Field(default=True, description="fused (flash) attention; false: unfused, s^2 in HBM")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
     overlap_param_gather: bool = Field(default=True, description="ZeRO parameter all-gather overlaps forward")
@@ -138,6 +144,11 @@ class ParallelLayout(BaseModel):
         if v not in framework_names():
             raise ValueError(f"unknown framework {v!r}; known: {', '.join(framework_names())}")
         return v
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules(cls, v: Any) -> Any:
+        return tuple(x for x in v.replace("-", ",").split(",") if x) if isinstance(v, str) else v
 
     @field_validator("stage_layers", mode="before")
     @classmethod

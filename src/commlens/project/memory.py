@@ -65,9 +65,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOCATOR_FRAGMENTATION",
+    "MEMORY_TOLERANCE",
     "LOGIT_BYTES",
     "RUNTIME_BYTES",
     "activation_bytes_per_token",
+    "activation_parts",
+    "recomputed_modules",
     "in_flight",
     "memory_per_gpu",
     "stage_layer_kinds",
@@ -79,6 +82,9 @@ __all__ = [
 # in docs/project.md (memory): OOM reports of training jobs show 0.5-2 GiB reserved-but-unallocated beside 43-77 GiB
 # allocated on 80 GB GPUs (about 1-3%), more when allocation sizes churn.
 ALLOCATOR_FRAGMENTATION = 1.03
+# A layout whose predicted peak exceeds the device by no more than the memory model's stated error (published
+# figures within 10%, docs/benchmarks.md) may fit: it is projected and flagged "tight", not refused.
+MEMORY_TOLERANCE = 0.10
 # Device memory outside the caching allocator: CUDA context and kernels' modules (~0.5 GiB), cuBLAS/cuDNN
 # workspaces, NCCL's channel buffers for each communicator (4 MiB x channels x peers). OOM reports of single-node
 # jobs on H100 show 1.6-4 GiB of "non-PyTorch memory".
@@ -86,31 +92,61 @@ RUNTIME_BYTES = 2.0 * 2**30
 LOGIT_BYTES = 2.0 + 4.0  # the output layer's 16-bit logits and the fp32 copy the vocabulary-parallel loss uses
 
 
-def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
-    """Activation bytes one layer keeps per token for backward (per GPU of its TP group), no recomputation."""
+def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> dict[str, float]:
+    """Activation bytes one layer keeps per token for backward, per GPU of its TP group, by the module that keeps
+    them (Megatron-Core's recompute module names: ``layernorm``, ``core_attn``, ``mla_up_proj``, ``mlp``,
+    ``moe``, ``moe_act``, ``shared_experts``; ``attention`` and ``norm_inputs`` are kept by every layer)."""
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
+    outside_div = tp if sp else 1
     # a GEMM keeps its input for the weight gradient: 16-bit, or its fp8 copy (1 B) under fp8
     gemm_in = 1.0 if w.precision == "fp8" else 2.0
-    outside = 4.0 * h + 2.0 * gemm_in * h + (2.0 * h if w.dropout else 0.0)
-    inside = 2.0 * d * (a + 2 * g) + 2.0 * a * d  # Q, K, V and the attention output (kept by attention)
+    parts = {
+        "norm_inputs": (4.0 * h + (2.0 * h if w.dropout else 0.0)) / outside_div,  # + dropout masks
+        "layernorm": 2.0 * gemm_in * h / outside_div,  # the norms' outputs, kept as the next GEMMs' inputs
+    }
+    if w.mla is None:
+        parts["attention"] = (2.0 * d * (a + 2 * g) + 2.0 * a * d) / tp  # Q, K, V and the attention output
+    else:  # the latents (inputs of the up-projections and their norms), expanded Q, K, V, and the output
+        ml = w.mla
+        latents = (ml.q_lora_rank or 0) + ml.kv_lora_rank + ml.qk_rope_head_dim
+        parts["attention"] = 2.0 * 2 * latents + 2.0 * a * w.v_head_dim / tp
+        parts["mla_up_proj"] = 2.0 * a * (2 * w.qk_head_dim + w.v_head_dim) / tp
+        d = w.v_head_dim
     if w.precision == "fp8":
-        inside += a * d  # the output projection's own fp8 copy of the attention output
+        parts["attention"] += a * d / tp  # the output projection's own fp8 copy of the attention output
     fc1_outputs = 2 if w.gated_ffn else 1
     m = w.moe if moe else None
     if m is not None:
         copies = m.top_k * (m.capacity_factor or 1.0)
         fe = m.expert_ffn_hidden
-        inside += copies * (gemm_in * h + 2.0 * fe * fc1_outputs + gemm_in * fe)
-        inside += m.shared_experts * (2.0 * fe * fc1_outputs + gemm_in * fe)
+        parts["moe"] = copies * (gemm_in * h + 2.0 * fe * fc1_outputs) / tp
+        parts["moe_act"] = copies * gemm_in * fe / tp
+        parts["shared_experts"] = m.shared_experts * (2.0 * fe * fc1_outputs + gemm_in * fe) / tp
     else:
         f = w.ffn_hidden
-        inside += 2.0 * f * fc1_outputs + gemm_in * f  # FC1 output(s) and the activation output (FC2's input)
+        parts["mlp"] = (2.0 * f * fc1_outputs + gemm_in * f) / tp  # FC1 output(s) and the activation output
     if layout.flash_attention:
-        inside += 4.0 * a  # log-sum-exp per query and head (fp32)
-    elif layout.recompute == "none":
-        inside += 5.0 * a * w.seq_len  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
-    return outside / (tp if sp else 1) + inside / tp
+        parts["attention"] += 4.0 * a / tp  # log-sum-exp per query and head (fp32)
+    else:
+        parts["core_attn"] = 5.0 * a * w.seq_len / tp  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
+    return parts
+
+
+def recomputed_modules(layout: ParallelLayout) -> frozenset[str]:
+    """The modules selective recomputation redoes: the layout's, or the attention core by default."""
+    if layout.recompute != "selective":
+        return frozenset()
+    return frozenset(layout.recompute_modules or ("core_attn",))
+
+
+def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
+    """Activation bytes one layer keeps per token for backward (per GPU of its TP group), with selective
+    recomputation's modules dropped (full recomputation is handled by the caller)."""
+    dropped = recomputed_modules(layout) if layout.recompute == "selective" else frozenset()
+    if layout.recompute == "full":  # one layer rebuilt at a time, its attention core kernel by kernel
+        dropped = frozenset({"core_attn"})
+    return sum(v for k, v in activation_parts(w, layout, tp, moe).items() if k not in dropped)
 
 
 def in_flight(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str | None = None) -> float:
@@ -189,13 +225,14 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             dense_p, expert_p = 2 * dense_p, 2 * expert_p
             shard_states = dense_p / dp_shard + expert_p / edp_shard
             full = dense_p + expert_p
+        weights_shard = weight_bytes * shard_states  # ZeRO-3's 16-bit shard (model states as ZeRO counts them)
         if zero >= 3:
             gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
             weights = weight_bytes * gathered
             grads = grad_bytes * shard_states
             optimizer = opt_bytes * shard_states
         else:
-            weights = weight_bytes * full
+            weights = weights_shard = weight_bytes * full
             grads = grad_bytes * (shard_states if zero >= 2 else full)
             optimizer = opt_bytes * (shard_states if zero >= 1 else full)
         per_token = dense_n * dense_act + moe_n * moe_act  # the stage's layers, no recomputation
@@ -215,6 +252,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         stages.append(
             {
                 "weights": weights,
+                "weights_shard": weights_shard,
                 "gradients": grads,
                 "optimizer": optimizer,
                 "activations": activations,

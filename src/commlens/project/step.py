@@ -45,9 +45,23 @@ from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, framework
 from commlens.project.hardware import device_for
-from commlens.project.kernels import COMPUTE_KINDS, KINDS, Kernel, LayerShape, layer_kernels, unfused_factor
+from commlens.project.kernels import (
+    COMPUTE_KINDS,
+    KINDS,
+    MODULES,
+    Kernel,
+    LayerShape,
+    layer_kernels,
+    unfused_factor,
+)
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
-from commlens.project.memory import stage_layer_kinds, stage_memory, stage_parameters
+from commlens.project.memory import (
+    MEMORY_TOLERANCE,
+    recomputed_modules,
+    stage_layer_kinds,
+    stage_memory,
+    stage_parameters,
+)
 from commlens.topology import Topology
 from commlens.workload import Workload
 
@@ -160,6 +174,7 @@ class Projection:
     kernels: dict[str, float] = field(default_factory=dict)  # seconds of the step by kernel class (pace stage)
     framework: str = "megatron-core"
     band: dict[str, object] | None = None  # 80% band of the step time and its family (commlens.project.bands)
+    memory_fit: str = "fits"  # fits, or tight: over capacity by less than the memory model's error (may not fit)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -182,20 +197,21 @@ class Projection:
             "kernels": dict(self.kernels),
             "framework": self.framework,
             "band": self.band,
+            "memory_fit": self.memory_fit,
         }
 
 
 def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
     """(GEMM FLOPs, attention-core FLOPs) of one layer's forward for ``tokens`` queries over ``keys`` keys."""
-    h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
+    h = w.hidden
     mats = 3 if w.gated_ffn else 2
-    dense = 2 * tokens * h * d * (2 * a + 2 * g)
+    dense = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
     m = w.moe if moe else None
     if m is not None:
         dense += 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (m.top_k + m.shared_experts)
     else:
         dense += 2 * tokens * mats * h * w.ffn_hidden
-    return dense, 4 * tokens * keys * a * d
+    return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
 def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
@@ -240,11 +256,11 @@ def project(
     stage_mem = stage_memory(w, layout, r)
     worst = max(range(len(stage_mem)), key=lambda i: stage_mem[i]["reserved"])
     mem = {k: stage_mem[worst][k] for k in ("weights", "gradients", "optimizer", "activations", "total", "reserved")}
-    if check_memory and mem["reserved"] > dev.hbm_bytes:
+    if check_memory and mem["reserved"] > dev.hbm_bytes * (1 + MEMORY_TOLERANCE):
         where = f" on stage {worst + 1} of {r.pp}" if r.pp > 1 else ""
         raise InfeasibleLayoutError(
             f"needs {mem['reserved'] / 1e9:.0f} GB per GPU{where}, has {dev.hbm_bytes / 1e9:.1f} "
-            f"({dev.hbm_bytes / 2**30:.1f} GiB)",
+            f"({dev.hbm_bytes / 2**30:.1f} GiB), more than the memory model's {MEMORY_TOLERANCE:.0%} error over",
             "memory",
         )
 
@@ -287,13 +303,15 @@ def project(
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
         tp_pass = 0.0
-    cp_kv_bytes = 2 * w.micro_batch * w.seq_len * g_t * d * 2  # K and V of the whole sequence, gathered
+    # K and V of the whole sequence, gathered (MLA: after the up-projection, every head's)
+    kv_width = 2 * g_t * d if w.mla is None else w.heads / t * (w.qk_head_dim + w.v_head_dim)
+    cp_kv_bytes = w.micro_batch * w.seq_len * kv_width * 2
     cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
     cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
     cp_hides = fw.overlap.cp == "ring"
 
     recompute_full = layout.recompute == "full"
-    recompute_attn = layout.recompute == "selective"
+    redo = recomputed_modules(layout)  # selective recomputation's modules
     fwd_passes = 2.0 if recompute_full else 1.0
     host_static = 0.0 if layout.cuda_graphs else fw.host_s_per_kernel  # graphable kernels: none left to launch
     # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden)
@@ -302,7 +320,7 @@ def project(
     for kernels, a2a_bytes in layer_kinds:
         by_kind: dict[str, float] = {}
         for k in kernels:
-            passes = fwd_passes + (1.0 if recompute_attn and k.selective else 0.0)
+            passes = fwd_passes + (1.0 if MODULES.get(k.name, frozenset()) & redo else 0.0)
             by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
         kind_seconds.append(by_kind)
         compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
@@ -531,6 +549,7 @@ def project(
         pace_stage=pace,
         kernels={cls: kernel_s[cls] for cls in KINDS if cls in kernel_s},
         framework=layout.framework,
+        memory_fit="fits" if mem["reserved"] <= dev.hbm_bytes else "tight",
         band=_band(step, family_of(topology.accelerator.name, layout.framework, w.moe is not None, w.seq_len)),
     )
 

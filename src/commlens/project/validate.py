@@ -538,10 +538,15 @@ class MemoryResult:
 
     @property
     def fits(self) -> bool | None:
-        """For a bound: the predicted peak is within it (None otherwise)."""
+        """For a bound: the predicted peak is within it, up to the memory model's stated error (``MEMORY_TOLERANCE``,
+        as the projection refuses only beyond it); None otherwise."""
+        from commlens.project.memory import MEMORY_TOLERANCE
+
         if self.kind != "bound":
             return None
-        return self.predicted_bytes is not None and self.predicted_bytes <= self.published_bytes
+        return self.predicted_bytes is not None and self.predicted_bytes <= self.published_bytes * (
+            1 + MEMORY_TOLERANCE
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -630,7 +635,7 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
         return tokens * max(activation_bytes_per_token(w, layout, r.tp, moe) for moe in kinds)
     stages = stage_memory(w, layout, r)
     key = {"activations": "activations", "peak_reserved": "reserved"}.get(fig.measures)
-    values = [st[key] if key else st["weights"] + st["gradients"] + st["optimizer"] for st in stages]
+    values = [st[key] if key else st["weights_shard"] + st["gradients"] + st["optimizer"] for st in stages]
     if fig.stage == "first":
         return values[0]
     if fig.stage == "last":

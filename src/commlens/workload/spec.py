@@ -56,6 +56,16 @@ class Moe(_Spec):
         return self
 
 
+class Mla(_Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values through low-rank latents."""
+
+    q_lora_rank: int | None = Field(default=None, ge=1, description="query latent size; None: queries not compressed")
+    kv_lora_rank: int = Field(ge=1, description="key/value latent size")
+    qk_nope_head_dim: int = Field(ge=1, description="per-head query/key size without rotary")
+    qk_rope_head_dim: int = Field(ge=0, description="per-head query/key rotary size (the rotary key is shared)")
+    v_head_dim: int = Field(ge=1, description="per-head value size")
+
+
 class Workload(_Spec):
     """A decoder-only transformer and the batch it trains on."""
 
@@ -78,6 +88,7 @@ class Workload(_Spec):
     position_embedding: Literal["rotary", "learned"] = Field(
         default="rotary", description="rotary (applied to Q and K in every layer) or learned absolute positions"
     )
+    mla: Mla | None = Field(default=None, description="multi-head latent attention; None: (grouped-query) attention")
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")
@@ -111,10 +122,42 @@ class Workload(_Spec):
     def moe_layers(self) -> int:
         return 0 if self.moe is None else self.layers - self.moe.first_moe_layer
 
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head size of queries and keys (MLA: without and with rotary)."""
+        m = self.mla
+        return self.head_size if m is None else m.qk_nope_head_dim + m.qk_rope_head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Per-head size of values and of the attention output."""
+        return self.head_size if self.mla is None else self.mla.v_head_dim
+
+    def attention_linears(self, tp: int = 1) -> list[tuple[str, float, float]]:
+        """(name, K, N per GPU) of each attention GEMM of one layer for one token, on one of ``tp`` GPUs: QKV and
+        the output projection; MLA's down-projections are replicated over TP, its up-projections split by head."""
+        h, a_t = self.hidden, self.heads / tp
+        m = self.mla
+        if m is None:
+            d, g_t = self.head_size, max(self.kv_heads_n / tp, 1.0)
+            return [("qkv", h, (a_t + 2 * g_t) * d), ("attention_out", a_t * d, h)]
+        out: list[tuple[str, float, float]] = []
+        q_in = h
+        if m.q_lora_rank is not None:
+            out.append(("q_down", h, m.q_lora_rank))
+            q_in = m.q_lora_rank
+        out += [
+            ("q_up", q_in, a_t * self.qk_head_dim),
+            ("kv_down", h, m.kv_lora_rank + m.qk_rope_head_dim),
+            ("kv_up", m.kv_lora_rank, a_t * (m.qk_nope_head_dim + m.v_head_dim)),
+            ("attention_out", a_t * m.v_head_dim, h),
+        ]
+        return out
+
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings."""
-        h, d = self.hidden, self.head_size
-        attn = h * d * (self.heads * 2 + self.kv_heads_n * 2)
+        h = self.hidden
+        attn = int(sum(k * n for _, k, n in self.attention_linears(1)))
         mats = 3 if self.gated_ffn else 2
         dense_layers = self.layers - self.moe_layers
         out = {

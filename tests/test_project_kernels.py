@@ -1,0 +1,175 @@
+"""Issue 27: the operator-level step, framework profiles, schedules, per-module recomputation, MLA, the error band
+and the memory verdict, through ``commlens.project.project`` and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from commlens.project import InfeasibleLayoutError, ParallelLayout, project
+from commlens.project.bands import Residual, band, family_of, prediction_band
+from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
+from commlens.project.frameworks import framework, framework_names, generation
+from commlens.project.kernels import KINDS
+from commlens.project.layout import resolve
+from commlens.project.memory import MEMORY_TOLERANCE, stage_memory
+from commlens.topology import load_topology
+from commlens.workload import load_workload
+
+H100 = load_topology("dgx-h100")
+A100 = load_topology("dgx-a100")
+CLI = [sys.executable, "-m", "commlens"]
+
+
+def test_the_kernel_classes_add_up_to_the_pace_stage_s_gpu_time():
+    w = load_workload("llama3-70b")
+    p = project(w, H100, ParallelLayout(tp=8, pp=4), 1024)
+    assert set(p.kernels) <= set(KINDS) and {"gemm", "attention", "norm", "rotary", "activation"} <= set(p.kernels)
+    stage = p.stages[p.pace_stage]
+    m = p.layout["micro_batches"]
+    gpu = sum(v for k, v in p.kernels.items() if k != "optimizer")
+    assert gpu == pytest.approx(m * (stage["compute"] + stage["memory_bound"]), rel=1e-9)
+    assert p.kernels["gemm"] > p.kernels["attention"] > p.kernels["norm"]  # 70B at 8k: GEMM-bound
+
+
+def test_a_model_with_learned_positions_has_no_rotary_kernel():
+    p = project(load_workload("megatron-gpt-7.5b"), A100, ParallelLayout(tp=4, recompute="full"), 128)
+    assert "rotary" not in p.kernels
+
+
+def test_frameworks_change_the_step_as_their_stacks_do():
+    assert {"megatron-core", "nemo", "torchtitan", "deepspeed"} <= set(framework_names())
+    assert framework("nemo").overlap == framework("megatron-core").overlap  # NeMo runs Megatron-Core
+    w = load_workload("llama3-8b", {"seq_len": 8192})
+    steps = {}
+    for fw, compile_ in (("megatron-core", None), ("torchtitan", False), ("torchtitan", True)):
+        lay = ParallelLayout(tp=1, zero=3, framework=fw, compile=compile_)
+        steps[(fw, compile_)] = project(w, H100, lay, 8)
+    eager, compiled = steps[("torchtitan", False)], steps[("torchtitan", True)]
+    # torchtitan eager runs norms, rotary and SwiGLU as several PyTorch ops and calls FlashAttention-2 on H100
+    assert eager.kernels["norm"] > 3 * steps[("megatron-core", None)].kernels["norm"]
+    assert eager.step_time_s > compiled.step_time_s > 0
+    assert compiled.kernels["norm"] == pytest.approx(steps[("megatron-core", None)].kernels["norm"])
+
+
+def test_an_unknown_framework_or_a_schedule_it_lacks_is_refused():
+    with pytest.raises(ValueError, match="unknown framework 'jax'"):
+        ParallelLayout(framework="jax")
+    w = load_workload("llama3-70b")
+    with pytest.raises(InfeasibleLayoutError, match="megatron-core has no dualpipe pipeline schedule"):
+        project(w, H100, ParallelLayout(tp=8, pp=4, schedule="dualpipe"), 1024)
+
+
+def test_zero_bubble_shrinks_the_bubble_and_dualpipe_doubles_the_parameters():
+    w = load_workload("llama3-70b")
+    base = project(w, H100, ParallelLayout(tp=8, pp=8, framework="torchtitan"), 1024)
+    zb = project(w, H100, ParallelLayout(tp=8, pp=8, framework="torchtitan", schedule="zero-bubble"), 1024)
+    assert zb.breakdown["bubble"] == pytest.approx(base.breakdown["bubble"] / 3, rel=1e-6)
+    dual = ParallelLayout(tp=8, pp=8, framework="torchtitan", schedule="dualpipe")
+    r = resolve(dual, w, 1024, 8)
+    assert stage_memory(w, dual, r)[1]["weights"] == pytest.approx(
+        2 * stage_memory(w, ParallelLayout(tp=8, pp=8), r)[1]["weights"]
+    )
+
+
+def test_deepspeed_gathers_zero3_parameters_on_demand():
+    """ZeRO-3 with DeepSpeed's on-demand fetch exposes every gather; FSDP's one-layer prefetch hides most."""
+    w = load_workload("megatron-gpt-7.5b", {"global_batch": 512, "micro_batch": 8})
+    lay = {"tp": 1, "zero": 3, "recompute": "full", "flash_attention": False}
+    ds = project(w, A100, ParallelLayout(**lay, framework="deepspeed"), 64)
+    fsdp = project(w, A100, ParallelLayout(**lay, framework="torchtitan"), 64)
+    assert ds.overlapped_s["fsdp_gather"] == 0 and ds.breakdown["dp_comm"] > fsdp.breakdown["dp_comm"]
+    assert fsdp.overlapped_s["fsdp_gather"] > 0
+
+
+def test_per_module_recomputation_trades_memory_for_time():
+    w = load_workload("deepseek-v3-like", {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1})
+    topo = load_topology("gb200-nvl72")
+    base = {"tp": 1, "pp": 4, "ep": 64, "zero": 1, "stage_layers": (16, 16, 16, 13)}
+    none = ParallelLayout(**base, recompute="none")
+    up = ParallelLayout(**base, recompute="selective", recompute_modules=("mla_up_proj",))
+    moe = ParallelLayout(**base, recompute="selective", recompute_modules="mla_up_proj,moe")
+    r = resolve(none, w, 256, topo.accelerators_per_node)
+    act = [stage_memory(w, lay, r)[0]["activations"] for lay in (none, up, moe)]
+    assert act[0] > act[1] > act[2]
+    steps = [project(w, topo, lay, 256, check_memory=False).step_time_s for lay in (none, up, moe)]
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_mla_counts_deepseek_v3_s_parameters():
+    w = load_workload("deepseek-v3-like")
+    assert w.parameters == pytest.approx(671e9, rel=0.005)  # DeepSeek-V3: 671B total
+    assert w.active_parameters == pytest.approx(37.5e9, rel=0.02)  # and 37B active (+ embeddings)
+    names = [n for n, _, _ in w.attention_linears(1)]
+    assert names == ["q_down", "q_up", "kv_down", "kv_up", "attention_out"]
+
+
+def test_the_band_comes_from_the_nearest_family_with_enough_rows():
+    fam = ("hopper", "megatron-core", "dense", "long")
+    rows = [Residual(fam, x) for x in (0.01, -0.02, 0.03)] + [Residual(("ampere", "deepspeed", "dense", "short"), 0.5)]
+    b = band(10.0, fam, rows)
+    assert b is not None and b.rows == 3 and b.family == "hopper x megatron-core x dense x long"
+    assert b.low_s < 10.0 < b.high_s
+    # a family without rows of its own falls back field by field, and says so
+    other = band(10.0, ("blackwell", "torchtitan", "moe", "short"), rows)
+    assert other is not None and other.rows == 4 and other.family == "* x * x * x *"
+    low, high = prediction_band([0.1, 0.1, 0.1])
+    assert low == pytest.approx(math.exp(0.1)) and high == pytest.approx(math.exp(0.1))
+    assert family_of("H100 SXM", "nemo", True, 131072) == ("hopper", "megatron-core", "moe", "very-long")
+    assert (
+        generation("MI300X") == "cdna3"
+        and generation("GB200") == "blackwell"
+        and generation("A100 SXM 80GB") == "ampere"
+    )
+
+
+def test_every_projection_prints_its_band_and_validate_reports_the_coverage():
+    out = subprocess.run(
+        [*CLI, "project", "llama3-70b", "-t", "dgx-h100", "--gpus", "1024", "--tp", "8", "--pp", "4", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    p = json.loads(out.stdout)
+    assert p["band"]["low_s"] < p["step_time_s"] * 1.5 and p["band"]["high_s"] > p["band"]["low_s"]
+    assert p["band"]["rows"] >= 3 and p["framework"] == "megatron-core" and p["memory_fit"] == "fits"
+    val = subprocess.run([*CLI, "project", "validate", "--json"], capture_output=True, text=True)
+    data = json.loads(val.stdout)
+    cov = data["band_coverage"]
+    assert cov["rows"] == sum(r["in_band"] is not None for r in data["rows"])
+    assert cov["covered"] == sum(bool(r["in_band"]) for r in data["rows"])
+
+
+def test_a_layout_just_over_capacity_is_projected_as_tight_and_further_over_refused():
+    w = load_workload("llama3-405b", {"seq_len": 8192, "global_batch": 2048, "micro_batch": 1})
+    topo = load_topology("meta-h100-roce")
+    lay = ParallelLayout(
+        tp=8, pp=16, vpp=8, zero=2, recompute="none", order="tp,cp,pp,dp", embedding_in_split=True,
+        loss_in_split=True,
+    )  # fmt: skip
+    p = project(w, topo, lay, 8192)  # Llama 3's Table 4 run, predicted a few % over 80 GB
+    assert p.memory_fit == "tight" and p.memory_capacity_bytes < p.memory_bytes_per_gpu
+    assert p.memory_bytes_per_gpu <= p.memory_capacity_bytes * (1 + MEMORY_TOLERANCE)
+    with pytest.raises(InfeasibleLayoutError, match="more than the memory model's 10% error over"):
+        project(w, topo, ParallelLayout(tp=8, pp=2, zero=1, recompute="none"), 8192)
+
+
+def test_attention_efficiency_is_read_from_tables_and_interpolated(tmp_path, monkeypatch):
+    table = tmp_path / "eff.yaml"
+    table.write_text(
+        "format: commlens.efficiency/1\n"
+        "gpus:\n"
+        '  "H100 SXM":\n'
+        "    attention:\n"
+        "      - {kernel: fa3, pass: fwd, causal: true, head_dim: 128, seq_len: 1024, tflops: 400, origin: test}\n"
+        "      - {kernel: fa3, pass: fwd, causal: true, head_dim: 128, seq_len: 4096, tflops: 600, origin: test}\n"
+    )
+    monkeypatch.setenv(EFFICIENCY_ENV, str(table))
+    assert attention_tflops("H100 SXM", "fa3", "fwd", 128, 2048) == pytest.approx(500e12)
+    assert attention_tflops("H100 SXM", "fa3", "fwd", 128, 65536) == pytest.approx(600e12)  # held at the ends
+    assert attention_tflops("H200 SXM", "fa3", "fwd", 128, 4096) == pytest.approx(600e12)  # H200 borrows H100's
+    assert attention_tflops("H100 SXM", "unfused", "fwd", 128, 4096) is None
