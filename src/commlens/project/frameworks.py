@@ -58,6 +58,19 @@ class Overlap(_Strict):
     cp: Literal["ring", "none"] = Field(description="CP K/V exchange overlapped with attention")
     ep: Literal["exposed", "overlapped"] = Field(description="EP all-to-all on the critical path or hidden")
     optimizer: Literal["after_step", "overlapped"] = Field(description="optimizer step after the backward or beside")
+    param_gather: Literal["next_forward", "after_step"] = Field(
+        description="ZeRO-1/2's all-gather of updated parameters: beside the next step's first forward, or after the step"
+    )
+    bucket_elements: float = Field(
+        ge=0, description="gradient elements per DP bucket (0: one bucket per layer, as FSDP reduces each block)"
+    )
+    bucket_elements_per_dp_rank: float = Field(
+        default=0, ge=0, description="the bucket grows by this many elements per DP rank (Megatron: 1e6)"
+    )
+
+    def dp_bucket_elements(self, dp: int) -> float:
+        """Elements per gradient bucket at DP size ``dp`` (0: per layer)."""
+        return max(self.bucket_elements, self.bucket_elements_per_dp_rank * dp)
 
 
 class Framework(_Strict):

@@ -34,6 +34,7 @@ not halved for causality), so TFLOP/s figures compare with published ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -584,19 +585,34 @@ def _dp_tail(
     m_count: int,
     fw: Framework,
 ) -> tuple[float, float, float, float, float]:
-    """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage."""
-    dp_s = 0.0
+    """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
+
+    Gradients are reduced bucket by bucket, as the framework buckets them (each bucket its own collective, with its
+    own latency); the reduction overlaps the last backward when ``overlap_grad_reduce``, and ZeRO-1/2's all-gather
+    of the updated parameters overlaps the next step's first forward where the framework does that
+    (``overlap_param_gather``)."""
+    rs_s = ag_s = 0.0
+    layers = max(1.0, st["layers"])
     for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
         if group.size == 1 or params == 0:
             continue
+        bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
+        buckets = max(1.0, math.ceil(params / bucket))
         if layout.zero == 0:
-            dp_s += comm("all_reduce", params * gb, group)
+            rs_s += buckets * comm("all_reduce", params * gb / buckets, group)
         else:
-            dp_s += comm("reduce_scatter", params * gb, group)
+            rs_s += buckets * comm("reduce_scatter", params * gb / buckets, group)
             if layout.zero < 3:
-                dp_s += comm("all_gather", params * 2, group)
-    last_bwd = (st["compute"] + st["memory_bound"]) * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
-    dp_hidden = min(dp_s, last_bwd) if layout.overlap_grad_reduce else 0.0
+                ag_s += buckets * comm("all_gather", params * 2 / buckets, group)
+    dp_s = rs_s + ag_s
+    passes = st["compute"] + st["memory_bound"]
+    last_bwd = passes * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
+    first_fwd = passes / (4.0 if recompute_full else 3.0)
+    hidden_rs = min(rs_s, last_bwd) if layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none" else 0.0
+    hidden_ag = 0.0
+    if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
+        hidden_ag = min(ag_s, first_fwd)
+    dp_hidden = hidden_rs + hidden_ag
     fsdp_exposed = fsdp_hidden = 0.0
     if layout.zero >= 3:  # parameters gathered every micro-batch, forward (and backward if resharded)
         gather = comm("all_gather", dense_local * 2, dp_group)
