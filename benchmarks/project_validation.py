@@ -1,22 +1,25 @@
 #!/usr/bin/env python
-"""Issue 17's figures: projection speed, and the projection against published training runs.
+"""Issue 27's figures: projection speed, the projection against published training runs, and its error band.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/project_validation.py [--write] [--rounds N]
+    .venv/bin/python benchmarks/project_validation.py [--write] [--write-bands] [--rounds N]
 
 1. speed: one projection in-process, the median per call over rounds of 2,000 calls, with the collective cost
    cache kept (warm, as a sweep has it) and cleared before every call (cold), at three points (a dense model
-   on 4 even stages, Llama 3 405B on 16 uneven stages, a MoE model in fp8); target < 0.5 ms for each figure.
-   Then ``commlens project ...`` from the shell (a fresh process, what-if section included), median of 5,
-   target < 1 s; and the what-if exploration alone (``commlens.project.whatif.explore``) at that point;
+   on 4 even stages, Llama 3 405B on 16 uneven stages, a MoE model in fp8); target < 1 ms cold. A sweep of
+   9,600 points (``run_sweep``, the local process pool), target under 5 s for 10,000. Then ``commlens project
+   ...`` from the shell (a fresh process, what-if section included), median of 5; and the what-if exploration
+   alone (``commlens.project.whatif.explore``) at that point;
 2. accuracy: every throughput table of ``commlens project validate`` (predicted against published, per row,
-   per table, overall; targets: mean absolute error <= 5%, every row within 10%, none refused), the same
-   statistics without the MoE rows and without the refused rows (extra lines; the targets are on all rows),
-   and the published memory figures (targets: every figure within 10%, every bound met, none refused).
+   per table, overall; targets: each table's mean absolute error <= 8% (SC'21 <= 3%), all rows together <= 6%,
+   every row within 20%, none refused), by family (GPU generation x framework x dense/MoE x sequence class), and
+   the published memory figures (targets: every figure within 10%, every run that trained fits);
+3. the 80% band: each row against the band of its family fitted without it (target: 70% to 90% covered).
 
-Everything is printed; ``--write`` replaces the section ``## Projection against published runs (issue 17)``
-of docs/benchmarks.md (appending it if absent) and leaves the rest alone.
+Everything is printed; ``--write`` replaces the section ``## Projection against published runs (issue 27)``
+of docs/benchmarks.md (appending it if absent) and leaves the rest alone; ``--write-bands`` refits
+``src/commlens/project/bands.yaml`` from the rows first (the band every projection prints).
 """
 
 from __future__ import annotations
@@ -40,12 +43,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from docsection import write_section  # noqa: E402
 
-SECTION = "## Projection against published runs (issue 17)"
+SECTION = "## Projection against published runs (issue 27)"
 CALLS = 2000  # calls per timed round
-PROJECTION_TARGET_S = 0.5e-3
+PROJECTION_TARGET_S = 1.0e-3
+SWEEP_TARGET_S = 5.0  # 10,000 points
 SHELL_TARGET_S = 1.0
-MEAN_TARGET = 0.05  # mean absolute error, all throughput rows
-ROW_TARGET = 0.10  # every throughput row, every memory figure
+MEAN_TARGET = 0.06  # mean absolute error, all throughput rows
+TABLE_TARGET = 0.08  # each table's mean absolute error
+SC21_TARGET = 0.03
+ROW_TARGET = 0.20  # every throughput row
+MEMORY_TARGET = 0.10  # every memory figure
+BAND_COVERAGE = (0.70, 0.90)
 SHELL_ARGS = ("project", "llama3-70b", "-t", "dgx-h100", "--gpus", "1024", "--tp", "8", "--pp", "4", "--vpp", "5")
 # The CLI's layout for SHELL_ARGS (commlens.cli.project_cmd._one's defaults), for the what-if alone.
 SHELL_LAYOUT: dict[str, Any] = {
@@ -245,8 +253,29 @@ def _commit() -> str:
     return head.stdout.strip() + (note if changed else "")
 
 
+def time_sweep() -> tuple[int, int, float]:
+    """(points, feasible, seconds) of a what-if sweep over GPUs, TP, PP, recomputation, sequence length,
+    framework and ZeRO stage (``run_sweep``, the local process pool over this machine's cores)."""
+    from commlens.project.sweep import Base, grid, run_sweep
+
+    vary = {
+        "gpus": [256, 512, 1024, 2048, 4096],
+        "layout.tp": [1, 2, 4, 8],
+        "layout.pp": [1, 2, 4, 8, 16],
+        "layout.recompute": ["none", "selective", "full"],
+        "workload.seq_len": [2048, 4096, 8192, 16384],
+        "layout.framework": ["megatron-core", "torchtitan", "deepspeed", "nemo"],
+        "layout.zero": [1, 3],
+    }
+    points = grid(vary)
+    base = Base("llama3-70b", "dgx-h100", 1024, {"tp": 8}, {})
+    t0 = time.perf_counter()
+    result = run_sweep(base, points)
+    return len(points), len(result.feasible), time.perf_counter() - t0
+
+
 def speed_lines(
-    timings: list[tuple[SpeedPoint, Timing]], shell_s: Sequence[float], what_if: Timing
+    timings: list[tuple[SpeedPoint, Timing]], shell_s: Sequence[float], what_if: Timing, sweep: tuple[int, int, float]
 ) -> tuple[list[str], list[str]]:
     """The speed table and the speed targets missed (one phrase each)."""
     missed = []
@@ -255,20 +284,28 @@ def speed_lines(
         "",
         f"In-process: median seconds per call over rounds of {CALLS:,} calls ({len(timings[0][1].warm_s)} rounds "
         "each); warm keeps the collective cost cache (`step._COMM`) as a sweep has it, cold clears it before every "
-        "call. The 0.5 ms target is judged on both.",
+        "call. The 1 ms target (issue 27: one projection under 1 ms in-process, cold cache) is judged on cold.",
         "",
         "| what | warm | cold | target | met |",
         "|---|---:|---:|---|---|",
     ]
     for point, t in timings:
-        ok = t.warm_median_s < PROJECTION_TARGET_S and t.cold_median_s < PROJECTION_TARGET_S
-        for what, s in (("warm", t.warm_median_s), ("cold", t.cold_median_s)):
-            if s >= PROJECTION_TARGET_S:
-                missed.append(f"one projection of {point.workload}, {what}: {s * 1e3:.3f} ms (target < 0.5 ms)")
+        ok = t.cold_median_s < PROJECTION_TARGET_S
+        if not ok:
+            missed.append(f"one projection of {point.workload}, cold: {t.cold_median_s * 1e3:.3f} ms (target < 1 ms)")
         lines.append(
             f"| one projection: {point.label} | {t.warm_median_s * 1e3:.3f} ms | {t.cold_median_s * 1e3:.3f} ms "
-            f"| < 0.5 ms | {_met(ok)} |"
+            f"| < 1 ms cold | {_met(ok)} |"
         )
+    points, feasible, sweep_s = sweep
+    per_10k = sweep_s * 10_000 / points
+    if per_10k >= SWEEP_TARGET_S:
+        missed.append(f"a 10,000-point sweep: {per_10k:.1f} s (target < 5 s)")
+    lines.append(
+        f"| a sweep of {points:,} points (llama3-70b on dgx-h100: GPUs x TP x PP x recomputation x sequence x "
+        f"framework x ZeRO; {feasible:,} feasible), `run_sweep` on {os.cpu_count()} cores | {sweep_s:.2f} s "
+        f"({per_10k:.2f} s per 10,000) | - | < 5 s per 10,000 | {_met(per_10k < SWEEP_TARGET_S)} |"
+    )
     shell_median = statistics.median(shell_s)
     if shell_median >= SHELL_TARGET_S:
         missed.append(f"`commlens project` from the shell: {shell_median:.2f} s (target < 1 s)")
@@ -291,79 +328,93 @@ def speed_lines(
     return lines, missed
 
 
-def accuracy_lines(rows: list, memory: list) -> tuple[list[str], list[str]]:
-    """The throughput and memory tables and their statistics, and the targets missed (one phrase each)."""
-    from commlens.project.validate import MEMORY
+def accuracy_lines(rows: list, memory: list, coverage: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The throughput and memory tables, by table and by family, the band's coverage, and the targets missed."""
+    from commlens.project.validate import MEMORY, SC21
 
     moe: dict[str, bool] = {}
     tables: dict[str, list] = {}
+    families: dict[str, list] = {}
     for r in rows:
         tables.setdefault(r.table, []).append(r)
+        families.setdefault(" x ".join(r.family) if r.family else "-", []).append(r)
+    missed = []
     lines = [
         "### Throughput tables (`commlens project validate --table all`)",
         "",
         "Error = predicted / published - 1 on throughput (+: the model is optimistic; for step-time tables, "
-        "published / predicted - 1). Targets on all rows: mean absolute error <= 5%, every row within 10%, "
-        "none refused. MoE: the workload has MoE layers.",
+        "published / predicted - 1). Targets (issue 27): each table's mean absolute error <= 8% (SC'21 <= 3%), "
+        "all rows together <= 6%, every row within 20%, none refused. MoE: the workload has MoE layers.",
         "",
-        "| table | rows | refused | mean abs error | max abs error | within 10% | MoE rows | mean excl. MoE "
-        "| max excl. MoE |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| table | rows | refused | mean abs error | max abs error | within 20% | mean signed | target | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for name, table in tables.items():
-        s = ErrorStats.of([r.error for r in table])
-        dense = ErrorStats.of([r.error for r in table if not _is_moe(r.workload, moe)])
-        n_moe = sum(_is_moe(r.workload, moe) for r in table)
+        st = ErrorStats.of([r.error for r in table])
+        signed = [r.error for r in table if r.error is not None]
+        target = SC21_TARGET if name == SC21 else TABLE_TARGET
+        ok = st.mean_abs is not None and st.mean_abs <= target and st.refused == 0
+        if not ok:
+            missed.append(f"{name} mean absolute error {_pct(st.mean_abs)} (target <= {target:.0%})")
         lines.append(
-            f"| {name} | {s.rows} | {s.refused} | {_pct(s.mean_abs)} | {_pct(s.max_abs)} | {s.within} "
-            f"| {n_moe} | {_pct(dense.mean_abs)} | {_pct(dense.max_abs)} |"
+            f"| {name} | {st.rows} | {st.refused} | {_pct(st.mean_abs)} | {_pct(st.max_abs)} | {st.within} "
+            f"| {_pct(sum(signed) / len(signed) if signed else None, sign=True)} | <= {target:.0%} | {_met(ok)} |"
+        )
+    lines += [
+        "",
+        "By family (GPU generation x framework x dense/MoE x sequence class: the band's families; the band is "
+        "fitted on log(published step / projected step)):",
+        "",
+        "| family | rows | mean abs error | mean signed | rows in their own band (left out) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, fam in sorted(families.items()):
+        st = ErrorStats.of([r.error for r in fam])
+        signed = [r.error for r in fam if r.error is not None]
+        inside = [r.in_band for r in fam if r.in_band is not None]
+        lines.append(
+            f"| {name} | {st.rows} | {_pct(st.mean_abs)} | {_pct(sum(signed) / len(signed) if signed else None, sign=True)} "
+            f"| {sum(inside)} of {len(inside)} |"
         )
     overall = ErrorStats.of([r.error for r in rows])
     dense = ErrorStats.of([r.error for r in rows if not _is_moe(r.workload, moe)])
-    projected = ErrorStats.of([r.error for r in rows if r.error is not None])
-    dense_projected = ErrorStats.of([r.error for r in rows if r.error is not None and not _is_moe(r.workload, moe)])
     over = [f"{r.table} {r.workload} {r.gpus} GPUs {r.layout} ({_pct(r.error, sign=True)})" for r in rows
             if r.error is not None and abs(r.error) > ROW_TARGET]  # fmt: skip
     refused = [f"{r.table} {r.workload} {r.gpus} GPUs {r.layout} ({r.refused})" for r in rows if r.error is None]
     lines += [
         "",
-        "| table | workload | topology | GPUs | layout | metric | published | predicted | error |",
-        "|---|---|---|---:|---|---|---:|---:|---:|",
+        "| table | workload | topology | GPUs | layout | metric | published | predicted | error | in band |",
+        "|---|---|---|---:|---|---|---:|---:|---:|---|",
     ]
     for r in rows:
         predicted = "refused" if r.predicted is None else f"{r.predicted:.4g}"
         error = f"refused: {r.refused}" if r.error is None else _pct(r.error, sign=True)
+        band = "-" if r.in_band is None else "yes" if r.in_band else "no"
         lines.append(
             f"| {r.table} | {r.workload}{' (MoE)' if _is_moe(r.workload, moe) else ''} | {r.topology} | {r.gpus} "
-            f"| {r.layout} | {r.metric} | {r.published:.4g} | {predicted} | {error} |"
+            f"| {r.layout} | {r.metric} | {r.published:.4g} | {predicted} | {error} | {band} |"
         )
-    throughput_ok = overall.targets_met
-    missed = []
     if overall.mean_abs is None or overall.mean_abs > MEAN_TARGET:
-        missed.append(f"throughput mean absolute error {_pct(overall.mean_abs)} (target <= 5%)")
+        missed.append(f"all rows' mean absolute error {_pct(overall.mean_abs)} (target <= 6%)")
     if over:
-        missed.append(f"{len(over)} of {overall.rows} throughput rows over 10% (max {_pct(overall.max_abs)})")
+        missed.append(f"{len(over)} of {overall.rows} rows over 20% (max {_pct(overall.max_abs)})")
     if overall.refused:
-        missed.append(f"{overall.refused} throughput rows refused (target: none)")
+        missed.append(f"{overall.refused} rows refused (target: none)")
+    low, high = BAND_COVERAGE
+    cov = coverage.get("coverage")
+    cov_ok = cov is not None and low <= cov <= high
+    if not cov_ok:
+        missed.append(f"80% band coverage {_pct(cov)} (target 70% to 90%)")
     lines += [
         "",
-        f"**Overall (all rows, the target):** {overall.line()}. Targets (mean <= 5%, every row within 10%, none "
-        f"refused): **{'met' if throughput_ok else 'NOT met'}**"
-        + (
-            f" (mean {_met(overall.mean_abs is not None and overall.mean_abs <= MEAN_TARGET)}; "
-            f"{len(over)} row(s) over 10%; {overall.refused} refused)"
-            if not throughput_ok
-            else ""
-        )
-        + ".",
+        f"**Overall (all rows):** {overall.line()}. Excluding MoE rows (not a target): {dense.line()}.",
         "",
-        f"- Extra, not the target, excluding MoE rows: {dense.line()}.",
-        f"- Extra, not the target, excluding refused rows: {projected.line()}.",
-        f"- Extra, not the target, excluding MoE and refused rows: {dense_projected.line()}.",
+        f"**80% band:** each row against its family's band fitted on the other rows: {coverage.get('covered')} of "
+        f"{coverage.get('rows')} covered ({_pct(cov)}; target 70% to 90%: {_met(cov_ok)}).",
         "",
     ]
     if over:
-        lines += ["Rows over 10%: " + "; ".join(over) + ".", ""]
+        lines += ["Rows over 20%: " + "; ".join(over) + ".", ""]
     if refused:
         lines += ["Refused rows: " + "; ".join(refused) + ".", ""]
 
@@ -377,8 +428,9 @@ def accuracy_lines(rows: list, memory: list) -> tuple[list[str], list[str]]:
         f"### Memory figures (`commlens project validate --table {MEMORY}`)",
         "",
         "GB = 1e9 B per GPU. Error = predicted / published - 1 (+: the model predicts more memory) for printed and "
-        "formula figures; a bound (the run fit in the GPU) is met when the predicted peak is within it. Targets: "
-        "every figure within 10%, every bound met, none refused.",
+        "formula figures; a bound (the run fit in the GPU) is met when the predicted peak is within it, up to the "
+        "memory model's 10% (as `project` refuses only beyond it and flags the layout 'tight' between). Targets: "
+        "every figure within 10%, every run that trained fits, none refused.",
         "",
         "| figure | kind | measures | stage | published GB | predicted GB | error or bound |",
         "|---|---|---|---|---:|---:|---|",
@@ -395,7 +447,7 @@ def accuracy_lines(rows: list, memory: list) -> tuple[list[str], list[str]]:
             f"| {m.name} | {m.kind} | {m.measures} | {m.stage} | {m.published_bytes / 1e9:.4g} | {predicted} "
             f"| {verdict} |"
         )
-    mem_over = [m.name for m in memory if m.error is not None and abs(m.error) > ROW_TARGET]
+    mem_over = [m.name for m in memory if m.error is not None and abs(m.error) > MEMORY_TARGET]
     if mem_over:
         missed.append(f"memory figures over 10%: {', '.join(mem_over)}")
     if bounds_met < len(bounds):
@@ -419,10 +471,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--rounds", type=int, default=5, help=f"timed rounds of {CALLS:,} calls per figure")
+    ap.add_argument("--write-bands", action="store_true", help="refit src/commlens/project/bands.yaml first")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds: must be >= 1")
-    from commlens.project.validate import MEMORY, table_names, validate_memory, validate_tables
+    from commlens.project import bands
+    from commlens.project.validate import (
+        MEMORY,
+        band_coverage,
+        residuals,
+        table_names,
+        validate_memory,
+        validate_tables,
+    )
+
+    if args.write_bands:
+        fitted = validate_tables([n for n in table_names() if n != MEMORY])
+        (ROOT / "src" / "commlens" / "project" / "bands.yaml").write_text(bands.fit(residuals(fitted)))
+        bands._shipped.cache_clear()
 
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     load = os.getloadavg()[0]
@@ -430,15 +496,16 @@ def main() -> None:
     timings = [(point, time_projection(point, args.rounds)) for point in SPEED_POINTS]
     shell_s = time_shell()
     what_if = time_what_if()
-    rows = validate_tables([n for n in table_names() if n != MEMORY])
+    sweep = time_sweep()
+    rows, coverage = band_coverage(validate_tables([n for n in table_names() if n != MEMORY]))
     memory = validate_memory()
     total_s = time.perf_counter() - t0
 
-    speed, speed_missed = speed_lines(timings, shell_s, what_if)
-    accuracy, accuracy_missed = accuracy_lines(rows, memory)
+    speed, speed_missed = speed_lines(timings, shell_s, what_if, sweep)
+    accuracy, accuracy_missed = accuracy_lines(rows, memory, coverage)
     missed = speed_missed + accuracy_missed
     body = [
-        f"Produced by `.venv/bin/python benchmarks/project_validation.py --write{'' if args.rounds == 5 else f' --rounds {args.rounds}'}` "
+        f"Produced by `.venv/bin/python benchmarks/project_validation.py --write{' --write-bands' if args.write_bands else ''}{'' if args.rounds == 5 else f' --rounds {args.rounds}'}` "
         f"(from the repository root), {started.isoformat()}, commit {_commit()}; total {total_s:.0f} s.",
         "",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; 1-minute load "
