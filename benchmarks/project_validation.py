@@ -489,6 +489,7 @@ def main() -> None:
         fitted = validate_tables([n for n in table_names() if n != MEMORY])
         (ROOT / "src" / "commlens" / "project" / "bands.yaml").write_text(bands.fit(residuals(fitted)))
         bands._shipped.cache_clear()
+        bands._shipped_bounds.cache_clear()
 
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     load = os.getloadavg()[0]

@@ -140,14 +140,24 @@ def band(
     residuals: Iterable[Residual] | None = None,
 ) -> Band | None:
     """The band of a projected ``step_s`` of ``family`` (from the shipped residuals unless given)."""
-    found = _nearest(_shipped() if residuals is None else residuals, family)
+    found = _shipped_bounds(family) if residuals is None else _bounds(_nearest(residuals, family))
+    if found is None:
+        return None
+    low, high, name, rows = found
+    return Band(step_s * low, step_s * high, name, rows)
+
+
+def _bounds(found: tuple[list[float], str] | None) -> tuple[float, float, str, int] | None:
     if found is None:
         return None
     ratios, name = found
     bounds = prediction_band(ratios)
-    if bounds is None:
-        return None
-    return Band(step_s * bounds[0], step_s * bounds[1], name, len(ratios))
+    return None if bounds is None else (bounds[0], bounds[1], name, len(ratios))
+
+
+@cache
+def _shipped_bounds(family: tuple[str, str, str, str]) -> tuple[float, float, str, int] | None:
+    return _bounds(_nearest(_shipped(), family))
 
 
 def fit(residuals: Iterable[Residual]) -> str:
