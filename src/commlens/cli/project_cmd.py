@@ -88,6 +88,12 @@ def _one(
     flash: bool = typer.Option(True, "--flash/--unfused-attention"),
     overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="overlap DP communication with compute"),
     order: str = typer.Option("tp,cp,dp,pp", "--order", help="placement, innermost first"),
+    framework_name: str = typer.Option(
+        "megatron-core", "--framework", help="training stack: megatron-core, nemo, torchtitan, deepspeed"
+    ),
+    schedule: str | None = typer.Option(
+        None, "--schedule", help="pipeline schedule: 1f1b, interleaved, zero-bubble, dualpipe, gpipe"
+    ),
     seq_len: int | None = typer.Option(None, "--seq-len"),
     global_batch: int | None = typer.Option(None, "--global-batch"),
     micro_batch: int | None = typer.Option(None, "--micro-batch"),
@@ -124,6 +130,8 @@ def _one(
         "overlap_grad_reduce": overlap,
         "overlap_param_gather": overlap,
         "order": order,
+        "framework": framework_name,
+        **({"schedule": schedule} if schedule else {}),
     }
     wl = {
         k: v
