@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from commlens.project import ParallelLayout, project
-from commlens.project.calibrate import fit_calibration
+from commlens.project.calibrate import fit_calibration, fragment_yaml
 from commlens.project.calibrate_measure import (
     GemmCase,
     StreamCase,
@@ -384,6 +384,32 @@ def test_measure_code_runs_end_to_end_on_cpu(tmp_path):
     assert load_calibration(path) == cal
     proc = subprocess.run(CLI + ["calibrate", "--from", str(path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "give one with --name" in proc.stderr
+
+
+def test_attention_is_measured_and_lands_in_the_fragment_the_projection_reads(tmp_path):
+    # Tiny causal attention on the CPU (SDPA's math backend, wall clock): the records, the file, the fragment's
+    # attention section, and the projection reading its rate before the shipped tables.
+    from commlens.project.calibrate import attention_entries
+    from commlens.project.calibrate_measure import AttentionCase, plan_attention
+    from commlens.project.efficiency import attention_tflops
+
+    assert {(c.kernel, c.pass_) for c in plan_attention()} == {(k, p) for k in ("fa2", "cudnn") for p in ("fwd", "bwd")}
+    cases = [AttentionCase("fa2", p, 2, 4, 64, 16) for p in ("fwd", "bwd")]
+    cal = measure([GemmCase("square", "sq", 64, 64, 64)], [], device="cpu", repeats=(1, 3, 1), attention=cases)
+    assert [(r.pass_, r.seq_len, r.head_dim) for r in cal.attention] == [("fwd", 64, 16), ("bwd", 64, 16)]
+    assert cal.attention[1].flops == 2.5 * cal.attention[0].flops
+    path = tmp_path / "cpu.json"
+    save_calibration(cal, path)
+    assert load_calibration(path) == cal
+    fit = fit_calibration(cal, str(path), "H100 SXM", ("gemm_efficiency",))
+    entries = attention_entries(fit)
+    assert [e["pass"] for e in entries] == ["fwd", "bwd"] and entries[0]["tflops"] == pytest.approx(
+        cal.attention[0].tflops, rel=1e-3
+    )
+    fragment = tmp_path / "h100.yaml"
+    fragment.write_text(fragment_yaml(fit))
+    got = attention_tflops("H100 SXM", "fa2", "fwd", 16, 64, (str(fragment),))
+    assert got == pytest.approx(entries[0]["tflops"] * 1e12)
 
 
 REAL = Path(__file__).parent / "data" / "calibration" / "h200-calibration.json"

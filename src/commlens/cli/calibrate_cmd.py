@@ -1,8 +1,10 @@
-"""``commlens project calibrate``: measure GEMMs and streaming kernels on a GPU, fit the device constants.
+"""``commlens project calibrate``: measure GEMMs, streaming and attention kernels on a GPU, fit the device constants.
 
 Without ``--from`` it measures (CUDA only) into ``--out``; with ``--from FILE``
 it fits an existing measurement file (any machine). Either way it prints the
-fit and, with ``-o``, writes an accelerators file for ``--accelerators``.
+fit and, with ``-o``, writes an accelerators file for ``--accelerators``; attention
+kernels measured go into that file's ``attention:`` section, which the projection's
+attention efficiency reads before the shipped tables.
 Exit codes: 0 done; 2 no CUDA GPU to measure on, or a bad file or option
 (nothing is written then).
 """
@@ -57,7 +59,11 @@ def calibrate(
             fail_with(e)
         except OSError as e:
             fail(f"--out {out}: {e.strerror or e}")
-        print(f"measurements: {out} ({len(cal.gemm)} GEMMs, {len(cal.stream)} streaming runs)", file=sys.stderr)
+        print(
+            f"measurements: {out} ({len(cal.gemm)} GEMMs, {len(cal.stream)} streaming runs, "
+            f"{len(cal.attention)} attention calls)",
+            file=sys.stderr,
+        )
         source = out
     else:
         source = from_file
@@ -76,16 +82,16 @@ def calibrate(
 
 
 def _measure(seed: int, budget_s: float):
-    from commlens.project.calibrate_measure import measure, plan_gemms, plan_streams
+    from commlens.project.calibrate_measure import measure, plan_attention, plan_gemms, plan_streams
 
-    gemms, streams = plan_gemms(seed), plan_streams()
+    gemms, streams, attention = plan_gemms(seed), plan_streams(), plan_attention()
     t0 = time.monotonic()
 
     def progress(done: int, total: int, note: str) -> None:
         if done % 25 == 0 or done == total or done <= len(streams):
             print(f"calibrate: {done}/{total} ({time.monotonic() - t0:.0f} s) {note}", file=sys.stderr, flush=True)
 
-    return measure(gemms, streams, seed=seed, budget_s=budget_s, progress=progress)
+    return measure(gemms, streams, seed=seed, budget_s=budget_s, progress=progress, attention=attention)
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -331,6 +331,7 @@ def fragment_yaml(fit: CalibrationFit) -> str:
             "tiles": [list(t) for t in d.gemm_shape.tiles],
             "origin": d.gemm_shape.origin,
         }
+    attention = attention_entries(fit)
     cur, new = fit.curves[0], fit.curves[-1]
     head = (
         f"# commlens project calibrate --from {Path(fit.source).name}: {fit.calibration.device.name}, "
@@ -341,14 +342,36 @@ def fragment_yaml(fit: CalibrationFit) -> str:
     )
     import yaml
 
+    doc: dict[str, Any] = {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}
+    if attention:  # measured attention kernels: the efficiency tables' entries (commlens.project.efficiency)
+        doc["attention"] = {d.name: attention}
     body = yaml.dump(
-        {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}},
+        doc,
         Dumper=_dumper(),
         sort_keys=False,
         width=120,
         default_flow_style=None,
     )
     return head + body
+
+
+def attention_entries(fit: CalibrationFit) -> list[dict[str, Any]]:
+    """The measured attention calls as efficiency-table entries (``efficiency.yaml``'s schema), the median
+    TFLOP/s of each (kernel, pass, head size, sequence length)."""
+    cal = fit.calibration
+    where = f"commlens project calibrate on {cal.device.name}, {cal.created}, torch {cal.software.get('torch', '?')}"
+    return [
+        {
+            "kernel": r.kernel,
+            "pass": r.pass_,
+            "causal": r.causal,
+            "head_dim": r.head_dim,
+            "seq_len": r.seq_len,
+            "tflops": float(f"{r.tflops:.4g}"),
+            "origin": f"{where}: SDPA {r.kernel}, batch {r.batch} x {r.heads} heads",
+        }
+        for r in cal.attention
+    ]
 
 
 def _dumper() -> type:

@@ -13,6 +13,9 @@
    GEMMs left when ``budget_s`` has passed are skipped (the file says how many).
 3. Streaming kernels (copy, add, GeLU, softmax, layer norm, dropout) run as
    eager PyTorch runs them, over inputs of 64 MiB to 2 GiB.
+4. Causal fused attention (``scaled_dot_product_attention`` on its flash and cuDNN backends), forward and
+   backward, head dim 64 and 128, sequence 512 to 16k at 16k tokens (as the FlashAttention papers size it);
+   the fit writes them as ``attention:`` entries of the efficiency tables.
 Shapes run in a seeded random order so clock drift spreads over all kinds.
 """
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 from commlens.project.calibration_file import (
     STREAM_KERNELS,
+    AttentionRecord,
     CalibrationDtype,
     CalibrationFile,
     GemmKind,
@@ -40,7 +44,16 @@ from commlens.project.calibration_file import (
 )
 from commlens.project.errors import ProjectionError
 
-__all__ = ["GemmCase", "StreamCase", "estimate_s", "measure", "plan_gemms", "plan_streams"]
+__all__ = [
+    "AttentionCase",
+    "GemmCase",
+    "StreamCase",
+    "estimate_s",
+    "measure",
+    "plan_attention",
+    "plan_gemms",
+    "plan_streams",
+]
 
 # Nominal rates for planning repetitions only (about an H200): the file records what was measured.
 _PLAN_FLOPS, _PLAN_BYTES_PER_S, _LAUNCH_S = 700e12, 4.0e12, 8e-6
@@ -77,14 +90,33 @@ class GemmCase:
 
 
 @dataclass(frozen=True)
+class AttentionCase:
+    """Causal fused attention over ``batch`` x ``heads`` x ``seq_len`` of ``head_dim`` on one SDPA backend."""
+
+    kernel: str  # fa2 (SDPA's flash backend), cudnn
+    pass_: str  # fwd, bwd
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+
+    @property
+    def flops(self) -> float:
+        fwd = 4.0 * self.batch * self.seq_len**2 * self.heads * self.head_dim / 2  # causal
+        return fwd if self.pass_ == "fwd" else 2.5 * fwd
+
+
+@dataclass(frozen=True)
 class StreamCase:
     kernel: str
     size_bytes: int
     dtype: CalibrationDtype = "bf16"
 
 
-def estimate_s(case: GemmCase | StreamCase) -> float:
+def estimate_s(case: GemmCase | StreamCase | AttentionCase) -> float:
     """Planning estimate of one call (nominal rates); sets repetitions, never recorded as a result."""
+    if isinstance(case, AttentionCase):
+        return case.flops / (_PLAN_FLOPS / 2) + _LAUNCH_S
     if isinstance(case, StreamCase):
         return case.size_bytes * STREAM_KERNELS[case.kernel] / _PLAN_BYTES_PER_S + _LAUNCH_S
     c = case
@@ -168,6 +200,48 @@ def plan_gemms(seed: int = 0, sample: int = 240) -> list[GemmCase]:
 
 def plan_streams(sizes: tuple[int, ...] = _STREAM_SIZES) -> list[StreamCase]:
     return [StreamCase(kernel, size) for size in sizes for kernel in STREAM_KERNELS]
+
+
+def plan_attention(
+    seq_lens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384),
+    head_dims: tuple[int, ...] = (64, 128),
+    kernels: tuple[str, ...] = ("fa2", "cudnn"),
+    tokens: int = 16384,
+    width: int = 2048,
+) -> list[AttentionCase]:
+    """Causal attention as the FlashAttention benchmarks size it: batch x seq = ``tokens``, heads x head dim =
+    ``width``; forward and backward, on each SDPA backend asked for."""
+    return [
+        AttentionCase(kernel, pass_, max(1, tokens // s), width // d, s, d)
+        for kernel in kernels
+        for d in head_dims
+        for s in seq_lens
+        for pass_ in ("fwd", "bwd")
+    ]
+
+
+def _attention_call(case: AttentionCase, device: str) -> Callable[[], object]:
+    """One forward, or one backward of a forward made beforehand, on the backend the case names."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[case.kernel]
+    if device != "cuda":
+        backend = SDPBackend.MATH  # tests of this code on a CPU
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    shape = (case.batch, case.heads, case.seq_len, case.head_dim)
+    q, k, v = (torch.randn(shape, device=device, dtype=dt, requires_grad=case.pass_ == "bwd") for _ in range(3))
+
+    def forward() -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    if case.pass_ == "fwd":
+        return forward
+    out = forward()
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 
 
 def _repeats(est_s: float) -> tuple[int, int, int]:
@@ -282,6 +356,7 @@ def measure(
     budget_s: float = 150.0,
     progress: Callable[[int, int, str], None] | None = None,
     repeats: tuple[int, int, int] | None = None,
+    attention: list[AttentionCase] | None = None,
 ) -> CalibrationFile:
     """Time every case on ``device`` (``cuda``; ``cpu`` only for tests of this code) and return the file;
     ``repeats`` (warm-up windows, timed windows, calls per window) replaces the planned ones (tests)."""
@@ -307,7 +382,8 @@ def measure(
         measured = MeasuredDevice(
             name=f"cpu ({platform.processor() or platform.machine()})", sms=1, capability="none", memory_bytes=0
         )
-    total, done = len(gemms) + len(streams), 0
+    attention = attention or []
+    total, done = len(gemms) + len(streams) + len(attention), 0
     gemm_rows: list[GemmRecord] = []
     stream_rows: list[StreamRecord] = []
     failed: dict[str, str] = {}
@@ -363,6 +439,39 @@ def measure(
         done += 1
         if progress:
             progress(done, total, note)
+    attention_rows: list[AttentionRecord] = []
+    for att in attention:  # after the GEMMs, whatever the budget: a few dozen calls
+        warmup, reps, inner = repeats or _repeats(estimate_s(att))
+        label = f"attention {att.kernel} {att.pass_} d{att.head_dim} s{att.seq_len}"
+        try:
+            call = _attention_call(att, device)
+            times = timer(call, warmup, reps, inner)
+        except RuntimeError as e:  # a backend this GPU or build lacks: recorded, the sweep goes on
+            failed[label] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            continue
+        finally:
+            call = None
+        med = statistics.median(times)
+        attention_rows.append(
+            AttentionRecord.model_validate(
+                {
+                    "kernel": att.kernel,
+                    "pass": att.pass_,
+                    "causal": True,
+                    "batch": att.batch,
+                    "heads": att.heads,
+                    "seq_len": att.seq_len,
+                    "head_dim": att.head_dim,
+                    "dtype": "bf16",
+                    "times_s": tuple(times),
+                    "time_s": med,
+                    "tflops": att.flops / med / 1e12,
+                }
+            )
+        )
+        done += 1
+        if progress:
+            progress(done, total, f"{label}: {attention_rows[-1].tflops:.0f} TFLOP/s")
     if device == "cuda":
         measured = measured.model_copy(
             update={"clocks": {**measured.clocks, **{f"after {k}": v for k, v in _clocks().items()}}}
@@ -393,4 +502,5 @@ def measure(
         settings=settings,
         gemm=tuple(gemm_rows),
         stream=tuple(stream_rows),
+        attention=tuple(attention_rows),
     )

@@ -28,6 +28,7 @@ __all__ = [
     "GemmKind",
     "GemmLayout",
     "STREAM_KERNELS",
+    "AttentionRecord",
     "CalibrationFile",
     "CalibrationFileError",
     "GemmRecord",
@@ -114,6 +115,34 @@ class StreamRecord(_Record):
         return self
 
 
+class AttentionRecord(_Record):
+    """One fused attention call (``torch.nn.functional.scaled_dot_product_attention`` on one backend), forward or
+    backward, over ``batch`` x ``heads`` x ``seq_len`` queries of ``head_dim``; ``tflops`` counted as the
+    FlashAttention benchmarks count (forward 4 b s^2 h d, halved when causal; backward 2.5 x the forward's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kernel: Literal["fa2", "cudnn", "efficient", "math"] = Field(description="SDPA backend: flash (FA2), cudnn, ...")
+    pass_: Literal["fwd", "bwd"] = Field(alias="pass")
+    causal: bool
+    batch: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    tflops: float = Field(gt=0)
+
+    @property
+    def flops(self) -> float:
+        fwd = 4.0 * self.batch * self.seq_len**2 * self.heads * self.head_dim / (2 if self.causal else 1)
+        return fwd if self.pass_ == "fwd" else 2.5 * fwd
+
+    @model_validator(mode="after")
+    def _rate(self) -> AttentionRecord:
+        if abs(self.flops / self.time_s / 1e12 - self.tflops) > _REL_TOL * self.tflops:
+            raise ValueError(f"tflops {self.tflops} does not follow from the shape and time_s")
+        return self
+
+
 class MeasuredDevice(BaseModel):
     """The GPU as CUDA and nvidia-smi reported it."""
 
@@ -138,6 +167,7 @@ class CalibrationFile(BaseModel):
     settings: dict[str, Any] = Field(description="seed, warm-up, repetitions, budget of the sweep")
     gemm: tuple[GemmRecord, ...] = Field(min_length=1)
     stream: tuple[StreamRecord, ...] = ()
+    attention: tuple[AttentionRecord, ...] = ()
 
 
 def load_calibration(path: str | Path) -> CalibrationFile:
@@ -168,5 +198,5 @@ def load_calibration(path: str | Path) -> CalibrationFile:
 def save_calibration(cal: CalibrationFile, path: str | Path) -> None:
     """Write ``cal`` as JSON atomically (a temporary file in the same folder, then renamed)."""
     with atomic_text(path) as f:
-        json.dump(cal.model_dump(mode="json"), f, indent=1)
+        json.dump(cal.model_dump(mode="json", by_alias=True), f, indent=1)
         f.write("\n")

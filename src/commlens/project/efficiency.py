@@ -9,7 +9,8 @@ writes the same schema from a lent GPU; files in ``COMMLENS_EFFICIENCY`` (``os.p
 them): the entries of the device (or of its generation's sibling, H200 from H100's: the same SMs and clocks),
 kernel and pass, causal first, the nearest head size, interpolated in log2 of the sequence length and held at the
 ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
-large GEMM's rate).
+large GEMM's rate). Rates follow the FlashAttention benchmarks' count: forward 4 b s^2 h d (halved when causal),
+backward 2.5 x that (it recomputes the scores).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.project.errors import ProjectionError
+from commlens.project.hardware import ACCELERATORS_FORMAT
 from commlens.specdata import load_yaml
 
 __all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_tflops", "attention_entries"]
@@ -43,11 +45,19 @@ def _number(v: Any, where: str) -> float:
 
 
 def _read(text: str, where: str) -> dict[str, list[Entry]]:
+    """Attention entries of an efficiency file, or of an accelerators file's ``attention:`` section (what
+    ``commlens project calibrate`` writes)."""
     data = load_yaml(text)
-    if not isinstance(data, dict) or data.get("format") != EFFICIENCY_FORMAT:
+    if isinstance(data, dict) and data.get("format") == ACCELERATORS_FORMAT:
+        section = data.get("attention") or {}
+        if not isinstance(section, dict):
+            raise ProjectionError(f"{where}: attention must map accelerator names to lists of entries")
+        gpus: Any = {name: {"attention": rows} for name, rows in section.items()}
+    elif not isinstance(data, dict) or data.get("format") != EFFICIENCY_FORMAT:
         raise ProjectionError(f"{where}: format must be {EFFICIENCY_FORMAT!r}")
+    else:
+        gpus = data.get("gpus") or {}
     out: dict[str, list[Entry]] = {}
-    gpus = data.get("gpus") or {}
     if not isinstance(gpus, dict):
         raise ProjectionError(f"{where}: gpus must be a mapping of accelerator names")
     for gpu, tables in gpus.items():
@@ -89,16 +99,20 @@ def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
     return merged
 
 
-def attention_entries(device: str) -> list[Entry]:
-    files = tuple(p for p in os.environ.get(EFFICIENCY_ENV, "").split(os.pathsep) if p)
-    tables = _tables(files)
+def attention_entries(device: str, files: tuple[str, ...] = ()) -> list[Entry]:
+    """The attention entries of ``device`` (or its sibling's): ``files`` (accelerators files) first, then the
+    files in ``COMMLENS_EFFICIENCY``, then the shipped tables."""
+    env = tuple(p for p in os.environ.get(EFFICIENCY_ENV, "").split(os.pathsep) if p)
+    tables = _tables(tuple(files) + env)
     return tables.get(device) or tables.get(SIBLINGS.get(device, ""), [])
 
 
 @cache
-def _lookup(device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: str) -> float | None:
-    del files  # part of the cache key only
-    entries = attention_entries(device)
+def _lookup(
+    device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: tuple[str, ...], env: str
+) -> float | None:
+    del env  # part of the cache key only
+    entries = attention_entries(device, files)
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
         rows = [e for e in entries if e[0] == family and e[1] == pass_]
         if not rows:
@@ -117,9 +131,14 @@ def _lookup(device: str, kernel: str, pass_: str, head_dim: int, seq: float, fil
     return None
 
 
-def attention_tflops(device: str, kernel: str, pass_: str, head_dim: int, seq_len: float) -> float | None:
-    """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``; None if
-    nothing is tabled for it (nor for a stand-in family)."""
+def attention_tflops(
+    device: str, kernel: str, pass_: str, head_dim: int, seq_len: float, files: tuple[str, ...] = ()
+) -> float | None:
+    """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``, as the
+    FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs); None if nothing is tabled for it
+    (nor for a stand-in family). ``files``: accelerators files whose ``attention:`` sections come first."""
     if kernel == "unfused":
         return None
-    return _lookup(device, kernel, pass_, int(head_dim), float(seq_len), os.environ.get(EFFICIENCY_ENV, ""))
+    return _lookup(
+        device, kernel, pass_, int(head_dim), float(seq_len), tuple(files), os.environ.get(EFFICIENCY_ENV, "")
+    )

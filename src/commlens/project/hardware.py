@@ -134,9 +134,10 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
     """Validate one parsed file: every entry a Device, partial entries merged onto ``base``."""
     if not isinstance(data, dict):
         raise AcceleratorsFileError(f"{source}: expected a mapping with 'format' and 'accelerators'")
-    unknown = sorted(set(data) - {"format", "accelerators"})
+    # attention: measured attention kernels (commlens project calibrate), read by commlens.project.efficiency
+    unknown = sorted(set(data) - {"format", "accelerators", "attention"})
     if unknown:
-        raise AcceleratorsFileError(f"{source}: unknown key {unknown[0]!r} (known: format, accelerators)")
+        raise AcceleratorsFileError(f"{source}: unknown key {unknown[0]!r} (known: format, accelerators, attention)")
     if data.get("format") != ACCELERATORS_FORMAT:
         raise AcceleratorsFileError(f"{source}: format {data.get('format')!r}; expected {ACCELERATORS_FORMAT}")
     entries = data.get("accelerators")

@@ -125,6 +125,7 @@ class LayerShape:
     ep: int
     sp: bool
     tp_chunks: int  # GEMMs run as this many row chunks (TP communication overlapped chunk by chunk)
+    efficiency_files: tuple[str, ...] = ()  # accelerators files whose attention entries come first
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
@@ -144,11 +145,12 @@ def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, 
     if layout.flash_attention:
         kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
-        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq)
-        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq)
+        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files)
+        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files)
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
         t_fwd = causal_flops / (fwd if fwd else default)
-        t_bwd = 2 * causal_flops / (bwd if bwd else default)
+        # tabled backward rates count 2.5 x the forward's FLOPs (the FlashAttention benchmarks' convention)
+        t_bwd = 2.5 * causal_flops / bwd if bwd else 2 * causal_flops / default
         return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=causal_flops)
     # unfused: scores and context as batched GEMMs over the full s x s, softmax + dropout through HBM
     b_heads = w.micro_batch * a_t

@@ -45,7 +45,7 @@ from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, framework
-from commlens.project.hardware import device_for
+from commlens.project.hardware import accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
     KINDS,
@@ -281,7 +281,8 @@ def project(
             f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
             "schedule",
         )
-    shape = LayerShape(tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks)
+    eff_files = tuple(accelerators) if accelerators is not None else accelerator_files()
+    shape = LayerShape(tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks, efficiency_files=eff_files)
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
 
     # --- one layer, one micro-batch: its kernels (dense and MoE kinds), then its communication
