@@ -99,12 +99,27 @@ def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
     return merged
 
 
-def attention_entries(device: str, files: tuple[str, ...] = ()) -> list[Entry]:
-    """The attention entries of ``device`` (or its sibling's): ``files`` (accelerators files) first, then the
-    files in ``COMMLENS_EFFICIENCY``, then the shipped tables."""
+def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[Entry], float]:
+    """The attention entries of ``device`` (``files`` (accelerators files) first, then the files in
+    ``COMMLENS_EFFICIENCY``, then the shipped tables), and the factor to scale their rates by: 1 for the device's
+    own; for a device without entries, a tabled device of its generation (H200 from H100: the same SMs and
+    clocks), scaled by the ratio of the two devices' large-GEMM rates (a 500 W H100 from a 700 W one)."""
+    from commlens.project.frameworks import generation
+    from commlens.project.hardware import active_devices
+
     env = tuple(p for p in os.environ.get(EFFICIENCY_ENV, "").split(os.pathsep) if p)
     tables = _tables(tuple(files) + env)
-    return tables.get(device) or tables.get(SIBLINGS.get(device, ""), [])
+    if tables.get(device):
+        return tables[device], 1.0
+    devices = active_devices(files or None)
+    gen = generation(device)
+    siblings = [SIBLINGS.get(device, "")] + sorted(g for g in tables if generation(g) == gen)
+    for sibling in siblings:
+        if tables.get(sibling) and sibling in devices and device in devices:
+            own, other = devices[device], devices[sibling]
+            ratio = (own.peak("bf16") * own.gemm_efficiency) / (other.peak("bf16") * other.gemm_efficiency)
+            return tables[sibling], ratio
+    return [], 1.0
 
 
 @cache
@@ -112,7 +127,7 @@ def _lookup(
     device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: tuple[str, ...], env: str
 ) -> float | None:
     del env  # part of the cache key only
-    entries = attention_entries(device, files)
+    entries, scale = attention_entries(device, files)
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
         rows = [e for e in entries if e[0] == family and e[1] == pass_]
         if not rows:
@@ -121,13 +136,13 @@ def _lookup(
         dim = min({e[3] for e in causal}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
         curve = sorted((e[4], e[5]) for e in causal if e[3] == dim)
         if seq <= curve[0][0]:
-            return curve[0][1]
+            return curve[0][1] * scale
         if seq >= curve[-1][0]:
-            return curve[-1][1]
+            return curve[-1][1] * scale
         for (s0, f0), (s1, f1) in zip(curve, curve[1:], strict=False):
             if s0 <= seq <= s1:
                 x = math.log2(seq / s0) / math.log2(s1 / s0) if s1 > s0 else 0.0
-                return f0 + (f1 - f0) * x
+                return (f0 + (f1 - f0) * x) * scale
     return None
 
 
