@@ -286,7 +286,7 @@ def test_memory_table_through_the_cli():
     data = json.loads(out.stdout)
     figures = data["memory"]["figures"]
     names = [f.name for f in load_memory_figures()]
-    assert [f["name"] for f in figures] == names and len(names) == 34
+    assert [f["name"] for f in figures] == names and len(names) >= 34
     for f in figures:
         if f["kind"] == "bound":
             # a bound is met within the memory model's stated error, as the projection refuses only beyond it

@@ -126,6 +126,7 @@ class LayerShape:
     sp: bool
     tp_chunks: int  # GEMMs run as this many row chunks (TP communication overlapped chunk by chunk)
     efficiency_files: tuple[str, ...] = ()  # accelerators files whose attention entries come first
+    etp: int = 0  # expert tensor-parallel size (0: as TP)
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
@@ -248,10 +249,13 @@ def layer_kernels(
     m = w.moe
     assert m is not None
     cf = m.capacity_factor or 1.0
-    routed = tokens * m.top_k * cf  # token copies this GPU's experts take, routing balanced
+    etp = s.etp or t
+    # token copies this GPU's experts take, routing balanced: with expert TP below TP, the EP group gathers the
+    # sequence shards of TP / ETP TP ranks
+    routed = tokens * m.top_k * cf * etp / t
     local = m.experts / s.ep
     per_expert = routed / local
-    fe = m.expert_ffn_hidden / t
+    fe = m.expert_ffn_hidden / etp
     imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
     up = gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
     down = gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)

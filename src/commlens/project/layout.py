@@ -65,7 +65,13 @@ class ParallelLayout(BaseModel):
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers of every stage, first to last (torchtitan's split points); sums to layers"
     )
-    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE), carved from DP")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE), carved from DP (x TP when etp < tp)")
+    etp: int | None = Field(
+        default=None,
+        ge=1,
+        description="expert tensor-parallel size (Megatron --expert-tensor-parallel-size); None: TP. Below TP, EP "
+        "folds over the rest of TP and DP (MoE parallel folding)",
+    )
     dp: int | None = Field(default=None, ge=1, description="data-parallel size; None: GPUs / (TP x CP x PP)")
     zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage: 1 optimizer, 2 +grads, 3 +params (FSDP)")
     reshard_after_forward: bool = Field(
@@ -193,6 +199,11 @@ class Resolved:
     groups: dict[str, Group]  # tp, cp, dp (dp x cp for dense grads), edp (experts' DP), ep, pp
     # each group's (size, stride) in GPU ids: its ranks are ``base + k x stride`` (for the simulator's placement)
     placement: dict[str, tuple[int, int]] = field(default_factory=dict)
+    etp: int = 0  # expert tensor-parallel size (0: as TP)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
     @property
     def layers_per_stage(self) -> int:
@@ -252,8 +263,15 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     else:
         if w.moe.experts % ep:
             raise InfeasibleLayoutError(f"EP {ep} does not divide {w.moe.experts} experts", "divides")
-        if (dp * cp) % ep:
+        etp = layout.etp or tp
+        if tp % etp:
+            raise InfeasibleLayoutError(f"expert TP {etp} does not divide TP {tp}", "divides")
+        if etp == tp and (dp * cp) % ep:
             raise InfeasibleLayoutError(f"EP {ep} does not divide DP x CP = {dp * cp}", "divides")
+        if (tp * dp * cp) % (ep * etp):
+            raise InfeasibleLayoutError(
+                f"EP {ep} x expert TP {etp} does not divide TP x DP x CP = {tp * dp * cp}", "divides"
+            )
     if gpus > per_node and gpus % per_node:
         raise InfeasibleLayoutError(f"{gpus} GPUs do not fill whole nodes of {per_node}", "topology")
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
@@ -267,14 +285,18 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     else:
         groups["dp"] = _group(dp, strides["dp"], per_node)  # CP's share folded in as more bytes, see step
     ep_stride = strides["cp"] if layout.order.index("cp") + 1 == layout.order.index("dp") else strides["dp"]
+    etp = layout.etp or tp
+    edp = tp * dp * cp // (ep * etp) if w.moe is not None else dp * cp
+    if etp < tp:  # MoE parallel folding: EP spans the TP ranks past the expert TP, then DP
+        ep_stride = etp
     groups["ep"] = _group(ep, ep_stride, per_node)
-    groups["edp"] = _group(dp * cp // ep, ep_stride * ep, per_node)
+    groups["edp"] = _group(edp, ep_stride * ep, per_node)
     placement = {dim: (sizes[dim], strides[dim]) for dim in _DIMS}
     if layout.order.index("cp") + 1 == layout.order.index("dp"):
         placement["dp"] = (dp * cp, strides["cp"])
     placement["ep"] = (ep, ep_stride)
-    placement["edp"] = (dp * cp // ep, ep_stride * ep)
-    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups, placement)
+    placement["edp"] = (edp, ep_stride * ep)
+    return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups, placement, etp)
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

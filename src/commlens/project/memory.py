@@ -196,14 +196,14 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
             dense += embed
         if i == r.pp - 1:
             dense += h + (embed if (not w.tied_embeddings or r.pp > 1) else 0.0)
-        out.append((dense / r.tp, moe_n * expert_layer / (r.ep * r.tp)))
+        out.append((dense / r.tp, moe_n * expert_layer / (r.ep * r.expert_tp)))
     return out
 
 
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
     """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     dp_shard = r.dp * r.cp
-    edp_shard = max(1, dp_shard // r.ep)
+    edp_shard = max(1, dp_shard * r.tp // (r.ep * r.expert_tp))
     weight_bytes = 3.0 if w.precision == "fp8" else 2.0
     grad_bytes = float(layout.grad_reduce_bytes)
     opt_bytes = layout.optimizer_state_bytes

@@ -282,7 +282,9 @@ def project(
             "schedule",
         )
     eff_files = tuple(accelerators) if accelerators is not None else accelerator_files()
-    shape = LayerShape(tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks, efficiency_files=eff_files)
+    shape = LayerShape(
+        tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks, efficiency_files=eff_files, etp=r.etp
+    )
     resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
 
     # --- one layer, one micro-batch: its kernels (dense and MoE kinds), then its communication
@@ -291,7 +293,7 @@ def project(
     if dense_layers:
         layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
-        routed_tokens = tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0)
+        routed_tokens = tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
         a2a_bytes = routed_tokens * h * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
         layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
 
