@@ -86,7 +86,18 @@ class Framework(_Strict):
     overlap: Overlap
     schedules: tuple[Schedule, ...] = Field(min_length=1)
     recompute: tuple[Literal["full", "selective"], ...]
+    selective_default: tuple[str, ...] = Field(
+        min_length=1, description="what selective recomputation redoes when the layout names no modules"
+    )
+    allocator_fragmentation: float = Field(
+        default=1.03, ge=1.0, le=1.5, description="reserved / allocated of the caching allocator as the stack runs it"
+    )
     moe_dispatch_sync: bool
+    fsdp_pp_unsharded_grads: bool = Field(
+        default=False,
+        description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "
+        "gradients unsharded in fp32",
+    )
 
     def attention_kernel(self, gen: str) -> str:
         """The attention kernel family the stack calls on GPU generation ``gen``."""

@@ -35,6 +35,7 @@ __all__ = [
     "Kernel",
     "LayerShape",
     "MODULES",
+    "recompute_share",
     "layer_kernels",
     "unfused_factor",
 ]
@@ -99,6 +100,30 @@ MODULES: dict[str, frozenset[str]] = {
     "shared_in": frozenset({"shared_experts"}),
     "shared_out": frozenset({"shared_experts"}),
 }
+# torchtitan's op-level policy ("op"): every memory-bound op is recomputed, and of the matmuls the odd ones (Q and
+# V of QKV, gate of the FFN's input pair, the down projection); K, the output projection and up are kept.
+OP_POLICY = {
+    "input_norm": 1.0,
+    "ffn_norm": 1.0,
+    "rotary": 1.0,
+    "ffn_activation": 1.0,
+    "experts_activation": 1.0,
+    "attention_residual": 1.0,
+    "ffn_residual": 1.0,
+    "ffn_in": 0.5,
+    "experts_in": 0.5,
+    "ffn_out": 1.0,
+    "experts_out": 1.0,
+}
+
+
+def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
+    """The share of kernel ``name``'s forward that selective recomputation of ``redo`` runs again."""
+    if "op" in redo:
+        if name == "qkv":  # Q and V recomputed, K kept
+            return (w.heads + w.kv_heads_n) / (w.heads + 2 * w.kv_heads_n)
+        return OP_POLICY.get(name, 0.0)
+    return 1.0 if MODULES.get(name, frozenset()) & redo else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from commlens.workload import Workload
 __all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
-RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "op"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 _DIMS = ("tp", "cp", "dp", "pp")
@@ -87,7 +87,8 @@ class ParallelLayout(BaseModel):
     recompute_modules: tuple[RecomputeModule, ...] = Field(
         default=(),
         description="modules selective recomputation redoes (Megatron --recompute-modules: core_attn, mla_up_proj, "
-        "layernorm, mlp, moe, moe_act, shared_experts); empty: core_attn",
+        "layernorm, mlp, moe, moe_act, shared_experts; op: torchtitan's op-level policy); empty: the framework's "
+        "default",
     )
     flash_attention: bool = Field(default=True, description="fused (flash) attention; false: unfused, s^2 in HBM")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")

@@ -67,6 +67,8 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION",
     "MEMORY_TOLERANCE",
     "LOGIT_BYTES",
+    "UNFUSED_LOGIT_BYTES",
+    "op_policy_bytes",
     "RUNTIME_BYTES",
     "activation_bytes_per_token",
     "activation_parts",
@@ -78,7 +80,8 @@ __all__ = [
     "stage_parameters",
 ]
 
-# Reserved / allocated of PyTorch's caching allocator in steady training: blocks cached but not in use. Documented
+# Reserved / allocated of PyTorch's caching allocator in steady training (the frameworks' default, frameworks.yaml;
+# expandable segments, as torchtitan runs, leave none): blocks cached but not in use. Documented
 # in docs/project.md (memory): OOM reports of training jobs show 0.5-2 GiB reserved-but-unallocated beside 43-77 GiB
 # allocated on 80 GB GPUs (about 1-3%), more when allocation sizes churn.
 ALLOCATOR_FRAGMENTATION = 1.03
@@ -90,6 +93,9 @@ MEMORY_TOLERANCE = 0.10
 # jobs on H100 show 1.6-4 GiB of "non-PyTorch memory".
 RUNTIME_BYTES = 2.0 * 2**30
 LOGIT_BYTES = 2.0 + 4.0  # the output layer's 16-bit logits and the fp32 copy the vocabulary-parallel loss uses
+# An eager cross-entropy (torch.nn.functional.cross_entropy on logits.float()): the 16-bit logits, their fp32 copy,
+# the fp32 log-softmax kept for the backward, and the fp32 gradient the backward writes beside them.
+UNFUSED_LOGIT_BYTES = 2.0 + 4.0 + 4.0 + 4.0
 
 
 def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> dict[str, float]:
@@ -134,16 +140,37 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
 
 
 def recomputed_modules(layout: ParallelLayout) -> frozenset[str]:
-    """The modules selective recomputation redoes: the layout's, or the attention core by default."""
+    """The modules selective recomputation redoes: the layout's, or the framework's default (Megatron-Core: the
+    attention core; torchtitan: its op-level policy, ``op``)."""
     if layout.recompute != "selective":
         return frozenset()
-    return frozenset(layout.recompute_modules or ("core_attn",))
+    from commlens.project.frameworks import framework
+
+    return frozenset(layout.recompute_modules or framework(layout.framework).selective_default)
+
+
+def op_policy_bytes(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
+    """Bytes per token one layer keeps under torchtitan's op-level selective checkpointing (``op``): the
+    block's input, the attention kernel's output and log-sum-exp, and every second matmul's output (of Q, K, V,
+    output, gate, up, down: K, the output projection and up), all else recomputed in the backward."""
+    h, a, g, d = w.hidden, w.heads, w.kv_heads_n, w.head_size
+    sp = layout.sp and tp > 1
+    out = 2.0 * h / (tp if sp else 1) + 2.0 * h / (tp if sp else 1)  # block input; output projection's output
+    out += (2.0 * a * d + 4.0 * a + 2.0 * max(g / tp, 1.0) * tp * d) / tp  # SDPA out, lse, K
+    if moe and w.moe is not None:
+        m = w.moe
+        out += m.top_k * (m.capacity_factor or 1.0) * 2.0 * m.expert_ffn_hidden / tp  # experts' up outputs
+    else:
+        out += 2.0 * w.ffn_hidden / tp  # up projection's output
+    return out
 
 
 def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
     """Activation bytes one layer keeps per token for backward (per GPU of its TP group), with selective
     recomputation's modules dropped (full recomputation is handled by the caller)."""
     dropped = recomputed_modules(layout) if layout.recompute == "selective" else frozenset()
+    if "op" in dropped:
+        return op_policy_bytes(w, layout, tp, moe)
     if layout.recompute == "full":  # one layer rebuilt at a time, its attention core kernel by kernel
         dropped = frozenset({"core_attn"})
     return sum(v for k, v in activation_parts(w, layout, tp, moe).items() if k not in dropped)
@@ -201,6 +228,9 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
 
 
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
+    from commlens.project.frameworks import framework
+
+    fw = framework(layout.framework)
     """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     dp_shard = r.dp * r.cp
     edp_shard = max(1, dp_shard * r.tp // (r.ep * r.expert_tp))
@@ -214,6 +244,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
+    logit_bytes = LOGIT_BYTES if fw.fused.cross_entropy else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r)
     stages = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
@@ -230,6 +261,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
             weights = weight_bytes * gathered
             grads = grad_bytes * shard_states
+            if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
+                grads += 4.0 * full  # accumulated unsharded in fp32 until the last micro-batch's reduce-scatter
             optimizer = opt_bytes * shard_states
         else:
             weights = weights_shard = weight_bytes * full
@@ -246,7 +279,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         else:
             kept = tokens * per_token * live
             transient = tokens * one_layer
-        logits = tokens * w.vocab / r.tp * LOGIT_BYTES if i == r.pp - 1 else 0.0
+        logits = tokens * w.vocab / r.tp * logit_bytes if i == r.pp - 1 else 0.0
         activations = kept + transient + logits
         total = weights + grads + optimizer + activations
         stages.append(
@@ -257,7 +290,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
                 "optimizer": optimizer,
                 "activations": activations,
                 "total": total,
-                "reserved": total * ALLOCATOR_FRAGMENTATION + RUNTIME_BYTES,
+                "reserved": total * fw.allocator_fragmentation + RUNTIME_BYTES,
                 "layers": float(n),
                 "in_flight": live,
             }

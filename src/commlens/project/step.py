@@ -49,10 +49,10 @@ from commlens.project.hardware import accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
     KINDS,
-    MODULES,
     Kernel,
     LayerShape,
     layer_kernels,
+    recompute_share,
     unfused_factor,
 )
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
@@ -324,7 +324,7 @@ def project(
     for kernels, a2a_bytes in layer_kinds:
         by_kind: dict[str, float] = {}
         for k in kernels:
-            passes = fwd_passes + (1.0 if MODULES.get(k.name, frozenset()) & redo else 0.0)
+            passes = fwd_passes + recompute_share(k.name, redo, w)
             by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
         kind_seconds.append(by_kind)
         compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
