@@ -94,14 +94,15 @@ def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
             text = Path(f).read_text(encoding="utf-8")
         except OSError as e:
             raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
-        for gpu, rows in _read(text, f).items():
-            merged[gpu] = rows + merged.get(gpu, [])  # a later file's entries come first
+        for gpu, rows in _read(text, f).items():  # a file's (kernel, pass) curves replace the ones before
+            given = {(e[0], e[1]) for e in rows}
+            merged[gpu] = rows + [e for e in merged.get(gpu, []) if (e[0], e[1]) not in given]
     return merged
 
 
 def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[Entry], float]:
-    """The attention entries of ``device`` (``files`` (accelerators files) first, then the files in
-    ``COMMLENS_EFFICIENCY``, then the shipped tables), and the factor to scale their rates by: 1 for the device's
+    """The attention entries of ``device`` (the shipped tables, whose (kernel, pass) curves ``files``
+    (accelerators files) and then the files in ``COMMLENS_EFFICIENCY`` replace), and the factor to scale their rates by: 1 for the device's
     own; for a device without entries, a tabled device of its generation (H200 from H100: the same SMs and
     clocks), scaled by the ratio of the two devices' large-GEMM rates (a 500 W H100 from a 700 W one)."""
     from commlens.project.frameworks import generation
@@ -151,7 +152,8 @@ def attention_tflops(
 ) -> float | None:
     """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``, as the
     FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs); None if nothing is tabled for it
-    (nor for a stand-in family). ``files``: accelerators files whose ``attention:`` sections come first."""
+    (nor for a stand-in family). ``files``: accelerators files whose ``attention:`` sections replace the shipped
+    curves they give."""
     if kernel == "unfused":
         return None
     return _lookup(
