@@ -600,7 +600,8 @@ def _dp_tail(
         if group.size == 1 or params == 0:
             continue
         bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
-        buckets = max(1.0, math.ceil(params / bucket))
+        # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
+        buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
         if layout.zero == 0:
             rs_s += buckets * comm("all_reduce", params * gb / buckets, group)
         else:
