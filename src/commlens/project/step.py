@@ -596,6 +596,7 @@ def _dp_tail(
     (``overlap_param_gather``)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
+    fsdp_exposed = fsdp_hidden = 0.0
     for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
         if group.size == 1 or params == 0:
             continue
@@ -617,31 +618,42 @@ def _dp_tail(
     if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
         hidden_ag = min(ag_s, first_fwd)
     dp_hidden = hidden_rs + hidden_ag
-    fsdp_exposed = fsdp_hidden = 0.0
-    if layout.zero >= 3:  # parameters gathered every micro-batch, forward (and backward if resharded)
+    if layout.zero >= 3:
+        # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded);
+        # the gradients' reduce-scatter runs in the backward beside those gathers, on the same links: every
+        # micro-batch where the framework reduces per layer (FSDP2), else in the last one only (Megatron FSDP,
+        # which accumulates into its main grads first).
         gather = comm("all_gather", dense_local * 2, dp_group)
         gather += comm("all_gather", expert_local * 2, edp_group)
-        passes = (2.0 if recompute_full else 1.0) + (1.0 if layout.reshard_after_forward else 0.0)
-        fsdp_per_mb = gather * passes
-        layers = max(1.0, st["layers"])
-        per_layer = gather / layers  # each layer's parameters are gathered on their own, before it runs
+        g_l, rs_l = gather / layers, rs_s / layers
         fwd_layer = (st["compute"] + st["memory_bound"]) / (4.0 if recompute_full else 3.0) / layers
-        prefetch = fw.overlap.param_prefetch_layers
-        if not layout.overlap_param_gather or prefetch == 0:
-            exposed_mb = fsdp_per_mb  # gathered on demand: each layer waits for its parameters
-        else:
-            # a pass waits for its first layer's gather; then each gather runs under the layers before it
-            # (prefetch 1: under one layer's compute, the backward's two; deeper prefetch pools the slack)
-            def pass_exposed(compute_per_layer: float) -> float:
-                if prefetch == 1:
-                    return per_layer + (layers - 1) * max(0.0, per_layer - compute_per_layer)
-                return per_layer + max(0.0, (layers - 1) * (per_layer - compute_per_layer))
+        bwd_layer = 2 * fwd_layer
+        fwd_passes = 2.0 if recompute_full else 1.0
+        bwd_gather = g_l if layout.reshard_after_forward else 0.0
+        rs_each = fw.overlap.grad_reduce == "per_layer"
+        prefetch = fw.overlap.param_prefetch_layers if layout.overlap_param_gather else 0
 
-            exposed_mb = pass_exposed(fwd_layer) * (2.0 if recompute_full else 1.0)
-            if layout.reshard_after_forward:
-                exposed_mb += pass_exposed(2 * fwd_layer)
-        fsdp_exposed = m_count * min(fsdp_per_mb, exposed_mb)
-        fsdp_hidden = m_count * fsdp_per_mb - fsdp_exposed
+        def pass_exposed(comm_per_layer: float, compute_per_layer: float) -> float:
+            """A pass's wait for its layers' communication: all of it gathered on demand; with prefetch, the
+            first layer's, then each layer's beyond the compute of the layers before it (prefetch 1: one layer;
+            deeper: the slack pooled)."""
+            if comm_per_layer <= 0:
+                return 0.0
+            if prefetch == 0:
+                return comm_per_layer * layers
+            if prefetch == 1:
+                return comm_per_layer + (layers - 1) * max(0.0, comm_per_layer - compute_per_layer)
+            return comm_per_layer + max(0.0, (layers - 1) * (comm_per_layer - compute_per_layer))
+
+        fwd_exp = pass_exposed(g_l, fwd_layer) * fwd_passes
+        bwd_exp = pass_exposed(bwd_gather + (rs_l if rs_each else 0.0), bwd_layer)
+        last_bwd_exp = pass_exposed(bwd_gather + rs_l, bwd_layer)  # the micro-batch that reduces
+        comm_mb = g_l * layers * fwd_passes + bwd_gather * layers + (rs_s if rs_each else 0.0)
+        total_comm = m_count * comm_mb + (0.0 if rs_each else rs_s)
+        exposed = m_count * (fwd_exp + bwd_exp) + (0.0 if rs_each else last_bwd_exp - bwd_exp)
+        fsdp_exposed = min(total_comm, exposed)
+        fsdp_hidden = total_comm - fsdp_exposed
+        dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
         dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * opt_bytes
