@@ -43,6 +43,8 @@ def test_topology_list() -> None:
         "name                   acc/node  domain  up GB/s  NICs  NIC GB/s  max nodes  description\n"
         "b200                          8       8      900     8      50.0       8192  DGX B200 (approximate): 8 "
         "x B200, NVLink5 + NVSwitch (NVLS), 8 x 400 Gb/s, rail-optimized fat tree\n"
+        "deepseek-h800                 8       8      200     8      50.0        256  DeepSeek-V3 training "
+        "cluster: 2048 H800, 8 per node on NVLink/NVSwitch (400 GB/s), InfiniBand 50 GB/s per GPU (approximate)\n"
         "dgx-a100                      8       8      300     8      25.0       4480  DGX A100: 8 x A100 SXM "
         "80GB, NVLink3 + NVSwitch (no in-switch reduction), 8 x 200 Gb/s HDR, rail-optimized\n"
         "dgx-h100                      8       8      450     8      50.0       8192  DGX H100: 8 x H100 SXM, "
