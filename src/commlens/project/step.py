@@ -533,6 +533,8 @@ def project(
             "micro_batches": m,
             "stage_layers": list(r.stage_layers),
             "order": ",".join(layout.order),
+            "schedule": schedule,
+            "framework": layout.framework,
         },
         step_time_s=step,
         tokens_per_s=tokens_step / step,

@@ -8,7 +8,8 @@ same job throughout (GPU count and global batch fixed):
    the micro-batches), one step less recomputation, every other ZeRO stage
    (when there is data parallelism), the next bigger scale-up domain (72,
    NVL72-class, alone and with TP doubled inside it: the faster counts), NICs
-   x2, fp8 (for bf16);
+   x2, fp8 (for bf16), the layout on each other framework (NeMo counts as Megatron-Core), torch.compile where the
+   stack does not compile, and the zero-bubble schedule where the stack has it;
 2. each one projected with :func:`commlens.project.sweep.project_point`; one
    the model refuses (:class:`InfeasibleLayoutError`: memory, divisibility,
    placement; :class:`ProjectionError`: what the hardware lacks, as fp8 on an
@@ -189,4 +190,17 @@ def _candidates(base: Base, point: dict[str, Any], now: Projection) -> list[tupl
         one(f"NICs {gbps:.0f} -> {2 * gbps:.0f} Gb/s", **{"topology.nic_gbps": 2 * gbps})
     if w.precision == "bf16":
         one("fp8", **{"workload.precision": "fp8"})
+    # the same layout as another stack runs it, and what the current stack offers but does not use
+    from commlens.project.frameworks import framework, framework_names
+
+    current = str(now.framework)
+    fw = framework(current)
+    for other in framework_names():
+        if other != current and {other, current} != {"nemo", "megatron-core"}:  # NeMo runs Megatron-Core
+            one(f"framework {current} -> {other}", **{"layout.framework": other})
+    compiled = point.get("layout.compile", base.layout.get("compile"))
+    if not fw.compile and not compiled:
+        one("torch.compile", **{"layout.compile": True})
+    if pp > 1 and "zero-bubble" in fw.schedules and lay.get("schedule") not in ("zero-bubble", "dualpipe"):
+        one("pipeline schedule -> zero-bubble", **{"layout.schedule": "zero-bubble"})
     return out
