@@ -173,3 +173,43 @@ def test_attention_efficiency_is_read_from_tables_and_interpolated(tmp_path, mon
     assert attention_tflops("H100 SXM", "fa3", "fwd", 128, 65536) == pytest.approx(600e12)  # held at the ends
     assert attention_tflops("H200 SXM", "fa3", "fwd", 128, 4096) == pytest.approx(600e12)  # H200 borrows H100's
     assert attention_tflops("H100 SXM", "unfused", "fwd", 128, 4096) is None
+
+
+def test_expert_tp_below_tp_folds_ep_over_tp_and_dp():
+    w = load_workload("qwen3-235b-a22b", {"seq_len": 4096, "global_batch": 8192, "micro_batch": 1})
+    base = {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "embedding_in_split": True, "loss_in_split": True}
+    with pytest.raises(InfeasibleLayoutError, match="EP 32 does not divide DP x CP = 16"):
+        project(w, H100, ParallelLayout(**base), 256)
+    folded = ParallelLayout(**base, etp=1)
+    r = resolve(folded, w, 256, 8)
+    assert r.expert_tp == 1 and r.groups["ep"].size == 32 and r.groups["edp"].size == 1
+    p = project(w, H100, folded, 256, check_memory=False)
+    assert p.step_time_s > 0 and p.breakdown["ep_comm"] > 0
+    with pytest.raises(ValueError, match="expert TP 3 does not divide TP 2"):
+        resolve(ParallelLayout(**base, etp=3), w, 256, 8)
+
+
+def test_torchtitan_selective_is_its_op_policy_and_its_loss_keeps_fp32_logits():
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("dgx-h100")
+    lay = {"tp": 1, "zero": 3, "recompute": "selective"}
+    titan, mcore = ParallelLayout(**lay, framework="torchtitan"), ParallelLayout(**lay, framework="megatron-core")
+    r = resolve(titan, w, 8, 8)
+    t_mem, m_mem = stage_memory(w, titan, r)[0], stage_memory(w, mcore, r)[0]
+    assert t_mem["activations"] < m_mem["activations"]  # op policy keeps ~55 KB/token/layer, core_attn ~137 KB
+    explicit = ParallelLayout(**lay, framework="torchtitan", recompute_modules=("op",))
+    assert stage_memory(w, explicit, r)[0]["activations"] == t_mem["activations"]
+    # the same model with torchtitan recomputes its norms and odd matmuls: more GPU time than core_attn's redo
+    titan_p, mcore_p = (project(w, topo, lay, 8, check_memory=False) for lay in (titan, mcore))
+    assert titan_p.kernels["norm"] > mcore_p.kernels["norm"]
+
+
+def test_what_if_tries_the_other_frameworks_and_compile():
+    from commlens.project.sweep import Base
+    from commlens.project.whatif import explore
+
+    base = Base("llama3-8b", "dgx-h100", 8, {"tp": 1, "zero": 3, "framework": "torchtitan"}, {})
+    found = explore(base, {}, top=20)
+    labels = {c.label for c in found.changes} | {r.label for r in found.refused}
+    assert "torch.compile" in labels and "framework torchtitan -> megatron-core" in labels
+    assert all("-> torchtitan" not in label for label in labels)
