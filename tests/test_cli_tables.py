@@ -56,6 +56,8 @@ def test_topology_list() -> None:
         "(approximate)\n"
         "gb200-nvl72                   4      72      900     4      50.0       2304  GB200 NVL72 (approximate): "
         "racks of 72 GPUs in one NVLink5 domain (NVLS), 4 x 400 Gb/s per 4-GPU tray\n"
+        "gb300-nvl72                   4      72      900     4     100.0       2304  GB300 NVL72 (approximate): "
+        "racks of 72 Blackwell Ultra GPUs in one NVLink5 domain (NVLS), 4 x 800 Gb/s per 4-GPU tray\n"
         "grand-teton-h100-96gb         8       8      450     8      50.0       3072  torchtitan's benchmark "
         "hosts: Grand Teton, 8 x H100 96GB HBM2e (500 W) on NVLink, 400 Gb/s RDMA per GPU (approximate)\n"
         "h100-rail-2tier               8       8      450     8      50.0       2048  DGX H100 nodes, 8 x 400 "
