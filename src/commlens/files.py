@@ -5,6 +5,8 @@ A leaf module (it imports nothing of commlens), so every stage may use it, as ``
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 import tempfile
@@ -13,7 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_bytes", "atomic_text", "user_data_dir"]
+__all__ = ["atomic_bytes", "atomic_text", "read_at_most", "user_data_dir"]
+
+_CHUNK_BYTES = 1 << 20
 
 
 def user_data_dir() -> Path:
@@ -24,18 +28,38 @@ def user_data_dir() -> Path:
     return base / "commlens"
 
 
+def read_at_most(fp: IO[bytes] | io.BufferedIOBase, limit_bytes: int) -> bytes:
+    """Up to ``limit_bytes`` from ``fp``, read in 1 MiB chunks: memory follows what the file holds.
+
+    ``fp.read(limit_bytes)`` reserves the whole limit before reading a byte (a 2 GiB bound is 2 GiB of
+    address space even for a 3 KB file, which fails under ``ulimit -v``).
+    """
+    out = io.BytesIO()  # getvalue() hands over its buffer: no second copy of what was read
+    left = limit_bytes
+    while left > 0:
+        chunk = fp.read(min(_CHUNK_BYTES, left))
+        if not chunk:
+            break
+        out.write(chunk)
+        left -= len(chunk)
+    return out.getvalue()
+
+
 @contextmanager
-def atomic_text(path: str | Path, newline: str | None = None, *, fsync: bool = False) -> Iterator[IO[str]]:
+def atomic_text(
+    path: str | Path, newline: str | None = None, *, fsync: bool = False, make_parents: bool = True
+) -> Iterator[IO[str]]:
     """A text file written whole or not at all (a reader never sees half of it); ``-`` is stdout.
 
     The file gets the mode ``open()`` would give it under the umask (``mkstemp`` alone makes 0600);
-    ``fsync``: on disk before it is renamed into place (a file others read back after a crash).
+    ``fsync``: on disk before it is renamed into place (a file others read back after a crash);
+    ``make_parents=False``: a missing directory is a ``FileNotFoundError`` (a path a user typed), not created.
     """
     if str(path) == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
-    with _atomic(Path(path), "w", newline, fsync) as fp:
+    with _atomic(Path(path), "w", newline, fsync, make_parents) as fp:
         yield fp
 
 
@@ -47,8 +71,11 @@ def atomic_bytes(path: str | Path, *, fsync: bool = False) -> Iterator[IO[bytes]
 
 
 @contextmanager
-def _atomic(path: Path, mode: str, newline: str | None, fsync: bool) -> Iterator[Any]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _atomic(path: Path, mode: str, newline: str | None, fsync: bool, make_parents: bool = True) -> Iterator[Any]:
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"no directory {path.parent}", str(path))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode, newline=newline) if "b" not in mode else os.fdopen(fd, mode) as fp:

@@ -7,6 +7,8 @@ as every stage uses ``ops``.
 - :func:`load_yaml` is ``yaml.safe_load`` (plain data only, no ``!!python`` tags) whose mappings refuse a
   key given twice: YAML keeps the last one silently, so a figure edited in one place and left in another
   would be read from whichever comes last.
+  Nesting is bounded (:data:`MAX_NESTING`, checked as each node is composed, before anything deeper
+  is read): 10 KB of ``[[[[...`` would otherwise end in a ``RecursionError`` inside the YAML library.
 - :func:`refuse_bool_numbers` turns away ``gpus: true`` where a number is expected: pydantic's lax mode
   reads ``true`` as 1.
 """
@@ -18,9 +20,15 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["DuplicateKeyError", "load_yaml", "refuse_bool_numbers"]
+__all__ = ["MAX_NESTING", "DuplicateKeyError", "load_yaml", "refuse_bool_numbers"]
 
 _SHOWN_KEY_CHARS = 60
+# The deepest a spec nests (a sweep's override of a workload's layer list is about 6): far below Python's
+# recursion limit, which the YAML composer and constructor recurse into once per level.
+MAX_NESTING = 64
+# Values in a document with every alias expanded: a shipped spec has a few thousand; aliases of aliases
+# ("billion laughs") multiply without bound, and every later walk (pydantic, a sweep) would expand them.
+MAX_EXPANDED_VALUES = 1_000_000
 
 
 class DuplicateKeyError(ValueError):
@@ -32,7 +40,21 @@ def _loader() -> type:
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
-        """``yaml.SafeLoader`` whose mappings refuse a repeated key (merge keys ``<<`` may still override)."""
+        """``yaml.SafeLoader`` whose mappings refuse a repeated key (merge keys ``<<`` may still override) and
+        whose documents nest at most :data:`MAX_NESTING` levels."""
+
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self._depth += 1
+            try:
+                if self._depth > MAX_NESTING:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested deeper than {MAX_NESTING} levels", self.peek_event().start_mark
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
 
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             if isinstance(node, yaml.MappingNode):
@@ -59,10 +81,33 @@ def _loader() -> type:
 
 def load_yaml(text: str) -> Any:
     """Plain data from YAML ``text`` as ``yaml.safe_load`` reads it, but a repeated mapping key raises
-    :class:`DuplicateKeyError`; malformed YAML raises ``yaml.YAMLError`` as usual."""
+    :class:`DuplicateKeyError`; malformed YAML, or YAML nested deeper than :data:`MAX_NESTING` levels, raises
+    ``yaml.YAMLError``."""
     import yaml
 
-    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    _check_expansion(data)
+    return data
+
+
+def _check_expansion(data: Any) -> None:
+    """Walk ``data`` as its readers will, aliases expanded: refuse recursion (an alias inside its own anchor)
+    and more than :data:`MAX_EXPANDED_VALUES` values."""
+    import yaml
+
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    values = 0
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > MAX_EXPANDED_VALUES:
+            raise yaml.YAMLError(f"more than {MAX_EXPANDED_VALUES:,} values once aliases are expanded")
+        if depth > MAX_NESTING:
+            raise yaml.YAMLError(f"nested deeper than {MAX_NESTING} levels once aliases are expanded")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def _wants_number(annotation: Any) -> bool:

@@ -59,7 +59,7 @@ def _span(ranks: tuple[int, ...]) -> str:
 
 def _print_hang(report: HangReport) -> None:
     from commlens.cli.tables import new_table, print_table, right
-    from commlens.diagnose.hang import describe_missing
+    from commlens.diagnose.hang import culprit_issued
 
     dumps = f"{len(report.ranks)} dump{'' if len(report.ranks) == 1 else 's'}"
     print(
@@ -91,7 +91,7 @@ def _print_hang(report: HangReport) -> None:
         )
         table = new_table(right("rank"), "issued", "sizes", "dtypes", "where (innermost first)")
         for c in d.culprits:
-            issued = c["op"] if c["op"] else describe_missing(c)
+            issued = culprit_issued(c)
             sizes = json.dumps(c["input_sizes"]) if c["input_sizes"] is not None else "-"
             dtypes = json.dumps(c["input_dtypes"]) if c["input_dtypes"] is not None else "-"
             table.add_row(str(c["rank"]), issued, sizes, dtypes, "\n".join(c["frames"] or ["-"]))

@@ -145,6 +145,12 @@ def collective(
     if not 1 <= per_node <= topo.accelerators_per_node:
         fail(f"--ranks-per-node: between 1 and {topo.accelerators_per_node}, got {per_node}")
     faults = _faults(fail_links, degrade)
+    if jobs >= 1 and nodes % jobs == 0:  # else _groups says why
+        from commlens.sim import CollectiveShape, check_sim_size
+
+        shape = CollectiveShape(ops[0].name, float(nbytes), 1, nodes // jobs * per_node, algo)
+        with errors_as_exit():  # before the groups or the fabric take memory
+            check_sim_size(topo, nodes, [shape] * jobs, qps=qps, channels=channels)
     colls = [
         Collective(f"job{j}" if jobs > 1 else ops[0].name, ops[0].name, float(nbytes), g, algo=algo)
         for j, g in enumerate(_groups(nodes, per_node, topo.accelerators_per_node, jobs, placement))
@@ -192,10 +198,11 @@ def fabric(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Describe the fabric a job of NODES nodes gets: tiers, switches, uplinks, links, and names to fault."""
-    from commlens.sim import build_fabric
+    from commlens.sim import build_fabric, check_sim_size
 
     topo = load_or_fail(topology)
     with errors_as_exit():
+        check_sim_size(topo, nodes, [])
         fab = build_fabric(topo, nodes).with_faults(_faults(fail_links, degrade))
     names, _ = fab.cable_names()
     doc: dict[str, Any] = fab.describe()

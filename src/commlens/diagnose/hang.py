@@ -32,6 +32,7 @@ __all__ = [
     "DumpError",
     "HangReport",
     "Suspect",
+    "culprit_issued",
     "describe_missing",
     "diagnose_hang",
     "find_divergence",
@@ -214,11 +215,13 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
         members = sorted(groups[name])
         sigs = {r: {s: _signature(e, with_dtypes) for (g, s), e in by_rank[r].items() if g == name} for r in members}
         firsts = [min(s) for s in sigs.values() if s]
-        start, end = max(firsts, default=1), max((max(s) for s in sigs.values() if s), default=0)
+        start = max(firsts, default=1)
         if start > 1:
             later_start.append(f"{name} from {start}")
         group_notes: list[str] = []
-        for seq in range(start, end + 1):
+        # The numbers some rank issued, not range(start, end): a number no rank holds (entries lost from the
+        # middle of every buffer) has nothing to compare, and a dump's ids may be as large as a file says.
+        for seq in sorted({s for rank_sigs in sigs.values() for s in rank_sigs if s >= start}):
             issued = {r: by_rank[r][(name, seq)] for r in members if (name, seq) in by_rank[r]}
             missing = [r for r in members if r not in issued]
             buckets: dict[_Signature, list[int]] = {}
@@ -357,9 +360,18 @@ def _missing(
 
 def describe_missing(culprit: dict[str, Any]) -> str:
     """What a missing rank issued instead: nothing, after its last collective of the group if its dump has one."""
-    if culprit["last_collective_seq_id"] is None:
+    if culprit.get("last_collective_seq_id") is None:
         return "nothing (no earlier one in its dump)"
-    return f"nothing (last: #{culprit['last_collective_seq_id']} {culprit['last_op']})"
+    return f"nothing (last: #{culprit['last_collective_seq_id']} {culprit.get('last_op') or '-'})"
+
+
+def culprit_issued(culprit: dict[str, Any]) -> str:
+    """What a culprit issued, as printed: its op, or for a missing rank :func:`describe_missing`.
+
+    Told apart by the ``op`` key being None (a missing rank), not by its truth: a dump may name an entry
+    ``nccl:`` with an empty op, which is what that rank issued, not a missing rank.
+    """
+    return describe_missing(culprit) if culprit.get("op") is None else (culprit["op"] or "''")
 
 
 def _where_peers_wait(rank: int, dump_set: DumpSet) -> str:
@@ -393,7 +405,7 @@ def diagnose_hang(
     named: dict[int, list[str]] = {}  # rank -> the divergences naming it, earliest first
     for divergence in divergences:
         for c in divergence.culprits:
-            issued = c["op"] or describe_missing(c)
+            issued = culprit_issued(c)
             named.setdefault(c["rank"], []).append(
                 f"{divergence.kind} at collective {divergence.collective_seq_id} of group "
                 f"{divergence.process_group}: issued {issued}"

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import CommlensError
+from commlens.files import read_at_most
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.units import finite_float
 
@@ -62,7 +63,7 @@ _UNEVEN_OPS = frozenset({"all_to_all"})
 
 _CPU_PREFIXES = ("nccl:", "gloo:")
 _KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
-_STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+_STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
 _RANKS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
 
@@ -135,11 +136,11 @@ def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[
             f.seek(0)
             if head == b"\x1f\x8b":
                 with gzip.GzipFile(fileobj=f) as gz:
-                    data = gz.read(max_bytes + 1)
+                    data = read_at_most(gz, max_bytes + 1)
             else:
                 if path.suffix == ".gz":
                     raise KinetoTraceError(f"{path}: not gzip data (no gzip magic bytes) despite the .gz name")
-                data = f.read(max_bytes + 1)
+                data = read_at_most(f, max_bytes + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise KinetoTraceError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
     if len(data) > max_bytes:
@@ -194,6 +195,16 @@ def _int_arg(args: dict[str, Any], key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _id(v: Any) -> int | str | None:
+    """An id as a trace writes one (``External id``, ``correlation``, ``pid``, ``tid``): an int or a string;
+    anything else (a list, a dict, a float, a bool) joins nothing, as if absent."""
+    return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+
+
+def _thread(e: dict[str, Any]) -> tuple[int | str | None, int | str | None]:
+    return _id(e.get("pid")), _id(e.get("tid"))
+
+
 def _ranks_arg(v: Any) -> tuple[int, ...] | None:
     if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return tuple(v)
@@ -224,16 +235,16 @@ class _Enclosing:
     """Spans on one (pid, tid) sorted by start: the innermost one containing an instant."""
 
     def __init__(self) -> None:
-        self._by_thread: dict[tuple[Any, Any], list[tuple[float, float, int]]] = {}
+        self._by_thread: dict[tuple[int | str | None, int | str | None], list[tuple[float, float, int]]] = {}
 
-    def add(self, key: tuple[Any, Any], start: float, end: float, item: int) -> None:
+    def add(self, key: tuple[int | str | None, int | str | None], start: float, end: float, item: int) -> None:
         self._by_thread.setdefault(key, []).append((start, end, item))
 
     def freeze(self) -> None:
         for spans in self._by_thread.values():
             spans.sort()
 
-    def find(self, key: tuple[Any, Any], t: float, end: float | None = None) -> int | None:
+    def find(self, key: tuple[int | str | None, int | str | None], t: float, end: float | None = None) -> int | None:
         spans = self._by_thread.get(key, [])
         j = bisect.bisect_right(spans, (t, math.inf, math.inf)) - 1
         while j >= 0:
@@ -261,11 +272,11 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
 
     cpu: list[int] = []  # nccl:*/gloo:* CPU spans
     kernels: list[int] = []
-    gpu_ann: dict[Any, list[int]] = {}  # External id -> gpu_user_annotation events
+    gpu_ann: dict[int | str, list[int]] = {}  # External id -> gpu_user_annotation events
     spans: dict[int, tuple[float, float]] = {}
     rpc = _Enclosing()  # record_param_comms spans
-    steps: dict[Any, list[tuple[float, float, int]]] = {}  # pid -> ProfilerStep spans
-    launches: dict[Any, int] = {}  # correlation -> cuda/hip runtime event
+    steps: dict[int | str | None, list[tuple[float, float, int]]] = {}  # pid -> ProfilerStep spans
+    launches: dict[int | str, int] = {}  # correlation -> cuda/hip runtime event
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             raise KinetoTraceError(f"{path}: traceEvents[{i}] is not an object")
@@ -284,42 +295,44 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
             kernels.append(i)
         elif cat == "gpu_user_annotation" and name.startswith("nccl:"):
             spans[i] = _span(e, path, i)
-            gpu_ann.setdefault(args.get("External id"), []).append(i)
+            if (ext := _id(args.get("External id"))) is not None:
+                gpu_ann.setdefault(ext, []).append(i)
         elif name == "record_param_comms":
             start, end = _span(e, path, i)
-            rpc.add((e.get("pid"), e.get("tid")), start, end, i)
-        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and "correlation" in args:
+            rpc.add(_thread(e), start, end, i)
+        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and _id(args.get("correlation")) is not None:
             launches[args["correlation"]] = i
         elif cat == "user_annotation" and (step_match := _STEP_RE.match(name)):
             start, end = _span(e, path, i)
-            steps.setdefault(e.get("pid"), []).append((start, end, int(step_match.group(1))))
+            steps.setdefault(_id(e.get("pid")), []).append((start, end, int(step_match.group(1))))
     rpc.freeze()
 
     enclosing_cpu = _Enclosing()
-    by_ext: dict[Any, int] = {}
+    by_ext: dict[int | str, int] = {}
     meta: dict[int, dict[str, Any]] = {}
     for i in cpu:
         e = events[i]
-        key = (e.get("pid"), e.get("tid"))
+        key = _thread(e)
         enclosing_cpu.add(key, *spans[i], i)
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if args.get("External id") is not None:
-            by_ext[args["External id"]] = i
+        if (ext := _id(args.get("External id"))) is not None:
+            by_ext[ext] = i
         j = rpc.find(key, spans[i][0], spans[i][1])
         meta[i] = events[j]["args"] if j is not None and isinstance(events[j].get("args"), dict) else {}
-        if j is not None and meta[i].get("External id") is not None:
-            by_ext.setdefault(meta[i]["External id"], i)
+        if j is not None and (ext := _id(meta[i].get("External id"))) is not None:
+            by_ext.setdefault(ext, i)
     enclosing_cpu.freeze()
 
     gpu_of: dict[int, list[int]] = {}
     unjoined = 0
     for k in kernels:
         args = events[k].get("args") if isinstance(events[k].get("args"), dict) else {}
-        owner = by_ext.get(args.get("External id"))
-        if owner is None and args.get("correlation") in launches:
-            launch = events[launches[args["correlation"]]]
-            if isinstance(launch.get("ts"), (int, float)):
-                owner = enclosing_cpu.find((launch.get("pid"), launch.get("tid")), float(launch["ts"]))
+        ext, correlation = _id(args.get("External id")), _id(args.get("correlation"))
+        owner = by_ext.get(ext) if ext is not None else None
+        if owner is None and correlation is not None and correlation in launches:
+            launch = events[launches[correlation]]
+            if (launch_ts := finite_float(launch.get("ts"))) is not None:
+                owner = enclosing_cpu.find(_thread(launch), launch_ts)
         if owner is None:
             unjoined += 1
         else:
@@ -335,8 +348,8 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
             span_kind, idx = "cpu", [i]
         elif i in gpu_of:
             span_kind, idx = "gpu_kernel", gpu_of[i]
-        elif args.get("External id") in gpu_ann:
-            span_kind, idx = "gpu_user_annotation", gpu_ann[args["External id"]]
+        elif (ext := _id(args.get("External id"))) is not None and ext in gpu_ann:
+            span_kind, idx = "gpu_user_annotation", gpu_ann[ext]
         else:
             without_gpu += 1  # the enqueue alone says nothing of when the collective ran
             continue
@@ -352,7 +365,7 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
             dtype = dims_dtype if dtype is None else dtype
         group = info_args.get("Process Group Name")
         step = None
-        for s_start, s_end, n in steps.get(e.get("pid"), ()):
+        for s_start, s_end, n in steps.get(_id(e.get("pid")), ()):
             if s_start <= spans[i][0] < s_end:
                 step = n
                 break

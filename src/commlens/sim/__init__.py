@@ -8,6 +8,7 @@ failed links, concurrent parallel groups and jobs (``commlens sim``).
 - :mod:`commlens.sim.run`: :func:`simulate` and its results.
 """
 
+from commlens.sim.budget import CollectiveShape, SimTooLargeError, check_sim_size, estimate_sim_bytes
 from commlens.sim.engine import Engine, max_min_rates
 from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric, parse_fault
 from commlens.sim.routing import ROUTINGS, route
@@ -18,12 +19,16 @@ __all__ = [
     "ROUTINGS",
     "Collective",
     "CollectiveResult",
+    "CollectiveShape",
     "Engine",
     "Fabric",
     "Fault",
     "SimError",
     "SimResult",
+    "SimTooLargeError",
     "build_fabric",
+    "check_sim_size",
+    "estimate_sim_bytes",
     "groups_by_stride",
     "max_min_rates",
     "parse_fault",

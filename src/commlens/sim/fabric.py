@@ -32,7 +32,7 @@ import numpy as np
 from commlens.errors import CommlensError
 from commlens.topology import Topology
 
-__all__ = ["Fabric", "Fault", "SimError", "build_fabric", "parse_fault"]
+__all__ = ["Fabric", "Fault", "SimError", "build_fabric", "check_nodes", "parse_fault"]
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _SERIALS = itertools.count()
@@ -336,24 +336,29 @@ class Fabric:
         }
 
 
+def check_nodes(topology: Topology, nodes: int) -> None:
+    """Raise SimError unless ``topology``'s fabric holds ``nodes`` nodes."""
+    out = topology.scale_out
+    if nodes < 1:
+        raise SimError(f"nodes must be at least 1, got {nodes}")
+    if out is None and nodes > topology.domain_nodes:
+        raise SimError(f"{topology.name} has no scale_out level: it holds {topology.domain_nodes} node(s), not {nodes}")
+    if out is not None and nodes > out.tiers[-1].nodes:
+        raise SimError(
+            f"{nodes} nodes exceed {topology.name}'s fabric: its top tier ({out.tiers[-1].name}) connects "
+            f"{out.tiers[-1].nodes}"
+        )
+
+
 def build_fabric(topology: Topology, nodes: int) -> Fabric:
     """The fabric of ``nodes`` nodes of ``topology``: every tier up to the one that spans them."""
     out = topology.scale_out
     A = topology.accelerators_per_node
-    if nodes < 1:
-        raise SimError(f"nodes must be at least 1, got {nodes}")
-    domain_nodes = topology.domain_nodes
+    check_nodes(topology, nodes)
     if out is None:
-        if nodes > domain_nodes:
-            raise SimError(f"{topology.name} has no scale_out level: it holds {domain_nodes} node(s), not {nodes}")
         tiers: list[tuple[str, int, float, float]] = [("leaf", max(nodes, 1), 1.0, 0.0)]
         nics, planes, rail, nic_rate, nic_lat = 1, 1, False, 0.0, 0.0
     else:
-        if nodes > out.tiers[-1].nodes:
-            raise SimError(
-                f"{nodes} nodes exceed {topology.name}'s fabric: its top tier ({out.tiers[-1].name}) connects "
-                f"{out.tiers[-1].nodes}"
-            )
         tiers = [(t.name, t.nodes, t.oversubscription, t.hop_latency_s) for t in out.tiers]
         nics, planes, rail = out.nics_per_node, out.planes, out.rail_optimized
         nic_rate, nic_lat = out.nic_bandwidth_bytes_per_s * out.efficiency, out.latency_s
@@ -403,7 +408,7 @@ def build_fabric(topology: Topology, nodes: int) -> Fabric:
         nics_per_node=nics,
         planes=planes,
         rail=rail,
-        domain_nodes=domain_nodes,
+        domain_nodes=topology.domain_nodes,
         tier_names=tuple(t[0] for t in tiers),
         group_nodes=tuple(t[1] for t in tiers),
         uplinks=tuple(uplinks),

@@ -9,6 +9,7 @@ import numpy as np
 
 from commlens.model import predict
 from commlens.ops import OPS, get_op
+from commlens.sim.budget import CollectiveShape, check_sim_size
 from commlens.sim.engine import Engine
 from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric
 from commlens.sim.routing import ROUTINGS
@@ -128,6 +129,11 @@ def simulate(
         raise SimError(f"unknown routing {routing!r}; known: {', '.join(ROUTINGS)}")
     if not collectives:
         raise SimError("nothing to simulate: no collective given")
+    shapes = []
+    for coll in collectives:
+        rows, ranks = np.shape(coll.groups) if np.ndim(coll.groups) == 2 else (1, 0)
+        shapes.append(CollectiveShape(coll.op, coll.size_bytes, int(rows), int(ranks), coll.algo))
+    check_sim_size(topology, nodes, shapes, qps=qps, channels=channels)
     wall0 = time.perf_counter()
     fab = fabric if fabric is not None else build_fabric(topology, nodes)
     fab = fab.with_faults(tuple(faults))
