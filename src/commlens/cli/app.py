@@ -86,6 +86,7 @@ def _register() -> None:
         cluster_cmd,
         db_cmd,
         diagnose_cmd,
+        expect_cmd,
         ingest_cmd,
         model_cmd,
         monitor_cmd,

@@ -1,0 +1,157 @@
+"""commlens expect RUN|FILE: is this bandwidth normal? The verdict, the system it assumed, the likely causes.
+
+Also the short verdict lines that ``ingest``, ``show`` and ``bench`` print at the end of a run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from commlens.cli.app import app, fail, say
+from commlens.cli.errors import errors_as_exit
+from commlens.cli.text import terminal_safe
+
+if TYPE_CHECKING:
+    from commlens.expect import RunVerdict
+    from commlens.results.records import Run
+    from commlens.topology import Topology
+
+
+def _gbps(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f}"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B" if n < 1024 else f"{n / 1024:.0f}K"
+
+
+def summary_lines(v: RunVerdict, *, causes: int = 2) -> list[str]:
+    """A few ``# expect:`` lines: the verdict per range and the top causes (for ingest, show, bench)."""
+    lines = [f"# expect: {v.headline()}"]
+    for r in v.ranges:
+        state = {"normal": "normal", "below": f"below by {r.pct:.0f}%", "above": f"above by {r.pct:.0f}%"}[r.status]
+        lines.append(
+            f"#   {r.op} {_size(r.min_size_bytes)}-{_size(r.max_size_bytes)} ({r.kind}): {state}, "
+            f"{r.ratio:.0%} of the model; limit {r.limit}"
+        )
+    for i, c in enumerate(v.causes[:causes], 1):
+        evidence = f" [{c.evidence[0]}]" if c.evidence else ""
+        lines.append(f"#   likely cause {i}: {c.title}{evidence}")
+    lines.append(f"#   model: {v.system.topology.name}; details: commlens expect {v.run_id[:12]}")
+    return lines
+
+
+def verdict_lines(v: RunVerdict) -> list[str]:
+    """The full report of ``commlens expect``."""
+    s = v.system
+    out = [f"run {v.run_id[:12]}: {v.headline()}", "", "system (inferred):"]
+    out += [f"  {n.what}: {n.value}    <- {n.source}" for n in s.inferred]
+    if s.assumed:
+        out.append("assumed (not in the log):")
+        out += [f"  {n.what}: {n.value}    <- {n.source}" for n in s.assumed]
+    out += ["", "size ranges:"]
+    for r in v.ranges:
+        words = {"normal": "normal", "below": f"below expectation by {r.pct:.0f}%", "above": f"above by {r.pct:.0f}%"}
+        out.append(
+            f"  {r.op:<15} {_size(r.min_size_bytes):>6} - {_size(r.max_size_bytes):<6} {r.kind:<16} "
+            f"{words[r.status]:<32} {r.ratio:>5.0%} of model   limit: {r.limit}"
+        )
+    out += ["", f"  {'op':<15} {'size':>8} {'busBW':>9} {'band (GB/s)':>17} {'model':>8}  {'verdict':<14} algorithms"]
+    for row in v.rows:
+        e = row.expected
+        band = f"{_gbps(e.lower_bytes_per_s)}-{_gbps(e.upper_bytes_per_s)}"
+        state = row.status if row.status == "normal" else f"{row.status} {row.pct:.0f}%"
+        out.append(
+            f"  {row.op:<15} {_size(row.size_bytes):>8} {_gbps(row.busbw_bytes_per_s):>9} {band:>17} "
+            f"{_gbps(e.model_bytes_per_s):>8}  {state:<14} {','.join(e.algos)}"
+        )
+    if v.causes:
+        out += ["", "likely causes, most likely first:"]
+        for i, c in enumerate(v.causes, 1):
+            out.append(f"  {i}. {c.title}")
+            out += [f"     evidence: {e}" for e in c.evidence]
+            out.append(f"     try: {c.try_}")
+            out.append(f"     source: {c.source}")
+    elif v.status == "below":
+        out += ["", "no known cause matches what the log shows (run with NCCL_DEBUG=INFO for more evidence)"]
+    return out
+
+
+def judge_or_none(run: Run, log_text: str | None = None) -> RunVerdict | None:
+    """The verdict, or None when the run cannot be judged (no GPU known, no row modelled): for summaries."""
+    from commlens.expect import ExpectError, judge_run
+
+    try:
+        return judge_run(run, log_text=log_text)
+    except ExpectError:
+        return None
+
+
+def _load_topology(name: str | None) -> Topology | None:
+    if name is None:
+        return None
+    from commlens.topology import load_topology
+
+    with errors_as_exit("--topology: "):
+        return load_topology(name)
+
+
+def _runs(ref: str, db: str | None, op: str | None) -> list[tuple[Run, str | None]]:
+    """The runs of a file (with its text, for the NCCL INFO lines) or the stored run ``ref`` names."""
+    from commlens.cli.run_refs import run_named
+
+    path = Path(ref)
+    if path.is_file():
+        from commlens.ingest import load_source_runs, read_source
+
+        with errors_as_exit(f"{ref}: "):
+            source = read_source(path)
+            _, runs = load_source_runs(source, op=op)
+        return [(run, source.text) for run in runs]
+    return [(run_named(ref, db), None)]
+
+
+@app.command("expect")
+def expect_cmd(
+    run: str = typer.Argument(..., help="a stored run (id, prefix, tag:NAME) or a result file (nccl-tests log, ...)"),
+    topology: str | None = typer.Option(
+        None, "--topology", "-t", help="judge on this topology (preset or file) instead of the one inferred"
+    ),
+    fail_below: float | None = typer.Option(
+        None, "--fail-below", metavar="PCT", help="exit 1 when the run is below its expectation by more than PCT %"
+    ),
+    op: str | None = typer.Option(None, help="the collective of an nccl-tests log that does not name it"),
+    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
+) -> None:
+    """Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes."""
+    from commlens.expect import judge_run
+
+    if fail_below is not None and not 0 <= fail_below < 100:
+        fail(f"--fail-below {fail_below}: expected a percentage from 0 to 100")
+    topo = _load_topology(topology)
+    verdicts: list[RunVerdict] = []
+    for found, text in _runs(run, db, op):
+        with errors_as_exit():
+            verdicts.append(judge_run(found, log_text=text, topology=topo))
+    if as_json:
+        docs: list[dict[str, Any]] = [v.as_dict() for v in verdicts]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
+    else:
+        for i, v in enumerate(verdicts):
+            if i:
+                print()
+            print("\n".join(terminal_safe(line) for line in verdict_lines(v)))
+    if fail_below is not None:
+        failed = [v for v in verdicts if v.status == "below" and v.pct > fail_below]
+        if failed:
+            for v in failed:
+                say("error", f"run {v.run_id[:12]} is below expectation by {v.pct:.0f}% (more than {fail_below:g}%)")
+            raise typer.Exit(1)

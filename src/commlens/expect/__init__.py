@@ -1,0 +1,55 @@
+"""Is this bandwidth normal? The expected-performance verdict of a run, with its likely causes.
+
+- :func:`judge_run`: the verdict on a run (system inferred from what it carries, or a given topology).
+- :func:`with_log_facts`: the run with the facts of its log (``NCCL INFO`` lines) kept in
+  ``system.extra["expect_facts"]``, so that a stored run can be judged later without its file.
+- Tables are data shipped with the package: ``systems.yaml`` (GPUs, links, fabrics), ``bands.yaml`` (band
+  widths, NCCL's algorithms), ``causes.yaml`` (causes, their signatures and sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from commlens.expect.evidence import Fact, facts_from_dicts, facts_to_dicts, log_facts
+from commlens.expect.system import ExpectError, InferredSystem
+from commlens.expect.verdict import RangeVerdict, RowVerdict, RunVerdict, judge
+from commlens.results.records import Run
+from commlens.topology import Topology
+
+__all__ = [
+    "FACTS_KEY",
+    "ExpectError",
+    "Fact",
+    "InferredSystem",
+    "RangeVerdict",
+    "RowVerdict",
+    "RunVerdict",
+    "judge_run",
+    "log_facts",
+    "run_facts",
+    "with_log_facts",
+]
+
+FACTS_KEY = "expect_facts"
+
+
+def run_facts(run: Run, log_text: str | None = None) -> list[Fact]:
+    """The facts of ``log_text`` if given, else those kept with the run."""
+    if log_text is not None:
+        return log_facts(log_text)
+    return facts_from_dicts(run.system.extra.get(FACTS_KEY))
+
+
+def with_log_facts(run: Run, log_text: str) -> Run:
+    """``run`` with its log's facts kept in ``system.extra`` (unchanged if the log has none)."""
+    facts = log_facts(log_text)
+    if not facts:
+        return run
+    system = replace(run.system, extra={**run.system.extra, FACTS_KEY: facts_to_dicts(facts)})
+    return replace(run, system=system)
+
+
+def judge_run(run: Run, *, log_text: str | None = None, topology: Topology | None = None) -> RunVerdict:
+    """The verdict on ``run``; :class:`ExpectError` when it cannot be judged (no GPU known, no row modelled)."""
+    return judge(run, run_facts(run, log_text), topology)

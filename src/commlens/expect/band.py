@@ -1,0 +1,140 @@
+"""The expected busBW of one row: the model's figure for the algorithms NCCL may pick, as a band.
+
+Steps of :func:`expectation`:
+
+1. The candidate algorithms: the one ``NCCL_ALGO`` names when the run set it; for a backend's own collectives
+   (gloo) the algorithm that backend runs (:mod:`commlens.model.backends`); otherwise those of ``bands.yaml``'s
+   ``nccl_algorithms`` for the op, NVLS only where the system allows it.
+2. Each candidate is predicted on the inferred topology; those within ``choice_margin`` of the fastest
+   predicted time are the ones NCCL may pick at that size (its tuner's choice is not in the log).
+3. The band runs from the slowest of those, less the error of the limiting level, to the fastest, plus it
+   (``error_pct`` in ``bands.yaml``: bandwidth, PCIe or latency), widened for a topology with assumptions.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from commlens.expect.system import ExpectError, InferredSystem
+from commlens.model.backends import implementation
+from commlens.model.layout import InfeasibleError, Layout
+from commlens.model.predict import Prediction, layout_for, predict
+from commlens.ops import OPS
+from commlens.specdata import load_yaml
+
+__all__ = ["Expectation", "bands_table", "expectation", "system_layout"]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a row should reach: the band of busBW, the model's figure, the algorithms and the limiting level."""
+
+    op: str
+    size_bytes: int
+    lower_bytes_per_s: float
+    upper_bytes_per_s: float
+    model_bytes_per_s: float  # the fastest candidate's busBW
+    algos: tuple[str, ...]
+    limit: str  # "NVLink4 + NVSwitch bandwidth", "launch latency", "NIC bandwidth (NDR InfiniBand)"
+    latency_bound: bool
+    error_pct: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lower_busbw_bytes_per_s": self.lower_bytes_per_s,
+            "upper_busbw_bytes_per_s": self.upper_bytes_per_s,
+            "model_busbw_bytes_per_s": self.model_bytes_per_s,
+            "algos": list(self.algos),
+            "limit": self.limit,
+            "latency_bound": self.latency_bound,
+            "error_pct": self.error_pct,
+        }
+
+
+@functools.cache
+def bands_table() -> dict[str, Any]:
+    data = load_yaml(resources.files("commlens.expect").joinpath("bands.yaml").read_text())
+    if not isinstance(data, dict) or data.get("format") != "commlens.expect-bands/1":
+        raise ExpectError("bands.yaml: expected format commlens.expect-bands/1")
+    return data
+
+
+def system_layout(system: InferredSystem) -> Layout:
+    """The model's layout of the run's job shape; :class:`ExpectError` if the topology cannot hold it."""
+    try:
+        return layout_for(system.topology, system.hosts, system.ranks_per_host)
+    except InfeasibleError as e:
+        raise ExpectError(f"the topology {system.topology.name} cannot hold this run: {e}") from None
+
+
+def _candidates(system: InferredSystem, backend: str, op: str) -> tuple[str, ...]:
+    table = bands_table()
+    if backend and backend.lower() not in ("nccl", "rccl", "cuda"):
+        return (implementation(backend, op, "builtin").algo,)
+    forced = system.env.get("NCCL_ALGO", "").strip().lower()
+    if forced and "," not in forced and ":" not in forced and forced in table["nccl_algo_env"]:
+        return (table["nccl_algo_env"][forced],)
+    algos = tuple(table["nccl_algorithms"].get(op, ()))
+    if not system.nvls_possible:
+        algos = tuple(a for a in algos if a != "nvls")
+    return algos
+
+
+def _limit(system: InferredSystem, p: Prediction) -> tuple[str, bool]:
+    """The level that limits a prediction, in words, and whether latency (not bandwidth) sets it."""
+    latency_s = sum(t[4] for t in p.raw_terms if t[5] and t[2] in ("launch", "latency"))
+    bound = latency_s >= 0.5 * p.time_s
+    topo = system.topology
+    if bound:
+        return ("launch latency" if latency_s < 2 * topo.launch_latency_s else "message latency"), True
+    level = max((t for t in p.raw_terms if t[5] and t[2] not in ("launch", "latency")), key=lambda t: t[4])[1]
+    if level == "scale_out" and topo.scale_out is not None:
+        return f"NIC bandwidth ({topo.scale_out.name})", False
+    if level == "scale_up":
+        return ("NVLS" if p.algo == "nvls" else topo.scale_up.name) + " bandwidth", False
+    if level == "compute":
+        return "reduction on the GPU", False
+    return f"{level} bandwidth", False
+
+
+def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, size_bytes: int) -> Expectation | None:
+    """The band for one (op, size) of the run (see the module's steps); None where no algorithm can run it."""
+    if op not in OPS or op == "barrier" or size_bytes <= 0:
+        return None
+    table = bands_table()
+    preds: list[Prediction] = []
+    for algo in _candidates(system, backend, op):
+        try:
+            preds.append(predict(system.topology, op, size_bytes, algo=algo, layout=layout))
+        except InfeasibleError:
+            continue
+    if not preds:
+        return None
+    best = min(preds, key=lambda p: p.time_s)
+    margin = 1.0 + float(table["choice_margin"])
+    chosen = [p for p in preds if p.time_s <= best.time_s * margin]
+    limit, latency_bound = _limit(system, best)
+    if latency_bound:
+        pct = table["error_pct"]["latency"]["pct"]
+    elif "PCIe" in system.topology.scale_up.name and "NIC" not in limit:
+        pct = table["error_pct"]["pcie"]["pct"]
+    else:
+        pct = table["error_pct"]["bandwidth"]["pct"]
+    if system.approximate:
+        pct += table["approximate_extra_pct"]
+    fastest = max(p.busbw_bytes_per_s for p in chosen)
+    slowest = min(p.busbw_bytes_per_s for p in chosen)
+    return Expectation(
+        op=op,
+        size_bytes=size_bytes,
+        lower_bytes_per_s=slowest * (1 - pct / 100),
+        upper_bytes_per_s=fastest * (1 + pct / 100),
+        model_bytes_per_s=best.busbw_bytes_per_s,
+        algos=tuple(p.algo for p in sorted(chosen, key=lambda p: p.time_s)),
+        limit=limit,
+        latency_bound=latency_bound,
+        error_pct=float(pct),
+    )

@@ -1,0 +1,185 @@
+"""Likely causes of a verdict: the table of ``causes.yaml`` matched against signals of the run.
+
+Signals (:func:`signals`), each with the evidence it rests on:
+
+- from the log's facts: ``transport``, ``ib_absent``, ``gdr``, ``nics``, ``channels``, ``via_p2p``,
+  ``via_shm``, ``via_net`` and ``env.NCCL_*`` (the command line's or NCCL's "set by environment" lines);
+- from the run: ``hosts``, ``ranks_per_host``, ``op_all_reduce``;
+- from the topology: ``scale_up_kind`` (nvlink, pcie, xgmi, cpu), ``topology_nics``, ``approximate``;
+- figures: ``large_ratio`` / ``small_ratio`` (measured over the model's busBW, median of the bandwidth- and
+  latency-bound rows), ``peak_over_one_nic`` (the best busBW over one NIC's effective rate),
+  ``peak_over_pcie`` (the best busBW over a PCIe Gen4 x16 link as NCCL credits it, 24 GB/s);
+- derived: ``p2p_off_by_env``, ``channels_limited``, ``forced_tuning``.
+
+A cause matches when every condition of its ``when`` holds; matches are ranked by ``weight``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from commlens.expect.system import ExpectError, InferredSystem
+from commlens.specdata import load_yaml
+
+__all__ = ["Cause", "Signal", "causes_table", "match_causes", "signals"]
+
+PCIE4_CREDIT_BYTES_PER_S = 24e9  # NCCL's graph credit of a PCIe Gen4 x16 link (see systems.yaml, pcie4)
+_OPS = ("is", "in", "min", "max", "set")
+
+
+@dataclass(frozen=True)
+class Signal:
+    value: Any
+    evidence: str  # the log line or the figure it comes from
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A matched cause: its id, title, the evidence lines, what to try, its source."""
+
+    id: str
+    title: str
+    evidence: tuple[str, ...]
+    try_: str
+    source: str
+    weight: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "evidence": list(self.evidence),
+            "try": self.try_,
+            "source": self.source,
+        }
+
+
+@functools.cache
+def causes_table() -> tuple[dict[str, Any], ...]:
+    """``causes.yaml``, checked once: every cause has its fields, every condition one known operator."""
+    data = load_yaml(resources.files("commlens.expect").joinpath("causes.yaml").read_text())
+    if not isinstance(data, dict) or data.get("format") != "commlens.expect-causes/1":
+        raise ExpectError("causes.yaml: expected format commlens.expect-causes/1")
+    for i, c in enumerate(data["causes"]):
+        missing = {"id", "applies_to", "weight", "title", "when", "evidence", "try", "source"} - set(c)
+        if missing:
+            raise ExpectError(f"causes.yaml: causes[{i}] lacks {', '.join(sorted(missing))}")
+        for j, cond in enumerate(c["when"]):
+            ops = [k for k in cond if k != "signal"]
+            if "signal" not in cond or len(ops) != 1 or ops[0] not in _OPS:
+                raise ExpectError(f"causes.yaml: causes[{i}].when[{j}]: one signal and one of {', '.join(_OPS)}")
+    return tuple(data["causes"])
+
+
+def _fact_signal(system: InferredSystem, fact: str, name: str) -> dict[str, Signal]:
+    f = system.facts.get(fact)
+    return {} if f is None else {name: Signal(f.value, f"line {f.line}: {f.text}")}
+
+
+def signals(
+    system: InferredSystem,
+    *,
+    op_names: set[str],
+    peak_busbw: float,
+    large_ratio: float | None,
+    small_ratio: float | None,
+) -> dict[str, Signal]:
+    """Every signal the cause table may ask for (see the module's list)."""
+    topo = system.topology
+    out: dict[str, Signal] = {
+        "hosts": Signal(system.hosts, f"{system.hosts} hosts"),
+        "ranks_per_host": Signal(system.ranks_per_host, f"{system.ranks_per_host} ranks per host"),
+        "op_all_reduce": Signal("all_reduce" in op_names, "ops " + ",".join(sorted(op_names))),
+        "approximate": Signal(system.approximate, f"topology {topo.name} is approximate"),
+    }
+    for fact, name in (
+        ("net_transport", "transport"),
+        ("ib_absent", "ib_absent"),
+        ("gdr", "gdr"),
+        ("nics", "nics"),
+        ("channels", "channels"),
+        ("via_p2p", "via_p2p"),
+        ("via_shm", "via_shm"),
+        ("via_net", "via_net"),
+    ):
+        out.update(_fact_signal(system, fact, name))
+    if "transport" not in out and "via_net" in out and "Socket" in str(out["via_net"].value):
+        out["transport"] = Signal("Socket", out["via_net"].evidence)
+    for key, value in system.env.items():
+        if key.startswith("NCCL_"):
+            seen = system.facts.get("env:" + key)
+            where = f"line {seen.line}: {seen.text}" if seen else f"environment: {key}={value}"
+            out["env." + key] = Signal(value, where)
+    up = topo.scale_up.name.lower()
+    kind = "pcie" if "pcie" in up else "nvlink" if "nvlink" in up else "xgmi" if "infinity" in up else "cpu"
+    out["scale_up_kind"] = Signal(kind, f"scale-up {topo.scale_up.name}")
+    if topo.scale_out is not None:
+        out["topology_nics"] = Signal(topo.scale_out.nics_per_node, f"{topo.scale_out.nics_per_node} NICs per node")
+        nic = topo.scale_out.nic_bandwidth_bytes_per_s * topo.scale_out.efficiency
+        if peak_busbw > 0:
+            out["peak_over_one_nic"] = Signal(
+                peak_busbw / nic,
+                f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / nic:.2f} x one NIC ({nic / 1e9:.1f} GB/s)",
+            )
+    if peak_busbw > 0:
+        out["peak_over_pcie"] = Signal(
+            peak_busbw / PCIE4_CREDIT_BYTES_PER_S,
+            f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / PCIE4_CREDIT_BYTES_PER_S:.2f} x PCIe Gen4 x16 "
+            f"(24 GB/s)",
+        )
+    if large_ratio is not None:
+        out["large_ratio"] = Signal(large_ratio, f"bandwidth-bound sizes at {large_ratio:.0%} of the model")
+    if small_ratio is not None:
+        out["small_ratio"] = Signal(small_ratio, f"latency-bound sizes at {small_ratio:.0%} of the model")
+    env = system.env
+    p2p_off = env.get("NCCL_P2P_DISABLE", "").strip() == "1" or env.get("NCCL_P2P_LEVEL", "").strip().upper() in (
+        "LOC",
+        "0",
+    )
+    out["p2p_off_by_env"] = Signal(p2p_off, "NCCL_P2P_DISABLE/NCCL_P2P_LEVEL")
+    limited = False
+    for key in ("NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS"):
+        if env.get(key, "").strip().isdigit() and int(env[key]) <= 4:
+            limited = True
+    if "channels" in out and kind == "nvlink" and system.ranks_per_host >= 4 and int(out["channels"].value) <= 4:
+        limited = True
+    out["channels_limited"] = Signal(limited, "channel count")
+    forced = bool(env.get("NCCL_PROTO", "").strip()) or bool(env.get("NCCL_ALGO", "").strip())
+    out["forced_tuning"] = Signal(forced, "NCCL_PROTO/NCCL_ALGO")
+    return out
+
+
+def _holds(cond: dict[str, Any], sig: Signal | None) -> bool:
+    op = next(k for k in cond if k != "signal")
+    want = cond[op]
+    if op == "set":
+        return (sig is not None) == bool(want)
+    if sig is None:
+        return False
+    value = sig.value
+    if op == "is":
+        if isinstance(want, str) or isinstance(value, str):
+            return str(value).strip().lower() == str(want).strip().lower()
+        return bool(value == want)
+    if op == "in":
+        return str(value).strip().lower() in {str(w).lower() for w in want}
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return number >= float(want) if op == "min" else number <= float(want)
+
+
+def match_causes(status: str, sigs: dict[str, Signal]) -> list[Cause]:
+    """The causes of ``causes.yaml`` for a verdict ``status`` (below / above) whose conditions all hold, ranked."""
+    found = []
+    for c in causes_table():
+        if c["applies_to"] != status:
+            continue
+        if all(_holds(cond, sigs.get(cond["signal"])) for cond in c["when"]):
+            evidence = tuple(dict.fromkeys(sigs[name].evidence for name in c["evidence"] if name in sigs))
+            found.append(Cause(c["id"], c["title"], evidence, c["try"], c["source"], int(c["weight"])))
+    return sorted(found, key=lambda c: -c.weight)

@@ -1,0 +1,293 @@
+"""The system a run ran on, inferred from what the run carries, mapped to a topology the model can read.
+
+Steps of :func:`infer_system`:
+
+1. The GPU: the run's device names (nccl-tests' ``#  Rank`` lines, bench's fingerprint), else a device line of
+   the log; matched against the GPU table of ``systems.yaml`` (first pattern that matches), which names the
+   preset topology and, for PCIe or cut-down NVLink parts, the scale-up link to put in its place.
+2. The job's shape: hosts and ranks per host from the run; a node wider than the preset's becomes as wide.
+3. The network, for a run over several hosts: NICs counted from ``NET/IB : Using ...``, their rate from
+   ``speed=`` or the topology's ``NET[..]``, or from the fabric table when the log names a cloud fabric (EFA);
+   what the log does not show is taken from the preset and said to be assumed.
+4. NVLS: left out of the algorithms NCCL may pick when the log says it is unavailable, when NCCL is older than
+   2.17, or when the scale-up level is not an NVSwitch.
+
+``--topology`` (``topology=``) replaces steps 1-3: the given topology is used as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from commlens.errors import CommlensError
+from commlens.expect.evidence import Fact
+from commlens.results.records import Run
+from commlens.specdata import load_yaml
+from commlens.topology import Topology, TopologyError, load_topology, topology_from_dict, topology_to_dict
+
+__all__ = ["ExpectError", "InferredSystem", "Note", "infer_system", "systems_table"]
+
+NVLS_MIN_VERSION = (2, 17, 0)  # NCCL 2.17 introduced NVLink SHARP (NVLS) collectives
+
+
+class ExpectError(CommlensError, ValueError):
+    """A run the verdict cannot judge (no GPU known, no rows), or a bad table shipped with the package."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """One inference or assumption: what, its value, and where it came from (a log line or the run)."""
+
+    what: str
+    value: str
+    source: str  # "line 12: NCCL INFO NET/IB : Using [0]mlx5_0:1/IB" or "run: system.device_names"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"what": self.what, "value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True)
+class InferredSystem:
+    """The topology to judge with, and how it was reached."""
+
+    topology: Topology
+    gpu: str
+    hosts: int
+    ranks_per_host: int
+    nccl_version: str
+    nvls_possible: bool
+    approximate: bool
+    facts: dict[str, Fact]
+    inferred: tuple[Note, ...] = ()
+    assumed: tuple[Note, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology.name,
+            "gpu": self.gpu,
+            "hosts": self.hosts,
+            "ranks_per_host": self.ranks_per_host,
+            "nccl_version": self.nccl_version,
+            "nvls_possible": self.nvls_possible,
+            "approximate": self.approximate,
+            "inferred": [n.as_dict() for n in self.inferred],
+            "assumed": [n.as_dict() for n in self.assumed],
+        }
+
+
+@functools.cache
+def systems_table() -> dict[str, Any]:
+    """``systems.yaml``, checked once."""
+    data = load_yaml(resources.files("commlens.expect").joinpath("systems.yaml").read_text())
+    if not isinstance(data, dict) or data.get("format") != "commlens.expect-systems/1":
+        raise ExpectError("systems.yaml: expected format commlens.expect-systems/1")
+    for i, gpu in enumerate(data["gpus"]):
+        if not {"match", "name", "preset"} <= set(gpu):
+            raise ExpectError(f"systems.yaml: gpus[{i}] needs match, name and preset")
+        if gpu.get("scale_up") is not None and gpu["scale_up"] not in data["links"]:
+            raise ExpectError(f"systems.yaml: gpus[{i}].scale_up {gpu['scale_up']!r} is not in links")
+    return data
+
+
+def _at(fact: Fact) -> str:
+    return f"line {fact.line}: {fact.text}"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", text)[:3]
+    return tuple(int(p) for p in parts) if parts else ()
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(limit, 1))
+
+
+def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) -> InferredSystem:
+    """The system of ``run`` (see the module's steps); :class:`ExpectError` when the GPU is unknown."""
+    by_name: dict[str, Fact] = {}
+    for f in facts:
+        by_name.setdefault(f.name, f)
+    inferred: list[Note] = []
+    assumed: list[Note] = []
+    sysinfo = run.system
+    hosts = max(len(sysinfo.hosts), 1)
+    ranks_per_host = max(sysinfo.ranks_per_host.values()) if sysinfo.ranks_per_host else run.world_size // hosts
+    ranks_per_host = max(ranks_per_host, 1)
+    inferred.append(Note("hosts x ranks per host", f"{hosts} x {ranks_per_host}", "run: system.hosts"))
+    env = dict(sysinfo.env)
+    for f in facts:
+        if f.name.startswith("env:"):
+            env.setdefault(f.name[4:], str(f.value))
+    nccl_version = sysinfo.backend_version or str(by_name["nccl_version"].value if "nccl_version" in by_name else "")
+    if nccl_version:
+        where = _at(by_name["nccl_version"]) if "nccl_version" in by_name else "run: system.backend_version"
+        inferred.append(Note("NCCL version", nccl_version, where))
+
+    names = [n for n in sysinfo.device_names if n]
+    if names:
+        gpu, gpu_source = names[0], "run: system.device_names (nccl-tests '#  Rank' line or bench fingerprint)"
+    elif "gpu" in by_name:
+        gpu, gpu_source = str(by_name["gpu"].value), _at(by_name["gpu"])
+    elif sysinfo.device == "cpu":
+        gpu, gpu_source = "cpu", "run: system.device"
+    else:
+        gpu, gpu_source = "", ""
+    approximate = False
+    table = systems_table()
+    if topology is not None:
+        inferred.append(Note("topology", topology.name, "given (--topology)"))
+        if gpu:
+            inferred.append(Note("GPU", gpu, gpu_source))
+        topo = topology
+        nvls = topology.scale_up.in_switch_reduction
+    else:
+        if not gpu:
+            raise ExpectError("the run does not name its GPU (no device line, no NCCL INFO device); give --topology")
+        entry = next((g for g in table["gpus"] if re.search(g["match"], gpu, re.IGNORECASE)), None)
+        if entry is None:
+            raise ExpectError(f"no topology known for GPU {gpu!r}; give --topology (a preset or a file)")
+        inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
+        data = topology_to_dict(load_topology(entry["preset"]))
+        data.pop("calibration", None)
+        changes = [f"preset {entry['preset']}"]
+        if entry.get("scale_up"):
+            link = table["links"][entry["scale_up"]]
+            data["scale_up"] = {
+                "name": link["name"],
+                "domain_size": data["accelerators_per_node"],
+                "bandwidth_bytes_per_s": link["bandwidth_bytes_per_s"],
+                "efficiency": link["efficiency"],
+                "efficiency_origin": link["origin"],
+                "latency_s": link["latency_s"],
+                "latency_origin": "PCIe/NVLink step latency, approximate",
+                "in_switch_reduction": False,
+            }
+            changes.append(f"scale-up {link['name']}")
+            assumed.append(Note("scale-up link", link["name"], f"GPU table: {entry['name']} ({link['origin']})"))
+            approximate = True
+        if ranks_per_host > data["accelerators_per_node"]:
+            data["accelerators_per_node"] = ranks_per_host
+            data["scale_up"]["domain_size"] = ranks_per_host
+            changes.append(f"{ranks_per_host} GPUs per node")
+        if hosts > 1 and data.get("scale_out") is not None:
+            approximate |= _derive_network(data, by_name, gpu, hosts, table, inferred, assumed, changes)
+        data["name"] = f"{entry['preset']}-as-inferred" if len(changes) > 1 else entry["preset"]
+        data["description"] = "derived from the run: " + ", ".join(changes)
+        data["approximate"] = bool(data.get("approximate")) or approximate
+        try:
+            topo = topology_from_dict(data, source="inferred topology")
+        except TopologyError as e:
+            raise ExpectError(f"cannot build a topology for this run: {e}") from None
+        inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
+        nvls = topo.scale_up.in_switch_reduction
+    if nvls and "nvls_available" in by_name and by_name["nvls_available"].value is False:
+        nvls = False
+        inferred.append(Note("NVLS", "not available", _at(by_name["nvls_available"])))
+    elif nvls and nccl_version and _version(nccl_version) < NVLS_MIN_VERSION:
+        nvls = False
+        inferred.append(Note("NVLS", f"not in NCCL {nccl_version} (needs 2.17)", "NCCL version"))
+    elif nvls and env.get("NCCL_NVLS_ENABLE") == "0":
+        nvls = False
+        inferred.append(Note("NVLS", "disabled", "NCCL_NVLS_ENABLE=0"))
+    elif nvls and "nvls_available" not in by_name and "nvls_channels" not in by_name:
+        assumed.append(Note("NVLS", "may or may not be used (the log does not say)", "band spans ring and NVLS"))
+    return InferredSystem(
+        topology=topo,
+        gpu=gpu,
+        hosts=hosts,
+        ranks_per_host=ranks_per_host,
+        nccl_version=nccl_version,
+        nvls_possible=nvls,
+        approximate=approximate or bool(topo.approximate),
+        facts=by_name,
+        inferred=tuple(inferred),
+        assumed=tuple(assumed),
+        env=env,
+    )
+
+
+def _derive_network(
+    data: dict[str, Any],
+    by_name: dict[str, Fact],
+    gpu: str,
+    hosts: int,
+    table: dict[str, Any],
+    inferred: list[Note],
+    assumed: list[Note],
+    changes: list[str],
+) -> bool:
+    """Step 3 of :func:`infer_system`, on the topology's plain data; True if something was assumed."""
+    out = data["scale_out"]
+    per_node = data["accelerators_per_node"]
+    guessed = False
+    transport = by_name.get("net_transport")
+    if transport is not None:
+        inferred.append(Note("network transport", str(transport.value), _at(transport)))
+    provider = by_name.get("ofi_provider")
+    fabric = None
+    if provider is not None:
+        fabric = next(
+            (
+                f
+                for f in table["fabrics"]
+                if f["provider"] == str(provider.value).lower() and re.search(f["gpu"], gpu, re.IGNORECASE)
+            ),
+            None,
+        )
+    nics = by_name.get("nics")
+    if fabric is not None and provider is not None:
+        out["nics_per_node"] = _largest_divisor_at_most(per_node, fabric["nics"])
+        out["nic_bandwidth_bytes_per_s"] = fabric["nic_bandwidth_bytes_per_s"]
+        out["name"] = f"{provider.value} ({fabric['origin']})"
+        inferred.append(
+            Note(
+                "NICs",
+                f"{fabric['nics']} x {fabric['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s",
+                _at(provider) + f" -> {fabric['origin']}",
+            )
+        )
+        changes.append(f"{fabric['nics']} {provider.value} NICs")
+        return True
+    if nics is not None:
+        count = int(nics.value)
+        fitted = _largest_divisor_at_most(per_node, count)
+        out["nics_per_node"] = fitted
+        inferred.append(Note("NICs per node", str(count), _at(nics)))
+        if fitted != count:
+            assumed.append(Note("NICs used", str(fitted), f"{count} NICs do not divide {per_node} GPUs"))
+        changes.append(f"{fitted} NICs")
+    else:
+        assumed.append(
+            Note("NICs per node", str(out["nics_per_node"]), "preset (the log does not list NET/IB devices)")
+        )
+        guessed = True
+    speed = by_name.get("nic_speed_mbps")
+    topo_bw = by_name.get("nic_topo_gbytes")
+    if speed is not None and int(speed.value) > 0:
+        out["nic_bandwidth_bytes_per_s"] = int(speed.value) * 1e6 / 8
+        inferred.append(Note("NIC speed", f"{int(speed.value) / 1000:g} Gb/s", _at(speed)))
+        changes.append(f"{int(speed.value) / 1000:g} Gb/s NICs")
+    elif topo_bw is not None and float(topo_bw.value) > 0:
+        out["nic_bandwidth_bytes_per_s"] = float(topo_bw.value) * 1e9
+        inferred.append(Note("NIC speed", f"{float(topo_bw.value):g} GB/s", _at(topo_bw)))
+        changes.append(f"{float(topo_bw.value):g} GB/s NICs")
+    else:
+        rate = out["nic_bandwidth_bytes_per_s"]
+        assumed.append(Note("NIC speed", f"{rate * 8 / 1e9:g} Gb/s", "preset (the log does not show NIC speeds)"))
+        guessed = True
+    return guessed
+
+
+def check_tables() -> None:
+    """Load every shipped table (a test and ``expect`` call this to fail early on a bad edit)."""
+    systems_table()
+    for g in systems_table()["gpus"]:
+        try:
+            load_topology(g["preset"])
+        except TopologyError as e:
+            raise ExpectError(f"systems.yaml: preset {g['preset']!r}: {e}") from None

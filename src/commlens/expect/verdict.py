@@ -1,0 +1,204 @@
+"""The verdict on a run: per row, per size range, for the run, with the likely causes.
+
+Steps of :func:`judge`:
+
+1. Infer the system (:func:`commlens.expect.system.infer_system`).
+2. Per (op, size), the measured busBW is the better of in-place and out-of-place (nccl-tests prints both; a
+   user reads the better one), against the band of :func:`commlens.expect.band.expectation`.
+3. A row is ``normal`` inside the band, ``below`` under its lower edge (by how much, in % of that edge),
+   ``above`` over its upper edge (a measurement to check).
+4. Per op, rows are grouped into the latency-bound range (the model's time is mostly launch and latency)
+   and the bandwidth-bound range. A latency-bound range's verdict is its median row's; a bandwidth-bound
+   range's is the median of its peak sizes (the largest eighth of its size span: at least the largest size),
+   where the busBW a user reads off a table is.
+5. The run's verdict is the worst op's: its bandwidth-bound range where the run reached one, else its
+   latency-bound range.
+6. For a run below (or above) expectation, the causes of ``causes.yaml`` whose signature matches, ranked.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from commlens.expect.band import Expectation, expectation, system_layout
+from commlens.expect.causes import Cause, match_causes, signals
+from commlens.expect.evidence import Fact
+from commlens.expect.system import ExpectError, InferredSystem, infer_system
+from commlens.results.records import Run
+from commlens.topology import Topology
+
+__all__ = ["RangeVerdict", "RowVerdict", "RunVerdict", "judge"]
+
+NORMAL, BELOW, ABOVE = "normal", "below", "above"
+_RANK = {NORMAL: 0, ABOVE: 1, BELOW: 2}
+PEAK_SPAN = 8  # a bandwidth-bound range is judged on its sizes within a factor 8 of its largest
+
+
+@dataclass(frozen=True)
+class RowVerdict:
+    op: str
+    size_bytes: int
+    busbw_bytes_per_s: float
+    expected: Expectation
+    status: str
+    pct: float  # below: % under the band's lower edge; above: % over its upper edge; 0 inside
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "busbw_bytes_per_s": self.busbw_bytes_per_s,
+            "status": self.status,
+            "pct": round(self.pct, 2),
+            **self.expected.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class RangeVerdict:
+    op: str
+    kind: str  # "latency-bound" | "bandwidth-bound"
+    min_size_bytes: int
+    max_size_bytes: int
+    rows: int
+    status: str
+    pct: float
+    ratio: float  # median measured / model busBW
+    limit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "range": self.kind,
+            "min_size_bytes": self.min_size_bytes,
+            "max_size_bytes": self.max_size_bytes,
+            "rows": self.rows,
+            "status": self.status,
+            "pct": round(self.pct, 2),
+            "ratio_to_model": round(self.ratio, 4),
+            "limit": self.limit,
+        }
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    run_id: str
+    system: InferredSystem
+    rows: tuple[RowVerdict, ...]
+    ranges: tuple[RangeVerdict, ...]
+    judged: RangeVerdict  # the range the run's verdict comes from
+    causes: tuple[Cause, ...]
+
+    @property
+    def status(self) -> str:
+        return self.judged.status
+
+    @property
+    def pct(self) -> float:
+        return self.judged.pct
+
+    def headline(self) -> str:
+        """``below expectation by 42% (all_reduce, bandwidth-bound 64 MiB-8 GiB, limited by ...)``."""
+        j = self.judged
+        what = {
+            NORMAL: "normal",
+            BELOW: f"below expectation by {j.pct:.0f}%",
+            ABOVE: f"above expectation by {j.pct:.0f}%",
+        }
+        return f"{what[j.status]} ({j.op}, {j.kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": "commlens.expect/1",
+            "run_id": self.run_id,
+            "status": self.status,
+            "pct": round(self.pct, 2),
+            "headline": self.headline(),
+            "system": self.system.as_dict(),
+            "ranges": [r.as_dict() for r in self.ranges],
+            "causes": [c.as_dict() for c in self.causes],
+            "rows": [r.as_dict() for r in self.rows],
+        }
+
+
+def _row_status(busbw: float, e: Expectation) -> tuple[str, float]:
+    if busbw < e.lower_bytes_per_s:
+        return BELOW, 100.0 * (1.0 - busbw / e.lower_bytes_per_s)
+    if busbw > e.upper_bytes_per_s:
+        return ABOVE, 100.0 * (busbw / e.upper_bytes_per_s - 1.0)
+    return NORMAL, 0.0
+
+
+def _range(op: str, kind: str, rows: list[RowVerdict]) -> RangeVerdict:
+    top = max(r.size_bytes for r in rows)
+    judged = [r for r in rows if kind == "latency-bound" or r.size_bytes * PEAK_SPAN >= top]
+    scores = sorted((-r.pct if r.status == BELOW else r.pct) for r in judged)
+    median = statistics.median(scores)
+    status = BELOW if median < 0 else ABOVE if median > 0 else NORMAL
+    ratio = statistics.median(r.busbw_bytes_per_s / r.expected.model_bytes_per_s for r in judged)
+    limits = [r.expected.limit for r in rows]
+    return RangeVerdict(
+        op,
+        kind,
+        min(r.size_bytes for r in rows),
+        max(r.size_bytes for r in rows),
+        len(rows),
+        status,
+        abs(median),
+        ratio,
+        max(set(limits), key=limits.count),
+    )
+
+
+def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunVerdict:
+    """The verdict on ``run`` (see the module's steps); :class:`ExpectError` when it cannot be judged."""
+    system = infer_system(run, facts, topology)
+    layout = system_layout(system)
+    best: dict[tuple[str, int], float] = {}
+    for m in run.measurements:
+        if m.op == "barrier" or m.size_bytes <= 0 or not m.busbw_bytes_per_s > 0:
+            continue
+        key = (m.op, m.size_bytes)
+        best[key] = max(best.get(key, 0.0), m.busbw_bytes_per_s)
+    rows: list[RowVerdict] = []
+    backend = run.system.backend
+    for (op, size), busbw in sorted(best.items()):
+        e = expectation(system, layout, backend, op, size)
+        if e is None:
+            continue
+        status, pct = _row_status(busbw, e)
+        rows.append(RowVerdict(op, size, busbw, e, status, pct))
+    if not rows:
+        raise ExpectError(f"run {run.run_id[:12]}: no row the model can judge (ops without a model, or no sizes)")
+    ranges: list[RangeVerdict] = []
+    judged_per_op: list[RangeVerdict] = []
+    for op in dict.fromkeys(r.op for r in rows):
+        mine = [r for r in rows if r.op == op]
+        small = [r for r in mine if r.expected.latency_bound]
+        large = [r for r in mine if not r.expected.latency_bound]
+        op_ranges = [_range(op, kind, rs) for kind, rs in (("latency-bound", small), ("bandwidth-bound", large)) if rs]
+        ranges += op_ranges
+        judged_per_op.append(op_ranges[-1])
+    judged = max(judged_per_op, key=lambda r: (_RANK[r.status], r.pct))
+    causes: list[Cause] = []
+    if judged.status != NORMAL:
+        large_ratio = _median_ratio(rows, latency_bound=False)
+        small_ratio = _median_ratio(rows, latency_bound=True)
+        sigs = signals(
+            system,
+            op_names={r.op for r in rows},
+            peak_busbw=max(r.busbw_bytes_per_s for r in rows),
+            large_ratio=large_ratio,
+            small_ratio=small_ratio,
+        )
+        causes = match_causes(judged.status, sigs)
+    return RunVerdict(run.run_id, system, tuple(rows), tuple(ranges), judged, tuple(causes))
+
+
+def _median_ratio(rows: list[RowVerdict], *, latency_bound: bool) -> float | None:
+    picked = [
+        r.busbw_bytes_per_s / r.expected.model_bytes_per_s for r in rows if r.expected.latency_bound == latency_bound
+    ]
+    return statistics.median(picked) if picked else None
