@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from pathlib import Path
@@ -45,7 +46,8 @@ def ingest_cmd(
     from commlens.errors import CommlensError
     from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
-    from commlens.store import Store, StoreError
+    from commlens.store import Store, StoreError, db_url, default_db_url
+    from commlens.store.db import parse_url
 
     if fmt != "auto" and fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
@@ -64,10 +66,13 @@ def ingest_cmd(
         with errors_as_exit("--op: "):
             get_op(op)
     with errors_as_exit():
-        store = Store.open(db)
+        url = db_url(db) if db is not None else default_db_url()
+        parse_url(url)  # a malformed --db is an error before any file is read
     failed = 0
     ingested: list[dict[str, Any]] = []
-    with store:
+    # The store is opened at the first run to save: an ingest that refuses every file creates no store file.
+    store: Store | None = None
+    with contextlib.ExitStack() as closing:
         for path in files:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", IngestWarning)
@@ -88,6 +93,9 @@ def ingest_cmd(
                     for w in caught:
                         if issubclass(w.category, IngestWarning):
                             say("warning", str(w.message))
+            if store is None:
+                with errors_as_exit():
+                    store = closing.enter_context(Store.open(url))
             try:
                 stored = _save_new(store, runs)
             except StoreError as e:

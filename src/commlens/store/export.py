@@ -126,4 +126,4 @@ def export_runs(runs: Iterable[Run], output: str | Path, fmt: ExportFormat) -> E
 
 
 def _atomic_text(output: str | Path) -> ContextManager[IO[str]]:
-    return atomic_text(output, newline="")
+    return atomic_text(output, newline="", make_parents=False)  # a directory the user misspelt is not made

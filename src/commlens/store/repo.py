@@ -39,6 +39,7 @@ from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
     StoreError,
+    check_sqlite_integrity,
     db_url,
     default_db_url,
     driver_reason,
@@ -78,6 +79,12 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._write = write_engine(engine)
+        self._checked = False  # the SQLite file's integrity, checked before this store's first write
+
+    def _before_write(self) -> None:
+        if not self._checked:
+            check_sqlite_integrity(self.engine)
+            self._checked = True
 
     @property
     def url(self) -> str:
@@ -125,12 +132,16 @@ class Store:
         if repeated:
             raise StoreError(f"run {repeated[0]!r} is given more than once")
         run_rows = [run_row(run) for run in runs]
+        self._before_write()
         try:
             with self._write.begin() as conn:
                 existing = conn.scalars(select(RunModel.run_id).where(RunModel.run_id.in_(ids))).first()
                 if existing is not None:
                     raise StoreError(f"run {existing!r} is already in the store")
                 _insert_runs(conn, runs, run_rows)
+        except DatabaseFault:
+            check_sqlite_integrity(self.engine)  # a write that failed on a damaged file says so
+            raise
         except IntegrityError:
             # Another process saved one of these run_ids between our check and our insert.
             raise StoreError(
@@ -145,6 +156,7 @@ class Store:
         """Set, replace (or with None remove) a run's tag; returns (run_id, previous tag)."""
         if tag is not None and not tag.strip():
             raise StoreError("a tag must not be empty")
+        self._before_write()
         with Session(self._write) as session, session.begin():
             run_id = _resolve(session, run_ref)
             previous = session.scalar(select(RunModel.tag).where(RunModel.run_id == run_id))
@@ -157,6 +169,7 @@ class Store:
 
     def delete_runs(self, run_refs: Iterable[str]) -> list[str]:
         """Delete runs in one transaction; every reference must name a run, else nothing is deleted."""
+        self._before_write()
         with Session(self._write) as session, session.begin():
             run_ids = list(dict.fromkeys(_resolve(session, ref) for ref in run_refs))
             session.execute(delete(RunModel).where(RunModel.run_id.in_(run_ids)))
