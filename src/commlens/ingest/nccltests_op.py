@@ -66,7 +66,7 @@ class RowEvidence:
     size_bytes: int
     count: int
     elem_size: int
-    redop: str | None  # None: the table has no redop column
+    redop: str | None  # None: the table has no redop column; "": the row prints it blank
     root: int | None  # None: no root column
     algbw_gbps: float
     busbw_gbps: float
@@ -77,6 +77,7 @@ class TableEvidence:
     world_size: int
     rows: list[RowEvidence]
     pre_2_13: bool  # the table has the ``error`` column (nccl-tests before its 2.13 resync, 2022)
+    columns: tuple[str, ...] = ()  # the header's columns before the times: size, count, type[, redop][, root]
     nccl_colls: dict[str, int] = field(default_factory=dict)  # NCCL COLL record op name -> first line
 
 
@@ -121,11 +122,21 @@ def _misfit(spec: OpSpec, ev: TableEvidence) -> str | None:
     n = ev.world_size
     if ev.pre_2_13 and ev.rows and ev.rows[0].redop is None and spec.reduces:
         return "a pre-2.13 table without a redop column, which nccl-tests printed for every reduction"
+    if ev.pre_2_13 and ev.columns:  # before 2.13 each test printed a header of its own
+        if spec.has_root and "root" not in ev.columns:
+            return "a pre-2.13 table without a root column, which nccl-tests printed for the ops with a root"
+        if spec.name == "all_gather" and "redop" in ev.columns:
+            return "a pre-2.13 table with a redop column, which all_gather_perf's header did not have"
+        if spec.name == "all_to_all" and "redop" not in ev.columns:
+            return "a pre-2.13 table without a redop column, which alltoall_perf's header had (printed blank)"
     for r in ev.rows:
         expected = r.count * r.elem_size * (n if spec.per_rank_split else 1)
         if r.size_bytes != expected:
             return f"size {r.size_bytes} B is not count x {r.elem_size} B{' x ranks' if spec.per_rank_split else ''}"
-        if r.redop is not None:
+        if r.redop == "":
+            if spec.reduces or spec.name == "sendrecv":
+                return "redop printed blank, and it names a reduction"
+        elif r.redop is not None:
             if r.redop == "none" and spec.reduces:
                 return "redop none, and it reduces"
             if r.redop != "none" and not spec.reduces and spec.name != "sendrecv":
@@ -147,9 +158,16 @@ def _misfit(spec: OpSpec, ev: TableEvidence) -> str | None:
 
 def _evidence_text(ev: TableEvidence) -> str:
     first = ev.rows[0]
-    per_rank = first.count * first.elem_size * ev.world_size == first.size_bytes and ev.world_size > 1
-    parts = [f"size = count x {first.elem_size} B{' x ranks' if per_rank else ''}"]
-    if first.redop is not None:
+    # A 0-byte row fits any size rule: the rule is read off the first row that moves data.
+    sized = next((r for r in ev.rows if r.count > 0), first)
+    per_rank = sized.count * sized.elem_size * ev.world_size == sized.size_bytes and ev.world_size > 1
+    if sized.count * sized.elem_size * (ev.world_size if per_rank else 1) == sized.size_bytes:
+        parts = [f"size = count x {sized.elem_size} B{' x ranks' if per_rank else ''}"]
+    else:
+        parts = [f"size {sized.size_bytes} B for count {sized.count} x {sized.elem_size} B (line {sized.line})"]
+    if first.redop == "":
+        parts.append("redop printed blank")
+    elif first.redop is not None:
         parts.append(f"redop {first.redop}")
     if first.root is not None:
         parts.append(f"root {first.root}")

@@ -37,11 +37,24 @@ from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, q
 from commlens.ingest.nccltests_facts import RankInfo, op_from_program
 from commlens.ingest.nccltests_op import NCCL_COLL_OPS
 from commlens.ingest.table_checks import is_decimal
+from commlens.ops import UnknownOpError, get_op
 
-__all__ = ["Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER_COLUMNS", "table_number"]
+__all__ = ["BLANK", "Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER_COLUMNS", "table_number"]
 
-# Rank prefixes launchers add: Open MPI --tag-output, Slurm srun --label.
-_LAUNCHER_PREFIX_RE = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\s*\d+: )")
+# Prefixes launchers put before a process's line, nested in any order: Open MPI --tag-output ("[1,0]<stdout>:"),
+# Slurm srun --label ("0: "), Ray and SkyPilot ("(head, rank=0, pid=3808) ", "(pid=123, ip=10.0.0.2) "),
+# kubectl logs --prefix ("[pod/nccl-0/nccl] "); ANSI colour codes around them.
+_LAUNCHER_PREFIX_RE = re.compile(
+    r"^(?:\x1b\[[0-9;]*m)*(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\s*\d+: |\([^()]*\bpid=\d+[^()]*\)\s?"
+    r"|\[pod/[^\]\s]+\]\s)(?:\x1b\[[0-9;]*m)*"
+)
+# nccl-tests' own report of what stopped it: "host: Test NCCL failure common.cu:958 'unhandled cuda error / ...'",
+# "Test CUDA failure common.cu:732 'CUDA-capable device(s) is/are busy or unavailable'".
+_ABORT_RE = re.compile(r"Test (?:NCCL|CUDA|CURAND) failure\b.*|Test failure \S+:\d+")
+# A wrapper's own start time: "Started: 2026-04-19T11:14:23+00:00".
+_STARTED_RE = re.compile(r"^Started:\s*(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*$")
+# A wrapper that names the op as an option ("run_nccl_tests.sh -t all_gather"): nccl-tests' own -t is a number.
+_WRAPPER_OP_RE = re.compile(r"nccl\S*.*?\s(?:-t|--test|--collective|--op)[ =]([a-z][a-z_]*)\b", re.IGNORECASE)
 # MPICH/Intel MPI -prepend-rank marks every write with "[rank]", also in mid-line.
 _WRITE_MARK_RE = re.compile(r"\[\d+\]")
 # A NCCL log record "host:pid:tid [dev] NCCL INFO ...", alone on its line or glued to a half-printed row.
@@ -103,6 +116,8 @@ class Layout:
     half: tuple[str, ...]  # time, algbw, busbw, #wrong|error [, i_min, i_max, i_p99, i_cv%]
     stamp_tokens: int  # 2 with the -T timestamp column ("YYYY-MM-DD HH:MM:SS")
     cputime: bool = False
+    # Where each left column's name ends on the header line (after launcher prefixes), to place a blank cell.
+    left_ends: tuple[int, ...] = ()
     # The halves a row prints, as in_place flags: both, or in place only (rccl-tests -O 0).
     placements: tuple[bool, ...] = (False, True)
     ntokens: int = field(init=False)  # tokens in a whole row
@@ -124,8 +139,9 @@ MODERN_LAYOUT = Layout(_LEFT_COLUMNS, ("time", "algbw", "busbw", "#wrong"), 0)
 MODERN_PER_ITER_LAYOUT = Layout(_LEFT_COLUMNS, ("time", "algbw", "busbw", "#wrong", *PER_ITER_COLUMNS), 0)
 
 
-def _layout_from_header(tokens: list[str]) -> Layout | None:
-    """The layout named by a column header's tokens (without the ``#``), or None if it is not one."""
+def _layout_from_header(tokens: list[str], ends: tuple[int, ...] = ()) -> Layout | None:
+    """The layout named by a column header's tokens (without the ``#``), or None if it is not one;
+    ``ends``: where the left columns' names end on the line."""
     times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
     if not times or len(times) > 2:
         return None
@@ -149,7 +165,7 @@ def _layout_from_header(tokens: list[str]) -> Layout | None:
         or rest not in ([], ["timestamp"])
     ):
         return None
-    return Layout(left, half, 2 if rest else 0, cputime=half[0] == "cputime", placements=placements)
+    return Layout(left, half, 2 if rest else 0, cputime=half[0] == "cputime", placements=placements, left_ends=ends)
 
 
 @dataclass
@@ -175,6 +191,8 @@ class Segment:
     errors: list[str] = field(default_factory=list)
     oob_failed: bool = False  # the footer says FAILED
     nccl_colls: dict[str, int] = field(default_factory=dict)  # NCCL COLL record op name -> first line
+    started: tuple[str, int] | None = None  # a wrapper's "Started:" time before the run, and its line
+    aborts: list[tuple[int, str]] = field(default_factory=list)  # nccl-tests' failure lines (line, text)
 
     def iter_rows(self) -> Iterator[tuple[int, list[str]]]:
         """Each row's line and tokens; a row is kept as one string (a tenth of its tokens' memory)."""
@@ -190,6 +208,48 @@ def table_number(source: Source, line: int, column: str, token: str) -> float:
     if not (value >= 0.0) or math.isinf(value):
         raise source.error(line, f"bad {column} value {quote(token, 60)} in a table row: not a finite number >= 0")
     return value
+
+
+BLANK = "~"  # a cell the row prints blank (pre-2.13 alltoall's redop), kept in place of its token
+
+
+def _fill_blank_cells(layout: Layout, tokens: list[str], line: str) -> list[str]:
+    """``tokens`` with :data:`BLANK` where the row leaves a redop or root cell empty; unchanged if it is not so.
+
+    nccl-tests right-aligns every cell under its header name. A row short of the header's columns by
+    as many cells as its redop and root can be blank, whose tokens after the type all read as
+    numbers (the halves complete), is such a row: the cells placed by where their text ends, against
+    where the header's names end (by kind when the header's positions are unknown: a name is a redop,
+    a number a root).
+    """
+    optional = [i for i, name in enumerate(layout.left) if name in ("redop", "root")]
+    missing = layout.ntokens - len(tokens)
+    if not 0 < missing <= len(optional) or len(tokens) < 3:
+        return tokens
+    given = len(layout.left) - missing  # left cells printed
+    if not all(_is_row_fragment([t]) for t in tokens[given:]):
+        return tokens
+    printed = tokens[3:given]  # the optional cells that are there
+    if len(layout.left_ends) == len(layout.left) and line:
+        ends = [m.end() for m in re.finditer(r"\S+", line)][3:given]
+        placed = [min(optional, key=lambda i, e=e: abs(layout.left_ends[i] - e)) for e in ends]
+    else:
+        placed = [i for t in printed for i in optional if (layout.left[i] == "redop") == t[:1].isalpha()]
+    if len(set(placed)) != len(placed) or any(
+        (layout.left[i] == "redop") != t[:1].isalpha() for i, t in zip(placed, printed)
+    ):
+        return tokens
+    cells = {i: t for i, t in zip(placed, printed)}
+    left = tokens[:3] + [cells.get(i, BLANK) for i in range(3, len(layout.left))]
+    return left + tokens[given:]
+
+
+def _is_op_name(name: str) -> bool:
+    try:
+        get_op(name)
+    except UnknownOpError:
+        return False
+    return True
 
 
 def _is_row_fragment(tokens: list[str]) -> bool:
@@ -219,6 +279,8 @@ class LogReader:
         self.write_marks = False
         self.banner: dict[str, str] = {}  # RCCL's version banner, rccl-tests' own version
         self.colls: dict[str, int] = {}  # COLL records before the segment they belong to
+        self.started: tuple[str, int] | None = None  # a "Started:" line before the segment it belongs to
+        self.aborts: list[tuple[int, str]] = []  # failure lines wherever they are (a run may have no segment)
 
     # -- segments --------------------------------------------------------------------------
 
@@ -238,6 +300,8 @@ class LogReader:
                 seg.op_mention, self.mention = self.mention, None
             if self.colls:
                 seg.nccl_colls, self.colls = self.colls, {}
+            if self.started is not None:
+                seg.started, self.started = self.started, None
             self.segments.append(seg)
             self.seg = seg
         seg.seen.add(kind)
@@ -252,8 +316,12 @@ class LogReader:
             self._cut_short("the file ends")
 
     def _line(self, lineno: int, line: str) -> None:
-        if line[:1] in ("[", " ") or line[:1].isdigit():
-            line = _LAUNCHER_PREFIX_RE.sub("", line, count=1)
+        if line[:1] in ("[", " ", "(", "\x1b") or line[:1].isdigit():
+            while True:  # a launcher's prefix before another's: "(head, rank=0, pid=1) [1,0]<stdout>:"
+                stripped = _LAUNCHER_PREFIX_RE.sub("", line, count=1)
+                if stripped == line:
+                    break
+                line = stripped
             if line.startswith("[") and _WRITE_MARK_RE.match(line):
                 self.write_marks = True
             if self.write_marks:
@@ -280,8 +348,20 @@ class LogReader:
         if text[0] == "#":
             if self.pending is not None:
                 self._cut_short(f"line {lineno} ({text[:40]!r}) comes")
-            self._header(lineno, text)
+            self._header(lineno, text, line.rstrip())
             return
+        if "failure" in text:
+            abort = _ABORT_RE.search(text)
+            if abort:
+                self.aborts.append((lineno, text[:300]))
+                if self.seg is not None and not self.seg.footer:
+                    self.seg.aborts.append((lineno, text[:300]))
+                return
+        if text[0] == "S":
+            started = _STARTED_RE.match(text)
+            if started:
+                self.started = (started.group(1), lineno)
+                return
         if text[0] in "HRL" or text.startswith("rccl-tests"):
             banner = _RCCL_BANNER_RE.match(text)
             if banner:
@@ -296,7 +376,7 @@ class LogReader:
         if len(tokens) >= 3 and is_decimal(tokens[0]) and is_decimal(tokens[1]) and tokens[2][0].isalpha():
             if self.pending is not None:
                 self._cut_short(f"the next row (line {lineno}) starts")
-            self._row(lineno, tokens)
+            self._row(lineno, tokens, line)
         elif self.pending is not None and _is_row_fragment(tokens):
             start, have = self.pending
             have = have + tokens
@@ -310,8 +390,11 @@ class LogReader:
             and _ROW_NUMBER_RE.match(tokens[1])
         ):
             self._malformed_row(lineno, tokens)
-        elif "_perf" in text:
-            stem = op_from_program(text)
+        elif "_perf" in text or "-t " in text or "--" in text:
+            stem = op_from_program(text) if "_perf" in text else None
+            if stem is None:
+                wrapper = _WRAPPER_OP_RE.search(text)
+                stem = wrapper.group(1) if wrapper and _is_op_name(wrapper.group(1)) else None
             if stem is not None:
                 mention = (stem, lineno, text)
                 seg = self.seg
@@ -355,7 +438,7 @@ class LogReader:
             ),
         )
 
-    def _row(self, lineno: int, tokens: list[str]) -> None:
+    def _row(self, lineno: int, tokens: list[str], line: str = "") -> None:
         seg = self.seg
         if seg is None or seg.footer:
             seg = self._segment("row", lineno)
@@ -363,6 +446,8 @@ class LogReader:
         if layout is None:
             layout = MODERN_PER_ITER_LAYOUT if len(tokens) >= MODERN_PER_ITER_LAYOUT.ntokens else MODERN_LAYOUT
             seg.layout = layout
+        if len(tokens) < layout.ntokens and line:
+            tokens = _fill_blank_cells(layout, tokens, line)
         if len(tokens) < layout.ntokens:
             self.pending = (lineno, tokens)
             return
@@ -376,7 +461,7 @@ class LogReader:
             )
         seg.rows.append((lineno, " ".join(tokens)))
 
-    def _header(self, lineno: int, text: str) -> None:
+    def _header(self, lineno: int, text: str, raw: str = "") -> None:
         body = text[1:].strip()
         if not body:
             return
@@ -460,6 +545,9 @@ class LogReader:
             if self.seg is not None:
                 self.seg.errors.append(body)
         elif "size" in body and "count" in body:
-            layout = _layout_from_header(body.split())
+            tokens = body.split()
+            marks = [m for m in re.finditer(r"\S+", raw)]
+            ends = tuple(m.end() for m in marks[1 : 1 + len(tokens)]) if marks and marks[0].group() == "#" else ()
+            layout = _layout_from_header(tokens, ends)
             if layout is not None:
                 self._segment("table", lineno).layout = layout

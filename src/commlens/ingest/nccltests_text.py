@@ -43,6 +43,7 @@ from commlens.ingest.nccltests_op import (
     ratio_fits,
 )
 from commlens.ingest.nccltests_reader import (
+    BLANK,
     MODERN_LAYOUT,
     PER_ITER_COLUMNS,
     LogReader,
@@ -104,14 +105,18 @@ def _evidence(source: Source, seg: Segment, world: int) -> TableEvidence:
                 size_bytes=_size(source, lineno, tokens[0]),
                 count=_count(source, lineno, tokens[1]),
                 elem_size=DTYPE_SIZES[ours],
-                redop=tokens[i_redop] if i_redop is not None else None,
-                root=_root(source, lineno, tokens[i_root]) if i_root is not None else None,
+                redop=("" if tokens[i_redop] == BLANK else tokens[i_redop]) if i_redop is not None else None,
+                root=_root(source, lineno, tokens[i_root]) if i_root is not None and tokens[i_root] != BLANK else None,
                 algbw_gbps=table_number(source, lineno, "algbw", tokens[base + 1]),
                 busbw_gbps=table_number(source, lineno, "busbw", tokens[base + 2]),
             )
         )
     return TableEvidence(
-        world_size=world, rows=rows, pre_2_13=layout.half[3] == "error", nccl_colls=dict(seg.nccl_colls)
+        world_size=world,
+        rows=rows,
+        pre_2_13=layout.half[3] == "error",
+        nccl_colls=dict(seg.nccl_colls),
+        columns=layout.left,
     )
 
 
@@ -178,6 +183,7 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     printed: list[RowEvidence] = []  # each half's printed algBW and busBW, for the old algBW check below
     keep_printed = spec.name in OLD_ALGBW_OPS and world > 1
     zero_times: list[tuple[int, bool]] = []  # (line, in_place) of each half printed with time 0
+    blank_redop = False  # the table has a redop column its rows leave blank
     for lineno, tokens in seg.iter_rows():
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
@@ -188,10 +194,12 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
             if ours is None:
                 raise source.error(lineno, unknown_dtype_message(type_name))
             dt = dtypes[type_name] = (ours, DTYPE_SIZES[ours])
-        redop, root = from_nccl_tests(
-            tokens[i_redop] if i_redop is not None else ("sum" if spec.reduces else "none"),
-            _root(source, lineno, tokens[i_root]) if i_root is not None else -1,
-        )
+        redop_token = tokens[i_redop] if i_redop is not None else BLANK
+        if redop_token == BLANK:  # no column, or a blank cell: nccl-tests' default for an op that reduces
+            blank_redop = blank_redop or i_redop is not None
+            redop_token = "sum" if spec.reduces else "none"
+        root_token = tokens[i_root] if i_root is not None else BLANK
+        redop, root = from_nccl_tests(redop_token, -1 if root_token == BLANK else _root(source, lineno, root_token))
         if redop is not None and not spec.reduces:
             printed_redops.setdefault(redop, lineno)
             redop = None
@@ -282,6 +290,11 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         config["printed_redop"] = list(printed_redops)[:8]
     if spec.reduces and i_redop is None:
         notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
+    if blank_redop:
+        notes.append(
+            f"{where}: the table's redop column is printed blank (alltoall_perf before nccl-tests 2.13): "
+            f"stored as {'sum' if spec.reduces else 'none'}"
+        )
     if spec.name in OLD_ALGBW_OPS and world > 1:
         if ratio_fits(printed, 1.0) and ratio_fits(printed, factor) is False:
             notes.append(
