@@ -38,9 +38,10 @@ class Signal:
 
 @dataclass(frozen=True)
 class Cause:
-    """A matched cause: its id, title, the evidence lines, what to try, its source."""
+    """A matched cause: its id, the finding it points at, title, the evidence lines, what to try, its source."""
 
     id: str
+    finding: str
     title: str
     evidence: tuple[str, ...]
     try_: str
@@ -50,6 +51,7 @@ class Cause:
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "finding": self.finding,
             "title": self.title,
             "evidence": list(self.evidence),
             "try": self.try_,
@@ -64,7 +66,7 @@ def causes_table() -> tuple[dict[str, Any], ...]:
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-causes/1":
         raise ExpectError("causes.yaml: expected format commlens.expect-causes/1")
     for i, c in enumerate(data["causes"]):
-        missing = {"id", "applies_to", "weight", "title", "when", "evidence", "try", "source"} - set(c)
+        missing = {"id", "applies_to", "weight", "finding", "title", "when", "evidence", "try", "source"} - set(c)
         if missing:
             raise ExpectError(f"causes.yaml: causes[{i}] lacks {', '.join(sorted(missing))}")
         for j, cond in enumerate(c["when"]):
@@ -181,5 +183,5 @@ def match_causes(status: str, sigs: dict[str, Signal]) -> list[Cause]:
             continue
         if all(_holds(cond, sigs.get(cond["signal"])) for cond in c["when"]):
             evidence = tuple(dict.fromkeys(sigs[name].evidence for name in c["evidence"] if name in sigs))
-            found.append(Cause(c["id"], c["title"], evidence, c["try"], c["source"], int(c["weight"])))
+            found.append(Cause(c["id"], c["finding"], c["title"], evidence, c["try"], c["source"], int(c["weight"])))
     return sorted(found, key=lambda c: -c.weight)

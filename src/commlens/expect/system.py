@@ -174,6 +174,12 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             data["accelerators_per_node"] = ranks_per_host
             data["scale_up"]["domain_size"] = ranks_per_host
             changes.append(f"{ranks_per_host} GPUs per node")
+        if entry.get("network") and data.get("scale_out") is not None:
+            net = entry["network"]
+            data["scale_out"]["nics_per_node"] = _largest_divisor_at_most(data["accelerators_per_node"], net["nics"])
+            data["scale_out"]["nic_bandwidth_bytes_per_s"] = net["nic_bandwidth_bytes_per_s"]
+            data["scale_out"]["name"] = net["origin"]
+            changes.append(net["origin"])
         if hosts > 1 and data.get("scale_out") is not None:
             approximate |= _derive_network(data, by_name, gpu, hosts, table, inferred, assumed, changes)
         data["name"] = f"{entry['preset']}-as-inferred" if len(changes) > 1 else entry["preset"]
