@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any, cast
 
 from commlens.ingest.base import (
     DEFAULT_MAX_INPUT_BYTES,
     STDIN,
+    GivenFacts,
     IngestError,
     IngestOptionError,
     IngestWarning,
@@ -30,6 +32,7 @@ __all__ = [
     "FORMATS",
     "DEFAULT_MAX_INPUT_BYTES",
     "STDIN",
+    "GivenFacts",
     "IngestError",
     "IngestOptionError",
     "IngestWarning",
@@ -69,6 +72,7 @@ def load_runs(
     fmt: str = "auto",
     op: str | None = None,
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
+    given: GivenFacts | None = None,
 ) -> list[Run]:
     """The runs in one file (``-``: standard input), read completely before anything is returned.
 
@@ -78,6 +82,7 @@ def load_runs(
     without its command line). Raises :class:`IngestError` (``FILE:LINE: ...``)
     for a file that cannot be read; warns (:class:`IngestWarning`) about
     figures that look inconsistent. A file over ``max_input_bytes`` is refused, read no further.
+    ``given`` supplies what a fragment of a log lacks (world size, hosts, GPU), stored as the user's.
     """
     started_at = parse_time(time) if time is not None else None
     if op is not None:
@@ -88,7 +93,7 @@ def load_runs(
     if fmt != "auto":
         get_format(fmt)
     source = read_source(path, max_bytes=max_input_bytes)
-    return load_source_runs(source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op)[1]
+    return load_source_runs(source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op, given=given)[1]
 
 
 def load_source_runs(
@@ -99,11 +104,13 @@ def load_source_runs(
     started_at: str | None = None,
     fmt: str = "auto",
     op: str | None = None,
+    given: GivenFacts | None = None,
 ) -> tuple[str, list[Run]]:
     """The format and runs of text already read (``read_source``): detected, parsed and hashed from memory.
 
     ``started_at`` is ISO UTC (as :func:`parse_time` gives it). A JSON list of commlens runs (what
-    ``commlens export --format json`` writes) gives each of its runs; any other file one run.
+    ``commlens export --format json`` writes) gives each of its runs; a log of several nccl-tests
+    invocations with different settings one run each; any other file one run.
     """
     candidates = tuple(FORMATS.values()) if fmt == "auto" else (get_format(fmt),)
     for candidate in candidates:
@@ -111,13 +118,40 @@ def load_source_runs(
             runs = candidate.run_list.load(source, tag=tag, revision=revision, started_at=started_at)
             return candidate.name, runs
     chosen = get_format(detect_source_format(source)) if fmt == "auto" else get_format(fmt)
-    parsed = chosen.parse(source, op=op)
-    return chosen.name, [_to_run(source, chosen.name, parsed, tag=tag, revision=revision, started_at=started_at)]
+    if given and not chosen.takes_given:
+        raise IngestOptionError(
+            f"{source.path}: the world size, hosts or GPU can be given only for nccl-tests logs, not {chosen.name} input"
+        )
+    if chosen.takes_given:  # its parser takes ``given`` beside what every Parser takes
+        parsed = cast(Any, chosen.parse)(source, op=op, given=given)
+    else:
+        parsed = chosen.parse(source, op=op)
+    parts = parsed.split or [parsed]
+    return chosen.name, [
+        _to_run(
+            source,
+            chosen.name,
+            part,
+            tag=tag,
+            revision=revision,
+            started_at=started_at,
+            part=(i, len(parts)) if len(parts) > 1 else None,
+        )
+        for i, part in enumerate(parts)
+    ]
 
 
 def _to_run(
-    source: Source, fmt: str, parsed: ParsedRun, *, tag: str | None, revision: str | None, started_at: str | None
+    source: Source,
+    fmt: str,
+    parsed: ParsedRun,
+    *,
+    tag: str | None,
+    revision: str | None,
+    started_at: str | None,
+    part: tuple[int, int] | None = None,
 ) -> Run:
+    """``part``: (index, count) of a run that is one of several in its file; its id is the file's and its index."""
     notes = list(parsed.notes)
     finished_at = parsed.finished_at
     if started_at is not None:
@@ -138,7 +172,8 @@ def _to_run(
         config.setdefault("ingested_from", source.path.name)
     try:
         return Run(
-            run_id=parsed.run_id or content_run_id(fmt, source.text),
+            run_id=parsed.run_id
+            or content_run_id(fmt if part is None else f"{fmt}#{part[0] + 1}/{part[1]}", source.text),
             started_at=started_at,
             finished_at=finished_at,
             system=parsed.system,

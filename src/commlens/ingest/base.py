@@ -154,6 +154,31 @@ class Source:
         return message
 
 
+@dataclass(frozen=True)
+class GivenFacts:
+    """What a user says of a log that does not say it (a fragment pasted without its header), stored as given."""
+
+    ranks: int | None = None  # the world size
+    hosts: tuple[str, ...] = ()  # host names, in rank order of their blocks
+    nhosts: int | None = None  # how many hosts, when their names are not given
+    gpu: str | None = None  # the GPU model, e.g. "NVIDIA H100 80GB HBM3"
+
+    def __bool__(self) -> bool:
+        return self.ranks is not None or bool(self.hosts) or self.nhosts is not None or self.gpu is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.ranks is not None:
+            out["ranks"] = self.ranks
+        if self.hosts:
+            out["hosts"] = list(self.hosts)
+        elif self.nhosts is not None:
+            out["hosts"] = self.nhosts
+        if self.gpu is not None:
+            out["gpu"] = self.gpu
+        return out
+
+
 @dataclass
 class ParsedRun:
     """A run as a parser read it, before the caller's tag, revision and time are applied."""
@@ -172,6 +197,9 @@ class ParsedRun:
     config_as_written: bool = False  # the file's own run config (commlens JSON): stored without ingested_from
     tag: str | None = None
     revision: str | None = None
+    # A file holding several runs (one log, several nccl-tests invocations with different settings): every run,
+    # this one first; empty for a file of one run.
+    split: list[ParsedRun] = field(default_factory=list)
 
 
 class Parser(Protocol):
@@ -204,6 +232,8 @@ class InputFormat:
     parse: Parser  # the one run of the file
     sniff_first: bool = False  # the marker is one no other format's file holds: sniffed before the others
     run_list: RunList | None = None  # the format can also hold several finished runs in one file
+    # ``parse`` also takes ``given`` (:class:`GivenFacts`): what the user says of a fragment of the format.
+    takes_given: bool = False
 
 
 def read_source(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Source:

@@ -232,7 +232,8 @@ def _fill_blank_cells(layout: Layout, tokens: list[str], line: str) -> list[str]
     printed = tokens[3:given]  # the optional cells that are there
     if len(layout.left_ends) == len(layout.left) and line:
         ends = [m.end() for m in re.finditer(r"\S+", line)][3:given]
-        placed = [min(optional, key=lambda i, e=e: abs(layout.left_ends[i] - e)) for e in ends]
+        left_ends = layout.left_ends
+        placed = [min(optional, key=lambda i: abs(left_ends[i] - end)) for end in ends]  # noqa: B023
     else:
         placed = [i for t in printed for i in optional if (layout.left[i] == "redop") == t[:1].isalpha()]
     if len(set(placed)) != len(placed) or any(

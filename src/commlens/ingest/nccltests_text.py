@@ -12,19 +12,22 @@ are stored with today's definitions and a note.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from commlens.ingest.base import (
     MAX_COUNT,
     MAX_RANKS,
     MAX_SIZE_BYTES,
+    GivenFacts,
     IngestError,
     InputFormat,
     ParsedRun,
     Source,
     check_limit,
+    quote,
 )
 from commlens.ingest.nccltests_facts import (
     commlens_dtype,
@@ -53,12 +56,13 @@ from commlens.ingest.nccltests_reader import (
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.nccltests_json import from_nccl_tests
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError
+from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
 from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "parse_nccl_tests_text"]
 
-_ENV_ASSIGN_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)=(\S+)")
+_ENV_ASSIGN_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)=((?:\\.|\S)+)")
+_SHELL_ESCAPE_RE = re.compile(r"\\(.)")
 # What tells an nccl-tests log: its settings line, rank lines, footer, table header or the word out-of-place.
 # Loose (any log quoting nccl-tests matches), so formats with markers of their own are sniffed first.
 _SNIFF_RE = re.compile(
@@ -139,15 +143,21 @@ def _resolve(source: Source, line: int, name: str) -> OpSpec:
         raise source.error(line, str(e)) from None
 
 
-def _world_size(source: Source, seg: Segment) -> int:
+def _world_size(source: Source, seg: Segment, given: GivenFacts | None = None) -> int:
     if not seg.ranks:
         line = seg.rows[0][0] if seg.rows else seg.first_line
+        if given is not None and given.ranks is not None:
+            return given.ranks
         raise source.error(
             line,
             "no '#  Rank N ... on HOST device D' lines before this table: the world size "
-            "is unknown (ingest the whole log, header included)",
+            "is unknown (ingest the whole log, header included, or give it: commlens ingest --ranks N)",
         )
-    world = max(seg.ranks) + 1  # ranks are < MAX_RANKS (the reader checks), so range(world) is bounded
+    world = max(seg.ranks) + 1
+    if given is not None and given.ranks is not None and given.ranks != world:
+        raise source.error(
+            seg.rank_line, f"the log lists {world} ranks, --ranks gives {given.ranks}"
+        )  # ranks are < MAX_RANKS (the reader checks), so range(world) is bounded
     if len(seg.ranks) != world:
         missing = sorted(set(range(world)) - set(seg.ranks))
         shown = ", ".join(map(str, missing[:8])) + (f" ... ({len(missing)} in all)" if len(missing) > 8 else "")
@@ -325,11 +335,14 @@ def _segment_config(seg: Segment, spec: OpSpec, how: str) -> dict[str, Any]:
     return cfg
 
 
-def parse_nccl_tests_text(source: Source, *, op: str | None = None) -> ParsedRun:
-    """One run from an nccl-tests log: every table in it, all at one world size.
+def parse_nccl_tests_text(source: Source, *, op: str | None = None, given: GivenFacts | None = None) -> ParsedRun:
+    """The runs of an nccl-tests log: every table in it, one run per invocation setting.
 
-    An error in one table of a log with several names that table (its op where the log says it,
-    and the line its rows start at).
+    Tables run with the same settings (the command line's environment) and world size make one run;
+    where a later table's settings differ, it starts another run (``ParsedRun.split`` holds them all).
+    An error in one table of a log with several names that table (its op where the log says it, and
+    the line its rows start at). A log with no result rows whose nccl-tests reported a failure is
+    refused with that failure's line. ``given`` supplies what a fragment lacks (world size, hosts, GPU).
     """
     reader = LogReader(source)
     try:
@@ -338,9 +351,70 @@ def parse_nccl_tests_text(source: Source, *, op: str | None = None) -> ParsedRun
         raise _in_table(source, reader.segments, e) from None
     segments = [s for s in reader.segments if s.rows]
     if not segments:
+        if reader.aborts:
+            line, text = reader.aborts[0]
+            more = f" ({len(reader.aborts)} failure lines in all)" if len(reader.aborts) > 1 else ""
+            raise source.error(
+                line, f"the nccl-tests run aborted before printing any result row: {quote(text, 200)}{more}"
+            )
         line = next((s.first_line for s in reader.segments), 1)
         raise source.error(line, "no nccl-tests result rows found")
-    return _run(source, reader, segments, op)
+    groups = _runs_of(segments)
+    runs = [_run(source, reader, group, op, given, notes_of_empty=(i == 0)) for i, group in enumerate(groups)]
+    if len(runs) == 1:
+        return runs[0]
+    for i, (run, group) in enumerate(zip(runs, groups)):
+        differ = _env_differences(groups, i)
+        run.notes.insert(
+            0,
+            f"run {i + 1} of {len(runs)} in this log (tables from line {group[0].first_line}): nccl-tests was run "
+            f"again with other settings ({differ}), so each setting is a run of its own",
+        )
+    source.warn(
+        groups[1][0].first_line,
+        f"the log holds {len(runs)} nccl-tests runs with different settings: stored as {len(runs)} runs",
+    )
+    first = runs[0]
+    first.split = runs
+    return first
+
+
+def _command_env(seg: Segment) -> dict[str, str] | None:
+    """The communication environment the segment's command line sets (shell escapes undone); None: no command."""
+    if seg.op_mention is None:
+        return None
+    return filter_env((k, _unescape(v)) for k, v in _ENV_ASSIGN_RE.findall(seg.op_mention[2]))
+
+
+def _unescape(value: str) -> str:
+    """A shell word as the program sees it: ``mlx5_2\\,mlx5_3`` -> ``mlx5_2,mlx5_3``, quotes removed."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return _SHELL_ESCAPE_RE.sub(r"\1", value)
+
+
+def _runs_of(segments: list[Segment]) -> list[list[Segment]]:
+    """The segments grouped into runs: a table whose command sets another environment starts a run."""
+    groups: list[list[Segment]] = []
+    env: dict[str, str] | None = None
+    for seg in segments:
+        mine = _command_env(seg)
+        if groups and (mine is None or env is None or mine == env):
+            groups[-1].append(seg)
+            env = env if env is not None else mine
+            continue
+        groups.append([seg])
+        env = mine
+    return groups
+
+
+def _env_differences(groups: list[list[Segment]], index: int) -> str:
+    """The variables whose value in run ``index`` differs from another run's: ``NCCL_IB_OOO_RQ=1``."""
+    envs = [next((e for e in map(_command_env, g) if e is not None), {}) for g in groups]
+    mine = envs[index]
+    keys = sorted({k for e in envs for k in e if any(o.get(k) != e.get(k) for o in envs)})
+    shown = [f"{k}={mine.get(k, '(unset)')}" for k in keys[:8]]
+    return ", ".join(shown) + (" ..." if len(keys) > 8 else "") if shown else "its command line"
 
 
 def _in_table(source: Source, segments: list[Segment], error: IngestError) -> IngestError:
@@ -358,7 +432,15 @@ def _in_table(source: Source, segments: list[Segment], error: IngestError) -> In
     )
 
 
-def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | None) -> ParsedRun:
+def _run(
+    source: Source,
+    reader: LogReader,
+    segments: list[Segment],
+    op: str | None,
+    given: GivenFacts | None,
+    *,
+    notes_of_empty: bool = True,
+) -> ParsedRun:
     notes: list[str] = []
     measurements: list[Measurement] = []
     configs: list[dict[str, Any]] = []
@@ -366,7 +448,7 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
     first_ranks: Segment | None = None
     incomplete = failed = False
     for seg in segments:
-        seg_world = _world_size(source, seg)
+        seg_world = _world_size(source, seg, given)
         try:
             spec, how = _segment_op(source, seg, op, seg_world)
         except IngestError as e:  # a table the log names is named in the message already
@@ -402,9 +484,14 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
         _check_footer(source, seg, spec, notes)
         if not seg.footer:
             incomplete = True
+            why = (
+                f"nccl-tests reported {quote(seg.aborts[0][1], 200)} (line {seg.aborts[0][0]})"
+                if seg.aborts
+                else "the job ended early or the log was cut"
+            )
             notes.append(
                 f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
-                f"its footer: the job ended early or the log was cut"
+                f"its footer: {why}"
             )
         check_note = _failed_check(seg, spec, table.measurements)
         if check_note:
@@ -416,12 +503,18 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
                 f"not a count of wrong elements: not kept"
             )
         notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
-        configs.append(
-            {**_segment_config(seg, spec, how), **table.config, "check": "failed" if check_note else _check_state(seg)}
-        )
-    for seg in reader.segments:
-        if not seg.rows and (seg.ranks or seg.layout is not None):
-            notes.append(f"the nccl-tests run starting at line {seg.first_line} printed no result rows")
+        cfg = {
+            **_segment_config(seg, spec, how),
+            **table.config,
+            "check": "failed" if check_note else _check_state(seg),
+        }
+        if seg.started is not None:
+            cfg["started_at_printed"] = seg.started[0]
+        configs.append(cfg)
+    if notes_of_empty:
+        for seg in reader.segments:
+            if not seg.rows and (seg.ranks or seg.layout is not None):
+                notes.append(f"the nccl-tests run starting at line {seg.first_line} printed no result rows")
     assert world is not None and first_ranks is not None
     if not measurements:
         raise source.error(segments[0].rows[0][0], "every row of the log has time 0: no measurement to store")
@@ -433,15 +526,26 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
             "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)"
         )
     commands = [s.op_mention[2] for s in segments if s.op_mention is not None]
-    env = filter_env(_ENV_ASSIGN_RE.findall(commands[0])) if commands else {}
+    env = next((e for e in map(_command_env, segments) if e is not None), {})
+    extra = _system_extra(reader, first_ranks)
+    if given:
+        extra["given_by_user"] = given.as_dict()
+        notes.append(
+            "given by the user, not read from the log: "
+            + ", ".join(f"{k} {v}" for k, v in given.as_dict().items())
+            + (" (the log has no rank lines)" if not first_ranks.ranks else "")
+        )
     system = system_from_ranks(
         list(first_ranks.ranks.values()),
         world_size=world,
         backend=reader.backend,
         backend_version=_backend_version(reader, first_ranks),
-        extra=_system_extra(reader, first_ranks),
+        extra=extra,
         env=env,
     )
+    if given and not first_ranks.ranks:
+        system = _given_system(source, first_ranks, system, given)
+    started = next((s.started for s in segments if s.started is not None), None)
     return ParsedRun(
         source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
         system=system,
@@ -450,6 +554,38 @@ def _run(source: Source, reader: LogReader, segments: list[Segment], op: str | N
         notes=notes,
         command_line=commands[0] if commands else "",
         status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
+        started_at=_iso_utc(started[0]) if started else None,
+        started_at_note=f"started_at is the wrapper's 'Started:' line (line {started[1]})" if started else None,
+    )
+
+
+def _iso_utc(text: str) -> str:
+    when = dt.datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _given_system(source: Source, seg: Segment, system: SystemInfo, given: GivenFacts) -> SystemInfo:
+    """The system of a fragment without rank lines, from what the user gave: hosts, ranks on each, GPU."""
+    world = system.world_size
+    nhosts = len(given.hosts) if given.hosts else given.nhosts
+    hosts: tuple[str, ...] = given.hosts
+    per_host: dict[str, int] = {}
+    if nhosts is not None:
+        if nhosts < 1 or world % nhosts:
+            raise source.error(
+                seg.rows[0][0] if seg.rows else seg.first_line,
+                f"{world} ranks do not split evenly over {nhosts} hosts (--ranks, --hosts)",
+            )
+        if not hosts:  # a count only: the hosts are known by number, as given
+            hosts = tuple(f"host{i}" for i in range(nhosts))
+        per_host = {h: world // nhosts for h in hosts}
+    return replace(
+        system,
+        hosts=hosts,
+        ranks_per_host=per_host,
+        device_names=(given.gpu,) * world if given.gpu else (),
     )
 
 
@@ -539,4 +675,5 @@ FORMAT = InputFormat(
     sniff=_sniff,
     marker="nccl-tests table",
     parse=parse_nccl_tests_text,
+    takes_given=True,
 )
