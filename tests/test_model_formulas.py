@@ -258,7 +258,9 @@ def test_job_shapes_a_topology_cannot_hold_are_infeasible_with_a_reason() -> Non
     with pytest.raises(InfeasibleError, match="ranks per node must be between 1 and"):
         build_layout(H100, nodes=1, ranks_per_host=9)
     with pytest.raises(InfeasibleError, match="do not fill whole scale-up domains of 18 nodes"):
-        build_layout(load_topology("gb200-nvl72"), nodes=20)
+        build_layout(load_topology("gb200-nvl72"), nodes=19)  # prime: 19 racks of one tray
+    spread = build_layout(load_topology("gb200-nvl72"), nodes=64)  # 256 GPUs: 4 racks of 16 trays
+    assert (spread.domains, spread.domain_nodes) == (4, 16)
     with pytest.raises(InfeasibleError, match="nvls needs in-switch reduction.*dgx-a100"):
         predict(load_topology("dgx-a100"), "all_reduce", N, algo="nvls")
     with pytest.raises(InfeasibleError, match="hierarchical needs more than one scale-up domain"):

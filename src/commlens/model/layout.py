@@ -137,11 +137,17 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_host: int | None 
     if nodes <= domain_nodes_full:
         domain_nodes, domains = nodes, 1
     else:
-        if nodes % domain_nodes_full:
+        # Spread evenly over the fewest domains that hold it: a 64-tray job on NVL72 racks of 18 trays runs as 4
+        # racks of 16, as schedulers place it; a count that splits only into domains under half full is refused.
+        domains = -(-nodes // domain_nodes_full)
+        while nodes % domains:
+            domains += 1
+        domain_nodes = nodes // domains
+        if 2 * domain_nodes < domain_nodes_full:
             raise InfeasibleError(
-                f"{nodes} nodes do not fill whole scale-up domains of {domain_nodes_full} nodes on {topology.name}"
+                f"{nodes} nodes do not fill whole scale-up domains of {domain_nodes_full} nodes on {topology.name} "
+                "(nor split evenly into domains at least half full)"
             )
-        domain_nodes, domains = domain_nodes_full, nodes // domain_nodes_full
     up, out = topology.scale_up, topology.scale_out
     if domains > 1 and out is None:
         raise InfeasibleError(

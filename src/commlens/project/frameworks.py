@@ -93,6 +93,12 @@ class Framework(_Strict):
         default=1.03, ge=1.0, le=1.5, description="reserved / allocated of the caching allocator as the stack runs it"
     )
     moe_dispatch_sync: bool
+    zero3_live_params: float = Field(
+        default=0,
+        ge=0,
+        description="ZeRO-3 gathers submodule by submodule with at most this many parameters live (0: a layer at "
+        "a time, as FSDP's per-block units)",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

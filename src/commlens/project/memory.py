@@ -259,6 +259,9 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         weights_shard = weight_bytes * shard_states  # ZeRO-3's 16-bit shard (model states as ZeRO counts them)
         if zero >= 3:
             gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
+            if fw.zero3_live_params and layout.reshard_after_forward:  # DeepSpeed: submodule by submodule
+                largest = max(w.hidden * w.ffn_hidden, w.hidden * w.heads * w.head_size) / r.tp
+                gathered = min(gathered, max(fw.zero3_live_params, largest))
             weights = weight_bytes * gathered
             grads = grad_bytes * shard_states
             if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
