@@ -345,6 +345,10 @@ def project(
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
             ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
+            if layout.schedule == "dualpipe":
+                # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
+                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits
+                ep_t = max(0.0, ep_t - (compute + stream))
         tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
         if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
             exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
