@@ -189,7 +189,10 @@ def in_flight(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str |
         return float(min(micro_batches, pp + 1))
     if vpp == 1:
         return float(min(micro_batches, pp - stage))
-    chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp) + 1
+    # Megatron's interleaved warm-up runs this many chunk forwards before the first backward; with fewer
+    # micro-batch chunks than that, all of them are in flight and no more
+    warmup = 2 * (pp - stage - 1) + (vpp - 1) * pp
+    chunks = min(micro_batches * vpp, warmup + 1)
     return chunks / vpp
 
 
