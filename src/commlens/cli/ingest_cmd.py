@@ -36,6 +36,13 @@ def ingest_cmd(
     op: str | None = typer.Option(
         None, help="the collective of an nccl-tests log that does not name it (wins over what its table suggests)"
     ),
+    ranks: int | None = typer.Option(
+        None, "--ranks", help="world size of an nccl-tests log fragment without its '#  Rank' lines (stored as given)"
+    ),
+    hosts: str | None = typer.Option(
+        None, "--hosts", help="hosts of such a fragment: a count, or names separated by commas (stored as given)"
+    ),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU model of such a fragment (stored as given)"),
     db: str | None = typer.Option(None, help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
     max_input_mib: float = typer.Option(
@@ -65,6 +72,7 @@ def ingest_cmd(
 
         with errors_as_exit("--op: "):
             get_op(op)
+    given = _given(ranks, hosts, gpu)
     with errors_as_exit():
         url = db_url(db) if db is not None else default_db_url()
         parse_url(url)  # a malformed --db is an error before any file is read
@@ -82,7 +90,7 @@ def ingest_cmd(
                     else:
                         source = read_source(path, max_bytes=max_input_bytes)
                         used, runs = load_source_runs(
-                            source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op
+                            source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op, given=given
                         )
                         del source
                 except CommlensError as e:
@@ -122,6 +130,30 @@ def ingest_cmd(
         print(json.dumps(ingested, indent=1))
     if failed:
         raise typer.Exit(2)
+
+
+def _given(ranks: int | None, hosts: str | None, gpu: str | None) -> Any:
+    """What the user says of a log fragment (--ranks, --hosts, --gpu), checked; None if nothing."""
+    from commlens.ingest import GivenFacts
+    from commlens.results.records import MAX_RANKS
+
+    if ranks is not None and not 1 <= ranks <= MAX_RANKS:
+        fail(f"--ranks {ranks}: expected 1..{MAX_RANKS}")
+    names: tuple[str, ...] = ()
+    count = None
+    if hosts is not None:
+        if hosts.strip().isdigit():
+            count = int(hosts)
+            if not 1 <= count <= MAX_RANKS:
+                fail(f"--hosts {hosts}: expected a count in 1..{MAX_RANKS} or host names")
+        else:
+            names = tuple(h.strip() for h in hosts.split(","))
+            if not all(names) or len(set(names)) != len(names) or len(names) > MAX_RANKS:
+                fail(f"--hosts {hosts!r}: expected distinct host names separated by commas, or a count")
+    if gpu is not None and not gpu.strip():
+        fail("--gpu: expected a GPU model name")
+    given = GivenFacts(ranks=ranks, hosts=names, nhosts=count, gpu=gpu.strip() if gpu else None)
+    return given or None
 
 
 def _directory_runs(

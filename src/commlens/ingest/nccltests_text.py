@@ -53,7 +53,7 @@ from commlens.ingest.nccltests_reader import (
     Segment,
     table_number,
 )
-from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
+from commlens.ingest.table_checks import BusbwCheck, check_size, consistent_time, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
@@ -194,6 +194,7 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     keep_printed = spec.name in OLD_ALGBW_OPS and world > 1
     zero_times: list[tuple[int, bool]] = []  # (line, in_place) of each half printed with time 0
     blank_redop = False  # the table has a redop column its rows leave blank
+    refined: list[tuple[int, bool, str, float]] = []  # (line, in_place, printed time, time kept in µs)
     for lineno, tokens in seg.iter_rows():
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
@@ -224,6 +225,11 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
                 continue
             busbw = table_number(source, lineno, "busbw", h[2])
             algbw = table_number(source, lineno, "algbw", h[1])
+            if not keep_printed and spec.name != "barrier":
+                refined_us = consistent_time(size, h[0], algbw, busbw, factor)
+                if refined_us is not None:
+                    refined.append((lineno, in_place, h[0], refined_us))
+                    time_s = refined_us * 1e-6
             if keep_printed:
                 printed.append(RowEvidence(lineno, size, count, dt[1], None, None, algbw, busbw))
             nwrong = None
@@ -300,6 +306,17 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         config["printed_redop"] = list(printed_redops)[:8]
     if spec.reduces and i_redop is None:
         notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
+    if refined:
+        worst = max(abs(float(p) - t) / float(p) for _, _, p, t in refined)
+        notes.append(
+            f"{where}: {len(refined)} time(s) printed too coarsely to give back the printed algBW and busBW "
+            f"(first: line {refined[0][0]} {'in' if refined[0][1] else 'out-of'}-place, {refined[0][2]} us): stored "
+            f"as the time within the printed time's rounding that gives the printed bandwidths (up to "
+            f"{worst:.1%} from the printed time); the printed times are in the run's config (printed_times_us)"
+        )
+        config["printed_times_us"] = [
+            {"line": n, "in_place": p, "printed": float(tok), "stored": round(t, 6)} for n, p, tok, t in refined[:64]
+        ]
     if blank_redop:
         notes.append(
             f"{where}: the table's redop column is printed blank (alltoall_perf before nccl-tests 2.13): "
@@ -532,7 +549,9 @@ def _run(
         extra["given_by_user"] = given.as_dict()
         notes.append(
             "given by the user, not read from the log: "
-            + ", ".join(f"{k} {v}" for k, v in given.as_dict().items())
+            + "; ".join(
+                f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in given.as_dict().items()
+            )
             + (" (the log has no rank lines)" if not first_ranks.ranks else "")
         )
     system = system_from_ranks(

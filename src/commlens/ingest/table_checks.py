@@ -17,6 +17,7 @@ __all__ = [
     "BUSBW_REL_TOL",
     "BusbwCheck",
     "check_size",
+    "consistent_time",
     "is_decimal",
     "resolve_op",
     "zero_time_note",
@@ -47,6 +48,44 @@ def check_size(spec: OpSpec, size_bytes: int, count: int, elem_size: int, world_
         f"size {size_bytes} B does not match count {count} x {elem_size} B{ranks} = {expected} B "
         f"for {spec.name}: wrong op or world size"
     )
+
+
+def _printed_interval(value: float, decimals: int) -> tuple[float, float]:
+    """The values that print as ``value`` with ``decimals`` decimals."""
+    half = 0.5 * 10.0**-decimals
+    return max(0.0, value - half), value + half
+
+
+def consistent_time(
+    size_bytes: int, time_token: str, algbw_gbps: float, busbw_gbps: float, factor: float, *, bw_decimals: int = 2
+) -> float | None:
+    """A time in µs that prints as ``time_token`` and gives the printed algBW and busBW; None if the printed time
+    already does, or if no time does.
+
+    nccl-tests prints the time with two decimals (fewer above 100 µs) and the bandwidths with two: below about
+    1 µs a bandwidth computed from the printed time can be several percent off the printed one, which
+    nccl-tests computed from the unrounded time. The time returned is the middle of the times every printed
+    figure allows, so that time, algBW and busBW all read back as printed.
+    """
+    decimals = len(time_token.split(".", 1)[1]) if "." in time_token else 0
+    t = float(time_token)
+    lo, hi = _printed_interval(t, decimals)
+    if size_bytes <= 0 or t <= 0:
+        return None
+    bounds = [(algbw_gbps, 1.0)]
+    if factor > 0:
+        bounds.append((busbw_gbps, factor))
+    agrees = True
+    for bw, f in bounds:
+        bw_lo, bw_hi = _printed_interval(bw, bw_decimals)
+        # time = size x f / bw: the printed bandwidth's interval bounds the time the other way round
+        t_lo = size_bytes * f / (bw_hi * 1e3)
+        t_hi = size_bytes * f / (bw_lo * 1e3) if bw_lo > 0 else float("inf")
+        agrees = agrees and t_lo <= t <= t_hi
+        lo, hi = max(lo, t_lo), min(hi, t_hi)
+    if agrees or not lo < hi:
+        return None
+    return (lo + hi) / 2
 
 
 def is_decimal(token: str) -> bool:
