@@ -1,11 +1,15 @@
-"""Fuzzing every ingest format and the YAML loaders: hostile input ends cleanly, or is stored.
+"""Fuzzing every reader and the YAML loaders: hostile input ends cleanly, or is stored (or read).
 
-Real fixtures (``tests/data/ingest/``, commlens' own run files, the shipped YAML presets) are mutated:
+Real fixtures (``tests/data/ingest/``, NCCL Inspector logs, commlens' own run files, Flight Recorder dumps of
+every layout (pickle and JSON), Kineto traces, the shipped YAML presets) are mutated:
 bytes flipped, inserted and deleted, lines dropped and repeated, numbers replaced by huge, negative,
 infinite and NaN ones, JSON values swapped for values of other types. The only outcomes allowed are
-a stored run, or the reader's own error (``IngestError``, ``TopologyError``, ``WorkloadError``,
+a stored run (or a read trace, a finished hang analysis, a loaded spec), or the reader's own error
+(``IngestError``, ``DumpError``, ``KinetoTraceError``, ``TopologyError``, ``WorkloadError``,
 ``AcceleratorsFileError``) with a message of bounded length; anything else (a ``KeyError``, an
 ``OverflowError``, a ``RecursionError``, a crash in the store) fails the test with the input that caused it.
+A mutated Flight Recorder dump goes into a directory with its fixture's other ranks and through the whole
+analysis of ``commlens diagnose hang`` (reader, divergences, the report's JSON and text).
 
 CI runs a fixed seed (``derandomize=True``) and a bounded budget; ``benchmarks/fuzz_ingest.py`` runs
 the same cases at least 10,000 times and reports the figures in ``docs/benchmarks.md``.
@@ -13,6 +17,7 @@ the same cases at least 10,000 times and reports the figures in ``docs/benchmark
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import re
@@ -126,7 +131,24 @@ class Case:
 
     name: str
     data: bytes
-    reader: str  # a format of commlens ingest, or "topology", "workload", "accelerators"
+    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "topology", "workload", "accelerators"
+    siblings: Path | None = None  # flightrec: the fixture's directory, whose other ranks' dumps go alongside
+
+
+SPEC_READERS = ("topology", "workload", "accelerators")
+TRACE_READERS = ("flightrec", "kineto")
+FLIGHTREC_DIRS = (
+    ("flightrec_v2_3_nccl", "nccl_trace_rank_1"),  # pickle, layout 2.3
+    ("flightrec_v1_1_nccl", "nccl_trace_rank_2"),  # pickle, before 2.3 (no pg_config)
+    ("flightrec_v2_7_json", "nccl_trace_rank_1"),  # JSON
+    ("flightrec_gloo_json", "fr_trace_rank_1.json"),  # JSON, gloo
+    ("flightrec_v2_9_active", "_dump_1"),  # pickle, active collectives only
+    ("hang_op_mismatch", "fr_trace_rank_1"),  # pickle (protocol 4) with frames, a divergence
+)
+KINETO_TRACES = (
+    "kineto_nccl_4rank_2host/rank-1.pt.trace.json.gz",
+    "kineto_gloo_sampled/rank1.1796123109628727888.pt.trace.json.gz",
+)
 
 
 def _cases() -> list[Case]:
@@ -139,6 +161,17 @@ def _cases() -> list[Case]:
     run = _bench_run_json()
     cases.append(Case("commlens-run.json", run, "commlens"))
     cases.append(Case("commlens-export.json", b"[" + run + b"]", "commlens"))
+    cases += [
+        Case(p.name, p.read_bytes(), "nccl-inspector")
+        for p in sorted((DATA.parent / "nccl_inspector" / "compact").glob("*.log"))[:2]
+    ]
+    cases += [
+        Case(name, (DATA.parent / folder / name).read_bytes(), "flightrec", siblings=DATA.parent / folder)
+        for folder, name in FLIGHTREC_DIRS
+    ]
+    # Traces decompressed, so that mutations reach the JSON; one kept gzip, so that they reach the gzip layer.
+    cases += [Case(Path(t).name[:-3], gzip.decompress((DATA.parent / t).read_bytes()), "kineto") for t in KINETO_TRACES]
+    cases.append(Case(Path(KINETO_TRACES[0]).name, (DATA.parent / KINETO_TRACES[0]).read_bytes(), "kineto"))
     cases += [
         Case(p.name, p.read_bytes(), "topology") for p in sorted((SRC / "topology" / "presets").glob("*.yaml"))[:4]
     ]
@@ -245,16 +278,55 @@ class Harness:
 
     def check(self, case: Case, data: bytes) -> str:
         """``stored``, ``loaded`` or ``refused``; raises on anything else."""
+        if case.reader == "flightrec":
+            return self._hang(case, data)
         path = self.folder / f"{next(self._names)}-{case.name}"
         path.write_bytes(data)
         try:
-            return (
-                self._ingest(case, path)
-                if case.reader not in ("topology", "workload", "accelerators")
-                else self._load_spec(case, path)
-            )
+            if case.reader == "kineto":
+                return self._trace(path)
+            return self._load_spec(case, path) if case.reader in SPEC_READERS else self._ingest(case, path)
         finally:
             path.unlink()
+
+    def _hang(self, case: Case, data: bytes) -> str:
+        """The mutated dump among its fixture's other ranks, through diagnose hang's whole analysis."""
+        import shutil
+
+        from commlens.diagnose.hang import DumpError, culprit_issued, diagnose_hang
+
+        assert case.siblings is not None
+        folder = self.folder / f"dumps-{next(self._names)}"
+        folder.mkdir()
+        try:
+            for sibling in case.siblings.iterdir():
+                if sibling.name != case.name and sibling.suffix != ".md":
+                    shutil.copyfile(sibling, folder / sibling.name)
+            (folder / case.name).write_bytes(data)
+            try:
+                report = diagnose_hang(folder)
+            except DumpError as e:
+                _check_message(e)
+                return "refused"
+            json.dumps(report.to_json())  # what --json prints
+            for d in report.divergences:  # what the text report prints
+                for c in d.culprits:
+                    culprit_issued(c)
+            return "loaded"
+        finally:
+            shutil.rmtree(folder)
+
+    def _trace(self, path: Path) -> str:
+        from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
+
+        try:
+            trace = read_kineto_trace(path)
+        except KinetoTraceError as e:
+            _check_message(e)
+            return "refused"
+        for c in trace.collectives:
+            _ = (c.identity, c.duration_s)
+        return "loaded"
 
     def _ingest(self, case: Case, path: Path) -> str:
         from commlens.store import StoreError
@@ -306,8 +378,9 @@ def harness() -> Any:
 
 
 _mutation = st.tuples(st.sampled_from(KINDS), st.floats(0, 1), st.integers(0, 10**6))
-_ingest_cases = [c for c in CASES if c.reader not in ("topology", "workload", "accelerators")]
-_spec_cases = [c for c in CASES if c.reader in ("topology", "workload", "accelerators")]
+_ingest_cases = [c for c in CASES if c.reader not in SPEC_READERS + TRACE_READERS]
+_spec_cases = [c for c in CASES if c.reader in SPEC_READERS]
+_trace_cases = [c for c in CASES if c.reader in TRACE_READERS]
 
 
 def _run(harness: Harness, case: Case, mutations: list[tuple[str, float, int]]) -> str:
@@ -340,6 +413,20 @@ def test_mutated_ingest_files_are_stored_or_refused_cleanly(
 )
 @given(case=st.sampled_from(_spec_cases), mutations=st.lists(_mutation, min_size=1, max_size=3))
 def test_mutated_yaml_specs_load_or_are_refused_cleanly(
+    harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
+) -> None:
+    assert _run(harness, case, mutations) in ("loaded", "refused")
+
+
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=st.sampled_from(_trace_cases), mutations=st.lists(_mutation, min_size=1, max_size=4))
+def test_mutated_dumps_and_traces_are_read_or_refused_cleanly(
     harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
 ) -> None:
     assert _run(harness, case, mutations) in ("loaded", "refused")

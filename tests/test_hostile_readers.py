@@ -78,6 +78,31 @@ def test_a_malformed_pickle_is_a_dump_error(tmp_path: Path, raw: bytes) -> None:
         read_dump(path)
 
 
+_MEMO_PEAK = """
+import resource, struct, sys
+from commlens.ingest.flightrec import read_dump
+raw = b"\\x80\\x02}r" + struct.pack("<I", 100_000_000) + b"X" + struct.pack("<I", 7) + b"versionX"
+raw += struct.pack("<I", 3) + b"2.3s."
+open(sys.argv[1], "wb").write(raw)
+dump = read_dump(sys.argv[1], rank_from_name=0)
+print(dump.version, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_pickle_naming_a_huge_memo_index_costs_no_memory(tmp_path: Path) -> None:
+    """Found by the fuzz: ``LONG_BINPUT 100000000`` in a 31-byte file made the C unpickler size its memo array
+    for 100 million entries (800 MB; a mutated dump took 8.4 GB)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMO_PEAK, str(tmp_path / "fr_trace_rank_0")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    version, peak_kib = out.stdout.split()
+    assert version == "2.3" and int(peak_kib) < 300 * 1024, f"peak {int(peak_kib) / 1024:.0f} MiB"
+
+
 def test_diagnose_hang_exits_2_on_an_unreadable_dump_and_1_only_for_a_suspect(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -153,6 +178,17 @@ def test_an_id_of_the_wrong_type_joins_nothing_instead_of_crashing(tmp_path: Pat
         assert len(trace.collectives) == len(baseline.collectives)
     else:  # the joins by that id are gone: the collectives joined another way or counted as not joined
         assert len(trace.collectives) + trace.n_enqueue_without_gpu_span >= len(baseline.collectives)
+
+
+@pytest.mark.parametrize("text", ["5", '"traceEvents"', "null", "[]"])
+def test_a_trace_that_is_a_bare_json_value_is_refused(tmp_path: Path, text: str) -> None:
+    """Found by the fuzz: a number at the top level crashed the depth check (``'int' object is not iterable``)."""
+    from commlens.ingest.kineto import KinetoTraceError
+
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    with pytest.raises(KinetoTraceError, match="not a Chrome trace"):
+        read_kineto_trace(path)
 
 
 def test_a_profiler_step_of_five_thousand_digits_is_no_step(tmp_path: Path) -> None:

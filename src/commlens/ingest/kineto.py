@@ -119,7 +119,7 @@ def _check_depth(root: Any, path: Path) -> None:
         value, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
             raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace")
-        children = value.values() if isinstance(value, dict) else value
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
