@@ -32,10 +32,11 @@ def _size(n: int) -> str:
     return f"{n}B" if n < 1024 else f"{n / 1024:.0f}K"
 
 
-def summary_lines(v: RunVerdict, *, causes: int = 2) -> list[str]:
-    """A few ``# expect:`` lines: the verdict per range and the top causes (for ingest, show, bench)."""
+def summary_lines(v: RunVerdict, *, causes: int = 2, ranges: bool = True) -> list[str]:
+    """A few ``# expect:`` lines: the verdict (per size range with ``ranges``) and the top causes (for ingest,
+    show, bench)."""
     lines = [f"# expect: {v.headline()}"]
-    for r in v.ranges:
+    for r in v.ranges if ranges else ():
         state = {"normal": "normal", "below": f"below by {r.pct:.0f}%", "above": f"above by {r.pct:.0f}%"}[r.status]
         lines.append(
             f"#   {r.op} {_size(r.min_size_bytes)}-{_size(r.max_size_bytes)} ({r.kind}): {state}, "
@@ -85,9 +86,12 @@ def verdict_lines(v: RunVerdict) -> list[str]:
 
 
 def judge_or_none(run: Run, log_text: str | None = None) -> RunVerdict | None:
-    """The verdict, or None when the run cannot be judged (no GPU known, no row modelled): for summaries."""
+    """The verdict, or None when the run cannot be judged (no GPU known, no row modelled, wrong results): for
+    summaries."""
     from commlens.expect import ExpectError, judge_run
 
+    if run.status == "check_failed":  # rows with wrong results say nothing about bandwidth
+        return None
     try:
         return judge_run(run, log_text=log_text)
     except ExpectError:

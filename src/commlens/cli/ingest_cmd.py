@@ -50,7 +50,9 @@ def ingest_cmd(
     ),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
+    from commlens.cli.expect_cmd import judge_or_none, summary_lines
     from commlens.errors import CommlensError
+    from commlens.expect import with_log_facts
     from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError, db_url, default_db_url
@@ -92,6 +94,8 @@ def ingest_cmd(
                         used, runs = load_source_runs(
                             source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op, given=given
                         )
+                        if used == "nccl-tests":  # its NCCL INFO lines, kept for expect (a text log: one run)
+                            runs = [with_log_facts(run, source.text) for run in runs]
                         del source
                 except CommlensError as e:
                     say("error", str(e))
@@ -122,10 +126,15 @@ def ingest_cmd(
                             )
                 if not is_new:
                     say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
+                verdict = judge_or_none(run) if is_new or as_json else None
                 if as_json:
-                    ingested.append({"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)})
+                    entry = {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)}
+                    entry["expect"] = verdict.as_dict() if verdict is not None else None
+                    ingested.append(entry)
                 elif is_new:
                     print(terminal_safe(_summary(path, used, run)))
+                    if verdict is not None:
+                        print("\n".join(terminal_safe(line) for line in summary_lines(verdict, causes=1, ranges=False)))
     if as_json:
         print(json.dumps(ingested, indent=1))
     if failed:

@@ -42,7 +42,10 @@ def run_facts(run: Run, log_text: str | None = None) -> list[Fact]:
 
 
 def with_log_facts(run: Run, log_text: str) -> Run:
-    """``run`` with its log's facts kept in ``system.extra`` (unchanged if the log has none)."""
+    """``run`` with its log's facts kept in ``system.extra`` (unchanged if the log has none, or the run already
+    keeps facts: a stored run read back keeps the facts of its own log)."""
+    if FACTS_KEY in run.system.extra:
+        return run
     facts = log_facts(log_text)
     if not facts:
         return run

@@ -249,7 +249,7 @@ def _derive_network(
     if fabric is not None and provider is not None:
         out["nics_per_node"] = _largest_divisor_at_most(per_node, fabric["nics"])
         out["nic_bandwidth_bytes_per_s"] = fabric["nic_bandwidth_bytes_per_s"]
-        out["name"] = f"{provider.value} ({fabric['origin']})"
+        out["name"] = fabric["origin"]
         inferred.append(
             Note(
                 "NICs",
