@@ -39,6 +39,7 @@ directory holds at most :data:`MAX_FILES` files, a line :data:`MAX_LINE_CHARS` c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -165,6 +166,8 @@ class InspectorDump:
     format_versions: tuple[str, ...] = ()
     incomplete: bool = False  # a rank without records, or a line left out as damaged
     content_digest: str = ""  # a hash of every file read, for a content-derived run id
+    origin_s: int = 0  # the records' times are seconds from this epoch second
+    dropped: tuple[int, int] = (0, 0)  # collective and point-to-point records NCCL Inspector dropped
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -218,6 +221,10 @@ class _Reader:
         self.timing: dict[str, int] = {}
         self.digest = hashlib.sha256()
         self.names: dict[str, str] = {}  # communicator ids and host names, one string each for every record
+        # Record times are kept in seconds from this whole second (epoch), computed in integer ns: float epoch
+        # seconds (1.7e9) have a step of 0.24 us, which would cut a 110 us collective to 109.91 us.
+        self.origin_s: int | None = None
+        self.dropped: dict[str, tuple[int, int, int]] = {}  # file -> (coll, p2p dropped in all, line)
 
     def read(self, source: Source, shown: str) -> None:
         self.digest.update(f"{shown}\0{len(source.text)}\0".encode())
@@ -246,6 +253,18 @@ class _Reader:
         if "dump_stats" in obj:  # v4.3: the marker's header and metadata hold for the records after it
             state.header = _obj(obj, "header")
             state.metadata = _obj(obj, "metadata")
+            stats = _obj(obj, "dump_stats")
+            coll = _int(stats, "coll_dropped_total", 0, _MAX_US) if "coll_dropped_total" in stats else 0
+            p2p = _int(stats, "p2p_dropped_total", 0, _MAX_US) if "p2p_dropped_total" in stats else 0
+            where = f"{state.source.path.name}:{_text(state.header, 'id', MAX_GROUP_NAME)}"
+            if coll or p2p or where in self.dropped:  # totals since the process started: the last one counts
+                self.dropped[where] = (coll, p2p, line_no)
+                if coll or p2p:
+                    state.source.warn(
+                        line_no,
+                        f"NCCL Inspector reports {coll} collective and {p2p} point-to-point records dropped "
+                        f"(dump_stats): the dump is missing them",
+                    )
         if "coll_perf" in obj:
             if "header" in obj or "metadata" in obj:
                 header, metadata = _obj(obj, "header"), _obj(obj, "metadata")
@@ -316,16 +335,20 @@ class _Reader:
         size_bytes = msg_bytes * n_ranks if op in _PER_RANK_MSG else msg_bytes
         if size_bytes >= MAX_SIZE_BYTES:
             raise _Skip(f"{coll} of {msg_bytes} B x {n_ranks} ranks is beyond what commlens accepts")
-        duration_s = exec_us / 1e6
+        exec_ns = round(exec_us * 1000)
         start_us = _verbose_start_us(perf)
         if start_us is not None:
             self.verbose = True
-            start_s = start_us / 1e6
-            end_s = start_s + duration_s
+            start_ns = start_us * 1000
+            end_ns = start_ns + exec_ns
         else:
             self.compact += 1
-            end_s = dump_us / 1e6
-            start_s = end_s - duration_s
+            end_ns = dump_us * 1000
+            start_ns = end_ns - exec_ns
+        if self.origin_s is None:
+            self.origin_s = start_ns // 10**9
+        start_s = (start_ns - self.origin_s * 10**9) / 1e9
+        end_s = (end_ns - self.origin_s * 10**9) / 1e9
         try:
             record = CollectiveRecord(
                 rank=rank,
@@ -360,7 +383,7 @@ class _Reader:
         self.timing[timing] = self.timing.get(timing, 0) + 1
         if printed_busbw is not None and not (op in _NO_INSPECTOR_BW and printed_busbw == 0):
             spec = get_op(op)
-            self.busbw.add(seq, printed_busbw, size_bytes, duration_s, spec.busbw_factor(n_ranks))
+            self.busbw.add(seq, printed_busbw, size_bytes, exec_ns / 1e9, spec.busbw_factor(n_ranks))
         return record
 
     def finish(self, root: Path, file_notes: list[str] | None = None) -> InspectorDump:
@@ -402,6 +425,15 @@ class _Reader:
                 f"{self.compact} compact records carry no start time: each is placed to end at its "
                 "dump_timestamp_us (durations are the inspector's; NCCL_INSPECTOR_DUMP_VERBOSE=1 gives start times)"
             )
+        coll_dropped = sum(c for c, _, _ in self.dropped.values())
+        p2p_dropped = sum(p for _, p, _ in self.dropped.values())
+        if coll_dropped or p2p_dropped:
+            incomplete = True
+            notes.append(
+                f"NCCL Inspector dropped {coll_dropped} collective and {p2p_dropped} point-to-point records "
+                f"(dump_stats coll_dropped_total / p2p_dropped_total, the last of each process and communicator): "
+                f"the measurements are of the records kept"
+            )
         if self.timing:
             notes.append("inspector timing: " + ", ".join(f"{n} {t}" for t, n in sorted(self.timing.items())))
         notes.append("rank is each record's rank in its communicator; group is the communicator's id")
@@ -419,6 +451,8 @@ class _Reader:
             format_versions=tuple(sorted(self.versions)),
             incomplete=incomplete,
             content_digest=self.digest.hexdigest(),
+            origin_s=self.origin_s or 0,
+            dropped=(sum(c for c, _, _ in self.dropped.values()), sum(p for _, p, _ in self.dropped.values())),
         )
 
 
@@ -590,6 +624,15 @@ def _dump_files(root: Path) -> tuple[list[Path], list[str]]:
 
 
 def read_inspector(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> InspectorDump:
+    """The records of an NCCL Inspector file or dump directory, times on the epoch (as live records have them);
+    see :func:`_read_relative` for the reading."""
+    dump = _read_relative(path, max_bytes=max_bytes)
+    origin = dump.origin_s
+    records = [dataclasses.replace(r, start_s=r.start_s + origin, end_s=r.end_s + origin) for r in dump.records]
+    return dataclasses.replace(dump, records=records, origin_s=0)
+
+
+def _read_relative(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> InspectorDump:
     """NCCL Inspector's records from one file or a dump directory (its ``*.log`` / ``*.jsonl`` files).
 
     In a directory, a file that cannot be read or is not the inspector's is warned about and left out.
@@ -650,7 +693,7 @@ def load_dump_runs(
     """
     from commlens.ingest import _to_run  # the package's own run builder (tag, revision, started_at)
 
-    dump = read_inspector(path, max_bytes=max_bytes)
+    dump = _read_relative(path, max_bytes=max_bytes)  # durations exact: seconds from the dump's first second
     parsed = _parsed_run(dump, run_id=content_run_id(NAME, dump.content_digest))
     stand_in = Source(Path(path), dump.content_digest)  # names the directory in ingested_from and errors
     return [_to_run(stand_in, NAME, parsed, tag=tag, revision=revision, started_at=started_at)]
@@ -686,6 +729,7 @@ def _parsed_run(dump: InspectorDump, *, run_id: str | None) -> ParsedRun:
         "verbose": dump.verbose,
         "files": len(dump.files),
         "records": len(dump.records),
+        "dropped_records": {"coll": dump.dropped[0], "p2p": dump.dropped[1]},
         "communicators": {
             c.id: {"name": c.name, "n_ranks": c.n_ranks, "nnodes": c.nnodes, "ranks_with_records": len(c.ranks)}
             for c in dump.communicators.values()
@@ -697,9 +741,9 @@ def _parsed_run(dump: InspectorDump, *, run_id: str | None) -> ParsedRun:
         measurements=measurements,
         config=config,
         notes=list(dump.notes),
-        started_at=_iso(start_s),
+        started_at=_iso(start_s + dump.origin_s),
         started_at_note=None if dump.verbose else "started_at is placed from the inspector's dump times",
-        finished_at=_iso(end_s),
+        finished_at=_iso(end_s + dump.origin_s),
         status="incomplete" if dump.incomplete else "complete",
         run_id=run_id,
     )
