@@ -1,0 +1,178 @@
+"""commlens expect: the system inferred from a run's log, the band, the verdict per range, causes with evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commlens.cli.app import _register, app
+from commlens.expect import ExpectError, judge_run, log_facts, with_log_facts
+from commlens.expect.causes import causes_table
+from commlens.expect.verdict import judge
+from commlens.ops import get_op
+from commlens.results.records import Measurement, Run, SystemInfo
+from commlens.results.stats import TimeStats
+from commlens.topology import load_topology
+
+_register()
+EFA_299 = "nccltests/aws-efa-eks-p4d-16rank-2node-tagoutput-nccl2.9.9-2022.log"
+EFA_283 = "nccltests/aws-efa-eks-p4d-16rank-2node-tagoutput-nccl2.8.3-2021.log"
+
+
+def _run(gpu: str, hosts: int, per_host: int, op: str, rows: list[tuple[int, float]], env: dict | None = None) -> Run:
+    """A run as the nccl-tests reader stores one: out-of-place rows at the time giving each busBW (GB/s)."""
+    world = hosts * per_host
+    spec = get_op(op)
+    names = tuple(f"h{i}" for i in range(hosts))
+    ms = []
+    for size, busbw in rows:
+        t = size / (busbw * 1e9 / spec.busbw_factor(world))
+        stats = TimeStats(
+            mean_s=t, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=20
+        )
+        ms.append(
+            Measurement(
+                op=op,
+                dtype="float32",
+                size_bytes=size,
+                count=size // 4,
+                in_place=False,
+                world_size=world,
+                samples_s=(),
+                redop="sum" if spec.reduces else None,
+                root=0 if spec.has_root else None,
+                reported=stats,
+            )
+        )
+    system = SystemInfo(
+        world_size=world,
+        hosts=names,
+        ranks_per_host={h: per_host for h in names},
+        backend="nccl",
+        device="cuda",
+        device_names=(gpu,) * world,
+        env=env or {},
+    )
+    return Run(run_id="r" * 32, started_at="2025-01-01T00:00:00+00:00", system=system, measurements=tuple(ms))
+
+
+def test_efa_log_is_judged_normal_with_the_nics_read_from_its_ofi_line(realdata: Path) -> None:
+    path = realdata / EFA_299
+    result = CliRunner().invoke(app, ["expect", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "normal"
+    nics = next(n for n in doc["system"]["inferred"] if n["what"] == "NICs")
+    assert nics["value"] == "4 x 100 Gb/s"
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "Selected Provider is efa" in ln)
+    assert nics["source"].startswith(f"line {line}: ")
+    large = next(r for r in doc["ranges"] if r["range"] == "bandwidth-bound")
+    assert large["limit"].startswith("NIC bandwidth") and large["max_size_bytes"] == 4 << 30
+
+
+def test_fail_below_gates_on_the_shortfall(realdata: Path) -> None:
+    path = str(realdata / EFA_283)
+    failed = CliRunner().invoke(app, ["expect", path, "--fail-below", "5"])
+    assert failed.exit_code == 1
+    assert "is below expectation by 14% (more than 5%)" in failed.output
+    assert CliRunner().invoke(app, ["expect", path, "--fail-below", "20"]).exit_code == 0
+    assert CliRunner().invoke(app, ["expect", path, "--fail-below", "150"]).exit_code == 2
+
+
+def test_ingested_run_keeps_its_log_facts_and_show_prints_the_verdict(realdata: Path, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    stored = CliRunner().invoke(app, ["ingest", str(realdata / EFA_299), "--db", db])
+    assert stored.exit_code == 0, stored.output
+    assert "# expect: normal (all_reduce, bandwidth-bound sizes, 89% of the model" in stored.stdout
+    run_id = stored.stdout.split("stored run ")[1].split()[0]
+    shown = CliRunner().invoke(app, ["show", run_id[:12], "--db", db])
+    lines = shown.stdout.splitlines()
+    assert (
+        "#   all_reduce 1M-4G (bandwidth-bound): normal, 89% of the model; limit NIC bandwidth (AWS p4d: 4 x 100 Gb/s EFA)"
+        in lines
+    )
+    assert lines[-1].startswith("# status complete")
+    # judged again from the store alone: the EFA NICs come from the facts kept with the run, not from the file
+    again = json.loads(CliRunner().invoke(app, ["expect", run_id[:12], "--db", db, "--json"]).stdout)
+    assert next(n for n in again["system"]["inferred"] if n["what"] == "NICs")["value"] == "4 x 100 Gb/s"
+
+
+def test_socket_transport_is_named_first_with_its_log_line() -> None:
+    log = "\n".join(
+        [
+            "node1:7:7 [0] NCCL INFO NET/IB : No device found.",
+            "node1:7:7 [0] NCCL INFO NET/Socket : Using [0]eno1:10.0.0.1<0>",
+            "node1:7:7 [0] NCCL INFO Using network Socket",
+            "NCCL version 2.21.5+cuda12.4",
+        ]
+    )
+    run = with_log_facts(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 30, 2.4), (1 << 31, 2.5)]), log)
+    v = judge_run(run)
+    assert v.status == "below" and v.pct > 90
+    assert v.causes[0].id == "net-socket"
+    assert v.causes[0].evidence[0] == "line 3: node1:7:7 [0] NCCL INFO Using network Socket"
+
+
+def test_gdr_read_from_connection_lines() -> None:
+    on = log_facts("h:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/3/GDRDMA")
+    off = log_facts("h:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/3")
+    efa = log_facts("x:1:2 [6] NCCL INFO Channel 03 : 15[a01d0] -> 6[a01c0] [receive] via NET/AWS Libfabric/3/GDRDMA")
+    assert [f.value for f in on if f.name == "gdr"] == [True]
+    assert [f.value for f in off if f.name == "gdr"] == [False]
+    assert [f.value for f in efa if f.name == "gdr"] == [True]
+    run = with_log_facts(
+        _run("NVIDIA A100-SXM4-80GB", 4, 8, "all_reduce", [(1 << 30, 60.0)]),
+        "\n".join(
+            [
+                "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB ib0",
+                "h:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/3",
+            ]
+        ),
+    )
+    v = judge_run(run)
+    assert v.status == "below"
+    assert v.causes[0].id == "gdr-off" and v.causes[0].evidence[0].startswith("line 2: ")
+    assert any(n.what == "NICs per node" and n.value == "4" for n in v.system.inferred)
+
+
+def test_nvls_only_where_nccl_has_it() -> None:
+    rows = [(8 << 30, 370.0)]
+    new = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", rows), log_facts("NCCL version 2.21.5+cuda12.4"))
+    old = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", rows), log_facts("NCCL version 2.14.3+cuda11.7"))
+    assert "nvls" in new.rows[0].expected.algos and new.status == "below"  # ring's 370 under NVLS's ~480 band
+    assert "nvls" not in old.rows[0].expected.algos and old.status == "normal"
+    assert any(n.what == "NVLS" and "2.14.3" in n.value for n in old.system.inferred)
+
+
+def test_the_model_band_per_size_names_its_limit() -> None:
+    v = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_gather", [(1024, 0.05), (8 << 30, 360.0)]), [])
+    small, large = v.rows
+    assert small.expected.latency_bound and small.expected.limit.endswith("latency")
+    assert not large.expected.latency_bound and large.expected.limit == "NVLink4 + NVSwitch bandwidth"
+    assert large.expected.lower_bytes_per_s < 360e9 < large.expected.upper_bytes_per_s and large.status == "normal"
+
+
+def test_unknown_gpu_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    with pytest.raises(ExpectError, match="no topology known for GPU 'Mystery X1'; give --topology"):
+        judge(_run("Mystery X1", 1, 8, "all_reduce", [(1 << 30, 100.0)]), [])
+    given = judge(_run("Mystery X1", 1, 8, "all_reduce", [(1 << 30, 100.0)]), [], load_topology("dgx-a100"))
+    assert given.system.topology.name == "dgx-a100"
+    assert any(n.source == "given (--topology)" for n in given.system.inferred)
+
+
+def test_cli_refuses_bad_input_with_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "x.log"
+    bad.write_text("hello\n")
+    result = CliRunner().invoke(app, ["expect", str(bad)])
+    assert result.exit_code == 2 and "error:" in result.output
+    topo = CliRunner().invoke(app, ["expect", str(bad), "--topology", "no-such-preset"])
+    assert topo.exit_code == 2 and "--topology" in topo.output
+
+
+def test_every_cause_has_a_source_and_known_fields() -> None:
+    table = causes_table()
+    assert len({c["id"] for c in table}) == len(table)
+    assert all(c["source"].strip() and c["try"].strip() and c["applies_to"] in ("below", "above") for c in table)
