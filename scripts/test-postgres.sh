@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Start a private PostgreSQL server for the store's tests and print its URL:
-#     eval "$(bash scripts/test-postgres.sh)"     # sets COMMLENS_TEST_PG_URL
-# Installs Debian's postgresql package when no server binaries are found (needs root), then
-# runs initdb + pg_ctl into $COMMLENS_TEST_PG_DIR (default /tmp/commlens-test-pg-$UID), as the
-# postgres user when run as root (initdb refuses root). The server listens on a Unix socket in
-# that directory only (no TCP port to collide with), runs without fsync or autovacuum (test data only), and
-# is reused by later runs; it is left running. A role and database commlens_test are created;
-# the tests create a fresh database per test through that role. Messages go to stderr.
+# A private PostgreSQL server for the store's tests:
+#     eval "$(bash scripts/test-postgres.sh)"     # start (or reuse) it; sets COMMLENS_TEST_PG_URL
+#     bash scripts/test-postgres.sh stop          # stop it (its directory is left for the caller to remove)
+# The server lives in $COMMLENS_TEST_PG_DIR (default /tmp/commlens-test-pg-$UID): initdb + pg_ctl there, as
+# the postgres user when run as root (initdb refuses root). It listens on a Unix socket in that directory
+# only (no TCP port to collide with), runs without fsync or autovacuum (test data only). scripts/test.sh
+# gives each run a fresh directory and stops the server when the run ends; started by hand, it runs until
+# `stop`. It installs nothing: scripts/test.sh installs Debian's postgresql (as root) where it is missing.
+# A role and database commlens_test are created; the tests create a fresh database per test through that
+# role. Messages go to stderr.
 set -euo pipefail
 
 DIR=${COMMLENS_TEST_PG_DIR:-/tmp/commlens-test-pg-$(id -u)}
@@ -25,24 +27,24 @@ find_bindir() {
 
 BIN=$(find_bindir)
 if [ -z "$BIN" ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    log "PostgreSQL is not installed and this is not root: install Debian's postgresql package"
-    exit 1
-  fi
-  log "installing PostgreSQL (apt-get install postgresql)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends postgresql >&2
-  BIN=$(find_bindir)
-  [ -n "$BIN" ] || { log "postgresql installed but no initdb found"; exit 1; }
+  log "PostgreSQL is not installed (no initdb): install Debian's postgresql package (scripts/test.sh does, as root)"
+  exit 1
 fi
 
 # Run a server command as the server's owner: postgres when we are root, else ourselves.
 if [ "$(id -u)" -eq 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
+  id postgres >/dev/null 2>&1 || { log "no postgres user to run the server as (Debian's postgresql package creates it)"; exit 1; }
   as_owner() { runuser -u postgres -- "$@"; }
 else
   as_owner() { "$@"; }
+fi
+
+if [ "${1:-}" = stop ]; then
+  if [ -s "$DATA/PG_VERSION" ]; then
+    as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 30 stop >/dev/null 2>&1 \
+      || as_owner "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  exit 0
 fi
 
 mkdir -p "$DIR"

@@ -1,43 +1,94 @@
 #!/usr/bin/env bash
 # Run the test suite (all of tests/, or the paths and pytest options given). Exit non-zero when any
-# test fails or none ran.
-# The store's tests also run against a real PostgreSQL server: unless COMMLENS_TEST_PG_URL is set
-# already, scripts/test-postgres.sh installs PostgreSQL if missing, starts a private server (or
-# reuses the one it started before) and gives its URL. If that fails, the PostgreSQL tests fail.
+# test fails or none ran. It leaves the machine as it found it, whether the tests pass or fail:
+#
+# - Services run privately and stop at the end: the store's PostgreSQL tests get a server of this run's
+#   own (scripts/test-postgres.sh: a fresh data directory under /tmp, a Unix socket in it and no TCP
+#   listener, so no port to collide on), stopped and removed on exit (a trap: pass, fail or Ctrl-C).
+#   Prometheus and Chromium are started by the tests themselves (tests/prometheus_server.py,
+#   tests/browser.py) on free loopback ports with temporary directories, and stopped by them.
+# - Missing tools are installed only as root, with apt-get (Debian's postgresql, prometheus, chromium,
+#   chromium-driver; the README lists them), and nothing they bring is started or enabled at boot: a
+#   policy-rc.d keeps their maintainer scripts from starting services while apt runs, the unit and
+#   init-script links the install adds are removed again, and the PostgreSQL cluster the postgresql
+#   package creates is dropped.
+# - Without root nothing is installed: the tests that need a missing tool (or root itself, the emulated
+#   cluster) skip and say why. CI sets COMMLENS_TEST_REQUIRE_{POSTGRES,PROMETHEUS,CHROMIUM}=1
+#   (.ci/run), where a missing tool fails those tests instead.
+# COMMLENS_TEST_PG_URL set already: that server is used, and none is started.
 set -uo pipefail
 VENV=${VENV:-.venv}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PG_DIR=""
+OWN_POLICY=""
+
+cleanup() {
+  if [ -n "$PG_DIR" ]; then
+    COMMLENS_TEST_PG_DIR=$PG_DIR bash "$HERE/test-postgres.sh" stop || true
+    rm -rf "$PG_DIR"
+  fi
+  if [ -n "$OWN_POLICY" ]; then rm -f "$OWN_POLICY"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Unit and init-script links that start something at boot, one per line.
+boot_links() {
+  find /etc/systemd/system -path '*.wants/*' 2>/dev/null
+  find /etc/rc2.d /etc/rc3.d /etc/rc4.d /etc/rc5.d -name 'S*' 2>/dev/null
+}
+
+# apt-get install PACKAGES (root only), starting and enabling nothing; see the header.
+install_quietly() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "test: $* not installed and this is not root: the tests that need them skip" >&2
+    return 1
+  fi
+  local links_before clusters_before rc=0 link
+  links_before=$(boot_links | sort)
+  clusters_before=$(pg_lsclusters -h 2>/dev/null | awk '{print $1"/"$2}' | sort)
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# commlens scripts/test.sh: no service starts while it installs packages\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    OWN_POLICY=/usr/sbin/policy-rc.d
+  fi
+  echo "test: installing $* (apt-get install; no service started or enabled)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2 || rc=$?
+  if [ -n "$OWN_POLICY" ]; then rm -f "$OWN_POLICY"; OWN_POLICY=""; fi
+  for link in $(comm -13 <(echo "$links_before") <(boot_links | sort)); do
+    echo "test: removing $link (added by the install: nothing of the tests starts at boot)" >&2
+    rm -f "$link"
+  done
+  if command -v pg_lsclusters >/dev/null 2>&1; then
+    for cluster in $(comm -13 <(echo "$clusters_before") <(pg_lsclusters -h 2>/dev/null | awk '{print $1"/"$2}' | sort)); do
+      echo "test: dropping PostgreSQL cluster $cluster (created by the install; the tests start their own)" >&2
+      pg_dropcluster --stop "${cluster%/*}" "${cluster#*/}" >&2 || true
+    done
+  fi
+  return "$rc"
+}
+
+missing=()
+ls -d /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [ "${#missing[@]}" -gt 0 ]; then
+  install_quietly "${missing[@]}" || echo "test: could not install ${missing[*]}: the tests that need them skip (fail in CI)" >&2
+fi
+
 if [ -z "${COMMLENS_TEST_PG_URL:-}" ]; then
-  if pg_env=$(bash "$(dirname "$0")/test-postgres.sh"); then
+  PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/commlens-test-pg.XXXXXX")
+  if pg_env=$(COMMLENS_TEST_PG_DIR=$PG_DIR bash "$HERE/test-postgres.sh"); then
     eval "$pg_env"
     export COMMLENS_TEST_PG_URL
   else
-    echo "error: PostgreSQL could not be started: the store's PostgreSQL tests will fail" >&2
+    echo "test: PostgreSQL could not be started: the store's PostgreSQL tests skip (fail in CI)" >&2
   fi
 fi
-# The monitor's tests start Debian's prometheus server and run its promtool (tests/prometheus_server.py);
-# install the package when either is missing (as root), and make a missing one fail those tests, not skip them.
-if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ]; then
-    echo "test: installing Debian's prometheus (apt-get install prometheus)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2 \
-      || echo "error: prometheus could not be installed: the monitor's Prometheus tests will fail" >&2
-  else
-    echo "error: prometheus is not installed and this is not root: the monitor's Prometheus tests will fail" >&2
-  fi
-fi
-# The dashboard's browser tests (tests/browser.py) drive Debian's chromium through its chromedriver; install
-# them when missing (as root), and make a missing one fail those tests, not skip them.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ]; then
-    echo "test: installing Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >&2 \
-      || echo "error: chromium could not be installed: the dashboard's browser tests will fail" >&2
-  else
-    echo "error: chromium or chromedriver is not installed and this is not root: the dashboard's browser tests will fail" >&2
-  fi
-fi
+
 "$VENV/bin/python" -m pytest -q --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
