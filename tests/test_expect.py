@@ -77,7 +77,7 @@ def test_fail_below_gates_on_the_shortfall(realdata: Path) -> None:
     path = str(realdata / EFA_283)
     failed = CliRunner().invoke(app, ["expect", path, "--fail-below", "5"])
     assert failed.exit_code == 1
-    assert "is below expectation by 14% (more than 5%)" in failed.output
+    assert "is below expectation by 13% (more than 5%)" in failed.output
     assert CliRunner().invoke(app, ["expect", path, "--fail-below", "20"]).exit_code == 0
     assert CliRunner().invoke(app, ["expect", path, "--fail-below", "150"]).exit_code == 2
 
@@ -91,7 +91,7 @@ def test_ingested_run_keeps_its_log_facts_and_show_prints_the_verdict(realdata: 
     shown = CliRunner().invoke(app, ["show", run_id[:12], "--db", db])
     lines = shown.stdout.splitlines()
     assert (
-        "#   all_reduce 1M-4G (bandwidth-bound): normal, 89% of the model; limit NIC bandwidth (AWS p4d: 4 x 100 Gb/s EFA)"
+        "#   all_reduce 8M-4G (bandwidth-bound): normal, 89% of the model; limit NIC bandwidth (AWS p4d: 4 x 100 Gb/s EFA)"
         in lines
     )
     assert lines[-1].startswith("# status complete")

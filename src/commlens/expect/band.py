@@ -7,8 +7,11 @@ Steps of :func:`expectation`:
    ``nccl_algorithms`` for the op, NVLS only where the system allows it.
 2. Each candidate is predicted on the inferred topology; those within ``choice_margin`` of the fastest
    predicted time are the ones NCCL may pick at that size (its tuner's choice is not in the log).
-3. The band runs from the slowest of those, less the error of the limiting level, to the fastest, plus it
-   (``error_pct`` in ``bands.yaml``: bandwidth, PCIe or latency), widened for a topology with assumptions.
+3. The band runs from the slowest of those, less the error, to the fastest, plus it. The error is the
+   bandwidth (or PCIe) error of ``bands.yaml`` plus the share of the model's time spent in launch and latency
+   terms times the latency error (all of it from ``latency_bound_share`` on), widened for a topology with
+   assumptions. The share also names the row's size range: latency-bound, mid-size (from ``mid_size_share``)
+   or bandwidth-bound.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
 from commlens.specdata import load_yaml
 
-__all__ = ["Expectation", "bands_table", "expectation", "system_layout"]
+__all__ = ["BANDWIDTH_BOUND", "LATENCY_BOUND", "MID_SIZE", "Expectation", "bands_table", "expectation", "system_layout"]
+
+LATENCY_BOUND, MID_SIZE, BANDWIDTH_BOUND = "latency-bound", "mid-size", "bandwidth-bound"
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,13 @@ class Expectation:
     model_bytes_per_s: float  # the fastest candidate's busBW
     algos: tuple[str, ...]
     limit: str  # "NVLink4 + NVSwitch bandwidth", "launch latency", "NIC bandwidth (NDR InfiniBand)"
-    latency_bound: bool
+    size_range: str  # "latency-bound" | "mid-size" | "bandwidth-bound", by the latency share of the model's time
+    latency_share: float  # launch and latency terms over the model's time
     error_pct: float
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.size_range == LATENCY_BOUND
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +59,8 @@ class Expectation:
             "model_busbw_bytes_per_s": self.model_bytes_per_s,
             "algos": list(self.algos),
             "limit": self.limit,
-            "latency_bound": self.latency_bound,
+            "size_range": self.size_range,
+            "latency_share": round(self.latency_share, 4),
             "error_pct": self.error_pct,
         }
 
@@ -83,21 +94,21 @@ def _candidates(system: InferredSystem, backend: str, op: str) -> tuple[str, ...
     return algos
 
 
-def _limit(system: InferredSystem, p: Prediction) -> tuple[str, bool]:
-    """The level that limits a prediction, in words, and whether latency (not bandwidth) sets it."""
+def _limit(system: InferredSystem, p: Prediction) -> tuple[str, float]:
+    """The level that limits a prediction, in words, and the share of its time that is launch and latency."""
     latency_s = sum(t[4] for t in p.raw_terms if t[5] and t[2] in ("launch", "latency"))
-    bound = latency_s >= 0.5 * p.time_s
+    share = latency_s / p.time_s if p.time_s > 0 else 1.0
     topo = system.topology
-    if bound:
-        return ("launch latency" if latency_s < 2 * topo.launch_latency_s else "message latency"), True
+    if share >= 0.5:
+        return ("launch latency" if latency_s < 2 * topo.launch_latency_s else "message latency"), share
     level = max((t for t in p.raw_terms if t[5] and t[2] not in ("launch", "latency")), key=lambda t: t[4])[1]
     if level == "scale_out" and topo.scale_out is not None:
-        return f"NIC bandwidth ({topo.scale_out.name})", False
+        return f"NIC bandwidth ({topo.scale_out.name})", share
     if level == "scale_up":
-        return ("NVLS" if p.algo == "nvls" else topo.scale_up.name) + " bandwidth", False
+        return ("NVLS" if p.algo == "nvls" else topo.scale_up.name) + " bandwidth", share
     if level == "compute":
-        return "reduction on the GPU", False
-    return f"{level} bandwidth", False
+        return "reduction on the GPU", share
+    return f"{level} bandwidth", share
 
 
 def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, size_bytes: int) -> Expectation | None:
@@ -116,13 +127,15 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
     best = min(preds, key=lambda p: p.time_s)
     margin = 1.0 + float(table["choice_margin"])
     chosen = [p for p in preds if p.time_s <= best.time_s * margin]
-    limit, latency_bound = _limit(system, best)
-    if latency_bound:
-        pct = table["error_pct"]["latency"]["pct"]
-    elif "PCIe" in system.topology.scale_up.name and "NIC" not in limit:
-        pct = table["error_pct"]["pcie"]["pct"]
+    limit, share = _limit(system, best)
+    full_latency = float(table["latency_bound_share"])
+    if "PCIe" in system.topology.scale_up.name and "NIC" not in limit:
+        bw_pct = table["error_pct"]["pcie"]["pct"]
     else:
-        pct = table["error_pct"]["bandwidth"]["pct"]
+        bw_pct = table["error_pct"]["bandwidth"]["pct"]
+    # the latency terms carry the latency error, the bandwidth terms the bandwidth error, in proportion
+    pct = bw_pct + (table["error_pct"]["latency"]["pct"] - bw_pct) * min(1.0, share / full_latency)
+    kind = LATENCY_BOUND if share >= full_latency else MID_SIZE if share >= table["mid_size_share"] else BANDWIDTH_BOUND
     if system.approximate:
         pct += table["approximate_extra_pct"]
     fastest = max(p.busbw_bytes_per_s for p in chosen)
@@ -135,6 +148,7 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
         model_bytes_per_s=best.busbw_bytes_per_s,
         algos=tuple(p.algo for p in sorted(chosen, key=lambda p: p.time_s)),
         limit=limit,
-        latency_bound=latency_bound,
+        size_range=kind,
+        latency_share=share,
         error_pct=float(pct),
     )

@@ -7,12 +7,13 @@ Steps of :func:`judge`:
    user reads the better one), against the band of :func:`commlens.expect.band.expectation`.
 3. A row is ``normal`` inside the band, ``below`` under its lower edge (by how much, in % of that edge),
    ``above`` over its upper edge (a measurement to check).
-4. Per op, rows are grouped into the latency-bound range (the model's time is mostly launch and latency)
-   and the bandwidth-bound range. A latency-bound range's verdict is its median row's; a bandwidth-bound
+4. Per op, rows are grouped into the latency-bound range (the model's time is mostly launch and latency),
+   mid sizes and the bandwidth-bound range. A latency-bound or mid-size range's verdict is its median row's; a
+   bandwidth-bound
    range's is the median of its peak sizes (the largest eighth of its size span: at least the largest size),
    where the busBW a user reads off a table is.
 5. The run's verdict is the worst op's: its bandwidth-bound range where the run reached one, else its
-   latency-bound range.
+   largest-size range.
 6. For a run below (or above) expectation, the causes of ``causes.yaml`` whose signature matches, ranked.
 """
 
@@ -22,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from commlens.expect.band import Expectation, expectation, system_layout
+from commlens.expect.band import BANDWIDTH_BOUND, LATENCY_BOUND, MID_SIZE, Expectation, expectation, system_layout
 from commlens.expect.causes import Cause, match_causes, signals
 from commlens.expect.evidence import Fact
 from commlens.expect.system import ExpectError, InferredSystem, infer_system
@@ -59,7 +60,7 @@ class RowVerdict:
 @dataclass(frozen=True)
 class RangeVerdict:
     op: str
-    kind: str  # "latency-bound" | "bandwidth-bound"
+    kind: str  # "latency-bound" | "mid-size" | "bandwidth-bound"
     min_size_bytes: int
     max_size_bytes: int
     rows: int
@@ -133,7 +134,7 @@ def _row_status(busbw: float, e: Expectation) -> tuple[str, float]:
 
 def _range(op: str, kind: str, rows: list[RowVerdict]) -> RangeVerdict:
     top = max(r.size_bytes for r in rows)
-    judged = [r for r in rows if kind == "latency-bound" or r.size_bytes * PEAK_SPAN >= top]
+    judged = [r for r in rows if kind != BANDWIDTH_BOUND or r.size_bytes * PEAK_SPAN >= top]
     scores = sorted((-r.pct if r.status == BELOW else r.pct) for r in judged)
     median = statistics.median(scores)
     status = BELOW if median < 0 else ABOVE if median > 0 else NORMAL
@@ -176,9 +177,10 @@ def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunV
     judged_per_op: list[RangeVerdict] = []
     for op in dict.fromkeys(r.op for r in rows):
         mine = [r for r in rows if r.op == op]
-        small = [r for r in mine if r.expected.latency_bound]
-        large = [r for r in mine if not r.expected.latency_bound]
-        op_ranges = [_range(op, kind, rs) for kind, rs in (("latency-bound", small), ("bandwidth-bound", large)) if rs]
+        groups = [
+            (k, [r for r in mine if r.expected.size_range == k]) for k in (LATENCY_BOUND, MID_SIZE, BANDWIDTH_BOUND)
+        ]
+        op_ranges = [_range(op, kind, rs) for kind, rs in groups if rs]
         ranges += op_ranges
         judged_per_op.append(op_ranges[-1])
     judged = max(judged_per_op, key=lambda r: (_RANK[r.status], r.pct))
