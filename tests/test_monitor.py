@@ -239,18 +239,18 @@ def test_the_live_collector_loads_its_detectors_before_it_reads_the_job():
     # loaded at the first evaluation with enough history instead, their second of CPU landed a few seconds
     # into the job, on the cores its ranks share, and slowed the collectives being measured
     script = """
-import sys
-from commlens.monitor.collect import Collector, collect
+import sys, tempfile
+from commlens.monitor.collect import Collector, JsonlSource, collect
 
-class Source:
-    def __init__(self):
-        self.loaded = None
-    def poll(self):
+class Source(JsonlSource):
+    loaded = None
+    def poll(self, deadline=None):
         if self.loaded is None:
             self.loaded = all(m in sys.modules for m in ("ruptures", "scipy.stats"))
+        self.answered = True
         return []
 
-source = Source()
+source = Source(tempfile.mkdtemp())
 collect([source], Collector(), interval_s=0.01, duration_s=0.05, idle_exit_s=None)
 print(source.loaded)
 """

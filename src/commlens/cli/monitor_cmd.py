@@ -35,6 +35,10 @@ def monitor_collect(
     interval: float = typer.Option(0.25, help="seconds between evaluations"),
     duration: float | None = typer.Option(None, help="stop after this many seconds (default: when the job ends)"),
     idle_exit: float = typer.Option(15.0, "--idle-exit", help="stop when no record came for this many seconds"),
+    start_wait: float = typer.Option(
+        60.0, "--start-wait", help="an error (exit 2) when no source answered within this many seconds"
+    ),
+    timeout: float = typer.Option(2.0, "--timeout", help="seconds one poll of a rank's endpoint may take, in all"),
     window_steps: int = typer.Option(
         10, "--window-steps", help="training steps of collectives the straggler method looks at"
     ),
@@ -82,8 +86,11 @@ def monitor_collect(
         fail("give the job's --endpoint HOST:PORT..., a --jsonl directory, or --inspector output")
     if replay_files and endpoint:
         fail("--replay reads files (--jsonl, --inspector); the endpoints are live")
-    if interval <= 0:
-        fail(f"--interval {interval}: must be > 0")
+    for name, value in (("--interval", interval), ("--start-wait", start_wait), ("--timeout", timeout)):
+        if not (value > 0 and value < float("inf")):
+            fail(f"{name} {value}: must be a number > 0")
+    if duration is not None and not (duration > 0 and duration < float("inf")):
+        fail(f"--duration {duration}: must be a number > 0")
     token = token or os.environ.get("COMMLENS_MONITOR_TOKEN") or None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("commlens.monitor").setLevel(logging.INFO)
@@ -111,7 +118,7 @@ def monitor_collect(
             server = serve(host, port, collector.metrics.registry, token=token)
             say("", f"collector metrics on http://{server.address[0]}:{server.address[1]}/metrics")
         sources: list[EndpointSource | JsonlSource] = [
-            EndpointSource(h, p, token) for h, p in parse_endpoints(endpoint)
+            EndpointSource(h, p, token, timeout_s=timeout) for h, p in parse_endpoints(endpoint)
         ]
         if jsonl is not None:
             sources.append(JsonlSource(jsonl))
@@ -129,7 +136,14 @@ def monitor_collect(
                 replay([r for s in sources if isinstance(s, JsonlSource) for r in s.poll()], collector, interval)
             elif sources:
                 try:
-                    collect(sources, collector, interval_s=interval, duration_s=duration, idle_exit_s=idle_exit)
+                    collect(
+                        sources,
+                        collector,
+                        interval_s=interval,
+                        duration_s=duration,
+                        idle_exit_s=idle_exit,
+                        start_wait_s=start_wait,
+                    )
                 except KeyboardInterrupt:
                     say("", "interrupted: summary of what was collected")
         finally:
@@ -140,9 +154,15 @@ def monitor_collect(
         print(
             f"group {name}: {g['joined']} collectives joined across ranks {_ranks(g['ranks'])}, last step {g['last_step']}"
         )
+    for src in summary["sources"]:
+        if src["state"] != "ok" or src["bad_records"]:
+            bad = f", {src['bad_records']} invalid records skipped" if src["bad_records"] else ""
+            failed = f" ({src['failures']} failed polls)" if src["failures"] else ""
+            print(f"{src['kind']} {src['source']}: {src['state']}{failed}: {src['problem'] or 'answering'}{bad}")
     alerts = summary["alerts"]
     if not alerts:
-        print("no alert")
+        failing = sum(1 for src in summary["sources"] if src["state"] != "ok")
+        print("no alert" + (f" (over the sources that answered; {failing} did not)" if failing else ""))
     for a in alerts:
         state = "active" if a["cleared_at_s"] is None else "cleared"
         print(f"{a['kind']}: {a['text']} [{state}]")

@@ -33,15 +33,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import stat
 import statistics
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.error import URLError
-from urllib.request import Request, urlopen
 
 from commlens.diagnose.stragglers import (
     CollectiveTable,
@@ -64,6 +66,7 @@ __all__ = [
     "Collector",
     "EndpointSource",
     "JsonlSource",
+    "SourceProblem",
     "collect",
     "parse_endpoints",
     "replay",
@@ -74,6 +77,10 @@ log = logging.getLogger("commlens.monitor")
 
 ALERT_KINDS = ("straggler", "slow_group", "slowdown", "below_expected", "hang")
 MAX_LINE_BYTES = 1 << 20
+MAX_POLL_BYTES = 64 << 20  # of one JSONL file in one poll: a huge file is caught up over several
+MAX_COUNT = 1 << 63  # cursors, counts and ranks from outside: an integer below this
+MAX_POLL_THREADS = 32  # endpoints polled at once
+MIN_POLL_S = 0.05  # a poll with less time than this left before the collector's end is not made
 MAX_PENDING = 200_000  # collectives waiting for their last rank's record
 MAX_WINDOW = 1024  # collectives the straggler method looks at, at most
 
@@ -228,6 +235,7 @@ class Collector:
         self.inflight: dict[int, dict[str, Any] | None] = {}  # rank -> its oldest collective in flight
         self.hang_reports: list[dict[str, Any]] = []  # the ranks' own hang lines (JSONL)
         self.metrics: Any = None
+        self.sources: list[Any] = []  # what collect() reads, for the summary's states
 
     # ---- joining ------------------------------------------------------------------------------------
 
@@ -459,9 +467,9 @@ class Collector:
     def _hangs(self, out: dict[Any, Any]) -> None:
         """A collective in flight past ``hang_after_s`` on some ranks of its group: the others are suspects."""
         waiting: dict[tuple[str, int], dict[int, float]] = {}
-        for rank, info in self.inflight.items():
-            if info and float(info.get("age_s", 0.0)) > self.settings.hang_after_s:
-                waiting.setdefault((str(info.get("group")), int(info.get("seq", -1))), {})[rank] = float(info["age_s"])
+        for rank, info in self.inflight.items():  # checked by the source (EndpointSource._take)
+            if info and info["age_s"] > self.settings.hang_after_s:
+                waiting.setdefault((info["group"], info["seq"]), {})[rank] = info["age_s"]
         for (name, seq), ranks in waiting.items():
             group = self.groups.get(name)
             members = group.ranks if group is not None else tuple(sorted(ranks))
@@ -477,9 +485,9 @@ class Collector:
                 group.last_step if group is not None else None,
             )
         for report in self.hang_reports[-100:]:
-            rank = int(report.get("rank", -1))
-            text = f"rank {rank} reported a hang: {str(report.get('reason', ''))[:300]}"
-            out[("hang", "", "", rank)] = (text, {"dump_dir": str(report.get("dump_dir", ""))[:500]}, None)
+            rank = report["rank"]  # checked by the source (_hang_report)
+            text = f"rank {rank} reported a hang: {report['reason']}"
+            out[("hang", "", "", rank)] = (text, {"dump_dir": report["dump_dir"]}, None)
 
     def _slow_groups(self, out: dict[Any, Any]) -> None:
         s = self.settings
@@ -513,6 +521,7 @@ class Collector:
                 g.name: {"ranks": list(g.ranks), "joined": g.count, "pending": len(g.pending), "last_step": g.last_step}
                 for g in self.groups.values()
             },
+            "sources": [s.status() for s in self.sources],
             "active": [a.as_dict() for a in self.active.values()],
             "alerts": [a.as_dict() for a in self.history],
         }
@@ -540,80 +549,250 @@ def parse_endpoints(texts: Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class EndpointSource:
-    """One rank's ``/records`` endpoint, read by cursor."""
+class SourceProblem(CommlensError, ValueError):
+    """One source's answer that cannot be used (unreachable, too slow, malformed); the others go on."""
 
-    def __init__(self, host: str, port: int, token: str | None = None, timeout_s: float = 2.0) -> None:
+    def __init__(self, state: str, message: str) -> None:
+        super().__init__(message)
+        self.state = state  # "unreachable", "timeout" (the endpoint's own state: unreachable) or "bad"
+
+
+def _count(value: Any, name: str, *, at_least: int = 0) -> int:
+    """``value`` as a count: an int (not a bool) in [at_least, 2**63); a SourceProblem naming ``name`` else."""
+    if not isinstance(value, int) or isinstance(value, bool) or not at_least <= value < MAX_COUNT:
+        raise SourceProblem("bad", f"{name} is {_show(value)}, not an integer in [{at_least}, 2**63)")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+    return text[:40] + ("..." if len(text) > 40 else "")
+
+
+def _inflight(value: Any) -> dict[str, Any] | None:
+    """A rank's ``inflight`` (its oldest collective not completed): {group, seq, age_s}, checked; None: none."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SourceProblem("bad", f"inflight is {_show(value)}, not an object")
+    group, age = value.get("group"), value.get("age_s")
+    if not isinstance(group, str) or len(group) > 200:
+        raise SourceProblem("bad", "inflight.group is not a string of at most 200 characters")
+    if not isinstance(age, (int, float)) or isinstance(age, bool) or not (math.isfinite(age) and age >= 0):
+        raise SourceProblem("bad", f"inflight.age_s is {_show(age)}, not a finite number >= 0")
+    return {"group": group, "seq": _count(value.get("seq"), "inflight.seq"), "age_s": float(age)}
+
+
+def _json(body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except RecursionError:  # nesting deeper than the parser's stack
+        raise SourceProblem("bad", f"{what} is JSON nested too deeply") from None
+    except ValueError as e:
+        raise SourceProblem("bad", f"{what} is not JSON: {str(e)[:80]}") from None
+
+
+class EndpointSource:
+    """One rank's ``/records`` endpoint, read by cursor, every field of its answer checked.
+
+    A poll that fails leaves the cursor where it was and says why in ``state`` (``waiting`` before the first
+    answer, ``ok``, ``unreachable``: no connection, an HTTP error or past the deadline; ``bad``: an answer
+    that is not what a commlens monitor endpoint sends) and ``problem``. Every request has a connect timeout
+    and a total deadline: an endpoint that sends a byte a second cannot hold the collector.
+    """
+
+    kind = "endpoint"
+
+    def __init__(
+        self, host: str, port: int, token: str | None = None, timeout_s: float = 2.0, max_bytes: int = 64 << 20
+    ) -> None:
+        self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
+        self.label = f"{host}:{port}"
         self.token = token
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self.cursor = 0
         self.lost = 0
         self.info: dict[str, Any] | None = None
         self.reachable = False
+        self.answered = False  # once it sent a valid answer
+        self.state = "waiting"
+        self.problem: str | None = None
+        self.failures = 0  # polls that failed
+        self.bad_records = 0  # records of valid answers that were not valid records
         self.inflight: dict[str, Any] | None = None
         self.rank: int | None = None
 
-    def _get(self, path: str) -> Any:
-        req = Request(self.url + path)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        with urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - an http URL we built
-            body = resp.read(64 << 20)
-        return json.loads(body)
+    def _get(self, path: str, deadline: float) -> Any:
+        from commlens.monitor.fetch import FetchError, http_get
 
-    def poll(self) -> list[CollectiveRecord]:
+        what = path.split("?")[0]
+        try:
+            status, body = http_get(
+                self.host,
+                self.port,
+                path,
+                timeout_s=self.timeout_s,
+                deadline=deadline,
+                max_bytes=self.max_bytes,
+                headers={"Authorization": f"Bearer {self.token}"} if self.token else None,
+            )
+        except FetchError as e:
+            state = {"bad": "bad", "timeout": "timeout"}.get(e.kind, "unreachable")
+            raise SourceProblem(state, f"{what}: {e}") from None
+        if status != 200:
+            hint = " (the endpoint needs the job's monitor token)" if status == 401 else ""
+            raise SourceProblem("unreachable", f"HTTP {status} for {what}{hint}")
+        return _json(body, f"its answer to {what}")
+
+    def poll(self, end: float | None = None) -> list[CollectiveRecord]:
+        """What the rank recorded since the last poll; [] with ``state``/``problem`` set when it failed.
+
+        ``end`` (a ``time.monotonic()`` instant) is when the collector stops: the poll never runs past it."""
+        now = time.monotonic()
+        cut = end is not None and end < now + self.timeout_s  # the collector ends before the poll's own timeout
+        deadline = min(end, now + self.timeout_s) if end is not None else now + self.timeout_s
+        if deadline - now < MIN_POLL_S:  # the collector's time is up: no poll, no verdict
+            return []
         try:
             if self.info is None:
-                self.info = self._get("/job")
-            data = self._get(f"/records?after={self.cursor}")
-        except (URLError, OSError, ValueError):
-            self.reachable = False
+                info = self._get("/job", deadline)
+                if not isinstance(info, dict):
+                    raise SourceProblem("bad", f"/job is {_show(info)}, not an object")
+                self.info = info
+            out = self._take(self._get(f"/records?after={self.cursor}", deadline))
+        except SourceProblem as e:
+            if e.state == "timeout" and cut:  # the collector's end came first: no verdict on the endpoint
+                return []
+            self.reachable = e.state == "bad"  # it answered, badly
+            self.state = "bad" if e.state == "bad" else "unreachable"
+            self.problem = str(e)
+            self.failures += 1
             return []
-        self.reachable = True
-        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-            return []
-        self.cursor = int(data.get("next", self.cursor))
-        self.lost += int(data.get("lost", 0))
-        inflight = data.get("inflight")
-        self.inflight = inflight if isinstance(inflight, dict) else None
-        self.rank = data.get("rank") if isinstance(data.get("rank"), int) else None
+        self.reachable = self.answered = True
+        self.state, self.problem = "ok", None
+        return out
+
+    def _take(self, data: Any) -> list[CollectiveRecord]:
+        """The records of one ``/records`` answer; every field checked before any is used."""
+        if not isinstance(data, dict):
+            raise SourceProblem("bad", f"/records is {_show(data)}, not an object")
+        records = data.get("records")
+        if not isinstance(records, list):
+            raise SourceProblem("bad", "/records has no records list")
+        nxt = _count(data.get("next"), "next")
+        if nxt < self.cursor:
+            raise SourceProblem("bad", f"next cursor {nxt} is before the one asked for ({self.cursor})")
+        lost = _count(data.get("lost", 0), "lost")
+        inflight = _inflight(data.get("inflight"))
+        rank = data.get("rank")
+        if rank is not None:
+            rank = _count(rank, "rank")
         out: list[CollectiveRecord] = []
-        for d in data["records"]:
+        for d in records:
             try:
                 out.append(record_from_wire(d))
             except CollectiveRecordError:
-                continue
+                self.bad_records += 1
+        self.cursor, self.lost, self.inflight, self.rank = nxt, self.lost + lost, inflight, rank
         return out
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "source": self.label,
+            "kind": self.kind,
+            "state": self.state,
+            "problem": self.problem,
+            "failures": self.failures,
+            "bad_records": self.bad_records,
+            "rank": self.rank,
+        }
 
 
 class JsonlSource:
-    """The ranks' ``monitor-rank<R>.jsonl`` files in a directory, tailed (a line at a time, bounded)."""
+    """The ranks' ``monitor-rank<R>.jsonl`` files in a directory, tailed (a line at a time, bounded).
+
+    Only regular files are read (a FIFO or a link to a device is refused by name, once), opened without
+    blocking, at most ``MAX_POLL_BYTES`` of each a poll. A line that is not a record, a hang report or the
+    end mark, or whose fields are wrong, is counted in ``bad_lines`` and skipped.
+    """
+
+    kind = "jsonl"
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise CollectError(f"{self.directory}: not a directory of monitor JSONL files")
+        self.label = str(self.directory)
         self.offsets: dict[Path, int] = {}
         self.bad_lines = 0
         self.ended: set[Path] = set()
         self.hangs: list[dict[str, Any]] = []
+        self.refused: dict[Path, str] = {}  # files that are not regular files, and what they are
+        self.state = "waiting"
+        self.problem: str | None = None
+        self.answered = False
+
+    def wrong_directory(self) -> str | None:
+        """Why the directory is surely not the job's (no monitor file, but one in a directory under it)."""
+        if self.files():
+            return None
+        try:
+            below = sorted(p.parent for p in self.directory.glob("*/monitor-rank*.jsonl"))
+        except OSError:
+            below = []
+        if below:
+            return f"{self.directory} holds no monitor-rank<R>.jsonl file, {below[0]} does: did you mean --jsonl {below[0]}?"
+        return None
 
     def files(self) -> list[Path]:
-        return sorted(self.directory.glob("monitor-rank*.jsonl"))
-
-    def poll(self) -> list[CollectiveRecord]:
-        out: list[CollectiveRecord] = []
-        for path in self.files():
-            out.extend(self._tail(path))
+        out = []
+        for path in sorted(self.directory.glob("monitor-rank*.jsonl")):
+            try:
+                mode = path.stat().st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):
+                out.append(path)
+            elif path not in self.refused:
+                self.refused[path] = (
+                    "a FIFO"
+                    if stat.S_ISFIFO(mode)
+                    else "a device"
+                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "not a regular file"
+                )
+                log.warning("%s: %s, not read (only regular files are)", path, self.refused[path])
         return out
 
-    def _tail(self, path: Path) -> Iterator[CollectiveRecord]:
+    def poll(self, end: float | None = None) -> list[CollectiveRecord]:
+        out: list[CollectiveRecord] = []
+        files = self.files()
+        for path in files:
+            out.extend(self._tail(path))
+        if files:
+            self.answered = True
+            self.state, self.problem = "ok", None
+        else:
+            self.problem = f"no monitor-rank<R>.jsonl file in {self.directory} yet"
+        return out
+
+    def _tail(self, path: Path) -> list[CollectiveRecord]:
         offset = self.offsets.get(path, 0)
+        out: list[CollectiveRecord] = []
         try:
-            with open(path, "rb") as fp:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:
+            raise CollectError(f"{path}: {e.strerror or e}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
+                self.refused.setdefault(path, "not a regular file")
+                return out
+            with os.fdopen(fd, "rb", closefd=False) as fp:
                 fp.seek(offset)
-                while True:
+                limit = offset + MAX_POLL_BYTES
+                while fp.tell() < limit:
                     line = fp.readline(MAX_LINE_BYTES + 1)
                     if not line:
                         break
@@ -628,16 +807,18 @@ class JsonlSource:
                     offset = fp.tell()
                     rec = self._record(line, path)
                     if rec is not None:
-                        yield rec
+                        out.append(rec)
         except OSError as e:
             raise CollectError(f"{path}: {e.strerror or e}") from None
         finally:
+            os.close(fd)
             self.offsets[path] = offset
+        return out
 
     def _record(self, line: bytes, path: Path) -> CollectiveRecord | None:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.bad_lines += 1
             return None
         if not isinstance(obj, dict):
@@ -648,7 +829,11 @@ class JsonlSource:
             self.ended.add(path)
             return None
         if kind == "hang":
-            self.hangs.append(obj)
+            report = _hang_report(obj)
+            if report is None:
+                self.bad_lines += 1
+            else:
+                self.hangs.append(report)
             return None
         if kind != "record":
             return None
@@ -662,6 +847,30 @@ class JsonlSource:
     def done(self) -> bool:
         files = self.files()
         return bool(files) and all(p in self.ended for p in files)
+
+    def status(self) -> dict[str, Any]:
+        problem = self.problem
+        if self.refused:
+            problem = "; ".join(f"{p.name}: {what}, not read" for p, what in list(self.refused.items())[:4])
+        return {
+            "source": self.label,
+            "kind": self.kind,
+            "state": "bad" if self.refused and self.state == "ok" else self.state,
+            "problem": problem,
+            "failures": 0,
+            "bad_records": self.bad_lines,
+            "rank": None,
+        }
+
+
+def _hang_report(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A rank's hang line, its fields checked: {rank, reason, dump_dir}; None when they are not as written."""
+    rank, reason, dump_dir = obj.get("rank"), obj.get("reason", ""), obj.get("dump_dir", "")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < MAX_COUNT:
+        return None
+    if not isinstance(reason, str) or not isinstance(dump_dir, (str, type(None))):
+        return None
+    return {"rank": rank, "reason": reason[:300], "dump_dir": (dump_dir or "")[:500]}
 
 
 def replay(records: Iterable[CollectiveRecord], collector: Collector, interval_s: float = 0.25) -> list[Alert]:
@@ -705,39 +914,117 @@ def collect(
     interval_s: float = 0.25,
     duration_s: float | None = None,
     idle_exit_s: float | None = 15.0,
+    start_wait_s: float | None = 60.0,
+    warn_every_s: float = 30.0,
     should_stop: Any = None,
 ) -> None:
     """Poll ``sources`` and evaluate every ``interval_s`` until ``duration_s``, the job ends, or asked to stop.
 
     The job has ended when every JSONL file says so, or when no endpoint has answered for ``idle_exit_s``
     after records were seen (the ranks' endpoints close with the job; a hung job's still answer).
+
+    Endpoints are polled at once, each request with a total deadline (never past ``duration_s``). A source
+    that fails (unreachable, a bad answer) is a warning at once and every ``warn_every_s`` while it lasts,
+    a metric when the collector has them, and a state in :meth:`Collector.summary`; the other sources are
+    judged on. No source ever answering within ``start_wait_s`` (or ``duration_s``) is a CollectError.
     """
     warm_up()
-    started = last_record = time.time()
+    started = last_record = time.monotonic()
     seen_any = False
-    while True:
-        now = time.time()
-        got = 0
-        for source in sources:
-            records = source.poll()
-            got += len(records)
-            collector.add(records)
-            if isinstance(source, EndpointSource) and source.rank is not None:
-                collector.note_inflight(source.rank, source.inflight)
-            elif isinstance(source, JsonlSource) and source.hangs:
-                collector.hang_reports.extend(source.hangs)
-                source.hangs.clear()
-        if got:
-            seen_any, last_record = True, now
-        collector.evaluate(now)
-        if duration_s is not None and now - started >= duration_s:
-            return
-        files = [s for s in sources if isinstance(s, JsonlSource)]
-        if files and len(files) == len(sources) and all(s.done for s in files) and not got:
-            return
-        live = any(isinstance(s, EndpointSource) and s.reachable for s in sources)
-        if idle_exit_s is not None and seen_any and not live and now - last_record > idle_exit_s:
-            return
-        if should_stop is not None and should_stop():
-            return
-        time.sleep(max(0.0, interval_s - (time.time() - now)))
+    warned: dict[int, tuple[str, float]] = {}
+    collector.sources = sources
+    endpoints = [s for s in sources if isinstance(s, EndpointSource)]
+    files = [s for s in sources if isinstance(s, JsonlSource)]
+    for source in files:
+        wrong = source.wrong_directory()
+        if wrong is not None:
+            raise CollectError(wrong)
+        if not source.files():
+            log.warning(
+                "%s: no monitor-rank<R>.jsonl file yet; waiting for the job's ranks to write them", source.label
+            )
+    pool = ThreadPoolExecutor(
+        max_workers=min(MAX_POLL_THREADS, len(endpoints)) or 1, thread_name_prefix="commlens-poll"
+    )
+    running: dict[int, Future[list[CollectiveRecord]]] = {}
+    try:
+        while True:
+            now = time.monotonic()
+            end = started + duration_s if duration_s is not None else math.inf
+            for i, ep in enumerate(endpoints):
+                if i not in running:  # a poll still running (past its deadline by a hair) is not doubled
+                    running[i] = pool.submit(ep.poll, None if math.isinf(end) else end)
+            got = 0
+            for source in files:
+                records = source.poll()
+                got += len(records)
+                collector.add(records)
+                if source.hangs:
+                    collector.hang_reports.extend(source.hangs)
+                    source.hangs.clear()
+            if running:
+                # a slow endpoint's poll goes on in its thread (to its deadline) while the others are judged
+                wait_futures(list(running.values()), timeout=interval_s)
+            for i, future in list(running.items()):
+                if not future.done():
+                    continue
+                del running[i]
+                endpoint = endpoints[i]
+                records = future.result()
+                got += len(records)
+                collector.add(records)
+                if endpoint.rank is not None:
+                    collector.note_inflight(endpoint.rank, endpoint.inflight)
+            now = time.monotonic()
+            _report_sources(sources, collector, warned, now, warn_every_s)
+            if got:
+                seen_any, last_record = True, now
+            collector.evaluate(time.time())
+            answered = any(s.answered for s in sources)
+            if not answered and start_wait_s is not None and now - started >= start_wait_s:
+                raise CollectError(_nothing_answered(sources, now - started))
+            if now >= end:
+                if not answered:
+                    raise CollectError(_nothing_answered(sources, now - started))
+                return
+            if files and len(files) == len(sources) and all(s.done for s in files) and not got:
+                return
+            live = any(s.reachable for s in endpoints)
+            if idle_exit_s is not None and seen_any and not live and now - last_record > idle_exit_s:
+                return
+            if should_stop is not None and should_stop():
+                return
+            time.sleep(max(0.0, min(interval_s - (time.monotonic() - now), end - time.monotonic())))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _report_sources(
+    sources: list[EndpointSource | JsonlSource],
+    collector: Collector,
+    warned: dict[int, tuple[str, float]],
+    now: float,
+    every_s: float,
+) -> None:
+    """A warning when a source starts failing (and every ``every_s`` while it does), a line when it recovers."""
+    for i, source in enumerate(sources):
+        state, problem = source.state, source.problem
+        if isinstance(source, JsonlSource):
+            state, problem = source.status()["state"], source.status()["problem"]
+        before = warned.get(i)
+        if state in ("unreachable", "bad"):
+            if before is None or before[0] != state or now - before[1] >= every_s:
+                others = "; the other sources are still judged" if len(sources) > 1 else ""
+                log.warning("%s %s: %s (%s)%s", source.kind, source.label, state, problem, others)
+                warned[i] = (state, now)
+        elif before is not None and state == "ok":
+            log.info("%s %s answers again", source.kind, source.label)
+            del warned[i]
+        if collector.metrics is not None:
+            collector.metrics.source_state(source.label, state)
+
+
+def _nothing_answered(sources: list[EndpointSource | JsonlSource], waited_s: float) -> str:
+    problems = [f"{s.label} ({s.problem or s.state})" for s in sources]
+    shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+    return f"no source answered in {waited_s:.0f} s: {shown}"

@@ -232,6 +232,18 @@ class CollectorMetrics:
             ["job_id", "group"],
             registry=r,
         )
+        self.source_up = Gauge(
+            "commlens_monitor_source_up",
+            "1 while a source (a rank's endpoint, a JSONL directory) answers with valid data, 0 while it fails",
+            ["job_id", "source"],
+            registry=r,
+        )
+        self.source_failures = Counter(
+            "commlens_monitor_source_failures",
+            "Polls of a source that failed, by state (unreachable: no answer in time; bad: an invalid answer)",
+            ["job_id", "source", "state"],
+            registry=r,
+        )
 
     def _labels(self, alert: Any) -> dict[str, str]:
         rank = "" if alert.rank is None else str(alert.rank)
@@ -247,6 +259,12 @@ class CollectorMetrics:
     def lateness(self, values: dict[tuple[str, int], float]) -> None:
         for (group, rank), v in values.items():
             self.late.labels(job_id=self.job_id, group=group, rank=str(rank)).set(v)
+
+    def source_state(self, source: str, state: str) -> None:
+        """One poll's outcome for ``source``: ``ok``, ``waiting``, ``unreachable`` or ``bad``."""
+        self.source_up.labels(job_id=self.job_id, source=source).set(1 if state == "ok" else 0)
+        if state in ("unreachable", "bad"):
+            self.source_failures.labels(job_id=self.job_id, source=source, state=state).inc()
 
     def add_joined(self, group: str, n: int) -> None:
         if n:
