@@ -14,6 +14,7 @@ distance below the domain size stay in the domain.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from commlens.model.cost import OUT, UP, Cost
 from commlens.model.layout import Layout
@@ -235,6 +236,17 @@ def direct(cost: Cost, per_peer_bytes: float, reduce: bool, sequential: bool = F
 
 
 def pairwise_rounds(p: int, D: int, R: int, xor: bool) -> dict[int, list[tuple[int, int]]]:
+    """The rounds ``k = 1 .. p-1`` of a pairwise exchange by senders per host (see :func:`_pairwise_rounds`);
+    computed once per shape (a projection prices the same groups again and again)."""
+    return {c: list(runs) for c, runs in _pairwise_rounds_cached(p, D, R, xor)}
+
+
+@lru_cache(maxsize=4096)
+def _pairwise_rounds_cached(p: int, D: int, R: int, xor: bool) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    return tuple((c, tuple(runs)) for c, runs in _pairwise_rounds(p, D, R, xor).items())
+
+
+def _pairwise_rounds(p: int, D: int, R: int, xor: bool) -> dict[int, list[tuple[int, int]]]:
     """The rounds ``k = 1 .. p-1`` of a pairwise exchange, by how many ranks of a host send off the domain in them.
 
     Round ``k`` pairs rank ``r`` with ``r ^ k`` (``xor``, ``p`` a power of two: rounds below ``D`` stay in
