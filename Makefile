@@ -1,6 +1,7 @@
 # commlens: two entry points for a fresh machine, and the lint CI runs before the tests.
 #   make bench   set up, then run a local 4-rank sweep on gloo/CPU (printed and stored)
-#   make test    set up, then run the whole test suite (what .ci/run runs)
+#   make test    set up, then run the whole test suite (what .ci/run runs); as root it apt-installs the
+#                services the tests need, starting and enabling none (README, scripts/test.sh)
 #   make lint    set up, then ruff check, ruff format --check and mypy (.ci/run runs it before the tests)
 
 PYTHON ?= python3
