@@ -1,32 +1,24 @@
 """Step time, throughput, FLOP/s and memory of one training step: :func:`project`.
 
-The model, per GPU of the slowest pipeline stage, for one micro-batch:
+The model, per GPU of each pipeline stage, for one micro-batch, as the layout's framework runs it
+(:mod:`commlens.project.frameworks`):
 
-1. compute: every GEMM of a layer (QKV, attention core, output projection,
-   FFN or routed + shared experts, router) at its shape's efficiency
-   (:mod:`commlens.project.compute`); backward = the data- and weight-gradient
-   GEMMs, each at its own shape's efficiency; recomputation
-   adds a forward (full) or the attention core (selective); the last stage adds
-   the logits GEMM;
-2. streaming ops (norms, residual adds with dropout, activations, unfused
-   softmax/dropout over s x s, MoE permutation) from their bytes and HBM
-   bandwidth; backward moves 2 x the forward bytes; without gradient-accumulation
-   fusion, each micro-batch's add of the weight gradients into the main grads;
-3. communication from the collective cost models (:func:`commlens.model.predict`)
-   on the topology, per parallel dimension, each placed on its nodes
-   (:mod:`commlens.project.layout`): TP all-reduce (or all-gather +
-   reduce-scatter with SP) twice per layer per pass, exposed; CP all-gather of
-   K/V and reduce-scatter of their gradients, hidden under attention; EP
-   all-to-all dispatch + combine per MoE layer per pass, exposed; PP
-   send/recv per micro-batch per virtual stage (scatter/gather over TP: a
-   1/TP slice per rank, all-gathered over TP after it arrives unless SP);
-4. the pipeline: step = (m + (p - 1) / v) x stage time per micro-batch
-   (1F1B; interleaved with v virtual stages);
-5. after the last backward: DP gradient reduction (all-reduce, or
-   reduce-scatter + parameter all-gather with ZeRO), hidden under the last
-   micro-batch's backward when overlapped; ZeRO-3 gathers parameters every
-   micro-batch, hidden under its compute; then the optimizer step (Adam,
-   streaming over its shard of the state).
+1. kernels: each layer pass is a list of kernels (:mod:`commlens.project.kernels`): GEMMs by shape, attention by
+   kernel family from the efficiency tables (:mod:`commlens.project.efficiency`), grouped expert GEMMs,
+   memory-bound ops at HBM rate (several kernels where the stack runs them eagerly); backward per kernel;
+   recomputation redoes the kernels of the recomputed modules; their host launches, with the MoE dispatcher's
+   host sync where the stack has one; the breakdown by kernel class is ``Projection.kernels``;
+2. communication from the collective cost models (:func:`commlens.model.predict`) or the simulator, per parallel
+   dimension, placed on its nodes (:mod:`commlens.project.layout`): TP per layer per pass (exposed, or chunked
+   behind its GEMMs with ``tp_comm_overlap``); CP's K/V exchange beside attention where the stack overlaps it;
+   EP all-to-all per MoE layer per pass (beside the paired chunk under DualPipe); PP send/recv per micro-batch
+   per virtual stage;
+3. the pipeline: ``m`` x the slowest stage + the fill and drain of the schedule (1F1B, interleaved, zero-bubble,
+   DualPipe, GPipe);
+4. DP: gradients reduced bucket by bucket as the framework buckets them, overlapping the last backward; ZeRO-1/2's
+   parameter all-gather beside the next forward where the stack does that; ZeRO-3/FSDP's gathers and reduce-scatter
+   layer by layer by the framework's prefetch depth; then the optimizer step;
+5. an 80% band from the validation residuals of the projection's family (:mod:`commlens.project.bands`).
 
 FLOPs are counted as Megatron-LM counts them (attention over the full s x s,
 not halved for causality), so TFLOP/s figures compare with published ones.
