@@ -45,6 +45,12 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
         run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
     store(run, to)
+    if print_table:  # the expected-performance verdict under the table (commlens expect RUN for the details)
+        from commlens.cli.expect_cmd import judge_or_none, summary_lines
+
+        verdict = judge_or_none(run)
+        if verdict is not None:
+            print("\n".join(summary_lines(verdict)))
     return exit_code(run, terminal.wrong, say)
 
 

@@ -108,7 +108,8 @@ class RunVerdict:
             BELOW: f"below expectation by {j.pct:.0f}%",
             ABOVE: f"above expectation by {j.pct:.0f}%",
         }
-        return f"{what[j.status]} ({j.op}, {j.kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
+        kind = "mid" if j.kind == MID_SIZE else j.kind
+        return f"{what[j.status]} ({j.op}, {kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
 
     def as_dict(self) -> dict[str, Any]:
         return {
