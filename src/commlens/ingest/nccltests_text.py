@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from commlens.ingest.base import (
@@ -49,6 +49,7 @@ from commlens.ingest.nccltests_reader import (
     BLANK,
     MODERN_LAYOUT,
     PER_ITER_COLUMNS,
+    Layout,
     LogReader,
     Segment,
     table_number,
@@ -172,6 +173,7 @@ class _Table:
     measurements: list[Measurement]
     notes: list[str]
     config: dict[str, Any]
+    late_notes: list[str] = field(default_factory=list)  # after the run's notes on the table's completeness
 
     @property
     def dropped_rows(self) -> bool:
@@ -195,6 +197,10 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
     zero_times: list[tuple[int, bool]] = []  # (line, in_place) of each half printed with time 0
     blank_redop = False  # the table has a redop column its rows leave blank
     refined: list[tuple[int, bool, str, float]] = []  # (line, in_place, printed time, time kept in µs)
+    late_notes: list[str] = []
+    # A pre-2.13 all_gather/reduce_scatter table may print algBW as nccl-tests defined it before 2020 (= busBW):
+    # its times are not refined against that algBW.
+    old_algbw = keep_printed and not has_wrong_count and _prints_old_algbw(source, seg, layout, factor)
     for lineno, tokens in seg.iter_rows():
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
@@ -225,7 +231,7 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
                 continue
             busbw = table_number(source, lineno, "busbw", h[2])
             algbw = table_number(source, lineno, "algbw", h[1])
-            if not keep_printed and spec.name != "barrier":
+            if not old_algbw and spec.name != "barrier":
                 refined_us = consistent_time(size, h[0], algbw, busbw, factor)
                 if refined_us is not None:
                     refined.append((lineno, in_place, h[0], refined_us))
@@ -308,11 +314,11 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
         notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
     if refined:
         worst = max(abs(float(p) - t) / float(p) for _, _, p, t in refined)
-        notes.append(
+        late_notes.append(
             f"{where}: {len(refined)} time(s) printed too coarsely to give back the printed algBW and busBW "
             f"(first: line {refined[0][0]} {'in' if refined[0][1] else 'out-of'}-place, {refined[0][2]} us): stored "
             f"as the time within the printed time's rounding that gives the printed bandwidths (up to "
-            f"{worst:.1%} from the printed time); the printed times are in the run's config (printed_times_us)"
+            f"{worst:.2%} from the printed time); the printed times are in the run's config (printed_times_us)"
         )
         config["printed_times_us"] = [
             {"line": n, "in_place": p, "printed": float(tok), "stored": round(t, 6)} for n, p, tok, t in refined[:64]
@@ -332,7 +338,18 @@ def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check:
             )
             config["printed_algbw_gbps"] = [r.algbw_gbps for r in printed]
             config["printed_algbw_definition"] = "count x elem x (ranks-1) / time (nccl-tests before ec1b5e2, 2020)"
-    return _Table(out, notes, config)
+    return _Table(out, notes, config, late_notes)
+
+
+def _prints_old_algbw(source: Source, seg: Segment, layout: Layout, factor: float) -> bool:
+    """Whether the table's printed algBW equals its busBW where today's definition would not."""
+    rows = []
+    for lineno, tokens in seg.iter_rows():
+        h = layout.half_tokens(tokens, layout.placements[0])
+        algbw = table_number(source, lineno, "algbw", h[1])
+        busbw = table_number(source, lineno, "busbw", h[2])
+        rows.append(RowEvidence(lineno, 0, 0, 1, None, None, algbw, busbw))
+    return bool(ratio_fits(rows, 1.0)) and ratio_fits(rows, factor) is False
 
 
 def _segment_config(seg: Segment, spec: OpSpec, how: str) -> dict[str, Any]:
@@ -520,6 +537,7 @@ def _run(
                 f"not a count of wrong elements: not kept"
             )
         notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
+        notes.extend(table.late_notes)
         cfg = {
             **_segment_config(seg, spec, how),
             **table.config,
