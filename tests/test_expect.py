@@ -176,3 +176,23 @@ def test_every_cause_has_a_source_and_known_fields() -> None:
     table = causes_table()
     assert len({c["id"] for c in table}) == len(table)
     assert all(c["source"].strip() and c["try"].strip() and c["applies_to"] in ("below", "above") for c in table)
+
+
+def test_dashboard_run_page_shows_the_verdict_and_the_api_carries_the_band(realdata: Path, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from commlens.serve.app import create_app
+    from commlens.serve.config import ServeConfig
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    stored = CliRunner().invoke(app, ["ingest", str(realdata / EFA_283), "--db", db])
+    assert stored.exit_code == 0, stored.output
+    run_id = stored.stdout.split("stored run ")[1].split()[0]
+    with TestClient(create_app(ServeConfig(db_url=db)), base_url="http://127.0.0.1:8765") as client:
+        doc = client.get(f"/api/runs/{run_id}").json()
+        assert doc["expect"]["status"] == "below" and doc["expect"]["system"]["topology"] == "dgx-a100-as-inferred"
+        row = doc["expect"]["rows"][-1]
+        assert row["size_bytes"] == 1 << 30 and row["lower_busbw_bytes_per_s"] < row["upper_busbw_bytes_per_s"]
+        page = client.get(f"/runs/{run_id}").text
+        assert 'id="expect-verdict" class="expect-below"' in page
+        assert "below expectation by 13% (all_reduce, bandwidth-bound sizes" in page

@@ -177,6 +177,20 @@ class RunOut(BaseModel):
     config: dict[str, Any]
     notes: list[str]
     measurements: list[MeasurementOut]
+    expect: dict[str, Any] | None = None  # commlens expect's verdict (commlens.expect/1), None if not judged
+
+
+def _verdict(run: Run) -> dict[str, Any] | None:
+    """The expected-performance verdict of a run, as ``commlens expect --json`` prints it; None where the run
+    cannot be judged (no GPU known, no row modelled) or its results check failed."""
+    from commlens.expect import ExpectError, judge_run
+
+    if run.status == "check_failed":
+        return None
+    try:
+        return judge_run(run).as_dict()
+    except ExpectError:
+        return None
 
 
 def run_doc(store: Store, run_ref: str) -> RunOut:
@@ -229,6 +243,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         config=run.config,
         notes=list(run.notes),
         measurements=rows,
+        expect=_verdict(run),
     )
 
 

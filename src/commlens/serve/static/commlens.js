@@ -99,8 +99,26 @@
 
   const logX = { scale: { time: false, distr: 3, log: 2 }, axis: { values: (u, vals) => vals.map(fmtSize) } };
 
-  function drawRunAgainstSize(el, run, value, yLabel) {
+  // commlens expect's band per op (lower and upper edge, GB/s), drawn as unmeasured dashed lines.
+  function expectBand(run) {
+    if (!run.expect) return [];
+    const ops = Array.from(new Set(run.expect.rows.map((r) => r.op)));
+    const out = [];
+    for (const op of ops) {
+      const rows = run.expect.rows.filter((r) => r.op === op);
+      for (const [edge, key] of [["lower", "lower_busbw_bytes_per_s"], ["upper", "upper_busbw_bytes_per_s"]]) {
+        const byX = new Map(rows.map((r) => [r.size_bytes, r[key] / 1e9]));
+        out.push({ label: op + " expected (" + edge + ")", byX: byX, stroke: "#98a2b3", dash: [2, 4], points: false, measured: false });
+      }
+    }
+    return out;
+  }
+
+  function drawRunAgainstSize(el, run, value, yLabel, extra) {
     const d = perOp(run, value);
+    for (const band of extra || []) {
+      d.series.push(Object.assign({}, band, { values: d.xs.map((x) => (band.byX.has(x) ? band.byX.get(x) : null)) }));
+    }
     plot(el, {
       xs: d.xs, series: d.series, xLabel: "size", yLabel: yLabel,
       xScale: logX.scale, xAxis: logX.axis, yScale: { distr: 3, log: 10 },
@@ -109,7 +127,7 @@
   }
 
   const renderers = {
-    "run-busbw": (el, run) => drawRunAgainstSize(el, run, (m) => m.busbw_bytes_per_s / 1e9, "busBW GB/s"),
+    "run-busbw": (el, run) => drawRunAgainstSize(el, run, (m) => m.busbw_bytes_per_s / 1e9, "busBW GB/s", expectBand(run)),
     "run-time": (el, run) => drawRunAgainstSize(el, run, (m) => m.mean_s * 1e6, "time us"),
     "run-dist": (el, run) => {
       const select = document.getElementById("dist-row");
