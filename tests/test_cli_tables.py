@@ -51,6 +51,8 @@ def test_topology_list() -> None:
         "NVLink4 + NVSwitch (NVLS), 8 x 400 Gb/s NDR, rail-optimized fat tree\n"
         "dgx-h200                      8       8      450     8      50.0       8192  DGX H200: 8 x H200 SXM, "
         "NVLink4 + NVSwitch (NVLS), 8 x 400 Gb/s NDR, rail-optimized fat tree\n"
+        "dgx2-v100                    16      16      150     8      12.5        648  DGX-2: 16 x V100 SXM3 "
+        "32GB, NVLink2 + NVSwitch, 8 x 100 Gb/s EDR (approximate)\n"
         "emulated-cluster             64      64        4     1       0.1        200  hosts of an emulated "
         "cluster on one 2-core machine: gloo over veth within a host, 1 Gb/s shaped links between hosts "
         "(approximate)\n"

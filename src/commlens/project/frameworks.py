@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 FRAMEWORKS_FORMAT = "commlens.frameworks/1"
-Generation = Literal["ampere", "hopper", "blackwell", "cdna3"]
+Generation = Literal["volta", "ampere", "hopper", "blackwell", "cdna3"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 
@@ -111,10 +111,12 @@ class Framework(_Strict):
 
 
 def generation(accelerator_name: str) -> str:
-    """The GPU generation of an accelerator's name (``ampere``, ``hopper``, ``blackwell``, ``cdna3``)."""
+    """The GPU generation of an accelerator's name (``volta``, ``ampere``, ``hopper``, ``blackwell``, ``cdna3``)."""
     name = accelerator_name.upper()
     if "MI3" in name:
         return "cdna3"
+    if "V100" in name:
+        return "volta"
     if name.startswith(("B", "GB")):
         return "blackwell"
     if name.startswith(("H", "GH")):

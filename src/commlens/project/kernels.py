@@ -162,14 +162,21 @@ def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float
     return factor, float(kernels)
 
 
+def fused_attention(dev: Device, fw: Framework, layout: ParallelLayout) -> bool:
+    """Whether the attention core runs as one fused (flash-style) kernel: the layout allows it and the stack has
+    one for this GPU generation (FlashAttention needs sm80+: Volta runs the unfused path)."""
+    kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
+    return layout.flash_attention and kernel != "unfused"
+
+
 def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> Kernel:
     """The attention core of one layer: flash-style kernels from their family's efficiency, or unfused."""
     a_t = w.heads / s.tp
     d = w.qk_head_dim
     # scores (QK^T over the query/key size) and context (PV over the value size); causal: flash skips masked blocks
     causal_flops = 2 * s.tokens * s.keys * a_t * (w.qk_head_dim + w.v_head_dim) * 0.5
-    if layout.flash_attention:
-        kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
+    kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
+    if layout.flash_attention and kernel != "unfused":
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
         fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files)
         bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files)
@@ -244,7 +251,7 @@ def layer_kernels(
         out.append(stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
     attention = _attention(dev, fw, w, layout, s, peak16)
     out.append(attention)
-    if not layout.flash_attention:  # scale-mask-softmax 4 B + dropout 5 B per score; context copied back 4 B
+    if not fused_attention(dev, fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context copied back 4 B
         b_heads = w.micro_batch * a_t
         out.append(
             stream("softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0)
