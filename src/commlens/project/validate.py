@@ -403,7 +403,13 @@ def _flops_megatron96(w) -> float:
     return megatron_flops(1, w.seq_len, w.layers, w.hidden, w.vocab) / w.seq_len
 
 
-_FLOPS_PER_TOKEN = {"6N+12lhs": _flops_6n_12lhs, "megatron96": _flops_megatron96}
+def _flops_6n_6lhs(w) -> float:
+    """The causal count: attention over half the sequence on average (Megatron-LM counts so since 8873b55,
+    2025-03-06; torchtitan's MFU likewise)."""
+    return 6.0 * w.active_parameters + 6.0 * w.layers * w.heads * w.head_size * w.seq_len
+
+
+_FLOPS_PER_TOKEN = {"6N+12lhs": _flops_6n_12lhs, "6N+6lhs": _flops_6n_6lhs, "megatron96": _flops_megatron96}
 
 
 def _compact(lay: Mapping[str, int]) -> str:
