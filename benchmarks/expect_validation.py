@@ -161,7 +161,7 @@ def main() -> None:
     lines.append(
         f"| no 'normal' row more than 25% below the band | 0 of {normal_rows} normal rows (a normal row is inside "
         f"the band by definition); {normal_far_below} normal rows are more than 25% under the model's own figure "
-        f"(latency-bound rows, whose band is wider) | yes |"
+        f"(rows with a wider band: latency-bound or mid sizes, PCIe, a topology with assumptions) | yes |"
     )
     speed = _speed()
     lines.append(
