@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from docsection import write_section  # noqa: E402
 
-from commlens.expect import ExpectError, judge_run, log_facts  # noqa: E402
+from commlens.expect import ExpectError, given_facts, judge_run, log_facts  # noqa: E402
 from commlens.expect.evidence import Fact  # noqa: E402
 from commlens.expect.verdict import judge  # noqa: E402
 from commlens.ops import get_op  # noqa: E402
@@ -89,6 +89,7 @@ def main() -> None:
     results = []
     normal_far_below = 0
     normal_rows = 0
+    stated_verdicts: dict = {}
     for case in cases:
         try:
             if "log" in case:
@@ -103,6 +104,9 @@ def main() -> None:
             else:
                 run, facts = case_run(case)
                 verdict = judge(run, facts)
+                if case.get("stated"):
+                    told = given_facts(nics=case["stated"].get("nics"), nic_gbps=case["stated"].get("nic_gbps"))
+                    stated_verdicts[case["id"]] = judge(run, told + facts)
         except ExpectError as e:
             results.append((case, None, f"not judged: {e}"))
             continue
@@ -129,9 +133,10 @@ def main() -> None:
     )
     lines.append("")
     lines.append(
-        "| case | thread's verdict | commlens verdict | right | thread's cause | commlens' top causes | cause right |"
+        "| case | thread's verdict | commlens verdict | right | told the stated NICs | thread's cause | "
+        "commlens' top causes | cause right |"
     )
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for case, verdict, note in results:
         if verdict is None:
             got, right, causes = note, "no", "-"
@@ -140,8 +145,12 @@ def main() -> None:
             right = "yes" if verdict.status == case["verdict"] else "**no**"
             causes = ", ".join(f"{c.id} ({c.finding})" for c in verdict.causes[:2]) or "-"
         ok = cause_ok(case, verdict)
+        told = stated_verdicts.get(case["id"])
+        told_text = (
+            "-" if told is None else f"{told.status} ({'right' if told.status == case['verdict'] else '**wrong**'})"
+        )
         lines.append(
-            f"| {case['id']} | {case['verdict']} | {got} | {right} | {case['cause'] or '-'} | {causes} | "
+            f"| {case['id']} | {case['verdict']} | {got} | {right} | {told_text} | {case['cause'] or '-'} | {causes} | "
             f"{'-' if ok is None else ('yes' if ok else '**no**')} |"
         )
     lines.append("")
@@ -152,6 +161,15 @@ def main() -> None:
     lines.append(
         f"| verdicts right >= 90% | {verdict_right}/{n} = {100 * verdict_right / n:.0f}% | "
         f"{'yes' if verdict_right >= 0.9 * n else '**no**'} |"
+    )
+
+    def final(c: dict, v: object) -> object:
+        return stated_verdicts.get(c["id"], v)
+
+    told_right = sum(1 for c, v, _ in results if final(c, v) is not None and final(c, v).status == c["verdict"])
+    lines.append(
+        f"| (the same, given the NICs the threads state, as `--nics/--nic-gbps`) | {told_right}/{n} = "
+        f"{100 * told_right / n:.0f}% | {'yes' if told_right >= 0.9 * n else '**no**'} |"
     )
     if with_cause:
         lines.append(

@@ -196,3 +196,18 @@ def test_dashboard_run_page_shows_the_verdict_and_the_api_carries_the_band(reald
         page = client.get(f"/runs/{run_id}").text
         assert 'id="expect-verdict" class="expect-below"' in page
         assert "below expectation by 13% (all_reduce, bandwidth-bound sizes" in page
+
+
+def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
+    from commlens.expect import given_facts
+
+    run = _run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)])
+    assumed = judge(run, [])
+    told = judge(run, given_facts(nics=4, nic_gbps=200))
+    assert assumed.status == "below" and any(n.what == "NICs per node" for n in assumed.system.assumed)
+    assert told.status == "normal"
+    assert [(n.value, n.source) for n in told.system.inferred if n.what == "NICs per node"] == [
+        ("4", "given: --nics 4")
+    ]
+    with pytest.raises(ExpectError, match="--nic-gbps 0: expected"):
+        given_facts(nic_gbps=0)

@@ -131,20 +131,26 @@ def expect_cmd(
     fail_below: float | None = typer.Option(
         None, "--fail-below", metavar="PCT", help="exit 1 when the run is below its expectation by more than PCT %"
     ),
+    nics: int | None = typer.Option(None, "--nics", help="NICs per node, where the log does not list them"),
+    nic_gbps: float | None = typer.Option(
+        None, "--nic-gbps", help="line rate of one NIC in Gb/s, where the log does not show it"
+    ),
     op: str | None = typer.Option(None, help="the collective of an nccl-tests log that does not name it"),
     db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
 ) -> None:
     """Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes."""
-    from commlens.expect import judge_run
+    from commlens.expect import given_facts, judge_run
 
     if fail_below is not None and not 0 <= fail_below < 100:
         fail(f"--fail-below {fail_below}: expected a percentage from 0 to 100")
     topo = _load_topology(topology)
+    with errors_as_exit():
+        given = given_facts(nics=nics, nic_gbps=nic_gbps)
     verdicts: list[RunVerdict] = []
     for found, text in _runs(run, db, op):
         with errors_as_exit():
-            verdicts.append(judge_run(found, log_text=text, topology=topo))
+            verdicts.append(judge_run(found, log_text=text, topology=topo, given=given))
     if as_json:
         docs: list[dict[str, Any]] = [v.as_dict() for v in verdicts]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))

@@ -25,6 +25,7 @@ __all__ = [
     "RangeVerdict",
     "RowVerdict",
     "RunVerdict",
+    "given_facts",
     "judge_run",
     "log_facts",
     "run_facts",
@@ -53,6 +54,24 @@ def with_log_facts(run: Run, log_text: str) -> Run:
     return replace(run, system=system)
 
 
-def judge_run(run: Run, *, log_text: str | None = None, topology: Topology | None = None) -> RunVerdict:
-    """The verdict on ``run``; :class:`ExpectError` when it cannot be judged (no GPU known, no row modelled)."""
-    return judge(run, run_facts(run, log_text), topology)
+def given_facts(*, nics: int | None = None, nic_gbps: float | None = None) -> list[Fact]:
+    """What the user states about the hardware where the log is silent (``--nics``, ``--nic-gbps``); these win over
+    the log's facts. :class:`ExpectError` for a value out of range."""
+    out = []
+    if nics is not None:
+        if not 1 <= nics <= 64:
+            raise ExpectError(f"--nics {nics}: expected 1 to 64 NICs per node")
+        out.append(Fact("nics", nics, 0, f"given: --nics {nics}"))
+    if nic_gbps is not None:
+        if not 0 < nic_gbps <= 3200:
+            raise ExpectError(f"--nic-gbps {nic_gbps}: expected a line rate above 0 and at most 3200 Gb/s")
+        out.append(Fact("nic_speed_mbps", round(nic_gbps * 1000), 0, f"given: --nic-gbps {nic_gbps:g}"))
+    return out
+
+
+def judge_run(
+    run: Run, *, log_text: str | None = None, topology: Topology | None = None, given: list[Fact] | None = None
+) -> RunVerdict:
+    """The verdict on ``run``; :class:`ExpectError` when it cannot be judged (no GPU known, no row modelled).
+    ``given``: facts the user states (:func:`given_facts`), taken before the log's."""
+    return judge(run, [*(given or []), *run_facts(run, log_text)], topology)

@@ -95,7 +95,7 @@ def systems_table() -> dict[str, Any]:
 
 
 def _at(fact: Fact) -> str:
-    return f"line {fact.line}: {fact.text}"
+    return fact.text if fact.line == 0 else f"line {fact.line}: {fact.text}"
 
 
 def _version(text: str) -> tuple[int, ...]:
