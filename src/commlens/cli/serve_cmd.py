@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 import typer
@@ -38,6 +39,20 @@ def serve(
         None, "--monitor-token", help="the token of those endpoints (default: $COMMLENS_MONITOR_TOKEN)"
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level"),
+    header_timeout: float = typer.Option(
+        10.0, "--header-timeout", help="seconds a connection has to send a request's headers"
+    ),
+    body_timeout: float = typer.Option(30.0, "--body-timeout", help="seconds a request has to send its body"),
+    keep_alive: float = typer.Option(5.0, "--keep-alive", help="seconds an idle kept-alive connection stays open"),
+    max_connections: int = typer.Option(
+        1000,
+        "--max-connections",
+        help="open connections at most (lowered to what the descriptor limit leaves room for); over it, the "
+        "connection that waited longest for its headers is closed",
+    ),
+    max_requests_per_client: int = typer.Option(
+        32, "--max-requests-per-client", help="requests of one client address served at once; more get 429"
+    ),
 ) -> None:
     """Serve the dashboard: runs, run, compare, history, regressions, diagnoses, projections, live jobs."""
     from commlens.serve.config import ServeConfig
@@ -48,6 +63,15 @@ def serve(
     if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
         fail(f"--log-level {log_level!r}: expected critical, error, warning, info, debug or trace")
     with errors_as_exit():
+        from commlens.serve.limits import Limits
+
+        limits = Limits(
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            keep_alive_s=keep_alive,
+            max_connections=max_connections,
+            max_requests_per_client=max_requests_per_client,
+        )
         url = default_db_url() if db is None else db_url(db)
         config = ServeConfig(
             db_url=url,
@@ -59,42 +83,59 @@ def serve(
             monitor_endpoints=tuple(monitor),
             monitor_token=monitor_token if monitor_token is not None else os.environ.get(MONITOR_TOKEN_ENV) or None,
         )
-        from commlens.serve.app import create_app
+    import dataclasses
 
-        application = create_app(config)
     import uvicorn
 
-    _check_can_listen(host, port)
-    print(f"commlens serve: {config.base_url}/ over {url}", file=sys.stderr, flush=True)
-    try:
-        uvicorn.run(
-            application,
+    from commlens.serve.limits import connection_plan
+
+    cap, backlog = connection_plan(limits.max_connections)
+    listener = _listen(host, port, backlog)
+    config = dataclasses.replace(config, port=int(listener.getsockname()[1]))  # --port 0: the port it got
+    with errors_as_exit():
+        from commlens.serve.app import create_app
+        from commlens.serve.limits import PerClientLimit, protocol_class
+
+        application = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            PerClientLimit(application, limits.max_requests_per_client),
             host=host,
-            port=port,
+            port=config.port,
+            http=protocol_class(limits, cap),
+            timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn takes a float there
+            backlog=backlog,
             log_level=log_level,
             access_log=False,
             server_header=False,
             proxy_headers=False,
         )
+    )
+    print(f"commlens serve: {config.base_url}/ over {url}", file=sys.stderr, flush=True)
+    try:
+        server.run(sockets=[listener])
     except OSError as e:
-        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
-    except SystemExit as e:  # uvicorn exits 1 when it cannot bind (taken between the check and now)
-        if e.code not in (0, None):
-            fail(f"cannot listen on {host}:{port} (see uvicorn's message above)")
+        fail(f"cannot listen on {host}:{config.port}: {e.strerror or e}")
+    finally:
+        listener.close()
 
 
-def _check_can_listen(host: str, port: int) -> None:
-    """Bind the address once before starting, so a taken port is an ``error:`` line, not uvicorn's log."""
-    import socket
-
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    """The listening socket, bound here so that a taken port is an ``error:`` line, and port 0 a real one."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         fail(f"--host {host!r}: {e.strerror or e}")
     family, kind, proto, _name, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as e:
-            fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    try:
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as e:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+    sock.set_inheritable(True)
+    return sock

@@ -103,7 +103,7 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
         return _error(request, exc.status_code, str(exc.detail))
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, bool]:
+    async def healthz() -> dict[str, bool]:  # on the event loop: no worker thread, however busy they are
         return {"ok": True}
 
     from commlens.serve import api, pages

@@ -3,9 +3,12 @@
 - A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its windows
   are in ``run.config["windows"]``, each a ``WindowRow.as_wire()`` object.
 - A live job is a rank endpoint the operator named at start (``commlens serve --monitor URL``; never a client):
-  its ``/job`` and ``/records`` are read with a short timeout and a bounded response, the records kept (the
-  newest ``MAX_KEPT_RECORDS``) and grouped into windows as the monitor groups them (``aggregate``). An
-  endpoint that cannot be read is shown with its error; it never fails the page.
+  its ``/job`` and ``/records`` are read with a connect timeout, a total deadline per poll and a bounded
+  response, the records kept (the newest ``MAX_KEPT_RECORDS``) and grouped into windows as the monitor groups
+  them (``aggregate``). An endpoint that cannot be read is shown with its error; it never fails the page.
+- Polls run apart, on a pool of their own (one poll at most per endpoint at a time): a request waits for
+  them without holding a worker (``LiveSources.refresh`` gives futures to await), at most ``WAIT_S``, then
+  shows what was read so far. A slow endpoint cannot hold the routes other requests need.
 """
 
 from __future__ import annotations
@@ -13,17 +16,23 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import Any
-from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+from urllib.parse import urlsplit
 
+from commlens.monitor.fetch import FetchError, http_get
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
 from commlens.store import Store, StoreError
 
 __all__ = ["LiveEndpoint", "LiveSources", "live_doc"]
 
-TIMEOUT_S = 2.0  # per request to a rank endpoint
+TIMEOUT_S = 2.0  # to connect to a rank endpoint
+POLL_DEADLINE_S = 5.0  # one poll of an endpoint in all (its /job and every /records request)
+WAIT_S = 1.5  # a request waits this long at most for the polls it started, then shows what was read
+MAX_POLL_THREADS = 16  # endpoints polled at once
 MAX_RESPONSE_BYTES = 16 << 20  # a /records or /job answer larger than this is refused
 MAX_KEPT_RECORDS = 50_000  # per endpoint, the newest
 RECORDS_PER_REQUEST = 5_000
@@ -46,54 +55,68 @@ class LiveEndpoint:
         self.error: str | None = None
         self.records: deque[CollectiveRecord] = deque(maxlen=MAX_KEPT_RECORDS)
         self.skipped = 0  # records the endpoint sent that were not valid
+        self.bad = False  # the last poll's answer was not a monitor endpoint's
         self._lock = threading.Lock()
 
     @property
     def key(self) -> str:
         return f"endpoint:{self.index}"
 
-    def _get(self, path: str) -> Any:
-        request = Request(self.url + path, headers={"Accept": "application/json"})
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - an http(s) URL the operator gave
-            body = response.read(MAX_RESPONSE_BYTES + 1)
-        if len(body) > MAX_RESPONSE_BYTES:
-            raise ValueError(f"its answer to {path.split('?')[0]} is over {MAX_RESPONSE_BYTES >> 20} MiB")
-        return json.loads(body)
+    def _get(self, path: str, deadline: float) -> Any:
+        parts = urlsplit(self.url)
+        if parts.scheme != "http":
+            raise FetchError("unreachable", f"{parts.scheme}:// endpoints are not read (the monitor serves http)")
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        status, body = http_get(
+            parts.hostname or "",
+            parts.port or 80,
+            path,
+            timeout_s=POLL_DEADLINE_S,
+            connect_timeout_s=TIMEOUT_S,
+            deadline=deadline,
+            max_bytes=MAX_RESPONSE_BYTES,
+            headers=headers,
+        )
+        if status != 200:
+            hint = " (the endpoint needs its job's monitor token)" if status == 401 else ""
+            raise FetchError("unreachable", f"HTTP {status}{hint}")
+        try:
+            return json.loads(body)
+        except RecursionError:
+            raise ValueError(f"its answer to {path.split('?')[0]} is JSON nested too deeply") from None
 
     def poll(self) -> None:
-        """Read what the endpoint has recorded since the last poll; on failure keep what was read, say why."""
+        """Read what the endpoint has recorded since the last poll, all before one deadline; on failure keep
+        what was read and say why (``error``; ``bad`` when it answered, but not as a monitor endpoint)."""
         with self._lock:
+            deadline = time.monotonic() + POLL_DEADLINE_S
             try:
                 if self.info is None:
-                    info = self._get("/job")
+                    info = self._get("/job", deadline)
                     if not isinstance(info, dict):
                         raise ValueError("/job did not answer a JSON object")
                     self.info = info
                 for _ in range(MAX_REQUESTS_PER_POLL):
-                    data = self._get(f"/records?after={self.cursor}&limit={RECORDS_PER_REQUEST}")
+                    data = self._get(f"/records?after={self.cursor}&limit={RECORDS_PER_REQUEST}", deadline)
                     got = self._take(data)
                     if got < RECORDS_PER_REQUEST:
                         break
-                self.error = None
-            except HTTPError as e:
-                self.error = f"HTTP {e.code} {e.reason}" + (
-                    " (the endpoint needs its job's monitor token)" if e.code == 401 else ""
-                )
-            except (URLError, OSError) as e:
-                self.error = f"cannot reach it: {getattr(e, 'reason', None) or e}"
+                self.error, self.bad = None, False
+            except FetchError as e:
+                self.error, self.bad = str(e), e.kind == "bad"
             except (ValueError, TypeError) as e:  # a JSON error is a ValueError
-                self.error = f"not a commlens monitor endpoint: {e}"
+                self.error, self.bad = f"not a commlens monitor endpoint: {e}", True
 
     def _take(self, data: Any) -> int:
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
             raise ValueError("/records did not answer an object with a records list")
         nxt, lost = data.get("next"), data.get("lost", 0)
-        if not isinstance(nxt, int) or isinstance(nxt, bool) or nxt < self.cursor:
+        if not isinstance(nxt, int) or isinstance(nxt, bool) or not self.cursor <= nxt < 1 << 63:
             raise ValueError("/records' next cursor is not an integer at or after the one asked for")
+        if not isinstance(lost, int) or isinstance(lost, bool) or not 0 <= lost < 1 << 63:
+            raise ValueError("/records' lost count is not an integer >= 0")
         self.cursor = nxt
-        self.lost += lost if isinstance(lost, int) and lost > 0 else 0
+        self.lost += lost
         for d in data["records"]:
             try:
                 self.records.append(record_from_wire(d))
@@ -138,7 +161,7 @@ class LiveEndpoint:
             "host": _text(info.get("host")),
             "model": _text(info.get("model")),
             "started_at": None,
-            "status": "unreachable" if self.error else "live",
+            "status": _status(self.error, self.bad, self.info),
             "records": len(self.records),
             "lost": self.lost + self.skipped,
             "error": self.error,
@@ -146,22 +169,54 @@ class LiveEndpoint:
         }
 
 
+def _status(error: str | None, bad: bool, info: dict[str, Any] | None) -> str:
+    if error:
+        return "bad answer" if bad else "unreachable"
+    return "connecting" if info is None else "live"
+
+
 def _text(value: Any, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
 class LiveSources:
-    """The endpoints ``commlens serve --monitor`` named, one :class:`LiveEndpoint` each, kept across requests."""
+    """The endpoints ``commlens serve --monitor`` named, one :class:`LiveEndpoint` each, kept across requests.
+
+    Their polls run on a pool of their own, one at a time per endpoint: however many requests ask, an
+    endpoint is read by one thread, and a slow one holds only its own.
+    """
 
     def __init__(self, urls: tuple[str, ...], token: str | None = None) -> None:
         self.endpoints = [LiveEndpoint(i, url, token) for i, url in enumerate(urls)]
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: dict[int, Future[None]] = {}
+        self._lock = threading.Lock()
 
-    def poll(self) -> None:
-        threads = [threading.Thread(target=e.poll, daemon=True) for e in self.endpoints]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT_S * (MAX_REQUESTS_PER_POLL + 2))
+    def refresh(self) -> list[Future[None]]:
+        """Start a poll of every endpoint not being polled now; the futures of every poll in flight."""
+        if not self.endpoints:
+            return []
+        with self._lock:
+            if self._pool is None:
+                workers = min(MAX_POLL_THREADS, len(self.endpoints))
+                self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commlens-live")
+            for e in self.endpoints:
+                running = self._running.get(e.index)
+                if running is None or running.done():
+                    self._running[e.index] = self._pool.submit(e.poll)
+            return list(self._running.values())
+
+    def poll(self, wait_s: float = WAIT_S) -> None:
+        """Refresh and wait (this thread) up to ``wait_s`` for the polls."""
+        wait_futures(self.refresh(), timeout=wait_s)
+
+    def polling(self, index: int) -> bool:
+        running = self._running.get(index)
+        return running is not None and not running.done()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _stored_jobs(store: Store) -> list[dict[str, Any]]:
@@ -222,9 +277,14 @@ def _window_ok(w: Any) -> bool:
 
 def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:
     """Every job (live endpoints first, then stored monitor runs, newest first) and the windows of ``job``
-    (a key from that list; default the first that can be read). An unknown key is a LookupError."""
-    sources.poll()
+    (a key from that list; default the first that can be read). An unknown key is a LookupError.
+
+    The endpoints are shown as last read: refresh them first (``sources.refresh()``, awaited or not)."""
     live = [e.summary() for e in sources.endpoints]
+    for j, e in zip(live, sources.endpoints):
+        if sources.polling(e.index) and j["status"] != "live":
+            j["status"] = "slow"  # a poll is still reading it
+            j["error"] = j["error"] or f"no answer yet (each poll may take {POLL_DEADLINE_S:g} s)"
     try:
         stored = _stored_jobs(store)
         store_error = None

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from commlens.serve import queries as q
 from commlens.serve.api import store_of
-from commlens.serve.live import LiveSources, live_doc
+from commlens.serve.live import WAIT_S, LiveSources, live_doc
 from commlens.serve.pages import render
 from commlens.store import Store
 from commlens.store import reports as stored
@@ -126,9 +126,19 @@ def _live_sources(request: Request) -> LiveSources:
     return sources
 
 
-def _live(request: Request, job: str | None) -> LiveOut:
+async def _live(request: Request, job: str | None) -> LiveOut:
+    """The live document. The endpoints' polls run on their own pool and are awaited here, at most
+    ``WAIT_S``, holding no worker thread; the store is read on one (``run_in_threadpool``)."""
+    import asyncio
+
+    from starlette.concurrency import run_in_threadpool
+
+    sources = _live_sources(request)
+    polls = [asyncio.wrap_future(f) for f in sources.refresh()]
+    if polls:
+        await asyncio.wait(polls, timeout=WAIT_S)
     try:
-        doc = live_doc(store_of(request), _live_sources(request), job)
+        doc = await run_in_threadpool(live_doc, store_of(request), sources, job)
     except LookupError as e:
         raise q.NotFound(str(e.args[0])) from None
     return LiveOut(**doc)
@@ -154,11 +164,11 @@ def report(request: Request, report_id: str) -> ReportOut:
 
 
 @api_router.get("/live", response_model=LiveOut, summary="Monitored jobs and the windows of one")
-def live(
+async def live(
     request: Request,
     job: str | None = Query(None, max_length=200, description="a job's key from `jobs` (default: the first)"),
 ) -> LiveOut:
-    return _live(request, job)
+    return await _live(request, job)
 
 
 # -- views ------------------------------------------------------------------------------------------------
@@ -282,8 +292,8 @@ def projection_report_page(request: Request, report_id: str) -> Response:
 
 
 @page_router.get("/live", response_class=HTMLResponse)
-def live_page(request: Request, job: str | None = Query(None, max_length=200)) -> Response:
-    doc = _live(request, job or None)
+async def live_page(request: Request, job: str | None = Query(None, max_length=200)) -> Response:
+    doc = await _live(request, job or None)
     chosen = next((j for j in doc.jobs if j.key == doc.job), None)
     latest: list[dict[str, Any]] = []
     if doc.windows:

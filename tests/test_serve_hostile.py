@@ -1,0 +1,195 @@
+"""commlens serve against clients that hold connections, send slowly, and monitor endpoints that trickle.
+
+A real ``commlens serve`` process (``--port 0``: the port it prints is the one it answers on) and raw
+sockets. Every case here froze or broke the server before its bounds (issue 28): idle and half-sent
+requests were never timed out, open connections were unbounded (descriptors ran out), and ``/api/live``
+held a worker thread for as long as a monitor endpoint trickled its answer.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import resource
+import selectors
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from hostile_endpoint import Trickle
+from store_backends import make_run
+
+from commlens.store import Store
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('serve-hostile') / 'results.db'}"
+    with Store.open(url) as store:
+        store.save_runs([make_run("40517e" + "a" * 10, tag="main")])
+    return url
+
+
+@contextmanager
+def serve(store_url: str, *args: str, nofile: int | None = None) -> Iterator[int]:
+    """``commlens serve --port 0 ARGS`` (its descriptor limit ``nofile`` when given); yields the port it printed."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commlens", "serve", "--db", store_url, "--port", "0", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=limit,
+    )
+    try:
+        assert proc.stderr is not None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        out = b""
+        deadline = time.monotonic() + 60
+        while b"\n" not in out and time.monotonic() < deadline:
+            if not sel.select(timeout=1):
+                continue
+            chunk = proc.stderr.read1(4096)  # type: ignore[attr-defined]
+            if not chunk:
+                break
+            out += chunk
+        found = re.search(rb"http://127\.0\.0\.1:(\d+)/", out)
+        assert found, out.decode(errors="replace")
+        port = int(found.group(1))
+        assert port != 0
+        deadline = time.monotonic() + 60
+        while True:  # the line comes before uvicorn serves: wait for /healthz
+            try:
+                if _get(port, "/healthz", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, out.decode(errors="replace")
+            time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _connect(port: int, send: bytes = b"") -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if send:
+        s.sendall(send)
+    return s
+
+
+def _answer(s: socket.socket) -> bytes:
+    """What the server sends before it closes the connection (b"" when it closes without a word)."""
+    out = b""
+    try:
+        while chunk := s.recv(4096):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def test_port_0_prints_the_port_it_got_and_answers_on_it(store_url: str) -> None:
+    with serve(store_url) as port:
+        status, body = _get(port, "/api/runs")
+        assert status == 200 and b"40517e" in body
+
+
+def test_idle_half_sent_and_slow_body_connections_are_timed_out(store_url: str) -> None:
+    with serve(store_url, "--header-timeout", "1", "--body-timeout", "1", "--keep-alive", "1") as port:
+        started = time.monotonic()
+        idle = _connect(port)
+        half = _connect(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Slow: " % port)
+        form = b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken=ab"
+        body = _connect(port, b"POST /login HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s" % (port, form))
+        kept = _connect(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+        assert _answer(idle) == b""
+        assert _answer(half).startswith(b"HTTP/1.1 408 ")
+        assert _answer(body).startswith(b"HTTP/1.1 408 ")
+        kept_answer = _answer(kept)  # its response, then closed once idle for the keep-alive
+        assert kept_answer.startswith(b"HTTP/1.1 200 ") and kept_answer.count(b"HTTP/1.1") == 1
+        assert time.monotonic() - started < 8
+
+
+def test_held_connections_cannot_take_the_descriptors_the_server_needs(store_url: str) -> None:
+    # 400 idle connections against a server allowed 256 descriptors: before the bound it ran out of them
+    # (accept failed, then every request); now it keeps to what the limit leaves and closes the oldest idle one
+    with serve(store_url, "--header-timeout", "30", nofile=256) as port, ExitStack() as stack:
+        held = [stack.enter_context(_connect(port)) for _ in range(400)]
+        times = []
+        for _ in range(10):
+            started = time.monotonic()
+            assert _get(port, "/healthz")[0] == 200
+            times.append(time.monotonic() - started)
+        assert max(times) < 1.0, times
+        closed = sum(1 for s in held[:100] if _closed(s))
+        assert closed > 0  # the oldest idle ones made room
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(0.5)
+    try:
+        return s.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_trickling_monitor_endpoint_holds_neither_live_nor_any_other_route(store_url: str) -> None:
+    with Trickle(every_s=1.0) as slow:
+        with serve(store_url, "--monitor", f"http://{slow.address}", "--max-requests-per-client", "200") as port:
+            with concurrent.futures.ThreadPoolExecutor(60) as pool:
+                lives = [pool.submit(_get, port, "/api/live", 20.0) for _ in range(60)]
+                time.sleep(0.5)
+                started = time.monotonic()
+                assert _get(port, "/healthz")[0] == 200
+                assert _get(port, "/api/runs")[0] == 200  # a route that needs a worker thread
+                took = time.monotonic() - started
+                answers = [f.result() for f in lives]
+            assert took < 2.0, took
+            assert all(status == 200 for status, _ in answers)
+            assert b'"status":"slow"' in answers[-1][1] or b'"status":"unreachable"' in answers[-1][1]
+
+
+def test_one_client_gets_429_past_its_concurrent_requests(store_url: str) -> None:
+    with Trickle(every_s=1.0) as slow:
+        with serve(store_url, "--monitor", f"http://{slow.address}", "--max-requests-per-client", "2") as port:
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                statuses = sorted(s for s, _ in pool.map(lambda _: _get(port, "/api/live", 10.0), range(6)))
+            assert statuses.count(200) >= 2 and statuses.count(429) >= 2, statuses
+            assert _get(port, "/healthz")[0] == 200  # and it is served again once they are done
+
+
+def test_the_limits_are_checked_when_the_server_starts(store_url: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "commlens", "serve", "--db", store_url, "--max-connections", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --max-connections 0"), proc.stderr
