@@ -25,7 +25,7 @@ from commlens.store import Store
 DATA = Path(__file__).parent / "data" / "ingest_published"
 
 # The test's own prefix rule: any "(..., pid=N...)" and "[r,s]<stdout>:" in front, in any order and number.
-_PREFIX = re.compile(r"^(?:\([^()]*pid=\d+[^()]*\)\s?|\[\d+,\d+\]<std(?:out|err)>:)+")
+_PREFIX = re.compile(r"^\s*(?:\([^()]*pid=\d+[^()]*\)\s?|\[\d+,\d+\]<std(?:out|err)>:)+")
 _TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32"}
 
 
@@ -122,6 +122,9 @@ CASES = [
         {"op": "reduce_scatter", "given": GivenFacts(ranks=8, nhosts=2)},
         "reduce_scatter",
     ),
+    ("nccl-tests-issue287-rtx5090-1rank-subus-times.log", {}, "all_reduce"),
+    ("a3mega-h100-16rank-quoted-mpirun.md", {}, "all_reduce"),
+    ("eks-efa-mpijob-fragment-indented-tagoutput.md", {"given": GivenFacts(ranks=16)}, "all_reduce"),
 ]
 
 
@@ -180,6 +183,19 @@ def test_a_wrapper_names_the_op_with_its_own_option(tmp_path: Path) -> None:
     (run,) = stored(tmp_path, DATA / "gcp-gke-h200-16rank-run_nccl_tests-t-all_gather.log")
     how = run.config["runs"][0]["op_from"]
     assert "line 3" in how and "run_nccl_tests.sh -t all_gather" in run.config["runs"][0]["command"]
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "cause"),
+    [
+        ("nccl-tests-issue287-rtx5090-2gpu-abort-after-header.log", 11, "Test NCCL failure common.cu:392 'unhandled"),
+        ("nccl-tests-issue264-h100-abort-cuda-system-not-initialized.log", 5, "'system not yet initialized'"),
+    ],
+)
+def test_more_aborted_runs_name_their_cause(name: str, line: int, cause: str) -> None:
+    with pytest.raises(IngestError, match="aborted before printing any result row") as e:
+        load_runs(DATA / name)
+    assert e.value.line == line and cause in str(e.value)
 
 
 def test_an_aborted_run_is_refused_with_its_failure_line() -> None:

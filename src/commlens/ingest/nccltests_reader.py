@@ -43,9 +43,10 @@ __all__ = ["BLANK", "Layout", "Segment", "LogReader", "MODERN_LAYOUT", "PER_ITER
 
 # Prefixes launchers put before a process's line, nested in any order: Open MPI --tag-output ("[1,0]<stdout>:"),
 # Slurm srun --label ("0: "), Ray and SkyPilot ("(head, rank=0, pid=3808) ", "(pid=123, ip=10.0.0.2) "),
-# kubectl logs --prefix ("[pod/nccl-0/nccl] "); ANSI colour codes around them.
+# kubectl logs --prefix ("[pod/nccl-0/nccl] "); ANSI colour codes around them; indented as a markdown list indents a
+# pasted block.
 _LAUNCHER_PREFIX_RE = re.compile(
-    r"^(?:\x1b\[[0-9;]*m)*(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\s*\d+: |\([^()]*\bpid=\d+[^()]*\)\s?"
+    r"^[ \t]*(?:\x1b\[[0-9;]*m)*(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\s*\d+: |\([^()]*\bpid=\d+[^()]*\)\s?"
     r"|\[pod/[^\]\s]+\]\s)(?:\x1b\[[0-9;]*m)*"
 )
 # nccl-tests' own report of what stopped it: "host: Test NCCL failure common.cu:958 'unhandled cuda error / ...'",
