@@ -26,7 +26,14 @@ DATA = Path(__file__).parent / "data" / "ingest_published"
 
 # The test's own prefix rule: any "(..., pid=N...)" and "[r,s]<stdout>:" in front, in any order and number.
 _PREFIX = re.compile(r"^\s*(?:\([^()]*pid=\d+[^()]*\)\s?|\[\d+,\d+\]<std(?:out|err)>:)+")
-_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32"}
+_TYPES = {
+    "float": "float32",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "int32": "int32",
+    "uint8": "uint8",
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,12 @@ CASES = [
     ("nccl-tests-issue287-rtx5090-1rank-subus-times.log", {}, "all_reduce"),
     ("a3mega-h100-16rank-quoted-mpirun.md", {}, "all_reduce"),
     ("eks-efa-mpijob-fragment-indented-tagoutput.md", {"given": GivenFacts(ranks=16)}, "all_reduce"),
+    ("b200-vultr-report-reduce_scatter-8rank-fragment.md", {"given": GivenFacts(ranks=8)}, "reduce_scatter"),
+    (
+        "b200-vultr-report-alltoall-8rank-uint8-fragment.md",
+        {"op": "all_to_all", "given": GivenFacts(ranks=8, nhosts=1, gpu="NVIDIA B200")},
+        "all_to_all",
+    ),
 ]
 
 
