@@ -183,9 +183,16 @@ def main() -> None:
     )
     speed = _speed()
     lines.append(
-        f"| the verdict adds < 50 ms to show / ingest of a 100-row run | {speed[0]:.1f} ms median, "
-        f"{speed[1]:.1f} ms best of 7 (judge_run on 100 rows, 4 ops x 25 sizes, 2 x 8 H100, with log facts) | "
+        f"| the verdict adds < 50 ms to show / ingest of a 100-row run | in a running process: {speed[0]:.1f} ms "
+        f"median, {speed[1]:.1f} ms best of 7 (judge_run on 100 rows, 4 ops x 25 sizes, 2 x 8 H100, with log facts) | "
         f"{'yes' if speed[0] < 50 else '**no**'} |"
+    )
+    with_verdict, without = _fresh_show(speed[2])
+    added = with_verdict - without
+    lines.append(
+        f"| (the same, `commlens show` of that run as a fresh process) | {with_verdict:.0f} ms with the verdict, "
+        f"{without:.0f} ms without: +{added:.0f} ms (median of 5; importing the model and topology stack, pydantic "
+        f"included, and reading the preset is most of it) | {'yes' if added < 50 else '**no**'} |"
     )
     lines.append("")
     lines.append(
@@ -197,7 +204,7 @@ def main() -> None:
     write_section(TITLE, lines)
 
 
-def _speed() -> tuple[float, float]:
+def _speed() -> tuple[float, float, Run]:
     """judge_run on a 100-row run (4 ops x 25 sizes on 2 x 8 H100) with NCCL INFO facts: (median, best) ms."""
     hosts, per_host = 2, 8
     world = hosts * per_host
@@ -248,7 +255,31 @@ def _speed() -> tuple[float, float]:
         t0 = time.perf_counter()
         judge(run, log_facts(text))
         timings.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(timings), min(timings)
+    return statistics.median(timings), min(timings), run
+
+
+def _fresh_show(run: Run) -> tuple[float, float]:
+    """Wall ms of ``commlens show`` on ``run`` in a fresh interpreter, with the verdict and with it switched off."""
+    import subprocess
+    import tempfile
+
+    from commlens.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = f"sqlite:///{tmp}/s.db"
+        with Store.open(db) as store:
+            store.save_run(run)
+        script = (
+            "import sys; import commlens.cli.expect_cmd as e\n"
+            "if sys.argv[1] == 'off': e.judge_or_none = lambda *a, **k: None\n"
+            "from commlens.cli.app import main; sys.argv = ['commlens', 'show', 'speed', '--db', sys.argv[2]]; main()\n"
+        )
+        out = {}
+        for mode in ("on", "off", "on", "off", "on", "off", "on", "off", "on", "off"):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", script, mode, db], check=False, capture_output=True)
+            out.setdefault(mode, []).append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(out["on"]), statistics.median(out["off"])
 
 
 if __name__ == "__main__":
