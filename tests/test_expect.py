@@ -205,6 +205,11 @@ def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     assumed = judge(run, [])
     told = judge(run, given_facts(nics=4, nic_gbps=200))
     assert assumed.status == "below" and any(n.what == "NICs per node" for n in assumed.system.assumed)
+    assert assumed.causes[0].id == "fewer-nics-than-assumed"
+    assert (
+        "peak busBW 96.0 GB/s = 4.00 x one NIC (24.0 GB/s): 4 NICs fully used, of the 8 assumed"
+        in assumed.causes[0].evidence[0]
+    )
     assert told.status == "normal"
     assert [(n.value, n.source) for n in told.system.inferred if n.what == "NICs per node"] == [
         ("4", "given: --nics 4")

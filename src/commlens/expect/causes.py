@@ -6,6 +6,8 @@ Signals (:func:`signals`), each with the evidence it rests on:
   ``via_shm``, ``via_net`` and ``env.NCCL_*`` (the command line's or NCCL's "set by environment" lines);
 - from the run: ``hosts``, ``ranks_per_host``, ``op_all_reduce``;
 - from the topology: ``scale_up_kind`` (nvlink, pcie, xgmi, cpu), ``topology_nics``, ``approximate``;
+- ``nic_multiple``: where the log lists no NICs, the whole number k (fewer than the NICs assumed) of NICs whose
+  rate the peak busBW matches within 8%;
 - figures: ``large_ratio`` / ``small_ratio`` (measured over the model's busBW, median of the bandwidth- and
   latency-bound rows), ``peak_over_one_nic`` (the best busBW over one NIC's effective rate),
   ``peak_over_pcie`` (the best busBW over a PCIe Gen4 x16 link as NCCL credits it, 24 GB/s);
@@ -121,6 +123,14 @@ def signals(
     if topo.scale_out is not None:
         out["topology_nics"] = Signal(topo.scale_out.nics_per_node, f"{topo.scale_out.nics_per_node} NICs per node")
         nic = topo.scale_out.nic_bandwidth_bytes_per_s * topo.scale_out.efficiency
+        multiple = peak_busbw / nic if peak_busbw > 0 else 0.0
+        k = round(multiple)
+        if 1 <= k < topo.scale_out.nics_per_node and abs(multiple - k) <= 0.08 * k and "nics" not in out:
+            out["nic_multiple"] = Signal(
+                k,
+                f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {multiple:.2f} x one NIC ({nic / 1e9:.1f} GB/s): "
+                f"{k} NICs fully used, of the {topo.scale_out.nics_per_node} assumed",
+            )
         if peak_busbw > 0:
             out["peak_over_one_nic"] = Signal(
                 peak_busbw / nic,
