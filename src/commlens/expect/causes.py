@@ -125,7 +125,8 @@ def signals(
         nic = topo.scale_out.nic_bandwidth_bytes_per_s * topo.scale_out.efficiency
         multiple = peak_busbw / nic if peak_busbw > 0 else 0.0
         k = round(multiple)
-        if 1 <= k < topo.scale_out.nics_per_node and abs(multiple - k) <= 0.08 * k and "nics" not in out:
+        assumed = any(n.what == "NICs per node" for n in system.assumed)
+        if assumed and 1 <= k < topo.scale_out.nics_per_node and abs(multiple - k) <= 0.08 * k:
             out["nic_multiple"] = Signal(
                 k,
                 f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {multiple:.2f} x one NIC ({nic / 1e9:.1f} GB/s): "
