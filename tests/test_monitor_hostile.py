@@ -18,7 +18,7 @@ from typing import Any
 from benchutil import BIN, clean_env
 from hostile_endpoint import Canned, Trickle
 
-from commlens.monitor.collect import Collector, EndpointSource, JsonlSource, collect
+from commlens.monitor.collect import Collector, EndpointSource, JsonlSource, collect, warm_up
 from commlens.results.collectives import CollectiveRecord
 
 PAIR = (0, 1)
@@ -103,6 +103,7 @@ def test_a_rank_endpoint_sending_a_byte_a_second_cannot_hold_the_collector_past_
     with Canned(_healthy(0)) as r0, Canned(_healthy(1)) as r1, Trickle(every_s=0.2) as slow:
         sources: list[Any] = [EndpointSource("127.0.0.1", s.port, timeout_s=0.5) for s in (r0, r1, slow)]
         collector = Collector()
+        warm_up()  # the detectors' imports (seconds on a busy machine) before the clock starts
         started = time.monotonic()
         collect(sources, collector, interval_s=0.05, duration_s=1.5, idle_exit_s=None)
         took = time.monotonic() - started
@@ -183,3 +184,59 @@ def test_a_jsonl_source_reads_a_bounded_amount_of_one_file_a_poll(tmp_path, monk
     while (got := len(src.poll())) > 0:
         total += got
     assert total == 100
+
+
+# ---- the rank's endpoint ---------------------------------------------------------------------------------
+
+
+def test_the_rank_endpoint_serves_slow_connections_on_a_bounded_pool_with_a_deadline():
+    import socket
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from commlens.monitor.exporter import serve
+
+    before = threading.active_count()
+    server = serve("127.0.0.1", 0, CollectorRegistry(), timeout_s=1.0, workers=4, queue=8)
+    port = server.address[1]
+    held = []
+    try:
+        for i in range(150):  # half send nothing, half a byte of their request
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if i % 2:
+                s.sendall(b"G")
+            held.append(s)
+        time.sleep(0.3)
+        assert threading.active_count() <= before + 4 + 3  # its workers, its loop, its watchdog
+        started = time.monotonic()
+        for s in held:  # every one is answered 503 at once or closed at its deadline
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+        assert time.monotonic() - started < 3.0
+        code, _ = _endpoint_get(port, "/metrics")
+        assert code == 200
+        assert _endpoint_get(port, "/metrics", host="evil.example:80")[0] == 421
+    finally:
+        for s in held:
+            s.close()
+        server.close()
+
+
+def _endpoint_get(port: int, path: str, host: str | None = None) -> tuple[int, bytes]:
+    from commlens.monitor.fetch import http_get
+
+    if host is None:
+        return http_get("127.0.0.1", port, path, timeout_s=5)
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return int(data.split(b" ")[1]), data

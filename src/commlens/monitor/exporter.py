@@ -11,7 +11,15 @@ on the hot path.
 
 The server binds loopback unless told otherwise; any other address needs a
 token, checked on every request (``Authorization: Bearer TOKEN``, compared
-in constant time). It serves nothing else: no path from the client is read.
+in constant time). ``Host`` must name the address it is bound to, as in
+``commlens serve`` (a loopback server answers no page that rebinds a domain
+to 127.0.0.1). It serves nothing else: no path from the client is read.
+
+It cannot be held by its clients: requests are served by a pool of
+``workers`` threads with at most ``queue`` waiting (more are answered 503);
+each connection has ``timeout_s`` in all, from accept to the last byte of its
+answer (a watchdog thread shuts down the socket of one past it), and one
+request (HTTP/1.0, no keep-alive).
 """
 
 from __future__ import annotations
@@ -19,17 +27,32 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from commlens.errors import CommlensError
 
-__all__ = ["CollectorMetrics", "EndpointError", "MonitorMetrics", "RankServer", "is_loopback", "serve"]
+__all__ = [
+    "BoundedHTTPServer",
+    "CollectorMetrics",
+    "EndpointError",
+    "MonitorMetrics",
+    "RankServer",
+    "allowed_hosts",
+    "is_loopback",
+    "serve",
+]
 
 MAX_RECORDS_PER_REQUEST = 20000
+WORKERS = 8  # threads serving requests
+QUEUE = 32  # accepted connections waiting for a worker, at most
+TIMEOUT_S = 5.0  # one connection in all: its request read and its answer written
 
 
 class EndpointError(CommlensError, ValueError):
@@ -121,10 +144,90 @@ class MonitorMetrics:
             self.dropped.labels(**self.base).inc(n)
 
 
+class BoundedHTTPServer(HTTPServer):
+    """An HTTP server whose requests run on a fixed pool, each connection before a deadline."""
+
+    request_queue_size = 128  # the listen backlog (http.server's 5 made a burst of connects wait seconds)
+
+    def __init__(self, address: tuple[str, int], handler: Any, *, workers: int, queue: int, timeout_s: float) -> None:
+        super().__init__(address, handler)
+        self.timeout_s = timeout_s
+        self.allowed_hosts: frozenset[str] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commlens-monitor-http")
+        self._slots = threading.BoundedSemaphore(workers + queue)
+        self._deadlines: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="commlens-monitor-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # every worker busy and the queue full: refuse, at once
+            try:
+                request.settimeout(0.5)
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy\n"
+                )
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        request.settimeout(self.timeout_s)
+        with self._lock:
+            self._deadlines[request] = time.monotonic() + self.timeout_s
+        try:
+            self._pool.submit(self._work, request, client_address)
+        except RuntimeError:  # shutting down
+            self._done(request)
+
+    def _work(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - one connection's failure (a reset, a timeout) is that connection's
+            pass
+        finally:
+            self._done(request)
+
+    def _done(self, request: Any) -> None:
+        with self._lock:
+            self._deadlines.pop(request, None)
+        self.shutdown_request(request)
+        self._slots.release()
+
+    def _watch(self) -> None:
+        """Shut down the sockets of connections past their deadline (one that sends a byte a second)."""
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                late = [s for s, t in self._deadlines.items() if t < now]
+            for s in late:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self._stop.set()
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host values a request may carry (as ``commlens serve`` checks them); None: any (every address)."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    names = {f"[{host}]" if ":" in host else host}
+    if is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    else:  # bound to one address: Prometheus may scrape it by the machine's name
+        names |= {socket.gethostname(), socket.getfqdn()}
+    return frozenset(f"{n}:{port}".lower() for n in names)
+
+
 class RankServer:
     """The HTTP server of one rank (or of the collector): a thread, stopped by :meth:`close`."""
 
-    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread) -> None:
+    def __init__(self, server: HTTPServer, thread: threading.Thread) -> None:
         self._server = server
         self._thread = thread
 
@@ -147,8 +250,12 @@ def serve(
     records: Callable[[int, int], dict[str, Any]] | None = None,
     info: Callable[[], dict[str, Any]] | None = None,
     token: str | None = None,
+    workers: int = WORKERS,
+    queue: int = QUEUE,
+    timeout_s: float = TIMEOUT_S,
 ) -> RankServer:
-    """Serve ``/metrics`` from ``registry``, and ``/records?after=N`` and ``/job`` when given."""
+    """Serve ``/metrics`` from ``registry``, and ``/records?after=N`` and ``/job`` when given; bounded as the
+    module says (``workers``, ``queue``, ``timeout_s``)."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     if not is_loopback(host) and not token:
@@ -171,6 +278,10 @@ def serve(
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            allowed = getattr(self.server, "allowed_hosts", None)
+            if allowed is not None and (self.headers.get("Host") or "").lower() not in allowed:
+                self._send(421, b"Host is not a name this endpoint is reached by\n", "text/plain")
+                return
             if expected is not None:
                 given = self.headers.get("Authorization", "").encode()
                 if not hmac.compare_digest(given, expected):
@@ -195,10 +306,10 @@ def serve(
                 self._send(400, f"bad request: {e}\n".encode(), "text/plain")
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        server = BoundedHTTPServer((host, port), Handler, workers=workers, queue=queue, timeout_s=timeout_s)
     except OSError as e:
         raise EndpointError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    server.daemon_threads = True
+    server.allowed_hosts = allowed_hosts(host, int(server.server_address[1]))
     thread = threading.Thread(target=server.serve_forever, name="commlens-monitor-http", daemon=True)
     thread.start()
     return RankServer(server, thread)
