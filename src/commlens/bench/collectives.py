@@ -15,10 +15,19 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from commlens.bench.validate import TORCH_DTYPES, count_wrong, rank_values, reduce_values
+from commlens.bench.validate import (
+    TORCH_DTYPES,
+    Values,
+    all_to_all_values,
+    count_wrong_chunked,
+    gathered_values,
+    rank_values,
+    reduce_values,
+    write_chunked,
+)
 from commlens.ops import OpSpec, SizePlan
 
-__all__ = ["PLACEMENTS", "Collective", "prepare", "torch_redop"]
+__all__ = ["PLACEMENTS", "Buffers", "Collective", "buffer_bytes", "prepare", "torch_redop"]
 
 # Newer torch renames the tensor forms (`*_single`) and deprecates the old names.
 all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -61,6 +70,56 @@ class Collective:
     output: torch.Tensor | None = None  # the buffer verify() reads
 
 
+class Buffers:
+    """One rank's send and receive buffers, allocated once for the largest row and viewed for every row.
+
+    Each role (``send``, ``recv``) is one byte buffer on the device; a row takes the first ``count`` elements
+    of it in its dtype. :meth:`reserve` sizes both for the sweep's largest row up front (on CPU the pages are
+    only touched as rows write them); a row larger than reserved replaces the buffer, dropping the old one
+    first, so a rank never holds two generations at once.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._raw: dict[str, torch.Tensor | None] = {"send": None, "recv": None}
+
+    def reserve(self, send_bytes: int, recv_bytes: int) -> None:
+        """Make room for ``send_bytes`` and ``recv_bytes``."""
+        self._room("send", send_bytes)
+        self._room("recv", recv_bytes)
+
+    def nbytes(self, role: str) -> int:
+        """Bytes held for ``role``."""
+        raw = self._raw[role]
+        return 0 if raw is None else raw.numel()
+
+    def _room(self, role: str, nbytes: int) -> torch.Tensor:
+        raw = self._raw[role]
+        if raw is None or raw.numel() < nbytes:
+            self._raw[role] = raw = None  # free the smaller one before allocating
+            raw = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=self.device)
+            self._raw[role] = raw
+        return raw
+
+    def view(self, role: str, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """The first ``count`` elements of ``role``'s buffer as ``dtype`` (contents left from earlier rows)."""
+        nbytes = count * dtype.itemsize
+        return self._room(role, nbytes)[:nbytes].view(dtype)
+
+
+def buffer_bytes(spec: OpSpec, plan: SizePlan, elem_size: int) -> tuple[int, int]:
+    """(send, receive) bytes :func:`prepare` takes from :class:`Buffers` for one row, at most.
+
+    In-place ops (all_reduce, broadcast, reduce) use the receive buffer alone; the others the op's input and
+    output counts of ``plan``.
+    """
+    if spec.name == "barrier":
+        return 0, 0
+    if spec.name in ("all_reduce", "broadcast", "reduce"):
+        return 0, plan.count * elem_size
+    return plan.send_count * elem_size, plan.recv_count * elem_size
+
+
 _T = TypeVar("_T")
 
 
@@ -69,10 +128,6 @@ def _given(value: _T | None, what: str, op: str) -> _T:
     if value is None:
         raise ValueError(f"{op} needs its {what}")
     return value
-
-
-def _fill(t: torch.Tensor, values: torch.Tensor) -> None:
-    t.copy_(values.to(dtype=t.dtype))
 
 
 def prepare(
@@ -90,12 +145,17 @@ def prepare(
     algo: str = "builtin",
     chunk_bytes: int | None = None,
     ranks_per_host: int | None = None,
+    buffers: Buffers | None = None,
 ) -> Collective | None:
     """Buffers and callables for one row, or None when torch offers no such placement.
 
     ``algo`` other than ``builtin`` runs the row through :mod:`commlens.algos` (same buffers, same
     placements, same check) with ``chunk_bytes`` and ``ranks_per_host`` (ranks on each host, when every
     host has as many; None: one host) passed on.
+
+    The row's tensors are views of ``buffers`` (a fresh :class:`Buffers` when None): at most its send and
+    receive counts of ``plan`` (:func:`buffer_bytes`), nothing else of message size. Inputs are written and
+    results checked in chunks (:func:`commlens.bench.validate.write_chunked`).
     """
     offered_oop, offered_ip = PLACEMENTS[spec.name]
     if not (offered_ip if in_place else offered_oop):
@@ -105,11 +165,13 @@ def prepare(
         from commlens.bench.algorithms import AlgoCalls
 
         alg = AlgoCalls(algo, group, chunk_bytes, ranks_per_host)
+    pool = buffers if buffers is not None else Buffers(device)
     tdt = TORCH_DTYPES[dtype]
     c = plan.count
     n = world
     red = None if redop is None else _REDOPS.get(redop)
-    empty = lambda k: torch.zeros(k, dtype=tdt, device=device)  # noqa: E731
+    send_view = lambda k: pool.view("send", k, tdt)  # noqa: E731
+    recv_view = lambda k: pool.view("recv", k, tdt)  # noqa: E731
 
     name = spec.name
     if alg is not None and name not in (
@@ -124,13 +186,18 @@ def prepare(
     if name == "barrier":
         return Collective(lambda: dist.barrier(group=group, async_op=async_op), lambda: None, lambda: 0)
 
+    def inputs(r: int, offset: int, reduction: str | None) -> Values:
+        """Rank ``r``'s input values at buffer elements ``s ..`` (global index ``offset + s``)."""
+        return lambda s, k: rank_values(r, n, offset + s, k, dtype, reduction, device)
+
     if name in ("all_reduce", "broadcast", "reduce"):
-        buf = empty(c)
-        values = rank_values(rank, n, 0, c, dtype, redop if spec.reduces else None)
+        buf = recv_view(c)
+        values = inputs(rank, 0, redop if spec.reduces else None)
 
         def reset() -> None:
-            _fill(buf, values)
+            write_chunked(buf, values)
 
+        expected: Values
         if name == "all_reduce":
             reduction = _given(redop, "reduction", name)
             launch = (
@@ -138,7 +205,7 @@ def prepare(
                 if alg
                 else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, 0, c, dtype, reduction)  # noqa: E731
+            expected = lambda s, k: reduce_values(n, s, k, dtype, reduction, device)  # noqa: E731
             checked = True
         elif name == "broadcast":
             src_rank = _given(root, "root", name)
@@ -147,7 +214,7 @@ def prepare(
                 if alg
                 else (lambda: dist.broadcast(buf, src=src_rank, group=group, async_op=async_op))
             )
-            expected = lambda: rank_values(src_rank, n, 0, c, dtype, None)  # noqa: E731
+            expected = inputs(src_rank, 0, None)
             checked = True
         else:
             dst_rank, reduction = _given(root, "root", name), _given(redop, "reduction", name)
@@ -156,23 +223,26 @@ def prepare(
                 if alg
                 else (lambda: dist.reduce(buf, dst=dst_rank, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, 0, c, dtype, reduction)  # noqa: E731
+            expected = lambda s, k: reduce_values(n, s, k, dtype, reduction, device)  # noqa: E731
             checked = rank == dst_rank  # other ranks' buffers are unspecified after a reduce
 
         def verify() -> int:
-            return count_wrong(buf, expected(), dtype, redop, n) if checked else 0
+            return count_wrong_chunked(buf, expected, dtype, redop, n) if checked else 0
 
         return Collective(launch, reset, verify, buf)
 
     if name in ("all_gather", "gather"):
-        out = empty(c * n)
-        src = out[rank * c : (rank + 1) * c] if in_place else empty(c)
-        values = rank_values(rank, n, rank * c, c, dtype, None)
+        # gather's output exists on its root alone; the other ranks only send
+        receives = name == "all_gather" or rank == _given(root, "root", name)
+        out = recv_view(c * n if receives else 0)
+        src = out[rank * c : (rank + 1) * c] if in_place and receives else send_view(c)
+        values = inputs(rank, rank * c, None)
         gathered = None
 
         def reset() -> None:
-            out.zero_()
-            _fill(src, values)
+            if receives:
+                out.zero_()
+            write_chunked(src, values)
 
         if name == "all_gather":
             launch = (
@@ -180,66 +250,60 @@ def prepare(
                 if alg
                 else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
             )
-            checked = True
         else:
             dst_rank = _given(root, "root", name)
-            gathered = list(out.chunk(n)) if rank == dst_rank and n > 0 else None
-            if in_place and rank != dst_rank:
-                src = empty(c)  # only the root's input lives inside its output
+            gathered = list(out.chunk(n)) if receives and n > 0 else None
             launch = lambda: dist.gather(src, gathered, dst=dst_rank, group=group, async_op=async_op)  # noqa: E731
-            checked = rank == dst_rank
 
         def verify() -> int:
-            if not checked:
+            if not receives:
                 return 0
-            exp = torch.cat([rank_values(k, n, k * c, c, dtype, None) for k in range(n)])
-            return count_wrong(out, exp, dtype, None, n)
+            return count_wrong_chunked(out, lambda s, k: gathered_values(c, s, k, device), dtype, None, n)
 
         return Collective(launch, reset, verify, out)
 
     if name in ("reduce_scatter", "scatter"):
-        full = empty(c * n)
-        dst = full[rank * c : (rank + 1) * c] if in_place else empty(c)
+        # scatter's input exists on its root alone; the other ranks only receive
+        sends = name == "reduce_scatter" or rank == _given(root, "root", name)
+        full = send_view(c * n if sends else 0)
+        dst = full[rank * c : (rank + 1) * c] if in_place and sends else recv_view(c)
         if name == "reduce_scatter":
             reduction = _given(redop, "reduction", name)
-            values = rank_values(rank, n, 0, c * n, dtype, reduction)
+            values = inputs(rank, 0, reduction)
             launch = (
                 alg.reduce_scatter(dst, full, reduction)
                 if alg
                 else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
             )
-            expected = lambda: reduce_values(n, rank * c, c, dtype, reduction)  # noqa: E731
+            expected = lambda s, k: reduce_values(n, rank * c + s, k, dtype, reduction, device)  # noqa: E731
         else:
             src_rank = _given(root, "root", name)
-            values = rank_values(src_rank, n, 0, c * n, dtype, None)
-            if in_place and rank != src_rank:
-                dst = empty(c)
-            chunks = list(full.chunk(n)) if rank == src_rank else None
+            values = inputs(src_rank, 0, None)
+            chunks = list(full.chunk(n)) if sends else None
             launch = lambda: dist.scatter(dst, chunks, src=src_rank, group=group, async_op=async_op)  # noqa: E731
-            expected = lambda: rank_values(src_rank, n, rank * c, c, dtype, None)  # noqa: E731
+            expected = inputs(src_rank, rank * c, None)
 
         def reset() -> None:
-            _fill(full, values)
-            if not in_place:
+            write_chunked(full, values)
+            if not (in_place and sends):
                 dst.zero_()
 
         def verify() -> int:
-            return count_wrong(dst, expected(), dtype, redop, n)
+            return count_wrong_chunked(dst, expected, dtype, redop, n)
 
         return Collective(launch, reset, verify, dst)
 
     if name == "all_to_all":
-        send = empty(c * n)
-        recv = empty(c * n)
-        values = rank_values(rank, n, 0, c * n, dtype, None)
+        send = send_view(c * n)
+        recv = recv_view(c * n)
+        values = inputs(rank, 0, None)
 
         def reset() -> None:
-            _fill(send, values)
+            write_chunked(send, values)
             recv.zero_()
 
         def verify() -> int:
-            exp = torch.cat([rank_values(s, n, rank * c, c, dtype, None) for s in range(n)])
-            return count_wrong(recv, exp, dtype, None, n)
+            return count_wrong_chunked(recv, lambda s, k: all_to_all_values(rank, c, s, k, device), dtype, None, n)
 
         launch = (
             alg.all_to_all(recv, send)
@@ -249,13 +313,13 @@ def prepare(
         return Collective(launch, reset, verify, recv)
 
     if name == "sendrecv":
-        send = empty(c)
-        recv = empty(c)
-        values = rank_values(rank, n, 0, c, dtype, None)
+        send = send_view(c)
+        recv = recv_view(c)
+        values = inputs(rank, 0, None)
         peer_next, peer_prev = (rank + 1) % n, (rank - 1) % n
 
         def reset() -> None:
-            _fill(send, values)
+            write_chunked(send, values)
             recv.zero_()
 
         def launch() -> Any:
@@ -274,7 +338,7 @@ def prepare(
             return None
 
         def verify() -> int:
-            return count_wrong(recv, rank_values(peer_prev, n, 0, c, dtype, None), dtype, None, n)
+            return count_wrong_chunked(recv, inputs(peer_prev, 0, None), dtype, None, n)
 
         return Collective(launch, reset, verify, recv)
 

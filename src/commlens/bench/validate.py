@@ -10,13 +10,37 @@ check allows n units in the last place.
 Element values depend on the rank and on the element's *global* index ``g``
 (its position in the concatenation of all ranks' chunks), so misplaced chunks
 are caught as well as wrong arithmetic.
+
+Inputs are written and results checked :data:`CHUNK_ELEMENTS` elements at a
+time (:func:`write_chunked`, :func:`count_wrong_chunked`): the int64 values
+and the expected results never exist for a whole buffer, so the check adds a
+bounded amount of memory whatever the message size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["TORCH_DTYPES", "exact_int_limit", "rank_values", "reduce_values", "count_wrong"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "TORCH_DTYPES",
+    "all_to_all_values",
+    "count_wrong",
+    "count_wrong_chunked",
+    "exact_int_limit",
+    "gathered_values",
+    "rank_values",
+    "reduce_values",
+    "write_chunked",
+]
+
+# Elements written or checked at a time: 2 MiB of int64 per temporary.
+CHUNK_ELEMENTS = 1 << 18
+
+# ``values(start, length)``: the int64 values of a buffer's elements ``start .. start+length-1``.
+Values = Callable[[int, int], torch.Tensor]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -49,12 +73,20 @@ def exact_int_limit(dtype: str) -> int:
     return _EXACT_LIMIT[dtype]
 
 
-def rank_values(rank: int, world: int, start: int, length: int, dtype: str, redop: str | None) -> torch.Tensor:
-    """Input of ``rank`` for global element indices ``start .. start+length-1`` (int64, on CPU).
+def rank_values(
+    rank: int,
+    world: int,
+    start: int,
+    length: int,
+    dtype: str,
+    redop: str | None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Input of ``rank`` for global element indices ``start .. start+length-1`` (int64, on ``device``).
 
     ``redop`` is None for ops that do not reduce.
     """
-    g = torch.arange(start, start + length, dtype=torch.int64)
+    g = torch.arange(start, start + length, dtype=torch.int64, device=device)
     if redop is None:
         return (7 * rank + g) % _COPY_MODULUS
     if redop == "prod":
@@ -84,13 +116,15 @@ def _avg_base(g: torch.Tensor, world: int, dtype: str) -> torch.Tensor:
     return 1 + (3 * g) % max(1, min(6, bound - 1))
 
 
-def reduce_values(world: int, start: int, length: int, dtype: str, redop: str) -> torch.Tensor:
-    """The exact reduction over all ranks of :func:`rank_values` (int64, on CPU)."""
+def reduce_values(
+    world: int, start: int, length: int, dtype: str, redop: str, device: torch.device | None = None
+) -> torch.Tensor:
+    """The exact reduction over all ranks of :func:`rank_values` (int64, on ``device``)."""
     if redop == "avg":
-        return _avg_base(torch.arange(start, start + length, dtype=torch.int64), world, dtype)
-    acc = rank_values(0, world, start, length, dtype, redop)
+        return _avg_base(torch.arange(start, start + length, dtype=torch.int64, device=device), world, dtype)
+    acc = rank_values(0, world, start, length, dtype, redop, device)
     for r in range(1, world):
-        x = rank_values(r, world, start, length, dtype, redop)
+        x = rank_values(r, world, start, length, dtype, redop, device)
         if redop == "sum":
             acc = acc + x
         elif redop == "prod":
@@ -100,6 +134,45 @@ def reduce_values(world: int, start: int, length: int, dtype: str, redop: str) -
         elif redop == "min":
             acc = torch.minimum(acc, x)
     return acc
+
+
+def gathered_values(count: int, start: int, length: int, device: torch.device | None = None) -> torch.Tensor:
+    """What a gather of every rank's :func:`rank_values` (no reduction, ``count`` elements from each rank,
+    rank k's at global indices ``k*count ..``) holds at elements ``start .. start+length-1``."""
+    g = torch.arange(start, start + length, dtype=torch.int64, device=device)
+    return (7 * torch.div(g, max(count, 1), rounding_mode="floor") + g) % _COPY_MODULUS
+
+
+def all_to_all_values(
+    rank: int, count: int, start: int, length: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """What ``rank`` receives in an all-to-all of every rank's :func:`rank_values` (no reduction, ``count``
+    elements per pair) at elements ``start .. start+length-1``: sender ``i // count``'s elements of global
+    index ``rank*count + i % count``."""
+    i = torch.arange(start, start + length, dtype=torch.int64, device=device)
+    c = max(count, 1)
+    sender = torch.div(i, c, rounding_mode="floor")
+    return (7 * sender + rank * count + i % c) % _COPY_MODULUS
+
+
+def write_chunked(out: torch.Tensor, values: Values, chunk: int = CHUNK_ELEMENTS) -> None:
+    """Write ``values(start, length)`` into ``out``, ``chunk`` elements at a time (cast to ``out``'s dtype)."""
+    n = out.numel()
+    for start in range(0, n, chunk):
+        length = min(chunk, n - start)
+        out[start : start + length].copy_(values(start, length))
+
+
+def count_wrong_chunked(
+    got: torch.Tensor, expected: Values, dtype: str, redop: str | None, world: int, chunk: int = CHUNK_ELEMENTS
+) -> int:
+    """:func:`count_wrong` over ``got`` against ``expected(start, length)``, ``chunk`` elements at a time."""
+    n = got.numel()
+    wrong = 0
+    for start in range(0, n, chunk):
+        length = min(chunk, n - start)
+        wrong += count_wrong(got[start : start + length], expected(start, length), dtype, redop, world)
+    return wrong
 
 
 def count_wrong(got: torch.Tensor, expected_int: torch.Tensor, dtype: str, redop: str | None, world: int) -> int:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 import torch.distributed as dist
 
-from commlens.bench.collectives import Collective, all_gather_tensor, prepare
+from commlens.bench.collectives import Buffers, Collective, all_gather_tensor, buffer_bytes, prepare
 from commlens.bench.config import (
     BenchConfig,
     ConfigError,
@@ -324,6 +324,16 @@ class Sweep:
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
+        self.buffers = Buffers(self.device)  # every row's tensors are views of these
+
+    def reserve_buffers(self, rows: Sequence[SweepRow]) -> None:
+        """Allocate the send and receive buffers once, for the largest of ``rows`` (see :class:`Buffers`)."""
+        send_bytes = recv_bytes = 0
+        for row in rows:
+            elem = DTYPE_SIZES[row.dtype]
+            send, recv = buffer_bytes(row.spec, row.spec.plan_size(row.size, elem, self.world), elem)
+            send_bytes, recv_bytes = max(send_bytes, send), max(recv_bytes, recv)
+        self.buffers.reserve(send_bytes, recv_bytes)
 
     def rows(self) -> list[SweepRow]:
         """Every row, in the order the table prints them."""
@@ -413,6 +423,7 @@ class Sweep:
                     algo=algo,
                     chunk_bytes=cfg.chunk_bytes,
                     ranks_per_host=self.ranks_per_host,
+                    buffers=self.buffers,
                 )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
@@ -512,6 +523,7 @@ class Sweep:
         if self.cfg.rounds > 1:
             return self.run_rounds(reporter)
         rows = self.rows()
+        self.reserve_buffers(rows)
         cells = self.cells(rows)
         refused: set[SweepRow] = set()  # combinations the backend refused (SweepRow.combination)
         wrong: list[str] = []
@@ -553,6 +565,7 @@ class Sweep:
         """
         cfg = self.cfg
         rows = self.rows()
+        self.reserve_buffers(rows)
         cells = self.cells(rows)
         refused: set[SweepRow] = set()
         done: dict[int, list[_Outcome]] = {}  # row index -> its outcome in each round so far
