@@ -310,3 +310,15 @@ def test_the_independent_reading_sees_what_it_should() -> None:
     (t,) = read_tables(DATA / "skypilot-gke-h200-16rank-nested-prefix.log")
     assert len(t) == 48 and t[0] == Printed(1024, 16, "float32", None, None, False, "28.39", "0.04", "0.03", "0")
     assert not math.isnan(float(t[-1].time))
+
+
+def test_inspector_times_beyond_any_date_are_left_out_not_a_crash(tmp_path: Path) -> None:
+    """issue 28's fuzz: a dump_timestamp_us of year 57887 crashed the run's start date (ValueError)."""
+    lines = (DATA / "inspector-readme-v4.1-dump_stats-dropped.log").read_text().splitlines()
+    far = lines[1].replace('"dump_timestamp_us":1748030377748202', '"dump_timestamp_us":1764590400250005000')
+    assert far != lines[1]
+    path = tmp_path / "far.log"
+    path.write_text("\n".join([lines[0], lines[1], far]) + "\n")
+    with pytest.warns(IngestWarning, match=r"far.log:3: left out: times .* are not epoch microseconds"):
+        (run,) = load_runs(path)
+    assert run.started_at.startswith("2025-05-23") and len(run.measurements) == 1

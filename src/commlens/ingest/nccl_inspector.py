@@ -115,6 +115,7 @@ MAX_LINE_CHARS = 2**20  # a verbose record with every channel is ~20 KB
 MAX_RECORDS = 2_000_000  # collective records in one dump (about 0.8 GB of memory)
 MAX_CHANNELS = 1024  # kernel channels read from one verbose record
 _MAX_US = 2**63  # a timestamp or duration in µs beyond this is not one (NCCL writes uint64)
+_LAST_EPOCH_NS = 253402300799 * 10**9  # 9999-12-31T23:59:59Z: a record's times must be dates Python can print
 _MAX_SEQ = 2**62
 _MAX_HOST_CHARS = 255
 _WARNED_PER_FILE = 5  # skipped lines warned about one by one in a file; the rest in one summary
@@ -345,6 +346,11 @@ class _Reader:
             self.compact += 1
             end_ns = dump_us * 1000
             start_ns = end_ns - exec_ns
+        if start_ns < 0 or end_ns > _LAST_EPOCH_NS:
+            raise _Skip(
+                f"times {start_ns // 1000}..{end_ns // 1000} us are not epoch microseconds of 1970..9999 "
+                f"(dump_timestamp_us, kernel_start_ts or coll_exec_time_us out of range)"
+            )
         if self.origin_s is None:
             self.origin_s = start_ns // 10**9
         start_s = (start_ns - self.origin_s * 10**9) / 1e9
