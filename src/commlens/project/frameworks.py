@@ -134,8 +134,12 @@ def _profiles() -> dict[str, Framework]:
     out: dict[str, Framework] = {}
     for name, entry in raw.items():
         base = entry
-        if "same_as" in entry:  # a stack built on another: its profile, with its own title and source
-            base = {**raw[entry["same_as"]], "title": entry["title"], "source": entry["source"]}
+        if "same_as" in entry:  # a stack built on another: its profile, with what the entry says otherwise
+            base = dict(raw[entry["same_as"]])
+            for key, value in entry.items():
+                if key == "same_as":
+                    continue
+                base[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
         try:
             out[name] = Framework.model_validate({**base, "name": name})
         except ValidationError as e:
