@@ -216,3 +216,17 @@ def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     ]
     with pytest.raises(ExpectError, match="--nic-gbps 0: expected"):
         given_facts(nic_gbps=0)
+
+
+def test_monitor_expects_what_nccl_chooses_among_as_expect_does() -> None:
+    from commlens.model.backends import NCCL_ALGORITHMS
+    from commlens.monitor.expect import Expectations
+
+    topo = load_topology("dgx-h100")
+    monitor = Expectations(topo, "nccl", 8)
+    verdict = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", [(64 << 10, 1.0), (8 << 30, 480.0)]), [])
+    for row in verdict.rows:
+        seen = monitor.expected("all_reduce", row.size_bytes, tuple(range(8)))
+        assert seen is not None and seen.algo in NCCL_ALGORITHMS["all_reduce"]
+        assert seen.algo == row.expected.algos[0]
+        assert seen.busbw_bytes_per_s == pytest.approx(row.expected.model_bytes_per_s)

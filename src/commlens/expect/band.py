@@ -2,9 +2,9 @@
 
 Steps of :func:`expectation`:
 
-1. The candidate algorithms: the one ``NCCL_ALGO`` names when the run set it; for a backend's own collectives
-   (gloo) the algorithm that backend runs (:mod:`commlens.model.backends`); otherwise those of ``bands.yaml``'s
-   ``nccl_algorithms`` for the op, NVLS only where the system allows it.
+1. The candidate algorithms: for a backend's own collectives (gloo) the algorithm that backend runs; for NCCL
+   the one ``NCCL_ALGO`` names when the run set it, else what NCCL chooses among for the op, NVLS only where the
+   system allows it (:func:`commlens.model.backends.nccl_candidates`, shared with the monitor).
 2. Each candidate is predicted on the inferred topology; those within ``choice_margin`` of the fastest
    predicted time are the ones NCCL may pick at that size (its tuner's choice is not in the log).
 3. The band runs from the slowest of those, less the error, to the fastest, plus it. The error is the
@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 from commlens.expect.system import ExpectError, InferredSystem
-from commlens.model.backends import implementation
+from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidates
 from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
@@ -82,16 +82,9 @@ def system_layout(system: InferredSystem) -> Layout:
 
 
 def _candidates(system: InferredSystem, backend: str, op: str) -> tuple[str, ...]:
-    table = bands_table()
-    if backend and backend.lower() not in ("nccl", "rccl", "cuda"):
+    if backend and backend.lower() not in NCCL_BACKENDS:
         return (implementation(backend, op, "builtin").algo,)
-    forced = system.env.get("NCCL_ALGO", "").strip().lower()
-    if forced and "," not in forced and ":" not in forced and forced in table["nccl_algo_env"]:
-        return (table["nccl_algo_env"][forced],)
-    algos = tuple(table["nccl_algorithms"].get(op, ()))
-    if not system.nvls_possible:
-        algos = tuple(a for a in algos if a != "nvls")
-    return algos
+    return nccl_candidates(op, nvls=system.nvls_possible, nccl_algo=system.env.get("NCCL_ALGO", ""))
 
 
 def _limit(system: InferredSystem, p: Prediction) -> tuple[str, float]:

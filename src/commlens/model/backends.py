@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from commlens.model.algorithms import ALGORITHMS
 from commlens.model.predict import AUTO
 
-__all__ = ["BUILTIN", "Implementation", "implementation"]
+__all__ = [
+    "BUILTIN",
+    "NCCL_ALGORITHMS",
+    "NCCL_ALGO_ENV",
+    "NCCL_BACKENDS",
+    "Implementation",
+    "implementation",
+    "nccl_candidates",
+]
 
 
 @dataclass(frozen=True)
@@ -72,3 +80,31 @@ def implementation(backend: str, op: str, algo: str) -> Implementation:
     if algo in ALGORITHMS:
         return Implementation(op, algo)
     return BUILTIN.get(backend.lower(), {}).get(op, Implementation(op, AUTO))
+
+
+# What NCCL (and RCCL) choose among for each op, in commlens' algorithm names (NVIDIA/nccl src/include/device.h,
+# NCCL_ALGO_RING / TREE / NVLS; CollNet and PAT have no model here). Its tuner's pick per size is not in a log:
+# a row of these backends is modelled over these candidates (commlens.expect's band, the monitor's expectation).
+NCCL_BACKENDS = ("nccl", "rccl", "cuda")
+NCCL_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "double_binary_tree", "nvls"),
+    "all_gather": ("ring", "nvls"),
+    "reduce_scatter": ("ring", "nvls"),
+    "broadcast": ("chain", "ring"),
+    "reduce": ("ring",),
+    "all_to_all": ("direct",),
+    "sendrecv": ("direct",),
+    "gather": ("direct",),
+    "scatter": ("direct",),
+}
+# NCCL_ALGO values (case-insensitive) -> commlens algorithms
+NCCL_ALGO_ENV: dict[str, str] = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls", "nvlstree": "nvls"}
+
+
+def nccl_candidates(op: str, *, nvls: bool = True, nccl_algo: str = "") -> tuple[str, ...]:
+    """The algorithms NCCL may run ``op`` with: the one ``NCCL_ALGO`` names when it names one we model, else
+    :data:`NCCL_ALGORITHMS` (NVLS only where ``nvls``: the switch has it and NCCL uses it)."""
+    forced = nccl_algo.strip().lower()
+    if forced and "," not in forced and ":" not in forced and forced in NCCL_ALGO_ENV:
+        return (NCCL_ALGO_ENV[forced],)
+    return tuple(a for a in NCCL_ALGORITHMS.get(op, ()) if nvls or a != "nvls")

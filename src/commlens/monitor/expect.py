@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from commlens.model.backends import implementation
-from commlens.model.layout import InfeasibleError
-from commlens.model.predict import layout_for, predict
+from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidates
+from commlens.model.layout import InfeasibleError, Layout
+from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import get_op
 from commlens.topology import Topology
 
@@ -77,14 +77,17 @@ class Expectations:
         impl = implementation(self.backend, op, "builtin")
         try:
             layout = layout_for(self.topology, nodes, per_host)
-            p = predict(
-                self.topology,
-                impl.op,
-                size_bytes,
-                algo=impl.algo,
-                layout=layout,
-                messages_per_step=impl.messages_per_step(size_bytes, len(group_ranks)),
-            )
+            if self.backend.lower() in NCCL_BACKENDS:  # the fastest of what NCCL chooses among, as commlens expect
+                p = _fastest_nccl(self.topology, op, size_bytes, layout)
+            else:
+                p = predict(
+                    self.topology,
+                    impl.op,
+                    size_bytes,
+                    algo=impl.algo,
+                    layout=layout,
+                    messages_per_step=impl.messages_per_step(size_bytes, len(group_ranks)),
+                )
             time_s = p.time_s + impl.copy_bytes(size_bytes, len(group_ranks)) / layout.copy_rate
             spec = get_op(op)
             if time_s > 0 and math.isfinite(time_s):
@@ -95,3 +98,18 @@ class Expectations:
             self._cache.clear()
         self._cache[key] = out
         return out
+
+
+def _fastest_nccl(topology: Topology, op: str, size_bytes: int, layout: Layout) -> Prediction:
+    """The fastest prediction among the algorithms NCCL chooses among for ``op`` (InfeasibleError if none runs)."""
+    best: Prediction | None = None
+    for algo in nccl_candidates(op, nvls=topology.scale_up.in_switch_reduction):
+        try:
+            p = predict(topology, op, size_bytes, algo=algo, layout=layout)
+        except InfeasibleError:
+            continue
+        if best is None or p.time_s < best.time_s:
+            best = p
+    if best is None:
+        raise InfeasibleError(f"no algorithm NCCL runs can run {op} here")
+    return best
