@@ -45,7 +45,7 @@ def serve(
     body_timeout: float = typer.Option(30.0, "--body-timeout", help="seconds a request has to send its body"),
     keep_alive: float = typer.Option(5.0, "--keep-alive", help="seconds an idle kept-alive connection stays open"),
     max_connections: int = typer.Option(
-        1000,
+        4096,
         "--max-connections",
         help="open connections at most (lowered to what the descriptor limit leaves room for); over it, the "
         "connection that waited longest for its headers is closed",

@@ -10,7 +10,8 @@
   still waiting for its request's headers (an idle or a slow one), else it is answered ``503`` and closed:
   a client that sends its request at once is served however many idle connections are held.
 - **Concurrent requests per client**: at most ``max_requests_per_client`` requests of one address are in
-  the application at once; more are answered ``429``.
+  the application at once; more are answered ``429`` (``/healthz`` is never refused: it is answered on
+  the event loop, without a worker).
 
 :func:`protocol_class` is the uvicorn HTTP protocol (h11) with these bounds; :class:`PerClientLimit` the
 ASGI wrapper of the last.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import resource
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +47,7 @@ class Limits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
-    max_connections: int = 1000
+    max_connections: int = 4096
     max_requests_per_client: int = 32
 
     def __post_init__(self) -> None:
@@ -92,6 +94,8 @@ _503 = _plain("503 Service Unavailable", "too many open connections", "retry-aft
 
 def protocol_class(limits: Limits, max_connections: int) -> type[H11Protocol]:
     """uvicorn's h11 protocol with header and body timeouts and a bound of ``max_connections``."""
+    # the connections waiting for a request's headers, the one waiting longest first (the one closed to make room)
+    waiting: OrderedDict[Any, None] = OrderedDict()
 
     class Bounded(H11Protocol):
         _phase: str | None = None
@@ -109,16 +113,12 @@ def protocol_class(limits: Limits, max_connections: int) -> type[H11Protocol]:
 
         def _make_room(self) -> bool:
             """Close the connection that has waited longest for its request's headers; False: none waits."""
-            oldest: Bounded | None = None
-            for c in self.connections:
-                if c is self or not isinstance(c, Bounded) or c._phase != "header" or c.transport.is_closing():
-                    continue
-                if oldest is None or c._phase_started < oldest._phase_started:
-                    oldest = c
-            if oldest is None:
-                return False
-            oldest._expire()
-            return True
+            while waiting:
+                oldest, _ = waiting.popitem(last=False)
+                if oldest is not self and not oldest.transport.is_closing():
+                    oldest._expire()
+                    return True
+            return False
 
         def data_received(self, data: bytes) -> None:
             if self._phase == "header":
@@ -134,6 +134,7 @@ def protocol_class(limits: Limits, max_connections: int) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel()
+            waiting.pop(self, None)
             self._phase = "closed"
             super().connection_lost(exc)
 
@@ -151,6 +152,10 @@ def protocol_class(limits: Limits, max_connections: int) -> type[H11Protocol]:
                 return
             self._cancel()
             self._phase, self._phase_started, self._partial = phase, self.loop.time(), False
+            if phase == "header":
+                waiting[self] = None  # newest last
+            else:
+                waiting.pop(self, None)
             if seconds is not None:
                 self._timer = self.loop.call_later(seconds, self._expire)
 
@@ -181,7 +186,7 @@ class PerClientLimit:
         self.active: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") == "/healthz":  # health: answered on the loop, at once
             await self.app(scope, receive, send)
             return
         client = str((scope.get("client") or ("?",))[0])

@@ -88,24 +88,26 @@ class LiveEndpoint:
     def poll(self) -> None:
         """Read what the endpoint has recorded since the last poll, all before one deadline; on failure keep
         what was read and say why (``error``; ``bad`` when it answered, but not as a monitor endpoint)."""
-        with self._lock:
-            deadline = time.monotonic() + POLL_DEADLINE_S
-            try:
-                if self.info is None:
-                    info = self._get("/job", deadline)
-                    if not isinstance(info, dict):
-                        raise ValueError("/job did not answer a JSON object")
-                    self.info = info
-                for _ in range(MAX_REQUESTS_PER_POLL):
-                    data = self._get(f"/records?after={self.cursor}&limit={RECORDS_PER_REQUEST}", deadline)
+        # one poll of an endpoint at a time (LiveSources); the lock is held only while records are taken, never
+        # across the network: a page reading the windows does not wait for a slow endpoint
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        try:
+            if self.info is None:
+                info = self._get("/job", deadline)
+                if not isinstance(info, dict):
+                    raise ValueError("/job did not answer a JSON object")
+                self.info = info
+            for _ in range(MAX_REQUESTS_PER_POLL):
+                data = self._get(f"/records?after={self.cursor}&limit={RECORDS_PER_REQUEST}", deadline)
+                with self._lock:
                     got = self._take(data)
-                    if got < RECORDS_PER_REQUEST:
-                        break
-                self.error, self.bad = None, False
-            except FetchError as e:
-                self.error, self.bad = str(e), e.kind == "bad"
-            except (ValueError, TypeError) as e:  # a JSON error is a ValueError
-                self.error, self.bad = f"not a commlens monitor endpoint: {e}", True
+                if got < RECORDS_PER_REQUEST:
+                    break
+            self.error, self.bad = None, False
+        except FetchError as e:
+            self.error, self.bad = str(e), e.kind == "bad"
+        except (ValueError, TypeError) as e:  # a JSON error is a ValueError
+            self.error, self.bad = f"not a commlens monitor endpoint: {e}", True
 
     def _take(self, data: Any) -> int:
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
