@@ -45,7 +45,9 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
         run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
     store(run, to)
-    if print_table:  # the expected-performance verdict under the table (commlens expect RUN for the details)
+    # the expected-performance verdict under the table (commlens expect RUN for the details); not when stdout
+    # carries a JSON document (--json -), which must stay parseable
+    if print_table and "-" not in (to.json_path, to.nccl_json_path):
         from commlens.cli.expect_cmd import judge_or_none, summary_lines
 
         verdict = judge_or_none(run)
