@@ -195,7 +195,7 @@ def start_server(db_url: str, endpoints: list[int], log: Path) -> tuple[subproce
                 break
         except FetchError:
             time.sleep(0.2)
-    shown = [*command[:8], "--monitor", "...", f"({len(endpoints)} endpoints)"]
+    shown = ["commlens", "serve", "--db", "sqlite:///TMP/results.db", "--port", "0", "--monitor", "URL", "..."]
     return proc, port, shown
 
 
@@ -210,6 +210,11 @@ def proc_counts(pid: int) -> tuple[int, int]:
         if line.startswith("Threads:"):
             threads = int(line.split()[1])
     return fds, threads
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def probe(port: int, path: str, timeout_s: float = 5.0) -> tuple[float, str]:
@@ -272,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         attack.attack(port)
         time.sleep(3.0)  # the connections opened, the live requests under way
         end = time.monotonic() + args.duration
+        cpu0, load0 = cpu_s(proc.pid), os.getloadavg()[0]
         while time.monotonic() < end:
             t, status = probe(port, "/healthz")
             health.append(t)
@@ -286,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             held_samples.append(attack.held)
             time.sleep(max(0.0, args.every - t))
         alive = proc.poll() is None
+        server_cpu = (cpu_s(proc.pid) - cpu0) / args.duration if alive else float("nan")
+        load1 = os.getloadavg()[0]
     finally:
         attack.close()
         proc.terminate()
@@ -304,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {platform.node() or 'this machine'} "
         f"({os.cpu_count()} cores, Python {platform.python_version()}), loopback, by "
         f"`.venv/bin/python benchmarks/serve_hostile.py{' ' + shlex.join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else ''}`. "
-        f"The server: `{shlex.join(command)}` with its defaults (10 s to send a request head, 30 s for a body, "
+        f"The server: `{' '.join(command)}` (one `--monitor` per endpoint) with its defaults (10 s to send a request head, 30 s for a body, "
         f"5 s keep-alive, at most 4,096 connections (fewer when the descriptor limit is lower) and 32 requests per client at once), its descriptor limit "
         f"{server_soft} (raised to the hard limit at start); the benchmark process's limit {soft_now}.",
         "",
@@ -330,11 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         f"`/api/live` answers by status: {', '.join(f'{k}: {v}' for k, v in sorted(attack.live_status.items()))} "
         "(429: over the 32 requests one client may have at once; every client here is 127.0.0.1). "
         f"The server's open descriptors peaked at {fds_max} and its threads at {threads_max}; "
-        f"it {'was still running' if alive else 'had exited'} at the end. The probes' answers: "
+        f"it {'was still running' if alive else 'had exited'} at the end, and used {server_cpu:.0%} of a core over "
+        f"the window; the machine's 1-minute load average was {load0:.1f} at its start and {load1:.1f} at its end "
+        f"(the machine is shared). The probes' answers: "
         f"{', '.join(f'{k}: {v}' for k, v in sorted(answers.items()))}.",
         "",
         f"Target: p99 of `/healthz` under 1 s: **{'met' if p99 < 1.0 and not failures['healthz'] else 'missed'}** "
-        f"({ms(p99)}, {failures['healthz']} failed).",
+        f"({ms(p99)}, {failures['healthz']} failed). The server's own CPU use says whether it was busy or waiting "
+        "for a core: a server that used a fraction of one while its answers took seconds was not scheduled "
+        "(every process here, the attack's included, shares the 2 cores with whatever else runs).",
     ]
     print("\n".join(lines))
     if not args.no_doc:
