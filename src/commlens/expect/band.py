@@ -81,10 +81,35 @@ def system_layout(system: InferredSystem) -> Layout:
         raise ExpectError(f"the topology {system.topology.name} cannot hold this run: {e}") from None
 
 
-def _candidates(system: InferredSystem, backend: str, op: str) -> tuple[str, ...]:
+def _predictions(
+    system: InferredSystem, layout: Layout, backend: str, op: str, size_bytes: int
+) -> list[tuple[Prediction, float, float]]:
+    """(prediction, time s, busBW B/s) of each candidate that can run: for NCCL each algorithm it chooses among;
+    for a backend's own collectives (gloo) what it runs, with its staging copies and messages per step, as
+    ``model check`` and the monitor model it."""
+    out = []
     if backend and backend.lower() not in NCCL_BACKENDS:
-        return (implementation(backend, op, "builtin").algo,)
-    return nccl_candidates(op, nvls=system.nvls_possible, nccl_algo=system.env.get("NCCL_ALGO", ""))
+        impl = implementation(backend, op, "builtin")
+        try:
+            p = predict(
+                system.topology,
+                impl.op,
+                size_bytes,
+                algo=impl.algo,
+                layout=layout,
+                messages_per_step=impl.messages_per_step(size_bytes, layout.ranks),
+            )
+        except InfeasibleError:
+            return []
+        time_s = p.time_s + impl.copy_bytes(size_bytes, layout.ranks) / layout.copy_rate
+        return [(p, time_s, OPS[op].busbw(size_bytes, time_s, layout.ranks))]
+    for algo in nccl_candidates(op, nvls=system.nvls_possible, nccl_algo=system.env.get("NCCL_ALGO", "")):
+        try:
+            p = predict(system.topology, op, size_bytes, algo=algo, layout=layout)
+        except InfeasibleError:
+            continue
+        out.append((p, p.time_s, p.busbw_bytes_per_s))
+    return out
 
 
 def _limit(system: InferredSystem, p: Prediction) -> tuple[str, float]:
@@ -109,18 +134,13 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
     if op not in OPS or op == "barrier" or size_bytes <= 0:
         return None
     table = bands_table()
-    preds: list[Prediction] = []
-    for algo in _candidates(system, backend, op):
-        try:
-            preds.append(predict(system.topology, op, size_bytes, algo=algo, layout=layout))
-        except InfeasibleError:
-            continue
+    preds = _predictions(system, layout, backend, op, size_bytes)
     if not preds:
         return None
-    best = min(preds, key=lambda p: p.time_s)
+    best = min(preds, key=lambda c: c[1])
     margin = 1.0 + float(table["choice_margin"])
-    chosen = [p for p in preds if p.time_s <= best.time_s * margin]
-    limit, share = _limit(system, best)
+    chosen = sorted((c for c in preds if c[1] <= best[1] * margin), key=lambda c: c[1])
+    limit, share = _limit(system, best[0])
     full_latency = float(table["latency_bound_share"])
     if "PCIe" in system.topology.scale_up.name and "NIC" not in limit:
         bw_pct = table["error_pct"]["pcie"]["pct"]
@@ -131,15 +151,15 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
     kind = LATENCY_BOUND if share >= full_latency else MID_SIZE if share >= table["mid_size_share"] else BANDWIDTH_BOUND
     if system.approximate:
         pct += table["approximate_extra_pct"]
-    fastest = max(p.busbw_bytes_per_s for p in chosen)
-    slowest = min(p.busbw_bytes_per_s for p in chosen)
+    fastest = max(c[2] for c in chosen)
+    slowest = min(c[2] for c in chosen)
     return Expectation(
         op=op,
         size_bytes=size_bytes,
         lower_bytes_per_s=slowest * (1 - pct / 100),
         upper_bytes_per_s=fastest * (1 + pct / 100),
-        model_bytes_per_s=best.busbw_bytes_per_s,
-        algos=tuple(p.algo for p in sorted(chosen, key=lambda p: p.time_s)),
+        model_bytes_per_s=best[2],
+        algos=tuple(c[0].algo for c in chosen),
         limit=limit,
         size_range=kind,
         latency_share=share,
