@@ -155,8 +155,8 @@ def compare_cmd(
     --min-change or --alpha is given. Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
     from commlens.regress import CompareSettings, compare_runs
-    from commlens.regress.series_settings import is_baseline_ref
     from commlens.results.records import FloorKey
+    from commlens.store.refs import is_baseline_ref  # not series_settings: that loads the store's ORM
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
@@ -211,12 +211,12 @@ def compare_cmd(
 
 def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
     """The stored noise floors of these runs' systems; none when there is no store yet (two files compared)."""
-    from commlens.store import NoStoreError, StoreError
-    from commlens.store.noise import load_floors
-
     fingerprints = {r.system.fingerprint() for r in runs}
     if store.store is None and not store.exists():
         return None
+    from commlens.store import NoStoreError, StoreError
+    from commlens.store.noise import load_floors  # SQLAlchemy: only once there is a store to read
+
     try:
         return load_floors(store(), fingerprints)
     except NoStoreError:
@@ -238,11 +238,11 @@ def _baseline_side(store: _LazyStore, cand_runs: list[Run]) -> tuple[str, list[R
 
 def _stored_thresholds(store: _LazyStore) -> list[Threshold]:
     """The stored thresholds; none when there is no store yet (two files compared)."""
-    from commlens.store import NoStoreError, StoreError
-    from commlens.store.series_meta import list_thresholds
-
     if store.store is None and not store.exists():
         return []
+    from commlens.store import NoStoreError, StoreError
+    from commlens.store.series_meta import list_thresholds  # SQLAlchemy: only once there is a store to read
+
     try:
         return list_thresholds(store())
     except NoStoreError:
@@ -258,12 +258,12 @@ def _row_thresholds(
 ) -> Callable[[MeasurementKey], RowThreshold | None] | None:
     """Each row's stored threshold, for the candidate's series (its one fingerprint and tag); a warning and
     none when the candidate pools several series and thresholds are stored."""
-    from commlens.regress.series_settings import candidate_series, compare_thresholds
-    from commlens.store.series_meta import BaselineError
-
     stored = _stored_thresholds(store)
     if not stored:
         return None
+    from commlens.regress.series_settings import candidate_series, compare_thresholds
+    from commlens.store.series_meta import BaselineError
+
     try:
         fingerprint, tag = candidate_series(cand_runs)
     except BaselineError as e:

@@ -308,8 +308,6 @@ def judge(
        rounds scatter too much to resolve a change as small as asked.
     7. no change: otherwise (not significant, or smaller than ``d``).
     """
-    from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse: lighter than scipy.stats
-
     floors = list(floors) if floors is not None else [None] * len(pairs)
     per_row = list(row_settings) if row_settings is not None else [settings] * len(pairs)
     ests = [
@@ -331,6 +329,8 @@ def judge(
             df = se2 * se2 / denom if denom > 0.0 else min(d for _, d in finite)
         tested[i] = (ec.mean - eb.mean, math.sqrt(se2), df)
     order = list(tested)
+    if tested:  # scipy.special costs 0.15 s to import: only when a row has a t-test (never for single rounds)
+        from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse: lighter than scipy.stats
     p_raw = {i: float(2.0 * stdtr(tested[i][2], -abs(tested[i][0]) / tested[i][1])) for i in order}
     p_adj = dict(zip(order, benjamini_hochberg(np.array([p_raw[i] for i in order])).tolist()))
     out = []

@@ -11,12 +11,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, omit_no_group
-from commlens.store.repo import MeasurementRow
+
+if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, which compare of two files never needs
+    from commlens.store.repo import MeasurementRow
 
 __all__ = [
     "DetectReport",

@@ -16,6 +16,7 @@ from commlens.regress.compare import CompareSettings, RowThreshold
 from commlens.regress.detect import DetectSettings
 from commlens.regress.history import SeriesKey, SeriesSettings
 from commlens.results.records import MeasurementKey, Run
+from commlens.store.refs import BASELINE_REFS, is_baseline_ref
 from commlens.store.repo import Store
 from commlens.store.series_meta import (
     Baseline,
@@ -35,12 +36,6 @@ __all__ = [
     "detect_thresholds",
     "is_baseline_ref",
 ]
-
-BASELINE_REFS = ("baseline", "baseline:")  # the base reference that means "the candidate's series' baseline"
-
-
-def is_baseline_ref(ref: str) -> bool:
-    return ref in BASELINE_REFS
 
 
 def candidate_series(runs: Sequence[Run]) -> tuple[str, str | None]:

@@ -8,12 +8,12 @@ import re
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, ExceptionContext, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
+if TYPE_CHECKING:  # SQLAlchemy itself on first use: naming the store or its errors costs no import
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import URL, ExceptionContext
 
 from commlens.errors import CommlensError
 from commlens.files import user_data_dir
@@ -96,6 +96,9 @@ def make_engine(url: str) -> Engine:
 
     On PostgreSQL: a 10 s connect timeout unless the URL sets one.
     """
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in _BACKENDS:
@@ -171,6 +174,8 @@ def map_driver_error(url: str, error: BaseException) -> DatabaseFault:
 def _raise_mapped(context: ExceptionContext) -> None:
     """``handle_error`` hook: driver errors become DatabaseFault; a duplicate key stays IntegrityError
     (the store reports which run), and Ctrl-C stays what it is."""
+    from sqlalchemy.exc import IntegrityError
+
     if isinstance(context.sqlalchemy_exception, IntegrityError) or context.is_disconnect and context.is_pre_ping:
         return
     if not isinstance(context.original_exception, Exception):
@@ -205,6 +210,9 @@ def _first_line(error: BaseException) -> str:
 
 def parse_url(url: str) -> URL:
     """``url`` parsed; StoreError naming it (password hidden where it parses) when it is malformed."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as e:
@@ -238,6 +246,9 @@ def driver_reason(e: BaseException) -> str:
 
 def sqlite_file_missing(url: str) -> bool:
     """Whether ``url`` names a SQLite file that does not exist (yet)."""
+    plain = url.removeprefix("sqlite:///")
+    if plain != url and plain and not any(c in plain for c in "?%") and not plain.startswith(("file:", ":memory:")):
+        return not Path(plain).expanduser().exists()  # a plain path: no need to load SQLAlchemy's URL parser
     parsed = parse_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
@@ -295,6 +306,8 @@ def _on_read_only_mount(database: Path) -> bool:
 
 
 def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
+    from sqlalchemy import event
+
     busy_timeout_ms = _busy_timeout_ms(engine.url)
 
     # pysqlite's own transaction handling delays BEGIN and commits before DDL; take it over

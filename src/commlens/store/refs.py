@@ -16,16 +16,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from commlens.results.records import Run
 from commlens.store.db import StoreError
-from commlens.store.repo import Store
+
+if TYPE_CHECKING:  # opened on first use (StoreOnDemand): resolving a file reference loads no ORM
+    from commlens.store.repo import Store
 
 RefKind = Literal["run", "tag", "file"]
 REF_KINDS: tuple[RefKind, ...] = ("run", "tag", "file")
+BASELINE_REFS = ("baseline", "baseline:")  # the base reference that means "the candidate's series' baseline"
 # A reference that does not exist but ends like this is taken as a missing file, not a tag or run id.
 FILE_SUFFIXES = (".json", ".txt", ".log", ".out", ".csv")
+
+
+def is_baseline_ref(ref: str) -> bool:
+    """Whether ``ref`` is compare's ``baseline`` (the candidate's series' stored baseline), not a run."""
+    return ref in BASELINE_REFS
 
 
 class RunRefError(StoreError):
@@ -84,6 +92,8 @@ class StoreOnDemand:
 
     def __call__(self) -> Store:
         if self.store is None:
+            from commlens.store.repo import Store
+
             self.store = Store.open(self.url, create=self.create)
         return self.store
 
