@@ -29,7 +29,7 @@ _spec.loader.exec_module(published)
 
 from commlens.ingest import GivenFacts, IngestError, IngestWarning, load_runs  # noqa: E402
 
-DATA = ROOT / "tests" / "data" / "ingest_published"
+DATA = ROOT.parent / "shared" / "realdata" / "ingest_published"  # published files: third-party, not committed here
 REAL = ROOT.parent / "shared" / "realdata" / "nccltests"
 
 # file -> (load_runs options, expected: "stored" or the words the refusal must contain)
@@ -77,7 +77,11 @@ def _check(path: Path, options: dict, expect: str) -> tuple[str, int, int, float
 
 
 def main(doc: Path | None = None) -> int:
-    rows = [(DATA / name, opts, expect) for name, (opts, expect) in FILES.items()]
+    rows = [(DATA / name, opts, expect) for name, (opts, expect) in FILES.items() if (DATA / name).is_file()]
+    if len(rows) < len(FILES):
+        print(
+            f"note: {len(FILES) - len(rows)} published files are not in {DATA}: measured without them", file=sys.stderr
+        )
     if REAL.is_dir():
         rows += [(REAL / f.name, {}, "stored") for f in sorted(REAL.glob("*.log"))]
     body = [
