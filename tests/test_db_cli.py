@@ -163,6 +163,7 @@ def test_runs_delete_needs_yes_without_a_terminal(db: str) -> None:
 
 def test_export_csv_one_row_per_measurement(db: str, tmp_path: Path) -> None:
     out = tmp_path / "out" / "all.csv"
+    out.parent.mkdir()  # export makes no directory (issue 28: tests/test_store_edges.py)
     result = _cli("export", "--db", db, "--output", str(out))
     assert result.exit_code == 0, result.output
     assert result.stderr == f"exported 7 measurements of 3 runs to {out} (csv)\n"
