@@ -104,7 +104,12 @@ def estimate_sim_bytes(
     topology: Topology, nodes: int, collectives: list[CollectiveShape], *, qps: int = 1, channels: int = 2
 ) -> int:
     """Peak memory a simulation of ``collectives`` on ``nodes`` nodes of ``topology`` needs, over-estimated."""
-    flows = sum(s.groups * _flows_per_group(topology, s) for s in collectives) * qps * channels
+    per_group: dict[tuple[str, float, int, str], int] = {}  # a step's collectives share few shapes
+    for s in collectives:
+        key = (s.op, s.size_bytes, s.ranks, s.algo)
+        if key not in per_group:
+            per_group[key] = _flows_per_group(topology, s)
+    flows = sum(s.groups * per_group[(s.op, s.size_bytes, s.ranks, s.algo)] for s in collectives) * qps * channels
     ranks = sum(s.groups * s.ranks for s in collectives)
     return (
         _BASE_BYTES
