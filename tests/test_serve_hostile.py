@@ -191,3 +191,28 @@ def test_the_limits_are_checked_when_the_server_starts(store_url: str, tmp_path:
         timeout=60,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: --max-connections 0"), proc.stderr
+
+
+def test_the_live_page_says_which_endpoint_answers_garbage_and_which_trickles() -> None:
+    from hostile_endpoint import Canned
+
+    from commlens.serve.live import LiveSources
+
+    def garbage(body: bytes) -> object:
+        return lambda path: {"job_id": "j", "rank": 0} if path.startswith("/job") else body
+
+    with (
+        Canned(garbage(b'{"records": [], "next": "abc"}')) as bad,
+        Canned(garbage(b"[" * 200_000 + b"]" * 200_000)) as deep,
+        Trickle(every_s=1.0) as slow,
+    ):
+        sources = LiveSources(tuple(f"http://{s.address}" for s in (bad, deep, slow)))
+        started = time.monotonic()
+        sources.poll(wait_s=1.0)
+        assert time.monotonic() - started < 2.0  # the trickling endpoint's poll goes on in its own thread
+        rows = [e.summary() for e in sources.endpoints]
+        still_polling = sources.polling(2)
+        sources.close()
+    assert rows[0]["status"] == "bad answer" and "next cursor" in rows[0]["error"]
+    assert rows[1]["status"] == "bad answer" and "nested too deeply" in rows[1]["error"]
+    assert rows[2]["status"] == "connecting" and still_polling
