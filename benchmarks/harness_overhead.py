@@ -621,6 +621,122 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
         )
 
 
+STARTUP_SECTION = "## Start-up of file and store commands (issue 34)"
+STARTUP_TARGET_S = 0.3
+# Modules a command should not load unless it needs them, with what needs them.
+HEAVY_MODULES = ("sqlalchemy", "sqlalchemy.orm", "scipy.special", "scipy.stats", "ruptures", "torch", "pandas")
+
+
+def _startup_commands(work: Path) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(label, argv after ``commlens``, extra environment): ten commands people run most, on real inputs.
+
+    ``file:`` commands run with ``COMMLENS_DB`` naming a store that does not exist (nothing to read but the
+    files); store commands read a SQLite store holding the two example logs.
+    """
+    data = ROOT / "tests" / "data" / "regress"
+    base, cand = data / "base-all_reduce.log", data / "candidate-all_reduce-10pct-slower.log"
+    store = work / "store.db"
+    nostore = {"COMMLENS_DB": str(work / "absent" / "results.db")}
+    withstore = {"COMMLENS_DB": str(store)}
+    env = {**os.environ, **withstore}
+    for i, log in enumerate((base, cand)):
+        subprocess.run(
+            [sys.executable, "-m", "commlens", "ingest", str(log), "--tag", f"t{i}"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    runs = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "commlens", "runs", "--json"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    )
+    run_id = runs[0]["run_id"]
+    return [
+        ("commlens --help", ["--help"], nostore),
+        ("commlens bench --help", ["bench", "--help"], nostore),
+        (f"commlens compare file:{base.name} file:{cand.name}", ["compare", f"file:{base}", f"file:{cand}"], nostore),
+        (f"commlens show {run_id[:8]}", ["show", run_id[:8]], withstore),
+        ("commlens runs", ["runs"], withstore),
+        ("commlens runs (no store yet)", ["runs"], nostore),
+        ("commlens detect", ["detect"], withstore),
+        ("commlens export --format json -o -", ["export", "--format", "json", "-o", "-"], withstore),
+        ("commlens db status", ["db", "status"], withstore),
+        (f"commlens ingest {base.name} (fresh store)", ["ingest", str(base)], {}),
+    ]
+
+
+def _time_command(argv: list[str], env_extra: dict[str, str], work: Path, repeats: int) -> list[float]:
+    """Wall time of ``repeats`` runs after one warm-up (hyperfine's way: the whole process, start to exit)."""
+    walls = []
+    for i in range(repeats + 1):
+        extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-{len(argv)}-{i}-{time.monotonic_ns()}.db")}
+        env = {**os.environ, **extra}
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "commlens", *argv], env=env, capture_output=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"commlens {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}")
+        if i:
+            walls.append(wall)
+    return walls
+
+
+def _import_profile(argv: list[str], env_extra: dict[str, str], work: Path) -> tuple[float, list[str]]:
+    """``python -X importtime``: the cumulative import time of everything (s) and which heavy modules loaded."""
+    extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-importtime-{time.monotonic_ns()}.db")}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "commlens", *argv],
+        env={**os.environ, **extra},
+        capture_output=True,
+        text=True,
+    )
+    total_us, loaded = 0, []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line or "self [us]" in line:
+            continue
+        _, cumulative, name = line.split("|", 2)
+        if len(name) - len(name.lstrip()) == 1:  # top-level imports only: their cumulative times add up
+            total_us += int(cumulative)
+        if name.strip() in HEAVY_MODULES:
+            loaded.append(name.strip())
+    return total_us / 1e6, sorted(set(loaded))
+
+
+def _startup(ns: argparse.Namespace) -> None:
+    """Time the start-up commands and write their section."""
+    repeats = ns.startup_repeats
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
+        work = Path(tmp)
+        for label, argv, env_extra in _startup_commands(work):
+            walls = _time_command(argv, env_extra, work, repeats)
+            imports_s, heavy = _import_profile(argv, env_extra, work)
+            rows.append((label, walls, imports_s, heavy))
+            print(f"{label}: mean {statistics.mean(walls):.3f} s, min {min(walls):.3f} s; {', '.join(heavy) or '-'}")
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py --startup` on {platform.node() or 'this host'} "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}), {dt.date.today().isoformat()}. "
+        f"Each command run {repeats} times after one warm-up, the whole process timed from start to exit "
+        "(as hyperfine does); the import figures from one more run under `python -X importtime`. Store "
+        "commands read a SQLite store holding the two logs of `tests/data/regress/`; file commands run with "
+        "`COMMLENS_DB` naming a store that does not exist. Target: compare of two files, show, runs under "
+        f"{STARTUP_TARGET_S} s.",
+        "",
+        "| command | mean (s) | sd (s) | min (s) | imports (s) | heavy modules loaded |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for label, walls, imports_s, heavy in rows:
+        sd = statistics.stdev(walls) if len(walls) > 1 else 0.0
+        body.append(
+            f"| `{label}` | {statistics.mean(walls):.3f} | {sd:.3f} | {min(walls):.3f} | {imports_s:.3f} "
+            f"| {', '.join(heavy) or '-'} |"
+        )
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(STARTUP_SECTION, body)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4], help="world sizes")
@@ -652,11 +768,15 @@ def main() -> None:
     )
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     p.add_argument("--json", default=None, help="also write every figure to this JSON file")
+    p.add_argument("--startup", action="store_true", help="only the start-up of ten commands (its own section)")
+    p.add_argument("--startup-repeats", type=int, default=7, help="timed runs of each start-up command")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     ns = p.parse_args(argv)
-    if ns.worker:
+    if ns.startup:
+        _startup(ns)
+    elif ns.worker:
         _worker(ns)
     else:
         _driver(ns, argv)

@@ -117,10 +117,14 @@ def _list(
     db: str | None,
     as_json: bool,
 ) -> None:
-    from commlens.store import NoStoreError, Store, StoreError
+    from commlens.store.db import NoStoreError, StoreError, db_url, default_db_url, sqlite_file_missing
 
     op = _op_name(op)
     try:
+        if sqlite_file_missing(default_db_url() if db is None else db_url(db)):
+            raise NoStoreError("no store yet")  # said without loading the ORM (SQLAlchemy) at all
+        from commlens.store import Store
+
         store = Store.open(db, create=False)
     except NoStoreError:  # a fresh install: nothing to list, and nothing created by listing
         rows = []
