@@ -17,6 +17,8 @@ All on loopback, in this process and one ``commlens serve`` process:
    line, a quarter a header byte a second, a quarter a full request head with a 1 MB body announced and
    a byte a second of it; each one the server closes is opened again at once;
 4. ``--live-clients`` clients request ``/api/live`` in a loop (each a fresh connection, 20 s timeout);
+   the endpoints, the connections and these clients run in a child process (asyncio, and a thread per
+   live client), so that the probes below never wait for its interpreter lock;
 5. once every ``--every`` seconds for ``--duration`` seconds, ``GET /healthz`` and ``GET /api/runs`` (a
    route served on a worker thread) on a fresh connection, with a 5 s timeout (a timeout counts as 5 s
    and a failure); the server's open descriptors and threads are read from ``/proc``.
@@ -47,6 +49,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from docsection import write_section  # noqa: E402
 
@@ -164,6 +167,59 @@ class Attack:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+class AttackProcess:
+    """The attack in a process of its own: its loop and threads never hold the probes' interpreter lock."""
+
+    def __init__(self, connections: int, endpoints: int, live_clients: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_attack_main, args=(child, connections, endpoints, live_clients), daemon=True)
+        self._proc.start()
+        self.held = 0
+        self.stats: dict[str, Any] = {}
+
+    def start_endpoints(self) -> list[int]:
+        ports: list[int] = self._conn.recv()
+        return ports
+
+    def attack(self, port: int) -> None:
+        self._conn.send(port)
+
+    def sample(self) -> None:
+        self._conn.send("held?")
+        self.held = self._conn.recv()
+
+    def close(self) -> None:
+        self._conn.send("stop")
+        self.stats = self._conn.recv()
+        self._proc.join(10)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("opened", "refused", "max_held", "live_status", "live_times"):
+            return self.stats[name]
+        raise AttributeError(name)
+
+
+def _attack_main(conn: Any, connections: int, endpoints: int, live_clients: int) -> None:
+    attack = Attack(connections, endpoints, live_clients)
+    conn.send(attack.start_endpoints())
+    attack.attack(conn.recv())
+    while conn.recv() == "held?":
+        conn.send(attack.held)
+    attack.close()
+    conn.send(
+        {
+            "opened": attack.opened,
+            "refused": attack.refused,
+            "max_held": attack.max_held,
+            "live_status": attack.live_status,
+            "live_times": attack.live_times,
+        }
+    )
+
+
 def _live_get(port: int) -> tuple[int, bytes]:
     return http_get(HOST, port, "/api/live", timeout_s=20)
 
@@ -259,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="commlens-serve-hostile-"))
     db_url = f"sqlite:///{workdir / 'results.db'}"
     Store.open(db_url).close()
-    attack = Attack(args.connections, args.endpoints, args.live_clients)
+    attack = AttackProcess(args.connections, args.endpoints, args.live_clients)
     ports = attack.start_endpoints()
     proc, port, command = start_server(db_url, ports, workdir / "serve.log")
     server_soft = 0
@@ -289,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             answers["api/runs " + status] += 1
             fds, threads = proc_counts(proc.pid)
             fds_max, threads_max = max(fds_max, fds), max(threads_max, threads)
+            attack.sample()
             held_samples.append(attack.held)
             time.sleep(max(0.0, args.every - t))
         alive = proc.poll() is None
