@@ -206,16 +206,19 @@ def _launch(out_dir: Path, worker_args: list[str]) -> float:
 
 
 def _collect(out_dir: Path, who: str) -> dict[tuple[str, str, int], dict[str, float]]:
-    """(op, dtype, size) -> peak and base over ranks (the largest rank's)."""
+    """(op, dtype, size) -> the largest rank's peak over the row's rounds, and the largest rank's base: its
+    resident set when its first row started (a row runs once per round; later starts hold what gloo kept)."""
     table: dict[tuple[str, str, int], dict[str, float]] = {}
     for rank in range(NPROC):
-        for row in json.loads((out_dir / f"{who}-rank{rank}.json").read_text()):
+        rows = json.loads((out_dir / f"{who}-rank{rank}.json").read_text())
+        base = rows[0]["base_bytes"] if rows else 0
+        for row in rows:
             if not row["ran"]:
                 continue
             key = (row["op"], row["dtype"], row["size_bytes"])
             cur = table.setdefault(key, {"peak": 0.0, "base": 0.0})
             cur["peak"] = max(cur["peak"], row["peak_bytes"])
-            cur["base"] = max(cur["base"], row["base_bytes"])
+            cur["base"] = max(cur["base"], base)
     return table
 
 
@@ -315,7 +318,7 @@ def main() -> None:
             raws = [r["raw_peak"] for r in rows if r["raw_peak"] is not None]
             raw_worst = max(raws) if raws else None
             ok = all(_within(r) for r in rows)
-            base = min(r["commlens_base"] for r in rows)  # before the first row touched the buffers
+            base = rows[0]["commlens_base"]  # before the first row touched the buffers
             misses += 0 if ok else 1
             body.append(
                 f"| {op} | {size // MIB} | {len(rows)} | {_mb(worst['commlens_peak'])} / {_mb(best['commlens_peak'])} "
