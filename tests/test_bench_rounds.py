@@ -97,12 +97,14 @@ def test_default_rounds_with_two_iterations_give_two_rounds(tmp_path_factory: py
 
 
 def _shape(stdout: str) -> list[str]:
-    """The table without its figures: its ``#`` lines after the run's header and each row's first five columns."""
+    """The table without its figures: its ``#`` lines after the run's header and each row's first five columns
+    (not the expected-performance verdict under it, which follows the figures)."""
     header = ("# commlens ", "# ops ", "# backend ", "#  Rank ", "# Avg bus bandwidth")
+    lines = stdout.splitlines()
+    if any(line.startswith("# expect:") for line in lines):  # the verdict and its indented lines end the output
+        lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("# expect:"))]
     return [
-        line if line.startswith("#") else " ".join(line.split()[:5])
-        for line in stdout.splitlines()
-        if not line.startswith(header)
+        line if line.startswith("#") else " ".join(line.split()[:5]) for line in lines if not line.startswith(header)
     ]
 
 
