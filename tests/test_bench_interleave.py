@@ -74,10 +74,13 @@ def _rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, bool]]:
 
 
 def _table_shape(stdout: str) -> list[str]:
-    """The table without its figures: headers, notes, and each row's size, count, type, redop and root."""
+    """The table without its figures: headers, notes, and each row's size, count, type, redop and root (not the
+    verdict under it, which follows the figures)."""
     shape = []
+    in_verdict = False  # the expected-performance verdict (issue 30): '# expect:' and its indented lines
     for line in stdout.splitlines()[8:]:  # after the run, system and rank lines
-        if line.startswith("# Avg bus bandwidth"):
+        in_verdict = line.startswith("# expect:") or (in_verdict and line.startswith("#   "))
+        if line.startswith("# Avg bus bandwidth") or in_verdict:
             continue
         shape.append(line if line.startswith("#") else " ".join(line.split()[:5]))
     return shape
