@@ -3,12 +3,15 @@
 ``urllib``'s timeout bounds each socket operation, not the request: an endpoint that sends one byte a
 second never trips it, and the status line alone can take hours. :func:`http_get` reads with the time
 left before its deadline on every receive, so nothing an endpoint does holds the caller past it. The
-request is HTTP/1.0 with ``Connection: close`` (the answer is read to its end; no chunked encoding).
+request is HTTP/1.0 with ``Connection: close`` (the answer is read to its end; no chunked encoding). With a
+``tls`` context (an ``https://`` endpoint, such as one behind a TLS-terminating proxy) the handshake is held to
+the same deadline, and the certificate is checked as that context says.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
 from commlens.errors import CommlensError
@@ -39,6 +42,7 @@ def http_get(
     max_bytes: int = 16 << 20,
     headers: dict[str, str] | None = None,
     deadline: float | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
     """``GET path`` from ``host:port``: (status, body), within ``timeout_s`` in all (and before ``deadline``,
     a ``time.monotonic()`` instant, when given). Raises :class:`FetchError` otherwise."""
@@ -62,6 +66,22 @@ def http_get(
         ) from None
     except OSError as e:
         raise FetchError("unreachable", f"cannot reach it: {e.strerror or e}") from None
+    if tls is not None:
+        try:
+            sock.settimeout(left())
+            sock = tls.wrap_socket(sock, server_hostname=host)
+        except FetchError:
+            sock.close()
+            raise
+        except TimeoutError:
+            sock.close()
+            raise FetchError("timeout", f"no TLS handshake within {allotted:.2g} s") from None
+        except ssl.SSLError as e:
+            sock.close()
+            raise FetchError("unreachable", f"TLS failed: {e.reason or e}") from None
+        except OSError as e:
+            sock.close()
+            raise FetchError("unreachable", f"TLS failed: {e.strerror or e}") from None
     name = f"[{host}]" if ":" in host else host
     lines = [f"GET {path} HTTP/1.0", f"Host: {name}:{port}", "Accept: application/json", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]

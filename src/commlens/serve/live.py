@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 import threading
 import time
 from collections import deque
@@ -57,6 +58,7 @@ class LiveEndpoint:
         self.skipped = 0  # records the endpoint sent that were not valid
         self.bad = False  # the last poll's answer was not a monitor endpoint's
         self._lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
 
     @property
     def key(self) -> str:
@@ -64,18 +66,21 @@ class LiveEndpoint:
 
     def _get(self, path: str, deadline: float) -> Any:
         parts = urlsplit(self.url)
-        if parts.scheme != "http":
-            raise FetchError("unreachable", f"{parts.scheme}:// endpoints are not read (the monitor serves http)")
+        if parts.scheme not in ("http", "https"):
+            raise FetchError("unreachable", f"{parts.scheme}:// endpoints are not read (http or https)")
+        if parts.scheme == "https" and self._tls is None:
+            self._tls = ssl.create_default_context()  # the system's CAs; a proxy in front of the rank's endpoint
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         status, body = http_get(
             parts.hostname or "",
-            parts.port or 80,
+            parts.port or (443 if parts.scheme == "https" else 80),
             path,
             timeout_s=POLL_DEADLINE_S,
             connect_timeout_s=TIMEOUT_S,
             deadline=deadline,
             max_bytes=MAX_RESPONSE_BYTES,
             headers=headers,
+            tls=self._tls if parts.scheme == "https" else None,
         )
         if status != 200:
             hint = " (the endpoint needs its job's monitor token)" if status == 401 else ""
