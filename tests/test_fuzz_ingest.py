@@ -383,6 +383,17 @@ _spec_cases = [c for c in CASES if c.reader in SPEC_READERS]
 _trace_cases = [c for c in CASES if c.reader in TRACE_READERS]
 
 
+def _fuzz_settings(max_examples: int) -> settings:
+    """The same inputs every run (derandomized, no example database), however slow a case."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
 def _run(harness: Harness, case: Case, mutations: list[tuple[str, float, int]]) -> str:
     data = case.data
     for kind, where, pick in mutations:
@@ -390,13 +401,7 @@ def _run(harness: Harness, case: Case, mutations: list[tuple[str, float, int]]) 
     return harness.check(case, data)
 
 
-@settings(
-    max_examples=500,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_fuzz_settings(500)
 @given(case=st.sampled_from(_ingest_cases), mutations=st.lists(_mutation, min_size=1, max_size=4))
 def test_mutated_ingest_files_are_stored_or_refused_cleanly(
     harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
@@ -404,13 +409,7 @@ def test_mutated_ingest_files_are_stored_or_refused_cleanly(
     assert _run(harness, case, mutations) in ("stored", "refused")
 
 
-@settings(
-    max_examples=200,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_fuzz_settings(200)
 @given(case=st.sampled_from(_spec_cases), mutations=st.lists(_mutation, min_size=1, max_size=3))
 def test_mutated_yaml_specs_load_or_are_refused_cleanly(
     harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
@@ -418,13 +417,7 @@ def test_mutated_yaml_specs_load_or_are_refused_cleanly(
     assert _run(harness, case, mutations) in ("loaded", "refused")
 
 
-@settings(
-    max_examples=200,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_fuzz_settings(200)
 @given(case=st.sampled_from(_trace_cases), mutations=st.lists(_mutation, min_size=1, max_size=4))
 def test_mutated_dumps_and_traces_are_read_or_refused_cleanly(
     harness: Harness, case: Case, mutations: list[tuple[str, float, int]]
