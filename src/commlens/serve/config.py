@@ -70,7 +70,9 @@ class ServeConfig:
         for url in self.monitor_endpoints:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-                raise ServeConfigError(f"--monitor {url!r}: expected a rank endpoint http://host:port")
+                raise ServeConfigError(
+                    f"--monitor {url!r}: expected a rank endpoint http://host:port (or https://host[:port] behind a TLS proxy)"
+                )
 
     @property
     def base_url(self) -> str:
