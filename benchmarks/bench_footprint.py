@@ -43,21 +43,13 @@ from typing import Any
 
 from docsection import write_section  # noqa: E402
 
+from commlens.ops import OP_NAMES  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Per-rank memory footprint (issue 34)"
 MIB = 1024 * 1024
 NPROC = 4
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "sendrecv",
-)
+OPS = tuple(op for op in OP_NAMES if op != "barrier")  # every payload op of the catalog
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
 SIZES = (1 * MIB, 16 * MIB)
 QUICK_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
