@@ -53,6 +53,20 @@ def _row(op: str, size: int, t: float, world: int) -> Measurement:
     )
 
 
+def _system(names: tuple[str, ...], per_host: int, gpu: str, env: dict[str, str]) -> SystemInfo:
+    """An NCCL job of ``per_host`` ranks on each named host, all on one GPU model."""
+    world = len(names) * per_host
+    return SystemInfo(
+        world_size=world,
+        hosts=names,
+        ranks_per_host={h: per_host for h in names},
+        backend="nccl",
+        device="cuda",
+        device_names=(gpu,) * world,
+        env=env,
+    )
+
+
 def case_run(case: dict) -> tuple[Run, list[Fact]]:
     """The run a case's figures describe, and the facts its published log shows."""
     hosts, per_host = int(case["hosts"]), int(case["ranks_per_host"])
@@ -64,15 +78,7 @@ def case_run(case: dict) -> tuple[Run, list[Fact]]:
     for size, busbw_gbps in case["rows"]:
         algbw = busbw_gbps * 1e9 / spec.busbw_factor(world)
         rows.append(_row(spec.name, int(size), size / algbw, world))
-    system = SystemInfo(
-        world_size=world,
-        hosts=names,
-        ranks_per_host={h: per_host for h in names},
-        backend="nccl",
-        device="cuda",
-        device_names=(case["gpu"],) * world,
-        env=env,
-    )
+    system = _system(names, per_host, case["gpu"], env)
     run = Run(
         run_id=case["id"],
         started_at="2025-01-01T00:00:00+00:00",
@@ -215,14 +221,7 @@ def _speed() -> tuple[float, float, Run]:
         for k in range(25):
             size = 1024 << k
             rows.append(_row(op, size, 1e-5 + size / 40e9, world))
-    system = SystemInfo(
-        world_size=world,
-        hosts=names,
-        ranks_per_host={h: per_host for h in names},
-        backend="nccl",
-        device="cuda",
-        device_names=("NVIDIA H100 80GB HBM3",) * world,
-    )
+    system = _system(names, per_host, "NVIDIA H100 80GB HBM3", {})
     run = Run(run_id="speed", started_at="2025-01-01T00:00:00+00:00", system=system, measurements=tuple(rows))
     text = "\n".join(
         [
