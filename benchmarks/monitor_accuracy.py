@@ -7,7 +7,7 @@ Run from the repository root::
 
 ``--trials`` slowed and as many healthy trials, alternating (seeded: ``--seed``). Every trial is a real
 launch of ``examples/train_monitored.py`` (DDP, gloo, 4 ranks, ``torch.distributed.run --standalone``)
-with ``--jsonl-dir``, then ``commlens monitor collect --jsonl DIR --replay --json OUT``, which evaluates
+with ``--jsonl-dir``, then ``commlens monitor collect --jsonl DIR --replay -o OUT``, which evaluates
 the records as the live collector would have seen them. A slowed trial picks a rank at random, a step
 to slow it from at random in ``--slow-from`` (inclusive), and gives that rank ``--slow-ms`` of extra real
 compute per step from then on; ``--slow-ms`` defaults to ``--slow-frac`` of the median step time of the
@@ -113,7 +113,7 @@ def _run_trial(ns: argparse.Namespace, trial: dict[str, Any], slow_ms: float | N
     trial["step_after_s"] = _median_step(per_rank, cut, ns.steps) if trial["kind"] == "slowed" else None
     t0 = time.perf_counter()
     collect = subprocess.run(
-        [str(BIN), "monitor", "collect", "--jsonl", str(jsonl), "--replay", "--json", str(summary), *ns.collect_args],
+        [str(BIN), "monitor", "collect", "--jsonl", str(jsonl), "--replay", "--output", str(summary), *ns.collect_args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -187,7 +187,7 @@ def _report(ns: argparse.Namespace, argv: list[str], trials: list[dict[str, Any]
         "",
         f"Each trial: `examples/train_monitored.py --parallel {ns.parallel} --steps {ns.steps} --jsonl-dir DIR` "
         f"on {ns.nproc} gloo ranks (`torch.distributed.run --standalone`), then `commlens monitor collect "
-        f"--jsonl DIR --replay --json OUT` (collector options: {collect_opts}). Slowed trials: a random rank "
+        f"--jsonl DIR --replay -o OUT` (collector options: {collect_opts}). Slowed trials: a random rank "
         f"gets `--slow-ms {slow_ms:g}` of extra real compute per step from a random step in "
         f"{ns.slow_from[0]}-{ns.slow_from[1]}; {slow_ms:g} ms is {ns.slow_frac:g} x the median step time of "
         f"the first healthy trial ({base * 1e3:.1f} ms; the step time is the max across ranks). On this "

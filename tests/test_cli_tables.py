@@ -264,15 +264,15 @@ def test_compare_table_header_is_a_comment_and_rows_are_indented(tmp_path, monke
     reason = "run-to-run variation not measured (base and candidate: fewer than 3 rounds or runs, no noise floor known)"
     assert lines[2:5] == [
         "# op          size  dtype    redop  place      n  base us  cand us  base GB/s  cand GB/s  spread  ratio  "
-        "95% CI  p  verdict  reason",
+        "95% CI  p adj  verdict  reason",
         f"  all_reduce    1M  float32  sum    out    1x/1x    27.76    30.54      66.10      60.09       -  1.100  "
-        f"-       -  unknown  {reason}",
+        f"-           -  unknown  {reason}",
         f"  all_reduce    2M  float32  sum    out    1x/1x    40.66    44.73      90.26      82.05       -  1.100  "
-        f"-       -  unknown  {reason}",
+        f"-           -  unknown  {reason}",
     ]
     markdown = _cli("compare", base, cand, "--no-noise-floors", "--format", "markdown").splitlines()
     assert markdown[6:8] == [
         "| op | size | dtype | redop | place | n | base us | cand us | base GB/s | cand GB/s | spread | ratio | 95% CI "
-        "| p | verdict | reason |",
+        "| p adj | verdict | reason |",
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|",
     ]

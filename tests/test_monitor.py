@@ -393,7 +393,7 @@ def test_a_healthy_ddp_job_scraped_by_prometheus_and_collected_live_raises_no_al
     server = prometheus([f"127.0.0.1:{base + i}" for i in range(4)])
     collector = subprocess.Popen(
         [str(BIN / "commlens"), "monitor", "collect", "--endpoint", f"127.0.0.1:{base}-{base + 3}",
-         "--interval", "0.25", "--idle-exit", "3", "--json", str(tmp_path / "collect.json")],
+         "--interval", "0.25", "--idle-exit", "3", "--output", str(tmp_path / "collect.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
     )  # fmt: skip
     try:
@@ -452,7 +452,7 @@ def test_a_slowed_rank_is_named_live_within_20_steps(tmp_path):
     try:
         proc = commlens(
             "monitor", "collect", "--endpoint", f"127.0.0.1:{base}-{base + 3}", "--interval", "0.5",
-            "--idle-exit", "3", "--json", str(tmp_path / "c.json"), "--fail-on-alert", timeout=240,
+            "--idle-exit", "3", "--output", str(tmp_path / "c.json"), "--fail-on-alert", timeout=240,
         )  # fmt: skip
         job.communicate(timeout=120)
     finally:
@@ -481,7 +481,7 @@ def test_a_hung_collective_dumps_the_flight_recorder_on_every_rank_and_diagnose_
     )  # fmt: skip
     collector = subprocess.Popen(
         [str(BIN / "commlens"), "monitor", "collect", "--endpoint", f"127.0.0.1:{base}-{base + 3}",
-         "--hang-after", "4", "--idle-exit", "2", "--json", str(tmp_path / "c.json")],
+         "--hang-after", "4", "--idle-exit", "2", "--output", str(tmp_path / "c.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
     )  # fmt: skip
     dumps = mon / "flightrec"

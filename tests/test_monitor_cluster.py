@@ -88,7 +88,7 @@ def _wait_until(
 
 
 def _replay(mon: Path, out: Path, *args: str) -> dict[str, Any]:
-    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--json", str(out), *args)
+    proc = commlens("monitor", "collect", "--jsonl", str(mon), "--replay", "--output", str(out), *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -154,7 +154,7 @@ def _run_case_once(
     try:
         job = _launch(name, ranks_per_host, tmp_path, steps, env)
         live = subprocess.Popen(
-            [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--idle-exit", "20", "--json", str(tmp_path / "live.json")],
+            [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--idle-exit", "20", "--output", str(tmp_path / "live.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         if fault is not None:

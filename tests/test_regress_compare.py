@@ -207,6 +207,7 @@ def test_clear_slowdown_is_a_regression_and_exits_1(db: str) -> None:
         "95%",
         "CI",
         "p",
+        "adj",
         "verdict",
         "reason",
     ]
@@ -484,7 +485,7 @@ def test_markdown_is_a_pull_request_table_with_regressions_first(db: str) -> Non
     assert lines[4].startswith("**4 rows: 1 regressions, 0 improvements, 3 no change, 0 unknown; geometric mean")
     assert lines[6] == (
         "| op | size | dtype | redop | place | n | base us | cand us | base GB/s | cand GB/s | spread "
-        "| ratio | 95% CI | p | verdict | reason |"
+        "| ratio | 95% CI | p adj | verdict | reason |"
     )
     assert lines[7] == "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|"
     table = lines[8:12]

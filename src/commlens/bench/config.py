@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, REDOPS, OpSpec, parse_ops
@@ -221,9 +222,17 @@ _DTYPE_ALIASES = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors read as every other command's: one ``error: ...`` line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
 def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     """The one option set of ``commlens bench`` and ``python -m commlens.bench``."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=prog,
         description="Run collectives across ranks with nccl-tests semantics, validate and store the results.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -305,7 +314,15 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
         help="ranks per emulated host with --cluster (default: the cluster's); --nproc is then ignored",
     )
     o = p.add_argument_group("output")
-    o.add_argument("--json", dest="json_path", default=None, help="write the run as commlens JSON ('-' for stdout)")
+    o.add_argument(
+        "--json",
+        dest="json_path",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="print the run as commlens JSON on stdout instead of the table; with FILE, write it there",
+    )
     o.add_argument("--nccl-tests-json", dest="nccl_json_path", default=None, help="write nccl-tests -J JSON")
     o.add_argument(
         "--db", default=None, help="result store URL or SQLite path (default: $COMMLENS_DB or the user data dir)"

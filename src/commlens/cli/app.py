@@ -46,8 +46,21 @@ def emit(report: Any, as_json: bool, print_text: Callable[[Any], None], code: in
     raise typer.Exit(code)
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from commlens import __version__
+        from commlens.results.jsonfmt import FORMAT_WITH_GROUPS
+
+        print(f"commlens {__version__} (run files up to {FORMAT_WITH_GROUPS}; Python {sys.version.split()[0]})")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="print the version and exit"
+    ),
+) -> None:
     """commlens: measure collectives with nccl-tests semantics, keep every result."""
 
 
@@ -74,9 +87,53 @@ def bench(ctx: typer.Context) -> None:
     raise typer.Exit(code)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The ``commlens`` script: every usage error (an unknown option, a bad value, a missing argument, an unknown
+    command) is one ``error: ...`` line on stderr and exit code 2, as the library's errors are; never a box."""
     _register()
-    app()
+    # Typer bundles its own click (typer 0.29 no longer depends on click): its exception classes are reached
+    # through the one it exports, wherever the bundled module lives.
+    usage_error = _click_class("UsageError")
+    click_exception = _click_class("ClickException")
+    try:
+        code = app(args=argv, prog_name="commlens", standalone_mode=False)
+    except usage_error as e:
+        ctx = getattr(e, "ctx", None)
+        where = ctx.command_path if ctx is not None else "commlens"
+        code = _said(f"{_sentence(e.format_message())} (see '{where} --help')", 2)
+    except click_exception as e:  # a file option that cannot be opened, and the like
+        code = _said(_sentence(e.format_message()), getattr(e, "exit_code", 1))
+    except typer.Abort:  # Ctrl-C at a prompt, end of input
+        code = _said("aborted", 1)
+    except BrokenPipeError:  # `commlens runs | head`: the reader left; nothing to say
+        sys.stderr.close()
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _said(message: str, code: int) -> int:
+    say("error", message)
+    return code
+
+
+def _click_class(name: str) -> Any:
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+# pydantic's wording of a bad number (Typer 0.29 converts values with it), as commlens words it
+_PYDANTIC_WORDS = {
+    "Input should be a valid integer, unable to parse string as an integer": "expected an integer",
+    "Input should be a valid number, unable to parse string as a number": "expected a number",
+    "Input should be a valid boolean, unable to interpret input": "expected true or false",
+}
+
+
+def _sentence(message: str) -> str:
+    """Click's ``No such option: --x.`` as the rest of commlens writes errors: ``no such option: --x``."""
+    text = message.strip().rstrip(".")
+    for words, ours in _PYDANTIC_WORDS.items():
+        text = text.replace(words, ours)
+    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
 
 
 def _register() -> None:
@@ -99,4 +156,5 @@ def _register() -> None:
         sim_cmd,
         topology_cmd,
         tune_cmd,  # noqa: F401
+        workload_cmd,
     )

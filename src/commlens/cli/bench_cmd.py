@@ -38,6 +38,8 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
     cfg = config_from_args(ns, check_backend=False)
     placement: Placement = OnCluster(ns.cluster, ns.ranks_per_host) if ns.cluster is not None else Local(ns.nproc)
     to = Destinations.of(ns)
+    # stdout carries one JSON document (--json, or --json - / --nccl-tests-json -): no table around it
+    print_table = print_table and "-" not in (to.json_path, to.nccl_json_path)
     check_destinations(to)  # before anything imports torch (seconds): a bad --json or --db is refused at once
     check_backend_here(cfg)
     launcher.check(cfg, placement)
@@ -45,9 +47,8 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
         run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
     store(run, to)
-    # the expected-performance verdict under the table (commlens expect RUN for the details); not when stdout
-    # carries a JSON document (--json -), which must stay parseable
-    if print_table and "-" not in (to.json_path, to.nccl_json_path):
+    # the expected-performance verdict under the table (commlens expect RUN for the details)
+    if print_table:
         from commlens.cli.expect_cmd import judge_or_none, summary_lines
 
         verdict = judge_or_none(run)

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -63,7 +64,10 @@ def monitor_collect(
         None, help="token for the ranks' endpoints and this one (default: $COMMLENS_MONITOR_TOKEN)"
     ),
     job_id: str = typer.Option("", "--job-id", help="the job_id label of the collector's metrics"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the summary and every alert as JSON here"),
+    json_out: Path | None = typer.Option(
+        None, "--output", "-o", help="also write the summary and every alert as JSON to this file"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON instead of text"),
     fail_on_alert: bool = typer.Option(False, "--fail-on-alert", help="exit 1 when any alert was raised"),
 ) -> None:
     """Read the ranks' records (endpoints, JSONL files or NCCL Inspector output), join them by group and
@@ -150,6 +154,19 @@ def monitor_collect(
             if server is not None:
                 server.close()
     summary = collector.summary()
+    if json_out is not None:
+        from commlens.files import atomic_text
+
+        with atomic_text(json_out) as fp:
+            json.dump(summary, fp, indent=2)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+    raise typer.Exit(1 if fail_on_alert and summary["alerts"] else 0)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
     for name, g in summary["groups"].items():
         print(
             f"group {name}: {g['joined']} collectives joined across ranks {_ranks(g['ranks'])}, last step {g['last_step']}"
@@ -166,12 +183,6 @@ def monitor_collect(
     for a in alerts:
         state = "active" if a["cleared_at_s"] is None else "cleared"
         print(f"{a['kind']}: {a['text']} [{state}]")
-    if json_out is not None:
-        from commlens.files import atomic_text
-
-        with atomic_text(json_out) as fp:
-            json.dump(summary, fp, indent=2)
-    raise typer.Exit(1 if fail_on_alert and alerts else 0)
 
 
 def _ranks(ranks: list[int]) -> str:

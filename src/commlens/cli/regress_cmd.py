@@ -146,6 +146,7 @@ def compare_cmd(
     fmt: CompareFormat = typer.Option(
         CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"
     ),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (the same as --format json)"),
     db: str | None = typer.Option(None, help="result store URL or SQLite path"),
 ) -> None:
     """A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, its 95%
@@ -160,6 +161,9 @@ def compare_cmd(
 
     if noise_floor is not None and no_floors:
         fail("--noise-floor and --no-noise-floors contradict each other: give one")
+    if as_json and fmt is CompareFormat.markdown:
+        fail("--json and --format markdown contradict each other: give one")
+    fmt = CompareFormat.json if as_json else fmt
     given: dict[str, Any] = {
         "min_change": None if min_change is None else parse_fraction(min_change, "--min-change"),
         "alpha": alpha,
@@ -430,7 +434,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
         "spread",
         "ratio",
         "95% CI",
-        "p",
+        "p adj",
         "verdict",
         "reason",
     ] + (["threshold"] if show_threshold else [])
@@ -453,7 +457,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
             _spread_text(r),
             f"{r.ratio:.3f}",
             _ci(r),
-            _p(r.p_value),
+            _p(r.p_adjusted),
             r.verdict,
             r.reason,
         ]
@@ -463,7 +467,7 @@ def _compare_cells(report: CompareReport) -> tuple[list[str], list[list[str]]]:
 
 
 _COMPARE_NUMBERS = frozenset(
-    {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p", "root"}
+    {"size", "n", "base us", "cand us", "base GB/s", "cand GB/s", "spread", "ratio", "p adj", "root"}
 )
 
 

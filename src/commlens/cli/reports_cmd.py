@@ -102,7 +102,9 @@ def list_cmd(
 
 @reports_app.command("show")
 def show(
-    report_id: str = typer.Argument(..., help="a report id (from `commlens reports list`)"),
+    report_id: str = typer.Argument(
+        ..., help="a report id or a unique prefix of at least 4 characters (from `commlens reports list`)"
+    ),
     db: str | None = _DB,
 ) -> None:
     """Print a stored report's document, as its command's --json printed it."""

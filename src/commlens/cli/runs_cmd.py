@@ -341,6 +341,7 @@ def export_cmd(
         "default: from the output's suffix, else csv",
     ),
     output: str = typer.Option("-", "--output", "-o", help="file to write (atomically); - for stdout"),
+    as_json: bool = typer.Option(False, "--json", help="the same as --format json"),
     db: str | None = _DB,
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
@@ -349,6 +350,10 @@ def export_cmd(
     from commlens.store.refs import resolve_run_ids
 
     op = _op_name(op)
+    if as_json and fmt not in (None, "json"):
+        fail(f"--json and --format {fmt} contradict each other: give one", 2)
+    if as_json:
+        fmt = "json"
     if fmt is None:
         fmt = "json" if output.lower().endswith(".json") else "csv"
     if fmt not in ("csv", "json"):

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ReportModel
-from commlens.store.repo import Store
+from commlens.store.repo import MIN_PREFIX_LEN, Store
 
 __all__ = [
     "DIAGNOSE_KINDS",
@@ -59,6 +59,8 @@ MAX_FILE_BYTES = 4 * MAX_PAYLOAD_BYTES  # a --json file as written (indented), b
 MAX_TITLE_CHARS = 200
 MAX_LISTED = 500  # reports one listing returns at most
 _REPORT_ID = re.compile(r"[0-9a-f]{32}")
+_REPORT_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX_LEN},32}}")
+_MAX_LISTED_MATCHES = 5
 
 
 class ReportError(StoreError):
@@ -509,15 +511,30 @@ def count_reports(store: Store, kind: str | Sequence[str] | None = None) -> int:
 
 
 def get_report(store: Store, report_id: str) -> Report:
-    """The stored report ``report_id`` (32 hex digits), with its document; ReportNotFoundError when none."""
-    if not _REPORT_ID.fullmatch(report_id):
-        raise ReportNotFoundError(f"{report_id[:40]!r} is not a report id (32 hex digits)")
-    query = select(*_SUMMARY_COLUMNS, ReportModel.payload).where(ReportModel.report_id == report_id)
+    """The stored report ``report_id`` names: its 32 hex digits, or a unique prefix of at least 4 (as runs
+    take); ReportNotFoundError when none or several match."""
+    if not _REPORT_PREFIX.fullmatch(report_id):
+        raise ReportNotFoundError(
+            f"{report_id[:40]!r} is not a report id (32 hex digits, or a prefix of at least {MIN_PREFIX_LEN})"
+        )
+    matching = ReportModel.report_id == report_id
+    if len(report_id) < 32:
+        matching = ReportModel.report_id.startswith(report_id, autoescape=True)
+    query = (
+        select(*_SUMMARY_COLUMNS, ReportModel.payload)
+        .where(matching)
+        .order_by(ReportModel.report_id)
+        .limit(_MAX_LISTED_MATCHES + 1)
+    )
     try:
         with store.engine.connect() as conn:
-            row = conn.execute(query).first()
+            rows = conn.execute(query).all()
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read reports from {store.url}: {driver_reason(e)}") from None
-    if row is None:
+    if not rows:
         raise ReportNotFoundError(f"no report {report_id} in {store.url}")
-    return Report(_summary(row), row.payload)
+    if len(rows) > 1:
+        shown = ", ".join(r.report_id for r in rows[:_MAX_LISTED_MATCHES])
+        more = ", ..." if len(rows) > _MAX_LISTED_MATCHES else ""
+        raise ReportNotFoundError(f"{report_id!r} matches several reports: {shown}{more}; give more digits")
+    return Report(_summary(rows[0]), rows[0].payload)
