@@ -170,8 +170,12 @@ def prepare(
     c = plan.count
     n = world
     red = None if redop is None else _REDOPS.get(redop)
-    send_view = lambda k: pool.view("send", k, tdt)  # noqa: E731
-    recv_view = lambda k: pool.view("recv", k, tdt)  # noqa: E731
+
+    def send_view(k: int) -> torch.Tensor:
+        return pool.view("send", k, tdt)
+
+    def recv_view(k: int) -> torch.Tensor:
+        return pool.view("recv", k, tdt)
 
     name = spec.name
     if alg is not None and name not in (

@@ -340,10 +340,12 @@ def _check_environment(cfg: BenchConfig, nproc: int) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A rank's JSON object file; None when it is missing, unreadable or not an object."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout_s: float) -> BenchFailure:

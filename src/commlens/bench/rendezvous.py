@@ -35,7 +35,7 @@ def bound_listener(host: str, port: int = 0) -> socket.socket:
 
 
 def _create_handler(params: Any) -> Any:
-    from torch.distributed import PrefixStore, TCPStore
+    from torch._C._distributed_c10d import PrefixStore, TCPStore  # (what torch.distributed re-exports)
     from torch.distributed.elastic.rendezvous.api import RendezvousInfo, RendezvousStoreInfo
     from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
 
@@ -87,7 +87,7 @@ def group_store(timeout_s: float) -> tuple[Any, int, int] | None:
     env = os.environ
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or "MASTER_ADDR" not in env:
         return None
-    from torch.distributed import TCPStore
+    from torch._C._distributed_c10d import TCPStore  # (what torch.distributed re-exports)
 
     host, port = env["MASTER_ADDR"], int(env.get("MASTER_PORT", "29500"))
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])

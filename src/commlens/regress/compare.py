@@ -117,7 +117,7 @@ class RowSide:
         logs = [np.log(np.maximum(np.asarray(r, dtype=float), 1e-300)) for r in self.rounds_s]
         if self.runs >= 2:
             return np.array([float(x.mean()) for x in logs])
-        return logs[0]
+        return np.asarray(logs[0], dtype=float)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def _running_median(y: np.ndarray, window: int) -> np.ndarray:
     """Median of the ``window`` points centred on each point (the ends repeat the first and last point)."""
     half = window // 2
     padded = np.pad(y, half, mode="edge")
-    return np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
+    return np.asarray(np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1), dtype=float)
 
 
 def _prune(

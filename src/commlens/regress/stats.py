@@ -31,7 +31,7 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     false discovery rate (and, when nothing changed, the chance of any false alarm) below alpha."""
     m = p.size
     if m == 0:
-        return p.copy()
+        return np.array(p, dtype=float)
     order = np.argsort(p)
     scaled = p[order] * m / np.arange(1, m + 1)
     adjusted = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])

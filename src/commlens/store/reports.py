@@ -329,6 +329,8 @@ def read_document(path: str | Path, kind: str) -> dict[str, Any]:
         check_document(kind, payload)
     except ReportError as e:
         raise ReportError(f"{path}: {e}") from None
+    if not isinstance(payload, dict):  # (check_document refuses anything else; this says so to the type checker)
+        raise ReportError(f"{path}: not a JSON object")
     return payload
 
 
