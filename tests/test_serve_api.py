@@ -175,7 +175,10 @@ def test_compare_is_the_command_lines_verdicts_and_links_back(server: ServeProce
     verdicts = {(r["op"], r["size_bytes"]): r["verdict"] for r in doc["report"]["rows"]}
     assert {k for k, v in verdicts.items() if v == "regression"} == {("all_reduce", s) for s in SIZES}
     assert doc["url"] == PUBLIC + "/compare?" + urlencode({"base": base, "candidate": cand})
-    assert doc["url"] in doc["markdown"] and "**3 regressions**" in doc["markdown"]
+    # the page's pull-request comment is what `compare --format markdown` prints, with a link back to the page
+    markdown = _cli("compare", base, cand, "--db", server.db_url, "--format", "markdown").stdout.rstrip("\n")
+    assert "3 regressions" in markdown and "**regression**" in markdown
+    assert doc["markdown"] == markdown + f"\n\n[Open the comparison in commlens]({doc['url']})"
     status, _, page = server.get("/compare?" + urlencode({"base": base, "candidate": cand}))
     assert status == 200 and page.count(b'class="verdict-regression"') == 3
     # a tag pools its runs, as on the command line

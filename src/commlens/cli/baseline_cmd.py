@@ -13,7 +13,8 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
-from commlens.cli.regress_cmd import commented_table_lines, parse_fraction
+from commlens.cli.regress_cmd import parse_fraction
+from commlens.results.text_tables import commented_table_lines
 
 if TYPE_CHECKING:
     from commlens.store import Store

@@ -93,7 +93,7 @@ def noise_show(
 
 
 def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
-    from commlens.cli.regress_cmd import commented_table_lines
+    from commlens.results.text_tables import commented_table_lines
     from commlens.results.units import format_percent, format_size
 
     if as_json:

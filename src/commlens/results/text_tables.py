@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.table import Column, Table
 
-__all__ = ["left", "new_table", "render_table", "right"]
+__all__ = ["commented_table_lines", "left", "new_table", "render_table", "right"]
 
 # Wide enough that a table in a pipe is never folded to fit (Rich would otherwise assume 80 columns).
 _UNBOUNDED_WIDTH = 1 << 16
@@ -68,3 +68,11 @@ def render_table(table: Table, *, indent: int = 0, terminal: bool = False) -> st
     console.print(table)
     pad = " " * indent
     return "".join(f"{pad}{line}".rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def commented_table_lines(names: Sequence[str], cells: Iterable[Sequence[str]], numbers: frozenset[str]) -> list[str]:
+    """A table (``numbers`` right-aligned) as lines: the header behind ``# `` (a comment to a reader of the
+    text), the rows indented two spaces beneath it."""
+    table = new_table(*(right(n) if n in numbers else n for n in names), rows=cells)
+    lines = render_table(table, indent=2).splitlines()
+    return ["# " + lines[0][2:], *lines[1:]]

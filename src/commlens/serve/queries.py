@@ -343,62 +343,13 @@ def compare_doc(
         )
     except CommlensError as e:
         raise BadRequest(str(e)) from None
-    doc = report.as_dict()
-    return CompareOut(
-        base=base, candidate=candidate, report=doc, markdown=compare_markdown(doc, page_url), url=page_url
-    )
+    from commlens.regress.render import compare_markdown
+
+    markdown = compare_markdown(report, url=page_url, max_rows=_MARKDOWN_ROWS)
+    return CompareOut(base=base, candidate=candidate, report=report.as_dict(), markdown=markdown, url=page_url)
 
 
-def compare_markdown(doc: dict[str, Any], url: str) -> str:
-    """A pull-request comment: the verdict counts, the rows that changed (regressions first), a link to the page."""
-    s = doc["summary"]
-
-    def runs(side: dict[str, Any]) -> str:
-        n = len(side["run_ids"])
-        ref = str(side["ref"]).replace("`", "'").replace("\n", " ")  # stored text: no code span breaking out
-        return f"`{ref}` ({n} run{'' if n == 1 else 's'})"
-
-    def ci(r: dict[str, Any]) -> str:
-        if r["ci_low"] is None or r["ci_high"] is None:
-            return "-"
-        return f"{(r['ci_low'] - 1) * 100:+.1f}% .. {(r['ci_high'] - 1) * 100:+.1f}%"
-
-    lines = [
-        "### commlens compare",
-        "",
-        f"Base {runs(doc['base'])} vs candidate {runs(doc['candidate'])}: **{s['regressions']} regressions**, "
-        f"{s['improvements']} improvements, {s['no_change']} no change, {s['unknown']} unknown; "
-        f"geometric mean ratio {s['geomean_ratio']:.3f}",
-        "",
-    ]
-    changed = [r for r in doc["rows"] if r["verdict"] in ("regression", "improvement")]
-    changed.sort(key=lambda r: (r["verdict"] != "regression", -abs(math.log(r["ratio"]))))
-    if changed:
-        lines += [
-            "| op | size | dtype | place | base us | cand us | change | 95% CI | verdict |",
-            "|---|---:|---|---|---:|---:|---:|---:|---|",
-        ]
-        for r in changed[:50]:
-            verdict = "**regression**" if r["verdict"] == "regression" else r["verdict"]
-            group = f"{r['group']} " if r.get("group") else ""
-            lines.append(
-                f"| {group}{r['op']} | {_size(r['size_bytes'])} | {r['dtype']} | {'in' if r['in_place'] else 'out'} | "
-                f"{r['base_time_s'] * 1e6:.2f} | {r['candidate_time_s'] * 1e6:.2f} | {(r['ratio'] - 1) * 100:+.1f}% | "
-                f"{ci(r)} | {verdict} |"
-            )
-        if len(changed) > 50:
-            lines.append(f"| {len(changed) - 50} more rows on the page | | | | | | | | |")
-        lines.append("")
-    for w in doc["warnings"]:
-        lines.append(f"> warning: {w}")
-    lines.append(f"[Open the comparison in commlens]({url})")
-    return "\n".join(lines)
-
-
-def _size(n: int) -> str:
-    from commlens.results.units import format_size
-
-    return format_size(n)
+_MARKDOWN_ROWS = 50  # rows of the pull-request comment; the page has them all
 
 
 # -- history of one series ---------------------------------------------------------------------------
