@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from commlens.cli.app import app, fail, say
+from commlens.cli.app import app, say
 from commlens.cli.errors import errors_as_exit
 
 monitor_app = typer.Typer(
@@ -75,85 +75,43 @@ def monitor_collect(
 
     Nothing is sent to the job: no collective, no barrier. Exit code 2 for unreadable sources.
     """
-    from commlens.monitor.collect import (
-        Collector,
-        CollectSettings,
-        EndpointSource,
-        JsonlSource,
-        collect,
-        parse_endpoints,
-        replay,
-    )
-    from commlens.monitor.expect import Expectations
+    from commlens.monitor.collect import CollectSettings
+    from commlens.monitor.job import CollectorJob, ModelSpec, run_collector
 
-    if not (endpoint or jsonl or inspector):
-        fail("give the job's --endpoint HOST:PORT..., a --jsonl directory, or --inspector output")
-    if replay_files and endpoint:
-        fail("--replay reads files (--jsonl, --inspector); the endpoints are live")
-    for name, value in (("--interval", interval), ("--start-wait", start_wait), ("--timeout", timeout)):
-        if not (value > 0 and value < float("inf")):
-            fail(f"{name} {value}: must be a number > 0")
-    if duration is not None and not (duration > 0 and duration < float("inf")):
-        fail(f"--duration {duration}: must be a number > 0")
-    token = token or os.environ.get("COMMLENS_MONITOR_TOKEN") or None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     logging.getLogger("commlens.monitor").setLevel(logging.INFO)
     with errors_as_exit():
-        settings = CollectSettings(
-            window=window,
-            window_steps=window_steps,
-            persist=persist,
-            late_threshold_s=late_ms / 1e3,
-            min_change=min_change,
-            below_expected=below_expected,
-            hang_after_s=hang_after,
+        job = CollectorJob(
+            endpoints=tuple(endpoint),
+            jsonl=jsonl,
+            has_records=inspector is not None,
+            replay=replay_files,
+            settings=CollectSettings(
+                window=window,
+                window_steps=window_steps,
+                persist=persist,
+                late_threshold_s=late_ms / 1e3,
+                min_change=min_change,
+                below_expected=below_expected,
+                hang_after_s=hang_after,
+            ),
+            model=None if topology is None else ModelSpec(topology, backend, ranks_per_host),
+            interval_s=interval,
+            duration_s=duration,
+            idle_exit_s=idle_exit,
+            start_wait_s=start_wait,
+            poll_timeout_s=timeout,
+            token=token or os.environ.get("COMMLENS_MONITOR_TOKEN") or None,
+            metrics_port=port,
+            metrics_host=host,
+            job_id=job_id,
         )
-        expectations = None
-        if topology is not None:
-            from commlens.topology import load_topology
+        records = []
+        if inspector is not None:
+            from commlens.ingest.nccl_inspector import records_from_inspector
 
-            expectations = Expectations(load_topology(topology), backend, ranks_per_host or 1)
-        collector = Collector(settings, expectations)
-        server = None
-        if port is not None:
-            from commlens.monitor.exporter import CollectorMetrics, serve
-
-            collector.metrics = CollectorMetrics(job_id)
-            server = serve(host, port, collector.metrics.registry, token=token)
-            say("", f"collector metrics on http://{server.address[0]}:{server.address[1]}/metrics")
-        sources: list[EndpointSource | JsonlSource] = [
-            EndpointSource(h, p, token, timeout_s=timeout) for h, p in parse_endpoints(endpoint)
-        ]
-        if jsonl is not None:
-            sources.append(JsonlSource(jsonl))
-        try:
-            if inspector is not None:
-                from commlens.ingest.nccl_inspector import records_from_inspector
-
-                records = records_from_inspector(inspector)
-                if replay_files:
-                    replay(records, collector, interval)
-                else:
-                    collector.add(records)
-                    collector.evaluate()
-            if replay_files and jsonl is not None:
-                replay([r for s in sources if isinstance(s, JsonlSource) for r in s.poll()], collector, interval)
-            elif sources:
-                try:
-                    collect(
-                        sources,
-                        collector,
-                        interval_s=interval,
-                        duration_s=duration,
-                        idle_exit_s=idle_exit,
-                        start_wait_s=start_wait,
-                    )
-                except KeyboardInterrupt:
-                    say("", "interrupted: summary of what was collected")
-        finally:
-            if server is not None:
-                server.close()
-    summary = collector.summary()
+            records = records_from_inspector(inspector)
+        summary = run_collector(job, records, note=lambda text: say("", text))
     if json_out is not None:
         from commlens.files import atomic_text
 
