@@ -255,7 +255,8 @@ def test_validate_json():
 
 
 def test_a_refused_row_misses_the_targets():
-    from commlens.cli.project_cmd import _print_validation, _validation_summary
+    from commlens.cli.project_cmd import _print_validation
+    from commlens.project.validation_report import validation_summary
 
     fine = SetRow("llama3-8b", {}, 8, {"tp": 8}, 1000.0, "dgx-h100")
     impossible = SetRow("llama3-8b", {}, 8, {"tp": 3}, 1000.0, "dgx-h100")  # 3 divides neither 8 GPUs nor 32 heads
@@ -263,7 +264,7 @@ def test_a_refused_row_misses_the_targets():
     rows = validate_set(table)
     assert rows[0].predicted is not None and rows[1].predicted is None
     assert "does not divide 8 GPUs" in rows[1].refused
-    summary = _validation_summary(rows)
+    summary = validation_summary(rows)
     assert summary["overall"]["refused"] == 1 and summary["targets_met"] is False
     import contextlib
     import io

@@ -458,16 +458,8 @@ def _validate(
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
 ) -> None:
     """Predicted vs published figures of training runs, per row, per table and overall (exit 1: targets missed)."""
-    from commlens.project.validate import (
-        MEMORY,
-        SC21,
-        band_coverage,
-        load_memory_figures,
-        load_set,
-        table_names,
-        validate_memory,
-        validate_tables,
-    )
+    from commlens.project.validate import MEMORY, SC21, load_memory_figures, load_set, table_names
+    from commlens.project.validation_report import validation_report
 
     names = table_names()
     if list_tables:
@@ -484,88 +476,19 @@ def _validate(
         return
     if table_name != "all" and table_name not in names:
         fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
-    chosen = names if table_name == "all" else [table_name]
-    files = accelerators_in_force(accelerators)
     with errors_as_exit():
-        rows = validate_tables([n for n in chosen if n != MEMORY], accelerators=files)
-        rows, coverage = band_coverage(rows)
-        memory = validate_memory(accelerators=files) if MEMORY in chosen else None
-    summary = _validation_summary(rows, memory)
-    summary["band_coverage"] = coverage
+        report = validation_report(names if table_name == "all" else [table_name], accelerators_in_force(accelerators))
+    summary = report.summary
     if as_json:
-        out: dict[str, Any] = {"rows": [r.as_dict() for r in rows], **summary}
-        if memory is not None:
-            out["memory"]["figures"] = [m.as_dict() for m in memory]
-        print(json.dumps(out, indent=1))
+        print(json.dumps(report.as_dict(), indent=1))
     else:
-        _print_validation(rows, summary)
-        if memory is not None:
-            _print_memory_validation(memory, summary["memory"])
-        if rows and memory is not None:
+        _print_validation(list(report.rows), summary)
+        if report.memory is not None:
+            _print_memory_validation(report.memory, summary["memory"])
+        if report.rows and report.memory is not None:
             print(f"\ntargets (throughput and memory): {'met' if summary['targets_met'] else 'NOT met'}")
     if not summary["targets_met"]:
         raise typer.Exit(1)
-
-
-def _stats(rows) -> dict[str, Any]:
-    """Mean and max absolute error of the rows the model projected, and how many it refused."""
-    errors = [abs(r.error) for r in rows if r.error is not None]
-    return {
-        "rows": len(rows),
-        "refused": sum(r.error is None for r in rows),
-        "mean_abs_error": sum(errors) / len(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-    }
-
-
-def _validation_summary(rows, memory=None) -> dict[str, Any]:
-    """Per table and overall, and the memory figures when given. Targets (issue 27): every table's mean absolute
-    error <= 8% (SC'21 <= 3%), every row within 20%, all rows together <= 6%, none refused; memory: every
-    printed/formula figure within 10%, every bound met."""
-    tables: dict[str, list] = {}
-    for r in rows:
-        tables.setdefault(r.table, []).append(r)
-    out: dict[str, Any] = {"tables": {name: _stats(t) for name, t in tables.items()}}
-    if rows:
-        overall = _stats(rows)
-        per_table = all(
-            st["mean_abs_error"] is not None and st["mean_abs_error"] <= (0.03 if name == "megatron-sc21" else 0.08)
-            for name, st in out["tables"].items()
-        )
-        ok = (
-            overall["refused"] == 0
-            and overall["mean_abs_error"] is not None
-            and overall["mean_abs_error"] <= 0.06
-            and overall["max_abs_error"] <= 0.20
-            and per_table
-        )
-        out["overall"] = overall
-        out["throughput_targets_met"] = ok
-    else:
-        ok = True
-    if memory is not None:
-        out["memory"] = _memory_stats(memory)
-        ok = ok and out["memory"]["targets_met"]
-    out["targets_met"] = ok
-    return out
-
-
-def _memory_stats(memory) -> dict[str, Any]:
-    """Mean and max absolute error of the printed/formula figures, bounds met and missed, refusals."""
-    errors = [abs(m.error) for m in memory if m.error is not None]
-    bounds = [m for m in memory if m.kind == "bound"]
-    refused = sum(m.predicted_bytes is None for m in memory)
-    within = sum(e <= 0.10 for e in errors)
-    return {
-        "figures": len(memory),
-        "refused": refused,
-        "mean_abs_error": sum(errors) / len(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        "within_10pct": within,
-        "bounds": len(bounds),
-        "bounds_met": sum(bool(m.fits) for m in bounds),
-        "targets_met": refused == 0 and within == len(errors) and all(m.fits for m in bounds),
-    }
 
 
 def _print_memory_validation(memory, stats: dict[str, Any]) -> None:

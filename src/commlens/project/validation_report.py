@@ -1,0 +1,123 @@
+"""The validation of the projection as one report with its verdict: ``validation_report(tables)``.
+
+``commlens project validate`` prints it; a Python caller (the benchmark, a notebook) gets the same figures
+and the same verdict. Targets (issue 27): every table's mean absolute error <= 8% (SC'21 <= 3%), every row
+within 20%, all rows together <= 6%, none refused; memory: every printed or formula figure within 10%,
+every bound met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from commlens.project.validate import (
+    MEMORY,
+    SC21,
+    MemoryResult,
+    SetResult,
+    band_coverage,
+    validate_memory,
+    validate_tables,
+)
+
+__all__ = ["ValidationReport", "memory_stats", "table_stats", "validation_report", "validation_summary"]
+
+TABLE_TARGET = 0.08  # mean absolute error of one table
+SC21_TARGET = 0.03
+OVERALL_TARGET = 0.06  # all rows together
+ROW_TARGET = 0.20  # every row
+MEMORY_TARGET = 0.10  # every printed or formula memory figure
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Every projected row (in or out of its family's band), the memory figures when asked, and the verdict."""
+
+    rows: tuple[SetResult, ...]
+    memory: tuple[MemoryResult, ...] | None
+    band_coverage: dict[str, object]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Per table and overall, memory, the band's coverage, and ``targets_met``."""
+        out = validation_summary(self.rows, self.memory)
+        out["band_coverage"] = self.band_coverage
+        return out
+
+    @property
+    def targets_met(self) -> bool:
+        return bool(self.summary["targets_met"])
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``project validate --json`` prints: the rows, then the summary (memory with its figures)."""
+        out: dict[str, Any] = {"rows": [r.as_dict() for r in self.rows], **self.summary}
+        if self.memory is not None:
+            out["memory"]["figures"] = [m.as_dict() for m in self.memory]
+        return out
+
+
+def validation_report(tables: Sequence[str], accelerators: Sequence[str] | None = None) -> ValidationReport:
+    """Validate the published ``tables`` (names from ``table_names()``; ``memory`` for the memory figures)."""
+    rows, coverage = band_coverage(validate_tables([n for n in tables if n != MEMORY], accelerators=accelerators))
+    memory = tuple(validate_memory(accelerators=accelerators)) if MEMORY in tables else None
+    return ValidationReport(tuple(rows), memory, coverage)
+
+
+def table_stats(rows: Sequence[SetResult]) -> dict[str, Any]:
+    """Mean and max absolute error of the rows the model projected, and how many it refused."""
+    errors = [abs(r.error) for r in rows if r.error is not None]
+    return {
+        "rows": len(rows),
+        "refused": sum(r.error is None for r in rows),
+        "mean_abs_error": sum(errors) / len(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+    }
+
+
+def validation_summary(rows: Sequence[SetResult], memory: Sequence[MemoryResult] | None = None) -> dict[str, Any]:
+    """Per table and overall, and the memory figures when given, each against its target; ``targets_met``."""
+    tables: dict[str, list[SetResult]] = {}
+    for r in rows:
+        tables.setdefault(r.table, []).append(r)
+    out: dict[str, Any] = {"tables": {name: table_stats(t) for name, t in tables.items()}}
+    ok = True
+    if rows:
+        overall = table_stats(rows)
+        per_table = all(
+            st["mean_abs_error"] is not None and st["mean_abs_error"] <= (SC21_TARGET if name == SC21 else TABLE_TARGET)
+            for name, st in out["tables"].items()
+        )
+        ok = (
+            overall["refused"] == 0
+            and overall["mean_abs_error"] is not None
+            and overall["mean_abs_error"] <= OVERALL_TARGET
+            and overall["max_abs_error"] <= ROW_TARGET
+            and per_table
+        )
+        out["overall"] = overall
+        out["throughput_targets_met"] = ok
+    if memory is not None:
+        out["memory"] = memory_stats(memory)
+        ok = ok and out["memory"]["targets_met"]
+    out["targets_met"] = ok
+    return out
+
+
+def memory_stats(memory: Sequence[MemoryResult]) -> dict[str, Any]:
+    """Mean and max absolute error of the printed/formula figures, bounds met and missed, refusals."""
+    errors = [abs(m.error) for m in memory if m.error is not None]
+    bounds = [m for m in memory if m.kind == "bound"]
+    refused = sum(m.predicted_bytes is None for m in memory)
+    within = sum(e <= MEMORY_TARGET for e in errors)
+    return {
+        "figures": len(memory),
+        "refused": refused,
+        "mean_abs_error": sum(errors) / len(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "within_10pct": within,
+        "bounds": len(bounds),
+        "bounds_met": sum(bool(m.fits) for m in bounds),
+        "targets_met": refused == 0 and within == len(errors) and all(m.fits for m in bounds),
+    }
