@@ -10,7 +10,7 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -182,12 +182,8 @@ def accelerators_in_force(path: str | None) -> tuple[str, ...]:
 
 
 def _point(sets: list[str], parse_vary) -> dict[str, Any]:
-    from commlens.errors import CommlensError
-
-    try:
+    with errors_as_exit("--set "):
         return {k: v[0] for k, v in parse_vary(sets).items()}
-    except CommlensError as e:
-        fail(str(e).replace("--vary", "--set"), e.exit_code)
 
 
 def _network(
@@ -226,10 +222,15 @@ def _project(base, point: dict[str, Any]):
     except CommlensError as e:  # the projection's, the workload's and the topology's errors
         fail_with(e)
     except ValueError as e:  # pydantic on the layout (project_point's documented other error)
-        errors = getattr(e, "errors", None)
-        if callable(errors):
-            fail("layout: " + "; ".join(_layout_error(err) for err in errors()))
-        fail(f"layout: {str(e).splitlines()[0]}")
+        fail_layout(e)
+
+
+def fail_layout(e: ValueError) -> NoReturn:
+    """``error: layout: field: reason; ...`` for a ParallelLayout that pydantic refused, and exit 2."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        fail("layout: " + "; ".join(_layout_error(err) for err in errors()))
+    fail(f"layout: {str(e).splitlines()[0]}")
 
 
 def _layout_error(err: dict[str, Any]) -> str:
@@ -386,8 +387,9 @@ def _sweep(
         fail(f"--top: must be >= 1, got {top}")
     files = accelerators_in_force(accelerators)
 
-    with errors_as_exit():
+    with errors_as_exit("--vary "):
         grid_spec = parse_vary(vary)
+    with errors_as_exit():
         points = grid(grid_spec) if grid_spec else [{}]
         layout: dict[str, Any] = (
             {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}

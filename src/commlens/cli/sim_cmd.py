@@ -252,14 +252,17 @@ def step(
         fail(f"--routing: {routing!r}; known: ecmp, spray")
     _check_seed(seed)
     faults = _faults(fail_links, degrade)
-    with errors_as_exit():
+    with errors_as_exit("--set "):
         point = parse_vary([s for s in sets]) if sets else {}
+    with errors_as_exit():
         flat = {k: v[0] for k, v in point.items()}
         w, topo, n, layout_over = point_inputs(Base(workload, topology, gpus, {}, {}), flat)
     try:
         layout = ParallelLayout(**layout_over)
     except ValueError as e:
-        fail(f"layout: {str(e).splitlines()[0]}")
+        from commlens.cli.project_cmd import fail_layout
+
+        fail_layout(e)
     with errors_as_exit():
         doc = simulate_step(w, topo, layout, n, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
     if as_json:

@@ -96,7 +96,8 @@ def _value_problem(path: str, value: Any) -> str | None:
 
 
 def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
-    """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars."""
+    """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars. An error names the spec or its path,
+    not the option it came from (``sweep --vary``, ``project --set``, ``sim step --set``): the caller says."""
     import yaml
 
     from commlens.specdata import DuplicateKeyError
@@ -106,19 +107,19 @@ def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
         path, sep, values = spec.partition("=")
         path = path.strip()
         if not sep or not values:
-            raise ProjectionError(f"--vary {spec!r}: expected path=v1,v2,...")
+            raise ProjectionError(f"{spec!r}: expected path=v1,v2,...")
         if path != "gpus" and path.split(".")[0] not in ("workload", "layout", "topology"):
-            raise ProjectionError(f"--vary {path}: the path starts with workload., layout., topology. or is gpus")
+            raise ProjectionError(f"{path}: the path starts with workload., layout., topology. or is gpus")
         try:
             parsed = [_value(v) for v in values.split(",")]
         except DuplicateKeyError as e:
-            raise ProjectionError(f"--vary {path}: {e}") from None
+            raise ProjectionError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
-            raise ProjectionError(f"--vary {path}: not a YAML value: {str(e).splitlines()[0]}") from None
+            raise ProjectionError(f"{path}: not a YAML value: {str(e).splitlines()[0]}") from None
         for value in parsed:
             problem = _value_problem(path, value)
             if problem is not None:
-                raise ProjectionError(f"--vary {path}={value}: {problem}")
+                raise ProjectionError(f"{path}={value}: {problem}")
         out[path] = parsed
     return out
 
