@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from commlens.cli import baseline_cmd, regress_cmd  # noqa: F401  (registers the commands)
 from commlens.cli.app import app
 from commlens.regress import detect_history
-from commlens.regress.saved import load_change_points, save_change_points
 from commlens.regress.series_settings import baseline_runs, candidate_series
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.results.records import MeasurementKey
 from commlens.store import Store
+from commlens.store.change_points import load_change_points, save_change_points
 from commlens.store.series_meta import (
     ANY,
     BaselineError,
@@ -252,7 +252,7 @@ def test_change_points_are_saved_replaced_and_loaded(store_url: str) -> None:
     with Store.open(store_url) as store:
         report = detect_history(store.measurement_rows())
         assert len(report.examined) == 2 and len(report.changes) == 2
-        assert save_change_points(store, report) == 2
+        assert save_change_points(store, report.changes, report.examined) == 2
         loaded = load_change_points(store)
         assert {(c.series.key.size_bytes, c.run_id, c.direction) for c in loaded} == {
             (1024, "nightly-008", "regression"),
@@ -275,7 +275,7 @@ def test_change_points_are_saved_replaced_and_loaded(store_url: str) -> None:
         # Saving again replaces the examined series' changes: one series examined with none found now.
         small_only = detect_history(store.measurement_rows(size_bytes=1024), report.settings)
         quiet = type(small_only)(**{**small_only.__dict__, "changes": ()})
-        assert save_change_points(store, quiet) == 0
+        assert save_change_points(store, quiet.changes, quiet.examined) == 0
         assert [c.series.key.size_bytes for c in load_change_points(store)] == [1 << 20]
 
 

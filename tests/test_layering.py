@@ -231,3 +231,27 @@ def test_no_import_crosses_the_layers() -> None:
     ]
     problems += [f"{file} no longer imports {module}: remove it from KNOWN_CROSSINGS" for file, module in gone]
     assert not problems, "\n".join(problems)
+
+
+def test_no_sql_outside_the_store() -> None:
+    """The store's tables are used through its API only (issue 29): no module outside ``commlens.store``
+    imports SQLAlchemy or the store's models."""
+    offenders = sorted(
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in PACKAGE.rglob("*.py")
+        if "store" not in path.relative_to(PACKAGE).parts[:1]
+        for name in _all_imports(path)
+        if name.split(".")[0] == "sqlalchemy" or name.startswith("commlens.store.models")
+    )
+    assert not offenders, offenders
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module a file imports (third-party ones too), wherever the import statement is."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names

@@ -327,8 +327,8 @@ def detect_cmd(
     explicit = [name for name, value in given.items() if value is not None]
     store = _LazyStore(db)
     try:
-        from commlens.regress.saved import save_change_points
         from commlens.regress.series_settings import detect_thresholds
+        from commlens.store.change_points import save_change_points
         from commlens.store.noise import load_floors
         from commlens.store.series_meta import list_thresholds
 
@@ -344,7 +344,7 @@ def detect_cmd(
         )
         if save:
             with errors_as_exit():
-                saved = save_change_points(store.get(), report)
+                saved = save_change_points(store.get(), report.changes, report.examined)
             say("", f"saved {saved} change point{'s' if saved != 1 else ''} of {len(report.examined)} series")
     finally:
         store.close()

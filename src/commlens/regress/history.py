@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
-from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, omit_no_group
+from commlens.results.records import FloorKey, KeyOrder, SeriesKey
 
 if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, which compare of two files never needs
     from commlens.store.repo import MeasurementRow
@@ -32,20 +32,6 @@ __all__ = [
 ]
 
 Order = Literal["time", "revision"]
-
-
-@dataclass(frozen=True)
-class SeriesKey:
-    """One series: a measurement key on one system (its fingerprint) under one tag."""
-
-    key: MeasurementKey
-    fingerprint: str
-    tag: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change;
-        ``group`` only for a series of a process group, so a benchmark's report reads as it always did."""
-        return {**omit_no_group(self.key._asdict()), "fingerprint": self.fingerprint, "tag": self.tag}
 
 
 @dataclass(frozen=True)

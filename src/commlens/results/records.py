@@ -28,6 +28,7 @@ __all__ = [
     "SystemInfo",
     "Run",
     "RunStatus",
+    "SeriesKey",
     "RUN_STATUSES",
     "MAX_GROUP_NAME",
     "MAX_RANKS",
@@ -110,6 +111,21 @@ class FloorKey(NamedTuple):
 
     fingerprint: str
     key: MeasurementKey
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """One series: a measurement key on one system (its fingerprint) under one tag. What detect splits the
+    history into, what the store keeps change points, baselines and thresholds of."""
+
+    key: MeasurementKey
+    fingerprint: str
+    tag: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change;
+        ``group`` only for a series of a process group, so a benchmark's report reads as it always did."""
+        return {**omit_no_group(self.key._asdict()), "fingerprint": self.fingerprint, "tag": self.tag}
 
 
 @dataclass(frozen=True)

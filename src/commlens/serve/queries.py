@@ -430,7 +430,7 @@ def _change_out(c: DetectedChange) -> ChangeOut:
 def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:
     """One series' history: its points, the change points ``commlens detect`` finds, its baseline."""
     key = (store.url, order, *sel.model_dump().items())
-    generation = _generation(store)
+    generation = store.generation()
     cached = _series_cache.get(key, generation)
     if cached is not None:
         return cached
@@ -626,29 +626,6 @@ class _Cache:
 _cache = _Cache()
 
 
-def _generation(store: Store) -> tuple[Any, ...]:
-    """What a cached document depends on, in one query: the runs, baselines, thresholds and noise floors
-    held (how many, and the newest). Any write through commlens changes it."""
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from commlens.store.models import BaselineModel, NoiseFloorModel, RunModel, ThresholdModel
-
-    parts = [
-        select(func.count()).select_from(RunModel).scalar_subquery(),
-        select(func.max(RunModel.started_at_utc)).scalar_subquery(),
-        select(func.max(RunModel.run_id)).scalar_subquery(),
-        select(func.count()).select_from(BaselineModel).scalar_subquery(),
-        select(func.max(BaselineModel.set_at)).scalar_subquery(),
-        select(func.count()).select_from(ThresholdModel).scalar_subquery(),
-        select(func.max(ThresholdModel.set_at)).scalar_subquery(),
-        select(func.count()).select_from(NoiseFloorModel).scalar_subquery(),
-        select(func.max(NoiseFloorModel.learned_at)).scalar_subquery(),
-    ]
-    with Session(store.engine) as session:
-        return tuple(str(v) for v in session.execute(select(*parts)).one())
-
-
 class _SeriesCache:
     """The last few history documents, each valid while the store's generation is the same: the history
     page and its chart ask for the same series within a second."""
@@ -691,7 +668,7 @@ def regressions_doc(
     since = _when(since, "since")
     since_at = parse_utc(since) if since is not None else now - timedelta(days=30)
     key = (store.url, since_at.isoformat(), lookback_days)
-    gen = _generation(store)
+    gen = store.generation()
     with _cache.lock:
         hit = _cache.entries.get(key)
         if hit is not None and hit[0] == gen:
@@ -719,7 +696,7 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
     unstable: list[SeriesRef] = []
     stable_out: list[RegressionOut] = []
     noisy_out: list[RegressionOut] = []
-    for op, dtype, size_bytes in _slices(store, start):
+    for op, dtype, size_bytes in store.measured_slices(start):
         rows = store.measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, since=start, with_samples=False)
         report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
         series += report.series
@@ -770,25 +747,6 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
         unstable=unstable,
         unstable_regressions=noisy_out,
     )
-
-
-def _slices(store: Store, since: datetime) -> list[tuple[str, str, int]]:
-    """The (op, dtype, size) measured by runs started at or after ``since``, in order."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from commlens.store.models import MeasurementModel, RunModel
-
-    m = MeasurementModel
-    query = (
-        select(m.op, m.dtype, m.size_bytes)
-        .join(RunModel, RunModel.run_id == m.run_id)
-        .where(RunModel.started_at_utc >= since.astimezone(timezone.utc).replace(tzinfo=None))
-        .distinct()
-        .order_by(m.op, m.dtype, m.size_bytes)
-    )
-    with Session(store.engine) as session:
-        return [(op, dtype, int(size)) for op, dtype, size in session.execute(query)]
 
 
 def _ref_key(u: SeriesRef) -> MeasurementKey:

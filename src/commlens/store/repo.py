@@ -414,6 +414,39 @@ class Store:
             pass
         return found
 
+    def generation(self) -> tuple[str, ...]:
+        """What a document computed from the store depends on, in one query: the runs, baselines, thresholds
+        and noise floors held (how many, and the newest). Any write through commlens changes it, so a cache
+        of such documents stays valid while it is the same."""
+        from commlens.store.models import BaselineModel, NoiseFloorModel, ThresholdModel
+
+        parts = [
+            select(func.count()).select_from(RunModel).scalar_subquery(),
+            select(func.max(RunModel.started_at_utc)).scalar_subquery(),
+            select(func.max(RunModel.run_id)).scalar_subquery(),
+            select(func.count()).select_from(BaselineModel).scalar_subquery(),
+            select(func.max(BaselineModel.set_at)).scalar_subquery(),
+            select(func.count()).select_from(ThresholdModel).scalar_subquery(),
+            select(func.max(ThresholdModel.set_at)).scalar_subquery(),
+            select(func.count()).select_from(NoiseFloorModel).scalar_subquery(),
+            select(func.max(NoiseFloorModel.learned_at)).scalar_subquery(),
+        ]
+        with Session(self.engine) as session:
+            return tuple(str(v) for v in session.execute(select(*parts)).one())
+
+    def measured_slices(self, since: datetime) -> list[tuple[str, str, int]]:
+        """The (op, dtype, size) measured by runs started at or after ``since`` (naive: UTC), in order."""
+        m = MeasurementModel
+        query = (
+            select(m.op, m.dtype, m.size_bytes)
+            .join(RunModel, RunModel.run_id == m.run_id)
+            .where(RunModel.started_at_utc >= to_utc(since, what="since"))
+            .distinct()
+            .order_by(m.op, m.dtype, m.size_bytes)
+        )
+        with Session(self.engine) as session:
+            return [(op, dtype, int(size)) for op, dtype, size in session.execute(query)]
+
     # -- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -10,24 +10,50 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from commlens.regress.history import DetectReport, SeriesKey
-from commlens.results.records import MeasurementKey
+from commlens.results.records import MeasurementKey, SeriesKey
 from commlens.store.convert import decode_redop_root, encode_redop_root, to_utc
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ChangePointModel
 from commlens.store.repo import Store
 
-__all__ = ["DEFAULT_LIMIT", "Direction", "SavedChange", "load_change_points", "save_change_points"]
+__all__ = ["DEFAULT_LIMIT", "ChangeToSave", "Direction", "SavedChange", "load_change_points", "save_change_points"]
 
 Direction = Literal["regression", "improvement"]
 DEFAULT_LIMIT = 1000
 _NONE = ""  # tag and group_name of a series without a tag or a process group
 _SERIES_COLUMNS = ("fingerprint", "tag", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place", "group_name")
+
+
+class ChangeToSave(Protocol):
+    """What the store keeps of a detected change (``commlens.regress.DetectedChange`` has these fields)."""
+
+    @property
+    def series(self) -> SeriesKey: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def revision(self) -> str | None: ...
+    @property
+    def previous_run_id(self) -> str: ...
+    @property
+    def previous_revision(self) -> str | None: ...
+    @property
+    def mean_before_s(self) -> float: ...
+    @property
+    def mean_after_s(self) -> float: ...
+    @property
+    def change(self) -> float: ...
+    @property
+    def p_value(self) -> float: ...
+    @property
+    def direction(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -88,13 +114,14 @@ def _is_series(series: SeriesKey) -> list[Any]:
     return [getattr(ChangePointModel, c) == columns[c] for c in _SERIES_COLUMNS]
 
 
-def save_change_points(store: Store, report: DetectReport, examined: Iterable[SeriesKey] | None = None) -> int:
-    """Store ``report``'s changes, replacing every stored change of each examined series (``report.examined``
-    unless given), in one transaction; returns how many changes were stored."""
-    series = list(dict.fromkeys(report.examined if examined is None else examined))
+def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: Iterable[SeriesKey] = ()) -> int:
+    """Store ``changes`` (a detection's), replacing every stored change of each ``examined`` series and of each
+    change's series, in one transaction; returns how many changes were stored."""
+    changes = list(changes)
+    series = list(dict.fromkeys(examined))
     detected_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows = []
-    for c in report.changes:
+    for c in changes:
         row = _series_columns(c.series)
         row.update(
             run_id=c.run_id,
@@ -112,7 +139,7 @@ def save_change_points(store: Store, report: DetectReport, examined: Iterable[Se
         rows.append(row)
     try:
         with write_engine(store.engine).begin() as conn:
-            for s in dict.fromkeys([*series, *(c.series for c in report.changes)]):
+            for s in dict.fromkeys([*series, *(c.series for c in changes)]):
                 conn.execute(delete(ChangePointModel).where(*_is_series(s)))
             if rows:
                 conn.execute(insert(ChangePointModel), rows)
