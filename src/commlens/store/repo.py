@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, insert, literal, or_, select, update
 from sqlalchemy.engine import make_url
@@ -61,6 +61,9 @@ from commlens.store.loading import (
 )
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.schema import check_schema
+
+if TYPE_CHECKING:
+    from commlens.store.kinds import Baselines, ChangePoints, Floors, Reports, Thresholds
 
 __all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunSummary", "Store"]
 
@@ -413,6 +416,38 @@ class Store:
         for _ in self.iter_runs(ids, on_corrupt=found.append):
             pass
         return found
+
+    # -- the other kinds of stored object, one repository each (store/kinds.py) --------------
+
+    @property
+    def baselines(self) -> Baselines:
+        from commlens.store.kinds import Baselines
+
+        return Baselines(self)
+
+    @property
+    def thresholds(self) -> Thresholds:
+        from commlens.store.kinds import Thresholds
+
+        return Thresholds(self)
+
+    @property
+    def floors(self) -> Floors:
+        from commlens.store.kinds import Floors
+
+        return Floors(self)
+
+    @property
+    def reports(self) -> Reports:
+        from commlens.store.kinds import Reports
+
+        return Reports(self)
+
+    @property
+    def change_points(self) -> ChangePoints:
+        from commlens.store.kinds import ChangePoints
+
+        return ChangePoints(self)
 
     def generation(self) -> tuple[str, ...]:
         """What a document computed from the store depends on, in one query: the runs, baselines, thresholds
