@@ -95,6 +95,10 @@ def comparison_lines(cmp: ReplayComparison) -> list[str]:
         f"{_us(cmp.replayed_total_s):>13} {cmp.total_ratio:>7.3f} {cmp.median_ratio:>7.3f}"
     )
     lines.append(
+        f"as the earliest rank saw them (waits for late peers included): recorded {_us(cmp.recorded_max_total_s)} µs, "
+        f"replayed {_us(cmp.replayed_max_total_s)} µs"
+    )
+    lines.append(
         f"communication on the critical path (busiest rank): recorded {_us(cmp.recorded_critical_comm_s)} µs, "
         f"replayed {_us(cmp.replayed_critical_comm_s)} µs"
     )
@@ -150,6 +154,7 @@ def run_cmd(
         "builtin", "--algo", help="a commlens algorithm instead of the backend's (see bench --algo list)"
     ),
     no_gaps: bool = typer.Option(False, "--no-gaps", help="back to back: communication alone, no recorded gaps"),
+    compute: str = typer.Option("spin", "--compute", help="the gaps' stand-in: spin (holds a core) or sleep"),
     scale_sizes: float = typer.Option(1.0, "--scale-sizes", help="every message's size times K"),
     group: str | None = typer.Option(None, "--group", help="replay only this process group's calls, on its ranks"),
     map_ranks: int | None = typer.Option(None, "--map-ranks", help="map the job onto its first N ranks"),
@@ -188,6 +193,7 @@ def run_cmd(
             device="cuda" if backend == "nccl" else "cpu",
             algo=algo,
             gaps=not no_gaps,
+            compute=compute,
             size_scale=scale_sizes,
             passes=passes,
             warmup_passes=warmup_passes,

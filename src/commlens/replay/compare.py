@@ -5,9 +5,12 @@ The steps:
 1. A collective is matched across the ranks of its group by order: the k-th call a member rank issued on
    group ``g`` is the same collective on every member (that is what ``torch.distributed`` requires of a
    job). Point-to-point calls stay per rank.
-2. A collective's time, recorded or replayed, is the longest of its ranks' times (as ``commlens bench``
-   takes the max across ranks of an iteration); with several measured passes, the replayed time is the
-   median of the passes.
+2. A collective's own time, recorded or replayed, is that of the rank that waited least: the last to
+   arrive, whose span holds no wait for a late peer (the others' spans do: their time is the skew
+   between ranks plus the collective). It needs no common clock across ranks, which recorded traces of
+   different hosts do not share. The longest rank's time (the collective as the earliest rank saw it,
+   wait included) is kept too. With several measured passes, the replayed time is the median of the
+   passes.
 3. Ratio = replayed / recorded, per collective; per group and in total, the ratio of the summed times and
    the median of the per-collective ratios; the worst calls are those whose ratio is farthest from 1.
 4. The communication on the critical path: on each rank, the time inside any call (overlapping calls
@@ -29,7 +32,7 @@ from typing import Any
 from commlens.ops import OPS
 from commlens.replay.plan import P2P_OPS, ReplayPlan, size_bytes
 from commlens.replay.runner import ReplayTimes
-from commlens.replay.settings import GAP_STAND_IN
+from commlens.replay.settings import GAP_STAND_INS
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 
 __all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
@@ -49,6 +52,8 @@ class CollectiveComparison:
     replayed_s: float
     step: int | None = None
     rank: int | None = None  # the rank of a point-to-point call
+    recorded_max_s: float = 0.0  # the longest rank's time, waiting for late peers included
+    replayed_max_s: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -76,6 +81,8 @@ class ReplayComparison:
     recorded_total_s: float
     replayed_total_s: float
     median_ratio: float
+    recorded_max_total_s: float  # the collectives' longest-rank times summed (waits for late peers included)
+    replayed_max_total_s: float
     recorded_critical_comm_s: float
     replayed_critical_comm_s: float
     recorded_span_s: float
@@ -103,6 +110,8 @@ class ReplayComparison:
             "replayed_total_s": self.replayed_total_s,
             "total_ratio": self.total_ratio,
             "median_ratio": self.median_ratio,
+            "recorded_max_total_s": self.recorded_max_total_s,
+            "replayed_max_total_s": self.replayed_max_total_s,
             "recorded_critical_comm_s": self.recorded_critical_comm_s,
             "replayed_critical_comm_s": self.replayed_critical_comm_s,
             "recorded_span_s": self.recorded_span_s,
@@ -152,7 +161,18 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
             if c.op in P2P_OPS:
                 p2p.append(
                     CollectiveComparison(
-                        c.group, j, c.op, c.dtype, size_bytes(c, n), n, c.duration_s, _median(replayed), c.step, rc.rank
+                        c.group,
+                        j,
+                        c.op,
+                        c.dtype,
+                        size_bytes(c, n),
+                        n,
+                        c.duration_s,
+                        _median(replayed),
+                        c.step,
+                        rc.rank,
+                        c.duration_s,
+                        _median(replayed),
                     )
                 )
                 continue
@@ -166,10 +186,16 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
         members = plan.group(group).ranks
         if len(by_rank) != len(members):
             partial += 1
-        recorded_s = max(d for d, _ in by_rank.values())
-        replayed_s = _median([max(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
+        recorded_s = min(d for d, _ in by_rank.values())
+        replayed_s = _median([min(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
+        recorded_max = max(d for d, _ in by_rank.values())
+        replayed_max = _median([max(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
         op, dtype, size, step = meta[(group, k)]
-        collectives.append(CollectiveComparison(group, k, op, dtype, size, len(members), recorded_s, replayed_s, step))
+        collectives.append(
+            CollectiveComparison(
+                group, k, op, dtype, size, len(members), recorded_s, replayed_s, step, None, recorded_max, replayed_max
+            )
+        )
     if partial:
         notes.append(f"{partial} collectives were recorded on only some ranks of their group (traces missing)")
     everything = collectives + p2p
@@ -202,6 +228,8 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
         recorded_total_s=sum(c.recorded_s for c in everything),
         replayed_total_s=sum(c.replayed_s for c in everything),
         median_ratio=_median([c.ratio for c in everything if c.recorded_s > 0]),
+        recorded_max_total_s=sum(c.recorded_max_s for c in everything),
+        replayed_max_total_s=sum(c.replayed_max_s for c in everything),
         recorded_critical_comm_s=max(rec_comm, default=0.0),
         replayed_critical_comm_s=max(rep_comm, default=0.0),
         recorded_span_s=max(rec_span, default=0.0),
@@ -240,7 +268,7 @@ def replay_run(plan: ReplayPlan, times: ReplayTimes, comparison: ReplayCompariso
         )
     notes = [*plan.notes, *comparison.notes]
     if settings.gaps:
-        notes.append(f"gaps replayed: {GAP_STAND_IN}")
+        notes.append(f"gaps replayed with {settings.compute}: {GAP_STAND_INS[settings.compute]}")
     if any(c.op in P2P_OPS for c in comparison.collectives):
         notes.append("point-to-point calls are compared but not stored as measurements")
     return Run(

@@ -7,13 +7,16 @@ from typing import Any
 
 from commlens.errors import CommlensError
 
-__all__ = ["GAP_STAND_IN", "ReplaySettings", "ReplaySettingsError"]
+__all__ = ["GAP_STAND_IN", "GAP_STAND_INS", "ReplaySettings", "ReplaySettingsError"]
 
-# What stands in for the compute between two calls when gaps are replayed.
-GAP_STAND_IN = (
-    "an idle wait of the recorded gap (time.sleep to within 2 ms, then a spin on the monotonic clock): it "
-    "holds the rank for the recorded time but uses no memory bandwidth or cores the way real compute does"
-)
+# What stands in for the compute between two calls when gaps are replayed (--compute).
+GAP_STAND_INS: dict[str, str] = {
+    "spin": "a busy loop on the rank's main thread for the recorded gap: it holds a core as the job's compute did "
+    "(on CPU ranks, gloo's threads compete for cores with it as with real compute) but moves no memory",
+    "sleep": "an idle wait of the recorded gap (time.sleep to within 2 ms, then a spin): the rank holds no core, "
+    "so the backend's threads run uncontended",
+}
+GAP_STAND_IN = GAP_STAND_INS["spin"]
 
 
 class ReplaySettingsError(CommlensError, ValueError):
@@ -28,6 +31,7 @@ class ReplaySettings:
     device: str = "cpu"  # cpu for gloo, cuda for nccl
     algo: str = "builtin"  # a commlens algorithm instead of the backend's collectives (--algo)
     gaps: bool = True  # wait the recorded gap before each call (False: --no-gaps, back to back)
+    compute: str = "spin"  # the gap's stand-in (GAP_STAND_INS)
     size_scale: float = 1.0  # every message's element count times this (--scale-sizes)
     warmup_passes: int = 1  # passes over the plan before the measured ones
     passes: int = 1  # measured passes over the plan
@@ -36,6 +40,8 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ReplaySettingsError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.compute not in GAP_STAND_INS:
+            raise ReplaySettingsError(f"--compute must be one of {', '.join(GAP_STAND_INS)}, got {self.compute!r}")
         if not 0 < self.size_scale <= 1024:
             raise ReplaySettingsError(f"--scale-sizes must be in (0, 1024], got {self.size_scale}")
         if not 0 <= self.warmup_passes <= 100:

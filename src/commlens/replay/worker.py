@@ -38,9 +38,10 @@ __all__ = ["TIMES_FORMAT", "algo_for", "main", "replay_rank"]
 _SPIN_BELOW_S = 0.002
 
 
-def _wait_until(t: float) -> None:
+def _wait_until(t: float, sleep: bool) -> None:
+    """Until the monotonic clock reads ``t``: spinning all along, or sleeping to within 2 ms first."""
     left = t - time.perf_counter()
-    if left > _SPIN_BELOW_S:
+    if sleep and left > _SPIN_BELOW_S:
         time.sleep(left - _SPIN_BELOW_S)
     while time.perf_counter() < t:
         pass
@@ -176,7 +177,7 @@ def replay_rank(
         prev_end = time.perf_counter()
         for c in mine:
             if settings.gaps and c.gap_s > 0:
-                _wait_until(prev_end + c.gap_s)
+                _wait_until(prev_end + c.gap_s, settings.compute == "sleep")
             t0 = time.perf_counter()
             work = calls.launch(c)
             if work is not None and hasattr(work, "wait"):
@@ -208,6 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="gloo")
     p.add_argument("--algo", default="builtin")
     p.add_argument("--no-gaps", action="store_true")
+    p.add_argument("--compute", default="spin", choices=("spin", "sleep"))
     p.add_argument("--scale-sizes", type=float, default=1.0)
     p.add_argument("--passes", type=int, default=1)
     p.add_argument("--warmup-passes", type=int, default=1)
@@ -223,6 +225,7 @@ def _settings(ns: argparse.Namespace) -> ReplaySettings:
         device="cuda" if ns.backend == "nccl" else "cpu",
         algo=ns.algo,
         gaps=not ns.no_gaps,
+        compute=ns.compute,
         size_scale=ns.scale_sizes,
         passes=ns.passes,
         warmup_passes=ns.warmup_passes,
