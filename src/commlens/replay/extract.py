@@ -24,6 +24,8 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import multiprocessing
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -366,8 +368,20 @@ def _expand(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def extract_plan(paths: Sequence[str | Path], source: str | None = None) -> ReplayPlan:
-    """A plan from files (or directories of them) of one source, which is sniffed unless given."""
+def _read_traces(files: list[Path], jobs: int | None) -> list[KinetoTrace]:
+    """Each rank's trace read, by ``jobs`` processes at once (default: one per core, at most 8)."""
+    jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1, len(files))
+    if jobs <= 1 or len(files) < 4:
+        return [read_kineto_trace(f) for f in files]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(read_kineto_trace, files))
+
+
+def extract_plan(paths: Sequence[str | Path], source: str | None = None, jobs: int | None = None) -> ReplayPlan:
+    """A plan from files (or directories of them) of one source, which is sniffed unless given; Kineto traces
+    are read by ``jobs`` processes at once (default: one per core, at most 8)."""
     files = _expand(paths)
     kinds = {f: source or _sniff(f) for f in files}
     found = set(kinds.values())
@@ -378,7 +392,7 @@ def extract_plan(paths: Sequence[str | Path], source: str | None = None) -> Repl
     names = [str(f) for f in files]
     try:
         if kind == "kineto":
-            return plan_from_kineto([read_kineto_trace(f) for f in files])
+            return plan_from_kineto(_read_traces(files, jobs))
         if kind == "monitor":
             return plan_from_records([r for f in files for r in read_monitor_records(f)], "monitor", names)
         if kind == "inspector":
