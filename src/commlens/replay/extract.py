@@ -204,7 +204,9 @@ def plan_from_kineto(traces: Sequence[KinetoTrace]) -> ReplayPlan:
     )
 
 
-def plan_from_records(records: Iterable[CollectiveRecord], source: str, files: Sequence[str] = ()) -> ReplayPlan:
+def plan_from_records(
+    records: Iterable[CollectiveRecord], source: str, files: Sequence[str] = (), backend: str | None = None
+) -> ReplayPlan:
     """A plan from collective records (the monitor's, or NCCL Inspector's), each rank's in start order."""
     by_rank: dict[int, list[CollectiveRecord]] = {}
     group_ranks: dict[str, tuple[int, ...]] = {}
@@ -282,7 +284,7 @@ def plan_from_records(records: Iterable[CollectiveRecord], source: str, files: S
     timings = sorted({r.timing for rs in by_rank.values() for r in rs})
     return ReplayPlan(
         source=source,
-        backend=None,
+        backend=backend,
         world_size=world,
         groups=tuple(PlanGroup(n, r) for n, r in sorted(groups.items())),
         ranks=tuple(ranks),
@@ -292,9 +294,11 @@ def plan_from_records(records: Iterable[CollectiveRecord], source: str, files: S
     )
 
 
-def read_monitor_records(path: Path, max_bytes: int = MAX_MONITOR_BYTES) -> list[CollectiveRecord]:
-    """The records of one ``monitor-rank<R>.jsonl`` file, a line at a time (windows and notes skipped)."""
+def read_monitor_records(path: Path, max_bytes: int = MAX_MONITOR_BYTES) -> tuple[list[CollectiveRecord], str | None]:
+    """The records of one ``monitor-rank<R>.jsonl`` file, a line at a time (windows and notes skipped), and the
+    backend its ``job`` line names."""
     out: list[CollectiveRecord] = []
+    backend = None
     read = 0
     try:
         with path.open("rb") as fp:
@@ -314,6 +318,8 @@ def read_monitor_records(path: Path, max_bytes: int = MAX_MONITOR_BYTES) -> list
                     raise ReplayPlanError(f"{path}:{lineno}: not a JSON line") from None
                 if not isinstance(obj, dict):
                     raise ReplayPlanError(f"{path}:{lineno}: not a JSON object")
+                if obj.get("type") == "job" and isinstance(obj.get("backend"), str) and len(obj["backend"]) <= 40:
+                    backend = obj["backend"]
                 if obj.get("type") != "record":
                     continue
                 try:
@@ -322,7 +328,7 @@ def read_monitor_records(path: Path, max_bytes: int = MAX_MONITOR_BYTES) -> list
                     raise ReplayPlanError(f"{path}:{lineno}: {e}") from None
     except OSError as e:
         raise ReplayPlanError(f"{path}: cannot read ({e.strerror or e})") from None
-    return out
+    return out, backend
 
 
 def _sniff(path: Path) -> str:
@@ -394,7 +400,10 @@ def extract_plan(paths: Sequence[str | Path], source: str | None = None, jobs: i
         if kind == "kineto":
             return plan_from_kineto(_read_traces(files, jobs))
         if kind == "monitor":
-            return plan_from_records([r for f in files for r in read_monitor_records(f)], "monitor", names)
+            read = [read_monitor_records(f) for f in files]
+            backends = {b for _, b in read if b}
+            records = [r for rs, _ in read for r in rs]
+            return plan_from_records(records, "monitor", names, backends.pop() if len(backends) == 1 else None)
         if kind == "inspector":
             from commlens.ingest.nccl_inspector import read_inspector
 
