@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 FORMAT = "commlens.replay-plan/1"
-MAX_PLAN_BYTES = 1 << 30  # a 64-rank, 100,000-call plan is about 20 MB
+MAX_PLAN_BYTES = 256 << 20  # a 64-rank, 100,000-call plan is 17 MB
 MAX_DEPTH = 8  # a plan nests 6 deep (ranks[i].calls[j] within the top object)
 MAX_NOTES = 1000
 MAX_TEXT = 4000
