@@ -7,7 +7,8 @@
    run gives both a Kineto trace set and monitor records.
 2. From each source, extracts a plan (``commlens.replay.extract_plan``) and replays it on 4 gloo ranks of
    this host, right after the recording: back to back (``gaps=False``) and with the recorded gaps (spin
-   stand-in), ``--passes`` measured passes each after one warm-up pass. Per replay: the collectives'
+   stand-in), and on the recorded timeline (``--timeline``: each call issued at its recorded offset,
+   asynchronously, sleep stand-in), ``--passes`` measured passes each after one warm-up pass. Per replay: the collectives'
    summed time recorded and replayed (each collective's own time: its last-arriving rank's), their ratio,
    the median per-collective ratio, and with gaps the step time (first call to last end) ratio.
 3. With ``--cluster NAME`` (root; the benchmark brings the cluster up, 2 hosts at 1 Gbit/s, and down):
@@ -62,18 +63,21 @@ def record(job: str, steps: int, out: Path, cluster: str | None) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=900)
 
 
-def replay(plan: Any, gaps: bool, passes: int, cluster: str | None) -> dict[str, Any]:
+def replay(plan: Any, gaps: bool, passes: int, cluster: str | None, timeline: bool = False) -> dict[str, Any]:
     from commlens.bench.launcher import Local, OnCluster
     from commlens.replay.compare import compare_replay
     from commlens.replay.runner import run_replay
     from commlens.replay.settings import ReplaySettings
 
-    settings = ReplaySettings(gaps=gaps, passes=passes, warmup_passes=1)
+    settings = ReplaySettings(
+        gaps=gaps, passes=passes, warmup_passes=1, timeline=timeline, compute="sleep" if timeline else "spin"
+    )
     placement = OnCluster(cluster, 2) if cluster else Local(plan.world_size)
     t0 = time.perf_counter()
     cmp = compare_replay(plan, run_replay(plan, settings, placement))
     return {
         "gaps": gaps,
+        "mode": "timeline (sleep)" if timeline else "gaps (spin)" if gaps else "back to back",
         "calls": len(cmp.collectives),
         "recorded_s": cmp.recorded_total_s,
         "replayed_s": cmp.replayed_total_s,
@@ -117,7 +121,7 @@ def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         span = f"{r['span_ratio']:.3f}" if r["gaps"] else "-"
         lines.append(
-            f"| {r['job']} | {r['source']} | {'gaps (spin)' if r['gaps'] else 'back to back'} | {r['calls']} | "
+            f"| {r['job']} | {r['source']} | {r['mode']} | {r['calls']} | "
             f"{r['recorded_s'] * 1e3:.1f} | {r['replayed_s'] * 1e3:.1f} | {r['total_ratio']:.3f} | "
             f"{r['median_ratio']:.3f} | {span} | {r['load']} |"
         )
@@ -164,12 +168,12 @@ def main() -> int:
                     continue
                 for source, path in (("kineto", out / "prof"), ("monitor", out / "mon")):
                     plan = extract_plan([path])
-                    for gaps in (False, True):
-                        r = replay(plan, gaps, ns.passes, cluster)
+                    for gaps, timeline in ((False, False), (True, False), (True, True)):
+                        r = replay(plan, gaps, ns.passes, cluster, timeline)
                         r.update(job=f"{job} ({where})", source=source)
                         rows.append(r)
                         print(
-                            f"  {source:8} {'gaps' if gaps else 'b2b ':5} total {r['total_ratio']:.3f} "
+                            f"  {source:8} {r['mode']:17} total {r['total_ratio']:.3f} "
                             f"median {r['median_ratio']:.3f} span {r['span_ratio']:.3f} "
                             f"(recorded {r['recorded_s'] * 1e3:.1f} ms, replayed {r['replayed_s'] * 1e3:.1f} ms)",
                             flush=True,

@@ -154,7 +154,14 @@ def run_cmd(
         "builtin", "--algo", help="a commlens algorithm instead of the backend's (see bench --algo list)"
     ),
     no_gaps: bool = typer.Option(False, "--no-gaps", help="back to back: communication alone, no recorded gaps"),
-    compute: str = typer.Option("spin", "--compute", help="the gaps' stand-in: spin (holds a core) or sleep"),
+    compute: str | None = typer.Option(
+        None,
+        "--compute",
+        help="the gaps' stand-in: spin (computes, holds a core) or sleep (default: spin; sleep with --timeline)",
+    ),
+    timeline: bool = typer.Option(
+        False, "--timeline", help="issue each call at its recorded time, without waiting for the ones before it"
+    ),
     scale_sizes: float = typer.Option(1.0, "--scale-sizes", help="every message's size times K"),
     group: str | None = typer.Option(None, "--group", help="replay only this process group's calls, on its ranks"),
     map_ranks: int | None = typer.Option(None, "--map-ranks", help="map the job onto its first N ranks"),
@@ -193,7 +200,8 @@ def run_cmd(
             device="cuda" if backend == "nccl" else "cpu",
             algo=algo,
             gaps=not no_gaps,
-            compute=compute,
+            compute=compute or ("sleep" if timeline else "spin"),
+            timeline=timeline,
             size_scale=scale_sizes,
             passes=passes,
             warmup_passes=warmup_passes,

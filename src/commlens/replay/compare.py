@@ -267,6 +267,8 @@ def replay_run(plan: ReplayPlan, times: ReplayTimes, comparison: ReplayCompariso
             )
         )
     notes = [*plan.notes, *comparison.notes]
+    if settings.timeline:
+        notes.append("calls issued at their recorded offsets, asynchronously (--timeline)")
     if settings.gaps:
         notes.append(f"gaps replayed with {settings.compute}: {GAP_STAND_INS[settings.compute]}")
     if any(c.op in P2P_OPS for c in comparison.collectives):

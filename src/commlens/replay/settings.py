@@ -11,8 +11,9 @@ __all__ = ["GAP_STAND_IN", "GAP_STAND_INS", "ReplaySettings", "ReplaySettingsErr
 
 # What stands in for the compute between two calls when gaps are replayed (--compute).
 GAP_STAND_INS: dict[str, str] = {
-    "spin": "a busy loop on the rank's main thread for the recorded gap: it holds a core as the job's compute did "
-    "(on CPU ranks, gloo's threads compete for cores with it as with real compute) but moves no memory",
+    "spin": "compute on the rank's main thread for the recorded gap (32x32 matrix products, back to back): it "
+    "holds a core as the job's compute did (on CPU ranks, gloo's threads compete for cores with it as with real "
+    "compute) but moves little memory",
     "sleep": "an idle wait of the recorded gap (time.sleep to within 2 ms, then a spin): the rank holds no core, "
     "so the backend's threads run uncontended",
 }
@@ -32,6 +33,7 @@ class ReplaySettings:
     algo: str = "builtin"  # a commlens algorithm instead of the backend's collectives (--algo)
     gaps: bool = True  # wait the recorded gap before each call (False: --no-gaps, back to back)
     compute: str = "spin"  # the gap's stand-in (GAP_STAND_INS)
+    timeline: bool = False  # issue each call at its recorded offset, asynchronously (--timeline), as the job did
     size_scale: float = 1.0  # every message's element count times this (--scale-sizes)
     warmup_passes: int = 1  # passes over the plan before the measured ones
     passes: int = 1  # measured passes over the plan
@@ -40,6 +42,8 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ReplaySettingsError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.timeline and not self.gaps:
+            raise ReplaySettingsError("--timeline replays the recorded issue times: it cannot go with --no-gaps")
         if self.compute not in GAP_STAND_INS:
             raise ReplaySettingsError(f"--compute must be one of {', '.join(GAP_STAND_INS)}, got {self.compute!r}")
         if not 0 < self.size_scale <= 1024:

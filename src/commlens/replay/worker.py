@@ -38,13 +38,23 @@ __all__ = ["TIMES_FORMAT", "algo_for", "main", "replay_rank"]
 _SPIN_BELOW_S = 0.002
 
 
+_BUSY = torch.ones(32, 32)
+_BUSY_OUT = torch.empty(32, 32)
+
+
 def _wait_until(t: float, sleep: bool) -> None:
-    """Until the monotonic clock reads ``t``: spinning all along, or sleeping to within 2 ms first."""
+    """Until the monotonic clock reads ``t``: computing all along (small matrix products, which release the GIL
+    as the job's compute does, so the backend's completion callbacks still run), or sleeping to within 2 ms
+    first, then spinning."""
     left = t - time.perf_counter()
-    if sleep and left > _SPIN_BELOW_S:
-        time.sleep(left - _SPIN_BELOW_S)
+    if sleep:
+        if left > _SPIN_BELOW_S:
+            time.sleep(left - _SPIN_BELOW_S)
+        while time.perf_counter() < t:
+            pass
+        return
     while time.perf_counter() < t:
-        pass
+        torch.mm(_BUSY, _BUSY, out=_BUSY_OUT)
 
 
 def _scaled(count: int, scale: float) -> int:
@@ -95,6 +105,7 @@ class _Calls:
         return buffer_bytes(OPS[c.op], plan, torch.empty((), dtype=_dtype(c.dtype)).element_size())
 
     def launch(self, c: PlanCall) -> Any:
+        """Issue ``c``: its Work when the call is asynchronous (``--timeline``), else None once it is done."""
         key = (c.op, c.group, c.count, c.dtype, c.redop, c.root, c.peer)
         fn = self.cache.get(key)
         if fn is None:
@@ -108,6 +119,9 @@ class _Calls:
             role = "send" if c.op == "send" else "recv"
             buf = self.buffers.view(role, count, _dtype(c.dtype))
             peer = c.peer
+            if self.settings.timeline:
+                send_or_recv = dist.isend if c.op == "send" else dist.irecv
+                return lambda: send_or_recv(buf, peer, group=group)
             if c.op == "send":
                 return lambda: dist.send(buf, peer, group=group)
             return lambda: dist.recv(buf, peer, group=group)
@@ -125,6 +139,7 @@ class _Calls:
             n,
             self.device,
             group=group,
+            async_op=self.settings.timeline,
             algo=algo_for(self.settings.algo, c.op),
             buffers=self.buffers,
         )
@@ -173,7 +188,12 @@ def replay_rank(
     passes: list[list[tuple[float, float]]] = []
     for p in range(settings.warmup_passes + settings.passes):
         dist.barrier()
-        stamps: list[tuple[float, float]] = []
+        if settings.timeline:
+            stamps = _timeline_pass(mine, calls, settings)
+            if p >= settings.warmup_passes:
+                passes.append(stamps)
+            continue
+        stamps = []
         prev_end = time.perf_counter()
         for c in mine:
             if settings.gaps and c.gap_s > 0:
@@ -188,6 +208,40 @@ def replay_rank(
         if p >= settings.warmup_passes:
             passes.append(stamps)
     return passes
+
+
+def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings) -> list[tuple[float, float]]:
+    """One pass issuing each call at its recorded offset from the rank's first call, without waiting for the
+    ones before it (as an async job does: DDP's buckets, FSDP's prefetch); each call's end is when its Work
+    completes, taken by a callback on its future from the backend's thread. Calls without a Work (a commlens
+    algorithm runs synchronously) end when they return."""
+    n = len(mine)
+    starts = [0.0] * n
+    ends: list[float | None] = [None] * n
+    works = []
+    base, first = time.perf_counter(), mine[0].start_s if mine else 0.0
+
+    def finished(j: int) -> Any:
+        def mark(_: Any) -> None:
+            ends[j] = time.perf_counter()
+
+        return mark
+
+    for j, c in enumerate(mine):
+        _wait_until(base + (c.start_s - first), settings.compute == "sleep")
+        starts[j] = time.perf_counter()
+        work = calls.launch(c)
+        if work is None or not hasattr(work, "get_future"):
+            ends[j] = time.perf_counter()
+            continue
+        work.get_future().add_done_callback(finished(j))
+        works.append(work)
+    for w in works:
+        w.wait()
+    _sync(settings.device)
+    while any(e is None for e in ends):  # a callback may run just after wait() returns
+        time.sleep(0.0005)
+    return [(s, e) for s, e in zip(starts, ends) if e is not None]
 
 
 def _groups(plan: ReplayPlan, world: int) -> dict[str, Any]:
@@ -210,6 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default="builtin")
     p.add_argument("--no-gaps", action="store_true")
     p.add_argument("--compute", default="spin", choices=("spin", "sleep"))
+    p.add_argument("--timeline", action="store_true")
     p.add_argument("--scale-sizes", type=float, default=1.0)
     p.add_argument("--passes", type=int, default=1)
     p.add_argument("--warmup-passes", type=int, default=1)
@@ -226,6 +281,7 @@ def _settings(ns: argparse.Namespace) -> ReplaySettings:
         algo=ns.algo,
         gaps=not ns.no_gaps,
         compute=ns.compute,
+        timeline=ns.timeline,
         size_scale=ns.scale_sizes,
         passes=ns.passes,
         warmup_passes=ns.warmup_passes,
