@@ -241,8 +241,10 @@ def test_mapping_onto_fewer_ranks_keeps_whole_inner_groups() -> None:
         first_ranks(_layout(), 5)
 
 
-def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path) -> None:
-    """Odd world, a subgroup, rooted ops and point-to-point: every call issued, timed, compared and stored."""
+@pytest.mark.parametrize("mode", ["--no-gaps", "--timeline"])
+def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode: str) -> None:
+    """Odd world, a subgroup, rooted ops and point-to-point: every call issued (blocking back to back, or
+    asynchronously on the recorded timeline), timed, compared and stored."""
     groups = (PlanGroup("0", (0, 1, 2)), PlanGroup("pair", (0, 2)))
     ranks = []
     for r in range(3):
@@ -260,12 +262,14 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path) -> No
     plan = ReplayPlan("monitor", 3, groups, tuple(ranks), backend="gloo")
     write_plan(plan, tmp_path / "plan.json")
     db = tmp_path / "r.db"
-    r = commlens("replay", "run", str(tmp_path / "plan.json"), "--db", str(db), "--no-gaps", "--json")
+    r = commlens("replay", "run", str(tmp_path / "plan.json"), "--db", str(db), mode, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["collectives"] == 6 + 2  # five on the world group, one on the pair, a send and a recv
     assert {g["group"]: g["calls"] for g in out["groups"]} == {"0": 5, "pair": 3}
     assert out["replayed_total_s"] > 0 and out["recorded_total_s"] == pytest.approx(0.08)
+    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 0.12 s in
+        assert out["replayed_span_s"] >= 0.12
     shown = commlens("runs", "show", out["run_id"], "--db", str(db), "--json")
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)

@@ -213,8 +213,10 @@ def replay_rank(
 def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings) -> list[tuple[float, float]]:
     """One pass issuing each call at its recorded offset from the rank's first call, without waiting for the
     ones before it (as an async job does: DDP's buckets, FSDP's prefetch); each call's end is when its Work
-    completes, taken by a callback on its future from the backend's thread. Calls without a Work (a commlens
-    algorithm runs synchronously) end when they return."""
+    completes, taken by a callback on its future from the backend's thread (a Work without a future, as
+    gloo's send and recv, completes only when waited for: it is waited for after the last issue, an upper
+    bound of its end). Calls without
+    a Work (a commlens algorithm runs synchronously) end when they return."""
     n = len(mine)
     starts = [0.0] * n
     ends: list[float | None] = [None] * n
@@ -227,15 +229,24 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
 
         return mark
 
+    unobserved: list[tuple[int, Any]] = []  # Works without a future (gloo's send and recv)
+
     for j, c in enumerate(mine):
         _wait_until(base + (c.start_s - first), settings.compute == "sleep")
         starts[j] = time.perf_counter()
         work = calls.launch(c)
-        if work is None or not hasattr(work, "get_future"):
+        if work is None:
             ends[j] = time.perf_counter()
             continue
-        work.get_future().add_done_callback(finished(j))
+        try:
+            work.get_future().add_done_callback(finished(j))
+        except RuntimeError:  # "Work::getFuture not implemented"
+            unobserved.append((j, work))
+            continue
         works.append(work)
+    for j, w in unobserved:  # gloo completes a send or recv only in wait(): its end is when wait() returns
+        w.wait()
+        ends[j] = time.perf_counter()
     for w in works:
         w.wait()
     _sync(settings.device)
