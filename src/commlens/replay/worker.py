@@ -220,7 +220,7 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
     n = len(mine)
     starts = [0.0] * n
     ends: list[float | None] = [None] * n
-    works = []
+    works: list[tuple[int, Any]] = []
     base, first = time.perf_counter(), mine[0].start_s if mine else 0.0
 
     def finished(j: int) -> Any:
@@ -243,16 +243,20 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
         except RuntimeError:  # "Work::getFuture not implemented"
             unobserved.append((j, work))
             continue
-        works.append(work)
+        works.append((j, work))
     for j, w in unobserved:  # gloo completes a send or recv only in wait(): its end is when wait() returns
         w.wait()
         ends[j] = time.perf_counter()
-    for w in works:
+    waited: dict[int, float] = {}
+    for j, w in works:
         w.wait()
+        waited[j] = time.perf_counter()
     _sync(settings.device)
-    while any(e is None for e in ends):  # a callback may run just after wait() returns
+    deadline = time.perf_counter() + 1.0
+    while any(e is None for e in ends) and time.perf_counter() < deadline:  # a callback may run just after wait()
         time.sleep(0.0005)
-    return [(s, e) for s, e in zip(starts, ends) if e is not None]
+    # a future that never ran its callback (some Work types): its end is when wait() returned, an upper bound
+    return [(s, e if e is not None else waited[j]) for j, (s, e) in enumerate(zip(starts, ends))]
 
 
 def _groups(plan: ReplayPlan, world: int) -> dict[str, Any]:
