@@ -113,6 +113,22 @@ def extraction(workdir: Path, repeats: int) -> list[dict[str, float]]:
     return out
 
 
+def verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows against the targets: back to back, total within 10% and median 0.9-1.1; with gaps or on the
+    timeline, step time within 10%."""
+    b2b = [r for r in rows if not r["gaps"]]
+    ok = [r for r in b2b if abs(r["total_ratio"] - 1) <= 0.1 and 0.9 <= r["median_ratio"] <= 1.1]
+    lines = [
+        f"Against the targets: back to back, {len(ok)} of {len(b2b)} replays within 10% in total with a median "
+        "per-collective ratio in 0.9-1.1" + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in ok)})" if ok else "")
+    ]
+    for mode in ("gaps (spin)", "timeline (sleep)"):
+        these = [r for r in rows if r["mode"] == mode]
+        within = [r for r in these if abs(r["span_ratio"] - 1) <= 0.1]
+        lines.append(f"; {mode}: step time within 10% in {len(within)} of {len(these)}")
+    return ["".join(lines) + "."]
+
+
 def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| job | source | mode | collectives | recorded ms | replayed ms | total ratio | median ratio | step time ratio | load |",
@@ -191,6 +207,8 @@ def main() -> int:
             "load average).",
             "",
             *fmt_rows(rows),
+            "",
+            *verdicts(rows),
             "",
         ]
         if not ns.no_dlrm and DLRM.is_dir():
