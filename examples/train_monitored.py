@@ -46,6 +46,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--hang-at", type=int, default=0)
     p.add_argument("--step-times", default=None, help="write this rank's step times (JSON) to FILE.RANK")
     p.add_argument("--sleep-after-s", type=float, default=0.0, help="keep the endpoints up this long at the end")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="record the steps after the first 3 under the PyTorch profiler; each rank writes DIR/rank<R>.json",
+    )
     return p.parse_args()
 
 
@@ -101,7 +107,13 @@ def main() -> None:
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.seq, args.dim, generator=gen)
     times = []
+    prof = None
     for step in range(args.steps):
+        if args.profile and step == min(3, args.steps - 1):
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+            prof.start()
         t0 = time.perf_counter()
         if args.hang_rank == rank and step >= args.hang_at:
             time.sleep(3600)
@@ -114,6 +126,12 @@ def main() -> None:
         if mon is not None:
             monitor.step()  # commlens
         times.append(time.perf_counter() - t0)
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+        os.makedirs(args.profile, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(args.profile, f"rank{rank}.json"))
     if args.step_times:
         with open(f"{args.step_times}.{rank}", "w") as fp:
             json.dump(times, fp)

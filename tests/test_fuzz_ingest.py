@@ -131,12 +131,12 @@ class Case:
 
     name: str
     data: bytes
-    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "topology", "workload", "accelerators"
+    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "replay-plan", "replay-monitor", or a spec
     siblings: Path | None = None  # flightrec: the fixture's directory, whose other ranks' dumps go alongside
 
 
 SPEC_READERS = ("topology", "workload", "accelerators")
-TRACE_READERS = ("flightrec", "kineto")
+TRACE_READERS = ("flightrec", "kineto", "replay-plan", "replay-monitor")
 FLIGHTREC_DIRS = (
     ("flightrec_v2_3_nccl", "nccl_trace_rank_1"),  # pickle, layout 2.3
     ("flightrec_v1_1_nccl", "nccl_trace_rank_2"),  # pickle, before 2.3 (no pg_config)
@@ -172,6 +172,9 @@ def _cases() -> list[Case]:
     # Traces decompressed, so that mutations reach the JSON; one kept gzip, so that they reach the gzip layer.
     cases += [Case(Path(t).name[:-3], gzip.decompress((DATA.parent / t).read_bytes()), "kineto") for t in KINETO_TRACES]
     cases.append(Case(Path(KINETO_TRACES[0]).name, (DATA.parent / KINETO_TRACES[0]).read_bytes(), "kineto"))
+    replay = DATA.parent / "replay" / "ddp-4rank-gloo"
+    cases.append(Case("plan-kineto.json", (replay / "plan-kineto.json").read_bytes(), "replay-plan"))
+    cases.append(Case("monitor-rank1.jsonl", (replay / "monitor-rank1.jsonl").read_bytes(), "replay-monitor"))
     cases += [
         Case(p.name, p.read_bytes(), "topology") for p in sorted((SRC / "topology" / "presets").glob("*.yaml"))[:4]
     ]
@@ -285,6 +288,8 @@ class Harness:
         try:
             if case.reader == "kineto":
                 return self._trace(path)
+            if case.reader.startswith("replay-"):
+                return self._replay(case, path)
             return self._load_spec(case, path) if case.reader in SPEC_READERS else self._ingest(case, path)
         finally:
             path.unlink()
@@ -326,6 +331,29 @@ class Harness:
             return "refused"
         for c in trace.collectives:
             _ = (c.identity, c.duration_s)
+        return "loaded"
+
+    def _replay(self, case: Case, path: Path) -> str:
+        """A plan through ``replay run``'s checks; monitor records through ``replay plan``, then written and
+        read back as a plan."""
+        from commlens.replay import ReplayPlanError, extract_plan, load_plan, write_plan
+        from commlens.replay.plan import check_runnable, size_bytes
+
+        try:
+            if case.reader == "replay-plan":
+                plan = load_plan(path)
+                check_runnable(plan)
+                for r in plan.ranks:
+                    for c in r.calls:
+                        size_bytes(c, len(plan.group(c.group).ranks))
+            else:
+                plan = extract_plan([path], source="monitor")
+                write_plan(plan, path.with_suffix(".plan"))
+                assert load_plan(path.with_suffix(".plan")) == plan
+                path.with_suffix(".plan").unlink()
+        except ReplayPlanError as e:
+            _check_message(e)
+            return "refused"
         return "loaded"
 
     def _ingest(self, case: Case, path: Path) -> str:

@@ -150,6 +150,7 @@ def _register() -> None:
         noise_cmd,  # noqa: F401
         project_cmd,  # noqa: F401
         regress_cmd,
+        replay_cmd,
         reports_cmd,
         runs_cmd,
         serve_cmd,

@@ -1,0 +1,296 @@
+"""Recorded against replayed: per collective, per process group, the totals; and the replay as a stored run.
+
+The steps:
+
+1. A collective is matched across the ranks of its group by order: the k-th call a member rank issued on
+   group ``g`` is the same collective on every member (that is what ``torch.distributed`` requires of a
+   job). Point-to-point calls stay per rank.
+2. A collective's own time, recorded or replayed, is that of the rank that waited least: the last to
+   arrive, whose span holds no wait for a late peer (the others' spans do: their time is the skew
+   between ranks plus the collective). It needs no common clock across ranks, which recorded traces of
+   different hosts do not share. The longest rank's time (the collective as the earliest rank saw it,
+   wait included) is kept too. With several measured passes, the replayed time is the median of the
+   passes.
+3. Ratio = replayed / recorded, per collective; per group and in total, the ratio of the summed times and
+   the median of the per-collective ratios; the worst calls are those whose ratio is farthest from 1.
+4. The communication on the critical path: on each rank, the time inside any call (overlapping calls
+   counted once); the busiest rank's. The span: the first call's start to the last call's end on a rank;
+   the longest rank's. With gaps replayed, the span is the step time the replay reproduces.
+5. The run stored: one measurement per (group, op, dtype, size), whose samples are the replayed times of
+   that key's collectives; source ``replay``, the comparison in its config.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from commlens.ops import OPS
+from commlens.replay.plan import P2P_OPS, ReplayPlan, size_bytes
+from commlens.replay.runner import ReplayTimes
+from commlens.replay.settings import GAP_STAND_INS
+from commlens.results.records import DTYPE_SIZES, Measurement, Run
+
+__all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
+
+WORST_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class CollectiveComparison:
+    group: str
+    index: int  # k-th collective on the group (p2p: k-th call of the rank)
+    op: str
+    dtype: str
+    size_bytes: int
+    group_size: int
+    recorded_s: float
+    replayed_s: float
+    step: int | None = None
+    rank: int | None = None  # the rank of a point-to-point call
+    recorded_max_s: float = 0.0  # the longest rank's time, waiting for late peers included
+    replayed_max_s: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.replayed_s / self.recorded_s if self.recorded_s > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    group: str
+    size: int
+    calls: int
+    recorded_s: float
+    replayed_s: float
+    median_ratio: float
+
+    @property
+    def ratio(self) -> float:
+        return self.replayed_s / self.recorded_s if self.recorded_s > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class ReplayComparison:
+    collectives: tuple[CollectiveComparison, ...]
+    groups: tuple[GroupComparison, ...]
+    recorded_total_s: float
+    replayed_total_s: float
+    median_ratio: float
+    recorded_max_total_s: float  # the collectives' longest-rank times summed (waits for late peers included)
+    replayed_max_total_s: float
+    recorded_critical_comm_s: float
+    replayed_critical_comm_s: float
+    recorded_span_s: float
+    replayed_span_s: float
+    gaps: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_ratio(self) -> float:
+        return self.replayed_total_s / self.recorded_total_s if self.recorded_total_s > 0 else math.inf
+
+    @property
+    def span_ratio(self) -> float:
+        return self.replayed_span_s / self.recorded_span_s if self.recorded_span_s > 0 else math.inf
+
+    def worst(self, n: int = WORST_SHOWN) -> list[CollectiveComparison]:
+        """The ``n`` collectives whose ratio is farthest from 1 (either way)."""
+        scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
+        return sorted(scored, key=lambda c: -abs(math.log(c.ratio)))[:n]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "collectives": len(self.collectives),
+            "recorded_total_s": self.recorded_total_s,
+            "replayed_total_s": self.replayed_total_s,
+            "total_ratio": self.total_ratio,
+            "median_ratio": self.median_ratio,
+            "recorded_max_total_s": self.recorded_max_total_s,
+            "replayed_max_total_s": self.replayed_max_total_s,
+            "recorded_critical_comm_s": self.recorded_critical_comm_s,
+            "replayed_critical_comm_s": self.replayed_critical_comm_s,
+            "recorded_span_s": self.recorded_span_s,
+            "replayed_span_s": self.replayed_span_s,
+            "span_ratio": self.span_ratio,
+            "gaps": self.gaps,
+            "groups": [{**asdict(g), "ratio": g.ratio} for g in self.groups],
+            "worst": [{**asdict(c), "ratio": c.ratio} for c in self.worst()],
+            "notes": list(self.notes),
+        }
+
+
+def _union_s(intervals: list[tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None and cur_s is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None and cur_s is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
+    """Each collective's replayed time against its recorded one (see the module docstring)."""
+    n_passes = min((len(p) for p in times.ranks.values()), default=0)
+    if n_passes == 0:
+        raise ValueError("the replay timed no pass")
+    # per (group, k): rank -> (recorded duration, [replayed duration per pass])
+    joined: dict[tuple[str, int], dict[int, tuple[float, list[float]]]] = defaultdict(dict)
+    meta: dict[tuple[str, int], tuple[str, str, int, int | None]] = {}
+    p2p: list[CollectiveComparison] = []
+    notes: list[str] = []
+    for rc in plan.ranks:
+        per_group: dict[str, int] = defaultdict(int)
+        passes = times.ranks.get(rc.rank, [])
+        for j, c in enumerate(rc.calls):
+            replayed = [passes[p][j][1] - passes[p][j][0] for p in range(n_passes)]
+            n = len(plan.group(c.group).ranks)
+            if c.op in P2P_OPS:
+                p2p.append(
+                    CollectiveComparison(
+                        c.group,
+                        j,
+                        c.op,
+                        c.dtype,
+                        size_bytes(c, n),
+                        n,
+                        c.duration_s,
+                        _median(replayed),
+                        c.step,
+                        rc.rank,
+                        c.duration_s,
+                        _median(replayed),
+                    )
+                )
+                continue
+            k = per_group[c.group]
+            per_group[c.group] += 1
+            joined[(c.group, k)][rc.rank] = (c.duration_s, replayed)
+            meta.setdefault((c.group, k), (c.op, c.dtype, size_bytes(c, n), c.step))
+    collectives: list[CollectiveComparison] = []
+    partial = 0
+    for (group, k), by_rank in sorted(joined.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        members = plan.group(group).ranks
+        if len(by_rank) != len(members):
+            partial += 1
+        recorded_s = min(d for d, _ in by_rank.values())
+        replayed_s = _median([min(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
+        recorded_max = max(d for d, _ in by_rank.values())
+        replayed_max = _median([max(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
+        op, dtype, size, step = meta[(group, k)]
+        collectives.append(
+            CollectiveComparison(
+                group, k, op, dtype, size, len(members), recorded_s, replayed_s, step, None, recorded_max, replayed_max
+            )
+        )
+    if partial:
+        notes.append(f"{partial} collectives were recorded on only some ranks of their group (traces missing)")
+    everything = collectives + p2p
+    groups = []
+    for name in sorted({c.group for c in everything}):
+        mine = [c for c in everything if c.group == name]
+        groups.append(
+            GroupComparison(
+                name,
+                len(plan.group(name).ranks),
+                len(mine),
+                sum(c.recorded_s for c in mine),
+                sum(c.replayed_s for c in mine),
+                _median([c.ratio for c in mine if c.recorded_s > 0]),
+            )
+        )
+    rec_comm, rep_comm, rec_span, rep_span = [], [], [], []
+    for rc in plan.ranks:
+        if not rc.calls:
+            continue
+        rec = [(c.start_s, c.start_s + c.duration_s) for c in rc.calls]
+        rec_comm.append(_union_s(rec))
+        rec_span.append(max(e for _, e in rec) - rec[0][0])
+        passes = times.ranks.get(rc.rank, [])
+        rep_comm.append(_median([_union_s(passes[p]) for p in range(n_passes)]))
+        rep_span.append(_median([passes[p][-1][1] - passes[p][0][0] for p in range(n_passes)]))
+    return ReplayComparison(
+        collectives=tuple(everything),
+        groups=tuple(groups),
+        recorded_total_s=sum(c.recorded_s for c in everything),
+        replayed_total_s=sum(c.replayed_s for c in everything),
+        median_ratio=_median([c.ratio for c in everything if c.recorded_s > 0]),
+        recorded_max_total_s=sum(c.recorded_max_s for c in everything),
+        replayed_max_total_s=sum(c.replayed_max_s for c in everything),
+        recorded_critical_comm_s=max(rec_comm, default=0.0),
+        replayed_critical_comm_s=max(rep_comm, default=0.0),
+        recorded_span_s=max(rec_span, default=0.0),
+        replayed_span_s=max(rep_span, default=0.0),
+        gaps=times.settings.gaps,
+        notes=tuple(notes),
+    )
+
+
+def replay_run(plan: ReplayPlan, times: ReplayTimes, comparison: ReplayComparison, tag: str | None = None) -> Run:
+    """The replay as a run of source ``replay``: a measurement per (group, op, dtype, size) (step 5)."""
+    samples: dict[tuple[str, str, str, int, int], list[float]] = defaultdict(list)
+    for c in comparison.collectives:
+        if c.op in P2P_OPS:
+            continue
+        samples[(c.group, c.op, c.dtype, c.size_bytes, c.group_size)].append(c.replayed_s)
+    settings = times.settings
+    measurements = []
+    for (group, op, dtype, size, n), values in sorted(samples.items()):
+        spec = OPS[op]
+        count = size // DTYPE_SIZES[dtype] // (n if spec.per_rank_split else 1)
+        measurements.append(
+            Measurement(
+                op=op,
+                dtype=dtype,
+                size_bytes=size,
+                count=count,
+                in_place=op in ("all_reduce", "broadcast", "reduce"),
+                world_size=n,
+                samples_s=tuple(values),
+                redop="sum" if spec.reduces else None,
+                root=plan.group(group).ranks[0] if spec.has_root else None,
+                algo=settings.algo,
+                group=group,
+            )
+        )
+    notes = [*plan.notes, *comparison.notes]
+    if settings.timeline:
+        notes.append("calls issued at their recorded offsets, asynchronously (--timeline)")
+    if settings.gaps:
+        notes.append(f"gaps replayed with {settings.compute}: {GAP_STAND_INS[settings.compute]}")
+    if any(c.op in P2P_OPS for c in comparison.collectives):
+        notes.append("point-to-point calls are compared but not stored as measurements")
+    return Run(
+        run_id=uuid.uuid4().hex,
+        started_at=times.started_at,
+        system=times.system,
+        measurements=tuple(measurements),
+        tag=tag,
+        command_line=times.command_line,
+        source="replay",
+        config={
+            "replay": {
+                "plan_source": plan.source,
+                "plan_backend": plan.backend,
+                "plan_world_size": plan.world_size,
+                "plan_calls": plan.n_calls,
+                "plan_files": list(plan.files[:64]),
+                "settings": settings.as_dict(),
+                "comparison": comparison.to_json(),
+            }
+        },
+        notes=tuple(notes),
+    )

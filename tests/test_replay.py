@@ -1,0 +1,285 @@
+"""commlens replay: plans extracted from real traces and records, the plan format refusing bad input, scale-down,
+and a real replay on gloo ranks stored as a run of source replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlens.replay import PlanCall, PlanGroup, RankCalls, ReplayPlan, ReplayPlanError, extract_plan, load_plan
+from commlens.replay.plan import check_runnable, parse_plan, write_plan
+from commlens.replay.transform import first_ranks, select_group
+
+ROOT = Path(__file__).resolve().parent.parent
+DDP = ROOT / "tests" / "data" / "replay" / "ddp-4rank-gloo"
+DLRM = ROOT.parent / "shared" / "realdata" / "kineto" / "param-dlrm-8rank-step12"
+
+
+def commlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "commlens", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="the real DLRM trace set (../shared/realdata/kineto) is absent")
+def test_real_dlrm_traces_give_each_rank_its_eight_collectives_in_order(tmp_path: Path) -> None:
+    plan = extract_plan([DLRM])
+    assert plan.source == "kineto" and plan.backend == "nccl" and plan.world_size == 8
+    assert [g.name for g in plan.groups] == ["0"] and plan.groups[0].ranks == tuple(range(8))
+    ops = [c.op for c in plan.ranks[0].calls]
+    assert ops == ["all_to_all"] * 4 + ["all_reduce", "all_to_all", "all_reduce", "all_reduce"]
+    first = plan.ranks[0].calls[0]
+    # In msg nelems 6144 float over 8 ranks: nccl-tests' all_to_all count is per peer
+    assert (first.count, first.dtype) == (768, "float32")
+    assert first.duration_s == pytest.approx(2146e-6, abs=1e-6)  # the NCCL kernel's span
+    assert plan.ranks[0].calls[4].count == 394241 and plan.ranks[0].calls[4].redop == "sum"
+    assert all(c.gap_s >= 0 for r in plan.ranks for c in r.calls)
+    assert any("no reduction" in n for n in plan.notes)
+    write_plan(plan, tmp_path / "p.json")
+    assert load_plan(tmp_path / "p.json") == plan
+
+
+def test_monitor_records_of_a_real_ddp_run_become_a_plan() -> None:
+    plan = extract_plan([DDP / f"monitor-rank{r}.jsonl" for r in range(4)])
+    assert plan.source == "monitor" and plan.backend == "gloo" and plan.world_size == 4
+    assert plan.groups == (PlanGroup("world", (0, 1, 2, 3)),)
+    calls = plan.ranks[1].calls
+    assert len(calls) == 23 and {c.op for c in calls} == {"all_reduce"}
+    assert {(c.count, c.dtype) for c in calls} == {(99968, "float32")}  # 399,872 B
+    assert [c.seq for c in calls] == sorted(c.seq for c in calls if c.seq is not None)
+    check_runnable(plan)
+
+
+def test_the_committed_kineto_plan_loads_and_runs_on_four_ranks() -> None:
+    plan = load_plan(DDP / "plan-kineto.json")
+    assert plan.world_size == 4 and all(len(r.calls) == 20 for r in plan.ranks)
+    check_runnable(plan)
+
+
+def _plan(**top: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "format": "commlens.replay-plan/1",
+        "source": "kineto",
+        "world_size": 2,
+        "groups": [{"name": "0", "ranks": [0, 1]}],
+        "notes": [],
+        "files": [],
+        "ranks": [
+            {
+                "rank": r,
+                "calls": [
+                    {
+                        "op": "all_reduce",
+                        "group": "0",
+                        "count": 8,
+                        "dtype": "float32",
+                        "redop": "sum",
+                        "start_s": 1.0,
+                        "duration_s": 0.001,
+                        "gap_s": 0.0,
+                    }
+                ],
+            }
+            for r in (0, 1)
+        ],
+    }
+    base.update(top)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "commlens.replay-plan/2"}, "newer than this commlens reads"),
+        ({"format": "commlens.run/1"}, "not a replay plan"),
+        ({"world_size": 0}, "world_size must be an integer in 1"),
+        ({"groups": [{"name": "0", "ranks": [0, 5]}]}, "a rank outside 0..1"),
+        ({"groups": [{"name": "1", "ranks": [0, 1]}]}, "process group '0' is not in the plan's groups"),
+        (
+            {"ranks": [{"rank": 0, "calls": [{"op": "all_reduce", "group": "0", "count": -1, "redop": "sum"}]}]},
+            "ranks[0].calls[0].count",
+        ),
+        (
+            {
+                "ranks": [
+                    {
+                        "rank": 0,
+                        "calls": [
+                            {
+                                "op": "all_reduce",
+                                "group": "0",
+                                "count": 1,
+                                "dtype": "float32",
+                                "start_s": 0,
+                                "duration_s": float("nan"),
+                                "gap_s": 0,
+                                "redop": "sum",
+                            }
+                        ],
+                    }
+                ]
+            },
+            "ranks[0].calls[0].duration_s",
+        ),
+        ({"ranks": [{"rank": 0, "calls": [{"op": "frobnicate"}]}]}, "ranks[0].calls[0].op must be one of"),
+        (
+            {
+                "ranks": [
+                    {
+                        "rank": 0,
+                        "calls": [
+                            {
+                                "op": "all_gather",
+                                "group": "0",
+                                "count": 1,
+                                "dtype": "float32",
+                                "start_s": 0,
+                                "duration_s": 0,
+                                "gap_s": 0,
+                                "redop": "sum",
+                            }
+                        ],
+                    }
+                ]
+            },
+            "all_gather does not reduce",
+        ),
+        (
+            {
+                "ranks": [
+                    {
+                        "rank": 0,
+                        "calls": [
+                            {
+                                "op": "send",
+                                "group": "0",
+                                "count": 1,
+                                "dtype": "float32",
+                                "start_s": 0,
+                                "duration_s": 0,
+                                "gap_s": 0,
+                                "peer": 0,
+                            }
+                        ],
+                    }
+                ]
+            },
+            "needs a peer other than the rank itself",
+        ),
+        ({"ranks": [{"rank": 0, "calls": []}, {"rank": 0, "calls": []}]}, "rank 0 listed twice"),
+        ({"notes": [[[[[[[[[[]]]]]]]]]]}, "nested deeper"),
+    ],
+)
+def test_a_bad_plan_is_refused_naming_the_field(change: dict[str, object], message: str) -> None:
+    with pytest.raises(ReplayPlanError) as e:
+        parse_plan(json.loads(json.dumps(_plan(**change))))
+    assert message in str(e.value)
+
+
+def test_plan_files_are_bounded_and_refused_with_exit_2(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(_plan()))
+    with pytest.raises(ReplayPlanError, match="larger than 100 bytes"):
+        load_plan(big, max_bytes=100)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "commlens.replay-plan/1", "world_size": NaN}')
+    r = commlens("replay", "run", str(bad))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: not JSON"), r.stderr
+    r = commlens("replay", "plan", str(tmp_path / "missing.json"), "-o", str(tmp_path / "out.json"))
+    assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "out.json").exists()
+    (tmp_path / "notes.txt").write_text("hello")
+    r = commlens("replay", "plan", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "out.json"))
+    assert r.returncode == 2 and "not a source replay reads" in r.stderr and not (tmp_path / "out.json").exists()
+
+
+def test_a_plan_whose_replay_would_hang_is_refused() -> None:
+    plan = parse_plan(_plan())
+    short = ReplayPlan("kineto", 2, plan.groups, (plan.ranks[0], RankCalls(1, ())))
+    with pytest.raises(ReplayPlanError, match="rank 0: 1, rank 1: 0"):
+        check_runnable(short)
+
+
+def _call(op: str, group: str, start: float, **kw: object) -> PlanCall:
+    return PlanCall(op=op, group=group, count=16, dtype="float32", start_s=start, duration_s=0.01, gap_s=0.0, **kw)
+
+
+def _layout() -> ReplayPlan:
+    """4 ranks: tensor parallel pairs (0,1) (2,3), data parallel pairs (0,2) (1,3)."""
+    groups = (PlanGroup("tp0", (0, 1)), PlanGroup("tp1", (2, 3)), PlanGroup("dp0", (0, 2)), PlanGroup("dp1", (1, 3)))
+    ranks = []
+    for r in range(4):
+        tp, dp = f"tp{r // 2}", f"dp{r % 2}"
+        calls = (_call("all_gather", tp, 0.0), _call("all_reduce", dp, 0.05, redop="sum"), _call("all_gather", tp, 0.1))
+        ranks.append(RankCalls(r, calls))
+    return ReplayPlan("kineto", 4, groups, tuple(ranks))
+
+
+def test_one_group_alone_keeps_the_step_by_waiting_out_the_rest() -> None:
+    plan = select_group(_layout(), "dp1")
+    assert plan.world_size == 2 and plan.groups == (PlanGroup("dp1", (0, 1)),)
+    assert [len(r.calls) for r in plan.ranks] == [1, 1]
+    plan = select_group(_layout(), "tp0")
+    # the all_reduce on dp0 between the two all_gathers is left out: its time joins the gap
+    assert [c.gap_s for c in plan.ranks[0].calls] == pytest.approx([0.0, 0.09])
+    assert "left out" in plan.notes[-1]
+    check_runnable(plan)
+
+
+def test_mapping_onto_fewer_ranks_keeps_whole_inner_groups() -> None:
+    plan = first_ranks(_layout(), 2)
+    assert {g.name: g.ranks for g in plan.groups} == {"tp0": (0, 1), "dp0": (0,), "dp1": (1,)}
+    assert [len(r.calls) for r in plan.ranks] == [3, 3]
+    assert "dp0, dp1 shrunk" in plan.notes[-1]
+    check_runnable(plan)
+    with pytest.raises(ReplayPlanError, match="--map-ranks must be in 1..4"):
+        first_ranks(_layout(), 5)
+
+
+@pytest.mark.parametrize("mode", ["--no-gaps", "--timeline"])
+def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode: str) -> None:
+    """Odd world, a subgroup, rooted ops and point-to-point: every call issued (blocking back to back, or
+    asynchronously on the recorded timeline), timed, compared and stored."""
+    groups = (PlanGroup("0", (0, 1, 2)), PlanGroup("pair", (0, 2)))
+    ranks = []
+    for r in range(3):
+        calls = [
+            _call("all_reduce", "0", 0.0, redop="sum"),
+            _call("broadcast", "0", 0.02, root=0),
+            _call("all_gather", "0", 0.04),
+            _call("reduce_scatter", "0", 0.06, redop="sum"),
+            _call("all_to_all", "0", 0.08),
+        ]
+        if r in (0, 2):
+            calls.append(_call("all_reduce", "pair", 0.1, redop="sum"))
+            calls.append(_call("send" if r == 0 else "recv", "pair", 0.12, peer=2 - r))
+        ranks.append(RankCalls(r, tuple(calls)))
+    plan = ReplayPlan("monitor", 3, groups, tuple(ranks), backend="gloo")
+    write_plan(plan, tmp_path / "plan.json")
+    db = tmp_path / "r.db"
+    r = commlens("replay", "run", str(tmp_path / "plan.json"), "--db", str(db), mode, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["collectives"] == 6 + 2  # five on the world group, one on the pair, a send and a recv
+    assert {g["group"]: g["calls"] for g in out["groups"]} == {"0": 5, "pair": 3}
+    assert out["replayed_total_s"] > 0 and out["recorded_total_s"] == pytest.approx(0.08)
+    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 0.12 s in
+        assert out["replayed_span_s"] >= 0.12
+    shown = commlens("runs", "show", out["run_id"], "--db", str(db), "--json")
+    assert shown.returncode == 0, shown.stderr
+    run = json.loads(shown.stdout)
+    run = run.get("run", run)
+    assert run["source"] == "replay"
+    assert sorted((m["op"], m.get("group")) for m in run["measurements"]) == [
+        ("all_gather", "0"),
+        ("all_reduce", "0"),
+        ("all_reduce", "pair"),
+        ("all_to_all", "0"),
+        ("broadcast", "0"),
+        ("reduce_scatter", "0"),
+    ]
