@@ -59,14 +59,21 @@ def plan_cmd(
     files: list[Path] = typer.Argument(
         ..., help="traces, monitor-rank<R>.jsonl files, Inspector dumps, or their directories"
     ),
-    output: Path = typer.Option(..., "-o", "--output", help="the plan file to write (JSON; '-' for stdout)"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="the plan file to write (JSON; '-' for stdout)"),
     source: str | None = typer.Option(
         None, "--source", help="kineto, monitor, inspector or chakra (default: sniffed from each file)"
     ),
+    as_json: bool = typer.Option(False, "--json", help="print the plan on stdout (the same as -o -)"),
 ) -> None:
     """Extract a job's communication into a replay plan: per rank, its calls in order, with their timing."""
     from commlens.replay import extract_plan, write_plan
 
+    if as_json and output is not None and str(output) != "-":
+        fail(f"--json prints the plan on stdout and -o {output} writes it to a file: give one")
+    if as_json:
+        output = Path("-")
+    if output is None:
+        fail("give -o FILE (where the plan goes) or --json (on stdout)")
     if source is not None and source not in ("kineto", "monitor", "inspector", "chakra"):
         fail(f"--source must be kineto, monitor, inspector or chakra, got {source!r}")
     with errors_as_exit():
