@@ -13,6 +13,7 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 from commlens.cli.regress_cmd import parse_fraction
 from commlens.results.text_tables import commented_table_lines
 
@@ -35,7 +36,6 @@ threshold_app = typer.Typer(
 app.add_typer(baseline_app, name="baseline")
 app.add_typer(threshold_app, name="threshold")
 
-_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
 _JSON = typer.Option(False, "--json", help="print JSON")
 
 
@@ -73,7 +73,7 @@ def baseline_set(
     tag: str | None = typer.Option(None, help="the series' tag (a branch, say); default: the run's own"),
     untagged: bool = typer.Option(False, "--untagged", help="the series of runs without a tag"),
     note: str = typer.Option("", help="why this is the baseline (shown by `baseline list`)"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
     from commlens.store import Store
@@ -110,7 +110,7 @@ def baseline_set(
 
 
 @baseline_app.command("list")
-def baseline_list(db: str | None = _DB, as_json: bool = _JSON) -> None:
+def baseline_list(db: str | None = DB, as_json: bool = _JSON) -> None:
     """Every stored baseline, by system and tag."""
     from commlens.store import Store
     from commlens.store.series_meta import list_baselines
@@ -137,7 +137,7 @@ def baseline_unset(
     fingerprint: str = typer.Option(..., help="the series' system fingerprint (or unique prefix)"),
     tag: str | None = typer.Option(None, help="the series' tag"),
     untagged: bool = typer.Option(False, "--untagged", help="the series of runs without a tag"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Forget a series' baseline. Exit code 2 when it had none."""
     from commlens.store import Store
@@ -217,7 +217,7 @@ def threshold_set(
     detect_alpha: float | None = typer.Option(
         None, "--detect-alpha", help="detect's significance level (its default 0.0003)"
     ),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Set (or replace) the threshold of the series and rows the selector matches. The most specific stored
     threshold that sets a value wins; an explicit --min-change or --alpha of compare or detect beats it."""
@@ -234,7 +234,7 @@ def threshold_set(
 
 
 @threshold_app.command("list")
-def threshold_list(db: str | None = _DB, as_json: bool = _JSON) -> None:
+def threshold_list(db: str | None = DB, as_json: bool = _JSON) -> None:
     """Every stored threshold, by selector."""
     from commlens.results.units import format_size
     from commlens.store import Store
@@ -281,7 +281,7 @@ def threshold_unset(
     size: str | None = _SIZE,
     group: str | None = _GROUP,
     no_group: bool = _NO_GROUP,
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Forget the threshold with exactly this selector. Exit code 2 when there is none."""
     from commlens.store import Store

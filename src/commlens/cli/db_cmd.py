@@ -10,6 +10,7 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 
-_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
 
 _STATE_TEXT = {
     "empty": "empty: the schema is created on first use (or by `commlens db upgrade`)",
@@ -35,7 +35,7 @@ _STATE_TEXT = {
 
 @db_app.command("status")
 def db_status(
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     runs: bool = typer.Option(False, "--runs", help="also read every stored run back (slower: loads all samples)"),
 ) -> None:
@@ -84,7 +84,7 @@ def _unreadable_runs(db: str | None) -> list[CorruptRunError]:
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: str | None = _DB) -> None:
+def db_upgrade(db: str | None = DB) -> None:
     """Upgrade the store's schema in place to this commlens' revision (one transaction)."""
     from commlens.store import upgrade_schema
 

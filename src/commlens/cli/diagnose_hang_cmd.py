@@ -11,6 +11,7 @@ import typer
 from commlens.cli.app import emit
 from commlens.cli.diagnose_cmd import diagnose_app
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 if TYPE_CHECKING:
     from commlens.diagnose.hang import HangReport
@@ -27,7 +28,7 @@ def hang(
     max_dump_mib: int = typer.Option(256, "--max-dump-mib", min=1, help="Refuse a dump larger than this (MiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     save: bool = typer.Option(False, "--save", help="Also keep the report in the store (--db) for `commlens serve`."),
-    db: str | None = typer.Option(None, "--db", help="The store --save keeps the report in (default: the local one)."),
+    db: str | None = DB,
 ) -> None:
     """Name the suspects: ranks without a dump, then the first collective where ranks diverge.
 

@@ -10,6 +10,7 @@ import typer
 from commlens.cli.app import fail
 from commlens.cli.diagnose_cmd import diagnose_app
 from commlens.cli.numbers import checked
+from commlens.cli.options import DB
 from commlens.errors import CommlensError
 
 
@@ -24,7 +25,7 @@ def links(
     as_json: bool = typer.Option(False, "--json", help="print the diagnosis as JSON"),
     heatmap: Path | None = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
     save: bool = typer.Option(False, "--save", help="also keep the diagnosis in the store (--db) for `commlens serve`"),
-    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
+    db: str | None = DB,
 ) -> None:
     """Measure every pair in N-1 rounds of disjoint pairs plus a ring; exit 1 when a slow host or link is found.
 

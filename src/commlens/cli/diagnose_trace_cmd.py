@@ -11,6 +11,7 @@ from commlens.cli.app import emit, fail
 from commlens.cli.diagnose_cmd import diagnose_app
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
+from commlens.cli.options import DB
 from commlens.cli.run_refs import run_named
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def stragglers(
     run: str | None = typer.Option(
         None, "--run", help="A run (stored run id or prefix, or a result file): use its per-rank samples."
     ),
-    db: str | None = typer.Option(None, "--db", help="Store URL or path (with --run, and where --save keeps it)."),
+    db: str | None = DB,
     late_threshold_us: float = typer.Option(
         1000.0, "--late-threshold-us", help="Median lateness above which a rank is a late arriver (µs)."
     ),

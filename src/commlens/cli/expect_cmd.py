@@ -13,6 +13,7 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def expect_cmd(
         None, "--nic-gbps", help="line rate of one NIC in Gb/s, where the log does not show it"
     ),
     op: str | None = typer.Option(None, help="the collective of an nccl-tests log that does not name it"),
-    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
 ) -> None:
     """Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes."""

@@ -12,6 +12,7 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 from commlens.ingest.registry import FORMATS
 
@@ -43,7 +44,7 @@ def ingest_cmd(
         None, "--hosts", help="hosts of such a fragment: a count, or names separated by commas (stored as given)"
     ),
     gpu: str | None = typer.Option(None, "--gpu", help="GPU model of such a fragment (stored as given)"),
-    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
     max_input_mib: float = typer.Option(
         256.0, "--max-input-mib", help="refuse a file (or pipe) larger than this, unread further"

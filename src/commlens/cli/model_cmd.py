@@ -17,6 +17,7 @@ import typer
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
+from commlens.cli.options import DB
 from commlens.cli.run_refs import runs_named
 from commlens.cli.topology_cmd import load_or_fail
 
@@ -300,7 +301,7 @@ def fit_cmd(
         ...,
         help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which",
     ),
-    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    db: str | None = DB,
     topology: str = typer.Option("local-cpu", "--topology", "-t", help="template: " + _TOPOLOGY_HELP),
     output: Path | None = typer.Option(None, "--output", "-o", help="write the calibrated topology (YAML) here"),
     name: str | None = typer.Option(None, "--name", help="calibrated topology's name (default TEMPLATE-fitted)"),
@@ -375,7 +376,7 @@ def check_cmd(
         help="run ids (or unique prefixes) in the store, tags, or result files; run:, tag: or file: in front says which",
     ),
     topology: str = typer.Option("local-cpu", "--topology", "-t", help=_TOPOLOGY_HELP),
-    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    db: str | None = DB,
     stat: str = typer.Option("mean", "--stat", help=_STAT_HELP),
     min_size: str = typer.Option("1", "--min-size", help="ignore rows smaller than this"),
     max_mape: float | None = typer.Option(None, "--max-mape", help="exit 1 when the MAPE (%) exceeds this"),

@@ -10,6 +10,7 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 if TYPE_CHECKING:
     from commlens.store.noise import NoiseFloor
@@ -21,8 +22,6 @@ noise_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(noise_app, name="noise")
-
-_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
 
 
 class GroupBy(str, Enum):
@@ -41,7 +40,7 @@ def noise_learn(
     fingerprint: str | None = typer.Option(None, help="only runs of this system fingerprint"),
     min_df: int = typer.Option(2, "--min-df", help="degrees of freedom a floor needs (runs minus groups)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the floors, store nothing"),
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Learn every series' noise floor from stored runs of the same code and keep it in the store.
@@ -80,7 +79,7 @@ def noise_learn(
 @noise_app.command("show")
 def noise_show(
     fingerprint: str | None = typer.Option(None, help="only this system fingerprint"),
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """The stored noise floors, by system, op and size."""

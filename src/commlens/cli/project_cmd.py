@@ -17,6 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit, fail_with
+from commlens.cli.options import DB
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
     from typer._click import Context as ClickContext
@@ -102,7 +103,7 @@ def _one(
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
-    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
+    db: str | None = DB,
     no_what_if: bool = typer.Option(False, "--no-what-if", help="skip the single changes that would help most"),
     network: _Network = "analytic",
     routing: _Routing = "ecmp",
@@ -370,7 +371,7 @@ def _sweep(
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
     as_json: bool = typer.Option(False, "--json"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
-    db: str | None = typer.Option(None, "--db", help="the store --save keeps it in (default: the local one)"),
+    db: str | None = DB,
     network: _Network = "analytic",
     routing: _Routing = "ecmp",
     seed: _Seed = 0,

@@ -16,6 +16,7 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -147,7 +148,7 @@ def compare_cmd(
         CompareFormat.table, "--format", help="table, json, or markdown for a pull-request comment"
     ),
     as_json: bool = typer.Option(False, "--json", help="print JSON (the same as --format json)"),
-    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
+    db: str | None = DB,
 ) -> None:
     """A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, its 95%
     CI, a p-value and a verdict.
@@ -298,7 +299,7 @@ def detect_cmd(
     save: bool = typer.Option(
         False, "--save", help="store the change points found, replacing those stored of every series examined"
     ),
-    db: str | None = typer.Option(None, help="result store URL or SQLite path"),
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Change points in the history of every stored series (op, size, dtype, placement, system, tag).

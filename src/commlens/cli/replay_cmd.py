@@ -11,6 +11,7 @@ import typer
 
 from commlens.cli.app import app, fail, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 if TYPE_CHECKING:
     from commlens.replay.compare import ReplayComparison
@@ -175,7 +176,7 @@ def run_cmd(
     passes: int = typer.Option(1, "--passes", help="measured passes over the plan"),
     warmup_passes: int = typer.Option(1, "--warmup-passes"),
     timeout: float = typer.Option(300.0, "--timeout", help="seconds a call or the start-up may take"),
-    db: str | None = typer.Option(None, "--db", help="result store URL or SQLite path"),
+    db: str | None = DB,
     no_store: bool = typer.Option(False, "--no-store", help="do not store the run"),
     tag: str | None = typer.Option(None, "--tag"),
     json_path: str | None = typer.Option(None, "--save-json", help="also write the run (commlens JSON) here"),
@@ -244,7 +245,7 @@ def run_cmd(
 def report_cmd(
     plan_file: Path = typer.Argument(..., help="the plan the ranks replayed"),
     times_file: Path = typer.Argument(..., help="the --out file of `torchrun ... -m commlens.replay.worker`"),
-    db: str | None = typer.Option(None, "--db"),
+    db: str | None = DB,
     no_store: bool = typer.Option(False, "--no-store"),
     tag: str | None = typer.Option(None, "--tag"),
     json_path: str | None = typer.Option(None, "--save-json"),

@@ -15,6 +15,7 @@ import typer
 
 from commlens.cli.app import app, say
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 reports_app = typer.Typer(
     help="Diagnoses and projections kept in the store (the dashboard's diagnose and projection pages).",
@@ -22,7 +23,6 @@ reports_app = typer.Typer(
 )
 app.add_typer(reports_app, name="reports")
 
-_DB = typer.Option(None, "--db", help="the result store (a SQLite path or a URL; default: the local one)")
 _KINDS = "links, stragglers, hang, projection or sweep"
 
 
@@ -62,7 +62,7 @@ def import_report(
     kind: str = typer.Argument(..., help=f"the document's kind: {_KINDS}"),
     file: Path = typer.Argument(..., help="a --json document its command wrote earlier"),
     title: str | None = typer.Option(None, "--title", help="the report's title (default: what it found)"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Keep a diagnosis or projection written with --json earlier as a report; its id on stderr."""
     from commlens.store.reports import read_document
@@ -76,7 +76,7 @@ def import_report(
 def list_cmd(
     kind: str | None = typer.Option(None, "--kind", help=f"only reports of this kind: {_KINDS}"),
     limit: int = typer.Option(50, "--limit", min=1, max=500, help="at most this many, newest first"),
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """The stored reports, newest first."""
@@ -105,7 +105,7 @@ def show(
     report_id: str = typer.Argument(
         ..., help="a report id or a unique prefix of at least 4 characters (from `commlens reports list`)"
     ),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Print a stored report's document, as its command's --json printed it."""
     from commlens.cli.runs_cmd import open_store

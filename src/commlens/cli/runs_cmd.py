@@ -11,6 +11,7 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit, fail_with
+from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ runs_app = typer.Typer(
 app.add_typer(runs_app, name="runs")
 
 # Options shared by several commands (Typer only reads them, so sharing is safe).
-_DB = typer.Option(None, "--db", help="result store URL or SQLite path (default: $COMMLENS_DB, else the user data dir)")
 _TAG = typer.Option(None, help="only runs with this tag")
 _OP = typer.Option(None, help="only runs measuring this op")
 _SINCE = typer.Option(None, help="only runs started at or after this ISO date/time")
@@ -63,7 +63,7 @@ def runs_root(
     until: str | None = _UNTIL,
     fingerprint: str | None = _FINGERPRINT,
     limit: int = _LIMIT,
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first (`commlens runs` alone is `commlens runs list`)."""
@@ -81,7 +81,7 @@ def runs_list(
     until: str | None = _UNTIL,
     fingerprint: str | None = _FINGERPRINT,
     limit: int = _LIMIT,
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first."""
@@ -195,7 +195,7 @@ def print_run_table(rows: list[RunSummary]) -> None:
 def runs_show(
     ctx: typer.Context,
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
     """Print a stored run again: the nccl-tests table, or its JSON."""
@@ -205,7 +205,7 @@ def runs_show(
 @app.command("show")
 def show_cmd(
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
-    db: str | None = _DB,
+    db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print the run as commlens JSON"),
 ) -> None:
     """Print a stored run again: the nccl-tests table, or its JSON (same as `commlens runs show`)."""
@@ -283,7 +283,7 @@ def runs_tag(
     run: str = typer.Argument(..., help="run id or a unique prefix of at least 4 characters (or tag: with one run)"),
     tag: str | None = typer.Argument(None, help="the new tag (replaces the run's tag)"),
     remove: bool = typer.Option(False, "--remove", help="remove the run's tag instead"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Set or replace a run's tag, or remove it with --remove."""
 
@@ -302,7 +302,7 @@ def runs_delete(
     ctx: typer.Context,
     runs: list[str] = typer.Argument(..., help="run ids or unique prefixes of at least 4 characters"),
     yes: bool = typer.Option(False, "--yes", "-y", help="delete without asking"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Delete runs with their measurements and samples (asks first unless --yes)."""
 
@@ -342,7 +342,7 @@ def export_cmd(
     ),
     output: str = typer.Option("-", "--output", "-o", help="file to write (atomically); - for stdout"),
     as_json: bool = typer.Option(False, "--json", help="the same as --format json"),
-    db: str | None = _DB,
+    db: str | None = DB,
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
     from commlens.errors import CommlensError

@@ -10,6 +10,7 @@ import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.options import DB
 
 TOKEN_ENV = "COMMLENS_SERVE_TOKEN"
 WRITE_TOKEN_ENV = "COMMLENS_SERVE_WRITE_TOKEN"
@@ -18,9 +19,7 @@ MONITOR_TOKEN_ENV = "COMMLENS_MONITOR_TOKEN"  # what commlens.monitor and monito
 
 @app.command("serve")
 def serve(
-    db: str | None = typer.Option(
-        None, "--db", help="the result store (a SQLite path or a URL; default: the local one)"
-    ),
+    db: str | None = DB,
     host: str = typer.Option("127.0.0.1", help="address to bind: loopback unless told; any other needs --token"),
     port: int = typer.Option(8765, help="port to listen on"),
     token: str | None = typer.Option(None, help=f"token every request needs (default: ${TOKEN_ENV})"),

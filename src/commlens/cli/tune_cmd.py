@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from commlens.cli.app import app, fail
+from commlens.cli.options import DB
 from commlens.cli.tables import left, new_table, print_table, right
 
 
@@ -121,7 +122,7 @@ def tune_cmd(
         help="tuning table to write (default: $COMMLENS_TUNING or ~/.cache/commlens/tuning.json)",
     ),
     replace: bool = typer.Option(False, "--replace", help="overwrite the table instead of merging into it"),
-    db: str | None = typer.Option(None, "--db", help="result store for the sweep's run"),
+    db: str | None = DB,
     no_store: bool = typer.Option(False, "--no-store", help="do not store the sweep's run"),
     tag: str = typer.Option("tune", "--tag", help="tag of the stored run"),
     show_table: bool = typer.Option(False, "--show-table", help="print the sweep's nccl-tests table too"),
