@@ -194,13 +194,23 @@ def main() -> None:
         f"median, {speed[1]:.1f} ms best of 7 (judge_run on 100 rows, 4 ops x 25 sizes, 2 x 8 H100, with log facts) | "
         f"{'yes' if speed[0] < 50 else '**no**'} |"
     )
-    with_verdict, without = _fresh_show(speed[2])
-    added = with_verdict - without
-    lines.append(
-        f"| (the same, `commlens show` of that run as a fresh process, CPU time) | {with_verdict:.0f} ms with the "
-        f"verdict, {without:.0f} ms without: +{added:.0f} ms (median of 5; importing the model and topology stack, "
-        f"pydantic included, and reading the preset is most of it) | {'yes' if added < 50 else '**no**'} |"
-    )
+    fresh = _fresh_processes(speed[2])
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").is_file() else ["?"]
+    for what, key, note in (
+        ("`commlens show` of that run (stored by ingest/bench, verdict kept with it)", "show", "prints the kept lines"),
+        ("`commlens ingest` of a 100-row nccl-tests log of that system", "ingest", "judges the run and keeps it"),
+        ("(`commlens show` of a run stored without a current verdict: judged again)", "show-stale", "fallback"),
+    ):
+        (on_min, on_med), (off_min, off_med) = fresh[key]
+        added_min, added_med = on_min - off_min, on_med - off_med
+        met = "yes" if added_med < 50 else "**no**"
+        if key == "show-stale":
+            met = "(not a target: only runs stored before this or by another model version)"
+        lines.append(
+            f"| {what}, fresh process, CPU time | with the verdict {on_min:.0f} / {on_med:.0f} ms (best / median of "
+            f"{FRESH_REPEATS}), without {off_min:.0f} / {off_med:.0f} ms: +{added_min:.0f} / +{added_med:.0f} ms "
+            f"({note}; load {' '.join(load)}) | {met} |"
+        )
     lines.append("")
     lines.append(
         "Verdict accuracy counts every case; the cause figure counts the cases below expectation whose thread "
@@ -240,33 +250,98 @@ def _speed() -> tuple[float, float, Run]:
     return statistics.median(timings), min(timings), run
 
 
-def _fresh_show(run: Run) -> tuple[float, float]:
-    """CPU ms (user + system) of ``commlens show`` on ``run`` in a fresh interpreter, with the verdict and with it
-    switched off: CPU time, not wall time, since this machine is shared and its wall times swing by seconds."""
+FRESH_REPEATS = 7
+
+
+def _nccl_tests_log(run: Run) -> str:
+    """A 100-row all_reduce nccl-tests log of ``run``'s system (2 x 8 H100), with NCCL INFO lines, as a file."""
+    sysinfo = run.system
+    out = [
+        "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 104857600 step: 1048576(bytes) warmup iters: 5 iters: 20",
+        "#",
+    ]
+    out.append("# Using devices")
+    rank = 0
+    for host in sysinfo.hosts:
+        for dev in range(sysinfo.ranks_per_host[host]):
+            out.append(
+                f"#   Rank {rank:2d} Pid {1000 + rank} on {host:>9} device {dev:2d} [0x00] NVIDIA H100 80GB HBM3"
+            )
+            rank += 1
+    out += [
+        "a:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB eth0",
+        "NCCL version 2.21.5+cuda12.4",
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA",
+        "#",
+        "#                                                     out-of-place                       in-place",
+        "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+        "#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
+    world = sysinfo.world_size
+    for k in range(1, 101):
+        size = k << 20
+        t_us = 12 + size / 40e3
+        algbw = size / t_us / 1e3
+        busbw = algbw * 2 * (world - 1) / world
+        cols = f"{t_us:8.1f} {algbw:7.2f} {busbw:7.2f}  0e+00"
+        out.append(f"{size:12d} {size // 4:13d}   float     sum {cols} {cols}")
+    out += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 20.0", "#"]
+    return "\n".join(out) + "\n"
+
+
+def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
+    """CPU ms (user + system; best, median) of fresh ``commlens show`` / ``ingest`` processes with and without the
+    verdict: CPU time, not wall time, since this machine is shared and its wall times swing by seconds. "Without" is
+    the process as it was before the verdict: ``judge_or_none`` returns None and ``commlens.expect`` is not
+    imported (ingest keeps no log facts)."""
+    import resource
     import subprocess
     import tempfile
 
+    from commlens.cli.expect_cmd import with_kept_verdict
     from commlens.store import Store
 
-    with tempfile.TemporaryDirectory() as tmp:
-        db = f"sqlite:///{tmp}/s.db"
-        with Store.open(db) as store:
-            store.save_run(run)
-        script = (
-            "import sys; import commlens.cli.expect_cmd as e\n"
-            "if sys.argv[1] == 'off': e.judge_or_none = lambda *a, **k: None\n"
-            "from commlens.cli.app import main; sys.argv = ['commlens', 'show', 'speed', '--db', sys.argv[2]]; main()\n"
-        )
-        import resource
+    script = (
+        "import sys, types; import commlens.cli.expect_cmd as e\n"
+        "if sys.argv[1] == 'off':\n"
+        "    e.judge_or_none = lambda *a, **k: None\n"
+        "    sys.modules['commlens.expect'] = types.SimpleNamespace(with_log_facts=lambda run, text: run)\n"
+        "from commlens.cli.app import main; sys.argv = ['commlens', *sys.argv[2:]]; main()\n"
+    )
 
-        out: dict[str, list[float]] = {}
-        for mode in ("on", "off") * 5:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run([sys.executable, "-c", script, mode, db], check=False, capture_output=True)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-            out.setdefault(mode, []).append(cpu * 1e3)
-    return statistics.median(out["on"]), statistics.median(out["off"])
+    def cpu_ms(mode: str, args: list[str]) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([sys.executable, "-c", script, mode, *args], check=False, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise SystemExit(f"commlens {' '.join(args)}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
+        return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1e3
+
+    def best_median(xs: list[float]) -> tuple[float, float]:
+        return min(xs), statistics.median(xs)
+
+    out: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        kept_db, bare_db = f"sqlite:///{tmp}/kept.db", f"sqlite:///{tmp}/bare.db"
+        verdict = judge_run(run)
+        with Store.open(kept_db) as store:
+            store.save_run(with_kept_verdict(run, verdict))
+        with Store.open(bare_db) as store:
+            store.save_run(run)
+        log = Path(tmp) / "all_reduce_100rows.log"
+        log.write_text(_nccl_tests_log(run))
+        times: dict[tuple[str, str], list[float]] = {}
+        for i in range(FRESH_REPEATS):
+            for mode in ("on", "off"):  # interleaved, so that a change of load hits both alike
+                times.setdefault(("show", mode), []).append(
+                    cpu_ms(mode, ["show", "speed", "--db", kept_db if mode == "on" else bare_db])
+                )
+                times.setdefault(("show-stale", mode), []).append(cpu_ms(mode, ["show", "speed", "--db", bare_db]))
+                db = f"sqlite:///{tmp}/ingest-{mode}-{i}.db"
+                times.setdefault(("ingest", mode), []).append(cpu_ms(mode, ["ingest", str(log), "--db", db]))
+        for key in ("show", "ingest", "show-stale"):
+            out[key] = (best_median(times[(key, "on")]), best_median(times[(key, "off")]))
+    return out
 
 
 if __name__ == "__main__":

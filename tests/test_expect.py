@@ -100,6 +100,64 @@ def test_ingested_run_keeps_its_log_facts_and_show_prints_the_verdict(realdata: 
     assert next(n for n in again["system"]["inferred"] if n["what"] == "NICs")["value"] == "4 x 100 Gb/s"
 
 
+def test_ingest_fail_below_is_a_gate_and_refuses_a_bad_percentage_before_storing(
+    realdata: Path, tmp_path: Path
+) -> None:
+    path = str(realdata / EFA_283)
+    gated = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'a.db'}", "--fail-below", "5"])
+    assert gated.exit_code == 1
+    assert "stored run" in gated.stdout  # stored all the same: the gate judges, it does not lose the run
+    assert "is below expectation by 13% (more than 5%)" in gated.output
+    passed = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'b.db'}", "--fail-below", "20"])
+    assert passed.exit_code == 0, passed.output
+    bad = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'c.db'}", "--fail-below", "150"])
+    assert bad.exit_code == 2 and "--fail-below 150" in bad.output
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_bench_fail_below_is_refused_out_of_range() -> None:
+    from commlens.bench.config import ConfigError
+    from commlens.cli.bench_cmd import launch
+
+    with pytest.raises(ConfigError, match="--fail-below 120"):
+        launch(["--backend", "gloo", "--nproc", "2", "--no-store", "--fail-below", "120"])
+
+
+def test_show_prints_the_verdict_kept_at_ingest_and_judges_again_when_the_model_changed(
+    realdata: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+    import subprocess
+    import sys
+
+    from commlens.cli.expect_cmd import VERDICT_KEY, model_stamp
+    from commlens.ingest import load_runs
+    from commlens.store import Store
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    run = with_log_facts(load_runs(realdata / EFA_299)[0], (realdata / EFA_299).read_text())
+
+    def keep(run_id: str, stamp: str) -> None:
+        kept = {"stamp": stamp, "status": "normal", "pct": 0.0, "lines": [f"# expect: kept {stamp}"], "short": []}
+        system = dataclasses.replace(run.system, extra={**run.system.extra, VERDICT_KEY: kept})
+        with Store.open(db) as store:
+            store.save_run(dataclasses.replace(run, run_id=run_id, system=system))
+
+    keep("a" * 32, model_stamp())
+    keep("b" * 32, "0" * 16)  # kept by another model version
+    code = (
+        "import sys; from commlens.cli.app import main; sys.argv = ['commlens', 'show', sys.argv[1], '--db', sys.argv[2]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('MODEL', 'commlens.topology' in sys.modules, 'commlens.expect' in sys.modules)\n"
+    )
+    current = subprocess.run([sys.executable, "-c", code, "a" * 12, db], capture_output=True, text=True, check=True)
+    assert f"# expect: kept {model_stamp()}" in current.stdout.splitlines()
+    assert "MODEL False False" in current.stdout  # the kept lines, printed without importing the model
+    stale = subprocess.run([sys.executable, "-c", code, "b" * 12, db], capture_output=True, text=True, check=True)
+    assert "kept 0000" not in stale.stdout
+    assert "# expect: normal (all_reduce, bandwidth-bound sizes, 89% of the model" in stale.stdout
+
+
 def test_socket_transport_is_named_first_with_its_log_line() -> None:
     log = "\n".join(
         [
