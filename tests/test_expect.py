@@ -196,6 +196,60 @@ def test_gdr_read_from_connection_lines() -> None:
     assert any(n.what == "NICs per node" and n.value == "4" for n in v.system.inferred)
 
 
+def test_gdr_on_one_host_only_is_named_from_the_line_without_it() -> None:
+    shared = log_facts("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA/Shared")
+    assert [f.value for f in shared if f.name == "gdr"] == [True] and not [f for f in shared if f.name == "gdr_partial"]
+    text = "\n".join(
+        [
+            "a:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB ib0",
+            "a:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+            "b:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/IB/0",
+        ]
+    )
+    v = judge_run(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 30.0)]), log_text=text)
+    assert v.status == "below"
+    top = v.causes[0]
+    assert top.id == "gdr-partial" and top.evidence[0].startswith("line 3: ") and "via NET/IB/0" in top.evidence[0]
+
+
+def test_nics_named_by_nccl_ib_hca_set_the_expectation_and_half_of_it_names_acs() -> None:
+    # NCCL uses only the HCAs listed: one 200G NIC per node, not the preset's eight
+    run = _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "mlx5_0:1"})
+    v = judge_run(run)
+    assert any(n.what == "NICs per node" and n.value == "1" for n in v.system.inferred)
+    assert v.status == "below"
+    ids = [c.id for c in v.causes]
+    assert "acs-on-nic-path" in ids[:2] and "one-nic" not in ids  # the expectation is already for one NIC
+    excluded = judge_run(
+        _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "^mlx5_4"})
+    )
+    assert any(n.what == "NICs per node" and n.value == "8" for n in excluded.system.assumed)
+
+
+def test_an_unnamed_four_gpu_host_is_taken_for_gb200_said_so_and_nvlink_rack_is_not_a_network() -> None:
+    run = _run("NVIDIA Graphics Device", 18, 4, "all_reduce", [(1 << 33, 600.0)])
+    v = judge_run(run)
+    assert v.system.topology.name == "gb200-nvl72"
+    assert any(n.what == "GPU model" and "GB200" in n.value for n in v.system.assumed)
+    assert v.status == "below"
+    assert not [c for c in v.causes if c.finding in ("gdr", "nic-count", "acs-iommu", "algorithm-choice")]
+    with pytest.raises(ExpectError, match="Graphics Device"):
+        judge_run(_run("NVIDIA Graphics Device", 1, 8, "all_reduce", [(1 << 30, 100.0)]))
+
+
+def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
+    text = "\n".join(
+        [
+            "ip:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa",
+            "ip:1:1 [0] NCCL INFO 6 coll channels, 6 p2p channels, 1 p2p channels per peer",
+        ]
+    )
+    v = judge_run(_run("NVIDIA A100-SXM4-40GB", 4, 8, "all_reduce", [(1 << 30, 29.6)]), log_text=text)
+    assert v.status == "below"
+    assert v.causes[0].id == "channels-show-fewer-nics"
+    assert "6 channels = 2 x 3 NICs, of the 4 per node" in v.causes[0].evidence[0]
+
+
 def test_nvls_only_where_nccl_has_it() -> None:
     rows = [(8 << 30, 370.0)]
     new = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", rows), log_facts("NCCL version 2.21.5+cuda12.4"))
