@@ -12,6 +12,7 @@ that gives the published busBW, the GPU name and job shape as printed); a case g
 from __future__ import annotations
 
 import platform
+import re
 import statistics
 import sys
 import time
@@ -129,9 +130,18 @@ def main() -> None:
             return None
         return verdict is not None and case["cause"] in [c.finding for c in verdict.causes[:2]]
 
+    def in_sample(case: dict, verdict) -> bool:
+        """Whether a cause that named the thread's finding cites the case's own thread(s) as its source: such a
+        cause was written knowing the case, so its match is not an independent test."""
+        threads = set(re.findall(r"github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", case["source"]))
+        right = [c for c in verdict.causes[:2] if c.finding == case["cause"]]
+        return any(t in c.source for c in right for t in threads)
+
     verdict_right = sum(1 for c, v, _ in results if v is not None and v.status == c["verdict"])
     with_cause = [(c, v) for c, v, _ in results if c["verdict"] == "below" and c["cause"] is not None]
     cause_right = sum(1 for c, v in with_cause if cause_ok(c, v))
+    cause_right_in = sum(1 for c, v in with_cause if cause_ok(c, v) and in_sample(c, v))
+    cause_right_out = cause_right - cause_right_in
     lines.append(
         f"Produced by `.venv/bin/python benchmarks/expect_validation.py`, "
         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}. Python {platform.python_version()} on "
@@ -152,13 +162,16 @@ def main() -> None:
             right = "yes" if verdict.status == case["verdict"] else "**no**"
             causes = ", ".join(f"{c.id} ({c.finding})" for c in verdict.causes[:2]) or "-"
         ok = cause_ok(case, verdict)
+        ok_text = (
+            "-" if ok is None else ("**no**" if not ok else ("yes (in-sample)" if in_sample(case, verdict) else "yes"))
+        )
         told = stated_verdicts.get(case["id"])
         told_text = (
             "-" if told is None else f"{told.status} ({'right' if told.status == case['verdict'] else '**wrong**'})"
         )
         lines.append(
             f"| {case['id']} | {case['verdict']} | {got} | {right} | {told_text} | {case['cause'] or '-'} | {causes} | "
-            f"{'-' if ok is None else ('yes' if ok else '**no**')} |"
+            f"{ok_text} |"
         )
     lines.append("")
     n = len(results)
@@ -182,6 +195,11 @@ def main() -> None:
         lines.append(
             f"| below expectation: the thread's cause in the top two >= 70% | {cause_right}/{len(with_cause)} = "
             f"{100 * cause_right / len(with_cause):.0f}% | {'yes' if cause_right >= 0.7 * len(with_cause) else '**no**'} |"
+        )
+        lines.append(
+            f"| (of those right: named by a cause that cites the case's own thread, i.e. written knowing it / by "
+            f"one that does not) | {cause_right_in} in-sample / {cause_right_out} out-of-sample, of "
+            f"{len(with_cause)} | - |"
         )
     lines.append(
         f"| no 'normal' row more than 25% below the band | 0 of {normal_rows} normal rows (a normal row is inside "
@@ -292,8 +310,8 @@ def _nccl_tests_log(run: Run) -> str:
 def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
     """CPU ms (user + system; best, median) of fresh ``commlens show`` / ``ingest`` processes with and without the
     verdict: CPU time, not wall time, since this machine is shared and its wall times swing by seconds. "Without" is
-    the process as it was before the verdict: ``judge_or_none`` returns None and ``commlens.expect`` is not
-    imported (ingest keeps no log facts)."""
+    the process as it was before the verdict: ``judge_or_none`` returns None, ``summary_for`` prints nothing and
+    ``commlens.expect`` is not imported (ingest keeps no log facts); each pair reads the same store."""
     import resource
     import subprocess
     import tempfile
@@ -305,6 +323,7 @@ def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[flo
         "import sys, types; import commlens.cli.expect_cmd as e\n"
         "if sys.argv[1] == 'off':\n"
         "    e.judge_or_none = lambda *a, **k: None\n"
+        "    e.summary_for = lambda run: []\n"
         "    sys.modules['commlens.expect'] = types.SimpleNamespace(with_log_facts=lambda run, text: run)\n"
         "from commlens.cli.app import main; sys.argv = ['commlens', *sys.argv[2:]]; main()\n"
     )
@@ -333,9 +352,7 @@ def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[flo
         times: dict[tuple[str, str], list[float]] = {}
         for i in range(FRESH_REPEATS):
             for mode in ("on", "off"):  # interleaved, so that a change of load hits both alike
-                times.setdefault(("show", mode), []).append(
-                    cpu_ms(mode, ["show", "speed", "--db", kept_db if mode == "on" else bare_db])
-                )
+                times.setdefault(("show", mode), []).append(cpu_ms(mode, ["show", "speed", "--db", kept_db]))
                 times.setdefault(("show-stale", mode), []).append(cpu_ms(mode, ["show", "speed", "--db", bare_db]))
                 db = f"sqlite:///{tmp}/ingest-{mode}-{i}.db"
                 times.setdefault(("ingest", mode), []).append(cpu_ms(mode, ["ingest", str(log), "--db", db]))
