@@ -219,15 +219,17 @@ def main() -> None:
         ("`commlens ingest` of a 100-row nccl-tests log of that system", "ingest", "judges the run and keeps it"),
         ("(`commlens show` of a run stored without a current verdict: judged again)", "show-stale", "fallback"),
     ):
-        (on_min, on_med), (off_min, off_med) = fresh[key]
-        added_min, added_med = on_min - off_min, on_med - off_med
-        met = "yes" if added_med < 50 else "**no**"
+        f = fresh[key]
+        in_best, in_med = f["inside"]
+        met = "yes" if in_med < 50 else "**no**"
         if key == "show-stale":
             met = "(not a target: only runs stored before this or by another model version)"
         lines.append(
-            f"| {what}, fresh process, CPU time | with the verdict {on_min:.0f} / {on_med:.0f} ms (best / median of "
-            f"{FRESH_REPEATS}), without {off_min:.0f} / {off_med:.0f} ms: +{added_min:.0f} / +{added_med:.0f} ms "
-            f"({note}; load {' '.join(load)}) | {met} |"
+            f"| {what}, fresh process, CPU time | the verdict's own CPU inside the process (its imports included): "
+            f"{in_best:.1f} / {in_med:.1f} ms (best / median of {FRESH_REPEATS}; {note}). Whole process with / "
+            f"without the verdict: {f['on'][1]:.0f} / {f['off'][1]:.0f} ms median, {f['on'][0]:.0f} / "
+            f"{f['off'][0]:.0f} ms best (load {' '.join(load)}: differences of whole processes swing by +-100 ms "
+            f"here) | {met} |"
         )
     lines.append("")
     lines.append(
@@ -307,11 +309,51 @@ def _nccl_tests_log(run: Run) -> str:
     return "\n".join(out) + "\n"
 
 
-def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[float, float]]]:
-    """CPU ms (user + system; best, median) of fresh ``commlens show`` / ``ingest`` processes with and without the
-    verdict: CPU time, not wall time, since this machine is shared and its wall times swing by seconds. "Without" is
-    the process as it was before the verdict: ``judge_or_none`` returns None, ``summary_for`` prints nothing and
-    ``commlens.expect`` is not imported (ingest keeps no log facts); each pair reads the same store."""
+# The child process: "off" is the command as it was before the verdict (judge_or_none returns None, summary_for
+# prints nothing, commlens.expect is never imported, so ingest keeps no log facts); "on" is the command as
+# shipped, with the verdict's entry points wrapped to add up the CPU time spent in them (their lazy imports
+# included; ingest's import of commlens.expect timed explicitly, nested calls counted once), printed at exit.
+_CHILD = """
+import atexit, sys, time, types
+import commlens.cli.expect_cmd as e
+mode, command = sys.argv[1], sys.argv[2]
+spent, depth = [0.0], [0]
+def timed(f):
+    def wrapper(*a, **k):
+        depth[0] += 1
+        t = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                spent[0] += time.process_time() - t
+    return wrapper
+if mode == "off":
+    e.judge_or_none = lambda *a, **k: None
+    e.summary_for = lambda run: []
+    sys.modules["commlens.expect"] = types.SimpleNamespace(with_log_facts=lambda run, text: run)
+else:
+    for name in ("judge_or_none", "summary_for", "with_kept_verdict"):
+        setattr(e, name, timed(getattr(e, name)))
+    if command == "ingest":
+        t = time.process_time()
+        import commlens.expect as x
+        spent[0] += time.process_time() - t
+        x.with_log_facts = timed(x.with_log_facts)
+atexit.register(lambda: print(f"VERDICT_CPU_MS {spent[0] * 1e3:.3f}", file=sys.stderr))
+from commlens.cli.app import main
+sys.argv = ["commlens", *sys.argv[2:]]
+main()
+"""
+
+
+def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
+    """Fresh ``commlens show`` / ``ingest`` processes, with and without the verdict (see ``_CHILD``), interleaved
+    so that a change of load hits both alike. Per command, (best, median) CPU ms (user + system, not wall time:
+    this machine is shared and its wall times swing by seconds) of: the whole process with ("on") and without
+    ("off") the verdict, and the verdict's own share inside the "on" process ("inside")."""
+    import re as re_
     import resource
     import subprocess
     import tempfile
@@ -319,27 +361,20 @@ def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[flo
     from commlens.cli.expect_cmd import with_kept_verdict
     from commlens.store import Store
 
-    script = (
-        "import sys, types; import commlens.cli.expect_cmd as e\n"
-        "if sys.argv[1] == 'off':\n"
-        "    e.judge_or_none = lambda *a, **k: None\n"
-        "    e.summary_for = lambda run: []\n"
-        "    sys.modules['commlens.expect'] = types.SimpleNamespace(with_log_facts=lambda run, text: run)\n"
-        "from commlens.cli.app import main; sys.argv = ['commlens', *sys.argv[2:]]; main()\n"
-    )
-
-    def cpu_ms(mode: str, args: list[str]) -> float:
+    def child(mode: str, args: list[str]) -> tuple[float, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run([sys.executable, "-c", script, mode, *args], check=False, capture_output=True)
+        done = subprocess.run([sys.executable, "-c", _CHILD, mode, *args], check=False, capture_output=True, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
-            raise SystemExit(f"commlens {' '.join(args)}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
-        return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1e3
+            raise SystemExit(f"commlens {' '.join(args)}: exit {done.returncode}: {done.stderr[-500:]}")
+        found = re_.search(r"VERDICT_CPU_MS ([\d.]+)", done.stderr)
+        inside = float(found.group(1)) if found else float("nan")
+        return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1e3, inside
 
     def best_median(xs: list[float]) -> tuple[float, float]:
         return min(xs), statistics.median(xs)
 
-    out: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
+    out: dict[str, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         kept_db, bare_db = f"sqlite:///{tmp}/kept.db", f"sqlite:///{tmp}/bare.db"
         verdict = judge_run(run)
@@ -351,13 +386,19 @@ def _fresh_processes(run: Run) -> dict[str, tuple[tuple[float, float], tuple[flo
         log.write_text(_nccl_tests_log(run))
         times: dict[tuple[str, str], list[float]] = {}
         for i in range(FRESH_REPEATS):
-            for mode in ("on", "off"):  # interleaved, so that a change of load hits both alike
-                times.setdefault(("show", mode), []).append(cpu_ms(mode, ["show", "speed", "--db", kept_db]))
-                times.setdefault(("show-stale", mode), []).append(cpu_ms(mode, ["show", "speed", "--db", bare_db]))
-                db = f"sqlite:///{tmp}/ingest-{mode}-{i}.db"
-                times.setdefault(("ingest", mode), []).append(cpu_ms(mode, ["ingest", str(log), "--db", db]))
+            for mode in ("on", "off"):
+                runs = {
+                    "show": ["show", "speed", "--db", kept_db],
+                    "show-stale": ["show", "speed", "--db", bare_db],
+                    "ingest": ["ingest", str(log), "--db", f"sqlite:///{tmp}/ingest-{mode}-{i}.db"],
+                }
+                for key, args in runs.items():
+                    whole, inside = child(mode, args)
+                    times.setdefault((key, mode), []).append(whole)
+                    if mode == "on":
+                        times.setdefault((key, "inside"), []).append(inside)
         for key in ("show", "ingest", "show-stale"):
-            out[key] = (best_median(times[(key, "on")]), best_median(times[(key, "off")]))
+            out[key] = {m: best_median(times[(key, m)]) for m in ("on", "off", "inside")}
     return out
 
 
