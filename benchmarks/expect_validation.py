@@ -312,7 +312,8 @@ def _nccl_tests_log(run: Run) -> str:
 # The child process: "off" is the command as it was before the verdict (judge_or_none returns None, summary_for
 # prints nothing, commlens.expect is never imported, so ingest keeps no log facts); "on" is the command as
 # shipped, with the verdict's entry points wrapped to add up the CPU time spent in them (their lazy imports
-# included; ingest's import of commlens.expect timed explicitly, nested calls counted once), printed at exit.
+# included; ingest's import of commlens.expect timed explicitly, after importing every module the "off" ingest
+# imported, so that only what the verdict adds is counted; nested calls counted once), printed at exit.
 _CHILD = """
 import atexit, sys, time, types
 import commlens.cli.expect_cmd as e
@@ -330,6 +331,7 @@ def timed(f):
                 spent[0] += time.process_time() - t
     return wrapper
 if mode == "off":
+    atexit.register(lambda: print("MODULES " + ",".join(sorted(sys.modules)), file=sys.stderr))
     e.judge_or_none = lambda *a, **k: None
     e.summary_for = lambda run: []
     sys.modules["commlens.expect"] = types.SimpleNamespace(with_log_facts=lambda run, text: run)
@@ -337,6 +339,13 @@ else:
     for name in ("judge_or_none", "summary_for", "with_kept_verdict"):
         setattr(e, name, timed(getattr(e, name)))
     if command == "ingest":
+        import importlib, os
+        for name in os.environ.get("EXPECT_BENCH_BASELINE_MODULES", "").split(","):
+            if name and not name.startswith("commlens.expect") and name != "__main__":
+                try:
+                    importlib.import_module(name)  # what the same ingest imports without the verdict
+                except Exception:
+                    pass
         t = time.process_time()
         import commlens.expect as x
         spent[0] += time.process_time() - t
@@ -353,6 +362,7 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
     so that a change of load hits both alike. Per command, (best, median) CPU ms (user + system, not wall time:
     this machine is shared and its wall times swing by seconds) of: the whole process with ("on") and without
     ("off") the verdict, and the verdict's own share inside the "on" process ("inside")."""
+    import os
     import re as re_
     import resource
     import subprocess
@@ -361,12 +371,20 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
     from commlens.cli.expect_cmd import with_kept_verdict
     from commlens.store import Store
 
+    baseline: dict[str, str] = {}  # command -> the modules its "off" process imported
+
     def child(mode: str, args: list[str]) -> tuple[float, float]:
+        env = {**os.environ, "EXPECT_BENCH_BASELINE_MODULES": baseline.get(args[0], "")}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run([sys.executable, "-c", _CHILD, mode, *args], check=False, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, mode, *args], check=False, capture_output=True, text=True, env=env
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
             raise SystemExit(f"commlens {' '.join(args)}: exit {done.returncode}: {done.stderr[-500:]}")
+        modules = re_.search(r"^MODULES (.*)$", done.stderr, re_.MULTILINE)
+        if modules:
+            baseline[args[0]] = modules.group(1)
         found = re_.search(r"VERDICT_CPU_MS ([\d.]+)", done.stderr)
         inside = float(found.group(1)) if found else float("nan")
         return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1e3, inside
@@ -386,7 +404,7 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
         log.write_text(_nccl_tests_log(run))
         times: dict[tuple[str, str], list[float]] = {}
         for i in range(FRESH_REPEATS):
-            for mode in ("on", "off"):
+            for mode in ("off", "on"):  # "off" first: the modules it imports are preloaded by "on" (see _CHILD)
                 runs = {
                     "show": ["show", "speed", "--db", kept_db],
                     "show-stale": ["show", "speed", "--db", bare_db],
