@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +105,8 @@ _MODEL_FILES = ("expect", "model", "topology")  # packages (their .py and table 
 def model_stamp() -> str:
     """A short hash of everything a verdict depends on besides the run: the code and tables of
     ``commlens.expect``, ``commlens.model`` and ``commlens.topology`` (presets included)."""
+    import hashlib  # not at import time: every command imports this module, --help included (~20-50 ms)
+
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256(b"commlens-expect-verdict/1")
     for package in _MODEL_FILES:
