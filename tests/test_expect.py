@@ -100,6 +100,64 @@ def test_ingested_run_keeps_its_log_facts_and_show_prints_the_verdict(realdata: 
     assert next(n for n in again["system"]["inferred"] if n["what"] == "NICs")["value"] == "4 x 100 Gb/s"
 
 
+def test_ingest_fail_below_is_a_gate_and_refuses_a_bad_percentage_before_storing(
+    realdata: Path, tmp_path: Path
+) -> None:
+    path = str(realdata / EFA_283)
+    gated = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'a.db'}", "--fail-below", "5"])
+    assert gated.exit_code == 1
+    assert "stored run" in gated.stdout  # stored all the same: the gate judges, it does not lose the run
+    assert "is below expectation by 13% (more than 5%)" in gated.output
+    passed = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'b.db'}", "--fail-below", "20"])
+    assert passed.exit_code == 0, passed.output
+    bad = CliRunner().invoke(app, ["ingest", path, "--db", f"sqlite:///{tmp_path / 'c.db'}", "--fail-below", "150"])
+    assert bad.exit_code == 2 and "--fail-below 150" in bad.output
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_bench_fail_below_is_refused_out_of_range() -> None:
+    from commlens.bench.config import ConfigError
+    from commlens.cli.bench_cmd import launch
+
+    with pytest.raises(ConfigError, match="--fail-below 120"):
+        launch(["--backend", "gloo", "--nproc", "2", "--no-store", "--fail-below", "120"])
+
+
+def test_show_prints_the_verdict_kept_at_ingest_and_judges_again_when_the_model_changed(
+    realdata: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+    import subprocess
+    import sys
+
+    from commlens.cli.expect_cmd import VERDICT_KEY, model_stamp
+    from commlens.ingest import load_runs
+    from commlens.store import Store
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    run = with_log_facts(load_runs(realdata / EFA_299)[0], (realdata / EFA_299).read_text())
+
+    def keep(run_id: str, stamp: str) -> None:
+        kept = {"stamp": stamp, "status": "normal", "pct": 0.0, "lines": [f"# expect: kept {stamp}"], "short": []}
+        system = dataclasses.replace(run.system, extra={**run.system.extra, VERDICT_KEY: kept})
+        with Store.open(db) as store:
+            store.save_run(dataclasses.replace(run, run_id=run_id, system=system))
+
+    keep("a" * 32, model_stamp())
+    keep("b" * 32, "0" * 16)  # kept by another model version
+    code = (
+        "import sys; from commlens.cli.app import main; sys.argv = ['commlens', 'show', sys.argv[1], '--db', sys.argv[2]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('MODEL', 'commlens.topology' in sys.modules, 'commlens.expect' in sys.modules)\n"
+    )
+    current = subprocess.run([sys.executable, "-c", code, "a" * 12, db], capture_output=True, text=True, check=True)
+    assert f"# expect: kept {model_stamp()}" in current.stdout.splitlines()
+    assert "MODEL False False" in current.stdout  # the kept lines, printed without importing the model
+    stale = subprocess.run([sys.executable, "-c", code, "b" * 12, db], capture_output=True, text=True, check=True)
+    assert "kept 0000" not in stale.stdout
+    assert "# expect: normal (all_reduce, bandwidth-bound sizes, 89% of the model" in stale.stdout
+
+
 def test_socket_transport_is_named_first_with_its_log_line() -> None:
     log = "\n".join(
         [
@@ -136,6 +194,60 @@ def test_gdr_read_from_connection_lines() -> None:
     assert v.status == "below"
     assert v.causes[0].id == "gdr-off" and v.causes[0].evidence[0].startswith("line 2: ")
     assert any(n.what == "NICs per node" and n.value == "4" for n in v.system.inferred)
+
+
+def test_gdr_on_one_host_only_is_named_from_the_line_without_it() -> None:
+    shared = log_facts("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA/Shared")
+    assert [f.value for f in shared if f.name == "gdr"] == [True] and not [f for f in shared if f.name == "gdr_partial"]
+    text = "\n".join(
+        [
+            "a:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB ib0",
+            "a:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+            "b:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/IB/0",
+        ]
+    )
+    v = judge_run(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 30.0)]), log_text=text)
+    assert v.status == "below"
+    top = v.causes[0]
+    assert top.id == "gdr-partial" and top.evidence[0].startswith("line 3: ") and "via NET/IB/0" in top.evidence[0]
+
+
+def test_nics_named_by_nccl_ib_hca_set_the_expectation_and_half_of_it_names_acs() -> None:
+    # NCCL uses only the HCAs listed: one 200G NIC per node, not the preset's eight
+    run = _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "mlx5_0:1"})
+    v = judge_run(run)
+    assert any(n.what == "NICs per node" and n.value == "1" for n in v.system.inferred)
+    assert v.status == "below"
+    ids = [c.id for c in v.causes]
+    assert "acs-on-nic-path" in ids[:2] and "one-nic" not in ids  # the expectation is already for one NIC
+    excluded = judge_run(
+        _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "^mlx5_4"})
+    )
+    assert any(n.what == "NICs per node" and n.value == "8" for n in excluded.system.assumed)
+
+
+def test_an_unnamed_four_gpu_host_is_taken_for_gb200_said_so_and_nvlink_rack_is_not_a_network() -> None:
+    run = _run("NVIDIA Graphics Device", 18, 4, "all_reduce", [(1 << 33, 600.0)])
+    v = judge_run(run)
+    assert v.system.topology.name == "gb200-nvl72"
+    assert any(n.what == "GPU model" and "GB200" in n.value for n in v.system.assumed)
+    assert v.status == "below"
+    assert not [c for c in v.causes if c.finding in ("gdr", "nic-count", "acs-iommu", "algorithm-choice")]
+    with pytest.raises(ExpectError, match="Graphics Device"):
+        judge_run(_run("NVIDIA Graphics Device", 1, 8, "all_reduce", [(1 << 30, 100.0)]))
+
+
+def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
+    text = "\n".join(
+        [
+            "ip:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa",
+            "ip:1:1 [0] NCCL INFO 6 coll channels, 6 p2p channels, 1 p2p channels per peer",
+        ]
+    )
+    v = judge_run(_run("NVIDIA A100-SXM4-40GB", 4, 8, "all_reduce", [(1 << 30, 29.6)]), log_text=text)
+    assert v.status == "below"
+    assert v.causes[0].id == "channels-show-fewer-nics"
+    assert "6 channels = 2 x 3 NICs, of the 4 per node" in v.causes[0].evidence[0]
 
 
 def test_nvls_only_where_nccl_has_it() -> None:

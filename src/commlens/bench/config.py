@@ -331,6 +331,13 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     o.add_argument("--tag", default=None, help="label stored with the run")
     o.add_argument("--revision", default=None, help="code/config revision stored with the run")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    o.add_argument(
+        "--fail-below",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when the run is below its expected busBW by more than PCT %% (commlens expect)",
+    )
     p.add_argument("--rows-file", default=None, help=argparse.SUPPRESS)  # set by the launcher
     p.add_argument("--config-file", default=None, help=argparse.SUPPRESS)  # the launcher's BenchConfig, as JSON
     return p

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from commlens.bench.config import build_parser, check_backend_here, command_line, config_from_args
+from commlens.bench.config import ConfigError, build_parser, check_backend_here, command_line, config_from_args
 from commlens.bench.events import Event, Finished, Progress
 from commlens.bench.finalize import TablePrinter
 from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement
@@ -35,6 +35,8 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
 
         print("\n".join(algo_listing()))
         return 0
+    if ns.fail_below is not None and not 0 <= ns.fail_below < 100:
+        raise ConfigError(f"--fail-below {ns.fail_below:g}: expected a percentage from 0 to 100")
     cfg = config_from_args(ns, check_backend=False)
     placement: Placement = OnCluster(ns.cluster, ns.ranks_per_host) if ns.cluster is not None else Local(ns.nproc)
     to = Destinations.of(ns)
@@ -46,15 +48,19 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
     with Terminal(print_table=print_table, quiet=ns.quiet) as terminal:
         run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
+    from commlens.cli.expect_cmd import below_by_more_than, judge_or_none, summary_lines, with_kept_verdict
+
+    verdict = judge_or_none(run)  # kept with the stored run: `show` prints it without judging again
+    run = with_kept_verdict(run, verdict)
     store(run, to)
     # the expected-performance verdict under the table (commlens expect RUN for the details)
-    if print_table:
-        from commlens.cli.expect_cmd import judge_or_none, summary_lines
-
-        verdict = judge_or_none(run)
-        if verdict is not None:
-            print("\n".join(summary_lines(verdict)))
-    return exit_code(run, terminal.wrong, say)
+    if print_table and verdict is not None:
+        print("\n".join(summary_lines(verdict)))
+    code = exit_code(run, terminal.wrong, say)
+    if code == 0 and verdict is not None and below_by_more_than(verdict.status, verdict.pct, ns.fail_below):
+        say(f"error: run {run.run_id[:12]} is below expectation by {verdict.pct:.0f}% (more than {ns.fail_below:g}%)")
+        return 1
+    return code
 
 
 def say(text: str) -> None:

@@ -5,6 +5,8 @@ Also the short verdict lines that ``ingest``, ``show`` and ``bench`` print at th
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +88,89 @@ def verdict_lines(v: RunVerdict) -> list[str]:
     return out
 
 
+# -- the verdict kept with a stored run ---------------------------------------------------------------
+#
+# Judging a run imports the model and topology stack (pydantic included) and reads a preset: ~100-200 ms of CPU
+# in a fresh process, most of what `show` would spend on it. So `ingest` and `bench`, which judge the run
+# anyway, keep the verdict's summary with the run (system.extra, outside its fingerprint), stamped with the
+# version of the model that produced it: a hash of the expect tables and the model, topology and expect code.
+# `show` prints the kept summary when the stamp matches the installed model, and judges again only when it does
+# not (another commlens version, edited tables) or when the run has none (stored before, or by `commlens run`).
+# The price: a kept verdict is as of the model that judged it, which the stamp makes the installed one.
+
+VERDICT_KEY = "expect_verdict"
+_MODEL_FILES = ("expect", "model", "topology")  # packages (their .py and table files) whose code sets a verdict
+
+
+@functools.cache
+def model_stamp() -> str:
+    """A short hash of everything a verdict depends on besides the run: the code and tables of
+    ``commlens.expect``, ``commlens.model`` and ``commlens.topology`` (presets included)."""
+    import hashlib  # not at import time: every command imports this module, --help included (~20-50 ms)
+
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(b"commlens-expect-verdict/1")
+    for package in _MODEL_FILES:
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in (".py", ".yaml", ".yml", ".json") and path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def kept_verdict(v: RunVerdict) -> dict[str, Any]:
+    """What is kept with a run: the stamp, status, shortfall and the summary lines `show` and `ingest` print."""
+    return {
+        "stamp": model_stamp(),
+        "status": v.status,
+        "pct": round(v.pct, 2),
+        "lines": summary_lines(v),
+        "short": summary_lines(v, causes=1, ranges=False),
+    }
+
+
+def with_kept_verdict(run: Run, v: RunVerdict | None) -> Run:
+    """``run`` with ``v`` kept in ``system.extra`` (``None``: kept as not judged, so `show` need not try again)."""
+    kept: dict[str, Any] = kept_verdict(v) if v is not None else {"stamp": model_stamp(), "status": None}
+    system = dataclasses.replace(run.system, extra={**run.system.extra, VERDICT_KEY: kept})
+    return dataclasses.replace(run, system=system)
+
+
+def current_kept(run: Run) -> dict[str, Any] | None:
+    """The verdict kept with ``run`` if the installed model made it (``status`` None: the run was not judged)."""
+    kept = run.system.extra.get(VERDICT_KEY)
+    if not isinstance(kept, dict) or kept.get("stamp") != model_stamp():
+        return None
+    if kept.get("status") is None:
+        return kept
+    lines, short = kept.get("lines"), kept.get("short")
+    good = all(isinstance(x, list) and all(isinstance(line, str) for line in x) for x in (lines, short))
+    if not good or kept.get("status") not in ("normal", "below", "above"):
+        return None  # a store edited by hand, or by another tool: judged again
+    if not isinstance(kept.get("pct"), int | float):
+        return None
+    return kept
+
+
+def summary_for(run: Run) -> list[str]:
+    """The ``# expect:`` lines of ``show``: those kept with the run when current, else judged now."""
+    kept = current_kept(run)
+    if kept is not None:
+        return list(kept["lines"]) if kept["status"] is not None else []
+    verdict = judge_or_none(run)
+    return summary_lines(verdict) if verdict is not None else []
+
+
+def below_by_more_than(status: str | None, pct: float, limit: float | None) -> bool:
+    """Whether ``--fail-below limit`` fails a run of this verdict."""
+    return limit is not None and status == "below" and pct > limit
+
+
+def check_fail_below(limit: float | None) -> None:
+    """``--fail-below PCT`` checked (exit 2 when out of range)."""
+    if limit is not None and not 0 <= limit < 100:
+        fail(f"--fail-below {limit}: expected a percentage from 0 to 100")
+
+
 def judge_or_none(run: Run, log_text: str | None = None) -> RunVerdict | None:
     """The verdict, or None when the run cannot be judged (no GPU known, no row modelled, wrong results): for
     summaries."""
@@ -143,8 +228,7 @@ def expect_cmd(
     """Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes."""
     from commlens.expect import given_facts, judge_run
 
-    if fail_below is not None and not 0 <= fail_below < 100:
-        fail(f"--fail-below {fail_below}: expected a percentage from 0 to 100")
+    check_fail_below(fail_below)
     topo = _load_topology(topology)
     with errors_as_exit():
         given = given_facts(nics=nics, nic_gbps=nic_gbps)
@@ -161,7 +245,7 @@ def expect_cmd(
                 print()
             print("\n".join(terminal_safe(line) for line in verdict_lines(v)))
     if fail_below is not None:
-        failed = [v for v in verdicts if v.status == "below" and v.pct > fail_below]
+        failed = [v for v in verdicts if below_by_more_than(v.status, v.pct, fail_below)]
         if failed:
             for v in failed:
                 say("error", f"run {v.run_id[:12]} is below expectation by {v.pct:.0f}% (more than {fail_below:g}%)")

@@ -46,12 +46,24 @@ def ingest_cmd(
     gpu: str | None = typer.Option(None, "--gpu", help="GPU model of such a fragment (stored as given)"),
     db: str | None = DB,
     as_json: bool = typer.Option(False, "--json", help="print what was ingested as JSON"),
+    fail_below: float | None = typer.Option(
+        None,
+        "--fail-below",
+        metavar="PCT",
+        help="exit 1 when a run stored now is below its expected busBW by more than PCT % (commlens expect)",
+    ),
     max_input_mib: float = typer.Option(
         256.0, "--max-input-mib", help="refuse a file (or pipe) larger than this, unread further"
     ),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
-    from commlens.cli.expect_cmd import judge_or_none, summary_lines
+    from commlens.cli.expect_cmd import (
+        below_by_more_than,
+        check_fail_below,
+        judge_or_none,
+        summary_lines,
+        with_kept_verdict,
+    )
     from commlens.errors import CommlensError
     from commlens.expect import with_log_facts
     from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
@@ -79,7 +91,9 @@ def ingest_cmd(
     with errors_as_exit():
         url = db_url(db) if db is not None else default_db_url()
         parse_url(url)  # a malformed --db is an error before any file is read
+    check_fail_below(fail_below)
     failed = 0
+    below: list[str] = []  # runs stored now that --fail-below fails
     ingested: list[dict[str, Any]] = []
     # The store is opened at the first run to save: an ingest that refuses every file creates no store file.
     store: Store | None = None
@@ -106,6 +120,9 @@ def ingest_cmd(
                     for w in caught:
                         if issubclass(w.category, IngestWarning):
                             say("warning", str(w.message))
+            # judged before saving, so that the verdict is kept with the run (show prints it without the model)
+            verdicts = {run.run_id: judge_or_none(run) for run in runs}
+            runs = [with_kept_verdict(run, verdicts[run.run_id]) for run in runs]
             if store is None:
                 with errors_as_exit():
                     store = closing.enter_context(Store.open(url))
@@ -127,7 +144,9 @@ def ingest_cmd(
                             )
                 if not is_new:
                     say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
-                verdict = judge_or_none(run) if is_new or as_json else None
+                verdict = verdicts[run.run_id]
+                if is_new and verdict is not None and below_by_more_than(verdict.status, verdict.pct, fail_below):
+                    below.append(f"run {run.run_id[:12]} ({path}) is below expectation by {verdict.pct:.0f}%")
                 if as_json:
                     entry = {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)}
                     entry["expect"] = verdict.as_dict() if verdict is not None else None
@@ -140,6 +159,10 @@ def ingest_cmd(
         print(json.dumps(ingested, indent=1))
     if failed:
         raise typer.Exit(2)
+    if below:
+        for line in below:
+            say("error", f"{line} (more than {fail_below:g}%)")
+        raise typer.Exit(1)
 
 
 def _given(ranks: int | None, hosts: str | None, gpu: str | None) -> Any:

@@ -262,11 +262,9 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
         busbw = [m["busbw_bytes_per_s"] for row in mine for m in row["measurements"] if m["op"] != "barrier"]
         lines.append(f"# process group {group or '-'}")
         lines += run_table_lines(mine, sum(checked) if checked else None, sum(busbw) / len(busbw) if busbw else 0.0)
-    from commlens.cli.expect_cmd import judge_or_none, summary_lines
+    from commlens.cli.expect_cmd import summary_for
 
-    verdict = judge_or_none(found)
-    if verdict is not None:
-        lines += summary_lines(verdict)
+    lines += summary_for(found)  # the verdict kept with the run at ingest/bench when current, else judged now
     lines.append(
         f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
         f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}"

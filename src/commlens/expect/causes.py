@@ -2,15 +2,19 @@
 
 Signals (:func:`signals`), each with the evidence it rests on:
 
-- from the log's facts: ``transport``, ``ib_absent``, ``gdr``, ``nics``, ``channels``, ``via_p2p``,
+- from the log's facts: ``transport``, ``ib_absent``, ``gdr``, ``gdr_partial``, ``nics``, ``channels``, ``via_p2p``,
   ``via_shm``, ``via_net`` and ``env.NCCL_*`` (the command line's or NCCL's "set by environment" lines);
-- from the run: ``hosts``, ``ranks_per_host``, ``op_all_reduce``;
+- from the run: ``hosts``, ``ranks_per_host``, ``op_all_reduce``, ``domains`` (the scale-up domains the job
+  spans: its hosts, or fewer where one NVLink domain spans hosts, as on GB200 NVL72: traffic between them is
+  what crosses the network);
 - from the topology: ``scale_up_kind`` (nvlink, pcie, xgmi, cpu), ``topology_nics``, ``approximate``;
 - ``nic_multiple``: where the log lists no NICs, the whole number k (fewer than the NICs assumed) of NICs whose
   rate the peak busBW matches within 8%;
 - figures: ``large_ratio`` / ``small_ratio`` (measured over the model's busBW, median of the bandwidth- and
   latency-bound rows), ``peak_over_one_nic`` (the best busBW over one NIC's effective rate),
   ``peak_over_pcie`` (the best busBW over a PCIe Gen4 x16 link as NCCL credits it, 24 GB/s);
+- ``nvls`` (NVLS among NCCL's choices), ``nics_by_channels`` (over several hosts: half the channel count, where
+  that is fewer than the NICs per node: NCCL makes at least two channels per NIC it uses);
 - derived: ``p2p_off_by_env``, ``channels_limited``, ``forced_tuning``.
 
 A cause matches when every condition of its ``when`` holds; matches are ranked by ``weight``.
@@ -108,6 +112,7 @@ def signals(
         ("via_p2p", "via_p2p"),
         ("via_shm", "via_shm"),
         ("via_net", "via_net"),
+        ("gdr_partial", "gdr_partial"),
     ):
         out.update(_fact_signal(system, fact, name))
     if "transport" not in out and "via_net" in out and "Socket" in str(out["via_net"].value):
@@ -117,6 +122,22 @@ def signals(
             seen = system.facts.get("env:" + key)
             where = f"line {seen.line}: {seen.text}" if seen else f"environment: {key}={value}"
             out["env." + key] = Signal(value, where)
+    up_domain = topo.scale_up.domain_size
+    per_node = topo.accelerators_per_node
+    hosts_per_domain = max(up_domain // per_node, 1) if up_domain > per_node else 1
+    domains = -(-system.hosts // hosts_per_domain)
+    out["domains"] = Signal(domains, f"{domains} scale-up domain(s): {system.hosts} hosts, {up_domain} GPUs per domain")
+    out["nvls"] = Signal(system.nvls_possible, "NVLS possible" if system.nvls_possible else "no NVLS")
+    if domains >= 2 and "channels" in out and topo.scale_out is not None:
+        # NCCL builds its inter-node rings one or more per NIC and doubles them: fewer than two channels per NIC
+        # means fewer NICs in use (nccl#527: "only 6 channels ... suggesting that only 3 NICs were available")
+        in_use = int(out["channels"].value) // 2
+        if 1 <= in_use < topo.scale_out.nics_per_node:
+            out["nics_by_channels"] = Signal(
+                in_use,
+                f"{out['channels'].evidence}: {int(out['channels'].value)} channels = 2 x {in_use} NICs, "
+                f"of the {topo.scale_out.nics_per_node} per node",
+            )
     up = topo.scale_up.name.lower()
     kind = "pcie" if "pcie" in up else "nvlink" if "nvlink" in up else "xgmi" if "infinity" in up else "cpu"
     out["scale_up_kind"] = Signal(kind, f"scale-up {topo.scale_up.name}")

@@ -71,7 +71,7 @@ _CHANNEL = re.compile(r"NCCL INFO Channel \d+/(\d+) ?:")
 _COLL_CHANNELS = re.compile(r"NCCL INFO (\d+) coll channels")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _VIA = re.compile(
-    r"\bvia (NET/[\w. ]+?/\d+(?:\(\d+\))?(?:/GDRDMA)?|NET/[\w.]+|P2P/[\w/]+|SHM(?:/[\w/]+)?|COLLNET)(?=\s|$|,)"
+    r"\bvia (NET/[\w. ]+?/\d+(?:\(\d+\))?(?:/GDRDMA)?(?:/Shared)?|NET/[\w.]+|P2P/[\w/]+|SHM(?:/[\w/]+)?|COLLNET)(?=\s|$|,)"
 )
 _GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled|disabling GDR|GDR(?:DMA)? disabled", re.IGNORECASE)
 _GDR_ENABLED = re.compile(r"GPU Direct RDMA Enabled")
@@ -100,6 +100,7 @@ def log_facts(text: str) -> list[Fact]:
     via: dict[str, Fact] = {}
     gdr_on: Fact | None = None
     gdr_off: Fact | None = None
+    plain_net: Fact | None = None  # the first NET connection line without GDRDMA
 
     def keep(name: str, value: Any, lineno: int, line: str) -> None:
         if name not in first:
@@ -162,10 +163,11 @@ def log_facts(text: str) -> list[Fact]:
                 "net" if path.startswith("NET/") else ("p2p" if path.startswith("P2P") else path.split("/")[0].lower())
             )
             if kind == "net":
-                if path.endswith("GDRDMA"):
+                if "/GDRDMA" in path:  # also NET/IB/1/GDRDMA/Shared
                     gdr_on = gdr_on or Fact("gdr", True, lineno, line.strip()[:_SHOWN_CHARS])
                 elif "NET/Socket" not in path:
                     gdr_off = gdr_off or Fact("gdr", False, lineno, line.strip()[:_SHOWN_CHARS])
+                    plain_net = plain_net or Fact("gdr_partial", True, lineno, line.strip()[:_SHOWN_CHARS])
                 if "NET/Socket" in path:
                     keep("net_transport", "Socket", lineno, line)
             if kind not in via:
@@ -174,6 +176,8 @@ def log_facts(text: str) -> list[Fact]:
     # GDR is on if any connection used it (NCCL picks per NIC/GPU pair); off only when none did
     if gdr_on is not None:
         facts.append(gdr_on)
+        if plain_net is not None:  # and some connections without it: a host or GPU-NIC pair that lacks GDR
+            facts.append(plain_net)
     elif gdr_off is not None:
         facts.append(gdr_off)
     return sorted(facts, key=lambda f: (f.line, f.name))

@@ -6,7 +6,8 @@ Steps of :func:`infer_system`:
    the log; matched against the GPU table of ``systems.yaml`` (first pattern that matches), which names the
    preset topology and, for PCIe or cut-down NVLink parts, the scale-up link to put in its place.
 2. The job's shape: hosts and ranks per host from the run; a node wider than the preset's becomes as wide.
-3. The network, for a run over several hosts: NICs counted from ``NET/IB : Using ...``, their rate from
+3. The network, for a run over several hosts: NICs counted from ``NET/IB : Using ...`` (else from an
+   ``NCCL_IB_HCA`` that lists the devices NCCL may use), their rate from
    ``speed=`` or the topology's ``NET[..]``, or from the fabric table when the log names a cloud fabric (EFA);
    what the log does not show is taken from the preset and said to be assumed.
 4. NVLS: left out of the algorithms NCCL may pick when the log says it is unavailable, when NCCL is older than
@@ -103,6 +104,25 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts) if parts else ()
 
 
+def _gpu_matches(entry: dict[str, Any], gpu: str, ranks_per_host: int) -> bool:
+    """Whether a GPU table entry names this device (its pattern, and the ranks per host it requires, if any)."""
+    if not re.search(entry["match"], gpu, re.IGNORECASE):
+        return False
+    return "ranks_per_host" not in entry or int(entry["ranks_per_host"]) == ranks_per_host
+
+
+def _hca_count(value: str) -> int | None:
+    """NICs an ``NCCL_IB_HCA`` list selects: the devices it names (``mlx5_0:1,mlx5_1`` -> 2); None for an exclusion
+    list (``^...``), a prefix match without ``=``, or nothing named. NCCL uses only the listed devices."""
+    text = value.strip().lstrip("=")
+    if not text or text.startswith("^"):
+        return None
+    devices = {part.split(":")[0].strip() for part in text.split(",") if part.strip()}
+    if not devices or not all(d[-1:].isdigit() for d in devices):  # "mlx5" is a prefix: every mlx5_N device
+        return None
+    return len(devices)
+
+
 def _largest_divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(limit, 1))
 
@@ -148,10 +168,15 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     else:
         if not gpu:
             raise ExpectError("the run does not name its GPU (no device line, no NCCL INFO device); give --topology")
-        entry = next((g for g in table["gpus"] if re.search(g["match"], gpu, re.IGNORECASE)), None)
+        entry = next((g for g in table["gpus"] if _gpu_matches(g, gpu, ranks_per_host)), None)
         if entry is None:
             raise ExpectError(f"no topology known for GPU {gpu!r}; give --topology (a preset or a file)")
-        inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
+        if entry.get("assumed"):  # a name that does not say the model: taken from the job's shape, said so
+            inferred.append(Note("GPU", gpu, gpu_source))
+            assumed.append(Note("GPU model", entry["name"], f"GPU table: {entry['assumed']}"))
+            approximate = True
+        else:
+            inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
         data = topology_to_dict(load_topology(entry["preset"]))
         data.pop("calibration", None)
         changes = [f"preset {entry['preset']}"]
@@ -181,7 +206,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             data["scale_out"]["name"] = net["origin"]
             changes.append(net["origin"])
         if hosts > 1 and data.get("scale_out") is not None:
-            approximate |= _derive_network(data, by_name, gpu, hosts, table, inferred, assumed, changes)
+            approximate |= _derive_network(data, by_name, env, gpu, hosts, table, inferred, assumed, changes)
         data["name"] = f"{entry['preset']}-as-inferred" if len(changes) > 1 else entry["preset"]
         data["description"] = "derived from the run: " + ", ".join(changes)
         data["approximate"] = bool(data.get("approximate")) or approximate
@@ -220,6 +245,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
 def _derive_network(
     data: dict[str, Any],
     by_name: dict[str, Fact],
+    env: dict[str, str],
     gpu: str,
     hosts: int,
     table: dict[str, Any],
@@ -259,6 +285,12 @@ def _derive_network(
         )
         changes.append(f"{fabric['nics']} {provider.value} NICs")
         return True
+    hca = env.get("NCCL_IB_HCA")
+    listed = _hca_count(hca) if hca is not None else None
+    if nics is None and listed is not None:  # the environment names the NICs NCCL may use
+        where = by_name.get("env:NCCL_IB_HCA")
+        nics = Fact("nics", listed, 0, _at(where) if where is not None else f"environment: NCCL_IB_HCA={hca}")
+        by_name["nics"] = nics  # a fact of the run like the log's, for the causes
     if nics is not None:
         count = int(nics.value)
         fitted = _largest_divisor_at_most(per_node, count)

@@ -150,7 +150,9 @@ def _range(op: str, kind: str, rows: list[RowVerdict]) -> RangeVerdict:
         status,
         abs(median),
         ratio,
-        max(set(limits), key=limits.count),
+        max(
+            dict.fromkeys(limits), key=limits.count
+        ),  # a tie goes to the first seen (a set's order changes per process)
     )
 
 
