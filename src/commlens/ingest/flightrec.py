@@ -101,6 +101,9 @@ class Entry:
     time_created_ns: int | None
     is_p2p: bool
     frames: tuple[str, ...]  # "file:line in name", innermost first
+    time_started_ns: int | None = None  # time_discovered_started_ns (None where unset: 0 or null)
+    time_completed_ns: int | None = None  # time_discovered_completed_ns
+    duration_s: float | None = None  # duration_ms (CUDA events, with the recorder's timing on)
 
     @property
     def backend(self) -> str:
@@ -288,7 +291,25 @@ def _entry(path: Path, i: int, raw: Any) -> Entry:
         time_created_ns=_optional_int(path, f"{where}: time_created_ns", raw.get("time_created_ns")),
         is_p2p=bool(is_p2p) if isinstance(is_p2p, bool) else op in _P2P_OPS,
         frames=_frames(raw.get("frames")),
+        time_started_ns=_optional_int(
+            path, f"{where}: time_discovered_started_ns", raw.get("time_discovered_started_ns")
+        )
+        or None,
+        time_completed_ns=_optional_int(
+            path, f"{where}: time_discovered_completed_ns", raw.get("time_discovered_completed_ns")
+        )
+        or None,
+        duration_s=_duration_s(path, where, raw.get("duration_ms")),
     )
+
+
+def _duration_s(path: Path, where: str, value: Any) -> float | None:
+    """``duration_ms`` in seconds: None where absent or null; a finite number >= 0 otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12:
+        raise DumpError(f"{path}: {where}: duration_ms is {value!r:.40}, not a duration in ms")
+    return float(value) / 1e3
 
 
 def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:
