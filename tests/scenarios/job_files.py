@@ -9,7 +9,8 @@ behind all of them.
 The job: ``--ranks`` processes of one GPU each, ``--ranks-per-host`` per host (``node-000`` ...), one world
 communicator / process group. Each training step issues an all_reduce (64 MiB), an all_gather (8 MiB
 per rank), a reduce_scatter (8 MiB per rank) and a broadcast (8 B from rank 0). For each collective every
-rank arrives after a common time plus its own jitter (uniform, ``--jitter-us``); from ``--onset`` on the
+rank arrives after a common time plus its own jitter (uniform, ``--jitter-us``), now and then (0.2% of
+(rank, collective) pairs) 1-5 ms later once (a page fault, a GC pause); from ``--onset`` on the
 late rank arrives ``--late-ms`` later (+-10%). The collective ends when the last rank has arrived plus
 the transfer time (size over 100 GB/s busBW), on every rank within 5 us; each rank's duration is its end
 minus its own arrival, so waiting ranks run long and the late rank short. Each host's clock is off the
@@ -78,6 +79,7 @@ class JobSpec:
     dump_interval_us: int = 500
     fr_entries: int = 2000
     monitor_late_install: int = 3
+    hiccup_rate: float = 0.002  # per rank and collective: a one-off delay of 1-5 ms (a page fault, a GC pause)
 
 
 @dataclass
@@ -105,6 +107,9 @@ def simulate(spec: JobSpec) -> list[_Call]:
         nccl, op, nbytes = STEP[i % len(STEP)]
         now += 2000 + rng.uniform(0, 200)  # compute between collectives
         arrivals = [now + rng.uniform(0, spec.jitter_us) for _ in range(spec.ranks)]
+        for r in range(spec.ranks):
+            if rng.random() < spec.hiccup_rate:
+                arrivals[r] += rng.uniform(1000, 5000)
         if spec.late_rank is not None and i >= spec.onset:
             arrivals[spec.late_rank] += spec.late_ms * 1e3 * rng.uniform(0.9, 1.1)
         total = nbytes * (spec.ranks if op in ("all_gather", "reduce_scatter") else 1)

@@ -367,34 +367,43 @@ def _divergence(sources: list[SourceData]) -> dict[str, Any] | None:
 
 
 def _progress(sources: list[SourceData], key_of: dict[str, Any]) -> tuple[list[RankProgress], bool]:
-    """Each rank's last completed collective (on the job's key where joined) and its first one in flight."""
-    last: dict[int, tuple[float, Observation, str]] = {}
-    flight: dict[int, tuple[float, Observation, str]] = {}
-    hosts: dict[int, str | None] = {}
-    world = max((max(s.group_sizes.values(), default=0) for s in sources), default=0)
-    for s in sources:
-        for o in s.observations:
-            if s.group_sizes.get(o.group) != world:
-                continue
-            hosts.setdefault(o.rank, o.host) if o.host else None
-            when = o.end_s if o.end_s is not None else (o.start_s or 0.0)
-            if o.state == "completed":
-                if o.rank not in last or when > last[o.rank][0]:
-                    last[o.rank] = (when, o, s.kind)
-            elif o.rank not in flight or (o.start_s or 0.0) < flight[o.rank][0]:
-                flight[o.rank] = (o.start_s or 0.0, o, s.kind)
-    if not last:
-        return [], False
-    ends = sorted(v[0] for v in last.values())
-    typical = ends[len(ends) // 2]
+    """Each rank's last completed collective of the job's largest group, and its first one not completed.
 
-    def shown(entry: tuple[float, Observation, str] | None) -> dict[str, Any] | None:
-        if entry is None:
+    Ranks are compared in one source's counting (clocks differ across hosts, so end times cannot order
+    them): the first of Flight Recorder, monitor, Kineto present (a per-group counter over every op); a
+    rank is behind when its last completed sequence number is below the largest any rank completed. NCCL
+    Inspector alone cannot tell (it writes samples, not every collective), and is then not judged.
+    """
+    counted = [s for kind in ("flightrec", "monitor", "kineto") for s in sources if s.kind == kind]
+    if not counted:
+        return [], False
+    source = counted[0]
+    world = max(source.group_sizes.values(), default=0)
+    last: dict[int, Observation] = {}
+    flight: dict[int, Observation] = {}
+    hosts: dict[int, str | None] = {}
+    for s in sources:  # hosts from any source that names them (the Flight Recorder does not)
+        for o in s.observations:
+            if o.host and o.global_rank is not None:
+                hosts.setdefault(o.global_rank, o.host)
+    for o in source.observations:
+        if source.group_sizes.get(o.group) != world:
+            continue
+        if o.state == "completed":
+            if o.rank not in last or o.seq > last[o.rank].seq:
+                last[o.rank] = o
+        elif o.rank not in flight or o.seq < flight[o.rank].seq:
+            flight[o.rank] = o
+    if not last and not flight:
+        return [], False
+    top = max((o.seq for o in last.values()), default=-1)
+
+    def shown(o: Observation | None) -> dict[str, Any] | None:
+        if o is None:
             return None
-        _, o, kind = entry
-        key = key_of[kind](o)
+        key = key_of[source.kind](o)
         return {
-            "source": kind,
+            "source": source.kind,
             "source_key": {"group": o.group, "op": o.op, "seq": o.seq},
             "job_key": {"group": key[0], "op": key[1], "seq": key[2]} if key is not None else None,
             "end_s": o.end_s,
@@ -405,9 +414,13 @@ def _progress(sources: list[SourceData], key_of: dict[str, Any]) -> tuple[list[R
     progress = []
     hang = bool(flight)
     for rank in sorted(set(last) | set(flight)):
-        behind = rank in last and last[rank][0] < typical - 1e-3
+        mine = last.get(rank)
+        behind = mine is None or mine.seq < top
         hang = hang or behind
-        progress.append(RankProgress(rank, hosts.get(rank), shown(last.get(rank)), shown(flight.get(rank)), behind))
+        g = (mine or flight[rank]).global_rank
+        progress.append(
+            RankProgress(rank, hosts.get(g if g is not None else rank), shown(mine), shown(flight.get(rank)), behind)
+        )
     return progress, hang
 
 

@@ -246,40 +246,55 @@ def _flightrec(paths: list[Path]) -> SourceData:
 
 
 def _kineto(paths: list[Path]) -> SourceData:
+    from commlens.diagnose.trace_match import MatchError, match_collectives
+
     files: list[Path] = []
     for p in paths:
         files.extend(sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))) if p.is_dir() else [p])
+    traces = [read_kineto_trace(f) for f in files]
+    counter = "Seq of record_param_comms: PyTorch's per-group collective count, as the Flight Recorder's"
+    notes: list[str] = []
+    # (trace, collective, seq): the trace's own Seq, else the position in the order-matched sequence
+    rows = [(t, c, c.seq) for t in traces for c in t.collectives]
+    if any(seq is None for _, _, seq in rows):
+        try:
+            matching = match_collectives(traces)
+        except MatchError as e:
+            raise JobSourceError(str(e)) from None
+        by_rank = {t.rank: t for t in traces}
+        rows = [
+            (by_rank[r], c, k + 1)
+            for k, m in enumerate(matching.collectives)
+            for r, c in zip(matching.ranks, m.records)
+        ]
+        counter = (
+            "order: no Seq in these traces, collectives matched across ranks " + matching.describe().split(" by ", 1)[1]
+        )
+        notes.append(matching.describe())
     obs: list[Observation] = []
     sizes: dict[str, int] = {}
-    without_seq = 0
-    for f in files:
-        trace = read_kineto_trace(f)
-        for c in trace.collectives:
-            op = _catalog(c.op)
-            if op is None:
-                continue
-            if c.seq is None:
-                without_seq += 1
-                continue
-            group = c.group or "0"
-            members = c.group_ranks or ()
-            if members:
-                sizes[group] = len(members)
-            elif trace.world_size:
-                sizes.setdefault(group, trace.world_size)
-            rank = members.index(trace.rank) if trace.rank in members else trace.rank
-            obs.append(
-                Observation(
-                    group, op, c.seq, rank, trace.rank, trace.host, None, c.start_s, c.end_s, c.duration_s, "completed"
-                )
+    for trace, c, seq in rows:
+        op = _catalog(c.op)
+        if op is None or seq is None:
+            continue
+        group = c.group or "0"
+        members = c.group_ranks or ()
+        if members:
+            sizes[group] = len(members)
+        elif trace.world_size:
+            sizes.setdefault(group, trace.world_size)
+        rank = members.index(trace.rank) if trace.rank in members else trace.rank
+        obs.append(
+            Observation(
+                group, op, seq, rank, trace.rank, trace.host, None, c.start_s, c.end_s, c.duration_s, "completed"
             )
-    notes = [f"{without_seq} collectives without a sequence number (older PyTorch): not joined"] if without_seq else []
+        )
     return SourceData(
         kind="kineto",
         paths=tuple(files),
         observations=obs,
         group_sizes=sizes,
-        counter="Seq of record_param_comms: PyTorch's per-group collective count, as the Flight Recorder's",
+        counter=counter,
         starts_independent=True,
         notes=notes,
     )
