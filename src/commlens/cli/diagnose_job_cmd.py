@@ -92,3 +92,10 @@ def _print_job(report: JobReport) -> None:
             "yes" if p.behind else "",
         )
     print_table(table)
+    idle = [p.rank for p in report.progress if p.in_flight is None]
+    waiting = [p.rank for p in report.progress if p.in_flight is not None]
+    if idle and waiting:
+        print(
+            f"waiting on: rank {', '.join(map(str, idle))}: nothing in flight after its last completed collective, "
+            f"while {len(waiting)} ranks have started the next one"
+        )

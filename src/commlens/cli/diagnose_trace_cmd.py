@@ -119,7 +119,7 @@ def _print_late_ranks(late: _LateReports) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.results.units import format_us
 
-    named = []
+    named: list[str] = []
     for report in late.reports:
         groups = ", ".join(f"{g} ({n} ranks)" for g, n in report.groups.items())
         print(f"# {report.source}: {report.judged} collective instances judged by durations over groups {groups}")
@@ -141,7 +141,9 @@ def _print_late_ranks(late: _LateReports) -> None:
                 f"{r.late_instances}/{r.judged_instances}",
                 r.start_clue,
             )
-            named.append(f"rank {r.rank}{f' ({r.host})' if r.host else ''} [{report.source}]")
+            name = f"rank {r.rank}{f' ({r.host})' if r.host else ''} [{report.source}]"
+            if name not in named:
+                named.append(name)
         print_table(table)
     print(f"late ranks: {', '.join(named)}" if named else "no late rank")
 

@@ -175,8 +175,10 @@ def _onset(flags: list[bool], params: LateRankParams) -> int | None:
 
 def _start_clue(ordered: list[Instance], j: int, late_at: list[int]) -> str:
     """Step 5: where starts are timestamps of their own, is the rank's start the latest (clock offsets removed)?"""
-    if not ordered[0].starts_independent or ordered[0].ends_s is None:
-        return "no independent start times (compact records: the start is the dump time minus the duration)"
+    if ordered[0].ends_s is None:
+        return "none: this source has durations only"
+    if not ordered[0].starts_independent:
+        return "none: its start is its end (NCCL Inspector compact: the dump time) minus its duration"
     n = len(ordered[0].ranks)
     # Each rank's clock offset to rank 0: the median difference of the ends (a synchronizing collective
     # ends at about the same moment everywhere).
