@@ -161,26 +161,34 @@ def loads_plain(raw: bytes) -> Any:
     return _PlainUnpickler(io.BytesIO(raw)).load()
 
 
+_CONTAINERS = (dict, list, tuple)
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
 def _check_plain(path: Path, data: Any) -> None:
-    """Iterative walk: only plain types, bounded depth and node count (shared references counted each time)."""
+    """Iterative walk: only plain types, bounded depth and node count (shared references counted each time).
+
+    Only containers go on the walk's stack; scalars are checked where they are met (a dump is mostly scalars).
+    """
+    if not isinstance(data, _CONTAINERS):
+        if not isinstance(data, _SCALARS):
+            raise DumpError(f"{path}: holds a {type(data).__name__}, not plain data")
+        return
     stack: list[tuple[Any, int]] = [(data, 0)]
-    nodes = 0
+    nodes = 1
     while stack:
         value, depth = stack.pop()
-        nodes += 1
+        children: Any = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        nodes += len(children)
         if nodes > _MAX_NODES:
             raise DumpError(f"{path}: more than {_MAX_NODES:,} values; not a Flight Recorder dump")
-        if isinstance(value, dict):
-            children: Any = [*value.keys(), *value.values()]
-        elif isinstance(value, (list, tuple)):
-            children = value
-        elif value is None or isinstance(value, (str, bytes, int, float, bool)):
-            continue
-        else:  # unreachable for pickles (no class is admitted); kept for JSON hooks and future formats
-            raise DumpError(f"{path}: holds a {type(value).__name__}, not plain data")
-        if depth >= _MAX_DEPTH:
-            raise DumpError(f"{path}: nested deeper than {_MAX_DEPTH} levels; not a Flight Recorder dump")
-        stack.extend((c, depth + 1) for c in children)
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                if depth + 1 >= _MAX_DEPTH:
+                    raise DumpError(f"{path}: nested deeper than {_MAX_DEPTH} levels; not a Flight Recorder dump")
+                stack.append((child, depth + 1))
+            elif not isinstance(child, _SCALARS):  # unreachable for pickles and JSON; kept for future formats
+                raise DumpError(f"{path}: holds a {type(child).__name__}, not plain data")
 
 
 def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
