@@ -143,6 +143,10 @@ def test_bad_input_is_refused(tmp_path: Path, late_job: Path) -> None:
     )  # one record, cut mid-object
     code, _, err = _cli("stragglers", str(truncated))
     assert code == 2 and "no collective records (coll_perf) that commlens reads" in err
+    # the published truncated fixture: one rank of 8, its last line cut: warned, and nothing to judge
+    code, _, err = _cli("stragglers", str(DATA / "truncated"))
+    assert code == 2 and "node-c-pid3001.log:4: left out: a truncated last line" in err
+    assert "2 instances lacked a rank" not in err and "nothing to judge" in err
     other = tmp_path / "other"
     write_monitor(JobSpec(ranks=4, collectives=20), other)
     code, _, err = _cli("job", str(late_job / "inspector"), str(other))

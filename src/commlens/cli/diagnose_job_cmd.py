@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,10 +41,30 @@ def job(
     from commlens.diagnose.late_ranks import LateRankParams
 
     checked(late_threshold_us, "--late-threshold-us", above=0)
-    with errors_as_exit():
+    with reader_warnings(), errors_as_exit():
         report = diagnose_job(paths, LateRankParams(late_threshold_s=late_threshold_us * 1e-6))
     found = report.hang or report.divergence is not None or any(r["late_ranks"] for r in report.late)
     emit(report, as_json, _print_job, 1 if found else 0)
+
+
+_SHOWN_WARNINGS = 20
+
+
+@contextlib.contextmanager
+def reader_warnings() -> Iterator[None]:
+    """The readers' warnings (a damaged line left out, dropped records) as ``warning: ...`` lines on stderr."""
+    from commlens.ingest import IngestWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IngestWarning)
+        try:
+            yield
+        finally:
+            shown = [w for w in caught if issubclass(w.category, IngestWarning)]
+            for w in shown[:_SHOWN_WARNINGS]:
+                print(f"warning: {w.message}", file=sys.stderr)
+            if len(shown) > _SHOWN_WARNINGS:
+                print(f"warning: {len(shown) - _SHOWN_WARNINGS} more warnings not shown", file=sys.stderr)
 
 
 def _print_job(report: JobReport) -> None:

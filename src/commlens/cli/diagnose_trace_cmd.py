@@ -71,7 +71,10 @@ def stragglers(
             from commlens.diagnose.late_ranks import LateRankParams
 
             late_params = LateRankParams(late_threshold_s=late_threshold_us * 1e-6, min_occurrences=min_occurrences)
-            late = _LateReports(late_ranks_from_paths(traces, late_params))
+            from commlens.cli.diagnose_job_cmd import reader_warnings
+
+            with reader_warnings():
+                late = _LateReports(late_ranks_from_paths(traces, late_params))
         elif traces:
             table = load_kineto_traces(traces, max_bytes=max_trace_mib << 20)
         else:  # --run (given: checked above)
