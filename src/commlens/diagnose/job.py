@@ -223,12 +223,14 @@ def _offset_by_time(
 
 
 def _align(
-    source: SourceData, reference: SourceData, ref_ordinals: dict[tuple[str, str], dict[int, int]]
+    source: SourceData,
+    reference: SourceData,
+    ref_ordinals: dict[tuple[str, str], dict[int, int]],
+    ref_ends: dict[tuple[str, str, int], tuple[list[float], list[int]]],
 ) -> tuple[list[Alignment], dict[tuple[str, str], tuple[str, int]]]:
     """Steps 3-4 for one source: its alignments, and per (group, op) the reference group and offset."""
     ordinals = _ordinals(source)
     src_ends = _ends_by_rank(source, ordinals)
-    ref_ends = _ends_by_rank(reference, ref_ordinals)
     out: list[Alignment] = []
     chosen: dict[tuple[str, str], tuple[str, int]] = {}
     for group, op in sorted(ordinals):
@@ -437,33 +439,34 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
     # reference ordinal -> reference seq, per (group, op)
     ref_seq_at = {k: {i: s for s, i in v.items()} for k, v in ref_ordinals.items()}
     alignments: list[Alignment] = []
-    key_of: dict[str, Any] = {reference.kind: lambda o: (o.group, o.op, o.seq)}
+    ref_ends = _ends_by_rank(reference, ref_ordinals)
+    # per source, its own keys (group, op, seq) -> the job's key (None: not joined); computed once per key
+    mappings: dict[str, dict[tuple[str, str, int], tuple[str, str, int] | None]] = {}
     for s in sources:
+        own = {(o.group, o.op, o.seq) for o in s.observations}
         if s is reference:
+            mappings[s.kind] = {k: k for k in own}
             continue
-        found, chosen = _align(s, reference, ref_ordinals)
+        found, chosen = _align(s, reference, ref_ordinals, ref_ends)
         alignments.extend(found)
         ords = _ordinals(s)
-
-        def key(o: Observation, chosen: dict[tuple[str, str], tuple[str, int]] = chosen, ords: Any = ords) -> Any:
-            target = chosen.get((o.group, o.op))
-            if target is None:
-                return None
-            ref_group, offset = target
-            seq = ref_seq_at.get((ref_group, o.op), {}).get(ords[(o.group, o.op)][o.seq] + offset)
-            return None if seq is None else (ref_group, o.op, seq)
-
-        key_of[s.kind] = key
-    membership: Counter[tuple[str, str, int]] = Counter()
+        mapping: dict[tuple[str, str, int], tuple[str, str, int] | None] = {}
+        for group, op, seq in own:
+            target = chosen.get((group, op))
+            job_seq = None
+            if target is not None:
+                job_seq = ref_seq_at.get((target[0], op), {}).get(ords[(group, op)][seq] + target[1])
+            mapping[(group, op, seq)] = None if target is None or job_seq is None else (target[0], op, job_seq)
+        mappings[s.kind] = mapping
+    key_of: dict[str, Any] = {kind: (lambda o, m=m: m.get((o.group, o.op, o.seq))) for kind, m in mappings.items()}
+    membership: Counter[str] = Counter()
     seen_by: dict[tuple[str, str, int], set[str]] = defaultdict(set)
-    for s in sources:
-        k_of = key_of[s.kind]
-        for o in s.observations:
-            k = k_of(o)
+    for kind, m in mappings.items():
+        for k in m.values():
             if k is not None:
-                seen_by[k].add(s.kind)
+                seen_by[k].add(kind)
     for kinds in seen_by.values():
-        membership["+".join(sorted(kinds))] += 1  # type: ignore[index]
+        membership["+".join(sorted(kinds))] += 1
     late: list[dict[str, Any]] = []
     notes: list[str] = []
     first_verdict: tuple[SourceData, LateRank] | None = None
@@ -510,7 +513,7 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
         reference=reference.kind,
         alignments=alignments,
         joined_instances=len(seen_by),
-        instances_with_sources=dict(membership),  # type: ignore[arg-type]
+        instances_with_sources=dict(membership),
         late=late,
         verdict=verdict,
         divergence=_divergence(sources),
