@@ -99,7 +99,7 @@ def accuracy(jobs: int, seed: int, work: Path) -> tuple[list[str], dict[str, int
     return rows, counts
 
 
-def speed(records: int, repeats: int, work: Path) -> tuple[list[float], list[float], str]:
+def speed(records: int, repeats: int, work: Path) -> tuple[list[float], list[float], list[float], str]:
     spec = JobSpec(ranks=64, collectives=records, late_rank=37, onset=records // 3, fr_entries=records, seed=31)
     t0 = time.perf_counter()
     paths = [work / "inspector", work / "flightrec", work / "monitor"]
@@ -107,7 +107,7 @@ def speed(records: int, repeats: int, work: Path) -> tuple[list[float], list[flo
     write_flightrec(spec, paths[1])
     write_monitor(spec, paths[2])
     print(f"generated 64 x {records} records per source in {time.perf_counter() - t0:.0f} s", flush=True)
-    walls, rss = [], []
+    walls, rss, cpu = [], [], []
     verdict = ""
     binary = Path(sys.executable).parent / "commlens"
     for _ in range(repeats):
@@ -118,10 +118,14 @@ def speed(records: int, repeats: int, work: Path) -> tuple[list[float], list[flo
         _pid, status, usage = os.wait4(proc.pid, 0)
         walls.append(time.perf_counter() - start)
         rss.append(usage.ru_maxrss / 1024)
+        cpu.append(usage.ru_utime + usage.ru_stime)
         out = proc.stdout.read().decode() if proc.stdout else ""
         verdict = next((line for line in out.splitlines() if line.startswith("late rank:")), out[-300:])
-        print(f"  {walls[-1]:.1f} s, {rss[-1]:.0f} MiB, exit {os.waitstatus_to_exitcode(status)}", flush=True)
-    return walls, rss, verdict
+        print(
+            f"  {walls[-1]:.1f} s wall, {cpu[-1]:.1f} s CPU, {rss[-1]:.0f} MiB, exit {os.waitstatus_to_exitcode(status)}",
+            flush=True,
+        )
+    return walls, rss, cpu, verdict
 
 
 def main() -> int:
@@ -159,11 +163,12 @@ def main() -> int:
                 "",
             ]
         if not ns.skip_speed:
-            walls, rss, verdict = speed(ns.records, ns.repeats, work)
+            walls, rss, cpu, verdict = speed(ns.records, ns.repeats, work)
             body += [
                 f"**diagnose job at scale.** 64 ranks x {ns.records:,} collectives in each of NCCL Inspector (compact), "
                 f"Flight Recorder (JSON, buffer {ns.records:,}) and monitor files, one `commlens diagnose job` child "
-                f"process per repeat ({ns.repeats}): wall min {min(walls):.1f} s, median {statistics.median(walls):.1f} s; "
+                f"process per repeat ({ns.repeats}): wall min {min(walls):.1f} s, median {statistics.median(walls):.1f} s "
+                f"(CPU time, user + system, min {min(cpu):.1f} s: the machine was shared); "
                 f"peak RSS max {max(rss):.0f} MiB (targets: under 10 s and 1 GiB).",
                 "",
                 f"    {verdict}",

@@ -318,26 +318,11 @@ def _instances(source: SourceData, key_of: Any) -> tuple[list[Instance], int, di
 
 def _divergence(sources: list[SourceData]) -> dict[str, Any] | None:
     """The first collective (by end time, else sequence) whose op or size differs across a group's ranks."""
-    from commlens.diagnose.hang import find_divergence
-
     found: list[tuple[float, dict[str, Any]]] = []
     for s in sources:
-        if s.kind == "flightrec" and s.flightrec is not None:
-            div, _notes = find_divergence(s.flightrec.dumps)  # type: ignore[attr-defined]
-            if div is not None:
-                found.append(
-                    (
-                        float("-inf"),
-                        {
-                            "source": "flightrec",
-                            "group": div.process_group,
-                            "seq": div.collective_seq_id,
-                            "kind": div.kind,
-                            "culprit_ranks": [c.get("rank") for c in div.culprits],
-                            "expected": {k: v for k, v in div.expected.items() if k != "frames"},
-                        },
-                    )
-                )
+        if s.kind == "flightrec":  # diagnose hang's analysis, run when the dumps were read
+            if s.divergence is not None:
+                found.append((float("-inf"), s.divergence))
             continue
         by_key: dict[tuple[str, int], dict[int, Observation]] = defaultdict(dict)
         for o in s.observations:

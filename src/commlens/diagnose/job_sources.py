@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
@@ -80,7 +81,7 @@ class SourceData:
     counter: str  # how its sequence numbers count
     starts_independent: bool = False  # its starts are timestamps of their own (not end - duration)
     notes: list[str] = field(default_factory=list)
-    flightrec: object | None = None  # the DumpSet, for the hang analysis
+    divergence: dict[str, Any] | None = None  # Flight Recorder: diagnose hang's first divergence, where found
 
 
 def _head(path: Path) -> str:
@@ -195,10 +196,11 @@ def _flightrec(paths: list[Path]) -> SourceData:
     obs: list[Observation] = []
     sizes: dict[str, int] = {}
     notes: list[str] = []
-    dump_set = None
+    divergence: dict[str, Any] | None = None
     for directory in directories:
         dump_set = read_dump_dir(directory)
         notes.extend(dump_set.notes)
+        divergence = divergence or _first_divergence(dump_set.dumps)
         for dump in dump_set.dumps:
             for g in dump.groups.values():
                 if g.ranks:
@@ -241,8 +243,25 @@ def _flightrec(paths: list[Path]) -> SourceData:
         counter="collective_seq_id: per process group over every collective, from 1 (PyTorch's seqCollective_)",
         starts_independent=True,
         notes=notes,
-        flightrec=dump_set if len(directories) == 1 else None,
+        divergence=divergence,
     )
+
+
+def _first_divergence(dumps: Any) -> dict[str, Any] | None:
+    """diagnose hang's first divergence among the dumps, as plain data (the dumps themselves are not kept)."""
+    from commlens.diagnose.hang import find_divergence
+
+    div, _notes = find_divergence(dumps)
+    if div is None:
+        return None
+    return {
+        "source": "flightrec",
+        "group": div.process_group,
+        "seq": div.collective_seq_id,
+        "kind": div.kind,
+        "culprit_ranks": [c.get("rank") for c in div.culprits],
+        "expected": {k: v for k, v in div.expected.items() if k != "frames"},
+    }
 
 
 def _kineto(paths: list[Path]) -> SourceData:
