@@ -215,9 +215,8 @@ def _flightrec(paths: list[Path]) -> SourceData:
                 start = e.time_started_ns or e.time_created_ns
                 end = e.time_completed_ns
                 state = e.state or "scheduled"
+                # duration_ms only: the discovered times are the watchdog's polls, milliseconds coarse
                 duration = e.duration_s
-                if duration is None and start and end and end >= start and state == "completed":
-                    duration = (end - start) / 1e9
                 obs.append(
                     Observation(
                         e.process_group,
