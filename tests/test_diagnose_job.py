@@ -153,3 +153,19 @@ def test_bad_input_is_refused(tmp_path: Path, late_job: Path) -> None:
     assert code == 2 and "not of one job: their largest groups differ (nccl-inspector 8 ranks, monitor 4 ranks)" in err
     code, _, err = _cli("job", str(late_job / "nccl-tests.json"), str(late_job / "monitor"))
     assert code == 2 and "a job of its own" in err
+
+
+def test_flight_recorder_entry_without_completion_time_is_judged_without_it(tmp_path: Path) -> None:
+    """A completed entry whose completion time is unset (0) leaves that instance without end times; the
+    timestamp clue then uses the others (found by the fuzz harness: an IndexError before)."""
+    import shutil
+
+    shutil.copytree(Path(__file__).parent / "data" / "job_late_rank" / "flightrec", tmp_path / "fr")
+    dump = tmp_path / "fr" / "nccl_trace_rank_2"
+    doc = json.loads(dump.read_text())
+    doc["entries"][40]["time_discovered_completed_ns"] = 0  # collective 40, after rank 5's onset (20)
+    dump.write_text(json.dumps(doc))
+    code, out, _ = _cli("stragglers", "--json", str(tmp_path / "fr"))
+    assert code == 1
+    (late,) = json.loads(out)["reports"][0]["late_ranks"]
+    assert late["rank"] == 5 and late["start_clue"].startswith("agrees")

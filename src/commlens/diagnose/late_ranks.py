@@ -175,15 +175,19 @@ def _onset(flags: list[bool], params: LateRankParams) -> int | None:
 
 def _start_clue(ordered: list[Instance], j: int, late_at: list[int]) -> str:
     """Step 5: where starts are timestamps of their own, is the rank's start the latest (clock offsets removed)?"""
-    if ordered[0].ends_s is None:
+    timed = [i for i in ordered if i.ends_s is not None]
+    if not timed:
         return "none: this source has durations only"
     if not ordered[0].starts_independent:
         return "none: its start is its end (NCCL Inspector compact: the dump time) minus its duration"
     n = len(ordered[0].ranks)
     # Each rank's clock offset to rank 0: the median difference of the ends (a synchronizing collective
-    # ends at about the same moment everywhere).
-    offsets = [statistics.median((i.ends_s or ())[q] - (i.ends_s or ())[0] for i in ordered) for q in range(n)]
+    # ends at about the same moment everywhere), over the instances whose ends every rank recorded.
+    offsets = [statistics.median((i.ends_s or ())[q] - (i.ends_s or ())[0] for i in timed) for q in range(n)]
     agree = 0
+    late_at = [idx for idx in late_at if ordered[idx].ends_s is not None]
+    if not late_at:
+        return "none: no late instance has every rank's end time"
     for idx in late_at:
         inst = ordered[idx]
         ends = inst.ends_s or ()
