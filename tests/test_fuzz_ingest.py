@@ -131,12 +131,17 @@ class Case:
 
     name: str
     data: bytes
-    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "replay-plan", "replay-monitor", or a spec
-    siblings: Path | None = None  # flightrec: the fixture's directory, whose other ranks' dumps go alongside
+    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "job", "replay-plan", "replay-monitor", or a spec
+    siblings: Path | None = None  # flightrec, job: the fixture's directory, whose other ranks' files go alongside
 
 
 SPEC_READERS = ("topology", "workload", "accelerators")
-TRACE_READERS = ("flightrec", "kineto", "replay-plan", "replay-monitor")
+TRACE_READERS = ("flightrec", "kineto", "job", "replay-plan", "replay-monitor")
+JOB_FILES = (  # one rank's file of each source of a generated job, mutated among the other ranks' files
+    ("job_late_rank/inspector", "node-000-pid40000.log"),
+    ("job_late_rank/monitor", "monitor-rank1.jsonl"),
+    ("job_late_rank/flightrec", "nccl_trace_rank_2"),
+)
 FLIGHTREC_DIRS = (
     ("flightrec_v2_3_nccl", "nccl_trace_rank_1"),  # pickle, layout 2.3
     ("flightrec_v1_1_nccl", "nccl_trace_rank_2"),  # pickle, before 2.3 (no pg_config)
@@ -168,6 +173,10 @@ def _cases() -> list[Case]:
     cases += [
         Case(name, (DATA.parent / folder / name).read_bytes(), "flightrec", siblings=DATA.parent / folder)
         for folder, name in FLIGHTREC_DIRS
+    ]
+    cases += [
+        Case(f"{folder.split('/')[-1]}-{name}", (DATA.parent / folder / name).read_bytes(), "job", DATA.parent / folder)
+        for folder, name in JOB_FILES
     ]
     # Traces decompressed, so that mutations reach the JSON; one kept gzip, so that they reach the gzip layer.
     cases += [Case(Path(t).name[:-3], gzip.decompress((DATA.parent / t).read_bytes()), "kineto") for t in KINETO_TRACES]
@@ -283,6 +292,8 @@ class Harness:
         """``stored``, ``loaded`` or ``refused``; raises on anything else."""
         if case.reader == "flightrec":
             return self._hang(case, data)
+        if case.reader == "job":
+            return self._job(case, data)
         path = self.folder / f"{next(self._names)}-{case.name}"
         path.write_bytes(data)
         try:
@@ -317,6 +328,31 @@ class Harness:
             for d in report.divergences:  # what the text report prints
                 for c in d.culprits:
                     culprit_issued(c)
+            return "loaded"
+        finally:
+            shutil.rmtree(folder)
+
+    def _job(self, case: Case, data: bytes) -> str:
+        """The mutated file among its source's other ranks' files, through `diagnose job` and the late-rank reading."""
+        import shutil
+
+        from commlens.diagnose.job import JobError, diagnose_job, late_ranks_from_paths
+
+        assert case.siblings is not None
+        folder = self.folder / f"job-{next(self._names)}"
+        shutil.copytree(case.siblings, folder)
+        name = case.name.split("-", 1)[1]
+        (folder / name).write_bytes(data)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", IngestWarning)
+                try:
+                    json.dumps(diagnose_job([folder]).to_json())
+                    for report in late_ranks_from_paths([folder]):
+                        json.dumps(report.to_json())
+                except JobError as e:
+                    _check_message(e)
+                    return "refused"
             return "loaded"
         finally:
             shutil.rmtree(folder)

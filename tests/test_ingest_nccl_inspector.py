@@ -264,12 +264,25 @@ def test_the_record_count_is_bounded_and_a_repeated_record_kept_once(
     shutil.copytree(COMPACT, dump_dir)
     shutil.copy(dump_dir / "node-a-pid41001.log", dump_dir / "node-a-pid41001.jsonl")  # the same process twice
     dump = _quiet_read(dump_dir)
-    assert len(dump.records) == 96 and "24 records repeated (same communicator, rank and coll_sn) kept once" in (
-        dump.notes
-    )
+    assert len(
+        dump.records
+    ) == 96 and "24 records repeated (same communicator, rank, collective and coll_sn) kept once" in (dump.notes)
     monkeypatch.setattr(insp, "MAX_RECORDS", 30)
     with pytest.raises(IngestError, match=r"node-a-pid41002\.log:7: more than 30 collective records in the dump"):
         read_inspector(dump_dir)
+
+
+def test_coll_sn_counts_per_collective_type_so_an_allgather_5_is_no_repeat_of_allreduce_5(tmp_path: Path) -> None:
+    """NCCL numbers each collective type of a communicator on its own (comm->seqNumber[func])."""
+    gather = (
+        GOOD.replace('"coll":"AllReduce"', '"coll":"AllGather"')
+        .replace("10.485760", "41.943040")
+        .replace("15.728640", "31.457280")
+    )
+    path = tmp_path / "h-pid9.log"
+    path.write_text(GOOD + "\n" + gather + "\n")
+    dump = _quiet_read(path)
+    assert sorted((r.op, r.seq) for r in dump.records) == [("all_gather", 5), ("all_reduce", 5)]
 
 
 def test_the_v4_3_marker_layout_and_a_pretty_printed_record_are_read(tmp_path: Path) -> None:

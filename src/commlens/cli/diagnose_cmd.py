@@ -11,4 +11,4 @@ diagnose_app = typer.Typer(
 )
 app.add_typer(diagnose_app, name="diagnose")
 
-from commlens.cli import diagnose_hang_cmd, diagnose_links_cmd, diagnose_trace_cmd  # noqa: E402,F401
+from commlens.cli import diagnose_hang_cmd, diagnose_job_cmd, diagnose_links_cmd, diagnose_trace_cmd  # noqa: E402,F401

@@ -101,6 +101,9 @@ class Entry:
     time_created_ns: int | None
     is_p2p: bool
     frames: tuple[str, ...]  # "file:line in name", innermost first
+    time_started_ns: int | None = None  # time_discovered_started_ns (None where unset: 0 or null)
+    time_completed_ns: int | None = None  # time_discovered_completed_ns
+    duration_s: float | None = None  # duration_ms (CUDA events, with the recorder's timing on)
 
     @property
     def backend(self) -> str:
@@ -158,26 +161,34 @@ def loads_plain(raw: bytes) -> Any:
     return _PlainUnpickler(io.BytesIO(raw)).load()
 
 
+_CONTAINERS = (dict, list, tuple)
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
 def _check_plain(path: Path, data: Any) -> None:
-    """Iterative walk: only plain types, bounded depth and node count (shared references counted each time)."""
+    """Iterative walk: only plain types, bounded depth and node count (shared references counted each time).
+
+    Only containers go on the walk's stack; scalars are checked where they are met (a dump is mostly scalars).
+    """
+    if not isinstance(data, _CONTAINERS):
+        if not isinstance(data, _SCALARS):
+            raise DumpError(f"{path}: holds a {type(data).__name__}, not plain data")
+        return
     stack: list[tuple[Any, int]] = [(data, 0)]
-    nodes = 0
+    nodes = 1
     while stack:
         value, depth = stack.pop()
-        nodes += 1
+        children: Any = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        nodes += len(children)
         if nodes > _MAX_NODES:
             raise DumpError(f"{path}: more than {_MAX_NODES:,} values; not a Flight Recorder dump")
-        if isinstance(value, dict):
-            children: Any = [*value.keys(), *value.values()]
-        elif isinstance(value, (list, tuple)):
-            children = value
-        elif value is None or isinstance(value, (str, bytes, int, float, bool)):
-            continue
-        else:  # unreachable for pickles (no class is admitted); kept for JSON hooks and future formats
-            raise DumpError(f"{path}: holds a {type(value).__name__}, not plain data")
-        if depth >= _MAX_DEPTH:
-            raise DumpError(f"{path}: nested deeper than {_MAX_DEPTH} levels; not a Flight Recorder dump")
-        stack.extend((c, depth + 1) for c in children)
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                if depth + 1 >= _MAX_DEPTH:
+                    raise DumpError(f"{path}: nested deeper than {_MAX_DEPTH} levels; not a Flight Recorder dump")
+                stack.append((child, depth + 1))
+            elif not isinstance(child, _SCALARS):  # unreachable for pickles and JSON; kept for future formats
+                raise DumpError(f"{path}: holds a {type(child).__name__}, not plain data")
 
 
 def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
@@ -288,7 +299,25 @@ def _entry(path: Path, i: int, raw: Any) -> Entry:
         time_created_ns=_optional_int(path, f"{where}: time_created_ns", raw.get("time_created_ns")),
         is_p2p=bool(is_p2p) if isinstance(is_p2p, bool) else op in _P2P_OPS,
         frames=_frames(raw.get("frames")),
+        time_started_ns=_optional_int(
+            path, f"{where}: time_discovered_started_ns", raw.get("time_discovered_started_ns")
+        )
+        or None,
+        time_completed_ns=_optional_int(
+            path, f"{where}: time_discovered_completed_ns", raw.get("time_discovered_completed_ns")
+        )
+        or None,
+        duration_s=_duration_s(path, where, raw.get("duration_ms")),
     )
+
+
+def _duration_s(path: Path, where: str, value: Any) -> float | None:
+    """``duration_ms`` in seconds: None where absent or null; a finite number >= 0 otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12:
+        raise DumpError(f"{path}: {where}: duration_ms is {value!r:.40}, not a duration in ms")
+    return float(value) / 1e3
 
 
 def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:

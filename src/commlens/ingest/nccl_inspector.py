@@ -207,7 +207,9 @@ class _Reader:
 
     def __init__(self) -> None:
         self.records: list[CollectiveRecord] = []
-        self.seen: set[tuple[str, int, int]] = set()
+        # coll_sn counts per communicator and per collective (NCCL's comm->seqNumber[func]): AllReduce 5 and
+        # AllGather 5 are two records, so the op is part of what makes a record a repeat
+        self.seen: set[tuple[str, int, str, int]] = set()
         self.comms: dict[str, dict[str, Any]] = {}
         self.files: list[DumpFile] = []
         self.versions: set[str] = set()
@@ -278,7 +280,7 @@ class _Reader:
             if self.busbw_where is None and self.busbw.bad > bad_before:
                 self.busbw_where = (state.source, line_no)
             if record is not None:
-                key = (record.group, record.rank, record.seq)
+                key = (record.group, record.rank, record.op, record.seq)
                 if key in self.seen:
                     self.duplicates += 1
                     return
@@ -425,7 +427,9 @@ class _Reader:
         for coll, n in sorted(self.left_out_ops.items()):
             notes.append(f"{n} {quote(coll, 40)} records left out: no collective of the catalog")
         if self.duplicates:
-            notes.append(f"{self.duplicates} records repeated (same communicator, rank and coll_sn) kept once")
+            notes.append(
+                f"{self.duplicates} records repeated (same communicator, rank, collective and coll_sn) kept once"
+            )
         if self.compact:
             notes.append(
                 f"{self.compact} compact records carry no start time: each is placed to end at its "

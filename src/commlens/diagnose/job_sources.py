@@ -1,0 +1,355 @@
+"""Read any mix of a job's files into one list of observations: one per (source, rank, collective instance).
+
+Each path is recognised by what it holds, not by its name alone:
+
+========================  =========================================================================
+source                    recognised by
+========================  =========================================================================
+``nccl-inspector``        a directory or file whose lines hold ``coll_perf`` records
+``flightrec``             a Flight Recorder dump (``nccl_trace_rank_<R>``, ``fr_trace_rank_<R>``...), or
+                          a directory of them (the whole directory is read: the ranks are a set)
+``kineto``                a PyTorch profiler trace (``traceEvents``), ``.json`` or ``.json.gz``
+``monitor``               ``monitor-rank<R>.jsonl`` files of the commlens monitor, or their directory
+``nccl-tests``            nccl-tests ``-J`` JSON with per-process rows (``-I 1``); a commlens run JSON
+                          with per-rank samples (``commlens``)
+========================  =========================================================================
+
+An :class:`Observation` keeps the source's own key (group, op, sequence number) and its own rank
+numbering; :mod:`commlens.diagnose.job` aligns the keys across sources.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commlens.errors import CommlensError
+from commlens.ingest.base import IngestError
+from commlens.ingest.flightrec import DumpError, read_dump_dir
+from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
+from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_records
+from commlens.ingest.nccl_inspector import read_inspector
+from commlens.ops import UnknownOpError, get_op
+
+__all__ = [
+    "BENCH_KINDS",
+    "KINDS",
+    "JobSourceError",
+    "Observation",
+    "SourceData",
+    "detect_kind",
+    "load_source",
+]
+
+# The sources, in the order a joined record prefers their timing (the first has every rank's duration).
+KINDS = ("nccl-inspector", "monitor", "flightrec", "kineto")
+BENCH_KINDS = ("nccl-tests", "commlens")  # a benchmark is a job of its own
+_SNIFF_BYTES = 65536
+
+
+class JobSourceError(CommlensError, ValueError):
+    """A path that is no source commlens reads, or a source that cannot be read (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One rank's view of one collective instance, as one source recorded it."""
+
+    group: str  # the source's group: communicator id, process group name, monitor label
+    op: str  # catalog name
+    seq: int  # the source's sequence number (see docs/diagnose-job.md for how each counts)
+    rank: int  # rank in the group
+    global_rank: int | None
+    host: str | None
+    size_bytes: int | None
+    start_s: float | None  # epoch seconds on the rank's clock
+    end_s: float | None
+    duration_s: float | None
+    state: str  # "completed", "started", "scheduled"
+
+
+@dataclass
+class SourceData:
+    """One source's observations and what the reading noticed."""
+
+    kind: str
+    paths: tuple[Path, ...]
+    observations: list[Observation]
+    group_sizes: dict[str, int]
+    counter: str  # how its sequence numbers count
+    starts_independent: bool = False  # its starts are timestamps of their own (not end - duration)
+    notes: list[str] = field(default_factory=list)
+    divergence: dict[str, Any] | None = None  # Flight Recorder: diagnose hang's first divergence, where found
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, "rb") as fp:
+            raw = fp.read(_SNIFF_BYTES)
+        if raw[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as gz:
+                raw = gz.read(_SNIFF_BYTES)
+    except (OSError, EOFError) as e:
+        raise JobSourceError(f"{path}: cannot be read ({e})") from None
+    return raw.decode("utf-8", "replace")
+
+
+def detect_kind(path: Path) -> str:
+    """Which source a path is (a key of :data:`KINDS` or :data:`BENCH_KINDS`); JobSourceError if none."""
+    if not path.exists():
+        raise JobSourceError(f"{path}: no such file or directory")
+    if is_monitor_jsonl(path):
+        return "monitor"
+    if path.is_dir():
+        names = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if any("_trace_rank_" in p.name or p.name.startswith("rank_") for p in names):
+            return "flightrec"
+        for p in names[:50]:
+            if p.name.endswith((".log", ".jsonl")) and '"coll_perf"' in _head(p):
+                return "nccl-inspector"
+        raise JobSourceError(
+            f"{path}: a directory of no source commlens reads (NCCL Inspector *.log, Flight Recorder dumps, "
+            f"monitor-rank<R>.jsonl)"
+        )
+    if "_trace_rank_" in path.name:
+        return "flightrec"
+    head = _head(path)
+    if '"coll_perf"' in head:
+        return "nccl-inspector"
+    if '"traceEvents"' in head or '"distributedInfo"' in head:
+        return "kineto"
+    if '"per_process_max_times_us"' in head or ('"results"' in head and '"nccl_version"' in head):
+        return "nccl-tests"
+    if '"commlens.run/' in head:
+        return "commlens"
+    raise JobSourceError(
+        f"{path}: not a file commlens reads for a job (NCCL Inspector log, Flight Recorder dump, Kineto trace, "
+        f"monitor JSONL, nccl-tests -J JSON, commlens run JSON)"
+    )
+
+
+def _catalog(op: str) -> str | None:
+    try:
+        return get_op(op).name
+    except UnknownOpError:
+        return None
+
+
+def load_source(kind: str, paths: list[Path]) -> SourceData:
+    """Read one kind's paths (several Kineto traces, one dump directory...) into observations."""
+    try:
+        if kind == "nccl-inspector":
+            return _inspector(paths)
+        if kind == "flightrec":
+            return _flightrec(paths)
+        if kind == "kineto":
+            return _kineto(paths)
+        if kind == "monitor":
+            return _monitor(paths)
+    except (IngestError, DumpError, KinetoTraceError) as e:
+        raise JobSourceError(str(e)) from None
+    raise JobSourceError(f"{kind}: not a source of a training job")
+
+
+def _inspector(paths: list[Path]) -> SourceData:
+    obs: list[Observation] = []
+    sizes: dict[str, int] = {}
+    notes: list[str] = []
+    verbose = False
+    for path in paths:
+        dump = read_inspector(path)
+        verbose = verbose or dump.verbose
+        notes.extend(f"{path.name}: {n}" for n in dump.notes if "compact records" not in n and "rank is each" not in n)
+        for c in dump.communicators.values():
+            sizes[c.id] = c.n_ranks
+        for r in dump.records:
+            obs.append(
+                Observation(
+                    r.group,
+                    r.op,
+                    r.seq,
+                    r.rank,
+                    r.rank if r.group_size == dump.world_size else None,
+                    r.host,
+                    r.size_bytes,
+                    r.start_s,
+                    r.end_s,
+                    r.end_s - r.start_s,
+                    "completed",
+                )
+            )
+    return SourceData(
+        kind="nccl-inspector",
+        paths=tuple(paths),
+        observations=obs,
+        group_sizes=sizes,
+        counter="coll_sn: per communicator and per collective type (NCCL's comm->seqNumber[func]), from 0",
+        starts_independent=verbose,
+        notes=notes,
+    )
+
+
+def _flightrec(paths: list[Path]) -> SourceData:
+    directories = sorted({p if p.is_dir() else p.parent for p in paths})
+    obs: list[Observation] = []
+    sizes: dict[str, int] = {}
+    notes: list[str] = []
+    divergence: dict[str, Any] | None = None
+    for directory in directories:
+        dump_set = read_dump_dir(directory)
+        notes.extend(dump_set.notes)
+        divergence = divergence or _first_divergence(dump_set.dumps)
+        for dump in dump_set.dumps:
+            for g in dump.groups.values():
+                if g.ranks:
+                    sizes[g.name] = len(g.ranks)
+            for e in dump.entries:
+                op = _catalog(e.op)
+                if e.is_p2p or op is None:
+                    continue
+                group = dump.groups.get(e.process_group)
+                members = group.ranks if group is not None and group.ranks else ()
+                rank = members.index(dump.rank) if dump.rank in members else dump.rank
+                start = e.time_started_ns or e.time_created_ns
+                end = e.time_completed_ns
+                state = e.state or "scheduled"
+                # duration_ms only: the discovered times are the watchdog's polls, milliseconds coarse
+                duration = e.duration_s
+                obs.append(
+                    Observation(
+                        e.process_group,
+                        op,
+                        e.collective_seq_id,
+                        rank,
+                        dump.rank,
+                        None,
+                        None,
+                        start / 1e9 if start else None,
+                        end / 1e9 if end else None,
+                        duration,
+                        state,
+                    )
+                )
+    if len(directories) > 1:
+        notes.append(f"{len(directories)} dump directories read as one job")
+    return SourceData(
+        kind="flightrec",
+        paths=tuple(paths),
+        observations=obs,
+        group_sizes=sizes,
+        counter="collective_seq_id: per process group over every collective, from 1 (PyTorch's seqCollective_)",
+        starts_independent=True,
+        notes=notes,
+        divergence=divergence,
+    )
+
+
+def _first_divergence(dumps: Any) -> dict[str, Any] | None:
+    """diagnose hang's first divergence among the dumps, as plain data (the dumps themselves are not kept)."""
+    from commlens.diagnose.hang import find_divergence
+
+    div, _notes = find_divergence(dumps)
+    if div is None:
+        return None
+    return {
+        "source": "flightrec",
+        "group": div.process_group,
+        "seq": div.collective_seq_id,
+        "kind": div.kind,
+        "culprit_ranks": [c.get("rank") for c in div.culprits],
+        "expected": {k: v for k, v in div.expected.items() if k != "frames"},
+    }
+
+
+def _kineto(paths: list[Path]) -> SourceData:
+    from commlens.diagnose.trace_match import MatchError, match_collectives
+
+    files: list[Path] = []
+    for p in paths:
+        files.extend(sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))) if p.is_dir() else [p])
+    traces = [read_kineto_trace(f) for f in files]
+    counter = "Seq of record_param_comms: PyTorch's per-group collective count, as the Flight Recorder's"
+    notes: list[str] = []
+    # (trace, collective, seq): the trace's own Seq, else the position in the order-matched sequence
+    rows = [(t, c, c.seq) for t in traces for c in t.collectives]
+    if any(seq is None for _, _, seq in rows):
+        try:
+            matching = match_collectives(traces)
+        except MatchError as e:
+            raise JobSourceError(str(e)) from None
+        by_rank = {t.rank: t for t in traces}
+        rows = [
+            (by_rank[r], c, k + 1)
+            for k, m in enumerate(matching.collectives)
+            for r, c in zip(matching.ranks, m.records)
+        ]
+        counter = (
+            "order: no Seq in these traces, collectives matched across ranks " + matching.describe().split(" by ", 1)[1]
+        )
+        notes.append(matching.describe())
+    obs: list[Observation] = []
+    sizes: dict[str, int] = {}
+    for trace, c, seq in rows:
+        op = _catalog(c.op)
+        if op is None or seq is None:
+            continue
+        group = c.group or "0"
+        members = c.group_ranks or ()
+        if members:
+            sizes[group] = len(members)
+        elif trace.world_size:
+            sizes.setdefault(group, trace.world_size)
+        rank = members.index(trace.rank) if trace.rank in members else trace.rank
+        obs.append(
+            Observation(
+                group, op, seq, rank, trace.rank, trace.host, None, c.start_s, c.end_s, c.duration_s, "completed"
+            )
+        )
+    return SourceData(
+        kind="kineto",
+        paths=tuple(files),
+        observations=obs,
+        group_sizes=sizes,
+        counter=counter,
+        starts_independent=True,
+        notes=notes,
+    )
+
+
+def _monitor(paths: list[Path]) -> SourceData:
+    obs: list[Observation] = []
+    sizes: dict[str, int] = {}
+    notes: list[str] = []
+    for path in paths:
+        got = read_monitor_records(path)
+        if got.bad_lines:
+            notes.append(f"{path.name}: {got.bad_lines} damaged lines left out")
+        for r in got.records:
+            sizes[r.group] = r.group_size
+            rank = r.group_ranks.index(r.rank) if r.group_ranks is not None else r.rank
+            obs.append(
+                Observation(
+                    r.group,
+                    r.op,
+                    r.seq,
+                    rank,
+                    r.rank,
+                    r.host,
+                    r.size_bytes,
+                    r.start_s,
+                    r.end_s,
+                    r.duration_s,
+                    "completed",
+                )
+            )
+    return SourceData(
+        kind="monitor",
+        paths=tuple(paths),
+        observations=obs,
+        group_sizes=sizes,
+        counter="seq: the monitor's per-group count of the collectives it saw, from 0 when it was installed",
+        starts_independent=True,
+        notes=notes,
+    )
