@@ -131,7 +131,9 @@ class Case:
 
     name: str
     data: bytes
-    reader: str  # a format of commlens ingest, or "flightrec", "kineto", "job", "replay-plan", "replay-monitor", or a spec
+    reader: (
+        str  # a format of commlens ingest, or "flightrec", "kineto", "job", "replay-plan", "replay-monitor", or a spec
+    )
     siblings: Path | None = None  # flightrec, job: the fixture's directory, whose other ranks' files go alongside
 
 
