@@ -112,6 +112,31 @@ def test_hidden_dp_and_fsdp_communication_takes_sms_from_the_compute(monkeypatch
     assert p.breakdown["dp_comm"] - free.breakdown["dp_comm"] == pytest.approx(hidden * share, rel=1e-6)
 
 
+def test_dualpipe_hides_the_all_to_all_but_not_its_sms(monkeypatch):
+    # DualPipe runs one chunk's all-to-all beside the other chunk's compute; the communication kernels keep their SMs
+    # meanwhile (the DeepSeek-V3 report dedicates 20 of the H800's 132 SMs to them), so the hidden all-to-all still
+    # costs a share of its time. Exposed all-to-all (1F1B) is unchanged by that share.
+    w = load_workload("deepseek-v3-like", {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1})
+    topo = load_topology("deepseek-h800")
+
+    def ep(schedule: str) -> float:
+        lay = ParallelLayout(
+            tp=1,
+            pp=16,
+            ep=64,
+            zero=1,
+            framework="torchtitan",
+            schedule=schedule,
+            stage_layers=(4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 3),
+        )
+        return project(w, topo, lay, 2048, check_memory=False).breakdown["ep_comm"]
+
+    dual, plain = ep("dualpipe"), ep("1f1b")
+    monkeypatch.setattr("commlens.project.step.OVERLAP_COMM_SMS", 0)
+    assert ep("dualpipe") < dual < plain
+    assert ep("1f1b") == pytest.approx(plain, rel=1e-12)
+
+
 def test_pipeline_sends_without_scatter_gather_carry_the_whole_tensor():
     w = load_workload("megatron-gpt-145.6b", {"global_batch": 2304})
     lay = ParallelLayout(tp=8, pp=8, sp=False)

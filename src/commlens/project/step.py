@@ -36,7 +36,7 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, framework
+from commlens.project.frameworks import Framework, framework, loss_fused
 from commlens.project.hardware import accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
@@ -343,8 +343,10 @@ def project(
             ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
             if layout.schedule == "dualpipe":
                 # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
-                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits
-                ep_t = max(0.0, ep_t - (compute + stream))
+                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
+                # the hidden part holds its SMs meanwhile (the report's kernels: 20 of 132 SMs; OVERLAP_COMM_SMS)
+                ep_hid = min(ep_t, compute + stream)
+                ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
         tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
         if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
             exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
@@ -390,7 +392,7 @@ def project(
         + gemm_time_s(dev, gemm_peak, tokens, h, w.vocab / t, elem_bytes=elem)
         + gemm_time_s(dev, gemm_peak, h, w.vocab / t, tokens, elem_bytes=elem)
     )
-    loss_factor, _ = unfused_factor(fw, bool(fw.compile if layout.compile is None else layout.compile), "cross_entropy")
+    loss_factor, _ = unfused_factor(fw, loss_fused(fw, layout.compile, layout.compile_loss), "cross_entropy")
     head_loss = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT * loss_factor)
     head_stream = head_loss + stream_time_s(dev, 8 * resid)
     head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
