@@ -14,7 +14,7 @@ from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.bands import Residual, band, family_of, prediction_band
 from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
 from commlens.project.frameworks import framework, framework_names, generation
-from commlens.project.kernels import KINDS
+from commlens.project.kernels import EAGER_STREAM_FRACTION, KINDS
 from commlens.project.layout import resolve
 from commlens.project.memory import LOGIT_BYTES, MEMORY_TOLERANCE, UNFUSED_LOGIT_BYTES, stage_memory, stage_parameters
 from commlens.topology import load_topology
@@ -54,6 +54,21 @@ def test_frameworks_change_the_step_as_their_stacks_do():
     assert eager.kernels["norm"] > 3 * steps[("megatron-core", None)].kernels["norm"]
     assert eager.step_time_s > compiled.step_time_s > 0
     assert compiled.kernels["norm"] == pytest.approx(steps[("megatron-core", None)].kernels["norm"])
+
+
+def test_eager_ops_move_more_bytes_and_stream_slower_than_fused_ones():
+    """An eager op is several ATen kernels moving more bytes (SwiGLU 1.7x, rotary in complex fp32 5x), and those
+    kernels stream at the rate measured for eager ops on an H200 (0.633 of HBM), not a fused kernel's 0.8."""
+    assert EAGER_STREAM_FRACTION == pytest.approx(0.633 / 0.8)
+    w = load_workload("llama3-8b", {"seq_len": 8192})
+
+    def classes(compile_: bool) -> dict[str, float]:
+        lay = ParallelLayout(tp=1, zero=3, framework="torchtitan", compile=compile_, recompute="none")
+        return project(w, H100, lay, 8).kernels
+
+    eager, fused = classes(False), classes(True)
+    assert eager["activation"] / fused["activation"] == pytest.approx(1.7 / EAGER_STREAM_FRACTION)
+    assert eager["rotary"] / fused["rotary"] == pytest.approx(5.0 / EAGER_STREAM_FRACTION)
 
 
 def test_an_unknown_framework_or_a_schedule_it_lacks_is_refused():

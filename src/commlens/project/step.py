@@ -40,6 +40,7 @@ from commlens.project.frameworks import Framework, framework, loss_fused
 from commlens.project.hardware import accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
+    EAGER_STREAM_FRACTION,
     KINDS,
     Kernel,
     LayerShape,
@@ -394,6 +395,8 @@ def project(
     )
     loss_factor, _ = unfused_factor(fw, loss_fused(fw, layout.compile, layout.compile_loss), "cross_entropy")
     head_loss = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT * loss_factor)
+    if loss_factor > 1:  # an eager cross-entropy: ATen kernels, slower than a fused stream
+        head_loss /= EAGER_STREAM_FRACTION
     head_stream = head_loss + stream_time_s(dev, 8 * resid)
     head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
