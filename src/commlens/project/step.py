@@ -97,7 +97,8 @@ GPU_SPEED_CV = 0.0115
 # of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile. This
 # holds for every collective hidden under compute, not only TP's: NCCL runs each channel as one thread block on its
 # own SM for the collective's whole duration, so the DP reduction, the ZeRO-3/FSDP gathers and CP's K/V exchange
-# take the same share of the SMs from the compute they overlap (see docs/project.md, "Overlapped communication").
+# take the same share of the SMs from the compute they overlap (docs/project.md, step model item 7, "Hidden is not
+# free").
 OVERLAP_COMM_SMS = 16
 # The pipeline's fill and drain per schedule, as a fraction of one pass through every stage but the slowest:
 # 1F1B and GPipe (p - 1) micro-batch times; interleaved with v chunks 1/v of it (Narayanan et al. SC'21);
