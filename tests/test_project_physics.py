@@ -10,7 +10,7 @@ from commlens.project import ParallelLayout, project
 from commlens.project.hardware import device_for
 from commlens.project.layout import resolve
 from commlens.project.memory import activation_bytes_per_token, stage_memory
-from commlens.project.step import GPU_SPEED_CV, HOST_S_PER_KERNEL, slowest_gpu_factor
+from commlens.project.step import GPU_SPEED_CV, HOST_S_PER_KERNEL, OVERLAP_COMM_SMS, slowest_gpu_factor
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -93,6 +93,48 @@ def test_overlapped_tp_communication_hides_behind_the_gemms_but_not_for_free():
     # what stays: at least the first of TP chunks, plus the SMs the hidden part takes from the GEMMs
     assert over.breakdown["tp_comm"] >= plain.breakdown["tp_comm"] / 8
     assert over.breakdown["tp_comm"] + over.overlapped_s["tp_comm"] > plain.breakdown["tp_comm"]
+
+
+def test_hidden_dp_and_fsdp_communication_takes_sms_from_the_compute(monkeypatch):
+    # FSDP's gathers and reduce-scatters hidden under the backward still hold NCCL's SMs while they run: the step
+    # pays OVERLAP_COMM_SMS / SMs of every hidden second, even where none of the communication is exposed.
+    w = load_workload("llama3-8b", {"global_batch": 256, "micro_batch": 2})
+    lay = ParallelLayout(tp=1, zero=3, framework="torchtitan")
+    p = project(w, H100, lay, 64)
+    hidden = p.overlapped_s["fsdp_gather"] + p.overlapped_s["dp_comm"]
+    assert hidden > 0.05 * p.step_time_s
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
+    monkeypatch.setattr("commlens.project.step.OVERLAP_COMM_SMS", 0)
+    free = project(w, H100, lay, 64)  # as if hidden communication cost the compute nothing
+    assert free.overlapped_s == p.overlapped_s
+    share = OVERLAP_COMM_SMS / device_for("H100 SXM").sms
+    assert p.step_time_s - free.step_time_s == pytest.approx(hidden * share, rel=1e-6)
+    assert p.breakdown["dp_comm"] - free.breakdown["dp_comm"] == pytest.approx(hidden * share, rel=1e-6)
+
+
+def test_dualpipe_hides_the_all_to_all_but_not_its_sms(monkeypatch):
+    # DualPipe runs one chunk's all-to-all beside the other chunk's compute; the communication kernels keep their SMs
+    # meanwhile (the DeepSeek-V3 report dedicates 20 of the H800's 132 SMs to them), so the hidden all-to-all still
+    # costs a share of its time. Exposed all-to-all (1F1B) is unchanged by that share.
+    w = load_workload("deepseek-v3-like", {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1})
+    topo = load_topology("deepseek-h800")
+
+    def ep(schedule: str) -> float:
+        lay = ParallelLayout(
+            tp=1,
+            pp=16,
+            ep=64,
+            zero=1,
+            framework="torchtitan",
+            schedule=schedule,
+            stage_layers=(4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 3),
+        )
+        return project(w, topo, lay, 2048, check_memory=False).breakdown["ep_comm"]
+
+    dual, plain = ep("dualpipe"), ep("1f1b")
+    monkeypatch.setattr("commlens.project.step.OVERLAP_COMM_SMS", 0)
+    assert ep("dualpipe") < dual < plain
+    assert ep("1f1b") == pytest.approx(plain, rel=1e-12)
 
 
 def test_pipeline_sends_without_scatter_gather_carry_the_whole_tensor():

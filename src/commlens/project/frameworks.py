@@ -104,6 +104,18 @@ class Framework(_Strict):
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "
         "gradients unsharded in fp32",
     )
+    fsdp_expert_grad_bytes: float = Field(
+        default=4.0,
+        ge=0,
+        le=4,
+        description="bytes per routed-expert parameter of that unsharded accumulation: 4 where the experts' FSDP "
+        "units reduce in fp32 as the rest; 2 where they run without a mixed-precision policy (bf16 gradients)",
+    )
+    fsdp_ignores_ep_sharded_experts: bool = Field(
+        default=False,
+        description="experts that EP (and PP) already shard fully (one copy per expert-data group) are left out of "
+        "FSDP: no unsharded copy of their gradients, the one counted is theirs",
+    )
 
     def attention_kernel(self, gen: str) -> str:
         """The attention kernel family the stack calls on GPU generation ``gen``."""
@@ -157,3 +169,15 @@ def framework(name: str) -> Framework:
         return _profiles()[name]
     except KeyError:
         raise ProjectionError(f"unknown framework {name!r}; known: {', '.join(framework_names())}") from None
+
+
+def loss_fused(fw: Framework, compile_blocks: bool | None, compile_loss: bool | None) -> bool:
+    """Whether the cross-entropy runs as one fused kernel: the stack's own fused loss, or torch.compile of the loss
+    (``compile_loss``; None: compiled when the blocks are, ``compile_blocks`` or the stack's default). torchtitan
+    compiled the loss with its blocks from 2024-10-22 (e10cb94) to 2024-12-18 (e8977b0, "turning off compile on
+    loss function": CUDA errors) and again from 2025-04-02 (bbb1b61, ``build_cross_entropy_loss``)."""
+    if fw.fused.cross_entropy:
+        return True
+    if compile_loss is not None:
+        return compile_loss
+    return bool(fw.compile if compile_blocks is None else compile_blocks)

@@ -133,6 +133,11 @@ class ParallelLayout(BaseModel):
     compile: bool | None = Field(
         default=None, description="torch.compile of each block (fuses memory-bound ops); None: the framework's default"
     )
+    compile_loss: bool | None = Field(
+        default=None,
+        description="torch.compile of the loss (a fused cross-entropy: no fp32 copy of the logits kept); None: "
+        "compiled when the blocks are",
+    )
     attention_kernel: AttentionKernel | None = Field(
         default=None, description="attention kernel family (fa2, fa3, cudnn, ck); None: what the framework calls"
     )

@@ -231,10 +231,10 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
 
 
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
-    from commlens.project.frameworks import framework
+    """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
+    from commlens.project.frameworks import framework, loss_fused
 
     fw = framework(layout.framework)
-    """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     dp_shard = r.dp * r.cp
     edp_shard = max(1, dp_shard * r.tp // (r.ep * r.expert_tp))
     weight_bytes = 3.0 if w.precision == "fp8" else 2.0
@@ -247,7 +247,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
-    logit_bytes = LOGIT_BYTES if fw.fused.cross_entropy else UNFUSED_LOGIT_BYTES
+    logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r)
     stages = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
@@ -268,7 +268,11 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             weights = weight_bytes * gathered
             grads = grad_bytes * shard_states
             if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
-                grads += 4.0 * full  # accumulated unsharded in fp32 until the last micro-batch's reduce-scatter
+                # accumulated unsharded until the last micro-batch's reduce-scatter: in fp32 (the reduce dtype), the
+                # routed experts in the stack's own dtype for them, not at all where the stack leaves them out of FSDP
+                ignored = edp_shard == 1 and fw.fsdp_ignores_ep_sharded_experts
+                expert_acc = 0.0 if ignored else fw.fsdp_expert_grad_bytes
+                grads += 4.0 * dense_p + expert_acc * expert_p
             optimizer = opt_bytes * shard_states
         else:
             weights = weights_shard = weight_bytes * full

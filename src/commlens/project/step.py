@@ -36,10 +36,11 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, framework
+from commlens.project.frameworks import Framework, framework, loss_fused
 from commlens.project.hardware import accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
+    EAGER_STREAM_FRACTION,
     KINDS,
     Kernel,
     LayerShape,
@@ -93,7 +94,11 @@ BACKWARD_KERNEL_RATIO = 2.0
 # 2 x 3.5 sigma, so sigma ~ 1.15%.
 GPU_SPEED_CV = 0.0115
 # SMs a communication kernel overlapped with GEMMs occupies (Transformer Engine's userbuffers reduce-scatter default,
-# of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile.
+# of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile. This
+# holds for every collective hidden under compute, not only TP's: NCCL runs each channel as one thread block on its
+# own SM for the collective's whole duration, so the DP reduction, the ZeRO-3/FSDP gathers and CP's K/V exchange
+# take the same share of the SMs from the compute they overlap (docs/project.md, step model item 7, "Hidden is not
+# free").
 OVERLAP_COMM_SMS = 16
 # The pipeline's fill and drain per schedule, as a fraction of one pass through every stage but the slowest:
 # 1F1B and GPipe (p - 1) micro-batch times; interleaved with v chunks 1/v of it (Narayanan et al. SC'21);
@@ -334,13 +339,16 @@ def project(
             if not cp_hides:
                 exposed = cp_fwd * fwd_passes + cp_bwd
             cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
+            cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
         ep_t = 0.0
         if a2a_bytes and r.ep > 1:
             ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
             if layout.schedule == "dualpipe":
                 # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
-                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits
-                ep_t = max(0.0, ep_t - (compute + stream))
+                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
+                # the hidden part holds its SMs meanwhile (the report's kernels: 20 of 132 SMs; OVERLAP_COMM_SMS)
+                ep_hid = min(ep_t, compute + stream)
+                ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
         tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
         if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
             exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
@@ -386,8 +394,10 @@ def project(
         + gemm_time_s(dev, gemm_peak, tokens, h, w.vocab / t, elem_bytes=elem)
         + gemm_time_s(dev, gemm_peak, h, w.vocab / t, tokens, elem_bytes=elem)
     )
-    loss_factor, _ = unfused_factor(fw, bool(fw.compile if layout.compile is None else layout.compile), "cross_entropy")
+    loss_factor, _ = unfused_factor(fw, loss_fused(fw, layout.compile, layout.compile_loss), "cross_entropy")
     head_loss = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT * loss_factor)
+    if loss_factor > 1:  # an eager cross-entropy: ATen kernels, slower than a fused stream
+        head_loss /= EAGER_STREAM_FRACTION
     head_stream = head_loss + stream_time_s(dev, 8 * resid)
     head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
 
@@ -457,6 +467,7 @@ def project(
     gb = layout.grad_reduce_bytes
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
+    sm_share = min(1.0, OVERLAP_COMM_SMS / dev.sms)
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0))
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
@@ -479,13 +490,16 @@ def project(
                 fw,
             )
             tails[key] = tail
-        total = tail[0] + tail[1] + tail[2]  # exposed DP, exposed FSDP gathers, optimizer
+        # exposed DP, exposed FSDP gathers, optimizer, and the SMs the hidden DP reduction and ZeRO-3 gathers hold
+        # meanwhile (OVERLAP_COMM_SMS)
+        total = tail[0] + tail[1] + tail[2] + (tail[3] + tail[4]) * sm_share
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, tail)
     _, _, (dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden) = best_tail
 
-    step = pipeline_s + dp_exposed + fsdp_exposed + optimizer_s
+    contention = (dp_hidden + fsdp_hidden) * sm_share
+    step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
     m = m_count
     ps = stages[pace]
     breakdown = {
@@ -498,7 +512,7 @@ def project(
         "host_overhead": m * ps["host"],
         "slowest_gpu": m * ps["slowest_gpu"],
         "bubble": pipeline_s - m * t_max,
-        "dp_comm": dp_exposed + fsdp_exposed,
+        "dp_comm": dp_exposed + fsdp_exposed + contention,
         "optimizer": optimizer_s,
     }
     kernel_s = {cls: m * v for cls, v in stage_classes[pace].items() if v > 0}
