@@ -1,4 +1,5 @@
-"""The per-rank measurement of ``diagnose links``: pairwise exchanges in tournament rounds, latency, a ring.
+"""The per-rank measurement of ``diagnose links``: pairwise exchanges in tournament rounds, latency, a ring;
+or (``measure_groups``) the adaptive group tests of ``links_groups``.
 
 Runs in every rank of a gloo (or any) process group, one rank per host. All ranks take part in every
 round's barrier; the pairs of a round run concurrently, so a round measures disjoint links at once. Within
@@ -14,10 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from commlens.diagnose.links_analysis import Thresholds
 from commlens.diagnose.tournament import partner, rounds
 from commlens.errors import CommlensError
 
-__all__ = ["LinkProbe", "ProbeError", "measure"]
+__all__ = ["LinkProbe", "ProbeError", "measure", "measure_groups"]
 
 
 class ProbeError(CommlensError, ValueError):
@@ -124,3 +126,104 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered, dst=0)
     return None if gathered is None else [rec for recs in gathered for rec in recs]
+
+
+def _ring_edge(dist: Any, data: Any, rbuf: Any, ack: Any, ackbuf: Any, nxt: int, prv: int) -> float:
+    """Send ``data`` to ``nxt`` while receiving from ``prv``; the clock stops when ``nxt``'s ack arrives.
+
+    Data and acks travel with their own tags, so a rank's ack is never taken for its neighbour's data.
+    """
+    t0 = time.perf_counter()
+    out = dist.isend(data, nxt, tag=1)
+    dist.irecv(rbuf, prv, tag=1).wait()
+    acked = dist.isend(ack, prv, tag=2)
+    dist.recv(ackbuf, nxt, tag=2)
+    elapsed = time.perf_counter() - t0
+    out.wait()
+    acked.wait()
+    return elapsed
+
+
+def _run_test(
+    dist: Any, probe: LinkProbe, bufs: tuple[Any, Any, Any, Any], hosts: tuple[int, ...], rank: int
+) -> list[float]:
+    """All exchanges of one pass of one test, this rank's part; each exchange starts after a barrier of all
+    ranks (every rank calls this, those outside the test with ``rank`` not in ``hosts``). Returns this rank's
+    timed sends to the next host of the ring."""
+    send, recv, tiny, tiny2 = bufs
+    member = rank in hosts
+    times = []
+    for i in range(probe.warmup + probe.iters):
+        dist.barrier()
+        if not member:
+            continue
+        pos = hosts.index(rank)
+        nxt, prv = hosts[(pos + 1) % len(hosts)], hosts[pos - 1]
+        if len(hosts) == 2:  # a pair: one direction, then the other (two streams on one socket run slow)
+            t = 0.0
+            for sender in sorted(hosts):
+                took = _one_way(dist, send if sender == rank else recv, tiny, nxt, sender == rank)
+                t = took if sender == rank else t
+        else:
+            t = _ring_edge(dist, send, recv, tiny, tiny2, nxt, prv)
+        if i >= probe.warmup:
+            times.append(t)
+    return times
+
+
+def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> list[dict[str, Any]] | None:
+    """Adaptive group tests (``links_groups.GroupSearch``, planned on rank 0, each round broadcast to all);
+    rank 0 gets every rank's records, each naming its round, test and pass."""
+    import torch
+    import torch.distributed as dist
+
+    from commlens.diagnose.links_groups import GroupSearch
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    count = probe.size_bytes // 4
+    bufs = (
+        torch.ones(count, dtype=torch.float32),
+        torch.empty(count, dtype=torch.float32),
+        torch.zeros(2, dtype=torch.float32),
+        torch.zeros(2, dtype=torch.float32),
+    )
+    search = GroupSearch(world, thresholds) if rank == 0 else None
+    every: list[dict[str, Any]] = []
+    round_no = 0
+    while True:
+        plan: list[Any] = [None]
+        if search is not None:
+            ids = search.next_round()
+            plan = [None if ids is None else [(i, search.tests[i].hosts) for i in ids]]
+        dist.broadcast_object_list(plan, src=0)
+        if plan[0] is None:
+            break
+        tests = [(int(i), tuple(hosts)) for i, hosts in plan[0]]
+        mine = next(((i, hosts) for i, hosts in tests if rank in hosts), None)
+        records: list[dict[str, Any]] = []
+        for p in range(probe.passes):
+            times = _run_test(dist, probe, bufs, mine[1] if mine else (), rank)
+            if mine is not None:
+                i, hosts = mine
+                nxt = hosts[(hosts.index(rank) + 1) % len(hosts)]
+                records.append(
+                    {
+                        "kind": "group",
+                        "round": round_no,
+                        "pass": p,
+                        "test": i,
+                        "hosts": list(hosts),
+                        "rank": rank,
+                        "peer": nxt,
+                        "size_bytes": probe.size_bytes,
+                        "times_s": times,
+                    }
+                )
+        gathered: list[Any] | None = [None] * world if rank == 0 else None
+        dist.gather_object(records, gathered, dst=0)
+        if search is not None and gathered is not None:
+            flat = [rec for recs in gathered for rec in recs]
+            search.observe(flat)
+            every.extend(flat)
+        round_no += 1
+    return every if rank == 0 else None
