@@ -76,6 +76,28 @@ def test_slow_hosts_found_in_log_rounds_and_told_from_a_slow_link():
     assert _faults(pair) == [("slow_link", (4, 5))]
 
 
+def test_report_lists_the_tests_run_and_the_verdict():
+    from commlens.diagnose.links_report import format_report
+
+    report = format_report(_search(16, {5: 0.3}, {})[0].diagnosis()).splitlines()
+    assert "# group tests (15 measurement rounds: 5 x 3 passes)" in report
+    assert "# latency" not in "\n".join(report)  # groups measures no latency
+    tests = report[report.index("# group tests (15 measurement rounds: 5 x 3 passes)") + 2 :][:9]
+    assert [line.split()[1:3] + line.split()[-1:] for line in tests] == [
+        ["screen", "ring", "low"],
+        ["half", "ring", "low"],
+        ["half", "ring", "ok"],
+        ["half", "ring", "ok"],
+        ["half", "ring", "low"],
+        ["half", "pair", "low"],
+        ["half", "pair", "ok"],
+        ["reference", "pair", "ok"],
+        ["reference", "pair", "low"],
+    ]
+    assert tests[-1].split()[3] == "5-1"  # host 5 against host 1, shown good by the ring 0..3
+    assert report[-1].startswith("FAULT slow_host host 5: 0.030 GB/s vs 0.100 expected, confidence 1.00")
+
+
 def test_a_thousand_hosts_in_a_few_percent_of_all_pairs_rounds():
     search, _ = _search(1024, {17: 0.3, 600: 0.3, 601: 0.4}, {})
     assert _faults(search) == [("slow_host", (17,)), ("slow_host", (600,)), ("slow_host", (601,))]

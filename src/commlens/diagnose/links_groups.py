@@ -268,6 +268,15 @@ class GroupSearch:
             cur = self.tests[cur].parent
         return chain
 
+    def _cleared_by(self, tid: int) -> list[TestOutcome]:
+        """The normal tests that show a slow link's two hosts good without each other: a low pair's reference
+        tests, or a cross pair's sibling halves."""
+        t = self.tests[tid]
+        if t.purpose == "cross":
+            assert t.parent is not None
+            return [self.outcomes[c] for c in self.families[t.parent].children if self.tests[c].purpose != "cross"]
+        return [self.outcomes[c] for c in self.families[tid].children]
+
     def diagnosis(self) -> LinkDiagnosis:
         """The verdict in ``diagnose links``' format; the matrix holds the edges measured (median), else None."""
         n, expected, passes = self.hosts, self.expected_bytes_per_s, self.passes
@@ -292,11 +301,7 @@ class GroupSearch:
             )
         for (a, b), tid in sorted(self.slow_links.items()):
             o = self.outcomes[tid]
-            fam = self.families[tid]
-            clear = [self.outcomes[c] for c in fam.children] if len(o.test.hosts) == 2 and fam.children else []
-            if o.test.purpose == "cross":
-                parent = self.families[o.test.parent] if o.test.parent is not None else _Family()
-                clear = [self.outcomes[c] for c in parent.children if self.outcomes[c].test.purpose != "cross"]
+            clear = self._cleared_by(tid)
             ok = sum(passes - c.low_passes for c in clear) / (len(clear) * passes) if clear else 1.0
             measured = o.rate_bytes_per_s
             faults.append(

@@ -34,7 +34,7 @@ def format_report(d: LinkDiagnosis) -> str:
         lines.append(_tests(d))
     lines.append(
         f"# expected {d.expected_bytes_per_s / 1e9:.3f} GB/s; noise {d.noise_rel:.1%}; "
-        f"a pair is low below {d.low_ratio:.2f}x expected"
+        f"a {'test' if d.strategy == 'groups' else 'pair'} is low below {d.low_ratio:.2f}x expected"
     )
     if d.ring:
         lines.append(
