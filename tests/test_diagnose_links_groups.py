@@ -161,3 +161,14 @@ def test_slow_host_and_slow_link_on_an_emulated_cluster(tmp_path):
     # measured against the screen's rate (every host sending at once): at most ~0.45x when the truth is 0.3x
     assert all(f["measured_bytes_per_s"] < 0.5 * f["expected_bytes_per_s"] for f in d["faults"])
     assert d["bandwidth_bytes_per_s"][2][3] is not None and d["bandwidth_bytes_per_s"][0][7] is None
+
+
+def test_hosts_with_no_good_host_to_compare_with_are_unresolved():
+    from commlens.diagnose.links_report import format_report
+
+    search, _ = _search(4, {}, {(0, 1): 0.3, (2, 3): 0.3})  # both halves low: no host is shown good
+    d = search.diagnosis()
+    assert d.faults == [] and d.unresolved == [0, 1, 2, 3]
+    assert "# unresolved: hosts 0, 1, 2, 3 (no host tested good to compare them with; run --strategy pairs)" in (
+        format_report(d)
+    )
