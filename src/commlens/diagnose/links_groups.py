@@ -60,6 +60,7 @@ class TestOutcome:
     test: GroupTest
     round: int
     rate_by_pass: tuple[float, ...]
+    low_ratio: float  # the bar it was held to, x expected
     low_passes: int
     low: bool
 
@@ -86,9 +87,13 @@ class GroupSearch:
     1. Screen: one ring over every host in order. Each edge's rate is the size / the median of its
        exchanges; the expected rate is each host's best edge (in or out), median over hosts, median over
        passes, as ``links_analysis`` does with pairs: a slow host drags only its own best edge down, so a
-       minority of slow hosts does not move it. Noise and the low bar are those of ``links_analysis``.
-    2. A test is low when its rate (its slowest edge) is below ``low_ratio x expected`` in more than
-       ``pass_share`` of the passes. A test that is not low clears its hosts: they become references.
+       minority of slow hosts does not move it.
+    2. A test is low when its rate (its slowest edge) is below a bar x expected in more than ``pass_share``
+       of the passes. For a ring the bar is ``1 - min_drop``: a ring only sends the search on, and a ring
+       wrongly low costs a few tests, while one wrongly normal hides a host. For a pair, whose verdict is
+       final, it is ``links_analysis``' bar, ``1 - max(min_drop, noise_k x noise)``, the noise taken from the
+       exchanges of the pair tests so far (every host sending at once in a ring is noisier than a pair).
+       A test that is not low clears its hosts: they become references.
     3. A low group of 3 or more hosts is split into two halves (contiguous in its ring order), each tested
        in the next round: a ring, a pair test for two hosts, or a reference test for one host.
     4. A low pair is resolved by testing each of its hosts with a reference (a host cleared in step 2).
@@ -118,8 +123,10 @@ class GroupSearch:
         self.passes = 0
         self.size_bytes = 0
         self.expected_bytes_per_s = 0.0
-        self.noise_rel = 0.0
-        self.low_ratio = 1 - thresholds.min_drop
+        self.noise_rel = 0.0  # of the screen's exchanges, until pair tests have run; then of theirs
+        self.ring_low_ratio = 1 - thresholds.min_drop
+        self.low_ratio = self.ring_low_ratio  # the pairs' bar
+        self.pair_spreads: list[float] = []
         self.edge_rates: dict[tuple[int, int], list[float]] = defaultdict(list)
 
     # -- planning -------------------------------------------------------------------------------------
@@ -177,7 +184,8 @@ class GroupSearch:
             self.passes = max(self.passes, r["pass"] + 1)
             if len(r["times_s"]) > 1:
                 med = statistics.median(r["times_s"])
-                spreads.append(MAD_TO_SIGMA * statistics.median([abs(x - med) for x in r["times_s"]]) / med)
+                spread = MAD_TO_SIGMA * statistics.median([abs(x - med) for x in r["times_s"]]) / med
+                (self.pair_spreads if len(self.tests[r["test"]].hosts) == 2 else spreads).append(spread)
         rates: dict[tuple[int, int], dict[tuple[int, int], float]] = defaultdict(dict)  # (test, pass) -> edge -> bw
         for (tid, p, a, b), ts in times.items():
             rates[(tid, p)][(a, b)] = self.size_bytes / statistics.median(ts)
@@ -191,15 +199,15 @@ class GroupSearch:
             per_pass = [_expected(rates[(ids[0], p)], self.hosts) for p in range(self.passes)]
             self.expected_bytes_per_s = statistics.median(per_pass)
             self.noise_rel = statistics.median(spreads) if spreads else 0.0
-            t = self.thresholds
+        t = self.thresholds
+        if self.pair_spreads:
+            self.noise_rel = statistics.median(self.pair_spreads)
             self.low_ratio = 1 - max(t.min_drop, t.noise_k * self.noise_rel)
-        bar = self.low_ratio * self.expected_bytes_per_s
         for tid in ids:
+            ratio = self.low_ratio if len(self.tests[tid].hosts) == 2 else self.ring_low_ratio
             by_pass = tuple(min(rates[(tid, p)].values()) for p in range(self.passes))
-            n_low = sum(rate < bar for rate in by_pass)
-            outcome = TestOutcome(
-                self.tests[tid], round_no, by_pass, n_low, n_low > self.thresholds.pass_share * self.passes
-            )
+            n_low = sum(rate < ratio * self.expected_bytes_per_s for rate in by_pass)
+            outcome = TestOutcome(self.tests[tid], round_no, by_pass, ratio, n_low, n_low > t.pass_share * self.passes)
             self.outcomes[tid] = outcome
             self._decide(tid, outcome)
 
@@ -336,6 +344,7 @@ class GroupSearch:
                     "hosts": list(o.test.hosts),
                     "bytes_per_s": o.rate_bytes_per_s,
                     "ratio": o.rate_bytes_per_s / expected if expected else math.nan,
+                    "low_below": o.low_ratio,
                     "low_passes": o.low_passes,
                     "low": o.low,
                 }
