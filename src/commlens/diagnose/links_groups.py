@@ -1,8 +1,9 @@
 """Slow hosts by adaptive group testing: rings over halves, recursively, then pair tests against good hosts.
 
 All pairs (``links_analysis``) costs N-1 rounds a pass. Here one round is a set of disjoint *group tests* run at
-once: a ring (each host sends the message to the next and receives one from the previous, all together) whose
-outcome is its slowest member, as an all-reduce over the group would report. A group that is slow is split in
+once: a ring (each host sends the message to the next and receives one from the previous, in two or three
+steps so that no host sends and receives at once) whose outcome is its slowest edge, one number per group as
+an all-reduce over the group would give. A group that is slow is split in
 halves, tested again in the next round, down to single hosts, which are tested against a host already shown
 good. Disjoint groups share a round, so k slow hosts among n cost about log2(n) + 2 rounds (O(k log n) tests).
 
@@ -46,11 +47,19 @@ class GroupTest:
     subject: int | None = None
 
     def edges(self) -> list[tuple[int, int]]:
-        """Directed (sender, receiver) pairs the test measures."""
+        """Directed (sender, receiver) pairs the test measures: each host to the next (a pair: both ways)."""
         h = self.hosts
-        if len(h) == 2:
-            return [(h[0], h[1]), (h[1], h[0])]
         return [(h[i], h[(i + 1) % len(h)]) for i in range(len(h))]
+
+    def phases(self) -> list[list[tuple[int, int]]]:
+        """The edges in steps where no host both sends and receives: even edges, then odd ones, then (in an
+        odd ring) the closing edge. A host that sends while it receives queues the TCP acks of what it
+        receives behind its own data, which on a shaped link halves the rate it receives at."""
+        m = len(self.hosts)
+        steps: list[list[tuple[int, int]]] = [[], [], []]
+        for i, edge in enumerate(self.edges()):
+            steps[2 if m % 2 and i == m - 1 else i % 2].append(edge)
+        return [s for s in steps if s]
 
 
 @dataclass(frozen=True)

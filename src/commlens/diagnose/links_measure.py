@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commlens.diagnose.links_analysis import Thresholds
+from commlens.diagnose.links_groups import GroupSearch, GroupTest
 from commlens.diagnose.tournament import partner, rounds
 from commlens.errors import CommlensError
 
@@ -128,46 +129,25 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
     return None if gathered is None else [rec for recs in gathered for rec in recs]
 
 
-def _ring_edge(dist: Any, data: Any, rbuf: Any, ack: Any, ackbuf: Any, nxt: int, prv: int) -> float:
-    """Send ``data`` to ``nxt`` while receiving from ``prv``; the clock stops when ``nxt``'s ack arrives.
-
-    Data and acks travel with their own tags, so a rank's ack is never taken for its neighbour's data.
-    """
-    t0 = time.perf_counter()
-    out = dist.isend(data, nxt, tag=1)
-    dist.irecv(rbuf, prv, tag=1).wait()
-    acked = dist.isend(ack, prv, tag=2)
-    dist.recv(ackbuf, nxt, tag=2)
-    elapsed = time.perf_counter() - t0
-    out.wait()
-    acked.wait()
-    return elapsed
-
-
 def _run_test(
-    dist: Any, probe: LinkProbe, bufs: tuple[Any, Any, Any, Any], hosts: tuple[int, ...], rank: int
+    dist: Any, probe: LinkProbe, bufs: tuple[Any, Any], phases: int, test: GroupTest | None, rank: int
 ) -> list[float]:
-    """All exchanges of one pass of one test, this rank's part; each exchange starts after a barrier of all
-    ranks (every rank calls this, those outside the test with ``rank`` not in ``hosts``). Returns this rank's
-    timed sends to the next host of the ring."""
-    send, recv, tiny, tiny2 = bufs
-    member = rank in hosts
+    """One pass of one test, this rank's part: each exchange in ``phases`` steps (``GroupTest.phases``), each
+    step after a barrier of all ranks (every rank calls this; ``test`` is None for a rank outside the round's
+    tests). Returns this rank's timed sends to the next host of the ring."""
+    data, ack = bufs
+    steps = test.phases() if test is not None else []
     times = []
     for i in range(probe.warmup + probe.iters):
-        dist.barrier()
-        if not member:
-            continue
-        pos = hosts.index(rank)
-        nxt, prv = hosts[(pos + 1) % len(hosts)], hosts[pos - 1]
-        if len(hosts) == 2:  # a pair: one direction, then the other (two streams on one socket run slow)
-            t = 0.0
-            for sender in sorted(hosts):
-                took = _one_way(dist, send if sender == rank else recv, tiny, nxt, sender == rank)
-                t = took if sender == rank else t
-        else:
-            t = _ring_edge(dist, send, recv, tiny, tiny2, nxt, prv)
-        if i >= probe.warmup:
-            times.append(t)
+        for step in range(phases):
+            dist.barrier()
+            edge = next((e for e in steps[step] if rank in e), None) if step < len(steps) else None
+            if edge is None:
+                continue
+            sending = edge[0] == rank
+            took = _one_way(dist, data, ack, edge[1] if sending else edge[0], sending)
+            if sending and i >= probe.warmup:
+                times.append(took)
     return times
 
 
@@ -177,16 +157,8 @@ def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> l
     import torch
     import torch.distributed as dist
 
-    from commlens.diagnose.links_groups import GroupSearch
-
     rank, world = dist.get_rank(), dist.get_world_size()
-    count = probe.size_bytes // 4
-    bufs = (
-        torch.ones(count, dtype=torch.float32),
-        torch.empty(count, dtype=torch.float32),
-        torch.zeros(2, dtype=torch.float32),
-        torch.zeros(2, dtype=torch.float32),
-    )
+    bufs = (torch.ones(probe.size_bytes // 4, dtype=torch.float32), torch.zeros(2, dtype=torch.float32))
     search = GroupSearch(world, thresholds) if rank == 0 else None
     every: list[dict[str, Any]] = []
     round_no = 0
@@ -194,17 +166,18 @@ def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> l
         plan: list[Any] = [None]
         if search is not None:
             ids = search.next_round()
-            plan = [None if ids is None else [(i, search.tests[i].hosts) for i in ids]]
+            plan = [None if ids is None else [(i, search.tests[i]) for i in ids]]
         dist.broadcast_object_list(plan, src=0)
         if plan[0] is None:
             break
-        tests = [(int(i), tuple(hosts)) for i, hosts in plan[0]]
-        mine = next(((i, hosts) for i, hosts in tests if rank in hosts), None)
+        tests: list[tuple[int, GroupTest]] = plan[0]
+        phases = max(len(t.phases()) for _, t in tests)
+        mine = next(((i, t) for i, t in tests if rank in t.hosts), None)
         records: list[dict[str, Any]] = []
         for p in range(probe.passes):
-            times = _run_test(dist, probe, bufs, mine[1] if mine else (), rank)
+            times = _run_test(dist, probe, bufs, phases, mine[1] if mine else None, rank)
             if mine is not None:
-                i, hosts = mine
+                i, hosts = mine[0], mine[1].hosts
                 nxt = hosts[(hosts.index(rank) + 1) % len(hosts)]
                 records.append(
                     {
