@@ -240,6 +240,8 @@ def run_cluster(ns: argparse.Namespace) -> list[str]:
             loads.append(os.getloadavg()[0])
             trials.append(row)
             print(json.dumps({"trial": i, **row}, default=list), file=sys.stderr, flush=True)
+            if not ns.no_docs:  # the section so far, so a run stopped early still leaves its figures
+                write_section(_cluster_title(ns), _cluster_lines(ns, trials, started, loads))
     finally:
         down = cl("cluster", "down", name, env=env)
         if down.returncode:
@@ -247,10 +249,15 @@ def run_cluster(ns: argparse.Namespace) -> list[str]:
     return _cluster_lines(ns, trials, started, loads)
 
 
+def _cluster_title(ns: argparse.Namespace) -> str:
+    return f"## Group testing for slow hosts on the emulated cluster, {ns.hosts} hosts (issue 31)"
+
+
 def _cluster_lines(ns: argparse.Namespace, trials: list[dict[str, Any]], started: str, loads: list[float]) -> list[str]:
     lines = [
         f"Produced by `sudo .venv/bin/python benchmarks/links_groups.py cluster --hosts {ns.hosts} --trials "
-        f"{ns.trials} --link-gbps {ns.link_gbps:g}`, {started}: {ns.hosts} emulated hosts (HTB-shaped "
+        f"{ns.trials} --link-gbps {ns.link_gbps:g}`, {started} ({len(trials)} of {ns.trials} trials run"
+        f"{'' if len(trials) == ns.trials else ' when this was written'}): {ns.hosts} emulated hosts (HTB-shaped "
         f"{ns.link_gbps:g} Gb/s links), each trial `commlens diagnose links --cluster NAME {ns.probe} --json` "
         f"with `--strategy pairs` then `--strategy groups` on the same faults (30% of the rate, placed at random, "
         f"seed {ns.seed}); 2-core machine shared with other work, load average {min(loads or [math.nan]):.1f} to "
@@ -313,8 +320,7 @@ def main() -> int:
     lines = run_model(ns) if ns.part == "model" else run_cluster(ns)
     print("\n".join(lines))
     if not ns.no_docs:
-        cluster_title = f"## Group testing for slow hosts on the emulated cluster, {ns.hosts} hosts (issue 31)"
-        title = MODEL_TITLE if ns.part == "model" else cluster_title
+        title = MODEL_TITLE if ns.part == "model" else _cluster_title(ns)
         write_section(title, lines)
     return 0
 

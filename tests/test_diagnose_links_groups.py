@@ -15,8 +15,15 @@ from commlens.diagnose.links_groups import GroupSearch, GroupsError, diagnose_gr
 SIZE = 1_000_000
 
 
-def _search(n: int, slow_hosts: dict[int, float], slow_links: dict[tuple[int, int], float], seed: int = 0):
-    """Drive the search with records of a shaped cluster at 100 MB/s, +-3% jitter; (search, all records)."""
+def _search(
+    n: int,
+    slow_hosts: dict[int, float],
+    slow_links: dict[tuple[int, int], float],
+    seed: int = 0,
+    round_factor: dict[int, float] | None = None,
+):
+    """Drive the search with records of a shaped cluster at 100 MB/s, +-3% jitter, every edge of round r
+    at ``round_factor[r]`` of its rate (a passing slowdown of the whole machine); (search, all records)."""
     rng = random.Random(seed)
     search = GroupSearch(n)
     every = []
@@ -28,6 +35,7 @@ def _search(n: int, slow_hosts: dict[int, float], slow_links: dict[tuple[int, in
                     rate = 100e6 * min(
                         slow_hosts.get(a, 1), slow_hosts.get(b, 1), slow_links.get((min(a, b), max(a, b)), 1)
                     )
+                    rate *= (round_factor or {}).get(len(search.rounds) - 1, 1.0)
                     times = [SIZE / rate * rng.uniform(0.97, 1.03) for _ in range(3)]
                     recs.append(
                         {
@@ -96,6 +104,16 @@ def test_report_lists_the_tests_run_and_the_verdict():
     ]
     assert tests[-1].split()[3] == "5-1"  # host 5 against host 1, shown good by the ring 0..3
     assert report[-1].startswith("FAULT slow_host host 5: 0.030 GB/s vs 0.100 expected, confidence 1.00")
+
+
+def test_a_slow_link_is_still_found_when_the_halves_were_low_by_chance():
+    """Link 7-8 joins the screen's halves; the halves' round runs at 65% (the whole machine slowed): both are
+    low, their parts normal and nothing is named under them, so the search looks between the halves."""
+    search, _ = _search(16, {}, {(7, 8): 0.3}, round_factor={1: 0.65})
+    assert _faults(search) == [("slow_link", (7, 8))]
+    crosses = [t.hosts for t in search.tests if t.purpose == "cross"]
+    assert crosses[-2:] == [(7, 8), (15, 0)]  # the screen's own cross edges, tested last
+    assert search.diagnosis().rounds <= 46 / 2  # 6 rounds x 3 passes; all pairs: 46
 
 
 def test_a_thousand_hosts_in_a_few_percent_of_all_pairs_rounds():

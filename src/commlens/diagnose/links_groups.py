@@ -80,10 +80,10 @@ class TestOutcome:
 
 @dataclass
 class _Family:
-    """The children of one slow test: how many are still to be measured, whether one was slow."""
+    """The children of one slow test: how many are still to be settled, whether a fault was named under them."""
 
     open: int = 0
-    any_low: bool = False
+    found: bool = False
     looked_between: bool = False
     children: list[int] = field(default_factory=list)
 
@@ -107,9 +107,10 @@ class GroupSearch:
        in the next round: a ring, a pair test for two hosts, or a reference test for one host.
     4. A low pair is resolved by testing each of its hosts with a reference (a host cleared in step 2).
     5. A reference test that is low names its subject a slow host: slow with its group and with a good host.
-    6. When every child of a low test is normal, the slowness lay between them: a low pair whose two hosts
-       are normal with references is a slow link; a low ring's cross edges (the two joining its halves) are
-       tested as pairs, and one that is low is a slow link.
+    6. When every test under a low test is done and none named a fault (its children were normal, or
+       low only by chance), the slowness lay between its children: a low pair whose two hosts are normal
+       with references is a slow link; a low ring's cross edges (the two joining its halves) are tested as
+       pairs, and one that is low is a slow link.
     7. A test waits for a free reference; when none exists (no host cleared), its subject is unresolved.
 
     Disjoint tests share a round; a host takes part in one test per round.
@@ -230,12 +231,15 @@ class GroupSearch:
                 self.slow_hosts[t.subject] = tid
             else:
                 self.good.add(t.subject)
+            self._settled(tid, found=o.low)
         elif t.purpose == "cross":
             if o.low:
                 a, b = sorted(t.hosts)
                 self.slow_links[(a, b)] = tid
+            self._settled(tid, found=o.low)
         elif not o.low:
             self.good.update(t.hosts)
+            self._settled(tid, found=False)
         elif len(t.hosts) == 2:
             for h in t.hosts:
                 self._request(GroupTest((h,), "reference", parent=tid, subject=h))
@@ -246,27 +250,36 @@ class GroupSearch:
                     self._request(GroupTest(half, "reference", parent=tid, subject=half[0]))
                 else:
                     self._request(GroupTest(half, "half", parent=tid))
-        self._child_done(t.parent, o.low)
 
-    def _child_done(self, parent: int | None, low: bool) -> None:
-        """One child of ``parent`` measured; when all are and none was low, look between them (step 6)."""
+    def _settled(self, tid: int, found: bool) -> None:
+        """Test ``tid`` and everything under it are done (``found``: a fault was named there); tell its parent."""
+        parent = self.tests[tid].parent
         if parent is None:
             return
         fam = self.families[parent]
         fam.open -= 1
-        fam.any_low |= low
-        if fam.open or fam.any_low or fam.looked_between:
-            return
-        fam.looked_between = True
-        t = self.tests[parent]
-        if len(t.hosts) == 2:
-            if all(self.tests[c].subject in self.good for c in fam.children) and len(fam.children) == 2:
-                a, b = sorted(t.hosts)
-                self.slow_links[(a, b)] = parent
-            return
-        mid = len(t.hosts) // 2
-        for a, b in ((t.hosts[mid - 1], t.hosts[mid]), (t.hosts[-1], t.hosts[0])):
-            self._request(GroupTest((a, b), "cross", parent=parent))
+        fam.found |= found
+        if not fam.open:
+            self._explain(parent)
+
+    def _explain(self, tid: int) -> None:
+        """Every child of the low test ``tid`` is done. When none named a fault, its slowness lay between
+        them (step 6): look there once, then settle it."""
+        fam = self.families[tid]
+        t = self.tests[tid]
+        if not fam.found and not fam.looked_between:
+            fam.looked_between = True
+            if len(t.hosts) == 2:
+                if len(fam.children) == 2 and all(self.tests[c].subject in self.good for c in fam.children):
+                    a, b = sorted(t.hosts)
+                    self.slow_links[(a, b)] = tid
+                    fam.found = True
+            else:
+                mid = len(t.hosts) // 2
+                for a, b in ((t.hosts[mid - 1], t.hosts[mid]), (t.hosts[-1], t.hosts[0])):
+                    self._request(GroupTest((a, b), "cross", parent=tid))
+                return
+        self._settled(tid, fam.found)
 
     # -- the verdict ----------------------------------------------------------------------------------
 
