@@ -157,7 +157,8 @@ def run_model(ns: argparse.Namespace) -> list[str]:
                 flush=True,
             )
     lines = [
-        f"Produced by `.venv/bin/python benchmarks/links_groups.py model` ({dt.date.today()}): the search the worker "
+        f"Produced by `.venv/bin/python benchmarks/links_groups.py model --trials {ns.trials} --pairs-trials "
+        f"{ns.pairs_trials}` ({dt.date.today()}; 4,096 hosts: a quarter of the trials): the search the worker "
         f"runs, driven by a measurement model (edge spread σ = {ns.edge_sigma}, exchange jitter σ = {ns.jitter_sigma}, "
         f"log-normal; faults at 30% of the rate; {ns.passes} passes, 2 timed exchanges). A trial is correct when the "
         "faults named are exactly the injected ones. Rounds: measurement rounds, passes included (in each, every "
