@@ -296,7 +296,9 @@ def _cluster_lines(ns: argparse.Namespace, trials: list[dict[str, Any]], started
         "",
         f"{total_same} of {len(trials)} trials name the same faults with both strategies"
         + (f"; {len(failed)} trials failed to measure: {failed[0]}" if failed else "")
-        + ". Wall time is the whole command (starting one Python/torch process per host on 2 cores is most of it).",
+        + ". The slow link is placed between two hosts next to each other in host order (the screening ring's "
+        "edges; a link elsewhere is not seen by the group search, see the modelled section). Wall time is the "
+        "whole command (starting one Python/torch process per host on 2 cores is most of it).",
     ]
     return lines
 
