@@ -25,8 +25,6 @@ from commlens.errors import CommlensError
 
 __all__ = ["GroupSearch", "GroupTest", "GroupsError", "TestOutcome", "diagnose_groups"]
 
-PURPOSES = ("screen", "half", "reference", "cross")
-
 
 class GroupsError(CommlensError, ValueError):
     """Records that do not follow the search's own plan, or a cluster too small to search."""
