@@ -20,24 +20,31 @@ def links(
     nproc: int | None = typer.Option(None, "--nproc", help="without --cluster: local ranks over loopback"),
     size: str = typer.Option("4M", "-b", "--size", help="bytes each way per exchange (K/M/G suffixes)"),
     iters: int = typer.Option(3, "-n", "--iters", help="timed exchanges per pair per pass"),
-    passes: int = typer.Option(3, "--passes", help="full tournaments; a fault must show in most"),
+    passes: int = typer.Option(3, "--passes", help="times each round is measured; a fault must show in most"),
+    strategy: str = typer.Option(
+        "pairs",
+        "--strategy",
+        help="pairs: every pair, N-1 rounds a pass; groups: rings over halves, about log2(N)+2 rounds a pass",
+    ),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds before giving up"),
     as_json: bool = typer.Option(False, "--json", help="print the diagnosis as JSON"),
     heatmap: Path | None = typer.Option(None, "--heatmap", help="write the bandwidth heatmap PNG"),
     save: bool = typer.Option(False, "--save", help="also keep the diagnosis in the store (--db) for `commlens serve`"),
     db: str | None = DB,
 ) -> None:
-    """Measure every pair in N-1 rounds of disjoint pairs plus a ring; exit 1 when a slow host or link is found.
+    """Measure every pair in N-1 rounds of disjoint pairs plus a ring (or, with --strategy groups, rings over
+    halves of the hosts, recursively); exit 1 when a slow host or link is found.
 
     Across real hosts, run the worker under torchrun: `torchrun ... -m commlens.diagnose.links`.
     """
     from commlens.cli.errors import errors_as_exit, fail_with
     from commlens.diagnose.links import (
+        STRATEGIES,
         LinkProbe,
         LinksFailure,
         Local,
         OnCluster,
-        diagnose_links,
+        diagnose,
         format_report,
         run_links,
         write_heatmap,
@@ -45,6 +52,8 @@ def links(
     from commlens.results.units import parse_size
 
     checked(timeout, "--timeout", above=0)
+    if strategy not in STRATEGIES:
+        fail(f"--strategy must be one of {', '.join(sorted(STRATEGIES))}, got {strategy!r}", 2)
     with errors_as_exit():  # a size or probe setting that cannot be (SizeError, ProbeError)
         probe = LinkProbe(size_bytes=parse_size(size), iters=iters, passes=passes)
     if (cluster is None) == (nproc is None):
@@ -65,12 +74,12 @@ def links(
             fail("--nproc must be >= 2", 2)
         placement = Local(nproc or 2)
     try:
-        world, records = run_links(placement, probe, timeout_s=timeout)
+        world, records = run_links(placement, probe, timeout_s=timeout, strategy=strategy)
     except LinksFailure as e:
         fail_with(e, "measurement failed: ")
     except CommlensError as e:  # the placement (an unknown cluster): not a failed measurement
         fail_with(e)
-    diagnosis = diagnose_links(records, world)
+    diagnosis = diagnose(records, world, strategy)
     if as_json:
         print(json.dumps(diagnosis.to_dict(), indent=2))
     else:

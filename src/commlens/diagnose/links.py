@@ -17,6 +17,8 @@ import json
 import math
 import shutil
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,13 @@ from commlens.diagnose.links_analysis import (
     Thresholds,
     diagnose_links,
 )
-from commlens.diagnose.links_measure import LinkProbe, measure
+from commlens.diagnose.links_groups import GroupsError, diagnose_groups
+from commlens.diagnose.links_measure import LinkProbe, measure, measure_groups
 from commlens.diagnose.links_report import format_report, write_heatmap
 from commlens.errors import CommlensError
 
 __all__ = [
+    "GroupsError",
     "LinkDiagnosis",
     "LinkFault",
     "LinkProbe",
@@ -41,12 +45,42 @@ __all__ = [
     "Local",
     "OnCluster",
     "Thresholds",
+    "STRATEGIES",
+    "Strategy",
+    "diagnose",
+    "diagnose_groups",
     "diagnose_links",
     "format_report",
     "main",
     "run_links",
     "write_heatmap",
 ]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How the ranks measure (every rank runs ``measure``; rank 0 gets the records) and how a verdict is drawn."""
+
+    measure: Callable[[LinkProbe], list[dict[str, Any]] | None]
+    analyse: Callable[[list[dict[str, Any]], int], LinkDiagnosis]
+    min_hosts: int
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "pairs": Strategy(measure, diagnose_links, 2),  # every pair, N-1 tournament rounds a pass
+    "groups": Strategy(measure_groups, diagnose_groups, 4),  # rings over halves, ~log2(N) + 2 rounds a pass
+}
+
+
+def diagnose(records: list[dict[str, Any]], hosts: int, strategy: str = "pairs") -> LinkDiagnosis:
+    """The verdict from a run's raw records, by the analysis of the strategy that measured them."""
+    return STRATEGIES[strategy].analyse(records, hosts)
+
+
+def _check_hosts(strategy: str, hosts: int) -> None:
+    need = STRATEGIES[strategy].min_hosts
+    if hosts < need:
+        raise GroupsError(f"--strategy {strategy} needs at least {need} hosts, got {hosts} (use --strategy pairs)")
 
 
 class LinksFailure(CommlensError, RuntimeError):
@@ -74,20 +108,24 @@ def _probe_args(probe: LinkProbe) -> list[str]:
     ] + ([] if probe.ring else ["--no-ring"])
 
 
-def run_links(placement: Placement, probe: LinkProbe, timeout_s: float = 120.0) -> tuple[int, list[dict[str, Any]]]:
+def run_links(
+    placement: Placement, probe: LinkProbe, timeout_s: float = 120.0, strategy: str = "pairs"
+) -> tuple[int, list[dict[str, Any]]]:
     """Run the measurement's ranks through bench's launcher; (world size, rank 0's records).
 
     ``placement``: ``Local(nproc)``, or ``OnCluster(name, ranks_per_host=1)`` for one rank per emulated host.
+    ``strategy``: ``pairs`` (all pairs) or ``groups`` (adaptive group tests, at least 4 hosts).
     Each rank gives up after ``timeout_s`` in any exchange; a rank that fails stops the others, and the
     failure names it with the last line it wrote to stderr.
     """
     from commlens.bench.launcher import RanksFailed, launch_ranks, place, rank_stderr
 
     ranks = place(placement)
+    _check_hosts(strategy, ranks.world)
     workdir = make_workdir("commlens-links-")
     try:
         raw = workdir / "raw.json"
-        args = [*_probe_args(probe), "--timeout", str(timeout_s), "--raw-out", str(raw)]
+        args = [*_probe_args(probe), "--strategy", strategy, "--timeout", str(timeout_s), "--raw-out", str(raw)]
         try:
             interrupted = launch_ranks("commlens.diagnose.links", args, ranks, workdir, capture_stderr=True)
         except RanksFailed as e:
@@ -119,7 +157,7 @@ def _seconds(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m commlens.diagnose.links",
-        description="All-pairs bandwidth/latency and fault location; one rank per host.",
+        description="All-pairs bandwidth/latency (or adaptive group tests) and fault location; one rank per host.",
     )
     p.add_argument("--size-bytes", type=int, default=LinkProbe.size_bytes)
     p.add_argument("--iters", type=int, default=LinkProbe.iters)
@@ -127,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=LinkProbe.passes)
     p.add_argument("--latency-iters", type=int, default=LinkProbe.latency_iters)
     p.add_argument("--no-ring", action="store_true")
+    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="pairs", help="all pairs, or adaptive group tests")
     p.add_argument("--backend", default="gloo")
     p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds before a rank gives up")
     p.add_argument("--json", dest="json_path", default=None, help="write the diagnosis as JSON ('-' for stdout)")
@@ -157,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             ns.backend, timeout=dt.timedelta(seconds=ns.timeout), store=store, rank=rank, world_size=world_size
         )
     try:
-        records = measure(probe)
         world = dist.get_world_size()
+        _check_hosts(ns.strategy, world)
+        records = STRATEGIES[ns.strategy].measure(probe)
     finally:
         dist.destroy_process_group()
     if records is None:
@@ -168,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({"format": "commlens.links-raw/1", "records": records}))
         tmp.replace(ns.raw_out)
         return 0
-    diagnosis = diagnose_links(records, world)
+    diagnosis = diagnose(records, world, ns.strategy)
     if ns.json_path == "-":
         print(json.dumps(diagnosis.to_dict(), indent=2))
     else:

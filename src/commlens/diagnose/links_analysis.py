@@ -11,6 +11,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from commlens.diagnose import tournament
+
 __all__ = ["FORMAT", "LinkDiagnosis", "LinkFault", "Thresholds", "diagnose_links"]
 
 FORMAT = "commlens.links/1"
@@ -60,6 +62,10 @@ class LinkDiagnosis:
     low_ratio: float
     faults: list[LinkFault] = field(default_factory=list)
     ring: dict[str, Any] | None = None
+    strategy: str = "pairs"  # pairs: every pair in a tournament; groups: adaptive group tests (links_groups)
+    rounds: int = 0  # measurement rounds run, passes included (a round: every host sends at most one message)
+    group_tests: list[dict[str, Any]] | None = None  # groups: each test with its round, hosts, rate and outcome
+    unresolved: list[int] = field(default_factory=list)  # groups: hosts no good host could be compared with
 
     @property
     def healthy(self) -> bool:
@@ -212,4 +218,5 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
         low_ratio=low_ratio,
         faults=faults,
         ring=ring,
+        rounds=passes * len(tournament.rounds(hosts)) + (1 if ring_recs else 0),
     )

@@ -1,4 +1,5 @@
-"""The per-rank measurement of ``diagnose links``: pairwise exchanges in tournament rounds, latency, a ring.
+"""The per-rank measurement of ``diagnose links``: pairwise exchanges in tournament rounds, latency, a ring;
+or (``measure_groups``) the adaptive group tests of ``links_groups``.
 
 Runs in every rank of a gloo (or any) process group, one rank per host. All ranks take part in every
 round's barrier; the pairs of a round run concurrently, so a round measures disjoint links at once. Within
@@ -14,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from commlens.diagnose.links_analysis import Thresholds
+from commlens.diagnose.links_groups import GroupSearch, GroupTest
 from commlens.diagnose.tournament import partner, rounds
 from commlens.errors import CommlensError
 
-__all__ = ["LinkProbe", "ProbeError", "measure"]
+__all__ = ["LinkProbe", "ProbeError", "measure", "measure_groups"]
 
 
 class ProbeError(CommlensError, ValueError):
@@ -124,3 +127,76 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered, dst=0)
     return None if gathered is None else [rec for recs in gathered for rec in recs]
+
+
+def _run_test(
+    dist: Any, probe: LinkProbe, bufs: tuple[Any, Any], phases: int, test: GroupTest | None, rank: int
+) -> list[float]:
+    """One pass of one test, this rank's part: each exchange in ``phases`` steps (``GroupTest.phases``), each
+    step after a barrier of all ranks (every rank calls this; ``test`` is None for a rank outside the round's
+    tests). Returns this rank's timed sends to the next host of the ring."""
+    data, ack = bufs
+    steps = test.phases() if test is not None else []
+    times = []
+    for i in range(probe.warmup + probe.iters):
+        for step in range(phases):
+            dist.barrier()
+            edge = next((e for e in steps[step] if rank in e), None) if step < len(steps) else None
+            if edge is None:
+                continue
+            sending = edge[0] == rank
+            took = _one_way(dist, data, ack, edge[1] if sending else edge[0], sending)
+            if sending and i >= probe.warmup:
+                times.append(took)
+    return times
+
+
+def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> list[dict[str, Any]] | None:
+    """Adaptive group tests (``links_groups.GroupSearch``, planned on rank 0, each round broadcast to all);
+    rank 0 gets every rank's records, each naming its round, test and pass."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bufs = (torch.ones(probe.size_bytes // 4, dtype=torch.float32), torch.zeros(2, dtype=torch.float32))
+    search = GroupSearch(world, thresholds) if rank == 0 else None
+    every: list[dict[str, Any]] = []
+    round_no = 0
+    while True:
+        plan: list[Any] = [None]
+        if search is not None:
+            ids = search.next_round()
+            plan = [None if ids is None else [(i, search.tests[i]) for i in ids]]
+        dist.broadcast_object_list(plan, src=0)
+        if plan[0] is None:
+            break
+        tests: list[tuple[int, GroupTest]] = plan[0]
+        phases = max(len(t.phases()) for _, t in tests)
+        mine = next(((i, t) for i, t in tests if rank in t.hosts), None)
+        records: list[dict[str, Any]] = []
+        for p in range(probe.passes):
+            times = _run_test(dist, probe, bufs, phases, mine[1] if mine else None, rank)
+            if mine is not None:
+                i, hosts = mine[0], mine[1].hosts
+                nxt = hosts[(hosts.index(rank) + 1) % len(hosts)]
+                records.append(
+                    {
+                        "kind": "group",
+                        "round": round_no,
+                        "pass": p,
+                        "test": i,
+                        "hosts": list(hosts),
+                        "rank": rank,
+                        "peer": nxt,
+                        "size_bytes": probe.size_bytes,
+                        "times_s": times,
+                    }
+                )
+        gathered: list[Any] | None = [None] * world if rank == 0 else None
+        dist.gather_object(records, gathered, dst=0)
+        if search is not None and gathered is not None:
+            flat = [rec for recs in gathered for rec in recs]
+            search.observe(flat)
+            every.extend(flat)
+        round_no += 1
+    return every if rank == 0 else None
