@@ -621,6 +621,151 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
         )
 
 
+SWEEP_SECTION = "## Sweep time against a raw loop (issue 34)"
+SWEEP_RATIO_TARGET = 1.3
+BUSBW_TARGET = 0.03
+SWEEP_MIN, SWEEP_MAX = 8, 64 * MIB
+
+
+def _raw_sweep_worker(ns: argparse.Namespace) -> None:
+    """A bare ``torch.distributed`` all_reduce sweep: what a hand-written loop costs for the sweep of SWEEP_ARGS.
+
+    Each size as ``commlens bench -b 8 -e 64M -f 2`` plans it (float32, count = size / 4): ``--warmup``
+    warm-up and ``--iters`` timed calls in place, back to back after a barrier, the loop timed on each rank
+    and the max across ranks kept (rank 0 writes {size: seconds per iteration} to ``--result``).
+    """
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="gloo", timeout=dt.timedelta(seconds=600))
+    per_iter: dict[int, float] = {}
+    size = SWEEP_MIN
+    while size <= SWEEP_MAX:
+        buf = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(ns.warmup):
+            dist.all_reduce(buf)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(ns.iters):
+            dist.all_reduce(buf)
+        took = torch.tensor([(time.perf_counter() - t0) / ns.iters], dtype=torch.float64)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        per_iter[size] = float(took)
+        size *= 2
+    if dist.get_rank() == 0 and ns.result:
+        Path(ns.result).write_text(json.dumps(per_iter))
+    dist.destroy_process_group()
+
+
+def _raw_sweep(ns: argparse.Namespace, result: Path) -> float:
+    """Wall time of the raw sweep, launched as a 4-rank ``torch.distributed.run --standalone`` job."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        str(Path(__file__).resolve()),
+        "--raw-sweep-worker",
+        "--result",
+        str(result),
+        "--iters",
+        str(ns.iters),
+        "--warmup",
+        str(ns.warmup),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _commlens_sweep(extra: list[str], out: Path) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [_commlens_exe(), *SWEEP_ARGS, "--json", str(out), *extra], capture_output=True, text=True, cwd=ROOT
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"commlens {' '.join(extra)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return wall
+
+
+def _busbw_by_size(path: Path) -> dict[int, float]:
+    """busBW (bytes/s) per size from a ``commlens bench --json`` file, from each row's mean time."""
+    from commlens.results.jsonfmt import load_run
+
+    run = load_run(path)
+    return {
+        m.size_bytes: 2 * (m.world_size - 1) / m.world_size * m.size_bytes / m.stats.mean_s for m in run.measurements
+    }
+
+
+def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
+    """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION."""
+    kinds: list[tuple[str, list[str]]] = [
+        ("commlens, default (5 rounds, 1 check)", []),
+        ("commlens `-c 0`", ["-c", "0"]),
+        ("commlens `--rounds 1`", ["--rounds", "1"]),
+        ("commlens `--round-groups fresh`", ["--round-groups", "fresh"]),
+    ]
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    loads = [os.getloadavg()[0]]
+    raw_walls: list[float] = []
+    raw_bus: list[dict[int, float]] = []
+    walls: dict[str, list[float]] = {k: [] for k, _ in kinds}
+    bus: dict[str, list[dict[int, float]]] = {k: [] for k, _ in kinds}
+    with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        for i in range(ns.sweep_compare):
+            res = Path(tmp) / f"raw{i}.json"
+            raw_walls.append(_raw_sweep(ns, res))
+            per = {int(k): v for k, v in json.loads(res.read_text()).items()}
+            raw_bus.append({s: 1.5 * s / t for s, t in per.items()})
+            print(f"  round {i + 1}: raw loop {raw_walls[-1]:.1f} s", flush=True)
+            for label, extra in kinds:
+                out = Path(tmp) / f"c{i}-{len(walls[label])}.json"
+                walls[label].append(_commlens_sweep(extra, out))
+                bus[label].append(_busbw_by_size(out))
+                print(f"  round {i + 1}: {label} {walls[label][-1]:.1f} s", flush=True)
+            loads.append(os.getloadavg()[0])
+    raw_min, raw_med = min(raw_walls), statistics.median(raw_walls)
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py {shlex.join(argv)}`, {started}; "
+        f"{os.cpu_count()} CPUs shared with other sessions (1-minute load {min(loads):.1f}-{max(loads):.1f} "
+        "during the runs).",
+        "",
+        f"The sweep `commlens {' '.join(SWEEP_ARGS)}` (24 sizes, {ns.iters} timed iterations per size, "
+        f"{ns.warmup} warm-up) end to end, against a raw loop: a `torch.distributed.run --standalone` job of 4 "
+        f"ranks running, per size, {ns.warmup} warm-up and {ns.iters} timed `dist.all_reduce` calls in place "
+        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} runs of each, interleaved "
+        "(raw, then each commlens variant, repeated). Target: the default sweep within "
+        f"{SWEEP_RATIO_TARGET}x the raw loop's wall time, busBW within {BUSBW_TARGET:.0%}.",
+        "",
+        "| run | wall min (s) | wall median (s) | / raw (median) | busBW vs raw, >= 1 MiB (median of sizes) "
+        "| busBW vs raw, 64 MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| raw `torch.distributed` loop | {raw_min:.1f} | {raw_med:.1f} | 1.00 | - | - |",
+    ]
+    for label, _ in kinds:
+        w = walls[label]
+        big = []
+        for s in sorted(raw_bus[0]):
+            if s < MIB:
+                continue
+            mine = statistics.median(b[s] for b in bus[label] if s in b)
+            theirs = statistics.median(b[s] for b in raw_bus)
+            big.append((s, mine / theirs - 1))
+        top = big[-1][1] if big else float("nan")
+        body.append(
+            f"| {label} | {min(w):.1f} | {statistics.median(w):.1f} | {statistics.median(w) / raw_med:.2f} "
+            f"| {statistics.median(d for _, d in big):+.1%} | {top:+.1%} |"
+        )
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(SWEEP_SECTION, body)
+
+
 STARTUP_SECTION = "## Start-up of file and store commands (issue 34)"
 STARTUP_TARGET_S = 0.3
 # Modules a command should not load unless it needs them, with what needs them.
@@ -770,12 +915,23 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write every figure to this JSON file")
     p.add_argument("--startup", action="store_true", help="only the start-up of ten commands (its own section)")
     p.add_argument("--startup-repeats", type=int, default=7, help="timed runs of each start-up command")
+    p.add_argument(
+        "--sweep-compare",
+        type=int,
+        default=0,
+        help="only the default sweep against a raw loop: this many interleaved runs of each (its own section)",
+    )
+    p.add_argument("--raw-sweep-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     ns = p.parse_args(argv)
     if ns.startup:
         _startup(ns)
+    elif ns.raw_sweep_worker:
+        _raw_sweep_worker(ns)
+    elif ns.sweep_compare:
+        _sweep_compare(ns, argv)
     elif ns.worker:
         _worker(ns)
     else:

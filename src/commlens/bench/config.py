@@ -71,7 +71,7 @@ class BenchConfig:
     chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
     interleave: bool = False  # time a row's implementations round-robin, iteration by iteration (--interleave)
     rounds: int = 1  # independent rounds the iterations are split into, every row once per round (--rounds)
-    round_groups: str = "fresh"  # each round in a new process group, or all in the default one (--round-groups)
+    round_groups: str = "shared"  # all rounds in the default process group, or each in a new one (--round-groups)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -183,7 +183,7 @@ class BenchConfig:
             out += ["--on-unsupported", self.on_unsupported]
         out += ["-n", str(self.iters), "--rounds", str(self.rounds), "-w", str(self.warmup)]
         out += ["-c", str(self.check_iters)]
-        if self.round_groups != "fresh":
+        if self.round_groups != "shared":
             out += ["--round-groups", self.round_groups]
         if self.blocking:
             out.append("-z")
@@ -272,9 +272,10 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     t.add_argument(
         "--round-groups",
         choices=ROUND_GROUPS,
-        default="fresh",
-        help="fresh: each round in a new process group (new connections or communicators, as pyperf "
-        "runs fresh workers); shared: every round in the default group",
+        default="shared",
+        help="shared: every round in the default process group (its connections or communicators set up "
+        "once); fresh: each round in a new process group (new connections or communicators, as pyperf "
+        "runs fresh workers)",
     )
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")
