@@ -399,6 +399,7 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
+    global CLUSTER
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--workdir",
@@ -433,7 +434,6 @@ def main() -> None:
     ns = p.parse_args()
     ns.argv = sys.argv[1:]
     ns.parts = set(ns.parts.split(","))
-    global CLUSTER
     CLUSTER = ns.cluster_name
     if not ns.judge_only:
         measure(ns)
