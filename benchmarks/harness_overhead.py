@@ -766,6 +766,144 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
         write_section(SWEEP_SECTION, body)
 
 
+SCALE_SECTION = "## detect over 1,000 runs and ingest of 1,000 logs (issue 34)"
+SCALE_RUNS = 1000
+DETECT_TARGET_S, INGEST_TARGET_S = 1.0, 3.0
+
+
+def _scale_store(path: Path, runs: int = SCALE_RUNS) -> tuple[int, int]:
+    """A SQLite store of ``runs`` nightly runs: 3 ops x 11 sizes x 2 placements = 66 measurements of 20
+    samples each (the issue's 66,200 rows), 1 % noise, a 6 % step of all_reduce at >= 1 MiB from run 600."""
+    import numpy as np
+
+    from commlens.results.records import Measurement, Run, SystemInfo
+    from commlens.store import Store
+
+    system = SystemInfo(world_size=8, backend="nccl", cpu_model="bench-cpu", cpu_cores=64, torch_version="2.4.0")
+    rng = np.random.default_rng(34)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    built = []
+    for i in range(runs):
+        ms = []
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for size in (1024 << k for k in range(0, 21, 2)):
+                step = 1.06 if op == "all_reduce" and size >= MIB and i >= 600 else 1.0
+                for in_place in (False, True):
+                    base = (20e-6 + size / 100e9) * step
+                    ms.append(
+                        Measurement(
+                            op=op,
+                            dtype="float32",
+                            redop="sum" if op != "all_gather" else None,
+                            size_bytes=size,
+                            count=size // 4 // (8 if op == "reduce_scatter" else 1) or 1,
+                            in_place=in_place,
+                            world_size=8,
+                            samples_s=tuple(base * (1 + rng.normal(0, 0.01, 20))),
+                        )
+                    )
+        built.append(
+            Run(
+                run_id=f"nightly-{i:04d}",
+                started_at=(t0 + dt.timedelta(hours=8 * i)).isoformat(),
+                system=system,
+                measurements=tuple(ms),
+                tag="nightly",
+                revision=f"{i:040x}",
+            )
+        )
+    with Store.open(str(path)) as store:
+        store.save_runs(built)
+    return len(built), sum(len(r.measurements) for r in built)
+
+
+def _scale_logs(folder: Path, count: int = SCALE_RUNS) -> list[Path]:
+    """``count`` nccl-tests logs, tests/data/regress/base-all_reduce.log with each rank's pid changed (so each
+    is a run of its own)."""
+    import re
+
+    text = (ROOT / "tests" / "data" / "regress" / "base-all_reduce.log").read_text()
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        log = re.sub(r"Pid (\d+)", lambda m, shift=16 * i: f"Pid {int(m.group(1)) + shift}", text)
+        path = folder / f"all_reduce-{i:04d}.log"
+        path.write_text(log)
+        paths.append(path)
+    return paths
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall s, CPU s of the process tree, the finished process) of one ``commlens`` command."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "commlens", *argv], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, proc
+
+
+def _scale(ns: argparse.Namespace, argv: list[str]) -> None:
+    """Time ``commlens detect`` over a 1,000-run store and ``commlens ingest`` of 1,000 logs; SCALE_SECTION."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    loads = [os.getloadavg()[0]]
+    repeats = ns.scale_repeats
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+        work = Path(tmp)
+        store = work / "history.db"
+        nruns, nrows = _scale_store(store)
+        print(f"store: {nruns} runs, {nrows} measurements", flush=True)
+        env = {**os.environ, "COMMLENS_DB": str(store)}
+        detect: list[tuple[float, float]] = []
+        for i in range(repeats + 1):
+            wall, cpu, proc = _timed(["detect"], env)
+            if proc.returncode not in (0, 1):
+                raise SystemExit(f"commlens detect: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+            if i:
+                detect.append((wall, cpu))
+                print(f"  detect: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+        summary = proc.stdout.strip().splitlines()[-1]
+        logs = _scale_logs(work / "logs")
+        ingest: list[tuple[float, float]] = []
+        for i in range(repeats):
+            db = work / f"ingest-{i}.db"
+            wall, cpu, proc = _timed(["ingest", *map(str, logs), "--db", str(db)], dict(os.environ))
+            if proc.returncode != 0:
+                raise SystemExit(f"commlens ingest: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+            stored = len(proc.stdout.strip().splitlines())
+            ingest.append((wall, cpu))
+            print(f"  ingest: {wall:.2f} s wall, {cpu:.2f} s CPU ({stored} lines)", flush=True)
+        loads.append(os.getloadavg()[0])
+
+    def cell(xs: list[tuple[float, float]], k: int) -> str:
+        values = [x[k] for x in xs]
+        return f"{min(values):.2f} | {statistics.median(values):.2f}"
+
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py {shlex.join(argv)}`, {started}; {os.cpu_count()} CPUs "
+        f"shared with other sessions (1-minute load {min(loads):.1f}-{max(loads):.1f}): wall times stretch with "
+        "the load, so the CPU time of the command (user + system, all its processes) is given too.",
+        "",
+        f"- detect: a SQLite store of {nruns} runs, {nrows} measurements (3 ops x 11 sizes x 2 placements, 20 "
+        "samples each, 1 % noise, a 6 % step at >= 1 MiB from run 600), `commlens detect` with the defaults, "
+        f"{repeats} runs after a warm-up. Its summary: `{summary}`.",
+        f"- ingest: {len(logs)} nccl-tests logs (`tests/data/regress/base-all_reduce.log`, each with other pids, "
+        f"so each is a run of its own), `commlens ingest` of all of them in one command into a new SQLite store, "
+        f"{repeats} times.",
+        "",
+        "| command | wall min (s) | wall median (s) | CPU min (s) | CPU median (s) | target |",
+        "|---|---:|---:|---:|---:|---|",
+        f"| `commlens detect` ({nruns} runs) | {cell(detect, 0)} | {cell(detect, 1)} | < {DETECT_TARGET_S:g} s |",
+        f"| `commlens ingest` ({len(logs)} logs) | {cell(ingest, 0)} | {cell(ingest, 1)} | < {INGEST_TARGET_S:g} s |",
+    ]
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(SCALE_SECTION, body)
+
+
 STARTUP_SECTION = "## Start-up of file and store commands (issue 34)"
 STARTUP_TARGET_S = 0.3
 # Modules a command should not load unless it needs them, with what needs them.
@@ -921,6 +1059,10 @@ def main() -> None:
         default=0,
         help="only the default sweep against a raw loop: this many interleaved runs of each (its own section)",
     )
+    p.add_argument(
+        "--scale", action="store_true", help="only detect over 1,000 runs and ingest of 1,000 logs (its own section)"
+    )
+    p.add_argument("--scale-repeats", type=int, default=3, help="timed runs of each --scale command")
     p.add_argument("--raw-sweep-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
@@ -928,6 +1070,8 @@ def main() -> None:
     ns = p.parse_args(argv)
     if ns.startup:
         _startup(ns)
+    elif ns.scale:
+        _scale(ns, argv)
     elif ns.raw_sweep_worker:
         _raw_sweep_worker(ns)
     elif ns.sweep_compare:
