@@ -705,10 +705,9 @@ def _busbw_by_size(path: Path) -> dict[int, float]:
 def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION."""
     kinds: list[tuple[str, list[str]]] = [
-        ("commlens, default (5 rounds, 1 check)", []),
-        ("commlens `-c 0`", ["-c", "0"]),
+        ("commlens, default (5 rounds in the default group, 1 check)", []),
+        ("commlens `--round-groups fresh` (the default before issue 34)", ["--round-groups", "fresh"]),
         ("commlens `--rounds 1`", ["--rounds", "1"]),
-        ("commlens `--round-groups fresh`", ["--round-groups", "fresh"]),
     ]
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     loads = [os.getloadavg()[0]]
@@ -856,26 +855,27 @@ def _scale(ns: argparse.Namespace, argv: list[str]) -> None:
         store = work / "history.db"
         nruns, nrows = _scale_store(store)
         print(f"store: {nruns} runs, {nrows} measurements", flush=True)
-        env = {**os.environ, "COMMLENS_DB": str(store)}
-        detect: list[tuple[float, float]] = []
-        for i in range(repeats + 1):
-            wall, cpu, proc = _timed(["detect"], env)
-            if proc.returncode not in (0, 1):
-                raise SystemExit(f"commlens detect: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-            if i:
-                detect.append((wall, cpu))
-                print(f"  detect: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
-        summary = proc.stdout.strip().splitlines()[-1]
+        sources = [("", None)] + ([("before", ns.scale_before)] if ns.scale_before else [])
+        detect: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in sources}
+        ingest: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in sources}
         logs = _scale_logs(work / "logs")
-        ingest: list[tuple[float, float]] = []
-        for i in range(repeats):
-            db = work / f"ingest-{i}.db"
-            wall, cpu, proc = _timed(["ingest", *map(str, logs), "--db", str(db)], dict(os.environ))
-            if proc.returncode != 0:
-                raise SystemExit(f"commlens ingest: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-            stored = len(proc.stdout.strip().splitlines())
-            ingest.append((wall, cpu))
-            print(f"  ingest: {wall:.2f} s wall, {cpu:.2f} s CPU ({stored} lines)", flush=True)
+        summary = ""
+        for i in range(repeats + 1):  # the sources interleaved, the first round a warm-up for detect
+            for label, src in sources:
+                env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+                wall, cpu, proc = _timed(["detect"], {**env, "COMMLENS_DB": str(store)})
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"commlens detect: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+                summary = summary or proc.stdout.strip().splitlines()[-1]
+                if i:
+                    detect[label].append((wall, cpu))
+                    print(f"  detect {label}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+                    db = work / f"ingest-{label}-{i}.db"
+                    wall, cpu, proc = _timed(["ingest", *map(str, logs), "--db", str(db)], env)
+                    if proc.returncode != 0:
+                        raise SystemExit(f"commlens ingest: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+                    ingest[label].append((wall, cpu))
+                    print(f"  ingest {label}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
         loads.append(os.getloadavg()[0])
 
     def cell(xs: list[tuple[float, float]], k: int) -> str:
@@ -892,13 +892,25 @@ def _scale(ns: argparse.Namespace, argv: list[str]) -> None:
         f"{repeats} runs after a warm-up. Its summary: `{summary}`.",
         f"- ingest: {len(logs)} nccl-tests logs (`tests/data/regress/base-all_reduce.log`, each with other pids, "
         f"so each is a run of its own), `commlens ingest` of all of them in one command into a new SQLite store, "
-        f"{repeats} times.",
+        f"{repeats} times."
+        + (
+            f" The same commands with `PYTHONPATH` at the sources {ns.scale_before_name} (`before`), interleaved "
+            "with these, the same minutes."
+            if ns.scale_before
+            else ""
+        ),
         "",
         "| command | wall min (s) | wall median (s) | CPU min (s) | CPU median (s) | target |",
         "|---|---:|---:|---:|---:|---|",
-        f"| `commlens detect` ({nruns} runs) | {cell(detect, 0)} | {cell(detect, 1)} | < {DETECT_TARGET_S:g} s |",
-        f"| `commlens ingest` ({len(logs)} logs) | {cell(ingest, 0)} | {cell(ingest, 1)} | < {INGEST_TARGET_S:g} s |",
     ]
+    for label, _ in sources:
+        name = f" ({label}: {ns.scale_before_name})" if label else ""
+        body += [
+            f"| `commlens detect` ({nruns} runs){name} | {cell(detect[label], 0)} | {cell(detect[label], 1)} "
+            f"| < {DETECT_TARGET_S:g} s |",
+            f"| `commlens ingest` ({len(logs)} logs){name} | {cell(ingest[label], 0)} | {cell(ingest[label], 1)} "
+            f"| < {INGEST_TARGET_S:g} s |",
+        ]
     print("\n".join(body))
     if not ns.no_write:
         write_section(SCALE_SECTION, body)
@@ -949,25 +961,33 @@ def _startup_commands(work: Path) -> list[tuple[str, list[str], dict[str, str]]]
     ]
 
 
-def _time_command(argv: list[str], env_extra: dict[str, str], work: Path, repeats: int) -> list[float]:
-    """Wall time of ``repeats`` runs after one warm-up (hyperfine's way: the whole process, start to exit)."""
-    walls = []
+def _time_command(
+    argv: list[str], env_extra: dict[str, str], work: Path, repeats: int
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU times (user + system) of ``repeats`` runs after one warm-up (hyperfine's way: the whole
+    process, start to exit)."""
+    import resource
+
+    walls, cpus = [], []
     for i in range(repeats + 1):
-        extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-{len(argv)}-{i}-{time.monotonic_ns()}.db")}
+        extra = {"COMMLENS_DB": str(work / f"ingest-{len(argv)}-{i}-{time.monotonic_ns()}.db"), **env_extra}
         env = {**os.environ, **extra}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "commlens", *argv], env=env, capture_output=True)
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode not in (0, 1):
             raise SystemExit(f"commlens {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}")
         if i:
             walls.append(wall)
-    return walls
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
 
 
 def _import_profile(argv: list[str], env_extra: dict[str, str], work: Path) -> tuple[float, list[str]]:
     """``python -X importtime``: the cumulative import time of everything (s) and which heavy modules loaded."""
-    extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-importtime-{time.monotonic_ns()}.db")}
+    extra = {"COMMLENS_DB": str(work / f"ingest-importtime-{time.monotonic_ns()}.db"), **env_extra}
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "commlens", *argv],
         env={**os.environ, **extra},
@@ -989,31 +1009,46 @@ def _import_profile(argv: list[str], env_extra: dict[str, str], work: Path) -> t
 def _startup(ns: argparse.Namespace) -> None:
     """Time the start-up commands and write their section."""
     repeats = ns.startup_repeats
+    sources = [("", "")] + ([(" (before)", ns.startup_before)] if ns.startup_before else [])
+    loads = [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         work = Path(tmp)
         for label, argv, env_extra in _startup_commands(work):
-            walls = _time_command(argv, env_extra, work, repeats)
-            imports_s, heavy = _import_profile(argv, env_extra, work)
-            rows.append((label, walls, imports_s, heavy))
-            print(f"{label}: mean {statistics.mean(walls):.3f} s, min {min(walls):.3f} s; {', '.join(heavy) or '-'}")
+            for suffix, src in sources:  # this tree and the earlier one, one right after the other
+                env = {**env_extra, **({"PYTHONPATH": src} if src else {})}
+                walls, cpus = _time_command(argv, env, work, repeats)
+                imports_s, heavy = _import_profile(argv, env, work)
+                rows.append((label + suffix, walls, cpus, imports_s, heavy))
+                print(
+                    f"{label}{suffix}: median {statistics.median(walls):.3f} s, min {min(walls):.3f} s, CPU min "
+                    f"{min(cpus):.3f} s; {', '.join(heavy) or '-'}",
+                    flush=True,
+                )
+    loads.append(os.getloadavg()[0])
     body = [
         f"`.venv/bin/python benchmarks/harness_overhead.py --startup` on {platform.node() or 'this host'} "
-        f"({os.cpu_count()} CPUs, Python {platform.python_version()}), {dt.date.today().isoformat()}. "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}), {dt.date.today().isoformat()}, 1-minute load "
+        f"{min(loads):.1f}-{max(loads):.1f} (the machine shared with other sessions). "
         f"Each command run {repeats} times after one warm-up, the whole process timed from start to exit "
-        "(as hyperfine does); the import figures from one more run under `python -X importtime`. Store "
+        "(as hyperfine does), with its CPU time (user + system, which the load stretches less than the wall time); "
+        "the import figures from one more run under `python -X importtime`. Store "
         "commands read a SQLite store holding the two logs of `tests/data/regress/`; file commands run with "
         "`COMMLENS_DB` naming a store that does not exist. Target: compare of two files, show, runs under "
-        f"{STARTUP_TARGET_S} s.",
+        f"{STARTUP_TARGET_S} s."
+        + (
+            f" `(before)`: the same command with `PYTHONPATH` at {ns.startup_before_name}, run right after."
+            if ns.startup_before
+            else ""
+        ),
         "",
-        "| command | mean (s) | sd (s) | min (s) | imports (s) | heavy modules loaded |",
-        "|---|---:|---:|---:|---:|---|",
+        "| command | median (s) | min (s) | CPU median (s) | CPU min (s) | imports (s) | heavy modules loaded |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
-    for label, walls, imports_s, heavy in rows:
-        sd = statistics.stdev(walls) if len(walls) > 1 else 0.0
+    for label, walls, cpus, imports_s, heavy in rows:
         body.append(
-            f"| `{label}` | {statistics.mean(walls):.3f} | {sd:.3f} | {min(walls):.3f} | {imports_s:.3f} "
-            f"| {', '.join(heavy) or '-'} |"
+            f"| `{label}` | {statistics.median(walls):.3f} | {min(walls):.3f} | {statistics.median(cpus):.3f} "
+            f"| {min(cpus):.3f} | {imports_s:.3f} | {', '.join(heavy) or '-'} |"
         )
     print("\n".join(body))
     if not ns.no_write:
@@ -1053,6 +1088,8 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write every figure to this JSON file")
     p.add_argument("--startup", action="store_true", help="only the start-up of ten commands (its own section)")
     p.add_argument("--startup-repeats", type=int, default=7, help="timed runs of each start-up command")
+    p.add_argument("--startup-before", default=None, help="--startup: also time each command with PYTHONPATH=this")
+    p.add_argument("--startup-before-name", default="an earlier commit's sources", help="--startup-before, in words")
     p.add_argument(
         "--sweep-compare",
         type=int,
@@ -1063,6 +1100,8 @@ def main() -> None:
         "--scale", action="store_true", help="only detect over 1,000 runs and ingest of 1,000 logs (its own section)"
     )
     p.add_argument("--scale-repeats", type=int, default=3, help="timed runs of each --scale command")
+    p.add_argument("--scale-before", default=None, help="--scale: also time the commands with PYTHONPATH=this src")
+    p.add_argument("--scale-before-name", default="an earlier commit", help="what --scale-before is, in words")
     p.add_argument("--raw-sweep-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)

@@ -16,6 +16,9 @@ from commlens.regress.detect import _pelt_l2
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.store import Store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from store_backends import pg_server, pg_url, store_url  # noqa: E402,F401
+
 T0 = datetime(2025, 3, 1, 2, 0, tzinfo=timezone.utc)
 SYSTEMS = (
     SystemInfo(world_size=4, backend="gloo", cpu_model="cpu-a", cpu_cores=8, torch_version="2.4.0"),
@@ -93,6 +96,34 @@ def test_the_bulk_read_gives_the_report_the_per_row_read_gives(store_path: str, 
         assert fast.excluded_runs == ("run-033",) and fast.points == len({(r.run_id, r.key) for r in rows}) - 12
 
 
+def test_the_bulk_read_is_the_same_on_sqlite_and_postgresql(store_url: str) -> None:
+    rng = np.random.default_rng(5)
+    with Store.open(store_url) as store:
+        store.save_runs([_run(i, rng) for i in range(40)])
+        rows = store.measurement_rows(tag="nightly")
+        runs, points = store.mean_history(tag="nightly")
+    fast = detect_mean_history(runs, points, DetectSettings(min_segment=3))  # type: ignore[arg-type]
+    assert fast.as_dict() == detect_history(rows, DetectSettings(min_segment=3)).as_dict()
+    assert fast.points == 32 * 12 - 12 and fast.excluded_runs == ("run-033",)
+
+
+def test_the_mann_whitney_p_value_is_scipys_to_the_last_bit() -> None:
+    from scipy.stats import mannwhitneyu
+
+    from commlens.regress.stats import mann_whitney_p
+
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        n1, n2 = (int(k) for k in rng.integers(2, 300, 2))
+        if rng.random() < 0.5:  # continuous: large samples take the normal approximation, small ones scipy's exact
+            a, b = rng.normal(0, 1, n1), rng.normal(rng.normal(0, 0.5), 1, n2)
+        else:  # ties
+            a, b = rng.integers(0, 6, n1).astype(float), rng.integers(0, 6, n2).astype(float)
+        if a.min() == a.max() == b.min() == b.max():
+            continue
+        assert mann_whitney_p(a, b) == float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
 def test_the_search_equals_ruptures_kernelcpd() -> None:
     import ruptures
 
@@ -116,10 +147,10 @@ def test_a_flat_series_within_min_change_finds_nothing_and_imports_no_ruptures()
         "from commlens.regress import find_changes\n"
         "x = 1e-3 * (1 + np.random.default_rng(1).normal(0, 0.004, 300))\n"
         "y = np.r_[x[:150], x[150:] * 1.2]\n"
-        "print(find_changes(x), len(find_changes(y)), 'ruptures' in sys.modules, 'scipy.special' in sys.modules)\n"
+        "print(find_changes(x), len(find_changes(y)), 'ruptures' in sys.modules, 'scipy.stats' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.split() == ["[]", "1", "False", "True"]  # the step needs scipy's test, never ruptures
+    assert out.stdout.split() == ["[]", "1", "False", "False"]  # neither ruptures nor scipy.stats loaded
     assert find_changes([1.0] * 20) == []
 
 

@@ -12,6 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from store_backends import pg_server, pg_url  # noqa: E402,F401
+
 DATA = Path(__file__).parent / "data"
 LOG = (DATA / "regress" / "base-all_reduce.log").read_text()
 
@@ -80,3 +83,13 @@ def test_a_database_fault_midway_stores_nothing_of_any_file(tmp_path: Path) -> N
     assert _stored(db) == 1  # the runs of the files before the fault are not kept either
     done = _ingest(*map(str, logs[1:]), "--db", str(db))
     assert done.returncode == 0 and _stored(db) == 80
+
+
+def test_many_files_into_postgresql_in_one_command(pg_url: str, tmp_path: Path) -> None:
+    logs = _logs(tmp_path / "logs", 12)
+    proc = _ingest(*map(str, logs[:8]), str(logs[2]), "--db", pg_url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{logs[2]}: already stored as run " in proc.stderr
+    again = _ingest(*map(str, logs), "--db", pg_url)
+    assert again.returncode == 0 and again.stderr.count("already stored") == 8
+    assert again.stdout.count(": stored run ") == 4
