@@ -441,7 +441,7 @@ def main() -> None:
     print("\n".join(body))
     if not ns.no_write:
         write_section(ns.section, body)
-        print(f"\nwrote docs/benchmarks.md ({SECTION})")
+        print(f"\nwrote docs/benchmarks.md ({ns.section})")
 
 
 if __name__ == "__main__":
