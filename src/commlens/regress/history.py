@@ -249,10 +249,7 @@ def detect_mean_history(
         if series is None:
             series = grouped[key] = {}
         series.setdefault(run_id, []).append(point[9])
-    per_run = {
-        SeriesKey(MeasurementKey(*key[2:]), key[0], key[1]): series
-        for key, series in grouped.items()
-    }
+    per_run = {SeriesKey(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
     return _detect(used, per_run, settings, order, since, floors, settings_for)
 
 
