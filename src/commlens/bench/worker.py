@@ -433,7 +433,7 @@ class Sweep:
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
                 try:
-                    self._warm_up(coll, fault, context, algo, warmup)
+                    self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
                     refused[algo] = str(e)
                     continue
@@ -456,9 +456,16 @@ class Sweep:
                 results[algo] = (algo_stamps, self._check(coll, fault) if round_index == 0 else 0)
         return results, refused
 
-    def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int) -> None:
-        """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused)."""
-        coll.reset()
+    def _warm_up(
+        self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int, fill: bool = True
+    ) -> None:
+        """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused).
+
+        ``fill`` writes the inputs' pattern first (the first round, which checks the results); a later round
+        times the buffers as the rows before it left them, as a raw loop does: rewriting a 64 MiB pattern
+        on every round cost more than the round's timed iterations."""
+        if fill:
+            coll.reset()
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
         try:
