@@ -621,6 +621,301 @@ def _driver(ns: argparse.Namespace, argv: list[str]) -> None:
         )
 
 
+SWEEP_SECTION = "## Sweep time against a raw loop (issue 34)"
+SWEEP_RATIO_TARGET = 1.3
+BUSBW_TARGET = 0.03
+SWEEP_MIN, SWEEP_MAX = 8, 64 * MIB
+
+
+def _raw_sweep_worker(ns: argparse.Namespace) -> None:
+    """A bare ``torch.distributed`` all_reduce sweep: what a hand-written loop costs for the sweep of SWEEP_ARGS.
+
+    Each size as ``commlens bench -b 8 -e 64M -f 2`` plans it (float32, count = size / 4): ``--warmup``
+    warm-up and ``--iters`` timed calls in place, back to back after a barrier, the loop timed on each rank
+    and the max across ranks kept (rank 0 writes {size: seconds per iteration} to ``--result``).
+    """
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="gloo", timeout=dt.timedelta(seconds=600))
+    per_iter: dict[int, float] = {}
+    size = SWEEP_MIN
+    while size <= SWEEP_MAX:
+        buf = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(ns.warmup):
+            dist.all_reduce(buf)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(ns.iters):
+            dist.all_reduce(buf)
+        took = torch.tensor([(time.perf_counter() - t0) / ns.iters], dtype=torch.float64)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        per_iter[size] = float(took)
+        size *= 2
+    if dist.get_rank() == 0 and ns.result:
+        Path(ns.result).write_text(json.dumps(per_iter))
+    dist.destroy_process_group()
+
+
+def _raw_sweep(ns: argparse.Namespace, result: Path) -> float:
+    """Wall time of the raw sweep, launched as a 4-rank ``torch.distributed.run --standalone`` job."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        str(Path(__file__).resolve()),
+        "--raw-sweep-worker",
+        "--result",
+        str(result),
+        "--iters",
+        str(ns.iters),
+        "--warmup",
+        str(ns.warmup),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _commlens_sweep(extra: list[str], out: Path) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [_commlens_exe(), *SWEEP_ARGS, "--json", str(out), *extra], capture_output=True, text=True, cwd=ROOT
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"commlens {' '.join(extra)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return wall
+
+
+def _busbw_by_size(path: Path) -> dict[int, float]:
+    """busBW (bytes/s) per size from a ``commlens bench --json`` file, from each row's mean time."""
+    from commlens.results.jsonfmt import load_run
+
+    run = load_run(path)
+    return {
+        m.size_bytes: 2 * (m.world_size - 1) / m.world_size * m.size_bytes / m.stats.mean_s for m in run.measurements
+    }
+
+
+def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
+    """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION."""
+    kinds: list[tuple[str, list[str]]] = [
+        ("commlens, default (5 rounds in the default group, 1 check)", []),
+        ("commlens `--round-groups fresh` (the default before issue 34)", ["--round-groups", "fresh"]),
+        ("commlens `--rounds 1`", ["--rounds", "1"]),
+    ]
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    loads = [os.getloadavg()[0]]
+    raw_walls: list[float] = []
+    raw_bus: list[dict[int, float]] = []
+    walls: dict[str, list[float]] = {k: [] for k, _ in kinds}
+    bus: dict[str, list[dict[int, float]]] = {k: [] for k, _ in kinds}
+    with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        for i in range(ns.sweep_compare):
+            res = Path(tmp) / f"raw{i}.json"
+            raw_walls.append(_raw_sweep(ns, res))
+            per = {int(k): v for k, v in json.loads(res.read_text()).items()}
+            raw_bus.append({s: 1.5 * s / t for s, t in per.items()})
+            print(f"  round {i + 1}: raw loop {raw_walls[-1]:.1f} s", flush=True)
+            for label, extra in kinds:
+                out = Path(tmp) / f"c{i}-{len(walls[label])}.json"
+                walls[label].append(_commlens_sweep(extra, out))
+                bus[label].append(_busbw_by_size(out))
+                print(f"  round {i + 1}: {label} {walls[label][-1]:.1f} s", flush=True)
+            loads.append(os.getloadavg()[0])
+    raw_min, raw_med = min(raw_walls), statistics.median(raw_walls)
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py {shlex.join(argv)}`, {started}; "
+        f"{os.cpu_count()} CPUs shared with other sessions (1-minute load {min(loads):.1f}-{max(loads):.1f} "
+        "during the runs).",
+        "",
+        f"The sweep `commlens {' '.join(SWEEP_ARGS)}` (24 sizes, {ns.iters} timed iterations per size, "
+        f"{ns.warmup} warm-up) end to end, against a raw loop: a `torch.distributed.run --standalone` job of 4 "
+        f"ranks running, per size, {ns.warmup} warm-up and {ns.iters} timed `dist.all_reduce` calls in place "
+        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} runs of each, interleaved "
+        "(raw, then each commlens variant, repeated). Target: the default sweep within "
+        f"{SWEEP_RATIO_TARGET}x the raw loop's wall time, busBW within {BUSBW_TARGET:.0%}.",
+        "",
+        "| run | wall min (s) | wall median (s) | / raw (median) | busBW vs raw, >= 1 MiB (median of sizes) "
+        "| busBW vs raw, 64 MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| raw `torch.distributed` loop | {raw_min:.1f} | {raw_med:.1f} | 1.00 | - | - |",
+    ]
+    for label, _ in kinds:
+        w = walls[label]
+        big = []
+        for s in sorted(raw_bus[0]):
+            if s < MIB:
+                continue
+            mine = statistics.median(b[s] for b in bus[label] if s in b)
+            theirs = statistics.median(b[s] for b in raw_bus)
+            big.append((s, mine / theirs - 1))
+        top = big[-1][1] if big else float("nan")
+        body.append(
+            f"| {label} | {min(w):.1f} | {statistics.median(w):.1f} | {statistics.median(w) / raw_med:.2f} "
+            f"| {statistics.median(d for _, d in big):+.1%} | {top:+.1%} |"
+        )
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(SWEEP_SECTION, body)
+
+
+SCALE_SECTION = "## detect over 1,000 runs and ingest of 1,000 logs (issue 34)"
+SCALE_RUNS = 1000
+DETECT_TARGET_S, INGEST_TARGET_S = 1.0, 3.0
+
+
+def _scale_store(path: Path, runs: int = SCALE_RUNS) -> tuple[int, int]:
+    """A SQLite store of ``runs`` nightly runs: 3 ops x 11 sizes x 2 placements = 66 measurements of 20
+    samples each (the issue's 66,200 rows), 1 % noise, a 6 % step of all_reduce at >= 1 MiB from run 600."""
+    import numpy as np
+
+    from commlens.results.records import Measurement, Run, SystemInfo
+    from commlens.store import Store
+
+    system = SystemInfo(world_size=8, backend="nccl", cpu_model="bench-cpu", cpu_cores=64, torch_version="2.4.0")
+    rng = np.random.default_rng(34)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    built = []
+    for i in range(runs):
+        ms = []
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for size in (1024 << k for k in range(0, 21, 2)):
+                step = 1.06 if op == "all_reduce" and size >= MIB and i >= 600 else 1.0
+                for in_place in (False, True):
+                    base = (20e-6 + size / 100e9) * step
+                    ms.append(
+                        Measurement(
+                            op=op,
+                            dtype="float32",
+                            redop="sum" if op != "all_gather" else None,
+                            size_bytes=size,
+                            count=size // 4 // (8 if op == "reduce_scatter" else 1) or 1,
+                            in_place=in_place,
+                            world_size=8,
+                            samples_s=tuple(base * (1 + rng.normal(0, 0.01, 20))),
+                        )
+                    )
+        built.append(
+            Run(
+                run_id=f"nightly-{i:04d}",
+                started_at=(t0 + dt.timedelta(hours=8 * i)).isoformat(),
+                system=system,
+                measurements=tuple(ms),
+                tag="nightly",
+                revision=f"{i:040x}",
+            )
+        )
+    with Store.open(str(path)) as store:
+        store.save_runs(built)
+    return len(built), sum(len(r.measurements) for r in built)
+
+
+def _scale_logs(folder: Path, count: int = SCALE_RUNS) -> list[Path]:
+    """``count`` nccl-tests logs, tests/data/regress/base-all_reduce.log with each rank's pid changed (so each
+    is a run of its own)."""
+    import re
+
+    text = (ROOT / "tests" / "data" / "regress" / "base-all_reduce.log").read_text()
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        log = re.sub(r"Pid (\d+)", lambda m, shift=16 * i: f"Pid {int(m.group(1)) + shift}", text)
+        path = folder / f"all_reduce-{i:04d}.log"
+        path.write_text(log)
+        paths.append(path)
+    return paths
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall s, CPU s of the process tree, the finished process) of one ``commlens`` command."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "commlens", *argv], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, proc
+
+
+def _scale(ns: argparse.Namespace, argv: list[str]) -> None:
+    """Time ``commlens detect`` over a 1,000-run store and ``commlens ingest`` of 1,000 logs; SCALE_SECTION."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    loads = [os.getloadavg()[0]]
+    repeats = ns.scale_repeats
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+        work = Path(tmp)
+        store = work / "history.db"
+        nruns, nrows = _scale_store(store)
+        print(f"store: {nruns} runs, {nrows} measurements", flush=True)
+        sources = [("", None)] + ([("before", ns.scale_before)] if ns.scale_before else [])
+        detect: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in sources}
+        ingest: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in sources}
+        logs = _scale_logs(work / "logs")
+        summary = ""
+        for i in range(repeats + 1):  # the sources interleaved, the first round a warm-up for detect
+            for label, src in sources:
+                env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+                wall, cpu, proc = _timed(["detect"], {**env, "COMMLENS_DB": str(store)})
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"commlens detect: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+                summary = summary or proc.stdout.strip().splitlines()[-1]
+                if i:
+                    detect[label].append((wall, cpu))
+                    print(f"  detect {label}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+                    db = work / f"ingest-{label}-{i}.db"
+                    wall, cpu, proc = _timed(["ingest", *map(str, logs), "--db", str(db)], env)
+                    if proc.returncode != 0:
+                        raise SystemExit(f"commlens ingest: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+                    ingest[label].append((wall, cpu))
+                    print(f"  ingest {label}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+        loads.append(os.getloadavg()[0])
+
+    def cell(xs: list[tuple[float, float]], k: int) -> str:
+        values = [x[k] for x in xs]
+        return f"{min(values):.2f} | {statistics.median(values):.2f}"
+
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py {shlex.join(argv)}`, {started}; {os.cpu_count()} CPUs "
+        f"shared with other sessions (1-minute load {min(loads):.1f}-{max(loads):.1f}): wall times stretch with "
+        "the load, so the CPU time of the command (user + system, all its processes) is given too.",
+        "",
+        f"- detect: a SQLite store of {nruns} runs, {nrows} measurements (3 ops x 11 sizes x 2 placements, 20 "
+        "samples each, 1 % noise, a 6 % step at >= 1 MiB from run 600), `commlens detect` with the defaults, "
+        f"{repeats} runs after a warm-up. Its summary: `{summary}`.",
+        f"- ingest: {len(logs)} nccl-tests logs (`tests/data/regress/base-all_reduce.log`, each with other pids, "
+        f"so each is a run of its own), `commlens ingest` of all of them in one command into a new SQLite store, "
+        f"{repeats} times."
+        + (
+            f" The same commands with `PYTHONPATH` at the sources {ns.scale_before_name} (`before`), interleaved "
+            "with these, the same minutes."
+            if ns.scale_before
+            else ""
+        ),
+        "",
+        "| command | wall min (s) | wall median (s) | CPU min (s) | CPU median (s) | target |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for label, _ in sources:
+        name = f" ({label}: {ns.scale_before_name})" if label else ""
+        body += [
+            f"| `commlens detect` ({nruns} runs){name} | {cell(detect[label], 0)} | {cell(detect[label], 1)} "
+            f"| < {DETECT_TARGET_S:g} s |",
+            f"| `commlens ingest` ({len(logs)} logs){name} | {cell(ingest[label], 0)} | {cell(ingest[label], 1)} "
+            f"| < {INGEST_TARGET_S:g} s |",
+        ]
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(SCALE_SECTION, body)
+
+
 STARTUP_SECTION = "## Start-up of file and store commands (issue 34)"
 STARTUP_TARGET_S = 0.3
 # Modules a command should not load unless it needs them, with what needs them.
@@ -666,25 +961,33 @@ def _startup_commands(work: Path) -> list[tuple[str, list[str], dict[str, str]]]
     ]
 
 
-def _time_command(argv: list[str], env_extra: dict[str, str], work: Path, repeats: int) -> list[float]:
-    """Wall time of ``repeats`` runs after one warm-up (hyperfine's way: the whole process, start to exit)."""
-    walls = []
+def _time_command(
+    argv: list[str], env_extra: dict[str, str], work: Path, repeats: int
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU times (user + system) of ``repeats`` runs after one warm-up (hyperfine's way: the whole
+    process, start to exit)."""
+    import resource
+
+    walls, cpus = [], []
     for i in range(repeats + 1):
-        extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-{len(argv)}-{i}-{time.monotonic_ns()}.db")}
+        extra = {"COMMLENS_DB": str(work / f"ingest-{len(argv)}-{i}-{time.monotonic_ns()}.db"), **env_extra}
         env = {**os.environ, **extra}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "commlens", *argv], env=env, capture_output=True)
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode not in (0, 1):
             raise SystemExit(f"commlens {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr.decode()[-2000:]}")
         if i:
             walls.append(wall)
-    return walls
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
 
 
 def _import_profile(argv: list[str], env_extra: dict[str, str], work: Path) -> tuple[float, list[str]]:
     """``python -X importtime``: the cumulative import time of everything (s) and which heavy modules loaded."""
-    extra = env_extra or {"COMMLENS_DB": str(work / f"ingest-importtime-{time.monotonic_ns()}.db")}
+    extra = {"COMMLENS_DB": str(work / f"ingest-importtime-{time.monotonic_ns()}.db"), **env_extra}
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "commlens", *argv],
         env={**os.environ, **extra},
@@ -706,31 +1009,46 @@ def _import_profile(argv: list[str], env_extra: dict[str, str], work: Path) -> t
 def _startup(ns: argparse.Namespace) -> None:
     """Time the start-up commands and write their section."""
     repeats = ns.startup_repeats
+    sources = [("", "")] + ([(" (before)", ns.startup_before)] if ns.startup_before else [])
+    loads = [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         work = Path(tmp)
         for label, argv, env_extra in _startup_commands(work):
-            walls = _time_command(argv, env_extra, work, repeats)
-            imports_s, heavy = _import_profile(argv, env_extra, work)
-            rows.append((label, walls, imports_s, heavy))
-            print(f"{label}: mean {statistics.mean(walls):.3f} s, min {min(walls):.3f} s; {', '.join(heavy) or '-'}")
+            for suffix, src in sources:  # this tree and the earlier one, one right after the other
+                env = {**env_extra, **({"PYTHONPATH": src} if src else {})}
+                walls, cpus = _time_command(argv, env, work, repeats)
+                imports_s, heavy = _import_profile(argv, env, work)
+                rows.append((label + suffix, walls, cpus, imports_s, heavy))
+                print(
+                    f"{label}{suffix}: median {statistics.median(walls):.3f} s, min {min(walls):.3f} s, CPU min "
+                    f"{min(cpus):.3f} s; {', '.join(heavy) or '-'}",
+                    flush=True,
+                )
+    loads.append(os.getloadavg()[0])
     body = [
         f"`.venv/bin/python benchmarks/harness_overhead.py --startup` on {platform.node() or 'this host'} "
-        f"({os.cpu_count()} CPUs, Python {platform.python_version()}), {dt.date.today().isoformat()}. "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}), {dt.date.today().isoformat()}, 1-minute load "
+        f"{min(loads):.1f}-{max(loads):.1f} (the machine shared with other sessions). "
         f"Each command run {repeats} times after one warm-up, the whole process timed from start to exit "
-        "(as hyperfine does); the import figures from one more run under `python -X importtime`. Store "
+        "(as hyperfine does), with its CPU time (user + system, which the load stretches less than the wall time); "
+        "the import figures from one more run under `python -X importtime`. Store "
         "commands read a SQLite store holding the two logs of `tests/data/regress/`; file commands run with "
         "`COMMLENS_DB` naming a store that does not exist. Target: compare of two files, show, runs under "
-        f"{STARTUP_TARGET_S} s.",
+        f"{STARTUP_TARGET_S} s."
+        + (
+            f" `(before)`: the same command with `PYTHONPATH` at {ns.startup_before_name}, run right after."
+            if ns.startup_before
+            else ""
+        ),
         "",
-        "| command | mean (s) | sd (s) | min (s) | imports (s) | heavy modules loaded |",
-        "|---|---:|---:|---:|---:|---|",
+        "| command | median (s) | min (s) | CPU median (s) | CPU min (s) | imports (s) | heavy modules loaded |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
-    for label, walls, imports_s, heavy in rows:
-        sd = statistics.stdev(walls) if len(walls) > 1 else 0.0
+    for label, walls, cpus, imports_s, heavy in rows:
         body.append(
-            f"| `{label}` | {statistics.mean(walls):.3f} | {sd:.3f} | {min(walls):.3f} | {imports_s:.3f} "
-            f"| {', '.join(heavy) or '-'} |"
+            f"| `{label}` | {statistics.median(walls):.3f} | {min(walls):.3f} | {statistics.median(cpus):.3f} "
+            f"| {min(cpus):.3f} | {imports_s:.3f} | {', '.join(heavy) or '-'} |"
         )
     print("\n".join(body))
     if not ns.no_write:
@@ -770,12 +1088,33 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write every figure to this JSON file")
     p.add_argument("--startup", action="store_true", help="only the start-up of ten commands (its own section)")
     p.add_argument("--startup-repeats", type=int, default=7, help="timed runs of each start-up command")
+    p.add_argument("--startup-before", default=None, help="--startup: also time each command with PYTHONPATH=this")
+    p.add_argument("--startup-before-name", default="an earlier commit's sources", help="--startup-before, in words")
+    p.add_argument(
+        "--sweep-compare",
+        type=int,
+        default=0,
+        help="only the default sweep against a raw loop: this many interleaved runs of each (its own section)",
+    )
+    p.add_argument(
+        "--scale", action="store_true", help="only detect over 1,000 runs and ingest of 1,000 logs (its own section)"
+    )
+    p.add_argument("--scale-repeats", type=int, default=3, help="timed runs of each --scale command")
+    p.add_argument("--scale-before", default=None, help="--scale: also time the commands with PYTHONPATH=this src")
+    p.add_argument("--scale-before-name", default="an earlier commit", help="what --scale-before is, in words")
+    p.add_argument("--raw-sweep-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     ns = p.parse_args(argv)
     if ns.startup:
         _startup(ns)
+    elif ns.scale:
+        _scale(ns, argv)
+    elif ns.raw_sweep_worker:
+        _raw_sweep_worker(ns)
+    elif ns.sweep_compare:
+        _sweep_compare(ns, argv)
     elif ns.worker:
         _worker(ns)
     else:

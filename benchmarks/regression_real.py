@@ -74,6 +74,12 @@ def bench(out: Path, args: list[str], log: list[dict]) -> Run:
     return load_run(out)
 
 
+def _default_round_groups() -> str:
+    from commlens.bench.config import BenchConfig
+
+    return BenchConfig().round_groups
+
+
 def cluster(*args: str) -> None:
     subprocess.run([COMMLENS, "cluster", *args], check=True, capture_output=True, text=True)
 
@@ -93,6 +99,9 @@ def measure(ns: argparse.Namespace) -> None:
             for i in range(ns.pairs + 1):
                 bench(wd / f"local-r5-{i:02d}.json", local, log)
                 bench(wd / f"local-r1-{i:02d}.json", [*local, "--rounds", "1"], log)
+                if ns.fresh_too:  # the other --round-groups, interleaved with the default's runs
+                    other = "fresh" if _default_round_groups() == "shared" else "shared"
+                    bench(wd / f"local-fr-{i:02d}.json", [*local, "--round-groups", other], log)
                 if i == 0:
                     compare_wall(wd, log)
                 log_path.write_text(json.dumps(log, indent=1))
@@ -231,7 +240,16 @@ def judge_all(ns: argparse.Namespace) -> dict:
             "floors": floors,
             "history": len(hist),
             "rounds": r5[0].config.get("rounds"),
+            "groups": r5[0].config.get("round_groups", "fresh"),
         }
+        fr = _runs(wd, "local-fr-*.json")
+        if len(fr) >= 2:
+            res["local"].update(
+                fr=_judge(list(zip(fr, fr[1:])), None, settings),
+                fr_floor=_judge(list(zip(fr, fr[1:])), floors, settings) if floors else None,
+                spread_fr=_level_spread(fr),
+                fr_groups=fr[0].config.get("round_groups"),
+            )
     if (wd / "cl-base-00.json").exists():
         base = _runs(wd, "cl-base-*.json")
         hist = _runs(wd, "cl-hist-*.json")
@@ -279,8 +297,7 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
         "Commands (as root, nothing else running): `.venv/bin/python benchmarks/regression_real.py --parts "
         "PART --no-write` for each part (`local,cluster`, then `cluster-aa`, then `cluster-starve`; runs are kept "
         "in `--workdir` and reused), then `.venv/bin/python benchmarks/regression_real.py --judge-only` to judge "
-        "them all and write this section. This time: `cluster-starve` was stopped after 5 of its 8 pairs (a run "
-        "starved to 0.1 CPU takes 90 s).",
+        "them all and write this section. " + ns.remark,
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores, {platform.machine()}, "
         f"Python {platform.python_version()}), nothing else running; every run a real `commlens bench` "
@@ -297,8 +314,13 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "",
             "| runs | false regressions | with learned noise floors | target |",
             "|---|---:|---:|---|",
-            f"| default (`--rounds {loc['rounds']}`, fresh process groups) | {_rate(loc['r5'])} | "
+            f"| default (`--rounds {loc['rounds']}`, `--round-groups {loc['groups']}`) | {_rate(loc['r5'])} | "
             f"{_rate(loc['r5_floor'])} | at most 1 in 20 |",
+            *(
+                [f"| `--round-groups {loc['fr_groups']}` | {_rate(loc['fr'])} | {_rate(loc['fr_floor'])} | - |"]
+                if "fr" in loc
+                else []
+            ),
             f"| `--rounds 1` (one round a run, as before) | {_rate(loc['r1'])} | {_rate(loc['r1_floor'])} | - |",
             "",
             f"Floors learned (`noise learn --by all`) from {loc['history']} separate A/A runs at default rounds. "
@@ -310,12 +332,26 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "Run-to-run spread (sd of a run's ln level between runs) against what the rounds inside one run "
             "predict for it (sd of the round medians' ln / sqrt(rounds)):",
             "",
-            "| size | between runs, default rounds | predicted by its rounds | between runs, `--rounds 1` |",
-            "|---:|---:|---:|---:|",
+            "| size | between runs, default rounds | predicted by its rounds | between runs, `--rounds 1` |"
+            + (
+                f" between runs, `--round-groups {loc['fr_groups']}` | predicted by its rounds |" if "fr" in loc else ""
+            ),
+            "|---:|---:|---:|---:|" + ("---:|---:|" if "fr" in loc else ""),
         ]
         for size, (between, within) in loc["spread_r5"].items():
-            lines.append(f"| {size >> 20} MiB | {between:.1%} | {within:.1%} | {loc['spread_r1'][size][0]:.1%} |")
+            other = ""
+            if "fr" in loc:
+                other = f" {loc['spread_fr'][size][0]:.1%} | {loc['spread_fr'][size][1]:.1%} |"
+            lines.append(
+                f"| {size >> 20} MiB | {between:.1%} | {within:.1%} | {loc['spread_r1'][size][0]:.1%} |" + other
+            )
         bench5, bench1 = mean_wall("local-r5"), mean_wall("local-r1")
+        if "fr" in loc:
+            lines += [
+                "",
+                f"Mean bench wall time: default {bench5:.1f} s, `--round-groups {loc['fr_groups']}` "
+                f"{mean_wall('local-fr'):.1f} s, `--rounds 1` {bench1:.1f} s.",
+            ]
         cmp5, cmp1 = walls.get("compare-r5", float("nan")), walls.get("compare-r1", float("nan"))
         lines += [
             "",
@@ -363,6 +399,7 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
+    global CLUSTER
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--workdir",
@@ -382,16 +419,29 @@ def main() -> None:
     p.add_argument("--starve-pairs", type=int, default=10, help="pairs of cluster-starve")
     p.add_argument("--judge-only", action="store_true", help="judge the runs in --workdir, measure nothing")
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    p.add_argument(
+        "--fresh-too",
+        action="store_true",
+        help="local: also runs with the other --round-groups than the default, interleaved (local-fr-*)",
+    )
+    p.add_argument(
+        "--remark",
+        default="This time: `cluster-starve` was stopped after 5 of its 8 pairs (a run starved to 0.1 CPU takes 90 s).",
+        help="what was particular about this measurement (printed after the commands)",
+    )
+    p.add_argument("--cluster-name", default=CLUSTER, help="the emulated cluster's name")
+    p.add_argument("--section", default=SECTION, help="the section of docs/benchmarks.md to write")
     ns = p.parse_args()
     ns.argv = sys.argv[1:]
     ns.parts = set(ns.parts.split(","))
+    CLUSTER = ns.cluster_name
     if not ns.judge_only:
         measure(ns)
     body = report_lines(judge_all(ns), ns)
     print("\n".join(body))
     if not ns.no_write:
-        write_section(SECTION, body)
-        print(f"\nwrote docs/benchmarks.md ({SECTION})")
+        write_section(ns.section, body)
+        print(f"\nwrote docs/benchmarks.md ({ns.section})")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,9 @@ class BenchConfig:
     chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
     interleave: bool = False  # time a row's implementations round-robin, iteration by iteration (--interleave)
     rounds: int = 1  # independent rounds the iterations are split into, every row once per round (--rounds)
-    round_groups: str = "fresh"  # each round in a new process group, or all in the default one (--round-groups)
+    # each round in a new process group (the default: shared groups read busBW 12% low against a raw loop, measured
+    # twice by harness_overhead.py --sweep-compare, for no saving in time), or all in the default one
+    round_groups: str = "fresh"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -282,8 +284,8 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
         "--round-groups",
         choices=ROUND_GROUPS,
         default="fresh",
-        help="fresh: each round in a new process group (new connections or communicators, as pyperf "
-        "runs fresh workers); shared: every round in the default group",
+        help="fresh: each round in a new process group (new connections or communicators, as pyperf runs "
+        "fresh workers); shared: every round in the default process group (set up once)",
     )
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")

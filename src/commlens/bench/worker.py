@@ -57,8 +57,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Warm-up iterations of a row in every round after the first (see Sweep.run_placement).
+# Warm-up iterations of a row in every round after the first (see Sweep.run_placement): in a fresh process
+# group (new connections), and in the default group, whose connections and buffers the row already used.
 LATER_ROUND_WARMUP = 2
+LATER_ROUND_WARMUP_SHARED = 1
 
 UNSUPPORTED_HINTS = (
     "not supported",
@@ -394,11 +396,13 @@ class Sweep:
         (algo -> reason) for the implementations that refused the combination; the others carry on.
 
         The first round (``round_index`` 0) warms up ``cfg.warmup`` iterations and checks the results; a later
-        round, in its fresh group, warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` (the connections and
-        buffers are new, the code paths and the data are not) and does not check again: results are checked
-        once per row, as nccl-tests does with ``-c 1``.
+        round warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` in a fresh group (the connections are new, the
+        code paths and the data are not), ``min(cfg.warmup, LATER_ROUND_WARMUP_SHARED)`` in the default group
+        (one launch brings the row's buffers back into the caches other rows used), and does not check
+        again: results are checked once per row, as nccl-tests does with ``-c 1``.
         """
-        warmup = self.cfg.warmup if round_index == 0 else min(self.cfg.warmup, LATER_ROUND_WARMUP)
+        later = LATER_ROUND_WARMUP if self.cfg.round_groups == "fresh" else LATER_ROUND_WARMUP_SHARED
+        warmup = self.cfg.warmup if round_index == 0 else min(self.cfg.warmup, later)
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         ready: list[tuple[str, Collective, Fault | None]] = []
@@ -429,7 +433,7 @@ class Sweep:
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
                 try:
-                    self._warm_up(coll, fault, context, algo, warmup)
+                    self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
                     refused[algo] = str(e)
                     continue
@@ -452,9 +456,16 @@ class Sweep:
                 results[algo] = (algo_stamps, self._check(coll, fault) if round_index == 0 else 0)
         return results, refused
 
-    def _warm_up(self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int) -> None:
-        """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused)."""
-        coll.reset()
+    def _warm_up(
+        self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int, fill: bool = True
+    ) -> None:
+        """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused).
+
+        ``fill`` writes the inputs' pattern first (the first round, which checks the results); a later round
+        times the buffers as the rows before it left them, as a raw loop does: rewriting a 64 MiB pattern
+        on every round cost more than the round's timed iterations."""
+        if fill:
+            coll.reset()
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
         try:
@@ -557,9 +568,10 @@ class Sweep:
            the first round in table order, each later one in a permutation of the cells drawn from
            ``cfg.seed`` and ``r`` (the same on every rank), so no row always runs first or right after the
            same neighbour, and a change of the machine's state between rounds hits every row alike.
-        2. With ``round_groups == "fresh"`` each round runs in a new process group (new connections or
+        2. By default (``round_groups == "fresh"``) each round runs in a new process group (new connections or
            communicators), as pyperf runs each round in a fresh worker: what one set of connections makes of
-           the machine is measured across rounds instead of being fixed for the whole run.
+           the machine is measured across rounds instead of being fixed for the whole run. With ``"shared"``
+           every round runs in the default process group, set up once.
         3. Rows are emitted once the last round is done (or the run stops: then with the rounds they have),
            in the table's order; a combination the backend refused in one round is not tried again.
         """

@@ -12,6 +12,150 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
+
+# Every command but bench, in the order `commlens --help` lists them: (module of commlens.cli that registers it,
+# the first paragraph of its help as that module writes it). A command's module is imported only when the
+# command runs, its help is shown or completed; `commlens --help` lists these texts without importing any.
+# tests/test_cli_lazy.py checks each text against its command's own help.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "compare": (
+        "regress_cmd",
+        "A/B comparison judged on the spread between rounds or runs: per row, the ratio of typical times, "
+        "its 95%\nCI, a p-value and a verdict.",
+    ),
+    "detect": (
+        "regress_cmd",
+        "Change points in the history of every stored series (op, size, dtype, placement, system, tag).",
+    ),
+    "expect": (
+        "expect_cmd",
+        "Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes.",
+    ),
+    "ingest": (
+        "ingest_cmd",
+        "Store other tools' results: each file read completely, then its runs stored in one transaction.",
+    ),
+    "show": (
+        "runs_cmd",
+        "Print a stored run again: the nccl-tests table, or its JSON (same as `commlens runs show`).",
+    ),
+    "export": ("runs_cmd", "Export stored runs, oldest first, to CSV or JSON."),
+    "serve": (
+        "serve_cmd",
+        "Serve the dashboard: runs, run, compare, history, regressions, diagnoses, projections, live jobs.",
+    ),
+    "tune": (
+        "tune_cmd",
+        'Time every algorithm and the built-in per size; write the table `algo="auto"` uses (see docs/algos.md).',
+    ),
+    "baseline": (
+        "baseline_cmd",
+        "Baselines: the run or tag a series (system and tag) is compared against (`compare baseline RUN`).",
+    ),
+    "threshold": (
+        "baseline_cmd",
+        "Thresholds: the min change and alpha compare and detect use for the series and rows they match.",
+    ),
+    "cluster": (
+        "cluster_cmd",
+        "An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.",
+    ),
+    "db": ("db_cmd", "The result store's schema: status, upgrade in place."),
+    "diagnose": ("diagnose_cmd", "Find slow links, slow hosts, stragglers and hung or mismatched collectives."),
+    "topology": ("topology_cmd", "Cluster topologies: presets shipped with commlens, or your own YAML file."),
+    "model": (
+        "model_cmd",
+        "Cost models of collectives on a topology: predict, fit to stored runs, check against them.",
+    ),
+    "monitor": (
+        "monitor_cmd",
+        "Watch live training jobs: the in-job monitor's collector (the job side is commlens.monitor).",
+    ),
+    "noise": (
+        "noise_cmd",
+        "Noise floors: how much whole runs of the same code differ, per series, learned from stored history.",
+    ),
+    "project": (
+        "project_cmd",
+        "Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`, "
+        "`calibrate`).",
+    ),
+    "reports": (
+        "reports_cmd",
+        "Diagnoses and projections kept in the store (the dashboard's diagnose and projection pages).",
+    ),
+    "runs": ("runs_cmd", "Stored runs: list (the default), show, tag, delete."),
+    "replay": (
+        "replay_cmd",
+        "Replay a job's communication as a benchmark: extract a plan, run it on real ranks, compare.",
+    ),
+    "sim": (
+        "sim_cmd",
+        "Simulate collectives on a fabric: contention, ECMP collisions, oversubscription, failed links, several "
+        "jobs, whole training steps.",
+    ),
+    "workload": (
+        "workload_cmd",
+        "Training workloads: the presets `commlens project` takes by name, or your own YAML file.",
+    ),
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: commands of LAZY_COMMANDS built from their module on first use."""
+
+    _listing = False  # True while the root help is formatted: list the commands from LAZY_COMMANDS
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = ["bench", *LAZY_COMMANDS]
+        return names + [n for n in self.commands if n not in names]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
+            return self.commands.get(cmd_name)
+        module, help_text = LAZY_COMMANDS[cmd_name]
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=help_text)
+        import importlib
+
+        from typer.main import get_command_from_info, get_group_from_info
+
+        importlib.import_module(f"commlens.cli.{module}")
+        info: Any
+        for info in app.registered_commands:
+            if info.name == cmd_name:
+                self.commands[cmd_name] = get_command_from_info(
+                    info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=self.rich_markup_mode
+                )
+        for info in app.registered_groups:
+            if info.name == cmd_name:
+                self.commands[cmd_name] = get_group_from_info(
+                    info,
+                    pretty_exceptions_short=app.pretty_exceptions_short,
+                    rich_markup_mode=self.rich_markup_mode,
+                    suggest_commands=self.suggest_commands,
+                )
+        return self.commands.get(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except typer.core._click.exceptions.UsageError as e:  # as TyperGroup's, over every command's name
+            from difflib import get_close_matches
+
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if self.suggest_commands and args else []
+            if matches:
+                e.message = f"{e.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in matches)}?"
+            raise
+
 
 app = typer.Typer(
     name="commlens",
@@ -19,6 +163,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_LazyGroup,
 )
 
 
@@ -90,7 +235,6 @@ def bench(ctx: typer.Context) -> None:
 def main(argv: list[str] | None = None) -> None:
     """The ``commlens`` script: every usage error (an unknown option, a bad value, a missing argument, an unknown
     command) is one ``error: ...`` line on stderr and exit code 2, as the library's errors are; never a box."""
-    _register()
     # Typer bundles its own click (typer 0.29 no longer depends on click): its exception classes are reached
     # through the one it exports, wherever the bundled module lives.
     usage_error = _click_class("UsageError")
@@ -137,7 +281,7 @@ def _sentence(message: str) -> str:
 
 
 def _register() -> None:
-    """Import the modules that add their commands to ``app`` (one module per command family)."""
+    """Import every module that adds commands to ``app`` (``main`` imports each only when it is used)."""
     from commlens.cli import (  # noqa: F401  # noqa: F401  # noqa: F401
         baseline_cmd,
         cluster_cmd,

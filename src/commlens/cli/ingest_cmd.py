@@ -69,7 +69,8 @@ def ingest_cmd(
     from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
     from commlens.results.jsonfmt import run_to_dict
     from commlens.store import Store, StoreError, db_url, default_db_url
-    from commlens.store.db import parse_url
+    from commlens.store.db import DatabaseFault, parse_url
+    from commlens.store.repo import RunBatch
 
     if fmt != "auto" and fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
@@ -95,9 +96,12 @@ def ingest_cmd(
     failed = 0
     below: list[str] = []  # runs stored now that --fail-below fails
     ingested: list[dict[str, Any]] = []
+    printed: list[tuple[str, str]] = []  # (file, line): what is stored, printed once every file is committed
     # The store is opened at the first run to save: an ingest that refuses every file creates no store file.
-    store: Store | None = None
-    with contextlib.ExitStack() as closing:
+    # Every file's runs go into one transaction (a savepoint each: a file the store refuses leaves the
+    # others), committed at the end: a database fault, or Ctrl-C, stores nothing of any file.
+    batch: RunBatch | None = None
+    with errors_as_exit(), contextlib.ExitStack() as closing:
         for path in files:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", IngestWarning)
@@ -123,11 +127,13 @@ def ingest_cmd(
             # judged before saving, so that the verdict is kept with the run (show prints it without the model)
             verdicts = {run.run_id: judge_or_none(run) for run in runs}
             runs = [with_kept_verdict(run, verdicts[run.run_id]) for run in runs]
-            if store is None:
-                with errors_as_exit():
-                    store = closing.enter_context(Store.open(url))
+            if batch is None:
+                store = closing.enter_context(Store.open(url))
+                batch = closing.enter_context(store.batch())
             try:
-                stored = _save_new(store, runs)
+                stored = batch.save_new(runs, label=str(path))
+            except DatabaseFault:
+                raise  # the transaction is lost: nothing of any file is stored
             except StoreError as e:
                 say("error", f"{path}: {e}")
                 failed += 1
@@ -152,9 +158,18 @@ def ingest_cmd(
                     entry["expect"] = verdict.as_dict() if verdict is not None else None
                     ingested.append(entry)
                 elif is_new:
-                    print(terminal_safe(_summary(path, used, run)))
+                    printed.append((str(path), terminal_safe(_summary(path, used, run))))
                     if verdict is not None:
-                        print("\n".join(terminal_safe(line) for line in summary_lines(verdict, causes=1, ranges=False)))
+                        lines = summary_lines(verdict, causes=1, ranges=False)
+                        printed += [(str(path), terminal_safe(line)) for line in lines]
+    refused = {label for label, _ in batch.refused} if batch is not None else set()
+    for label, error in batch.refused if batch is not None else []:
+        say("error", f"{label}: {error}")
+        failed += 1
+    ingested = [entry for entry in ingested if entry["file"] not in refused]
+    shown = [line for label, line in printed if label not in refused]
+    if shown:
+        print("\n".join(shown))
     if as_json:
         print(json.dumps(ingested, indent=1))
     if failed:
@@ -200,27 +215,6 @@ def _directory_runs(
         raise IngestError(path, 0, f"a directory, read only as {NAME} output (not --format {fmt})")
     runs = load_dump_runs(path, tag=tag, revision=revision, started_at=started_at, max_bytes=max_bytes)
     return NAME, runs
-
-
-def _save_new(store: Any, runs: list[Any]) -> set[str]:
-    """Save the runs not yet stored; returns the ids that were already there (not saved again).
-
-    A file ingested before has the same content-derived run ids (a commlens run keeps its own). Another
-    process ingesting the same file at the same time may save them between our check and our insert:
-    then the save fails, and the runs, found stored on a second look, are reported as already stored.
-    """
-    from commlens.store import StoreError
-
-    ids = [run.run_id for run in runs]
-    stored = {s.run_id for s in store.list_runs(run_ids=ids, limit=None)}
-    try:
-        store.save_runs([run for run in runs if run.run_id not in stored])
-    except StoreError:
-        now = {s.run_id for s in store.list_runs(run_ids=ids, limit=None)}
-        if now != set(ids):
-            raise
-        return now  # every run is there: saved by the other process, with the same content
-    return stored
 
 
 def _summary(path: Path, fmt: str, run: Any) -> str:

@@ -308,7 +308,7 @@ def detect_cmd(
     detect alpha) unless --min-change or --alpha is given. Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
     """
     from commlens.ops import get_op
-    from commlens.regress import DetectSettings, detect_history, parse_utc
+    from commlens.regress import DetectSettings, detect_mean_history, parse_utc
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
 
@@ -334,14 +334,14 @@ def detect_cmd(
         from commlens.store.series_meta import list_thresholds
 
         with errors_as_exit():
-            rows = store.get().measurement_rows(
+            runs, points = store.get().mean_history(
                 op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint
             )
             floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
             stored = [] if len(explicit) == 2 else list_thresholds(store.get())
         settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
-        report = detect_history(
-            rows, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
+        report = detect_mean_history(
+            runs, points, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
         )
         if save:
             with errors_as_exit():

@@ -19,7 +19,14 @@ from commlens.regress.compare import (
     row_side,
 )
 from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
-from commlens.regress.history import DetectedChange, DetectReport, SeriesKey, detect_history, parse_utc
+from commlens.regress.history import (
+    DetectedChange,
+    DetectReport,
+    SeriesKey,
+    detect_history,
+    detect_mean_history,
+    parse_utc,
+)
 
 if TYPE_CHECKING:  # imported on first use, by __getattr__ below
     from commlens.regress.noise import NoiseFloor, learn_floors
@@ -41,6 +48,7 @@ __all__ = [
     "Verdict",
     "compare_runs",
     "detect_history",
+    "detect_mean_history",
     "find_changes",
     "judge",
     "learn_floors",

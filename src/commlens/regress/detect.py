@@ -6,9 +6,12 @@ applies it to every series of a result store.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,11 +114,64 @@ def find_changes(
     noise = max(robust_noise(y), _MIN_NOISE, floor or 0.0)
     local = _running_median(y, _CLIP_WINDOW)
     y = local + np.clip(y - local, -_CLIP_NOISES * noise, _CLIP_NOISES * noise)
-    import ruptures
+    clipped = np.exp(y)
+    # Every segment's mean lies between the series' smallest and largest point: when those are less than
+    # min_change apart, step 5 would find every candidate too small, so the search is skipped.
+    if float(clipped.max()) < float(clipped.min()) * (1.0 + settings.min_change):
+        return []
+    breaks = _pelt_l2(y, settings.penalty * noise * noise * math.log(n), settings.min_segment)[:-1]
+    return _prune(clipped, breaks, settings, settings.floor_multiple * (floor or 0.0))
 
-    algo = ruptures.KernelCPD(kernel="linear", min_size=settings.min_segment).fit(y.reshape(-1, 1))
-    breaks = [int(b) for b in algo.predict(pen=settings.penalty * noise * noise * math.log(n))][:-1]
-    return _prune(np.exp(y), breaks, settings, settings.floor_multiple * (floor or 0.0))
+
+def _pelt_l2(y: np.ndarray, penalty: float, min_size: int) -> list[int]:
+    """The ends of the segments ruptures' ``KernelCPD(kernel="linear", min_size).fit(y).predict(pen=penalty)``
+    finds (exact PELT on the L2 cost, in C), the last one ``y.size``."""
+    signal = np.ascontiguousarray(y.reshape(-1, 1), dtype=np.double)
+    pelt = _ruptures_pelt_l2()
+    if pelt is None:
+        import ruptures
+
+        algo = ruptures.KernelCPD(kernel="linear", min_size=min_size).fit(signal)
+        return [int(b) for b in algo.predict(pen=penalty)]
+    path = pelt(signal, penalty, min_size)
+    ends, end = [], y.size
+    while end > 0:  # as KernelCPD.predict walks back the path
+        ends.append(end)
+        end = int(path[end])
+    return ends[::-1]
+
+
+@functools.cache
+def _ruptures_pelt_l2() -> Callable[..., Any] | None:
+    """ruptures' compiled PELT for the L2 cost (``ekcpd_pelt_L2``, what ``KernelCPD`` calls), loaded from its
+    extension module alone; None where that cannot be done (then ``KernelCPD`` itself is used).
+
+    ``import ruptures`` loads every detector and cost it has, scipy's statistics among them: over a second of
+    a ``commlens detect`` that needs this one function.
+    """
+    import importlib.machinery
+    import importlib.util
+
+    try:
+        package = importlib.util.find_spec("ruptures")
+        if package is None or not package.submodule_search_locations:
+            return None
+        for location in package.submodule_search_locations:
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(location, "detection", "_detection", f"ekcpd{suffix}")
+                spec = importlib.util.spec_from_file_location("ruptures.detection._detection.ekcpd", path)
+                if spec is None or spec.loader is None or not os.path.exists(path):
+                    continue
+                try:
+                    module = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(module)
+                except (ImportError, OSError):
+                    continue
+                function = getattr(module, "ekcpd_pelt_L2", None)
+                return function if callable(function) else None
+    except (ImportError, OSError, ValueError):
+        return None
+    return None
 
 
 def _running_median(y: np.ndarray, window: int) -> np.ndarray:

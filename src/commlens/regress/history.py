@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
-from commlens.results.records import FloorKey, KeyOrder, SeriesKey
+from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, SeriesKey
 
 if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, which compare of two files never needs
     from commlens.store.repo import MeasurementRow
@@ -28,6 +28,7 @@ __all__ = [
     "SeriesSettings",
     "TimeFormatError",
     "detect_history",
+    "detect_mean_history",
     "parse_utc",
 ]
 
@@ -198,49 +199,102 @@ def detect_history(
     Runs whose results check failed (status ``check_failed``) are left out before step 1:
     a time measured on wrong results is no point of a history. The report lists them.
     """
-    excluded = tuple(dict.fromkeys(r.run_id for r in rows if r.status == "check_failed"))
-    rows = [r for r in rows if r.status != "check_failed"]
-    revision_first: dict[str, datetime] = {}
-    per_run: dict[SeriesKey, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
+    runs = {r.run_id: (r.started_at, r.revision, r.status) for r in rows}
+    per_run: dict[SeriesKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        if r.revision is not None and (r.revision not in revision_first or r.started_at < revision_first[r.revision]):
-            revision_first[r.revision] = r.started_at
-        per_run[SeriesKey(r.key, r.fingerprint, r.tag)][r.run_id].append(r)
+        if r.status != "check_failed":
+            per_run[SeriesKey(r.key, r.fingerprint, r.tag)][r.run_id].append(r.mean_s)
+    return _detect(runs, per_run, settings, order, since, floors, settings_for)
 
-    def place(run_rows: list[MeasurementRow]) -> tuple[datetime, datetime, str]:
-        first = run_rows[0]
-        anchor = revision_first[first.revision] if order == "revision" and first.revision is not None else None
-        return (anchor or first.started_at, first.started_at, first.run_id)
+
+def detect_mean_history(
+    runs: Sequence[tuple[str, datetime, str | None, str | None, str, str]],
+    points: Sequence[tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]],
+    settings: DetectSettings = DetectSettings(),
+    *,
+    order: Order = "time",
+    since: datetime | None = None,
+    floors: Mapping[FloorKey, float] | None = None,
+    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None = None,
+) -> DetectReport:
+    """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (run_id, started_at, revision,
+    tag, fingerprint, status) and their points (run_id, op, algo, dtype, redop, root, size_bytes, in_place,
+    group, mean_s), oldest run first. The same report, without an object per stored row."""
+    info = {run[0]: run for run in runs}
+    grouped: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    used: dict[str, tuple[datetime, str | None, str]] = {}
+    for point in points:
+        run_id = point[0]
+        _, started, revision, tag, fingerprint, status = info[run_id]
+        if run_id not in used:
+            used[run_id] = (started, revision, status)
+        if status == "check_failed":
+            continue
+        key = (fingerprint, tag) + point[1:9]
+        series = grouped.get(key)
+        if series is None:
+            series = grouped[key] = {}
+        series.setdefault(run_id, []).append(point[9])
+    per_run = {SeriesKey(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
+    return _detect(used, per_run, settings, order, since, floors, settings_for)
+
+
+def _detect(
+    runs: Mapping[str, tuple[datetime, str | None, str]],
+    per_run: Mapping[SeriesKey, Mapping[str, list[float]]],
+    settings: DetectSettings,
+    order: Order,
+    since: datetime | None,
+    floors: Mapping[FloorKey, float] | None,
+    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None,
+) -> DetectReport:
+    """Steps 2-4 of :func:`detect_history`: ``runs`` maps run_id to (started_at, revision, status), in the
+    order the rows came; ``per_run`` each series' mean times per run."""
+    excluded = tuple(run_id for run_id, (_, _, status) in runs.items() if status == "check_failed")
+    revision_first: dict[str, datetime] = {}
+    for started, revision, status in runs.values():
+        if status != "check_failed" and revision is not None:
+            if revision not in revision_first or started < revision_first[revision]:
+                revision_first[revision] = started
+
+    def place(run_id: str) -> tuple[datetime, datetime, str]:
+        started, revision, _ = runs[run_id]
+        anchor = revision_first[revision] if order == "revision" and revision is not None else None
+        return (anchor or started, started, run_id)
+
+    rank = {run_id: i for i, run_id in enumerate(sorted(runs, key=place))}  # each run placed once
 
     changes: list[DetectedChange] = []
     too_short = points = floored = thresholded = 0
     examined = sorted(per_run, key=_series_order)
     for series in examined:
-        runs = sorted(per_run[series].values(), key=place)
-        points += len(runs)
+        order_ids = sorted(per_run[series], key=rank.__getitem__)
+        points += len(order_ids)
         own = settings_for(series) if settings_for is not None else None
         thresholded += own is not None
         used = settings if own is None else own.settings
-        if len(runs) < 2 * used.min_segment:
+        if len(order_ids) < 2 * used.min_segment:
             too_short += 1
             continue
-        means = [sum(r.mean_s for r in run_rows) / len(run_rows) for run_rows in runs]
+        of_run = per_run[series]
+        means = [m[0] if len(m := of_run[run_id]) == 1 else sum(m) / len(m) for run_id in order_ids]
         floor = (floors or {}).get(FloorKey(series.fingerprint, series.key))
         floored += floor is not None
         for c in find_changes(means, used, floor):
-            first, last_before = runs[c.index][0], runs[c.index - 1][0]
-            if since is not None and first.started_at < since:
+            first, last_before = order_ids[c.index], order_ids[c.index - 1]
+            started, revision, _ = runs[first]
+            if since is not None and started < since:
                 continue
             changes.append(
                 DetectedChange(
                     series=series,
                     index=c.index,
-                    points=len(runs),
-                    run_id=first.run_id,
-                    started_at=first.started_at,
-                    revision=first.revision,
-                    previous_run_id=last_before.run_id,
-                    previous_revision=last_before.revision,
+                    points=len(order_ids),
+                    run_id=first,
+                    started_at=started,
+                    revision=revision,
+                    previous_run_id=last_before,
+                    previous_revision=runs[last_before][1],
                     mean_before_s=c.mean_before_s,
                     mean_after_s=c.mean_after_s,
                     p_value=c.p_value,

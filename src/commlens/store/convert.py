@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -84,10 +85,30 @@ def run_row(run: Run) -> dict[str, Any]:
         "nhosts": len(system.hosts),
         "commlens_version": system.commlens_version,
         "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s(),
-        "system": asdict(system),
+        "system": _system_dict(system),
         "config": run.config,
         "notes": list(run.notes),
     }
+
+
+def _system_dict(system: SystemInfo) -> dict[str, Any]:
+    """``dataclasses.asdict(system)`` (equal to it), without its generic walk: a run's system is mostly
+    strings and numbers, and ``commlens ingest`` of many small files converts one per file."""
+    return {f.name: _plain(getattr(system, f.name)) for f in fields(system)}
+
+
+def _plain(value: Any) -> Any:
+    """A copy of ``value`` as ``asdict`` makes it: containers copied, dataclasses as dicts."""
+    kind = type(value)
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind in (list, tuple):
+        return kind(_plain(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return copy.deepcopy(value)
 
 
 def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

@@ -11,6 +11,8 @@ Query API for analysis (the regression gate):
   revision, tag, fingerprint and source, its key (op, algo, dtype, redop, root, size,
   placement, process group), mean time, CV, iteration count, busBW and raw samples (empty for rows
   ingested without samples); oldest run first, then the run's own order. One query.
+- ``Store.mean_history(op=, dtype=, size_bytes=, tag=, fingerprint=)``: what ``commlens detect`` reads, the
+  same rows' mean times only, as plain tuples, and their runs. Two queries.
 - ``Store.runs_with_tag(tag)``: the full runs with that tag, oldest first.
 - ``Store.list_runs(...)``: run summaries, newest first, with the same filters.
 
@@ -21,10 +23,11 @@ A fingerprint filter matches the full fingerprint or a prefix of it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +37,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from commlens.results.records import Run
-from commlens.store.convert import is_date, measurement_rows, run_row, to_utc
+from commlens.store.convert import decode_redop_root, is_date, measurement_rows, run_row, to_utc
 from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
@@ -44,6 +47,7 @@ from commlens.store.db import (
     default_db_url,
     driver_reason,
     make_engine,
+    map_driver_error,
     shown_url,
     sqlite_file_missing,
     write_engine,
@@ -74,6 +78,10 @@ _MAX_LISTED_MATCHES = 5
 _LOAD_BATCH = 200  # runs loaded per query; bounds the size of IN (...) lists
 _INSERT_BATCH = 5_000  # measurements inserted per statement; bounds a save's memory, whatever the run's size
 _Loaded = TypeVar("_Loaded")
+# Store.mean_history's rows: (run_id, started_at UTC, revision, tag, fingerprint, status) and
+# (run_id, op, algo, dtype, redop, root, size_bytes, in_place, group, mean_s), redop and root None when none.
+HistoryRun = tuple[str, datetime, str | None, str | None, str, str]
+HistoryPoint = tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]
 
 
 class Store:
@@ -154,6 +162,22 @@ class Store:
             ) from None
         _log.debug("saved %d runs (%s)", len(runs), ", ".join(ids))
         return ids
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[RunBatch]:
+        """One transaction for many saves (``commlens ingest`` of many files): each ``RunBatch.save_new``
+        checks its runs (a run the store cannot hold is refused alone) and queues them; they are inserted
+        a batch at a time and committed together when the ``with`` ends, and an error out of it (a database
+        fault, Ctrl-C) stores none of them. On SQLite the write lock is held from the start to the end."""
+        self._before_write()
+        try:
+            with self._write.begin() as conn:
+                batch = RunBatch(conn)
+                yield batch
+                batch.flush()
+        except DatabaseFault:
+            check_sqlite_integrity(self.engine)  # a write that failed on a damaged file says so
+            raise
 
     def set_tag(self, run_ref: str, tag: str | None) -> tuple[str, str | None]:
         """Set, replace (or with None remove) a run's tag; returns (run_id, previous tag)."""
@@ -409,6 +433,63 @@ class Store:
                 f"(corrupted column?): {short_reason(e)}"
             ) from None
 
+    def mean_history(
+        self,
+        *,
+        op: str | None = None,
+        dtype: str | None = None,
+        size_bytes: int | None = None,
+        tag: str | None = None,
+        fingerprint: str | None = None,
+    ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
+        """What ``commlens detect`` reads: every stored measurement's mean time matching the filters, as plain
+        tuples, oldest run first (as ``measurement_rows``), and the runs they belong to. Two queries, no
+        samples and no object per row.
+        """
+        m, r = MeasurementModel, RunModel
+        run_conditions = _run_filters(tag=tag, since=None, until=None, fingerprint=fingerprint)
+        conditions = list(run_conditions)
+        if op is not None:
+            conditions.append(m.op == op)
+        if dtype is not None:
+            conditions.append(m.dtype == dtype)
+        if size_bytes is not None:
+            conditions.append(m.size_bytes == size_bytes)
+        points_query = (
+            select(m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s)
+            .join(r, m.run_id == r.run_id)
+            .where(*conditions)
+            .order_by(r.started_at_utc, r.run_id, m.position)
+        )
+        runs_query = select(r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.status).where(
+            *run_conditions
+        )
+        try:
+            with self.engine.connect() as conn:  # points first: a run saved in between is only never used
+                found = _plain_rows(conn, points_query)
+                runs = [
+                    (run_id, started.replace(tzinfo=timezone.utc), revision, run_tag, fp, status)
+                    for run_id, started, revision, run_tag, fp, status in conn.execute(runs_query)
+                ]
+            known = {run[0] for run in runs}
+            decoded: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+            points = []
+            for run_id, op_name, algo, dtype_name, redop, root, size, in_place, group, mean_s in found:
+                if run_id not in known:  # deleted between the two queries
+                    continue
+                pair = decoded.get((redop, root))
+                if pair is None:
+                    pair = decoded[(redop, root)] = decode_redop_root(redop, root)
+                points.append((run_id, op_name, algo, dtype_name, *pair, size, bool(in_place), group, float(mean_s)))
+            return runs, points
+        except DatabaseFault:
+            raise
+        except UNREADABLE as e:
+            raise StoreError(
+                f"result store {self.url}: a stored measurement cannot be read back "
+                f"(corrupted column?): {short_reason(e)}"
+            ) from None
+
     def unreadable_runs(self) -> list[CorruptRunError]:
         """Read every stored run back, a batch at a time; the ones that cannot be, oldest first."""
         found: list[CorruptRunError] = []
@@ -496,6 +577,90 @@ class Store:
         self.close()
 
 
+class RunBatch:
+    """The saves of one ``Store.batch()`` transaction: runs are checked as they are given and inserted
+    ``_INSERT_BATCH`` measurements at a time, a few statements for many small files."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._pending: list[tuple[str, list[Run], list[dict[str, Any]]]] = []  # (label, runs, their rows)
+        self._size = 0  # measurements and runs pending
+        self._added: set[str] = set()  # run ids saved in this transaction
+        self.refused: list[tuple[str, StoreError]] = []  # (label, why) of saves refused when inserted
+
+    def save_new(self, runs: Sequence[Run], label: str = "") -> set[str]:
+        """Save those of ``runs`` not yet stored (before, or earlier in this transaction); returns the ids that
+        were there already. StoreError, with nothing of ``runs`` saved, when a run cannot be stored. A save
+        that another process makes collide at insert time is left out and listed in ``refused`` under
+        ``label``; the others stay."""
+        ids = [run.run_id for run in runs]
+        repeated = [run_id for run_id, n in Counter(ids).items() if n > 1]
+        if repeated:
+            raise StoreError(f"run {repeated[0]!r} is given more than once")
+        stored = self._stored(ids) | (set(ids) & self._added)
+        new = [run for run in runs if run.run_id not in stored]
+        rows = [run_row(run) for run in new]
+        self._added.update(run.run_id for run in new)
+        self._pending.append((label, new, rows))
+        self._size += len(new) + sum(len(run.measurements) for run in new)
+        if self._size >= _INSERT_BATCH:
+            self.flush()
+        return stored
+
+    def flush(self) -> None:
+        """Insert the pending runs: all in one savepoint or, if one of them collides with a run another
+        process saved meanwhile (PostgreSQL; SQLite holds the write lock), each save in its own."""
+        pending, self._pending, self._size = self._pending, [], 0
+        runs = [run for _, some, _ in pending for run in some]
+        if not runs:
+            return
+        try:
+            with self._conn.begin_nested():
+                _insert_runs(self._conn, runs, [row for _, _, rows in pending for row in rows])
+            return
+        except IntegrityError:
+            pass
+        except DatabaseFault as e:
+            raise _first_fault(e) from None
+        for label, some, rows in pending:
+            try:
+                with self._conn.begin_nested():
+                    _insert_runs(self._conn, some, rows)
+            except IntegrityError:
+                ids = [run.run_id for run in some]
+                if self._stored(ids) != set(ids):
+                    self.refused.append((label, StoreError("one of these runs was saved by another process meanwhile")))
+
+    def _stored(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` the store holds: a statement per file, so straight to the driver (compiling a
+        SQLAlchemy statement each time would cost more than running it)."""
+        found: set[str] = set()
+        mark = "?" if self._conn.dialect.paramstyle == "qmark" else "%s"
+        cursor = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            for start in range(0, len(ids), _LOAD_BATCH):
+                batch = ids[start : start + _LOAD_BATCH]
+                cursor.execute(f"SELECT run_id FROM runs WHERE run_id IN ({', '.join([mark] * len(batch))})", batch)
+                found.update(run_id for (run_id,) in cursor.fetchall())
+        except self._conn.dialect.loaded_dbapi.Error as e:
+            raise map_driver_error(shown_url(self._conn.engine), e) from None
+        finally:
+            cursor.close()
+        return found
+
+
+def _first_fault(fault: DatabaseFault) -> DatabaseFault:
+    """The fault a write met, rather than the one its savepoint's rollback met after it: SQLite ends the whole
+    transaction on a full disk or an I/O error, so rolling back to the savepoint then fails ("no such
+    savepoint") and would hide what went wrong."""
+    cause = fault.__context__
+    while "savepoint" in str(fault).lower() and cause is not None:
+        if isinstance(cause, DatabaseFault):
+            return cause
+        cause = cause.__context__
+    return fault
+
+
 def _insert_runs(conn: Connection, runs: Sequence[Run], run_rows: Sequence[dict[str, Any]]) -> None:
     """Insert the runs (``run_rows``, one executemany), then their measurements and samples a batch
     of ``_INSERT_BATCH`` at a time: a handful of statements for many small runs, bounded rows for a
@@ -555,6 +720,24 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
             for measurement, sample in rows
         ],
     )
+
+
+def _plain_rows(conn: Connection, query: Any) -> list[tuple[Any, ...]]:
+    """``query``'s rows as the driver returns them (plain tuples, no SQLAlchemy row per result): a read of a
+    hundred thousand rows at a fraction of the cost. Only for columns whose driver values are what the
+    caller needs (no JSON, no dates); a driver error becomes DatabaseFault, as through the engine."""
+    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params: Any = compiled.construct_params()
+    if compiled.positional:
+        params = tuple(params[name] for name in compiled.positiontup or ())
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(str(compiled), params)
+        return list(cursor.fetchall())
+    except conn.dialect.loaded_dbapi.Error as e:
+        raise map_driver_error(shown_url(conn.engine), e) from None
+    finally:
+        cursor.close()
 
 
 def _run_filters(
