@@ -705,8 +705,8 @@ def _busbw_by_size(path: Path) -> dict[int, float]:
 def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION."""
     kinds: list[tuple[str, list[str]]] = [
-        ("commlens, default (5 rounds in the default group, 1 check)", []),
-        ("commlens `--round-groups fresh` (the default before issue 34)", ["--round-groups", "fresh"]),
+        ("commlens, default (5 rounds, each in a fresh group, 1 check)", []),
+        ("commlens `--round-groups shared` (every round in the default group)", ["--round-groups", "shared"]),
         ("commlens `--rounds 1`", ["--rounds", "1"]),
     ]
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
