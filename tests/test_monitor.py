@@ -236,17 +236,19 @@ def test_collector_finds_the_slow_group_among_peer_groups():
 
 
 def test_the_live_collector_loads_its_detectors_before_it_reads_the_job():
-    # loaded at the first evaluation with enough history instead, their second of CPU landed a few seconds
-    # into the job, on the cores its ranks share, and slowed the collectives being measured
+    # loaded at the first evaluation with enough history instead, their CPU landed a few seconds into the job,
+    # on the cores its ranks share, and slowed the collectives being measured. What they load: ruptures'
+    # compiled PELT alone (issue 34: no `import ruptures`, no scipy.stats on this path)
     script = """
 import sys, tempfile
 from commlens.monitor.collect import Collector, JsonlSource, collect
+from commlens.regress import detect
 
 class Source(JsonlSource):
     loaded = None
     def poll(self, deadline=None):
         if self.loaded is None:
-            self.loaded = all(m in sys.modules for m in ("ruptures", "scipy.stats"))
+            self.loaded = detect._ruptures_pelt_l2.cache_info().currsize == 1
         self.answered = True
         return []
 

@@ -81,15 +81,15 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`, "
         "`calibrate`).",
     ),
+    "replay": (
+        "replay_cmd",
+        "Replay a job's communication as a benchmark: extract a plan, run it on real ranks, compare.",
+    ),
     "reports": (
         "reports_cmd",
         "Diagnoses and projections kept in the store (the dashboard's diagnose and projection pages).",
     ),
     "runs": ("runs_cmd", "Stored runs: list (the default), show, tag, delete."),
-    "replay": (
-        "replay_cmd",
-        "Replay a job's communication as a benchmark: extract a plan, run it on real ranks, compare.",
-    ),
     "sim": (
         "sim_cmd",
         "Simulate collectives on a fabric: contention, ECMP collisions, oversubscription, failed links, several "
