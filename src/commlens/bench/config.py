@@ -72,8 +72,8 @@ class BenchConfig:
     chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
     interleave: bool = False  # time a row's implementations round-robin, iteration by iteration (--interleave)
     rounds: int = 1  # independent rounds the iterations are split into, every row once per round (--rounds)
-    # each round in a new process group (the default: shared groups read busBW 12% low against a raw loop, measured
-    # twice by harness_overhead.py --sweep-compare, for no saving in time), or all in the default one
+    # each round in a new process group (the default, whose gate figures were measured; shared groups save no time
+    # and their busBW against a raw loop swung from -12.5% to +16% between measurements), or all in the default one
     round_groups: str = "fresh"
     extra: dict[str, Any] = field(default_factory=dict)
 
