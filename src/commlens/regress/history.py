@@ -71,6 +71,22 @@ class DetectedChange:
     def direction(self) -> Literal["regression", "improvement"]:
         return "regression" if self.mean_after_s > self.mean_before_s else "improvement"
 
+    def level_change(self) -> dict[str, Any]:
+        """The change of level as every output names it: the first run at the new level and the last at the
+        old, the means either side, the change, its p-value and direction (``started_at`` in ISO 8601)."""
+        return {
+            "run_id": self.run_id,
+            "started_at": self.started_at.isoformat(),
+            "revision": self.revision,
+            "previous_run_id": self.previous_run_id,
+            "previous_revision": self.previous_revision,
+            "mean_before_s": self.mean_before_s,
+            "mean_after_s": self.mean_after_s,
+            "change": self.change,
+            "p_value": self.p_value,
+            "direction": self.direction,
+        }
+
 
 @dataclass(frozen=True)
 class DetectReport:
@@ -95,22 +111,9 @@ class DetectReport:
         changes = []
         for c in self.changes:
             d = c.series.as_dict()
-            d.update(
-                index=c.index,
-                points=c.points,
-                run_id=c.run_id,
-                started_at=c.started_at.isoformat(),
-                revision=c.revision,
-                previous_run_id=c.previous_run_id,
-                previous_revision=c.previous_revision,
-                mean_before_s=c.mean_before_s,
-                mean_after_s=c.mean_after_s,
-                change=c.change,
-                p_value=c.p_value,
-                direction=c.direction,
-                noise_floor=c.noise_floor,
-                threshold=self._threshold_dict(c),
-            )
+            d.update(index=c.index, points=c.points)
+            d.update(c.level_change())
+            d.update(noise_floor=c.noise_floor, threshold=self._threshold_dict(c))
             changes.append(d)
         return {
             "settings": asdict(self.settings),

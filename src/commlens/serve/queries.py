@@ -412,19 +412,7 @@ class SeriesOut(BaseModel):
 
 
 def _change_out(c: DetectedChange) -> ChangeOut:
-    return ChangeOut(
-        index=c.index,
-        run_id=c.run_id,
-        started_at=c.started_at.isoformat(),
-        revision=c.revision,
-        previous_run_id=c.previous_run_id,
-        previous_revision=c.previous_revision,
-        mean_before_s=c.mean_before_s,
-        mean_after_s=c.mean_after_s,
-        change=c.change,
-        p_value=c.p_value,
-        direction=c.direction,
-    )
+    return ChangeOut(index=c.index, **c.level_change())
 
 
 def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:
