@@ -104,16 +104,30 @@ class Browser:
     # -- the page's charts and tables (the DOM conventions in serve_design) ----------------------
 
     def wait_for(self, condition: Any, timeout_s: float = CHART_TIMEOUT_S, message: str = "") -> Any:
-        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+            TimeoutException,
+            WebDriverException,
+        )
         from selenium.webdriver.support.ui import WebDriverWait
 
         # A page that reloads while the condition reads it (a form's write, then location.reload()) leaves it
         # holding an element of the old document: poll again rather than fail.
+        # Chromedriver reports the same race as a plain WebDriverException ("unhandled inspector error: Node
+        # with given id does not belong to the document") when the node goes between finding and reading it.
         ignored = (NoSuchElementException, StaleElementReferenceException)
+
+        def polled(driver: Any) -> Any:
+            try:
+                return condition(driver)
+            except WebDriverException as error:
+                if "does not belong to the document" in str(error) or "No node with given id" in str(error):
+                    return False
+                raise
+
         try:
-            return WebDriverWait(self.driver, timeout_s, poll_frequency=0.05, ignored_exceptions=ignored).until(
-                condition
-            )
+            return WebDriverWait(self.driver, timeout_s, poll_frequency=0.05, ignored_exceptions=ignored).until(polled)
         except TimeoutException:
             raise AssertionError(
                 f"{message or 'condition'} not met within {timeout_s} s; console: {self.console_errors()}"
