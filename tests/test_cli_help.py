@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 from benchutil import commlens
 
 
-def test_help_is_fast_and_lists_the_commands() -> None:
-    t0 = time.monotonic()
+def test_help_lists_the_commands_without_loading_any_stage() -> None:
+    # --help stays fast because it loads no command's module (the lazy command table): checked by what it imports,
+    # not by a wall-clock limit that a loaded machine breaks. benchmarks/harness_overhead.py --startup times it.
     proc = commlens("--help", timeout=30)
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 0
     for command in ("bench", "runs", "show"):
         assert command in proc.stdout
-    assert elapsed < 2.0, f"commlens --help took {elapsed:.2f} s"
+    code = (
+        "import sys\nsys.argv = ['commlens', '--help']\nfrom commlens.cli import main\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main()\n    except SystemExit:\n        pass\n"
+        "heavy = ('numpy', 'sqlalchemy', 'pydantic', 'scipy', 'torch', 'commlens.store', 'commlens.bench',"
+        " 'commlens.project', 'commlens.regress', 'commlens.ingest')\n"
+        "print(sorted({m for m in sys.modules if m.startswith(heavy)}), file=sys.stderr)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert loaded.stderr.strip().splitlines()[-1] == "[]", loaded.stderr
 
 
 def test_help_does_not_import_torch() -> None:
