@@ -108,7 +108,7 @@ def test_a_rank_endpoint_sending_a_byte_a_second_cannot_hold_the_collector_past_
         started = time.monotonic()
         collect(sources, collector, interval_s=0.05, duration_s=1.5, idle_exit_s=None)
         took = time.monotonic() - started
-    assert took < 3.0, took
+    assert took < 8.0, took  # 1.5 s asked; a held collector would run as long as the endpoint trickles (forever)
     assert collector.summary()["groups"]["pair"]["joined"] == 40
     status = {s["source"]: s for s in collector.summary()["sources"]}[slow.address]
     assert status["state"] == "unreachable" and "no answer within" in status["problem"]

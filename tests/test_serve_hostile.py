@@ -176,7 +176,7 @@ def test_a_trickling_monitor_endpoint_holds_no_route_and_one_client_is_bounded(s
             assert _get(port, "/api/runs", source="127.0.0.2")[0] == 200  # a worker-thread route, another client
             took = time.monotonic() - started
             answers = [f.result() for f in lives]
-        assert took < 2.0, took
+        assert took < 8.0, took  # a held route would wait behind the 20 s trickles; slack for a loaded machine
         statuses = Counter(status for status, _ in answers)
         assert set(statuses) <= {200, 429} and statuses[200] >= 32 and statuses[429] >= 1, statuses  # 32 at once
         live = next(body for status, body in answers if status == 200)
