@@ -556,47 +556,11 @@ def _run(
                 f"the {spec.name} run at line {seg.first_line} ran on other hosts than the first; "
                 f"the run's system lists the first run's"
             )
-        check = BusbwCheck()
-        try:
-            table = _measurements(source, seg, spec, seg_world, check)
-        except IngestError as e:
-            raise _in_table(source, segments, e) from None
+        table, seg_notes, cfg, failed_check = _segment_run(source, segments, seg, spec, how, seg_world)
         measurements.extend(table.measurements)
-        notes.extend(table.notes)
-        incomplete = incomplete or table.dropped_rows
-        note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
-        if note:
-            notes.append(note)
-        _check_footer(source, seg, spec, notes)
-        if not seg.footer:
-            incomplete = True
-            why = (
-                f"nccl-tests reported {quote(seg.aborts[0][1], 200)} (line {seg.aborts[0][0]})"
-                if seg.aborts
-                else "the job ended early or the log was cut"
-            )
-            notes.append(
-                f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
-                f"its footer: {why}"
-            )
-        check_note = _failed_check(seg, spec, table.measurements)
-        if check_note:
-            failed = True
-            notes.append(check_note)
-        if (seg.layout or MODERN_LAYOUT).half[3] == "error":
-            notes.append(
-                f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
-                f"not a count of wrong elements: not kept"
-            )
-        notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
-        notes.extend(table.late_notes)
-        cfg = {
-            **_segment_config(seg, spec, how),
-            **table.config,
-            "check": "failed" if check_note else _check_state(seg),
-        }
-        if seg.started is not None:
-            cfg["started_at_printed"] = seg.started[0]
+        notes.extend(seg_notes)
+        incomplete = incomplete or table.dropped_rows or not seg.footer
+        failed = failed or failed_check
         configs.append(cfg)
     if notes_of_empty:
         for seg in reader.segments:
@@ -613,6 +577,75 @@ def _run(
             "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)"
         )
     commands = [s.op_mention[2] for s in segments if s.op_mention is not None]
+    system = _run_system(source, reader, segments, first_ranks, world, given, notes)
+    started = next((s.started for s in segments if s.started is not None), None)
+    return ParsedRun(
+        source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
+        system=system,
+        measurements=measurements,
+        config={"format": "nccl-tests", "runs": configs},
+        notes=notes,
+        command_line=commands[0] if commands else "",
+        status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
+        started_at=_iso_utc(started[0]) if started else None,
+        started_at_note=f"started_at is the wrapper's 'Started:' line (line {started[1]})" if started else None,
+    )
+
+
+def _segment_run(
+    source: Source, segments: list[Segment], seg: Segment, spec: OpSpec, how: str, world: int
+) -> tuple[_Table, list[str], dict[str, Any], bool]:
+    """One table of a run: its rows, its notes in order, its config, and whether its results check failed."""
+    notes: list[str] = []
+    check = BusbwCheck()
+    try:
+        table = _measurements(source, seg, spec, world, check)
+    except IngestError as e:
+        raise _in_table(source, segments, e) from None
+    notes.extend(table.notes)
+    note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
+    if note:
+        notes.append(note)
+    _check_footer(source, seg, spec, notes)
+    if not seg.footer:
+        why = (
+            f"nccl-tests reported {quote(seg.aborts[0][1], 200)} (line {seg.aborts[0][0]})"
+            if seg.aborts
+            else "the job ended early or the log was cut"
+        )
+        notes.append(
+            f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without its footer: {why}"
+        )
+    check_note = _failed_check(seg, spec, table.measurements)
+    if check_note:
+        notes.append(check_note)
+    if (seg.layout or MODERN_LAYOUT).half[3] == "error":
+        notes.append(
+            f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
+            f"not a count of wrong elements: not kept"
+        )
+    notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
+    notes.extend(table.late_notes)
+    cfg = {
+        **_segment_config(seg, spec, how),
+        **table.config,
+        "check": "failed" if check_note else _check_state(seg),
+    }
+    if seg.started is not None:
+        cfg["started_at_printed"] = seg.started[0]
+    return table, notes, cfg, bool(check_note)
+
+
+def _run_system(
+    source: Source,
+    reader: LogReader,
+    segments: list[Segment],
+    first_ranks: Segment,
+    world: int,
+    given: GivenFacts | None,
+    notes: list[str],
+) -> SystemInfo:
+    """The run's system from its first table's rank lines (what the user gave filling in; noted in ``notes``)."""
     env = next((e for e in map(_command_env, segments) if e is not None), {})
     extra = _system_extra(reader, first_ranks)
     if given:
@@ -634,18 +667,7 @@ def _run(
     )
     if given and not first_ranks.ranks:
         system = _given_system(source, first_ranks, system, given)
-    started = next((s.started for s in segments if s.started is not None), None)
-    return ParsedRun(
-        source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
-        system=system,
-        measurements=measurements,
-        config={"format": "nccl-tests", "runs": configs},
-        notes=notes,
-        command_line=commands[0] if commands else "",
-        status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
-        started_at=_iso_utc(started[0]) if started else None,
-        started_at_note=f"started_at is the wrapper's 'Started:' line (line {started[1]})" if started else None,
-    )
+    return system
 
 
 def _iso_utc(text: str) -> str:
