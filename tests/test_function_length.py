@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "commlens"
@@ -20,6 +21,7 @@ ALLOWED = {
 }
 
 
+@cache
 def _long_functions() -> dict[str, int]:
     """``path:name`` -> lines, for every function (methods and nested ones too) over the limit."""
     found = {}
