@@ -194,7 +194,35 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
     with_dtypes = all(e.input_dtypes is not None for d in dumps for e in d.collectives)
     if not with_dtypes:
         notes.append("dtypes not compared: some dumps do not record them (layouts before 2.3)")
-    by_rank: dict[int, dict[tuple[str, int], Entry]] = {}
+    by_rank, groups, descs = _index(dumps)
+    found: list[tuple[int, Divergence, list[str]]] = []
+    later_start: list[str] = []
+    for name in sorted(groups):
+        members = sorted(groups[name])
+        sigs = {r: {s: _signature(e, with_dtypes) for (g, s), e in by_rank[r].items() if g == name} for r in members}
+        firsts = [min(s) for s in sigs.values() if s]
+        start = max(firsts, default=1)
+        if start > 1:
+            later_start.append(f"{name} from {start}")
+        first = _first_divergence(name, descs.get(name, ""), start, sigs, by_rank, dumps)
+        if first is not None:
+            found.append(first)
+    if later_start:
+        shown = ", ".join(later_start[:6]) + (f" and {len(later_start) - 6} more" if len(later_start) > 6 else "")
+        notes.append(
+            f"{len(later_start)} group(s) compared from a later collective than 1, the highest first one "
+            f"every rank still holds (ring buffer wrapped, or only active collectives dumped): {shown}"
+        )
+    found.sort(key=lambda f: (f[0], f[1].process_group))
+    return tuple(d for _, d, _ in found), tuple(notes + [n for _, _, ns in found for n in ns])
+
+
+_ByRank = dict[int, dict[tuple[str, int], Entry]]
+
+
+def _index(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[_ByRank, dict[str, set[int]], dict[str, str]]:
+    """Steps 1 and 2: each rank's collectives by (group, sequence number); each group's ranks and description."""
+    by_rank: _ByRank = {}
     groups: dict[str, set[int]] = {}
     descs: dict[str, str] = {}
     for d in dumps:
@@ -209,108 +237,106 @@ def find_divergences(dumps: tuple[RankDump, ...] | list[RankDump]) -> tuple[tupl
             if name in groups:
                 groups[name] |= set(cfg.ranks) & present
                 descs[name] = descs[name] or cfg.desc
-    found: list[tuple[int, Divergence, list[str]]] = []
-    later_start: list[str] = []
-    for name in sorted(groups):
-        members = sorted(groups[name])
-        sigs = {r: {s: _signature(e, with_dtypes) for (g, s), e in by_rank[r].items() if g == name} for r in members}
-        firsts = [min(s) for s in sigs.values() if s]
-        start = max(firsts, default=1)
-        if start > 1:
-            later_start.append(f"{name} from {start}")
+    return by_rank, groups, descs
+
+
+def _first_divergence(
+    name: str,
+    desc: str,
+    start: int,
+    sigs: dict[int, dict[int, _Signature]],
+    by_rank: _ByRank,
+    dumps: tuple[RankDump, ...] | list[RankDump],
+) -> tuple[int, Divergence, list[str]] | None:
+    """Steps 4 to 6 for one group: its first divergence (with its first entry's creation time and notes), or None."""
+    members = list(sigs)
+    # The numbers some rank issued, not range(start, end): a number no rank holds (entries lost from the
+    # middle of every buffer) has nothing to compare, and a dump's ids may be as large as a file says.
+    for seq in sorted({s for rank_sigs in sigs.values() for s in rank_sigs if s >= start}):
+        issued = {r: by_rank[r][(name, seq)] for r in members if (name, seq) in by_rank[r]}
+        missing = [r for r in members if r not in issued]
+        buckets: dict[_Signature, list[int]] = {}
+        for r in issued:
+            buckets.setdefault(sigs[r][seq], []).append(r)
+        if not missing and len(buckets) == 1:
+            continue
+        top = max(len(v) for v in buckets.values())
+        leaders = sorted((sig for sig, rs in buckets.items() if len(rs) == top), key=lambda sig: min(buckets[sig]))
         group_notes: list[str] = []
-        # The numbers some rank issued, not range(start, end): a number no rank holds (entries lost from the
-        # middle of every buffer) has nothing to compare, and a dump's ids may be as large as a file says.
-        for seq in sorted({s for rank_sigs in sigs.values() for s in rank_sigs if s >= start}):
-            issued = {r: by_rank[r][(name, seq)] for r in members if (name, seq) in by_rank[r]}
-            missing = [r for r in members if r not in issued]
-            buckets: dict[_Signature, list[int]] = {}
-            for r in issued:
-                buckets.setdefault(sigs[r][seq], []).append(r)
-            if not missing and len(buckets) == 1:
-                continue
-            top = max(len(v) for v in buckets.values())
-            leaders = sorted((sig for sig, rs in buckets.items() if len(rs) == top), key=lambda sig: min(buckets[sig]))
-            kind, tied = "", False
-            if missing:
-                kind, majority = "missing_ranks", leaders[0]
-                culprits = [_missing(r, name, seq, by_rank[r], dumps) for r in missing]
-            else:
-                ops = {sig[0] for sig in buckets}
-                first_op = next(iter(ops))
-                if len(ops) > 1:
-                    kind = "op_mismatch"
-                elif len({sig[1] for sig in buckets}) > 1 and first_op not in _SIZES_MAY_DIFFER:
-                    kind = "size_mismatch"
-                elif len({sig[2] for sig in buckets}) > 1:
-                    kind = "dtype_mismatch"
-                else:
-                    continue
-                majority = leaders[0]
-                culprit_ranks = [r for sig, rs in buckets.items() if sig != majority for r in rs]
-                if len(leaders) > 1:
-                    extra = [
-                        sig
-                        for sig in leaders
-                        if all(
-                            _shifted(sigs[r], sigs[o], seq)
-                            for r in buckets[sig]
-                            for o in issued
-                            if o not in buckets[sig]
-                        )
-                    ]
-                    if len(extra) == 1:
-                        kind, majority = "extra_collective", next(s for s in leaders if s != extra[0])
-                        culprit_ranks = sorted(buckets[extra[0]])
-                        other = sorted(set(issued) - set(culprit_ranks))
-                        group_notes.append(
-                            f"group {name}: rank(s) {_list(culprit_ranks)} issued collective {seq} "
-                            f"({extra[0][0]} {extra[0][1]}) and then the same collectives as rank(s) {_list(other)}, "
-                            f"one number later: an extra collective on {_list(culprit_ranks)} (or, with as many "
-                            f"ranks on each side, one skipped on {_list(other)})"
-                        )
-                    else:
-                        tied, culprit_ranks = True, sorted(r for sig in leaders for r in buckets[sig])
-                        group_notes.append(
-                            f"group {name}: collective {seq} splits the ranks into equal groups; "
-                            f"every rank of them is named"
-                        )
-                culprits = sorted((_issued(r, issued[r], dumps) for r in culprit_ranks), key=lambda c: c["rank"])
-            expected_rank = min(buckets[majority])
-            expected_entry = issued[expected_rank]
-            first_ns = min(e.time_created_ns or 0 for e in issued.values())
-            found.append(
-                (
-                    first_ns,
-                    Divergence(
-                        kind=kind,
-                        process_group=name,
-                        process_group_desc=descs.get(name, ""),
-                        collective_seq_id=seq,
-                        expected={
-                            "op": expected_entry.op,
-                            "input_sizes": [list(s) for s in expected_entry.input_sizes],
-                            "input_dtypes": _dtypes(expected_entry),
-                            "ranks": sorted(buckets[majority]),
-                            "frames": _issued(expected_rank, expected_entry, dumps)["frames"],
-                        },
-                        culprits=tuple(culprits),
-                        tied=tied,
-                    ),
-                    group_notes,
-                )
-            )
-            break
+        tied = False
+        if missing:
+            kind, majority = "missing_ranks", leaders[0]
+            culprits = [_missing(r, name, seq, by_rank[r], dumps) for r in missing]
         else:
-            notes.extend(group_notes)
-    if later_start:
-        shown = ", ".join(later_start[:6]) + (f" and {len(later_start) - 6} more" if len(later_start) > 6 else "")
-        notes.append(
-            f"{len(later_start)} group(s) compared from a later collective than 1, the highest first one "
-            f"every rank still holds (ring buffer wrapped, or only active collectives dumped): {shown}"
+            judged = _mismatch(name, seq, buckets, leaders, sigs, issued)
+            if judged is None:
+                continue
+            kind, majority, culprit_ranks, tied, group_notes = judged
+            culprits = sorted((_issued(r, issued[r], dumps) for r in culprit_ranks), key=lambda c: c["rank"])
+        expected_rank = min(buckets[majority])
+        expected_entry = issued[expected_rank]
+        first_ns = min(e.time_created_ns or 0 for e in issued.values())
+        divergence = Divergence(
+            kind=kind,
+            process_group=name,
+            process_group_desc=desc,
+            collective_seq_id=seq,
+            expected={
+                "op": expected_entry.op,
+                "input_sizes": [list(s) for s in expected_entry.input_sizes],
+                "input_dtypes": _dtypes(expected_entry),
+                "ranks": sorted(buckets[majority]),
+                "frames": _issued(expected_rank, expected_entry, dumps)["frames"],
+            },
+            culprits=tuple(culprits),
+            tied=tied,
         )
-    found.sort(key=lambda f: (f[0], f[1].process_group))
-    return tuple(d for _, d, _ in found), tuple(notes + [n for _, _, ns in found for n in ns])
+        return first_ns, divergence, group_notes
+    return None
+
+
+def _mismatch(
+    name: str,
+    seq: int,
+    buckets: dict[_Signature, list[int]],
+    leaders: list[_Signature],
+    sigs: dict[int, dict[int, _Signature]],
+    issued: dict[int, Entry],
+) -> tuple[str, _Signature, list[int], bool, list[str]] | None:
+    """Step 5 where every rank issued ``seq``: (kind, the majority's signature, culprit ranks, tied, notes), or
+    None when the signatures differ only in sizes an op may differ in."""
+    ops = {sig[0] for sig in buckets}
+    first_op = next(iter(ops))
+    if len(ops) > 1:
+        kind = "op_mismatch"
+    elif len({sig[1] for sig in buckets}) > 1 and first_op not in _SIZES_MAY_DIFFER:
+        kind = "size_mismatch"
+    elif len({sig[2] for sig in buckets}) > 1:
+        kind = "dtype_mismatch"
+    else:
+        return None
+    majority = leaders[0]
+    culprit_ranks = [r for sig, rs in buckets.items() if sig != majority for r in rs]
+    if len(leaders) == 1:
+        return kind, majority, culprit_ranks, False, []
+    extra = [
+        sig
+        for sig in leaders
+        if all(_shifted(sigs[r], sigs[o], seq) for r in buckets[sig] for o in issued if o not in buckets[sig])
+    ]
+    if len(extra) != 1:
+        tied_ranks = sorted(r for sig in leaders for r in buckets[sig])
+        note = f"group {name}: collective {seq} splits the ranks into equal groups; every rank of them is named"
+        return kind, majority, tied_ranks, True, [note]
+    culprit_ranks = sorted(buckets[extra[0]])
+    other = sorted(set(issued) - set(culprit_ranks))
+    note = (
+        f"group {name}: rank(s) {_list(culprit_ranks)} issued collective {seq} "
+        f"({extra[0][0]} {extra[0][1]}) and then the same collectives as rank(s) {_list(other)}, "
+        f"one number later: an extra collective on {_list(culprit_ranks)} (or, with as many "
+        f"ranks on each side, one skipped on {_list(other)})"
+    )
+    return "extra_collective", next(s for s in leaders if s != extra[0]), culprit_ranks, False, [note]
 
 
 def _list(ranks: list[int]) -> str:

@@ -113,14 +113,72 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
     expected rate; it confirms a fault on the ring path but is not itself a verdict.
     """
     t = thresholds
-    pair_bw: dict[tuple[int, int], list[float]] = defaultdict(list)  # per pass, in pass order
+    m = _measure(records, hosts)
+    passes, size = m.passes, m.size_bytes
+    expected_by_pass = {}
+    for p, bws in m.by_pass.items():
+        best = [max(bw for (a, b), bw in bws.items() if h in (a, b)) for h in range(hosts)]
+        expected_by_pass[p] = _median(best)
+    expected = _median(list(expected_by_pass.values()))
+    noise = _median(m.rel_spreads) if m.rel_spreads else 0.0
+    low_ratio = 1 - max(t.min_drop, t.noise_k * noise)
+
+    low_passes = {
+        key: sum(m.by_pass[p][key] < low_ratio * expected_by_pass[p] for p in range(passes)) for key in m.pair_bw
+    }
+    faults = _faults(m, hosts, t, expected, low_ratio, low_passes)
+
+    bw_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
+    lat_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
+    for (sender, receiver), times in m.directed.items():
+        bw_matrix[sender][receiver] = size / _median(times)
+    for (a, b), lats in m.pair_lat.items():
+        lat_matrix[a][b] = lat_matrix[b][a] = _median(lats)
+    ring = None
+    ring_recs = [r for r in records if r["kind"] == "ring"]
+    if ring_recs:
+        n = len(ring_recs[0]["times_s"])
+        slowest = [max(r["times_s"][i] for r in ring_recs) for i in range(n)]
+        ring_bw = size / _median(slowest)
+        ring = {"bytes_per_s": ring_bw, "expected_bytes_per_s": expected, "ratio": ring_bw / expected}
+    return LinkDiagnosis(
+        hosts=hosts,
+        size_bytes=size,
+        passes=passes,
+        bandwidth_bytes_per_s=bw_matrix,
+        latency_s=lat_matrix,
+        expected_bytes_per_s=expected,
+        noise_rel=noise,
+        low_ratio=low_ratio,
+        faults=faults,
+        ring=ring,
+        rounds=passes * len(tournament.rounds(hosts)) + (1 if ring_recs else 0),
+    )
+
+
+@dataclass
+class _Measured:
+    """Step 1's rates and the timings behind them."""
+
+    passes: int
+    size_bytes: int
+    pair_bw: dict[tuple[int, int], list[float]]  # per pass, in pass order
+    pair_lat: dict[tuple[int, int], list[float]]
+    by_pass: dict[int, dict[tuple[int, int], float]]
+    directed: dict[tuple[int, int], list[float]]  # (sender, receiver) -> times
+    rel_spreads: list[float]
+
+
+def _measure(records: list[dict[str, Any]], hosts: int) -> _Measured:
+    """Step 1 (and the spreads step 3 takes the median of); ValueError when a pair lacks a pass."""
+    pair_bw: dict[tuple[int, int], list[float]] = defaultdict(list)
     pair_lat: dict[tuple[int, int], list[float]] = defaultdict(list)
     rel_spreads: list[float] = []
     passes = 1 + max((r["pass"] for r in records if r["kind"] == "pair"), default=0)
     size = next(r["size_bytes"] for r in records)
     by_pass: dict[int, dict[tuple[int, int], float]] = defaultdict(dict)
     pair_times: dict[tuple[int, int, int], list[float]] = defaultdict(list)  # (pass, a, b) -> both directions
-    directed: dict[tuple[int, int], list[float]] = defaultdict(list)  # (sender, receiver) -> times
+    directed: dict[tuple[int, int], list[float]] = defaultdict(list)
     for r in (r for r in records if r["kind"] == "pair"):
         a, b = sorted((r["rank"], r["peer"]))
         pair_times[(r["pass"], a, b)].extend(r["times_s"])
@@ -136,16 +194,19 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
     missing = [(a, b) for a in range(hosts) for b in range(a + 1, hosts) if len(pair_bw.get((a, b), [])) != passes]
     if missing:
         raise ValueError(f"records lack pairs {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    return _Measured(passes, size, pair_bw, pair_lat, by_pass, directed, rel_spreads)
 
-    expected_by_pass = {}
-    for p, bws in by_pass.items():
-        best = [max(bw for (a, b), bw in bws.items() if h in (a, b)) for h in range(hosts)]
-        expected_by_pass[p] = _median(best)
-    expected = _median(list(expected_by_pass.values()))
-    noise = _median(rel_spreads) if rel_spreads else 0.0
-    low_ratio = 1 - max(t.min_drop, t.noise_k * noise)
 
-    low_passes = {key: sum(by_pass[p][key] < low_ratio * expected_by_pass[p] for p in range(passes)) for key in pair_bw}
+def _faults(
+    m: _Measured,
+    hosts: int,
+    t: Thresholds,
+    expected: float,
+    low_ratio: float,
+    low_passes: dict[tuple[int, int], int],
+) -> list[LinkFault]:
+    """Steps 5 to 8: the slow hosts, then the slow links between hosts that are not slow."""
+    passes, pair_bw = m.passes, m.pair_bw
     low = {key for key, n in low_passes.items() if n > t.pass_share * passes}
 
     def pairs_of(h: int) -> list[tuple[int, int]]:
@@ -193,30 +254,4 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
                 f"with their other peers ({others_ok:.0%} of those measurements at or above the bar)",
             )
         )
-
-    bw_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
-    lat_matrix: list[list[float | None]] = [[None] * hosts for _ in range(hosts)]
-    for (sender, receiver), times in directed.items():
-        bw_matrix[sender][receiver] = size / _median(times)
-    for (a, b), lats in pair_lat.items():
-        lat_matrix[a][b] = lat_matrix[b][a] = _median(lats)
-    ring = None
-    ring_recs = [r for r in records if r["kind"] == "ring"]
-    if ring_recs:
-        n = len(ring_recs[0]["times_s"])
-        slowest = [max(r["times_s"][i] for r in ring_recs) for i in range(n)]
-        ring_bw = size / _median(slowest)
-        ring = {"bytes_per_s": ring_bw, "expected_bytes_per_s": expected, "ratio": ring_bw / expected}
-    return LinkDiagnosis(
-        hosts=hosts,
-        size_bytes=size,
-        passes=passes,
-        bandwidth_bytes_per_s=bw_matrix,
-        latency_s=lat_matrix,
-        expected_bytes_per_s=expected,
-        noise_rel=noise,
-        low_ratio=low_ratio,
-        faults=faults,
-        ring=ring,
-        rounds=passes * len(tournament.rounds(hosts)) + (1 if ring_recs else 0),
-    )
+    return faults

@@ -320,75 +320,11 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
     excluded: list[str] = []
     n_collectives = 0
     for label in sorted(table.starts_s):
-        sync = label in table.synchronizing
-        occurrences = []
-        for i, (s_occ, e_occ) in enumerate(zip(table.starts_s[label], table.ends_s[label])):
-            starts = [s - offsets[j] for j, s in enumerate(s_occ)]
-            ends = [e - offsets[j] for j, e in enumerate(e_occ)]
-            if method == "shared_clock" and sync:
-                for j, e in enumerate(ends):
-                    if e - max(starts) < -_READING_TOLERANCE_S:
-                        raise StragglerError(
-                            f"{label} #{i + 1}: rank {ranks[j]} ends {(max(starts) - e) * 1e6:.1f} µs before the "
-                            f"last rank arrived, impossible for a synchronizing collective: a reading error "
-                            f"(clocks or spans wrong); no verdict is built on it"
-                        )
-            if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
-                excluded.append(
-                    f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
-                    f"(more than {params.end_spread_s * 1e3:g} ms): not one collective"
-                )
-                continue
-            occurrences.append((starts, ends))
+        occurrences = _occurrences(table, label, method, offsets, params, excluded)
         n_collectives += len(occurrences)
-        enough = len(occurrences) >= params.min_occurrences
-        judged_late = enough and (method != "durations" or sync)
-        judge_own = enough and method == "shared_clock" and sync
-        if method == "durations":
-            lateness = [
-                [max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)] for st, en in occurrences
-            ]
-        else:
-            lateness = [[s - min(st) for s in st] for st, _ in occurrences]
-        own = [[e - max(st) for e in en] for st, en in occurrences]
-        n_ranks = len(ranks)
-        late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(n_ranks)] if judged_late else []
-        own_p50 = [statistics.median(occ[j] for occ in own) for j in range(n_ranks)] if judge_own else []
-        last = [max(range(n_ranks), key=occ.__getitem__) for occ in lateness]
-        durations = [[e - s for s, e in zip(st, en)] for st, en in occurrences]
-        shortest = [min(range(n_ranks), key=d.__getitem__) for d in durations]
-        typical_late = statistics.median(late_p50) if late_p50 else 0.0
-        typical_own = statistics.median(own_p50) if own_p50 else 0.0
-        for j, rank in enumerate(ranks):
-            verdicts = []
-            if late_p50 and late_p50[j] - typical_late > params.late_threshold_s:
-                verdicts.append("late_arrival")
-                found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))
-            if (
-                own_p50
-                and own_p50[j] > params.slow_factor * typical_own
-                and own_p50[j] - typical_own > params.late_threshold_s
-            ):
-                verdicts.append("slow_within")
-                found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))
-            rows.append(
-                {
-                    "op": label,
-                    "rank": rank,
-                    "host": table.hosts[j],
-                    "clock_offset_s": offsets[j],
-                    "n": len(occurrences),
-                    "lateness_p50_s": late_p50[j] if late_p50 else None,
-                    "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
-                    "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
-                    # HTA's cross-check for synchronizing collectives: the last to arrive runs shortest
-                    "shortest_fraction": sum(1 for x in shortest if x == j) / len(shortest)
-                    if judged_late and sync
-                    else None,
-                    "own_time_p50_s": own_p50[j] if own_p50 else None,
-                    "verdicts": verdicts if judged_late else ["not judged"],
-                }
-            )
+        label_rows, label_found = _judge(table, label, occurrences, method, offsets, params)
+        rows.extend(label_rows)
+        found.extend(label_found)
     return StragglerReport(
         source=table.source,
         ranks=ranks,
@@ -403,3 +339,104 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
         matching=table.matching,
         excluded=tuple(excluded),
     )
+
+
+_Occurrence = tuple[list[float], list[float]]  # per rank: start and end, offsets removed
+
+
+def _occurrences(
+    table: CollectiveTable,
+    label: str,
+    method: str,
+    offsets: list[float],
+    params: StragglerParams,
+    excluded: list[str],
+) -> list[_Occurrence]:
+    """Step 2 for one collective: its occurrences with offsets removed; those whose ends lie too far apart are
+    appended to ``excluded`` instead. StragglerError on an impossible own time on a shared clock."""
+    ranks = table.ranks
+    sync = label in table.synchronizing
+    occurrences = []
+    for i, (s_occ, e_occ) in enumerate(zip(table.starts_s[label], table.ends_s[label])):
+        starts = [s - offsets[j] for j, s in enumerate(s_occ)]
+        ends = [e - offsets[j] for j, e in enumerate(e_occ)]
+        if method == "shared_clock" and sync:
+            for j, e in enumerate(ends):
+                if e - max(starts) < -_READING_TOLERANCE_S:
+                    raise StragglerError(
+                        f"{label} #{i + 1}: rank {ranks[j]} ends {(max(starts) - e) * 1e6:.1f} µs before the "
+                        f"last rank arrived, impossible for a synchronizing collective: a reading error "
+                        f"(clocks or spans wrong); no verdict is built on it"
+                    )
+        if method != "durations" and sync and max(ends) - min(ends) > params.end_spread_s:
+            excluded.append(
+                f"{label} #{i + 1}: ends {(max(ends) - min(ends)) * 1e3:.3f} ms apart "
+                f"(more than {params.end_spread_s * 1e3:g} ms): not one collective"
+            )
+            continue
+        occurrences.append((starts, ends))
+    return occurrences
+
+
+def _judge(
+    table: CollectiveTable,
+    label: str,
+    occurrences: list[_Occurrence],
+    method: str,
+    offsets: list[float],
+    params: StragglerParams,
+) -> tuple[list[dict[str, Any]], list[Straggler]]:
+    """Steps 3 to 7 for one collective: a row per rank, and the stragglers found."""
+    ranks = table.ranks
+    sync = label in table.synchronizing
+    rows: list[dict[str, Any]] = []
+    found: list[Straggler] = []
+    enough = len(occurrences) >= params.min_occurrences
+    judged_late = enough and (method != "durations" or sync)
+    judge_own = enough and method == "shared_clock" and sync
+    if method == "durations":
+        lateness = [
+            [max(e - s for s, e in zip(st, en)) - (e_r - s_r) for s_r, e_r in zip(st, en)] for st, en in occurrences
+        ]
+    else:
+        lateness = [[s - min(st) for s in st] for st, _ in occurrences]
+    own = [[e - max(st) for e in en] for st, en in occurrences]
+    n_ranks = len(ranks)
+    late_p50 = [statistics.median(occ[j] for occ in lateness) for j in range(n_ranks)] if judged_late else []
+    own_p50 = [statistics.median(occ[j] for occ in own) for j in range(n_ranks)] if judge_own else []
+    last = [max(range(n_ranks), key=occ.__getitem__) for occ in lateness]
+    durations = [[e - s for s, e in zip(st, en)] for st, en in occurrences]
+    shortest = [min(range(n_ranks), key=d.__getitem__) for d in durations]
+    typical_late = statistics.median(late_p50) if late_p50 else 0.0
+    typical_own = statistics.median(own_p50) if own_p50 else 0.0
+    for j, rank in enumerate(ranks):
+        verdicts = []
+        if late_p50 and late_p50[j] - typical_late > params.late_threshold_s:
+            verdicts.append("late_arrival")
+            found.append(Straggler(rank, "late_arrival", label, late_p50[j] - typical_late))
+        if (
+            own_p50
+            and own_p50[j] > params.slow_factor * typical_own
+            and own_p50[j] - typical_own > params.late_threshold_s
+        ):
+            verdicts.append("slow_within")
+            found.append(Straggler(rank, "slow_within", label, own_p50[j] - typical_own))
+        rows.append(
+            {
+                "op": label,
+                "rank": rank,
+                "host": table.hosts[j],
+                "clock_offset_s": offsets[j],
+                "n": len(occurrences),
+                "lateness_p50_s": late_p50[j] if late_p50 else None,
+                "lateness_p90_s": _quantile([occ[j] for occ in lateness], 0.9) if judged_late else None,
+                "last_arrival_fraction": sum(1 for x in last if x == j) / len(last) if judged_late else None,
+                # HTA's cross-check for synchronizing collectives: the last to arrive runs shortest
+                "shortest_fraction": sum(1 for x in shortest if x == j) / len(shortest)
+                if judged_late and sync
+                else None,
+                "own_time_p50_s": own_p50[j] if own_p50 else None,
+                "verdicts": verdicts if judged_late else ["not judged"],
+            }
+        )
+    return rows, found

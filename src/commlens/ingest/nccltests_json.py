@@ -51,7 +51,7 @@ from commlens.ingest.nccltests_facts import (
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.nccltests_json import from_nccl_tests
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus
+from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.results.units import finite_float
 
@@ -288,11 +288,61 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             f"nccl-tests -J lists one device per process: the other {per_process - 1} GPUs of each process "
             f"are taken to be on the same host, with the same device name"
         )
+    measurements, checks, ops, zero_times = _results(doc, data["results"], program_op, op, world, iters)
+    if not measurements:
+        if zero_times:
+            raise doc.error(zero_times[0][0], "every result has time 0: no measurement to store")
+        raise doc.error(("results",), "no results: the test produced no rows")
+    if zero_times:
+        notes.append(
+            zero_time_note(
+                lambda path, msg: source.warn(json_line(source.text, path), msg),
+                zero_times[0][0],
+                "results",
+                [label for _, label in zero_times],
+            )
+        )
+    for name, check in checks.items():
+        note = check.report(name, source.warn, lambda path: json_line(source.text, path))
+        if note:
+            notes.append(note)
+    errors = data.get("errors")
+    if isinstance(errors, list):
+        notes.extend(f"nccl-tests reported error: {e}" for e in errors if e)
+    avg_note = _average_note(source, data)
+    if avg_note:
+        notes.append(avg_note)
+    status, failed_note = _status(data, measurements, bool(zero_times))
+    if failed_note:
+        notes.append(failed_note)
+    system = _system(data, config, ranks, world, devices)
+    run_config = {"format": "nccl-tests-json", "ops": ops, **{k: v for k, v in config.items() if k != "devices"}}
+    started = _utc(data.get("start_time"))
+    return ParsedRun(
+        source="nccl-tests",
+        system=system,
+        measurements=measurements,
+        config=run_config,
+        notes=notes,
+        command_line=" ".join(str(a) for a in argv),
+        started_at=started,
+        started_at_note=None
+        if written_by_commlens
+        else ("start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
+        finished_at=_utc(data.get("end_time")),
+        status=status,
+    )
+
+
+def _results(
+    doc: _Doc, results: list[Any], program_op: str | None, op: str | None, world: int, iters: int
+) -> tuple[list[Measurement], dict[str, BusbwCheck], list[str], list[tuple[tuple[str | int, ...], str]]]:
+    """The measurements of ``results[]``, the busBW check per op, the ops in order, and the halves with time 0."""
     measurements: list[Measurement] = []
     checks: dict[str, BusbwCheck] = {}
     ops: list[str] = []
     zero_times: list[tuple[tuple[str | int, ...], str]] = []  # (JSON path, label) of each half with time 0
-    for i, entry in enumerate(data["results"]):
+    for i, entry in enumerate(results):
         if not isinstance(entry, dict):
             raise doc.error(("results", i), "expected an object")
         for field, limit in (("size", MAX_SIZE_BYTES), ("count", MAX_COUNT)):
@@ -318,26 +368,11 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check, zero_times)
             if m is not None:
                 measurements.append(m)
-    if not measurements:
-        if zero_times:
-            raise doc.error(zero_times[0][0], "every result has time 0: no measurement to store")
-        raise doc.error(("results",), "no results: the test produced no rows")
-    if zero_times:
-        notes.append(
-            zero_time_note(
-                lambda path, msg: source.warn(json_line(source.text, path), msg),
-                zero_times[0][0],
-                "results",
-                [label for _, label in zero_times],
-            )
-        )
-    for name, check in checks.items():
-        note = check.report(name, source.warn, lambda path: json_line(source.text, path))
-        if note:
-            notes.append(note)
-    errors = data.get("errors")
-    if isinstance(errors, list):
-        notes.extend(f"nccl-tests reported error: {e}" for e in errors if e)
+    return measurements, checks, ops, zero_times
+
+
+def _average_note(source: Source, data: dict[str, Any]) -> str | None:
+    """A warning when the file's average bus bandwidth is not the mean of its results, else None."""
     avg = data.get("average_bus_bandwidth") or data.get("average_bus_bandwidith")
     if isinstance(avg, dict):
         printed = avg.get("bandwidth", avg.get("bandwidith"))
@@ -353,16 +388,17 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
             and rows
             and abs(sum(rows) / len(rows) - printed) > 1e-3 * abs(printed) + 1e-3
         ):
-            notes.append(
-                source.warn(
-                    json_line(source.text, ("average_bus_bandwidth",)),
-                    (
-                        f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
-                        f"({sum(rows) / len(rows):.6g} GB/s): results may be missing"
-                    ),
-                )
+            return source.warn(
+                json_line(source.text, ("average_bus_bandwidth",)),
+                f"average bus bandwidth {printed:g} GB/s is not the mean of the {len(rows)} results "
+                f"({sum(rows) / len(rows):.6g} GB/s): results may be missing",
             )
-    status: RunStatus = "incomplete" if zero_times else "complete"
+    return None
+
+
+def _status(data: dict[str, Any], measurements: list[Measurement], zero_time: bool) -> tuple[RunStatus, str | None]:
+    """The run's status, and a note when its results check failed."""
+    status: RunStatus = "incomplete" if zero_time else "complete"
     oob = data.get("out_of_bounds")
     wrong = [m for m in measurements if m.nwrong]
     oob_count = oob.get("count") if isinstance(oob, dict) else None
@@ -374,11 +410,18 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
         shown = ", ".join(
             f"{m.op} {m.size_bytes} B {'in' if m.in_place else 'out-of'}-place ({m.nwrong} wrong)" for m in wrong[:4]
         )
-        notes.append(
+        return status, (
             f"results check failed: out_of_bounds count {oob_count}"
             f"{'; rows with wrong results: ' + shown if wrong else ''}{' ...' if len(wrong) > 4 else ''}; "
             f"the run is stored with status check_failed"
         )
+    return status, None
+
+
+def _system(
+    data: dict[str, Any], config: dict[str, Any], ranks: list[RankInfo], world: int, devices: list[dict[str, Any]]
+) -> SystemInfo:
+    """The run's system: its ranks, backend and version, the environment the file records."""
     env_field = data.get("env")
     if isinstance(env_field, dict):
         env = filter_env((str(k), str(v)) for k, v in env_field.items())
@@ -400,22 +443,7 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     if all(d.get("device") == -1 for d in devices):  # commlens' writer, for a run on CPUs
         kinds = {str(d.get("device_info") or "cpu") for d in devices}
         system = replace(system, device=kinds.pop() if len(kinds) == 1 else "cpu", device_names=())
-    run_config = {"format": "nccl-tests-json", "ops": ops, **{k: v for k, v in config.items() if k != "devices"}}
-    started = _utc(data.get("start_time"))
-    return ParsedRun(
-        source="nccl-tests",
-        system=system,
-        measurements=measurements,
-        config=run_config,
-        notes=notes,
-        command_line=" ".join(str(a) for a in argv),
-        started_at=started,
-        started_at_note=None
-        if written_by_commlens
-        else ("start_time and end_time are nccl-tests' local times without a zone: taken as UTC"),
-        finished_at=_utc(data.get("end_time")),
-        status=status,
-    )
+    return system
 
 
 def _sniff(source: Source) -> bool:

@@ -184,161 +184,213 @@ class _Table:
 def _measurements(source: Source, seg: Segment, spec: OpSpec, world: int, check: BusbwCheck) -> _Table:
     layout = seg.layout or MODERN_LAYOUT
     left = {name: i for i, name in enumerate(layout.left)}
-    iters = int(seg.settings.get("iters", 0))
     factor = spec.busbw_factor(world)
-    has_wrong_count = layout.half[3] == "#wrong"
-    per_iter = layout.per_iter
-    out: list[Measurement] = []
-    dtypes: dict[str, tuple[str, int]] = {}
-    i_redop, i_root = left.get("redop"), left.get("root")
-    printed_redops: dict[str, int] = {}  # a reduction name printed for an op that does not reduce
-    printed: list[RowEvidence] = []  # each half's printed algBW and busBW, for the old algBW check below
     keep_printed = spec.name in OLD_ALGBW_OPS and world > 1
-    zero_times: list[tuple[int, bool]] = []  # (line, in_place) of each half printed with time 0
-    blank_redop = False  # the table has a redop column its rows leave blank
-    refined: list[tuple[int, bool, str, float]] = []  # (line, in_place, printed time, time kept in µs)
-    late_notes: list[str] = []
     # A pre-2.13 all_gather/reduce_scatter table may print algBW as nccl-tests defined it before 2020 (= busBW):
     # its times are not refined against that algBW.
+    has_wrong_count = layout.half[3] == "#wrong"
     old_algbw = keep_printed and not has_wrong_count and _prints_old_algbw(source, seg, layout, factor)
+    rows = _Rows(
+        source,
+        spec,
+        world,
+        check,
+        layout,
+        iters=int(seg.settings.get("iters", 0)),
+        factor=factor,
+        keep_printed=keep_printed,
+        old_algbw=old_algbw,
+        i_redop=left.get("redop"),
+        i_root=left.get("root"),
+    )
     for lineno, tokens in seg.iter_rows():
+        rows.read(lineno, tokens)
+    return rows.table(f"{spec.name} (line {seg.rows[0][0]})")
+
+
+@dataclass
+class _Rows:
+    """One table's rows read into measurements, with what its notes need (the rows left out, refined, ...)."""
+
+    source: Source
+    spec: OpSpec
+    world: int
+    check: BusbwCheck
+    layout: Layout
+    iters: int
+    factor: float
+    keep_printed: bool  # keep each half's printed algBW and busBW, for the old algBW check
+    old_algbw: bool
+    i_redop: int | None
+    i_root: int | None
+    out: list[Measurement] = field(default_factory=list)
+    dtypes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    printed_redops: dict[str, int] = field(default_factory=dict)  # a reduction printed for an op that does not reduce
+    printed: list[RowEvidence] = field(default_factory=list)
+    zero_times: list[tuple[int, bool]] = field(default_factory=list)  # (line, in_place) of each half with time 0
+    blank_redop: bool = False  # the table has a redop column its rows leave blank
+    refined: list[tuple[int, bool, str, float]] = field(default_factory=list)  # (line, in_place, printed, kept µs)
+
+    def read(self, lineno: int, tokens: list[str]) -> None:
+        """One row: its key columns checked, then each half it prints."""
+        source, spec = self.source, self.spec
         size = _size(source, lineno, tokens[0])
         count = _count(source, lineno, tokens[1])
         type_name = tokens[2]
-        dt = dtypes.get(type_name)
+        dt = self.dtypes.get(type_name)
         if dt is None:
             ours = commlens_dtype(type_name)
             if ours is None:
                 raise source.error(lineno, unknown_dtype_message(type_name))
-            dt = dtypes[type_name] = (ours, DTYPE_SIZES[ours])
-        redop_token = tokens[i_redop] if i_redop is not None else BLANK
+            dt = self.dtypes[type_name] = (ours, DTYPE_SIZES[ours])
+        redop_token = tokens[self.i_redop] if self.i_redop is not None else BLANK
         if redop_token == BLANK:  # no column, or a blank cell: nccl-tests' default for an op that reduces
-            blank_redop = blank_redop or i_redop is not None
+            self.blank_redop = self.blank_redop or self.i_redop is not None
             redop_token = "sum" if spec.reduces else "none"
-        root_token = tokens[i_root] if i_root is not None else BLANK
+        root_token = tokens[self.i_root] if self.i_root is not None else BLANK
         redop, root = from_nccl_tests(redop_token, -1 if root_token == BLANK else _root(source, lineno, root_token))
         if redop is not None and not spec.reduces:
-            printed_redops.setdefault(redop, lineno)
+            self.printed_redops.setdefault(redop, lineno)
             redop = None
-        problem = check_size(spec, size, count, dt[1], world)
+        problem = check_size(spec, size, count, dt[1], self.world)
         if problem:
             raise source.error(lineno, problem)
-        for in_place in layout.placements:
-            h = layout.half_tokens(tokens, in_place)
-            time_s = table_number(source, lineno, layout.half[0], h[0]) * 1e-6
-            if time_s == 0.0:  # no bandwidth can come of it: dropped, warned, noted, the run incomplete
-                zero_times.append((lineno, in_place))
-                continue
-            busbw = table_number(source, lineno, "busbw", h[2])
-            algbw = table_number(source, lineno, "algbw", h[1])
-            if not old_algbw and spec.name != "barrier":
-                refined_us = consistent_time(size, h[0], algbw, busbw, factor)
-                if refined_us is not None:
-                    refined.append((lineno, in_place, h[0], refined_us))
-                    time_s = refined_us * 1e-6
-            if keep_printed:
-                printed.append(RowEvidence(lineno, size, count, dt[1], None, None, algbw, busbw))
-            nwrong = None
-            if has_wrong_count and h[3] != "N/A":
-                nwrong = int(table_number(source, lineno, "#wrong", h[3]))
-                if nwrong >= MAX_COUNT:
-                    raise source.error(lineno, check_limit("#wrong", nwrong, MAX_COUNT) or "")
-            if per_iter:
-                i_min, i_max, i_p99, i_cv = (
-                    table_number(source, lineno, n, v) for n, v in zip(PER_ITER_COLUMNS, h[4:8])
-                )
-                reported = TimeStats(
-                    mean_s=time_s,
-                    p50_s=None,
-                    p95_s=None,
-                    p99_s=i_p99 * 1e-6,
-                    min_s=i_min * 1e-6,
-                    max_s=i_max * 1e-6,
-                    stdev_s=None,
-                    cv=i_cv / 100.0,
-                    n=iters,
-                )
-            else:
-                reported = TimeStats(
-                    mean_s=time_s,
-                    p50_s=None,
-                    p95_s=None,
-                    p99_s=None,
-                    min_s=None,
-                    max_s=None,
-                    stdev_s=None,
-                    cv=None,
-                    n=iters,
-                )
-            if spec.name != "barrier":
-                check.add(lineno, busbw, size, time_s, factor)
-            try:
-                out.append(
-                    Measurement(
-                        op=spec.name,
-                        dtype=dt[0],
-                        size_bytes=size,
-                        count=count,
-                        in_place=in_place,
-                        world_size=world,
-                        samples_s=(),
-                        redop=redop,
-                        root=root,
-                        nwrong=nwrong,
-                        reported=reported,
-                    )
-                )
-            except RecordError as e:
-                raise source.error(lineno, str(e)) from None
-    notes: list[str] = []
-    config: dict[str, Any] = {}
-    where = f"{spec.name} (line {seg.rows[0][0]})"
-    if zero_times:
-        notes.append(
-            zero_time_note(
-                source.warn,
-                zero_times[0][0],
-                where,
-                [f"line {n} {'in' if p else 'out-of'}-place" for n, p in zero_times],
+        for in_place in self.layout.placements:
+            h = self.layout.half_tokens(tokens, in_place)
+            self._half(lineno, h, in_place, size, count, dt, redop, root)
+
+    def _half(
+        self,
+        lineno: int,
+        h: list[str],
+        in_place: bool,
+        size: int,
+        count: int,
+        dt: tuple[str, int],
+        redop: str | None,
+        root: int | None,
+    ) -> None:
+        """One half of a row (out-of-place or in-place) as a measurement, or noted as printed with time 0."""
+        source, spec, layout = self.source, self.spec, self.layout
+        time_s = table_number(source, lineno, layout.half[0], h[0]) * 1e-6
+        if time_s == 0.0:  # no bandwidth can come of it: dropped, warned, noted, the run incomplete
+            self.zero_times.append((lineno, in_place))
+            return
+        busbw = table_number(source, lineno, "busbw", h[2])
+        algbw = table_number(source, lineno, "algbw", h[1])
+        if not self.old_algbw and spec.name != "barrier":
+            refined_us = consistent_time(size, h[0], algbw, busbw, self.factor)
+            if refined_us is not None:
+                self.refined.append((lineno, in_place, h[0], refined_us))
+                time_s = refined_us * 1e-6
+        if self.keep_printed:
+            self.printed.append(RowEvidence(lineno, size, count, dt[1], None, None, algbw, busbw))
+        nwrong = None
+        if layout.half[3] == "#wrong" and h[3] != "N/A":
+            nwrong = int(table_number(source, lineno, "#wrong", h[3]))
+            if nwrong >= MAX_COUNT:
+                raise source.error(lineno, check_limit("#wrong", nwrong, MAX_COUNT) or "")
+        if layout.per_iter:
+            i_min, i_max, i_p99, i_cv = (table_number(source, lineno, n, v) for n, v in zip(PER_ITER_COLUMNS, h[4:8]))
+            reported = TimeStats(
+                mean_s=time_s,
+                p50_s=None,
+                p95_s=None,
+                p99_s=i_p99 * 1e-6,
+                min_s=i_min * 1e-6,
+                max_s=i_max * 1e-6,
+                stdev_s=None,
+                cv=i_cv / 100.0,
+                n=self.iters,
             )
-        )
-        config["zero_time_lines"] = sorted({line for line, _ in zero_times})[:64]
-    if printed_redops:
-        shown = ", ".join(f"'{r}'" for r in printed_redops)
-        notes.append(
-            f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
-            f"sum by default, though it does not reduce): stored as 'none'"
-        )
-        config["printed_redop"] = list(printed_redops)[:8]
-    if spec.reduces and i_redop is None:
-        notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
-    if refined:
-        worst = max(abs(float(p) - t) / float(p) for _, _, p, t in refined)
-        late_notes.append(
-            f"{where}: {len(refined)} time(s) printed too coarsely to give back the printed algBW and busBW "
-            f"(first: line {refined[0][0]} {'in' if refined[0][1] else 'out-of'}-place, {refined[0][2]} us): stored "
-            f"as the time within the printed time's rounding that gives the printed bandwidths (up to "
-            f"{worst:.2%} from the printed time); the printed times are in the run's config (printed_times_us)"
-        )
-        config["printed_times_us"] = [
-            {"line": n, "in_place": p, "printed": float(tok), "stored": round(t, 6)} for n, p, tok, t in refined[:64]
-        ]
-    if blank_redop:
-        notes.append(
-            f"{where}: the table's redop column is printed blank (alltoall_perf before nccl-tests 2.13): "
-            f"stored as {'sum' if spec.reduces else 'none'}"
-        )
-    if spec.name in OLD_ALGBW_OPS and world > 1:
-        if ratio_fits(printed, 1.0) and ratio_fits(printed, factor) is False:
+        else:
+            reported = TimeStats(
+                mean_s=time_s,
+                p50_s=None,
+                p95_s=None,
+                p99_s=None,
+                min_s=None,
+                max_s=None,
+                stdev_s=None,
+                cv=None,
+                n=self.iters,
+            )
+        if spec.name != "barrier":
+            self.check.add(lineno, busbw, size, time_s, self.factor)
+        try:
+            self.out.append(
+                Measurement(
+                    op=spec.name,
+                    dtype=dt[0],
+                    size_bytes=size,
+                    count=count,
+                    in_place=in_place,
+                    world_size=self.world,
+                    samples_s=(),
+                    redop=redop,
+                    root=root,
+                    nwrong=nwrong,
+                    reported=reported,
+                )
+            )
+        except RecordError as e:
+            raise source.error(lineno, str(e)) from None
+
+    def table(self, where: str) -> _Table:
+        """The measurements read, with the notes and config entries on what was normalised; ``where`` names
+        the table in them."""
+        source, spec, world = self.source, self.spec, self.world
+        zero_times, printed_redops, refined, printed = self.zero_times, self.printed_redops, self.refined, self.printed
+        late_notes: list[str] = []
+        notes: list[str] = []
+        config: dict[str, Any] = {}
+        if zero_times:
             notes.append(
-                f"{where}: the table prints algBW as nccl-tests did before 2020-06-19 (commit ec1b5e2): "
-                f"count x elem x (ranks-1) / time, equal to busBW; stored with today's definition, "
-                f"size / time ({world / (world - 1):.4g} x the printed figure); the printed algBW is kept "
-                f"in the run's config (printed_algbw_gbps)"
+                zero_time_note(
+                    source.warn,
+                    zero_times[0][0],
+                    where,
+                    [f"line {n} {'in' if p else 'out-of'}-place" for n, p in zero_times],
+                )
             )
-            config["printed_algbw_gbps"] = [r.algbw_gbps for r in printed]
-            config["printed_algbw_definition"] = "count x elem x (ranks-1) / time (nccl-tests before ec1b5e2, 2020)"
-    return _Table(out, notes, config, late_notes)
+            config["zero_time_lines"] = sorted({line for line, _ in zero_times})[:64]
+        if printed_redops:
+            shown = ", ".join(f"'{r}'" for r in printed_redops)
+            notes.append(
+                f"{where}: the table prints redop {shown} (nccl-tests gives {spec.name} its -o reduction, "
+                f"sum by default, though it does not reduce): stored as 'none'"
+            )
+            config["printed_redop"] = list(printed_redops)[:8]
+        if spec.reduces and self.i_redop is None:
+            notes.append(f"{where}: the table has no redop column: stored as 'sum', nccl-tests' default")
+        if refined:
+            worst = max(abs(float(p) - t) / float(p) for _, _, p, t in refined)
+            late_notes.append(
+                f"{where}: {len(refined)} time(s) printed too coarsely to give back the printed algBW and busBW "
+                f"(first: line {refined[0][0]} {'in' if refined[0][1] else 'out-of'}-place, {refined[0][2]} us): stored "
+                f"as the time within the printed time's rounding that gives the printed bandwidths (up to "
+                f"{worst:.2%} from the printed time); the printed times are in the run's config (printed_times_us)"
+            )
+            config["printed_times_us"] = [
+                {"line": n, "in_place": p, "printed": float(tok), "stored": round(t, 6)}
+                for n, p, tok, t in refined[:64]
+            ]
+        if self.blank_redop:
+            notes.append(
+                f"{where}: the table's redop column is printed blank (alltoall_perf before nccl-tests 2.13): "
+                f"stored as {'sum' if spec.reduces else 'none'}"
+            )
+        if spec.name in OLD_ALGBW_OPS and world > 1:
+            if ratio_fits(printed, 1.0) and ratio_fits(printed, self.factor) is False:
+                notes.append(
+                    f"{where}: the table prints algBW as nccl-tests did before 2020-06-19 (commit ec1b5e2): "
+                    f"count x elem x (ranks-1) / time, equal to busBW; stored with today's definition, "
+                    f"size / time ({world / (world - 1):.4g} x the printed figure); the printed algBW is kept "
+                    f"in the run's config (printed_algbw_gbps)"
+                )
+                config["printed_algbw_gbps"] = [r.algbw_gbps for r in printed]
+                config["printed_algbw_definition"] = "count x elem x (ranks-1) / time (nccl-tests before ec1b5e2, 2020)"
+        return _Table(self.out, notes, config, late_notes)
 
 
 def _prints_old_algbw(source: Source, seg: Segment, layout: Layout, factor: float) -> bool:
@@ -504,47 +556,11 @@ def _run(
                 f"the {spec.name} run at line {seg.first_line} ran on other hosts than the first; "
                 f"the run's system lists the first run's"
             )
-        check = BusbwCheck()
-        try:
-            table = _measurements(source, seg, spec, seg_world, check)
-        except IngestError as e:
-            raise _in_table(source, segments, e) from None
+        table, seg_notes, cfg, failed_check = _segment_run(source, segments, seg, spec, how, seg_world)
         measurements.extend(table.measurements)
-        notes.extend(table.notes)
-        incomplete = incomplete or table.dropped_rows
-        note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
-        if note:
-            notes.append(note)
-        _check_footer(source, seg, spec, notes)
-        if not seg.footer:
-            incomplete = True
-            why = (
-                f"nccl-tests reported {quote(seg.aborts[0][1], 200)} (line {seg.aborts[0][0]})"
-                if seg.aborts
-                else "the job ended early or the log was cut"
-            )
-            notes.append(
-                f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without "
-                f"its footer: {why}"
-            )
-        check_note = _failed_check(seg, spec, table.measurements)
-        if check_note:
-            failed = True
-            notes.append(check_note)
-        if (seg.layout or MODERN_LAYOUT).half[3] == "error":
-            notes.append(
-                f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
-                f"not a count of wrong elements: not kept"
-            )
-        notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
-        notes.extend(table.late_notes)
-        cfg = {
-            **_segment_config(seg, spec, how),
-            **table.config,
-            "check": "failed" if check_note else _check_state(seg),
-        }
-        if seg.started is not None:
-            cfg["started_at_printed"] = seg.started[0]
+        notes.extend(seg_notes)
+        incomplete = incomplete or table.dropped_rows or not seg.footer
+        failed = failed or failed_check
         configs.append(cfg)
     if notes_of_empty:
         for seg in reader.segments:
@@ -561,6 +577,75 @@ def _run(
             "p99 is the sorted sample at index ceil(0.99 n) - 1, cv uses the population stdev)"
         )
     commands = [s.op_mention[2] for s in segments if s.op_mention is not None]
+    system = _run_system(source, reader, segments, first_ranks, world, given, notes)
+    started = next((s.started for s in segments if s.started is not None), None)
+    return ParsedRun(
+        source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
+        system=system,
+        measurements=measurements,
+        config={"format": "nccl-tests", "runs": configs},
+        notes=notes,
+        command_line=commands[0] if commands else "",
+        status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
+        started_at=_iso_utc(started[0]) if started else None,
+        started_at_note=f"started_at is the wrapper's 'Started:' line (line {started[1]})" if started else None,
+    )
+
+
+def _segment_run(
+    source: Source, segments: list[Segment], seg: Segment, spec: OpSpec, how: str, world: int
+) -> tuple[_Table, list[str], dict[str, Any], bool]:
+    """One table of a run: its rows, its notes in order, its config, and whether its results check failed."""
+    notes: list[str] = []
+    check = BusbwCheck()
+    try:
+        table = _measurements(source, seg, spec, world, check)
+    except IngestError as e:
+        raise _in_table(source, segments, e) from None
+    notes.extend(table.notes)
+    note = check.report(f"{spec.name} (line {seg.first_line})", source.warn)
+    if note:
+        notes.append(note)
+    _check_footer(source, seg, spec, notes)
+    if not seg.footer:
+        why = (
+            f"nccl-tests reported {quote(seg.aborts[0][1], 200)} (line {seg.aborts[0][0]})"
+            if seg.aborts
+            else "the job ended early or the log was cut"
+        )
+        notes.append(
+            f"the {spec.name} table (line {seg.rows[0][0]}) stops after {len(seg.rows)} rows without its footer: {why}"
+        )
+    check_note = _failed_check(seg, spec, table.measurements)
+    if check_note:
+        notes.append(check_note)
+    if (seg.layout or MODERN_LAYOUT).half[3] == "error":
+        notes.append(
+            f"the {spec.name} table's 'error' column (nccl-tests before 2.13) is a max delta, "
+            f"not a count of wrong elements: not kept"
+        )
+    notes.extend(f"{spec.name}: nccl-tests printed '{e}'" for e in seg.errors)
+    notes.extend(table.late_notes)
+    cfg = {
+        **_segment_config(seg, spec, how),
+        **table.config,
+        "check": "failed" if check_note else _check_state(seg),
+    }
+    if seg.started is not None:
+        cfg["started_at_printed"] = seg.started[0]
+    return table, notes, cfg, bool(check_note)
+
+
+def _run_system(
+    source: Source,
+    reader: LogReader,
+    segments: list[Segment],
+    first_ranks: Segment,
+    world: int,
+    given: GivenFacts | None,
+    notes: list[str],
+) -> SystemInfo:
+    """The run's system from its first table's rank lines (what the user gave filling in; noted in ``notes``)."""
     env = next((e for e in map(_command_env, segments) if e is not None), {})
     extra = _system_extra(reader, first_ranks)
     if given:
@@ -582,18 +667,7 @@ def _run(
     )
     if given and not first_ranks.ranks:
         system = _given_system(source, first_ranks, system, given)
-    started = next((s.started for s in segments if s.started is not None), None)
-    return ParsedRun(
-        source="rccl-tests" if reader.backend == "rccl" else "nccl-tests",
-        system=system,
-        measurements=measurements,
-        config={"format": "nccl-tests", "runs": configs},
-        notes=notes,
-        command_line=commands[0] if commands else "",
-        status="check_failed" if failed else ("incomplete" if incomplete else "complete"),
-        started_at=_iso_utc(started[0]) if started else None,
-        started_at_note=f"started_at is the wrapper's 'Started:' line (line {started[1]})" if started else None,
-    )
+    return system
 
 
 def _iso_utc(text: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, InputFormat, ParsedRun, Source, check_limit, quote
@@ -154,68 +155,30 @@ def _spec(source: Source, line: int, collective: str) -> OpSpec:
         raise source.error(line, str(e)) from None
 
 
+_Row = tuple[int, str, str, str, dict[str, float]]  # line, collective, PARAM dtype, tag, values by column
+
+
+@dataclass
+class _Log:
+    """What a PARAM log says, read in one pass: its result rows and the facts around them."""
+
+    world: int | None = None
+    env_info: dict[str, Any] = field(default_factory=dict)
+    backend: str = ""
+    nw_stack: str = ""
+    nccl_version: str = ""
+    rows: list[_Row] = field(default_factory=list)
+
+
 def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
     """One run from a PARAM comms log; ``op`` is not needed (every row names its collective)."""
-    lines = source.iter_lines()
-    world: int | None = None
-    env_info: dict[str, Any] = {}
-    backend = ""
-    nw_stack = ""
-    nccl_version = ""
-    columns: tuple[str, ...] | None = None
-    rows: list[tuple[int, str, str, str, dict[str, float]]] = []
-    for lineno, line in enumerate(lines, 1):
-        if "COMMS-RES" in line:
-            if _HEADER_RE.search(line):
-                if "COMMS-RES-QUANT" in line:
-                    raise source.error(lineno, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
-                columns = _header_columns(line)
-                if columns is None:
-                    raise source.error(lineno, f"unrecognised COMMS-RES header: {quote(line.strip())}")
-                continue
-            m = _ROW_RE.search(line)
-            if m is None:
-                continue
-            tokens = line[m.end() :].split()
-            collective, dtype_name, tag = _collective_and_dtype(source, lineno, m.group(1))
-            cols = columns or (_CURRENT if len(tokens) == len(_CURRENT) else _CURRENT[:-1])
-            if len(tokens) != len(cols):
-                raise source.error(
-                    lineno,
-                    (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)} (a truncated line?)"),
-                )
-            for c, t in zip(cols, tokens):
-                if c in _INTEGER_COLUMNS and not is_decimal(t):
-                    raise source.error(
-                        lineno,
-                        (
-                            f"{c} {quote(t, 40)} is not a decimal {_INTEGER_COLUMNS[c]} "
-                            f"(PARAM prints plain digits) in a COMMS-RES row"
-                        ),
-                    )
-            values = {c: _number(source, lineno, c, t) for c, t in zip(cols, tokens) if c != "?"}
-            rows.append((lineno, collective, dtype_name, tag, values))
-        elif "environment:" in line:
-            m = _ENV_RE.search(line)
-            if m:
-                parsed = _environment(source, lineno, m.group(1))
-                if isinstance(parsed, dict):
-                    env_info = parsed
-                    if isinstance(parsed.get("world_size"), int) and parsed["world_size"] > 0:
-                        world = source.int_at(lineno, "world_size", parsed["world_size"], MAX_RANKS + 1)
-        elif "nw-stack:" in line:
-            m = _BACKEND_RE.search(line)
-            if m:
-                backend, nw_stack = m.group(1), m.group(2)
-        elif "NCCL version" in line and not nccl_version:
-            m = _NCCL_VERSION_RE.search(line)
-            if m:
-                nccl_version = m.group(1)
-    if not rows:
+    log = _read_log(source)
+    if not log.rows:
         raise source.error(1, "no PARAM COMMS-RES result rows found")
+    world = log.world
     if world is None:
         raise source.error(
-            rows[0][0],
+            log.rows[0][0],
             (
                 "no 'PARAM COMM environment: {'world_size': N, ...}' line before the "
                 "results: the world size is unknown (ingest the whole log)"
@@ -231,60 +194,18 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
     ]
     remapped: set[str] = set()
     zero_times: list[int] = []  # the line of each row printed with p50 time 0
-    for lineno, collective, dtype_name, tag, v in rows:
+    for row in log.rows:
+        lineno, collective, _, tag, _ = row
         spec = _spec(source, lineno, collective)
         if collective != spec.name:
             remapped.add(f"{collective} -> {spec.name}")
-        dtype = PARAM_DTYPES.get(dtype_name)
-        if dtype is None:
-            raise source.error(
-                lineno,
-                (
-                    f"PARAM data type {quote(dtype_name, 60)} has no commlens dtype "
-                    f"(known: {', '.join(sorted(PARAM_DTYPES))})"
-                ),
-            )
         if tag:
             tags.add(tag)
-        if v["size"] >= MAX_SIZE_BYTES:
-            raise source.error(lineno, check_limit("size", int(v["size"]), MAX_SIZE_BYTES) or "")
-        size = int(v["size"])
-        elem = DTYPE_SIZES[dtype]
-        count = size // elem // (world if spec.per_rank_split else 1)
-        p50_s = v["p50"] * 1e-6
-        if p50_s == 0.0:  # no bandwidth can come of it: left out, warned, noted, the run incomplete
+        m = _measurement(source, row, spec, world, checks)
+        if m is None:  # no bandwidth can come of time 0: left out, warned, noted, the run incomplete
             zero_times.append(lineno)
-            continue
-        reported = TimeStats(
-            mean_s=p50_s,
-            p50_s=p50_s,
-            p95_s=v["p95"] * 1e-6 if "p95" in v else None,
-            p99_s=None,
-            min_s=v["min"] * 1e-6 if "min" in v else None,
-            max_s=v["max"] * 1e-6 if "max" in v else None,
-            stdev_s=None,
-            cv=None,
-            n=0,
-        )
-        if "busbw" in v and spec.name != "barrier":
-            checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s, spec.busbw_factor(world))
-        try:
-            measurements.append(
-                Measurement(
-                    op=spec.name,
-                    dtype=dtype,
-                    size_bytes=size,
-                    count=count,
-                    in_place=spec.name in _IN_PLACE,
-                    world_size=world,
-                    samples_s=(),
-                    redop="sum" if spec.reduces else None,
-                    root=0 if spec.has_root else None,
-                    reported=reported,
-                )
-            )
-        except RecordError as e:
-            raise source.error(lineno, str(e)) from None
+        else:
+            measurements.append(m)
     if zero_times:
         if not measurements:
             raise source.error(zero_times[0], "every COMMS-RES row has time 0: no measurement to store")
@@ -299,12 +220,12 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         notes.append("root taken as 0 (PARAM's --root default; PARAM does not print it)")
     system = SystemInfo(
         world_size=world,
-        backend=backend,
-        backend_version=nccl_version,
-        device="cuda" if backend == "nccl" else "unknown",
+        backend=log.backend,
+        backend_version=log.nccl_version,
+        device="cuda" if log.backend == "nccl" else "unknown",
         extra={
             k: v
-            for k, v in {"local_size": env_info.get("local_size"), "nw_stack": nw_stack or None}.items()
+            for k, v in {"local_size": log.env_info.get("local_size"), "nw_stack": log.nw_stack or None}.items()
             if v is not None
         },
     )
@@ -317,6 +238,116 @@ def parse_param(source: Source, *, op: str | None = None) -> ParsedRun:
         notes=notes,
         status="incomplete" if zero_times else "complete",
     )
+
+
+def _read_log(source: Source) -> _Log:
+    """The COMMS-RES rows (each checked against its header) and the environment, backend and NCCL version lines."""
+    log = _Log()
+    columns: tuple[str, ...] | None = None
+    for lineno, line in enumerate(source.iter_lines(), 1):
+        if "COMMS-RES" in line:
+            if _HEADER_RE.search(line):
+                if "COMMS-RES-QUANT" in line:
+                    raise source.error(lineno, "quantized PARAM results (COMMS-RES-QUANT) are not supported")
+                columns = _header_columns(line)
+                if columns is None:
+                    raise source.error(lineno, f"unrecognised COMMS-RES header: {quote(line.strip())}")
+                continue
+            m = _ROW_RE.search(line)
+            if m is not None:
+                log.rows.append(_result_row(source, lineno, line, m, columns))
+        elif "environment:" in line:
+            m = _ENV_RE.search(line)
+            if m:
+                parsed = _environment(source, lineno, m.group(1))
+                if isinstance(parsed, dict):
+                    log.env_info = parsed
+                    if isinstance(parsed.get("world_size"), int) and parsed["world_size"] > 0:
+                        log.world = source.int_at(lineno, "world_size", parsed["world_size"], MAX_RANKS + 1)
+        elif "nw-stack:" in line:
+            m = _BACKEND_RE.search(line)
+            if m:
+                log.backend, log.nw_stack = m.group(1), m.group(2)
+        elif "NCCL version" in line and not log.nccl_version:
+            m = _NCCL_VERSION_RE.search(line)
+            if m:
+                log.nccl_version = m.group(1)
+    return log
+
+
+def _result_row(source: Source, lineno: int, line: str, m: re.Match[str], columns: tuple[str, ...] | None) -> _Row:
+    """One COMMS-RES row, its values named by the header's columns (today's columns where no header came first)."""
+    tokens = line[m.end() :].split()
+    collective, dtype_name, tag = _collective_and_dtype(source, lineno, m.group(1))
+    cols = columns or (_CURRENT if len(tokens) == len(_CURRENT) else _CURRENT[:-1])
+    if len(tokens) != len(cols):
+        raise source.error(
+            lineno,
+            (f"COMMS-RES row has {len(tokens)} values, the header names {len(cols)} (a truncated line?)"),
+        )
+    for c, t in zip(cols, tokens):
+        if c in _INTEGER_COLUMNS and not is_decimal(t):
+            raise source.error(
+                lineno,
+                (
+                    f"{c} {quote(t, 40)} is not a decimal {_INTEGER_COLUMNS[c]} "
+                    f"(PARAM prints plain digits) in a COMMS-RES row"
+                ),
+            )
+    values = {c: _number(source, lineno, c, t) for c, t in zip(cols, tokens) if c != "?"}
+    return (lineno, collective, dtype_name, tag, values)
+
+
+def _measurement(
+    source: Source, row: _Row, spec: OpSpec, world: int, checks: dict[str, BusbwCheck]
+) -> Measurement | None:
+    """One row as a measurement (its busBW added to its op's check), or None where it printed time 0."""
+    lineno, _, dtype_name, _, v = row
+    dtype = PARAM_DTYPES.get(dtype_name)
+    if dtype is None:
+        raise source.error(
+            lineno,
+            (
+                f"PARAM data type {quote(dtype_name, 60)} has no commlens dtype "
+                f"(known: {', '.join(sorted(PARAM_DTYPES))})"
+            ),
+        )
+    if v["size"] >= MAX_SIZE_BYTES:
+        raise source.error(lineno, check_limit("size", int(v["size"]), MAX_SIZE_BYTES) or "")
+    size = int(v["size"])
+    elem = DTYPE_SIZES[dtype]
+    count = size // elem // (world if spec.per_rank_split else 1)
+    p50_s = v["p50"] * 1e-6
+    if p50_s == 0.0:
+        return None
+    reported = TimeStats(
+        mean_s=p50_s,
+        p50_s=p50_s,
+        p95_s=v["p95"] * 1e-6 if "p95" in v else None,
+        p99_s=None,
+        min_s=v["min"] * 1e-6 if "min" in v else None,
+        max_s=v["max"] * 1e-6 if "max" in v else None,
+        stdev_s=None,
+        cv=None,
+        n=0,
+    )
+    if "busbw" in v and spec.name != "barrier":
+        checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s, spec.busbw_factor(world))
+    try:
+        return Measurement(
+            op=spec.name,
+            dtype=dtype,
+            size_bytes=size,
+            count=count,
+            in_place=spec.name in _IN_PLACE,
+            world_size=world,
+            samples_s=(),
+            redop="sum" if spec.reduces else None,
+            root=0 if spec.has_root else None,
+            reported=reported,
+        )
+    except RecordError as e:
+        raise source.error(lineno, str(e)) from None
 
 
 def _sniff(source: Source) -> bool:

@@ -138,7 +138,39 @@ def simulate(
     fab = fabric if fabric is not None else build_fabric(topology, nodes)
     fab = fab.with_faults(tuple(faults))
     engine = Engine(fab.capacity, fab.link_class, len(fab.class_names))
-    planned: dict[str, tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]] = {}
+    planned = _plan_all(engine, fab, collectives, routing=routing, seed=seed, sync=sync, qps=qps * channels)
+    makespan = engine.run()
+    results = [_collective_result(engine, topology, fab, coll, planned[coll.name]) for coll in collectives]
+    util, hottest, classes, timeline = _link_use(engine, fab, makespan, top)
+    return SimResult(
+        topology.name,
+        routing,
+        seed,
+        sync,
+        makespan,
+        results,
+        fab.describe(),
+        hottest,
+        classes,
+        timeline,
+        engine.events,
+        engine.recomputations,
+        time.perf_counter() - wall0,
+        qps,
+        channels,
+        util,
+        fab,
+    )
+
+
+_Planned = tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]  # algorithm, task ids per group, stages
+
+
+def _plan_all(
+    engine: Engine, fab: Fabric, collectives: list[Collective], *, routing: str, seed: int, sync: bool, qps: int
+) -> dict[str, _Planned]:
+    """Each collective's flows added to ``engine``, after the collectives it names; ``qps``: flows per connection."""
+    planned: dict[str, _Planned] = {}
     for coll in collectives:
         if coll.name in planned:
             raise SimError(f"two collectives are named {coll.name!r}")
@@ -154,36 +186,40 @@ def simulate(
             else:
                 last = [i[-1] for ids in per for i in ids]
                 deps = [list(last) for _ in range(groups.shape[0])]
-        planned[coll.name] = plan(
-            engine, fab, coll, routing=routing, seed=seed, sync=sync, deps=deps, qps=qps * channels
-        )
-    makespan = engine.run()
-    results = []
-    for coll in collectives:
-        algo, ids, stages = planned[coll.name]
-        op = coll.op if coll.op in OPS else get_op(coll.op).name
-        per_group = [(engine.tasks[g[0]].start_s, engine.tasks[g[-1]].end_s) for g in ids]
-        start = min(s for s, _ in per_group)
-        end = max(e for _, e in per_group)
-        slowest = max(e - s for s, e in per_group)
-        p = int(np.asarray(coll.groups).shape[1])
-        analytic = _analytic(topology, fab, coll, op, algo) if p > 1 else 0.0
-        t_coll = slowest - coll.delay_s
-        stage_rows: list[dict[str, float | str]] = []
-        for s_name, s_analytic, tids in stages:
-            if not tids:
-                continue
-            t0 = min(engine.tasks[i].start_s for i in tids)
-            t1 = max(engine.tasks[i].end_s for i in tids)
-            stage_rows.append(
-                {"stage": s_name, "start_s": t0, "end_s": t1, "time_s": t1 - t0, "analytic_s": s_analytic}
-            )
-        busbw = OPS[op].busbw(int(coll.size_bytes), t_coll, p) if t_coll > 0 else 0.0
-        results.append(
-            CollectiveResult(
-                coll.name, op, algo, coll.size_bytes, len(ids), p, start, end, t_coll, analytic, busbw, stage_rows
-            )
-        )
+        planned[coll.name] = plan(engine, fab, coll, routing=routing, seed=seed, sync=sync, deps=deps, qps=qps)
+    return planned
+
+
+def _collective_result(
+    engine: Engine, topology: Topology, fab: Fabric, coll: Collective, planned: _Planned
+) -> CollectiveResult:
+    """One collective's times (its slowest group's), its stages' and the analytic model's."""
+    algo, ids, stages = planned
+    op = coll.op if coll.op in OPS else get_op(coll.op).name
+    per_group = [(engine.tasks[g[0]].start_s, engine.tasks[g[-1]].end_s) for g in ids]
+    start = min(s for s, _ in per_group)
+    end = max(e for _, e in per_group)
+    slowest = max(e - s for s, e in per_group)
+    p = int(np.asarray(coll.groups).shape[1])
+    analytic = _analytic(topology, fab, coll, op, algo) if p > 1 else 0.0
+    t_coll = slowest - coll.delay_s
+    stage_rows: list[dict[str, float | str]] = []
+    for s_name, s_analytic, tids in stages:
+        if not tids:
+            continue
+        t0 = min(engine.tasks[i].start_s for i in tids)
+        t1 = max(engine.tasks[i].end_s for i in tids)
+        stage_rows.append({"stage": s_name, "start_s": t0, "end_s": t1, "time_s": t1 - t0, "analytic_s": s_analytic})
+    busbw = OPS[op].busbw(int(coll.size_bytes), t_coll, p) if t_coll > 0 else 0.0
+    return CollectiveResult(
+        coll.name, op, algo, coll.size_bytes, len(ids), p, start, end, t_coll, analytic, busbw, stage_rows
+    )
+
+
+def _link_use(
+    engine: Engine, fab: Fabric, makespan: float, top: int
+) -> tuple[np.ndarray, list[dict[str, object]], list[dict[str, object]], dict[str, object]]:
+    """Each link's mean utilisation over the makespan, the ``top`` hottest links, per class, and the timeline."""
     span = max(makespan, 1e-30)
     util = engine.link_bytes / (fab.capacity.clip(min=1e-30) * span)
     util[fab.capacity <= 0] = 0.0
@@ -213,25 +249,7 @@ def simulate(
         "mean_utilisation": [seg[2].round(6).tolist() for seg in engine.timeline],
         "max_utilisation": [seg[3].round(6).tolist() for seg in engine.timeline],
     }
-    return SimResult(
-        topology.name,
-        routing,
-        seed,
-        sync,
-        makespan,
-        results,
-        fab.describe(),
-        hottest,
-        classes,
-        timeline,
-        engine.events,
-        engine.recomputations,
-        time.perf_counter() - wall0,
-        qps,
-        channels,
-        util,
-        fab,
-    )
+    return util, hottest, classes, timeline
 
 
 def _analytic(topology: Topology, fab: Fabric, coll: Collective, op: str, algo: str) -> float:
