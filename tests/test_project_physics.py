@@ -164,3 +164,24 @@ def test_moe_tokens_travel_in_16_bits_under_fp8():
         project(bf16, H100, lay, 64).breakdown["ep_comm"]
     )
     assert math.isfinite(project(fp8, B200, lay, 64).step_time_s)
+
+
+def test_a_grace_host_issues_each_op_slower_than_an_x86_one(tmp_path):
+    # The GB200's Grace CPU takes ~2.75x as long as a DGX H100's Xeon to issue one PyTorch op (TransformerEngine
+    # issue #2053), so a host-bound step (a small MoE at micro-batch 1) is slower on it; an x86 host is the reference.
+    gb200 = load_topology("gb200-nvl72")
+    assert device_for("B200 (GB200)").host_op_factor == pytest.approx(2.75)
+    assert device_for("H100 SXM").host_op_factor == 1.0
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+    lay = ParallelLayout(ep=8, recompute="none")
+    x86 = tmp_path / "x86-host.yaml"
+    x86.write_text(
+        'format: commlens.accelerators/1\naccelerators:\n  "B200 (GB200)": {host_op_factor: 1.0, '
+        'host_op_factor_origin: "an x86 host"}\n'
+    )
+    grace = project(w, gb200, lay, 8)
+    other = project(w, gb200, lay, 8, accelerators=[str(x86)])
+    assert grace.breakdown["host_overhead"] > other.breakdown["host_overhead"] > 0
+    assert grace.step_time_s > other.step_time_s
+    # the GPU's own work is the same
+    assert grace.breakdown["compute"] == pytest.approx(other.breakdown["compute"])

@@ -438,7 +438,9 @@ def _layer_time(
     dev, w, layout, r, fw, t = c.dev, c.w, c.layout, c.r, c.fw, c.r.tp
     fwd_passes = c.fwd_passes
     redo = recomputed_modules(layout)  # selective recomputation's modules
-    host_static = 0.0 if layout.cuda_graphs else fw.host_s_per_kernel  # graphable kernels: none left to launch
+    # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
+    host_op_s = fw.host_s_per_kernel * dev.host_op_factor
+    host_static = 0.0 if layout.cuda_graphs else host_op_s  # graphable kernels: none left to launch
     by_kind: dict[str, float] = {}
     for k in kernels:
         passes = fwd_passes + recompute_share(k.name, redo, w)
@@ -451,7 +453,7 @@ def _layer_time(
     static = sum(k.launches for k in kernels if not k.eager)
     eager = sum(k.launches for k in kernels if k.eager)
     # host time to launch the layer's kernels (backward launches about twice the forward's)
-    host = (static * host_static + eager * fw.host_s_per_kernel) * (fwd_passes + BACKWARD_KERNEL_RATIO)
+    host = (static * host_static + eager * host_op_s) * (fwd_passes + BACKWARD_KERNEL_RATIO)
     cp_exp = cp_hid = 0.0
     cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
     if r.cp > 1:
@@ -484,10 +486,10 @@ def _layer_time(
         pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + lc.tp_pass / 2
         post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
         pre_host = static * host_static
-        post_host = eager * fw.host_s_per_kernel
+        post_host = eager * host_op_s
         fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
-        bwd_host = (static * host_static + eager * fw.host_s_per_kernel) * BACKWARD_KERNEL_RATIO
+        bwd_host = (static * host_static + eager * host_op_s) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
 
