@@ -143,6 +143,9 @@ class Kernel:
     eager: bool = False  # stays eager under CUDA graphs (dynamic shapes: MoE dispatch and experts)
     flops: float = 0.0  # forward FLOPs
     nbytes: float = 0.0  # forward bytes through HBM
+    modules: float = (
+        0.0  # linear modules (te.Linear, GroupedLinear) issuing these kernels: Framework.module_host_s each
+    )
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ class _Builder:
         times: float = 1.0,
         launches: float | None = None,
         eager: bool = False,
+        modules: float = 1.0,
     ) -> Kernel:
         """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m))."""
         dev, peak, elem = self.dev, self.gemm_peak, self.elem
@@ -236,7 +240,9 @@ class _Builder:
             dev, peak, k_, n_, m_, elem_bytes=elem
         )
         n_launch = self.gemm_launch * times if launches is None else launches
-        return Kernel(name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times)
+        return Kernel(
+            name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times, modules=modules
+        )
 
 
 def layer_kernels(
@@ -334,13 +340,14 @@ def _moe_block(
     per_expert = routed / local
     fe = m.expert_ffn_hidden / etp
     imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
+    # one GroupedLinear module per direction over the local experts
     up = b.gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
     down = b.gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
     out = [
-        b.gemm("router", "gemm", tokens, m.experts, h),
+        b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, MOE_ROUTER_KERNELS),
         b.stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
-        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops),
+        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
         b.stream(
             "experts_activation", "activation", 2 * 2 * routed * fe * mats * imbalance, 1, "activation", eager=True
         ),

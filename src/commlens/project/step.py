@@ -243,6 +243,7 @@ class _Setup:
     tokens: float  # this GPU's tokens of one micro-batch
     sp: bool
     fwd_passes: float  # forwards per micro-batch (2 under full recomputation)
+    nodes_per_domain: int  # nodes one scale-up (NVLink) domain holds
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,7 @@ def project(
         tokens=w.micro_batch * w.seq_len / r.cp,
         sp=layout.sp and r.tp > 1,
         fwd_passes=2.0 if layout.recompute == "full" else 1.0,
+        nodes_per_domain=max(1, topology.scale_up.domain_size // topology.accelerators_per_node),
     )
     fp8 = w.precision == "fp8"
     gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
@@ -405,8 +407,25 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
         a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
+        if layout.moe_dispatcher == "deepep":
+            domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
+            a2a_bytes *= domain_dedup(w.moe.experts, w.moe.top_k, domains)
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
     return kinds
+
+
+def domain_dedup(experts: int, top_k: int, domains: int) -> float:
+    """The share of a token's routed copies that still cross the scale-out network when the dispatcher sends each
+    token once per destination domain and forwards it over NVLink there (DeepEP's internode dispatch; the
+    DeepSeek-V3 report, Sec. 3.2.2): with the experts spread evenly over ``domains`` and ``top_k`` of them chosen
+    uniformly, the expected distinct remote domains over the expected remote copies (1 within one domain)."""
+    if domains <= 1:
+        return 1.0
+    per = experts // domains
+    p_none = math.comb(experts - per, top_k) / math.comb(experts, top_k)  # no chosen expert in a given domain
+    distinct_remote = (domains - 1) * (1.0 - p_none)
+    copies_remote = top_k * (domains - 1) / domains
+    return min(1.0, distinct_remote / copies_remote)
 
 
 def _layer_comm(c: _Setup) -> _LayerComm:
@@ -441,6 +460,8 @@ def _layer_time(
     # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
     host_static = 0.0 if layout.cuda_graphs else host_op_s  # graphable kernels: none left to launch
+    module_s = fw.module_host_s * dev.host_op_factor  # a linear module's own host time beyond its launches
+    module_static = 0.0 if layout.cuda_graphs else module_s
     by_kind: dict[str, float] = {}
     for k in kernels:
         passes = fwd_passes + recompute_share(k.name, redo, w)
@@ -450,10 +471,11 @@ def _layer_time(
     t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
     t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
-    static = sum(k.launches for k in kernels if not k.eager)
-    eager = sum(k.launches for k in kernels if k.eager)
-    # host time to launch the layer's kernels (backward launches about twice the forward's)
-    host = (static * host_static + eager * host_op_s) * (fwd_passes + BACKWARD_KERNEL_RATIO)
+    # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
+    pre_host = sum(k.launches * host_static + k.modules * module_static for k in kernels if not k.eager)
+    post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
+    # (the backward issues about twice the forward's)
+    host = (pre_host + post_host) * (fwd_passes + BACKWARD_KERNEL_RATIO)
     cp_exp = cp_hid = 0.0
     cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
     if r.cp > 1:
@@ -485,11 +507,9 @@ def _layer_time(
         ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
         pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + lc.tp_pass / 2
         post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
-        pre_host = static * host_static
-        post_host = eager * host_op_s
         fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
-        bwd_host = (static * host_static + eager * host_op_s) * BACKWARD_KERNEL_RATIO
+        bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
 
