@@ -275,3 +275,21 @@ def test_what_if_tries_the_other_frameworks_and_compile():
     labels = {c.label for c in found.changes} | {r.label for r in found.refused}
     assert "torch.compile" in labels and "framework torchtitan -> megatron-core" in labels
     assert all("-> torchtitan" not in label for label in labels)
+
+
+def test_each_linear_module_is_counted_once_for_its_host_time():
+    from commlens.project.frameworks import framework
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+    from commlens.project.layout import ParallelLayout
+    from commlens.workload import load_workload
+
+    dev, fw = device_for("H100 SXM"), framework("megatron-core")
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "micro_batch": 1})
+    shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=8, sp=False, tp_chunks=1)
+    lay = ParallelLayout(ep=8)
+    dense = {k.name: k.modules for k in layer_kernels(dev, fw, w, lay, shape, 989e12, 989e12, False) if k.modules}
+    assert dense == {"qkv": 1.0, "attention_out": 1.0, "ffn_in": 1.0, "ffn_out": 1.0}
+    moe = {k.name: k.modules for k in layer_kernels(dev, fw, w, lay, shape, 989e12, 989e12, True) if k.modules}
+    # 16 local experts, one GroupedLinear each way; the router's matmul is no module
+    assert moe == {"qkv": 1.0, "attention_out": 1.0, "experts_in": 1.0, "experts_out": 1.0}

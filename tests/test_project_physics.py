@@ -164,3 +164,66 @@ def test_moe_tokens_travel_in_16_bits_under_fp8():
         project(bf16, H100, lay, 64).breakdown["ep_comm"]
     )
     assert math.isfinite(project(fp8, B200, lay, 64).step_time_s)
+
+
+def test_a_grace_host_issues_each_op_slower_than_an_x86_one(tmp_path):
+    # The GB200's Grace CPU takes ~2.75x as long as a DGX H100's Xeon to issue one PyTorch op (TransformerEngine
+    # issue #2053), so a host-bound step (a small MoE at micro-batch 1) is slower on it; an x86 host is the reference.
+    gb200 = load_topology("gb200-nvl72")
+    assert device_for("B200 (GB200)").host_op_factor == pytest.approx(2.75)
+    assert device_for("H100 SXM").host_op_factor == 1.0
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+    lay = ParallelLayout(ep=8, recompute="none")
+    x86 = tmp_path / "x86-host.yaml"
+    x86.write_text(
+        'format: commlens.accelerators/1\naccelerators:\n  "B200 (GB200)": {host_op_factor: 1.0, '
+        'host_op_factor_origin: "an x86 host"}\n'
+    )
+    grace = project(w, gb200, lay, 8)
+    other = project(w, gb200, lay, 8, accelerators=[str(x86)])
+    assert grace.breakdown["host_overhead"] > other.breakdown["host_overhead"] > 0
+    assert grace.step_time_s > other.step_time_s
+    # the GPU's own work is the same
+    assert grace.breakdown["compute"] == pytest.approx(other.breakdown["compute"])
+
+
+def test_transformer_engine_linear_modules_cost_the_host_more_than_their_launches(monkeypatch):
+    # te.Linear spends ~36 us of host time per forward on an x86 host (TransformerEngine issue #2053: 2.69x
+    # torch.nn.Linear's), 26 us more than its one GEMM launch; a host-bound MoE step (micro-batch 1) shows it, once
+    # per module: the router is a plain matmul and a GroupedLinear is one module for all local experts.
+    import commlens.project.step as step_mod
+    from commlens.project.frameworks import framework
+
+    fw = framework("megatron-core")
+    assert fw.module_host_s == pytest.approx(26e-6)
+    assert framework("torchtitan").module_host_s == 0.0  # torch.nn.Linear: its launch is its cost
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+    lay = ParallelLayout(ep=8, recompute="none")
+    with_modules = project(w, B200, lay, 8)
+    monkeypatch.setattr(step_mod, "framework", lambda name: fw.model_copy(update={"module_host_s": 0.0}))
+    without = project(w, B200, lay, 8)
+    assert with_modules.breakdown["host_overhead"] > without.breakdown["host_overhead"]
+    assert with_modules.step_time_s > without.step_time_s
+    assert with_modules.breakdown["compute"] == pytest.approx(without.breakdown["compute"])
+
+
+def test_deepep_sends_a_token_once_per_remote_domain():
+    # DeepEP's internode dispatch (and DeepSeek-V3's, report Sec. 3.2.2) crosses the network once per destination
+    # node and forwards over NVLink there: top-8 of 128 experts over 2 nodes reach the other node with ~1 copy, not 4
+    from commlens.project.step import domain_dedup
+
+    assert domain_dedup(128, 8, 1) == 1.0
+    assert domain_dedup(128, 8, 2) == pytest.approx((1 - math.comb(64, 8) / math.comb(128, 8)) / 4)
+    assert domain_dedup(256, 8, 8) < domain_dedup(256, 8, 32) < 1.0
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 256, "micro_batch": 1, "precision": "fp8"})
+    across = {
+        d: project(w, H100, ParallelLayout(ep=16, recompute="none", moe_dispatcher=d), 16)
+        for d in ("alltoall", "deepep")
+    }
+    assert across["deepep"].breakdown["ep_comm"] < across["alltoall"].breakdown["ep_comm"] / 2
+    # inside one NVLink domain there is nothing to deduplicate: the same step
+    gb200 = load_topology("gb200-nvl72")
+    inside = [
+        project(w, gb200, ParallelLayout(ep=16, recompute="none", moe_dispatcher=d), 16) for d in ("alltoall", "deepep")
+    ]
+    assert inside[0].step_time_s == inside[1].step_time_s

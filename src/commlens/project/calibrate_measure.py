@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commlens.project.calibration_file import (
     STREAM_KERNELS,
@@ -367,60 +367,113 @@ def measure(
     torch.manual_seed(seed)
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timer = _timer(device)
+    measured = _measured_device(device, timer)
+    attention = attention or []
+    run = _Run(timer, repeats, progress, len(gemms) + len(streams) + len(attention))
+    t0 = time.monotonic()
+    gemm_rows, stream_rows, skipped = _measure_kernels(run, [*streams, *gemms], device, budget_s, t0)
+    attention_rows = _measure_attention(run, attention, device)
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        measured = MeasuredDevice(
-            name=torch.cuda.get_device_name(0),
-            sms=props.multi_processor_count,
-            capability=f"{props.major}.{props.minor}",
-            memory_bytes=props.total_memory,
-            clocks={f"before {k}": v for k, v in _clocks().items()},
+        measured = measured.model_copy(
+            update={"clocks": {**measured.clocks, **{f"after {k}": v for k, v in _clocks().items()}}}
         )
-        warm = _gemm_call(GemmCase("square", "warm-up", 8192, 8192, 8192), device)
-        timer(warm, 0, 500, 1)  # ~1 s of large GEMMs: clocks up, cuBLAS loaded
-    else:
-        measured = MeasuredDevice(
+    software = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": platform.python_version()}
+    settings = {
+        "seed": seed,
+        "gemm_cases": len(gemms),
+        "stream_cases": len(streams),
+        "budget_s": budget_s,
+        "gemm_cases_skipped_over_budget": skipped,
+        "failed": run.failed,
+        "elapsed_s": round(time.monotonic() - t0, 1),
+        "timer": "cuda events" if device == "cuda" else "wall clock (test run, not a calibration)",
+        "repeats": list(repeats)
+        if repeats
+        else "2 warm-up windows; 5-20 timed windows of 1-50 calls (~50 ms per shape); median per call",
+    }
+    if not gemm_rows:
+        raise ProjectionError(
+            f"no GEMM could be measured ({skipped} over budget; failures: "
+            f"{'; '.join(f'{k}: {v}' for k, v in list(run.failed.items())[:3]) or 'none'})"
+        )
+    return CalibrationFile(
+        created=created,
+        device=measured,
+        software=software,
+        settings=settings,
+        gemm=tuple(gemm_rows),
+        stream=tuple(stream_rows),
+        attention=tuple(attention_rows),
+    )
+
+
+@dataclass
+class _Run:
+    """One sweep's timer, repeats, progress callback and count, and the cases that failed (label -> reason)."""
+
+    timer: Callable[[Callable[[], object], int, int, int], list[float]]
+    repeats: tuple[int, int, int] | None
+    progress: Callable[[int, int, str], None] | None
+    total: int
+    done: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def step(self, note: str) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.total, note)
+
+
+def _measured_device(
+    device: str, timer: Callable[[Callable[[], object], int, int, int], list[float]]
+) -> MeasuredDevice:
+    """What the GPU says of itself and its clocks; on CUDA, after ~1 s of large GEMMs (clocks up, cuBLAS loaded)."""
+    import platform
+
+    import torch
+
+    if device != "cuda":
+        return MeasuredDevice(
             name=f"cpu ({platform.processor() or platform.machine()})", sms=1, capability="none", memory_bytes=0
         )
-    attention = attention or []
-    total, done = len(gemms) + len(streams) + len(attention), 0
+    props = torch.cuda.get_device_properties(0)
+    measured = MeasuredDevice(
+        name=torch.cuda.get_device_name(0),
+        sms=props.multi_processor_count,
+        capability=f"{props.major}.{props.minor}",
+        memory_bytes=props.total_memory,
+        clocks={f"before {k}": v for k, v in _clocks().items()},
+    )
+    warm = _gemm_call(GemmCase("square", "warm-up", 8192, 8192, 8192), device)
+    timer(warm, 0, 500, 1)
+    return measured
+
+
+def _measure_kernels(
+    run: _Run, cases: list[GemmCase | StreamCase], device: str, budget_s: float, t0: float
+) -> tuple[list[GemmRecord], list[StreamRecord], int]:
+    """Time the streaming kernels and GEMMs in turn (streams first: few and short; GEMMs over budget are
+    skipped): their records and how many were skipped."""
     gemm_rows: list[GemmRecord] = []
     stream_rows: list[StreamRecord] = []
-    failed: dict[str, str] = {}
     skipped = 0
-    t0 = time.monotonic()
-    cases: list[GemmCase | StreamCase] = [*streams, *gemms]
     call: Callable[[], object] | None = None
-    for case in cases:  # streams first: few and short; GEMMs over budget are skipped
+    for case in cases:
         if isinstance(case, GemmCase) and time.monotonic() - t0 > budget_s:
             skipped += 1
             continue
-        warmup, reps, inner = repeats or _repeats(estimate_s(case))
+        warmup, reps, inner = run.repeats or _repeats(estimate_s(case))
         try:
             call = _gemm_call(case, device) if isinstance(case, GemmCase) else _stream_call(case, device)
-            times = timer(call, warmup, reps, inner)
+            times = run.timer(call, warmup, reps, inner)
         except RuntimeError as e:  # out of memory or an unsupported shape: recorded, the sweep goes on
-            failed[f"{case.dtype} {getattr(case, 'label', getattr(case, 'kernel', ''))}"] = str(e).splitlines()[0]
+            run.failed[f"{case.dtype} {getattr(case, 'label', getattr(case, 'kernel', ''))}"] = str(e).splitlines()[0]
             continue
         finally:
             call = None
         med = statistics.median(times)
         if isinstance(case, GemmCase):
-            gemm_rows.append(
-                GemmRecord(
-                    kind=case.kind,
-                    label=case.label,
-                    m=case.m,
-                    n=case.n,
-                    k=case.k,
-                    batch=case.batch,
-                    layout=case.layout,
-                    dtype=case.dtype,
-                    times_s=tuple(times),
-                    time_s=med,
-                    tflops=2.0 * case.m * case.n * case.k * case.batch / med / 1e12,
-                )
-            )
+            gemm_rows.append(_gemm_record(case, times, med))
             note = f"{case.dtype} {case.label}: {gemm_rows[-1].tflops:.0f} TFLOP/s"
         else:
             moved = case.size_bytes * STREAM_KERNELS[case.kernel]
@@ -436,18 +489,38 @@ def measure(
                 )
             )
             note = f"{case.kernel} {case.size_bytes >> 20} MiB: {moved / med / 1e9:.0f} GB/s"
-        done += 1
-        if progress:
-            progress(done, total, note)
+        run.step(note)
+    return gemm_rows, stream_rows, skipped
+
+
+def _gemm_record(case: GemmCase, times: list[float], med: float) -> GemmRecord:
+    return GemmRecord(
+        kind=case.kind,
+        label=case.label,
+        m=case.m,
+        n=case.n,
+        k=case.k,
+        batch=case.batch,
+        layout=case.layout,
+        dtype=case.dtype,
+        times_s=tuple(times),
+        time_s=med,
+        tflops=2.0 * case.m * case.n * case.k * case.batch / med / 1e12,
+    )
+
+
+def _measure_attention(run: _Run, attention: list[AttentionCase], device: str) -> list[AttentionRecord]:
+    """Time the attention cases (after the GEMMs, whatever the budget: a few dozen calls)."""
     attention_rows: list[AttentionRecord] = []
-    for att in attention:  # after the GEMMs, whatever the budget: a few dozen calls
-        warmup, reps, inner = repeats or _repeats(estimate_s(att))
+    call: Callable[[], object] | None = None
+    for att in attention:
+        warmup, reps, inner = run.repeats or _repeats(estimate_s(att))
         label = f"attention {att.kernel} {att.pass_} d{att.head_dim} s{att.seq_len}"
         try:
             call = _attention_call(att, device)
-            times = timer(call, warmup, reps, inner)
+            times = run.timer(call, warmup, reps, inner)
         except RuntimeError as e:  # a backend this GPU or build lacks: recorded, the sweep goes on
-            failed[label] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            run.failed[label] = str(e).splitlines()[0] if str(e) else type(e).__name__
             continue
         finally:
             call = None
@@ -469,38 +542,5 @@ def measure(
                 }
             )
         )
-        done += 1
-        if progress:
-            progress(done, total, f"{label}: {attention_rows[-1].tflops:.0f} TFLOP/s")
-    if device == "cuda":
-        measured = measured.model_copy(
-            update={"clocks": {**measured.clocks, **{f"after {k}": v for k, v in _clocks().items()}}}
-        )
-    software = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": platform.python_version()}
-    settings = {
-        "seed": seed,
-        "gemm_cases": len(gemms),
-        "stream_cases": len(streams),
-        "budget_s": budget_s,
-        "gemm_cases_skipped_over_budget": skipped,
-        "failed": failed,
-        "elapsed_s": round(time.monotonic() - t0, 1),
-        "timer": "cuda events" if device == "cuda" else "wall clock (test run, not a calibration)",
-        "repeats": list(repeats)
-        if repeats
-        else "2 warm-up windows; 5-20 timed windows of 1-50 calls (~50 ms per shape); median per call",
-    }
-    if not gemm_rows:
-        raise ProjectionError(
-            f"no GEMM could be measured ({skipped} over budget; failures: "
-            f"{'; '.join(f'{k}: {v}' for k, v in list(failed.items())[:3]) or 'none'})"
-        )
-    return CalibrationFile(
-        created=created,
-        device=measured,
-        software=software,
-        settings=settings,
-        gemm=tuple(gemm_rows),
-        stream=tuple(stream_rows),
-        attention=tuple(attention_rows),
-    )
+        run.step(f"{label}: {attention_rows[-1].tflops:.0f} TFLOP/s")
+    return attention_rows

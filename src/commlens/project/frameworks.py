@@ -83,6 +83,13 @@ class Framework(_Strict):
     fused: Fused
     compile: bool
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
+    module_host_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=1e-3,
+        description="host time of one linear module's forward beyond its kernels' launches (Transformer Engine's "
+        "te.Linear / GroupedLinear: quantizers, workspaces and autograd bookkeeping in Python)",
+    )
     overlap: Overlap
     schedules: tuple[Schedule, ...] = Field(min_length=1)
     recompute: tuple[Literal["full", "selective"], ...]

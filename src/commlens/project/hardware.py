@@ -109,6 +109,10 @@ class Device(BaseModel):
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streaming kernels reach")
     memory_efficiency_origin: str = Field(min_length=1, description="where memory_efficiency comes from")
     gemm_shape: GemmShape | None = Field(None, description="calibrated tile throughputs and K overhead")
+    host_op_factor: float = Field(
+        1.0, gt=0, description="host CPU time to issue one op, relative to the x86 hosts of a DGX H100 (Grace: ~2.75)"
+    )
+    host_op_factor_origin: str = Field(default="", description="where host_op_factor comes from")
 
     @field_validator("peak_flops")
     @classmethod

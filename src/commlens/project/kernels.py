@@ -143,6 +143,9 @@ class Kernel:
     eager: bool = False  # stays eager under CUDA graphs (dynamic shapes: MoE dispatch and experts)
     flops: float = 0.0  # forward FLOPs
     nbytes: float = 0.0  # forward bytes through HBM
+    modules: float = (
+        0.0  # linear modules (te.Linear, GroupedLinear) issuing these kernels: Framework.module_host_s each
+    )
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,49 @@ def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, 
     return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, flops=causal_flops)
 
 
+@dataclass(frozen=True)
+class _Builder:
+    """Makes one layer's kernels on one GPU: memory-bound ones at HBM rate (eager where the stack runs them
+    unfused), GEMMs by shape."""
+
+    dev: Device
+    fw: Framework
+    compiled: bool
+    gemm_peak: float
+    elem: float  # bytes per GEMM input element
+    gemm_launch: int  # launches per GEMM (with its fp8 casts)
+
+    def stream(self, name: str, kind: str, nbytes: float, launches: float, op: str | None = None, **kw: bool) -> Kernel:
+        factor, kernels = unfused_factor(self.fw, self.compiled, op) if op else (1.0, 1.0)
+        t_fwd = stream_time_s(self.dev, nbytes * factor) / (EAGER_STREAM_FRACTION if factor > 1 else 1.0)
+        return Kernel(name, kind, t_fwd, 2 * t_fwd, launches * kernels, nbytes=nbytes * factor, **kw)
+
+    def gemm(
+        self,
+        name: str,
+        kind: str,
+        m_: float,
+        n_: float,
+        k_: float,
+        chunks: int = 1,
+        times: float = 1.0,
+        launches: float | None = None,
+        eager: bool = False,
+        modules: float = 1.0,
+    ) -> Kernel:
+        """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m))."""
+        dev, peak, elem = self.dev, self.gemm_peak, self.elem
+        mc = m_ / chunks
+        fwd = chunks * gemm_time_s(dev, peak, mc, n_, k_, elem_bytes=elem)
+        bwd = chunks * gemm_time_s(dev, peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
+            dev, peak, k_, n_, m_, elem_bytes=elem
+        )
+        n_launch = self.gemm_launch * times if launches is None else launches
+        return Kernel(
+            name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times, modules=modules
+        )
+
+
 def layer_kernels(
     dev: Device,
     fw: Framework,
@@ -210,81 +256,81 @@ def layer_kernels(
     moe: bool,
 ) -> list[Kernel]:
     """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
-    t, h, d = s.tp, w.hidden, w.head_size
-    a_t, g_t = w.heads / t, max(w.kv_heads_n / t, 1.0)  # query and key/value heads on this GPU
-    mats = 3 if w.gated_ffn else 2
     fp8 = w.precision == "fp8"
-    elem = 1.0 if fp8 else 2.0
-    compiled = fw.compile if layout.compile is None else layout.compile
-    gemm_launch = 1 + (FP8_CAST_KERNELS if fp8 else 0)
-    tokens = s.tokens
-
-    def stream(name: str, kind: str, nbytes: float, launches: float, op: str | None = None, **kw: bool) -> Kernel:
-        factor, kernels = unfused_factor(fw, compiled, op) if op else (1.0, 1.0)
-        t_fwd = stream_time_s(dev, nbytes * factor) / (EAGER_STREAM_FRACTION if factor > 1 else 1.0)
-        return Kernel(name, kind, t_fwd, 2 * t_fwd, launches * kernels, nbytes=nbytes * factor, **kw)
-
-    def gemm(
-        name: str,
-        kind: str,
-        m_: float,
-        n_: float,
-        k_: float,
-        chunks: int = 1,
-        times: float = 1.0,
-        launches: float | None = None,
-        eager: bool = False,
-    ) -> Kernel:
-        """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m))."""
-        mc = m_ / chunks
-        fwd = chunks * gemm_time_s(dev, gemm_peak, mc, n_, k_, elem_bytes=elem)
-        bwd = chunks * gemm_time_s(dev, gemm_peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
-            dev, gemm_peak, k_, n_, m_, elem_bytes=elem
-        )
-        n_launch = gemm_launch * times if launches is None else launches
-        return Kernel(name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times)
-
+    b = _Builder(
+        dev=dev,
+        fw=fw,
+        compiled=fw.compile if layout.compile is None else layout.compile,
+        gemm_peak=gemm_peak,
+        elem=1.0 if fp8 else 2.0,
+        gemm_launch=1 + (FP8_CAST_KERNELS if fp8 else 0),
+    )
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    out = _attention_block(b, w, layout, s, peak16)
     resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
     linears = w.attention_linears(t)
-    out: list[Kernel] = [stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
-    for name, k_in, n_out in linears[:-1]:  # QKV, or MLA's down- and up-projections (latent norms beside them)
-        out.append(gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1))
-        if name in ("q_down", "kv_down"):
-            out.append(stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
-    if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
-        rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
-        out.append(stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
-    attention = _attention(dev, fw, w, layout, s, peak16)
-    out.append(attention)
-    if not fused_attention(dev, fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context copied back 4 B
-        b_heads = w.micro_batch * a_t
-        out.append(
-            stream("softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0)
-        )
-    out += [
-        gemm("attention_out", "gemm", tokens, h, linears[-1][1], s.tp_chunks),
-        stream("attention_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
-        stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
-    ]
-    if t > 1:  # the TP collectives' launches (their time is communication, counted apart)
-        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 4 if s.sp else 2))
     attn_in = 2 * resid + tokens * linears[-1][1] + sum(tokens * k for name, k, _ in linears[1:-1])
     attn_grads = sum(tokens * n for _, _, n in linears[:-1]) + 2 * resid
     if not moe:
+        mats = 3 if w.gated_ffn else 2
         f_t = w.ffn_hidden / t
         out += [
             # gate and up projections: one launch, each timed as its own GEMM
-            gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=gemm_launch),
-            stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
-            gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
-            stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+            b.gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=b.gemm_launch),
+            b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
+            b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
+            b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
         ]
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(dev, cast))
         return out
+    return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+
+
+def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
+    """The attention half of a layer: input norm, QKV (or MLA's projections), rotary, the attention core (with
+    softmax through HBM where it is not fused), the output projection, residual and the FFN's norm."""
+    t, h, d, tokens = s.tp, w.hidden, w.head_size, s.tokens
+    a_t, g_t = w.heads / t, max(w.kv_heads_n / t, 1.0)  # query and key/value heads on this GPU
+    resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
+    linears = w.attention_linears(t)
+    out: list[Kernel] = [b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
+    for name, k_in, n_out in linears[:-1]:  # QKV, or MLA's down- and up-projections (latent norms beside them)
+        out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1))
+        if name in ("q_down", "kv_down"):
+            out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
+    if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
+        rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
+        out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
+    out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
+    if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
+        b_heads = w.micro_batch * a_t
+        out.append(
+            b.stream(
+                "softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0
+            )
+        )
+    out += [
+        b.gemm("attention_out", "gemm", tokens, h, linears[-1][1], s.tp_chunks),
+        b.stream("attention_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+        b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+    ]
+    if t > 1:  # the TP collectives' launches (their time is communication, counted apart)
+        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 4 if s.sp else 2))
+    return out
+
+
+def _moe_block(
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, resid: float, attn_cast: tuple[float, float]
+) -> list[Kernel]:
+    """An MoE layer's FFN half: router, permutation, routed experts as grouped GEMMs (the most loaded GPU's
+    share), shared experts, residual; fp8 casts of the whole layer (``attn_cast``: the attention half's inputs
+    and output gradients)."""
     m = w.moe
     assert m is not None
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    mats = 3 if w.gated_ffn else 2
     cf = m.capacity_factor or 1.0
     etp = s.etp or t
     # token copies this GPU's experts take, routing balanced: with expert TP below TP, the EP group gathers the
@@ -294,34 +340,40 @@ def layer_kernels(
     per_expert = routed / local
     fe = m.expert_ffn_hidden / etp
     imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
-    up = gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
-    down = gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
-    out += [
-        gemm("router", "gemm", tokens, m.experts, h),
+    # one GroupedLinear module per direction over the local experts
+    up = b.gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
+    down = b.gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
+    out = [
+        b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, MOE_ROUTER_KERNELS),
-        stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
-        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * gemm_launch, True, flops=up.flops),
-        stream("experts_activation", "activation", 2 * 2 * routed * fe * mats * imbalance, 1, "activation", eager=True),
+        b.stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
+        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
+        b.stream(
+            "experts_activation", "activation", 2 * 2 * routed * fe * mats * imbalance, 1, "activation", eager=True
+        ),
         down,
-        stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+        b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
     if m.shared_experts:
         out += [
-            gemm(
+            b.gemm(
                 "shared_in",
                 "gemm",
                 tokens,
                 fe,
                 h,
                 times=(mats - 1) * m.shared_experts,
-                launches=gemm_launch * m.shared_experts,
+                launches=b.gemm_launch * m.shared_experts,
                 eager=True,
             ),
-            gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
+            b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
         ]
-    if fp8:
+    if w.precision == "fp8":
+        attn_in, attn_grads = attn_cast
         expert_tokens = routed + tokens * m.shared_experts
-        out.append(_cast(dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h))))
+        out.append(
+            _cast(b.dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
+        )
     return out
 
 

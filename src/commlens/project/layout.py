@@ -148,6 +148,13 @@ class ParallelLayout(BaseModel):
         description="tokens of the most loaded GPU's experts over the mean (1: balanced routing); EP waits for it",
     )
 
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        default="alltoall",
+        description="how MoE tokens cross scale-up domains: alltoall (NCCL all-to-all, one copy per routed expert) or "
+        "deepep (DeepEP / Megatron's flex dispatcher: one copy per destination domain over the scale-out network, "
+        "forwarded over NVLink inside it)",
+    )
+
     @field_validator("framework")
     @classmethod
     def _known_framework(cls, v: str) -> str:

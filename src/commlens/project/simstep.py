@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from commlens.project.layout import ParallelLayout, resolve
+from commlens.project.layout import ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_parameters
 from commlens.project.step import project
 from commlens.sim import Collective, Fault, groups_by_stride, simulate
@@ -66,47 +66,98 @@ def simulate_step(
     """Simulate one step; a JSON-ready document with the simulated and projected step times and the run."""
     wall0 = time.perf_counter()
     proj = project(workload, topology, layout, gpus)
-    r = resolve(layout, workload, gpus, topology.accelerators_per_node)
-    w = workload
-    pp, m, t = r.pp, r.micro_batches, r.tp
-    per_node = topology.accelerators_per_node
-    tokens = w.micro_batch * w.seq_len / r.cp
-    act = tokens * w.hidden * 2  # one micro-batch's activations, 16 bits
-    sp = layout.sp and t > 1
-    _, pp_stride = r.placement["pp"]
-    stage_of = lambda g: (g // pp_stride) % pp  # noqa: E731
-    colls: list[Collective] = []
+    graph = _StepGraph(workload, layout, resolve(layout, workload, gpus, topology.accelerators_per_node), gpus)
+    graph.add_schedule(proj.stages)
+    graph.add_dp_tails()
+    colls = graph.colls
+    nodes = max(1, -(-gpus // topology.accelerators_per_node))
+    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
+    return {
+        "format": "commlens.sim-step/1",
+        "workload": workload.name,
+        "topology": topology.name,
+        "gpus": gpus,
+        "layout": proj.layout,
+        "micro_batches": graph.r.micro_batches,
+        "collectives": len(colls),
+        "step_time_s": result.makespan_s,
+        "projected_step_time_s": proj.step_time_s,
+        "communication_s": _communication_s(result.collectives),
+        "routing": routing,
+        "seed": seed,
+        "qps": qps,
+        "channels": channels,
+        "events": result.events,
+        "rate_recomputations": result.recomputations,
+        "hottest_links": result.hottest,
+        "link_classes": result.classes,
+        "fabric": result.fabric,
+        "wall_s": time.perf_counter() - wall0,
+    }
 
-    def groups_of(dim: str, stage: int) -> np.ndarray:
-        size, stride = r.placement[dim]
-        g = groups_by_stride(gpus, size, stride)
-        return g[stage_of(g[:, 0]) == stage]
 
-    fwd_passes = 2 if layout.recompute == "full" else 1  # full recomputation runs the forward twice
-    # per layer of one micro-batch, as the projection prices them: TP activations; CP's K and V of the whole
-    # sequence; the token copies EP dispatches and combines (16 bits)
-    cp_kv = 2 * w.micro_batch * w.seq_len * max(w.kv_heads_n / t, 1.0) * w.head_size * 2 if r.cp > 1 else 0.0
-    moe = w.moe
-    a2a = tokens * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
-    layer_kinds = stage_layer_kinds(w, r)
+def _communication_s(collectives: Any) -> dict[str, float]:
+    """Simulated seconds by parallel dimension (tp, cp, ep, pp, dp, edp), summed over the step's collectives."""
+    parts: dict[str, float] = {}
+    for c in collectives:
+        kind = c.name.rsplit("/", 1)[-1]
+        if c.name.startswith(("dp@", "edp@")):
+            key = c.name.split("@", 1)[0]
+        elif ">send" in c.name:
+            key = "pp"
+        elif kind in ("compute", "join"):
+            continue
+        else:
+            key = {"ag": "tp", "rs": "tp", "ar": "tp", "ep": "ep"}.get(kind, "cp")
+        parts[key] = parts.get(key, 0.0) + c.time_s
+    return parts
 
-    def add_pass(base: str, kind: str, s: int, compute: float, after: tuple[str, ...]) -> str:
+
+class _StepGraph:
+    """One step's DAG of collectives, built pass by pass in 1F1B order (``colls``)."""
+
+    def __init__(self, w: Workload, layout: ParallelLayout, r: Resolved, gpus: int) -> None:
+        self.w, self.layout, self.r, self.gpus = w, layout, r, gpus
+        self.colls: list[Collective] = []
+        t = r.tp
+        tokens = w.micro_batch * w.seq_len / r.cp
+        self.act = tokens * w.hidden * 2  # one micro-batch's activations, 16 bits
+        self.sp = layout.sp and t > 1
+        self.pp_stride = r.placement["pp"][1]
+        self.fwd_passes = 2 if layout.recompute == "full" else 1  # full recomputation runs the forward twice
+        # per layer of one micro-batch, as the projection prices them: TP activations; CP's K and V of the whole
+        # sequence; the token copies EP dispatches and combines (16 bits)
+        self.cp_kv = 2 * w.micro_batch * w.seq_len * max(w.kv_heads_n / t, 1.0) * w.head_size * 2 if r.cp > 1 else 0.0
+        moe = w.moe
+        self.a2a = (
+            tokens * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
+        )
+        self.layer_kinds = stage_layer_kinds(w, r)
+
+    def groups_of(self, dim: str, stage: int) -> np.ndarray:
+        """The groups of dimension ``dim`` on pipeline stage ``stage`` (one row of ranks each)."""
+        size, stride = self.r.placement[dim]
+        g = groups_by_stride(self.gpus, size, stride)
+        return g[(g[:, 0] // self.pp_stride) % self.r.pp == stage]
+
+    def add_pass(self, base: str, kind: str, s: int, compute: float, after: tuple[str, ...]) -> str:
         """Add one pass of stage ``s``; returns its last collective. Its compute runs first, CP's K/V exchange
         alongside it (hidden behind it where it can be), then TP's collectives and EP's all-to-alls in turn."""
-        n = sum(layer_kinds[s]) or 1
-        moe_n = layer_kinds[s][1]
-        times = 1 if kind == "F" else fwd_passes  # a backward under full recomputation redoes the forward first
+        t, act, cp_kv, colls = self.r.tp, self.act, self.cp_kv, self.colls
+        n = sum(self.layer_kinds[s]) or 1
+        moe_n = self.layer_kinds[s][1]
+        times = 1 if kind == "F" else self.fwd_passes  # a backward under full recomputation redoes the forward first
         serial: list[tuple[str, str, float, str]] = []  # (suffix, op, bytes, dimension), one after another
         if t > 1:
-            if sp:  # an all-gather then a reduce-scatter per layer pair
+            if self.sp:  # an all-gather then a reduce-scatter per layer pair
                 serial += [
                     ("ag", "all_gather", 2 * n * act * times, "tp"),
                     ("rs", "reduce_scatter", 2 * n * act * times, "tp"),
                 ]
             else:
                 serial.append(("ar", "all_reduce", 2 * n * act * times, "tp"))
-        if a2a and moe_n:  # dispatch and combine of every MoE layer
-            serial.append(("ep", "all_to_all", 2 * moe_n * a2a * times, "ep"))
+        if self.a2a and moe_n:  # dispatch and combine of every MoE layer
+            serial.append(("ep", "all_to_all", 2 * moe_n * self.a2a * times, "ep"))
         fold = serial and not cp_kv  # the compute is then the first collective's wait: a task fewer per pass
         chain = after
         if not fold:
@@ -118,7 +169,13 @@ def simulate_step(
                     label = f"{base}/{suffix}{k}"
                     colls.append(
                         Collective(
-                            label, op, n * cp_kv, groups_of("cp", s), after=chain, communicator=f"cp{s}", lockstep=True
+                            label,
+                            op,
+                            n * cp_kv,
+                            self.groups_of("cp", s),
+                            after=chain,
+                            communicator=f"cp{s}",
+                            lockstep=True,
                         )
                     )
                     chain = (label,)
@@ -132,7 +189,7 @@ def simulate_step(
                     label,
                     op,
                     nbytes,
-                    groups_of(dim, s),
+                    self.groups_of(dim, s),
                     after=chain,
                     delay_s=delay,
                     communicator=f"{dim}{s}",
@@ -145,110 +202,91 @@ def simulate_step(
             chain = (f"{base}/join",)
         return chain[0]
 
-    last: dict[int, str] = {}
-    names: dict[tuple[str, int, int], str] = {}  # (pass, stage, micro-batch) -> its last collective
-    pp_groups = groups_by_stride(gpus, pp, pp_stride) if pp > 1 else None
-    ops = {s: _schedule(pp, m, s) for s in range(pp)}
-    cursor = {s: 0 for s in range(pp)}
-    # emit in an order where every dependency is already defined: sweep the stages until all ops are placed
-    pending = sum(len(v) for v in ops.values())
-    while pending:
-        progressed = False
-        for s in range(pp):
-            while cursor[s] < len(ops[s]):
-                kind, i = ops[s][cursor[s]]
-                src = (kind, s - 1, i) if kind == "F" else (kind, s + 1, i)
-                needs_input = (kind == "F" and s > 0) or (kind == "B" and s < pp - 1)
-                if needs_input and src not in names:
-                    break
-                st = proj.stages[s]
-                own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
-                # a forward's share: one forward of (fwd_passes forwards + a backward of twice a forward)
-                compute = own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
-                after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
-                base = f"{kind}{i}@s{s}"
-                end = add_pass(base, kind, s, compute, after)
-                last[s] = end
-                names[(kind, s, i)] = end
-                nxt = s + 1 if kind == "F" else s - 1
-                if pp_groups is not None and 0 <= nxt < pp:
-                    pair = pp_groups[:, [nxt, s]]  # binomial broadcast on 2 ranks: rank 1 (this stage) -> rank 0
-                    colls.append(
+    def add_schedule(self, proj_stages: list[dict[str, float]]) -> None:
+        """Every stage's passes in 1F1B order, each after its input from the neighbouring stage, with the sends;
+        each pass's compute is its share of the projected stage's time without communication."""
+        pp, m, fwd_passes = self.r.pp, self.r.micro_batches, self.fwd_passes
+        last: dict[int, str] = {}
+        names: dict[tuple[str, int, int], str] = {}  # (pass, stage, micro-batch) -> its last collective
+        pp_groups = groups_by_stride(self.gpus, pp, self.pp_stride) if pp > 1 else None
+        ops = {s: _schedule(pp, m, s) for s in range(pp)}
+        cursor = {s: 0 for s in range(pp)}
+        # emit in an order where every dependency is already defined: sweep the stages until all ops are placed
+        pending = sum(len(v) for v in ops.values())
+        while pending:
+            progressed = False
+            for s in range(pp):
+                while cursor[s] < len(ops[s]):
+                    kind, i = ops[s][cursor[s]]
+                    src = (kind, s - 1, i) if kind == "F" else (kind, s + 1, i)
+                    needs_input = (kind == "F" and s > 0) or (kind == "B" and s < pp - 1)
+                    if needs_input and src not in names:
+                        break
+                    st = proj_stages[s]
+                    own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
+                    # a forward's share: one forward of (fwd_passes forwards + a backward of twice a forward)
+                    compute = own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
+                    after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
+                    end = self.add_pass(f"{kind}{i}@s{s}", kind, s, compute, after)
+                    last[s] = end
+                    names[(kind, s, i)] = end
+                    nxt = s + 1 if kind == "F" else s - 1
+                    if pp_groups is not None and 0 <= nxt < pp:
+                        self._add_send(end, pp_groups[:, [nxt, s]], s, nxt)
+                    cursor[s] += 1
+                    pending -= 1
+                    progressed = True
+            if not progressed:
+                raise RuntimeError("1F1B schedule could not be ordered")
+        self.last = last
+
+    def _add_send(self, end: str, pair: np.ndarray, s: int, nxt: int) -> None:
+        """A pass's output to the neighbouring stage: a binomial broadcast on 2 ranks, rank 1 (this stage) -> 0."""
+        self.colls.append(
+            Collective(
+                f"{end}>send",
+                "broadcast",
+                self.act / (self.r.tp if (self.sp or self.layout.pp_scatter_gather) else 1),
+                pair,
+                algo="binomial",
+                after=(end,),
+                communicator=f"pp{min(s, nxt)}",
+                lockstep=True,
+            )
+        )
+
+    def add_dp_tails(self) -> None:
+        """After each stage's last backward, its gradients reduced: dense parameters over DP (x CP), experts' over
+        the expert-data-parallel groups."""
+        w, r, layout, moe = self.w, self.r, self.layout, self.w.moe
+        params = stage_parameters(w, r)
+        tails = [("dp", 0, r.placement["dp"][0])] + ([("edp", 1, r.placement["edp"][0])] if moe is not None else [])
+        for s in range(r.pp):
+            for dim, which, size in tails:
+                count = params[s][which] if moe is not None else params[s][0] + params[s][1]
+                if size < 2 or count <= 0:
+                    continue
+                grads = count * layout.grad_reduce_bytes
+                # ZeRO 0: one all-reduce; ZeRO 1/2: reduce-scatter, then the updated parameters all-gathered
+                steps = [("ar", "all_reduce", grads)] if layout.zero == 0 else [
+                    ("rs", "reduce_scatter", grads),
+                    ("ag", "all_gather", count * 2),
+                ]  # fmt: skip
+                prev = self.last[s]
+                for suffix, op, nbytes in steps:
+                    name = f"{dim}@s{s}/{suffix}"
+                    self.colls.append(
                         Collective(
-                            f"{end}>send",
-                            "broadcast",
-                            act / (t if (sp or layout.pp_scatter_gather) else 1),
-                            pair,
-                            algo="binomial",
-                            after=(end,),
-                            communicator=f"pp{min(s, nxt)}",
+                            name,
+                            op,
+                            nbytes,
+                            self.groups_of(dim, s),
+                            after=(prev,),
+                            communicator=f"{dim}{s}",
                             lockstep=True,
                         )
                     )
-                cursor[s] += 1
-                pending -= 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError("1F1B schedule could not be ordered")
-    params = stage_parameters(w, r)
-    # dense parameters are reduced over DP (x CP), experts' over the expert-data-parallel groups
-    tails = [("dp", 0, r.placement["dp"][0])] + ([("edp", 1, r.placement["edp"][0])] if moe is not None else [])
-    for s in range(pp):
-        for dim, which, size in tails:
-            count = params[s][which] if moe is not None else params[s][0] + params[s][1]
-            if size < 2 or count <= 0:
-                continue
-            grads = count * layout.grad_reduce_bytes
-            # ZeRO 0: one all-reduce; ZeRO 1/2: reduce-scatter, then the updated parameters all-gathered
-            steps = [("ar", "all_reduce", grads)] if layout.zero == 0 else [
-                ("rs", "reduce_scatter", grads),
-                ("ag", "all_gather", count * 2),
-            ]  # fmt: skip
-            prev = last[s]
-            for suffix, op, nbytes in steps:
-                name = f"{dim}@s{s}/{suffix}"
-                colls.append(
-                    Collective(
-                        name, op, nbytes, groups_of(dim, s), after=(prev,), communicator=f"{dim}{s}", lockstep=True
-                    )
-                )
-                prev = name
-    nodes = max(1, -(-gpus // per_node))
-    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
-    parts: dict[str, float] = {}
-    for c in result.collectives:
-        kind = c.name.rsplit("/", 1)[-1]
-        if c.name.startswith(("dp@", "edp@")):
-            key = c.name.split("@", 1)[0]
-        elif ">send" in c.name:
-            key = "pp"
-        elif kind in ("compute", "join"):
-            continue
-        else:
-            key = {"ag": "tp", "rs": "tp", "ar": "tp", "ep": "ep"}.get(kind, "cp")
-        parts[key] = parts.get(key, 0.0) + c.time_s
-    return {
-        "format": "commlens.sim-step/1",
-        "workload": w.name,
-        "topology": topology.name,
-        "gpus": gpus,
-        "layout": proj.layout,
-        "micro_batches": m,
-        "collectives": len(colls),
-        "step_time_s": result.makespan_s,
-        "projected_step_time_s": proj.step_time_s,
-        "communication_s": parts,
-        "routing": routing,
-        "seed": seed,
-        "qps": qps,
-        "channels": channels,
-        "events": result.events,
-        "rate_recomputations": result.recomputations,
-        "hottest_links": result.hottest,
-        "link_classes": result.classes,
-        "fabric": result.fabric,
-        "wall_s": time.perf_counter() - wall0,
-    }
+                    prev = name
 
 
 def _delay(name: str, seconds: float, after: tuple[str, ...]) -> Collective:

@@ -37,7 +37,7 @@ from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, framework, loss_fused
-from commlens.project.hardware import accelerator_files, device_for
+from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
     EAGER_STREAM_FRACTION,
@@ -229,6 +229,33 @@ def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
     return 3.0 * (fwd + logits)
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What every part of one projection reads: the GPU, the workload, the layout as resolved on the job, its
+    framework, the collective model, and one micro-batch's share on this GPU."""
+
+    dev: Device
+    w: Workload
+    layout: ParallelLayout
+    r: Resolved
+    fw: Framework
+    comm: Callable[[str, float, Group], float]
+    tokens: float  # this GPU's tokens of one micro-batch
+    sp: bool
+    fwd_passes: float  # forwards per micro-batch (2 under full recomputation)
+    nodes_per_domain: int  # nodes one scale-up (NVLink) domain holds
+
+
+@dataclass(frozen=True)
+class _LayerComm:
+    """One layer's communication for one micro-batch, before any overlap."""
+
+    tp_bytes: float  # one TP collective's activations (16 bits)
+    tp_pass: float  # TP's collectives of one pass
+    cp_fwd: float  # CP's K/V all-gather of the forward
+    cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients
+
+
 def project(
     workload: Workload,
     topology: Topology,
@@ -251,6 +278,100 @@ def project(
     r = resolve(layout, w, gpus, topology.accelerators_per_node)
     comm = _comm_model(topology, r, gpus, network, sim_options or {})
     peak = dev.peak(w.precision)
+    stage_mem, mem = _memory(dev, w, layout, r, check_memory)
+    fw = framework(layout.framework)
+    if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
+        raise InfeasibleLayoutError(
+            f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
+            "schedule",
+        )
+    c = _Setup(
+        dev=dev,
+        w=w,
+        layout=layout,
+        r=r,
+        fw=fw,
+        comm=comm,
+        tokens=w.micro_batch * w.seq_len / r.cp,
+        sp=layout.sp and r.tp > 1,
+        fwd_passes=2.0 if layout.recompute == "full" else 1.0,
+        nodes_per_domain=max(1, topology.scale_up.domain_size // topology.accelerators_per_node),
+    )
+    fp8 = w.precision == "fp8"
+    gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
+    layer_kinds = _layer_kinds(c, accelerators, gemm_peak)
+    lc = _layer_comm(c)
+    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden)
+    # and its seconds by kernel class
+    kind_times: list[tuple[float, ...]] = []
+    kind_seconds: list[dict[str, float]] = []
+    for kernels, a2a_bytes in layer_kinds:
+        times, by_kind = _layer_time(c, kernels, a2a_bytes, lc)
+        kind_times.append(times)
+        kind_seconds.append(by_kind)
+    stages, stage_classes = _stages(c, kind_times, kind_seconds, _pp_p2p(c), _ends(c, gemm_peak, lc.tp_bytes), gpus)
+    m_count = r.micro_batches
+    pipeline_s, pace, schedule = _pipeline(c, stages)
+    dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden = _slowest_tail(c, stages, m_count)
+    contention = (dp_hidden + fsdp_hidden) * min(1.0, OVERLAP_COMM_SMS / dev.sms)
+    step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
+    m = m_count
+    ps = stages[pace]
+    breakdown = {
+        "compute": m * ps["compute"],
+        "memory_bound": m * ps["memory_bound"],
+        "tp_comm": m * ps["tp_comm"],
+        "cp_comm": m * ps["cp_comm"],
+        "ep_comm": m * ps["ep_comm"],
+        "pp_comm": m * ps["pp_comm"],
+        "host_overhead": m * ps["host"],
+        "slowest_gpu": m * ps["slowest_gpu"],
+        "bubble": pipeline_s - m * ps["per_micro_batch_s"],
+        "dp_comm": dp_exposed + fsdp_exposed + contention,
+        "optimizer": optimizer_s,
+    }
+    kernel_s = {cls: m * v for cls, v in stage_classes[pace].items() if v > 0}
+    if optimizer_s:
+        kernel_s["optimizer"] = optimizer_s
+    for st, sm in zip(stages, stage_mem, strict=True):
+        st["memory_bytes"] = sm["total"]
+        st["reserved_bytes"] = sm["reserved"]
+        st["in_flight"] = sm["in_flight"]
+    model_tflops = model_flops_per_step(w, "none") / step / gpus / 1e12
+    return Projection(
+        workload=w.name,
+        topology=topology.name,
+        gpus=gpus,
+        layout=_layout_summary(c, schedule),
+        step_time_s=step,
+        tokens_per_s=w.global_batch * w.seq_len / step,
+        model_tflops_per_gpu=model_tflops,
+        hw_tflops_per_gpu=model_flops_per_step(w, layout.recompute) / step / gpus / 1e12,
+        mfu=model_tflops * 1e12 / peak,
+        memory_bytes_per_gpu=mem["reserved"],
+        memory_capacity_bytes=dev.hbm_bytes,
+        breakdown=breakdown,
+        memory=mem,
+        overlapped_s={
+            "tp_comm": m * ps["tp_hidden"],
+            "cp_comm": m * ps["cp_hidden"],
+            "dp_comm": dp_hidden,
+            "fsdp_gather": fsdp_hidden,
+        },
+        stages=stages,
+        pace_stage=pace,
+        kernels={cls: kernel_s[cls] for cls in KINDS if cls in kernel_s},
+        framework=layout.framework,
+        memory_fit="fits" if mem["reserved"] <= dev.hbm_bytes else "tight",
+        band=_band(step, family_of(topology.accelerator.name, layout.framework, w.moe is not None, w.seq_len)),
+    )
+
+
+def _memory(
+    dev: Device, w: Workload, layout: ParallelLayout, r: Resolved, check_memory: bool
+) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Each stage's memory and the fullest stage's; refused when it is over the GPU's by more than the model's
+    error."""
     stage_mem = stage_memory(w, layout, r)
     worst = max(range(len(stage_mem)), key=lambda i: stage_mem[i]["reserved"])
     mem = {k: stage_mem[worst][k] for k in ("weights", "gradients", "optimizer", "activations", "total", "reserved")}
@@ -261,42 +382,58 @@ def project(
             f"({dev.hbm_bytes / 2**30:.1f} GiB), more than the memory model's {MEMORY_TOLERANCE:.0%} error over",
             "memory",
         )
+    return stage_mem, mem
 
-    t, cp, h = r.tp, r.cp, w.hidden
-    sp = layout.sp and t > 1
-    tokens = w.micro_batch * w.seq_len / cp  # this GPU's tokens of one micro-batch
-    keys = float(w.seq_len)
-    d, g_t = w.head_size, max(w.kv_heads_n / t, 1.0)
-    fp8 = w.precision == "fp8"
-    peak16 = dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
-    gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
 
+def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float) -> list[tuple[list[Kernel], float]]:
+    """One layer of each kind (dense, then MoE), one micro-batch: its kernels and its all-to-all bytes per pass."""
+    w, layout, r, t = c.w, c.layout, c.r, c.r.tp
+    peak16 = c.dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
     tp_chunks = t if layout.tp_comm_overlap and t > 1 else 1
-    fw = framework(layout.framework)
-    if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
-        raise InfeasibleLayoutError(
-            f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
-            "schedule",
-        )
     eff_files = tuple(accelerators) if accelerators is not None else accelerator_files()
     shape = LayerShape(
-        tokens=tokens, keys=keys, tp=t, ep=r.ep, sp=sp, tp_chunks=tp_chunks, efficiency_files=eff_files, etp=r.etp
+        tokens=c.tokens,
+        keys=float(w.seq_len),
+        tp=t,
+        ep=r.ep,
+        sp=c.sp,
+        tp_chunks=tp_chunks,
+        efficiency_files=eff_files,
+        etp=r.etp,
     )
-    resid = tokens * h * (1.0 if sp else t) / t  # elements of the residual stream on this GPU
-
-    # --- one layer, one micro-batch: its kernels (dense and MoE kinds), then its communication
-    dense_layers = w.layers - w.moe_layers
-    layer_kinds: list[tuple[list[Kernel], float]] = []  # (kernels, all-to-all bytes per pass)
-    if dense_layers:
-        layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
+    kinds: list[tuple[list[Kernel], float]] = []
+    if w.layers - w.moe_layers:
+        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
-        routed_tokens = tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
-        a2a_bytes = routed_tokens * h * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
-        layer_kinds.append((layer_kernels(dev, fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
+        routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
+        a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
+        if layout.moe_dispatcher == "deepep":
+            domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
+            a2a_bytes *= domain_dedup(w.moe.experts, w.moe.top_k, domains)
+        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
+    return kinds
 
-    tp_bytes = tokens * h * 2
+
+def domain_dedup(experts: int, top_k: int, domains: int) -> float:
+    """The share of a token's routed copies that still cross the scale-out network when the dispatcher sends each
+    token once per destination domain and forwards it over NVLink there (DeepEP's internode dispatch; the
+    DeepSeek-V3 report, Sec. 3.2.2): with the experts spread evenly over ``domains`` and ``top_k`` of them chosen
+    uniformly, the expected distinct remote domains over the expected remote copies (1 within one domain)."""
+    if domains <= 1:
+        return 1.0
+    per = experts // domains
+    p_none = math.comb(experts - per, top_k) / math.comb(experts, top_k)  # no chosen expert in a given domain
+    distinct_remote = (domains - 1) * (1.0 - p_none)
+    copies_remote = top_k * (domains - 1) / domains
+    return min(1.0, distinct_remote / copies_remote)
+
+
+def _layer_comm(c: _Setup) -> _LayerComm:
+    """TP's collectives of one layer pass and CP's K/V exchange (MLA: after the up-projection, every head's)."""
+    w, r, t, comm = c.w, c.r, c.r.tp, c.comm
+    tp_bytes = c.tokens * w.hidden * 2
     if t > 1:
-        if sp:
+        if c.sp:
             tp_pass = 2 * (
                 comm("all_gather", tp_bytes, r.groups["tp"]) + comm("reduce_scatter", tp_bytes, r.groups["tp"])
             )
@@ -304,103 +441,140 @@ def project(
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
         tp_pass = 0.0
-    # K and V of the whole sequence, gathered (MLA: after the up-projection, every head's)
-    kv_width = 2 * g_t * d if w.mla is None else w.heads / t * (w.qk_head_dim + w.v_head_dim)
+    g_t = max(w.kv_heads_n / t, 1.0)
+    kv_width = 2 * g_t * w.head_size if w.mla is None else w.heads / t * (w.qk_head_dim + w.v_head_dim)
     cp_kv_bytes = w.micro_batch * w.seq_len * kv_width * 2
-    cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0
-    cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if cp > 1 else 0.0)
-    cp_hides = fw.overlap.cp == "ring"
+    cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0
+    cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0)
+    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
 
-    recompute_full = layout.recompute == "full"
+
+def _layer_time(
+    c: _Setup, kernels: list[Kernel], a2a_bytes: float, lc: _LayerComm
+) -> tuple[tuple[float, ...], dict[str, float]]:
+    """One layer, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden) and its
+    seconds by kernel class."""
+    dev, w, layout, r, fw, t = c.dev, c.w, c.layout, c.r, c.fw, c.r.tp
+    fwd_passes = c.fwd_passes
     redo = recomputed_modules(layout)  # selective recomputation's modules
-    fwd_passes = 2.0 if recompute_full else 1.0
-    host_static = 0.0 if layout.cuda_graphs else fw.host_s_per_kernel  # graphable kernels: none left to launch
-    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden)
-    kind_times: list[tuple[float, ...]] = []
-    kind_seconds: list[dict[str, float]] = []  # per layer of each kind, one micro-batch: seconds by kernel class
-    for kernels, a2a_bytes in layer_kinds:
-        by_kind: dict[str, float] = {}
-        for k in kernels:
-            passes = fwd_passes + recompute_share(k.name, redo, w)
-            by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
-        kind_seconds.append(by_kind)
-        compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
-        stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
-        t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
-        t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
-        t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
-        static = sum(k.launches for k in kernels if not k.eager)
-        eager = sum(k.launches for k in kernels if k.eager)
-        # host time to launch the layer's kernels (backward launches about twice the forward's)
-        host = (static * host_static + eager * fw.host_s_per_kernel) * (fwd_passes + BACKWARD_KERNEL_RATIO)
-        cp_exp = cp_hid = 0.0
-        if cp > 1:
-            exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
-            if not cp_hides:
-                exposed = cp_fwd * fwd_passes + cp_bwd
-            cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
-            cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
-        ep_t = 0.0
-        if a2a_bytes and r.ep > 1:
-            ep_t = comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
-            if layout.schedule == "dualpipe":
-                # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
-                # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
-                # the hidden part holds its SMs meanwhile (the report's kernels: 20 of 132 SMs; OVERLAP_COMM_SMS)
-                ep_hid = min(ep_t, compute + stream)
-                ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
-        tp_t, tp_hid = tp_pass * (fwd_passes + 1.0), 0.0
-        if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
-            exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
-            # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
-            tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
-        gpu = compute + stream + tp_t + cp_exp + ep_t
-        host_exposed = max(0.0, host - gpu)
-        if a2a_bytes and fw.moe_dispatch_sync:
-            # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
-            # GPU past that point, so the forward's two halves (before and after the sync) each take the longer of
-            # their launches and their GPU work, plus the copy's round trip; the backward reuses the counts
-            ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
-            pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + tp_pass / 2
-            post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
-            pre_host = static * host_static
-            post_host = eager * fw.host_s_per_kernel
-            fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
-            bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
-            bwd_host = (static * host_static + eager * fw.host_s_per_kernel) * BACKWARD_KERNEL_RATIO
-            host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
-        kind_times.append((compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid))
-    dense_kind = 0 if dense_layers else None
-    moe_kind = len(kind_times) - 1 if w.moe is not None else None
+    # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
+    host_op_s = fw.host_s_per_kernel * dev.host_op_factor
+    host_static = 0.0 if layout.cuda_graphs else host_op_s  # graphable kernels: none left to launch
+    module_s = fw.module_host_s * dev.host_op_factor  # a linear module's own host time beyond its launches
+    module_static = 0.0 if layout.cuda_graphs else module_s
+    by_kind: dict[str, float] = {}
+    for k in kernels:
+        passes = fwd_passes + recompute_share(k.name, redo, w)
+        by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
+    compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
+    stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
+    t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
+    t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
+    t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
+    # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
+    pre_host = sum(k.launches * host_static + k.modules * module_static for k in kernels if not k.eager)
+    post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
+    # (the backward issues about twice the forward's)
+    host = (pre_host + post_host) * (fwd_passes + BACKWARD_KERNEL_RATIO)
+    cp_exp = cp_hid = 0.0
+    cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
+    if r.cp > 1:
+        exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
+        if fw.overlap.cp != "ring":
+            exposed = cp_fwd * fwd_passes + cp_bwd
+        cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
+        cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
+    ep_t = 0.0
+    if a2a_bytes and r.ep > 1:
+        ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
+        if layout.schedule == "dualpipe":
+            # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
+            # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
+            # the hidden part holds its SMs meanwhile (the report's kernels: 20 of 132 SMs; OVERLAP_COMM_SMS)
+            ep_hid = min(ep_t, compute + stream)
+            ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
+    tp_t, tp_hid = lc.tp_pass * (fwd_passes + 1.0), 0.0
+    if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
+        exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
+        # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
+        tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
+    gpu = compute + stream + tp_t + cp_exp + ep_t
+    host_exposed = max(0.0, host - gpu)
+    if a2a_bytes and fw.moe_dispatch_sync:
+        # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
+        # GPU past that point, so the forward's two halves (before and after the sync) each take the longer of
+        # their launches and their GPU work, plus the copy's round trip; the backward reuses the counts
+        ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
+        pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + lc.tp_pass / 2
+        post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
+        fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
+        bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
+        bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
+        host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
+    return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
 
-    pp_p2p = 0.0
-    if r.pp > 1:
-        split = t if (sp or layout.pp_scatter_gather) else 1
-        p2p_bytes = tokens * h * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
-        pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
-        pp_p2p = comm("sendrecv", p2p_bytes, pp_group)
-        if t > 1 and not sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
-            pp_p2p += comm("all_gather", tokens * h * 2, r.groups["tp"])
-        pp_p2p *= 2 * r.vpp  # forward activations and backward gradients, per virtual stage
-    # the first stage's embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
+
+def _pp_p2p(c: _Setup) -> float:
+    """The pipeline's sends and receives per micro-batch on one stage (forward activations, backward gradients,
+    per virtual stage)."""
+    layout, r, t = c.layout, c.r, c.r.tp
+    if r.pp <= 1:
+        return 0.0
+    split = t if (c.sp or layout.pp_scatter_gather) else 1
+    p2p_bytes = c.tokens * c.w.hidden * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
+    pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
+    pp_p2p = c.comm("sendrecv", p2p_bytes, pp_group)
+    if t > 1 and not c.sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
+        pp_p2p += c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
+    return pp_p2p * 2 * r.vpp
+
+
+def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
+    """The first stage's embedding and the last stage's output layer, final norm and loss, one micro-batch."""
+    dev, w, layout, r, t, h, comm = c.dev, c.w, c.layout, c.r, c.r.tp, c.w.hidden, c.comm
+    tokens = c.tokens
+    resid = tokens * h * (1.0 if c.sp else t) / t  # elements of the residual stream on this GPU
+    # the embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
     embed_stream = stream_time_s(dev, tokens * h * (4.0 + 8.0) / t)
     embed_tp = 0.0
     if t > 1:
-        embed_tp = comm("reduce_scatter" if sp else "all_reduce", tp_bytes, r.groups["tp"])
-    # the last stage's output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
-    elem = 1.0 if fp8 else 2.0
+        embed_tp = comm("reduce_scatter" if c.sp else "all_reduce", tp_bytes, r.groups["tp"])
+    # the output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
+    elem = 1.0 if w.precision == "fp8" else 2.0
     head_compute = (
         gemm_time_s(dev, gemm_peak, tokens, w.vocab / t, h, elem_bytes=elem)
         + gemm_time_s(dev, gemm_peak, tokens, h, w.vocab / t, elem_bytes=elem)
         + gemm_time_s(dev, gemm_peak, h, w.vocab / t, tokens, elem_bytes=elem)
     )
+    fw = c.fw
     loss_factor, _ = unfused_factor(fw, loss_fused(fw, layout.compile, layout.compile_loss), "cross_entropy")
     head_loss = stream_time_s(dev, tokens * w.vocab / t * LOSS_BYTES_PER_LOGIT * loss_factor)
     if loss_factor > 1:  # an eager cross-entropy: ATen kernels, slower than a fused stream
         head_loss /= EAGER_STREAM_FRACTION
     head_stream = head_loss + stream_time_s(dev, 8 * resid)
-    head_tp = 2 * comm("all_gather" if sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
+    head_tp = 2 * comm("all_gather" if c.sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
+    return {
+        "embed_stream": embed_stream,
+        "embed_tp": embed_tp,
+        "head_compute": head_compute,
+        "head_loss": head_loss,
+        "head_stream": head_stream,
+        "head_tp": head_tp,
+    }
 
+
+def _stages(
+    c: _Setup,
+    kind_times: list[tuple[float, ...]],
+    kind_seconds: list[dict[str, float]],
+    pp_p2p: float,
+    ends: dict[str, float],
+    gpus: int,
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Each pipeline stage's time per micro-batch by part, and its seconds by kernel class."""
+    w, layout, r = c.w, c.layout, c.r
+    dense_kind = 0 if w.layers - w.moe_layers else None
+    moe_kind = len(kind_times) - 1 if w.moe is not None else None
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
@@ -420,18 +594,18 @@ def project(
                 for cls, v in kind_seconds[kind].items():
                     classes[cls] = classes.get(cls, 0.0) + count * v
         if i == 0:
-            stream += embed_stream
-            tp_t += embed_tp
-            classes["embedding"] = embed_stream
+            stream += ends["embed_stream"]
+            tp_t += ends["embed_tp"]
+            classes["embedding"] = ends["embed_stream"]
         if i == r.pp - 1:
-            compute += head_compute
-            classes["gemm"] = classes.get("gemm", 0.0) + head_compute
-            classes["loss"] = head_loss
-            classes["norm"] = classes.get("norm", 0.0) + head_stream - head_loss
-            stream += head_stream
-            tp_t += head_tp
+            compute += ends["head_compute"]
+            classes["gemm"] = classes.get("gemm", 0.0) + ends["head_compute"]
+            classes["loss"] = ends["head_loss"]
+            classes["norm"] = classes.get("norm", 0.0) + ends["head_stream"] - ends["head_loss"]
+            stream += ends["head_stream"]
+            tp_t += ends["head_tp"]
         if not layout.grad_accum_fusion:
-            classes["grad_accum"] = stream_time_s(dev, sum(stage_params[i]) * accum_bytes)
+            classes["grad_accum"] = stream_time_s(c.dev, sum(stage_params[i]) * accum_bytes)
             stream += classes["grad_accum"]
         stage_classes.append(classes)
         slowest = (compute + stream) * (straggle - 1.0)  # every collective waits for the slowest GPU's share
@@ -452,17 +626,30 @@ def project(
                 "per_micro_batch_s": per_mb,
             }
         )
+    return stages, stage_classes
+
+
+def _pipeline(c: _Setup, stages: list[dict[str, float]]) -> tuple[float, int, str]:
+    """(the pipeline's time, the stage that sets its pace, the schedule): ``m`` x the slowest stage + one pass
+    through the others scaled by the schedule's fill and drain; each stage's own bubble is set in ``idle_s``."""
+    r = c.r
     m_count = r.micro_batches
     times = [s["per_micro_batch_s"] for s in stages]
     pace = max(range(len(stages)), key=times.__getitem__)
     t_max = times[pace]
     # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
-    schedule = layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
+    schedule = c.layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
     pipeline_s = m_count * t_max + (sum(times) - t_max) * PIPELINE_FILL[schedule](r.pp, r.vpp)
     for st in stages:  # each stage's own bubble: the pipeline's time it spends not working on its micro-batches
         st["idle_s"] = pipeline_s - m_count * st["per_micro_batch_s"]
+    return pipeline_s, pace, schedule
 
-    # --- data parallelism and the optimizer, per stage (its own parameters); the step waits for the slowest
+
+def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tuple[float, float, float, float, float]:
+    """Data parallelism and the optimizer per stage (its own parameters; ``tail_s`` set on each): the step waits
+    for the slowest stage's (exposed DP, exposed FSDP gathers, optimizer, hidden DP, hidden gathers)."""
+    dev, layout, r = c.dev, c.layout, c.r
+    stage_params = stage_parameters(c.w, r)
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
@@ -475,7 +662,7 @@ def project(
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
-                comm,
+                c.comm,
                 dev,
                 layout,
                 dense_local,
@@ -485,9 +672,9 @@ def project(
                 gb,
                 opt_bytes,
                 st,
-                recompute_full,
+                layout.recompute == "full",
                 m_count,
-                fw,
+                c.fw,
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and the SMs the hidden DP reduction and ZeRO-3 gathers hold
@@ -496,78 +683,28 @@ def project(
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, tail)
-    _, _, (dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden) = best_tail
+    return best_tail[2]
 
-    contention = (dp_hidden + fsdp_hidden) * sm_share
-    step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
-    m = m_count
-    ps = stages[pace]
-    breakdown = {
-        "compute": m * ps["compute"],
-        "memory_bound": m * ps["memory_bound"],
-        "tp_comm": m * ps["tp_comm"],
-        "cp_comm": m * ps["cp_comm"],
-        "ep_comm": m * ps["ep_comm"],
-        "pp_comm": m * ps["pp_comm"],
-        "host_overhead": m * ps["host"],
-        "slowest_gpu": m * ps["slowest_gpu"],
-        "bubble": pipeline_s - m * t_max,
-        "dp_comm": dp_exposed + fsdp_exposed + contention,
-        "optimizer": optimizer_s,
+
+def _layout_summary(c: _Setup, schedule: str) -> dict[str, object]:
+    """The layout as resolved, for the projection's record."""
+    layout, r = c.layout, c.r
+    return {
+        "tp": r.tp,
+        "sp": c.sp,
+        "cp": r.cp,
+        "pp": r.pp,
+        "vpp": r.vpp,
+        "dp": r.dp,
+        "ep": r.ep,
+        "zero": layout.zero,
+        "recompute": layout.recompute,
+        "micro_batches": r.micro_batches,
+        "stage_layers": list(r.stage_layers),
+        "order": ",".join(layout.order),
+        "schedule": schedule,
+        "framework": layout.framework,
     }
-    kernel_s = {cls: m * v for cls, v in stage_classes[pace].items() if v > 0}
-    if optimizer_s:
-        kernel_s["optimizer"] = optimizer_s
-    for st, sm in zip(stages, stage_mem, strict=True):
-        st["memory_bytes"] = sm["total"]
-        st["reserved_bytes"] = sm["reserved"]
-        st["in_flight"] = sm["in_flight"]
-    tokens_step = w.global_batch * w.seq_len
-    model_flops = model_flops_per_step(w, "none")
-    hw_flops = model_flops_per_step(w, layout.recompute)
-    model_tflops = model_flops / step / gpus / 1e12
-    return Projection(
-        workload=w.name,
-        topology=topology.name,
-        gpus=gpus,
-        layout={
-            "tp": t,
-            "sp": sp,
-            "cp": cp,
-            "pp": r.pp,
-            "vpp": r.vpp,
-            "dp": r.dp,
-            "ep": r.ep,
-            "zero": layout.zero,
-            "recompute": layout.recompute,
-            "micro_batches": m,
-            "stage_layers": list(r.stage_layers),
-            "order": ",".join(layout.order),
-            "schedule": schedule,
-            "framework": layout.framework,
-        },
-        step_time_s=step,
-        tokens_per_s=tokens_step / step,
-        model_tflops_per_gpu=model_tflops,
-        hw_tflops_per_gpu=hw_flops / step / gpus / 1e12,
-        mfu=model_tflops * 1e12 / peak,
-        memory_bytes_per_gpu=mem["reserved"],
-        memory_capacity_bytes=dev.hbm_bytes,
-        breakdown=breakdown,
-        memory=mem,
-        overlapped_s={
-            "tp_comm": m * ps["tp_hidden"],
-            "cp_comm": m * ps["cp_hidden"],
-            "dp_comm": dp_hidden,
-            "fsdp_gather": fsdp_hidden,
-        },
-        stages=stages,
-        pace_stage=pace,
-        kernels={cls: kernel_s[cls] for cls in KINDS if cls in kernel_s},
-        framework=layout.framework,
-        memory_fit="fits" if mem["reserved"] <= dev.hbm_bytes else "tight",
-        band=_band(step, family_of(topology.accelerator.name, layout.framework, w.moe is not None, w.seq_len)),
-    )
 
 
 def _band(step_s: float, family: tuple[str, str, str, str]) -> dict[str, object] | None:
