@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from commlens.expect.system import ExpectError, InferredSystem
+from commlens.expect.tables import tables
 from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidates
 from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
-from commlens.specdata import load_yaml
 
 __all__ = ["BANDWIDTH_BOUND", "LATENCY_BOUND", "MID_SIZE", "Expectation", "bands_table", "expectation", "system_layout"]
 
@@ -67,7 +66,7 @@ class Expectation:
 
 @functools.cache
 def bands_table() -> dict[str, Any]:
-    data = load_yaml(resources.files("commlens.expect").joinpath("bands.yaml").read_text())
+    data = tables()["bands"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-bands/1":
         raise ExpectError("bands.yaml: expected format commlens.expect-bands/1")
     return data

@@ -21,14 +21,17 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
+from commlens.expect.tables import preset_data, tables
 from commlens.results.records import Run
-from commlens.specdata import load_yaml
-from commlens.topology import Topology, TopologyError, load_topology, topology_from_dict, topology_to_dict
+from commlens.topology.errors import TopologyError
+from commlens.topology.plain import AnyTopology, plain_topology
+
+if TYPE_CHECKING:
+    from commlens.topology import Topology
 
 __all__ = ["ExpectError", "InferredSystem", "Note", "infer_system", "systems_table"]
 
@@ -53,9 +56,9 @@ class Note:
 
 @dataclass(frozen=True)
 class InferredSystem:
-    """The topology to judge with, and how it was reached."""
+    """The topology to judge with (the one given, or a plain one derived from a preset), and how it was reached."""
 
-    topology: Topology
+    topology: AnyTopology
     gpu: str
     hosts: int
     ranks_per_host: int
@@ -84,7 +87,7 @@ class InferredSystem:
 @functools.cache
 def systems_table() -> dict[str, Any]:
     """``systems.yaml``, checked once."""
-    data = load_yaml(resources.files("commlens.expect").joinpath("systems.yaml").read_text())
+    data = tables()["systems"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-systems/1":
         raise ExpectError("systems.yaml: expected format commlens.expect-systems/1")
     for i, gpu in enumerate(data["gpus"]):
@@ -159,6 +162,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         gpu, gpu_source = "", ""
     approximate = False
     table = systems_table()
+    topo: AnyTopology
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -177,7 +181,10 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             approximate = True
         else:
             inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
-        data = topology_to_dict(load_topology(entry["preset"]))
+        try:
+            data = preset_data(entry["preset"])
+        except TopologyError as e:
+            raise ExpectError(f"systems.yaml: preset {entry['preset']!r}: {e}") from None
         data.pop("calibration", None)
         changes = [f"preset {entry['preset']}"]
         if entry.get("scale_up"):
@@ -211,7 +218,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         data["description"] = "derived from the run: " + ", ".join(changes)
         data["approximate"] = bool(data.get("approximate")) or approximate
         try:
-            topo = topology_from_dict(data, source="inferred topology")
+            topo = plain_topology(data, source="inferred topology")
         except TopologyError as e:
             raise ExpectError(f"cannot build a topology for this run: {e}") from None
         inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
@@ -323,6 +330,8 @@ def _derive_network(
 
 def check_tables() -> None:
     """Load every shipped table (a test and ``expect`` call this to fail early on a bad edit)."""
+    from commlens.topology import load_topology
+
     systems_table()
     for g in systems_table()["gpus"]:
         try:
