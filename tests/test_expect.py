@@ -321,13 +321,13 @@ def test_dashboard_run_page_shows_the_verdict_and_the_api_carries_the_band(reald
 def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     from commlens.expect import given_facts
 
-    run = _run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)])
+    run = _run("NVIDIA H100 80GB HBM3", 3, 8, "all_reduce", [(1 << 32, 192.0)], env={"NCCL_ALGO": "Ring"})
     assumed = judge(run, [])
-    told = judge(run, given_facts(nics=4, nic_gbps=200))
+    told = judge(run, given_facts(nics=4, nic_gbps=400))
     assert assumed.status == "below" and any(n.what == "NICs per node" for n in assumed.system.assumed)
     assert assumed.causes[0].id == "fewer-nics-than-assumed"
     assert (
-        "peak busBW 96.0 GB/s = 4.00 x one NIC (24.0 GB/s): 4 NICs fully used, of the 8 assumed"
+        "peak busBW 192.0 GB/s = 4.00 x one NIC (48.0 GB/s): 4 NICs fully used, of the 8 assumed"
         in assumed.causes[0].evidence[0]
     )
     assert told.status == "normal"
@@ -336,6 +336,21 @@ def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     ]
     with pytest.raises(ExpectError, match="--nic-gbps 0: expected"):
         given_facts(nic_gbps=0)
+
+
+def test_a100_nodes_without_a_nic_line_are_judged_on_the_nic_counts_such_nodes_have() -> None:
+    """HGX A100 nodes come with 4 or 8 HDR NICs: a log that lists none is normal at either's rate, said so."""
+    four = judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)]), [])
+    assert four.status == "normal"
+    assert any(n.what == "NICs per node, range" and n.value.startswith("4 to 8") for n in four.system.assumed)
+    assert four.system.as_dict()["fewer_nics_topology"] == "dgx-a100-4-nics"
+    assert judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 40.0)]), []).status == "below"
+    listed = log_facts(
+        "h0:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB "
+        "[3]mlx5_3:1/IB [4]mlx5_4:1/IB [5]mlx5_5:1/IB [6]mlx5_6:1/IB [7]mlx5_7:1/IB ; OOB eth0"
+    )
+    eight = judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)]), listed)
+    assert eight.status == "below" and eight.system.fewer_nics is None  # the log says 8: no range
 
 
 def test_monitor_expects_what_nccl_chooses_among_as_expect_does() -> None:
@@ -414,7 +429,8 @@ _LOG = "\n".join(
     [
         ("NVIDIA H100 80GB HBM3", 2, 8, "all_reduce", 120.0, _LOG),  # NICs and GDR from the log
         ("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", 470.0, ""),  # NVLS
-        ("NVIDIA A100-SXM4-80GB", 2, 8, "all_gather", 40.0, ""),  # NICs assumed
+        ("NVIDIA A100-SXM4-80GB", 2, 8, "all_gather", 40.0, _LOG),  # the log's NICs (without, a band spans 4-8)
+        ("NVIDIA H200", 2, 8, "all_gather", 40.0, ""),  # NICs assumed
         ("NVIDIA Graphics Device", 18, 4, "all_reduce", 800.0, ""),  # GB200 rack, assumed
         ("NVIDIA GeForce RTX 5090", 1, 8, "all_reduce", 28.0, ""),  # PCIe link put in the preset's place
         ("Tesla V100-SXM2-32GB", 2, 8, "broadcast", 20.0, ""),  # the GPU table's network

@@ -69,6 +69,7 @@ class InferredSystem:
     inferred: tuple[Note, ...] = ()
     assumed: tuple[Note, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    fewer_nics: AnyTopology | None = None  # the same with the fewest NICs such systems have, where the log is silent
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +82,7 @@ class InferredSystem:
             "approximate": self.approximate,
             "inferred": [n.as_dict() for n in self.inferred],
             "assumed": [n.as_dict() for n in self.assumed],
+            "fewer_nics_topology": self.fewer_nics.name if self.fewer_nics is not None else None,
         }
 
 
@@ -163,6 +165,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     approximate = False
     table = systems_table()
     topo: AnyTopology
+    fewer_nics: AnyTopology | None = None
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -219,6 +222,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         data["approximate"] = bool(data.get("approximate")) or approximate
         try:
             topo = plain_topology(data, source="inferred topology")
+            fewer_nics = _fewer_nics(entry, data, hosts, assumed)
         except TopologyError as e:
             raise ExpectError(f"cannot build a topology for this run: {e}") from None
         inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
@@ -246,7 +250,24 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         inferred=tuple(inferred),
         assumed=tuple(assumed),
         env=env,
+        fewer_nics=fewer_nics,
     )
+
+
+def _fewer_nics(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> AnyTopology | None:
+    """Where the NIC count was assumed and the GPU's systems commonly have fewer (``nics_low`` of the GPU table):
+    the topology with that many, whose figures set the band's lower edge; said as assumed."""
+    low = entry.get("nics_low")
+    out = data.get("scale_out")
+    if hosts < 2 or low is None or out is None or not any(n.what == "NICs per node" for n in assumed):
+        return None
+    count = _largest_divisor_at_most(data["accelerators_per_node"], int(low["nics"]))
+    if count >= out["nics_per_node"]:
+        return None
+    note = f"{count} to {out['nics_per_node']} (the band spans both; give --nics to judge on one)"
+    assumed.append(Note("NICs per node, range", note, f"GPU table: {low['origin']}"))
+    fewer = {**data, "name": data["name"] + f"-{count}-nics", "scale_out": {**out, "nics_per_node": count}}
+    return plain_topology(fewer, source="inferred topology with fewer NICs")
 
 
 def _derive_network(
