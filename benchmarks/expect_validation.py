@@ -206,6 +206,12 @@ def main() -> None:
             f"one that does not) | {cause_right_in} in-sample / {cause_right_out} out-of-sample, of "
             f"{len(with_cause)} | - |"
         )
+    in_cases = [(c, v) for c, v, _ in results if not c.get("held_out")]
+    in_right = sum(1 for c, v in in_cases if v is not None and v.status == c["verdict"])
+    lines.append(
+        f"| in-sample cases (those the tables and rules were written knowing): verdicts right | "
+        f"{in_right}/{len(in_cases)} = {100 * in_right / len(in_cases):.0f}% | - |"
+    )
     lines.append(
         f"| held-out cases (added after the tables; no rule cites their threads): verdicts right | "
         f"{held_right}/{len(held)}{f' = {100 * held_right / len(held):.0f}%' if held else ''} | - |"
