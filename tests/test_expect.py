@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,12 +14,16 @@ from typer.testing import CliRunner
 
 from commlens.cli.app import _register, app
 from commlens.expect import ExpectError, judge_run, log_facts, with_log_facts
+from commlens.expect import tables as tables_mod
 from commlens.expect.causes import causes_table
 from commlens.expect.verdict import judge
+from commlens.model.layout import build_layout
+from commlens.model.predict import predict
 from commlens.ops import get_op
 from commlens.results.records import Measurement, Run, SystemInfo
 from commlens.results.stats import TimeStats
-from commlens.topology import load_topology
+from commlens.topology import list_presets, load_topology, topology_from_dict
+from commlens.topology.plain import plain_topology
 
 _register()
 EFA_299 = "nccltests/aws-efa-eks-p4d-16rank-2node-tagoutput-nccl2.9.9-2022.log"
@@ -227,7 +235,7 @@ def test_nics_named_by_nccl_ib_hca_set_the_expectation_and_half_of_it_names_acs(
 
 
 def test_an_unnamed_four_gpu_host_is_taken_for_gb200_said_so_and_nvlink_rack_is_not_a_network() -> None:
-    run = _run("NVIDIA Graphics Device", 18, 4, "all_reduce", [(1 << 33, 600.0)])
+    run = _run("NVIDIA Graphics Device", 18, 4, "all_reduce", [(1 << 33, 400.0)])
     v = judge_run(run)
     assert v.system.topology.name == "gb200-nvl72"
     assert any(n.what == "GPU model" and "GB200" in n.value for n in v.system.assumed)
@@ -313,13 +321,13 @@ def test_dashboard_run_page_shows_the_verdict_and_the_api_carries_the_band(reald
 def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     from commlens.expect import given_facts
 
-    run = _run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)])
+    run = _run("NVIDIA H100 80GB HBM3", 3, 8, "all_reduce", [(1 << 32, 192.0)], env={"NCCL_ALGO": "Ring"})
     assumed = judge(run, [])
-    told = judge(run, given_facts(nics=4, nic_gbps=200))
+    told = judge(run, given_facts(nics=4, nic_gbps=400))
     assert assumed.status == "below" and any(n.what == "NICs per node" for n in assumed.system.assumed)
     assert assumed.causes[0].id == "fewer-nics-than-assumed"
     assert (
-        "peak busBW 96.0 GB/s = 4.00 x one NIC (24.0 GB/s): 4 NICs fully used, of the 8 assumed"
+        "peak busBW 192.0 GB/s = 4.00 x one NIC (48.0 GB/s): 4 NICs fully used, of the 8 assumed"
         in assumed.causes[0].evidence[0]
     )
     assert told.status == "normal"
@@ -328,6 +336,21 @@ def test_nics_the_user_states_replace_the_presets_and_say_so() -> None:
     ]
     with pytest.raises(ExpectError, match="--nic-gbps 0: expected"):
         given_facts(nic_gbps=0)
+
+
+def test_a100_nodes_without_a_nic_line_are_judged_on_the_nic_counts_such_nodes_have() -> None:
+    """HGX A100 nodes come with 4 or 8 HDR NICs: a log that lists none is normal at either's rate, said so."""
+    four = judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)]), [])
+    assert four.status == "normal"
+    assert any(n.what == "NICs per node, range" and n.value.startswith("4 to 8") for n in four.system.assumed)
+    assert four.system.as_dict()["fewer_nics_topology"] == "dgx-a100-4-nics"
+    assert judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 40.0)]), []).status == "below"
+    listed = log_facts(
+        "h0:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB "
+        "[3]mlx5_3:1/IB [4]mlx5_4:1/IB [5]mlx5_5:1/IB [6]mlx5_6:1/IB [7]mlx5_7:1/IB ; OOB eth0"
+    )
+    eight = judge(_run("NVIDIA A100-SXM4-40GB", 3, 8, "all_reduce", [(128 << 20, 96.0)]), listed)
+    assert eight.status == "below" and eight.system.fewer_nics is None  # the log says 8: no range
 
 
 def test_monitor_expects_what_nccl_chooses_among_as_expect_does() -> None:
@@ -342,3 +365,106 @@ def test_monitor_expects_what_nccl_chooses_among_as_expect_does() -> None:
         assert seen is not None and seen.algo in NCCL_ALGORITHMS["all_reduce"]
         assert seen.algo == row.expected.algos[0]
         assert seen.busbw_bytes_per_s == pytest.approx(row.expected.model_bytes_per_s)
+
+
+# -- the light path: compiled tables, plain topologies per run, an ingest without pydantic or yaml --------
+
+GiB = 1 << 30
+
+
+def test_the_shipped_compiled_tables_are_those_of_the_sources() -> None:
+    doc = json.loads(tables_mod.COMPILED.read_text())
+    hint = 'stale: python -c "from commlens.expect.tables import write_compiled; write_compiled()"'
+    assert doc["digest"] == tables_mod.source_digest(), hint
+    assert doc["tables"] == json.loads(json.dumps(tables_mod.build_tables())), hint
+
+
+def test_stale_compiled_tables_are_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stale = json.loads(tables_mod.COMPILED.read_text())
+    stale["digest"] = "0" * 64
+    stale["tables"]["bands"]["choice_margin"] = 9.0  # what an edited YAML would no longer say
+    path = tmp_path / "compiled.json"
+    path.write_text(json.dumps(stale))
+    monkeypatch.setattr(tables_mod, "COMPILED", path)
+    tables_mod.tables.cache_clear()
+    try:
+        assert tables_mod.tables()["bands"]["choice_margin"] == tables_mod.build_tables()["bands"]["choice_margin"]
+    finally:
+        tables_mod.tables.cache_clear()
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_a_plain_preset_models_as_the_spec_does(name: str) -> None:
+    spec = load_topology(name)
+    plain = plain_topology(tables_mod.preset_data(name), source=name)
+    nodes = [1, 2] if spec.scale_out is not None else [1]
+    for n in nodes:
+        n *= spec.domain_nodes
+        assert build_layout(plain, n) == build_layout(spec, n)
+        a = predict(plain, "all_reduce", GiB, algo="ring", layout=build_layout(plain, n))
+        b = predict(spec, "all_reduce", GiB, algo="ring", layout=build_layout(spec, n))
+        assert a.busbw_bytes_per_s == b.busbw_bytes_per_s
+
+
+def test_a_derived_plain_topology_that_breaks_the_levels_is_refused() -> None:
+    from commlens.topology import TopologyError
+
+    data = tables_mod.preset_data("dgx-h100")
+    data["scale_out"]["nics_per_node"] = 3
+    with pytest.raises(TopologyError, match="nics_per_node: 3 NICs do not divide"):
+        plain_topology(data)
+
+
+_LOG = "\n".join(
+    [
+        "NCCL version 2.21.5+cuda12.4",
+        "h0:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0",
+        "h0:1:1 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "hosts", "per_host", "op", "busbw", "log"),
+    [
+        ("NVIDIA H100 80GB HBM3", 2, 8, "all_reduce", 120.0, _LOG),  # NICs and GDR from the log
+        ("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", 470.0, ""),  # NVLS
+        ("NVIDIA A100-SXM4-80GB", 2, 8, "all_gather", 40.0, _LOG),  # the log's NICs (without, a band spans 4-8)
+        ("NVIDIA H200", 2, 8, "all_gather", 40.0, ""),  # NICs assumed
+        ("NVIDIA Graphics Device", 18, 4, "all_reduce", 800.0, ""),  # GB200 rack, assumed
+        ("NVIDIA GeForce RTX 5090", 1, 8, "all_reduce", 28.0, ""),  # PCIe link put in the preset's place
+        ("Tesla V100-SXM2-32GB", 2, 8, "broadcast", 20.0, ""),  # the GPU table's network
+    ],
+)
+def test_a_derived_topology_judges_as_its_pydantic_twin(
+    gpu: str, hosts: int, per_host: int, op: str, busbw: float, log: str
+) -> None:
+    rows = [(1 << k, busbw * min(1.0, (1 << k) / 2**28)) for k in range(12, 34, 3)]
+    run = _run(gpu, hosts, per_host, op, rows)
+    facts = log_facts(log)
+    light = judge(run, facts)
+    twin = topology_from_dict(dataclasses.asdict(light.system.topology))  # the spec checks every field
+    heavy = judge(run, facts, twin)
+    assert [r.as_dict() for r in light.rows] == [r.as_dict() for r in heavy.rows]
+    assert [r.as_dict() for r in light.ranges] == [r.as_dict() for r in heavy.ranges]
+    assert [c.as_dict() for c in light.causes] == [c.as_dict() for c in heavy.causes]
+    assert light.headline() == heavy.headline()
+
+
+def test_ingest_judges_without_importing_the_topology_spec_or_yaml(realdata: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from commlens.cli.app import main\n"
+        "sys.argv = ['commlens', 'ingest', sys.argv[1], '--db', sys.argv[2]]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('loaded:', sorted(m for m in ('yaml', 'commlens.topology.spec') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(realdata / EFA_299), f"sqlite:///{tmp_path}/s.db"],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        check=True,
+    )
+    assert "# expect: normal" in done.stdout  # judged: the verdict is printed
+    assert "loaded: []" in done.stdout, done.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,26 +58,15 @@ def ingest_cmd(
     ),
 ) -> None:
     """Store other tools' results: each file read completely, then its runs stored in one transaction."""
-    from commlens.cli.expect_cmd import (
-        below_by_more_than,
-        check_fail_below,
-        judge_or_none,
-        summary_lines,
-        with_kept_verdict,
-    )
-    from commlens.errors import CommlensError
-    from commlens.expect import with_log_facts
-    from commlens.ingest import IngestWarning, load_source_runs, parse_time, read_source
-    from commlens.results.jsonfmt import run_to_dict
-    from commlens.store import Store, StoreError, db_url, default_db_url
-    from commlens.store.db import DatabaseFault, parse_url
-    from commlens.store.repo import RunBatch
+    from commlens.cli.expect_cmd import check_fail_below
+    from commlens.ingest import parse_time
+    from commlens.store import db_url, default_db_url
+    from commlens.store.db import parse_url
 
     if fmt != "auto" and fmt not in FORMATS:
         fail(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
     if not max_input_mib > 0 or max_input_mib == float("inf"):  # also refuses NaN
         fail(f"--max-input-mib {max_input_mib}: expected a number of MiB > 0")
-    max_input_bytes = int(max_input_mib * 2**20)
     if sum(str(path) == "-" for path in files) > 1:
         fail("- (standard input) can be given only once")
     started_at = None
@@ -88,42 +78,60 @@ def ingest_cmd(
 
         with errors_as_exit("--op: "):
             get_op(op)
-    given = _given(ranks, hosts, gpu)
+    reading = _Reading(fmt, tag, revision, started_at, op, _given(ranks, hosts, gpu), int(max_input_mib * 2**20))
     with errors_as_exit():
         url = db_url(db) if db is not None else default_db_url()
         parse_url(url)  # a malformed --db is an error before any file is read
     check_fail_below(fail_below)
-    failed = 0
-    below: list[str] = []  # runs stored now that --fail-below fails
-    ingested: list[dict[str, Any]] = []
-    printed: list[tuple[str, str]] = []  # (file, line): what is stored, printed once every file is committed
-    # The store is opened at the first run to save: an ingest that refuses every file creates no store file.
-    # Every file's runs go into one transaction (a savepoint each: a file the store refuses leaves the
-    # others), committed at the end: a database fault, or Ctrl-C, stores nothing of any file.
+    out = _Outcome()
+    batch = _store_files(files, reading, url, fail_below, as_json, out)
+    _finish(out, batch, as_json, fail_below)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How every file of one ``ingest`` is read (its options, checked)."""
+
+    fmt: str
+    tag: str | None
+    revision: str | None
+    started_at: str | None
+    op: str | None
+    given: Any
+    max_bytes: int
+
+
+@dataclass
+class _Outcome:
+    """What one ``ingest`` has to say once every file is committed."""
+
+    failed: int = 0
+    below: list[str] = field(default_factory=list)  # runs stored now that --fail-below fails
+    ingested: list[dict[str, Any]] = field(default_factory=list)  # --json entries
+    printed: list[tuple[str, str]] = field(default_factory=list)  # (file, line): what is stored
+
+
+def _store_files(
+    files: list[Path], reading: _Reading, url: str, fail_below: float | None, as_json: bool, out: _Outcome
+) -> Any:
+    """Read, judge and store each file; the batch they went into (None if no file got that far).
+
+    The store is opened at the first run to save: an ingest that refuses every file creates no store file.
+    Every file's runs go into one transaction (a savepoint each: a file the store refuses leaves the
+    others), committed at the end: a database fault, or Ctrl-C, stores nothing of any file."""
+    from commlens.cli.expect_cmd import judge_or_none, with_kept_verdict
+    from commlens.store import Store, StoreError
+    from commlens.store.db import DatabaseFault
+    from commlens.store.repo import RunBatch
+
     batch: RunBatch | None = None
     with errors_as_exit(), contextlib.ExitStack() as closing:
         for path in files:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", IngestWarning)
-                try:  # read once (a pipe can be read only once): detected, parsed and hashed from memory
-                    if path.is_dir():  # a dump directory of per-process files: NCCL Inspector's
-                        used, runs = _directory_runs(path, fmt, tag, revision, started_at, max_input_bytes)
-                    else:
-                        source = read_source(path, max_bytes=max_input_bytes)
-                        used, runs = load_source_runs(
-                            source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op, given=given
-                        )
-                        if used == "nccl-tests":  # its NCCL INFO lines, kept for expect (a text log: one run)
-                            runs = [with_log_facts(run, source.text) for run in runs]
-                        del source
-                except CommlensError as e:
-                    say("error", str(e))
-                    failed += 1
-                    continue
-                finally:
-                    for w in caught:
-                        if issubclass(w.category, IngestWarning):
-                            say("warning", str(w.message))
+            read = _read_file(path, reading)
+            if read is None:
+                out.failed += 1
+                continue
+            used, runs = read
             # judged before saving, so that the verdict is kept with the run (show prints it without the model)
             verdicts = {run.run_id: judge_or_none(run) for run in runs}
             runs = [with_kept_verdict(run, verdicts[run.run_id]) for run in runs]
@@ -136,46 +144,88 @@ def ingest_cmd(
                 raise  # the transaction is lost: nothing of any file is stored
             except StoreError as e:
                 say("error", f"{path}: {e}")
-                failed += 1
+                out.failed += 1
                 continue
             for run in runs:
-                is_new = run.run_id not in stored
-                if is_new and run.status == "check_failed":
-                    for note in run.notes:
-                        if note.startswith("results check failed"):
-                            say(
-                                "warning",
-                                f"{path}: {note} (compare does not judge its failed rows; detect "
-                                f"leaves the run out of history)",
-                            )
-                if not is_new:
-                    say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
-                verdict = verdicts[run.run_id]
-                if is_new and verdict is not None and below_by_more_than(verdict.status, verdict.pct, fail_below):
-                    below.append(f"run {run.run_id[:12]} ({path}) is below expectation by {verdict.pct:.0f}%")
-                if as_json:
-                    entry = {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)}
-                    entry["expect"] = verdict.as_dict() if verdict is not None else None
-                    ingested.append(entry)
-                elif is_new:
-                    printed.append((str(path), terminal_safe(_summary(path, used, run))))
-                    if verdict is not None:
-                        lines = summary_lines(verdict, causes=1, ranges=False)
-                        printed += [(str(path), terminal_safe(line)) for line in lines]
-    refused = {label for label, _ in batch.refused} if batch is not None else set()
-    for label, error in batch.refused if batch is not None else []:
+                _report_run(path, used, run, run.run_id not in stored, verdicts[run.run_id], fail_below, as_json, out)
+    return batch
+
+
+def _read_file(path: Path, reading: _Reading) -> tuple[str, list[Any]] | None:
+    """The format and runs of one file or dump directory, read once (a pipe can be read only once: detected,
+    parsed and hashed from memory); None after saying why it cannot be read. Its warnings are said."""
+    from commlens.errors import CommlensError
+    from commlens.expect import with_log_facts
+    from commlens.ingest import IngestWarning, load_source_runs, read_source
+
+    r = reading
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IngestWarning)
+        try:
+            if path.is_dir():  # a dump directory of per-process files: NCCL Inspector's
+                return _directory_runs(path, r.fmt, r.tag, r.revision, r.started_at, r.max_bytes)
+            source = read_source(path, max_bytes=r.max_bytes)
+            used, runs = load_source_runs(
+                source, tag=r.tag, revision=r.revision, started_at=r.started_at, fmt=r.fmt, op=r.op, given=r.given
+            )
+            if used == "nccl-tests":  # its NCCL INFO lines, kept for expect (a text log: one run)
+                runs = [with_log_facts(run, source.text) for run in runs]
+            return used, runs
+        except CommlensError as e:
+            say("error", str(e))
+            return None
+        finally:
+            for w in caught:
+                if issubclass(w.category, IngestWarning):
+                    say("warning", str(w.message))
+
+
+def _report_run(
+    path: Path, used: str, run: Any, is_new: bool, verdict: Any, fail_below: float | None, as_json: bool, out: _Outcome
+) -> None:
+    """What is said of one run of a file just saved: warnings now, its summary or JSON entry once committed."""
+    from commlens.cli.expect_cmd import below_by_more_than, summary_lines
+    from commlens.results.jsonfmt import run_to_dict
+
+    if is_new and run.status == "check_failed":
+        for note in run.notes:
+            if note.startswith("results check failed"):
+                say(
+                    "warning",
+                    f"{path}: {note} (compare does not judge its failed rows; detect leaves the run out of history)",
+                )
+    if not is_new:
+        say("", f"{path}: already stored as run {run.run_id} (same content); skipped")
+    if is_new and verdict is not None and below_by_more_than(verdict.status, verdict.pct, fail_below):
+        out.below.append(f"run {run.run_id[:12]} ({path}) is below expectation by {verdict.pct:.0f}%")
+    if as_json:
+        entry = {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)}
+        entry["expect"] = verdict.as_dict() if verdict is not None else None
+        out.ingested.append(entry)
+    elif is_new:
+        out.printed.append((str(path), terminal_safe(_summary(path, used, run))))
+        if verdict is not None:
+            lines = summary_lines(verdict, causes=1, ranges=False)
+            out.printed += [(str(path), terminal_safe(line)) for line in lines]
+
+
+def _finish(out: _Outcome, batch: Any, as_json: bool, fail_below: float | None) -> None:
+    """Say what was stored (leaving out the files the store refused at commit), then exit as the outcome says:
+    2 when a file failed, 1 when a run stored now is below --fail-below."""
+    refused_files = batch.refused if batch is not None else []
+    refused = {label for label, _ in refused_files}
+    for label, error in refused_files:
         say("error", f"{label}: {error}")
-        failed += 1
-    ingested = [entry for entry in ingested if entry["file"] not in refused]
-    shown = [line for label, line in printed if label not in refused]
+        out.failed += 1
+    shown = [line for label, line in out.printed if label not in refused]
     if shown:
         print("\n".join(shown))
     if as_json:
-        print(json.dumps(ingested, indent=1))
-    if failed:
+        print(json.dumps([entry for entry in out.ingested if entry["file"] not in refused], indent=1))
+    if out.failed:
         raise typer.Exit(2)
-    if below:
-        for line in below:
+    if out.below:
+        for line in out.below:
             say("error", f"{line} (more than {fail_below:g}%)")
         raise typer.Exit(1)
 

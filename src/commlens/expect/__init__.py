@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from commlens.expect.evidence import Fact, facts_from_dicts, facts_to_dicts, log_facts
 from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.verdict import RangeVerdict, RowVerdict, RunVerdict, judge
 from commlens.results.records import Run
-from commlens.topology import Topology
+
+if TYPE_CHECKING:
+    from commlens.topology import Topology
 
 __all__ = [
     "FACTS_KEY",

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from commlens.expect.system import ExpectError, InferredSystem
-from commlens.specdata import load_yaml
+from commlens.expect.tables import tables
 
 __all__ = ["Cause", "Signal", "causes_table", "match_causes", "signals"]
 
@@ -68,7 +67,7 @@ class Cause:
 @functools.cache
 def causes_table() -> tuple[dict[str, Any], ...]:
     """``causes.yaml``, checked once: every cause has its fields, every condition one known operator."""
-    data = load_yaml(resources.files("commlens.expect").joinpath("causes.yaml").read_text())
+    data = tables()["causes"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-causes/1":
         raise ExpectError("causes.yaml: expected format commlens.expect-causes/1")
     for i, c in enumerate(data["causes"]):

@@ -21,14 +21,17 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
+from commlens.expect.tables import preset_data, tables
 from commlens.results.records import Run
-from commlens.specdata import load_yaml
-from commlens.topology import Topology, TopologyError, load_topology, topology_from_dict, topology_to_dict
+from commlens.topology.errors import TopologyError
+from commlens.topology.plain import AnyTopology, plain_topology
+
+if TYPE_CHECKING:
+    from commlens.topology import Topology
 
 __all__ = ["ExpectError", "InferredSystem", "Note", "infer_system", "systems_table"]
 
@@ -53,9 +56,9 @@ class Note:
 
 @dataclass(frozen=True)
 class InferredSystem:
-    """The topology to judge with, and how it was reached."""
+    """The topology to judge with (the one given, or a plain one derived from a preset), and how it was reached."""
 
-    topology: Topology
+    topology: AnyTopology
     gpu: str
     hosts: int
     ranks_per_host: int
@@ -66,6 +69,7 @@ class InferredSystem:
     inferred: tuple[Note, ...] = ()
     assumed: tuple[Note, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    fewer_nics: AnyTopology | None = None  # the same with the fewest NICs such systems have, where the log is silent
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,13 +82,14 @@ class InferredSystem:
             "approximate": self.approximate,
             "inferred": [n.as_dict() for n in self.inferred],
             "assumed": [n.as_dict() for n in self.assumed],
+            "fewer_nics_topology": self.fewer_nics.name if self.fewer_nics is not None else None,
         }
 
 
 @functools.cache
 def systems_table() -> dict[str, Any]:
     """``systems.yaml``, checked once."""
-    data = load_yaml(resources.files("commlens.expect").joinpath("systems.yaml").read_text())
+    data = tables()["systems"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-systems/1":
         raise ExpectError("systems.yaml: expected format commlens.expect-systems/1")
     for i, gpu in enumerate(data["gpus"]):
@@ -159,6 +164,8 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         gpu, gpu_source = "", ""
     approximate = False
     table = systems_table()
+    topo: AnyTopology
+    fewer_nics: AnyTopology | None = None
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -177,7 +184,10 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             approximate = True
         else:
             inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
-        data = topology_to_dict(load_topology(entry["preset"]))
+        try:
+            data = preset_data(entry["preset"])
+        except TopologyError as e:
+            raise ExpectError(f"systems.yaml: preset {entry['preset']!r}: {e}") from None
         data.pop("calibration", None)
         changes = [f"preset {entry['preset']}"]
         if entry.get("scale_up"):
@@ -211,7 +221,8 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         data["description"] = "derived from the run: " + ", ".join(changes)
         data["approximate"] = bool(data.get("approximate")) or approximate
         try:
-            topo = topology_from_dict(data, source="inferred topology")
+            topo = plain_topology(data, source="inferred topology")
+            fewer_nics = _fewer_nics(entry, data, hosts, assumed)
         except TopologyError as e:
             raise ExpectError(f"cannot build a topology for this run: {e}") from None
         inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
@@ -239,7 +250,24 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         inferred=tuple(inferred),
         assumed=tuple(assumed),
         env=env,
+        fewer_nics=fewer_nics,
     )
+
+
+def _fewer_nics(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> AnyTopology | None:
+    """Where the NIC count was assumed and the GPU's systems commonly have fewer (``nics_low`` of the GPU table):
+    the topology with that many, whose figures set the band's lower edge; said as assumed."""
+    low = entry.get("nics_low")
+    out = data.get("scale_out")
+    if hosts < 2 or low is None or out is None or not any(n.what == "NICs per node" for n in assumed):
+        return None
+    count = _largest_divisor_at_most(data["accelerators_per_node"], int(low["nics"]))
+    if count >= out["nics_per_node"]:
+        return None
+    note = f"{count} to {out['nics_per_node']} (the band spans both; give --nics to judge on one)"
+    assumed.append(Note("NICs per node, range", note, f"GPU table: {low['origin']}"))
+    fewer = {**data, "name": data["name"] + f"-{count}-nics", "scale_out": {**out, "nics_per_node": count}}
+    return plain_topology(fewer, source="inferred topology with fewer NICs")
 
 
 def _derive_network(
@@ -323,6 +351,8 @@ def _derive_network(
 
 def check_tables() -> None:
     """Load every shipped table (a test and ``expect`` call this to fail early on a bad edit)."""
+    from commlens.topology import load_topology
+
     systems_table()
     for g in systems_table()["gpus"]:
         try:

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.expect.band import BANDWIDTH_BOUND, LATENCY_BOUND, MID_SIZE, Expectation, expectation, system_layout
 from commlens.expect.causes import Cause, match_causes, signals
 from commlens.expect.evidence import Fact
 from commlens.expect.system import ExpectError, InferredSystem, infer_system
 from commlens.results.records import Run
-from commlens.topology import Topology
+
+if TYPE_CHECKING:
+    from commlens.topology import Topology
 
 __all__ = ["RangeVerdict", "RowVerdict", "RunVerdict", "judge"]
 

@@ -21,9 +21,12 @@ of one scale-up domain, which may span several hosts.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
-from commlens.topology import Topology
+
+if TYPE_CHECKING:
+    from commlens.topology.plain import AnyTopology  # the pydantic spec or its plain form: the model reads either
 
 __all__ = ["InfeasibleError", "Layout", "build_layout"]
 
@@ -123,7 +126,7 @@ class Layout:
         return worst
 
 
-def build_layout(topology: Topology, nodes: int = 1, ranks_per_host: int | None = None) -> Layout:
+def build_layout(topology: AnyTopology, nodes: int = 1, ranks_per_host: int | None = None) -> Layout:
     """The layout of ``nodes`` x ``ranks_per_host`` ranks; :class:`InfeasibleError` when it cannot exist."""
     per_node = topology.accelerators_per_node
     ranks_per_host = per_node if ranks_per_host is None else ranks_per_host
@@ -169,7 +172,8 @@ def build_layout(topology: Topology, nodes: int = 1, ranks_per_host: int | None 
     else:
         nic_rate, nics, rail = out.nic_bandwidth_bytes_per_s * out.efficiency, out.nics_per_node, out.rail_optimized
         lat_list, taper_list, t_lat, t_taper = [], [], out.latency_s, 1.0
-        for k, tier in enumerate(out.tiers):
+        for k in range(len(out.tiers)):  # (indexed: the tiers of either topology form type-check alike)
+            tier = out.tiers[k]
             if k > 0:
                 t_lat += 2.0 * tier.hop_latency_s
                 t_taper *= out.tiers[k - 1].oversubscription

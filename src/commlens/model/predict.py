@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
 from commlens.model.algorithms import ALGORITHMS, MODELS, algorithms_for, auto_candidates
@@ -15,7 +16,9 @@ from commlens.model.cost import Cost, Term, make_terms
 from commlens.model.layout import InfeasibleError, Layout, build_layout
 from commlens.ops import OPS, get_op
 from commlens.results.nccltests_json import to_nccl_tests
-from commlens.topology import Topology
+
+if TYPE_CHECKING:
+    from commlens.topology.plain import AnyTopology  # the pydantic spec or its plain form: the model reads either
 
 __all__ = [
     "AUTO",
@@ -89,10 +92,10 @@ class Prediction:
         return out
 
 
-_LAYOUTS: dict[tuple[int, int, int | None], tuple[Topology, Layout]] = {}
+_LAYOUTS: dict[tuple[int, int, int | None], tuple[AnyTopology, Layout]] = {}
 
 
-def layout_for(topology: Topology, nodes: int, ranks_per_host: int | None) -> Layout:
+def layout_for(topology: AnyTopology, nodes: int, ranks_per_host: int | None) -> Layout:
     """:func:`build_layout`, remembered per topology object and job shape (sweeps ask for the same one often)."""
     key = (id(topology), nodes, ranks_per_host)
     hit = _LAYOUTS.get(key)
@@ -143,7 +146,7 @@ def _prediction(layout: Layout, op: str, algo: str, size_bytes: int, cost: Cost,
 
 
 def predict(
-    topology: Topology,
+    topology: AnyTopology,
     op: str,
     size_bytes: int,
     *,
@@ -186,7 +189,7 @@ def predict(
 
 
 def predict_algorithms(
-    topology: Topology,
+    topology: AnyTopology,
     op: str,
     size_bytes: int,
     *,
@@ -208,7 +211,7 @@ def predict_algorithms(
 
 
 def sweep(
-    topology: Topology,
+    topology: AnyTopology,
     ops: Iterable[str],
     sizes: Iterable[int],
     *,
@@ -274,7 +277,7 @@ def sweep_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
 
 
 def predicted_table(
-    topology: Topology, ops: Iterable[str], sizes: Iterable[int], *, dtype: str, layout: Layout, algo: str = AUTO
+    topology: AnyTopology, ops: Iterable[str], sizes: Iterable[int], *, dtype: str, layout: Layout, algo: str = AUTO
 ) -> list[TableRow]:
     """The predicted nccl-tests table: per op and requested size, the size nccl-tests runs (rounded to whole
     elements per rank) and its prediction. An unknown ``dtype`` raises PredictError."""

@@ -1,20 +1,26 @@
 """Cluster topologies: the spec (levels from accelerator to fabric), presets, loading.
 
 Imports nothing of commlens: the model, the simulator and the projection read
-topologies, never the other way round.
+topologies, never the other way round. The names below load their modules on
+first use: the pydantic spec costs tens of milliseconds to import, and code that
+needs only :mod:`commlens.topology.plain` (``commlens expect`` at ingest) skips it.
 """
 
-from commlens.topology.loader import dump_topology, list_presets, load_topology, preset_path, topology_to_dict
-from commlens.topology.spec import (
-    FORMAT,
-    Accelerator,
-    ScaleOut,
-    ScaleUp,
-    Tier,
-    Topology,
-    TopologyError,
-    topology_from_dict,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from commlens.topology.errors import TopologyError
+    from commlens.topology.loader import dump_topology, list_presets, load_topology, preset_path, topology_to_dict
+    from commlens.topology.spec import FORMAT, Accelerator, ScaleOut, ScaleUp, Tier, Topology, topology_from_dict
+
+_WHERE = {
+    "TopologyError": "errors",
+    **dict.fromkeys(("dump_topology", "list_presets", "load_topology", "preset_path", "topology_to_dict"), "loader"),
+    **dict.fromkeys(("FORMAT", "Accelerator", "ScaleOut", "ScaleUp", "Tier", "Topology", "topology_from_dict"), "spec"),
+}
 
 __all__ = [
     "FORMAT",
@@ -31,3 +37,12 @@ __all__ = [
     "topology_from_dict",
     "topology_to_dict",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commlens.topology' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"commlens.topology.{module}"), name)
+    globals()[name] = value
+    return value

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from commlens.errors import CommlensError
 from commlens.specdata import refuse_bool_numbers
+from commlens.topology.errors import TopologyError
 
 __all__ = [
     "FORMAT",
@@ -37,10 +37,6 @@ __all__ = [
 ]
 
 FORMAT = "commlens.topology/1"
-
-
-class TopologyError(CommlensError, ValueError):
-    """A topology spec that cannot be built, or a preset that does not exist."""
 
 
 class _Spec(BaseModel):
