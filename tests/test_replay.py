@@ -31,7 +31,7 @@ def commlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 def test_real_dlrm_traces_give_each_rank_its_eight_collectives_in_order(tmp_path: Path) -> None:
     plan = extract_plan([DLRM])
     assert plan.source == "kineto" and plan.backend == "nccl" and plan.world_size == 8
-    assert [g.name for g in plan.groups] == ["0"] and plan.groups[0].ranks == tuple(range(8))
+    assert [g.name for g in plan.groups] == ["world"] and plan.groups[0].ranks == tuple(range(8))
     ops = [c.op for c in plan.ranks[0].calls]
     assert ops == ["all_to_all"] * 4 + ["all_reduce", "all_to_all", "all_reduce", "all_reduce"]
     first = plan.ranks[0].calls[0]
