@@ -246,18 +246,19 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
     """Odd world, a subgroup, rooted ops and point-to-point: every call issued (blocking back to back, or
     asynchronously on the recorded timeline), timed, compared and stored."""
     groups = (PlanGroup("0", (0, 1, 2)), PlanGroup("pair", (0, 2)))
-    ranks = []
+    pause = 1.0  # after the reduce_scatter: on the timeline, gloo's reduce_scatter Work (no future) must end
+    ranks = []  # when it completes, not when the pass's last call has been issued
     for r in range(3):
         calls = [
             _call("all_reduce", "0", 0.0, redop="sum"),
             _call("broadcast", "0", 0.02, root=0),
             _call("all_gather", "0", 0.04),
             _call("reduce_scatter", "0", 0.06, redop="sum"),
-            _call("all_to_all", "0", 0.08),
+            _call("all_to_all", "0", 0.08 + pause),
         ]
         if r in (0, 2):
-            calls.append(_call("all_reduce", "pair", 0.1, redop="sum"))
-            calls.append(_call("send" if r == 0 else "recv", "pair", 0.12, peer=2 - r))
+            calls.append(_call("all_reduce", "pair", 0.1 + pause, redop="sum"))
+            calls.append(_call("send" if r == 0 else "recv", "pair", 0.12 + pause, peer=2 - r))
         ranks.append(RankCalls(r, tuple(calls)))
     plan = ReplayPlan("monitor", 3, groups, tuple(ranks), backend="gloo")
     write_plan(plan, tmp_path / "plan.json")
@@ -268,13 +269,15 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
     assert out["collectives"] == 6 + 2  # five on the world group, one on the pair, a send and a recv
     assert {g["group"]: g["calls"] for g in out["groups"]} == {"0": 5, "pair": 3}
     assert out["replayed_total_s"] > 0 and out["recorded_total_s"] == pytest.approx(0.08)
-    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 0.12 s in
-        assert out["replayed_span_s"] >= 0.12
+    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 1.12 s in
+        assert out["replayed_span_s"] >= 0.12 + pause
     shown = commlens("runs", "show", out["run_id"], "--db", str(db), "--json")
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
     run = run.get("run", run)
     assert run["source"] == "replay"
+    (scatter,) = [m for m in run["measurements"] if m["op"] == "reduce_scatter"]
+    assert max(scatter["samples_s"]) < pause / 2  # its own time, not the wait for the calls issued after it
     assert sorted((m["op"], m.get("group")) for m in run["measurements"]) == [
         ("all_gather", "0"),
         ("all_reduce", "0"),

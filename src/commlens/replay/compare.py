@@ -18,6 +18,15 @@ The steps:
    the longest rank's. With gaps replayed, the span is the step time the replay reproduces.
 5. The run stored: one measurement per (group, op, dtype, size), whose samples are the replayed times of
    that key's collectives; source ``replay``, the comparison in its config.
+6. What a recorded time is comparable with. In the job, a collective may have run while the job computed:
+   other ranks of the same host past it (their next step), or the rank's own compute beside an async call.
+   On a host whose cores the ranks share (CPU ranks of gloo; or the host's CPU for NCCL's proxy threads) that
+   compute slows the collective; a back-to-back replay, communication alone, is rightly faster. Each
+   recorded collective's overlap is the share of its own-time rank's call during which another rank of that
+   host (same host name, same clock) was between calls; at most ``ISOLATED_BELOW`` makes it *isolated*,
+   the set a back-to-back replay is compared with (a replay with gaps reproduces the rest). The plan
+   cannot see a rank's own compute beside its async calls (FSDP's prefetch, backward beside a
+   reduce-scatter): an isolated call may still have had it.
 """
 
 from __future__ import annotations
@@ -108,6 +117,26 @@ class ReplayComparison:
     def span_ratio(self) -> float:
         return self.replayed_span_s / self.recorded_span_s if self.recorded_span_s > 0 else math.inf
 
+    @property
+    def isolated(self) -> tuple[CollectiveComparison, ...]:
+        """The collectives recorded without compute alongside on their host (step 6): those a back-to-back
+        replay, communication alone, is comparable with."""
+        return tuple(c for c in self.collectives if c.isolated)
+
+    @property
+    def isolated_ratio(self) -> float:
+        rec = sum(c.recorded_s for c in self.isolated)
+        return sum(c.replayed_s for c in self.isolated) / rec if rec > 0 else math.nan
+
+    @property
+    def isolated_median_ratio(self) -> float:
+        return _median([c.ratio for c in self.isolated if c.recorded_s > 0])
+
+    @property
+    def overlap_known(self) -> int:
+        """How many collectives' recorded compute overlap is known (another rank of the host was recorded)."""
+        return sum(c.recorded_overlap is not None for c in self.collectives)
+
     def worst(self, n: int = WORST_SHOWN) -> list[CollectiveComparison]:
         """The ``n`` collectives whose ratio is farthest from 1 (either way)."""
         scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
@@ -127,6 +156,14 @@ class ReplayComparison:
             "recorded_span_s": self.recorded_span_s,
             "replayed_span_s": self.replayed_span_s,
             "span_ratio": self.span_ratio,
+            "isolated": {
+                "collectives": len(self.isolated),
+                "overlap_known": self.overlap_known,
+                "recorded_total_s": sum(c.recorded_s for c in self.isolated),
+                "replayed_total_s": sum(c.replayed_s for c in self.isolated),
+                "total_ratio": _finite(self.isolated_ratio),
+                "median_ratio": _finite(self.isolated_median_ratio),
+            },
             "gaps": self.gaps,
             "groups": [{**asdict(g), "ratio": g.ratio} for g in self.groups],
             "worst": [{**asdict(c), "ratio": c.ratio} for c in self.worst()],
@@ -186,6 +223,10 @@ class _Computing:
                     break
                 found.append((max(gs, start), min(ge, end)))
         return _union_s(found) / (end - start)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _median(values: list[float]) -> float:
