@@ -286,3 +286,49 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
         ("broadcast", "0"),
         ("reduce_scatter", "0"),
     ]
+
+
+def _timed(op: str, group: str, start: float, end: float) -> PlanCall:
+    return PlanCall(op=op, group=group, count=16, dtype="float32", start_s=start, duration_s=end - start, gap_s=0.0)
+
+
+@pytest.mark.parametrize("host", ["h", None])
+def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: str | None) -> None:
+    """Rank 2 computes (is between calls) while ranks 0 and 1 run an all-reduce on their pair: that one is not
+    isolated; the two world all-reduces, during which every rank of the host was in a call, are. Without a
+    host, who shared the cores is unknown and nothing is called isolated."""
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay.compare import compare_replay
+    from commlens.replay.runner import ReplayTimes
+    from commlens.replay.settings import ReplaySettings
+
+    calls = {
+        0: (
+            _timed("all_reduce", "w", 0.0, 1.0),
+            _timed("all_reduce", "pair", 1.2, 1.4),
+            _timed("all_reduce", "w", 1.5, 2.1),
+        ),
+        1: (
+            _timed("all_reduce", "w", 0.2, 1.0),
+            _timed("all_reduce", "pair", 1.3, 1.4),
+            _timed("all_reduce", "w", 1.5, 2.1),
+        ),
+        2: (_timed("all_reduce", "w", 0.5, 1.0), _timed("all_reduce", "w", 2.0, 2.1)),
+    }
+    plan = ReplayPlan(
+        "kineto",
+        3,
+        (PlanGroup("pair", (0, 1)), PlanGroup("w", (0, 1, 2))),
+        tuple(RankCalls(r, c, host) for r, c in calls.items()),
+    )
+    replayed = {r: [[(0.0, 0.01)] * len(c)] for r, c in calls.items()}
+    system = SystemInfo(world_size=3, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    cmp = compare_replay(plan, ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed))
+    overlap = {(c.group, c.index): c.recorded_overlap for c in cmp.collectives}
+    if host is None:
+        assert set(overlap.values()) == {None} and cmp.isolated == () and cmp.overlap_known == 0
+        return
+    assert overlap == {("pair", 0): pytest.approx(1.0), ("w", 0): 0.0, ("w", 1): 0.0}
+    assert {(c.group, c.index) for c in cmp.isolated} == {("w", 0), ("w", 1)}
+    assert cmp.isolated_ratio == pytest.approx(0.02 / 0.6)  # own times: rank 2's 0.5 s and 0.1 s
+    assert cmp.to_json()["isolated"]["collectives"] == 2
