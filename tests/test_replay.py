@@ -296,7 +296,7 @@ def _timed(op: str, group: str, start: float, end: float) -> PlanCall:
 def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: str | None) -> None:
     """Rank 2 computes (is between calls) while ranks 0 and 1 run an all-reduce on their pair: that one is not
     isolated; the two world all-reduces, during which every rank of the host was in a call, are. Without a
-    host, who shared the cores is unknown and nothing is called isolated."""
+    host, who shared the cores is unknown and nothing is called isolated; nor on NCCL (GPUs)."""
     from commlens.bench.sysinfo import SystemInfo
     from commlens.replay.compare import compare_replay
     from commlens.replay.runner import ReplayTimes
@@ -332,3 +332,6 @@ def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: 
     assert {(c.group, c.index) for c in cmp.isolated} == {("w", 0), ("w", 1)}
     assert cmp.isolated_ratio == pytest.approx(0.02 / 0.6)  # own times: rank 2's 0.5 s and 0.1 s
     assert cmp.to_json()["isolated"]["collectives"] == 2
+    on_gpus = ReplayPlan("kineto", 3, plan.groups, plan.ranks, backend="nccl")  # compute beside is on other GPUs
+    times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
+    assert compare_replay(on_gpus, times).overlap_known == 0

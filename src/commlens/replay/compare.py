@@ -26,7 +26,8 @@ The steps:
    host (same host name, same clock) was between calls; at most ``ISOLATED_BELOW`` makes it *isolated*,
    the set a back-to-back replay is compared with (a replay with gaps reproduces the rest). The plan
    cannot see a rank's own compute beside its async calls (FSDP's prefetch, backward beside a
-   reduce-scatter): an isolated call may still have had it.
+   reduce-scatter): an isolated call may still have had it. On NCCL the collective runs on the rank's GPU,
+   where another rank's compute is not: the overlap is left unknown.
 """
 
 from __future__ import annotations
@@ -202,6 +203,9 @@ class _Computing:
     def __init__(self, plan: ReplayPlan):
         self.gaps: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self.on_host: dict[str, list[int]] = defaultdict(list)
+        self.host: dict[int, str | None] = {}
+        if plan.backend == "nccl":  # on the GPUs: another rank's compute is on another GPU (step 6)
+            return
         for rc in plan.ranks:
             busy = _merged([(c.start_s, c.start_s + c.duration_s) for c in rc.calls])
             gaps = [(a[1], b[0]) for a, b in zip(busy, busy[1:])]
