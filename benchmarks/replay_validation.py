@@ -246,7 +246,7 @@ def main() -> int:
             if ns.cluster:
                 subprocess.run([PY, "-m", "commlens", "cluster", "down", ns.cluster], capture_output=True, timeout=300)
         body[:0] = [
-            f"`python benchmarks/replay_validation.py --steps {ns.steps} --passes {ns.passes}"
+            f"`python benchmarks/replay_validation.py --steps {ns.steps} --passes {ns.passes} --repeats {ns.repeats}"
             + (f" --cluster {ns.cluster}" if ns.cluster else "")
             + "`: the monitor's example job (`examples/train_monitored.py`, 2 transformer layers, dim 64) on 4 gloo "
             "ranks under the PyTorch profiler and the monitor, then each source's plan replayed on the same ranks "
