@@ -254,7 +254,8 @@ def main() -> int:
             "interleaved: each ratio is the median over the repeats (min-max in brackets). A collective's time is "
             "its last-arriving rank's (no wait for a late peer in it). *Isolated*: the collectives recorded without "
             "another rank of the host computing beside them (at most 5% of the call), the set a back-to-back "
-            "replay (communication alone) is comparable with; the others ran beside the job's compute, which "
+            "replay (communication alone) is comparable with, as far as the plan shows it (it misses compute on a "
+            "rank whose gloo span closed late); the others ran beside the job's compute, which "
             "slows gloo on shared cores (docs/replay.md, 'What a recorded time is comparable with'). Machine: 2 "
             "cores shared with other sessions (load: the 1-minute load average at each replay).",
             "",
