@@ -20,8 +20,7 @@ The steps:
    that key's collectives; source ``replay``, the comparison in its config.
 6. What a recorded time is comparable with. In the job, a collective may have run while the job computed:
    other ranks of the same host past it (their next step), or the rank's own compute beside an async call.
-   On a host whose cores the ranks share (CPU ranks of gloo; or the host's CPU for NCCL's proxy threads) that
-   compute slows the collective; a back-to-back replay, communication alone, is rightly faster. Each
+   On a host whose cores the ranks share (CPU ranks of gloo) that compute slows the collective; a back-to-back replay, communication alone, is rightly faster. Each
    recorded collective's overlap is the share of its own-time rank's call during which another rank of that
    host (same host name, same clock) was between calls; at most ``ISOLATED_BELOW`` makes it *isolated*,
    the set a back-to-back replay is compared with (a replay with gaps reproduces the rest). The plan
@@ -242,7 +241,7 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
     n_passes = min((len(p) for p in times.ranks.values()), default=0)
     if n_passes == 0:
         raise ValueError("the replay timed no pass")
-    # per (group, k): rank -> (recorded duration, [replayed duration per pass])
+    # per (group, k): rank -> (recorded duration, [replayed duration per pass], recorded start)
     joined: dict[tuple[str, int], dict[int, tuple[float, list[float], float]]] = defaultdict(dict)
     computing = _Computing(plan)
     meta: dict[tuple[str, int], tuple[str, str, int, int | None]] = {}
