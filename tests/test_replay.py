@@ -31,7 +31,7 @@ def commlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 def test_real_dlrm_traces_give_each_rank_its_eight_collectives_in_order(tmp_path: Path) -> None:
     plan = extract_plan([DLRM])
     assert plan.source == "kineto" and plan.backend == "nccl" and plan.world_size == 8
-    assert [g.name for g in plan.groups] == ["0"] and plan.groups[0].ranks == tuple(range(8))
+    assert [g.name for g in plan.groups] == ["world"] and plan.groups[0].ranks == tuple(range(8))
     ops = [c.op for c in plan.ranks[0].calls]
     assert ops == ["all_to_all"] * 4 + ["all_reduce", "all_to_all", "all_reduce", "all_reduce"]
     first = plan.ranks[0].calls[0]
@@ -246,18 +246,19 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
     """Odd world, a subgroup, rooted ops and point-to-point: every call issued (blocking back to back, or
     asynchronously on the recorded timeline), timed, compared and stored."""
     groups = (PlanGroup("0", (0, 1, 2)), PlanGroup("pair", (0, 2)))
-    ranks = []
+    pause = 1.0  # after the reduce_scatter: on the timeline, gloo's reduce_scatter Work (no future) must end
+    ranks = []  # when it completes, not when the pass's last call has been issued
     for r in range(3):
         calls = [
             _call("all_reduce", "0", 0.0, redop="sum"),
             _call("broadcast", "0", 0.02, root=0),
             _call("all_gather", "0", 0.04),
             _call("reduce_scatter", "0", 0.06, redop="sum"),
-            _call("all_to_all", "0", 0.08),
+            _call("all_to_all", "0", 0.08 + pause),
         ]
         if r in (0, 2):
-            calls.append(_call("all_reduce", "pair", 0.1, redop="sum"))
-            calls.append(_call("send" if r == 0 else "recv", "pair", 0.12, peer=2 - r))
+            calls.append(_call("all_reduce", "pair", 0.1 + pause, redop="sum"))
+            calls.append(_call("send" if r == 0 else "recv", "pair", 0.12 + pause, peer=2 - r))
         ranks.append(RankCalls(r, tuple(calls)))
     plan = ReplayPlan("monitor", 3, groups, tuple(ranks), backend="gloo")
     write_plan(plan, tmp_path / "plan.json")
@@ -268,13 +269,15 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
     assert out["collectives"] == 6 + 2  # five on the world group, one on the pair, a send and a recv
     assert {g["group"]: g["calls"] for g in out["groups"]} == {"0": 5, "pair": 3}
     assert out["replayed_total_s"] > 0 and out["recorded_total_s"] == pytest.approx(0.08)
-    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 0.12 s in
-        assert out["replayed_span_s"] >= 0.12
+    if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 1.12 s in
+        assert out["replayed_span_s"] >= 0.12 + pause
     shown = commlens("runs", "show", out["run_id"], "--db", str(db), "--json")
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
     run = run.get("run", run)
     assert run["source"] == "replay"
+    (scatter,) = [m for m in run["measurements"] if m["op"] == "reduce_scatter"]
+    assert max(scatter["samples_s"]) < pause / 2  # its own time, not the wait for the calls issued after it
     assert sorted((m["op"], m.get("group")) for m in run["measurements"]) == [
         ("all_gather", "0"),
         ("all_reduce", "0"),
@@ -283,3 +286,52 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
         ("broadcast", "0"),
         ("reduce_scatter", "0"),
     ]
+
+
+def _timed(op: str, group: str, start: float, end: float) -> PlanCall:
+    return PlanCall(op=op, group=group, count=16, dtype="float32", start_s=start, duration_s=end - start, gap_s=0.0)
+
+
+@pytest.mark.parametrize("host", ["h", None])
+def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: str | None) -> None:
+    """Rank 2 computes (is between calls) while ranks 0 and 1 run an all-reduce on their pair: that one is not
+    isolated; the two world all-reduces, during which every rank of the host was in a call, are. Without a
+    host, who shared the cores is unknown and nothing is called isolated; nor on NCCL (GPUs)."""
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay.compare import compare_replay
+    from commlens.replay.runner import ReplayTimes
+    from commlens.replay.settings import ReplaySettings
+
+    calls = {
+        0: (
+            _timed("all_reduce", "w", 0.0, 1.0),
+            _timed("all_reduce", "pair", 1.2, 1.4),
+            _timed("all_reduce", "w", 1.5, 2.1),
+        ),
+        1: (
+            _timed("all_reduce", "w", 0.2, 1.0),
+            _timed("all_reduce", "pair", 1.3, 1.4),
+            _timed("all_reduce", "w", 1.5, 2.1),
+        ),
+        2: (_timed("all_reduce", "w", 0.5, 1.0), _timed("all_reduce", "w", 2.0, 2.1)),
+    }
+    plan = ReplayPlan(
+        "kineto",
+        3,
+        (PlanGroup("pair", (0, 1)), PlanGroup("w", (0, 1, 2))),
+        tuple(RankCalls(r, c, host) for r, c in calls.items()),
+    )
+    replayed = {r: [[(0.0, 0.01)] * len(c)] for r, c in calls.items()}
+    system = SystemInfo(world_size=3, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    cmp = compare_replay(plan, ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed))
+    overlap = {(c.group, c.index): c.recorded_overlap for c in cmp.collectives}
+    if host is None:
+        assert set(overlap.values()) == {None} and cmp.isolated == () and cmp.overlap_known == 0
+        return
+    assert overlap == {("pair", 0): pytest.approx(1.0), ("w", 0): 0.0, ("w", 1): 0.0}
+    assert {(c.group, c.index) for c in cmp.isolated} == {("w", 0), ("w", 1)}
+    assert cmp.isolated_ratio == pytest.approx(0.02 / 0.6)  # own times: rank 2's 0.5 s and 0.1 s
+    assert cmp.to_json()["isolated"]["collectives"] == 2
+    on_gpus = ReplayPlan("kineto", 3, plan.groups, plan.ranks, backend="nccl")  # compute beside is on other GPUs
+    times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
+    assert compare_replay(on_gpus, times).overlap_known == 0

@@ -113,6 +113,18 @@ def comparison_lines(cmp: ReplayComparison) -> list[str]:
     span = "step time (first call to last end)" if cmp.gaps else "span (no gaps: communication alone)"
     ratio = f" (ratio {cmp.span_ratio:.3f})" if cmp.gaps and math.isfinite(cmp.span_ratio) else ""
     lines.append(f"{span}: recorded {_us(cmp.recorded_span_s)} µs, replayed {_us(cmp.replayed_span_s)} µs{ratio}")
+    if cmp.overlap_known:
+        iso = cmp.isolated
+        lines.append(
+            f"isolated collectives (recorded without compute alongside on their host, what a back-to-back replay "
+            f"compares with): {len(iso)} of {cmp.overlap_known}"
+            + (
+                f", recorded {_us(sum(c.recorded_s for c in iso))} µs, replayed {_us(sum(c.replayed_s for c in iso))}"
+                f" µs, ratio {cmp.isolated_ratio:.3f}, median {cmp.isolated_median_ratio:.3f}"
+                if iso
+                else ""
+            )
+        )
     worst = cmp.worst()
     if worst:
         lines.append("worst calls (ratio farthest from 1):")

@@ -14,7 +14,11 @@ What a collective's execution is depends on the backend:
   the ``gpu_user_annotation`` span with the enqueue's ``External id``. Each
   collective is one record, whichever of these spans the trace holds.
 - **gloo**: the ``gloo:<op>`` span on the process group's worker thread runs
-  the collective, so it is the execution.
+  the collective, so it is the execution. A span that closes after the
+  profiler's own span (``PyTorch Profiler (N)``) ended is cut at that end:
+  the worker thread was held off the cores after the collective completed
+  (seen on 4 ranks sharing 2 cores: a 310 ms span whose rank had gone on and
+  stopped the profiler 296 ms before it closed).
 
 Identity comes from what the trace carries: ``record_param_comms`` arguments
 (``Collective name``, ``Process Group Name``/``Ranks``, ``In msg nelems``,
@@ -33,7 +37,7 @@ import json
 import math
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,7 @@ _UNEVEN_OPS = frozenset({"all_to_all"})
 
 _CPU_PREFIXES = ("nccl:", "gloo:")
 _KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
+_PROFILER_SPAN = "PyTorch Profiler ("  # the profiler's own span ("Trace" category): the recorded window
 _STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
 _RANKS_RE = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
@@ -111,6 +116,7 @@ class KinetoTrace:
     collectives: tuple[TraceCollective, ...]
     n_enqueue_without_gpu_span: int = 0  # nccl:* enqueues whose kernel is not in the trace
     n_unjoined_kernels: int = 0  # NCCL kernels joined to no enqueue (launched before the window)
+    n_cpu_spans_clipped: int = 0  # gloo spans that closed after the profiler stopped: ended at its stop
 
 
 def _check_depth(root: Any, path: Path) -> None:
@@ -259,6 +265,162 @@ class _Enclosing:
         return None
 
 
+@dataclass
+class _Scan:
+    """What one pass over ``traceEvents`` finds, by event index."""
+
+    cpu: list[int] = field(default_factory=list)  # nccl:*/gloo:* CPU spans
+    kernels: list[int] = field(default_factory=list)
+    gpu_ann: dict[int | str, list[int]] = field(default_factory=dict)  # External id -> gpu_user_annotation events
+    spans: dict[int, tuple[float, float]] = field(default_factory=dict)
+    rpc: _Enclosing = field(default_factory=_Enclosing)  # record_param_comms spans
+    steps: dict[int | str | None, list[tuple[float, float, int]]] = field(default_factory=dict)  # pid -> steps
+    launches: dict[int | str, int] = field(default_factory=dict)  # correlation -> cuda/hip runtime event
+    window_end: float | None = None  # end of the profiler's own span (µs): nothing it recorded ends later
+
+
+def _scan(events: list[Any], path: Path) -> _Scan:
+    found = _Scan()
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise KinetoTraceError(f"{path}: traceEvents[{i}] is not an object")
+        if e.get("ph") != "X":
+            continue
+        name, cat = e.get("name"), e.get("cat")
+        if not isinstance(name, str):
+            continue
+        raw_args = e.get("args")
+        args = raw_args if isinstance(raw_args, dict) else {}
+        if cat in ("user_annotation", "cpu_op") and name.startswith(_CPU_PREFIXES):
+            found.spans[i] = _span(e, path, i)
+            found.cpu.append(i)
+        elif cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
+            found.spans[i] = _span(e, path, i)
+            found.kernels.append(i)
+        elif cat == "gpu_user_annotation" and name.startswith("nccl:"):
+            found.spans[i] = _span(e, path, i)
+            if (ext := _id(args.get("External id"))) is not None:
+                found.gpu_ann.setdefault(ext, []).append(i)
+        elif name == "record_param_comms":
+            start, end = _span(e, path, i)
+            found.rpc.add(_thread(e), start, end, i)
+        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and _id(args.get("correlation")) is not None:
+            found.launches[args["correlation"]] = i
+        elif cat == "user_annotation" and (step_match := _STEP_RE.match(name)):
+            start, end = _span(e, path, i)
+            found.steps.setdefault(_id(e.get("pid")), []).append((start, end, int(step_match.group(1))))
+        elif cat == "Trace" and name.startswith(_PROFILER_SPAN):
+            ts, dur = finite_float(e.get("ts")), finite_float(e.get("dur"))
+            if ts is not None and dur is not None and dur >= 0:  # else no window: nothing is clipped
+                end = ts + dur
+                found.window_end = end if found.window_end is None else max(found.window_end, end)
+    found.rpc.freeze()
+    return found
+
+
+def _args(e: dict[str, Any]) -> dict[str, Any]:
+    return e.get("args") if isinstance(e.get("args"), dict) else {}  # type: ignore[return-value]
+
+
+def _join_cpu(events: list[Any], found: _Scan) -> tuple[dict[int | str, int], dict[int, dict[str, Any]], _Enclosing]:
+    """Each CPU span's record_param_comms arguments, and the CPU spans by External id and by thread."""
+    enclosing_cpu = _Enclosing()
+    by_ext: dict[int | str, int] = {}
+    meta: dict[int, dict[str, Any]] = {}
+    for i in found.cpu:
+        e = events[i]
+        key = _thread(e)
+        enclosing_cpu.add(key, *found.spans[i], i)
+        if (ext := _id(_args(e).get("External id"))) is not None:
+            by_ext[ext] = i
+        j = found.rpc.find(key, found.spans[i][0], found.spans[i][1])
+        meta[i] = events[j]["args"] if j is not None and isinstance(events[j].get("args"), dict) else {}
+        if j is not None and (ext := _id(meta[i].get("External id"))) is not None:
+            by_ext.setdefault(ext, i)
+    enclosing_cpu.freeze()
+    return by_ext, meta, enclosing_cpu
+
+
+def _join_kernels(
+    events: list[Any], found: _Scan, by_ext: dict[int | str, int], enclosing_cpu: _Enclosing
+) -> tuple[dict[int, list[int]], int]:
+    """Each NCCL kernel joined to its CPU enqueue (by External id, else by its launch's correlation)."""
+    gpu_of: dict[int, list[int]] = {}
+    unjoined = 0
+    for k in found.kernels:
+        args = _args(events[k])
+        ext, correlation = _id(args.get("External id")), _id(args.get("correlation"))
+        owner = by_ext.get(ext) if ext is not None else None
+        if owner is None and correlation is not None and correlation in found.launches:
+            launch = events[found.launches[correlation]]
+            if (launch_ts := finite_float(launch.get("ts"))) is not None:
+                owner = enclosing_cpu.find(_thread(launch), launch_ts)
+        if owner is None:
+            unjoined += 1
+        else:
+            gpu_of.setdefault(owner, []).append(k)
+    return gpu_of, unjoined
+
+
+def _records(
+    events: list[Any], found: _Scan, meta: dict[int, dict[str, Any]], gpu_of: dict[int, list[int]]
+) -> tuple[list[TraceCollective], int, int]:
+    """One record per CPU span with an execution span; (records, enqueues without one, gloo spans clipped)."""
+    records: list[TraceCollective] = []
+    without_gpu = clipped = 0
+    for i in found.cpu:
+        e = events[i]
+        name = e["name"]
+        args = _args(e)
+        if name.startswith("gloo:"):
+            span_kind, idx = "cpu", [i]
+        elif i in gpu_of:
+            span_kind, idx = "gpu_kernel", gpu_of[i]
+        elif (ext := _id(args.get("External id"))) is not None and ext in found.gpu_ann:
+            span_kind, idx = "gpu_user_annotation", found.gpu_ann[ext]
+        else:
+            without_gpu += 1  # the enqueue alone says nothing of when the collective ran
+            continue
+        start_us = min(found.spans[j][0] for j in idx)
+        end_us = max(found.spans[j][1] for j in idx)
+        if span_kind == "cpu" and found.window_end is not None and end_us > found.window_end:
+            # closed after the profiler stopped (the worker thread held off the cores): the collective had
+            # completed by then, the rank's main thread having gone on and stopped the profiler
+            end_us = max(start_us, found.window_end)
+            clipped += 1
+        info_args = meta[i] or (events[idx[0]].get("args") if span_kind == "gpu_kernel" else {}) or {}
+        count = _int_arg(info_args, "In msg nelems")
+        raw_dtype = info_args.get("dtype")
+        dtype = raw_dtype.lower() if isinstance(raw_dtype, str) else None
+        if count is None or dtype is None:
+            dims_count, dims_dtype = _dims_count(args)
+            count = dims_count if count is None else count
+            dtype = dims_dtype if dtype is None else dtype
+        group = info_args.get("Process Group Name")
+        step = None
+        for s_start, s_end, n in found.steps.get(_id(e.get("pid")), ()):
+            if s_start <= found.spans[i][0] < s_end:
+                step = n
+                break
+        records.append(
+            TraceCollective(
+                op=_op_name(name),
+                name=name,
+                span=span_kind,
+                start_s=start_us * 1e-6,
+                end_s=end_us * 1e-6,
+                event_index=min(idx, key=lambda j: found.spans[j][0]),
+                group=str(group) if isinstance(group, (str, int)) and not isinstance(group, bool) else None,
+                group_ranks=_ranks_arg(info_args.get("Process Group Ranks")),
+                count=count,
+                dtype=dtype,
+                seq=_int_arg(info_args, "Seq"),
+                step=step,
+            )
+        )
+    return records, without_gpu, clipped
+
+
 def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> KinetoTrace:
     """One rank's collectives from its Kineto trace (``.json`` or ``.json.gz``)."""
     path = Path(path)
@@ -271,122 +433,10 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
         raise KinetoTraceError(f"{path}: distributedInfo has no rank ({json.dumps(info)[:200]})")
     host = top.get("host_name")
     events = top["traceEvents"]
-
-    cpu: list[int] = []  # nccl:*/gloo:* CPU spans
-    kernels: list[int] = []
-    gpu_ann: dict[int | str, list[int]] = {}  # External id -> gpu_user_annotation events
-    spans: dict[int, tuple[float, float]] = {}
-    rpc = _Enclosing()  # record_param_comms spans
-    steps: dict[int | str | None, list[tuple[float, float, int]]] = {}  # pid -> ProfilerStep spans
-    launches: dict[int | str, int] = {}  # correlation -> cuda/hip runtime event
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            raise KinetoTraceError(f"{path}: traceEvents[{i}] is not an object")
-        if e.get("ph") != "X":
-            continue
-        name, cat = e.get("name"), e.get("cat")
-        if not isinstance(name, str):
-            continue
-        raw_args = e.get("args")
-        args = raw_args if isinstance(raw_args, dict) else {}
-        if cat in ("user_annotation", "cpu_op") and name.startswith(_CPU_PREFIXES):
-            spans[i] = _span(e, path, i)
-            cpu.append(i)
-        elif cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
-            spans[i] = _span(e, path, i)
-            kernels.append(i)
-        elif cat == "gpu_user_annotation" and name.startswith("nccl:"):
-            spans[i] = _span(e, path, i)
-            if (ext := _id(args.get("External id"))) is not None:
-                gpu_ann.setdefault(ext, []).append(i)
-        elif name == "record_param_comms":
-            start, end = _span(e, path, i)
-            rpc.add(_thread(e), start, end, i)
-        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime") and _id(args.get("correlation")) is not None:
-            launches[args["correlation"]] = i
-        elif cat == "user_annotation" and (step_match := _STEP_RE.match(name)):
-            start, end = _span(e, path, i)
-            steps.setdefault(_id(e.get("pid")), []).append((start, end, int(step_match.group(1))))
-    rpc.freeze()
-
-    enclosing_cpu = _Enclosing()
-    by_ext: dict[int | str, int] = {}
-    meta: dict[int, dict[str, Any]] = {}
-    for i in cpu:
-        e = events[i]
-        key = _thread(e)
-        enclosing_cpu.add(key, *spans[i], i)
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if (ext := _id(args.get("External id"))) is not None:
-            by_ext[ext] = i
-        j = rpc.find(key, spans[i][0], spans[i][1])
-        meta[i] = events[j]["args"] if j is not None and isinstance(events[j].get("args"), dict) else {}
-        if j is not None and (ext := _id(meta[i].get("External id"))) is not None:
-            by_ext.setdefault(ext, i)
-    enclosing_cpu.freeze()
-
-    gpu_of: dict[int, list[int]] = {}
-    unjoined = 0
-    for k in kernels:
-        args = events[k].get("args") if isinstance(events[k].get("args"), dict) else {}
-        ext, correlation = _id(args.get("External id")), _id(args.get("correlation"))
-        owner = by_ext.get(ext) if ext is not None else None
-        if owner is None and correlation is not None and correlation in launches:
-            launch = events[launches[correlation]]
-            if (launch_ts := finite_float(launch.get("ts"))) is not None:
-                owner = enclosing_cpu.find(_thread(launch), launch_ts)
-        if owner is None:
-            unjoined += 1
-        else:
-            gpu_of.setdefault(owner, []).append(k)
-
-    records: list[TraceCollective] = []
-    without_gpu = 0
-    for i in cpu:
-        e = events[i]
-        name = e["name"]
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if name.startswith("gloo:"):
-            span_kind, idx = "cpu", [i]
-        elif i in gpu_of:
-            span_kind, idx = "gpu_kernel", gpu_of[i]
-        elif (ext := _id(args.get("External id"))) is not None and ext in gpu_ann:
-            span_kind, idx = "gpu_user_annotation", gpu_ann[ext]
-        else:
-            without_gpu += 1  # the enqueue alone says nothing of when the collective ran
-            continue
-        start_us = min(spans[j][0] for j in idx)
-        end_us = max(spans[j][1] for j in idx)
-        info_args = meta[i] or (events[idx[0]].get("args") if span_kind == "gpu_kernel" else {}) or {}
-        count = _int_arg(info_args, "In msg nelems")
-        raw_dtype = info_args.get("dtype")
-        dtype = raw_dtype.lower() if isinstance(raw_dtype, str) else None
-        if count is None or dtype is None:
-            dims_count, dims_dtype = _dims_count(args)
-            count = dims_count if count is None else count
-            dtype = dims_dtype if dtype is None else dtype
-        group = info_args.get("Process Group Name")
-        step = None
-        for s_start, s_end, n in steps.get(_id(e.get("pid")), ()):
-            if s_start <= spans[i][0] < s_end:
-                step = n
-                break
-        records.append(
-            TraceCollective(
-                op=_op_name(name),
-                name=name,
-                span=span_kind,
-                start_s=start_us * 1e-6,
-                end_s=end_us * 1e-6,
-                event_index=min(idx, key=lambda j: spans[j][0]),
-                group=str(group) if isinstance(group, (str, int)) and not isinstance(group, bool) else None,
-                group_ranks=_ranks_arg(info_args.get("Process Group Ranks")),
-                count=count,
-                dtype=dtype,
-                seq=_int_arg(info_args, "Seq"),
-                step=step,
-            )
-        )
+    found = _scan(events, path)
+    by_ext, meta, enclosing_cpu = _join_cpu(events, found)
+    gpu_of, unjoined = _join_kernels(events, found, by_ext, enclosing_cpu)
+    records, without_gpu, clipped = _records(events, found, meta, gpu_of)
     if not records:
         if without_gpu:
             raise KinetoTraceError(
@@ -406,4 +456,5 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
         collectives=tuple(records),
         n_enqueue_without_gpu_span=without_gpu,
         n_unjoined_kernels=unjoined,
+        n_cpu_spans_clipped=clipped,
     )

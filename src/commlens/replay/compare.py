@@ -18,10 +18,20 @@ The steps:
    the longest rank's. With gaps replayed, the span is the step time the replay reproduces.
 5. The run stored: one measurement per (group, op, dtype, size), whose samples are the replayed times of
    that key's collectives; source ``replay``, the comparison in its config.
+6. What a recorded time is comparable with. In the job, a collective may have run while the job computed:
+   other ranks of the same host past it (their next step), or the rank's own compute beside an async call.
+   On a host whose cores the ranks share (CPU ranks of gloo) that compute slows the collective; a back-to-back replay, communication alone, is rightly faster. Each
+   recorded collective's overlap is the share of its own-time rank's call during which another rank of that
+   host (same host name, same clock) was between calls; at most ``ISOLATED_BELOW`` makes it *isolated*,
+   the set a back-to-back replay is compared with (a replay with gaps reproduces the rest). The plan
+   cannot see a rank's own compute beside its async calls (FSDP's prefetch, backward beside a
+   reduce-scatter): an isolated call may still have had it. On NCCL the collective runs on the rank's GPU,
+   where another rank's compute is not: the overlap is left unknown.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 import uuid
@@ -38,6 +48,7 @@ from commlens.results.records import DTYPE_SIZES, Measurement, Run
 __all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
 
 WORST_SHOWN = 5
+ISOLATED_BELOW = 0.05  # a recorded collective with compute alongside for at most this share of it is isolated
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,14 @@ class CollectiveComparison:
     rank: int | None = None  # the rank of a point-to-point call
     recorded_max_s: float = 0.0  # the longest rank's time, waiting for late peers included
     replayed_max_s: float = 0.0
+    # share of the recorded call during which another rank of its host was outside communication (computing):
+    # None where no other rank of the host was recorded (or the host is unknown); see step 6
+    recorded_overlap: float | None = None
+
+    @property
+    def isolated(self) -> bool:
+        """Recorded without compute on its host alongside: comparable to a back-to-back replay."""
+        return self.recorded_overlap is not None and self.recorded_overlap <= ISOLATED_BELOW
 
     @property
     def ratio(self) -> float:
@@ -98,6 +117,26 @@ class ReplayComparison:
     def span_ratio(self) -> float:
         return self.replayed_span_s / self.recorded_span_s if self.recorded_span_s > 0 else math.inf
 
+    @property
+    def isolated(self) -> tuple[CollectiveComparison, ...]:
+        """The collectives recorded without compute alongside on their host (step 6): those a back-to-back
+        replay, communication alone, is comparable with."""
+        return tuple(c for c in self.collectives if c.isolated)
+
+    @property
+    def isolated_ratio(self) -> float:
+        rec = sum(c.recorded_s for c in self.isolated)
+        return sum(c.replayed_s for c in self.isolated) / rec if rec > 0 else math.nan
+
+    @property
+    def isolated_median_ratio(self) -> float:
+        return _median([c.ratio for c in self.isolated if c.recorded_s > 0])
+
+    @property
+    def overlap_known(self) -> int:
+        """How many collectives' recorded compute overlap is known (another rank of the host was recorded)."""
+        return sum(c.recorded_overlap is not None for c in self.collectives)
+
     def worst(self, n: int = WORST_SHOWN) -> list[CollectiveComparison]:
         """The ``n`` collectives whose ratio is farthest from 1 (either way)."""
         scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
@@ -117,6 +156,14 @@ class ReplayComparison:
             "recorded_span_s": self.recorded_span_s,
             "replayed_span_s": self.replayed_span_s,
             "span_ratio": self.span_ratio,
+            "isolated": {
+                "collectives": len(self.isolated),
+                "overlap_known": self.overlap_known,
+                "recorded_total_s": sum(c.recorded_s for c in self.isolated),
+                "replayed_total_s": sum(c.replayed_s for c in self.isolated),
+                "total_ratio": _finite(self.isolated_ratio),
+                "median_ratio": _finite(self.isolated_median_ratio),
+            },
             "gaps": self.gaps,
             "groups": [{**asdict(g), "ratio": g.ratio} for g in self.groups],
             "worst": [{**asdict(c), "ratio": c.ratio} for c in self.worst()],
@@ -138,6 +185,53 @@ def _union_s(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+class _Computing:
+    """Per rank, when it was outside communication between its first and last recorded call (its gaps: the
+    job's compute, or Python between calls); per host, which ranks ran there (step 6)."""
+
+    def __init__(self, plan: ReplayPlan):
+        self.gaps: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
+        self.on_host: dict[str, list[int]] = defaultdict(list)
+        self.host: dict[int, str | None] = {}
+        if plan.backend == "nccl":  # on the GPUs: another rank's compute is on another GPU (step 6)
+            return
+        for rc in plan.ranks:
+            busy = _merged([(c.start_s, c.start_s + c.duration_s) for c in rc.calls])
+            gaps = [(a[1], b[0]) for a, b in zip(busy, busy[1:])]
+            self.gaps[rc.rank] = ([e for _, e in gaps], gaps)
+            if rc.host:
+                self.on_host[rc.host].append(rc.rank)
+        self.host = {rc.rank: rc.host for rc in plan.ranks}
+
+    def overlap(self, rank: int, start: float, end: float) -> float | None:
+        """The share of [start, end] (a call of ``rank``) during which another rank of its host computed."""
+        others = [q for q in self.on_host.get(self.host.get(rank) or "", []) if q != rank]
+        if not others or end <= start:
+            return None
+        found: list[tuple[float, float]] = []
+        for q in others:
+            ends, gaps = self.gaps[q]
+            for gs, ge in gaps[bisect.bisect_right(ends, start) :]:
+                if gs >= end:
+                    break
+                found.append((max(gs, start), min(ge, end)))
+        return _union_s(found) / (end - start)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
@@ -147,8 +241,9 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
     n_passes = min((len(p) for p in times.ranks.values()), default=0)
     if n_passes == 0:
         raise ValueError("the replay timed no pass")
-    # per (group, k): rank -> (recorded duration, [replayed duration per pass])
-    joined: dict[tuple[str, int], dict[int, tuple[float, list[float]]]] = defaultdict(dict)
+    # per (group, k): rank -> (recorded duration, [replayed duration per pass], recorded start)
+    joined: dict[tuple[str, int], dict[int, tuple[float, list[float], float]]] = defaultdict(dict)
+    computing = _Computing(plan)
     meta: dict[tuple[str, int], tuple[str, str, int, int | None]] = {}
     p2p: list[CollectiveComparison] = []
     notes: list[str] = []
@@ -173,12 +268,13 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
                         rc.rank,
                         c.duration_s,
                         _median(replayed),
+                        computing.overlap(rc.rank, c.start_s, c.start_s + c.duration_s),
                     )
                 )
                 continue
             k = per_group[c.group]
             per_group[c.group] += 1
-            joined[(c.group, k)][rc.rank] = (c.duration_s, replayed)
+            joined[(c.group, k)][rc.rank] = (c.duration_s, replayed, c.start_s)
             meta.setdefault((c.group, k), (c.op, c.dtype, size_bytes(c, n), c.step))
     collectives: list[CollectiveComparison] = []
     partial = 0
@@ -186,14 +282,27 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
         members = plan.group(group).ranks
         if len(by_rank) != len(members):
             partial += 1
-        recorded_s = min(d for d, _ in by_rank.values())
-        replayed_s = _median([min(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
-        recorded_max = max(d for d, _ in by_rank.values())
-        replayed_max = _median([max(r[p] for _, r in by_rank.values()) for p in range(n_passes)])
+        own, (recorded_s, _, own_start) = min(by_rank.items(), key=lambda kv: kv[1][0])
+        replayed_s = _median([min(r[p] for _, r, _ in by_rank.values()) for p in range(n_passes)])
+        recorded_max = max(d for d, _, _ in by_rank.values())
+        replayed_max = _median([max(r[p] for _, r, _ in by_rank.values()) for p in range(n_passes)])
         op, dtype, size, step = meta[(group, k)]
+        overlap = computing.overlap(own, own_start, own_start + recorded_s)
         collectives.append(
             CollectiveComparison(
-                group, k, op, dtype, size, len(members), recorded_s, replayed_s, step, None, recorded_max, replayed_max
+                group,
+                k,
+                op,
+                dtype,
+                size,
+                len(members),
+                recorded_s,
+                replayed_s,
+                step,
+                None,
+                recorded_max,
+                replayed_max,
+                overlap,
             )
         )
     if partial:

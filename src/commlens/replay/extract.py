@@ -64,7 +64,8 @@ KINETO_DTYPES: dict[str, str] = {
     "bool": "uint8",
     "byte": "uint8",
 }
-DEFAULT_GROUP = "0"  # torch's name for the default process group
+DEFAULT_GROUP = "0"  # torch's name for the default process group (Kineto's "Process Group Name")
+WORLD_GROUP = "world"  # the default group's name in a plan: the monitor's, so plans of one job from either pair
 MAX_LINE_BYTES = 1 << 16  # a monitor record line is a few hundred bytes
 MAX_MONITOR_BYTES = 4 << 30
 
@@ -130,6 +131,11 @@ def plan_from_kineto(traces: Sequence[KinetoTrace]) -> ReplayPlan:
         else:
             groups[name] = tuple(sorted(seen_in[name]))
             inferred.append(name)
+    if groups.get(DEFAULT_GROUP) == tuple(range(world)) and WORLD_GROUP not in groups:
+        groups[WORLD_GROUP] = groups.pop(DEFAULT_GROUP)
+        notes.append(
+            f"torch's default process group ({DEFAULT_GROUP!r}) is named {WORLD_GROUP!r}, as the monitor names it"
+        )
     if unnamed:
         notes.append(f"{unnamed} collectives name no process group: replayed on the default group (all {world} ranks)")
     if inferred:
@@ -144,6 +150,7 @@ def plan_from_kineto(traces: Sequence[KinetoTrace]) -> ReplayPlan:
         items: list[tuple[float, float, PlanCall]] = []
         for c in t.collectives:
             group = c.group if c.group is not None else DEFAULT_GROUP
+            group = WORLD_GROUP if group == DEFAULT_GROUP and group not in groups else group
             members = groups[group]
             if c.op not in OPS or c.op == "sendrecv":
                 dropped.add(f"op {c.name} (not a collective commlens replays; point-to-point without a peer)")
@@ -180,6 +187,11 @@ def plan_from_kineto(traces: Sequence[KinetoTrace]) -> ReplayPlan:
         notes.append(f"{assumed_roots} rooted calls: the trace records no root, replayed from the group's first rank")
     notes += dropped.notes()
     for t in traces:
+        if t.n_cpu_spans_clipped:
+            notes.append(
+                f"rank {t.rank}: {t.n_cpu_spans_clipped} gloo span(s) closed after the profiler stopped: "
+                "ended at its stop"
+            )
         if t.n_enqueue_without_gpu_span:
             notes.append(f"rank {t.rank}: {t.n_enqueue_without_gpu_span} NCCL enqueues without a GPU span left out")
     backends = {t.backend for t in traces if t.backend}

@@ -15,7 +15,9 @@ import datetime as dt
 import functools
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -213,10 +215,10 @@ def replay_rank(
 def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings) -> list[tuple[float, float]]:
     """One pass issuing each call at its recorded offset from the rank's first call, without waiting for the
     ones before it (as an async job does: DDP's buckets, FSDP's prefetch); each call's end is when its Work
-    completes, taken by a callback on its future from the backend's thread (a Work without a future, as
-    gloo's send and recv, completes only when waited for: it is waited for after the last issue, an upper
-    bound of its end). Calls without
-    a Work (a commlens algorithm runs synchronously) end when they return."""
+    completes, taken by a callback on its future from the backend's thread. A Work without a future (gloo's
+    send, recv and reduce_scatter_tensor) is waited for by a second thread, in issue order, as soon as it is
+    issued: its end is when that wait returns (late only where a later one of them completes before an
+    earlier one). Calls without a Work (a commlens algorithm runs synchronously) end when they return."""
     n = len(mine)
     starts = [0.0] * n
     ends: list[float | None] = [None] * n
@@ -229,24 +231,23 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
 
         return mark
 
-    unobserved: list[tuple[int, Any]] = []  # Works without a future (gloo's send and recv)
-
-    for j, c in enumerate(mine):
-        _wait_until(base + (c.start_s - first), settings.compute == "sleep")
-        starts[j] = time.perf_counter()
-        work = calls.launch(c)
-        if work is None:
-            ends[j] = time.perf_counter()
-            continue
-        try:
-            work.get_future().add_done_callback(finished(j))
-        except RuntimeError:  # "Work::getFuture not implemented"
-            unobserved.append((j, work))
-            continue
-        works.append((j, work))
-    for j, w in unobserved:  # gloo completes a send or recv only in wait(): its end is when wait() returns
-        w.wait()
-        ends[j] = time.perf_counter()
+    waiter = _Waiter(ends)
+    try:
+        for j, c in enumerate(mine):
+            _wait_until(base + (c.start_s - first), settings.compute == "sleep")
+            starts[j] = time.perf_counter()
+            work = calls.launch(c)
+            if work is None:
+                ends[j] = time.perf_counter()
+                continue
+            try:
+                work.get_future().add_done_callback(finished(j))
+            except RuntimeError:  # "Work::getFuture not implemented"
+                waiter.put(j, work)
+                continue
+            works.append((j, work))
+    finally:
+        waiter.close()
     waited: dict[int, float] = {}
     for j, w in works:
         w.wait()
@@ -255,8 +256,42 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
     deadline = time.perf_counter() + 1.0
     while any(e is None for e in ends) and time.perf_counter() < deadline:  # a callback may run just after wait()
         time.sleep(0.0005)
-    # a future that never ran its callback (some Work types): its end is when wait() returned, an upper bound
+    # a future that never ran its callback: its end is when wait() returned, an upper bound
     return [(s, e if e is not None else waited[j]) for j, (s, e) in enumerate(zip(starts, ends))]
+
+
+class _Waiter:
+    """A thread that waits for Works without a future, in the order given, and notes when each completed."""
+
+    def __init__(self, ends: list[float | None]):
+        self.ends = ends
+        self.queue: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def put(self, j: int, work: Any) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="replay-waiter", daemon=True)
+            self.thread.start()
+        self.queue.put((j, work))
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            j, work = item
+            try:
+                work.wait()
+            except BaseException as e:  # re-raised on the main thread by close()
+                self.error = self.error or e
+            self.ends[j] = time.perf_counter()
+
+    def close(self) -> None:
+        """Wait until every Work put has completed; a Work's failure is raised here."""
+        if self.thread is None:
+            return
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _groups(plan: ReplayPlan, world: int) -> dict[str, Any]:
