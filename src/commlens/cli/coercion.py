@@ -13,6 +13,7 @@ parsers, ranges). tests/test_cli_coercion.py checks both against Typer's adapter
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -56,11 +57,12 @@ def install() -> bool:
         from typer._coercion import RuntimeParam
     except ImportError:
         return False
-    build = getattr(typer_core, "build_runtime_param", None)
-    if build is None or getattr(build, "_commlens_plain", False):
-        return build is not None
+    found = getattr(typer_core, "build_runtime_param", None)
+    if found is None or getattr(found, "_commlens_plain", False):
+        return found is not None
+    build: Callable[[Any], Any] = found
 
-    class PlainRuntimeParam(RuntimeParam):  # type: ignore[misc]  # a frozen dataclass of Typer's
+    class PlainRuntimeParam(RuntimeParam):  # a frozen dataclass of Typer's
         """A parameter of a plain type: plain values here, the rest through Typer's conversion (built once, on
         first need)."""
 
