@@ -12,13 +12,9 @@ parsers, ranges). tests/test_cli_coercion.py checks both against Typer's adapter
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
-
-_WHOLE = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")  # what int() and pydantic read alike (no "+", "_", "007")
-_DECIMAL = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")  # the same for float()
 
 _NOT_PLAIN = object()
 
@@ -34,11 +30,11 @@ def plain_value(annotation: Any, value: Any, case_sensitive: bool = True, ctx: A
     if annotation is int:
         if kind is int:
             return value
-        return int(value) if kind is str and _WHOLE.fullmatch(value) else _NOT_PLAIN
+        return int(value) if kind is str and _whole(value) else _NOT_PLAIN
     if annotation is float:
         if kind is float:
             return value
-        return float(value) if kind is str and _DECIMAL.fullmatch(value) else _NOT_PLAIN
+        return float(value) if kind is str and _decimal(value) else _NOT_PLAIN
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         from typer._param_types import coerce_cli_choice  # Typer's own choice matching (no pydantic)
 
@@ -91,3 +87,19 @@ def install() -> bool:
     build_runtime_param._commlens_plain = True  # type: ignore[attr-defined]
     typer_core.build_runtime_param = build_runtime_param
     return True
+
+
+def _digits(text: str, most: int) -> bool:
+    return 0 < len(text) <= most and text.isascii() and text.isdigit()
+
+
+def _whole(text: str) -> bool:
+    """A whole number as int() and pydantic read it alike: -?(0|[1-9][0-9]{0,17}) (no "+", "_", "007")."""
+    digits = text.removeprefix("-")
+    return _digits(digits, 18) and (digits == "0" or digits[0] != "0")
+
+
+def _decimal(text: str) -> bool:
+    """The same for float(): -?[0-9]{1,15}(.[0-9]{1,15})? (no exponent, "inf", ".5")."""
+    whole, dot, fraction = text.removeprefix("-").partition(".")
+    return _digits(whole, 15) and (not dot or _digits(fraction, 15))
