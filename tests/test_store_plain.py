@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_backends import make_measurement, make_run, make_system
@@ -74,6 +75,39 @@ def test_listings_and_runs_read_plainly_equal_the_stores(db: str) -> None:
                 plain.resolve(ref)
 
 
+def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
+    from commlens.store.noise import NoiseFloor, load_floors, save_floors
+
+    fingerprint = make_system().fingerprint()
+    with Store.open(db) as store:
+        save_floors(
+            store,
+            [
+                NoiseFloor(fingerprint, "all_reduce", "builtin", "float32", "sum", None, 1024, False, 0.04, 6, 2, "x"),
+                NoiseFloor("f" * 16, "broadcast", "builtin", "float32", None, 3, 2048, True, 0.1, 4, 2, "x", "dp-0"),
+            ],
+        )
+        with plain_store(db) as plain:
+            for f in (
+                {},
+                {"tag": "nightly"},
+                {"op": "all_reduce", "dtype": "float32", "size_bytes": 1024},
+                {"fingerprint": fingerprint[:6]},
+            ):
+                args: dict[str, Any] = {
+                    "op": None,
+                    "dtype": None,
+                    "size_bytes": None,
+                    "tag": None,
+                    "fingerprint": None,
+                    **f,
+                }
+                assert plain.mean_history(**args) == store.mean_history(**args), f
+            for fp in (None, fingerprint, "f" * 16, "0" * 16):
+                assert plain.floors(fp) == load_floors(store, None if fp is None else [fp]), fp
+            assert len(plain.floors(None)) == 2 and not plain.has_thresholds()
+
+
 def test_what_is_not_plain_is_left_to_the_store(db: str, tmp_path: Path) -> None:
     for location in ("postgresql://u@localhost/x", str(tmp_path / "absent.db"), f"sqlite:///{db}?timeout=3"):
         with pytest.raises(NotPlain), plain_store(location):
@@ -126,19 +160,31 @@ def _run(mode: str, db: str, *argv: str) -> tuple[str, str, dict]:
     return proc.stdout, "\n".join(err), json.loads(last)
 
 
-def test_runs_and_show_print_what_they_print_through_the_store_without_loading_sqlalchemy(db: str) -> None:
+def _same_as_through_the_store(db: str, *argv: str) -> tuple[str, str, dict]:
+    out, err, state = _run("plain", db, *argv)
+    stores_out, stores_err, stores_state = _run("store", db, *argv)
+    assert (out, err, state["code"]) == (stores_out, stores_err, stores_state["code"]), argv
+    assert out or err, argv
+    return out, err, state
+
+
+def test_runs_show_and_detect_print_what_they_print_through_the_store_without_loading_sqlalchemy(db: str) -> None:
     with sqlite3.connect(db) as conn:  # one run that only Store can read: the listing warns and goes on
         conn.execute("UPDATE runs SET started_at_utc = 'yesterday' WHERE run_id = 'bbbb0003'")
+    out, err, state = _same_as_through_the_store(db, "runs")  # the damaged run: Store reads the listing
+    assert "bbbb0003" in err and "skipped" in err and "cccc00" in out and state["sqlalchemy"]
+    for argv in (["runs", "--tag", "nightly", "--json"], ["show", "cccc"]):
+        assert _same_as_through_the_store(db, *argv)[2]["sqlalchemy"] is False, argv
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET started_at_utc = '2024-05-03 00:00:00.000000' WHERE run_id = 'bbbb0003'")
+    from commlens.store.series_meta import Threshold, set_threshold
+
+    assert _same_as_through_the_store(db, "detect", "--json")[2]["sqlalchemy"] is False
+    with Store.open(db) as store:
+        set_threshold(store, Threshold(op="all_reduce", min_change=0.5))
     for argv, plainly in [
-        (["runs"], False),  # the damaged run: Store reads the listing
-        (["runs", "--tag", "nightly", "--json"], True),
-        (["show", "cccc"], True),
-        (["show", "aaaa"], False),  # two runs: Store says so
+        (["detect"], False),  # a stored threshold applies: Store reads it
+        (["detect", "--save", "--min-change", "1%", "--alpha", "0.01"], False),  # a write: Store
     ]:
-        out, err, state = _run("plain", db, *argv)
-        stores_out, stores_err, stores_state = _run("store", db, *argv)
-        assert (out, err, state["code"]) == (stores_out, stores_err, stores_state["code"]), argv
-        assert state["sqlalchemy"] is not plainly, argv
-        assert out or err, argv
-    out, err, _ = _run("plain", db, "runs")
-    assert "bbbb0003" in err and "skipped" in err and "cccc00" in out
+        assert _same_as_through_the_store(db, *argv)[2]["sqlalchemy"] is not plainly, argv

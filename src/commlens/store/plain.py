@@ -21,13 +21,15 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from commlens.results.records import FloorKey, MeasurementKey
+from commlens.store.convert import decode_redop_root
 from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
 from commlens.store.summaries import RunSummary
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
 
-__all__ = ["NotPlain", "PlainStore", "plain_store"]
+__all__ = ["HistoryPoint", "HistoryRun", "NotPlain", "PlainStore", "history_points", "plain_store"]
 
 # SQLAlchemy's DateTime on SQLite: "YYYY-MM-DD HH:MM:SS.ffffff"
 _STORED_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{6}))?")
@@ -102,18 +104,7 @@ class PlainStore:
         """As ``Store.list_runs`` with these filters (dates and the rest: ``Store``)."""
         if limit is not None and limit < 1:
             raise NotPlain("a bad limit")
-        where, params = [], []
-        if tag is not None:
-            where.append("tag = ?")
-            params.append(tag)
-        if fingerprint is not None:
-            fp = fingerprint.strip().lower()
-            if len(fp) == _FINGERPRINT_CHARS:
-                where.append("fingerprint = ?")
-                params.append(fp)
-            else:
-                where.append("fingerprint LIKE ? || '%' ESCAPE '/'")
-                params.append(_like_escaped(fp))
+        where, params = _run_filters(tag, fingerprint)
         if op is not None:
             where.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
             params.append(op)
@@ -178,6 +169,93 @@ class PlainStore:
             return run_from_model(run)  # type: ignore[arg-type]  # the ORM row's attributes, read plainly
         except (ValueError, TypeError, KeyError, AttributeError, StoreError) as e:
             raise NotPlain(f"a value that does not decode: {e}") from None
+
+    def mean_history(
+        self, *, op: str | None, dtype: str | None, size_bytes: int | None, tag: str | None, fingerprint: str | None
+    ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
+        """As ``Store.mean_history``."""
+        run_where, params = _run_filters(tag, fingerprint, table="r.")
+        where, point_params = list(run_where), list(params)
+        for column, value in (("op", op), ("dtype", dtype), ("size_bytes", size_bytes)):
+            if value is not None:
+                where.append(f"m.{column} = ?")
+                point_params.append(value)
+        found = self.rows(
+            "SELECT m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s "
+            "FROM measurements m JOIN runs r ON m.run_id = r.run_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY r.started_at_utc, r.run_id, m.position",
+            tuple(point_params),
+        )
+        stored = self.rows(
+            "SELECT r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.status FROM runs r"
+            + (" WHERE " + " AND ".join(run_where) if run_where else ""),
+            tuple(params),
+        )
+        runs = [(run_id, _stored_datetime(utc), *rest) for run_id, utc, *rest in stored]
+        try:
+            return runs, history_points(found, runs)
+        except (ValueError, TypeError, StoreError) as e:
+            raise NotPlain(f"a value that does not decode: {e}") from None
+
+    def floors(self, fingerprint: str | None) -> dict[FloorKey, float]:
+        """As ``commlens.store.noise.load_floors`` (of one system, or all)."""
+        found = self.rows(
+            "SELECT fingerprint, op, algo, dtype, redop, root, size_bytes, in_place, group_name, sd_log FROM noise_floors"
+            + ("" if fingerprint is None else " WHERE fingerprint = ?"),
+            () if fingerprint is None else (fingerprint,),
+        )
+        floors = {}
+        for fp, op, algo, dtype, redop, root, size, in_place, group, sd_log in found:
+            if type(in_place) is not int:
+                raise NotPlain("a flag that is not one")
+            key = MeasurementKey(op, algo, dtype, *decode_redop_root(redop, root), size, bool(in_place), group or None)
+            floors[FloorKey(fp, key)] = sd_log
+        return floors
+
+    def has_thresholds(self) -> bool:
+        """Whether any threshold is stored (``commlens threshold set``)."""
+        return bool(self.rows("SELECT 1 FROM thresholds LIMIT 1"))
+
+
+HistoryRun = tuple[str, datetime, str | None, str | None, str, str]
+HistoryPoint = tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]
+
+
+def history_points(
+    found: list[tuple[str, str, str, str, str, int, int, int, str | None, float]], runs: list[HistoryRun]
+) -> list[HistoryPoint]:
+    """``Store.mean_history``'s points from its rows (run_id, op, algo, dtype, redop, root, size, in_place,
+    group, mean_s): redop and root decoded, the mean a float; rows of a run not in ``runs`` (deleted between
+    the two queries) left out."""
+    known = {run[0] for run in runs}
+    decoded: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+    points = []
+    for run_id, op_name, algo, dtype_name, redop, root, size, in_place, group, mean_s in found:
+        if run_id not in known:
+            continue
+        pair = decoded.get((redop, root))
+        if pair is None:
+            pair = decoded[(redop, root)] = decode_redop_root(redop, root)
+        points.append((run_id, op_name, algo, dtype_name, *pair, size, bool(in_place), group, float(mean_s)))
+    return points
+
+
+def _run_filters(tag: str | None, fingerprint: str | None, table: str = "") -> tuple[list[str], list[Any]]:
+    """SQL conditions and parameters of ``repo._run_filters`` for a tag and a fingerprint (or its prefix)."""
+    where, params = [], []
+    if tag is not None:
+        where.append(f"{table}tag = ?")
+        params.append(tag)
+    if fingerprint is not None:
+        fp = fingerprint.strip().lower()
+        if len(fp) == _FINGERPRINT_CHARS:
+            where.append(f"{table}fingerprint = ?")
+            params.append(fp)
+        else:
+            where.append(f"{table}fingerprint LIKE ? || '%' ESCAPE '/'")
+            params.append(_like_escaped(fp))
+    return where, params
 
 
 def _measurement(row: tuple[Any, ...]) -> SimpleNamespace:
