@@ -11,10 +11,11 @@ from enum import Enum
 from pathlib import Path
 
 import pytest
-from typer._adapters import build_adapter
 from typer.models import OptionInfo
 
 from commlens.cli.coercion import _NOT_PLAIN, plain_value
+
+build_adapter = pytest.importorskip("typer._adapters", reason="Typer before 0.29 converts through click").build_adapter
 
 DATA = Path(__file__).parent / "data" / "regress"
 
