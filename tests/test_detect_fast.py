@@ -147,10 +147,11 @@ def test_a_flat_series_within_min_change_finds_nothing_and_imports_no_ruptures()
         "from commlens.regress import find_changes\n"
         "x = 1e-3 * (1 + np.random.default_rng(1).normal(0, 0.004, 300))\n"
         "y = np.r_[x[:150], x[150:] * 1.2]\n"
-        "print(find_changes(x), len(find_changes(y)), 'ruptures' in sys.modules, 'scipy.stats' in sys.modules)\n"
+        "print(find_changes(x), len(find_changes(y)), *(m in sys.modules for m in ('ruptures', 'scipy.stats', "
+        "'scipy.special')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.split() == ["[]", "1", "False", "False"]  # neither ruptures nor scipy.stats loaded
+    assert out.stdout.split() == ["[]", "1", "False", "False", "False"]  # ruptures, scipy.stats, .special: not loaded
     assert find_changes([1.0] * 20) == []
 
 

@@ -14,6 +14,8 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
+from commlens.cli import coercion
+
 # Every command but bench, in the order `commlens --help` lists them: (module of commlens.cli that registers it,
 # the first paragraph of its help as that module writes it). A command's module is imported only when the
 # command runs, its help is shown or completed; `commlens --help` lists these texts without importing any.
@@ -165,6 +167,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=_LazyGroup,
 )
+coercion.install()  # plain option values converted without importing pydantic (Typer 0.29 would)
 
 
 def say(kind: str, message: str) -> None:

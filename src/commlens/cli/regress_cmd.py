@@ -326,24 +326,35 @@ def detect_cmd(
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
     explicit = [name for name, value in given.items() if value is not None]
+    filters: dict[str, Any] = {
+        "op": op,
+        "dtype": dtype,
+        "size_bytes": size_bytes,
+        "tag": tag,
+        "fingerprint": fingerprint,
+    }
     store = _LazyStore(db)
     try:
-        from commlens.regress.series_settings import detect_thresholds
-        from commlens.store.change_points import save_change_points
-        from commlens.store.noise import load_floors
-        from commlens.store.series_meta import list_thresholds
+        read = None if save else _plain_history(db, filters, thresholds_apply=len(explicit) < 2)
+        settings_for = None
+        if read is not None:
+            runs, points, floors = read
+        else:
+            from commlens.regress.series_settings import detect_thresholds
+            from commlens.store.noise import load_floors
+            from commlens.store.series_meta import list_thresholds
 
-        with errors_as_exit():
-            runs, points = store.get().mean_history(
-                op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint
-            )
-            floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
-            stored = [] if len(explicit) == 2 else list_thresholds(store.get())
-        settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
+            with errors_as_exit():
+                runs, points = store.get().mean_history(**filters)
+                floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
+                stored = [] if len(explicit) == 2 else list_thresholds(store.get())
+            settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
         report = detect_mean_history(
             runs, points, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
         )
         if save:
+            from commlens.store.change_points import save_change_points
+
             with errors_as_exit():
                 saved = save_change_points(store.get(), report.changes, report.examined)
             say("", f"saved {saved} change point{'s' if saved != 1 else ''} of {len(report.examined)} series")
@@ -356,3 +367,18 @@ def detect_cmd(
 
         print("\n".join(detect_table_lines(report)))
     raise typer.Exit(1 if report.regressions else 0)
+
+
+def _plain_history(db: str | None, filters: dict[str, Any], *, thresholds_apply: bool) -> tuple[Any, ...] | None:
+    """detect's reads (history, noise floors) of a SQLite store without SQLAlchemy (``commlens.store.plain``), or
+    None: ``Store`` reads them (and says what is wrong, when something is). Stored thresholds, where they apply,
+    are left to ``Store`` too."""
+    from commlens.store.plain import NotPlain, plain_store
+
+    try:
+        with plain_store(db) as plain:
+            if thresholds_apply and plain.has_thresholds():
+                return None
+            return (*plain.mean_history(**filters), plain.floors(filters["fingerprint"]))
+    except NotPlain:
+        return None

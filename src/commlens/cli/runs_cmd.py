@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -15,6 +15,7 @@ from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
+    from commlens.results.records import Run
     from commlens.store import CorruptRunError, RunSummary, Store
 
 runs_app = typer.Typer(
@@ -123,14 +124,20 @@ def _list(
     try:
         if sqlite_file_missing(default_db_url() if db is None else db_url(db)):
             raise NoStoreError("no store yet")  # said without loading the ORM (SQLAlchemy) at all
-        from commlens.store import Store
+        rows = (
+            _plain_list(db, tag=tag, op=op, fingerprint=fingerprint, limit=limit)
+            if since is None and until is None
+            else None
+        )
+        if rows is None:
+            from commlens.store import Store
 
-        store = Store.open(db, create=False)
+            store = Store.open(db, create=False)
     except NoStoreError:  # a fresh install: nothing to list, and nothing created by listing
         rows = []
     except StoreError as e:
         fail_with(e, escape_all=True)
-    else:
+    if rows is None:
         with store:
             with errors_as_exit(escape_all=True):
                 rows = store.list_runs(
@@ -150,6 +157,17 @@ def _list(
         print("no runs match" if filtered else "no runs stored yet: `commlens bench` stores one")
         return
     print_run_table(rows)
+
+
+def _plain_list(db: str | None, **filters: Any) -> list[RunSummary] | None:
+    """The listing read without SQLAlchemy (``commlens.store.plain``), or None: ``Store`` reads it."""
+    from commlens.store.plain import NotPlain, plain_store
+
+    try:
+        with plain_store(db) as plain:
+            return plain.list_runs(**filters)
+    except NotPlain:
+        return None
 
 
 def print_run_table(rows: list[RunSummary]) -> None:
@@ -217,12 +235,14 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.table import run_table_lines, system_header_lines
     from commlens.store.refs import NotOneRunError, resolve_run_ids
 
-    with open_store(db) as store:
-        with errors_as_exit(escape_all=True):
-            ids = resolve_run_ids(run, store)
-            if len(ids) != 1:
-                raise NotOneRunError(run, len(ids))
-            found = store.get_run(ids[0])
+    found = _plain_run(run, db)
+    if found is None:
+        with open_store(db) as store:
+            with errors_as_exit(escape_all=True):
+                ids = resolve_run_ids(run, store)
+                if len(ids) != 1:
+                    raise NotOneRunError(run, len(ids))
+                found = store.get_run(ids[0])
     doc = run_to_dict(found)
     if as_json:
         print(json.dumps(doc, indent=1))
@@ -270,6 +290,21 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
         f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}"
     )
     print("\n".join(terminal_safe(line) for line in lines))
+
+
+def _plain_run(ref: str, db: str | None) -> Run | None:
+    """The one run ``ref`` names, read without SQLAlchemy (``commlens.store.plain``), or None: ``Store`` reads it
+    (and says what is wrong, when something is)."""
+    from commlens.errors import CommlensError
+    from commlens.store.plain import plain_store
+    from commlens.store.refs import resolve_run_ids
+
+    try:
+        with plain_store(db) as plain:
+            ids = resolve_run_ids(ref, plain)  # type: ignore[arg-type]  # the reads resolve_run_ids makes
+            return plain.get_run(ids[0]) if len(ids) == 1 else None
+    except CommlensError:
+        return None
 
 
 # -- runs tag / delete ---------------------------------------------------------------------------

@@ -3,33 +3,60 @@
 See ``docs/regress.md`` for how each decides.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING
 
-from commlens.regress.compare import (
-    CompareError,
-    CompareReport,
-    CompareSettings,
-    ComparisonRow,
-    FloorKey,
-    Judgement,
-    RowSide,
-    Verdict,
-    compare_runs,
-    judge,
-    row_side,
-)
-from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
-from commlens.regress.history import (
-    DetectedChange,
-    DetectReport,
-    SeriesKey,
-    detect_history,
-    detect_mean_history,
-    parse_utc,
-)
-
 if TYPE_CHECKING:  # imported on first use, by __getattr__ below
+    from commlens.regress.compare import (
+        CompareError,
+        CompareReport,
+        CompareSettings,
+        ComparisonRow,
+        FloorKey,
+        Judgement,
+        RowSide,
+        Verdict,
+        compare_runs,
+        judge,
+        row_side,
+    )
+    from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
+    from commlens.regress.history import (
+        DetectedChange,
+        DetectReport,
+        SeriesKey,
+        detect_history,
+        detect_mean_history,
+        parse_utc,
+    )
     from commlens.regress.noise import NoiseFloor, learn_floors
+
+# name -> the module that defines it: a command loads only what it uses (compare never loads detect's search,
+# and neither loads the store, which learn_floors needs)
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "CompareError",
+            "CompareReport",
+            "CompareSettings",
+            "ComparisonRow",
+            "FloorKey",
+            "Judgement",
+            "RowSide",
+            "Verdict",
+            "compare_runs",
+            "judge",
+            "row_side",
+        ),
+        "compare",
+    ),
+    **dict.fromkeys(("DetectSettings", "SegmentChange", "find_changes"), "detect"),
+    **dict.fromkeys(
+        ("DetectedChange", "DetectReport", "SeriesKey", "detect_history", "detect_mean_history", "parse_utc"),
+        "history",
+    ),
+    **dict.fromkeys(("NoiseFloor", "learn_floors"), "noise"),
+}
 
 __all__ = [
     "CompareError",
@@ -58,9 +85,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``learn_floors`` and ``NoiseFloor`` on first use: they need the store (SQLAlchemy), compare does not."""
-    if name in ("learn_floors", "NoiseFloor"):
-        from commlens.regress import noise
-
-        return getattr(noise, name)
-    raise AttributeError(f"module 'commlens.regress' has no attribute {name!r}")
+    """The gate's classes and functions on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commlens.regress' has no attribute {name!r}")
+    value = getattr(import_module(f"commlens.regress.{module}"), name)
+    globals()[name] = value
+    return value

@@ -6,9 +6,7 @@ applies it to every series of a result store.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from commlens.errors import CommlensError
+from commlens.regress.extension import compiled_function
 from commlens.regress.stats import mann_whitney_p, robust_noise
 
 __all__ = ["DetectSettings", "DetectSettingsError", "SegmentChange", "find_changes"]
@@ -141,7 +140,6 @@ def _pelt_l2(y: np.ndarray, penalty: float, min_size: int) -> list[int]:
     return ends[::-1]
 
 
-@functools.cache
 def _ruptures_pelt_l2() -> Callable[..., Any] | None:
     """ruptures' compiled PELT for the L2 cost (``ekcpd_pelt_L2``, what ``KernelCPD`` calls), loaded from its
     extension module alone; None where that cannot be done (then ``KernelCPD`` itself is used).
@@ -149,29 +147,7 @@ def _ruptures_pelt_l2() -> Callable[..., Any] | None:
     ``import ruptures`` loads every detector and cost it has, scipy's statistics among them: over a second of
     a ``commlens detect`` that needs this one function.
     """
-    import importlib.machinery
-    import importlib.util
-
-    try:
-        package = importlib.util.find_spec("ruptures")
-        if package is None or not package.submodule_search_locations:
-            return None
-        for location in package.submodule_search_locations:
-            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                path = os.path.join(location, "detection", "_detection", f"ekcpd{suffix}")
-                spec = importlib.util.spec_from_file_location("ruptures.detection._detection.ekcpd", path)
-                if spec is None or spec.loader is None or not os.path.exists(path):
-                    continue
-                try:
-                    module = importlib.util.module_from_spec(spec)
-                    spec.loader.exec_module(module)
-                except (ImportError, OSError):
-                    continue
-                function = getattr(module, "ekcpd_pelt_L2", None)
-                return function if callable(function) else None
-    except (ImportError, OSError, ValueError):
-        return None
-    return None
+    return compiled_function("ruptures", "detection._detection.ekcpd", "ekcpd_pelt_L2")
 
 
 def _running_median(y: np.ndarray, window: int) -> np.ndarray:

@@ -6,8 +6,11 @@ Plain functions over numpy arrays; nothing here knows about runs or stores.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+
+from commlens.regress.extension import compiled_function
 
 __all__ = [
     "benjamini_hochberg",
@@ -37,7 +40,7 @@ def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
         from scipy.stats import mannwhitneyu
 
         return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    from scipy.special import ndtr
+    ndtr = compiled_function("scipy", "special._special_ufuncs", "ndtr") or _scipy_ndtr()  # the same ufunc
 
     average = np.arange(1, xy.size + 1, dtype=float)[first] + (counts.astype(float) - 1) / 2
     ranks = np.empty(xy.size)
@@ -50,6 +53,12 @@ def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
     numerator = u - n1 * n2 / 2
     numerator -= 0.5
     return float(np.clip(ndtr(-(numerator / sd)) * 2, 0.0, 1.0))
+
+
+def _scipy_ndtr() -> Any:
+    from scipy.special import ndtr
+
+    return ndtr
 
 
 def benjamini_hochberg(p: np.ndarray) -> np.ndarray:

@@ -7,13 +7,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, fields, is_dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlens.results.nccltests_json import from_nccl_tests, to_nccl_tests
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
-from commlens.store.models import MeasurementModel, RunModel
+
+if TYPE_CHECKING:  # (annotations only: reading a run without SQLAlchemy uses run_from_model too)
+    from commlens.store.models import MeasurementModel, RunModel
 
 __all__ = [
     "decode_redop_root",

@@ -64,6 +64,10 @@ class DatabaseFault(StoreError):
         self.problem = problem
 
 
+# The Alembic revision the models of ``commlens.store.models`` describe: the head of migrations/versions/. Here
+# (not in models.py) so that a read without SQLAlchemy (``commlens.store.plain``) can check a store's revision.
+SCHEMA_REVISION = "0007"
+
 # URL schemes that name PostgreSQL without a driver; commlens talks to it through psycopg 3.
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _BACKENDS = ("sqlite", "postgresql")

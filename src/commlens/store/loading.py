@@ -7,7 +7,7 @@ samples) raises ``CorruptRunError`` naming the run; ``Store`` listings can skip 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +18,7 @@ from commlens.results.records import MeasurementKey, RecordError, Run
 from commlens.store.convert import decode_redop_root, reported_from_json, run_from_model
 from commlens.store.db import StoreError
 from commlens.store.models import MeasurementModel, RunModel
+from commlens.store.summaries import RunSummary
 
 __all__ = [
     "UNREADABLE",
@@ -30,32 +31,6 @@ __all__ = [
     "measurement_row",
     "short_reason",
 ]
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One line of a run listing: what the run was, without its samples."""
-
-    run_id: str
-    started_at: str  # as the run has it
-    started_at_utc: datetime  # the same instant, UTC, timezone-aware
-    status: str
-    tag: str | None
-    revision: str | None
-    source: str
-    world_size: int
-    backend: str
-    nmeasurements: int
-    ops: tuple[str, ...]
-    avg_busbw_bytes_per_s: float
-    fingerprint: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """Every field, JSON-ready (``commlens runs --json``): the UTC instant in ISO 8601, ops as a list."""
-        d = asdict(self)
-        d["started_at_utc"] = self.started_at_utc.isoformat()
-        d["ops"] = list(self.ops)
-        return d
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from commlens.results.records import MAX_GROUP_NAME
+from commlens.store.db import SCHEMA_REVISION  # the Alembic revision these models describe (kept in db.py)
 
 __all__ = [
     "LEGACY_SCHEMA_VERSION",
@@ -45,8 +46,6 @@ __all__ = [
     "SchemaVersionModel",
 ]
 
-# The Alembic revision these models describe: the head of migrations/versions/.
-SCHEMA_REVISION = "0007"
 # What ``schema_version`` holds at SCHEMA_REVISION. commlens before Alembic wrote 1 there and
 # refuses any larger value, so that table stays as a tripwire for old installs.
 LEGACY_SCHEMA_VERSION = 2

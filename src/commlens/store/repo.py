@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from commlens.results.records import Run
-from commlens.store.convert import decode_redop_root, is_date, measurement_rows, run_row, to_utc
+from commlens.store.convert import is_date, measurement_rows, run_row, to_utc
 from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
@@ -64,6 +64,7 @@ from commlens.store.loading import (
     short_reason,
 )
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
+from commlens.store.plain import HistoryPoint, HistoryRun, history_points
 from commlens.store.schema import check_schema
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ _INSERT_BATCH = 5_000  # measurements inserted per statement; bounds a save's me
 _Loaded = TypeVar("_Loaded")
 # Store.mean_history's rows: (run_id, started_at UTC, revision, tag, fingerprint, status) and
 # (run_id, op, algo, dtype, redop, root, size_bytes, in_place, group, mean_s), redop and root None when none.
-HistoryRun = tuple[str, datetime, str | None, str | None, str, str]
-HistoryPoint = tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]
 
 
 class Store:
@@ -471,17 +470,7 @@ class Store:
                     (run_id, started.replace(tzinfo=timezone.utc), revision, run_tag, fp, status)
                     for run_id, started, revision, run_tag, fp, status in conn.execute(runs_query)
                 ]
-            known = {run[0] for run in runs}
-            decoded: dict[tuple[str, int], tuple[str | None, int | None]] = {}
-            points = []
-            for run_id, op_name, algo, dtype_name, redop, root, size, in_place, group, mean_s in found:
-                if run_id not in known:  # deleted between the two queries
-                    continue
-                pair = decoded.get((redop, root))
-                if pair is None:
-                    pair = decoded[(redop, root)] = decode_redop_root(redop, root)
-                points.append((run_id, op_name, algo, dtype_name, *pair, size, bool(in_place), group, float(mean_s)))
-            return runs, points
+            return runs, history_points(found, runs)
         except DatabaseFault:
             raise
         except UNREADABLE as e:

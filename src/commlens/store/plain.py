@@ -1,0 +1,301 @@
+"""Reads of a SQLite store through Python's ``sqlite3`` alone: ``commlens runs`` and ``commlens show`` start
+without loading SQLAlchemy (most of their start-up otherwise).
+
+Only the plain case is read here: a SQLite file at the current schema revision, whose rows decode as
+commlens writes them. Anything else (PostgreSQL, a URL with options, an old, newer or damaged store, a
+value that does not decode, a ref that matches no run or several, filters by date) raises
+:class:`NotPlain`, and the caller reads through :class:`~commlens.store.repo.Store`, which says what is
+wrong as it always has. What is read here equals what ``Store`` reads (tests/test_store_plain.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from commlens.results.records import FloorKey, MeasurementKey
+from commlens.store.convert import decode_redop_root
+from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
+from commlens.store.summaries import RunSummary
+
+if TYPE_CHECKING:
+    from commlens.results.records import Run
+
+__all__ = ["HistoryPoint", "HistoryRun", "NotPlain", "PlainStore", "history_points", "plain_store"]
+
+# SQLAlchemy's DateTime on SQLite: "YYYY-MM-DD HH:MM:SS.ffffff"
+_STORED_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{6}))?")
+_MIN_PREFIX_LEN = 4  # repo.MIN_PREFIX_LEN
+_FINGERPRINT_CHARS = 16  # repo._FINGERPRINT_CHARS
+
+
+class NotPlain(StoreError):
+    """This read needs ``Store`` (SQLAlchemy): not a plain SQLite store, or not a plain answer."""
+
+
+@contextmanager
+def plain_store(db: str | None) -> Iterator[PlainStore]:
+    """The store at ``db`` (or the default) opened read-only through ``sqlite3``; NotPlain when it is not a
+    SQLite file at the current schema revision."""
+    url = default_db_url() if db is None else db_url(db)
+    path = url.removeprefix("sqlite:///")
+    if path == url or not path or any(c in path for c in "?%") or path.startswith(("file:", ":memory:")):
+        raise NotPlain("not a plain SQLite path")
+    database = Path(path).expanduser()
+    if not database.is_file() or _on_read_only_mount(database):
+        raise NotPlain("no such file, or a read-only mount")
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(database))}?mode=ro", uri=True, timeout=30.0)
+    except sqlite3.Error as e:
+        raise NotPlain(str(e)) from None
+    try:
+        store = PlainStore(conn, url)
+        if store.rows("SELECT version_num FROM alembic_version") != [(SCHEMA_REVISION,)]:
+            raise NotPlain("not at the current schema revision")
+        yield store
+    finally:
+        conn.close()
+
+
+class PlainStore:
+    """The reads of ``Store`` that ``runs`` and ``show`` make, on a plain SQLite store (see the module)."""
+
+    def __init__(self, conn: sqlite3.Connection, url: str) -> None:
+        self._conn = conn
+        self.url = url
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except (sqlite3.Error, OverflowError) as e:  # OverflowError: a number too large for SQLite
+            raise NotPlain(str(e)) from None
+
+    def run_ids_with_tag(self, tag: str) -> list[str]:
+        """As ``Store.run_ids_with_tag``."""
+        return [
+            r[0] for r in self.rows("SELECT run_id FROM runs WHERE tag = ? ORDER BY started_at_utc, run_id", (tag,))
+        ]
+
+    def resolve(self, run_ref: str) -> str:
+        """As ``Store.resolve`` for a ref that names exactly one run; NotPlain otherwise (``Store`` words why)."""
+        if self.rows("SELECT run_id FROM runs WHERE run_id = ?", (run_ref,)):
+            return run_ref
+        if len(run_ref) < _MIN_PREFIX_LEN:
+            raise NotPlain("a short prefix")
+        found = self.rows(
+            "SELECT run_id FROM runs WHERE run_id LIKE ? || '%' ESCAPE '/' ORDER BY run_id", (_like_escaped(run_ref),)
+        )
+        matches = [r[0] for r in found if r[0].startswith(run_ref)]  # SQLite's LIKE ignores case
+        if len(matches) != 1:
+            raise NotPlain("no run or several")
+        return str(matches[0])
+
+    def list_runs(
+        self, *, tag: str | None, op: str | None, fingerprint: str | None, limit: int | None
+    ) -> list[RunSummary]:
+        """As ``Store.list_runs`` with these filters (dates and the rest: ``Store``)."""
+        if limit is not None and limit < 1:
+            raise NotPlain("a bad limit")
+        where, params = _run_filters(tag, fingerprint)
+        if op is not None:
+            where.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
+            params.append(op)
+        sql = (
+            "SELECT run_id, started_at, started_at_utc, status, tag, revision, source, world_size, backend, "
+            "avg_busbw_bytes_per_s, fingerprint FROM runs"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY started_at_utc DESC, run_id DESC"
+            + (" LIMIT ?" if limit is not None else "")
+        )
+        found = self.rows(sql, tuple(params) + ((limit,) if limit is not None else ()))
+        counts: dict[str, dict[str, int]] = {row[0]: {} for row in found}
+        for start in range(0, len(found), 500):
+            ids = [row[0] for row in found[start : start + 500]]
+            marks = ",".join("?" * len(ids))
+            for run_id, op_name, n in self.rows(
+                f"SELECT run_id, op, count(*) FROM measurements WHERE run_id IN ({marks}) GROUP BY run_id, op",
+                tuple(ids),
+            ):
+                counts[run_id][op_name] = n
+        return [
+            RunSummary(
+                run_id=run_id,
+                started_at=started_at,
+                started_at_utc=_stored_datetime(utc),
+                status=status,
+                tag=run_tag,
+                revision=revision,
+                source=source,
+                world_size=world_size,
+                backend=backend,
+                nmeasurements=sum(counts[run_id].values()),
+                ops=tuple(sorted(counts[run_id])),
+                avg_busbw_bytes_per_s=busbw,
+                fingerprint=fp,
+            )
+            for run_id, started_at, utc, status, run_tag, revision, source, world_size, backend, busbw, fp in found
+        ]
+
+    def get_run(self, run_id: str) -> Run:
+        """The run with this exact id, with samples, as ``Store.get_run`` loads it."""
+        from commlens.store.convert import run_from_model
+
+        found = self.rows(
+            "SELECT run_id, started_at, finished_at, status, tag, revision, command_line, source, config, notes, "
+            "system FROM runs WHERE run_id = ?",
+            (run_id,),
+        )
+        if len(found) != 1:
+            raise NotPlain("no such run")
+        columns = ("run_id", "started_at", "finished_at", "status", "tag", "revision", "command_line", "source")
+        run = SimpleNamespace(**dict(zip(columns, found[0][:8])))
+        measurements = self.rows(
+            "SELECT m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.count, m.in_place, m.world_size, "
+            "m.nwrong, m.reported, m.group_name, s.samples_s, s.rank_samples_s, s.rounds, s.measurement_id "
+            "FROM measurements m LEFT JOIN samples s ON s.measurement_id = m.id WHERE m.run_id = ? ORDER BY m.position",
+            (run_id,),
+        )
+        try:
+            run.config, run.notes, run.system = (json.loads(text) for text in found[0][8:])
+            run.measurements = [_measurement(row) for row in measurements]
+            return run_from_model(run)  # type: ignore[arg-type]  # the ORM row's attributes, read plainly
+        except (ValueError, TypeError, KeyError, AttributeError, StoreError) as e:
+            raise NotPlain(f"a value that does not decode: {e}") from None
+
+    def mean_history(
+        self, *, op: str | None, dtype: str | None, size_bytes: int | None, tag: str | None, fingerprint: str | None
+    ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
+        """As ``Store.mean_history``."""
+        run_where, params = _run_filters(tag, fingerprint, table="r.")
+        where, point_params = list(run_where), list(params)
+        for column, value in (("op", op), ("dtype", dtype), ("size_bytes", size_bytes)):
+            if value is not None:
+                where.append(f"m.{column} = ?")
+                point_params.append(value)
+        found = self.rows(
+            "SELECT m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s "
+            "FROM measurements m JOIN runs r ON m.run_id = r.run_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY r.started_at_utc, r.run_id, m.position",
+            tuple(point_params),
+        )
+        stored = self.rows(
+            "SELECT r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.status FROM runs r"
+            + (" WHERE " + " AND ".join(run_where) if run_where else ""),
+            tuple(params),
+        )
+        runs = [(run_id, _stored_datetime(utc), *rest) for run_id, utc, *rest in stored]
+        try:
+            return runs, history_points(found, runs)
+        except (ValueError, TypeError, StoreError) as e:
+            raise NotPlain(f"a value that does not decode: {e}") from None
+
+    def floors(self, fingerprint: str | None) -> dict[FloorKey, float]:
+        """As ``commlens.store.noise.load_floors`` (of one system, or all)."""
+        found = self.rows(
+            "SELECT fingerprint, op, algo, dtype, redop, root, size_bytes, in_place, group_name, sd_log FROM noise_floors"
+            + ("" if fingerprint is None else " WHERE fingerprint = ?"),
+            () if fingerprint is None else (fingerprint,),
+        )
+        floors = {}
+        for fp, op, algo, dtype, redop, root, size, in_place, group, sd_log in found:
+            if type(in_place) is not int:
+                raise NotPlain("a flag that is not one")
+            key = MeasurementKey(op, algo, dtype, *decode_redop_root(redop, root), size, bool(in_place), group or None)
+            floors[FloorKey(fp, key)] = sd_log
+        return floors
+
+    def has_thresholds(self) -> bool:
+        """Whether any threshold is stored (``commlens threshold set``)."""
+        return bool(self.rows("SELECT 1 FROM thresholds LIMIT 1"))
+
+
+HistoryRun = tuple[str, datetime, str | None, str | None, str, str]
+HistoryPoint = tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]
+
+
+def history_points(
+    found: list[tuple[str, str, str, str, str, int, int, int, str | None, float]], runs: list[HistoryRun]
+) -> list[HistoryPoint]:
+    """``Store.mean_history``'s points from its rows (run_id, op, algo, dtype, redop, root, size, in_place,
+    group, mean_s): redop and root decoded, the mean a float; rows of a run not in ``runs`` (deleted between
+    the two queries) left out."""
+    known = {run[0] for run in runs}
+    decoded: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+    points = []
+    for run_id, op_name, algo, dtype_name, redop, root, size, in_place, group, mean_s in found:
+        if run_id not in known:
+            continue
+        pair = decoded.get((redop, root))
+        if pair is None:
+            pair = decoded[(redop, root)] = decode_redop_root(redop, root)
+        points.append((run_id, op_name, algo, dtype_name, *pair, size, bool(in_place), group, float(mean_s)))
+    return points
+
+
+def _run_filters(tag: str | None, fingerprint: str | None, table: str = "") -> tuple[list[str], list[Any]]:
+    """SQL conditions and parameters of ``repo._run_filters`` for a tag and a fingerprint (or its prefix)."""
+    where, params = [], []
+    if tag is not None:
+        where.append(f"{table}tag = ?")
+        params.append(tag)
+    if fingerprint is not None:
+        fp = fingerprint.strip().lower()
+        if len(fp) == _FINGERPRINT_CHARS:
+            where.append(f"{table}fingerprint = ?")
+            params.append(fp)
+        else:
+            where.append(f"{table}fingerprint LIKE ? || '%' ESCAPE '/'")
+            params.append(_like_escaped(fp))
+    return where, params
+
+
+def _measurement(row: tuple[Any, ...]) -> SimpleNamespace:
+    op, algo, dtype, redop, root, size, count, in_place, world_size, nwrong, reported, group, *samples = row
+    samples_s, rank_samples_s, rounds, measurement_id = samples
+    if measurement_id is None or type(in_place) is not int:
+        raise ValueError("a measurement without its samples, or a flag that is not one")
+    return SimpleNamespace(
+        op=op,
+        algo=algo,
+        dtype=dtype,
+        redop=redop,
+        root=root,
+        size_bytes=size,
+        count=count,
+        in_place=bool(in_place),
+        world_size=world_size,
+        nwrong=nwrong,
+        reported=_json_or_none(reported),
+        group_name=group,
+        samples=SimpleNamespace(
+            samples_s=json.loads(samples_s),
+            rank_samples_s=_json_or_none(rank_samples_s),
+            rounds=_json_or_none(rounds),
+        ),
+    )
+
+
+def _json_or_none(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _stored_datetime(text: Any) -> datetime:
+    match = _STORED_DATETIME.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise NotPlain(f"a stored time that is not one: {text!r}")
+    year, month, day, hour, minute, second, micro = (int(g or 0) for g in match.groups())
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=timezone.utc)
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` for ``LIKE ... ESCAPE '/'``, as SQLAlchemy's ``startswith(autoescape=True)`` escapes it."""
+    return text.replace("/", "//").replace("%", "/%").replace("_", "/_")
