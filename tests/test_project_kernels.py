@@ -293,3 +293,36 @@ def test_each_linear_module_is_counted_once_for_its_host_time():
     moe = {k.name: k.modules for k in layer_kernels(dev, fw, w, lay, shape, 989e12, 989e12, True) if k.modules}
     # 16 local experts, one GroupedLinear each way; the router's matmul is no module
     assert moe == {"qkv": 1.0, "attention_out": 1.0, "experts_in": 1.0, "experts_out": 1.0}
+
+
+def test_megatron_all_to_all_dispatch_sorts_tokens_by_local_expert_both_ways():
+    """Megatron-Core's all-to-all dispatcher reads and writes every routed token once more each way (sort by local
+    expert after the all-to-all, unsort before the return) where a GPU holds more than one expert; the flex (DeepEP)
+    dispatcher and a GPU with one expert do not, and the step is longer for it."""
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "micro_batch": 1})
+    shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=8, sp=False, tp_chunks=1)
+
+    def sort_kernel(fw: str, layout: ParallelLayout, s: LayerShape = shape):
+        ks = {k.name: k for k in layer_kernels(dev, framework(fw), w, layout, s, 989e12, 989e12, True)}
+        return ks.get("sort_by_expert")
+
+    k = sort_kernel("megatron-core", ParallelLayout(ep=8))
+    assert k is not None
+    routed = 4096 * w.moe.top_k  # 16 local experts, balanced: the GPU receives as many copies as it sends
+    assert k.nbytes == pytest.approx(2 * 4 * routed * w.hidden * ParallelLayout().moe_load_imbalance)
+    assert k.bwd_s == pytest.approx(k.fwd_s)  # the inverse permutation moves the same bytes
+    assert sort_kernel("nemo", ParallelLayout(ep=8)) is not None  # Megatron-Bridge runs the same dispatcher
+    assert sort_kernel("megatron-core", ParallelLayout(ep=8, moe_dispatcher="deepep")) is None
+    assert sort_kernel("torchtitan", ParallelLayout(ep=8)) is None
+    one_each = LayerShape(tokens=4096, keys=4096, tp=1, ep=128, sp=False, tp_chunks=1)
+    assert sort_kernel("megatron-core", ParallelLayout(ep=128), one_each) is None
+
+    topo = load_topology("b200")  # as the published 8-GPU Qwen3-30B-A3B runs (DGX B200)
+    base = {"tp": 1, "pp": 1, "ep": 8, "dp": 8, "zero": 1}
+    a2a = project(w, topo, ParallelLayout(**base), 8)
+    flex = project(w, topo, ParallelLayout(**base, moe_dispatcher="deepep"), 8)  # one node: no dedup either way
+    assert a2a.step_time_s > flex.step_time_s * 1.01

@@ -221,9 +221,10 @@ def test_deepep_sends_a_token_once_per_remote_domain():
         for d in ("alltoall", "deepep")
     }
     assert across["deepep"].breakdown["ep_comm"] < across["alltoall"].breakdown["ep_comm"] / 2
-    # inside one NVLink domain there is nothing to deduplicate: the same step
+    # inside one NVLink domain there is nothing to deduplicate: the same all-to-all time (the steps still differ by
+    # the all-to-all dispatcher's sort by local expert, test_project_kernels)
     gb200 = load_topology("gb200-nvl72")
     inside = [
         project(w, gb200, ParallelLayout(ep=16, recompute="none", moe_dispatcher=d), 16) for d in ("alltoall", "deepep")
     ]
-    assert inside[0].step_time_s == inside[1].step_time_s
+    assert inside[0].breakdown["ep_comm"] == inside[1].breakdown["ep_comm"]

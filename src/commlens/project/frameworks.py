@@ -100,6 +100,12 @@ class Framework(_Strict):
         default=1.03, ge=1.0, le=1.5, description="reserved / allocated of the caching allocator as the stack runs it"
     )
     moe_dispatch_sync: bool
+    moe_local_sort: bool = Field(
+        default=False,
+        description="the NCCL all-to-all dispatcher sorts the tokens it receives by local expert, and back before "
+        "the return all-to-all: one more read and write of every routed token each way where a GPU holds more than "
+        "one expert (Megatron-Core's 'permutation 2')",
+    )
     zero3_live_params: float = Field(
         default=0,
         ge=0,

@@ -354,6 +354,14 @@ def _moe_block(
         down,
         b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
+    if b.fw.moe_local_sort and layout.moe_dispatcher == "alltoall" and s.ep > 1 and local > 1:
+        # Megatron-Core's second permutation: the received tokens sorted by local expert after the all-to-all and
+        # unsorted before the return, each a 16-bit read and write of every routed token (fused: one kernel each);
+        # a permutation's gradient is the inverse permutation, so the backward moves the same bytes
+        sort_s = stream_time_s(b.dev, 2 * 4 * routed * h * imbalance)
+        out.append(
+            Kernel("sort_by_expert", "moe_routing", sort_s, sort_s, 2, True, nbytes=2 * 4 * routed * h * imbalance)
+        )
     if m.shared_experts:
         out += [
             b.gemm(
