@@ -61,9 +61,10 @@ log = logging.getLogger(__name__)
 # runs in a fresh process group or the default one: the row's code paths and data are warm from round 0, and
 # the one launch absorbs what a new group sets up lazily (an NCCL communicator; gloo connects in new_group).
 LATER_ROUND_WARMUP = 1
-# From this message size a later round's row is timed without warming up again (but for the round's first row,
-# which meets the round's group first): one launch moves more than the caches hold, so it leaves nothing warm
-# that the previous row took away, and at these sizes the warm-ups were most of what rounds added to a sweep.
+# From this message size a later round's row on CPU is timed without warming up again (but for the round's first
+# row, which meets the round's group first): one launch moves more than the caches hold, so it leaves nothing
+# warm that the previous row took away, and at these sizes the warm-ups were most of what rounds added to a
+# sweep. Not on a GPU, whose L2 (50 MB and more) holds such a message: there every later round warms up.
 LATER_ROUND_COLD_BYTES = 16 * 1024 * 1024
 
 UNSUPPORTED_HINTS = (
@@ -428,15 +429,15 @@ class Sweep:
         The first round (``round_index`` 0) warms up ``cfg.warmup`` iterations and checks the results; a later
         round warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` in its group, fresh or shared (the code paths
         and the data are not new; one launch sets up what a fresh group creates lazily and brings the row's
-        buffers back into the caches other rows used), none from ``LATER_ROUND_COLD_BYTES`` unless it is the
-        round's first row (``first_in_round``), and does not check again: results are checked once per row,
+        buffers back into the caches other rows used), none from ``LATER_ROUND_COLD_BYTES`` on CPU unless it is
+        the round's first row (``first_in_round``), and does not check again: results are checked once per row,
         as nccl-tests does with ``-c 1``.
         """
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         if round_index == 0:
             warmup = cfg.warmup
-        elif plan.size_bytes >= LATER_ROUND_COLD_BYTES and not first_in_round:
+        elif plan.size_bytes >= LATER_ROUND_COLD_BYTES and not first_in_round and self.device.type == "cpu":
             warmup = 0
         else:
             warmup = min(cfg.warmup, LATER_ROUND_WARMUP)
