@@ -233,11 +233,9 @@ def release_freed_memory() -> None:
     """
     if not _TRIM:
         import ctypes
-        import ctypes.util
 
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"))
-            _TRIM.append(getattr(libc, "malloc_trim", None))
+        try:  # the process's own symbols: the C library it runs on (no ldconfig subprocess)
+            _TRIM.append(getattr(ctypes.CDLL(None), "malloc_trim", None))
         except OSError:
             _TRIM.append(None)
     if _TRIM[0] is not None:
