@@ -166,6 +166,7 @@ def test_freed_heap_memory_is_handed_back_between_cells() -> None:
         big = [torch.ones(3 << 20) for _ in range(4)]  # 12 MiB each: mapped, then freed: the threshold rises
         del big
         small = [torch.ones(1 << 16) for _ in range(1500)]  # 256 KiB each, now from the heap
+        kept = small[::2]  # every other block stays: the freed ones lie between live ones, not at the top
         del small
         before = rss_mb()
         worker.release_freed_memory()
@@ -176,4 +177,4 @@ def test_freed_heap_memory_is_handed_back_between_cells() -> None:
     before, after, has_trim = out.stdout.split()
     if has_trim != "True":
         pytest.skip("this C library has no malloc_trim")
-    assert int(before) - int(after) > 200, out.stdout  # ~375 MB were freed but resident
+    assert int(before) - int(after) > 100, out.stdout  # ~187 MB were freed but resident
