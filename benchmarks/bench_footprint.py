@@ -177,6 +177,9 @@ def raw_worker(out_dir: Path, op: str, dtypes: list[str], size: int) -> int:
 # ---------------------------------------------------------------- the driver
 
 
+EXTRA_ENV: dict[str, str] = {}  # --env NAME=VALUE: set for every rank (e.g. glibc's MALLOC_MMAP_THRESHOLD_)
+
+
 def _launch(out_dir: Path, worker_args: list[str]) -> float:
     cmd = [
         sys.executable,
@@ -189,7 +192,7 @@ def _launch(out_dir: Path, worker_args: list[str]) -> float:
         str(out_dir),
         *worker_args,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"), **EXTRA_ENV}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -266,6 +269,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer ops, dtypes and sizes")
     ap.add_argument("--no-large", action="store_true", help="skip the -e 1G runs")
     ap.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ap.add_argument("--ops", help="only these ops (comma-separated; implies --no-doc)")
+    ap.add_argument("--sizes-mib", help="only these sizes in MiB (comma-separated; implies --no-doc)")
+    ap.add_argument("--only-dtypes", help="only these dtypes (comma-separated; implies --no-doc)")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for every rank (implies --no-doc)")
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--commlens", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--raw", help=argparse.SUPPRESS)
@@ -279,6 +286,12 @@ def main() -> None:
         sys.exit(raw_worker(ns.out, ns.raw, ns.dtypes.split(","), ns.size))
 
     ops, dtypes, sizes = (QUICK_OPS, QUICK_DTYPES, QUICK_SIZES) if ns.quick else (OPS, DTYPES, SIZES)
+    if ns.ops or ns.sizes_mib or ns.only_dtypes or ns.env:  # a probe, not the section's figures
+        ns.no_doc = True
+        ops = tuple(ns.ops.split(",")) if ns.ops else ops
+        sizes = tuple(int(x) * MIB for x in ns.sizes_mib.split(",")) if ns.sizes_mib else sizes
+        dtypes = tuple(ns.only_dtypes.split(",")) if ns.only_dtypes else dtypes
+        EXTRA_ENV.update(dict(e.split("=", 1) for e in ns.env))
     t0 = time.perf_counter()
     results = measure(ops, dtypes, sizes)
     large = [] if ns.no_large else [large_run(1024 * MIB, op) for op in ("all_reduce", "all_to_all")]
@@ -328,6 +341,11 @@ def main() -> None:
         "(it refuses some, e.g. bfloat16 for some ops on some builds); a refused row is not measured.",
         "",
         f"Rows within target: {'all' if misses == 0 else f'all but {misses} (op, size) groups'}.",
+        "",
+        "A miss at 16 MiB is glibc keeping gloo's freed message-sized temporaries resident within the row "
+        "(commlens' worker hands freed pages back between cells, the raw loop does not): "
+        "`--ops all_gather,gather,reduce_scatter --sizes-mib 16 --env MALLOC_MMAP_THRESHOLD_=65536` maps "
+        "every large temporary afresh and shows the live set (both within 3 x size).",
     ]
     if large:
         body += ["", "`-e 1G` at 4 ranks (`-b 1G -e 1G -n 1 -w 1 -d float32`, check on):", ""]

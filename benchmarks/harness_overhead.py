@@ -692,41 +692,72 @@ def _commlens_sweep(extra: list[str], out: Path) -> float:
     return wall
 
 
-def _busbw_by_size(path: Path) -> dict[int, float]:
-    """busBW (bytes/s) per size from a ``commlens bench --json`` file, from each row's mean time."""
+def _busbw_by_size(path: Path, rank_mean: bool = False) -> dict[int, float]:
+    """busBW (bytes/s) per size from a ``commlens bench --json`` file, from each row's mean time.
+
+    ``rank_mean``: from the raw loop's definition instead, each rank's mean duration, max across ranks (the
+    reported samples run from the last rank's start to the last rank's end, which leaves out a rank that
+    started early and waited)."""
     from commlens.results.jsonfmt import load_run
 
     run = load_run(path)
-    return {
-        m.size_bytes: 2 * (m.world_size - 1) / m.world_size * m.size_bytes / m.stats.mean_s for m in run.measurements
-    }
+    out = {}
+    for m in run.measurements:
+        t = m.stats.mean_s
+        if rank_mean and m.rank_samples_s:
+            t = max(statistics.fmean(r) for r in m.rank_samples_s)
+        out[m.size_bytes] = 2 * (m.world_size - 1) / m.world_size * m.size_bytes / t
+    return out
+
+
+def _pair_busbw(mine: dict[int, float], raw: dict[int, float]) -> float:
+    """One commlens run against the raw run of the same repeat: the median over sizes >= 1 MiB of the
+    ratio of their busBW, minus 1 (a size's ratio moves with the load of that minute; the median over the
+    eight large sizes does so less)."""
+    ratios = [mine[s] / raw[s] for s in sorted(raw) if s >= MIB and s in mine]
+    return statistics.median(ratios) - 1
 
 
 def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
-    """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION."""
+    """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION.
+
+    Each repeat runs the raw loop, then each commlens variant, in an order rotated by the repeat (so no variant
+    always runs right after the raw loop). Wall time: min and median over repeats, the ratio of medians. busBW:
+    per repeat, the median over sizes >= 1 MiB of commlens' busBW over the raw loop's in the same repeat;
+    the table gives the median of those per-repeat figures and their range, which says how far one repeat
+    can be trusted on this machine.
+    """
     kinds: list[tuple[str, list[str]]] = [
         ("commlens, default (5 rounds, each in a fresh group, 1 check)", []),
         ("commlens `--round-groups shared` (every round in the default group)", ["--round-groups", "shared"]),
         ("commlens `--rounds 1`", ["--rounds", "1"]),
     ]
+    if ns.sweep_default_only:
+        kinds = kinds[:1]
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     loads = [os.getloadavg()[0]]
     raw_walls: list[float] = []
     raw_bus: list[dict[int, float]] = []
     walls: dict[str, list[float]] = {k: [] for k, _ in kinds}
-    bus: dict[str, list[dict[int, float]]] = {k: [] for k, _ in kinds}
+    pairs: dict[str, list[float]] = {k: [] for k, _ in kinds}
+    pairs_rank: dict[str, list[float]] = {k: [] for k, _ in kinds}
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
         for i in range(ns.sweep_compare):
             res = Path(tmp) / f"raw{i}.json"
             raw_walls.append(_raw_sweep(ns, res))
             per = {int(k): v for k, v in json.loads(res.read_text()).items()}
             raw_bus.append({s: 1.5 * s / t for s, t in per.items()})
-            print(f"  round {i + 1}: raw loop {raw_walls[-1]:.1f} s", flush=True)
-            for label, extra in kinds:
+            print(f"  repeat {i + 1}: raw loop {raw_walls[-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+            for label, extra in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 out = Path(tmp) / f"c{i}-{len(walls[label])}.json"
                 walls[label].append(_commlens_sweep(extra, out))
-                bus[label].append(_busbw_by_size(out))
-                print(f"  round {i + 1}: {label} {walls[label][-1]:.1f} s", flush=True)
+                pairs[label].append(_pair_busbw(_busbw_by_size(out), raw_bus[-1]))
+                pairs_rank[label].append(_pair_busbw(_busbw_by_size(out, rank_mean=True), raw_bus[-1]))
+                print(
+                    f"  repeat {i + 1}: {label} {walls[label][-1]:.1f} s, busBW vs raw {pairs[label][-1]:+.1%} "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
             loads.append(os.getloadavg()[0])
     raw_min, raw_med = min(raw_walls), statistics.median(raw_walls)
     body = [
@@ -737,28 +768,25 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
         f"The sweep `commlens {' '.join(SWEEP_ARGS)}` (24 sizes, {ns.iters} timed iterations per size, "
         f"{ns.warmup} warm-up) end to end, against a raw loop: a `torch.distributed.run --standalone` job of 4 "
         f"ranks running, per size, {ns.warmup} warm-up and {ns.iters} timed `dist.all_reduce` calls in place "
-        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} runs of each, interleaved "
-        "(raw, then each commlens variant, repeated). Target: the default sweep within "
+        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} repeats, each the raw loop then "
+        "every commlens variant (their order rotated by the repeat). busBW: per repeat, the median over the "
+        "sizes >= 1 MiB of commlens' busBW over the raw loop's of the same repeat; the table gives the median "
+        "of the repeats and their range; *rank mean*: commlens' busBW from the raw loop's definition (each "
+        "rank's mean duration, max across ranks) instead of its reported samples (last rank's start to last "
+        "rank's end). Target: the default sweep within "
         f"{SWEEP_RATIO_TARGET}x the raw loop's wall time, busBW within {BUSBW_TARGET:.0%}.",
         "",
-        "| run | wall min (s) | wall median (s) | / raw (median) | busBW vs raw, >= 1 MiB (median of sizes) "
-        "| busBW vs raw, 64 MiB |",
-        "|---|---:|---:|---:|---:|---:|",
-        f"| raw `torch.distributed` loop | {raw_min:.1f} | {raw_med:.1f} | 1.00 | - | - |",
+        "| run | wall min (s) | wall median (s) | / raw (median) | busBW vs raw, >= 1 MiB: median of repeats "
+        "| range over repeats | rank mean: median | rank mean: range |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| raw `torch.distributed` loop | {raw_min:.1f} | {raw_med:.1f} | 1.00 | - | - | - | - |",
     ]
     for label, _ in kinds:
-        w = walls[label]
-        big = []
-        for s in sorted(raw_bus[0]):
-            if s < MIB:
-                continue
-            mine = statistics.median(b[s] for b in bus[label] if s in b)
-            theirs = statistics.median(b[s] for b in raw_bus)
-            big.append((s, mine / theirs - 1))
-        top = big[-1][1] if big else float("nan")
+        w, d, dr = walls[label], pairs[label], pairs_rank[label]
         body.append(
             f"| {label} | {min(w):.1f} | {statistics.median(w):.1f} | {statistics.median(w) / raw_med:.2f} "
-            f"| {statistics.median(d for _, d in big):+.1%} | {top:+.1%} |"
+            f"| {statistics.median(d):+.1%} | {min(d):+.1%} .. {max(d):+.1%} "
+            f"| {statistics.median(dr):+.1%} | {min(dr):+.1%} .. {max(dr):+.1%} |"
         )
     print("\n".join(body))
     if not ns.no_write:
@@ -1110,6 +1138,7 @@ def main() -> None:
         default=0,
         help="only the default sweep against a raw loop: this many interleaved runs of each (its own section)",
     )
+    p.add_argument("--sweep-default-only", action="store_true", help="--sweep-compare: only the default variant")
     p.add_argument(
         "--scale", action="store_true", help="only detect over 1,000 runs and ingest of 1,000 logs (its own section)"
     )

@@ -17,12 +17,12 @@ import torch.distributed as dist
 
 from commlens.bench.validate import (
     TORCH_DTYPES,
-    Values,
-    all_to_all_values,
+    Pattern,
+    all_to_all_pattern,
     count_wrong_chunked,
-    gathered_values,
-    rank_values,
-    reduce_values,
+    gathered_pattern,
+    rank_pattern,
+    reduce_pattern,
     write_chunked,
 )
 from commlens.ops import OpSpec, SizePlan
@@ -130,6 +130,52 @@ def _given(value: _T | None, what: str, op: str) -> _T:
     return value
 
 
+@dataclass(frozen=True)
+class _Row:
+    """What every op's preparation needs of one row (see :func:`prepare`)."""
+
+    name: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    in_place: bool
+    rank: int
+    world: int
+    count: int  # the plan's count: elements per rank
+    device: torch.device
+    group: Any
+    async_op: bool
+    alg: Any  # an AlgoCalls, or None for torch's built-in call
+    pool: Buffers
+
+    @property
+    def red(self) -> Any:
+        return None if self.redop is None else _REDOPS.get(self.redop)
+
+    def send_view(self, k: int) -> torch.Tensor:
+        return self.pool.view("send", k, TORCH_DTYPES[self.dtype])
+
+    def recv_view(self, k: int) -> torch.Tensor:
+        return self.pool.view("recv", k, TORCH_DTYPES[self.dtype])
+
+    def inputs(self, r: int, offset: int, reduction: str | None) -> Pattern:
+        """Rank ``r``'s input values at buffer elements ``s ..`` (global index ``offset + s``)."""
+        return rank_pattern(r, self.world, offset, self.dtype, reduction, self.device)
+
+    def reduced(self, offset: int, reduction: str) -> Pattern:
+        """The exact reduction over all ranks' inputs at buffer elements ``s ..`` (global ``offset + s``)."""
+        return reduce_pattern(self.world, offset, self.dtype, reduction, self.device)
+
+    def root_rank(self) -> int:
+        return _given(self.root, "root", self.name)
+
+    def reduction(self) -> str:
+        return _given(self.redop, "reduction", self.name)
+
+
+_ALGO_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
 def prepare(
     spec: OpSpec,
     plan: SizePlan,
@@ -165,185 +211,189 @@ def prepare(
         from commlens.bench.algorithms import AlgoCalls
 
         alg = AlgoCalls(algo, group, chunk_bytes, ranks_per_host)
-    pool = buffers if buffers is not None else Buffers(device)
-    tdt = TORCH_DTYPES[dtype]
-    c = plan.count
-    n = world
-    red = None if redop is None else _REDOPS.get(redop)
-
-    def send_view(k: int) -> torch.Tensor:
-        return pool.view("send", k, tdt)
-
-    def recv_view(k: int) -> torch.Tensor:
-        return pool.view("recv", k, tdt)
-
     name = spec.name
-    if alg is not None and name not in (
-        "all_reduce",
-        "broadcast",
-        "reduce",
-        "all_gather",
-        "reduce_scatter",
-        "all_to_all",
-    ):
+    if alg is not None and name not in _ALGO_OPS:
         raise ValueError(f"commlens implements no algorithms for {name}")
     if name == "barrier":
         return Collective(lambda: dist.barrier(group=group, async_op=async_op), lambda: None, lambda: 0)
+    pool = buffers if buffers is not None else Buffers(device)
+    row = _Row(name, dtype, redop, root, in_place, rank, world, plan.count, device, group, async_op, alg, pool)
+    build = _BUILDERS.get(name)
+    if build is None:
+        raise ValueError(f"no torch.distributed mapping for op {name!r}")
+    return build(row, spec.reduces)
 
-    def inputs(r: int, offset: int, reduction: str | None) -> Values:
-        """Rank ``r``'s input values at buffer elements ``s ..`` (global index ``offset + s``)."""
-        return lambda s, k: rank_values(r, n, offset + s, k, dtype, reduction, device)
 
-    if name in ("all_reduce", "broadcast", "reduce"):
-        buf = recv_view(c)
-        values = inputs(rank, 0, redop if spec.reduces else None)
+def _one_buffer(row: _Row, reduces: bool) -> Collective:
+    """all_reduce, broadcast and reduce: in place on the receive buffer."""
+    name, alg, group, async_op, red = row.name, row.alg, row.group, row.async_op, row.red
+    buf = row.recv_view(row.count)
+    values = row.inputs(row.rank, 0, row.redop if reduces else None)
 
-        def reset() -> None:
-            write_chunked(buf, values)
+    def reset() -> None:
+        write_chunked(buf, values)
 
-        expected: Values
-        if name == "all_reduce":
-            reduction = _given(redop, "reduction", name)
-            launch = (
-                alg.all_reduce(buf, reduction)
-                if alg
-                else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
-            )
-            expected = lambda s, k: reduce_values(n, s, k, dtype, reduction, device)  # noqa: E731
-            checked = True
-        elif name == "broadcast":
-            src_rank = _given(root, "root", name)
-            launch = (
-                alg.broadcast(buf, src_rank)
-                if alg
-                else (lambda: dist.broadcast(buf, src=src_rank, group=group, async_op=async_op))
-            )
-            expected = inputs(src_rank, 0, None)
-            checked = True
-        else:
-            dst_rank, reduction = _given(root, "root", name), _given(redop, "reduction", name)
-            launch = (
-                alg.reduce(buf, dst_rank, reduction)
-                if alg
-                else (lambda: dist.reduce(buf, dst=dst_rank, op=red, group=group, async_op=async_op))
-            )
-            expected = lambda s, k: reduce_values(n, s, k, dtype, reduction, device)  # noqa: E731
-            checked = rank == dst_rank  # other ranks' buffers are unspecified after a reduce
-
-        def verify() -> int:
-            return count_wrong_chunked(buf, expected, dtype, redop, n) if checked else 0
-
-        return Collective(launch, reset, verify, buf)
-
-    if name in ("all_gather", "gather"):
-        # gather's output exists on its root alone; the other ranks only send
-        receives = name == "all_gather" or rank == _given(root, "root", name)
-        out = recv_view(c * n if receives else 0)
-        src = out[rank * c : (rank + 1) * c] if in_place and receives else send_view(c)
-        values = inputs(rank, rank * c, None)
-        gathered = None
-
-        def reset() -> None:
-            if receives:
-                out.zero_()
-            write_chunked(src, values)
-
-        if name == "all_gather":
-            launch = (
-                alg.all_gather(out, src)
-                if alg
-                else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
-            )
-        else:
-            dst_rank = _given(root, "root", name)
-            gathered = list(out.chunk(n)) if receives and n > 0 else None
-            launch = lambda: dist.gather(src, gathered, dst=dst_rank, group=group, async_op=async_op)  # noqa: E731
-
-        def verify() -> int:
-            if not receives:
-                return 0
-            return count_wrong_chunked(out, lambda s, k: gathered_values(c, s, k, device), dtype, None, n)
-
-        return Collective(launch, reset, verify, out)
-
-    if name in ("reduce_scatter", "scatter"):
-        # scatter's input exists on its root alone; the other ranks only receive
-        sends = name == "reduce_scatter" or rank == _given(root, "root", name)
-        full = send_view(c * n if sends else 0)
-        dst = full[rank * c : (rank + 1) * c] if in_place and sends else recv_view(c)
-        if name == "reduce_scatter":
-            reduction = _given(redop, "reduction", name)
-            values = inputs(rank, 0, reduction)
-            launch = (
-                alg.reduce_scatter(dst, full, reduction)
-                if alg
-                else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
-            )
-            expected = lambda s, k: reduce_values(n, rank * c + s, k, dtype, reduction, device)  # noqa: E731
-        else:
-            src_rank = _given(root, "root", name)
-            values = inputs(src_rank, 0, None)
-            chunks = list(full.chunk(n)) if sends else None
-            launch = lambda: dist.scatter(dst, chunks, src=src_rank, group=group, async_op=async_op)  # noqa: E731
-            expected = inputs(src_rank, rank * c, None)
-
-        def reset() -> None:
-            write_chunked(full, values)
-            if not (in_place and sends):
-                dst.zero_()
-
-        def verify() -> int:
-            return count_wrong_chunked(dst, expected, dtype, redop, n)
-
-        return Collective(launch, reset, verify, dst)
-
-    if name == "all_to_all":
-        send = send_view(c * n)
-        recv = recv_view(c * n)
-        values = inputs(rank, 0, None)
-
-        def reset() -> None:
-            write_chunked(send, values)
-            recv.zero_()
-
-        def verify() -> int:
-            return count_wrong_chunked(recv, lambda s, k: all_to_all_values(rank, c, s, k, device), dtype, None, n)
-
+    expected: Pattern
+    checked = True
+    if name == "all_reduce":
+        reduction = row.reduction()
         launch = (
-            alg.all_to_all(recv, send)
+            alg.all_reduce(buf, reduction)
             if alg
-            else (lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
+            else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
         )
-        return Collective(launch, reset, verify, recv)
+        expected = row.reduced(0, reduction)
+    elif name == "broadcast":
+        src_rank = row.root_rank()
+        launch = (
+            alg.broadcast(buf, src_rank)
+            if alg
+            else (lambda: dist.broadcast(buf, src=src_rank, group=group, async_op=async_op))
+        )
+        expected = row.inputs(src_rank, 0, None)
+    else:
+        dst_rank, reduction = row.root_rank(), row.reduction()
+        launch = (
+            alg.reduce(buf, dst_rank, reduction)
+            if alg
+            else (lambda: dist.reduce(buf, dst=dst_rank, op=red, group=group, async_op=async_op))
+        )
+        expected = row.reduced(0, reduction)
+        checked = row.rank == dst_rank  # other ranks' buffers are unspecified after a reduce
 
-    if name == "sendrecv":
-        send = send_view(c)
-        recv = recv_view(c)
-        values = inputs(rank, 0, None)
-        peer_next, peer_prev = (rank + 1) % n, (rank - 1) % n
+    def verify() -> int:
+        return count_wrong_chunked(buf, expected, row.dtype, row.redop, row.world) if checked else 0
 
-        def reset() -> None:
-            write_chunked(send, values)
-            recv.zero_()
+    return Collective(launch, reset, verify, buf)
 
-        def launch() -> Any:
-            if n == 1:  # a send to oneself is a local copy, as NCCL does it
-                recv.copy_(send)
-                return None
-            nxt = dist.get_global_rank(group, peer_next) if group is not None else peer_next
-            prv = dist.get_global_rank(group, peer_prev) if group is not None else peer_prev
-            works = dist.batch_isend_irecv(
-                [dist.P2POp(dist.isend, send, nxt, group), dist.P2POp(dist.irecv, recv, prv, group)]
-            )
-            if async_op:
-                return works
-            for w in works:
-                w.wait()
+
+def _gathering(row: _Row, reduces: bool) -> Collective:
+    """all_gather and gather: each rank's chunk into the (root's) output."""
+    name, alg, group, async_op, rank, c, n = row.name, row.alg, row.group, row.async_op, row.rank, row.count, row.world
+    # gather's output exists on its root alone; the other ranks only send
+    receives = name == "all_gather" or rank == row.root_rank()
+    out = row.recv_view(c * n if receives else 0)
+    src = out[rank * c : (rank + 1) * c] if row.in_place and receives else row.send_view(c)
+    values = row.inputs(rank, rank * c, None)
+
+    def reset() -> None:
+        if receives:
+            out.zero_()
+        write_chunked(src, values)
+
+    if name == "all_gather":
+        launch = (
+            alg.all_gather(out, src) if alg else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
+        )
+    else:
+        dst_rank = row.root_rank()
+        gathered = list(out.chunk(n)) if receives and n > 0 else None
+        launch = lambda: dist.gather(src, gathered, dst=dst_rank, group=group, async_op=async_op)  # noqa: E731
+
+    def verify() -> int:
+        if not receives:
+            return 0
+        return count_wrong_chunked(out, gathered_pattern(c, row.device), row.dtype, None, n)
+
+    return Collective(launch, reset, verify, out)
+
+
+def _scattering(row: _Row, reduces: bool) -> Collective:
+    """reduce_scatter and scatter: the (root's) full input into each rank's chunk."""
+    name, alg, group, async_op, rank, c, n = row.name, row.alg, row.group, row.async_op, row.rank, row.count, row.world
+    # scatter's input exists on its root alone; the other ranks only receive
+    sends = name == "reduce_scatter" or rank == row.root_rank()
+    full = row.send_view(c * n if sends else 0)
+    dst = full[rank * c : (rank + 1) * c] if row.in_place and sends else row.recv_view(c)
+    if name == "reduce_scatter":
+        reduction, red = row.reduction(), row.red
+        values = row.inputs(rank, 0, reduction)
+        launch = (
+            alg.reduce_scatter(dst, full, reduction)
+            if alg
+            else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
+        )
+        expected = row.reduced(rank * c, reduction)
+    else:
+        src_rank = row.root_rank()
+        values = row.inputs(src_rank, 0, None)
+        chunks = list(full.chunk(n)) if sends else None
+        launch = lambda: dist.scatter(dst, chunks, src=src_rank, group=group, async_op=async_op)  # noqa: E731
+        expected = row.inputs(src_rank, rank * c, None)
+
+    def reset() -> None:
+        write_chunked(full, values)
+        if not (row.in_place and sends):
+            dst.zero_()
+
+    def verify() -> int:
+        return count_wrong_chunked(dst, expected, row.dtype, row.redop, n)
+
+    return Collective(launch, reset, verify, dst)
+
+
+def _all_to_all(row: _Row, reduces: bool) -> Collective:
+    alg, group, async_op, rank, c, n = row.alg, row.group, row.async_op, row.rank, row.count, row.world
+    send = row.send_view(c * n)
+    recv = row.recv_view(c * n)
+    values = row.inputs(rank, 0, None)
+
+    def reset() -> None:
+        write_chunked(send, values)
+        recv.zero_()
+
+    def verify() -> int:
+        return count_wrong_chunked(recv, all_to_all_pattern(rank, c, row.device), row.dtype, None, n)
+
+    launch = (
+        alg.all_to_all(recv, send)
+        if alg
+        else (lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
+    )
+    return Collective(launch, reset, verify, recv)
+
+
+def _sendrecv(row: _Row, reduces: bool) -> Collective:
+    """A ring: each rank sends to the next and receives from the previous."""
+    group, async_op, rank, c, n = row.group, row.async_op, row.rank, row.count, row.world
+    send = row.send_view(c)
+    recv = row.recv_view(c)
+    values = row.inputs(rank, 0, None)
+    peer_next, peer_prev = (rank + 1) % n, (rank - 1) % n
+
+    def reset() -> None:
+        write_chunked(send, values)
+        recv.zero_()
+
+    def launch() -> Any:
+        if n == 1:  # a send to oneself is a local copy, as NCCL does it
+            recv.copy_(send)
             return None
+        nxt = dist.get_global_rank(group, peer_next) if group is not None else peer_next
+        prv = dist.get_global_rank(group, peer_prev) if group is not None else peer_prev
+        works = dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, send, nxt, group), dist.P2POp(dist.irecv, recv, prv, group)]
+        )
+        if async_op:
+            return works
+        for w in works:
+            w.wait()
+        return None
 
-        def verify() -> int:
-            return count_wrong_chunked(recv, inputs(peer_prev, 0, None), dtype, None, n)
+    def verify() -> int:
+        return count_wrong_chunked(recv, row.inputs(peer_prev, 0, None), row.dtype, None, n)
 
-        return Collective(launch, reset, verify, recv)
+    return Collective(launch, reset, verify, recv)
 
-    raise ValueError(f"no torch.distributed mapping for op {name!r}")
+
+_BUILDERS: dict[str, Callable[[_Row, bool], Collective]] = {
+    "all_reduce": _one_buffer,
+    "broadcast": _one_buffer,
+    "reduce": _one_buffer,
+    "all_gather": _gathering,
+    "gather": _gathering,
+    "reduce_scatter": _scattering,
+    "scatter": _scattering,
+    "all_to_all": _all_to_all,
+    "sendrecv": _sendrecv,
+}

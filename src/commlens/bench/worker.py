@@ -57,10 +57,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Warm-up iterations of a row in every round after the first (see Sweep.run_placement): in a fresh process
-# group (new connections), and in the default group, whose connections and buffers the row already used.
-LATER_ROUND_WARMUP = 2
-LATER_ROUND_WARMUP_SHARED = 1
+# Warm-up iterations of a row in every round after the first (see Sweep.run_placement), whether the round
+# runs in a fresh process group or the default one: the row's code paths and data are warm from round 0, and
+# the one launch absorbs what a new group sets up lazily (an NCCL communicator; gloo connects in new_group).
+LATER_ROUND_WARMUP = 1
+# From this message size a later round's row on CPU is timed without warming up again (but for the round's first
+# row, which meets the round's group first): one launch moves more than the caches hold, so it leaves nothing
+# warm that the previous row took away, and at these sizes the warm-ups were most of what rounds added to a
+# sweep. Not on a GPU, whose L2 (50 MB and more) holds such a message: there every later round warms up.
+LATER_ROUND_COLD_BYTES = 16 * 1024 * 1024
 
 UNSUPPORTED_HINTS = (
     "not supported",
@@ -212,6 +217,29 @@ def iteration_times(starts: list[list[float]], ends: list[list[float]], shared_c
     if shared_clock:
         return [max(col_e) - max(col_s) for col_s, col_e in zip(zip(*starts), zip(*ends))]
     return [max(e - s for s, e in zip(col_s, col_e)) for col_s, col_e in zip(zip(*starts), zip(*ends))]
+
+
+_TRIM: list[Any] = []  # [glibc's malloc_trim] or [None] where the C library has none, once looked up
+
+
+def release_freed_memory() -> None:
+    """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    Called between cells, outside every timed loop. gloo allocates a message-sized temporary in some calls
+    (all_gather's flat output, gather's, reduce_scatter's); once glibc has freed one such block its dynamic
+    mmap threshold rises and the next ones come from the heap, where freed blocks stayed resident: a rank
+    held several messages of freed memory after a few rows of different sizes or dtypes, which a raw loop
+    of as many rows holds too (``benchmarks/bench_footprint.py``).
+    """
+    if not _TRIM:
+        import ctypes
+
+        try:  # the process's own symbols: the C library it runs on (no ldconfig subprocess)
+            _TRIM.append(getattr(ctypes.CDLL(None), "malloc_trim", None))
+        except OSError:
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 def _sync(device: torch.device) -> None:
@@ -389,6 +417,7 @@ class Sweep:
         iters: int,
         group: Any = None,
         round_index: int = 0,
+        first_in_round: bool = False,
     ) -> tuple[dict[str, tuple[Timestamps, int] | None], dict[str, str]]:
         """Time and check one placement of each of ``algos`` on this rank, their timed loops interleaved.
 
@@ -396,15 +425,20 @@ class Sweep:
         (algo -> reason) for the implementations that refused the combination; the others carry on.
 
         The first round (``round_index`` 0) warms up ``cfg.warmup`` iterations and checks the results; a later
-        round warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` in a fresh group (the connections are new, the
-        code paths and the data are not), ``min(cfg.warmup, LATER_ROUND_WARMUP_SHARED)`` in the default group
-        (one launch brings the row's buffers back into the caches other rows used), and does not check
-        again: results are checked once per row, as nccl-tests does with ``-c 1``.
+        round warms up ``min(cfg.warmup, LATER_ROUND_WARMUP)`` in its group, fresh or shared (the code paths
+        and the data are not new; one launch sets up what a fresh group creates lazily and brings the row's
+        buffers back into the caches other rows used), none from ``LATER_ROUND_COLD_BYTES`` on CPU unless it is
+        the round's first row (``first_in_round``), and does not check again: results are checked once per row,
+        as nccl-tests does with ``-c 1``.
         """
-        later = LATER_ROUND_WARMUP if self.cfg.round_groups == "fresh" else LATER_ROUND_WARMUP_SHARED
-        warmup = self.cfg.warmup if round_index == 0 else min(self.cfg.warmup, later)
         cfg = self.cfg
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
+        if round_index == 0:
+            warmup = cfg.warmup
+        elif plan.size_bytes >= LATER_ROUND_COLD_BYTES and not first_in_round and self.device.type == "cpu":
+            warmup = 0
+        else:
+            warmup = min(cfg.warmup, LATER_ROUND_WARMUP)
         ready: list[tuple[str, Collective, Fault | None]] = []
         refused: dict[str, str] = {}
         for algo in algos:
@@ -463,11 +497,14 @@ class Sweep:
 
         ``fill`` writes the inputs' pattern first (the first round, which checks the results); a later round
         times the buffers as the rows before it left them, as a raw loop does: rewriting a 64 MiB pattern
-        on every round cost more than the round's timed iterations."""
+        on every round cost more than the round's timed iterations. A later round (no ``fill``) with
+        ``warmup`` 0 launches nothing: the first round probed the combination already."""
         if fill:
             coll.reset()
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
+        if warmup == 0 and not fill:
+            return
         try:
             _wait(coll.launch())
         except RuntimeError as e:
@@ -602,6 +639,7 @@ class Sweep:
                         iters,
                         group=group,
                         round_index=r,
+                        first_in_round=n == 0,
                     ):
                         done.setdefault(outcome.index, []).append(outcome)
                 if group is not None:  # a round that failed leaves its group to the process' teardown
@@ -634,6 +672,7 @@ class Sweep:
         iters: int,
         group: Any = None,
         round_index: int | None = None,
+        first_in_round: bool = False,
     ) -> list[_Outcome]:
         """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
         cfg = self.cfg
@@ -669,14 +708,17 @@ class Sweep:
             if not running:
                 break
             results, refusals = self.run_placement(
-                spec, dtype, redop, root, size, in_place, running, iters, group, round_index or 0
+                spec, dtype, redop, root, size, in_place, running, iters, group, round_index or 0, first_in_round
             )
             for algo, reason in refusals.items():
                 where = cfg.backend if algo == "builtin" else f"commlens {algo}"
                 skipped[algo] = f"{_row_context(spec, plan.size_bytes, dtype, redop, root, None)} on {where}: {reason}"
             for algo, result in results.items():  # the same order on every rank: gather is collective
-                gathered = self.gather(result[0] if result else None, result[1] if result else 0, iters)
-                if gathered is None or result is None:
+                if result is None:  # a placement torch does not offer: None on every rank, nothing to gather
+                    measurements[algo].append(None)
+                    continue
+                gathered = self.gather(result[0], result[1], iters)
+                if gathered is None:
                     measurements[algo].append(None)
                     continue
                 if cfg.check_iters == 0:
@@ -729,6 +771,7 @@ class Sweep:
                     wrong[algo],
                 )
             )
+        release_freed_memory()
         return outcomes
 
     def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
