@@ -394,13 +394,12 @@ class Collector:
             return
         latest: dict[tuple[str, int], float] = {}
         for row in report.ranks_table:
-            if row.get("lateness_p50_s") is not None:
-                key = (group.name, int(row["rank"]))
-                # the label with the most lateness stands for the rank (a group runs several)
-                value = float(row["lateness_p50_s"])
-                latest[key] = max(latest.get(key, 0.0), value)
+            late = row["lateness_p50_s"]
+            if late is not None:
+                key = (group.name, row["rank"])
+                latest[key] = max(latest.get(key, 0.0), late)  # the label latest to arrive at stands for the rank
         self.lateness.update(latest)
-        last_fraction = {(row["op"], int(row["rank"])): row.get("last_arrival_fraction") for row in report.ranks_table}
+        last_fraction = {(row["op"], row["rank"]): row["last_arrival_fraction"] for row in report.ranks_table}
         for st in report.stragglers:
             share = last_fraction.get((st.op, st.rank))
             if st.kind == "late_arrival" and share is not None and share < s.last_fraction:
