@@ -230,9 +230,7 @@ def _placement(
             check.add(("results", i), bus_bw, size, time_s, spec.busbw_factor(world))
     reported = None
     if not samples:
-        reported = TimeStats(
-            mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=iters
-        )
+        reported = TimeStats.of_mean(time_s, iters)
     root_text = entry.get("root", -1)
     try:
         root = int(str(root_text).strip()) if not isinstance(root_text, (bool, float)) else None

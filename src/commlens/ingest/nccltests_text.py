@@ -304,17 +304,7 @@ class _Rows:
                 n=self.iters,
             )
         else:
-            reported = TimeStats(
-                mean_s=time_s,
-                p50_s=None,
-                p95_s=None,
-                p99_s=None,
-                min_s=None,
-                max_s=None,
-                stdev_s=None,
-                cv=None,
-                n=self.iters,
-            )
+            reported = TimeStats.of_mean(time_s, self.iters)
         if spec.name != "barrier":
             self.check.add(lineno, busbw, size, time_s, self.factor)
         try:
