@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -243,7 +244,7 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
                 if len(ids) != 1:
                     raise NotOneRunError(run, len(ids))
                 found = store.get_run(ids[0])
-    doc = run_to_dict(found)
+    doc: Mapping[str, Any] = run_to_dict(found)  # the table formatters read the dict form (results/table.py)
     if as_json:
         print(json.dumps(doc, indent=1))
         return

@@ -23,14 +23,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from commlens.ingest.flightrec import DEFAULT_MAX_DUMP_BYTES, DumpError, DumpSet, Entry, RankDump, read_dump_dir
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = [
+    "Culprit",
     "Divergence",
     "DumpError",
     "HangReport",
+    "Expected",
     "Suspect",
     "culprit_issued",
     "describe_missing",
@@ -60,6 +63,32 @@ _SIZES_MAY_DIFFER = frozenset(
 _Signature = tuple[str, str, str]
 
 
+class Expected(TypedDict):
+    """What the agreeing ranks issued at a divergence."""
+
+    op: str
+    input_sizes: list[list[int]]
+    input_dtypes: list[str] | None  # None where the dumps record no dtypes
+    ranks: list[int]  # the ranks that agree
+    frames: list[str]  # the first of them's Python frames, innermost first
+
+
+class _Issued(TypedDict):
+    rank: int
+    op: str | None  # None: a missing rank
+    input_sizes: list[list[int]] | None
+    input_dtypes: list[str] | None
+    frames: list[str]  # where it was, innermost first
+
+
+class Culprit(_Issued, total=False):
+    """A rank named at a divergence: what it issued, or (``op`` None) that it never issued the collective."""
+
+    last_collective_seq_id: int | None  # missing ranks only: their last collective of the group, if any
+    last_op: str | None
+    dump_reason: str
+
+
 @dataclass(frozen=True)
 class Divergence:
     """The first collective (per process group, by sequence number) the ranks disagree on."""
@@ -68,8 +97,8 @@ class Divergence:
     process_group: str
     process_group_desc: str
     collective_seq_id: int
-    expected: dict[str, Any]  # op, input_sizes, input_dtypes, the ranks that agree, their frames
-    culprits: tuple[dict[str, Any], ...]  # per culprit rank: what it issued (or its last collective), its frames
+    expected: Expected
+    culprits: tuple[Culprit, ...]
     tied: bool = False  # as many ranks on each side: the culprits are a judgement, see the notes
 
 
@@ -101,8 +130,8 @@ class HangReport:
     def consistent(self) -> bool:
         return not self.suspects
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "consistent": self.consistent,
             "backend": self.backend,
             "versions": list(self.versions),
@@ -121,16 +150,16 @@ class HangReport:
         return out
 
 
-def _divergence_json(d: Divergence) -> dict[str, Any]:
+def _divergence_json(d: Divergence) -> JsonObject:
     return {
         "kind": d.kind,
         "process_group": d.process_group,
         "process_group_desc": d.process_group_desc,
         "collective_seq_id": d.collective_seq_id,
-        "expected": d.expected,
+        "expected": cast(JsonObject, d.expected),
         "tied": d.tied,
         "culprit_ranks": [c["rank"] for c in d.culprits],
-        "culprits": list(d.culprits),
+        "culprits": [cast(JsonObject, c) for c in d.culprits],  # a TypedDict of JSON values (mypy cannot tell)
     }
 
 
@@ -351,7 +380,7 @@ def _dump_of(rank: int, dumps: tuple[RankDump, ...] | list[RankDump]) -> RankDum
     return next(d for d in dumps if d.rank == rank)
 
 
-def _issued(rank: int, entry: Entry, dumps: tuple[RankDump, ...] | list[RankDump]) -> dict[str, Any]:
+def _issued(rank: int, entry: Entry, dumps: tuple[RankDump, ...] | list[RankDump]) -> Culprit:
     """What a culprit issued; its frames from the entry, else (the entry being its last) from ``python_stack``."""
     dump = _dump_of(rank, dumps)
     frames = list(entry.frames)
@@ -368,7 +397,7 @@ def _issued(rank: int, entry: Entry, dumps: tuple[RankDump, ...] | list[RankDump
 
 def _missing(
     rank: int, group: str, seq: int, table: dict[tuple[str, int], Entry], dumps: tuple[RankDump, ...] | list[RankDump]
-) -> dict[str, Any]:
+) -> Culprit:
     dump = _dump_of(rank, dumps)
     earlier = [s for (g, s) in table if g == group and s < seq]
     last = table[(group, max(earlier))] if earlier else None
@@ -384,14 +413,14 @@ def _missing(
     }
 
 
-def describe_missing(culprit: dict[str, Any]) -> str:
+def describe_missing(culprit: Culprit) -> str:
     """What a missing rank issued instead: nothing, after its last collective of the group if its dump has one."""
     if culprit.get("last_collective_seq_id") is None:
         return "nothing (no earlier one in its dump)"
     return f"nothing (last: #{culprit['last_collective_seq_id']} {culprit.get('last_op') or '-'})"
 
 
-def culprit_issued(culprit: dict[str, Any]) -> str:
+def culprit_issued(culprit: Culprit) -> str:
     """What a culprit issued, as printed: its op, or for a missing rank :func:`describe_missing`.
 
     Told apart by the ``op`` key being None (a missing rank), not by its truth: a dump may name an entry

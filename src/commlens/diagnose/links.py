@@ -20,7 +20,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from commlens.bench.launcher import Local, OnCluster, Placement
 from commlens.bench.lifetime import make_workdir
@@ -28,6 +27,7 @@ from commlens.bench.rendezvous import group_store
 from commlens.diagnose.links_analysis import (
     LinkDiagnosis,
     LinkFault,
+    LinkRecord,
     Thresholds,
     diagnose_links,
 )
@@ -61,8 +61,8 @@ __all__ = [
 class Strategy:
     """How the ranks measure (every rank runs ``measure``; rank 0 gets the records) and how a verdict is drawn."""
 
-    measure: Callable[[LinkProbe], list[dict[str, Any]] | None]
-    analyse: Callable[[list[dict[str, Any]], int], LinkDiagnosis]
+    measure: Callable[[LinkProbe], list[LinkRecord] | None]
+    analyse: Callable[[list[LinkRecord], int], LinkDiagnosis]
     min_hosts: int
 
 
@@ -72,7 +72,7 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
-def diagnose(records: list[dict[str, Any]], hosts: int, strategy: str = "pairs") -> LinkDiagnosis:
+def diagnose(records: list[LinkRecord], hosts: int, strategy: str = "pairs") -> LinkDiagnosis:
     """The verdict from a run's raw records, by the analysis of the strategy that measured them."""
     return STRATEGIES[strategy].analyse(records, hosts)
 
@@ -110,7 +110,7 @@ def _probe_args(probe: LinkProbe) -> list[str]:
 
 def run_links(
     placement: Placement, probe: LinkProbe, timeout_s: float = 120.0, strategy: str = "pairs"
-) -> tuple[int, list[dict[str, Any]]]:
+) -> tuple[int, list[LinkRecord]]:
     """Run the measurement's ranks through bench's launcher; (world size, rank 0's records).
 
     ``placement``: ``Local(nproc)``, or ``OnCluster(name, ranks_per_host=1)`` for one rank per emulated host.

@@ -9,9 +9,10 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from commlens.diagnose import tournament
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["FORMAT", "LinkDiagnosis", "LinkFault", "Thresholds", "diagnose_links"]
 
@@ -48,6 +49,48 @@ class LinkFault:
     evidence: str
 
 
+# One rank's timed sends in one test (``links_measure``): "pair" (to ``peer``, in a tournament round; both
+# ranks of a pair report, one direction each), "ring" (to the next rank, all at once) or "group" (to the next
+# host of test ``test``'s ring). "pass" is a Python keyword, hence the functional form.
+LinkRecord = TypedDict(
+    "LinkRecord",
+    {
+        "kind": str,
+        "pass": int,
+        "round": int,
+        "rank": int,
+        "peer": int,
+        "size_bytes": int,
+        "times_s": list[float],
+        "latency_s": list[float],  # pair: ping-pong round trips
+        "test": int,  # group: the test's id
+        "hosts": list[int],  # group: the test's hosts in ring order
+    },
+    total=False,
+)
+
+
+class RingCheck(TypedDict):
+    """The ring check's rate (each rank sending to the next at once) against the expected pair rate."""
+
+    bytes_per_s: float
+    expected_bytes_per_s: float
+    ratio: float
+
+
+class GroupTestOutcome(TypedDict):
+    """One adaptive group test as the report shows it (``links_groups``)."""
+
+    round: int
+    purpose: str
+    hosts: list[int]
+    bytes_per_s: float
+    ratio: float
+    low_below: float
+    low_passes: int
+    low: bool
+
+
 @dataclass
 class LinkDiagnosis:
     """The matrices (bytes/s and seconds, ``None`` on the diagonal), the expected rate, the faults."""
@@ -61,17 +104,17 @@ class LinkDiagnosis:
     noise_rel: float
     low_ratio: float
     faults: list[LinkFault] = field(default_factory=list)
-    ring: dict[str, Any] | None = None
+    ring: RingCheck | None = None
     strategy: str = "pairs"  # pairs: every pair in a tournament; groups: adaptive group tests (links_groups)
     rounds: int = 0  # measurement rounds run, passes included (a round: every host sends at most one message)
-    group_tests: list[dict[str, Any]] | None = None  # groups: each test with its round, hosts, rate and outcome
+    group_tests: list[GroupTestOutcome] | None = None  # groups only
     unresolved: list[int] = field(default_factory=list)  # groups: hosts no good host could be compared with
 
     @property
     def healthy(self) -> bool:
         return not self.faults
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["format"] = FORMAT
         d["healthy"] = self.healthy
@@ -88,7 +131,7 @@ def _mad(xs: list[float]) -> float:
     return _median([abs(x - m) for x in xs])
 
 
-def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresholds = Thresholds()) -> LinkDiagnosis:
+def diagnose_links(records: list[LinkRecord], hosts: int, thresholds: Thresholds = Thresholds()) -> LinkDiagnosis:
     """Find slow hosts and slow links in the records of ``links_measure.measure``.
 
     Steps:
@@ -140,7 +183,7 @@ def diagnose_links(records: list[dict[str, Any]], hosts: int, thresholds: Thresh
         n = len(ring_recs[0]["times_s"])
         slowest = [max(r["times_s"][i] for r in ring_recs) for i in range(n)]
         ring_bw = size / _median(slowest)
-        ring = {"bytes_per_s": ring_bw, "expected_bytes_per_s": expected, "ratio": ring_bw / expected}
+        ring = RingCheck(bytes_per_s=ring_bw, expected_bytes_per_s=expected, ratio=ring_bw / expected)
     return LinkDiagnosis(
         hosts=hosts,
         size_bytes=size,
@@ -169,7 +212,7 @@ class _Measured:
     rel_spreads: list[float]
 
 
-def _measure(records: list[dict[str, Any]], hosts: int) -> _Measured:
+def _measure(records: list[LinkRecord], hosts: int) -> _Measured:
     """Step 1 (and the spreads step 3 takes the median of); ValueError when a pair lacks a pass."""
     pair_bw: dict[tuple[int, int], list[float]] = defaultdict(list)
     pair_lat: dict[tuple[int, int], list[float]] = defaultdict(list)

@@ -18,9 +18,15 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from commlens.diagnose.links_analysis import MAD_TO_SIGMA, LinkDiagnosis, LinkFault, Thresholds
+from commlens.diagnose.links_analysis import (
+    MAD_TO_SIGMA,
+    GroupTestOutcome,
+    LinkDiagnosis,
+    LinkFault,
+    LinkRecord,
+    Thresholds,
+)
 from commlens.errors import CommlensError
 
 __all__ = ["GroupSearch", "GroupTest", "GroupsError", "TestOutcome", "diagnose_groups"]
@@ -177,7 +183,7 @@ class GroupSearch:
 
     # -- observing ------------------------------------------------------------------------------------
 
-    def observe(self, records: list[dict[str, Any]]) -> None:
+    def observe(self, records: list[LinkRecord]) -> None:
         """Take the raw records of the round just planned (every rank's, every pass) and plan the next."""
         ids = self.rounds[-1]
         round_no = len(self.rounds) - 1
@@ -358,16 +364,16 @@ class GroupSearch:
             strategy="groups",
             rounds=self.measurement_rounds,
             group_tests=[
-                {
-                    "round": o.round,
-                    "purpose": o.test.purpose,
-                    "hosts": list(o.test.hosts),
-                    "bytes_per_s": o.rate_bytes_per_s,
-                    "ratio": o.rate_bytes_per_s / expected if expected else math.nan,
-                    "low_below": o.low_ratio,
-                    "low_passes": o.low_passes,
-                    "low": o.low,
-                }
+                GroupTestOutcome(
+                    round=o.round,
+                    purpose=o.test.purpose,
+                    hosts=list(o.test.hosts),
+                    bytes_per_s=o.rate_bytes_per_s,
+                    ratio=o.rate_bytes_per_s / expected if expected else math.nan,
+                    low_below=o.low_ratio,
+                    low_passes=o.low_passes,
+                    low=o.low,
+                )
                 for _, o in sorted(self.outcomes.items())
             ],
             unresolved=sorted(self.unresolved),
@@ -391,15 +397,15 @@ def _name(t: GroupTest) -> str:
     return f"ring {runs}"
 
 
-def describe(test: dict[str, Any]) -> str:
+def describe(test: GroupTestOutcome) -> str:
     """One line of a group test of the JSON for the report."""
     return _name(GroupTest(tuple(test["hosts"]), test["purpose"]))
 
 
-def diagnose_groups(records: list[dict[str, Any]], hosts: int, thresholds: Thresholds = Thresholds()) -> LinkDiagnosis:
+def diagnose_groups(records: list[LinkRecord], hosts: int, thresholds: Thresholds = Thresholds()) -> LinkDiagnosis:
     """Replay a run's records through the search (the same decisions the worker took) and give its verdict."""
     search = GroupSearch(hosts, thresholds)
-    by_round: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_round: dict[int, list[LinkRecord]] = defaultdict(list)
     for r in records:
         by_round[r["round"]].append(r)
     while search.next_round() is not None:

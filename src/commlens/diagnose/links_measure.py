@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from commlens.diagnose.links_analysis import Thresholds
+from commlens.diagnose.links_analysis import LinkRecord, Thresholds
 from commlens.diagnose.links_groups import GroupSearch, GroupTest
 from commlens.diagnose.tournament import partner, rounds
 from commlens.errors import CommlensError
@@ -71,7 +71,7 @@ def _pingpong(dist: Any, buf: Any, peer: int, first: bool) -> float:
     return (time.perf_counter() - t0) / 2
 
 
-def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
+def measure(probe: LinkProbe) -> list[LinkRecord] | None:
     """Measure from this rank (process group already initialised); rank 0 gets every rank's records."""
     import torch
     import torch.distributed as dist
@@ -82,7 +82,7 @@ def measure(probe: LinkProbe) -> list[dict[str, Any]] | None:
     if probe.ring:
         ring_recv = torch.empty(count, dtype=torch.float32)
     tiny = torch.zeros(2, dtype=torch.float32)
-    records: list[dict[str, Any]] = []
+    records: list[LinkRecord] = []
     schedule = rounds(world)
     for p in range(probe.passes):
         for r, pairs in enumerate(schedule):
@@ -151,7 +151,7 @@ def _run_test(
     return times
 
 
-def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> list[dict[str, Any]] | None:
+def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> list[LinkRecord] | None:
     """Adaptive group tests (``links_groups.GroupSearch``, planned on rank 0, each round broadcast to all);
     rank 0 gets every rank's records, each naming its round, test and pass."""
     import torch
@@ -160,7 +160,7 @@ def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> l
     rank, world = dist.get_rank(), dist.get_world_size()
     bufs = (torch.ones(probe.size_bytes // 4, dtype=torch.float32), torch.zeros(2, dtype=torch.float32))
     search = GroupSearch(world, thresholds) if rank == 0 else None
-    every: list[dict[str, Any]] = []
+    every: list[LinkRecord] = []
     round_no = 0
     while True:
         plan: list[Any] = [None]
@@ -173,7 +173,7 @@ def measure_groups(probe: LinkProbe, thresholds: Thresholds = Thresholds()) -> l
         tests: list[tuple[int, GroupTest]] = plan[0]
         phases = max(len(t.phases()) for _, t in tests)
         mine = next(((i, t) for i, t in tests if rank in t.hosts), None)
-        records: list[dict[str, Any]] = []
+        records: list[LinkRecord] = []
         for p in range(probe.passes):
             times = _run_test(dist, probe, bufs, phases, mine[1] if mine else None, rank)
             if mine is not None:

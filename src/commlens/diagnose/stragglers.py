@@ -15,12 +15,13 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from commlens.diagnose.trace_match import MatchError, match_collectives
 from commlens.errors import CommlensError
 from commlens.ingest.kineto import MAX_TRACE_BYTES, SYNCHRONIZING_OPS, KinetoTraceError, read_kineto_trace
 from commlens.ops import UnknownOpError, get_op
+from commlens.results.jsonvalue import JsonObject
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
@@ -93,7 +94,7 @@ class CollectiveTable:
     arrival_known: bool = True
     synchronizing: frozenset[str] = frozenset()
     span: str = "durations"  # what a start/end is: "gpu_kernel", "gpu_user_annotation", "cpu", "durations"
-    matching: dict[str, Any] | None = None  # how the traces' collectives were matched (trace_match)
+    matching: JsonObject | None = None  # how the traces' collectives were matched (trace_match)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,22 @@ class Straggler:
     excess_s: float  # median lateness (or own time) above the ranks' median
 
 
+class StragglerRow(TypedDict):
+    """One collective (label) and rank of the report's table; the figures are None where it was not judged."""
+
+    op: str
+    rank: int
+    host: str | None
+    clock_offset_s: float
+    n: int  # occurrences judged
+    lateness_p50_s: float | None
+    lateness_p90_s: float | None
+    last_arrival_fraction: float | None
+    shortest_fraction: float | None  # synchronizing collectives: HTA's cross-check, the last to arrive runs shortest
+    own_time_p50_s: float | None
+    verdicts: list[str]  # "late_arrival", "slow_within", or ["not judged"]
+
+
 @dataclass(frozen=True)
 class StragglerReport:
     source: str
@@ -111,15 +128,15 @@ class StragglerReport:
     n_collectives: int
     arrival_known: bool
     shared_clock: bool
-    ranks_table: list[dict[str, Any]]  # one row per (label, rank)
+    ranks_table: list[StragglerRow]  # one row per (label, rank)
     stragglers: tuple[Straggler, ...] = field(default=())
     clock_method: str = "shared_clock"  # a key of CLOCK_METHODS
     clock_note: str = ""
     span: str = "durations"
-    matching: dict[str, Any] | None = None
+    matching: JsonObject | None = None
     excluded: tuple[str, ...] = ()  # occurrences left out, with the reason
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "source": self.source,
             "ranks": list(self.ranks),
@@ -132,7 +149,7 @@ class StragglerReport:
             "span": self.span,
             "matching": self.matching,
             "excluded": list(self.excluded),
-            "rows": self.ranks_table,
+            "rows": [cast(JsonObject, row) for row in self.ranks_table],  # TypedDicts of JSON values
             "stragglers": [
                 {"rank": s.rank, "kind": s.kind, "op": s.op, "excess_s": s.excess_s} for s in self.stragglers
             ],
@@ -315,7 +332,7 @@ def detect_stragglers(table: CollectiveTable, params: StragglerParams = Straggle
     """
     ranks = table.ranks
     method, offsets, clock_note = _clock(table, params)
-    rows: list[dict[str, Any]] = []
+    rows: list[StragglerRow] = []
     found: list[Straggler] = []
     excluded: list[str] = []
     n_collectives = 0
@@ -385,11 +402,11 @@ def _judge(
     method: str,
     offsets: list[float],
     params: StragglerParams,
-) -> tuple[list[dict[str, Any]], list[Straggler]]:
+) -> tuple[list[StragglerRow], list[Straggler]]:
     """Steps 3 to 7 for one collective: a row per rank, and the stragglers found."""
     ranks = table.ranks
     sync = label in table.synchronizing
-    rows: list[dict[str, Any]] = []
+    rows: list[StragglerRow] = []
     found: list[Straggler] = []
     enough = len(occurrences) >= params.min_occurrences
     judged_late = enough and (method != "durations" or sync)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from commlens.errors import CommlensError
 from commlens.ingest.kineto import KinetoTrace, TraceCollective
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["MatchError", "MatchedCollective", "Matching", "match_collectives"]
 
@@ -62,7 +63,7 @@ class Matching:
             text += f"; {self.ambiguous_streams} streams with different counts on different ranks left out"
         return text
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "matched": len(self.collectives),
             "method": self.method,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from commlens.errors import CommlensError
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run, RunStatus, SystemInfo
 
 __all__ = [
@@ -166,8 +167,8 @@ class GivenFacts:
     def __bool__(self) -> bool:
         return self.ranks is not None or bool(self.hosts) or self.nhosts is not None or self.gpu is not None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {}
         if self.ranks is not None:
             out["ranks"] = self.ranks
         if self.hosts:
@@ -186,7 +187,7 @@ class ParsedRun:
     source: str  # the producing tool, e.g. "nccl-tests", "rccl-tests", "param"
     system: SystemInfo
     measurements: list[Measurement]
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # becomes Run.config
     notes: list[str] = field(default_factory=list)
     command_line: str = ""
     started_at: str | None = None  # ISO 8601 UTC if the file says when it ran

@@ -50,6 +50,7 @@ from commlens.ingest.nccltests_facts import (
 )
 from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus, SystemInfo
 from commlens.results.stats import TimeStats
@@ -115,7 +116,7 @@ def _utc(value: Any) -> str | None:
     return when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _devices(doc: _Doc) -> tuple[list[dict[str, Any]], tuple[str | int, ...]]:
+def _devices(doc: _Doc) -> tuple[list[JsonObject], tuple[str | int, ...]]:
     data = doc.data
     raw_config = data.get("config")
     config = raw_config if isinstance(raw_config, dict) else {}
@@ -127,7 +128,7 @@ def _devices(doc: _Doc) -> tuple[list[dict[str, Any]], tuple[str | int, ...]]:
     raise doc.error(("config",), "no devices[] listed: the world size is unknown")
 
 
-def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: int) -> list[RankInfo]:
+def _ranks(doc: _Doc, devices: list[JsonObject], path: tuple, per_process: int) -> list[RankInfo]:
     """One entry per rank; nccl-tests lists each process's first GPU, so its others are assumed alike."""
     ranks: list[RankInfo] = []
     seen: set[int] = set()
@@ -146,7 +147,7 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
                 RankInfo(
                     rank=rank + k,
                     host=str(d.get("hostname") or ""),
-                    pid=d.get("pid"),
+                    pid=pid if isinstance(pid := d.get("pid"), int) and not isinstance(pid, bool) else None,
                     device=device + k if device >= 0 else device,
                     bus_id=str(d.get("device_hex") or ""),
                     device_name=str(d.get("device_info") or ""),
@@ -155,7 +156,7 @@ def _ranks(doc: _Doc, devices: list[dict[str, Any]], path: tuple, per_process: i
     return ranks
 
 
-def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, default_op: str | None) -> OpSpec:
+def _op(doc: _Doc, entry: JsonObject, i: int, program_op: str | None, default_op: str | None) -> OpSpec:
     named = entry.get("experiment_name")
     if named is not None and not isinstance(named, str):
         raise doc.error(("results", i, "experiment_name"), f"expected a string, got {quote(named, 60)}")
@@ -178,11 +179,12 @@ def _op(doc: _Doc, entry: dict[str, Any], i: int, program_op: str | None, defaul
 
 def _placement(
     doc: _Doc,
-    entry: dict[str, Any],
+    entry: JsonObject,
     i: int,
     in_place: bool,
     spec: OpSpec,
     dtype: str,
+    size_count: tuple[int, int],
     world: int,
     iters: int,
     check: BusbwCheck,
@@ -221,16 +223,14 @@ def _placement(
             )
     elif isinstance(half.get("times"), list):  # commlens' writer
         samples = [doc.number((*path, "times"), t) * 1e-6 for t in half["times"]]
-    size, count = entry["size"], entry["count"]
+    size, count = size_count
     if spec.name != "barrier":
         bus_bw = doc.optional_number((*path, "bus_bw"), half.get("bus_bw"))
         if bus_bw is not None:
             check.add(("results", i), bus_bw, size, time_s, spec.busbw_factor(world))
     reported = None
     if not samples:
-        reported = TimeStats(
-            mean_s=time_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=iters
-        )
+        reported = TimeStats.of_mean(time_s, iters)
     root_text = entry.get("root", -1)
     try:
         root = int(str(root_text).strip()) if not isinstance(root_text, (bool, float)) else None
@@ -334,8 +334,13 @@ def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun
     )
 
 
+def _objects(value: JsonValue) -> list[JsonObject]:
+    """The objects of a JSON list (its other items and a value not a list: none)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _results(
-    doc: _Doc, results: list[Any], program_op: str | None, op: str | None, world: int, iters: int
+    doc: _Doc, results: list[JsonValue], program_op: str | None, op: str | None, world: int, iters: int
 ) -> tuple[list[Measurement], dict[str, BusbwCheck], list[str], list[tuple[tuple[str | int, ...], str]]]:
     """The measurements of ``results[]``, the busBW check per op, the ops in order, and the halves with time 0."""
     measurements: list[Measurement] = []
@@ -345,14 +350,14 @@ def _results(
     for i, entry in enumerate(results):
         if not isinstance(entry, dict):
             raise doc.error(("results", i), "expected an object")
-        for field, limit in (("size", MAX_SIZE_BYTES), ("count", MAX_COUNT)):
-            doc.integer(("results", i, field), entry.get(field), limit)
+        size = doc.integer(("results", i, "size"), entry.get("size"), MAX_SIZE_BYTES)
+        count = doc.integer(("results", i, "count"), entry.get("count"), MAX_COUNT)
         spec = _op(doc, entry, i, program_op, op)
         type_name = str(entry.get("type"))
         dtype = commlens_dtype(type_name)
         if dtype is None:
             raise doc.error(("results", i, "type"), unknown_dtype_message(type_name))
-        problem = check_size(spec, entry["size"], entry["count"], DTYPE_SIZES[dtype], world)
+        problem = check_size(spec, size, count, DTYPE_SIZES[dtype], world)
         if problem:
             raise doc.error(("results", i), problem)
         check = checks.setdefault(spec.name, BusbwCheck())
@@ -365,24 +370,20 @@ def _results(
             else iters
         )
         for in_place in (False, True):
-            m = _placement(doc, entry, i, in_place, spec, dtype, world, entry_iters, check, zero_times)
+            m = _placement(doc, entry, i, in_place, spec, dtype, (size, count), world, entry_iters, check, zero_times)
             if m is not None:
                 measurements.append(m)
     return measurements, checks, ops, zero_times
 
 
-def _average_note(source: Source, data: dict[str, Any]) -> str | None:
+def _average_note(source: Source, data: JsonObject) -> str | None:
     """A warning when the file's average bus bandwidth is not the mean of its results, else None."""
     avg = data.get("average_bus_bandwidth") or data.get("average_bus_bandwidith")
     if isinstance(avg, dict):
         printed = avg.get("bandwidth", avg.get("bandwidith"))
-        rows = [
-            r.get(k, {}).get("bus_bw")
-            for r in data["results"]
-            for k in ("out_of_place", "in_place")
-            if isinstance(r.get(k), dict)
-        ]
-        rows = [float(b) for b in rows if isinstance(b, (int, float))]
+        halves = [r.get(k) for r in _objects(data.get("results")) for k in ("out_of_place", "in_place")]
+        printed_rows = [h.get("bus_bw") for h in halves if isinstance(h, dict)]
+        rows = [float(b) for b in printed_rows if isinstance(b, (int, float))]
         if (
             isinstance(printed, (int, float))
             and rows
@@ -396,7 +397,7 @@ def _average_note(source: Source, data: dict[str, Any]) -> str | None:
     return None
 
 
-def _status(data: dict[str, Any], measurements: list[Measurement], zero_time: bool) -> tuple[RunStatus, str | None]:
+def _status(data: JsonObject, measurements: list[Measurement], zero_time: bool) -> tuple[RunStatus, str | None]:
     """The run's status, and a note when its results check failed."""
     status: RunStatus = "incomplete" if zero_time else "complete"
     oob = data.get("out_of_bounds")
@@ -419,7 +420,7 @@ def _status(data: dict[str, Any], measurements: list[Measurement], zero_time: bo
 
 
 def _system(
-    data: dict[str, Any], config: dict[str, Any], ranks: list[RankInfo], world: int, devices: list[dict[str, Any]]
+    data: JsonObject, config: JsonObject, ranks: list[RankInfo], world: int, devices: list[JsonObject]
 ) -> SystemInfo:
     """The run's system: its ranks, backend and version, the environment the file records."""
     env_field = data.get("env")
@@ -436,7 +437,7 @@ def _system(
         else str(nccl_version or "")
     )
     backend = str(config.get("backend") or "nccl")
-    extra: dict[str, Any] = {"json_version": data.get("version")}
+    extra: JsonObject = {"json_version": data.get("version")}
     system = system_from_ranks(
         ranks, world_size=world, backend=backend, backend_version=backend_version, extra=extra, env=env
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from commlens.ingest.base import (
     MAX_COUNT,
@@ -56,6 +55,7 @@ from commlens.ingest.nccltests_reader import (
 )
 from commlens.ingest.table_checks import BusbwCheck, check_size, consistent_time, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.nccltests_json import from_nccl_tests
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
 from commlens.results.stats import TimeStats
@@ -172,7 +172,7 @@ class _Table:
 
     measurements: list[Measurement]
     notes: list[str]
-    config: dict[str, Any]
+    config: JsonObject
     late_notes: list[str] = field(default_factory=list)  # after the run's notes on the table's completeness
 
     @property
@@ -304,17 +304,7 @@ class _Rows:
                 n=self.iters,
             )
         else:
-            reported = TimeStats(
-                mean_s=time_s,
-                p50_s=None,
-                p95_s=None,
-                p99_s=None,
-                min_s=None,
-                max_s=None,
-                stdev_s=None,
-                cv=None,
-                n=self.iters,
-            )
+            reported = TimeStats.of_mean(time_s, self.iters)
         if spec.name != "barrier":
             self.check.add(lineno, busbw, size, time_s, self.factor)
         try:
@@ -343,7 +333,7 @@ class _Rows:
         zero_times, printed_redops, refined, printed = self.zero_times, self.printed_redops, self.refined, self.printed
         late_notes: list[str] = []
         notes: list[str] = []
-        config: dict[str, Any] = {}
+        config: JsonObject = {}
         if zero_times:
             notes.append(
                 zero_time_note(
@@ -404,9 +394,9 @@ def _prints_old_algbw(source: Source, seg: Segment, layout: Layout, factor: floa
     return bool(ratio_fits(rows, 1.0)) and ratio_fits(rows, factor) is False
 
 
-def _segment_config(seg: Segment, spec: OpSpec, how: str) -> dict[str, Any]:
+def _segment_config(seg: Segment, spec: OpSpec, how: str) -> JsonObject:
     layout = seg.layout or MODERN_LAYOUT
-    cfg: dict[str, Any] = {"op": spec.name, "op_from": how, "line": seg.first_line, **seg.settings}
+    cfg: JsonObject = {"op": spec.name, "op_from": how, "line": seg.first_line, **seg.settings}
     cfg.update(per_iter_timing=layout.per_iter, cputime=layout.cputime, rows=len(seg.rows), complete=seg.footer)
     if layout.placements == (True,):
         cfg["in_place_only"] = True  # rccl-tests -O 0
@@ -529,7 +519,7 @@ def _run(
 ) -> ParsedRun:
     notes: list[str] = []
     measurements: list[Measurement] = []
-    configs: list[dict[str, Any]] = []
+    configs: list[JsonObject] = []
     world: int | None = None
     first_ranks: Segment | None = None
     incomplete = failed = False
@@ -594,7 +584,7 @@ def _run(
 
 def _segment_run(
     source: Source, segments: list[Segment], seg: Segment, spec: OpSpec, how: str, world: int
-) -> tuple[_Table, list[str], dict[str, Any], bool]:
+) -> tuple[_Table, list[str], JsonObject, bool]:
     """One table of a run: its rows, its notes in order, its config, and whether its results check failed."""
     notes: list[str] = []
     check = BusbwCheck()
@@ -742,10 +732,10 @@ def _backend_version(reader: LogReader, seg: Segment) -> str:
     return reader.nccl_version or ""
 
 
-def _system_extra(reader: LogReader, seg: Segment) -> dict[str, Any]:
+def _system_extra(reader: LogReader, seg: Segment) -> JsonObject:
     """Versions the log prints: nccl-tests/rccl-tests, headers, the library as printed, RCCL's banner."""
     library = "rccl" if reader.backend == "rccl" else "nccl"
-    extra: dict[str, Any] = {"library": library.upper(), **reader.banner}  # the version header wins
+    extra: JsonObject = {"library": library.upper(), **reader.banner}  # the version header wins
     if seg.tests_version:
         extra[f"{library}_tests_version"] = seg.tests_version
     if seg.headers_code:

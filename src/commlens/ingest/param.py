@@ -28,6 +28,7 @@ from typing import Any
 from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, InputFormat, ParsedRun, Source, check_limit, quote
 from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
 from commlens.results.stats import TimeStats
 
@@ -163,7 +164,7 @@ class _Log:
     """What a PARAM log says, read in one pass: its result rows and the facts around them."""
 
     world: int | None = None
-    env_info: dict[str, Any] = field(default_factory=dict)
+    env_info: JsonObject = field(default_factory=dict)
     backend: str = ""
     nw_stack: str = ""
     nccl_version: str = ""

@@ -43,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from commlens.diagnose.stragglers import (
     CollectiveTable,
@@ -56,6 +56,7 @@ from commlens.errors import CommlensError
 from commlens.monitor.expect import Expectations
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, record_from_wire, size_bucket
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.units import format_size
 
 __all__ = [
@@ -145,13 +146,13 @@ class Alert:
     raised_at_s: float
     step: int | None = None  # the training step the job was at (records' steps), when known
     cleared_at_s: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JsonObject = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
         return (self.kind, self.group, self.op, self.rank)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "kind": self.kind,
             "group": self.group,
@@ -232,7 +233,7 @@ class Collector:
         self.dropped = 0
         self.evaluations = 0
         self.hosts: dict[int, str] = {}
-        self.inflight: dict[int, dict[str, Any] | None] = {}  # rank -> its oldest collective in flight
+        self.inflight: dict[int, InFlight | None] = {}  # rank -> its oldest collective in flight
         self.hang_reports: list[dict[str, Any]] = []  # the ranks' own hang lines (JSONL)
         self.metrics: Any = None
         self.sources: list[Any] = []  # what collect() reads, for the summary's states
@@ -295,7 +296,7 @@ class Collector:
         now = time.time() if now is None else now
         self.evaluations += 1
         seen: set[tuple[str, str, str, int | None]] = set()
-        candidates: dict[tuple[str, str, str, int | None], tuple[str, dict[str, Any], int | None]] = {}
+        candidates: dict[tuple[str, str, str, int | None], tuple[str, JsonObject, int | None]] = {}
         for group in self.groups.values():
             self._stragglers(group, candidates)
             self._slowdowns(group, candidates)
@@ -394,13 +395,12 @@ class Collector:
             return
         latest: dict[tuple[str, int], float] = {}
         for row in report.ranks_table:
-            if row.get("lateness_p50_s") is not None:
-                key = (group.name, int(row["rank"]))
-                # the label with the most lateness stands for the rank (a group runs several)
-                value = float(row["lateness_p50_s"])
-                latest[key] = max(latest.get(key, 0.0), value)
+            late = row["lateness_p50_s"]
+            if late is not None:
+                key = (group.name, row["rank"])
+                latest[key] = max(latest.get(key, 0.0), late)  # the label latest to arrive at stands for the rank
         self.lateness.update(latest)
-        last_fraction = {(row["op"], int(row["rank"])): row.get("last_arrival_fraction") for row in report.ranks_table}
+        last_fraction = {(row["op"], row["rank"]): row["last_arrival_fraction"] for row in report.ranks_table}
         for st in report.stragglers:
             share = last_fraction.get((st.op, st.rank))
             if st.kind == "late_arrival" and share is not None and share < s.last_fraction:
@@ -460,7 +460,7 @@ class Collector:
                             group.last_step,
                         )
 
-    def note_inflight(self, rank: int, inflight: dict[str, Any] | None) -> None:
+    def note_inflight(self, rank: int, inflight: InFlight | None) -> None:
         """What a rank's endpoint said it is waiting in (None: nothing)."""
         self.inflight[rank] = inflight
 
@@ -511,7 +511,7 @@ class Collector:
                         self.groups[name].last_step,
                     )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         return {
             "records": self.records,
             "rejected": self.rejected,
@@ -564,12 +564,20 @@ def _count(value: Any, name: str, *, at_least: int = 0) -> int:
     return value
 
 
+class InFlight(TypedDict):
+    """A rank's oldest collective not completed, as its endpoint said (checked by :func:`_inflight`)."""
+
+    group: str
+    seq: int
+    age_s: float
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
     return text[:40] + ("..." if len(text) > 40 else "")
 
 
-def _inflight(value: Any) -> dict[str, Any] | None:
+def _inflight(value: Any) -> InFlight | None:
     """A rank's ``inflight`` (its oldest collective not completed): {group, seq, age_s}, checked; None: none."""
     if value is None:
         return None
@@ -614,14 +622,14 @@ class EndpointSource:
         self.max_bytes = max_bytes
         self.cursor = 0
         self.lost = 0
-        self.info: dict[str, Any] | None = None
+        self.info: JsonObject | None = None
         self.reachable = False
         self.answered = False  # once it sent a valid answer
         self.state = "waiting"
         self.problem: str | None = None
         self.failures = 0  # polls that failed
         self.bad_records = 0  # records of valid answers that were not valid records
-        self.inflight: dict[str, Any] | None = None
+        self.inflight: InFlight | None = None
         self.rank: int | None = None
 
     def _get(self, path: str, deadline: float) -> Any:
@@ -698,7 +706,7 @@ class EndpointSource:
         self.cursor, self.lost, self.inflight, self.rank = nxt, self.lost + lost, inflight, rank
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonObject:
         return {
             "source": self.label,
             "kind": self.kind,

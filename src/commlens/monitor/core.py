@@ -42,6 +42,7 @@ from commlens.monitor.expect import Expectations
 from commlens.monitor.exporter import EndpointError, MonitorMetrics, RankServer, serve
 from commlens.monitor.recorder import DEFAULT_CAPACITY, Recorder
 from commlens.results.collectives import WindowRow, aggregate, measurements_from_windows, size_bucket_label
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, SystemInfo
 from commlens.results.units import format_gbps, format_size
 from commlens.topology import Topology
@@ -259,7 +260,7 @@ class Monitor:
 
     # ---- what it serves ------------------------------------------------------------------------------
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> JsonObject:
         return {
             "job_id": self.job_id,
             "rank": self.rank,
@@ -276,9 +277,9 @@ class Monitor:
             "pid": os.getpid(),
         }
 
-    def _records(self, after: int, limit: int) -> dict[str, Any]:
+    def _records(self, after: int, limit: int) -> JsonObject:
         records, cursor, lost = self.recorder.read(after, limit)
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "rank": self.rank,
             "next": cursor,
             "lost": lost,
@@ -353,7 +354,7 @@ class Monitor:
         del self.alerts[:-100]
         log.warning("rank %d: %s", self.rank, text)
 
-    def _write(self, obj: dict[str, Any]) -> None:
+    def _write(self, obj: JsonObject) -> None:
         if self._jsonl is None:
             return
         line = json.dumps(obj, separators=(",", ":")) + "\n"

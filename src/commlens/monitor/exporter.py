@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from commlens.errors import CommlensError
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = [
     "BoundedHTTPServer",
@@ -247,8 +248,8 @@ def serve(
     port: int,
     registry: Any,
     *,
-    records: Callable[[int, int], dict[str, Any]] | None = None,
-    info: Callable[[], dict[str, Any]] | None = None,
+    records: Callable[[int, int], JsonObject] | None = None,
+    info: Callable[[], JsonObject] | None = None,
     token: str | None = None,
     workers: int = WORKERS,
     queue: int = QUEUE,

@@ -27,6 +27,7 @@ from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, UnknownOpError, get_op
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MAX_RANKS, MAX_SIZE_BYTES, Measurement
 from commlens.results.stats import percentile
 from commlens.results.units import finite_float, format_size
@@ -118,8 +119,8 @@ class CollectiveRecord:
         spec = get_op(self.op)
         return spec.algbw(self.size_bytes, self.duration_s) * spec.busbw_factor(self.group_size)
 
-    def as_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_wire(self) -> JsonObject:
+        out: JsonObject = {
             "rank": self.rank,
             "group": self.group,
             "group_size": self.group_size,
@@ -140,7 +141,7 @@ class CollectiveRecord:
         return out
 
 
-def _int(d: dict[str, Any], key: str, default: int | None = None) -> int:
+def _int(d: JsonObject, key: str, default: int | None = None) -> int:
     value = d.get(key, default)
     if value is None:
         raise CollectiveRecordError(f"field {key!r} is missing")
@@ -149,7 +150,7 @@ def _int(d: dict[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def _str(d: dict[str, Any], key: str, limit: int = MAX_GROUP_NAME) -> str:
+def _str(d: JsonObject, key: str, limit: int = MAX_GROUP_NAME) -> str:
     value = d.get(key)
     if not isinstance(value, str) or not value or len(value) > limit:
         raise CollectiveRecordError(f"field {key!r} must be a string of 1..{limit} characters")
@@ -242,8 +243,8 @@ class WindowRow:
     def key(self) -> tuple[str, str, int]:
         return (self.group, self.op, self.size_bucket)
 
-    def as_wire(self) -> dict[str, Any]:
-        out = {
+    def as_wire(self) -> JsonObject:
+        out: JsonObject = {
             "window": self.window,
             "start_s": self.start_s,
             "end_s": self.end_s,

@@ -14,14 +14,15 @@ of dropping its groups and pairing the rows of different groups as one series.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from commlens.errors import CommlensError
 from commlens.files import atomic_text
-from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.jsonvalue import JsonObject, JsonValue
+from commlens.results.records import Measurement, RecordError, Run, RunStatus, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.results.units import finite_float
 
@@ -49,8 +50,8 @@ class FormatError(CommlensError, ValueError):
     """A file that is not a valid commlens run."""
 
 
-def measurement_to_dict(m: Measurement) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def measurement_to_dict(m: Measurement) -> JsonObject:
+    out: JsonObject = {
         "op": m.op,
         "algo": m.algo,
         "dtype": m.dtype,
@@ -81,7 +82,7 @@ def measurement_to_dict(m: Measurement) -> dict[str, Any]:
     return out
 
 
-def run_to_dict(run: Run) -> dict[str, Any]:
+def run_to_dict(run: Run) -> JsonObject:
     system = asdict(run.system)
     system["fingerprint"] = run.system.fingerprint()
     grouped = any(m.group is not None for m in run.measurements)
@@ -103,7 +104,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     }
 
 
-_REQUIRED: Any = object()
+_REQUIRED = object()
 _MAX_SHOWN_CHARS = 80
 
 
@@ -113,13 +114,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _MAX_SHOWN_CHARS else text[:_MAX_SHOWN_CHARS] + "...(cut)"
 
 
-def _get(d: dict[str, Any], key: str, default: Any) -> Any:
+def _get(d: Mapping[str, JsonValue], key: str, default: object) -> object:
     if default is _REQUIRED:
         return d[key]  # KeyError: run_from_dict says which field is missing
     return d.get(key, default)
 
 
-def _int(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> int:
+def _int(d: Mapping[str, JsonValue], key: str, default: object = _REQUIRED) -> int:
     """An integer field; an integral float (``64.0``) is one, a bool, string or infinity is not."""
     value = _get(d, key, default)
     if isinstance(value, float) and value.is_integer():
@@ -129,21 +130,29 @@ def _int(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> int:
     return value
 
 
-def _str(d: dict[str, Any], key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+def _str(d: Mapping[str, JsonValue], key: str, default: object = _REQUIRED) -> str:
     value = _get(d, key, default)
-    if not isinstance(value, str) and not (nullable and value is None):
-        raise FormatError(f"{key}: expected a string{' or null' if nullable else ''}, got {_shown(value)}")
+    if not isinstance(value, str):
+        raise FormatError(f"{key}: expected a string, got {_shown(value)}")
     return value
 
 
-def _bool(d: dict[str, Any], key: str) -> bool:
+def _str_or_none(d: Mapping[str, JsonValue], key: str) -> str | None:
+    """A string field that may be null or absent (None)."""
+    value = d.get(key)
+    if value is not None and not isinstance(value, str):
+        raise FormatError(f"{key}: expected a string or null, got {_shown(value)}")
+    return value
+
+
+def _bool(d: Mapping[str, JsonValue], key: str) -> bool:
     value = d[key]
     if not isinstance(value, bool):
         raise FormatError(f"{key}: expected true or false, got {_shown(value)}")
     return value
 
 
-def _times(key: str, values: Any) -> tuple[float, ...]:
+def _times(key: str, values: JsonValue) -> tuple[float, ...]:
     """A list of finite numbers of seconds."""
     if not isinstance(values, list):
         raise FormatError(f"{key}: expected a list of times, got {_shown(values)}")
@@ -154,26 +163,38 @@ def _times(key: str, values: Any) -> tuple[float, ...]:
     return tuple(t for t in times if t is not None)
 
 
-def _reported(rep: Any) -> TimeStats:
+def _reported(rep: JsonValue) -> TimeStats:
     if not isinstance(rep, dict):
         raise FormatError(f"reported: expected an object, got {_shown(rep)}")
     fields = {"mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "stdev_s", "cv", "n"}
     unknown = set(rep) - fields
     if unknown:
         raise FormatError(f"reported: unknown fields {_shown(sorted(unknown))}")
-    stats: dict[str, Any] = {"n": _int(rep, "n", 0)}
+    n = _int(rep, "n", 0)
+    stats: dict[str, float | None] = {}
     for name in sorted(fields - {"n"}):
         value = rep.get(name)
         number = None if value is None else finite_float(value)
         if value is not None and number is None:
             raise FormatError(f"reported.{name}: expected a finite number or null, got {_shown(value)}")
         stats[name] = number
-    if stats["mean_s"] is None:
+    mean_s = stats["mean_s"]
+    if mean_s is None:
         raise FormatError("reported.mean_s: missing")
-    return TimeStats(**stats)
+    return TimeStats(
+        mean_s=mean_s,
+        p50_s=stats["p50_s"],
+        p95_s=stats["p95_s"],
+        p99_s=stats["p99_s"],
+        min_s=stats["min_s"],
+        max_s=stats["max_s"],
+        stdev_s=stats["stdev_s"],
+        cv=stats["cv"],
+        n=n,
+    )
 
 
-def _measurement_from_dict(d: Any) -> Measurement:
+def _measurement_from_dict(d: JsonValue) -> Measurement:
     """One measurement, every field checked for its type (a file may hold anything anywhere)."""
     if not isinstance(d, dict):
         raise FormatError(f"a measurement must be an object, got {_shown(d)}")
@@ -193,7 +214,7 @@ def _measurement_from_dict(d: Any) -> Measurement:
         op=_str(d, "op"),
         algo=_str(d, "algo", "builtin"),
         dtype=_str(d, "dtype"),
-        redop=_str(d, "redop", None, nullable=True),
+        redop=_str_or_none(d, "redop"),
         root=None if d.get("root") is None else _int(d, "root"),
         size_bytes=_int(d, "size_bytes"),
         count=_int(d, "count"),
@@ -203,8 +224,8 @@ def _measurement_from_dict(d: Any) -> Measurement:
         nwrong=None if nwrong is None else _int(d, "nwrong"),
         rank_samples_s=None if rank is None else tuple(_times("rank_samples_s", r) for r in rank),
         reported=None if rep is None else _reported(rep),
-        rounds=None if rounds is None else tuple(rounds),
-        group=_str(d, "group", None, nullable=True),  # its length is checked by Measurement
+        rounds=None if rounds is None else tuple(k for k in rounds if isinstance(k, int)),  # all are, checked
+        group=_str_or_none(d, "group"),  # its length is checked by Measurement
     )
 
 
@@ -233,12 +254,12 @@ def _system_from_dict(sysd: Any) -> SystemInfo:
 _KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object"}
 
 
-def _upgrade_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_1_to_2(d: JsonObject) -> JsonObject:
     """Version 2 adds each measurement's optional ``rounds``; a version-1 row was timed in one round."""
     return d
 
 
-def _upgrade_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_2_to_3(d: JsonObject) -> JsonObject:
     """Version 3 writes null for the redop of an op that does not reduce and the root of an op without one,
     where versions 1 and 2 wrote nccl-tests' ``"none"`` and ``-1``."""
     measurements = d.get("measurements")
@@ -256,13 +277,13 @@ def _upgrade_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "measurements": upgraded}
 
 
-def _upgrade_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_3_to_4(d: JsonObject) -> JsonObject:
     """Version 4 adds each measurement's optional ``group``; a version-3 row was measured on no process group."""
     return d
 
 
 # Upgraders from an older format version to the next.
-_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+_UPGRADERS: dict[int, Callable[[JsonObject], JsonObject]] = {
     1: _upgrade_1_to_2,
     2: _upgrade_2_to_3,
     3: _upgrade_3_to_4,
@@ -270,7 +291,7 @@ _UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 _CURRENT_VERSION = int(FORMAT_WITH_GROUPS.rsplit("/", 1)[1])
 
 
-def run_from_dict(d: dict[str, Any]) -> Run:
+def run_from_dict(d: JsonObject) -> Run:
     """Build a run from its dict form, upgrading older format versions."""
     fmt = d.get("format") if isinstance(d, dict) else None
     if not isinstance(fmt, str) or not fmt.startswith(_FORMAT_PREFIX):
@@ -295,15 +316,15 @@ def run_from_dict(d: dict[str, Any]) -> Run:
             raise FormatError(f"measurements: expected a list, got {_shown(measurements)}")
         return Run(
             run_id=_str(d, "run_id"),
-            status=_str(d, "status", "complete"),
+            status=cast(RunStatus, _str(d, "status", "complete")),  # Run refuses any other
             source=_str(d, "source", "commlens"),
             started_at=_str(d, "started_at"),
-            finished_at=_str(d, "finished_at", None, nullable=True),
-            tag=_str(d, "tag", None, nullable=True),
-            revision=_str(d, "revision", None, nullable=True),
+            finished_at=_str_or_none(d, "finished_at"),
+            tag=_str_or_none(d, "tag"),
+            revision=_str_or_none(d, "revision"),
             command_line=_str(d, "command_line", ""),
             config=config,
-            notes=tuple(notes),
+            notes=tuple(n for n in notes if isinstance(n, str)),  # all are, checked
             system=system,
             measurements=tuple(_measurement_from_dict(m) for m in measurements),
         )

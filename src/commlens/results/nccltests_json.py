@@ -7,9 +7,8 @@ pair the out-of-place and in-place measurements of one size.
 
 from __future__ import annotations
 
-from typing import Any
-
 from commlens import __version__
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Measurement, MeasurementKey, Run
 
 __all__ = ["NCCL_TYPE_NAMES", "from_nccl_tests", "run_to_nccl_tests_json", "to_nccl_tests"]
@@ -47,7 +46,7 @@ def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
-def _placement(m: Measurement | None) -> dict[str, Any] | None:
+def _placement(m: Measurement | None) -> JsonObject | None:
     if m is None:
         return None
     s = m.stats
@@ -75,13 +74,13 @@ def _hosts_per_rank(hosts: tuple[str, ...], ranks_per_host: dict[str, int], worl
     return out
 
 
-def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
+def run_to_nccl_tests_json(run: Run) -> JsonObject:
     """The nccl-tests ``-J`` document for ``run``."""
     cfg = run.config
     rows: dict[MeasurementKey, dict[bool, Measurement]] = {}
     for m in run.measurements:
         rows.setdefault(m.key._replace(in_place=False), {})[m.in_place] = m
-    results = []
+    results: list[JsonObject] = []
     for key, pair in rows.items():
         any_m = next(iter(pair.values()))
         redop, root = to_nccl_tests(key.redop, key.root)
@@ -103,7 +102,7 @@ def run_to_nccl_tests_json(run: Run) -> dict[str, Any]:
     system = run.system
     pids = system.extra.get("rank_pids", [])
     hosts = system.extra.get("rank_hosts") or _hosts_per_rank(system.hosts, system.ranks_per_host, system.world_size)
-    devices = [
+    devices: list[JsonObject] = [
         {
             "rank": rank,
             "group": 0,

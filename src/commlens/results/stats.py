@@ -39,6 +39,13 @@ class TimeStats:
     cv: float | None
     n: int
 
+    @classmethod
+    def of_mean(cls, mean_s: float, n: int) -> TimeStats:
+        """What a tool reported that printed only the mean time of ``n`` iterations (0: count unknown)."""
+        return cls(
+            mean_s=mean_s, p50_s=None, p95_s=None, p99_s=None, min_s=None, max_s=None, stdev_s=None, cv=None, n=n
+        )
+
     def as_dict(self) -> dict[str, float | None]:
         return {
             "mean_s": self.mean_s,
