@@ -21,9 +21,12 @@ numbering; :mod:`commlens.diagnose.job` aligns the keys across sources.
 from __future__ import annotations
 
 import gzip
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
@@ -36,6 +39,8 @@ from commlens.ops import UnknownOpError, get_op
 __all__ = [
     "BENCH_KINDS",
     "KINDS",
+    "ColumnBuilder",
+    "Columns",
     "JobSourceError",
     "Observation",
     "SourceData",
@@ -55,7 +60,7 @@ class JobSourceError(CommlensError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One rank's view of one collective instance, as one source recorded it."""
+    """One rank's view of one collective instance, as one source recorded it (built only for what is reported)."""
 
     group: str  # the source's group: communicator id, process group name, monitor label
     op: str  # catalog name
@@ -70,18 +75,147 @@ class Observation:
     state: str  # "completed", "started", "scheduled"
 
 
+_INT64 = (-(2**63) + 1, 2**63)  # open at the bottom: a negated value stays in range
+
+
+@dataclass(slots=True)
+class Columns:
+    """A source's observations as columns, one row each (a million rows cost arrays, not a million objects).
+
+    Strings are codes into name lists (``groups``, ``ops``, ``hosts``, ``states``); an absent integer is -1
+    (``global_rank``, ``host``, ``size_bytes``), an absent time NaN.
+    """
+
+    group: np.ndarray  # int32 codes into groups
+    op: np.ndarray  # int32 codes into ops
+    seq: np.ndarray  # int64
+    rank: np.ndarray  # int64, the rank in the group
+    global_rank: np.ndarray  # int64
+    host: np.ndarray  # int32 codes into hosts
+    size_bytes: np.ndarray  # int64
+    start_s: np.ndarray  # float64, epoch seconds
+    end_s: np.ndarray
+    duration_s: np.ndarray
+    state: np.ndarray  # int32 codes into states
+    groups: list[str]
+    ops: list[str]
+    hosts: list[str]
+    states: list[str]
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def observation(self, i: int) -> Observation:
+        """Row ``i`` as an :class:`Observation` (for what a report shows)."""
+        host = int(self.host[i])
+        size = int(self.size_bytes[i])
+        gr = int(self.global_rank[i])
+        return Observation(
+            self.groups[int(self.group[i])],
+            self.ops[int(self.op[i])],
+            int(self.seq[i]),
+            int(self.rank[i]),
+            gr if gr >= 0 else None,
+            self.hosts[host] if host >= 0 else None,
+            size if size >= 0 else None,
+            _opt(self.start_s[i]),
+            _opt(self.end_s[i]),
+            _opt(self.duration_s[i]),
+            self.states[int(self.state[i])],
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Columns]) -> Columns:
+        """One table of several, their name codes merged."""
+        if len(parts) == 1:
+            return parts[0]
+        out: dict[str, Any] = {}
+        for field_name, names_name in (("group", "groups"), ("op", "ops"), ("host", "hosts"), ("state", "states")):
+            merged: dict[str, int] = {}
+            codes = []
+            for p in parts:
+                names = getattr(p, names_name)
+                remap = np.array([merged.setdefault(n, len(merged)) for n in names] + [-1], dtype=np.int32)
+                codes.append(remap[getattr(p, field_name)])  # -1 indexes the appended -1
+            out[field_name] = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+            out[names_name] = list(merged)
+        for name in ("seq", "rank", "global_rank", "size_bytes", "start_s", "end_s", "duration_s"):
+            out[name] = np.concatenate([getattr(p, name) for p in parts])
+        return cls(**out)
+
+
+def _opt(value: Any) -> float | None:
+    v = float(value)
+    return None if math.isnan(v) else v
+
+
+class ColumnBuilder:
+    """Rows appended one at a time (for the sources read record by record), built into :class:`Columns`."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Any]] = {n: [] for n in _ROW_FIELDS}
+        self.names: dict[str, dict[str, int]] = {n: {} for n in ("groups", "ops", "hosts", "states")}
+
+    def code(self, kind: str, name: str | None) -> int:
+        if name is None:
+            return -1
+        table = self.names[kind]
+        return table.setdefault(name, len(table))
+
+    def add(self, o: Observation) -> None:
+        r = self.rows
+        r["group"].append(self.code("groups", o.group))
+        r["op"].append(self.code("ops", o.op))
+        r["seq"].append(o.seq)
+        r["rank"].append(o.rank)
+        r["global_rank"].append(-1 if o.global_rank is None else o.global_rank)
+        r["host"].append(self.code("hosts", o.host))
+        r["size_bytes"].append(-1 if o.size_bytes is None else o.size_bytes)
+        r["start_s"].append(math.nan if o.start_s is None else o.start_s)
+        r["end_s"].append(math.nan if o.end_s is None else o.end_s)
+        r["duration_s"].append(math.nan if o.duration_s is None else o.duration_s)
+        r["state"].append(self.code("states", o.state))
+
+    def build(self, where: str) -> Columns:
+        arrays: dict[str, Any] = {}
+        for name, values in self.rows.items():
+            dtype = _ROW_FIELDS[name]
+            if dtype is np.int64 and any(not _INT64[0] <= v < _INT64[1] for v in values):
+                raise JobSourceError(f"{where}: a {name.replace('_', ' ')} beyond 64 bits: not a collective record")
+            arrays[name] = np.array(values, dtype=dtype)
+        for kind, table in self.names.items():
+            arrays[kind] = list(table)
+        return Columns(**arrays)
+
+
+_ROW_FIELDS: dict[str, Any] = {
+    "group": np.int32,
+    "op": np.int32,
+    "seq": np.int64,
+    "rank": np.int64,
+    "global_rank": np.int64,
+    "host": np.int32,
+    "size_bytes": np.int64,
+    "start_s": np.float64,
+    "end_s": np.float64,
+    "duration_s": np.float64,
+    "state": np.int32,
+}
+
+
 @dataclass
 class SourceData:
-    """One source's observations and what the reading noticed."""
+    """One source's observations (as columns) and what the reading noticed."""
 
     kind: str
     paths: tuple[Path, ...]
-    observations: list[Observation]
+    columns: Columns
     group_sizes: dict[str, int]
     counter: str  # how its sequence numbers count
     starts_independent: bool = False  # its starts are timestamps of their own (not end - duration)
     notes: list[str] = field(default_factory=list)
     divergence: dict[str, Any] | None = None  # Flight Recorder: diagnose hang's first divergence, where found
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # what the join computes once per source
 
 
 def _head(path: Path) -> str:
@@ -154,7 +288,7 @@ def load_source(kind: str, paths: list[Path]) -> SourceData:
 
 
 def _inspector(paths: list[Path]) -> SourceData:
-    obs: list[Observation] = []
+    obs = ColumnBuilder()
     sizes: dict[str, int] = {}
     notes: list[str] = []
     verbose = False
@@ -165,7 +299,7 @@ def _inspector(paths: list[Path]) -> SourceData:
         for c in dump.communicators.values():
             sizes[c.id] = c.n_ranks
         for r in dump.records:
-            obs.append(
+            obs.add(
                 Observation(
                     r.group,
                     r.op,
@@ -183,7 +317,7 @@ def _inspector(paths: list[Path]) -> SourceData:
     return SourceData(
         kind="nccl-inspector",
         paths=tuple(paths),
-        observations=obs,
+        columns=obs.build(str(paths[0])),
         group_sizes=sizes,
         counter="coll_sn: per communicator and per collective type (NCCL's comm->seqNumber[func]), from 0",
         starts_independent=verbose,
@@ -193,7 +327,7 @@ def _inspector(paths: list[Path]) -> SourceData:
 
 def _flightrec(paths: list[Path]) -> SourceData:
     directories = sorted({p if p.is_dir() else p.parent for p in paths})
-    obs: list[Observation] = []
+    obs = ColumnBuilder()
     sizes: dict[str, int] = {}
     notes: list[str] = []
     divergence: dict[str, Any] | None = None
@@ -217,7 +351,7 @@ def _flightrec(paths: list[Path]) -> SourceData:
                 state = e.state or "scheduled"
                 # duration_ms only: the discovered times are the watchdog's polls, milliseconds coarse
                 duration = e.duration_s
-                obs.append(
+                obs.add(
                     Observation(
                         e.process_group,
                         op,
@@ -237,7 +371,7 @@ def _flightrec(paths: list[Path]) -> SourceData:
     return SourceData(
         kind="flightrec",
         paths=tuple(paths),
-        observations=obs,
+        columns=obs.build(str(paths[0])),
         group_sizes=sizes,
         counter="collective_seq_id: per process group over every collective, from 1 (PyTorch's seqCollective_)",
         starts_independent=True,
@@ -289,7 +423,7 @@ def _kineto(paths: list[Path]) -> SourceData:
             "order: no Seq in these traces, collectives matched across ranks " + matching.describe().split(" by ", 1)[1]
         )
         notes.append(matching.describe())
-    obs: list[Observation] = []
+    obs = ColumnBuilder()
     sizes: dict[str, int] = {}
     for trace, c, seq in rows:
         op = _catalog(c.op)
@@ -302,7 +436,7 @@ def _kineto(paths: list[Path]) -> SourceData:
         elif trace.world_size:
             sizes.setdefault(group, trace.world_size)
         rank = members.index(trace.rank) if trace.rank in members else trace.rank
-        obs.append(
+        obs.add(
             Observation(
                 group, op, seq, rank, trace.rank, trace.host, None, c.start_s, c.end_s, c.duration_s, "completed"
             )
@@ -310,7 +444,7 @@ def _kineto(paths: list[Path]) -> SourceData:
     return SourceData(
         kind="kineto",
         paths=tuple(files),
-        observations=obs,
+        columns=obs.build(str(paths[0])),
         group_sizes=sizes,
         counter=counter,
         starts_independent=True,
@@ -319,7 +453,7 @@ def _kineto(paths: list[Path]) -> SourceData:
 
 
 def _monitor(paths: list[Path]) -> SourceData:
-    obs: list[Observation] = []
+    obs = ColumnBuilder()
     sizes: dict[str, int] = {}
     notes: list[str] = []
     for path in paths:
@@ -329,7 +463,7 @@ def _monitor(paths: list[Path]) -> SourceData:
         for r in got.records:
             sizes[r.group] = r.group_size
             rank = r.group_ranks.index(r.rank) if r.group_ranks is not None else r.rank
-            obs.append(
+            obs.add(
                 Observation(
                     r.group,
                     r.op,
@@ -347,7 +481,7 @@ def _monitor(paths: list[Path]) -> SourceData:
     return SourceData(
         kind="monitor",
         paths=tuple(paths),
-        observations=obs,
+        columns=obs.build(str(paths[0])),
         group_sizes=sizes,
         counter="seq: the monitor's per-group count of the collectives it saw, from 0 when it was installed",
         starts_independent=True,
