@@ -32,7 +32,7 @@ from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
 from commlens.ingest.flightrec import DumpError, read_dump_dir
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
-from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_records
+from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
 from commlens.ingest.nccl_inspector import read_inspector
 from commlens.ops import UnknownOpError, get_op
 
@@ -453,10 +453,35 @@ def _kineto(paths: list[Path]) -> SourceData:
 
 
 def _monitor(paths: list[Path]) -> SourceData:
-    obs = ColumnBuilder()
+    parts: list[Columns] = []
     sizes: dict[str, int] = {}
     notes: list[str] = []
     for path in paths:
+        fast = read_monitor_columns(path)
+        if fast is not None:  # every line well formed, every record checked by column
+            sizes.update(fast.group_sizes)
+            n = len(fast.seq)
+            parts.append(
+                Columns(
+                    group=fast.group,
+                    op=fast.op,
+                    seq=fast.seq,
+                    rank=fast.group_rank,
+                    global_rank=fast.rank,
+                    host=fast.host,
+                    size_bytes=fast.size_bytes,
+                    start_s=fast.start_s,
+                    end_s=fast.end_s,
+                    duration_s=fast.end_s - fast.start_s,
+                    state=np.zeros(n, dtype=np.int32),
+                    groups=fast.groups,
+                    ops=fast.ops,
+                    hosts=fast.hosts,
+                    states=["completed"],
+                )
+            )
+            continue
+        obs = ColumnBuilder()
         got = read_monitor_records(path)
         if got.bad_lines:
             notes.append(f"{path.name}: {got.bad_lines} damaged lines left out")
@@ -478,10 +503,11 @@ def _monitor(paths: list[Path]) -> SourceData:
                     "completed",
                 )
             )
+        parts.append(obs.build(str(path)))
     return SourceData(
         kind="monitor",
         paths=tuple(paths),
-        columns=obs.build(str(paths[0])),
+        columns=Columns.concat(parts),
         group_sizes=sizes,
         counter="seq: the monitor's per-group count of the collectives it saw, from 0 when it was installed",
         starts_independent=True,
