@@ -30,7 +30,7 @@ import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
-from commlens.ingest.flightrec import DumpError, read_dump_dir
+from commlens.ingest.flightrec import DumpError, RankColumns, read_dump_dir, read_dump_dir_columns
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
 from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
 from commlens.ingest.nccl_inspector import read_inspector
@@ -327,25 +327,35 @@ def _inspector(paths: list[Path]) -> SourceData:
 
 def _flightrec(paths: list[Path]) -> SourceData:
     directories = sorted({p if p.is_dir() else p.parent for p in paths})
-    obs = ColumnBuilder()
+    parts: list[Columns] = []
     sizes: dict[str, int] = {}
     notes: list[str] = []
     divergence: dict[str, Any] | None = None
     for directory in directories:
+        fast = read_dump_dir_columns(directory)
+        if fast is not None and _no_divergence(fast.ranks):  # JSON dumps checked by column, ranks in step
+            notes.extend(fast.notes)
+            for dump in fast.ranks:
+                for g in dump.groups.values():
+                    if g.ranks:
+                        sizes[g.name] = len(g.ranks)
+                parts.append(_rank_columns(dump))
+            continue
+        obs = ColumnBuilder()
         dump_set = read_dump_dir(directory)
         notes.extend(dump_set.notes)
         divergence = divergence or _first_divergence(dump_set.dumps)
-        for dump in dump_set.dumps:
-            for g in dump.groups.values():
+        for rank_dump in dump_set.dumps:
+            for g in rank_dump.groups.values():
                 if g.ranks:
                     sizes[g.name] = len(g.ranks)
-            for e in dump.entries:
+            for e in rank_dump.entries:
                 op = _catalog(e.op)
                 if e.is_p2p or op is None:
                     continue
-                group = dump.groups.get(e.process_group)
+                group = rank_dump.groups.get(e.process_group)
                 members = group.ranks if group is not None and group.ranks else ()
-                rank = members.index(dump.rank) if dump.rank in members else dump.rank
+                rank = members.index(rank_dump.rank) if rank_dump.rank in members else rank_dump.rank
                 start = e.time_started_ns or e.time_created_ns
                 end = e.time_completed_ns
                 state = e.state or "scheduled"
@@ -357,7 +367,7 @@ def _flightrec(paths: list[Path]) -> SourceData:
                         op,
                         e.collective_seq_id,
                         rank,
-                        dump.rank,
+                        rank_dump.rank,
                         None,
                         None,
                         start / 1e9 if start else None,
@@ -366,18 +376,105 @@ def _flightrec(paths: list[Path]) -> SourceData:
                         state,
                     )
                 )
+        parts.append(obs.build(str(directory)))
     if len(directories) > 1:
         notes.append(f"{len(directories)} dump directories read as one job")
     return SourceData(
         kind="flightrec",
         paths=tuple(paths),
-        columns=obs.build(str(paths[0])),
+        columns=Columns.concat(parts),
         group_sizes=sizes,
         counter="collective_seq_id: per process group over every collective, from 1 (PyTorch's seqCollective_)",
         starts_independent=True,
         notes=notes,
         divergence=divergence,
     )
+
+
+def _rank_columns(dump: RankColumns) -> Columns:
+    """One rank's collective entries (point-to-point and ops outside the catalog left out) as observations."""
+    catalog = {op: _catalog(op) for op in set(dump.op)}
+    keep = np.array([catalog[op] is not None for op in dump.op], dtype=bool) & ~dump.is_p2p
+    rows = np.flatnonzero(keep).tolist()
+    group_code: dict[str, int] = {}
+    op_code: dict[str, int] = {}
+    state_code: dict[str, int] = {}
+    group = np.array([group_code.setdefault(dump.process_group[i], len(group_code)) for i in rows], dtype=np.int32)
+    rank_in = []
+    for name in group_code:
+        config = dump.groups.get(name)
+        members = config.ranks if config is not None and config.ranks else ()
+        rank_in.append(members.index(dump.rank) if dump.rank in members else dump.rank)
+    started = dump.time_started_ns[keep]
+    start_ns = np.where(started != 0, started, dump.time_created_ns[keep])
+    end_ns = dump.time_completed_ns[keep]
+    n = len(rows)
+    return Columns(
+        group=group,
+        op=np.array([op_code.setdefault(catalog[dump.op[i]] or "", len(op_code)) for i in rows], dtype=np.int32),
+        seq=dump.seq[keep],
+        rank=np.array(rank_in, dtype=np.int64)[group] if n else np.zeros(0, dtype=np.int64),
+        global_rank=np.full(n, dump.rank, dtype=np.int64),
+        host=np.full(n, -1, dtype=np.int32),
+        size_bytes=np.full(n, -1, dtype=np.int64),
+        start_s=np.where(start_ns != 0, start_ns / 1e9, np.nan),
+        end_s=np.where(end_ns != 0, end_ns / 1e9, np.nan),
+        duration_s=dump.duration_s[keep],
+        state=np.array([state_code.setdefault(dump.state[i] or "scheduled", len(state_code)) for i in rows], np.int32),
+        groups=list(group_code),
+        ops=list(op_code),
+        hosts=[],
+        states=list(state_code),
+    )
+
+
+def _no_divergence(ranks: tuple[RankColumns, ...]) -> bool:
+    """True when diagnose hang's :func:`~commlens.diagnose.hang.find_divergence` would find none: in every
+    group, every rank holds the same collective sequence numbers from the highest first one any rank holds
+    (each once), with the same op, input sizes and dtypes. False when that is not shown (the dumps are then
+    read whole and the analysis run)."""
+    collective = [~r.is_p2p for r in ranks]
+    with_dtypes = all(
+        r.input_dtypes[i] is not None for r, keep in zip(ranks, collective) for i in np.flatnonzero(keep).tolist()
+    )
+    present = {r.rank for r in ranks}
+    members: dict[str, set[int]] = {}
+    rows: dict[tuple[str, int], np.ndarray] = {}
+    for r, keep in zip(ranks, collective):
+        names = np.array(r.process_group, dtype=object) if r.process_group else np.zeros(0, dtype=object)
+        for name in set(names[keep].tolist()):
+            members.setdefault(name, set()).add(r.rank)
+            rows[(name, r.rank)] = np.flatnonzero(keep & (names == name))
+    for r in ranks:
+        for name, config in r.groups.items():
+            if name in members:
+                members[name] |= set(config.ranks) & present
+    by_rank = {r.rank: r for r in ranks}
+    for name, ranks_in in members.items():
+        windows = []
+        for rank in sorted(ranks_in):
+            at = rows.get((name, rank))
+            if at is None:
+                return False  # a member with no collective of the group: missing from all of them
+            seq = by_rank[rank].seq[at]
+            if len(seq) > 1 and not (np.diff(seq) > 0).all():
+                return False  # out of order or repeated: left to the full analysis
+            windows.append((by_rank[rank], at, seq))
+        start = max(int(seq[0]) for _, _, seq in windows)
+        reference = None
+        for dump, at, seq in windows:
+            at = at[seq >= start]
+            shown = (
+                dump.seq[at].tolist(),
+                [dump.op[i] for i in at.tolist()],
+                [dump.input_sizes[i] for i in at.tolist()],
+                [dump.input_dtypes[i] for i in at.tolist()] if with_dtypes else None,
+            )
+            if reference is None:
+                reference = shown
+            elif shown != reference:
+                return False
+    return True
 
 
 def _first_divergence(dumps: Any) -> dict[str, Any] | None:
