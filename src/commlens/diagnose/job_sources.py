@@ -33,7 +33,7 @@ from commlens.ingest.base import IngestError
 from commlens.ingest.flightrec import DumpError, RankColumns, read_dump_dir, read_dump_dir_columns
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
 from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
-from commlens.ingest.nccl_inspector import read_inspector
+from commlens.ingest.nccl_inspector import read_inspector, read_inspector_columns
 from commlens.ops import UnknownOpError, get_op
 
 __all__ = [
@@ -287,15 +287,47 @@ def load_source(kind: str, paths: list[Path]) -> SourceData:
     raise JobSourceError(f"{kind}: not a source of a training job")
 
 
+def _reader_note(note: str) -> bool:
+    """The reader's notes a job report leaves out (they hold for every Inspector dump)."""
+    return "compact records" in note or "rank is each" in note
+
+
 def _inspector(paths: list[Path]) -> SourceData:
-    obs = ColumnBuilder()
+    parts: list[Columns] = []
     sizes: dict[str, int] = {}
     notes: list[str] = []
     verbose = False
     for path in paths:
+        fast = read_inspector_columns(path)
+        if fast is not None:  # the compact layout, every record checked by column
+            notes.extend(f"{path.name}: {n}" for n in fast.notes if not _reader_note(n))
+            for c in fast.communicators.values():
+                sizes[c.id] = c.n_ranks
+            duration = fast.end_s - fast.start_s
+            parts.append(
+                Columns(
+                    group=fast.group,
+                    op=fast.op,
+                    seq=fast.seq,
+                    rank=fast.rank,
+                    global_rank=np.where(fast.group_size == fast.world_size, fast.rank, -1),
+                    host=fast.host,
+                    size_bytes=fast.size_bytes,
+                    start_s=fast.start_s,
+                    end_s=fast.end_s,
+                    duration_s=duration,
+                    state=np.zeros(len(duration), dtype=np.int32),
+                    groups=fast.groups,
+                    ops=fast.ops,
+                    hosts=fast.hosts,
+                    states=["completed"],
+                )
+            )
+            continue
+        obs = ColumnBuilder()
         dump = read_inspector(path)
         verbose = verbose or dump.verbose
-        notes.extend(f"{path.name}: {n}" for n in dump.notes if "compact records" not in n and "rank is each" not in n)
+        notes.extend(f"{path.name}: {n}" for n in dump.notes if not _reader_note(n))
         for c in dump.communicators.values():
             sizes[c.id] = c.n_ranks
         for r in dump.records:
@@ -314,10 +346,11 @@ def _inspector(paths: list[Path]) -> SourceData:
                     "completed",
                 )
             )
+        parts.append(obs.build(str(path)))
     return SourceData(
         kind="nccl-inspector",
         paths=tuple(paths),
-        columns=obs.build(str(paths[0])),
+        columns=Columns.concat(parts),
         group_sizes=sizes,
         counter="coll_sn: per communicator and per collective type (NCCL's comm->seqNumber[func]), from 0",
         starts_independent=verbose,
