@@ -20,6 +20,7 @@ joining:
 
 from __future__ import annotations
 
+import gc
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,7 +136,13 @@ def load_job(paths: list[Path]) -> list[SourceData]:
                 f"collectives: give it to `commlens diagnose stragglers` alone"
             )
         by_kind[kind].append(path)
-    sources = [load_source(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+    collecting = gc.isenabled()
+    gc.disable()  # readers make millions of short-lived containers, none in a cycle: no collection passes
+    try:
+        sources = [load_source(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+    finally:
+        if collecting:
+            gc.enable()
     _check_one_job(sources)
     return sources
 

@@ -366,13 +366,13 @@ def _flightrec(paths: list[Path]) -> SourceData:
     divergence: dict[str, Any] | None = None
     for directory in directories:
         fast = read_dump_dir_columns(directory)
-        if fast is not None and _no_divergence(fast.ranks):  # JSON dumps checked by column, ranks in step
+        if fast is not None and _no_divergence(fast.ranks, fast.names):  # JSON dumps checked by column, ranks in step
             notes.extend(fast.notes)
             for dump in fast.ranks:
                 for g in dump.groups.values():
                     if g.ranks:
                         sizes[g.name] = len(g.ranks)
-                parts.append(_rank_columns(dump))
+                parts.append(_rank_columns(dump, fast.names))
             continue
         obs = ColumnBuilder()
         dump_set = read_dump_dir(directory)
@@ -424,27 +424,27 @@ def _flightrec(paths: list[Path]) -> SourceData:
     )
 
 
-def _rank_columns(dump: RankColumns) -> Columns:
+def _rank_columns(dump: RankColumns, names: list[str]) -> Columns:
     """One rank's collective entries (point-to-point and ops outside the catalog left out) as observations."""
-    catalog = {op: _catalog(op) for op in set(dump.op)}
-    keep = np.array([catalog[op] is not None for op in dump.op], dtype=bool) & ~dump.is_p2p
-    rows = np.flatnonzero(keep).tolist()
-    group_code: dict[str, int] = {}
-    op_code: dict[str, int] = {}
-    state_code: dict[str, int] = {}
-    group = np.array([group_code.setdefault(dump.process_group[i], len(group_code)) for i in rows], dtype=np.int32)
+    catalog = [_catalog(n) for n in names]  # the ops' catalog names (other names give None, unused)
+    known = np.array([c is not None for c in catalog], dtype=bool)
+    keep = known[dump.op] & ~dump.is_p2p
+    used_groups, group = np.unique(dump.process_group[keep], return_inverse=True)
+    used_ops, op = np.unique(dump.op[keep], return_inverse=True)
+    states = dump.state[keep]
+    used_states, state = np.unique(np.where(states >= 0, states, len(names)), return_inverse=True)
     rank_in = []
-    for name in group_code:
-        config = dump.groups.get(name)
+    for code in used_groups.tolist():
+        config = dump.groups.get(names[code])
         members = config.ranks if config is not None and config.ranks else ()
         rank_in.append(members.index(dump.rank) if dump.rank in members else dump.rank)
     started = dump.time_started_ns[keep]
     start_ns = np.where(started != 0, started, dump.time_created_ns[keep])
     end_ns = dump.time_completed_ns[keep]
-    n = len(rows)
+    n = int(keep.sum())
     return Columns(
-        group=group,
-        op=np.array([op_code.setdefault(catalog[dump.op[i]] or "", len(op_code)) for i in rows], dtype=np.int32),
+        group=group.astype(np.int32),
+        op=op.astype(np.int32),
         seq=dump.seq[keep],
         rank=np.array(rank_in, dtype=np.int64)[group] if n else np.zeros(0, dtype=np.int64),
         global_rank=np.full(n, dump.rank, dtype=np.int64),
@@ -453,40 +453,38 @@ def _rank_columns(dump: RankColumns) -> Columns:
         start_s=np.where(start_ns != 0, start_ns / 1e9, np.nan),
         end_s=np.where(end_ns != 0, end_ns / 1e9, np.nan),
         duration_s=dump.duration_s[keep],
-        state=np.array([state_code.setdefault(dump.state[i] or "scheduled", len(state_code)) for i in rows], np.int32),
-        groups=list(group_code),
-        ops=list(op_code),
+        state=state.astype(np.int32),
+        groups=[names[c] for c in used_groups.tolist()],
+        ops=[catalog[c] or "" for c in used_ops.tolist()],
         hosts=[],
-        states=list(state_code),
+        states=[names[c] if c < len(names) else "scheduled" for c in used_states.tolist()],
     )
 
 
-def _no_divergence(ranks: tuple[RankColumns, ...]) -> bool:
+def _no_divergence(ranks: tuple[RankColumns, ...], names: list[str]) -> bool:
     """True when diagnose hang's :func:`~commlens.diagnose.hang.find_divergence` would find none: in every
     group, every rank holds the same collective sequence numbers from the highest first one any rank holds
     (each once), with the same op, input sizes and dtypes. False when that is not shown (the dumps are then
     read whole and the analysis run)."""
-    collective = [~r.is_p2p for r in ranks]
-    with_dtypes = all(
-        r.input_dtypes[i] is not None for r, keep in zip(ranks, collective) for i in np.flatnonzero(keep).tolist()
-    )
+    if not all(r.has_dtypes for r in ranks):
+        return False  # diagnose hang then compares without dtypes: left to it
     present = {r.rank for r in ranks}
-    members: dict[str, set[int]] = {}
-    rows: dict[tuple[str, int], np.ndarray] = {}
-    for r, keep in zip(ranks, collective):
-        names = np.array(r.process_group, dtype=object) if r.process_group else np.zeros(0, dtype=object)
-        for name in set(names[keep].tolist()):
-            members.setdefault(name, set()).add(r.rank)
-            rows[(name, r.rank)] = np.flatnonzero(keep & (names == name))
+    members: dict[int, set[int]] = {}
+    rows: dict[tuple[int, int], np.ndarray] = {}
+    for r in ranks:
+        keep = ~r.is_p2p
+        for code in np.unique(r.process_group[keep]).tolist():
+            members.setdefault(code, set()).add(r.rank)
+            rows[(code, r.rank)] = np.flatnonzero(keep & (r.process_group == code))
+    by_name: dict[str, set[int]] = {}
     for r in ranks:
         for name, config in r.groups.items():
-            if name in members:
-                members[name] |= set(config.ranks) & present
+            by_name.setdefault(name, set()).update(set(config.ranks) & present)
     by_rank = {r.rank: r for r in ranks}
-    for name, ranks_in in members.items():
+    for code, ranks_in in members.items():
         windows = []
-        for rank in sorted(ranks_in):
-            at = rows.get((name, rank))
+        for rank in sorted(ranks_in | by_name.get(names[code], set())):
+            at = rows.get((code, rank))
             if at is None:
                 return False  # a member with no collective of the group: missing from all of them
             seq = by_rank[rank].seq[at]
@@ -494,18 +492,12 @@ def _no_divergence(ranks: tuple[RankColumns, ...]) -> bool:
                 return False  # out of order or repeated: left to the full analysis
             windows.append((by_rank[rank], at, seq))
         start = max(int(seq[0]) for _, _, seq in windows)
-        reference = None
+        reference: tuple[np.ndarray, np.ndarray] | None = None
         for dump, at, seq in windows:
-            at = at[seq >= start]
-            shown = (
-                dump.seq[at].tolist(),
-                [dump.op[i] for i in at.tolist()],
-                [dump.input_sizes[i] for i in at.tolist()],
-                [dump.input_dtypes[i] for i in at.tolist()] if with_dtypes else None,
-            )
+            shown = (seq[seq >= start], dump.signature[at[seq >= start]])
             if reference is None:
                 reference = shown
-            elif shown != reference:
+            elif not (np.array_equal(shown[0], reference[0]) and np.array_equal(shown[1], reference[1])):
                 return False
     return True
 

@@ -37,6 +37,7 @@ of each (fields are read by presence, so an unlisted minor version reads too):
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import math
@@ -475,24 +476,26 @@ def _set_notes(versions: list[str], no_groups: bool) -> list[str]:
 class RankColumns:
     """One rank's JSON dump, its entries as columns: what :func:`read_dump` reads, without an object an entry.
 
-    Absent integers (``None``, or ``0`` for the discovered times) are 0; an absent duration NaN.
+    Strings are codes into the set's :attr:`DumpColumns.names` (codes compare across ranks); absent integers
+    (``None``, or ``0`` for the discovered times) are 0; an absent duration NaN; ``signature`` codes an
+    entry's (op, input sizes, input dtypes), as diagnose hang compares them.
     """
 
     rank: int
     path: Path
     version: str
     groups: dict[str, GroupConfig]
-    process_group: list[str]
-    op: list[str]  # as Entry.op: the profiling name without backend prefix and peer suffix
+    process_group: np.ndarray  # codes
+    op: np.ndarray  # codes of Entry.op: the profiling name without backend prefix and peer suffix
     seq: np.ndarray  # collective_seq_id
     is_p2p: np.ndarray
-    state: list[str | None]
+    state: np.ndarray  # codes; -1: none
     time_created_ns: np.ndarray
     time_started_ns: np.ndarray
     time_completed_ns: np.ndarray
     duration_s: np.ndarray
-    input_sizes: list[Any]  # as the dump has them (lists of shapes)
-    input_dtypes: list[Any]  # lists of names, or None
+    signature: np.ndarray
+    has_dtypes: bool  # every collective (not point-to-point) entry records its input dtypes
 
 
 @dataclass(frozen=True)
@@ -503,6 +506,7 @@ class DumpColumns:
     prefix: str
     ranks: tuple[RankColumns, ...]  # by rank
     notes: tuple[str, ...]
+    names: list[str]  # what the ranks' string codes stand for
 
 
 def read_dump_dir_columns(
@@ -519,13 +523,32 @@ def read_dump_dir_columns(
     except DumpError:
         return None
     ranks = []
-    for rank, path in sorted(files.items()):
-        got = _rank_columns(path, rank, max_bytes)
-        if got is None:
-            return None
-        ranks.append(got)
+    codes = _Codes()
+    collecting = gc.isenabled()
+    gc.disable()  # parsing makes millions of containers, none in a cycle: no collection pass over them
+    try:
+        for rank, path in sorted(files.items()):
+            got = _rank_columns(path, rank, max_bytes, codes)
+            if got is None:
+                return None
+            ranks.append(got)
+    finally:
+        if collecting:
+            gc.enable()
     notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
-    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes))
+    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names))
+
+
+class _Codes:
+    """Strings and entry signatures of a dump set, numbered as first met."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.signatures: dict[Any, int] = {}
+
+    def of(self, values: list[str]) -> np.ndarray:
+        table = self.names
+        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
 
 
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -561,7 +584,7 @@ def _nested_plain(values: list[Any], levels: int) -> bool:
     return _nested_plain(inner, levels - 1)
 
 
-def _rank_columns(path: Path, rank_from_name: int, max_bytes: int) -> RankColumns | None:
+def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes) -> RankColumns | None:
     """:func:`read_dump` by column, for a JSON dump every entry of which it would accept; else None."""
     try:
         size = path.stat().st_size
@@ -648,25 +671,35 @@ def _rank_columns(path: Path, rank_from_name: int, max_bytes: int) -> RankColumn
     ops = [op_of[n] for n in names]
     flags = column("is_p2p")
     p2p = np.array([f if type(f) is bool else o in _P2P_OPS for f, o in zip(flags, ops)], dtype=bool)
-    states = [st if isinstance(st, str) else None for st in column("state")]
+    states = [st if isinstance(st, str) else "" for st in column("state")]
     try:
         groups = _groups(path, data.get("pg_config"), sorted(set(group_names)))
     except DumpError:
         return None
+    table = codes.signatures
+    signature = np.array(
+        [
+            table.setdefault((o, tuple(map(tuple, z)), None if d is None else tuple(d)), len(table))
+            for o, z, d in zip(ops, sizes, dtypes)
+        ],
+        dtype=np.int32,
+    )
+    has_dtypes = all(d is not None for d, f in zip(dtypes, p2p.tolist()) if not f)
+    state_codes = codes.of(states)
     return RankColumns(
         rank=rank,
         path=path,
         version=version,
         groups=groups,
-        process_group=group_names,
-        op=ops,
+        process_group=codes.of(group_names),
+        op=codes.of(ops),
         seq=seq,
         is_p2p=p2p,
-        state=states,
+        state=np.where(np.array([bool(st) for st in states], dtype=bool), state_codes, -1),
         time_created_ns=created,
         time_started_ns=started,
         time_completed_ns=completed,
         duration_s=duration / 1e3,
-        input_sizes=sizes,
-        input_dtypes=dtypes,
+        signature=signature,
+        has_dtypes=has_dtypes,
     )
