@@ -21,6 +21,8 @@ joining:
 from __future__ import annotations
 
 import gc
+import os
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,14 +138,70 @@ def load_job(paths: list[Path]) -> list[SourceData]:
                 f"collectives: give it to `commlens diagnose stragglers` alone"
             )
         by_kind[kind].append(path)
+    todo = [(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+    if len(todo) > 1 and (os.cpu_count() or 1) > 1 and _input_bytes(paths) >= PARALLEL_BYTES:
+        sources = _load_in_parallel(todo)
+    else:
+        sources = [_load_quietly(kind, kind_paths) for kind, kind_paths in todo]
+    _check_one_job(sources)
+    return sources
+
+
+PARALLEL_BYTES = 64 << 20  # inputs this large are read one source per process
+
+
+def _input_bytes(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        files = (p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            total += f.stat().st_size
+            if total >= PARALLEL_BYTES:
+                return total
+    return total
+
+
+def _load_quietly(kind: str, paths: list[Path]) -> SourceData:
+    """One source read with the cyclic GC paused: readers make millions of containers and none in a cycle, so
+    a collection pass (each rescanning all of them) finds nothing."""
     collecting = gc.isenabled()
-    gc.disable()  # readers make millions of short-lived containers, none in a cycle: no collection passes
+    gc.disable()
     try:
-        sources = [load_source(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+        return load_source(kind, paths)
     finally:
         if collecting:
             gc.enable()
-    _check_one_job(sources)
+
+
+def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str | None, list[tuple[type, str]]]:
+    """In a worker process: the source, or the message of the error reading it, and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            source, error = _load_quietly(kind, paths), None
+        except CommlensError as e:
+            source, error = None, str(e)
+    return source, error, [(w.category, str(w.message)) for w in caught]
+
+
+def _load_in_parallel(todo: list[tuple[str, list[Path]]]) -> list[SourceData]:
+    """Each source read in a process of its own (the sources' readers are independent); their warnings raised
+    here in source order, and the first error (in source order) as a JobSourceError with its message."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(max_workers=len(todo), mp_context=context) as pool:
+        results = [f.result() for f in [pool.submit(_load_in_child, kind, paths) for kind, paths in todo]]
+    sources = []
+    for source, error, raised in results:
+        for category, message in raised:
+            warnings.warn(message, category, stacklevel=2)
+        if error is not None:
+            raise JobSourceError(error)
+        assert source is not None
+        sources.append(source)
     return sources
 
 
