@@ -142,20 +142,49 @@ def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
     files = sorted(root.glob("monitor-rank*.jsonl")) if root.is_dir() else [root]
     if not files or len(files) > MAX_FILES:
         return None
-    records: list[dict[str, Any]] = []
+    parts: list[MonitorColumns] = []
+    count = 0
     try:
-        for file in files:
+        for file in files:  # a file at a time: its parsed lines are let go before the next is read
             lines = scan_json_lines(read_source(file, max_bytes=max_bytes).text, _MAX_LINE_CHARS)
             if lines is None or not all_of(lines, dict):
                 return None
-            records.extend(d for d in lines if d.get("type") == "record")
-            if len(records) > MAX_RECORDS:
+            records = [d for d in lines if d.get("type") == "record"]
+            del lines
+            count += len(records)
+            if count > MAX_RECORDS:
                 return None
+            if records:
+                part = _columns(tuple(files), records)
+                if part is None:
+                    return None
+                parts.append(part)
     except IngestError:
         return None
-    if not records:
+    if not parts:
         return None
-    return _columns(tuple(files), records)
+    return _merge(parts)
+
+
+def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
+    """Files' columns as one, their name codes merged."""
+    if len(parts) == 1:
+        return parts[0]
+    merged: dict[str, Any] = {}
+    for codes, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
+        table: dict[str, int] = {}
+        columns = []
+        for p in parts:
+            remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
+            columns.append(remap[getattr(p, codes)])
+        merged[codes] = np.concatenate(columns)
+        merged[names] = list(table)
+    sizes: dict[str, int] = {}
+    for p in parts:
+        sizes.update(p.group_sizes)
+    for name in ("rank", "group_rank", "seq", "size_bytes", "start_s", "end_s"):
+        merged[name] = np.concatenate([getattr(p, name) for p in parts])
+    return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
 
 
 def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:

@@ -841,8 +841,9 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
         files, notes = [root], []
     if not files:
         return None
-    objects: list[Any] = []
-    per_file: list[int] = []
+    shared = _Shared()
+    parts: list[dict[str, Any]] = []
+    count = 0
     try:
         for file in files:
             source = read_source(file, max_bytes=max_bytes)
@@ -856,16 +857,30 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
                 line.count("{") + line.count("[") > MAX_JSON_DEPTH for line in text.split("\n")
             ):
                 return None  # the record-by-record path parses such a line with its depth-bounded parser
-            objects.extend(lines)
-            per_file.append(len(lines))
-            if len(objects) > MAX_RECORDS:
+            count += len(lines)
+            part = _compact_part(lines, shared) if count <= MAX_RECORDS else None
+            if part is None:
                 return None
+            parts.append(part)
+            del lines, text, source
     except IngestError:
         return None
-    return _compact_columns(objects, notes)
+    return _compact_finish(parts, shared, notes)
 
 
-def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColumns | None:
+class _Shared:
+    """Names met across a dump's files, numbered as first met."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, int] = {}
+        self.hosts: dict[str | None, int] = {None: -1}
+        self.colls: dict[str, int] = {}
+        self.timings: dict[str, int] = {}
+        self.comm_names: dict[int, str] = {}  # the last name each communicator was given (not "unknown")
+
+
+def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
+    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
     if not all_of(objects, dict) or any(set(k) != _HEADER_KEYS for k in set(map(tuple, objects))):
         return None
     headers = [o["header"] for o in objects]
@@ -923,10 +938,9 @@ def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColu
     printed = [b for b in busbw_raw if b is not None and b != "nan"]
     if not all_of(printed, int, float):
         return None
-    op_names = sorted(set(colls))
-    op_code = {c: i for i, c in enumerate(op_names)}
-    op = np.array([op_code[c] for c in colls], dtype=np.int32)
-    catalog = [NCCL_OPS[c] for c in op_names]
+    op_code = shared.colls
+    op = np.array([op_code.setdefault(c, len(op_code)) for c in colls], dtype=np.int32)
+    catalog = [NCCL_OPS[c] for c in op_code]
     per_rank = np.array([c in _PER_RANK_MSG for c in catalog], dtype=bool)[op]
     if per_rank.any() and int(msg.max()) * int(n_ranks.max()) >= 2**62:
         return None
@@ -960,8 +974,35 @@ def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColu
         bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
         if (bad & keep).any():
             return None
-    group_code: dict[str, int] = {}
+    group_code = shared.groups
     group = np.array([group_code.setdefault(i, len(group_code)) for i in ids], dtype=np.int32)
+    host_code = shared.hosts
+    host = np.array([host_code.setdefault(h, len(host_code) - 1) for h in hostnames], dtype=np.int32)
+    for g, name in zip(group.tolist(), names):
+        if name and name != "unknown":
+            shared.comm_names[g] = name
+    for t in timings:
+        t = t if t in _TIMING_SOURCES else "unknown"
+        shared.timings[t] = shared.timings.get(t, 0) + 1
+    return {
+        "group": group,
+        "n_ranks": n_ranks,
+        "rank": rank,
+        "nnodes": nnodes,
+        "host": host,
+        "seq": seq,
+        "op": op,
+        "size": size,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+    }
+
+
+def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
+    """The files' columns joined, with the checks across files: one size a communicator, no repeated record."""
+    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    group, n_ranks, rank, seq, op = col["group"], col["n_ranks"], col["rank"], col["seq"], col["op"]
+    start_ns, end_ns, host, nnodes = col["start_ns"], col["end_ns"], col["host"], col["nnodes"]
     # one size a communicator, and no record twice (communicator, rank, collective, coll_sn)
     sizes: dict[int, int] = {}
     for g, n in set(zip(group.tolist(), n_ranks.tolist())):
@@ -978,20 +1019,19 @@ def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColu
     origin_ns = origin_s * 10**9
     start_s = (start_ns - origin_ns) / 1e9 + origin_s
     end_s = (end_ns - origin_ns) / 1e9 + origin_s
-    host_code: dict[str | None, int] = {None: -1}
-    host = np.array([host_code.setdefault(h, len(host_code) - 1) for h in hostnames], dtype=np.int32)
-    groups = list(group_code)
+    groups = list(shared.groups)
+    hosts = [h for h in shared.hosts if h is not None]
     communicators = {}
     for g in sorted(range(len(groups)), key=groups.__getitem__):
         rows = np.flatnonzero(group == g)
-        named = [names[i] for i in rows.tolist() if names[i] and names[i] != "unknown"]
+        codes = np.unique(host[rows]).tolist()
         communicators[groups[g]] = Communicator(
             id=groups[g],
-            name=named[-1] if named else None,
+            name=shared.comm_names.get(g),
             n_ranks=sizes[g],
             nnodes=max(int(nnodes[rows].max()), 0),
-            ranks=tuple(sorted(set(rank[rows].tolist()))),
-            hosts=tuple(sorted({hostnames[i] for i in rows.tolist() if hostnames[i]})),
+            ranks=tuple(np.unique(rank[rows]).tolist()),
+            hosts=tuple(sorted({hosts[c] for c in codes if c >= 0 and hosts[c]})),
         )
     notes = list(file_notes)
     for comm in communicators.values():
@@ -1006,11 +1046,7 @@ def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColu
         f"{len(seq)} compact records carry no start time: each is placed to end at its "
         "dump_timestamp_us (durations are the inspector's; NCCL_INSPECTOR_DUMP_VERBOSE=1 gives start times)"
     )
-    counted: dict[str, int] = {}
-    for t in timings:
-        t = t if t in _TIMING_SOURCES else "unknown"
-        counted[t] = counted.get(t, 0) + 1
-    notes.append("inspector timing: " + ", ".join(f"{n} {t}" for t, n in sorted(counted.items())))
+    notes.append("inspector timing: " + ", ".join(f"{n} {t}" for t, n in sorted(shared.timings.items())))
     notes.append("rank is each record's rank in its communicator; group is the communicator's id")
     return InspectorColumns(
         group=group,
@@ -1019,12 +1055,12 @@ def _compact_columns(objects: list[Any], file_notes: list[str]) -> InspectorColu
         rank=rank,
         seq=seq,
         op=op,
-        ops=catalog,
-        size_bytes=size,
+        ops=[NCCL_OPS[c] for c in shared.colls],
+        size_bytes=col["size"],
         start_s=start_s,
         end_s=end_s,
         host=host,
-        hosts=[h for h in host_code if h is not None],
+        hosts=hosts,
         communicators=communicators,
         notes=notes,
         world_size=max(c.n_ranks for c in communicators.values()),
