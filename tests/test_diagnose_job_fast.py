@@ -11,6 +11,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def _record_by_record(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(job_sources, name, lambda *a, **k: None)
 
 
-def _report(paths: list[Path]) -> dict[str, object]:
+def _report(paths: list[Path]) -> dict[str, Any]:
     return json.loads(json.dumps(diagnose_job(paths).to_json()))
 
 
@@ -92,7 +93,7 @@ def test_lines_valid_only_when_joined_are_damaged_lines(
     assert read_monitor_columns(root / "monitor") is None
     monkeypatch.setattr(job_module, "PARALLEL_BYTES", 1)
     report = _report(_paths(root))
-    (monitor,) = [s for s in report["sources"] if s["kind"] == "monitor"]  # type: ignore[union-attr]
+    (monitor,) = [s for s in report["sources"] if s["kind"] == "monitor"]
     assert "monitor: 2 damaged lines left out" in monitor["notes"]
     assert "rank 3 (node-000) is late" in str(report["verdict"])
 
@@ -110,7 +111,7 @@ def test_a_repeated_inspector_record_is_noted_and_warned_in_parallel(
         slow = _report(_paths(root))
     monkeypatch.setattr(job_module, "PARALLEL_BYTES", 1)
     assert _report(_paths(root)) == slow
-    notes = next(s for s in slow["sources"] if s["kind"] == "nccl-inspector")["notes"]  # type: ignore[union-attr]
+    notes = next(s for s in slow["sources"] if s["kind"] == "nccl-inspector")["notes"]
     assert any("1 records repeated" in n for n in notes)
     # a damaged line's warning, raised in a reader process, reaches the caller
     file.write_text(text + "{not json\n")
