@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-__all__ = ["all_of", "int_column", "scan_json_lines", "strings"]
+__all__ = ["all_of", "column", "int_column", "scan_json_lines", "strings"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
-_INT64_MAX = 2**63 - 1
 
 
 def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
@@ -61,9 +61,10 @@ def int_column(values: list[Any], low: int, limit: int) -> np.ndarray | None:
         return None
     if not values:
         return np.zeros(0, dtype=np.int64)
-    if max(values) > _INT64_MAX or min(values) < -_INT64_MAX:
+    try:
+        column = np.array(values, dtype=np.int64)
+    except OverflowError:  # beyond 64 bits
         return None
-    column = np.array(values, dtype=np.int64)
     if int(column.min()) < low or int(column.max()) >= limit:
         return None
     return column
@@ -77,3 +78,11 @@ def strings(values: list[Any], low: int, high: int) -> bool:
         return True
     lengths = list(map(len, values))
     return min(lengths) >= low and max(lengths) <= high
+
+
+def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
+    """Each row's ``key`` (a field every row must have); None when a row lacks it."""
+    try:
+        return list(map(itemgetter(key), rows))
+    except KeyError:
+        return None

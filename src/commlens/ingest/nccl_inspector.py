@@ -48,7 +48,8 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import repeat
+from operator import contains
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.json_columns import all_of, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import all_of, column, int_column, scan_json_lines, strings
 from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
@@ -807,18 +808,6 @@ class InspectorColumns:
     verbose: bool = False
 
 
-_HEADER_KEYS = frozenset({"header", "metadata", "coll_perf"})
-_COMPACT_PERF_KEYS = frozenset(
-    {
-        "coll",
-        "coll_sn",
-        "coll_msg_size_bytes",
-        "coll_exec_time_us",
-        "coll_timing_source",
-        "coll_algobw_gbs",
-        "coll_busbw_gbs",
-    }
-)
 _FAST_MAX_US = 9 * 10**15  # dump times in the fast path stay below 2255, where ns still fit 64 bits
 _FAST_MAX_EXEC_US = 2**40  # 12 days: exact as a float, and x 1000 still exact
 
@@ -881,21 +870,19 @@ class _Shared:
 
 def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
     """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
-    if not all_of(objects, dict) or any(set(k) != _HEADER_KEYS for k in set(map(tuple, objects))):
+    if not all_of(objects, dict) or set(map(len, objects)) != {3}:
         return None
-    headers = [o["header"] for o in objects]
-    metas = [o["metadata"] for o in objects]
-    perfs = [o["coll_perf"] for o in objects]
+    headers, metas, perfs = column(objects, "header"), column(objects, "metadata"), column(objects, "coll_perf")
+    if headers is None or metas is None or perfs is None:
+        return None  # with three keys each, every object has exactly these three
     if not (all_of(headers, dict) and all_of(metas, dict) and all_of(perfs, dict)):
         return None
-    if any(not set(k) <= _COMPACT_PERF_KEYS for k in set(map(tuple, perfs))):
-        return None  # verbose records, or fields this path does not know
-    for part in (headers, metas, perfs):
-        if not all_of(chain.from_iterable(map(dict.values, part)), str, int, float, bool, type(None)):
-            return None
+    if any(map(contains, perfs, repeat("event_trace_ts"))) or any(map(contains, perfs, repeat("events"))):
+        return None  # verbose records: the record-by-record path reads their kernel times
+    # a line nesting deeper than MAX_JSON_DEPTH brackets was left to that path too (read_inspector_columns)
 
     def col(rows: list[dict[str, Any]], key: str) -> list[Any]:
-        return [r.get(key) for r in rows]
+        return list(map(dict.get, rows, repeat(key)))
 
     ids = col(headers, "id")
     n_ranks = int_column(col(headers, "n_ranks"), 1, MAX_RANKS + 1)
@@ -1010,8 +997,8 @@ def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: li
             return None
     order = np.lexsort((seq, op, rank, group))
     same = np.ones(len(order) - 1, dtype=bool)
-    for column in (group, rank, op, seq):
-        ordered = column[order]
+    for values in (group, rank, op, seq):
+        ordered = values[order]
         same &= ordered[1:] == ordered[:-1]
     if same.any():
         return None
