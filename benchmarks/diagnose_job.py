@@ -13,6 +13,7 @@ time and peak RSS (the child's ``ru_maxrss``, from ``wait4``).
 
     .venv/bin/python benchmarks/diagnose_job.py                 # both, writes its section of docs/benchmarks.md
     .venv/bin/python benchmarks/diagnose_job.py --skip-speed --no-docs
+    .venv/bin/python benchmarks/diagnose_job.py --skip-accuracy --data /tmp/dj64   # files kept for reruns
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,42 +101,73 @@ def accuracy(jobs: int, seed: int, work: Path) -> tuple[list[str], dict[str, int
     return rows, counts
 
 
-def speed(records: int, repeats: int, work: Path) -> tuple[list[float], list[float], list[float], str]:
+def _tree_rss_mib(pid: int) -> float:
+    """Resident memory of a process and all its descendants now (MiB), from /proc."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return total / 2**20
+
+
+def _watch_tree(pid: int, peak: list[float], stop: threading.Event) -> None:
+    while not stop.wait(0.05):
+        peak[0] = max(peak[0], _tree_rss_mib(pid))
+
+
+def speed(
+    records: int, repeats: int, work: Path, data: Path
+) -> tuple[list[float], list[float], list[float], list[float], str]:
     spec = JobSpec(ranks=64, collectives=records, late_rank=37, onset=records // 3, fr_entries=records, seed=31)
     t0 = time.perf_counter()
-    paths = [work / "inspector", work / "flightrec", work / "monitor"]
-    write_inspector(spec, paths[0])
-    write_flightrec(spec, paths[1])
-    write_monitor(spec, paths[2])
-    print(f"generated 64 x {records} records per source in {time.perf_counter() - t0:.0f} s", flush=True)
-    walls, rss, cpu = [], [], []
+    paths = [data / "inspector", data / "flightrec", data / "monitor"]
+    if all(p.is_dir() for p in paths):
+        print(f"reusing the files in {data}", flush=True)
+    else:
+        write_inspector(spec, paths[0])
+        write_flightrec(spec, paths[1])
+        write_monitor(spec, paths[2])
+        print(f"generated 64 x {records} records per source in {time.perf_counter() - t0:.0f} s", flush=True)
+    walls, rss, tree, cpu = [], [], [], []
     verdict = ""
     binary = Path(sys.executable).parent / "commlens"
     for _ in range(repeats):
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [str(binary), "diagnose", "job", *map(str, paths)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        out_file = work / "out.txt"
+        with open(out_file, "wb") as out_fp:
+            proc = subprocess.Popen(
+                [str(binary), "diagnose", "job", *map(str, paths)], stdout=out_fp, stderr=subprocess.DEVNULL
+            )
+            peak, stop = [0.0], threading.Event()
+            watcher = threading.Thread(target=_watch_tree, args=(proc.pid, peak, stop), daemon=True)
+            watcher.start()
+            # the child's rusage: its CPU time includes its reader processes'; ru_maxrss is the largest one's
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            stop.set()
+            watcher.join()
         walls.append(time.perf_counter() - start)
         rss.append(usage.ru_maxrss / 1024)
+        tree.append(peak[0])
         cpu.append(usage.ru_utime + usage.ru_stime)
-        out = proc.stdout.read().decode() if proc.stdout else ""
+        out = out_file.read_text()
         verdict = next((line for line in out.splitlines() if line.startswith("late rank:")), out[-300:])
         print(
-            f"  {walls[-1]:.1f} s wall, {cpu[-1]:.1f} s CPU, {rss[-1]:.0f} MiB, exit {os.waitstatus_to_exitcode(status)}",
+            f"  {walls[-1]:.1f} s wall, {cpu[-1]:.1f} s CPU, largest process {rss[-1]:.0f} MiB, all processes "
+            f"together {tree[-1]:.0f} MiB (sampled every 50 ms), exit {os.waitstatus_to_exitcode(status)}",
             flush=True,
         )
-    return walls, rss, cpu, verdict
+    return walls, rss, tree, cpu, verdict
 
 
-def _missed(cpu_s: float, rss_mib: float) -> str:
-    if cpu_s <= 10 and rss_mib <= 1024:
-        return "."
-    return (
-        ": **missed** (over 10 s of CPU time alone; the readers' per-record checks are most of it, see "
-        "docs/diagnose-job.md, Limits)."
-    )
+def _verdict(wall_s: float, cpu_s: float, rss_mib: float) -> str:
+    if wall_s <= 10 and rss_mib <= 1024:
+        return ": **met**" + (" (wall time; the CPU time, all processes, is over 10 s)." if cpu_s > 10 else ".")
+    return ": **missed** (" + ("wall time over 10 s" if wall_s > 10 else "memory over 1 GiB") + ")."
 
 
 def main() -> int:
@@ -143,6 +176,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=31)
     p.add_argument("--records", type=int, default=10_000, help="collectives per rank and source for the speed run")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--data", type=Path, help="keep the speed run's generated files here (reused when present: same --records)"
+    )
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--skip-accuracy", action="store_true")
     p.add_argument("--no-docs", action="store_true")
@@ -173,13 +209,18 @@ def main() -> int:
                 "",
             ]
         if not ns.skip_speed:
-            walls, rss, cpu, verdict = speed(ns.records, ns.repeats, work)
+            load_before = Path("/proc/loadavg").read_text().split()[0]
+            walls, rss, tree, cpu, verdict = speed(ns.records, ns.repeats, work, ns.data or work)
+            load_after = Path("/proc/loadavg").read_text().split()[0]
             body += [
                 f"**diagnose job at scale.** 64 ranks x {ns.records:,} collectives in each of NCCL Inspector (compact), "
                 f"Flight Recorder (JSON, buffer {ns.records:,}) and monitor files, one `commlens diagnose job` child "
-                f"process per repeat ({ns.repeats}): wall min {min(walls):.1f} s, median {statistics.median(walls):.1f} s "
-                f"(CPU time, user + system, min {min(cpu):.1f} s: the machine was shared); "
-                f"peak RSS max {max(rss):.0f} MiB (targets: under 10 s and 1 GiB)" + _missed(min(cpu), max(rss)),
+                f"process per repeat ({ns.repeats}; it reads the three sources in three processes): wall min "
+                f"{min(walls):.1f} s, median {statistics.median(walls):.1f} s; CPU time (user + system, its reader "
+                f"processes included) min {min(cpu):.1f} s, median {statistics.median(cpu):.1f} s; peak RSS of the "
+                f"largest process max {max(rss):.0f} MiB, of all its processes together max {max(tree):.0f} MiB "
+                f"(1-minute load average {load_before} before, {load_after} after; targets: under 10 s and 1 GiB)"
+                + _verdict(min(walls), min(cpu), max(tree)),
                 "",
                 f"    {verdict}",
                 "",

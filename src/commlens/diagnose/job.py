@@ -20,16 +20,20 @@ joining:
 
 from __future__ import annotations
 
-import bisect
-import statistics
+import gc
+import os
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from commlens.diagnose.job_sources import (
     BENCH_KINDS,
     KINDS,
+    Columns,
     JobSourceError,
     Observation,
     SourceData,
@@ -134,8 +138,70 @@ def load_job(paths: list[Path]) -> list[SourceData]:
                 f"collectives: give it to `commlens diagnose stragglers` alone"
             )
         by_kind[kind].append(path)
-    sources = [load_source(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+    todo = [(kind, by_kind[kind]) for kind in KINDS if kind in by_kind]
+    if len(todo) > 1 and (os.cpu_count() or 1) > 1 and _input_bytes(paths) >= PARALLEL_BYTES:
+        sources = _load_in_parallel(todo)
+    else:
+        sources = [_load_quietly(kind, kind_paths) for kind, kind_paths in todo]
     _check_one_job(sources)
+    return sources
+
+
+PARALLEL_BYTES = 64 << 20  # inputs this large are read one source per process
+
+
+def _input_bytes(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        files = (p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            total += f.stat().st_size
+            if total >= PARALLEL_BYTES:
+                return total
+    return total
+
+
+def _load_quietly(kind: str, paths: list[Path]) -> SourceData:
+    """One source read with the cyclic GC paused: readers make millions of containers and none in a cycle, so
+    a collection pass (each rescanning all of them) finds nothing."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return load_source(kind, paths)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str | None, list[tuple[type, str]]]:
+    """In a worker process: the source, or the message of the error reading it, and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            source, error = _load_quietly(kind, paths), None
+        except CommlensError as e:
+            source, error = None, str(e)
+    return source, error, [(w.category, str(w.message)) for w in caught]
+
+
+def _load_in_parallel(todo: list[tuple[str, list[Path]]]) -> list[SourceData]:
+    """Each source read in a process of its own (the sources' readers are independent); their warnings raised
+    here in source order, and the first error (in source order) as a JobSourceError with its message."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(max_workers=len(todo), mp_context=context) as pool:
+        results = [f.result() for f in [pool.submit(_load_in_child, kind, paths) for kind, paths in todo]]
+    sources = []
+    for source, error, raised in results:
+        for category, message in raised:
+            warnings.warn(message, category, stacklevel=2)
+        if error is not None:
+            raise JobSourceError(error)
+        assert source is not None
+        sources.append(source)
     return sources
 
 
@@ -149,9 +215,9 @@ def _check_one_job(sources: list[SourceData]) -> None:
         raise JobError(f"the files are not of one job: their largest groups differ ({shown})")
     spans = {}
     for s in sources:
-        ends = [o.end_s for o in s.observations if o.end_s is not None]
-        if ends:
-            spans[s.kind] = (min(ends), max(ends))
+        ends = s.columns.end_s[~np.isnan(s.columns.end_s)]
+        if len(ends):
+            spans[s.kind] = (float(ends.min()), float(ends.max()))
     kinds = list(spans)
     for i, a in enumerate(kinds):
         for b in kinds[i + 1 :]:
@@ -164,57 +230,90 @@ def _check_one_job(sources: list[SourceData]) -> None:
                 )
 
 
+class _Keys:
+    """A source's distinct (group, op, seq), sorted by group code, op code and seq, and each row's key index."""
+
+    def __init__(self, c: Columns) -> None:
+        go = c.group.astype(np.int64) * max(len(c.ops), 1) + c.op
+        order = np.lexsort((c.seq, go))
+        new = np.ones(len(order), dtype=bool)
+        if len(order):
+            g, q = go[order], c.seq[order]
+            new[1:] = (g[1:] != g[:-1]) | (q[1:] != q[:-1])
+        self.row_key = np.empty(len(order), dtype=np.int64)
+        self.row_key[order] = np.cumsum(new) - 1
+        first = order[new]
+        self.keys: list[tuple[str, str, int]] = [
+            (c.groups[g], c.ops[o], q)
+            for g, o, q in zip(c.group[first].tolist(), c.op[first].tolist(), c.seq[first].tolist())
+        ]
+
+
+def _keys(source: SourceData) -> _Keys:
+    found: _Keys | None = source.cache.get("keys")
+    if found is None:
+        found = source.cache["keys"] = _Keys(source.columns)
+    return found
+
+
 def _ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
     """Step 2: per (group, op), each sequence number's ordinal."""
-    seqs: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for o in source.observations:
-        seqs[(o.group, o.op)].add(o.seq)
-    if source.kind in _PER_OP_COUNTER:
-        return {k: {s: s for s in v} for k, v in seqs.items()}
-    return {k: {s: i for i, s in enumerate(sorted(v))} for k, v in seqs.items()}
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    per_op = source.kind in _PER_OP_COUNTER
+    for group, op, seq in _keys(source).keys:  # sorted by seq within each (group, op)
+        table = out.setdefault((group, op), {})
+        table[seq] = seq if per_op else len(table)
+    return out
 
 
-def _ends_by_rank(
-    source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]
-) -> dict[tuple[str, str, int], tuple[list[float], list[int]]]:
+_Ends = dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray]]
+
+
+def _ends_by_rank(source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]) -> _Ends:
     """Per (group, op, rank): end times sorted, and the ordinal at each."""
-    rows: dict[tuple[str, str, int], list[tuple[float, int]]] = defaultdict(list)
-    for o in source.observations:
-        if o.end_s is not None:
-            rows[(o.group, o.op, o.rank)].append((o.end_s, ordinals[(o.group, o.op)][o.seq]))
-    out = {}
-    for k, v in rows.items():
-        v.sort()
-        out[k] = ([e for e, _ in v], [i for _, i in v])
+    c = source.columns
+    keys = _keys(source)
+    key_ord = np.array([ordinals[(g, o)][q] for g, o, q in keys.keys], dtype=np.int64)
+    rows = np.flatnonzero(~np.isnan(c.end_s))
+    if not len(rows):
+        return {}
+    ords = key_ord[keys.row_key[rows]]
+    ends = c.end_s[rows]
+    go = c.group[rows].astype(np.int64) * max(len(c.ops), 1) + c.op[rows]
+    rank = c.rank[rows]
+    order = np.lexsort((ords, ends, rank, go))
+    go, rank, ends, ords, first = go[order], rank[order], ends[order], ords[order], rows[order]
+    cut = np.flatnonzero((go[1:] != go[:-1]) | (rank[1:] != rank[:-1])) + 1
+    out: _Ends = {}
+    for lo, hi in zip(np.r_[0, cut].tolist(), np.r_[cut, len(go)].tolist()):
+        i = int(first[lo])
+        out[(c.groups[int(c.group[i])], c.ops[int(c.op[i])], int(rank[lo]))] = (ends[lo:hi], ords[lo:hi])
     return out
 
 
 def _offset_by_time(
-    src_ends: dict[tuple[str, str, int], tuple[list[float], list[int]]],
-    ref_ends: dict[tuple[str, str, int], tuple[list[float], list[int]]],
-    group: str,
-    ref_group: str,
-    op: str,
-    ranks: int,
+    src_ends: _Ends, ref_ends: _Ends, group: str, ref_group: str, op: str, ranks: int
 ) -> tuple[int | None, int, int]:
     """Step 3: the most common ordinal offset of nearest-end anchors, with the anchor and agreeing counts."""
     votes: Counter[int] = Counter()
     for rank in range(ranks):
         mine = src_ends.get((group, op, rank))
         theirs = ref_ends.get((ref_group, op, rank))
-        if not mine or not theirs or len(theirs[0]) < 2:
+        if mine is None or theirs is None or len(theirs[0]) < 2:
             continue
         ref_times, ref_ords = theirs
-        gaps = [b - a for a, b in zip(ref_times, ref_times[1:])]
-        tolerance = statistics.median(gaps) / 4
+        tolerance = float(np.median(np.diff(ref_times))) / 4
         times, ords = mine
         step = max(1, len(times) // _MAX_ANCHORS_PER_RANK)
-        for k in range(0, len(times), step):
-            t = times[k]
-            j = bisect.bisect_left(ref_times, t)
-            best = min((i for i in (j - 1, j) if 0 <= i < len(ref_times)), key=lambda i: abs(ref_times[i] - t))
-            if abs(ref_times[best] - t) <= tolerance:
-                votes[ref_ords[best] - ords[k]] += 1
+        at = np.arange(0, len(times), step)
+        t = times[at]
+        n = len(ref_times)
+        j = np.searchsorted(ref_times, t, side="left")
+        before = np.where(j >= 1, np.abs(ref_times[np.clip(j - 1, 0, n - 1)] - t), np.inf)
+        after = np.where(j < n, np.abs(ref_times[np.clip(j, 0, n - 1)] - t), np.inf)
+        best = np.where(after < before, j, j - 1)  # the nearer end; on a tie the earlier, as min() picks
+        near = np.minimum(before, after) <= tolerance
+        votes.update((ref_ords[best[near]] - ords[at[near]]).tolist())
     anchors = sum(votes.values())
     if not anchors:
         return None, 0, 0
@@ -226,7 +325,7 @@ def _align(
     source: SourceData,
     reference: SourceData,
     ref_ordinals: dict[tuple[str, str], dict[int, int]],
-    ref_ends: dict[tuple[str, str, int], tuple[list[float], list[int]]],
+    ref_ends: _Ends,
 ) -> tuple[list[Alignment], dict[tuple[str, str], tuple[str, int]]]:
     """Steps 3-4 for one source: its alignments, and per (group, op) the reference group and offset."""
     ordinals = _ordinals(source)
@@ -277,40 +376,107 @@ def _align(
     return out, chosen
 
 
-def _instances(source: SourceData, key_of: Any) -> tuple[list[Instance], int, dict[tuple[str, int], str | None]]:
-    """A source's completed observations with a duration, joined across ranks on the job's key."""
-    joined: dict[tuple[str, str, int], dict[int, Observation]] = defaultdict(dict)
-    hosts: dict[tuple[str, int], str | None] = {}
+@dataclass
+class _JobKeys:
+    """The job's keys (group, op, seq), and per source each of its own keys' job key index (-1: not joined)."""
+
+    keys: list[tuple[str, str, int]] = field(default_factory=list)
+    index: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    of_source: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, kind: str, mapped: list[tuple[str, str, int] | None]) -> None:
+        ids = []
+        for k in mapped:
+            if k is None:
+                ids.append(-1)
+                continue
+            i = self.index.get(k)
+            if i is None:
+                i = self.index[k] = len(self.keys)
+                self.keys.append(k)
+            ids.append(i)
+        self.of_source[kind] = np.array(ids, dtype=np.int64)
+
+    def rows(self, source: SourceData) -> np.ndarray:
+        """Each row's job key index (-1: not joined)."""
+        return self.of_source[source.kind][_keys(source).row_key]
+
+    def of_row(self, source: SourceData, i: int) -> tuple[str, str, int] | None:
+        k = int(self.of_source[source.kind][_keys(source).row_key[i]])
+        return self.keys[k] if k >= 0 else None
+
+
+def _first_rows(*columns: np.ndarray) -> np.ndarray:
+    """Positions of the first row of each distinct combination of the columns (rows in their given order)."""
+    if not len(columns[0]):
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(len(columns[0])), *reversed(columns)))
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = np.any([c[order][1:] != c[order][:-1] for c in columns], axis=0)
+    return np.sort(order[new])
+
+
+def _instances(
+    source: SourceData, job: _JobKeys | None = None
+) -> tuple[list[Instance], int, dict[tuple[str, int], str | None]]:
+    """A source's completed observations with a duration, joined across ranks on the job's key (its own key
+    where ``job`` is None); for a rank seen twice in an instance, its last observation counts."""
+    c = source.columns
+    keys = _keys(source)
+    if job is None:
+        job_keys, row_jk = keys.keys, keys.row_key
+    else:
+        job_keys, row_jk = job.keys, job.rows(source)
     counter = "coll_sn" if source.kind in _PER_OP_COUNTER else "seq"
-    for o in source.observations:
-        if o.duration_s is None or o.state != "completed":
-            continue
-        key = key_of(o)
-        if key is None:
-            continue
-        joined[key][o.rank] = o
-        hosts.setdefault((key[0], o.rank), o.host)
+    completed = source.columns.states.index("completed") if "completed" in c.states else -2
+    rows = np.flatnonzero(~np.isnan(c.duration_s) & (c.state == completed) & (row_jk >= 0))
+    jk, rank = row_jk[rows], c.rank[rows]
+    # hosts: the first observation's of each (job group, rank)
+    group_names = sorted({g for g, _, _ in job_keys})
+    group_code = {g: i for i, g in enumerate(group_names)}
+    jg = np.array([group_code[g] for g, _, _ in job_keys] or [0], dtype=np.int64)[jk]
+    hosts: dict[tuple[str, int], str | None] = {}
+    for i in _first_rows(jg, rank).tolist():
+        h = int(c.host[rows[i]])
+        hosts[(group_names[int(jg[i])], int(rank[i]))] = c.hosts[h] if h >= 0 else None
+    # the last observation of each (key, rank), ranks sorted within a key
+    order = np.lexsort((np.arange(len(rows)), rank, jk))
+    jk_s, rank_s, rows_s = jk[order], rank[order], rows[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (jk_s[1:] != jk_s[:-1]) | (rank_s[1:] != rank_s[:-1])
+    jk_s, rank_s, rows_s = jk_s[last], rank_s[last], rows_s[last]
+    cut = np.flatnonzero(jk_s[1:] != jk_s[:-1]) + 1
+    starts, stops = np.r_[0, cut], np.r_[cut, len(jk_s)]
+    block = {int(jk_s[lo]): (int(lo), int(hi)) for lo, hi in zip(starts.tolist(), stops.tolist())} if len(jk_s) else {}
+    durations = np.where(c.duration_s == 0, 0.0, c.duration_s)  # -0.0 read as 0.0
     out = []
     partial = 0
-    for (group, op, seq), by_rank in joined.items():
-        size = source.group_sizes.get(group) or source.group_sizes.get(next(iter(by_rank.values())).group, 0)
-        if len(by_rank) != size:
+    first_of_key = _first_rows(jk)  # keys in the order they were first seen
+    for i in first_of_key.tolist():
+        k = int(jk[i])
+        group, op, seq = job_keys[k]
+        lo, hi = block[k]
+        size = source.group_sizes.get(group)
+        if not size:
+            first_rank = int(rank[i])
+            own = rows_s[lo + int(np.searchsorted(rank_s[lo:hi], first_rank))]
+            size = source.group_sizes.get(c.groups[int(c.group[own])], 0)
+        if hi - lo != size:
             partial += 1
             continue
-        ranks = tuple(sorted(by_rank))
-        obs = [by_rank[r] for r in ranks]
-        ends = tuple(o.end_s for o in obs)
-        own = obs[0]
+        picked = rows_s[lo:hi]
+        ends = c.end_s[picked]
+        head = int(picked[0])
         out.append(
             Instance(
                 group=group,
                 op=op,
                 seq=seq,
-                ranks=ranks,
-                durations_s=tuple(o.duration_s or 0.0 for o in obs),
-                ends_s=ends if all(e is not None for e in ends) else None,  # type: ignore[arg-type]
+                ranks=tuple(rank_s[lo:hi].tolist()),
+                durations_s=tuple(durations[picked].tolist()),
+                ends_s=None if np.isnan(ends).any() else tuple(ends.tolist()),
                 starts_independent=source.starts_independent,
-                label=f"{own.op} {counter} {own.seq}",
+                label=f"{c.ops[int(c.op[head])]} {counter} {int(c.seq[head])}",
             )
         )
     return out, partial, hosts
@@ -324,10 +490,37 @@ def _divergence(sources: list[SourceData]) -> dict[str, Any] | None:
             if s.divergence is not None:
                 found.append((float("-inf"), s.divergence))
             continue
-        by_key: dict[tuple[str, int], dict[int, Observation]] = defaultdict(dict)
-        for o in s.observations:
-            key = (o.group, o.seq) if s.kind not in _PER_OP_COUNTER else (f"{o.group} {o.op}", o.seq)
-            by_key[key][o.rank] = o
+        c = s.columns
+        per_op = s.kind in _PER_OP_COUNTER
+        key_cols = (c.group, c.op, c.seq) if per_op else (c.group, c.seq)
+        # the last observation of each (key, rank); a key diverges when their (op, size) differ
+        n = len(c)
+        if not n:
+            continue
+        order = np.lexsort((np.arange(n), c.rank, *reversed(key_cols)))
+        sorted_keys = [k[order] for k in key_cols]
+        new_key = np.ones(n, dtype=bool)
+        new_key[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+        key_id = np.cumsum(new_key) - 1
+        rank = c.rank[order]
+        last = np.ones(n, dtype=bool)
+        last[:-1] = new_key[1:] | (rank[1:] != rank[:-1])
+        kept = order[last]
+        kept_key = key_id[last]
+        first_kept = np.ones(len(kept), dtype=bool)
+        first_kept[1:] = kept_key[1:] != kept_key[:-1]
+        head = kept[np.maximum.accumulate(np.where(first_kept, np.arange(len(kept)), 0))]
+        differs = (c.op[kept] != c.op[head]) | (c.size_bytes[kept] != c.size_bytes[head])
+        if not differs.any():
+            continue
+        row_key = np.empty(n, dtype=np.int64)
+        row_key[order] = key_id
+        rows = np.flatnonzero(np.isin(row_key, kept_key[differs]))  # the rows of diverging keys, in their order
+        by_key: dict[tuple[str, int], dict[int, Observation]] = {}
+        for i in rows.tolist():
+            o = c.observation(i)
+            key = (o.group, o.seq) if not per_op else (f"{o.group} {o.op}", o.seq)
+            by_key.setdefault(key, {})[o.rank] = o
         for (group, seq), by_rank in by_key.items():
             sig = Counter((o.op, o.size_bytes) for o in by_rank.values())
             if len(sig) < 2:
@@ -353,7 +546,7 @@ def _divergence(sources: list[SourceData]) -> dict[str, Any] | None:
     return min(found, key=lambda f: f[0])[1]
 
 
-def _progress(sources: list[SourceData], key_of: dict[str, Any]) -> tuple[list[RankProgress], bool]:
+def _progress(sources: list[SourceData], job: _JobKeys) -> tuple[list[RankProgress], bool]:
     """Each rank's last completed collective of the job's largest group, and its first one not completed.
 
     Ranks are compared in one source's counting (clocks differ across hosts, so end times cannot order
@@ -365,30 +558,29 @@ def _progress(sources: list[SourceData], key_of: dict[str, Any]) -> tuple[list[R
     if not counted:
         return [], False
     source = counted[0]
+    c = source.columns
     world = max(source.group_sizes.values(), default=0)
-    last: dict[int, Observation] = {}
-    flight: dict[int, Observation] = {}
     hosts: dict[int, str | None] = {}
     for s in sources:  # hosts from any source that names them (the Flight Recorder does not)
-        for o in s.observations:
-            if o.host and o.global_rank is not None:
-                hosts.setdefault(o.global_rank, o.host)
-    for o in source.observations:
-        if source.group_sizes.get(o.group) != world:
-            continue
-        if o.state == "completed":
-            if o.rank not in last or o.seq > last[o.rank].seq:
-                last[o.rank] = o
-        elif o.rank not in flight or o.seq < flight[o.rank].seq:
-            flight[o.rank] = o
+        sc = s.columns
+        named = np.array([bool(h) for h in sc.hosts] + [False], dtype=bool)[sc.host]
+        rows = np.flatnonzero(named & (sc.global_rank >= 0))
+        for i in _first_rows(sc.global_rank[rows]).tolist():
+            hosts.setdefault(int(sc.global_rank[rows[i]]), sc.hosts[int(sc.host[rows[i]])])
+    in_world = np.array([source.group_sizes.get(g) == world for g in c.groups] or [False], dtype=bool)[c.group]
+    completed = c.states.index("completed") if "completed" in c.states else -2
+    done = in_world & (c.state == completed)
+    last = _extreme_rows(c, np.flatnonzero(done), largest=True)
+    flight = _extreme_rows(c, np.flatnonzero(in_world & ~done), largest=False)
     if not last and not flight:
         return [], False
-    top = max((o.seq for o in last.values()), default=-1)
+    top = max((int(c.seq[i]) for i in last.values()), default=-1)
 
-    def shown(o: Observation | None) -> dict[str, Any] | None:
-        if o is None:
+    def shown(i: int | None) -> dict[str, Any] | None:
+        if i is None:
             return None
-        key = key_of[source.kind](o)
+        o = c.observation(i)
+        key = job.of_row(source, i)
         return {
             "source": source.kind,
             "source_key": {"group": o.group, "op": o.op, "seq": o.seq},
@@ -402,13 +594,25 @@ def _progress(sources: list[SourceData], key_of: dict[str, Any]) -> tuple[list[R
     hang = bool(flight)
     for rank in sorted(set(last) | set(flight)):
         mine = last.get(rank)
-        behind = mine is None or mine.seq < top
+        behind = mine is None or int(c.seq[mine]) < top
         hang = hang or behind
-        g = (mine or flight[rank]).global_rank
+        gr = int(c.global_rank[mine if mine is not None else flight[rank]])
         progress.append(
-            RankProgress(rank, hosts.get(g if g is not None else rank), shown(mine), shown(flight.get(rank)), behind)
+            RankProgress(rank, hosts.get(gr if gr >= 0 else rank), shown(mine), shown(flight.get(rank)), behind)
         )
     return progress, hang
+
+
+def _extreme_rows(c: Columns, rows: np.ndarray, *, largest: bool) -> dict[int, int]:
+    """Per rank, the first of its rows with the largest (or smallest) sequence number."""
+    if not len(rows):
+        return {}
+    seq = c.seq[rows]
+    order = np.lexsort((np.arange(len(rows)), -seq if largest else seq, c.rank[rows]))
+    rank = c.rank[rows][order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = rank[1:] != rank[:-1]
+    return {int(r): int(rows[i]) for r, i in zip(rank[new].tolist(), order[new].tolist())}
 
 
 def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -> JobReport:
@@ -426,37 +630,35 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
     alignments: list[Alignment] = []
     ref_ends = _ends_by_rank(reference, ref_ordinals)
     # per source, its own keys (group, op, seq) -> the job's key (None: not joined); computed once per key
-    mappings: dict[str, dict[tuple[str, str, int], tuple[str, str, int] | None]] = {}
+    job = _JobKeys()
     for s in sources:
-        own = {(o.group, o.op, o.seq) for o in s.observations}
+        own = _keys(s).keys
         if s is reference:
-            mappings[s.kind] = {k: k for k in own}
+            job.add(s.kind, list(own))
             continue
         found, chosen = _align(s, reference, ref_ordinals, ref_ends)
         alignments.extend(found)
         ords = _ordinals(s)
-        mapping: dict[tuple[str, str, int], tuple[str, str, int] | None] = {}
+        mapped: list[tuple[str, str, int] | None] = []
         for group, op, seq in own:
             target = chosen.get((group, op))
             job_seq = None
             if target is not None:
                 job_seq = ref_seq_at.get((target[0], op), {}).get(ords[(group, op)][seq] + target[1])
-            mapping[(group, op, seq)] = None if target is None or job_seq is None else (target[0], op, job_seq)
-        mappings[s.kind] = mapping
-    key_of: dict[str, Any] = {kind: (lambda o, m=m: m.get((o.group, o.op, o.seq))) for kind, m in mappings.items()}
+            mapped.append(None if target is None or job_seq is None else (target[0], op, job_seq))
+        job.add(s.kind, mapped)
     membership: Counter[str] = Counter()
-    seen_by: dict[tuple[str, str, int], set[str]] = defaultdict(set)
-    for kind, m in mappings.items():
-        for k in m.values():
-            if k is not None:
-                seen_by[k].add(kind)
+    seen_by: dict[int, set[str]] = defaultdict(set)
+    for kind, ids in job.of_source.items():
+        for k in np.unique(ids[ids >= 0]).tolist():
+            seen_by[k].add(kind)
     for kinds in seen_by.values():
         membership["+".join(sorted(kinds))] += 1
     late: list[dict[str, Any]] = []
     notes: list[str] = []
     first_verdict: tuple[SourceData, LateRank] | None = None
     for s in sources:
-        instances, partial, hosts = _instances(s, key_of[s.kind])
+        instances, partial, hosts = _instances(s, job)
         try:
             report: LateRankReport = find_late_ranks(
                 instances, source=s.kind, hosts=hosts, partial=partial, params=params
@@ -482,13 +684,13 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
         )
     else:
         verdict = "no late rank" + (" (no source had every rank's duration)" if not late else "")
-    progress, hang = _progress(sources, key_of)
+    progress, hang = _progress(sources, job)
     return JobReport(
         sources=[
             {
                 "kind": s.kind,
                 "paths": [str(p) for p in s.paths],
-                "observations": len(s.observations),
+                "observations": len(s.columns),
                 "groups": s.group_sizes,
                 "counter": s.counter,
                 "notes": s.notes,
@@ -534,7 +736,7 @@ def late_ranks_from_paths(paths: list[Path], params: LateRankParams = LateRankPa
         for kind in KINDS:
             if kind in by_kind:
                 source = load_source(kind, by_kind[kind])
-                instances, partial, hosts = _instances(source, lambda o: (o.group, o.op, o.seq))
+                instances, partial, hosts = _instances(source)
                 reports.append(find_late_ranks(instances, source=kind, hosts=hosts, partial=partial, params=params))
         for kind in BENCH_KINDS:
             for path in by_kind.get(kind, []):

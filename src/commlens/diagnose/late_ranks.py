@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from commlens.errors import CommlensError
 from commlens.results.units import format_size
 
@@ -160,8 +162,54 @@ def _late_set(durations: Sequence[float], params: LateRankParams) -> tuple[list[
 def _ordered(instances: list[Instance]) -> list[Instance]:
     """Instances in the order they ran: by their median end where ends are known, else by sequence number."""
     if all(i.ends_s is not None for i in instances):
+        ends = _table([i.ends_s or (0.0,) for i in instances])
+        if ends is not None:  # every instance has as many ranks: the medians at once
+            medians = _medians(ends).tolist()
+            keyed = sorted(range(len(instances)), key=lambda k: (medians[k], instances[k].seq))
+            return [instances[k] for k in keyed]
         return sorted(instances, key=lambda i: (statistics.median(i.ends_s or (0.0,)), i.seq))
     return sorted(instances, key=lambda i: i.seq)
+
+
+def _table(rows: list[tuple[float, ...]]) -> np.ndarray | None:
+    """Rows of equal length and finite values as a 2-D array; None otherwise (then judged one at a time)."""
+    if not rows or len({len(r) for r in rows}) != 1:
+        return None
+    table = np.array(rows, dtype=np.float64)
+    return table if np.isfinite(table).all() else None
+
+
+def _medians(table: np.ndarray, axis: int = 1) -> np.ndarray:
+    """statistics.median of each row (or column): the middle value, or the mean of the middle two, as it computes."""
+    ordered = np.sort(table, axis=axis)
+    n = ordered.shape[axis]
+    middle = np.take(ordered, n // 2, axis=axis)
+    if n % 2:
+        return middle
+    return (np.take(ordered, n // 2 - 1, axis=axis) + middle) / 2
+
+
+def _late_sets(durations: np.ndarray, params: LateRankParams) -> list[tuple[int, list[int], float] | None]:
+    """Step 2 for every instance at once (rows of ``durations``): per row, None or (k, the late ranks' indices,
+    the waiting ranks' median duration), as :func:`_late_set` and statistics.median give them."""
+    m, n = durations.shape
+    order = np.argsort(durations, axis=1, kind="stable")  # sorted() is stable: ties keep the ranks' order
+    d = np.take_along_axis(durations, order, axis=1)
+    gaps = d[:, 1 : n // 2 + 1] - d[:, : n // 2]
+    best = np.argmax(gaps, axis=1)  # the first largest gap, as the loop's strict > keeps it
+    rows = np.arange(m)
+    best_gap = gaps[rows, best]
+    k = best + 1
+    spread = d[:, -1] - d[rows, k]
+    late = (best_gap > params.late_threshold_s) & (best_gap > params.gap_factor * spread)
+    out: list[tuple[int, list[int], float] | None] = [None] * m
+    for row in np.flatnonzero(late).tolist():
+        kk = int(k[row])
+        waiting = d[row, kk:]
+        w = len(waiting)
+        typical = float(waiting[w // 2]) if w % 2 else float((waiting[w // 2 - 1] + waiting[w // 2]) / 2)
+        out[row] = (kk, order[row, :kk].tolist(), typical)
+    return out
 
 
 def _onset(flags: list[bool], params: LateRankParams) -> int | None:
@@ -183,7 +231,11 @@ def _start_clue(ordered: list[Instance], j: int, late_at: list[int]) -> str:
     n = len(ordered[0].ranks)
     # Each rank's clock offset to rank 0: the median difference of the ends (a synchronizing collective
     # ends at about the same moment everywhere), over the instances whose ends every rank recorded.
-    offsets = [statistics.median((i.ends_s or ())[q] - (i.ends_s or ())[0] for i in timed) for q in range(n)]
+    table = _table([i.ends_s or () for i in timed])
+    if table is not None and table.shape[1] == n:
+        offsets = _medians(table - table[:, :1], axis=0).tolist()
+    else:
+        offsets = [statistics.median((i.ends_s or ())[q] - (i.ends_s or ())[0] for i in timed) for q in range(n)]
     agree = 0
     late_at = [idx for idx in late_at if ordered[idx].ends_s is not None]
     if not late_at:
@@ -250,16 +302,27 @@ def find_late_ranks(
         judged += len(ordered)
         flags = [[False] * len(ordered) for _ in ranks]
         waits: list[dict[int, float]] = [{} for _ in ranks]
-        for idx, inst in enumerate(ordered):
-            found = _late_set(inst.durations_s, params)
-            if found is None:
-                continue
-            late_idx, _gap = found
-            waiting = [d for q, d in enumerate(inst.durations_s) if q not in late_idx]
-            typical = statistics.median(waiting)
-            for j in late_idx:
-                flags[j][idx] = True
-                waits[j][idx] = typical - inst.durations_s[j]
+        table = _table([inst.durations_s for inst in ordered])
+        if table is not None and table.shape[1] >= 2:  # every instance at once
+            for idx, got in enumerate(_late_sets(table, params)):
+                if got is None:
+                    continue
+                _k, late_idx, typical = got
+                inst = ordered[idx]
+                for j in late_idx:
+                    flags[j][idx] = True
+                    waits[j][idx] = typical - inst.durations_s[j]
+        else:
+            for idx, inst in enumerate(ordered):
+                found = _late_set(inst.durations_s, params)
+                if found is None:
+                    continue
+                late_idx, _gap = found
+                waiting = [d for q, d in enumerate(inst.durations_s) if q not in late_idx]
+                typical = statistics.median(waiting)
+                for j in late_idx:
+                    flags[j][idx] = True
+                    waits[j][idx] = typical - inst.durations_s[j]
         for j, rank in enumerate(ranks):
             onset = _onset(flags[j], params)
             if onset is None:

@@ -37,28 +37,36 @@ of each (fields are read by presence, so an unlisted minor version reads too):
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import math
 import pickle
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
 
 __all__ = [
     "DEFAULT_MAX_DUMP_BYTES",
+    "DumpColumns",
     "DumpError",
     "DumpSet",
     "Entry",
     "GroupConfig",
+    "RankColumns",
     "RankDump",
     "loads_plain",
     "read_dump",
     "read_dump_dir",
+    "read_dump_dir_columns",
 ]
 
 # A 2,000-entry dump with stack traces is a few MB; the bound leaves room for buffers 100x larger.
@@ -338,7 +346,7 @@ def _ranks(path: Path, key: str, value: Any) -> tuple[int, ...]:
     return ranks
 
 
-def _groups(path: Path, pg_config: Any, entries: list[Entry]) -> dict[str, GroupConfig]:
+def _groups(path: Path, pg_config: Any, entries: list[Entry] | list[str]) -> dict[str, GroupConfig]:
     """Group name -> config. NCCL keys ``pg_config`` by group name; gloo keys the default group by ``''``."""
     if pg_config is None:
         return {}
@@ -351,7 +359,7 @@ def _groups(path: Path, pg_config: Any, entries: list[Entry]) -> dict[str, Group
         name = str(key) or str(cfg.get("name") or "")
         desc = str(cfg.get("desc") or "")
         if not name:  # gloo: the default group ('0', default_pg) under an empty key
-            names = {e.process_group for e in entries}
+            names = {e if isinstance(e, str) else e.process_group for e in entries}
             name = "0" if "0" in names or not names else ""
             desc = desc or ("default_pg" if name == "0" else "")
         if name:
@@ -439,16 +447,7 @@ def read_dump_dir(dump_dir: str | Path, prefix: str | None = None, max_bytes: in
         evidence.setdefault(r, []).append(
             f"the file names run from {found_prefix}0 to {found_prefix}{top} without {found_prefix}{r}"
         )
-    notes = []
-    versions = Counter(d.version for d in dumps)
-    if len(versions) > 1:
-        notes.append(
-            "ranks wrote different dump versions: " + ", ".join(f"{v} ({n} dumps)" for v, n in sorted(versions.items()))
-        )
-    if all(not d.groups for d in dumps):
-        notes.append(
-            "no dump has a pg_config (layouts before 2.3): missing ranks are seen only as gaps in the file names"
-        )
+    notes = _set_notes([d.version for d in dumps], all(not d.groups for d in dumps))
     return DumpSet(
         directory=directory,
         prefix=found_prefix,
@@ -456,4 +455,251 @@ def read_dump_dir(dump_dir: str | Path, prefix: str | None = None, max_bytes: in
         expected_ranks=tuple(sorted(present | set(evidence))),
         missing={r: tuple(w) for r, w in sorted(evidence.items())},
         notes=tuple(notes),
+    )
+
+
+def _set_notes(versions: list[str], no_groups: bool) -> list[str]:
+    notes = []
+    counted = Counter(versions)
+    if len(counted) > 1:
+        notes.append(
+            "ranks wrote different dump versions: " + ", ".join(f"{v} ({n} dumps)" for v, n in sorted(counted.items()))
+        )
+    if no_groups:
+        notes.append(
+            "no dump has a pg_config (layouts before 2.3): missing ranks are seen only as gaps in the file names"
+        )
+    return notes
+
+
+@dataclass(frozen=True)
+class RankColumns:
+    """One rank's JSON dump, its entries as columns: what :func:`read_dump` reads, without an object an entry.
+
+    Strings are codes into the set's :attr:`DumpColumns.names` (codes compare across ranks); absent integers
+    (``None``, or ``0`` for the discovered times) are 0; an absent duration NaN; ``signature`` codes an
+    entry's (op, input sizes, input dtypes), as diagnose hang compares them.
+    """
+
+    rank: int
+    path: Path
+    version: str
+    groups: dict[str, GroupConfig]
+    process_group: np.ndarray  # codes
+    op: np.ndarray  # codes of Entry.op: the profiling name without backend prefix and peer suffix
+    seq: np.ndarray  # collective_seq_id
+    is_p2p: np.ndarray
+    state: np.ndarray  # codes; -1: none
+    time_created_ns: np.ndarray
+    time_started_ns: np.ndarray
+    time_completed_ns: np.ndarray
+    duration_s: np.ndarray
+    signature: np.ndarray
+    has_dtypes: bool  # every collective (not point-to-point) entry records its input dtypes
+
+
+@dataclass(frozen=True)
+class DumpColumns:
+    """A dump directory read by :func:`read_dump_dir_columns`."""
+
+    directory: Path
+    prefix: str
+    ranks: tuple[RankColumns, ...]  # by rank
+    notes: tuple[str, ...]
+    names: list[str]  # what the ranks' string codes stand for
+
+
+def read_dump_dir_columns(
+    dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES
+) -> DumpColumns | None:
+    """The dumps of a directory as columns, when every dump is JSON and every entry passes :func:`read_dump`'s
+    checks (checked by column; the values are then the same); None otherwise: read it with
+    :func:`read_dump_dir`, which says what is wrong where. Pickled dumps always take that path."""
+    directory = Path(dump_dir)
+    if not directory.is_dir():
+        return None
+    try:
+        found_prefix, files = _candidates(directory, prefix)
+    except DumpError:
+        return None
+    ranks = []
+    codes = _Codes()
+    collecting = gc.isenabled()
+    gc.disable()  # parsing makes millions of containers, none in a cycle: no collection pass over them
+    try:
+        for rank, path in sorted(files.items()):
+            got = _rank_columns(path, rank, max_bytes, codes)
+            if got is None:
+                return None
+            ranks.append(got)
+    finally:
+        if collecting:
+            gc.enable()
+    notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
+    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names))
+
+
+class _Codes:
+    """Strings and entry signatures of a dump set, numbered as first met."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.signatures: dict[Any, int] = {}
+
+    def of(self, values: list[str]) -> np.ndarray:
+        table = self.names
+        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
+
+
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+_INT64_MAX = 2**63 - 1
+
+
+def _types(values: Any) -> set[type]:
+    return set(map(type, values))
+
+
+def _ints(values: list[Any], none: bool) -> np.ndarray | None:
+    """int64 column of ints (None as 0 where ``none``); None when a value is anything else or beyond 64 bits."""
+    kinds = _types(values)
+    if not kinds <= ({int, type(None)} if none else {int}):
+        return None
+    if type(None) in kinds:
+        values = [0 if v is None else v for v in values]
+    if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
+        return None
+    return np.array(values, dtype=np.int64)
+
+
+def _nested_plain(values: list[Any], levels: int) -> bool:
+    """Every value a scalar, or a list whose items are (``levels`` deep at most) scalars or such lists."""
+    kinds = _types(values)
+    if not kinds <= _PLAIN_SCALARS | {list}:
+        return False
+    if list not in kinds:
+        return True
+    if levels == 0:
+        return False
+    inner = list(chain.from_iterable(v for v in values if type(v) is list))
+    return _nested_plain(inner, levels - 1)
+
+
+def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes) -> RankColumns | None:
+    """:func:`read_dump` by column, for a JSON dump every entry of which it would accept; else None."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return None
+        with path.open("rb") as f:
+            raw = read_at_most(f, max_bytes + 1)
+    except OSError:
+        return None
+    # each key and value of a JSON text takes a byte at least: it cannot hold more values than bytes
+    if len(raw) > max_bytes or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or "version" not in data:
+        return None
+    entries = data.get("entries", [])
+    if type(entries) is not list or not all(type(e) is dict for e in entries):
+        return None
+    try:
+        _check_plain(path, {k: v for k, v in data.items() if k != "entries"})  # the entries are checked below
+        version = _version(path, data["version"])
+        rank = _int(path, "field 'rank'", data.get("rank", rank_from_name))
+    except DumpError:
+        return None
+    if rank != rank_from_name:
+        return None
+    layouts = set(map(tuple, entries))
+    if len(layouts) > 16 or any(
+        not {"collective_seq_id", "profiling_name", "input_sizes"} <= set(keys) for keys in layouts
+    ):
+        return None
+    keys = set().union(*layouts) if layouts else set()
+    columns = {k: list(map(dict.get, entries, repeat(k))) for k in keys}
+
+    def column(key: str) -> list[Any]:
+        return columns.get(key) or [None] * len(entries)
+
+    # depth: data -> entries -> entry -> value (3); _MAX_DEPTH allows shapes nested far deeper than dumps'
+    if not all(_nested_plain(v, 2) for v in columns.values()):
+        return None
+    if any(f not in (None, []) for f in column("frames")):  # frames: the record-by-record path keeps them
+        return None
+    names = column("profiling_name")
+    groups_raw = column("process_group")
+    if not _types(names) <= {str} or not _types(groups_raw) <= {list}:
+        return None
+    if set(map(len, groups_raw)) - {2}:
+        return None
+    group_names = [g[0] for g in groups_raw]
+    if not _types(group_names) <= {str} or not _types(g[1] for g in groups_raw) <= {str}:
+        return None
+    dtypes = column("input_dtypes")
+    if not _types(dtypes) <= {list, type(None)}:
+        return None
+    if not _types(chain.from_iterable(d for d in dtypes if d is not None)) <= {str}:
+        return None
+    sizes = column("input_sizes")
+    if not _types(sizes) <= {list}:
+        return None
+    shapes = list(chain.from_iterable(sizes))
+    if not _types(shapes) <= {list} or not _types(chain.from_iterable(shapes)) <= {int}:
+        return None
+    seq = _ints(column("collective_seq_id"), none=False)
+    created = _ints(column("time_created_ns"), none=True)
+    started = _ints(column("time_discovered_started_ns"), none=True)
+    completed = _ints(column("time_discovered_completed_ns"), none=True)
+    others = [_ints(column(k), none=True) for k in ("record_id", "p2p_seq_id")]
+    if seq is None or created is None or started is None or completed is None or any(o is None for o in others):
+        return None
+    durations = column("duration_ms")
+    if not _types(durations) <= {int, float, type(None)}:
+        return None
+    try:
+        duration = np.array([math.nan if d is None else d for d in durations], dtype=np.float64)
+    except OverflowError:
+        return None
+    given = np.array([d is not None for d in durations], dtype=bool)
+    if not ((duration[given] >= 0) & (duration[given] < 1e12)).all():
+        return None
+    op_of = {n: _op(n) for n in set(names)}
+    ops = [op_of[n] for n in names]
+    flags = column("is_p2p")
+    p2p = np.array([f if type(f) is bool else o in _P2P_OPS for f, o in zip(flags, ops)], dtype=bool)
+    states = [st if isinstance(st, str) else "" for st in column("state")]
+    try:
+        groups = _groups(path, data.get("pg_config"), sorted(set(group_names)))
+    except DumpError:
+        return None
+    table = codes.signatures
+    signature = np.array(
+        [
+            table.setdefault((o, tuple(map(tuple, z)), None if d is None else tuple(d)), len(table))
+            for o, z, d in zip(ops, sizes, dtypes)
+        ],
+        dtype=np.int32,
+    )
+    has_dtypes = all(d is not None for d, f in zip(dtypes, p2p.tolist()) if not f)
+    state_codes = codes.of(states)
+    return RankColumns(
+        rank=rank,
+        path=path,
+        version=version,
+        groups=groups,
+        process_group=codes.of(group_names),
+        op=codes.of(ops),
+        seq=seq,
+        is_p2p=p2p,
+        state=np.where(np.array([bool(st) for st in states], dtype=bool), state_codes, -1),
+        time_created_ns=created,
+        time_started_ns=started,
+        time_completed_ns=completed,
+        duration_s=duration / 1e3,
+        signature=signature,
+        has_dtypes=has_dtypes,
     )

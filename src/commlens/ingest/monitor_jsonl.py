@@ -15,11 +15,31 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from commlens.ingest.base import DEFAULT_MAX_INPUT_BYTES, IngestError, read_source
-from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, record_from_wire
+from commlens.ingest.json_columns import all_of, int_column, scan_json_lines, strings
+from commlens.ops import UnknownOpError, get_op
+from commlens.results.collectives import (
+    MAX_GROUP_NAME,
+    MAX_GROUP_RANKS,
+    TIMINGS,
+    CollectiveRecord,
+    CollectiveRecordError,
+    record_from_wire,
+)
+from commlens.results.records import DTYPE_SIZES, MAX_RANKS, MAX_SIZE_BYTES
 
-__all__ = ["MAX_RECORDS", "MonitorRecords", "is_monitor_jsonl", "read_monitor_records"]
+__all__ = [
+    "MAX_RECORDS",
+    "MonitorColumns",
+    "MonitorRecords",
+    "is_monitor_jsonl",
+    "read_monitor_columns",
+    "read_monitor_records",
+]
 
 MAX_RECORDS = 4_000_000  # records read from one set of files (about 1.2 GB of memory)
 MAX_FILES = 16384
@@ -90,3 +110,181 @@ def read_monitor_records(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
             root, 0, "no collective records (lines of type 'record'): was the monitor run with records on?"
         )
     return MonitorRecords(records=records, files=tuple(files), bad_lines=bad, ended=tuple(ended))
+
+
+@dataclass(frozen=True)
+class MonitorColumns:
+    """The records of monitor files as columns (what :func:`read_monitor_records` reads, without an object a
+    record): names as codes into ``groups``, ``ops``, ``hosts`` (-1: no host)."""
+
+    files: tuple[Path, ...]
+    rank: np.ndarray  # the process's global rank
+    group_rank: np.ndarray  # its rank in the group (the global rank where the group's ranks are not listed)
+    group: np.ndarray
+    groups: list[str]
+    group_sizes: dict[str, int]  # each group's size as its last record says
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]
+
+
+def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> MonitorColumns | None:
+    """The records of a monitor file or directory as columns, when every line is a well-formed JSON object and
+    every record passes :func:`~commlens.results.collectives.record_from_wire`'s checks (then the values are
+    the same as :func:`read_monitor_records`'); None otherwise: read it with :func:`read_monitor_records`,
+    which counts the damaged lines and keeps the rest."""
+    root = Path(path)
+    files = sorted(root.glob("monitor-rank*.jsonl")) if root.is_dir() else [root]
+    if not files or len(files) > MAX_FILES:
+        return None
+    parts: list[MonitorColumns] = []
+    count = 0
+    try:
+        for file in files:  # a file at a time: its parsed lines are let go before the next is read
+            lines = scan_json_lines(read_source(file, max_bytes=max_bytes).text, _MAX_LINE_CHARS)
+            if lines is None or not all_of(lines, dict):
+                return None
+            records = [d for d in lines if d.get("type") == "record"]
+            del lines
+            count += len(records)
+            if count > MAX_RECORDS:
+                return None
+            if records:
+                part = _columns(tuple(files), records)
+                if part is None:
+                    return None
+                parts.append(part)
+    except IngestError:
+        return None
+    if not parts:
+        return None
+    return _merge(parts)
+
+
+def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
+    """Files' columns as one, their name codes merged."""
+    if len(parts) == 1:
+        return parts[0]
+    merged: dict[str, Any] = {}
+    for codes, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
+        table: dict[str, int] = {}
+        columns = []
+        for p in parts:
+            remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
+            columns.append(remap[getattr(p, codes)])
+        merged[codes] = np.concatenate(columns)
+        merged[names] = list(table)
+    sizes: dict[str, int] = {}
+    for p in parts:
+        sizes.update(p.group_sizes)
+    for name in ("rank", "group_rank", "seq", "size_bytes", "start_s", "end_s"):
+        merged[name] = np.concatenate([getattr(p, name) for p in parts])
+    return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
+
+
+def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
+    """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one."""
+
+    def get(key: str) -> list[Any]:
+        return [d.get(key) for d in records]
+
+    rank = int_column(get("rank"), 0, MAX_RANKS)
+    group_size = int_column(get("group_size"), 1, MAX_RANKS + 1)
+    seq = int_column(get("seq"), 0, 2**62)
+    size = int_column(get("size_bytes"), 0, MAX_SIZE_BYTES)
+    if rank is None or group_size is None or seq is None or size is None:
+        return None
+    times = []
+    for key in ("start_s", "end_s"):
+        values = get(key)
+        if not all_of(values, int, float):
+            return None
+        try:
+            column = np.array(values, dtype=np.float64)
+        except OverflowError:
+            return None
+        if not np.isfinite(column).all():
+            return None
+        times.append(column)
+    start, end = times
+    if (end < start).any():
+        return None
+    group_names = get("group")
+    dtypes = get("dtype")
+    op_names = get("op")
+    if not (strings(group_names, 1, MAX_GROUP_NAME) and strings(dtypes, 1, 20) and strings(op_names, 1, 40)):
+        return None
+    if any(t not in DTYPE_SIZES and t != "other" for t in set(dtypes)):
+        return None
+    timings = [d.get("timing", "cpu") for d in records]
+    if not all_of(timings, str) or not set(timings) <= set(TIMINGS):
+        return None
+    steps = get("step")
+    if not all_of(steps, int, type(None)):
+        return None
+    if any(st is not None and not 0 <= st < 2**62 for st in steps):
+        return None
+    host_names = get("host")
+    if not all_of(host_names, str, type(None)) or any(len(h) > MAX_GROUP_NAME for h in set(host_names) - {None}):
+        return None
+    catalog: dict[str, str] = {}
+    for name in set(op_names):
+        try:
+            catalog[name] = get_op(name).name
+        except UnknownOpError:
+            return None
+    group_rank = rank
+    listed = get("group_ranks")
+    if any(r is not None for r in listed):
+        group_rank = rank.copy()
+        index_of: dict[tuple[Any, ...], dict[int, int] | None] = {}
+        for i, ranks in enumerate(listed):
+            if ranks is None:
+                continue
+            if type(ranks) is not list or len(ranks) > MAX_GROUP_RANKS:
+                return None
+            listed_key = tuple(ranks)
+            if listed_key not in index_of:
+                index_of[listed_key] = _rank_index(ranks)
+            where = index_of[listed_key]
+            if where is None or len(ranks) != group_size[i] or int(rank[i]) not in where:
+                return None
+            group_rank[i] = where[int(rank[i])]
+    group_code: dict[str, int] = {}
+    op_code: dict[str, int] = {}
+    host_code: dict[str | None, int] = {None: -1}
+    ops = [catalog[n] for n in op_names]
+    sizes: dict[str, int] = {}
+    for name, n in zip(group_names, group_size.tolist()):
+        sizes[name] = n
+    return MonitorColumns(
+        files=files,
+        rank=rank,
+        group_rank=group_rank,
+        group=np.array([group_code.setdefault(g, len(group_code)) for g in group_names], dtype=np.int32),
+        groups=list(group_code),
+        group_sizes=sizes,
+        seq=seq,
+        op=np.array([op_code.setdefault(o, len(op_code)) for o in ops], dtype=np.int32),
+        ops=list(op_code),
+        size_bytes=size,
+        start_s=start,
+        end_s=end,
+        host=np.array([host_code.setdefault(h, len(host_code) - 1) for h in host_names], dtype=np.int32),
+        hosts=[h for h in host_code if h is not None],
+    )
+
+
+def _rank_index(ranks: list[Any]) -> dict[int, int] | None:
+    """A group's listed ranks -> each one's first place in the list, when every one is a rank; else None."""
+    if not all_of(ranks, int) or any(not 0 <= r < MAX_RANKS for r in ranks):
+        return None
+    where: dict[int, int] = {}
+    for i, r in enumerate(ranks):
+        where.setdefault(r, i)
+    return where

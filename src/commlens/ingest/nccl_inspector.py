@@ -48,8 +48,12 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import contains
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commlens.ingest.base import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -66,7 +70,8 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.table_checks import BusbwCheck
+from commlens.ingest.json_columns import all_of, column, int_column, scan_json_lines, strings
+from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
     MAX_GROUP_NAME,
@@ -87,10 +92,12 @@ __all__ = [
     "NCCL_OPS",
     "Communicator",
     "DumpFile",
+    "InspectorColumns",
     "InspectorDump",
     "load_dump_runs",
     "parse_inspector",
     "read_inspector",
+    "read_inspector_columns",
     "records_from_inspector",
 ]
 
@@ -773,3 +780,275 @@ FORMAT = InputFormat(
     parse=parse_inspector,
     sniff_first=True,
 )
+
+
+@dataclass(frozen=True)
+class InspectorColumns:
+    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record).
+
+    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
+    are epoch seconds as :func:`read_inspector` gives them.
+    """
+
+    group: np.ndarray
+    groups: list[str]
+    group_size: np.ndarray
+    rank: np.ndarray
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]
+    communicators: dict[str, Communicator]
+    notes: list[str]
+    world_size: int
+    verbose: bool = False
+
+
+_FAST_MAX_US = 9 * 10**15  # dump times in the fast path stay below 2255, where ns still fit 64 bits
+_FAST_MAX_EXEC_US = 2**40  # 12 days: exact as a float, and x 1000 still exact
+
+
+def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> InspectorColumns | None:
+    """The records of a compact NCCL Inspector file or dump directory as columns, checked by column.
+
+    Taken only when every file is the plugin's compact layout, every line a record that :func:`read_inspector`
+    keeps with no warning (no damaged line, repeat, dropped record, point-to-point record, op outside the
+    catalog, or busBW disagreement); the values, communicators and notes are then :func:`read_inspector`'s.
+    None otherwise: read it with :func:`read_inspector`, which says what is wrong where.
+    """
+    root = Path(path)
+    if root.is_dir():
+        try:
+            files, notes = _dump_files(root)
+        except IngestError:
+            return None
+    else:
+        files, notes = [root], []
+    if not files:
+        return None
+    shared = _Shared()
+    parts: list[dict[str, Any]] = []
+    count = 0
+    try:
+        for file in files:
+            source = read_source(file, max_bytes=max_bytes)
+            if root.is_dir() and not _sniff(source):
+                return None
+            text = source.text
+            lines = scan_json_lines(text, MAX_LINE_CHARS)
+            if lines is None or not lines:
+                return None
+            if text.count("{") + text.count("[") > 4 * len(lines) and any(
+                line.count("{") + line.count("[") > MAX_JSON_DEPTH for line in text.split("\n")
+            ):
+                return None  # the record-by-record path parses such a line with its depth-bounded parser
+            count += len(lines)
+            part = _compact_part(lines, shared) if count <= MAX_RECORDS else None
+            if part is None:
+                return None
+            parts.append(part)
+            del lines, text, source
+    except IngestError:
+        return None
+    return _compact_finish(parts, shared, notes)
+
+
+class _Shared:
+    """Names met across a dump's files, numbered as first met."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, int] = {}
+        self.hosts: dict[str | None, int] = {None: -1}
+        self.colls: dict[str, int] = {}
+        self.timings: dict[str, int] = {}
+        self.comm_names: dict[int, str] = {}  # the last name each communicator was given (not "unknown")
+
+
+def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
+    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
+    if not all_of(objects, dict) or set(map(len, objects)) != {3}:
+        return None
+    headers, metas, perfs = column(objects, "header"), column(objects, "metadata"), column(objects, "coll_perf")
+    if headers is None or metas is None or perfs is None:
+        return None  # with three keys each, every object has exactly these three
+    if not (all_of(headers, dict) and all_of(metas, dict) and all_of(perfs, dict)):
+        return None
+    if any(map(contains, perfs, repeat("event_trace_ts"))) or any(map(contains, perfs, repeat("events"))):
+        return None  # verbose records: the record-by-record path reads their kernel times
+    # a line nesting deeper than MAX_JSON_DEPTH brackets was left to that path too (read_inspector_columns)
+
+    def col(rows: list[dict[str, Any]], key: str) -> list[Any]:
+        return list(map(dict.get, rows, repeat(key)))
+
+    ids = col(headers, "id")
+    n_ranks = int_column(col(headers, "n_ranks"), 1, MAX_RANKS + 1)
+    rank = int_column(col(headers, "rank"), 0, MAX_RANKS + 1)
+    nnodes = int_column(col(headers, "nnodes"), 0, MAX_RANKS + 1)
+    if not strings(ids, 1, MAX_GROUP_NAME) or n_ranks is None or rank is None or nnodes is None:
+        return None
+    if (rank >= n_ranks).any():
+        return None
+    names = col(headers, "comm_name")
+    if not all_of(names, str, type(None)) or any(len(n) > MAX_GROUP_NAME for n in set(names) - {None}):
+        return None
+    hostnames = col(metas, "hostname")
+    if not all_of(hostnames, str, type(None)) or any(len(h) > _MAX_HOST_CHARS for h in set(hostnames) - {None}):
+        return None
+    pids = col(metas, "pid")
+    if not all_of(pids, int, type(None)) or any(not 0 <= p < 2**32 for p in set(pids) - {None}):
+        return None
+    dump_us = int_column(col(metas, "dump_timestamp_us"), 0, _FAST_MAX_US)
+    colls = col(perfs, "coll")
+    seq = int_column(col(perfs, "coll_sn"), 0, _MAX_SEQ)
+    msg = int_column(col(perfs, "coll_msg_size_bytes"), 0, MAX_SIZE_BYTES)
+    if dump_us is None or seq is None or msg is None or not strings(colls, 1, 40):
+        return None
+    if not set(colls) <= NCCL_OPS.keys():
+        return None
+    exec_raw = col(perfs, "coll_exec_time_us")
+    if not all_of(exec_raw, int, float):
+        return None
+    try:
+        exec_us = np.array(exec_raw, dtype=np.float64)
+    except OverflowError:
+        return None
+    if not (np.isfinite(exec_us).all() and (exec_us >= 0).all() and (exec_us < _FAST_MAX_EXEC_US).all()):
+        return None
+    timings = [p.get("coll_timing_source", "unknown") for p in perfs]
+    if not all_of(timings, str) or any(len(t) > 40 for t in set(timings)):
+        return None
+    busbw_raw = col(perfs, "coll_busbw_gbs")
+    printed = [b for b in busbw_raw if b is not None and b != "nan"]
+    if not all_of(printed, int, float):
+        return None
+    op_code = shared.colls
+    op = np.array([op_code.setdefault(c, len(op_code)) for c in colls], dtype=np.int32)
+    catalog = [NCCL_OPS[c] for c in op_code]
+    per_rank = np.array([c in _PER_RANK_MSG for c in catalog], dtype=bool)[op]
+    if per_rank.any() and int(msg.max()) * int(n_ranks.max()) >= 2**62:
+        return None
+    size = np.where(per_rank, msg * n_ranks, msg)
+    if (size >= MAX_SIZE_BYTES).any():
+        return None
+    exec_ns = np.rint(exec_us * 1000).astype(np.int64)  # round() of a float: half to even, as np.rint
+    end_ns = dump_us * 1000
+    start_ns = end_ns - exec_ns
+    if (start_ns < 0).any():
+        return None
+    # busBW printed against size / time x factor, as BusbwCheck compares them (any disagreement: the slow path)
+    has_bw = np.array([b is not None and b != "nan" for b in busbw_raw], dtype=bool)
+    if has_bw.any():
+        try:
+            printed_bw = np.array(printed, dtype=np.float64)
+        except OverflowError:
+            return None
+        if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all()):
+            return None
+        at = np.flatnonzero(has_bw)
+        bw_op = [catalog[i] for i in op[at].tolist()]
+        keep = np.array([o not in _NO_INSPECTOR_BW for o in bw_op], dtype=bool) | (printed_bw != 0)
+        factors = {(o, n): get_op(o).busbw_factor(n) for o, n in set(zip(bw_op, n_ranks[at].tolist()))}
+        factor = np.array([factors[(o, n)] for o, n in zip(bw_op, n_ranks[at].tolist())], dtype=np.float64)
+        time_s = exec_ns[at] / 1e9
+        keep &= time_s > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            computed = size[at] / time_s * factor / 1e9
+        diff = np.abs(computed - printed_bw)
+        bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
+        if (bad & keep).any():
+            return None
+    group_code = shared.groups
+    group = np.array([group_code.setdefault(i, len(group_code)) for i in ids], dtype=np.int32)
+    host_code = shared.hosts
+    host = np.array([host_code.setdefault(h, len(host_code) - 1) for h in hostnames], dtype=np.int32)
+    for g, name in zip(group.tolist(), names):
+        if name and name != "unknown":
+            shared.comm_names[g] = name
+    for t in timings:
+        t = t if t in _TIMING_SOURCES else "unknown"
+        shared.timings[t] = shared.timings.get(t, 0) + 1
+    return {
+        "group": group,
+        "n_ranks": n_ranks,
+        "rank": rank,
+        "nnodes": nnodes,
+        "host": host,
+        "seq": seq,
+        "op": op,
+        "size": size,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+    }
+
+
+def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
+    """The files' columns joined, with the checks across files: one size a communicator, no repeated record."""
+    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    group, n_ranks, rank, seq, op = col["group"], col["n_ranks"], col["rank"], col["seq"], col["op"]
+    start_ns, end_ns, host, nnodes = col["start_ns"], col["end_ns"], col["host"], col["nnodes"]
+    # one size a communicator, and no record twice (communicator, rank, collective, coll_sn)
+    sizes: dict[int, int] = {}
+    for g, n in set(zip(group.tolist(), n_ranks.tolist())):
+        if sizes.setdefault(g, n) != n:
+            return None
+    order = np.lexsort((seq, op, rank, group))
+    same = np.ones(len(order) - 1, dtype=bool)
+    for values in (group, rank, op, seq):
+        ordered = values[order]
+        same &= ordered[1:] == ordered[:-1]
+    if same.any():
+        return None
+    origin_s = int(start_ns[0]) // 10**9
+    origin_ns = origin_s * 10**9
+    start_s = (start_ns - origin_ns) / 1e9 + origin_s
+    end_s = (end_ns - origin_ns) / 1e9 + origin_s
+    groups = list(shared.groups)
+    hosts = [h for h in shared.hosts if h is not None]
+    communicators = {}
+    for g in sorted(range(len(groups)), key=groups.__getitem__):
+        rows = np.flatnonzero(group == g)
+        codes = np.unique(host[rows]).tolist()
+        communicators[groups[g]] = Communicator(
+            id=groups[g],
+            name=shared.comm_names.get(g),
+            n_ranks=sizes[g],
+            nnodes=max(int(nnodes[rows].max()), 0),
+            ranks=tuple(np.unique(rank[rows]).tolist()),
+            hosts=tuple(sorted({hosts[c] for c in codes if c >= 0 and hosts[c]})),
+        )
+    notes = list(file_notes)
+    for comm in communicators.values():
+        missing = comm.missing_ranks
+        if missing:
+            shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+            notes.append(
+                f"communicator {comm.id} ({comm.n_ranks} ranks): no records from rank {shown} "
+                "(a missing file, or ranks that recorded nothing)"
+            )
+    notes.append(
+        f"{len(seq)} compact records carry no start time: each is placed to end at its "
+        "dump_timestamp_us (durations are the inspector's; NCCL_INSPECTOR_DUMP_VERBOSE=1 gives start times)"
+    )
+    notes.append("inspector timing: " + ", ".join(f"{n} {t}" for t, n in sorted(shared.timings.items())))
+    notes.append("rank is each record's rank in its communicator; group is the communicator's id")
+    return InspectorColumns(
+        group=group,
+        groups=groups,
+        group_size=n_ranks,
+        rank=rank,
+        seq=seq,
+        op=op,
+        ops=[NCCL_OPS[c] for c in shared.colls],
+        size_bytes=col["size"],
+        start_s=start_s,
+        end_s=end_s,
+        host=host,
+        hosts=hosts,
+        communicators=communicators,
+        notes=notes,
+        world_size=max(c.n_ranks for c in communicators.values()),
+    )
