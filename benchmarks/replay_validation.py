@@ -154,6 +154,13 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         + f", {len(iso_ok)} of {len(b2b)} over the isolated collectives"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in iso_ok)})" if iso_ok else "")
     ]
+    spin = [r for r in rows if r["mode"] == "gaps (spin)"]
+    spin_ok = [r for r in spin if _within(r["total_ratio"], r["median_ratio"])]
+    lines.append(
+        f"; per collective with the recorded gaps (spin stand-in: the cores busy between calls as in the job), "
+        f"total within 10% and median 0.9-1.1 in {len(spin_ok)} of {len(spin)}"
+        + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in spin_ok)})" if spin_ok else "")
+    )
     for mode in ("gaps (spin)", "timeline (sleep)"):
         these = [r for r in rows if r["mode"] == mode]
         within = [r for r in these if abs(r["span_ratio"] - 1) <= 0.1]
@@ -188,7 +195,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=23, help="training steps recorded (the profiler skips the first 3)")
     p.add_argument("--passes", type=int, default=3)
-    p.add_argument("--jobs", default="ddp,fsdp2")
+    p.add_argument(
+        "--jobs",
+        default="ddp,fsdp2,allreduce",
+        help="the example job's --parallel modes recorded here (allreduce: one blocking all-reduce after backward)",
+    )
     p.add_argument("--cluster", default=None, help="also record and replay on an emulated cluster of this name")
     p.add_argument("--no-dlrm", action="store_true")
     p.add_argument("--no-extraction", action="store_true")

@@ -25,7 +25,13 @@ import torch.distributed as dist
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parallel", choices=("ddp", "fsdp2"), default="ddp")
+    p.add_argument(
+        "--parallel",
+        choices=("ddp", "fsdp2", "allreduce"),
+        default="ddp",
+        help="ddp: DDP (bucketed all-reduces overlap backward); fsdp2: FSDP2 (prefetched all-gathers); allreduce: "
+        "the gradients flattened and all-reduced once after backward (communication not overlapped with compute)",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--seq", type=int, default=32)
@@ -74,12 +80,26 @@ def build(args: argparse.Namespace) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model, bucket_cap_mb=1)
+    if args.parallel == "allreduce":
+        return model
     from torch.distributed.fsdp import fully_shard
 
     for layer in layers:
         fully_shard(layer)
     fully_shard(model)
     return model
+
+
+def allreduce_grads(model: torch.nn.Module) -> None:
+    """Average the gradients over the ranks with one blocking all-reduce of them all, after backward."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def main() -> None:
@@ -121,6 +141,8 @@ def main() -> None:
             burn(args.slow_ms)
         loss = model(x).pow(2).mean()
         loss.backward()
+        if args.parallel == "allreduce":
+            allreduce_grads(model)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if mon is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from commlens.replay import PlanCall, PlanGroup, RankCalls, ReplayPlan, ReplayPlanError, extract_plan, load_plan
-from commlens.replay.plan import check_runnable, parse_plan, write_plan
+from commlens.replay.plan import check_runnable, overlapping_calls, parse_plan, write_plan
 from commlens.replay.transform import first_ranks, select_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,6 +286,29 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
         ("broadcast", "0"),
         ("reduce_scatter", "0"),
     ]
+
+
+def _async_plan() -> ReplayPlan:
+    """2 ranks; the second all-gather issued 0.5 s in, while the first (recorded 0.6 s long) was in flight."""
+    calls = (_timed("all_gather", "world", 0.0, 0.6), _timed("all_gather", "world", 0.5, 0.55))
+    return ReplayPlan("monitor", 2, (PlanGroup("world", (0, 1)),), tuple(RankCalls(r, calls) for r in range(2)))
+
+
+def test_overlapping_calls_are_counted_per_rank() -> None:
+    assert overlapping_calls(_async_plan()) == 2  # one per rank
+    assert overlapping_calls(_layout()) == 0  # each call ends (10 ms) before the next starts
+
+
+def test_a_plan_whose_calls_overlap_is_replayed_on_its_timeline_by_default(tmp_path: Path) -> None:
+    """Blocking, the second call would follow the first at once (its gap is 0); on the timeline it is issued
+    0.5 s in, as recorded. Two modes at once are refused."""
+    write_plan(_async_plan(), tmp_path / "plan.json")
+    r = commlens("replay", "run", str(tmp_path / "plan.json"), "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "2 of the plan's 4 calls were issued before an earlier call" in r.stderr
+    assert json.loads(r.stdout)["replayed_span_s"] >= 0.5
+    bad = commlens("replay", "run", str(tmp_path / "plan.json"), "--no-store", "--timeline", "--blocking")
+    assert bad.returncode == 2 and "three modes: give one" in bad.stderr
 
 
 def _timed(op: str, group: str, start: float, end: float) -> PlanCall:

@@ -180,7 +180,13 @@ def run_cmd(
         help="the gaps' stand-in: spin (computes, holds a core) or sleep (default: spin; sleep with --timeline)",
     ),
     timeline: bool = typer.Option(
-        False, "--timeline", help="issue each call at its recorded time, without waiting for the ones before it"
+        False,
+        "--timeline",
+        help="issue each call at its recorded time, without waiting for the ones before it (the default for a plan "
+        "whose calls overlap on a rank)",
+    ),
+    blocking: bool = typer.Option(
+        False, "--blocking", help="each call waited for before the next, with the recorded gaps (the default otherwise)"
     ),
     scale_sizes: float = typer.Option(1.0, "--scale-sizes", help="every message's size times K"),
     group: str | None = typer.Option(None, "--group", help="replay only this process group's calls, on its ranks"),
@@ -208,6 +214,8 @@ def run_cmd(
         fail("--group and --map-ranks are two ways to scale down: give one")
     if nproc is not None and cluster is not None:
         fail("--nproc and --cluster are two placements: give one")
+    if sum((no_gaps, timeline, blocking)) > 1:
+        fail("--no-gaps, --timeline and --blocking are three modes: give one")
     with errors_as_exit():
         plan = load_plan(plan_file)
         if group is not None:
@@ -215,6 +223,7 @@ def run_cmd(
         if map_ranks is not None:
             plan = first_ranks(plan, map_ranks)
         check_runnable(plan)
+        timeline = timeline or (not no_gaps and not blocking and _overlapping(plan))
         settings = ReplaySettings(
             backend=backend,
             device="cuda" if backend == "nccl" else "cpu",
@@ -251,6 +260,21 @@ def run_cmd(
 
         times = run_replay(plan, settings, placement, "commlens replay " + shlex.join(sys.argv[2:]))
         _finish(plan, times, as_json, db, not no_store, tag, json_path)
+
+
+def _overlapping(plan: Any) -> bool:
+    """Whether the plan's calls overlap on a rank (an async job), said on stderr: then the default mode is the
+    timeline, the one mode that keeps that overlap."""
+    from commlens.replay.plan import overlapping_calls
+
+    n = overlapping_calls(plan)
+    if n:
+        say(
+            "note",
+            f"{n} of the plan's {plan.n_calls} calls were issued before an earlier call on their rank had "
+            "ended (async): replayed on the recorded timeline (--timeline); --blocking waits for each call",
+        )
+    return n > 0
 
 
 @replay_app.command("report")

@@ -381,6 +381,19 @@ def gaps(starts_ends: list[tuple[float, float]]) -> list[float]:
     return out
 
 
+def overlapping_calls(plan: ReplayPlan) -> int:
+    """Calls recorded as issued before an earlier call on their rank had ended (an async job: FSDP's prefetch,
+    DDP's buckets in flight together); 0 for a plan without timing."""
+    n = 0
+    for r in plan.ranks:
+        last_end = -math.inf
+        for c in r.calls:
+            if c.start_s < last_end:
+                n += 1
+            last_end = max(last_end, c.start_s + c.duration_s)
+    return n
+
+
 def check_runnable(plan: ReplayPlan) -> None:
     """Refuse a plan whose replay would hang: every member of a group must issue as many collectives on it.
 
