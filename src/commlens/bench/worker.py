@@ -551,6 +551,30 @@ class Sweep:
             wrong_per_rank=[int(row[2 * n]) for row in table],
         )
 
+    def gather_round(self, deferred: list[_Deferred], iters: int) -> None:
+        """One gather for a round's rows: every rank's timestamps of each listed measurement; on rank 0 each
+        measurement becomes what :meth:`gather` would have made of it (a later round checks nothing, so
+        there are no wrong counts to gather). Every rank lists the same measurements in the same order."""
+        if not deferred:
+            return
+        n = iters
+        mine = torch.tensor([t for _, _, st in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
+        everyone = torch.empty(self.world * mine.numel(), dtype=torch.float64)
+        all_gather_tensor(everyone, mine, group=self.ctrl)
+        if self.rank != 0:
+            return
+        table = everyone.view(self.world, len(deferred), 2 * n).tolist()
+        for k, (measurements, position, _) in enumerate(deferred):
+            rank_starts = [table[r][k][:n] for r in range(self.world)]
+            rank_ends = [table[r][k][n:] for r in range(self.world)]
+            kept = measurements[position]
+            assert kept is not None
+            measurements[position] = replace(
+                kept,
+                samples_s=tuple(iteration_times(rank_starts, rank_ends, self.shared_clock)),
+                rank_samples_s=tuple(tuple(e - s for s, e in zip(rs, re)) for rs, re in zip(rank_starts, rank_ends)),
+            )
+
     def cells(self, rows: list[SweepRow]) -> list[list[int]]:
         """The rows run together, as indices into ``rows``: each row alone or, with ``interleave``, every
         implementation of one (op, dtype, redop, root, size), their timed loops interleaved."""
@@ -626,6 +650,7 @@ class Sweep:
                 if r > 0:  # the first round in table order: a refusal is met, and noted, at the first size
                     random.Random(f"{cfg.seed}/round/{r}").shuffle(order)
                 group = self._round_group(r)
+                deferred: list[_Deferred] | None = [] if r > 0 else None
                 for n, c in enumerate(order):
                     first = sum(len(cells[k]) for k in order[:n])
                     for outcome in self._run_cell(
@@ -640,8 +665,11 @@ class Sweep:
                         group=group,
                         round_index=r,
                         first_in_round=n == 0,
+                        deferred=deferred,
                     ):
                         done.setdefault(outcome.index, []).append(outcome)
+                if deferred is not None:
+                    self.gather_round(deferred, iters)
                 if group is not None:  # a round that failed leaves its group to the process' teardown
                     dist.destroy_process_group(group)
         finally:
@@ -673,8 +701,12 @@ class Sweep:
         group: Any = None,
         round_index: int | None = None,
         first_in_round: bool = False,
+        deferred: list[_Deferred] | None = None,
     ) -> list[_Outcome]:
-        """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
+        """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note).
+
+        With ``deferred`` (a later round) the ranks' timestamps are not gathered here: each measurement is
+        listed there for :meth:`gather_round`, rank 0's holding its own durations until then."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
         todo = {rows[i].algo: i for i in cell if rows[i].combination() not in refused}
@@ -717,6 +749,25 @@ class Sweep:
                 if result is None:  # a placement torch does not offer: None on every rank, nothing to gather
                     measurements[algo].append(None)
                     continue
+                fields: dict[str, Any] = dict(
+                    op=spec.name,
+                    algo=algo,
+                    dtype=dtype,
+                    redop=redop,
+                    root=root,
+                    size_bytes=plan.size_bytes,
+                    count=plan.count,
+                    in_place=in_place,
+                    world_size=self.world,
+                )
+                if deferred is not None:  # a later round: gathered with the round's other rows (gather_round)
+                    deferred.append((measurements[algo], len(measurements[algo]), result[0]))
+                    # until then rank 0's own durations stand in: what an interrupted round keeps
+                    own = result[0].durations
+                    nwrong = None if cfg.check_iters == 0 else 0  # later rounds do not check
+                    kept = Measurement(**fields, samples_s=tuple(own), nwrong=nwrong) if self.rank == 0 else None
+                    measurements[algo].append(kept)
+                    continue
                 gathered = self.gather(result[0], result[1], iters)
                 if gathered is None:
                     measurements[algo].append(None)
@@ -731,15 +782,7 @@ class Sweep:
                             wrong[algo].append(f"{row}: {w} wrong elements on rank {r}")
                 measurements[algo].append(
                     Measurement(
-                        op=spec.name,
-                        algo=algo,
-                        dtype=dtype,
-                        redop=redop,
-                        root=root,
-                        size_bytes=plan.size_bytes,
-                        count=plan.count,
-                        in_place=in_place,
-                        world_size=self.world,
+                        **fields,
                         samples_s=tuple(gathered.samples_s),
                         nwrong=nwrong,
                         rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
@@ -790,6 +833,10 @@ class Sweep:
                 self._auto_seen[spec.name] = choice
                 notes.append(note)
         return notes
+
+
+# A later round's measurement waiting for its round's gather: (its placement list, its position, own stamps)
+_Deferred = tuple[list[Measurement | None], int, Timestamps]
 
 
 @dataclass
