@@ -439,7 +439,7 @@ class Sweep:
             warmup = 0
         else:
             warmup = min(cfg.warmup, LATER_ROUND_WARMUP)
-        ready: list[tuple[str, Collective, Fault | None]] = []
+        ready: list[tuple[str, Collective, Fault | None, int]] = []  # (algo, collective, fault, wrong at warm-up)
         refused: dict[str, str] = {}
         for algo in algos:
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
@@ -467,44 +467,52 @@ class Sweep:
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
                 try:
-                    self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
+                    first_wrong = self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
                     refused[algo] = str(e)
                     continue
-            ready.append((algo, coll, fault))
+            ready.append((algo, coll, fault, first_wrong))
         if not ready:
             return {}, refused
-        context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [a for a, _, _ in ready])
+        context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [a for a, _, _, _ in ready])
         self._state(context)
         with _row_failure(context):
             _sync(self.device)
             dist.barrier(group=self.ctrl)
             stamps = measure_interleaved(
-                [coll for _, coll, _ in ready], iters, self.device, cfg.blocking, seed=cfg.seed + plan.size_bytes
+                [coll for _, coll, _, _ in ready], iters, self.device, cfg.blocking, seed=cfg.seed + plan.size_bytes
             )
         results: dict[str, tuple[Timestamps, int] | None] = {}
-        for (algo, coll, fault), algo_stamps in zip(ready, stamps):
+        for (algo, coll, fault, first_wrong), algo_stamps in zip(ready, stamps):
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
             self._state(context)
             with _row_failure(context):
-                results[algo] = (algo_stamps, self._check(coll, fault) if round_index == 0 else 0)
+                # the first check iteration was the first warm-up launch; the others run here
+                more = self._check(coll, fault, self.cfg.check_iters - 1) if round_index == 0 else 0
+                results[algo] = (algo_stamps, first_wrong + more)
         return results, refused
 
     def _warm_up(
         self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int, fill: bool = True
-    ) -> None:
+    ) -> int:
         """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused).
+        Returns the wrong elements of the first launch when it is checked, else 0.
 
         ``fill`` writes the inputs' pattern first (the first round, which checks the results); a later round
         times the buffers as the rows before it left them, as a raw loop does: rewriting a 64 MiB pattern
         on every round cost more than the round's timed iterations. A later round (no ``fill``) with
-        ``warmup`` 0 launches nothing: the first round probed the combination already."""
+        ``warmup`` 0 launches nothing: the first round probed the combination already.
+
+        With ``fill`` and ``cfg.check_iters`` >= 1 the first launch, from freshly written inputs, is also the
+        first check iteration (:meth:`_check` runs the others): a separate check launch of a 64 MiB row cost
+        as much as a timed iteration. The launches after it run on what it left, as they did before."""
         if fill:
             coll.reset()
+            _sync(self.device)
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
         if warmup == 0 and not fill:
-            return
+            return 0
         try:
             _wait(coll.launch())
         except RuntimeError as e:
@@ -516,20 +524,26 @@ class Sweep:
             if reason is None:
                 raise
             raise UnsupportedCombination(reason) from None
+        nwrong = self._verify(coll, fault) if fill and self.cfg.check_iters >= 1 else 0
         for _ in range(max(0, warmup - 1)):
             _wait(coll.launch())
+        return nwrong
 
-    def _check(self, coll: Collective, fault: Fault | None) -> int:
-        """Wrong elements over the check iterations, each from freshly written inputs."""
+    def _verify(self, coll: Collective, fault: Fault | None) -> int:
+        """Wrong elements of the launch just made (from freshly written inputs)."""
+        _sync(self.device)
+        if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
+            coll.output.view(-1)[0] += 1
+        return coll.verify()
+
+    def _check(self, coll: Collective, fault: Fault | None, iters: int) -> int:
+        """Wrong elements over ``iters`` check iterations, each from freshly written inputs."""
         nwrong = 0
-        for _ in range(self.cfg.check_iters):
+        for _ in range(max(0, iters)):
             coll.reset()
             _sync(self.device)
             _wait(coll.launch())
-            _sync(self.device)
-            if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
-                coll.output.view(-1)[0] += 1
-            nwrong += coll.verify()
+            nwrong += self._verify(coll, fault)
         return nwrong
 
     def gather(self, stamps: Timestamps | None, nwrong: int, iters: int) -> RowTimes | None:
