@@ -59,6 +59,9 @@ def test_three_rounds_of_three_iterations_are_recorded_on_every_row(
     assert [m["size_bytes"] for m in rows] == SIZES
     assert [m["rounds"] for m in rows] == [[3, 3, 3]] * len(SIZES)
     assert all(len(m["samples_s"]) == 9 and m["nwrong"] == 0 for m in rows)
+    for m in rows:  # later rounds too are every rank's timestamps (gathered once per round), not rank 0's own
+        assert [len(r) for r in m["rank_samples_s"]] == [9, 9]
+        assert all(0 < s <= max(col) + 1e-12 for s, col in zip(m["samples_s"], zip(*m["rank_samples_s"])))
     stored = run.stored_measurements()
     assert [(m.size_bytes, m.rounds) for m in stored] == [(size, (3, 3, 3)) for size in SIZES]
     assert all(m.round_count == 3 and [len(r) for r in m.round_samples()] == [3, 3, 3] for m in stored)

@@ -439,7 +439,7 @@ class Sweep:
             warmup = 0
         else:
             warmup = min(cfg.warmup, LATER_ROUND_WARMUP)
-        ready: list[tuple[str, Collective, Fault | None]] = []
+        ready: list[tuple[str, Collective, Fault | None, int]] = []  # (algo, collective, fault, wrong at warm-up)
         refused: dict[str, str] = {}
         for algo in algos:
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
@@ -467,44 +467,52 @@ class Sweep:
                     return dict.fromkeys(algos), {}
                 fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
                 try:
-                    self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
+                    first_wrong = self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
                     refused[algo] = str(e)
                     continue
-            ready.append((algo, coll, fault))
+            ready.append((algo, coll, fault, first_wrong))
         if not ready:
             return {}, refused
-        context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [a for a, _, _ in ready])
+        context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [a for a, _, _, _ in ready])
         self._state(context)
         with _row_failure(context):
             _sync(self.device)
             dist.barrier(group=self.ctrl)
             stamps = measure_interleaved(
-                [coll for _, coll, _ in ready], iters, self.device, cfg.blocking, seed=cfg.seed + plan.size_bytes
+                [coll for _, coll, _, _ in ready], iters, self.device, cfg.blocking, seed=cfg.seed + plan.size_bytes
             )
         results: dict[str, tuple[Timestamps, int] | None] = {}
-        for (algo, coll, fault), algo_stamps in zip(ready, stamps):
+        for (algo, coll, fault, first_wrong), algo_stamps in zip(ready, stamps):
             context = self._context(spec, plan.size_bytes, dtype, redop, root, in_place, [algo])
             self._state(context)
             with _row_failure(context):
-                results[algo] = (algo_stamps, self._check(coll, fault) if round_index == 0 else 0)
+                # the first check iteration was the first warm-up launch; the others run here
+                more = self._check(coll, fault, self.cfg.check_iters - 1) if round_index == 0 else 0
+                results[algo] = (algo_stamps, first_wrong + more)
         return results, refused
 
     def _warm_up(
         self, coll: Collective, fault: Fault | None, context: str, algo: str, warmup: int, fill: bool = True
-    ) -> None:
+    ) -> int:
         """The warm-up launches; the first doubles as the support probe (UnsupportedCombination if refused).
+        Returns the wrong elements of the first launch when it is checked, else 0.
 
         ``fill`` writes the inputs' pattern first (the first round, which checks the results); a later round
         times the buffers as the rows before it left them, as a raw loop does: rewriting a 64 MiB pattern
         on every round cost more than the round's timed iterations. A later round (no ``fill``) with
-        ``warmup`` 0 launches nothing: the first round probed the combination already."""
+        ``warmup`` 0 launches nothing: the first round probed the combination already.
+
+        With ``fill`` and ``cfg.check_iters`` >= 1 the first launch, from freshly written inputs, is also the
+        first check iteration (:meth:`_check` runs the others): a separate check launch of a 64 MiB row cost
+        as much as a timed iteration. The launches after it run on what it left, as they did before."""
         if fill:
             coll.reset()
+            _sync(self.device)
         if fault is not None and fault.kind in ("raise", "hang", "pause"):
             fault.trigger(context)
         if warmup == 0 and not fill:
-            return
+            return 0
         try:
             _wait(coll.launch())
         except RuntimeError as e:
@@ -516,20 +524,26 @@ class Sweep:
             if reason is None:
                 raise
             raise UnsupportedCombination(reason) from None
+        nwrong = self._verify(coll, fault) if fill and self.cfg.check_iters >= 1 else 0
         for _ in range(max(0, warmup - 1)):
             _wait(coll.launch())
+        return nwrong
 
-    def _check(self, coll: Collective, fault: Fault | None) -> int:
-        """Wrong elements over the check iterations, each from freshly written inputs."""
+    def _verify(self, coll: Collective, fault: Fault | None) -> int:
+        """Wrong elements of the launch just made (from freshly written inputs)."""
+        _sync(self.device)
+        if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
+            coll.output.view(-1)[0] += 1
+        return coll.verify()
+
+    def _check(self, coll: Collective, fault: Fault | None, iters: int) -> int:
+        """Wrong elements over ``iters`` check iterations, each from freshly written inputs."""
         nwrong = 0
-        for _ in range(self.cfg.check_iters):
+        for _ in range(max(0, iters)):
             coll.reset()
             _sync(self.device)
             _wait(coll.launch())
-            _sync(self.device)
-            if fault is not None and fault.kind == "corrupt" and coll.output is not None and coll.output.numel():
-                coll.output.view(-1)[0] += 1
-            nwrong += coll.verify()
+            nwrong += self._verify(coll, fault)
         return nwrong
 
     def gather(self, stamps: Timestamps | None, nwrong: int, iters: int) -> RowTimes | None:
@@ -550,6 +564,30 @@ class Sweep:
             rank_samples_s=[[e - s for s, e in zip(rs, re)] for rs, re in zip(rank_starts, rank_ends)],
             wrong_per_rank=[int(row[2 * n]) for row in table],
         )
+
+    def gather_round(self, deferred: list[_Deferred], iters: int) -> None:
+        """One gather for a round's rows: every rank's timestamps of each listed measurement; on rank 0 each
+        measurement becomes what :meth:`gather` would have made of it (a later round checks nothing, so
+        there are no wrong counts to gather). Every rank lists the same measurements in the same order."""
+        if not deferred:
+            return
+        n = iters
+        mine = torch.tensor([t for _, _, st in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
+        everyone = torch.empty(self.world * mine.numel(), dtype=torch.float64)
+        all_gather_tensor(everyone, mine, group=self.ctrl)
+        if self.rank != 0:
+            return
+        table = everyone.view(self.world, len(deferred), 2 * n).tolist()
+        for k, (measurements, position, _) in enumerate(deferred):
+            rank_starts = [table[r][k][:n] for r in range(self.world)]
+            rank_ends = [table[r][k][n:] for r in range(self.world)]
+            kept = measurements[position]
+            assert kept is not None
+            measurements[position] = replace(
+                kept,
+                samples_s=tuple(iteration_times(rank_starts, rank_ends, self.shared_clock)),
+                rank_samples_s=tuple(tuple(e - s for s, e in zip(rs, re)) for rs, re in zip(rank_starts, rank_ends)),
+            )
 
     def cells(self, rows: list[SweepRow]) -> list[list[int]]:
         """The rows run together, as indices into ``rows``: each row alone or, with ``interleave``, every
@@ -626,6 +664,7 @@ class Sweep:
                 if r > 0:  # the first round in table order: a refusal is met, and noted, at the first size
                     random.Random(f"{cfg.seed}/round/{r}").shuffle(order)
                 group = self._round_group(r)
+                deferred: list[_Deferred] | None = [] if r > 0 else None
                 for n, c in enumerate(order):
                     first = sum(len(cells[k]) for k in order[:n])
                     for outcome in self._run_cell(
@@ -640,8 +679,11 @@ class Sweep:
                         group=group,
                         round_index=r,
                         first_in_round=n == 0,
+                        deferred=deferred,
                     ):
                         done.setdefault(outcome.index, []).append(outcome)
+                if deferred is not None:
+                    self.gather_round(deferred, iters)
                 if group is not None:  # a round that failed leaves its group to the process' teardown
                     dist.destroy_process_group(group)
         finally:
@@ -673,8 +715,12 @@ class Sweep:
         group: Any = None,
         round_index: int | None = None,
         first_in_round: bool = False,
+        deferred: list[_Deferred] | None = None,
     ) -> list[_Outcome]:
-        """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note)."""
+        """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note).
+
+        With ``deferred`` (a later round) the ranks' timestamps are not gathered here: each measurement is
+        listed there for :meth:`gather_round`, rank 0's holding its own durations until then."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
         todo = {rows[i].algo: i for i in cell if rows[i].combination() not in refused}
@@ -717,6 +763,25 @@ class Sweep:
                 if result is None:  # a placement torch does not offer: None on every rank, nothing to gather
                     measurements[algo].append(None)
                     continue
+                fields: dict[str, Any] = dict(
+                    op=spec.name,
+                    algo=algo,
+                    dtype=dtype,
+                    redop=redop,
+                    root=root,
+                    size_bytes=plan.size_bytes,
+                    count=plan.count,
+                    in_place=in_place,
+                    world_size=self.world,
+                )
+                if deferred is not None:  # a later round: gathered with the round's other rows (gather_round)
+                    deferred.append((measurements[algo], len(measurements[algo]), result[0]))
+                    # until then rank 0's own durations stand in: what an interrupted round keeps
+                    own = result[0].durations
+                    nwrong = None if cfg.check_iters == 0 else 0  # later rounds do not check
+                    kept = Measurement(**fields, samples_s=tuple(own), nwrong=nwrong) if self.rank == 0 else None
+                    measurements[algo].append(kept)
+                    continue
                 gathered = self.gather(result[0], result[1], iters)
                 if gathered is None:
                     measurements[algo].append(None)
@@ -731,15 +796,7 @@ class Sweep:
                             wrong[algo].append(f"{row}: {w} wrong elements on rank {r}")
                 measurements[algo].append(
                     Measurement(
-                        op=spec.name,
-                        algo=algo,
-                        dtype=dtype,
-                        redop=redop,
-                        root=root,
-                        size_bytes=plan.size_bytes,
-                        count=plan.count,
-                        in_place=in_place,
-                        world_size=self.world,
+                        **fields,
                         samples_s=tuple(gathered.samples_s),
                         nwrong=nwrong,
                         rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
@@ -790,6 +847,10 @@ class Sweep:
                 self._auto_seen[spec.name] = choice
                 notes.append(note)
         return notes
+
+
+# A later round's measurement waiting for its round's gather: (its placement list, its position, own stamps)
+_Deferred = tuple[list[Measurement | None], int, Timestamps]
 
 
 @dataclass
