@@ -13,7 +13,6 @@ the damaged lines and reads the rest. Either path gives the same values.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
@@ -39,7 +38,11 @@ def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
     lines = text.split("\n")  # a JSON string holds no raw newline: each value is within its line
     if text.endswith("\n"):
         lines.pop()
-    if _LONG_INT.search(text) is not None:  # orjson reads integers beyond 64 bits as floats
+    try:
+        long_int = _may_hold_long_int(text.encode())
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
+        long_int = True
+    if long_int:  # orjson reads integers beyond 64 bits as floats
         return _scan_lines(lines, max_chars)
     out: list[Any] = []
     append = out.append
@@ -66,7 +69,7 @@ def loads_like_json(raw: bytes) -> Any:
     """``json.loads(raw)``, by orjson where the two give the same value (no integer beyond 64 bits, which orjson
     reads as a float; valid UTF-8; no NaN or out-of-range literal; nested under orjson's limit); the standard
     library otherwise, raising what it raises."""
-    if _LONG_INT_BYTES.search(raw) is None:
+    if not _may_hold_long_int(raw):
         try:
             return orjson.loads(raw)
         except (orjson.JSONDecodeError, RecursionError):
@@ -74,10 +77,16 @@ def loads_like_json(raw: bytes) -> Any:
     return json.loads(raw)
 
 
-# a run of 20 digits, or a minus and 19: integers there may be beyond 64 bits (a match in a string or a
-# fraction is harmless: those texts are read by the standard library, as before)
-_LONG_INT = re.compile(r"\d{20}|-\d{19}")
-_LONG_INT_BYTES = re.compile(rb"\d{20}|-\d{19}")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _may_hold_long_int(raw: bytes) -> bool:
+    """A run of 20 digits, or a minus and 19: an integer there may be beyond 64 bits (a match in a string or a
+    fraction is harmless: such texts are read by the standard library, as before)."""
+    zeros = raw.translate(_DIGITS_AS_ZERO)
+    return b"0" * 20 in zeros or b"-" + b"0" * 19 in zeros
+
+
 _DEEP = 256  # a line with more brackets than this may nest beyond the C scanner's recursion limit
 
 
