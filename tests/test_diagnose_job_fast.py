@@ -131,3 +131,36 @@ def test_flight_recorder_values_the_fast_path_leaves_to_the_full_reader(job: Pat
     dump.write_text(json.dumps(doc))
     assert read_dump_dir_columns(root / "flightrec") is None
     assert _report(_paths(root))["verdict"] == _report(_paths(job))["verdict"]
+
+
+def _typed(value: Any) -> Any:
+    """The value with every scalar's type beside it (1 and 1.0 compare equal; NaN never does)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"seq":18446744073709551616}',  # orjson alone reads these two as floats
+        '{"seq":-9223372036854775809}',
+        '{"t":NaN,"u":-Infinity}',  # orjson alone refuses these
+        '{"t":1e400}',
+        '{"name":"\\ud800"}',
+        '{"a":1,"b":2,"a":3}',
+        '{"v":[1,-0,-0.0,0.1,1E5,123456789.123456789e-7]}',
+        "[" * 600 + "]" * 600,
+    ],
+)
+def test_fast_scanners_give_the_standard_librarys_values(line: str) -> None:
+    from commlens.ingest.json_columns import loads_like_json, scan_json_lines
+
+    expected = json.loads(line)
+    typed = _typed if len(line) < 100 else (lambda v: v)  # the nested line: lists only, compared as they are
+    text = f'{{"x":1}}\n{line}\n'
+    assert typed(scan_json_lines(text, 10**6)) == typed([{"x": 1}, expected])
+    assert typed(loads_like_json(line.encode())) == typed(expected)
+    assert scan_json_lines(f"{line} \n", 10**6) is None  # whitespace around a line: the full reader, as before

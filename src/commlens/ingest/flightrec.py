@@ -53,6 +53,7 @@ import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
+from commlens.ingest.json_columns import loads_like_json
 
 __all__ = [
     "DEFAULT_MAX_DUMP_BYTES",
@@ -598,7 +599,7 @@ def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes
     if len(raw) > max_bytes or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
         return None
     try:
-        data = json.loads(raw)
+        data = loads_like_json(raw)
     except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or "version" not in data:

@@ -18,34 +18,93 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import orjson
 
-__all__ = ["all_of", "column", "int_column", "scan_json_lines", "strings"]
+__all__ = ["all_of", "column", "int_column", "loads_like_json", "scan_json_lines", "strings"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
 
 
 def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
     """Each line's JSON value, when every line is exactly one JSON value of at most ``max_chars`` characters
-    (no blank line, no whitespace around it, no carriage return); None otherwise."""
+    (no blank line, no whitespace around it, no carriage return); None otherwise.
+
+    Lines are parsed by orjson where it gives the standard library's value (:func:`loads_like_json`), else
+    by the standard library's C scanner as before."""
     if "\r" in text:
         return None
+    if not text:
+        return []
+    lines = text.split("\n")  # a JSON string holds no raw newline: each value is within its line
+    if text.endswith("\n"):
+        lines.pop()
+    try:
+        long_int = _may_hold_long_int(text.encode())
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
+        long_int = True
+    if long_int:  # orjson reads integers beyond 64 bits as floats
+        return _scan_lines(lines, max_chars)
     out: list[Any] = []
     append = out.append
-    find = text.find
-    scan = _SCAN
-    pos = 0
-    n = len(text)
+    loads = orjson.loads
     try:
-        while pos < n:
-            value, end = scan(text, pos)
-            stop = find("\n", pos)
-            if stop < 0:
-                stop = n
-            if stop != end or end - pos > max_chars:  # a value over several lines, or more after it
+        for line in lines:
+            n = len(line)
+            if not n or n > max_chars or line[0] in " \t" or line[-1] in " \t":  # the C scanner refuses these
                 return None
+            if n > _DEEP and line.count("[") + line.count("{") > _DEEP:  # possibly past the C scanner's depth
+                value = _scan_line(line)
+            else:
+                try:
+                    value = loads(line)
+                except (orjson.JSONDecodeError, RecursionError):  # NaN, 1e400, a lone surrogate, ...: as before
+                    value = _scan_line(line)
             append(value)
-            pos = stop + 1
     except (StopIteration, ValueError, RecursionError):  # not a value here, invalid, or too deep / too long
+        return None
+    return out
+
+
+def loads_like_json(raw: bytes) -> Any:
+    """``json.loads(raw)``, by orjson where the two give the same value (no integer beyond 64 bits, which orjson
+    reads as a float; valid UTF-8; no NaN or out-of-range literal; nested under orjson's limit); the standard
+    library otherwise, raising what it raises."""
+    if not _may_hold_long_int(raw):
+        try:
+            return orjson.loads(raw)
+        except (orjson.JSONDecodeError, RecursionError):
+            pass
+    return json.loads(raw)
+
+
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _may_hold_long_int(raw: bytes) -> bool:
+    """A run of 20 digits, or a minus and 19: an integer there may be beyond 64 bits (a match in a string or a
+    fraction is harmless: such texts are read by the standard library, as before)."""
+    zeros = raw.translate(_DIGITS_AS_ZERO)
+    return b"0" * 20 in zeros or b"-" + b"0" * 19 in zeros
+
+
+_DEEP = 256  # a line with more brackets than this may nest beyond the C scanner's recursion limit
+
+
+def _scan_line(line: str) -> Any:
+    value, end = _SCAN(line, 0)
+    if end != len(line):
+        raise ValueError("more after the value")
+    return value
+
+
+def _scan_lines(lines: list[str], max_chars: int) -> list[Any] | None:
+    out: list[Any] = []
+    try:
+        for line in lines:
+            if len(line) > max_chars:
+                return None
+            out.append(_scan_line(line))
+    except (StopIteration, ValueError, RecursionError):
         return None
     return out
 
