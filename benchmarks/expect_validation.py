@@ -394,8 +394,14 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
 
     baseline: dict[str, str] = {}  # command -> the modules its "off" process imported
 
+    # compiled bytecode, as an installed package has it (a process started with PYTHONDONTWRITEBYTECODE would
+    # otherwise compile every module it imports, each time, and that would be counted); kept in a folder of its
+    # own (PYTHONPYCACHEPREFIX), removed at the end, so the checkout is left as it was
+    pycache = tempfile.TemporaryDirectory(prefix="commlens-pycache-")
+    bytecode_env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": pycache.name}
+
     def child(mode: str, args: list[str]) -> tuple[float, float]:
-        env = {**os.environ, "EXPECT_BENCH_BASELINE_MODULES": baseline.get(args[0], "")}
+        env = {**os.environ, **bytecode_env, "EXPECT_BENCH_BASELINE_MODULES": baseline.get(args[0], "")}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [sys.executable, "-c", _CHILD, mode, *args], check=False, capture_output=True, text=True, env=env
@@ -415,9 +421,11 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
 
     import compileall
 
-    # compiled bytecode, as an installed package has it (a process started with PYTHONDONTWRITEBYTECODE would
-    # otherwise compile every module it imports, each time, and that would be counted)
-    compileall.compile_dir(str(ROOT / "src" / "commlens"), quiet=1)
+    prefix, sys.pycache_prefix = sys.pycache_prefix, pycache.name
+    try:
+        compileall.compile_dir(str(ROOT / "src" / "commlens"), quiet=1)
+    finally:
+        sys.pycache_prefix = prefix
     out: dict[str, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         kept_db, bare_db = f"sqlite:///{tmp}/kept.db", f"sqlite:///{tmp}/bare.db"
@@ -443,6 +451,7 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
                         times.setdefault((key, "inside"), []).append(inside)
         for key in ("show", "ingest", "show-stale"):
             out[key] = {m: best_median(times[(key, m)]) for m in ("on", "off", "inside")}
+    pycache.cleanup()
     return out
 
 
