@@ -730,21 +730,7 @@ class Sweep:
             raise ConfigError(f"--root {root} is not a rank (world size {self.world})")
         plan = spec.plan_size(size, DTYPE_SIZES[dtype], self.world)
         if reporter:
-            progress = {
-                "event": "progress",
-                "index": index,
-                "total": total,
-                "op": spec.name,
-                "algo": ",".join(todo),
-                "dtype": dtype,
-                "redop": redop,
-                "root": root,
-                "size_bytes": plan.size_bytes,
-                "elapsed_s": time.monotonic() - t_start,
-            }
-            if round_index is not None:
-                progress.update(round=round_index + 1, rounds=self.cfg.rounds)
-            reporter.emit(progress)
+            reporter.emit(self._progress(rows[cell[0]], plan, list(todo), index, total, t_start, round_index))
         notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) if not round_index else [] for algo in todo}
         measurements: dict[str, list[Measurement | None]] = {algo: [] for algo in todo}
         wrong: dict[str, list[str]] = {algo: [] for algo in todo}
@@ -811,25 +797,39 @@ class Sweep:
                 refused.add(rows[row_index].combination())
                 outcomes.append(_Outcome(row_index, {}, [], [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
-            outcomes.append(
-                _Outcome(
-                    row_index,
-                    {
-                        "op": spec.name,
-                        "algo": algo,
-                        "dtype": dtype,
-                        "redop": redop,
-                        "root": root,
-                        "size_bytes": plan.size_bytes,
-                        "count": plan.count,
-                    },
-                    notes[algo],
-                    measurements[algo],
-                    wrong[algo],
-                )
-            )
+            key = {"op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root}
+            key.update(size_bytes=plan.size_bytes, count=plan.count)
+            outcomes.append(_Outcome(row_index, key, notes[algo], measurements[algo], wrong[algo]))
         release_freed_memory()
         return outcomes
+
+    def _progress(
+        self,
+        row: SweepRow,
+        plan: Any,
+        algos: list[str],
+        index: int,
+        total: int,
+        t_start: float,
+        round_index: int | None,
+    ) -> dict[str, Any]:
+        """The progress event of one cell (its row's op, dtype, reduction, root and size; the algorithms run)."""
+        spec, _, dtype, redop, root, _ = row
+        progress = {
+            "event": "progress",
+            "index": index,
+            "total": total,
+            "op": spec.name,
+            "algo": ",".join(algos),
+            "dtype": dtype,
+            "redop": redop,
+            "root": root,
+            "size_bytes": plan.size_bytes,
+            "elapsed_s": time.monotonic() - t_start,
+        }
+        if round_index is not None:
+            progress.update(round=round_index + 1, rounds=self.cfg.rounds)
+        return progress
 
     def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
         """The notes printed above one row: a size rounded down, what auto runs when its choice changes."""
