@@ -258,12 +258,32 @@ def test_torchtitan_selective_is_its_op_policy_and_its_loss_keeps_fp32_logits():
     titan, mcore = ParallelLayout(**lay, framework="torchtitan"), ParallelLayout(**lay, framework="megatron-core")
     r = resolve(titan, w, 8, 8)
     t_mem, m_mem = stage_memory(w, titan, r)[0], stage_memory(w, mcore, r)[0]
-    assert t_mem["activations"] < m_mem["activations"]  # op policy keeps ~55 KB/token/layer, core_attn ~137 KB
+    assert t_mem["activations"] < m_mem["activations"]  # op policy keeps ~63 KB/token/layer, core_attn ~137 KB
     explicit = ParallelLayout(**lay, framework="torchtitan", recompute_modules=("op",))
     assert stage_memory(w, explicit, r)[0]["activations"] == t_mem["activations"]
-    # the same model with torchtitan recomputes its norms and odd matmuls: more GPU time than core_attn's redo
+    # the same model with torchtitan recomputes its norms and even matmuls: more GPU time than core_attn's redo
     titan_p, mcore_p = (project(w, topo, lay, 8, check_memory=False) for lay in (titan, mcore))
     assert titan_p.kernels["norm"] > mcore_p.kernels["norm"]
+
+
+def test_torchtitan_op_policy_recomputes_every_second_matmul_in_call_order():
+    """torchtitan's op policy (parallelize_llama.py at 9dec370) keeps aten.mm outputs except every second one,
+    counted in call order wq, wk, wv, wo, w1, w3, w2: K, the output projection and up are recomputed; Q, V, gate
+    and down are kept (the model once had it the other way round, which recomputed ~75% more matmul FLOPs)."""
+    from commlens.project.kernels import recompute_share
+    from commlens.project.memory import op_policy_bytes
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "micro_batch": 2})
+    op = frozenset({"op"})
+    assert recompute_share("attention_out", op, w) == 1.0 and recompute_share("ffn_out", op, w) == 0.0
+    assert recompute_share("qkv", op, w) == pytest.approx(8 / (32 + 2 * 8))  # K's 8 heads of Q 32 + K 8 + V 8
+    assert recompute_share("ffn_in", op, w) == 0.5 and recompute_share("input_norm", op, w) == 1.0
+    h, f, d = 4096, 14336, 128
+    kept = 2 * h + 2 * h + 4 * 32 + 2 * h + 2 * 8 * d + 2 * f + 2 * h  # input, SDPA out, lse, Q, V, gate, down
+    assert op_policy_bytes(w, ParallelLayout(tp=1, framework="torchtitan"), 1, False) == pytest.approx(kept)
+    # Float8 linears count the same (torchao's Float8Linear calls torch.mm on Float8Tensors: the mode sees aten.mm)
+    w8 = load_workload("llama3-8b", {"seq_len": 8192, "micro_batch": 2, "precision": "fp8"})
+    assert recompute_share("attention_out", op, w8) == 1.0 and recompute_share("ffn_out", op, w8) == 0.0
 
 
 def test_what_if_tries_the_other_frameworks_and_compile():

@@ -105,8 +105,12 @@ MODULES: dict[str, frozenset[str]] = {
     "shared_in": frozenset({"shared_experts"}),
     "shared_out": frozenset({"shared_experts"}),
 }
-# torchtitan's op-level policy ("op"): every memory-bound op is recomputed, and of the matmuls the odd ones (Q and
-# V of QKV, gate of the FFN's input pair, the down projection); K, the output projection and up are kept.
+# torchtitan's op-level policy ("op"; torchtitan/parallelisms/parallelize_llama.py _apply_ac_to_transformer_block at
+# 9dec370, the same rule at 1ea476e, 3faaa1a and e7c0cae): an op's output is kept when the op is in _save_list (aten.mm,
+# the SDPA kernels, reduce-scatter; amax's abs/max) except every second aten.mm, counted from 1 in call order each
+# forward; everything else is recomputed. A block's matmuls run wq, wk, wv, wo, w1, w3, w2, so K, the output projection
+# and up (w3) are recomputed and Q, V, gate (w1) and down (w2) kept. Float8 linears count the same: torchao's
+# Float8Linear (eab345c) calls torch.mm on Float8Tensor arguments, so the policy's dispatch mode sees aten.mm.
 OP_POLICY = {
     "input_norm": 1.0,
     "ffn_norm": 1.0,
@@ -115,9 +119,9 @@ OP_POLICY = {
     "experts_activation": 1.0,
     "attention_residual": 1.0,
     "ffn_residual": 1.0,
+    "attention_out": 1.0,
     "ffn_in": 0.5,
     "experts_in": 0.5,
-    "ffn_out": 1.0,
     "experts_out": 1.0,
 }
 
@@ -125,8 +129,8 @@ OP_POLICY = {
 def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
     """The share of kernel ``name``'s forward that selective recomputation of ``redo`` runs again."""
     if "op" in redo:
-        if name == "qkv":  # Q and V recomputed, K kept
-            return (w.heads + w.kv_heads_n) / (w.heads + 2 * w.kv_heads_n)
+        if name == "qkv":  # K recomputed (the second matmul), Q and V kept
+            return w.kv_heads_n / (w.heads + 2 * w.kv_heads_n)
         return OP_POLICY.get(name, 0.0)
     return 1.0 if MODULES.get(name, frozenset()) & redo else 0.0
 

@@ -150,19 +150,20 @@ def recomputed_modules(layout: ParallelLayout) -> frozenset[str]:
 
 
 def op_policy_bytes(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
-    """Bytes per token one layer keeps under torchtitan's op-level selective checkpointing (``op``): the
-    block's input, the attention kernel's output and log-sum-exp, and every second matmul's output (of Q, K, V,
-    output, gate, up, down: K, the output projection and up), all else recomputed in the backward."""
+    """Bytes per token one layer keeps under torchtitan's op-level selective checkpointing (``op``; see
+    ``commlens.project.kernels.OP_POLICY``): the block's input, the attention kernel's output and log-sum-exp, and
+    the outputs of the odd matmuls in call order (Q, V, gate, down; K, the output projection and up are
+    recomputed)."""
     h, a, g, d = w.hidden, w.heads, w.kv_heads_n, w.head_size
     sp = layout.sp and tp > 1
-    out = 2.0 * h / (tp if sp else 1) + 2.0 * h / (tp if sp else 1)  # block input; output projection's output
-    out += (2.0 * a * d + 4.0 * a + 2.0 * max(g / tp, 1.0) * tp * d) / tp  # SDPA out, lse, K
+    out = 2.0 * h / (tp if sp else 1)  # block input
+    out += (2.0 * a * d + 4.0 * a) / tp  # SDPA out, lse
+    out += (2.0 * a * d + 2.0 * max(g / tp, 1.0) * tp * d) / tp  # Q, V
     if moe and w.moe is not None:
         m = w.moe
-        out += m.top_k * (m.capacity_factor or 1.0) * 2.0 * m.expert_ffn_hidden / tp  # experts' up outputs
-    else:
-        out += 2.0 * w.ffn_hidden / tp  # up projection's output
-    return out
+        return out + m.top_k * (m.capacity_factor or 1.0) * 2.0 * m.expert_ffn_hidden / tp  # experts' gate outputs
+    # gate projection's output; down projection's output (the matmul's, before its reduce-scatter under TP)
+    return out + 2.0 * w.ffn_hidden / tp + 2.0 * h
 
 
 def activation_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> float:
