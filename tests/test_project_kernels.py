@@ -346,3 +346,30 @@ def test_megatron_all_to_all_dispatch_sorts_tokens_by_local_expert_both_ways():
     a2a = project(w, topo, ParallelLayout(**base), 8)
     flex = project(w, topo, ParallelLayout(**base, moe_dispatcher="deepep"), 8)  # one node: no dedup either way
     assert a2a.step_time_s > flex.step_time_s * 1.01
+
+
+def test_untabled_flash_attention_backward_does_two_and_a_half_times_the_forward_s_flops():
+    """FlashAttention's backward recomputes the scores: five matmuls against the forward's two, 2.5x its FLOPs (the
+    FlashAttention benchmarks' fwd+bwd count, 3.5x the forward, which FLASH_ATTENTION_FRACTION's A100 figure is
+    read against). A GPU with no attention table (B200) runs both passes at that default rate; a tabled one (H100)
+    at its own backward rate."""
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "micro_batch": 1})
+    shape = LayerShape(tokens=8192, keys=8192, tp=1, ep=1, sp=False, tp_chunks=1)
+    for name, peak in (("B200", 2250e12), ("A100 SXM 80GB", 312e12)):
+        ks = {
+            k.name: k
+            for k in layer_kernels(
+                device_for(name), framework("megatron-core"), w, ParallelLayout(), shape, peak, peak, False
+            )
+        }
+        assert ks["attention"].bwd_s == pytest.approx(2.5 * ks["attention"].fwd_s, rel=1e-12)
+    h100 = {
+        k.name: k
+        for k in layer_kernels(
+            device_for("H100 SXM"), framework("megatron-core"), w, ParallelLayout(), shape, 989e12, 989e12, False
+        )
+    }
+    assert h100["attention"].bwd_s != pytest.approx(2.5 * h100["attention"].fwd_s, rel=1e-3)  # its own bwd rate

@@ -194,8 +194,9 @@ def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, 
         bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files)
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
         t_fwd = causal_flops / (fwd if fwd else default)
-        # tabled backward rates count 2.5 x the forward's FLOPs (the FlashAttention benchmarks' convention)
-        t_bwd = 2.5 * causal_flops / bwd if bwd else 2 * causal_flops / default
+        # the backward recomputes the scores: 2.5 x the forward's FLOPs, the FlashAttention benchmarks' count that the
+        # tabled backward rates and the default (a fwd+bwd rate over 3.5 x the forward's FLOPs) are read against
+        t_bwd = 2.5 * causal_flops / (bwd if bwd else default)
         return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=causal_flops)
     # unfused: scores and context as batched GEMMs over the full s x s, softmax + dropout through HBM
     b_heads = w.micro_batch * a_t
