@@ -373,3 +373,26 @@ def test_untabled_flash_attention_backward_does_two_and_a_half_times_the_forward
         )
     }
     assert h100["attention"].bwd_s != pytest.approx(2.5 * h100["attention"].fwd_s, rel=1e-3)  # its own bwd rate
+
+
+def test_automodel_experts_swiglu_is_one_compiled_kernel_its_dense_mlp_and_quick_geglu_are_not():
+    """AutoModel's DeepEP experts run SwiGLU as weighted_bias_swiglu_impl, a torch.compile'd kernel with the routing
+    weights folded in; its dense MLP (silu x up) stays eager, and a model whose experts use quick_geglu (gpt-oss)
+    runs that as eager ops: the layout says so (expert_activation_fused false)."""
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "micro_batch": 1})
+    shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=8, sp=False, tp_chunks=1)
+
+    def kernel(fw: str, name: str, moe: bool, **lay: object):
+        layout = ParallelLayout(ep=8, framework=fw, **lay)
+        return {k.name: k for k in layer_kernels(dev, framework(fw), w, layout, shape, 989e12, 989e12, moe)}[name]
+
+    fused, eager = kernel("automodel", "experts_activation", True), kernel("torchtitan", "experts_activation", True)
+    assert fused.nbytes * 1.7 == pytest.approx(eager.nbytes) and fused.launches < eager.launches
+    assert kernel("automodel", "ffn_activation", False).nbytes == kernel("torchtitan", "ffn_activation", False).nbytes
+    forced = kernel("automodel", "experts_activation", True, expert_activation_fused=False)
+    assert forced.nbytes == pytest.approx(eager.nbytes)
+    assert kernel("megatron-core", "experts_activation", True).nbytes == pytest.approx(fused.nbytes)

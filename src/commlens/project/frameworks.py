@@ -44,8 +44,17 @@ class Fused(_Strict):
     norm: bool = Field(description="RMSNorm/LayerNorm as one kernel (else ~5 eager ops over the tensor)")
     rotary: bool = Field(description="rotary embedding of Q and K as one kernel")
     activation: bool = Field(description="SwiGLU/GeLU as one kernel")
+    expert_activation: bool | None = Field(
+        default=None,
+        description="the MoE experts' SwiGLU (with the routing weights) as one kernel; None: as activation",
+    )
     bias_dropout_add: bool = Field(description="residual add (with dropout) as one kernel")
     cross_entropy: bool = Field(description="vocabulary-parallel cross-entropy fused")
+
+    def of(self, op: str) -> bool:
+        """Whether ``op`` (a field name) runs as one kernel."""
+        value: bool | None = getattr(self, op)
+        return self.activation if value is None else value
 
 
 class Overlap(_Strict):

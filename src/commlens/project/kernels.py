@@ -71,6 +71,7 @@ UNFUSED = {
     "norm": (6.0, 6),
     "rotary": (5.0, 8),
     "activation": (1.7, 2),
+    "expert_activation": (1.7, 2),
     "bias_dropout_add": (1.0, 1),
     "cross_entropy": (1.5, 4),
 }
@@ -168,7 +169,7 @@ class LayerShape:
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
     """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``."""
-    if compiled or getattr(fw.fused, op):
+    if compiled or fw.fused.of(op):
         return 1.0, 1.0
     factor, kernels = UNFUSED[op]
     return factor, float(kernels)
@@ -219,8 +220,21 @@ class _Builder:
     elem: float  # bytes per GEMM input element
     gemm_launch: int  # launches per GEMM (with its fp8 casts)
 
-    def stream(self, name: str, kind: str, nbytes: float, launches: float, op: str | None = None, **kw: bool) -> Kernel:
+    def stream(
+        self,
+        name: str,
+        kind: str,
+        nbytes: float,
+        launches: float,
+        op: str | None = None,
+        fused: bool | None = None,
+        **kw: bool,
+    ) -> Kernel:
+        """A memory-bound kernel; ``op`` names its UNFUSED factors, applied unless the stack (or ``fused``, when
+        given) runs it as one kernel."""
         factor, kernels = unfused_factor(self.fw, self.compiled, op) if op else (1.0, 1.0)
+        if op and fused is not None:
+            factor, kernels = (1.0, 1.0) if fused or self.compiled else (UNFUSED[op][0], float(UNFUSED[op][1]))
         t_fwd = stream_time_s(self.dev, nbytes * factor) / (EAGER_STREAM_FRACTION if factor > 1 else 1.0)
         return Kernel(name, kind, t_fwd, 2 * t_fwd, launches * kernels, nbytes=nbytes * factor, **kw)
 
@@ -354,7 +368,13 @@ def _moe_block(
         b.stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
         Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
         b.stream(
-            "experts_activation", "activation", 2 * 2 * routed * fe * mats * imbalance, 1, "activation", eager=True
+            "experts_activation",
+            "activation",
+            2 * 2 * routed * fe * mats * imbalance,
+            1,
+            "expert_activation",
+            fused=layout.expert_activation_fused,
+            eager=True,
         ),
         down,
         b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),

@@ -141,6 +141,11 @@ class ParallelLayout(BaseModel):
     attention_kernel: AttentionKernel | None = Field(
         default=None, description="attention kernel family (fa2, fa3, cudnn, ck); None: what the framework calls"
     )
+    expert_activation_fused: bool | None = Field(
+        default=None,
+        description="the MoE experts' activation runs as one kernel; None: as the framework fuses it (false: the "
+        "model's experts use an activation the stack runs as eager ops)",
+    )
     moe_load_imbalance: float = Field(
         default=1.0,
         ge=1.0,
