@@ -221,10 +221,31 @@ def test_deepep_sends_a_token_once_per_remote_domain():
         for d in ("alltoall", "deepep")
     }
     assert across["deepep"].breakdown["ep_comm"] < across["alltoall"].breakdown["ep_comm"] / 2
-    # inside one NVLink domain there is nothing to deduplicate: the same all-to-all time (the steps still differ by
-    # the all-to-all dispatcher's sort by local expert, test_project_kernels)
+    # inside one NVLink domain DeepEP still sends a token once per destination GPU (get_dispatch_layout's
+    # is_token_in_rank), not once per expert: top-8 of 128 over 16 GPUs reach ~7.0 GPUs, not 8 copies
+    from commlens.project.step import deepep_share
+
+    assert deepep_share(128, 8, 1, 16, "uniform") == pytest.approx(16 * (1 - math.comb(120, 8) / math.comb(128, 8)) / 8)
     gb200 = load_topology("gb200-nvl72")
     inside = [
         project(w, gb200, ParallelLayout(ep=16, recompute="none", moe_dispatcher=d), 16) for d in ("alltoall", "deepep")
     ]
-    assert inside[0].breakdown["ep_comm"] == inside[1].breakdown["ep_comm"]
+    assert inside[1].breakdown["ep_comm"] < inside[0].breakdown["ep_comm"]
+
+
+def test_a_consecutive_benchmark_gate_sends_each_token_to_one_gpu_or_one_node():
+    """AutoModel's FakeBalancedGate gives token t the experts t*k .. t*k+k-1 (mod E): with E / EP experts per GPU a
+    multiple of k, all of a token's experts sit on one GPU (qwen3-30b, EP 8) or, across nodes, in one node
+    (DeepSeek-V3, EP 64 over 8 nodes: two GPUs of one node), so DeepEP sends it once, not k times."""
+    from commlens.project.step import consecutive_spread, deepep_share
+
+    assert consecutive_spread(128, 8, 8) == 1.0 and consecutive_spread(256, 8, 64) == 2.0
+    assert deepep_share(128, 8, 1, 8, "consecutive") == deepep_share(256, 8, 8, 64, "consecutive") == 1 / 8
+    assert deepep_share(256, 8, 8, 64, "uniform") > 0.6  # uniform top-8 reaches ~5.3 of 8 nodes
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 64, "micro_batch": 1})
+    lay = {"ep": 8, "recompute": "none", "moe_dispatcher": "deepep"}
+    steps = {
+        r: project(w, H100, ParallelLayout(**lay, moe_routing=r), 8, check_memory=False)
+        for r in ("uniform", "consecutive")
+    }
+    assert steps["consecutive"].breakdown["ep_comm"] < steps["uniform"].breakdown["ep_comm"] / 4

@@ -157,7 +157,13 @@ class ParallelLayout(BaseModel):
         default="alltoall",
         description="how MoE tokens cross scale-up domains: alltoall (NCCL all-to-all, one copy per routed expert) or "
         "deepep (DeepEP / Megatron's flex dispatcher: one copy per destination domain over the scale-out network, "
-        "forwarded over NVLink inside it)",
+        "forwarded over NVLink inside it; inside one domain, one copy per destination GPU)",
+    )
+    moe_routing: Literal["uniform", "consecutive"] = Field(
+        default="uniform",
+        description="which top-k experts a token takes: uniform (a trained, load-balanced router: k experts drawn "
+        "evenly) or consecutive (a benchmark gate giving token t experts t*k .. t*k+k-1 mod E, as AutoModel's "
+        "FakeBalancedGate): what a per-destination dispatcher (deepep) deduplicates",
     )
 
     @field_validator("framework")

@@ -409,7 +409,7 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
         if layout.moe_dispatcher == "deepep":
             domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
-            a2a_bytes *= domain_dedup(w.moe.experts, w.moe.top_k, domains)
+            a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
     return kinds
 
@@ -426,6 +426,28 @@ def domain_dedup(experts: int, top_k: int, domains: int) -> float:
     distinct_remote = (domains - 1) * (1.0 - p_none)
     copies_remote = top_k * (domains - 1) / domains
     return min(1.0, distinct_remote / copies_remote)
+
+
+@lru_cache(maxsize=256)
+def consecutive_spread(experts: int, top_k: int, groups: int) -> float:
+    """Groups (GPUs or domains, each holding experts / groups consecutive experts) a token's k consecutive experts
+    fall in, averaged over the starts t*k mod E a consecutive gate gives (AutoModel's FakeBalancedGate)."""
+    per = max(1, experts // groups)
+    starts = range(0, experts * top_k // math.gcd(experts, top_k), top_k)
+    return sum(len({((s + i) % experts) // per for i in range(top_k)}) for s in starts) / len(starts)
+
+
+def deepep_share(experts: int, top_k: int, domains: int, ranks: int, routing: str) -> float:
+    """The share of a token's routed copies a per-destination dispatcher (DeepEP) sends: across scale-up domains, one
+    copy per destination domain (``domain_dedup``); inside one domain, one copy per destination GPU (DeepEP's
+    get_dispatch_layout marks each token once per rank, is_token_in_rank). ``routing`` uniform draws the k experts
+    evenly; consecutive gives a token k neighbouring experts."""
+    if routing == "consecutive":
+        groups = domains if domains > 1 else ranks
+        return min(1.0, consecutive_spread(experts, top_k, groups) / top_k) if groups > 1 else 1.0
+    if domains > 1:
+        return domain_dedup(experts, top_k, domains)
+    return domain_dedup(experts, top_k, ranks) if ranks > 1 else 1.0
 
 
 def _layer_comm(c: _Setup) -> _LayerComm:
