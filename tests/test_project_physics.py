@@ -249,3 +249,20 @@ def test_a_consecutive_benchmark_gate_sends_each_token_to_one_gpu_or_one_node():
         for r in ("uniform", "consecutive")
     }
     assert steps["consecutive"].breakdown["ep_comm"] < steps["uniform"].breakdown["ep_comm"] / 4
+
+
+def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream():
+    """FSDP2's wait_for_unshard copies the all-gather output into every parameter (foreach_all_gather_copy_out) on
+    the compute stream: a 16-bit read and write of the gathered parameters per unshard, forward and backward when
+    resharded after forward, which no overlap hides. Megatron-Core's FSDP has no such copy."""
+    from commlens.project.compute import stream_time_s
+    from commlens.project.hardware import device_for
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("grand-teton-h100-96gb")
+    lay = {"tp": 1, "zero": 3, "recompute": "selective", "reshard_after_forward": True}
+    titan = project(w, topo, ParallelLayout(**lay, framework="torchtitan"), 8, check_memory=False)
+    copy_out = stream_time_s(device_for(topo.accelerator.name), 4.0 * w.parameters * 2)
+    assert titan.breakdown["dp_comm"] >= copy_out
+    mcore = project(w, topo, ParallelLayout(**lay, framework="megatron-core"), 8, check_memory=False)
+    assert mcore.breakdown["dp_comm"] < copy_out

@@ -121,6 +121,11 @@ class Framework(_Strict):
         description="ZeRO-3 gathers submodule by submodule with at most this many parameters live (0: a layer at "
         "a time, as FSDP's per-block units)",
     )
+    fsdp_copy_out: bool = Field(
+        default=False,
+        description="FSDP2: each all-gather's output is copied into the parameters on the compute stream (a 16-bit "
+        "read and write of every gathered parameter per unshard)",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

@@ -824,6 +824,13 @@ def _dp_tail(
         exposed = m_count * (fwd_exp + bwd_exp) + (0.0 if rs_each else last_bwd_exp - bwd_exp)
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
+        if fw.fsdp_copy_out:
+            # FSDP2 copies each all-gather's output into the parameters on the compute stream (wait_for_unshard ->
+            # foreach_all_gather_copy_out): a 16-bit read and write of every gathered parameter per unshard; under
+            # PP without resharding the stage stays unsharded across the step's micro-batches
+            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
+            unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
+            fsdp_exposed += stream_time_s(dev, 4.0 * sharded * unshards)
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
