@@ -9,7 +9,9 @@ Signals (:func:`signals`), each with the evidence it rests on:
   what crosses the network);
 - from the topology: ``scale_up_kind`` (nvlink, pcie, xgmi, cpu), ``topology_nics``, ``approximate``;
 - ``nic_multiple``: where the log lists no NICs, the whole number k (fewer than the NICs assumed) of NICs whose
-  rate the peak busBW matches within 8%;
+  rate is nearest the peak busBW, and ``nic_multiple_dev`` how far off it is (|peak / one NIC - k| / k);
+- ``net_ratio``: over several scale-up domains, the peak busBW over what the node's NICs carry (NICs x one NIC's
+  effective rate): the figure the network causes predict;
 - figures: ``large_ratio`` / ``small_ratio`` (measured over the model's busBW, median of the bandwidth- and
   latency-bound rows), ``peak_over_one_nic`` (the best busBW over one NIC's effective rate),
   ``peak_over_pcie`` (the best busBW over a PCIe Gen4 x16 link as NCCL credits it, 24 GB/s);
@@ -17,12 +19,19 @@ Signals (:func:`signals`), each with the evidence it rests on:
   that is fewer than the NICs per node: NCCL makes at least two channels per NIC it uses);
 - derived: ``p2p_off_by_env``, ``channels_limited``, ``forced_tuning``.
 
-A cause matches when every condition of its ``when`` holds; matches are ranked by ``weight``.
+A cause matches when every condition of its ``when`` holds. A cause known by its figures alone also states the
+plateau it predicts (``plateau``: the range of one signal, e.g. about half the NICs' rate for GPU Direct RDMA
+off, from the source it cites): its ``fit`` is 1 inside that range and falls with the (log) distance outside it
+(1/e at 25%), and a cause whose fit is under 0.2 is dropped. Ranking: causes evidenced by a log line (no plateau)
+first, by ``weight``; then causes known by figures, by fit times specificity (1 / (the predicted range's log width
++ 0.25): of two causes that both explain the plateau, the one that predicted it more narrowly is the likelier, as a
+likelihood over a narrower range is higher), then ``weight``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +42,8 @@ __all__ = ["Cause", "Signal", "causes_table", "match_causes", "signals"]
 
 PCIE4_CREDIT_BYTES_PER_S = 24e9  # NCCL's graph credit of a PCIe Gen4 x16 link (see systems.yaml, pcie4)
 _OPS = ("is", "in", "min", "max", "set")
+FIT_SCALE = 0.25  # a measured plateau 25% (in log terms) outside a cause's predicted range has fit 1/e
+MIN_FIT = 0.2  # causes that explain the plateau worse than this are not named
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class Cause:
     try_: str
     source: str
     weight: int
+    fit: float = 1.0  # how well the cause's predicted plateau explains the measured one (1: inside its range)
+    score: float = 0.0  # figure-known causes: fit x specificity (the ranking); 0 for causes evidenced by a log line
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +74,7 @@ class Cause:
             "evidence": list(self.evidence),
             "try": self.try_,
             "source": self.source,
+            "fit": round(self.fit, 3),
         }
 
 
@@ -78,6 +92,13 @@ def causes_table() -> tuple[dict[str, Any], ...]:
             ops = [k for k in cond if k != "signal"]
             if "signal" not in cond or len(ops) != 1 or ops[0] not in _OPS:
                 raise ExpectError(f"causes.yaml: causes[{i}].when[{j}]: one signal and one of {', '.join(_OPS)}")
+        plateau = c.get("plateau")
+        if plateau is not None and not (
+            isinstance(plateau, dict)
+            and {"signal", "min", "max", "why"} <= set(plateau)
+            and 0 <= float(plateau["min"]) <= float(plateau["max"])
+        ):
+            raise ExpectError(f"causes.yaml: causes[{i}].plateau: signal, min <= max and why")
     return tuple(data["causes"])
 
 
@@ -144,13 +165,21 @@ def signals(
         out["topology_nics"] = Signal(topo.scale_out.nics_per_node, f"{topo.scale_out.nics_per_node} NICs per node")
         nic = topo.scale_out.nic_bandwidth_bytes_per_s * topo.scale_out.efficiency
         multiple = peak_busbw / nic if peak_busbw > 0 else 0.0
-        k = round(multiple)
+        k = min(max(round(multiple), 1), topo.scale_out.nics_per_node - 1)
         assumed = any(n.what == "NICs per node" for n in system.assumed)
-        if assumed and 1 <= k < topo.scale_out.nics_per_node and abs(multiple - k) <= 0.08 * k:
+        if assumed and k >= 1 and multiple > 0:
             out["nic_multiple"] = Signal(
                 k,
                 f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {multiple:.2f} x one NIC ({nic / 1e9:.1f} GB/s): "
-                f"{k} NICs fully used, of the {topo.scale_out.nics_per_node} assumed",
+                f"about {k} NICs fully used, of the {topo.scale_out.nics_per_node} assumed",
+            )
+            out["nic_multiple_dev"] = Signal(abs(multiple - k) / k, out["nic_multiple"].evidence)
+        if domains >= 2 and peak_busbw > 0:
+            carried = nic * topo.scale_out.nics_per_node
+            out["net_ratio"] = Signal(
+                peak_busbw / carried,
+                f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / carried:.2f} x what "
+                f"{topo.scale_out.nics_per_node} NICs carry ({carried / 1e9:.0f} GB/s)",
             )
         if peak_busbw > 0:
             out["peak_over_one_nic"] = Signal(
@@ -206,13 +235,72 @@ def _holds(cond: dict[str, Any], sig: Signal | None) -> bool:
     return number >= float(want) if op == "min" else number <= float(want)
 
 
+def plateau_fit(plateau: dict[str, Any], sig: Signal | None) -> float:
+    """How well a cause's predicted plateau (a range of one signal) explains the measured value: 1 inside the
+    range, exp(-d / FIT_SCALE) at a log distance d outside it; 0 without the signal."""
+    if sig is None:
+        return 0.0
+    try:
+        value = float(sig.value)
+    except (TypeError, ValueError):
+        return 0.0
+    lo, hi = float(plateau["min"]), float(plateau["max"])
+    if lo <= value <= hi:
+        return 1.0
+    if value <= 0 or (value < lo and lo <= 0):
+        return 0.0
+    d = math.log(lo / value) if value < lo else math.log(value / hi) if hi > 0 else math.inf
+    return math.exp(-d / FIT_SCALE)
+
+
+def specificity(plateau: dict[str, Any]) -> float:
+    """1 / (the log width of a predicted range + FIT_SCALE); a deviation range from 0 (``min: 0``, a relative error
+    such as ``nic_multiple_dev``) spans ln((1 + max) / (1 - max))."""
+    lo, hi = float(plateau["min"]), float(plateau["max"])
+    if lo > 0:
+        width = math.log(hi / lo)
+    elif hi < 1:
+        width = math.log((1 + hi) / (1 - hi))
+    else:
+        width = math.inf
+    return 1.0 / (width + FIT_SCALE)
+
+
 def match_causes(status: str, sigs: dict[str, Signal]) -> list[Cause]:
-    """The causes of ``causes.yaml`` for a verdict ``status`` (below / above) whose conditions all hold, ranked."""
+    """The causes of ``causes.yaml`` for a verdict ``status`` (below / above) whose conditions all hold and whose
+    predicted plateau explains the measured one (fit >= MIN_FIT), ranked as the module says."""
     found = []
     for c in causes_table():
         if c["applies_to"] != status:
             continue
-        if all(_holds(cond, sigs.get(cond["signal"])) for cond in c["when"]):
-            evidence = tuple(dict.fromkeys(sigs[name].evidence for name in c["evidence"] if name in sigs))
-            found.append(Cause(c["id"], c["finding"], c["title"], evidence, c["try"], c["source"], int(c["weight"])))
-    return sorted(found, key=lambda c: -c.weight)
+        if not all(_holds(cond, sigs.get(cond["signal"])) for cond in c["when"]):
+            continue
+        names = list(c["evidence"])
+        fit, score = 1.0, 0.0
+        plateau = c.get("plateau")
+        if plateau is not None:
+            fit = plateau_fit(plateau, sigs.get(plateau["signal"]))
+            if fit < MIN_FIT:
+                continue
+            score = fit * specificity(plateau)
+            names.insert(0, plateau["signal"])
+        evidence = [sigs[name].evidence for name in names if name in sigs]
+        if plateau is not None:
+            evidence.append(
+                f"predicted {plateau['signal']} {float(plateau['min']):g} to {float(plateau['max']):g} "
+                f"({plateau['why']}): fit {fit:.2f}"
+            )
+        found.append(
+            Cause(
+                c["id"],
+                c["finding"],
+                c["title"],
+                tuple(dict.fromkeys(evidence)),
+                c["try"],
+                c["source"],
+                int(c["weight"]),
+                fit,
+                score,
+            )
+        )
+    return sorted(found, key=lambda c: (c.score > 0, -c.score, -c.weight))
