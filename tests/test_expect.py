@@ -294,8 +294,8 @@ def test_cli_refuses_bad_input_with_exit_2(tmp_path: Path) -> None:
 
 def test_every_cause_has_a_source_and_known_fields() -> None:
     table = causes_table()
-    assert len({c["id"] for c in table}) == len(table)
-    assert all(c["source"].strip() and c["try"].strip() and c["applies_to"] in ("below", "above") for c in table)
+    assert len({c.id for c in table}) == len(table)
+    assert all(c.source.strip() and c.try_.strip() and c.applies_to in ("below", "above") for c in table)
 
 
 def test_dashboard_run_page_shows_the_verdict_and_the_api_carries_the_band(realdata: Path, tmp_path: Path) -> None:

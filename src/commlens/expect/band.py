@@ -27,6 +27,7 @@ from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidat
 from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["BANDWIDTH_BOUND", "LATENCY_BOUND", "MID_SIZE", "Expectation", "bands_table", "expectation", "system_layout"]
 
@@ -52,7 +53,7 @@ class Expectation:
     def latency_bound(self) -> bool:
         return self.size_range == LATENCY_BOUND
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "lower_busbw_bytes_per_s": self.lower_bytes_per_s,
             "upper_busbw_bytes_per_s": self.upper_bytes_per_s,

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.tables import tables
+from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["Cause", "Signal", "causes_table", "match_causes", "signals"]
+__all__ = ["Cause", "CauseSpec", "Condition", "Plateau", "Signal", "causes_table", "match_causes", "signals"]
 
 PCIE4_CREDIT_BYTES_PER_S = 24e9  # NCCL's graph credit of a PCIe Gen4 x16 link (see systems.yaml, pcie4)
 _OPS = ("is", "in", "min", "max", "set")
@@ -66,7 +68,7 @@ class Cause:
     fit: float = 1.0  # how well the cause's predicted plateau explains the measured one (1: inside its range)
     score: float = 0.0  # figure-known causes: fit x specificity (the ranking); 0 for causes evidenced by a log line
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "id": self.id,
             "finding": self.finding,
@@ -78,28 +80,115 @@ class Cause:
         }
 
 
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a cause's signature: ``signal`` compared by ``op`` (one of _OPS) with ``want``."""
+
+    signal: str
+    op: str
+    want: object
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """The range of one signal a cause known by figures predicts, and why (the rate or figure it rests on)."""
+
+    signal: str
+    low: float
+    high: float
+    why: str
+
+
+@dataclass(frozen=True)
+class CauseSpec:
+    """One cause of ``causes.yaml``, checked."""
+
+    id: str
+    applies_to: str  # "below" | "above"
+    weight: int
+    finding: str
+    title: str
+    when: tuple[Condition, ...]
+    evidence: tuple[str, ...]
+    try_: str
+    source: str
+    plateau: Plateau | None = None
+
+
+def _text(c: Mapping[str, object], key: str, where: str) -> str:
+    value = c.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ExpectError(f"causes.yaml: {where}.{key}: expected a non-empty string")
+    return value
+
+
+def _number(c: Mapping[str, object], key: str, where: str) -> float:
+    value = c.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ExpectError(f"causes.yaml: {where}.{key}: expected a number")
+    return float(value)
+
+
+def _condition(cond: object, where: str) -> Condition:
+    if not isinstance(cond, Mapping):
+        raise ExpectError(f"causes.yaml: {where}: expected a mapping")
+    ops = [k for k in cond if k != "signal"]
+    if "signal" not in cond or len(ops) != 1 or ops[0] not in _OPS:
+        raise ExpectError(f"causes.yaml: {where}: one signal and one of {', '.join(_OPS)}")
+    return Condition(str(cond["signal"]), ops[0], cond[ops[0]])
+
+
+def _plateau(plateau: object, where: str) -> Plateau | None:
+    if plateau is None:
+        return None
+    if not isinstance(plateau, Mapping):
+        raise ExpectError(f"causes.yaml: {where}: expected a mapping")
+    out = Plateau(
+        _text(plateau, "signal", where),
+        _number(plateau, "min", where),
+        _number(plateau, "max", where),
+        _text(plateau, "why", where),
+    )
+    if not 0 <= out.low <= out.high:
+        raise ExpectError(f"causes.yaml: {where}: expected 0 <= min <= max")
+    return out
+
+
+def _cause_spec(c: object, i: int) -> CauseSpec:
+    where = f"causes[{i}]"
+    if not isinstance(c, Mapping):
+        raise ExpectError(f"causes.yaml: {where}: expected a mapping")
+    missing = {"id", "applies_to", "weight", "finding", "title", "when", "evidence", "try", "source"} - set(c)
+    if missing:
+        raise ExpectError(f"causes.yaml: {where} lacks {', '.join(sorted(missing))}")
+    when, evidence = c["when"], c["evidence"]
+    if not isinstance(when, list) or not isinstance(evidence, list):
+        raise ExpectError(f"causes.yaml: {where}: when and evidence are lists")
+    return CauseSpec(
+        id=_text(c, "id", where),
+        applies_to=_text(c, "applies_to", where),
+        weight=int(_number(c, "weight", where)),
+        finding=_text(c, "finding", where),
+        title=_text(c, "title", where),
+        when=tuple(_condition(cond, f"{where}.when[{j}]") for j, cond in enumerate(when)),
+        evidence=tuple(str(e) for e in evidence),
+        try_=_text(c, "try", where),
+        source=_text(c, "source", where),
+        plateau=_plateau(c.get("plateau"), f"{where}.plateau"),
+    )
+
+
 @functools.cache
-def causes_table() -> tuple[dict[str, Any], ...]:
-    """``causes.yaml``, checked once: every cause has its fields, every condition one known operator."""
+def causes_table() -> tuple[CauseSpec, ...]:
+    """``causes.yaml``, checked once: every cause has its fields, every condition one known operator, every
+    plateau a signal, 0 <= min <= max and why."""
     data = tables()["causes"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-causes/1":
         raise ExpectError("causes.yaml: expected format commlens.expect-causes/1")
-    for i, c in enumerate(data["causes"]):
-        missing = {"id", "applies_to", "weight", "finding", "title", "when", "evidence", "try", "source"} - set(c)
-        if missing:
-            raise ExpectError(f"causes.yaml: causes[{i}] lacks {', '.join(sorted(missing))}")
-        for j, cond in enumerate(c["when"]):
-            ops = [k for k in cond if k != "signal"]
-            if "signal" not in cond or len(ops) != 1 or ops[0] not in _OPS:
-                raise ExpectError(f"causes.yaml: causes[{i}].when[{j}]: one signal and one of {', '.join(_OPS)}")
-        plateau = c.get("plateau")
-        if plateau is not None and not (
-            isinstance(plateau, dict)
-            and {"signal", "min", "max", "why"} <= set(plateau)
-            and 0 <= float(plateau["min"]) <= float(plateau["max"])
-        ):
-            raise ExpectError(f"causes.yaml: causes[{i}].plateau: signal, min <= max and why")
-    return tuple(data["causes"])
+    causes = data.get("causes")
+    if not isinstance(causes, list):
+        raise ExpectError("causes.yaml: causes: expected a list")
+    return tuple(_cause_spec(c, i) for i, c in enumerate(causes))
 
 
 def _fact_signal(system: InferredSystem, fact: str, name: str) -> dict[str, Signal]:
@@ -214,9 +303,8 @@ def signals(
     return out
 
 
-def _holds(cond: dict[str, Any], sig: Signal | None) -> bool:
-    op = next(k for k in cond if k != "signal")
-    want = cond[op]
+def _holds(cond: Condition, sig: Signal | None) -> bool:
+    op, want = cond.op, cond.want
     if op == "set":
         return (sig is not None) == bool(want)
     if sig is None:
@@ -227,15 +315,17 @@ def _holds(cond: dict[str, Any], sig: Signal | None) -> bool:
             return str(value).strip().lower() == str(want).strip().lower()
         return bool(value == want)
     if op == "in":
-        return str(value).strip().lower() in {str(w).lower() for w in want}
+        options = want if isinstance(want, list) else [want]
+        return str(value).strip().lower() in {str(w).lower() for w in options}
     try:
         number = float(value)
+        limit = float(str(want))
     except (TypeError, ValueError):
         return False
-    return number >= float(want) if op == "min" else number <= float(want)
+    return number >= limit if op == "min" else number <= limit
 
 
-def plateau_fit(plateau: dict[str, Any], sig: Signal | None) -> float:
+def plateau_fit(plateau: Plateau, sig: Signal | None) -> float:
     """How well a cause's predicted plateau (a range of one signal) explains the measured value: 1 inside the
     range, exp(-d / FIT_SCALE) at a log distance d outside it; 0 without the signal."""
     if sig is None:
@@ -244,7 +334,7 @@ def plateau_fit(plateau: dict[str, Any], sig: Signal | None) -> float:
         value = float(sig.value)
     except (TypeError, ValueError):
         return 0.0
-    lo, hi = float(plateau["min"]), float(plateau["max"])
+    lo, hi = plateau.low, plateau.high
     if lo <= value <= hi:
         return 1.0
     if value <= 0 or (value < lo and lo <= 0):
@@ -253,10 +343,10 @@ def plateau_fit(plateau: dict[str, Any], sig: Signal | None) -> float:
     return math.exp(-d / FIT_SCALE)
 
 
-def specificity(plateau: dict[str, Any]) -> float:
+def specificity(plateau: Plateau) -> float:
     """1 / (the log width of a predicted range + FIT_SCALE); a deviation range from 0 (``min: 0``, a relative error
     such as ``nic_multiple_dev``) spans ln((1 + max) / (1 - max))."""
-    lo, hi = float(plateau["min"]), float(plateau["max"])
+    lo, hi = plateau.low, plateau.high
     if lo > 0:
         width = math.log(hi / lo)
     elif hi < 1:
@@ -271,36 +361,23 @@ def match_causes(status: str, sigs: dict[str, Signal]) -> list[Cause]:
     predicted plateau explains the measured one (fit >= MIN_FIT), ranked as the module says."""
     found = []
     for c in causes_table():
-        if c["applies_to"] != status:
+        if c.applies_to != status or not all(_holds(cond, sigs.get(cond.signal)) for cond in c.when):
             continue
-        if not all(_holds(cond, sigs.get(cond["signal"])) for cond in c["when"]):
-            continue
-        names = list(c["evidence"])
+        names = list(c.evidence)
         fit, score = 1.0, 0.0
-        plateau = c.get("plateau")
+        plateau = c.plateau
         if plateau is not None:
-            fit = plateau_fit(plateau, sigs.get(plateau["signal"]))
+            fit = plateau_fit(plateau, sigs.get(plateau.signal))
             if fit < MIN_FIT:
                 continue
             score = fit * specificity(plateau)
-            names.insert(0, plateau["signal"])
+            names.insert(0, plateau.signal)
         evidence = [sigs[name].evidence for name in names if name in sigs]
         if plateau is not None:
             evidence.append(
-                f"predicted {plateau['signal']} {float(plateau['min']):g} to {float(plateau['max']):g} "
-                f"({plateau['why']}): fit {fit:.2f}"
+                f"predicted {plateau.signal} {plateau.low:g} to {plateau.high:g} ({plateau.why}): fit {fit:.2f}"
             )
         found.append(
-            Cause(
-                c["id"],
-                c["finding"],
-                c["title"],
-                tuple(dict.fromkeys(evidence)),
-                c["try"],
-                c["source"],
-                int(c["weight"]),
-                fit,
-                score,
-            )
+            Cause(c.id, c.finding, c.title, tuple(dict.fromkeys(evidence)), c.try_, c.source, c.weight, fit, score)
         )
     return sorted(found, key=lambda c: (c.score > 0, -c.score, -c.weight))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
 from commlens.expect.tables import preset_data, tables
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run
 from commlens.topology.errors import TopologyError
 from commlens.topology.plain import AnyTopology, plain_topology
@@ -93,7 +94,7 @@ class InferredSystem:
         out = self.topology.scale_out
         return "" if out is None else f"{out.nics_per_node} x {out.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "topology": self.topology.name,
             "gpu": self.gpu,

@@ -27,12 +27,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commlens.expect.band import BANDWIDTH_BOUND, LATENCY_BOUND, MID_SIZE, Expectation, expectation, system_layout
 from commlens.expect.causes import Cause, match_causes, signals
 from commlens.expect.evidence import Fact
 from commlens.expect.system import ExpectError, InferredSystem, NicOption, infer_system
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class RowVerdict:
     status: str
     pct: float  # below: % under the band's lower edge; above: % over its upper edge; 0 inside
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "op": self.op,
             "size_bytes": self.size_bytes,
@@ -77,7 +78,7 @@ class RangeVerdict:
     ratio: float  # median measured / model busBW
     limit: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "op": self.op,
             "range": self.kind,
@@ -102,7 +103,7 @@ class NetworkRange:
     reference_status: str
     reference_pct: float
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> JsonObject:
         return {
             "judged_on": self.judged_on,
             "origin": self.origin,
@@ -148,7 +149,7 @@ class RunVerdict:
             f"busBW (the log lists none); on {n.reference}: {n.reference_status} by {n.reference_pct:.0f}%"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "format": "commlens.expect/1",
             "run_id": self.run_id,
