@@ -224,7 +224,12 @@ def main() -> None:
     )
     # the held-out cases by when they were added: session 3's (judged before and after this session's rule
     # changes, so their figures after them are no longer independent) and session 4's (committed before them)
-    for batch, what in (("s3", "session 3's held-out cases"), ("s4", "session 4's held-out cases (committed first)")):
+    batches = (
+        ("s3", "session 3's held-out cases"),
+        ("s4", "session 4's held-out cases (committed before its rule changes)"),
+        ("s4b", "session 4's held-out cases found after its rules were final"),
+    )
+    for batch, what in batches:
         mine = [(c, v) for c, v in held if c.get("batch", "s3") == batch]
         if not mine:
             continue
