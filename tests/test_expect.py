@@ -373,6 +373,17 @@ def test_a_log_without_nic_lines_is_judged_on_the_fewest_documented_nics_that_re
     assert h100.status == "below" and h100.network is None and h100.system.nic_options == ()
 
 
+def test_a_curve_still_rising_at_its_largest_size_is_said_so() -> None:
+    """busBW 20% up over the last doubling: the run has not shown its plateau; a flat end says nothing."""
+    rows = [(64 << 20, 300.0), (128 << 20, 330.0), (256 << 20, 400.0)]
+    rising = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", rows), [])
+    assert rising.still_rising is not None and abs(rising.still_rising - (400 / 330 - 1)) < 1e-9
+    assert "busBW still rising at the largest size (+21%)" in rising.headline()
+    assert rising.as_dict()["still_rising"] == round(400 / 330 - 1, 4)
+    flat = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", [(1 << 32, 470.0), (1 << 33, 475.0)]), [])
+    assert flat.still_rising is None and "still rising" not in flat.headline()
+
+
 def test_causes_known_by_figures_are_ranked_by_how_well_their_plateau_explains_the_measured_one() -> None:
     """Without INFO lines: 19 GB/s on 2 x 8 H100 (0.4 of one 400G NIC's rate) is what NCCL's socket
     transport gives, not half the NICs (GDR off, ACS) nor a whole number of NICs."""

@@ -44,6 +44,7 @@ __all__ = ["NetworkRange", "RangeVerdict", "RowVerdict", "RunVerdict", "judge"]
 NORMAL, BELOW, ABOVE = "normal", "below", "above"
 _RANK = {NORMAL: 0, ABOVE: 1, BELOW: 2}
 PEAK_SPAN = 8  # a bandwidth-bound range is judged on its sizes within a factor 8 of its largest
+STILL_RISING = 0.10  # busBW gaining more than this over the last doubling: the curve has not reached its plateau
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,18 @@ class RunVerdict:
     def pct(self) -> float:
         return self.judged.pct
 
+    @property
+    def still_rising(self) -> float | None:
+        """The curve's shape at its end: where the judged op's busBW at its largest size is more than 10% over the
+        size before (a doubling or more apart), that gain (0.2: 20%); else None. busBW should reach the platform's
+        peak "for large enough sizes" (NCCL's maintainer, NVIDIA/nccl-tests#40): a curve still rising at the end
+        has not shown its plateau."""
+        mine = sorted((r for r in self.rows if r.op == self.judged.op), key=lambda r: r.size_bytes)
+        if len(mine) < 2 or mine[-1].size_bytes < 2 * mine[-2].size_bytes or mine[-2].busbw_bytes_per_s <= 0:
+            return None
+        gain = mine[-1].busbw_bytes_per_s / mine[-2].busbw_bytes_per_s - 1.0
+        return gain if gain > STILL_RISING else None
+
     def headline(self) -> str:
         """``below expectation by 42% (all_reduce, bandwidth-bound 64 MiB-8 GiB, limited by ...)``."""
         j = self.judged
@@ -141,6 +154,9 @@ class RunVerdict:
         }
         kind = "mid" if j.kind == MID_SIZE else j.kind
         head = f"{what[j.status]} ({j.op}, {kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
+        rising = self.still_rising
+        if rising is not None:
+            head += f"; busBW still rising at the largest size (+{rising:.0%}): larger sizes may reach more"
         n = self.network
         if n is None:
             return head
@@ -160,6 +176,7 @@ class RunVerdict:
             "ranges": [r.as_dict() for r in self.ranges],
             "causes": [c.as_dict() for c in self.causes],
             "network": self.network.as_dict() if self.network is not None else None,
+            "still_rising": None if self.still_rising is None else round(self.still_rising, 4),
             "rows": [r.as_dict() for r in self.rows],
         }
 
