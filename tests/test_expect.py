@@ -373,6 +373,15 @@ def test_a_log_without_nic_lines_is_judged_on_the_fewest_documented_nics_that_re
     assert h100.status == "below" and h100.network is None and h100.system.nic_options == ()
 
 
+def test_nvlink_at_pcie_rates_reads_the_gpus_own_pcie_generation() -> None:
+    """20 GB/s on one node: 0.42 of an H100's Gen5 x16 link (48 GB/s as NCCL credits it), 0.83 of an A100's Gen4."""
+    h100 = judge(_run("NVIDIA H100 80GB HBM3", 1, 8, "all_reduce", [(1 << 30, 20.0)]), [])
+    a100 = judge(_run("NVIDIA A100-SXM4-80GB", 1, 8, "all_reduce", [(1 << 30, 20.0)]), [])
+    assert h100.causes[0].id == a100.causes[0].id == "nvlink-at-pcie-rates"
+    assert "= 0.42 x PCIe Gen5 x16 (48 GB/s)" in h100.causes[0].evidence[0]
+    assert "= 0.83 x PCIe Gen4 x16 (24 GB/s)" in a100.causes[0].evidence[0]
+
+
 def test_a_curve_still_rising_at_its_largest_size_is_said_so() -> None:
     """busBW 20% up over the last doubling: the run has not shown its plateau; a flat end says nothing."""
     rows = [(64 << 20, 300.0), (128 << 20, 330.0), (256 << 20, 400.0)]

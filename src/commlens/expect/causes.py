@@ -14,7 +14,8 @@ Signals (:func:`signals`), each with the evidence it rests on:
   effective rate): the figure the network causes predict;
 - figures: ``large_ratio`` / ``small_ratio`` (measured over the model's busBW, median of the bandwidth- and
   latency-bound rows), ``peak_over_one_nic`` (the best busBW over one NIC's effective rate),
-  ``peak_over_pcie`` (the best busBW over a PCIe Gen4 x16 link as NCCL credits it, 24 GB/s);
+  ``peak_over_pcie`` (the best busBW over the GPU's PCIe x16 link as NCCL credits it: 12, 24 or 48 GB/s for
+  Gen3, 4, 5; the GPU table's ``pcie``);
 - ``nvls`` (NVLS among NCCL's choices), ``nics_by_channels`` (over several hosts: half the channel count, where
   that is fewer than the NICs per node: NCCL makes at least two channels per NIC it uses);
 - derived: ``p2p_off_by_env``, ``channels_limited``, ``forced_tuning``.
@@ -42,7 +43,6 @@ from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["Cause", "CauseSpec", "Condition", "Plateau", "Signal", "causes_table", "match_causes", "signals"]
 
-PCIE4_CREDIT_BYTES_PER_S = 24e9  # NCCL's graph credit of a PCIe Gen4 x16 link (see systems.yaml, pcie4)
 _OPS = ("is", "in", "min", "max", "set")
 FIT_SCALE = 0.25  # a measured plateau 25% (in log terms) outside a cause's predicted range has fit 1/e
 MIN_FIT = 0.2  # causes that explain the plateau worse than this are not named
@@ -276,10 +276,11 @@ def signals(
                 f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / nic:.2f} x one NIC ({nic / 1e9:.1f} GB/s)",
             )
     if peak_busbw > 0:
+        pcie = system.pcie_bytes_per_s
         out["peak_over_pcie"] = Signal(
-            peak_busbw / PCIE4_CREDIT_BYTES_PER_S,
-            f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / PCIE4_CREDIT_BYTES_PER_S:.2f} x PCIe Gen4 x16 "
-            f"(24 GB/s)",
+            peak_busbw / pcie,
+            f"peak busBW {peak_busbw / 1e9:.1f} GB/s = {peak_busbw / pcie:.2f} x {system.pcie_name} "
+            f"({pcie / 1e9:.0f} GB/s)",
         )
     if large_ratio is not None:
         out["large_ratio"] = Signal(large_ratio, f"bandwidth-bound sizes at {large_ratio:.0%} of the model")

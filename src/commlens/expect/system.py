@@ -88,6 +88,8 @@ class InferredSystem:
     # where the log lists no NICs: the documented builds of the GPU class with less network per node than the
     # reference, fewest first (the verdict is judged on the fewest that can reach the measured busBW)
     nic_options: tuple[NicOption, ...] = ()
+    pcie_name: str = "PCIe Gen4 x16"  # the GPU's host link (the GPU table's `pcie`), and its rate as NCCL credits it
+    pcie_bytes_per_s: float = 24e9
 
     @property
     def nic_label(self) -> str:
@@ -118,8 +120,9 @@ def systems_table() -> dict[str, Any]:
     for i, gpu in enumerate(data["gpus"]):
         if not {"match", "name", "preset"} <= set(gpu):
             raise ExpectError(f"systems.yaml: gpus[{i}] needs match, name and preset")
-        if gpu.get("scale_up") is not None and gpu["scale_up"] not in data["links"]:
-            raise ExpectError(f"systems.yaml: gpus[{i}].scale_up {gpu['scale_up']!r} is not in links")
+        for key in ("scale_up", "pcie"):
+            if gpu.get(key) is not None and gpu[key] not in data["links"]:
+                raise ExpectError(f"systems.yaml: gpus[{i}].{key} {gpu[key]!r} is not in links")
     return data
 
 
@@ -189,6 +192,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     table = systems_table()
     topo: AnyTopology
     nic_options: tuple[NicOption, ...] = ()
+    pcie = table["links"]["pcie4"]
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -207,6 +211,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             approximate = True
         else:
             inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
+        pcie = table["links"][entry.get("pcie", "pcie4")]
         try:
             data = preset_data(entry["preset"])
         except TopologyError as e:
@@ -274,6 +279,8 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         assumed=tuple(assumed),
         env=env,
         nic_options=nic_options,
+        pcie_name=str(pcie["name"]),
+        pcie_bytes_per_s=float(pcie["bandwidth_bytes_per_s"]) * float(pcie["efficiency"]),
     )
 
 
