@@ -255,17 +255,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             raise ExpectError(f"cannot build a topology for this run: {e}") from None
         inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
         nvls = topo.scale_up.in_switch_reduction
-    if nvls and "nvls_available" in by_name and by_name["nvls_available"].value is False:
-        nvls = False
-        inferred.append(Note("NVLS", "not available", _at(by_name["nvls_available"])))
-    elif nvls and nccl_version and _version(nccl_version) < NVLS_MIN_VERSION:
-        nvls = False
-        inferred.append(Note("NVLS", f"not in NCCL {nccl_version} (needs 2.17)", "NCCL version"))
-    elif nvls and env.get("NCCL_NVLS_ENABLE") == "0":
-        nvls = False
-        inferred.append(Note("NVLS", "disabled", "NCCL_NVLS_ENABLE=0"))
-    elif nvls and "nvls_available" not in by_name and "nvls_channels" not in by_name:
-        assumed.append(Note("NVLS", "may or may not be used (the log does not say)", "band spans ring and NVLS"))
+    nvls = _nvls_possible(nvls, by_name, nccl_version, env, inferred, assumed)
     return InferredSystem(
         topology=topo,
         gpu=gpu,
@@ -282,6 +272,32 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         pcie_name=str(pcie["name"]),
         pcie_bytes_per_s=float(pcie["bandwidth_bytes_per_s"]) * float(pcie["efficiency"]),
     )
+
+
+def _nvls_possible(
+    nvls: bool,
+    by_name: dict[str, Fact],
+    nccl_version: str,
+    env: dict[str, str],
+    inferred: list[Note],
+    assumed: list[Note],
+) -> bool:
+    """Step 4 of :func:`infer_system`: NVLS among NCCL's choices (the switch has it, and the log, NCCL's version and
+    the environment do not rule it out); said as inferred or assumed."""
+    if not nvls:
+        return False
+    if "nvls_available" in by_name and by_name["nvls_available"].value is False:
+        inferred.append(Note("NVLS", "not available", _at(by_name["nvls_available"])))
+        return False
+    if nccl_version and _version(nccl_version) < NVLS_MIN_VERSION:
+        inferred.append(Note("NVLS", f"not in NCCL {nccl_version} (needs 2.17)", "NCCL version"))
+        return False
+    if env.get("NCCL_NVLS_ENABLE") == "0":
+        inferred.append(Note("NVLS", "disabled", "NCCL_NVLS_ENABLE=0"))
+        return False
+    if "nvls_available" not in by_name and "nvls_channels" not in by_name:
+        assumed.append(Note("NVLS", "may or may not be used (the log does not say)", "band spans ring and NVLS"))
+    return True
 
 
 def _nic_options(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
