@@ -222,6 +222,23 @@ def main() -> None:
         f"{f' = {100 * held_cause_right / len(held_cause):.0f}%' if held_cause else ''} | "
         f"{'yes' if held_cause and held_cause_right >= 0.7 * len(held_cause) else '**no**'} |"
     )
+    # the held-out cases by when they were added: session 3's (judged before and after this session's rule
+    # changes, so their figures after them are no longer independent) and session 4's (committed before them)
+    batches = (
+        ("s3", "session 3's held-out cases"),
+        ("s4", "session 4's held-out cases (committed before its rule changes)"),
+        ("s4b", "session 4's held-out cases found after its rules were final"),
+    )
+    for batch, what in batches:
+        mine = [(c, v) for c, v in held if c.get("batch", "s3") == batch]
+        if not mine:
+            continue
+        right = sum(1 for c, v in mine if v is not None and v.status == c["verdict"])
+        causes = [(c, v) for c, v in mine if c["verdict"] == "below" and c["cause"] is not None]
+        named = sum(1 for c, v in causes if cause_ok(c, v))
+        lines.append(
+            f"| {what}: verdicts right; cause in the top two | {right}/{len(mine)}; {named}/{len(causes)} | - |"
+        )
     lines.append(
         f"| no 'normal' row more than 25% below the band | 0 of {normal_rows} normal rows (a normal row is inside "
         f"the band by definition); {normal_far_below} normal rows are more than 25% under the model's own figure "

@@ -7,10 +7,9 @@ Steps of :func:`expectation`:
    system allows it (:func:`commlens.model.backends.nccl_candidates`, shared with the monitor).
 2. Each candidate is predicted on the inferred topology; those within ``choice_margin`` of the fastest
    predicted time are the ones NCCL may pick at that size (its tuner's choice is not in the log).
-3. The band runs from the slowest of those, less the error, to the fastest, plus it. Where the log does not
-   list the NICs and the GPU's systems commonly have fewer than the reference system assumed
-   (``InferredSystem.fewer_nics``), the lower edge is that of the slowest choice with the fewer NICs. The error is the
-   bandwidth (or PCIe) error of ``bands.yaml`` plus the share of the model's time spent in launch and latency
+3. The band runs from the slowest of those, less the error, to the fastest, plus it (for the system given: where
+   the log lists no NICs, :mod:`commlens.expect.verdict` asks again with a documented build of fewer NICs). The error
+   is the bandwidth (or PCIe) error of ``bands.yaml`` plus the share of the model's time spent in launch and latency
    terms times the latency error (all of it from ``latency_bound_share`` on), widened for a topology with
    assumptions. The share also names the row's size range: latency-bound, mid-size (from ``mid_size_share``)
    or bandwidth-bound.
@@ -18,10 +17,9 @@ Steps of :func:`expectation`:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.tables import tables
@@ -29,9 +27,7 @@ from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidat
 from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
-
-if TYPE_CHECKING:
-    from commlens.topology.plain import AnyTopology
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["BANDWIDTH_BOUND", "LATENCY_BOUND", "MID_SIZE", "Expectation", "bands_table", "expectation", "system_layout"]
 
@@ -57,7 +53,7 @@ class Expectation:
     def latency_bound(self) -> bool:
         return self.size_range == LATENCY_BOUND
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "lower_busbw_bytes_per_s": self.lower_bytes_per_s,
             "upper_busbw_bytes_per_s": self.upper_bytes_per_s,
@@ -117,18 +113,6 @@ def _predictions(
     return out
 
 
-def _slowest_chosen(
-    system: InferredSystem, topology: AnyTopology, backend: str, op: str, size_bytes: int, margin: float
-) -> float:
-    """The slowest busBW NCCL may pick on ``topology`` in place of the system's (same job shape)."""
-    other = dataclasses.replace(system, topology=topology, fewer_nics=None)
-    preds = _predictions(other, system_layout(other), backend, op, size_bytes)
-    if not preds:
-        return float("inf")
-    best = min(c[1] for c in preds)
-    return min(c[2] for c in preds if c[1] <= best * margin)
-
-
 def _limit(system: InferredSystem, p: Prediction) -> tuple[str, float]:
     """The level that limits a prediction, in words, and the share of its time that is launch and latency."""
     latency_s = sum(t[4] for t in p.raw_terms if t[5] and t[2] in ("launch", "latency"))
@@ -170,8 +154,6 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
         pct += table["approximate_extra_pct"]
     fastest = max(c[2] for c in chosen)
     slowest = min(c[2] for c in chosen)
-    if system.fewer_nics is not None:  # the log does not tell the NIC count: the lower edge is the fewer NICs'
-        slowest = min(slowest, _slowest_chosen(system, system.fewer_nics, backend, op, size_bytes, margin))
     return Expectation(
         op=op,
         size_bytes=size_bytes,

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from commlens.results.jsonvalue import JsonObject
+
 __all__ = ["MAX_LINES", "Fact", "facts_from_dicts", "facts_to_dicts", "log_facts"]
 
 MAX_LINES = 2_000_000
@@ -37,11 +39,11 @@ class Fact:
     line: int
     text: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"name": self.name, "value": self.value, "line": self.line, "text": self.text}
 
 
-def facts_to_dicts(facts: Iterable[Fact]) -> list[dict[str, Any]]:
+def facts_to_dicts(facts: Iterable[Fact]) -> list[JsonObject]:
     return [f.as_dict() for f in facts]
 
 

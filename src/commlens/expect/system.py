@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
 from commlens.expect.tables import preset_data, tables
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run
 from commlens.topology.errors import TopologyError
 from commlens.topology.plain import AnyTopology, plain_topology
@@ -33,7 +34,7 @@ from commlens.topology.plain import AnyTopology, plain_topology
 if TYPE_CHECKING:
     from commlens.topology import Topology
 
-__all__ = ["ExpectError", "InferredSystem", "Note", "infer_system", "systems_table"]
+__all__ = ["ExpectError", "InferredSystem", "NicOption", "Note", "infer_system", "systems_table"]
 
 NVLS_MIN_VERSION = (2, 17, 0)  # NCCL 2.17 introduced NVLink SHARP (NVLS) collectives
 
@@ -55,6 +56,21 @@ class Note:
 
 
 @dataclass(frozen=True)
+class NicOption:
+    """A documented network build of the run's GPU class with less bandwidth per node than the reference system's:
+    where the log lists no NICs, the run may be on it (``networks`` of the GPU table)."""
+
+    label: str  # "4 x 100 Gb/s"
+    topology: AnyTopology
+    origin: str  # the document the build comes from
+
+    @property
+    def node_bytes_per_s(self) -> float:
+        out = self.topology.scale_out
+        return 0.0 if out is None else out.nics_per_node * out.nic_bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
 class InferredSystem:
     """The topology to judge with (the one given, or a plain one derived from a preset), and how it was reached."""
 
@@ -69,9 +85,18 @@ class InferredSystem:
     inferred: tuple[Note, ...] = ()
     assumed: tuple[Note, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    fewer_nics: AnyTopology | None = None  # the same with the fewest NICs such systems have, where the log is silent
+    # where the log lists no NICs: the documented builds of the GPU class with less network per node than the
+    # reference, fewest first (the verdict is judged on the fewest that can reach the measured busBW)
+    nic_options: tuple[NicOption, ...] = ()
+    pcie_name: str = "PCIe Gen4 x16"  # the GPU's host link (the GPU table's `pcie`), and its rate as NCCL credits it
+    pcie_bytes_per_s: float = 24e9
 
-    def as_dict(self) -> dict[str, Any]:
+    @property
+    def nic_label(self) -> str:
+        out = self.topology.scale_out
+        return "" if out is None else f"{out.nics_per_node} x {out.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s"
+
+    def as_dict(self) -> JsonObject:
         return {
             "topology": self.topology.name,
             "gpu": self.gpu,
@@ -82,7 +107,7 @@ class InferredSystem:
             "approximate": self.approximate,
             "inferred": [n.as_dict() for n in self.inferred],
             "assumed": [n.as_dict() for n in self.assumed],
-            "fewer_nics_topology": self.fewer_nics.name if self.fewer_nics is not None else None,
+            "nic_options": [{"nics": o.label, "origin": o.origin} for o in self.nic_options],
         }
 
 
@@ -95,8 +120,9 @@ def systems_table() -> dict[str, Any]:
     for i, gpu in enumerate(data["gpus"]):
         if not {"match", "name", "preset"} <= set(gpu):
             raise ExpectError(f"systems.yaml: gpus[{i}] needs match, name and preset")
-        if gpu.get("scale_up") is not None and gpu["scale_up"] not in data["links"]:
-            raise ExpectError(f"systems.yaml: gpus[{i}].scale_up {gpu['scale_up']!r} is not in links")
+        for key in ("scale_up", "pcie"):
+            if gpu.get(key) is not None and gpu[key] not in data["links"]:
+                raise ExpectError(f"systems.yaml: gpus[{i}].{key} {gpu[key]!r} is not in links")
     return data
 
 
@@ -165,7 +191,8 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     approximate = False
     table = systems_table()
     topo: AnyTopology
-    fewer_nics: AnyTopology | None = None
+    nic_options: tuple[NicOption, ...] = ()
+    pcie = table["links"]["pcie4"]
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -184,6 +211,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             approximate = True
         else:
             inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
+        pcie = table["links"][entry.get("pcie", "pcie4")]
         try:
             data = preset_data(entry["preset"])
         except TopologyError as e:
@@ -222,22 +250,12 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         data["approximate"] = bool(data.get("approximate")) or approximate
         try:
             topo = plain_topology(data, source="inferred topology")
-            fewer_nics = _fewer_nics(entry, data, hosts, assumed)
+            nic_options = _nic_options(entry, data, hosts, assumed)
         except TopologyError as e:
             raise ExpectError(f"cannot build a topology for this run: {e}") from None
         inferred.append(Note("topology", f"{topo.name} ({topo.description})", "GPU table and the notes above"))
         nvls = topo.scale_up.in_switch_reduction
-    if nvls and "nvls_available" in by_name and by_name["nvls_available"].value is False:
-        nvls = False
-        inferred.append(Note("NVLS", "not available", _at(by_name["nvls_available"])))
-    elif nvls and nccl_version and _version(nccl_version) < NVLS_MIN_VERSION:
-        nvls = False
-        inferred.append(Note("NVLS", f"not in NCCL {nccl_version} (needs 2.17)", "NCCL version"))
-    elif nvls and env.get("NCCL_NVLS_ENABLE") == "0":
-        nvls = False
-        inferred.append(Note("NVLS", "disabled", "NCCL_NVLS_ENABLE=0"))
-    elif nvls and "nvls_available" not in by_name and "nvls_channels" not in by_name:
-        assumed.append(Note("NVLS", "may or may not be used (the log does not say)", "band spans ring and NVLS"))
+    nvls = _nvls_possible(nvls, by_name, nccl_version, env, inferred, assumed)
     return InferredSystem(
         topology=topo,
         gpu=gpu,
@@ -250,24 +268,76 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         inferred=tuple(inferred),
         assumed=tuple(assumed),
         env=env,
-        fewer_nics=fewer_nics,
+        nic_options=nic_options,
+        pcie_name=str(pcie["name"]),
+        pcie_bytes_per_s=float(pcie["bandwidth_bytes_per_s"]) * float(pcie["efficiency"]),
     )
 
 
-def _fewer_nics(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> AnyTopology | None:
-    """Where the NIC count was assumed and the GPU's systems commonly have fewer (``nics_low`` of the GPU table):
-    the topology with that many, whose figures set the band's lower edge; said as assumed."""
-    low = entry.get("nics_low")
+def _nvls_possible(
+    nvls: bool,
+    by_name: dict[str, Fact],
+    nccl_version: str,
+    env: dict[str, str],
+    inferred: list[Note],
+    assumed: list[Note],
+) -> bool:
+    """Step 4 of :func:`infer_system`: NVLS among NCCL's choices (the switch has it, and the log, NCCL's version and
+    the environment do not rule it out); said as inferred or assumed."""
+    if not nvls:
+        return False
+    if "nvls_available" in by_name and by_name["nvls_available"].value is False:
+        inferred.append(Note("NVLS", "not available", _at(by_name["nvls_available"])))
+        return False
+    if nccl_version and _version(nccl_version) < NVLS_MIN_VERSION:
+        inferred.append(Note("NVLS", f"not in NCCL {nccl_version} (needs 2.17)", "NCCL version"))
+        return False
+    if env.get("NCCL_NVLS_ENABLE") == "0":
+        inferred.append(Note("NVLS", "disabled", "NCCL_NVLS_ENABLE=0"))
+        return False
+    if "nvls_available" not in by_name and "nvls_channels" not in by_name:
+        assumed.append(Note("NVLS", "may or may not be used (the log does not say)", "band spans ring and NVLS"))
+    return True
+
+
+def _nic_options(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
+    """Where the NIC count was assumed: the documented builds of the GPU class (``networks`` of the GPU table) with
+    less network bandwidth per node than the reference system, fewest first; said as assumed. A run whose busBW is
+    beyond one of them cannot be on it: the verdict judges on the fewest that can reach it (see ``verdict``)."""
     out = data.get("scale_out")
-    if hosts < 2 or low is None or out is None or not any(n.what == "NICs per node" for n in assumed):
-        return None
-    count = _largest_divisor_at_most(data["accelerators_per_node"], int(low["nics"]))
-    if count >= out["nics_per_node"]:
-        return None
-    note = f"{count} to {out['nics_per_node']} (the band spans both; give --nics to judge on one)"
-    assumed.append(Note("NICs per node, range", note, f"GPU table: {low['origin']}"))
-    fewer = {**data, "name": data["name"] + f"-{count}-nics", "scale_out": {**out, "nics_per_node": count}}
-    return plain_topology(fewer, source="inferred topology with fewer NICs")
+    if hosts < 2 or out is None or not any(n.what == "NICs per node" for n in assumed):
+        return ()
+    reference = out["nics_per_node"] * out["nic_bandwidth_bytes_per_s"]
+    options = []
+    for build in entry.get("networks", ()):
+        count = _largest_divisor_at_most(data["accelerators_per_node"], int(build["nics"]))
+        rate = float(build["nic_bandwidth_bytes_per_s"])
+        if count * rate >= reference:
+            continue
+        label = f"{count} x {rate * 8 / 1e9:g} Gb/s"
+        scale_out = {
+            **out,
+            "nics_per_node": count,
+            "nic_bandwidth_bytes_per_s": rate,
+            "name": f"{label} NICs, documented",
+        }
+        topo = plain_topology(
+            {**data, "name": data["name"] + f"-{count}x{rate * 8 / 1e9:g}g", "scale_out": scale_out},
+            source="inferred topology, a documented network build",
+        )
+        options.append(NicOption(label, topo, build["origin"]))
+    options.sort(key=lambda o: o.node_bytes_per_s)
+    if options:
+        ref = f"{out['nics_per_node']} x {out['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s"
+        builds = ", ".join(o.label for o in options)
+        assumed.append(
+            Note(
+                "NICs per node, range",
+                f"{builds} or {ref} (judged on the fewest that reach the measured busBW; give --nics to judge on one)",
+                "GPU table: " + "; ".join(o.origin for o in options),
+            )
+        )
+    return tuple(options)
 
 
 def _derive_network(

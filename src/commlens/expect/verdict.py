@@ -14,29 +14,37 @@ Steps of :func:`judge`:
    where the busBW a user reads off a table is.
 5. The run's verdict is the worst op's: its bandwidth-bound range where the run reached one, else its
    largest-size range.
-6. For a run below (or above) expectation, the causes of ``causes.yaml`` whose signature matches, ranked.
+6. Where the log lists no NICs and the GPU class has documented builds with less network per node than the
+   reference system (``InferredSystem.nic_options``), a run below expectation on the reference is judged again on
+   the fewest of those builds whose band can reach its peak busBW (a ring's busBW cannot exceed what the NICs
+   carry, so fewer cannot explain it), and the verdict says both: "normal on 4 x 100 Gb/s; on 8 x 200 Gb/s, below
+   by 50%" (:class:`NetworkRange`).
+7. For a run below (or above) expectation, the causes of ``causes.yaml`` whose signature matches, ranked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commlens.expect.band import BANDWIDTH_BOUND, LATENCY_BOUND, MID_SIZE, Expectation, expectation, system_layout
 from commlens.expect.causes import Cause, match_causes, signals
 from commlens.expect.evidence import Fact
-from commlens.expect.system import ExpectError, InferredSystem, infer_system
+from commlens.expect.system import ExpectError, InferredSystem, NicOption, infer_system
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run
 
 if TYPE_CHECKING:
     from commlens.topology import Topology
 
-__all__ = ["RangeVerdict", "RowVerdict", "RunVerdict", "judge"]
+__all__ = ["NetworkRange", "RangeVerdict", "RowVerdict", "RunVerdict", "judge"]
 
 NORMAL, BELOW, ABOVE = "normal", "below", "above"
 _RANK = {NORMAL: 0, ABOVE: 1, BELOW: 2}
 PEAK_SPAN = 8  # a bandwidth-bound range is judged on its sizes within a factor 8 of its largest
+STILL_RISING = 0.10  # busBW gaining more than this over the last doubling: the curve has not reached its plateau
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class RowVerdict:
     status: str
     pct: float  # below: % under the band's lower edge; above: % over its upper edge; 0 inside
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "op": self.op,
             "size_bytes": self.size_bytes,
@@ -71,7 +79,7 @@ class RangeVerdict:
     ratio: float  # median measured / model busBW
     limit: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "op": self.op,
             "range": self.kind,
@@ -86,6 +94,27 @@ class RangeVerdict:
 
 
 @dataclass(frozen=True)
+class NetworkRange:
+    """A run judged on a documented build with fewer NICs than the reference (the log lists none), and what the
+    verdict would be on the reference build."""
+
+    judged_on: str  # "4 x 100 Gb/s"
+    origin: str
+    reference: str  # "8 x 200 Gb/s"
+    reference_status: str
+    reference_pct: float
+
+    def as_dict(self) -> JsonObject:
+        return {
+            "judged_on": self.judged_on,
+            "origin": self.origin,
+            "reference": self.reference,
+            "reference_status": self.reference_status,
+            "reference_pct": round(self.reference_pct, 2),
+        }
+
+
+@dataclass(frozen=True)
 class RunVerdict:
     run_id: str
     system: InferredSystem
@@ -93,6 +122,7 @@ class RunVerdict:
     ranges: tuple[RangeVerdict, ...]
     judged: RangeVerdict  # the range the run's verdict comes from
     causes: tuple[Cause, ...]
+    network: NetworkRange | None = None
 
     @property
     def status(self) -> str:
@@ -101,6 +131,18 @@ class RunVerdict:
     @property
     def pct(self) -> float:
         return self.judged.pct
+
+    @property
+    def still_rising(self) -> float | None:
+        """The curve's shape at its end: where the judged op's busBW at its largest size is more than 10% over the
+        size before (a doubling or more apart), that gain (0.2: 20%); else None. busBW should reach the platform's
+        peak "for large enough sizes" (NCCL's maintainer, NVIDIA/nccl-tests#40): a curve still rising at the end
+        has not shown its plateau."""
+        mine = sorted((r for r in self.rows if r.op == self.judged.op), key=lambda r: r.size_bytes)
+        if len(mine) < 2 or mine[-1].size_bytes < 2 * mine[-2].size_bytes or mine[-2].busbw_bytes_per_s <= 0:
+            return None
+        gain = mine[-1].busbw_bytes_per_s / mine[-2].busbw_bytes_per_s - 1.0
+        return gain if gain > STILL_RISING else None
 
     def headline(self) -> str:
         """``below expectation by 42% (all_reduce, bandwidth-bound 64 MiB-8 GiB, limited by ...)``."""
@@ -111,9 +153,19 @@ class RunVerdict:
             ABOVE: f"above expectation by {j.pct:.0f}%",
         }
         kind = "mid" if j.kind == MID_SIZE else j.kind
-        return f"{what[j.status]} ({j.op}, {kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
+        head = f"{what[j.status]} ({j.op}, {kind} sizes, {j.ratio:.0%} of the model; limit: {j.limit})"
+        rising = self.still_rising
+        if rising is not None:
+            head += f"; busBW still rising at the largest size (+{rising:.0%}): larger sizes may reach more"
+        n = self.network
+        if n is None:
+            return head
+        return (
+            f"{head}; judged on {n.judged_on} NICs per node, the fewest of the documented builds that reach this "
+            f"busBW (the log lists none); on {n.reference}: {n.reference_status} by {n.reference_pct:.0f}%"
+        )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "format": "commlens.expect/1",
             "run_id": self.run_id,
@@ -123,6 +175,8 @@ class RunVerdict:
             "system": self.system.as_dict(),
             "ranges": [r.as_dict() for r in self.ranges],
             "causes": [c.as_dict() for c in self.causes],
+            "network": self.network.as_dict() if self.network is not None else None,
+            "still_rising": None if self.still_rising is None else round(self.still_rising, 4),
             "rows": [r.as_dict() for r in self.rows],
         }
 
@@ -158,26 +212,31 @@ def _range(op: str, kind: str, rows: list[RowVerdict]) -> RangeVerdict:
     )
 
 
-def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunVerdict:
-    """The verdict on ``run`` (see the module's steps); :class:`ExpectError` when it cannot be judged."""
-    system = infer_system(run, facts, topology)
-    layout = system_layout(system)
+def _best_rows(run: Run) -> dict[tuple[str, int], float]:
+    """The better of in-place and out-of-place busBW per (op, size), the rows a verdict can read."""
     best: dict[tuple[str, int], float] = {}
     for m in run.measurements:
         if m.op == "barrier" or m.size_bytes <= 0 or not m.busbw_bytes_per_s > 0:
             continue
         key = (m.op, m.size_bytes)
         best[key] = max(best.get(key, 0.0), m.busbw_bytes_per_s)
+    return best
+
+
+def _rows(system: InferredSystem, best: dict[tuple[str, int], float], backend: str) -> list[RowVerdict]:
+    layout = system_layout(system)
     rows: list[RowVerdict] = []
-    backend = run.system.backend
     for (op, size), busbw in sorted(best.items()):
         e = expectation(system, layout, backend, op, size)
         if e is None:
             continue
         status, pct = _row_status(busbw, e)
         rows.append(RowVerdict(op, size, busbw, e, status, pct))
-    if not rows:
-        raise ExpectError(f"run {run.run_id[:12]}: no row the model can judge (ops without a model, or no sizes)")
+    return rows
+
+
+def _ranges(rows: list[RowVerdict]) -> tuple[list[RangeVerdict], RangeVerdict]:
+    """Every op's size ranges, and the range the run's verdict comes from (step 5)."""
     ranges: list[RangeVerdict] = []
     judged_per_op: list[RangeVerdict] = []
     for op in dict.fromkeys(r.op for r in rows):
@@ -188,7 +247,49 @@ def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunV
         op_ranges = [_range(op, kind, rs) for kind, rs in groups if rs]
         ranges += op_ranges
         judged_per_op.append(op_ranges[-1])
-    judged = max(judged_per_op, key=lambda r: (_RANK[r.status], r.pct))
+    return ranges, max(judged_per_op, key=lambda r: (_RANK[r.status], r.pct))
+
+
+def _fewest_reaching(
+    system: InferredSystem, best: dict[tuple[str, int], float], backend: str, judged: RangeVerdict
+) -> NicOption | None:
+    """Step 6: the fewest documented build whose band's upper edge reaches the judged range's peak busBW (median
+    of its peak sizes), or None where none does (the reference judges the run)."""
+    peak = {
+        size: busbw
+        for (op, size), busbw in best.items()
+        if op == judged.op and judged.min_size_bytes <= size and size * PEAK_SPAN >= judged.max_size_bytes
+    }
+    for option in system.nic_options:
+        candidate = dataclasses.replace(system, topology=option.topology)
+        layout = system_layout(candidate)
+        over = []
+        for size, busbw in peak.items():
+            e = expectation(candidate, layout, backend, judged.op, size)
+            if e is not None:
+                over.append(busbw / e.upper_bytes_per_s)
+        if over and statistics.median(over) <= 1.0:
+            return option
+    return None
+
+
+def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunVerdict:
+    """The verdict on ``run`` (see the module's steps); :class:`ExpectError` when it cannot be judged."""
+    system = infer_system(run, facts, topology)
+    best = _best_rows(run)
+    backend = run.system.backend
+    rows = _rows(system, best, backend)
+    if not rows:
+        raise ExpectError(f"run {run.run_id[:12]}: no row the model can judge (ops without a model, or no sizes)")
+    ranges, judged = _ranges(rows)
+    network = None
+    if system.nic_options and judged.status == BELOW:
+        option = _fewest_reaching(system, best, backend, judged)
+        if option is not None:
+            network = NetworkRange(option.label, option.origin, system.nic_label, judged.status, judged.pct)
+            system = dataclasses.replace(system, topology=option.topology)
+            rows = _rows(system, best, backend)
+            ranges, judged = _ranges(rows)
     causes: list[Cause] = []
     if judged.status != NORMAL:
         large_ratio = _median_ratio(rows, latency_bound=False)
@@ -201,7 +302,7 @@ def judge(run: Run, facts: list[Fact], topology: Topology | None = None) -> RunV
             small_ratio=small_ratio,
         )
         causes = match_causes(judged.status, sigs)
-    return RunVerdict(run.run_id, system, tuple(rows), tuple(ranges), judged, tuple(causes))
+    return RunVerdict(run.run_id, system, tuple(rows), tuple(ranges), judged, tuple(causes), network)
 
 
 def _median_ratio(rows: list[RowVerdict], *, latency_bound: bool) -> float | None:
