@@ -18,9 +18,14 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias, TypeGuard
 
-__all__ = ["MAX_NESTING", "DuplicateKeyError", "load_yaml", "refuse_bool_numbers"]
+__all__ = ["MAX_NESTING", "DuplicateKeyError", "SpecValue", "is_spec_value", "load_yaml", "refuse_bool_numbers"]
+
+# A value of a spec as YAML's plain types give it (YAML's timestamps and binary aside: see is_spec_value); read
+# only (Sequence, Mapping), so a built list[int] or dict[str, float] is one as it is. Readers narrow before use.
+SpecValue: TypeAlias = str | int | float | bool | None | Sequence["SpecValue"] | Mapping[str, "SpecValue"]
 
 _SHOWN_KEY_CHARS = 60
 # The deepest a spec nests (a sweep's override of a workload's layer list is about 6): far below Python's
@@ -88,6 +93,18 @@ def load_yaml(text: str) -> Any:
     data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     _check_expansion(data)
     return data
+
+
+def is_spec_value(value: object) -> TypeGuard[SpecValue]:
+    """Whether ``value`` is plain spec data (:data:`SpecValue`): no date, timestamp or bytes (YAML reads
+    ``2024-01-01`` as a date), no tuple or set, keys all strings."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, list):
+        return all(is_spec_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_spec_value(v) for k, v in value.items())
+    return False
 
 
 def _check_expansion(data: Any) -> None:
