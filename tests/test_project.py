@@ -213,3 +213,14 @@ def test_sweep_stable_and_counts_infeasible():
     assert a.rows == b.rows[:6]
     assert len(a.feasible) == 4
     assert a.infeasible_reasons() == {"divides: TP x CP x PP = N x N x N = N does not divide N GPUs": 2}
+
+
+def test_a_value_yaml_reads_as_a_date_is_refused_where_the_point_is_parsed():
+    """``--set workload.name=2024-01-01`` would reach the workload as a date object (YAML's timestamp), which no
+    field takes: refused with the path, before any point runs."""
+    from commlens.project.errors import ProjectionError
+    from commlens.project.sweep import parse_vary
+
+    with pytest.raises(ProjectionError, match="workload.name=2024-01-01: not a number, string, list or mapping"):
+        parse_vary(["workload.name=2024-01-01"])
+    assert parse_vary(["workload.name=x,7,null"]) == {"workload.name": ["x", 7, None]}
