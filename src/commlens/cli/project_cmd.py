@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, o
     from typer._click import Context as ClickContext
 
     from commlens.project.sweep import Overrides, SweepRow
+    from commlens.project.validation_report import MemoryStats, TableStats, ValidationSummary
     from commlens.sim import SimOptions
 
 # The network options of ``project`` and ``project sweep``, declared once.
@@ -486,7 +487,7 @@ def _validate(
         raise typer.Exit(1)
 
 
-def _print_memory_validation(memory, stats: dict[str, Any]) -> None:
+def _print_memory_validation(memory, stats: MemoryStats) -> None:
     """One row per memory figure: published and predicted GB (1e9 B), the error, or whether a bound is met."""
     from commlens.cli.tables import new_table, print_table, right
     from commlens.results.units import format_percent
@@ -513,7 +514,7 @@ def _print_memory_validation(memory, stats: dict[str, Any]) -> None:
     )
 
 
-def _print_validation(rows, summary: dict[str, Any]) -> None:
+def _print_validation(rows, summary: ValidationSummary) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.results.units import format_percent
 
@@ -524,7 +525,7 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
 
     if not rows:
         return
-    current = None
+    current = ""  # the table being printed (names are not empty)
     table = None
     for r in rows:
         if r.table != current:
@@ -570,15 +571,15 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
         + " (targets: mean <= 6%, each table <= 8% (SC'21 <= 3%), every row within 20%, none refused: "
         + f"{'met' if summary['throughput_targets_met'] else 'NOT met'})"
     )
-    cov = summary.get("band_coverage") or {}
-    if cov.get("coverage") is not None:
+    cov = summary.get("band_coverage")
+    if cov is not None and (coverage := cov["coverage"]) is not None:
         print(
             f"80% band (each row left out of its own family's fit): covers {cov['covered']} of {cov['rows']} rows "
-            f"({format_percent(cov['coverage'])}; target 70% to 90%)"
+            f"({format_percent(coverage)}; target 70% to 90%)"
         )
 
 
-def _print_table_stats(name, stats: dict[str, Any], pct) -> None:
+def _print_table_stats(name, stats: TableStats, pct) -> None:
     refused = f", {stats['refused']} refused" if stats["refused"] else ""
     print(f"  {name}: mean absolute error {pct(stats['mean_abs_error'])}, max {pct(stats['max_abs_error'])}{refused}")
 
