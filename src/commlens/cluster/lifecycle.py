@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from commlens.cluster.kernel import remove_cgroup, run, set_cpu_quota, try_run
 from commlens.cluster.spec import ClusterError, ClusterSpec, NotRootError, names_for
-from commlens.cluster.state import ClusterState, list_states, load_state, state_dir
+from commlens.cluster.state import ClusterDoc, ClusterState, list_states, load_state, state_dir
 
 __all__ = ["change", "down", "leftovers", "require_root", "status", "up"]
 
@@ -257,15 +257,33 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
-def status(name: str) -> dict[str, Any]:
+class HostStatus(TypedDict, total=False):
+    """One host of a cluster as the kernel has it (``tx_bytes`` only when its namespace exists)."""
+
+    host: int
+    netns: str
+    address: str
+    rate_bytes_per_s: float
+    present: bool
+    tx_bytes: int
+
+
+class ClusterStatus(ClusterDoc):
+    """The saved state, each host as the kernel has it, and whether all is there."""
+
+    host_status: list[HostStatus]
+    healthy: bool
+
+
+def status(name: str) -> ClusterStatus:
     """The saved state plus what exists in the kernel and each host's shaped rates and bytes sent."""
     state = load_state(name)
-    out = state.to_dict()
+    doc = state.to_dict()
     live = set(leftovers(name))
     names = names_for(name)
     hosts = []
     for h in range(state.spec.hosts):
-        row: dict[str, Any] = {
+        row: HostStatus = {
             "host": h,
             "netns": names.netns(h),
             "address": state.host_address(h),
@@ -279,6 +297,4 @@ def status(name: str) -> dict[str, Any]:
                 ).strip()
             )
         hosts.append(row)
-    out["host_status"] = hosts
-    out["healthy"] = all(r["present"] for r in hosts) and state.status == "up"
-    return out
+    return {**doc, "host_status": hosts, "healthy": all(r["present"] for r in hosts) and state.status == "up"}
