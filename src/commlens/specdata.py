@@ -11,6 +11,7 @@ as every stage uses ``ops``.
   is read): 10 KB of ``[[[[...`` would otherwise end in a ``RecursionError`` inside the YAML library.
 - :func:`refuse_bool_numbers` turns away ``gpus: true`` where a number is expected: pydantic's lax mode
   reads ``true`` as 1.
+- :class:`StrictSpec`: the base of the specs' models (topologies, workloads, accelerators, layouts).
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
-__all__ = ["MAX_NESTING", "DuplicateKeyError", "SpecValue", "is_spec_value", "load_yaml", "refuse_bool_numbers"]
+from pydantic import BaseModel, ConfigDict, model_validator
+
+__all__ = [
+    "MAX_NESTING",
+    "DuplicateKeyError",
+    "SpecValue",
+    "StrictSpec",
+    "is_spec_value",
+    "load_yaml",
+    "refuse_bool_numbers",
+]
 
 # A value of a spec as YAML's plain types give it (YAML's timestamps and binary aside: see is_spec_value); read
 # only (Sequence, Mapping), so a built list[int] or dict[str, float] is one as it is. Readers narrow before use.
@@ -162,3 +173,16 @@ def refuse_bool_numbers(model: Any, data: Any) -> Any:
                 if isinstance(item, bool):
                     raise ValueError(f"{name}.{key}: expected a number, got {item!r}")
     return data
+
+
+class StrictSpec(BaseModel):
+    """A spec model that refuses unknown keys, is frozen, refuses NaN and inf (a rate of ``.nan`` would pass
+    ``gt=0`` and poison every estimate) and ``true``/``false`` where a number is expected
+    (:func:`refuse_bool_numbers`). A subclass's ``model_config`` adds to this one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
