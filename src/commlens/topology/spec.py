@@ -20,9 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from commlens.specdata import refuse_bool_numbers
+from commlens.specdata import StrictSpec
 from commlens.topology.errors import TopologyError
 
 __all__ = [
@@ -39,14 +39,8 @@ __all__ = [
 FORMAT = "commlens.topology/1"
 
 
-class _Spec(BaseModel):
-    # allow_inf_nan=False: a rate of .inf or .nan would pass gt=0 (or disable a check) and poison every estimate
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
+class _Spec(StrictSpec):
+    model_config = ConfigDict(validate_default=True)
 
 
 def _origin(value: str) -> str:
