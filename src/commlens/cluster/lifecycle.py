@@ -59,47 +59,9 @@ def _htb(prefix: list[str], dev: str, rate: float, classes: dict[int, tuple[floa
     try_run(*prefix, "qdisc", "del", "dev", dev, "root")
     run(*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
     top = max([rate, *(r for r, _ in classes.values())])
-    run(
-        *prefix,
-        "class",
-        "add",
-        "dev",
-        dev,
-        "parent",
-        "1:",
-        "classid",
-        "1:1",
-        "htb",
-        "rate",
-        _bits(top),
-        "ceil",
-        _bits(top),
-        "burst",
-        _burst(top),
-        "cburst",
-        _burst(top),
-    )
+    _htb_class(prefix, dev, "1:", "1:1", top)
     for cid, (r, dst) in {10: (rate, None), **classes}.items():
-        run(
-            *prefix,
-            "class",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            "1:1",
-            "classid",
-            f"1:{cid}",
-            "htb",
-            "rate",
-            _bits(r),
-            "ceil",
-            _bits(r),
-            "burst",
-            _burst(r),
-            "cburst",
-            _burst(r),
-        )
+        _htb_class(prefix, dev, "1:1", f"1:{cid}", r)
         if dst is not None:
             run(
                 *prefix,
@@ -121,6 +83,31 @@ def _htb(prefix: list[str], dev: str, rate: float, classes: dict[int, tuple[floa
                 "flowid",
                 f"1:{cid}",
             )
+
+
+def _htb_class(prefix: list[str], dev: str, parent: str, classid: str, rate: float) -> None:
+    """An HTB class ``classid`` under ``parent`` on ``dev``, rate and ceiling ``rate`` bytes/s."""
+    bits, burst = _bits(rate), _burst(rate)
+    run(
+        *prefix,
+        "class",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        parent,
+        "classid",
+        classid,
+        "htb",
+        "rate",
+        bits,
+        "ceil",
+        bits,
+        "burst",
+        burst,
+        "cburst",
+        burst,
+    )
 
 
 def apply_shaping(state: ClusterState) -> None:
