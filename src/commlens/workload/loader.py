@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from commlens.specdata import DuplicateKeyError, load_yaml
-from commlens.topology.loader import preset_file, preset_names
+from commlens.topology.loader import known_preset, preset_names
 from commlens.workload.spec import Workload, WorkloadError, workload_from_dict
 
 __all__ = ["list_presets", "load_workload", "override", "workload_data"]
@@ -22,12 +22,7 @@ def list_presets() -> list[str]:
 
 
 def _preset_file(name: str) -> Path:
-    path = preset_file(_PRESET_PACKAGE, name)
-    if path is None:
-        raise WorkloadError(
-            f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)"
-        )
-    return path
+    return known_preset(_PRESET_PACKAGE, name, "workload", WorkloadError)
 
 
 @lru_cache(maxsize=64)
