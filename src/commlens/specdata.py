@@ -19,10 +19,10 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, TypeGuard
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeGuard, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 __all__ = [
     "MAX_NESTING",
@@ -31,6 +31,7 @@ __all__ = [
     "StrictSpec",
     "is_spec_value",
     "load_yaml",
+    "model_from_data",
     "refuse_bool_numbers",
 ]
 
@@ -186,3 +187,24 @@ class StrictSpec(BaseModel):
     @classmethod
     def _numbers_are_numbers(cls, data: Any) -> Any:
         return refuse_bool_numbers(cls, data)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def model_from_data(
+    model: type[_Model],
+    data: object,
+    source: str,
+    error: Callable[[str], Exception],
+    describe: Callable[[Mapping[str, Any]], str],
+) -> _Model:
+    """``model`` built from parsed YAML/JSON ``data``; ``error`` naming ``source`` when it is not a mapping, or
+    naming each field pydantic refused (``describe``: one pydantic error as the spec's readers quote it)."""
+    if not isinstance(data, dict):
+        what = model.__name__.lower()
+        raise error(f"{source}: expected a mapping of {what} fields, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(f"{source}: " + "; ".join(describe(err) for err in e.errors())) from None
