@@ -20,9 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from commlens.specdata import StrictSpec
+from commlens.specdata import StrictSpec, model_from_data
 from commlens.topology.errors import TopologyError
 
 __all__ = [
@@ -242,12 +242,7 @@ class Topology(_Spec):
 
 def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     """Build a :class:`Topology` from parsed YAML/JSON; errors name the field and say why."""
-    if not isinstance(data, dict):
-        raise TopologyError(f"{source}: expected a mapping of topology fields, got {type(data).__name__}")
-    try:
-        return Topology.model_validate(data)
-    except ValidationError as e:
-        raise TopologyError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
+    return model_from_data(Topology, data, source, TopologyError, _describe)
 
 
 _NAMED = re.compile(r"^[a-z_][a-z0-9_.\[\]]*: ")

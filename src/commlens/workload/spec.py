@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from commlens.errors import CommlensError
-from commlens.specdata import StrictSpec
+from commlens.specdata import StrictSpec, model_from_data
 
 __all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
 
@@ -186,12 +186,7 @@ class Workload(_Spec):
 
 def workload_from_dict(data: Any, source: str = "workload") -> Workload:
     """Build a :class:`Workload` from parsed YAML/JSON; errors name the field and say why."""
-    if not isinstance(data, dict):
-        raise WorkloadError(f"{source}: expected a mapping of workload fields, got {type(data).__name__}")
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as e:
-        raise WorkloadError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
+    return model_from_data(Workload, data, source, WorkloadError, _describe)
 
 
 def _describe(err: Mapping[str, Any]) -> str:
