@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from commlens.specdata import StrictSpec, model_from_data
 from commlens.topology.errors import TopologyError
+from commlens.topology.extent import Extent
 
 __all__ = [
     "FORMAT",
@@ -173,7 +174,7 @@ class ScaleOut(_Spec):
         return self
 
 
-class Topology(_Spec):
+class Topology(_Spec, Extent):
     """A cluster: accelerators, their scale-up domain, NICs and fabric."""
 
     format: str = Field(default=FORMAT, description="file format version, 'commlens.topology/1'")
@@ -226,18 +227,6 @@ class Topology(_Spec):
                         f"{domain_nodes} nodes of one scale-up domain"
                     )
         return self
-
-    @property
-    def domain_nodes(self) -> int:
-        """Nodes in one scale-up domain (1 for a DGX, 18 for an NVL72 rack)."""
-        return self.scale_up.domain_size // self.accelerators_per_node
-
-    @property
-    def max_nodes(self) -> int:
-        """The most nodes this fabric connects (its top tier's group), or one domain without a fabric."""
-        if self.scale_out is None:
-            return self.domain_nodes
-        return self.scale_out.tiers[-1].nodes
 
 
 def topology_from_dict(data: Any, source: str = "topology") -> Topology:
