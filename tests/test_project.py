@@ -224,3 +224,15 @@ def test_a_value_yaml_reads_as_a_date_is_refused_where_the_point_is_parsed():
     with pytest.raises(ProjectionError, match="workload.name=2024-01-01: not a number, string, list or mapping"):
         parse_vary(["workload.name=2024-01-01"])
     assert parse_vary(["workload.name=x,7,null"]) == {"workload.name": ["x", 7, None]}
+
+
+def test_a_list_or_mapping_value_is_a_refused_point_not_a_crash():
+    """``--set topology.scale_out.name=[1]`` ended in ``TypeError: unhashable type: 'list'`` (the loaded
+    topology and workload are cached by their overrides); now the point is invalid, with pydantic's reason."""
+    from commlens.project.sweep import Base, evaluate
+
+    base = Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {})
+    for point in ({"topology.scale_out.name": [1]}, {"workload.name": {"a": 1}}):
+        row = evaluate(base, point)
+        assert row.kind == "invalid" and "name" in (row.error or "")
+    assert evaluate(base, {"topology.nic_gbps": 400}).error is None

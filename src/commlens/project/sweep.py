@@ -138,15 +138,22 @@ def grid(vary: Mapping[str, list[SpecValue]]) -> list[Overrides]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(vary[k] for k in keys))]
 
 
-_TOPO_CACHE: dict[tuple[str, tuple[tuple[str, SpecValue], ...]], Topology] = {}
-_WL_CACHE: dict[tuple[str, tuple[tuple[str, SpecValue], ...]], Workload] = {}
+_TOPO_CACHE: dict[tuple[str, str], Topology] = {}
+_WL_CACHE: dict[tuple[str, str], Workload] = {}
+
+
+def _key(overrides: tuple[tuple[str, SpecValue], ...]) -> str:
+    """The overrides as a cache key: a list or mapping value is not hashable, its JSON text is."""
+    import json
+
+    return json.dumps(overrides, sort_keys=True)
 
 
 def _topology(name: str, overrides: tuple[tuple[str, SpecValue], ...]) -> Topology:
     from commlens.topology import load_topology, topology_from_dict, topology_to_dict
     from commlens.workload import override
 
-    key = (name, overrides)
+    key = (name, _key(overrides))
     hit = _TOPO_CACHE.get(key)
     if hit is None:
         topo = load_topology(name)
@@ -154,11 +161,11 @@ def _topology(name: str, overrides: tuple[tuple[str, SpecValue], ...]) -> Topolo
             data = topology_to_dict(topo)
             for path, value in overrides:
                 if path == SCALE_UP_DOMAIN:
-                    _set_scale_up_domain(data, int(_number(path, value)))
+                    _set_scale_up_domain(data, int(_number(f"topology.{path}", value)))
                     continue
                 if path in TOPOLOGY_ALIASES:
-                    path, scale = TOPOLOGY_ALIASES[path]
-                    value = float(_number(path, value)) * scale
+                    value = float(_number(f"topology.{path}", value)) * TOPOLOGY_ALIASES[path][1]
+                    path = TOPOLOGY_ALIASES[path][0]
                 override(data, path, value)
             topo = topology_from_dict(data, source=f"{name} with {dict(overrides)}")
         hit = _TOPO_CACHE[key] = topo
@@ -187,7 +194,7 @@ def _set_scale_up_domain(data: dict[str, object], size: int) -> None:
 def _workload(name: str, overrides: tuple[tuple[str, SpecValue], ...]) -> Workload:
     from commlens.workload import load_workload
 
-    key = (name, overrides)
+    key = (name, _key(overrides))
     hit = _WL_CACHE.get(key)
     if hit is None:
         hit = _WL_CACHE[key] = load_workload(name, dict(overrides))
