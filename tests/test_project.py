@@ -213,3 +213,26 @@ def test_sweep_stable_and_counts_infeasible():
     assert a.rows == b.rows[:6]
     assert len(a.feasible) == 4
     assert a.infeasible_reasons() == {"divides: TP x CP x PP = N x N x N = N does not divide N GPUs": 2}
+
+
+def test_a_value_yaml_reads_as_a_date_is_refused_where_the_point_is_parsed():
+    """``--set workload.name=2024-01-01`` would reach the workload as a date object (YAML's timestamp), which no
+    field takes: refused with the path, before any point runs."""
+    from commlens.project.errors import ProjectionError
+    from commlens.project.sweep import parse_vary
+
+    with pytest.raises(ProjectionError, match="workload.name=2024-01-01: not a number, string, list or mapping"):
+        parse_vary(["workload.name=2024-01-01"])
+    assert parse_vary(["workload.name=x,7,null"]) == {"workload.name": ["x", 7, None]}
+
+
+def test_a_list_or_mapping_value_is_a_refused_point_not_a_crash():
+    """``--set topology.scale_out.name=[1]`` ended in ``TypeError: unhashable type: 'list'`` (the loaded
+    topology and workload are cached by their overrides); now the point is invalid, with pydantic's reason."""
+    from commlens.project.sweep import Base, evaluate
+
+    base = Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {})
+    for point in ({"topology.scale_out.name": [1]}, {"workload.name": {"a": 1}}):
+        row = evaluate(base, point)
+        assert row.kind == "invalid" and "name" in (row.error or "")
+    assert evaluate(base, {"topology.nic_gbps": 400}).error is None

@@ -257,7 +257,7 @@ def test_accelerators_files_are_an_argument_and_the_argument_wins_over_the_varia
     assert project(w, topo, lay, 64, accelerators=()).step_time_s == shipped
     points = [{"topology.nic_gbps": 100 + i} for i in range(64)]
     rows = run_sweep(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}, (fast,)), points, workers=2).rows
-    assert rows[0]["step_time_s"] == pytest.approx(faster, rel=0.05) and all("error" not in r for r in rows)
+    assert rows[0].figures["step_time_s"] == pytest.approx(faster, rel=0.05) and all(r.error is None for r in rows)
     monkeypatch.delenv(ACCELERATORS_ENV)
     assert rows == run_sweep(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}, (fast,)), points, workers=1).rows
 

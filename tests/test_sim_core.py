@@ -10,7 +10,7 @@ from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.layout import ParallelLayout
 from commlens.project.simstep import simulate_step
 from commlens.project.step import project
-from commlens.sim import Collective, SimError, build_fabric, max_min_rates, parse_fault, route, simulate
+from commlens.sim import Collective, SimError, SimOptions, build_fabric, max_min_rates, parse_fault, route, simulate
 from commlens.sim.traffic import ring_channels
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -139,7 +139,7 @@ def test_project_network_sim_matches_analytic_where_nothing_contends() -> None:
     w = load_workload("llama3-8b")
     layout = ParallelLayout(tp=8)
     a = project(w, H100, layout, 16)
-    s = project(w, H100, layout, 16, network="sim", sim_options={"routing": "spray"})
+    s = project(w, H100, layout, 16, network="sim", sim_options=SimOptions(routing="spray"))
     assert s.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
     with pytest.raises(InfeasibleLayoutError, match="network"):
         project(w, H100, layout, 16, network="packets")
@@ -148,14 +148,14 @@ def test_project_network_sim_matches_analytic_where_nothing_contends() -> None:
 def test_a_failed_link_shows_in_the_projection() -> None:
     w = load_workload("llama3-8b")
     layout = ParallelLayout(tp=2)
-    base = project(w, META, layout, 64, network="sim", sim_options={"routing": "spray"})
+    base = project(w, META, layout, 64, network="sim", sim_options=SimOptions(routing="spray"))
     hurt = project(
         w,
         META,
         layout,
         64,
         network="sim",
-        sim_options={"routing": "spray", "faults": (parse_fault("rack*-pod*:0.25", True),)},
+        sim_options=SimOptions(routing="spray", faults=(parse_fault("rack*-pod*:0.25", True),)),
     )
     assert hurt.breakdown.get("dp_comm", 0) + hurt.overlapped_s.get("dp_comm", 0) > base.breakdown.get(
         "dp_comm", 0
@@ -265,3 +265,21 @@ def test_without_sync_every_flow_has_its_own_rate() -> None:
     free = simulate(RAIL2, 64, [ring], routing="ecmp", seed=3, sync=False)
     assert free.collectives[0].time_s <= synced.collectives[0].time_s * (1 + 1e-9)
     assert free.events > synced.events
+
+
+def test_the_simulators_options_are_checked_in_one_record() -> None:
+    """SimOptions refuses an out-of-range field by name; simulate takes it whole or its fields as keywords, and
+    both run the same simulation."""
+    for bad, field in (({"qps": 0}, "qps"), ({"channels": 33}, "channels"), ({"seed": -1}, "seed")):
+        with pytest.raises(SimError, match=f"^{field}: must be between"):
+            SimOptions(**bad)
+    with pytest.raises(SimError, match="routing: 'adaptive'; known: ecmp, spray"):
+        SimOptions(routing="adaptive")
+    with pytest.raises(SimError, match="expected NAME:FACTOR"):
+        SimOptions.parse(degrade=["leaf0-spine0"])
+    opts = SimOptions.parse(routing="spray", qps=2, degrade=["leaf*:0.5"])
+    assert opts.faults[0].factor == 0.5
+    colls = [Collective("ar", "all_reduce", 2**28, np.arange(32).reshape(1, 32))]
+    whole = simulate(H100, 4, colls, options=opts)
+    spelled = simulate(H100, 4, colls, routing="spray", qps=2, faults=opts.faults)
+    assert whole.makespan_s == spelled.makespan_s and whole.qps == 2 and whole.routing == "spray"

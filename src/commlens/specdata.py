@@ -11,6 +11,7 @@ as every stage uses ``ops``.
   is read): 10 KB of ``[[[[...`` would otherwise end in a ``RecursionError`` inside the YAML library.
 - :func:`refuse_bool_numbers` turns away ``gpus: true`` where a number is expected: pydantic's lax mode
   reads ``true`` as 1.
+- :class:`StrictSpec`: the base of the specs' models (topologies, workloads, accelerators, layouts).
 """
 
 from __future__ import annotations
@@ -18,9 +19,25 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeGuard, TypeVar
 
-__all__ = ["MAX_NESTING", "DuplicateKeyError", "load_yaml", "refuse_bool_numbers"]
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+__all__ = [
+    "MAX_NESTING",
+    "DuplicateKeyError",
+    "SpecValue",
+    "StrictSpec",
+    "is_spec_value",
+    "load_yaml",
+    "model_from_data",
+    "refuse_bool_numbers",
+]
+
+# A value of a spec as YAML's plain types give it (YAML's timestamps and binary aside: see is_spec_value); read
+# only (Sequence, Mapping), so a built list[int] or dict[str, float] is one as it is. Readers narrow before use.
+SpecValue: TypeAlias = str | int | float | bool | None | Sequence["SpecValue"] | Mapping[str, "SpecValue"]
 
 _SHOWN_KEY_CHARS = 60
 # The deepest a spec nests (a sweep's override of a workload's layer list is about 6): far below Python's
@@ -90,6 +107,18 @@ def load_yaml(text: str) -> Any:
     return data
 
 
+def is_spec_value(value: object) -> TypeGuard[SpecValue]:
+    """Whether ``value`` is plain spec data (:data:`SpecValue`): no date, timestamp or bytes (YAML reads
+    ``2024-01-01`` as a date), no tuple or set, keys all strings."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, list):
+        return all(is_spec_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_spec_value(v) for k, v in value.items())
+    return False
+
+
 def _check_expansion(data: Any) -> None:
     """Walk ``data`` as its readers will, aliases expanded: refuse recursion (an alias inside its own anchor)
     and more than :data:`MAX_EXPANDED_VALUES` values."""
@@ -145,3 +174,37 @@ def refuse_bool_numbers(model: Any, data: Any) -> Any:
                 if isinstance(item, bool):
                     raise ValueError(f"{name}.{key}: expected a number, got {item!r}")
     return data
+
+
+class StrictSpec(BaseModel):
+    """A spec model that refuses unknown keys, is frozen, refuses NaN and inf (a rate of ``.nan`` would pass
+    ``gt=0`` and poison every estimate) and ``true``/``false`` where a number is expected
+    (:func:`refuse_bool_numbers`). A subclass's ``model_config`` adds to this one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def model_from_data(
+    model: type[_Model],
+    data: object,
+    source: str,
+    error: Callable[[str], Exception],
+    describe: Callable[[Mapping[str, Any]], str],
+) -> _Model:
+    """``model`` built from parsed YAML/JSON ``data``; ``error`` naming ``source`` when it is not a mapping, or
+    naming each field pydantic refused (``describe``: one pydantic error as the spec's readers quote it)."""
+    if not isinstance(data, dict):
+        what = model.__name__.lower()
+        raise error(f"{source}: expected a mapping of {what} fields, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(f"{source}: " + "; ".join(describe(err) for err in e.errors())) from None

@@ -67,6 +67,14 @@ def _pick(
     return get_algorithm(op, algo), chunk_bytes
 
 
+def _chosen(
+    op: str, algo: str, sized: torch.Tensor, comm: Comm, chunk_bytes: int | None, ranks_per_host: int | None
+) -> tuple[Callable[..., None], Options]:
+    """:func:`_pick` for the bytes of ``sized``: the algorithm's function and the options it runs with."""
+    chosen, chunk = _pick(op, algo, sized.numel() * sized.element_size(), comm, chunk_bytes, ranks_per_host)
+    return chosen.fn, Options(chunk, ranks_per_host)
+
+
 def _check_redop(redop: str, t: torch.Tensor) -> None:
     if redop == "avg" and not t.is_floating_point():
         raise AlgoError(f"avg needs a floating-point tensor, got {t.dtype}")
@@ -95,11 +103,9 @@ def all_reduce(
     """Reduce ``tensor`` across the group, in place, with algorithm ``algo``."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
-    chosen, chunk_bytes = _pick(
-        "all_reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host
-    )
+    fn, opts = _chosen("all_reduce", algo, flat, comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, flat, op, Options(chunk_bytes, ranks_per_host))
+        fn(comm, flat, op, opts)
     _finish_avg(flat, op, comm.size)
 
 
@@ -117,9 +123,9 @@ def reduce(
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     _check_redop(op, flat)
     root = _root_index(comm, dst, "dst")
-    chosen, chunk_bytes = _pick("reduce", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host)
+    fn, opts = _chosen("reduce", algo, flat, comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, flat, root, op, Options(chunk_bytes, ranks_per_host))
+        fn(comm, flat, root, op, opts)
     if comm.index == root:
         _finish_avg(flat, op, comm.size)
 
@@ -136,11 +142,9 @@ def broadcast(
     """Copy global rank ``src``'s ``tensor`` to every rank of the group, in place."""
     comm, flat = Comm.of(group), _flat(tensor, "tensor")
     root = _root_index(comm, src, "src")
-    chosen, chunk_bytes = _pick(
-        "broadcast", algo, flat.numel() * flat.element_size(), comm, chunk_bytes, ranks_per_host
-    )
+    fn, opts = _chosen("broadcast", algo, flat, comm, chunk_bytes, ranks_per_host)
     if comm.size > 1:
-        chosen.fn(comm, flat, root, Options(chunk_bytes, ranks_per_host))
+        fn(comm, flat, root, opts)
 
 
 def _blocked(output: torch.Tensor, input: torch.Tensor, comm: Comm, big: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,13 +175,35 @@ def all_gather(
     ranks_per_host: int | None = None,
 ) -> None:
     """Gather every rank's ``input`` into ``output`` (rank i's block at i x len(input))."""
+    _run_blocked("all_gather", "output", output, input, group, algo, chunk_bytes, ranks_per_host)
+
+
+def _run_blocked(
+    op: str,
+    big: str,
+    output: torch.Tensor,
+    input: torch.Tensor,
+    group: Any,
+    algo: str,
+    chunk_bytes: int | None,
+    ranks_per_host: int | None,
+    redop: str | None = None,
+) -> None:
+    """A collective over blocks (``big``: which side holds one block per rank, or both), with reduction
+    ``redop`` (reduce-scatter) or none; sized by the side that holds every block."""
     comm = Comm.of(group)
-    out, inp = _blocked(output, input, comm, "output")
-    chosen, chunk_bytes = _pick("all_gather", algo, out.numel() * out.element_size(), comm, chunk_bytes, ranks_per_host)
-    if comm.size > 1:
-        chosen.fn(comm, out, inp, Options(chunk_bytes, ranks_per_host))
-    else:
+    out, inp = _blocked(output, input, comm, big)
+    if redop is not None:
+        _check_redop(redop, out)
+    fn, opts = _chosen(op, algo, out if big == "output" else inp, comm, chunk_bytes, ranks_per_host)
+    if comm.size == 1:
         out.copy_(inp)
+    elif redop is None:
+        fn(comm, out, inp, opts)
+    else:
+        fn(comm, out, inp, redop, opts)
+    if redop is not None:
+        _finish_avg(out, redop, comm.size)
 
 
 def reduce_scatter(
@@ -191,17 +217,7 @@ def reduce_scatter(
     ranks_per_host: int | None = None,
 ) -> None:
     """Reduce ``input`` across ranks and leave block i of the result in rank i's ``output``."""
-    comm = Comm.of(group)
-    out, inp = _blocked(output, input, comm, "input")
-    _check_redop(op, out)
-    chosen, chunk_bytes = _pick(
-        "reduce_scatter", algo, inp.numel() * inp.element_size(), comm, chunk_bytes, ranks_per_host
-    )
-    if comm.size > 1:
-        chosen.fn(comm, out, inp, op, Options(chunk_bytes, ranks_per_host))
-    else:
-        out.copy_(inp)
-    _finish_avg(out, op, comm.size)
+    _run_blocked("reduce_scatter", "input", output, input, group, algo, chunk_bytes, ranks_per_host, op)
 
 
 def all_to_all(
@@ -214,13 +230,7 @@ def all_to_all(
     ranks_per_host: int | None = None,
 ) -> None:
     """Send block j of ``input`` to rank j; block i of ``output`` arrives from rank i (equal splits)."""
-    comm = Comm.of(group)
-    out, inp = _blocked(output, input, comm, "both")
-    chosen, chunk_bytes = _pick("all_to_all", algo, inp.numel() * inp.element_size(), comm, chunk_bytes, ranks_per_host)
-    if comm.size > 1:
-        chosen.fn(comm, out, inp, Options(chunk_bytes, ranks_per_host))
-    else:
-        out.copy_(inp)
+    _run_blocked("all_to_all", "both", output, input, group, algo, chunk_bytes, ranks_per_host)
 
 
 _CALLS: dict[str, Callable[..., None]] = {

@@ -118,6 +118,13 @@ def _equal_bounds(block: int, parts: int) -> list[tuple[int, int]]:
     return [(k * block, (k + 1) * block) for k in range(parts)]
 
 
+def _own_block_placed(comm: Comm, output: torch.Tensor, input: torch.Tensor) -> list[tuple[int, int]]:
+    """Copy this rank's ``input`` to its block of ``output``; every rank's block bounds (equal blocks)."""
+    s = input.numel()
+    output[comm.index * s : (comm.index + 1) * s].copy_(input)
+    return _equal_bounds(s, comm.size)
+
+
 @register("all_gather", "ring", chunked=True)
 def ring(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options) -> None:
     """Ring: p-1 steps, each rank sends and receives one block s a step, (p-1)/p S in all.
@@ -126,10 +133,7 @@ def ring(comm: Comm, output: torch.Tensor, input: torch.Tensor, opts: Options) -
     the ring i -> i+1, receiving each straight into its place. With
     ``chunk_bytes`` each step's block moves in pieces of at most that size.
     """
-    s = input.numel()
-    i = comm.index
-    output[i * s : (i + 1) * s].copy_(input)
-    ring_all_gather_inplace(comm, output, _equal_bounds(s, comm.size), opts)
+    ring_all_gather_inplace(comm, output, _own_block_placed(comm, output, input), opts)
 
 
 @register("all_gather", "recursive_doubling")
@@ -141,10 +145,7 @@ def recursive_doubling(comm: Comm, output: torch.Tensor, input: torch.Tensor, op
     p' ranks and gets the whole output back at the end: one s and one S
     message more (see :func:`doubling_all_gather_inplace`).
     """
-    s = input.numel()
-    i = comm.index
-    output[i * s : (i + 1) * s].copy_(input)
-    doubling_all_gather_inplace(comm, output, _equal_bounds(s, comm.size), opts)
+    doubling_all_gather_inplace(comm, output, _own_block_placed(comm, output, input), opts)
 
 
 @register("all_gather", "bruck")

@@ -344,7 +344,7 @@ def entry_from_times(
 # ---- the file -------------------------------------------------------------------------------------
 
 
-def table_to_dict(table: TuningTable) -> dict[str, Any]:
+def table_to_dict(table: TuningTable) -> dict[str, object]:
     """The file's JSON object: the format, then the table's fields in their order (lists, not tuples)."""
     return {
         "format": FORMAT,
@@ -398,7 +398,7 @@ _TYPE_NAMES = {
 }
 
 
-def _describe(err: Any, data: dict[str, Any], source: str) -> str:
+def _describe(err: Any, data: Mapping[str, object], source: str) -> str:
     """The first pydantic error as ``SOURCE: entries[i] (op, N ranks).field: reason``, as the file's readers quote
     it: entries that passed their op and rank count are named by them."""
     loc: tuple[str | int, ...] = tuple(err["loc"])
@@ -427,7 +427,9 @@ def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
     return data
 
 
-def _where(loc: tuple[str | int, ...], data: dict[str, Any], source: str, missing: str | int | None = None) -> str:
+def _where(
+    loc: tuple[str | int, ...], data: Mapping[str, object], source: str, missing: str | int | None = None
+) -> str:
     """``loc`` as the messages name it: ``SOURCE: entries[2] (all_reduce, 4 ranks).buckets[1].algo``
     (``missing``: the key missing under ``loc``)."""
     text, rest = source, loc

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
+
+if TYPE_CHECKING:
+    from commlens.cluster.lifecycle import HostStatus
+    from commlens.cluster.state import ClusterDoc
 
 cluster_app = typer.Typer(
     help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.", no_args_is_help=True
@@ -158,12 +164,13 @@ def status_cmd(
                     print(f"{s['name']}: {s['hosts']} hosts, {s['status']}, {s['subnet']}")
             return
         st = status(name)
-    _print(st, as_json)
+    _print(st, as_json, st["host_status"])
     if not st["healthy"]:
         raise typer.Exit(1)
 
 
-def _print(d: dict, as_json: bool) -> None:
+def _print(d: ClusterDoc, as_json: bool, hosts: Sequence[HostStatus] = ()) -> None:
+    """The cluster (``hosts``: each as the kernel has it, from ``status``), or ``d`` as JSON."""
     if as_json:
         print(json.dumps(d, indent=2))
         return
@@ -173,7 +180,7 @@ def _print(d: dict, as_json: bool) -> None:
     )
     for h, addr in enumerate(d["addresses"]):
         line = f"  host {h}: cl-{d['name']}-h{h} {addr}"
-        for row in d.get("host_status", []):
+        for row in hosts:
             if row["host"] == h:
                 line += f" rate {row['rate_bytes_per_s'] * 8 / 1e9:g} Gb/s" + ("" if row["present"] else " MISSING")
         print(line)

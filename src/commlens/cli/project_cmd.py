@@ -22,6 +22,10 @@ from commlens.cli.options import DB
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
     from typer._click import Context as ClickContext
 
+    from commlens.project.sweep import Overrides, SweepRow
+    from commlens.project.validation_report import MemoryStats, TableStats, ValidationSummary
+    from commlens.sim import SimOptions
+
 # The network options of ``project`` and ``project sweep``, declared once.
 _Network = Annotated[
     str, typer.Option("--network", help="analytic (cost models) or sim (commlens sim: every group at once)")
@@ -118,7 +122,7 @@ def _one(
 
     files = accelerators_in_force(accelerators)
 
-    layout = {
+    layout: Overrides = {
         "tp": tp,
         "pp": pp,
         "cp": cp,
@@ -145,9 +149,7 @@ def _one(
         if v is not None
     }
     point = _point(sets, parse_vary)
-    base = Base(
-        workload, topology, gpus, layout, wl, files, *_network(network, routing, seed, qps, fail_links, degrade)
-    )
+    base = Base(workload, topology, gpus, layout, wl, files, _network(network, routing, seed, qps, fail_links, degrade))
     p = _project(base, point)
     what = None
     if network == "sim" and not no_what_if and not as_json:
@@ -182,38 +184,28 @@ def accelerators_in_force(path: str | None) -> tuple[str, ...]:
     return files
 
 
-def _point(sets: list[str], parse_vary) -> dict[str, Any]:
+def _point(sets: list[str], parse_vary) -> Overrides:
     with errors_as_exit("--set "):
         return {k: v[0] for k, v in parse_vary(sets).items()}
 
 
 def _network(
     network: str, routing: str, seed: int, qps: int, fail_links: list[str] | None, degrade: list[str] | None
-) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """The Base fields of ``--network`` and the simulator's options (exit 2 when they do not go together)."""
+) -> SimOptions | None:
+    """The simulator's options of ``--network sim``, None for analytic (exit 2 when they do not go together)."""
+    from commlens.cli.sim_cmd import sim_options
+
     if network not in ("analytic", "sim"):
         fail(f"--network: {network!r} is not a network model; known: analytic, sim")
     if network == "analytic":
         given = [n for n, v in (("--fail", fail_links), ("--degrade", degrade)) if v]
         if given or routing != "ecmp" or seed or qps != 1:
             fail(f"{', '.join(given) or '--routing/--seed/--qps'}: only with --network sim")
-        return network, ()
-    if routing not in ("ecmp", "spray"):
-        fail(f"--routing: {routing!r}; known: ecmp, spray")
-    if not 1 <= qps <= 64:
-        fail(f"--qps: must be between 1 and 64, got {qps}")
-    if not 0 <= seed < 1 << 32:
-        fail(f"--seed: between 0 and 4294967295, got {seed}")
-    return network, (
-        ("routing", routing),
-        ("seed", seed),
-        ("qps", qps),
-        ("fail", tuple(fail_links or ())),
-        ("degrade", tuple(degrade or ())),
-    )
+        return None
+    return sim_options(routing, seed, qps, 2, fail_links or (), degrade or ())
 
 
-def _project(base, point: dict[str, Any]):
+def _project(base, point: Overrides):
     """The projection of one point (``sweep.project_point``), or exit 2 with the reason."""
     from commlens.errors import CommlensError
     from commlens.project.sweep import project_point
@@ -392,14 +384,11 @@ def _sweep(
         grid_spec = parse_vary(vary)
     with errors_as_exit():
         points = grid(grid_spec) if grid_spec else [{}]
-        layout: dict[str, Any] = (
-            {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
-        )
+        layout: Overrides = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
         layout["recompute"] = recompute
         base = Base(
-            workload, topology, gpus, layout, {}, files, *_network(network, routing, seed, qps, fail_links, degrade)
+            workload, topology, gpus, layout, {}, files, _network(network, routing, seed, qps, fail_links, degrade)
         )
-        base.sim_options()  # a bad fault name or factor: error before any point runs
         result = run_sweep(
             base,
             points,
@@ -410,7 +399,11 @@ def _sweep(
     reasons = result.infeasible_reasons()
     if plot_path and result.feasible and grid_spec:
         plot(result, grid_spec, metric, plot_path)
-    document = {"rows": result.rows, "best": result.best(metric, top), "infeasible": dict(reasons)}
+    document = {
+        "rows": [r.as_dict() for r in result.rows],
+        "best": [r.as_dict() for r in result.best(metric, top)],
+        "infeasible": dict(reasons),
+    }
     if save:
         from commlens.cli.reports_cmd import save_document
 
@@ -422,7 +415,7 @@ def _sweep(
     _print_sweep_rows(keys, result.rows)
     print(f"\n{len(result.feasible)} of {len(result.rows)} points feasible; best by {metric}:")
     for r in result.best(metric, top):
-        print("  " + ", ".join(f"{k}={r[k]}" for k in keys) + f": {metric} {r[metric]:.4g}")
+        print("  " + ", ".join(f"{k}={r.point[k]}" for k in keys) + f": {metric} {r.figures[metric]:.4g}")
     if reasons:
         print("infeasible:")
         for reason, n in reasons.most_common():
@@ -431,23 +424,23 @@ def _sweep(
         print(f"plot: {plot_path}")
 
 
-def _print_sweep_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
+def _print_sweep_rows(keys: list[str], rows: list[SweepRow]) -> None:
     """One row per point: its values, then the projection, or (in the layout column) why it cannot run."""
     from commlens.cli.tables import new_table, print_table, right
 
     table = new_table(*map(right, keys), *map(right, ("step s", "tokens/s", "MFU %", "mem GB")), "layout")
     for r in rows:
-        head = [str(r[k]) for k in keys]
-        if "error" in r:
-            table.add_row(*head, "", "", "", "", f"infeasible: {r['error']}")
+        head = [str(r.point[k]) for k in keys]
+        if r.error is not None:
+            table.add_row(*head, "", "", "", "", f"infeasible: {r.error}")
             continue
-        lay = r["layout"]
+        lay, f = r.layout, r.figures
         table.add_row(
             *head,
-            f"{r['step_time_s']:.3f}",
-            f"{r['tokens_per_s']:.4g}",
-            f"{r['mfu'] * 100:.1f}",
-            f"{r['memory_gb']:.1f}",
+            f"{f['step_time_s']:.3f}",
+            f"{f['tokens_per_s']:.4g}",
+            f"{f['mfu'] * 100:.1f}",
+            f"{f['memory_gb']:.1f}",
             f"tp{lay['tp']} cp{lay['cp']} pp{lay['pp']}x{lay['vpp']} dp{lay['dp']} ep{lay['ep']} z{lay['zero']}",
         )
     print_table(table)
@@ -494,7 +487,7 @@ def _validate(
         raise typer.Exit(1)
 
 
-def _print_memory_validation(memory, stats: dict[str, Any]) -> None:
+def _print_memory_validation(memory, stats: MemoryStats) -> None:
     """One row per memory figure: published and predicted GB (1e9 B), the error, or whether a bound is met."""
     from commlens.cli.tables import new_table, print_table, right
     from commlens.results.units import format_percent
@@ -521,7 +514,7 @@ def _print_memory_validation(memory, stats: dict[str, Any]) -> None:
     )
 
 
-def _print_validation(rows, summary: dict[str, Any]) -> None:
+def _print_validation(rows, summary: ValidationSummary) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.results.units import format_percent
 
@@ -532,7 +525,7 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
 
     if not rows:
         return
-    current = None
+    current = ""  # the table being printed (names are not empty)
     table = None
     for r in rows:
         if r.table != current:
@@ -578,15 +571,15 @@ def _print_validation(rows, summary: dict[str, Any]) -> None:
         + " (targets: mean <= 6%, each table <= 8% (SC'21 <= 3%), every row within 20%, none refused: "
         + f"{'met' if summary['throughput_targets_met'] else 'NOT met'})"
     )
-    cov = summary.get("band_coverage") or {}
-    if cov.get("coverage") is not None:
+    cov = summary.get("band_coverage")
+    if cov is not None and (coverage := cov["coverage"]) is not None:
         print(
             f"80% band (each row left out of its own family's fit): covers {cov['covered']} of {cov['rows']} rows "
-            f"({format_percent(cov['coverage'])}; target 70% to 90%)"
+            f"({format_percent(coverage)}; target 70% to 90%)"
         )
 
 
-def _print_table_stats(name, stats: dict[str, Any], pct) -> None:
+def _print_table_stats(name, stats: TableStats, pct) -> None:
     refused = f", {stats['refused']} refused" if stats["refused"] else ""
     print(f"  {name}: mean absolute error {pct(stats['mean_abs_error'])}, max {pct(stats['max_abs_error'])}{refused}")
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -11,6 +12,9 @@ from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.tables import new_table, print_table, right
 from commlens.cli.topology_cmd import load_or_fail
+
+if TYPE_CHECKING:
+    from commlens.sim import Fault, SimOptions
 
 sim_app = typer.Typer(
     help="Simulate collectives on a fabric: contention, ECMP collisions, oversubscription, failed links, "
@@ -23,19 +27,22 @@ _CHANNELS = "NCCL channels per pair of ranks, each its own connection (NCCL dupl
 _TOPOLOGY = "a preset (see `commlens topology list`) or a topology YAML file"
 
 
-def _faults(fail_links: list[str], degrade: list[str]) -> tuple[Any, ...]:
+def _faults(fail_links: Sequence[str], degrade: Sequence[str]) -> tuple[Fault, ...]:
     from commlens.sim import parse_fault
 
     with errors_as_exit():
         return tuple(parse_fault(f, False) for f in fail_links) + tuple(parse_fault(d, True) for d in degrade)
 
 
-_SEED_MAX = 2**32 - 1
+def sim_options(
+    routing: str, seed: int, qps: int, channels: int, fail_links: Sequence[str], degrade: Sequence[str]
+) -> SimOptions:
+    """The simulator's options from the command line, checked by :class:`SimOptions` (exit 2 naming the option)."""
+    from commlens.sim import SimOptions
 
-
-def _check_seed(seed: int) -> None:
-    if not 0 <= seed <= _SEED_MAX:
-        fail(f"--seed: between 0 and {_SEED_MAX}, got {seed}")
+    faults = _faults(fail_links, degrade)
+    with errors_as_exit("--"):
+        return SimOptions(routing, seed, qps, channels, faults)
 
 
 def _groups(nodes: int, per_node: int, gpus_per_node: int, jobs: int, placement: str) -> list[Any]:
@@ -123,6 +130,8 @@ def collective(
     plot_path: str | None = typer.Option(None, "--plot", help="write a PNG (fabric heatmap, timeline) here"),
 ) -> None:
     """Simulate one collective (or one per job) over every rank of the job on the topology's fabric."""
+    from dataclasses import replace
+
     from commlens.ops import parse_ops
     from commlens.results.units import parse_size
     from commlens.sim import Collective, simulate
@@ -130,7 +139,7 @@ def collective(
     topo = load_or_fail(topology)
     if routing not in ("ecmp", "spray", "both"):
         fail(f"--routing: {routing!r}; known: ecmp, spray, both")
-    _check_seed(seed)
+    opts = sim_options("ecmp" if routing == "both" else routing, seed, qps, channels, fail_links, degrade)
     if nodes < 1:
         fail(f"--nodes: must be >= 1, got {nodes}")
     if top < 1:
@@ -144,7 +153,6 @@ def collective(
     per_node = topo.accelerators_per_node if ranks_per_node is None else ranks_per_node
     if not 1 <= per_node <= topo.accelerators_per_node:
         fail(f"--ranks-per-node: between 1 and {topo.accelerators_per_node}, got {per_node}")
-    faults = _faults(fail_links, degrade)
     if jobs >= 1 and nodes % jobs == 0:  # else _groups says why
         from commlens.sim import CollectiveShape, check_sim_size
 
@@ -158,20 +166,7 @@ def collective(
     results = []
     for r in ("ecmp", "spray") if routing == "both" else (routing,):
         with errors_as_exit():
-            results.append(
-                simulate(
-                    topo,
-                    nodes,
-                    colls,
-                    routing=r,
-                    seed=seed,
-                    sync=sync,
-                    faults=faults,
-                    qps=qps,
-                    channels=channels,
-                    top=top,
-                )
-            )
+            results.append(simulate(topo, nodes, colls, options=replace(opts, routing=r), sync=sync, top=top))
     if plot_path:
         from commlens.sim.report import plot
 
@@ -248,23 +243,20 @@ def step(
     from commlens.project.simstep import simulate_step
     from commlens.project.sweep import Base, parse_vary, point_inputs
 
-    if routing not in ("ecmp", "spray"):
-        fail(f"--routing: {routing!r}; known: ecmp, spray")
-    _check_seed(seed)
-    faults = _faults(fail_links, degrade)
+    opts = sim_options(routing, seed, qps, channels, fail_links, degrade)
     with errors_as_exit("--set "):
         point = parse_vary([s for s in sets]) if sets else {}
     with errors_as_exit():
         flat = {k: v[0] for k, v in point.items()}
         w, topo, n, layout_over = point_inputs(Base(workload, topology, gpus, {}, {}), flat)
     try:
-        layout = ParallelLayout(**layout_over)
+        layout = ParallelLayout.model_validate(layout_over)
     except ValueError as e:
         from commlens.cli.project_cmd import fail_layout
 
         fail_layout(e)
     with errors_as_exit():
-        doc = simulate_step(w, topo, layout, n, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
+        doc = simulate_step(w, topo, layout, n, opts)
     if as_json:
         print(json.dumps(doc, indent=1, default=str))
         return
@@ -276,5 +268,5 @@ def step(
     rows = [(k, f"{v:.3f}") for k, v in sorted(doc["communication_s"].items())]
     print_table(new_table("part", right("summed s"), rows=rows), indent=2)
     for h in doc["hottest_links"][:5]:
-        print(f"  hot: {h['link']} {100 * h['utilisation']:.1f}%")
+        print(f"  hot: {h['link']} {h['utilisation']:.1%}")
     print(f"  simulated in {doc['wall_s']:.1f} s ({doc['events']} events)")

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from commlens.cluster.kernel import remove_cgroup, run, set_cpu_quota, try_run
 from commlens.cluster.spec import ClusterError, ClusterSpec, NotRootError, names_for
-from commlens.cluster.state import ClusterState, list_states, load_state, state_dir
+from commlens.cluster.state import ClusterDoc, ClusterState, list_states, load_state, state_dir
 
 __all__ = ["change", "down", "leftovers", "require_root", "status", "up"]
 
@@ -59,47 +59,9 @@ def _htb(prefix: list[str], dev: str, rate: float, classes: dict[int, tuple[floa
     try_run(*prefix, "qdisc", "del", "dev", dev, "root")
     run(*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
     top = max([rate, *(r for r, _ in classes.values())])
-    run(
-        *prefix,
-        "class",
-        "add",
-        "dev",
-        dev,
-        "parent",
-        "1:",
-        "classid",
-        "1:1",
-        "htb",
-        "rate",
-        _bits(top),
-        "ceil",
-        _bits(top),
-        "burst",
-        _burst(top),
-        "cburst",
-        _burst(top),
-    )
+    _htb_class(prefix, dev, "1:", "1:1", top)
     for cid, (r, dst) in {10: (rate, None), **classes}.items():
-        run(
-            *prefix,
-            "class",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            "1:1",
-            "classid",
-            f"1:{cid}",
-            "htb",
-            "rate",
-            _bits(r),
-            "ceil",
-            _bits(r),
-            "burst",
-            _burst(r),
-            "cburst",
-            _burst(r),
-        )
+        _htb_class(prefix, dev, "1:1", f"1:{cid}", r)
         if dst is not None:
             run(
                 *prefix,
@@ -121,6 +83,31 @@ def _htb(prefix: list[str], dev: str, rate: float, classes: dict[int, tuple[floa
                 "flowid",
                 f"1:{cid}",
             )
+
+
+def _htb_class(prefix: list[str], dev: str, parent: str, classid: str, rate: float) -> None:
+    """An HTB class ``classid`` under ``parent`` on ``dev``, rate and ceiling ``rate`` bytes/s."""
+    bits, burst = _bits(rate), _burst(rate)
+    run(
+        *prefix,
+        "class",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        parent,
+        "classid",
+        classid,
+        "htb",
+        "rate",
+        bits,
+        "ceil",
+        bits,
+        "burst",
+        burst,
+        "cburst",
+        burst,
+    )
 
 
 def apply_shaping(state: ClusterState) -> None:
@@ -257,15 +244,33 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
-def status(name: str) -> dict[str, Any]:
+class HostStatus(TypedDict, total=False):
+    """One host of a cluster as the kernel has it (``tx_bytes`` only when its namespace exists)."""
+
+    host: int
+    netns: str
+    address: str
+    rate_bytes_per_s: float
+    present: bool
+    tx_bytes: int
+
+
+class ClusterStatus(ClusterDoc):
+    """The saved state, each host as the kernel has it, and whether all is there."""
+
+    host_status: list[HostStatus]
+    healthy: bool
+
+
+def status(name: str) -> ClusterStatus:
     """The saved state plus what exists in the kernel and each host's shaped rates and bytes sent."""
     state = load_state(name)
-    out = state.to_dict()
+    doc = state.to_dict()
     live = set(leftovers(name))
     names = names_for(name)
     hosts = []
     for h in range(state.spec.hosts):
-        row: dict[str, Any] = {
+        row: HostStatus = {
             "host": h,
             "netns": names.netns(h),
             "address": state.host_address(h),
@@ -279,6 +284,4 @@ def status(name: str) -> dict[str, Any]:
                 ).strip()
             )
         hosts.append(row)
-    out["host_status"] = hosts
-    out["healthy"] = all(r["present"] for r in hosts) and state.status == "up"
-    return out
+    return {**doc, "host_status": hosts, "healthy": all(r["present"] for r in hosts) and state.status == "up"}

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeVar
 
 from commlens.cluster.spec import (
     ClusterError,
@@ -21,9 +22,52 @@ from commlens.cluster.spec import (
     check_name,
 )
 
-__all__ = ["FORMAT", "ClusterState", "list_states", "load_state", "state_dir", "state_path"]
+__all__ = ["FORMAT", "ClusterDoc", "ClusterState", "list_states", "load_state", "state_dir", "state_path"]
 
 FORMAT = "commlens.cluster/1"
+_T = TypeVar("_T")
+
+
+class FaultsDoc(TypedDict):
+    """The cluster's faults as the state file keeps them (each one its dataclass's fields)."""
+
+    slow_hosts: list[dict[str, object]]
+    slow_links: list[dict[str, object]]
+    starved_hosts: list[dict[str, object]]
+
+
+class ClusterDoc(TypedDict):
+    """One cluster's state file (``commlens.cluster/1``), also what ``cluster status --json`` starts from."""
+
+    format: str
+    name: str
+    status: str  # building | up
+    hosts: int
+    link_bytes_per_s: float
+    ranks_per_host: int
+    subnet: str
+    subnet_index: int
+    bridge_address: str
+    addresses: list[str]
+    faults: FaultsDoc
+    created: list[dict[str, str]]  # the kernel objects made, in order: kind and name
+
+
+def _field(d: Mapping[str, object], key: str, kind: type[_T]) -> _T:
+    """``d[key]`` when it is a ``kind``; ClusterError (the state file is unreadable) otherwise."""
+    value = d[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ClusterError(f"{key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _records(faults: Mapping[str, object], key: str) -> list[dict[str, object]]:
+    items = _field(faults, key, list)
+    if not all(isinstance(x, dict) for x in items):
+        raise ClusterError(f"faults.{key}: expected a list of objects")
+    return items
 
 
 def state_dir() -> Path:
@@ -65,7 +109,7 @@ class ClusterState:
     def path(self) -> Path:
         return state_path(self.spec.name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ClusterDoc:
         s = self.spec
         return {
             "format": FORMAT,
@@ -93,20 +137,33 @@ class ClusterState:
         tmp.replace(self.path)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ClusterState:
+    def from_dict(cls, d: Mapping[str, object]) -> ClusterState:
+        """The state :meth:`to_dict` wrote; ClusterError naming a field of the wrong type, KeyError a missing one
+        (and the spec's own errors for values out of range)."""
         if d.get("format") != FORMAT:
             raise ClusterError(f"cluster state has format {d.get('format')!r}, expected {FORMAT}")
-        f = d["faults"]
+        f = _field(d, "faults", dict)
         spec = ClusterSpec(
-            name=d["name"],
-            hosts=d["hosts"],
-            link_bytes_per_s=d["link_bytes_per_s"],
-            ranks_per_host=d["ranks_per_host"],
-            slow_hosts=tuple(SlowHost(**x) for x in f["slow_hosts"]),
-            slow_links=tuple(SlowLink(**x) for x in f["slow_links"]),
-            starved_hosts=tuple(StarvedHost(**x) for x in f["starved_hosts"]),
+            name=_field(d, "name", str),
+            hosts=_field(d, "hosts", int),
+            link_bytes_per_s=_field(d, "link_bytes_per_s", float),
+            ranks_per_host=_field(d, "ranks_per_host", int),
+            slow_hosts=tuple(
+                SlowHost(_field(x, "host", int), _field(x, "fraction", float)) for x in _records(f, "slow_hosts")
+            ),
+            slow_links=tuple(
+                SlowLink(_field(x, "a", int), _field(x, "b", int), _field(x, "fraction", float))
+                for x in _records(f, "slow_links")
+            ),
+            starved_hosts=tuple(
+                StarvedHost(_field(x, "host", int), _field(x, "cpu_fraction", float))
+                for x in _records(f, "starved_hosts")
+            ),
         )
-        return cls(spec=spec, subnet_index=d["subnet_index"], status=d["status"], created=list(d["created"]))
+        created = _field(d, "created", list)
+        return cls(
+            spec=spec, subnet_index=_field(d, "subnet_index", int), status=_field(d, "status", str), created=created
+        )
 
 
 def load_state(name: str) -> ClusterState:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from commlens.model.fit import Residual, predict_observations
 from commlens.model.observe import observations
@@ -39,7 +38,7 @@ class CheckResult:
             groups.setdefault(f"{r.obs.op}/{r.obs.algo}", []).append(r)
         return {key: error_summary(rows) for key, rows in groups.items()}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The summaries and every row (``model check --json``)."""
         return {
             "topology": self.topology,

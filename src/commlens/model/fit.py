@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from commlens.errors import CommlensError
 from commlens.model.layout import Layout
@@ -53,20 +53,34 @@ class FitError(CommlensError, ValueError):
     """Runs that cannot calibrate a topology (no usable rows, nothing to fit)."""
 
 
+class _Changes(TypedDict, total=False):
+    """The Layout fields a fitted constant changes, with their new values."""
+
+    launch_s: float
+    up_latency_s: float
+    up_rate: float
+    switch_rate: float
+    up_cached_rate: float
+    reduce_rate: float
+    copy_rate: float
+    nic_rate: float
+    out_latency_s: tuple[float, ...]
+
+
 @dataclass(frozen=True)
 class _Param:
     name: str
     unit: str
     get: Callable[[Layout], float]
-    put: Callable[[Layout, float], dict[str, Any]]  # the layout fields that change
+    put: Callable[[Layout, float], _Changes]  # the layout fields that change
 
 
-def _out_latency(L: Layout, v: float) -> dict[str, Any]:
+def _out_latency(L: Layout, v: float) -> _Changes:
     shift = v - L.out_latency_s[0]
     return {"out_latency_s": tuple(t + shift for t in L.out_latency_s)}
 
 
-def _up_rate(L: Layout, v: float) -> dict[str, Any]:
+def _up_rate(L: Layout, v: float) -> _Changes:
     ratio = L.switch_rate / L.up_rate if L.up_rate > 0 else 0.0
     return {"up_rate": v, "switch_rate": v * ratio}
 
@@ -98,7 +112,7 @@ class FittedParam:
     def stderr(self) -> float | None:
         return None if self.relative_stderr is None else self.value * self.relative_stderr
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "unit": self.unit,
@@ -123,7 +137,7 @@ class Residual:
     def busbw(self, time_s: float) -> float:
         return OPS[self.obs.op].busbw(self.obs.size_bytes, time_s, self.obs.world_size)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The row as ``commlens model fit/check --json`` prints it."""
         o = self.obs
         return {
@@ -161,7 +175,7 @@ class FitResult:
     def max_ape_pct(self) -> float:
         return 100.0 * max(abs(r.error) for r in self.residuals)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The calibrated topology, the constants, the error and every residual (``model fit --json``)."""
         from commlens.topology import topology_to_dict
 
@@ -262,7 +276,7 @@ def _solve(
         for L in base:
             key = id(L)
             if key not in cache:
-                changes: dict[str, Any] = {}
+                changes: _Changes = {}
                 for p, v in zip(free, values):
                     changes.update(p.put(replace(L, **changes), float(v)))
                 cache[key] = replace(L, **changes)
@@ -358,9 +372,12 @@ def _write_topology(
     return topology_from_dict(data, source="fitted topology")
 
 
-def _set_rate(level: dict[str, Any], line_key: str, rate: float, origin: str) -> None:
-    """Keep the line rate (hardware data) and fit its efficiency; a rate above the line rate raises it."""
+def _set_rate(level: dict[str, object], line_key: str, rate: float, origin: str) -> None:
+    """Keep the line rate (hardware data) and fit its efficiency; a rate above the line rate raises it.
+    ``level``: a tier of a checked topology's plain data, whose line rate is a number."""
     line = level[line_key]
+    if not isinstance(line, (int, float)):
+        raise FitError(f"{line_key}: the template's line rate is not a number ({line!r})")
     if rate <= line:
         level["efficiency"] = round(rate / line, 6)
     else:

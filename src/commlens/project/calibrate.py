@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from commlens.project.calibration_file import CalibrationFile, GemmRecord
 from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, gemm_time_s
@@ -63,6 +63,29 @@ _CUDA_NAMES = (
 )
 
 
+class WorstShape(TypedDict):
+    """One fitted GEMM shape the curve misses most: signed error = model / measured - 1."""
+
+    error: float
+    kind: str
+    dtype: str
+    label: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    layout: str
+    measured_tflops: float
+    model_tflops: float
+
+
+# One measured attention call as an efficiency-table entry (efficiency.yaml's schema; "pass" is a keyword)
+AttentionEntry = TypedDict(
+    "AttentionEntry",
+    {"kernel": str, "pass": str, "causal": bool, "head_dim": int, "seq_len": int, "tflops": float, "origin": str},
+)
+
+
 @dataclass(frozen=True)
 class CurveError:
     """The GEMM curve with one set of constants against the measurements."""
@@ -74,9 +97,9 @@ class CurveError:
     mape: float  # over the fitted shapes
     by_kind: dict[str, float]  # MAPE per kind (small included: not fitted)
     by_dtype: dict[str, float]
-    worst: list[dict[str, Any]]  # fitted shapes with the largest |error|, signed error = model / measured - 1
+    worst: list[WorstShape]  # fitted shapes with the largest |error|
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "label": self.label,
             "gemm_efficiency": self.gemm_efficiency,
@@ -103,7 +126,7 @@ class CalibrationFit:
     curves: list[CurveError]  # current constants, plateau alone, the fit
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "source": self.source,
             "measured_device": self.calibration.device.model_dump(),
@@ -186,7 +209,7 @@ def _curve_error(label: str, dev: Device, peak: float, records: list[GemmRecord]
 def _with(dev: Device, params: tuple[str, ...], x: list[float], origin: str) -> Device:
     """``dev`` with the fitted parameters ``x`` (in the order of ``params``) applied."""
     tiles, k_over = _shape_of(dev)
-    update: dict[str, Any] = {}
+    update: dict[str, object] = {}
     i = 0
     if "gemm_efficiency" in params:
         update["gemm_efficiency"] = float(x[i])
@@ -288,7 +311,7 @@ def fit_calibration(
         raise ProjectionError(f"{source}: no square, transformer or attention GEMMs to fit")
     plateau = _least_squares(dev, peak, fit_records, ("gemm_efficiency",))
     fitted = plateau if parameters == ("gemm_efficiency",) else _least_squares(dev, peak, fit_records, parameters)
-    update: dict[str, Any] = {
+    update: dict[str, object] = {
         "sms": cal.device.sms,
         "gemm_efficiency": round(fitted.gemm_efficiency, 4),
         "gemm_efficiency_origin": f"fit of the GEMM curve ({', '.join(parameters)}) to {len(fit_records)} GEMMs, "
@@ -315,7 +338,7 @@ def fit_calibration(
 def fragment_yaml(fit: CalibrationFit) -> str:
     """An accelerators file (``format: commlens.accelerators/1``) with the fitted entry, for ``--accelerators``."""
     d = fit.fitted
-    entry: dict[str, Any] = {
+    entry: dict[str, object] = {
         "peak_flops": dict(d.peak_flops),
         "hbm_bytes": d.hbm_bytes,
         "hbm_bytes_per_s": d.hbm_bytes_per_s,
@@ -342,7 +365,7 @@ def fragment_yaml(fit: CalibrationFit) -> str:
     )
     import yaml
 
-    doc: dict[str, Any] = {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}
+    doc: dict[str, object] = {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}
     if attention:  # measured attention kernels: the efficiency tables' entries (commlens.project.efficiency)
         doc["attention"] = {d.name: attention}
     body = yaml.dump(
@@ -355,7 +378,7 @@ def fragment_yaml(fit: CalibrationFit) -> str:
     return head + body
 
 
-def attention_entries(fit: CalibrationFit) -> list[dict[str, Any]]:
+def attention_entries(fit: CalibrationFit) -> list[AttentionEntry]:
     """The measured attention calls as efficiency-table entries (``efficiency.yaml``'s schema), the median
     TFLOP/s of each (kernel, pass, head size, sequence length)."""
     cal = fit.calibration

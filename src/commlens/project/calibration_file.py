@@ -59,6 +59,12 @@ class CalibrationFileError(ProjectionError):
     """A measurement file that cannot be used; the message names the file and the problem."""
 
 
+def _check_rate(flops: float, time_s: float, tflops: float) -> None:
+    """A record's ``tflops`` must be its FLOPs over its median time."""
+    if abs(flops / time_s / 1e12 - tflops) > _REL_TOL * tflops:
+        raise ValueError(f"tflops {tflops} does not follow from the shape and time_s")
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -93,8 +99,7 @@ class GemmRecord(_Record):
 
     @model_validator(mode="after")
     def _rate(self) -> GemmRecord:
-        if abs(self.flops / self.time_s / 1e12 - self.tflops) > _REL_TOL * self.tflops:
-            raise ValueError(f"tflops {self.tflops} does not follow from the shape and time_s")
+        _check_rate(self.flops, self.time_s, self.tflops)
         return self
 
 
@@ -138,8 +143,7 @@ class AttentionRecord(_Record):
 
     @model_validator(mode="after")
     def _rate(self) -> AttentionRecord:
-        if abs(self.flops / self.time_s / 1e12 - self.tflops) > _REL_TOL * self.tflops:
-            raise ValueError(f"tflops {self.tflops} does not follow from the shape and time_s")
+        _check_rate(self.flops, self.time_s, self.tflops)
         return self
 
 

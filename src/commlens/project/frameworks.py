@@ -169,7 +169,9 @@ def _profiles() -> dict[str, Framework]:
     data: Any = load_yaml(text)
     if not isinstance(data, dict) or data.get("format") != FRAMEWORKS_FORMAT:
         raise ProjectionError(f"frameworks.yaml: format must be {FRAMEWORKS_FORMAT!r}")
-    raw: dict[str, Any] = data.get("frameworks") or {}
+    raw = data.get("frameworks") or {}
+    if not isinstance(raw, dict):
+        raise ProjectionError("frameworks.yaml: frameworks must be a mapping of name to profile")
     out: dict[str, Framework] = {}
     for name, entry in raw.items():
         base = entry

@@ -24,10 +24,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from commlens.project.errors import ProjectionError
-from commlens.specdata import DuplicateKeyError, load_yaml, refuse_bool_numbers
+from commlens.specdata import DuplicateKeyError, StrictSpec, load_yaml
 
 __all__ = [
     "ACCELERATORS_ENV",
@@ -50,15 +50,8 @@ class AcceleratorsFileError(ProjectionError):
     """An accelerators file that cannot be used; the message names the file and the field."""
 
 
-class GemmShape(BaseModel):
+class GemmShape(StrictSpec):
     """Calibrated shape terms of the GEMM curve (:mod:`commlens.project.compute`); absent: its defaults."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
 
     k_overhead: float = Field(ge=0, le=4096, description="elements of K a tile spends in prologue and epilogue")
     tiles: tuple[tuple[int, int, float], ...] = Field(
@@ -84,15 +77,8 @@ class GemmShape(BaseModel):
         return v
 
 
-class Device(BaseModel):
+class Device(StrictSpec):
     """One accelerator's compute figures."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
 
     name: str = Field(description="the topology's accelerator.name")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s per GEMM precision (bf16, fp8)")

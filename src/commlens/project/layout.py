@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.specdata import refuse_bool_numbers
+from commlens.specdata import StrictSpec
 from commlens.workload import Workload
 
 __all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
@@ -31,15 +31,8 @@ AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
-class ParallelLayout(BaseModel):
+class ParallelLayout(StrictSpec):
     """How a job splits one training step over its GPUs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
 
     tp: int = Field(default=1, ge=1, description="tensor-parallel size")
     sp: bool = Field(default=True, description="sequence parallelism: TP all-gather/reduce-scatter, norms split")

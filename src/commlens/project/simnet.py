@@ -9,13 +9,13 @@ stage boundary of every pipeline at once, both ways (1F1B's steady state). Resul
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.layout import Group, Resolved
-from commlens.sim import Collective, Fabric, Fault, SimError, build_fabric, groups_by_stride, simulate
+from commlens.sim import Collective, Fabric, SimError, SimOptions, build_fabric, groups_by_stride, simulate
 from commlens.topology import Topology
 
 __all__ = ["SimNetwork"]
@@ -27,24 +27,19 @@ _TIMES: dict[tuple, float] = {}
 class SimNetwork:
     """Collective times of one resolved layout on one topology, simulated with all groups of a dimension."""
 
-    def __init__(self, topology: Topology, r: Resolved, gpus: int, options: dict[str, Any]) -> None:
+    def __init__(self, topology: Topology, r: Resolved, gpus: int, options: SimOptions) -> None:
         self.topology = topology
         self.r = r
         self.gpus = gpus
-        self.routing = str(options.get("routing", "ecmp"))
-        self.seed = int(options.get("seed", 0))
-        self.qps = int(options.get("qps", 1))
-        self.faults: tuple[Fault, ...] = tuple(options.get("faults", ()))
+        self.faults = options.faults
+        self._run = replace(options, faults=())  # the cached fabric (_fabric) has the faults applied already
         per_node = topology.accelerators_per_node
         self.nodes = max(1, -(-gpus // per_node))
         self._key = (
             id(topology),
             gpus,
             tuple(sorted(r.placement.items())),
-            self.routing,
-            self.seed,
-            self.qps,
-            self.faults,
+            options,
         )
 
     def _fabric(self) -> Fabric:
@@ -88,9 +83,7 @@ class SimNetwork:
                 self.topology,
                 self.nodes,
                 [Collective(dim, op, float(int(size_bytes)), self._groups(dim))],
-                routing=self.routing,
-                seed=self.seed,
-                qps=self.qps,
+                options=self._run,
                 fabric=self._fabric(),
             )
         except SimError as e:

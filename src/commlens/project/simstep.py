@@ -23,18 +23,44 @@ last stage's DP tail. The simulated step and its parts are compared with the pro
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
 from commlens.project.layout import ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_parameters
 from commlens.project.step import project
-from commlens.sim import Collective, Fault, groups_by_stride, simulate
+from commlens.sim import Collective, CollectiveResult, SimOptions, groups_by_stride, simulate
 from commlens.topology import Topology
 from commlens.workload import Workload
 
-__all__ = ["simulate_step"]
+__all__ = ["SimStep", "simulate_step"]
+
+
+class SimStep(TypedDict):
+    """One simulated step beside the projection's (``commlens sim step --json``)."""
+
+    format: str  # commlens.sim-step/1
+    workload: str
+    topology: str
+    gpus: int
+    layout: dict[str, object]  # the projection's layout, resolved
+    micro_batches: int
+    collectives: int  # collectives in the step's DAG
+    step_time_s: float  # simulated
+    projected_step_time_s: float  # the projection's, analytic network
+    communication_s: dict[str, float]  # simulated seconds by parallel dimension
+    routing: str
+    seed: int
+    qps: int
+    channels: int
+    events: int
+    rate_recomputations: int
+    hottest_links: list[dict[str, object]]
+    link_classes: list[dict[str, object]]
+    fabric: dict[str, object]
+    wall_s: float
 
 
 def _schedule(pp: int, m: int, s: int) -> list[tuple[str, int]]:
@@ -56,14 +82,11 @@ def simulate_step(
     topology: Topology,
     layout: ParallelLayout,
     gpus: int,
-    *,
-    routing: str = "ecmp",
-    seed: int = 0,
-    qps: int = 1,
-    channels: int = 2,
-    faults: tuple[Fault, ...] = (),
-) -> dict[str, Any]:
-    """Simulate one step; a JSON-ready document with the simulated and projected step times and the run."""
+    options: SimOptions | None = None,
+) -> SimStep:
+    """Simulate one step (``options``: the simulator's, default :class:`SimOptions`); a JSON-ready document
+    with the simulated and projected step times and the run."""
+    opts = options if options is not None else SimOptions()
     wall0 = time.perf_counter()
     proj = project(workload, topology, layout, gpus)
     graph = _StepGraph(workload, layout, resolve(layout, workload, gpus, topology.accelerators_per_node), gpus)
@@ -71,7 +94,7 @@ def simulate_step(
     graph.add_dp_tails()
     colls = graph.colls
     nodes = max(1, -(-gpus // topology.accelerators_per_node))
-    result = simulate(topology, nodes, colls, routing=routing, seed=seed, qps=qps, channels=channels, faults=faults)
+    result = simulate(topology, nodes, colls, options=opts)
     return {
         "format": "commlens.sim-step/1",
         "workload": workload.name,
@@ -83,10 +106,10 @@ def simulate_step(
         "step_time_s": result.makespan_s,
         "projected_step_time_s": proj.step_time_s,
         "communication_s": _communication_s(result.collectives),
-        "routing": routing,
-        "seed": seed,
-        "qps": qps,
-        "channels": channels,
+        "routing": opts.routing,
+        "seed": opts.seed,
+        "qps": opts.qps,
+        "channels": opts.channels,
         "events": result.events,
         "rate_recomputations": result.recomputations,
         "hottest_links": result.hottest,
@@ -96,7 +119,7 @@ def simulate_step(
     }
 
 
-def _communication_s(collectives: Any) -> dict[str, float]:
+def _communication_s(collectives: Sequence[CollectiveResult]) -> dict[str, float]:
     """Simulated seconds by parallel dimension (tp, cp, ep, pp, dp, edp), summed over the step's collectives."""
     parts: dict[str, float] = {}
     for c in collectives:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 from commlens.model import InfeasibleError, predict
 from commlens.project.bands import band, family_of
@@ -58,6 +59,9 @@ from commlens.project.memory import (
 )
 from commlens.topology import Topology
 from commlens.workload import Workload
+
+if TYPE_CHECKING:
+    from commlens.sim import SimOptions
 
 __all__ = ["Projection", "model_flops_per_step", "project"]
 
@@ -137,7 +141,7 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
 
 
 def _comm_model(
-    topology: Topology, r: Resolved, gpus: int, network: str, options: dict[str, object]
+    topology: Topology, r: Resolved, gpus: int, network: str, options: SimOptions | None
 ) -> Callable[[str, float, Group], float]:
     """The time of one collective of a group, by the analytic model or by the simulator."""
     if network == "analytic":
@@ -145,8 +149,9 @@ def _comm_model(
     if network != "sim":
         raise InfeasibleLayoutError(f"unknown network model {network!r}; known: analytic, sim", "network")
     from commlens.project.simnet import SimNetwork
+    from commlens.sim import SimOptions
 
-    return SimNetwork(topology, r, gpus, options).time_s
+    return SimNetwork(topology, r, gpus, options or SimOptions()).time_s
 
 
 @dataclass(frozen=True)
@@ -265,18 +270,18 @@ def project(
     check_memory: bool = True,
     accelerators: Sequence[str] | None = None,
     network: str = "analytic",
-    sim_options: dict[str, object] | None = None,
+    sim_options: SimOptions | None = None,
 ) -> Projection:
     """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason).
 
     ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``).
     ``network``: ``analytic`` (each collective alone on the fabric, :func:`commlens.model.predict`) or ``sim``
     (each communication term simulated with every group of its dimension at once on the fabric,
-    :mod:`commlens.sim`; ``sim_options``: routing, seed, faults, qps)."""
+    :mod:`commlens.sim`; ``sim_options``: routing, seed, qps, channels, faults; default :class:`SimOptions`)."""
     dev = device_for(topology.accelerator.name, accelerators)
     w = workload
     r = resolve(layout, w, gpus, topology.accelerators_per_node)
-    comm = _comm_model(topology, r, gpus, network, sim_options or {})
+    comm = _comm_model(topology, r, gpus, network, sim_options)
     peak = dev.peak(w.precision)
     stage_mem, mem = _memory(dev, w, layout, r, check_memory)
     fw = framework(layout.framework)

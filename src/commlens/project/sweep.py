@@ -13,20 +13,24 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
 
 from commlens.project.errors import InfeasibleLayoutError, ProjectionError
+from commlens.specdata import SpecValue
 
 if TYPE_CHECKING:
     from commlens.project.step import Projection
+    from commlens.sim import SimOptions
     from commlens.topology import Topology
     from commlens.workload import Workload
 
 __all__ = [
     "Base",
+    "Overrides",
     "SweepResult",
+    "SweepRow",
     "evaluate",
     "grid",
     "parse_vary",
@@ -35,6 +39,9 @@ __all__ = [
     "run_sweep",
     "search_layouts",
 ]
+
+# A point: dotted paths (workload.seq_len, layout.tp, topology.nic_gbps, gpus) -> the values they take
+Overrides: TypeAlias = dict[str, SpecValue]
 
 TOPOLOGY_ALIASES = {
     "nic_gbps": ("scale_out.nic_bandwidth_bytes_per_s", 1e9 / 8),
@@ -50,33 +57,24 @@ class Base:
     workload: str
     topology: str
     gpus: int
-    layout: dict[str, Any]
-    workload_overrides: dict[str, Any]
+    layout: Mapping[str, SpecValue]  # ParallelLayout's fields
+    workload_overrides: Mapping[str, SpecValue]  # dotted workload paths
     accelerators: tuple[str, ...] | None = None  # accelerators files (None: COMMLENS_ACCELERATORS)
-    network: str = "analytic"  # analytic (cost models) or sim (commlens.sim, every group at once)
-    # with network sim, plain data (Ray ships it): routing, seed, qps, fail (names), degrade (NAME:FACTOR)
-    sim: tuple[tuple[str, Any], ...] = ()
+    sim: SimOptions | None = None  # the network simulated with these options (commlens.sim); None: analytic
 
-    def sim_options(self) -> dict[str, Any]:
-        """The simulator's options, faults parsed (:class:`commlens.sim.SimError` for a bad one)."""
-        if self.network != "sim":
-            return {}
-        from commlens.sim import parse_fault
-
-        opts = dict(self.sim)
-        faults = tuple(parse_fault(f, False) for f in opts.pop("fail", ())) + tuple(
-            parse_fault(d, True) for d in opts.pop("degrade", ())
-        )
-        return {**opts, "faults": faults}
+    @property
+    def network(self) -> str:
+        """``analytic`` (cost models) or ``sim`` (commlens.sim, every group at once)."""
+        return "analytic" if self.sim is None else "sim"
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> object:
     from commlens.specdata import load_yaml
 
     return load_yaml(text)
 
 
-def _value_problem(path: str, value: Any) -> str | None:
+def _value_problem(path: str, value: SpecValue) -> str | None:
     """Why ``value`` cannot be given to ``path``: NaN/inf anywhere (no field takes them), ``gpus`` a whole number
     >= 1, the Gb/s aliases a finite number > 0 (``true`` would be read as 1)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -95,14 +93,21 @@ def _value_problem(path: str, value: Any) -> str | None:
     return None
 
 
-def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
+def _number(path: str, value: SpecValue) -> int | float | str:
+    """``value`` where a number is expected (``int()``/``float()`` read it): a number or its text."""
+    if not isinstance(value, (int, float, str)):
+        raise ProjectionError(f"{path}: expected a number, got {value!r}")
+    return value
+
+
+def parse_vary(specs: Iterable[str]) -> dict[str, list[SpecValue]]:
     """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars. An error names the spec or its path,
     not the option it came from (``sweep --vary``, ``project --set``, ``sim step --set``): the caller says."""
     import yaml
 
-    from commlens.specdata import DuplicateKeyError
+    from commlens.specdata import DuplicateKeyError, is_spec_value
 
-    out: dict[str, list[Any]] = {}
+    out: dict[str, list[SpecValue]] = {}
     for spec in specs:
         path, sep, values = spec.partition("=")
         path = path.strip()
@@ -116,29 +121,39 @@ def parse_vary(specs: Iterable[str]) -> dict[str, list[Any]]:
             raise ProjectionError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
             raise ProjectionError(f"{path}: not a YAML value: {str(e).splitlines()[0]}") from None
+        out[path] = []
         for value in parsed:
+            if not is_spec_value(value):  # YAML's dates, timestamps and bytes: no field takes them
+                raise ProjectionError(f"{path}={value}: not a number, string, list or mapping")
             problem = _value_problem(path, value)
             if problem is not None:
                 raise ProjectionError(f"{path}={value}: {problem}")
-        out[path] = parsed
+            out[path].append(value)
     return out
 
 
-def grid(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def grid(vary: Mapping[str, list[SpecValue]]) -> list[Overrides]:
     """Every combination, in the order given (last field varying fastest)."""
     keys = list(vary)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(vary[k] for k in keys))]
 
 
-_TOPO_CACHE: dict[tuple, Any] = {}
-_WL_CACHE: dict[tuple, Any] = {}
+_TOPO_CACHE: dict[tuple[str, str], Topology] = {}
+_WL_CACHE: dict[tuple[str, str], Workload] = {}
 
 
-def _topology(name: str, overrides: tuple[tuple[str, Any], ...]):
+def _key(overrides: tuple[tuple[str, SpecValue], ...]) -> str:
+    """The overrides as a cache key: a list or mapping value is not hashable, its JSON text is."""
+    import json
+
+    return json.dumps(overrides, sort_keys=True)
+
+
+def _topology(name: str, overrides: tuple[tuple[str, SpecValue], ...]) -> Topology:
     from commlens.topology import load_topology, topology_from_dict, topology_to_dict
     from commlens.workload import override
 
-    key = (name, overrides)
+    key = (name, _key(overrides))
     hit = _TOPO_CACHE.get(key)
     if hit is None:
         topo = load_topology(name)
@@ -146,24 +161,25 @@ def _topology(name: str, overrides: tuple[tuple[str, Any], ...]):
             data = topology_to_dict(topo)
             for path, value in overrides:
                 if path == SCALE_UP_DOMAIN:
-                    _set_scale_up_domain(data, int(value))
+                    _set_scale_up_domain(data, int(_number(f"topology.{path}", value)))
                     continue
                 if path in TOPOLOGY_ALIASES:
-                    path, scale = TOPOLOGY_ALIASES[path]
-                    value = float(value) * scale
+                    value = float(_number(f"topology.{path}", value)) * TOPOLOGY_ALIASES[path][1]
+                    path = TOPOLOGY_ALIASES[path][0]
                 override(data, path, value)
             topo = topology_from_dict(data, source=f"{name} with {dict(overrides)}")
         hit = _TOPO_CACHE[key] = topo
     return hit
 
 
-def _set_scale_up_domain(data: dict[str, Any], size: int) -> None:
+def _set_scale_up_domain(data: dict[str, object], size: int) -> None:
     """A scale-up domain of ``size`` accelerators: one node of ``size`` (accelerators_per_node and
     scale_up.domain_size both ``size``), with as many NICs per accelerator as before; links, tiers (in nodes)
-    and everything else as they were. A what-if: the same accelerators in a bigger NVLink-class domain."""
-    per_node = data["accelerators_per_node"]
-    scale_out = data.get("scale_out")
-    if scale_out is not None:
+    and everything else as they were. A what-if: the same accelerators in a bigger NVLink-class domain.
+    ``data``: a checked topology's plain data (``topology_to_dict``)."""
+    per_node, scale_out, scale_up = data["accelerators_per_node"], data.get("scale_out"), data["scale_up"]
+    assert isinstance(per_node, int) and isinstance(scale_up, dict), "topology_to_dict's shape"
+    if isinstance(scale_out, dict):
         nics = scale_out["nics_per_node"] * size
         if nics % per_node:
             raise ProjectionError(
@@ -172,20 +188,20 @@ def _set_scale_up_domain(data: dict[str, Any], size: int) -> None:
             )
         scale_out["nics_per_node"] = nics // per_node
     data["accelerators_per_node"] = size
-    data["scale_up"]["domain_size"] = size
+    scale_up["domain_size"] = size
 
 
-def _workload(name: str, overrides: tuple[tuple[str, Any], ...]):
+def _workload(name: str, overrides: tuple[tuple[str, SpecValue], ...]) -> Workload:
     from commlens.workload import load_workload
 
-    key = (name, overrides)
+    key = (name, _key(overrides))
     hit = _WL_CACHE.get(key)
     if hit is None:
         hit = _WL_CACHE[key] = load_workload(name, dict(overrides))
     return hit
 
 
-def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Projection:
+def project_point(base: Base, point: Mapping[str, SpecValue], search: bool = False) -> Projection:
     """The projection of one point: ``base`` with the point's overrides (``workload.*``, ``layout.*``,
     ``topology.*``, ``gpus``); the best layout with ``search``. Raises the projection's errors, and pydantic's
     ValueError for a layout field that is out of range."""
@@ -193,32 +209,23 @@ def project_point(base: Base, point: dict[str, Any], search: bool = False) -> Pr
     from commlens.project.step import project
 
     w, topo, gpus, layout_over = point_inputs(base, point)
-    opts = base.sim_options()
     if search:
-        return search_layouts(
-            w, topo, gpus, layout_over, accelerators=base.accelerators, network=base.network, sim_options=opts
-        )
-    return project(
-        w,
-        topo,
-        ParallelLayout(**layout_over),
-        gpus,
-        accelerators=base.accelerators,
-        network=base.network,
-        sim_options=opts,
-    )
+        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators, sim=base.sim)
+    layout = ParallelLayout.model_validate(layout_over)
+    return project(w, topo, layout, gpus, accelerators=base.accelerators, network=base.network, sim_options=base.sim)
 
 
-def point_inputs(base: Base, point: dict[str, Any]) -> tuple[Workload, Topology, int, dict[str, Any]]:
+def point_inputs(base: Base, point: Mapping[str, SpecValue]) -> tuple[Workload, Topology, int, Overrides]:
     """The workload, topology, GPU count and layout fields of ``base`` with the point's overrides (the
     loaded workload and topology are cached)."""
     wl_over = dict(base.workload_overrides)
-    topo_over, layout_over = [], dict(base.layout)
+    topo_over: list[tuple[str, SpecValue]] = []
+    layout_over = dict(base.layout)
     gpus = base.gpus
     for path, value in point.items():
         head, _, rest = path.partition(".")
         if path == "gpus":
-            gpus = int(value)
+            gpus = int(_number(path, value))
         elif head == "workload":
             wl_over[rest] = value
         elif head == "layout":
@@ -233,39 +240,52 @@ def point_inputs(base: Base, point: dict[str, Any]) -> tuple[Workload, Topology,
     )
 
 
-def evaluate(base: Base, point: dict[str, Any], search: bool = False) -> dict[str, Any]:
-    """One point: its projection as a row, or ``{"error": reason, "kind": kind}``."""
-    row: dict[str, Any] = dict(point)
+@dataclass(frozen=True)
+class SweepRow:
+    """One point of a sweep: its overrides, and its projection's figures or why it cannot run."""
+
+    point: Overrides
+    error: str | None = None  # why the point cannot run (None: it ran)
+    kind: str = ""  # the infeasibility's kind (InfeasibleLayoutError.kind), or "invalid"
+    figures: dict[str, float] = field(default_factory=dict)  # step_time_s, tokens_per_s, mfu, ... (ran)
+    layout: dict[str, object] = field(default_factory=dict)  # the layout resolved (Projection.layout; ran)
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as ``sweep --json`` prints it: the point's fields, then the figures and layout or the error."""
+        if self.error is not None:
+            return {**self.point, "error": self.error, "kind": self.kind}
+        return {**self.point, **self.figures, "layout": self.layout}
+
+
+def evaluate(base: Base, point: Overrides, search: bool = False) -> SweepRow:
+    """One point: its projection's figures, or the reason it cannot run and its kind."""
     try:
         p = project_point(base, point, search)
     except InfeasibleLayoutError as e:
-        row.update(error=str(e), kind=e.kind)
-        return row
+        return SweepRow(point, str(e), e.kind)
     except (ProjectionError, ValueError) as e:
-        row.update(error=str(e).splitlines()[0], kind="invalid")
-        return row
-    row.update(
-        step_time_s=p.step_time_s,
-        tokens_per_s=p.tokens_per_s,
-        mfu=p.mfu,
-        model_tflops_per_gpu=p.model_tflops_per_gpu,
-        memory_gb=p.memory_bytes_per_gpu / 1e9,
-        layout=p.layout,
-    )
-    return row
+        return SweepRow(point, str(e).splitlines()[0], "invalid")
+    figures = {
+        "step_time_s": p.step_time_s,
+        "tokens_per_s": p.tokens_per_s,
+        "mfu": p.mfu,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu,
+        "memory_gb": p.memory_bytes_per_gpu / 1e9,
+    }
+    return SweepRow(point, figures=figures, layout=p.layout)
 
 
 def search_layouts(
     w: Workload,
     topo: Topology,
     gpus: int,
-    fixed: dict[str, Any],
+    fixed: Mapping[str, SpecValue],
     *,
     accelerators: tuple[str, ...] | None = None,
-    network: str = "analytic",
-    sim_options: dict[str, Any] | None = None,
+    sim: SimOptions | None = None,
 ) -> Projection:
-    """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO)."""
+    """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO);
+    ``fixed``: layout fields kept; ``sim``: the simulator's options (None: the analytic network)."""
     from commlens.project.layout import ParallelLayout
     from commlens.project.step import project
 
@@ -284,11 +304,11 @@ def search_layouts(
                     p = project(
                         w,
                         topo,
-                        ParallelLayout(**fields),
+                        ParallelLayout.model_validate(fields),
                         gpus,
                         accelerators=accelerators,
-                        network=network,
-                        sim_options=sim_options,
+                        network="analytic" if sim is None else "sim",
+                        sim_options=sim,
                     )
                 except InfeasibleLayoutError as e:
                     reasons[e.kind] += 1
@@ -300,26 +320,26 @@ def search_layouts(
     return best
 
 
-def _chunk(args: tuple[Base, list[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+def _chunk(args: tuple[Base, list[Overrides], bool]) -> list[SweepRow]:
     base, points, search = args
     return [evaluate(base, p, search) for p in points]
 
 
 @dataclass
 class SweepResult:
-    rows: list[dict[str, Any]]
+    rows: list[SweepRow]
 
     @property
-    def feasible(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if "error" not in r]
+    def feasible(self) -> list[SweepRow]:
+        return [r for r in self.rows if r.error is None]
 
-    def infeasible_reasons(self) -> Counter:
+    def infeasible_reasons(self) -> Counter[str]:
         """Count of infeasible points per reason kind and first words of the reason."""
-        return Counter(f"{r['kind']}: {_reason_key(r['error'])}" for r in self.rows if "error" in r)
+        return Counter(f"{r.kind}: {_reason_key(r.error)}" for r in self.rows if r.error is not None)
 
-    def best(self, metric: str = "tokens_per_s", n: int = 5) -> list[dict[str, Any]]:
+    def best(self, metric: str = "tokens_per_s", n: int = 5) -> list[SweepRow]:
         reverse = metric not in ("step_time_s", "memory_gb")
-        return sorted(self.feasible, key=lambda r: r[metric], reverse=reverse)[:n]
+        return sorted(self.feasible, key=lambda r: r.figures[metric], reverse=reverse)[:n]
 
 
 def _reason_key(reason: str) -> str:
@@ -330,7 +350,7 @@ def _reason_key(reason: str) -> str:
 
 def run_sweep(
     base: Base,
-    points: list[dict[str, Any]],
+    points: list[Overrides],
     *,
     search: bool = False,
     executor: str = "local",
@@ -362,7 +382,7 @@ def run_sweep(
     return SweepResult(rows)
 
 
-def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dict[str, Any]]:
+def _run_ray(base: Base, points: list[Overrides], search: bool) -> list[SweepRow]:
     try:
         import ray
     except ImportError:
@@ -399,7 +419,7 @@ def _run_ray(base: Base, points: list[dict[str, Any]], search: bool) -> list[dic
             ray.shutdown()
 
 
-def plot(result: SweepResult, vary: dict[str, list[Any]], metric: str, path: str) -> None:
+def plot(result: SweepResult, vary: Mapping[str, list[SpecValue]], metric: str, path: str) -> None:
     """A PNG of ``metric`` over the first varied field, one line per combination of the others."""
     import matplotlib
 
@@ -409,11 +429,12 @@ def plot(result: SweepResult, vary: dict[str, list[Any]], metric: str, path: str
     keys = list(vary)
     x_key, others = keys[0], keys[1:]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    series: dict[tuple, list[tuple[Any, float]]] = {}
+    series: dict[tuple[SpecValue, ...], list[tuple[SpecValue, float]]] = {}
     for r in result.feasible:
-        series.setdefault(tuple(r[k] for k in others), []).append((r[x_key], r[metric]))
+        series.setdefault(tuple(r.point[k] for k in others), []).append((r.point[x_key], r.figures[metric]))
     for label, pts in series.items():
-        xs = list(range(len(pts))) if any(isinstance(x, str) for x, _ in pts) else [x for x, _ in pts]
+        numbers = [x for x, _ in pts if isinstance(x, (int, float))]
+        xs = numbers if len(numbers) == len(pts) else list(range(len(pts)))
         ax.plot(
             xs, [y for _, y in pts], marker="o", label=", ".join(f"{k}={v}" for k, v in zip(others, label)) or metric
         )

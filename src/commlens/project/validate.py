@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -265,7 +265,15 @@ def residuals(rows: Sequence[SetResult]) -> list[Residual]:
     ]
 
 
-def band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], dict[str, object]]:
+class BandCoverage(TypedDict):
+    """How many projected rows' published figures fall in their family's 80% band (leave one out)."""
+
+    rows: int  # rows judged (with a family and a residual)
+    covered: int
+    coverage: float | None  # covered / rows; None when no row was judged
+
+
+def band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], BandCoverage]:
     """Each projected row's published figure against the 80% band of its family fitted on the other rows
     (leave one out); the rows with ``in_band`` set, and the coverage (target: 70% to 90%)."""
     from dataclasses import replace

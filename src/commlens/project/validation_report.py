@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from commlens.project.validate import (
     MEMORY,
     SC21,
+    BandCoverage,
     MemoryResult,
     SetResult,
     band_coverage,
@@ -22,7 +23,16 @@ from commlens.project.validate import (
     validate_tables,
 )
 
-__all__ = ["ValidationReport", "memory_stats", "table_stats", "validation_report", "validation_summary"]
+__all__ = [
+    "MemoryStats",
+    "TableStats",
+    "ValidationReport",
+    "ValidationSummary",
+    "memory_stats",
+    "table_stats",
+    "validation_report",
+    "validation_summary",
+]
 
 TABLE_TARGET = 0.08  # mean absolute error of one table
 SC21_TARGET = 0.03
@@ -31,16 +41,49 @@ ROW_TARGET = 0.20  # every row
 MEMORY_TARGET = 0.10  # every printed or formula memory figure
 
 
+class TableStats(TypedDict):
+    """One table's rows (or all of them) against the published figures."""
+
+    rows: int
+    refused: int  # rows the model would not project
+    mean_abs_error: float | None  # over the projected rows; None when none was
+    max_abs_error: float | None
+
+
+class MemoryStats(TypedDict):
+    """The memory figures against the published ones, and the memory verdict."""
+
+    figures: int
+    refused: int
+    mean_abs_error: float | None  # over the printed and formula figures
+    max_abs_error: float | None
+    within_10pct: int
+    bounds: int  # figures that are bounds (fits or not), not values
+    bounds_met: int
+    targets_met: bool
+
+
+class ValidationSummary(TypedDict, total=False):
+    """Per table and overall, memory, the band's coverage, and the verdict (``targets_met``, always there)."""
+
+    tables: dict[str, TableStats]
+    overall: TableStats  # with rows
+    throughput_targets_met: bool  # with rows
+    memory: MemoryStats  # with the memory figures
+    targets_met: bool
+    band_coverage: BandCoverage  # in a report
+
+
 @dataclass(frozen=True)
 class ValidationReport:
     """Every projected row (in or out of its family's band), the memory figures when asked, and the verdict."""
 
     rows: tuple[SetResult, ...]
     memory: tuple[MemoryResult, ...] | None
-    band_coverage: dict[str, object]
+    band_coverage: BandCoverage
 
     @property
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ValidationSummary:
         """Per table and overall, memory, the band's coverage, and ``targets_met``."""
         out = validation_summary(self.rows, self.memory)
         out["band_coverage"] = self.band_coverage
@@ -50,11 +93,12 @@ class ValidationReport:
     def targets_met(self) -> bool:
         return bool(self.summary["targets_met"])
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """What ``project validate --json`` prints: the rows, then the summary (memory with its figures)."""
-        out: dict[str, Any] = {"rows": [r.as_dict() for r in self.rows], **self.summary}
-        if self.memory is not None:
-            out["memory"]["figures"] = [m.as_dict() for m in self.memory]
+        summary = self.summary
+        out: dict[str, object] = {"rows": [r.as_dict() for r in self.rows], **summary}
+        if self.memory is not None and "memory" in summary:
+            out["memory"] = {**summary["memory"], "figures": [m.as_dict() for m in self.memory]}
         return out
 
 
@@ -65,7 +109,7 @@ def validation_report(tables: Sequence[str], accelerators: Sequence[str] | None 
     return ValidationReport(tuple(rows), memory, coverage)
 
 
-def table_stats(rows: Sequence[SetResult]) -> dict[str, Any]:
+def table_stats(rows: Sequence[SetResult]) -> TableStats:
     """Mean and max absolute error of the rows the model projected, and how many it refused."""
     errors = [abs(r.error) for r in rows if r.error is not None]
     return {
@@ -76,36 +120,39 @@ def table_stats(rows: Sequence[SetResult]) -> dict[str, Any]:
     }
 
 
-def validation_summary(rows: Sequence[SetResult], memory: Sequence[MemoryResult] | None = None) -> dict[str, Any]:
+def validation_summary(rows: Sequence[SetResult], memory: Sequence[MemoryResult] | None = None) -> ValidationSummary:
     """Per table and overall, and the memory figures when given, each against its target; ``targets_met``."""
     tables: dict[str, list[SetResult]] = {}
     for r in rows:
         tables.setdefault(r.table, []).append(r)
-    out: dict[str, Any] = {"tables": {name: table_stats(t) for name, t in tables.items()}}
+    per_table_stats = {name: table_stats(t) for name, t in tables.items()}
+    out: ValidationSummary = {"tables": per_table_stats}
     ok = True
     if rows:
         overall = table_stats(rows)
         per_table = all(
-            st["mean_abs_error"] is not None and st["mean_abs_error"] <= (SC21_TARGET if name == SC21 else TABLE_TARGET)
-            for name, st in out["tables"].items()
+            (mean := st["mean_abs_error"]) is not None and mean <= (SC21_TARGET if name == SC21 else TABLE_TARGET)
+            for name, st in per_table_stats.items()
         )
+        mean_all, max_all = overall["mean_abs_error"], overall["max_abs_error"]
         ok = (
             overall["refused"] == 0
-            and overall["mean_abs_error"] is not None
-            and overall["mean_abs_error"] <= OVERALL_TARGET
-            and overall["max_abs_error"] <= ROW_TARGET
+            and mean_all is not None
+            and mean_all <= OVERALL_TARGET
+            and max_all is not None
+            and max_all <= ROW_TARGET
             and per_table
         )
         out["overall"] = overall
         out["throughput_targets_met"] = ok
     if memory is not None:
-        out["memory"] = memory_stats(memory)
-        ok = ok and out["memory"]["targets_met"]
+        mem = out["memory"] = memory_stats(memory)
+        ok = ok and mem["targets_met"]
     out["targets_met"] = ok
     return out
 
 
-def memory_stats(memory: Sequence[MemoryResult]) -> dict[str, Any]:
+def memory_stats(memory: Sequence[MemoryResult]) -> MemoryStats:
     """Mean and max absolute error of the printed/formula figures, bounds met and missed, refusals."""
     errors = [abs(m.error) for m in memory if m.error is not None]
     bounds = [m for m in memory if m.kind == "bound"]

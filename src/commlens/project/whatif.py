@@ -21,10 +21,11 @@ same job throughout (GPU count and global batch fixed):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commlens.project.errors import InfeasibleLayoutError, ProjectionError
-from commlens.project.sweep import SCALE_UP_DOMAIN, point_inputs, project_point
+from commlens.project.sweep import SCALE_UP_DOMAIN, Overrides, point_inputs, project_point
+from commlens.specdata import SpecValue
 
 if TYPE_CHECKING:
     from commlens.project.step import Projection
@@ -44,14 +45,14 @@ class Change:
     """One single change and its projection."""
 
     label: str  # "TP 8 -> 16"
-    point: dict[str, Any]  # the overrides that realise it (the original point's included)
+    point: Overrides  # the overrides that realise it (the original point's included)
     step_time_s: float
     tokens_per_s: float
     mfu: float
     gain: float  # step-time speedup: old / new - 1
     memory_bytes_per_gpu: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "label": self.label,
             "point": dict(self.point),
@@ -83,7 +84,7 @@ class WhatIf:
     refused: tuple[Refusal, ...]
     tried: int  # candidates projected, refused ones included
 
-    def as_dict(self, refused: int = 3) -> dict[str, Any]:
+    def as_dict(self, refused: int = 3) -> dict[str, object]:
         return {
             "changes": [c.as_dict() for c in self.changes],
             "refused": [r.as_dict() for r in self.refused[:refused]],
@@ -92,12 +93,12 @@ class WhatIf:
         }
 
 
-def what_if(base: Base, point: dict[str, Any], top: int = 3) -> list[Change]:
+def what_if(base: Base, point: Overrides, top: int = 3) -> list[Change]:
     """The ``top`` single changes that shorten the step most (gain > :data:`MIN_GAIN`), largest gain first."""
     return list(explore(base, point, top).changes)
 
 
-def explore(base: Base, point: dict[str, Any], top: int = 3, current: Projection | None = None) -> WhatIf:
+def explore(base: Base, point: Overrides, top: int = 3, current: Projection | None = None) -> WhatIf:
     """:func:`what_if` with the refused candidates; ``current``: the point's projection, if already made."""
     if top < 1:
         raise ValueError(f"top: must be >= 1, got {top}")
@@ -139,10 +140,10 @@ def explore(base: Base, point: dict[str, Any], top: int = 3, current: Projection
     return WhatIf(tuple(changes[:top]), tuple(refused), len(candidates))
 
 
-Variant = tuple[str, dict[str, Any]]  # (label, the overrides it adds to the point)
+Variant = tuple[str, Overrides]  # (label, the overrides it adds to the point)
 
 
-def _candidates(base: Base, point: dict[str, Any], now: Projection) -> list[tuple[str, list[Variant]]]:
+def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str, list[Variant]]]:
     """Every candidate change: (label, its variants); a candidate's best feasible variant stands for it."""
     w, topo, _, _ = point_inputs(base, point)
     lay = now.layout
@@ -150,7 +151,7 @@ def _candidates(base: Base, point: dict[str, Any], now: Projection) -> list[tupl
     m, dp = int(lay["micro_batches"]), int(lay["dp"])  # type: ignore[call-overload]
     out: list[tuple[str, list[Variant]]] = []
 
-    def one(label: str, **delta: Any) -> None:
+    def one(label: str, **delta: SpecValue) -> None:
         out.append((label, [(label, delta)]))
 
     one(f"TP {tp} -> {2 * tp}", **{"layout.tp": 2 * tp})

@@ -5,12 +5,14 @@ failed links, concurrent parallel groups and jobs (``commlens sim``).
 - :mod:`commlens.sim.routing`: ECMP (seeded per-flow hash) and ideal spraying;
 - :mod:`commlens.sim.traffic`: collectives as the cost model's own stages, replayed as flows;
 - :mod:`commlens.sim.engine`: max-min fair rates by progressive filling, event by event;
+- :mod:`commlens.sim.options`: :class:`SimOptions`, the simulator's options checked in one place;
 - :mod:`commlens.sim.run`: :func:`simulate` and its results.
 """
 
 from commlens.sim.budget import CollectiveShape, SimTooLargeError, check_sim_size, estimate_sim_bytes
 from commlens.sim.engine import Engine, max_min_rates
 from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric, parse_fault
+from commlens.sim.options import SimOptions
 from commlens.sim.routing import ROUTINGS, route
 from commlens.sim.run import CollectiveResult, SimResult, simulate
 from commlens.sim.traffic import Collective, groups_by_stride
@@ -24,6 +26,7 @@ __all__ = [
     "Fabric",
     "Fault",
     "SimError",
+    "SimOptions",
     "SimResult",
     "SimTooLargeError",
     "build_fabric",

@@ -12,7 +12,7 @@ from commlens.ops import OPS, get_op
 from commlens.sim.budget import CollectiveShape, check_sim_size
 from commlens.sim.engine import Engine
 from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric
-from commlens.sim.routing import ROUTINGS
+from commlens.sim.options import SimOptions
 from commlens.sim.traffic import Collective, plan
 from commlens.topology import Topology
 
@@ -110,6 +110,7 @@ def simulate(
     top: int = 10,
     qps: int = 1,
     channels: int = 2,
+    options: SimOptions | None = None,
 ) -> SimResult:
     """Simulate ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``.
 
@@ -118,15 +119,11 @@ def simulate(
     between each pair of ranks, each its own connection (NCCL duplicates the channels its topology search finds,
     so a ring over 8-NIC nodes runs 2 per NIC: NVIDIA/nccl#578, #1302); ``qps``: queue pairs each connection is
     split over (NCCL_IB_QPS_PER_CONNECTION). ECMP hashes each of the ``channels x qps`` flows on its own.
+    ``options``: routing, seed, qps, channels and faults as one :class:`SimOptions`, in place of those keywords
+    (which are its fields spelled out, checked by it too).
     """
-    if not 1 <= qps <= 64:
-        raise SimError(f"qps must be between 1 and 64, got {qps}")
-    if not 1 <= channels <= 32:
-        raise SimError(f"channels must be between 1 and 32, got {channels}")
-    if not 0 <= seed < 1 << 32:
-        raise SimError(f"seed must be between 0 and 4294967295, got {seed}")
-    if routing not in ROUTINGS:
-        raise SimError(f"unknown routing {routing!r}; known: {', '.join(ROUTINGS)}")
+    opts = options if options is not None else SimOptions(routing, seed, qps, channels, tuple(faults))
+    routing, seed, qps, channels = opts.routing, opts.seed, opts.qps, opts.channels
     if not collectives:
         raise SimError("nothing to simulate: no collective given")
     shapes = []
@@ -136,7 +133,7 @@ def simulate(
     check_sim_size(topology, nodes, shapes, qps=qps, channels=channels)
     wall0 = time.perf_counter()
     fab = fabric if fabric is not None else build_fabric(topology, nodes)
-    fab = fab.with_faults(tuple(faults))
+    fab = fab.with_faults(opts.faults)
     engine = Engine(fab.capacity, fab.link_class, len(fab.class_names))
     planned = _plan_all(engine, fab, collectives, routing=routing, seed=seed, sync=sync, qps=qps * channels)
     makespan = engine.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -32,6 +33,16 @@ def preset_file(package: str, name: str) -> Path | None:
     return None
 
 
+def known_preset(package: str, name: str, kind: str, error: Callable[[str], Exception]) -> Path:
+    """The file of ``kind`` preset ``name`` in ``package``; ``error`` (a message listing the known ones) if none
+    (shared with workload presets)."""
+    path = preset_file(package, name)
+    if path is None:
+        known = ", ".join(preset_names(package))
+        raise error(f"unknown {kind} preset {name!r}; known: {known} (or a YAML file path)")
+    return path
+
+
 def list_presets() -> list[str]:
     """Names of the shipped topology presets, sorted."""
     return preset_names(_PRESET_PACKAGE)
@@ -39,12 +50,7 @@ def list_presets() -> list[str]:
 
 def preset_path(name: str) -> Path:
     """The file of preset ``name``; :class:`TopologyError` listing the known ones if there is none."""
-    path = preset_file(_PRESET_PACKAGE, name)
-    if path is None:
-        raise TopologyError(
-            f"unknown topology preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)"
-        )
-    return path
+    return known_preset(_PRESET_PACKAGE, name, "topology", TopologyError)
 
 
 def load_topology(name_or_path: str | Path) -> Topology:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from commlens.topology.errors import TopologyError
+from commlens.topology.extent import Extent
 
 if TYPE_CHECKING:
     from commlens.topology.spec import Topology
@@ -83,7 +84,7 @@ class PlainScaleOut:
 
 
 @dataclass(frozen=True)
-class PlainTopology:
+class PlainTopology(Extent):
     name: str
     accelerators_per_node: int
     launch_latency_s: float
@@ -97,18 +98,6 @@ class PlainTopology:
     description: str = ""
     approximate: bool = False
     calibration: dict[str, Any] | None = None
-
-    @property
-    def domain_nodes(self) -> int:
-        """Nodes in one scale-up domain (1 for a DGX, 18 for an NVL72 rack)."""
-        return self.scale_up.domain_size // self.accelerators_per_node
-
-    @property
-    def max_nodes(self) -> int:
-        """The most nodes this fabric connects (its top tier's group), or one domain without a fabric."""
-        if self.scale_out is None:
-            return self.domain_nodes
-        return self.scale_out.tiers[-1].nodes
 
 
 AnyTopology: TypeAlias = "Topology | PlainTopology"

@@ -20,10 +20,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from commlens.specdata import refuse_bool_numbers
+from commlens.specdata import StrictSpec, model_from_data
 from commlens.topology.errors import TopologyError
+from commlens.topology.extent import Extent
 
 __all__ = [
     "FORMAT",
@@ -39,14 +40,8 @@ __all__ = [
 FORMAT = "commlens.topology/1"
 
 
-class _Spec(BaseModel):
-    # allow_inf_nan=False: a rate of .inf or .nan would pass gt=0 (or disable a check) and poison every estimate
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
+class _Spec(StrictSpec):
+    model_config = ConfigDict(validate_default=True)
 
 
 def _origin(value: str) -> str:
@@ -179,7 +174,7 @@ class ScaleOut(_Spec):
         return self
 
 
-class Topology(_Spec):
+class Topology(_Spec, Extent):
     """A cluster: accelerators, their scale-up domain, NICs and fabric."""
 
     format: str = Field(default=FORMAT, description="file format version, 'commlens.topology/1'")
@@ -233,27 +228,10 @@ class Topology(_Spec):
                     )
         return self
 
-    @property
-    def domain_nodes(self) -> int:
-        """Nodes in one scale-up domain (1 for a DGX, 18 for an NVL72 rack)."""
-        return self.scale_up.domain_size // self.accelerators_per_node
-
-    @property
-    def max_nodes(self) -> int:
-        """The most nodes this fabric connects (its top tier's group), or one domain without a fabric."""
-        if self.scale_out is None:
-            return self.domain_nodes
-        return self.scale_out.tiers[-1].nodes
-
 
 def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     """Build a :class:`Topology` from parsed YAML/JSON; errors name the field and say why."""
-    if not isinstance(data, dict):
-        raise TopologyError(f"{source}: expected a mapping of topology fields, got {type(data).__name__}")
-    try:
-        return Topology.model_validate(data)
-    except ValidationError as e:
-        raise TopologyError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
+    return model_from_data(Topology, data, source, TopologyError, _describe)
 
 
 _NAMED = re.compile(r"^[a-z_][a-z0-9_.\[\]]*: ")

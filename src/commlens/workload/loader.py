@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from commlens.specdata import DuplicateKeyError, load_yaml
-from commlens.topology.loader import preset_file, preset_names
+from commlens.topology.loader import known_preset, preset_names
 from commlens.workload.spec import Workload, WorkloadError, workload_from_dict
 
 __all__ = ["list_presets", "load_workload", "override", "workload_data"]
@@ -22,16 +22,11 @@ def list_presets() -> list[str]:
 
 
 def _preset_file(name: str) -> Path:
-    path = preset_file(_PRESET_PACKAGE, name)
-    if path is None:
-        raise WorkloadError(
-            f"unknown workload preset {name!r}; known: {', '.join(list_presets())} (or a YAML file path)"
-        )
-    return path
+    return known_preset(_PRESET_PACKAGE, name, "workload", WorkloadError)
 
 
 @lru_cache(maxsize=64)
-def _read(path: Path, _mtime_ns: int) -> dict[str, Any]:
+def _read(path: Path, _mtime_ns: int) -> dict[str, object]:
     import yaml
 
     try:
@@ -43,7 +38,7 @@ def _read(path: Path, _mtime_ns: int) -> dict[str, Any]:
     return data
 
 
-def workload_data(name_or_path: str | Path) -> dict[str, Any]:
+def workload_data(name_or_path: str | Path) -> dict[str, object]:
     """The plain data of a preset or YAML file (a fresh copy: safe to modify)."""
     import copy
 
@@ -56,22 +51,22 @@ def workload_data(name_or_path: str | Path) -> dict[str, Any]:
     return copy.deepcopy(_read(_preset_file(text), 0))
 
 
-def override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+def override(data: dict[str, object], path: str, value: object) -> dict[str, object]:
     """Set dotted field ``path`` (``moe.top_k``) in ``data`` in place; returns ``data``."""
     keys = path.split(".")
     node = data
     for key in keys[:-1]:
         child = node.get(key)
-        if not isinstance(child, dict):
-            if child is not None:
-                raise WorkloadError(f"{path}: {key} is not a group of fields")
+        if child is None:
             child = node[key] = {}
+        elif not isinstance(child, dict):
+            raise WorkloadError(f"{path}: {key} is not a group of fields")
         node = child
     node[keys[-1]] = value
     return data
 
 
-def load_workload(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
+def load_workload(name_or_path: str | Path, overrides: Mapping[str, object] | None = None) -> Workload:
     """A preset by name (``llama3-70b``) or YAML file, with ``overrides`` (dotted field -> value) applied."""
     data = workload_data(name_or_path)
     for key, value in (overrides or {}).items():

@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from commlens.errors import CommlensError
-from commlens.specdata import refuse_bool_numbers
+from commlens.specdata import StrictSpec, model_from_data
 
 __all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
 
@@ -27,14 +27,8 @@ class WorkloadError(CommlensError, ValueError):
     """A workload spec that cannot be built, or a preset that does not exist."""
 
 
-class _Spec(BaseModel):
-    # allow_inf_nan=False: a capacity factor of .nan or .inf would pass gt=0 and poison the projection
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, data: Any) -> Any:
-        return refuse_bool_numbers(cls, data)
+class _Spec(StrictSpec):
+    model_config = ConfigDict(validate_default=True)
 
 
 class Moe(_Spec):
@@ -192,12 +186,7 @@ class Workload(_Spec):
 
 def workload_from_dict(data: Any, source: str = "workload") -> Workload:
     """Build a :class:`Workload` from parsed YAML/JSON; errors name the field and say why."""
-    if not isinstance(data, dict):
-        raise WorkloadError(f"{source}: expected a mapping of workload fields, got {type(data).__name__}")
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as e:
-        raise WorkloadError(f"{source}: " + "; ".join(_describe(err) for err in e.errors())) from None
+    return model_from_data(Workload, data, source, WorkloadError, _describe)
 
 
 def _describe(err: Mapping[str, Any]) -> str:
