@@ -358,3 +358,24 @@ def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: 
     on_gpus = ReplayPlan("kineto", 3, plan.groups, plan.ranks, backend="nccl")  # compute beside is on other GPUs
     times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
     assert compare_replay(on_gpus, times).overlap_known == 0
+
+
+def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collective() -> None:
+    """Rank 0 reached the job's first all-reduce 0.8 s before rank 1 (start-up): that wait is no step time. The
+    replay starts from a barrier; its own first-call wait (rank 0: 0.05 s) is left out alike."""
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay.compare import compare_replay
+    from commlens.replay.runner import ReplayTimes
+    from commlens.replay.settings import ReplaySettings
+
+    calls = {
+        0: (_timed("all_reduce", "w", 0.0, 0.9), _timed("all_reduce", "w", 1.0, 1.1)),
+        1: (_timed("all_reduce", "w", 0.8, 0.9), _timed("all_reduce", "w", 1.0, 1.1)),
+    }
+    plan = ReplayPlan("monitor", 2, (PlanGroup("w", (0, 1)),), tuple(RankCalls(r, c, "h") for r, c in calls.items()))
+    replayed = {0: [[(0.0, 0.15), (0.25, 0.35)]], 1: [[(0.05, 0.15), (0.25, 0.35)]]}
+    system = SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    cmp = compare_replay(plan, ReplayTimes(ReplaySettings(), system, "2026-12-04T00:00:00+00:00", replayed))
+    assert cmp.recorded_span_s == pytest.approx(0.3)  # not rank 0's 1.1 s
+    assert cmp.replayed_span_s == pytest.approx(0.3)
+    assert cmp.span_ratio == pytest.approx(1.0)

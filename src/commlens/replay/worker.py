@@ -31,7 +31,7 @@ from commlens.bench.sysinfo import local_facts, system_info
 from commlens.bench.worker import normalize_launcher_env
 from commlens.files import atomic_text
 from commlens.ops import OPS, SizePlan
-from commlens.replay.plan import P2P_OPS, PlanCall, ReplayPlan, load_plan
+from commlens.replay.plan import P2P_OPS, PlanCall, ReplayPlan, first_waits, load_plan
 from commlens.replay.runner import TIMES_FORMAT
 from commlens.replay.settings import ReplaySettings
 
@@ -188,10 +188,11 @@ def replay_rank(
         if key not in calls.cache:
             calls.cache[key] = calls._prepare(c)
     passes: list[list[tuple[float, float]]] = []
+    wait0 = first_waits(plan).get(rank, 0.0)
     for p in range(settings.warmup_passes + settings.passes):
         dist.barrier()
         if settings.timeline:
-            stamps = _timeline_pass(mine, calls, settings)
+            stamps = _timeline_pass(mine, calls, settings, wait0)
             if p >= settings.warmup_passes:
                 passes.append(stamps)
             continue
@@ -212,8 +213,11 @@ def replay_rank(
     return passes
 
 
-def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings) -> list[tuple[float, float]]:
-    """One pass issuing each call at its recorded offset from the rank's first call, without waiting for the
+def _timeline_pass(
+    mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings, first_wait: float
+) -> list[tuple[float, float]]:
+    """One pass issuing each call at its recorded offset from the rank's first call (from when its last peer
+    arrived at it: ``first_wait`` after its start, see plan.first_waits), without waiting for the
     ones before it (as an async job does: DDP's buckets, FSDP's prefetch); each call's end is when its Work
     completes, taken by a callback on its future from the backend's thread. A Work without a future (gloo's
     send, recv and reduce_scatter_tensor) is waited for by a second thread, in issue order, as soon as it is
@@ -223,7 +227,7 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
     starts = [0.0] * n
     ends: list[float | None] = [None] * n
     works: list[tuple[int, Any]] = []
-    base, first = time.perf_counter(), mine[0].start_s if mine else 0.0
+    base, first = time.perf_counter(), mine[0].start_s + first_wait if mine else 0.0
 
     def finished(j: int) -> Any:
         def mark(_: Any) -> None:
