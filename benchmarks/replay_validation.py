@@ -223,6 +223,64 @@ def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+PROBE_TITLE = "## Replay: one collective after compute, after sleep (`benchmarks/replay_validation.py --probe`)"
+
+
+def probe_plan(calls: int, gap_s: float, count: int = 99_968) -> Any:
+    """4 ranks, ``calls`` blocking all-reduces of ``count`` float32 on the world group (the allreduce job's
+    gradient: 399,872 B), each ``gap_s`` after the previous one ended on every rank."""
+    from commlens.replay.plan import PlanCall, PlanGroup, RankCalls, ReplayPlan
+
+    def rank_calls(rank: int) -> Any:
+        return RankCalls(
+            rank,
+            tuple(
+                PlanCall(
+                    "all_reduce", "world", count, "float32", i * (gap_s + 0.005), 0.005, gap_s if i else 0.0, "sum"
+                )
+                for i in range(calls)
+            ),
+            "h",
+        )
+
+    return ReplayPlan("monitor", 4, (PlanGroup("world", (0, 1, 2, 3)),), tuple(rank_calls(r) for r in range(4)))
+
+
+def probe(repeats: int, passes: int, calls: int = 30, gap_ms: float = 20.0) -> list[str]:
+    """The same collective replayed back to back, after ``gap_ms`` of compute (spin) and after ``gap_ms`` of
+    sleep on every rank, the three interleaved ``repeats`` times: its own time (last-arriving rank's)."""
+    plan = probe_plan(calls, gap_ms / 1e3)
+    modes = (("back to back", False, "spin"), ("after compute (spin)", True, "spin"), ("after sleep", True, "sleep"))
+    own: dict[str, list[float]] = {m: [] for m, _, _ in modes}
+    loads: list[str] = []
+    for _ in range(repeats):
+        for name, gaps, compute in modes:
+            r = replay(plan, gaps, passes, None, compute=compute)
+            own[name].append(r["replayed_s"] / r["calls"])
+            loads.append(r["load"])
+            print(f"  probe {name:22} {own[name][-1] * 1e3:.2f} ms per call (load {r['load']})", flush=True)
+    base = statistics.median(own["back to back"])
+    lines = [
+        f"`python benchmarks/replay_validation.py --probe --repeats {repeats} --passes {passes}`: one collective, "
+        f"all_reduce of 399,872 B float32 (the `allreduce` job's gradient) on 4 gloo ranks of this host, {calls} "
+        f"per pass, every rank alike, blocking, {passes} measured passes after a warm-up; back to back, after "
+        f"{gap_ms:.0f} ms of compute on every rank (`--compute spin`: 32x32 matrix products) and after {gap_ms:.0f} "
+        f"ms of sleep, the three interleaved {repeats} times. The collective's own time (its last-arriving rank's, "
+        f"so no wait for a peer in it), mean per call; median over the repeats (min-max). Load {min(loads, key=float)}-"
+        f"{max(loads, key=float)} (2 cores shared with other sessions).",
+        "",
+        "| preceded by | own time per call, ms | against back to back |",
+        "|---|---|---|",
+    ]
+    for name, _, _ in modes:
+        v = own[name]
+        lines.append(
+            f"| {name} | {statistics.median(v) * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}) | "
+            f"{statistics.median(v) / base:.2f}x |"
+        )
+    return lines + [""]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=23, help="training steps recorded (the profiler skips the first 3)")
@@ -238,7 +296,14 @@ def main() -> int:
     p.add_argument("--no-extraction", action="store_true")
     p.add_argument("--repeats", type=int, default=3, help="replays of each plan in each mode, and extraction runs")
     p.add_argument("--no-doc", action="store_true")
+    p.add_argument("--probe", action="store_true", help="only the same collective after compute, after sleep")
     ns = p.parse_args()
+    if ns.probe:
+        lines = probe(ns.repeats, ns.passes)
+        if not ns.no_doc:
+            write_section(PROBE_TITLE, lines)
+        print("\n".join(lines))
+        return 0
     from commlens.replay import extract_plan
 
     workdir = Path(tempfile.mkdtemp(prefix="replay-validation-"))

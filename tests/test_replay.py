@@ -379,3 +379,19 @@ def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collectiv
     assert cmp.recorded_span_s == pytest.approx(0.3)  # not rank 0's 1.1 s
     assert cmp.replayed_span_s == pytest.approx(0.3)
     assert cmp.span_ratio == pytest.approx(1.0)
+
+
+def test_replay_settings_read_back_are_checked_field_by_field() -> None:
+    from commlens.replay.settings import ReplaySettings, ReplaySettingsError
+
+    s = ReplaySettings(gaps=True, compute="sleep", passes=3, size_scale=2.0)
+    assert ReplaySettings.from_dict(json.loads(json.dumps(s.as_dict()))) == s
+    assert ReplaySettings.from_dict({"size_scale": 2}).size_scale == 2.0  # JSON writes 2.0 as 2 in some tools
+    for bad, message in (
+        ({"passes": "3"}, "passes: expected int"),
+        ({"gaps": 1}, "gaps: expected bool"),
+        ({"passes": True}, "passes: expected int"),
+        ({"speed": 1}, "unknown replay settings: speed"),
+    ):
+        with pytest.raises(ReplaySettingsError, match=message):
+            ReplaySettings.from_dict(bad)

@@ -40,12 +40,12 @@ import statistics
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from commlens.ops import OPS
 from commlens.replay.plan import P2P_OPS, ReplayPlan, first_waits, size_bytes
 from commlens.replay.runner import ReplayTimes
 from commlens.replay.settings import GAP_STAND_INS
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 
 __all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
@@ -145,7 +145,7 @@ class ReplayComparison:
         scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
         return sorted(scored, key=lambda c: -abs(math.log(c.ratio)))[:n]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "collectives": len(self.collectives),
             "recorded_total_s": self.recorded_total_s,

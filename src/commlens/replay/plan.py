@@ -26,6 +26,7 @@ from typing import Any
 from commlens.errors import CommlensError
 from commlens.files import atomic_text, read_at_most
 from commlens.ops import OPS
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MAX_GROUP_NAME, MAX_RANKS, MAX_SIZE_BYTES
 from commlens.results.units import finite_float
 
@@ -76,8 +77,8 @@ class PlanCall:
     step: int | None = None
     seq: int | None = None  # the group's sequence number where the source has it
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_json(self) -> JsonObject:
+        out: JsonObject = {
             "op": self.op,
             "group": self.group,
             "count": self.count,
@@ -132,7 +133,7 @@ class ReplayPlan:
     def n_calls(self) -> int:
         return sum(len(r.calls) for r in self.ranks)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {
             "format": FORMAT,
             "source": self.source,

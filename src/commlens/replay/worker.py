@@ -39,6 +39,8 @@ __all__ = ["TIMES_FORMAT", "algo_for", "main", "replay_rank"]
 
 _SPIN_BELOW_S = 0.002
 
+Groups = dict[str, "dist.ProcessGroup | None"]  # the plan's group name -> its group (None: the default group)
+
 
 _BUSY = torch.ones(32, 32)
 _BUSY_OUT = torch.empty(32, 32)
@@ -66,7 +68,7 @@ def _scaled(count: int, scale: float) -> int:
 class _Calls:
     """Each distinct call of this rank prepared once (buffers written once); ``launch(call)`` issues it."""
 
-    def __init__(self, plan: ReplayPlan, rank: int, groups: dict[str, Any], settings: ReplaySettings):
+    def __init__(self, plan: ReplayPlan, rank: int, groups: Groups, settings: ReplaySettings):
         self.plan, self.rank, self.groups, self.settings = plan, rank, groups, settings
         self.device = (
             torch.device("cuda", torch.cuda.current_device()) if settings.device == "cuda" else torch.device("cpu")
@@ -177,7 +179,7 @@ def _sync(device: str) -> None:
 
 
 def replay_rank(
-    plan: ReplayPlan, settings: ReplaySettings, rank: int, groups: dict[str, Any]
+    plan: ReplayPlan, settings: ReplaySettings, rank: int, groups: Groups
 ) -> list[list[tuple[float, float]]]:
     """This rank's calls replayed: per measured pass, (start, end) of each call on the monotonic clock."""
     mine = next((r.calls for r in plan.ranks if r.rank == rank), ())
@@ -298,9 +300,9 @@ class _Waiter:
             raise self.error
 
 
-def _groups(plan: ReplayPlan, world: int) -> dict[str, Any]:
+def _groups(plan: ReplayPlan, world: int) -> Groups:
     """Every process group of the plan, created on every rank in the plan's order (the whole world: WORLD)."""
-    out: dict[str, Any] = {}
+    out: Groups = {}
     for g in plan.groups:
         if list(g.ranks) == list(range(world)):
             out[g.name] = None
@@ -359,12 +361,14 @@ def run_worker(argv: list[str]) -> int:
         print(f"error: the plan has {plan.world_size} ranks, this launch {world} (see --map-ranks)", file=sys.stderr)
         return 2
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    kwargs: dict[str, Any] = {"backend": settings.backend, "timeout": dt.timedelta(seconds=settings.timeout_s)}
+    device_id = None
     if settings.device == "cuda":
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
+        device_id = torch.device("cuda", torch.cuda.current_device())
     torch.set_num_threads(1)
-    dist.init_process_group(**kwargs)
+    dist.init_process_group(
+        backend=settings.backend, timeout=dt.timedelta(seconds=settings.timeout_s), device_id=device_id
+    )
     try:
         rank = dist.get_rank()
         groups = _groups(plan, world)
