@@ -395,3 +395,32 @@ def test_replay_settings_read_back_are_checked_field_by_field() -> None:
     ):
         with pytest.raises(ReplaySettingsError, match=message):
             ReplaySettings.from_dict(bad)
+
+
+def _host_trace(path: Path, calls: list[tuple[str, int]]) -> None:
+    """A Chakra host execution trace in its JSON layout: record_param_comms nodes with their attributes."""
+    nodes: list[dict[str, object]] = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "attrs": []}]
+    for i, (name, count) in enumerate(calls, 2):
+        attrs = [
+            {"name": "collective_name", "type": "string", "value": name},
+            {"name": "dtype", "type": "string", "value": "Float"},
+            {"name": "in_msg_nelems", "type": "uint64", "value": count},
+            {"name": "pg_name", "type": "string", "value": "0"},
+            {"name": "pg_size", "type": "uint64", "value": 2},
+        ]
+        nodes.append({"id": i, "name": "record_param_comms", "attrs": attrs, "inputs": {"values": []}})
+    path.write_text(json.dumps({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+
+
+def test_a_chakra_host_trace_gives_each_rank_its_calls_in_order(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        _host_trace(tmp_path / f"rank-{rank}.json", [("allreduce", 1024), ("wait", 0), ("allgather", 256)])
+    plan = extract_plan([tmp_path])
+    assert plan.source == "chakra" and plan.world_size == 2
+    assert [(c.op, c.count, c.dtype, c.group) for c in plan.ranks[1].calls] == [
+        ("all_reduce", 1024, "float32", "0"),
+        ("all_gather", 256, "float32", "0"),
+    ]
+    (tmp_path / "rank-0.json").write_text(json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": {}}))
+    with pytest.raises(ReplayPlanError, match="no nodes list"):
+        extract_plan([tmp_path / "rank-0.json"], source="chakra")
