@@ -54,10 +54,11 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[0]
 
 
-def record(job: str, steps: int, out: Path, cluster: str | None) -> None:
-    """Run the example job under the profiler and the monitor: out/prof/rank<R>.json, out/mon/*.jsonl."""
-    train = ["--parallel", job, "--steps", str(steps), "--profile", str(out / "prof"), "--jsonl-dir", str(out / "mon")]
-    train += ["--topology", "none"]
+def record(job: str, steps: int, out: Path, cluster: str | None, profile: bool = True) -> None:
+    """Run the example job under the profiler and the monitor: out/prof/rank<R>.json, out/mon/*.jsonl (without
+    ``profile``, under the monitor alone)."""
+    train = ["--parallel", job, "--steps", str(steps), "--jsonl-dir", str(out / "mon"), "--topology", "none"]
+    train += ["--profile", str(out / "prof")] if profile else []
     if cluster:
         cmd = [PY, str(ROOT / "tests" / "cluster_train.py"), "--cluster", cluster, "--world", "4"]
         cmd += ["--ranks-per-host", "2", "--workdir", str(out / "work"), "--", *train]
@@ -246,9 +247,10 @@ def probe_plan(calls: int, gap_s: float, count: int = 99_968) -> Any:
     return ReplayPlan("monitor", 4, (PlanGroup("world", (0, 1, 2, 3)),), tuple(rank_calls(r) for r in range(4)))
 
 
-def probe(repeats: int, passes: int, calls: int = 30, gap_ms: float = 20.0) -> list[str]:
+def probe(repeats: int, passes: int, steps: int, calls: int = 30, gap_ms: float = 20.0) -> list[str]:
     """The same collective replayed back to back, after ``gap_ms`` of compute (spin) and after ``gap_ms`` of
-    sleep on every rank, the three interleaved ``repeats`` times: its own time (last-arriving rank's)."""
+    sleep on every rank, the three interleaved ``repeats`` times: its own time (last-arriving rank's). Then the
+    communication-only job recorded under the monitor alone (no profiler) and its plan replayed back to back."""
     plan = probe_plan(calls, gap_ms / 1e3)
     modes = (("back to back", False, "spin"), ("after compute (spin)", True, "spin"), ("after sleep", True, "sleep"))
     own: dict[str, list[float]] = {m: [] for m, _, _ in modes}
@@ -259,6 +261,33 @@ def probe(repeats: int, passes: int, calls: int = 30, gap_ms: float = 20.0) -> l
             own[name].append(r["replayed_s"] / r["calls"])
             loads.append(r["load"])
             print(f"  probe {name:22} {own[name][-1] * 1e3:.2f} ms per call (load {r['load']})", flush=True)
+    return _probe_lines(own, loads, repeats, passes, calls, gap_ms) + _unprofiled(steps, repeats, passes)
+
+
+def _unprofiled(steps: int, repeats: int, passes: int) -> list[str]:
+    """The communication-only job recorded under the monitor alone, its plan replayed back to back."""
+    from commlens.replay import extract_plan
+
+    with tempfile.TemporaryDirectory(prefix="replay-probe-") as d:
+        record(COMM_ONLY, steps, Path(d), None, profile=False)
+        plan = extract_plan([Path(d) / "mon"])
+    rows = [replay(plan, False, passes, None) for _ in range(repeats)]
+    for r in rows:
+        print(f"  unprofiled {COMM_ONLY} total {r['total_ratio']:.3f} median {r['median_ratio']:.3f}", flush=True)
+    totals, medians = [r["total_ratio"] for r in rows], [r["median_ratio"] for r in rows]
+    return [
+        f"The communication-only job (`--parallel {COMM_ONLY} --steps {steps}`) recorded under the monitor alone, "
+        f"without the profiler, at load {rows[0]['load']}, its plan ({rows[0]['calls']} collectives, recorded "
+        f"{rows[0]['recorded_s'] * 1e3:.1f} ms) replayed back to back {repeats} times right after: total ratio "
+        f"{', '.join(f'{x:.3f}' for x in totals)}, median per-collective ratio {', '.join(f'{x:.3f}' for x in medians)} "
+        f"(load {', '.join(r['load'] for r in rows)}; target: total within 10%, median 0.9-1.1).",
+        "",
+    ]
+
+
+def _probe_lines(
+    own: dict[str, list[float]], loads: list[str], repeats: int, passes: int, calls: int, gap_ms: float
+) -> list[str]:
     base = statistics.median(own["back to back"])
     lines = [
         f"`python benchmarks/replay_validation.py --probe --repeats {repeats} --passes {passes}`: one collective, "
@@ -272,8 +301,7 @@ def probe(repeats: int, passes: int, calls: int = 30, gap_ms: float = 20.0) -> l
         "| preceded by | own time per call, ms | against back to back |",
         "|---|---|---|",
     ]
-    for name, _, _ in modes:
-        v = own[name]
+    for name, v in own.items():
         lines.append(
             f"| {name} | {statistics.median(v) * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}) | "
             f"{statistics.median(v) / base:.2f}x |"
@@ -299,7 +327,7 @@ def main() -> int:
     p.add_argument("--probe", action="store_true", help="only the same collective after compute, after sleep")
     ns = p.parse_args()
     if ns.probe:
-        lines = probe(ns.repeats, ns.passes)
+        lines = probe(ns.repeats, ns.passes, ns.steps)
         if not ns.no_doc:
             write_section(PROBE_TITLE, lines)
         print("\n".join(lines))
