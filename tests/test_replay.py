@@ -424,3 +424,23 @@ def test_a_chakra_host_trace_gives_each_rank_its_calls_in_order(tmp_path: Path) 
     (tmp_path / "rank-0.json").write_text(json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": {}}))
     with pytest.raises(ReplayPlanError, match="no nodes list"):
         extract_plan([tmp_path / "rank-0.json"], source="chakra")
+
+
+def test_the_communication_only_job_records_its_loop_call_for_call(tmp_path: Path) -> None:
+    """examples/train_monitored.py --parallel comms on 2 gloo ranks under the monitor: per step, the whole
+    gradient all-reduced, a quarter of it all-reduced, the quarter all-gathered, in that order, and a plan
+    of it holds exactly those calls with the recorded sizes."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [str(ROOT / "examples" / "train_monitored.py"), "--parallel", "comms", "--steps", "2", "--comm-calls", "3"]
+    cmd += ["--jsonl-dir", str(tmp_path / "mon"), "--topology", "none"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = extract_plan([tmp_path / "mon"])
+    n = 2 * (64 * 64 * 3 + 64 * 3 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64)  # 2 layers' parameters
+    for rank in plan.ranks:
+        assert [(c.op, c.count, c.step) for c in rank.calls] == [
+            (op, count, step)
+            for step in (0, 1)
+            for op, count in (("all_reduce", n), ("all_reduce", n // 4), ("all_gather", n // 4))
+        ]
