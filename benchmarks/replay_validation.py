@@ -2,14 +2,15 @@
 
     python benchmarks/replay_validation.py [--steps 23] [--passes 3] [--cluster w32-rep] [--no-doc]
 
-1. Records the monitor's example job (``examples/train_monitored.py``) under DDP and under FSDP2 on 4 gloo
-   ranks of this host, with the PyTorch profiler (``--profile``) and the monitor (``--jsonl-dir``) on, so one
-   run gives both a Kineto trace set and monitor records.
+1. Records the monitor's example job (``examples/train_monitored.py``) under DDP, FSDP2, one all-reduce
+   after backward (``allreduce``) and communication alone (``comms``: a PARAM-style loop, no compute) on 4
+   gloo ranks of this host, with the PyTorch profiler (``--profile``) and the monitor (``--jsonl-dir``) on,
+   so one run gives both a Kineto trace set and monitor records.
 2. From each source, extracts a plan (``commlens.replay.extract_plan``) and replays it on 4 gloo ranks of
-   this host, right after the recording: back to back (``gaps=False``) and with the recorded gaps (spin
-   stand-in), and on the recorded timeline (``--timeline``: each call issued at its recorded offset,
-   asynchronously, sleep stand-in), ``--passes`` measured passes each after one warm-up pass; the three
-   modes interleaved, ``--repeats`` times. Per replay: the collectives' summed time recorded and replayed
+   this host, right after the recording: back to back (``gaps=False``), blocking with the recorded gaps
+   (spin stand-in, then sleep stand-in), and on the recorded timeline (``--timeline``: each call issued at
+   its recorded offset, asynchronously, sleep stand-in), ``--passes`` measured passes each after one
+   warm-up pass; the four modes interleaved, ``--repeats`` times. Per replay: the collectives' summed time recorded and replayed
    (each collective's own time: its last-arriving rank's), their ratio, the median per-collective ratio,
    the same over the isolated collectives (recorded without compute beside them on the host: what a
    back-to-back replay is comparable with), and with gaps the step time (first call to last end) ratio;
@@ -53,10 +54,11 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[0]
 
 
-def record(job: str, steps: int, out: Path, cluster: str | None) -> None:
-    """Run the example job under the profiler and the monitor: out/prof/rank<R>.json, out/mon/*.jsonl."""
-    train = ["--parallel", job, "--steps", str(steps), "--profile", str(out / "prof"), "--jsonl-dir", str(out / "mon")]
-    train += ["--topology", "none"]
+def record(job: str, steps: int, out: Path, cluster: str | None, profile: bool = True) -> None:
+    """Run the example job under the profiler and the monitor: out/prof/rank<R>.json, out/mon/*.jsonl (without
+    ``profile``, under the monitor alone)."""
+    train = ["--parallel", job, "--steps", str(steps), "--jsonl-dir", str(out / "mon"), "--topology", "none"]
+    train += ["--profile", str(out / "prof")] if profile else []
     if cluster:
         cmd = [PY, str(ROOT / "tests" / "cluster_train.py"), "--cluster", cluster, "--world", "4"]
         cmd += ["--ranks-per-host", "2", "--workdir", str(out / "work"), "--", *train]
@@ -66,21 +68,23 @@ def record(job: str, steps: int, out: Path, cluster: str | None) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=900)
 
 
-def replay(plan: Any, gaps: bool, passes: int, cluster: str | None, timeline: bool = False) -> dict[str, Any]:
+def replay(
+    plan: Any, gaps: bool, passes: int, cluster: str | None, timeline: bool = False, compute: str = "spin"
+) -> dict[str, Any]:
     from commlens.bench.launcher import Local, OnCluster
     from commlens.replay.compare import compare_replay
     from commlens.replay.runner import run_replay
     from commlens.replay.settings import ReplaySettings
 
     settings = ReplaySettings(
-        gaps=gaps, passes=passes, warmup_passes=1, timeline=timeline, compute="sleep" if timeline else "spin"
+        gaps=gaps, passes=passes, warmup_passes=1, timeline=timeline, compute="sleep" if timeline else compute
     )
     placement = OnCluster(cluster, 2) if cluster else Local(plan.world_size)
     t0 = time.perf_counter()
     cmp = compare_replay(plan, run_replay(plan, settings, placement))
     return {
         "gaps": gaps,
-        "mode": "timeline (sleep)" if timeline else "gaps (spin)" if gaps else "back to back",
+        "mode": "timeline (sleep)" if timeline else f"gaps ({compute})" if gaps else "back to back",
         "calls": len(cmp.collectives),
         "recorded_s": cmp.recorded_total_s,
         "replayed_s": cmp.replayed_total_s,
@@ -100,7 +104,9 @@ def replay(plan: Any, gaps: bool, passes: int, cluster: str | None, timeline: bo
     }
 
 
-MODES = ((False, False), (True, False), (True, True))  # (gaps, timeline): back to back, gaps (spin), timeline
+# (gaps, timeline, the gaps' stand-in): back to back, blocking with spin gaps, with sleep gaps, timeline
+MODES = ((False, False, "spin"), (True, False, "spin"), (True, False, "sleep"), (True, True, "sleep"))
+COMM_ONLY = "comms"  # the job with no compute beside its communication (--parallel comms)
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,11 +153,15 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     b2b = [r for r in rows if not r["gaps"]]
     ok = [r for r in b2b if _within(r["total_ratio"], r["median_ratio"])]
     iso_ok = [r for r in b2b if r["isolated"] and _within(r["isolated_ratio"], r["isolated_median"])]
+    alone = [r for r in b2b if r["job"].startswith(COMM_ONLY + " ")]
+    alone_ok = [r for r in alone if r in ok]
     lines = [
         f"Against the targets: back to back, {len(ok)} of {len(b2b)} replays within 10% in total with a median "
         "per-collective ratio in 0.9-1.1 over every collective"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in ok)})" if ok else "")
-        + f", {len(iso_ok)} of {len(b2b)} over the isolated collectives"
+        + f"; of them the job with no compute beside its communication (`--parallel {COMM_ONLY}`) "
+        f"{len(alone_ok)} of {len(alone)}, the jobs that compute {len(ok) - len(alone_ok)} of {len(b2b) - len(alone)}"
+        + f"; {len(iso_ok)} of {len(b2b)} over the isolated collectives"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in iso_ok)})" if iso_ok else "")
     ]
     spin = [r for r in rows if r["mode"] == "gaps (spin)"]
@@ -161,11 +171,34 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         f"total within 10% and median 0.9-1.1 in {len(spin_ok)} of {len(spin)}"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in spin_ok)})" if spin_ok else "")
     )
-    for mode in ("gaps (spin)", "timeline (sleep)"):
+    for mode in ("gaps (spin)", "gaps (sleep)", "timeline (sleep)"):
         these = [r for r in rows if r["mode"] == mode]
         within = [r for r in these if abs(r["span_ratio"] - 1) <= 0.1]
         lines.append(f"; {mode}: step time within 10% in {len(within)} of {len(these)}")
     return ["".join(lines) + "."]
+
+
+def definitions(rows: list[dict[str, Any]]) -> list[str]:
+    """Per job, a recorded collective's mean own time from each source: Kineto's gloo span runs on the group's
+    worker thread (queueing and the caller's wake-up left out), the monitor's from the Python call to its
+    return, as a replay times it."""
+    per: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if not r["gaps"] and r["calls"]:
+            per.setdefault(r["job"], {})[r["source"]] = r["recorded_s"] / r["calls"]
+    parts = [
+        f"{job}: Kineto {v['kineto'] * 1e3:.2f} ms, monitor {v['monitor'] * 1e3:.2f} ms "
+        f"(x{v['monitor'] / v['kineto']:.2f})"
+        for job, v in per.items()
+        if "kineto" in v and "monitor" in v and v["kineto"] > 0
+    ]
+    if not parts:
+        return []
+    return [
+        "A recorded collective's mean own time, per source (Kineto: the gloo span on the worker thread; the "
+        "monitor: the Python call to its return, the span a replay times): " + "; ".join(parts) + ".",
+        "",
+    ]
 
 
 def _ranged(r: dict[str, Any], key: str) -> str:
@@ -191,21 +224,114 @@ def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+PROBE_TITLE = "## Replay: one collective after compute, after sleep (`benchmarks/replay_validation.py --probe`)"
+
+
+def probe_plan(calls: int, gap_s: float, count: int = 99_968) -> Any:
+    """4 ranks, ``calls`` blocking all-reduces of ``count`` float32 on the world group (the allreduce job's
+    gradient: 399,872 B), each ``gap_s`` after the previous one ended on every rank."""
+    from commlens.replay.plan import PlanCall, PlanGroup, RankCalls, ReplayPlan
+
+    def rank_calls(rank: int) -> Any:
+        return RankCalls(
+            rank,
+            tuple(
+                PlanCall(
+                    "all_reduce", "world", count, "float32", i * (gap_s + 0.005), 0.005, gap_s if i else 0.0, "sum"
+                )
+                for i in range(calls)
+            ),
+            "h",
+        )
+
+    return ReplayPlan("monitor", 4, (PlanGroup("world", (0, 1, 2, 3)),), tuple(rank_calls(r) for r in range(4)))
+
+
+def probe(repeats: int, passes: int, steps: int, calls: int = 30, gap_ms: float = 20.0) -> list[str]:
+    """The same collective replayed back to back, after ``gap_ms`` of compute (spin) and after ``gap_ms`` of
+    sleep on every rank, the three interleaved ``repeats`` times: its own time (last-arriving rank's). Then the
+    communication-only job recorded under the monitor alone (no profiler) and its plan replayed back to back."""
+    plan = probe_plan(calls, gap_ms / 1e3)
+    modes = (("back to back", False, "spin"), ("after compute (spin)", True, "spin"), ("after sleep", True, "sleep"))
+    own: dict[str, list[float]] = {m: [] for m, _, _ in modes}
+    loads: list[str] = []
+    for _ in range(repeats):
+        for name, gaps, compute in modes:
+            r = replay(plan, gaps, passes, None, compute=compute)
+            own[name].append(r["replayed_s"] / r["calls"])
+            loads.append(r["load"])
+            print(f"  probe {name:22} {own[name][-1] * 1e3:.2f} ms per call (load {r['load']})", flush=True)
+    return _probe_lines(own, loads, repeats, passes, calls, gap_ms) + _unprofiled(steps, repeats, passes)
+
+
+def _unprofiled(steps: int, repeats: int, passes: int) -> list[str]:
+    """The communication-only job recorded under the monitor alone, its plan replayed back to back."""
+    from commlens.replay import extract_plan
+
+    with tempfile.TemporaryDirectory(prefix="replay-probe-") as d:
+        record(COMM_ONLY, steps, Path(d), None, profile=False)
+        plan = extract_plan([Path(d) / "mon"])
+    rows = [replay(plan, False, passes, None) for _ in range(repeats)]
+    for r in rows:
+        print(f"  unprofiled {COMM_ONLY} total {r['total_ratio']:.3f} median {r['median_ratio']:.3f}", flush=True)
+    totals, medians = [r["total_ratio"] for r in rows], [r["median_ratio"] for r in rows]
+    return [
+        f"The communication-only job (`--parallel {COMM_ONLY} --steps {steps}`) recorded under the monitor alone, "
+        f"without the profiler, at load {rows[0]['load']}, its plan ({rows[0]['calls']} collectives, recorded "
+        f"{rows[0]['recorded_s'] * 1e3:.1f} ms) replayed back to back {repeats} times right after: total ratio "
+        f"{', '.join(f'{x:.3f}' for x in totals)}, median per-collective ratio {', '.join(f'{x:.3f}' for x in medians)} "
+        f"(load {', '.join(r['load'] for r in rows)}; target: total within 10%, median 0.9-1.1).",
+        "",
+    ]
+
+
+def _probe_lines(
+    own: dict[str, list[float]], loads: list[str], repeats: int, passes: int, calls: int, gap_ms: float
+) -> list[str]:
+    base = statistics.median(own["back to back"])
+    lines = [
+        f"`python benchmarks/replay_validation.py --probe --repeats {repeats} --passes {passes}`: one collective, "
+        f"all_reduce of 399,872 B float32 (the `allreduce` job's gradient) on 4 gloo ranks of this host, {calls} "
+        f"per pass, every rank alike, blocking, {passes} measured passes after a warm-up; back to back, after "
+        f"{gap_ms:.0f} ms of compute on every rank (`--compute spin`: 32x32 matrix products) and after {gap_ms:.0f} "
+        f"ms of sleep, the three interleaved {repeats} times. The collective's own time (its last-arriving rank's, "
+        f"so no wait for a peer in it), mean per call; median over the repeats (min-max). Load {min(loads, key=float)}-"
+        f"{max(loads, key=float)} (2 cores shared with other sessions).",
+        "",
+        "| preceded by | own time per call, ms | against back to back |",
+        "|---|---|---|",
+    ]
+    for name, v in own.items():
+        lines.append(
+            f"| {name} | {statistics.median(v) * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f}) | "
+            f"{statistics.median(v) / base:.2f}x |"
+        )
+    return lines + [""]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=23, help="training steps recorded (the profiler skips the first 3)")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument(
         "--jobs",
-        default="ddp,fsdp2,allreduce",
-        help="the example job's --parallel modes recorded here (allreduce: one blocking all-reduce after backward)",
+        default="ddp,fsdp2,allreduce,comms",
+        help="the example job's --parallel modes recorded here (allreduce: one blocking all-reduce after backward; "
+        "comms: communication alone, a PARAM-style loop)",
     )
     p.add_argument("--cluster", default=None, help="also record and replay on an emulated cluster of this name")
     p.add_argument("--no-dlrm", action="store_true")
     p.add_argument("--no-extraction", action="store_true")
     p.add_argument("--repeats", type=int, default=3, help="replays of each plan in each mode, and extraction runs")
     p.add_argument("--no-doc", action="store_true")
+    p.add_argument("--probe", action="store_true", help="only the same collective after compute, after sleep")
     ns = p.parse_args()
+    if ns.probe:
+        lines = probe(ns.repeats, ns.passes, ns.steps)
+        if not ns.no_doc:
+            write_section(PROBE_TITLE, lines)
+        print("\n".join(lines))
+        return 0
     from commlens.replay import extract_plan
 
     workdir = Path(tempfile.mkdtemp(prefix="replay-validation-"))
@@ -235,11 +361,11 @@ def main() -> int:
                     continue
                 for source, path in (("kineto", out / "prof"), ("monitor", out / "mon")):
                     plan = extract_plan([path])
-                    tried: dict[tuple[bool, bool], list[dict[str, Any]]] = {m: [] for m in MODES}
+                    tried: dict[tuple[bool, bool, str], list[dict[str, Any]]] = {m: [] for m in MODES}
                     for _ in range(ns.repeats):  # the modes interleaved, so the load drifts alike over each
-                        for gaps, timeline in MODES:
-                            r = replay(plan, gaps, ns.passes, cluster, timeline)
-                            tried[(gaps, timeline)].append(r)
+                        for gaps, timeline, compute in MODES:
+                            r = replay(plan, gaps, ns.passes, cluster, timeline, compute)
+                            tried[(gaps, timeline, compute)].append(r)
                             print(
                                 f"  {source:8} {r['mode']:17} total {r['total_ratio']:.3f} "
                                 f"median {r['median_ratio']:.3f} span {r['span_ratio']:.3f} "
@@ -250,6 +376,8 @@ def main() -> int:
                                 flush=True,
                             )
                     for results in tried.values():
+                        if not results:
+                            continue
                         row = summary(results)
                         row.update(job=f"{job} ({where})", source=source)
                         rows.append(row)
@@ -259,11 +387,13 @@ def main() -> int:
         body[:0] = [
             f"`python benchmarks/replay_validation.py --steps {ns.steps} --passes {ns.passes} --repeats {ns.repeats}"
             + (f" --cluster {ns.cluster}" if ns.cluster else "")
-            + "`: the monitor's example job (`examples/train_monitored.py`, 2 transformer layers, dim 64) on 4 gloo "
-            "ranks under the PyTorch profiler and the monitor, then each source's plan replayed on the same ranks "
-            f"right after ({ns.passes} measured passes, 1 warm-up), {ns.repeats} times with the three modes "
+            + "`: the monitor's example job (`examples/train_monitored.py`, 2 transformer layers, dim 64; "
+            f"`--parallel {COMM_ONLY}`: no compute, 6 blocking collectives per step on buffers of the gradient's size) "
+            "on 4 gloo ranks under the PyTorch profiler and the monitor, then each source's plan replayed on the same ranks "
+            f"right after ({ns.passes} measured passes, 1 warm-up), {ns.repeats} times with the four modes "
             "interleaved: each ratio is the median over the repeats (min-max in brackets). A collective's time is "
-            "its last-arriving rank's (no wait for a late peer in it). *Isolated*: the collectives recorded without "
+            "its last-arriving rank's (no wait for a late peer in it); the step time leaves out a rank's wait for late peers in its "
+            "first collective (start-up skew). *Isolated*: the collectives recorded without "
             "another rank of the host computing beside them (at most 5% of the call), the set a back-to-back "
             "replay (communication alone) is comparable with, as far as the plan shows it (it misses compute on a "
             "rank whose gloo span closed late); the others ran beside the job's compute, which "
@@ -274,6 +404,7 @@ def main() -> int:
             "",
             *verdicts(rows),
             "",
+            *definitions(rows),
         ]
         if not ns.no_dlrm and DLRM.is_dir():
             plan = extract_plan([DLRM])

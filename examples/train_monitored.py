@@ -27,11 +27,14 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--parallel",
-        choices=("ddp", "fsdp2", "allreduce"),
+        choices=("ddp", "fsdp2", "allreduce", "comms"),
         default="ddp",
         help="ddp: DDP (bucketed all-reduces overlap backward); fsdp2: FSDP2 (prefetched all-gathers); allreduce: "
-        "the gradients flattened and all-reduced once after backward (communication not overlapped with compute)",
+        "the gradients flattened and all-reduced once after backward (communication not overlapped with compute); "
+        "comms: no compute, each step --comm-calls blocking collectives back to back on buffers of the model's "
+        "gradient size (a PARAM-style communication loop)",
     )
+    p.add_argument("--comm-calls", type=int, default=6, help="collectives per step with --parallel comms")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--seq", type=int, default=32)
@@ -80,7 +83,7 @@ def build(args: argparse.Namespace) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model, bucket_cap_mb=1)
-    if args.parallel == "allreduce":
+    if args.parallel in ("allreduce", "comms"):
         return model
     from torch.distributed.fsdp import fully_shard
 
@@ -100,6 +103,27 @@ def allreduce_grads(model: torch.nn.Module) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def comm_buffers(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The buffers of --parallel comms, made once: the whole gradient's size, a quarter of it, and the quarter
+    gathered from every rank."""
+    n = sum(p.numel() for p in model.parameters())
+    flat = torch.ones(n)
+    return flat, flat[: n // 4], torch.empty(n // 4 * dist.get_world_size())
+
+
+def comm_loop(buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor], calls: int) -> None:
+    """One step of --parallel comms: an all-reduce of the whole gradient, one of a quarter of it, an all-gather
+    of the quarter, in turn, each blocking, nothing computed between them."""
+    flat, quarter, gathered = buffers
+    for i in range(calls):
+        if i % 3 == 0:
+            dist.all_reduce(flat)
+        elif i % 3 == 1:
+            dist.all_reduce(quarter)
+        else:
+            dist.all_gather_into_tensor(gathered, quarter)
 
 
 def main() -> None:
@@ -126,6 +150,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.seq, args.dim, generator=gen)
+    comm = comm_buffers(model) if args.parallel == "comms" else None
     times = []
     prof = None
     for step in range(args.steps):
@@ -139,6 +164,14 @@ def main() -> None:
             time.sleep(3600)
         if args.slow_rank == rank and step >= args.slow_from and args.slow_ms > 0:
             burn(args.slow_ms)
+        if args.parallel == "comms":
+            comm_loop(comm, args.comm_calls)
+            if mon is not None:
+                monitor.step()  # commlens
+            times.append(time.perf_counter() - t0)
+            if prof is not None:
+                prof.step()
+            continue
         loss = model(x).pow(2).mean()
         loss.backward()
         if args.parallel == "allreduce":

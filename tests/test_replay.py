@@ -358,3 +358,89 @@ def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: 
     on_gpus = ReplayPlan("kineto", 3, plan.groups, plan.ranks, backend="nccl")  # compute beside is on other GPUs
     times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
     assert compare_replay(on_gpus, times).overlap_known == 0
+
+
+def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collective() -> None:
+    """Rank 0 reached the job's first all-reduce 0.8 s before rank 1 (start-up): that wait is no step time. The
+    replay starts from a barrier; its own first-call wait (rank 0: 0.05 s) is left out alike."""
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay.compare import compare_replay
+    from commlens.replay.runner import ReplayTimes
+    from commlens.replay.settings import ReplaySettings
+
+    calls = {
+        0: (_timed("all_reduce", "w", 0.0, 0.9), _timed("all_reduce", "w", 1.0, 1.1)),
+        1: (_timed("all_reduce", "w", 0.8, 0.9), _timed("all_reduce", "w", 1.0, 1.1)),
+    }
+    plan = ReplayPlan("monitor", 2, (PlanGroup("w", (0, 1)),), tuple(RankCalls(r, c, "h") for r, c in calls.items()))
+    replayed = {0: [[(0.0, 0.15), (0.25, 0.35)]], 1: [[(0.05, 0.15), (0.25, 0.35)]]}
+    system = SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    cmp = compare_replay(plan, ReplayTimes(ReplaySettings(), system, "2026-12-04T00:00:00+00:00", replayed))
+    assert cmp.recorded_span_s == pytest.approx(0.3)  # not rank 0's 1.1 s
+    assert cmp.replayed_span_s == pytest.approx(0.3)
+    assert cmp.span_ratio == pytest.approx(1.0)
+
+
+def test_replay_settings_read_back_are_checked_field_by_field() -> None:
+    from commlens.replay.settings import ReplaySettings, ReplaySettingsError
+
+    s = ReplaySettings(gaps=True, compute="sleep", passes=3, size_scale=2.0)
+    assert ReplaySettings.from_dict(json.loads(json.dumps(s.as_dict()))) == s
+    assert ReplaySettings.from_dict({"size_scale": 2}).size_scale == 2.0  # JSON writes 2.0 as 2 in some tools
+    for bad, message in (
+        ({"passes": "3"}, "passes: expected int"),
+        ({"gaps": 1}, "gaps: expected bool"),
+        ({"passes": True}, "passes: expected int"),
+        ({"speed": 1}, "unknown replay settings: speed"),
+    ):
+        with pytest.raises(ReplaySettingsError, match=message):
+            ReplaySettings.from_dict(bad)
+
+
+def _host_trace(path: Path, calls: list[tuple[str, int]]) -> None:
+    """A Chakra host execution trace in its JSON layout: record_param_comms nodes with their attributes."""
+    nodes: list[dict[str, object]] = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "attrs": []}]
+    for i, (name, count) in enumerate(calls, 2):
+        attrs = [
+            {"name": "collective_name", "type": "string", "value": name},
+            {"name": "dtype", "type": "string", "value": "Float"},
+            {"name": "in_msg_nelems", "type": "uint64", "value": count},
+            {"name": "pg_name", "type": "string", "value": "0"},
+            {"name": "pg_size", "type": "uint64", "value": 2},
+        ]
+        nodes.append({"id": i, "name": "record_param_comms", "attrs": attrs, "inputs": {"values": []}})
+    path.write_text(json.dumps({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+
+
+def test_a_chakra_host_trace_gives_each_rank_its_calls_in_order(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        _host_trace(tmp_path / f"rank-{rank}.json", [("allreduce", 1024), ("wait", 0), ("allgather", 256)])
+    plan = extract_plan([tmp_path])
+    assert plan.source == "chakra" and plan.world_size == 2
+    assert [(c.op, c.count, c.dtype, c.group) for c in plan.ranks[1].calls] == [
+        ("all_reduce", 1024, "float32", "0"),
+        ("all_gather", 256, "float32", "0"),
+    ]
+    (tmp_path / "rank-0.json").write_text(json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": {}}))
+    with pytest.raises(ReplayPlanError, match="no nodes list"):
+        extract_plan([tmp_path / "rank-0.json"], source="chakra")
+
+
+def test_the_communication_only_job_records_its_loop_call_for_call(tmp_path: Path) -> None:
+    """examples/train_monitored.py --parallel comms on 2 gloo ranks under the monitor: per step, the whole
+    gradient all-reduced, a quarter of it all-reduced, the quarter all-gathered, in that order, and a plan
+    of it holds exactly those calls with the recorded sizes."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [str(ROOT / "examples" / "train_monitored.py"), "--parallel", "comms", "--steps", "2", "--comm-calls", "3"]
+    cmd += ["--jsonl-dir", str(tmp_path / "mon"), "--topology", "none"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = extract_plan([tmp_path / "mon"])
+    n = 2 * (64 * 64 * 3 + 64 * 3 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64)  # 2 layers' parameters
+    for rank in plan.ranks:
+        assert [(c.op, c.count, c.step) for c in rank.calls] == [
+            (op, count, step)
+            for step in (0, 1)
+            for op, count in (("all_reduce", n), ("all_reduce", n // 4), ("all_gather", n // 4))
+        ]

@@ -14,6 +14,7 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ _SKIPPED = ("wait", "init", "")
 _RANK_RE = re.compile(r"(\d+)(?!.*\d)")
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> list[Any]:
+    """The trace's ``nodes`` list (each node still to be checked where it is used)."""
     try:
         with path.open("rb") as fp:
             head = fp.read(2)
@@ -67,10 +69,11 @@ def _load(path: Path) -> dict[str, Any]:
         raise ReplayPlanError(f"{path}: not JSON ({type(e).__name__})") from None
     if not isinstance(top, dict) or not isinstance(top.get("nodes"), list):
         raise ReplayPlanError(f"{path}: not a Chakra host execution trace (no nodes list)")
-    return top
+    nodes: list[Any] = top["nodes"]
+    return nodes
 
 
-def _attrs(node: dict[str, Any]) -> dict[str, Any]:
+def _attrs(node: Mapping[str, object]) -> dict[str, object]:
     attrs = node.get("attrs")
     if not isinstance(attrs, list):
         return {}
@@ -117,11 +120,10 @@ def plan_from_chakra(paths: list[Path]) -> ReplayPlan:
     per_rank: dict[int, list[PlanCall]] = {}
     dropped: dict[str, int] = {}
     for path in paths:
-        top = _load(path)
+        nodes = _load(path)
         rank = _rank_of(path)
         if rank in per_rank:
             raise ReplayPlanError(f"{path}: a second trace of rank {rank}")
-        nodes = top["nodes"]
         for name, ranks in _groups(nodes, path).items():
             groups.setdefault(name, ranks)
         comms = [

@@ -14,8 +14,11 @@ The steps:
 3. Ratio = replayed / recorded, per collective; per group and in total, the ratio of the summed times and
    the median of the per-collective ratios; the worst calls are those whose ratio is farthest from 1.
 4. The communication on the critical path: on each rank, the time inside any call (overlapping calls
-   counted once); the busiest rank's. The span: the first call's start to the last call's end on a rank;
-   the longest rank's. With gaps replayed, the span is the step time the replay reproduces.
+   counted once); the busiest rank's. The span: the first call's start to the last call's end on a rank,
+   less the rank's wait for late peers in its first collective (its time in it beyond the collective's own
+   time): the ranks of a job reach their first recorded collective apart (start-up, the profiler's start;
+   up to 0.8 s seen here under load), a replay starts each pass from a barrier; the longest rank's. With
+   gaps replayed, the span is the step time the replay reproduces.
 5. The run stored: one measurement per (group, op, dtype, size), whose samples are the replayed times of
    that key's collectives; source ``replay``, the comparison in its config.
 6. What a recorded time is comparable with. In the job, a collective may have run while the job computed:
@@ -37,12 +40,12 @@ import statistics
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from commlens.ops import OPS
-from commlens.replay.plan import P2P_OPS, ReplayPlan, size_bytes
+from commlens.replay.plan import P2P_OPS, ReplayPlan, first_waits, size_bytes
 from commlens.replay.runner import ReplayTimes
 from commlens.replay.settings import GAP_STAND_INS
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 
 __all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
@@ -142,7 +145,7 @@ class ReplayComparison:
         scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
         return sorted(scored, key=lambda c: -abs(math.log(c.ratio)))[:n]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "collectives": len(self.collectives),
             "recorded_total_s": self.recorded_total_s,
@@ -236,6 +239,23 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def _first_waits(
+    plan: ReplayPlan, joined: dict[tuple[str, int], dict[int, tuple[float, list[float], float]]], n_passes: int
+) -> dict[int, tuple[float, list[float]]]:
+    """Per rank whose first call is a collective: its wait for late peers in it, recorded (plan.first_waits) and
+    per replayed pass (its time in the call less the collective's replayed own time; step 4)."""
+    out: dict[int, tuple[float, list[float]]] = {}
+    for rank, recorded in first_waits(plan).items():
+        first = next(rc.calls[0] for rc in plan.ranks if rc.rank == rank)
+        by_rank = joined.get((first.group, 0), {})
+        if rank not in by_rank:
+            continue
+        replayed = by_rank[rank][1]
+        own = [min(r[p] for _, r, _ in by_rank.values()) for p in range(n_passes)]
+        out[rank] = (recorded, [replayed[p] - own[p] for p in range(n_passes)])
+    return out
+
+
 def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
     """Each collective's replayed time against its recorded one (see the module docstring)."""
     n_passes = min((len(p) for p in times.ranks.values()), default=0)
@@ -322,15 +342,17 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
             )
         )
     rec_comm, rep_comm, rec_span, rep_span = [], [], [], []
+    first_wait = _first_waits(plan, joined, n_passes)
     for rc in plan.ranks:
         if not rc.calls:
             continue
         rec = [(c.start_s, c.start_s + c.duration_s) for c in rc.calls]
         rec_comm.append(_union_s(rec))
-        rec_span.append(max(e for _, e in rec) - rec[0][0])
+        rec_wait, rep_wait = first_wait.get(rc.rank, (0.0, [0.0] * n_passes))
+        rec_span.append(max(e for _, e in rec) - rec[0][0] - rec_wait)
         passes = times.ranks.get(rc.rank, [])
         rep_comm.append(_median([_union_s(passes[p]) for p in range(n_passes)]))
-        rep_span.append(_median([passes[p][-1][1] - passes[p][0][0] for p in range(n_passes)]))
+        rep_span.append(_median([passes[p][-1][1] - passes[p][0][0] - rep_wait[p] for p in range(n_passes)]))
     return ReplayComparison(
         collectives=tuple(everything),
         groups=tuple(groups),

@@ -26,6 +26,7 @@ from typing import Any
 from commlens.errors import CommlensError
 from commlens.files import atomic_text, read_at_most
 from commlens.ops import OPS
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MAX_GROUP_NAME, MAX_RANKS, MAX_SIZE_BYTES
 from commlens.results.units import finite_float
 
@@ -39,6 +40,7 @@ __all__ = [
     "ReplayPlan",
     "ReplayPlanError",
     "check_runnable",
+    "first_waits",
     "load_plan",
     "parse_plan",
     "write_plan",
@@ -75,8 +77,8 @@ class PlanCall:
     step: int | None = None
     seq: int | None = None  # the group's sequence number where the source has it
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_json(self) -> JsonObject:
+        out: JsonObject = {
             "op": self.op,
             "group": self.group,
             "count": self.count,
@@ -131,7 +133,7 @@ class ReplayPlan:
     def n_calls(self) -> int:
         return sum(len(r.calls) for r in self.ranks)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {
             "format": FORMAT,
             "source": self.source,
@@ -378,6 +380,24 @@ def gaps(starts_ends: list[tuple[float, float]]) -> list[float]:
     for start, end in starts_ends:
         out.append(0.0 if last_end == -math.inf else max(0.0, start - last_end))
         last_end = max(last_end, end)
+    return out
+
+
+def first_waits(plan: ReplayPlan) -> dict[int, float]:
+    """Per rank whose first call is a collective: how long it waited in it for late peers, as recorded (its
+    duration less the shortest member's duration of the group's first collective, the last to arrive). The
+    ranks of a job reach their first recorded collective apart (start-up, the profiler starting), which is
+    no step time; a replay starts from a barrier."""
+    first_on: dict[str, dict[int, float]] = {}
+    for r in plan.ranks:
+        for c in r.calls:
+            if c.op not in P2P_OPS:
+                first_on.setdefault(c.group, {}).setdefault(r.rank, c.duration_s)
+    out: dict[int, float] = {}
+    for r in plan.ranks:
+        if r.calls and r.calls[0].op not in P2P_OPS:
+            durations = first_on[r.calls[0].group]
+            out[r.rank] = max(0.0, durations[r.rank] - min(durations.values()))
     return out
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import TypeVar
 
 from commlens.errors import CommlensError
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["GAP_STAND_IN", "GAP_STAND_INS", "ReplaySettings", "ReplaySettingsError"]
 
@@ -55,9 +57,45 @@ class ReplaySettings:
         if not 0 < self.timeout_s <= 86400:
             raise ReplaySettingsError(f"--timeout must be in (0, 86400] seconds, got {self.timeout_s}")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReplaySettings:
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, object]) -> ReplaySettings:
+        """Settings as ``as_dict`` wrote them (a file the ranks read), each field's type checked; a field left out
+        takes its default."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ReplaySettingsError(f"unknown replay settings: {', '.join(unknown)}")
+        base = cls()
+        return cls(
+            backend=_typed(d, "backend", base.backend),
+            device=_typed(d, "device", base.device),
+            algo=_typed(d, "algo", base.algo),
+            gaps=_typed(d, "gaps", base.gaps),
+            compute=_typed(d, "compute", base.compute),
+            timeline=_typed(d, "timeline", base.timeline),
+            size_scale=_typed(d, "size_scale", base.size_scale),
+            warmup_passes=_typed(d, "warmup_passes", base.warmup_passes),
+            passes=_typed(d, "passes", base.passes),
+            timeout_s=_typed(d, "timeout_s", base.timeout_s),
+        )
+
+
+_T = TypeVar("_T", str, bool, int, float)
+
+
+def _typed(d: Mapping[str, object], name: str, default: _T) -> _T:
+    """``d[name]`` if it has the default's type (an integer for a float; a bool is no number), else an error."""
+    if name not in d:
+        return default
+    v = d[name]
+    kind = type(default)
+    if isinstance(v, bool) and kind is not bool:
+        raise ReplaySettingsError(f"replay setting {name}: expected {kind.__name__}, got {v!r}")
+    if kind is float and isinstance(v, int):
+        return kind(v)
+    if not isinstance(v, kind):
+        raise ReplaySettingsError(f"replay setting {name}: expected {kind.__name__}, got {v!r}")
+    return v

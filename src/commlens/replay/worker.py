@@ -31,13 +31,15 @@ from commlens.bench.sysinfo import local_facts, system_info
 from commlens.bench.worker import normalize_launcher_env
 from commlens.files import atomic_text
 from commlens.ops import OPS, SizePlan
-from commlens.replay.plan import P2P_OPS, PlanCall, ReplayPlan, load_plan
+from commlens.replay.plan import P2P_OPS, PlanCall, ReplayPlan, first_waits, load_plan
 from commlens.replay.runner import TIMES_FORMAT
 from commlens.replay.settings import ReplaySettings
 
 __all__ = ["TIMES_FORMAT", "algo_for", "main", "replay_rank"]
 
 _SPIN_BELOW_S = 0.002
+
+Groups = dict[str, "dist.ProcessGroup | None"]  # the plan's group name -> its group (None: the default group)
 
 
 _BUSY = torch.ones(32, 32)
@@ -66,7 +68,7 @@ def _scaled(count: int, scale: float) -> int:
 class _Calls:
     """Each distinct call of this rank prepared once (buffers written once); ``launch(call)`` issues it."""
 
-    def __init__(self, plan: ReplayPlan, rank: int, groups: dict[str, Any], settings: ReplaySettings):
+    def __init__(self, plan: ReplayPlan, rank: int, groups: Groups, settings: ReplaySettings):
         self.plan, self.rank, self.groups, self.settings = plan, rank, groups, settings
         self.device = (
             torch.device("cuda", torch.cuda.current_device()) if settings.device == "cuda" else torch.device("cpu")
@@ -177,7 +179,7 @@ def _sync(device: str) -> None:
 
 
 def replay_rank(
-    plan: ReplayPlan, settings: ReplaySettings, rank: int, groups: dict[str, Any]
+    plan: ReplayPlan, settings: ReplaySettings, rank: int, groups: Groups
 ) -> list[list[tuple[float, float]]]:
     """This rank's calls replayed: per measured pass, (start, end) of each call on the monotonic clock."""
     mine = next((r.calls for r in plan.ranks if r.rank == rank), ())
@@ -188,10 +190,11 @@ def replay_rank(
         if key not in calls.cache:
             calls.cache[key] = calls._prepare(c)
     passes: list[list[tuple[float, float]]] = []
+    wait0 = first_waits(plan).get(rank, 0.0)
     for p in range(settings.warmup_passes + settings.passes):
         dist.barrier()
         if settings.timeline:
-            stamps = _timeline_pass(mine, calls, settings)
+            stamps = _timeline_pass(mine, calls, settings, wait0)
             if p >= settings.warmup_passes:
                 passes.append(stamps)
             continue
@@ -212,8 +215,11 @@ def replay_rank(
     return passes
 
 
-def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings) -> list[tuple[float, float]]:
-    """One pass issuing each call at its recorded offset from the rank's first call, without waiting for the
+def _timeline_pass(
+    mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySettings, first_wait: float
+) -> list[tuple[float, float]]:
+    """One pass issuing each call at its recorded offset from the rank's first call (from when its last peer
+    arrived at it: ``first_wait`` after its start, see plan.first_waits), without waiting for the
     ones before it (as an async job does: DDP's buckets, FSDP's prefetch); each call's end is when its Work
     completes, taken by a callback on its future from the backend's thread. A Work without a future (gloo's
     send, recv and reduce_scatter_tensor) is waited for by a second thread, in issue order, as soon as it is
@@ -223,7 +229,7 @@ def _timeline_pass(mine: tuple[PlanCall, ...], calls: _Calls, settings: ReplaySe
     starts = [0.0] * n
     ends: list[float | None] = [None] * n
     works: list[tuple[int, Any]] = []
-    base, first = time.perf_counter(), mine[0].start_s if mine else 0.0
+    base, first = time.perf_counter(), mine[0].start_s + first_wait if mine else 0.0
 
     def finished(j: int) -> Any:
         def mark(_: Any) -> None:
@@ -294,9 +300,9 @@ class _Waiter:
             raise self.error
 
 
-def _groups(plan: ReplayPlan, world: int) -> dict[str, Any]:
+def _groups(plan: ReplayPlan, world: int) -> Groups:
     """Every process group of the plan, created on every rank in the plan's order (the whole world: WORLD)."""
-    out: dict[str, Any] = {}
+    out: Groups = {}
     for g in plan.groups:
         if list(g.ranks) == list(range(world)):
             out[g.name] = None
@@ -355,12 +361,14 @@ def run_worker(argv: list[str]) -> int:
         print(f"error: the plan has {plan.world_size} ranks, this launch {world} (see --map-ranks)", file=sys.stderr)
         return 2
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    kwargs: dict[str, Any] = {"backend": settings.backend, "timeout": dt.timedelta(seconds=settings.timeout_s)}
+    device_id = None
     if settings.device == "cuda":
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
+        device_id = torch.device("cuda", torch.cuda.current_device())
     torch.set_num_threads(1)
-    dist.init_process_group(**kwargs)
+    dist.init_process_group(
+        backend=settings.backend, timeout=dt.timedelta(seconds=settings.timeout_s), device_id=device_id
+    )
     try:
         rank = dist.get_rank()
         groups = _groups(plan, world)
