@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 from commlens.cli.options import DB
@@ -25,11 +25,7 @@ if TYPE_CHECKING:
     from commlens.model import Prediction
     from commlens.model.fit import Residual
 
-model_app = typer.Typer(
-    help="Cost models of collectives on a topology: predict, fit to stored runs, check against them.",
-    no_args_is_help=True,
-)
-app.add_typer(model_app, name="model")
+model_app = command_group("model")
 
 _TOPOLOGY_HELP = "a preset (see `commlens topology list`) or a topology YAML file"
 

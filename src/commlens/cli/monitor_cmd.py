@@ -11,16 +11,10 @@ from typing import Any
 
 import typer
 
-from commlens.cli.app import app, say
+from commlens.cli.app import command_group, say
 from commlens.cli.errors import errors_as_exit
 
-monitor_app = typer.Typer(
-    help="Watch live training jobs: the in-job monitor's collector (the job side is commlens.monitor).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(monitor_app, name="monitor")
+monitor_app = command_group("monitor")
 
 
 @monitor_app.command("collect")

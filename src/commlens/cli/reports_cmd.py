@@ -13,15 +13,11 @@ from typing import Any
 
 import typer
 
-from commlens.cli.app import app, say
+from commlens.cli.app import command_group, say
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 
-reports_app = typer.Typer(
-    help="Diagnoses and projections kept in the store (the dashboard's diagnose and projection pages).",
-    no_args_is_help=True,
-)
-app.add_typer(reports_app, name="reports")
+reports_app = command_group("reports")
 
 _KINDS = "links, stragglers, hang, projection or sweep"
 

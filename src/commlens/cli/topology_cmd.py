@@ -6,14 +6,10 @@ import json
 
 import typer
 
-from commlens.cli.app import app
+from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
 
-topology_app = typer.Typer(
-    help="Cluster topologies: presets shipped with commlens, or your own YAML file.",
-    no_args_is_help=True,
-)
-app.add_typer(topology_app, name="topology")
+topology_app = command_group("topology")
 
 
 def load_or_fail(name_or_path: str):

@@ -7,14 +7,10 @@ from typing import Any
 
 import typer
 
-from commlens.cli.app import app
+from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
 
-workload_app = typer.Typer(
-    help="Training workloads: the presets `commlens project` takes by name, or your own YAML file.",
-    no_args_is_help=True,
-)
-app.add_typer(workload_app, name="workload")
+workload_app = command_group("workload")
 
 
 def _row(name: str) -> dict[str, Any]:
