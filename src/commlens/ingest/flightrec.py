@@ -44,6 +44,7 @@ import math
 import pickle
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -200,7 +201,7 @@ def _check_plain(path: Path, data: Any) -> None:
                 raise DumpError(f"{path}: holds a {type(child).__name__}, not plain data")
 
 
-def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
+def _load(path: Path, max_bytes: int) -> tuple[Mapping[str, object], str]:
     try:
         size = path.stat().st_size
         if size > max_bytes:

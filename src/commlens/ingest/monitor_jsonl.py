@@ -13,6 +13,7 @@ corrupt byte) are left out and counted, never fatal; at most :data:`MAX_RECORDS`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,24 +171,45 @@ def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
     """Files' columns as one, their name codes merged."""
     if len(parts) == 1:
         return parts[0]
-    merged: dict[str, Any] = {}
-    for codes, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
-        table: dict[str, int] = {}
-        columns = []
-        for p in parts:
-            remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
-            columns.append(remap[getattr(p, codes)])
-        merged[codes] = np.concatenate(columns)
-        merged[names] = list(table)
+    group, groups = _merged_codes(parts, "group", "groups")
+    op, ops = _merged_codes(parts, "op", "ops")
+    host, hosts = _merged_codes(parts, "host", "hosts")
     sizes: dict[str, int] = {}
     for p in parts:
         sizes.update(p.group_sizes)
-    for name in ("rank", "group_rank", "seq", "size_bytes", "start_s", "end_s"):
-        merged[name] = np.concatenate([getattr(p, name) for p in parts])
-    return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
+    return MonitorColumns(
+        files=parts[0].files,
+        rank=joined("rank"),
+        group_rank=joined("group_rank"),
+        group=group,
+        groups=groups,
+        group_sizes=sizes,
+        seq=joined("seq"),
+        op=op,
+        ops=ops,
+        size_bytes=joined("size_bytes"),
+        start_s=joined("start_s"),
+        end_s=joined("end_s"),
+        host=host,
+        hosts=hosts,
+    )
 
 
-def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
+def _merged_codes(parts: list[MonitorColumns], codes: str, names: str) -> tuple[np.ndarray, list[str]]:
+    """One name column of the files (``codes`` into each file's ``names``) as codes into the names of all."""
+    table: dict[str, int] = {}
+    columns = []
+    for p in parts:
+        remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
+        columns.append(remap[getattr(p, codes)])
+    return np.concatenate(columns), list(table)
+
+
+def _columns(files: tuple[Path, ...], records: Sequence[Mapping[str, object]]) -> MonitorColumns | None:
     """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one."""
 
     def get(key: str) -> list[Any]:
