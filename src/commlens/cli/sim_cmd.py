@@ -7,12 +7,17 @@ from typing import Any
 
 import typer
 
-from commlens.cli.app import command_group, fail
+from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.tables import new_table, print_table, right
 from commlens.cli.topology_cmd import load_or_fail
 
-sim_app = command_group("sim")
+sim_app = typer.Typer(
+    help="Simulate collectives on a fabric: contention, ECMP collisions, oversubscription, failed links, "
+    "several jobs, whole training steps.",
+    no_args_is_help=True,
+)
+app.add_typer(sim_app, name="sim")
 
 _CHANNELS = "NCCL channels per pair of ranks, each its own connection (NCCL duplicates its rings: 2 per NIC)"
 _TOPOLOGY = "a preset (see `commlens topology list`) or a topology YAML file"

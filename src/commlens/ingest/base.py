@@ -187,7 +187,7 @@ class ParsedRun:
     source: str  # the producing tool, e.g. "nccl-tests", "rccl-tests", "param"
     system: SystemInfo
     measurements: list[Measurement]
-    config: JsonObject = field(default_factory=dict)  # becomes Run.config
+    config: dict[str, Any] = field(default_factory=dict)  # becomes Run.config
     notes: list[str] = field(default_factory=list)
     command_line: str = ""
     started_at: str | None = None  # ISO 8601 UTC if the file says when it ran
