@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -25,7 +25,7 @@ _KINDS = "links, stragglers, hang, projection or sweep"
 def save_document(
     db: str | None,
     kind: str,
-    document: dict[str, Any],
+    document: Mapping[str, object],
     *,
     title: str | None = None,
     fingerprint: str | None = None,
