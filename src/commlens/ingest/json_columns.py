@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
@@ -145,3 +146,24 @@ def column(rows: Sequence[Mapping[str, object]], key: str) -> list[Any] | None:
         return list(map(itemgetter(key), rows))
     except KeyError:
         return None
+
+
+@dataclass(frozen=True)
+class RecordColumns:
+    """Collective records as columns, what the fast paths give (one array a field, no object a record).
+
+    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
+    are epoch seconds. A reader's own columns follow these in its subclass.
+    """
+
+    rank: np.ndarray
+    group: np.ndarray
+    groups: list[str]
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]

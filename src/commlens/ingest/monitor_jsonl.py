@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from commlens.ingest.base import DEFAULT_MAX_INPUT_BYTES, IngestError, read_source
-from commlens.ingest.json_columns import all_of, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import RecordColumns, all_of, int_column, scan_json_lines, strings
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.collectives import (
     MAX_GROUP_NAME,
@@ -114,24 +114,13 @@ def read_monitor_records(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
 
 
 @dataclass(frozen=True)
-class MonitorColumns:
+class MonitorColumns(RecordColumns):
     """The records of monitor files as columns (what :func:`read_monitor_records` reads, without an object a
-    record): names as codes into ``groups``, ``ops``, ``hosts`` (-1: no host)."""
+    record). ``rank`` is the process's global rank."""
 
     files: tuple[Path, ...]
-    rank: np.ndarray  # the process's global rank
     group_rank: np.ndarray  # its rank in the group (the global rank where the group's ranks are not listed)
-    group: np.ndarray
-    groups: list[str]
     group_sizes: dict[str, int]  # each group's size as its last record says
-    seq: np.ndarray
-    op: np.ndarray
-    ops: list[str]
-    size_bytes: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    host: np.ndarray
-    hosts: list[str]
 
 
 def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> MonitorColumns | None:

@@ -70,7 +70,7 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.json_columns import all_of, column, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import RecordColumns, all_of, column, int_column, scan_json_lines, strings
 from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
@@ -799,25 +799,11 @@ FORMAT = InputFormat(
 
 
 @dataclass(frozen=True)
-class InspectorColumns:
-    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record).
+class InspectorColumns(RecordColumns):
+    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record);
+    ``rank`` is each record's rank in its communicator, times as :func:`read_inspector` gives them."""
 
-    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
-    are epoch seconds as :func:`read_inspector` gives them.
-    """
-
-    group: np.ndarray
-    groups: list[str]
     group_size: np.ndarray
-    rank: np.ndarray
-    seq: np.ndarray
-    op: np.ndarray
-    ops: list[str]
-    size_bytes: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    host: np.ndarray
-    hosts: list[str]
     communicators: dict[str, Communicator]
     notes: list[str]
     world_size: int
