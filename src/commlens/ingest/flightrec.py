@@ -44,7 +44,6 @@ import math
 import pickle
 import re
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
@@ -201,7 +200,7 @@ def _check_plain(path: Path, data: Any) -> None:
                 raise DumpError(f"{path}: holds a {type(child).__name__}, not plain data")
 
 
-def _load(path: Path, max_bytes: int) -> tuple[Mapping[str, object], str]:
+def _load(path: Path, max_bytes: int) -> tuple[dict[str, object], str]:
     try:
         size = path.stat().st_size
         if size > max_bytes:

@@ -13,8 +13,7 @@ the damaged lines and reads the rest. Either path gives the same values.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -140,30 +139,9 @@ def strings(values: list[Any], low: int, high: int) -> bool:
     return min(lengths) >= low and max(lengths) <= high
 
 
-def column(rows: Sequence[Mapping[str, object]], key: str) -> list[Any] | None:
+def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
     """Each row's ``key`` (a field every row must have); None when a row lacks it."""
     try:
         return list(map(itemgetter(key), rows))
     except KeyError:
         return None
-
-
-@dataclass(frozen=True)
-class RecordColumns:
-    """Collective records as columns, what the fast paths give (one array a field, no object a record).
-
-    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
-    are epoch seconds. A reader's own columns follow these in its subclass.
-    """
-
-    rank: np.ndarray
-    group: np.ndarray
-    groups: list[str]
-    seq: np.ndarray
-    op: np.ndarray
-    ops: list[str]
-    size_bytes: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    host: np.ndarray
-    hosts: list[str]

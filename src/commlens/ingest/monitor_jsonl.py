@@ -13,7 +13,6 @@ corrupt byte) are left out and counted, never fatal; at most :data:`MAX_RECORDS`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from commlens.ingest.base import DEFAULT_MAX_INPUT_BYTES, IngestError, read_source
-from commlens.ingest.json_columns import RecordColumns, all_of, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import all_of, int_column, scan_json_lines, strings
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.collectives import (
     MAX_GROUP_NAME,
@@ -114,13 +113,24 @@ def read_monitor_records(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
 
 
 @dataclass(frozen=True)
-class MonitorColumns(RecordColumns):
+class MonitorColumns:
     """The records of monitor files as columns (what :func:`read_monitor_records` reads, without an object a
-    record). ``rank`` is the process's global rank."""
+    record): names as codes into ``groups``, ``ops``, ``hosts`` (-1: no host)."""
 
     files: tuple[Path, ...]
+    rank: np.ndarray  # the process's global rank
     group_rank: np.ndarray  # its rank in the group (the global rank where the group's ranks are not listed)
+    group: np.ndarray
+    groups: list[str]
     group_sizes: dict[str, int]  # each group's size as its last record says
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]
 
 
 def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> MonitorColumns | None:
@@ -160,45 +170,24 @@ def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
     """Files' columns as one, their name codes merged."""
     if len(parts) == 1:
         return parts[0]
-    group, groups = _merged_codes(parts, "group", "groups")
-    op, ops = _merged_codes(parts, "op", "ops")
-    host, hosts = _merged_codes(parts, "host", "hosts")
+    merged: dict[str, Any] = {}
+    for codes, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
+        table: dict[str, int] = {}
+        columns = []
+        for p in parts:
+            remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
+            columns.append(remap[getattr(p, codes)])
+        merged[codes] = np.concatenate(columns)
+        merged[names] = list(table)
     sizes: dict[str, int] = {}
     for p in parts:
         sizes.update(p.group_sizes)
-
-    def joined(name: str) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for p in parts])
-
-    return MonitorColumns(
-        files=parts[0].files,
-        rank=joined("rank"),
-        group_rank=joined("group_rank"),
-        group=group,
-        groups=groups,
-        group_sizes=sizes,
-        seq=joined("seq"),
-        op=op,
-        ops=ops,
-        size_bytes=joined("size_bytes"),
-        start_s=joined("start_s"),
-        end_s=joined("end_s"),
-        host=host,
-        hosts=hosts,
-    )
+    for name in ("rank", "group_rank", "seq", "size_bytes", "start_s", "end_s"):
+        merged[name] = np.concatenate([getattr(p, name) for p in parts])
+    return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
 
 
-def _merged_codes(parts: list[MonitorColumns], codes: str, names: str) -> tuple[np.ndarray, list[str]]:
-    """One name column of the files (``codes`` into each file's ``names``) as codes into the names of all."""
-    table: dict[str, int] = {}
-    columns = []
-    for p in parts:
-        remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
-        columns.append(remap[getattr(p, codes)])
-    return np.concatenate(columns), list(table)
-
-
-def _columns(files: tuple[Path, ...], records: Sequence[Mapping[str, object]]) -> MonitorColumns | None:
+def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
     """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one."""
 
     def get(key: str) -> list[Any]:

@@ -70,7 +70,7 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.json_columns import RecordColumns, all_of, column, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import all_of, column, int_column, scan_json_lines, strings
 from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
@@ -799,11 +799,25 @@ FORMAT = InputFormat(
 
 
 @dataclass(frozen=True)
-class InspectorColumns(RecordColumns):
-    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record);
-    ``rank`` is each record's rank in its communicator, times as :func:`read_inspector` gives them."""
+class InspectorColumns:
+    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record).
 
+    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
+    are epoch seconds as :func:`read_inspector` gives them.
+    """
+
+    group: np.ndarray
+    groups: list[str]
     group_size: np.ndarray
+    rank: np.ndarray
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]
     communicators: dict[str, Communicator]
     notes: list[str]
     world_size: int
@@ -833,7 +847,7 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
     if not files:
         return None
     shared = _Shared()
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list[dict[str, Any]] = []
     count = 0
     try:
         for file in files:
@@ -870,7 +884,7 @@ class _Shared:
         self.comm_names: dict[int, str] = {}  # the last name each communicator was given (not "unknown")
 
 
-def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, np.ndarray] | None:
+def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
     """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
     if not all_of(objects, dict) or set(map(len, objects)) != {3}:
         return None
@@ -883,7 +897,7 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, np.ndarray] 
         return None  # verbose records: the record-by-record path reads their kernel times
     # a line nesting deeper than MAX_JSON_DEPTH brackets was left to that path too (read_inspector_columns)
 
-    def col(rows: list[dict[str, object]], key: str) -> list[Any]:
+    def col(rows: list[dict[str, Any]], key: str) -> list[Any]:
         return list(map(dict.get, rows, repeat(key)))
 
     ids = col(headers, "id")
@@ -987,9 +1001,7 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, np.ndarray] 
     }
 
 
-def _compact_finish(
-    parts: list[dict[str, np.ndarray]], shared: _Shared, file_notes: list[str]
-) -> InspectorColumns | None:
+def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
     """The files' columns joined, with the checks across files: one size a communicator, no repeated record."""
     col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     group, n_ranks, rank, seq, op = col["group"], col["n_ranks"], col["rank"], col["seq"], col["op"]
