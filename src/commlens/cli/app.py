@@ -170,6 +170,14 @@ app = typer.Typer(
 coercion.install()  # plain option values converted without importing pydantic (Typer 0.29 would)
 
 
+def command_group(name: str, *, no_args_is_help: bool = True, cls: type[TyperGroup] = TyperGroup) -> typer.Typer:
+    """The group of sub-commands ``commlens NAME``, registered on ``app``; its help is the one LAZY_COMMANDS
+    lists for it, so `commlens --help` and `commlens NAME --help` say the same from one text."""
+    group = typer.Typer(help=LAZY_COMMANDS[name][1], no_args_is_help=no_args_is_help, add_completion=False, cls=cls)
+    app.add_typer(group, name=name)
+    return group
+
+
 def say(kind: str, message: str) -> None:
     """Print ``kind: message`` on stderr (``error``, ``warning``, or a plain note for ``kind=""``), with any
     terminal control characters a file name, tag or file's content brought in escaped."""

@@ -11,30 +11,20 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 from commlens.cli.regress_cmd import parse_fraction
 from commlens.results.text_tables import commented_table_lines
 
 if TYPE_CHECKING:
-    from commlens.store import Store
-    from commlens.store.series_meta import Threshold
+    from collections.abc import Sequence
 
-baseline_app = typer.Typer(
-    help="Baselines: the run or tag a series (system and tag) is compared against (`compare baseline RUN`).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-threshold_app = typer.Typer(
-    help="Thresholds: the min change and alpha compare and detect use for the series and rows they match.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(baseline_app, name="baseline")
-app.add_typer(threshold_app, name="threshold")
+    from commlens.store import Store
+    from commlens.store.series_meta import Baseline, Threshold
+
+baseline_app = command_group("baseline")
+threshold_app = command_group("threshold")
 
 _JSON = typer.Option(False, "--json", help="print JSON")
 
@@ -117,19 +107,31 @@ def baseline_list(db: str | None = DB, as_json: bool = _JSON) -> None:
 
     with errors_as_exit(), Store.open(db, create=False) as store:
         baselines = list_baselines(store)
-    if as_json:
-        print(json.dumps({"baselines": [b.as_dict() for b in baselines]}, indent=1))
-        return
-    if not baselines:
-        print("# no baselines set (`commlens baseline set RUN` sets one)")
-        return
     cells = [
         [b.fingerprint, "(untagged)" if b.tag is None else b.tag, b.ref_text, b.note or "-", b.set_at[:19] + "Z"]
         for b in baselines
     ]
-    print(
-        "\n".join(commented_table_lines(["fingerprint", "tag", "baseline", "note", "set at (UTC)"], cells, frozenset()))
-    )
+    names = ["fingerprint", "tag", "baseline", "note", "set at (UTC)"]
+    _print_listed("baselines", baselines, as_json, "`commlens baseline set RUN` sets one", names, cells)
+
+
+def _print_listed(
+    kind: str,
+    records: Sequence[Baseline] | Sequence[Threshold],
+    as_json: bool,
+    hint: str,
+    names: list[str],
+    cells: list[list[str]],
+    right: frozenset[str] = frozenset(),
+) -> None:
+    """``baseline list`` and ``threshold list``: ``{KIND: [...]}`` with --json, else the table (or a line saying
+    there are none, and how to set one)."""
+    if as_json:
+        print(json.dumps({kind: [r.as_dict() for r in records]}, indent=1))
+    elif not records:
+        print(f"# no {kind} set ({hint})")
+    else:
+        print("\n".join(commented_table_lines(names, cells, right)))
 
 
 @baseline_app.command("unset")
@@ -242,12 +244,6 @@ def threshold_list(db: str | None = DB, as_json: bool = _JSON) -> None:
 
     with errors_as_exit(), Store.open(db, create=False) as store:
         thresholds = list_thresholds(store)
-    if as_json:
-        print(json.dumps({"thresholds": [t.as_dict() for t in thresholds]}, indent=1))
-        return
-    if not thresholds:
-        print("# no thresholds set (`commlens threshold set --min-change 5%` sets one)")
-        return
 
     def shown(value: str | None) -> str:
         return "(none)" if value is None else value
@@ -268,7 +264,10 @@ def threshold_list(db: str | None = DB, as_json: bool = _JSON) -> None:
         for t in thresholds
     ]
     names = ["fingerprint", "tag", "op", "dtype", "size", "group", "min change", "alpha", "detect alpha", "set at"]
-    print("\n".join(commented_table_lines(names, cells, frozenset({"size", "min change", "alpha", "detect alpha"}))))
+    right = frozenset({"size", "min change", "alpha", "detect alpha"})
+    _print_listed(
+        "thresholds", thresholds, as_json, "`commlens threshold set --min-change 5%` sets one", names, cells, right
+    )
 
 
 @threshold_app.command("unset")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
@@ -16,13 +16,7 @@ from commlens.cli.text import terminal_safe
 if TYPE_CHECKING:
     from commlens.store import CorruptRunError
 
-db_app = typer.Typer(
-    help="The result store's schema: status, upgrade in place.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(db_app, name="db")
+db_app = command_group("db")
 
 
 _STATE_TEXT = {

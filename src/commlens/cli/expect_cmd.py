@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import typer
 
@@ -20,6 +20,7 @@ from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
     from commlens.expect import RunVerdict
+    from commlens.results.jsonvalue import JsonObject
     from commlens.results.records import Run
     from commlens.topology import Topology
 
@@ -117,45 +118,65 @@ def model_stamp() -> str:
     return digest.hexdigest()[:16]
 
 
-def kept_verdict(v: RunVerdict) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class KeptVerdict:
+    """A run's verdict as kept in its ``system.extra`` (``status`` None: kept as not judged)."""
+
+    stamp: str  # the model_stamp() that made it: another model's verdict is judged again
+    status: str | None
+    pct: float = 0.0
+    lines: tuple[str, ...] = ()  # the summary lines `show` and `ingest` print
+    short: tuple[str, ...] = ()
+
+    def as_dict(self) -> JsonObject:
+        if self.status is None:
+            return {"stamp": self.stamp, "status": None}
+        return {
+            "stamp": self.stamp,
+            "status": self.status,
+            "pct": self.pct,
+            "lines": list(self.lines),
+            "short": list(self.short),
+        }
+
+
+def kept_verdict(v: RunVerdict) -> KeptVerdict:
     """What is kept with a run: the stamp, status, shortfall and the summary lines `show` and `ingest` print."""
-    return {
-        "stamp": model_stamp(),
-        "status": v.status,
-        "pct": round(v.pct, 2),
-        "lines": summary_lines(v),
-        "short": summary_lines(v, causes=1, ranges=False),
-    }
+    lines, short = summary_lines(v), summary_lines(v, causes=1, ranges=False)
+    return KeptVerdict(model_stamp(), v.status, round(v.pct, 2), tuple(lines), tuple(short))
 
 
 def with_kept_verdict(run: Run, v: RunVerdict | None) -> Run:
     """``run`` with ``v`` kept in ``system.extra`` (``None``: kept as not judged, so `show` need not try again)."""
-    kept: dict[str, Any] = kept_verdict(v) if v is not None else {"stamp": model_stamp(), "status": None}
-    system = dataclasses.replace(run.system, extra={**run.system.extra, VERDICT_KEY: kept})
+    kept = kept_verdict(v) if v is not None else KeptVerdict(model_stamp(), None)
+    system = dataclasses.replace(run.system, extra={**run.system.extra, VERDICT_KEY: kept.as_dict()})
     return dataclasses.replace(run, system=system)
 
 
-def current_kept(run: Run) -> dict[str, Any] | None:
+def current_kept(run: Run) -> KeptVerdict | None:
     """The verdict kept with ``run`` if the installed model made it (``status`` None: the run was not judged)."""
     kept = run.system.extra.get(VERDICT_KEY)
     if not isinstance(kept, dict) or kept.get("stamp") != model_stamp():
         return None
-    if kept.get("status") is None:
-        return kept
-    lines, short = kept.get("lines"), kept.get("short")
-    good = all(isinstance(x, list) and all(isinstance(line, str) for line in x) for x in (lines, short))
-    if not good or kept.get("status") not in ("normal", "below", "above"):
+    status, pct, lines, short = kept.get("status"), kept.get("pct"), kept.get("lines"), kept.get("short")
+    if status is None:
+        return KeptVerdict(model_stamp(), None)
+    if status not in ("normal", "below", "above") or not isinstance(pct, int | float):
         return None  # a store edited by hand, or by another tool: judged again
-    if not isinstance(kept.get("pct"), int | float):
+    if not (_strings(lines) and _strings(short)):
         return None
-    return kept
+    return KeptVerdict(model_stamp(), status, pct, tuple(lines), tuple(short))
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
 
 
 def summary_for(run: Run) -> list[str]:
     """The ``# expect:`` lines of ``show``: those kept with the run when current, else judged now."""
     kept = current_kept(run)
     if kept is not None:
-        return list(kept["lines"]) if kept["status"] is not None else []
+        return list(kept.lines)
     verdict = judge_or_none(run)
     return summary_lines(verdict) if verdict is not None else []
 
@@ -237,7 +258,7 @@ def expect_cmd(
         with errors_as_exit():
             verdicts.append(judge_run(found, log_text=text, topology=topo, given=given))
     if as_json:
-        docs: list[dict[str, Any]] = [v.as_dict() for v in verdicts]
+        docs = [v.as_dict() for v in verdicts]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
     else:
         for i, v in enumerate(verdicts):

@@ -7,7 +7,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import typer
 
@@ -16,6 +16,9 @@ from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 from commlens.ingest.registry import FORMATS
+
+if TYPE_CHECKING:
+    from commlens.results.jsonvalue import JsonObject
 
 # Help texts list the registry's formats: "nccl-tests logs, ..., commlens run JSON (...)", "auto, ... or commlens".
 _FILE_HELP = f"{', '.join(f.description for f in FORMATS.values())}; - reads standard input"
@@ -101,13 +104,23 @@ class _Reading:
     max_bytes: int
 
 
+class _Entry(TypedDict):
+    """One run in ``ingest --json``'s list."""
+
+    file: str
+    format: str
+    stored: bool  # False: the same content was stored before
+    run: JsonObject
+    expect: JsonObject | None
+
+
 @dataclass
 class _Outcome:
     """What one ``ingest`` has to say once every file is committed."""
 
     failed: int = 0
     below: list[str] = field(default_factory=list)  # runs stored now that --fail-below fails
-    ingested: list[dict[str, Any]] = field(default_factory=list)  # --json entries
+    ingested: list[_Entry] = field(default_factory=list)  # --json entries
     printed: list[tuple[str, str]] = field(default_factory=list)  # (file, line): what is stored
 
 
@@ -199,9 +212,10 @@ def _report_run(
     if is_new and verdict is not None and below_by_more_than(verdict.status, verdict.pct, fail_below):
         out.below.append(f"run {run.run_id[:12]} ({path}) is below expectation by {verdict.pct:.0f}%")
     if as_json:
-        entry = {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run)}
-        entry["expect"] = verdict.as_dict() if verdict is not None else None
-        out.ingested.append(entry)
+        expect = verdict.as_dict() if verdict is not None else None
+        out.ingested.append(
+            {"file": str(path), "format": used, "stored": is_new, "run": run_to_dict(run), "expect": expect}
+        )
     elif is_new:
         out.printed.append((str(path), terminal_safe(_summary(path, used, run))))
         if verdict is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 from commlens.cli.options import DB
@@ -25,11 +25,7 @@ if TYPE_CHECKING:
     from commlens.model import Prediction
     from commlens.model.fit import Residual
 
-model_app = typer.Typer(
-    help="Cost models of collectives on a topology: predict, fit to stored runs, check against them.",
-    no_args_is_help=True,
-)
-app.add_typer(model_app, name="model")
+model_app = command_group("model")
 
 _TOPOLOGY_HELP = "a preset (see `commlens topology list`) or a topology YAML file"
 
@@ -146,34 +142,35 @@ def _print_breakdown(pred: Prediction) -> None:
 
 def _predict_all(topo: Any, op: str, nbytes: int, layout: Any, as_json: bool) -> None:
     from commlens.model import InfeasibleError
-    from commlens.model.predict import predict_algorithms
+    from commlens.model.predict import Prediction, predict_algorithms
 
-    rows: list[dict[str, Any]] = [
-        {"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(pred)}
-        if isinstance(pred, InfeasibleError)
-        else pred.as_dict(with_breakdown=False)
-        for name, pred in predict_algorithms(topo, op, nbytes, layout=layout).items()
-    ]
+    found = predict_algorithms(topo, op, nbytes, layout=layout)
     if as_json:
+        rows = [
+            {"op": op, "algo": name, "size_bytes": nbytes, "infeasible": str(pred)}
+            if isinstance(pred, InfeasibleError)
+            else pred.as_dict(with_breakdown=False)
+            for name, pred in found.items()
+        ]
         print(json.dumps(rows, indent=1))
         return
     print(f"# {topo.name}: {_shape(layout.nodes, layout.ranks_per_host, layout.ranks)}; {op} {nbytes} B")
     from commlens.cli.tables import new_table, print_table, right
 
     table = new_table("algo", right("time (us)"), right("algbw GB/s"), right("busbw GB/s"), "bottleneck")
-    feasible = [r for r in rows if "infeasible" not in r]
-    fastest = min(feasible, key=lambda r: r["time_s"])["algo"] if feasible else None
-    for r in rows:
-        if "infeasible" in r:
-            table.add_row(r["algo"], "-", "-", "-", f"cannot run: {r['infeasible']}")
+    feasible = [pred for pred in found.values() if isinstance(pred, Prediction)]
+    fastest = min(feasible, key=lambda pred: pred.time_s).algo if feasible else None
+    for name, pred in found.items():
+        if isinstance(pred, InfeasibleError):
+            table.add_row(name, "-", "-", "-", f"cannot run: {pred}")
             continue
-        mark = "  <- fastest" if r["algo"] == fastest else ""
+        mark = "  <- fastest" if pred.algo == fastest else ""
         table.add_row(
-            r["algo"],
-            _us(r["time_s"]),
-            _gbps(r["algbw_bytes_per_s"]),
-            _gbps(r["busbw_bytes_per_s"]),
-            f"{r['bottleneck']}{mark}",
+            pred.algo,
+            _us(pred.time_s),
+            _gbps(pred.algbw_bytes_per_s),
+            _gbps(pred.busbw_bytes_per_s),
+            f"{pred.bottleneck}{mark}",
         )
     print_table(table)
 
@@ -182,10 +179,10 @@ def _predict_sweep(
     topo: Any, ops: list[str], lo: int, hi: int, factor: int, dtype: str, algo: str, layout: Any, as_json: bool
 ) -> None:
     from commlens.model.predict import predicted_table, sweep_sizes
+    from commlens.results.nccltests_json import to_nccl_tests
 
     with errors_as_exit():
         table = predicted_table(topo, ops, sweep_sizes(lo, hi, factor), dtype=dtype, layout=layout, algo=algo)
-    rows: list[dict[str, Any]] = [row.as_dict() for row in table]
     if as_json:
         print(
             json.dumps(
@@ -195,7 +192,7 @@ def _predict_sweep(
                     "ranks_per_node": layout.ranks_per_host,
                     "world_size": layout.ranks,
                     "algo": algo,
-                    "rows": rows,
+                    "rows": [row.as_dict() for row in table],
                 },
                 indent=1,
             )
@@ -207,9 +204,9 @@ def _predict_sweep(
     )
     head = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>9}  {:>8}  {:>8}  {:<18}  {}"
     current = None
-    for r in rows:
-        if r["op"] != current:
-            current = r["op"]
+    for r in table:
+        if r.op != current:
+            current = r.op
             print(f"# {current}")
             print(
                 "#"
@@ -218,18 +215,15 @@ def _predict_sweep(
                 ]
             )
             print("#" + head.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "")[1:])
-        left = (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"])
-        if "infeasible" in r:
-            print(head.format(*left, "-", "-", "-", "-", r["infeasible"]))
+        redop, root = to_nccl_tests(r.redop, r.root)
+        left = (r.size_bytes, r.count, r.dtype, redop, root)
+        p = r.prediction
+        if p is None:
+            print(head.format(*left, "-", "-", "-", "-", r.infeasible))
         else:
             print(
                 head.format(
-                    *left,
-                    _us(r["time_s"]),
-                    _gbps(r["algbw_bytes_per_s"]),
-                    _gbps(r["busbw_bytes_per_s"]),
-                    r["algo"],
-                    r["bottleneck"],
+                    *left, _us(p.time_s), _gbps(p.algbw_bytes_per_s), _gbps(p.busbw_bytes_per_s), p.algo, p.bottleneck
                 )
             )
 

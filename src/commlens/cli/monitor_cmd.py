@@ -6,21 +6,19 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import app, say
+from commlens.cli.app import command_group, say
 from commlens.cli.errors import errors_as_exit
 
-monitor_app = typer.Typer(
-    help="Watch live training jobs: the in-job monitor's collector (the job side is commlens.monitor).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(monitor_app, name="monitor")
+if TYPE_CHECKING:
+    from commlens.results.jsonvalue import JsonObject, JsonValue
+
+monitor_app = command_group("monitor")
 
 
 @monitor_app.command("collect")
@@ -124,23 +122,36 @@ def monitor_collect(
     raise typer.Exit(1 if fail_on_alert and summary["alerts"] else 0)
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
-    for name, g in summary["groups"].items():
-        print(
-            f"group {name}: {g['joined']} collectives joined across ranks {_ranks(g['ranks'])}, last step {g['last_step']}"
-        )
-    for src in summary["sources"]:
-        if src["state"] != "ok" or src["bad_records"]:
-            bad = f", {src['bad_records']} invalid records skipped" if src["bad_records"] else ""
-            failed = f" ({src['failures']} failed polls)" if src["failures"] else ""
-            print(f"{src['kind']} {src['source']}: {src['state']}{failed}: {src['problem'] or 'answering'}{bad}")
-    alerts = summary["alerts"]
+def _print_summary(summary: JsonObject) -> None:
+    """The summary document (what --json prints) as text: groups, sources that failed, alerts."""
+    groups = summary.get("groups")
+    for name, g in groups.items() if isinstance(groups, Mapping) else ():
+        if isinstance(g, Mapping):
+            ranks = g.get("ranks")
+            shown = _ranks([r for r in ranks if isinstance(r, int)]) if isinstance(ranks, list) else "?"
+            print(
+                f"group {name}: {g.get('joined')} collectives joined across ranks {shown}, last step {g.get('last_step')}"
+            )
+    sources = _objects(summary.get("sources"))
+    for src in sources:
+        if src.get("state") != "ok" or src.get("bad_records"):
+            bad = f", {src['bad_records']} invalid records skipped" if src.get("bad_records") else ""
+            failed = f" ({src['failures']} failed polls)" if src.get("failures") else ""
+            print(
+                f"{src.get('kind')} {src.get('source')}: {src.get('state')}{failed}: {src.get('problem') or 'answering'}{bad}"
+            )
+    alerts = _objects(summary.get("alerts"))
     if not alerts:
-        failing = sum(1 for src in summary["sources"] if src["state"] != "ok")
+        failing = sum(1 for src in sources if src.get("state") != "ok")
         print("no alert" + (f" (over the sources that answered; {failing} did not)" if failing else ""))
-    for a in alerts:
-        state = "active" if a["cleared_at_s"] is None else "cleared"
-        print(f"{a['kind']}: {a['text']} [{state}]")
+    for alert in alerts:
+        state = "active" if alert.get("cleared_at_s") is None else "cleared"
+        print(f"{alert.get('kind')}: {alert.get('text')} [{state}]")
+
+
+def _objects(value: JsonValue) -> list[Mapping[str, JsonValue]]:
+    """The objects of a JSON array (none when the value is not one)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -8,20 +8,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import app, fail, say
+from commlens.cli.app import command_group, fail, say
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 
 if TYPE_CHECKING:
     from commlens.store.noise import NoiseFloor
 
-noise_app = typer.Typer(
-    help="Noise floors: how much whole runs of the same code differ, per series, learned from stored history.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(noise_app, name="noise")
+noise_app = command_group("noise")
 
 
 class GroupBy(str, Enum):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.options import DB
 
@@ -67,13 +67,7 @@ class _UnnamedCommand(TyperCommand):
     context_class = _UnnamedContext
 
 
-project_app = typer.Typer(
-    cls=_ProjectGroup,
-    add_completion=False,
-    help="Project step time, MFU and memory of a training workload (`project --help`; also `sweep`, `validate`, "
-    "`calibrate`).",
-)
-app.add_typer(project_app, name="project")
+project_app = command_group("project", no_args_is_help=False, cls=_ProjectGroup)
 
 
 @project_app.command(_ONE, hidden=True, cls=_UnnamedCommand)

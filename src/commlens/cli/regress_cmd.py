@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import typer
 
@@ -312,12 +312,13 @@ def detect_cmd(
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
 
-    given: dict[str, Any] = {
-        "min_change": None if min_change is None else parse_fraction(min_change, "--min-change"),
-        "alpha": alpha,
-    }
+    change = None if min_change is None else parse_fraction(min_change, "--min-change")
+    default = DetectSettings()
     with errors_as_exit():
-        settings = DetectSettings(**{k: v for k, v in given.items() if v is not None})
+        settings = DetectSettings(
+            min_change=default.min_change if change is None else change,
+            alpha=default.alpha if alpha is None else alpha,
+        )
         since_utc = None if since is None else parse_utc(since)
         size_bytes = None if size is None else parse_size(size)
     if op is not None:
@@ -325,8 +326,8 @@ def detect_cmd(
             op = get_op(op).name  # nccl-tests spellings too: allreduce
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
-    explicit = [name for name, value in given.items() if value is not None]
-    filters: dict[str, Any] = {
+    explicit = [name for name, value in (("min_change", change), ("alpha", alpha)) if value is not None]
+    filters: _HistoryFilters = {
         "op": op,
         "dtype": dtype,
         "size_bytes": size_bytes,
@@ -369,7 +370,17 @@ def detect_cmd(
     raise typer.Exit(1 if report.regressions else 0)
 
 
-def _plain_history(db: str | None, filters: dict[str, Any], *, thresholds_apply: bool) -> tuple[Any, ...] | None:
+class _HistoryFilters(TypedDict):
+    """detect's filters, as ``mean_history`` (of ``Store`` and of the plain reader) takes them."""
+
+    op: str | None
+    dtype: str | None
+    size_bytes: int | None
+    tag: str | None
+    fingerprint: str | None
+
+
+def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply: bool) -> tuple[Any, ...] | None:
     """detect's reads (history, noise floors) of a SQLite store without SQLAlchemy (``commlens.store.plain``), or
     None: ``Store`` reads them (and says what is wrong, when something is). Stored thresholds, where they apply,
     are left to ``Store`` too."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commlens.cli.app import app, fail, say
+from commlens.cli.app import command_group, fail, say
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 
@@ -18,13 +18,7 @@ if TYPE_CHECKING:
     from commlens.replay.plan import ReplayPlan
     from commlens.replay.runner import ReplayTimes
 
-replay_app = typer.Typer(
-    help="Replay a job's communication as a benchmark: extract a plan, run it on real ranks, compare.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(replay_app, name="replay")
+replay_app = command_group("replay")
 
 
 def _us(seconds: float) -> str:

@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from commlens.cli.app import app, say
+from commlens.cli.app import command_group, say
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 
-reports_app = typer.Typer(
-    help="Diagnoses and projections kept in the store (the dashboard's diagnose and projection pages).",
-    no_args_is_help=True,
-)
-app.add_typer(reports_app, name="reports")
+reports_app = command_group("reports")
 
 _KINDS = "links, stragglers, hang, projection or sweep"
 
@@ -29,7 +25,7 @@ _KINDS = "links, stragglers, hang, projection or sweep"
 def save_document(
     db: str | None,
     kind: str,
-    document: dict[str, Any],
+    document: Mapping[str, object],
     *,
     title: str | None = None,
     fingerprint: str | None = None,

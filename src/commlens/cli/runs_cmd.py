@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import app, command_group, fail
 from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
@@ -19,13 +19,7 @@ if TYPE_CHECKING:
     from commlens.results.records import Run
     from commlens.store import CorruptRunError, RunSummary, Store
 
-runs_app = typer.Typer(
-    help="Stored runs: list (the default), show, tag, delete.",
-    no_args_is_help=False,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(runs_app, name="runs")
+runs_app = command_group("runs", no_args_is_help=False)
 
 # Options shared by several commands (Typer only reads them, so sharing is safe).
 _TAG = typer.Option(None, help="only runs with this tag")
@@ -56,24 +50,6 @@ def warn_corrupt(error: CorruptRunError) -> None:
 # -- runs list -----------------------------------------------------------------------------
 
 
-@runs_app.callback(invoke_without_command=True)
-def runs_root(
-    ctx: typer.Context,
-    tag: str | None = _TAG,
-    op: str | None = _OP,
-    since: str | None = _SINCE,
-    until: str | None = _UNTIL,
-    fingerprint: str | None = _FINGERPRINT,
-    limit: int = _LIMIT,
-    db: str | None = DB,
-    as_json: bool = _JSON,
-) -> None:
-    """List stored runs, newest first (`commlens runs` alone is `commlens runs list`)."""
-    ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too
-    if ctx.invoked_subcommand is None:
-        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db, as_json=as_json)
-
-
 @runs_app.command("list")
 def runs_list(
     ctx: typer.Context,
@@ -87,9 +63,14 @@ def runs_list(
     as_json: bool = _JSON,
 ) -> None:
     """List stored runs, newest first."""
-    _list(
-        tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=_db(ctx, db), as_json=as_json
-    )
+    db = _db(ctx, db)
+    if ctx.invoked_subcommand is None:  # `runs list`, or `runs` alone (this is also the group's callback)
+        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db, as_json=as_json)
+    else:
+        ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too
+
+
+runs_app.callback(invoke_without_command=True)(runs_list)
 
 
 def _op_name(op: str | None) -> str | None:

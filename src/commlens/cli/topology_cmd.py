@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypedDict
 
 import typer
 
-from commlens.cli.app import app
+from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
 
-topology_app = typer.Typer(
-    help="Cluster topologies: presets shipped with commlens, or your own YAML file.",
-    no_args_is_help=True,
-)
-app.add_typer(topology_app, name="topology")
+topology_app = command_group("topology")
 
 
 def load_or_fail(name_or_path: str):
@@ -24,56 +22,64 @@ def load_or_fail(name_or_path: str):
         return load_topology(name_or_path)
 
 
+class _Preset(TypedDict):
+    """One row of ``topology list`` (its --json entries, field for field)."""
+
+    name: str
+    accelerators_per_node: int
+    scale_up_domain: int
+    scale_up_gbps: float
+    nics_per_node: int
+    nic_gbps: float
+    max_nodes: int
+    approximate: bool
+    description: str
+
+
+def _row(name: str) -> _Preset:
+    from commlens.topology import load_topology
+
+    t = load_topology(name)
+    out = t.scale_out
+    return {
+        "name": name,
+        "accelerators_per_node": t.accelerators_per_node,
+        "scale_up_domain": t.scale_up.domain_size,
+        "scale_up_gbps": t.scale_up.bandwidth_bytes_per_s / 1e9,
+        "nics_per_node": out.nics_per_node if out else 0,
+        "nic_gbps": out.nic_bandwidth_bytes_per_s / 1e9 if out else 0.0,
+        "max_nodes": t.max_nodes,
+        "approximate": t.approximate,
+        "description": t.description,
+    }
+
+
+def _described(r: _Preset) -> str:
+    flag = " (approximate)" if r["approximate"] and "approximate" not in r["description"] else ""
+    return f"{r['description']}{flag}"
+
+
+# (header, the cell of a preset): the columns of ``topology list``
+_COLUMNS: tuple[tuple[str, Callable[[_Preset], str]], ...] = (
+    ("name", lambda r: r["name"]),
+    ("acc/node", lambda r: str(r["accelerators_per_node"])),
+    ("domain", lambda r: str(r["scale_up_domain"])),
+    ("up GB/s", lambda r: f"{r['scale_up_gbps']:.0f}"),
+    ("NICs", lambda r: str(r["nics_per_node"])),
+    ("NIC GB/s", lambda r: f"{r['nic_gbps']:.1f}"),
+    ("max nodes", lambda r: str(r["max_nodes"])),
+    ("description", _described),
+)
+
+
 @topology_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the shipped presets."""
-    from commlens.topology import list_presets, load_topology
+    from commlens.cli.tables import print_listing
+    from commlens.topology import list_presets
 
-    rows = []
-    for name in list_presets():
-        t = load_topology(name)
-        out = t.scale_out
-        rows.append(
-            {
-                "name": name,
-                "accelerators_per_node": t.accelerators_per_node,
-                "scale_up_domain": t.scale_up.domain_size,
-                "scale_up_gbps": t.scale_up.bandwidth_bytes_per_s / 1e9,
-                "nics_per_node": out.nics_per_node if out else 0,
-                "nic_gbps": out.nic_bandwidth_bytes_per_s / 1e9 if out else 0.0,
-                "max_nodes": t.max_nodes,
-                "approximate": t.approximate,
-                "description": t.description,
-            }
-        )
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    from commlens.cli.tables import new_table, print_table, right
-
-    table = new_table(
-        "name",
-        right("acc/node"),
-        right("domain"),
-        right("up GB/s"),
-        right("NICs"),
-        right("NIC GB/s"),
-        right("max nodes"),
-        "description",
-    )
-    for r in rows:
-        flag = " (approximate)" if r["approximate"] and "approximate" not in str(r["description"]) else ""
-        table.add_row(
-            str(r["name"]),
-            str(r["accelerators_per_node"]),
-            str(r["scale_up_domain"]),
-            f"{r['scale_up_gbps']:.0f}",
-            str(r["nics_per_node"]),
-            f"{r['nic_gbps']:.1f}",
-            str(r["max_nodes"]),
-            f"{r['description']}{flag}",
-        )
-    print_table(table)
+    rows = [_row(name) for name in list_presets()]
+    print_listing(rows, _COLUMNS, as_json, numbers=frozenset(h for h, _ in _COLUMNS[1:-1]))
 
 
 @topology_app.command("show")

@@ -10,13 +10,16 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.options import DB
 from commlens.cli.tables import left, new_table, print_table, right
+
+if TYPE_CHECKING:
+    from commlens.algos.tuning import Bucket, Entry
 
 
 def _us(seconds: float | None) -> str:
@@ -29,33 +32,28 @@ def _bucket_text(low: int, high: int | None) -> str:
     return f">= {low}" if high is None else f"{low} .. {high - 1}"
 
 
-def bucket_rows(entry: Any) -> list[dict[str, Any]]:
-    """One row per bucket: the range, the winner and its time, the built-in's time, the runner-up."""
+def _bucket_cells(b: Bucket) -> tuple[str, ...]:
+    """One bucket's row: the range, the winner and its time, the built-in's time and the ratio, the runner-up."""
     from commlens.algos.tuning import BUILTIN
 
-    rows = []
-    for b in entry.buckets:
-        ranked = b.ranked()
-        runner = ranked[1] if len(ranked) > 1 else (None, None)
-        builtin = b.times_s.get(BUILTIN)
-        best_t = b.times_s.get(b.algo)
-        rows.append(
-            {
-                "min_bytes": b.min_bytes,
-                "max_bytes": b.max_bytes,
-                "size_bytes": b.size_bytes,
-                "algo": b.algo,
-                "time_s": best_t,
-                "builtin_time_s": builtin,
-                "vs_builtin": best_t / builtin if best_t is not None and builtin else None,
-                "runner_up": runner[0],
-                "runner_up_time_s": runner[1],
-            }
-        )
-    return rows
+    ranked = b.ranked()
+    runner, runner_t = ranked[1] if len(ranked) > 1 else (None, None)
+    builtin = b.times_s.get(BUILTIN)
+    best_t = b.times_s.get(b.algo)
+    ratio = f"{best_t / builtin:.2f}x" if best_t is not None and builtin else "-"
+    return (
+        _bucket_text(b.min_bytes, b.max_bytes),
+        str(b.size_bytes),
+        b.algo,
+        _us(best_t),
+        _us(builtin),
+        ratio,
+        runner or "-",
+        _us(runner_t),
+    )
 
 
-def _print_entry(entry: Any) -> None:
+def _print_entry(entry: Entry) -> None:
     ctx = entry.context
     hosts = ctx.get("hosts", 1)
     print(
@@ -73,18 +71,8 @@ def _print_entry(entry: Any) -> None:
         left("runner-up"),
         right("time (us)"),
     )
-    for r in bucket_rows(entry):
-        ratio = f"{r['vs_builtin']:.2f}x" if r["vs_builtin"] is not None else "-"
-        table.add_row(
-            _bucket_text(r["min_bytes"], r["max_bytes"]),
-            str(r["size_bytes"]),
-            r["algo"],
-            _us(r["time_s"]),
-            _us(r["builtin_time_s"]),
-            ratio,
-            r["runner_up"] or "-",
-            _us(r["runner_up_time_s"]),
-        )
+    for b in entry.buckets:
+        table.add_row(*_bucket_cells(b))
     print_table(table)
 
 

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TypedDict
 
 import typer
 
-from commlens.cli.app import app
+from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
 
-workload_app = typer.Typer(
-    help="Training workloads: the presets `commlens project` takes by name, or your own YAML file.",
-    no_args_is_help=True,
-)
-app.add_typer(workload_app, name="workload")
+workload_app = command_group("workload")
 
 
-def _row(name: str) -> dict[str, Any]:
+class _Preset(TypedDict):
+    """One row of ``workload list`` (its --json entries, field for field)."""
+
+    name: str
+    parameters: int
+    active_parameters: int
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    seq_len: int
+    global_batch: int
+    experts: int
+    precision: str
+    description: str
+
+
+def _row(name: str) -> _Preset:
     from commlens.workload import load_workload
 
     with errors_as_exit():
@@ -38,43 +52,29 @@ def _row(name: str) -> dict[str, Any]:
     }
 
 
+# (header, the cell of a preset): the columns of ``workload list``
+_COLUMNS: tuple[tuple[str, Callable[[_Preset], str]], ...] = (
+    ("name", lambda r: r["name"]),
+    ("params (B)", lambda r: f"{r['parameters'] / 1e9:.1f}"),
+    ("active (B)", lambda r: f"{r['active_parameters'] / 1e9:.1f}"),
+    ("layers", lambda r: str(r["layers"])),
+    ("hidden", lambda r: str(r["hidden"])),
+    ("heads/kv", lambda r: f"{r['heads']}/{r['kv_heads']}"),
+    ("seq", lambda r: str(r["seq_len"])),
+    ("batch", lambda r: str(r["global_batch"])),
+    ("experts", lambda r: str(r["experts"] or "-")),
+    ("precision", lambda r: r["precision"]),
+)
+
+
 @workload_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the shipped workload presets: size, shape, sequence and batch."""
+    from commlens.cli.tables import print_listing
     from commlens.workload import list_presets
 
     rows = [_row(name) for name in list_presets()]
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    from commlens.cli.tables import new_table, print_table, right
-
-    table = new_table(
-        "name",
-        right("params (B)"),
-        right("active (B)"),
-        right("layers"),
-        right("hidden"),
-        right("heads/kv"),
-        right("seq"),
-        right("batch"),
-        right("experts"),
-        "precision",
-    )
-    for r in rows:
-        table.add_row(
-            r["name"],
-            f"{r['parameters'] / 1e9:.1f}",
-            f"{r['active_parameters'] / 1e9:.1f}",
-            str(r["layers"]),
-            str(r["hidden"]),
-            f"{r['heads']}/{r['kv_heads']}",
-            str(r["seq_len"]),
-            str(r["global_batch"]),
-            str(r["experts"] or "-"),
-            r["precision"],
-        )
-    print_table(table)
+    print_listing(rows, _COLUMNS, as_json, numbers=frozenset(h for h, _ in _COLUMNS[1:-1]))
 
 
 @workload_app.command("show")

@@ -103,15 +103,21 @@ def load_run_list(
             run = run_from_dict(doc)
         except FormatError as e:
             raise source.error(_error_line(source, doc, (i,)), f"[{i}]: {e}") from None
-        changes: dict[str, Any] = {}
-        if tag is not None:
-            changes["tag"] = tag
-        if revision is not None:
-            changes["revision"] = revision
-        if started_at is not None:
-            changes.update(started_at=started_at, finished_at=None)
-        runs.append(replace(run, **changes) if changes else run)
+        runs.append(_given(run, tag, revision, started_at))
     return runs
+
+
+def _given(run: Run, tag: str | None, revision: str | None, started_at: str | None) -> Run:
+    """The run with what the user gave in place of its own (a start time drops the end time)."""
+    if tag is None and revision is None and started_at is None:
+        return run
+    return replace(
+        run,
+        tag=run.tag if tag is None else tag,
+        revision=run.revision if revision is None else revision,
+        started_at=run.started_at if started_at is None else started_at,
+        finished_at=run.finished_at if started_at is None else None,
+    )
 
 
 def _sniff(source: Source) -> bool:

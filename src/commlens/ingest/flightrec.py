@@ -200,7 +200,7 @@ def _check_plain(path: Path, data: Any) -> None:
                 raise DumpError(f"{path}: holds a {type(child).__name__}, not plain data")
 
 
-def _load(path: Path, max_bytes: int) -> tuple[dict[str, Any], str]:
+def _load(path: Path, max_bytes: int) -> tuple[dict[str, object], str]:
     try:
         size = path.stat().st_size
         if size > max_bytes:

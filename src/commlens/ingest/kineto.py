@@ -37,13 +37,16 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
 from commlens.ops import UnknownOpError, get_op
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.units import finite_float
 
 __all__ = [
@@ -135,8 +138,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
+def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> JsonObject:
     """The trace's top-level JSON object, from ``.json`` or gzip, within ``max_bytes`` decompressed."""
+    return _read_trace(path, max_bytes)[0]
+
+
+def _read_trace(path: str | Path, max_bytes: int) -> tuple[JsonObject, list[Any]]:
+    """The trace's top-level object and its ``traceEvents`` list (:func:`read_trace_json`)."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -163,9 +171,10 @@ def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[
     except (ValueError, UnicodeDecodeError) as e:
         raise KinetoTraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from None
     _check_depth(top, path)
-    if not isinstance(top, dict) or not isinstance(top.get("traceEvents"), list):
+    events = top.get("traceEvents") if isinstance(top, dict) else None
+    if not isinstance(events, list):
         raise KinetoTraceError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return top
+    return top, events
 
 
 def _op_name(span_name: str) -> str:
@@ -179,7 +188,7 @@ def _op_name(span_name: str) -> str:
         return base
 
 
-def _number(e: dict[str, Any], key: str, path: Path, i: int) -> float:
+def _number(e: Mapping[str, object], key: str, path: Path, i: int) -> float:
     v = e.get(key)
     number = finite_float(v)
     if number is None:
@@ -187,7 +196,7 @@ def _number(e: dict[str, Any], key: str, path: Path, i: int) -> float:
     return number
 
 
-def _span(e: dict[str, Any], path: Path, i: int) -> tuple[float, float]:
+def _span(e: Mapping[str, object], path: Path, i: int) -> tuple[float, float]:
     """(start, end) in µs; a negative duration is a reading error, refused."""
     ts, dur = _number(e, "ts", path, i), _number(e, "dur", path, i)
     if dur < 0:
@@ -198,7 +207,7 @@ def _span(e: dict[str, Any], path: Path, i: int) -> tuple[float, float]:
     return ts, ts + dur
 
 
-def _int_arg(args: dict[str, Any], key: str) -> int | None:
+def _int_arg(args: Mapping[str, object], key: str) -> int | None:
     v = args.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -209,7 +218,7 @@ def _id(v: Any) -> int | str | None:
     return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
 
 
-def _thread(e: dict[str, Any]) -> tuple[int | str | None, int | str | None]:
+def _thread(e: Mapping[str, object]) -> tuple[int | str | None, int | str | None]:
     return _id(e.get("pid")), _id(e.get("tid"))
 
 
@@ -223,7 +232,7 @@ def _ranks_arg(v: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _dims_count(args: dict[str, Any]) -> tuple[int | None, str | None]:
+def _dims_count(args: Mapping[str, object]) -> tuple[int | None, str | None]:
     """Elements and dtype of the first input from ``Input Dims``/``Input type`` (record_shapes=True)."""
     dims, types = args.get("Input Dims"), args.get("Input type")
     count = None
@@ -318,15 +327,21 @@ def _scan(events: list[Any], path: Path) -> _Scan:
     return found
 
 
-def _args(e: dict[str, Any]) -> dict[str, Any]:
-    return e.get("args") if isinstance(e.get("args"), dict) else {}  # type: ignore[return-value]
+_NO_ARGS: Mapping[str, object] = MappingProxyType({})
 
 
-def _join_cpu(events: list[Any], found: _Scan) -> tuple[dict[int | str, int], dict[int, dict[str, Any]], _Enclosing]:
+def _args(e: Mapping[str, object]) -> Mapping[str, object]:
+    args = e.get("args")
+    return args if isinstance(args, dict) else _NO_ARGS
+
+
+def _join_cpu(
+    events: list[Any], found: _Scan
+) -> tuple[dict[int | str, int], dict[int, Mapping[str, object]], _Enclosing]:
     """Each CPU span's record_param_comms arguments, and the CPU spans by External id and by thread."""
     enclosing_cpu = _Enclosing()
     by_ext: dict[int | str, int] = {}
-    meta: dict[int, dict[str, Any]] = {}
+    meta: dict[int, Mapping[str, object]] = {}
     for i in found.cpu:
         e = events[i]
         key = _thread(e)
@@ -363,7 +378,7 @@ def _join_kernels(
 
 
 def _records(
-    events: list[Any], found: _Scan, meta: dict[int, dict[str, Any]], gpu_of: dict[int, list[int]]
+    events: list[Any], found: _Scan, meta: dict[int, Mapping[str, object]], gpu_of: dict[int, list[int]]
 ) -> tuple[list[TraceCollective], int, int]:
     """One record per CPU span with an execution span; (records, enqueues without one, gloo spans clipped)."""
     records: list[TraceCollective] = []
@@ -424,7 +439,7 @@ def _records(
 def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> KinetoTrace:
     """One rank's collectives from its Kineto trace (``.json`` or ``.json.gz``)."""
     path = Path(path)
-    top = read_trace_json(path, max_bytes)
+    top, events = _read_trace(path, max_bytes)
     info = top.get("distributedInfo")
     if not isinstance(info, dict):
         raise KinetoTraceError(f"{path}: no distributedInfo: was the trace recorded under torch.distributed?")
@@ -432,7 +447,6 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
     if rank is None or rank < 0:
         raise KinetoTraceError(f"{path}: distributedInfo has no rank ({json.dumps(info)[:200]})")
     host = top.get("host_name")
-    events = top["traceEvents"]
     found = _scan(events, path)
     by_ext, meta, enclosing_cpu = _join_cpu(events, found)
     gpu_of, unjoined = _join_kernels(events, found, by_ext, enclosing_cpu)

@@ -46,7 +46,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import contains
@@ -80,6 +80,7 @@ from commlens.results.collectives import (
     aggregate,
     measurements_from_windows,
 )
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, SystemInfo
 from commlens.results.units import finite_float
 
@@ -200,13 +201,24 @@ class _FileState:
     """What reading one file carries from line to line."""
 
     source: Source
-    header: dict[str, Any] | None = None  # the last dump_stats marker's header and metadata (v4.3)
-    metadata: dict[str, Any] | None = None
+    header: Mapping[str, object] | None = None  # the last dump_stats marker's header and metadata (v4.3)
+    metadata: Mapping[str, object] | None = None
     hostname: str | None = None
     pid: int | None = None
     records: int = 0
     skipped: int = 0
     warned: int = 0
+
+
+@dataclass
+class _Comm:
+    """What a dump's records said of one communicator so far."""
+
+    n_ranks: int
+    nnodes: int = 0
+    name: str | None = None
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
 
 
 class _Reader:
@@ -217,7 +229,7 @@ class _Reader:
         # coll_sn counts per communicator and per collective (NCCL's comm->seqNumber[func]): AllReduce 5 and
         # AllGather 5 are two records, so the op is part of what makes a record a repeat
         self.seen: set[tuple[str, int, str, int]] = set()
-        self.comms: dict[str, dict[str, Any]] = {}
+        self.comms: dict[str, _Comm] = {}
         self.files: list[DumpFile] = []
         self.versions: set[str] = set()
         self.verbose = False
@@ -306,7 +318,11 @@ class _Reader:
             raise _Skip("neither coll_perf, p2p_perf nor dump_stats: not an NCCL Inspector record")
 
     def _collective(
-        self, state: _FileState, header: dict[str, Any], metadata: dict[str, Any], perf: dict[str, Any]
+        self,
+        state: _FileState,
+        header: Mapping[str, object],
+        metadata: Mapping[str, object],
+        perf: Mapping[str, object],
     ) -> CollectiveRecord | None:
         comm_id = _text(header, "id", MAX_GROUP_NAME)
         comm_id = self.names.setdefault(comm_id, comm_id)  # one string for all its records
@@ -381,17 +397,17 @@ class _Reader:
         except CollectiveRecordError as e:
             raise _Skip(str(e)) from None
 
-        comm = self.comms.setdefault(
-            comm_id, {"name": None, "n_ranks": n_ranks, "nnodes": nnodes, "ranks": set(), "hosts": set()}
-        )
-        if comm["n_ranks"] != n_ranks:
-            raise _Skip(f"communicator {comm_id} has {n_ranks} ranks here, {comm['n_ranks']} in an earlier record")
-        comm["ranks"].add(rank)
-        comm["nnodes"] = max(comm["nnodes"], nnodes)
+        comm = self.comms.get(comm_id)
+        if comm is None:
+            comm = self.comms[comm_id] = _Comm(n_ranks)
+        if comm.n_ranks != n_ranks:
+            raise _Skip(f"communicator {comm_id} has {n_ranks} ranks here, {comm.n_ranks} in an earlier record")
+        comm.ranks.add(rank)
+        comm.nnodes = max(comm.nnodes, nnodes)
         if hostname:
-            comm["hosts"].add(hostname)
+            comm.hosts.add(hostname)
         if name and name != "unknown":
-            comm["name"] = name
+            comm.name = name
         state.hostname = state.hostname or hostname
         state.pid = state.pid if state.pid is not None else pid
         timing = timing if timing in _TIMING_SOURCES else "unknown"
@@ -408,11 +424,11 @@ class _Reader:
         communicators = {
             cid: Communicator(
                 id=cid,
-                name=c["name"],
-                n_ranks=c["n_ranks"],
-                nnodes=c["nnodes"],
-                ranks=tuple(sorted(c["ranks"])),
-                hosts=tuple(sorted(c["hosts"])),
+                name=c.name,
+                n_ranks=c.n_ranks,
+                nnodes=c.nnodes,
+                ranks=tuple(sorted(c.ranks)),
+                hosts=tuple(sorted(c.hosts)),
             )
             for cid, c in sorted(self.comms.items())
         }
@@ -473,14 +489,14 @@ class _Reader:
         )
 
 
-def _obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+def _obj(d: Mapping[str, object], key: str) -> Mapping[str, object]:
     value = d.get(key)
     if not isinstance(value, dict):
         raise _Skip(f"{key} must be a JSON object, got {type(value).__name__ if key in d else 'nothing'}")
     return value
 
 
-def _int(d: dict[str, Any], key: str, low: int, limit: int) -> int:
+def _int(d: Mapping[str, object], key: str, low: int, limit: int) -> int:
     value = d.get(key)
     if value is None:
         raise _Skip(f"{key} is missing")
@@ -491,7 +507,7 @@ def _int(d: dict[str, Any], key: str, low: int, limit: int) -> int:
     return value
 
 
-def _number(d: dict[str, Any], key: str, limit: float) -> float:
+def _number(d: Mapping[str, object], key: str, limit: float) -> float:
     """A finite number in [0, limit): NCCL writes an integer, some builds a float."""
     value = finite_float(d.get(key))
     if value is None:
@@ -501,14 +517,14 @@ def _number(d: dict[str, Any], key: str, limit: float) -> float:
     return value
 
 
-def _text(d: dict[str, Any], key: str, limit: int) -> str:
+def _text(d: Mapping[str, object], key: str, limit: int) -> str:
     value = d.get(key)
     if not isinstance(value, str) or not 1 <= len(value) <= limit:
         raise _Skip(f"{key} must be a string of 1..{limit} characters, got {quote(value, 60)}")
     return value
 
 
-def _bandwidth(d: dict[str, Any], key: str) -> float | None:
+def _bandwidth(d: Mapping[str, object], key: str) -> float | None:
     """A printed GB/s figure; None when absent or ``"nan"`` (what the plugin writes for NaN)."""
     value = d.get(key)
     if value is None or value == "nan":
@@ -519,7 +535,7 @@ def _bandwidth(d: dict[str, Any], key: str) -> float | None:
     return number
 
 
-def _verbose_start_us(perf: dict[str, Any]) -> int | None:
+def _verbose_start_us(perf: Mapping[str, object]) -> int | None:
     """When a verbose record's collective started (host µs): its first kernel channel, else coll_start_ts."""
     trace = perf.get("event_trace_ts")
     if trace is None:
@@ -739,7 +755,7 @@ def _parsed_run(dump: InspectorDump, *, run_id: str | None) -> ParsedRun:
         device="cuda",
         extra={"nnodes": max(c.nnodes for c in dump.communicators.values())},
     )
-    config = {
+    config: JsonObject = {
         "format": NAME,
         "collectives": list(dict.fromkeys(m.op for m in measurements)),
         "inspector_output_format_version": list(dump.format_versions),

@@ -31,7 +31,6 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from commlens.ingest.base import MAX_COUNT, MAX_RANKS, MAX_SIZE_BYTES, Source, quote
 from commlens.ingest.nccltests_facts import RankInfo, op_from_program
@@ -181,7 +180,7 @@ class Segment:
     tests_version: str | None = None
     headers_code: int | None = None
     library_code: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, int] = field(default_factory=dict)  # nThread line's figures; blocking and per_iter_skip
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     rank_line: int = 0
     layout: Layout | None = None
