@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.numbers import checked
 
@@ -17,10 +17,7 @@ if TYPE_CHECKING:
     from commlens.cluster.lifecycle import HostStatus
     from commlens.cluster.state import ClusterDoc
 
-cluster_app = typer.Typer(
-    help="An emulated multi-host cluster: hosts as network namespaces, links shaped with tc.", no_args_is_help=True
-)
-app.add_typer(cluster_app, name="cluster")
+cluster_app = command_group("cluster")
 
 GBPS_HELP = "each host's link rate in Gb/s (1e9 bit/s)"
 NAME_HELP = "cluster name (namespaces are cl-NAME-hK); also as --name NAME"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commlens.cli.app import app, fail
+from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
 from commlens.cli.tables import new_table, print_table, right
 from commlens.cli.topology_cmd import load_or_fail
@@ -16,12 +16,7 @@ from commlens.cli.topology_cmd import load_or_fail
 if TYPE_CHECKING:
     from commlens.sim import Fault, SimOptions
 
-sim_app = typer.Typer(
-    help="Simulate collectives on a fabric: contention, ECMP collisions, oversubscription, failed links, "
-    "several jobs, whole training steps.",
-    no_args_is_help=True,
-)
-app.add_typer(sim_app, name="sim")
+sim_app = command_group("sim")
 
 _CHANNELS = "NCCL channels per pair of ranks, each its own connection (NCCL duplicates its rings: 2 per NIC)"
 _TOPOLOGY = "a preset (see `commlens topology list`) or a topology YAML file"
