@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, get_op
+from commlens.results.runconfig import RUN_CONFIGS, BenchSettings, RunConfig
 from commlens.results.stats import TimeStats, summarize
 
 __all__ = [
@@ -316,7 +317,7 @@ class Run:
     revision: str | None = None
     command_line: str = ""
     source: str = "commlens"  # or the tool whose output was ingested
-    config: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig = field(default_factory=BenchSettings)  # what it was set up with, by kind
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -324,6 +325,10 @@ class Run:
             raise RecordError("run_id must not be empty")
         if self.status not in RUN_STATUSES:
             raise RecordError(f"status must be one of {', '.join(RUN_STATUSES)}, got {self.status!r}")
+        if not isinstance(self.config, RUN_CONFIGS):
+            raise RecordError(
+                f"config must be a run config (commlens.results.runconfig), got {type(self.config).__name__}"
+            )
         object.__setattr__(self, "measurements", tuple(self.measurements))
         object.__setattr__(self, "notes", tuple(self.notes))
         for m in self.measurements:

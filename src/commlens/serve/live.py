@@ -1,7 +1,7 @@
 """The live page's data: the monitor's windows, from stored monitor runs and from live rank endpoints.
 
-- A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its windows
-  are in ``run.config["windows"]``, each a ``WindowRow.as_wire()`` object.
+- A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its config is
+  a ``MonitorJob`` whose windows are ``WindowRow`` s, checked when the run is read from the store.
 - A live job is a rank endpoint the operator named at start (``commlens serve --monitor URL``; never a client):
   its ``/job`` and ``/records`` are read with a connect timeout, a total deadline per poll and a bounded
   response, the records kept (the newest ``MAX_KEPT_RECORDS``) and grouped into windows as the monitor groups
@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from commlens.monitor.fetch import FetchError, http_get
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
+from commlens.results.jsonvalue import JsonObject
+from commlens.results.runconfig import MonitorJob
 from commlens.store import Store, StoreError
 
 __all__ = ["LiveEndpoint", "LiveSources", "live_doc"]
@@ -40,7 +42,6 @@ RECORDS_PER_REQUEST = 5_000
 MAX_REQUESTS_PER_POLL = 4  # an endpoint far ahead is caught up over a few page loads
 MAX_WINDOWS = 300  # the newest windows a job shows
 MAX_STORED_JOBS = 20
-_WINDOW_NUMBERS = ("start_s", "end_s", "time_s", "busbw_p50_bytes_per_s", "duration_p50_s")
 
 
 class LiveEndpoint:
@@ -249,37 +250,17 @@ def _stored_jobs(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-def _stored_windows(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
-    """The windows of a stored monitor run (its config), the well-formed ones; fills in the job's details."""
+def _stored_windows(store: Store, job: dict[str, Any]) -> list[JsonObject]:
+    """The windows of a stored monitor run (its config, checked when the run was read); fills in the job's
+    details. A run whose config is not a monitor job's shows no windows."""
     run = store.get_run(job["key"].removeprefix("run:"))
-    config = run.config if isinstance(run.config, dict) else {}
-    job.update(
-        job_id=_text(config.get("job_id")), model=_text(config.get("model")), host=(run.system.hosts or (None,))[0]
-    )
-    if isinstance(config.get("rank"), int):
-        job["rank"] = config["rank"]
-    windows = config.get("windows")
-    if not isinstance(windows, list):
+    job["host"] = (run.system.hosts or (None,))[0]
+    config = run.config
+    if not isinstance(config, MonitorJob):
+        job.update(job_id=None, model=None)
         return []
-    kept = [w for w in windows if _window_ok(w)]
-    job["lost"] = len(windows) - len(kept)
-    return kept
-
-
-def _window_ok(w: Any) -> bool:
-    if not isinstance(w, dict):
-        return False
-    for name in ("group", "op", "dtype"):
-        if not isinstance(w.get(name), str) or len(w[name]) > 200:
-            return False
-    for name in ("window", "count", "size_bucket", "rank"):
-        if not isinstance(w.get(name), int) or isinstance(w.get(name), bool):
-            return False
-    for name in _WINDOW_NUMBERS:
-        v = w.get(name)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            return False
-    return True
+    job.update(job_id=config.job_id[:200], model=config.model[:200], rank=config.rank, lost=config.dropped_windows)
+    return [w.as_wire() for w in config.windows]
 
 
 def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:

@@ -240,7 +240,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         command_line=run.command_line,
         system=asdict(run.system),
         fingerprint=run.system.fingerprint(),
-        config=run.config,
+        config=run.config.as_dict(),
         notes=list(run.notes),
         measurements=rows,
         expect=_verdict(run),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from commlens.results.nccltests_json import from_nccl_tests, to_nccl_tests
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.runconfig import ConfigFormatError, config_from_wire
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
 
@@ -88,7 +89,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "commlens_version": system.commlens_version,
         "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s(),
         "system": _system_dict(system),
-        "config": run.config,
+        "config": run.config.as_dict(),
         "notes": list(run.notes),
     }
 
@@ -167,12 +168,12 @@ def run_from_model(row: RunModel) -> Run:
             revision=row.revision,
             command_line=row.command_line,
             source=row.source,
-            config=row.config,
+            config=config_from_wire(row.config, row.source),  # a row from before configs had kinds: by source
             notes=tuple(row.notes),
             system=SystemInfo(**row.system),
             measurements=tuple(_measurement_from_model(m) for m in row.measurements),
         )
-    except (RecordError, TypeError) as e:
+    except (RecordError, ConfigFormatError, TypeError) as e:
         raise StoreError(f"run {row.run_id!r} in the store is invalid: {e}") from None
 
 
