@@ -80,6 +80,7 @@ from commlens.results.collectives import (
     aggregate,
     measurements_from_windows,
 )
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, SystemInfo
 from commlens.results.units import finite_float
 
@@ -739,7 +740,7 @@ def _parsed_run(dump: InspectorDump, *, run_id: str | None) -> ParsedRun:
         device="cuda",
         extra={"nnodes": max(c.nnodes for c in dump.communicators.values())},
     )
-    config = {
+    config: JsonObject = {
         "format": NAME,
         "collectives": list(dict.fromkeys(m.op for m in measurements)),
         "inspector_output_format_version": list(dump.format_versions),
