@@ -135,7 +135,7 @@ def runs_doc(store: Store, filters: RunFilters, page: int = 1, per_page: int = 5
         per_page=per_page,
         pages=pages,
         filters=f,
-        runs=[RunSummaryOut(**r.as_dict()) for r in runs],
+        runs=[RunSummaryOut.model_validate(r.as_dict()) for r in runs],
     )
 
 
@@ -235,7 +235,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
     from dataclasses import asdict
 
     return RunOut(
-        summary=RunSummaryOut(**summary.as_dict()),
+        summary=RunSummaryOut.model_validate(summary.as_dict()),
         finished_at=run.finished_at,
         command_line=run.command_line,
         system=asdict(run.system),
@@ -412,7 +412,7 @@ class SeriesOut(BaseModel):
 
 
 def _change_out(c: DetectedChange) -> ChangeOut:
-    return ChangeOut(index=c.index, **c.level_change())
+    return ChangeOut.model_validate({"index": c.index, **c.level_change()})
 
 
 def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:

@@ -101,7 +101,7 @@ def _reports_page(store: Store, kinds: tuple[str, ...], page: int, per_page: int
         per_page=per_page,
         pages=pages,
         kinds=list(kinds),
-        reports=[ReportSummaryOut(**r.as_dict()) for r in rows],
+        reports=[ReportSummaryOut.model_validate(r.as_dict()) for r in rows],
     )
 
 
@@ -160,7 +160,7 @@ def reports(
 
 @api_router.get("/reports/{report_id}", response_model=ReportOut, summary="One report with its --json document")
 def report(request: Request, report_id: str) -> ReportOut:
-    return ReportOut(**_report(store_of(request), report_id).as_dict())
+    return ReportOut.model_validate(_report(store_of(request), report_id).as_dict())
 
 
 @api_router.get("/live", response_model=LiveOut, summary="Monitored jobs and the windows of one")
