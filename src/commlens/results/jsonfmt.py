@@ -233,7 +233,8 @@ def _measurement_from_dict(d: JsonValue) -> Measurement:
     )
 
 
-def _system_from_dict(sysd: Any) -> SystemInfo:
+def system_from_dict(sysd: Any) -> SystemInfo:
+    """A run's system from its JSON object, every field checked for its type (a file or row may hold anything)."""
     if not isinstance(sysd, dict):
         raise FormatError(f"system: expected an object, got {_shown(sysd)}")
     sysd = dict(sysd)
@@ -319,7 +320,7 @@ def run_from_dict(d: JsonObject) -> Run:
         d = _UPGRADERS[version](d)
         version += 1
     try:
-        system = _system_from_dict(d["system"])
+        system = system_from_dict(d["system"])
         source = _str(d, "source", "commlens")
         config = config_from_wire(d.get("config", {}), source)
         notes, measurements = d.get("notes", []), d["measurements"]

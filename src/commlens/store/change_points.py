@@ -93,7 +93,8 @@ class SavedChange:
         return d
 
 
-def _series_columns(series: SeriesKey) -> dict[str, Any]:
+def _series_columns(series: SeriesKey) -> dict[str, object]:
+    """The series' columns and their values (a row to insert, a filter to match)."""
     k = series.key
     redop, root = encode_redop_root(k.redop, k.root)
     return {

@@ -358,7 +358,8 @@ def _check_threshold(t: Threshold) -> None:
             raise ThresholdError(f"{name} must be in (0, 1), got {value}")
 
 
-def _threshold_row(t: Threshold) -> dict[str, Any]:
+def _threshold_row(t: Threshold) -> dict[str, object]:
+    """The threshold's columns and their values (a row to insert; its selector's columns match it)."""
     row = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "group"}
     row["tag"] = row["tag"] if row["tag"] == ANY else _encode(t.tag)
     row["group_name"] = t.group if t.group == ANY else _encode(t.group)
