@@ -21,16 +21,18 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from typing_extensions import TypedDict  # pydantic reads it (LiveOut) only in this form before Python 3.12
 
 from commlens.monitor.fetch import FetchError, http_get
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.runconfig import MonitorJob
 from commlens.store import Store, StoreError
 
-__all__ = ["LiveEndpoint", "LiveSources", "live_doc"]
+__all__ = ["LiveDoc", "LiveEndpoint", "LiveJob", "LiveSources", "live_doc"]
 
 TIMEOUT_S = 2.0  # to connect to a rank endpoint
 POLL_DEADLINE_S = 5.0  # one poll of an endpoint in all (its /job and every /records request)
@@ -44,6 +46,34 @@ MAX_WINDOWS = 300  # the newest windows a job shows
 MAX_STORED_JOBS = 20
 
 
+class LiveJob(TypedDict):
+    """One job the live page lists: a rank endpoint (``source`` endpoint) or a stored monitor run (store)."""
+
+    key: str  # endpoint:N or run:ID
+    source: Literal["endpoint", "store"]
+    label: str
+    job_id: str | None
+    rank: int | None
+    world_size: int | None
+    host: str | None
+    model: str | None
+    started_at: str | None
+    status: str
+    records: int | None
+    lost: int | None
+    error: str | None
+    url: str
+
+
+class LiveDoc(TypedDict):
+    """What ``/api/live`` answers: every job, the chosen one's key and its windows (``WindowRow.as_wire()``)."""
+
+    jobs: list[LiveJob]
+    job: str | None
+    windows: list[JsonObject]
+    store_error: str | None
+
+
 class LiveEndpoint:
     """One rank endpoint ``url`` (``http://host:port``): its job, and its records read so far by cursor."""
 
@@ -53,7 +83,7 @@ class LiveEndpoint:
         self.token = token
         self.cursor = 0
         self.lost = 0
-        self.info: dict[str, Any] | None = None
+        self.info: JsonObject | None = None
         self.error: str | None = None
         self.records: deque[CollectiveRecord] = deque(maxlen=MAX_KEPT_RECORDS)
         self.skipped = 0  # records the endpoint sent that were not valid
@@ -132,7 +162,7 @@ class LiveEndpoint:
                 self.skipped += 1
         return len(data["records"])
 
-    def windows(self) -> list[dict[str, Any]]:
+    def windows(self) -> list[JsonObject]:
         """The records read so far, grouped into the job's windows (its ``window_steps``, else ``window_s``)."""
         info = self.info or {}
         given = info.get("window_steps")
@@ -148,7 +178,7 @@ class LiveEndpoint:
             else:
                 key = math.floor(r.end_s / width_s)
             buckets.setdefault(key, []).append(r)
-        rows: list[dict[str, Any]] = []
+        rows: list[JsonObject] = []
         for key in sorted(buckets)[-MAX_WINDOWS:]:
             rs = buckets[key]
             start_s, end_s = min(r.start_s for r in rs), max(r.end_s for r in rs)
@@ -157,15 +187,16 @@ class LiveEndpoint:
             rows.extend(row.as_wire() for row in aggregate(rs, window=key, start_s=start_s, end_s=end_s))
         return rows
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LiveJob:
         info = self.info or {}
+        rank, world_size = info.get("rank"), info.get("world_size")
         return {
             "key": self.key,
             "source": "endpoint",
             "label": self.url,
             "job_id": _text(info.get("job_id")),
-            "rank": info.get("rank") if isinstance(info.get("rank"), int) else None,
-            "world_size": info.get("world_size") if isinstance(info.get("world_size"), int) else None,
+            "rank": rank if isinstance(rank, int) else None,
+            "world_size": world_size if isinstance(world_size, int) else None,
             "host": _text(info.get("host")),
             "model": _text(info.get("model")),
             "started_at": None,
@@ -177,13 +208,13 @@ class LiveEndpoint:
         }
 
 
-def _status(error: str | None, bad: bool, info: dict[str, Any] | None) -> str:
+def _status(error: str | None, bad: bool, info: JsonObject | None) -> str:
     if error:
         return "bad answer" if bad else "unreachable"
     return "connecting" if info is None else "live"
 
 
-def _text(value: Any, limit: int = 200) -> str | None:
+def _text(value: JsonValue, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
@@ -227,7 +258,7 @@ class LiveSources:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _stored_jobs(store: Store) -> list[dict[str, Any]]:
+def _stored_jobs(store: Store) -> list[LiveJob]:
     runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS, on_corrupt=lambda _e: None)
     return [
         {
@@ -250,20 +281,21 @@ def _stored_jobs(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-def _stored_windows(store: Store, job: dict[str, Any]) -> list[JsonObject]:
+def _stored_windows(store: Store, job: LiveJob) -> list[JsonObject]:
     """The windows of a stored monitor run (its config, checked when the run was read); fills in the job's
     details. A run whose config is not a monitor job's shows no windows."""
     run = store.get_run(job["key"].removeprefix("run:"))
     job["host"] = (run.system.hosts or (None,))[0]
     config = run.config
     if not isinstance(config, MonitorJob):
-        job.update(job_id=None, model=None)
+        job["job_id"] = job["model"] = None
         return []
-    job.update(job_id=config.job_id[:200], model=config.model[:200], rank=config.rank, lost=config.dropped_windows)
+    job["job_id"], job["model"], job["rank"] = config.job_id[:200], config.model[:200], config.rank
+    job["lost"] = config.dropped_windows
     return [w.as_wire() for w in config.windows]
 
 
-def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:
+def live_doc(store: Store, sources: LiveSources, job: str | None) -> LiveDoc:
     """Every job (live endpoints first, then stored monitor runs, newest first) and the windows of ``job``
     (a key from that list; default the first that can be read). An unknown key is a LookupError.
 
@@ -285,7 +317,7 @@ def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, A
         chosen = next((j for j in jobs if not j["error"]), jobs[0] if jobs else None)
     if job and chosen is None:
         raise LookupError(f"no live job {job[:80]!r} (the list: /api/live)")
-    windows: list[dict[str, Any]] = []
+    windows: list[JsonObject] = []
     if chosen is not None:
         if chosen["source"] == "endpoint":
             windows = sources.endpoints[int(chosen["key"].split(":")[1])].windows()

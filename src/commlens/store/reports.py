@@ -44,6 +44,11 @@ __all__ = [
     "ReportSummary",
     "check_document",
     "count_reports",
+    "doc_array",
+    "doc_int",
+    "doc_number",
+    "doc_objects",
+    "doc_text",
     "default_title",
     "get_report",
     "list_reports",
@@ -271,51 +276,58 @@ _COMMANDS = {
 # Readers of a document's fields once its shape is checked (a field of another type is a ReportError, not a crash)
 
 
-def _int(doc: Mapping[str, JsonValue], key: str) -> int:
+def doc_int(doc: Mapping[str, JsonValue], key: str) -> int:
     value = doc.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ReportError(f"document.{key}: expected an integer")
     return value
 
 
-def _text(doc: Mapping[str, JsonValue], key: str) -> str:
+def doc_text(doc: Mapping[str, JsonValue], key: str) -> str:
     value = doc.get(key)
     if not isinstance(value, str):
         raise ReportError(f"document.{key}: expected a string")
     return value
 
 
-def _array(doc: Mapping[str, JsonValue], key: str) -> Sequence[JsonValue]:
+def doc_number(doc: Mapping[str, JsonValue], key: str) -> float:
+    value = doc.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ReportError(f"document.{key}: expected a number")
+    return value
+
+
+def doc_array(doc: Mapping[str, JsonValue], key: str) -> Sequence[JsonValue]:
     value = doc.get(key)
     if not isinstance(value, list):
         raise ReportError(f"document.{key}: expected an array")
     return value
 
 
-def _objects(doc: Mapping[str, JsonValue], key: str) -> list[Mapping[str, JsonValue]]:
+def doc_objects(doc: Mapping[str, JsonValue], key: str) -> list[Mapping[str, JsonValue]]:
     """The objects of the array ``key``."""
-    items = _array(doc, key)
+    items = doc_array(doc, key)
     if not all(isinstance(item, dict) for item in items):
         raise ReportError(f"document.{key}: expected an array of objects")
     return [item for item in items if isinstance(item, dict)]
 
 
 def _check_links(doc: JsonObject) -> None:
-    hosts = _int(doc, "hosts")
+    hosts = doc_int(doc, "hosts")
     if not 1 <= hosts <= 4096:
         raise ReportError(f"document.hosts: expected 1 to 4096, got {hosts}")
     for name in ("bandwidth_bytes_per_s", "latency_s"):
-        matrix = _array(doc, name)
+        matrix = doc_array(doc, name)
         if len(matrix) != hosts or any(not isinstance(row, list) or len(row) != hosts for row in matrix):
             raise ReportError(f"document.{name}: expected {hosts} rows of {hosts} values (one per host)")
-    for i, fault in enumerate(_objects(doc, "faults")):
-        if any(not isinstance(h, int) or not 0 <= h < hosts for h in _array(fault, "hosts")):
+    for i, fault in enumerate(doc_objects(doc, "faults")):
+        if any(not isinstance(h, int) or not 0 <= h < hosts for h in doc_array(fault, "hosts")):
             raise ReportError(f"document.faults[{i}].hosts: a host outside 0..{hosts - 1}")
 
 
 def _check_sweep(doc: JsonObject) -> None:
     for name in ("rows", "best"):
-        for i, row in enumerate(_objects(doc, name)):
+        for i, row in enumerate(doc_objects(doc, name)):
             where = f"document.{name}[{i}]"
             if "error" in row:
                 _check_shape(row, {"error": "str", "kind": "str"}, where)
@@ -410,26 +422,27 @@ def _describe(kind: str, payload: JsonObject) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
 
     if kind == "links":
-        faults = _objects(payload, "faults")[:3]
+        faults = doc_objects(payload, "faults")[:3]
         found = ", ".join(
-            f"{_text(f, 'kind').replace('_', ' ')} {'-'.join(map(str, _array(f, 'hosts')))}" for f in faults
+            f"{doc_text(f, 'kind').replace('_', ' ')} {'-'.join(map(str, doc_array(f, 'hosts')))}" for f in faults
         )
-        return f"links over {plural(_int(payload, 'hosts'), 'host')}: " + (found or "healthy")
-    ranks = len(_array(payload, "ranks")) if kind in ("stragglers", "hang") else 0
+        return f"links over {plural(doc_int(payload, 'hosts'), 'host')}: " + (found or "healthy")
+    ranks = len(doc_array(payload, "ranks")) if kind in ("stragglers", "hang") else 0
     if kind == "stragglers":
-        stragglers = _objects(payload, "stragglers")[:3]
-        found = ", ".join(f"rank {s['rank']} ({_text(s, 'kind').replace('_', ' ')})" for s in stragglers)
-        return f"stragglers over {plural(ranks, 'rank')}, {plural(_int(payload, 'n_collectives'), 'collective')}: " + (
-            found or "none"
+        stragglers = doc_objects(payload, "stragglers")[:3]
+        found = ", ".join(f"rank {s['rank']} ({doc_text(s, 'kind').replace('_', ' ')})" for s in stragglers)
+        return (
+            f"stragglers over {plural(ranks, 'rank')}, {plural(doc_int(payload, 'n_collectives'), 'collective')}: "
+            + (found or "none")
         )
     if kind == "hang":
         if payload["consistent"]:
             return f"hang check of {plural(ranks, 'rank')}: consistent"
-        suspects = ",".join(str(s["rank"]) for s in _objects(payload, "suspects")[:8])
+        suspects = ",".join(str(s["rank"]) for s in doc_objects(payload, "suspects")[:8])
         return f"hang check of {plural(ranks, 'rank')}: suspects {suspects or '-'}"
     if kind == "projection":
         return f"{payload['workload']} on {payload['gpus']} x {payload['topology']}"
-    rows = _objects(payload, "rows")
+    rows = doc_objects(payload, "rows")
     varied = sweep_fields(rows)
     feasible = sum("error" not in r for r in rows)
     return f"sweep of {plural(len(rows), 'point')} over {', '.join(varied) or 'one point'}: {feasible} feasible"
