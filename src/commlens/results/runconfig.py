@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from typing_extensions import Self
+
 from commlens.errors import CommlensError
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.units import finite_float
@@ -79,11 +81,10 @@ def _without_kind(values: Mapping[str, JsonValue]) -> JsonObject:
 
 
 @dataclass(frozen=True)
-class BenchSettings:
-    """A ``commlens bench`` sweep's settings as bench wrote them (its ``BenchConfig.as_dict()`` and ``timing``):
-    bench owns their fields, this stage reads the few it needs through the typed getters below."""
+class _Settings:
+    """Settings another stage or tool owns the fields of, kept as the JSON object it wrote (``kind`` aside)."""
 
-    KIND: ClassVar[RunKind] = "bench"
+    KIND: ClassVar[RunKind]
     values: JsonObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,8 +94,16 @@ class BenchSettings:
         return {"kind": self.KIND, **self.values}
 
     @classmethod
-    def from_dict(cls, d: JsonObject) -> BenchSettings:
+    def from_dict(cls, d: JsonObject) -> Self:
         return cls(d)
+
+
+@dataclass(frozen=True)
+class BenchSettings(_Settings):
+    """A ``commlens bench`` sweep's settings as bench wrote them (its ``BenchConfig.as_dict()`` and ``timing``):
+    bench owns their fields, this stage reads the few it needs through the typed getters below."""
+
+    KIND: ClassVar[RunKind] = "bench"
 
     def number(self, name: str) -> float | None:
         """A numeric setting (an int stays an int); None when absent or not a number."""
@@ -118,21 +127,10 @@ class BenchSettings:
 
 
 @dataclass(frozen=True)
-class IngestedSettings:
+class IngestedSettings(_Settings):
     """What another tool's output said of its run, as its reader kept it (per format; JSON from outside)."""
 
     KIND: ClassVar[RunKind] = "ingested"
-    values: JsonObject = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "values", _without_kind(self.values))
-
-    def as_dict(self) -> JsonObject:
-        return {"kind": self.KIND, **self.values}
-
-    @classmethod
-    def from_dict(cls, d: JsonObject) -> IngestedSettings:
-        return cls(d)
 
     def with_file(self, name: str) -> IngestedSettings:
         """These settings with ``ingested_from``: the file they were read from (kept if already set)."""
