@@ -108,34 +108,6 @@ class RunRow(TypedDict):
     notes: list[str]
 
 
-class MeasurementColumns(TypedDict):
-    """One row of the ``measurements`` table, as inserted (the store's encoding of redop and root)."""
-
-    run_id: str
-    position: int
-    op: str
-    algo: str
-    dtype: str
-    redop: str
-    root: int
-    size_bytes: int
-    count: int
-    in_place: bool
-    world_size: int
-    nwrong: int | None
-    mean_s: float
-    p50_s: float | None
-    p95_s: float | None
-    p99_s: float | None
-    min_s: float | None
-    max_s: float | None
-    cv: float | None
-    algbw_bytes_per_s: float
-    busbw_bytes_per_s: float
-    reported: JsonObject | None
-    group_name: str | None
-
-
 class SampleRow(TypedDict):
     """One row of the ``samples`` table, as inserted (its ``measurement_id`` added once the database gave it)."""
 
@@ -190,7 +162,7 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[MeasurementColumns, SampleRow]]:
+def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str, object], SampleRow]]:
     """The ``measurements`` row and the ``samples`` row (without its ``measurement_id``, which the
     database assigns) of each of ``run.measurements[start:stop]``, made one at a time: a save of
     a million measurements holds only one batch of rows."""
@@ -198,12 +170,12 @@ def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[Measurem
         yield _measurement_rows(run.run_id, position, run.measurements[position])
 
 
-def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[MeasurementColumns, SampleRow]:
+def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, object], SampleRow]:
     """The ``measurements`` row and the ``samples`` row (without its id) of one measurement."""
     stats = m.stats
     algbw = m.algbw_bytes_per_s
     redop, root = encode_redop_root(m.redop, m.root)
-    row: MeasurementColumns = {
+    row: dict[str, object] = {  # the columns of MeasurementModel (the store's encoding of redop and root)
         "run_id": run_id,
         "position": position,
         "op": m.op,

@@ -692,6 +692,7 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
     times as long on SQLite and 2-3 times on PostgreSQL.)
     """
     rows = [row for run, start, stop in spans for row in measurement_rows(run, start, stop)]
+    keys = [(run.run_id, p) for run, start, stop in spans for p in range(start, min(stop, len(run.measurements)))]
     conn.execute(insert(MeasurementModel), [measurement for measurement, _ in rows])
     m = MeasurementModel
     whole = [run.run_id for run, start, stop in spans if start == 0 and stop == len(run.measurements)]
@@ -704,10 +705,7 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
     measurement_ids = {(run_id, position): id_ for id_, run_id, position in conn.execute(inserted)}
     conn.execute(
         insert(SampleModel),
-        [
-            {"measurement_id": measurement_ids[measurement["run_id"], measurement["position"]], **sample}
-            for measurement, sample in rows
-        ],
+        [{"measurement_id": measurement_ids[key], **sample} for key, (_, sample) in zip(keys, rows, strict=True)],
     )
 
 
