@@ -51,6 +51,7 @@ from docsection import write_section  # noqa: E402
 from commlens.regress import CompareSettings, compare_runs, learn_floors
 from commlens.results.jsonfmt import load_run
 from commlens.results.records import Run
+from commlens.results.runconfig import BenchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Regression gate on real runs (issue 13)"
@@ -58,6 +59,11 @@ COMMLENS = str(Path(sys.executable).with_name("commlens"))
 CI_ARGS = ["--op", "all_reduce", "-b", "1M", "-e", "16M", "-f", "4", "-n", "30"]
 CLUSTER = "rq13"
 LINK_GBPS = 2.0
+
+
+def _setting(run: Run, name: str) -> object:
+    """A benchmark run's setting as bench wrote it (None for a run of another kind or without it)."""
+    return run.config.values.get(name) if isinstance(run.config, BenchSettings) else None
 
 
 def bench(out: Path, args: list[str], log: list[dict]) -> Run:
@@ -239,8 +245,8 @@ def judge_all(ns: argparse.Namespace) -> dict:
             "spread_r1": _level_spread(r1),
             "floors": floors,
             "history": len(hist),
-            "rounds": r5[0].config.get("rounds"),
-            "groups": r5[0].config.get("round_groups", "fresh"),
+            "rounds": _setting(r5[0], "rounds"),
+            "groups": _setting(r5[0], "round_groups") or "fresh",
         }
         fr = _runs(wd, "local-fr-*.json")
         if len(fr) >= 2:
@@ -248,7 +254,7 @@ def judge_all(ns: argparse.Namespace) -> dict:
                 fr=_judge(list(zip(fr, fr[1:])), None, settings),
                 fr_floor=_judge(list(zip(fr, fr[1:])), floors, settings) if floors else None,
                 spread_fr=_level_spread(fr),
-                fr_groups=fr[0].config.get("round_groups"),
+                fr_groups=_setting(fr[0], "round_groups"),
             )
     if (wd / "cl-base-00.json").exists():
         base = _runs(wd, "cl-base-*.json")

@@ -51,6 +51,7 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import Connection, make_url
 
 from commlens.results.records import Measurement, Run, SystemInfo
+from commlens.results.runconfig import BenchSettings
 from commlens.store import Store
 from commlens.store.convert import measurement_rows, run_row
 from commlens.store.models import BaselineModel, MeasurementModel, RunModel, SampleModel, ThresholdModel
@@ -241,7 +242,9 @@ def build_run(index: int, planned: PlannedRun, rng: np.random.Generator) -> Run:
         revision=planned.revision,
         command_line=f"commlens bench --ops {','.join(OPS)} {sizes} --nproc {world}",
         source="commlens",
-        config={"ops": list(OPS), "min_bytes": SIZES_BYTES[0], "max_bytes": SIZES_BYTES[-1], "iters": SAMPLES},
+        config=BenchSettings(
+            {"ops": list(OPS), "min_bytes": SIZES_BYTES[0], "max_bytes": SIZES_BYTES[-1], "iters": SAMPLES}
+        ),
         notes=(f"generated for benchmarks/serve_speed.py (generation {GENERATION})",),
     )
 

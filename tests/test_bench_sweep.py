@@ -272,7 +272,7 @@ def test_json_file_loads_and_round_trips(sweep: Sweep) -> None:
     assert len(run.measurements) == len(sweep.measurements)
     again = run_to_dict(run)
     assert again["measurements"] == sweep.measurements
-    assert again["format"] == sweep.doc["format"] == "commlens.run/3"
+    assert again["format"] == sweep.doc["format"] == "commlens.run/5"
 
 
 def test_run_metadata(sweep: Sweep) -> None:

@@ -227,7 +227,7 @@ def test_export_json_is_a_list_of_runs_and_takes_runs_and_filters(db: str, tmp_p
     result = _cli("export", "--db", db, "--tag", "nightly", "-o", str(out))  # format from the suffix
     assert result.exit_code == 0, result.output
     docs = json.loads(out.read_text())
-    assert [d["format"] for d in docs] == ["commlens.run/3"] * 2
+    assert [d["format"] for d in docs] == ["commlens.run/5"] * 2
     assert [run_from_dict(d) for d in docs] == [_runs()[0], _runs()[2]]
 
     picked = _cli("export", "bbbb", "c0ffee00", "--format", "json", "--db", db)

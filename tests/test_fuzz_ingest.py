@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commlens.ingest import IngestError, IngestWarning, load_source_runs, read_source
-from commlens.results import Measurement, Run, SystemInfo, run_to_dict
+from commlens.results import BenchSettings, Measurement, Run, SystemInfo, run_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "ingest"
@@ -119,7 +119,7 @@ def _bench_run_json() -> bytes:
         system=system,
         measurements=ms,
         tag="t",
-        config={"sizes": [8, 64]},
+        config=BenchSettings({"sizes": [8, 64]}),
         notes=("a note",),
     )
     return json.dumps(run_to_dict(run), indent=1).encode()

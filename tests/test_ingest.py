@@ -14,7 +14,7 @@ import pytest
 from benchutil import commlens, stored_runs
 
 from commlens.ingest import IngestError, IngestWarning, detect_format, load_runs
-from commlens.results import Measurement, Run, SystemInfo, dump_run, run_to_dict
+from commlens.results import BenchSettings, Measurement, Run, SystemInfo, dump_run, run_to_dict
 from commlens.results.nccltests_json import run_to_nccl_tests_json
 
 DATA = Path(__file__).parent / "data" / "ingest"
@@ -69,7 +69,7 @@ def test_nccl_tests_log_header_metadata_and_rows() -> None:
     assert system.extra["rank_bus_ids"][7] == "0000:db:00"
     assert system.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT", "NCCL_NVLS_ENABLE": "1"}
     assert run.command_line.endswith("./build/all_reduce_perf -b 32K -e 32M -f 2 -g 1")
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     assert (cfg["op"], cfg["iters"], cfg["warmup_iters"], cfg["min_bytes"], cfg["max_bytes"], cfg["step_factor"]) == (
         "all_reduce",
         20,
@@ -112,7 +112,7 @@ def test_per_iteration_columns_fill_min_max_p99_cv() -> None:
     assert run.system.ranks_per_host == {"gpu-a17": 4, "gpu-a18": 4}
     assert run.system.extra["rank_devices"] == [0, 1, 2, 3, 0, 1, 2, 3]
     assert run.system.extra["rank_pids"] == [48211] * 4 + [49211] * 4
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     assert cfg["per_iter_timing"] is True and cfg["per_iter_skip"] == 2 and cfg["ngpus"] == 4
     assert cfg["op"] == "all_reduce"  # "Collective test starting: all_reduce_perf_mpi"
     s = _row(run, "all_reduce", 65536, False).reported
@@ -128,7 +128,7 @@ def test_per_iteration_columns_fill_min_max_p99_cv() -> None:
 
 def test_several_ops_in_one_log_give_one_run() -> None:
     run = _load(THREE_OPS)
-    assert [c["op"] for c in run.config["runs"]] == ["all_reduce", "all_gather", "sendrecv"]
+    assert [c["op"] for c in run.config.values["runs"]] == ["all_reduce", "all_gather", "sendrecv"]
     assert [sum(m.op == op for m in run.measurements) for op in ("all_reduce", "all_gather", "sendrecv")] == [8, 20, 8]
     assert run.world_size == 2 and run.system.hosts == ("spark-d708", "spark-dbf4")
     assert run.system.device_names == ("NVIDIA GB10", "NVIDIA GB10") and run.system.backend_version == "2.31.2"
@@ -136,11 +136,11 @@ def test_several_ops_in_one_log_give_one_run() -> None:
     assert (ag.dtype, ag.count, ag.redop, ag.root) == ("bfloat16", 192937984, None, None)
     assert ag.stats.mean_s == pytest.approx(2786.5e-6)
     assert ag.busbw_bytes_per_s / 1e9 == pytest.approx(138.48, abs=0.01)
-    step = run.config["runs"][1]
+    step = run.config.values["runs"][1]
     assert step["step_bytes"] == 16777216 and "step_factor" not in step
     sendrecv = [m for m in run.measurements if m.op == "sendrecv"]
     assert [m.nwrong for m in sendrecv] == [3, 0, 0, 0, 0, 0, 0, 0]
-    assert [c["out_of_bounds"] for c in run.config["runs"]] == [0, 0, 3]
+    assert [c["out_of_bounds"] for c in run.config.values["runs"]] == [0, 0, 3]
     assert _row(run, "all_reduce", 65536, True).stats.mean_s == pytest.approx(64.71e-6)
 
 
@@ -150,7 +150,7 @@ def test_interleaved_mpi_output_rank_marks_and_split_rows() -> None:
     assert run.world_size == 24 and len(run.measurements) == 20
     assert run.system.ranks_per_host == {"h100clust-worker-1": 8, "h100clust-worker-32": 8, "h100clust-worker-33": 8}
     assert run.system.backend_version == "2.21.5"  # from NCCL's own "NCCL version" record
-    assert run.config["runs"][0]["op_from"] == "binary named at line 1"
+    assert run.config.values["runs"][0]["op_from"] == "binary named at line 1"
     assert run.system.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}
     got = [(m.size_bytes, m.in_place, round(m.stats.mean_s * 1e6, 1)) for m in run.measurements[:4]]
     assert got == [(1048576, False, 1626.5), (1048576, True, 2302.3), (2097152, False, 2325.3), (2097152, True, 416.7)]
@@ -197,7 +197,7 @@ def test_cputime_and_timestamp_columns(tmp_path: Path) -> None:
     path.write_text("\n".join(out) + "\n")
     run = _load(path)
     assert len(run.measurements) == 8 and _row(run, "all_reduce", 8192, False).stats.mean_s == pytest.approx(35.15e-6)
-    assert run.config["runs"][0]["cputime"] is True and any("CPU wall times" in n for n in run.notes)
+    assert run.config.values["runs"][0]["cputime"] is True and any("CPU wall times" in n for n in run.notes)
 
 
 def test_busbw_that_disagrees_with_size_and_time_warns(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_a_log_that_does_not_name_its_op_needs_one(tmp_path: Path) -> None:
     err = _error(path)
     assert err.line == 11 and "--op all_reduce" in err.message
     run = _load(path, op="all_reduce")
-    assert len(run.measurements) == 8 and run.config["runs"][0]["op_from"] == "given by the caller"
+    assert len(run.measurements) == 8 and run.config.values["runs"][0]["op_from"] == "given by the caller"
     assert _error(THREE_OPS, op="broadcast").message == (
         "the log names all_reduce_perf ('Collective test starting' line) but the op given is 'broadcast'"
     )
@@ -244,7 +244,7 @@ def test_table_without_footer_is_an_incomplete_run() -> None:
     assert run.notes[0] == (
         "the all_reduce table (line 53) stops after 9 rows without its footer: the job ended early or the log was cut"
     )
-    assert run.config["runs"][0]["complete"] is False
+    assert run.config.values["runs"][0]["complete"] is False
 
 
 @pytest.mark.parametrize(
@@ -370,7 +370,7 @@ def test_commlens_own_nccl_tests_json_round_trips_its_samples(tmp_path: Path) ->
         system=system,
         measurements=measurements,
         command_line="commlens bench --nproc 4",
-        config={"iters": 3, "warmup": 1, "min_bytes": 4096, "max_bytes": 4096, "step_factor": 2},
+        config=BenchSettings({"iters": 3, "warmup": 1, "min_bytes": 4096, "max_bytes": 4096, "step_factor": 2}),
     )
     path = tmp_path / "commlens-nccl.json"
     path.write_text(json.dumps(run_to_nccl_tests_json(run)))
@@ -415,7 +415,7 @@ def test_older_param_output_under_srun_labels() -> None:
     m = run.measurements[2]
     assert (m.op, m.dtype, m.size_bytes, m.count, m.in_place) == ("all_to_all", "float32", 134217728, 2097152, False)
     assert m.reported is not None and m.reported.p50_s == pytest.approx(4361.0e-6)
-    assert run.config["param_tags"] == ["ib4x"] and run.system.backend_version == "2.20.5"
+    assert run.config.values["param_tags"] == ["ib4x"] and run.system.backend_version == "2.20.5"
 
 
 def test_malformed_param_output(tmp_path: Path) -> None:
@@ -551,7 +551,7 @@ def test_cli_json_output_and_warnings(tmp_path: Path) -> None:
     assert warning.startswith(f"warning: {path}:") and "printed busBW disagrees" in warning
     (doc,) = json.loads(proc.stdout)
     assert (doc["file"], doc["format"], doc["stored"]) == (str(path), "nccl-tests", True)
-    assert doc["run"]["format"] == "commlens.run/3" and doc["run"]["system"]["world_size"] == 8
+    assert doc["run"]["format"] == "commlens.run/5" and doc["run"]["system"]["world_size"] == 8
     assert len(doc["run"]["measurements"]) == 20
 
 

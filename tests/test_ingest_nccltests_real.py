@@ -52,7 +52,7 @@ def test_an_mpirun_capture_without_command_line_is_read_as_all_reduce(tmp_path: 
     """8 ranks, redop sum, root -1, busBW/algBW 1.75 = 2(n-1)/n: only all_reduce fits."""
     path = _without(H100, tmp_path, "_perf", "Collective test")
     run = _load(path)
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     first_row = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith("       32768"))
     assert cfg["op"] == "all_reduce"
     assert cfg["op_from"] == (
@@ -76,7 +76,7 @@ def test_rccl_tests_log_without_command_line(tmp_path: Path) -> None:
     )
     assert system.extra["library_path"] == "/opt/rocm-6.4.1/lib/librccl.so.1"
     assert system.hosts == ("g100n126",) and system.device_names == ("AMD Instinct MI300X",) * 8
-    assert run.config["runs"][0]["op_from"].endswith("busBW/algBW 1.750 at 8 ranks): only all_reduce fits")
+    assert run.config.values["runs"][0]["op_from"].endswith("busBW/algBW 1.750 at 8 ranks): only all_reduce fits")
     first = run.measurements[0]
     assert (first.op, first.size_bytes, first.count, first.redop, first.nwrong) == (
         "all_reduce",
@@ -101,7 +101,7 @@ def test_rccl_tests_version_header_of_newer_rccl_tests(tmp_path: Path) -> None:
     assert (run.system.backend, run.system.backend_version) == ("rccl", "2.28.3")  # the library code wins
     assert run.system.extra["rccl_tests_version"] == "2.17.9-develop:f220897c9b"
     assert run.system.extra["rccl_headers_version"] == "2.28.3"
-    assert run.config["runs"][0]["op_from"] == "'Collective test starting' line at line 2"
+    assert run.config.values["runs"][0]["op_from"] == "'Collective test starting' line at line 2"
 
 
 def test_all_reduce_and_sendrecv_at_two_ranks_are_refused_with_both_named() -> None:
@@ -113,7 +113,7 @@ def test_all_reduce_and_sendrecv_at_two_ranks_are_refused_with_both_named() -> N
         "(commlens ingest --op all_reduce or --op sendrecv)"
     )
     assert _load(NO_OP, op="sendrecv").measurements[0].op == "sendrecv"  # --op wins, either way
-    assert _load(NO_OP, op="all_reduce").config["runs"][0]["op_from"] == "given by the caller"
+    assert _load(NO_OP, op="all_reduce").config.values["runs"][0]["op_from"] == "given by the caller"
 
 
 def test_nccl_coll_records_decide_between_candidates(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_nccl_coll_records_decide_between_candidates(tmp_path: Path) -> None:
     )
     path = tmp_path / "coll.log"
     path.write_text("".join(lines[:10]) + record + "".join(lines[10:]))
-    cfg = _load(path).config["runs"][0]
+    cfg = _load(path).config.values["runs"][0]
     assert cfg["op"] == "all_reduce"
     assert cfg["op_from"] == (
         "inferred from the table at line 12 (size = count x 4 B; redop sum; root -1; "
@@ -133,16 +133,16 @@ def test_nccl_coll_records_decide_between_candidates(tmp_path: Path) -> None:
         "(line 11)): only all_reduce fits"
     )
     path.write_text("".join(lines[:10]) + record.replace("AllReduce", "Send") + "".join(lines[10:]))
-    assert _load(path).config["runs"][0]["op"] == "sendrecv"
+    assert _load(path).config.values["runs"][0]["op"] == "sendrecv"
 
 
 def test_sendrecv_inferred_at_eight_ranks_and_its_printed_redop_normalised(tmp_path: Path) -> None:
     """sendrecv prints its -o reduction (sum); at 8 ranks busBW/algBW 1 rules out all_reduce (1.75)."""
     named = _load(SENDRECV)
-    assert named.config["runs"][0]["op_from"] == "binary named at line 1"
+    assert named.config.values["runs"][0]["op_from"] == "binary named at line 1"
     path = _without(SENDRECV, tmp_path, "_perf")
     run = _load(path)
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     assert cfg["op"] == "sendrecv" and cfg["printed_redop"] == ["sum"]
     assert cfg["op_from"] == (
         "inferred from the table at line 17 (size = count x 4 B; redop sum; root -1; "
@@ -184,7 +184,7 @@ def test_all_gather_and_all_to_all_look_alike_and_are_refused(tmp_path: Path) ->
 def test_all_gather_before_2020_algbw_definition_normalised_and_kept() -> None:
     """NVIDIA/nccl-tests issue #37's row: algBW printed = busBW = count x 4 x 7 / time (before ec1b5e2)."""
     run = _load(OLD_ALL_GATHER)
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     assert cfg["op"] == "all_gather"
     assert cfg["op_from"] == (
         "inferred from the table at line 16 (size = count x 4 B x ranks; busBW/algBW 1.000 "
@@ -207,7 +207,7 @@ def test_all_gather_before_2020_algbw_definition_normalised_and_kept() -> None:
 
 def test_today_s_all_gather_is_not_flagged_as_old() -> None:
     run = _load(THREE_OPS)
-    assert "printed_algbw_gbps" not in run.config["runs"][1]
+    assert "printed_algbw_gbps" not in run.config.values["runs"][1]
     assert not any("before 2020" in n for n in run.notes)
 
 
@@ -216,19 +216,19 @@ def test_today_s_all_gather_is_not_flagged_as_old() -> None:
 
 def test_out_of_bounds_failed_is_a_check_failed_run() -> None:
     run = _load(OLD_ALL_GATHER)
-    assert run.status == "check_failed" and run.config["runs"][0]["check"] == "failed"
+    assert run.status == "check_failed" and run.config.values["runs"][0]["check"] == "failed"
     assert (
         "results check failed: the all_gather table (line 16) reports 'Out of bounds values : 2 FAILED'; the "
         "pre-2.13 'error' column does not say which rows; the run is stored with status check_failed"
     ) in run.notes
     three = _load(THREE_OPS)
     assert three.status == "check_failed"
-    assert [c["check"] for c in three.config["runs"]] == ["passed", "passed", "failed"]
+    assert [c["check"] for c in three.config.values["runs"]] == ["passed", "passed", "failed"]
     assert (
         "results check failed: the sendrecv table (line 66) reports 'Out of bounds values : 3 FAILED'; rows "
         "with wrong results: 1048576 B out-of-place (3 wrong); the run is stored with status check_failed"
     ) in three.notes
-    assert _load(H100).status == "complete" and _load(H100).config["runs"][0]["check"] == "passed"
+    assert _load(H100).status == "complete" and _load(H100).config.values["runs"][0]["check"] == "passed"
 
 
 # -- errors located in a multi-table log ----------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_rccl_tests_in_place_only_table(tmp_path: Path) -> None:
     path.write_text("\n".join(out) + "\n")
     run = _load(path)
     assert len(run.measurements) == 8 and all(m.in_place for m in run.measurements)
-    assert run.config["runs"][0]["in_place_only"] is True and run.config["runs"][0]["op"] == "all_reduce"
+    assert run.config.values["runs"][0]["in_place_only"] is True and run.config.values["runs"][0]["op"] == "all_reduce"
     first = run.measurements[0]
     assert f"{first.stats.mean_s * 1e6:.2f}" == "94.94" and first.busbw_bytes_per_s / 1e9 == pytest.approx(
         154.63, abs=0.005
@@ -357,7 +357,7 @@ def test_old_all_gather_named_by_its_command_line_is_normalised_alike(tmp_path: 
     path = tmp_path / "named.log"
     path.write_text("all_gather_perf -g 8 -b 4294967296 -e 4294967296 -n 100\n" + OLD_ALL_GATHER.read_text())
     run = _load(path)
-    (cfg,) = run.config["runs"]
+    (cfg,) = run.config.values["runs"]
     assert cfg["op_from"] == "binary named at line 1" and cfg["printed_algbw_gbps"] == [129.05, 128.84]
     assert run.measurements == _load(OLD_ALL_GATHER).measurements
     # Told it is a reduce_scatter (same size rule, same old ratio), the table has no redop column to say otherwise:

@@ -200,7 +200,7 @@ def test_sub_microsecond_times_keep_the_printed_bandwidths_with_a_note(tmp_path:
     assert f"{big.stats.mean_s * 1e6:.2f}" == "0.12" and f"{big.algbw_bytes_per_s / 1e9:.2f}" == "18401745.06"
     note = next(n for n in run.notes if "printed too coarsely" in n)
     assert "printed_times_us" in note
-    kept = run.config["runs"][0]["printed_times_us"]
+    kept = run.config.values["runs"][0]["printed_times_us"]
     assert {"line": 29, "in_place": True, "printed": 0.11} == {k: kept[0][k] for k in ("line", "in_place", "printed")}
 
 
@@ -215,8 +215,8 @@ def test_a_nested_launcher_prefix_is_read_and_the_op_left_to_the_user(tmp_path: 
 
 def test_a_wrapper_names_the_op_with_its_own_option(tmp_path: Path) -> None:
     (run,) = stored(tmp_path, published("gcp-gke-h200-16rank-run_nccl_tests-t-all_gather.log"))
-    how = run.config["runs"][0]["op_from"]
-    assert "line 3" in how and "run_nccl_tests.sh -t all_gather" in run.config["runs"][0]["command"]
+    how = run.config.values["runs"][0]["op_from"]
+    assert "line 3" in how and "run_nccl_tests.sh -t all_gather" in run.config.values["runs"][0]["command"]
 
 
 @pytest.mark.parametrize(
@@ -288,7 +288,7 @@ def test_inspector_dropped_records_are_reported(tmp_path: Path) -> None:
     path = published("inspector-readme-v4.1-dump_stats-dropped.log")
     with pytest.warns(IngestWarning, match="4096 collective and 0 point-to-point records dropped"):
         (run,) = load_runs(path)
-    assert run.status == "incomplete" and run.config["dropped_records"] == {"coll": 4096, "p2p": 0}
+    assert run.status == "incomplete" and run.config.values["dropped_records"] == {"coll": 4096, "p2p": 0}
     assert any("dropped 4096 collective" in n for n in run.notes)
     assert run.measurements[0].samples_s[0] == pytest.approx(61974e-6, abs=1e-12)
 

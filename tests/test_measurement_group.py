@@ -124,10 +124,10 @@ def test_a_grouped_row_may_span_less_than_the_job_but_never_more() -> None:
 # -- the JSON format ----------------------------------------------------------------------------------
 
 
-def test_grouped_run_round_trips_through_json_as_version_4(tmp_path: Path) -> None:
+def test_grouped_run_round_trips_through_json(tmp_path: Path) -> None:
     run = _job_run("job00001")
     d = run_to_dict(run)
-    assert d["format"] == "commlens.run/4"
+    assert d["format"] == "commlens.run/5"
     assert [m["group"] for m in d["measurements"]] == ["tp0", "tp1", "dp0"]
     assert [m["world_size"] for m in d["measurements"]] == [2, 2, 4]
     assert run_from_dict(json.loads(json.dumps(d))) == run
@@ -140,15 +140,15 @@ def test_grouped_run_round_trips_through_json_as_version_4(tmp_path: Path) -> No
 def test_a_benchmark_run_is_written_as_before_without_group() -> None:
     run = make_run("bench0001")
     d = run_to_dict(run)
-    assert d["format"] == "commlens.run/3"
+    assert d["format"] == "commlens.run/5"
     assert all("group" not in m for m in d["measurements"])
     assert run_from_dict(json.loads(json.dumps(d))) == run
 
 
-def test_a_reader_of_version_3_would_refuse_a_grouped_file_not_drop_its_groups() -> None:
+def test_a_reader_of_an_older_version_refuses_a_newer_file_not_drop_what_it_adds() -> None:
     d = json.loads(json.dumps(run_to_dict(_job_run("job00001"))))
-    d["format"] = "commlens.run/5"  # what this commlens is to a grouped file, for one that reads up to /3
-    with pytest.raises(FormatError, match=r"commlens.run/5 is newer than this commlens reads \(commlens.run/4\)"):
+    d["format"] = "commlens.run/6"  # what this commlens is to a newer file, as /5 was to one that read up to /4
+    with pytest.raises(FormatError, match=r"commlens.run/6 is newer than this commlens reads \(commlens.run/5\)"):
         run_from_dict(d)
 
 

@@ -72,7 +72,7 @@ def test_a_sentinel_is_refused_when_built(op: str, kw: dict[str, object], messag
 def test_version_3_writes_null_and_reads_it_back(tmp_path: Path) -> None:
     run = _run(_m("all_gather"), _m("all_reduce", redop="sum"), _m("broadcast", root=1))
     d = run_to_dict(run)
-    assert d["format"] == "commlens.run/3"
+    assert d["format"] == "commlens.run/5"
     assert [(m["redop"], m["root"]) for m in d["measurements"]] == [(None, None), ("sum", None), (None, 1)]
     path = tmp_path / "run.json"
     path.write_text(json.dumps(d))

@@ -66,7 +66,7 @@ def test_json_keeps_the_rounds_and_reads_them_back(tmp_path: Path) -> None:
     )
     run = type(base)(**{**base.__dict__, "measurements": ms})
     d = run_to_dict(run)
-    assert d["format"] == FORMAT == "commlens.run/3"
+    assert d["format"] == FORMAT == "commlens.run/5"
     assert d["measurements"][0]["rounds"] == [3, 3]
     assert "rounds" not in d["measurements"][1]  # one round: nothing written
     path = tmp_path / "run.json"

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select, text
 from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
-from commlens.results import Measurement, Run, SystemInfo, TimeStats, run_to_dict
+from commlens.results import IngestedSettings, Measurement, Run, SystemInfo, TimeStats, run_to_dict
 from commlens.store import Store, StoreError, db_url, default_db_url, make_engine
 from commlens.store.models import MeasurementModel, SampleModel
 
@@ -41,7 +41,7 @@ def test_round_trip_is_identical_and_samples_bit_exact(store_url: str) -> None:
         revision="deadbeef",
         command_line="commlens bench -b 8 -e 128M -f 2",
         source="nccl-tests",
-        config={"warmup_iters": 5, "iters": 20, "sizes": [8, 16], "check": True},
+        config=IngestedSettings({"warmup_iters": 5, "iters": 20, "sizes": [8, 16], "check": True}),
         notes=("rank 3 slow", "stopped early"),
         system=_system("nccl"),
         measurements=(

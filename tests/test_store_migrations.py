@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, MetaData, create_engine, func, insert, inspect, select, text
 from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
-from commlens.results import Measurement, Run, SystemInfo, TimeStats
+from commlens.results import BenchSettings, IngestedSettings, Measurement, Run, SystemInfo, TimeStats
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
 from commlens.store.noise import NoiseFloor, list_floors, save_floors
@@ -66,7 +66,7 @@ def _legacy_runs() -> list[Run]:
             tag="nightly",
             revision="a1b2c3d",
             command_line="commlens bench --nproc 8 -b 8 -e 1M -f 1024",
-            config={"iters": 3, "warmup_iters": 1},
+            config=BenchSettings({"iters": 3, "warmup_iters": 1}),
             system=sysinfo("nccl", 8, ("gpu-01",)),
             measurements=(
                 m("all_reduce", 8, (1.5e-5, 1.25e-5, 1.75e-5), 8, nwrong=0),
@@ -100,6 +100,7 @@ def _legacy_runs() -> list[Run]:
             started_at="2024-05-02T03:30:00Z",
             status="incomplete",
             source="nccl-tests",
+            config=IngestedSettings(),  # its stored config, {} of an nccl-tests run: ingested settings (by source)
             notes=("rank 3 slow",),
             system=sysinfo("gloo", 4, ("node-a", "node-b")),
             measurements=(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
 from commlens.results.records import Measurement, Run, RunStatus
+from commlens.results.runconfig import BenchSettings
 from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
 
 __all__ = ["StandalonePrinter", "TablePrinter", "run_from_events"]
@@ -103,7 +104,7 @@ def run_from_events(events: Iterable[Event], command_line: str | None = None, st
         tag=cfg.get("extra", {}).get("tag"),
         revision=cfg.get("extra", {}).get("revision"),
         command_line=command_line or start.command_line,
-        config=cfg,
+        config=BenchSettings(cfg),
         notes=tuple(notes),
     )
 

@@ -31,6 +31,7 @@ from commlens.bench.config import BenchConfig, ConfigError
 from commlens.bench.events import Event, Finished
 from commlens.bench.launcher import BenchFailure, Local, OnCluster, Placement, run
 from commlens.results.records import Measurement, Run
+from commlens.results.runconfig import BenchSettings
 
 __all__ = ["STATS", "NothingToTune", "SweepFailed", "TuneSettings", "bench_config", "entries_from_run", "tune"]
 
@@ -134,8 +135,8 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
         have = slot.get(m.algo)
         if have is None or (have[0] and not m.in_place):
             slot[m.algo] = (m.in_place, _time(m, stat))
-    cfg = run.config
-    chunk = cfg.get("chunk_bytes")
+    cfg = run.config if isinstance(run.config, BenchSettings) else BenchSettings()
+    chunk = cfg.integer("chunk_bytes")
     context = {
         "run_id": run.run_id,
         "fingerprint": run.system.fingerprint(),
@@ -143,8 +144,8 @@ def entries_from_run(run: Run, stat: str = "p50") -> list[Any]:
         "stat": stat,
         "cpu_model": run.system.cpu_model,
         "torch_version": run.system.torch_version,
-        "iters": cfg.get("iters"),
-        "dtype": (cfg.get("dtypes") or ["float32"])[0],
+        "iters": cfg.number("iters"),
+        "dtype": (cfg.names("dtypes") or ("float32",))[0],
     }
     entries = []
     for op, sizes in chosen.items():

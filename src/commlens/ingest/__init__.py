@@ -27,6 +27,7 @@ from commlens.ingest.base import (
 from commlens.ingest.registry import FORMATS, detect_format, detect_source_format, get_format
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.records import RecordError, Run
+from commlens.results.runconfig import RUN_CONFIGS, IngestedSettings
 
 __all__ = [
     "FORMATS",
@@ -167,9 +168,10 @@ def _to_run(
     elif started_at is None:
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         notes.append("the input (a pipe) does not say when it ran: started_at is when it was read (set --time)")
-    config = dict(parsed.config)
-    if not parsed.config_as_written:
-        config.setdefault("ingested_from", source.path.name)
+    config = parsed.config
+    if not isinstance(config, RUN_CONFIGS):
+        settings = IngestedSettings(dict(config))
+        config = settings if parsed.config_as_written else settings.with_file(source.path.name)
     try:
         return Run(
             run_id=parsed.run_id

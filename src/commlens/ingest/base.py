@@ -27,6 +27,7 @@ from typing import IO, Any, Literal, Protocol
 from commlens.errors import CommlensError
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MAX_RANKS, MAX_SIZE_BYTES, Measurement, Run, RunStatus, SystemInfo
+from commlens.results.runconfig import RunConfig
 
 __all__ = [
     "IngestError",
@@ -187,7 +188,8 @@ class ParsedRun:
     source: str  # the producing tool, e.g. "nccl-tests", "rccl-tests", "param"
     system: SystemInfo
     measurements: list[Measurement]
-    config: dict[str, Any] = field(default_factory=dict)  # becomes Run.config
+    # a reader's settings (becomes Run.config, as IngestedSettings), or a commlens JSON file's run config as written
+    config: JsonObject | RunConfig = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     command_line: str = ""
     started_at: str | None = None  # ISO 8601 UTC if the file says when it ran

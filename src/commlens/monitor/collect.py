@@ -38,7 +38,7 @@ import stat
 import statistics
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
@@ -234,7 +234,7 @@ class Collector:
         self.evaluations = 0
         self.hosts: dict[int, str] = {}
         self.inflight: dict[int, InFlight | None] = {}  # rank -> its oldest collective in flight
-        self.hang_reports: list[dict[str, Any]] = []  # the ranks' own hang lines (JSONL)
+        self.hang_reports: list[HangReport] = []  # the ranks' own hang lines (JSONL)
         self.metrics: Any = None
         self.sources: list[Any] = []  # what collect() reads, for the summary's states
 
@@ -564,6 +564,14 @@ def _count(value: Any, name: str, *, at_least: int = 0) -> int:
     return value
 
 
+class HangReport(TypedDict):
+    """A rank's own hang line (JSONL), its fields checked by :func:`_hang_report`."""
+
+    rank: int
+    reason: str
+    dump_dir: str
+
+
 class InFlight(TypedDict):
     """A rank's oldest collective not completed, as its endpoint said (checked by :func:`_inflight`)."""
 
@@ -736,7 +744,7 @@ class JsonlSource:
         self.offsets: dict[Path, int] = {}
         self.bad_lines = 0
         self.ended: set[Path] = set()
-        self.hangs: list[dict[str, Any]] = []
+        self.hangs: list[HangReport] = []
         self.refused: dict[Path, str] = {}  # files that are not regular files, and what they are
         self.state = "waiting"
         self.problem: str | None = None
@@ -856,14 +864,19 @@ class JsonlSource:
         files = self.files()
         return bool(files) and all(p in self.ended for p in files)
 
-    def status(self) -> dict[str, Any]:
+    def shown_state(self) -> tuple[str, str | None]:
+        """The state and problem a summary shows: ``bad`` while a file is refused, naming the files."""
         problem = self.problem
         if self.refused:
             problem = "; ".join(f"{p.name}: {what}, not read" for p, what in list(self.refused.items())[:4])
+        return ("bad" if self.refused and self.state == "ok" else self.state), problem
+
+    def status(self) -> JsonObject:
+        state, problem = self.shown_state()
         return {
             "source": self.label,
             "kind": self.kind,
-            "state": "bad" if self.refused and self.state == "ok" else self.state,
+            "state": state,
             "problem": problem,
             "failures": 0,
             "bad_records": self.bad_lines,
@@ -871,14 +884,14 @@ class JsonlSource:
         }
 
 
-def _hang_report(obj: dict[str, Any]) -> dict[str, Any] | None:
+def _hang_report(obj: Mapping[str, object]) -> HangReport | None:
     """A rank's hang line, its fields checked: {rank, reason, dump_dir}; None when they are not as written."""
     rank, reason, dump_dir = obj.get("rank"), obj.get("reason", ""), obj.get("dump_dir", "")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < MAX_COUNT:
         return None
     if not isinstance(reason, str) or not isinstance(dump_dir, (str, type(None))):
         return None
-    return {"rank": rank, "reason": reason[:300], "dump_dir": (dump_dir or "")[:500]}
+    return HangReport(rank=rank, reason=reason[:300], dump_dir=(dump_dir or "")[:500])
 
 
 def replay(records: Iterable[CollectiveRecord], collector: Collector, interval_s: float = 0.25) -> list[Alert]:
@@ -1018,7 +1031,7 @@ def _report_sources(
     for i, source in enumerate(sources):
         state, problem = source.state, source.problem
         if isinstance(source, JsonlSource):
-            state, problem = source.status()["state"], source.status()["problem"]
+            state, problem = source.shown_state()
         before = warned.get(i)
         if state in ("unreachable", "bad"):
             if before is None or before[0] != state or now - before[1] >= every_s:

@@ -44,6 +44,7 @@ from commlens.monitor.recorder import DEFAULT_CAPACITY, Recorder
 from commlens.results.collectives import WindowRow, aggregate, measurements_from_windows, size_bucket_label
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, SystemInfo
+from commlens.results.runconfig import MonitorJob
 from commlens.results.units import format_gbps, format_size
 from commlens.topology import Topology
 
@@ -446,7 +447,6 @@ class Monitor:
             python_version=platform.python_version(),
             os=platform.platform(),
         )
-        windows = [r.as_wire() for r in rows[-2000:]]
         measurements = measurements_from_windows(rows) if rows else []
         run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"commlens-monitor/{self.job_id}/{self.started_at}").hex
         return Run(
@@ -460,14 +460,14 @@ class Monitor:
             revision=self.config.revision,
             source="monitor",
             command_line=" ".join(sys.argv)[:2000],
-            config={
-                "job_id": self.job_id,
-                "rank": self.rank,
-                "window_s": self.config.window_s,
-                "window_steps": self.config.window_steps,
-                "model": self.expectations.description if self.expectations else "",
-                "windows": windows,
-                "size_buckets": sorted({size_bucket_label(r.size_bucket) for r in rows}),
-            },
+            config=MonitorJob(
+                job_id=self.job_id,
+                rank=self.rank,
+                window_s=self.config.window_s,
+                window_steps=self.config.window_steps,
+                model=self.expectations.description if self.expectations else "",
+                windows=tuple(rows[-2000:]),
+                size_buckets=tuple(sorted({size_bucket_label(r.size_bucket) for r in rows})),
+            ),
             notes=tuple(self.alerts[-20:]),
         )

@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from commlens.monitor.collect import (
     CollectError,
@@ -26,6 +25,7 @@ from commlens.monitor.collect import (
     replay,
 )
 from commlens.results.collectives import CollectiveRecord
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["CollectorJob", "ModelSpec", "run_collector"]
 
@@ -89,7 +89,7 @@ def run_collector(
     records: Sequence[CollectiveRecord] = (),
     *,
     note: Callable[[str], None] = log.info,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Run the collector ``job`` describes until its sources end (or ``duration_s``, or Ctrl-C) and return
     its summary (groups, sources, alerts: :meth:`Collector.summary`). ``records``: ones read before (NCCL
     Inspector output), fed first. ``note`` hears where the metrics are served and an interruption."""

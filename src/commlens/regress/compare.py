@@ -14,13 +14,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.ops import get_op
 from commlens.regress.stats import benjamini_hochberg
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run, omit_no_group
 
 __all__ = [
@@ -211,10 +212,10 @@ class CompareReport:
     def has_regression(self) -> bool:
         return any(r.verdict == "regression" for r in self.rows)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The report as ``commlens compare --format json`` prints it."""
 
-        def side(s: SideSummary) -> dict[str, Any]:
+        def side(s: SideSummary) -> JsonObject:
             return {"ref": s.label, "run_ids": list(s.run_ids), "fingerprints": list(s.fingerprints)}
 
         return {
@@ -244,7 +245,7 @@ class CompareReport:
         )
 
 
-def _row_dict(row: ComparisonRow) -> dict[str, Any]:
+def _row_dict(row: ComparisonRow) -> JsonObject:
     d = omit_no_group(asdict(row))
     if d["threshold"] is None:
         del d["threshold"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, SeriesKey
 
 if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, which compare of two files never needs
@@ -71,7 +72,7 @@ class DetectedChange:
     def direction(self) -> Literal["regression", "improvement"]:
         return "regression" if self.mean_after_s > self.mean_before_s else "improvement"
 
-    def level_change(self) -> dict[str, Any]:
+    def level_change(self) -> JsonObject:
         """The change of level as every output names it: the first run at the new level and the last at the
         old, the means either side, the change, its p-value and direction (``started_at`` in ISO 8601)."""
         return {
@@ -106,7 +107,7 @@ class DetectReport:
     def regressions(self) -> tuple[DetectedChange, ...]:
         return tuple(c for c in self.changes if c.direction == "regression")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The report as ``commlens detect --json`` prints it."""
         changes = []
         for c in self.changes:
@@ -133,7 +134,7 @@ class DetectReport:
             "changes": changes,
         }
 
-    def _threshold_dict(self, c: DetectedChange) -> dict[str, Any]:
+    def _threshold_dict(self, c: DetectedChange) -> JsonObject:
         """The min change and alpha the change passed, and the stored threshold(s) that set them (None: the
         command's settings)."""
         used = c.settings or self.settings

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
 
 from commlens.regress.compare import CompareSettings, RowThreshold
 from commlens.regress.detect import DetectSettings
@@ -83,8 +82,17 @@ def baseline_runs(store: Store, candidate: Sequence[Run]) -> tuple[Baseline, lis
 def _without(thresholds: Sequence[Threshold], names: Collection[str]) -> list[Threshold]:
     """``thresholds`` with the settings ``names`` cleared: an explicit option (or the other command) decides
     those, so they neither apply nor name a threshold as the source."""
-    cleared: dict[str, Any] = {name: None for name in names}
-    return [dataclasses.replace(t, **cleared) for t in thresholds] if cleared else list(thresholds)
+    if not names:
+        return list(thresholds)
+    return [
+        dataclasses.replace(
+            t,
+            min_change=None if "min_change" in names else t.min_change,
+            alpha=None if "alpha" in names else t.alpha,
+            detect_alpha=None if "detect_alpha" in names else t.detect_alpha,
+        )
+        for t in thresholds
+    ]
 
 
 def compare_thresholds(
@@ -125,8 +133,11 @@ def detect_thresholds(
         r = resolve_threshold(usable, series.fingerprint, series.tag, series.key)
         if r.min_change is None and r.detect_alpha is None:
             return None
-        changed: dict[str, Any] = {"min_change": r.min_change, "alpha": r.detect_alpha}
-        own = dataclasses.replace(settings, **{k: v for k, v in changed.items() if v is not None})
+        own = dataclasses.replace(
+            settings,
+            min_change=settings.min_change if r.min_change is None else r.min_change,
+            alpha=settings.alpha if r.detect_alpha is None else r.detect_alpha,
+        )
         return SeriesSettings(own, r.source_text())
 
     return for_series

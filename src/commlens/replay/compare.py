@@ -47,6 +47,7 @@ from commlens.replay.runner import ReplayTimes
 from commlens.replay.settings import GAP_STAND_INS
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
+from commlens.results.runconfig import ReplayRun
 
 __all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
 
@@ -412,16 +413,14 @@ def replay_run(plan: ReplayPlan, times: ReplayTimes, comparison: ReplayCompariso
         tag=tag,
         command_line=times.command_line,
         source="replay",
-        config={
-            "replay": {
-                "plan_source": plan.source,
-                "plan_backend": plan.backend,
-                "plan_world_size": plan.world_size,
-                "plan_calls": plan.n_calls,
-                "plan_files": list(plan.files[:64]),
-                "settings": settings.as_dict(),
-                "comparison": comparison.to_json(),
-            }
-        },
+        config=ReplayRun(
+            plan_source=plan.source,
+            plan_backend=plan.backend,
+            plan_world_size=plan.world_size,
+            plan_calls=plan.n_calls,
+            plan_files=plan.files[:64],
+            settings=settings.as_dict(),
+            comparison=comparison.to_json(),
+        ),
         notes=tuple(notes),
     )

@@ -10,10 +10,16 @@ from commlens.results.records import (
     Run,
     SystemInfo,
 )
+from commlens.results.runconfig import BenchSettings, IngestedSettings, MonitorJob, ReplayRun, RunConfig
 from commlens.results.stats import TimeStats, summarize
 from commlens.results.units import format_size, parse_size
 
 __all__ = [
+    "BenchSettings",
+    "IngestedSettings",
+    "MonitorJob",
+    "ReplayRun",
+    "RunConfig",
     "DTYPE_SIZES",
     "FORMAT",
     "FloorKey",

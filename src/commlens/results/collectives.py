@@ -27,7 +27,7 @@ from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, UnknownOpError, get_op
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.records import DTYPE_SIZES, MAX_RANKS, MAX_SIZE_BYTES, Measurement
 from commlens.results.stats import percentile
 from commlens.results.units import finite_float, format_size
@@ -41,6 +41,7 @@ __all__ = [
     "aggregate",
     "measurements_from_windows",
     "record_from_wire",
+    "window_from_wire",
     "size_bucket",
     "size_bucket_label",
 ]
@@ -234,8 +235,10 @@ class WindowRow:
     duration_p99_s: float
     busbw_p50_bytes_per_s: float
     busbw_p99_bytes_per_s: float  # the 99th percentile of busBW: the fast end (the slow end is duration p99)
-    durations_s: tuple[float, ...] = field(default=(), repr=False)  # at most ``keep`` of them, for the store
-    group_ranks: tuple[int, ...] | None = None
+    # At most ``keep`` durations, for the run's measurements, and the group's ranks: not in the wire form, so not
+    # compared (a window read back from a stored run equals the one written)
+    durations_s: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    group_ranks: tuple[int, ...] | None = field(default=None, compare=False)
     first_step: int | None = None
     last_step: int | None = None
 
@@ -267,6 +270,53 @@ class WindowRow:
             out["first_step"] = self.first_step
             out["last_step"] = self.last_step
         return out
+
+
+_WINDOW_TEXTS = ("group", "op", "dtype")
+_WINDOW_INTS = ("window", "count", "size_bucket", "rank", "group_size", "bytes", "size_bytes")
+_WINDOW_FINITE = ("start_s", "end_s", "time_s", "busbw_p50_bytes_per_s", "duration_p50_s")
+_WINDOW_NUMBERS = ("duration_p99_s", "busbw_p99_bytes_per_s")  # the tails may be infinite (a zero-time call)
+
+
+def window_from_wire(d: JsonValue) -> WindowRow:
+    """A window row from its ``as_wire`` object, as a stored monitor run holds it; raises
+    :class:`CollectiveRecordError` naming the first bad field (a stored run may hold anything)."""
+    if not isinstance(d, dict):
+        raise CollectiveRecordError(f"a window must be a JSON object, got {type(d).__name__}")
+    for name in _WINDOW_TEXTS:
+        if not isinstance(d.get(name), str) or len(str(d[name])) > MAX_GROUP_NAME:
+            raise CollectiveRecordError(f"field {name!r} must be a string of at most {MAX_GROUP_NAME} characters")
+    ints = {name: _int(d, name) for name in _WINDOW_INTS}
+    numbers: dict[str, float] = {}
+    for name in _WINDOW_FINITE + _WINDOW_NUMBERS:
+        value = d.get(name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise CollectiveRecordError(f"field {name!r} must be a number")
+        if name in _WINDOW_FINITE and not math.isfinite(value):
+            raise CollectiveRecordError(f"field {name!r} must be a finite number")
+        numbers[name] = value
+    steps = [None if d.get(name) is None else _int(d, name) for name in ("first_step", "last_step")]
+    return WindowRow(
+        window=ints["window"],
+        start_s=numbers["start_s"],
+        end_s=numbers["end_s"],
+        rank=ints["rank"],
+        group=str(d["group"]),
+        group_size=ints["group_size"],
+        op=str(d["op"]),
+        dtype=str(d["dtype"]),
+        size_bucket=ints["size_bucket"],
+        count=ints["count"],
+        time_s=numbers["time_s"],
+        bytes=ints["bytes"],
+        size_bytes=ints["size_bytes"],
+        duration_p50_s=numbers["duration_p50_s"],
+        duration_p99_s=numbers["duration_p99_s"],
+        busbw_p50_bytes_per_s=numbers["busbw_p50_bytes_per_s"],
+        busbw_p99_bytes_per_s=numbers["busbw_p99_bytes_per_s"],
+        first_step=steps[0],
+        last_step=steps[1],
+    )
 
 
 def aggregate(

@@ -1,4 +1,4 @@
-"""The versioned JSON file format of a run (``"format": "commlens.run/3"``, or ``/4`` with process groups).
+"""The versioned JSON file format of a run (``"format": "commlens.run/5"``; versions 1-4 are read and upgraded).
 
 Derived figures (time statistics, algBW, busBW) are written for the reader's
 convenience and recomputed from ``samples_s`` on load, so a file can never
@@ -9,6 +9,10 @@ job ran on). A run is written in the oldest version that holds it: version 3 unl
 row has a group, so a benchmark's file is what it always was, and a commlens that
 reads only version 3 refuses a grouped run ("newer than this commlens reads") instead
 of dropping its groups and pairing the rows of different groups as one series.
+
+Version 5 types the run's ``config`` by kind (``commlens.results.runconfig``: bench settings, ingested
+settings, monitor job, replay) and writes it with its ``"kind"``; every run is written in version 5. An older
+file's config gets its kind from the run's ``source`` (the upgrader from version 4).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from commlens.errors import CommlensError
 from commlens.files import atomic_text
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.records import Measurement, RecordError, Run, RunStatus, SystemInfo
+from commlens.results.runconfig import ConfigFormatError, config_from_wire, kind_of_source
 from commlens.results.stats import TimeStats
 from commlens.results.units import finite_float
 
@@ -37,8 +42,8 @@ __all__ = [
     "write_json",
 ]
 
-FORMAT = "commlens.run/3"  # a run none of whose rows has a process group
-FORMAT_WITH_GROUPS = "commlens.run/4"  # a run with a grouped row; the newest version this commlens reads
+FORMAT = "commlens.run/5"  # what this commlens writes, and the newest version it reads
+FORMAT_WITH_GROUPS = FORMAT  # every version from 4 holds process groups
 _FORMAT_PREFIX = "commlens.run/"
 
 
@@ -85,9 +90,8 @@ def measurement_to_dict(m: Measurement) -> JsonObject:
 def run_to_dict(run: Run) -> JsonObject:
     system = asdict(run.system)
     system["fingerprint"] = run.system.fingerprint()
-    grouped = any(m.group is not None for m in run.measurements)
     return {
-        "format": FORMAT_WITH_GROUPS if grouped else FORMAT,
+        "format": FORMAT,
         "run_id": run.run_id,
         "status": run.status,
         "source": run.source,
@@ -96,7 +100,7 @@ def run_to_dict(run: Run) -> JsonObject:
         "tag": run.tag,
         "revision": run.revision,
         "command_line": run.command_line,
-        "config": run.config,
+        "config": run.config.as_dict(),
         "notes": list(run.notes),
         "system": system,
         "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s(),
@@ -229,7 +233,8 @@ def _measurement_from_dict(d: JsonValue) -> Measurement:
     )
 
 
-def _system_from_dict(sysd: Any) -> SystemInfo:
+def system_from_dict(sysd: Any) -> SystemInfo:
+    """A run's system from its JSON object, every field checked for its type (a file or row may hold anything)."""
     if not isinstance(sysd, dict):
         raise FormatError(f"system: expected an object, got {_shown(sysd)}")
     sysd = dict(sysd)
@@ -282,34 +287,43 @@ def _upgrade_3_to_4(d: JsonObject) -> JsonObject:
     return d
 
 
+def _upgrade_4_to_5(d: JsonObject) -> JsonObject:
+    """Version 5 names the config's kind; a version-4 config's is the one its run's source wrote."""
+    config, source = d.get("config", {}), d.get("source", "commlens")
+    if not isinstance(config, dict) or not isinstance(source, str) or "kind" in config:
+        return d  # run_from_dict says what is wrong with it
+    return {**d, "config": {"kind": kind_of_source(source), **config}}
+
+
 # Upgraders from an older format version to the next.
 _UPGRADERS: dict[int, Callable[[JsonObject], JsonObject]] = {
     1: _upgrade_1_to_2,
     2: _upgrade_2_to_3,
     3: _upgrade_3_to_4,
+    4: _upgrade_4_to_5,
 }
-_CURRENT_VERSION = int(FORMAT_WITH_GROUPS.rsplit("/", 1)[1])
+_CURRENT_VERSION = int(FORMAT.rsplit("/", 1)[1])
 
 
 def run_from_dict(d: JsonObject) -> Run:
     """Build a run from its dict form, upgrading older format versions."""
     fmt = d.get("format") if isinstance(d, dict) else None
     if not isinstance(fmt, str) or not fmt.startswith(_FORMAT_PREFIX):
-        raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT_WITH_GROUPS!r})")
+        raise FormatError(f"not a commlens run (format is {_shown(fmt)}, expected {FORMAT!r})")
     suffix = fmt[len(_FORMAT_PREFIX) :]
     version = int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) < 6 else 0
     if version < 1:  # versions start at 1
         raise FormatError(f"bad format version in {_shown(fmt)}")
     if version > _CURRENT_VERSION:
-        raise FormatError(f"{fmt} is newer than this commlens reads ({FORMAT_WITH_GROUPS}); upgrade commlens")
+        raise FormatError(f"{fmt} is newer than this commlens reads ({FORMAT}); upgrade commlens")
     while version < _CURRENT_VERSION:
         d = _UPGRADERS[version](d)
         version += 1
     try:
-        system = _system_from_dict(d["system"])
-        config, notes, measurements = d.get("config", {}), d.get("notes", []), d["measurements"]
-        if not isinstance(config, dict):
-            raise FormatError(f"config: expected an object, got {_shown(config)}")
+        system = system_from_dict(d["system"])
+        source = _str(d, "source", "commlens")
+        config = config_from_wire(d.get("config", {}), source)
+        notes, measurements = d.get("notes", []), d["measurements"]
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
             raise FormatError(f"notes: expected a list of strings, got {_shown(notes)}")
         if not isinstance(measurements, list):
@@ -317,7 +331,7 @@ def run_from_dict(d: JsonObject) -> Run:
         return Run(
             run_id=_str(d, "run_id"),
             status=cast(RunStatus, _str(d, "status", "complete")),  # Run refuses any other
-            source=_str(d, "source", "commlens"),
+            source=source,
             started_at=_str(d, "started_at"),
             finished_at=_str_or_none(d, "finished_at"),
             tag=_str_or_none(d, "tag"),
@@ -330,7 +344,7 @@ def run_from_dict(d: JsonObject) -> Run:
         )
     except KeyError as e:
         raise FormatError(f"missing field {e.args[0]!r}") from None
-    except (TypeError, ValueError, RecordError) as e:
+    except (TypeError, ValueError, RecordError, ConfigFormatError) as e:
         raise FormatError(str(e)) from None
 
 

@@ -8,8 +8,9 @@ pair the out-of-place and in-place measurements of one size.
 from __future__ import annotations
 
 from commlens import __version__
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.records import Measurement, MeasurementKey, Run
+from commlens.results.runconfig import BenchSettings, IngestedSettings
 
 __all__ = ["NCCL_TYPE_NAMES", "from_nccl_tests", "run_to_nccl_tests_json", "to_nccl_tests"]
 
@@ -74,9 +75,15 @@ def _hosts_per_rank(hosts: tuple[str, ...], ranks_per_host: dict[str, int], worl
     return out
 
 
+def _validation(check_iters: JsonValue) -> int:
+    """nccl-tests' ``validation`` flag from bench's ``check_iters`` (0 when absent)."""
+    return int(check_iters) if isinstance(check_iters, (int, float)) and check_iters else 0
+
+
 def run_to_nccl_tests_json(run: Run) -> JsonObject:
     """The nccl-tests ``-J`` document for ``run``."""
-    cfg = run.config
+    # a bench run's settings (an ingested run's where it kept the same names; none of another kind's)
+    cfg: JsonObject = run.config.values if isinstance(run.config, (BenchSettings, IngestedSettings)) else {}
     rows: dict[MeasurementKey, dict[bool, Measurement]] = {}
     for m in run.measurements:
         rows.setdefault(m.key._replace(in_place=False), {})[m.in_place] = m
@@ -130,7 +137,7 @@ def run_to_nccl_tests_json(run: Run) -> JsonObject:
             "warmup_iters": cfg.get("warmup"),
             "iterations": cfg.get("iters"),
             "aggregated_iterations": 1,
-            "validation": int(cfg.get("check_iters", 0) or 0),
+            "validation": _validation(cfg.get("check_iters")),
             "graph": 0,
             "blocking_collectives": int(bool(cfg.get("blocking"))),
             "parallel_init": 0,

@@ -12,10 +12,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, get_op
+from commlens.results.jsonvalue import JsonObject
+from commlens.results.runconfig import RUN_CONFIGS, BenchSettings, RunConfig
 from commlens.results.stats import TimeStats, summarize
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "MAX_SIZE_BYTES",
     "omit_no_group",
 ]
+
+_V = TypeVar("_V")
 
 # Sane bounds a record refuses beyond: no job has a million ranks, no message a petabyte (a file claiming
 # either is corrupted or hostile, and a rank list that long would not fit in memory).
@@ -98,7 +102,7 @@ class MeasurementKey(NamedTuple):
         )
 
 
-def omit_no_group(fields: dict[str, Any]) -> dict[str, Any]:
+def omit_no_group(fields: dict[str, _V]) -> dict[str, _V]:
     """``fields`` (a key's or a row's, as JSON output prints them) without ``group`` when it is None: what
     commlens prints of a benchmark row reads as it did before rows had process groups."""
     if fields.get("group", "") is None:
@@ -122,7 +126,7 @@ class SeriesKey:
     fingerprint: str
     tag: str | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change;
         ``group`` only for a series of a process group, so a benchmark's report reads as it always did."""
         return {**omit_no_group(self.key._asdict()), "fingerprint": self.fingerprint, "tag": self.tag}
@@ -316,7 +320,7 @@ class Run:
     revision: str | None = None
     command_line: str = ""
     source: str = "commlens"  # or the tool whose output was ingested
-    config: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig = field(default_factory=BenchSettings)  # what it was set up with, by kind
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -324,6 +328,10 @@ class Run:
             raise RecordError("run_id must not be empty")
         if self.status not in RUN_STATUSES:
             raise RecordError(f"status must be one of {', '.join(RUN_STATUSES)}, got {self.status!r}")
+        if not isinstance(self.config, RUN_CONFIGS):
+            raise RecordError(
+                f"config must be a run config (commlens.results.runconfig), got {type(self.config).__name__}"
+            )
         object.__setattr__(self, "measurements", tuple(self.measurements))
         object.__setattr__(self, "notes", tuple(self.notes))
         for m in self.measurements:

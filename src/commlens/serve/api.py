@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlencode
 
@@ -50,7 +51,9 @@ def run(request: Request, run_id: str) -> q.RunOut:
     return q.run_doc(store_of(request), run_id)
 
 
-def compare_page_url(request: Request, base: str, candidate: str, extra: dict[str, Any] | None = None) -> str:
+def compare_page_url(
+    request: Request, base: str, candidate: str, extra: Mapping[str, float | None] | None = None
+) -> str:
     params = {"base": base, "candidate": candidate, **{k: v for k, v in (extra or {}).items() if v is not None}}
     return f"{base_url(request)}/compare?{urlencode(params)}"
 
@@ -164,14 +167,14 @@ def _as_bad_request(e: CommlensError) -> q.BadRequest:
 
 
 @router.get("/baselines", summary="Every stored baseline")
-def list_baselines(request: Request) -> list[dict[str, Any]]:
+def list_baselines(request: Request) -> list[Mapping[str, object]]:
     from dataclasses import asdict
 
     return [asdict(b) for b in _meta().list_baselines(store_of(request))]
 
 
 @router.put("/baselines", summary="Set the baseline of a series (write token)")
-def put_baseline(request: Request, body: BaselineIn) -> dict[str, Any]:
+def put_baseline(request: Request, body: BaselineIn) -> Mapping[str, object]:
     from dataclasses import asdict
 
     try:
@@ -187,7 +190,7 @@ def delete_baseline(request: Request, body: SeriesIn) -> dict[str, bool]:
 
 
 @router.get("/thresholds", summary="Every stored threshold")
-def list_thresholds(request: Request) -> list[dict[str, Any]]:
+def list_thresholds(request: Request) -> list[Mapping[str, object]]:
     from dataclasses import asdict
 
     return [asdict(t) for t in _meta().list_thresholds(store_of(request))]
@@ -209,7 +212,7 @@ def _threshold(body: ThresholdIn) -> Any:
 
 
 @router.put("/thresholds", summary="Set a threshold for the series a selector matches (write token)")
-def put_threshold(request: Request, body: ThresholdIn) -> dict[str, Any]:
+def put_threshold(request: Request, body: ThresholdIn) -> Mapping[str, object]:
     from dataclasses import asdict
 
     try:

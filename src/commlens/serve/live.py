@@ -1,7 +1,7 @@
 """The live page's data: the monitor's windows, from stored monitor runs and from live rank endpoints.
 
-- A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its windows
-  are in ``run.config["windows"]``, each a ``WindowRow.as_wire()`` object.
+- A stored job is a run of source ``monitor`` (``commlens.monitor``'s ``Monitor.stop`` saves it): its config is
+  a ``MonitorJob`` whose windows are ``WindowRow`` s, checked when the run is read from the store.
 - A live job is a rank endpoint the operator named at start (``commlens serve --monitor URL``; never a client):
   its ``/job`` and ``/records`` are read with a connect timeout, a total deadline per poll and a bounded
   response, the records kept (the newest ``MAX_KEPT_RECORDS``) and grouped into windows as the monitor groups
@@ -21,14 +21,18 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from typing_extensions import TypedDict  # pydantic reads it (LiveOut) only in this form before Python 3.12
 
 from commlens.monitor.fetch import FetchError, http_get
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
+from commlens.results.jsonvalue import JsonObject, JsonValue
+from commlens.results.runconfig import MonitorJob
 from commlens.store import Store, StoreError
 
-__all__ = ["LiveEndpoint", "LiveSources", "live_doc"]
+__all__ = ["LiveDoc", "LiveEndpoint", "LiveJob", "LiveSources", "live_doc"]
 
 TIMEOUT_S = 2.0  # to connect to a rank endpoint
 POLL_DEADLINE_S = 5.0  # one poll of an endpoint in all (its /job and every /records request)
@@ -40,7 +44,34 @@ RECORDS_PER_REQUEST = 5_000
 MAX_REQUESTS_PER_POLL = 4  # an endpoint far ahead is caught up over a few page loads
 MAX_WINDOWS = 300  # the newest windows a job shows
 MAX_STORED_JOBS = 20
-_WINDOW_NUMBERS = ("start_s", "end_s", "time_s", "busbw_p50_bytes_per_s", "duration_p50_s")
+
+
+class LiveJob(TypedDict):
+    """One job the live page lists: a rank endpoint (``source`` endpoint) or a stored monitor run (store)."""
+
+    key: str  # endpoint:N or run:ID
+    source: Literal["endpoint", "store"]
+    label: str
+    job_id: str | None
+    rank: int | None
+    world_size: int | None
+    host: str | None
+    model: str | None
+    started_at: str | None
+    status: str
+    records: int | None
+    lost: int | None
+    error: str | None
+    url: str
+
+
+class LiveDoc(TypedDict):
+    """What ``/api/live`` answers: every job, the chosen one's key and its windows (``WindowRow.as_wire()``)."""
+
+    jobs: list[LiveJob]
+    job: str | None
+    windows: list[JsonObject]
+    store_error: str | None
 
 
 class LiveEndpoint:
@@ -52,7 +83,7 @@ class LiveEndpoint:
         self.token = token
         self.cursor = 0
         self.lost = 0
-        self.info: dict[str, Any] | None = None
+        self.info: JsonObject | None = None
         self.error: str | None = None
         self.records: deque[CollectiveRecord] = deque(maxlen=MAX_KEPT_RECORDS)
         self.skipped = 0  # records the endpoint sent that were not valid
@@ -131,7 +162,7 @@ class LiveEndpoint:
                 self.skipped += 1
         return len(data["records"])
 
-    def windows(self) -> list[dict[str, Any]]:
+    def windows(self) -> list[JsonObject]:
         """The records read so far, grouped into the job's windows (its ``window_steps``, else ``window_s``)."""
         info = self.info or {}
         given = info.get("window_steps")
@@ -147,7 +178,7 @@ class LiveEndpoint:
             else:
                 key = math.floor(r.end_s / width_s)
             buckets.setdefault(key, []).append(r)
-        rows: list[dict[str, Any]] = []
+        rows: list[JsonObject] = []
         for key in sorted(buckets)[-MAX_WINDOWS:]:
             rs = buckets[key]
             start_s, end_s = min(r.start_s for r in rs), max(r.end_s for r in rs)
@@ -156,15 +187,16 @@ class LiveEndpoint:
             rows.extend(row.as_wire() for row in aggregate(rs, window=key, start_s=start_s, end_s=end_s))
         return rows
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LiveJob:
         info = self.info or {}
+        rank, world_size = info.get("rank"), info.get("world_size")
         return {
             "key": self.key,
             "source": "endpoint",
             "label": self.url,
             "job_id": _text(info.get("job_id")),
-            "rank": info.get("rank") if isinstance(info.get("rank"), int) else None,
-            "world_size": info.get("world_size") if isinstance(info.get("world_size"), int) else None,
+            "rank": rank if isinstance(rank, int) else None,
+            "world_size": world_size if isinstance(world_size, int) else None,
             "host": _text(info.get("host")),
             "model": _text(info.get("model")),
             "started_at": None,
@@ -176,13 +208,13 @@ class LiveEndpoint:
         }
 
 
-def _status(error: str | None, bad: bool, info: dict[str, Any] | None) -> str:
+def _status(error: str | None, bad: bool, info: JsonObject | None) -> str:
     if error:
         return "bad answer" if bad else "unreachable"
     return "connecting" if info is None else "live"
 
 
-def _text(value: Any, limit: int = 200) -> str | None:
+def _text(value: JsonValue, limit: int = 200) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
@@ -226,7 +258,7 @@ class LiveSources:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _stored_jobs(store: Store) -> list[dict[str, Any]]:
+def _stored_jobs(store: Store) -> list[LiveJob]:
     runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS, on_corrupt=lambda _e: None)
     return [
         {
@@ -249,40 +281,21 @@ def _stored_jobs(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-def _stored_windows(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
-    """The windows of a stored monitor run (its config), the well-formed ones; fills in the job's details."""
+def _stored_windows(store: Store, job: LiveJob) -> list[JsonObject]:
+    """The windows of a stored monitor run (its config, checked when the run was read); fills in the job's
+    details. A run whose config is not a monitor job's shows no windows."""
     run = store.get_run(job["key"].removeprefix("run:"))
-    config = run.config if isinstance(run.config, dict) else {}
-    job.update(
-        job_id=_text(config.get("job_id")), model=_text(config.get("model")), host=(run.system.hosts or (None,))[0]
-    )
-    if isinstance(config.get("rank"), int):
-        job["rank"] = config["rank"]
-    windows = config.get("windows")
-    if not isinstance(windows, list):
+    job["host"] = (run.system.hosts or (None,))[0]
+    config = run.config
+    if not isinstance(config, MonitorJob):
+        job["job_id"] = job["model"] = None
         return []
-    kept = [w for w in windows if _window_ok(w)]
-    job["lost"] = len(windows) - len(kept)
-    return kept
+    job["job_id"], job["model"], job["rank"] = config.job_id[:200], config.model[:200], config.rank
+    job["lost"] = config.dropped_windows
+    return [w.as_wire() for w in config.windows]
 
 
-def _window_ok(w: Any) -> bool:
-    if not isinstance(w, dict):
-        return False
-    for name in ("group", "op", "dtype"):
-        if not isinstance(w.get(name), str) or len(w[name]) > 200:
-            return False
-    for name in ("window", "count", "size_bucket", "rank"):
-        if not isinstance(w.get(name), int) or isinstance(w.get(name), bool):
-            return False
-    for name in _WINDOW_NUMBERS:
-        v = w.get(name)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            return False
-    return True
-
-
-def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, Any]:
+def live_doc(store: Store, sources: LiveSources, job: str | None) -> LiveDoc:
     """Every job (live endpoints first, then stored monitor runs, newest first) and the windows of ``job``
     (a key from that list; default the first that can be read). An unknown key is a LookupError.
 
@@ -304,7 +317,7 @@ def live_doc(store: Store, sources: LiveSources, job: str | None) -> dict[str, A
         chosen = next((j for j in jobs if not j["error"]), jobs[0] if jobs else None)
     if job and chosen is None:
         raise LookupError(f"no live job {job[:80]!r} (the list: /api/live)")
-    windows: list[dict[str, Any]] = []
+    windows: list[JsonObject] = []
     if chosen is not None:
         if chosen["source"] == "endpoint":
             windows = sources.endpoints[int(chosen["key"].split(":")[1])].windows()

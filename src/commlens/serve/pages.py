@@ -157,11 +157,11 @@ def compare_page(
         url = compare_page_url(request, base, candidate, {"min_change": min_change, "alpha": alpha})
         doc = q.compare_doc(store_of(request), base, candidate, page_url=url, min_change=min_change, alpha=alpha)
     span = 1.0
-    if doc is not None:
-        for r in doc.report["rows"]:
-            for v in (r["ci_low"], r["ci_high"], r["ratio"]):
-                if v:
-                    span = max(span, v, 1.0 / v)
+    rows = doc.report.get("rows") if doc is not None else None
+    for r in rows if isinstance(rows, list) else ():
+        for v in (r["ci_low"], r["ci_high"], r["ratio"]):
+            if v:
+                span = max(span, v, 1.0 / v)
     span = min(max(span * 1.1, 1.05), 10.0)
     return render(
         request,

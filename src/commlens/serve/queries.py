@@ -12,9 +12,9 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,8 +23,12 @@ from commlens.regress.compare import CompareSettings, compare_runs
 from commlens.regress.detect import DetectSettings
 from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MeasurementKey, Run
 from commlens.store import MeasurementRow, Store, StoreError
+
+if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
+    from commlens.store.series_meta import Threshold
 
 __all__ = [
     "MAX_PER_PAGE",
@@ -135,7 +139,7 @@ def runs_doc(store: Store, filters: RunFilters, page: int = 1, per_page: int = 5
         per_page=per_page,
         pages=pages,
         filters=f,
-        runs=[RunSummaryOut(**r.as_dict()) for r in runs],
+        runs=[RunSummaryOut.model_validate(r.as_dict()) for r in runs],
     )
 
 
@@ -172,15 +176,15 @@ class RunOut(BaseModel):
     summary: RunSummaryOut
     finished_at: str | None
     command_line: str
-    system: dict[str, Any]
+    system: Mapping[str, object]
     fingerprint: str
-    config: dict[str, Any]
+    config: Mapping[str, object]  # with its kind (commlens.results.runconfig)
     notes: list[str]
     measurements: list[MeasurementOut]
-    expect: dict[str, Any] | None = None  # commlens expect's verdict (commlens.expect/1), None if not judged
+    expect: Mapping[str, object] | None = None  # commlens expect's verdict (commlens.expect/1), None if not judged
 
 
-def _verdict(run: Run) -> dict[str, Any] | None:
+def _verdict(run: Run) -> JsonObject | None:
     """The expected-performance verdict of a run, as ``commlens expect --json`` prints it; None where the run
     cannot be judged (no GPU known, no row modelled) or its results check failed."""
     from commlens.expect import ExpectError, judge_run
@@ -235,12 +239,12 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
     from dataclasses import asdict
 
     return RunOut(
-        summary=RunSummaryOut(**summary.as_dict()),
+        summary=RunSummaryOut.model_validate(summary.as_dict()),
         finished_at=run.finished_at,
         command_line=run.command_line,
         system=asdict(run.system),
         fingerprint=run.system.fingerprint(),
-        config=run.config,
+        config=run.config.as_dict(),
         notes=list(run.notes),
         measurements=rows,
         expect=_verdict(run),
@@ -253,7 +257,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
 class CompareOut(BaseModel):
     base: str
     candidate: str
-    report: dict[str, Any] = Field(description="as `commlens compare --format json` prints it")
+    report: Mapping[str, object] = Field(description="as `commlens compare --format json` prints it")
     markdown: str = Field(description="a pull-request comment linking back to this comparison")
     url: str = Field(description="the shareable address of this comparison's page")
 
@@ -407,12 +411,12 @@ class SeriesOut(BaseModel):
     truncated: int = Field(description="older points left out (a page shows the newest)")
     changes: list[ChangeOut]
     baseline: BaselineOut | None
-    settings: dict[str, Any]
+    settings: Mapping[str, object]
     noise: float | None = Field(description="robust relative sd of the series' run means")
 
 
 def _change_out(c: DetectedChange) -> ChangeOut:
-    return ChangeOut(index=c.index, **c.level_change())
+    return ChangeOut.model_validate({"index": c.index, **c.level_change()})
 
 
 def series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revision"] = "time") -> SeriesOut:
@@ -510,7 +514,7 @@ def _log(values: list[float]) -> Any:
 
 def _detect_settings(
     store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
-) -> tuple[DetectSettings, list[dict[str, Any]]]:
+) -> tuple[DetectSettings, list[JsonObject]]:
     """Detect's settings for one series, as ``commlens detect`` judges it: its stored thresholds over the defaults."""
     from commlens.store.series_meta import list_thresholds, resolve_threshold
 
@@ -529,7 +533,7 @@ def _floors(store: Store, fingerprints: list[str] | None) -> Any:
     return load_floors(store, fingerprints)
 
 
-def _threshold_dict(t: Any) -> dict[str, Any]:
+def _threshold_dict(t: Threshold) -> JsonObject:
     from dataclasses import asdict
 
     return asdict(t)

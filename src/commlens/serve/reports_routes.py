@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, TypedDict
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.serve import queries as q
 from commlens.serve.api import store_of
-from commlens.serve.live import WAIT_S, LiveSources, live_doc
+from commlens.serve.live import WAIT_S, LiveJob, LiveSources, live_doc
 from commlens.serve.pages import render
 from commlens.store import Store
 from commlens.store import reports as stored
+from commlens.store.reports import doc_array, doc_int, doc_number, doc_objects
 
 __all__ = ["api_router", "heatmap", "page_router"]
 
@@ -64,30 +68,13 @@ class ReportsPage(BaseModel):
 
 
 class ReportOut(ReportSummaryOut):
-    payload: dict[str, Any]
-
-
-class LiveJob(BaseModel):
-    key: str
-    source: Literal["endpoint", "store"]
-    label: str
-    job_id: str | None
-    rank: int | None
-    world_size: int | None
-    host: str | None
-    model: str | None
-    started_at: str | None
-    status: str
-    records: int | None
-    lost: int | None
-    error: str | None
-    url: str
+    payload: Mapping[str, object]  # the command's --json document
 
 
 class LiveOut(BaseModel):
     jobs: list[LiveJob]
     job: str | None
-    windows: list[dict[str, Any]]
+    windows: list[Mapping[str, object]]  # WindowRow.as_wire() objects
     store_error: str | None
 
 
@@ -101,7 +88,7 @@ def _reports_page(store: Store, kinds: tuple[str, ...], page: int, per_page: int
         per_page=per_page,
         pages=pages,
         kinds=list(kinds),
-        reports=[ReportSummaryOut(**r.as_dict()) for r in rows],
+        reports=[ReportSummaryOut.model_validate(r.as_dict()) for r in rows],
     )
 
 
@@ -141,7 +128,7 @@ async def _live(request: Request, job: str | None) -> LiveOut:
         doc = await run_in_threadpool(live_doc, store_of(request), sources, job)
     except LookupError as e:
         raise q.NotFound(str(e.args[0])) from None
-    return LiveOut(**doc)
+    return LiveOut.model_validate(doc)
 
 
 # -- API ---------------------------------------------------------------------------------------------------
@@ -160,7 +147,7 @@ def reports(
 
 @api_router.get("/reports/{report_id}", response_model=ReportOut, summary="One report with its --json document")
 def report(request: Request, report_id: str) -> ReportOut:
-    return ReportOut(**_report(store_of(request), report_id).as_dict())
+    return ReportOut.model_validate(_report(store_of(request), report_id).as_dict())
 
 
 @api_router.get("/live", response_model=LiveOut, summary="Monitored jobs and the windows of one")
@@ -187,23 +174,62 @@ def ratio_fill(ratio: float) -> str:
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
 
 
-def heatmap(doc: dict[str, Any]) -> dict[str, Any]:
-    """The links matrix as SVG cells (row = sender): each coloured by measured / expected bandwidth, the pairs
-    of a slow link outlined, the slow hosts' labels marked."""
-    n = doc["hosts"]
-    expected = doc["expected_bytes_per_s"]
+class HeatCell(TypedDict):
+    """One measured pair of the links heatmap (row = sender)."""
+
+    x: int
+    y: int
+    fill: str
+    text: str
+    title: str
+    fault: bool
+    sender: int
+    receiver: int
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """The links matrix as the page draws it: cell size and margin in pixels, the cells, the legend."""
+
+    cell: int
+    margin: int
+    size: int
+    hosts: list[int]
+    slow_hosts: set[int]
+    cells: list[HeatCell]
+    legend: list[tuple[str, str]]
+
+
+def _numbers(row: JsonValue) -> list[float | None]:
+    """One row of a checked links matrix (numbers or null)."""
+    values = row if isinstance(row, list) else []
+    return [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values]
+
+
+def _hosts(fault: Mapping[str, JsonValue]) -> list[int]:
+    hosts = fault.get("hosts")
+    return [h for h in hosts if isinstance(h, int)] if isinstance(hosts, list) else []
+
+
+def heatmap(doc: JsonObject) -> Heatmap:
+    """The links matrix (a checked links document) as SVG cells (row = sender): each coloured by measured /
+    expected bandwidth, the pairs of a slow link outlined, the slow hosts' labels marked."""
+    n = doc_int(doc, "hosts")
+    expected = doc_number(doc, "expected_bytes_per_s")
     cell = max(16, min(56, 720 // max(n, 1)))
     margin = 44
-    slow_hosts = {h for f in doc["faults"] if f["kind"] == "slow_host" for h in f["hosts"]}
-    slow_pairs = {tuple(f["hosts"][:2]) for f in doc["faults"] if f["kind"] == "slow_link" and len(f["hosts"]) >= 2}
+    faults = doc_objects(doc, "faults")
+    slow_hosts = {h for f in faults if f.get("kind") == "slow_host" for h in _hosts(f)}
+    slow_pairs = {(hs[0], hs[1]) for f in faults if f.get("kind") == "slow_link" and len(hs := _hosts(f)) >= 2}
     slow_pairs |= {(b, a) for a, b in slow_pairs}
-    cells = []
-    for i, row in enumerate(doc["bandwidth_bytes_per_s"]):
-        for j, bw in enumerate(row):
+    latencies = [_numbers(row) for row in doc_array(doc, "latency_s")]
+    cells: list[HeatCell] = []
+    for i, row in enumerate(doc_array(doc, "bandwidth_bytes_per_s")):
+        for j, bw in enumerate(_numbers(row)):
             if bw is None or i == j:
                 continue
             ratio = bw / expected if expected > 0 else 1.0
-            latency = doc["latency_s"][i][j]
+            latency = latencies[i][j]
             cells.append(
                 {
                     "x": margin + j * cell,
@@ -217,21 +243,31 @@ def heatmap(doc: dict[str, Any]) -> dict[str, Any]:
                     "receiver": j,
                 }
             )
-    return {
-        "cell": cell,
-        "margin": margin,
-        "size": margin + n * cell + 8,
-        "hosts": list(range(n)),
-        "slow_hosts": slow_hosts,
-        "cells": cells,
-        "legend": [(f"{int(r * 100)}%", ratio_fill(r)) for r in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)],
-    }
+    return Heatmap(
+        cell=cell,
+        margin=margin,
+        size=margin + n * cell + 8,
+        hosts=list(range(n)),
+        slow_hosts=slow_hosts,
+        cells=cells,
+        legend=[(f"{int(r * 100)}%", ratio_fill(r)) for r in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)],
+    )
 
 
-def _sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
-    fields = stored.sweep_fields(doc["rows"])
-    feasible = [r for r in doc["rows"] if "error" not in r]
-    return {"fields": fields, "feasible": len(feasible), "metrics": SWEEP_METRICS if fields and feasible else ()}
+@dataclass(frozen=True)
+class SweepView:
+    """A sweep report's varied fields, how many points can run, and the metrics charted (none without both)."""
+
+    fields: list[str]
+    feasible: int
+    metrics: tuple[tuple[str, str], ...]
+
+
+def _sweep_view(doc: JsonObject) -> SweepView:
+    rows = doc_objects(doc, "rows")
+    fields = stored.sweep_fields(rows)
+    feasible = [r for r in rows if "error" not in r]
+    return SweepView(fields, len(feasible), SWEEP_METRICS if fields and feasible else ())
 
 
 # -- pages ------------------------------------------------------------------------------------------------
@@ -257,12 +293,12 @@ def _report_page(request: Request, family: str, report_id: str) -> Response:
     home = "diagnose" if kind in stored.DIAGNOSE_KINDS else "projection"
     if home != family:
         return RedirectResponse(f"/{home}/{r.summary.report_id}", status_code=303)
-    context: dict[str, Any] = {"r": r.summary, "doc": r.payload, "family": family}
+    page = f"report_{kind}.html"
     if kind == "links":
-        context["map"] = heatmap(r.payload)
-    elif kind == "sweep":
-        context["sweep"] = _sweep_view(r.payload)
-    return render(request, f"report_{kind}.html", "report", **context)
+        return render(request, page, "report", r=r.summary, doc=r.payload, family=family, map=heatmap(r.payload))
+    if kind == "sweep":
+        return render(request, page, "report", r=r.summary, doc=r.payload, family=family, sweep=_sweep_view(r.payload))
+    return render(request, page, "report", r=r.summary, doc=r.payload, family=family)
 
 
 _PAGE = Query(1, ge=1, le=1_000_000)
@@ -294,10 +330,9 @@ def projection_report_page(request: Request, report_id: str) -> Response:
 @page_router.get("/live", response_class=HTMLResponse)
 async def live_page(request: Request, job: str | None = Query(None, max_length=200)) -> Response:
     doc = await _live(request, job or None)
-    chosen = next((j for j in doc.jobs if j.key == doc.job), None)
-    latest: list[dict[str, Any]] = []
-    if doc.windows:
-        last = max(w["window"] for w in doc.windows)
-        latest = [w for w in doc.windows if w["window"] == last]
+    chosen = next((j for j in doc.jobs if j["key"] == doc.job), None)
+    numbers = [n for w in doc.windows if isinstance(n := w.get("window"), int)]
+    last = max(numbers, default=None)
+    latest = [w for w in doc.windows if last is not None and w.get("window") == last]
     api = "/api/live?" + urlencode({"job": doc.job}) if doc.job else None
     return render(request, "live.html", "live", doc=doc, chosen=chosen, latest=latest, api=api)

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MeasurementKey, SeriesKey
 from commlens.store.convert import decode_redop_root, encode_redop_root, to_utc
 from commlens.store.db import StoreError, driver_reason, write_engine
@@ -73,7 +74,7 @@ class SavedChange:
     direction: Direction
     detected_at: str  # ISO 8601, UTC: when ``detect --save`` stored it
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The series' fields, then the change's, as a change of ``commlens detect --json`` reads."""
         d = self.series.as_dict()
         d.update(
@@ -92,7 +93,8 @@ class SavedChange:
         return d
 
 
-def _series_columns(series: SeriesKey) -> dict[str, Any]:
+def _series_columns(series: SeriesKey) -> dict[str, object]:
+    """The series' columns and their values (a row to insert, a filter to match)."""
     k = series.key
     redop, root = encode_redop_root(k.redop, k.root)
     return {

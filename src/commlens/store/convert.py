@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, fields, is_dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from commlens.results.jsonfmt import FormatError, system_from_dict
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.nccltests_json import from_nccl_tests, to_nccl_tests
 from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.runconfig import ConfigFormatError, config_from_wire
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
 
@@ -63,11 +66,57 @@ def is_date(value: str | datetime) -> bool:
     return isinstance(value, str) and bool(_DATE_ONLY.match(value))
 
 
-def reported_from_json(data: dict[str, Any] | None) -> TimeStats | None:
-    return None if data is None else TimeStats(**data)
+_REPORTED_STATS = ("p50_s", "p95_s", "p99_s", "min_s", "max_s", "stdev_s", "cv")
 
 
-def run_row(run: Run) -> dict[str, Any]:
+def _number(value: JsonValue) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def reported_from_json(data: Mapping[str, JsonValue] | None) -> TimeStats | None:
+    """The statistics a tool reported, from the ``reported`` column (``TimeStats.as_dict()`` plus ``n``)."""
+    if data is None:
+        return None
+    mean_s, n = _number(data.get("mean_s")), data.get("n", 0)
+    if mean_s is None or not isinstance(n, int) or isinstance(n, bool):
+        raise StoreError(f"reported statistics without a mean or a count: {str(data)[:80]}")
+    stats = {name: _number(data.get(name)) for name in _REPORTED_STATS}
+    return TimeStats(mean_s=mean_s, n=n, **stats)
+
+
+class RunRow(TypedDict):
+    """One row of the ``runs`` table, as inserted."""
+
+    run_id: str
+    started_at: str
+    started_at_utc: datetime
+    finished_at: str | None
+    status: str
+    tag: str | None
+    revision: str | None
+    command_line: str
+    source: str
+    world_size: int
+    backend: str
+    device: str
+    fingerprint: str
+    nhosts: int
+    commlens_version: str
+    avg_busbw_bytes_per_s: float
+    system: JsonObject
+    config: JsonObject
+    notes: list[str]
+
+
+class SampleRow(TypedDict):
+    """One row of the ``samples`` table, as inserted (its ``measurement_id`` added once the database gave it)."""
+
+    samples_s: list[float]
+    rank_samples_s: list[list[float]] | None
+    rounds: list[int] | None
+
+
+def run_row(run: Run) -> RunRow:
     """The ``runs`` row of ``run``; StoreError if its start time is not ISO 8601."""
     system = run.system
     return {
@@ -88,12 +137,12 @@ def run_row(run: Run) -> dict[str, Any]:
         "commlens_version": system.commlens_version,
         "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s(),
         "system": _system_dict(system),
-        "config": run.config,
+        "config": run.config.as_dict(),
         "notes": list(run.notes),
     }
 
 
-def _system_dict(system: SystemInfo) -> dict[str, Any]:
+def _system_dict(system: SystemInfo) -> JsonObject:
     """``dataclasses.asdict(system)`` (equal to it), without its generic walk: a run's system is mostly
     strings and numbers, and ``commlens ingest`` of many small files converts one per file."""
     return {f.name: _plain(getattr(system, f.name)) for f in fields(system)}
@@ -113,7 +162,7 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str, object], SampleRow]]:
     """The ``measurements`` row and the ``samples`` row (without its ``measurement_id``, which the
     database assigns) of each of ``run.measurements[start:stop]``, made one at a time: a save of
     a million measurements holds only one batch of rows."""
@@ -121,12 +170,12 @@ def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str
         yield _measurement_rows(run.run_id, position, run.measurements[position])
 
 
-def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, Any], dict[str, Any]]:
+def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, object], SampleRow]:
     """The ``measurements`` row and the ``samples`` row (without its id) of one measurement."""
     stats = m.stats
     algbw = m.algbw_bytes_per_s
     redop, root = encode_redop_root(m.redop, m.root)
-    row = {
+    row: dict[str, object] = {  # the columns of MeasurementModel (the store's encoding of redop and root)
         "run_id": run_id,
         "position": position,
         "op": m.op,
@@ -167,12 +216,12 @@ def run_from_model(row: RunModel) -> Run:
             revision=row.revision,
             command_line=row.command_line,
             source=row.source,
-            config=row.config,
+            config=config_from_wire(row.config, row.source),  # a row from before configs had kinds: by source
             notes=tuple(row.notes),
-            system=SystemInfo(**row.system),
+            system=system_from_dict(row.system),
             measurements=tuple(_measurement_from_model(m) for m in row.measurements),
         )
-    except (RecordError, TypeError) as e:
+    except (RecordError, ConfigFormatError, FormatError, TypeError) as e:
         raise StoreError(f"run {row.run_id!r} in the store is invalid: {e}") from None
 
 

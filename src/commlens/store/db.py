@@ -116,7 +116,7 @@ def make_engine(url: str) -> Engine:
             database = parsed.database or ""
             if database and database != ":memory:" and not database.startswith("file:"):
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}  # create_engine options
         frozen = is_sqlite and _on_read_only_mount(Path(database).expanduser())
         if frozen:
             # A WAL store on a read-only mount opens only as immutable (no -shm file can be made);

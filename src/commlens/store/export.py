@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
 from commlens.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
@@ -63,7 +63,7 @@ class ExportCounts:
     measurements: int = 0
 
 
-def csv_row(run: Run, m: Measurement) -> dict[str, Any]:
+def csv_row(run: Run, m: Measurement) -> dict[str, str | int | float | None]:
     """One CSV row: the run's metadata, then the measurement. ``started_at`` is UTC (``...Z``);
     statistics a tool did not report are empty; ``in_place`` is ``true``/``false``."""
     stats = m.stats

@@ -12,9 +12,10 @@ import builtins
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from commlens.results.jsonvalue import JsonObject
     from commlens.results.records import FloorKey, SeriesKey
     from commlens.store.change_points import ChangeToSave, Direction, SavedChange
     from commlens.store.noise import NoiseFloor
@@ -111,7 +112,7 @@ class Reports:
         self,
         kind: str,
         title: str,
-        payload: dict[str, Any],
+        payload: JsonObject,
         *,
         fingerprint: str | None = None,
         run_id: str | None = None,

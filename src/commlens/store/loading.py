@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MeasurementKey, RecordError, Run
 from commlens.store.convert import decode_redop_root, reported_from_json, run_from_model
 from commlens.store.db import StoreError
@@ -105,7 +106,7 @@ def measurement_row(
     mean_s: float,
     cv: float | None,
     busbw: float,
-    reported: dict[str, Any] | None,
+    reported: JsonObject | None,
     samples: list[Any] | None,
     group_name: str | None,
 ) -> MeasurementRow:

@@ -12,7 +12,6 @@ These classes describe the latest schema. Changing them needs a migration under
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -28,6 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MAX_GROUP_NAME
 from commlens.store.db import SCHEMA_REVISION  # the Alembic revision these models describe (kept in db.py)
 
@@ -89,8 +89,8 @@ class RunModel(Base):
     nhosts: Mapped[int] = mapped_column(Integer)
     commlens_version: Mapped[str] = mapped_column(String)
     avg_busbw_bytes_per_s: Mapped[float] = mapped_column(Float)
-    system: Mapped[dict[str, Any]] = mapped_column(JSON)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    system: Mapped[JsonObject] = mapped_column(JSON)
+    config: Mapped[JsonObject] = mapped_column(JSON)
     notes: Mapped[list[str]] = mapped_column(JSON)
 
     measurements: Mapped[list[MeasurementModel]] = relationship(
@@ -136,7 +136,7 @@ class MeasurementModel(Base):
     algbw_bytes_per_s: Mapped[float] = mapped_column(Float)
     busbw_bytes_per_s: Mapped[float] = mapped_column(Float)
     # TimeStats as the producing tool printed them (``as_dict()`` plus ``n``); NULL when it kept samples.
-    reported: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    reported: Mapped[JsonObject | None] = mapped_column(JSON(none_as_null=True))
     # The process group a row measured inside a job ran on (``Measurement.group``); NULL for a benchmark row.
     group_name: Mapped[str | None] = mapped_column(String(MAX_GROUP_NAME))
 
@@ -315,4 +315,4 @@ class ReportModel(Base):
     created_at_utc: Mapped[datetime] = mapped_column(DateTime)
     fingerprint: Mapped[str | None] = mapped_column(String(32))
     run_id: Mapped[str | None] = mapped_column(String)  # the stored run it came from, if any
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload: Mapped[JsonObject] = mapped_column(JSON)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import FloorKey, MeasurementKey, omit_no_group
 from commlens.store.convert import decode_redop_root, encode_redop_root
 from commlens.store.db import StoreError, driver_reason
@@ -42,7 +42,7 @@ class NoiseFloor:
     learned_at: str
     group: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Every field, as ``commlens noise show --json`` prints a floor; ``group`` only for a process group's
         series, so a benchmark's floors read as they always did."""
         return omit_no_group(asdict(self))

@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from commlens.results.records import Run
-from commlens.store.convert import is_date, measurement_rows, run_row, to_utc
+from commlens.store.convert import RunRow, is_date, measurement_rows, run_row, to_utc
 from commlens.store.db import (
     DatabaseFault,
     NoStoreError,
@@ -572,7 +572,7 @@ class RunBatch:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self._pending: list[tuple[str, list[Run], list[dict[str, Any]]]] = []  # (label, runs, their rows)
+        self._pending: list[tuple[str, list[Run], list[RunRow]]] = []  # (label, runs, their rows)
         self._size = 0  # measurements and runs pending
         self._added: set[str] = set()  # run ids saved in this transaction
         self.refused: list[tuple[str, StoreError]] = []  # (label, why) of saves refused when inserted
@@ -650,7 +650,7 @@ def _first_fault(fault: DatabaseFault) -> DatabaseFault:
     return fault
 
 
-def _insert_runs(conn: Connection, runs: Sequence[Run], run_rows: Sequence[dict[str, Any]]) -> None:
+def _insert_runs(conn: Connection, runs: Sequence[Run], run_rows: Sequence[RunRow]) -> None:
     """Insert the runs (``run_rows``, one executemany), then their measurements and samples a batch
     of ``_INSERT_BATCH`` at a time: a handful of statements for many small runs, bounded rows for a
     big one."""
@@ -692,6 +692,7 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
     times as long on SQLite and 2-3 times on PostgreSQL.)
     """
     rows = [row for run, start, stop in spans for row in measurement_rows(run, start, stop)]
+    keys = [(run.run_id, p) for run, start, stop in spans for p in range(start, min(stop, len(run.measurements)))]
     conn.execute(insert(MeasurementModel), [measurement for measurement, _ in rows])
     m = MeasurementModel
     whole = [run.run_id for run, start, stop in spans if start == 0 and stop == len(run.measurements)]
@@ -704,10 +705,7 @@ def _insert_batch(conn: Connection, spans: list[_Span]) -> None:
     measurement_ids = {(run_id, position): id_ for id_, run_id, position in conn.execute(inserted)}
     conn.execute(
         insert(SampleModel),
-        [
-            {"measurement_id": measurement_ids[measurement["run_id"], measurement["position"]], **sample}
-            for measurement, sample in rows
-        ],
+        [{"measurement_id": measurement_ids[key], **sample} for key, (_, sample) in zip(keys, rows, strict=True)],
     )
 
 

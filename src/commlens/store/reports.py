@@ -19,15 +19,16 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ReportModel
 from commlens.store.repo import MIN_PREFIX_LEN, Store
@@ -43,6 +44,11 @@ __all__ = [
     "ReportSummary",
     "check_document",
     "count_reports",
+    "doc_array",
+    "doc_int",
+    "doc_number",
+    "doc_objects",
+    "doc_text",
     "default_title",
     "get_report",
     "list_reports",
@@ -82,7 +88,7 @@ class ReportSummary:
     fingerprint: str | None  # the system it describes, when known
     run_id: str | None  # the stored run it came from, if any
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -91,17 +97,18 @@ class Report:
     """One stored report: its summary and the command's ``--json`` document."""
 
     summary: ReportSummary
-    payload: dict[str, Any]
+    payload: JsonObject
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {**self.summary.as_dict(), "payload": self.payload}
 
 
 # -- document shapes ------------------------------------------------------------------------------------
+Shape: TypeAlias = str | list["Shape"] | dict[str, "Shape"]
 # A shape is a type name ("str", "int", "num", "bool", "list", "dict"; a trailing "?" allows null),
 # a one-item list [ITEM] (an array of ITEM), or a dict {field: shape} (an object with at least those fields).
 
-_FAULT = {
+_FAULT: dict[str, Shape] = {
     "kind": "str",
     "hosts": ["int"],
     "measured_bytes_per_s": "num",
@@ -109,7 +116,7 @@ _FAULT = {
     "confidence": "num",
     "evidence": "str",
 }
-_STRAGGLER_ROW = {
+_STRAGGLER_ROW: dict[str, Shape] = {
     "op": "str",
     "rank": "int",
     "n": "int",
@@ -120,7 +127,7 @@ _STRAGGLER_ROW = {
     "own_time_p50_s": "num?",
     "verdicts": ["str"],
 }
-_DIVERGENCE = {
+_DIVERGENCE: dict[str, Shape] = {
     "kind": "str",
     "process_group": "str",
     "process_group_desc": "str?",
@@ -129,7 +136,7 @@ _DIVERGENCE = {
     "culprits": [{"rank": "int"}],
 }
 
-DOCUMENT_SHAPES: dict[str, dict[str, Any]] = {
+DOCUMENT_SHAPES: dict[str, dict[str, Shape]] = {
     "links": {
         "format": "str",
         "hosts": "int",
@@ -219,7 +226,7 @@ def _is(value: Any, name: str) -> bool:
     return isinstance(value, dict)
 
 
-def _check_shape(value: Any, shape: Any, where: str) -> None:
+def _check_shape(value: JsonValue, shape: Shape, where: str) -> None:
     if isinstance(shape, str):
         name, nullable = shape.rstrip("?"), shape.endswith("?")
         if value is None and nullable:
@@ -266,22 +273,61 @@ _COMMANDS = {
 }
 
 
-def _check_links(doc: dict[str, Any]) -> None:
-    hosts = doc["hosts"]
+# Readers of a document's fields once its shape is checked (a field of another type is a ReportError, not a crash)
+
+
+def doc_int(doc: Mapping[str, JsonValue], key: str) -> int:
+    value = doc.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ReportError(f"document.{key}: expected an integer")
+    return value
+
+
+def doc_text(doc: Mapping[str, JsonValue], key: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str):
+        raise ReportError(f"document.{key}: expected a string")
+    return value
+
+
+def doc_number(doc: Mapping[str, JsonValue], key: str) -> float:
+    value = doc.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ReportError(f"document.{key}: expected a number")
+    return value
+
+
+def doc_array(doc: Mapping[str, JsonValue], key: str) -> Sequence[JsonValue]:
+    value = doc.get(key)
+    if not isinstance(value, list):
+        raise ReportError(f"document.{key}: expected an array")
+    return value
+
+
+def doc_objects(doc: Mapping[str, JsonValue], key: str) -> list[Mapping[str, JsonValue]]:
+    """The objects of the array ``key``."""
+    items = doc_array(doc, key)
+    if not all(isinstance(item, dict) for item in items):
+        raise ReportError(f"document.{key}: expected an array of objects")
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _check_links(doc: JsonObject) -> None:
+    hosts = doc_int(doc, "hosts")
     if not 1 <= hosts <= 4096:
         raise ReportError(f"document.hosts: expected 1 to 4096, got {hosts}")
     for name in ("bandwidth_bytes_per_s", "latency_s"):
-        matrix = doc[name]
-        if len(matrix) != hosts or any(len(row) != hosts for row in matrix):
+        matrix = doc_array(doc, name)
+        if len(matrix) != hosts or any(not isinstance(row, list) or len(row) != hosts for row in matrix):
             raise ReportError(f"document.{name}: expected {hosts} rows of {hosts} values (one per host)")
-    for i, fault in enumerate(doc["faults"]):
-        if any(not 0 <= h < hosts for h in fault["hosts"]):
+    for i, fault in enumerate(doc_objects(doc, "faults")):
+        if any(not isinstance(h, int) or not 0 <= h < hosts for h in doc_array(fault, "hosts")):
             raise ReportError(f"document.faults[{i}].hosts: a host outside 0..{hosts - 1}")
 
 
-def _check_sweep(doc: dict[str, Any]) -> None:
+def _check_sweep(doc: JsonObject) -> None:
     for name in ("rows", "best"):
-        for i, row in enumerate(doc[name]):
+        for i, row in enumerate(doc_objects(doc, name)):
             where = f"document.{name}[{i}]"
             if "error" in row:
                 _check_shape(row, {"error": "str", "kind": "str"}, where)
@@ -290,12 +336,13 @@ def _check_sweep(doc: dict[str, Any]) -> None:
             for key, value in row.items():
                 if key not in SWEEP_ROW_FIELDS and not isinstance(value, (str, int, float, bool)):
                     raise ReportError(f"{where}.{key}: a varied field's value must be a string, number or boolean")
-    for reason, n in doc["infeasible"].items():
+    infeasible = doc.get("infeasible")
+    for reason, n in infeasible.items() if isinstance(infeasible, dict) else ():
         if not _is(n, "int"):
             raise ReportError(f"document.infeasible[{reason!r}]: expected an integer count")
 
 
-def read_document(path: str | Path, kind: str) -> dict[str, Any]:
+def read_document(path: str | Path, kind: str) -> JsonObject:
     """The ``kind`` document in the ``--json`` file ``path`` (written by its command earlier), checked.
 
     The file is untrusted: at most ``MAX_FILE_BYTES`` are read, it must be UTF-8 JSON without NaN or
@@ -334,7 +381,7 @@ def read_document(path: str | Path, kind: str) -> dict[str, Any]:
     return payload
 
 
-def _encode_payload(payload: dict[str, Any]) -> int:
+def _encode_payload(payload: JsonObject) -> int:
     """Check that ``payload`` is plain JSON data within the bounds; returns its encoded size in bytes."""
     stack: list[tuple[Any, str, int]] = [(payload, "document", 0)]
     while stack:
@@ -361,7 +408,7 @@ def _encode_payload(payload: dict[str, Any]) -> int:
     return size
 
 
-def default_title(kind: str, payload: dict[str, Any]) -> str:
+def default_title(kind: str, payload: JsonObject) -> str:
     """A one-line title for a checked ``kind`` document: what it found, in a few words (at most
     ``MAX_TITLE_CHARS``, printable: an imported document's strings are anyone's)."""
     text = _describe(kind, payload)
@@ -369,35 +416,39 @@ def default_title(kind: str, payload: dict[str, Any]) -> str:
     return text if len(text) <= MAX_TITLE_CHARS else text[: MAX_TITLE_CHARS - 3] + "..."
 
 
-def _describe(kind: str, payload: dict[str, Any]) -> str:
+def _describe(kind: str, payload: JsonObject) -> str:
 
     def plural(n: int, word: str) -> str:
         return f"{n} {word}{'' if n == 1 else 's'}"
 
     if kind == "links":
-        faults = payload["faults"]
-        found = ", ".join(f"{f['kind'].replace('_', ' ')} {'-'.join(map(str, f['hosts']))}" for f in faults[:3])
-        return f"links over {plural(payload['hosts'], 'host')}: " + (found or "healthy")
+        faults = doc_objects(payload, "faults")[:3]
+        found = ", ".join(
+            f"{doc_text(f, 'kind').replace('_', ' ')} {'-'.join(map(str, doc_array(f, 'hosts')))}" for f in faults
+        )
+        return f"links over {plural(doc_int(payload, 'hosts'), 'host')}: " + (found or "healthy")
+    ranks = len(doc_array(payload, "ranks")) if kind in ("stragglers", "hang") else 0
     if kind == "stragglers":
-        found = ", ".join(f"rank {s['rank']} ({s['kind'].replace('_', ' ')})" for s in payload["stragglers"][:3])
+        stragglers = doc_objects(payload, "stragglers")[:3]
+        found = ", ".join(f"rank {s['rank']} ({doc_text(s, 'kind').replace('_', ' ')})" for s in stragglers)
         return (
-            f"stragglers over {plural(len(payload['ranks']), 'rank')}, "
-            f"{plural(payload['n_collectives'], 'collective')}: " + (found or "none")
+            f"stragglers over {plural(ranks, 'rank')}, {plural(doc_int(payload, 'n_collectives'), 'collective')}: "
+            + (found or "none")
         )
     if kind == "hang":
         if payload["consistent"]:
-            return f"hang check of {plural(len(payload['ranks']), 'rank')}: consistent"
-        suspects = ",".join(str(s["rank"]) for s in payload["suspects"][:8])
-        return f"hang check of {plural(len(payload['ranks']), 'rank')}: suspects {suspects or '-'}"
+            return f"hang check of {plural(ranks, 'rank')}: consistent"
+        suspects = ",".join(str(s["rank"]) for s in doc_objects(payload, "suspects")[:8])
+        return f"hang check of {plural(ranks, 'rank')}: suspects {suspects or '-'}"
     if kind == "projection":
         return f"{payload['workload']} on {payload['gpus']} x {payload['topology']}"
-    rows = payload["rows"]
+    rows = doc_objects(payload, "rows")
     varied = sweep_fields(rows)
     feasible = sum("error" not in r for r in rows)
     return f"sweep of {plural(len(rows), 'point')} over {', '.join(varied) or 'one point'}: {feasible} feasible"
 
 
-def sweep_fields(rows: Sequence[dict[str, Any]]) -> list[str]:
+def sweep_fields(rows: Sequence[Mapping[str, JsonValue]]) -> list[str]:
     """The varied fields of a sweep's rows (``layout.tp``, ``gpus``...), in the order the rows name them."""
     seen: dict[str, None] = {}
     for row in rows:
@@ -422,7 +473,7 @@ def save_report(
     store: Store,
     kind: str,
     title: str,
-    payload: dict[str, Any],
+    payload: JsonObject,
     *,
     fingerprint: str | None = None,
     run_id: str | None = None,

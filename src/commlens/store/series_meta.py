@@ -24,6 +24,7 @@ from typing import Any, Literal
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MeasurementKey
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ANY, BaselineModel, RunModel, ThresholdModel
@@ -105,7 +106,7 @@ class Baseline:
         """``run:ID`` or ``tag:NAME``, as ``commlens compare`` reads a reference."""
         return f"{self.ref_kind}:{self.ref}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -324,7 +325,7 @@ class Threshold:
             given.append(f"{name}={'(none)' if value is None else value}")
         return " ".join(given) or "everything"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -357,7 +358,8 @@ def _check_threshold(t: Threshold) -> None:
             raise ThresholdError(f"{name} must be in (0, 1), got {value}")
 
 
-def _threshold_row(t: Threshold) -> dict[str, Any]:
+def _threshold_row(t: Threshold) -> dict[str, object]:
+    """The threshold's columns and their values (a row to insert; its selector's columns match it)."""
     row = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "group"}
     row["tag"] = row["tag"] if row["tag"] == ANY else _encode(t.tag)
     row["group_name"] = t.group if t.group == ANY else _encode(t.group)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["RunSummary"]
 
@@ -28,7 +29,7 @@ class RunSummary:
     avg_busbw_bytes_per_s: float
     fingerprint: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """Every field, JSON-ready (``commlens runs --json``): the UTC instant in ISO 8601, ops as a list."""
         d = asdict(self)
         d["started_at_utc"] = self.started_at_utc.isoformat()

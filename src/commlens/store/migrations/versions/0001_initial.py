@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from commlens.store.migrations.columns import floats, key_columns
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -62,19 +64,12 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
-        sa.Column("op", sa.String(), nullable=False),
-        sa.Column("algo", sa.String(), nullable=False),
-        sa.Column("dtype", sa.String(), nullable=False),
-        sa.Column("redop", sa.String(), nullable=False),
-        sa.Column("root", sa.Integer(), nullable=False),
-        sa.Column("size_bytes", sa.BigInteger(), nullable=False),
+        *key_columns("op", "algo", "dtype", "redop", "root", "size_bytes"),
         sa.Column("count", sa.BigInteger(), nullable=False),
-        sa.Column("in_place", sa.Boolean(), nullable=False),
+        *key_columns("in_place"),
         sa.Column("world_size", sa.Integer(), nullable=False),
         sa.Column("nwrong", sa.BigInteger(), nullable=True),
-        *(sa.Column(name, sa.Float(), nullable=False) for name in _STAT_COLUMNS),
-        sa.Column("algbw_bytes_per_s", sa.Float(), nullable=False),
-        sa.Column("busbw_bytes_per_s", sa.Float(), nullable=False),
+        *floats(*_STAT_COLUMNS, "algbw_bytes_per_s", "busbw_bytes_per_s"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("run_id", "position", name="uq_measurements_run_position"),
         sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], ondelete="CASCADE"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from commlens.store.migrations.columns import floats, key_columns
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -29,14 +31,8 @@ def upgrade() -> None:
         "noise_floors",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("fingerprint", sa.String(), nullable=False),
-        sa.Column("op", sa.String(), nullable=False),
-        sa.Column("algo", sa.String(), nullable=False),
-        sa.Column("dtype", sa.String(), nullable=False),
-        sa.Column("redop", sa.String(), nullable=False),
-        sa.Column("root", sa.Integer(), nullable=False),
-        sa.Column("size_bytes", sa.BigInteger(), nullable=False),
-        sa.Column("in_place", sa.Boolean(), nullable=False),
-        sa.Column("sd_log", sa.Float(), nullable=False),
+        *key_columns("op", "algo", "dtype", "redop", "root", "size_bytes", "in_place"),
+        *floats("sd_log"),
         sa.Column("runs", sa.Integer(), nullable=False),
         sa.Column("groups", sa.Integer(), nullable=False),
         sa.Column("learned_at", sa.String(), nullable=False),

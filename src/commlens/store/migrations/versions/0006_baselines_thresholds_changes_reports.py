@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from commlens.store.migrations.columns import floats, id_column, key_columns
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -27,9 +29,9 @@ _GROUP_NAME_CHARS = 200  # commlens.results.records.MAX_GROUP_NAME when this rev
 def upgrade() -> None:
     op.create_table(
         "baselines",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        id_column(),
         sa.Column("fingerprint", sa.String(32), nullable=False),
-        sa.Column("tag", sa.String(), nullable=False),
+        *key_columns("tag"),
         sa.Column("ref_kind", sa.String(8), nullable=False),
         sa.Column("ref", sa.String(), nullable=False),
         sa.Column("note", sa.String(), server_default="", nullable=False),
@@ -39,16 +41,11 @@ def upgrade() -> None:
     )
     op.create_table(
         "thresholds",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        id_column(),
         sa.Column("fingerprint", sa.String(32), nullable=False),
-        sa.Column("tag", sa.String(), nullable=False),
-        sa.Column("op", sa.String(), nullable=False),
-        sa.Column("dtype", sa.String(), nullable=False),
-        sa.Column("size_bytes", sa.BigInteger(), nullable=False),
+        *key_columns("tag", "op", "dtype", "size_bytes"),
         sa.Column("group_name", sa.String(_GROUP_NAME_CHARS), nullable=False),
-        sa.Column("min_change", sa.Float(), nullable=True),
-        sa.Column("alpha", sa.Float(), nullable=True),
-        sa.Column("detect_alpha", sa.Float(), nullable=True),
+        *floats("min_change", "alpha", "detect_alpha", nullable=True),
         sa.Column("set_at", sa.String(), nullable=False),
         sa.UniqueConstraint(
             "fingerprint", "tag", "op", "dtype", "size_bytes", "group_name", name="uq_thresholds_selector"
@@ -56,26 +53,16 @@ def upgrade() -> None:
     )
     op.create_table(
         "change_points",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        id_column(),
         sa.Column("fingerprint", sa.String(32), nullable=False),
-        sa.Column("tag", sa.String(), nullable=False),
-        sa.Column("op", sa.String(), nullable=False),
-        sa.Column("algo", sa.String(), nullable=False),
-        sa.Column("dtype", sa.String(), nullable=False),
-        sa.Column("redop", sa.String(), nullable=False),
-        sa.Column("root", sa.Integer(), nullable=False),
-        sa.Column("size_bytes", sa.BigInteger(), nullable=False),
-        sa.Column("in_place", sa.Boolean(), nullable=False),
+        *key_columns("tag", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place"),
         sa.Column("group_name", sa.String(_GROUP_NAME_CHARS), nullable=False),
         sa.Column("run_id", sa.String(), nullable=False),
         sa.Column("started_at_utc", sa.DateTime(), nullable=False),
         sa.Column("revision", sa.String(), nullable=True),
         sa.Column("previous_run_id", sa.String(), nullable=False),
         sa.Column("previous_revision", sa.String(), nullable=True),
-        sa.Column("mean_before_s", sa.Float(), nullable=False),
-        sa.Column("mean_after_s", sa.Float(), nullable=False),
-        sa.Column("change", sa.Float(), nullable=False),
-        sa.Column("p_value", sa.Float(), nullable=False),
+        *floats("mean_before_s", "mean_after_s", "change", "p_value"),
         sa.Column("direction", sa.String(16), nullable=False),
         sa.Column("detected_at", sa.String(), nullable=False),
     )
