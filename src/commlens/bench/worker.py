@@ -465,7 +465,9 @@ class Sweep:
                 )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
-                fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
+                fault = (
+                    self.fault if self.fault and self.fault.matches(self.rank, spec.name, size, round_index) else None
+                )
                 try:
                     first_wrong = self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
@@ -572,19 +574,17 @@ class Sweep:
         if not deferred:
             return
         n = iters
-        mine = torch.tensor([t for _, _, st in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
+        mine = torch.tensor([t for _, _, st, _ in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
         everyone = torch.empty(self.world * mine.numel(), dtype=torch.float64)
         all_gather_tensor(everyone, mine, group=self.ctrl)
         if self.rank != 0:
             return
         table = everyone.view(self.world, len(deferred), 2 * n).tolist()
-        for k, (measurements, position, _) in enumerate(deferred):
+        for k, (measurements, position, _, shape) in enumerate(deferred):
             rank_starts = [table[r][k][:n] for r in range(self.world)]
             rank_ends = [table[r][k][n:] for r in range(self.world)]
-            kept = measurements[position]
-            assert kept is not None
             measurements[position] = replace(
-                kept,
+                shape,
                 samples_s=tuple(iteration_times(rank_starts, rank_ends, self.shared_clock)),
                 rank_samples_s=tuple(tuple(e - s for s, e in zip(rs, re)) for rs, re in zip(rank_starts, rank_ends)),
             )
@@ -720,7 +720,8 @@ class Sweep:
         """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note).
 
         With ``deferred`` (a later round) the ranks' timestamps are not gathered here: each measurement is
-        listed there for :meth:`gather_round`, rank 0's holding its own durations until then."""
+        listed there for :meth:`gather_round` and its place holds None until then (a round stopped before
+        its gather leaves its rows as the earlier rounds made them)."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
         todo = {rows[i].algo: i for i in cell if rows[i].combination() not in refused}
@@ -761,12 +762,12 @@ class Sweep:
                     world_size=self.world,
                 )
                 if deferred is not None:  # a later round: gathered with the round's other rows (gather_round)
-                    deferred.append((measurements[algo], len(measurements[algo]), result[0]))
-                    # until then rank 0's own durations stand in: what an interrupted round keeps
-                    own = result[0].durations
                     nwrong = None if cfg.check_iters == 0 else 0  # later rounds do not check
-                    kept = Measurement(**fields, samples_s=tuple(own), nwrong=nwrong) if self.rank == 0 else None
-                    measurements[algo].append(kept)
+                    # rank 0's own durations only shape the row until the gather fills it in; a round
+                    # interrupted before its gather adds nothing to the row, whose earlier rounds stay whole
+                    own = Measurement(**fields, samples_s=tuple(result[0].durations), nwrong=nwrong)
+                    deferred.append((measurements[algo], len(measurements[algo]), result[0], own))
+                    measurements[algo].append(None)
                     continue
                 gathered = self.gather(result[0], result[1], iters)
                 if gathered is None:
@@ -849,8 +850,9 @@ class Sweep:
         return notes
 
 
-# A later round's measurement waiting for its round's gather: (its placement list, its position, own stamps)
-_Deferred = tuple[list[Measurement | None], int, Timestamps]
+# A later round's measurement waiting for its round's gather: (its placement list, its position there, this
+# rank's stamps, the row with this rank's own durations, which the gather's samples replace)
+_Deferred = tuple[list[Measurement | None], int, Timestamps, Measurement]
 
 
 @dataclass
