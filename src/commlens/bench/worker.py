@@ -225,7 +225,7 @@ _TRIM: list[Any] = []  # [glibc's malloc_trim] or [None] where the C library has
 def release_freed_memory() -> None:
     """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
 
-    Called between cells, outside every timed loop. gloo allocates a message-sized temporary in some calls
+    Called before each placement of a cell and between cells, outside every timed loop. gloo allocates a message-sized temporary in some calls
     (all_gather's flat output, gather's, reduce_scatter's); once glibc has freed one such block its dynamic
     mmap threshold rises and the next ones come from the heap, where freed blocks stayed resident: a rank
     held several messages of freed memory after a few rows of different sizes or dtypes, which a raw loop
@@ -740,6 +740,7 @@ class Sweep:
             running = [algo for algo in todo if algo not in skipped]
             if not running:
                 break
+            release_freed_memory()  # what the cell's previous placement freed (gloo's temporaries), as between cells
             results, refusals = self.run_placement(
                 spec, dtype, redop, root, size, in_place, running, iters, group, round_index or 0, first_in_round
             )
