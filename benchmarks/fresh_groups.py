@@ -153,7 +153,7 @@ def main() -> None:
     loads.append(os.getloadavg()[0])
     mib = ns.size / 2**20
     body = [
-        f"`.venv/bin/python benchmarks/fresh_groups.py {' '.join(argv)}`".replace(" `", "`"),
+        f"`{' '.join(['.venv/bin/python', 'benchmarks/fresh_groups.py', *argv])}`, "
         f"{started}, {platform.node()} ({os.cpu_count()} CPUs, shared with other sessions: 1-minute load "
         f"{min(loads):.1f}-{max(loads):.1f}), {wall:.0f} s.",
         "",
