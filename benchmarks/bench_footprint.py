@@ -343,7 +343,7 @@ def main() -> None:
         f"Rows within target: {'all' if misses == 0 else f'all but {misses} (op, size) groups'}.",
         "",
         "A miss at 16 MiB is glibc keeping gloo's freed message-sized temporaries resident within the row "
-        "(commlens' worker hands freed pages back between cells, the raw loop does not): "
+        "(commlens' worker hands freed pages back between placements and cells, the raw loop does not): "
         "`--ops all_gather,gather,reduce_scatter --sizes-mib 16 --env MALLOC_MMAP_THRESHOLD_=65536` maps "
         "every large temporary afresh and shows the live set (both within 3 x size).",
     ]

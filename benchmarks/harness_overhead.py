@@ -728,8 +728,8 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     can be trusted on this machine.
     """
     kinds: list[tuple[str, list[str]]] = [
-        ("commlens, default (5 rounds, each in a fresh group, 1 check)", []),
-        ("commlens `--round-groups shared` (every round in the default group)", ["--round-groups", "shared"]),
+        ("commlens, default (5 rounds, all in the default group, 1 check)", []),
+        ("commlens `--round-groups fresh` (each round in a new group)", ["--round-groups", "fresh"]),
         ("commlens `--rounds 1`", ["--rounds", "1"]),
     ]
     if ns.sweep_default_only:

@@ -72,7 +72,7 @@ def test_the_recorded_command_line_reproduces_the_config(library_run: tuple[Run,
         BenchConfig(),
         BenchConfig(ops=("reduce", "gather"), roots="all", dtypes=("float16", "int32"), redops=("max", "min")),
         BenchConfig(min_bytes=1024, max_bytes=1 << 20, step_bytes=4096, in_place=False, blocking=True, seed=9),
-        BenchConfig(iters=7, rounds=3, round_groups="shared", interleave=True, timeout_s=12.5, warmup=0, check_iters=0),
+        BenchConfig(iters=7, rounds=3, round_groups="fresh", interleave=True, timeout_s=12.5, warmup=0, check_iters=0),
         BenchConfig(algos=("ring", "recursive_doubling"), chunk_bytes=65536, out_of_place=False, extra={"tag": "a b"}),
     ],
 )

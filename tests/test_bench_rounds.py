@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from benchutil import commlens, error_lines, stored_runs, table_rows
 
+from commlens import bench
+from commlens.bench import BenchConfig, BenchFailure, Local, Progress, RowDone
 from commlens.bench.config import DEFAULT_ROUNDS, build_parser, config_from_args
+from commlens.bench.faults import fault_from_env
 from commlens.store import Store, db_url
 
 SWEEP = ("--nproc", "2", "--op", "all_reduce", "-b", "1K", "-e", "4K", "-f", "2", "-w", "1")
@@ -130,3 +133,34 @@ def test_a_refused_combination_is_skipped_with_a_note_in_every_round(tmp_path_fa
     ]
     skipped = [line for line in run.proc.stdout.splitlines() if line.startswith("# skipped")]
     assert len(skipped) == 1 and skipped[0].startswith("# skipped all_reduce size 1024 B int32 avg on gloo: ")
+
+
+def test_a_rank_failing_in_a_later_round_leaves_the_finished_rounds_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 fails at the 4 KiB row of round 3 (``round=3`` of the fault hook). Rounds 1 and 2 were gathered:
+    every row keeps both, with every rank's samples. The rows round 3 timed before the failure were never
+    gathered; they must not swap the finished rounds' per-rank samples for rank 0's own durations."""
+    monkeypatch.setenv("COMMLENS_INJECT_FAULT", "raise:rank=1,size=4096,round=3")
+    monkeypatch.delenv("COMMLENS_DB", raising=False)
+    cfg = BenchConfig(ops=("all_reduce",), min_bytes=1024, max_bytes=8192, iters=6, warmup=1, rounds=3)
+    events: list[object] = []
+    with pytest.raises(BenchFailure, match="rank 1: all_reduce size 4096 B .*injected failure"):
+        bench.run(cfg, placement=Local(2), on_event=events.append)
+    round3 = [e.size_bytes for e in events if isinstance(e, Progress) and e.round == 3]
+    assert round3[-1] == 4096 and len(round3) >= 2, round3  # some row was timed in round 3 before the failure
+    rows = [m for e in events if isinstance(e, RowDone) for m in e.measurements if m is not None]
+    assert sorted(m.size_bytes for m in rows) == [1024, 2048, 4096, 8192]  # no row lost
+    for m in rows:
+        assert m.rounds == (2, 2) and len(m.samples_s) == 4, (m.size_bytes, m.rounds)
+        assert m.rank_samples_s is not None and [len(r) for r in m.rank_samples_s] == [4, 4], m.size_bytes
+
+
+def test_the_fault_hook_strikes_in_its_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMMLENS_INJECT_FAULT", "raise:rank=1,op=all_reduce,round=2")
+    fault = fault_from_env()
+    assert fault is not None and fault.round == 2
+    assert [fault.matches(1, "all_reduce", 64, r) for r in range(3)] == [False, True, False]  # rounds from 0
+    assert not fault.matches(0, "all_reduce", 64, 1)
+    for bad in ("0", "x", "-1"):
+        monkeypatch.setenv("COMMLENS_INJECT_FAULT", f"raise:rank=1,round={bad}")
+        with pytest.raises(ValueError, match="round must be a round number from 1"):
+            fault_from_env()

@@ -72,9 +72,11 @@ class BenchConfig:
     chunk_bytes: int | None = None  # chunk size passed to commlens algorithms (--chunk-bytes)
     interleave: bool = False  # time a row's implementations round-robin, iteration by iteration (--interleave)
     rounds: int = 1  # independent rounds the iterations are split into, every row once per round (--rounds)
-    # each round in a new process group (the default, whose gate figures were measured; shared groups save no time
-    # and their busBW against a raw loop swung from -12.5% to +16% between measurements), or all in the default one
-    round_groups: str = "fresh"
+    # every round in the default process group (the default: one set of connections or communicators per run,
+    # as nccl-tests and a training job), or each in a new one; a new gloo group's first iterations of a large
+    # message ran up to ~1.8x faster than the same group's later ones, and fresh rounds timed mostly those
+    # (docs/bench.md, Rounds)
+    round_groups: str = "shared"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -186,7 +188,7 @@ class BenchConfig:
             out += ["--on-unsupported", self.on_unsupported]
         out += ["-n", str(self.iters), "--rounds", str(self.rounds), "-w", str(self.warmup)]
         out += ["-c", str(self.check_iters)]
-        if self.round_groups != "fresh":
+        if self.round_groups != "shared":
             out += ["--round-groups", self.round_groups]
         if self.blocking:
             out.append("-z")
@@ -283,9 +285,9 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     t.add_argument(
         "--round-groups",
         choices=ROUND_GROUPS,
-        default="fresh",
-        help="fresh: each round in a new process group (new connections or communicators, as pyperf runs "
-        "fresh workers); shared: every round in the default process group (set up once)",
+        default="shared",
+        help="shared: every round in the default process group, set up once per run (default); fresh: each "
+        "round in a new process group (new connections or communicators, as pyperf runs fresh workers)",
     )
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")

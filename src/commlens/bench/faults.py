@@ -1,7 +1,8 @@
 """Fault injection for testing what users see when a rank misbehaves.
 
-``COMMLENS_INJECT_FAULT="KIND:rank=R[,op=OP][,size=BYTES][,seconds=S]"`` makes
-rank R misbehave at the first matching row: ``raise`` raises an error, ``hang``
+``COMMLENS_INJECT_FAULT="KIND:rank=R[,op=OP][,size=BYTES][,round=N][,seconds=S]"`` makes
+rank R misbehave at the first matching row (``round=N``: only in the N-th round of a ``--rounds`` run,
+counted from 1 as the progress lines count them): ``raise`` raises an error, ``hang``
 sleeps forever, ``pause`` sleeps S seconds (default 5) before each placement of
 the row, ``corrupt`` flips one output element before validation. ``op=init``
 (raise, hang, pause) misbehaves before the rank joins the process group.
@@ -30,12 +31,15 @@ class Fault:
     op: str | None = None
     size_bytes: int | None = None
     seconds: float = 5.0  # how long a pause lasts
+    round: int | None = None  # the round it strikes in, from 1 (None: every round)
 
-    def matches(self, rank: int, op: str, size_bytes: int) -> bool:
+    def matches(self, rank: int, op: str, size_bytes: int, round_index: int = 0) -> bool:
+        """Whether this rank misbehaves at this row; ``round_index`` counts from 0."""
         return (
             rank == self.rank
             and (self.op is None or self.op == op)
             and (self.size_bytes is None or self.size_bytes == size_bytes)
+            and (self.round is None or self.round == round_index + 1)
         )
 
     def trigger(self, where: str) -> None:
@@ -65,4 +69,14 @@ def fault_from_env() -> Fault | None:
         op=fields.get("op"),
         size_bytes=int(fields["size"]) if "size" in fields else None,
         seconds=float(fields.get("seconds", 5.0)),
+        round=_round(fields.get("round")),
     )
+
+
+def _round(text: str | None) -> int | None:
+    """``round=N``: a round number from 1."""
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{ENV}: round must be a round number from 1, got {text!r}")
+    return int(text)

@@ -339,36 +339,53 @@ def _check_environment(cfg: BenchConfig, nproc: int) -> None:
             raise ConfigError(f"--root {root} is not a rank (world size {nproc})")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A rank's JSON object file; None when it is missing, unreadable or not an object."""
+@dataclass(frozen=True)
+class _RankReport:
+    """What a failing rank wrote to ``error-rank{R}.json`` (``commlens.bench.worker._report_error``)."""
+
+    rank: int
+    kind: str  # config | unsupported | startup | failure
+    message: str
+    time: float
+
+
+def _read_report(path: Path) -> _RankReport | None:
+    """A rank's error report; None when it is missing, unreadable or not what a rank writes."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    rank, kind, message, when = data.get("rank"), data.get("kind"), data.get("message"), data.get("time")
+    if not (isinstance(rank, int) and isinstance(kind, str) and isinstance(message, str)):
+        return None
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        return None
+    return _RankReport(rank, kind, message, float(when))
 
 
 def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout_s: float) -> BenchFailure:
     """Name the rank that failed (or hung) and where, from the ranks' own reports."""
-    errors = {r: e for r in range(nproc) if (e := _read_json(workdir / f"error-rank{r}.json"))}
+    errors = {r: e for r in range(nproc) if (e := _read_report(workdir / f"error-rank{r}.json"))}
     states = {}
     for r in range(nproc):
         p = workdir / f"state-rank{r}.txt"
         if p.exists():
             states[r] = p.read_text()
     for kind, code in (("config", 2), ("unsupported", 2)):
-        hits = [e for e in errors.values() if e["kind"] == kind]
+        hits = [e for e in errors.values() if e.kind == kind]
         if hits:
-            return BenchFailure(hits[0]["message"], code)
+            return BenchFailure(hits[0].message, code)
     late = sorted(r for r in range(nproc) if r not in errors)
-    if any(e["kind"] == "startup" for e in errors.values()) and not states:
+    if any(e.kind == "startup" for e in errors.values()) and not states:
         who = f" (rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} had not joined)" if late else ""
         return BenchFailure(f"timed out during start-up after {timeout_s:g} s: raise --timeout{who}", 2)
-    primary = sorted((e for e in errors.values() if not _COLLATERAL.search(e["message"])), key=lambda e: e["time"])
+    primary = sorted((e for e in errors.values() if not _COLLATERAL.search(e.message)), key=lambda e: e.time)
     if primary:
-        others = sorted(set(errors) - {e["rank"] for e in primary})
+        others = sorted(set(errors) - {e.rank for e in primary})
         tail = f" (ranks {', '.join(map(str, others))} stopped waiting for it)" if others else ""
-        return BenchFailure(f"{primary[0]['message']}{tail}")
+        return BenchFailure(f"{primary[0].message}{tail}")
     silent = [r for r in range(nproc) if r not in errors]
     if errors and silent:
         where = "; ".join(states.get(r, f"rank {r}: before the first row") for r in silent)
@@ -378,8 +395,8 @@ def explain_failure(workdir: Path, nproc: int, failures: dict[int, Any], timeout
             f"(last seen: {where}); ranks {waiting} gave up after the {timeout_s:g} s timeout"
         )
     if errors:
-        first = min(errors.values(), key=lambda e: e["time"])
-        return BenchFailure(first["message"])
+        first = min(errors.values(), key=lambda e: e.time)
+        return BenchFailure(first.message)
     if failures:
         parts = []
         for r, f in sorted(failures.items()):

@@ -5,14 +5,26 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from typing import Any
+from typing import TypedDict
 
 from commlens import __version__
 from commlens.results.records import SystemInfo
 
-__all__ = ["local_facts", "system_info", "ENV_PREFIXES"]
+__all__ = ["LocalFacts", "local_facts", "system_info", "ENV_PREFIXES"]
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "UCX_", "FI_")
+
+
+class LocalFacts(TypedDict):
+    """One rank's facts, as :func:`local_facts` gathers them (a plain dict: it crosses ``all_gather_object``)."""
+
+    host: str
+    machine: str
+    pid: int
+    device_name: str
+    cpu_model: str
+    cpu_cores: int
+    env: dict[str, str]
 
 
 def _cpu_model() -> str:
@@ -26,7 +38,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def local_facts(device: str, local_rank: int) -> dict[str, Any]:
+def local_facts(device: str, local_rank: int) -> LocalFacts:
     """This rank's host, device and environment (plain data, ready to gather).
 
     ``machine`` is the real host (ranks on one machine share its clock); ``host`` is the host the rank runs
@@ -64,7 +76,7 @@ def _backend_version(backend: str) -> str:
     return ""
 
 
-def system_info(world_size: int, backend: str, device: str, facts: list[dict[str, Any]]) -> SystemInfo:
+def system_info(world_size: int, backend: str, device: str, facts: list[LocalFacts]) -> SystemInfo:
     """Combine every rank's facts (index = rank) into the run's system record."""
     import torch
 

@@ -225,7 +225,7 @@ _TRIM: list[Any] = []  # [glibc's malloc_trim] or [None] where the C library has
 def release_freed_memory() -> None:
     """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
 
-    Called between cells, outside every timed loop. gloo allocates a message-sized temporary in some calls
+    Called before each placement of a cell and between cells, outside every timed loop. gloo allocates a message-sized temporary in some calls
     (all_gather's flat output, gather's, reduce_scatter's); once glibc has freed one such block its dynamic
     mmap threshold rises and the next ones come from the heap, where freed blocks stayed resident: a rank
     held several messages of freed memory after a few rows of different sizes or dtypes, which a raw loop
@@ -465,7 +465,9 @@ class Sweep:
                 )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
-                fault = self.fault if self.fault and self.fault.matches(self.rank, spec.name, size) else None
+                fault = (
+                    self.fault if self.fault and self.fault.matches(self.rank, spec.name, size, round_index) else None
+                )
                 try:
                     first_wrong = self._warm_up(coll, fault, context, algo, warmup, fill=round_index == 0)
                 except UnsupportedCombination as e:
@@ -572,19 +574,17 @@ class Sweep:
         if not deferred:
             return
         n = iters
-        mine = torch.tensor([t for _, _, st in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
+        mine = torch.tensor([t for _, _, st, _ in deferred for t in (*st.starts, *st.ends)], dtype=torch.float64)
         everyone = torch.empty(self.world * mine.numel(), dtype=torch.float64)
         all_gather_tensor(everyone, mine, group=self.ctrl)
         if self.rank != 0:
             return
         table = everyone.view(self.world, len(deferred), 2 * n).tolist()
-        for k, (measurements, position, _) in enumerate(deferred):
+        for k, (measurements, position, _, shape) in enumerate(deferred):
             rank_starts = [table[r][k][:n] for r in range(self.world)]
             rank_ends = [table[r][k][n:] for r in range(self.world)]
-            kept = measurements[position]
-            assert kept is not None
             measurements[position] = replace(
-                kept,
+                shape,
                 samples_s=tuple(iteration_times(rank_starts, rank_ends, self.shared_clock)),
                 rank_samples_s=tuple(tuple(e - s for s, e in zip(rs, re)) for rs, re in zip(rank_starts, rank_ends)),
             )
@@ -643,10 +643,10 @@ class Sweep:
            the first round in table order, each later one in a permutation of the cells drawn from
            ``cfg.seed`` and ``r`` (the same on every rank), so no row always runs first or right after the
            same neighbour, and a change of the machine's state between rounds hits every row alike.
-        2. By default (``round_groups == "fresh"``) each round runs in a new process group (new connections or
-           communicators), as pyperf runs each round in a fresh worker: what one set of connections makes of
-           the machine is measured across rounds instead of being fixed for the whole run. With ``"shared"``
-           every round runs in the default process group, set up once.
+        2. By default (``round_groups == "shared"``) every round runs in the default process group, set up
+           once, as nccl-tests times one communicator. With ``"fresh"`` each round runs in a new process group
+           (new connections or communicators), as pyperf runs each round in a fresh worker: what one set of
+           connections makes of the machine is measured across rounds instead of being fixed for the run.
         3. Rows are emitted once the last round is done (or the run stops: then with the rounds they have),
            in the table's order; a combination the backend refused in one round is not tried again.
         """
@@ -720,7 +720,8 @@ class Sweep:
         """Run the rows of one cell for ``iters`` timed iterations; each row's outcome (row or skip note).
 
         With ``deferred`` (a later round) the ranks' timestamps are not gathered here: each measurement is
-        listed there for :meth:`gather_round`, rank 0's holding its own durations until then."""
+        listed there for :meth:`gather_round` and its place holds None until then (a round stopped before
+        its gather leaves its rows as the earlier rounds made them)."""
         cfg = self.cfg
         spec, _, dtype, redop, root, size = rows[cell[0]]
         todo = {rows[i].algo: i for i in cell if rows[i].combination() not in refused}
@@ -739,6 +740,7 @@ class Sweep:
             running = [algo for algo in todo if algo not in skipped]
             if not running:
                 break
+            release_freed_memory()  # what the cell's previous placement freed (gloo's temporaries), as between cells
             results, refusals = self.run_placement(
                 spec, dtype, redop, root, size, in_place, running, iters, group, round_index or 0, first_in_round
             )
@@ -761,12 +763,12 @@ class Sweep:
                     world_size=self.world,
                 )
                 if deferred is not None:  # a later round: gathered with the round's other rows (gather_round)
-                    deferred.append((measurements[algo], len(measurements[algo]), result[0]))
-                    # until then rank 0's own durations stand in: what an interrupted round keeps
-                    own = result[0].durations
                     nwrong = None if cfg.check_iters == 0 else 0  # later rounds do not check
-                    kept = Measurement(**fields, samples_s=tuple(own), nwrong=nwrong) if self.rank == 0 else None
-                    measurements[algo].append(kept)
+                    # rank 0's own durations only shape the row until the gather fills it in; a round
+                    # interrupted before its gather adds nothing to the row, whose earlier rounds stay whole
+                    own = Measurement(**fields, samples_s=tuple(result[0].durations), nwrong=nwrong)
+                    deferred.append((measurements[algo], len(measurements[algo]), result[0], own))
+                    measurements[algo].append(None)
                     continue
                 gathered = self.gather(result[0], result[1], iters)
                 if gathered is None:
@@ -849,8 +851,9 @@ class Sweep:
         return notes
 
 
-# A later round's measurement waiting for its round's gather: (its placement list, its position, own stamps)
-_Deferred = tuple[list[Measurement | None], int, Timestamps]
+# A later round's measurement waiting for its round's gather: (its placement list, its position there, this
+# rank's stamps, the row with this rank's own durations, which the gather's samples replace)
+_Deferred = tuple[list[Measurement | None], int, Timestamps, Measurement]
 
 
 @dataclass
