@@ -251,6 +251,22 @@ def test_a_consecutive_benchmark_gate_sends_each_token_to_one_gpu_or_one_node():
     assert steps["consecutive"].breakdown["ep_comm"] < steps["uniform"].breakdown["ep_comm"] / 4
 
 
+def test_fsdp2_copies_the_gradients_into_the_reduce_scatter_buffer_in_the_reduce_dtype_on_the_compute_stream():
+    """FSDP2's foreach_reduce copies every unsharded 16-bit gradient into one buffer in the reduce dtype (fp32 in
+    torchtitan) before the compute stream may free them: 2 B read and 4 B written per gradient element per
+    reduction, on top of the all-gather's copy-out; no overlap hides either."""
+    from commlens.project.compute import stream_time_s
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("grand-teton-h100-96gb")
+    dev = device_for(topo.accelerator.name)
+    lay = ParallelLayout(tp=1, zero=3, recompute="selective", reshard_after_forward=True, framework="torchtitan")
+    titan = project(w, topo, lay, 8, check_memory=False)
+    copy_out = stream_time_s(dev, 4.0 * w.parameters * 2)
+    copy_in = stream_time_s(dev, (2.0 + 4.0) * w.parameters)
+    assert titan.breakdown["dp_comm"] >= copy_out + copy_in
+
+
 def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream():
     """FSDP2's wait_for_unshard copies the all-gather output into every parameter (foreach_all_gather_copy_out) on
     the compute stream: a 16-bit read and write of the gathered parameters per unshard, forward and backward when

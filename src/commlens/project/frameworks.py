@@ -126,6 +126,11 @@ class Framework(_Strict):
         description="FSDP2: each all-gather's output is copied into the parameters on the compute stream (a 16-bit "
         "read and write of every gathered parameter per unshard)",
     )
+    fsdp_copy_in: bool = Field(
+        default=False,
+        description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "
+        "dtype before the compute stream may free them (a 16-bit read and a reduce-dtype write per gradient element)",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

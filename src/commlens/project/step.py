@@ -836,6 +836,14 @@ def _dp_tail(
             sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
             unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
             fsdp_exposed += stream_time_s(dev, 4.0 * sharded * unshards)
+        if fw.fsdp_copy_in:
+            # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
+            # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
+            # PP where the gradients wait unsharded (in fp32) for the last micro-batch
+            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
+            pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
+            reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
+            fsdp_exposed += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
