@@ -267,6 +267,27 @@ def test_fsdp2_copies_the_gradients_into_the_reduce_scatter_buffer_in_the_reduce
     assert titan.breakdown["dp_comm"] >= copy_out + copy_in
 
 
+def test_torch_foreach_adamw_makes_eight_passes_and_torch_clipping_always_scales_the_gradients():
+    """torch's foreach AdamW (torchtitan's default until 2025-02) runs eight passes over fp32 tensors, 80 B a
+    parameter against the fused kernel's 28; torch's clip_grads_with_norm_ multiplies every gradient by the
+    clamped coefficient (a read and a write, 8 B), which Megatron-Core skips when no clipping is needed."""
+    from commlens.project.compute import stream_time_s
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("grand-teton-h100-96gb")
+    dev = device_for(topo.accelerator.name)
+    lay = {"tp": 1, "zero": 3, "recompute": "selective", "reshard_after_forward": True}
+    shard = w.parameters / 8
+
+    def optimizer_s(**extra: object) -> float:
+        return project(w, topo, ParallelLayout(**lay, **extra), 8, check_memory=False).breakdown["optimizer"]
+
+    fused = optimizer_s(framework="torchtitan")
+    foreach = optimizer_s(framework="torchtitan", optimizer_impl="foreach")
+    assert foreach - fused == pytest.approx(stream_time_s(dev, (80 - 28) * shard), rel=0.01)
+    assert fused - optimizer_s(framework="megatron-core") == pytest.approx(stream_time_s(dev, 8 * shard), rel=0.01)
+
+
 def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream():
     """FSDP2's wait_for_unshard copies the all-gather output into every parameter (foreach_all_gather_copy_out) on
     the compute stream: a 16-bit read and write of the gathered parameters per unshard, forward and backward when

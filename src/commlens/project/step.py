@@ -73,6 +73,14 @@ LOSS_BYTES_PER_LOGIT = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 # Mixed-precision Adam per parameter: fused Adam reads param, grad, m, v and writes param, m, v in fp32 (28 B), the
 # gradient norm reads the grads (4 B), the fp32 params are copied to the 16-bit model (6 B).
 ADAM_BYTES_PER_PARAM = 28 + 4 + 6
+# torch's foreach Adam(W) (torch/optim/adam.py _multi_tensor_adam, decoupled weight decay, not capturable), fp32
+# bytes per parameter, pass by pass: decay param (r+w 8), lerp exp_avg with grad (12), scale exp_avg_sq (8), addcmul
+# grad^2 into it (12), sqrt into a temporary (8), divide it by the bias correction (8), add eps (8), addcdiv into
+# param (r param, exp_avg, temporary, w param: 16). The fused kernel does one pass (28 B).
+FOREACH_ADAM_BYTES_PER_PARAM = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+FUSED_ADAM_BYTES = 28
+# Clipping that scales every fp32 gradient by the clamped coefficient (torch clip_grads_with_norm_): r + w.
+CLIP_SCALE_BYTES = 8
 # 16-bit gradients first copied into fp32 main grads (6 B) and unscaled there (8 B).
 MAIN_GRAD_COPY_BYTES = 6 + 8
 # fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
@@ -680,6 +688,10 @@ def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tu
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
+    if (layout.optimizer_impl or c.fw.optimizer_impl) == "foreach":
+        opt_bytes += FOREACH_ADAM_BYTES_PER_PARAM - FUSED_ADAM_BYTES
+    if c.fw.clip_always_scales:
+        opt_bytes += CLIP_SCALE_BYTES
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
     sm_share = min(1.0, OVERLAP_COMM_SMS / dev.sms)
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0))
