@@ -288,6 +288,23 @@ def test_torch_foreach_adamw_makes_eight_passes_and_torch_clipping_always_scales
     assert fused - optimizer_s(framework="megatron-core") == pytest.approx(stream_time_s(dev, 8 * shard), rel=0.01)
 
 
+def test_a_pipeline_stage_without_reshard_after_forward_is_gathered_once_per_step_not_per_micro_batch():
+    """torch's pipeline stage keeps FSDP2 from resharding after each backward until the last micro-batch
+    (backward_maybe_with_nosync), so a stage not resharded after forward is all-gathered once per step: its
+    gather traffic does not grow with the number of micro-batches."""
+    topo = load_topology("grand-teton-h100-96gb")
+    lay = ParallelLayout(
+        tp=1, pp=2, dp=8, zero=3, recompute="full", reshard_after_forward=False, framework="torchtitan"
+    )
+
+    def gather_s(global_batch: int) -> float:
+        w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": global_batch, "micro_batch": 1})
+        p = project(w, topo, lay, 16, check_memory=False)
+        return p.breakdown["dp_comm"] + p.overlapped_s["fsdp_gather"]
+
+    assert gather_s(128) == pytest.approx(gather_s(32), rel=0.05)
+
+
 def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream():
     """FSDP2's wait_for_unshard copies the all-gather output into every parameter (foreach_all_gather_copy_out) on
     the compute stream: a 16-bit read and write of the gathered parameters per unshard, forward and backward when

@@ -839,6 +839,13 @@ def _dp_tail(
         comm_mb = g_l * layers * fwd_passes + bwd_gather * layers + (rs_s if rs_each else 0.0)
         total_comm = m_count * comm_mb + (0.0 if rs_each else rs_s)
         exposed = m_count * (fwd_exp + bwd_exp) + (0.0 if rs_each else last_bwd_exp - bwd_exp)
+        if layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads and not layout.reshard_after_forward:
+            # torch's pipeline stage turns FSDP's reshard after backward off until the last micro-batch
+            # (pipelining/stage.py backward_maybe_with_nosync: set_reshard_after_backward(False)): without
+            # resharding after forward the stage is gathered once per step (its first forward; the recompute
+            # finds it gathered) and reduced once, in the last backward
+            total_comm = g_l * layers + rs_s
+            exposed = pass_exposed(g_l, fwd_layer) + last_bwd_exp
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         if fw.fsdp_copy_out:
