@@ -251,6 +251,60 @@ def test_a_consecutive_benchmark_gate_sends_each_token_to_one_gpu_or_one_node():
     assert steps["consecutive"].breakdown["ep_comm"] < steps["uniform"].breakdown["ep_comm"] / 4
 
 
+def test_fsdp2_copies_the_gradients_into_the_reduce_scatter_buffer_in_the_reduce_dtype_on_the_compute_stream():
+    """FSDP2's foreach_reduce copies every unsharded 16-bit gradient into one buffer in the reduce dtype (fp32 in
+    torchtitan) before the compute stream may free them: 2 B read and 4 B written per gradient element per
+    reduction, on top of the all-gather's copy-out; no overlap hides either."""
+    from commlens.project.compute import stream_time_s
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("grand-teton-h100-96gb")
+    dev = device_for(topo.accelerator.name)
+    lay = ParallelLayout(tp=1, zero=3, recompute="selective", reshard_after_forward=True, framework="torchtitan")
+    titan = project(w, topo, lay, 8, check_memory=False)
+    copy_out = stream_time_s(dev, 4.0 * w.parameters * 2)
+    copy_in = stream_time_s(dev, (2.0 + 4.0) * w.parameters)
+    assert titan.breakdown["dp_comm"] >= copy_out + copy_in
+
+
+def test_torch_foreach_adamw_makes_eight_passes_and_torch_clipping_always_scales_the_gradients():
+    """torch's foreach AdamW (torchtitan's default until 2025-02) runs eight passes over fp32 tensors, 80 B a
+    parameter against the fused kernel's 28; torch's clip_grads_with_norm_ multiplies every gradient by the
+    clamped coefficient (a read and a write, 8 B), which Megatron-Core skips when no clipping is needed."""
+    from commlens.project.compute import stream_time_s
+
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2})
+    topo = load_topology("grand-teton-h100-96gb")
+    dev = device_for(topo.accelerator.name)
+    lay = {"tp": 1, "zero": 3, "recompute": "selective", "reshard_after_forward": True}
+    shard = w.parameters / 8
+
+    def optimizer_s(**extra: object) -> float:
+        return project(w, topo, ParallelLayout(**lay, **extra), 8, check_memory=False).breakdown["optimizer"]
+
+    fused = optimizer_s(framework="torchtitan")
+    foreach = optimizer_s(framework="torchtitan", optimizer_impl="foreach")
+    assert foreach - fused == pytest.approx(stream_time_s(dev, (80 - 28) * shard), rel=0.01)
+    assert fused - optimizer_s(framework="megatron-core") == pytest.approx(stream_time_s(dev, 8 * shard), rel=0.01)
+
+
+def test_a_pipeline_stage_without_reshard_after_forward_is_gathered_once_per_step_not_per_micro_batch():
+    """torch's pipeline stage keeps FSDP2 from resharding after each backward until the last micro-batch
+    (backward_maybe_with_nosync), so a stage not resharded after forward is all-gathered once per step: its
+    gather traffic does not grow with the number of micro-batches."""
+    topo = load_topology("grand-teton-h100-96gb")
+    lay = ParallelLayout(
+        tp=1, pp=2, dp=8, zero=3, recompute="full", reshard_after_forward=False, framework="torchtitan"
+    )
+
+    def gather_s(global_batch: int) -> float:
+        w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": global_batch, "micro_batch": 1})
+        p = project(w, topo, lay, 16, check_memory=False)
+        return p.breakdown["dp_comm"] + p.overlapped_s["fsdp_gather"]
+
+    assert gather_s(128) == pytest.approx(gather_s(32), rel=0.05)
+
+
 def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream():
     """FSDP2's wait_for_unshard copies the all-gather output into every parameter (foreach_all_gather_copy_out) on
     the compute stream: a 16-bit read and write of the gathered parameters per unshard, forward and backward when

@@ -126,6 +126,21 @@ class Framework(_Strict):
         description="FSDP2: each all-gather's output is copied into the parameters on the compute stream (a 16-bit "
         "read and write of every gathered parameter per unshard)",
     )
+    optimizer_impl: Literal["fused", "foreach"] = Field(
+        default="fused",
+        description="the Adam step's kernels: fused (one pass over param, grad and both moments) or torch's foreach "
+        "(eight passes, an fp32 temporary for the denominator)",
+    )
+    clip_always_scales: bool = Field(
+        default=False,
+        description="gradient clipping multiplies every gradient by the clamped coefficient even when it is 1 (torch's "
+        "clip_grads_with_norm_, to avoid a host sync): a read and write of the fp32 gradients per step",
+    )
+    fsdp_copy_in: bool = Field(
+        default=False,
+        description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "
+        "dtype before the compute stream may free them (a 16-bit read and a reduce-dtype write per gradient element)",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

@@ -139,6 +139,11 @@ class ParallelLayout(StrictSpec):
         description="the MoE experts' activation runs as one kernel; None: as the framework fuses it (false: the "
         "model's experts use an activation the stack runs as eager ops)",
     )
+    optimizer_impl: Literal["fused", "foreach"] | None = Field(
+        default=None,
+        description="the Adam step's kernels: fused or torch's foreach (eight passes over fp32 tensors); None: the "
+        "framework's default",
+    )
     moe_load_imbalance: float = Field(
         default=1.0,
         ge=1.0,

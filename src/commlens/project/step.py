@@ -73,6 +73,14 @@ LOSS_BYTES_PER_LOGIT = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 # Mixed-precision Adam per parameter: fused Adam reads param, grad, m, v and writes param, m, v in fp32 (28 B), the
 # gradient norm reads the grads (4 B), the fp32 params are copied to the 16-bit model (6 B).
 ADAM_BYTES_PER_PARAM = 28 + 4 + 6
+# torch's foreach Adam(W) (torch/optim/adam.py _multi_tensor_adam, decoupled weight decay, not capturable), fp32
+# bytes per parameter, pass by pass: decay param (r+w 8), lerp exp_avg with grad (12), scale exp_avg_sq (8), addcmul
+# grad^2 into it (12), sqrt into a temporary (8), divide it by the bias correction (8), add eps (8), addcdiv into
+# param (r param, exp_avg, temporary, w param: 16). The fused kernel does one pass (28 B).
+FOREACH_ADAM_BYTES_PER_PARAM = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+FUSED_ADAM_BYTES = 28
+# Clipping that scales every fp32 gradient by the clamped coefficient (torch clip_grads_with_norm_): r + w.
+CLIP_SCALE_BYTES = 8
 # 16-bit gradients first copied into fp32 main grads (6 B) and unscaled there (8 B).
 MAIN_GRAD_COPY_BYTES = 6 + 8
 # fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
@@ -680,6 +688,10 @@ def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tu
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
+    if (layout.optimizer_impl or c.fw.optimizer_impl) == "foreach":
+        opt_bytes += FOREACH_ADAM_BYTES_PER_PARAM - FUSED_ADAM_BYTES
+    if c.fw.clip_always_scales:
+        opt_bytes += CLIP_SCALE_BYTES
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
     sm_share = min(1.0, OVERLAP_COMM_SMS / dev.sms)
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0))
@@ -827,6 +839,13 @@ def _dp_tail(
         comm_mb = g_l * layers * fwd_passes + bwd_gather * layers + (rs_s if rs_each else 0.0)
         total_comm = m_count * comm_mb + (0.0 if rs_each else rs_s)
         exposed = m_count * (fwd_exp + bwd_exp) + (0.0 if rs_each else last_bwd_exp - bwd_exp)
+        if layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads and not layout.reshard_after_forward:
+            # torch's pipeline stage turns FSDP's reshard after backward off until the last micro-batch
+            # (pipelining/stage.py backward_maybe_with_nosync: set_reshard_after_backward(False)): without
+            # resharding after forward the stage is gathered once per step (its first forward; the recompute
+            # finds it gathered) and reduced once, in the last backward
+            total_comm = g_l * layers + rs_s
+            exposed = pass_exposed(g_l, fwd_layer) + last_bwd_exp
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         if fw.fsdp_copy_out:
@@ -836,6 +855,14 @@ def _dp_tail(
             sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
             unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
             fsdp_exposed += stream_time_s(dev, 4.0 * sharded * unshards)
+        if fw.fsdp_copy_in:
+            # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
+            # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
+            # PP where the gradients wait unsharded (in fp32) for the last micro-batch
+            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
+            pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
+            reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
+            fsdp_exposed += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
