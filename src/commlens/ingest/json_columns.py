@@ -13,14 +13,15 @@ the damaged lines and reads the rest. Either path gives the same values.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from operator import itemgetter
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import contains, itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
 
-__all__ = ["all_of", "column", "int_column", "loads_like_json", "scan_json_lines", "strings"]
+__all__ = ["all_of", "codes", "column", "fields", "int_column", "loads_like_json", "scan_json_lines", "strings"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
 
@@ -114,7 +115,7 @@ def all_of(values: Iterable[Any], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
 
-def int_column(values: list[Any], low: int, limit: int) -> np.ndarray | None:
+def int_column(values: Sequence[Any], low: int, limit: int) -> np.ndarray | None:
     """The values as int64 when every one is an ``int`` (not a bool) with ``low <= v < limit``; else None."""
     if not all_of(values, int):
         return None
@@ -129,7 +130,7 @@ def int_column(values: list[Any], low: int, limit: int) -> np.ndarray | None:
     return column
 
 
-def strings(values: list[Any], low: int, high: int) -> bool:
+def strings(values: Sequence[Any], low: int, high: int) -> bool:
     """Every value is a ``str`` of ``low..high`` characters."""
     if not all_of(values, str):
         return False
@@ -145,3 +146,32 @@ def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
         return list(map(itemgetter(key), rows))
     except KeyError:
         return None
+
+
+def fields(rows: Sequence[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Sequence[Any]]:
+    """Each key's column: the rows' values, None where a row lacks the key (``dict.get``'s), in one pass
+    where every row has the keys the first has (the usual file), a pass a key otherwise."""
+    if not rows:
+        return {k: [] for k in keys}
+    have = tuple(k for k in keys if k in rows[0])
+    out: dict[str, Sequence[Any]] = {}
+    try:
+        if len(have) > 1:
+            out = dict(zip(have, zip(*map(itemgetter(*have), rows))))
+        elif have:
+            out = {have[0]: list(map(itemgetter(have[0]), rows))}
+    except KeyError:  # a row lacks one of them
+        return {k: list(map(dict.get, rows, repeat(k))) for k in keys}
+    for k in keys:
+        if k not in out:
+            out[k] = list(map(dict.get, rows, repeat(k))) if any(map(contains, rows, repeat(k))) else [None] * len(rows)
+    return out
+
+
+def codes(table: dict[Any, int], values: Sequence[Any], offset: int = 0) -> np.ndarray:
+    """Each value's code in ``table`` (int32), a new value getting ``len(table) + offset`` as first met: what
+    ``[table.setdefault(v, len(table) + offset) for v in values]`` gives, a dict lookup a distinct value."""
+    local: dict[Any, int] = dict.fromkeys(values, 0)
+    for v in local:
+        local[v] = table.setdefault(v, len(table) + offset)
+    return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))
