@@ -26,12 +26,14 @@ __all__ = ["all_of", "codes", "column", "fields", "int_column", "loads_like_json
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
 
 
-def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
+def scan_json_lines(text: str, max_chars: int, *, beyond_64_bits: bool = True) -> list[Any] | None:
     """Each line's JSON value, when every line is exactly one JSON value of at most ``max_chars`` characters
     (no blank line, no whitespace around it, no carriage return); None otherwise.
 
     Lines are parsed by orjson where it gives the standard library's value (:func:`loads_like_json`), else
-    by the standard library's C scanner as before."""
+    by the standard library's C scanner as before. With ``beyond_64_bits=False`` the text is not searched for
+    integers beyond 64 bits, which orjson reads as floats of magnitude 2**63 or more: for a caller that takes
+    only ints (``type(v) is int``) in its integer fields and refuses such magnitudes in its number fields."""
     if "\r" in text:
         return None
     if not text:
@@ -39,21 +41,33 @@ def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
     lines = text.split("\n")  # a JSON string holds no raw newline: each value is within its line
     if text.endswith("\n"):
         lines.pop()
-    try:
-        long_int = _may_hold_long_int(text.encode())
-    except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
-        long_int = True
-    if long_int:  # orjson reads integers beyond 64 bits as floats
-        return _scan_lines(lines, max_chars)
+    if beyond_64_bits:
+        try:
+            long_int = _may_hold_long_int(text.encode())
+        except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
+            long_int = True
+        if long_int:  # orjson reads integers beyond 64 bits as floats
+            return _scan_lines(lines, max_chars)
+    if not lines or min(map(len, lines)) == 0 or max(map(len, lines)) > max_chars:
+        return None
+    if any(line[0] in " \t" or line[-1] in " \t" for line in lines):  # the C scanner refuses these
+        return None
+    if max(map(str.count, lines, repeat("["))) + max(map(str.count, lines, repeat("{"))) <= _DEEP:
+        try:  # no line nests past the C scanner's depth: all by orjson
+            return list(map(orjson.loads, lines))
+        except (orjson.JSONDecodeError, RecursionError):  # NaN, 1e400, a lone surrogate, ...: line by line
+            pass
+    return _orjson_lines(lines)
+
+
+def _orjson_lines(lines: list[str]) -> list[Any] | None:
+    """Each line by orjson, or by the C scanner where orjson refuses it or it may nest deep."""
     out: list[Any] = []
     append = out.append
     loads = orjson.loads
     try:
         for line in lines:
-            n = len(line)
-            if not n or n > max_chars or line[0] in " \t" or line[-1] in " \t":  # the C scanner refuses these
-                return None
-            if n > _DEEP and line.count("[") + line.count("{") > _DEEP:  # possibly past the C scanner's depth
+            if len(line) > _DEEP and line.count("[") + line.count("{") > _DEEP:  # possibly past the C scanner's depth
                 value = _scan_line(line)
             else:
                 try:

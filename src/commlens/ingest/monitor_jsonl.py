@@ -146,11 +146,12 @@ def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
     count = 0
     try:
         for file in files:  # a file at a time: its parsed lines are let go before the next is read
-            lines = scan_json_lines(read_source(file, max_bytes=max_bytes).text, _MAX_LINE_CHARS)
+            text = read_source(file, max_bytes=max_bytes).text
+            lines = scan_json_lines(text, _MAX_LINE_CHARS, beyond_64_bits=False)  # see _columns
             if lines is None or not all_of(lines, dict):
                 return None
             records = [d for d in lines if d.get("type") == "record"]
-            del lines
+            del lines, text
             count += len(records)
             if count > MAX_RECORDS:
                 return None
@@ -205,7 +206,10 @@ _FIELDS = (
 
 
 def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
-    """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one."""
+    """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one.
+
+    An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and
+    the times refuse magnitudes of 2**63 or more."""
     col = fields(records, _FIELDS)
     get = col.__getitem__
     rank = int_column(get("rank"), 0, MAX_RANKS)
@@ -223,7 +227,7 @@ def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorC
             column = np.array(values, dtype=np.float64)
         except OverflowError:
             return None
-        if not np.isfinite(column).all():
+        if not (np.abs(column) < 2.0**63).all():  # finite, and no integer beyond 64 bits read as a float
             return None
         times.append(column)
     start, end = times

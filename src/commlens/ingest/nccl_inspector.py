@@ -839,7 +839,7 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
             if root.is_dir() and not _sniff(source):
                 return None
             text = source.text
-            lines = scan_json_lines(text, MAX_LINE_CHARS)
+            lines = scan_json_lines(text, MAX_LINE_CHARS, beyond_64_bits=False)  # see _compact_part
             if lines is None or not lines:
                 return None
             if text.count("{") + text.count("[") > 4 * len(lines) and any(
@@ -869,7 +869,10 @@ class _Shared:
 
 
 def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
-    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
+    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails.
+
+    An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and
+    the number fields (execution time, busBW) refuse magnitudes of 2**63 or more."""
     if not all_of(objects, dict) or set(map(len, objects)) != {3}:
         return None
     parts = fields(objects, ("header", "metadata", "coll_perf"))  # None where an object lacks one
@@ -954,13 +957,14 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
             printed_bw = np.array(printed, dtype=np.float64)
         except OverflowError:
             return None
-        if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all()):
+        if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all() and (printed_bw < 2.0**63).all()):
             return None
         at = np.flatnonzero(has_bw)
         bw_op = op[at]
         keep = np.array([o not in _NO_INSPECTOR_BW for o in catalog], dtype=bool)[bw_op] | (printed_bw != 0)
-        pairs, pair_of = np.unique(np.stack([bw_op, n_ranks[at]]), axis=1, return_inverse=True)
-        factors = [get_op(catalog[o]).busbw_factor(n) for o, n in pairs.T.tolist()]
+        span = MAX_RANKS + 1  # n_ranks < span (checked above)
+        pairs, pair_of = np.unique(bw_op.astype(np.int64) * span + n_ranks[at], return_inverse=True)
+        factors = [get_op(catalog[p // span]).busbw_factor(p % span) for p in pairs.tolist()]
         factor = np.array(factors, dtype=np.float64)[pair_of.reshape(-1)]
         time_s = exec_ns[at] / 1e9
         keep &= time_s > 0
