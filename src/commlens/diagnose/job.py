@@ -181,6 +181,11 @@ def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str
             source, error = _load_quietly(kind, paths), None
         except CommlensError as e:
             source, error = None, str(e)
+        if source is not None:
+            try:  # the join's per-source work, done here in parallel (kept in source.cache)
+                _ends_by_rank(source)
+            except Exception:  # left to the caller, which then fails where it would have
+                source.cache.clear()
     return source, error, [(w.category, str(w.message)) for w in caught]
 
 
@@ -257,7 +262,14 @@ def _keys(source: SourceData) -> _Keys:
 
 
 def _ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
-    """Step 2: per (group, op), each sequence number's ordinal."""
+    """Step 2: per (group, op), each sequence number's ordinal (computed once per source)."""
+    found: dict[tuple[str, str], dict[int, int]] | None = source.cache.get("ordinals")
+    if found is None:
+        found = source.cache["ordinals"] = _count_ordinals(source)
+    return found
+
+
+def _count_ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
     out: dict[tuple[str, str], dict[int, int]] = {}
     per_op = source.kind in _PER_OP_COUNTER
     for group, op, seq in _keys(source).keys:  # sorted by seq within each (group, op)
@@ -269,8 +281,15 @@ def _ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
 _Ends = dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray]]
 
 
-def _ends_by_rank(source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]) -> _Ends:
-    """Per (group, op, rank): end times sorted, and the ordinal at each."""
+def _ends_by_rank(source: SourceData) -> _Ends:
+    """Per (group, op, rank): end times sorted, and the ordinal at each (computed once per source)."""
+    found: _Ends | None = source.cache.get("ends")
+    if found is None:
+        found = source.cache["ends"] = _sorted_ends(source, _ordinals(source))
+    return found
+
+
+def _sorted_ends(source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]) -> _Ends:
     c = source.columns
     keys = _keys(source)
     key_ord = np.array([ordinals[(g, o)][q] for g, o, q in keys.keys], dtype=np.int64)
@@ -329,7 +348,7 @@ def _align(
 ) -> tuple[list[Alignment], dict[tuple[str, str], tuple[str, int]]]:
     """Steps 3-4 for one source: its alignments, and per (group, op) the reference group and offset."""
     ordinals = _ordinals(source)
-    src_ends = _ends_by_rank(source, ordinals)
+    src_ends = _ends_by_rank(source)
     out: list[Alignment] = []
     chosen: dict[tuple[str, str], tuple[str, int]] = {}
     for group, op in sorted(ordinals):
@@ -628,7 +647,7 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
     # reference ordinal -> reference seq, per (group, op)
     ref_seq_at = {k: {i: s for s, i in v.items()} for k, v in ref_ordinals.items()}
     alignments: list[Alignment] = []
-    ref_ends = _ends_by_rank(reference, ref_ordinals)
+    ref_ends = _ends_by_rank(reference)
     # per source, its own keys (group, op, seq) -> the job's key (None: not joined); computed once per key
     job = _JobKeys()
     for s in sources:
