@@ -612,7 +612,9 @@ def _parsed_dump(path: Path, rank_from_name: int, max_bytes: int) -> tuple[Any, 
     if len(raw) > max_bytes or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
         return None
     try:
-        data = loads_like_json(raw)
+        data = loads_like_json(raw, beyond_64_bits=False)
+        if isinstance(data, dict) and _wide_float({k: v for k, v in data.items() if k != "entries"}):
+            data = json.loads(raw)  # an int beyond 64 bits, which orjson reads as a float, outside the entries
     except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or "version" not in data:
@@ -631,20 +633,40 @@ def _parsed_dump(path: Path, rank_from_name: int, max_bytes: int) -> tuple[Any, 
     return data, entries, version
 
 
+def _wide_float(data: Any) -> bool:
+    """Whether a float of magnitude 2**63 or more is among the values (orjson reads an integer beyond 64 bits
+    as such a float). The entries' fields need no such search: their integer fields take only ints, their
+    duration stays under 1e12, and their other fields are not read."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        items = value.values() if type(value) is dict else value
+        for v in items:
+            if type(v) is float and not -(2.0**63) < v < 2.0**63:
+                return True
+            if type(v) is dict or type(v) is list:
+                stack.append(v)
+    return False
+
+
 def _entry_columns(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]] | None:
     """The entries' fields as columns (None where an entry lacks the field); None when the entries have many
     layouts or lack a field :func:`read_dump` requires."""
+    keys = tuple(entries[0]) if entries else ()
+    if len(keys) > 1 and set(map(len, entries)) == {len(keys)}:  # the usual dump: every entry with one key set
+        try:
+            columns: dict[str, Sequence[Any]] = dict(zip(keys, zip(*map(itemgetter(*keys), entries))))
+        except KeyError:  # an entry with other keys
+            pass
+        else:
+            return columns if _REQUIRED <= columns.keys() else None
     layouts = set(map(tuple, entries))
-    if len(layouts) > 16 or any(
-        not {"collective_seq_id", "profiling_name", "input_sizes"} <= set(keys) for keys in layouts
-    ):
+    if len(layouts) > 16 or any(not _REQUIRED <= set(keys) for keys in layouts):
         return None
-    if len(layouts) == 1:  # one key order (the usual dump): a transpose
-        [keys] = layouts
-        if len(keys) == 1:
-            return {keys[0]: [e[keys[0]] for e in entries]}
-        return dict(zip(keys, zip(*map(itemgetter(*keys), entries))))
     return {k: list(map(dict.get, entries, repeat(k))) for k in set().union(*layouts)}
+
+
+_REQUIRED = frozenset({"collective_seq_id", "profiling_name", "input_sizes"})
 
 
 def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes) -> RankColumns | None:

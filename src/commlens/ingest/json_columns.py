@@ -80,11 +80,12 @@ def _orjson_lines(lines: list[str]) -> list[Any] | None:
     return out
 
 
-def loads_like_json(raw: bytes) -> Any:
+def loads_like_json(raw: bytes, *, beyond_64_bits: bool = True) -> Any:
     """``json.loads(raw)``, by orjson where the two give the same value (no integer beyond 64 bits, which orjson
     reads as a float; valid UTF-8; no NaN or out-of-range literal; nested under orjson's limit); the standard
-    library otherwise, raising what it raises."""
-    if not _may_hold_long_int(raw):
+    library otherwise, raising what it raises. With ``beyond_64_bits=False`` the text is not searched for
+    such integers: the caller looks for floats of magnitude 2**63 or more where they matter."""
+    if not (beyond_64_bits and _may_hold_long_int(raw)):
         try:
             return orjson.loads(raw)
         except (orjson.JSONDecodeError, RecursionError):
