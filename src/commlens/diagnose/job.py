@@ -467,12 +467,15 @@ def _instances(
     cut = np.flatnonzero(jk_s[1:] != jk_s[:-1]) + 1
     starts, stops = np.r_[0, cut], np.r_[cut, len(jk_s)]
     block = {int(jk_s[lo]): (int(lo), int(hi)) for lo, hi in zip(starts.tolist(), stops.tolist())} if len(jk_s) else {}
-    durations = np.where(c.duration_s == 0, 0.0, c.duration_s)  # -0.0 read as 0.0
+    # the picked rows' values as lists, sliced per instance below (one conversion, not one an instance)
+    ranks_at, durations_at = rank_s.tolist(), np.where(c.duration_s == 0, 0.0, c.duration_s)[rows_s].tolist()
+    ends = c.end_s[rows_s]
+    ends_at, nans_before = ends.tolist(), np.r_[0, np.cumsum(np.isnan(ends))].tolist()
+    ops_at, seqs_at = c.op[rows_s].tolist(), c.seq[rows_s].tolist()
     out = []
     partial = 0
     first_of_key = _first_rows(jk)  # keys in the order they were first seen
-    for i in first_of_key.tolist():
-        k = int(jk[i])
+    for i, k in zip(first_of_key.tolist(), jk[first_of_key].tolist()):
         group, op, seq = job_keys[k]
         lo, hi = block[k]
         size = source.group_sizes.get(group)
@@ -483,19 +486,16 @@ def _instances(
         if hi - lo != size:
             partial += 1
             continue
-        picked = rows_s[lo:hi]
-        ends = c.end_s[picked]
-        head = int(picked[0])
         out.append(
             Instance(
                 group=group,
                 op=op,
                 seq=seq,
-                ranks=tuple(rank_s[lo:hi].tolist()),
-                durations_s=tuple(durations[picked].tolist()),
-                ends_s=None if np.isnan(ends).any() else tuple(ends.tolist()),
+                ranks=tuple(ranks_at[lo:hi]),
+                durations_s=tuple(durations_at[lo:hi]),  # -0.0 read as 0.0
+                ends_s=None if nans_before[hi] != nans_before[lo] else tuple(ends_at[lo:hi]),
                 starts_independent=source.starts_independent,
-                label=f"{c.ops[int(c.op[head])]} {counter} {int(c.seq[head])}",
+                label=f"{c.ops[ops_at[lo]]} {counter} {seqs_at[lo]}",
             )
         )
     return out, partial, hosts
