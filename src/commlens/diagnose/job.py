@@ -34,10 +34,13 @@ from commlens.diagnose.job_sources import (
     BENCH_KINDS,
     KINDS,
     Columns,
+    FlightrecColumns,
     JobSourceError,
     Observation,
     SourceData,
     detect_kind,
+    flightrec_share,
+    join_flightrec_shares,
     load_source,
 )
 from commlens.diagnose.late_ranks import (
@@ -148,6 +151,7 @@ def load_job(paths: list[Path]) -> list[SourceData]:
 
 
 PARALLEL_BYTES = 64 << 20  # inputs this large are read one source per process
+FLIGHTREC_SHARES = 2  # ... and the Flight Recorder dumps, the most work a byte, in this many
 
 
 def _input_bytes(paths: list[Path]) -> int:
@@ -161,24 +165,29 @@ def _input_bytes(paths: list[Path]) -> int:
     return total
 
 
-def _load_quietly(kind: str, paths: list[Path]) -> SourceData:
+def _load_quietly(kind: str, paths: list[Path], columns: FlightrecColumns | None = None) -> SourceData:
     """One source read with the cyclic GC paused: readers make millions of containers and none in a cycle, so
     a collection pass (each rescanning all of them) finds nothing."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return load_source(kind, paths)
+        return load_source(kind, paths, columns)
     finally:
         if collecting:
             gc.enable()
 
 
-def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str | None, list[tuple[type, str]]]:
+_Raised = list[tuple[type[Warning], str]]  # warnings caught in a worker process: category, message
+
+
+def _load_in_child(
+    kind: str, paths: list[Path], columns: FlightrecColumns | None = None
+) -> tuple[SourceData | None, str | None, _Raised]:
     """In a worker process: the source, or the message of the error reading it, and the warnings it raised."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            source, error = _load_quietly(kind, paths), None
+            source, error = _load_quietly(kind, paths, columns), None
         except CommlensError as e:
             source, error = None, str(e)
         if source is not None:
@@ -189,16 +198,39 @@ def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str
     return source, error, [(w.category, str(w.message)) for w in caught]
 
 
+def _share_in_child(paths: list[Path], share: tuple[int, int]) -> tuple[FlightrecColumns, _Raised]:
+    """In a worker process: a share of the Flight Recorder dumps by column, and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        columns = flightrec_share(paths, share)
+    return columns, [(w.category, str(w.message)) for w in caught]
+
+
 def _load_in_parallel(todo: list[tuple[str, list[Path]]]) -> list[SourceData]:
-    """Each source read in a process of its own (the sources' readers are independent); their warnings raised
-    here in source order, and the first error (in source order) as a JobSourceError with its message."""
+    """Each source read in a process of its own (the sources' readers are independent), the Flight Recorder
+    dumps in FLIGHTREC_SHARES processes, their columns then joined here; the warnings raised here in source
+    order, and the first error (in source order) as a JobSourceError with its message."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(max_workers=len(todo), mp_context=context) as pool:
-        results = [f.result() for f in [pool.submit(_load_in_child, kind, paths) for kind, paths in todo]]
+    workers = len(todo) + (FLIGHTREC_SHARES - 1 if any(kind == "flightrec" for kind, _ in todo) else 0)
+    got: dict[str, tuple[SourceData | None, str | None, _Raised]] = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        shares = {
+            kind: [pool.submit(_share_in_child, paths, (i, FLIGHTREC_SHARES)) for i in range(FLIGHTREC_SHARES)]
+            for kind, paths in todo
+            if kind == "flightrec"
+        }
+        whole = {kind: pool.submit(_load_in_child, kind, paths) for kind, paths in todo if kind != "flightrec"}
+        for kind, paths in todo:  # the dumps' shares joined here while the other sources are still read
+            if kind in shares:
+                read = [f.result() for f in shares[kind]]
+                source, error, raised = _load_in_child(kind, paths, join_flightrec_shares([c for c, _ in read]))
+                got[kind] = source, error, [w for _, caught in read for w in caught] + raised
+        got.update((kind, f.result()) for kind, f in whole.items())
+    results = [got[kind] for kind, _ in todo]
     sources = []
     for source, error, raised in results:
         for category, message in raised:

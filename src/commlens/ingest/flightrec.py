@@ -45,7 +45,7 @@ import pickle
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -69,6 +69,7 @@ __all__ = [
     "loads_plain",
     "read_dump",
     "read_dump_dir",
+    "join_dump_columns",
     "read_dump_dir_columns",
 ]
 
@@ -475,6 +476,10 @@ def _set_notes(versions: list[str], no_groups: bool) -> list[str]:
     return notes
 
 
+# an entry's (op, input sizes, input dtypes), as diagnose hang compares entries
+_Signature = tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...] | None]
+
+
 @dataclass(frozen=True)
 class RankColumns:
     """One rank's JSON dump, its entries as columns: what :func:`read_dump` reads, without an object an entry.
@@ -510,14 +515,22 @@ class DumpColumns:
     ranks: tuple[RankColumns, ...]  # by rank
     notes: tuple[str, ...]
     names: list[str]  # what the ranks' string codes stand for
+    signatures: list[_Signature]  # what the ranks' signature codes stand for
 
 
 def read_dump_dir_columns(
-    dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES
+    dump_dir: str | Path,
+    prefix: str | None = None,
+    max_bytes: int = DEFAULT_MAX_DUMP_BYTES,
+    *,
+    share: tuple[int, int] = (0, 1),
 ) -> DumpColumns | None:
     """The dumps of a directory as columns, when every dump is JSON and every entry passes :func:`read_dump`'s
     checks (checked by column; the values are then the same); None otherwise: read it with
-    :func:`read_dump_dir`, which says what is wrong where. Pickled dumps always take that path."""
+    :func:`read_dump_dir`, which says what is wrong where. Pickled dumps always take that path.
+
+    ``share=(i, n)`` reads only the i-th of n slices of the ranks (for reading in n processes); the n slices
+    joined by :func:`join_dump_columns` are the directory read at once."""
     directory = Path(dump_dir)
     if not directory.is_dir():
         return None
@@ -527,10 +540,12 @@ def read_dump_dir_columns(
         return None
     ranks = []
     codes = _Codes()
+    chosen = sorted(files.items())
+    part, parts = share
     collecting = gc.isenabled()
     gc.disable()  # parsing makes millions of containers, none in a cycle: no collection pass over them
     try:
-        for rank, path in sorted(files.items()):
+        for rank, path in chosen[part * len(chosen) // parts : (part + 1) * len(chosen) // parts]:
             got = _rank_columns(path, rank, max_bytes, codes)
             if got is None:
                 return None
@@ -539,7 +554,30 @@ def read_dump_dir_columns(
         if collecting:
             gc.enable()
     notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
-    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names))
+    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names), list(codes.signatures))
+
+
+def join_dump_columns(parts: list[DumpColumns]) -> DumpColumns:
+    """The slices of a directory read with ``share=(i, n)``, i = 0..n-1, in that order, as one: the string and
+    signature codes renumbered as reading them at once numbers them."""
+    names: dict[str, int] = {}
+    signatures: dict[_Signature, int] = {}
+    ranks: list[RankColumns] = []
+    for p in parts:
+        name_code = np.array([names.setdefault(n, len(names)) for n in p.names] + [-1], dtype=np.int32)
+        signature_code = np.array([signatures.setdefault(k, len(signatures)) for k in p.signatures], dtype=np.int32)
+        ranks.extend(
+            replace(
+                r,
+                process_group=name_code[r.process_group],
+                op=name_code[r.op],
+                state=name_code[r.state],  # -1 (no state) indexes the appended -1
+                signature=signature_code[r.signature],
+            )
+            for r in p.ranks
+        )
+    notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
+    return DumpColumns(parts[0].directory, parts[0].prefix, tuple(ranks), tuple(notes), list(names), list(signatures))
 
 
 class _Codes:
@@ -547,7 +585,7 @@ class _Codes:
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
-        self.signatures: dict[Any, int] = {}
+        self.signatures: dict[_Signature, int] = {}
 
     def of(self, values: Sequence[str]) -> np.ndarray:
         table = self.names
@@ -793,7 +831,7 @@ def _states(codes: _Codes, values: Sequence[Any], kinds: set[type]) -> np.ndarra
 
 
 def _signatures(
-    table: dict[Any, int],
+    table: dict[_Signature, int],
     ops: list[str],
     sizes: Sequence[list[list[int]]],
     shapes: list[list[int]],
@@ -814,7 +852,9 @@ def _signatures(
     )
 
 
-def _one_input_signatures(table: dict[Any, int], ops: list[str], elements: list[int], dtypes: list[str]) -> np.ndarray:
+def _one_input_signatures(
+    table: dict[_Signature, int], ops: list[str], elements: list[int], dtypes: list[str]
+) -> np.ndarray:
     """:func:`_signatures` where every entry has one one-dimensional input and one dtype (the same keys in
     ``table``), each distinct triple looked up once."""
     triples = list(zip(ops, elements, dtypes))
