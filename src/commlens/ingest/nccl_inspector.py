@@ -46,7 +46,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import contains
@@ -952,28 +952,8 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
         has_bw = np.ones(len(busbw_raw), dtype=bool)
     else:
         has_bw = np.array([b is not None and b != "nan" for b in busbw_raw], dtype=bool)
-    if has_bw.any():
-        try:
-            printed_bw = np.array(printed, dtype=np.float64)
-        except OverflowError:
-            return None
-        if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all() and (printed_bw < 2.0**63).all()):
-            return None
-        at = np.flatnonzero(has_bw)
-        bw_op = op[at]
-        keep = np.array([o not in _NO_INSPECTOR_BW for o in catalog], dtype=bool)[bw_op] | (printed_bw != 0)
-        span = MAX_RANKS + 1  # n_ranks < span (checked above)
-        pairs, pair_of = np.unique(bw_op.astype(np.int64) * span + n_ranks[at], return_inverse=True)
-        factors = [get_op(catalog[p // span]).busbw_factor(p % span) for p in pairs.tolist()]
-        factor = np.array(factors, dtype=np.float64)[pair_of.reshape(-1)]
-        time_s = exec_ns[at] / 1e9
-        keep &= time_s > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            computed = size[at] / time_s * factor / 1e9
-        diff = np.abs(computed - printed_bw)
-        bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
-        if (bad & keep).any():
-            return None
+    if has_bw.any() and not _busbw_agrees(printed, np.flatnonzero(has_bw), op, catalog, n_ranks, exec_ns, size):
+        return None
     group_code = shared.groups
     group = codes(group_code, ids)
     host = codes(shared.hosts, hostnames, -1)
@@ -995,6 +975,39 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
         "start_ns": start_ns,
         "end_ns": end_ns,
     }
+
+
+def _busbw_agrees(
+    printed: Sequence[Any],
+    at: np.ndarray,
+    op: np.ndarray,
+    catalog: list[str],
+    n_ranks: np.ndarray,
+    exec_ns: np.ndarray,
+    size: np.ndarray,
+) -> bool:
+    """Whether every printed busBW (of the records ``at``) is a finite number that agrees with size / time x
+    the op's factor, as BusbwCheck compares them (a magnitude of 2**63 or more is refused: orjson's float for
+    an integer beyond 64 bits)."""
+    try:
+        printed_bw = np.array(printed, dtype=np.float64)
+    except OverflowError:
+        return False
+    if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all() and (printed_bw < 2.0**63).all()):
+        return False
+    bw_op = op[at]
+    keep = np.array([o not in _NO_INSPECTOR_BW for o in catalog], dtype=bool)[bw_op] | (printed_bw != 0)
+    span = MAX_RANKS + 1  # n_ranks < span (checked by the caller)
+    pairs, pair_of = np.unique(bw_op.astype(np.int64) * span + n_ranks[at], return_inverse=True)
+    factors = [get_op(catalog[p // span]).busbw_factor(p % span) for p in pairs.tolist()]
+    factor = np.array(factors, dtype=np.float64)[pair_of.reshape(-1)]
+    time_s = exec_ns[at] / 1e9
+    keep &= time_s > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        computed = size[at] / time_s * factor / 1e9
+    diff = np.abs(computed - printed_bw)
+    bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
+    return not (bad & keep).any()
 
 
 def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
