@@ -67,8 +67,7 @@ def test_fast_readers_give_the_record_by_record_report(job: Path, monkeypatch: p
 
 def test_sources_read_in_parallel_give_the_same_report(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sequential = _report(_paths(job))
-    monkeypatch.setattr(job_module, "PARALLEL_BYTES", 1)  # read in processes (the dumps in two)
-    monkeypatch.setattr(job_module, "PARALLEL_ROWS", 1)  # and judged in processes
+    monkeypatch.setattr(job_module, "PARALLEL_BYTES", 1)
     assert _report(_paths(job)) == sequential
 
 

@@ -708,13 +708,18 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
     late: list[dict[str, Any]] = []
     notes: list[str] = []
     first_verdict: tuple[SourceData, LateRank] | None = None
-    for s, (report, top, error) in zip(sources, _judge_all(sources, job, params)):
-        if report is None:
-            notes.append(str(error))
+    for s in sources:
+        instances, partial, hosts = _instances(s, job)
+        try:
+            report: LateRankReport = find_late_ranks(
+                instances, source=s.kind, hosts=hosts, partial=partial, params=params
+            )
+        except LateRankError as e:
+            notes.append(str(e))
             continue
-        late.append(report)
-        if top is not None and first_verdict is None:
-            first_verdict = (s, top)
+        late.append(report.to_json())
+        if report.late and first_verdict is None:
+            first_verdict = (s, report.late[0])
     if first_verdict is not None:
         s, r = first_verdict
         others = [
@@ -754,59 +759,6 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
         hang=hang,
         notes=notes,
     )
-
-
-# one source's late-rank report (as JSON) and its first late rank; or the message of why it cannot be judged
-_Judged = tuple[dict[str, Any] | None, LateRank | None, str | None]
-PARALLEL_ROWS = 300_000  # observations in all from which the sources are judged in parallel (forked)
-_JUDGING: tuple[list[SourceData], _JobKeys, LateRankParams] | None = None  # what the forked judges read
-
-
-def _judge(source: SourceData, job: _JobKeys, params: LateRankParams) -> _Judged:
-    instances, partial, hosts = _instances(source, job)
-    try:
-        report = find_late_ranks(instances, source=source.kind, hosts=hosts, partial=partial, params=params)
-    except LateRankError as e:
-        return None, None, str(e)
-    return report.to_json(), report.late[0] if report.late else None, None
-
-
-def _judge_in_child(i: int) -> tuple[_Judged, _Raised]:
-    """In a forked worker: source ``i`` of :data:`_JUDGING` judged, and the warnings it raised."""
-    assert _JUDGING is not None
-    sources, job, params = _JUDGING
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        judged = _judge(sources[i], job, params)
-    return judged, [(w.category, str(w.message)) for w in caught]
-
-
-def _judge_all(sources: list[SourceData], job: _JobKeys, params: LateRankParams) -> list[_Judged]:
-    """Each source judged; for a large job the sources after the first in forked workers (they inherit the
-    columns, nothing large is sent), their warnings raised here in source order."""
-    import multiprocessing
-
-    rows = sum(len(s.columns) for s in sources)
-    forking = "fork" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) > 1
-    if len(sources) < 2 or rows < PARALLEL_ROWS or not forking:
-        return [_judge(s, job, params) for s in sources]
-    from concurrent.futures import ProcessPoolExecutor
-
-    global _JUDGING
-    _JUDGING = (sources, job, params)
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=len(sources) - 1, mp_context=context) as pool:
-            futures = [pool.submit(_judge_in_child, i) for i in range(1, len(sources))]
-            out = [_judge(sources[0], job, params)]  # here, meanwhile
-            rest = [f.result() for f in futures]
-    finally:
-        _JUDGING = None
-    for judged, raised in rest:
-        for category, message in raised:
-            warnings.warn(message, category, stacklevel=3)
-        out.append(judged)
-    return out
 
 
 def _iso(seconds: float) -> str:
