@@ -56,6 +56,7 @@ import numpy as np
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
 from commlens.ingest.json_columns import loads_like_json
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = [
     "DEFAULT_MAX_DUMP_BYTES",
@@ -687,7 +688,7 @@ def _wide_float(data: Any) -> bool:
     return False
 
 
-def _entry_columns(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]] | None:
+def _entry_columns(entries: list[JsonObject]) -> dict[str, Sequence[Any]] | None:
     """The entries' fields as columns (None where an entry lacks the field); None when the entries have many
     layouts or lack a field :func:`read_dump` requires."""
     keys = tuple(entries[0]) if entries else ()

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from commlens.results.jsonvalue import JsonObject
+
 __all__ = ["all_of", "codes", "column", "fields", "int_column", "loads_like_json", "scan_json_lines", "strings"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
@@ -163,7 +165,7 @@ def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
         return None
 
 
-def fields(rows: Sequence[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Sequence[Any]]:
+def fields(rows: Sequence[JsonObject], keys: tuple[str, ...]) -> dict[str, Sequence[Any]]:
     """Each key's column: the rows' values, None where a row lacks the key (``dict.get``'s), in one pass
     where every row has the keys the first has (the usual file), a pass a key otherwise."""
     if not rows:
