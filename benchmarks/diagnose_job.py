@@ -215,7 +215,8 @@ def main() -> int:
             body += [
                 f"**diagnose job at scale.** 64 ranks x {ns.records:,} collectives in each of NCCL Inspector (compact), "
                 f"Flight Recorder (JSON, buffer {ns.records:,}) and monitor files, one `commlens diagnose job` child "
-                f"process per repeat ({ns.repeats}; it reads the three sources in three processes): wall min "
+                f"process per repeat ({ns.repeats}; it reads the three sources in four processes, the Flight Recorder "
+                f"dumps in two): wall min "
                 f"{min(walls):.1f} s, median {statistics.median(walls):.1f} s; CPU time (user + system, its reader "
                 f"processes included) min {min(cpu):.1f} s, median {statistics.median(cpu):.1f} s; peak RSS of the "
                 f"largest process max {max(rss):.0f} MiB, of all its processes together max {max(tree):.0f} MiB "

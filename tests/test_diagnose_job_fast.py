@@ -164,3 +164,55 @@ def test_fast_scanners_give_the_standard_librarys_values(line: str) -> None:
     assert typed(scan_json_lines(text, 10**6)) == typed([{"x": 1}, expected])
     assert typed(loads_like_json(line.encode())) == typed(expected)
     assert scan_json_lines(f"{line} \n", 10**6) is None  # whitespace around a line: the full reader, as before
+
+
+def _dump_columns(d: Any) -> dict[str, Any]:
+    """A DumpColumns as plain values (arrays as lists), to compare field for field."""
+    ranks = [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in r.__dict__.items()} for r in d.ranks]
+    return {"ranks": ranks, "names": d.names, "signatures": d.signatures, "notes": d.notes}
+
+
+@pytest.mark.parametrize("n", [2, 3, 9])
+def test_flight_recorder_shares_joined_are_the_directory_read_at_once(job: Path, tmp_path: Path, n: int) -> None:
+    """The dumps read in n shares (9 > 8 ranks: an empty share) and joined give the codes one reading gives;
+    the later ranks list their entries backwards, so their shares meet the names in another order."""
+    from commlens.ingest.flightrec import join_dump_columns
+
+    root = _copy(job, tmp_path)
+    for rank in range(4, 8):
+        dump = root / "flightrec" / f"nccl_trace_rank_{rank}"
+        doc = json.loads(dump.read_text())
+        doc["entries"].reverse()
+        dump.write_text(json.dumps(doc))
+    whole = read_dump_dir_columns(root / "flightrec")
+    assert whole is not None
+    parts = [read_dump_dir_columns(root / "flightrec", share=(i, n)) for i in range(n)]
+    assert all(p is not None for p in parts)
+    joined = join_dump_columns([p for p in parts if p is not None])
+    assert _dump_columns(joined) == _dump_columns(whole)
+
+
+def test_a_monitor_time_beyond_64_bits_leaves_the_file_to_the_full_reader(job: Path, tmp_path: Path) -> None:
+    """An integer time wider than 64 bits, which orjson alone reads as a float, is not taken by the fast path."""
+    root = _copy(job, tmp_path)
+    file = sorted((root / "monitor").iterdir())[0]
+    lines = file.read_text().splitlines()
+    record = json.loads(lines[5])
+    record["end_s"] = 10**20
+    lines[5] = json.dumps(record, separators=(",", ":"))
+    file.write_text("\n".join(lines) + "\n")
+    assert read_monitor_columns(root / "monitor") is None
+
+
+def test_a_dump_integer_beyond_64_bits_is_read_as_the_standard_library_reads_it(job: Path, tmp_path: Path) -> None:
+    """Outside the entries (here a group's description) such an integer keeps its digits, as json.loads
+    reads it, where orjson alone would give 1e+20."""
+    root = _copy(job, tmp_path)
+    dump = root / "flightrec" / "nccl_trace_rank_2"
+    doc = json.loads(dump.read_text())
+    [config] = doc["pg_config"].values()
+    config["desc"] = 10**20
+    dump.write_text(json.dumps(doc))
+    fast = read_dump_dir_columns(root / "flightrec")
+    assert fast is not None
+    assert {g.desc for g in fast.ranks[2].groups.values()} == {str(10**20)}

@@ -34,10 +34,13 @@ from commlens.diagnose.job_sources import (
     BENCH_KINDS,
     KINDS,
     Columns,
+    FlightrecColumns,
     JobSourceError,
     Observation,
     SourceData,
     detect_kind,
+    flightrec_share,
+    join_flightrec_shares,
     load_source,
 )
 from commlens.diagnose.late_ranks import (
@@ -148,6 +151,7 @@ def load_job(paths: list[Path]) -> list[SourceData]:
 
 
 PARALLEL_BYTES = 64 << 20  # inputs this large are read one source per process
+FLIGHTREC_SHARES = 2  # ... and the Flight Recorder dumps, the most work a byte, in this many
 
 
 def _input_bytes(paths: list[Path]) -> int:
@@ -161,39 +165,72 @@ def _input_bytes(paths: list[Path]) -> int:
     return total
 
 
-def _load_quietly(kind: str, paths: list[Path]) -> SourceData:
+def _load_quietly(kind: str, paths: list[Path], columns: FlightrecColumns | None = None) -> SourceData:
     """One source read with the cyclic GC paused: readers make millions of containers and none in a cycle, so
     a collection pass (each rescanning all of them) finds nothing."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return load_source(kind, paths)
+        return load_source(kind, paths, columns)
     finally:
         if collecting:
             gc.enable()
 
 
-def _load_in_child(kind: str, paths: list[Path]) -> tuple[SourceData | None, str | None, list[tuple[type, str]]]:
+_Raised = list[tuple[type[Warning], str]]  # warnings caught in a worker process: category, message
+
+
+def _load_in_child(
+    kind: str, paths: list[Path], columns: FlightrecColumns | None = None
+) -> tuple[SourceData | None, str | None, _Raised]:
     """In a worker process: the source, or the message of the error reading it, and the warnings it raised."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            source, error = _load_quietly(kind, paths), None
+            source, error = _load_quietly(kind, paths, columns), None
         except CommlensError as e:
             source, error = None, str(e)
+        if source is not None:
+            try:  # the join's per-source work, done here in parallel (kept in source.cache)
+                _ends_by_rank(source)
+            except Exception:  # left to the caller, which then fails where it would have
+                source.cache.clear()
     return source, error, [(w.category, str(w.message)) for w in caught]
 
 
+def _share_in_child(paths: list[Path], share: tuple[int, int]) -> tuple[FlightrecColumns, _Raised]:
+    """In a worker process: a share of the Flight Recorder dumps by column, and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        columns = flightrec_share(paths, share)
+    return columns, [(w.category, str(w.message)) for w in caught]
+
+
 def _load_in_parallel(todo: list[tuple[str, list[Path]]]) -> list[SourceData]:
-    """Each source read in a process of its own (the sources' readers are independent); their warnings raised
-    here in source order, and the first error (in source order) as a JobSourceError with its message."""
+    """Each source read in a process of its own (the sources' readers are independent), the Flight Recorder
+    dumps in FLIGHTREC_SHARES processes, their columns then joined here; the warnings raised here in source
+    order, and the first error (in source order) as a JobSourceError with its message."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(max_workers=len(todo), mp_context=context) as pool:
-        results = [f.result() for f in [pool.submit(_load_in_child, kind, paths) for kind, paths in todo]]
+    workers = len(todo) + (FLIGHTREC_SHARES - 1 if any(kind == "flightrec" for kind, _ in todo) else 0)
+    got: dict[str, tuple[SourceData | None, str | None, _Raised]] = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        shares = {
+            kind: [pool.submit(_share_in_child, paths, (i, FLIGHTREC_SHARES)) for i in range(FLIGHTREC_SHARES)]
+            for kind, paths in todo
+            if kind == "flightrec"
+        }
+        whole = {kind: pool.submit(_load_in_child, kind, paths) for kind, paths in todo if kind != "flightrec"}
+        for kind, paths in todo:  # the dumps' shares joined here while the other sources are still read
+            if kind in shares:
+                read = [f.result() for f in shares[kind]]
+                source, error, raised = _load_in_child(kind, paths, join_flightrec_shares([c for c, _ in read]))
+                got[kind] = source, error, [w for _, caught in read for w in caught] + raised
+        got.update((kind, f.result()) for kind, f in whole.items())
+    results = [got[kind] for kind, _ in todo]
     sources = []
     for source, error, raised in results:
         for category, message in raised:
@@ -257,7 +294,14 @@ def _keys(source: SourceData) -> _Keys:
 
 
 def _ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
-    """Step 2: per (group, op), each sequence number's ordinal."""
+    """Step 2: per (group, op), each sequence number's ordinal (computed once per source)."""
+    found: dict[tuple[str, str], dict[int, int]] | None = source.cache.get("ordinals")
+    if found is None:
+        found = source.cache["ordinals"] = _count_ordinals(source)
+    return found
+
+
+def _count_ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
     out: dict[tuple[str, str], dict[int, int]] = {}
     per_op = source.kind in _PER_OP_COUNTER
     for group, op, seq in _keys(source).keys:  # sorted by seq within each (group, op)
@@ -269,8 +313,15 @@ def _ordinals(source: SourceData) -> dict[tuple[str, str], dict[int, int]]:
 _Ends = dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray]]
 
 
-def _ends_by_rank(source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]) -> _Ends:
-    """Per (group, op, rank): end times sorted, and the ordinal at each."""
+def _ends_by_rank(source: SourceData) -> _Ends:
+    """Per (group, op, rank): end times sorted, and the ordinal at each (computed once per source)."""
+    found: _Ends | None = source.cache.get("ends")
+    if found is None:
+        found = source.cache["ends"] = _sorted_ends(source, _ordinals(source))
+    return found
+
+
+def _sorted_ends(source: SourceData, ordinals: dict[tuple[str, str], dict[int, int]]) -> _Ends:
     c = source.columns
     keys = _keys(source)
     key_ord = np.array([ordinals[(g, o)][q] for g, o, q in keys.keys], dtype=np.int64)
@@ -329,7 +380,7 @@ def _align(
 ) -> tuple[list[Alignment], dict[tuple[str, str], tuple[str, int]]]:
     """Steps 3-4 for one source: its alignments, and per (group, op) the reference group and offset."""
     ordinals = _ordinals(source)
-    src_ends = _ends_by_rank(source, ordinals)
+    src_ends = _ends_by_rank(source)
     out: list[Alignment] = []
     chosen: dict[tuple[str, str], tuple[str, int]] = {}
     for group, op in sorted(ordinals):
@@ -448,12 +499,15 @@ def _instances(
     cut = np.flatnonzero(jk_s[1:] != jk_s[:-1]) + 1
     starts, stops = np.r_[0, cut], np.r_[cut, len(jk_s)]
     block = {int(jk_s[lo]): (int(lo), int(hi)) for lo, hi in zip(starts.tolist(), stops.tolist())} if len(jk_s) else {}
-    durations = np.where(c.duration_s == 0, 0.0, c.duration_s)  # -0.0 read as 0.0
+    # the picked rows' values as lists, sliced per instance below (one conversion, not one an instance)
+    ranks_at, durations_at = rank_s.tolist(), np.where(c.duration_s == 0, 0.0, c.duration_s)[rows_s].tolist()
+    ends = c.end_s[rows_s]
+    ends_at, nans_before = ends.tolist(), np.r_[0, np.cumsum(np.isnan(ends))].tolist()
+    ops_at, seqs_at = c.op[rows_s].tolist(), c.seq[rows_s].tolist()
     out = []
     partial = 0
     first_of_key = _first_rows(jk)  # keys in the order they were first seen
-    for i in first_of_key.tolist():
-        k = int(jk[i])
+    for i, k in zip(first_of_key.tolist(), jk[first_of_key].tolist()):
         group, op, seq = job_keys[k]
         lo, hi = block[k]
         size = source.group_sizes.get(group)
@@ -464,19 +518,16 @@ def _instances(
         if hi - lo != size:
             partial += 1
             continue
-        picked = rows_s[lo:hi]
-        ends = c.end_s[picked]
-        head = int(picked[0])
         out.append(
             Instance(
                 group=group,
                 op=op,
                 seq=seq,
-                ranks=tuple(rank_s[lo:hi].tolist()),
-                durations_s=tuple(durations[picked].tolist()),
-                ends_s=None if np.isnan(ends).any() else tuple(ends.tolist()),
+                ranks=tuple(ranks_at[lo:hi]),
+                durations_s=tuple(durations_at[lo:hi]),  # -0.0 read as 0.0
+                ends_s=None if nans_before[hi] != nans_before[lo] else tuple(ends_at[lo:hi]),
                 starts_independent=source.starts_independent,
-                label=f"{c.ops[int(c.op[head])]} {counter} {int(c.seq[head])}",
+                label=f"{c.ops[ops_at[lo]]} {counter} {seqs_at[lo]}",
             )
         )
     return out, partial, hosts
@@ -628,7 +679,7 @@ def diagnose_job(paths: list[Path], params: LateRankParams = LateRankParams()) -
     # reference ordinal -> reference seq, per (group, op)
     ref_seq_at = {k: {i: s for s, i in v.items()} for k, v in ref_ordinals.items()}
     alignments: list[Alignment] = []
-    ref_ends = _ends_by_rank(reference, ref_ordinals)
+    ref_ends = _ends_by_rank(reference)
     # per source, its own keys (group, op, seq) -> the job's key (None: not joined); computed once per key
     job = _JobKeys()
     for s in sources:

@@ -30,7 +30,14 @@ import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
-from commlens.ingest.flightrec import DumpError, RankColumns, read_dump_dir, read_dump_dir_columns
+from commlens.ingest.flightrec import (
+    DumpColumns,
+    DumpError,
+    RankColumns,
+    join_dump_columns,
+    read_dump_dir,
+    read_dump_dir_columns,
+)
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
 from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
 from commlens.ingest.nccl_inspector import read_inspector, read_inspector_columns
@@ -45,6 +52,8 @@ __all__ = [
     "Observation",
     "SourceData",
     "detect_kind",
+    "flightrec_share",
+    "join_flightrec_shares",
     "load_source",
 ]
 
@@ -271,13 +280,14 @@ def _catalog(op: str) -> str | None:
         return None
 
 
-def load_source(kind: str, paths: list[Path]) -> SourceData:
-    """Read one kind's paths (several Kineto traces, one dump directory...) into observations."""
+def load_source(kind: str, paths: list[Path], columns: FlightrecColumns | None = None) -> SourceData:
+    """Read one kind's paths (several Kineto traces, one dump directory...) into observations. ``columns``:
+    Flight Recorder dump directories already read by column (see :func:`flightrec_share`)."""
     try:
         if kind == "nccl-inspector":
             return _inspector(paths)
         if kind == "flightrec":
-            return _flightrec(paths)
+            return _flightrec(paths, columns)
         if kind == "kineto":
             return _kineto(paths)
         if kind == "monitor":
@@ -358,14 +368,37 @@ def _inspector(paths: list[Path]) -> SourceData:
     )
 
 
-def _flightrec(paths: list[Path]) -> SourceData:
-    directories = sorted({p if p.is_dir() else p.parent for p in paths})
+# each Flight Recorder dump directory read by column (None: not by column; read it record by record)
+FlightrecColumns = dict[Path, DumpColumns | None]
+
+
+def _dump_directories(paths: list[Path]) -> list[Path]:
+    return sorted({p if p.is_dir() else p.parent for p in paths})
+
+
+def flightrec_share(paths: list[Path], share: tuple[int, int]) -> FlightrecColumns:
+    """Share ``(i, n)`` of the ranks of each dump directory among ``paths``, read by column (for reading a
+    large set in n processes; :func:`join_flightrec_shares` joins the shares)."""
+    return {d: read_dump_dir_columns(d, share=share) for d in _dump_directories(paths)}
+
+
+def join_flightrec_shares(shares: list[FlightrecColumns]) -> FlightrecColumns:
+    """The shares 0..n-1 of :func:`flightrec_share`, in that order, as each directory read at once."""
+    out: FlightrecColumns = {}
+    for directory in shares[0]:
+        parts = [p for s in shares if (p := s[directory]) is not None]
+        out[directory] = join_dump_columns(parts) if len(parts) == len(shares) else None
+    return out
+
+
+def _flightrec(paths: list[Path], columns: FlightrecColumns | None = None) -> SourceData:
+    directories = _dump_directories(paths)
     parts: list[Columns] = []
     sizes: dict[str, int] = {}
     notes: list[str] = []
     divergence: dict[str, Any] | None = None
     for directory in directories:
-        fast = read_dump_dir_columns(directory)
+        fast = columns[directory] if columns is not None else read_dump_dir_columns(directory)
         if fast is not None and _no_divergence(fast.ranks, fast.names):  # JSON dumps checked by column, ranks in step
             notes.extend(fast.notes)
             for dump in fast.ranks:

@@ -44,16 +44,19 @@ import math
 import pickle
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
 from commlens.ingest.json_columns import loads_like_json
+from commlens.results.jsonvalue import JsonObject
 
 __all__ = [
     "DEFAULT_MAX_DUMP_BYTES",
@@ -67,6 +70,7 @@ __all__ = [
     "loads_plain",
     "read_dump",
     "read_dump_dir",
+    "join_dump_columns",
     "read_dump_dir_columns",
 ]
 
@@ -473,6 +477,10 @@ def _set_notes(versions: list[str], no_groups: bool) -> list[str]:
     return notes
 
 
+# an entry's (op, input sizes, input dtypes), as diagnose hang compares entries
+_Signature = tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...] | None]
+
+
 @dataclass(frozen=True)
 class RankColumns:
     """One rank's JSON dump, its entries as columns: what :func:`read_dump` reads, without an object an entry.
@@ -508,14 +516,22 @@ class DumpColumns:
     ranks: tuple[RankColumns, ...]  # by rank
     notes: tuple[str, ...]
     names: list[str]  # what the ranks' string codes stand for
+    signatures: list[_Signature]  # what the ranks' signature codes stand for
 
 
 def read_dump_dir_columns(
-    dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES
+    dump_dir: str | Path,
+    prefix: str | None = None,
+    max_bytes: int = DEFAULT_MAX_DUMP_BYTES,
+    *,
+    share: tuple[int, int] = (0, 1),
 ) -> DumpColumns | None:
     """The dumps of a directory as columns, when every dump is JSON and every entry passes :func:`read_dump`'s
     checks (checked by column; the values are then the same); None otherwise: read it with
-    :func:`read_dump_dir`, which says what is wrong where. Pickled dumps always take that path."""
+    :func:`read_dump_dir`, which says what is wrong where. Pickled dumps always take that path.
+
+    ``share=(i, n)`` reads only the i-th of n slices of the ranks (for reading in n processes); the n slices
+    joined by :func:`join_dump_columns` are the directory read at once."""
     directory = Path(dump_dir)
     if not directory.is_dir():
         return None
@@ -525,10 +541,12 @@ def read_dump_dir_columns(
         return None
     ranks = []
     codes = _Codes()
+    chosen = sorted(files.items())
+    part, parts = share
     collecting = gc.isenabled()
     gc.disable()  # parsing makes millions of containers, none in a cycle: no collection pass over them
     try:
-        for rank, path in sorted(files.items()):
+        for rank, path in chosen[part * len(chosen) // parts : (part + 1) * len(chosen) // parts]:
             got = _rank_columns(path, rank, max_bytes, codes)
             if got is None:
                 return None
@@ -537,7 +555,30 @@ def read_dump_dir_columns(
         if collecting:
             gc.enable()
     notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
-    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names))
+    return DumpColumns(directory, found_prefix, tuple(ranks), tuple(notes), list(codes.names), list(codes.signatures))
+
+
+def join_dump_columns(parts: list[DumpColumns]) -> DumpColumns:
+    """The slices of a directory read with ``share=(i, n)``, i = 0..n-1, in that order, as one: the string and
+    signature codes renumbered as reading them at once numbers them."""
+    names: dict[str, int] = {}
+    signatures: dict[_Signature, int] = {}
+    ranks: list[RankColumns] = []
+    for p in parts:
+        name_code = np.array([names.setdefault(n, len(names)) for n in p.names] + [-1], dtype=np.int32)
+        signature_code = np.array([signatures.setdefault(k, len(signatures)) for k in p.signatures], dtype=np.int32)
+        ranks.extend(
+            replace(
+                r,
+                process_group=name_code[r.process_group],
+                op=name_code[r.op],
+                state=name_code[r.state],  # -1 (no state) indexes the appended -1
+                signature=signature_code[r.signature],
+            )
+            for r in p.ranks
+        )
+    notes = _set_notes([r.version for r in ranks], all(not r.groups for r in ranks))
+    return DumpColumns(parts[0].directory, parts[0].prefix, tuple(ranks), tuple(notes), list(names), list(signatures))
 
 
 class _Codes:
@@ -545,48 +586,59 @@ class _Codes:
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
-        self.signatures: dict[Any, int] = {}
+        self.signatures: dict[_Signature, int] = {}
 
-    def of(self, values: list[str]) -> np.ndarray:
+    def of(self, values: Sequence[str]) -> np.ndarray:
         table = self.names
-        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
+        local = dict.fromkeys(values)  # the distinct values, in the order first met
+        for v in local:
+            local[v] = table.setdefault(v, len(table))
+        return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))
 
 
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
-_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+_NONE = type(None)
 
 
 def _types(values: Any) -> set[type]:
     return set(map(type, values))
 
 
-def _ints(values: list[Any], none: bool) -> np.ndarray | None:
-    """int64 column of ints (None as 0 where ``none``); None when a value is anything else or beyond 64 bits."""
-    kinds = _types(values)
-    if not kinds <= ({int, type(None)} if none else {int}):
+def _ints(values: Sequence[Any], kinds: set[type], none: bool) -> np.ndarray | None:
+    """int64 column of ints (None as 0 where ``none``); None when a value is anything else or beyond 64 bits
+    (-2**63 included, as :func:`read_dump` refuses it)."""
+    if not kinds <= ({int, _NONE} if none else {int}):
         return None
-    if type(None) in kinds:
+    if _NONE in kinds:
         values = [0 if v is None else v for v in values]
-    if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
+    try:
+        out = np.array(values, dtype=np.int64)
+    except OverflowError:
         return None
-    return np.array(values, dtype=np.int64)
+    return None if len(out) and int(out.min()) == _INT64_MIN else out
 
 
-def _nested_plain(values: list[Any], levels: int) -> bool:
+def _nested_plain(values: Sequence[Any], levels: int, kinds: set[type] | None = None) -> bool:
     """Every value a scalar, or a list whose items are (``levels`` deep at most) scalars or such lists."""
-    kinds = _types(values)
+    kinds = _types(values) if kinds is None else kinds
     if not kinds <= _PLAIN_SCALARS | {list}:
         return False
     if list not in kinds:
         return True
     if levels == 0:
         return False
-    inner = list(chain.from_iterable(v for v in values if type(v) is list))
+    inner = list(chain.from_iterable(v for v in values if type(v) is list) if len(kinds) > 1 else chain(*values))
     return _nested_plain(inner, levels - 1)
 
 
-def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes) -> RankColumns | None:
-    """:func:`read_dump` by column, for a JSON dump every entry of which it would accept; else None."""
+# the entry fields whose checks in _rank_columns imply _nested_plain(column, 2)
+_CHECKED_NESTED = frozenset({"process_group", "input_sizes", "input_dtypes", "frames"})
+
+
+def _parsed_dump(path: Path, rank_from_name: int, max_bytes: int) -> tuple[Any, list[Any], str] | None:
+    """A JSON dump's data, its entries (each a dict) and version, when :func:`read_dump` would accept all but
+    the entries; else None."""
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -599,13 +651,15 @@ def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes
     if len(raw) > max_bytes or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
         return None
     try:
-        data = loads_like_json(raw)
+        data = loads_like_json(raw, beyond_64_bits=False)
+        if isinstance(data, dict) and _wide_float({k: v for k, v in data.items() if k != "entries"}):
+            data = json.loads(raw)  # an int beyond 64 bits, which orjson reads as a float, outside the entries
     except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or "version" not in data:
         return None
     entries = data.get("entries", [])
-    if type(entries) is not list or not all(type(e) is dict for e in entries):
+    if type(entries) is not list or not _types(entries) <= {dict}:
         return None
     try:
         _check_plain(path, {k: v for k, v in data.items() if k != "entries"})  # the entries are checked below
@@ -615,88 +669,116 @@ def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes
         return None
     if rank != rank_from_name:
         return None
-    layouts = set(map(tuple, entries))
-    if len(layouts) > 16 or any(
-        not {"collective_seq_id", "profiling_name", "input_sizes"} <= set(keys) for keys in layouts
-    ):
-        return None
-    keys = set().union(*layouts) if layouts else set()
-    columns = {k: list(map(dict.get, entries, repeat(k))) for k in keys}
+    return data, entries, version
 
-    def column(key: str) -> list[Any]:
-        return columns.get(key) or [None] * len(entries)
+
+def _wide_float(data: Any) -> bool:
+    """Whether a float of magnitude 2**63 or more is among the values (orjson reads an integer beyond 64 bits
+    as such a float). The entries' fields need no such search: their integer fields take only ints, their
+    duration stays under 1e12, and their other fields are not read."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        items = value.values() if type(value) is dict else value
+        for v in items:
+            if type(v) is float and not -(2.0**63) < v < 2.0**63:
+                return True
+            if type(v) is dict or type(v) is list:
+                stack.append(v)
+    return False
+
+
+def _entry_columns(entries: list[JsonObject]) -> dict[str, Sequence[Any]] | None:
+    """The entries' fields as columns (None where an entry lacks the field); None when the entries have many
+    layouts or lack a field :func:`read_dump` requires."""
+    keys = tuple(entries[0]) if entries else ()
+    if len(keys) > 1 and set(map(len, entries)) == {len(keys)}:  # the usual dump: every entry with one key set
+        try:
+            columns: dict[str, Sequence[Any]] = dict(zip(keys, zip(*map(itemgetter(*keys), entries))))
+        except KeyError:  # an entry with other keys
+            pass
+        else:
+            return columns if _REQUIRED <= columns.keys() else None
+    layouts = set(map(tuple, entries))
+    if len(layouts) > 16 or any(not _REQUIRED <= set(keys) for keys in layouts):
+        return None
+    return {k: list(map(dict.get, entries, repeat(k))) for k in set().union(*layouts)}
+
+
+_REQUIRED = frozenset({"collective_seq_id", "profiling_name", "input_sizes"})
+
+
+def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes) -> RankColumns | None:
+    """:func:`read_dump` by column, for a JSON dump every entry of which it would accept; else None."""
+    parsed = _parsed_dump(path, rank_from_name, max_bytes)
+    if parsed is None:
+        return None
+    data, entries, version = parsed
+    columns = _entry_columns(entries)
+    if columns is None:
+        return None
+    n = len(entries)
+    kinds = {k: _types(v) for k, v in columns.items()}
+
+    def column(key: str) -> tuple[Sequence[Any], set[type]]:
+        got = columns.get(key)
+        return (got, kinds[key]) if got is not None else ([None] * n, {_NONE} if n else set())
 
     # depth: data -> entries -> entry -> value (3); _MAX_DEPTH allows shapes nested far deeper than dumps'
-    if not all(_nested_plain(v, 2) for v in columns.values()):
+    if not all(_nested_plain(v, 2, kinds[k]) for k, v in columns.items() if k not in _CHECKED_NESTED):
         return None
-    if any(f not in (None, []) for f in column("frames")):  # frames: the record-by-record path keeps them
+    frames, frame_kinds = column("frames")
+    if not frame_kinds <= {_NONE, list} or any(frames):  # frames: the record-by-record path keeps them
         return None
-    names = column("profiling_name")
-    groups_raw = column("process_group")
-    if not _types(names) <= {str} or not _types(groups_raw) <= {list}:
+    names, name_kinds = column("profiling_name")
+    groups = _group_column(*column("process_group"))
+    dtypes, dtype_kinds = column("input_dtypes")
+    if not name_kinds <= {str} or groups is None or not dtype_kinds <= {list, _NONE}:
         return None
-    if set(map(len, groups_raw)) - {2}:
+    if not _types(chain.from_iterable(filter(None, dtypes)) if _NONE in dtype_kinds else chain(*dtypes)) <= {str}:
         return None
-    group_names = [g[0] for g in groups_raw]
-    if not _types(group_names) <= {str} or not _types(g[1] for g in groups_raw) <= {str}:
+    sizes, size_kinds = column("input_sizes")
+    if not size_kinds <= {list}:
         return None
-    dtypes = column("input_dtypes")
-    if not _types(dtypes) <= {list, type(None)}:
+    shapes = list(chain(*sizes))
+    if not _types(shapes) <= {list} or not _types(chain(*shapes)) <= {int}:
         return None
-    if not _types(chain.from_iterable(d for d in dtypes if d is not None)) <= {str}:
+    ints = [
+        _ints(*column(k), none=k != "collective_seq_id")
+        for k in (
+            "collective_seq_id",
+            "time_created_ns",
+            "time_discovered_started_ns",
+            "time_discovered_completed_ns",
+            "record_id",
+            "p2p_seq_id",
+        )
+    ]
+    duration = _durations(*column("duration_ms"))
+    if duration is None or any(c is None for c in ints):
         return None
-    sizes = column("input_sizes")
-    if not _types(sizes) <= {list}:
-        return None
-    shapes = list(chain.from_iterable(sizes))
-    if not _types(shapes) <= {list} or not _types(chain.from_iterable(shapes)) <= {int}:
-        return None
-    seq = _ints(column("collective_seq_id"), none=False)
-    created = _ints(column("time_created_ns"), none=True)
-    started = _ints(column("time_discovered_started_ns"), none=True)
-    completed = _ints(column("time_discovered_completed_ns"), none=True)
-    others = [_ints(column(k), none=True) for k in ("record_id", "p2p_seq_id")]
-    if seq is None or created is None or started is None or completed is None or any(o is None for o in others):
-        return None
-    durations = column("duration_ms")
-    if not _types(durations) <= {int, float, type(None)}:
-        return None
-    try:
-        duration = np.array([math.nan if d is None else d for d in durations], dtype=np.float64)
-    except OverflowError:
-        return None
-    given = np.array([d is not None for d in durations], dtype=bool)
-    if not ((duration[given] >= 0) & (duration[given] < 1e12)).all():
-        return None
+    seq, created, started, completed = ints[:4]
     op_of = {n: _op(n) for n in set(names)}
-    ops = [op_of[n] for n in names]
-    flags = column("is_p2p")
-    p2p = np.array([f if type(f) is bool else o in _P2P_OPS for f, o in zip(flags, ops)], dtype=bool)
-    states = [st if isinstance(st, str) else "" for st in column("state")]
+    ops = list(map(op_of.__getitem__, names))
+    p2p = _p2p(*column("is_p2p"), ops)
     try:
-        groups = _groups(path, data.get("pg_config"), sorted(set(group_names)))
+        configs = _groups(path, data.get("pg_config"), sorted(set(groups[0])))
     except DumpError:
         return None
-    table = codes.signatures
-    signature = np.array(
-        [
-            table.setdefault((o, tuple(map(tuple, z)), None if d is None else tuple(d)), len(table))
-            for o, z, d in zip(ops, sizes, dtypes)
-        ],
-        dtype=np.int32,
-    )
-    has_dtypes = all(d is not None for d, f in zip(dtypes, p2p.tolist()) if not f)
-    state_codes = codes.of(states)
+    signature = _signatures(codes.signatures, ops, sizes, shapes, dtypes, dtype_kinds)
+    has_dtypes = _NONE not in dtype_kinds or all(d is not None for d, f in zip(dtypes, p2p.tolist()) if not f)
+    state = _states(codes, *column("state"))
+    assert seq is not None and created is not None and started is not None and completed is not None
     return RankColumns(
-        rank=rank,
+        rank=rank_from_name,
         path=path,
         version=version,
-        groups=groups,
-        process_group=codes.of(group_names),
+        groups=configs,
+        process_group=codes.of(groups[0]),
         op=codes.of(ops),
         seq=seq,
         is_p2p=p2p,
-        state=np.where(np.array([bool(st) for st in states], dtype=bool), state_codes, -1),
+        state=state,
         time_created_ns=created,
         time_started_ns=started,
         time_completed_ns=completed,
@@ -704,3 +786,80 @@ def _rank_columns(path: Path, rank_from_name: int, max_bytes: int, codes: _Codes
         signature=signature,
         has_dtypes=has_dtypes,
     )
+
+
+def _group_column(values: Sequence[Any], kinds: set[type]) -> tuple[Sequence[str], Sequence[str]] | None:
+    """The entries' (group name, description) columns, when every process_group is two strings; else None."""
+    if not kinds <= {list} or set(map(len, values)) - {2}:
+        return None
+    if not values:
+        return [], []
+    names, descs = zip(*values)
+    if not _types(names) <= {str} or not _types(descs) <= {str}:
+        return None
+    return names, descs
+
+
+def _durations(values: Sequence[Any], kinds: set[type]) -> np.ndarray | None:
+    """duration_ms as float64 (NaN where absent); None when one is no number in [0, 1e12)."""
+    if not kinds <= {int, float, _NONE}:
+        return None
+    try:
+        if _NONE in kinds:
+            duration = np.array([math.nan if d is None else d for d in values], dtype=np.float64)
+        else:
+            duration = np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    given = duration[np.array([d is not None for d in values], dtype=bool)] if _NONE in kinds else duration
+    if not ((given >= 0) & (given < 1e12)).all():
+        return None
+    return duration
+
+
+def _p2p(flags: Sequence[Any], kinds: set[type], ops: list[str]) -> np.ndarray:
+    if kinds <= {bool}:
+        return np.array(flags, dtype=bool)
+    return np.array([f if type(f) is bool else o in _P2P_OPS for f, o in zip(flags, ops)], dtype=bool)
+
+
+def _states(codes: _Codes, values: Sequence[Any], kinds: set[type]) -> np.ndarray:
+    """State codes; -1 where none (absent, not a string, or empty)."""
+    states = values if kinds <= {str} else [st if isinstance(st, str) else "" for st in values]
+    state_codes = codes.of(states)
+    empty = codes.names.get("")
+    return state_codes if empty is None else np.where(state_codes != empty, state_codes, -1)
+
+
+def _signatures(
+    table: dict[_Signature, int],
+    ops: list[str],
+    sizes: Sequence[list[list[int]]],
+    shapes: list[list[int]],
+    dtypes: Sequence[list[str] | None],
+    dtype_kinds: set[type],
+) -> np.ndarray:
+    """Codes of the entries' (op, input sizes, input dtypes), equal codes for equal triples across the set."""
+    if ops and _NONE not in dtype_kinds and set(map(len, sizes)) == {1} and set(map(len, shapes)) == {1}:
+        named = cast("Sequence[list[str]]", dtypes)
+        if set(map(len, named)) == {1}:
+            return _one_input_signatures(table, ops, list(chain(*shapes)), list(chain(*named)))
+    return np.array(
+        [
+            table.setdefault((o, tuple(map(tuple, z)), None if d is None else tuple(d)), len(table))
+            for o, z, d in zip(ops, sizes, dtypes)
+        ],
+        dtype=np.int32,
+    )
+
+
+def _one_input_signatures(
+    table: dict[_Signature, int], ops: list[str], elements: list[int], dtypes: list[str]
+) -> np.ndarray:
+    """:func:`_signatures` where every entry has one one-dimensional input and one dtype (the same keys in
+    ``table``), each distinct triple looked up once."""
+    triples = list(zip(ops, elements, dtypes))
+    local: dict[tuple[str, int, str], int] = dict.fromkeys(triples, 0)
+    for t in local:
+        local[t] = table.setdefault((t[0], ((t[1],),), (t[2],)), len(table))
+    return np.fromiter(map(local.__getitem__, triples), dtype=np.int32, count=len(triples))

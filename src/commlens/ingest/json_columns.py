@@ -13,24 +13,29 @@ the damaged lines and reads the rest. Either path gives the same values.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from operator import itemgetter
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import contains, itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
 
-__all__ = ["all_of", "column", "int_column", "loads_like_json", "scan_json_lines", "strings"]
+from commlens.results.jsonvalue import JsonObject
+
+__all__ = ["all_of", "codes", "column", "fields", "int_column", "loads_like_json", "scan_json_lines", "strings"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
 
 
-def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
+def scan_json_lines(text: str, max_chars: int, *, beyond_64_bits: bool = True) -> list[Any] | None:
     """Each line's JSON value, when every line is exactly one JSON value of at most ``max_chars`` characters
     (no blank line, no whitespace around it, no carriage return); None otherwise.
 
     Lines are parsed by orjson where it gives the standard library's value (:func:`loads_like_json`), else
-    by the standard library's C scanner as before."""
+    by the standard library's C scanner as before. With ``beyond_64_bits=False`` the text is not searched for
+    integers beyond 64 bits, which orjson reads as floats of magnitude 2**63 or more: for a caller that takes
+    only ints (``type(v) is int``) in its integer fields and refuses such magnitudes in its number fields."""
     if "\r" in text:
         return None
     if not text:
@@ -38,21 +43,33 @@ def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
     lines = text.split("\n")  # a JSON string holds no raw newline: each value is within its line
     if text.endswith("\n"):
         lines.pop()
-    try:
-        long_int = _may_hold_long_int(text.encode())
-    except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
-        long_int = True
-    if long_int:  # orjson reads integers beyond 64 bits as floats
-        return _scan_lines(lines, max_chars)
+    if beyond_64_bits:
+        try:
+            long_int = _may_hold_long_int(text.encode())
+        except UnicodeEncodeError:  # a lone surrogate: orjson refuses the line anyway
+            long_int = True
+        if long_int:  # orjson reads integers beyond 64 bits as floats
+            return _scan_lines(lines, max_chars)
+    if not lines or min(map(len, lines)) == 0 or max(map(len, lines)) > max_chars:
+        return None
+    if any(line[0] in " \t" or line[-1] in " \t" for line in lines):  # the C scanner refuses these
+        return None
+    if max(map(str.count, lines, repeat("["))) + max(map(str.count, lines, repeat("{"))) <= _DEEP:
+        try:  # no line nests past the C scanner's depth: all by orjson
+            return list(map(orjson.loads, lines))
+        except (orjson.JSONDecodeError, RecursionError):  # NaN, 1e400, a lone surrogate, ...: line by line
+            pass
+    return _orjson_lines(lines)
+
+
+def _orjson_lines(lines: list[str]) -> list[Any] | None:
+    """Each line by orjson, or by the C scanner where orjson refuses it or it may nest deep."""
     out: list[Any] = []
     append = out.append
     loads = orjson.loads
     try:
         for line in lines:
-            n = len(line)
-            if not n or n > max_chars or line[0] in " \t" or line[-1] in " \t":  # the C scanner refuses these
-                return None
-            if n > _DEEP and line.count("[") + line.count("{") > _DEEP:  # possibly past the C scanner's depth
+            if len(line) > _DEEP and line.count("[") + line.count("{") > _DEEP:  # possibly past the C scanner's depth
                 value = _scan_line(line)
             else:
                 try:
@@ -65,11 +82,12 @@ def scan_json_lines(text: str, max_chars: int) -> list[Any] | None:
     return out
 
 
-def loads_like_json(raw: bytes) -> Any:
+def loads_like_json(raw: bytes, *, beyond_64_bits: bool = True) -> Any:
     """``json.loads(raw)``, by orjson where the two give the same value (no integer beyond 64 bits, which orjson
     reads as a float; valid UTF-8; no NaN or out-of-range literal; nested under orjson's limit); the standard
-    library otherwise, raising what it raises."""
-    if not _may_hold_long_int(raw):
+    library otherwise, raising what it raises. With ``beyond_64_bits=False`` the text is not searched for
+    such integers: the caller looks for floats of magnitude 2**63 or more where they matter."""
+    if not (beyond_64_bits and _may_hold_long_int(raw)):
         try:
             return orjson.loads(raw)
         except (orjson.JSONDecodeError, RecursionError):
@@ -114,7 +132,7 @@ def all_of(values: Iterable[Any], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
 
-def int_column(values: list[Any], low: int, limit: int) -> np.ndarray | None:
+def int_column(values: Sequence[Any], low: int, limit: int) -> np.ndarray | None:
     """The values as int64 when every one is an ``int`` (not a bool) with ``low <= v < limit``; else None."""
     if not all_of(values, int):
         return None
@@ -129,7 +147,7 @@ def int_column(values: list[Any], low: int, limit: int) -> np.ndarray | None:
     return column
 
 
-def strings(values: list[Any], low: int, high: int) -> bool:
+def strings(values: Sequence[Any], low: int, high: int) -> bool:
     """Every value is a ``str`` of ``low..high`` characters."""
     if not all_of(values, str):
         return False
@@ -145,3 +163,32 @@ def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
         return list(map(itemgetter(key), rows))
     except KeyError:
         return None
+
+
+def fields(rows: Sequence[JsonObject], keys: tuple[str, ...]) -> dict[str, Sequence[Any]]:
+    """Each key's column: the rows' values, None where a row lacks the key (``dict.get``'s), in one pass
+    where every row has the keys the first has (the usual file), a pass a key otherwise."""
+    if not rows:
+        return {k: [] for k in keys}
+    have = tuple(k for k in keys if k in rows[0])
+    out: dict[str, Sequence[Any]] = {}
+    try:
+        if len(have) > 1:
+            out = dict(zip(have, zip(*map(itemgetter(*have), rows))))
+        elif have:
+            out = {have[0]: list(map(itemgetter(have[0]), rows))}
+    except KeyError:  # a row lacks one of them
+        return {k: list(map(dict.get, rows, repeat(k))) for k in keys}
+    for k in keys:
+        if k not in out:
+            out[k] = list(map(dict.get, rows, repeat(k))) if any(map(contains, rows, repeat(k))) else [None] * len(rows)
+    return out
+
+
+def codes(table: dict[Any, int], values: Sequence[Any], offset: int = 0) -> np.ndarray:
+    """Each value's code in ``table`` (int32), a new value getting ``len(table) + offset`` as first met: what
+    ``[table.setdefault(v, len(table) + offset) for v in values]`` gives, a dict lookup a distinct value."""
+    local: dict[Any, int] = dict.fromkeys(values, 0)
+    for v in local:
+        local[v] = table.setdefault(v, len(table) + offset)
+    return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))

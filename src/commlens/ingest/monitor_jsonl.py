@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from commlens.ingest.base import DEFAULT_MAX_INPUT_BYTES, IngestError, read_source
-from commlens.ingest.json_columns import all_of, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import all_of, codes, fields, int_column, scan_json_lines, strings
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.collectives import (
     MAX_GROUP_NAME,
@@ -146,11 +146,12 @@ def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
     count = 0
     try:
         for file in files:  # a file at a time: its parsed lines are let go before the next is read
-            lines = scan_json_lines(read_source(file, max_bytes=max_bytes).text, _MAX_LINE_CHARS)
+            text = read_source(file, max_bytes=max_bytes).text
+            lines = scan_json_lines(text, _MAX_LINE_CHARS, beyond_64_bits=False)  # see _columns
             if lines is None or not all_of(lines, dict):
                 return None
             records = [d for d in lines if d.get("type") == "record"]
-            del lines
+            del lines, text
             count += len(records)
             if count > MAX_RECORDS:
                 return None
@@ -171,13 +172,13 @@ def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
     if len(parts) == 1:
         return parts[0]
     merged: dict[str, Any] = {}
-    for codes, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
+    for coded, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
         table: dict[str, int] = {}
         columns = []
         for p in parts:
             remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
-            columns.append(remap[getattr(p, codes)])
-        merged[codes] = np.concatenate(columns)
+            columns.append(remap[getattr(p, coded)])
+        merged[coded] = np.concatenate(columns)
         merged[names] = list(table)
     sizes: dict[str, int] = {}
     for p in parts:
@@ -187,12 +188,30 @@ def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
     return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
 
 
+_FIELDS = (
+    "rank",
+    "group_size",
+    "seq",
+    "size_bytes",
+    "start_s",
+    "end_s",
+    "group",
+    "dtype",
+    "op",
+    "timing",
+    "step",
+    "host",
+    "group_ranks",
+)
+
+
 def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
-    """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one."""
+    """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one.
 
-    def get(key: str) -> list[Any]:
-        return [d.get(key) for d in records]
-
+    An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and
+    the times refuse magnitudes of 2**63 or more."""
+    col = fields(records, _FIELDS)
+    get = col.__getitem__
     rank = int_column(get("rank"), 0, MAX_RANKS)
     group_size = int_column(get("group_size"), 1, MAX_RANKS + 1)
     seq = int_column(get("seq"), 0, 2**62)
@@ -208,7 +227,7 @@ def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorC
             column = np.array(values, dtype=np.float64)
         except OverflowError:
             return None
-        if not np.isfinite(column).all():
+        if not (np.abs(column) < 2.0**63).all():  # finite, and no integer beyond 64 bits read as a float
             return None
         times.append(column)
     start, end = times
@@ -221,13 +240,16 @@ def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorC
         return None
     if any(t not in DTYPE_SIZES and t != "other" for t in set(dtypes)):
         return None
-    timings = [d.get("timing", "cpu") for d in records]
+    timings = get("timing")
+    if None in timings:  # absent: "cpu"; null stays None (and is refused)
+        timings = [d.get("timing", "cpu") for d in records]
     if not all_of(timings, str) or not set(timings) <= set(TIMINGS):
         return None
     steps = get("step")
     if not all_of(steps, int, type(None)):
         return None
-    if any(st is not None and not 0 <= st < 2**62 for st in steps):
+    given = [st for st in steps if st is not None] if None in steps else steps
+    if given and (min(given) < 0 or max(given) >= 2**62):
         return None
     host_names = get("host")
     if not all_of(host_names, str, type(None)) or any(len(h) > MAX_GROUP_NAME for h in set(host_names) - {None}):
@@ -240,7 +262,7 @@ def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorC
             return None
     group_rank = rank
     listed = get("group_ranks")
-    if any(r is not None for r in listed):
+    if listed.count(None) != len(listed):
         group_rank = rank.copy()
         index_of: dict[tuple[Any, ...], dict[int, int] | None] = {}
         for i, ranks in enumerate(listed):
@@ -258,24 +280,22 @@ def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorC
     group_code: dict[str, int] = {}
     op_code: dict[str, int] = {}
     host_code: dict[str | None, int] = {None: -1}
-    ops = [catalog[n] for n in op_names]
-    sizes: dict[str, int] = {}
-    for name, n in zip(group_names, group_size.tolist()):
-        sizes[name] = n
+    ops = list(map(catalog.__getitem__, op_names))
+    sizes: dict[str, int] = dict(zip(group_names, group_size.tolist()))
     return MonitorColumns(
         files=files,
         rank=rank,
         group_rank=group_rank,
-        group=np.array([group_code.setdefault(g, len(group_code)) for g in group_names], dtype=np.int32),
+        group=codes(group_code, group_names),
         groups=list(group_code),
         group_sizes=sizes,
         seq=seq,
-        op=np.array([op_code.setdefault(o, len(op_code)) for o in ops], dtype=np.int32),
+        op=codes(op_code, ops),
         ops=list(op_code),
         size_bytes=size,
         start_s=start,
         end_s=end,
-        host=np.array([host_code.setdefault(h, len(host_code) - 1) for h in host_names], dtype=np.int32),
+        host=codes(host_code, host_names, -1),
         hosts=[h for h in host_code if h is not None],
     )
 

@@ -46,7 +46,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import contains
@@ -70,7 +70,7 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.json_columns import all_of, column, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import all_of, codes, fields, int_column, scan_json_lines, strings
 from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
@@ -855,7 +855,7 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
             if root.is_dir() and not _sniff(source):
                 return None
             text = source.text
-            lines = scan_json_lines(text, MAX_LINE_CHARS)
+            lines = scan_json_lines(text, MAX_LINE_CHARS, beyond_64_bits=False)  # see _compact_part
             if lines is None or not lines:
                 return None
             if text.count("{") + text.count("[") > 4 * len(lines) and any(
@@ -885,47 +885,52 @@ class _Shared:
 
 
 def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
-    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails."""
+    """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails.
+
+    An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and
+    the number fields (execution time, busBW) refuse magnitudes of 2**63 or more."""
     if not all_of(objects, dict) or set(map(len, objects)) != {3}:
         return None
-    headers, metas, perfs = column(objects, "header"), column(objects, "metadata"), column(objects, "coll_perf")
-    if headers is None or metas is None or perfs is None:
-        return None  # with three keys each, every object has exactly these three
+    parts = fields(objects, ("header", "metadata", "coll_perf"))  # None where an object lacks one
+    headers, metas, perfs = parts["header"], parts["metadata"], parts["coll_perf"]
     if not (all_of(headers, dict) and all_of(metas, dict) and all_of(perfs, dict)):
-        return None
+        return None  # with three keys each, every object has exactly these three
     if any(map(contains, perfs, repeat("event_trace_ts"))) or any(map(contains, perfs, repeat("events"))):
         return None  # verbose records: the record-by-record path reads their kernel times
     # a line nesting deeper than MAX_JSON_DEPTH brackets was left to that path too (read_inspector_columns)
 
-    def col(rows: list[dict[str, Any]], key: str) -> list[Any]:
-        return list(map(dict.get, rows, repeat(key)))
-
-    ids = col(headers, "id")
-    n_ranks = int_column(col(headers, "n_ranks"), 1, MAX_RANKS + 1)
-    rank = int_column(col(headers, "rank"), 0, MAX_RANKS + 1)
-    nnodes = int_column(col(headers, "nnodes"), 0, MAX_RANKS + 1)
+    header = fields(headers, ("id", "n_ranks", "rank", "nnodes", "comm_name"))
+    meta = fields(metas, ("hostname", "pid", "dump_timestamp_us"))
+    perf = fields(
+        perfs,
+        ("coll", "coll_sn", "coll_msg_size_bytes", "coll_exec_time_us", "coll_timing_source", "coll_busbw_gbs"),
+    )
+    ids = header["id"]
+    n_ranks = int_column(header["n_ranks"], 1, MAX_RANKS + 1)
+    rank = int_column(header["rank"], 0, MAX_RANKS + 1)
+    nnodes = int_column(header["nnodes"], 0, MAX_RANKS + 1)
     if not strings(ids, 1, MAX_GROUP_NAME) or n_ranks is None or rank is None or nnodes is None:
         return None
     if (rank >= n_ranks).any():
         return None
-    names = col(headers, "comm_name")
+    names = header["comm_name"]
     if not all_of(names, str, type(None)) or any(len(n) > MAX_GROUP_NAME for n in set(names) - {None}):
         return None
-    hostnames = col(metas, "hostname")
+    hostnames = meta["hostname"]
     if not all_of(hostnames, str, type(None)) or any(len(h) > _MAX_HOST_CHARS for h in set(hostnames) - {None}):
         return None
-    pids = col(metas, "pid")
+    pids = meta["pid"]
     if not all_of(pids, int, type(None)) or any(not 0 <= p < 2**32 for p in set(pids) - {None}):
         return None
-    dump_us = int_column(col(metas, "dump_timestamp_us"), 0, _FAST_MAX_US)
-    colls = col(perfs, "coll")
-    seq = int_column(col(perfs, "coll_sn"), 0, _MAX_SEQ)
-    msg = int_column(col(perfs, "coll_msg_size_bytes"), 0, MAX_SIZE_BYTES)
+    dump_us = int_column(meta["dump_timestamp_us"], 0, _FAST_MAX_US)
+    colls = perf["coll"]
+    seq = int_column(perf["coll_sn"], 0, _MAX_SEQ)
+    msg = int_column(perf["coll_msg_size_bytes"], 0, MAX_SIZE_BYTES)
     if dump_us is None or seq is None or msg is None or not strings(colls, 1, 40):
         return None
     if not set(colls) <= NCCL_OPS.keys():
         return None
-    exec_raw = col(perfs, "coll_exec_time_us")
+    exec_raw = perf["coll_exec_time_us"]
     if not all_of(exec_raw, int, float):
         return None
     try:
@@ -934,15 +939,18 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
         return None
     if not (np.isfinite(exec_us).all() and (exec_us >= 0).all() and (exec_us < _FAST_MAX_EXEC_US).all()):
         return None
-    timings = [p.get("coll_timing_source", "unknown") for p in perfs]
+    timings = perf["coll_timing_source"]
+    if None in timings:  # absent: "unknown"; null stays None (and is refused below)
+        timings = [p.get("coll_timing_source", "unknown") for p in perfs]
     if not all_of(timings, str) or any(len(t) > 40 for t in set(timings)):
         return None
-    busbw_raw = col(perfs, "coll_busbw_gbs")
-    printed = [b for b in busbw_raw if b is not None and b != "nan"]
+    busbw_raw = perf["coll_busbw_gbs"]
+    every_bw = all_of(busbw_raw, int, float)  # the usual file: a figure in every record
+    printed = busbw_raw if every_bw else [b for b in busbw_raw if b is not None and b != "nan"]
     if not all_of(printed, int, float):
         return None
     op_code = shared.colls
-    op = np.array([op_code.setdefault(c, len(op_code)) for c in colls], dtype=np.int32)
+    op = codes(op_code, colls)
     catalog = [NCCL_OPS[c] for c in op_code]
     per_rank = np.array([c in _PER_RANK_MSG for c in catalog], dtype=bool)[op]
     if per_rank.any() and int(msg.max()) * int(n_ranks.max()) >= 2**62:
@@ -956,31 +964,15 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
     if (start_ns < 0).any():
         return None
     # busBW printed against size / time x factor, as BusbwCheck compares them (any disagreement: the slow path)
-    has_bw = np.array([b is not None and b != "nan" for b in busbw_raw], dtype=bool)
-    if has_bw.any():
-        try:
-            printed_bw = np.array(printed, dtype=np.float64)
-        except OverflowError:
-            return None
-        if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all()):
-            return None
-        at = np.flatnonzero(has_bw)
-        bw_op = [catalog[i] for i in op[at].tolist()]
-        keep = np.array([o not in _NO_INSPECTOR_BW for o in bw_op], dtype=bool) | (printed_bw != 0)
-        factors = {(o, n): get_op(o).busbw_factor(n) for o, n in set(zip(bw_op, n_ranks[at].tolist()))}
-        factor = np.array([factors[(o, n)] for o, n in zip(bw_op, n_ranks[at].tolist())], dtype=np.float64)
-        time_s = exec_ns[at] / 1e9
-        keep &= time_s > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            computed = size[at] / time_s * factor / 1e9
-        diff = np.abs(computed - printed_bw)
-        bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
-        if (bad & keep).any():
-            return None
+    if every_bw:
+        has_bw = np.ones(len(busbw_raw), dtype=bool)
+    else:
+        has_bw = np.array([b is not None and b != "nan" for b in busbw_raw], dtype=bool)
+    if has_bw.any() and not _busbw_agrees(printed, np.flatnonzero(has_bw), op, catalog, n_ranks, exec_ns, size):
+        return None
     group_code = shared.groups
-    group = np.array([group_code.setdefault(i, len(group_code)) for i in ids], dtype=np.int32)
-    host_code = shared.hosts
-    host = np.array([host_code.setdefault(h, len(host_code) - 1) for h in hostnames], dtype=np.int32)
+    group = codes(group_code, ids)
+    host = codes(shared.hosts, hostnames, -1)
     for g, name in zip(group.tolist(), names):
         if name and name != "unknown":
             shared.comm_names[g] = name
@@ -999,6 +991,39 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
         "start_ns": start_ns,
         "end_ns": end_ns,
     }
+
+
+def _busbw_agrees(
+    printed: Sequence[Any],
+    at: np.ndarray,
+    op: np.ndarray,
+    catalog: list[str],
+    n_ranks: np.ndarray,
+    exec_ns: np.ndarray,
+    size: np.ndarray,
+) -> bool:
+    """Whether every printed busBW (of the records ``at``) is a finite number that agrees with size / time x
+    the op's factor, as BusbwCheck compares them (a magnitude of 2**63 or more is refused: orjson's float for
+    an integer beyond 64 bits)."""
+    try:
+        printed_bw = np.array(printed, dtype=np.float64)
+    except OverflowError:
+        return False
+    if not (np.isfinite(printed_bw).all() and (printed_bw >= 0).all() and (printed_bw < 2.0**63).all()):
+        return False
+    bw_op = op[at]
+    keep = np.array([o not in _NO_INSPECTOR_BW for o in catalog], dtype=bool)[bw_op] | (printed_bw != 0)
+    span = MAX_RANKS + 1  # n_ranks < span (checked by the caller)
+    pairs, pair_of = np.unique(bw_op.astype(np.int64) * span + n_ranks[at], return_inverse=True)
+    factors = [get_op(catalog[p // span]).busbw_factor(p % span) for p in pairs.tolist()]
+    factor = np.array(factors, dtype=np.float64)[pair_of.reshape(-1)]
+    time_s = exec_ns[at] / 1e9
+    keep &= time_s > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        computed = size[at] / time_s * factor / 1e9
+    diff = np.abs(computed - printed_bw)
+    bad = (diff > BUSBW_ABS_TOL_GBPS) & (diff > BUSBW_REL_TOL * np.maximum(computed, printed_bw))
+    return not (bad & keep).any()
 
 
 def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
