@@ -13,7 +13,7 @@ the damaged lines and reads the rest. Either path gives the same values.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import contains, itemgetter
 from typing import Any
@@ -157,7 +157,7 @@ def strings(values: Sequence[Any], low: int, high: int) -> bool:
     return min(lengths) >= low and max(lengths) <= high
 
 
-def column(rows: list[dict[str, Any]], key: str) -> list[Any] | None:
+def column(rows: Sequence[Mapping[str, object]], key: str) -> list[Any] | None:
     """Each row's ``key`` (a field every row must have); None when a row lacks it."""
     try:
         return list(map(itemgetter(key), rows))

@@ -30,6 +30,7 @@ from commlens.results.collectives import (
     CollectiveRecordError,
     record_from_wire,
 )
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MAX_RANKS, MAX_SIZE_BYTES
 
 __all__ = [
@@ -171,21 +172,42 @@ def _merge(parts: list[MonitorColumns]) -> MonitorColumns:
     """Files' columns as one, their name codes merged."""
     if len(parts) == 1:
         return parts[0]
-    merged: dict[str, Any] = {}
-    for coded, names in (("group", "groups"), ("op", "ops"), ("host", "hosts")):
-        table: dict[str, int] = {}
-        columns = []
-        for p in parts:
-            remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
-            columns.append(remap[getattr(p, coded)])
-        merged[coded] = np.concatenate(columns)
-        merged[names] = list(table)
+    group, groups = _merged_codes(parts, "group", "groups")
+    op, ops = _merged_codes(parts, "op", "ops")
+    host, hosts = _merged_codes(parts, "host", "hosts")
     sizes: dict[str, int] = {}
     for p in parts:
         sizes.update(p.group_sizes)
-    for name in ("rank", "group_rank", "seq", "size_bytes", "start_s", "end_s"):
-        merged[name] = np.concatenate([getattr(p, name) for p in parts])
-    return MonitorColumns(files=parts[0].files, group_sizes=sizes, **merged)
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
+    return MonitorColumns(
+        files=parts[0].files,
+        rank=joined("rank"),
+        group_rank=joined("group_rank"),
+        group=group,
+        groups=groups,
+        group_sizes=sizes,
+        seq=joined("seq"),
+        op=op,
+        ops=ops,
+        size_bytes=joined("size_bytes"),
+        start_s=joined("start_s"),
+        end_s=joined("end_s"),
+        host=host,
+        hosts=hosts,
+    )
+
+
+def _merged_codes(parts: list[MonitorColumns], coded: str, names: str) -> tuple[np.ndarray, list[str]]:
+    """One name column of the files (``coded`` into each file's ``names``) as codes into the names of all."""
+    table: dict[str, int] = {}
+    columns = []
+    for p in parts:
+        remap = np.array([table.setdefault(n, len(table)) for n in getattr(p, names)] + [-1], dtype=np.int32)
+        columns.append(remap[getattr(p, coded)])
+    return np.concatenate(columns), list(table)
 
 
 _FIELDS = (
@@ -205,7 +227,7 @@ _FIELDS = (
 )
 
 
-def _columns(files: tuple[Path, ...], records: list[dict[str, Any]]) -> MonitorColumns | None:
+def _columns(files: tuple[Path, ...], records: list[JsonObject]) -> MonitorColumns | None:
     """Every check of record_from_wire (and CollectiveRecord), by column; None when any record fails one.
 
     An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and

@@ -847,7 +847,7 @@ def read_inspector_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INP
     if not files:
         return None
     shared = _Shared()
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, np.ndarray]] = []
     count = 0
     try:
         for file in files:
@@ -884,7 +884,7 @@ class _Shared:
         self.comm_names: dict[int, str] = {}  # the last name each communicator was given (not "unknown")
 
 
-def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, Any] | None:
+def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, np.ndarray] | None:
     """One file's records checked by column, as arrays (names as ``shared``'s codes); None if any fails.
 
     An integer beyond 64 bits (which orjson reads as a float) is refused: integer fields take only ints, and
@@ -1026,7 +1026,9 @@ def _busbw_agrees(
     return not (bad & keep).any()
 
 
-def _compact_finish(parts: list[dict[str, Any]], shared: _Shared, file_notes: list[str]) -> InspectorColumns | None:
+def _compact_finish(
+    parts: list[dict[str, np.ndarray]], shared: _Shared, file_notes: list[str]
+) -> InspectorColumns | None:
     """The files' columns joined, with the checks across files: one size a communicator, no repeated record."""
     col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     group, n_ranks, rank, seq, op = col["group"], col["n_ranks"], col["rank"], col["seq"], col["op"]
