@@ -22,7 +22,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
@@ -279,6 +279,28 @@ def _gpu_matches(entry: GpuEntry, gpu: str, ranks_per_host: int) -> bool:
     return entry.ranks_per_host is None or entry.ranks_per_host == ranks_per_host
 
 
+def _level(data: JsonObject, key: str) -> JsonObject:
+    """A level of a preset's plain data (``scale_up``, ``scale_out``), to change in place."""
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ExpectError(f"preset data: {key}: expected a mapping, got {value!r}")
+    return value
+
+
+def _whole(data: Mapping[str, JsonValue], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExpectError(f"preset data: {key}: expected a whole number, got {value!r}")
+    return value
+
+
+def _rate(data: Mapping[str, JsonValue], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpectError(f"preset data: {key}: expected a number, got {value!r}")
+    return value
+
+
 def _hca_count(value: str) -> int | None:
     """NICs an ``NCCL_IB_HCA`` list selects: the devices it names (``mlx5_0:1,mlx5_1`` -> 2); None for an exclusion
     list (``^...``), a prefix match without ``=``, or nothing named. NCCL uses only the listed devices."""
@@ -359,7 +381,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             link = table.links[entry.scale_up]
             data["scale_up"] = {
                 "name": link.name,
-                "domain_size": data["accelerators_per_node"],
+                "domain_size": _whole(data, "accelerators_per_node"),
                 "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
                 "efficiency": link.efficiency,
                 "efficiency_origin": link.origin,
@@ -370,15 +392,15 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
             changes.append(f"scale-up {link.name}")
             assumed.append(Note("scale-up link", link.name, f"GPU table: {entry.name} ({link.origin})"))
             approximate = True
-        if ranks_per_host > data["accelerators_per_node"]:
+        if ranks_per_host > _whole(data, "accelerators_per_node"):
             data["accelerators_per_node"] = ranks_per_host
-            data["scale_up"]["domain_size"] = ranks_per_host
+            _level(data, "scale_up")["domain_size"] = ranks_per_host
             changes.append(f"{ranks_per_host} GPUs per node")
         if entry.network is not None and data.get("scale_out") is not None:
-            net = entry.network
-            data["scale_out"]["nics_per_node"] = _largest_divisor_at_most(data["accelerators_per_node"], net.nics)
-            data["scale_out"]["nic_bandwidth_bytes_per_s"] = net.nic_bandwidth_bytes_per_s
-            data["scale_out"]["name"] = net.origin
+            net, out = entry.network, _level(data, "scale_out")
+            out["nics_per_node"] = _largest_divisor_at_most(_whole(data, "accelerators_per_node"), net.nics)
+            out["nic_bandwidth_bytes_per_s"] = net.nic_bandwidth_bytes_per_s
+            out["name"] = net.origin
             changes.append(net.origin)
         if hosts > 1 and data.get("scale_out") is not None:
             approximate |= _derive_network(data, by_name, env, gpu, hosts, table, inferred, assumed, changes)
@@ -437,17 +459,18 @@ def _nvls_possible(
     return True
 
 
-def _nic_options(entry: GpuEntry, data: dict[str, Any], hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
+def _nic_options(entry: GpuEntry, data: JsonObject, hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
     """Where the NIC count was assumed: the documented builds of the GPU class (``networks`` of the GPU table) with
     less network bandwidth per node than the reference system, fewest first; said as assumed. A run whose busBW is
     beyond one of them cannot be on it: the verdict judges on the fewest that can reach it (see ``verdict``)."""
-    out = data.get("scale_out")
-    if hosts < 2 or out is None or not any(n.what == "NICs per node" for n in assumed):
+    if hosts < 2 or data.get("scale_out") is None or not any(n.what == "NICs per node" for n in assumed):
         return ()
-    reference = out["nics_per_node"] * out["nic_bandwidth_bytes_per_s"]
+    out = _level(data, "scale_out")
+    nics, rate_each = _whole(out, "nics_per_node"), _rate(out, "nic_bandwidth_bytes_per_s")
+    reference = nics * rate_each
     options = []
     for build in entry.networks:
-        count = _largest_divisor_at_most(data["accelerators_per_node"], build.nics)
+        count = _largest_divisor_at_most(_whole(data, "accelerators_per_node"), build.nics)
         rate = float(build.nic_bandwidth_bytes_per_s)
         if count * rate >= reference:
             continue
@@ -459,13 +482,13 @@ def _nic_options(entry: GpuEntry, data: dict[str, Any], hosts: int, assumed: lis
             "name": f"{label} NICs, documented",
         }
         topo = plain_topology(
-            {**data, "name": data["name"] + f"-{count}x{rate * 8 / 1e9:g}g", "scale_out": scale_out},
+            {**data, "name": f"{data['name']}-{count}x{rate * 8 / 1e9:g}g", "scale_out": scale_out},
             source="inferred topology, a documented network build",
         )
         options.append(NicOption(label, topo, build.origin))
     options.sort(key=lambda o: o.node_bytes_per_s)
     if options:
-        ref = f"{out['nics_per_node']} x {out['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s"
+        ref = f"{nics} x {rate_each * 8 / 1e9:g} Gb/s"
         builds = ", ".join(o.label for o in options)
         assumed.append(
             Note(
@@ -478,7 +501,7 @@ def _nic_options(entry: GpuEntry, data: dict[str, Any], hosts: int, assumed: lis
 
 
 def _derive_network(
-    data: dict[str, Any],
+    data: JsonObject,
     by_name: dict[str, Fact],
     env: dict[str, str],
     gpu: str,
@@ -489,8 +512,8 @@ def _derive_network(
     changes: list[str],
 ) -> bool:
     """Step 3 of :func:`infer_system`, on the topology's plain data; True if something was assumed."""
-    out = data["scale_out"]
-    per_node = data["accelerators_per_node"]
+    out = _level(data, "scale_out")
+    per_node = _whole(data, "accelerators_per_node")
     guessed = False
     transport = by_name.get("net_transport")
     if transport is not None:
@@ -550,7 +573,7 @@ def _derive_network(
         inferred.append(Note("NIC speed", f"{float(topo_bw.value):g} GB/s", _at(topo_bw)))
         changes.append(f"{float(topo_bw.value):g} GB/s NICs")
     else:
-        rate = out["nic_bandwidth_bytes_per_s"]
+        rate = _rate(out, "nic_bandwidth_bytes_per_s")
         assumed.append(Note("NIC speed", f"{rate * 8 / 1e9:g} Gb/s", "preset (the log does not show NIC speeds)"))
         guessed = True
     return guessed
