@@ -9,6 +9,7 @@ reads either (:data:`AnyTopology`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -97,7 +98,7 @@ class PlainTopology(Extent):
     format: str = "commlens.topology/1"
     description: str = ""
     approximate: bool = False
-    calibration: dict[str, Any] | None = None
+    calibration: Mapping[str, object] | None = None
 
 
 AnyTopology: TypeAlias = "Topology | PlainTopology"
