@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.tables import tables
@@ -75,8 +76,7 @@ class Expectation:
         }
 
 
-@dataclass(frozen=True)
-class BandsTable:
+class BandsTable(NamedTuple):
     """``bands.yaml``: the error of each kind of term, the latency shares that name a size range, the margin."""
 
     error_pct: dict[str, float]  # "bandwidth", "pcie", "latency": the error of that kind of term, in percent

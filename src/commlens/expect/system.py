@@ -22,7 +22,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
@@ -112,9 +112,9 @@ class InferredSystem:
         }
 
 
-@dataclass(frozen=True)
-class Link:
-    """A scale-up or host link of ``links`` in ``systems.yaml``."""
+class Link(NamedTuple):
+    """A scale-up or host link of ``links`` in ``systems.yaml``. (The table's records are NamedTuples, not
+    dataclasses: ``ingest`` judges every run in a fresh process, and a NamedTuple class costs a tenth to create.)"""
 
     name: str
     bandwidth_bytes_per_s: float
@@ -123,8 +123,7 @@ class Link:
     latency_s: float
 
 
-@dataclass(frozen=True)
-class NetworkBuild:
+class NetworkBuild(NamedTuple):
     """A network of ``systems.yaml``: a GPU's ``network`` or one of its ``networks``, or a cloud fabric."""
 
     nics: int
@@ -132,8 +131,7 @@ class NetworkBuild:
     origin: str
 
 
-@dataclass(frozen=True)
-class GpuEntry:
+class GpuEntry(NamedTuple):
     """One row of the GPU table: the pattern it matches, the preset and what replaces the preset's parts."""
 
     match: str
@@ -147,8 +145,7 @@ class GpuEntry:
     networks: tuple[NetworkBuild, ...] = ()  # documented builds with less network per node
 
 
-@dataclass(frozen=True)
-class CloudFabric:
+class CloudFabric(NamedTuple):
     """A cloud fabric a log names by its OFI provider, for the GPUs its pattern matches."""
 
     provider: str
@@ -156,8 +153,7 @@ class CloudFabric:
     build: NetworkBuild
 
 
-@dataclass(frozen=True)
-class SystemsTable:
+class SystemsTable(NamedTuple):
     gpus: tuple[GpuEntry, ...]
     links: dict[str, Link]
     fabrics: tuple[CloudFabric, ...]
