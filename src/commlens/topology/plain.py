@@ -128,49 +128,36 @@ class _Level:
             f"{self.source}: not the data of a checked topology ({key}: expected {what}, got {value!r})"
         )
 
-    def value(self, key: str, required: bool) -> object:
-        if key not in self.data and required:
+    def value(self, key: str, default: object = None) -> object:
+        """The field's value; ``default`` where it is absent (or null), and missing is an error without one."""
+        value = self.data.get(key)
+        if value is None and default is None:
             raise TopologyError(f"{self.source}: not the data of a checked topology ({self.where}{key}: missing)")
-        return self.data.get(key)
+        return default if value is None else value
+
+    def given(self, key: str) -> bool:
+        return self.data.get(key) is not None
 
     def text(self, key: str, default: str | None = None) -> str:
-        value = self.value(key, default is None)
-        if value is None and default is not None:
-            return default
+        value = self.value(key, default)
         if not isinstance(value, str):
             self.fail(self.where + key, "text", value)
         return value
 
-    def optional_text(self, key: str) -> str | None:
-        value = self.value(key, False)
-        return None if value is None else self.text(key)
-
     def whole(self, key: str, default: int | None = None) -> int:
-        value = self.value(key, default is None)
-        if value is None and default is not None:
-            return default
+        value = self.value(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(self.where + key, "a whole number", value)
         return value
 
-    def optional_whole(self, key: str) -> int | None:
-        value = self.value(key, False)
-        return None if value is None else self.whole(key)
-
     def number(self, key: str) -> float:
-        value = self.value(key, True)
+        value = self.value(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(self.where + key, "a number", value)
         return value
 
-    def optional_number(self, key: str) -> float | None:
-        value = self.value(key, False)
-        return None if value is None else self.number(key)
-
     def flag(self, key: str, default: bool | None = None) -> bool:
-        value = self.value(key, default is None)
-        if value is None and default is not None:
-            return default
+        value = self.value(key, default)
         if not isinstance(value, bool):
             self.fail(self.where + key, "true or false", value)
         return value
@@ -200,13 +187,17 @@ def _scale_up(data: object, source: str) -> PlainScaleUp:
         latency_origin=d.text("latency_origin"),
         in_switch_reduction=d.flag("in_switch_reduction"),
         full_duplex=d.flag("full_duplex", True),
-        cache_bytes=d.optional_whole("cache_bytes"),
-        cached_bandwidth_bytes_per_s=d.optional_number("cached_bandwidth_bytes_per_s"),
-        host_cores=d.optional_whole("host_cores"),
-        in_switch_efficiency=d.optional_number("in_switch_efficiency"),
-        in_switch_efficiency_origin=d.optional_text("in_switch_efficiency_origin"),
-        in_switch_latency_s=d.optional_number("in_switch_latency_s"),
-        in_switch_latency_origin=d.optional_text("in_switch_latency_origin"),
+        cache_bytes=d.whole("cache_bytes") if d.given("cache_bytes") else None,
+        cached_bandwidth_bytes_per_s=d.number("cached_bandwidth_bytes_per_s")
+        if d.given("cached_bandwidth_bytes_per_s")
+        else None,
+        host_cores=d.whole("host_cores") if d.given("host_cores") else None,
+        in_switch_efficiency=d.number("in_switch_efficiency") if d.given("in_switch_efficiency") else None,
+        in_switch_efficiency_origin=d.text("in_switch_efficiency_origin")
+        if d.given("in_switch_efficiency_origin")
+        else None,
+        in_switch_latency_s=d.number("in_switch_latency_s") if d.given("in_switch_latency_s") else None,
+        in_switch_latency_origin=d.text("in_switch_latency_origin") if d.given("in_switch_latency_origin") else None,
     )
 
 
@@ -222,7 +213,7 @@ def _tier(data: object, where: str, source: str) -> PlainTier:
 
 def _scale_out(data: object, source: str) -> PlainScaleOut:
     d = _Level(data, "scale_out.", source, PlainScaleOut)
-    tiers = d.value("tiers", True)
+    tiers = d.value("tiers")
     if isinstance(tiers, str) or not isinstance(tiers, Sequence):
         d.fail("scale_out.tiers", "a list", tiers)
     return PlainScaleOut(
@@ -245,10 +236,10 @@ def plain_topology(data: Mapping[str, object], source: str = "topology") -> Plai
     """A :class:`PlainTopology` from the plain data of a checked topology (``topology_to_dict`` of a preset), after
     changes to it; :class:`TopologyError` naming the field when the levels no longer fit together."""
     d = _Level(data, "", source, PlainTopology)
-    calibration = d.value("calibration", False)
+    calibration = d.value("calibration") if d.given("calibration") else None
     if calibration is not None and not isinstance(calibration, Mapping):
         d.fail("calibration", "a mapping", calibration)
-    out = d.value("scale_out", False)
+    out = d.value("scale_out") if d.given("scale_out") else None
     topo = PlainTopology(
         name=d.text("name"),
         accelerators_per_node=d.whole("accelerators_per_node"),
@@ -256,8 +247,8 @@ def plain_topology(data: Mapping[str, object], source: str = "topology") -> Plai
         launch_latency_origin=d.text("launch_latency_origin"),
         pipeline_chunk_bytes=d.whole("pipeline_chunk_bytes"),
         pipeline_chunk_origin=d.text("pipeline_chunk_origin"),
-        accelerator=_accelerator(d.value("accelerator", True), source),
-        scale_up=_scale_up(d.value("scale_up", True), source),
+        accelerator=_accelerator(d.value("accelerator"), source),
+        scale_up=_scale_up(d.value("scale_up"), source),
         scale_out=None if out is None else _scale_out(out, source),
         format=d.text("format", "commlens.topology/1"),
         description=d.text("description", ""),
