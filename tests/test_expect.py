@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -478,6 +479,32 @@ def test_a_derived_plain_topology_that_breaks_the_levels_is_refused() -> None:
     data["scale_out"]["nics_per_node"] = 3
     with pytest.raises(TopologyError, match="nics_per_node: 3 NICs do not divide"):
         plain_topology(data)
+
+
+@pytest.mark.parametrize(
+    ("level", "key", "value", "said"),
+    [
+        ((), "accelerators_per_node", "8", "accelerators_per_node: expected a whole number, got '8'"),
+        (("scale_up",), "latency_s", None, "scale_up.latency_s: missing"),
+        (("scale_out",), "nic_speed", 1, "scale_out.nic_speed: unknown field"),
+        (("accelerator",), "reduction_overlaps_transfer", 1, "accelerator.reduction_overlaps_transfer: expected true"),
+    ],
+)
+def test_plain_data_with_a_bad_field_is_refused_naming_it(
+    level: tuple[str, ...], key: str, value: object, said: str
+) -> None:
+    from commlens.topology import TopologyError
+
+    data = tables_mod.preset_data("dgx-h100")
+    at = data
+    for name in level:
+        at = at[name]
+    if value is None:
+        del at[key]
+    else:
+        at[key] = value
+    with pytest.raises(TopologyError, match=re.escape(said)):
+        plain_topology(data, source="derived")
 
 
 _LOG = "\n".join(

@@ -172,7 +172,9 @@ class Entry(_Record):
     ranks_per_host: StrictInt = Field(description="ranks per host it was measured with (absent: world_size)")
     backend: Annotated[str, BeforeValidator(_as_text)] = Field("", description="torch.distributed backend")
     device: Annotated[str, BeforeValidator(_as_text)] = Field("", description="device type (cpu, cuda)")
-    context: dict[str, Any] = Field(default_factory=dict, description="fingerprint, hosts, run id, stat, cpu model ...")
+    context: Mapping[str, object] = Field(
+        default_factory=dict, description="fingerprint, hosts, run id, stat, cpu model ... (shown, not relied on)"
+    )
     buckets: tuple[Bucket, ...] = Field(min_length=1, description="sorted, contiguous, from 0 to unbounded")
 
     @model_validator(mode="before")
@@ -308,7 +310,7 @@ def entry_from_times(
     backend: str,
     device: str,
     chunk_bytes: int | None = None,
-    context: Mapping[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
 ) -> Entry:
     """An entry from measured times ``{size_bytes: {candidate: time_s}}``: the fastest commlens algorithm per size.
 

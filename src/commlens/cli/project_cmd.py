@@ -20,6 +20,7 @@ from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.options import DB
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
+    from pydantic_core import ErrorDetails
     from typer._click import Context as ClickContext
 
     from commlens.project.sweep import Overrides, SweepRow
@@ -220,7 +221,7 @@ def fail_layout(e: ValueError) -> NoReturn:
     fail(f"layout: {str(e).splitlines()[0]}")
 
 
-def _layout_error(err: dict[str, Any]) -> str:
+def _layout_error(err: ErrorDetails) -> str:
     """One pydantic error of a ParallelLayout as ``field: reason``."""
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from commlens.regress import CompareSettings
-    from commlens.regress.compare import RowThreshold
+    from commlens.regress.compare import RowThreshold, Statistic
     from commlens.results.records import MeasurementKey, Run
     from commlens.store import Store
     from commlens.store.series_meta import Threshold
@@ -120,6 +120,17 @@ def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
     raise AssertionError("unreachable")
 
 
+def _statistic(text: str) -> Statistic:
+    """``--statistic`` as the settings' literal; the settings' own error for anything else."""
+    from commlens.regress.compare import CompareSettingsError
+
+    if text == "median":
+        return "median"
+    if text == "mean":
+        return "mean"
+    raise CompareSettingsError(f"statistic must be median or mean, got {text!r}")
+
+
 @app.command("compare")
 def compare_cmd(
     base: str = typer.Argument(
@@ -165,18 +176,19 @@ def compare_cmd(
     if as_json and fmt is CompareFormat.markdown:
         fail("--json and --format markdown contradict each other: give one")
     fmt = CompareFormat.json if as_json else fmt
-    given: dict[str, Any] = {
-        "min_change": None if min_change is None else parse_fraction(min_change, "--min-change"),
-        "alpha": alpha,
-        "min_samples": min_samples,
-        "statistic": statistic,
-    }
+    change = None if min_change is None else parse_fraction(min_change, "--min-change")
+    default = CompareSettings()
     with errors_as_exit():
-        settings = CompareSettings(**{k: v for k, v in given.items() if v is not None})
+        settings = CompareSettings(
+            min_change=default.min_change if change is None else change,
+            alpha=default.alpha if alpha is None else alpha,
+            min_samples=default.min_samples if min_samples is None else min_samples,
+            statistic=default.statistic if statistic is None else _statistic(statistic),
+        )
     floor = None if noise_floor is None else parse_fraction(noise_floor, "--noise-floor")
     if floor == 0.0:
         fail("--noise-floor 0: a floor must be > 0 (use --no-noise-floors for none)")
-    explicit = [name for name in ("min_change", "alpha") if given[name] is not None]
+    explicit = [name for name, value in (("min_change", change), ("alpha", alpha)) if value is not None]
     store = _LazyStore(db)
     try:
         if is_baseline_ref(base):

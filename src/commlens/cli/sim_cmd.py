@@ -15,6 +15,7 @@ from commlens.cli.topology_cmd import load_or_fail
 
 if TYPE_CHECKING:
     from commlens.sim import Fault, SimOptions
+    from commlens.sim.fabric import FabricDoc
 
 sim_app = command_group("sim")
 
@@ -96,7 +97,7 @@ def _print(result: Any) -> None:
     ]
     print("links by class:")
     print_table(new_table("class", right("links"), right("mean"), right("max"), rows=cls), indent=2)
-    f: dict[str, Any] = result.fabric
+    f: FabricDoc = result.fabric
     tiers = ", ".join(f"{t['switches']} {t['name']}" for t in f["tiers"])
     faults = "; ".join(f"{d} ({n} cables)" for d, n in zip(f["faults"], f["fault_cables"].values())) or "none"
     print(f"fabric: {f['gpus']} GPUs, {tiers}, {f['links']} links; faults: {faults}")
@@ -195,14 +196,14 @@ def fabric(
         check_sim_size(topo, nodes, [])
         fab = build_fabric(topo, nodes).with_faults(_faults(fail_links, degrade))
     names, _ = fab.cable_names()
-    doc: dict[str, Any] = fab.describe()
-    doc["example_names"] = {
+    doc = fab.describe()
+    examples = {
         "switches": [f"{t}0" for t in fab.tier_names] + ["nvs0"],
         "nics": ["node0.nic0"],
         "cables": [names[0], names[fab.gpus]] + ([names[-1]] if len(names) > fab.gpus + 1 else []),
     }
     if as_json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps({**doc, "example_names": examples}, indent=1))
         return
     rows = [(t["name"], str(t["group_nodes"]), str(t["switches"]), str(t["uplinks_per_switch"])) for t in doc["tiers"]]
     print(
@@ -210,10 +211,7 @@ def fabric(
         f"{'rail-optimized' if doc['rail_optimized'] else 'not rail-optimized'}, {doc['links']} directed links"
     )
     print_table(new_table("tier", right("nodes per group"), right("switches"), right("uplinks each"), rows=rows))
-    print(
-        "names: "
-        + ", ".join(doc["example_names"]["switches"] + doc["example_names"]["nics"] + doc["example_names"]["cables"])
-    )
+    print("names: " + ", ".join(examples["switches"] + examples["nics"] + examples["cables"]))
     if doc["faults"]:
         print("faults: " + "; ".join(f"{d} ({n} cables)" for d, n in zip(doc["faults"], doc["fault_cables"].values())))
 

@@ -18,8 +18,9 @@ Steps of :func:`expectation`:
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.tables import tables
@@ -27,9 +28,18 @@ from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidat
 from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.predict import Prediction, layout_for, predict
 from commlens.ops import OPS
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 
-__all__ = ["BANDWIDTH_BOUND", "LATENCY_BOUND", "MID_SIZE", "Expectation", "bands_table", "expectation", "system_layout"]
+__all__ = [
+    "BANDWIDTH_BOUND",
+    "LATENCY_BOUND",
+    "MID_SIZE",
+    "BandsTable",
+    "Expectation",
+    "bands_table",
+    "expectation",
+    "system_layout",
+]
 
 LATENCY_BOUND, MID_SIZE, BANDWIDTH_BOUND = "latency-bound", "mid-size", "bandwidth-bound"
 
@@ -66,12 +76,45 @@ class Expectation:
         }
 
 
+class BandsTable(NamedTuple):
+    """``bands.yaml``: the error of each kind of term, the latency shares that name a size range, the margin."""
+
+    error_pct: dict[str, float]  # "bandwidth", "pcie", "latency": the error of that kind of term, in percent
+    latency_bound_share: float
+    mid_size_share: float
+    approximate_extra_pct: float
+    choice_margin: float
+
+
+def _number(data: Mapping[str, JsonValue], key: str, where: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpectError(f"bands.yaml: {where}{key}: expected a number, got {value!r}")
+    return value
+
+
 @functools.cache
-def bands_table() -> dict[str, Any]:
+def bands_table() -> BandsTable:
+    """``bands.yaml``, checked once."""
     data = tables()["bands"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-bands/1":
         raise ExpectError("bands.yaml: expected format commlens.expect-bands/1")
-    return data
+    errors = data.get("error_pct")
+    if not isinstance(errors, dict):
+        raise ExpectError("bands.yaml: error_pct: expected a mapping")
+    pct = {}
+    for kind in ("bandwidth", "pcie", "latency"):
+        entry = errors.get(kind)
+        if not isinstance(entry, dict):
+            raise ExpectError(f"bands.yaml: error_pct.{kind}: expected a mapping with pct and origin")
+        pct[kind] = _number(entry, "pct", f"error_pct.{kind}.")
+    return BandsTable(
+        error_pct=pct,
+        latency_bound_share=_number(data, "latency_bound_share", ""),
+        mid_size_share=_number(data, "mid_size_share", ""),
+        approximate_extra_pct=_number(data, "approximate_extra_pct", ""),
+        choice_margin=_number(data, "choice_margin", ""),
+    )
 
 
 def system_layout(system: InferredSystem) -> Layout:
@@ -139,19 +182,19 @@ def expectation(system: InferredSystem, layout: Layout, backend: str, op: str, s
     if not preds:
         return None
     best = min(preds, key=lambda c: c[1])
-    margin = 1.0 + float(table["choice_margin"])
+    margin = 1.0 + float(table.choice_margin)
     chosen = sorted((c for c in preds if c[1] <= best[1] * margin), key=lambda c: c[1])
     limit, share = _limit(system, best[0])
-    full_latency = float(table["latency_bound_share"])
+    full_latency = float(table.latency_bound_share)
     if "PCIe" in system.topology.scale_up.name and "NIC" not in limit:
-        bw_pct = table["error_pct"]["pcie"]["pct"]
+        bw_pct = table.error_pct["pcie"]
     else:
-        bw_pct = table["error_pct"]["bandwidth"]["pct"]
+        bw_pct = table.error_pct["bandwidth"]
     # the latency terms carry the latency error, the bandwidth terms the bandwidth error, in proportion
-    pct = bw_pct + (table["error_pct"]["latency"]["pct"] - bw_pct) * min(1.0, share / full_latency)
-    kind = LATENCY_BOUND if share >= full_latency else MID_SIZE if share >= table["mid_size_share"] else BANDWIDTH_BOUND
+    pct = bw_pct + (table.error_pct["latency"] - bw_pct) * min(1.0, share / full_latency)
+    kind = LATENCY_BOUND if share >= full_latency else MID_SIZE if share >= table.mid_size_share else BANDWIDTH_BOUND
     if system.approximate:
-        pct += table["approximate_extra_pct"]
+        pct += table.approximate_extra_pct
     fastest = max(c[2] for c in chosen)
     slowest = min(c[2] for c in chosen)
     return Expectation(

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.expect.evidence import Fact
 from commlens.expect.tables import preset_data, tables
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.records import Run
 from commlens.topology.errors import TopologyError
 from commlens.topology.plain import AnyTopology, plain_topology
@@ -111,19 +112,151 @@ class InferredSystem:
         }
 
 
+class Link(NamedTuple):
+    """A scale-up or host link of ``links`` in ``systems.yaml``. (The table's records are NamedTuples, not
+    dataclasses: ``ingest`` judges every run in a fresh process, and a NamedTuple class costs a tenth to create.)"""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    efficiency: float
+    origin: str
+    latency_s: float
+
+
+class NetworkBuild(NamedTuple):
+    """A network of ``systems.yaml``: a GPU's ``network`` or one of its ``networks``, or a cloud fabric."""
+
+    nics: int
+    nic_bandwidth_bytes_per_s: float
+    origin: str
+
+
+class GpuEntry(NamedTuple):
+    """One row of the GPU table: the pattern it matches, the preset and what replaces the preset's parts."""
+
+    match: str
+    name: str
+    preset: str
+    ranks_per_host: int | None = None  # matches only at this many ranks per host
+    assumed: str = ""  # the name does not say the model: why this one is assumed
+    scale_up: str | None = None  # a link of ``links`` in place of the preset's scale-up
+    pcie: str = "pcie4"
+    network: NetworkBuild | None = None  # in place of the preset's NICs
+    networks: tuple[NetworkBuild, ...] = ()  # documented builds with less network per node
+
+
+class CloudFabric(NamedTuple):
+    """A cloud fabric a log names by its OFI provider, for the GPUs its pattern matches."""
+
+    provider: str
+    gpu: str
+    build: NetworkBuild
+
+
+class SystemsTable(NamedTuple):
+    gpus: tuple[GpuEntry, ...]
+    links: dict[str, Link]
+    fabrics: tuple[CloudFabric, ...]
+
+
+def _optional_text(data: Mapping[str, JsonValue], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ExpectError(f"systems.yaml: {where}.{key}: expected text, got {value!r}")
+
+
+def _text(data: Mapping[str, JsonValue], key: str, where: str) -> str:
+    value = _optional_text(data, key, where)
+    if value is None:
+        raise ExpectError(f"systems.yaml: {where}.{key}: missing")
+    return value
+
+
+def _optional_count(data: Mapping[str, JsonValue], key: str, where: str) -> int | None:
+    value = data.get(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ExpectError(f"systems.yaml: {where}.{key}: expected a whole number, got {value!r}")
+
+
+def _number(data: Mapping[str, JsonValue], key: str, where: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpectError(f"systems.yaml: {where}.{key}: expected a number, got {value!r}")
+    return value
+
+
+def _mapping(value: JsonValue, where: str) -> Mapping[str, JsonValue]:
+    if not isinstance(value, Mapping):
+        raise ExpectError(f"systems.yaml: {where}: expected a mapping")
+    return value
+
+
+def _list(value: JsonValue, where: str) -> Sequence[JsonValue]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ExpectError(f"systems.yaml: {where}: expected a list")
+    return value
+
+
+def _network(value: JsonValue, where: str) -> NetworkBuild:
+    data = _mapping(value, where)
+    count = _optional_count(data, "nics", where)
+    if count is None:
+        raise ExpectError(f"systems.yaml: {where}.nics: missing")
+    return NetworkBuild(count, _number(data, "nic_bandwidth_bytes_per_s", where), _text(data, "origin", where))
+
+
+def _gpu_entry(value: JsonValue, where: str) -> GpuEntry:
+    data = _mapping(value, where)
+    if not {"match", "name", "preset"} <= set(data):
+        raise ExpectError(f"systems.yaml: {where} needs match, name and preset")
+    network = data.get("network")
+    return GpuEntry(
+        match=_text(data, "match", where),
+        name=_text(data, "name", where),
+        preset=_text(data, "preset", where),
+        ranks_per_host=_optional_count(data, "ranks_per_host", where),
+        assumed=_optional_text(data, "assumed", where) or "",
+        scale_up=_optional_text(data, "scale_up", where),
+        pcie=_optional_text(data, "pcie", where) or "pcie4",
+        network=None if network is None else _network(network, f"{where}.network"),
+        networks=tuple(
+            _network(n, f"{where}.networks[{j}]") for j, n in enumerate(_list(data.get("networks", []), where))
+        ),
+    )
+
+
+def _link(value: JsonValue, where: str) -> Link:
+    data = _mapping(value, where)
+    return Link(
+        name=_text(data, "name", where),
+        bandwidth_bytes_per_s=_number(data, "bandwidth_bytes_per_s", where),
+        efficiency=_number(data, "efficiency", where),
+        origin=_text(data, "origin", where),
+        latency_s=_number(data, "latency_s", where),
+    )
+
+
+def _cloud_fabric(value: JsonValue, where: str) -> CloudFabric:
+    data = _mapping(value, where)
+    return CloudFabric(_text(data, "provider", where), _text(data, "gpu", where), _network(data, where))
+
+
 @functools.cache
-def systems_table() -> dict[str, Any]:
+def systems_table() -> SystemsTable:
     """``systems.yaml``, checked once."""
     data = tables()["systems"]
     if not isinstance(data, dict) or data.get("format") != "commlens.expect-systems/1":
         raise ExpectError("systems.yaml: expected format commlens.expect-systems/1")
-    for i, gpu in enumerate(data["gpus"]):
-        if not {"match", "name", "preset"} <= set(gpu):
-            raise ExpectError(f"systems.yaml: gpus[{i}] needs match, name and preset")
-        for key in ("scale_up", "pcie"):
-            if gpu.get(key) is not None and gpu[key] not in data["links"]:
-                raise ExpectError(f"systems.yaml: gpus[{i}].{key} {gpu[key]!r} is not in links")
-    return data
+    links = {str(k): _link(v, f"links.{k}") for k, v in _mapping(data.get("links"), "links").items()}
+    gpus = tuple(_gpu_entry(g, f"gpus[{i}]") for i, g in enumerate(_list(data.get("gpus"), "gpus")))
+    for i, gpu in enumerate(gpus):
+        for key, name in (("scale_up", gpu.scale_up), ("pcie", gpu.pcie)):
+            if name is not None and name not in links:
+                raise ExpectError(f"systems.yaml: gpus[{i}].{key} {name!r} is not in links")
+    fabrics = tuple(_cloud_fabric(f, f"fabrics[{i}]") for i, f in enumerate(_list(data.get("fabrics", []), "fabrics")))
+    return SystemsTable(gpus, links, fabrics)
 
 
 def _at(fact: Fact) -> str:
@@ -135,11 +268,33 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts) if parts else ()
 
 
-def _gpu_matches(entry: dict[str, Any], gpu: str, ranks_per_host: int) -> bool:
+def _gpu_matches(entry: GpuEntry, gpu: str, ranks_per_host: int) -> bool:
     """Whether a GPU table entry names this device (its pattern, and the ranks per host it requires, if any)."""
-    if not re.search(entry["match"], gpu, re.IGNORECASE):
+    if not re.search(entry.match, gpu, re.IGNORECASE):
         return False
-    return "ranks_per_host" not in entry or int(entry["ranks_per_host"]) == ranks_per_host
+    return entry.ranks_per_host is None or entry.ranks_per_host == ranks_per_host
+
+
+def _level(data: JsonObject, key: str) -> JsonObject:
+    """A level of a preset's plain data (``scale_up``, ``scale_out``), to change in place."""
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ExpectError(f"preset data: {key}: expected a mapping, got {value!r}")
+    return value
+
+
+def _whole(data: Mapping[str, JsonValue], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExpectError(f"preset data: {key}: expected a whole number, got {value!r}")
+    return value
+
+
+def _rate(data: Mapping[str, JsonValue], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExpectError(f"preset data: {key}: expected a number, got {value!r}")
+    return value
 
 
 def _hca_count(value: str) -> int | None:
@@ -192,7 +347,7 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     table = systems_table()
     topo: AnyTopology
     nic_options: tuple[NicOption, ...] = ()
-    pcie = table["links"]["pcie4"]
+    pcie = table.links["pcie4"]
     if topology is not None:
         inferred.append(Note("topology", topology.name, "given (--topology)"))
         if gpu:
@@ -202,50 +357,50 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
     else:
         if not gpu:
             raise ExpectError("the run does not name its GPU (no device line, no NCCL INFO device); give --topology")
-        entry = next((g for g in table["gpus"] if _gpu_matches(g, gpu, ranks_per_host)), None)
+        entry = next((g for g in table.gpus if _gpu_matches(g, gpu, ranks_per_host)), None)
         if entry is None:
             raise ExpectError(f"no topology known for GPU {gpu!r}; give --topology (a preset or a file)")
-        if entry.get("assumed"):  # a name that does not say the model: taken from the job's shape, said so
+        if entry.assumed:  # a name that does not say the model: taken from the job's shape, said so
             inferred.append(Note("GPU", gpu, gpu_source))
-            assumed.append(Note("GPU model", entry["name"], f"GPU table: {entry['assumed']}"))
+            assumed.append(Note("GPU model", entry.name, f"GPU table: {entry.assumed}"))
             approximate = True
         else:
-            inferred.append(Note("GPU", f"{gpu} ({entry['name']})", gpu_source))
-        pcie = table["links"][entry.get("pcie", "pcie4")]
+            inferred.append(Note("GPU", f"{gpu} ({entry.name})", gpu_source))
+        pcie = table.links[entry.pcie]
         try:
-            data = preset_data(entry["preset"])
+            data = preset_data(entry.preset)
         except TopologyError as e:
-            raise ExpectError(f"systems.yaml: preset {entry['preset']!r}: {e}") from None
+            raise ExpectError(f"systems.yaml: preset {entry.preset!r}: {e}") from None
         data.pop("calibration", None)
-        changes = [f"preset {entry['preset']}"]
-        if entry.get("scale_up"):
-            link = table["links"][entry["scale_up"]]
+        changes = [f"preset {entry.preset}"]
+        if entry.scale_up:
+            link = table.links[entry.scale_up]
             data["scale_up"] = {
-                "name": link["name"],
-                "domain_size": data["accelerators_per_node"],
-                "bandwidth_bytes_per_s": link["bandwidth_bytes_per_s"],
-                "efficiency": link["efficiency"],
-                "efficiency_origin": link["origin"],
-                "latency_s": link["latency_s"],
+                "name": link.name,
+                "domain_size": _whole(data, "accelerators_per_node"),
+                "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+                "efficiency": link.efficiency,
+                "efficiency_origin": link.origin,
+                "latency_s": link.latency_s,
                 "latency_origin": "PCIe/NVLink step latency, approximate",
                 "in_switch_reduction": False,
             }
-            changes.append(f"scale-up {link['name']}")
-            assumed.append(Note("scale-up link", link["name"], f"GPU table: {entry['name']} ({link['origin']})"))
+            changes.append(f"scale-up {link.name}")
+            assumed.append(Note("scale-up link", link.name, f"GPU table: {entry.name} ({link.origin})"))
             approximate = True
-        if ranks_per_host > data["accelerators_per_node"]:
+        if ranks_per_host > _whole(data, "accelerators_per_node"):
             data["accelerators_per_node"] = ranks_per_host
-            data["scale_up"]["domain_size"] = ranks_per_host
+            _level(data, "scale_up")["domain_size"] = ranks_per_host
             changes.append(f"{ranks_per_host} GPUs per node")
-        if entry.get("network") and data.get("scale_out") is not None:
-            net = entry["network"]
-            data["scale_out"]["nics_per_node"] = _largest_divisor_at_most(data["accelerators_per_node"], net["nics"])
-            data["scale_out"]["nic_bandwidth_bytes_per_s"] = net["nic_bandwidth_bytes_per_s"]
-            data["scale_out"]["name"] = net["origin"]
-            changes.append(net["origin"])
+        if entry.network is not None and data.get("scale_out") is not None:
+            net, out = entry.network, _level(data, "scale_out")
+            out["nics_per_node"] = _largest_divisor_at_most(_whole(data, "accelerators_per_node"), net.nics)
+            out["nic_bandwidth_bytes_per_s"] = net.nic_bandwidth_bytes_per_s
+            out["name"] = net.origin
+            changes.append(net.origin)
         if hosts > 1 and data.get("scale_out") is not None:
             approximate |= _derive_network(data, by_name, env, gpu, hosts, table, inferred, assumed, changes)
-        data["name"] = f"{entry['preset']}-as-inferred" if len(changes) > 1 else entry["preset"]
+        data["name"] = f"{entry.preset}-as-inferred" if len(changes) > 1 else entry.preset
         data["description"] = "derived from the run: " + ", ".join(changes)
         data["approximate"] = bool(data.get("approximate")) or approximate
         try:
@@ -269,8 +424,8 @@ def infer_system(run: Run, facts: list[Fact], topology: Topology | None = None) 
         assumed=tuple(assumed),
         env=env,
         nic_options=nic_options,
-        pcie_name=str(pcie["name"]),
-        pcie_bytes_per_s=float(pcie["bandwidth_bytes_per_s"]) * float(pcie["efficiency"]),
+        pcie_name=pcie.name,
+        pcie_bytes_per_s=float(pcie.bandwidth_bytes_per_s) * float(pcie.efficiency),
     )
 
 
@@ -300,18 +455,19 @@ def _nvls_possible(
     return True
 
 
-def _nic_options(entry: dict[str, Any], data: dict[str, Any], hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
+def _nic_options(entry: GpuEntry, data: JsonObject, hosts: int, assumed: list[Note]) -> tuple[NicOption, ...]:
     """Where the NIC count was assumed: the documented builds of the GPU class (``networks`` of the GPU table) with
     less network bandwidth per node than the reference system, fewest first; said as assumed. A run whose busBW is
     beyond one of them cannot be on it: the verdict judges on the fewest that can reach it (see ``verdict``)."""
-    out = data.get("scale_out")
-    if hosts < 2 or out is None or not any(n.what == "NICs per node" for n in assumed):
+    if hosts < 2 or data.get("scale_out") is None or not any(n.what == "NICs per node" for n in assumed):
         return ()
-    reference = out["nics_per_node"] * out["nic_bandwidth_bytes_per_s"]
+    out = _level(data, "scale_out")
+    nics, rate_each = _whole(out, "nics_per_node"), _rate(out, "nic_bandwidth_bytes_per_s")
+    reference = nics * rate_each
     options = []
-    for build in entry.get("networks", ()):
-        count = _largest_divisor_at_most(data["accelerators_per_node"], int(build["nics"]))
-        rate = float(build["nic_bandwidth_bytes_per_s"])
+    for build in entry.networks:
+        count = _largest_divisor_at_most(_whole(data, "accelerators_per_node"), build.nics)
+        rate = float(build.nic_bandwidth_bytes_per_s)
         if count * rate >= reference:
             continue
         label = f"{count} x {rate * 8 / 1e9:g} Gb/s"
@@ -322,13 +478,13 @@ def _nic_options(entry: dict[str, Any], data: dict[str, Any], hosts: int, assume
             "name": f"{label} NICs, documented",
         }
         topo = plain_topology(
-            {**data, "name": data["name"] + f"-{count}x{rate * 8 / 1e9:g}g", "scale_out": scale_out},
+            {**data, "name": f"{data['name']}-{count}x{rate * 8 / 1e9:g}g", "scale_out": scale_out},
             source="inferred topology, a documented network build",
         )
-        options.append(NicOption(label, topo, build["origin"]))
+        options.append(NicOption(label, topo, build.origin))
     options.sort(key=lambda o: o.node_bytes_per_s)
     if options:
-        ref = f"{out['nics_per_node']} x {out['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s"
+        ref = f"{nics} x {rate_each * 8 / 1e9:g} Gb/s"
         builds = ", ".join(o.label for o in options)
         assumed.append(
             Note(
@@ -341,19 +497,19 @@ def _nic_options(entry: dict[str, Any], data: dict[str, Any], hosts: int, assume
 
 
 def _derive_network(
-    data: dict[str, Any],
+    data: JsonObject,
     by_name: dict[str, Fact],
     env: dict[str, str],
     gpu: str,
     hosts: int,
-    table: dict[str, Any],
+    table: SystemsTable,
     inferred: list[Note],
     assumed: list[Note],
     changes: list[str],
 ) -> bool:
     """Step 3 of :func:`infer_system`, on the topology's plain data; True if something was assumed."""
-    out = data["scale_out"]
-    per_node = data["accelerators_per_node"]
+    out = _level(data, "scale_out")
+    per_node = _whole(data, "accelerators_per_node")
     guessed = False
     transport = by_name.get("net_transport")
     if transport is not None:
@@ -363,25 +519,25 @@ def _derive_network(
     if provider is not None:
         fabric = next(
             (
-                f
-                for f in table["fabrics"]
-                if f["provider"] == str(provider.value).lower() and re.search(f["gpu"], gpu, re.IGNORECASE)
+                f.build
+                for f in table.fabrics
+                if f.provider == str(provider.value).lower() and re.search(f.gpu, gpu, re.IGNORECASE)
             ),
             None,
         )
     nics = by_name.get("nics")
     if fabric is not None and provider is not None:
-        out["nics_per_node"] = _largest_divisor_at_most(per_node, fabric["nics"])
-        out["nic_bandwidth_bytes_per_s"] = fabric["nic_bandwidth_bytes_per_s"]
-        out["name"] = fabric["origin"]
+        out["nics_per_node"] = _largest_divisor_at_most(per_node, fabric.nics)
+        out["nic_bandwidth_bytes_per_s"] = fabric.nic_bandwidth_bytes_per_s
+        out["name"] = fabric.origin
         inferred.append(
             Note(
                 "NICs",
-                f"{fabric['nics']} x {fabric['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s",
-                _at(provider) + f" -> {fabric['origin']}",
+                f"{fabric.nics} x {fabric.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s",
+                _at(provider) + f" -> {fabric.origin}",
             )
         )
-        changes.append(f"{fabric['nics']} {provider.value} NICs")
+        changes.append(f"{fabric.nics} {provider.value} NICs")
         return True
     hca = env.get("NCCL_IB_HCA")
     listed = _hca_count(hca) if hca is not None else None
@@ -413,7 +569,7 @@ def _derive_network(
         inferred.append(Note("NIC speed", f"{float(topo_bw.value):g} GB/s", _at(topo_bw)))
         changes.append(f"{float(topo_bw.value):g} GB/s NICs")
     else:
-        rate = out["nic_bandwidth_bytes_per_s"]
+        rate = _rate(out, "nic_bandwidth_bytes_per_s")
         assumed.append(Note("NIC speed", f"{rate * 8 / 1e9:g} Gb/s", "preset (the log does not show NIC speeds)"))
         guessed = True
     return guessed
@@ -424,8 +580,8 @@ def check_tables() -> None:
     from commlens.topology import load_topology
 
     systems_table()
-    for g in systems_table()["gpus"]:
+    for g in systems_table().gpus:
         try:
-            load_topology(g["preset"])
+            load_topology(g.preset)
         except TopologyError as e:
-            raise ExpectError(f"systems.yaml: preset {g['preset']!r}: {e}") from None
+            raise ExpectError(f"systems.yaml: preset {g.preset!r}: {e}") from None

@@ -15,14 +15,25 @@ import copy
 import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-__all__ = ["COMPILED", "build_tables", "preset_data", "source_digest", "tables", "write_compiled"]
+from commlens.results.jsonvalue import JsonObject, JsonValue
+
+__all__ = ["COMPILED", "Tables", "build_tables", "preset_data", "source_digest", "tables", "write_compiled"]
 
 _HERE = Path(__file__).resolve().parent
 COMPILED = _HERE / "compiled.json"
 _TABLES = ("systems", "bands", "causes")
 _PRESETS = _HERE.parent / "topology" / "presets"
+
+
+class Tables(TypedDict):
+    """The parsed sources: each YAML table as read (checked where it is used), the presets as plain data."""
+
+    systems: JsonValue
+    bands: JsonValue
+    causes: JsonValue
+    presets: dict[str, JsonObject]  # preset name -> ``topology_to_dict`` of it
 
 
 def _sources() -> list[Path]:
@@ -39,30 +50,42 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def build_tables() -> dict[str, Any]:
+def build_tables() -> Tables:
     """The tables read from their YAML sources (the presets through the topology spec's checks)."""
     from commlens.specdata import load_yaml
     from commlens.topology import load_topology, topology_to_dict
 
-    out: dict[str, Any] = {name: load_yaml((_HERE / f"{name}.yaml").read_text()) for name in _TABLES}
-    out["presets"] = {p.stem: topology_to_dict(load_topology(p.stem)) for p in sorted(_PRESETS.glob("*.yaml"))}
-    return out
+    def source(name: str) -> JsonValue:
+        data: JsonValue = load_yaml((_HERE / f"{name}.yaml").read_text())
+        return data
+
+    return {
+        "systems": source("systems"),
+        "bands": source("bands"),
+        "causes": source("causes"),
+        "presets": {p.stem: topology_to_dict(load_topology(p.stem)) for p in sorted(_PRESETS.glob("*.yaml"))},
+    }
 
 
 @functools.cache
-def tables() -> dict[str, Any]:
+def tables() -> Tables:
     """The tables: the compiled form when it matches the installed sources, else read from them."""
     try:
         compiled = json.loads(COMPILED.read_text())
     except (OSError, ValueError):
         compiled = None
     if isinstance(compiled, dict) and compiled.get("digest") == source_digest():
-        data: dict[str, Any] = compiled["tables"]
-        return data
+        data = compiled.get("tables")
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("presets"), dict)
+            and set(data) == set(Tables.__annotations__)
+        ):
+            return Tables(systems=data["systems"], bands=data["bands"], causes=data["causes"], presets=data["presets"])
     return build_tables()
 
 
-def preset_data(name: str) -> dict[str, Any]:
+def preset_data(name: str) -> JsonObject:
     """A copy of preset ``name`` as plain data (``topology_to_dict``); the loader's error for an unknown one."""
     presets = tables()["presets"]
     if name not in presets:

@@ -48,8 +48,9 @@ def describe_model(topology: Topology | None) -> str:
     cal = topology.calibration
     if not cal:
         return f"model {topology.name}: preset constants, not calibrated on this cluster (commlens model fit)"
-    runs = ", ".join(str(r)[:12] for r in cal.get("runs", []))
-    backends = "/".join(cal.get("backends", []))
+    listed_runs, listed_backends = cal.get("runs"), cal.get("backends")
+    runs = ", ".join(str(r)[:12] for r in listed_runs) if isinstance(listed_runs, list) else ""
+    backends = "/".join(str(b) for b in listed_backends) if isinstance(listed_backends, list) else ""
     rows = cal.get("rows")
     return f"model {topology.name}, calibrated by {cal.get('tool', 'commlens model fit')} on run {runs} ({backends}, {rows} rows)"
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -168,7 +169,9 @@ class CalibrationFile(BaseModel):
     created: str = Field(min_length=1, description="UTC time the sweep started, ISO 8601")
     device: MeasuredDevice
     software: dict[str, str] = Field(description="torch, CUDA, cuBLAS, python versions")
-    settings: dict[str, Any] = Field(description="seed, warm-up, repetitions, budget of the sweep")
+    settings: Mapping[str, object] = Field(
+        description="seed, warm-up, repetitions, budget of the sweep (a record, not read back)"
+    )
     gemm: tuple[GemmRecord, ...] = Field(min_length=1)
     stream: tuple[StreamRecord, ...] = ()
     attention: tuple[AttentionRecord, ...] = ()

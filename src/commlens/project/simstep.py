@@ -32,6 +32,7 @@ from commlens.project.layout import ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_parameters
 from commlens.project.step import project
 from commlens.sim import Collective, CollectiveResult, SimOptions, groups_by_stride, simulate
+from commlens.sim.fabric import FabricDoc
 from commlens.topology import Topology
 from commlens.workload import Workload
 
@@ -59,7 +60,7 @@ class SimStep(TypedDict):
     rate_recomputations: int
     hottest_links: list[dict[str, object]]
     link_classes: list[dict[str, object]]
-    fabric: dict[str, object]
+    fabric: FabricDoc
     wall_s: float
 
 

@@ -7,6 +7,8 @@ pair the out-of-place and in-place measurements of one size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from commlens import __version__
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.records import Measurement, MeasurementKey, Run
@@ -30,6 +32,11 @@ NCCL_TYPE_NAMES = {
 # op without one; a Measurement holds None for both.
 _NO_REDOP = "none"
 _NO_ROOT = -1
+
+
+def _listed(value: JsonValue) -> Sequence[JsonValue]:
+    """A per-rank list kept in ``system.extra`` (rank_pids, rank_hosts); empty when absent or not a list."""
+    return value if isinstance(value, Sequence) and not isinstance(value, str) else ()
 
 
 def to_nccl_tests(redop: str | None, root: int | None) -> tuple[str, int]:
@@ -107,8 +114,10 @@ def run_to_nccl_tests_json(run: Run) -> JsonObject:
     checked = [m.nwrong for m in run.measurements if m.nwrong is not None]
     wrong = sum(checked)
     system = run.system
-    pids = system.extra.get("rank_pids", [])
-    hosts = system.extra.get("rank_hosts") or _hosts_per_rank(system.hosts, system.ranks_per_host, system.world_size)
+    pids = _listed(system.extra.get("rank_pids"))
+    hosts = _listed(system.extra.get("rank_hosts")) or _hosts_per_rank(
+        system.hosts, system.ranks_per_host, system.world_size
+    )
     devices: list[JsonObject] = [
         {
             "rank": rank,

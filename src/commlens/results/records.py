@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from commlens.errors import CommlensError
 from commlens.ops import OPS, get_op
@@ -280,7 +280,7 @@ class SystemInfo:
     os: str = ""
     commlens_version: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_RANKS:

@@ -26,13 +26,14 @@ import fnmatch
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.topology import Topology
 
-__all__ = ["Fabric", "Fault", "SimError", "build_fabric", "check_nodes", "parse_fault"]
+__all__ = ["Fabric", "FabricDoc", "FabricTier", "Fault", "SimError", "build_fabric", "check_nodes", "parse_fault"]
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _SERIALS = itertools.count()
@@ -91,6 +92,29 @@ def flow_hash(src: np.ndarray, dst: np.ndarray, key: np.ndarray, seed: int, salt
         x = splitmix64(src.astype(np.uint64) * np.uint64(1_000_003) + np.uint64(seed * 7919 + salt))
         x = splitmix64(x ^ (dst.astype(np.uint64) * np.uint64(0x9E3779B1)))
         return splitmix64(x ^ (key.astype(np.uint64) * np.uint64(0x85EBCA77)))
+
+
+class FabricTier(TypedDict):
+    """One tier of :meth:`Fabric.describe`."""
+
+    name: str
+    group_nodes: int
+    switches: int
+    uplinks_per_switch: int
+
+
+class FabricDoc(TypedDict):
+    """What :meth:`Fabric.describe` says was built (the ``fabric`` of ``commlens.sim/1`` JSON)."""
+
+    topology: str
+    nodes: int
+    gpus: int
+    planes: int
+    rail_optimized: bool
+    tiers: list[FabricTier]
+    links: int
+    faults: list[str]
+    fault_cables: dict[str, int]
 
 
 @dataclass
@@ -313,7 +337,7 @@ class Fabric:
             out.extend(self.up_link(below, self.tier_cable(below, sw[sel], up[sel])).tolist())
         return out
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> FabricDoc:
         """What was built: tiers, switch and link counts, the faults applied."""
         return {
             "topology": self.topology.name,

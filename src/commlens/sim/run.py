@@ -11,7 +11,7 @@ from commlens.model import predict
 from commlens.ops import OPS, get_op
 from commlens.sim.budget import CollectiveShape, check_sim_size
 from commlens.sim.engine import Engine
-from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric
+from commlens.sim.fabric import Fabric, FabricDoc, Fault, SimError, build_fabric
 from commlens.sim.options import SimOptions
 from commlens.sim.traffic import Collective, plan
 from commlens.topology import Topology
@@ -64,7 +64,7 @@ class SimResult:
     sync: bool
     makespan_s: float
     collectives: list[CollectiveResult]
-    fabric: dict[str, object]
+    fabric: FabricDoc
     hottest: list[dict[str, object]]
     classes: list[dict[str, object]]
     timeline: dict[str, object]

@@ -189,7 +189,7 @@ class Topology(_Spec, Extent):
     accelerator: Accelerator = Field(description="what one rank reduces with")
     scale_up: ScaleUp = Field(description="the scale-up domain")
     scale_out: ScaleOut | None = Field(default=None, description="NICs and fabric; absent for one domain")
-    calibration: dict[str, Any] | None = Field(
+    calibration: Mapping[str, object] | None = Field(
         default=None, description="written by `commlens model fit`: runs, fitted values, uncertainties, errors"
     )
 
