@@ -10,7 +10,7 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -20,7 +20,6 @@ from commlens.cli.errors import errors_as_exit, fail_with
 from commlens.cli.options import DB
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
-    from pydantic_core import ErrorDetails
     from typer._click import Context as ClickContext
 
     from commlens.project.sweep import Overrides, SweepRow
@@ -221,7 +220,14 @@ def fail_layout(e: ValueError) -> NoReturn:
     fail(f"layout: {str(e).splitlines()[0]}")
 
 
-def _layout_error(err: ErrorDetails) -> str:
+class _LayoutError(TypedDict):
+    """What :func:`_layout_error` reads of one pydantic error (a part of pydantic's ``ErrorDetails``)."""
+
+    loc: tuple[int | str, ...]
+    msg: str
+
+
+def _layout_error(err: _LayoutError) -> str:
     """One pydantic error of a ParallelLayout as ``field: reason``."""
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
