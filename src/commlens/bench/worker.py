@@ -222,31 +222,6 @@ def iteration_times(starts: list[list[float]], ends: list[list[float]], shared_c
 _TRIM: list[Any] = []  # [glibc's malloc_trim] or [None] where the C library has none, once looked up
 
 
-MMAP_THRESHOLD_BYTES = 1 << 20
-"""Blocks of at least this size are mapped for themselves and unmapped when freed (see :func:`keep_large_blocks_mapped`)."""
-
-
-def keep_large_blocks_mapped() -> None:
-    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD_BYTES` for this rank (``mallopt(M_MMAP_THRESHOLD)``).
-
-    glibc serves a block of 128 KiB or more by its own mapping, but raises that threshold (up to 32 MiB) each
-    time such a block is freed, so after gloo's first message-sized temporary the next ones come from the
-    heap, where a freed block stays resident until trimmed: a peak of several messages above what the rank
-    holds. With the threshold fixed, each such temporary is handed back to the system when gloo frees it.
-    Measured by ``benchmarks/bench_footprint.py`` (all_gather of 16 MiB at 4 ranks: 333-353 MB peak per rank
-    before, 285 MB after) and its cost on the timed calls by ``benchmarks/harness_overhead.py --sweep-compare``.
-    Nothing happens on a C library without ``mallopt``.
-    """
-    import ctypes
-
-    try:
-        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    except OSError:
-        return
-    if mallopt is not None:
-        mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD (malloc.h); fixing it turns the dynamic rise off
-
-
 def release_freed_memory() -> None:
     """Give the heap's freed pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
 
@@ -1010,7 +985,6 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
     rows_file = ns.rows_file
     workdir = Path(rows_file).parent if rows_file else None
     normalize_launcher_env()
-    keep_large_blocks_mapped()
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0 and not rows_file and outputs is not None:  # refuse bad outputs before the sweep
         try:
