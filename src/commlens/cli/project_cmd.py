@@ -22,7 +22,8 @@ from commlens.cli.options import DB
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
     from typer._click import Context as ClickContext
 
-    from commlens.project.sweep import Overrides, SweepRow
+    from commlens.project import Projection
+    from commlens.project.sweep import Base, Overrides, SweepRow
     from commlens.project.validation_report import MemoryStats, TableStats, ValidationSummary
     from commlens.sim import SimOptions
 
@@ -199,16 +200,18 @@ def _network(
     return sim_options(routing, seed, qps, 2, fail_links or (), degrade or ())
 
 
-def _project(base, point: Overrides):
-    """The projection of one point (``sweep.project_point``), or exit 2 with the reason."""
+def _project(base: Base, point: Overrides) -> Projection:
+    """The point's scenario (``sweep.point_scenario``, built once here) run by the projection stage, or exit 2
+    with the reason."""
     from commlens.errors import CommlensError
-    from commlens.project.sweep import project_point
+    from commlens.project import run
+    from commlens.project.sweep import point_scenario
 
     try:
-        return project_point(base, point)
+        return run(point_scenario(base, point))
     except CommlensError as e:  # the projection's, the workload's and the topology's errors
         fail_with(e)
-    except ValueError as e:  # pydantic on the layout (project_point's documented other error)
+    except ValueError as e:  # pydantic on the layout (point_scenario's documented other error)
         fail_layout(e)
 
 
@@ -234,7 +237,7 @@ def _layout_error(err: _LayoutError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def _print_projection(p) -> None:
+def _print_projection(p: Projection) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.project.memory import MEMORY_TOLERANCE
     from commlens.results.units import format_percent
@@ -288,7 +291,7 @@ def _print_projection(p) -> None:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
 
 
-def _print_stages(p) -> None:
+def _print_stages(p: Projection) -> None:
     """One row per run of identical pipeline stages: layers, time per micro-batch, its own idle time (bubble and
     waiting for the pace-setter), micro-batches in flight, memory."""
     from commlens.cli.tables import new_table, print_table, right

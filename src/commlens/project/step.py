@@ -1,4 +1,4 @@
-"""Step time, throughput, FLOP/s and memory of one training step: :func:`project`.
+"""Step time, throughput, FLOP/s and memory of one training step: :func:`run` of a :class:`Scenario`.
 
 The model, per GPU of each pipeline stage, for one micro-batch, as the layout's framework runs it
 (:mod:`commlens.project.frameworks`):
@@ -37,7 +37,7 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, framework, loss_fused
+from commlens.project.frameworks import Framework, loss_fused
 from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
@@ -57,13 +57,14 @@ from commlens.project.memory import (
     stage_memory,
     stage_parameters,
 )
+from commlens.project.scenario import Scenario
 from commlens.topology import Topology
 from commlens.workload import Workload
 
 if TYPE_CHECKING:
     from commlens.sim import SimOptions
 
-__all__ = ["Projection", "model_flops_per_step", "project"]
+__all__ = ["Projection", "Scenario", "model_flops_per_step", "project", "run"]
 
 _COMM: dict[tuple, float] = {}
 
@@ -148,18 +149,14 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
     return hit
 
 
-def _comm_model(
-    topology: Topology, r: Resolved, gpus: int, network: str, options: SimOptions | None
-) -> Callable[[str, float, Group], float]:
+def _comm_model(s: Scenario, r: Resolved) -> Callable[[str, float, Group], float]:
     """The time of one collective of a group, by the analytic model or by the simulator."""
-    if network == "analytic":
+    topology = s.topology
+    if s.sim is None:
         return lambda op, size, group: _comm_s(topology, op, size, group)
-    if network != "sim":
-        raise InfeasibleLayoutError(f"unknown network model {network!r}; known: analytic, sim", "network")
     from commlens.project.simnet import SimNetwork
-    from commlens.sim import SimOptions
 
-    return SimNetwork(topology, r, gpus, options or SimOptions()).time_s
+    return SimNetwork(topology, r, s.gpus, s.sim).time_s
 
 
 @dataclass(frozen=True)
@@ -244,9 +241,10 @@ def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
 
 @dataclass(frozen=True)
 class _Setup:
-    """What every part of one projection reads: the GPU, the workload, the layout as resolved on the job, its
-    framework, the collective model, and one micro-batch's share on this GPU."""
+    """What every part of one projection reads: the scenario, the GPU, the workload, the layout as resolved on the
+    job, its framework, the collective model, and one micro-batch's share on this GPU."""
 
+    scenario: Scenario
     dev: Device
     w: Workload
     layout: ParallelLayout
@@ -257,6 +255,8 @@ class _Setup:
     sp: bool
     fwd_passes: float  # forwards per micro-batch (2 under full recomputation)
     nodes_per_domain: int  # nodes one scale-up (NVLink) domain holds
+    peak: float  # the GPU's peak FLOP/s in the workload's precision
+    gemm_peak: float  # and what its GEMMs reach of it (fp8's own efficiency)
 
 
 @dataclass(frozen=True)
@@ -267,6 +267,18 @@ class _LayerComm:
     tp_pass: float  # TP's collectives of one pass
     cp_fwd: float  # CP's K/V all-gather of the forward
     cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients
+
+
+def run(scenario: Scenario) -> Projection:
+    """The projection stage: one :class:`Scenario` in, its :class:`Projection` out. :class:`InfeasibleLayoutError`
+    when the layout cannot run (with the reason), :class:`ProjectionError` when the hardware lacks what it needs."""
+    c, stage_mem, mem = _setup(scenario)  # 1. the GPU, the layout on the job, its memory, the collective model
+    kind_times, kind_seconds, lc = _layer_times(c)  # 2. one layer of each kind, one micro-batch
+    pp_p2p, ends = _pp_p2p(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, the first/last layers
+    stages, stage_classes = _stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
+    pipeline_s, pace, schedule = _pipeline(c, stages)  # 5. the schedule: m x the slowest stage + fill and drain
+    tail = _slowest_tail(c, stages, c.r.micro_batches)  # 6. DP and the optimizer after the last backward
+    return _projection(c, stages, stage_classes, stage_mem, mem, pipeline_s, pace, schedule, tail)  # 7. the record
 
 
 def project(
@@ -280,25 +292,42 @@ def project(
     network: str = "analytic",
     sim_options: SimOptions | None = None,
 ) -> Projection:
-    """Project one training step; :class:`InfeasibleLayoutError` when the layout cannot run (with the reason).
+    """:func:`run` of the :class:`Scenario` these arguments make, for a caller that holds them apart.
 
     ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``).
     ``network``: ``analytic`` (each collective alone on the fabric, :func:`commlens.model.predict`) or ``sim``
     (each communication term simulated with every group of its dimension at once on the fabric,
     :mod:`commlens.sim`; ``sim_options``: routing, seed, qps, channels, faults; default :class:`SimOptions`)."""
-    dev = device_for(topology.accelerator.name, accelerators)
-    w = workload
-    r = resolve(layout, w, gpus, topology.accelerators_per_node)
-    comm = _comm_model(topology, r, gpus, network, sim_options)
+    if network not in ("analytic", "sim"):
+        raise InfeasibleLayoutError(f"unknown network model {network!r}; known: analytic, sim", "network")
+    sim = None
+    if network == "sim":
+        from commlens.sim import SimOptions
+
+        sim = sim_options or SimOptions()
+    files = None if accelerators is None else tuple(accelerators)
+    return run(Scenario(workload, topology, layout, gpus, accelerators=files, sim=sim, check_memory=check_memory))
+
+
+def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float]]:
+    """What every part of the projection reads, then each stage's memory and the fullest stage's; in this order
+    the reasons a scenario cannot run: the GPU's figures, the layout on the job, the precision, the memory, the
+    pipeline schedule."""
+    topology, layout, w = s.topology, s.layout, s.workload
+    dev = device_for(topology.accelerator.name, s.accelerators)
+    r = resolve(layout, w, s.gpus, topology.accelerators_per_node)
+    comm = _comm_model(s, r)
     peak = dev.peak(w.precision)
-    stage_mem, mem = _memory(dev, w, layout, r, check_memory)
-    fw = framework(layout.framework)
+    stage_mem, mem = _memory(dev, w, layout, r, s.check_memory)
+    fw = s.framework
     if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
         raise InfeasibleLayoutError(
             f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
             "schedule",
         )
+    fp8 = w.precision == "fp8"
     c = _Setup(
+        scenario=s,
         dev=dev,
         w=w,
         layout=layout,
@@ -309,26 +338,44 @@ def project(
         sp=layout.sp and r.tp > 1,
         fwd_passes=2.0 if layout.recompute == "full" else 1.0,
         nodes_per_domain=max(1, topology.scale_up.domain_size // topology.accelerators_per_node),
+        peak=peak,
+        gemm_peak=peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0),
     )
-    fp8 = w.precision == "fp8"
-    gemm_peak = peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
-    layer_kinds = _layer_kinds(c, accelerators, gemm_peak)
+    return c, stage_mem, mem
+
+
+def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, float]], _LayerComm]:
+    """Per layer of each kind (dense, then MoE), one micro-batch: (compute, streaming, TP, CP exposed, CP hidden,
+    EP, host, TP hidden), its seconds by kernel class; and the layers' TP and CP communication."""
+    layer_kinds = _layer_kinds(c, c.scenario.accelerators, c.gemm_peak)
     lc = _layer_comm(c)
-    # per layer of each kind, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden)
-    # and its seconds by kernel class
     kind_times: list[tuple[float, ...]] = []
     kind_seconds: list[dict[str, float]] = []
     for kernels, a2a_bytes in layer_kinds:
         times, by_kind = _layer_time(c, kernels, a2a_bytes, lc)
         kind_times.append(times)
         kind_seconds.append(by_kind)
-    stages, stage_classes = _stages(c, kind_times, kind_seconds, _pp_p2p(c), _ends(c, gemm_peak, lc.tp_bytes), gpus)
-    m_count = r.micro_batches
-    pipeline_s, pace, schedule = _pipeline(c, stages)
-    dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden = _slowest_tail(c, stages, m_count)
+    return kind_times, kind_seconds, lc
+
+
+def _projection(
+    c: _Setup,
+    stages: list[dict[str, float]],
+    stage_classes: list[dict[str, float]],
+    stage_mem: list[dict[str, float]],
+    mem: dict[str, float],
+    pipeline_s: float,
+    pace: int,
+    schedule: str,
+    tail: tuple[float, float, float, float, float],
+) -> Projection:
+    """The step: the pipeline, then the slowest stage's DP and optimizer tail; the breakdown is the pace-setting
+    stage's; each stage's memory joins its times."""
+    dev, w, layout, gpus, topology = c.dev, c.w, c.layout, c.scenario.gpus, c.scenario.topology
+    dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden = tail
     contention = (dp_hidden + fsdp_hidden) * min(1.0, OVERLAP_COMM_SMS / dev.sms)
     step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
-    m = m_count
+    m = c.r.micro_batches
     ps = stages[pace]
     breakdown = {
         "compute": m * ps["compute"],
@@ -360,7 +407,7 @@ def project(
         tokens_per_s=w.global_batch * w.seq_len / step,
         model_tflops_per_gpu=model_tflops,
         hw_tflops_per_gpu=model_flops_per_step(w, layout.recompute) / step / gpus / 1e12,
-        mfu=model_tflops * 1e12 / peak,
+        mfu=model_tflops * 1e12 / c.peak,
         memory_bytes_per_gpu=mem["reserved"],
         memory_capacity_bytes=dev.hbm_bytes,
         breakdown=breakdown,

@@ -21,6 +21,7 @@ from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 from commlens.specdata import SpecValue
 
 if TYPE_CHECKING:
+    from commlens.project.scenario import Scenario
     from commlens.project.step import Projection
     from commlens.sim import SimOptions
     from commlens.topology import Topology
@@ -35,6 +36,7 @@ __all__ = [
     "grid",
     "parse_vary",
     "point_inputs",
+    "point_scenario",
     "project_point",
     "run_sweep",
     "search_layouts",
@@ -205,14 +207,23 @@ def project_point(base: Base, point: Mapping[str, SpecValue], search: bool = Fal
     """The projection of one point: ``base`` with the point's overrides (``workload.*``, ``layout.*``,
     ``topology.*``, ``gpus``); the best layout with ``search``. Raises the projection's errors, and pydantic's
     ValueError for a layout field that is out of range."""
+    from commlens.project.step import run
+
+    if search:
+        w, topo, gpus, layout_over = point_inputs(base, point)
+        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators, sim=base.sim)
+    return run(point_scenario(base, point))
+
+
+def point_scenario(base: Base, point: Mapping[str, SpecValue]) -> Scenario:
+    """The scenario of one point: ``base``'s presets with its overrides and the point's, loaded and checked (the
+    workload's, the topology's and the projection's errors, and pydantic's ValueError for a layout field)."""
     from commlens.project.layout import ParallelLayout
-    from commlens.project.step import project
+    from commlens.project.scenario import Scenario
 
     w, topo, gpus, layout_over = point_inputs(base, point)
-    if search:
-        return search_layouts(w, topo, gpus, layout_over, accelerators=base.accelerators, sim=base.sim)
     layout = ParallelLayout.model_validate(layout_over)
-    return project(w, topo, layout, gpus, accelerators=base.accelerators, network=base.network, sim_options=base.sim)
+    return Scenario(w, topo, layout, gpus, accelerators=base.accelerators, sim=base.sim)
 
 
 def point_inputs(base: Base, point: Mapping[str, SpecValue]) -> tuple[Workload, Topology, int, Overrides]:
@@ -287,7 +298,8 @@ def search_layouts(
     """The fastest feasible layout (TP within the scale-up domain, PP dividing layers, CP, VPP, EP, ZeRO);
     ``fixed``: layout fields kept; ``sim``: the simulator's options (None: the analytic network)."""
     from commlens.project.layout import ParallelLayout
-    from commlens.project.step import project
+    from commlens.project.scenario import Scenario
+    from commlens.project.step import run
 
     domain = topo.scale_up.domain_size
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= domain and w.heads % t == 0]
@@ -301,15 +313,8 @@ def search_layouts(
             for zero in (1, 3):
                 fields = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "zero": zero, **fixed}
                 try:
-                    p = project(
-                        w,
-                        topo,
-                        ParallelLayout.model_validate(fields),
-                        gpus,
-                        accelerators=accelerators,
-                        network="analytic" if sim is None else "sim",
-                        sim_options=sim,
-                    )
+                    layout = ParallelLayout.model_validate(fields)
+                    p = run(Scenario(w, topo, layout, gpus, accelerators=accelerators, sim=sim))
                 except InfeasibleLayoutError as e:
                     reasons[e.kind] += 1
                     continue

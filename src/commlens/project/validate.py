@@ -134,11 +134,13 @@ def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -
 def validate_megatron(topology: str = "dgx-a100", accelerators: Sequence[str] | None = None) -> list[ValidationRow]:
     """Predicted vs published TFLOP/s per GPU for every row of Megatron-LM SC'21 Table 1 (``accelerators``:
     accelerators files over the shipped figures, default ``COMMLENS_ACCELERATORS``)."""
+    from commlens.project import step
     from commlens.project.layout import ParallelLayout
-    from commlens.project.step import project
+    from commlens.project.scenario import Scenario
     from commlens.topology import load_topology
     from commlens.workload import load_workload
 
+    files = None if accelerators is None else tuple(accelerators)
     topo = load_topology(topology)
     rows = []
     for run in MEGATRON_TABLE1:
@@ -155,7 +157,7 @@ def validate_megatron(topology: str = "dgx-a100", accelerators: Sequence[str] | 
             grad_reduce_bytes=2,
             grad_accum_fusion=False,
         )
-        p = project(w, topo, layout, run.gpus, accelerators=accelerators)
+        p = step.run(Scenario(w, topo, layout, run.gpus, accelerators=files))
         flops = megatron_flops(run.batch, w.seq_len, w.layers, w.hidden, w.vocab)
         rows.append(
             ValidationRow(
@@ -430,10 +432,12 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
     from commlens.project.bands import family_of
     from commlens.project.errors import InfeasibleLayoutError
     from commlens.project.layout import ParallelLayout
-    from commlens.project.step import project
+    from commlens.project.scenario import Scenario
+    from commlens.project.step import run
     from commlens.topology import load_topology
     from commlens.workload import load_workload
 
+    files = None if accelerators is None else tuple(accelerators)
     out = []
     for row in table.rows:
         w = load_workload(row.workload, row.overrides)
@@ -450,7 +454,7 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
         predicted: float | None = None
         refused = ""
         try:
-            p = project(w, topo, layout, row.gpus, accelerators=accelerators)
+            p = run(Scenario(w, topo, layout, row.gpus, accelerators=files))
         except InfeasibleLayoutError as e:
             refused = str(e)
         else:
