@@ -236,3 +236,40 @@ def test_a_list_or_mapping_value_is_a_refused_point_not_a_crash():
         row = evaluate(base, point)
         assert row.kind == "invalid" and "name" in (row.error or "")
     assert evaluate(base, {"topology.nic_gbps": 400}).error is None
+
+
+def test_the_scenario_is_one_checked_record_and_run_projects_it():
+    """The projection stage takes one Scenario and returns its Projection; project(...) is the same call."""
+    from dataclasses import FrozenInstanceError
+
+    from commlens.project import Projection, ProjectionError, Scenario, run
+
+    w = load_workload("llama3-8b", {"global_batch": 64})
+    scenario = Scenario(w, H100, ParallelLayout(tp=8), 16)
+    p = run(scenario)
+    assert isinstance(p, Projection) and p.gpus == 16 and p.layout["dp"] == 2
+    assert p == project(w, H100, ParallelLayout(tp=8), 16)
+    assert scenario.network == "analytic" and scenario.framework.name == "megatron-core"
+    with pytest.raises(FrozenInstanceError):
+        scenario.gpus = 32  # type: ignore[misc]
+    with pytest.raises(InfeasibleLayoutError, match="gpus must be >= 1, got 0"):  # as the layout's check words it
+        Scenario(w, H100, ParallelLayout(), 0)
+    for bad, field in (
+        ({"gpus": 8.0}, "gpus"),
+        ({"layout": {"tp": 8}}, "layout"),
+        ({"accelerators": ["x.yaml"]}, "accelerators"),
+        ({"sim": "spray"}, "sim"),
+    ):
+        fields = {"workload": w, "topology": H100, "layout": ParallelLayout(), "gpus": 8, **bad}
+        with pytest.raises(ProjectionError, match=f"^{field}: "):
+            Scenario(**fields)
+
+
+def test_a_simulated_scenario_runs_the_simulator():
+    from commlens.project import Scenario, run
+    from commlens.sim import SimOptions
+
+    w = load_workload("llama3-8b")
+    sim = Scenario(w, H100, ParallelLayout(tp=8), 16, sim=SimOptions(routing="spray"))
+    assert sim.network == "sim"
+    assert run(sim) == project(w, H100, ParallelLayout(tp=8), 16, network="sim", sim_options=SimOptions("spray"))

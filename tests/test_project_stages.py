@@ -265,7 +265,7 @@ def test_a_refused_row_misses_the_targets():
     assert rows[0].predicted is not None and rows[1].predicted is None
     assert "does not divide 8 GPUs" in rows[1].refused
     summary = validation_summary(rows)
-    assert summary["overall"]["refused"] == 1 and summary["targets_met"] is False
+    assert summary.overall is not None and summary.overall.refused == 1 and summary.targets_met is False
     import contextlib
     import io
 

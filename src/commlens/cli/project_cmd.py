@@ -458,21 +458,14 @@ def _validate(
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
 ) -> None:
     """Predicted vs published figures of training runs, per row, per table and overall (exit 1: targets missed)."""
-    from commlens.project.validate import MEMORY, SC21, load_memory_figures, load_set, table_names
-    from commlens.project.validation_report import validation_report
+    from commlens.project.validate import table_names
+    from commlens.project.validation_report import describe_table, validation_report
 
     names = table_names()
     if list_tables:
         with errors_as_exit():
             for name in names:
-                if name == SC21:
-                    print(f"{name}: Megatron-LM SC'21 Table 1 (Narayanan et al., arXiv 2104.04473), 10 rows")
-                elif name == MEMORY:
-                    n = len(load_memory_figures())
-                    print(f"{name}: published GPU-memory figures per GPU ({n} figures; docs/reference/memory.md)")
-                else:
-                    t = load_set(name)
-                    print(f"{name}: {t.title} ({len(t.rows)} rows; {t.source})")
+                print(f"{name}: {describe_table(name)}")
         return
     if table_name != "all" and table_name not in names:
         fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
@@ -483,11 +476,11 @@ def _validate(
         print(json.dumps(report.as_dict(), indent=1))
     else:
         _print_validation(list(report.rows), summary)
-        if report.memory is not None:
-            _print_memory_validation(report.memory, summary["memory"])
+        if report.memory is not None and summary.memory is not None:
+            _print_memory_validation(report.memory, summary.memory)
         if report.rows and report.memory is not None:
-            print(f"\ntargets (throughput and memory): {'met' if summary['targets_met'] else 'NOT met'}")
-    if not summary["targets_met"]:
+            print(f"\ntargets (throughput and memory): {'met' if report.targets_met else 'NOT met'}")
+    if not report.targets_met:
         raise typer.Exit(1)
 
 
@@ -507,14 +500,14 @@ def _print_memory_validation(memory, stats: MemoryStats) -> None:
             m.name, m.measures, m.stage, f"{m.published_bytes / 1e9:.4g}", f"{m.predicted_bytes / 1e9:.4g}", verdict
         )
     print_table(table)
-    mean = "-" if stats["mean_abs_error"] is None else format_percent(stats["mean_abs_error"])
-    top = "-" if stats["max_abs_error"] is None else format_percent(stats["max_abs_error"])
-    refused = f", {stats['refused']} refused" if stats["refused"] else ""
+    mean = "-" if stats.mean_abs_error is None else format_percent(stats.mean_abs_error)
+    top = "-" if stats.max_abs_error is None else format_percent(stats.max_abs_error)
+    refused = f", {stats.refused} refused" if stats.refused else ""
     print(
-        f"  memory: {stats['figures']} figures, mean absolute error {mean}, max {top}, "
-        f"{stats['within_10pct']} of {stats['figures'] - stats['bounds'] - stats['refused']} within 10%, "
-        f"bounds met {stats['bounds_met']} of {stats['bounds']}{refused} "
-        f"(targets: every figure within 10%, every bound met: {'met' if stats['targets_met'] else 'NOT met'})"
+        f"  memory: {stats.figures} figures, mean absolute error {mean}, max {top}, "
+        f"{stats.within_10pct} of {stats.figures - stats.bounds - stats.refused} within 10%, "
+        f"bounds met {stats.bounds_met} of {stats.bounds}{refused} "
+        f"(targets: every figure within 10%, every bound met: {'met' if stats.targets_met else 'NOT met'})"
     )
 
 
@@ -535,7 +528,7 @@ def _print_validation(rows, summary: ValidationSummary) -> None:
         if r.table != current:
             if table is not None:
                 print_table(table)
-                _print_table_stats(current, summary["tables"][current], pct)
+                _print_table_stats(current, summary.tables[current], pct)
             current = r.table
             print(f"\n{r.table}")
             table = new_table(
@@ -567,15 +560,16 @@ def _print_validation(rows, summary: ValidationSummary) -> None:
         )
     if table is not None:
         print_table(table)
-        _print_table_stats(current, summary["tables"][current], pct)
-    o = summary["overall"]
+        _print_table_stats(current, summary.tables[current], pct)
+    o = summary.overall
+    assert o is not None, "a summary of rows has their overall figures"
     print(
-        f"\noverall: {o['rows']} rows, mean absolute error {pct(o['mean_abs_error'])}, max {pct(o['max_abs_error'])}"
-        + (f", {o['refused']} refused" if o["refused"] else "")
+        f"\noverall: {o.rows} rows, mean absolute error {pct(o.mean_abs_error)}, max {pct(o.max_abs_error)}"
+        + (f", {o.refused} refused" if o.refused else "")
         + " (targets: mean <= 6%, each table <= 8% (SC'21 <= 3%), every row within 20%, none refused: "
-        + f"{'met' if summary['throughput_targets_met'] else 'NOT met'})"
+        + f"{'met' if summary.throughput_targets_met else 'NOT met'})"
     )
-    cov = summary.get("band_coverage")
+    cov = summary.band_coverage
     if cov is not None and (coverage := cov["coverage"]) is not None:
         print(
             f"80% band (each row left out of its own family's fit): covers {cov['covered']} of {cov['rows']} rows "
@@ -584,8 +578,8 @@ def _print_validation(rows, summary: ValidationSummary) -> None:
 
 
 def _print_table_stats(name, stats: TableStats, pct) -> None:
-    refused = f", {stats['refused']} refused" if stats["refused"] else ""
-    print(f"  {name}: mean absolute error {pct(stats['mean_abs_error'])}, max {pct(stats['max_abs_error'])}{refused}")
+    refused = f", {stats.refused} refused" if stats.refused else ""
+    print(f"  {name}: mean absolute error {pct(stats.mean_abs_error)}, max {pct(stats.max_abs_error)}{refused}")
 
 
 from commlens.cli.calibrate_cmd import calibrate  # noqa: E402  (a project subcommand, in its own module)

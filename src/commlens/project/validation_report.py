@@ -8,17 +8,19 @@ every bound met.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from commlens.project.validate import (
+    MEGATRON_TABLE1,
     MEMORY,
     SC21,
     BandCoverage,
     MemoryResult,
     SetResult,
     band_coverage,
+    load_memory_figures,
+    load_set,
     validate_memory,
     validate_tables,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "TableStats",
     "ValidationReport",
     "ValidationSummary",
+    "describe_table",
     "memory_stats",
     "table_stats",
     "validation_report",
@@ -41,7 +44,8 @@ ROW_TARGET = 0.20  # every row
 MEMORY_TARGET = 0.10  # every printed or formula memory figure
 
 
-class TableStats(TypedDict):
+@dataclass(frozen=True)
+class TableStats:
     """One table's rows (or all of them) against the published figures."""
 
     rows: int
@@ -49,8 +53,17 @@ class TableStats(TypedDict):
     mean_abs_error: float | None  # over the projected rows; None when none was
     max_abs_error: float | None
 
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rows": self.rows,
+            "refused": self.refused,
+            "mean_abs_error": self.mean_abs_error,
+            "max_abs_error": self.max_abs_error,
+        }
 
-class MemoryStats(TypedDict):
+
+@dataclass(frozen=True)
+class MemoryStats:
     """The memory figures against the published ones, and the memory verdict."""
 
     figures: int
@@ -62,43 +75,69 @@ class MemoryStats(TypedDict):
     bounds_met: int
     targets_met: bool
 
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "figures": self.figures,
+            "refused": self.refused,
+            "mean_abs_error": self.mean_abs_error,
+            "max_abs_error": self.max_abs_error,
+            "within_10pct": self.within_10pct,
+            "bounds": self.bounds,
+            "bounds_met": self.bounds_met,
+            "targets_met": self.targets_met,
+        }
 
-class ValidationSummary(TypedDict, total=False):
-    """Per table and overall, memory, the band's coverage, and the verdict (``targets_met``, always there)."""
 
-    tables: dict[str, TableStats]
-    overall: TableStats  # with rows
-    throughput_targets_met: bool  # with rows
-    memory: MemoryStats  # with the memory figures
-    targets_met: bool
-    band_coverage: BandCoverage  # in a report
+@dataclass(frozen=True)
+class ValidationSummary:
+    """Per table and overall, memory, the band's coverage, and the verdict: ``targets_met``."""
+
+    tables: Mapping[str, TableStats]
+    overall: TableStats | None  # all throughput rows together; None without any
+    throughput_targets_met: bool | None  # None without throughput rows
+    memory: MemoryStats | None  # None without the memory figures
+    targets_met: bool  # the verdict: every target of the throughput rows and memory figures asked for met
+    band_coverage: BandCoverage | None = None  # in a report
+
+    def as_dict(self) -> dict[str, object]:
+        """The summary as ``project validate --json`` prints it (a part absent when it was not asked for)."""
+        out: dict[str, object] = {"tables": {name: st.as_dict() for name, st in self.tables.items()}}
+        if self.overall is not None:
+            out["overall"] = self.overall.as_dict()
+            out["throughput_targets_met"] = self.throughput_targets_met
+        if self.memory is not None:
+            out["memory"] = self.memory.as_dict()
+        out["targets_met"] = self.targets_met
+        if self.band_coverage is not None:
+            out["band_coverage"] = self.band_coverage
+        return out
 
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """Every projected row (in or out of its family's band), the memory figures when asked, and the verdict."""
+    """Every projected row (in or out of its family's band), the memory figures when asked, and the summary with
+    the verdict, worked out once when the report is built."""
 
     rows: tuple[SetResult, ...]
     memory: tuple[MemoryResult, ...] | None
     band_coverage: BandCoverage
+    summary: ValidationSummary = field(init=False)
 
-    @property
-    def summary(self) -> ValidationSummary:
-        """Per table and overall, memory, the band's coverage, and ``targets_met``."""
-        out = validation_summary(self.rows, self.memory)
-        out["band_coverage"] = self.band_coverage
-        return out
+    def __post_init__(self) -> None:
+        summary = replace(validation_summary(self.rows, self.memory), band_coverage=self.band_coverage)
+        object.__setattr__(self, "summary", summary)
 
     @property
     def targets_met(self) -> bool:
-        return bool(self.summary["targets_met"])
+        """The verdict: ``project validate`` exits 1 when it is false."""
+        return self.summary.targets_met
 
     def as_dict(self) -> dict[str, object]:
         """What ``project validate --json`` prints: the rows, then the summary (memory with its figures)."""
-        summary = self.summary
-        out: dict[str, object] = {"rows": [r.as_dict() for r in self.rows], **summary}
-        if self.memory is not None and "memory" in summary:
-            out["memory"] = {**summary["memory"], "figures": [m.as_dict() for m in self.memory]}
+        out: dict[str, object] = {"rows": [r.as_dict() for r in self.rows], **self.summary.as_dict()}
+        if self.memory is not None and self.summary.memory is not None:
+            figures = {"figures": [m.as_dict() for m in self.memory]}
+            out["memory"] = {**self.summary.memory.as_dict(), **figures}  # the list in the count's place
         return out
 
 
@@ -109,15 +148,26 @@ def validation_report(tables: Sequence[str], accelerators: Sequence[str] | None 
     return ValidationReport(tuple(rows), memory, coverage)
 
 
+def describe_table(name: str) -> str:
+    """One line on the published table ``name``: what it is, its size and its source (``validate --list``)."""
+    if name == SC21:
+        return f"Megatron-LM SC'21 Table 1 (Narayanan et al., arXiv 2104.04473), {len(MEGATRON_TABLE1)} rows"
+    if name == MEMORY:
+        n = len(load_memory_figures())
+        return f"published GPU-memory figures per GPU ({n} figures; docs/reference/memory.md)"
+    t = load_set(name)
+    return f"{t.title} ({len(t.rows)} rows; {t.source})"
+
+
 def table_stats(rows: Sequence[SetResult]) -> TableStats:
     """Mean and max absolute error of the rows the model projected, and how many it refused."""
     errors = [abs(r.error) for r in rows if r.error is not None]
-    return {
-        "rows": len(rows),
-        "refused": sum(r.error is None for r in rows),
-        "mean_abs_error": sum(errors) / len(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-    }
+    return TableStats(
+        rows=len(rows),
+        refused=sum(r.error is None for r in rows),
+        mean_abs_error=sum(errors) / len(errors) if errors else None,
+        max_abs_error=max(errors) if errors else None,
+    )
 
 
 def validation_summary(rows: Sequence[SetResult], memory: Sequence[MemoryResult] | None = None) -> ValidationSummary:
@@ -126,30 +176,29 @@ def validation_summary(rows: Sequence[SetResult], memory: Sequence[MemoryResult]
     for r in rows:
         tables.setdefault(r.table, []).append(r)
     per_table_stats = {name: table_stats(t) for name, t in tables.items()}
-    out: ValidationSummary = {"tables": per_table_stats}
-    ok = True
-    if rows:
-        overall = table_stats(rows)
-        per_table = all(
-            (mean := st["mean_abs_error"]) is not None and mean <= (SC21_TARGET if name == SC21 else TABLE_TARGET)
-            for name, st in per_table_stats.items()
-        )
-        mean_all, max_all = overall["mean_abs_error"], overall["max_abs_error"]
-        ok = (
-            overall["refused"] == 0
-            and mean_all is not None
-            and mean_all <= OVERALL_TARGET
-            and max_all is not None
-            and max_all <= ROW_TARGET
-            and per_table
-        )
-        out["overall"] = overall
-        out["throughput_targets_met"] = ok
-    if memory is not None:
-        mem = out["memory"] = memory_stats(memory)
-        ok = ok and mem["targets_met"]
-    out["targets_met"] = ok
-    return out
+    overall = table_stats(rows) if rows else None
+    throughput_ok = None if overall is None else _throughput_met(overall, per_table_stats)
+    mem = None if memory is None else memory_stats(memory)
+    ok = throughput_ok is not False and (mem is None or mem.targets_met)
+    return ValidationSummary(per_table_stats, overall, throughput_ok, mem, ok)
+
+
+def _throughput_met(overall: TableStats, per_table: Mapping[str, TableStats]) -> bool:
+    """None refused, all rows together within :data:`OVERALL_TARGET`, every row within :data:`ROW_TARGET`, and
+    each table's mean within its own target."""
+    tables_ok = all(
+        (mean := st.mean_abs_error) is not None and mean <= (SC21_TARGET if name == SC21 else TABLE_TARGET)
+        for name, st in per_table.items()
+    )
+    mean_all, max_all = overall.mean_abs_error, overall.max_abs_error
+    return (
+        overall.refused == 0
+        and mean_all is not None
+        and mean_all <= OVERALL_TARGET
+        and max_all is not None
+        and max_all <= ROW_TARGET
+        and tables_ok
+    )
 
 
 def memory_stats(memory: Sequence[MemoryResult]) -> MemoryStats:
@@ -158,13 +207,13 @@ def memory_stats(memory: Sequence[MemoryResult]) -> MemoryStats:
     bounds = [m for m in memory if m.kind == "bound"]
     refused = sum(m.predicted_bytes is None for m in memory)
     within = sum(e <= MEMORY_TARGET for e in errors)
-    return {
-        "figures": len(memory),
-        "refused": refused,
-        "mean_abs_error": sum(errors) / len(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        "within_10pct": within,
-        "bounds": len(bounds),
-        "bounds_met": sum(bool(m.fits) for m in bounds),
-        "targets_met": refused == 0 and within == len(errors) and all(m.fits for m in bounds),
-    }
+    return MemoryStats(
+        figures=len(memory),
+        refused=refused,
+        mean_abs_error=sum(errors) / len(errors) if errors else None,
+        max_abs_error=max(errors) if errors else None,
+        within_10pct=within,
+        bounds=len(bounds),
+        bounds_met=sum(bool(m.fits) for m in bounds),
+        targets_met=refused == 0 and within == len(errors) and all(m.fits for m in bounds),
+    )
