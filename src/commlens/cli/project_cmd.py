@@ -237,7 +237,7 @@ def _layout_error(err: _LayoutError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def _print_projection(p: Projection) -> None:
+def _print_projection(p) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.project.memory import MEMORY_TOLERANCE
     from commlens.results.units import format_percent
@@ -291,7 +291,7 @@ def _print_projection(p: Projection) -> None:
         print("  overlapped (hidden): " + ", ".join(f"{k} {v:.3f} s" for k, v in hidden.items()))
 
 
-def _print_stages(p: Projection) -> None:
+def _print_stages(p) -> None:
     """One row per run of identical pipeline stages: layers, time per micro-batch, its own idle time (bubble and
     waiting for the pace-setter), micro-batches in flight, memory."""
     from commlens.cli.tables import new_table, print_table, right
