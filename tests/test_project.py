@@ -273,3 +273,19 @@ def test_a_simulated_scenario_runs_the_simulator():
     sim = Scenario(w, H100, ParallelLayout(tp=8), 16, sim=SimOptions(routing="spray"))
     assert sim.network == "sim"
     assert run(sim) == project(w, H100, ParallelLayout(tp=8), 16, network="sim", sim_options=SimOptions("spray"))
+
+
+def test_a_point_becomes_one_scenario_of_the_base_and_its_overrides():
+    """The command line's presets and overrides are resolved once into the Scenario the stage runs."""
+    from commlens.project import Scenario, run
+    from commlens.project.sweep import Base, point_scenario, project_point
+    from commlens.sim import SimOptions
+
+    base = Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {"global_batch": 128}, (), SimOptions("spray"))
+    point = {"layout.pp": 2, "workload.seq_len": 4096, "topology.nic_gbps": 800, "gpus": 32}
+    s = point_scenario(base, point)
+    assert isinstance(s, Scenario) and s.network == "sim" and s.accelerators == ()
+    assert (s.layout.tp, s.layout.pp, s.gpus) == (2, 2, 32)
+    assert (s.workload.name, s.workload.seq_len, s.workload.global_batch) == ("llama3-8b", 4096, 128)
+    assert s.topology.scale_out is not None and s.topology.scale_out.nic_bandwidth_bytes_per_s == 100e9
+    assert run(s) == project_point(base, point)

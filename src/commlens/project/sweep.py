@@ -54,7 +54,9 @@ SCALE_UP_DOMAIN = "scale_up_domain"  # topology.scale_up_domain=N: see _set_scal
 
 @dataclass(frozen=True)
 class Base:
-    """What every point starts from: names (presets or paths) and plain-data overrides."""
+    """What every point starts from: names (presets or paths) and plain-data overrides; with a point's own
+    overrides, one :class:`commlens.project.Scenario` (:func:`point_scenario`). Plain data: a sweep ships it to
+    its workers."""
 
     workload: str
     topology: str
@@ -63,11 +65,6 @@ class Base:
     workload_overrides: Mapping[str, SpecValue]  # dotted workload paths
     accelerators: tuple[str, ...] | None = None  # accelerators files (None: COMMLENS_ACCELERATORS)
     sim: SimOptions | None = None  # the network simulated with these options (commlens.sim); None: analytic
-
-    @property
-    def network(self) -> str:
-        """``analytic`` (cost models) or ``sim`` (commlens.sim, every group at once)."""
-        return "analytic" if self.sim is None else "sim"
 
 
 def _value(text: str) -> object:
