@@ -37,7 +37,7 @@ from commlens.model import InfeasibleError, predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, loss_fused
+from commlens.project.frameworks import Framework, framework, loss_fused
 from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
@@ -319,7 +319,7 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
     comm = _comm_model(s, r)
     peak = dev.peak(w.precision)
     stage_mem, mem = _memory(dev, w, layout, r, s.check_memory)
-    fw = s.framework
+    fw = framework(layout.framework)
     if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
         raise InfeasibleLayoutError(
             f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
