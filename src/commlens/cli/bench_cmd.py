@@ -25,7 +25,9 @@ __all__ = ["Terminal", "launch", "say", "store"]
 
 
 def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
-    """Run ``commlens bench ARGV``; returns the exit code. Raises ConfigError (exit 2) and BenchFailure."""
+    """Run ``commlens bench ARGV``: options -> :class:`BenchConfig` -> :func:`commlens.bench.run` -> the table, the
+    outputs; returns the exit code. Raises ConfigError (exit 2) and BenchFailure."""
+    from commlens import bench
     from commlens.bench import launcher
 
     argv = list(argv)
@@ -46,7 +48,7 @@ def launch(argv: Sequence[str], *, print_table: bool = True) -> int:
     check_backend_here(cfg)
     launcher.check(cfg, placement)
     with Terminal(print_table=print_table, quiet=ns.quiet) as terminal:
-        run = launcher.run(cfg, placement=placement, on_event=terminal.on_event)
+        run = bench.run(cfg, placement=placement, on_event=terminal.on_event)
     run = dataclasses.replace(run, command_line=command_line(["commlens", "bench", *argv]))
     from commlens.cli.expect_cmd import below_by_more_than, judge_or_none, summary_lines, with_kept_verdict
 
