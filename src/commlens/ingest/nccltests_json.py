@@ -38,6 +38,7 @@ from commlens.ingest.base import (
     json_line,
     load_json,
     quote,
+    sniff_pattern,
 )
 from commlens.ingest.nccltests_facts import (
     RankInfo,
@@ -447,15 +448,11 @@ def _system(
     return system
 
 
-def _sniff(source: Source) -> bool:
-    return _SNIFF_RE.search(source.text) is not None
-
-
 FORMAT = InputFormat(
     name="nccl-tests-json",
     description="nccl-tests -J files",
     document="json",
-    sniff=_sniff,
+    sniff=sniff_pattern(_SNIFF_RE),
     marker='nccl-tests -J output ("results")',
     parse=parse_nccl_tests_json,
 )
