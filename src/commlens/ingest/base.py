@@ -50,7 +50,7 @@ __all__ = [
     "STDIN",
     "InputFormat",
     "RunList",
-    "sniff_pattern",
+    "PatternSniff",
 ]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
@@ -241,13 +241,14 @@ class InputFormat:
     takes_given: bool = False
 
 
-def sniff_pattern(pattern: re.Pattern[str]) -> Callable[[Source], bool]:
-    """An :class:`InputFormat`'s ``sniff`` for a format told by ``pattern`` anywhere in the file's text."""
+@dataclass(frozen=True)
+class PatternSniff:
+    """An :class:`InputFormat`'s ``sniff`` for a format told by ``pattern`` (its module's) anywhere in the text."""
 
-    def sniff(source: Source) -> bool:
-        return pattern.search(source.text) is not None
+    pattern: re.Pattern[str]
 
-    return sniff
+    def __call__(self, source: Source) -> bool:
+        return self.pattern.search(source.text) is not None
 
 
 def read_source(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Source:

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from commlens.ingest.base import InputFormat, ParsedRun, RunList, Source, json_line, load_json, sniff_pattern
+from commlens.ingest.base import InputFormat, ParsedRun, PatternSniff, RunList, Source, json_line, load_json
 from commlens.results.jsonfmt import FormatError, run_from_dict
 from commlens.results.records import Run
 
@@ -124,7 +124,7 @@ FORMAT = InputFormat(
     name="commlens",
     description="commlens run JSON (one run, or a list as `commlens export` writes)",
     document="json",
-    sniff=sniff_pattern(_SNIFF_RE),
+    sniff=PatternSniff(_SNIFF_RE),
     marker='a commlens run ("format": "commlens.run/N")',
     parse=parse_commlens_json,
     sniff_first=True,

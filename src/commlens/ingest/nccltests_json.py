@@ -33,12 +33,12 @@ from commlens.ingest.base import (
     IngestError,
     InputFormat,
     ParsedRun,
+    PatternSniff,
     Source,
     check_limit,
     json_line,
     load_json,
     quote,
-    sniff_pattern,
 )
 from commlens.ingest.nccltests_facts import (
     RankInfo,
@@ -452,7 +452,7 @@ FORMAT = InputFormat(
     name="nccl-tests-json",
     description="nccl-tests -J files",
     document="json",
-    sniff=sniff_pattern(_SNIFF_RE),
+    sniff=PatternSniff(_SNIFF_RE),
     marker='nccl-tests -J output ("results")',
     parse=parse_nccl_tests_json,
 )

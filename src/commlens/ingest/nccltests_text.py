@@ -24,10 +24,10 @@ from commlens.ingest.base import (
     IngestError,
     InputFormat,
     ParsedRun,
+    PatternSniff,
     Source,
     check_limit,
     quote,
-    sniff_pattern,
 )
 from commlens.ingest.nccltests_facts import (
     commlens_dtype,
@@ -770,7 +770,7 @@ FORMAT = InputFormat(
     name="nccl-tests",
     description="nccl-tests logs",
     document="text",
-    sniff=sniff_pattern(_SNIFF_RE),
+    sniff=PatternSniff(_SNIFF_RE),
     marker="nccl-tests table",
     parse=parse_nccl_tests_text,
     takes_given=True,

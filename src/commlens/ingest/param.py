@@ -30,10 +30,10 @@ from commlens.ingest.base import (
     MAX_SIZE_BYTES,
     InputFormat,
     ParsedRun,
+    PatternSniff,
     Source,
     check_limit,
     quote,
-    sniff_pattern,
 )
 from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
@@ -364,7 +364,7 @@ FORMAT = InputFormat(
     name="param",
     description="PARAM output",
     document="text",
-    sniff=sniff_pattern(_SNIFF_RE),
+    sniff=PatternSniff(_SNIFF_RE),
     marker="PARAM COMMS-RES rows",
     parse=parse_param,
     sniff_first=True,
