@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gzip
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,10 @@ from commlens.ingest.flightrec import (
     read_dump_dir,
     read_dump_dir_columns,
 )
+from commlens.ingest.json_columns import CollectiveColumns
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
-from commlens.ingest.monitor_jsonl import MonitorColumns, is_monitor_jsonl, read_monitor_columns, read_monitor_records
-from commlens.ingest.nccl_inspector import InspectorColumns, read_inspector, read_inspector_columns
+from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
+from commlens.ingest.nccl_inspector import read_inspector, read_inspector_columns
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.collectives import CollectiveRecord
 
@@ -305,16 +306,13 @@ def _completed(r: CollectiveRecord, rank: int, global_rank: int | None) -> Obser
     )
 
 
-def _completed_columns(fast: InspectorColumns | MonitorColumns, rank: np.ndarray, global_rank: np.ndarray) -> Columns:
+def _completed_columns(fast: CollectiveColumns, rank: np.ndarray, global_rank: np.ndarray) -> Columns:
     """A table of completed collectives read by column (NCCL Inspector's, the monitor's) as a source's columns:
     its names, codes, sizes and times as they are."""
-    kept = {name: getattr(fast, name) for name in _KEPT_COLUMNS}
+    kept = {f.name: getattr(fast, f.name) for f in fields(CollectiveColumns)}
     duration = fast.end_s - fast.start_s
     state = np.zeros(len(duration), dtype=np.int32)
     return Columns(**kept, rank=rank, global_rank=global_rank, duration_s=duration, state=state, states=["completed"])
-
-
-_KEPT_COLUMNS = ("group", "op", "seq", "host", "size_bytes", "start_s", "end_s", "groups", "ops", "hosts")
 
 
 def _reader_note(note: str) -> bool:
