@@ -488,10 +488,17 @@ def test_a_derived_plain_topology_that_breaks_the_levels_is_refused() -> None:
         (("scale_up",), "latency_s", None, "scale_up.latency_s: missing"),
         (("scale_out",), "nic_speed", 1, "scale_out.nic_speed: unknown field"),
         (("accelerator",), "reduction_overlaps_transfer", 1, "accelerator.reduction_overlaps_transfer: expected true"),
+        (("scale_up",), "efficiency", True, "scale_up.efficiency: expected a number, got True"),
+        (("scale_up",), "cache_bytes", 2.5, "scale_up.cache_bytes: expected a whole number, got 2.5"),
+        (("scale_out", "tiers", 0), "nodes", 4.0, "scale_out.tiers[0].nodes: expected a whole number, got 4.0"),
+        (("scale_out",), "tiers", "leaf", "scale_out.tiers: expected a list, got 'leaf'"),
+        (("scale_out", "tiers"), 0, [], "scale_out.tiers[0]: expected a mapping, got []"),
+        ((), "calibration", "fitted", "calibration: expected a mapping, got 'fitted'"),
+        ((), "scale_up", None, "scale_up: missing"),
     ],
 )
 def test_plain_data_with_a_bad_field_is_refused_naming_it(
-    level: tuple[str, ...], key: str, value: object, said: str
+    level: tuple[str | int, ...], key: str | int, value: object, said: str
 ) -> None:
     from commlens.topology import TopologyError
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gzip
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,12 @@ from commlens.ingest.flightrec import (
     read_dump_dir,
     read_dump_dir_columns,
 )
+from commlens.ingest.json_columns import CollectiveColumns
 from commlens.ingest.kineto import KinetoTraceError, read_kineto_trace
 from commlens.ingest.monitor_jsonl import is_monitor_jsonl, read_monitor_columns, read_monitor_records
 from commlens.ingest.nccl_inspector import read_inspector, read_inspector_columns
 from commlens.ops import UnknownOpError, get_op
+from commlens.results.collectives import CollectiveRecord
 
 __all__ = [
     "BENCH_KINDS",
@@ -297,6 +299,22 @@ def load_source(kind: str, paths: list[Path], columns: FlightrecColumns | None =
     raise JobSourceError(f"{kind}: not a source of a training job")
 
 
+def _completed(r: CollectiveRecord, rank: int, global_rank: int | None) -> Observation:
+    """A completed collective record (NCCL Inspector's, the monitor's) as one rank's observation."""
+    return Observation(
+        r.group, r.op, r.seq, rank, global_rank, r.host, r.size_bytes, r.start_s, r.end_s, r.duration_s, "completed"
+    )
+
+
+def _completed_columns(fast: CollectiveColumns, rank: np.ndarray, global_rank: np.ndarray) -> Columns:
+    """A table of completed collectives read by column (NCCL Inspector's, the monitor's) as a source's columns:
+    its names, codes, sizes and times as they are."""
+    kept = {f.name: getattr(fast, f.name) for f in fields(CollectiveColumns)}
+    duration = fast.end_s - fast.start_s
+    state = np.zeros(len(duration), dtype=np.int32)
+    return Columns(**kept, rank=rank, global_rank=global_rank, duration_s=duration, state=state, states=["completed"])
+
+
 def _reader_note(note: str) -> bool:
     """The reader's notes a job report leaves out (they hold for every Inspector dump)."""
     return "compact records" in note or "rank is each" in note
@@ -313,25 +331,8 @@ def _inspector(paths: list[Path]) -> SourceData:
             notes.extend(f"{path.name}: {n}" for n in fast.notes if not _reader_note(n))
             for c in fast.communicators.values():
                 sizes[c.id] = c.n_ranks
-            duration = fast.end_s - fast.start_s
             parts.append(
-                Columns(
-                    group=fast.group,
-                    op=fast.op,
-                    seq=fast.seq,
-                    rank=fast.rank,
-                    global_rank=np.where(fast.group_size == fast.world_size, fast.rank, -1),
-                    host=fast.host,
-                    size_bytes=fast.size_bytes,
-                    start_s=fast.start_s,
-                    end_s=fast.end_s,
-                    duration_s=duration,
-                    state=np.zeros(len(duration), dtype=np.int32),
-                    groups=fast.groups,
-                    ops=fast.ops,
-                    hosts=fast.hosts,
-                    states=["completed"],
-                )
+                _completed_columns(fast, fast.rank, np.where(fast.group_size == fast.world_size, fast.rank, -1))
             )
             continue
         obs = ColumnBuilder()
@@ -341,21 +342,7 @@ def _inspector(paths: list[Path]) -> SourceData:
         for c in dump.communicators.values():
             sizes[c.id] = c.n_ranks
         for r in dump.records:
-            obs.add(
-                Observation(
-                    r.group,
-                    r.op,
-                    r.seq,
-                    r.rank,
-                    r.rank if r.group_size == dump.world_size else None,
-                    r.host,
-                    r.size_bytes,
-                    r.start_s,
-                    r.end_s,
-                    r.end_s - r.start_s,
-                    "completed",
-                )
-            )
+            obs.add(_completed(r, r.rank, r.rank if r.group_size == dump.world_size else None))
         parts.append(obs.build(str(path)))
     return SourceData(
         kind="nccl-inspector",
@@ -615,26 +602,7 @@ def _monitor(paths: list[Path]) -> SourceData:
         fast = read_monitor_columns(path)
         if fast is not None:  # every line well formed, every record checked by column
             sizes.update(fast.group_sizes)
-            n = len(fast.seq)
-            parts.append(
-                Columns(
-                    group=fast.group,
-                    op=fast.op,
-                    seq=fast.seq,
-                    rank=fast.group_rank,
-                    global_rank=fast.rank,
-                    host=fast.host,
-                    size_bytes=fast.size_bytes,
-                    start_s=fast.start_s,
-                    end_s=fast.end_s,
-                    duration_s=fast.end_s - fast.start_s,
-                    state=np.zeros(n, dtype=np.int32),
-                    groups=fast.groups,
-                    ops=fast.ops,
-                    hosts=fast.hosts,
-                    states=["completed"],
-                )
-            )
+            parts.append(_completed_columns(fast, fast.group_rank, fast.rank))
             continue
         obs = ColumnBuilder()
         got = read_monitor_records(path)
@@ -643,21 +611,7 @@ def _monitor(paths: list[Path]) -> SourceData:
         for r in got.records:
             sizes[r.group] = r.group_size
             rank = r.group_ranks.index(r.rank) if r.group_ranks is not None else r.rank
-            obs.add(
-                Observation(
-                    r.group,
-                    r.op,
-                    r.seq,
-                    rank,
-                    r.rank,
-                    r.host,
-                    r.size_bytes,
-                    r.start_s,
-                    r.end_s,
-                    r.duration_s,
-                    "completed",
-                )
-            )
+            obs.add(_completed(r, rank, r.rank))
         parts.append(obs.build(str(path)))
     return SourceData(
         kind="monitor",

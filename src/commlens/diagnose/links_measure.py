@@ -61,14 +61,8 @@ def _one_way(dist: Any, data: Any, ack: Any, peer: int, sending: bool) -> float:
 
 
 def _pingpong(dist: Any, buf: Any, peer: int, first: bool) -> float:
-    t0 = time.perf_counter()
-    if first:
-        dist.send(buf, peer)
-        dist.recv(buf, peer)
-    else:
-        dist.recv(buf, peer)
-        dist.send(buf, peer)
-    return (time.perf_counter() - t0) / 2
+    """Half a round trip of ``buf`` (the one-way latency of a small message)."""
+    return _one_way(dist, buf, buf, peer, first) / 2
 
 
 def measure(probe: LinkProbe) -> list[LinkRecord] | None:

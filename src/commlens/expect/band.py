@@ -26,7 +26,7 @@ from commlens.expect.system import ExpectError, InferredSystem
 from commlens.expect.tables import tables
 from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidates
 from commlens.model.layout import InfeasibleError, Layout
-from commlens.model.predict import Prediction, layout_for, predict
+from commlens.model.predict import Prediction, layout_for, predict, predict_implementation
 from commlens.ops import OPS
 from commlens.results.jsonvalue import JsonObject, JsonValue
 
@@ -135,17 +135,9 @@ def _predictions(
     if backend and backend.lower() not in NCCL_BACKENDS:
         impl = implementation(backend, op, "builtin")
         try:
-            p = predict(
-                system.topology,
-                impl.op,
-                size_bytes,
-                algo=impl.algo,
-                layout=layout,
-                messages_per_step=impl.messages_per_step(size_bytes, layout.ranks),
-            )
+            p, time_s = predict_implementation(system.topology, impl, size_bytes, layout, layout.ranks)
         except InfeasibleError:
             return []
-        time_s = p.time_s + impl.copy_bytes(size_bytes, layout.ranks) / layout.copy_rate
         return [(p, time_s, OPS[op].busbw(size_bytes, time_s, layout.ranks))]
     for algo in nccl_candidates(op, nvls=system.nvls_possible, nccl_algo=system.env.get("NCCL_ALGO", "")):
         try:

@@ -17,7 +17,7 @@ Steps of :func:`log_facts`:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,22 @@ def _transport(text: str) -> str:
     return text.strip()[:40]
 
 
+# (pattern, fact, its value from the match): facts a line gives by one pattern, the first line's kept
+_FIRST: tuple[tuple[re.Pattern[str], str, Callable[[re.Match[str]], object]], ...] = (
+    (_NCCL_VERSION, "nccl_version", lambda m: m.group(1)),
+    (_USING_NETWORK, "net_transport", lambda m: _transport(m.group(1))),
+    (_NET_IB_NONE, "ib_absent", lambda m: True),
+    (_NET_SOCKET, "socket_devices", lambda m: m.group(1).strip()[:80]),
+    (_NVLS_SUPPORT, "nvls_available", lambda m: m.group(1) is None),
+)
+# likewise, the largest value kept
+_LARGEST: tuple[tuple[re.Pattern[str], str, Callable[[re.Match[str]], float]], ...] = (
+    (_NET_BW, "nic_topo_gbytes", lambda m: float(m.group(1))),
+    (_CHANNEL, "channels", lambda m: int(m.group(1))),
+    (_TOPO_PATTERN, "graph_bw_gbytes", lambda m: float(m.group(2))),
+)
+
+
 def log_facts(text: str) -> list[Fact]:
     """The facts of one log (see the module's steps); empty for a text without NCCL lines."""
     first: dict[str, Fact] = {}
@@ -120,10 +136,12 @@ def log_facts(text: str) -> list[Fact]:
         if m := _DEVICE_LINE.search(line):
             keep("gpu", m.group(1), lineno, line)
             continue
-        if m := _NCCL_VERSION.search(line):
-            keep("nccl_version", m.group(1), lineno, line)
-        if m := _USING_NETWORK.search(line):
-            keep("net_transport", _transport(m.group(1)), lineno, line)
+        for pattern, name, value in _FIRST:
+            if m := pattern.search(line):
+                keep(name, value(m), lineno, line)
+        for pattern, name, number in _LARGEST:
+            if m := pattern.search(line):
+                most(name, number(m), lineno, line)
         if m := _NET_IB.search(line):
             devices = re.findall(r"\[\d+\]\s*([\w.\-]+)(?::\d+)?(?:/(IB|RoCE))?", m.group(1))
             names = {d[0] for d in devices}
@@ -132,27 +150,15 @@ def log_facts(text: str) -> list[Fact]:
                 kinds = {d[1] for d in devices if d[1]}
                 if kinds:
                     keep("nic_link", "/".join(sorted(kinds)), lineno, line)
-        if _NET_IB_NONE.search(line):
-            keep("ib_absent", True, lineno, line)
-        if m := _NET_SOCKET.search(line):
-            keep("socket_devices", m.group(1).strip()[:80], lineno, line)
         if m := _NET_OFI.search(line):
             keep("ofi_provider", m.group(1), lineno, line)
             keep("net_transport", "OFI", lineno, line)
         if "NET/IB" in line and (m := _SPEED.search(line)):
             most("nic_speed_mbps", int(m.group(1)), lineno, line)
-        if m := _NET_BW.search(line):
-            most("nic_topo_gbytes", float(m.group(1)), lineno, line)
-        if m := _CHANNEL.search(line):
-            most("channels", int(m.group(1)), lineno, line)
         if m := _COLL_CHANNELS.search(line):
             most("channels", int(m.group(1)), lineno, line)
             if n := _NVLS_CHANNELS.search(line):
                 keep("nvls_channels", int(n.group(1)), lineno, line)
-        if m := _TOPO_PATTERN.search(line):
-            most("graph_bw_gbytes", float(m.group(2)), lineno, line)
-        if m := _NVLS_SUPPORT.search(line):
-            keep("nvls_available", m.group(1) is None, lineno, line)
         if m := _ENV_SET.search(line):
             keep("env:" + m.group(1), m.group(2), lineno, line)
         if _GDR_DISABLED.search(line) and gdr_off is None:

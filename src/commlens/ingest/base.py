@@ -15,6 +15,7 @@ import json
 import json.decoder
 import json.scanner
 import os
+import re
 import stat
 import sys
 import warnings
@@ -49,6 +50,7 @@ __all__ = [
     "STDIN",
     "InputFormat",
     "RunList",
+    "PatternSniff",
 ]
 
 # Share of undecodable characters above which a file is taken as binary, not as a log with a few bad bytes.
@@ -237,6 +239,16 @@ class InputFormat:
     run_list: RunList | None = None  # the format can also hold several finished runs in one file
     # ``parse`` also takes ``given`` (:class:`GivenFacts`): what the user says of a fragment of the format.
     takes_given: bool = False
+
+
+@dataclass(frozen=True)
+class PatternSniff:
+    """An :class:`InputFormat`'s ``sniff`` for a format told by ``pattern`` (its module's) anywhere in the text."""
+
+    pattern: re.Pattern[str]
+
+    def __call__(self, source: Source) -> bool:
+        return self.pattern.search(source.text) is not None
 
 
 def read_source(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Source:

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from commlens.ingest.base import InputFormat, ParsedRun, RunList, Source, json_line, load_json
+from commlens.ingest.base import InputFormat, ParsedRun, PatternSniff, RunList, Source, json_line, load_json
 from commlens.results.jsonfmt import FormatError, run_from_dict
 from commlens.results.records import Run
 
@@ -120,15 +120,11 @@ def _given(run: Run, tag: str | None, revision: str | None, started_at: str | No
     )
 
 
-def _sniff(source: Source) -> bool:
-    return _SNIFF_RE.search(source.text) is not None
-
-
 FORMAT = InputFormat(
     name="commlens",
     description="commlens run JSON (one run, or a list as `commlens export` writes)",
     document="json",
-    sniff=_sniff,
+    sniff=PatternSniff(_SNIFF_RE),
     marker='a commlens run ("format": "commlens.run/N")',
     parse=parse_commlens_json,
     sniff_first=True,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from operator import contains, itemgetter
 from typing import Any
@@ -23,7 +24,37 @@ import orjson
 
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["all_of", "codes", "column", "fields", "int_column", "loads_like_json", "scan_json_lines", "strings"]
+__all__ = [
+    "CollectiveColumns",
+    "all_of",
+    "codes",
+    "float_column",
+    "column",
+    "fields",
+    "int_column",
+    "loads_like_json",
+    "scan_json_lines",
+    "strings",
+]
+
+
+@dataclass(frozen=True)
+class CollectiveColumns:
+    """Completed collective records as columns, one row each, as a reader's fast path gives them: ``group``,
+    ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name), times epoch seconds.
+    A reader's own class adds its columns and what the file said besides."""
+
+    group: np.ndarray
+    groups: list[str]
+    seq: np.ndarray
+    op: np.ndarray
+    ops: list[str]
+    size_bytes: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    host: np.ndarray
+    hosts: list[str]
+
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads runs, without its per-call wrapping
 
@@ -130,6 +161,17 @@ def _scan_lines(lines: list[str], max_chars: int) -> list[Any] | None:
 def all_of(values: Iterable[Any], *types: type) -> bool:
     """Every value is exactly of one of ``types`` (``bool`` is not ``int`` here, as JSON tells them apart)."""
     return set(map(type, values)) <= set(types)
+
+
+def float_column(values: Sequence[Any]) -> np.ndarray | None:
+    """The values as float64 when every one is an ``int`` or ``float`` (not a bool) that float64 holds; else None.
+    The caller checks the range (NaN and infinities included)."""
+    if not all_of(values, int, float):
+        return None
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:  # an int beyond a float's range
+        return None
 
 
 def int_column(values: Sequence[Any], low: int, limit: int) -> np.ndarray | None:

@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from commlens.ingest.base import DEFAULT_MAX_INPUT_BYTES, IngestError, read_source
-from commlens.ingest.json_columns import all_of, codes, fields, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import (
+    CollectiveColumns,
+    all_of,
+    codes,
+    fields,
+    float_column,
+    int_column,
+    scan_json_lines,
+    strings,
+)
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.collectives import (
     MAX_GROUP_NAME,
@@ -114,24 +123,14 @@ def read_monitor_records(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT
 
 
 @dataclass(frozen=True)
-class MonitorColumns:
+class MonitorColumns(CollectiveColumns):
     """The records of monitor files as columns (what :func:`read_monitor_records` reads, without an object a
-    record): names as codes into ``groups``, ``ops``, ``hosts`` (-1: no host)."""
+    record)."""
 
     files: tuple[Path, ...]
     rank: np.ndarray  # the process's global rank
     group_rank: np.ndarray  # its rank in the group (the global rank where the group's ranks are not listed)
-    group: np.ndarray
-    groups: list[str]
     group_sizes: dict[str, int]  # each group's size as its last record says
-    seq: np.ndarray
-    op: np.ndarray
-    ops: list[str]
-    size_bytes: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    host: np.ndarray
-    hosts: list[str]
 
 
 def read_monitor_columns(path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> MonitorColumns | None:
@@ -242,12 +241,8 @@ def _columns(files: tuple[Path, ...], records: list[JsonObject]) -> MonitorColum
         return None
     times = []
     for key in ("start_s", "end_s"):
-        values = get(key)
-        if not all_of(values, int, float):
-            return None
-        try:
-            column = np.array(values, dtype=np.float64)
-        except OverflowError:
+        column = float_column(get(key))
+        if column is None:
             return None
         if not (np.abs(column) < 2.0**63).all():  # finite, and no integer beyond 64 bits read as a float
             return None

@@ -70,7 +70,16 @@ from commlens.ingest.base import (
     quote,
     read_source,
 )
-from commlens.ingest.json_columns import all_of, codes, fields, int_column, scan_json_lines, strings
+from commlens.ingest.json_columns import (
+    CollectiveColumns,
+    all_of,
+    codes,
+    fields,
+    float_column,
+    int_column,
+    scan_json_lines,
+    strings,
+)
 from commlens.ingest.table_checks import BUSBW_ABS_TOL_GBPS, BUSBW_REL_TOL, BusbwCheck
 from commlens.ops import get_op
 from commlens.results.collectives import (
@@ -799,25 +808,12 @@ FORMAT = InputFormat(
 
 
 @dataclass(frozen=True)
-class InspectorColumns:
-    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record).
+class InspectorColumns(CollectiveColumns):
+    """A compact dump's records as columns (what :func:`read_inspector` reads, without an object a record); times
+    as :func:`read_inspector` gives them. ``rank`` is each record's rank in its communicator."""
 
-    ``group``, ``op`` and ``host`` are codes into ``groups``, ``ops`` and ``hosts`` (-1: no host name); times
-    are epoch seconds as :func:`read_inspector` gives them.
-    """
-
-    group: np.ndarray
-    groups: list[str]
     group_size: np.ndarray
     rank: np.ndarray
-    seq: np.ndarray
-    op: np.ndarray
-    ops: list[str]
-    size_bytes: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    host: np.ndarray
-    hosts: list[str]
     communicators: dict[str, Communicator]
     notes: list[str]
     world_size: int
@@ -930,12 +926,8 @@ def _compact_part(objects: list[Any], shared: _Shared) -> dict[str, np.ndarray] 
         return None
     if not set(colls) <= NCCL_OPS.keys():
         return None
-    exec_raw = perf["coll_exec_time_us"]
-    if not all_of(exec_raw, int, float):
-        return None
-    try:
-        exec_us = np.array(exec_raw, dtype=np.float64)
-    except OverflowError:
+    exec_us = float_column(perf["coll_exec_time_us"])
+    if exec_us is None:
         return None
     if not (np.isfinite(exec_us).all() and (exec_us >= 0).all() and (exec_us < _FAST_MAX_EXEC_US).all()):
         return None

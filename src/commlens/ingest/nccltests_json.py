@@ -33,6 +33,7 @@ from commlens.ingest.base import (
     IngestError,
     InputFormat,
     ParsedRun,
+    PatternSniff,
     Source,
     check_limit,
     json_line,
@@ -447,15 +448,11 @@ def _system(
     return system
 
 
-def _sniff(source: Source) -> bool:
-    return _SNIFF_RE.search(source.text) is not None
-
-
 FORMAT = InputFormat(
     name="nccl-tests-json",
     description="nccl-tests -J files",
     document="json",
-    sniff=_sniff,
+    sniff=PatternSniff(_SNIFF_RE),
     marker='nccl-tests -J output ("results")',
     parse=parse_nccl_tests_json,
 )

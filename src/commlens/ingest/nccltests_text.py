@@ -24,6 +24,7 @@ from commlens.ingest.base import (
     IngestError,
     InputFormat,
     ParsedRun,
+    PatternSniff,
     Source,
     check_limit,
     quote,
@@ -765,15 +766,11 @@ def _check_footer(source: Source, seg: Segment, spec: OpSpec, notes: list[str]) 
         )
 
 
-def _sniff(source: Source) -> bool:
-    return _SNIFF_RE.search(source.text) is not None
-
-
 FORMAT = InputFormat(
     name="nccl-tests",
     description="nccl-tests logs",
     document="text",
-    sniff=_sniff,
+    sniff=PatternSniff(_SNIFF_RE),
     marker="nccl-tests table",
     parse=parse_nccl_tests_text,
     takes_given=True,

@@ -25,7 +25,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.ingest.base import MAX_RANKS, MAX_SIZE_BYTES, InputFormat, ParsedRun, Source, check_limit, quote
+from commlens.ingest.base import (
+    MAX_RANKS,
+    MAX_SIZE_BYTES,
+    InputFormat,
+    ParsedRun,
+    PatternSniff,
+    Source,
+    check_limit,
+    quote,
+)
 from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.jsonvalue import JsonObject
@@ -351,15 +360,11 @@ def _measurement(
         raise source.error(lineno, str(e)) from None
 
 
-def _sniff(source: Source) -> bool:
-    return _SNIFF_RE.search(source.text) is not None
-
-
 FORMAT = InputFormat(
     name="param",
     description="PARAM output",
     document="text",
-    sniff=_sniff,
+    sniff=PatternSniff(_SNIFF_RE),
     marker="PARAM COMMS-RES rows",
     parse=parse_param,
     sniff_first=True,

@@ -18,6 +18,7 @@ from commlens.ops import OPS, get_op
 from commlens.results.nccltests_json import to_nccl_tests
 
 if TYPE_CHECKING:
+    from commlens.model.backends import Implementation
     from commlens.topology.plain import AnyTopology  # the pydantic spec or its plain form: the model reads either
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "layout_for",
     "predict",
     "predict_algorithms",
+    "predict_implementation",
     "predicted_table",
     "sweep",
     "sweep_sizes",
@@ -208,6 +210,17 @@ def predict_algorithms(
         except InfeasibleError as e:
             out[algo] = e
     return out
+
+
+def predict_implementation(
+    topology: AnyTopology, impl: Implementation, size_bytes: int, layout: Layout, ranks: int
+) -> tuple[Prediction, float]:
+    """A collective as a backend runs it (:mod:`commlens.model.backends`): the prediction of its algorithm, each
+    step sent as its messages, and the time with its local staging copies at the accelerator's copy rate.
+    ``ranks``: the group's size. :class:`InfeasibleError` where it cannot run."""
+    messages = impl.messages_per_step(size_bytes, ranks)
+    p = predict(topology, impl.op, size_bytes, algo=impl.algo, layout=layout, messages_per_step=messages)
+    return p, p.time_s + impl.copy_bytes(size_bytes, ranks) / layout.copy_rate
 
 
 def sweep(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from commlens.model.backends import NCCL_BACKENDS, implementation, nccl_candidates
 from commlens.model.layout import InfeasibleError, Layout
-from commlens.model.predict import Prediction, layout_for, predict
+from commlens.model.predict import Prediction, layout_for, predict, predict_implementation
 from commlens.ops import get_op
 from commlens.topology import Topology
 
@@ -75,21 +75,14 @@ class Expectations:
             return self._cache[key]
         out = None
         nodes, per_host = group_span(group_ranks, self.ranks_per_host)
-        impl = implementation(self.backend, op, "builtin")
         try:
             layout = layout_for(self.topology, nodes, per_host)
             if self.backend.lower() in NCCL_BACKENDS:  # the fastest of what NCCL chooses among, as commlens expect
                 p = _fastest_nccl(self.topology, op, size_bytes, layout)
+                time_s = p.time_s  # no staging copies
             else:
-                p = predict(
-                    self.topology,
-                    impl.op,
-                    size_bytes,
-                    algo=impl.algo,
-                    layout=layout,
-                    messages_per_step=impl.messages_per_step(size_bytes, len(group_ranks)),
-                )
-            time_s = p.time_s + impl.copy_bytes(size_bytes, len(group_ranks)) / layout.copy_rate
+                impl = implementation(self.backend, op, "builtin")
+                p, time_s = predict_implementation(self.topology, impl, size_bytes, layout, len(group_ranks))
             spec = get_op(op)
             if time_s > 0 and math.isfinite(time_s):
                 out = Expectation(time_s, spec.busbw(size_bytes, time_s, len(group_ranks)), p.algo)

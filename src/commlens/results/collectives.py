@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from commlens.errors import CommlensError
@@ -247,25 +247,8 @@ class WindowRow:
         return (self.group, self.op, self.size_bucket)
 
     def as_wire(self) -> JsonObject:
-        out: JsonObject = {
-            "window": self.window,
-            "start_s": self.start_s,
-            "end_s": self.end_s,
-            "rank": self.rank,
-            "group": self.group,
-            "group_size": self.group_size,
-            "op": self.op,
-            "dtype": self.dtype,
-            "size_bucket": self.size_bucket,
-            "count": self.count,
-            "time_s": self.time_s,
-            "bytes": self.bytes,
-            "size_bytes": self.size_bytes,
-            "duration_p50_s": self.duration_p50_s,
-            "duration_p99_s": self.duration_p99_s,
-            "busbw_p50_bytes_per_s": self.busbw_p50_bytes_per_s,
-            "busbw_p99_bytes_per_s": self.busbw_p99_bytes_per_s,
-        }
+        """Its fields in order, less the durations and group ranks; the steps where known."""
+        out: JsonObject = {name: getattr(self, name) for name in _WINDOW_WIRE}
         if self.first_step is not None:
             out["first_step"] = self.first_step
             out["last_step"] = self.last_step
@@ -276,6 +259,10 @@ _WINDOW_TEXTS = ("group", "op", "dtype")
 _WINDOW_INTS = ("window", "count", "size_bucket", "rank", "group_size", "bytes", "size_bytes")
 _WINDOW_FINITE = ("start_s", "end_s", "time_s", "busbw_p50_bytes_per_s", "duration_p50_s")
 _WINDOW_NUMBERS = ("duration_p99_s", "busbw_p99_bytes_per_s")  # the tails may be infinite (a zero-time call)
+# what the wire form holds of a window's fields (the steps aside), in the fields' order
+_WINDOW_WIRE = tuple(
+    f.name for f in fields(WindowRow) if f.name in _WINDOW_TEXTS + _WINDOW_INTS + _WINDOW_FINITE + _WINDOW_NUMBERS
+)
 
 
 def window_from_wire(d: JsonValue) -> WindowRow:

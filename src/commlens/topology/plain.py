@@ -11,8 +11,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    NoReturn,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from commlens.topology.errors import TopologyError
 from commlens.topology.extent import Extent
@@ -105,156 +116,79 @@ class PlainTopology(Extent):
 AnyTopology: TypeAlias = "Topology | PlainTopology"
 
 
+class _Dataclass(Protocol):
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+
+_D = TypeVar("_D", bound=_Dataclass)
+_REQUIRED = object()
+_CHECKS: dict[object, tuple[tuple[type, ...], str]] = {  # a field's type: the types it takes, as a message says it
+    str: ((str,), "text"),
+    int: ((int,), "a whole number"),
+    float: ((int, float), "a number"),
+    bool: ((bool,), "true or false"),
+}
+
+
 @functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
+def _fields(cls: type[_Dataclass]) -> tuple[tuple[str, object, object], ...]:
+    """Each field's name, type (``X | None`` as ``X``) and default (``_REQUIRED`` where it has none)."""
+    hints = get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        kind = hints[f.name]
+        args = get_args(kind)
+        if type(None) in args:
+            kind = next(a for a in args if a is not type(None))
+        out.append((f.name, kind, _REQUIRED if f.default is MISSING else f.default))
+    return tuple(out)
 
 
-class _Level:
-    """One level of a topology's plain data, its fields read one by one and checked for their type; a missing,
-    mistyped or unknown field is a :class:`TopologyError` naming it."""
+def _read(cls: type[_D], data: object, where: str, source: str) -> _D:
+    """One level of a topology's plain data as ``cls``, each field read and checked for its type; a missing,
+    mistyped or unknown field is a :class:`TopologyError` naming it. Null is absent: the field's default."""
+    names = _fields(cls)
+    if not isinstance(data, Mapping):
+        _fail(source, where.rstrip("."), "a mapping", data)
+    unknown = sorted(str(k) for k in data.keys() - {name for name, _, _ in names})
+    if unknown:
+        raise TopologyError(f"{source}: not the data of a checked topology ({where}{unknown[0]}: unknown field)")
+    values: dict[str, object] = {}
+    for name, kind, default in names:
+        value = data.get(name)
+        if value is None and default is _REQUIRED:
+            raise TopologyError(f"{source}: not the data of a checked topology ({where}{name}: missing)")
+        values[name] = default if value is None else _value(kind, value, where + name, source)
+    return cls(**values)
 
-    def __init__(self, data: object, where: str, source: str, cls: type) -> None:
-        self.where, self.source = where, source
-        if not isinstance(data, Mapping):
-            self.fail(where.rstrip("."), "a mapping", data)
-        unknown = sorted(str(k) for k in data.keys() - _field_names(cls))
-        if unknown:
-            raise TopologyError(f"{source}: not the data of a checked topology ({where}{unknown[0]}: unknown field)")
-        self.data: Mapping[str, object] = data
 
-    def fail(self, key: str, what: str, value: object) -> NoReturn:
-        raise TopologyError(
-            f"{self.source}: not the data of a checked topology ({key}: expected {what}, got {value!r})"
-        )
-
-    def value(self, key: str, default: object = None) -> object:
-        """The field's value; ``default`` where it is absent (or null), and missing is an error without one."""
-        value = self.data.get(key)
-        if value is None and default is None:
-            raise TopologyError(f"{self.source}: not the data of a checked topology ({self.where}{key}: missing)")
-        return default if value is None else value
-
-    def given(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def text(self, key: str, default: str | None = None) -> str:
-        value = self.value(key, default)
-        if not isinstance(value, str):
-            self.fail(self.where + key, "text", value)
+def _value(kind: object, value: object, key: str, source: str) -> object:
+    """``value`` when it is of type ``kind`` (a level: read as its class); else a :class:`TopologyError`."""
+    if isinstance(kind, type) and is_dataclass(kind):
+        return _read(kind, value, key + ".", source)
+    if get_origin(kind) is tuple:
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            _fail(source, key, "a list", value)
+        level = get_args(kind)[0]
+        return tuple(_read(level, v, f"{key}[{i}].", source) for i, v in enumerate(value))
+    if get_origin(kind) is Mapping:
+        if not isinstance(value, Mapping):
+            _fail(source, key, "a mapping", value)
         return value
-
-    def whole(self, key: str, default: int | None = None) -> int:
-        value = self.value(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(self.where + key, "a whole number", value)
-        return value
-
-    def number(self, key: str) -> float:
-        value = self.value(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(self.where + key, "a number", value)
-        return value
-
-    def flag(self, key: str, default: bool | None = None) -> bool:
-        value = self.value(key, default)
-        if not isinstance(value, bool):
-            self.fail(self.where + key, "true or false", value)
-        return value
+    wanted, what = _CHECKS[kind]
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, wanted):
+        _fail(source, key, what, value)
+    return value
 
 
-def _accelerator(data: object, source: str) -> PlainAccelerator:
-    d = _Level(data, "accelerator.", source, PlainAccelerator)
-    return PlainAccelerator(
-        name=d.text("name"),
-        reduction_bytes_per_s=d.number("reduction_bytes_per_s"),
-        reduction_origin=d.text("reduction_origin"),
-        reduction_overlaps_transfer=d.flag("reduction_overlaps_transfer"),
-        copy_bytes_per_s=d.number("copy_bytes_per_s"),
-        copy_origin=d.text("copy_origin"),
-    )
-
-
-def _scale_up(data: object, source: str) -> PlainScaleUp:
-    d = _Level(data, "scale_up.", source, PlainScaleUp)
-    return PlainScaleUp(
-        name=d.text("name"),
-        domain_size=d.whole("domain_size"),
-        bandwidth_bytes_per_s=d.number("bandwidth_bytes_per_s"),
-        efficiency=d.number("efficiency"),
-        efficiency_origin=d.text("efficiency_origin"),
-        latency_s=d.number("latency_s"),
-        latency_origin=d.text("latency_origin"),
-        in_switch_reduction=d.flag("in_switch_reduction"),
-        full_duplex=d.flag("full_duplex", True),
-        cache_bytes=d.whole("cache_bytes") if d.given("cache_bytes") else None,
-        cached_bandwidth_bytes_per_s=d.number("cached_bandwidth_bytes_per_s")
-        if d.given("cached_bandwidth_bytes_per_s")
-        else None,
-        host_cores=d.whole("host_cores") if d.given("host_cores") else None,
-        in_switch_efficiency=d.number("in_switch_efficiency") if d.given("in_switch_efficiency") else None,
-        in_switch_efficiency_origin=d.text("in_switch_efficiency_origin")
-        if d.given("in_switch_efficiency_origin")
-        else None,
-        in_switch_latency_s=d.number("in_switch_latency_s") if d.given("in_switch_latency_s") else None,
-        in_switch_latency_origin=d.text("in_switch_latency_origin") if d.given("in_switch_latency_origin") else None,
-    )
-
-
-def _tier(data: object, where: str, source: str) -> PlainTier:
-    d = _Level(data, where, source, PlainTier)
-    return PlainTier(
-        name=d.text("name"),
-        nodes=d.whole("nodes"),
-        oversubscription=d.number("oversubscription"),
-        hop_latency_s=d.number("hop_latency_s"),
-    )
-
-
-def _scale_out(data: object, source: str) -> PlainScaleOut:
-    d = _Level(data, "scale_out.", source, PlainScaleOut)
-    tiers = d.value("tiers")
-    if isinstance(tiers, str) or not isinstance(tiers, Sequence):
-        d.fail("scale_out.tiers", "a list", tiers)
-    return PlainScaleOut(
-        name=d.text("name"),
-        nics_per_node=d.whole("nics_per_node"),
-        nic_bandwidth_bytes_per_s=d.number("nic_bandwidth_bytes_per_s"),
-        efficiency=d.number("efficiency"),
-        efficiency_origin=d.text("efficiency_origin"),
-        latency_s=d.number("latency_s"),
-        latency_origin=d.text("latency_origin"),
-        rail_optimized=d.flag("rail_optimized"),
-        tiers=tuple(_tier(t, f"scale_out.tiers[{i}].", source) for i, t in enumerate(tiers)),
-        full_duplex=d.flag("full_duplex", True),
-        pair_full_duplex=d.flag("pair_full_duplex", True),
-        planes=d.whole("planes", 1),
-    )
+def _fail(source: str, key: str, what: str, value: object) -> NoReturn:
+    raise TopologyError(f"{source}: not the data of a checked topology ({key}: expected {what}, got {value!r})")
 
 
 def plain_topology(data: Mapping[str, object], source: str = "topology") -> PlainTopology:
     """A :class:`PlainTopology` from the plain data of a checked topology (``topology_to_dict`` of a preset), after
     changes to it; :class:`TopologyError` naming the field when the levels no longer fit together."""
-    d = _Level(data, "", source, PlainTopology)
-    calibration = d.value("calibration") if d.given("calibration") else None
-    if calibration is not None and not isinstance(calibration, Mapping):
-        d.fail("calibration", "a mapping", calibration)
-    out = d.value("scale_out") if d.given("scale_out") else None
-    topo = PlainTopology(
-        name=d.text("name"),
-        accelerators_per_node=d.whole("accelerators_per_node"),
-        launch_latency_s=d.number("launch_latency_s"),
-        launch_latency_origin=d.text("launch_latency_origin"),
-        pipeline_chunk_bytes=d.whole("pipeline_chunk_bytes"),
-        pipeline_chunk_origin=d.text("pipeline_chunk_origin"),
-        accelerator=_accelerator(d.value("accelerator"), source),
-        scale_up=_scale_up(d.value("scale_up"), source),
-        scale_out=None if out is None else _scale_out(out, source),
-        format=d.text("format", "commlens.topology/1"),
-        description=d.text("description", ""),
-        approximate=d.flag("approximate", False),
-        calibration=calibration,
-    )
+    topo = _read(PlainTopology, data, "", source)
     per_node = topo.accelerators_per_node
     if per_node < 1 or topo.scale_up.domain_size % per_node:
         raise TopologyError(
