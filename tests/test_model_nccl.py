@@ -80,3 +80,12 @@ def test_nvls_all_reduce_across_nodes_runs_a_tree_of_the_nodes(h100) -> None:
     # its latency grows with lg M, not M: at 64 MiB and 64 nodes it beats the ring, as NCCL's tuner finds
     pred, proto = nccl_choice(h100, "all_reduce", 64 * MiB, nodes=64)
     assert (pred.algo, proto) == ("nvls", "Simple")
+
+
+def test_one_rank_per_node_pays_the_trees_network_latency(h100) -> None:
+    """With one rank per node NCCL prices each network step at the tree's latency (LL 5.0 us against the ring's
+    2.7; tuning.cc: "With ppn=1 latencies are fully exposed"): 15 steps of a 16-node all-gather cost >= 75 us."""
+    pred, proto = nccl_choice(h100, "all_gather", 1 * MiB, nodes=16, ranks_per_host=1)
+    assert proto == "LL"
+    network = sum(t.time_s for t in pred.terms if t.level == "scale_out" and t.kind == "latency")
+    assert network == pytest.approx(15 * 5.0e-6, rel=0.01)

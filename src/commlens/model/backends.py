@@ -129,6 +129,7 @@ class Protocol:
     up: float  # one scale-up (NVLink) ring step, over LL's
     out: float  # one network ring step, over LL's
     rate: float  # share of the link's bandwidth the protocol's payload gets
+    out_alone: float  # one network step with one rank per node (NCCL takes the tree's), over LL's ring step
 
 
 # NVIDIA/nccl src/graph/tuning.cc (at 5067397, ncclTunerConstantsDefaults; ncclTopoTuneModel): every collective runs
@@ -137,10 +138,12 @@ class Protocol:
 # flag with every 4-byte word (busBw * .5), LL128 120 of every 128 bytes (* .92), Simple the whole link but with a
 # fence and a flush per step (its larger latency). The topologies give LL's latencies; pairing them with Simple's
 # bandwidth is a protocol NCCL does not have.
+# With one rank per node "latencies are fully exposed": NCCL prices each network step at the tree's latency, LL /
+# LL128 / Simple 5.0 / 8.5 / 14 us.
 NCCL_PROTOCOLS: tuple[Protocol, ...] = (
-    Protocol("LL", 1.0, 1.0, 1.0, 0.5),
-    Protocol("LL128", 14.0 / 6.6, 1.9 / 0.6, 4.0 / 2.7, 0.92),
-    Protocol("Simple", 8.4 / 6.6, 3.4 / 0.6, 14.0 / 2.7, 1.0),
+    Protocol("LL", 1.0, 1.0, 1.0, 0.5, 5.0 / 2.7),
+    Protocol("LL128", 14.0 / 6.6, 1.9 / 0.6, 4.0 / 2.7, 0.92, 8.5 / 2.7),
+    Protocol("Simple", 8.4 / 6.6, 3.4 / 0.6, 14.0 / 2.7, 1.0, 14.0 / 2.7),
 )
 SIMPLE = NCCL_PROTOCOLS[2]
 # NVLS and NVLS-tree run Simple only (tuning.cc: `(a == NVLS || a == NVLS_TREE) && p != SIMPLE` skipped); their
@@ -161,7 +164,9 @@ def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
             layout,
             launch_s=layout.launch_s * p.launch,
             up_latency_s=layout.up_latency_s * p.up,
-            out_latency_s=tuple(x * p.out for x in layout.out_latency_s),
+            out_latency_s=tuple(
+                x * (p.out if layout.ranks_per_host > 1 else p.out_alone) for x in layout.out_latency_s
+            ),
             up_rate=layout.up_rate * p.rate,
             up_cached_rate=layout.up_cached_rate * p.rate,
             nic_rate=layout.nic_rate * p.rate,
