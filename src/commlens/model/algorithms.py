@@ -466,11 +466,16 @@ def _ag_recursive_doubling(cost: Cost, size: float) -> None:
     exchange(cost, steps, all_send=True)
 
 
+def _doubling_blocks(p: int, s: float) -> list[tuple[int, float, float]]:
+    """Steps k = 0 .. ceil(lg p) - 1 at distance 2^k, each moving min(2^k, p - 2^k) blocks of s: (p-1) s in all
+    (Bruck's all-gather, the binomial gather)."""
+    return [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))]
+
+
 def _ag_bruck(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step k sends min(2^k, p - 2^k) blocks of s to rank - 2^k."""
     p = cost.layout.ranks
-    s = size / p
-    exchange(cost, [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))], all_send=True)
+    exchange(cost, _doubling_blocks(p, size / p), all_send=True)
 
 
 def _ag_direct(cost: Cost, size: float) -> None:
@@ -602,8 +607,7 @@ def _bcast_hierarchical(cost: Cost, n: float) -> None:
 def _gather_binomial(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step i forwards 2^i blocks of s."""
     p = cost.layout.ranks
-    s = size / p
-    exchange(cost, [(1 << i, min(1 << i, p - (1 << i)) * s, 0.0) for i in range(ceil_log2(p))], all_send=False)
+    exchange(cost, _doubling_blocks(p, size / p), all_send=False)
 
 
 def _gather_direct(cost: Cost, size: float) -> None:
