@@ -309,9 +309,17 @@ def _ar_hierarchical_leaders(cost: Cost, n: float) -> None:
 def _ar_nvls(cost: Cost, n: float) -> None:
     """In-switch all-reduce: each rank sends n (multimem loads) plus n/D (multicast store), and receives as much.
 
-    The switch reduces, so ranks do no reduction. Across domains: NVLS
-    reduce-scatter, ring all-reduce across domains on each n/D shard, NVLS
-    all-gather, pipelined (NCCL's NVLS-tree shape).
+    The switch reduces, so ranks do no reduction. Across domains, NCCL's
+    NVLS-tree, pipelined: NVLS reduce-scatter, each n/D shard all-reduced
+    over a double binary tree of the domains, NVLS all-gather. A rank is an
+    inner node of one tree and a leaf of the other, so it sends and receives
+    2 n/D over the fabric (n/D where two domains swap their shards), in
+    2 lg M network steps (NVIDIA/nccl src/graph/tuning.cc: NVLS_TREE's
+    inter-node bandwidth doubled only for nNodes <= 2, latency
+    2 log2(nNodes) network steps). A ring across the domains would move
+    only 2 (M-1)/M n/D: faster than NCCL at a few domains (495 against the
+    370-380 GB/s NVIDIA shows for NVLS-tree across DGX H100 nodes, GTC 2024
+    via NVIDIA/nccl#1649).
     """
     _needs_switch(cost)
     L = cost.layout
@@ -326,7 +334,7 @@ def _ar_nvls(cost: Cost, n: float) -> None:
     two_level(
         cost,
         (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
-        (2 * (M - 1), 2 * (M - 1) / M * n / D, L.nic_share(L.ranks_per_host)),
+        (2 * floor_log2(M), (1 if M == 2 else 2) * n / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * n / D,
         inner="switch",
     )
@@ -458,11 +466,16 @@ def _ag_recursive_doubling(cost: Cost, size: float) -> None:
     exchange(cost, steps, all_send=True)
 
 
+def _doubling_blocks(p: int, s: float) -> list[tuple[int, float, float]]:
+    """Steps k = 0 .. ceil(lg p) - 1 at distance 2^k, each moving min(2^k, p - 2^k) blocks of s: (p-1) s in all
+    (Bruck's all-gather, the binomial gather)."""
+    return [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))]
+
+
 def _ag_bruck(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step k sends min(2^k, p - 2^k) blocks of s to rank - 2^k."""
     p = cost.layout.ranks
-    s = size / p
-    exchange(cost, [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))], all_send=True)
+    exchange(cost, _doubling_blocks(p, size / p), all_send=True)
 
 
 def _ag_direct(cost: Cost, size: float) -> None:
@@ -594,8 +607,7 @@ def _bcast_hierarchical(cost: Cost, n: float) -> None:
 def _gather_binomial(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step i forwards 2^i blocks of s."""
     p = cost.layout.ranks
-    s = size / p
-    exchange(cost, [(1 << i, min(1 << i, p - (1 << i)) * s, 0.0) for i in range(ceil_log2(p))], all_send=False)
+    exchange(cost, _doubling_blocks(p, size / p), all_send=False)
 
 
 def _gather_direct(cost: Cost, size: float) -> None:

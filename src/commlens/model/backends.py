@@ -10,19 +10,28 @@ would pick, with no copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from commlens.model.algorithms import ALGORITHMS
-from commlens.model.predict import AUTO
+from commlens.model.layout import InfeasibleError, Layout
+from commlens.model.predict import AUTO, Prediction, layout_for, predict
+
+if TYPE_CHECKING:
+    from commlens.topology.plain import AnyTopology
 
 __all__ = [
     "BUILTIN",
     "NCCL_ALGORITHMS",
     "NCCL_ALGO_ENV",
     "NCCL_BACKENDS",
+    "NCCL_PROTOCOLS",
     "Implementation",
+    "Protocol",
     "implementation",
     "nccl_candidates",
+    "nccl_choice",
+    "nccl_predict",
 ]
 
 
@@ -108,3 +117,111 @@ def nccl_candidates(op: str, *, nvls: bool = True, nccl_algo: str = "") -> tuple
     if forced and "," not in forced and ":" not in forced and forced in NCCL_ALGO_ENV:
         return (NCCL_ALGO_ENV[forced],)
     return tuple(a for a in NCCL_ALGORITHMS.get(op, ()) if nvls or a != "nvls")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol: its latencies relative to LL's (the topologies' figures are LL's) and its share of
+    each link's bandwidth."""
+
+    name: str
+    launch: float  # base latency of a collective, over LL's
+    up: float  # one scale-up (NVLink) ring step, over LL's
+    out: float  # one network ring step, over LL's
+    rate: float  # share of the link's bandwidth the protocol's payload gets
+    out_alone: float  # one network step with one rank per node (NCCL takes the tree's), over LL's ring step
+
+
+# NVIDIA/nccl src/graph/tuning.cc (at 5067397, ncclTunerConstantsDefaults; ncclTopoTuneModel): every collective runs
+# on one (algorithm, protocol) pair, the one with the least latency + size / bandwidth. Ring latencies in us,
+# LL / LL128 / Simple: base 6.6 / 14.0 / 8.4, NVLink step 0.6 / 1.9 / 3.4, network step 2.7 / 4.0 / 14.0. LL sends a
+# flag with every 4-byte word (busBw * .5), LL128 120 of every 128 bytes (* .92), Simple the whole link but with a
+# fence and a flush per step (its larger latency). The topologies give LL's latencies; pairing them with Simple's
+# bandwidth is a protocol NCCL does not have.
+# With one rank per node "latencies are fully exposed": NCCL prices each network step at the tree's latency, LL /
+# LL128 / Simple 5.0 / 8.5 / 14 us.
+NCCL_PROTOCOLS: tuple[Protocol, ...] = (
+    Protocol("LL", 1.0, 1.0, 1.0, 0.5, 5.0 / 2.7),
+    Protocol("LL128", 14.0 / 6.6, 1.9 / 0.6, 4.0 / 2.7, 0.92, 8.5 / 2.7),
+    Protocol("Simple", 8.4 / 6.6, 3.4 / 0.6, 14.0 / 2.7, 1.0, 14.0 / 2.7),
+)
+SIMPLE = NCCL_PROTOCOLS[2]
+# NVLS and NVLS-tree run Simple only (tuning.cc: `(a == NVLS || a == NVLS_TREE) && p != SIMPLE` skipped); their
+# switch step is already Simple's (the topologies' in_switch_latency_s). Point-to-point (all-to-all, send/recv) is
+# not a collective algorithm with protocols: it keeps the topology's figures.
+_PROTOCOL_ALGOS = frozenset({"ring", "double_binary_tree", "chain", "nvls"})
+
+_PROTOCOL_LAYOUTS: dict[int, tuple[Layout, tuple[Layout, ...]]] = {}
+
+
+def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
+    """``layout`` as each of :data:`NCCL_PROTOCOLS` sees it (remembered per layout object)."""
+    hit = _PROTOCOL_LAYOUTS.get(id(layout))
+    if hit is not None and hit[0] is layout:
+        return hit[1]
+    out = tuple(
+        replace(
+            layout,
+            launch_s=layout.launch_s * p.launch,
+            up_latency_s=layout.up_latency_s * p.up,
+            out_latency_s=tuple(
+                x * (p.out if layout.ranks_per_host > 1 else p.out_alone) for x in layout.out_latency_s
+            ),
+            up_rate=layout.up_rate * p.rate,
+            up_cached_rate=layout.up_cached_rate * p.rate,
+            nic_rate=layout.nic_rate * p.rate,
+        )
+        for p in NCCL_PROTOCOLS
+    )
+    if len(_PROTOCOL_LAYOUTS) >= 256:
+        _PROTOCOL_LAYOUTS.clear()
+    _PROTOCOL_LAYOUTS[id(layout)] = (layout, out)
+    return out
+
+
+def nccl_choice(
+    topology: AnyTopology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_host: int | None = None
+) -> tuple[Prediction, str]:
+    """What NCCL runs ``op`` with on this job: the fastest of its algorithms (:func:`nccl_candidates`) on each of
+    its protocols, as its tuner picks them; (the prediction, the protocol's name).
+
+    Across scale-up domains NCCL's NVLS all-gather and reduce-scatter need CollNet (tuning.cc sets their bandwidth
+    to 0 otherwise), so there they run as rings. An op NCCL has no candidate for, or a CPU-driven transport
+    (``host_cores``), is predicted as ``auto`` with the topology's figures."""
+    layout = layout_for(topology, nodes, ranks_per_host)
+    algos = nccl_candidates(op, nvls=layout.switch_rate > 0)
+    if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
+        algos = tuple(a for a in algos if a != "nvls")
+    if not algos or layout.host_cores:
+        return predict(topology, op, size_bytes, layout=layout), ""
+    per_protocol = _protocol_layouts(layout)
+    best: tuple[Prediction, str] | None = None
+    reasons = []
+    options: tuple[tuple[Layout, str], ...]
+    for algo in algos:
+        if algo in _PROTOCOL_ALGOS:
+            options = (
+                ((per_protocol[2], SIMPLE.name),)
+                if algo == "nvls"
+                else tuple(zip(per_protocol, (p.name for p in NCCL_PROTOCOLS)))
+            )
+        else:
+            options = ((layout, ""),)
+        for lay, proto in options:
+            try:
+                pred = predict(topology, op, size_bytes, algo=algo, layout=lay)
+            except InfeasibleError as e:
+                reasons.append(f"{algo}: {e}")
+                break
+            if best is None or pred.time_s < best[0].time_s:
+                best = (pred, proto)
+    if best is None:
+        raise InfeasibleError(f"NCCL cannot run {op} here: " + "; ".join(reasons))
+    return best
+
+
+def nccl_predict(
+    topology: AnyTopology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_host: int | None = None
+) -> Prediction:
+    """:func:`nccl_choice`'s prediction: the collective as NCCL would run it."""
+    return nccl_choice(topology, op, size_bytes, nodes=nodes, ranks_per_host=ranks_per_host)[0]
