@@ -59,7 +59,7 @@ class Scenario:
 
     @property
     def network(self) -> str:
-        """``analytic`` (each collective alone on the fabric, the cost models) or ``sim`` (every group of a
+        """``analytic`` (each collective alone on the fabric, as NCCL runs it: :func:`commlens.model.backends.nccl_predict`) or ``sim`` (every group of a
         dimension at once, :mod:`commlens.sim`)."""
         return "analytic" if self.sim is None else "sim"
 

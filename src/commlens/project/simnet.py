@@ -13,6 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from commlens.model import InfeasibleError, predict
+from commlens.model.backends import nccl_predict
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.layout import Group, Resolved
 from commlens.sim import Collective, Fabric, SimError, SimOptions, build_fabric, groups_by_stride, simulate
@@ -79,15 +81,28 @@ class SimNetwork:
         if len(_TIMES) > 100_000:
             _TIMES.clear()
         try:
+            # NCCL's algorithm for the flows; its protocol's own latency and bandwidth share (LL, LL128) are no
+            # network effect, so they are added as they cost the analytic model
+            nccl = nccl_predict(
+                self.topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
+            )
+            plain = predict(
+                self.topology,
+                op,
+                int(size_bytes),
+                nodes=group.nodes,
+                ranks_per_host=group.ranks_per_host,
+                algo=nccl.algo,
+            )
             result = simulate(
                 self.topology,
                 self.nodes,
-                [Collective(dim, op, float(int(size_bytes)), self._groups(dim))],
+                [Collective(dim, op, float(int(size_bytes)), self._groups(dim), algo=nccl.algo)],
                 options=self._run,
                 fabric=self._fabric(),
             )
-        except SimError as e:
+        except (SimError, InfeasibleError) as e:
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks ({dim}): {e}", "topology") from None
-        hit = result.collectives[0].time_s
+        hit = result.collectives[0].time_s + max(0.0, nccl.time_s - plain.time_s)
         _TIMES[key] = hit
         return hit

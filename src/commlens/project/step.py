@@ -8,7 +8,8 @@ The model, per GPU of each pipeline stage, for one micro-batch, as the layout's 
    memory-bound ops at HBM rate (several kernels where the stack runs them eagerly); backward per kernel;
    recomputation redoes the kernels of the recomputed modules; their host launches, with the MoE dispatcher's
    host sync where the stack has one; the breakdown by kernel class is ``Projection.kernels``;
-2. communication from the collective cost models (:func:`commlens.model.predict`) or the simulator, per parallel
+2. communication from the collective cost models, as NCCL runs each collective
+   (:func:`commlens.model.backends.nccl_predict`), or the simulator, per parallel
    dimension, placed on its nodes (:mod:`commlens.project.layout`): TP per layer per pass (exposed, or chunked
    behind its GEMMs with ``tp_comm_overlap``); CP's K/V exchange beside attention where the stack overlaps it;
    EP all-to-all per MoE layer per pass (beside the paired chunk under DualPipe); PP send/recv per micro-batch
@@ -33,7 +34,8 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
-from commlens.model import InfeasibleError, predict
+from commlens.model import InfeasibleError
+from commlens.model.backends import nccl_predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
@@ -142,7 +144,9 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
         if len(_COMM) > 100_000:
             _COMM.clear()
         try:
-            hit = predict(topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host).time_s
+            hit = nccl_predict(
+                topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
+            ).time_s
         except InfeasibleError as e:
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
         _COMM[key] = hit
@@ -295,7 +299,8 @@ def project(
     """:func:`run` of the :class:`Scenario` these arguments make, for a caller that holds them apart.
 
     ``accelerators``: accelerators files over the shipped figures (default: ``COMMLENS_ACCELERATORS``).
-    ``network``: ``analytic`` (each collective alone on the fabric, :func:`commlens.model.predict`) or ``sim``
+    ``network``: ``analytic`` (each collective alone on the fabric, as NCCL runs it:
+    :func:`commlens.model.backends.nccl_predict`) or ``sim``
     (each communication term simulated with every group of its dimension at once on the fabric,
     :mod:`commlens.sim`; ``sim_options``: routing, seed, qps, channels, faults; default :class:`SimOptions`)."""
     if network not in ("analytic", "sim"):
