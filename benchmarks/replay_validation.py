@@ -230,10 +230,13 @@ def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         span = _ranged(r, "span_ratio") if r["gaps"] else "-"
         iso = f"{_ranged(r, 'isolated_ratio')} / {_ranged(r, 'isolated_median')}" if r["isolated"] else "-"
+        last = (
+            f"{_ranged(r, 'last_ratio')} / {_ranged(r, 'last_median')}" if r["last_ratio"] == r["last_ratio"] else "-"
+        )
         lines.append(
             f"| {r['job']} | {r['source']} | {r['mode']} | {r['calls']} | "
             f"{r['recorded_s'] * 1e3:.1f} | {r['replayed_s'] * 1e3:.1f} | {_ranged(r, 'total_ratio')} | "
-            f"{_ranged(r, 'median_ratio')} | {_ranged(r, 'last_ratio')} / {_ranged(r, 'last_median')} | "
+            f"{_ranged(r, 'median_ratio')} | {last} | "
             f"{_ranged(r, 'raw_ratio')} | {r['isolated']} of {r['overlap_known']} | {iso} | {span} | {r['load']} |"
         )
     return lines
