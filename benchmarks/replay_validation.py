@@ -162,7 +162,8 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     ok = [r for r in b2b if _within(r["total_ratio"], r["median_ratio"])]
     iso_ok = [r for r in b2b if r["isolated"] and _within(r["isolated_ratio"], r["isolated_median"])]
     alone = [r for r in b2b if r["job"].startswith(COMM_ONLY + " ")]
-    last_ok = [r for r in b2b if _within(r["last_ratio"], r["last_median"])]
+    one_clock = [r for r in b2b if r["last_ratio"] == r["last_ratio"]]  # not NaN: the ranks shared a clock
+    last_ok = [r for r in one_clock if _within(r["last_ratio"], r["last_median"])]
     raw_ok = [r for r in b2b if abs(r["raw_ratio"] - 1) <= 0.1]
     alone_ok = [r for r in alone if r in ok]
     lines = [
@@ -173,7 +174,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         f"{len(alone_ok)} of {len(alone)}, the jobs that compute {len(ok) - len(alone_ok)} of {len(b2b) - len(alone)}"
         + f"; {len(iso_ok)} of {len(b2b)} over the isolated collectives"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in iso_ok)})" if iso_ok else "")
-        + f"; {len(last_ok)} of {len(b2b)} by the last entry to the last exit (one clock)"
+        + f"; {len(last_ok)} of {len(one_clock)} by the last entry to the last exit (the replays on one clock)"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in last_ok)})" if last_ok else "")
         + f"; {len(raw_ok)} of {len(b2b)} by the raw figure (as the earliest rank saw each collective, waits included)"
     ]
@@ -354,7 +355,7 @@ def aligned_probe(repeats: int, calls: int = 30) -> list[str]:
     lines = [
         f"Why: the same all-reduce on 4 gloo ranks of this host, {calls} per variant, the variants interleaved "
         f"{repeats} times, torch ranks of their own (`--probe`'s second part; *align*: a barrier of the 4 ranks, "
-        f"*compute*: 20 ms of the spin stand-in). Mean per call, ms (load {load0}-{load()}):",
+        f"*compute*: 20 ms of the spin stand-in). Mean per call, ms (load {load0} at the start, {load()} at the end):",
         "",
         "| before / after each call | own time (least-waiting rank) | last arriver's time | last entry to last exit "
         "| arrival skew (last - first entry) |",
