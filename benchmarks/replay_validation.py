@@ -93,6 +93,9 @@ def replay(
         "recorded_max_s": cmp.recorded_max_total_s,
         "replayed_max_s": cmp.replayed_max_total_s,
         "span_ratio": cmp.span_ratio,
+        "last_ratio": _ratio(*reversed(cmp.last_arrival_totals())),
+        "last_median": cmp.last_arrival_median_ratio,
+        "raw_ratio": _ratio(cmp.replayed_max_total_s, cmp.recorded_max_total_s),
         "isolated": len(cmp.isolated),
         "overlap_known": cmp.overlap_known,
         "isolated_ratio": cmp.isolated_ratio,
@@ -104,6 +107,10 @@ def replay(
     }
 
 
+def _ratio(replayed: float, recorded: float) -> float:
+    return replayed / recorded if recorded > 0 else float("nan")
+
+
 # (gaps, timeline, the gaps' stand-in): back to back, blocking with spin gaps, with sleep gaps, timeline
 MODES = ((False, False, "spin"), (True, False, "spin"), (True, False, "sleep"), (True, True, "sleep"))
 COMM_ONLY = "comms"  # the job with no compute beside its communication (--parallel comms)
@@ -113,7 +120,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Repeated replays of one plan in one mode: each ratio's median over the repeats (a target is judged on
     it), its min and max, and the loads seen."""
     row = dict(results[0])
-    for key in ("total_ratio", "median_ratio", "span_ratio", "isolated_ratio", "isolated_median", "replayed_s"):
+    keys = ("total_ratio", "median_ratio", "span_ratio", "isolated_ratio", "isolated_median", "replayed_s")
+    for key in (*keys, "last_ratio", "last_median", "raw_ratio"):
         values = [r[key] for r in results]
         row[key] = statistics.median(values)
         row[key + "_range"] = (min(values), max(values))
@@ -154,6 +162,9 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     ok = [r for r in b2b if _within(r["total_ratio"], r["median_ratio"])]
     iso_ok = [r for r in b2b if r["isolated"] and _within(r["isolated_ratio"], r["isolated_median"])]
     alone = [r for r in b2b if r["job"].startswith(COMM_ONLY + " ")]
+    one_clock = [r for r in b2b if r["last_ratio"] == r["last_ratio"]]  # not NaN: the ranks shared a clock
+    last_ok = [r for r in one_clock if _within(r["last_ratio"], r["last_median"])]
+    raw_ok = [r for r in b2b if abs(r["raw_ratio"] - 1) <= 0.1]
     alone_ok = [r for r in alone if r in ok]
     lines = [
         f"Against the targets: back to back, {len(ok)} of {len(b2b)} replays within 10% in total with a median "
@@ -163,6 +174,9 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         f"{len(alone_ok)} of {len(alone)}, the jobs that compute {len(ok) - len(alone_ok)} of {len(b2b) - len(alone)}"
         + f"; {len(iso_ok)} of {len(b2b)} over the isolated collectives"
         + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in iso_ok)})" if iso_ok else "")
+        + f"; {len(last_ok)} of {len(one_clock)} by the last entry to the last exit (the replays on one clock)"
+        + (f" ({', '.join(r['job'] + ' ' + r['source'] for r in last_ok)})" if last_ok else "")
+        + f"; {len(raw_ok)} of {len(b2b)} by the raw figure (as the earliest rank saw each collective, waits included)"
     ]
     spin = [r for r in rows if r["mode"] == "gaps (spin)"]
     spin_ok = [r for r in spin if _within(r["total_ratio"], r["median_ratio"])]
@@ -210,16 +224,21 @@ def _ranged(r: dict[str, Any], key: str) -> str:
 def fmt_rows(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| job | source | mode | collectives | recorded ms | replayed ms | total ratio | median ratio "
-        "| isolated | isolated total / median ratio | step time ratio | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| last entry to last exit: total / median ratio | raw ratio | isolated | isolated total / median ratio "
+        "| step time ratio | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         span = _ranged(r, "span_ratio") if r["gaps"] else "-"
         iso = f"{_ranged(r, 'isolated_ratio')} / {_ranged(r, 'isolated_median')}" if r["isolated"] else "-"
+        last = (
+            f"{_ranged(r, 'last_ratio')} / {_ranged(r, 'last_median')}" if r["last_ratio"] == r["last_ratio"] else "-"
+        )
         lines.append(
             f"| {r['job']} | {r['source']} | {r['mode']} | {r['calls']} | "
             f"{r['recorded_s'] * 1e3:.1f} | {r['replayed_s'] * 1e3:.1f} | {_ranged(r, 'total_ratio')} | "
-            f"{_ranged(r, 'median_ratio')} | {r['isolated']} of {r['overlap_known']} | {iso} | {span} | {r['load']} |"
+            f"{_ranged(r, 'median_ratio')} | {last} | "
+            f"{_ranged(r, 'raw_ratio')} | {r['isolated']} of {r['overlap_known']} | {iso} | {span} | {r['load']} |"
         )
     return lines
 
@@ -261,7 +280,101 @@ def probe(repeats: int, passes: int, steps: int, calls: int = 30, gap_ms: float 
             own[name].append(r["replayed_s"] / r["calls"])
             loads.append(r["load"])
             print(f"  probe {name:22} {own[name][-1] * 1e3:.2f} ms per call (load {r['load']})", flush=True)
-    return _probe_lines(own, loads, repeats, passes, calls, gap_ms) + _unprofiled(steps, repeats, passes)
+    lines = _probe_lines(own, loads, repeats, passes, calls, gap_ms) + aligned_probe(repeats, calls)
+    return lines + _unprofiled(steps, repeats, passes)
+
+
+# what comes before and after each timed all-reduce in the aligned probe (``--probe``, torch ranks of its own):
+# (name, before, after); "compute" is the replay's spin stand-in, 20 ms; "align" a barrier of the world
+ALIGNED = (
+    ("back to back", "", ""),
+    ("compute, align", "compute,align", ""),
+    ("compute, align, align after", "compute,align", "align"),
+    ("compute, align after", "compute", "align"),
+    ("staggered sleep (4 ms x rank), align after", "stagger", "align"),
+    ("compute (the replay's spin gaps)", "compute", ""),
+    ("sleep (the replay's sleep gaps)", "sleep", ""),
+)
+
+
+def _probe_rank(out: str, calls: int, repeats: int) -> None:
+    """One rank of the aligned probe (run by torch.distributed.run): the 399,872 B all-reduce timed ``calls``
+    times per variant of :data:`ALIGNED`, the variants interleaved ``repeats`` times; rank 0 writes every
+    rank's (start, end) per variant to ``out``."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    x, busy, busy_out = torch.ones(99_968), torch.ones(32, 32), torch.empty(32, 32)
+
+    def do(steps: str) -> None:
+        for step in filter(None, steps.split(",")):
+            if step == "compute":
+                t = time.perf_counter() + 0.02
+                while time.perf_counter() < t:
+                    torch.mm(busy, busy, out=busy_out)
+            elif step == "sleep":
+                time.sleep(0.02)
+            elif step == "stagger":
+                time.sleep(0.004 * rank)
+            elif step == "align":
+                dist.barrier()
+
+    stamps: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in ALIGNED}
+    for _ in range(repeats):
+        for name, before, after in ALIGNED:
+            dist.barrier()
+            for _ in range(calls):
+                do(before)
+                t0 = time.perf_counter()
+                dist.all_reduce(x)
+                stamps[name].append((t0, time.perf_counter()))
+                do(after)
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, stamps)
+    if rank == 0:
+        Path(out).write_text(json.dumps(gathered))
+    dist.destroy_process_group()
+
+
+def aligned_probe(repeats: int, calls: int = 30) -> list[str]:
+    """The aligned probe on 4 gloo ranks of this host: per variant, mean per call of the collective's own time
+    (its least-waiting rank's), the last arriver's time, last entry to last exit, and the arrival skew."""
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="replay-aligned-") as d:
+        out = Path(d) / "stamps.json"
+        load0 = load()
+        cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", __file__]
+        subprocess.run([*cmd, "--probe-rank", str(out), "--repeats", str(repeats)], check=True, timeout=900)
+        ranks = json.loads(out.read_text())
+    lines = [
+        f"Why: the same all-reduce on 4 gloo ranks of this host, {calls} per variant, the variants interleaved "
+        f"{repeats} times, torch ranks of their own (`--probe`'s second part; *align*: a barrier of the 4 ranks, "
+        f"*compute*: 20 ms of the spin stand-in). Mean per call, ms (load {load0} at the start, {load()} at the end):",
+        "",
+        "| before / after each call | own time (least-waiting rank) | last arriver's time | last entry to last exit "
+        "| arrival skew (last - first entry) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, _, _ in ALIGNED:
+        own, last, tail, skew = [], [], [], []
+        for i in range(len(ranks[0][name])):
+            starts = [r[name][i][0] for r in ranks]
+            ends = [r[name][i][1] for r in ranks]
+            took = [e - s for s, e in zip(starts, ends)]
+            own.append(min(took))
+            last.append(took[starts.index(max(starts))])
+            tail.append(max(ends) - max(starts))
+            skew.append(max(starts) - min(starts))
+        cells = " | ".join(f"{statistics.mean(v) * 1e3:.2f}" for v in (own, last, tail, skew))
+        lines.append(f"| {name} | {cells} |")
+        print(f"  aligned {name:45} {cells}", flush=True)
+    return lines + [""]
 
 
 def _unprofiled(steps: int, repeats: int, passes: int) -> list[str]:
@@ -325,7 +438,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="replays of each plan in each mode, and extraction runs")
     p.add_argument("--no-doc", action="store_true")
     p.add_argument("--probe", action="store_true", help="only the same collective after compute, after sleep")
+    p.add_argument("--probe-rank", metavar="OUT", help=argparse.SUPPRESS)  # one rank of the aligned probe
     ns = p.parse_args()
+    if ns.probe_rank:
+        _probe_rank(ns.probe_rank, 30, ns.repeats)
+        return 0
     if ns.probe:
         lines = probe(ns.repeats, ns.passes, ns.steps)
         if not ns.no_doc:
@@ -368,7 +485,8 @@ def main() -> int:
                             tried[(gaps, timeline, compute)].append(r)
                             print(
                                 f"  {source:8} {r['mode']:17} total {r['total_ratio']:.3f} "
-                                f"median {r['median_ratio']:.3f} span {r['span_ratio']:.3f} "
+                                f"median {r['median_ratio']:.3f} last {r['last_ratio']:.3f} {r['last_median']:.3f} "
+                                f"raw {r['raw_ratio']:.3f} span {r['span_ratio']:.3f} "
                                 f"isolated {r['isolated']}/{r['overlap_known']} {r['isolated_ratio']:.3f} "
                                 f"{r['isolated_median']:.3f} "
                                 f"(recorded {r['recorded_s'] * 1e3:.1f} ms, replayed {r['replayed_s'] * 1e3:.1f} ms, "
@@ -392,7 +510,11 @@ def main() -> int:
             "on 4 gloo ranks under the PyTorch profiler and the monitor, then each source's plan replayed on the same ranks "
             f"right after ({ns.passes} measured passes, 1 warm-up), {ns.repeats} times with the four modes "
             "interleaved: each ratio is the median over the repeats (min-max in brackets). A collective's time is "
-            "its last-arriving rank's (no wait for a late peer in it); the step time leaves out a rank's wait for late peers in its "
+            "its last-arriving rank's (no wait for a late peer in it; the target is judged on it); *last entry to "
+            "last exit*: the same collective from the last rank's entry to the last rank's exit on the host's one "
+            "clock (no wait either, but the tail of ranks that leave late); *raw*: the summed times as the earliest "
+            "rank saw them (its wait for late peers included), total ratio; the step time leaves out a rank's wait "
+            "for late peers in its "
             "first collective (start-up skew). *Isolated*: the collectives recorded without "
             "another rank of the host computing beside them (at most 5% of the call), the set a back-to-back "
             "replay (communication alone) is comparable with, as far as the plan shows it (it misses compute on a "

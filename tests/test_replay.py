@@ -360,6 +360,39 @@ def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: 
     assert compare_replay(on_gpus, times).overlap_known == 0
 
 
+@pytest.mark.parametrize("host", ["h", None])
+def test_a_late_rank_s_wait_is_not_counted_as_communication(host: str | None) -> None:
+    """Rank 1 reached the first all-reduce 0.9 s after rank 0 (unequal compute): rank 0's 1.0 s in it is 0.9 s of
+    waiting and 0.1 s of the collective. The replay, back to back, has no such skew: both ranks 0.1 s. Compared
+    per rank (or as the earliest rank saw it) the replay would read 0.18x its recording; the collective's own
+    time (the last arriver's) makes it 1.0x. On one clock (one host), from the last entry to the last exit
+    holds no wait either, but it keeps rank 0's late exit in the second call (0.15 s where the own time is
+    0.1 s); without a host the recorded ranks' clocks are not known to be one, and that figure is left out."""
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay.compare import compare_replay
+    from commlens.replay.runner import ReplayTimes
+    from commlens.replay.settings import ReplaySettings
+
+    calls = {
+        0: (_timed("all_reduce", "w", 0.0, 1.0), _timed("all_reduce", "w", 1.1, 1.25)),
+        1: (_timed("all_reduce", "w", 0.9, 1.0), _timed("all_reduce", "w", 1.1, 1.2)),
+    }
+    plan = ReplayPlan("monitor", 2, (PlanGroup("w", (0, 1)),), tuple(RankCalls(r, c, host) for r, c in calls.items()))
+    replayed = {0: [[(0.0, 0.1), (0.2, 0.35)]], 1: [[(0.0, 0.1), (0.2, 0.3)]]}
+    system = SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    cmp = compare_replay(plan, ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed))
+    assert [c.recorded_s for c in cmp.collectives] == [pytest.approx(0.1), pytest.approx(0.1)]
+    assert cmp.total_ratio == pytest.approx(1.0) and cmp.median_ratio == pytest.approx(1.0)
+    assert cmp.recorded_max_total_s == pytest.approx(1.15)  # the raw figure, waits included, kept beside
+    assert cmp.replayed_max_total_s == pytest.approx(0.25)
+    if host is None:
+        assert cmp.last_arrival == () and cmp.to_json()["last_arrival"]["collectives"] == 0
+        return
+    assert [c.recorded_last_s for c in cmp.collectives] == [pytest.approx(0.1), pytest.approx(0.15)]
+    assert cmp.last_arrival_totals() == (pytest.approx(0.25), pytest.approx(0.25))
+    assert cmp.to_json()["last_arrival"]["total_ratio"] == pytest.approx(1.0)
+
+
 def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collective() -> None:
     """Rank 0 reached the job's first all-reduce 0.8 s before rank 1 (start-up): that wait is no step time. The
     replay starts from a barrier; its own first-call wait (rank 0: 0.05 s) is left out alike."""

@@ -100,6 +100,12 @@ def comparison_lines(cmp: ReplayComparison) -> list[str]:
         f"as the earliest rank saw them (waits for late peers included): recorded {_us(cmp.recorded_max_total_s)} µs, "
         f"replayed {_us(cmp.replayed_max_total_s)} µs"
     )
+    if cmp.last_arrival:
+        rec, rep = cmp.last_arrival_totals()
+        lines.append(
+            f"from the last entry to the last exit (one clock; {len(cmp.last_arrival)} collectives): recorded "
+            f"{_us(rec)} µs, replayed {_us(rep)} µs" + (f", ratio {rep / rec:.3f}" if rec > 0 else "")
+        )
     lines.append(
         f"communication on the critical path (busiest rank): recorded {_us(cmp.recorded_critical_comm_s)} µs, "
         f"replayed {_us(cmp.replayed_critical_comm_s)} µs"

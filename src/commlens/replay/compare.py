@@ -11,6 +11,13 @@ The steps:
    different hosts do not share. The longest rank's time (the collective as the earliest rank saw it,
    wait included) is kept too. With several measured passes, the replayed time is the median of the
    passes.
+2b. Where the group's ranks timed their calls on one clock (recorded: Kineto or monitor records of one
+   host name; replayed: ranks on one host), the collective's time from the last rank's entry to the last
+   rank's exit is kept beside it: no wait for a late peer in it either, but the tail of ranks that leave
+   late is (on a ring, ranks leave one after another; on shared cores, a rank that left early and
+   computes slows the others' tail). It is never shorter than the own time of step 2, which is the
+   least-waiting rank's and so picks, among the ranks, the one that left earliest for its entry. NCCL
+   Inspector's compact records carry no start time and Chakra host traces no time: none there.
 3. Ratio = replayed / recorded, per collective; per group and in total, the ratio of the summed times and
    the median of the per-collective ratios; the worst calls are those whose ratio is farthest from 1.
 4. The communication on the critical path: on each rank, the time inside any call (overlapping calls
@@ -72,6 +79,10 @@ class CollectiveComparison:
     # share of the recorded call during which another rank of its host was outside communication (computing):
     # None where no other rank of the host was recorded (or the host is unknown); see step 6
     recorded_overlap: float | None = None
+    # from the last rank's entry to the last rank's exit, where the group's ranks share a clock (step 2b):
+    # None where they do not
+    recorded_last_s: float | None = None
+    replayed_last_s: float | None = None
 
     @property
     def isolated(self) -> bool:
@@ -112,6 +123,20 @@ class ReplayComparison:
     replayed_span_s: float
     gaps: bool
     notes: tuple[str, ...] = ()
+
+    @property
+    def last_arrival(self) -> tuple[CollectiveComparison, ...]:
+        """The collectives timed on a shared clock on both sides (step 2b)."""
+        return tuple(c for c in self.collectives if c.recorded_last_s is not None and c.replayed_last_s is not None)
+
+    def last_arrival_totals(self) -> tuple[float, float]:
+        """Recorded and replayed, summed over :attr:`last_arrival`: last entry to last exit."""
+        both = self.last_arrival
+        return sum(c.recorded_last_s or 0.0 for c in both), sum(c.replayed_last_s or 0.0 for c in both)
+
+    @property
+    def last_arrival_median_ratio(self) -> float:
+        return _median([(c.replayed_last_s or 0.0) / c.recorded_last_s for c in self.last_arrival if c.recorded_last_s])
 
     @property
     def total_ratio(self) -> float:
@@ -168,10 +193,21 @@ class ReplayComparison:
                 "total_ratio": _finite(self.isolated_ratio),
                 "median_ratio": _finite(self.isolated_median_ratio),
             },
+            "last_arrival": self._last_arrival_json(),
             "gaps": self.gaps,
             "groups": [{**asdict(g), "ratio": g.ratio} for g in self.groups],
             "worst": [{**asdict(c), "ratio": c.ratio} for c in self.worst()],
             "notes": list(self.notes),
+        }
+
+    def _last_arrival_json(self) -> JsonObject:
+        rec, rep = self.last_arrival_totals()
+        return {
+            "collectives": len(self.last_arrival),
+            "recorded_total_s": rec,
+            "replayed_total_s": rep,
+            "total_ratio": _finite(rep / rec if rec > 0 else math.nan),
+            "median_ratio": _finite(self.last_arrival_median_ratio),
         }
 
 
@@ -232,6 +268,39 @@ class _Computing:
         return _union_s(found) / (end - start)
 
 
+class _SharedClock:
+    """Whether a group's ranks timed their calls on one clock, recorded and replayed, and on it each collective's
+    time from the last rank's entry to the last rank's exit (step 2b)."""
+
+    def __init__(self, plan: ReplayPlan, times: ReplayTimes):
+        # Inspector's compact records carry no start (placed to end at the dump), Chakra's no time at all
+        self.host = {rc.rank: rc.host for rc in plan.ranks} if plan.source in ("kineto", "monitor") else {}
+        self.replayed = len(times.system.hosts) <= 1  # one host: one monotonic clock
+
+    def last_arrival(
+        self,
+        members: tuple[int, ...],
+        recorded: dict[int, tuple[float, list[float], float]],
+        replayed: dict[int, list[tuple[float, float]]],
+        n_passes: int,
+    ) -> tuple[float | None, float | None]:
+        if len(recorded) != len(members):
+            return None, None
+        hosts = {self.host.get(r) for r in members}
+        rec = None
+        if len(hosts) == 1 and None not in hosts:
+            rec = max(s + d for d, _, s in recorded.values()) - max(s for _, _, s in recorded.values())
+        rep = None
+        if self.replayed and len(replayed) == len(members):
+            rep = _median(
+                [
+                    max(v[p][1] for v in replayed.values()) - max(v[p][0] for v in replayed.values())
+                    for p in range(n_passes)
+                ]
+            )
+        return rec, rep
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -264,6 +333,8 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
         raise ValueError("the replay timed no pass")
     # per (group, k): rank -> (recorded duration, [replayed duration per pass], recorded start)
     joined: dict[tuple[str, int], dict[int, tuple[float, list[float], float]]] = defaultdict(dict)
+    spans: dict[tuple[str, int], dict[int, list[tuple[float, float]]]] = defaultdict(dict)  # replayed, per pass
+    shared = _SharedClock(plan, times)
     computing = _Computing(plan)
     meta: dict[tuple[str, int], tuple[str, str, int, int | None]] = {}
     p2p: list[CollectiveComparison] = []
@@ -296,6 +367,7 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
             k = per_group[c.group]
             per_group[c.group] += 1
             joined[(c.group, k)][rc.rank] = (c.duration_s, replayed, c.start_s)
+            spans[(c.group, k)][rc.rank] = [passes[p][j] for p in range(n_passes)]
             meta.setdefault((c.group, k), (c.op, c.dtype, size_bytes(c, n), c.step))
     collectives: list[CollectiveComparison] = []
     partial = 0
@@ -309,6 +381,7 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
         replayed_max = _median([max(r[p] for _, r, _ in by_rank.values()) for p in range(n_passes)])
         op, dtype, size, step = meta[(group, k)]
         overlap = computing.overlap(own, own_start, own_start + recorded_s)
+        rec_last, rep_last = shared.last_arrival(members, by_rank, spans[(group, k)], n_passes)
         collectives.append(
             CollectiveComparison(
                 group,
@@ -324,6 +397,8 @@ def compare_replay(plan: ReplayPlan, times: ReplayTimes) -> ReplayComparison:
                 recorded_max,
                 replayed_max,
                 overlap,
+                rec_last,
+                rep_last,
             )
         )
     if partial:
