@@ -27,7 +27,7 @@ from commlens.results.records import FloorKey
 from commlens.store import Store, StoreError, make_engine, upgrade_schema
 from commlens.store.export import export_runs
 from commlens.store.models import SCHEMA_REVISION, NoiseFloorModel
-from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
+from commlens.store.noise import NoiseFloor
 
 JOB_WORLD = 8  # TP = 2, DP = 4
 MiB = 1 << 20
@@ -230,19 +230,19 @@ def test_noise_floors_are_kept_per_group(store_url: str) -> None:
     assert sorted(f.group for f in learned) == ["dp0", "tp0", "tp1"]
     bench_floor = replace(learned[0], group=None, sd_log=0.5)
     with Store.open(store_url) as store:
-        save_floors(store, [*learned, bench_floor])
-        listed = list_floors(store)
+        store.floors.save([*learned, bench_floor])
+        listed = store.floors.list()
         assert [f.group for f in listed] == [None, "dp0", "tp0", "tp1"]
         assert sorted(listed, key=lambda f: f.key.key.order()) == sorted(
             [*learned, bench_floor], key=lambda f: f.key.key.order()
         )
-        floors = load_floors(store)
+        floors = store.floors.load()
         tp0 = next(f for f in learned if f.group == "tp0")
         assert floors[FloorKey(tp0.fingerprint, tp0.key.key)] == tp0.sd_log
         assert floors[bench_floor.key] == 0.5
         # learning again replaces each group's floor and leaves the others
-        save_floors(store, [replace(tp0, sd_log=0.25)])
-        assert [(f.group, f.sd_log == 0.25) for f in list_floors(store)] == [
+        store.floors.save([replace(tp0, sd_log=0.25)])
+        assert [(f.group, f.sd_log == 0.25) for f in store.floors.list()] == [
             (None, False),
             ("dp0", False),
             ("tp0", True),
@@ -299,13 +299,13 @@ def test_migration_0004_to_0005_keeps_every_row_without_a_group(store_url: str, 
         engine.dispose()
     with Store.open(store_url) as store:
         assert store.get_runs(["old00001", "old00002"]) == runs  # bit for bit, no group
-        assert list_floors(store) == [floor]
+        assert store.floors.list() == [floor]
         # what 0005 added works on the upgraded store
         store.save_run(_job_run("job00001"))
         assert store.get_run("job00001") == _job_run("job00001")
         grouped = replace(floor, group="tp0", sd_log=0.08)
-        save_floors(store, [grouped])
-        assert list_floors(store) == [floor, grouped]
+        store.floors.save([grouped])
+        assert store.floors.list() == [floor, grouped]
 
 
 def test_the_compare_table_shows_each_rows_group(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from commlens.regress import learn_floors
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store import Store
-from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
+from commlens.store.noise import NoiseFloor
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
 OTHER = SystemInfo(world_size=4, backend="gloo", cpu_model="other-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -185,29 +185,29 @@ def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
         _floor(1024, 0.02, fingerprint="fp-b", algo="ring", runs=12, groups=3),
     ]
     with Store.open(store_url) as store:
-        assert list_floors(store) == []
-        assert save_floors(store, floors) == 4
-        assert save_floors(store, []) == 0
+        assert store.floors.list() == []
+        assert store.floors.save(floors) == 4
+        assert store.floors.save([]) == 0
         # by system, op, algo, dtype, redop, root, placement, size
-        assert list_floors(store) == [floors[1], floors[0], floors[2], floors[3]]
-        assert list_floors(store, ["fp-b"]) == [floors[3]]
-        assert list_floors(store, ["fp-none"]) == []
-        assert load_floors(store, ["fp-a"]) == {
+        assert store.floors.list() == [floors[1], floors[0], floors[2], floors[3]]
+        assert store.floors.list(["fp-b"]) == [floors[3]]
+        assert store.floors.list(["fp-none"]) == []
+        assert store.floors.load(["fp-a"]) == {
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False)): 0.03,
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1 << 20, False)): 0.05,
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, True)): 0.07,
         }
-        assert load_floors(store)[floors[3].key] == 0.02
+        assert store.floors.load()[floors[3].key] == 0.02
 
 
 def test_learning_again_replaces_a_series_floor(store_url: str) -> None:
     with Store.open(store_url) as store:
-        save_floors(store, [_floor(1024, 0.03), _floor(2048, 0.04)])
+        store.floors.save([_floor(1024, 0.03), _floor(2048, 0.04)])
         relearned = _floor(1024, 0.06, runs=20, groups=5, learned_at="2025-06-01T00:00:00+00:00")
-        assert save_floors(store, [relearned]) == 1
-        assert list_floors(store) == [relearned, _floor(2048, 0.04)]
+        assert store.floors.save([relearned]) == 1
+        assert store.floors.list() == [relearned, _floor(2048, 0.04)]
     with Store.open(store_url) as store:  # and it is kept
-        assert [f.sd_log for f in list_floors(store)] == [0.06, 0.04]
+        assert [f.sd_log for f in store.floors.list()] == [0.06, 0.04]
 
 
 def test_learned_floors_round_trip_through_the_store(store_url: str) -> None:
@@ -217,8 +217,8 @@ def test_learned_floors_round_trip_through_the_store(store_url: str) -> None:
         stored = list(store.iter_runs([r.run_id for r in runs]))
         floors = learn_floors(stored)
         assert [f.sd_log for f in floors] == [f.sd_log for f in learn_floors(runs)]  # rounds survive the store
-        save_floors(store, floors)
-        assert list_floors(store) == floors
+        store.floors.save(floors)
+        assert store.floors.list() == floors
 
 
 # -- the CLI -------------------------------------------------------------------------------------

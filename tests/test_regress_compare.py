@@ -26,7 +26,7 @@ from commlens.results import (
 )
 from commlens.results.records import FloorKey
 from commlens.store import Store, make_engine
-from commlens.store.noise import NoiseFloor, save_floors
+from commlens.store.noise import NoiseFloor
 from commlens.store.schema import _alembic_config
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -274,7 +274,7 @@ def test_a_huge_change_beyond_the_noise_floor_is_judged_on_single_rounds(db: str
     """With a learned floor of 2 % a run, a 2x slowdown is far beyond 5 floors: a regression even on one
     round a side; +10 % is within 5 floors and stays unknown."""
     with Store.open(db) as store:
-        save_floors(store, floors_of(store.get_run("once0000aaaa"), 0.02))
+        store.floors.save(floors_of(store.get_run("once0000aaaa"), 0.02))
     result = invoke("compare", "once0000aaaa", "once0000twice", "--db", db, "--format", "json")
     assert result.exit_code == 1, result.stderr
     rows = json.loads(result.stdout)["rows"]
@@ -662,7 +662,7 @@ def test_the_noise_floor_option_sets_every_rows_floor(db: str) -> None:
     ] * 4
     # stored floors are used unless told otherwise
     with Store.open(db) as store:
-        save_floors(store, floors_of(store.get_run("base0000aaaa"), 0.08))
+        store.floors.save(floors_of(store.get_run("base0000aaaa"), 0.08))
     stored = json.loads(invoke("compare", "base0000aaaa", "slow0000cccc", "--db", db, "--format", "json").stdout)
     assert {(r["verdict"], r["noise_floor"]) for r in stored["rows"]} == {("unknown", 0.08)}
     off = invoke("compare", "base0000aaaa", "slow0000cccc", "--db", db, "--format", "json", "--no-noise-floors")

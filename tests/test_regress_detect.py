@@ -335,13 +335,12 @@ def test_a_step_smaller_than_the_learned_noise_floor_is_no_change(small_step_db:
 
 
 def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str, tmp_path: Path) -> None:
-    from commlens.store.noise import NoiseFloor, save_floors
+    from commlens.store.noise import NoiseFloor
 
     db = tmp_path / "copy.db"
     db.write_bytes(Path(small_step_db).read_bytes())
     with Store.open(str(db)) as store:
-        save_floors(
-            store,
+        store.floors.save(
             [
                 NoiseFloor(
                     fingerprint=SYSTEM.fingerprint(),

@@ -1,4 +1,4 @@
-"""What the stored baselines and thresholds (``commlens.store.series_meta``) mean for compare and detect.
+"""What the stored baselines and thresholds (``store.baselines``, ``store.thresholds``) mean for compare and detect.
 
 - :func:`baseline_runs`: the runs of the stored baseline of the candidate's series (``compare baseline X``).
 - :func:`compare_thresholds` / :func:`detect_thresholds`: the per-row and per-series settings that
@@ -15,17 +15,8 @@ from commlens.regress.compare import CompareSettings, RowThreshold
 from commlens.regress.detect import DetectSettings
 from commlens.regress.history import SeriesKey, SeriesSettings
 from commlens.results.records import MeasurementKey, Run
+from commlens.store import Baseline, BaselineError, Store, Threshold, resolve_threshold, series_text
 from commlens.store.refs import BASELINE_REFS, is_baseline_ref
-from commlens.store.repo import Store
-from commlens.store.series_meta import (
-    Baseline,
-    BaselineError,
-    Threshold,
-    baseline_run_ids,
-    get_baseline,
-    resolve_threshold,
-    series_text,
-)
 
 __all__ = [
     "BASELINE_REFS",
@@ -63,14 +54,14 @@ def baseline_runs(store: Store, candidate: Sequence[Run]) -> tuple[Baseline, lis
         fingerprint, tag = candidate_series(candidate)
     except BaselineError as e:
         raise BaselineError(f"{e}: a baseline belongs to one series; name the base run or tag instead") from None
-    baseline = get_baseline(store, fingerprint, tag)
+    baseline = store.baselines.get(fingerprint, tag)
     if baseline is None:
         raise BaselineError(
             f"no baseline is set for the candidate's series ({series_text(fingerprint, tag)}): "
             f"set one with {_set_command(fingerprint, tag)}"
         )
     own = {r.run_id for r in candidate}
-    ids = [run_id for run_id in baseline_run_ids(store, baseline) if run_id not in own]
+    ids = [run_id for run_id in store.baselines.run_ids(baseline) if run_id not in own]
     if not ids:
         raise BaselineError(
             f"the candidate is the baseline of its series ({series_text(fingerprint, tag)}: "

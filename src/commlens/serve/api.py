@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -12,6 +12,9 @@ from pydantic import BaseModel, Field
 from commlens.errors import CommlensError
 from commlens.serve import queries as q
 from commlens.store import Store
+
+if TYPE_CHECKING:
+    from commlens.store import Threshold
 
 __all__ = ["router", "series_selector"]
 
@@ -156,12 +159,6 @@ class TagIn(BaseModel):
     tag: str | None = Field(None, max_length=q.MAX_REF_CHARS, description="null removes the tag")
 
 
-def _meta() -> Any:
-    from commlens.store import series_meta
-
-    return series_meta
-
-
 def _as_bad_request(e: CommlensError) -> q.BadRequest:
     return q.BadRequest(str(e))
 
@@ -170,7 +167,7 @@ def _as_bad_request(e: CommlensError) -> q.BadRequest:
 def list_baselines(request: Request) -> list[Mapping[str, object]]:
     from dataclasses import asdict
 
-    return [asdict(b) for b in _meta().list_baselines(store_of(request))]
+    return [asdict(b) for b in store_of(request).baselines.list()]
 
 
 @router.put("/baselines", summary="Set the baseline of a series (write token)")
@@ -178,7 +175,7 @@ def put_baseline(request: Request, body: BaselineIn) -> Mapping[str, object]:
     from dataclasses import asdict
 
     try:
-        b = _meta().set_baseline(store_of(request), body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
+        b = store_of(request).baselines.set(body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
     except CommlensError as e:
         raise _as_bad_request(e) from None
     return asdict(b)
@@ -186,19 +183,20 @@ def put_baseline(request: Request, body: BaselineIn) -> Mapping[str, object]:
 
 @router.delete("/baselines", summary="Remove the baseline of a series (write token)")
 def delete_baseline(request: Request, body: SeriesIn) -> dict[str, bool]:
-    return {"removed": bool(_meta().unset_baseline(store_of(request), body.fingerprint, body.tag))}
+    return {"removed": store_of(request).baselines.unset(body.fingerprint, body.tag)}
 
 
 @router.get("/thresholds", summary="Every stored threshold")
 def list_thresholds(request: Request) -> list[Mapping[str, object]]:
     from dataclasses import asdict
 
-    return [asdict(t) for t in _meta().list_thresholds(store_of(request))]
+    return [asdict(t) for t in store_of(request).thresholds.list()]
 
 
-def _threshold(body: ThresholdIn) -> Any:
-    meta = _meta()
-    return meta.Threshold(
+def _threshold(body: ThresholdIn) -> Threshold:
+    from commlens.store import Threshold  # the thresholds' module: read only by the requests that need it
+
+    return Threshold(
         fingerprint=body.fingerprint,
         tag=body.tag,
         op=body.op,
@@ -216,7 +214,7 @@ def put_threshold(request: Request, body: ThresholdIn) -> Mapping[str, object]:
     from dataclasses import asdict
 
     try:
-        t = _meta().set_threshold(store_of(request), _threshold(body))
+        t = store_of(request).thresholds.set(_threshold(body))
     except CommlensError as e:
         raise _as_bad_request(e) from None
     return asdict(t)
@@ -225,7 +223,7 @@ def put_threshold(request: Request, body: ThresholdIn) -> Mapping[str, object]:
 @router.delete("/thresholds", summary="Remove the threshold of a selector (write token)")
 def delete_threshold(request: Request, body: ThresholdIn) -> dict[str, bool]:
     try:
-        removed = _meta().unset_threshold(store_of(request), _threshold(body))
+        removed = store_of(request).thresholds.unset(_threshold(body))
     except CommlensError as e:
         raise _as_bad_request(e) from None
     return {"removed": bool(removed)}

@@ -28,7 +28,7 @@ from commlens.results.records import MeasurementKey, Run
 from commlens.store import MeasurementRow, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
-    from commlens.store.series_meta import Threshold
+    from commlens.store import Threshold
 
 __all__ = [
     "MAX_PER_PAGE",
@@ -302,8 +302,7 @@ def compare_doc(
     """As ``commlens compare BASE CANDIDATE --db ...`` judges it: stored noise floors and thresholds
     (an explicit ``min_change`` or ``alpha`` wins over a stored threshold), ``baseline`` as the base."""
     from commlens.regress import series_settings
-    from commlens.store.noise import load_floors
-    from commlens.store.series_meta import BaselineError, list_thresholds
+    from commlens.store import BaselineError
 
     cand_runs = resolve_stored(store, candidate, "candidate")
     base_label = base
@@ -331,10 +330,10 @@ def compare_doc(
         except BaselineError:
             pass  # a candidate pooling several series: a threshold belongs to one
         else:
-            stored = list_thresholds(store)
+            stored = store.thresholds.list()
             if stored:
                 thresholds = series_settings.compare_thresholds(stored, fingerprint, tag, settings, explicit=explicit)
-    floors = load_floors(store, sorted({r.system.fingerprint() for r in (*base_runs, *cand_runs)}))
+    floors = store.floors.load(sorted({r.system.fingerprint() for r in (*base_runs, *cand_runs)}))
     try:
         report = compare_runs(
             base_runs,
@@ -466,7 +465,7 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
     (key,) = keys
     sel = sel.model_copy(update={"redop": key.redop, "root": key.root})
     settings, thresholds = _detect_settings(store, sel.fingerprint, sel.tag, key)
-    report = detect_history(rows, settings, order=order, floors=_floors(store, [sel.fingerprint]))
+    report = detect_history(rows, settings, order=order, floors=store.floors.load([sel.fingerprint]))
     per_run: dict[str, list[MeasurementRow]] = defaultdict(list)
     for r in rows:
         per_run[r.run_id].append(r)
@@ -516,21 +515,13 @@ def _detect_settings(
     store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
 ) -> tuple[DetectSettings, list[JsonObject]]:
     """Detect's settings for one series, as ``commlens detect`` judges it: its stored thresholds over the defaults."""
-    from commlens.store.series_meta import list_thresholds, resolve_threshold
-
-    resolved = resolve_threshold(list_thresholds(store), fingerprint, tag, key)
+    resolved = store.thresholds.resolve(fingerprint, tag, key)
     settings = DetectSettings()
     if resolved.min_change is not None:
         settings = dataclasses.replace(settings, min_change=resolved.min_change)
     if resolved.detect_alpha is not None:
         settings = dataclasses.replace(settings, alpha=resolved.detect_alpha)
     return settings, [_threshold_dict(t) for t in resolved.matched]
-
-
-def _floors(store: Store, fingerprints: list[str] | None) -> Any:
-    from commlens.store.noise import load_floors
-
-    return load_floors(store, fingerprints)
 
 
 def _threshold_dict(t: Threshold) -> JsonObject:
@@ -540,12 +531,10 @@ def _threshold_dict(t: Threshold) -> JsonObject:
 
 
 def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> BaselineOut | None:
-    from commlens.store import series_meta
-
-    found = series_meta.get_baseline(store, sel.fingerprint, sel.tag)
+    found = store.baselines.get(sel.fingerprint, sel.tag)
     if found is None:
         return None
-    ids = series_meta.baseline_run_ids(store, found)
+    ids = store.baselines.run_ids(found)
     wanted = set(ids)
     # a tag's runs by their tag, a run by its id: never every run of the system
     by_tag = found.ref_kind == "tag"
@@ -677,13 +666,12 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
     """Detect over every series, one (op, dtype, size) at a time: memory holds one slice of the history,
     not the whole store's."""
     from commlens.regress.series_settings import detect_thresholds
-    from commlens.store.series_meta import list_thresholds
 
     start = since_at - timedelta(days=lookback_days)
     settings = DetectSettings()
-    stored = list_thresholds(store)
+    stored = store.thresholds.list()
     settings_for = detect_thresholds(stored, settings) if stored else None
-    floors = _floors(store, None)
+    floors = store.floors.load()
     series = points = 0
     unstable: list[SeriesRef] = []
     stable_out: list[RegressionOut] = []
