@@ -16,8 +16,8 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import MeasurementKey, SeriesKey
-from commlens.store.convert import decode_redop_root, encode_redop_root, to_utc
+from commlens.results.records import SeriesKey
+from commlens.store.convert import KEY_COLUMNS, NO_VALUE, key_columns, key_from_columns, to_utc
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ChangePointModel
 from commlens.store.repo import Store
@@ -26,8 +26,7 @@ __all__ = ["DEFAULT_LIMIT", "ChangeToSave", "Direction", "SavedChange", "load_ch
 
 Direction = Literal["regression", "improvement"]
 DEFAULT_LIMIT = 1000
-_NONE = ""  # tag and group_name of a series without a tag or a process group
-_SERIES_COLUMNS = ("fingerprint", "tag", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place", "group_name")
+_SERIES_COLUMNS = ("fingerprint", "tag", *KEY_COLUMNS)
 
 
 class ChangeToSave(Protocol):
@@ -95,20 +94,8 @@ class SavedChange:
 
 def _series_columns(series: SeriesKey) -> dict[str, object]:
     """The series' columns and their values (a row to insert, a filter to match)."""
-    k = series.key
-    redop, root = encode_redop_root(k.redop, k.root)
-    return {
-        "fingerprint": series.fingerprint,
-        "tag": _NONE if series.tag is None else series.tag,
-        "op": k.op,
-        "algo": k.algo,
-        "dtype": k.dtype,
-        "redop": redop,
-        "root": root,
-        "size_bytes": k.size_bytes,
-        "in_place": k.in_place,
-        "group_name": _NONE if k.group is None else k.group,
-    }
+    tag = NO_VALUE if series.tag is None else series.tag
+    return {"fingerprint": series.fingerprint, "tag": tag, **key_columns(series.key)}
 
 
 def _is_series(series: SeriesKey) -> list[Any]:
@@ -187,20 +174,9 @@ def load_change_points(
         raise StoreError(f"cannot read change points from {store.url}: {driver_reason(e)}") from None
     out = []
     for r in found:
-        redop, root = decode_redop_root(r.redop, r.root)
-        key = MeasurementKey(
-            r.op,
-            r.algo,
-            r.dtype,
-            redop,
-            root,
-            r.size_bytes,
-            r.in_place,
-            None if r.group_name == _NONE else r.group_name,
-        )
         out.append(
             SavedChange(
-                series=SeriesKey(key, r.fingerprint, None if r.tag == _NONE else r.tag),
+                series=SeriesKey(key_from_columns(r), r.fingerprint, None if r.tag == NO_VALUE else r.tag),
                 run_id=r.run_id,
                 started_at=r.started_at_utc.replace(tzinfo=timezone.utc),
                 revision=r.revision,

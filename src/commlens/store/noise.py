@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import FloorKey, MeasurementKey, omit_no_group
-from commlens.store.convert import decode_redop_root, encode_redop_root
+from commlens.store.convert import KEY_COLUMNS, key_columns, key_from_columns
 from commlens.store.db import StoreError, driver_reason
 from commlens.store.models import NoiseFloorModel
 from commlens.store.repo import Store
@@ -57,19 +57,13 @@ class NoiseFloor:
         )
 
 
-# A FloorKey's fields and the columns that hold them: the same names, but for the group's.
-_KEY_COLUMNS = {"fingerprint": "fingerprint", **{f: f for f in MeasurementKey._fields}, "group": "group_name"}
+_SERIES_COLUMNS = ("fingerprint", *KEY_COLUMNS)  # the unique key: one floor per series
 _VALUE_COLUMNS = ("sd_log", "runs", "groups", "learned_at")
-_NO_GROUP = ""  # group_name of a series without a process group: NULLs are never equal in the unique key
 
 
 def _columns(f: NoiseFloor) -> dict[str, object]:
     """The ``noise_floors`` row of ``f``: its series' columns (redop, root and group encoded), then its figures."""
-    row = {column: getattr(f, name) for name, column in _KEY_COLUMNS.items()}
-    row.update({c: getattr(f, c) for c in _VALUE_COLUMNS})
-    row["redop"], row["root"] = encode_redop_root(f.redop, f.root)
-    row["group_name"] = _NO_GROUP if f.group is None else f.group
-    return row
+    return {"fingerprint": f.fingerprint, **key_columns(f.key.key), **{c: getattr(f, c) for c in _VALUE_COLUMNS}}
 
 
 def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
@@ -79,7 +73,7 @@ def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
         with store.engine.begin() as conn:
             rows = [_columns(f) for f in floors]
             for row in rows:
-                conn.execute(delete(m).where(*(getattr(m, c) == row[c] for c in _KEY_COLUMNS.values())))
+                conn.execute(delete(m).where(*(getattr(m, c) == row[c] for c in _SERIES_COLUMNS)))
             if rows:
                 conn.execute(insert(m), rows)
     except SQLAlchemyError as e:
@@ -98,17 +92,17 @@ def list_floors(store: Store, fingerprints: Iterable[str] | None = None) -> list
     )
     try:
         with store.engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
+            rows = conn.execute(query).all()
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read noise floors from {store.url}: {driver_reason(e)}") from None
-    floors = []
-    for row in rows:
-        fields = {name: row[column] for name, column in _KEY_COLUMNS.items()}
-        fields.update({c: row[c] for c in _VALUE_COLUMNS})
-        fields["redop"], fields["root"] = decode_redop_root(row["redop"], row["root"])
-        fields["group"] = None if row["group_name"] == _NO_GROUP else row["group_name"]
-        floors.append(NoiseFloor(**fields))
-    return floors
+    return [
+        NoiseFloor(
+            fingerprint=row.fingerprint,
+            **key_from_columns(row)._asdict(),
+            **{c: getattr(row, c) for c in _VALUE_COLUMNS},
+        )
+        for row in rows
+    ]
 
 
 def load_floors(store: Store, fingerprints: Iterable[str] | None = None) -> dict[FloorKey, float]:
