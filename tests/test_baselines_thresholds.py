@@ -19,7 +19,7 @@ from commlens.cli.app import app
 from commlens.regress import detect_history
 from commlens.regress.series_settings import baseline_runs, candidate_series
 from commlens.results import Measurement, Run, SystemInfo
-from commlens.results.records import MeasurementKey
+from commlens.results.records import MeasurementKey, Series
 from commlens.store import Store
 from commlens.store.series_meta import (
     ANY,
@@ -207,23 +207,25 @@ def test_resolution_most_specific_match_setting_by_setting_then_newest() -> None
     grouped = Threshold(group="tp0", op="all_reduce", dtype="float32", min_change=0.09)
     stored = [broad, op_only, big, tag_old, fp_new, other_system, untagged, grouped]
 
-    small = resolve_threshold(stored, FP, "main", KEY_SMALL)
+    small = resolve_threshold(stored, Series(KEY_SMALL, FP, "main"))
     assert (small.min_change, small.alpha, small.detect_alpha) == (0.05, 0.01, 1e-2)
     assert small.matched == (fp_new, op_only, broad)  # the deciding ones, most specific (then newest) first
-    large = resolve_threshold(stored, FP, "main", KEY_LARGE)
+    large = resolve_threshold(stored, Series(KEY_LARGE, FP, "main"))
     assert (large.min_change, large.alpha) == (0.02, 0.01)
     # A series without a tag: the untagged threshold (3 fields) beats op_only; tag_old does not match.
     # On the other system, untagged (tag, op, dtype) and other_system (fingerprint, op, size) tie at three
     # fields: the newer one wins. Neither tag_old nor fp_new match, so detect_alpha is not set.
-    bare = resolve_threshold(stored, OTHER_FP, None, KEY_SMALL)
+    bare = resolve_threshold(stored, Series(KEY_SMALL, OTHER_FP, None))
     assert (bare.min_change, bare.alpha, bare.detect_alpha) == (0.07, 0.01, None)
     assert bare.matched == (untagged, broad)
-    older = resolve_threshold([untagged, other_system, broad], OTHER_FP, None, KEY_LARGE)
+    older = resolve_threshold([untagged, other_system, broad], Series(KEY_LARGE, OTHER_FP, None))
     assert older.min_change == 0.07  # other_system is for 1 KiB only
-    group_row = resolve_threshold(stored, FP, "main", KEY_SMALL._replace(group="tp0"))
+    group_row = resolve_threshold(stored, Series(KEY_SMALL._replace(group="tp0"), FP, "main"))
     assert group_row.min_change == 0.09
-    assert resolve_threshold([], FP, "main", KEY_SMALL) == resolve_threshold([other_system], FP, "main", KEY_SMALL)
-    assert resolve_threshold([], FP, "main", KEY_SMALL).min_change is None
+    assert resolve_threshold([], Series(KEY_SMALL, FP, "main")) == resolve_threshold(
+        [other_system], Series(KEY_SMALL, FP, "main")
+    )
+    assert resolve_threshold([], Series(KEY_SMALL, FP, "main")).min_change is None
 
 
 # -- saved change points -----------------------------------------------------------------------------------

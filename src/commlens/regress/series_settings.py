@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from commlens.regress.compare import CompareSettings, RowThreshold
 from commlens.regress.detect import DetectSettings
-from commlens.regress.history import SeriesKey, SeriesSettings
+from commlens.regress.history import Series, SeriesSettings
 from commlens.results.records import MeasurementKey, Run
 from commlens.store import Baseline, BaselineError, Store, Threshold, resolve_threshold, series_text
 from commlens.store.refs import BASELINE_REFS, is_baseline_ref
@@ -100,7 +100,7 @@ def compare_thresholds(
     usable = _without(thresholds, ["detect_alpha", *(n for n in ("min_change", "alpha") if n in explicit)])
 
     def for_row(key: MeasurementKey) -> RowThreshold | None:
-        r = resolve_threshold(usable, fingerprint, tag, key)
+        r = resolve_threshold(usable, Series(key, fingerprint, tag))
         if r.min_change is None and r.alpha is None:
             return None
         return RowThreshold(
@@ -114,14 +114,14 @@ def compare_thresholds(
 
 def detect_thresholds(
     thresholds: Sequence[Threshold], settings: DetectSettings, *, explicit: Collection[str] = ()
-) -> Callable[[SeriesKey], SeriesSettings | None]:
+) -> Callable[[Series], SeriesSettings | None]:
     """Per series: the stored min change and detect alpha that apply (the rest from ``settings``), or None when
     no stored threshold sets either. ``explicit``: ``min_change`` and ``alpha`` when the user gave them."""
     names = [n for n in ("min_change", "alpha") if n in explicit]
     usable = _without(thresholds, ["alpha", *("detect_alpha" if n == "alpha" else n for n in names)])
 
-    def for_series(series: SeriesKey) -> SeriesSettings | None:
-        r = resolve_threshold(usable, series.fingerprint, series.tag, series.key)
+    def for_series(series: Series) -> SeriesSettings | None:
+        r = resolve_threshold(usable, series)
         if r.min_change is None and r.detect_alpha is None:
             return None
         own = dataclasses.replace(

@@ -143,6 +143,7 @@ class SeriesIn(BaseModel):
     tag: str | None = Field(None, max_length=q.MAX_REF_CHARS)
 
 
+# A store.Threshold on the wire: the same fields, checked at the boundary (made one by ``_threshold``).
 class ThresholdIn(BaseModel):
     fingerprint: str = Field("*", max_length=32)
     tag: str | None = Field("*", max_length=q.MAX_REF_CHARS, description="'*': any; null: runs without a tag")
@@ -194,19 +195,10 @@ def list_thresholds(request: Request) -> list[Mapping[str, object]]:
 
 
 def _threshold(body: ThresholdIn) -> Threshold:
+    """The stored threshold a request's body names: its fields are the record's."""
     from commlens.store import Threshold  # the thresholds' module: read only by the requests that need it
 
-    return Threshold(
-        fingerprint=body.fingerprint,
-        tag=body.tag,
-        op=body.op,
-        dtype=body.dtype,
-        size_bytes=body.size_bytes,
-        group=body.group,
-        min_change=body.min_change,
-        alpha=body.alpha,
-        detect_alpha=body.detect_alpha,
-    )
+    return Threshold(**body.model_dump())
 
 
 @router.put("/thresholds", summary="Set a threshold for the series a selector matches (write token)")

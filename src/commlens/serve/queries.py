@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,11 +24,11 @@ from commlens.regress.detect import DetectSettings
 from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import MeasurementKey, Run
+from commlens.results.records import Run, Series
 from commlens.store import MeasurementRow, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
-    from commlens.store import Threshold
+    pass
 
 __all__ = [
     "MAX_PER_PAGE",
@@ -287,9 +287,6 @@ def resolve_stored(store: Store, ref: str, what: str) -> list[Run]:
         raise NotFound(f"{what}: no stored run or tag {text!r} ({e})") from None
 
 
-SeriesThresholds = Callable[[str, str | None, MeasurementKey], tuple[float | None, float | None]]
-
-
 def compare_doc(
     store: Store,
     base: str,
@@ -358,6 +355,8 @@ _MARKDOWN_ROWS = 50  # rows of the pull-request comment; the page has them all
 # -- history of one series ---------------------------------------------------------------------------
 
 
+# One series as a client names it (redop and root None: whichever the rows have): the API's form of a
+# results.records.Series, built from one by ``of``. (A comment, not a docstring: that would change the API's schema.)
 class SeriesSelector(BaseModel):
     fingerprint: str
     tag: str | None = None  # None: runs without a tag
@@ -369,6 +368,10 @@ class SeriesSelector(BaseModel):
     redop: str | None = None
     root: int | None = None
     group: str | None = None
+
+    @classmethod
+    def of(cls, series: Series) -> SeriesSelector:
+        return cls(**series.fields())
 
 
 class SeriesPoint(BaseModel):
@@ -463,8 +466,9 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
         shown = ", ".join(sorted(f"redop {k.redop} root {k.root}" for k in keys))
         raise BadRequest(f"several series match ({shown}): give redop and root")
     (key,) = keys
-    sel = sel.model_copy(update={"redop": key.redop, "root": key.root})
-    settings, thresholds = _detect_settings(store, sel.fingerprint, sel.tag, key)
+    one = Series(key, sel.fingerprint, sel.tag)
+    sel = SeriesSelector.of(one)  # redop and root as the rows have them
+    settings, thresholds = _detect_settings(store, one)
     report = detect_history(rows, settings, order=order, floors=store.floors.load([sel.fingerprint]))
     per_run: dict[str, list[MeasurementRow]] = defaultdict(list)
     for r in rows:
@@ -499,7 +503,7 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
         points=points[truncated:],
         truncated=truncated,
         changes=[_change_out(c) for c in report.changes if c.index - truncated >= 0],
-        baseline=_baseline_out(store, sel, key),
+        baseline=_baseline_out(store, one),
         settings={"min_change": settings.min_change, "alpha": settings.alpha, "thresholds": thresholds},
         noise=noise,
     )
@@ -511,27 +515,19 @@ def _log(values: list[float]) -> Any:
     return np.log(np.asarray(values, dtype=float))
 
 
-def _detect_settings(
-    store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
-) -> tuple[DetectSettings, list[JsonObject]]:
+def _detect_settings(store: Store, one: Series) -> tuple[DetectSettings, list[JsonObject]]:
     """Detect's settings for one series, as ``commlens detect`` judges it: its stored thresholds over the defaults."""
-    resolved = store.thresholds.resolve(fingerprint, tag, key)
+    resolved = store.thresholds.resolve(one)
     settings = DetectSettings()
     if resolved.min_change is not None:
         settings = dataclasses.replace(settings, min_change=resolved.min_change)
     if resolved.detect_alpha is not None:
         settings = dataclasses.replace(settings, alpha=resolved.detect_alpha)
-    return settings, [_threshold_dict(t) for t in resolved.matched]
+    return settings, [t.as_dict() for t in resolved.matched]
 
 
-def _threshold_dict(t: Threshold) -> JsonObject:
-    from dataclasses import asdict
-
-    return asdict(t)
-
-
-def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> BaselineOut | None:
-    found = store.baselines.get(sel.fingerprint, sel.tag)
+def _baseline_out(store: Store, one: Series) -> BaselineOut | None:
+    found = store.baselines.get(one.fingerprint, one.tag)
     if found is None:
         return None
     ids = store.baselines.run_ids(found)
@@ -541,15 +537,15 @@ def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> Bas
     rows = [
         r
         for r in store.measurement_rows(
-            op=sel.op,
-            dtype=sel.dtype,
-            size_bytes=sel.size_bytes,
-            fingerprint=sel.fingerprint,
+            op=one.key.op,
+            dtype=one.key.dtype,
+            size_bytes=one.key.size_bytes,
+            fingerprint=one.fingerprint,
             tag=found.ref if by_tag else None,
             run_ids=None if by_tag else ids,
             with_samples=False,
         )
-        if r.run_id in wanted and r.key == key
+        if r.run_id in wanted and r.key == one.key
     ]
     return BaselineOut(
         ref_kind=found.ref_kind,
@@ -564,6 +560,7 @@ def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> Bas
 # -- regressions over every series -------------------------------------------------------------------
 
 
+# A series of the regressions page: its fields (Series.fields), its points and their noise.
 class SeriesRef(BaseModel):
     fingerprint: str
     tag: str | None
@@ -681,38 +678,24 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
         report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
         series += report.series
         points += report.points
-        per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+        per_series: dict[Series, list[float]] = defaultdict(list)
         for r in rows:
             if r.status != "check_failed" and r.mean_s > 0:
-                per_series[(r.fingerprint, r.tag, r.key)].append(r.mean_s)
+                per_series[Series(r.key, r.fingerprint, r.tag)].append(r.mean_s)
         del rows
-        refs: dict[tuple[Any, ...], SeriesRef] = {}
-        noisy: set[tuple[Any, ...]] = set()
-        for (fp, tag, k), means in per_series.items():
+        refs: dict[Series, SeriesRef] = {}
+        noisy: set[Series] = set()
+        for one, means in per_series.items():
             # judged only where detect can find a change at all (2 x min_segment points): a pull
             # request's few runs are not a series to call noisy
             noise = float(robust_noise(_log(means))) if len(means) >= 2 * settings.min_segment else None
-            refs[(fp, tag, k)] = ref = SeriesRef(
-                fingerprint=fp,
-                tag=tag,
-                op=k.op,
-                algo=k.algo,
-                dtype=k.dtype,
-                redop=k.redop,
-                root=k.root,
-                size_bytes=k.size_bytes,
-                in_place=k.in_place,
-                group=k.group,
-                points=len(means),
-                noise=noise,
-            )
+            refs[one] = ref = SeriesRef(**one.fields(), points=len(means), noise=noise)
             if noise is not None and noise > settings.min_change:
                 unstable.append(ref)
-                noisy.add((fp, tag, k))
+                noisy.add(one)
         for c in report.regressions:
-            skey = (c.series.fingerprint, c.series.tag, c.series.key)
-            item = RegressionOut(series=refs[skey], change=_change_out(c))
-            (noisy_out if skey in noisy else stable_out).append(item)
+            item = RegressionOut(series=refs[c.series], change=_change_out(c))
+            (noisy_out if c.series in noisy else stable_out).append(item)
     stable_out.sort(key=lambda x: x.change.started_at, reverse=True)
     noisy_out.sort(key=lambda x: x.change.started_at, reverse=True)
     unstable.sort(key=lambda u: (-(u.noise or 0.0), u.fingerprint, u.tag or "", u.op, u.size_bytes))
@@ -727,7 +710,3 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
         unstable=unstable,
         unstable_regressions=noisy_out,
     )
-
-
-def _ref_key(u: SeriesRef) -> MeasurementKey:
-    return MeasurementKey(u.op, u.algo, u.dtype, u.redop, u.root, u.size_bytes, u.in_place, u.group)

@@ -16,7 +16,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import SeriesKey
+from commlens.results.records import Series
 from commlens.store.convert import KEY_COLUMNS, NO_VALUE, key_columns, key_from_columns, to_utc
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ChangePointModel
@@ -33,7 +33,7 @@ class ChangeToSave(Protocol):
     """What the store keeps of a detected change (``commlens.regress.DetectedChange`` has these fields)."""
 
     @property
-    def series(self) -> SeriesKey: ...
+    def series(self) -> Series: ...
     @property
     def run_id(self) -> str: ...
     @property
@@ -60,7 +60,7 @@ class ChangeToSave(Protocol):
 class SavedChange:
     """A stored change point: the series, the first run at the new level, the means either side, when saved."""
 
-    series: SeriesKey
+    series: Series
     run_id: str  # the first run at the new level
     started_at: datetime  # that run's start, UTC
     revision: str | None
@@ -92,18 +92,18 @@ class SavedChange:
         return d
 
 
-def _series_columns(series: SeriesKey) -> dict[str, object]:
+def _series_columns(series: Series) -> dict[str, object]:
     """The series' columns and their values (a row to insert, a filter to match)."""
     tag = NO_VALUE if series.tag is None else series.tag
     return {"fingerprint": series.fingerprint, "tag": tag, **key_columns(series.key)}
 
 
-def _is_series(series: SeriesKey) -> list[Any]:
+def _is_series(series: Series) -> list[Any]:
     columns = _series_columns(series)
     return [getattr(ChangePointModel, c) == columns[c] for c in _SERIES_COLUMNS]
 
 
-def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: Iterable[SeriesKey] = ()) -> int:
+def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: Iterable[Series] = ()) -> int:
     """Store ``changes`` (a detection's), replacing every stored change of each ``examined`` series and of each
     change's series, in one transaction; returns how many changes were stored."""
     changes = list(changes)
@@ -142,7 +142,7 @@ def load_change_points(
     *,
     since: datetime | str | None = None,
     direction: Direction | None = None,
-    series: SeriesKey | None = None,
+    series: Series | None = None,
     fingerprint: str | None = None,
     limit: int | None = DEFAULT_LIMIT,
 ) -> list[SavedChange]:
@@ -176,7 +176,7 @@ def load_change_points(
     for r in found:
         out.append(
             SavedChange(
-                series=SeriesKey(key_from_columns(r), r.fingerprint, None if r.tag == NO_VALUE else r.tag),
+                series=Series(key_from_columns(r), r.fingerprint, None if r.tag == NO_VALUE else r.tag),
                 run_id=r.run_id,
                 started_at=r.started_at_utc.replace(tzinfo=timezone.utc),
                 revision=r.revision,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from commlens.results.jsonvalue import JsonObject
-    from commlens.results.records import FloorKey, MeasurementKey, SeriesKey
+    from commlens.results.records import FloorKey, Series
     from commlens.store.change_points import ChangeToSave, Direction, SavedChange
     from commlens.store.noise import NoiseFloor
     from commlens.store.repo import Store
@@ -92,11 +92,11 @@ class Thresholds:
 
         return unset_threshold(self.store, selector)
 
-    def resolve(self, fingerprint: str, tag: str | None, key: MeasurementKey) -> ResolvedThreshold:
-        """What the stored thresholds set for row ``key`` of the series (``fingerprint``, ``tag``)."""
+    def resolve(self, series: Series) -> ResolvedThreshold:
+        """What the stored thresholds set for ``series``."""
         from commlens.store.series_meta import resolve_threshold
 
-        return resolve_threshold(self.list(), fingerprint, tag, key)
+        return resolve_threshold(self.list(), series)
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class ChangePoints:
 
     store: Store
 
-    def save(self, changes: Iterable[ChangeToSave], examined: Iterable[SeriesKey] = ()) -> int:
+    def save(self, changes: Iterable[ChangeToSave], examined: Iterable[Series] = ()) -> int:
         from commlens.store.change_points import save_change_points
 
         return save_change_points(self.store, changes, examined)
@@ -178,7 +178,7 @@ class ChangePoints:
         *,
         since: datetime | str | None = None,
         direction: Direction | None = None,
-        series: SeriesKey | None = None,
+        series: Series | None = None,
         fingerprint: str | None = None,
         limit: int | None = 1000,
     ) -> builtins.list[SavedChange]:
