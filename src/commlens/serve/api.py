@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlencode
 
@@ -160,26 +161,25 @@ class TagIn(BaseModel):
     tag: str | None = Field(None, max_length=q.MAX_REF_CHARS, description="null removes the tag")
 
 
-def _as_bad_request(e: CommlensError) -> q.BadRequest:
-    return q.BadRequest(str(e))
+@contextmanager
+def _as_bad_request() -> Iterator[None]:
+    """A value the store refuses (a library error) as the client's mistake: HTTP 400 with its message."""
+    try:
+        yield
+    except CommlensError as e:
+        raise q.BadRequest(str(e)) from None
 
 
 @router.get("/baselines", summary="Every stored baseline")
 def list_baselines(request: Request) -> list[Mapping[str, object]]:
-    from dataclasses import asdict
-
-    return [asdict(b) for b in store_of(request).baselines.list()]
+    return [b.as_dict() for b in store_of(request).baselines.list()]
 
 
 @router.put("/baselines", summary="Set the baseline of a series (write token)")
 def put_baseline(request: Request, body: BaselineIn) -> Mapping[str, object]:
-    from dataclasses import asdict
-
-    try:
+    with _as_bad_request():
         b = store_of(request).baselines.set(body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return asdict(b)
+    return b.as_dict()
 
 
 @router.delete("/baselines", summary="Remove the baseline of a series (write token)")
@@ -189,9 +189,7 @@ def delete_baseline(request: Request, body: SeriesIn) -> dict[str, bool]:
 
 @router.get("/thresholds", summary="Every stored threshold")
 def list_thresholds(request: Request) -> list[Mapping[str, object]]:
-    from dataclasses import asdict
-
-    return [asdict(t) for t in store_of(request).thresholds.list()]
+    return [t.as_dict() for t in store_of(request).thresholds.list()]
 
 
 def _threshold(body: ThresholdIn) -> Threshold:
@@ -203,22 +201,16 @@ def _threshold(body: ThresholdIn) -> Threshold:
 
 @router.put("/thresholds", summary="Set a threshold for the series a selector matches (write token)")
 def put_threshold(request: Request, body: ThresholdIn) -> Mapping[str, object]:
-    from dataclasses import asdict
-
-    try:
+    with _as_bad_request():
         t = store_of(request).thresholds.set(_threshold(body))
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return asdict(t)
+    return t.as_dict()
 
 
 @router.delete("/thresholds", summary="Remove the threshold of a selector (write token)")
 def delete_threshold(request: Request, body: ThresholdIn) -> dict[str, bool]:
-    try:
+    with _as_bad_request():
         removed = store_of(request).thresholds.unset(_threshold(body))
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return {"removed": bool(removed)}
+    return {"removed": removed}
 
 
 @router.put("/runs/{run_id}/tag", summary="Tag a run, or remove its tag (write token)")

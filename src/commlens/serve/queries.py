@@ -172,6 +172,9 @@ class MeasurementOut(BaseModel):
     samples_s: list[float] = Field(description=f"per-iteration times, the first {MAX_SAMPLES_SHOWN}")
 
 
+_STAT_FIELDS = ("mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "cv")  # MeasurementOut's, from TimeStats
+
+
 class RunOut(BaseModel):
     summary: RunSummaryOut
     finished_at: str | None
@@ -212,25 +215,12 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         rows.append(
             MeasurementOut(
                 position=i,
-                op=m.op,
-                algo=m.algo,
-                dtype=m.dtype,
-                redop=m.redop,
-                root=m.root,
-                size_bytes=m.size_bytes,
+                **m.key._asdict(),
                 count=m.count,
-                in_place=m.in_place,
                 world_size=m.world_size,
-                group=m.group,
                 nwrong=m.nwrong,
                 iterations=st.n,
-                mean_s=st.mean_s,
-                p50_s=st.p50_s,
-                p95_s=st.p95_s,
-                p99_s=st.p99_s,
-                min_s=st.min_s,
-                max_s=st.max_s,
-                cv=st.cv,
+                **{name: getattr(st, name) for name in _STAT_FIELDS},
                 algbw_bytes_per_s=m.algbw_bytes_per_s,
                 busbw_bytes_per_s=m.busbw_bytes_per_s,
                 samples_s=list(m.samples_s[:MAX_SAMPLES_SHOWN]),
