@@ -361,7 +361,7 @@ class SeriesSelector(BaseModel):
 
     @classmethod
     def of(cls, series: Series) -> SeriesSelector:
-        return cls(**series.fields())
+        return cls.model_validate(series.fields())
 
 
 class SeriesPoint(BaseModel):
@@ -679,7 +679,7 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
             # judged only where detect can find a change at all (2 x min_segment points): a pull
             # request's few runs are not a series to call noisy
             noise = float(robust_noise(_log(means))) if len(means) >= 2 * settings.min_segment else None
-            refs[one] = ref = SeriesRef(**one.fields(), points=len(means), noise=noise)
+            refs[one] = ref = SeriesRef.model_validate({**one.fields(), "points": len(means), "noise": noise})
             if noise is not None and noise > settings.min_change:
                 unstable.append(ref)
                 noisy.add(one)
