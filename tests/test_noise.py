@@ -95,7 +95,7 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
     drawn = math.sqrt(float(((offsets - offsets.mean(axis=1, keepdims=True)) ** 2).sum()) / (offsets.size - 4))
     assert drawn == pytest.approx(RUN_SD, rel=0.3)  # 28 degrees of freedom: about 13 % either way
     floors = learn_floors(history())
-    assert [(f.fingerprint, f.op, f.size_bytes, f.in_place) for f in floors] == [
+    assert [(f.fingerprint, f.key.op, f.key.size_bytes, f.key.in_place) for f in floors] == [
         (SYSTEM.fingerprint(), "all_reduce", size, False) for size in SIZES
     ]
     for f in floors:
@@ -103,7 +103,7 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
         assert f.sd_log == pytest.approx(drawn, rel=0.03)
         # the incomplete runs and the runs without a revision are left out
         assert (f.runs, f.groups) == (32, 4)
-        assert (f.algo, f.dtype, f.redop, f.root) == ("builtin", "float32", "sum", None)
+        assert (f.key.algo, f.key.dtype, f.key.redop, f.key.root) == ("builtin", "float32", "sum", None)
         assert f.learned_at.endswith("+00:00")
     # the revisions' own speeds are code changes, not noise: pooled over all runs the floor is several times larger
     pooled = learn_floors([r for r in history() if r.revision is not None], by="all")
@@ -151,7 +151,7 @@ def test_each_system_has_its_own_floor() -> None:
     runs += [make_run(f"b{i}", 1.0, rng, revision="r1", system=OTHER, run_sd=0.2) for i in range(6)]
     floors = learn_floors(runs)
     assert sorted({f.fingerprint for f in floors}) == sorted({SYSTEM.fingerprint(), OTHER.fingerprint()})
-    by_fp = {(f.fingerprint, f.size_bytes): f.sd_log for f in floors}
+    by_fp = {(f.fingerprint, f.key.size_bytes): f.sd_log for f in floors}
     assert all(by_fp[(OTHER.fingerprint(), s)] > 2 * by_fp[(SYSTEM.fingerprint(), s)] for s in SIZES)
 
 
@@ -159,22 +159,13 @@ def test_each_system_has_its_own_floor() -> None:
 
 
 def _floor(size_bytes: int, sd_log: float, fingerprint: str = "fp-a", **kw: object) -> NoiseFloor:
-    fields: dict[str, object] = {
-        "fingerprint": fingerprint,
-        "op": "all_reduce",
-        "algo": "builtin",
-        "dtype": "float32",
-        "redop": "sum",
-        "root": None,
-        "size_bytes": size_bytes,
-        "in_place": False,
-        "sd_log": sd_log,
-        "runs": 8,
-        "groups": 2,
-        "learned_at": "2025-05-02T00:00:00+00:00",
-    }
-    fields.update(kw)
-    return NoiseFloor(**fields)  # type: ignore[arg-type]
+    """A floor of all_reduce float32 sum at ``size_bytes``; ``kw`` sets a key field (``in_place``, ``algo``) or a
+    figure (``runs``, ``groups``, ``learned_at``)."""
+    key = MeasurementKey("all_reduce", "builtin", "float32", "sum", None, size_bytes, False)
+    key = key._replace(**{k: v for k, v in kw.items() if k in MeasurementKey._fields})
+    figures: dict[str, object] = {"runs": 8, "groups": 2, "learned_at": "2025-05-02T00:00:00+00:00"}
+    figures.update({k: v for k, v in kw.items() if k not in MeasurementKey._fields})
+    return NoiseFloor(fingerprint, key, sd_log, **figures)  # type: ignore[arg-type]
 
 
 def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
@@ -197,7 +188,7 @@ def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1 << 20, False)): 0.05,
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, True)): 0.07,
         }
-        assert store.floors.load()[floors[3].key] == 0.02
+        assert store.floors.load()[floors[3].series] == 0.02
 
 
 def test_learning_again_replaces_a_series_floor(store_url: str) -> None:

@@ -24,7 +24,7 @@ from commlens.results import (
     run_to_dict,
     write_json,
 )
-from commlens.results.records import FloorKey
+from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store import Store, make_engine
 from commlens.store.noise import NoiseFloor
 from commlens.store.schema import _alembic_config
@@ -115,13 +115,7 @@ def floors_of(run: Run, sd_log: float) -> list[NoiseFloor]:
     return [
         NoiseFloor(
             fingerprint=fp,
-            op=m.op,
-            algo=m.algo,
-            dtype=m.dtype,
-            redop=m.redop,
-            root=m.root,
-            size_bytes=m.size_bytes,
-            in_place=m.in_place,
+            key=MeasurementKey(m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place),
             sd_log=sd_log,
             runs=10,
             groups=2,

@@ -15,6 +15,7 @@ from commlens.cli.app import app
 from commlens.regress import DetectSettings, find_changes
 from commlens.regress.stats import robust_noise
 from commlens.results import Measurement, Run, SystemInfo
+from commlens.results.records import MeasurementKey
 from commlens.store import Store
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -344,13 +345,7 @@ def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str
             [
                 NoiseFloor(
                     fingerprint=SYSTEM.fingerprint(),
-                    op="all_reduce",
-                    algo="builtin",
-                    dtype="float32",
-                    redop="sum",
-                    root=None,
-                    size_bytes=LARGE,
-                    in_place=False,
+                    key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, LARGE, False),
                     sd_log=0.01,
                     runs=12,
                     groups=1,

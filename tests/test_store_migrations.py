@@ -15,6 +15,7 @@ from sqlalchemy import Engine, MetaData, create_engine, func, insert, inspect, s
 from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import BenchSettings, IngestedSettings, Measurement, Run, SystemInfo, TimeStats
+from commlens.results.records import MeasurementKey
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
 from commlens.store.noise import NoiseFloor
@@ -388,13 +389,7 @@ def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store
         assert store.floors.list() == []
         floor = NoiseFloor(
             fingerprint="fp",
-            op="all_reduce",
-            algo="builtin",
-            dtype="float32",
-            redop="sum",
-            root=None,
-            size_bytes=1024,
-            in_place=False,
+            key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False),
             sd_log=0.04,
             runs=2,
             groups=1,

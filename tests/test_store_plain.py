@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from store_backends import make_measurement, make_run, make_system
 
+from commlens.results.records import MeasurementKey
 from commlens.results.stats import TimeStats
 from commlens.store import Store
 from commlens.store.plain import NotPlain, plain_store
@@ -82,8 +83,22 @@ def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
     with Store.open(db) as store:
         store.floors.save(
             [
-                NoiseFloor(fingerprint, "all_reduce", "builtin", "float32", "sum", None, 1024, False, 0.04, 6, 2, "x"),
-                NoiseFloor("f" * 16, "broadcast", "builtin", "float32", None, 3, 2048, True, 0.1, 4, 2, "x", "dp-0"),
+                NoiseFloor(
+                    fingerprint,
+                    MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False),
+                    0.04,
+                    6,
+                    2,
+                    "x",
+                ),
+                NoiseFloor(
+                    "f" * 16,
+                    MeasurementKey("broadcast", "builtin", "float32", None, 3, 2048, True, "dp-0"),
+                    0.1,
+                    4,
+                    2,
+                    "x",
+                ),
             ],
         )
         with plain_store(db) as plain:

@@ -94,11 +94,12 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
     cells = [
         [
             f.fingerprint[:8],
-            (f.op if f.algo == "builtin" else f"{f.op}/{f.algo}") + (f" on {f.group}" if f.group else ""),
-            format_size(f.size_bytes),
-            f.dtype,
-            "-" if f.redop is None else f.redop,
-            "in" if f.in_place else "out",
+            (f.key.op if f.key.algo == "builtin" else f"{f.key.op}/{f.key.algo}")
+            + (f" on {f.key.group}" if f.key.group else ""),
+            format_size(f.key.size_bytes),
+            f.key.dtype,
+            "-" if f.key.redop is None else f.key.redop,
+            "in" if f.key.in_place else "out",
             format_percent(f.sd_log, decimals=2),
             str(f.runs),
             str(f.groups),

@@ -7,7 +7,7 @@ The learning lives in ``commlens.regress.noise``; this module keeps its results
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -26,35 +26,31 @@ __all__ = ["FloorKey", "NoiseFloor", "load_floors", "list_floors", "save_floors"
 class NoiseFloor:
     """One series' run-to-run variation: ``sd_log`` is the sd of ln(typical time) between runs of the same
     code (0.05: runs scatter by about 5 %), learned from ``runs`` runs in ``groups`` groups of two or more.
-    ``group`` is the series' process group (None for a benchmark series)."""
+    The series: a measurement key (``key``, its ``group`` None for a benchmark series) on one system."""
 
     fingerprint: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None  # None: the op does not reduce
-    root: int | None  # None: the op has no root
-    size_bytes: int
-    in_place: bool
+    key: MeasurementKey
     sd_log: float
     runs: int
     groups: int
     learned_at: str
-    group: str | None = None
-
-    def as_dict(self) -> JsonObject:
-        """Every field, as ``commlens noise show --json`` prints a floor; ``group`` only for a process group's
-        series, so a benchmark's floors read as they always did."""
-        return omit_no_group(asdict(self))
 
     @property
-    def key(self) -> FloorKey:
-        return FloorKey(
-            self.fingerprint,
-            MeasurementKey(
-                self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
-            ),
-        )
+    def series(self) -> FloorKey:
+        return FloorKey(self.fingerprint, self.key)
+
+    def as_dict(self) -> JsonObject:
+        """As ``commlens noise show --json`` prints a floor: the key's fields flat, ``group`` last and only for a
+        process group's series, so a benchmark's floors read as they always did."""
+        fields: JsonObject = {"fingerprint": self.fingerprint, **self.key._asdict()}
+        group = fields.pop("group")
+        figures: JsonObject = {
+            "sd_log": self.sd_log,
+            "runs": self.runs,
+            "groups": self.groups,
+            "learned_at": self.learned_at,
+        }
+        return omit_no_group({**fields, **figures, "group": group})
 
 
 _SERIES_COLUMNS = ("fingerprint", *KEY_COLUMNS)  # the unique key: one floor per series
@@ -63,7 +59,7 @@ _VALUE_COLUMNS = ("sd_log", "runs", "groups", "learned_at")
 
 def _columns(f: NoiseFloor) -> dict[str, object]:
     """The ``noise_floors`` row of ``f``: its series' columns (redop, root and group encoded), then its figures."""
-    return {"fingerprint": f.fingerprint, **key_columns(f.key.key), **{c: getattr(f, c) for c in _VALUE_COLUMNS}}
+    return {"fingerprint": f.fingerprint, **key_columns(f.key), **{c: getattr(f, c) for c in _VALUE_COLUMNS}}
 
 
 def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
@@ -96,15 +92,11 @@ def list_floors(store: Store, fingerprints: Iterable[str] | None = None) -> list
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read noise floors from {store.url}: {driver_reason(e)}") from None
     return [
-        NoiseFloor(
-            fingerprint=row.fingerprint,
-            **key_from_columns(row)._asdict(),
-            **{c: getattr(row, c) for c in _VALUE_COLUMNS},
-        )
+        NoiseFloor(row.fingerprint, key_from_columns(row), **{c: getattr(row, c) for c in _VALUE_COLUMNS})
         for row in rows
     ]
 
 
 def load_floors(store: Store, fingerprints: Iterable[str] | None = None) -> dict[FloorKey, float]:
     """``{series: sd_log}`` for compare and detect."""
-    return {f.key: f.sd_log for f in list_floors(store, fingerprints)}
+    return {f.series: f.sd_log for f in list_floors(store, fingerprints)}
