@@ -19,24 +19,14 @@ from commlens.cli.app import app
 from commlens.regress import detect_history
 from commlens.regress.series_settings import baseline_runs, candidate_series
 from commlens.results import Measurement, Run, SystemInfo
-from commlens.results.records import MeasurementKey
+from commlens.results.records import MeasurementKey, Series
 from commlens.store import Store
-from commlens.store.change_points import load_change_points, save_change_points
 from commlens.store.series_meta import (
     ANY,
     BaselineError,
     Threshold,
     ThresholdError,
-    baseline_run_ids,
-    get_baseline,
-    list_baselines,
-    list_thresholds,
-    resolve_fingerprint,
     resolve_threshold,
-    set_baseline,
-    set_threshold,
-    unset_baseline,
-    unset_threshold,
 )
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -113,24 +103,24 @@ def test_baselines_are_set_replaced_listed_and_unset(store_url: str) -> None:
         ],
     )
     with Store.open(store_url) as store:
-        first = set_baseline(store, FP, "main", "run", "main0000a", note="last good nightly")
+        first = store.baselines.set(FP, "main", "run", "main0000a", note="last good nightly")
         assert (first.ref_kind, first.ref, first.note) == ("run", "main0000aaaa", "last good nightly")
-        assert get_baseline(store, FP, "main") == first
-        assert baseline_run_ids(store, first) == ["main0000aaaa"]
+        assert store.baselines.get(FP, "main") == first
+        assert store.baselines.run_ids(first) == ["main0000aaaa"]
         # Setting the series' baseline again replaces it: a tag, pooled, only its runs of this system.
-        second = set_baseline(store, FP, "main", "tag", "release")
-        assert get_baseline(store, FP, "main") == second and second.set_at >= first.set_at
-        assert baseline_run_ids(store, second) == ["rel00000cccc", "rel00000dddd"]
-        untagged = set_baseline(store, FP, None, "run", "untagged0001")
-        assert get_baseline(store, FP, None) == untagged and get_baseline(store, OTHER_FP, "main") is None
-        assert list_baselines(store) == [untagged, second]  # untagged ('') sorts first
-        assert unset_baseline(store, FP, "main") is True
-        assert unset_baseline(store, FP, "main") is False
-        assert list_baselines(store) == [untagged]
+        second = store.baselines.set(FP, "main", "tag", "release")
+        assert store.baselines.get(FP, "main") == second and second.set_at >= first.set_at
+        assert store.baselines.run_ids(second) == ["rel00000cccc", "rel00000dddd"]
+        untagged = store.baselines.set(FP, None, "run", "untagged0001")
+        assert store.baselines.get(FP, None) == untagged and store.baselines.get(OTHER_FP, "main") is None
+        assert store.baselines.list() == [untagged, second]  # untagged ('') sorts first
+        assert store.baselines.unset(FP, "main") is True
+        assert store.baselines.unset(FP, "main") is False
+        assert store.baselines.list() == [untagged]
         # A baseline whose run was deleted since says so when used.
         store.delete_run("untagged0001")
         with pytest.raises(BaselineError, match="run untagged0001, which is no longer stored"):
-            baseline_run_ids(store, untagged)
+            store.baselines.run_ids(untagged)
 
 
 def test_a_baseline_that_names_no_run_of_the_series_is_refused(store_url: str) -> None:
@@ -144,40 +134,40 @@ def test_a_baseline_that_names_no_run_of_the_series_is_refused(store_url: str) -
     )
     with Store.open(store_url) as store:
         with pytest.raises(BaselineError, match="baseline run: no run matches 'nope0000'"):
-            set_baseline(store, FP, "main", "run", "nope0000")
+            store.baselines.set(FP, "main", "run", "nope0000")
         with pytest.raises(BaselineError, match="'main0000a' matches 2 runs"):
-            set_baseline(store, FP, "main", "run", "main0000a")
+            store.baselines.set(FP, "main", "run", "main0000a")
         with pytest.raises(BaselineError, match=f"run other000cccc ran on system {OTHER_FP}, not on the series' {FP}"):
-            set_baseline(store, FP, "main", "run", "other000cccc")
+            store.baselines.set(FP, "main", "run", "other000cccc")
         with pytest.raises(BaselineError, match="no stored run has tag 'nightly'"):
-            set_baseline(store, FP, "main", "tag", "nightly")
+            store.baselines.set(FP, "main", "tag", "nightly")
         with pytest.raises(BaselineError, match=f"tag 'other' has no run of system {FP} .*its runs ran on {OTHER_FP}"):
-            set_baseline(store, FP, "main", "tag", "other")
+            store.baselines.set(FP, "main", "tag", "other")
         with pytest.raises(BaselineError, match="the series' tag must not be empty"):
-            set_baseline(store, FP, " ", "run", "main0000aaaa")
+            store.baselines.set(FP, " ", "run", "main0000aaaa")
         with pytest.raises(BaselineError, match="a baseline is a run or a tag, not 'file'"):
-            set_baseline(store, FP, "main", "file", "x.json")  # type: ignore[arg-type]
-        assert list_baselines(store) == []
+            store.baselines.set(FP, "main", "file", "x.json")  # type: ignore[arg-type]
+        assert store.baselines.list() == []
         # Fingerprints: a unique prefix of a stored one, or a full one not stored yet.
-        assert resolve_fingerprint(store, FP[:6].upper()) == FP
-        assert resolve_fingerprint(store, "0123456789abcdef") == "0123456789abcdef"
+        assert store.baselines.fingerprint(FP[:6].upper()) == FP
+        assert store.baselines.fingerprint("0123456789abcdef") == "0123456789abcdef"
         with pytest.raises(BaselineError, match="no stored run has a fingerprint starting 'zz'"):
-            resolve_fingerprint(store, "zz")
+            store.baselines.fingerprint("zz")
 
 
 def test_thresholds_are_upserted_on_their_selector_listed_and_unset(store_url: str) -> None:
     with Store.open(store_url) as store:
-        everything = set_threshold(store, Threshold(min_change=0.05))
-        untagged_small = set_threshold(store, Threshold(tag=None, size_bytes=1024, group=None, alpha=0.01))
-        main = set_threshold(store, Threshold(fingerprint=FP, tag="main", op="all_reduce", detect_alpha=1e-3))
-        assert list_thresholds(store) == [untagged_small, everything, main]  # by selector: '' (no tag) before '*'
+        everything = store.thresholds.set(Threshold(min_change=0.05))
+        untagged_small = store.thresholds.set(Threshold(tag=None, size_bytes=1024, group=None, alpha=0.01))
+        main = store.thresholds.set(Threshold(fingerprint=FP, tag="main", op="all_reduce", detect_alpha=1e-3))
+        assert store.thresholds.list() == [untagged_small, everything, main]  # by selector: '' (no tag) before '*'
         assert untagged_small.tag is None and untagged_small.group is None and everything.group == ANY
-        replaced = set_threshold(store, Threshold(min_change=0.08, alpha=0.02))  # same selector: replaces
-        assert list_thresholds(store) == [untagged_small, replaced, main]
-        assert unset_threshold(store, Threshold(tag=None, size_bytes=1024, group=None)) is True
-        assert unset_threshold(store, Threshold(tag=None, size_bytes=1024, group=None)) is False
-        assert unset_threshold(store, Threshold(tag="main")) is False  # selectors match exactly, not by pattern
-        assert list_thresholds(store) == [replaced, main]
+        replaced = store.thresholds.set(Threshold(min_change=0.08, alpha=0.02))  # same selector: replaces
+        assert store.thresholds.list() == [untagged_small, replaced, main]
+        assert store.thresholds.unset(Threshold(tag=None, size_bytes=1024, group=None)) is True
+        assert store.thresholds.unset(Threshold(tag=None, size_bytes=1024, group=None)) is False
+        assert store.thresholds.unset(Threshold(tag="main")) is False  # selectors match exactly, not by pattern
+        assert store.thresholds.list() == [replaced, main]
 
 
 @pytest.mark.parametrize(
@@ -199,8 +189,8 @@ def test_thresholds_are_upserted_on_their_selector_listed_and_unset(store_url: s
 def test_a_bad_threshold_is_refused_and_nothing_stored(tmp_path: Path, threshold: Threshold, message: str) -> None:
     with Store.open(str(tmp_path / "results.db")) as store:
         with pytest.raises(ThresholdError, match=message):
-            set_threshold(store, threshold)
-        assert list_thresholds(store) == []
+            store.thresholds.set(threshold)
+        assert store.thresholds.list() == []
 
 
 def test_resolution_most_specific_match_setting_by_setting_then_newest() -> None:
@@ -217,23 +207,25 @@ def test_resolution_most_specific_match_setting_by_setting_then_newest() -> None
     grouped = Threshold(group="tp0", op="all_reduce", dtype="float32", min_change=0.09)
     stored = [broad, op_only, big, tag_old, fp_new, other_system, untagged, grouped]
 
-    small = resolve_threshold(stored, FP, "main", KEY_SMALL)
+    small = resolve_threshold(stored, Series(KEY_SMALL, FP, "main"))
     assert (small.min_change, small.alpha, small.detect_alpha) == (0.05, 0.01, 1e-2)
     assert small.matched == (fp_new, op_only, broad)  # the deciding ones, most specific (then newest) first
-    large = resolve_threshold(stored, FP, "main", KEY_LARGE)
+    large = resolve_threshold(stored, Series(KEY_LARGE, FP, "main"))
     assert (large.min_change, large.alpha) == (0.02, 0.01)
     # A series without a tag: the untagged threshold (3 fields) beats op_only; tag_old does not match.
     # On the other system, untagged (tag, op, dtype) and other_system (fingerprint, op, size) tie at three
     # fields: the newer one wins. Neither tag_old nor fp_new match, so detect_alpha is not set.
-    bare = resolve_threshold(stored, OTHER_FP, None, KEY_SMALL)
+    bare = resolve_threshold(stored, Series(KEY_SMALL, OTHER_FP, None))
     assert (bare.min_change, bare.alpha, bare.detect_alpha) == (0.07, 0.01, None)
     assert bare.matched == (untagged, broad)
-    older = resolve_threshold([untagged, other_system, broad], OTHER_FP, None, KEY_LARGE)
+    older = resolve_threshold([untagged, other_system, broad], Series(KEY_LARGE, OTHER_FP, None))
     assert older.min_change == 0.07  # other_system is for 1 KiB only
-    group_row = resolve_threshold(stored, FP, "main", KEY_SMALL._replace(group="tp0"))
+    group_row = resolve_threshold(stored, Series(KEY_SMALL._replace(group="tp0"), FP, "main"))
     assert group_row.min_change == 0.09
-    assert resolve_threshold([], FP, "main", KEY_SMALL) == resolve_threshold([other_system], FP, "main", KEY_SMALL)
-    assert resolve_threshold([], FP, "main", KEY_SMALL).min_change is None
+    assert resolve_threshold([], Series(KEY_SMALL, FP, "main")) == resolve_threshold(
+        [other_system], Series(KEY_SMALL, FP, "main")
+    )
+    assert resolve_threshold([], Series(KEY_SMALL, FP, "main")).min_change is None
 
 
 # -- saved change points -----------------------------------------------------------------------------------
@@ -252,14 +244,14 @@ def test_change_points_are_saved_replaced_and_loaded(store_url: str) -> None:
     with Store.open(store_url) as store:
         report = detect_history(store.measurement_rows())
         assert len(report.examined) == 2 and len(report.changes) == 2
-        assert save_change_points(store, report.changes, report.examined) == 2
-        loaded = load_change_points(store)
+        assert store.change_points.save(report.changes, report.examined) == 2
+        loaded = store.change_points.load()
         assert {(c.series.key.size_bytes, c.run_id, c.direction) for c in loaded} == {
             (1024, "nightly-008", "regression"),
             (1 << 20, "nightly-008", "regression"),
         }
         change = next(c for c in report.changes if c.series.key == KEY_SMALL)
-        [saved] = load_change_points(store, series=change.series)
+        [saved] = store.change_points.load(series=change.series)
         assert saved.series == change.series and saved.series.tag == "nightly"
         assert (saved.previous_run_id, saved.revision, saved.mean_before_s, saved.mean_after_s) == (
             "nightly-007",
@@ -268,15 +260,15 @@ def test_change_points_are_saved_replaced_and_loaded(store_url: str) -> None:
             change.mean_after_s,
         )
         assert saved.started_at == change.started_at and saved.change == pytest.approx(change.change)
-        assert load_change_points(store, direction="improvement") == []
-        assert load_change_points(store, since="2025-03-10") == []  # the step was on day 8, 2025-03-09
-        assert len(load_change_points(store, since="2025-03-09", limit=1)) == 1
-        assert load_change_points(store, fingerprint=OTHER_FP) == []
+        assert store.change_points.load(direction="improvement") == []
+        assert store.change_points.load(since="2025-03-10") == []  # the step was on day 8, 2025-03-09
+        assert len(store.change_points.load(since="2025-03-09", limit=1)) == 1
+        assert store.change_points.load(fingerprint=OTHER_FP) == []
         # Saving again replaces the examined series' changes: one series examined with none found now.
         small_only = detect_history(store.measurement_rows(size_bytes=1024), report.settings)
         quiet = type(small_only)(**{**small_only.__dict__, "changes": ()})
-        assert save_change_points(store, quiet.changes, quiet.examined) == 0
-        assert [c.series.key.size_bytes for c in load_change_points(store)] == [1 << 20]
+        assert store.change_points.save(quiet.changes, quiet.examined) == 0
+        assert [c.series.key.size_bytes for c in store.change_points.load()] == [1 << 20]
 
 
 # -- the CLI, end to end --------------------------------------------------------------------------------
@@ -433,11 +425,11 @@ def test_detect_uses_stored_thresholds_and_save_keeps_what_it_found(history_db: 
     saved = invoke("detect", "--db", db, "--save", "--min-change", "3%")
     assert saved.exit_code == 1 and "saved 2 change points of 2 series" in saved.stderr
     with Store.open(db) as store:
-        assert sorted(c.series.key.size_bytes for c in load_change_points(store)) == [1024, 1 << 20]
+        assert sorted(c.series.key.size_bytes for c in store.change_points.load()) == [1024, 1 << 20]
     resaved = invoke("detect", "--db", db, "--save", "--size", "1M")  # 6 % stored: nothing in the 1 MiB series
     assert resaved.exit_code == 0 and "saved 0 change points of 1 series" in resaved.stderr
     with Store.open(db) as store:
-        assert [c.series.key.size_bytes for c in load_change_points(store)] == [1024]
+        assert [c.series.key.size_bytes for c in store.change_points.load()] == [1024]
 
 
 # -- every error path, through the CLI ----------------------------------------------------------------------

@@ -27,7 +27,7 @@ from commlens.results.records import FloorKey
 from commlens.store import Store, StoreError, make_engine, upgrade_schema
 from commlens.store.export import export_runs
 from commlens.store.models import SCHEMA_REVISION, NoiseFloorModel
-from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
+from commlens.store.noise import NoiseFloor
 
 JOB_WORLD = 8  # TP = 2, DP = 4
 MiB = 1 << 20
@@ -227,31 +227,30 @@ def test_noise_floors_are_kept_per_group(store_url: str) -> None:
         for i in range(3)
     ]
     learned = learn_floors(runs)
-    assert sorted(f.group for f in learned) == ["dp0", "tp0", "tp1"]
-    bench_floor = replace(learned[0], group=None, sd_log=0.5)
+    assert sorted(f.key.group for f in learned) == ["dp0", "tp0", "tp1"]
+    bench_floor = replace(learned[0], key=learned[0].key._replace(group=None), sd_log=0.5)
     with Store.open(store_url) as store:
-        save_floors(store, [*learned, bench_floor])
-        listed = list_floors(store)
-        assert [f.group for f in listed] == [None, "dp0", "tp0", "tp1"]
-        assert sorted(listed, key=lambda f: f.key.key.order()) == sorted(
-            [*learned, bench_floor], key=lambda f: f.key.key.order()
+        store.floors.save([*learned, bench_floor])
+        listed = store.floors.list()
+        assert [f.key.group for f in listed] == [None, "dp0", "tp0", "tp1"]
+        assert sorted(listed, key=lambda f: f.key.order()) == sorted(
+            [*learned, bench_floor], key=lambda f: f.key.order()
         )
-        floors = load_floors(store)
-        tp0 = next(f for f in learned if f.group == "tp0")
-        assert floors[FloorKey(tp0.fingerprint, tp0.key.key)] == tp0.sd_log
-        assert floors[bench_floor.key] == 0.5
+        floors = store.floors.load()
+        tp0 = next(f for f in learned if f.key.group == "tp0")
+        assert floors[FloorKey(tp0.fingerprint, tp0.key)] == tp0.sd_log
+        assert floors[bench_floor.series] == 0.5
         # learning again replaces each group's floor and leaves the others
-        save_floors(store, [replace(tp0, sd_log=0.25)])
-        assert [(f.group, f.sd_log == 0.25) for f in list_floors(store)] == [
+        store.floors.save([replace(tp0, sd_log=0.25)])
+        assert [(f.key.group, f.sd_log == 0.25) for f in store.floors.list()] == [
             (None, False),
             ("dp0", False),
             ("tp0", True),
             ("tp1", False),
         ]
         # the unique key holds for a series without a group too (stored as '', not NULL)
-        row = {
-            c.name: getattr(bench_floor, c.name) for c in NoiseFloorModel.__table__.c if hasattr(bench_floor, c.name)
-        }
+        fields = {"fingerprint": bench_floor.fingerprint, **bench_floor.key._asdict(), **bench_floor.as_dict()}
+        row = {c.name: fields[c.name] for c in NoiseFloorModel.__table__.c if c.name in fields}
         row.update(redop="sum", root=-1, group_name="")
         with pytest.raises(IntegrityError), store.engine.begin() as conn:
             conn.execute(insert(NoiseFloorModel), [{k: v for k, v in row.items() if k != "id"}])
@@ -271,13 +270,7 @@ def test_migration_0004_to_0005_keeps_every_row_without_a_group(store_url: str, 
     runs = [make_run("old00001", tag="nightly", revision="r1"), make_run("old00002", revision="r1", scale=1.5)]
     floor = NoiseFloor(
         fingerprint=runs[0].system.fingerprint(),
-        op="all_reduce",
-        algo="builtin",
-        dtype="float32",
-        redop="sum",
-        root=None,
-        size_bytes=1024,
-        in_place=False,
+        key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False),
         sd_log=0.04,
         runs=2,
         groups=1,
@@ -299,13 +292,13 @@ def test_migration_0004_to_0005_keeps_every_row_without_a_group(store_url: str, 
         engine.dispose()
     with Store.open(store_url) as store:
         assert store.get_runs(["old00001", "old00002"]) == runs  # bit for bit, no group
-        assert list_floors(store) == [floor]
+        assert store.floors.list() == [floor]
         # what 0005 added works on the upgraded store
         store.save_run(_job_run("job00001"))
         assert store.get_run("job00001") == _job_run("job00001")
-        grouped = replace(floor, group="tp0", sd_log=0.08)
-        save_floors(store, [grouped])
-        assert list_floors(store) == [floor, grouped]
+        grouped = replace(floor, key=floor.key._replace(group="tp0"), sd_log=0.08)
+        store.floors.save([grouped])
+        assert store.floors.list() == [floor, grouped]
 
 
 def test_the_compare_table_shows_each_rows_group(tmp_path: Path) -> None:

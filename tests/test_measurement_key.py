@@ -18,7 +18,7 @@ from commlens.results.nccltests_json import run_to_nccl_tests_json
 from commlens.results.table import row_line
 from commlens.store import Store
 from commlens.store.export import export_runs
-from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
+from commlens.store.noise import NoiseFloor
 
 WORLD = 4
 
@@ -145,10 +145,17 @@ def test_a_series_without_reduction_or_root_has_one_floor(store_url: str) -> Non
     """NULL would be distinct from NULL in the floors' unique key: the store keeps its none/-1 encoding."""
 
     def floor(sd_log: float) -> NoiseFloor:
-        return NoiseFloor("fp", "all_gather", "builtin", "float32", None, None, 1024, False, sd_log, 4, 2, "2025-06-01")
+        return NoiseFloor(
+            "fp",
+            MeasurementKey("all_gather", "builtin", "float32", None, None, 1024, False),
+            sd_log,
+            4,
+            2,
+            "2025-06-01",
+        )
 
     with Store.open(store_url) as store:
-        save_floors(store, [floor(0.05)])
-        save_floors(store, [floor(0.02)])
-        assert list_floors(store) == [floor(0.02)]
-        assert load_floors(store) == {floor(0.02).key: 0.02}
+        store.floors.save([floor(0.05)])
+        store.floors.save([floor(0.02)])
+        assert store.floors.list() == [floor(0.02)]
+        assert store.floors.load() == {floor(0.02).series: 0.02}

@@ -18,7 +18,7 @@ from commlens.regress import learn_floors
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store import Store
-from commlens.store.noise import NoiseFloor, list_floors, load_floors, save_floors
+from commlens.store.noise import NoiseFloor
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
 OTHER = SystemInfo(world_size=4, backend="gloo", cpu_model="other-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -95,7 +95,7 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
     drawn = math.sqrt(float(((offsets - offsets.mean(axis=1, keepdims=True)) ** 2).sum()) / (offsets.size - 4))
     assert drawn == pytest.approx(RUN_SD, rel=0.3)  # 28 degrees of freedom: about 13 % either way
     floors = learn_floors(history())
-    assert [(f.fingerprint, f.op, f.size_bytes, f.in_place) for f in floors] == [
+    assert [(f.fingerprint, f.key.op, f.key.size_bytes, f.key.in_place) for f in floors] == [
         (SYSTEM.fingerprint(), "all_reduce", size, False) for size in SIZES
     ]
     for f in floors:
@@ -103,7 +103,7 @@ def test_the_floor_is_the_run_to_run_sd_within_a_revision() -> None:
         assert f.sd_log == pytest.approx(drawn, rel=0.03)
         # the incomplete runs and the runs without a revision are left out
         assert (f.runs, f.groups) == (32, 4)
-        assert (f.algo, f.dtype, f.redop, f.root) == ("builtin", "float32", "sum", None)
+        assert (f.key.algo, f.key.dtype, f.key.redop, f.key.root) == ("builtin", "float32", "sum", None)
         assert f.learned_at.endswith("+00:00")
     # the revisions' own speeds are code changes, not noise: pooled over all runs the floor is several times larger
     pooled = learn_floors([r for r in history() if r.revision is not None], by="all")
@@ -151,7 +151,7 @@ def test_each_system_has_its_own_floor() -> None:
     runs += [make_run(f"b{i}", 1.0, rng, revision="r1", system=OTHER, run_sd=0.2) for i in range(6)]
     floors = learn_floors(runs)
     assert sorted({f.fingerprint for f in floors}) == sorted({SYSTEM.fingerprint(), OTHER.fingerprint()})
-    by_fp = {(f.fingerprint, f.size_bytes): f.sd_log for f in floors}
+    by_fp = {(f.fingerprint, f.key.size_bytes): f.sd_log for f in floors}
     assert all(by_fp[(OTHER.fingerprint(), s)] > 2 * by_fp[(SYSTEM.fingerprint(), s)] for s in SIZES)
 
 
@@ -159,22 +159,13 @@ def test_each_system_has_its_own_floor() -> None:
 
 
 def _floor(size_bytes: int, sd_log: float, fingerprint: str = "fp-a", **kw: object) -> NoiseFloor:
-    fields: dict[str, object] = {
-        "fingerprint": fingerprint,
-        "op": "all_reduce",
-        "algo": "builtin",
-        "dtype": "float32",
-        "redop": "sum",
-        "root": None,
-        "size_bytes": size_bytes,
-        "in_place": False,
-        "sd_log": sd_log,
-        "runs": 8,
-        "groups": 2,
-        "learned_at": "2025-05-02T00:00:00+00:00",
-    }
-    fields.update(kw)
-    return NoiseFloor(**fields)  # type: ignore[arg-type]
+    """A floor of all_reduce float32 sum at ``size_bytes``; ``kw`` sets a key field (``in_place``, ``algo``) or a
+    figure (``runs``, ``groups``, ``learned_at``)."""
+    key = MeasurementKey("all_reduce", "builtin", "float32", "sum", None, size_bytes, False)
+    key = key._replace(**{k: v for k, v in kw.items() if k in MeasurementKey._fields})
+    figures: dict[str, object] = {"runs": 8, "groups": 2, "learned_at": "2025-05-02T00:00:00+00:00"}
+    figures.update({k: v for k, v in kw.items() if k not in MeasurementKey._fields})
+    return NoiseFloor(fingerprint, key, sd_log, **figures)  # type: ignore[arg-type]
 
 
 def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
@@ -185,29 +176,29 @@ def test_floors_are_saved_listed_and_loaded(store_url: str) -> None:
         _floor(1024, 0.02, fingerprint="fp-b", algo="ring", runs=12, groups=3),
     ]
     with Store.open(store_url) as store:
-        assert list_floors(store) == []
-        assert save_floors(store, floors) == 4
-        assert save_floors(store, []) == 0
+        assert store.floors.list() == []
+        assert store.floors.save(floors) == 4
+        assert store.floors.save([]) == 0
         # by system, op, algo, dtype, redop, root, placement, size
-        assert list_floors(store) == [floors[1], floors[0], floors[2], floors[3]]
-        assert list_floors(store, ["fp-b"]) == [floors[3]]
-        assert list_floors(store, ["fp-none"]) == []
-        assert load_floors(store, ["fp-a"]) == {
+        assert store.floors.list() == [floors[1], floors[0], floors[2], floors[3]]
+        assert store.floors.list(["fp-b"]) == [floors[3]]
+        assert store.floors.list(["fp-none"]) == []
+        assert store.floors.load(["fp-a"]) == {
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False)): 0.03,
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1 << 20, False)): 0.05,
             FloorKey("fp-a", MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, True)): 0.07,
         }
-        assert load_floors(store)[floors[3].key] == 0.02
+        assert store.floors.load()[floors[3].series] == 0.02
 
 
 def test_learning_again_replaces_a_series_floor(store_url: str) -> None:
     with Store.open(store_url) as store:
-        save_floors(store, [_floor(1024, 0.03), _floor(2048, 0.04)])
+        store.floors.save([_floor(1024, 0.03), _floor(2048, 0.04)])
         relearned = _floor(1024, 0.06, runs=20, groups=5, learned_at="2025-06-01T00:00:00+00:00")
-        assert save_floors(store, [relearned]) == 1
-        assert list_floors(store) == [relearned, _floor(2048, 0.04)]
+        assert store.floors.save([relearned]) == 1
+        assert store.floors.list() == [relearned, _floor(2048, 0.04)]
     with Store.open(store_url) as store:  # and it is kept
-        assert [f.sd_log for f in list_floors(store)] == [0.06, 0.04]
+        assert [f.sd_log for f in store.floors.list()] == [0.06, 0.04]
 
 
 def test_learned_floors_round_trip_through_the_store(store_url: str) -> None:
@@ -217,8 +208,8 @@ def test_learned_floors_round_trip_through_the_store(store_url: str) -> None:
         stored = list(store.iter_runs([r.run_id for r in runs]))
         floors = learn_floors(stored)
         assert [f.sd_log for f in floors] == [f.sd_log for f in learn_floors(runs)]  # rounds survive the store
-        save_floors(store, floors)
-        assert list_floors(store) == floors
+        store.floors.save(floors)
+        assert store.floors.list() == floors
 
 
 # -- the CLI -------------------------------------------------------------------------------------

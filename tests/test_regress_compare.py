@@ -24,9 +24,9 @@ from commlens.results import (
     run_to_dict,
     write_json,
 )
-from commlens.results.records import FloorKey
+from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store import Store, make_engine
-from commlens.store.noise import NoiseFloor, save_floors
+from commlens.store.noise import NoiseFloor
 from commlens.store.schema import _alembic_config
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -115,13 +115,7 @@ def floors_of(run: Run, sd_log: float) -> list[NoiseFloor]:
     return [
         NoiseFloor(
             fingerprint=fp,
-            op=m.op,
-            algo=m.algo,
-            dtype=m.dtype,
-            redop=m.redop,
-            root=m.root,
-            size_bytes=m.size_bytes,
-            in_place=m.in_place,
+            key=MeasurementKey(m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place),
             sd_log=sd_log,
             runs=10,
             groups=2,
@@ -274,7 +268,7 @@ def test_a_huge_change_beyond_the_noise_floor_is_judged_on_single_rounds(db: str
     """With a learned floor of 2 % a run, a 2x slowdown is far beyond 5 floors: a regression even on one
     round a side; +10 % is within 5 floors and stays unknown."""
     with Store.open(db) as store:
-        save_floors(store, floors_of(store.get_run("once0000aaaa"), 0.02))
+        store.floors.save(floors_of(store.get_run("once0000aaaa"), 0.02))
     result = invoke("compare", "once0000aaaa", "once0000twice", "--db", db, "--format", "json")
     assert result.exit_code == 1, result.stderr
     rows = json.loads(result.stdout)["rows"]
@@ -662,7 +656,7 @@ def test_the_noise_floor_option_sets_every_rows_floor(db: str) -> None:
     ] * 4
     # stored floors are used unless told otherwise
     with Store.open(db) as store:
-        save_floors(store, floors_of(store.get_run("base0000aaaa"), 0.08))
+        store.floors.save(floors_of(store.get_run("base0000aaaa"), 0.08))
     stored = json.loads(invoke("compare", "base0000aaaa", "slow0000cccc", "--db", db, "--format", "json").stdout)
     assert {(r["verdict"], r["noise_floor"]) for r in stored["rows"]} == {("unknown", 0.08)}
     off = invoke("compare", "base0000aaaa", "slow0000cccc", "--db", db, "--format", "json", "--no-noise-floors")

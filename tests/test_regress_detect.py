@@ -15,6 +15,7 @@ from commlens.cli.app import app
 from commlens.regress import DetectSettings, find_changes
 from commlens.regress.stats import robust_noise
 from commlens.results import Measurement, Run, SystemInfo
+from commlens.results.records import MeasurementKey
 from commlens.store import Store
 
 SYSTEM = SystemInfo(world_size=4, backend="gloo", cpu_model="test-cpu", cpu_cores=8, torch_version="2.4.0")
@@ -335,23 +336,16 @@ def test_a_step_smaller_than_the_learned_noise_floor_is_no_change(small_step_db:
 
 
 def test_a_small_floor_keeps_the_step_and_is_reported_with_it(small_step_db: str, tmp_path: Path) -> None:
-    from commlens.store.noise import NoiseFloor, save_floors
+    from commlens.store.noise import NoiseFloor
 
     db = tmp_path / "copy.db"
     db.write_bytes(Path(small_step_db).read_bytes())
     with Store.open(str(db)) as store:
-        save_floors(
-            store,
+        store.floors.save(
             [
                 NoiseFloor(
                     fingerprint=SYSTEM.fingerprint(),
-                    op="all_reduce",
-                    algo="builtin",
-                    dtype="float32",
-                    redop="sum",
-                    root=None,
-                    size_bytes=LARGE,
-                    in_place=False,
+                    key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, LARGE, False),
                     sd_log=0.01,
                     runs=12,
                     groups=1,

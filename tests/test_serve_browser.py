@@ -30,7 +30,6 @@ from store_backends import make_measurement, make_system, pg_server, pg_url  # n
 from commlens.results import Measurement, Run
 from commlens.results.units import format_size
 from commlens.store import Store, db_url
-from commlens.store.series_meta import set_baseline
 
 SYSTEM = make_system()
 FP = SYSTEM.fingerprint()
@@ -126,8 +125,8 @@ def seed(url: str) -> Seeded:
     seeded = seeded_runs()
     with Store.open(url) as store:
         store.save_runs(list(seeded.runs))
-        set_baseline(store, FP, "main", "tag", "release-1", note="the release")
-        set_baseline(store, FP, "pr-42", "tag", "release-1")
+        store.baselines.set(FP, "main", "tag", "release-1", note="the release")
+        store.baselines.set(FP, "pr-42", "tag", "release-1")
     return seeded
 
 
@@ -639,7 +638,5 @@ def test_signing_in_then_setting_a_baseline_from_the_history_page(
         browser.screenshot("history-baseline-set")
         _clean(browser, server)
     with Store.open(url) as store:
-        from commlens.store.series_meta import get_baseline
-
-        baseline = get_baseline(store, FP, "main")
+        baseline = store.baselines.get(FP, "main")
         assert baseline is not None and (baseline.ref_kind, baseline.ref) == ("run", "nightly-05")

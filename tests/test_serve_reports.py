@@ -31,11 +31,7 @@ from commlens.store.reports import (
     MAX_PAYLOAD_BYTES,
     ReportError,
     ReportNotFoundError,
-    count_reports,
     default_title,
-    get_report,
-    list_reports,
-    save_report,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -105,23 +101,23 @@ def test_reports_are_kept_listed_newest_first_by_kind_and_read_back_whole(
         ids = {}
         for kind in ("links", "stragglers", "hang", "sweep", "projection"):
             doc = links if kind == "links" else saved[kind]["doc"]
-            ids[kind] = save_report(store, kind, f"the {kind} one", doc, fingerprint="0123456789abcdef")
+            ids[kind] = store.reports.save(kind, f"the {kind} one", doc, fingerprint="0123456789abcdef")
             time.sleep(0.002)  # distinct creation times: "newest first" is then one order
-        listed = list_reports(store)
+        listed = store.reports.list()
         assert [r.kind for r in listed] == ["projection", "sweep", "hang", "stragglers", "links"]
-        assert [r.kind for r in list_reports(store, ("links", "hang"))] == ["hang", "links"]
-        assert [r.kind for r in list_reports(store, limit=2, offset=1)] == ["sweep", "hang"]
-        assert count_reports(store) == 5 and count_reports(store, "sweep") == 1
-        back = get_report(store, ids["sweep"])
+        assert [r.kind for r in store.reports.list(("links", "hang"))] == ["hang", "links"]
+        assert [r.kind for r in store.reports.list(limit=2, offset=1)] == ["sweep", "hang"]
+        assert store.reports.count() == 5 and store.reports.count("sweep") == 1
+        back = store.reports.get(ids["sweep"])
         assert back.payload == saved["sweep"]["doc"]
         assert back.summary.title == "the sweep one" and back.summary.fingerprint == "0123456789abcdef"
-        assert get_report(store, ids["links"]).payload == links
+        assert store.reports.get(ids["links"]).payload == links
         with pytest.raises(ReportNotFoundError, match="no report 0{32}"):
-            get_report(store, "0" * 32)
+            store.reports.get("0" * 32)
         with pytest.raises(ReportNotFoundError, match="not a report id"):
-            get_report(store, "../etc/passwd")
+            store.reports.get("../etc/passwd")
         with pytest.raises(ReportError, match="report kind 'bogus'"):
-            list_reports(store, "bogus")
+            store.reports.list("bogus")
 
 
 def test_a_document_not_of_its_kind_is_refused_naming_the_field_and_nothing_is_kept(
@@ -145,10 +141,10 @@ def test_a_document_not_of_its_kind_is_refused_naming_the_field_and_nothing_is_k
     with Store.open(db_url(str(tmp_path / "r.db"))) as store:
         for kind, doc, message in cases:
             with pytest.raises(ReportError, match=re.escape(message)):
-                save_report(store, kind, "t", doc)
+                store.reports.save(kind, "t", doc)
         with pytest.raises(ReportError, match="title"):
-            save_report(store, "stragglers", "  ", stragglers)
-        assert count_reports(store) == 0
+            store.reports.save("stragglers", "  ", stragglers)
+        assert store.reports.count() == 0
     # an imported document's strings reach the title: kept to one printable line
     odd = links_document()
     odd["faults"][0]["kind"] = "slow\x1b[2J_link" + "!" * 300
@@ -169,7 +165,7 @@ def test_save_keeps_exactly_what_json_prints_and_leaves_the_exit_code_alone(save
     }
     with Store.open(db_url(str(saved["db"])), create=False) as store:
         for kind in ("stragglers", "hang", "sweep", "projection"):
-            assert get_report(store, saved[kind]["id"]).payload == saved[kind]["doc"]
+            assert store.reports.get(saved[kind]["id"]).payload == saved[kind]["doc"]
     listed = commlens("reports", "list", "--db", str(saved["db"]), "--json")
     assert listed.returncode == 0, listed.stderr
     titles = {r["kind"]: r["title"] for r in json.loads(listed.stdout)["reports"]}
@@ -190,7 +186,7 @@ def test_links_save_keeps_the_measured_diagnosis(tmp_path: Path) -> None:
     found = SAVED.search(proc.stderr)
     assert found and found.group(1) == "links", proc.stderr
     with Store.open(db_url(db), create=False) as store:
-        kept = get_report(store, found.group(2))
+        kept = store.reports.get(found.group(2))
     assert kept.payload == json.loads(proc.stdout) and kept.payload["hosts"] == 3
     assert kept.summary.title.startswith("links over 3 hosts: ")
 
@@ -292,7 +288,7 @@ def reports_app(store_url: str, saved: dict[str, Any]) -> Iterator[tuple[TestCli
     """The app over a store holding one report of each kind (their ids by kind)."""
     docs = {k: saved[k]["doc"] for k in ("stragglers", "hang", "sweep", "projection")} | {"links": links_document()}
     with Store.open(store_url) as store:
-        ids = {kind: save_report(store, kind, f"the {kind} report", doc) for kind, doc in docs.items()}
+        ids = {kind: store.reports.save(kind, f"the {kind} report", doc) for kind, doc in docs.items()}
     app = create_app(ServeConfig(db_url=store_url))
     with TestClient(app, base_url=BASE) as client:
         yield client, ids

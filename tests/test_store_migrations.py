@@ -15,9 +15,10 @@ from sqlalchemy import Engine, MetaData, create_engine, func, insert, inspect, s
 from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import BenchSettings, IngestedSettings, Measurement, Run, SystemInfo, TimeStats
+from commlens.results.records import MeasurementKey
 from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
-from commlens.store.noise import NoiseFloor, list_floors, save_floors
+from commlens.store.noise import NoiseFloor
 from commlens.store.schema import _alembic_config
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "store" / "legacy-0001.sql"
@@ -332,7 +333,7 @@ def make_old_store(
     current = tmp_path / "current.db"
     with Store.open(str(current)) as store:
         store.save_runs(runs)
-        save_floors(store, floors)
+        store.floors.save(floors)
     source, target = create_engine(f"sqlite:///{current}"), make_engine(url)
     try:
         _migrate(target, revision)
@@ -385,23 +386,17 @@ def test_migration_0003_to_0004_keeps_every_run_and_adds_rounds_and_floors(store
         assert {m.rounds for r in store.get_runs([r.run_id for r in runs]) for m in r.measurements} == {None}
         assert _counts(store) == (6, 6)
         # what 0004 added works on the upgraded store
-        assert list_floors(store) == []
+        assert store.floors.list() == []
         floor = NoiseFloor(
             fingerprint="fp",
-            op="all_reduce",
-            algo="builtin",
-            dtype="float32",
-            redop="sum",
-            root=None,
-            size_bytes=1024,
-            in_place=False,
+            key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False),
             sd_log=0.04,
             runs=2,
             groups=1,
             learned_at="2025-01-01T00:00:00+00:00",
         )
-        save_floors(store, [floor])
-        assert list_floors(store) == [floor]
+        store.floors.save([floor])
+        assert store.floors.list() == [floor]
         m = make_measurement(samples_s=(1e-5, 2e-5, 3e-5), rounds=(1, 2))
         new = Run(**{**make_run("new00001").__dict__, "measurements": (m,)})
         store.save_run(new)

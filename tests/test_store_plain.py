@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from store_backends import make_measurement, make_run, make_system
 
+from commlens.results.records import MeasurementKey
 from commlens.results.stats import TimeStats
 from commlens.store import Store
 from commlens.store.plain import NotPlain, plain_store
@@ -76,15 +77,28 @@ def test_listings_and_runs_read_plainly_equal_the_stores(db: str) -> None:
 
 
 def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
-    from commlens.store.noise import NoiseFloor, load_floors, save_floors
+    from commlens.store.noise import NoiseFloor
 
     fingerprint = make_system().fingerprint()
     with Store.open(db) as store:
-        save_floors(
-            store,
+        store.floors.save(
             [
-                NoiseFloor(fingerprint, "all_reduce", "builtin", "float32", "sum", None, 1024, False, 0.04, 6, 2, "x"),
-                NoiseFloor("f" * 16, "broadcast", "builtin", "float32", None, 3, 2048, True, 0.1, 4, 2, "x", "dp-0"),
+                NoiseFloor(
+                    fingerprint,
+                    MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 1024, False),
+                    0.04,
+                    6,
+                    2,
+                    "x",
+                ),
+                NoiseFloor(
+                    "f" * 16,
+                    MeasurementKey("broadcast", "builtin", "float32", None, 3, 2048, True, "dp-0"),
+                    0.1,
+                    4,
+                    2,
+                    "x",
+                ),
             ],
         )
         with plain_store(db) as plain:
@@ -104,7 +118,7 @@ def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
                 }
                 assert plain.mean_history(**args) == store.mean_history(**args), f
             for fp in (None, fingerprint, "f" * 16, "0" * 16):
-                assert plain.floors(fp) == load_floors(store, None if fp is None else [fp]), fp
+                assert plain.floors(fp) == store.floors.load(None if fp is None else [fp]), fp
             assert len(plain.floors(None)) == 2 and not plain.has_thresholds()
 
 
@@ -178,11 +192,11 @@ def test_runs_show_and_detect_print_what_they_print_through_the_store_without_lo
 
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET started_at_utc = '2024-05-03 00:00:00.000000' WHERE run_id = 'bbbb0003'")
-    from commlens.store.series_meta import Threshold, set_threshold
+    from commlens.store.series_meta import Threshold
 
     assert _same_as_through_the_store(db, "detect", "--json")[2]["sqlalchemy"] is False
     with Store.open(db) as store:
-        set_threshold(store, Threshold(op="all_reduce", min_change=0.5))
+        store.thresholds.set(Threshold(op="all_reduce", min_change=0.5))
     for argv, plainly in [
         (["detect"], False),  # a stored threshold applies: Store reads it
         (["detect", "--save", "--min-change", "1%", "--alpha", "0.01"], False),  # a write: Store

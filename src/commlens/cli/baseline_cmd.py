@@ -45,10 +45,8 @@ def _series_tag(tag: str | None, untagged: bool, *, default: str | None = None, 
 
 
 def _fingerprint(store: Store, text: str) -> str:
-    from commlens.store.series_meta import resolve_fingerprint
-
     with errors_as_exit("--fingerprint: "):
-        return resolve_fingerprint(store, text)
+        return store.baselines.fingerprint(text)
 
 
 # -- baseline -----------------------------------------------------------------------------------------
@@ -66,9 +64,8 @@ def baseline_set(
     db: str | None = DB,
 ) -> None:
     """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
-    from commlens.store import Store
+    from commlens.store import Store, series_text
     from commlens.store.refs import RunRef
-    from commlens.store.series_meta import series_text, set_baseline, tag_fingerprints
 
     parsed = RunRef.parse(ref)
     if parsed.kind == "file":
@@ -81,13 +78,13 @@ def baseline_set(
             [summary] = store.list_runs(run_ids=[run_id], limit=1)
             series_fp = summary.fingerprint if fingerprint is None else _fingerprint(store, fingerprint)
             series_tag = _series_tag(tag, untagged, default=summary.tag)
-            baseline = set_baseline(store, series_fp, series_tag, "run", run_id, note)
+            baseline = store.baselines.set(series_fp, series_tag, "run", run_id, note)
         else:
             series_tag = _series_tag(tag, untagged, required=True)
             if fingerprint is not None:
                 series_fp = _fingerprint(store, fingerprint)
             else:
-                systems = tag_fingerprints(store, parsed.text)
+                systems = store.baselines.tag_fingerprints(parsed.text)
                 if len(systems) != 1:
                     fail(
                         f"tag {parsed.text!r} has runs of {len(systems)} systems"
@@ -95,7 +92,7 @@ def baseline_set(
                         + ": give --fingerprint"
                     )
                 series_fp = systems[0]
-            baseline = set_baseline(store, series_fp, series_tag, "tag", parsed.text, note)
+            baseline = store.baselines.set(series_fp, series_tag, "tag", parsed.text, note)
     print(f"baseline of {series_text(baseline.fingerprint, baseline.tag)}: {baseline.ref_text}")
 
 
@@ -103,10 +100,9 @@ def baseline_set(
 def baseline_list(db: str | None = DB, as_json: bool = _JSON) -> None:
     """Every stored baseline, by system and tag."""
     from commlens.store import Store
-    from commlens.store.series_meta import list_baselines
 
     with errors_as_exit(), Store.open(db, create=False) as store:
-        baselines = list_baselines(store)
+        baselines = store.baselines.list()
     cells = [
         [b.fingerprint, "(untagged)" if b.tag is None else b.tag, b.ref_text, b.note or "-", b.set_at[:19] + "Z"]
         for b in baselines
@@ -142,13 +138,12 @@ def baseline_unset(
     db: str | None = DB,
 ) -> None:
     """Forget a series' baseline. Exit code 2 when it had none."""
-    from commlens.store import Store
-    from commlens.store.series_meta import series_text, unset_baseline
+    from commlens.store import Store, series_text
 
     series_tag = _series_tag(tag, untagged, required=True)
     with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
         series_fp = _fingerprint(store, fingerprint)
-        removed = unset_baseline(store, series_fp, series_tag)
+        removed = store.baselines.unset(series_fp, series_tag)
     if not removed:
         fail(f"no baseline is set for {series_text(series_fp, series_tag)}")
     print(f"baseline of {series_text(series_fp, series_tag)} removed")
@@ -171,7 +166,7 @@ def _selector(
     """The selector the options name (settings unset); a field not given matches anything."""
     from commlens.ops import get_op
     from commlens.results.units import parse_size
-    from commlens.store.series_meta import ANY, ANY_SIZE, Threshold
+    from commlens.store import ANY, ANY_SIZE, Threshold
 
     if group is not None and no_group:
         fail("--group and --no-group contradict each other: give one")
@@ -226,12 +221,11 @@ def threshold_set(
     from dataclasses import replace
 
     from commlens.store import Store
-    from commlens.store.series_meta import set_threshold
 
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
     with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
         selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
-        saved = set_threshold(store, replace(selector, min_change=change, alpha=alpha, detect_alpha=detect_alpha))
+        saved = store.thresholds.set(replace(selector, min_change=change, alpha=alpha, detect_alpha=detect_alpha))
     print(f"threshold for {saved.selector_text()}: {_settings_text(saved)}")
 
 
@@ -239,11 +233,10 @@ def threshold_set(
 def threshold_list(db: str | None = DB, as_json: bool = _JSON) -> None:
     """Every stored threshold, by selector."""
     from commlens.results.units import format_size
-    from commlens.store import Store
-    from commlens.store.series_meta import ANY, ANY_SIZE, list_thresholds
+    from commlens.store import ANY, ANY_SIZE, Store
 
     with errors_as_exit(), Store.open(db, create=False) as store:
-        thresholds = list_thresholds(store)
+        thresholds = store.thresholds.list()
 
     def shown(value: str | None) -> str:
         return "(none)" if value is None else value
@@ -284,11 +277,10 @@ def threshold_unset(
 ) -> None:
     """Forget the threshold with exactly this selector. Exit code 2 when there is none."""
     from commlens.store import Store
-    from commlens.store.series_meta import unset_threshold
 
     with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
         selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
-        removed = unset_threshold(store, selector)
+        removed = store.thresholds.unset(selector)
     if not removed:
         fail(f"no threshold is set for {selector.selector_text()} (`commlens threshold list` shows them)")
     print(f"threshold for {selector.selector_text()} removed")

@@ -44,7 +44,6 @@ def noise_learn(
     """
     from commlens.regress import learn_floors, parse_utc
     from commlens.store import Store
-    from commlens.store.noise import save_floors
 
     if min_df < 1:
         fail(f"--min-df {min_df}: must be >= 1")
@@ -61,7 +60,7 @@ def noise_learn(
                     f"{'code' if by is GroupBy.all else by.value} ({min_df + 1} or more of one series, or pairs)"
                 )
             if not dry_run:
-                save_floors(store, floors)
+                store.floors.save(floors)
     _print(
         floors,
         as_json,
@@ -78,10 +77,9 @@ def noise_show(
 ) -> None:
     """The stored noise floors, by system, op and size."""
     from commlens.store import Store
-    from commlens.store.noise import list_floors
 
     with errors_as_exit(), Store.open(db, create=False) as store:
-        floors = list_floors(store, None if fingerprint is None else [fingerprint])
+        floors = store.floors.list(None if fingerprint is None else [fingerprint])
     _print(floors, as_json, f"{len(floors)} noise floors")
 
 
@@ -96,11 +94,12 @@ def _print(floors: list[NoiseFloor], as_json: bool, summary: str) -> None:
     cells = [
         [
             f.fingerprint[:8],
-            (f.op if f.algo == "builtin" else f"{f.op}/{f.algo}") + (f" on {f.group}" if f.group else ""),
-            format_size(f.size_bytes),
-            f.dtype,
-            "-" if f.redop is None else f.redop,
-            "in" if f.in_place else "out",
+            (f.key.op if f.key.algo == "builtin" else f"{f.key.op}/{f.key.algo}")
+            + (f" on {f.key.group}" if f.key.group else ""),
+            format_size(f.key.size_bytes),
+            f.key.dtype,
+            "-" if f.key.redop is None else f.key.redop,
+            "in" if f.key.in_place else "out",
             format_percent(f.sd_log, decimals=2),
             str(f.runs),
             str(f.groups),

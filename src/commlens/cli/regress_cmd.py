@@ -236,10 +236,9 @@ def _stored_floors(store: _LazyStore, runs: list[Run]) -> dict | None:
     if store.store is None and not store.exists():
         return None
     from commlens.store import NoStoreError, StoreError
-    from commlens.store.noise import load_floors  # SQLAlchemy: only once there is a store to read
 
-    try:
-        return load_floors(store(), fingerprints)
+    try:  # SQLAlchemy: only once there is a store to read
+        return store().floors.load(fingerprints)
     except NoStoreError:
         return None
     except StoreError as e:  # the runs came from files: judge them without floors rather than not at all
@@ -262,10 +261,9 @@ def _stored_thresholds(store: _LazyStore) -> list[Threshold]:
     if store.store is None and not store.exists():
         return []
     from commlens.store import NoStoreError, StoreError
-    from commlens.store.series_meta import list_thresholds  # SQLAlchemy: only once there is a store to read
 
-    try:
-        return list_thresholds(store())
+    try:  # SQLAlchemy: only once there is a store to read
+        return store().thresholds.list()
     except NoStoreError:
         return []
     except StoreError as e:  # as for the floors: judge with the command's settings rather than not at all
@@ -283,7 +281,7 @@ def _row_thresholds(
     if not stored:
         return None
     from commlens.regress.series_settings import candidate_series, compare_thresholds
-    from commlens.store.series_meta import BaselineError
+    from commlens.store import BaselineError
 
     try:
         fingerprint, tag = candidate_series(cand_runs)
@@ -354,22 +352,18 @@ def detect_cmd(
             runs, points, floors = read
         else:
             from commlens.regress.series_settings import detect_thresholds
-            from commlens.store.noise import load_floors
-            from commlens.store.series_meta import list_thresholds
 
             with errors_as_exit():
                 runs, points = store.get().mean_history(**filters)
-                floors = load_floors(store.get(), None if fingerprint is None else [fingerprint])
-                stored = [] if len(explicit) == 2 else list_thresholds(store.get())
+                floors = store.get().floors.load(None if fingerprint is None else [fingerprint])
+                stored = [] if len(explicit) == 2 else store.get().thresholds.list()
             settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
         report = detect_mean_history(
             runs, points, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
         )
         if save:
-            from commlens.store.change_points import save_change_points
-
             with errors_as_exit():
-                saved = save_change_points(store.get(), report.changes, report.examined)
+                saved = store.get().change_points.save(report.changes, report.examined)
             say("", f"saved {saved} change point{'s' if saved != 1 else ''} of {len(report.examined)} series")
     finally:
         store.close()
@@ -396,7 +390,7 @@ def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply
     """detect's reads (history, noise floors) of a SQLite store without SQLAlchemy (``commlens.store.plain``), or
     None: ``Store`` reads them (and says what is wrong, when something is). Stored thresholds, where they apply,
     are left to ``Store`` too."""
-    from commlens.store.plain import NotPlain, plain_store
+    from commlens.store import NotPlain, plain_store
 
     try:
         with plain_store(db) as plain:

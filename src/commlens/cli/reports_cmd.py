@@ -37,18 +37,10 @@ def save_document(
     A store that cannot take it ends the command (exit 2).
     """
     from commlens.store import Store
-    from commlens.store.reports import default_title, save_report
 
     printed = json.loads(json.dumps(document, default=str))
     with errors_as_exit(escape_all=True), Store.open(db) as store:
-        report_id = save_report(
-            store,
-            kind,
-            title or default_title(kind, printed),
-            printed,
-            fingerprint=fingerprint,
-            run_id=run_id,
-        )
+        report_id = store.reports.save(kind, title or None, printed, fingerprint=fingerprint, run_id=run_id)
         say("", f"saved {kind} report {report_id} in {store.url}")
     return report_id
 
@@ -61,7 +53,7 @@ def import_report(
     db: str | None = DB,
 ) -> None:
     """Keep a diagnosis or projection written with --json earlier as a report; its id on stderr."""
-    from commlens.store.reports import read_document
+    from commlens.store import read_document
 
     with errors_as_exit(escape_all=True):
         document = read_document(file, kind)
@@ -77,11 +69,10 @@ def list_cmd(
 ) -> None:
     """The stored reports, newest first."""
     from commlens.cli.runs_cmd import open_store
-    from commlens.store.reports import count_reports, list_reports
 
     with open_store(db) as store, errors_as_exit(escape_all=True):
-        reports = list_reports(store, kind, limit=limit)
-        total = count_reports(store, kind)
+        reports = store.reports.list(kind, limit=limit)
+        total = store.reports.count(kind)
     if as_json:
         print(json.dumps({"total": total, "reports": [r.as_dict() for r in reports]}, indent=2))
         return
@@ -105,8 +96,7 @@ def show(
 ) -> None:
     """Print a stored report's document, as its command's --json printed it."""
     from commlens.cli.runs_cmd import open_store
-    from commlens.store.reports import get_report
 
     with open_store(db) as store, errors_as_exit(escape_all=True):
-        report = get_report(store, report_id.strip().lower())
+        report = store.reports.get(report_id.strip().lower())
     print(json.dumps(report.payload, indent=2))

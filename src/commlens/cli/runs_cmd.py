@@ -143,7 +143,7 @@ def _list(
 
 def _plain_list(db: str | None, **filters: Any) -> list[RunSummary] | None:
     """The listing read without SQLAlchemy (``commlens.store.plain``), or None: ``Store`` reads it."""
-    from commlens.store.plain import NotPlain, plain_store
+    from commlens.store import NotPlain, plain_store
 
     try:
         with plain_store(db) as plain:
@@ -278,7 +278,7 @@ def _plain_run(ref: str, db: str | None) -> Run | None:
     """The one run ``ref`` names, read without SQLAlchemy (``commlens.store.plain``), or None: ``Store`` reads it
     (and says what is wrong, when something is)."""
     from commlens.errors import CommlensError
-    from commlens.store.plain import plain_store
+    from commlens.store import plain_store
     from commlens.store.refs import resolve_run_ids
 
     try:
@@ -361,7 +361,7 @@ def export_cmd(
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
     from commlens.errors import CommlensError
-    from commlens.store.export import ExportFormat, export_runs
+    from commlens.store import ExportFormat, export_runs
     from commlens.store.refs import resolve_run_ids
 
     op = _op_name(op)

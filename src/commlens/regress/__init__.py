@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # imported on first use, by __getattr__ below
     from commlens.regress.history import (
         DetectedChange,
         DetectReport,
-        SeriesKey,
+        Series,
         detect_history,
         detect_mean_history,
         parse_utc,
@@ -52,7 +52,7 @@ _LAZY = {
     ),
     **dict.fromkeys(("DetectSettings", "SegmentChange", "find_changes"), "detect"),
     **dict.fromkeys(
-        ("DetectedChange", "DetectReport", "SeriesKey", "detect_history", "detect_mean_history", "parse_utc"),
+        ("DetectedChange", "DetectReport", "Series", "detect_history", "detect_mean_history", "parse_utc"),
         "history",
     ),
     **dict.fromkeys(("NoiseFloor", "learn_floors"), "noise"),
@@ -71,7 +71,7 @@ __all__ = [
     "NoiseFloor",
     "RowSide",
     "SegmentChange",
-    "SeriesKey",
+    "Series",
     "Verdict",
     "compare_runs",
     "detect_history",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, SeriesKey
+from commlens.results.records import FloorKey, KeyOrder, MeasurementKey, Series
 
 if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, which compare of two files never needs
     from commlens.store.repo import MeasurementRow
@@ -25,7 +25,7 @@ __all__ = [
     "DetectReport",
     "DetectedChange",
     "Order",
-    "SeriesKey",
+    "Series",
     "SeriesSettings",
     "TimeFormatError",
     "detect_history",
@@ -48,7 +48,7 @@ class SeriesSettings:
 class DetectedChange:
     """A change of level in one series; ``run_id`` is the first run at the new level."""
 
-    series: SeriesKey
+    series: Series
     index: int  # position of that run in the series
     points: int  # length of the series
     run_id: str
@@ -100,7 +100,7 @@ class DetectReport:
     changes: tuple[DetectedChange, ...]  # in the window (at or after ``since``), by series then time
     excluded_runs: tuple[str, ...] = ()  # runs left out of history: their results check failed
     floored: int = 0  # series judged with a noise floor
-    examined: tuple[SeriesKey, ...] = ()  # every series looked at, too short ones too (what a save replaces)
+    examined: tuple[Series, ...] = ()  # every series looked at, too short ones too (what a save replaces)
     thresholded: int = 0  # series judged with a stored threshold
 
     @property
@@ -179,7 +179,7 @@ def detect_history(
     order: Order = "time",
     since: datetime | None = None,
     floors: Mapping[FloorKey, float] | None = None,
-    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None = None,
+    settings_for: Callable[[Series], SeriesSettings | None] | None = None,
 ) -> DetectReport:
     """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
 
@@ -204,10 +204,10 @@ def detect_history(
     a time measured on wrong results is no point of a history. The report lists them.
     """
     runs = {r.run_id: (r.started_at, r.revision, r.status) for r in rows}
-    per_run: dict[SeriesKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    per_run: dict[Series, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.status != "check_failed":
-            per_run[SeriesKey(r.key, r.fingerprint, r.tag)][r.run_id].append(r.mean_s)
+            per_run[Series(r.key, r.fingerprint, r.tag)][r.run_id].append(r.mean_s)
     return _detect(runs, per_run, settings, order, since, floors, settings_for)
 
 
@@ -219,7 +219,7 @@ def detect_mean_history(
     order: Order = "time",
     since: datetime | None = None,
     floors: Mapping[FloorKey, float] | None = None,
-    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None = None,
+    settings_for: Callable[[Series], SeriesSettings | None] | None = None,
 ) -> DetectReport:
     """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (run_id, started_at, revision,
     tag, fingerprint, status) and their points (run_id, op, algo, dtype, redop, root, size_bytes, in_place,
@@ -239,18 +239,18 @@ def detect_mean_history(
         if series is None:
             series = grouped[key] = {}
         series.setdefault(run_id, []).append(point[9])
-    per_run = {SeriesKey(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
+    per_run = {Series(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
     return _detect(used, per_run, settings, order, since, floors, settings_for)
 
 
 def _detect(
     runs: Mapping[str, tuple[datetime, str | None, str]],
-    per_run: Mapping[SeriesKey, Mapping[str, list[float]]],
+    per_run: Mapping[Series, Mapping[str, list[float]]],
     settings: DetectSettings,
     order: Order,
     since: datetime | None,
     floors: Mapping[FloorKey, float] | None,
-    settings_for: Callable[[SeriesKey], SeriesSettings | None] | None,
+    settings_for: Callable[[Series], SeriesSettings | None] | None,
 ) -> DetectReport:
     """Steps 2-4 of :func:`detect_history`: ``runs`` maps run_id to (started_at, revision, status), in the
     order the rows came; ``per_run`` each series' mean times per run."""
@@ -322,6 +322,6 @@ def _detect(
     )
 
 
-def _series_order(series: SeriesKey) -> tuple[str, str, KeyOrder]:
+def _series_order(series: Series) -> tuple[str, str, KeyOrder]:
     """Tag, system, then the key's order (op, algo, dtype, redop, root, placement, group, size)."""
     return (series.tag or "", series.fingerprint, series.key.order())

@@ -68,12 +68,12 @@ def learn_floors(
         floors.append(
             NoiseFloor(
                 fingerprint=series.fingerprint,
-                **series.key._asdict(),
+                key=series.key,
                 sd_log=math.sqrt(ss / df),
                 runs=sum(v.size for v in full),
                 groups=len(full),
                 learned_at=now,
             )
         )
-    floors.sort(key=lambda f: (f.fingerprint, f.key.key.order()))
+    floors.sort(key=lambda f: (f.fingerprint, f.key.order()))
     return floors

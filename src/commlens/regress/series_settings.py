@@ -1,4 +1,4 @@
-"""What the stored baselines and thresholds (``commlens.store.series_meta``) mean for compare and detect.
+"""What the stored baselines and thresholds (``store.baselines``, ``store.thresholds``) mean for compare and detect.
 
 - :func:`baseline_runs`: the runs of the stored baseline of the candidate's series (``compare baseline X``).
 - :func:`compare_thresholds` / :func:`detect_thresholds`: the per-row and per-series settings that
@@ -13,19 +13,10 @@ from collections.abc import Callable, Collection, Sequence
 
 from commlens.regress.compare import CompareSettings, RowThreshold
 from commlens.regress.detect import DetectSettings
-from commlens.regress.history import SeriesKey, SeriesSettings
+from commlens.regress.history import Series, SeriesSettings
 from commlens.results.records import MeasurementKey, Run
+from commlens.store import Baseline, BaselineError, Store, Threshold, resolve_threshold, series_text
 from commlens.store.refs import BASELINE_REFS, is_baseline_ref
-from commlens.store.repo import Store
-from commlens.store.series_meta import (
-    Baseline,
-    BaselineError,
-    Threshold,
-    baseline_run_ids,
-    get_baseline,
-    resolve_threshold,
-    series_text,
-)
 
 __all__ = [
     "BASELINE_REFS",
@@ -63,14 +54,14 @@ def baseline_runs(store: Store, candidate: Sequence[Run]) -> tuple[Baseline, lis
         fingerprint, tag = candidate_series(candidate)
     except BaselineError as e:
         raise BaselineError(f"{e}: a baseline belongs to one series; name the base run or tag instead") from None
-    baseline = get_baseline(store, fingerprint, tag)
+    baseline = store.baselines.get(fingerprint, tag)
     if baseline is None:
         raise BaselineError(
             f"no baseline is set for the candidate's series ({series_text(fingerprint, tag)}): "
             f"set one with {_set_command(fingerprint, tag)}"
         )
     own = {r.run_id for r in candidate}
-    ids = [run_id for run_id in baseline_run_ids(store, baseline) if run_id not in own]
+    ids = [run_id for run_id in store.baselines.run_ids(baseline) if run_id not in own]
     if not ids:
         raise BaselineError(
             f"the candidate is the baseline of its series ({series_text(fingerprint, tag)}: "
@@ -109,7 +100,7 @@ def compare_thresholds(
     usable = _without(thresholds, ["detect_alpha", *(n for n in ("min_change", "alpha") if n in explicit)])
 
     def for_row(key: MeasurementKey) -> RowThreshold | None:
-        r = resolve_threshold(usable, fingerprint, tag, key)
+        r = resolve_threshold(usable, Series(key, fingerprint, tag))
         if r.min_change is None and r.alpha is None:
             return None
         return RowThreshold(
@@ -123,14 +114,14 @@ def compare_thresholds(
 
 def detect_thresholds(
     thresholds: Sequence[Threshold], settings: DetectSettings, *, explicit: Collection[str] = ()
-) -> Callable[[SeriesKey], SeriesSettings | None]:
+) -> Callable[[Series], SeriesSettings | None]:
     """Per series: the stored min change and detect alpha that apply (the rest from ``settings``), or None when
     no stored threshold sets either. ``explicit``: ``min_change`` and ``alpha`` when the user gave them."""
     names = [n for n in ("min_change", "alpha") if n in explicit]
     usable = _without(thresholds, ["alpha", *("detect_alpha" if n == "alpha" else n for n in names)])
 
-    def for_series(series: SeriesKey) -> SeriesSettings | None:
-        r = resolve_threshold(usable, series.fingerprint, series.tag, series.key)
+    def for_series(series: Series) -> SeriesSettings | None:
+        r = resolve_threshold(usable, series)
         if r.min_change is None and r.detect_alpha is None:
             return None
         own = dataclasses.replace(

@@ -21,6 +21,8 @@ from commlens.results.runconfig import RUN_CONFIGS, BenchSettings, RunConfig
 from commlens.results.stats import TimeStats, summarize
 
 __all__ = [
+    "ANY",
+    "ANY_SIZE",
     "DTYPE_SIZES",
     "FloorKey",
     "KeyOrder",
@@ -30,7 +32,8 @@ __all__ = [
     "SystemInfo",
     "Run",
     "RunStatus",
-    "SeriesKey",
+    "Series",
+    "SeriesPattern",
     "RUN_STATUSES",
     "MAX_GROUP_NAME",
     "MAX_RANKS",
@@ -117,19 +120,86 @@ class FloorKey(NamedTuple):
     key: MeasurementKey
 
 
+SeriesValue = str | int | bool | None  # a field of a series: a key's field, a fingerprint or a tag
+
+
 @dataclass(frozen=True)
-class SeriesKey:
+class Series:
     """One series: a measurement key on one system (its fingerprint) under one tag. What detect splits the
-    history into, what the store keeps change points, baselines and thresholds of."""
+    history into, what the store keeps change points, baselines and thresholds of, what the dashboard draws.
+
+    The one record of a series: the API's series objects and the store's series columns are built from it
+    (``fields``, ``store.convert.key_columns``), a selector of series is a :class:`SeriesPattern`."""
 
     key: MeasurementKey
     fingerprint: str
     tag: str | None
 
+    def fields(self) -> dict[str, SeriesValue]:
+        """Every field, flat: ``fingerprint``, ``tag``, then the key's (``group`` included), as the JSON API's
+        series objects hold them."""
+        return {"fingerprint": self.fingerprint, "tag": self.tag, **self.key._asdict()}
+
     def as_dict(self) -> JsonObject:
         """The key's fields, then ``fingerprint`` and ``tag``, as ``commlens detect --json`` prints a change;
         ``group`` only for a series of a process group, so a benchmark's report reads as it always did."""
         return {**omit_no_group(self.key._asdict()), "fingerprint": self.fingerprint, "tag": self.tag}
+
+
+ANY = "*"  # a selector field that matches every value
+ANY_SIZE = -1  # a selector's size_bytes that matches every size
+
+
+@dataclass(frozen=True)
+class SeriesPattern:
+    """Series (and their rows) picked by a selector: each field a value or ``ANY``; ``size_bytes`` ``ANY_SIZE``
+    for any size; ``tag`` and ``group`` None pick runs without a tag and rows without a process group. What a
+    stored threshold applies to (``store.Threshold`` is a pattern with its settings)."""
+
+    fingerprint: str = ANY
+    tag: str | None = ANY
+    op: str = ANY
+    dtype: str = ANY
+    size_bytes: int = ANY_SIZE
+    group: str | None = ANY
+
+    def pattern(self) -> SeriesPattern:
+        """The selector alone (a subclass's other fields left out)."""
+        return SeriesPattern(self.fingerprint, self.tag, self.op, self.dtype, self.size_bytes, self.group)
+
+    def _given(self) -> list[tuple[str, SeriesValue]]:
+        """The fields that name a value (not ANY), by name, in order: ``size`` for ``size_bytes``."""
+        fields = (
+            ("fingerprint", self.fingerprint),
+            ("tag", self.tag),
+            ("op", self.op),
+            ("dtype", self.dtype),
+            ("size", ANY if self.size_bytes == ANY_SIZE else self.size_bytes),
+            ("group", self.group),
+        )
+        return [(name, value) for name, value in fields if value != ANY]
+
+    @property
+    def specificity(self) -> int:
+        """How many fields name a value (not ANY): the more, the more specific."""
+        return len(self._given())
+
+    def matches(self, series: Series) -> bool:
+        """Whether ``series`` (its rows of key ``series.key``) is one this pattern picks."""
+        key = series.key
+        return (
+            self.fingerprint in (ANY, series.fingerprint)
+            and (self.tag == ANY or self.tag == series.tag)
+            and self.op in (ANY, key.op)
+            and self.dtype in (ANY, key.dtype)
+            and self.size_bytes in (ANY_SIZE, key.size_bytes)
+            and (self.group == ANY or self.group == key.group)
+        )
+
+    def text(self) -> str:
+        """``fingerprint=... op=all_reduce size=1048576`` (the fields given), or ``everything``."""
+        given = [f"{name}={'(none)' if value is None else value}" for name, value in self._given()]
+        return " ".join(given) or "everything"
 
 
 @dataclass(frozen=True)

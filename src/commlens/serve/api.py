@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -12,6 +13,9 @@ from pydantic import BaseModel, Field
 from commlens.errors import CommlensError
 from commlens.serve import queries as q
 from commlens.store import Store
+
+if TYPE_CHECKING:
+    from commlens.store import Threshold
 
 __all__ = ["router", "series_selector"]
 
@@ -140,6 +144,7 @@ class SeriesIn(BaseModel):
     tag: str | None = Field(None, max_length=q.MAX_REF_CHARS)
 
 
+# A store.Threshold on the wire: the same fields, checked at the boundary (made one by ``_threshold``).
 class ThresholdIn(BaseModel):
     fingerprint: str = Field("*", max_length=32)
     tag: str | None = Field("*", max_length=q.MAX_REF_CHARS, description="'*': any; null: runs without a tag")
@@ -156,79 +161,56 @@ class TagIn(BaseModel):
     tag: str | None = Field(None, max_length=q.MAX_REF_CHARS, description="null removes the tag")
 
 
-def _meta() -> Any:
-    from commlens.store import series_meta
-
-    return series_meta
-
-
-def _as_bad_request(e: CommlensError) -> q.BadRequest:
-    return q.BadRequest(str(e))
+@contextmanager
+def _as_bad_request() -> Iterator[None]:
+    """A value the store refuses (a library error) as the client's mistake: HTTP 400 with its message."""
+    try:
+        yield
+    except CommlensError as e:
+        raise q.BadRequest(str(e)) from None
 
 
 @router.get("/baselines", summary="Every stored baseline")
 def list_baselines(request: Request) -> list[Mapping[str, object]]:
-    from dataclasses import asdict
-
-    return [asdict(b) for b in _meta().list_baselines(store_of(request))]
+    return [b.as_dict() for b in store_of(request).baselines.list()]
 
 
 @router.put("/baselines", summary="Set the baseline of a series (write token)")
 def put_baseline(request: Request, body: BaselineIn) -> Mapping[str, object]:
-    from dataclasses import asdict
-
-    try:
-        b = _meta().set_baseline(store_of(request), body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return asdict(b)
+    with _as_bad_request():
+        b = store_of(request).baselines.set(body.fingerprint, body.tag, body.ref_kind, body.ref, note=body.note)
+    return b.as_dict()
 
 
 @router.delete("/baselines", summary="Remove the baseline of a series (write token)")
 def delete_baseline(request: Request, body: SeriesIn) -> dict[str, bool]:
-    return {"removed": bool(_meta().unset_baseline(store_of(request), body.fingerprint, body.tag))}
+    return {"removed": store_of(request).baselines.unset(body.fingerprint, body.tag)}
 
 
 @router.get("/thresholds", summary="Every stored threshold")
 def list_thresholds(request: Request) -> list[Mapping[str, object]]:
-    from dataclasses import asdict
-
-    return [asdict(t) for t in _meta().list_thresholds(store_of(request))]
+    return [t.as_dict() for t in store_of(request).thresholds.list()]
 
 
-def _threshold(body: ThresholdIn) -> Any:
-    meta = _meta()
-    return meta.Threshold(
-        fingerprint=body.fingerprint,
-        tag=body.tag,
-        op=body.op,
-        dtype=body.dtype,
-        size_bytes=body.size_bytes,
-        group=body.group,
-        min_change=body.min_change,
-        alpha=body.alpha,
-        detect_alpha=body.detect_alpha,
-    )
+def _threshold(body: ThresholdIn) -> Threshold:
+    """The stored threshold a request's body names: its fields are the record's."""
+    from commlens.store import Threshold  # the thresholds' module: read only by the requests that need it
+
+    return Threshold(**body.model_dump())
 
 
 @router.put("/thresholds", summary="Set a threshold for the series a selector matches (write token)")
 def put_threshold(request: Request, body: ThresholdIn) -> Mapping[str, object]:
-    from dataclasses import asdict
-
-    try:
-        t = _meta().set_threshold(store_of(request), _threshold(body))
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return asdict(t)
+    with _as_bad_request():
+        t = store_of(request).thresholds.set(_threshold(body))
+    return t.as_dict()
 
 
 @router.delete("/thresholds", summary="Remove the threshold of a selector (write token)")
 def delete_threshold(request: Request, body: ThresholdIn) -> dict[str, bool]:
-    try:
-        removed = _meta().unset_threshold(store_of(request), _threshold(body))
-    except CommlensError as e:
-        raise _as_bad_request(e) from None
-    return {"removed": bool(removed)}
+    with _as_bad_request():
+        removed = store_of(request).thresholds.unset(_threshold(body))
+    return {"removed": removed}
 
 
 @router.put("/runs/{run_id}/tag", summary="Tag a run, or remove its tag (write token)")

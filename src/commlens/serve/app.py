@@ -116,20 +116,10 @@ def create_app(config: ServeConfig, store: Store | None = None) -> FastAPI:
 
 
 def _refresh_sqlite_statistics(store: Store) -> None:
-    """Give SQLite's planner statistics (an approximate ANALYZE, a fraction of a second on 1,000,000 rows).
-
-    Without them it reads a series' history through the index on the key alone, every run's row of the
-    key across systems and tags, rather than from the series' runs: 3x slower on a 10,000-run store.
-    PostgreSQL's autovacuum keeps its own. A store that cannot be written keeps the old plans.
-    """
-    from commlens.store.db import is_sqlite, write_engine
-
-    if not is_sqlite(store.engine):
-        return
+    """The store's planner statistics refreshed (``Store.refresh_statistics``); a store that cannot be written
+    keeps the old plans."""
     try:
-        with write_engine(store.engine).begin() as conn:
-            conn.exec_driver_sql("PRAGMA analysis_limit=400")
-            conn.exec_driver_sql("ANALYZE")
+        store.refresh_statistics()
     except Exception as e:  # noqa: BLE001 - statistics are an optimisation: serving goes on without them
         import logging
 

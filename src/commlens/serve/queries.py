@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,11 +24,11 @@ from commlens.regress.detect import DetectSettings
 from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import MeasurementKey, Run
+from commlens.results.records import Run, Series
 from commlens.store import MeasurementRow, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
-    from commlens.store.series_meta import Threshold
+    pass
 
 __all__ = [
     "MAX_PER_PAGE",
@@ -172,6 +172,9 @@ class MeasurementOut(BaseModel):
     samples_s: list[float] = Field(description=f"per-iteration times, the first {MAX_SAMPLES_SHOWN}")
 
 
+_STAT_FIELDS = ("mean_s", "p50_s", "p95_s", "p99_s", "min_s", "max_s", "cv")  # MeasurementOut's, from TimeStats
+
+
 class RunOut(BaseModel):
     summary: RunSummaryOut
     finished_at: str | None
@@ -212,25 +215,12 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         rows.append(
             MeasurementOut(
                 position=i,
-                op=m.op,
-                algo=m.algo,
-                dtype=m.dtype,
-                redop=m.redop,
-                root=m.root,
-                size_bytes=m.size_bytes,
+                **m.key._asdict(),
                 count=m.count,
-                in_place=m.in_place,
                 world_size=m.world_size,
-                group=m.group,
                 nwrong=m.nwrong,
                 iterations=st.n,
-                mean_s=st.mean_s,
-                p50_s=st.p50_s,
-                p95_s=st.p95_s,
-                p99_s=st.p99_s,
-                min_s=st.min_s,
-                max_s=st.max_s,
-                cv=st.cv,
+                **{name: getattr(st, name) for name in _STAT_FIELDS},
                 algbw_bytes_per_s=m.algbw_bytes_per_s,
                 busbw_bytes_per_s=m.busbw_bytes_per_s,
                 samples_s=list(m.samples_s[:MAX_SAMPLES_SHOWN]),
@@ -287,9 +277,6 @@ def resolve_stored(store: Store, ref: str, what: str) -> list[Run]:
         raise NotFound(f"{what}: no stored run or tag {text!r} ({e})") from None
 
 
-SeriesThresholds = Callable[[str, str | None, MeasurementKey], tuple[float | None, float | None]]
-
-
 def compare_doc(
     store: Store,
     base: str,
@@ -302,8 +289,7 @@ def compare_doc(
     """As ``commlens compare BASE CANDIDATE --db ...`` judges it: stored noise floors and thresholds
     (an explicit ``min_change`` or ``alpha`` wins over a stored threshold), ``baseline`` as the base."""
     from commlens.regress import series_settings
-    from commlens.store.noise import load_floors
-    from commlens.store.series_meta import BaselineError, list_thresholds
+    from commlens.store import BaselineError
 
     cand_runs = resolve_stored(store, candidate, "candidate")
     base_label = base
@@ -331,10 +317,10 @@ def compare_doc(
         except BaselineError:
             pass  # a candidate pooling several series: a threshold belongs to one
         else:
-            stored = list_thresholds(store)
+            stored = store.thresholds.list()
             if stored:
                 thresholds = series_settings.compare_thresholds(stored, fingerprint, tag, settings, explicit=explicit)
-    floors = load_floors(store, sorted({r.system.fingerprint() for r in (*base_runs, *cand_runs)}))
+    floors = store.floors.load(sorted({r.system.fingerprint() for r in (*base_runs, *cand_runs)}))
     try:
         report = compare_runs(
             base_runs,
@@ -359,6 +345,8 @@ _MARKDOWN_ROWS = 50  # rows of the pull-request comment; the page has them all
 # -- history of one series ---------------------------------------------------------------------------
 
 
+# One series as a client names it (redop and root None: whichever the rows have): the API's form of a
+# results.records.Series, built from one by ``of``. (A comment, not a docstring: that would change the API's schema.)
 class SeriesSelector(BaseModel):
     fingerprint: str
     tag: str | None = None  # None: runs without a tag
@@ -370,6 +358,10 @@ class SeriesSelector(BaseModel):
     redop: str | None = None
     root: int | None = None
     group: str | None = None
+
+    @classmethod
+    def of(cls, series: Series) -> SeriesSelector:
+        return cls.model_validate(series.fields())
 
 
 class SeriesPoint(BaseModel):
@@ -464,9 +456,10 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
         shown = ", ".join(sorted(f"redop {k.redop} root {k.root}" for k in keys))
         raise BadRequest(f"several series match ({shown}): give redop and root")
     (key,) = keys
-    sel = sel.model_copy(update={"redop": key.redop, "root": key.root})
-    settings, thresholds = _detect_settings(store, sel.fingerprint, sel.tag, key)
-    report = detect_history(rows, settings, order=order, floors=_floors(store, [sel.fingerprint]))
+    one = Series(key, sel.fingerprint, sel.tag)
+    sel = SeriesSelector.of(one)  # redop and root as the rows have them
+    settings, thresholds = _detect_settings(store, one)
+    report = detect_history(rows, settings, order=order, floors=store.floors.load([sel.fingerprint]))
     per_run: dict[str, list[MeasurementRow]] = defaultdict(list)
     for r in rows:
         per_run[r.run_id].append(r)
@@ -500,7 +493,7 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
         points=points[truncated:],
         truncated=truncated,
         changes=[_change_out(c) for c in report.changes if c.index - truncated >= 0],
-        baseline=_baseline_out(store, sel, key),
+        baseline=_baseline_out(store, one),
         settings={"min_change": settings.min_change, "alpha": settings.alpha, "thresholds": thresholds},
         noise=noise,
     )
@@ -512,55 +505,37 @@ def _log(values: list[float]) -> Any:
     return np.log(np.asarray(values, dtype=float))
 
 
-def _detect_settings(
-    store: Store, fingerprint: str, tag: str | None, key: MeasurementKey
-) -> tuple[DetectSettings, list[JsonObject]]:
+def _detect_settings(store: Store, one: Series) -> tuple[DetectSettings, list[JsonObject]]:
     """Detect's settings for one series, as ``commlens detect`` judges it: its stored thresholds over the defaults."""
-    from commlens.store.series_meta import list_thresholds, resolve_threshold
-
-    resolved = resolve_threshold(list_thresholds(store), fingerprint, tag, key)
+    resolved = store.thresholds.resolve(one)
     settings = DetectSettings()
     if resolved.min_change is not None:
         settings = dataclasses.replace(settings, min_change=resolved.min_change)
     if resolved.detect_alpha is not None:
         settings = dataclasses.replace(settings, alpha=resolved.detect_alpha)
-    return settings, [_threshold_dict(t) for t in resolved.matched]
+    return settings, [t.as_dict() for t in resolved.matched]
 
 
-def _floors(store: Store, fingerprints: list[str] | None) -> Any:
-    from commlens.store.noise import load_floors
-
-    return load_floors(store, fingerprints)
-
-
-def _threshold_dict(t: Threshold) -> JsonObject:
-    from dataclasses import asdict
-
-    return asdict(t)
-
-
-def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> BaselineOut | None:
-    from commlens.store import series_meta
-
-    found = series_meta.get_baseline(store, sel.fingerprint, sel.tag)
+def _baseline_out(store: Store, one: Series) -> BaselineOut | None:
+    found = store.baselines.get(one.fingerprint, one.tag)
     if found is None:
         return None
-    ids = series_meta.baseline_run_ids(store, found)
+    ids = store.baselines.run_ids(found)
     wanted = set(ids)
     # a tag's runs by their tag, a run by its id: never every run of the system
     by_tag = found.ref_kind == "tag"
     rows = [
         r
         for r in store.measurement_rows(
-            op=sel.op,
-            dtype=sel.dtype,
-            size_bytes=sel.size_bytes,
-            fingerprint=sel.fingerprint,
+            op=one.key.op,
+            dtype=one.key.dtype,
+            size_bytes=one.key.size_bytes,
+            fingerprint=one.fingerprint,
             tag=found.ref if by_tag else None,
             run_ids=None if by_tag else ids,
             with_samples=False,
         )
-        if r.run_id in wanted and r.key == key
+        if r.run_id in wanted and r.key == one.key
     ]
     return BaselineOut(
         ref_kind=found.ref_kind,
@@ -575,6 +550,7 @@ def _baseline_out(store: Store, sel: SeriesSelector, key: MeasurementKey) -> Bas
 # -- regressions over every series -------------------------------------------------------------------
 
 
+# A series of the regressions page: its fields (Series.fields), its points and their noise.
 class SeriesRef(BaseModel):
     fingerprint: str
     tag: str | None
@@ -677,13 +653,12 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
     """Detect over every series, one (op, dtype, size) at a time: memory holds one slice of the history,
     not the whole store's."""
     from commlens.regress.series_settings import detect_thresholds
-    from commlens.store.series_meta import list_thresholds
 
     start = since_at - timedelta(days=lookback_days)
     settings = DetectSettings()
-    stored = list_thresholds(store)
+    stored = store.thresholds.list()
     settings_for = detect_thresholds(stored, settings) if stored else None
-    floors = _floors(store, None)
+    floors = store.floors.load()
     series = points = 0
     unstable: list[SeriesRef] = []
     stable_out: list[RegressionOut] = []
@@ -693,38 +668,24 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
         report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
         series += report.series
         points += report.points
-        per_series: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+        per_series: dict[Series, list[float]] = defaultdict(list)
         for r in rows:
             if r.status != "check_failed" and r.mean_s > 0:
-                per_series[(r.fingerprint, r.tag, r.key)].append(r.mean_s)
+                per_series[Series(r.key, r.fingerprint, r.tag)].append(r.mean_s)
         del rows
-        refs: dict[tuple[Any, ...], SeriesRef] = {}
-        noisy: set[tuple[Any, ...]] = set()
-        for (fp, tag, k), means in per_series.items():
+        refs: dict[Series, SeriesRef] = {}
+        noisy: set[Series] = set()
+        for one, means in per_series.items():
             # judged only where detect can find a change at all (2 x min_segment points): a pull
             # request's few runs are not a series to call noisy
             noise = float(robust_noise(_log(means))) if len(means) >= 2 * settings.min_segment else None
-            refs[(fp, tag, k)] = ref = SeriesRef(
-                fingerprint=fp,
-                tag=tag,
-                op=k.op,
-                algo=k.algo,
-                dtype=k.dtype,
-                redop=k.redop,
-                root=k.root,
-                size_bytes=k.size_bytes,
-                in_place=k.in_place,
-                group=k.group,
-                points=len(means),
-                noise=noise,
-            )
+            refs[one] = ref = SeriesRef.model_validate({**one.fields(), "points": len(means), "noise": noise})
             if noise is not None and noise > settings.min_change:
                 unstable.append(ref)
-                noisy.add((fp, tag, k))
+                noisy.add(one)
         for c in report.regressions:
-            skey = (c.series.fingerprint, c.series.tag, c.series.key)
-            item = RegressionOut(series=refs[skey], change=_change_out(c))
-            (noisy_out if skey in noisy else stable_out).append(item)
+            item = RegressionOut(series=refs[c.series], change=_change_out(c))
+            (noisy_out if c.series in noisy else stable_out).append(item)
     stable_out.sort(key=lambda x: x.change.started_at, reverse=True)
     noisy_out.sort(key=lambda x: x.change.started_at, reverse=True)
     unstable.sort(key=lambda u: (-(u.noise or 0.0), u.fingerprint, u.tag or "", u.op, u.size_bytes))
@@ -739,7 +700,3 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
         unstable=unstable,
         unstable_regressions=noisy_out,
     )
-
-
-def _ref_key(u: SeriesRef) -> MeasurementKey:
-    return MeasurementKey(u.op, u.algo, u.dtype, u.redop, u.root, u.size_bytes, u.in_place, u.group)

@@ -30,9 +30,19 @@ from commlens.serve import queries as q
 from commlens.serve.api import store_of
 from commlens.serve.live import WAIT_S, LiveJob, LiveSources, live_doc
 from commlens.serve.pages import render
-from commlens.store import Store
-from commlens.store import reports as stored
-from commlens.store.reports import doc_array, doc_int, doc_number, doc_objects
+from commlens.store import (
+    DIAGNOSE_KINDS,
+    PROJECTION_KINDS,
+    REPORT_KINDS,
+    Report,
+    ReportNotFoundError,
+    Store,
+    doc_array,
+    doc_int,
+    doc_number,
+    doc_objects,
+    sweep_fields,
+)
 
 __all__ = ["api_router", "heatmap", "page_router"]
 
@@ -40,7 +50,7 @@ api_router = APIRouter(prefix="/api", tags=["reports"])
 page_router = APIRouter(include_in_schema=False)
 
 Kind = Literal["links", "stragglers", "hang", "projection", "sweep"]
-FAMILIES: dict[str, tuple[str, ...]] = {"diagnose": stored.DIAGNOSE_KINDS, "projection": stored.PROJECTION_KINDS}
+FAMILIES: dict[str, tuple[str, ...]] = {"diagnose": DIAGNOSE_KINDS, "projection": PROJECTION_KINDS}
 SWEEP_METRICS = (
     ("step_time_s", "step time (s)"),
     ("tokens_per_s", "tokens/s"),
@@ -79,9 +89,9 @@ class LiveOut(BaseModel):
 
 
 def _reports_page(store: Store, kinds: tuple[str, ...], page: int, per_page: int) -> ReportsPage:
-    total = stored.count_reports(store, kinds)
+    total = store.reports.count(kinds)
     pages = max(1, math.ceil(total / per_page))
-    rows = stored.list_reports(store, kinds, limit=per_page, offset=(page - 1) * per_page)
+    rows = store.reports.list(kinds, limit=per_page, offset=(page - 1) * per_page)
     return ReportsPage(
         total=total,
         page=page,
@@ -92,10 +102,10 @@ def _reports_page(store: Store, kinds: tuple[str, ...], page: int, per_page: int
     )
 
 
-def _report(store: Store, report_id: str) -> stored.Report:
+def _report(store: Store, report_id: str) -> Report:
     try:
-        return stored.get_report(store, report_id)
-    except stored.ReportNotFoundError as e:
+        return store.reports.get(report_id)
+    except ReportNotFoundError as e:
         raise q.NotFound(str(e)) from None
 
 
@@ -141,7 +151,7 @@ def reports(
     page: int = Query(1, ge=1, le=1_000_000),
     per_page: int = Query(50, ge=1, le=q.MAX_PER_PAGE),
 ) -> ReportsPage:
-    kinds = (kind,) if kind else stored.REPORT_KINDS
+    kinds = (kind,) if kind else REPORT_KINDS
     return _reports_page(store_of(request), kinds, page, per_page)
 
 
@@ -265,7 +275,7 @@ class SweepView:
 
 def _sweep_view(doc: JsonObject) -> SweepView:
     rows = doc_objects(doc, "rows")
-    fields = stored.sweep_fields(rows)
+    fields = sweep_fields(rows)
     feasible = [r for r in rows if "error" not in r]
     return SweepView(fields, len(feasible), SWEEP_METRICS if fields and feasible else ())
 
@@ -290,7 +300,7 @@ def _list_page(request: Request, family: str, kind: str | None, page: int, per_p
 def _report_page(request: Request, family: str, report_id: str) -> Response:
     r = _report(store_of(request), report_id)
     kind = r.summary.kind
-    home = "diagnose" if kind in stored.DIAGNOSE_KINDS else "projection"
+    home = "diagnose" if kind in DIAGNOSE_KINDS else "projection"
     if home != family:
         return RedirectResponse(f"/{home}/{r.summary.report_id}", status_code=303)
     page = f"report_{kind}.html"

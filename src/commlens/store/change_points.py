@@ -16,8 +16,8 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import MeasurementKey, SeriesKey
-from commlens.store.convert import decode_redop_root, encode_redop_root, to_utc
+from commlens.results.records import Series
+from commlens.store.convert import KEY_COLUMNS, NO_VALUE, key_columns, key_from_columns, to_utc
 from commlens.store.db import StoreError, driver_reason, write_engine
 from commlens.store.models import ChangePointModel
 from commlens.store.repo import Store
@@ -26,15 +26,14 @@ __all__ = ["DEFAULT_LIMIT", "ChangeToSave", "Direction", "SavedChange", "load_ch
 
 Direction = Literal["regression", "improvement"]
 DEFAULT_LIMIT = 1000
-_NONE = ""  # tag and group_name of a series without a tag or a process group
-_SERIES_COLUMNS = ("fingerprint", "tag", "op", "algo", "dtype", "redop", "root", "size_bytes", "in_place", "group_name")
+_SERIES_COLUMNS = ("fingerprint", "tag", *KEY_COLUMNS)
 
 
 class ChangeToSave(Protocol):
     """What the store keeps of a detected change (``commlens.regress.DetectedChange`` has these fields)."""
 
     @property
-    def series(self) -> SeriesKey: ...
+    def series(self) -> Series: ...
     @property
     def run_id(self) -> str: ...
     @property
@@ -61,7 +60,7 @@ class ChangeToSave(Protocol):
 class SavedChange:
     """A stored change point: the series, the first run at the new level, the means either side, when saved."""
 
-    series: SeriesKey
+    series: Series
     run_id: str  # the first run at the new level
     started_at: datetime  # that run's start, UTC
     revision: str | None
@@ -93,30 +92,18 @@ class SavedChange:
         return d
 
 
-def _series_columns(series: SeriesKey) -> dict[str, object]:
+def _series_columns(series: Series) -> dict[str, object]:
     """The series' columns and their values (a row to insert, a filter to match)."""
-    k = series.key
-    redop, root = encode_redop_root(k.redop, k.root)
-    return {
-        "fingerprint": series.fingerprint,
-        "tag": _NONE if series.tag is None else series.tag,
-        "op": k.op,
-        "algo": k.algo,
-        "dtype": k.dtype,
-        "redop": redop,
-        "root": root,
-        "size_bytes": k.size_bytes,
-        "in_place": k.in_place,
-        "group_name": _NONE if k.group is None else k.group,
-    }
+    tag = NO_VALUE if series.tag is None else series.tag
+    return {"fingerprint": series.fingerprint, "tag": tag, **key_columns(series.key)}
 
 
-def _is_series(series: SeriesKey) -> list[Any]:
+def _is_series(series: Series) -> list[Any]:
     columns = _series_columns(series)
     return [getattr(ChangePointModel, c) == columns[c] for c in _SERIES_COLUMNS]
 
 
-def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: Iterable[SeriesKey] = ()) -> int:
+def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: Iterable[Series] = ()) -> int:
     """Store ``changes`` (a detection's), replacing every stored change of each ``examined`` series and of each
     change's series, in one transaction; returns how many changes were stored."""
     changes = list(changes)
@@ -155,7 +142,7 @@ def load_change_points(
     *,
     since: datetime | str | None = None,
     direction: Direction | None = None,
-    series: SeriesKey | None = None,
+    series: Series | None = None,
     fingerprint: str | None = None,
     limit: int | None = DEFAULT_LIMIT,
 ) -> list[SavedChange]:
@@ -187,20 +174,9 @@ def load_change_points(
         raise StoreError(f"cannot read change points from {store.url}: {driver_reason(e)}") from None
     out = []
     for r in found:
-        redop, root = decode_redop_root(r.redop, r.root)
-        key = MeasurementKey(
-            r.op,
-            r.algo,
-            r.dtype,
-            redop,
-            root,
-            r.size_bytes,
-            r.in_place,
-            None if r.group_name == _NONE else r.group_name,
-        )
         out.append(
             SavedChange(
-                series=SeriesKey(key, r.fingerprint, None if r.tag == _NONE else r.tag),
+                series=Series(key_from_columns(r), r.fingerprint, None if r.tag == NO_VALUE else r.tag),
                 run_id=r.run_id,
                 started_at=r.started_at_utc.replace(tzinfo=timezone.utc),
                 revision=r.revision,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from commlens.results.jsonfmt import FormatError, system_from_dict
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.nccltests_json import from_nccl_tests, to_nccl_tests
-from commlens.results.records import Measurement, RecordError, Run, SystemInfo
+from commlens.results.records import Measurement, MeasurementKey, RecordError, Run, SystemInfo
 from commlens.results.runconfig import ConfigFormatError, config_from_wire
 from commlens.results.stats import TimeStats
 from commlens.store.db import StoreError
@@ -21,9 +21,13 @@ if TYPE_CHECKING:  # (annotations only: reading a run without SQLAlchemy uses ru
     from commlens.store.models import MeasurementModel, RunModel
 
 __all__ = [
+    "KEY_COLUMNS",
+    "NO_VALUE",
     "decode_redop_root",
     "encode_redop_root",
     "is_date",
+    "key_columns",
+    "key_from_columns",
     "measurement_rows",
     "reported_from_json",
     "run_from_model",
@@ -46,6 +50,26 @@ def encode_redop_root(redop: str | None, root: int | None) -> tuple[str, int]:
 def decode_redop_root(redop: str, root: int) -> tuple[str | None, int | None]:
     """The store's ``redop`` and ``root`` columns as a measurement holds them (None for none)."""
     return from_nccl_tests(redop, root)
+
+
+# The tables that key rows by series (noise_floors, change_points) hold a measurement key in these columns:
+# redop and root as above, and ``group_name`` (and a series' ``tag``) ``''`` for none, for the same reason.
+KEY_COLUMNS = ("op", "algo", "dtype", "redop", "root", "size_bytes", "in_place", "group_name")
+NO_VALUE = ""
+
+
+def key_columns(key: MeasurementKey) -> dict[str, object]:
+    """``key`` as the series tables' ``KEY_COLUMNS`` hold it."""
+    redop, root = encode_redop_root(key.redop, key.root)
+    group = NO_VALUE if key.group is None else key.group
+    return dict(zip(KEY_COLUMNS, (key.op, key.algo, key.dtype, redop, root, key.size_bytes, key.in_place, group)))
+
+
+def key_from_columns(row: Any) -> MeasurementKey:
+    """The measurement key of a series table's row (its ``KEY_COLUMNS`` as attributes)."""
+    redop, root = decode_redop_root(row.redop, row.root)
+    group = None if row.group_name == NO_VALUE else row.group_name
+    return MeasurementKey(row.op, row.algo, row.dtype, redop, root, row.size_bytes, row.in_place, group)
 
 
 def to_utc(value: str | datetime, *, what: str) -> datetime:

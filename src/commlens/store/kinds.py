@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from commlens.results.jsonvalue import JsonObject
-    from commlens.results.records import FloorKey, SeriesKey
+    from commlens.results.records import FloorKey, Series
     from commlens.store.change_points import ChangeToSave, Direction, SavedChange
     from commlens.store.noise import NoiseFloor
     from commlens.store.repo import Store
     from commlens.store.reports import Report, ReportSummary
-    from commlens.store.series_meta import Baseline, RefKind, Threshold
+    from commlens.store.series_meta import Baseline, RefKind, ResolvedThreshold, Threshold
 
 __all__ = ["Baselines", "ChangePoints", "Floors", "Reports", "Thresholds"]
 
@@ -57,6 +57,19 @@ class Baselines:
 
         return baseline_run_ids(self.store, baseline)
 
+    def fingerprint(self, text: str) -> str:
+        """The full system fingerprint ``text`` names (a stored run's, exactly or as a unique prefix; else
+        ``text`` itself when it has a fingerprint's shape); BaselineError otherwise."""
+        from commlens.store.series_meta import resolve_fingerprint
+
+        return resolve_fingerprint(self.store, text)
+
+    def tag_fingerprints(self, tag: str) -> builtins.list[str]:
+        """The fingerprints of the systems the runs of ``tag`` ran on, sorted."""
+        from commlens.store.series_meta import tag_fingerprints
+
+        return tag_fingerprints(self.store, tag)
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -78,6 +91,12 @@ class Thresholds:
         from commlens.store.series_meta import unset_threshold
 
         return unset_threshold(self.store, selector)
+
+    def resolve(self, series: Series) -> ResolvedThreshold:
+        """What the stored thresholds set for ``series``."""
+        from commlens.store.series_meta import resolve_threshold
+
+        return resolve_threshold(self.list(), series)
 
 
 @dataclass(frozen=True)
@@ -111,15 +130,18 @@ class Reports:
     def save(
         self,
         kind: str,
-        title: str,
+        title: str | None,
         payload: JsonObject,
         *,
         fingerprint: str | None = None,
         run_id: str | None = None,
     ) -> str:
-        from commlens.store.reports import save_report
+        """Keep ``payload`` (checked against ``kind``'s shape) as a new report; its id. A title of None: what
+        the document found (``default_title``)."""
+        from commlens.store.reports import default_title, save_report
 
-        return save_report(self.store, kind, title, payload, fingerprint=fingerprint, run_id=run_id)
+        shown = default_title(kind, payload) if title is None else title
+        return save_report(self.store, kind, shown, payload, fingerprint=fingerprint, run_id=run_id)
 
     def list(
         self, kind: str | Sequence[str] | None = None, limit: int = 50, offset: int = 0
@@ -146,7 +168,7 @@ class ChangePoints:
 
     store: Store
 
-    def save(self, changes: Iterable[ChangeToSave], examined: Iterable[SeriesKey] = ()) -> int:
+    def save(self, changes: Iterable[ChangeToSave], examined: Iterable[Series] = ()) -> int:
         from commlens.store.change_points import save_change_points
 
         return save_change_points(self.store, changes, examined)
@@ -156,7 +178,7 @@ class ChangePoints:
         *,
         since: datetime | str | None = None,
         direction: Direction | None = None,
-        series: SeriesKey | None = None,
+        series: Series | None = None,
         fingerprint: str | None = None,
         limit: int | None = 1000,
     ) -> builtins.list[SavedChange]:

@@ -206,8 +206,6 @@ class NoiseFloorModel(Base):
 
 # -- what a team says about its series (commlens baseline / threshold, commlens serve) ----------------
 
-ANY = "*"  # a threshold field that matches every value
-
 
 class BaselineModel(Base):
     """The baseline of the series of one system under one tag (a branch, say): a run, or every run of a tag.

@@ -7,14 +7,14 @@ The learning lives in ``commlens.regress.noise``; this module keeps its results
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import FloorKey, MeasurementKey, omit_no_group
-from commlens.store.convert import decode_redop_root, encode_redop_root
+from commlens.store.convert import KEY_COLUMNS, key_columns, key_from_columns
 from commlens.store.db import StoreError, driver_reason
 from commlens.store.models import NoiseFloorModel
 from commlens.store.repo import Store
@@ -26,50 +26,40 @@ __all__ = ["FloorKey", "NoiseFloor", "load_floors", "list_floors", "save_floors"
 class NoiseFloor:
     """One series' run-to-run variation: ``sd_log`` is the sd of ln(typical time) between runs of the same
     code (0.05: runs scatter by about 5 %), learned from ``runs`` runs in ``groups`` groups of two or more.
-    ``group`` is the series' process group (None for a benchmark series)."""
+    The series: a measurement key (``key``, its ``group`` None for a benchmark series) on one system."""
 
     fingerprint: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None  # None: the op does not reduce
-    root: int | None  # None: the op has no root
-    size_bytes: int
-    in_place: bool
+    key: MeasurementKey
     sd_log: float
     runs: int
     groups: int
     learned_at: str
-    group: str | None = None
-
-    def as_dict(self) -> JsonObject:
-        """Every field, as ``commlens noise show --json`` prints a floor; ``group`` only for a process group's
-        series, so a benchmark's floors read as they always did."""
-        return omit_no_group(asdict(self))
 
     @property
-    def key(self) -> FloorKey:
-        return FloorKey(
-            self.fingerprint,
-            MeasurementKey(
-                self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
-            ),
-        )
+    def series(self) -> FloorKey:
+        return FloorKey(self.fingerprint, self.key)
+
+    def as_dict(self) -> JsonObject:
+        """As ``commlens noise show --json`` prints a floor: the key's fields flat, ``group`` last and only for a
+        process group's series, so a benchmark's floors read as they always did."""
+        fields: JsonObject = {"fingerprint": self.fingerprint, **self.key._asdict()}
+        group = fields.pop("group")
+        figures: JsonObject = {
+            "sd_log": self.sd_log,
+            "runs": self.runs,
+            "groups": self.groups,
+            "learned_at": self.learned_at,
+        }
+        return omit_no_group({**fields, **figures, "group": group})
 
 
-# A FloorKey's fields and the columns that hold them: the same names, but for the group's.
-_KEY_COLUMNS = {"fingerprint": "fingerprint", **{f: f for f in MeasurementKey._fields}, "group": "group_name"}
+_SERIES_COLUMNS = ("fingerprint", *KEY_COLUMNS)  # the unique key: one floor per series
 _VALUE_COLUMNS = ("sd_log", "runs", "groups", "learned_at")
-_NO_GROUP = ""  # group_name of a series without a process group: NULLs are never equal in the unique key
 
 
 def _columns(f: NoiseFloor) -> dict[str, object]:
     """The ``noise_floors`` row of ``f``: its series' columns (redop, root and group encoded), then its figures."""
-    row = {column: getattr(f, name) for name, column in _KEY_COLUMNS.items()}
-    row.update({c: getattr(f, c) for c in _VALUE_COLUMNS})
-    row["redop"], row["root"] = encode_redop_root(f.redop, f.root)
-    row["group_name"] = _NO_GROUP if f.group is None else f.group
-    return row
+    return {"fingerprint": f.fingerprint, **key_columns(f.key), **{c: getattr(f, c) for c in _VALUE_COLUMNS}}
 
 
 def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
@@ -79,7 +69,7 @@ def save_floors(store: Store, floors: Sequence[NoiseFloor]) -> int:
         with store.engine.begin() as conn:
             rows = [_columns(f) for f in floors]
             for row in rows:
-                conn.execute(delete(m).where(*(getattr(m, c) == row[c] for c in _KEY_COLUMNS.values())))
+                conn.execute(delete(m).where(*(getattr(m, c) == row[c] for c in _SERIES_COLUMNS)))
             if rows:
                 conn.execute(insert(m), rows)
     except SQLAlchemyError as e:
@@ -98,19 +88,15 @@ def list_floors(store: Store, fingerprints: Iterable[str] | None = None) -> list
     )
     try:
         with store.engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
+            rows = conn.execute(query).all()
     except SQLAlchemyError as e:
         raise StoreError(f"cannot read noise floors from {store.url}: {driver_reason(e)}") from None
-    floors = []
-    for row in rows:
-        fields = {name: row[column] for name, column in _KEY_COLUMNS.items()}
-        fields.update({c: row[c] for c in _VALUE_COLUMNS})
-        fields["redop"], fields["root"] = decode_redop_root(row["redop"], row["root"])
-        fields["group"] = None if row["group_name"] == _NO_GROUP else row["group_name"]
-        floors.append(NoiseFloor(**fields))
-    return floors
+    return [
+        NoiseFloor(row.fingerprint, key_from_columns(row), **{c: getattr(row, c) for c in _VALUE_COLUMNS})
+        for row in rows
+    ]
 
 
 def load_floors(store: Store, fingerprints: Iterable[str] | None = None) -> dict[FloorKey, float]:
     """``{series: sd_log}`` for compare and detect."""
-    return {f.key: f.sd_log for f in list_floors(store, fingerprints)}
+    return {f.series: f.sd_log for f in list_floors(store, fingerprints)}

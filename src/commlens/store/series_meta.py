@@ -25,9 +25,9 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import DTYPE_SIZES, MeasurementKey
+from commlens.results.records import ANY, ANY_SIZE, DTYPE_SIZES, Series, SeriesPattern
 from commlens.store.db import StoreError, driver_reason, write_engine
-from commlens.store.models import ANY, BaselineModel, RunModel, ThresholdModel
+from commlens.store.models import BaselineModel, RunModel, ThresholdModel
 from commlens.store.repo import Store
 
 __all__ = [
@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 RefKind = Literal["run", "tag"]
-ANY_SIZE = -1  # a threshold's size_bytes that matches every size
 _NONE = ""  # the tag or group_name column of a series without a tag or a process group
 _FINGERPRINT_LEN = 16  # SystemInfo.fingerprint(): 16 hex digits
 _MAX_LISTED = 5
@@ -277,53 +276,18 @@ def _delete(store: Store, statement: Any, what: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Threshold:
-    """A stored threshold: its selector, then what it sets (None: not set here).
+class Threshold(SeriesPattern):
+    """A stored threshold: its selector (a :class:`SeriesPattern`: fingerprint, tag, op, dtype, size_bytes,
+    group), then what it sets (None: not set here)."""
 
-    Selector fields hold a value or ``ANY``; ``size_bytes`` ``ANY_SIZE`` (-1) is any size; ``tag`` and
-    ``group`` None match runs without a tag and rows without a process group.
-    """
-
-    fingerprint: str = ANY
-    tag: str | None = ANY
-    op: str = ANY
-    dtype: str = ANY
-    size_bytes: int = ANY_SIZE
-    group: str | None = ANY
     min_change: float | None = None  # smallest relative change that counts (0.05 = 5 %), compare and detect
     alpha: float | None = None  # compare's significance level (Welch's t, adjusted over the rows)
     detect_alpha: float | None = None  # detect's significance level (Mann-Whitney U before vs after)
     set_at: str = ""  # ISO 8601, UTC
 
-    @property
-    def selector(self) -> tuple[str, str | None, str, str, int, str | None]:
-        return (self.fingerprint, self.tag, self.op, self.dtype, self.size_bytes, self.group)
-
-    @property
-    def specificity(self) -> int:
-        """How many selector fields name a value (not ANY): the more, the more specific."""
-        return sum(v != ANY for v in self.selector[:4]) + (self.size_bytes != ANY_SIZE) + (self.group != ANY)
-
-    def matches(self, fingerprint: str, tag: str | None, key: MeasurementKey) -> bool:
-        """Whether this threshold applies to row ``key`` of the series (``fingerprint``, ``tag``)."""
-        return (
-            self.fingerprint in (ANY, fingerprint)
-            and (self.tag == ANY or self.tag == tag)
-            and self.op in (ANY, key.op)
-            and self.dtype in (ANY, key.dtype)
-            and self.size_bytes in (ANY_SIZE, key.size_bytes)
-            and (self.group == ANY or self.group == key.group)
-        )
-
     def selector_text(self) -> str:
         """``fingerprint=... op=all_reduce size=1048576`` (the fields given), or ``everything``."""
-        names = ("fingerprint", "tag", "op", "dtype", "size", "group")
-        given = []
-        for name, value in zip(names, self.selector):
-            if value == ANY or (name == "size" and value == ANY_SIZE):
-                continue
-            given.append(f"{name}={'(none)' if value is None else value}")
-        return " ".join(given) or "everything"
+        return self.text()
 
     def as_dict(self) -> JsonObject:
         return asdict(self)
@@ -431,10 +395,8 @@ class ResolvedThreshold:
         return "; ".join(t.selector_text() for t in self.matched)
 
 
-def resolve_threshold(
-    thresholds: Sequence[Threshold], fingerprint: str, tag: str | None, key: MeasurementKey
-) -> ResolvedThreshold:
-    """The settings for row ``key`` of the series (``fingerprint``, ``tag``), one setting at a time.
+def resolve_threshold(thresholds: Sequence[Threshold], series: Series) -> ResolvedThreshold:
+    """The settings for ``series`` (its rows of key ``series.key``), one setting at a time.
 
     1. Keep the thresholds that match the row (each selector field ANY or equal).
     2. For each setting (min_change, alpha, detect_alpha), of the matches that set it, the most specific
@@ -442,7 +404,7 @@ def resolve_threshold(
     3. A setting no match sets stays None: the command's default (or its explicit option) decides.
     """
     matching = sorted(
-        (t for t in thresholds if t.matches(fingerprint, tag, key)),
+        (t for t in thresholds if t.matches(series)),
         key=lambda t: (t.specificity, t.set_at),
         reverse=True,
     )

@@ -223,22 +223,17 @@
     }
   }
 
-  function wireBaselineForm() {
-    const form = document.getElementById("baseline-form");
+  // A write form of the history page: on submit, PUT what ``body(form, fields)`` makes to ``url``, then reload
+  // the page to show it (or say the error under the form, in ``#<id without -form>-result``).
+  function wireWriteForm(id, url, what, body) {
+    const form = document.getElementById(id);
     if (!form) return;
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
-      const out = document.getElementById("baseline-result");
-      const f = new FormData(form);
+      const out = document.getElementById(id.replace(/-form$/, "-result"));
       try {
-        await sendJSON("PUT", "/api/baselines", {
-          fingerprint: form.dataset.fingerprint,
-          tag: form.dataset.tag || null,
-          ref_kind: f.get("ref_kind"),
-          ref: f.get("ref"),
-          note: f.get("note") || "",
-        });
-        out.textContent = "baseline set";
+        await sendJSON("PUT", url, body(form, new FormData(form)));
+        out.textContent = what + " set";
         window.location.reload();
       } catch (e) {
         out.textContent = "error: " + (e.message || e);
@@ -246,32 +241,29 @@
     });
   }
 
+  function wireBaselineForm() {
+    wireWriteForm("baseline-form", "/api/baselines", "baseline", (form, f) => ({
+      fingerprint: form.dataset.fingerprint,
+      tag: form.dataset.tag || null,
+      ref_kind: f.get("ref_kind"),
+      ref: f.get("ref"),
+      note: f.get("note") || "",
+    }));
+  }
+
   function wireThresholdForm() {
-    const form = document.getElementById("threshold-form");
-    if (!form) return;
-    form.addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      const out = document.getElementById("threshold-result");
-      const f = new FormData(form);
-      const number = (name) => (f.get(name) ? Number(f.get(name)) : null);
-      try {
-        await sendJSON("PUT", "/api/thresholds", {
-          fingerprint: form.dataset.fingerprint,
-          tag: form.dataset.tag || null,
-          op: form.dataset.op,
-          dtype: form.dataset.dtype,
-          size_bytes: Number(form.dataset.size),
-          group: form.dataset.group || null,
-          min_change: number("min_change"),
-          alpha: number("alpha"),
-          detect_alpha: number("detect_alpha"),
-        });
-        out.textContent = "threshold set";
-        window.location.reload();
-      } catch (e) {
-        out.textContent = "error: " + (e.message || e);
-      }
-    });
+    const number = (f, name) => (f.get(name) ? Number(f.get(name)) : null);
+    wireWriteForm("threshold-form", "/api/thresholds", "threshold", (form, f) => ({
+      fingerprint: form.dataset.fingerprint,
+      tag: form.dataset.tag || null,
+      op: form.dataset.op,
+      dtype: form.dataset.dtype,
+      size_bytes: Number(form.dataset.size),
+      group: form.dataset.group || null,
+      min_change: number(f, "min_change"),
+      alpha: number(f, "alpha"),
+      detect_alpha: number(f, "detect_alpha"),
+    }));
   }
 
   window.commlens = { renderers: renderers, getJSON: getJSON, sendJSON: sendJSON, plot: plot, counted: counted, fmtSize: fmtSize, PALETTE: PALETTE };
