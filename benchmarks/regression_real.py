@@ -207,7 +207,7 @@ def _judge(pairs: list[tuple[Run, Run]], floors: dict | None, settings: CompareS
 
 def _floors(history: list[Run]) -> dict:
     """Floors as ``commlens noise learn --by all`` learns them from an A/A history."""
-    return {f.key: f.sd_log for f in learn_floors(history, by="all")}
+    return {f.series: f.sd_log for f in learn_floors(history, by="all")}
 
 
 def _level_spread(runs: list[Run]) -> dict[int, tuple[float, float]]:
