@@ -35,7 +35,8 @@ def no_contention() -> list[str]:
         for nodes in (2, 3, 16, 64):
             errs = []
             for op, algo in NO_CONTENTION_CASES:
-                r = run(SimConfig(topo, nodes, (Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo),), SimOptions(routing="spray")))  # fmt: skip
+                coll = Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo)
+                r = run(SimConfig(topo, nodes, (coll,), SimOptions(routing="spray")))
                 c = r.collectives[0]
                 err = c.time_s / c.analytic_s - 1
                 errs.append(f"{algo} {op.replace('_', '-')} {100 * err:+.2f}%")
@@ -238,8 +239,8 @@ def nccl_tests_283() -> list[str]:
         for routing, seeds in (("spray", range(1)), ("ecmp", range(8))):
             vals, chosen = [], algo
             for seed in seeds:
-                r = run(SimConfig(topo, 248, (Collective("ar", "all_reduce", 512 << 20, np.arange(1984)[None, :],
-                                                    algo=algo),), SimOptions(routing=routing, seed=seed)))  # fmt: skip
+                coll = Collective("ar", "all_reduce", 512 << 20, np.arange(1984)[None, :], algo=algo)
+                r = run(SimConfig(topo, 248, (coll,), SimOptions(routing=routing, seed=seed)))
                 vals.append(r.collectives[0].busbw_bytes_per_s / 1e9)
                 chosen = r.collectives[0].algo
             runs[algo, routing] = vals
@@ -255,8 +256,8 @@ def nccl_tests_283() -> list[str]:
          "dgx-a100", 2, "ring", "192"),
         ("NVIDIA/nccl #812, same; 16 nodes", "dgx-a100", 16, "ring", "192"),
     ):  # fmt: skip
-        r = run(SimConfig(load_topology(topo_name), nodes, (Collective("ar", "all_reduce", GiB,
-                                                                  np.arange(nodes * 8)[None, :], algo=algo),), SimOptions(routing="spray")))  # fmt: skip
+        coll = Collective("ar", "all_reduce", GiB, np.arange(nodes * 8)[None, :], algo=algo)
+        r = run(SimConfig(load_topology(topo_name), nodes, (coll,), SimOptions(routing="spray")))
         few.append(f"| {source} | `{topo_name}`, {nodes}, {algo} | {published} | "
                    f"{r.collectives[0].busbw_bytes_per_s / 1e9:.0f} |")  # fmt: skip
         print(few[-1], flush=True)

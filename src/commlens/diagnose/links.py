@@ -6,8 +6,8 @@ As a worker under any launcher (one rank per host)::
 
 Rank 0 prints the matrix and the faults and exits 1 when it found one. The stage's entry is :func:`run`: one
 :class:`LinksConfig` (where the ranks run, the probe, the strategy) in, the :class:`LinkDiagnosis` out.
-``run_links`` launches the ranks through bench's launcher (``commlens.bench.launcher.launch_ranks``: locally, or one rank per host of an
-emulated cluster). The steps of the detection are in ``links_analysis.diagnose_links``.
+``run_links`` launches the ranks through bench's launcher (``commlens.bench.launcher.launch_ranks``: locally, or
+one rank per host of an emulated cluster). The steps of the detection are in ``links_analysis.diagnose_links``.
 """
 
 from __future__ import annotations
