@@ -33,25 +33,24 @@ SECTION = "## Training projection (issue 5)"
 
 
 def single(rounds: int = 5, calls: int = 2000) -> tuple[float, float]:
-    from commlens.project import ParallelLayout, project, step
+    from commlens.project import ParallelLayout, Scenario, run, step
     from commlens.topology import load_topology
     from commlens.workload import load_workload
 
-    t, w = load_topology("dgx-h100"), load_workload("llama3-70b")
-    lay = ParallelLayout(tp=8, pp=4, vpp=5)
-    project(w, t, lay, 1024)
+    scenario = Scenario(load_workload("llama3-70b"), load_topology("dgx-h100"), ParallelLayout(tp=8, pp=4, vpp=5), 1024)
+    run(scenario)
     warm = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         for _ in range(calls):
-            project(w, t, lay, 1024)
+            run(scenario)
         warm.append((time.perf_counter() - t0) / calls)
     cold = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         for _ in range(calls // 10):
             step._COMM.clear()
-            project(w, t, lay, 1024)
+            run(scenario)
         cold.append((time.perf_counter() - t0) / (calls // 10))
     return statistics.median(warm), statistics.median(cold)
 

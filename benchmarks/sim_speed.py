@@ -32,13 +32,13 @@ STEP_TARGET_S = 60.0
 RING = """
 import json, resource, sys, time
 import numpy as np
-from commlens.sim import Collective, simulate
+from commlens.sim import Collective, SimConfig, SimOptions, run
 from commlens.topology import load_topology
 gpus, routing = int(sys.argv[1]), sys.argv[2]
 topo = load_topology("h100-rail-2tier")
 t = time.perf_counter()
-r = simulate(topo, gpus // 8, [Collective("ar", "all_reduce", 1 << 30, np.arange(gpus)[None, :], algo="ring")],
-             routing=routing)
+r = run(SimConfig(topo, gpus // 8, (Collective("ar", "all_reduce", 1 << 30, np.arange(gpus)[None, :], algo="ring"),),
+                  SimOptions(routing)))
 wall = time.perf_counter() - t
 c = r.collectives[0]
 print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -48,6 +48,7 @@ print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_
 # The whole-step case (`commlens sim step`): Llama 3 405B as Meta trained it, TP 8, PP 16, DP 128, every group at once.
 STEP = """
 import json, resource, time
+from commlens.project import Scenario
 from commlens.project.layout import ParallelLayout
 from commlens.project.simstep import simulate_step
 from commlens.topology import load_topology
@@ -56,11 +57,11 @@ w = load_workload("llama3-405b").model_copy(update={"seq_len": 8192, "global_bat
 layout = ParallelLayout(tp=8, pp=16, first_stage_layers=7, last_stage_layers=7, dp=128, zero=1,
                         order=("tp", "cp", "pp", "dp"), recompute="full")
 t = time.perf_counter()
-d = simulate_step(w, load_topology("h100-rail-2tier"), layout, 16384)
+d = simulate_step(Scenario(w, load_topology("h100-rail-2tier"), layout, 16384))
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "step_s": d["step_time_s"], "projected_s": d["projected_step_time_s"],
-                  "collectives": d["collectives"], "events": d["events"]}))
+                  "step_s": d.step_time_s, "projected_s": d.projected_step_time_s,
+                  "collectives": d.collectives, "events": d.events}))
 """
 
 

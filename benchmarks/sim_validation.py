@@ -15,7 +15,7 @@ import statistics
 import numpy as np
 from sim_speed import write_subsection
 
-from commlens.sim import Collective, SimResult, groups_by_stride, parse_fault, simulate
+from commlens.sim import Collective, SimConfig, SimOptions, SimResult, groups_by_stride, parse_fault, run
 from commlens.topology import load_topology
 
 GiB = 1 << 30
@@ -35,8 +35,8 @@ def no_contention() -> list[str]:
         for nodes in (2, 3, 16, 64):
             errs = []
             for op, algo in NO_CONTENTION_CASES:
-                r = simulate(topo, nodes, [Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo)],
-                             routing="spray")  # fmt: skip
+                coll = Collective("c", op, GiB, np.arange(nodes * 8)[None, :], algo=algo)
+                r = run(SimConfig(topo, nodes, (coll,), SimOptions(routing="spray")))
                 c = r.collectives[0]
                 err = c.time_s / c.analytic_s - 1
                 errs.append(f"{algo} {op.replace('_', '-')} {100 * err:+.2f}%")
@@ -80,11 +80,13 @@ def ecmp() -> list[str]:
     gains: dict[int, list[float]] = {2: [], 8: []}  # NCCL's default to 2 and to 8 QPs per connection
     for nodes in (256, 1024, 2048):
         dp, coll = _dp_ring(nodes)
-        spray_s = simulate(topo, nodes, [coll], routing="spray").collectives[0].time_s
+        spray_s = run(SimConfig(topo, nodes, (coll,), SimOptions(routing="spray"))).collectives[0].time_s
         means: dict[tuple[int, int], float] = {}
         for channels, qps in ECMP_CONFIGS:
             times = [
-                simulate(topo, nodes, [coll], routing="ecmp", seed=s, qps=qps, channels=channels).collectives[0].time_s
+                run(SimConfig(topo, nodes, (coll,), SimOptions(routing="ecmp", seed=s, qps=qps, channels=channels)))
+                .collectives[0]
+                .time_s
                 for s in SEEDS
             ]
             ratios = [t / spray_s for t in times]
@@ -162,7 +164,7 @@ def failures() -> list[str]:
     # 32 flows up over its 32 uplinks (each uplink fully loaded under spraying)
     order = np.ravel(np.column_stack([np.arange(32), np.arange(32) + 32])) * 8
     ring = Collective("ring", "all_reduce", GiB, order[None, :], algo="ring")
-    base = simulate(topo, 64, [ring], routing="spray")
+    base = run(SimConfig(topo, 64, (ring,), SimOptions(routing="spray")))
     u = 32
     rows = []
     for desc, fault, expect in (
@@ -173,10 +175,10 @@ def failures() -> list[str]:
         ("spray, one leaf-spine cable at half capacity (leaf0-spine0:0.5)", parse_fault("leaf0-spine0:0.5", True),
          2.0),
     ):  # fmt: skip
-        r = simulate(topo, 64, [ring], routing="spray", faults=(fault,))
+        r = run(SimConfig(topo, 64, (ring,), SimOptions(routing="spray", faults=(fault,))))
         rows.append(f"| {desc} | {expect:.4f} | {_slowdown(base, r):.4f} |")
     # ECMP: a degraded cable slows the ring by how far its halved capacity falls below the hottest link's share
-    ecmp_base = simulate(topo, 64, [ring], routing="ecmp")
+    ecmp_base = run(SimConfig(topo, 64, (ring,), SimOptions(routing="ecmp")))
     assert ecmp_base.graph is not None and ecmp_base.link_util is not None
     hottest = float(ecmp_base.link_util.max())
     uplinks: dict[float, str] = {}  # one leaf0 uplink per load level (share of the hottest link's load)
@@ -190,12 +192,12 @@ def failures() -> list[str]:
             continue
         load = _cable_load(ecmp_base, cable)
         expect = max(hottest, load / 0.5) / hottest
-        r = simulate(topo, 64, [ring], routing="ecmp", faults=(parse_fault(f"{cable}:0.5", True),))
+        r = run(SimConfig(topo, 64, (ring,), SimOptions(routing="ecmp", faults=(parse_fault(f"{cable}:0.5", True),))))
         rows.append(
             f"| ECMP, {cable} at half capacity (it carries {share:.2f} of the hottest link's flows) | {expect:.4f} | "
             f"{_slowdown(ecmp_base, r):.4f} |"
         )
-    r = simulate(topo, 64, [ring], routing="ecmp", faults=(parse_fault("spine0", False),))
+    r = run(SimConfig(topo, 64, (ring,), SimOptions(routing="ecmp", faults=(parse_fault("spine0", False),))))
     rehash = _slowdown(ecmp_base, r)
     if rehash < 0.995:
         rehashed = f"here the rehash moved flows off the hottest link, and the ring got faster ({rehash:.2f}x)"
@@ -237,8 +239,8 @@ def nccl_tests_283() -> list[str]:
         for routing, seeds in (("spray", range(1)), ("ecmp", range(8))):
             vals, chosen = [], algo
             for seed in seeds:
-                r = simulate(topo, 248, [Collective("ar", "all_reduce", 512 << 20, np.arange(1984)[None, :],
-                                                    algo=algo)], routing=routing, seed=seed)  # fmt: skip
+                coll = Collective("ar", "all_reduce", 512 << 20, np.arange(1984)[None, :], algo=algo)
+                r = run(SimConfig(topo, 248, (coll,), SimOptions(routing=routing, seed=seed)))
                 vals.append(r.collectives[0].busbw_bytes_per_s / 1e9)
                 chosen = r.collectives[0].algo
             runs[algo, routing] = vals
@@ -254,9 +256,8 @@ def nccl_tests_283() -> list[str]:
          "dgx-a100", 2, "ring", "192"),
         ("NVIDIA/nccl #812, same; 16 nodes", "dgx-a100", 16, "ring", "192"),
     ):  # fmt: skip
-        r = simulate(load_topology(topo_name), nodes, [Collective("ar", "all_reduce", GiB,
-                                                                  np.arange(nodes * 8)[None, :], algo=algo)],
-                     routing="spray")  # fmt: skip
+        coll = Collective("ar", "all_reduce", GiB, np.arange(nodes * 8)[None, :], algo=algo)
+        r = run(SimConfig(load_topology(topo_name), nodes, (coll,), SimOptions(routing="spray")))
         few.append(f"| {source} | `{topo_name}`, {nodes}, {algo} | {published} | "
                    f"{r.collectives[0].busbw_bytes_per_s / 1e9:.0f} |")  # fmt: skip
         print(few[-1], flush=True)

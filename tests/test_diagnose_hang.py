@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from commlens.cli import diagnose_cmd  # noqa: F401  (registers the diagnose commands)
 from commlens.cli.app import app
-from commlens.diagnose.hang import DumpError, diagnose_hang
+from commlens.diagnose.hang import DumpError, HangConfig, run
 from commlens.ingest.flightrec import GroupConfig, read_dump_dir
 
 DATA = Path(__file__).parent / "data"
@@ -31,7 +31,7 @@ def _cli(*args: str):
 
 
 def test_skipped_collective_names_the_rank_that_never_arrived() -> None:
-    report = diagnose_hang(DATA / "hang_hang")
+    report = run(HangConfig(DATA / "hang_hang"))
     d = report.divergence
     assert d is not None and d.kind == "missing_ranks"
     assert (d.process_group, d.process_group_desc, d.collective_seq_id) == ("0", "default_pg", 7)
@@ -48,7 +48,7 @@ def test_skipped_collective_names_the_rank_that_never_arrived() -> None:
 
 
 def test_op_mismatch_names_the_rank_that_called_broadcast() -> None:
-    d = diagnose_hang(DATA / "hang_op_mismatch").divergence
+    d = run(HangConfig(DATA / "hang_op_mismatch")).divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("op_mismatch", 7)
     assert d.expected["op"] == "all_reduce" and d.expected["ranks"] == [0, 2, 3]
     [culprit] = d.culprits
@@ -57,7 +57,7 @@ def test_op_mismatch_names_the_rank_that_called_broadcast() -> None:
 
 
 def test_dtype_mismatch_gloo_let_through_is_found() -> None:
-    d = diagnose_hang(DATA / "hang_dtype_mismatch").divergence
+    d = run(HangConfig(DATA / "hang_dtype_mismatch")).divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("dtype_mismatch", 7)
     assert d.expected["input_dtypes"] == ["Float"] and d.expected["ranks"] == [0, 1, 2]
     [culprit] = d.culprits
@@ -66,7 +66,7 @@ def test_dtype_mismatch_gloo_let_through_is_found() -> None:
 
 def test_dtype_mismatch_gloo_aborts_on_names_the_dumpless_rank_first() -> None:
     """float64 vs float32: gloo aborts rank 2 (no dump); rank 0 dumped without entry stacks."""
-    report = diagnose_hang(DATA / "hang_dtype_abort")
+    report = run(HangConfig(DATA / "hang_dtype_abort"))
     assert report.ranks == (0, 1, 3) and report.ranks_without_dump == (2,) and report.expected_ranks == (0, 1, 2, 3)
     assert [(s.rank, s.reason) for s in report.suspects] == [(2, "no_dump"), (3, "dtype_mismatch")]
     assert report.missing_evidence[2] == (
@@ -83,7 +83,7 @@ def test_dtype_mismatch_gloo_aborts_on_names_the_dumpless_rank_first() -> None:
 
 
 def test_healthy_run_is_consistent() -> None:
-    report = diagnose_hang(DATA / "hang_healthy")
+    report = run(HangConfig(DATA / "hang_healthy"))
     assert report.divergence is None and report.ranks == (0, 1, 2, 3) and report.ranks_without_dump == ()
     assert report.consistent and report.suspects == ()
     assert report.backend == "gloo"
@@ -101,7 +101,7 @@ def test_missing_dump_is_the_first_suspect(tmp_path: Path) -> None:
     """Rank 2's dump of the hang scenario lost: the others agree, and rank 2 is named with where they wait."""
     for rank in (0, 1, 3):
         (tmp_path / f"fr_trace_rank_{rank}").write_bytes((DATA / "hang_hang" / f"fr_trace_rank_{rank}").read_bytes())
-    report = diagnose_hang(tmp_path)
+    report = run(HangConfig(tmp_path))
     assert report.divergence is None and report.ranks_without_dump == (2,) and not report.consistent
     [suspect] = report.suspects
     assert (suspect.rank, suspect.reason) == (2, "no_dump")
@@ -131,7 +131,11 @@ def test_cli_table_json_and_exit_codes(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "fr_trace_rank_0: not a readable Flight Recorder dump" in bad.stderr
     (tmp_path / "empty").mkdir()
     with pytest.raises(DumpError, match="no Flight Recorder dumps"):
-        diagnose_hang(tmp_path / "empty")
+        run(HangConfig(tmp_path / "empty"))
+    with pytest.raises(DumpError, match="^max_bytes: must be a whole number >= 1, got 0$"):
+        HangConfig(tmp_path, max_bytes=0)
+    with pytest.raises(DumpError, match="^dump_dir: must be a Path, got str$"):
+        HangConfig(str(tmp_path))  # type: ignore[arg-type]
 
 
 JOB = """
@@ -199,7 +203,7 @@ def test_live_gloo_hang_is_dumped_and_diagnosed(tmp_path: Path) -> None:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode != 0  # the job did fail
-    report = diagnose_hang(tmp_path)
+    report = run(HangConfig(tmp_path))
     assert report.ranks == (0, 1, 2)
     d = report.divergence
     assert d is not None and (d.kind, d.collective_seq_id) == ("missing_ranks", 7)
@@ -210,7 +214,7 @@ def test_live_gloo_hang_is_dumped_and_diagnosed(tmp_path: Path) -> None:
 
 def test_killed_highest_rank_is_named_from_pg_config_alone() -> None:
     """Recorded: rank 3 SIGKILLed (no dump); the file names end at rank 2, so only pg_config tells."""
-    report = diagnose_hang(DATA / "hang_killed_last")
+    report = run(HangConfig(DATA / "hang_killed_last"))
     assert report.ranks == (0, 1, 2) and report.expected_ranks == (0, 1, 2, 3)
     assert report.missing_evidence == {3: ("the pg_config of group 0 (default_pg) lists it (3 of 3 dumps)",)}
     assert report.divergence is None and [(s.rank, s.reason) for s in report.suspects] == [(3, "no_dump")]

@@ -175,3 +175,22 @@ def test_killed_diagnosis_leaves_no_rank_behind(cluster):
 def test_needs_a_cluster_or_nproc():
     proc = commlens("diagnose", "links")
     assert proc.returncode == 2 and "--cluster NAME" in proc.stderr
+
+
+def test_the_links_stage_takes_one_config_and_returns_its_diagnosis():
+    """run(LinksConfig) measures on real local ranks and returns the diagnosis; a wrong field is refused by name."""
+    from commlens.diagnose.links import GroupsError, LinkDiagnosis, LinkProbe, LinksConfig, Local, run
+
+    for bad, message in (
+        ({"placement": 2}, "^placement: must be Local or OnCluster, got int$"),
+        ({"timeout_s": float("nan")}, "^timeout_s: must be a finite number of seconds > 0, got nan$"),
+        ({"strategy": "all"}, "^strategy: must be one of groups, pairs, got 'all'$"),
+    ):
+        with pytest.raises(GroupsError, match=message):
+            LinksConfig(**{"placement": Local(2), **bad})  # type: ignore[arg-type]
+    with pytest.raises(GroupsError, match="--strategy groups needs at least 4 hosts, got 2"):
+        run(LinksConfig(Local(2), strategy="groups"))
+    probe = LinkProbe(size_bytes=64 * 1024, iters=1, passes=1, latency_iters=1)
+    diagnosis = run(LinksConfig(Local(2), probe, timeout_s=60.0))
+    assert isinstance(diagnosis, LinkDiagnosis) and diagnosis.hosts == 2 and diagnosis.passes == 1
+    assert diagnosis.size_bytes == 64 * 1024 and diagnosis.bandwidth_bytes_per_s[0][1] is not None

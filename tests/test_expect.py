@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from commlens import expect
 from commlens.cli.app import _register, app
-from commlens.expect import ExpectError, judge_run, log_facts, with_log_facts
+from commlens.expect import ExpectError, ExpectRequest, judge_run, log_facts, with_log_facts
 from commlens.expect import tables as tables_mod
 from commlens.expect.causes import causes_table
 from commlens.expect.verdict import judge
@@ -177,7 +178,7 @@ def test_socket_transport_is_named_first_with_its_log_line() -> None:
         ]
     )
     run = with_log_facts(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 30, 2.4), (1 << 31, 2.5)]), log)
-    v = judge_run(run)
+    v = expect.run(ExpectRequest(run))
     assert v.status == "below" and v.pct > 90
     assert v.causes[0].id == "net-socket"
     assert v.causes[0].evidence[0] == "line 3: node1:7:7 [0] NCCL INFO Using network Socket"
@@ -199,7 +200,7 @@ def test_gdr_read_from_connection_lines() -> None:
             ]
         ),
     )
-    v = judge_run(run)
+    v = expect.run(ExpectRequest(run))
     assert v.status == "below"
     assert v.causes[0].id == "gdr-off" and v.causes[0].evidence[0].startswith("line 2: ")
     assert any(n.what == "NICs per node" and n.value == "4" for n in v.system.inferred)
@@ -215,7 +216,7 @@ def test_gdr_on_one_host_only_is_named_from_the_line_without_it() -> None:
             "b:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/IB/0",
         ]
     )
-    v = judge_run(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 30.0)]), log_text=text)
+    v = expect.run(ExpectRequest(_run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 30.0)]), log_text=text))
     assert v.status == "below"
     top = v.causes[0]
     assert top.id == "gdr-partial" and top.evidence[0].startswith("line 3: ") and "via NET/IB/0" in top.evidence[0]
@@ -224,26 +225,28 @@ def test_gdr_on_one_host_only_is_named_from_the_line_without_it() -> None:
 def test_nics_named_by_nccl_ib_hca_set_the_expectation_and_half_of_it_names_acs() -> None:
     # NCCL uses only the HCAs listed: one 200G NIC per node, not the preset's eight
     run = _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "mlx5_0:1"})
-    v = judge_run(run)
+    v = expect.run(ExpectRequest(run))
     assert any(n.what == "NICs per node" and n.value == "1" for n in v.system.inferred)
     assert v.status == "below"
     ids = [c.id for c in v.causes]
     assert "acs-on-nic-path" in ids[:2] and "one-nic" not in ids  # the expectation is already for one NIC
-    excluded = judge_run(
-        _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "^mlx5_4"})
+    excluded = expect.run(
+        ExpectRequest(
+            _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 10.0)], env={"NCCL_IB_HCA": "^mlx5_4"})
+        )
     )
     assert any(n.what == "NICs per node" and n.value == "8" for n in excluded.system.assumed)
 
 
 def test_an_unnamed_four_gpu_host_is_taken_for_gb200_said_so_and_nvlink_rack_is_not_a_network() -> None:
     run = _run("NVIDIA Graphics Device", 18, 4, "all_reduce", [(1 << 33, 400.0)])
-    v = judge_run(run)
+    v = expect.run(ExpectRequest(run))
     assert v.system.topology.name == "gb200-nvl72"
     assert any(n.what == "GPU model" and "GB200" in n.value for n in v.system.assumed)
     assert v.status == "below"
     assert not [c for c in v.causes if c.finding in ("gdr", "nic-count", "acs-iommu", "algorithm-choice")]
     with pytest.raises(ExpectError, match="Graphics Device"):
-        judge_run(_run("NVIDIA Graphics Device", 1, 8, "all_reduce", [(1 << 30, 100.0)]))
+        expect.run(ExpectRequest(_run("NVIDIA Graphics Device", 1, 8, "all_reduce", [(1 << 30, 100.0)])))
 
 
 def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
@@ -253,7 +256,7 @@ def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
             "ip:1:1 [0] NCCL INFO 6 coll channels, 6 p2p channels, 1 p2p channels per peer",
         ]
     )
-    v = judge_run(_run("NVIDIA A100-SXM4-40GB", 4, 8, "all_reduce", [(1 << 30, 29.6)]), log_text=text)
+    v = expect.run(ExpectRequest(_run("NVIDIA A100-SXM4-40GB", 4, 8, "all_reduce", [(1 << 30, 29.6)]), log_text=text))
     assert v.status == "below"
     assert v.causes[0].id == "channels-show-fewer-nics"
     assert "6 channels = 2 x 3 NICs, of the 4 per node" in v.causes[0].evidence[0]
@@ -436,6 +439,22 @@ def test_monitor_expects_what_nccl_chooses_among_as_expect_does() -> None:
 # -- the light path: compiled tables, plain topologies per run, an ingest without pydantic or yaml --------
 
 GiB = 1 << 30
+
+
+def test_the_expect_stage_takes_one_request_and_judge_run_is_its_shorthand() -> None:
+    run = _run("NVIDIA A100-SXM4-80GB", 2, 8, "all_reduce", [(1 << 32, 30.0)])
+    text = "node1:7:7 [0] NCCL INFO Using network Socket\n"
+    given = tuple(expect.given_facts(nics=4))
+    request = ExpectRequest(run, text, load_topology("dgx-a100"), given)
+    assert expect.run(request) == judge_run(run, log_text=text, topology=request.topology, given=list(given))
+    for bad, message in (
+        ({"run": "run-1"}, "^run: must be a Run, got str$"),
+        ({"log_text": b"NCCL INFO"}, "^log_text: must be text or None, got bytes$"),
+        ({"topology": "dgx-a100"}, "^topology: must be a Topology or None, got str$"),
+        ({"given": list(given)}, "^given: must be a tuple of Fact"),
+    ):
+        with pytest.raises(ExpectError, match=message):
+            ExpectRequest(**{"run": run, **bad})  # type: ignore[arg-type]
 
 
 def test_the_shipped_compiled_tables_are_those_of_the_sources() -> None:

@@ -639,3 +639,20 @@ def test_show_prints_an_ingested_param_run_whose_config_has_ops_of_its_own(tmp_p
     shown = runner.invoke(app, ["show", run_id, "--db", db])
     assert shown.exit_code == 0, shown.output
     assert "# Collective test: all_to_all" in shown.output and "# ops" not in shown.output
+
+
+def test_the_ingest_stage_takes_one_request_checked_when_built_and_load_runs_is_its_shorthand() -> None:
+    from commlens import ingest
+    from commlens.ingest import IngestOptionError, IngestRequest
+
+    request = IngestRequest(H100, tag="nightly", time="2025-05-01", op="all_reduce")
+    (run,) = ingest.run(request)
+    assert run.tag == "nightly" and run.started_at == "2025-05-01T00:00:00+00:00"
+    assert (run,) == tuple(load_runs(H100, tag="nightly", time="2025-05-01", op="all_reduce"))
+    # refused in this order, before the file is opened
+    with pytest.raises(IngestOptionError, match="'yesterday' is not an ISO 8601 date"):
+        IngestRequest(DATA / "nosuch.log", time="yesterday", op="all_shuffle", fmt="csv")
+    with pytest.raises(IngestOptionError, match="^unknown op .all_shuffle.; known: "):
+        IngestRequest(DATA / "nosuch.log", op="all_shuffle", fmt="csv")
+    with pytest.raises(IngestOptionError, match="^unknown format .csv.; known: auto, "):
+        IngestRequest(DATA / "nosuch.log", fmt="csv")

@@ -47,14 +47,14 @@ def test_both_routings_side_by_side_and_a_plot(tmp_path: Path) -> None:
 def test_the_plot_of_a_faulted_fabric_through_the_api(tmp_path: Path) -> None:
     import numpy as np
 
-    from commlens.sim import Collective, parse_fault, simulate
+    from commlens.sim import Collective, SimConfig, SimOptions, parse_fault, run
     from commlens.sim.report import plot
     from commlens.topology import load_topology
 
     topo = load_topology("dgx-h100")
     groups = np.arange(64 * 8)[None, :]
-    result = simulate(topo, 64, [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")],
-                      faults=(parse_fault("spine1", False),))  # fmt: skip
+    ring = Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")
+    result = run(SimConfig(topo, 64, (ring,), SimOptions(faults=(parse_fault("spine1", False),))))
     png = tmp_path / "faulted.png"
     plot(result, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -5,12 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from commlens import project
 from commlens.model.patterns import pairwise_rounds
-from commlens.project.errors import InfeasibleLayoutError
+from commlens.project import Scenario
+from commlens.project.errors import ProjectionError
 from commlens.project.layout import ParallelLayout
 from commlens.project.simstep import simulate_step
-from commlens.project.step import project
-from commlens.sim import Collective, SimError, SimOptions, build_fabric, max_min_rates, parse_fault, route, simulate
+from commlens.sim import (
+    Collective,
+    SimConfig,
+    SimError,
+    SimOptions,
+    build_fabric,
+    max_min_rates,
+    parse_fault,
+    route,
+    run,
+    simulate,
+)
 from commlens.sim.traffic import ring_channels
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -107,13 +119,16 @@ def test_a_failed_spine_is_routed_around_and_a_dead_path_is_an_error() -> None:
 
 def test_a_failed_nic_moves_its_flows_to_another() -> None:
     groups = np.arange(32)[None, :]
-    ok = simulate(H100, 4, [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")], routing="spray")
-    hurt = simulate(
-        H100,
-        4,
-        [Collective("ar", "all_reduce", 1 << 28, groups, algo="ring")],
-        routing="spray",
-        faults=(parse_fault("node1.nic3", False),),
+    ok = run(
+        SimConfig(H100, 4, (Collective("ar", "all_reduce", 1 << 28, groups, algo="ring"),), SimOptions(routing="spray"))
+    )
+    hurt = run(
+        SimConfig(
+            H100,
+            4,
+            (Collective("ar", "all_reduce", 1 << 28, groups, algo="ring"),),
+            SimOptions(routing="spray", faults=(parse_fault("node1.nic3", False),)),
+        )
     )
     assert hurt.collectives[0].time_s > ok.collectives[0].time_s
 
@@ -126,10 +141,12 @@ def test_two_jobs_on_shared_uplinks_slow_each_other() -> None:
     perm = np.random.default_rng(0).permutation(32)
     a = Collective("a", "all_reduce", 1 << 28, ring_a[perm][None, :], algo="ring")
     b = Collective("b", "all_reduce", 1 << 28, ring_b[perm][None, :], algo="ring")
-    alone = simulate(RAIL2, nodes, [a], routing="spray").collectives[0].time_s
-    both = simulate(RAIL2, nodes, [a, b], routing="spray")
+    alone = run(SimConfig(RAIL2, nodes, (a,), SimOptions(routing="spray"))).collectives[0].time_s
+    both = run(SimConfig(RAIL2, nodes, (a, b), SimOptions(routing="spray")))
     assert max(c.time_s for c in both.collectives) >= alone * (1 - 1e-9)
-    after = simulate(RAIL2, nodes, [a, Collective("b", "all_reduce", 1 << 28, b.groups, algo="ring", after=("a",))])
+    after = run(
+        SimConfig(RAIL2, nodes, (a, Collective("b", "all_reduce", 1 << 28, b.groups, algo="ring", after=("a",))))
+    )
     assert after.collectives[1].start_s >= after.collectives[0].end_s * (1 - 1e-12)
 
 
@@ -138,25 +155,19 @@ def test_project_network_sim_matches_analytic_where_nothing_contends() -> None:
     analytic ones."""
     w = load_workload("llama3-8b")
     layout = ParallelLayout(tp=8)
-    a = project(w, H100, layout, 16)
-    s = project(w, H100, layout, 16, network="sim", sim_options=SimOptions(routing="spray"))
+    a = project.run(Scenario(w, H100, layout, 16))
+    s = project.run(Scenario(w, H100, layout, 16, sim=SimOptions(routing="spray")))
     assert s.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
-    with pytest.raises(InfeasibleLayoutError, match="network"):
-        project(w, H100, layout, 16, network="packets")
+    with pytest.raises(ProjectionError, match="^sim: must be SimOptions or None, got str"):
+        Scenario(w, H100, layout, 16, sim="packets")  # type: ignore[arg-type]
 
 
 def test_a_failed_link_shows_in_the_projection() -> None:
     w = load_workload("llama3-8b")
     layout = ParallelLayout(tp=2)
-    base = project(w, META, layout, 64, network="sim", sim_options=SimOptions(routing="spray"))
-    hurt = project(
-        w,
-        META,
-        layout,
-        64,
-        network="sim",
-        sim_options=SimOptions(routing="spray", faults=(parse_fault("rack*-pod*:0.25", True),)),
-    )
+    base = project.run(Scenario(w, META, layout, 64, sim=SimOptions(routing="spray")))
+    faults = (parse_fault("rack*-pod*:0.25", True),)
+    hurt = project.run(Scenario(w, META, layout, 64, sim=SimOptions(routing="spray", faults=faults)))
     assert hurt.breakdown.get("dp_comm", 0) + hurt.overlapped_s.get("dp_comm", 0) > base.breakdown.get(
         "dp_comm", 0
     ) + base.overlapped_s.get("dp_comm", 0)
@@ -165,32 +176,36 @@ def test_a_failed_link_shows_in_the_projection() -> None:
 def test_a_whole_step_simulates_every_group() -> None:
     w = load_workload("llama3-8b").model_copy(update={"global_batch": 64})
     layout = ParallelLayout(tp=4, pp=4, dp=4, zero=1, order=("tp", "cp", "pp", "dp"))
-    doc = simulate_step(w, H100, layout, 64)
-    assert doc["collectives"] > 4 * doc["micro_batches"]
-    assert set(doc["communication_s"]) >= {"tp", "pp", "dp"}
-    assert not set(doc["communication_s"]) & {"ep", "edp", "cp"}  # a dense model without CP has none of these
+    step = simulate_step(Scenario(w, H100, layout, 64))
+    assert step.collectives > 4 * step.micro_batches
+    assert set(step.communication_s) >= {"tp", "pp", "dp"}
+    assert not set(step.communication_s) & {"ep", "edp", "cp"}  # a dense model without CP has none of these
     # the same compute, the same collectives: within a fifth of the projection (the sim rebuilds 1F1B itself)
-    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+    assert step.step_time_s == pytest.approx(step.projected_step_time_s, rel=0.2)
+    # the scenario's simulator options are the ones the step ran with (default: SimOptions())
+    assert step.options == SimOptions() and step.as_dict()["routing"] == "ecmp"
+    sprayed = simulate_step(Scenario(w, H100, layout, 64, sim=SimOptions(routing="spray")))
+    assert sprayed.as_dict()["routing"] == "spray" and sprayed.projected_step_time_s == step.projected_step_time_s
 
 
 def test_a_whole_moe_step_runs_its_expert_all_to_alls_and_reduces_experts_over_their_own_groups() -> None:
     w = load_workload("mixtral-8x7b").model_copy(update={"global_batch": 64})
     layout = ParallelLayout(tp=2, pp=2, ep=8, order=("tp", "cp", "pp", "dp"))
-    doc = simulate_step(w, H100, layout, 64)
-    parts = doc["communication_s"]
+    step = simulate_step(Scenario(w, H100, layout, 64))
+    parts = step.communication_s
     assert set(parts) >= {"tp", "ep", "pp", "dp", "edp"}, parts
     # the all-to-alls are most of this step's communication, as the projection says
     assert parts["ep"] > parts["tp"] + parts["pp"]
-    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+    assert step.step_time_s == pytest.approx(step.projected_step_time_s, rel=0.2)
 
 
 def test_a_whole_step_with_context_parallelism_exchanges_k_and_v_beside_the_compute() -> None:
     w = load_workload("llama3-8b").model_copy(update={"global_batch": 16, "seq_len": 32768})
     layout = ParallelLayout(tp=2, cp=4, pp=2, order=("tp", "cp", "pp", "dp"))
-    doc = simulate_step(w, H100, layout, 64)
-    assert doc["communication_s"].get("cp", 0.0) > 0.0, doc["communication_s"]
+    step = simulate_step(Scenario(w, H100, layout, 64))
+    assert step.communication_s.get("cp", 0.0) > 0.0, step.communication_s
     # hidden behind the compute where it can be: the step is not longer than compute and exposed parts
-    assert doc["step_time_s"] == pytest.approx(doc["projected_step_time_s"], rel=0.2)
+    assert step.step_time_s == pytest.approx(step.projected_step_time_s, rel=0.2)
 
 
 _ALONE = [
@@ -215,7 +230,14 @@ _ALONE = [
     [(op, algo, n) for op, algo in _ALONE for n in (1, 2, 3, 16) if (algo, n) != ("hierarchical", 1)],
 )
 def test_alone_on_an_idle_fabric_a_collective_takes_what_the_model_says(op: str, algo: str, nodes: int) -> None:
-    r = simulate(H100, nodes, [Collective("c", op, 1 << 28, np.arange(nodes * 8)[None, :], algo=algo)], routing="spray")
+    r = run(
+        SimConfig(
+            H100,
+            nodes,
+            (Collective("c", op, 1 << 28, np.arange(nodes * 8)[None, :], algo=algo),),
+            SimOptions(routing="spray"),
+        )
+    )
     c = r.collectives[0]
     assert c.time_s == pytest.approx(c.analytic_s, rel=0.01)
 
@@ -232,7 +254,7 @@ def test_pairwise_rounds_pair_by_xor_on_powers_of_two_and_shift_otherwise() -> N
     assert pairwise_rounds(24, 8, 8, xor=False)[8] == [(8, 16)]
     # a pairwise all-to-all on 2 nodes: two stages, 7 rounds on NVLink then 8 over the NICs; the NIC rounds
     # set its time
-    r = simulate(H100, 2, [Collective("a", "all_to_all", 1 << 28, np.arange(16)[None, :], algo="pairwise")])
+    r = run(SimConfig(H100, 2, (Collective("a", "all_to_all", 1 << 28, np.arange(16)[None, :], algo="pairwise"),)))
     stages = r.collectives[0].stages
     assert len(stages) == 2 and float(stages[1]["time_s"]) > 5 * float(stages[0]["time_s"]), stages
 
@@ -249,8 +271,8 @@ def test_a_two_plane_fabric_halves_each_plane_and_spreads_flows_over_both() -> N
     nic = fab.capacity[fab.nic_off]
     assert nic == pytest.approx(build_fabric(RAIL2, 64).capacity[fab.nic_off] / 2)
     ring = Collective("ar", "all_reduce", 1 << 28, (np.arange(64) * 8)[None, :], algo="ring")
-    one = simulate(RAIL2, 64, [ring], routing="spray").collectives[0].time_s
-    both = simulate(two, 64, [ring], routing="spray").collectives[0].time_s
+    one = run(SimConfig(RAIL2, 64, (ring,), SimOptions(routing="spray"))).collectives[0].time_s
+    both = run(SimConfig(two, 64, (ring,), SimOptions(routing="spray"))).collectives[0].time_s
     assert both == pytest.approx(one, rel=1e-6)  # sprayed over both planes: the NIC's whole rate
     names, _ = fab.cable_names()
     assert any(".p1-" in n for n in names)
@@ -261,15 +283,15 @@ def test_without_sync_every_flow_has_its_own_rate() -> None:
     sync the flows off the shared link finish early, so the link carries the same bytes but rates differ."""
     order = np.ravel(np.column_stack([np.arange(32), np.arange(32) + 32])) * 8
     ring = Collective("ring", "all_reduce", 1 << 28, order[None, :], algo="ring")
-    synced = simulate(RAIL2, 64, [ring], routing="ecmp", seed=3)
-    free = simulate(RAIL2, 64, [ring], routing="ecmp", seed=3, sync=False)
+    synced = run(SimConfig(RAIL2, 64, (ring,), SimOptions(routing="ecmp", seed=3)))
+    free = run(SimConfig(RAIL2, 64, (ring,), SimOptions(routing="ecmp", seed=3), sync=False))
     assert free.collectives[0].time_s <= synced.collectives[0].time_s * (1 + 1e-9)
     assert free.events > synced.events
 
 
 def test_the_simulators_options_are_checked_in_one_record() -> None:
-    """SimOptions refuses an out-of-range field by name; simulate takes it whole or its fields as keywords, and
-    both run the same simulation."""
+    """SimOptions refuses an out-of-range field by name, SimConfig a wrong field by name; the simulate shorthand
+    runs the same simulation as run(SimConfig)."""
     for bad, field in (({"qps": 0}, "qps"), ({"channels": 33}, "channels"), ({"seed": -1}, "seed")):
         with pytest.raises(SimError, match=f"^{field}: must be between"):
             SimOptions(**bad)
@@ -280,6 +302,15 @@ def test_the_simulators_options_are_checked_in_one_record() -> None:
     opts = SimOptions.parse(routing="spray", qps=2, degrade=["leaf*:0.5"])
     assert opts.faults[0].factor == 0.5
     colls = [Collective("ar", "all_reduce", 2**28, np.arange(32).reshape(1, 32))]
-    whole = simulate(H100, 4, colls, options=opts)
-    spelled = simulate(H100, 4, colls, routing="spray", qps=2, faults=opts.faults)
-    assert whole.makespan_s == spelled.makespan_s and whole.qps == 2 and whole.routing == "spray"
+    whole = run(SimConfig(H100, 4, tuple(colls), opts))
+    short = simulate(H100, 4, colls, options=opts)
+    assert whole.makespan_s == short.makespan_s and whole.qps == 2 and whole.routing == "spray"
+    for bad_config, message in (
+        ({"nodes": 0}, "^nodes: must be a whole number >= 1, got 0"),
+        ({"top": True}, "^top: must be a whole number >= 1, got True"),
+        ({"collectives": ()}, "^nothing to simulate: no collective given"),
+        ({"collectives": colls}, "^collectives: must be a tuple of Collective"),
+        ({"options": "spray"}, "^options: must be SimOptions, got str"),
+    ):
+        with pytest.raises(SimError, match=message):
+            SimConfig(**{"topology": H100, "nodes": 4, "collectives": tuple(colls), **bad_config})  # type: ignore[arg-type]

@@ -36,10 +36,10 @@ def hang(
 
     Dumps are untrusted data: pickles are read as plain data only, never as code.
     """
-    from commlens.diagnose.hang import diagnose_hang
+    from commlens.diagnose.hang import HangConfig, run
 
     with errors_as_exit():
-        report = diagnose_hang(dump_dir, prefix=prefix, max_bytes=max_dump_mib * 1024 * 1024)
+        report = run(HangConfig(dump_dir, prefix, max_dump_mib * 1024 * 1024))
     if save:
         from commlens.cli.reports_cmd import save_document
 

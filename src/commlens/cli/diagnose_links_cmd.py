@@ -41,12 +41,12 @@ def links(
     from commlens.diagnose.links import (
         STRATEGIES,
         LinkProbe,
+        LinksConfig,
         LinksFailure,
         Local,
         OnCluster,
-        diagnose,
         format_report,
-        run_links,
+        run,
         write_heatmap,
     )
     from commlens.results.units import parse_size
@@ -74,12 +74,11 @@ def links(
             fail("--nproc must be >= 2", 2)
         placement = Local(nproc or 2)
     try:
-        world, records = run_links(placement, probe, timeout_s=timeout, strategy=strategy)
+        diagnosis = run(LinksConfig(placement, probe, timeout, strategy))
     except LinksFailure as e:
         fail_with(e, "measurement failed: ")
     except CommlensError as e:  # the placement (an unknown cluster): not a failed measurement
         fail_with(e)
-    diagnosis = diagnose(records, world, strategy)
     if as_json:
         print(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -195,13 +195,13 @@ def check_fail_below(limit: float | None) -> None:
 def judge_or_none(run: Run, log_text: str | None = None) -> RunVerdict | None:
     """The verdict, or None when the run cannot be judged (no GPU known, no row modelled, wrong results): for
     summaries."""
-    from commlens.expect import ExpectError, judge_run
+    from commlens import expect
 
     if run.status == "check_failed":  # rows with wrong results say nothing about bandwidth
         return None
     try:
-        return judge_run(run, log_text=log_text)
-    except ExpectError:
+        return expect.run(expect.ExpectRequest(run, log_text))
+    except expect.ExpectError:
         return None
 
 
@@ -247,16 +247,16 @@ def expect_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
 ) -> None:
     """Is this bandwidth normal? The run's expected busBW band, its verdict per size range, likely causes."""
-    from commlens.expect import given_facts, judge_run
+    from commlens import expect
 
     check_fail_below(fail_below)
     topo = _load_topology(topology)
     with errors_as_exit():
-        given = given_facts(nics=nics, nic_gbps=nic_gbps)
+        given = tuple(expect.given_facts(nics=nics, nic_gbps=nic_gbps))
     verdicts: list[RunVerdict] = []
     for found, text in _runs(run, db, op):
         with errors_as_exit():
-            verdicts.append(judge_run(found, log_text=text, topology=topo, given=given))
+            verdicts.append(expect.run(expect.ExpectRequest(found, text, topo, given)))
     if as_json:
         docs = [v.as_dict() for v in verdicts]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))

@@ -130,7 +130,7 @@ def collective(
 
     from commlens.ops import parse_ops
     from commlens.results.units import parse_size
-    from commlens.sim import Collective, simulate
+    from commlens.sim import Collective, SimConfig, run
 
     topo = load_or_fail(topology)
     if routing not in ("ecmp", "spray", "both"):
@@ -155,14 +155,14 @@ def collective(
         shape = CollectiveShape(ops[0].name, float(nbytes), 1, nodes // jobs * per_node, algo)
         with errors_as_exit():  # before the groups or the fabric take memory
             check_sim_size(topo, nodes, [shape] * jobs, qps=qps, channels=channels)
-    colls = [
+    colls = tuple(
         Collective(f"job{j}" if jobs > 1 else ops[0].name, ops[0].name, float(nbytes), g, algo=algo)
         for j, g in enumerate(_groups(nodes, per_node, topo.accelerators_per_node, jobs, placement))
-    ]
+    )
     results = []
     for r in ("ecmp", "spray") if routing == "both" else (routing,):
         with errors_as_exit():
-            results.append(simulate(topo, nodes, colls, options=replace(opts, routing=r), sync=sync, top=top))
+            results.append(run(SimConfig(topo, nodes, colls, replace(opts, routing=r), sync=sync, top=top)))
     if plot_path:
         from commlens.sim.report import plot
 
@@ -232,6 +232,7 @@ def step(
 ) -> None:
     """Simulate one whole training step, every TP, CP, EP, PP and DP group at once, and compare it with the
     projection."""
+    from commlens.project import Scenario
     from commlens.project.layout import ParallelLayout
     from commlens.project.simstep import simulate_step
     from commlens.project.sweep import Base, parse_vary, point_inputs
@@ -249,17 +250,17 @@ def step(
 
         fail_layout(e)
     with errors_as_exit():
-        doc = simulate_step(w, topo, layout, n, opts)
+        done = simulate_step(Scenario(w, topo, layout, n, sim=opts))
     if as_json:
-        print(json.dumps(doc, indent=1, default=str))
+        print(json.dumps(done.as_dict(), indent=1, default=str))
         return
     print(
-        f"{doc['workload']} on {n} x {doc['topology']}: {doc['collectives']} collectives, {doc['micro_batches']} micro-batches"
+        f"{done.workload} on {n} x {done.topology}: {done.collectives} collectives, {done.micro_batches} micro-batches"
     )
-    print(f"  simulated step   {doc['step_time_s']:.3f} s")
-    print(f"  projected step   {doc['projected_step_time_s']:.3f} s (analytic network)")
-    rows = [(k, f"{v:.3f}") for k, v in sorted(doc["communication_s"].items())]
+    print(f"  simulated step   {done.step_time_s:.3f} s")
+    print(f"  projected step   {done.projected_step_time_s:.3f} s (analytic network)")
+    rows = [(k, f"{v:.3f}") for k, v in sorted(done.communication_s.items())]
     print_table(new_table("part", right("summed s"), rows=rows), indent=2)
-    for h in doc["hottest_links"][:5]:
+    for h in done.hottest_links[:5]:
         print(f"  hot: {h['link']} {h['utilisation']:.1%}")
-    print(f"  simulated in {doc['wall_s']:.1f} s ({doc['events']} events)")
+    print(f"  simulated in {done.wall_s:.1f} s ({done.events} events)")

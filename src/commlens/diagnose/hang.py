@@ -32,6 +32,7 @@ __all__ = [
     "Culprit",
     "Divergence",
     "DumpError",
+    "HangConfig",
     "HangReport",
     "Expected",
     "Suspect",
@@ -40,6 +41,7 @@ __all__ = [
     "diagnose_hang",
     "find_divergence",
     "find_divergences",
+    "run",
 ]
 
 # Ops whose inputs may legitimately differ in size across ranks (uneven splits, root-only buffers).
@@ -444,11 +446,35 @@ def _where_peers_wait(rank: int, dump_set: DumpSet) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class HangConfig:
+    """What a hang diagnosis reads: the Flight Recorder dumps in ``dump_dir``, one file per rank. Checked when
+    built (:class:`DumpError` naming the field)."""
+
+    dump_dir: Path
+    prefix: str | None = None  # the file name before the rank; None: found from the names when they share one
+    max_bytes: int = DEFAULT_MAX_DUMP_BYTES  # a dump larger than this is refused, read no further
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dump_dir, Path):
+            raise DumpError(f"dump_dir: must be a Path, got {type(self.dump_dir).__name__}")
+        if self.prefix is not None and not isinstance(self.prefix, str):
+            raise DumpError(f"prefix: must be text or None, got {type(self.prefix).__name__}")
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
+            raise DumpError(f"max_bytes: must be a whole number >= 1, got {self.max_bytes!r}")
+
+
 def diagnose_hang(
     dump_dir: str | Path, prefix: str | None = None, max_bytes: int = DEFAULT_MAX_DUMP_BYTES
 ) -> HangReport:
-    """Read the dumps in ``dump_dir``; suspects are the ranks without a dump, then the first divergence's culprits."""
-    dump_set = read_dump_dir(dump_dir, prefix=prefix, max_bytes=max_bytes)
+    """Shorthand for :func:`run` of the :class:`HangConfig` these arguments make."""
+    return run(HangConfig(Path(dump_dir), prefix, max_bytes))
+
+
+def run(config: HangConfig) -> HangReport:
+    """The hang stage: read the dumps ``config`` names; suspects are the ranks without a dump, then the first
+    divergence's culprits."""
+    dump_set = read_dump_dir(config.dump_dir, prefix=config.prefix, max_bytes=config.max_bytes)
     dumps = dump_set.dumps
     divergences, notes = find_divergences(dumps)
     suspects = []

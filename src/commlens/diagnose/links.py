@@ -4,9 +4,10 @@ As a worker under any launcher (one rank per host)::
 
     torchrun --nnodes 8 --nproc-per-node 1 ... -m commlens.diagnose.links --json links.json
 
-Rank 0 prints the matrix and the faults and exits 1 when it found one. ``run_links`` launches the ranks
-through bench's launcher (``commlens.bench.launcher.launch_ranks``: locally, or one rank per host of an
-emulated cluster). The steps of the detection are in ``links_analysis.diagnose_links``.
+Rank 0 prints the matrix and the faults and exits 1 when it found one. The stage's entry is :func:`run`: one
+:class:`LinksConfig` (where the ranks run, the probe, the strategy) in, the :class:`LinkDiagnosis` out.
+``run_links`` launches the ranks through bench's launcher (``commlens.bench.launcher.launch_ranks``: locally, or
+one rank per host of an emulated cluster). The steps of the detection are in ``links_analysis.diagnose_links``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "LinkDiagnosis",
     "LinkFault",
     "LinkProbe",
+    "LinksConfig",
     "LinksFailure",
     "Local",
     "OnCluster",
@@ -52,6 +54,7 @@ __all__ = [
     "diagnose_links",
     "format_report",
     "main",
+    "run",
     "run_links",
     "write_heatmap",
 ]
@@ -75,6 +78,39 @@ STRATEGIES: dict[str, Strategy] = {
 def diagnose(records: list[LinkRecord], hosts: int, strategy: str = "pairs") -> LinkDiagnosis:
     """The verdict from a run's raw records, by the analysis of the strategy that measured them."""
     return STRATEGIES[strategy].analyse(records, hosts)
+
+
+@dataclass(frozen=True)
+class LinksConfig:
+    """What one links diagnosis takes: where its ranks run, what each exchange sends, how it searches. Checked when
+    built (:class:`GroupsError` naming the field)."""
+
+    placement: Local | OnCluster  # Local(nproc), or OnCluster(name, ranks_per_host=1): one rank per emulated host
+    probe: LinkProbe = LinkProbe()
+    timeout_s: float = 120.0  # each rank gives up after this long in any exchange
+    strategy: str = "pairs"  # pairs: every pair; groups: adaptive group tests (at least 4 hosts)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.placement, (Local, OnCluster)):
+            raise GroupsError(f"placement: must be Local or OnCluster, got {type(self.placement).__name__}")
+        if not isinstance(self.probe, LinkProbe):
+            raise GroupsError(f"probe: must be a LinkProbe, got {type(self.probe).__name__}")
+        timeout = self.timeout_s
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (math.isfinite(timeout) and timeout > 0)
+        ):
+            raise GroupsError(f"timeout_s: must be a finite number of seconds > 0, got {timeout!r}")
+        if self.strategy not in STRATEGIES:
+            raise GroupsError(f"strategy: must be one of {', '.join(sorted(STRATEGIES))}, got {self.strategy!r}")
+
+
+def run(config: LinksConfig) -> LinkDiagnosis:
+    """The links stage: measure on the ranks ``config`` places (:func:`run_links`), then the verdict of its
+    strategy's analysis (:func:`diagnose`). :class:`LinksFailure` when the measurement itself fails."""
+    world, records = run_links(config.placement, config.probe, config.timeout_s, config.strategy)
+    return diagnose(records, world, config.strategy)
 
 
 def _check_hosts(strategy: str, hosts: int) -> None:

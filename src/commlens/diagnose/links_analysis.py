@@ -91,7 +91,7 @@ class GroupTestOutcome(TypedDict):
     low: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class LinkDiagnosis:
     """The matrices (bytes/s and seconds, ``None`` on the diagonal), the expected rate, the faults."""
 

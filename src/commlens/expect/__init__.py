@@ -1,6 +1,7 @@
 """Is this bandwidth normal? The expected-performance verdict of a run, with its likely causes.
 
-- :func:`judge_run`: the verdict on a run (system inferred from what it carries, or a given topology).
+- :func:`run`: the stage's entry, one :class:`ExpectRequest` (a run, its log, a topology, the user's facts) in, its
+  :class:`RunVerdict` out; :func:`judge_run` is its shorthand.
 - :func:`with_log_facts`: the run with the facts of its log (``NCCL INFO`` lines) kept in
   ``system.extra["expect_facts"]``, so that a stored run can be judged later without its file.
 - Tables are data shipped with the package: ``systems.yaml`` (GPUs, links, fabrics), ``bands.yaml`` (band
@@ -9,7 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from commlens.expect.evidence import Fact, facts_from_dicts, facts_to_dicts, log_facts
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FACTS_KEY",
     "ExpectError",
+    "ExpectRequest",
     "Fact",
     "InferredSystem",
     "RangeVerdict",
@@ -31,6 +33,7 @@ __all__ = [
     "given_facts",
     "judge_run",
     "log_facts",
+    "run",
     "run_facts",
     "with_log_facts",
 ]
@@ -72,9 +75,44 @@ def given_facts(*, nics: int | None = None, nic_gbps: float | None = None) -> li
     return out
 
 
+@dataclass(frozen=True)
+class ExpectRequest:
+    """What one verdict takes: the run, the text of its log (its ``NCCL INFO`` facts; None: the facts kept with the
+    run), the topology to judge on (None: inferred from the run), and facts the user states (:func:`given_facts`),
+    taken before the log's. Checked when built (:class:`ExpectError` naming the field)."""
+
+    run: Run
+    log_text: str | None = None
+    topology: Topology | None = None
+    given: tuple[Fact, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.run, Run):
+            raise ExpectError(f"run: must be a Run, got {type(self.run).__name__}")
+        if self.log_text is not None and not isinstance(self.log_text, str):
+            raise ExpectError(f"log_text: must be text or None, got {type(self.log_text).__name__}")
+        if self.topology is not None:
+            from commlens.topology import Topology  # only here: judging a run at ingest skips the pydantic spec
+
+            if not isinstance(self.topology, Topology):
+                raise ExpectError(f"topology: must be a Topology or None, got {type(self.topology).__name__}")
+        if not isinstance(self.given, tuple) or not all(isinstance(f, Fact) for f in self.given):
+            raise ExpectError("given: must be a tuple of Fact (see given_facts)")
+
+
+def run(request: ExpectRequest) -> RunVerdict:
+    """The verdict on ``request.run``; :class:`ExpectError` when it cannot be judged (no GPU known, no row
+    modelled)."""
+    return judge(request.run, [*request.given, *run_facts(request.run, request.log_text)], request.topology)
+
+
 def judge_run(
-    run: Run, *, log_text: str | None = None, topology: Topology | None = None, given: list[Fact] | None = None
+    measured: Run,
+    /,
+    *,
+    log_text: str | None = None,
+    topology: Topology | None = None,
+    given: list[Fact] | None = None,
 ) -> RunVerdict:
-    """The verdict on ``run``; :class:`ExpectError` when it cannot be judged (no GPU known, no row modelled).
-    ``given``: facts the user states (:func:`given_facts`), taken before the log's."""
-    return judge(run, [*(given or []), *run_facts(run, log_text)], topology)
+    """Shorthand for :func:`run` of the :class:`ExpectRequest` these arguments make."""
+    return run(ExpectRequest(measured, log_text, topology, tuple(given or ())))

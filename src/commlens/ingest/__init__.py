@@ -2,12 +2,14 @@
 
 The formats are the entries of :data:`FORMATS` (``commlens.ingest.registry``; see ``docs/ingest.md``).
 Adding one is a module that declares its ``FORMAT`` (name, description, sniffer, parser) and a line in
-the registry.
+the registry. The stage's entry is :func:`run`: one :class:`IngestRequest` (a file and what to stamp on its runs) in,
+the file's runs out; :func:`load_runs` is its shorthand.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,6 +39,7 @@ __all__ = [
     "IngestError",
     "IngestOptionError",
     "IngestWarning",
+    "IngestRequest",
     "InputFormat",
     "Source",
     "detect_format",
@@ -45,6 +48,7 @@ __all__ = [
     "load_source_runs",
     "parse_time",
     "read_source",
+    "run",
 ]
 
 
@@ -64,6 +68,58 @@ def parse_time(text: str) -> str:
     return when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
+class IngestRequest:
+    """One file to read into runs, and what to stamp on them. Checked when built, in this order
+    (:class:`IngestOptionError`): ``time`` an ISO 8601 date or date/time, ``op`` a known collective, ``fmt`` a
+    registered format."""
+
+    path: str | Path  # the file; ``-``: standard input
+    tag: str | None = None  # label every run with this tag
+    revision: str | None = None  # the code revision the runs measured
+    time: str | None = None  # ISO 8601: the runs' started_at (default: the file's own start time, else its mtime)
+    fmt: str = "auto"  # a name of FORMATS, or auto (detected from the text)
+    op: str | None = None  # the collective of a log that does not name it (nccl-tests text without its command)
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES  # a file over this is refused, read no further
+    given: GivenFacts | None = None  # what a fragment of a log lacks (world size, hosts, GPU), stored as the user's
+
+    def __post_init__(self) -> None:
+        if self.time is not None:
+            parse_time(self.time)
+        if self.op is not None:
+            try:
+                get_op(self.op)
+            except UnknownOpError as e:
+                raise IngestOptionError(str(e)) from None
+        if self.fmt != "auto":
+            get_format(self.fmt)
+
+    @property
+    def started_at(self) -> str | None:
+        """``time`` as ISO UTC (:func:`parse_time`), or None."""
+        return parse_time(self.time) if self.time is not None else None
+
+
+def run(request: IngestRequest) -> tuple[Run, ...]:
+    """The runs in one file, read completely before anything is returned.
+
+    Without ``request.time`` a run's ``started_at`` is the file's own start time, else the file's modification
+    time. Raises :class:`IngestError` (``FILE:LINE: ...``) for a file that cannot be read; warns
+    (:class:`IngestWarning`) about figures that look inconsistent.
+    """
+    source = read_source(request.path, max_bytes=request.max_input_bytes)
+    _, runs = load_source_runs(
+        source,
+        tag=request.tag,
+        revision=request.revision,
+        started_at=request.started_at,
+        fmt=request.fmt,
+        op=request.op,
+        given=request.given,
+    )
+    return tuple(runs)
+
+
 def load_runs(
     path: str | Path,
     *,
@@ -75,26 +131,8 @@ def load_runs(
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
     given: GivenFacts | None = None,
 ) -> list[Run]:
-    """The runs in one file (``-``: standard input), read completely before anything is returned.
-
-    ``time`` (ISO 8601) places the run in history as its ``started_at``; without
-    it the file's own start time is used, else the file's modification time.
-    ``op`` names the collective of a log that does not say (nccl-tests text
-    without its command line). Raises :class:`IngestError` (``FILE:LINE: ...``)
-    for a file that cannot be read; warns (:class:`IngestWarning`) about
-    figures that look inconsistent. A file over ``max_input_bytes`` is refused, read no further.
-    ``given`` supplies what a fragment of a log lacks (world size, hosts, GPU), stored as the user's.
-    """
-    started_at = parse_time(time) if time is not None else None
-    if op is not None:
-        try:
-            get_op(op)
-        except UnknownOpError as e:
-            raise IngestOptionError(str(e)) from None
-    if fmt != "auto":
-        get_format(fmt)
-    source = read_source(path, max_bytes=max_input_bytes)
-    return load_source_runs(source, tag=tag, revision=revision, started_at=started_at, fmt=fmt, op=op, given=given)[1]
+    """Shorthand for :func:`run` of the :class:`IngestRequest` these arguments make (its fields), as a list."""
+    return list(run(IngestRequest(path, tag, revision, time, fmt, op, max_input_bytes, given)))
 
 
 def load_source_runs(

@@ -1,6 +1,8 @@
 """One whole training step simulated on the fabric, every parallel group at once (``commlens sim step``).
 
-The projection (:func:`commlens.project.step.project`, analytic network) gives each pipeline stage's compute per
+:func:`simulate_step` takes the projection's :class:`commlens.project.Scenario` (its ``sim`` options, default
+:class:`SimOptions`) and returns a :class:`SimStep`. The projection (:func:`commlens.project.run`, analytic network)
+gives each pipeline stage's compute per
 micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of the whole job and simulated:
 
 - each stage runs 1F1B (Megatron's order: ``pp - s - 1`` warm-up forwards, then one forward and one backward in
@@ -24,25 +26,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TypedDict
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from commlens.project.layout import ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_parameters
-from commlens.project.step import project
-from commlens.sim import Collective, CollectiveResult, SimOptions, groups_by_stride, simulate
+from commlens.project.scenario import Scenario
+from commlens.project.step import run as run_projection
+from commlens.sim import Collective, CollectiveResult, SimConfig, SimOptions, groups_by_stride
+from commlens.sim import run as run_sim
 from commlens.sim.fabric import FabricDoc
-from commlens.topology import Topology
 from commlens.workload import Workload
 
 __all__ = ["SimStep", "simulate_step"]
 
 
-class SimStep(TypedDict):
-    """One simulated step beside the projection's (``commlens sim step --json``)."""
+@dataclass(frozen=True)
+class SimStep:
+    """One simulated step beside the projection's (``commlens sim step``; :meth:`as_dict` is its ``--json``)."""
 
-    format: str  # commlens.sim-step/1
     workload: str
     topology: str
     gpus: int
@@ -52,16 +55,35 @@ class SimStep(TypedDict):
     step_time_s: float  # simulated
     projected_step_time_s: float  # the projection's, analytic network
     communication_s: dict[str, float]  # simulated seconds by parallel dimension
-    routing: str
-    seed: int
-    qps: int
-    channels: int
+    options: SimOptions  # how the step was simulated
     events: int
     rate_recomputations: int
     hottest_links: list[dict[str, object]]
     link_classes: list[dict[str, object]]
     fabric: FabricDoc
     wall_s: float
+
+    def as_dict(self) -> dict[str, object]:
+        """The step as JSON (``commlens.sim-step/1``)."""
+        return {
+            "format": "commlens.sim-step/1",
+            "workload": self.workload,
+            "topology": self.topology,
+            "gpus": self.gpus,
+            "layout": self.layout,
+            "micro_batches": self.micro_batches,
+            "collectives": self.collectives,
+            "step_time_s": self.step_time_s,
+            "projected_step_time_s": self.projected_step_time_s,
+            "communication_s": self.communication_s,
+            **self.options.as_dict(),
+            "events": self.events,
+            "rate_recomputations": self.rate_recomputations,
+            "hottest_links": self.hottest_links,
+            "link_classes": self.link_classes,
+            "fabric": self.fabric,
+            "wall_s": self.wall_s,
+        }
 
 
 def _schedule(pp: int, m: int, s: int) -> list[tuple[str, int]]:
@@ -78,46 +100,37 @@ def _schedule(pp: int, m: int, s: int) -> list[tuple[str, int]]:
     return ops
 
 
-def simulate_step(
-    workload: Workload,
-    topology: Topology,
-    layout: ParallelLayout,
-    gpus: int,
-    options: SimOptions | None = None,
-) -> SimStep:
-    """Simulate one step (``options``: the simulator's, default :class:`SimOptions`); a JSON-ready document
-    with the simulated and projected step times and the run."""
-    opts = options if options is not None else SimOptions()
+def simulate_step(scenario: Scenario) -> SimStep:
+    """Simulate one step of ``scenario`` with its ``sim`` options (default :class:`SimOptions`), beside the
+    projection of the same scenario over the analytic network."""
+    w, topology, layout, gpus = scenario.workload, scenario.topology, scenario.layout, scenario.gpus
+    opts = scenario.sim if scenario.sim is not None else SimOptions()
     wall0 = time.perf_counter()
-    proj = project(workload, topology, layout, gpus)
-    graph = _StepGraph(workload, layout, resolve(layout, workload, gpus, topology.accelerators_per_node), gpus)
+    proj = run_projection(replace(scenario, sim=None))
+    graph = _StepGraph(w, layout, resolve(layout, w, gpus, topology.accelerators_per_node), gpus)
     graph.add_schedule(proj.stages)
     graph.add_dp_tails()
     colls = graph.colls
     nodes = max(1, -(-gpus // topology.accelerators_per_node))
-    result = simulate(topology, nodes, colls, options=opts)
-    return {
-        "format": "commlens.sim-step/1",
-        "workload": workload.name,
-        "topology": topology.name,
-        "gpus": gpus,
-        "layout": proj.layout,
-        "micro_batches": graph.r.micro_batches,
-        "collectives": len(colls),
-        "step_time_s": result.makespan_s,
-        "projected_step_time_s": proj.step_time_s,
-        "communication_s": _communication_s(result.collectives),
-        "routing": opts.routing,
-        "seed": opts.seed,
-        "qps": opts.qps,
-        "channels": opts.channels,
-        "events": result.events,
-        "rate_recomputations": result.recomputations,
-        "hottest_links": result.hottest,
-        "link_classes": result.classes,
-        "fabric": result.fabric,
-        "wall_s": time.perf_counter() - wall0,
-    }
+    result = run_sim(SimConfig(topology, nodes, tuple(colls), opts))
+    return SimStep(
+        workload=w.name,
+        topology=topology.name,
+        gpus=gpus,
+        layout=proj.layout,
+        micro_batches=graph.r.micro_batches,
+        collectives=len(colls),
+        step_time_s=result.makespan_s,
+        projected_step_time_s=proj.step_time_s,
+        communication_s=_communication_s(result.collectives),
+        options=opts,
+        events=result.events,
+        rate_recomputations=result.recomputations,
+        hottest_links=result.hottest,
+        link_classes=result.classes,
+        fabric=result.fabric,
+        wall_s=time.perf_counter() - wall0,
+    )
 
 
 def _communication_s(collectives: Sequence[CollectiveResult]) -> dict[str, float]:

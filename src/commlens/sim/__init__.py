@@ -6,7 +6,7 @@ failed links, concurrent parallel groups and jobs (``commlens sim``).
 - :mod:`commlens.sim.traffic`: collectives as the cost model's own stages, replayed as flows;
 - :mod:`commlens.sim.engine`: max-min fair rates by progressive filling, event by event;
 - :mod:`commlens.sim.options`: :class:`SimOptions`, the simulator's options checked in one place;
-- :mod:`commlens.sim.run`: :func:`simulate` and its results.
+- :mod:`commlens.sim.runner`: :func:`run` of a :class:`SimConfig`, and its :class:`SimResult`.
 """
 
 from commlens.sim.budget import CollectiveShape, SimTooLargeError, check_sim_size, estimate_sim_bytes
@@ -14,7 +14,7 @@ from commlens.sim.engine import Engine, max_min_rates
 from commlens.sim.fabric import Fabric, Fault, SimError, build_fabric, parse_fault
 from commlens.sim.options import SimOptions
 from commlens.sim.routing import ROUTINGS, route
-from commlens.sim.run import CollectiveResult, SimResult, simulate
+from commlens.sim.runner import CollectiveResult, SimConfig, SimResult, run, simulate
 from commlens.sim.traffic import Collective, groups_by_stride
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Engine",
     "Fabric",
     "Fault",
+    "SimConfig",
     "SimError",
     "SimOptions",
     "SimResult",
@@ -36,5 +37,6 @@ __all__ = [
     "max_min_rates",
     "parse_fault",
     "route",
+    "run",
     "simulate",
 ]

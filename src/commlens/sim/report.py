@@ -8,7 +8,7 @@ import numpy as np
 
 from commlens.files import atomic_bytes
 from commlens.sim.fabric import Fabric
-from commlens.sim.run import SimResult
+from commlens.sim.runner import SimResult
 
 __all__ = ["plot"]
 

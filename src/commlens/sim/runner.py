@@ -1,8 +1,10 @@
-"""Run a simulation: collectives (of one job or several) on one fabric, and what came out of it."""
+"""Run a simulation: :class:`SimConfig` (collectives of one job or several, one fabric, :class:`SimOptions`) in,
+:class:`SimResult` out (:func:`run`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,15 +13,15 @@ from commlens.model import predict
 from commlens.ops import OPS, get_op
 from commlens.sim.budget import CollectiveShape, check_sim_size
 from commlens.sim.engine import Engine
-from commlens.sim.fabric import Fabric, FabricDoc, Fault, SimError, build_fabric
+from commlens.sim.fabric import Fabric, FabricDoc, SimError, build_fabric
 from commlens.sim.options import SimOptions
 from commlens.sim.traffic import Collective, plan
 from commlens.topology import Topology
 
-__all__ = ["CollectiveResult", "SimResult", "simulate"]
+__all__ = ["CollectiveResult", "SimConfig", "SimResult", "run", "simulate"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class CollectiveResult:
     """One collective across all its groups: when it ran, how long the slowest group took, its busBW."""
 
@@ -54,7 +56,7 @@ class CollectiveResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimResult:
     """A whole simulation: its collectives, the fabric, the links' load, and how much work it took."""
 
@@ -73,8 +75,8 @@ class SimResult:
     wall_s: float
     qps: int = 1
     channels: int = 2
-    link_util: np.ndarray | None = None  # mean utilisation of every link over the makespan (not in JSON)
-    graph: Fabric | None = None  # the fabric simulated, faults applied (not in JSON)
+    link_util: np.ndarray | None = field(default=None, compare=False)  # each link's mean utilisation (not in JSON)
+    graph: Fabric | None = field(default=None, compare=False)  # the fabric simulated, faults applied (not in JSON)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -97,53 +99,65 @@ class SimResult:
         }
 
 
-def simulate(
-    topology: Topology,
-    nodes: int,
-    collectives: list[Collective],
-    *,
-    routing: str = "ecmp",
-    seed: int = 0,
-    sync: bool = True,
-    faults: tuple[Fault, ...] = (),
-    fabric: Fabric | None = None,
-    top: int = 10,
-    qps: int = 1,
-    channels: int = 2,
-    options: SimOptions | None = None,
-) -> SimResult:
-    """Simulate ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``.
+@dataclass(frozen=True)
+class SimConfig:
+    """What one simulation takes: ``collectives`` together on the fabric of ``nodes`` nodes of ``topology``, run
+    with ``options``. Checked when built (:class:`SimError` naming the field)."""
+
+    topology: Topology
+    nodes: int  # nodes of the job (all jobs together)
+    collectives: tuple[Collective, ...]
+    options: SimOptions = SimOptions()
+    sync: bool = True  # the flows of a stage wait for the slowest (NCCL's steps), else each flow runs on its own
+    top: int = 10  # hottest links to report
+    fabric: Fabric | None = field(default=None, compare=False)  # the fabric already built for topology and nodes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topology, Topology):
+            raise SimError(f"topology: must be a Topology, got {type(self.topology).__name__}")
+        if not isinstance(self.collectives, tuple) or not all(isinstance(c, Collective) for c in self.collectives):
+            raise SimError("collectives: must be a tuple of Collective")
+        if not self.collectives:
+            raise SimError("nothing to simulate: no collective given")
+        if not isinstance(self.options, SimOptions):
+            raise SimError(f"options: must be SimOptions, got {type(self.options).__name__}")
+        for name in ("nodes", "top"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SimError(f"{name}: must be a whole number >= 1, got {value!r}")
+
+
+def run(config: SimConfig) -> SimResult:
+    """Simulate ``config.collectives`` together on the fabric of ``config.nodes`` nodes of its topology.
 
     Each collective starts at once, or after the collectives it names in ``after`` end (group by group where
-    both have as many groups, else after all of them), plus its ``delay_s``. ``channels``: NCCL's channels
+    both have as many groups, else after all of them), plus its ``delay_s``. ``options.channels``: NCCL's channels
     between each pair of ranks, each its own connection (NCCL duplicates the channels its topology search finds,
-    so a ring over 8-NIC nodes runs 2 per NIC: NVIDIA/nccl#578, #1302); ``qps``: queue pairs each connection is
-    split over (NCCL_IB_QPS_PER_CONNECTION). ECMP hashes each of the ``channels x qps`` flows on its own.
-    ``options``: routing, seed, qps, channels and faults as one :class:`SimOptions`, in place of those keywords
-    (which are its fields spelled out, checked by it too).
+    so a ring over 8-NIC nodes runs 2 per NIC: NVIDIA/nccl#578, #1302); ``options.qps``: queue pairs each
+    connection is split over (NCCL_IB_QPS_PER_CONNECTION). ECMP hashes each of the ``channels x qps`` flows on its
+    own.
     """
-    opts = options if options is not None else SimOptions(routing, seed, qps, channels, tuple(faults))
-    routing, seed, qps, channels = opts.routing, opts.seed, opts.qps, opts.channels
-    if not collectives:
-        raise SimError("nothing to simulate: no collective given")
+    topology, nodes, collectives, opts = config.topology, config.nodes, config.collectives, config.options
     shapes = []
     for coll in collectives:
         rows, ranks = np.shape(coll.groups) if np.ndim(coll.groups) == 2 else (1, 0)
         shapes.append(CollectiveShape(coll.op, coll.size_bytes, int(rows), int(ranks), coll.algo))
-    check_sim_size(topology, nodes, shapes, qps=qps, channels=channels)
+    check_sim_size(topology, nodes, shapes, qps=opts.qps, channels=opts.channels)
     wall0 = time.perf_counter()
-    fab = fabric if fabric is not None else build_fabric(topology, nodes)
+    fab = config.fabric if config.fabric is not None else build_fabric(topology, nodes)
     fab = fab.with_faults(opts.faults)
     engine = Engine(fab.capacity, fab.link_class, len(fab.class_names))
-    planned = _plan_all(engine, fab, collectives, routing=routing, seed=seed, sync=sync, qps=qps * channels)
+    planned = _plan_all(
+        engine, fab, collectives, routing=opts.routing, seed=opts.seed, sync=config.sync, qps=opts.qps * opts.channels
+    )
     makespan = engine.run()
     results = [_collective_result(engine, topology, fab, coll, planned[coll.name]) for coll in collectives]
-    util, hottest, classes, timeline = _link_use(engine, fab, makespan, top)
+    util, hottest, classes, timeline = _link_use(engine, fab, makespan, config.top)
     return SimResult(
         topology.name,
-        routing,
-        seed,
-        sync,
+        opts.routing,
+        opts.seed,
+        config.sync,
         makespan,
         results,
         fab.describe(),
@@ -153,18 +167,32 @@ def simulate(
         engine.events,
         engine.recomputations,
         time.perf_counter() - wall0,
-        qps,
-        channels,
+        opts.qps,
+        opts.channels,
         util,
         fab,
     )
+
+
+def simulate(
+    topology: Topology,
+    nodes: int,
+    collectives: Sequence[Collective],
+    *,
+    options: SimOptions | None = None,
+    fabric: Fabric | None = None,
+) -> SimResult:
+    """Shorthand for :func:`run` of a :class:`SimConfig` (default options, sync, top 10), kept for the
+    projection's simulated network (:mod:`commlens.project.simnet`)."""
+    opts = options if options is not None else SimOptions()
+    return run(SimConfig(topology, nodes, tuple(collectives), opts, fabric=fabric))
 
 
 _Planned = tuple[str, list[list[int]], list[tuple[str, float, list[int]]]]  # algorithm, task ids per group, stages
 
 
 def _plan_all(
-    engine: Engine, fab: Fabric, collectives: list[Collective], *, routing: str, seed: int, sync: bool, qps: int
+    engine: Engine, fab: Fabric, collectives: Sequence[Collective], *, routing: str, seed: int, sync: bool, qps: int
 ) -> dict[str, _Planned]:
     """Each collective's flows added to ``engine``, after the collectives it names; ``qps``: flows per connection."""
     planned: dict[str, _Planned] = {}
