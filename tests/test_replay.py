@@ -3,6 +3,7 @@ and a real replay on gloo ranks stored as a run of source replay."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -196,6 +197,18 @@ def test_plan_files_are_bounded_and_refused_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     r = commlens("replay", "plan", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "out.json"))
     assert r.returncode == 2 and "not a source replay reads" in r.stderr and not (tmp_path / "out.json").exists()
+
+
+def test_a_gzip_file_with_a_corrupt_stream_is_refused_with_exit_2_not_a_traceback(tmp_path: Path) -> None:
+    good = gzip.compress(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}).encode())
+    broken = tmp_path / "rank-0.json.gz"
+    broken.write_bytes(good[:10] + b"\xff\xff\xff\xff" + good[14:])  # a deflate block of no valid type
+    r = commlens("replay", "plan", str(broken), "-o", str(tmp_path / "out.json"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"error: {broken}: cannot read (Error -3 while decompressing data: invalid block type)\n"
+    assert not (tmp_path / "out.json").exists()
+    with pytest.raises(ReplayPlanError, match="cannot read .error: Error -3"):
+        extract_plan([broken], source="chakra")
 
 
 def test_a_plan_whose_replay_would_hang_is_refused() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commlens.errors import CommlensError
-from commlens.ingest.kineto import KinetoTrace, TraceCollective
+from commlens.ingest.kineto import KinetoTrace, TraceCollective, traces_by_rank
 from commlens.results.jsonvalue import JsonObject
 
 __all__ = ["MatchError", "MatchedCollective", "Matching", "match_collectives"]
@@ -97,11 +97,7 @@ def _labeler(traces: list[KinetoTrace]) -> Callable[[TraceCollective], str]:
 
 def match_collectives(traces: list[KinetoTrace]) -> Matching:
     """Pair each rank's records of the same collective (see the module docstring for the method)."""
-    by_rank: dict[int, KinetoTrace] = {}
-    for t in traces:
-        if t.rank in by_rank:
-            raise MatchError(f"{t.path}: a second trace of rank {t.rank} (the first is {by_rank[t.rank].path})")
-        by_rank[t.rank] = t
+    by_rank = traces_by_rank(traces, MatchError)
     if len(by_rank) < 2:
         raise MatchError("need traces of at least 2 ranks")
     ranks = tuple(sorted(by_rank))

@@ -54,7 +54,7 @@ from typing import Any, cast
 import numpy as np
 
 from commlens.errors import CommlensError
-from commlens.files import read_at_most
+from commlens.ingest.files import read_capped
 from commlens.ingest.json_columns import loads_like_json
 from commlens.results.jsonvalue import JsonObject
 
@@ -209,11 +209,10 @@ def _load(path: Path, max_bytes: int) -> tuple[dict[str, object], str]:
         size = path.stat().st_size
         if size > max_bytes:
             raise DumpError(f"{path}: {size:,} bytes, over the {max_bytes:,}-byte limit for a dump")
-        with path.open("rb") as f:
-            raw = read_at_most(f, max_bytes + 1)
+        raw = read_capped(path, max_bytes)
     except OSError as e:
         raise DumpError(f"{path}: cannot read ({e.strerror or e})") from None
-    if len(raw) > max_bytes:
+    if raw is None:
         raise DumpError(f"{path}: over the {max_bytes:,}-byte limit for a dump")
     fmt = "json" if raw.lstrip()[:1] == b"{" else "pickle"
     try:
@@ -643,12 +642,11 @@ def _parsed_dump(path: Path, rank_from_name: int, max_bytes: int) -> tuple[Any, 
         size = path.stat().st_size
         if size > max_bytes:
             return None
-        with path.open("rb") as f:
-            raw = read_at_most(f, max_bytes + 1)
+        raw = read_capped(path, max_bytes)
     except OSError:
         return None
     # each key and value of a JSON text takes a byte at least: it cannot hold more values than bytes
-    if len(raw) > max_bytes or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
+    if raw is None or len(raw) >= _MAX_NODES - 1 or raw.lstrip()[:1] != b"{":
         return None
     try:
         data = loads_like_json(raw, beyond_64_bits=False)

@@ -32,12 +32,11 @@ recorded here with torch 2.13 (``tests/scenarios/straggler_trace.py``).
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import math
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -45,6 +44,7 @@ from typing import Any
 
 from commlens.errors import CommlensError
 from commlens.files import read_at_most
+from commlens.ingest.files import loads_strict_json, open_input
 from commlens.ops import UnknownOpError, get_op
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.units import finite_float
@@ -58,6 +58,7 @@ __all__ = [
     "TraceCollective",
     "read_kineto_trace",
     "read_trace_json",
+    "traces_by_rank",
 ]
 
 MAX_TRACE_BYTES = 2 << 30  # decompressed JSON text; real multi-GB traces are rare, a bomb is not
@@ -134,10 +135,6 @@ def _check_depth(root: Any, path: Path) -> None:
         depth += 1
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def read_trace_json(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> JsonObject:
     """The trace's top-level JSON object, from ``.json`` or gzip, within ``max_bytes`` decompressed."""
     return _read_trace(path, max_bytes)[0]
@@ -147,16 +144,10 @@ def _read_trace(path: str | Path, max_bytes: int) -> tuple[JsonObject, list[Any]
     """The trace's top-level object and its ``traceEvents`` list (:func:`read_trace_json`)."""
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=f) as gz:
-                    data = read_at_most(gz, max_bytes + 1)
-            else:
-                if path.suffix == ".gz":
-                    raise KinetoTraceError(f"{path}: not gzip data (no gzip magic bytes) despite the .gz name")
-                data = read_at_most(f, max_bytes + 1)
+        with open_input(path) as (f, gzipped):
+            if not gzipped and path.suffix == ".gz":
+                raise KinetoTraceError(f"{path}: not gzip data (no gzip magic bytes) despite the .gz name")
+            data = read_at_most(f, max_bytes + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise KinetoTraceError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
     if len(data) > max_bytes:
@@ -165,7 +156,7 @@ def _read_trace(path: str | Path, max_bytes: int) -> tuple[JsonObject, list[Any]
             f"(a gzip bomb, or a trace too large to analyse)"
         )
     try:
-        top = json.loads(data, parse_constant=_reject_constant)
+        top = loads_strict_json(data)
     except RecursionError:
         raise KinetoTraceError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels: not a Kineto trace") from None
     except (ValueError, UnicodeDecodeError) as e:
@@ -472,3 +463,13 @@ def read_kineto_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Kin
         n_unjoined_kernels=unjoined,
         n_cpu_spans_clipped=clipped,
     )
+
+
+def traces_by_rank(traces: Iterable[KinetoTrace], error: Callable[[str], Exception]) -> dict[int, KinetoTrace]:
+    """Each trace under its rank; ``error`` (the caller's error type) for a second trace of a rank."""
+    by_rank: dict[int, KinetoTrace] = {}
+    for t in traces:
+        if t.rank in by_rank:
+            raise error(f"{t.path}: a second trace of rank {t.rank} (the first is {by_rank[t.rank].path})")
+        by_rank[t.rank] = t
+    return by_rank

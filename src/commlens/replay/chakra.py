@@ -10,7 +10,6 @@ the rank is taken from the file name (the last number in ``rank-3.json``, ``et_3
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import zlib
@@ -18,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from commlens.files import read_at_most
+from commlens.ingest.files import read_capped
 from commlens.ops import OPS
 from commlens.replay.extract import KINETO_DTYPES
 from commlens.replay.plan import MAX_PLAN_BYTES, PlanCall, PlanGroup, RankCalls, ReplayPlan, ReplayPlanError
@@ -51,17 +50,10 @@ _RANK_RE = re.compile(r"(\d+)(?!.*\d)")
 def _load(path: Path) -> list[Any]:
     """The trace's ``nodes`` list (each node still to be checked where it is used)."""
     try:
-        with path.open("rb") as fp:
-            head = fp.read(2)
-            fp.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=fp) as gz:
-                    data = read_at_most(gz, MAX_PLAN_BYTES + 1)
-            else:
-                data = read_at_most(fp, MAX_PLAN_BYTES + 1)
+        data = read_capped(path, MAX_PLAN_BYTES, gunzip=True)
     except (OSError, EOFError, zlib.error) as e:
         raise ReplayPlanError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
-    if len(data) > MAX_PLAN_BYTES:
+    if data is None:
         raise ReplayPlanError(f"{path}: more than {MAX_PLAN_BYTES} bytes of JSON: refused")
     try:
         top = json.loads(data)

@@ -21,17 +21,18 @@ measured to the latest end of the calls before it on the rank.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import multiprocessing
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from commlens.errors import CommlensError
-from commlens.ingest.kineto import KinetoTrace, read_kineto_trace
+from commlens.ingest.files import open_input
+from commlens.ingest.kineto import KinetoTrace, read_kineto_trace, traces_by_rank
 from commlens.ops import OPS
 from commlens.replay.plan import PlanCall, PlanGroup, RankCalls, ReplayPlan, ReplayPlanError, gaps
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, record_from_wire
@@ -104,11 +105,7 @@ class _Dropped:
 
 def plan_from_kineto(traces: Sequence[KinetoTrace]) -> ReplayPlan:
     """A plan from one Kineto trace per rank."""
-    by_rank: dict[int, KinetoTrace] = {}
-    for t in traces:
-        if t.rank in by_rank:
-            raise ReplayPlanError(f"{t.path}: a second trace of rank {t.rank} (the first is {by_rank[t.rank].path})")
-        by_rank[t.rank] = t
+    by_rank = traces_by_rank(traces, ReplayPlanError)
     world = max([t.world_size or 0 for t in traces] + [max(by_rank) + 1])
     named_ranks: dict[str, tuple[int, ...]] = {}
     seen_in: dict[str, set[int]] = {}
@@ -346,13 +343,9 @@ def read_monitor_records(path: Path, max_bytes: int = MAX_MONITOR_BYTES) -> tupl
 def _sniff(path: Path) -> str:
     """The source a file holds, from its first bytes: kineto, monitor, inspector or chakra."""
     try:
-        with path.open("rb") as fp:
+        with open_input(path) as (fp, _):
             head = fp.read(1 << 16)
-            if head[:2] == b"\x1f\x8b":
-                fp.seek(0)
-                with gzip.GzipFile(fileobj=fp) as gz:
-                    head = gz.read(1 << 16)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise ReplayPlanError(f"{path}: cannot read ({e})") from None
     text = head.decode("utf-8", "replace")
     if '"traceEvents"' in text or '"distributedInfo"' in text:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from commlens.errors import CommlensError
-from commlens.files import atomic_text, read_at_most
+from commlens.files import atomic_text
+from commlens.ingest.files import loads_strict_json, read_capped
 from commlens.ops import OPS
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, MAX_GROUP_NAME, MAX_RANKS, MAX_SIZE_BYTES
@@ -215,22 +216,17 @@ def _depth_ok(root: Any) -> bool:
     return True
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def load_plan(path: str | Path, max_bytes: int = MAX_PLAN_BYTES) -> ReplayPlan:
     """Read a plan file (at most ``max_bytes``), checking every field."""
     path = Path(path)
     try:
-        with path.open("rb") as fp:
-            data = read_at_most(fp, max_bytes + 1)
+        data = read_capped(path, max_bytes)
     except OSError as e:
         raise ReplayPlanError(f"{path}: cannot read ({e.strerror or e})") from None
-    if len(data) > max_bytes:
+    if data is None:
         raise ReplayPlanError(f"{path}: larger than {max_bytes} bytes: refused")
     try:
-        top = json.loads(data, parse_constant=_reject_constant)
+        top = loads_strict_json(data)
     except RecursionError:
         raise ReplayPlanError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels: not a replay plan") from None
     except (ValueError, UnicodeDecodeError) as e:
