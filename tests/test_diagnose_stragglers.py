@@ -354,3 +354,14 @@ def test_cli_bad_traces_exit_2(tmp_path: Path, realdata: Path) -> None:
         assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
     result = runner.invoke(app, ["diagnose", "stragglers"], catch_exceptions=False)
     assert result.exit_code == 2 and "give either trace files or --run" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["diagnose", "stragglers"], ["diagnose", "job"]])
+def test_broken_gzip_data_is_a_clear_error_not_a_traceback(tmp_path: Path, command: list[str]) -> None:
+    """A file that starts with gzip's magic bytes but holds broken data: `error: ...` naming it, exit 2."""
+    bad = tmp_path / "rank0.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": []}')[:10] + b"not deflate data at all")
+    result = CliRunner().invoke(app, [*command, str(bad), str(bad)], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and str(bad) in result.stderr
+    assert "Traceback" not in result.stderr + result.output

@@ -20,8 +20,8 @@ numbering; :mod:`commlens.diagnose.job` aligns the keys across sources.
 
 from __future__ import annotations
 
-import gzip
 import math
+import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 
 from commlens.errors import CommlensError
 from commlens.ingest.base import IngestError
+from commlens.ingest.files import open_input
 from commlens.ingest.flightrec import (
     DumpColumns,
     DumpError,
@@ -230,13 +231,12 @@ class SourceData:
 
 
 def _head(path: Path) -> str:
+    """The file's first bytes as text, decompressed where it is gzip; JobSourceError where it cannot be read
+    (broken gzip data included)."""
     try:
-        with open(path, "rb") as fp:
+        with open_input(path) as (fp, _):
             raw = fp.read(_SNIFF_BYTES)
-        if raw[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as gz:
-                raw = gz.read(_SNIFF_BYTES)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise JobSourceError(f"{path}: cannot be read ({e})") from None
     return raw.decode("utf-8", "replace")
 
