@@ -320,3 +320,56 @@ def test_fsdp2_copies_each_gathered_parameter_into_place_on_the_compute_stream()
     assert titan.breakdown["dp_comm"] >= copy_out
     mcore = project(w, topo, ParallelLayout(**lay, framework="megatron-core"), 8, check_memory=False)
     assert mcore.breakdown["dp_comm"] < copy_out
+
+
+def _dp_bucket_costs(w, lay, gpus: int) -> tuple[float, float, float]:
+    """(buckets, one bucket's reduce-scatter, one bucket's all-gather) of a one-stage Megatron-Core job."""
+    from commlens.project.frameworks import framework
+    from commlens.project.memory import stage_parameters
+    from commlens.project.step import _comm_s
+
+    r = resolve(lay, w, gpus, H100.accelerators_per_node)
+    dense, _ = stage_parameters(w, r)[0]
+    group = r.groups["dp"]
+    buckets = math.ceil(dense / framework("megatron-core").overlap.dp_bucket_elements(group.size))
+    rs = _comm_s(H100, "reduce_scatter", dense * lay.grad_reduce_bytes / buckets, group)
+    ag = _comm_s(H100, "all_gather", dense * 2 / buckets, group)
+    return buckets, rs, ag
+
+
+def test_the_last_gradient_bucket_and_the_first_parameter_bucket_stay_exposed(monkeypatch):
+    # Megatron-Core reduces a bucket once its last gradient is ready (register_grad_ready -> start_grad_sync), so the
+    # bucket finished last in the backward is reduced after it, whatever the backward's length; with
+    # overlap_param_gather the first bucket's all-gather runs before the forward has anything to hide it behind
+    # (finish_param_sync prefetches one bucket). A compute-bound job still waits for those two.
+    monkeypatch.setattr("commlens.project.step.OVERLAP_COMM_SMS", 0)  # dp_comm: only the exposed part
+    w = load_workload("llama3-8b", {"global_batch": 128, "seq_len": 4096})
+    lay = ParallelLayout(tp=1, zero=1, recompute="full")
+    p = project(w, H100, lay, 64)
+    buckets, rs, ag = _dp_bucket_costs(w, lay, 64)
+    assert buckets > 100 and p.overlapped_s["dp_comm"] > 50 * (rs + ag)  # the rest is hidden
+    assert p.breakdown["dp_comm"] == pytest.approx(rs + ag, rel=1e-9)
+    # without overlap the whole reduction and gather wait after the backward, as one collective each
+    none = project(w, H100, lay.model_copy(update={"overlap_grad_reduce": False, "overlap_param_gather": False}), 64)
+    assert none.overlapped_s["dp_comm"] == 0 and none.breakdown["dp_comm"] > 50 * p.breakdown["dp_comm"]
+
+
+def test_a_reduction_longer_than_the_backward_hides_only_behind_the_backward_after_the_first_bucket(monkeypatch):
+    # Comm-bound: the first bucket's reduce-scatter starts 1/B into the backward and the buckets then run back to
+    # back, so the reduction ends (reduction - backward x (B - 1) / B) after the backward, not (reduction - backward).
+    from commlens.project.step import _grad_reduce_exposed, _param_gather_exposed
+
+    assert _grad_reduce_exposed(1.0, 0.25, 4) == pytest.approx(1.0 - 0.25 * 3 / 4)
+    assert _grad_reduce_exposed(0.1, 1.0, 10) == pytest.approx(0.01)  # compute-bound: the last bucket
+    assert _grad_reduce_exposed(1.0, 0.5, 1) == pytest.approx(1.0)  # one bucket: nothing to overlap
+    # the gather: the first bucket, then each bucket beyond the forward of the bucket before it
+    assert _param_gather_exposed(1.0, 0.25, 4) == pytest.approx(0.25 + 3 * (0.25 - 0.0625))
+    assert _param_gather_exposed(0.1, 1.0, 10) == pytest.approx(0.01)
+    # Nemotron-4 15B's layout (TP 8, distributed optimizer over DP 96-288, 4 sequences per DP rank): the bucket
+    # grows with DP (max(40e6, 1e6 x DP) parameters), so the exposed tail grows with DP at a constant per-rank batch
+    monkeypatch.setattr("commlens.project.step.OVERLAP_COMM_SMS", 0)
+    exposed = []
+    for dp in (96, 192, 288):
+        w = load_workload("nemotron4-15b", {"global_batch": 4 * dp})
+        exposed.append(project(w, H100, ParallelLayout(tp=8, zero=2), 8 * dp).breakdown["dp_comm"])
+    assert exposed[0] < exposed[1] < exposed[2]

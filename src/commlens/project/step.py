@@ -813,6 +813,32 @@ def slowest_gpu_factor(gpus: int) -> float:
     return 1.0 + GPU_SPEED_CV * NormalDist().inv_cdf(gpus / (gpus + 1.0))
 
 
+def _grad_reduce_exposed(reduce_s: float, backward_s: float, buckets: float) -> float:
+    """The part of the last micro-batch's bucketed gradient reduction the backward cannot hide.
+
+    Megatron-Core issues a bucket's collective once every gradient in it is ready, in the last micro-batch only,
+    asynchronously on the one NCCL stream, one bucket after another (NVIDIA/Megatron-LM 001199898c4b,
+    megatron/core/distributed/param_and_grad_buffer.py ``register_grad_ready`` -> ``start_grad_sync``;
+    ``finish_grad_sync`` waits after the backward). With ``buckets`` equal buckets ready at even steps of the
+    backward, each taking ``reduce_s / buckets``, the reduction ends ``max(c, reduce_s - backward_s x (B - 1) / B)``
+    after the backward: the last bucket (ready when the backward ends) at best, the whole reduction less the
+    backward after the first bucket at worst."""
+    each = reduce_s / buckets
+    return min(reduce_s, max(each, reduce_s - backward_s * (buckets - 1.0) / buckets))
+
+
+def _param_gather_exposed(gather_s: float, forward_s: float, buckets: float) -> float:
+    """The part of ZeRO-1/2's bucketed parameter all-gather the next step's first forward cannot hide.
+
+    With ``overlap_param_gather`` Megatron-Core dispatches the first bucket's all-gather before the forward and
+    each following one from the forward pre-hook that waits for the bucket before it (NVIDIA/Megatron-LM
+    001199898c4b, param_and_grad_buffer.py ``finish_param_sync``: wait, then
+    ``next_param_gather_bucket_group.start_param_sync()``): one bucket of prefetch. The first bucket's gather is
+    exposed; each later one hides behind the forward of the bucket before it (``forward_s / buckets``)."""
+    each = gather_s / buckets
+    return min(gather_s, each + (buckets - 1.0) * max(0.0, each - forward_s / buckets))
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -837,12 +863,14 @@ def _dp_tail(
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
+    n_buckets = 0.0
     for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
         if group.size == 1 or params == 0:
             continue
         bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
         # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
         buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
+        n_buckets += buckets
         if layout.zero == 0:
             rs_s += buckets * comm("all_reduce", params * gb / buckets, group)
         else:
@@ -853,10 +881,11 @@ def _dp_tail(
     passes = st["compute"] + st["memory_bound"]
     last_bwd = passes * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
     first_fwd = passes / (4.0 if recompute_full else 3.0)
-    hidden_rs = min(rs_s, last_bwd) if layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none" else 0.0
-    hidden_ag = 0.0
+    hidden_rs = hidden_ag = 0.0
+    if rs_s and layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none":
+        hidden_rs = rs_s - _grad_reduce_exposed(rs_s, last_bwd, n_buckets)
     if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
-        hidden_ag = min(ag_s, first_fwd)
+        hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets)
     dp_hidden = hidden_rs + hidden_ag
     if layout.zero >= 3:
         # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded);
