@@ -763,7 +763,7 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
         for i in range(ns.sweep_compare):
             outs: dict[str, Path] = {}
             for label, extra in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
-                outs[label] = Path(tmp) / f"c{i}-{len(walls[label])}.json"
+                outs[label] = Path(tmp) / f"c{i}-{[k for k, _ in kinds].index(label)}.json"
                 walls[label].append(_commlens_sweep(extra, outs[label]))
                 print(f"  repeat {i + 1}: {label} {walls[label][-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
             wall, after = _raw_bus(ns, Path(tmp) / f"raw{i}.json")
