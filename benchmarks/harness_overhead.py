@@ -37,6 +37,10 @@ same figures. Three parts:
 
 The workers run under ``python -m torch.distributed.run --standalone`` (the
 script launches itself with ``--worker``).
+
+Issue 34's modes, each writing its own section: ``--sweep-compare N`` (the default sweep end to end against
+a raw loop, raw loops bracketing every repeat), ``--same-job N`` (the sweep and the raw loop inside one job:
+the in-rank part of any gap), ``--startup`` and ``--scale``.
 """
 
 from __future__ import annotations
