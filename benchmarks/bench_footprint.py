@@ -174,6 +174,56 @@ def raw_worker(out_dir: Path, op: str, dtypes: list[str], size: int) -> int:
     return 0
 
 
+HEAP_OPS = ("all_gather", "reduce_scatter")
+HEAP_SIZES = (4 * MIB, 16 * MIB)
+
+
+def heap_cost_worker(out_dir: Path) -> int:
+    """One rank: all_gather and reduce_scatter rows as the sweep runs them (out of place, float32 and int32,
+    round 0 then 4 later rounds of 4 timed iterations, freed memory handed back before each placement as
+    ``Sweep._run_cell`` does), with the minor page faults and CPU time of each timed loop."""
+    import resource
+
+    import torch.distributed as dist
+
+    import commlens.bench.worker as worker_mod
+    from commlens.bench.config import build_parser, config_from_args
+    from commlens.ops import OPS as CATALOG
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = config_from_args(build_parser("heap-cost").parse_args(["--op", ",".join(HEAP_OPS), "-e", "16M"]))
+    sweep = worker_mod.Sweep(cfg, rank, world, 0, None, None)
+    sweep.buffers.reserve(max(HEAP_SIZES), max(HEAP_SIZES))
+    loop: dict[str, float] = {}
+    real_measure = worker_mod.measure_interleaved
+
+    def measured(colls: Any, iters: int, device: Any, blocking: bool, seed: int | None = None) -> Any:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        out = real_measure(colls, iters, device, blocking, seed)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        loop.update(cpu=r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, faults=r1.ru_minflt - r0.ru_minflt)
+        return out
+
+    worker_mod.measure_interleaved = measured
+    rows: dict[str, dict[str, float]] = {}
+    for op in HEAP_OPS:
+        for size in HEAP_SIZES:
+            acc = rows.setdefault(f"{op} {size // MIB}", {"cpu": 0.0, "faults": 0.0, "iters": 0.0})
+            for dtype in ("float32", "int32"):
+                for r in range(5):
+                    worker_mod.release_freed_memory()
+                    redop = "sum" if op == "reduce_scatter" else None
+                    sweep.run_placement(CATALOG[op], dtype, redop, None, size, False, ["builtin"], 4, None, r)
+                    acc["cpu"] += loop["cpu"]
+                    acc["faults"] += loop["faults"]
+                    acc["iters"] += 4
+    peak = _status_kb("VmHWM") * 1024
+    (out_dir / f"heap-rank{rank}.json").write_text(json.dumps({"rows": rows, "peak": peak}))
+    dist.destroy_process_group()
+    return 0
+
+
 # ---------------------------------------------------------------- the driver
 
 
@@ -264,6 +314,38 @@ def large_run(size: int, op: str) -> dict[str, Any]:
     return {"op": op, "size_bytes": size, "peak": row["peak"], "base": row["base"], "wall_s": wall}
 
 
+def heap_cost(reps: int) -> None:
+    """What one malloc arena per rank (``MALLOC_ARENA_MAX=1``) costs the timed loops: jobs with and without it,
+    alternating, ``reps`` each (see :func:`heap_cost_worker`); prints faults and CPU per timed iteration."""
+    kinds = {"gloo threads' own arenas (default)": {}, "one arena (MALLOC_ARENA_MAX=1)": {"MALLOC_ARENA_MAX": "1"}}
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    loads = [os.getloadavg()[0]]
+    for i in range(reps):
+        for kind in list(kinds) if i % 2 == 0 else list(kinds)[::-1]:
+            EXTRA_ENV.clear()
+            EXTRA_ENV.update(kinds[kind])
+            with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
+                _launch(Path(tmp), ["--heap-cost-worker"])
+                got[kind] += [json.loads((Path(tmp) / f"heap-rank{r}.json").read_text()) for r in range(NPROC)]
+            loads.append(os.getloadavg()[0])
+    print(
+        f"{reps} jobs of each, alternating; 1-minute load {min(loads):.1f}-{max(loads):.1f}; per timed iteration, "
+        "mean over ranks and jobs:"
+    )
+    print("| row (out of place) | " + " | ".join(f"{k}: faults / CPU ms" for k in kinds) + " |")
+    print("|---|" + "---:|" * len(kinds))
+    for row in got[next(iter(kinds))][0]["rows"]:
+        cells = []
+        for kind in kinds:
+            it = sum(j["rows"][row]["iters"] for j in got[kind])
+            faults = sum(j["rows"][row]["faults"] for j in got[kind]) / it
+            cells.append(f"{faults:,.0f} / {sum(j['rows'][row]['cpu'] for j in got[kind]) / it * 1e3:.2f}")
+        print(f"| {row} MiB | " + " | ".join(cells) + " |")
+    print(
+        "peak of the largest rank (MB): " + ", ".join(f"{k} {max(j['peak'] for j in got[k]) / 1e6:,.0f}" for k in kinds)
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer ops, dtypes and sizes")
@@ -273,6 +355,13 @@ def main() -> None:
     ap.add_argument("--sizes-mib", help="only these sizes in MiB (comma-separated; implies --no-doc)")
     ap.add_argument("--only-dtypes", help="only these dtypes (comma-separated; implies --no-doc)")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for every rank (implies --no-doc)")
+    ap.add_argument(
+        "--heap-cost",
+        type=int,
+        default=0,
+        help="only what one malloc arena per rank costs the timed loops: this many jobs with and without",
+    )
+    ap.add_argument("--heap-cost-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--commlens", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--raw", help=argparse.SUPPRESS)
@@ -282,6 +371,11 @@ def main() -> None:
     ns = ap.parse_args()
     if ns.commlens:
         sys.exit(commlens_worker(ns.out, ns.rest))
+    if ns.heap_cost_worker:
+        sys.exit(heap_cost_worker(ns.out))
+    if ns.heap_cost:
+        heap_cost(ns.heap_cost)
+        return
     if ns.raw:
         sys.exit(raw_worker(ns.out, ns.raw, ns.dtypes.split(","), ns.size))
 

@@ -37,6 +37,10 @@ same figures. Three parts:
 
 The workers run under ``python -m torch.distributed.run --standalone`` (the
 script launches itself with ``--worker``).
+
+Issue 34's modes, each writing its own section: ``--sweep-compare N`` (the default sweep end to end against
+a raw loop, raw loops bracketing every repeat), ``--same-job N`` (the sweep and the raw loop inside one job:
+the in-rank part of any gap), ``--startup`` and ``--scale``.
 """
 
 from __future__ import annotations
@@ -718,14 +722,29 @@ def _pair_busbw(mine: dict[int, float], raw: dict[int, float]) -> float:
     return statistics.median(ratios) - 1
 
 
+def _bracket(before: dict[int, float], after: dict[int, float]) -> dict[int, float]:
+    """Per size, the geometric mean of the busBW of the raw runs just before and just after a repeat's commlens
+    runs: a drift of the machine's load that is linear over the repeat cancels out of the ratio."""
+    return {s: (before[s] * after[s]) ** 0.5 for s in before if s in after}
+
+
+def _raw_bus(ns: argparse.Namespace, res: Path) -> tuple[float, dict[int, float]]:
+    """One raw sweep: its wall time and busBW (bytes/s) per size."""
+    wall = _raw_sweep(ns, res)
+    per = {int(k): v for k, v in json.loads(res.read_text()).items()}
+    return wall, {s: 1.5 * s / t for s, t in per.items()}
+
+
 def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     """The default sweep against the raw loop, end to end, runs interleaved; writes SWEEP_SECTION.
 
-    Each repeat runs the raw loop, then each commlens variant, in an order rotated by the repeat (so no variant
-    always runs right after the raw loop). Wall time: min and median over repeats, the ratio of medians. busBW:
-    per repeat, the median over sizes >= 1 MiB of commlens' busBW over the raw loop's in the same repeat;
-    the table gives the median of those per-repeat figures and their range, which says how far one repeat
-    can be trusted on this machine.
+    Each repeat runs the commlens variants in an order rotated by the repeat, between two raw loops: the one
+    that ends the previous repeat (or starts the first) and one of its own after them, so the raw runs
+    bracket every commlens run. Wall time: min and median over repeats, the ratio of medians. busBW: per
+    repeat, the median over sizes >= 1 MiB of commlens' busBW over the bracketing raw loops' (their
+    geometric mean per size, :func:`_bracket`); the table gives the median of those per-repeat figures and
+    their range, which says how far one repeat can be trusted on this machine. The raw loop's own A/A row
+    (each raw run against the one before it) is the same figure for two runs of the same loop.
     """
     kinds: list[tuple[str, list[str]]] = [
         ("commlens, default (5 rounds, all in the default group, 1 check)", []),
@@ -737,27 +756,34 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     loads = [os.getloadavg()[0]]
     raw_walls: list[float] = []
-    raw_bus: list[dict[int, float]] = []
+    raw_aa: list[float] = []
     walls: dict[str, list[float]] = {k: [] for k, _ in kinds}
     pairs: dict[str, list[float]] = {k: [] for k, _ in kinds}
     pairs_rank: dict[str, list[float]] = {k: [] for k, _ in kinds}
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        wall, before = _raw_bus(ns, Path(tmp) / "raw-first.json")
+        raw_walls.append(wall)
+        print(f"  raw loop {wall:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
         for i in range(ns.sweep_compare):
-            res = Path(tmp) / f"raw{i}.json"
-            raw_walls.append(_raw_sweep(ns, res))
-            per = {int(k): v for k, v in json.loads(res.read_text()).items()}
-            raw_bus.append({s: 1.5 * s / t for s, t in per.items()})
-            print(f"  repeat {i + 1}: raw loop {raw_walls[-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+            outs: dict[str, Path] = {}
             for label, extra in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
-                out = Path(tmp) / f"c{i}-{len(walls[label])}.json"
-                walls[label].append(_commlens_sweep(extra, out))
-                pairs[label].append(_pair_busbw(_busbw_by_size(out), raw_bus[-1]))
-                pairs_rank[label].append(_pair_busbw(_busbw_by_size(out, rank_mean=True), raw_bus[-1]))
-                print(
-                    f"  repeat {i + 1}: {label} {walls[label][-1]:.1f} s, busBW vs raw {pairs[label][-1]:+.1%} "
-                    f"(load {os.getloadavg()[0]:.1f})",
-                    flush=True,
-                )
+                outs[label] = Path(tmp) / f"c{i}-{[k for k, _ in kinds].index(label)}.json"
+                walls[label].append(_commlens_sweep(extra, outs[label]))
+                print(f"  repeat {i + 1}: {label} {walls[label][-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+            wall, after = _raw_bus(ns, Path(tmp) / f"raw{i}.json")
+            raw_walls.append(wall)
+            raw_aa.append(_pair_busbw(after, before))
+            both = _bracket(before, after)
+            for label, out in outs.items():
+                pairs[label].append(_pair_busbw(_busbw_by_size(out), both))
+                pairs_rank[label].append(_pair_busbw(_busbw_by_size(out, rank_mean=True), both))
+            print(
+                f"  repeat {i + 1}: raw loop {wall:.1f} s, A/A against the one before {raw_aa[-1]:+.1%}; busBW vs raw: "
+                + ", ".join(f"{label.split(' (')[0]} {pairs[label][-1]:+.1%}" for label in outs)
+                + f" (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+            before = after
             loads.append(os.getloadavg()[0])
     raw_min, raw_med = min(raw_walls), statistics.median(raw_walls)
     body = [
@@ -768,18 +794,22 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
         f"The sweep `commlens {' '.join(SWEEP_ARGS)}` (24 sizes, {ns.iters} timed iterations per size, "
         f"{ns.warmup} warm-up) end to end, against a raw loop: a `torch.distributed.run --standalone` job of 4 "
         f"ranks running, per size, {ns.warmup} warm-up and {ns.iters} timed `dist.all_reduce` calls in place "
-        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} repeats, each the raw loop then "
-        "every commlens variant (their order rotated by the repeat). busBW: per repeat, the median over the "
-        "sizes >= 1 MiB of commlens' busBW over the raw loop's of the same repeat; the table gives the median "
-        "of the repeats and their range; *rank mean*: commlens' busBW from the raw loop's definition (each "
-        "rank's mean duration, max across ranks) instead of its reported samples (last rank's start to last "
-        "rank's end). Target: the default sweep within "
-        f"{SWEEP_RATIO_TARGET}x the raw loop's wall time, busBW within {BUSBW_TARGET:.0%}.",
+        f"(same sizes, same timed iterations, no check). {ns.sweep_compare} repeats, each every commlens variant "
+        "(their order rotated by the repeat) between two raw loops (the previous repeat's last and its own). "
+        "busBW: per repeat, the median over the sizes >= 1 MiB of commlens' busBW over the raw loops' around it "
+        "(geometric mean of the two, per size, so a steady drift of the load cancels); the table gives the "
+        "median of the repeats and their range; *rank mean*: commlens' busBW from the raw loop's definition "
+        "(each rank's mean duration, max across ranks) instead of its reported samples (last rank's start to "
+        "last rank's end). *raw loop A/A*: each raw loop against the one before it, the same figure for two runs "
+        f"of one loop: what a repeat's noise is. Target: the default sweep within {SWEEP_RATIO_TARGET}x the raw "
+        f"loop's wall time, busBW within {BUSBW_TARGET:.0%}.",
         "",
         "| run | wall min (s) | wall median (s) | / raw (median) | busBW vs raw, >= 1 MiB: median of repeats "
         "| range over repeats | rank mean: median | rank mean: range |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         f"| raw `torch.distributed` loop | {raw_min:.1f} | {raw_med:.1f} | 1.00 | - | - | - | - |",
+        f"| raw loop A/A (each against the one before) | - | - | - | {statistics.median(raw_aa):+.1%} "
+        f"| {min(raw_aa):+.1%} .. {max(raw_aa):+.1%} | - | - |",
     ]
     for label, _ in kinds:
         w, d, dr = walls[label], pairs[label], pairs_rank[label]
@@ -791,6 +821,145 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     print("\n".join(body))
     if not ns.no_write:
         write_section(SWEEP_SECTION, body)
+
+
+SAME_JOB_SECTION = "## The sweep against a raw loop inside one job (issue 34)"
+SAME_JOB_ARGS = ["--op", "all_reduce", "-b", "1M", "-e", "64M", "-f", "2"]
+
+
+def _same_job_worker(ns: argparse.Namespace) -> None:
+    """One rank: ``--same-job`` times, the raw loop's sweep (as :func:`_raw_sweep_worker`, 1-64 MiB) and commlens'
+    ``Sweep.run`` at its defaults for ``SAME_JOB_ARGS``, their order alternating (ABBA), in these processes.
+
+    Rank 0 writes per repetition and kind {size: seconds per iteration} (the raw loop's max across ranks of
+    its loop time / iterations; commlens' reported mean), and every rank's CPU time (user + system) per timed
+    iteration for each kind and size (``getrusage`` around the timed loops only) to ``--result``.
+    """
+    import resource
+
+    import torch
+    import torch.distributed as dist
+
+    import commlens.bench.worker as worker_mod
+    from commlens.bench.config import build_parser, config_from_args
+    from commlens.bench.events import RowDone
+
+    dist.init_process_group(backend="gloo", timeout=dt.timedelta(seconds=600))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cpu: dict[str, dict[int, list[float]]] = {"raw": {}, "commlens": {}}  # kind -> size -> [cpu s, iterations]
+
+    def cpu_s() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def count(kind: str, size: int, spent: float, iters: int) -> None:
+        acc = cpu[kind].setdefault(size, [0.0, 0.0])
+        acc[0] += spent
+        acc[1] += iters
+
+    real_measure = worker_mod.measure_interleaved
+
+    def measured(colls, iters, device, blocking, seed=None):  # type: ignore[no-untyped-def]
+        c0 = cpu_s()
+        out = real_measure(colls, iters, device, blocking, seed)
+        count("commlens", colls[0].output.numel() * colls[0].output.element_size(), cpu_s() - c0, iters)
+        return out
+
+    worker_mod.measure_interleaved = measured
+
+    def raw() -> dict[int, float]:
+        per: dict[int, float] = {}
+        size = MIB
+        while size <= SWEEP_MAX:
+            buf = torch.ones(size // 4, dtype=torch.float32)
+            for _ in range(ns.warmup):
+                dist.all_reduce(buf)
+            dist.barrier()
+            c0, t0 = cpu_s(), time.perf_counter()
+            for _ in range(ns.iters):
+                dist.all_reduce(buf)
+            took = torch.tensor([(time.perf_counter() - t0) / ns.iters], dtype=torch.float64)
+            count("raw", size, cpu_s() - c0, ns.iters)
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            per[size] = float(took)
+            size *= 2
+        return per
+
+    def commlens() -> dict[int, float]:
+        cfg = config_from_args(build_parser("same-job").parse_args([*SAME_JOB_ARGS, "-n", str(ns.iters)]))
+        sweep = worker_mod.Sweep(cfg, rank, world, 0, None, None)
+        sweep.shared_clock = True  # one host, CPU: as run_worker sets it
+        reporter = worker_mod.Reporter(None, None) if rank == 0 else None
+        sweep.run(reporter)
+        rows = [e for e in reporter.events if isinstance(e, RowDone)] if reporter else []
+        return {m.size_bytes: m.stats.mean_s for e in rows for m in e.measurements if m is not None}
+
+    reps = []
+    for i in range(ns.same_job):
+        order = ("raw", "commlens") if i % 2 == 0 else ("commlens", "raw")
+        reps.append({kind: raw() if kind == "raw" else commlens() for kind in order})
+    mine = torch.tensor(
+        [cpu[k][s][0] / cpu[k][s][1] for k in ("raw", "commlens") for s in sorted(cpu["raw"])], dtype=torch.float64
+    )
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    if rank == 0 and ns.result:
+        sizes = sorted(cpu["raw"])
+        per_rank = [t.view(2, len(sizes)).tolist() for t in everyone]
+        Path(ns.result).write_text(
+            json.dumps({"reps": reps, "sizes": sizes, "cpu": per_rank, "load": os.getloadavg()[0]})
+        )
+    dist.destroy_process_group()
+
+
+def _same_job(ns: argparse.Namespace, argv: list[str]) -> None:
+    """The in-rank part of the sweep's gap to a raw loop, launcher left out; writes SAME_JOB_SECTION."""
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="samejob-") as tmp:
+        res = Path(tmp) / "same.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
+        cmd += [str(Path(__file__).resolve()), "--same-job-worker", "--same-job", str(ns.same_job)]
+        cmd += ["--result", str(res), "--iters", str(ns.iters), "--warmup", str(ns.warmup)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True)
+        took = time.perf_counter() - t0
+        data = json.loads(res.read_text())
+    sizes = data["sizes"]
+    reps = [{k: {int(s): t for s, t in v.items()} for k, v in rep.items()} for rep in data["reps"]]
+    per_rep = [statistics.median(rep["raw"][s] / rep["commlens"][s] for s in sizes) - 1 for rep in reps]
+    per_size = {s: statistics.median(rep["raw"][s] / rep["commlens"][s] for rep in reps) - 1 for s in sizes}
+    cpu_ratio = {
+        s: statistics.median(r[1][j] / r[0][j] for r in data["cpu"]) - 1 for j, s in enumerate(sizes)
+    }  # commlens / raw CPU per timed iteration, median over ranks
+    body = [
+        f"`.venv/bin/python benchmarks/harness_overhead.py {shlex.join(argv)}`, {started}, {took:.0f} s; "
+        f"{os.cpu_count()} CPUs shared with other sessions (1-minute load {load0:.1f} at the start, "
+        f"{data['load']:.1f} at the end).",
+        "",
+        f"One `torch.distributed.run --standalone` job of 4 gloo ranks (OMP_NUM_THREADS=1) runs, {ns.same_job} "
+        "times in alternating order (raw, commlens, commlens, raw, ...), the raw loop's sweep (per size: "
+        f"`torch.ones`, {ns.warmup} warm-up and {ns.iters} timed `dist.all_reduce` calls in place, the loop timed "
+        "on each rank, max across ranks) and commlens' own `Sweep.run` at its defaults for "
+        f"`{' '.join(SAME_JOB_ARGS)} -n {ns.iters}` (5 rounds, 1 check; its reported mean): the same processes, "
+        "threads and launcher, so what differs is the harness inside a rank. busBW of commlens against the raw "
+        "loop of the same repetition; CPU: user + system time of a rank per timed iteration (the timed loops "
+        "only), commlens against raw, median over ranks.",
+        "",
+        "| size (MiB) | busBW vs raw: median over repetitions | CPU per timed iteration vs raw |",
+        "|---:|---:|---:|",
+    ]
+    body += [f"| {s // MIB} | {per_size[s]:+.1%} | {cpu_ratio[s]:+.1%} |" for s in sizes]
+    body += [
+        "",
+        f"Per repetition, median over sizes >= 1 MiB (the figure `--sweep-compare` gives): median "
+        f"{statistics.median(per_rep):+.1%}, range {min(per_rep):+.1%} .. {max(per_rep):+.1%} "
+        f"({', '.join(f'{x:+.1%}' for x in per_rep)}).",
+    ]
+    print("\n".join(body))
+    if not ns.no_write:
+        write_section(SAME_JOB_SECTION, body)
 
 
 SCALE_SECTION = "## detect over 1,000 runs and ingest of 1,000 logs (issue 34)"
@@ -1140,6 +1309,13 @@ def main() -> None:
     )
     p.add_argument("--sweep-default-only", action="store_true", help="--sweep-compare: only the default variant")
     p.add_argument(
+        "--same-job",
+        type=int,
+        default=0,
+        help="only commlens' sweep and a raw loop alternating this many times inside one job (its own section)",
+    )
+    p.add_argument("--same-job-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
         "--scale", action="store_true", help="only detect over 1,000 runs and ingest of 1,000 logs (its own section)"
     )
     p.add_argument("--scale-repeats", type=int, default=3, help="timed runs of each --scale command")
@@ -1156,6 +1332,10 @@ def main() -> None:
         _scale(ns, argv)
     elif ns.raw_sweep_worker:
         _raw_sweep_worker(ns)
+    elif ns.same_job_worker:
+        _same_job_worker(ns)
+    elif ns.same_job:
+        _same_job(ns, argv)
     elif ns.sweep_compare:
         _sweep_compare(ns, argv)
     elif ns.worker:

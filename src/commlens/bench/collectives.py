@@ -169,6 +169,22 @@ class _Row:
     def root_rank(self) -> int:
         return _given(self.root, "root", self.name)
 
+    def whole_and_chunk(self, everyone_op: str, whole_role: str) -> tuple[bool, torch.Tensor, torch.Tensor]:
+        """The buffers of a gather- or scatter-type row: (whether this rank holds the whole buffer, the whole
+        buffer of ``count x world`` elements in ``whole_role``, this rank's chunk of ``count``).
+
+        Every rank holds the whole buffer for ``everyone_op`` (all_gather, reduce_scatter); for the rooted op
+        (gather's output, scatter's input) only the root does, the others an empty view. The chunk is this
+        rank's slice of the whole buffer in place (where it holds one), else a buffer of the other role.
+        """
+        holds = self.name == everyone_op or self.rank == self.root_rank()
+        c = self.count
+        other = "send" if whole_role == "recv" else "recv"
+        whole = self.pool.view(whole_role, c * self.world if holds else 0, TORCH_DTYPES[self.dtype])
+        if self.in_place and holds:
+            return holds, whole, whole[self.rank * c : (self.rank + 1) * c]
+        return holds, whole, self.pool.view(other, c, TORCH_DTYPES[self.dtype])
+
     def reduction(self) -> str:
         return _given(self.redop, "reduction", self.name)
 
@@ -270,10 +286,7 @@ def _one_buffer(row: _Row, reduces: bool) -> Collective:
 def _gathering(row: _Row, reduces: bool) -> Collective:
     """all_gather and gather: each rank's chunk into the (root's) output."""
     name, alg, group, async_op, rank, c, n = row.name, row.alg, row.group, row.async_op, row.rank, row.count, row.world
-    # gather's output exists on its root alone; the other ranks only send
-    receives = name == "all_gather" or rank == row.root_rank()
-    out = row.recv_view(c * n if receives else 0)
-    src = out[rank * c : (rank + 1) * c] if row.in_place and receives else row.send_view(c)
+    receives, out, src = row.whole_and_chunk("all_gather", "recv")
     values = row.inputs(rank, rank * c, None)
 
     def reset() -> None:
@@ -301,10 +314,7 @@ def _gathering(row: _Row, reduces: bool) -> Collective:
 def _scattering(row: _Row, reduces: bool) -> Collective:
     """reduce_scatter and scatter: the (root's) full input into each rank's chunk."""
     name, alg, group, async_op, rank, c, n = row.name, row.alg, row.group, row.async_op, row.rank, row.count, row.world
-    # scatter's input exists on its root alone; the other ranks only receive
-    sends = name == "reduce_scatter" or rank == row.root_rank()
-    full = row.send_view(c * n if sends else 0)
-    dst = full[rank * c : (rank + 1) * c] if row.in_place and sends else row.recv_view(c)
+    sends, full, dst = row.whole_and_chunk("reduce_scatter", "send")
     if name == "reduce_scatter":
         reduction, red = row.reduction(), row.red
         values = row.inputs(rank, 0, reduction)
