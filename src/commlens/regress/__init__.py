@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # imported on first use, by __getattr__ below
     from commlens.regress.compare import (
         CompareError,
         CompareReport,
+        CompareRequest,
         CompareSettings,
         ComparisonRow,
         FloorKey,
@@ -19,15 +20,22 @@ if TYPE_CHECKING:  # imported on first use, by __getattr__ below
         compare_runs,
         judge,
         row_side,
+        run_compare,
     )
     from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
     from commlens.regress.history import (
         DetectedChange,
         DetectReport,
+        DetectRequest,
+        DetectRequestError,
+        HistoryPoint,
+        HistoryRun,
+        MeanHistory,
         Series,
         detect_history,
         detect_mean_history,
         parse_utc,
+        run_detect,
     )
     from commlens.regress.noise import NoiseFloor, learn_floors
 
@@ -38,6 +46,7 @@ _LAZY = {
         (
             "CompareError",
             "CompareReport",
+            "CompareRequest",
             "CompareSettings",
             "ComparisonRow",
             "FloorKey",
@@ -47,12 +56,26 @@ _LAZY = {
             "compare_runs",
             "judge",
             "row_side",
+            "run_compare",
         ),
         "compare",
     ),
     **dict.fromkeys(("DetectSettings", "SegmentChange", "find_changes"), "detect"),
     **dict.fromkeys(
-        ("DetectedChange", "DetectReport", "Series", "detect_history", "detect_mean_history", "parse_utc"),
+        (
+            "DetectedChange",
+            "DetectReport",
+            "DetectRequest",
+            "DetectRequestError",
+            "HistoryPoint",
+            "HistoryRun",
+            "MeanHistory",
+            "Series",
+            "detect_history",
+            "detect_mean_history",
+            "parse_utc",
+            "run_detect",
+        ),
         "history",
     ),
     **dict.fromkeys(("NoiseFloor", "learn_floors"), "noise"),
@@ -61,13 +84,19 @@ _LAZY = {
 __all__ = [
     "CompareError",
     "CompareReport",
+    "CompareRequest",
     "CompareSettings",
     "ComparisonRow",
     "DetectReport",
+    "DetectRequest",
+    "DetectRequestError",
     "DetectSettings",
     "DetectedChange",
     "FloorKey",
+    "HistoryPoint",
+    "HistoryRun",
     "Judgement",
+    "MeanHistory",
     "NoiseFloor",
     "RowSide",
     "SegmentChange",
@@ -81,6 +110,8 @@ __all__ = [
     "learn_floors",
     "parse_utc",
     "row_side",
+    "run_compare",
+    "run_detect",
 ]
 
 
