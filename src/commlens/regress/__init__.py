@@ -3,8 +3,9 @@
 See ``docs/regress.md`` for how each decides.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from commlens._lazy import lazy_exports
 
 if TYPE_CHECKING:  # imported on first use, by __getattr__ below
     from commlens.regress.compare import (
@@ -114,12 +115,4 @@ __all__ = [
     "run_detect",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """The gate's classes and functions on first use."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commlens.regress' has no attribute {name!r}")
-    value = getattr(import_module(f"commlens.regress.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())  # the gate's classes and functions on first use
