@@ -26,9 +26,9 @@ from docsection import write_section  # noqa: E402
 
 from commlens import expect, ingest  # noqa: E402
 from commlens.expect import ExpectError, ExpectRequest, given_facts, log_facts  # noqa: E402
-from commlens.ingest import IngestRequest  # noqa: E402
 from commlens.expect.evidence import Fact  # noqa: E402
 from commlens.expect.verdict import judge  # noqa: E402
+from commlens.ingest import IngestRequest  # noqa: E402
 from commlens.ops import get_op  # noqa: E402
 from commlens.results.records import Measurement, Run, SystemInfo  # noqa: E402
 from commlens.results.stats import TimeStats  # noqa: E402
