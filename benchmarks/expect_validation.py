@@ -24,9 +24,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from docsection import write_section  # noqa: E402
 
-from commlens.expect import ExpectError, given_facts, judge_run, log_facts  # noqa: E402
+from commlens import expect, ingest  # noqa: E402
+from commlens.expect import ExpectError, ExpectRequest, given_facts, log_facts  # noqa: E402
 from commlens.expect.evidence import Fact  # noqa: E402
 from commlens.expect.verdict import judge  # noqa: E402
+from commlens.ingest import IngestRequest  # noqa: E402
 from commlens.ops import get_op  # noqa: E402
 from commlens.results.records import Measurement, Run, SystemInfo  # noqa: E402
 from commlens.results.stats import TimeStats  # noqa: E402
@@ -105,10 +107,8 @@ def main() -> None:
                 if not path.is_file():
                     results.append((case, None, "log not present (../shared/realdata)"))
                     continue
-                from commlens.ingest import load_runs
-
                 text = path.read_text()
-                verdict = judge_run(load_runs(path)[0], log_text=text)
+                verdict = expect.run(ExpectRequest(ingest.run(IngestRequest(path))[0], log_text=text))
             else:
                 run, facts = case_run(case)
                 verdict = judge(run, facts)
@@ -446,7 +446,7 @@ def _fresh_processes(run: Run) -> dict[str, dict[str, tuple[float, float]]]:
     out: dict[str, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         kept_db, bare_db = f"sqlite:///{tmp}/kept.db", f"sqlite:///{tmp}/bare.db"
-        verdict = judge_run(run)
+        verdict = expect.run(ExpectRequest(run))
         with Store.open(kept_db) as store:
             store.save_run(with_kept_verdict(run, verdict))
         with Store.open(bare_db) as store:

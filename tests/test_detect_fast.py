@@ -11,7 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlens.regress import DetectSettings, detect_history, detect_mean_history, find_changes
+from commlens.regress import (
+    DetectRequest,
+    DetectRequestError,
+    DetectSettings,
+    HistoryPoint,
+    HistoryRun,
+    MeanHistory,
+    detect_history,
+    detect_mean_history,
+    find_changes,
+    run_detect,
+)
 from commlens.regress.detect import _pelt_l2
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.store import Store
@@ -105,6 +116,34 @@ def test_the_bulk_read_is_the_same_on_sqlite_and_postgresql(store_url: str) -> N
     fast = detect_mean_history(runs, points, DetectSettings(min_segment=3))  # type: ignore[arg-type]
     assert fast.as_dict() == detect_history(rows, DetectSettings(min_segment=3)).as_dict()
     assert fast.points == 32 * 12 - 12 and fast.excluded_runs == ("run-033",)
+
+
+def test_one_detect_request_gives_the_shorthands_report_from_rows_plain_tuples_or_named_ones(store_path: str) -> None:
+    with Store.open(store_path, create=False) as store:
+        rows = store.measurement_rows()
+        runs, points = store.mean_history()
+    since, settings = T0 + timedelta(days=5), DetectSettings(min_change=0.05, min_segment=3)
+    expected = detect_mean_history(runs, points, settings, order="revision", since=since).as_dict()
+    named = MeanHistory(tuple(map(HistoryRun._make, runs)), tuple(map(HistoryPoint._make, points)))
+    for history in (MeanHistory(runs, points), named, tuple(rows)):
+        report = run_detect(DetectRequest(history, settings, "revision", since))
+        assert report.as_dict() == expected
+    assert expected["changes"] and named.points[0].mean_s == points[0][9]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"order": "size"}, "order must be time or revision, got 'size'"),
+        ({"settings": {"min_change": 0.05}}, "settings must be DetectSettings, got dict"),
+        ({"since": datetime(2025, 1, 1)}, "since must be an aware datetime"),
+        ({"since": "2025-01-01"}, "since must be an aware datetime"),
+    ],
+)
+def test_a_detect_request_that_cannot_run_is_refused_when_made(fields: dict, message: str) -> None:
+    with pytest.raises(DetectRequestError, match=message.replace("(", r"\(")) as caught:
+        DetectRequest((), **fields)
+    assert caught.value.exit_code == 2
 
 
 def test_the_mann_whitney_p_value_is_scipys_to_the_last_bit() -> None:

@@ -14,7 +14,16 @@ from typer.testing import CliRunner
 
 from commlens.cli import regress_cmd  # noqa: F401  (registers compare and detect)
 from commlens.cli.app import app
-from commlens.regress import CompareError, CompareSettings, RowSide, compare_runs, judge
+from commlens.regress import (
+    CompareError,
+    CompareRequest,
+    CompareSettings,
+    RowSide,
+    compare_runs,
+    judge,
+    run_compare,
+)
+from commlens.regress.compare import CompareSettingsError
 from commlens.regress.stats import benjamini_hochberg
 from commlens.results import (
     Measurement,
@@ -775,3 +784,35 @@ def test_runs_with_identical_times_on_both_sides_are_compared_not_a_zero_divisio
     b = [make_run(f"b{i}", 2.0, 1, cv=0.0, drift=0.0) for i in range(3)]
     rows = compare_runs(a, b).rows
     assert rows and all(r.verdict == "regression" for r in rows), [r.verdict for r in rows]
+
+
+def test_one_compare_request_gives_the_shorthands_report_and_names_its_sides_in_errors() -> None:
+    base, cand = _tight("a", 1.00, 31), _tight("b", 1.04, 32)
+    floors = {FloorKey(SYSTEM.fingerprint(), m.key): 0.05 for m in base.measurements}
+    request = CompareRequest((base,), (cand,), CompareSettings(min_change=0.02), "main", "pr", floors)
+    report = run_compare(request)
+    assert (
+        report.as_dict()
+        == compare_runs(
+            [base], [cand], CompareSettings(min_change=0.02), base_label="main", candidate_label="pr", floors=floors
+        ).as_dict()
+    )
+    assert [r.verdict for r in report.rows] == ["unknown"] * 4 and report.base.label == "main"
+    with pytest.raises(CompareError, match="^pr: no runs to compare"):
+        run_compare(CompareRequest((base,), (), base_label="main", candidate_label="pr"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.floors = None  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"base": []}, "base must be a tuple of runs, got list"),
+        ({"candidate": None}, "candidate must be a tuple of runs, got NoneType"),
+        ({"settings": {"alpha": 0.1}}, "settings must be CompareSettings, got dict"),
+    ],
+)
+def test_a_compare_request_that_cannot_run_is_refused_when_made(fields: dict, message: str) -> None:
+    with pytest.raises(CompareSettingsError, match=message) as caught:
+        CompareRequest(**{"base": (), "candidate": (), **fields})
+    assert caught.value.exit_code == 2

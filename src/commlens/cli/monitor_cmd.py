@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,7 @@ from commlens.cli.app import command_group, say
 from commlens.cli.errors import errors_as_exit
 
 if TYPE_CHECKING:
-    from commlens.results.jsonvalue import JsonObject, JsonValue
+    from commlens.monitor.job import CollectorReport
 
 monitor_app = command_group("monitor")
 
@@ -109,49 +108,36 @@ def monitor_collect(
             from commlens.ingest.nccl_inspector import records_from_inspector
 
             records = records_from_inspector(inspector)
-        summary = run_collector(job, records, note=lambda text: say("", text))
+        report = run_collector(job, records, note=lambda text: say("", text))
     if json_out is not None:
         from commlens.files import atomic_text
 
         with atomic_text(json_out) as fp:
-            json.dump(summary, fp, indent=2)
+            json.dump(report.as_dict(), fp, indent=2)
     if as_json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
-        _print_summary(summary)
-    raise typer.Exit(1 if fail_on_alert and summary["alerts"] else 0)
+        _print_summary(report)
+    raise typer.Exit(1 if fail_on_alert and report.alerts else 0)
 
 
-def _print_summary(summary: JsonObject) -> None:
-    """The summary document (what --json prints) as text: groups, sources that failed, alerts."""
-    groups = summary.get("groups")
-    for name, g in groups.items() if isinstance(groups, Mapping) else ():
-        if isinstance(g, Mapping):
-            ranks = g.get("ranks")
-            shown = _ranks([r for r in ranks if isinstance(r, int)]) if isinstance(ranks, list) else "?"
-            print(
-                f"group {name}: {g.get('joined')} collectives joined across ranks {shown}, last step {g.get('last_step')}"
-            )
-    sources = _objects(summary.get("sources"))
-    for src in sources:
-        if src.get("state") != "ok" or src.get("bad_records"):
-            bad = f", {src['bad_records']} invalid records skipped" if src.get("bad_records") else ""
-            failed = f" ({src['failures']} failed polls)" if src.get("failures") else ""
-            print(
-                f"{src.get('kind')} {src.get('source')}: {src.get('state')}{failed}: {src.get('problem') or 'answering'}{bad}"
-            )
-    alerts = _objects(summary.get("alerts"))
-    if not alerts:
-        failing = sum(1 for src in sources if src.get("state") != "ok")
+def _print_summary(report: CollectorReport) -> None:
+    """The report as text: groups, sources that failed, alerts."""
+    for g in report.groups:
+        print(
+            f"group {g.name}: {g.joined} collectives joined across ranks {_ranks(list(g.ranks))}, last step {g.last_step}"
+        )
+    for src in report.sources:
+        if src.state != "ok" or src.bad_records:
+            bad = f", {src.bad_records} invalid records skipped" if src.bad_records else ""
+            failed = f" ({src.failures} failed polls)" if src.failures else ""
+            print(f"{src.kind} {src.source}: {src.state}{failed}: {src.problem or 'answering'}{bad}")
+    if not report.alerts:
+        failing = sum(1 for src in report.sources if src.state != "ok")
         print("no alert" + (f" (over the sources that answered; {failing} did not)" if failing else ""))
-    for alert in alerts:
-        state = "active" if alert.get("cleared_at_s") is None else "cleared"
-        print(f"{alert.get('kind')}: {alert.get('text')} [{state}]")
-
-
-def _objects(value: JsonValue) -> list[Mapping[str, JsonValue]]:
-    """The objects of a JSON array (none when the value is not one)."""
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+    for alert in report.alerts:
+        state = "active" if alert.cleared_at_s is None else "cleared"
+        print(f"{alert.kind}: {alert.text} [{state}]")
 
 
 def _ranks(ranks: list[int]) -> str:

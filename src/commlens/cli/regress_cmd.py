@@ -93,13 +93,14 @@ class _LazyStore:
 
 
 def _load_file(path: str, what: str) -> list[Run]:
-    from commlens.ingest import IngestWarning, load_runs
+    from commlens import ingest
+    from commlens.ingest import IngestWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IngestWarning)
         try:
             with errors_as_exit(f"{what}: "):
-                runs = load_runs(path)
+                runs = list(ingest.run(ingest.IngestRequest(path)))
         except OSError as e:
             fail(f"{what}: {e}")
         finally:
@@ -167,7 +168,7 @@ def compare_cmd(
     Each row is judged with the stored threshold that matches it (`commlens threshold set`) unless
     --min-change or --alpha is given. Exit code 1 when any row is a regression, 0 otherwise, 2 for bad input.
     """
-    from commlens.regress import CompareSettings, compare_runs
+    from commlens.regress import CompareRequest, CompareSettings, run_compare
     from commlens.results.records import FloorKey
     from commlens.store.refs import is_baseline_ref  # not series_settings: that loads the store's ORM
 
@@ -206,15 +207,8 @@ def compare_cmd(
             FloorKey(r.system.fingerprint(), m.key): floor for r in (*base_runs, *cand_runs) for m in r.measurements
         }
     with errors_as_exit():
-        report = compare_runs(
-            base_runs,
-            cand_runs,
-            settings,
-            base_label=base,
-            candidate_label=candidate,
-            floors=floors,
-            thresholds=thresholds,
-        )
+        request = CompareRequest(tuple(base_runs), tuple(cand_runs), settings, base, candidate, floors, thresholds)
+        report = run_compare(request)
     if fmt is CompareFormat.json:
         print(json.dumps(report.as_dict(), indent=1))
     elif fmt is CompareFormat.markdown:
@@ -318,7 +312,7 @@ def detect_cmd(
     detect alpha) unless --min-change or --alpha is given. Exit code 1 when a change towards slower is found in the window (--since), 0 otherwise.
     """
     from commlens.ops import get_op
-    from commlens.regress import DetectSettings, detect_mean_history, parse_utc
+    from commlens.regress import DetectRequest, DetectSettings, MeanHistory, parse_utc, run_detect
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
 
@@ -358,8 +352,8 @@ def detect_cmd(
                 floors = store.get().floors.load(None if fingerprint is None else [fingerprint])
                 stored = [] if len(explicit) == 2 else store.get().thresholds.list()
             settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
-        report = detect_mean_history(
-            runs, points, settings, order=by.value, since=since_utc, floors=floors, settings_for=settings_for
+        report = run_detect(
+            DetectRequest(MeanHistory(runs, points), settings, by.value, since_utc, floors, settings_for)
         )
         if save:
             with errors_as_exit():

@@ -12,10 +12,10 @@ if TYPE_CHECKING:
 
 def load_file_or_fail(path: str) -> list[Run]:
     """The runs in a result file (commlens JSON, nccl-tests, PARAM); an unreadable one is ``error: PATH: ...``."""
-    from commlens.ingest import load_runs
+    from commlens import ingest
 
     with errors_as_exit(f"{path}: "):
-        return load_runs(path)
+        return list(ingest.run(ingest.IngestRequest(path)))
 
 
 def runs_named(refs: list[str], db: str | None, *, create: bool = True) -> list[Run]:

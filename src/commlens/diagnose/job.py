@@ -773,7 +773,8 @@ def late_ranks_from_paths(paths: list[Path], params: LateRankParams = LateRankPa
 
     JobError when a path is no such source, or no source has an instance with every rank's duration.
     """
-    from commlens.ingest import IngestError, load_runs
+    from commlens import ingest
+    from commlens.ingest import IngestError
 
     reports: list[LateRankReport] = []
     by_kind: dict[str, list[Path]] = defaultdict(list)
@@ -791,7 +792,7 @@ def late_ranks_from_paths(paths: list[Path], params: LateRankParams = LateRankPa
                 reports.append(find_late_ranks(instances, source=kind, hosts=hosts, partial=partial, params=params))
         for kind in BENCH_KINDS:
             for path in by_kind.get(kind, []):
-                for run in load_runs(path):
+                for run in ingest.run(ingest.IngestRequest(path)):
                     instances, hosts = instances_from_run(run)
                     if not instances:
                         raise JobError(f"{path}: no per-rank samples (nccl-tests needs -I 1 and more than one process)")

@@ -1,7 +1,8 @@
-"""The collector's job as one typed record, and the one call that runs it: ``run_collector(CollectorJob)``.
+"""The collector's job as one typed record, and the one call that runs it: ``run_collector(CollectorJob)``,
+which returns a :class:`CollectorReport`.
 
-``commlens monitor collect`` builds a :class:`CollectorJob` from its options and prints the summary; a Python
-caller builds the same record and gets the same summary. The job is checked when it is made
+``commlens monitor collect`` builds a :class:`CollectorJob` from its options and renders the report (``--json``:
+``report.as_dict()``); a Python caller builds the same record and gets the same report. The job is checked when it is made
 (:class:`~commlens.monitor.collect.CollectError`, exit 2): a collector that cannot start fails before it
 binds a port or polls a rank.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from commlens.monitor.collect import (
+    Alert,
     CollectError,
     Collector,
     CollectSettings,
@@ -27,7 +29,7 @@ from commlens.monitor.collect import (
 from commlens.results.collectives import CollectiveRecord
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["CollectorJob", "ModelSpec", "run_collector"]
+__all__ = ["AlertRecord", "CollectorJob", "CollectorReport", "GroupState", "ModelSpec", "SourceState", "run_collector"]
 
 log = logging.getLogger("commlens.monitor")
 
@@ -84,15 +86,146 @@ class CollectorJob:
         parse_endpoints(self.endpoints)  # a malformed endpoint is refused here, before any port is bound
 
 
+@dataclass(frozen=True)
+class GroupState:
+    """One process group as the collector left it: its ranks, the collectives joined across them, those still
+    waiting for a rank, and the last training step seen."""
+
+    name: str
+    ranks: tuple[int, ...]
+    joined: int
+    pending: int
+    last_step: int | None
+
+    def as_dict(self) -> JsonObject:
+        return {"ranks": list(self.ranks), "joined": self.joined, "pending": self.pending, "last_step": self.last_step}
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """One source the collector read (an endpoint or a JSONL file), as it stood at the end."""
+
+    source: str
+    kind: str
+    state: str  # ok, unreachable, bad, ...
+    problem: str | None
+    failures: int  # failed polls
+    bad_records: int  # invalid records skipped
+    rank: int | None
+
+    @classmethod
+    def from_status(cls, status: JsonObject) -> SourceState:
+        """From a source's ``status()`` object."""
+        problem, rank = status["problem"], status["rank"]
+        return cls(
+            source=str(status["source"]),
+            kind=str(status["kind"]),
+            state=str(status["state"]),
+            problem=None if problem is None else str(problem),
+            failures=_int(status["failures"]),
+            bad_records=_int(status["bad_records"]),
+            rank=None if rank is None else _int(rank),
+        )
+
+    def as_dict(self) -> JsonObject:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """One alert as the report keeps it (a frozen copy of the collector's :class:`Alert`)."""
+
+    kind: str
+    group: str
+    op: str
+    rank: int | None
+    text: str
+    raised_at_s: float
+    step: int | None
+    cleared_at_s: float | None  # None: still active
+    detail: JsonObject
+
+    @classmethod
+    def of(cls, alert: Alert) -> AlertRecord:
+        return cls(
+            alert.kind,
+            alert.group,
+            alert.op,
+            alert.rank,
+            alert.text,
+            alert.raised_at_s,
+            alert.step,
+            alert.cleared_at_s,
+            dict(alert.detail),
+        )
+
+    def as_dict(self) -> JsonObject:
+        """As :meth:`Alert.as_dict`: the fields in order, ``detail`` only when there is one."""
+        out: JsonObject = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "detail"}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass(frozen=True)
+class CollectorReport:
+    """What a collector run found: records read, rejected and dropped, evaluations, the groups, the sources'
+    states, the alerts still active and every alert raised. ``as_dict()`` is what ``--json`` prints."""
+
+    records: int
+    rejected: int
+    dropped_incomplete: int  # records of a collective that never completed on every rank
+    evaluations: int
+    groups: tuple[GroupState, ...]
+    sources: tuple[SourceState, ...]
+    active: tuple[AlertRecord, ...]
+    alerts: tuple[AlertRecord, ...]  # every alert raised, in order
+
+    @classmethod
+    def of(cls, collector: Collector) -> CollectorReport:
+        """The report of ``collector`` as it stands."""
+        return cls(
+            records=collector.records,
+            rejected=collector.rejected,
+            dropped_incomplete=collector.dropped,
+            evaluations=collector.evaluations,
+            groups=tuple(
+                GroupState(g.name, tuple(g.ranks), g.count, len(g.pending), g.last_step)
+                for g in collector.groups.values()
+            ),
+            sources=tuple(SourceState.from_status(s.status()) for s in collector.sources),
+            active=tuple(AlertRecord.of(a) for a in collector.active.values()),
+            alerts=tuple(AlertRecord.of(a) for a in collector.history),
+        )
+
+    def as_dict(self) -> JsonObject:
+        return {
+            "records": self.records,
+            "rejected": self.rejected,
+            "dropped_incomplete": self.dropped_incomplete,
+            "evaluations": self.evaluations,
+            "groups": {g.name: g.as_dict() for g in self.groups},
+            "sources": [s.as_dict() for s in self.sources],
+            "active": [a.as_dict() for a in self.active],
+            "alerts": [a.as_dict() for a in self.alerts],
+        }
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"expected an int, got {value!r}")
+    return value
+
+
 def run_collector(
     job: CollectorJob,
     records: Sequence[CollectiveRecord] = (),
     *,
     note: Callable[[str], None] = log.info,
-) -> JsonObject:
+) -> CollectorReport:
     """Run the collector ``job`` describes until its sources end (or ``duration_s``, or Ctrl-C) and return
-    its summary (groups, sources, alerts: :meth:`Collector.summary`). ``records``: ones read before (NCCL
-    Inspector output), fed first. ``note`` hears where the metrics are served and an interruption."""
+    its report (groups, sources, alerts). ``records``: ones read before (NCCL Inspector output), fed first.
+    ``note`` hears where the metrics are served and an interruption."""
     expectations = None
     if job.model is not None:
         from commlens.monitor.expect import Expectations
@@ -112,7 +245,7 @@ def run_collector(
     finally:
         if server is not None:
             server.close()
-    return collector.summary()
+    return CollectorReport.of(collector)
 
 
 def _feed(

@@ -3,13 +3,15 @@
 See ``docs/regress.md`` for how each decides.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from commlens._lazy import lazy_exports
 
 if TYPE_CHECKING:  # imported on first use, by __getattr__ below
     from commlens.regress.compare import (
         CompareError,
         CompareReport,
+        CompareRequest,
         CompareSettings,
         ComparisonRow,
         FloorKey,
@@ -19,15 +21,22 @@ if TYPE_CHECKING:  # imported on first use, by __getattr__ below
         compare_runs,
         judge,
         row_side,
+        run_compare,
     )
     from commlens.regress.detect import DetectSettings, SegmentChange, find_changes
     from commlens.regress.history import (
         DetectedChange,
         DetectReport,
+        DetectRequest,
+        DetectRequestError,
+        HistoryPoint,
+        HistoryRun,
+        MeanHistory,
         Series,
         detect_history,
         detect_mean_history,
         parse_utc,
+        run_detect,
     )
     from commlens.regress.noise import NoiseFloor, learn_floors
 
@@ -38,6 +47,7 @@ _LAZY = {
         (
             "CompareError",
             "CompareReport",
+            "CompareRequest",
             "CompareSettings",
             "ComparisonRow",
             "FloorKey",
@@ -47,12 +57,26 @@ _LAZY = {
             "compare_runs",
             "judge",
             "row_side",
+            "run_compare",
         ),
         "compare",
     ),
     **dict.fromkeys(("DetectSettings", "SegmentChange", "find_changes"), "detect"),
     **dict.fromkeys(
-        ("DetectedChange", "DetectReport", "Series", "detect_history", "detect_mean_history", "parse_utc"),
+        (
+            "DetectedChange",
+            "DetectReport",
+            "DetectRequest",
+            "DetectRequestError",
+            "HistoryPoint",
+            "HistoryRun",
+            "MeanHistory",
+            "Series",
+            "detect_history",
+            "detect_mean_history",
+            "parse_utc",
+            "run_detect",
+        ),
         "history",
     ),
     **dict.fromkeys(("NoiseFloor", "learn_floors"), "noise"),
@@ -61,13 +85,19 @@ _LAZY = {
 __all__ = [
     "CompareError",
     "CompareReport",
+    "CompareRequest",
     "CompareSettings",
     "ComparisonRow",
     "DetectReport",
+    "DetectRequest",
+    "DetectRequestError",
     "DetectSettings",
     "DetectedChange",
     "FloorKey",
+    "HistoryPoint",
+    "HistoryRun",
     "Judgement",
+    "MeanHistory",
     "NoiseFloor",
     "RowSide",
     "SegmentChange",
@@ -81,14 +111,8 @@ __all__ = [
     "learn_floors",
     "parse_utc",
     "row_side",
+    "run_compare",
+    "run_detect",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """The gate's classes and functions on first use."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commlens.regress' has no attribute {name!r}")
-    value = getattr(import_module(f"commlens.regress.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())  # the gate's classes and functions on first use

@@ -27,6 +27,7 @@ from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run,
 __all__ = [
     "CompareError",
     "CompareReport",
+    "CompareRequest",
     "CompareSettings",
     "CompareSettingsError",
     "ComparisonRow",
@@ -39,6 +40,7 @@ __all__ = [
     "compare_runs",
     "judge",
     "row_side",
+    "run_compare",
 ]
 
 Verdict = Literal["regression", "improvement", "no change", "unknown"]
@@ -446,6 +448,28 @@ class _Side:
         return get_op(m.op).busbw(m.size_bytes, time_s, m.world_size)
 
 
+@dataclass(frozen=True)
+class CompareRequest:
+    """One A/B comparison: the runs of each side, the settings, the sides' names in the report and its messages,
+    the noise floors (keyed by fingerprint and row) and each row's own threshold (a stored one's; None: ``settings``).
+    Checked when built (:class:`CompareSettingsError` naming the field)."""
+
+    base: tuple[Run, ...]
+    candidate: tuple[Run, ...]
+    settings: CompareSettings = CompareSettings()
+    base_label: str = "base"
+    candidate_label: str = "candidate"
+    floors: Mapping[FloorKey, float] | None = None
+    thresholds: Callable[[MeasurementKey], RowThreshold | None] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("base", "candidate"):
+            if not isinstance(getattr(self, name), tuple):
+                raise CompareSettingsError(f"{name} must be a tuple of runs, got {type(getattr(self, name)).__name__}")
+        if not isinstance(self.settings, CompareSettings):
+            raise CompareSettingsError(f"settings must be CompareSettings, got {type(self.settings).__name__}")
+
+
 def compare_runs(
     base: Sequence[Run],
     candidate: Sequence[Run],
@@ -456,10 +480,14 @@ def compare_runs(
     floors: Mapping[FloorKey, float] | None = None,
     thresholds: Callable[[MeasurementKey], RowThreshold | None] | None = None,
 ) -> CompareReport:
-    """Compare every row present on both sides.
+    """Shorthand for :func:`run_compare` of the :class:`CompareRequest` these arguments make (its fields)."""
+    return run_compare(
+        CompareRequest(tuple(base), tuple(candidate), settings, base_label, candidate_label, floors, thresholds)
+    )
 
-    ``thresholds`` gives a row a min change and alpha of its own (a stored threshold's), or None for
-    ``settings``'.
+
+def run_compare(request: CompareRequest) -> CompareReport:
+    """Compare every row present on both sides.
 
     1. Group each side's measurements by key (op, algo, dtype, redop, root, size, in_place, group), per run.
     2. Summarise each run's rows round by round (:func:`row_side`): the median of each round's iterations
@@ -467,6 +495,9 @@ def compare_runs(
     3. Judge every row together (:func:`judge`), with the series' noise floor from ``floors`` (keyed by
        fingerprint and row; the larger of the two sides' systems when they differ) where one is known.
     """
+    base, candidate, settings = request.base, request.candidate, request.settings
+    base_label, candidate_label = request.base_label, request.candidate_label
+    floors, thresholds = request.floors, request.thresholds
     if not base or not candidate:
         raise CompareError(f"{base_label if not base else candidate_label}: no runs to compare")
     base_sides, cand_sides = _group(base), _group(candidate)

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
@@ -23,7 +23,11 @@ if TYPE_CHECKING:  # annotations only: importing the store loads SQLAlchemy, whi
 
 __all__ = [
     "DetectReport",
+    "DetectRequest",
     "DetectedChange",
+    "HistoryPoint",
+    "HistoryRun",
+    "MeanHistory",
     "Order",
     "Series",
     "SeriesSettings",
@@ -31,6 +35,7 @@ __all__ = [
     "detect_history",
     "detect_mean_history",
     "parse_utc",
+    "run_detect",
 ]
 
 Order = Literal["time", "revision"]
@@ -172,6 +177,81 @@ def parse_utc(text: str) -> datetime:
     return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
 
 
+class HistoryRun(NamedTuple):
+    """One stored run of a :class:`MeanHistory` (``Store.mean_history`` gives it as a plain tuple in this order)."""
+
+    run_id: str
+    started_at: datetime  # UTC
+    revision: str | None
+    tag: str | None
+    fingerprint: str
+    status: str  # ``check_failed``: left out of every series
+
+
+class HistoryPoint(NamedTuple):
+    """One stored measurement's mean time of a :class:`MeanHistory`: its run, its measurement key's fields in
+    :class:`MeasurementKey`'s order, then the mean (``Store.mean_history`` gives it as a plain tuple)."""
+
+    run_id: str
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    in_place: bool
+    group: str | None
+    mean_s: float
+
+
+@dataclass(frozen=True)
+class MeanHistory:
+    """What ``Store.mean_history`` (and the plain SQLite reader) return: the runs, oldest first, and the mean time
+    of each of their measurements. Plain tuples are taken as they come, with :class:`HistoryRun`'s and
+    :class:`HistoryPoint`'s fields in order (no object is built per stored row)."""
+
+    runs: Sequence[HistoryRun | tuple[str, datetime, str | None, str | None, str, str]]
+    points: Sequence[HistoryPoint | tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]]
+
+
+@dataclass(frozen=True)
+class DetectRequest:
+    """One change-point search: the history (``Store.measurement_rows``' rows, or a :class:`MeanHistory`), the
+    settings, the order of each series (by run time or by revision), the window of changes reported (from
+    ``since`` on; None: all), the noise floors (keyed by fingerprint and measurement key) and each series' own
+    settings (a stored threshold's; None: ``settings``). Checked when built (:class:`DetectRequestError`)."""
+
+    history: Sequence[MeasurementRow] | MeanHistory
+    settings: DetectSettings = DetectSettings()
+    order: Order = "time"
+    since: datetime | None = None
+    floors: Mapping[FloorKey, float] | None = None
+    settings_for: Callable[[Series], SeriesSettings | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.order not in ("time", "revision"):
+            raise DetectRequestError(f"order must be time or revision, got {self.order!r}")
+        if not isinstance(self.settings, DetectSettings):
+            raise DetectRequestError(f"settings must be DetectSettings, got {type(self.settings).__name__}")
+        if self.since is not None and (not isinstance(self.since, datetime) or self.since.tzinfo is None):
+            raise DetectRequestError(f"since must be an aware datetime (parse_utc), got {self.since!r}")
+
+
+class DetectRequestError(CommlensError, ValueError):
+    """A detect request that cannot be run; the message names the field."""
+
+
+def run_detect(request: DetectRequest) -> DetectReport:
+    """Change points in every series of ``request.history``: :func:`detect_history` (rows) or
+    :func:`detect_mean_history` (a :class:`MeanHistory`), which say how."""
+    history = request.history
+    if isinstance(history, MeanHistory):
+        used, per_run = _mean_series(history)
+    else:
+        used, per_run = _row_series(history)
+    return _detect(used, per_run, request.settings, request.order, request.since, request.floors, request.settings_for)
+
+
 def detect_history(
     rows: Sequence[MeasurementRow],
     settings: DetectSettings = DetectSettings(),
@@ -202,13 +282,23 @@ def detect_history(
 
     Runs whose results check failed (status ``check_failed``) are left out before step 1:
     a time measured on wrong results is no point of a history. The report lists them.
+
+    Shorthand for :func:`run_detect` of the :class:`DetectRequest` these arguments make (its fields).
     """
+    return run_detect(DetectRequest(rows, settings, order, since, floors, settings_for))
+
+
+def _row_series(
+    rows: Sequence[MeasurementRow],
+) -> tuple[dict[str, tuple[datetime, str | None, str]], dict[Series, dict[str, list[float]]]]:
+    """Step 1 of :func:`detect_history` over stored rows: each run's (started_at, revision, status) in the order
+    the rows came, and each series' mean times per run."""
     runs = {r.run_id: (r.started_at, r.revision, r.status) for r in rows}
     per_run: dict[Series, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.status != "check_failed":
             per_run[Series(r.key, r.fingerprint, r.tag)][r.run_id].append(r.mean_s)
-    return _detect(runs, per_run, settings, order, since, floors, settings_for)
+    return runs, per_run
 
 
 def detect_mean_history(
@@ -221,9 +311,18 @@ def detect_mean_history(
     floors: Mapping[FloorKey, float] | None = None,
     settings_for: Callable[[Series], SeriesSettings | None] | None = None,
 ) -> DetectReport:
-    """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (run_id, started_at, revision,
-    tag, fingerprint, status) and their points (run_id, op, algo, dtype, redop, root, size_bytes, in_place,
-    group, mean_s), oldest run first. The same report, without an object per stored row."""
+    """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (:class:`HistoryRun`'s fields) and
+    their points (:class:`HistoryPoint`'s), oldest run first. The same report, without an object per stored row.
+
+    Shorthand for :func:`run_detect` of a :class:`DetectRequest` with a :class:`MeanHistory`."""
+    return run_detect(DetectRequest(MeanHistory(runs, points), settings, order, since, floors, settings_for))
+
+
+def _mean_series(
+    history: MeanHistory,
+) -> tuple[dict[str, tuple[datetime, str | None, str]], dict[Series, dict[str, list[float]]]]:
+    """Step 1 of :func:`detect_history` over a :class:`MeanHistory`: as :func:`_row_series`."""
+    runs, points = history.runs, history.points
     info = {run[0]: run for run in runs}
     grouped: dict[tuple[Any, ...], dict[str, list[float]]] = {}
     used: dict[str, tuple[datetime, str | None, str]] = {}
@@ -240,7 +339,7 @@ def detect_mean_history(
             series = grouped[key] = {}
         series.setdefault(run_id, []).append(point[9])
     per_run = {Series(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
-    return _detect(used, per_run, settings, order, since, floors, settings_for)
+    return used, per_run
 
 
 def _detect(

@@ -190,12 +190,13 @@ class RunOut(BaseModel):
 def _verdict(run: Run) -> JsonObject | None:
     """The expected-performance verdict of a run, as ``commlens expect --json`` prints it; None where the run
     cannot be judged (no GPU known, no row modelled) or its results check failed."""
-    from commlens.expect import ExpectError, judge_run
+    from commlens import expect
+    from commlens.expect import ExpectError
 
     if run.status == "check_failed":
         return None
     try:
-        return judge_run(run).as_dict()
+        return expect.run(expect.ExpectRequest(run)).as_dict()
     except ExpectError:
         return None
 

@@ -7,9 +7,9 @@ records and errors below. The modules behind them are the store's internals: a c
 imports from here (a record type from where it is defined, too). ``docs/store.md`` has the set-up.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from commlens._lazy import lazy_exports
 from commlens.store.db import DatabaseFault, NoStoreError, StoreError, db_url, default_db_url, make_engine
 
 if TYPE_CHECKING:  # the rest on first use (__getattr__ below): they load the ORM models and SQLAlchemy's ORM
@@ -115,13 +115,6 @@ __all__ = [
     "upgrade_schema",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """The store's classes and functions on first use: a command that reads only files never loads the ORM."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commlens.store' has no attribute {name!r}")
-    value = getattr(import_module(f"commlens.store.{module}"), name)
-    # bound here once: importing commlens.store.preflight sets this package's ``preflight`` to the module
-    globals()[name] = value
-    return value
+# the store's classes and functions on first use: a command that reads only files never loads the ORM. Each is
+# bound here once: importing commlens.store.preflight sets this package's ``preflight`` to the module
+__getattr__ = lazy_exports(__name__, _LAZY, globals())

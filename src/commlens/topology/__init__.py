@@ -1,15 +1,17 @@
 """Cluster topologies: the spec (levels from accelerator to fabric), presets, loading.
 
-Imports nothing of commlens: the model, the simulator and the projection read
-topologies, never the other way round. The names below load their modules on
-first use: the pydantic spec costs tens of milliseconds to import, and code that
-needs only :mod:`commlens.topology.plain` (``commlens expect`` at ingest) skips it.
+Imports nothing of commlens but its leaves (``commlens._lazy``, ``commlens.errors``,
+``commlens.specdata``): the model, the simulator and the projection read topologies,
+never the other way round. The names below load their modules on first use: the
+pydantic spec costs tens of milliseconds to import, and code that needs only
+:mod:`commlens.topology.plain` (``commlens expect`` at ingest) skips it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from commlens._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from commlens.topology.errors import TopologyError
@@ -38,11 +40,4 @@ __all__ = [
     "topology_to_dict",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commlens.topology' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"commlens.topology.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE, globals())
