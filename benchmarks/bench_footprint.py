@@ -314,14 +314,18 @@ def large_run(size: int, op: str) -> dict[str, Any]:
     return {"op": op, "size_bytes": size, "peak": row["peak"], "base": row["base"], "wall_s": wall}
 
 
-def heap_cost(reps: int) -> None:
-    """What one malloc arena per rank (``MALLOC_ARENA_MAX=1``) costs the timed loops: jobs with and without it,
-    alternating, ``reps`` each (see :func:`heap_cost_worker`); prints faults and CPU per timed iteration."""
-    kinds = {"gloo threads' own arenas (default)": {}, "one arena (MALLOC_ARENA_MAX=1)": {"MALLOC_ARENA_MAX": "1"}}
+def heap_cost(reps: int, settings: list[str]) -> None:
+    """What a malloc setting per rank (each of ``settings``, ``NAME=VALUE``; ``MALLOC_ARENA_MAX=1`` if none) costs
+    the timed loops: jobs with the default and with each setting, in rotated order, ``reps`` each (see
+    :func:`heap_cost_worker`); prints faults and CPU per timed iteration."""
+    kinds: dict[str, dict[str, str]] = {"default": {}}
+    for setting in settings or ["MALLOC_ARENA_MAX=1"]:
+        name, value = setting.split("=", 1)
+        kinds[setting] = {name: value}
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     loads = [os.getloadavg()[0]]
     for i in range(reps):
-        for kind in list(kinds) if i % 2 == 0 else list(kinds)[::-1]:
+        for kind in list(kinds)[i % len(kinds) :] + list(kinds)[: i % len(kinds)]:
             EXTRA_ENV.clear()
             EXTRA_ENV.update(kinds[kind])
             with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
@@ -359,7 +363,14 @@ def main() -> None:
         "--heap-cost",
         type=int,
         default=0,
-        help="only what one malloc arena per rank costs the timed loops: this many jobs with and without",
+        help="only what a malloc setting per rank costs the timed loops: this many jobs with the default and "
+        "with each --heap-setting",
+    )
+    ap.add_argument(
+        "--heap-setting",
+        action="append",
+        default=[],
+        help="NAME=VALUE compared by --heap-cost (repeatable; default MALLOC_ARENA_MAX=1)",
     )
     ap.add_argument("--heap-cost-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -374,7 +385,7 @@ def main() -> None:
     if ns.heap_cost_worker:
         sys.exit(heap_cost_worker(ns.out))
     if ns.heap_cost:
-        heap_cost(ns.heap_cost)
+        heap_cost(ns.heap_cost, ns.heap_setting)
         return
     if ns.raw:
         sys.exit(raw_worker(ns.out, ns.raw, ns.dtypes.split(","), ns.size))
