@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from typing_extensions import Self
+
 from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.nccltests_json import to_nccl_tests
@@ -60,7 +62,7 @@ class BenchRow:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BenchRow:
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
         """The row of ``as_dict``'s object: its keys must be there (KeyError), each measurement is checked."""
         return cls(
             op=d["op"],
