@@ -6,6 +6,7 @@ One real 2-rank gloo run (module fixture) is checked from every side: its events
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 from pathlib import Path
 
@@ -14,7 +15,10 @@ import pytest
 from commlens import bench
 from commlens.bench import BenchConfig, ConfigError, Finished, Local, Note, Progress, RowDone, Started
 from commlens.bench.config import build_parser, config_from_args
+from commlens.bench.events import event_from_wire
+from commlens.results.jsonfmt import FormatError, measurement_to_dict
 from commlens.results.records import Run
+from commlens.results.table import BenchRow, row_line, run_table_lines
 
 CONFIG = BenchConfig(
     ops=("all_reduce", "broadcast"), min_bytes=8, max_bytes=512, step_factor=8, iters=3, warmup=1, rounds=1
@@ -102,3 +106,35 @@ def test_the_launcher_reports_a_failed_rank_with_what_it_wrote(tmp_path: Path) -
     assert set(caught.value.failures) <= {0, 1} and caught.value.failures
     said = [rank_stderr(tmp_path, r) for r in caught.value.failures]
     assert any("No module named commlens.no_such_module" in text for text in said), said
+
+
+def test_a_row_is_one_record_from_the_wire_to_the_table(library_run: tuple[Run, list[object], Path]) -> None:
+    _, events, _ = library_run
+    rows = [e for e in events if isinstance(e, RowDone)]
+    for row in rows:
+        # the wire line: {"event": "row"}, the row's keys, its notes, then its measurements, in this order
+        line = json.dumps(row.as_wire())
+        spelled = {
+            "event": "row",
+            **{k: getattr(row, k) for k in ("op", "algo", "dtype", "redop", "root", "size_bytes", "count")},
+            "notes": list(row.notes),
+            "measurements": [measurement_to_dict(m) if m else None for m in row.measurements],
+        }
+        assert line == json.dumps(spelled)
+        # read back, the record is the one sent, and the table prints it as its dict form
+        back = event_from_wire(json.loads(line))
+        assert back == row and isinstance(back, BenchRow)
+        assert row_line(back) == row_line(json.loads(line))
+    # all_reduce has both placements, broadcast too: one table line for each size of each op
+    lines = run_table_lines(rows, 0, 0.0)
+    assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["8", "64", "512"] * 2
+
+
+def test_a_row_from_the_wire_is_checked(library_run: tuple[Run, list[object], Path]) -> None:
+    _, events, _ = library_run
+    wire = next(e for e in events if isinstance(e, RowDone)).as_wire()
+    with pytest.raises(KeyError, match="count"):
+        event_from_wire({k: v for k, v in wire.items() if k != "count"})
+    measured = next(m for m in wire["measurements"] if isinstance(m, dict))
+    with pytest.raises(FormatError, match="size_bytes"):  # each measurement as a stored run's
+        event_from_wire(dict(wire, measurements=[dict(measured, size_bytes="1K")]))

@@ -10,11 +10,13 @@ form is internal to a run and not a file format.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
-from commlens.results.records import Measurement, SystemInfo
+from commlens.results.jsonvalue import JsonObject
+from commlens.results.records import SystemInfo
+from commlens.results.table import BenchRow
 
 __all__ = ["Event", "Finished", "Note", "Progress", "RowDone", "Started", "event_from_wire"]
 
@@ -29,7 +31,7 @@ class Started:
     config: dict[str, Any]
     command_line: str = ""
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         from dataclasses import asdict
 
         return {
@@ -58,7 +60,7 @@ class Progress:
     round: int | None = None
     rounds: int | None = None
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         out = {"event": "progress", **{k: getattr(self, k) for k in _PROGRESS_FIELDS}}
         if self.round is not None:
             out.update(round=self.round, rounds=self.rounds)
@@ -69,33 +71,19 @@ _PROGRESS_FIELDS = ("index", "total", "op", "algo", "dtype", "redop", "root", "s
 
 
 @dataclass(frozen=True)
-class RowDone:
-    """A row of the table: one size of one op, dtype, reduction, root and implementation, every placement.
+class RowDone(BenchRow):
+    """A row of the table is done (:class:`~commlens.results.table.BenchRow`, which the table prints as it is).
 
     ``measurements`` holds one entry per placement run (out of place, then in place); None where torch offers
     no such placement for the op.
     """
 
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None
-    root: int | None
-    size_bytes: int
-    count: int
-    measurements: tuple[Measurement | None, ...]
-    notes: tuple[str, ...] = ()
+    def as_dict(self) -> JsonObject:
+        """The row's wire line: ``{"event": "row"}`` then the row's object."""
+        return {"event": "row", **super().as_dict()}
 
-    def as_wire(self) -> dict[str, Any]:
-        return {
-            "event": "row",
-            **{k: getattr(self, k) for k in _ROW_FIELDS},
-            "notes": list(self.notes),
-            "measurements": [measurement_to_dict(m) if m else None for m in self.measurements],
-        }
-
-
-_ROW_FIELDS = ("op", "algo", "dtype", "redop", "root", "size_bytes", "count")
+    def as_wire(self) -> JsonObject:
+        return self.as_dict()
 
 
 @dataclass(frozen=True)
@@ -104,7 +92,7 @@ class Note:
 
     text: str
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         return {"event": "note", "text": self.text}
 
 
@@ -116,14 +104,14 @@ class Finished:
     wrong: tuple[str, ...] = field(default=())
     finished_at: str | None = None
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         return {"event": "end", "status": self.status, "wrong": list(self.wrong), "finished_at": self.finished_at}
 
 
 Event = Started | Progress | RowDone | Note | Finished
 
 
-def event_from_wire(d: dict[str, Any]) -> Event:
+def event_from_wire(d: Mapping[str, Any]) -> Event:
     """The typed event of one wire line (written by this version's rank 0)."""
     kind = d["event"]
     if kind == "start":
@@ -137,11 +125,7 @@ def event_from_wire(d: dict[str, Any]) -> Event:
     if kind == "progress":
         return Progress(**{k: d[k] for k in _PROGRESS_FIELDS}, round=d.get("round"), rounds=d.get("rounds"))
     if kind == "row":
-        return RowDone(
-            **{k: d[k] for k in _ROW_FIELDS},
-            measurements=tuple(_measurement_from_dict(m) if m is not None else None for m in d["measurements"]),
-            notes=tuple(d.get("notes", ())),
-        )
+        return RowDone.from_dict(d)
     if kind == "note":
         return Note(d["text"])
     if kind == "end":

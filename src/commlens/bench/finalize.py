@@ -39,7 +39,7 @@ class TablePrinter:
                 self.write(op_header_line(*key))
             for note in event.notes:
                 self.write(f"# note: {note}")
-            self.write(row_line(event.as_wire()))
+            self.write(row_line(event))
             for m in event.measurements:
                 if m is None:
                     continue

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -36,11 +36,10 @@ from commlens.bench.config import (
     command_line,
     config_from_args,
 )
-from commlens.bench.events import Event, event_from_wire
+from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
 from commlens.bench.faults import Fault, fault_from_env
 from commlens.bench.sysinfo import local_facts, system_info
 from commlens.ops import OpSpec
-from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 
 __all__ = [
@@ -264,16 +263,15 @@ class Reporter:
         self._print = standalone_print
         self.events: list[Event] = []  # kept only without a launcher, which reads the rows file instead
 
-    def emit(self, event: dict[str, Any]) -> None:
-        """Hand on one event in its wire form (``commlens.bench.events``)."""
+    def emit(self, event: Event) -> None:
+        """Hand on one event: its wire line to the launcher's file (``commlens.bench.events``), else kept."""
         if self._fp is not None:
-            self._fp.write(json.dumps(event) + "\n")
+            self._fp.write(json.dumps(event.as_wire()) + "\n")
             self._fp.flush()
             return
-        typed = event_from_wire(event)
-        self.events.append(typed)
+        self.events.append(event)
         if self._print is not None:
-            self._print(typed)
+            self._print(event)
 
     def close(self) -> None:
         if self._fp is not None:
@@ -613,7 +611,7 @@ class Sweep:
         cells = self.cells(rows)
         refused: set[SweepRow] = set()  # combinations the backend refused (SweepRow.combination)
         wrong: list[str] = []
-        held: list[tuple[int, dict[str, Any], list[str]]] = []  # (row index, row or note event, wrong messages)
+        held: list[tuple[int, RowDone | Note, list[str]]] = []  # (row index, row or note event, wrong messages)
         t_start = time.monotonic()
 
         def release() -> None:
@@ -734,6 +732,10 @@ class Sweep:
             reporter.emit(self._progress(rows[cell[0]], plan, list(todo), index, total, t_start, round_index))
         notes = {algo: self._notes(spec, algo, plan, dtype, size, reporter) if not round_index else [] for algo in todo}
         measurements: dict[str, list[Measurement | None]] = {algo: [] for algo in todo}
+        heads = {  # each row's record, its measurements to come
+            algo: RowDone(spec.name, algo, dtype, redop, root, plan.size_bytes, plan.count, (), tuple(notes[algo]))
+            for algo in todo
+        }
         wrong: dict[str, list[str]] = {algo: [] for algo in todo}
         skipped: dict[str, str] = {}
         for in_place in cfg.placements():
@@ -751,22 +753,12 @@ class Sweep:
                 if result is None:  # a placement torch does not offer: None on every rank, nothing to gather
                     measurements[algo].append(None)
                     continue
-                fields: dict[str, Any] = dict(
-                    op=spec.name,
-                    algo=algo,
-                    dtype=dtype,
-                    redop=redop,
-                    root=root,
-                    size_bytes=plan.size_bytes,
-                    count=plan.count,
-                    in_place=in_place,
-                    world_size=self.world,
-                )
+                head = heads[algo]
                 if deferred is not None:  # a later round: gathered with the round's other rows (gather_round)
                     nwrong = None if cfg.check_iters == 0 else 0  # later rounds do not check
                     # rank 0's own durations only shape the row until the gather fills it in; a round
                     # interrupted before its gather adds nothing to the row, whose earlier rounds stay whole
-                    own = Measurement(**fields, samples_s=tuple(result[0].durations), nwrong=nwrong)
+                    own = _measurement(head, in_place, self.world, tuple(result[0].durations), nwrong)
                     deferred.append((measurements[algo], len(measurements[algo]), result[0], own))
                     measurements[algo].append(None)
                     continue
@@ -782,13 +774,9 @@ class Sweep:
                         if w:
                             row = _row_context(spec, plan.size_bytes, dtype, redop, root, in_place, algo)
                             wrong[algo].append(f"{row}: {w} wrong elements on rank {r}")
+                rank_samples_s = tuple(tuple(r) for r in gathered.rank_samples_s)
                 measurements[algo].append(
-                    Measurement(
-                        **fields,
-                        samples_s=tuple(gathered.samples_s),
-                        nwrong=nwrong,
-                        rank_samples_s=tuple(tuple(r) for r in gathered.rank_samples_s),
-                    )
+                    _measurement(head, in_place, self.world, tuple(gathered.samples_s), nwrong, rank_samples_s)
                 )
         outcomes: list[_Outcome] = []
         for algo, row_index in todo.items():
@@ -797,11 +785,9 @@ class Sweep:
                     raise UnsupportedCombination(skipped[algo])
                 # the backend refuses this op/dtype/redop whatever the size: skip its remaining sizes
                 refused.add(rows[row_index].combination())
-                outcomes.append(_Outcome(row_index, {}, [], [], [], skip_note=f"skipped {skipped[algo]}"))
+                outcomes.append(_Outcome(row_index, None, [], [], skip_note=f"skipped {skipped[algo]}"))
                 continue
-            key = {"op": spec.name, "algo": algo, "dtype": dtype, "redop": redop, "root": root}
-            key.update(size_bytes=plan.size_bytes, count=plan.count)
-            outcomes.append(_Outcome(row_index, key, notes[algo], measurements[algo], wrong[algo]))
+            outcomes.append(_Outcome(row_index, heads[algo], measurements[algo], wrong[algo]))
         release_freed_memory()
         return outcomes
 
@@ -814,24 +800,22 @@ class Sweep:
         total: int,
         t_start: float,
         round_index: int | None,
-    ) -> dict[str, Any]:
+    ) -> Progress:
         """The progress event of one cell (its row's op, dtype, reduction, root and size; the algorithms run)."""
         spec, _, dtype, redop, root, _ = row
-        progress = {
-            "event": "progress",
-            "index": index,
-            "total": total,
-            "op": spec.name,
-            "algo": ",".join(algos),
-            "dtype": dtype,
-            "redop": redop,
-            "root": root,
-            "size_bytes": plan.size_bytes,
-            "elapsed_s": time.monotonic() - t_start,
-        }
-        if round_index is not None:
-            progress.update(round=round_index + 1, rounds=self.cfg.rounds)
-        return progress
+        return Progress(
+            index=index,
+            total=total,
+            op=spec.name,
+            algo=",".join(algos),
+            dtype=dtype,
+            redop=redop,
+            root=root,
+            size_bytes=plan.size_bytes,
+            elapsed_s=time.monotonic() - t_start,
+            round=None if round_index is None else round_index + 1,
+            rounds=None if round_index is None else self.cfg.rounds,
+        )
 
     def _notes(self, spec: OpSpec, algo: str, plan: Any, dtype: str, size: int, reporter: Reporter | None) -> list[str]:
         """The notes printed above one row: a size rounded down, what auto runs when its choice changes."""
@@ -861,21 +845,40 @@ class _Outcome:
     """One row of one cell in one round: its measurements per placement, or the note that it was skipped."""
 
     index: int  # the row's position in the table
-    fields: dict[str, Any]  # op, algo, dtype, redop, root, size_bytes, count
-    notes: list[str]
-    measurements: list[Measurement | None]  # per placement, None where torch offers none
+    head: RowDone | None  # the row's op, algo, dtype, redop, root, size, count and notes; None when skipped
+    measurements: list[Measurement | None]  # per placement, None where torch offers none (filled in later)
     wrong: list[str]
     skip_note: str | None = None
 
-    def event(self) -> dict[str, Any]:
-        if self.skip_note is not None:
-            return {"event": "note", "text": self.skip_note}
-        return {
-            "event": "row",
-            **self.fields,
-            "notes": self.notes,
-            "measurements": [measurement_to_dict(m) if m else None for m in self.measurements],
-        }
+    def event(self) -> RowDone | Note:
+        if self.skip_note is not None or self.head is None:
+            return Note(self.skip_note or "")
+        return replace(self.head, measurements=tuple(self.measurements))
+
+
+def _measurement(
+    head: RowDone,
+    in_place: bool,
+    world: int,
+    samples_s: tuple[float, ...],
+    nwrong: int | None,
+    rank_samples_s: tuple[tuple[float, ...], ...] | None = None,
+) -> Measurement:
+    """One placement's measurement of the row ``head``."""
+    return Measurement(
+        op=head.op,
+        algo=head.algo,
+        dtype=head.dtype,
+        redop=head.redop,
+        root=head.root,
+        size_bytes=head.size_bytes,
+        count=head.count,
+        in_place=in_place,
+        world_size=world,
+        samples_s=samples_s,
+        nwrong=nwrong,
+        rank_samples_s=rank_samples_s,
+    )
 
 
 def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
@@ -909,7 +912,7 @@ def _merge_rounds(outcomes: list[_Outcome]) -> _Outcome:
                 rounds=tuple(len(m.samples_s) for m in parts),
             )
         )
-    return _Outcome(first.index, first.fields, first.notes, merged, [w for o in outcomes for w in o.wrong])
+    return _Outcome(first.index, first.head, merged, [w for o in outcomes for w in o.wrong])
 
 
 def _init(cfg: BenchConfig) -> tuple[int, int, int, Any]:
@@ -1014,17 +1017,13 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
             reporter = Reporter(rows_file, printer.handle if printer else None)
             system = system_info(world, cfg.backend, cfg.device, facts)
             reporter.emit(
-                {
-                    "event": "start",
-                    "run_id": uuid.uuid4().hex,
-                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    "command_line": command_line(["python", "-m", "commlens.bench", *argv]),
-                    "config": {
-                        **cfg.as_dict(),
-                        "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max",
-                    },
-                    "system": asdict(system),
-                }
+                Started(
+                    run_id=uuid.uuid4().hex,
+                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    command_line=command_line(["python", "-m", "commlens.bench", *argv]),
+                    config={**cfg.as_dict(), "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max"},
+                    system=system,
+                )
             )
         status = "complete"
         wrong: list[str] = []
@@ -1034,12 +1033,11 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
             status = "incomplete"
         if reporter:
             reporter.emit(
-                {
-                    "event": "end",
-                    "status": status,
-                    "wrong": wrong,
-                    "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                }
+                Finished(
+                    status=status,
+                    wrong=tuple(wrong),
+                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                )
             )
             reporter.close()
             if not rows_file and outputs is not None:

@@ -1,18 +1,25 @@
-"""The nccl-tests text table, with commlens' p50/p99 columns, from measurement dicts.
+"""The nccl-tests text table, with commlens' p50/p99 columns, from :class:`BenchRow` records.
 
-Works on the dict form of measurements (``jsonfmt.measurement_to_dict``) so the
-launcher can print rows as they stream in, before a Run exists.
+A :class:`BenchRow` is one line of the table: the benchmark's worker builds it, sends it to the launcher as
+JSON (``as_dict``/``from_dict``) and the launcher prints it as it streams in, before a Run exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from typing_extensions import Self
+
+from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
+from commlens.results.jsonvalue import JsonObject
 from commlens.results.nccltests_json import to_nccl_tests
+from commlens.results.records import Measurement
 from commlens.results.units import format_us
 
 __all__ = [
+    "BenchRow",
     "column_header_lines",
     "row_line",
     "footer_lines",
@@ -20,6 +27,55 @@ __all__ = [
     "run_table_lines",
     "system_header_lines",
 ]
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """A row of the table: one size of one op, dtype, reduction, root and implementation, every placement.
+
+    ``measurements`` holds one entry per placement run (out of place, then in place); None where torch offers
+    no such placement for the op. ``notes`` are the lines printed above the row.
+    """
+
+    op: str
+    algo: str
+    dtype: str
+    redop: str | None
+    root: int | None
+    size_bytes: int
+    count: int
+    measurements: tuple[Measurement | None, ...]
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> JsonObject:
+        """The JSON object of the row (the order of its keys is the wire's, see ``commlens.bench.events``)."""
+        return {
+            "op": self.op,
+            "algo": self.algo,
+            "dtype": self.dtype,
+            "redop": self.redop,
+            "root": self.root,
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "notes": list(self.notes),
+            "measurements": [measurement_to_dict(m) if m else None for m in self.measurements],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        """The row of ``as_dict``'s object: its keys must be there (KeyError), each measurement is checked."""
+        return cls(
+            op=d["op"],
+            algo=d["algo"],
+            dtype=d["dtype"],
+            redop=d["redop"],
+            root=d["root"],
+            size_bytes=d["size_bytes"],
+            count=d["count"],
+            measurements=tuple(_measurement_from_dict(m) if m is not None else None for m in d["measurements"]),
+            notes=tuple(d.get("notes", ())),
+        )
+
 
 _LEFT = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}"
 _HALF = "  {:>8}  {:>7}  {:>7}  {:>6}  {:>8}  {:>8}"
@@ -44,17 +100,18 @@ def column_header_lines() -> list[str]:
 _fmt_time_us = format_us  # nccl-tests' precision steps (fits the column)
 
 
-def _half(m: Mapping[str, Any] | None) -> str:
+def _half(m: Measurement | None) -> str:
     if m is None:
         return _HALF.format("-", "-", "-", "-", "-", "-")
-    nwrong = "N/A" if m.get("nwrong") is None else str(m["nwrong"])
+    nwrong = "N/A" if m.nwrong is None else str(m.nwrong)
+    stats = m.stats
     return _HALF.format(
-        _fmt_time_us(m["mean_s"]),
-        f"{m['algbw_bytes_per_s'] / 1e9:.2f}",
-        f"{m['busbw_bytes_per_s'] / 1e9:.2f}",
+        _fmt_time_us(stats.mean_s),
+        f"{m.algbw_bytes_per_s / 1e9:.2f}",
+        f"{m.busbw_bytes_per_s / 1e9:.2f}",
         nwrong,
-        _fmt_time_us(m["p50_s"]),
-        _fmt_time_us(m["p99_s"]),
+        _fmt_time_us(stats.p50_s),
+        _fmt_time_us(stats.p99_s),
     )
 
 
@@ -63,12 +120,35 @@ def op_header_line(op: str, algo: str = "builtin") -> str:
     return f"# Collective test: {op}" if algo == "builtin" else f"# Collective test: {op}  algo {algo}"
 
 
-def row_line(row: Mapping[str, Any]) -> str:
-    """One table line from a row: op/dtype/size keys and a list of placement measurements."""
-    by_place = {m["in_place"]: m for m in row["measurements"] if m is not None}
-    redop, root = to_nccl_tests(row["redop"], row["root"])
-    left = _LEFT.format(row["size_bytes"], row["count"], row["dtype"], redop, root)
+def row_line(row: BenchRow | Mapping[str, Any]) -> str:
+    """One table line from a row: its size, count, dtype, reduction and root, then each placement's figures."""
+    row = _as_row(row)
+    by_place = {m.in_place: m for m in row.measurements if m is not None}
+    redop, root = to_nccl_tests(row.redop, row.root)
+    left = _LEFT.format(row.size_bytes, row.count, row.dtype, redop, root)
     return left + _half(by_place.get(False)) + _half(by_place.get(True))
+
+
+def _as_row(row: BenchRow | Mapping[str, Any]) -> BenchRow:
+    """The record of a row given in the dict form of a stored run's rows (``commlens runs show``).
+
+    Such a row may lack its op and implementation (the first measurement's, else none) and its notes.
+    """
+    if isinstance(row, BenchRow):
+        return row
+    measurements = tuple(_measurement_from_dict(m) if m is not None else None for m in row["measurements"])
+    first = next((m for m in measurements if m is not None), None)
+    return BenchRow(
+        op=str(row.get("op") or (first.op if first else "")),
+        algo=str(row.get("algo") or (first.algo if first else "builtin")),
+        dtype=row["dtype"],
+        redop=row["redop"],
+        root=row["root"],
+        size_bytes=row["size_bytes"],
+        count=row["count"],
+        measurements=measurements,
+        notes=tuple(row.get("notes", ())),
+    )
 
 
 def footer_lines(total_wrong: int | None, avg_busbw_bytes_per_s: float) -> list[str]:
@@ -110,17 +190,16 @@ def system_header_lines(start: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def run_table_lines(rows: Iterable[Mapping[str, Any]], total_wrong: int | None, avg_busbw: float) -> list[str]:
+def run_table_lines(
+    rows: Iterable[BenchRow | Mapping[str, Any]], total_wrong: int | None, avg_busbw: float
+) -> list[str]:
     """The whole table for already finished rows."""
     lines = column_header_lines()
     last = None
-    for row in rows:
-        first: Mapping[str, Any] = next((m for m in row["measurements"] if m), {})
-        op = str(row.get("op") or first.get("op"))
-        algo = str(row.get("algo") or first.get("algo") or "builtin")
-        if (op, algo) != last:
-            lines.append(op_header_line(op, algo))
-            last = (op, algo)
+    for row in map(_as_row, rows):
+        if (row.op, row.algo) != last:
+            lines.append(op_header_line(row.op, row.algo))
+            last = (row.op, row.algo)
         lines.append(row_line(row))
     lines.extend(footer_lines(total_wrong, avg_busbw))
     return lines
