@@ -15,7 +15,7 @@ from store_backends import make_measurement, make_run, pg_server, pg_url, store_
 from commlens.results import FormatError, Measurement, MeasurementKey, RecordError, Run, SystemInfo, run_to_dict
 from commlens.results.jsonfmt import load_run
 from commlens.results.nccltests_json import run_to_nccl_tests_json
-from commlens.results.table import row_line
+from commlens.results.table import BenchRow, row_line
 from commlens.store import Store
 from commlens.store.export import export_runs
 from commlens.store.noise import NoiseFloor
@@ -114,7 +114,16 @@ def test_a_version_3_file_holds_no_sentinels(tmp_path: Path, field: str, value: 
 
 def test_nccl_tests_table_and_json_print_none_and_minus_one() -> None:
     ag = _m("all_gather", nwrong=0)
-    row = {"size_bytes": 1024, "count": 256, "dtype": "float32", "redop": None, "root": None, "measurements": []}
+    row = BenchRow(
+        op="all_gather",
+        algo="builtin",
+        dtype="float32",
+        redop=None,
+        root=None,
+        size_bytes=1024,
+        count=256,
+        measurements=(),
+    )
     assert row_line(row).split()[:5] == ["1024", "256", "float32", "none", "-1"]
     doc = run_to_nccl_tests_json(_run(ag, _m("broadcast", root=3)))
     assert [(r["redop"], r["root"]) for r in doc["results"]] == [("none", "    -1"), ("none", "     3")]

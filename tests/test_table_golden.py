@@ -9,58 +9,65 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from commlens.results.jsonfmt import measurement_to_dict
 from commlens.results.records import Measurement
-from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, run_table_lines
+from commlens.results.table import (
+    BenchRow,
+    column_header_lines,
+    footer_lines,
+    op_header_line,
+    row_line,
+    run_table_lines,
+)
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "table.txt"
 WORLD = 4
 
 
-def _m(op: str, size_bytes: int, count: int, in_place: bool, samples_s: tuple[float, ...], **kw: object) -> dict:
-    return measurement_to_dict(
-        Measurement(
-            op=op, size_bytes=size_bytes, count=count, in_place=in_place, world_size=WORLD, samples_s=samples_s, **kw
-        )
+def _m(op: str, size_bytes: int, count: int, in_place: bool, samples_s: tuple[float, ...], **kw: object) -> Measurement:
+    return Measurement(
+        op=op, size_bytes=size_bytes, count=count, in_place=in_place, world_size=WORLD, samples_s=samples_s, **kw
     )  # type: ignore[arg-type]
 
 
-def _rows() -> list[dict]:
+def _rows() -> list[BenchRow]:
     ag = dict(dtype="float32", nwrong=0)
     return [
         # both placements: all_gather 1 MiB, 4 ranks
-        {
-            "size_bytes": 1 << 20,
-            "count": 65536,
-            "dtype": "float32",
-            "redop": None,
-            "root": None,
-            "measurements": [
+        BenchRow(
+            op="all_gather",
+            algo="builtin",
+            dtype="float32",
+            redop=None,
+            root=None,
+            size_bytes=1 << 20,
+            count=65536,
+            measurements=(
                 _m("all_gather", 1 << 20, 65536, False, (100e-6, 110e-6, 120e-6, 130e-6), **ag),
                 _m("all_gather", 1 << 20, 65536, True, (90e-6, 95e-6, 100e-6, 400e-6), **ag),
-            ],
-        },
+            ),
+        ),
         # in-place only, a reduction with a root, unchecked: #wrong is N/A
-        {
-            "size_bytes": 8,
-            "count": 4,
-            "dtype": "bfloat16",
-            "redop": "max",
-            "root": 3,
-            "measurements": [
-                None,
-                _m("reduce", 8, 4, True, (12.5e-6, 13.25e-6), dtype="bfloat16", redop="max", root=3),
-            ],
-        },
+        BenchRow(
+            op="reduce",
+            algo="builtin",
+            dtype="bfloat16",
+            redop="max",
+            root=3,
+            size_bytes=8,
+            count=4,
+            measurements=(None, _m("reduce", 8, 4, True, (12.5e-6, 13.25e-6), dtype="bfloat16", redop="max", root=3)),
+        ),
         # out-of-place only, a long time (seconds), with wrong elements
-        {
-            "size_bytes": 1 << 30,
-            "count": 1 << 28,
-            "dtype": "int32",
-            "redop": None,
-            "root": None,
-            "measurements": [_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None],
-        },
+        BenchRow(
+            op="all_to_all",
+            algo="builtin",
+            dtype="int32",
+            redop=None,
+            root=None,
+            size_bytes=1 << 30,
+            count=1 << 28,
+            measurements=(_m("all_to_all", 1 << 30, 1 << 28, False, (1.5, 2.5), dtype="int32", nwrong=7), None),
+        ),
     ]
 
 

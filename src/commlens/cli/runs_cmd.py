@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,7 @@ from commlens.cli.options import DB
 from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
-    from commlens.results.records import Run
+    from commlens.results.records import Measurement, Run
     from commlens.store import CorruptRunError, RunSummary, Store
 
 runs_app = command_group("runs", no_args_is_help=False)
@@ -214,10 +213,10 @@ def show_cmd(
 
 def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
-    from commlens.results.table import run_table_lines, system_header_lines
+    from commlens.results.table import BenchRow, run_table_lines, system_header_lines
     from commlens.store.refs import NotOneRunError, resolve_run_ids
 
-    found = _plain_run(run, db)
+    found = _plain_run(run, db)  # the table is built from the Run's records, its JSON from run_to_dict
     if found is None:
         with open_store(db) as store:
             with errors_as_exit(escape_all=True):
@@ -225,51 +224,41 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
                 if len(ids) != 1:
                     raise NotOneRunError(run, len(ids))
                 found = store.get_run(ids[0])
-    doc: Mapping[str, Any] = run_to_dict(found)  # the table formatters read the dict form (results/table.py)
     if as_json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(run_to_dict(found), indent=1))
         return
-    start = {"run_id": doc["run_id"], "config": doc["config"], "system": doc["system"]}
-    rows: dict[tuple, dict] = {}
-    for m in doc["measurements"]:
-        # a live job's rows (commlens.monitor) are per process group: one table each, never merged
-        key = (m.get("group") or "", m["op"], m["algo"], m["dtype"], m["redop"], m["root"], m["size_bytes"])
-        row = rows.setdefault(
-            key,
-            {
-                "size_bytes": m["size_bytes"],
-                "count": m["count"],
-                "dtype": m["dtype"],
-                "redop": m["redop"],
-                "root": m["root"],
-                "measurements": [],
-            },
-        )
-        row["measurements"].append(m)
-    checked = [m["nwrong"] for m in doc["measurements"] if m["nwrong"] is not None]
+    # one row per key and size, its placements in the run's order; a live job's rows (commlens.monitor) are per
+    # process group: one table each, never merged
+    placements: dict[tuple[str, str, str, str, str | None, int | None, int], list[Measurement]] = {}
+    for m in found.measurements:
+        key = (m.group or "", m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes)
+        placements.setdefault(key, []).append(m)
+    rows = {key: BenchRow(*key[1:], count=ms[0].count, measurements=tuple(ms)) for key, ms in placements.items()}
+    checked = [m.nwrong for m in found.measurements if m.nwrong is not None]
+    cfg = found.config.as_dict()
     bench_keys = ("ops", "dtypes", "min_bytes", "max_bytes", "iters", "warmup", "check_iters", "blocking")
     # the bench preamble only for a config that has its fields (an ingested PARAM run has "ops" of its own)
-    lines = system_header_lines(start) if all(k in doc["config"] for k in bench_keys) else []
-    lines += [f"# {n}" for n in doc["notes"]]
+    lines = system_header_lines(found.run_id, cfg, found.system) if all(k in cfg for k in bench_keys) else []
+    lines += [f"# {n}" for n in found.notes]
     lines += [
         f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
-        for r in doc["config"].get("runs", [])
+        for r in cfg.get("runs", [])
         if isinstance(r, dict) and "op_from" in r
     ]
     groups = sorted({key[0] for key in rows})
     if groups == [""]:
-        lines += run_table_lines(rows.values(), sum(checked) if checked else None, doc["avg_busbw_bytes_per_s"])
+        lines += run_table_lines(rows.values(), sum(checked) if checked else None, found.avg_busbw_bytes_per_s())
     for group in groups if groups != [""] else []:
         mine = [row for key, row in rows.items() if key[0] == group]
-        busbw = [m["busbw_bytes_per_s"] for row in mine for m in row["measurements"] if m["op"] != "barrier"]
+        busbw = [m.busbw_bytes_per_s for row in mine for m in row.measurements if m and m.op != "barrier"]
         lines.append(f"# process group {group or '-'}")
         lines += run_table_lines(mine, sum(checked) if checked else None, sum(busbw) / len(busbw) if busbw else 0.0)
     from commlens.cli.expect_cmd import summary_for
 
     lines += summary_for(found)  # the verdict kept with the run at ingest/bench when current, else judged now
     lines.append(
-        f"# status {doc['status']}  started {doc['started_at']}  tag {doc['tag'] or '-'}  "
-        f"revision {doc['revision'] or '-'}  fingerprint {doc['system']['fingerprint']}"
+        f"# status {found.status}  started {found.started_at}  tag {found.tag or '-'}  "
+        f"revision {found.revision or '-'}  fingerprint {found.system.fingerprint()}"
     )
     print("\n".join(terminal_safe(line) for line in lines))
 

@@ -14,8 +14,8 @@ from typing_extensions import Self
 
 from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.nccltests_json import to_nccl_tests
-from commlens.results.records import Measurement
+from commlens.results.nccltests_json import _listed, to_nccl_tests
+from commlens.results.records import Measurement, SystemInfo
 from commlens.results.units import format_us
 
 __all__ = [
@@ -120,35 +120,12 @@ def op_header_line(op: str, algo: str = "builtin") -> str:
     return f"# Collective test: {op}" if algo == "builtin" else f"# Collective test: {op}  algo {algo}"
 
 
-def row_line(row: BenchRow | Mapping[str, Any]) -> str:
+def row_line(row: BenchRow) -> str:
     """One table line from a row: its size, count, dtype, reduction and root, then each placement's figures."""
-    row = _as_row(row)
     by_place = {m.in_place: m for m in row.measurements if m is not None}
     redop, root = to_nccl_tests(row.redop, row.root)
     left = _LEFT.format(row.size_bytes, row.count, row.dtype, redop, root)
     return left + _half(by_place.get(False)) + _half(by_place.get(True))
-
-
-def _as_row(row: BenchRow | Mapping[str, Any]) -> BenchRow:
-    """The record of a row given in the dict form of a stored run's rows (``commlens runs show``).
-
-    Such a row may lack its op and implementation (the first measurement's, else none) and its notes.
-    """
-    if isinstance(row, BenchRow):
-        return row
-    measurements = tuple(_measurement_from_dict(m) if m is not None else None for m in row["measurements"])
-    first = next((m for m in measurements if m is not None), None)
-    return BenchRow(
-        op=str(row.get("op") or (first.op if first else "")),
-        algo=str(row.get("algo") or (first.algo if first else "builtin")),
-        dtype=row["dtype"],
-        redop=row["redop"],
-        root=row["root"],
-        size_bytes=row["size_bytes"],
-        count=row["count"],
-        measurements=measurements,
-        notes=tuple(row.get("notes", ())),
-    )
 
 
 def footer_lines(total_wrong: int | None, avg_busbw_bytes_per_s: float) -> list[str]:
@@ -167,21 +144,19 @@ def _algo_text(cfg: Mapping[str, Any]) -> str:
     return f"  algos {','.join(algos)}{chunk}"
 
 
-def system_header_lines(start: Mapping[str, Any]) -> list[str]:
-    """The ``#`` preamble: what ran, where, with which options."""
-    cfg = start["config"]
-    system = start["system"]
+def system_header_lines(run_id: str, cfg: Mapping[str, Any], system: SystemInfo) -> list[str]:
+    """The ``#`` preamble: what ran (run ``run_id``, with the bench options ``cfg``), where (``system``)."""
     lines = [
-        f"# commlens {system.get('commlens_version', '')} bench  run {start['run_id'][:12]}",
+        f"# commlens {system.commlens_version} bench  run {run_id[:12]}",
         f"# ops {','.join(cfg['ops'])}  dtypes {','.join(cfg['dtypes'])}  "
         f"sizes {cfg['min_bytes']}..{cfg['max_bytes']} B  iters {cfg['iters']}  warmup {cfg['warmup']}  "
         f"check {cfg['check_iters']}  blocking {int(cfg['blocking'])}" + _algo_text(cfg),
-        f"# backend {system['backend']} {system.get('backend_version', '')}  device {system['device']}  "
-        f"torch {system.get('torch_version', '')}  world size {system['world_size']}",
+        f"# backend {system.backend} {system.backend_version}  device {system.device}  "
+        f"torch {system.torch_version}  world size {system.world_size}",
     ]
-    hosts = system.get("extra", {}).get("rank_hosts") or []
-    pids = system.get("extra", {}).get("rank_pids") or []
-    names = system.get("device_names") or []
+    hosts = _listed(system.extra.get("rank_hosts"))
+    pids = _listed(system.extra.get("rank_pids"))
+    names = system.device_names
     for rank, host in enumerate(hosts):
         pid = pids[rank] if rank < len(pids) else ""
         dev = names[rank] if rank < len(names) else ""
@@ -190,13 +165,11 @@ def system_header_lines(start: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def run_table_lines(
-    rows: Iterable[BenchRow | Mapping[str, Any]], total_wrong: int | None, avg_busbw: float
-) -> list[str]:
+def run_table_lines(rows: Iterable[BenchRow], total_wrong: int | None, avg_busbw: float) -> list[str]:
     """The whole table for already finished rows."""
     lines = column_header_lines()
     last = None
-    for row in map(_as_row, rows):
+    for row in rows:
         if (row.op, row.algo) != last:
             lines.append(op_header_line(row.op, row.algo))
             last = (row.op, row.algo)
