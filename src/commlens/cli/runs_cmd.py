@@ -240,9 +240,10 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
     # the bench preamble only for a config that has its fields (an ingested PARAM run has "ops" of its own)
     lines = system_header_lines(found.run_id, cfg, found.system) if all(k in cfg for k in bench_keys) else []
     lines += [f"# {n}" for n in found.notes]
+    tables = cfg.get("runs")  # an ingested nccl-tests file's tables
     lines += [
         f"# op {r['op']}: {r['op_from']}"  # how an ingested nccl-tests table's op was decided
-        for r in cfg.get("runs", [])
+        for r in (tables if isinstance(tables, list) else [])
         if isinstance(r, dict) and "op_from" in r
     ]
     groups = sorted({key[0] for key in rows})
