@@ -124,7 +124,7 @@ def test_a_row_is_one_record_from_the_wire_to_the_table(library_run: tuple[Run, 
         # read back, the record is the one sent, and the table prints it as its dict form
         back = event_from_wire(json.loads(line))
         assert back == row and isinstance(back, BenchRow)
-        assert row_line(back) == row_line(json.loads(line))
+        assert row_line(back) == row_line(BenchRow.from_dict(json.loads(line)))
     # all_reduce has both placements, broadcast too: one table line for each size of each op
     lines = run_table_lines(rows, 0, 0.0)
     assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["8", "64", "512"] * 2

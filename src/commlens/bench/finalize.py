@@ -30,7 +30,7 @@ class TablePrinter:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, Started):
-            for line in system_header_lines(event.as_wire()) + column_header_lines():
+            for line in system_header_lines(event.run_id, event.config, event.system) + column_header_lines():
                 self.write(line)
         elif isinstance(event, RowDone):
             key = (event.op, event.algo)
