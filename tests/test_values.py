@@ -336,15 +336,16 @@ def test_specdata_is_a_leaf_so_topology_and_cluster_still_import_nothing_else_of
                 found |= {a.name for a in node.names if a.name.startswith("commlens")}
         return found
 
-    assert commlens_imports(src / "specdata.py") == set()
-    assert commlens_imports(src / "errors.py") == set()
+    leaves = ("commlens.specdata", "commlens.errors", "commlens._lazy")
+    for leaf in leaves:
+        assert commlens_imports(src / f"{leaf.removeprefix('commlens.')}.py") == set(), leaf
     for package in ("topology", "cluster"):
         for path in (src / package).rglob("*.py"):
             outside = {
                 m
                 for m in commlens_imports(path)
-                # the leaves any stage may import (see test_layering): spec loading and the error base
-                if not m.startswith(f"commlens.{package}") and m not in ("commlens.specdata", "commlens.errors")
+                # the leaves any stage may import (see test_layering): spec loading, the error base, lazy exports
+                if not m.startswith(f"commlens.{package}") and m not in leaves
             }
             assert not outside, f"{path.relative_to(src)} imports {outside}"
 
