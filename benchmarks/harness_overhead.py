@@ -61,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -631,6 +632,35 @@ BUSBW_TARGET = 0.03
 SWEEP_MIN, SWEEP_MAX = 8, 64 * MIB
 
 
+def _raw_all_reduce_sweep(
+    first: int, warmup: int, iters: int, cpu_s: Callable[[], float] | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """The raw loop, in an initialized gloo job: each size from ``first`` to SWEEP_MAX (x2), float32 in place,
+    ``warmup`` calls, a barrier, then ``iters`` timed calls back to back. Returns {size: seconds per iteration,
+    max across ranks} and, where ``cpu_s`` is given, {size: this rank's CPU seconds over its timed loop}."""
+    import torch
+    import torch.distributed as dist
+
+    per_iter: dict[int, float] = {}
+    spent: dict[int, float] = {}
+    size = first
+    while size <= SWEEP_MAX:
+        buf = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(warmup):
+            dist.all_reduce(buf)
+        dist.barrier()
+        c0, t0 = (cpu_s() if cpu_s else 0.0), time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        took = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        if cpu_s:
+            spent[size] = cpu_s() - c0
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        per_iter[size] = float(took)
+        size *= 2
+    return per_iter, spent
+
+
 def _raw_sweep_worker(ns: argparse.Namespace) -> None:
     """A bare ``torch.distributed`` all_reduce sweep: what a hand-written loop costs for the sweep of SWEEP_ARGS.
 
@@ -638,24 +668,10 @@ def _raw_sweep_worker(ns: argparse.Namespace) -> None:
     warm-up and ``--iters`` timed calls in place, back to back after a barrier, the loop timed on each rank
     and the max across ranks kept (rank 0 writes {size: seconds per iteration} to ``--result``).
     """
-    import torch
     import torch.distributed as dist
 
     dist.init_process_group(backend="gloo", timeout=dt.timedelta(seconds=600))
-    per_iter: dict[int, float] = {}
-    size = SWEEP_MIN
-    while size <= SWEEP_MAX:
-        buf = torch.ones(size // 4, dtype=torch.float32)
-        for _ in range(ns.warmup):
-            dist.all_reduce(buf)
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(ns.iters):
-            dist.all_reduce(buf)
-        took = torch.tensor([(time.perf_counter() - t0) / ns.iters], dtype=torch.float64)
-        dist.all_reduce(took, op=dist.ReduceOp.MAX)
-        per_iter[size] = float(took)
-        size *= 2
+    per_iter, _ = _raw_all_reduce_sweep(SWEEP_MIN, ns.warmup, ns.iters)
     if dist.get_rank() == 0 and ns.result:
         Path(ns.result).write_text(json.dumps(per_iter))
     dist.destroy_process_group()
@@ -868,21 +884,9 @@ def _same_job_worker(ns: argparse.Namespace) -> None:
     worker_mod.measure_interleaved = measured
 
     def raw() -> dict[int, float]:
-        per: dict[int, float] = {}
-        size = MIB
-        while size <= SWEEP_MAX:
-            buf = torch.ones(size // 4, dtype=torch.float32)
-            for _ in range(ns.warmup):
-                dist.all_reduce(buf)
-            dist.barrier()
-            c0, t0 = cpu_s(), time.perf_counter()
-            for _ in range(ns.iters):
-                dist.all_reduce(buf)
-            took = torch.tensor([(time.perf_counter() - t0) / ns.iters], dtype=torch.float64)
-            count("raw", size, cpu_s() - c0, ns.iters)
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            per[size] = float(took)
-            size *= 2
+        per, spent = _raw_all_reduce_sweep(MIB, ns.warmup, ns.iters, cpu_s)
+        for size, seconds in spent.items():
+            count("raw", size, seconds, ns.iters)
         return per
 
     def commlens() -> dict[int, float]:
