@@ -198,7 +198,7 @@ def _reported(rep: JsonValue) -> TimeStats:
     )
 
 
-def _measurement_from_dict(d: JsonValue) -> Measurement:
+def measurement_from_dict(d: JsonValue) -> Measurement:
     """One measurement, every field checked for its type (a file may hold anything anywhere)."""
     if not isinstance(d, dict):
         raise FormatError(f"a measurement must be an object, got {_shown(d)}")
@@ -340,7 +340,7 @@ def run_from_dict(d: JsonObject) -> Run:
             config=config,
             notes=tuple(n for n in notes if isinstance(n, str)),  # all are, checked
             system=system,
-            measurements=tuple(_measurement_from_dict(m) for m in measurements),
+            measurements=tuple(measurement_from_dict(m) for m in measurements),
         )
     except KeyError as e:
         raise FormatError(f"missing field {e.args[0]!r}") from None

@@ -34,7 +34,7 @@ _NO_REDOP = "none"
 _NO_ROOT = -1
 
 
-def _listed(value: JsonValue) -> Sequence[JsonValue]:
+def listed(value: JsonValue) -> Sequence[JsonValue]:
     """A per-rank list kept in ``system.extra`` (rank_pids, rank_hosts); empty when absent or not a list."""
     return value if isinstance(value, Sequence) and not isinstance(value, str) else ()
 
@@ -114,8 +114,8 @@ def run_to_nccl_tests_json(run: Run) -> JsonObject:
     checked = [m.nwrong for m in run.measurements if m.nwrong is not None]
     wrong = sum(checked)
     system = run.system
-    pids = _listed(system.extra.get("rank_pids"))
-    hosts = _listed(system.extra.get("rank_hosts")) or _hosts_per_rank(
+    pids = listed(system.extra.get("rank_pids"))
+    hosts = listed(system.extra.get("rank_hosts")) or _hosts_per_rank(
         system.hosts, system.ranks_per_host, system.world_size
     )
     devices: list[JsonObject] = [

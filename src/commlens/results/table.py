@@ -12,9 +12,9 @@ from typing import Any
 
 from typing_extensions import Self
 
-from commlens.results.jsonfmt import _measurement_from_dict, measurement_to_dict
+from commlens.results.jsonfmt import measurement_from_dict, measurement_to_dict
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.nccltests_json import _listed, to_nccl_tests
+from commlens.results.nccltests_json import listed, to_nccl_tests
 from commlens.results.records import Measurement, SystemInfo
 from commlens.results.units import format_us
 
@@ -72,7 +72,7 @@ class BenchRow:
             root=d["root"],
             size_bytes=d["size_bytes"],
             count=d["count"],
-            measurements=tuple(_measurement_from_dict(m) if m is not None else None for m in d["measurements"]),
+            measurements=tuple(measurement_from_dict(m) if m is not None else None for m in d["measurements"]),
             notes=tuple(d.get("notes", ())),
         )
 
@@ -154,8 +154,8 @@ def system_header_lines(run_id: str, cfg: Mapping[str, Any], system: SystemInfo)
         f"# backend {system.backend} {system.backend_version}  device {system.device}  "
         f"torch {system.torch_version}  world size {system.world_size}",
     ]
-    hosts = _listed(system.extra.get("rank_hosts"))
-    pids = _listed(system.extra.get("rank_pids"))
+    hosts = listed(system.extra.get("rank_hosts"))
+    pids = listed(system.extra.get("rank_pids"))
     names = system.device_names
     for rank, host in enumerate(hosts):
         pid = pids[rank] if rank < len(pids) else ""
