@@ -162,10 +162,13 @@ def test_killed_diagnosis_leaves_no_rank_behind(cluster):
             in Path(f"/proc/{pid}/environ").read_bytes()
         ]
 
+    # the ranks seen running at one moment (asking again after the wait could catch one between its probes)
     deadline = time.monotonic() + 30
-    while len(ranks()) < 4 and time.monotonic() < deadline:
+    running = ranks()
+    while len(running) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(ranks()) == 4
+        running = ranks()
+    assert len(running) == 4
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
     time.sleep(1)
