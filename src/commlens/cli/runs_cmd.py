@@ -213,7 +213,7 @@ def show_cmd(
 
 def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
-    from commlens.results.table import BenchRow, run_table_lines, system_header_lines
+    from commlens.results.table import BenchRow, SweepHeader, run_table_lines, system_header_lines
     from commlens.store.refs import NotOneRunError, resolve_run_ids
 
     found = _plain_run(run, db)  # the table is built from the Run's records, its JSON from run_to_dict
@@ -236,9 +236,9 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
     rows = {key: BenchRow(*key[1:], count=ms[0].count, measurements=tuple(ms)) for key, ms in placements.items()}
     checked = [m.nwrong for m in found.measurements if m.nwrong is not None]
     cfg = found.config.as_dict()
-    bench_keys = ("ops", "dtypes", "min_bytes", "max_bytes", "iters", "warmup", "check_iters", "blocking")
     # the bench preamble only for a config that has its fields (an ingested PARAM run has "ops" of its own)
-    lines = system_header_lines(found.run_id, cfg, found.system) if all(k in cfg for k in bench_keys) else []
+    sweep = SweepHeader.of(cfg)
+    lines = system_header_lines(found.run_id, sweep, found.system) if sweep else []
     lines += [f"# {n}" for n in found.notes]
     tables = cfg.get("runs")  # an ingested nccl-tests file's tables
     lines += [
