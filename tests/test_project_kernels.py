@@ -68,7 +68,27 @@ def test_eager_ops_move_more_bytes_and_stream_slower_than_fused_ones():
 
     eager, fused = classes(False), classes(True)
     assert eager["activation"] / fused["activation"] == pytest.approx(1.7 / EAGER_STREAM_FRACTION)
-    assert eager["rotary"] / fused["rotary"] == pytest.approx(5.0 / EAGER_STREAM_FRACTION)
+    megatron = project(w, H100, ParallelLayout(tp=1, zero=3, recompute="none"), 8).kernels  # fused rotary
+    assert eager["rotary"] / megatron["rotary"] == pytest.approx(5.0 / EAGER_STREAM_FRACTION)
+
+
+def test_torch_compile_leaves_torchtitan_s_complex_rotary_eager():
+    """torchtitan applies the rotary embedding in complex arithmetic (view_as_complex), which Inductor sends to its
+    ATen kernels: compiling the blocks fuses the norms and SwiGLU but leaves the rotary as costly as eager. On
+    torchtitan's end-2024 Table 1 (Llama 3.1 8B, 8 H100) compile saved 0.386 s of a 2.843 s step (5762 -> 6667
+    TPS/GPU); fusing the rotary as well would credit it about 0.5 s."""
+    w = load_workload("llama3-8b", {"seq_len": 8192})
+
+    def run(framework_: str, compile_: bool) -> dict[str, float]:
+        lay = ParallelLayout(tp=1, zero=3, framework=framework_, compile=compile_, recompute="none")
+        return project(w, H100, lay, 8).kernels
+
+    eager, compiled = run("torchtitan", False), run("torchtitan", True)
+    assert compiled["rotary"] == pytest.approx(eager["rotary"])
+    assert compiled["norm"] < eager["norm"] / 3 and compiled["activation"] < eager["activation"]
+    assert "rotary" in framework("torchtitan").compile_eager
+    # a stack without complex arithmetic gets its rotary fused by compile
+    assert run("megatron-core", True)["rotary"] < eager["rotary"] / 5
 
 
 def test_an_unknown_framework_or_a_schedule_it_lacks_is_refused():

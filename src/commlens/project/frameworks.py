@@ -91,6 +91,11 @@ class Framework(_Strict):
     attention: dict[Generation, AttentionKernel]
     fused: Fused
     compile: bool
+    compile_eager: tuple[str, ...] = Field(
+        default=(),
+        description="memory-bound ops (kernels.UNFUSED names) that torch.compile leaves to eager ATen kernels: the "
+        "stack writes them in complex arithmetic, which Inductor does not generate code for",
+    )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(
         default=0.0,

@@ -168,8 +168,9 @@ class LayerShape:
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
-    """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``."""
-    if compiled or fw.fused.of(op):
+    """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``: compile fuses every op but
+    those the stack writes in complex arithmetic (``Framework.compile_eager``), which stay as eager."""
+    if fw.fused.of(op) or (compiled and op not in fw.compile_eager):
         return 1.0, 1.0
     factor, kernels = UNFUSED[op]
     return factor, float(kernels)
