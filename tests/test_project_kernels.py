@@ -13,7 +13,9 @@ import pytest
 from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.bands import Residual, band, family_of, prediction_band
 from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
+from commlens.project.compute import stream_time_s
 from commlens.project.frameworks import framework, framework_names, generation
+from commlens.project.hardware import device_for
 from commlens.project.kernels import EAGER_STREAM_FRACTION, KINDS
 from commlens.project.layout import resolve
 from commlens.project.memory import LOGIT_BYTES, MEMORY_TOLERANCE, UNFUSED_LOGIT_BYTES, stage_memory, stage_parameters
@@ -416,3 +418,25 @@ def test_automodel_experts_swiglu_is_one_compiled_kernel_its_dense_mlp_and_quick
     forced = kernel("automodel", "experts_activation", True, expert_activation_fused=False)
     assert forced.nbytes == pytest.approx(eager.nbytes)
     assert kernel("megatron-core", "experts_activation", True).nbytes == pytest.approx(fused.nbytes)
+
+
+def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
+    """torch's async TP pulls every rank's partial matmul output through symmetric memory and sums them in a separate
+    reduction kernel after the pipeline (2 reduce-scatters a layer pass each way, 16-bit); Megatron's userbuffers and
+    NCCL's reduce-scatter reduce inside the collective."""
+    w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 2, "global_batch": 64})
+
+    def kernels(fw: str, overlap: bool, recompute: str = "none") -> dict[str, float]:
+        lay = ParallelLayout(tp=8, sp=True, zero=3, framework=fw, tp_comm_overlap=overlap, recompute=recompute)
+        return project(w, H100, lay, 256).kernels
+
+    async_tp = kernels("torchtitan", True)
+    assert async_tp["tp_reduce"] > 0
+    assert "tp_reduce" not in kernels("torchtitan", False)
+    assert "tp_reduce" not in kernels("megatron-core", True)
+    # full recomputation runs the forward's two reduce-scatters again: 3 passes' worth against 2
+    assert kernels("torchtitan", True, "full")["tp_reduce"] == pytest.approx(1.5 * async_tp["tp_reduce"])
+    # a read of the whole unreduced output (8 shards) and a write of one, in 16 bits, at the stream rate
+    one = stream_time_s(device_for(H100.accelerator.name), 2.0 * 2 * 8192 * w.hidden * (1 + 1 / 8))
+    per_step = one * 2 * 2 * w.layers * (64 // 32 // 2)  # 2 each way per layer, micro-batches per step
+    assert async_tp["tp_reduce"] == pytest.approx(per_step, rel=0.02)

@@ -49,6 +49,7 @@ KINDS = (
     "rotary",
     "activation",
     "residual",
+    "tp_reduce",
     "moe_routing",
     "fp8_cast",
     "embedding",
@@ -85,6 +86,15 @@ ATTENTION_KERNELS = 2  # the attention core with its rotary embedding (fused)
 FFN_ELEMENTWISE = 1
 MOE_ROUTER_KERNELS = 8  # softmax/sigmoid, top-k, the load-balancing loss
 MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the splits and tokens, unpermute
+# torch's async TP (pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py, torch 2.5-2.6:
+# _fused_matmul_reduce_scatter_impl): each rank computes the matmul's partial output for every rank's shard, the
+# owners pull them through symmetric memory (_pipelined_produce_and_all2all), and a separate reduction kernel
+# (reduce_fn: torch.sum over the stacked partials) runs after the pipeline, where NCCL's reduce-scatter reduces inside
+# the collective: a 16-bit read of the whole unreduced output and a write of this rank's shard per reduce-scatter.
+ASYNC_TP_REDUCE_ELEM_BYTES = 2.0
+# reduce-scatters per layer pass under sequence parallelism: forward after the attention output projection and after
+# the FFN's down projection; backward of the column-parallel QKV and FFN-in (their input gradients)
+ASYNC_TP_REDUCE_SCATTERS = 2
 # The recompute modules (Megatron-Core's --recompute-modules) each kernel belongs to: selective recomputation of a
 # module runs its kernels' forward again in the backward.
 MODULES: dict[str, frozenset[str]] = {
@@ -304,8 +314,20 @@ def layer_kernels(
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(dev, cast))
-        return out
+        return out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS)
+    # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
+    out += _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
     return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+
+
+def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, elements: float, count: int) -> list[Kernel]:
+    """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per pass
+    each way) over ``elements`` unreduced outputs; none for other stacks or without TP overlap."""
+    if not (layout.tp_comm_overlap and s.tp > 1 and b.fw.overlap.tp == "async_tp"):
+        return []
+    nbytes = ASYNC_TP_REDUCE_ELEM_BYTES * elements * (1 + 1 / s.tp)
+    one = stream_time_s(b.dev, nbytes)
+    return [Kernel("tp_reduce", "tp_reduce", count * one, count * one, count, nbytes=count * nbytes)]
 
 
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
