@@ -12,8 +12,8 @@ import pytest
 
 from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.bands import Residual, band, family_of, prediction_band
-from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
 from commlens.project.compute import stream_time_s
+from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
 from commlens.project.frameworks import framework, framework_names, generation
 from commlens.project.hardware import device_for
 from commlens.project.kernels import EAGER_STREAM_FRACTION, KINDS
