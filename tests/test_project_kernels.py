@@ -440,3 +440,25 @@ def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
     one = stream_time_s(device_for(H100.accelerator.name), 2.0 * 2 * 8192 * w.hidden * (1 + 1 / 8))
     per_step = one * 2 * 2 * w.layers * (64 // 32 // 2)  # 2 each way per layer, micro-batches per step
     assert async_tp["tp_reduce"] == pytest.approx(per_step, rel=0.02)
+
+
+def test_all_gather_based_cp_waits_for_its_k_and_v():
+    """Llama 3's CP all-gathers K and V before the local query chunk's attention and waits for them ('the all-gather
+    communication latency is exposed in the critical path', arXiv 2407.21783 section 3.3.2): with cp_comm_overlap
+    false none of CP's exchange hides under the attention; unset, the framework's ring overlap holds."""
+    w = load_workload("llama3-70b", {"seq_len": 131072, "global_batch": 8})
+    topo = load_topology("meta-h100-roce")
+
+    def run(overlap: bool | None):
+        return project(w, topo, ParallelLayout(tp=8, cp=16, pp=1, cp_comm_overlap=overlap, recompute="full"), 128)
+
+    ring, default, gathered = run(True), run(None), run(False)
+    assert default.step_time_s == ring.step_time_s
+    assert ring.overlapped_s.get("cp_comm", 0.0) > 0
+    assert gathered.overlapped_s.get("cp_comm", 0.0) == 0.0
+    # all of it exposed: the ring's hidden part too (less the SM share the ring already charged for it)
+    hidden = ring.overlapped_s["cp_comm"]
+    assert (
+        ring.breakdown["cp_comm"] + 0.8 * hidden < gathered.breakdown["cp_comm"] <= ring.breakdown["cp_comm"] + hidden
+    )
+    assert gathered.step_time_s > ring.step_time_s

@@ -567,7 +567,7 @@ def _layer_time(
     cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
     if r.cp > 1:
         exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
-        if fw.overlap.cp != "ring":
+        if not (fw.overlap.cp == "ring" if layout.cp_comm_overlap is None else layout.cp_comm_overlap):
             exposed = cp_fwd * fwd_passes + cp_bwd
         cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
         cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
