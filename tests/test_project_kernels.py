@@ -462,3 +462,22 @@ def test_all_gather_based_cp_waits_for_its_k_and_v():
         ring.breakdown["cp_comm"] + 0.8 * hidden < gathered.breakdown["cp_comm"] <= ring.breakdown["cp_comm"] + hidden
     )
     assert gathered.step_time_s > ring.step_time_s
+
+
+def test_fsdp_under_pp_accumulates_the_unsharded_gradients_in_fp32_every_micro_batch():
+    """torch's pipeline stage keeps FSDP from reducing until the last micro-batch, and FSDP2 keeps the unsharded
+    gradient in the reduce dtype meanwhile (to_accumulated_grad_if_needed, then accumulate_unsharded_grad_if_needed):
+    the first micro-batch's 16-bit gradient copied to fp32 (2 + 4 B a parameter), each later one added into it
+    (2 + 4 + 4 B). Megatron-Core adds into its main grads inside the weight-gradient GEMM (no such pass)."""
+    w = load_workload("llama3-70b", {"seq_len": 8192, "global_batch": 64})
+    lay = {"tp": 8, "pp": 4, "zero": 3, "reshard_after_forward": False, "recompute": "full"}
+    titan = ParallelLayout(**lay, framework="torchtitan")
+    p = project(w, H100, titan, 128)
+    m = p.layout["micro_batches"]
+    assert m > 1
+    dense = stage_parameters(w, resolve(titan, w, 128, 8))[p.pace_stage][0]
+    per_step = stream_time_s(device_for(H100.accelerator.name), dense * ((2 + 4) + (m - 1) * (2 + 4 + 4)))
+    assert p.kernels["grad_accum"] == pytest.approx(per_step, rel=1e-6)
+    assert "grad_accum" not in project(w, H100, ParallelLayout(**lay), 128).kernels  # megatron-core
+    no_pp = ParallelLayout(**{**lay, "pp": 1, "reshard_after_forward": True}, framework="torchtitan")
+    assert "grad_accum" not in project(w, H100, no_pp, 128).kernels
