@@ -50,6 +50,7 @@ KINDS = (
     "activation",
     "residual",
     "tp_reduce",
+    "cp_ring",
     "moe_routing",
     "fp8_cast",
     "embedding",
@@ -320,6 +321,31 @@ def layer_kernels(
     return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
+def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
+    """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``), CP - 1 ring steps a
+    pass each way; none without CP or for a stack that does not state them."""
+    cp = round(s.keys * w.micro_batch / s.tokens) if s.tokens else 1
+    fwd_q, fwd_kv, bwd_q, bwd_kv = b.fw.cp_step_bytes
+    if cp <= 1 or not (fwd_q or fwd_kv or bwd_q or bwd_kv):
+        return []
+    heads_kv = w.heads if b.fw.cp_kv_expanded else max(w.kv_heads_n, 1)
+    q_elems = s.tokens * w.heads / s.tp * w.v_head_dim
+    kv_elems = s.tokens * max(heads_kv / s.tp, 1.0) * (w.qk_head_dim + w.v_head_dim)
+    fwd = fwd_q * q_elems + fwd_kv * kv_elems
+    bwd = bwd_q * q_elems + bwd_kv * kv_elems
+    steps = cp - 1
+    return [
+        Kernel(
+            "cp_ring",
+            "cp_ring",
+            steps * stream_time_s(b.dev, fwd),
+            steps * stream_time_s(b.dev, bwd),
+            steps * 2,
+            nbytes=steps * fwd,
+        )
+    ]
+
+
 def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, elements: float, count: int) -> list[Kernel]:
     """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per pass
     each way) over ``elements`` unreduced outputs; none for other stacks or without TP overlap."""
@@ -346,6 +372,7 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
         out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
+    out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
         b_heads = w.micro_batch * a_t
         out.append(
