@@ -11,7 +11,7 @@ from sqlalchemy import event
 from store_backends import WORLD, make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, TimeStats
-from commlens.store import MeasurementRow, Store, StoreError
+from commlens.store import MeasurementRow, RunFilter, Store, StoreError
 
 OTHER_SYSTEM = make_system(cpu_model="EPYC")
 
@@ -145,11 +145,19 @@ def test_runs_with_tag_are_full_runs_oldest_first(store: Store) -> None:
 
 def test_list_runs_by_time_fingerprint_and_ids(store: Store) -> None:
     fp = make_system().fingerprint()
-    assert [s.run_id for s in store.list_runs(until="2024-05-02")] == ["ci", "other", "n2", "n1"]  # newest first
-    assert [s.run_id for s in store.list_runs(since="2024-05-02", until="2024-05-02T03:00:00Z")] == ["other", "n2"]
-    assert [s.run_id for s in store.list_runs(fingerprint=fp[:4], tag="nightly")] == ["n3", "n2", "n1"]
-    assert [s.run_id for s in store.list_runs(run_ids=["n1", "ci", "missing"])] == ["ci", "n1"]
-    assert store.list_runs(fingerprint="ffff_") == []  # LIKE wildcards are literal
+    assert [s.run_id for s in store.list_runs(RunFilter(until="2024-05-02"))] == [
+        "ci",
+        "other",
+        "n2",
+        "n1",
+    ]  # newest first
+    assert [s.run_id for s in store.list_runs(RunFilter(since="2024-05-02", until="2024-05-02T03:00:00Z"))] == [
+        "other",
+        "n2",
+    ]
+    assert [s.run_id for s in store.list_runs(RunFilter(fingerprint=fp[:4], tag="nightly"))] == ["n3", "n2", "n1"]
+    assert [s.run_id for s in store.list_runs(RunFilter(run_ids=["n1", "ci", "missing"]))] == ["ci", "n1"]
+    assert store.list_runs(RunFilter(fingerprint="ffff_")) == []  # LIKE wildcards are literal
     assert store.list_runs(limit=1)[0].started_at_utc == datetime(2024, 5, 3, 2, 0, tzinfo=timezone.utc)
     with pytest.raises(StoreError, match="limit must be >= 1"):
         store.list_runs(limit=0)

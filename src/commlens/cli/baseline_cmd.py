@@ -64,7 +64,7 @@ def baseline_set(
     db: str | None = DB,
 ) -> None:
     """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
-    from commlens.store import Store, series_text
+    from commlens.store import RunFilter, Store, series_text
     from commlens.store.refs import RunRef
 
     parsed = RunRef.parse(ref)
@@ -75,7 +75,7 @@ def baseline_set(
         if kind == "run":
             with errors_as_exit("baseline run: "):
                 run_id = store.resolve(parsed.text)
-            [summary] = store.list_runs(run_ids=[run_id], limit=1)
+            [summary] = store.list_runs(RunFilter(run_ids=[run_id]), limit=1)
             series_fp = summary.fingerprint if fingerprint is None else _fingerprint(store, fingerprint)
             series_tag = _series_tag(tag, untagged, default=summary.tag)
             baseline = store.baselines.set(series_fp, series_tag, "run", run_id, note)

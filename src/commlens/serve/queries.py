@@ -25,7 +25,7 @@ from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, Series
-from commlens.store import MeasurementRow, Store, StoreError
+from commlens.store import MeasurementRow, RunFilter, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
     pass
@@ -74,13 +74,15 @@ class RunSummaryOut(BaseModel):
     fingerprint: str
 
 
+# The run listing's filters: the query parameters of the runs page and of /api/runs, and what the page
+# echoes (a store.RunFilter once checked).
 class RunFilters(BaseModel):
     op: str | None = None
     tag: str | None = None
     source: str | None = None
     fingerprint: str | None = None
     revision: str | None = None
-    since: str | None = None
+    since: str | None = Field(None, description="ISO 8601 date or time (UTC unless it says)")
     until: str | None = None
 
 
@@ -129,10 +131,10 @@ def runs_doc(store: Store, filters: RunFilters, page: int = 1, per_page: int = 5
         since=_when(filters.since, "since"),
         until=_when(filters.until, "until"),
     )
-    query = f.model_dump()
-    total = store.count_runs(**query)
+    where = RunFilter(**f.model_dump())
+    total = store.count_runs(where)
     pages = max(1, math.ceil(total / per_page))
-    runs = store.list_runs(**query, limit=per_page, offset=(page - 1) * per_page, on_corrupt=lambda _e: None)
+    runs = store.list_runs(where, limit=per_page, offset=(page - 1) * per_page, on_corrupt=lambda _e: None)
     return RunsPage(
         total=total,
         page=page,
@@ -209,7 +211,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         run = store.get_run(ref)
     except StoreError as e:
         raise NotFound(str(e)) from None
-    summary = store.list_runs(run_ids=[run.run_id], limit=1)[0]
+    summary = store.list_runs(RunFilter(run_ids=[run.run_id]), limit=1)[0]
     rows = []
     for i, m in enumerate(run.measurements):
         st = m.stats

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the rest on first use (__getattr__ below): they load the OR
         resolve_threshold,
         series_text,
     )
+    from commlens.store.summaries import RunFilter
 
 # name -> the module that defines it, imported when the name is first asked for
 _LAZY = {
@@ -60,6 +61,7 @@ _LAZY = {
         ),
         "reports",
     ),
+    **dict.fromkeys(("RunFilter",), "summaries"),
     **dict.fromkeys(("SchemaStatus", "SchemaUpgrade", "schema_status", "upgrade_schema"), "schema"),
     **dict.fromkeys(
         (
@@ -90,6 +92,7 @@ __all__ = [
     "ReportNotFoundError",
     "ReportSummary",
     "ResolvedThreshold",
+    "RunFilter",
     "RunSummary",
     "SchemaStatus",
     "SchemaUpgrade",

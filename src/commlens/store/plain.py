@@ -3,7 +3,7 @@ without loading SQLAlchemy (most of their start-up otherwise).
 
 Only the plain case is read here: a SQLite file at the current schema revision, whose rows decode as
 commlens writes them. Anything else (PostgreSQL, a URL with options, an old, newer or damaged store, a
-value that does not decode, a ref that matches no run or several, filters by date) raises
+value that does not decode, a ref that matches no run or several, filters by date, source, revision or id) raises
 :class:`NotPlain`, and the caller reads through :class:`~commlens.store.repo.Store`, which says what is
 wrong as it always has. What is read here equals what ``Store`` reads (tests/test_store_plain.py).
 """
@@ -15,6 +15,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,7 @@ from urllib.parse import quote
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.convert import decode_redop_root
 from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
-from commlens.store.summaries import RunSummary
+from commlens.store.summaries import RunFilter, RunSummary
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
@@ -98,20 +99,20 @@ class PlainStore:
             raise NotPlain("no run or several")
         return str(matches[0])
 
-    def list_runs(
-        self, *, tag: str | None, op: str | None, fingerprint: str | None, limit: int | None
-    ) -> list[RunSummary]:
-        """As ``Store.list_runs`` with these filters (dates and the rest: ``Store``)."""
+    def list_runs(self, where: RunFilter = RunFilter(), *, limit: int | None = 50) -> list[RunSummary]:
+        """As ``Store.list_runs`` filtered by tag, op and fingerprint (the other filters: ``Store``)."""
         if limit is not None and limit < 1:
             raise NotPlain("a bad limit")
-        where, params = _run_filters(tag, fingerprint)
-        if op is not None:
-            where.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
-            params.append(op)
+        if replace(where, tag=None, op=None, fingerprint=None) != RunFilter():
+            raise NotPlain("a filter by date, source, revision or run id")
+        conditions, params = _run_filters(where.tag, where.fingerprint)
+        if where.op is not None:
+            conditions.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
+            params.append(where.op)
         sql = (
             "SELECT run_id, started_at, started_at_utc, status, tag, revision, source, world_size, backend, "
             "avg_busbw_bytes_per_s, fingerprint FROM runs"
-            + (" WHERE " + " AND ".join(where) if where else "")
+            + (" WHERE " + " AND ".join(conditions) if conditions else "")
             + " ORDER BY started_at_utc DESC, run_id DESC"
             + (" LIMIT ?" if limit is not None else "")
         )

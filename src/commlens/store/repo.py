@@ -14,7 +14,8 @@ Query API for analysis (the regression gate):
 - ``Store.mean_history(op=, dtype=, size_bytes=, tag=, fingerprint=)``: what ``commlens detect`` reads, the
   same rows' mean times only, as plain tuples, and their runs. Two queries.
 - ``Store.runs_with_tag(tag)``: the full runs with that tag, oldest first.
-- ``Store.list_runs(...)``: run summaries, newest first, with the same filters.
+- ``Store.list_runs(RunFilter(...))``: run summaries, newest first, filtered by tag, op, time, fingerprint,
+  source, revision or run ids (``Store.count_runs``: how many).
 
 Time filters take ISO 8601 strings or datetimes (naive ones are UTC). ``since`` is
 inclusive; so is ``until``, and a bare date as ``until`` covers that whole day.
@@ -68,8 +69,9 @@ from commlens.store.loading import (
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.plain import HistoryPoint, HistoryRun, history_points
 from commlens.store.schema import check_schema
+from commlens.store.summaries import RunFilter
 
-__all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunSummary", "Store"]
+__all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunFilter", "RunSummary", "Store"]
 
 _log = logging.getLogger(__name__)
 
@@ -252,23 +254,15 @@ class Store:
 
     def list_runs(
         self,
+        where: RunFilter = RunFilter(),
         *,
-        tag: str | None = None,
-        op: str | None = None,
-        since: str | datetime | None = None,
-        until: str | datetime | None = None,
-        fingerprint: str | None = None,
-        source: str | None = None,
-        revision: str | None = None,
-        run_ids: Collection[str] | None = None,
         limit: int | None = 50,
         offset: int = 0,
         on_corrupt: OnCorrupt | None = None,
     ) -> list[RunSummary]:
-        """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids.
+        """Runs newest first that match ``where`` (every run by default).
 
-        ``source`` is the producing tool (``commlens``, ``nccl-tests``, ``monitor``, ...); ``revision``
-        a revision or its prefix. ``offset`` skips that many matches first (a page of a listing).
+        ``offset`` skips that many matches first (a page of a listing).
         A run whose summary cannot be read back raises CorruptRunError, or with ``on_corrupt``
         is handed to it and left out.
         """
@@ -277,8 +271,7 @@ class Store:
         if offset < 0:
             raise StoreError(f"offset must be >= 0, got {offset}")
         query = select(RunModel.run_id).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
-        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, run_ids)
-        query = query.where(*conditions)
+        query = query.where(*self._listing_filters(where))
         if limit is not None:
             query = query.limit(limit)
         if offset:
@@ -292,46 +285,27 @@ class Store:
             summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
         return summaries
 
-    def count_runs(
-        self,
-        *,
-        tag: str | None = None,
-        op: str | None = None,
-        since: str | datetime | None = None,
-        until: str | datetime | None = None,
-        fingerprint: str | None = None,
-        source: str | None = None,
-        revision: str | None = None,
-    ) -> int:
-        """How many runs ``list_runs`` with the same filters (and no limit) would list."""
-        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, None)
+    def count_runs(self, where: RunFilter = RunFilter()) -> int:
+        """How many runs ``list_runs`` with the same filter (and no limit) would list."""
+        conditions = self._listing_filters(where)
         with Session(self.engine) as session, session.begin():
             return int(session.scalar(select(func.count()).select_from(RunModel).where(*conditions)) or 0)
 
     @staticmethod
-    def _listing_filters(
-        tag: str | None,
-        op: str | None,
-        since: str | datetime | None,
-        until: str | datetime | None,
-        fingerprint: str | None,
-        source: str | None,
-        revision: str | None,
-        run_ids: Collection[str] | None,
-    ) -> list[ColumnElement[bool]]:
-        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
-        if op is not None:
+    def _listing_filters(where: RunFilter) -> list[ColumnElement[bool]]:
+        conditions = _run_filters(tag=where.tag, since=where.since, until=where.until, fingerprint=where.fingerprint)
+        if where.op is not None:
             conditions.append(
                 select(MeasurementModel.id)
-                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == op)
+                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == where.op)
                 .exists()
             )
-        if source is not None:
-            conditions.append(RunModel.source == source)
-        if revision is not None:
-            conditions.append(RunModel.revision.startswith(revision.strip(), autoescape=True))
-        if run_ids is not None:
-            conditions.append(RunModel.run_id.in_(list(run_ids)))
+        if where.source is not None:
+            conditions.append(RunModel.source == where.source)
+        if where.revision is not None:
+            conditions.append(RunModel.revision.startswith(where.revision.strip(), autoescape=True))
+        if where.run_ids is not None:
+            conditions.append(RunModel.run_id.in_(list(where.run_ids)))
         return conditions
 
     def _readable(

@@ -1,14 +1,16 @@
-"""A stored run's summary (one line of ``commlens runs``): its own module, so that a listing read without
-SQLAlchemy (``commlens.store.plain``) builds the same objects as ``Store.list_runs``."""
+"""A stored run's summary (one line of ``commlens runs``) and the filter of a run listing: their own module, so
+that a listing read without SQLAlchemy (``commlens.store.plain``) takes and builds the same objects as
+``Store.list_runs``."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["RunSummary"]
+__all__ = ["RunFilter", "RunSummary"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,24 @@ class RunSummary:
         d["started_at_utc"] = self.started_at_utc.isoformat()
         d["ops"] = list(self.ops)
         return d
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which stored runs a listing keeps (``Store.list_runs``, ``Store.count_runs``): those that match every
+    field given; None matches any run, and ``RunFilter()`` every run.
+
+    ``op``: runs that measured it. ``since``/``until``: started at or after / at or before (ISO 8601, UTC
+    unless it says; a date as ``until`` is the end of that day). ``fingerprint``: the system fingerprint or its
+    prefix. ``source``: the producing tool (``commlens``, ``nccl-tests``, ``monitor``, ...). ``revision``: a
+    revision or its prefix. ``run_ids``: only these exact ids.
+    """
+
+    tag: str | None = None
+    op: str | None = None
+    since: str | datetime | None = None
+    until: str | datetime | None = None
+    fingerprint: str | None = None
+    source: str | None = None
+    revision: str | None = None
+    run_ids: Collection[str] | None = None
