@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import typer
 
@@ -21,12 +21,13 @@ from commlens.cli.options import DB
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from commlens.regress import CompareSettings
+    from commlens.regress import CompareSettings, DetectSettings
     from commlens.regress.compare import RowThreshold, Statistic
     from commlens.results.records import MeasurementKey, Run
     from commlens.store import Store
     from commlens.store.series_meta import Threshold
 
+_Settings = TypeVar("_Settings", "CompareSettings", "DetectSettings")
 _REF_HELP = (
     "a run id (or unique prefix), a tag (pools every run with it) or a file (commlens JSON, nccl-tests, PARAM); "
     "write run:, tag: or file: in front to say which"
@@ -121,6 +122,13 @@ def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
     raise AssertionError("unreachable")
 
 
+def _given(defaults: _Settings, **options: Any) -> _Settings:
+    """The settings ``defaults``, with each option given on the command line (not None) in its place."""
+    import dataclasses
+
+    return dataclasses.replace(defaults, **{name: value for name, value in options.items() if value is not None})
+
+
 def _statistic(text: str) -> Statistic:
     """``--statistic`` as the settings' literal; the settings' own error for anything else."""
     from commlens.regress.compare import CompareSettingsError
@@ -178,13 +186,13 @@ def compare_cmd(
         fail("--json and --format markdown contradict each other: give one")
     fmt = CompareFormat.json if as_json else fmt
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
-    default = CompareSettings()
     with errors_as_exit():
-        settings = CompareSettings(
-            min_change=default.min_change if change is None else change,
-            alpha=default.alpha if alpha is None else alpha,
-            min_samples=default.min_samples if min_samples is None else min_samples,
-            statistic=default.statistic if statistic is None else _statistic(statistic),
+        settings = _given(
+            CompareSettings(),
+            min_change=change,
+            alpha=alpha,
+            min_samples=min_samples,
+            statistic=None if statistic is None else _statistic(statistic),
         )
     floor = None if noise_floor is None else parse_fraction(noise_floor, "--noise-floor")
     if floor == 0.0:
@@ -317,12 +325,8 @@ def detect_cmd(
     from commlens.results.units import parse_size
 
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
-    default = DetectSettings()
     with errors_as_exit():
-        settings = DetectSettings(
-            min_change=default.min_change if change is None else change,
-            alpha=default.alpha if alpha is None else alpha,
-        )
+        settings = _given(DetectSettings(), min_change=change, alpha=alpha)
         since_utc = None if since is None else parse_utc(since)
         size_bytes = None if size is None else parse_size(size)
     if op is not None:
