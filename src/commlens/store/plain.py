@@ -158,12 +158,7 @@ class PlainStore:
             raise NotPlain("no such run")
         columns = ("run_id", "started_at", "finished_at", "status", "tag", "revision", "command_line", "source")
         run = SimpleNamespace(**dict(zip(columns, found[0][:8])))
-        measurements = self.rows(
-            "SELECT m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.count, m.in_place, m.world_size, "
-            "m.nwrong, m.reported, m.group_name, s.samples_s, s.rank_samples_s, s.rounds, s.measurement_id "
-            "FROM measurements m LEFT JOIN samples s ON s.measurement_id = m.id WHERE m.run_id = ? ORDER BY m.position",
-            (run_id,),
-        )
+        measurements = self.rows(_MEASUREMENTS_SQL, (run_id,))
         try:
             run.config, run.notes, run.system = (json.loads(text) for text in found[0][8:])
             run.measurements = [_measurement(row) for row in measurements]
@@ -259,30 +254,29 @@ def _run_filters(tag: str | None, fingerprint: str | None, table: str = "") -> t
     return where, params
 
 
+# The columns of a run's measurements that get_run reads, named as MeasurementModel's attributes, then
+# those of its samples (SampleModel's): the query and the rows run_from_model decodes, from one list.
+_MEASUREMENT_COLUMNS = tuple(
+    "op algo dtype redop root size_bytes count in_place world_size nwrong reported group_name".split()
+)
+_SAMPLE_COLUMNS = ("samples_s", "rank_samples_s", "rounds", "measurement_id")
+_MEASUREMENTS_SQL = (
+    f"SELECT {', '.join([*(f'm.{c}' for c in _MEASUREMENT_COLUMNS), *(f's.{c}' for c in _SAMPLE_COLUMNS)])} "
+    "FROM measurements m LEFT JOIN samples s ON s.measurement_id = m.id WHERE m.run_id = ? ORDER BY m.position"
+)
+
+
 def _measurement(row: tuple[Any, ...]) -> SimpleNamespace:
-    op, algo, dtype, redop, root, size, count, in_place, world_size, nwrong, reported, group, *samples = row
-    samples_s, rank_samples_s, rounds, measurement_id = samples
-    if measurement_id is None or type(in_place) is not int:
+    columns = dict(zip(_MEASUREMENT_COLUMNS, row))
+    samples_s, rank_samples_s, rounds, measurement_id = row[len(_MEASUREMENT_COLUMNS) :]
+    if measurement_id is None or type(columns["in_place"]) is not int:
         raise ValueError("a measurement without its samples, or a flag that is not one")
-    return SimpleNamespace(
-        op=op,
-        algo=algo,
-        dtype=dtype,
-        redop=redop,
-        root=root,
-        size_bytes=size,
-        count=count,
-        in_place=bool(in_place),
-        world_size=world_size,
-        nwrong=nwrong,
-        reported=_json_or_none(reported),
-        group_name=group,
-        samples=SimpleNamespace(
-            samples_s=json.loads(samples_s),
-            rank_samples_s=_json_or_none(rank_samples_s),
-            rounds=_json_or_none(rounds),
-        ),
+    columns["in_place"] = bool(columns["in_place"])
+    columns["reported"] = _json_or_none(columns["reported"])
+    samples = SimpleNamespace(
+        samples_s=json.loads(samples_s), rank_samples_s=_json_or_none(rank_samples_s), rounds=_json_or_none(rounds)
     )
+    return SimpleNamespace(**columns, samples=samples)
 
 
 def _json_or_none(text: str | None) -> Any:
