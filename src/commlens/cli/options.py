@@ -37,8 +37,9 @@ def option_set(name: str, options: type[Any]) -> Callable[[_Command], _Command]:
             if param.name != name:
                 params.append(param)
                 continue
-            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-            params += [inspect.Parameter(f.name, kind, default=f.default, annotation=hints[f.name]) for f in fields]
+            params += [
+                inspect.Parameter(f.name, param.kind, default=f.default, annotation=hints[f.name]) for f in fields
+            ]
 
         @functools.wraps(command)
         def run(**given: Any) -> Any:
