@@ -193,13 +193,13 @@ def test_grouped_run_round_trips_through_the_store(store_url: str) -> None:
         store.save_runs([job, bench])
         assert store.get_runs(["job00001", "bench0001"]) == [job, bench]
         rows = store.measurement_rows(op="all_reduce", size_bytes=64 * MiB)
-        assert [(r.run_id, r.group, r.world_size) for r in rows] == [
+        assert [(r.run_id, r.key.group, r.world_size) for r in rows] == [
             ("job00001", "tp0", 2),
             ("job00001", "tp1", 2),
             ("job00001", "dp0", 4),
         ]
         assert len({r.key for r in rows}) == 3
-        assert {r.group for r in store.measurement_rows(op="all_reduce", size_bytes=1024)} == {None}
+        assert {r.key.group for r in store.measurement_rows(op="all_reduce", size_bytes=1024)} == {None}
 
 
 def test_detect_finds_the_slowdown_of_one_group_only(store_url: str) -> None:

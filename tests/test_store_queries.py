@@ -11,6 +11,7 @@ from sqlalchemy import event
 from store_backends import WORLD, make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, TimeStats
+from commlens.results.records import MeasurementKey
 from commlens.store import MeasurementRow, RunFilter, Store, StoreError
 
 OTHER_SYSTEM = make_system(cpu_model="EPYC")
@@ -42,7 +43,7 @@ def store(store_url: str) -> Iterator[Store]:
 
 
 def _ids(rows: list[MeasurementRow]) -> list[tuple[str, str, int]]:
-    return [(r.run_id, r.op, r.size_bytes) for r in rows]
+    return [(r.run_id, r.key.op, r.key.size_bytes) for r in rows]
 
 
 def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Store) -> None:
@@ -61,13 +62,7 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
         tag="nightly",
         fingerprint=make_system().fingerprint(),
         source="commlens",
-        op="all_reduce",
-        algo="builtin",
-        dtype="float32",
-        redop="sum",
-        root=None,
-        size_bytes=4096,
-        in_place=False,
+        key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 4096, False),
         world_size=WORLD,
         mean_s=n2.samples_s[0] / 2 + n2.samples_s[1] / 2,
         cv=_history()[1].measurements[1].stats.cv,

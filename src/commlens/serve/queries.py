@@ -446,11 +446,11 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
         )
         if r.tag == sel.tag
         and r.fingerprint == sel.fingerprint
-        and r.in_place == sel.in_place
-        and r.algo == sel.algo
-        and r.group == sel.group
-        and (sel.redop is None or r.redop == sel.redop)
-        and (sel.root is None or r.root == sel.root)
+        and r.key.in_place == sel.in_place
+        and r.key.algo == sel.algo
+        and r.key.group == sel.group
+        and (sel.redop is None or r.key.redop == sel.redop)
+        and (sel.root is None or r.key.root == sel.root)
     ]
     if not rows:
         raise NotFound("no stored run measured this series (system, tag, op, dtype, size, placement, algorithm)")

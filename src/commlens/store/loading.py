@@ -49,13 +49,7 @@ class MeasurementRow:
     tag: str | None
     fingerprint: str
     source: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None  # None: the op does not reduce
-    root: int | None  # None: the op has no root
-    size_bytes: int
-    in_place: bool
+    key: MeasurementKey  # what makes two rows the same experiment (as ``Measurement.key``)
     world_size: int
     mean_s: float
     cv: float | None
@@ -63,14 +57,6 @@ class MeasurementRow:
     busbw_bytes_per_s: float
     samples_s: tuple[float, ...]
     status: str = "complete"  # the run's: complete, incomplete, check_failed
-    group: str | None = None  # the process group of a row measured inside a job; None for a benchmark row
-
-    @property
-    def key(self) -> MeasurementKey:
-        """What makes two rows the same experiment (as ``Measurement.key``)."""
-        return MeasurementKey(
-            self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
-        )
 
 
 class CorruptRunError(StoreError):
@@ -121,13 +107,7 @@ def measurement_row(
         tag=run_tag,
         fingerprint=fp,
         source=source,
-        op=op_name,
-        algo=algo,
-        dtype=dtype_name,
-        redop=redop_or_none,
-        root=root_or_none,
-        size_bytes=size,
-        in_place=in_place,
+        key=MeasurementKey(op_name, algo, dtype_name, redop_or_none, root_or_none, size, in_place, group_name),
         world_size=world_size,
         mean_s=mean_s,
         cv=cv,
@@ -135,7 +115,6 @@ def measurement_row(
         busbw_bytes_per_s=busbw,
         samples_s=tuple(float(x) for x in samples),
         status=run_status,
-        group=group_name,
     )
 
 
