@@ -11,14 +11,13 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from store_backends import make_measurement, make_run, make_system
 
 from commlens.results.records import MeasurementKey
 from commlens.results.stats import TimeStats
-from commlens.store import RunFilter, Store
+from commlens.store import MeasurementFilter, RunFilter, Store
 from commlens.store.plain import NotPlain, plain_store
 
 
@@ -111,15 +110,10 @@ def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
                 {"op": "all_reduce", "dtype": "float32", "size_bytes": 1024},
                 {"fingerprint": fingerprint[:6]},
             ):
-                args: dict[str, Any] = {
-                    "op": None,
-                    "dtype": None,
-                    "size_bytes": None,
-                    "tag": None,
-                    "fingerprint": None,
-                    **f,
-                }
-                assert plain.mean_history(**args) == store.mean_history(**args), f
+                where = MeasurementFilter(**f)
+                assert plain.mean_history(where) == store.mean_history(where), f
+            with pytest.raises(NotPlain):  # a filter the plain reader leaves to Store
+                plain.mean_history(MeasurementFilter(since="2024-01-01"))
             for fp in (None, fingerprint, "f" * 16, "0" * 16):
                 assert plain.floors(fp) == store.floors.load(None if fp is None else [fp]), fp
             assert len(plain.floors(None)) == 2 and not plain.has_thresholds()

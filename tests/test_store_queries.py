@@ -12,7 +12,7 @@ from store_backends import WORLD, make_measurement, make_run, make_system, pg_se
 
 from commlens.results import Measurement, Run, TimeStats
 from commlens.results.records import MeasurementKey
-from commlens.store import MeasurementRow, RunFilter, Store, StoreError
+from commlens.store import MeasurementFilter, MeasurementRow, RunFilter, Store, StoreError
 
 OTHER_SYSTEM = make_system(cpu_model="EPYC")
 
@@ -47,7 +47,7 @@ def _ids(rows: list[MeasurementRow]) -> list[tuple[str, str, int]]:
 
 
 def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Store) -> None:
-    rows = store.measurement_rows(op="all_reduce", size_bytes=4096)
+    rows = store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=4096))
     assert _ids(rows) == [
         ("n1", "all_reduce", 4096),
         ("n2", "all_reduce", 4096),
@@ -76,27 +76,47 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
 def test_measurement_rows_filters(store: Store) -> None:
     fp = make_system().fingerprint()
     assert len(store.measurement_rows()) == 2 + 4 + 2 + 2 + 2
-    assert {r.run_id for r in store.measurement_rows(tag="ci")} == {"ci"}
-    assert _ids(store.measurement_rows(op="all_gather")) == [("n2", "all_gather", 1024), ("n2", "all_gather", 4096)]
-    assert store.measurement_rows(dtype="bfloat16") == []
-    assert {r.run_id for r in store.measurement_rows(fingerprint=fp)} == {"n1", "n2", "ci", "n3"}
-    assert {r.run_id for r in store.measurement_rows(fingerprint=fp[:6].upper())} == {"n1", "n2", "ci", "n3"}
-    assert {r.run_id for r in store.measurement_rows(fingerprint=OTHER_SYSTEM.fingerprint())} == {"other"}
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(tag="ci"))} == {"ci"}
+    assert _ids(store.measurement_rows(MeasurementFilter(op="all_gather"))) == [
+        ("n2", "all_gather", 1024),
+        ("n2", "all_gather", 4096),
+    ]
+    assert store.measurement_rows(MeasurementFilter(dtype="bfloat16")) == []
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=fp))} == {"n1", "n2", "ci", "n3"}
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=fp[:6].upper()))} == {
+        "n1",
+        "n2",
+        "ci",
+        "n3",
+    }
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=OTHER_SYSTEM.fingerprint()))} == {
+        "other"
+    }
     # since and until are inclusive; a bare date as until covers that whole day.
     assert [
-        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02T02:00:00Z")
+        r.run_id
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, since="2024-05-02T02:00:00Z")
+        )
     ] == ["n2", "other", "n3"]
     assert [
-        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, until="2024-05-02T02:00:00Z")
+        r.run_id
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, until="2024-05-02T02:00:00Z")
+        )
     ] == ["n1", "n2"]
     assert [
         r.run_id
-        for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02", until="2024-05-02")
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, since="2024-05-02", until="2024-05-02")
+        )
     ] == ["n2", "other"]
     aware = datetime(2024, 5, 3, 4, 0, tzinfo=timezone.utc).astimezone()
-    assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since=aware)] == []
+    assert [
+        r.run_id for r in store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=1024, since=aware))
+    ] == []
     with pytest.raises(StoreError, match="until 'soon' is not an ISO 8601 time"):
-        store.measurement_rows(until="soon")
+        store.measurement_rows(MeasurementFilter(until="soon"))
 
 
 def test_measurement_rows_is_one_query_however_many_runs(store: Store) -> None:
@@ -107,7 +127,7 @@ def test_measurement_rows_is_one_query_however_many_runs(store: Store) -> None:
 
     event.listen(store.engine, "before_cursor_execute", count)
     try:
-        rows = store.measurement_rows(tag="nightly")
+        rows = store.measurement_rows(MeasurementFilter(tag="nightly"))
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
     assert len(rows) == 10
@@ -126,7 +146,7 @@ def test_rows_without_samples_report_the_tools_statistics(store: Store) -> None:
         measurements=(make_measurement("all_reduce", 1024, (), reported=reported),),
     )
     store.save_run(run)
-    (row,) = store.measurement_rows(since="2024-05-04")
+    (row,) = store.measurement_rows(MeasurementFilter(since="2024-05-04"))
     assert (row.samples_s, row.mean_s, row.cv, row.iterations, row.source) == ((), 4e-5, None, 50, "nccl-tests")
     assert row.busbw_bytes_per_s == run.measurements[0].busbw_bytes_per_s
 
@@ -208,5 +228,5 @@ def test_measurement_row_for_every_placement_and_op(store: Store) -> None:
         ),
     )
     store.save_run(run)
-    rows = store.measurement_rows(since="2024-06-01")
+    rows = store.measurement_rows(MeasurementFilter(since="2024-06-01"))
     assert [r.key for r in rows] == [m.key for m in run.measurements]

@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from commlens.regress import CompareSettings, DetectSettings
     from commlens.regress.compare import RowThreshold, Statistic
     from commlens.results.records import MeasurementKey, Run
-    from commlens.store import Store
+    from commlens.store import MeasurementFilter, Store
     from commlens.store.series_meta import Threshold
 
 _Settings = TypeVar("_Settings", "CompareSettings", "DetectSettings")
@@ -323,6 +323,7 @@ def detect_cmd(
     from commlens.regress import DetectRequest, DetectSettings, MeanHistory, parse_utc, run_detect
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
+    from commlens.store import MeasurementFilter
 
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
     with errors_as_exit():
@@ -335,16 +336,10 @@ def detect_cmd(
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
     explicit = [name for name, value in (("min_change", change), ("alpha", alpha)) if value is not None]
-    filters: _HistoryFilters = {
-        "op": op,
-        "dtype": dtype,
-        "size_bytes": size_bytes,
-        "tag": tag,
-        "fingerprint": fingerprint,
-    }
+    where = MeasurementFilter(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint)
     store = _LazyStore(db)
     try:
-        read = None if save else _plain_history(db, filters, thresholds_apply=len(explicit) < 2)
+        read = None if save else _plain_history(db, where, thresholds_apply=len(explicit) < 2)
         settings_for = None
         if read is not None:
             runs, points, floors = read
@@ -352,7 +347,7 @@ def detect_cmd(
             from commlens.regress.series_settings import detect_thresholds
 
             with errors_as_exit():
-                runs, points = store.get().mean_history(**filters)
+                runs, points = store.get().mean_history(where)
                 floors = store.get().floors.load(None if fingerprint is None else [fingerprint])
                 stored = [] if len(explicit) == 2 else store.get().thresholds.list()
             settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
@@ -374,17 +369,7 @@ def detect_cmd(
     raise typer.Exit(1 if report.regressions else 0)
 
 
-class _HistoryFilters(TypedDict):
-    """detect's filters, as ``mean_history`` (of ``Store`` and of the plain reader) takes them."""
-
-    op: str | None
-    dtype: str | None
-    size_bytes: int | None
-    tag: str | None
-    fingerprint: str | None
-
-
-def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply: bool) -> tuple[Any, ...] | None:
+def _plain_history(db: str | None, where: MeasurementFilter, *, thresholds_apply: bool) -> tuple[Any, ...] | None:
     """detect's reads (history, noise floors) of a SQLite store without SQLAlchemy (``commlens.store.plain``), or
     None: ``Store`` reads them (and says what is wrong, when something is). Stored thresholds, where they apply,
     are left to ``Store`` too."""
@@ -394,6 +379,6 @@ def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply
         with plain_store(db) as plain:
             if thresholds_apply and plain.has_thresholds():
                 return None
-            return (*plain.mean_history(**filters), plain.floors(filters["fingerprint"]))
+            return (*plain.mean_history(where), plain.floors(where.fingerprint))
     except NotPlain:
         return None

@@ -25,7 +25,7 @@ from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, Series
-from commlens.store import MeasurementRow, RunFilter, Store, StoreError
+from commlens.store import MeasurementFilter, MeasurementRow, RunFilter, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
     pass
@@ -437,11 +437,9 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
     rows = [
         r
         for r in store.measurement_rows(
-            op=sel.op,
-            dtype=sel.dtype,
-            size_bytes=sel.size_bytes,
-            fingerprint=sel.fingerprint,
-            tag=sel.tag,
+            MeasurementFilter(
+                op=sel.op, dtype=sel.dtype, size_bytes=sel.size_bytes, fingerprint=sel.fingerprint, tag=sel.tag
+            ),
             with_samples=False,
         )
         if r.tag == sel.tag
@@ -530,12 +528,14 @@ def _baseline_out(store: Store, one: Series) -> BaselineOut | None:
     rows = [
         r
         for r in store.measurement_rows(
-            op=one.key.op,
-            dtype=one.key.dtype,
-            size_bytes=one.key.size_bytes,
-            fingerprint=one.fingerprint,
-            tag=found.ref if by_tag else None,
-            run_ids=None if by_tag else ids,
+            MeasurementFilter(
+                op=one.key.op,
+                dtype=one.key.dtype,
+                size_bytes=one.key.size_bytes,
+                fingerprint=one.fingerprint,
+                tag=found.ref if by_tag else None,
+                run_ids=None if by_tag else ids,
+            ),
             with_samples=False,
         )
         if r.run_id in wanted and r.key == one.key
@@ -667,7 +667,8 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
     stable_out: list[RegressionOut] = []
     noisy_out: list[RegressionOut] = []
     for op, dtype, size_bytes in store.measured_slices(start):
-        rows = store.measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, since=start, with_samples=False)
+        where = MeasurementFilter(op=op, dtype=dtype, size_bytes=size_bytes, since=start)
+        rows = store.measurement_rows(where, with_samples=False)
         report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
         series += report.series
         points += report.points

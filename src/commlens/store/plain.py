@@ -25,7 +25,7 @@ from urllib.parse import quote
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.convert import decode_redop_root
 from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
-from commlens.store.summaries import RunFilter, RunSummary
+from commlens.store.summaries import MeasurementFilter, RunFilter, RunSummary
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
@@ -167,19 +167,21 @@ class PlainStore:
             raise NotPlain(f"a value that does not decode: {e}") from None
 
     def mean_history(
-        self, *, op: str | None, dtype: str | None, size_bytes: int | None, tag: str | None, fingerprint: str | None
+        self, where: MeasurementFilter = MeasurementFilter()
     ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
-        """As ``Store.mean_history``."""
-        run_where, params = _run_filters(tag, fingerprint, table="r.")
-        where, point_params = list(run_where), list(params)
-        for column, value in (("op", op), ("dtype", dtype), ("size_bytes", size_bytes)):
+        """As ``Store.mean_history`` filtered by op, dtype, size, tag and fingerprint (the other filters: ``Store``)."""
+        if replace(where, op=None, dtype=None, size_bytes=None, tag=None, fingerprint=None) != MeasurementFilter():
+            raise NotPlain("a filter by date or run id")
+        run_where, params = _run_filters(where.tag, where.fingerprint, table="r.")
+        conditions, point_params = list(run_where), list(params)
+        for column, value in (("op", where.op), ("dtype", where.dtype), ("size_bytes", where.size_bytes)):
             if value is not None:
-                where.append(f"m.{column} = ?")
+                conditions.append(f"m.{column} = ?")
                 point_params.append(value)
         found = self.rows(
             "SELECT m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s "
             "FROM measurements m JOIN runs r ON m.run_id = r.run_id"
-            + (" WHERE " + " AND ".join(where) if where else "")
+            + (" WHERE " + " AND ".join(conditions) if conditions else "")
             + " ORDER BY r.started_at_utc, r.run_id, m.position",
             tuple(point_params),
         )

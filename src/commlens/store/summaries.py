@@ -10,7 +10,7 @@ from datetime import datetime
 
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["RunFilter", "RunSummary"]
+__all__ = ["MeasurementFilter", "RunFilter", "RunSummary"]
 
 
 @dataclass(frozen=True)
@@ -57,4 +57,23 @@ class RunFilter:
     fingerprint: str | None = None
     source: str | None = None
     revision: str | None = None
+    run_ids: Collection[str] | None = None
+
+
+@dataclass(frozen=True)
+class MeasurementFilter:
+    """Which stored measurements a history query reads (``Store.measurement_rows``, ``Store.mean_history``):
+    those that match every field given; None matches any, and ``MeasurementFilter()`` every measurement.
+
+    ``op``, ``dtype``, ``size_bytes``: the measurement's. ``tag``, ``fingerprint`` (or its prefix),
+    ``since``/``until`` and ``run_ids``: its run's, as in :class:`RunFilter`.
+    """
+
+    op: str | None = None
+    dtype: str | None = None
+    size_bytes: int | None = None
+    tag: str | None = None
+    fingerprint: str | None = None
+    since: str | datetime | None = None
+    until: str | datetime | None = None
     run_ids: Collection[str] | None = None
