@@ -25,7 +25,7 @@ from urllib.parse import quote
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.convert import decode_redop_root
 from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
-from commlens.store.summaries import MeasurementFilter, RunFilter, RunSummary
+from commlens.store.summaries import SUMMARY_COLUMNS, MeasurementFilter, RunFilter, RunSummary, summary_from_columns
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
@@ -110,8 +110,7 @@ class PlainStore:
             conditions.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
             params.append(where.op)
         sql = (
-            "SELECT run_id, started_at, started_at_utc, status, tag, revision, source, world_size, backend, "
-            "avg_busbw_bytes_per_s, fingerprint FROM runs"
+            f"SELECT {', '.join(SUMMARY_COLUMNS)}, started_at_utc FROM runs"
             + (" WHERE " + " AND ".join(conditions) if conditions else "")
             + " ORDER BY started_at_utc DESC, run_id DESC"
             + (" LIMIT ?" if limit is not None else "")
@@ -127,22 +126,8 @@ class PlainStore:
             ):
                 counts[run_id][op_name] = n
         return [
-            RunSummary(
-                run_id=run_id,
-                started_at=started_at,
-                started_at_utc=_stored_datetime(utc),
-                status=status,
-                tag=run_tag,
-                revision=revision,
-                source=source,
-                world_size=world_size,
-                backend=backend,
-                nmeasurements=sum(counts[run_id].values()),
-                ops=tuple(sorted(counts[run_id])),
-                avg_busbw_bytes_per_s=busbw,
-                fingerprint=fp,
-            )
-            for run_id, started_at, utc, status, run_tag, revision, source, world_size, backend, busbw, fp in found
+            summary_from_columns(dict(zip(SUMMARY_COLUMNS, row)), _stored_datetime(row[-1]), counts[row[0]])
+            for row in found
         ]
 
     def get_run(self, run_id: str) -> Run:

@@ -4,13 +4,14 @@ that a listing read without SQLAlchemy (``commlens.store.plain``) takes and buil
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["MeasurementFilter", "RunFilter", "RunSummary"]
+__all__ = ["SUMMARY_COLUMNS", "MeasurementFilter", "RunFilter", "RunSummary", "summary_from_columns"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,26 @@ class RunSummary:
         d["started_at_utc"] = self.started_at_utc.isoformat()
         d["ops"] = list(self.ops)
         return d
+
+
+# The columns of ``runs`` a summary shows as they are, by name (a listing's query reads them, with
+# ``started_at_utc``, whose stored form each reader converts itself).
+SUMMARY_COLUMNS = tuple(
+    "run_id started_at status tag revision source world_size backend avg_busbw_bytes_per_s fingerprint".split()
+)
+
+
+def summary_from_columns(
+    columns: Mapping[str, Any], started_at_utc: datetime, op_counts: Mapping[str, int]
+) -> RunSummary:
+    """A run's summary from its row (``SUMMARY_COLUMNS`` by name), its start in UTC (aware) and how many
+    measurements it has of each op."""
+    return RunSummary(
+        **{name: columns[name] for name in SUMMARY_COLUMNS},
+        started_at_utc=started_at_utc,
+        nmeasurements=sum(op_counts.values()),
+        ops=tuple(sorted(op_counts)),
+    )
 
 
 @dataclass(frozen=True)
