@@ -114,8 +114,9 @@ GPU_SPEED_CV = 0.0115
 # "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning" (arXiv 2507.03114,
 # A100/H100/MI250/MI210, GPT and LLaMA layers) measured compute 18.9% slower on average while a collective ran
 # beside it (max 40%): the size these shares give on an H100 (tests/test_project_physics.py).
-# SMs per mechanism: Transformer Engine's userbuffers reduce-scatter overlap (num_sm 16 in TE's initialize_ub
-# defaults) for TP's chunks;
+# SMs per mechanism: Transformer Engine's userbuffers overlap for TP's chunks (initialize_ub defaults: num_sm 16 for
+# the pipeline reduce-scatter and bulk methods; the ring_exchange all-gathers use 1 SM and the copy engines, so this
+# is the upper of the two);
 OVERLAP_COMM_SMS = 16
 # NCCL runs one CTA per channel on its own SM for the collective's whole duration: an nsys trace of an FSDP-style
 # all-gather beside a GEMM on an H100 shows ncclAllGather at 24 blocks (NVIDIA developer forum, "Compute-Communication
