@@ -781,6 +781,7 @@ def _slowest_tail(
         opt_bytes += CLIP_SCALE_BYTES
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         key = (dense_local, expert_local, st["per_micro_batch_s"])
@@ -804,7 +805,7 @@ def _slowest_tail(
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
         # compute beside them (NCCL's SMs and their HBM traffic)
-        contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4])
+        contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4], rates)
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
@@ -812,19 +813,23 @@ def _slowest_tail(
     return best_tail[2]
 
 
-def _tail_interference(c: _Setup, st: dict[str, float], params: float, dp_hidden: float, fsdp_hidden: float) -> float:
+def _tail_interference(
+    c: _Setup, st: dict[str, float], params: float, dp_hidden: float, fsdp_hidden: float, rates: dict[str, float]
+) -> float:
     """What one stage's hidden DP reduction and ZeRO-3/FSDP gathers cost the passes they hide under: NCCL's CTAs
-    from the compute-bound kernels, their HBM traffic from the memory-bound ones (the stage's own mix)."""
+    from the compute-bound kernels, their HBM traffic from the memory-bound ones (the stage's own mix). ``rates``
+    keeps each collective's HBM traffic per second once found (the link's rate: one collective per projection)."""
     if dp_hidden + fsdp_hidden <= 0:
         return 0.0
     group, layout = c.r.groups["dp"], c.layout
     passes = st["compute"] + st["memory_bound"]
     share = st["memory_bound"] / passes if passes > 0 else 0.0
-    reduce_op = "all_reduce" if layout.zero == 0 else "reduce_scatter"
-    dp_rate = _hbm_rate(c.comm, reduce_op, params * layout.grad_reduce_bytes, group)
-    gather_rate = _hbm_rate(c.comm, "all_gather", params * 2, group)
-    return interference_s(c.dev, dp_hidden, NCCL_OVERLAP_CTAS, dp_rate, share) + interference_s(
-        c.dev, fsdp_hidden, NCCL_OVERLAP_CTAS, gather_rate, share
+    if "reduce" not in rates:
+        reduce_op = "all_reduce" if layout.zero == 0 else "reduce_scatter"
+        rates["reduce"] = _hbm_rate(c.comm, reduce_op, params * layout.grad_reduce_bytes, group)
+        rates["gather"] = _hbm_rate(c.comm, "all_gather", params * 2, group)
+    return interference_s(c.dev, dp_hidden, NCCL_OVERLAP_CTAS, rates["reduce"], share) + interference_s(
+        c.dev, fsdp_hidden, NCCL_OVERLAP_CTAS, rates["gather"], share
     )
 
 
