@@ -108,13 +108,26 @@ BACKWARD_KERNEL_RATIO = 2.0
 # median) across the thousands of GPUs of each cluster studied; over ~4,000 normally spread GPUs that range is
 # 2 x 3.5 sigma, so sigma ~ 1.15%.
 GPU_SPEED_CV = 0.0115
-# SMs a communication kernel overlapped with GEMMs occupies (Transformer Engine's userbuffers reduce-scatter default,
-# of the order of NCCL's channel count on NVLink): the GEMMs it hides behind run that much slower meanwhile. This
-# holds for every collective hidden under compute, not only TP's: NCCL runs each channel as one thread block on its
-# own SM for the collective's whole duration, so the DP reduction, the ZeRO-3/FSDP gathers and CP's K/V exchange
-# take the same share of the SMs from the compute they overlap (docs/project.md, step model item 7, "Hidden is not
-# free").
+# Overlap interference (docs/project.md, "Overlap interference"): a collective hidden under compute is not free. Its
+# kernels hold SMs for as long as it runs, slowing the compute-bound kernels beside it by that share of the SMs, and
+# its traffic goes through HBM, slowing the memory-bound ones by the share of HBM bandwidth it takes. Lee et al.,
+# "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning" (arXiv 2507.03114,
+# A100/H100/MI250/MI210, GPT and LLaMA layers) measured compute 18.9% slower on average while a collective ran
+# beside it (max 40%): the size these shares give on an H100 (tests/test_project_physics.py).
+# SMs per mechanism: Transformer Engine's userbuffers overlap for TP's chunks (initialize_ub defaults: num_sm 16 for
+# the pipeline reduce-scatter and bulk methods; the ring_exchange all-gathers use 1 SM and the copy engines, so this
+# is the upper of the two);
 OVERLAP_COMM_SMS = 16
+# NCCL runs one CTA per channel on its own SM for the collective's whole duration: an nsys trace of an FSDP-style
+# all-gather beside a GEMM on an H100 shows ncclAllGather at 24 blocks (NVIDIA developer forum, "Compute-Communication
+# Overlap Causes Severe GEMM Performance Degradation because of Tail Effect", 2025): DP reduction, ZeRO-3/FSDP gathers,
+# CP's ring and NCCL's all-to-all;
+NCCL_OVERLAP_CTAS = 24
+# DeepSeek-V3's dispatch/combine under DualPipe: 20 of the H800's 132 SMs (arXiv 2412.19437, Sec. 3.2.2).
+DUALPIPE_COMM_SMS = 20
+# HBM bytes per byte a collective moves over the link, per GPU: the sender reads it and the receiver writes it; a
+# reduction also reads the local operand (the ring reduce-scatter's every byte; an all-reduce's reduce-scatter half).
+HBM_PER_LINK_BYTE = {"all_gather": 2.0, "all_to_all": 2.0, "reduce_scatter": 3.0, "all_reduce": 2.5}
 # The pipeline's fill and drain per schedule, as a fraction of one pass through every stage but the slowest:
 # 1F1B and GPipe (p - 1) micro-batch times; interleaved with v chunks 1/v of it (Narayanan et al. SC'21);
 # zero-bubble ZB-H1 a third (its bubble (p-1)(F + B - W) against 1F1B's (p-1)(F + B + W) with F = B = W; Qi et al.,
@@ -372,13 +385,12 @@ def _projection(
     pipeline_s: float,
     pace: int,
     schedule: str,
-    tail: tuple[float, float, float, float, float],
+    tail: tuple[float, float, float, float, float, float],
 ) -> Projection:
     """The step: the pipeline, then the slowest stage's DP and optimizer tail; the breakdown is the pace-setting
     stage's; each stage's memory joins its times."""
     dev, w, layout, gpus, topology = c.dev, c.w, c.layout, c.scenario.gpus, c.scenario.topology
-    dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden = tail
-    contention = (dp_hidden + fsdp_hidden) * min(1.0, OVERLAP_COMM_SMS / dev.sms)
+    dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden, contention = tail
     step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
     m = c.r.micro_batches
     ps = stages[pace]
@@ -570,21 +582,24 @@ def _layer_time(
         if not (fw.overlap.cp == "ring" if layout.cp_comm_overlap is None else layout.cp_comm_overlap):
             exposed = cp_fwd * fwd_passes + cp_bwd
         cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
-        cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
+        # the hidden part holds NCCL's SMs from the attention beside it (compute-bound: its HBM share does not bite)
+        cp_exp += interference_s(dev, cp_hid, NCCL_OVERLAP_CTAS, 0.0, 0.0)
     ep_t = 0.0
     if a2a_bytes and r.ep > 1:
         ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
         if layout.schedule == "dualpipe":
             # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
             # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
-            # the hidden part holds its SMs meanwhile (the report's kernels: 20 of 132 SMs; OVERLAP_COMM_SMS)
+            # the hidden part holds its SMs (DUALPIPE_COMM_SMS) and its share of HBM from the layer beside it
             ep_hid = min(ep_t, compute + stream)
-            ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
+            hbm = _hbm_rate(c.comm, "all_to_all", a2a_bytes, r.groups["ep"])
+            share = stream / (compute + stream) if compute + stream > 0 else 0.0
+            ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
     tp_t, tp_hid = lc.tp_pass * (fwd_passes + 1.0), 0.0
     if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
         exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
-        # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
-        tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
+        # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts (GEMMs: compute-bound)
+        tp_t, tp_hid = exposed + interference_s(dev, tp_t - exposed, OVERLAP_COMM_SMS, 0.0, 0.0), tp_t - exposed
     gpu = compute + stream + tp_t + cp_exp + ep_t
     host_exposed = max(0.0, host - gpu)
     if a2a_bytes and fw.moe_dispatch_sync:
@@ -749,9 +764,12 @@ def _pipeline(c: _Setup, stages: list[dict[str, float]]) -> tuple[float, int, st
     return pipeline_s, pace, schedule
 
 
-def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tuple[float, float, float, float, float]:
+def _slowest_tail(
+    c: _Setup, stages: list[dict[str, float]], m_count: int
+) -> tuple[float, float, float, float, float, float]:
     """Data parallelism and the optimizer per stage (its own parameters; ``tail_s`` set on each): the step waits
-    for the slowest stage's (exposed DP, exposed FSDP gathers, optimizer, hidden DP, hidden gathers)."""
+    for the slowest stage's (exposed DP, exposed FSDP gathers, optimizer, hidden DP, hidden gathers, and what the
+    hidden part costs the compute beside it)."""
     dev, layout, r = c.dev, c.layout, c.r
     stage_params = stage_parameters(c.w, r)
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
@@ -762,8 +780,8 @@ def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tu
     if c.fw.clip_always_scales:
         opt_bytes += CLIP_SCALE_BYTES
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
-    sm_share = min(1.0, OVERLAP_COMM_SMS / dev.sms)
-    best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0))
+    best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         key = (dense_local, expert_local, st["per_micro_batch_s"])
@@ -785,13 +803,34 @@ def _slowest_tail(c: _Setup, stages: list[dict[str, float]], m_count: int) -> tu
                 c.fw,
             )
             tails[key] = tail
-        # exposed DP, exposed FSDP gathers, optimizer, and the SMs the hidden DP reduction and ZeRO-3 gathers hold
-        # meanwhile (OVERLAP_COMM_SMS)
-        total = tail[0] + tail[1] + tail[2] + (tail[3] + tail[4]) * sm_share
+        # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
+        # compute beside them (NCCL's SMs and their HBM traffic)
+        contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4], rates)
+        total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
-            best_tail = (total, i, tail)
+            best_tail = (total, i, (*tail, contention))
     return best_tail[2]
+
+
+def _tail_interference(
+    c: _Setup, st: dict[str, float], params: float, dp_hidden: float, fsdp_hidden: float, rates: dict[str, float]
+) -> float:
+    """What one stage's hidden DP reduction and ZeRO-3/FSDP gathers cost the passes they hide under: NCCL's CTAs
+    from the compute-bound kernels, their HBM traffic from the memory-bound ones (the stage's own mix). ``rates``
+    keeps each collective's HBM traffic per second once found (the link's rate: one collective per projection)."""
+    if dp_hidden + fsdp_hidden <= 0:
+        return 0.0
+    group, layout = c.r.groups["dp"], c.layout
+    passes = st["compute"] + st["memory_bound"]
+    share = st["memory_bound"] / passes if passes > 0 else 0.0
+    if "reduce" not in rates:
+        reduce_op = "all_reduce" if layout.zero == 0 else "reduce_scatter"
+        rates["reduce"] = _hbm_rate(c.comm, reduce_op, params * layout.grad_reduce_bytes, group)
+        rates["gather"] = _hbm_rate(c.comm, "all_gather", params * 2, group)
+    return interference_s(c.dev, dp_hidden, NCCL_OVERLAP_CTAS, rates["reduce"], share) + interference_s(
+        c.dev, fsdp_hidden, NCCL_OVERLAP_CTAS, rates["gather"], share
+    )
 
 
 def _layout_summary(c: _Setup, schedule: str) -> dict[str, object]:
@@ -818,6 +857,28 @@ def _layout_summary(c: _Setup, schedule: str) -> dict[str, object]:
 def _band(step_s: float, family: tuple[str, str, str, str]) -> dict[str, object] | None:
     found = band(step_s, family)
     return None if found is None else found.as_dict()
+
+
+def interference_s(dev: Device, hidden_s: float, comm_sms: float, hbm_rate: float, memory_share: float) -> float:
+    """What ``hidden_s`` seconds of communication hidden under compute cost that compute: the compute-bound part
+    (``1 - memory_share`` of it) loses the collective's SMs (``comm_sms`` of ``dev.sms``), the memory-bound part the
+    HBM bandwidth its traffic takes (``hbm_rate`` bytes/s of ``dev.hbm_bytes_per_s``)."""
+    if hidden_s <= 0:
+        return 0.0
+    sm = min(1.0, comm_sms / dev.sms)
+    hbm = min(1.0, hbm_rate / dev.hbm_bytes_per_s)
+    return hidden_s * ((1.0 - memory_share) * sm + memory_share * hbm)
+
+
+def _hbm_rate(comm: Callable[[str, float, Group], float], op: str, nbytes: float, group: Group) -> float:
+    """HBM bytes per second a collective of ``nbytes`` on ``group`` reads and writes on each GPU while it runs (the
+    ring's link bytes, ``HBM_PER_LINK_BYTE`` each)."""
+    n = group.size
+    t = comm(op, nbytes, group) if n > 1 and nbytes > 0 else 0.0
+    if t <= 0:
+        return 0.0
+    link = nbytes * (n - 1) / n * (2.0 if op == "all_reduce" else 1.0)
+    return HBM_PER_LINK_BYTE[op] * link / t
 
 
 @lru_cache(maxsize=256)
