@@ -550,3 +550,29 @@ def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
     no_cp = ParallelLayout(**{**lay, "cp": 1}, framework="torchtitan")
     short = load_workload("llama3-8b", {"seq_len": 16384, "global_batch": 8, "micro_batch": 1})
     assert "cp_ring" not in project(short, H100, no_cp, 8).kernels
+
+
+def test_torchtitan_projects_q_k_and_v_with_three_gemms():
+    """torchtitan's Attention runs wq, wk and wv as three linears: K's and V's GEMMs are KV heads wide and each reads
+    the whole input again, where Megatron-Core's linear_qkv is one GEMM; the FLOPs are the same."""
+    from commlens.project.compute import gemm_time_s
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 1})
+    shape = LayerShape(tokens=8192, keys=8192, tp=8, ep=1, sp=True, tp_chunks=1)
+    layout = ParallelLayout(tp=8, sp=True)
+
+    def qkv(fw: str):
+        ks = layer_kernels(dev, framework(fw), w, layout, shape, 989e12, 989e12, False)
+        return next(k for k in ks if k.name == "qkv")
+
+    titan, megatron = qkv("torchtitan"), qkv("megatron-core")
+    assert framework("torchtitan").qkv_separate and not framework("megatron-core").qkv_separate
+    assert titan.flops == pytest.approx(megatron.flops)
+    d, h = w.head_size, w.hidden
+    q, kv = w.heads // 8 * d, w.kv_heads_n // 8 * d
+    fwd = sum(gemm_time_s(dev, 989e12, 8192, n, h) for n in (q, kv, kv))
+    assert titan.fwd_s == pytest.approx(fwd)
+    assert titan.fwd_s > 1.1 * megatron.fwd_s  # two more reads of the input, and K, V only 128 wide
+    assert titan.launches == 3 * megatron.launches

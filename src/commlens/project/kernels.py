@@ -395,6 +395,21 @@ def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, element
     ]
 
 
+def _separate_qkv(b: _Builder, tokens: float, k_in: float, widths: tuple[float, ...], chunks: int) -> Kernel:
+    """Q, K and V as three GEMMs of their own widths (``Framework.qkv_separate``), one kernel entry; the data
+    gradient whole, as a column-parallel block's."""
+    parts = [b.gemm("qkv", "gemm", tokens, n, k_in, chunks, bwd_chunks=1) for n in widths]
+    return Kernel(
+        "qkv",
+        "gemm",
+        sum(k.fwd_s for k in parts),
+        sum(k.bwd_s for k in parts),
+        sum(k.launches for k in parts),
+        flops=sum(k.flops for k in parts),
+        modules=float(len(parts)),
+    )
+
+
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
     """The attention half of a layer: input norm, QKV (or MLA's projections), rotary, the attention core (with
     softmax through HBM where it is not fused), the output projection, residual and the FFN's norm."""
@@ -404,6 +419,9 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
     linears = w.attention_linears(t)
     out: list[Kernel] = [b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
     for name, k_in, n_out in linears[:-1]:  # QKV, or MLA's down- and up-projections (latent norms beside them)
+        if name == "qkv" and b.fw.qkv_separate:
+            out.append(_separate_qkv(b, tokens, k_in, (a_t * d, g_t * d, g_t * d), s.tp_chunks))
+            continue
         out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1, bwd_chunks=1))
         if name in ("q_down", "kv_down"):
             out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
