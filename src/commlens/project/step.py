@@ -583,19 +583,20 @@ def _layer_time(
             ep_hid = min(ep_t, compute + stream)
             ep_t = ep_t - ep_hid + ep_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
     tp_t, tp_hid = lc.tp_pass * (fwd_passes + 1.0), 0.0
-    if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
-        # but for the collectives the stack leaves out of its pipeline (async TP: the backward's unfused
-        # reduce-scatters, or everything without sequence parallelism: torch fuses no all-reduce)
+    # the collectives a stack leaves out of its TP pipeline stay whole on the critical path (async TP: the backward's
+    # unfused reduce-scatters; without sequence parallelism all of them, as torch fuses no all-reduce)
+    tp_whole = 0.0
+    if layout.tp_comm_overlap and t > 1 and fw.overlap.tp == "async_tp":
         moe = any(k.kind == "grouped_gemm" for k in kernels)
-        serial = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else 0.0
-        if fw.overlap.tp == "async_tp" and not c.sp:
-            serial = tp_t
-        piped = tp_t - serial
-        exposed = max(piped / t, piped - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
+        tp_whole = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else tp_t
+    tp_t -= tp_whole
+    if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
+        exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
         # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts
-        tp_hid = piped - exposed
-        tp_t = serial + exposed + tp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)
+        tp_t, tp_hid = exposed + (tp_t - exposed) * min(1.0, OVERLAP_COMM_SMS / dev.sms), tp_t - exposed
     gpu = compute + stream + tp_t + cp_exp + ep_t
+    tp_t += tp_whole
+    gpu += tp_whole
     host_exposed = max(0.0, host - gpu)
     if a2a_bytes and fw.moe_dispatch_sync:
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
