@@ -422,8 +422,9 @@ def test_automodel_experts_swiglu_is_one_compiled_kernel_its_dense_mlp_and_quick
 
 def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
     """torch's async TP pulls every rank's partial matmul output through symmetric memory and sums them in a separate
-    reduction kernel after the pipeline (2 reduce-scatters a layer pass each way, 16-bit); Megatron's userbuffers and
-    NCCL's reduce-scatter reduce inside the collective."""
+    reduction kernel after the pipeline (the forward's 2 reduce-scatters a layer pass, 16-bit; the backward's stay
+    NCCL's), and copies this rank's shard into its symmetric buffer before each fused all-gather (2 a pass each way);
+    Megatron's userbuffers and NCCL's reduce-scatter reduce inside the collective."""
     w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 2, "global_batch": 64})
 
     def kernels(fw: str, overlap: bool, recompute: str = "none") -> dict[str, float]:
@@ -434,12 +435,61 @@ def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
     assert async_tp["tp_reduce"] > 0
     assert "tp_reduce" not in kernels("torchtitan", False)
     assert "tp_reduce" not in kernels("megatron-core", True)
-    # full recomputation runs the forward's two reduce-scatters again: 3 passes' worth against 2
-    assert kernels("torchtitan", True, "full")["tp_reduce"] == pytest.approx(1.5 * async_tp["tp_reduce"])
+    dev = device_for(H100.accelerator.name)
+    elements = 2 * 8192 * w.hidden  # one micro-batch's gathered activations
     # a read of the whole unreduced output (8 shards) and a write of one, in 16 bits, at the stream rate
-    one = stream_time_s(device_for(H100.accelerator.name), 2.0 * 2 * 8192 * w.hidden * (1 + 1 / 8))
-    per_step = one * 2 * 2 * w.layers * (64 // 32 // 2)  # 2 each way per layer, micro-batches per step
-    assert async_tp["tp_reduce"] == pytest.approx(per_step, rel=0.02)
+    reduce = stream_time_s(dev, 2.0 * elements * (1 + 1 / 8))
+    copy = stream_time_s(dev, 2.0 * 2 * elements / 8)  # a read and a write of this rank's 16-bit shard
+    micro_batches = 64 // 32 // 2
+    forward, backward = 2 * (reduce + copy), 2 * copy
+    assert async_tp["tp_reduce"] == pytest.approx((forward + backward) * w.layers * micro_batches, rel=0.02)
+    # full recomputation runs the forward's again
+    full = kernels("torchtitan", True, "full")["tp_reduce"]
+    assert full == pytest.approx((2 * forward + backward) * w.layers * micro_batches, rel=0.02)
+
+
+def test_torch_async_tp_leaves_the_backward_reduce_scatters_to_nccl():
+    """torch's micro-pipeline pass fuses a reduce-scatter only when one matmul produces its input; the backward's
+    input gradients of torchtitan's QKV (wq, wk, wv) and FFN-in (w1, w3) are sums of matmuls, so those two reduce-
+    scatters a layer stay exposed NCCL collectives. Transformer Engine's userbuffers overlap them (in bulk beside the
+    weight-gradient GEMM): on the same layout async TP hides less of TP's communication than Megatron's overlap."""
+    w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 2, "global_batch": 64})
+
+    def run(fw: str, overlap: bool):
+        lay = ParallelLayout(tp=8, sp=True, zero=3, framework=fw, tp_comm_overlap=overlap, recompute="full")
+        return project(w, H100, lay, 256)
+
+    titan, megatron = run("torchtitan", True), run("megatron-core", True)
+    assert run("torchtitan", False).breakdown["tp_comm"] == pytest.approx(
+        run("megatron-core", False).breakdown["tp_comm"]
+    )
+    # 2 of the 12 collectives of a layer's three passes stay whole: about a sixth of TP's time exposed on top of the
+    # pipelines' first chunks
+    assert titan.breakdown["tp_comm"] > 1.4 * megatron.breakdown["tp_comm"]
+    assert titan.overlapped_s["tp_comm"] < 0.9 * megatron.overlapped_s["tp_comm"]
+
+
+def test_a_column_parallel_block_s_data_gradient_gemm_runs_whole_under_tp_overlap():
+    """Under TP overlap the forward GEMMs run in TP row chunks, and so do the row-parallel projections' data-gradient
+    GEMMs (after a chunked all-gather of the output gradient); QKV's and FFN-in's data gradients run whole (TE:
+    bulk overlap; torch: the reduce-scatter is not fused)."""
+    from commlens.project.compute import gemm_time_s
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("llama3-8b", {"seq_len": 4096, "micro_batch": 1})
+    shape = LayerShape(tokens=4096, keys=4096, tp=8, ep=1, sp=True, tp_chunks=8)
+    layout = ParallelLayout(tp=8, sp=True, tp_comm_overlap=True)
+    ks = {k.name: k for k in layer_kernels(dev, framework("megatron-core"), w, layout, shape, 989e12, 989e12, False)}
+    peak = 989e12
+    (_, qkv_k, qkv_n), (_, out_k, out_n) = w.attention_linears(8)
+
+    def gemm(m: float, n: float, k: float) -> float:
+        return gemm_time_s(dev, peak, m, n, k)
+
+    assert ks["qkv"].bwd_s == pytest.approx(gemm(4096, qkv_k, qkv_n) + gemm(qkv_k, qkv_n, 4096))
+    assert ks["qkv"].fwd_s == pytest.approx(8 * gemm(512, qkv_n, qkv_k))
+    assert ks["attention_out"].bwd_s == pytest.approx(8 * gemm(512, out_k, out_n) + gemm(out_k, out_n, 4096))
 
 
 def test_all_gather_based_cp_waits_for_its_k_and_v():
@@ -500,3 +550,29 @@ def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
     no_cp = ParallelLayout(**{**lay, "cp": 1}, framework="torchtitan")
     short = load_workload("llama3-8b", {"seq_len": 16384, "global_batch": 8, "micro_batch": 1})
     assert "cp_ring" not in project(short, H100, no_cp, 8).kernels
+
+
+def test_torchtitan_projects_q_k_and_v_with_three_gemms():
+    """torchtitan's Attention runs wq, wk and wv as three linears: K's and V's GEMMs are KV heads wide and each reads
+    the whole input again, where Megatron-Core's linear_qkv is one GEMM; the FLOPs are the same."""
+    from commlens.project.compute import gemm_time_s
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 1})
+    shape = LayerShape(tokens=8192, keys=8192, tp=8, ep=1, sp=True, tp_chunks=1)
+    layout = ParallelLayout(tp=8, sp=True)
+
+    def qkv(fw: str):
+        ks = layer_kernels(dev, framework(fw), w, layout, shape, 989e12, 989e12, False)
+        return next(k for k in ks if k.name == "qkv")
+
+    titan, megatron = qkv("torchtitan"), qkv("megatron-core")
+    assert framework("torchtitan").qkv_separate and not framework("megatron-core").qkv_separate
+    assert titan.flops == pytest.approx(megatron.flops)
+    d, h = w.head_size, w.hidden
+    q, kv = w.heads // 8 * d, w.kv_heads_n // 8 * d
+    fwd = sum(gemm_time_s(dev, 989e12, 8192, n, h) for n in (q, kv, kv))
+    assert titan.fwd_s == pytest.approx(fwd)
+    assert titan.fwd_s > 1.1 * megatron.fwd_s  # two more reads of the input, and K, V only 128 wide
+    assert titan.launches == 3 * megatron.launches

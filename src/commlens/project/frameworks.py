@@ -107,6 +107,11 @@ class Framework(_Strict):
         description="K and V reach the attention repeated to every query head (GQA expanded before it), so CP's ring "
         "ops move them at query-head width",
     )
+    qkv_separate: bool = Field(
+        default=False,
+        description="the model code projects Q, K and V with three linears (three GEMMs, K's and V's at the KV heads' "
+        "width), where Megatron-Core's linear_qkv runs one",
+    )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(
         default=0.0,

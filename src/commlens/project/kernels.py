@@ -35,6 +35,7 @@ __all__ = [
     "Kernel",
     "LayerShape",
     "MODULES",
+    "async_tp_unfused_reduce_scatters",
     "recompute_share",
     "layer_kernels",
     "unfused_factor",
@@ -96,6 +97,24 @@ ASYNC_TP_REDUCE_ELEM_BYTES = 2.0
 # reduce-scatters per layer pass under sequence parallelism: forward after the attention output projection and after
 # the FFN's down projection; backward of the column-parallel QKV and FFN-in (their input gradients)
 ASYNC_TP_REDUCE_SCATTERS = 2
+# Which of them torch micro-pipelines: its Inductor pass (pytorch/pytorch torch/_inductor/fx_passes/micro_pipeline_tp.py,
+# torch 2.5-2.6: fuse_matmul_reduce_scatter, _find_producer_matmul) fuses a reduce-scatter only when its input is one
+# matmul's output (aten.mm or aten._scaled_mm, or a reshape of one) used by nothing else. The forward's two are (the
+# output projection's and the down projection's). The backward's two reduce the input gradient of a block whose
+# linears share one gathered input (torchtitan's wq, wk, wv and w1, w3: separate nn.Linear modules), the sum of their
+# data-gradient matmuls: an add, so the pass leaves them as NCCL reduce-scatters, outside the pipeline (exposed, and
+# reduced inside the collective: no tp_reduce kernel). The backward's all-gathers (of the output gradient before the
+# row-parallel projections' data-gradient matmul) are consumed by one matmul and fused. Each fused all-gather matmul
+# first copies this rank's shard into its symmetric-memory buffer and waits at a barrier before the first chunk's
+# matmul, unoverlapped (torch/distributed/_symmetric_memory/__init__.py, _pipelined_multi_all_gather_and_consume:
+# "giving up the chance to overlap 'mv' and 'b' with the first shard_consumer"): a read and a write of the shard.
+ASYNC_TP_SHARD_COPY_BYTES = 2.0  # per byte of the shard
+# The data-gradient GEMM of a column-parallel block (QKV, FFN-in) runs whole under either stack's TP overlap:
+# Transformer Engine's userbuffers run it beside a bulk all-gather and its reduce-scatter in bulk beside the
+# weight-gradient GEMM (NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py initialize_ub: method
+# "bulk" for qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad), and torch's async TP leaves its reduce-scatter unfused
+# (above). The row-parallel projections' data gradients follow a chunked all-gather (TE "ring_exchange" for
+# proj_dgrad and fc2_dgrad; torch's fused all-gather matmul), in TP chunks as their forward.
 # The recompute modules (Megatron-Core's --recompute-modules) each kernel belongs to: selective recomputation of a
 # module runs its kernels' forward again in the backward.
 MODULES: dict[str, frozenset[str]] = {
@@ -262,12 +281,14 @@ class _Builder:
         launches: float | None = None,
         eager: bool = False,
         modules: float = 1.0,
+        bwd_chunks: int | None = None,
     ) -> Kernel:
-        """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m))."""
+        """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m)),
+        the forward in ``chunks`` row chunks and the data gradient in ``bwd_chunks`` (as the forward unless given)."""
         dev, peak, elem = self.dev, self.gemm_peak, self.elem
-        mc = m_ / chunks
-        fwd = chunks * gemm_time_s(dev, peak, mc, n_, k_, elem_bytes=elem)
-        bwd = chunks * gemm_time_s(dev, peak, mc, k_, n_, elem_bytes=elem) + gemm_time_s(
+        bc = chunks if bwd_chunks is None else bwd_chunks
+        fwd = chunks * gemm_time_s(dev, peak, m_ / chunks, n_, k_, elem_bytes=elem)
+        bwd = bc * gemm_time_s(dev, peak, m_ / bc, k_, n_, elem_bytes=elem) + gemm_time_s(
             dev, peak, k_, n_, m_, elem_bytes=elem
         )
         n_launch = self.gemm_launch * times if launches is None else launches
@@ -307,7 +328,7 @@ def layer_kernels(
         f_t = w.ffn_hidden / t
         out += [
             # gate and up projections: one launch, each timed as its own GEMM
-            b.gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=b.gemm_launch),
+            b.gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=b.gemm_launch, bwd_chunks=1),
             b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
             b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
             b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
@@ -346,14 +367,47 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     ]
 
 
+def async_tp_unfused_reduce_scatters(fw: Framework, layout: ParallelLayout, tp: int, moe: bool) -> int:
+    """Reduce-scatters of one layer's backward that torch's async TP leaves to NCCL, outside the micro-pipeline (the
+    input gradients of the column-parallel blocks: see ASYNC_TP_REDUCE_SCATTERS); 0 for other stacks or without TP
+    overlap. An MoE layer's FFN half is not a TP matmul pair: the attention half's one."""
+    if not (layout.tp_comm_overlap and tp > 1 and fw.overlap.tp == "async_tp"):
+        return 0
+    return ASYNC_TP_REDUCE_SCATTERS // 2 if moe else ASYNC_TP_REDUCE_SCATTERS
+
+
 def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, elements: float, count: int) -> list[Kernel]:
-    """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per pass
-    each way) over ``elements`` unreduced outputs; none for other stacks or without TP overlap."""
+    """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per
+    forward pass) over ``elements`` unreduced outputs; none for other stacks or without TP overlap. The backward's
+    reduce-scatters stay NCCL's (``async_tp_unfused_reduce_scatters``): no reduction kernel of their own."""
     if not (layout.tp_comm_overlap and s.tp > 1 and b.fw.overlap.tp == "async_tp"):
         return []
     nbytes = ASYNC_TP_REDUCE_ELEM_BYTES * elements * (1 + 1 / s.tp)
     one = stream_time_s(b.dev, nbytes)
-    return [Kernel("tp_reduce", "tp_reduce", count * one, count * one, count, nbytes=count * nbytes)]
+    # as many fused all-gathers each way as reduce-scatters forward: the forward's before the column-parallel
+    # blocks, the backward's of the output gradient before the row-parallel projections; the forward gathers the
+    # GEMM's input (fp8 under fp8 linears), the backward a 16-bit gradient
+    shard = ASYNC_TP_SHARD_COPY_BYTES * elements / s.tp
+    copy_fwd, copy_bwd = stream_time_s(b.dev, shard * b.elem), stream_time_s(b.dev, shard * 2.0)
+    return [
+        Kernel("tp_reduce", "tp_reduce", count * one, 0.0, count, nbytes=count * nbytes),
+        Kernel("tp_shard_copy", "tp_reduce", count * copy_fwd, count * copy_bwd, count, nbytes=count * shard * b.elem),
+    ]
+
+
+def _separate_qkv(b: _Builder, tokens: float, k_in: float, widths: tuple[float, ...], chunks: int) -> Kernel:
+    """Q, K and V as three GEMMs of their own widths (``Framework.qkv_separate``), one kernel entry; the data
+    gradient whole, as a column-parallel block's."""
+    parts = [b.gemm("qkv", "gemm", tokens, n, k_in, chunks, bwd_chunks=1) for n in widths]
+    return Kernel(
+        "qkv",
+        "gemm",
+        sum(k.fwd_s for k in parts),
+        sum(k.bwd_s for k in parts),
+        sum(k.launches for k in parts),
+        flops=sum(k.flops for k in parts),
+        modules=float(len(parts)),
+    )
 
 
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
@@ -365,7 +419,10 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
     linears = w.attention_linears(t)
     out: list[Kernel] = [b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
     for name, k_in, n_out in linears[:-1]:  # QKV, or MLA's down- and up-projections (latent norms beside them)
-        out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1))
+        if name == "qkv" and b.fw.qkv_separate:
+            out.append(_separate_qkv(b, tokens, k_in, (a_t * d, g_t * d, g_t * d), s.tp_chunks))
+            continue
+        out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1, bwd_chunks=1))
         if name in ("q_down", "kv_down"):
             out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
     if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager

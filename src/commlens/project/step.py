@@ -47,6 +47,7 @@ from commlens.project.kernels import (
     KINDS,
     Kernel,
     LayerShape,
+    async_tp_unfused_reduce_scatters,
     layer_kernels,
     recompute_share,
     unfused_factor,
@@ -282,6 +283,7 @@ class _LayerComm:
 
     tp_bytes: float  # one TP collective's activations (16 bits)
     tp_pass: float  # TP's collectives of one pass
+    tp_rs: float  # one of them, a reduce-scatter (sequence parallel; 0 without)
     cp_fwd: float  # CP's K/V all-gather of the forward
     cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients
 
@@ -531,11 +533,11 @@ def _layer_comm(c: _Setup) -> _LayerComm:
     """TP's collectives of one layer pass and CP's K/V exchange (MLA: after the up-projection, every head's)."""
     w, r, t, comm = c.w, c.r, c.r.tp, c.comm
     tp_bytes = c.tokens * w.hidden * 2
+    tp_rs = 0.0
     if t > 1:
         if c.sp:
-            tp_pass = 2 * (
-                comm("all_gather", tp_bytes, r.groups["tp"]) + comm("reduce_scatter", tp_bytes, r.groups["tp"])
-            )
+            tp_rs = comm("reduce_scatter", tp_bytes, r.groups["tp"])
+            tp_pass = 2 * (comm("all_gather", tp_bytes, r.groups["tp"]) + tp_rs)
         else:
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
@@ -545,7 +547,7 @@ def _layer_comm(c: _Setup) -> _LayerComm:
     cp_kv_bytes = w.micro_batch * w.seq_len * kv_width * 2
     cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0
     cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0)
-    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
+    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
 
 
 def _layer_time(
@@ -596,11 +598,20 @@ def _layer_time(
             share = stream / (compute + stream) if compute + stream > 0 else 0.0
             ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
     tp_t, tp_hid = lc.tp_pass * (fwd_passes + 1.0), 0.0
+    # the collectives a stack leaves out of its TP pipeline stay whole on the critical path (async TP: the backward's
+    # unfused reduce-scatters; without sequence parallelism all of them, as torch fuses no all-reduce)
+    tp_whole = 0.0
+    if layout.tp_comm_overlap and t > 1 and fw.overlap.tp == "async_tp":
+        moe = any(k.kind == "grouped_gemm" for k in kernels)
+        tp_whole = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else tp_t
+    tp_t -= tp_whole
     if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
         exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
         # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts (GEMMs: compute-bound)
         tp_t, tp_hid = exposed + interference_s(dev, tp_t - exposed, OVERLAP_COMM_SMS, 0.0, 0.0), tp_t - exposed
     gpu = compute + stream + tp_t + cp_exp + ep_t
+    tp_t += tp_whole
+    gpu += tp_whole
     host_exposed = max(0.0, host - gpu)
     if a2a_bytes and fw.moe_dispatch_sync:
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
