@@ -49,7 +49,7 @@ import numpy as np
 from docsection import write_section  # noqa: E402
 
 from commlens.regress import CompareSettings, DetectSettings, RowSide, compare_runs, detect_history, find_changes, judge
-from commlens.results.records import FloorKey, Measurement, Run, SystemInfo
+from commlens.results.records import FloorKey, Measurement, MeasurementKey, Run, SystemInfo
 from commlens.store.repo import MeasurementRow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +186,7 @@ def _history_rows(rng: np.random.Generator, nseries: int, npoints: int) -> list[
         when = t0 + dt.timedelta(hours=p)
         for s in range(nseries):
             op, size, in_place, dtype = keys[s]
+            redop = "sum" if op in ("all_reduce", "reduce_scatter") else None
             rows.append(
                 MeasurementRow(
                     run_id=f"run{p:05d}",
@@ -194,13 +195,7 @@ def _history_rows(rng: np.random.Generator, nseries: int, npoints: int) -> list[
                     tag="nightly",
                     fingerprint="f" * 16,
                     source="commlens",
-                    op=op,
-                    algo="builtin",
-                    dtype=dtype,
-                    redop="sum" if op in ("all_reduce", "reduce_scatter") else None,
-                    root=None,
-                    size_bytes=size,
-                    in_place=in_place,
+                    key=MeasurementKey(op, "builtin", dtype, redop, None, size, in_place),
                     world_size=8,
                     mean_s=float(levels[s, p]),
                     cv=0.02,

@@ -72,16 +72,14 @@ def replay(
     plan: Any, gaps: bool, passes: int, cluster: str | None, timeline: bool = False, compute: str = "spin"
 ) -> dict[str, Any]:
     from commlens.bench.launcher import Local, OnCluster
-    from commlens.replay.compare import compare_replay
-    from commlens.replay.runner import run_replay
-    from commlens.replay.settings import ReplaySettings
+    from commlens.replay import ReplayRequest, ReplaySettings, run
 
     settings = ReplaySettings(
         gaps=gaps, passes=passes, warmup_passes=1, timeline=timeline, compute="sleep" if timeline else compute
     )
     placement = OnCluster(cluster, 2) if cluster else Local(plan.world_size)
     t0 = time.perf_counter()
-    cmp = compare_replay(plan, run_replay(plan, settings, placement))
+    cmp = run(ReplayRequest(plan, placement, settings)).comparison
     return {
         "gaps": gaps,
         "mode": "timeline (sleep)" if timeline else f"gaps ({compute})" if gaps else "back to back",

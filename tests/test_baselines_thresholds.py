@@ -20,7 +20,7 @@ from commlens.regress import detect_history
 from commlens.regress.series_settings import baseline_runs, candidate_series
 from commlens.results import Measurement, Run, SystemInfo
 from commlens.results.records import MeasurementKey, Series
-from commlens.store import Store
+from commlens.store import MeasurementFilter, Store
 from commlens.store.series_meta import (
     ANY,
     BaselineError,
@@ -265,7 +265,7 @@ def test_change_points_are_saved_replaced_and_loaded(store_url: str) -> None:
         assert len(store.change_points.load(since="2025-03-09", limit=1)) == 1
         assert store.change_points.load(fingerprint=OTHER_FP) == []
         # Saving again replaces the examined series' changes: one series examined with none found now.
-        small_only = detect_history(store.measurement_rows(size_bytes=1024), report.settings)
+        small_only = detect_history(store.measurement_rows(MeasurementFilter(size_bytes=1024)), report.settings)
         quiet = type(small_only)(**{**small_only.__dict__, "changes": ()})
         assert store.change_points.save(quiet.changes, quiet.examined) == 0
         assert [c.series.key.size_bytes for c in store.change_points.load()] == [1 << 20]

@@ -25,7 +25,7 @@ from commlens.regress import (
 )
 from commlens.regress.detect import _pelt_l2
 from commlens.results import Measurement, Run, SystemInfo
-from commlens.store import Store
+from commlens.store import MeasurementFilter, Store
 
 sys.path.insert(0, str(Path(__file__).parent))
 from store_backends import pg_server, pg_url, store_url  # noqa: E402,F401
@@ -89,8 +89,8 @@ def test_the_bulk_read_gives_the_report_the_per_row_read_gives(store_path: str, 
     with Store.open(store_path, create=False) as store:
         if "fingerprint" in filters:
             filters = {"fingerprint": SYSTEMS[0].fingerprint()[:6]}
-        rows = store.measurement_rows(**filters)
-        runs, points = store.mean_history(**filters)
+        rows = store.measurement_rows(MeasurementFilter(**filters))
+        runs, points = store.mean_history(MeasurementFilter(**filters))
     since = T0 + timedelta(days=5)
     for settings in (DetectSettings(), DetectSettings(min_change=0.05, min_segment=3)):
         slow = detect_history(rows, settings, order=order, since=since)  # type: ignore[arg-type]
@@ -111,8 +111,8 @@ def test_the_bulk_read_is_the_same_on_sqlite_and_postgresql(store_url: str) -> N
     rng = np.random.default_rng(5)
     with Store.open(store_url) as store:
         store.save_runs([_run(i, rng) for i in range(40)])
-        rows = store.measurement_rows(tag="nightly")
-        runs, points = store.mean_history(tag="nightly")
+        rows = store.measurement_rows(MeasurementFilter(tag="nightly"))
+        runs, points = store.mean_history(MeasurementFilter(tag="nightly"))
     fast = detect_mean_history(runs, points, DetectSettings(min_segment=3))  # type: ignore[arg-type]
     assert fast.as_dict() == detect_history(rows, DetectSettings(min_segment=3)).as_dict()
     assert fast.points == 32 * 12 - 12 and fast.excluded_runs == ("run-033",)

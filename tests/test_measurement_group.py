@@ -24,7 +24,7 @@ from commlens.regress import compare_runs, detect_history, learn_floors
 from commlens.results import FormatError, Measurement, MeasurementKey, RecordError, Run, SystemInfo, run_to_dict
 from commlens.results.jsonfmt import dump_run, load_run, run_from_dict
 from commlens.results.records import FloorKey
-from commlens.store import Store, StoreError, make_engine, upgrade_schema
+from commlens.store import MeasurementFilter, Store, StoreError, make_engine, upgrade_schema
 from commlens.store.export import export_runs
 from commlens.store.models import SCHEMA_REVISION, NoiseFloorModel
 from commlens.store.noise import NoiseFloor
@@ -192,14 +192,16 @@ def test_grouped_run_round_trips_through_the_store(store_url: str) -> None:
     with Store.open(store_url) as store:
         store.save_runs([job, bench])
         assert store.get_runs(["job00001", "bench0001"]) == [job, bench]
-        rows = store.measurement_rows(op="all_reduce", size_bytes=64 * MiB)
-        assert [(r.run_id, r.group, r.world_size) for r in rows] == [
+        rows = store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=64 * MiB))
+        assert [(r.run_id, r.key.group, r.world_size) for r in rows] == [
             ("job00001", "tp0", 2),
             ("job00001", "tp1", 2),
             ("job00001", "dp0", 4),
         ]
         assert len({r.key for r in rows}) == 3
-        assert {r.group for r in store.measurement_rows(op="all_reduce", size_bytes=1024)} == {None}
+        assert {r.key.group for r in store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=1024))} == {
+            None
+        }
 
 
 def test_detect_finds_the_slowdown_of_one_group_only(store_url: str) -> None:
@@ -212,7 +214,7 @@ def test_detect_finds_the_slowdown_of_one_group_only(store_url: str) -> None:
     ]
     with Store.open(store_url) as store:
         store.save_runs(runs)
-        rows = store.measurement_rows(op="all_reduce")
+        rows = store.measurement_rows(MeasurementFilter(op="all_reduce"))
     report = detect_history(rows)
     assert report.series == 3
     assert [(c.series.key.group, c.run_id, c.direction) for c in report.changes] == [("tp1", "job00012", "regression")]

@@ -138,7 +138,7 @@ def test_the_store_keeps_none_and_the_csv_says_none_and_minus_one(store_url: str
         (back,) = store.get_runs(["n1"])
         rows = store.measurement_rows()
     assert back == run
-    assert [(r.redop, r.root) for r in rows] == [(None, None), (None, 1)]
+    assert [(r.key.redop, r.key.root) for r in rows] == [(None, None), (None, 1)]
     assert [r.key for r in rows] == [m.key for m in run.measurements]
     out = tmp_path / "runs.csv"
     export_runs([run], out, "csv")

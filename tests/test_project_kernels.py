@@ -12,8 +12,10 @@ import pytest
 
 from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.bands import Residual, band, family_of, prediction_band
+from commlens.project.compute import stream_time_s
 from commlens.project.efficiency import EFFICIENCY_ENV, attention_tflops
 from commlens.project.frameworks import framework, framework_names, generation
+from commlens.project.hardware import device_for
 from commlens.project.kernels import EAGER_STREAM_FRACTION, KINDS
 from commlens.project.layout import resolve
 from commlens.project.memory import LOGIT_BYTES, MEMORY_TOLERANCE, UNFUSED_LOGIT_BYTES, stage_memory, stage_parameters
@@ -68,7 +70,27 @@ def test_eager_ops_move_more_bytes_and_stream_slower_than_fused_ones():
 
     eager, fused = classes(False), classes(True)
     assert eager["activation"] / fused["activation"] == pytest.approx(1.7 / EAGER_STREAM_FRACTION)
-    assert eager["rotary"] / fused["rotary"] == pytest.approx(5.0 / EAGER_STREAM_FRACTION)
+    megatron = project(w, H100, ParallelLayout(tp=1, zero=3, recompute="none"), 8).kernels  # fused rotary
+    assert eager["rotary"] / megatron["rotary"] == pytest.approx(5.0 / EAGER_STREAM_FRACTION)
+
+
+def test_torch_compile_leaves_torchtitan_s_complex_rotary_eager():
+    """torchtitan applies the rotary embedding in complex arithmetic (view_as_complex), which Inductor sends to its
+    ATen kernels: compiling the blocks fuses the norms and SwiGLU but leaves the rotary as costly as eager. On
+    torchtitan's end-2024 Table 1 (Llama 3.1 8B, 8 H100) compile saved 0.386 s of a 2.843 s step (5762 -> 6667
+    TPS/GPU); fusing the rotary as well would credit it about 0.5 s."""
+    w = load_workload("llama3-8b", {"seq_len": 8192})
+
+    def run(framework_: str, compile_: bool) -> dict[str, float]:
+        lay = ParallelLayout(tp=1, zero=3, framework=framework_, compile=compile_, recompute="none")
+        return project(w, H100, lay, 8).kernels
+
+    eager, compiled = run("torchtitan", False), run("torchtitan", True)
+    assert compiled["rotary"] == pytest.approx(eager["rotary"])
+    assert compiled["norm"] < eager["norm"] / 3 and compiled["activation"] < eager["activation"]
+    assert "rotary" in framework("torchtitan").compile_eager
+    # a stack without complex arithmetic gets its rotary fused by compile
+    assert run("megatron-core", True)["rotary"] < eager["rotary"] / 5
 
 
 def test_an_unknown_framework_or_a_schedule_it_lacks_is_refused():
@@ -396,3 +418,85 @@ def test_automodel_experts_swiglu_is_one_compiled_kernel_its_dense_mlp_and_quick
     forced = kernel("automodel", "experts_activation", True, expert_activation_fused=False)
     assert forced.nbytes == pytest.approx(eager.nbytes)
     assert kernel("megatron-core", "experts_activation", True).nbytes == pytest.approx(fused.nbytes)
+
+
+def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
+    """torch's async TP pulls every rank's partial matmul output through symmetric memory and sums them in a separate
+    reduction kernel after the pipeline (2 reduce-scatters a layer pass each way, 16-bit); Megatron's userbuffers and
+    NCCL's reduce-scatter reduce inside the collective."""
+    w = load_workload("llama3-70b", {"seq_len": 8192, "micro_batch": 2, "global_batch": 64})
+
+    def kernels(fw: str, overlap: bool, recompute: str = "none") -> dict[str, float]:
+        lay = ParallelLayout(tp=8, sp=True, zero=3, framework=fw, tp_comm_overlap=overlap, recompute=recompute)
+        return project(w, H100, lay, 256).kernels
+
+    async_tp = kernels("torchtitan", True)
+    assert async_tp["tp_reduce"] > 0
+    assert "tp_reduce" not in kernels("torchtitan", False)
+    assert "tp_reduce" not in kernels("megatron-core", True)
+    # full recomputation runs the forward's two reduce-scatters again: 3 passes' worth against 2
+    assert kernels("torchtitan", True, "full")["tp_reduce"] == pytest.approx(1.5 * async_tp["tp_reduce"])
+    # a read of the whole unreduced output (8 shards) and a write of one, in 16 bits, at the stream rate
+    one = stream_time_s(device_for(H100.accelerator.name), 2.0 * 2 * 8192 * w.hidden * (1 + 1 / 8))
+    per_step = one * 2 * 2 * w.layers * (64 // 32 // 2)  # 2 each way per layer, micro-batches per step
+    assert async_tp["tp_reduce"] == pytest.approx(per_step, rel=0.02)
+
+
+def test_all_gather_based_cp_waits_for_its_k_and_v():
+    """Llama 3's CP all-gathers K and V before the local query chunk's attention and waits for them ('the all-gather
+    communication latency is exposed in the critical path', arXiv 2407.21783 section 3.3.2): with cp_comm_overlap
+    false none of CP's exchange hides under the attention; unset, the framework's ring overlap holds."""
+    w = load_workload("llama3-70b", {"seq_len": 131072, "global_batch": 8})
+    topo = load_topology("meta-h100-roce")
+
+    def run(overlap: bool | None):
+        return project(w, topo, ParallelLayout(tp=8, cp=16, pp=1, cp_comm_overlap=overlap, recompute="full"), 128)
+
+    ring, default, gathered = run(True), run(None), run(False)
+    assert default.step_time_s == ring.step_time_s
+    assert ring.overlapped_s.get("cp_comm", 0.0) > 0
+    assert gathered.overlapped_s.get("cp_comm", 0.0) == 0.0
+    # all of it exposed: the ring's hidden part too (less the SM share the ring already charged for it)
+    hidden = ring.overlapped_s["cp_comm"]
+    assert (
+        ring.breakdown["cp_comm"] + 0.8 * hidden < gathered.breakdown["cp_comm"] <= ring.breakdown["cp_comm"] + hidden
+    )
+    assert gathered.step_time_s > ring.step_time_s
+
+
+def test_fsdp_under_pp_accumulates_the_unsharded_gradients_in_fp32_every_micro_batch():
+    """torch's pipeline stage keeps FSDP from reducing until the last micro-batch, and FSDP2 keeps the unsharded
+    gradient in the reduce dtype meanwhile (to_accumulated_grad_if_needed, then accumulate_unsharded_grad_if_needed):
+    the first micro-batch's 16-bit gradient copied to fp32 (2 + 4 B a parameter), each later one added into it
+    (2 + 4 + 4 B). Megatron-Core adds into its main grads inside the weight-gradient GEMM (no such pass)."""
+    w = load_workload("llama3-70b", {"seq_len": 8192, "global_batch": 64})
+    lay = {"tp": 8, "pp": 4, "zero": 3, "reshard_after_forward": False, "recompute": "full"}
+    titan = ParallelLayout(**lay, framework="torchtitan")
+    p = project(w, H100, titan, 128)
+    m = p.layout["micro_batches"]
+    assert m > 1
+    dense = stage_parameters(w, resolve(titan, w, 128, 8))[p.pace_stage][0]
+    per_step = stream_time_s(device_for(H100.accelerator.name), dense * ((2 + 4) + (m - 1) * (2 + 4 + 4)))
+    assert p.kernels["grad_accum"] == pytest.approx(per_step, rel=1e-6)
+    assert "grad_accum" not in project(w, H100, ParallelLayout(**lay), 128).kernels  # megatron-core
+    no_pp = ParallelLayout(**{**lay, "pp": 1, "reshard_after_forward": True}, framework="torchtitan")
+    assert "grad_accum" not in project(w, H100, no_pp, 128).kernels
+
+
+def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
+    """torch's CP ring (torchtitan) concatenates K and V for every exchange, merges each step's output into an fp32
+    one, and accumulates and concatenates the K/V gradients in fp32, at query-head width since torchtitan repeats K
+    and V before SDPA: CP - 1 ring steps a pass each way at HBM rate. Megatron-Core's CP is not counted so."""
+    w = load_workload("llama3-8b", {"seq_len": 65536, "global_batch": 2, "micro_batch": 1})
+    lay = {"tp": 1, "cp": 4, "zero": 3, "recompute": "full"}
+    p = project(w, H100, ParallelLayout(**lay, framework="torchtitan"), 8)
+    tokens = 65536 / 4
+    q = tokens * w.heads * w.v_head_dim
+    kv = tokens * w.heads * (w.qk_head_dim + w.v_head_dim)  # repeated to the 32 query heads, not the 8 K/V heads
+    dev = device_for(H100.accelerator.name)
+    one_pass = 3 * (stream_time_s(dev, 10 * q + 4 * kv) * 2 + stream_time_s(dev, 10 * q + 22 * kv))  # full recompute
+    assert p.kernels["cp_ring"] == pytest.approx(one_pass * w.layers * p.layout["micro_batches"], rel=1e-6)
+    assert "cp_ring" not in project(w, H100, ParallelLayout(**lay), 8).kernels  # megatron-core
+    no_cp = ParallelLayout(**{**lay, "cp": 1}, framework="torchtitan")
+    short = load_workload("llama3-8b", {"seq_len": 16384, "global_batch": 8, "micro_batch": 1})
+    assert "cp_ring" not in project(short, H100, no_cp, 8).kernels

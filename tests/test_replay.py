@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from commlens.bench.launcher import Local, OnCluster
 from commlens.replay import PlanCall, PlanGroup, RankCalls, ReplayPlan, ReplayPlanError, extract_plan, load_plan
 from commlens.replay.plan import check_runnable, overlapping_calls, parse_plan, write_plan
 from commlens.replay.transform import first_ranks, select_group
@@ -367,7 +368,7 @@ def test_a_collective_recorded_beside_compute_is_not_compared_as_isolated(host: 
     assert overlap == {("pair", 0): pytest.approx(1.0), ("w", 0): 0.0, ("w", 1): 0.0}
     assert {(c.group, c.index) for c in cmp.isolated} == {("w", 0), ("w", 1)}
     assert cmp.isolated_ratio == pytest.approx(0.02 / 0.6)  # own times: rank 2's 0.5 s and 0.1 s
-    assert cmp.to_json()["isolated"]["collectives"] == 2
+    assert cmp.as_dict()["isolated"]["collectives"] == 2
     on_gpus = ReplayPlan("kineto", 3, plan.groups, plan.ranks, backend="nccl")  # compute beside is on other GPUs
     times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
     assert compare_replay(on_gpus, times).overlap_known == 0
@@ -399,11 +400,11 @@ def test_a_late_rank_s_wait_is_not_counted_as_communication(host: str | None) ->
     assert cmp.recorded_max_total_s == pytest.approx(1.15)  # the raw figure, waits included, kept beside
     assert cmp.replayed_max_total_s == pytest.approx(0.25)
     if host is None:
-        assert cmp.last_arrival == () and cmp.to_json()["last_arrival"]["collectives"] == 0
+        assert cmp.last_arrival == () and cmp.as_dict()["last_arrival"]["collectives"] == 0
         return
     assert [c.recorded_last_s for c in cmp.collectives] == [pytest.approx(0.1), pytest.approx(0.15)]
     assert cmp.last_arrival_totals() == (pytest.approx(0.25), pytest.approx(0.25))
-    assert cmp.to_json()["last_arrival"]["total_ratio"] == pytest.approx(1.0)
+    assert cmp.as_dict()["last_arrival"]["total_ratio"] == pytest.approx(1.0)
 
 
 def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collective() -> None:
@@ -425,6 +426,67 @@ def test_the_step_time_leaves_out_the_wait_for_late_peers_in_the_first_collectiv
     assert cmp.recorded_span_s == pytest.approx(0.3)  # not rank 0's 1.1 s
     assert cmp.replayed_span_s == pytest.approx(0.3)
     assert cmp.span_ratio == pytest.approx(1.0)
+
+
+def _two_rank_plan() -> ReplayPlan:
+    calls = (_timed("all_reduce", "w", 0.0, 0.1), _timed("all_reduce", "w", 0.2, 0.3))
+    return ReplayPlan("monitor", 2, (PlanGroup("w", (0, 1)),), tuple(RankCalls(r, calls, "h") for r in range(2)))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("plan", "plan.json", "plan: must be a ReplayPlan, got str"),
+        ("placement", 2, "placement: must be Local or OnCluster, got int"),
+        ("placement", "local", "placement: must be Local or OnCluster, got str"),
+        ("placement", Local(3), "placement: Local\\(3\\) places 3 ranks, the plan has 2"),
+        ("settings", {"passes": 2}, "settings: must be ReplaySettings, got dict"),
+        ("command_line", ["commlens", "replay"], "command_line: must be text, got list"),
+        ("tag", 7, "tag: must be text or None, got int"),
+    ],
+)
+def test_a_replay_request_is_checked_when_built_naming_the_field(field: str, value: object, message: str) -> None:
+    from commlens.replay import ReplayRequest, ReplayRequestError
+
+    args: dict[str, object] = {"plan": _two_rank_plan(), "placement": Local(2), field: value}
+    with pytest.raises(ReplayRequestError, match=message):
+        ReplayRequest(**args)  # type: ignore[arg-type]
+
+
+def test_a_replay_request_refuses_a_plan_whose_replay_would_hang() -> None:
+    from commlens.replay import ReplayRequest
+
+    plan = _two_rank_plan()
+    short = ReplayPlan(plan.source, 2, plan.groups, (plan.ranks[0], RankCalls(1, plan.ranks[1].calls[:1], "h")))
+    with pytest.raises(ReplayPlanError, match="a replay would hang"):
+        ReplayRequest(short, OnCluster("c1"))
+
+
+def test_the_report_of_a_replay_holds_its_comparison_and_the_run_it_stores() -> None:
+    """What ``replay report`` prints and stores for times an external launcher's ranks wrote: the run's id with the
+    comparison (``--json``), the run of source replay keeping that comparison, tagged."""
+    import dataclasses
+
+    from commlens.bench.sysinfo import SystemInfo
+    from commlens.replay import ReplaySettings, ReplayTimes, report_times
+    from commlens.results.jsonfmt import run_from_dict, run_to_dict
+    from commlens.results.runconfig import ReplayRun
+
+    plan = _two_rank_plan()
+    replayed = {r: [[(0.0, 0.2), (0.3, 0.5)]] for r in range(2)}  # each call twice its recorded 0.1 s
+    system = SystemInfo(world_size=2, backend="gloo", cpu_model="test-cpu", cpu_cores=2, torch_version="2.13.0")
+    times = ReplayTimes(ReplaySettings(gaps=False), system, "2026-12-04T00:00:00+00:00", replayed)
+    report = report_times(plan, times, tag="nightly")
+    assert report.times is times and report.comparison.total_ratio == pytest.approx(2.0)
+    out = json.loads(json.dumps(report.as_dict()))
+    assert out["run_id"] == report.run.run_id and out["total_ratio"] == pytest.approx(2.0)
+    assert {k: v for k, v in out.items() if k != "run_id"} == json.loads(json.dumps(report.comparison.as_dict()))
+    run = run_from_dict(json.loads(json.dumps(run_to_dict(report.run))))  # as the store reads it back
+    assert run.source == "replay" and run.tag == "nightly" and isinstance(run.config, ReplayRun)
+    assert run.config.comparison["total_ratio"] == pytest.approx(2.0)
+    assert [(m.op, m.group, m.samples_s) for m in run.measurements] == [("all_reduce", "w", (0.2, 0.2))]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.run = run  # type: ignore[misc]
 
 
 def test_replay_settings_read_back_are_checked_field_by_field() -> None:

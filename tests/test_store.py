@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 from store_backends import make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import IngestedSettings, Measurement, Run, SystemInfo, TimeStats, run_to_dict
-from commlens.store import Store, StoreError, db_url, default_db_url, make_engine
+from commlens.store import RunFilter, Store, StoreError, db_url, default_db_url, make_engine
 from commlens.store.models import MeasurementModel, SampleModel
 
 WORLD = 4
@@ -104,14 +104,14 @@ def test_list_runs_newest_first_and_filters(store_url: str) -> None:
         for run in runs:
             store.save_run(run)
         assert [s.run_id for s in store.list_runs()] == ["run-new3", "run-mid2", "run-old1"]
-        assert [s.run_id for s in store.list_runs(tag="nightly")] == ["run-new3", "run-old1"]
-        assert [s.run_id for s in store.list_runs(op="all_reduce")] == ["run-mid2", "run-old1"]
-        assert [s.run_id for s in store.list_runs(op="all_reduce", tag="ci")] == ["run-mid2"]
-        assert store.list_runs(op="all_to_all") == []
-        assert [s.run_id for s in store.list_runs(since="2024-03-01T13:00:00Z")] == ["run-new3", "run-mid2"]
+        assert [s.run_id for s in store.list_runs(RunFilter(tag="nightly"))] == ["run-new3", "run-old1"]
+        assert [s.run_id for s in store.list_runs(RunFilter(op="all_reduce"))] == ["run-mid2", "run-old1"]
+        assert [s.run_id for s in store.list_runs(RunFilter(op="all_reduce", tag="ci"))] == ["run-mid2"]
+        assert store.list_runs(RunFilter(op="all_to_all")) == []
+        assert [s.run_id for s in store.list_runs(RunFilter(since="2024-03-01T13:00:00Z"))] == ["run-new3", "run-mid2"]
         assert [s.run_id for s in store.list_runs(limit=1)] == ["run-new3"]
 
-        mid = store.list_runs(tag="ci")[0]
+        mid = store.list_runs(RunFilter(tag="ci"))[0]
         assert mid.ops == ("all_gather", "all_reduce")
         assert mid.nmeasurements == 4
         assert mid.started_at == "2024-03-01T15:00:00+02:00"
@@ -317,6 +317,6 @@ def test_concurrent_writers_from_separate_processes(store_url: str) -> None:
         summaries = store.list_runs(limit=None)
         assert len(summaries) == 80
         assert sorted(s.run_id for s in summaries) == sorted(f"w{w}-{i:02d}" for w in range(4) for i in range(20))
-        assert len(store.list_runs(tag="writer2", limit=None)) == 20
+        assert len(store.list_runs(RunFilter(tag="writer2"), limit=None)) == 20
         assert store.get_run("w3-19").measurements[0].samples_s == (2e-4, 2e-5)
         assert (_count(store, MeasurementModel), _count(store, SampleModel)) == (80, 80)

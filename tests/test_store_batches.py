@@ -12,7 +12,7 @@ import pytest
 from store_backends import make_measurement, make_run, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results.records import Run
-from commlens.store import DatabaseFault, Store
+from commlens.store import DatabaseFault, MeasurementFilter, Store
 from commlens.store.repo import _INSERT_BATCH
 
 SPANNING = 2 * _INSERT_BATCH + 1  # the last measurement alone in a third batch
@@ -43,6 +43,6 @@ def test_a_failure_in_the_last_batch_stores_nothing_of_the_run(store_url: str) -
         with pytest.raises(DatabaseFault, match="too large for the store's 64-bit integers"):
             store.save_runs([make_run("eeee0005"), run])
         assert [s.run_id for s in store.list_runs()] == ["aaaa0001"]
-        assert store.measurement_rows(size_bytes=4) == []  # not one measurement of the first batches
+        assert store.measurement_rows(MeasurementFilter(size_bytes=4)) == []  # not one measurement of the first batches
         store.save_run(_big_run("ffff0002"))  # the same id saves cleanly afterwards: nothing was left of it
         assert len(store.get_run("ffff0002").measurements) == SPANNING

@@ -16,7 +16,7 @@ from store_backends import make_measurement, make_run, pg_server, pg_url, store_
 
 from commlens.results import BenchSettings, IngestedSettings, Measurement, Run, SystemInfo, TimeStats
 from commlens.results.records import MeasurementKey
-from commlens.store import Store, StoreError, make_engine, schema_status, upgrade_schema
+from commlens.store import MeasurementFilter, Store, StoreError, make_engine, schema_status, upgrade_schema
 from commlens.store.models import SCHEMA_REVISION, Base, MeasurementModel, SampleModel
 from commlens.store.noise import NoiseFloor
 from commlens.store.schema import _alembic_config
@@ -183,8 +183,8 @@ def test_store_from_before_alembic_is_refused_then_upgraded_in_place(store_url: 
         assert store.get_runs([r.run_id for r in expected]) == expected
         assert _counts(store) == (8, 8)
         assert [s.run_id for s in store.list_runs()] == [r.run_id for r in reversed(expected)]
-        rows = store.measurement_rows(op="all_reduce", size_bytes=8)
-        assert [(r.run_id, r.in_place, r.samples_s) for r in rows] == [
+        rows = store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=8))
+        assert [(r.run_id, r.key.in_place, r.samples_s) for r in rows] == [
             ("legacy0a1b2c3d4e5f", False, (1.5e-5, 1.25e-5, 1.75e-5)),
             ("legacy0a1b2c3d4e5f", True, (1.0e-5, 1.1e-5, 0.1 + 0.2)),
             ("legacy1f2e3d4c5b6a", False, (1.6e-5, 1.3e-5)),

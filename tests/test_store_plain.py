@@ -11,14 +11,13 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from store_backends import make_measurement, make_run, make_system
 
 from commlens.results.records import MeasurementKey
 from commlens.results.stats import TimeStats
-from commlens.store import Store
+from commlens.store import MeasurementFilter, RunFilter, Store
 from commlens.store.plain import NotPlain, plain_store
 
 
@@ -51,7 +50,6 @@ def test_listings_and_runs_read_plainly_equal_the_stores(db: str) -> None:
     fingerprint = make_system().fingerprint()
     filters: list[dict] = [
         {},
-        {"limit": 2},
         {"tag": "nightly"},
         {"tag": "a_b%c"},
         {"tag": "a_b_c"},
@@ -63,9 +61,13 @@ def test_listings_and_runs_read_plainly_equal_the_stores(db: str) -> None:
     ]
     with Store.open(db, create=False) as store, plain_store(db) as plain:
         for f in filters:
-            args = {"tag": None, "op": None, "fingerprint": None, "limit": 50, **f}
-            assert plain.list_runs(**args) == store.list_runs(**args), f
-        assert [r.run_id for r in plain.list_runs(tag=None, op="broadcast", fingerprint=None, limit=5)] == ["cccc0004"]
+            where = RunFilter(**f)
+            assert plain.list_runs(where, limit=50) == store.list_runs(where, limit=50), f
+        assert plain.list_runs(limit=2) == store.list_runs(limit=2)
+        assert [r.run_id for r in plain.list_runs(RunFilter(op="broadcast"), limit=5)] == ["cccc0004"]
+        for other in ({"since": "2024-01-01"}, {"until": "2024-01-01"}, {"source": "commlens"}, {"revision": "a"}):
+            with pytest.raises(NotPlain):  # filters the plain reader leaves to Store
+                plain.list_runs(RunFilter(**other))
         for run in _runs():
             assert plain.get_run(run.run_id) == store.get_run(run.run_id) == run
         for ref in ("aaaa0001", "cccc", "bbbb00"):
@@ -108,15 +110,10 @@ def test_detects_reads_plainly_equal_the_stores(db: str) -> None:
                 {"op": "all_reduce", "dtype": "float32", "size_bytes": 1024},
                 {"fingerprint": fingerprint[:6]},
             ):
-                args: dict[str, Any] = {
-                    "op": None,
-                    "dtype": None,
-                    "size_bytes": None,
-                    "tag": None,
-                    "fingerprint": None,
-                    **f,
-                }
-                assert plain.mean_history(**args) == store.mean_history(**args), f
+                where = MeasurementFilter(**f)
+                assert plain.mean_history(where) == store.mean_history(where), f
+            with pytest.raises(NotPlain):  # a filter the plain reader leaves to Store
+                plain.mean_history(MeasurementFilter(since="2024-01-01"))
             for fp in (None, fingerprint, "f" * 16, "0" * 16):
                 assert plain.floors(fp) == store.floors.load(None if fp is None else [fp]), fp
             assert len(plain.floors(None)) == 2 and not plain.has_thresholds()
@@ -134,10 +131,10 @@ def test_what_is_not_plain_is_left_to_the_store(db: str, tmp_path: Path) -> None
         )
     with plain_store(db) as plain:
         for read in (
-            lambda: plain.list_runs(tag=None, op=None, fingerprint=None, limit=50),
+            lambda: plain.list_runs(limit=50),
             lambda: plain.get_run("aaaa0002"),
             lambda: plain.get_run("aaaa0001"),
-            lambda: plain.list_runs(tag=None, op=None, fingerprint=None, limit=1 << 70),
+            lambda: plain.list_runs(limit=1 << 70),
         ):
             with pytest.raises(NotPlain):
                 read()

@@ -11,7 +11,8 @@ from sqlalchemy import event
 from store_backends import WORLD, make_measurement, make_run, make_system, pg_server, pg_url, store_url  # noqa: F401
 
 from commlens.results import Measurement, Run, TimeStats
-from commlens.store import MeasurementRow, Store, StoreError
+from commlens.results.records import MeasurementKey
+from commlens.store import MeasurementFilter, MeasurementRow, RunFilter, Store, StoreError
 
 OTHER_SYSTEM = make_system(cpu_model="EPYC")
 
@@ -42,11 +43,11 @@ def store(store_url: str) -> Iterator[Store]:
 
 
 def _ids(rows: list[MeasurementRow]) -> list[tuple[str, str, int]]:
-    return [(r.run_id, r.op, r.size_bytes) for r in rows]
+    return [(r.run_id, r.key.op, r.key.size_bytes) for r in rows]
 
 
 def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Store) -> None:
-    rows = store.measurement_rows(op="all_reduce", size_bytes=4096)
+    rows = store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=4096))
     assert _ids(rows) == [
         ("n1", "all_reduce", 4096),
         ("n2", "all_reduce", 4096),
@@ -61,13 +62,7 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
         tag="nightly",
         fingerprint=make_system().fingerprint(),
         source="commlens",
-        op="all_reduce",
-        algo="builtin",
-        dtype="float32",
-        redop="sum",
-        root=None,
-        size_bytes=4096,
-        in_place=False,
+        key=MeasurementKey("all_reduce", "builtin", "float32", "sum", None, 4096, False),
         world_size=WORLD,
         mean_s=n2.samples_s[0] / 2 + n2.samples_s[1] / 2,
         cv=_history()[1].measurements[1].stats.cv,
@@ -81,27 +76,47 @@ def test_measurement_rows_carry_run_metadata_and_samples_oldest_first(store: Sto
 def test_measurement_rows_filters(store: Store) -> None:
     fp = make_system().fingerprint()
     assert len(store.measurement_rows()) == 2 + 4 + 2 + 2 + 2
-    assert {r.run_id for r in store.measurement_rows(tag="ci")} == {"ci"}
-    assert _ids(store.measurement_rows(op="all_gather")) == [("n2", "all_gather", 1024), ("n2", "all_gather", 4096)]
-    assert store.measurement_rows(dtype="bfloat16") == []
-    assert {r.run_id for r in store.measurement_rows(fingerprint=fp)} == {"n1", "n2", "ci", "n3"}
-    assert {r.run_id for r in store.measurement_rows(fingerprint=fp[:6].upper())} == {"n1", "n2", "ci", "n3"}
-    assert {r.run_id for r in store.measurement_rows(fingerprint=OTHER_SYSTEM.fingerprint())} == {"other"}
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(tag="ci"))} == {"ci"}
+    assert _ids(store.measurement_rows(MeasurementFilter(op="all_gather"))) == [
+        ("n2", "all_gather", 1024),
+        ("n2", "all_gather", 4096),
+    ]
+    assert store.measurement_rows(MeasurementFilter(dtype="bfloat16")) == []
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=fp))} == {"n1", "n2", "ci", "n3"}
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=fp[:6].upper()))} == {
+        "n1",
+        "n2",
+        "ci",
+        "n3",
+    }
+    assert {r.run_id for r in store.measurement_rows(MeasurementFilter(fingerprint=OTHER_SYSTEM.fingerprint()))} == {
+        "other"
+    }
     # since and until are inclusive; a bare date as until covers that whole day.
     assert [
-        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02T02:00:00Z")
+        r.run_id
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, since="2024-05-02T02:00:00Z")
+        )
     ] == ["n2", "other", "n3"]
     assert [
-        r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, until="2024-05-02T02:00:00Z")
+        r.run_id
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, until="2024-05-02T02:00:00Z")
+        )
     ] == ["n1", "n2"]
     assert [
         r.run_id
-        for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since="2024-05-02", until="2024-05-02")
+        for r in store.measurement_rows(
+            MeasurementFilter(op="all_reduce", size_bytes=1024, since="2024-05-02", until="2024-05-02")
+        )
     ] == ["n2", "other"]
     aware = datetime(2024, 5, 3, 4, 0, tzinfo=timezone.utc).astimezone()
-    assert [r.run_id for r in store.measurement_rows(op="all_reduce", size_bytes=1024, since=aware)] == []
+    assert [
+        r.run_id for r in store.measurement_rows(MeasurementFilter(op="all_reduce", size_bytes=1024, since=aware))
+    ] == []
     with pytest.raises(StoreError, match="until 'soon' is not an ISO 8601 time"):
-        store.measurement_rows(until="soon")
+        store.measurement_rows(MeasurementFilter(until="soon"))
 
 
 def test_measurement_rows_is_one_query_however_many_runs(store: Store) -> None:
@@ -112,7 +127,7 @@ def test_measurement_rows_is_one_query_however_many_runs(store: Store) -> None:
 
     event.listen(store.engine, "before_cursor_execute", count)
     try:
-        rows = store.measurement_rows(tag="nightly")
+        rows = store.measurement_rows(MeasurementFilter(tag="nightly"))
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
     assert len(rows) == 10
@@ -131,7 +146,7 @@ def test_rows_without_samples_report_the_tools_statistics(store: Store) -> None:
         measurements=(make_measurement("all_reduce", 1024, (), reported=reported),),
     )
     store.save_run(run)
-    (row,) = store.measurement_rows(since="2024-05-04")
+    (row,) = store.measurement_rows(MeasurementFilter(since="2024-05-04"))
     assert (row.samples_s, row.mean_s, row.cv, row.iterations, row.source) == ((), 4e-5, None, 50, "nccl-tests")
     assert row.busbw_bytes_per_s == run.measurements[0].busbw_bytes_per_s
 
@@ -145,11 +160,19 @@ def test_runs_with_tag_are_full_runs_oldest_first(store: Store) -> None:
 
 def test_list_runs_by_time_fingerprint_and_ids(store: Store) -> None:
     fp = make_system().fingerprint()
-    assert [s.run_id for s in store.list_runs(until="2024-05-02")] == ["ci", "other", "n2", "n1"]  # newest first
-    assert [s.run_id for s in store.list_runs(since="2024-05-02", until="2024-05-02T03:00:00Z")] == ["other", "n2"]
-    assert [s.run_id for s in store.list_runs(fingerprint=fp[:4], tag="nightly")] == ["n3", "n2", "n1"]
-    assert [s.run_id for s in store.list_runs(run_ids=["n1", "ci", "missing"])] == ["ci", "n1"]
-    assert store.list_runs(fingerprint="ffff_") == []  # LIKE wildcards are literal
+    assert [s.run_id for s in store.list_runs(RunFilter(until="2024-05-02"))] == [
+        "ci",
+        "other",
+        "n2",
+        "n1",
+    ]  # newest first
+    assert [s.run_id for s in store.list_runs(RunFilter(since="2024-05-02", until="2024-05-02T03:00:00Z"))] == [
+        "other",
+        "n2",
+    ]
+    assert [s.run_id for s in store.list_runs(RunFilter(fingerprint=fp[:4], tag="nightly"))] == ["n3", "n2", "n1"]
+    assert [s.run_id for s in store.list_runs(RunFilter(run_ids=["n1", "ci", "missing"]))] == ["ci", "n1"]
+    assert store.list_runs(RunFilter(fingerprint="ffff_")) == []  # LIKE wildcards are literal
     assert store.list_runs(limit=1)[0].started_at_utc == datetime(2024, 5, 3, 2, 0, tzinfo=timezone.utc)
     with pytest.raises(StoreError, match="limit must be >= 1"):
         store.list_runs(limit=0)
@@ -205,5 +228,5 @@ def test_measurement_row_for_every_placement_and_op(store: Store) -> None:
         ),
     )
     store.save_run(run)
-    rows = store.measurement_rows(since="2024-06-01")
+    rows = store.measurement_rows(MeasurementFilter(since="2024-06-01"))
     assert [r.key for r in rows] == [m.key for m in run.measurements]

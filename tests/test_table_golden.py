@@ -99,3 +99,49 @@ def test_table_is_built_from_its_parts_and_columns_line_up() -> None:
     assert len({len(line) for line in lines[1:3] + body[:3]}) == 1
     assert footer_lines(None, 0.0)[0] == "# Out of bounds values : N/A"
     assert footer_lines(0, 0.0)[0] == "# Out of bounds values : 0 OK"
+
+
+def test_the_preamble_says_what_a_bench_sweep_ran_and_where() -> None:
+    """The ``#`` lines above the table, from a bench run's settings as the run keeps them; settings that are not a
+    bench sweep's (an ingested run's, whose ``ops`` may be its own) have no preamble."""
+    from commlens.results.records import SystemInfo
+    from commlens.results.table import SweepHeader, system_header_lines
+
+    values: dict[str, object] = {
+        "ops": ["all_reduce", "broadcast"],
+        "dtypes": ["float32"],
+        "min_bytes": 8,
+        "max_bytes": 1024,
+        "iters": 20,
+        "warmup": 5,
+        "check_iters": 1,
+        "blocking": False,
+        "algos": ["ring", "tree"],
+        "chunk_bytes": 4096,
+        "extra": {"tag": "t"},
+    }
+    sweep = SweepHeader.of(values)  # type: ignore[arg-type]
+    assert sweep is not None
+    system = SystemInfo(
+        world_size=2,
+        backend="gloo",
+        backend_version="2.21",
+        torch_version="2.13.0",
+        commlens_version="0.9",
+        device_names=("cpu", "cpu"),
+        extra={"rank_hosts": ["h0", "h1"], "rank_pids": [11, 12]},
+    )
+    assert system_header_lines("0123456789abcdef0123456789abcdef", sweep, system) == [
+        "# commlens 0.9 bench  run 0123456789ab",
+        "# ops all_reduce,broadcast  dtypes float32  sizes 8..1024 B  iters 20  warmup 5  check 1  blocking 0"
+        "  algos ring,tree  chunk 4096 B",
+        "# backend gloo 2.21  device cpu  torch 2.13.0  world size 2",
+        "#  Rank   0 Pid      11 on           h0 device cpu",
+        "#  Rank   1 Pid      12 on           h1 device cpu",
+        "#",
+    ]
+    builtin = SweepHeader.of({**values, "algos": ["builtin"], "blocking": True})  # type: ignore[arg-type]
+    assert builtin is not None and system_header_lines("r" * 32, builtin, system)[1].endswith("blocking 1")
+    assert SweepHeader.of({**values, "ops": ("all_reduce", "broadcast")}) == sweep  # as BenchConfig.as_dict() has it
+    assert SweepHeader.of({"ops": ["all_reduce"], "nranks": 8}) is None  # an ingested PARAM run's settings
+    assert SweepHeader.of({**values, "iters": "20"}) is None  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from typing import Any
 
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import SystemInfo
+from commlens.results.runconfig import BenchSettings
 from commlens.results.table import BenchRow
 
 __all__ = ["Event", "Finished", "Note", "Progress", "RowDone", "Started", "event_from_wire"]
@@ -23,12 +24,13 @@ __all__ = ["Event", "Finished", "Note", "Progress", "RowDone", "Started", "event
 
 @dataclass(frozen=True)
 class Started:
-    """The ranks joined: the run's id, where it runs and its settings (``BenchConfig.as_dict()`` and timing)."""
+    """The ranks joined: the run's id, where it runs and its settings (``BenchConfig.as_dict()`` and timing, as the
+    run keeps them)."""
 
     run_id: str
     started_at: str
     system: SystemInfo
-    config: dict[str, Any]
+    config: BenchSettings
     command_line: str = ""
 
     def as_wire(self) -> JsonObject:
@@ -39,7 +41,7 @@ class Started:
             "run_id": self.run_id,
             "started_at": self.started_at,
             "command_line": self.command_line,
-            "config": self.config,
+            "config": self.config.values,
             "system": asdict(self.system),
         }
 
@@ -119,7 +121,7 @@ def event_from_wire(d: Mapping[str, Any]) -> Event:
             run_id=d["run_id"],
             started_at=d["started_at"],
             system=SystemInfo(**d["system"]),
-            config=d["config"],
+            config=BenchSettings(d["config"]),
             command_line=d.get("command_line", ""),
         )
     if kind == "progress":

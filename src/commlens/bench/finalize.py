@@ -13,8 +13,14 @@ from collections.abc import Callable, Iterable
 
 from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
 from commlens.results.records import Measurement, Run, RunStatus
-from commlens.results.runconfig import BenchSettings
-from commlens.results.table import column_header_lines, footer_lines, op_header_line, row_line, system_header_lines
+from commlens.results.table import (
+    SweepHeader,
+    column_header_lines,
+    footer_lines,
+    op_header_line,
+    row_line,
+    system_header_lines,
+)
 
 __all__ = ["StandalonePrinter", "TablePrinter", "run_from_events"]
 
@@ -30,7 +36,9 @@ class TablePrinter:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, Started):
-            for line in system_header_lines(event.run_id, event.config, event.system) + column_header_lines():
+            sweep = SweepHeader.of(event.config.values)
+            header = system_header_lines(event.run_id, sweep, event.system) if sweep else []
+            for line in header + column_header_lines():
                 self.write(line)
         elif isinstance(event, RowDone):
             key = (event.op, event.algo)
@@ -101,10 +109,10 @@ def run_from_events(events: Iterable[Event], command_line: str | None = None, st
         status=status or (_status(end.status) if end else "incomplete"),
         system=start.system,
         measurements=tuple(measurements),
-        tag=cfg.get("extra", {}).get("tag"),
-        revision=cfg.get("extra", {}).get("revision"),
+        tag=cfg.extra_text("tag"),
+        revision=cfg.extra_text("revision"),
         command_line=command_line or start.command_line,
-        config=BenchSettings(cfg),
+        config=cfg,
         notes=tuple(notes),
     )
 

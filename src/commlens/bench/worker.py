@@ -41,6 +41,7 @@ from commlens.bench.faults import Fault, fault_from_env
 from commlens.bench.sysinfo import local_facts, system_info
 from commlens.ops import OpSpec
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
+from commlens.results.runconfig import BenchSettings
 
 __all__ = [
     "main",
@@ -1021,7 +1022,9 @@ def run_worker(argv: list[str], outputs: StandaloneOutputs | None = None) -> int
                     run_id=uuid.uuid4().hex,
                     started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     command_line=command_line(["python", "-m", "commlens.bench", *argv]),
-                    config={**cfg.as_dict(), "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max"},
+                    config=BenchSettings(
+                        {**cfg.as_dict(), "timing": "shared_clock" if sweep.shared_clock else "rank_duration_max"}
+                    ),
                     system=system,
                 )
             )

@@ -7,13 +7,14 @@ series' baseline; compare and detect judge each row with the stored threshold th
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import typer
 
 from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit
-from commlens.cli.options import DB
+from commlens.cli.options import DB, option_set
 from commlens.cli.regress_cmd import parse_fraction
 from commlens.results.text_tables import commented_table_lines
 
@@ -64,7 +65,7 @@ def baseline_set(
     db: str | None = DB,
 ) -> None:
     """Make a run, or every run of a tag, the baseline of a series (one system under one tag)."""
-    from commlens.store import Store, series_text
+    from commlens.store import RunFilter, Store, series_text
     from commlens.store.refs import RunRef
 
     parsed = RunRef.parse(ref)
@@ -75,7 +76,7 @@ def baseline_set(
         if kind == "run":
             with errors_as_exit("baseline run: "):
                 run_id = store.resolve(parsed.text)
-            [summary] = store.list_runs(run_ids=[run_id], limit=1)
+            [summary] = store.list_runs(RunFilter(run_ids=[run_id]), limit=1)
             series_fp = summary.fingerprint if fingerprint is None else _fingerprint(store, fingerprint)
             series_tag = _series_tag(tag, untagged, default=summary.tag)
             baseline = store.baselines.set(series_fp, series_tag, "run", run_id, note)
@@ -152,61 +153,49 @@ def baseline_unset(
 # -- threshold ----------------------------------------------------------------------------------------
 
 
-def _selector(
-    store: Store,
-    fingerprint: str | None,
-    tag: str | None,
-    untagged: bool,
-    op: str | None,
-    dtype: str | None,
-    size: str | None,
-    group: str | None,
-    no_group: bool,
-) -> Threshold:
-    """The selector the options name (settings unset); a field not given matches anything."""
-    from commlens.ops import get_op
-    from commlens.results.units import parse_size
-    from commlens.store import ANY, ANY_SIZE, Threshold
+@dataclass(frozen=True)
+class _SelectorOptions:
+    """The options of ``threshold set`` and ``unset`` that name a selector; one not given matches anything."""
 
-    if group is not None and no_group:
-        fail("--group and --no-group contradict each other: give one")
-    if group is not None and not group.strip():
-        fail("--group must not be empty (--no-group matches rows without a process group)")
-    if op is not None:
-        with errors_as_exit("--op: "):
-            op = get_op(op).name  # nccl-tests spellings too: allreduce
-    with errors_as_exit("--size: "):
-        size_bytes = ANY_SIZE if size is None else parse_size(size)
-    return Threshold(
-        fingerprint=ANY if fingerprint is None else _fingerprint(store, fingerprint),
-        tag=_series_tag(tag, untagged, default=ANY),
-        op=ANY if op is None else op,
-        dtype=ANY if dtype is None else dtype,
-        size_bytes=size_bytes,
-        group=None if no_group else (ANY if group is None else group),
-    )
+    fingerprint: str | None = typer.Option(None, help="only this system (fingerprint or unique prefix); default: any")
+    tag: str | None = typer.Option(None, help="only runs with this tag; default: any")
+    untagged: bool = typer.Option(False, "--untagged", help="only runs without a tag")
+    op: str | None = typer.Option(None, help="only this op; default: any")
+    dtype: str | None = typer.Option(None, help="only this dtype; default: any")
+    size: str | None = typer.Option(None, help="only this message size (K/M/G suffixes); default: any")
+    group: str | None = typer.Option(None, help="only rows of this process group (a live job's); default: any")
+    no_group: bool = typer.Option(False, "--no-group", help="only rows without a process group (benchmark rows)")
 
+    def threshold(self, store: Store) -> Threshold:
+        """The selector the options name (settings unset)."""
+        from commlens.ops import get_op
+        from commlens.results.units import parse_size
+        from commlens.store import ANY, ANY_SIZE, Threshold
 
-_FP = typer.Option(None, help="only this system (fingerprint or unique prefix); default: any")
-_TAG = typer.Option(None, help="only runs with this tag; default: any")
-_UNTAGGED = typer.Option(False, "--untagged", help="only runs without a tag")
-_OP = typer.Option(None, help="only this op; default: any")
-_DTYPE = typer.Option(None, help="only this dtype; default: any")
-_SIZE = typer.Option(None, help="only this message size (K/M/G suffixes); default: any")
-_GROUP = typer.Option(None, help="only rows of this process group (a live job's); default: any")
-_NO_GROUP = typer.Option(False, "--no-group", help="only rows without a process group (benchmark rows)")
+        op, group = self.op, self.group
+        if group is not None and self.no_group:
+            fail("--group and --no-group contradict each other: give one")
+        if group is not None and not group.strip():
+            fail("--group must not be empty (--no-group matches rows without a process group)")
+        if op is not None:
+            with errors_as_exit("--op: "):
+                op = get_op(op).name  # nccl-tests spellings too: allreduce
+        with errors_as_exit("--size: "):
+            size_bytes = ANY_SIZE if self.size is None else parse_size(self.size)
+        return Threshold(
+            fingerprint=ANY if self.fingerprint is None else _fingerprint(store, self.fingerprint),
+            tag=_series_tag(self.tag, self.untagged, default=ANY),
+            op=ANY if op is None else op,
+            dtype=ANY if self.dtype is None else self.dtype,
+            size_bytes=size_bytes,
+            group=None if self.no_group else (ANY if group is None else group),
+        )
 
 
 @threshold_app.command("set")
+@option_set("selector", _SelectorOptions)
 def threshold_set(
-    fingerprint: str | None = _FP,
-    tag: str | None = _TAG,
-    untagged: bool = _UNTAGGED,
-    op: str | None = _OP,
-    dtype: str | None = _DTYPE,
-    size: str | None = _SIZE,
-    group: str | None = _GROUP,
-    no_group: bool = _NO_GROUP,
+    selector: _SelectorOptions,
     min_change: str | None = typer.Option(
         None, "--min-change", help="smallest change that counts, for compare and detect: 5% or 0.05"
     ),
@@ -224,8 +213,8 @@ def threshold_set(
 
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
     with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
-        selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
-        saved = store.thresholds.set(replace(selector, min_change=change, alpha=alpha, detect_alpha=detect_alpha))
+        chosen = selector.threshold(store)
+        saved = store.thresholds.set(replace(chosen, min_change=change, alpha=alpha, detect_alpha=detect_alpha))
     print(f"threshold for {saved.selector_text()}: {_settings_text(saved)}")
 
 
@@ -264,26 +253,17 @@ def threshold_list(db: str | None = DB, as_json: bool = _JSON) -> None:
 
 
 @threshold_app.command("unset")
-def threshold_unset(
-    fingerprint: str | None = _FP,
-    tag: str | None = _TAG,
-    untagged: bool = _UNTAGGED,
-    op: str | None = _OP,
-    dtype: str | None = _DTYPE,
-    size: str | None = _SIZE,
-    group: str | None = _GROUP,
-    no_group: bool = _NO_GROUP,
-    db: str | None = DB,
-) -> None:
+@option_set("selector", _SelectorOptions)
+def threshold_unset(selector: _SelectorOptions, db: str | None = DB) -> None:
     """Forget the threshold with exactly this selector. Exit code 2 when there is none."""
     from commlens.store import Store
 
     with errors_as_exit(escape_all=True), Store.open(db, create=False) as store:
-        selector = _selector(store, fingerprint, tag, untagged, op, dtype, size, group, no_group)
-        removed = store.thresholds.unset(selector)
+        chosen = selector.threshold(store)
+        removed = store.thresholds.unset(chosen)
     if not removed:
-        fail(f"no threshold is set for {selector.selector_text()} (`commlens threshold list` shows them)")
-    print(f"threshold for {selector.selector_text()} removed")
+        fail(f"no threshold is set for {chosen.selector_text()} (`commlens threshold list` shows them)")
+    print(f"threshold for {chosen.selector_text()} removed")
 
 
 def _percent(fraction: float) -> str:

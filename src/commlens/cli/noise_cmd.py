@@ -43,7 +43,7 @@ def noise_learn(
     level shifts smaller than it. Exit code 2 when no series has enough history.
     """
     from commlens.regress import learn_floors, parse_utc
-    from commlens.store import Store
+    from commlens.store import RunFilter, Store
 
     if min_df < 1:
         fail(f"--min-df {min_df}: must be >= 1")
@@ -51,7 +51,10 @@ def noise_learn(
         since_utc = None if since is None else parse_utc(since)
     with errors_as_exit():
         with Store.open(db, create=False) as store:
-            ids = [s.run_id for s in store.list_runs(tag=tag, since=since_utc, fingerprint=fingerprint, limit=None)]
+            ids = [
+                s.run_id
+                for s in store.list_runs(RunFilter(tag=tag, since=since_utc, fingerprint=fingerprint), limit=None)
+            ]
             runs = list(store.iter_runs(ids, on_corrupt=lambda e: say("warning", f"skipped: {e}")))
             floors = learn_floors(runs, by=by.value, min_df=min_df)
             if not floors:

@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
@@ -21,12 +21,13 @@ from commlens.cli.options import DB
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from commlens.regress import CompareSettings
+    from commlens.regress import CompareSettings, DetectSettings
     from commlens.regress.compare import RowThreshold, Statistic
     from commlens.results.records import MeasurementKey, Run
-    from commlens.store import Store
+    from commlens.store import MeasurementFilter, Store
     from commlens.store.series_meta import Threshold
 
+_Settings = TypeVar("_Settings", "CompareSettings", "DetectSettings")
 _REF_HELP = (
     "a run id (or unique prefix), a tag (pools every run with it) or a file (commlens JSON, nccl-tests, PARAM); "
     "write run:, tag: or file: in front to say which"
@@ -121,6 +122,13 @@ def resolve_side(ref: str, what: str, store: _LazyStore) -> list[Run]:
     raise AssertionError("unreachable")
 
 
+def _given(defaults: _Settings, **options: Any) -> _Settings:
+    """The settings ``defaults``, with each option given on the command line (not None) in its place."""
+    import dataclasses
+
+    return dataclasses.replace(defaults, **{name: value for name, value in options.items() if value is not None})
+
+
 def _statistic(text: str) -> Statistic:
     """``--statistic`` as the settings' literal; the settings' own error for anything else."""
     from commlens.regress.compare import CompareSettingsError
@@ -178,13 +186,13 @@ def compare_cmd(
         fail("--json and --format markdown contradict each other: give one")
     fmt = CompareFormat.json if as_json else fmt
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
-    default = CompareSettings()
     with errors_as_exit():
-        settings = CompareSettings(
-            min_change=default.min_change if change is None else change,
-            alpha=default.alpha if alpha is None else alpha,
-            min_samples=default.min_samples if min_samples is None else min_samples,
-            statistic=default.statistic if statistic is None else _statistic(statistic),
+        settings = _given(
+            CompareSettings(),
+            min_change=change,
+            alpha=alpha,
+            min_samples=min_samples,
+            statistic=None if statistic is None else _statistic(statistic),
         )
     floor = None if noise_floor is None else parse_fraction(noise_floor, "--noise-floor")
     if floor == 0.0:
@@ -315,14 +323,11 @@ def detect_cmd(
     from commlens.regress import DetectRequest, DetectSettings, MeanHistory, parse_utc, run_detect
     from commlens.results.records import DTYPE_SIZES
     from commlens.results.units import parse_size
+    from commlens.store import MeasurementFilter
 
     change = None if min_change is None else parse_fraction(min_change, "--min-change")
-    default = DetectSettings()
     with errors_as_exit():
-        settings = DetectSettings(
-            min_change=default.min_change if change is None else change,
-            alpha=default.alpha if alpha is None else alpha,
-        )
+        settings = _given(DetectSettings(), min_change=change, alpha=alpha)
         since_utc = None if since is None else parse_utc(since)
         size_bytes = None if size is None else parse_size(size)
     if op is not None:
@@ -331,16 +336,10 @@ def detect_cmd(
     if dtype is not None and dtype not in DTYPE_SIZES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPE_SIZES)}")
     explicit = [name for name, value in (("min_change", change), ("alpha", alpha)) if value is not None]
-    filters: _HistoryFilters = {
-        "op": op,
-        "dtype": dtype,
-        "size_bytes": size_bytes,
-        "tag": tag,
-        "fingerprint": fingerprint,
-    }
+    where = MeasurementFilter(op=op, dtype=dtype, size_bytes=size_bytes, tag=tag, fingerprint=fingerprint)
     store = _LazyStore(db)
     try:
-        read = None if save else _plain_history(db, filters, thresholds_apply=len(explicit) < 2)
+        read = None if save else _plain_history(db, where, thresholds_apply=len(explicit) < 2)
         settings_for = None
         if read is not None:
             runs, points, floors = read
@@ -348,7 +347,7 @@ def detect_cmd(
             from commlens.regress.series_settings import detect_thresholds
 
             with errors_as_exit():
-                runs, points = store.get().mean_history(**filters)
+                runs, points = store.get().mean_history(where)
                 floors = store.get().floors.load(None if fingerprint is None else [fingerprint])
                 stored = [] if len(explicit) == 2 else store.get().thresholds.list()
             settings_for = detect_thresholds(stored, settings, explicit=explicit) if stored else None
@@ -370,17 +369,7 @@ def detect_cmd(
     raise typer.Exit(1 if report.regressions else 0)
 
 
-class _HistoryFilters(TypedDict):
-    """detect's filters, as ``mean_history`` (of ``Store`` and of the plain reader) takes them."""
-
-    op: str | None
-    dtype: str | None
-    size_bytes: int | None
-    tag: str | None
-    fingerprint: str | None
-
-
-def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply: bool) -> tuple[Any, ...] | None:
+def _plain_history(db: str | None, where: MeasurementFilter, *, thresholds_apply: bool) -> tuple[Any, ...] | None:
     """detect's reads (history, noise floors) of a SQLite store without SQLAlchemy (``commlens.store.plain``), or
     None: ``Store`` reads them (and says what is wrong, when something is). Stored thresholds, where they apply,
     are left to ``Store`` too."""
@@ -390,6 +379,6 @@ def _plain_history(db: str | None, filters: _HistoryFilters, *, thresholds_apply
         with plain_store(db) as plain:
             if thresholds_apply and plain.has_thresholds():
                 return None
-            return (*plain.mean_history(**filters), plain.floors(filters["fingerprint"]))
+            return (*plain.mean_history(where), plain.floors(where.fingerprint))
     except NotPlain:
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,9 +14,9 @@ from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB
 
 if TYPE_CHECKING:
-    from commlens.replay.compare import ReplayComparison
+    from commlens.bench.launcher import Placement
+    from commlens.replay.compare import ReplayComparison, ReplayReport
     from commlens.replay.plan import ReplayPlan
-    from commlens.replay.runner import ReplayTimes
 
 replay_app = command_group("replay")
 
@@ -139,26 +139,18 @@ def comparison_lines(cmp: ReplayComparison) -> list[str]:
 
 
 def _finish(
-    plan: ReplayPlan,
-    times: ReplayTimes,
-    as_json: bool,
-    db: str | None,
-    store: bool,
-    tag: str | None,
-    json_path: str | None,
+    report: ReplayReport, as_json: bool, db: str | None, store: bool, tag: str | None, json_path: str | None
 ) -> None:
+    """Print the report (the comparison, or its JSON), then store its run where the options say."""
     from commlens.cli.bench_outputs import Destinations, SaveError, save_outputs
-    from commlens.replay.compare import compare_replay, replay_run
 
-    cmp = compare_replay(plan, times)
-    run = replay_run(plan, times, cmp, tag=tag)
     if as_json:
-        print(json.dumps({"run_id": run.run_id, **cmp.to_json()}, indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
-        for line in comparison_lines(cmp):
+        for line in comparison_lines(report.comparison):
             print(line)
     try:
-        save_outputs(run, Destinations(json_path=json_path, db=db, store=store, tag=tag), lambda m: say("", m))
+        save_outputs(report.run, Destinations(json_path=json_path, db=db, store=store, tag=tag), lambda m: say("", m))
     except SaveError as e:
         fail(str(e), 1)
 
@@ -204,10 +196,8 @@ def run_cmd(
     from commlens.bench.config import ConfigError, backend_problem
     from commlens.bench.launcher import Local, OnCluster
     from commlens.cli.bench_outputs import Destinations, check_destinations
-    from commlens.replay import load_plan
+    from commlens.replay import ReplayRequest, ReplaySettings, load_plan, run
     from commlens.replay.plan import check_runnable
-    from commlens.replay.runner import run_replay
-    from commlens.replay.settings import ReplaySettings
     from commlens.replay.transform import first_ranks, select_group
 
     if group is not None and map_ranks is not None:
@@ -245,7 +235,7 @@ def run_cmd(
             ops = sorted({c.op for r in plan.ranks for c in r.calls})
             if all(algo_for(algo, op) == "builtin" for op in ops):
                 fail(f"--algo {algo}: commlens has no such algorithm for any op of the plan ({', '.join(ops)})")
-        placement: Any = OnCluster(cluster, ranks_per_host) if cluster else Local(nproc or plan.world_size)
+        placement: Placement = OnCluster(cluster, ranks_per_host) if cluster else Local(nproc or plan.world_size)
         if nproc is not None and nproc != plan.world_size:
             fail(
                 f"--nproc {nproc}: the plan has {plan.world_size} ranks; scale it down with --group NAME or "
@@ -258,11 +248,12 @@ def run_cmd(
         import shlex
         import sys
 
-        times = run_replay(plan, settings, placement, "commlens replay " + shlex.join(sys.argv[2:]))
-        _finish(plan, times, as_json, db, not no_store, tag, json_path)
+        command = "commlens replay " + shlex.join(sys.argv[2:])
+        report = run(ReplayRequest(plan, placement, settings, command_line=command, tag=tag))
+        _finish(report, as_json, db, not no_store, tag, json_path)
 
 
-def _overlapping(plan: Any) -> bool:
+def _overlapping(plan: ReplayPlan) -> bool:
     """Whether the plan's calls overlap on a rank (an async job), said on stderr: then the default mode is the
     timeline, the one mode that keeps that overlap."""
     from commlens.replay.plan import overlapping_calls
@@ -288,10 +279,10 @@ def report_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Compare and store a replay that an external launcher (torchrun, srun) ran."""
-    from commlens.replay import load_plan
+    from commlens.replay import load_plan, report_times
     from commlens.replay.runner import load_times
 
     with errors_as_exit():
         plan = load_plan(plan_file)
-        times = load_times(times_file, plan)
-        _finish(plan, times, as_json, db, not no_store, tag, json_path)
+        report = report_times(plan, load_times(times_file, plan), tag=tag)
+        _finish(report, as_json, db, not no_store, tag, json_path)

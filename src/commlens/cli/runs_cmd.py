@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,7 +16,7 @@ from commlens.cli.text import terminal_safe
 
 if TYPE_CHECKING:
     from commlens.results.records import Measurement, Run
-    from commlens.store import CorruptRunError, RunSummary, Store
+    from commlens.store import CorruptRunError, RunFilter, RunSummary, Store
 
 runs_app = command_group("runs", no_args_is_help=False)
 
@@ -64,7 +64,10 @@ def runs_list(
     """List stored runs, newest first."""
     db = _db(ctx, db)
     if ctx.invoked_subcommand is None:  # `runs list`, or `runs` alone (this is also the group's callback)
-        _list(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, limit=limit, db=db, as_json=as_json)
+        from commlens.store import RunFilter
+
+        where = RunFilter(tag=tag, op=_op_name(op), since=since, until=until, fingerprint=fingerprint)
+        _list(where, limit=limit, db=db, as_json=as_json)
     else:
         ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too
 
@@ -88,28 +91,14 @@ def _db(ctx: typer.Context, db: str | None) -> str | None:
     return db if db is not None else parent.get("db")
 
 
-def _list(
-    *,
-    tag: str | None,
-    op: str | None,
-    since: str | None,
-    until: str | None,
-    fingerprint: str | None,
-    limit: int,
-    db: str | None,
-    as_json: bool,
-) -> None:
+def _list(where: RunFilter, *, limit: int, db: str | None, as_json: bool) -> None:
+    from commlens.store import RunFilter
     from commlens.store.db import NoStoreError, StoreError, db_url, default_db_url, sqlite_file_missing
 
-    op = _op_name(op)
     try:
         if sqlite_file_missing(default_db_url() if db is None else db_url(db)):
             raise NoStoreError("no store yet")  # said without loading the ORM (SQLAlchemy) at all
-        rows = (
-            _plain_list(db, tag=tag, op=op, fingerprint=fingerprint, limit=limit)
-            if since is None and until is None
-            else None
-        )
+        rows = _plain_list(db, where, limit)
         if rows is None:
             from commlens.store import Store
 
@@ -121,32 +110,23 @@ def _list(
     if rows is None:
         with store:
             with errors_as_exit(escape_all=True):
-                rows = store.list_runs(
-                    tag=tag,
-                    op=op,
-                    since=since,
-                    until=until,
-                    fingerprint=fingerprint,
-                    limit=limit,
-                    on_corrupt=warn_corrupt,
-                )
+                rows = store.list_runs(where, limit=limit, on_corrupt=warn_corrupt)
     if as_json:
         print(json.dumps([r.as_dict() for r in rows], indent=1))
         return
     if not rows:
-        filtered = any(v is not None for v in (tag, op, since, until, fingerprint))
-        print("no runs match" if filtered else "no runs stored yet: `commlens bench` stores one")
+        print("no runs match" if where != RunFilter() else "no runs stored yet: `commlens bench` stores one")
         return
     print_run_table(rows)
 
 
-def _plain_list(db: str | None, **filters: Any) -> list[RunSummary] | None:
+def _plain_list(db: str | None, where: RunFilter, limit: int) -> list[RunSummary] | None:
     """The listing read without SQLAlchemy (``commlens.store.plain``), or None: ``Store`` reads it."""
     from commlens.store import NotPlain, plain_store
 
     try:
         with plain_store(db) as plain:
-            return plain.list_runs(**filters)
+            return plain.list_runs(where, limit=limit)
     except NotPlain:
         return None
 
@@ -213,7 +193,7 @@ def show_cmd(
 
 def _show(run: str, db: str | None, as_json: bool) -> None:
     from commlens.results.jsonfmt import run_to_dict
-    from commlens.results.table import BenchRow, run_table_lines, system_header_lines
+    from commlens.results.table import BenchRow, SweepHeader, run_table_lines, system_header_lines
     from commlens.store.refs import NotOneRunError, resolve_run_ids
 
     found = _plain_run(run, db)  # the table is built from the Run's records, its JSON from run_to_dict
@@ -236,9 +216,9 @@ def _show(run: str, db: str | None, as_json: bool) -> None:
     rows = {key: BenchRow(*key[1:], count=ms[0].count, measurements=tuple(ms)) for key, ms in placements.items()}
     checked = [m.nwrong for m in found.measurements if m.nwrong is not None]
     cfg = found.config.as_dict()
-    bench_keys = ("ops", "dtypes", "min_bytes", "max_bytes", "iters", "warmup", "check_iters", "blocking")
     # the bench preamble only for a config that has its fields (an ingested PARAM run has "ops" of its own)
-    lines = system_header_lines(found.run_id, cfg, found.system) if all(k in cfg for k in bench_keys) else []
+    sweep = SweepHeader.of(cfg)
+    lines = system_header_lines(found.run_id, sweep, found.system) if sweep else []
     lines += [f"# {n}" for n in found.notes]
     tables = cfg.get("runs")  # an ingested nccl-tests file's tables
     lines += [
@@ -351,7 +331,7 @@ def export_cmd(
 ) -> None:
     """Export stored runs, oldest first, to CSV or JSON."""
     from commlens.errors import CommlensError
-    from commlens.store import ExportFormat, export_runs
+    from commlens.store import ExportFormat, RunFilter, export_runs
     from commlens.store.refs import resolve_run_ids
 
     op = _op_name(op)
@@ -369,16 +349,8 @@ def export_cmd(
     with open_store(db) as store:
         try:
             run_ids = [i for ref in runs for i in resolve_run_ids(ref, store)] if runs else None
-            summaries = store.list_runs(
-                tag=tag,
-                op=op,
-                since=since,
-                until=until,
-                fingerprint=fingerprint,
-                run_ids=run_ids,
-                limit=None,
-                on_corrupt=warn_corrupt,
-            )
+            where = RunFilter(tag=tag, op=op, since=since, until=until, fingerprint=fingerprint, run_ids=run_ids)
+            summaries = store.list_runs(where, limit=None, on_corrupt=warn_corrupt)
             oldest_first = [s.run_id for s in reversed(summaries)]
             loaded = store.iter_runs(oldest_first, on_corrupt=warn_corrupt)
             counts = export_runs(loaded, output, export_format)

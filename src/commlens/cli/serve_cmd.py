@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
+from dataclasses import dataclass
 
 import typer
 
 from commlens.cli.app import app, fail
 from commlens.cli.errors import errors_as_exit
-from commlens.cli.options import DB
+from commlens.cli.options import DB, option_set
 
 TOKEN_ENV = "COMMLENS_SERVE_TOKEN"
 WRITE_TOKEN_ENV = "COMMLENS_SERVE_WRITE_TOKEN"
 MONITOR_TOKEN_ENV = "COMMLENS_MONITOR_TOKEN"  # what commlens.monitor and monitor collect read
 
 
+@dataclass(frozen=True)
+class _LimitOptions:
+    """The options of ``serve.limits.Limits``, field for field (and its defaults)."""
+
+    header_timeout_s: float = typer.Option(
+        10.0, "--header-timeout", help="seconds a connection has to send a request's headers"
+    )
+    body_timeout_s: float = typer.Option(30.0, "--body-timeout", help="seconds a request has to send its body")
+    keep_alive_s: float = typer.Option(5.0, "--keep-alive", help="seconds an idle kept-alive connection stays open")
+    max_connections: int = typer.Option(
+        4096,
+        "--max-connections",
+        help="open connections at most (lowered to what the descriptor limit leaves room for); over it, the "
+        "connection that waited longest for its headers is closed",
+    )
+    max_requests_per_client: int = typer.Option(
+        32, "--max-requests-per-client", help="requests of one client address served at once; more get 429"
+    )
+
+
 @app.command("serve")
+@option_set("limit_options", _LimitOptions)
 def serve(
     db: str | None = DB,
     host: str = typer.Option("127.0.0.1", help="address to bind: loopback unless told; any other needs --token"),
@@ -38,20 +61,8 @@ def serve(
         None, "--monitor-token", help="the token of those endpoints (default: $COMMLENS_MONITOR_TOKEN)"
     ),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level"),
-    header_timeout: float = typer.Option(
-        10.0, "--header-timeout", help="seconds a connection has to send a request's headers"
-    ),
-    body_timeout: float = typer.Option(30.0, "--body-timeout", help="seconds a request has to send its body"),
-    keep_alive: float = typer.Option(5.0, "--keep-alive", help="seconds an idle kept-alive connection stays open"),
-    max_connections: int = typer.Option(
-        4096,
-        "--max-connections",
-        help="open connections at most (lowered to what the descriptor limit leaves room for); over it, the "
-        "connection that waited longest for its headers is closed",
-    ),
-    max_requests_per_client: int = typer.Option(
-        32, "--max-requests-per-client", help="requests of one client address served at once; more get 429"
-    ),
+    *,
+    limit_options: _LimitOptions,
 ) -> None:
     """Serve the dashboard: runs, run, compare, history, regressions, diagnoses, projections, live jobs."""
     from commlens.serve.config import ServeConfig
@@ -64,13 +75,7 @@ def serve(
     with errors_as_exit():
         from commlens.serve.limits import Limits
 
-        limits = Limits(
-            header_timeout_s=header_timeout,
-            body_timeout_s=body_timeout,
-            keep_alive_s=keep_alive,
-            max_connections=max_connections,
-            max_requests_per_client=max_requests_per_client,
-        )
+        limits = Limits(**dataclasses.asdict(limit_options))
         url = default_db_url() if db is None else db_url(db)
         config = ServeConfig(
             db_url=url,
@@ -82,8 +87,6 @@ def serve(
             monitor_endpoints=tuple(monitor),
             monitor_token=monitor_token if monitor_token is not None else os.environ.get(MONITOR_TOKEN_ENV) or None,
         )
-    import dataclasses
-
     import uvicorn
 
     from commlens.serve.limits import connection_plan

@@ -6,10 +6,9 @@ import json
 from collections.abc import Callable
 from typing import TypedDict
 
-import typer
-
 from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.presets import preset_commands
 
 topology_app = command_group("topology")
 
@@ -72,21 +71,14 @@ _COLUMNS: tuple[tuple[str, Callable[[_Preset], str]], ...] = (
 )
 
 
-@topology_app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def _names() -> list[str]:
     """List the shipped presets."""
-    from commlens.cli.tables import print_listing
     from commlens.topology import list_presets
 
-    rows = [_row(name) for name in list_presets()]
-    print_listing(rows, _COLUMNS, as_json, numbers=frozenset(h for h, _ in _COLUMNS[1:-1]))
+    return list_presets()
 
 
-@topology_app.command("show")
-def show_cmd(
-    name: str = typer.Argument(..., help="a preset name (see `commlens topology list`) or a YAML file"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
-) -> None:
+def _show(name: str, as_json: bool) -> None:
     """Print one topology: every level, its figures and where they come from."""
     from commlens.topology import dump_topology, topology_to_dict
 
@@ -95,3 +87,6 @@ def show_cmd(
         print(json.dumps(topology_to_dict(topology), indent=1))
     else:
         print(dump_topology(topology), end="")
+
+
+preset_commands(topology_app, "topology", names=_names, row=_row, columns=_COLUMNS, show=_show)

@@ -6,10 +6,9 @@ import json
 from collections.abc import Callable
 from typing import TypedDict
 
-import typer
-
 from commlens.cli.app import command_group
 from commlens.cli.errors import errors_as_exit
+from commlens.cli.presets import preset_commands
 
 workload_app = command_group("workload")
 
@@ -67,21 +66,14 @@ _COLUMNS: tuple[tuple[str, Callable[[_Preset], str]], ...] = (
 )
 
 
-@workload_app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def _names() -> list[str]:
     """List the shipped workload presets: size, shape, sequence and batch."""
-    from commlens.cli.tables import print_listing
     from commlens.workload import list_presets
 
-    rows = [_row(name) for name in list_presets()]
-    print_listing(rows, _COLUMNS, as_json, numbers=frozenset(h for h, _ in _COLUMNS[1:-1]))
+    return list_presets()
 
 
-@workload_app.command("show")
-def show_cmd(
-    name: str = typer.Argument(..., help="a preset name (see `commlens workload list`) or a YAML file"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
-) -> None:
+def _show(name: str, as_json: bool) -> None:
     """Print one workload, every field as `project` reads it (defaults filled in)."""
     import yaml
 
@@ -93,3 +85,6 @@ def show_cmd(
         print(json.dumps(data, indent=1))
     else:
         print(yaml.safe_dump(data, sort_keys=False), end="")
+
+
+preset_commands(workload_app, "workload", names=_names, row=_row, columns=_COLUMNS, show=_show)

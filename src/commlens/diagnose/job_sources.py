@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -320,39 +321,58 @@ def _reader_note(note: str) -> bool:
     return "compact records" in note or "rank is each" in note
 
 
-def _inspector(paths: list[Path]) -> SourceData:
-    parts: list[Columns] = []
+@dataclass
+class _FilePart:
+    """What one file of a completed-collectives source (NCCL Inspector's, the monitor's) gave: its columns, its
+    communicators' sizes, its notes, and whether its starts are timestamps of their own."""
+
+    columns: Columns
+    sizes: dict[str, int]
+    notes: list[str]
+    starts_independent: bool
+
+
+def _completed_source(kind: str, paths: list[Path], counter: str, read: Callable[[Path], _FilePart]) -> SourceData:
+    """A source of completed collectives read file by file: the files' columns joined, in order."""
+    parts = [read(path) for path in paths]
     sizes: dict[str, int] = {}
-    notes: list[str] = []
-    verbose = False
-    for path in paths:
-        fast = read_inspector_columns(path)
-        if fast is not None:  # the compact layout, every record checked by column
-            notes.extend(f"{path.name}: {n}" for n in fast.notes if not _reader_note(n))
-            for c in fast.communicators.values():
-                sizes[c.id] = c.n_ranks
-            parts.append(
-                _completed_columns(fast, fast.rank, np.where(fast.group_size == fast.world_size, fast.rank, -1))
-            )
-            continue
-        obs = ColumnBuilder()
-        dump = read_inspector(path)
-        verbose = verbose or dump.verbose
-        notes.extend(f"{path.name}: {n}" for n in dump.notes if not _reader_note(n))
-        for c in dump.communicators.values():
-            sizes[c.id] = c.n_ranks
-        for r in dump.records:
-            obs.add(_completed(r, r.rank, r.rank if r.group_size == dump.world_size else None))
-        parts.append(obs.build(str(path)))
+    for part in parts:
+        sizes.update(part.sizes)
     return SourceData(
-        kind="nccl-inspector",
+        kind=kind,
         paths=tuple(paths),
-        columns=Columns.concat(parts),
+        columns=Columns.concat([part.columns for part in parts]),
         group_sizes=sizes,
-        counter="coll_sn: per communicator and per collective type (NCCL's comm->seqNumber[func]), from 0",
-        starts_independent=verbose,
-        notes=notes,
+        counter=counter,
+        starts_independent=any(part.starts_independent for part in parts),
+        notes=[note for part in parts for note in part.notes],
     )
+
+
+def _inspector_file(path: Path) -> _FilePart:
+    fast = read_inspector_columns(path)
+    if fast is not None:  # the compact layout, every record checked by column
+        return _FilePart(
+            _completed_columns(fast, fast.rank, np.where(fast.group_size == fast.world_size, fast.rank, -1)),
+            {c.id: c.n_ranks for c in fast.communicators.values()},
+            [f"{path.name}: {n}" for n in fast.notes if not _reader_note(n)],
+            False,
+        )
+    obs = ColumnBuilder()
+    dump = read_inspector(path)
+    for r in dump.records:
+        obs.add(_completed(r, r.rank, r.rank if r.group_size == dump.world_size else None))
+    return _FilePart(
+        obs.build(str(path)),
+        {c.id: c.n_ranks for c in dump.communicators.values()},
+        [f"{path.name}: {n}" for n in dump.notes if not _reader_note(n)],
+        dump.verbose,
+    )
+
+
+def _inspector(paths: list[Path]) -> SourceData:
+    counter = "coll_sn: per communicator and per collective type (NCCL's comm->seqNumber[func]), from 0"
+    return _completed_source("nccl-inspector", paths, counter, _inspector_file)
 
 
 # each Flight Recorder dump directory read by column (None: not by column; read it record by record)
@@ -594,31 +614,21 @@ def _kineto(paths: list[Path]) -> SourceData:
     )
 
 
-def _monitor(paths: list[Path]) -> SourceData:
-    parts: list[Columns] = []
+def _monitor_file(path: Path) -> _FilePart:
+    fast = read_monitor_columns(path)
+    if fast is not None:  # every line well formed, every record checked by column
+        return _FilePart(_completed_columns(fast, fast.group_rank, fast.rank), dict(fast.group_sizes), [], True)
+    obs = ColumnBuilder()
+    got = read_monitor_records(path)
     sizes: dict[str, int] = {}
-    notes: list[str] = []
-    for path in paths:
-        fast = read_monitor_columns(path)
-        if fast is not None:  # every line well formed, every record checked by column
-            sizes.update(fast.group_sizes)
-            parts.append(_completed_columns(fast, fast.group_rank, fast.rank))
-            continue
-        obs = ColumnBuilder()
-        got = read_monitor_records(path)
-        if got.bad_lines:
-            notes.append(f"{path.name}: {got.bad_lines} damaged lines left out")
-        for r in got.records:
-            sizes[r.group] = r.group_size
-            rank = r.group_ranks.index(r.rank) if r.group_ranks is not None else r.rank
-            obs.add(_completed(r, rank, r.rank))
-        parts.append(obs.build(str(path)))
-    return SourceData(
-        kind="monitor",
-        paths=tuple(paths),
-        columns=Columns.concat(parts),
-        group_sizes=sizes,
-        counter="seq: the monitor's per-group count of the collectives it saw, from 0 when it was installed",
-        starts_independent=True,
-        notes=notes,
-    )
+    for r in got.records:
+        sizes[r.group] = r.group_size
+        rank = r.group_ranks.index(r.rank) if r.group_ranks is not None else r.rank
+        obs.add(_completed(r, rank, r.rank))
+    notes = [f"{path.name}: {got.bad_lines} damaged lines left out"] if got.bad_lines else []
+    return _FilePart(obs.build(str(path)), sizes, notes, True)
+
+
+def _monitor(paths: list[Path]) -> SourceData:
+    counter = "seq: the monitor's per-group count of the collectives it saw, from 0 when it was installed"
+    return _completed_source("monitor", paths, counter, _monitor_file)

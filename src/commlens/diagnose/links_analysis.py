@@ -48,6 +48,16 @@ class LinkFault:
     confidence: float
     evidence: str
 
+    @classmethod
+    def found(
+        cls, hosts: tuple[int, ...], measured: float, expected: float, confidence: float, before: str, after: str = ""
+    ) -> LinkFault:
+        """A slow host (one in ``hosts``) or slow link (two): the evidence is ``before``, the measured rate
+        against the expected one, then ``after``; the confidence is kept to 3 decimals."""
+        versus = f"{measured / 1e6:.1f} MB/s vs {expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x)"
+        kind = "slow_host" if len(hosts) == 1 else "slow_link"
+        return cls(kind, hosts, measured, expected, round(confidence, 3), before + versus + after)
+
 
 # One rank's timed sends in one test (``links_measure``): "pair" (to ``peer``, in a tournament round; both
 # ranks of a pair report, one direction each), "ring" (to the next rank, all at once) or "group" (to the next
@@ -266,15 +276,13 @@ def _faults(
             measured = _median([_median(pair_bw[k]) for k in mine])
             agree = sum(low_passes[k] for k in mine) / (len(mine) * passes)
             faults.append(
-                LinkFault(
-                    "slow_host",
+                LinkFault.found(
                     (h,),
                     measured,
                     expected,
-                    round(agree, 3),
+                    agree,
                     f"{n_low}/{len(mine)} pairs of host {h} low (below {low_ratio:.2f}x expected) in most of {passes} "
-                    f"passes: median {measured / 1e6:.1f} MB/s vs {expected / 1e6:.1f} MB/s expected "
-                    f"({measured / expected:.2f}x)",
+                    "passes: median ",
                 )
             )
     for key in sorted(low):
@@ -286,15 +294,14 @@ def _faults(
         others_ok = (sum(passes - low_passes[k] for k in others) / (len(others) * passes)) if others else 1.0
         confidence = low_passes[key] / passes * others_ok
         faults.append(
-            LinkFault(
-                "slow_link",
+            LinkFault.found(
                 key,
                 measured,
                 expected,
-                round(confidence, 3),
-                f"pair {a}-{b} low in {low_passes[key]}/{passes} passes: {measured / 1e6:.1f} MB/s vs "
-                f"{expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x); hosts {a} and {b} are normal "
-                f"with their other peers ({others_ok:.0%} of those measurements at or above the bar)",
+                confidence,
+                f"pair {a}-{b} low in {low_passes[key]}/{passes} passes: ",
+                f"; hosts {a} and {b} are normal with their other peers ({others_ok:.0%} of those measurements at or "
+                "above the bar)",
             )
         )
     return faults

@@ -320,15 +320,13 @@ class GroupSearch:
             measured = ref.rate_bytes_per_s
             groups = " > ".join(f"{_name(c.test)} {c.rate_bytes_per_s / expected:.2f}x" for c in reversed(chain[1:]))
             faults.append(
-                LinkFault(
-                    "slow_host",
+                LinkFault.found(
                     (h,),
                     measured,
                     expected,
-                    round(agree, 3),
-                    f"low in every test that held it ({groups}); with good host {ref.test.hosts[1]}: "
-                    f"{measured / 1e6:.1f} MB/s vs {expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x), "
-                    f"low in {ref.low_passes}/{passes} passes",
+                    agree,
+                    f"low in every test that held it ({groups}); with good host {ref.test.hosts[1]}: ",
+                    f", low in {ref.low_passes}/{passes} passes",
                 )
             )
         for (a, b), tid in sorted(self.slow_links.items()):
@@ -337,15 +335,14 @@ class GroupSearch:
             ok = sum(passes - c.low_passes for c in clear) / (len(clear) * passes) if clear else 1.0
             measured = o.rate_bytes_per_s
             faults.append(
-                LinkFault(
-                    "slow_link",
+                LinkFault.found(
                     (a, b),
                     measured,
                     expected,
-                    round(o.low_passes / passes * ok, 3),
-                    f"pair {a}-{b} low in {o.low_passes}/{passes} passes: {measured / 1e6:.1f} MB/s vs "
-                    f"{expected / 1e6:.1f} MB/s expected ({measured / expected:.2f}x); hosts {a} and {b} are normal "
-                    f"without each other ({', '.join(_name(c.test) for c in clear)}: {ok:.0%} of passes at or above the bar)",
+                    o.low_passes / passes * ok,
+                    f"pair {a}-{b} low in {o.low_passes}/{passes} passes: ",
+                    f"; hosts {a} and {b} are normal without each other ({', '.join(_name(c.test) for c in clear)}: "
+                    f"{ok:.0%} of passes at or above the bar)",
                 )
             )
         bw: list[list[float | None]] = [[None] * n for _ in range(n)]

@@ -49,11 +49,11 @@ from commlens.ingest.nccltests_facts import (
     system_from_ranks,
     unknown_dtype_message,
 )
-from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, zero_time_note
+from commlens.ingest.table_checks import BusbwCheck, check_size, resolve_op, row_measurement, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.nccltests_json import from_nccl_tests
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, RunStatus, SystemInfo
+from commlens.results.records import DTYPE_SIZES, Measurement, RunStatus, SystemInfo
 from commlens.results.stats import TimeStats
 from commlens.results.units import finite_float
 
@@ -242,23 +242,21 @@ def _placement(
     if nwrong_f is not None and nwrong_f >= MAX_COUNT:
         raise doc.error((*path, "nwrong"), check_limit("nwrong", int(nwrong_f), MAX_COUNT) or "")
     redop, root = from_nccl_tests(str(entry.get("redop") or "none"), root)
-    try:
-        return Measurement(
-            op=spec.name,
-            dtype=dtype,
-            size_bytes=size,
-            count=count,
-            in_place=in_place,
-            world_size=world,
-            samples_s=tuple(samples),
-            redop=redop,
-            root=root,
-            nwrong=None if nwrong_f is None else int(nwrong_f),
-            rank_samples_s=rank_samples,
-            reported=reported,
-        )
-    except RecordError as e:
-        raise doc.error(path, str(e)) from None
+    return row_measurement(
+        spec,
+        world,
+        lambda message: doc.error(path, message),
+        dtype=dtype,
+        size=size,
+        count=count,
+        in_place=in_place,
+        redop=redop,
+        root=root,
+        reported=reported,
+        samples=tuple(samples),
+        nwrong=None if nwrong_f is None else int(nwrong_f),
+        rank_samples=rank_samples,
+    )
 
 
 def parse_nccl_tests_json(source: Source, *, op: str | None = None) -> ParsedRun:

@@ -54,11 +54,18 @@ from commlens.ingest.nccltests_reader import (
     Segment,
     table_number,
 )
-from commlens.ingest.table_checks import BusbwCheck, check_size, consistent_time, resolve_op, zero_time_note
+from commlens.ingest.table_checks import (
+    BusbwCheck,
+    check_size,
+    consistent_time,
+    resolve_op,
+    row_measurement,
+    zero_time_note,
+)
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.nccltests_json import from_nccl_tests
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
+from commlens.results.records import DTYPE_SIZES, Measurement, SystemInfo
 from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "parse_nccl_tests_text"]
@@ -308,24 +315,21 @@ class _Rows:
             reported = TimeStats.of_mean(time_s, self.iters)
         if spec.name != "barrier":
             self.check.add(lineno, busbw, size, time_s, self.factor)
-        try:
-            self.out.append(
-                Measurement(
-                    op=spec.name,
-                    dtype=dt[0],
-                    size_bytes=size,
-                    count=count,
-                    in_place=in_place,
-                    world_size=self.world,
-                    samples_s=(),
-                    redop=redop,
-                    root=root,
-                    nwrong=nwrong,
-                    reported=reported,
-                )
+        self.out.append(
+            row_measurement(
+                spec,
+                self.world,
+                lambda message: source.error(lineno, message),
+                dtype=dt[0],
+                size=size,
+                count=count,
+                in_place=in_place,
+                redop=redop,
+                root=root,
+                reported=reported,
+                nwrong=nwrong,
             )
-        except RecordError as e:
-            raise source.error(lineno, str(e)) from None
+        )
 
     def table(self, where: str) -> _Table:
         """The measurements read, with the notes and config entries on what was normalised; ``where`` names

@@ -35,10 +35,10 @@ from commlens.ingest.base import (
     check_limit,
     quote,
 )
-from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, zero_time_note
+from commlens.ingest.table_checks import BusbwCheck, is_decimal, resolve_op, row_measurement, zero_time_note
 from commlens.ops import OpSpec, UnknownOpError
 from commlens.results.jsonvalue import JsonObject
-from commlens.results.records import DTYPE_SIZES, Measurement, RecordError, SystemInfo
+from commlens.results.records import DTYPE_SIZES, Measurement, SystemInfo
 from commlens.results.stats import TimeStats
 
 __all__ = ["FORMAT", "parse_param"]
@@ -343,21 +343,18 @@ def _measurement(
     )
     if "busbw" in v and spec.name != "barrier":
         checks.setdefault(spec.name, BusbwCheck()).add(lineno, v["busbw"], size, p50_s, spec.busbw_factor(world))
-    try:
-        return Measurement(
-            op=spec.name,
-            dtype=dtype,
-            size_bytes=size,
-            count=count,
-            in_place=spec.name in _IN_PLACE,
-            world_size=world,
-            samples_s=(),
-            redop="sum" if spec.reduces else None,
-            root=0 if spec.has_root else None,
-            reported=reported,
-        )
-    except RecordError as e:
-        raise source.error(lineno, str(e)) from None
+    return row_measurement(
+        spec,
+        world,
+        lambda message: source.error(lineno, message),
+        dtype=dtype,
+        size=size,
+        count=count,
+        in_place=spec.name in _IN_PLACE,
+        redop="sum" if spec.reduces else None,
+        root=0 if spec.has_root else None,
+        reported=reported,
+    )
 
 
 FORMAT = InputFormat(

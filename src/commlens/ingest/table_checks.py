@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from commlens.ops import OPS, OpSpec, UnknownOpError, get_op
+from commlens.results.records import Measurement, RecordError
+from commlens.results.stats import TimeStats
 
 __all__ = [
     "BUSBW_ABS_TOL_GBPS",
@@ -20,6 +22,7 @@ __all__ = [
     "consistent_time",
     "is_decimal",
     "resolve_op",
+    "row_measurement",
     "zero_time_note",
 ]
 
@@ -144,3 +147,41 @@ class BusbwCheck:
                 f"computed {computed:.4g} GB/s); check the op and the world size"
             ),
         )
+
+
+def row_measurement(
+    spec: OpSpec,
+    world: int,
+    refused: Callable[[str], Exception],
+    *,
+    dtype: str,
+    size: int,
+    count: int,
+    in_place: bool,
+    redop: str | None,
+    root: int | None,
+    reported: TimeStats | None,
+    samples: tuple[float, ...] = (),
+    nwrong: int | None = None,
+    rank_samples: tuple[tuple[float, ...], ...] | None = None,
+) -> Measurement:
+    """One result of a table (a half-row of nccl-tests' text or ``-J``, a PARAM row) as a measurement of ``spec``
+    over ``world`` ranks; a value the record refuses is raised as ``refused(message)``, the reader's error at the
+    row."""
+    try:
+        return Measurement(
+            op=spec.name,
+            dtype=dtype,
+            size_bytes=size,
+            count=count,
+            in_place=in_place,
+            world_size=world,
+            samples_s=samples,
+            redop=redop,
+            root=root,
+            nwrong=nwrong,
+            rank_samples_s=rank_samples,
+            reported=reported,
+        )
+    except RecordError as e:
+        raise refused(str(e)) from None

@@ -66,6 +66,22 @@ def _needs_switch(cost: Cost) -> None:
         raise InfeasibleError("nvls needs at least 2 ranks in a scale-up domain")
 
 
+def _nvls(cost: Cost, up_bytes: float, out: tuple[float, float, float], reduce_bytes: float = 0.0) -> None:
+    """An in-switch (NVLS) model: each rank moves ``up_bytes`` through the switch in one step; across domains,
+    pipelined with it (:func:`two_level`), ``out`` is (messages, bytes, rate) and ``reduce_bytes`` what ranks
+    reduce. In one domain the switch step alone."""
+    _needs_switch(cost)
+    L = cost.layout
+    if not L.multi_domain:
+        cost.stage(
+            ((UP, 1, L.switch_latency_s),),
+            ((UP, up_bytes, L.switch_rate),),
+            pattern=("switch", up_bytes * L.up_rate / L.switch_rate),
+        )
+        return
+    two_level(cost, (1, L.switch_latency_s, up_bytes, L.switch_rate), out, reduce_bytes, inner="switch")
+
+
 def _pow2_split(p: int) -> tuple[int, int]:
     """(p', r): the largest power of two <= p and the ranks left over."""
     pp = 1 << floor_log2(p)
@@ -321,22 +337,13 @@ def _ar_nvls(cost: Cost, n: float) -> None:
     370-380 GB/s NVIDIA shows for NVLS-tree across DGX H100 nodes, GTC 2024
     via NVIDIA/nccl#1649).
     """
-    _needs_switch(cost)
     L = cost.layout
     D, M = L.domain_ranks, L.domains
-    if not L.multi_domain:
-        cost.stage(
-            ((UP, 1, L.switch_latency_s),),
-            ((UP, n * (1 + 1 / D), L.switch_rate),),
-            pattern=("switch", n * (1 + 1 / D) * L.up_rate / L.switch_rate),
-        )
-        return
-    two_level(
+    _nvls(
         cost,
-        (1, L.switch_latency_s, n * (1 + 1 / D), L.switch_rate),
+        n * (1 + 1 / D),
         (2 * floor_log2(M), (1 if M == 2 else 2) * n / D, L.nic_share(L.ranks_per_host)),
         (M - 1) / M * n / D,
-        inner="switch",
     )
 
 
@@ -385,23 +392,9 @@ def _rs_hierarchical(cost: Cost, size: float) -> None:
 
 def _rs_nvls(cost: Cost, size: float) -> None:
     """Each rank's S leaves through the switch (multimem loads), its reduced s comes back."""
-    _needs_switch(cost)
     L = cost.layout
     D, M = L.domain_ranks, L.domains
-    if not L.multi_domain:
-        cost.stage(
-            ((UP, 1, L.switch_latency_s),),
-            ((UP, size, L.switch_rate),),
-            pattern=("switch", size * L.up_rate / L.switch_rate),
-        )
-        return
-    two_level(
-        cost,
-        (1, L.switch_latency_s, size, L.switch_rate),
-        (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)),
-        (M - 1) / M * size / D,
-        inner="switch",
-    )
+    _nvls(cost, size, (M - 1, (M - 1) / M * size / D, L.nic_share(L.ranks_per_host)), (M - 1) / M * size / D)
 
 
 # ---- reduce (size n: the buffer) -----------------------------------------------------------------
@@ -436,6 +429,12 @@ def _reduce_direct(cost: Cost, n: float) -> None:
 
 def _reduce_hierarchical(cost: Cost, n: float) -> None:
     """Binomial reduce in each domain, then binomial reduce among the domain leaders."""
+    _binomial_levels(cost, n, reduce=True)
+
+
+def _binomial_levels(cost: Cost, n: float, reduce: bool) -> None:
+    """A binomial tree in each domain and one among the domain leaders, pipelined: lg D steps of n inside, lg M
+    across (the hierarchical reduce, each step reducing n, and its mirror, the hierarchical broadcast)."""
     _needs_domains(cost, "hierarchical")
     L = cost.layout
     lg_d, lg_m = ceil_log2(L.domain_ranks), ceil_log2(L.domains)
@@ -443,7 +442,7 @@ def _reduce_hierarchical(cost: Cost, n: float) -> None:
         cost,
         (lg_d, L.up_latency_s, lg_d * n, L.up_rate),
         (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]),
-        (lg_d + lg_m) * n,
+        (lg_d + lg_m) * n if reduce else 0.0,
     )
 
 
@@ -466,20 +465,22 @@ def _ag_recursive_doubling(cost: Cost, size: float) -> None:
     exchange(cost, steps, all_send=True)
 
 
-def _doubling_blocks(p: int, s: float) -> list[tuple[int, float, float]]:
-    """Steps k = 0 .. ceil(lg p) - 1 at distance 2^k, each moving min(2^k, p - 2^k) blocks of s: (p-1) s in all
-    (Bruck's all-gather, the binomial gather)."""
-    return [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))]
+def _doubling(cost: Cost, size: float, all_send: bool) -> None:
+    """Steps k = 0 .. ceil(lg p) - 1 at distance 2^k, each moving min(2^k, p - 2^k) blocks of s = S/p: (p-1) s in
+    all (Bruck's all-gather, every rank sending; the binomial gather)."""
+    p = cost.layout.ranks
+    s = size / p
+    exchange(cost, [(1 << k, min(1 << k, p - (1 << k)) * s, 0.0) for k in range(ceil_log2(p))], all_send=all_send)
 
 
 def _ag_bruck(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step k sends min(2^k, p - 2^k) blocks of s to rank - 2^k."""
-    p = cost.layout.ranks
-    exchange(cost, _doubling_blocks(p, size / p), all_send=True)
+    _doubling(cost, size, all_send=True)
 
 
-def _ag_direct(cost: Cost, size: float) -> None:
-    """Every rank sends its s to every other rank at once: (p-1) a + (p-1)/p S b."""
+def _direct_blocks(cost: Cost, size: float) -> None:
+    """Every rank sends s = S/p to every other rank at once, levels overlapping: (p-1) a + (p-1)/p S b (all_gather's
+    and all_to_all's direct)."""
     direct(cost, size / cost.layout.ranks, reduce=False)
 
 
@@ -498,21 +499,8 @@ def _ag_hierarchical(cost: Cost, size: float) -> None:
 
 def _ag_nvls(cost: Cost, size: float) -> None:
     """Each rank multicasts its s through the switch; every rank receives the whole S."""
-    _needs_switch(cost)
     L = cost.layout
-    if not L.multi_domain:
-        cost.stage(
-            ((UP, 1, L.switch_latency_s),),
-            ((UP, size, L.switch_rate),),
-            pattern=("switch", size * L.up_rate / L.switch_rate),
-        )
-        return
-    two_level(
-        cost,
-        (1, L.switch_latency_s, size, L.switch_rate),
-        (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_host)),
-        inner="switch",
-    )
+    _nvls(cost, size, (L.domains - 1, (L.domains - 1) * size / L.ranks, L.nic_share(L.ranks_per_host)))
 
 
 # ---- all_to_all (size S: what one rank sends in total; s = S/p per peer) --------------------------
@@ -522,11 +510,6 @@ def _a2a_pairwise(cost: Cost, size: float) -> None:
     """(p-1) a + (p-1)/p S b, one peer after another (XOR partners where p is a power of two, as
     :func:`commlens.algos.alltoall.pairwise` pairs them)."""
     direct(cost, size / cost.layout.ranks, reduce=False, sequential=True, xor=True)
-
-
-def _a2a_direct(cost: Cost, size: float) -> None:
-    """All peers at once: (p-1) a + (p-1)/p S b, levels overlapping."""
-    direct(cost, size / cost.layout.ranks, reduce=False)
 
 
 def _a2a_bruck(cost: Cost, size: float) -> None:
@@ -561,16 +544,12 @@ def _bcast_binomial(cost: Cost, n: float) -> None:
     exchange(cost, [(1 << i, n, 0.0) for i in range(ceil_log2(cost.layout.ranks))], all_send=False)
 
 
-def _bcast_ring(cost: Cost, n: float) -> None:
-    """A pipelined chain from the root: (p - 1 + k - 1)(a + c b) for k chunks of c bytes."""
-    chain(cost, n, reduce=False)
-
-
 def _bcast_chain(cost: Cost, n: float) -> None:
-    """commlens' pipelined chain root -> root+1 -> ...: (p - 1 + k - 1)(a + c b), c = ``pipeline_chunk_bytes``.
+    """A pipelined chain from the root, root -> root+1 -> ...: (p - 1 + k - 1)(a + c b) for k chunks of c bytes,
+    c = ``pipeline_chunk_bytes``: the ``ring`` broadcast and commlens' ``chain``.
 
     The library's chain forwards chunks of the presets' pipeline_chunk_bytes (512 KiB) unless given
-    chunk_bytes: the same pipeline as the ``ring`` broadcast model.
+    chunk_bytes: the same pipeline as the ring.
     """
     chain(cost, n, reduce=False)
 
@@ -595,10 +574,7 @@ def _bcast_direct(cost: Cost, n: float) -> None:
 
 def _bcast_hierarchical(cost: Cost, n: float) -> None:
     """Binomial broadcast among domain leaders, then binomial broadcast in each domain."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    lg_d, lg_m = ceil_log2(L.domain_ranks), ceil_log2(L.domains)
-    two_level(cost, (lg_d, L.up_latency_s, lg_d * n, L.up_rate), (lg_m, lg_m * n, L.nic_rate / L.out_taper[L.job_tier]))
+    _binomial_levels(cost, n, reduce=False)
 
 
 # ---- gather and scatter (size S: all ranks' data together; s = S/p) -------------------------------
@@ -606,8 +582,7 @@ def _bcast_hierarchical(cost: Cost, n: float) -> None:
 
 def _gather_binomial(cost: Cost, size: float) -> None:
     """ceil(lg p) a + (p-1)/p S b: step i forwards 2^i blocks of s."""
-    p = cost.layout.ranks
-    exchange(cost, _doubling_blocks(p, size / p), all_send=False)
+    _doubling(cost, size, all_send=False)
 
 
 def _gather_direct(cost: Cost, size: float) -> None:
@@ -688,19 +663,19 @@ MODELS: dict[str, dict[str, CostFn]] = {
         "ring": _ag_ring,
         "recursive_doubling": _ag_recursive_doubling,
         "bruck": _ag_bruck,
-        "direct": _ag_direct,
+        "direct": _direct_blocks,
         "hierarchical": _ag_hierarchical,
         "nvls": _ag_nvls,
     },
     "all_to_all": {
         "pairwise": _a2a_pairwise,
-        "direct": _a2a_direct,
+        "direct": _direct_blocks,
         "bruck": _a2a_bruck,
         "hierarchical": _a2a_hierarchical,
     },
     "broadcast": {
         "binomial": _bcast_binomial,
-        "ring": _bcast_ring,
+        "ring": _bcast_chain,
         "chain": _bcast_chain,
         "scatter_allgather": _bcast_scatter_allgather,
         "direct": _bcast_direct,

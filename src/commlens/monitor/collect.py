@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -136,8 +136,10 @@ class CollectSettings:
             raise CollectError(f"below_expected must be in [0, 1), got {self.below_expected}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Alert:
+    """One alert: what was found on which group, op and rank, when it was raised and (once) cleared."""
+
     kind: str
     group: str
     op: str
@@ -330,8 +332,7 @@ class Collector:
                 if key in self.active:
                     self._clean[key] = self._clean.get(key, 0) + 1
                     if self._clean[key] >= self.settings.persist:
-                        alert = self.active.pop(key)
-                        alert.cleared_at_s = now
+                        alert = self._clear(self.active.pop(key), now)
                         self._clean.pop(key, None)
                         log.info("cleared %s: %s", alert.kind, alert.text)
                         if self.metrics is not None:
@@ -339,6 +340,15 @@ class Collector:
         if self.metrics is not None:
             self.metrics.lateness(self.lateness)
         return raised
+
+    def _clear(self, alert: Alert, now: float) -> Alert:
+        """``alert`` cleared at ``now``, in the history in its place."""
+        cleared = replace(alert, cleared_at_s=now)
+        for i in range(len(self.history) - 1, -1, -1):
+            if self.history[i] is alert:
+                self.history[i] = cleared
+                break
+        return cleared
 
     def _progress(self, key: tuple[str, str, str, int | None]) -> tuple[int, int]:
         """(how far the key's group has come, how far it must come while flagged): steps, else collectives."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from commlens.monitor.collect import (
@@ -29,7 +29,7 @@ from commlens.monitor.collect import (
 from commlens.results.collectives import CollectiveRecord
 from commlens.results.jsonvalue import JsonObject
 
-__all__ = ["AlertRecord", "CollectorJob", "CollectorReport", "GroupState", "ModelSpec", "SourceState", "run_collector"]
+__all__ = ["CollectorJob", "CollectorReport", "GroupState", "ModelSpec", "SourceState", "run_collector"]
 
 log = logging.getLogger("commlens.monitor")
 
@@ -132,42 +132,6 @@ class SourceState:
 
 
 @dataclass(frozen=True)
-class AlertRecord:
-    """One alert as the report keeps it (a frozen copy of the collector's :class:`Alert`)."""
-
-    kind: str
-    group: str
-    op: str
-    rank: int | None
-    text: str
-    raised_at_s: float
-    step: int | None
-    cleared_at_s: float | None  # None: still active
-    detail: JsonObject
-
-    @classmethod
-    def of(cls, alert: Alert) -> AlertRecord:
-        return cls(
-            alert.kind,
-            alert.group,
-            alert.op,
-            alert.rank,
-            alert.text,
-            alert.raised_at_s,
-            alert.step,
-            alert.cleared_at_s,
-            dict(alert.detail),
-        )
-
-    def as_dict(self) -> JsonObject:
-        """As :meth:`Alert.as_dict`: the fields in order, ``detail`` only when there is one."""
-        out: JsonObject = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "detail"}
-        if self.detail:
-            out["detail"] = self.detail
-        return out
-
-
-@dataclass(frozen=True)
 class CollectorReport:
     """What a collector run found: records read, rejected and dropped, evaluations, the groups, the sources'
     states, the alerts still active and every alert raised. ``as_dict()`` is what ``--json`` prints."""
@@ -178,8 +142,8 @@ class CollectorReport:
     evaluations: int
     groups: tuple[GroupState, ...]
     sources: tuple[SourceState, ...]
-    active: tuple[AlertRecord, ...]
-    alerts: tuple[AlertRecord, ...]  # every alert raised, in order
+    active: tuple[Alert, ...]  # copies of the collector's, ``detail`` included
+    alerts: tuple[Alert, ...]  # every alert raised, in order
 
     @classmethod
     def of(cls, collector: Collector) -> CollectorReport:
@@ -194,8 +158,8 @@ class CollectorReport:
                 for g in collector.groups.values()
             ),
             sources=tuple(SourceState.from_status(s.status()) for s in collector.sources),
-            active=tuple(AlertRecord.of(a) for a in collector.active.values()),
-            alerts=tuple(AlertRecord.of(a) for a in collector.history),
+            active=tuple(replace(a, detail=dict(a.detail)) for a in collector.active.values()),
+            alerts=tuple(replace(a, detail=dict(a.detail)) for a in collector.history),
         )
 
     def as_dict(self) -> JsonObject:

@@ -91,6 +91,22 @@ class Framework(_Strict):
     attention: dict[Generation, AttentionKernel]
     fused: Fused
     compile: bool
+    compile_eager: tuple[str, ...] = Field(
+        default=(),
+        description="memory-bound ops (kernels.UNFUSED names) that torch.compile leaves to eager ATen kernels: the "
+        "stack writes them in complex arithmetic, which Inductor does not generate code for",
+    )
+    cp_step_bytes: tuple[float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0),
+        description="bytes the CP ring's own ops move per ring step beside the attention kernels: forward per "
+        "attention-output element, forward per K/V element, backward per query element, backward per K/V element "
+        "(0: not counted)",
+    )
+    cp_kv_expanded: bool = Field(
+        default=False,
+        description="K and V reach the attention repeated to every query head (GQA expanded before it), so CP's ring "
+        "ops move them at query-head width",
+    )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(
         default=0.0,

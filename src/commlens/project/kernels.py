@@ -49,6 +49,8 @@ KINDS = (
     "rotary",
     "activation",
     "residual",
+    "tp_reduce",
+    "cp_ring",
     "moe_routing",
     "fp8_cast",
     "embedding",
@@ -85,6 +87,15 @@ ATTENTION_KERNELS = 2  # the attention core with its rotary embedding (fused)
 FFN_ELEMENTWISE = 1
 MOE_ROUTER_KERNELS = 8  # softmax/sigmoid, top-k, the load-balancing loss
 MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the splits and tokens, unpermute
+# torch's async TP (pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py, torch 2.5-2.6:
+# _fused_matmul_reduce_scatter_impl): each rank computes the matmul's partial output for every rank's shard, the
+# owners pull them through symmetric memory (_pipelined_produce_and_all2all), and a separate reduction kernel
+# (reduce_fn: torch.sum over the stacked partials) runs after the pipeline, where NCCL's reduce-scatter reduces inside
+# the collective: a 16-bit read of the whole unreduced output and a write of this rank's shard per reduce-scatter.
+ASYNC_TP_REDUCE_ELEM_BYTES = 2.0
+# reduce-scatters per layer pass under sequence parallelism: forward after the attention output projection and after
+# the FFN's down projection; backward of the column-parallel QKV and FFN-in (their input gradients)
+ASYNC_TP_REDUCE_SCATTERS = 2
 # The recompute modules (Megatron-Core's --recompute-modules) each kernel belongs to: selective recomputation of a
 # module runs its kernels' forward again in the backward.
 MODULES: dict[str, frozenset[str]] = {
@@ -168,8 +179,9 @@ class LayerShape:
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
-    """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``."""
-    if compiled or fw.fused.of(op):
+    """(bytes, kernels) of ``op`` relative to its fused kernel under framework ``fw``: compile fuses every op but
+    those the stack writes in complex arithmetic (``Framework.compile_eager``), which stay as eager."""
+    if fw.fused.of(op) or (compiled and op not in fw.compile_eager):
         return 1.0, 1.0
     factor, kernels = UNFUSED[op]
     return factor, float(kernels)
@@ -303,8 +315,45 @@ def layer_kernels(
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(dev, cast))
-        return out
+        return out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS)
+    # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
+    out += _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
     return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+
+
+def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
+    """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``), CP - 1 ring steps a
+    pass each way; none without CP or for a stack that does not state them."""
+    cp = round(s.keys * w.micro_batch / s.tokens) if s.tokens else 1
+    fwd_q, fwd_kv, bwd_q, bwd_kv = b.fw.cp_step_bytes
+    if cp <= 1 or not (fwd_q or fwd_kv or bwd_q or bwd_kv):
+        return []
+    heads_kv = w.heads if b.fw.cp_kv_expanded else max(w.kv_heads_n, 1)
+    q_elems = s.tokens * w.heads / s.tp * w.v_head_dim
+    kv_elems = s.tokens * max(heads_kv / s.tp, 1.0) * (w.qk_head_dim + w.v_head_dim)
+    fwd = fwd_q * q_elems + fwd_kv * kv_elems
+    bwd = bwd_q * q_elems + bwd_kv * kv_elems
+    steps = cp - 1
+    return [
+        Kernel(
+            "cp_ring",
+            "cp_ring",
+            steps * stream_time_s(b.dev, fwd),
+            steps * stream_time_s(b.dev, bwd),
+            steps * 2,
+            nbytes=steps * fwd,
+        )
+    ]
+
+
+def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, elements: float, count: int) -> list[Kernel]:
+    """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per pass
+    each way) over ``elements`` unreduced outputs; none for other stacks or without TP overlap."""
+    if not (layout.tp_comm_overlap and s.tp > 1 and b.fw.overlap.tp == "async_tp"):
+        return []
+    nbytes = ASYNC_TP_REDUCE_ELEM_BYTES * elements * (1 + 1 / s.tp)
+    one = stream_time_s(b.dev, nbytes)
+    return [Kernel("tp_reduce", "tp_reduce", count * one, count * one, count, nbytes=count * nbytes)]
 
 
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
@@ -323,6 +372,7 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
         out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
+    out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
         b_heads = w.micro_batch * a_t
         out.append(

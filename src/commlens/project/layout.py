@@ -97,6 +97,11 @@ class ParallelLayout(StrictSpec):
         description="TP all-gather/reduce-scatter split into chunks behind the GEMMs they feed (Transformer Engine "
         "userbuffers, Megatron --tp-comm-overlap)",
     )
+    cp_comm_overlap: bool | None = Field(
+        default=None,
+        description="CP's K/V exchange runs beside the attention (a ring, step by step); false: gathered before it "
+        "and waited for (all-gather based CP, as Llama 3's); None: as the framework does",
+    )
     pp_scatter_gather: bool = Field(
         default=True,
         description="each TP rank sends 1/TP of a stage's activations and they are all-gathered after (Megatron-LM "

@@ -567,7 +567,7 @@ def _layer_time(
     cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
     if r.cp > 1:
         exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
-        if fw.overlap.cp != "ring":
+        if not (fw.overlap.cp == "ring" if layout.cp_comm_overlap is None else layout.cp_comm_overlap):
             exposed = cp_fwd * fwd_passes + cp_bwd
         cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
         cp_exp += cp_hid * min(1.0, OVERLAP_COMM_SMS / dev.sms)  # the SMs of the hidden part, as TP's below
@@ -694,6 +694,9 @@ def _stages(
         if not layout.grad_accum_fusion:
             classes["grad_accum"] = stream_time_s(c.dev, sum(stage_params[i]) * accum_bytes)
             stream += classes["grad_accum"]
+        elif layout.zero >= 3 and r.pp > 1 and r.micro_batches > 1 and c.fw.fsdp_pp_unsharded_grads:
+            classes["grad_accum"] = stream_time_s(c.dev, _fsdp_pp_accum_bytes(c, *stage_params[i]))
+            stream += classes["grad_accum"]
         stage_classes.append(classes)
         slowest = (compute + stream) * (straggle - 1.0)  # every collective waits for the slowest GPU's share
         per_mb = compute + stream + slowest + tp_t + cp_t + ep_t + pp_p2p + host_t
@@ -714,6 +717,20 @@ def _stages(
             }
         )
     return stages, stage_classes
+
+
+def _fsdp_pp_accum_bytes(c: _Setup, dense_p: float, expert_p: float) -> float:
+    """Bytes per micro-batch of FSDP2's unsharded gradient accumulation under PP (torch
+    distributed/fsdp/_fully_shard/_fsdp_param.py: to_accumulated_grad_if_needed copies the first micro-batch's 16-bit
+    gradient to the reduce dtype, accumulate_unsharded_grad_if_needed adds each later one into it; the stage's
+    reduce-scatter waits for the last micro-batch). Routed experts that FSDP reduces in their own dtype, or leaves
+    out, accumulate in autograd in 16 bits (a read of both and a write)."""
+    m, fw = c.r.micro_batches, c.fw
+    ignored = c.r.groups["edp"].size == 1 and fw.fsdp_ignores_ep_sharded_experts
+    acc = 4.0 if fw.fsdp_expert_grad_bytes >= 4 and not ignored else 2.0
+    dense = (2.0 + 4.0) + (m - 1) * (2.0 + 2 * 4.0)  # the copy to fp32, then m - 1 adds into it
+    experts = (2.0 + acc) + (m - 1) * (2.0 + 2 * acc)
+    return (dense_p * dense + expert_p * experts) / m
 
 
 def _pipeline(c: _Setup, stages: list[dict[str, float]]) -> tuple[float, int, str]:

@@ -56,7 +56,15 @@ from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 from commlens.results.runconfig import ReplayRun
 
-__all__ = ["CollectiveComparison", "GroupComparison", "ReplayComparison", "compare_replay", "replay_run"]
+__all__ = [
+    "CollectiveComparison",
+    "GroupComparison",
+    "ReplayComparison",
+    "ReplayReport",
+    "compare_replay",
+    "replay_run",
+    "report_times",
+]
 
 WORST_SHOWN = 5
 ISOLATED_BELOW = 0.05  # a recorded collective with compute alongside for at most this share of it is isolated
@@ -171,7 +179,8 @@ class ReplayComparison:
         scored = [c for c in self.collectives if c.recorded_s > 0 and c.replayed_s > 0]
         return sorted(scored, key=lambda c: -abs(math.log(c.ratio)))[:n]
 
-    def to_json(self) -> JsonObject:
+    def as_dict(self) -> JsonObject:
+        """The comparison as JSON (what ``replay run --json`` prints, less the run's id; kept in the run's config)."""
         return {
             "collectives": len(self.collectives),
             "recorded_total_s": self.recorded_total_s,
@@ -495,7 +504,27 @@ def replay_run(plan: ReplayPlan, times: ReplayTimes, comparison: ReplayCompariso
             plan_calls=plan.n_calls,
             plan_files=plan.files[:64],
             settings=settings.as_dict(),
-            comparison=comparison.to_json(),
+            comparison=comparison.as_dict(),
         ),
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay gives: the times the ranks took, the comparison with the recording, and the run to store."""
+
+    times: ReplayTimes
+    comparison: ReplayComparison
+    run: Run
+
+    def as_dict(self) -> JsonObject:
+        """What ``commlens replay run --json`` prints: the stored run's id and the comparison."""
+        return {"run_id": self.run.run_id, **self.comparison.as_dict()}
+
+
+def report_times(plan: ReplayPlan, times: ReplayTimes, *, tag: str | None = None) -> ReplayReport:
+    """The report of ``times`` replayed from ``plan`` (by :func:`commlens.replay.run`, or by ranks an external
+    launcher started: ``commlens replay report``); its run tagged ``tag``."""
+    comparison = compare_replay(plan, times)
+    return ReplayReport(times, comparison, replay_run(plan, times, comparison, tag=tag))

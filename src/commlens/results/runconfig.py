@@ -199,7 +199,7 @@ class MonitorJob:
 @dataclass(frozen=True)
 class ReplayRun:
     """A replayed job: where its plan came from, the replay's settings and the comparison with the recorded
-    job (replay's own records as JSON: ``ReplaySettings.as_dict()``, ``Comparison.to_json()``)."""
+    job (replay's own records as JSON: ``ReplaySettings.as_dict()``, ``ReplayComparison.as_dict()``)."""
 
     KIND: ClassVar[RunKind] = "replay"
     plan_source: str

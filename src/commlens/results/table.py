@@ -13,13 +13,14 @@ from typing import Any
 from typing_extensions import Self
 
 from commlens.results.jsonfmt import measurement_from_dict, measurement_to_dict
-from commlens.results.jsonvalue import JsonObject
+from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.nccltests_json import listed, to_nccl_tests
 from commlens.results.records import Measurement, SystemInfo
 from commlens.results.units import format_us
 
 __all__ = [
     "BenchRow",
+    "SweepHeader",
     "column_header_lines",
     "row_line",
     "footer_lines",
@@ -136,21 +137,71 @@ def footer_lines(total_wrong: int | None, avg_busbw_bytes_per_s: float) -> list[
     ]
 
 
-def _algo_text(cfg: Mapping[str, Any]) -> str:
-    algos = cfg.get("algos") or ["builtin"]
-    if list(algos) == ["builtin"]:
-        return ""
-    chunk = f"  chunk {cfg['chunk_bytes']} B" if cfg.get("chunk_bytes") else ""
-    return f"  algos {','.join(algos)}{chunk}"
+@dataclass(frozen=True)
+class SweepHeader:
+    """What the table's ``#`` preamble says of a bench sweep's settings (read from ``BenchSettings.values``)."""
+
+    ops: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    min_bytes: int
+    max_bytes: int
+    iters: int
+    warmup: int
+    check_iters: int
+    blocking: bool
+    algos: tuple[str, ...] = ("builtin",)
+    chunk_bytes: int | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, JsonValue]) -> SweepHeader | None:
+        """The header of a bench sweep's settings; None for settings without them (an ingested run's, whose
+        ``ops`` may be its own)."""
+        ops, dtypes, algos = _texts(values.get("ops")), _texts(values.get("dtypes")), _texts(values.get("algos", []))
+        blocking, chunk = values.get("blocking"), values.get("chunk_bytes")
+        if ops is None or dtypes is None or algos is None or not isinstance(blocking, int):
+            return None
+        if chunk is not None and not isinstance(chunk, int):
+            return None
+        ints: dict[str, int] = {}
+        for name in ("min_bytes", "max_bytes", "iters", "warmup", "check_iters"):
+            value = values.get(name)
+            if not isinstance(value, int):
+                return None
+            ints[name] = value
+        return cls(
+            ops=ops,
+            dtypes=dtypes,
+            min_bytes=ints["min_bytes"],
+            max_bytes=ints["max_bytes"],
+            iters=ints["iters"],
+            warmup=ints["warmup"],
+            check_iters=ints["check_iters"],
+            blocking=bool(blocking),
+            algos=algos or ("builtin",),
+            chunk_bytes=chunk,
+        )
+
+    def algo_text(self) -> str:
+        if self.algos == ("builtin",):
+            return ""
+        chunk = f"  chunk {self.chunk_bytes} B" if self.chunk_bytes else ""
+        return f"  algos {','.join(self.algos)}{chunk}"
 
 
-def system_header_lines(run_id: str, cfg: Mapping[str, Any], system: SystemInfo) -> list[str]:
-    """The ``#`` preamble: what ran (run ``run_id``, with the bench options ``cfg``), where (``system``)."""
+def _texts(value: JsonValue) -> tuple[str, ...] | None:
+    """A list of names (a tuple where the settings come straight from ``BenchConfig.as_dict()``, not JSON)."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(str(v) for v in value)
+
+
+def system_header_lines(run_id: str, sweep: SweepHeader, system: SystemInfo) -> list[str]:
+    """The ``#`` preamble: what ran (run ``run_id``, the bench sweep ``sweep``), where (``system``)."""
     lines = [
         f"# commlens {system.commlens_version} bench  run {run_id[:12]}",
-        f"# ops {','.join(cfg['ops'])}  dtypes {','.join(cfg['dtypes'])}  "
-        f"sizes {cfg['min_bytes']}..{cfg['max_bytes']} B  iters {cfg['iters']}  warmup {cfg['warmup']}  "
-        f"check {cfg['check_iters']}  blocking {int(cfg['blocking'])}" + _algo_text(cfg),
+        f"# ops {','.join(sweep.ops)}  dtypes {','.join(sweep.dtypes)}  "
+        f"sizes {sweep.min_bytes}..{sweep.max_bytes} B  iters {sweep.iters}  warmup {sweep.warmup}  "
+        f"check {sweep.check_iters}  blocking {int(sweep.blocking)}" + sweep.algo_text(),
         f"# backend {system.backend} {system.backend_version}  device {system.device}  "
         f"torch {system.torch_version}  world size {system.world_size}",
     ]

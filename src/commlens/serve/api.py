@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -34,19 +34,10 @@ def base_url(request: Request) -> str:
 @router.get("/runs", response_model=q.RunsPage, summary="Stored runs, newest first, filtered and paged")
 def runs(
     request: Request,
-    op: str | None = None,
-    tag: str | None = None,
-    source: str | None = None,
-    fingerprint: str | None = None,
-    revision: str | None = None,
-    since: str | None = Query(None, description="ISO 8601 date or time (UTC unless it says)"),
-    until: str | None = None,
+    filters: Annotated[q.RunFilters, Query()],
     page: int = Query(1, ge=1, le=1_000_000),
     per_page: int = Query(50, ge=1, le=q.MAX_PER_PAGE),
 ) -> q.RunsPage:
-    filters = q.RunFilters(
-        op=op, tag=tag, source=source, fingerprint=fingerprint, revision=revision, since=since, until=until
-    )
     return q.runs_doc(store_of(request), filters, page, per_page)
 
 

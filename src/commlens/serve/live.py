@@ -30,7 +30,7 @@ from commlens.monitor.fetch import FetchError, http_get
 from commlens.results.collectives import CollectiveRecord, CollectiveRecordError, aggregate, record_from_wire
 from commlens.results.jsonvalue import JsonObject, JsonValue
 from commlens.results.runconfig import MonitorJob
-from commlens.store import Store, StoreError
+from commlens.store import RunFilter, Store, StoreError
 
 __all__ = ["LiveDoc", "LiveEndpoint", "LiveJob", "LiveSources", "live_doc"]
 
@@ -259,7 +259,7 @@ class LiveSources:
 
 
 def _stored_jobs(store: Store) -> list[LiveJob]:
-    runs = store.list_runs(source="monitor", limit=MAX_STORED_JOBS, on_corrupt=lambda _e: None)
+    runs = store.list_runs(RunFilter(source="monitor"), limit=MAX_STORED_JOBS, on_corrupt=lambda _e: None)
     return [
         {
             "key": f"run:{r.run_id}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
@@ -113,19 +113,10 @@ def home() -> Response:
 @router.get("/runs", response_class=HTMLResponse)
 def runs_page(
     request: Request,
-    op: str | None = None,
-    tag: str | None = None,
-    source: str | None = None,
-    fingerprint: str | None = None,
-    revision: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
+    filters: Annotated[q.RunFilters, Query()],
     page: int = Query(1, ge=1, le=1_000_000),
     per_page: int = Query(50, ge=1, le=q.MAX_PER_PAGE),
 ) -> Response:
-    filters = q.RunFilters(
-        op=op, tag=tag, source=source, fingerprint=fingerprint, revision=revision, since=since, until=until
-    )
     doc = q.runs_doc(store_of(request), filters, page, per_page)
     shown = {k: v for k, v in doc.filters.model_dump().items() if v is not None}
 

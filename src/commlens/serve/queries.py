@@ -25,7 +25,7 @@ from commlens.regress.history import DetectedChange, detect_history, parse_utc
 from commlens.regress.stats import robust_noise
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import Run, Series
-from commlens.store import MeasurementRow, Store, StoreError
+from commlens.store import MeasurementFilter, MeasurementRow, RunFilter, Store, StoreError
 
 if TYPE_CHECKING:  # (imported where used: the thresholds' module is read only by the pages that need it)
     pass
@@ -74,13 +74,15 @@ class RunSummaryOut(BaseModel):
     fingerprint: str
 
 
+# The run listing's filters: the query parameters of the runs page and of /api/runs, and what the page
+# echoes (a store.RunFilter once checked).
 class RunFilters(BaseModel):
     op: str | None = None
     tag: str | None = None
     source: str | None = None
     fingerprint: str | None = None
     revision: str | None = None
-    since: str | None = None
+    since: str | None = Field(None, description="ISO 8601 date or time (UTC unless it says)")
     until: str | None = None
 
 
@@ -129,10 +131,10 @@ def runs_doc(store: Store, filters: RunFilters, page: int = 1, per_page: int = 5
         since=_when(filters.since, "since"),
         until=_when(filters.until, "until"),
     )
-    query = f.model_dump()
-    total = store.count_runs(**query)
+    where = RunFilter(**f.model_dump())
+    total = store.count_runs(where)
     pages = max(1, math.ceil(total / per_page))
-    runs = store.list_runs(**query, limit=per_page, offset=(page - 1) * per_page, on_corrupt=lambda _e: None)
+    runs = store.list_runs(where, limit=per_page, offset=(page - 1) * per_page, on_corrupt=lambda _e: None)
     return RunsPage(
         total=total,
         page=page,
@@ -209,7 +211,7 @@ def run_doc(store: Store, run_ref: str) -> RunOut:
         run = store.get_run(ref)
     except StoreError as e:
         raise NotFound(str(e)) from None
-    summary = store.list_runs(run_ids=[run.run_id], limit=1)[0]
+    summary = store.list_runs(RunFilter(run_ids=[run.run_id]), limit=1)[0]
     rows = []
     for i, m in enumerate(run.measurements):
         st = m.stats
@@ -435,20 +437,18 @@ def _series_doc(store: Store, sel: SeriesSelector, order: Literal["time", "revis
     rows = [
         r
         for r in store.measurement_rows(
-            op=sel.op,
-            dtype=sel.dtype,
-            size_bytes=sel.size_bytes,
-            fingerprint=sel.fingerprint,
-            tag=sel.tag,
+            MeasurementFilter(
+                op=sel.op, dtype=sel.dtype, size_bytes=sel.size_bytes, fingerprint=sel.fingerprint, tag=sel.tag
+            ),
             with_samples=False,
         )
         if r.tag == sel.tag
         and r.fingerprint == sel.fingerprint
-        and r.in_place == sel.in_place
-        and r.algo == sel.algo
-        and r.group == sel.group
-        and (sel.redop is None or r.redop == sel.redop)
-        and (sel.root is None or r.root == sel.root)
+        and r.key.in_place == sel.in_place
+        and r.key.algo == sel.algo
+        and r.key.group == sel.group
+        and (sel.redop is None or r.key.redop == sel.redop)
+        and (sel.root is None or r.key.root == sel.root)
     ]
     if not rows:
         raise NotFound("no stored run measured this series (system, tag, op, dtype, size, placement, algorithm)")
@@ -528,12 +528,14 @@ def _baseline_out(store: Store, one: Series) -> BaselineOut | None:
     rows = [
         r
         for r in store.measurement_rows(
-            op=one.key.op,
-            dtype=one.key.dtype,
-            size_bytes=one.key.size_bytes,
-            fingerprint=one.fingerprint,
-            tag=found.ref if by_tag else None,
-            run_ids=None if by_tag else ids,
+            MeasurementFilter(
+                op=one.key.op,
+                dtype=one.key.dtype,
+                size_bytes=one.key.size_bytes,
+                fingerprint=one.fingerprint,
+                tag=found.ref if by_tag else None,
+                run_ids=None if by_tag else ids,
+            ),
             with_samples=False,
         )
         if r.run_id in wanted and r.key == one.key
@@ -665,7 +667,8 @@ def _regressions(store: Store, since_at: datetime, lookback_days: int) -> Regres
     stable_out: list[RegressionOut] = []
     noisy_out: list[RegressionOut] = []
     for op, dtype, size_bytes in store.measured_slices(start):
-        rows = store.measurement_rows(op=op, dtype=dtype, size_bytes=size_bytes, since=start, with_samples=False)
+        where = MeasurementFilter(op=op, dtype=dtype, size_bytes=size_bytes, since=start)
+        rows = store.measurement_rows(where, with_samples=False)
         report = detect_history(rows, settings, since=since_at, floors=floors, settings_for=settings_for)
         series += report.series
         points += report.points

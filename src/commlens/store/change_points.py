@@ -8,7 +8,7 @@ a threshold changed) loses its stale ones.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
@@ -27,6 +27,11 @@ __all__ = ["DEFAULT_LIMIT", "ChangeToSave", "Direction", "SavedChange", "load_ch
 Direction = Literal["regression", "improvement"]
 DEFAULT_LIMIT = 1000
 _SERIES_COLUMNS = ("fingerprint", "tag", *KEY_COLUMNS)
+# A change's fields stored as they are, each in the column of its name (the start is stored as UTC, the
+# direction checked when read back).
+_AS_STORED = tuple(
+    "run_id revision previous_run_id previous_revision mean_before_s mean_after_s change p_value".split()
+)
 
 
 class ChangeToSave(Protocol):
@@ -76,19 +81,8 @@ class SavedChange:
     def as_dict(self) -> JsonObject:
         """The series' fields, then the change's, as a change of ``commlens detect --json`` reads."""
         d = self.series.as_dict()
-        d.update(
-            run_id=self.run_id,
-            started_at=self.started_at.isoformat(),
-            revision=self.revision,
-            previous_run_id=self.previous_run_id,
-            previous_revision=self.previous_revision,
-            mean_before_s=self.mean_before_s,
-            mean_after_s=self.mean_after_s,
-            change=self.change,
-            p_value=self.p_value,
-            direction=self.direction,
-            detected_at=self.detected_at,
-        )
+        d.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "series")
+        d["started_at"] = self.started_at.isoformat()
         return d
 
 
@@ -112,18 +106,9 @@ def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: 
     rows = []
     for c in changes:
         row = _series_columns(c.series)
+        row.update((name, getattr(c, name)) for name in _AS_STORED)
         row.update(
-            run_id=c.run_id,
-            started_at_utc=to_utc(c.started_at, what="started_at"),
-            revision=c.revision,
-            previous_run_id=c.previous_run_id,
-            previous_revision=c.previous_revision,
-            mean_before_s=c.mean_before_s,
-            mean_after_s=c.mean_after_s,
-            change=c.change,
-            p_value=c.p_value,
-            direction=c.direction,
-            detected_at=detected_at,
+            started_at_utc=to_utc(c.started_at, what="started_at"), direction=c.direction, detected_at=detected_at
         )
         rows.append(row)
     try:
@@ -177,17 +162,10 @@ def load_change_points(
         out.append(
             SavedChange(
                 series=Series(key_from_columns(r), r.fingerprint, None if r.tag == NO_VALUE else r.tag),
-                run_id=r.run_id,
                 started_at=r.started_at_utc.replace(tzinfo=timezone.utc),
-                revision=r.revision,
-                previous_run_id=r.previous_run_id,
-                previous_revision=r.previous_revision,
-                mean_before_s=r.mean_before_s,
-                mean_after_s=r.mean_after_s,
-                change=r.change,
-                p_value=r.p_value,
                 direction="regression" if r.direction == "regression" else "improvement",
                 detected_at=r.detected_at,
+                **{name: getattr(r, name) for name in _AS_STORED},
             )
         )
     return out

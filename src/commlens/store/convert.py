@@ -28,6 +28,7 @@ __all__ = [
     "is_date",
     "key_columns",
     "key_from_columns",
+    "measurement_figures",
     "measurement_rows",
     "reported_from_json",
     "run_from_model",
@@ -196,12 +197,28 @@ def measurement_rows(run: Run, start: int, stop: int) -> Iterator[tuple[dict[str
 
 def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[str, object], SampleRow]:
     """The ``measurements`` row and the ``samples`` row (without its id) of one measurement."""
+    row: dict[str, object] = {  # the columns of MeasurementModel
+        "run_id": run_id,
+        "position": position,
+        **measurement_figures(m),
+        "in_place": m.in_place,
+        "world_size": m.world_size,
+        "reported": None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
+        "group_name": m.group,
+    }
+    rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
+    rounds = None if m.rounds is None else list(m.rounds)
+    return row, {"samples_s": list(m.samples_s), "rank_samples_s": rank, "rounds": rounds}
+
+
+def measurement_figures(m: Measurement) -> dict[str, str | int | float | None]:
+    """What a ``measurements`` row and a row of ``commlens export``'s CSV both hold of a measurement, by column:
+    its key but placement and group (``redop`` and ``root`` in the store's encoding: ``none``, -1), its count,
+    results check, statistics and bandwidths (busBW from algBW, computed once)."""
     stats = m.stats
     algbw = m.algbw_bytes_per_s
     redop, root = encode_redop_root(m.redop, m.root)
-    row: dict[str, object] = {  # the columns of MeasurementModel (the store's encoding of redop and root)
-        "run_id": run_id,
-        "position": position,
+    return {
         "op": m.op,
         "algo": m.algo,
         "dtype": m.dtype,
@@ -209,8 +226,6 @@ def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[
         "root": root,
         "size_bytes": m.size_bytes,
         "count": m.count,
-        "in_place": m.in_place,
-        "world_size": m.world_size,
         "nwrong": m.nwrong,
         "mean_s": stats.mean_s,
         "p50_s": stats.p50_s,
@@ -220,13 +235,8 @@ def _measurement_rows(run_id: str, position: int, m: Measurement) -> tuple[dict[
         "max_s": stats.max_s,
         "cv": stats.cv,
         "algbw_bytes_per_s": algbw,
-        "busbw_bytes_per_s": algbw * m.busbw_factor,  # Measurement.busbw_bytes_per_s, algBW computed once
-        "reported": None if m.reported is None else {**m.reported.as_dict(), "n": m.reported.n},
-        "group_name": m.group,
+        "busbw_bytes_per_s": algbw * m.busbw_factor,  # Measurement.busbw_bytes_per_s
     }
-    rank = None if m.rank_samples_s is None else [list(r) for r in m.rank_samples_s]
-    rounds = None if m.rounds is None else list(m.rounds)
-    return row, {"samples_s": list(m.samples_s), "rank_samples_s": rank, "rounds": rounds}
 
 
 def run_from_model(row: RunModel) -> Run:

@@ -18,7 +18,7 @@ from typing import IO, Literal
 from commlens.files import atomic_text
 from commlens.results.jsonfmt import run_to_dict
 from commlens.results.records import Measurement, Run
-from commlens.store.convert import encode_redop_root, to_utc
+from commlens.store.convert import measurement_figures, to_utc
 
 __all__ = ["CSV_COLUMNS", "ExportFormat", "ExportCounts", "csv_row", "export_runs"]
 
@@ -64,11 +64,10 @@ class ExportCounts:
 
 
 def csv_row(run: Run, m: Measurement) -> dict[str, str | int | float | None]:
-    """One CSV row: the run's metadata, then the measurement. ``started_at`` is UTC (``...Z``);
-    statistics a tool did not report are empty; ``in_place`` is ``true``/``false``."""
-    stats = m.stats
+    """One CSV row: the run's metadata, then the measurement (``redop`` and ``root`` as the store's columns:
+    ``none`` and -1). ``started_at`` is UTC (``...Z``); statistics a tool did not report are empty;
+    ``in_place`` is ``true``/``false``."""
     started = to_utc(run.started_at, what="started_at").replace(tzinfo=timezone.utc)
-    redop, root = encode_redop_root(m.redop, m.root)  # as the store's columns: none and -1
     return {
         "run_id": run.run_id,
         "started_at": started.isoformat().replace("+00:00", "Z"),
@@ -77,25 +76,9 @@ def csv_row(run: Run, m: Measurement) -> dict[str, str | int | float | None]:
         "fingerprint": run.system.fingerprint(),
         "world_size": run.world_size,
         "backend": run.system.backend,
-        "op": m.op,
-        "algo": m.algo,
-        "dtype": m.dtype,
-        "redop": redop,
-        "root": root,
-        "size_bytes": m.size_bytes,
-        "count": m.count,
+        **measurement_figures(m),
         "in_place": "true" if m.in_place else "false",
-        "iterations": len(m.samples_s) if m.samples_s else stats.n,
-        "mean_s": stats.mean_s,
-        "p50_s": stats.p50_s,
-        "p95_s": stats.p95_s,
-        "p99_s": stats.p99_s,
-        "min_s": stats.min_s,
-        "max_s": stats.max_s,
-        "cv": stats.cv,
-        "algbw_bytes_per_s": m.algbw_bytes_per_s,
-        "busbw_bytes_per_s": m.busbw_bytes_per_s,
-        "nwrong": m.nwrong,
+        "iterations": len(m.samples_s) if m.samples_s else m.stats.n,
         "group": m.group,
     }
 

@@ -19,7 +19,7 @@ from commlens.results.records import MeasurementKey, RecordError, Run
 from commlens.store.convert import decode_redop_root, reported_from_json, run_from_model
 from commlens.store.db import StoreError
 from commlens.store.models import MeasurementModel, RunModel
-from commlens.store.summaries import RunSummary
+from commlens.store.summaries import SUMMARY_COLUMNS, RunSummary, summary_from_columns
 
 __all__ = [
     "UNREADABLE",
@@ -49,13 +49,7 @@ class MeasurementRow:
     tag: str | None
     fingerprint: str
     source: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None  # None: the op does not reduce
-    root: int | None  # None: the op has no root
-    size_bytes: int
-    in_place: bool
+    key: MeasurementKey  # what makes two rows the same experiment (as ``Measurement.key``)
     world_size: int
     mean_s: float
     cv: float | None
@@ -63,14 +57,6 @@ class MeasurementRow:
     busbw_bytes_per_s: float
     samples_s: tuple[float, ...]
     status: str = "complete"  # the run's: complete, incomplete, check_failed
-    group: str | None = None  # the process group of a row measured inside a job; None for a benchmark row
-
-    @property
-    def key(self) -> MeasurementKey:
-        """What makes two rows the same experiment (as ``Measurement.key``)."""
-        return MeasurementKey(
-            self.op, self.algo, self.dtype, self.redop, self.root, self.size_bytes, self.in_place, self.group
-        )
 
 
 class CorruptRunError(StoreError):
@@ -121,13 +107,7 @@ def measurement_row(
         tag=run_tag,
         fingerprint=fp,
         source=source,
-        op=op_name,
-        algo=algo,
-        dtype=dtype_name,
-        redop=redop_or_none,
-        root=root_or_none,
-        size_bytes=size,
-        in_place=in_place,
+        key=MeasurementKey(op_name, algo, dtype_name, redop_or_none, root_or_none, size, in_place, group_name),
         world_size=world_size,
         mean_s=mean_s,
         cv=cv,
@@ -135,7 +115,6 @@ def measurement_row(
         busbw_bytes_per_s=busbw,
         samples_s=tuple(float(x) for x in samples),
         status=run_status,
-        group=group_name,
     )
 
 
@@ -152,21 +131,8 @@ def load_runs(session: Session, run_ids: list[str]) -> dict[str, Run]:
 def load_summaries(session: Session, run_ids: list[str]) -> dict[str, RunSummary]:
     """Summaries of the runs with these ids (no JSON column read), keyed by run_id: two queries."""
     r = RunModel
-    rows = session.execute(
-        select(
-            r.run_id,
-            r.started_at,
-            r.started_at_utc,
-            r.status,
-            r.tag,
-            r.revision,
-            r.source,
-            r.world_size,
-            r.backend,
-            r.avg_busbw_bytes_per_s,
-            r.fingerprint,
-        ).where(r.run_id.in_(run_ids))
-    ).all()
+    columns = [getattr(r, name) for name in SUMMARY_COLUMNS]
+    rows = session.execute(select(*columns, r.started_at_utc).where(r.run_id.in_(run_ids))).all()
     counts: dict[str, dict[str, int]] = {run_id: {} for run_id in run_ids}
     per_op = session.execute(
         select(MeasurementModel.run_id, MeasurementModel.op, func.count())
@@ -176,20 +142,8 @@ def load_summaries(session: Session, run_ids: list[str]) -> dict[str, RunSummary
     for run_id, op_name, n in per_op:
         counts[run_id][op_name] = n
     return {
-        row.run_id: RunSummary(
-            run_id=row.run_id,
-            started_at=row.started_at,
-            started_at_utc=row.started_at_utc.replace(tzinfo=timezone.utc),
-            status=row.status,
-            tag=row.tag,
-            revision=row.revision,
-            source=row.source,
-            world_size=row.world_size,
-            backend=row.backend,
-            nmeasurements=sum(counts[row.run_id].values()),
-            ops=tuple(sorted(counts[row.run_id])),
-            avg_busbw_bytes_per_s=row.avg_busbw_bytes_per_s,
-            fingerprint=row.fingerprint,
+        row.run_id: summary_from_columns(
+            row._asdict(), row.started_at_utc.replace(tzinfo=timezone.utc), counts[row.run_id]
         )
         for row in rows
     }

@@ -3,7 +3,7 @@ without loading SQLAlchemy (most of their start-up otherwise).
 
 Only the plain case is read here: a SQLite file at the current schema revision, whose rows decode as
 commlens writes them. Anything else (PostgreSQL, a URL with options, an old, newer or damaged store, a
-value that does not decode, a ref that matches no run or several, filters by date) raises
+value that does not decode, a ref that matches no run or several, filters by date, source, revision or id) raises
 :class:`NotPlain`, and the caller reads through :class:`~commlens.store.repo.Store`, which says what is
 wrong as it always has. What is read here equals what ``Store`` reads (tests/test_store_plain.py).
 """
@@ -15,6 +15,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,7 @@ from urllib.parse import quote
 from commlens.results.records import FloorKey, MeasurementKey
 from commlens.store.convert import decode_redop_root
 from commlens.store.db import SCHEMA_REVISION, StoreError, _on_read_only_mount, db_url, default_db_url
-from commlens.store.summaries import RunSummary
+from commlens.store.summaries import SUMMARY_COLUMNS, MeasurementFilter, RunFilter, RunSummary, summary_from_columns
 
 if TYPE_CHECKING:
     from commlens.results.records import Run
@@ -98,20 +99,19 @@ class PlainStore:
             raise NotPlain("no run or several")
         return str(matches[0])
 
-    def list_runs(
-        self, *, tag: str | None, op: str | None, fingerprint: str | None, limit: int | None
-    ) -> list[RunSummary]:
-        """As ``Store.list_runs`` with these filters (dates and the rest: ``Store``)."""
+    def list_runs(self, where: RunFilter = RunFilter(), *, limit: int | None = 50) -> list[RunSummary]:
+        """As ``Store.list_runs`` filtered by tag, op and fingerprint (the other filters: ``Store``)."""
         if limit is not None and limit < 1:
             raise NotPlain("a bad limit")
-        where, params = _run_filters(tag, fingerprint)
-        if op is not None:
-            where.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
-            params.append(op)
+        if replace(where, tag=None, op=None, fingerprint=None) != RunFilter():
+            raise NotPlain("a filter by date, source, revision or run id")
+        conditions, params = _run_filters(where.tag, where.fingerprint)
+        if where.op is not None:
+            conditions.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id AND m.op = ?)")
+            params.append(where.op)
         sql = (
-            "SELECT run_id, started_at, started_at_utc, status, tag, revision, source, world_size, backend, "
-            "avg_busbw_bytes_per_s, fingerprint FROM runs"
-            + (" WHERE " + " AND ".join(where) if where else "")
+            f"SELECT {', '.join(SUMMARY_COLUMNS)}, started_at_utc FROM runs"
+            + (" WHERE " + " AND ".join(conditions) if conditions else "")
             + " ORDER BY started_at_utc DESC, run_id DESC"
             + (" LIMIT ?" if limit is not None else "")
         )
@@ -126,22 +126,8 @@ class PlainStore:
             ):
                 counts[run_id][op_name] = n
         return [
-            RunSummary(
-                run_id=run_id,
-                started_at=started_at,
-                started_at_utc=_stored_datetime(utc),
-                status=status,
-                tag=run_tag,
-                revision=revision,
-                source=source,
-                world_size=world_size,
-                backend=backend,
-                nmeasurements=sum(counts[run_id].values()),
-                ops=tuple(sorted(counts[run_id])),
-                avg_busbw_bytes_per_s=busbw,
-                fingerprint=fp,
-            )
-            for run_id, started_at, utc, status, run_tag, revision, source, world_size, backend, busbw, fp in found
+            summary_from_columns(dict(zip(SUMMARY_COLUMNS, row)), _stored_datetime(row[-1]), counts[row[0]])
+            for row in found
         ]
 
     def get_run(self, run_id: str) -> Run:
@@ -157,12 +143,7 @@ class PlainStore:
             raise NotPlain("no such run")
         columns = ("run_id", "started_at", "finished_at", "status", "tag", "revision", "command_line", "source")
         run = SimpleNamespace(**dict(zip(columns, found[0][:8])))
-        measurements = self.rows(
-            "SELECT m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.count, m.in_place, m.world_size, "
-            "m.nwrong, m.reported, m.group_name, s.samples_s, s.rank_samples_s, s.rounds, s.measurement_id "
-            "FROM measurements m LEFT JOIN samples s ON s.measurement_id = m.id WHERE m.run_id = ? ORDER BY m.position",
-            (run_id,),
-        )
+        measurements = self.rows(_MEASUREMENTS_SQL, (run_id,))
         try:
             run.config, run.notes, run.system = (json.loads(text) for text in found[0][8:])
             run.measurements = [_measurement(row) for row in measurements]
@@ -171,19 +152,21 @@ class PlainStore:
             raise NotPlain(f"a value that does not decode: {e}") from None
 
     def mean_history(
-        self, *, op: str | None, dtype: str | None, size_bytes: int | None, tag: str | None, fingerprint: str | None
+        self, where: MeasurementFilter = MeasurementFilter()
     ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
-        """As ``Store.mean_history``."""
-        run_where, params = _run_filters(tag, fingerprint, table="r.")
-        where, point_params = list(run_where), list(params)
-        for column, value in (("op", op), ("dtype", dtype), ("size_bytes", size_bytes)):
+        """As ``Store.mean_history`` filtered by op, dtype, size, tag and fingerprint (the other filters: ``Store``)."""
+        if replace(where, op=None, dtype=None, size_bytes=None, tag=None, fingerprint=None) != MeasurementFilter():
+            raise NotPlain("a filter by date or run id")
+        run_where, params = _run_filters(where.tag, where.fingerprint, table="r.")
+        conditions, point_params = list(run_where), list(params)
+        for column, value in (("op", where.op), ("dtype", where.dtype), ("size_bytes", where.size_bytes)):
             if value is not None:
-                where.append(f"m.{column} = ?")
+                conditions.append(f"m.{column} = ?")
                 point_params.append(value)
         found = self.rows(
             "SELECT m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s "
             "FROM measurements m JOIN runs r ON m.run_id = r.run_id"
-            + (" WHERE " + " AND ".join(where) if where else "")
+            + (" WHERE " + " AND ".join(conditions) if conditions else "")
             + " ORDER BY r.started_at_utc, r.run_id, m.position",
             tuple(point_params),
         )
@@ -258,30 +241,29 @@ def _run_filters(tag: str | None, fingerprint: str | None, table: str = "") -> t
     return where, params
 
 
+# The columns of a run's measurements that get_run reads, named as MeasurementModel's attributes, then
+# those of its samples (SampleModel's): the query and the rows run_from_model decodes, from one list.
+_MEASUREMENT_COLUMNS = tuple(
+    "op algo dtype redop root size_bytes count in_place world_size nwrong reported group_name".split()
+)
+_SAMPLE_COLUMNS = ("samples_s", "rank_samples_s", "rounds", "measurement_id")
+_MEASUREMENTS_SQL = (
+    f"SELECT {', '.join([*(f'm.{c}' for c in _MEASUREMENT_COLUMNS), *(f's.{c}' for c in _SAMPLE_COLUMNS)])} "
+    "FROM measurements m LEFT JOIN samples s ON s.measurement_id = m.id WHERE m.run_id = ? ORDER BY m.position"
+)
+
+
 def _measurement(row: tuple[Any, ...]) -> SimpleNamespace:
-    op, algo, dtype, redop, root, size, count, in_place, world_size, nwrong, reported, group, *samples = row
-    samples_s, rank_samples_s, rounds, measurement_id = samples
-    if measurement_id is None or type(in_place) is not int:
+    columns = dict(zip(_MEASUREMENT_COLUMNS, row))
+    samples_s, rank_samples_s, rounds, measurement_id = row[len(_MEASUREMENT_COLUMNS) :]
+    if measurement_id is None or type(columns["in_place"]) is not int:
         raise ValueError("a measurement without its samples, or a flag that is not one")
-    return SimpleNamespace(
-        op=op,
-        algo=algo,
-        dtype=dtype,
-        redop=redop,
-        root=root,
-        size_bytes=size,
-        count=count,
-        in_place=bool(in_place),
-        world_size=world_size,
-        nwrong=nwrong,
-        reported=_json_or_none(reported),
-        group_name=group,
-        samples=SimpleNamespace(
-            samples_s=json.loads(samples_s),
-            rank_samples_s=_json_or_none(rank_samples_s),
-            rounds=_json_or_none(rounds),
-        ),
+    columns["in_place"] = bool(columns["in_place"])
+    columns["reported"] = _json_or_none(columns["reported"])
+    samples = SimpleNamespace(
+        samples_s=json.loads(samples_s), rank_samples_s=_json_or_none(rank_samples_s), rounds=_json_or_none(rounds)
     )
+    return SimpleNamespace(**columns, samples=samples)
 
 
 def _json_or_none(text: str | None) -> Any:

@@ -6,15 +6,16 @@ PostgreSQL (``postgresql+psycopg://...``) and checks the schema revision (see
 
 Query API for analysis (the regression gate):
 
-- ``Store.measurement_rows(op=, dtype=, size_bytes=, tag=, fingerprint=, since=, until=)``:
+- ``Store.measurement_rows(MeasurementFilter(op=, dtype=, size_bytes=, tag=, fingerprint=, since=, until=))``:
   one ``MeasurementRow`` per stored measurement that matches, with its run's time (UTC),
   revision, tag, fingerprint and source, its key (op, algo, dtype, redop, root, size,
   placement, process group), mean time, CV, iteration count, busBW and raw samples (empty for rows
   ingested without samples); oldest run first, then the run's own order. One query.
-- ``Store.mean_history(op=, dtype=, size_bytes=, tag=, fingerprint=)``: what ``commlens detect`` reads, the
+- ``Store.mean_history(MeasurementFilter(...))``: what ``commlens detect`` reads, the
   same rows' mean times only, as plain tuples, and their runs. Two queries.
 - ``Store.runs_with_tag(tag)``: the full runs with that tag, oldest first.
-- ``Store.list_runs(...)``: run summaries, newest first, with the same filters.
+- ``Store.list_runs(RunFilter(...))``: run summaries, newest first, filtered by tag, op, time, fingerprint,
+  source, revision or run ids (``Store.count_runs``: how many).
 
 Time filters take ISO 8601 strings or datetimes (naive ones are UTC). ``since`` is
 inclusive; so is ``until``, and a bare date as ``until`` covers that whole day.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any, TypeVar
@@ -68,8 +69,9 @@ from commlens.store.loading import (
 from commlens.store.models import MeasurementModel, RunModel, SampleModel
 from commlens.store.plain import HistoryPoint, HistoryRun, history_points
 from commlens.store.schema import check_schema
+from commlens.store.summaries import MeasurementFilter, RunFilter
 
-__all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunSummary", "Store"]
+__all__ = ["MIN_PREFIX_LEN", "CorruptRunError", "MeasurementRow", "OnCorrupt", "RunFilter", "RunSummary", "Store"]
 
 _log = logging.getLogger(__name__)
 
@@ -252,23 +254,15 @@ class Store:
 
     def list_runs(
         self,
+        where: RunFilter = RunFilter(),
         *,
-        tag: str | None = None,
-        op: str | None = None,
-        since: str | datetime | None = None,
-        until: str | datetime | None = None,
-        fingerprint: str | None = None,
-        source: str | None = None,
-        revision: str | None = None,
-        run_ids: Collection[str] | None = None,
         limit: int | None = 50,
         offset: int = 0,
         on_corrupt: OnCorrupt | None = None,
     ) -> list[RunSummary]:
-        """Runs newest first that match every filter given; ``run_ids`` keeps only those exact ids.
+        """Runs newest first that match ``where`` (every run by default).
 
-        ``source`` is the producing tool (``commlens``, ``nccl-tests``, ``monitor``, ...); ``revision``
-        a revision or its prefix. ``offset`` skips that many matches first (a page of a listing).
+        ``offset`` skips that many matches first (a page of a listing).
         A run whose summary cannot be read back raises CorruptRunError, or with ``on_corrupt``
         is handed to it and left out.
         """
@@ -277,8 +271,7 @@ class Store:
         if offset < 0:
             raise StoreError(f"offset must be >= 0, got {offset}")
         query = select(RunModel.run_id).order_by(RunModel.started_at_utc.desc(), RunModel.run_id.desc())
-        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, run_ids)
-        query = query.where(*conditions)
+        query = query.where(*self._listing_filters(where))
         if limit is not None:
             query = query.limit(limit)
         if offset:
@@ -292,46 +285,27 @@ class Store:
             summaries += [loaded[run_id] for run_id in batch if run_id in loaded]
         return summaries
 
-    def count_runs(
-        self,
-        *,
-        tag: str | None = None,
-        op: str | None = None,
-        since: str | datetime | None = None,
-        until: str | datetime | None = None,
-        fingerprint: str | None = None,
-        source: str | None = None,
-        revision: str | None = None,
-    ) -> int:
-        """How many runs ``list_runs`` with the same filters (and no limit) would list."""
-        conditions = self._listing_filters(tag, op, since, until, fingerprint, source, revision, None)
+    def count_runs(self, where: RunFilter = RunFilter()) -> int:
+        """How many runs ``list_runs`` with the same filter (and no limit) would list."""
+        conditions = self._listing_filters(where)
         with Session(self.engine) as session, session.begin():
             return int(session.scalar(select(func.count()).select_from(RunModel).where(*conditions)) or 0)
 
     @staticmethod
-    def _listing_filters(
-        tag: str | None,
-        op: str | None,
-        since: str | datetime | None,
-        until: str | datetime | None,
-        fingerprint: str | None,
-        source: str | None,
-        revision: str | None,
-        run_ids: Collection[str] | None,
-    ) -> list[ColumnElement[bool]]:
-        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
-        if op is not None:
+    def _listing_filters(where: RunFilter) -> list[ColumnElement[bool]]:
+        conditions = _run_filters(tag=where.tag, since=where.since, until=where.until, fingerprint=where.fingerprint)
+        if where.op is not None:
             conditions.append(
                 select(MeasurementModel.id)
-                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == op)
+                .where(MeasurementModel.run_id == RunModel.run_id, MeasurementModel.op == where.op)
                 .exists()
             )
-        if source is not None:
-            conditions.append(RunModel.source == source)
-        if revision is not None:
-            conditions.append(RunModel.revision.startswith(revision.strip(), autoescape=True))
-        if run_ids is not None:
-            conditions.append(RunModel.run_id.in_(list(run_ids)))
+        if where.source is not None:
+            conditions.append(RunModel.source == where.source)
+        if where.revision is not None:
+            conditions.append(RunModel.revision.startswith(where.revision.strip(), autoescape=True))
+        if where.run_ids is not None:
+            conditions.append(RunModel.run_id.in_(list(where.run_ids)))
         return conditions
 
     def _readable(
@@ -366,33 +340,16 @@ class Store:
     # -- reading measurements across runs -----------------------------------------------
 
     def measurement_rows(
-        self,
-        *,
-        op: str | None = None,
-        dtype: str | None = None,
-        size_bytes: int | None = None,
-        tag: str | None = None,
-        fingerprint: str | None = None,
-        since: str | datetime | None = None,
-        until: str | datetime | None = None,
-        run_ids: Collection[str] | None = None,
-        with_samples: bool = True,
+        self, where: MeasurementFilter = MeasurementFilter(), *, with_samples: bool = True
     ) -> list[MeasurementRow]:
-        """Every stored measurement matching the filters, oldest run first; one query.
+        """Every stored measurement ``where`` matches, oldest run first; one query.
 
-        ``run_ids`` keeps only those runs. ``with_samples=False`` leaves the samples unread (``samples_s`` empty, ``iterations`` the
+        ``with_samples=False`` leaves the samples unread (``samples_s`` empty, ``iterations`` the
         reported count or 0): what a history of mean times needs, at a fraction of the cost.
         """
         m, r, s = MeasurementModel, RunModel, SampleModel
-        conditions = _run_filters(tag=tag, since=since, until=until, fingerprint=fingerprint)
-        if op is not None:
-            conditions.append(m.op == op)
-        if dtype is not None:
-            conditions.append(m.dtype == dtype)
-        if size_bytes is not None:
-            conditions.append(m.size_bytes == size_bytes)
-        if run_ids is not None:
-            conditions.append(r.run_id.in_(list(run_ids)))
+        run_conditions, measurement_conditions = _measurement_filters(where)
+        conditions = run_conditions + measurement_conditions
         query = (
             select(
                 r.run_id,
@@ -423,42 +380,23 @@ class Store:
         )
         if with_samples:
             query = query.join(s, s.measurement_id == m.id)
-        try:
+        with self._reading_measurements():
             with Session(self.engine) as session, session.begin():
                 # Rows as plain sequences: mypy cannot match ``*row`` of a 21-column Row (typed past
                 # its tenth column as ``*tuple[Any, ...]``) to measurement_row's parameters.
                 result: Sequence[Sequence[Any]] = session.execute(query).all()
             return [measurement_row(*row) for row in result]
-        except DatabaseFault:
-            raise
-        except UNREADABLE as e:
-            raise StoreError(
-                f"result store {self.url}: a stored measurement cannot be read back "
-                f"(corrupted column?): {short_reason(e)}"
-            ) from None
 
     def mean_history(
-        self,
-        *,
-        op: str | None = None,
-        dtype: str | None = None,
-        size_bytes: int | None = None,
-        tag: str | None = None,
-        fingerprint: str | None = None,
+        self, where: MeasurementFilter = MeasurementFilter()
     ) -> tuple[list[HistoryRun], list[HistoryPoint]]:
-        """What ``commlens detect`` reads: every stored measurement's mean time matching the filters, as plain
+        """What ``commlens detect`` reads: every stored measurement's mean time ``where`` matches, as plain
         tuples, oldest run first (as ``measurement_rows``), and the runs they belong to. Two queries, no
         samples and no object per row.
         """
         m, r = MeasurementModel, RunModel
-        run_conditions = _run_filters(tag=tag, since=None, until=None, fingerprint=fingerprint)
-        conditions = list(run_conditions)
-        if op is not None:
-            conditions.append(m.op == op)
-        if dtype is not None:
-            conditions.append(m.dtype == dtype)
-        if size_bytes is not None:
-            conditions.append(m.size_bytes == size_bytes)
+        run_conditions, measurement_conditions = _measurement_filters(where)
+        conditions = run_conditions + measurement_conditions
         points_query = (
             select(m.run_id, m.op, m.algo, m.dtype, m.redop, m.root, m.size_bytes, m.in_place, m.group_name, m.mean_s)
             .join(r, m.run_id == r.run_id)
@@ -468,7 +406,7 @@ class Store:
         runs_query = select(r.run_id, r.started_at_utc, r.revision, r.tag, r.fingerprint, r.status).where(
             *run_conditions
         )
-        try:
+        with self._reading_measurements():
             with self.engine.connect() as conn:  # points first: a run saved in between is only never used
                 found = _plain_rows(conn, points_query)
                 runs = [
@@ -476,6 +414,13 @@ class Store:
                     for run_id, started, revision, run_tag, fp, status in conn.execute(runs_query)
                 ]
             return runs, history_points(found, runs)
+
+    @contextlib.contextmanager
+    def _reading_measurements(self) -> Iterator[None]:
+        """A read of stored measurements: a value that does not decode (a corrupted column) is a StoreError
+        that says so; a fault of the database itself passes as it is."""
+        try:
+            yield
         except DatabaseFault:
             raise
         except UNREADABLE as e:
@@ -738,6 +683,22 @@ def _run_filters(
         exact = len(fp) == _FINGERPRINT_CHARS
         conditions.append(RunModel.fingerprint == fp if exact else RunModel.fingerprint.startswith(fp, autoescape=True))
     return conditions
+
+
+def _measurement_filters(where: MeasurementFilter) -> tuple[list[ColumnElement[bool]], list[ColumnElement[bool]]]:
+    """The conditions of ``where`` on a measurement's run, and those on the measurement itself."""
+    runs = _run_filters(tag=where.tag, since=where.since, until=where.until, fingerprint=where.fingerprint)
+    if where.run_ids is not None:
+        runs.append(RunModel.run_id.in_(list(where.run_ids)))
+    m = MeasurementModel
+    measurements: list[ColumnElement[bool]] = []
+    if where.op is not None:
+        measurements.append(m.op == where.op)
+    if where.dtype is not None:
+        measurements.append(m.dtype == where.dtype)
+    if where.size_bytes is not None:
+        measurements.append(m.size_bytes == where.size_bytes)
+    return runs, measurements
 
 
 _FINGERPRINT_CHARS = 16  # SystemInfo.fingerprint(): the first 16 hex digits of a SHA-256
