@@ -655,9 +655,9 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     after.append((0.0, 1.0, tp_fwd))
     # the GPU resumes with permutation 1 (issued before the wait, run after the copy) still to run
     gpu, host = queue_finish_s(after, gpu_start_s=max(0.0, before[2] - MOE_SYNC_S))
-    # the host waits for the counts (done on the GPU before permutation 1) once it has issued permutation 1, and
-    # resumes a copy's round trip later
-    return max(gpu - before[2], host + before[0]) + MOE_SYNC_S
+    # the host waits for the next layer's counts (done on the GPU once it has run everything issued before them)
+    # after issuing its permutation 1, and resumes a copy's round trip later, with that permutation left to run
+    return max(gpu, host + before[0]) + MOE_SYNC_S
 
 
 def _pp_p2p(c: _Setup) -> float:
