@@ -397,3 +397,39 @@ def test_a_reduction_longer_than_the_backward_hides_only_behind_the_backward_aft
         w = load_workload("nemotron4-15b", {"global_batch": 4 * dp})
         exposed.append(project(w, H100, ParallelLayout(tp=8, zero=2), 8 * dp).breakdown["dp_comm"])
     assert exposed[0] < exposed[1] < exposed[2]
+
+
+def test_after_a_host_sync_the_gpu_waits_for_each_launch_until_the_host_is_ahead_again():
+    # A CUDA stream runs its kernels in issue order: after a sync the queue is empty, so ten short kernels that take
+    # the host 1 s to issue leave the GPU idle that long, and a 2 s kernel issued after them starts only then; the
+    # totals (1.01 s of host, 2.01 s of GPU) would hide the wait.
+    from commlens.project.step import queue_finish_s
+
+    gpu, host = queue_finish_s([(1.0, 10, 0.01), (0.01, 1, 2.0)])
+    assert host == pytest.approx(1.01)
+    assert gpu == pytest.approx(1.01 + 2.0)
+    # GPU-bound throughout: the GPU waits only for the first launch
+    assert queue_finish_s([(0.001, 1, 1.0), (0.001, 1, 1.0)])[0] == pytest.approx(2.001)
+
+
+def test_megatron_waits_for_the_moe_token_counts_after_issuing_the_first_permutation(monkeypatch):
+    # Megatron-Core's all-to-all dispatcher copies the token counts on a side stream and waits for them at
+    # 'before_ep_alltoall' (token_dispatcher.py at 0014f137): permutation 1 is already queued, so the GPU runs it
+    # while the host issues what follows; a stack whose wait drains the stream (DeepEP's host poll, a stream sync)
+    # leaves the GPU idle for those launches. A host-bound MoE step (Grace host, micro-batch 1) shows it.
+    import commlens.project.step as step_mod
+    from commlens.project.frameworks import framework
+
+    fw = framework("megatron-core")
+    assert fw.moe_dispatch_sync and fw.moe_sync_after_permute
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+    lay = ParallelLayout(ep=8, recompute="none")
+    gb200 = load_topology("gb200-nvl72")
+    after_permute = project(w, gb200, lay, 8)
+    monkeypatch.setattr(step_mod, "framework", lambda name: fw.model_copy(update={"moe_sync_after_permute": False}))
+    drained = project(w, gb200, lay, 8)
+    monkeypatch.setattr(step_mod, "framework", lambda name: fw.model_copy(update={"moe_dispatch_sync": False}))
+    no_sync = project(w, gb200, lay, 8)
+    assert drained.breakdown["host_overhead"] > after_permute.breakdown["host_overhead"]
+    assert after_permute.breakdown["host_overhead"] > no_sync.breakdown["host_overhead"]
+    assert drained.breakdown["compute"] == pytest.approx(after_permute.breakdown["compute"])

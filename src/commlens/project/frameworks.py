@@ -130,6 +130,12 @@ class Framework(_Strict):
         default=1.03, ge=1.0, le=1.5, description="reserved / allocated of the caching allocator as the stack runs it"
     )
     moe_dispatch_sync: bool
+    moe_sync_after_permute: bool = Field(
+        default=False,
+        description="the all-to-all dispatcher's host waits for the token counts only after issuing the first "
+        "permutation (copied on a side stream), so the GPU still holds that permutation when the host resumes; "
+        "otherwise the wait drains the stream (Megatron-Core's 'before_ep_alltoall' sync point)",
+    )
     moe_local_sort: bool = Field(
         default=False,
         description="the NCCL all-to-all dispatcher sorts the tokens it receives by local expert, and back before "

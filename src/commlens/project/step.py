@@ -615,16 +615,75 @@ def _layer_time(
     host_exposed = max(0.0, host - gpu)
     if a2a_bytes and fw.moe_dispatch_sync:
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
-        # GPU past that point, so the forward's two halves (before and after the sync) each take the longer of
-        # their launches and their GPU work, plus the copy's round trip; the backward reuses the counts
+        # GPU past that point, and the GPU waits for each launch after it until the host is ahead again
+        # (_sync_cycle_s); the backward reuses the counts
         ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
         pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + lc.tp_pass / 2
         post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
-        fwd_exposed = max(pre_host, pre_gpu) + max(post_host, post_gpu) + MOE_SYNC_S - pre_gpu - post_gpu
+        fwd_exposed = _sync_cycle_s(c, kernels, ep_fwd, lc.tp_pass / 2) - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
         bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
+
+
+def queue_finish_s(
+    ops: Sequence[tuple[float, float, float]], gpu_start_s: float = 0.0, host_start_s: float = 0.0
+) -> tuple[float, float]:
+    """(GPU, host) clocks after a run of kernels issued in order onto one stream: each op is (host seconds to issue
+    it, launches, GPU seconds), its launches evenly spaced in both. A launch runs once the host has issued it and the
+    GPU has finished the one before (a CUDA stream runs in issue order), so the GPU idles wherever the host has not
+    yet issued its next kernel."""
+    gpu, host = gpu_start_s, host_start_s
+    for host_s, launches, gpu_s in ops:
+        n = max(1.0, launches)
+        # launch j (1..n) starts at max(GPU before, host + j * host_s / n) and the rest follow it: the latest of the
+        # first and the last launch's chains (the starts are linear in j, so the others lie between)
+        gpu = max(gpu + gpu_s, host + host_s / n + gpu_s, host + host_s + gpu_s / n)
+        host += host_s
+    return gpu, host
+
+
+def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float) -> float:
+    """Seconds from one MoE layer's dispatcher sync to the next's, forward (the layers of a stage alike).
+
+    Megatron-Core's all-to-all dispatcher (NVIDIA/Megatron-LM 0014f13713bf, megatron/core/transformer/moe/
+    token_dispatcher.py ``MoEAlltoAllTokenDispatcher``): ``preprocess`` counts the tokens per expert and gathers
+    the counts over the EP group; the counts are copied to the host on a side stream at ``cuda_dtoh_point``
+    (before permutation 1) and, dropless with EP > 1, the host waits for that copy (``d2h_event.synchronize()``) at
+    ``cuda_sync_point`` ``before_ep_alltoall``: after issuing permutation 1, before the all-to-all that needs the
+    split sizes. The GPU then holds only permutation 1; everything after it waits for the host to issue it: the
+    all-to-all, the experts, the combine, and the next layer's attention and router up to its own sync. DeepEP's
+    normal dispatch (the flex dispatcher) has the host poll the received-token counter its notify kernel writes to
+    mapped host memory before it permutes (deepseek-ai/DeepEP csrc/deep_ep.cpp ``intranode_dispatch``,
+    ``moe_recv_counter``): the stream is drained there, as it is for a stack that synchronizes the stream."""
+    fw, dev, layout = c.fw, c.dev, c.layout
+    host_op_s = fw.host_s_per_kernel * dev.host_op_factor
+    module_s = fw.module_host_s * dev.host_op_factor
+    host_static = 0.0 if layout.cuda_graphs else host_op_s
+    module_static = 0.0 if layout.cuda_graphs else module_s
+
+    def op(k: Kernel, launch_s: float, mod_s: float, share: float = 1.0) -> tuple[float, float, float]:
+        return ((k.launches * launch_s + k.modules * mod_s) * share, k.launches * share, k.fwd_s * share)
+
+    eager = [k for k in kernels if k.eager]
+    permute = next((k for k in eager if k.name == "permute"), None)
+    before = (0.0, 0.0, 0.0)
+    after = [op(permute, host_op_s, module_s)] if permute else []
+    if permute and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall":
+        # the dispatch's kernels: counts and permutation 1 before the sync, their inverse (unpermute) after it
+        before = op(permute, host_op_s, module_s, 0.5)
+        after = [before]
+    after.append((0.0, 1.0, ep_fwd / 2))  # the dispatch all-to-all (its launch counted with the permutation)
+    after += [op(k, host_op_s, module_s) for k in eager if k is not permute]
+    after.append((0.0, 1.0, ep_fwd / 2))  # the combine all-to-all
+    after += [op(k, host_static, module_static) for k in kernels if not k.eager]
+    after.append((0.0, 1.0, tp_fwd))
+    # the GPU resumes with permutation 1 (issued before the wait, run after the copy) still to run
+    gpu, host = queue_finish_s(after, gpu_start_s=max(0.0, before[2] - MOE_SYNC_S))
+    # the host waits for the next layer's counts (done on the GPU once it has run everything issued before them)
+    # after issuing its permutation 1, and resumes a copy's round trip later, with that permutation left to run
+    return max(gpu, host + before[0]) + MOE_SYNC_S
 
 
 def _pp_p2p(c: _Setup) -> float:
