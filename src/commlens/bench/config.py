@@ -76,7 +76,7 @@ class BenchConfig:
     # as nccl-tests and a training job), or each in a new one; a new gloo group's first iterations of a large
     # message ran up to ~1.8x faster than the same group's later ones, and fresh rounds timed mostly those
     # (docs/bench.md, Rounds)
-    round_groups: str = "shared"
+    round_groups: str = "fresh"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -188,7 +188,7 @@ class BenchConfig:
             out += ["--on-unsupported", self.on_unsupported]
         out += ["-n", str(self.iters), "--rounds", str(self.rounds), "-w", str(self.warmup)]
         out += ["-c", str(self.check_iters)]
-        if self.round_groups != "shared":
+        if self.round_groups != "fresh":
             out += ["--round-groups", self.round_groups]
         if self.blocking:
             out.append("-z")
@@ -285,9 +285,10 @@ def build_parser(prog: str = "commlens bench") -> argparse.ArgumentParser:
     t.add_argument(
         "--round-groups",
         choices=ROUND_GROUPS,
-        default="shared",
-        help="shared: every round in the default process group, set up once per run (default); fresh: each "
-        "round in a new process group (new connections or communicators, as pyperf runs fresh workers)",
+        default="fresh",
+        help="fresh: each round in a new process group (new connections or communicators, as pyperf runs fresh "
+        "workers; default: the gate's spread between rounds needs it); shared: every round in the default "
+        "process group, set up once per run",
     )
     t.add_argument("-w", "--warmup", type=int, default=5, help="untimed warm-up iterations per row")
     t.add_argument("-c", "--check-iters", type=int, default=1, help="validated iterations per row (0: no check)")

@@ -642,10 +642,11 @@ class Sweep:
            the first round in table order, each later one in a permutation of the cells drawn from
            ``cfg.seed`` and ``r`` (the same on every rank), so no row always runs first or right after the
            same neighbour, and a change of the machine's state between rounds hits every row alike.
-        2. By default (``round_groups == "shared"``) every round runs in the default process group, set up
-           once, as nccl-tests times one communicator. With ``"fresh"`` each round runs in a new process group
-           (new connections or communicators), as pyperf runs each round in a fresh worker: what one set of
-           connections makes of the machine is measured across rounds instead of being fixed for the run.
+        2. By default (``round_groups == "fresh"``) each round runs in a new process group (new connections
+           or communicators), as pyperf runs each round in a fresh worker: what one set of connections makes
+           of the machine is measured across rounds instead of being fixed for the run, which the gate's
+           spread between rounds needs (``docs/bench.md``, *Rounds*). With ``"shared"`` every round runs in
+           the default process group, set up once, as nccl-tests times one communicator.
         3. Rows are emitted once the last round is done (or the run stops: then with the rounds they have),
            in the table's order; a combination the backend refused in one round is not tried again.
         """
