@@ -770,8 +770,8 @@ def _sweep_compare(ns: argparse.Namespace, argv: list[str]) -> None:
     (each raw run against the one before it) is the same figure for two runs of the same loop.
     """
     kinds: list[tuple[str, list[str]]] = [
-        ("commlens, default (5 rounds, all in the default group, 1 check)", []),
-        ("commlens `--round-groups fresh` (each round in a new group)", ["--round-groups", "fresh"]),
+        ("commlens, default (5 rounds, each in a new group, 1 check)", []),
+        ("commlens `--round-groups shared` (every round in the default group)", ["--round-groups", "shared"]),
         ("commlens `--rounds 1`", ["--rounds", "1"]),
     ]
     if ns.sweep_default_only:

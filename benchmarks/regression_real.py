@@ -184,6 +184,18 @@ def compare_wall(wd: Path, log: list[dict]) -> None:
         log.append({"file": f"compare-{kind}", "wall_s": time.perf_counter() - t0, "args": ["compare"]})
 
 
+def _now_default(groups: str | None) -> str:
+    """' (default)' where ``groups`` is what ``commlens bench`` uses today without --round-groups."""
+    from commlens.bench.config import BenchConfig
+
+    return " (default)" if groups == BenchConfig().round_groups else ""
+
+
+def _aa_target(groups: str | None) -> str:
+    """The A/A target goes with today's default runs."""
+    return "at most 1 in 20" if _now_default(groups) else "-"
+
+
 def _runs(wd: Path, pattern: str) -> list[Run]:
     return [load_run(p) for p in sorted(wd.glob(pattern))]
 
@@ -320,17 +332,21 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "",
             "| runs | false regressions | with learned noise floors | target |",
             "|---|---:|---:|---|",
-            f"| default (`--rounds {loc['rounds']}`, `--round-groups {loc['groups']}`) | {_rate(loc['r5'])} | "
-            f"{_rate(loc['r5_floor'])} | at most 1 in 20 |",
+            f"| `--rounds {loc['rounds']}`, `--round-groups {loc['groups']}`{_now_default(loc['groups'])} | "
+            f"{_rate(loc['r5'])} | {_rate(loc['r5_floor'])} | {_aa_target(loc['groups'])} |",
             *(
-                [f"| `--round-groups {loc['fr_groups']}` | {_rate(loc['fr'])} | {_rate(loc['fr_floor'])} | - |"]
+                [
+                    f"| `--rounds {loc['rounds']}`, `--round-groups {loc['fr_groups']}`"
+                    f"{_now_default(loc['fr_groups'])} | {_rate(loc['fr'])} | {_rate(loc['fr_floor'])} | "
+                    f"{_aa_target(loc['fr_groups'])} |"
+                ]
                 if "fr" in loc
                 else []
             ),
             f"| `--rounds 1` (one round a run, as before) | {_rate(loc['r1'])} | {_rate(loc['r1_floor'])} | - |",
             "",
-            f"Floors learned (`noise learn --by all`) from {loc['history']} separate A/A runs at default rounds. "
-            "Row verdicts over all pairs, default rounds: "
+            f"Floors learned (`noise learn --by all`) from {loc['history']} separate A/A runs at 5 rounds "
+            f"(`--round-groups {loc['groups']}`). Row verdicts over all pairs, `--round-groups {loc['groups']}`: "
             + ", ".join(f"{k[4:]} {v}" for k, v in sorted(loc["r5"]["verdicts"].items()) if k.startswith("row "))
             + "; `--rounds 1`: "
             + ", ".join(f"{k[4:]} {v}" for k, v in sorted(loc["r1"]["verdicts"].items()) if k.startswith("row ")),
@@ -338,7 +354,8 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
             "Run-to-run spread (sd of a run's ln level between runs) against what the rounds inside one run "
             "predict for it (sd of the round medians' ln / sqrt(rounds)):",
             "",
-            "| size | between runs, default rounds | predicted by its rounds | between runs, `--rounds 1` |"
+            f"| size | between runs, `--round-groups {loc['groups']}` | predicted by its rounds | between runs, "
+            "`--rounds 1` |"
             + (
                 f" between runs, `--round-groups {loc['fr_groups']}` | predicted by its rounds |" if "fr" in loc else ""
             ),
@@ -355,13 +372,15 @@ def report_lines(res: dict, ns: argparse.Namespace) -> list[str]:
         if "fr" in loc:
             lines += [
                 "",
-                f"Mean bench wall time: default {bench5:.1f} s, `--round-groups {loc['fr_groups']}` "
+                f"Mean bench wall time: `--round-groups {loc['groups']}` {bench5:.1f} s, `--round-groups "
+                f"{loc['fr_groups']}` "
                 f"{mean_wall('local-fr'):.1f} s, `--rounds 1` {bench1:.1f} s.",
             ]
         cmp5, cmp1 = walls.get("compare-r5", float("nan")), walls.get("compare-r1", float("nan"))
         lines += [
             "",
-            f"Wall time, bench then compare as CI runs it: default rounds {bench5:.1f} s + {cmp5:.1f} s = "
+            f"Wall time, bench then compare as CI runs it: 5 rounds (`--round-groups {loc['groups']}`) "
+            f"{bench5:.1f} s + {cmp5:.1f} s = "
             f"{bench5 + cmp5:.1f} s; `--rounds 1` {bench1:.1f} s + {cmp1:.1f} s = {bench1 + cmp1:.1f} s: "
             f"**{(bench5 + cmp5) / (bench1 + cmp1):.2f}x** (target: at most 2x). The iterations (`-n`) are "
             "split over the rounds, so rounds add a warm-up and a process group per round, not iterations.",

@@ -98,6 +98,9 @@ def test_default_rounds_with_two_iterations_give_two_rounds(tmp_path_factory: py
     run = _bench(tmp_path_factory, *TWO_ITERS_WITH_A_REFUSAL)
     assert "--rounds" not in run.doc["command_line"]  # the 2 rounds are the default's, not asked for
     assert run.doc["config"]["rounds"] == 2
+    # each round in a new process group unless asked otherwise: the A/A gate needs rounds that do not share one
+    # set of connections (docs/bench.md, Rounds)
+    assert run.doc["config"]["round_groups"] == "fresh" and "--round-groups" not in run.doc["command_line"]
     assert [m["rounds"] for m in run.doc["measurements"]] == [[1, 1]] * len(SIZES)
     assert [m.rounds for m in run.stored_measurements()] == [(1, 1)] * len(SIZES)
 
