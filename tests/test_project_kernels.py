@@ -197,6 +197,20 @@ def test_deepspeed_zero3_pays_one_collective_per_submodule_and_per_bucket():
     assert 3 * gathers > one_ring
 
 
+def test_the_2022_deepspeed_runs_attend_without_flash_attention():
+    """FlashAttention reached Megatron-LM in December 2022, after the DeepSpeed Azure runs (July 2022): their rows
+    attend unfused, the softmax through HBM, which costs the 175B row time."""
+    from commlens.project.validate import load_set
+
+    rows = load_set("deepspeed-zero3-azure-2022").rows
+    layouts = [ParallelLayout.model_validate(r.layout) for r in rows]
+    assert layouts and not any(lay.flash_attention for lay in layouts)
+    w = load_workload(rows[0].workload, rows[0].overrides)
+    flash = layouts[0].model_copy(update={"flash_attention": True})
+    unfused = project(w, A100, layouts[0], rows[0].gpus)
+    assert unfused.step_time_s > project(w, A100, flash, rows[0].gpus).step_time_s
+
+
 def test_per_module_recomputation_trades_memory_for_time():
     w = load_workload("deepseek-v3-like", {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1})
     topo = load_topology("gb200-nvl72")
