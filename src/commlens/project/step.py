@@ -920,6 +920,24 @@ def _reduce_buckets(sizes: Sequence[float], bucket: float) -> list[float]:
     return out
 
 
+def _module_collectives(
+    comm: Callable[[str, float, Group], float],
+    modules: tuple[float, ...],
+    params: float,
+    layers: float,
+    group: Group,
+    gb: float,
+    bucket: float,
+) -> tuple[float, float]:
+    """(all-gathers, reduce-scatters) of one layer when each submodule is gathered on its own and the gradients go
+    in buckets (:func:`_zero3_modules`, :func:`_reduce_buckets`); the rest of the stage's ``params`` (embeddings,
+    output layer) in one more collective each, spread over its layers."""
+    rest = max(0.0, params - layers * sum(modules))
+    gathers = sum(comm("all_gather", n * 2, group) for n in modules) + comm("all_gather", rest * 2, group) / layers
+    reduces = sum(comm("reduce_scatter", b * gb, group) for b in _reduce_buckets(modules[::-1], bucket))
+    return gathers, reduces + comm("reduce_scatter", rest * gb, group) / layers
+
+
 def _tail_interference(
     c: _Setup, st: dict[str, float], params: float, dp_hidden: float, fsdp_hidden: float, rates: dict[str, float]
 ) -> float:
@@ -1084,15 +1102,9 @@ def _dp_tail(
         gather += comm("all_gather", expert_local * 2, edp_group)
         g_l, rs_l = gather / layers, rs_s / layers
         if modules and dp_group.size > 1:
-            # one collective per submodule (gathers) and per bucket (reduce-scatters); the rest of the stage's
-            # parameters (embeddings, output layer) in one more each, spread over its layers
-            rest = max(0.0, dense_local - layers * sum(modules))
             bucket = fw.overlap.dp_bucket_elements(dp_group.size) or sum(modules)
-            g_l = sum(comm("all_gather", n * 2, dp_group) for n in modules)
-            g_l += comm("all_gather", rest * 2, dp_group) / layers
-            rs_l = sum(comm("reduce_scatter", b * gb, dp_group) for b in _reduce_buckets(modules[::-1], bucket))
-            rs_l += comm("reduce_scatter", rest * gb, dp_group) / layers
-            gather, rs_s = g_l * layers, rs_l * layers
+            g_l, rs_l = _module_collectives(comm, modules, dense_local, layers, dp_group, gb, bucket)
+            rs_s = rs_l * layers
         fwd_layer = (st["compute"] + st["memory_bound"]) / (4.0 if recompute_full else 3.0) / layers
         bwd_layer = 2 * fwd_layer
         fwd_passes = 2.0 if recompute_full else 1.0
