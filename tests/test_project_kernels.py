@@ -170,6 +170,47 @@ def test_deepspeed_gathers_zero3_parameters_on_demand():
     assert fsdp.overlapped_s["fsdp_gather"] > 0
 
 
+def test_deepspeed_zero3_pays_one_collective_per_submodule_and_per_bucket():
+    """DeepSpeed gathers each submodule's parameters with an all-gather of its own and reduce-scatters the gradients
+    bucket by bucket (a weight larger than the bucket alone): at 1024 GPUs each of those rings pays its latency, so
+    the exposed ZeRO-3 communication is the sum of those collectives, not the model's bytes in one collective spread
+    over the layers."""
+    from commlens.model.backends import nccl_predict
+
+    w = load_workload("megatron-gpt-1t", {"seq_len": 1024, "global_batch": 8192, "micro_batch": 8})
+    lay = ParallelLayout(
+        tp=1, sp=False, zero=3, recompute="full", grad_reduce_bytes=2, flash_attention=False, framework="deepspeed"
+    )
+    p = project(w, A100, lay, 1024, check_memory=False)
+
+    def t(op: str, nbytes: float) -> float:
+        return nccl_predict(A100, op, int(nbytes), nodes=128, ranks_per_host=8).time_s
+
+    h, f = w.hidden, w.ffn_hidden
+    modules = [3 * h * h, h * h, h * f, f * h]  # QKV, attention output, the FFN's two linears: each over 5e8
+    rest = stage_parameters(w, resolve(lay, w, 1024, 8))[0][0] - w.layers * sum(modules)
+    gathers = w.layers * sum(t("all_gather", 2 * n) for n in modules) + t("all_gather", 2 * rest)
+    reduces = w.layers * sum(t("reduce_scatter", 2 * n) for n in modules) + t("reduce_scatter", 2 * rest)
+    # the forward, its recomputation and the backward each gather every submodule, on demand: nothing hides them
+    assert p.breakdown["dp_comm"] == pytest.approx(3 * gathers + reduces, rel=1e-6)
+    one_ring = 3 * t("all_gather", 2 * (w.layers * sum(modules) + rest))
+    assert 3 * gathers > one_ring
+
+
+def test_the_2022_deepspeed_runs_attend_without_flash_attention():
+    """FlashAttention reached Megatron-LM in December 2022, after the DeepSpeed Azure runs (July 2022): their rows
+    attend unfused, the softmax through HBM, which costs the 175B row time."""
+    from commlens.project.validate import load_set
+
+    rows = load_set("deepspeed-zero3-azure-2022").rows
+    layouts = [ParallelLayout.model_validate(r.layout) for r in rows]
+    assert layouts and not any(lay.flash_attention for lay in layouts)
+    w = load_workload(rows[0].workload, rows[0].overrides)
+    flash = layouts[0].model_copy(update={"flash_attention": True})
+    unfused = project(w, A100, layouts[0], rows[0].gpus)
+    assert unfused.step_time_s > project(w, A100, flash, rows[0].gpus).step_time_s
+
+
 def test_per_module_recomputation_trades_memory_for_time():
     w = load_workload("deepseek-v3-like", {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1})
     topo = load_topology("gb200-nvl72")

@@ -871,6 +871,7 @@ def _slowest_tail(
                 layout.recompute == "full",
                 m_count,
                 c.fw,
+                _zero3_modules(c),
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -881,6 +882,60 @@ def _slowest_tail(
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return best_tail[2]
+
+
+def _zero3_modules(c: _Setup) -> tuple[float, ...]:
+    """The parameters (on one GPU: its TP share) of each submodule of one dense layer that the stack gathers with an
+    all-gather of its own, in forward order; () where it gathers a layer at a time (FSDP's per-block units) or the
+    model has experts.
+
+    DeepSpeed's ZeRO-3 fetches parameters submodule by submodule from each module's forward pre-hook, one coalesced
+    all-gather per submodule (microsoft/DeepSpeed v0.6.2, 32d97976, runtime/zero/partitioned_param_coordinator.py
+    ``fetch_sub_module`` -> ``__all_gather_params`` -> partition_parameters.py ``all_gather_coalesced``: one
+    ``_all_gather_base`` over the submodule's flattened parameters; still so at 38327e07), and keeps those
+    under ``stage3_param_persistence_threshold`` (1e5 elements) resident: in a transformer layer the weights of the
+    QKV and output projections and of the FFN's linears (Megatron-DeepSpeed fuses a gated FFN's two input
+    projections into one linear); norms and biases stay."""
+    w, layout = c.w, c.layout
+    if not c.fw.zero3_live_params or layout.zero < 3 or w.moe is not None:
+        return ()
+    t = c.r.tp
+    ffn = w.hidden * w.ffn_hidden / t
+    return (*(k * n for _, k, n in w.attention_linears(t)), ffn * (2.0 if w.gated_ffn else 1.0), ffn)
+
+
+def _reduce_buckets(sizes: Sequence[float], bucket: float) -> list[float]:
+    """Gradient elements per reduce-scatter when gradients of ``sizes`` elements arrive in this order: DeepSpeed's
+    ZeRO-3 reduces the bucket it holds once the next gradient would overflow ``bucket`` elements (stage3.py
+    ``reduce_independent_p_g_buckets_and_remove_grads``), so a gradient larger than the bucket goes alone."""
+    out: list[float] = []
+    held = 0.0
+    for n in sizes:
+        if held > 0 and held + n > bucket:
+            out.append(held)
+            held = 0.0
+        held += n
+    if held > 0:
+        out.append(held)
+    return out
+
+
+def _module_collectives(
+    comm: Callable[[str, float, Group], float],
+    modules: tuple[float, ...],
+    params: float,
+    layers: float,
+    group: Group,
+    gb: float,
+    bucket: float,
+) -> tuple[float, float]:
+    """(all-gathers, reduce-scatters) of one layer when each submodule is gathered on its own and the gradients go
+    in buckets (:func:`_zero3_modules`, :func:`_reduce_buckets`); the rest of the stage's ``params`` (embeddings,
+    output layer) in one more collective each, spread over its layers."""
+    rest = max(0.0, params - layers * sum(modules))
+    gathers = sum(comm("all_gather", n * 2, group) for n in modules) + comm("all_gather", rest * 2, group) / layers
+    reduces = sum(comm("reduce_scatter", b * gb, group) for b in _reduce_buckets(modules[::-1], bucket))
+    return gathers, reduces + comm("reduce_scatter", rest * gb, group) / layers
 
 
 def _tail_interference(
@@ -1001,13 +1056,16 @@ def _dp_tail(
     recompute_full: bool,
     m_count: int,
     fw: Framework,
+    modules: tuple[float, ...] = (),
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
     Gradients are reduced bucket by bucket, as the framework buckets them (each bucket its own collective, with its
     own latency); the reduction overlaps the last backward when ``overlap_grad_reduce``, and ZeRO-1/2's all-gather
     of the updated parameters overlaps the next step's first forward where the framework does that
-    (``overlap_param_gather``)."""
+    (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
+    submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
+    latency."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
@@ -1043,6 +1101,10 @@ def _dp_tail(
         gather = comm("all_gather", dense_local * 2, dp_group)
         gather += comm("all_gather", expert_local * 2, edp_group)
         g_l, rs_l = gather / layers, rs_s / layers
+        if modules and dp_group.size > 1:
+            bucket = fw.overlap.dp_bucket_elements(dp_group.size) or sum(modules)
+            g_l, rs_l = _module_collectives(comm, modules, dense_local, layers, dp_group, gb, bucket)
+            rs_s = rs_l * layers
         fwd_layer = (st["compute"] + st["memory_bound"]) / (4.0 if recompute_full else 3.0) / layers
         bwd_layer = 2 * fwd_layer
         fwd_passes = 2.0 if recompute_full else 1.0
