@@ -112,6 +112,13 @@ class Framework(_Strict):
         description="the model code projects Q, K and V with three linears (three GEMMs, K's and V's at the KV heads' "
         "width), where Megatron-Core's linear_qkv runs one",
     )
+    sp_wgrad_gather: bool = Field(
+        default=False,
+        description="under sequence parallelism the column-parallel linears (QKV, FFN-in) save their input's shard, "
+        "all-gather it again in the backward beside the data-gradient GEMM and reduce-scatter the input gradient "
+        "beside the weight-gradient GEMM; otherwise the gathered input is kept and the backward's TP collectives "
+        "mirror the forward's",
+    )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(
         default=0.0,

@@ -126,6 +126,9 @@ OVERLAP_COMM_SMS = 16
 NCCL_OVERLAP_CTAS = 24
 # DeepSeek-V3's dispatch/combine under DualPipe: 20 of the H800's 132 SMs (arXiv 2412.19437, Sec. 3.2.2).
 DUALPIPE_COMM_SMS = 20
+# The column-parallel linears whose input sequence parallelism gathers over TP (kernels.py names): the GEMMs beside
+# which Megatron-Core runs their backward's all-gather and reduce-scatter (_sp_column_backward).
+SP_COLUMN_LINEARS = frozenset({"qkv", "ffn_in"})
 # HBM bytes per byte a collective moves over the link, per GPU: the sender reads it and the receiver writes it; a
 # reduction also reads the local operand (the ring reduce-scatter's every byte; an all-reduce's reduce-scatter half).
 HBM_PER_LINK_BYTE = {"all_gather": 2.0, "all_to_all": 2.0, "reduce_scatter": 3.0, "all_reduce": 2.5}
@@ -284,6 +287,7 @@ class _LayerComm:
     tp_bytes: float  # one TP collective's activations (16 bits)
     tp_pass: float  # TP's collectives of one pass
     tp_rs: float  # one of them, a reduce-scatter (sequence parallel; 0 without)
+    tp_ag: float  # and an all-gather (sequence parallel; 0 without)
     cp_fwd: float  # CP's K/V all-gather of the forward
     cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients
 
@@ -533,11 +537,12 @@ def _layer_comm(c: _Setup) -> _LayerComm:
     """TP's collectives of one layer pass and CP's K/V exchange (MLA: after the up-projection, every head's)."""
     w, r, t, comm = c.w, c.r, c.r.tp, c.comm
     tp_bytes = c.tokens * w.hidden * 2
-    tp_rs = 0.0
+    tp_rs = tp_ag = 0.0
     if t > 1:
         if c.sp:
             tp_rs = comm("reduce_scatter", tp_bytes, r.groups["tp"])
-            tp_pass = 2 * (comm("all_gather", tp_bytes, r.groups["tp"]) + tp_rs)
+            tp_ag = comm("all_gather", tp_bytes, r.groups["tp"])
+            tp_pass = 2 * (tp_ag + tp_rs)
         else:
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
@@ -547,7 +552,7 @@ def _layer_comm(c: _Setup) -> _LayerComm:
     cp_kv_bytes = w.micro_batch * w.seq_len * kv_width * 2
     cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0
     cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0)
-    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
+    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, tp_ag=tp_ag, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
 
 
 def _layer_time(
@@ -555,7 +560,7 @@ def _layer_time(
 ) -> tuple[tuple[float, ...], dict[str, float]]:
     """One layer, one micro-batch: (compute, streaming, TP, CP exposed, CP hidden, EP, host, TP hidden) and its
     seconds by kernel class."""
-    dev, w, layout, r, fw, t = c.dev, c.w, c.layout, c.r, c.fw, c.r.tp
+    dev, w, layout, r, fw = c.dev, c.w, c.layout, c.r, c.fw
     fwd_passes = c.fwd_passes
     redo = recomputed_modules(layout)  # selective recomputation's modules
     # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
@@ -597,18 +602,7 @@ def _layer_time(
             hbm = _hbm_rate(c.comm, "all_to_all", a2a_bytes, r.groups["ep"])
             share = stream / (compute + stream) if compute + stream > 0 else 0.0
             ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
-    tp_t, tp_hid = lc.tp_pass * (fwd_passes + 1.0), 0.0
-    # the collectives a stack leaves out of its TP pipeline stay whole on the critical path (async TP: the backward's
-    # unfused reduce-scatters; without sequence parallelism all of them, as torch fuses no all-reduce)
-    tp_whole = 0.0
-    if layout.tp_comm_overlap and t > 1 and fw.overlap.tp == "async_tp":
-        moe = any(k.kind == "grouped_gemm" for k in kernels)
-        tp_whole = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else tp_t
-    tp_t -= tp_whole
-    if layout.tp_comm_overlap and t > 1:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
-        exposed = max(tp_t / t, tp_t - (t_gemm_fwd * fwd_passes + t_gemm_bwd))
-        # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts (GEMMs: compute-bound)
-        tp_t, tp_hid = exposed + interference_s(dev, tp_t - exposed, OVERLAP_COMM_SMS, 0.0, 0.0), tp_t - exposed
+    tp_t, tp_hid, tp_whole = _tp_time(c, kernels, lc, t_gemm_fwd * fwd_passes + t_gemm_bwd)
     gpu = compute + stream + tp_t + cp_exp + ep_t
     tp_t += tp_whole
     gpu += tp_whole
@@ -625,6 +619,58 @@ def _layer_time(
         bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
+
+
+def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) -> tuple[float, float, float]:
+    """One layer's TP communication, one micro-batch: (exposed, hidden, whole), the exposed part with the hidden
+    part's interference; ``whole``: the collectives a stack leaves out of its TP pipeline, on the critical path
+    (async TP: the backward's unfused reduce-scatters; without sequence parallelism all of them, as torch fuses no
+    all-reduce). ``gemm_s``: the layer's GEMM seconds, forward passes and backward."""
+    layout, fw, t = c.layout, c.fw, c.r.tp
+    tp_t, tp_hid, tp_whole = lc.tp_pass * (c.fwd_passes + 1.0), 0.0, 0.0
+    if t <= 1:
+        return tp_t, tp_hid, tp_whole
+    if layout.tp_comm_overlap and fw.overlap.tp == "async_tp":
+        moe = any(k.kind == "grouped_gemm" for k in kernels)
+        tp_whole = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else tp_t
+    tp_t -= tp_whole
+    col_exposed = col_hidden = 0.0
+    if c.sp and fw.sp_wgrad_gather:
+        replaced, col_exposed, col_hidden = _sp_column_backward(c, kernels, lc)
+        tp_t -= replaced
+        gemm_s = max(0.0, gemm_s - col_hidden)
+    if layout.tp_comm_overlap:  # chunked behind the GEMMs it feeds; the first chunk stays exposed
+        exposed = max(tp_t / t, tp_t - gemm_s)
+        # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts (GEMMs: compute-bound)
+        tp_t, tp_hid = exposed + interference_s(c.dev, tp_t - exposed, OVERLAP_COMM_SMS, 0.0, 0.0), tp_t - exposed
+    return tp_t + col_exposed, tp_hid + col_hidden, tp_whole
+
+
+def _sp_column_backward(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, float, float]:
+    """The backward of the column-parallel linears (QKV, FFN-in) under sequence parallelism where the stack keeps only
+    the input's shard (``Framework.sp_wgrad_gather``): each all-gathers its input again beside its data-gradient GEMM
+    and reduce-scatters the input gradient beside its weight-gradient GEMM. Returns (the reduce-scatters this takes
+    out of the layer's pass count, the exposed seconds with the hidden part's interference, the hidden seconds).
+
+    NVIDIA/Megatron-LM 000c4ac24f61 megatron/core/tensor_parallel/layers.py
+    ``LinearWithGradAccumulationAndAsyncCommunication``: the forward gathers into a shared buffer and saves the shard;
+    the backward issues the all-gather with ``async_op=True`` before ``grad_output.matmul(weight)``, waits, issues the
+    reduce-scatter of the input gradient with ``async_op=True`` and computes the weight gradient beside it.
+    NVIDIA/TransformerEngine d0067d0da6cb transformer_engine/pytorch/module/layernorm_linear.py (and linear.py): the
+    gathered ``ln_out_total`` is freed after the forward GEMM and ``ln_out`` saved; the backward gathers it
+    (``ln_out_needs_gather``) asynchronously, or with userbuffers in bulk (``ub_bulk_dgrad``), beside the dgrad GEMM,
+    and reduce-scatters the dgrad asynchronously, or in bulk (``ub_bulk_wgrad``), beside the wgrad GEMM. The
+    row-parallel projections' output-gradient all-gathers stay in the pass count (exposed, or TE's chunked
+    ring exchange). Beside: NCCL's CTAs, or the userbuffers' SMs under --tp-comm-overlap."""
+    sms = OVERLAP_COMM_SMS if c.layout.tp_comm_overlap else NCCL_OVERLAP_CTAS
+    exposed = hidden = 0.0
+    cols = [k for k in kernels if k.name in SP_COLUMN_LINEARS]
+    for k in cols:
+        window = k.bwd_s / 2.0  # its data-gradient and weight-gradient GEMMs: the same FLOPs, the data gradient whole
+        for comm_s in (lc.tp_ag, lc.tp_rs):
+            exposed += max(0.0, comm_s - window)
+            hidden += min(comm_s, window)
+    return len(cols) * lc.tp_rs, exposed + interference_s(c.dev, hidden, sms, 0.0, 0.0), hidden
 
 
 def queue_finish_s(
