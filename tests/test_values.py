@@ -364,3 +364,15 @@ def test_cluster_fault_fractions_nan_or_inf_exit_2(tmp_path: Path, option: str, 
 def test_project_sweep_counts_must_be_positive(option: str, value: str) -> None:
     # --top -1 used to slice off the last row; --workers 0 quietly meant "all cores"
     refused(run("project", "sweep", "llama3-8b", "-t", "dgx-h100", "-n", "8", option, value), option)
+
+
+def test_the_package_files_read_alike_through_the_fast_loader_and_it_still_refuses_a_repeated_key() -> None:
+    """Shipped YAML goes through libyaml's composer (the projection's start-up needs it): every file the
+    package ships gives the same data both ways, and a repeated key is refused on that path too."""
+    files = sorted((Path(__file__).resolve().parents[1] / "src" / "commlens").rglob("*.yaml"))
+    assert len(files) >= 20
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert load_yaml(text, shipped=True) == load_yaml(text), path.name
+    with pytest.raises(DuplicateKeyError, match="duplicate key 'a' on line 3"):
+        load_yaml("a: 1\nb: 2\na: 3\n", shipped=True)

@@ -53,8 +53,18 @@ class DuplicateKeyError(ValueError):
 
 
 @functools.cache
-def _loader() -> type:
+def _loader(shipped: bool = False) -> type:
+    """The loader class: libyaml's parser and composer (``yaml.CSafeLoader``) for the files the package
+    ships, pure Python for anything else, whose nesting depth it checks as it composes (the C composer
+    recurses without a limit). Both refuse a repeated key."""
     import yaml
+
+    if shipped and getattr(yaml, "__with_libyaml__", False):
+
+        class UniqueKeyCLoader(yaml.CSafeLoader):
+            construct_mapping = _unique_keys
+
+        return UniqueKeyCLoader
 
     class UniqueKeyLoader(yaml.SafeLoader):
         """``yaml.SafeLoader`` whose mappings refuse a repeated key (merge keys ``<<`` may still override) and
@@ -73,36 +83,43 @@ def _loader() -> type:
             finally:
                 self._depth -= 1
 
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-            if isinstance(node, yaml.MappingNode):
-                first_line: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    try:
-                        seen = first_line.get(key)
-                    except TypeError:  # an unhashable key: the base constructor says so
-                        break
-                    line = key_node.start_mark.line + 1
-                    if seen is not None:
-                        shown = repr(key)
-                        if len(shown) > _SHOWN_KEY_CHARS:
-                            shown = shown[:_SHOWN_KEY_CHARS] + "..."
-                        raise DuplicateKeyError(f"duplicate key {shown} on line {line} (first on line {seen})")
-                    first_line[key] = line
-            return super().construct_mapping(node, deep=deep)
+        construct_mapping = _unique_keys
 
     return UniqueKeyLoader
 
 
-def load_yaml(text: str) -> Any:
-    """Plain data from YAML ``text`` as ``yaml.safe_load`` reads it, but a repeated mapping key raises
-    :class:`DuplicateKeyError`; malformed YAML, or YAML nested deeper than :data:`MAX_NESTING` levels, raises
-    ``yaml.YAMLError``."""
+def _unique_keys(self: Any, node: Any, deep: bool = False) -> dict[Any, Any]:
+    """``construct_mapping`` of both loaders: a repeated key raises :class:`DuplicateKeyError`."""
     import yaml
 
-    data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first_line.get(key)
+            except TypeError:  # an unhashable key: the base constructor says so
+                break
+            line = key_node.start_mark.line + 1
+            if seen is not None:
+                shown = repr(key)
+                if len(shown) > _SHOWN_KEY_CHARS:
+                    shown = shown[:_SHOWN_KEY_CHARS] + "..."
+                raise DuplicateKeyError(f"duplicate key {shown} on line {line} (first on line {seen})")
+            first_line[key] = line
+    return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+
+def load_yaml(text: str, *, shipped: bool = False) -> Any:
+    """Plain data from YAML ``text`` as ``yaml.safe_load`` reads it, but a repeated mapping key raises
+    :class:`DuplicateKeyError`; malformed YAML, or YAML nested deeper than :data:`MAX_NESTING` levels, raises
+    ``yaml.YAMLError``. ``shipped``: a file of the package itself (its size, not its depth, is what costs: the
+    C parser reads the projection's tables about 10x faster, which a command's start-up needs)."""
+    import yaml
+
+    data = yaml.load(text, Loader=_loader(shipped))  # noqa: S506 - a SafeLoader subclass
     _check_expansion(data)
     return data
 

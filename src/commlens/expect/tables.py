@@ -56,7 +56,7 @@ def build_tables() -> Tables:
     from commlens.topology import load_topology, topology_to_dict
 
     def source(name: str) -> JsonValue:
-        data: JsonValue = load_yaml((_HERE / f"{name}.yaml").read_text())
+        data: JsonValue = load_yaml((_HERE / f"{name}.yaml").read_text(), shipped=True)
         return data
 
     return {

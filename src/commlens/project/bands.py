@@ -124,7 +124,7 @@ def _shipped() -> tuple[Residual, ...]:
     path = resources.files("commlens.project") / "bands.yaml"
     if not path.is_file():
         return ()
-    data: Any = load_yaml(path.read_text(encoding="utf-8"))
+    data: Any = load_yaml(path.read_text(encoding="utf-8"), shipped=True)
     if not isinstance(data, dict) or data.get("format") != BANDS_FORMAT:
         return ()
     out = []

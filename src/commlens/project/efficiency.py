@@ -44,10 +44,10 @@ def _number(v: Any, where: str) -> float:
     return float(v)
 
 
-def _read(text: str, where: str) -> dict[str, list[Entry]]:
+def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]]:
     """Attention entries of an efficiency file, or of an accelerators file's ``attention:`` section (what
-    ``commlens project calibrate`` writes)."""
-    data = load_yaml(text)
+    ``commlens project calibrate`` writes); ``shipped``: the package's own efficiency.yaml."""
+    data = load_yaml(text, shipped=shipped)
     if isinstance(data, dict) and data.get("format") == ACCELERATORS_FORMAT:
         section = data.get("attention") or {}
         if not isinstance(section, dict):
@@ -88,7 +88,7 @@ def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
     shipped = resources.files("commlens.project") / "efficiency.yaml"
     merged: dict[str, list[Entry]] = {}
     if shipped.is_file():
-        merged = _read(shipped.read_text(encoding="utf-8"), "efficiency.yaml")
+        merged = _read(shipped.read_text(encoding="utf-8"), "efficiency.yaml", shipped=True)
     for f in files:
         try:
             text = Path(f).read_text(encoding="utf-8")

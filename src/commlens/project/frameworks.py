@@ -215,7 +215,7 @@ def generation(accelerator_name: str) -> str:
 @cache
 def _profiles() -> dict[str, Framework]:
     text = (resources.files("commlens.project") / "frameworks.yaml").read_text(encoding="utf-8")
-    data: Any = load_yaml(text)
+    data: Any = load_yaml(text, shipped=True)
     if not isinstance(data, dict) or data.get("format") != FRAMEWORKS_FORMAT:
         raise ProjectionError(f"frameworks.yaml: format must be {FRAMEWORKS_FORMAT!r}")
     raw = data.get("frameworks") or {}

@@ -184,7 +184,7 @@ def _read_yaml(path: Path, source: str) -> Any:
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, Device]:
     text = (resources.files("commlens.project") / "accelerators.yaml").read_text()
-    return _entries(load_yaml(text), "accelerators.yaml", {})
+    return _entries(load_yaml(text, shipped=True), "accelerators.yaml", {})
 
 
 def load_accelerators_file(path: str | Path, base: Mapping[str, Device] | None = None) -> dict[str, Device]:

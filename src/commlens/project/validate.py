@@ -362,7 +362,7 @@ def load_set(name: str, directory: Path | None = None) -> PublishedSet:
         raise CommlensError(f"no published table {name!r} (have: {', '.join(table_names(directory))})")
     where = _where(name, directory)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), shipped=directory is None)
     except Exception as e:  # yaml.YAMLError, DuplicateKeyError
         raise CommlensError(f"{where}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != PUBLISHED_FORMAT:
@@ -591,7 +591,7 @@ def load_memory_figures(directory: Path | None = None) -> list[MemoryFigure]:
     if not path.is_file():
         raise CommlensError(f"{where}: no such file")
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), shipped=directory is None)
     except Exception as e:  # yaml.YAMLError, DuplicateKeyError
         raise CommlensError(f"{where}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != MEMORY_FORMAT:
