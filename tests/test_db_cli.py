@@ -88,7 +88,7 @@ def test_runs_lists_newest_first_with_the_same_table_as_runs_list(db: str) -> No
     assert _cli("runs", "--db", db, "list").stdout == expected  # --db given to the group
 
 
-def test_runs_filters_and_json(db: str) -> None:
+def test_runs_filters_and_json(db: str, tmp_path: Path) -> None:
     def ids(*args: str) -> list[str]:
         result = _cli("runs", "list", "--json", "--db", db, *args)
         assert result.exit_code == 0, result.output
@@ -113,6 +113,10 @@ def test_runs_filters_and_json(db: str) -> None:
     bad = _cli("runs", "--since", "last week", "--db", db)
     assert bad.exit_code == 2
     assert bad.stderr == "error: since 'last week' is not an ISO 8601 time\n"
+    # refused as well where there is nothing to list yet (it answered "no runs match", exit 0)
+    nothing = _cli("runs", "--until", "soon", "--db", str(tmp_path / "never-made.db"))
+    assert (nothing.exit_code, nothing.stderr) == (2, "error: until 'soon' is not an ISO 8601 time\n")
+    assert not (tmp_path / "never-made.db").exists()
     unknown = _cli("runs", "--op", "allreduse", "--db", db)
     assert unknown.exit_code == 2
     assert unknown.stderr.startswith("error: --op: unknown op 'allreduse'; known: all_reduce, all_gather")

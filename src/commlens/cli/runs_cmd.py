@@ -66,7 +66,8 @@ def runs_list(
     if ctx.invoked_subcommand is None:  # `runs list`, or `runs` alone (this is also the group's callback)
         from commlens.store import RunFilter
 
-        where = RunFilter(tag=tag, op=_op_name(op), since=since, until=until, fingerprint=fingerprint)
+        with errors_as_exit(escape_all=True):
+            where = RunFilter(tag=tag, op=_op_name(op), since=since, until=until, fingerprint=fingerprint)
         _list(where, limit=limit, db=db, as_json=as_json)
     else:
         ctx.obj = {"db": db}  # `commlens runs --db X delete ...` works too

@@ -80,6 +80,15 @@ class RunFilter:
     revision: str | None = None
     run_ids: Collection[str] | None = None
 
+    def __post_init__(self) -> None:
+        """A time that is not ISO 8601 is refused here (``StoreError`` naming the field), not only once a store
+        with runs is read: an empty or missing store would otherwise answer 'no runs match'."""
+        from commlens.store.convert import to_utc
+
+        for what, value in (("since", self.since), ("until", self.until)):
+            if value is not None:
+                to_utc(value, what=what)
+
 
 @dataclass(frozen=True)
 class MeasurementFilter:
