@@ -470,7 +470,8 @@ def test_torch_async_tp_sums_the_partial_outputs_in_a_kernel_of_its_own():
 
     def kernels(fw: str, overlap: bool, recompute: str = "none") -> dict[str, float]:
         lay = ParallelLayout(tp=8, sp=True, zero=3, framework=fw, tp_comm_overlap=overlap, recompute=recompute)
-        return project(w, H100, lay, 256).kernels
+        # without recomputation torchtitan's gathered TP inputs do not fit in 80 GB: the kernels are what is asked
+        return project(w, H100, lay, 256, check_memory=False).kernels
 
     async_tp = kernels("torchtitan", True)
     assert async_tp["tp_reduce"] > 0

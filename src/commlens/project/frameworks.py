@@ -187,6 +187,12 @@ class Framework(_Strict):
         description="bytes per routed-expert parameter of that unsharded accumulation: 4 where the experts' FSDP "
         "units reduce in fp32 as the rest; 2 where they run without a mixed-precision policy (bf16 gradients)",
     )
+    tp_saves_gathered_input: bool = Field(
+        default=False,
+        description="TP with sequence parallelism: the column-parallel linears keep the all-gathered (full-sequence) "
+        "norm output for their weight gradient (DTensor TP: the input is redistributed to Replicate before the "
+        "linear); false: they keep the sequence shard and gather it again in backward (Megatron-Core)",
+    )
     fsdp_ignores_ep_sharded_experts: bool = Field(
         default=False,
         description="experts that EP (and PP) already shard fully (one copy per expert-data group) are left out of "

@@ -102,14 +102,18 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     """Activation bytes one layer keeps per token for backward, per GPU of its TP group, by the module that keeps
     them (Megatron-Core's recompute module names: ``layernorm``, ``core_attn``, ``mla_up_proj``, ``mlp``,
     ``moe``, ``moe_act``, ``shared_experts``; ``attention`` and ``norm_inputs`` are kept by every layer)."""
+    from commlens.project.frameworks import framework
+
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
     outside_div = tp if sp else 1
     # a GEMM keeps its input for the weight gradient: 16-bit, or its fp8 copy (1 B) under fp8
     gemm_in = 1.0 if w.precision == "fp8" else 2.0
+    # DTensor TP (torchtitan) keeps the all-gathered norm output; Megatron-Core keeps the shard and gathers again
+    gathered_div = 1 if framework(layout.framework).tp_saves_gathered_input else outside_div
     parts = {
         "norm_inputs": (4.0 * h + (2.0 * h if w.dropout else 0.0)) / outside_div,  # + dropout masks
-        "layernorm": 2.0 * gemm_in * h / outside_div,  # the norms' outputs, kept as the next GEMMs' inputs
+        "layernorm": 2.0 * gemm_in * h / gathered_div,  # the norms' outputs, kept as the next GEMMs' inputs
     }
     if w.mla is None:
         parts["attention"] = (2.0 * d * (a + 2 * g) + 2.0 * a * d) / tp  # Q, K, V and the attention output
