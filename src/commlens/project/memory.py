@@ -24,7 +24,9 @@ SwiGLU, MoE and flash attention:
 - outside the TP region (split by TP only with sequence parallelism): each of
   the two norms keeps its input (2 h) and its output, which the next GEMM keeps
   as its input (2 h; under fp8 the GEMM keeps its 1-byte fp8 copy instead, as
-  Transformer Engine does): 8 h, 6 h with fp8; dropout keeps a 1-byte mask after attention and after
+  Transformer Engine does): 8 h, 6 h with fp8 (the norms' outputs whole, not split by TP, where the stack's TP
+  gathers them before the column-parallel linears and keeps the gathered tensor: torchtitan's DTensor TP,
+  ``tp_saves_gathered_input``); dropout keeps a 1-byte mask after attention and after
   the FFN (2 h) when the model has dropout;
 - inside (split by TP): Q, K, V (2 d (a + 2 g)); the attention output, kept by
   flash attention and by the output projection as one tensor (2 a d); FC1's
