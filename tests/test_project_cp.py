@@ -3,6 +3,8 @@ p2p ring (Megatron-Core)."""
 
 from __future__ import annotations
 
+import pytest
+
 from commlens.project import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.project.step import Projection, run
@@ -43,3 +45,23 @@ def test_torch_ring_moves_expanded_k_v_and_fp32_gradients():
     gradients in fp32 (convert_to_f32), one exchange per ring step."""
     torch_ring, te_ring = _cp8("torchtitan"), _cp8("megatron-core")
     assert _cp_total(torch_ring) > 12 * _cp_total(te_ring)
+
+
+def test_transformer_engine_ring_corrects_the_output_and_adds_gradients_every_step():
+    """Transformer Engine's p2p ring (Megatron-Core) runs, per ring step beside the attention, one fused output
+    correction (the step's 16-bit output read, the running output read and written: 6 B an element) and, backward,
+    dq.add_ and dk/dv.add_ (6 B an element each); with load balance half the steps touch half the queries and the
+    others half the K/V, 3/4 on average. K/V are not repeated to the query heads."""
+    from commlens.project.compute import stream_time_s
+    from commlens.project.hardware import device_for
+
+    w = load_workload("llama3-8b", {"seq_len": 65536, "global_batch": 2, "micro_batch": 1})
+    topo = load_topology("dgx-h100")
+    p = run(Scenario(w, topo, ParallelLayout(tp=1, cp=4, recompute="full"), 8))
+    tokens = 65536 / 4
+    q = tokens * w.heads * w.v_head_dim
+    kv = tokens * w.kv_heads_n * (w.qk_head_dim + w.v_head_dim)
+    dev = device_for(topo.accelerator.name)
+    steps = 3
+    one_pass = steps * (2 * stream_time_s(dev, 4.5 * q) + stream_time_s(dev, 4.5 * q + 4.5 * kv))  # full recompute
+    assert p.kernels["cp_ring"] == pytest.approx(one_pass * w.layers * p.layout["micro_batches"], rel=1e-6)
