@@ -604,7 +604,8 @@ def test_fsdp_under_pp_accumulates_the_unsharded_gradients_in_fp32_every_micro_b
 def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
     """torch's CP ring (torchtitan) concatenates K and V for every exchange, merges each step's output into an fp32
     one, and accumulates and concatenates the K/V gradients in fp32, at query-head width since torchtitan repeats K
-    and V before SDPA: CP - 1 ring steps a pass each way at HBM rate. Megatron-Core's CP is not counted so."""
+    and V before SDPA: CP - 1 ring steps a pass each way at HBM rate. Megatron-Core's (Transformer Engine's) ring
+    ops are fewer (tests/test_project_cp.py)."""
     w = load_workload("llama3-8b", {"seq_len": 65536, "global_batch": 2, "micro_batch": 1})
     lay = {"tp": 1, "cp": 4, "zero": 3, "recompute": "full"}
     p = project(w, H100, ParallelLayout(**lay, framework="torchtitan"), 8)
@@ -614,7 +615,7 @@ def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
     dev = device_for(H100.accelerator.name)
     one_pass = 3 * (stream_time_s(dev, 10 * q + 4 * kv) * 2 + stream_time_s(dev, 10 * q + 22 * kv))  # full recompute
     assert p.kernels["cp_ring"] == pytest.approx(one_pass * w.layers * p.layout["micro_batches"], rel=1e-6)
-    assert "cp_ring" not in project(w, H100, ParallelLayout(**lay), 8).kernels  # megatron-core
+    assert project(w, H100, ParallelLayout(**lay), 8).kernels["cp_ring"] < p.kernels["cp_ring"] / 4  # megatron-core
     no_cp = ParallelLayout(**{**lay, "cp": 1}, framework="torchtitan")
     short = load_workload("llama3-8b", {"seq_len": 16384, "global_batch": 8, "micro_batch": 1})
     assert "cp_ring" not in project(short, H100, no_cp, 8).kernels

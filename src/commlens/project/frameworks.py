@@ -64,7 +64,10 @@ class Overlap(_Strict):
     param_prefetch_layers: int = Field(ge=0, le=8, description="ZeRO-3/FSDP all-gathers issued this many layers ahead")
     reshard_after_forward: bool = Field(description="default of freeing gathered parameters after forward")
     tp: Literal["userbuffers", "async_tp", "none"] = Field(description="TP communication overlap the stack offers")
-    cp: Literal["ring", "none"] = Field(description="CP K/V exchange overlapped with attention")
+    cp: Literal["ring", "allgather", "none"] = Field(
+        description="CP K/V exchange: ring (one chunk a step, each beside that step's attention), allgather (all "
+        "chunks in one all-gather beside the first step's attention, waited for before the second), none (exposed)"
+    )
     ep: Literal["exposed", "overlapped"] = Field(description="EP all-to-all on the critical path or hidden")
     optimizer: Literal["after_step", "overlapped"] = Field(description="optimizer step after the backward or beside")
     param_gather: Literal["next_forward", "after_step"] = Field(
@@ -105,7 +108,13 @@ class Framework(_Strict):
     cp_kv_expanded: bool = Field(
         default=False,
         description="K and V reach the attention repeated to every query head (GQA expanded before it), so CP's ring "
-        "ops move them at query-head width",
+        "ops and its exchange move them at query-head width",
+    )
+    cp_grad_bytes: float = Field(
+        default=2.0,
+        gt=0,
+        description="bytes per element of the K/V gradients CP passes round its ring in the backward (2: in the "
+        "activations' 16 bits; 4: accumulated and sent in fp32)",
     )
     qkv_separate: bool = Field(
         default=False,

@@ -343,8 +343,9 @@ def layer_kernels(
 
 
 def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
-    """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``), CP - 1 ring steps a
-    pass each way; none without CP or for a stack that does not state them."""
+    """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``: torch's merges and
+    fp32 accumulation, Transformer Engine's output correction and gradient adds), CP - 1 ring steps a pass each way;
+    none without CP or for a stack that does not state them."""
     cp = round(s.keys * w.micro_batch / s.tokens) if s.tokens else 1
     fwd_q, fwd_kv, bwd_q, bwd_kv = b.fw.cp_step_bytes
     if cp <= 1 or not (fwd_q or fwd_kv or bwd_q or bwd_kv):

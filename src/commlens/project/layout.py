@@ -99,8 +99,10 @@ class ParallelLayout(StrictSpec):
     )
     cp_comm_overlap: bool | None = Field(
         default=None,
-        description="CP's K/V exchange runs beside the attention (a ring, step by step); false: gathered before it "
-        "and waited for (all-gather based CP, as Llama 3's); None: as the framework does",
+        description="CP's K/V exchange runs beside the attention as the framework overlaps it (a ring: each step's "
+        "beside that step's; torch's all-gather rotater: beside the first step's; a framework without CP overlap: "
+        "a ring); false: gathered before it and waited for (all-gather based CP, as Llama 3's); None: as the "
+        "framework does",
     )
     pp_scatter_gather: bool = Field(
         default=True,

@@ -289,7 +289,9 @@ class _LayerComm:
     tp_rs: float  # one of them, a reduce-scatter (sequence parallel; 0 without)
     tp_ag: float  # and an all-gather (sequence parallel; 0 without)
     cp_fwd: float  # CP's K/V all-gather of the forward
-    cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients
+    cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients (ring); the all-gather alone
+    # (allgather: the gradients go round the ring apart, cp_grad_hop a step)
+    cp_grad_hop: float = 0.0  # one ring step of this GPU's K/V gradients (allgather stacks; 0 otherwise)
 
 
 def run(scenario: Scenario) -> Projection:
@@ -547,12 +549,22 @@ def _layer_comm(c: _Setup) -> _LayerComm:
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
     else:
         tp_pass = 0.0
-    g_t = max(w.kv_heads_n / t, 1.0)
+    # K/V as the attention gets them: repeated to every query head where the stack expands GQA first
+    g_t = w.heads / t if c.fw.cp_kv_expanded else max(w.kv_heads_n / t, 1.0)
     kv_width = 2 * g_t * w.head_size if w.mla is None else w.heads / t * (w.qk_head_dim + w.v_head_dim)
     cp_kv_bytes = w.micro_batch * w.seq_len * kv_width * 2
     cp_fwd = comm("all_gather", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0
     cp_bwd = cp_fwd + (comm("reduce_scatter", cp_kv_bytes, r.groups["cp"]) if r.cp > 1 else 0.0)
-    return _LayerComm(tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, tp_ag=tp_ag, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
+    hop = 0.0
+    if r.cp > 1 and c.fw.overlap.cp == "allgather":
+        # the backward gathers K/V again and passes this GPU's K/V gradients one ring step at a time (torch's
+        # _AllToAllRotater: a send to the next rank, over the network where the CP group spans nodes)
+        cp_bwd = cp_fwd
+        hop_group = Group(2, 2, 1) if r.groups["cp"].nodes > 1 else Group(2, 1, 2)
+        hop = comm("sendrecv", cp_kv_bytes / r.cp * c.fw.cp_grad_bytes / 2, hop_group)
+    return _LayerComm(
+        tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, tp_ag=tp_ag, cp_fwd=cp_fwd, cp_bwd=cp_bwd, cp_grad_hop=hop
+    )
 
 
 def _layer_time(
@@ -574,7 +586,6 @@ def _layer_time(
         by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
     compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
     stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
-    t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
     t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
@@ -582,15 +593,7 @@ def _layer_time(
     post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
     # (the backward issues about twice the forward's)
     host = (pre_host + post_host) * (fwd_passes + BACKWARD_KERNEL_RATIO)
-    cp_exp = cp_hid = 0.0
-    cp_fwd, cp_bwd = lc.cp_fwd, lc.cp_bwd
-    if r.cp > 1:
-        exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
-        if not (fw.overlap.cp == "ring" if layout.cp_comm_overlap is None else layout.cp_comm_overlap):
-            exposed = cp_fwd * fwd_passes + cp_bwd
-        cp_exp, cp_hid = exposed, cp_fwd * fwd_passes + cp_bwd - exposed
-        # the hidden part holds NCCL's SMs from the attention beside it (compute-bound: its HBM share does not bite)
-        cp_exp += interference_s(dev, cp_hid, NCCL_OVERLAP_CTAS, 0.0, 0.0)
+    cp_exp, cp_hid = _cp_time(c, kernels, lc)
     ep_t = 0.0
     if a2a_bytes and r.ep > 1:
         ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
@@ -619,6 +622,36 @@ def _layer_time(
         bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
+
+
+def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, float]:
+    """One layer's CP communication, one micro-batch: (exposed, hidden), the exposed part with the hidden part's
+    interference. A ring (Transformer Engine) hides each step's exchange behind that step's attention; an
+    all-gather (torch's _AllGatherRotater) hides only behind the first step's, 1/CP of the pass, and its backward
+    passes the K/V gradients a step at a time, each beside the next step's attention and the last one waited for
+    after the loop (torch/distributed/tensor/experimental/_attention.py, _templated_ring_attention_backward);
+    ``layout.cp_comm_overlap`` false: all of it exposed (Llama 3's all-gather)."""
+    r, fw, layout, fwd_passes = c.r, c.fw, c.layout, c.fwd_passes
+    if r.cp <= 1:
+        return 0.0, 0.0
+    t_attn = sum(k.fwd_s for k in kernels if k.kind == "attention")
+    t_attn_bwd = sum(k.bwd_s for k in kernels if k.kind == "attention")
+    cp_fwd, cp_bwd, hop = lc.cp_fwd, lc.cp_bwd, lc.cp_grad_hop
+    total = cp_fwd * fwd_passes + cp_bwd + r.cp * hop
+    mode = fw.overlap.cp
+    if layout.cp_comm_overlap is not None:  # the layout's word: beside the attention as the stack does it, or not
+        mode = ("ring" if mode == "none" else mode) if layout.cp_comm_overlap else "none"
+    if mode == "ring":
+        exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
+    elif mode == "allgather":
+        step_f, step_b = t_attn / r.cp, t_attn_bwd / r.cp
+        exposed = max(0.0, cp_fwd - step_f) * fwd_passes + max(0.0, cp_bwd - step_b)
+        exposed += (r.cp - 1) * max(0.0, hop - step_b) + hop
+    else:
+        exposed = total
+    hidden = total - exposed
+    # the hidden part holds NCCL's SMs from the attention beside it (compute-bound: its HBM share does not bite)
+    return exposed + interference_s(c.dev, hidden, NCCL_OVERLAP_CTAS, 0.0, 0.0), hidden
 
 
 def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) -> tuple[float, float, float]:
