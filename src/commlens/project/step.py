@@ -147,6 +147,9 @@ PIPELINE_FILL: dict[str, Callable[[int, int], float]] = {
 # Round trip of the MoE dispatcher's host sync: a small device-to-host copy and stream synchronisation (~10 us on
 # PCIe/NVLink-C2C) and the first kernel launched after it reaching the GPU (~5-10 us).
 MOE_SYNC_S = 20e-6
+# DeepSpeed's pipeline engine sends a partitioned tensor's meta before its data: an int64 tensor of its rank count,
+# shape, parts, rank and part offsets (PartitionedTensor.to_meta), ~15 x 8 B for a 3-d activation over 8 ranks.
+PP_HEADER_BYTES = 128
 MOE_ROUTER_KERNELS = 8
 MOE_DISPATCH_KERNELS = 10
 
@@ -734,7 +737,8 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
 
 def _pp_p2p(c: _Setup) -> float:
     """The pipeline's sends and receives per micro-batch on one stage (forward activations, backward gradients,
-    per virtual stage)."""
+    per virtual stage): batched, one exchange each way per pass; serial, as DeepSpeed's pipeline engine runs them
+    (:func:`_pp_p2p_serial`)."""
     layout, r, t = c.layout, c.r, c.r.tp
     if r.pp <= 1:
         return 0.0
@@ -742,9 +746,30 @@ def _pp_p2p(c: _Setup) -> float:
     p2p_bytes = c.tokens * c.w.hidden * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
     pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
     pp_p2p = c.comm("sendrecv", p2p_bytes, pp_group)
+    gather = 0.0
     if t > 1 and not c.sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
-        pp_p2p += c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
-    return pp_p2p * 2 * r.vpp
+        gather = c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
+    if (layout.pp_p2p or c.fw.pp_p2p) == "serial":
+        return _pp_p2p_serial(c, pp_p2p, c.comm("sendrecv", PP_HEADER_BYTES, pp_group), gather, split) * r.vpp
+    return (pp_p2p + gather) * 2 * r.vpp
+
+
+def _pp_p2p_serial(c: _Setup, transfer: float, header: float, gather: float, split: int) -> float:
+    """One micro-batch's pipeline communication on a stage as DeepSpeed's pipeline engine runs it (microsoft/DeepSpeed
+    v0.5.4, deepspeed/runtime/pipe/schedule.py ``TrainSchedule`` and engine.py, unchanged in this from the engine's
+    first commit 65c2f974d to v0.6.x): a forward step receives the activation and sends the previous gradient back
+    (``RecvActivation``, ``SendGrad``), a backward step sends the activation on and receives its gradient
+    (``SendActivation``, ``RecvGrad``): four blocking ``p2p.send``/``p2p.recv`` calls one after another (no
+    batching, so no send beside a receive), with TP each after a small header tensor (the partition's meta). With
+    TP, the engine partitions what it sends (``is_pipe_partitioned = is_model_parallel``: 1/TP of the tensor per
+    rank, ``PartitionedTensor``, a narrowed clone, twice) and rebuilds the whole tensor three times
+    (``PartitionedTensor.full``: the forward's input, the backward's output and its incoming gradient), each a
+    zero-filled buffer, a TP all-gather into it and a clone."""
+    if split <= 1:  # without TP a whole tensor, no header
+        return 4 * transfer
+    whole = c.tokens * c.w.hidden * 2
+    copies = 3 * 3 * whole + 2 * 2 * whole / split  # a rebuild: zero-fill, clone (read, write); two partitions
+    return 4 * (transfer + header) + 3 * gather + stream_time_s(c.dev, copies)
 
 
 def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
