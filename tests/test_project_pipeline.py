@@ -66,3 +66,81 @@ def test_deepspeed_pipeline_engine_sends_one_tensor_at_a_time():
         "pp_comm"
     ] == pytest.approx(serial.stages[0]["pp_comm"], rel=1e-9)
     assert serial.step_time_s > batched.step_time_s
+
+
+def _megatron_interleaved_order(rank: int, p: int, v: int, m: int) -> list[tuple[str, int, int]]:
+    # Megatron-LM's interleaved 1F1B on one rank (schedules.py, micro-batches grouped by p): its warm-up forwards,
+    # then one forward and one backward at a time, then the remaining backwards; (pass, micro-batch, chunk)
+    total = m * v
+    warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+
+    def chunk(k: int, forward: bool) -> tuple[str, int, int]:
+        c = (k // p) % v
+        return ("F" if forward else "B", (k // (p * v)) * p + k % p, c if forward else v - 1 - c)
+
+    order = [chunk(k, True) for k in range(warm)]
+    for i in range(total - warm):
+        order += [chunk(warm + i, True), chunk(i, False)]
+    return order + [chunk(k, False) for k in range(total - warm, total)]
+
+
+def _deepspeed_order(stage: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    # DeepSpeed's TrainSchedule (v0.5.4 runtime/pipe/schedule.py): 2 (m + p - 1) steps, a stage runs a forward on
+    # steps of its own parity and a backward on the others, skipping micro-batches out of range
+    order = []
+    for step in range(2 * (m + p - 1)):
+        forward = step % 2 == stage % 2
+        if forward:
+            mb = (step if step % 2 == 0 else step - 1) // 2 - stage // 2
+        elif step % 2 == 0:
+            mb = step // 2 - p + (stage + 1) // 2
+        else:
+            mb = (step - 1) // 2 - p + 1 + stage // 2
+        if 0 <= mb < m:
+            order.append(("F" if forward else "B", mb, 0))
+    return order
+
+
+def _dataflow_s(orders: list[list[tuple[str, int, int]]], v: int, fwd: float, bwd: float) -> float:
+    """When the last rank finishes: each rank runs its order, each pass once its input exists (the previous
+    virtual stage's forward, the next one's backward)."""
+    p = len(orders)
+    done: dict[tuple[str, int, int, int], float] = {}
+    at, clock = [0] * p, [0.0] * p
+    while any(at[r] < len(orders[r]) for r in range(p)):
+        moved = False
+        for r in range(p):
+            while at[r] < len(orders[r]):
+                kind, mb, c = orders[r][at[r]]
+                if kind == "F":
+                    dep = ("F", mb, c, r - 1) if r > 0 else (("F", mb, c - 1, p - 1) if c > 0 else None)
+                elif r < p - 1:
+                    dep = ("B", mb, c, r + 1)
+                else:
+                    dep = ("B", mb, c + 1, 0) if c < v - 1 else ("F", mb, c, r)
+                if dep is not None and dep not in done:
+                    break
+                clock[r] = max(clock[r], done[dep] if dep else 0.0) + (fwd if kind == "F" else bwd) / v
+                done[(kind, mb, c, r)] = clock[r]
+                at[r] += 1
+                moved = True
+        assert moved, "the schedule deadlocks"
+    return max(clock)
+
+
+@pytest.mark.parametrize("p,v,m", [(16, 8, 16), (12, 8, 36), (8, 2, 8), (4, 5, 32), (8, 1, 8)])
+def test_interleaved_fill_and_drain_is_the_schedules_own(p, v, m):
+    from commlens.project.step import PIPELINE_FILL
+
+    t = 3.0  # a forward of 1 and a backward of 2 per micro-batch
+    model = m * t + (p - 1) * t * PIPELINE_FILL["interleaved" if v > 1 else "1f1b"](p, v)
+    orders = [_megatron_interleaved_order(r, p, v, m) for r in range(p)]
+    assert _dataflow_s(orders, v, 1.0, 2.0) == pytest.approx(model, rel=1e-12)
+
+
+@pytest.mark.parametrize("p,m", [(4, 16), (35, 160)])
+def test_deepspeed_train_schedule_runs_as_1f1b(p, m):
+    from commlens.project.step import PIPELINE_FILL
+
+    model = m * 4.0 + (p - 1) * 4.0 * PIPELINE_FILL["1f1b"](p, 1)  # full recomputation: backward 3 x forward
+    assert _dataflow_s([_deepspeed_order(s, p, m) for s in range(p)], 1, 1.0, 3.0) == pytest.approx(model)
