@@ -138,6 +138,12 @@ class Framework(_Strict):
     )
     overlap: Overlap
     schedules: tuple[Schedule, ...] = Field(min_length=1)
+    pp_p2p: Literal["batched", "serial"] = Field(
+        default="batched",
+        description="how a pipeline stage exchanges activations and gradients: batched (one batched send/receive "
+        "each way per pass) or serial (each tensor its own blocking call, partitioned over TP and rebuilt: "
+        "DeepSpeed's pipeline engine)",
+    )
     recompute: tuple[Literal["full", "selective"], ...]
     selective_default: tuple[str, ...] = Field(
         min_length=1, description="what selective recomputation redoes when the layout names no modules"

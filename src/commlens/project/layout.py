@@ -109,6 +109,14 @@ class ParallelLayout(StrictSpec):
         description="each TP rank sends 1/TP of a stage's activations and they are all-gathered after (Megatron-LM "
         "since 2021); false: every TP rank sends the whole tensor",
     )
+    pp_p2p: Literal["batched", "serial"] | None = Field(
+        default=None,
+        description="how a stage exchanges activations and gradients with its neighbours: batched (one batched "
+        "send/receive each way per pass, both directions at once: Megatron-LM, torch pipelining) or serial "
+        "(DeepSpeed's pipeline engine: each tensor its own blocking send or receive after a shape header, one after "
+        "another, and a partitioned tensor rebuilt by a TP all-gather three times per micro-batch); None: as the "
+        "framework does",
+    )
     offload_activation_layers: int = Field(
         default=0,
         ge=0,

@@ -147,6 +147,9 @@ PIPELINE_FILL: dict[str, Callable[[int, int], float]] = {
 # Round trip of the MoE dispatcher's host sync: a small device-to-host copy and stream synchronisation (~10 us on
 # PCIe/NVLink-C2C) and the first kernel launched after it reaching the GPU (~5-10 us).
 MOE_SYNC_S = 20e-6
+# DeepSpeed's pipeline engine sends a partitioned tensor's meta before its data: an int64 tensor of its rank count,
+# shape, parts, rank and part offsets (PartitionedTensor.to_meta), ~15 x 8 B for a 3-d activation over 8 ranks.
+PP_HEADER_BYTES = 128
 MOE_ROUTER_KERNELS = 8
 MOE_DISPATCH_KERNELS = 10
 
@@ -767,7 +770,8 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
 
 def _pp_p2p(c: _Setup) -> float:
     """The pipeline's sends and receives per micro-batch on one stage (forward activations, backward gradients,
-    per virtual stage)."""
+    per virtual stage): batched, one exchange each way per pass; serial, as DeepSpeed's pipeline engine runs them
+    (:func:`_pp_p2p_serial`)."""
     layout, r, t = c.layout, c.r, c.r.tp
     if r.pp <= 1:
         return 0.0
@@ -775,9 +779,30 @@ def _pp_p2p(c: _Setup) -> float:
     p2p_bytes = c.tokens * c.w.hidden * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
     pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
     pp_p2p = c.comm("sendrecv", p2p_bytes, pp_group)
+    gather = 0.0
     if t > 1 and not c.sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
-        pp_p2p += c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
-    return pp_p2p * 2 * r.vpp
+        gather = c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
+    if (layout.pp_p2p or c.fw.pp_p2p) == "serial":
+        return _pp_p2p_serial(c, pp_p2p, c.comm("sendrecv", PP_HEADER_BYTES, pp_group), gather, split) * r.vpp
+    return (pp_p2p + gather) * 2 * r.vpp
+
+
+def _pp_p2p_serial(c: _Setup, transfer: float, header: float, gather: float, split: int) -> float:
+    """One micro-batch's pipeline communication on a stage as DeepSpeed's pipeline engine runs it (microsoft/DeepSpeed
+    v0.5.4, deepspeed/runtime/pipe/schedule.py ``TrainSchedule`` and engine.py, unchanged in this from the engine's
+    first commit 65c2f974d to v0.6.x): a forward step receives the activation and sends the previous gradient back
+    (``RecvActivation``, ``SendGrad``), a backward step sends the activation on and receives its gradient
+    (``SendActivation``, ``RecvGrad``): four blocking ``p2p.send``/``p2p.recv`` calls one after another (no
+    batching, so no send beside a receive), with TP each after a small header tensor (the partition's meta). With
+    TP, the engine partitions what it sends (``is_pipe_partitioned = is_model_parallel``: 1/TP of the tensor per
+    rank, ``PartitionedTensor``, a narrowed clone, twice) and rebuilds the whole tensor three times
+    (``PartitionedTensor.full``: the forward's input, the backward's output and its incoming gradient), each a
+    zero-filled buffer, a TP all-gather into it and a clone."""
+    if split <= 1:  # without TP a whole tensor, no header
+        return 4 * transfer
+    whole = c.tokens * c.w.hidden * 2
+    copies = 3 * 3 * whole + 2 * 2 * whole / split  # a rebuild: zero-fill, clone (read, write); two partitions
+    return 4 * (transfer + header) + 3 * gather + stream_time_s(c.dev, copies)
 
 
 def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
@@ -787,6 +812,7 @@ def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
     resid = tokens * h * (1.0 if c.sp else t) / t  # elements of the residual stream on this GPU
     # the embedding: gather rows (read + write bf16), its TP reduction, backward scatter-add (fp32)
     embed_stream = stream_time_s(dev, tokens * h * (4.0 + 8.0) / t)
+    embed_wgrad, embed_accum = _embedding_wgrad_bytes(c)
     embed_tp = 0.0
     if t > 1:
         embed_tp = comm("reduce_scatter" if c.sp else "all_reduce", tp_bytes, r.groups["tp"])
@@ -805,13 +831,30 @@ def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
     head_stream = head_loss + stream_time_s(dev, 8 * resid)
     head_tp = 2 * comm("all_gather" if c.sp else "all_reduce", tp_bytes, r.groups["tp"]) if t > 1 else 0.0
     return {
-        "embed_stream": embed_stream,
+        "embed_stream": embed_stream + stream_time_s(dev, embed_wgrad),
+        "embed_wgrad_accum": stream_time_s(dev, embed_accum),
         "embed_tp": embed_tp,
         "head_compute": head_compute,
         "head_loss": head_loss,
         "head_stream": head_stream,
         "head_tp": head_tp,
     }
+
+
+def _embedding_wgrad_bytes(c: _Setup) -> tuple[float, float]:
+    """HBM bytes of the input embedding's weight gradient per micro-batch on the first stage: (its zero-filled dense
+    gradient, its addition into the main grads). The embedding's backward writes a dense ``vocab / TP x hidden``
+    gradient, zero-filled first whatever the few rows the batch touched (pytorch/pytorch 01b9dc565e8c
+    aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu ``embedding_backward_cuda_kernel``: ``at::zeros({num_weights,
+    ...})``, 16 bits); no GEMM accumulates it into the main grads, so where the stack keeps main grads (ZeRO 0-2)
+    its gradient hook adds it there every micro-batch (Megatron-Core megatron/core/distributed/
+    distributed_data_parallel.py ``_make_backward_post_hook`` at d98e8a64: ``param.main_grad.add_(param.grad.data)``
+    unless ``grad_added_to_main_grad``). Without gradient-accumulation fusion the stage already adds every
+    gradient, this one included (``grad_accum``)."""
+    w, layout = c.w, c.layout
+    elements = w.vocab * w.hidden / c.r.tp
+    accum = 2.0 + 2.0 * layout.grad_reduce_bytes if layout.grad_accum_fusion and layout.zero < 3 else 0.0
+    return elements * 2.0, elements * accum
 
 
 def _stages(
@@ -845,9 +888,11 @@ def _stages(
                 for cls, v in kind_seconds[kind].items():
                     classes[cls] = classes.get(cls, 0.0) + count * v
         if i == 0:
-            stream += ends["embed_stream"]
+            stream += ends["embed_stream"] + ends["embed_wgrad_accum"]
             tp_t += ends["embed_tp"]
             classes["embedding"] = ends["embed_stream"]
+            if ends["embed_wgrad_accum"]:
+                classes["grad_accum"] = ends["embed_wgrad_accum"]
         if i == r.pp - 1:
             compute += ends["head_compute"]
             classes["gemm"] = classes.get("gemm", 0.0) + ends["head_compute"]
@@ -931,6 +976,7 @@ def _slowest_tail(
     tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
     rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
+    tied = _tied_embedding_reduce_s(c)
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         key = (dense_local, expert_local, st["per_micro_batch_s"])
@@ -956,11 +1002,29 @@ def _slowest_tail(
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
         # compute beside them (NCCL's SMs and their HBM traffic)
         contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4], rates)
+        if i in (0, r.pp - 1):  # the first and last stages then sum their copies of the tied word embeddings' grads
+            tail = (tail[0] + tied, *tail[1:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return best_tail[2]
+
+
+def _tied_embedding_reduce_s(c: _Setup) -> float:
+    """The all-reduce that keeps a tied word embedding equal on the first and the last pipeline stage: each holds a
+    copy (the input embedding, and the output layer's weight), and after the data-parallel reduction the stack sums
+    the two copies' gradients over the pair, on the step's critical path (Megatron-LM 2021 ``train_step``,
+    "All-reduce word_embeddings' grad across first and last stages", and Megatron-Core
+    megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads`` at d98e8a64: one
+    ``all_reduce`` of the weight's ``main_grad`` over the embedding group; DeepSpeed's pipeline engine
+    ``ReduceTiedGrads`` -> ``PipelineModule.allreduce_tied_weight_gradients`` at v0.5.4, 16-bit ``grad``):
+    ``vocab x hidden / TP`` gradients of ``grad_reduce_bytes``. None without PP or tied embeddings."""
+    w, r = c.w, c.r
+    if r.pp <= 1 or not w.tied_embeddings:
+        return 0.0
+    pair = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
+    return c.comm("all_reduce", w.vocab * w.hidden / r.tp * c.layout.grad_reduce_bytes, pair)
 
 
 def _zero3_modules(c: _Setup) -> tuple[float, ...]:
