@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
@@ -189,18 +189,11 @@ class HistoryRun(NamedTuple):
 
 
 class HistoryPoint(NamedTuple):
-    """One stored measurement's mean time of a :class:`MeanHistory`: its run, its measurement key's fields in
-    :class:`MeasurementKey`'s order, then the mean (``Store.mean_history`` gives it as a plain tuple)."""
+    """One stored measurement's mean time of a :class:`MeanHistory`: its run, its measurement key, the mean
+    (``Store.mean_history`` gives it as a plain tuple, the points of one series sharing one key)."""
 
     run_id: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None
-    root: int | None
-    size_bytes: int
-    in_place: bool
-    group: str | None
+    key: MeasurementKey
     mean_s: float
 
 
@@ -211,7 +204,7 @@ class MeanHistory:
     :class:`HistoryPoint`'s fields in order (no object is built per stored row)."""
 
     runs: Sequence[HistoryRun | tuple[str, datetime, str | None, str | None, str, str]]
-    points: Sequence[HistoryPoint | tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]]
+    points: Sequence[HistoryPoint | tuple[str, MeasurementKey, float]]
 
 
 @dataclass(frozen=True)
@@ -303,7 +296,7 @@ def _row_series(
 
 def detect_mean_history(
     runs: Sequence[tuple[str, datetime, str | None, str | None, str, str]],
-    points: Sequence[tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]],
+    points: Sequence[tuple[str, MeasurementKey, float]],
     settings: DetectSettings = DetectSettings(),
     *,
     order: Order = "time",
@@ -324,21 +317,20 @@ def _mean_series(
     """Step 1 of :func:`detect_history` over a :class:`MeanHistory`: as :func:`_row_series`."""
     runs, points = history.runs, history.points
     info = {run[0]: run for run in runs}
-    grouped: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    grouped: dict[tuple[str, str | None, MeasurementKey], dict[str, list[float]]] = {}
     used: dict[str, tuple[datetime, str | None, str]] = {}
-    for point in points:
-        run_id = point[0]
+    for run_id, key, mean_s in points:
         _, started, revision, tag, fingerprint, status = info[run_id]
         if run_id not in used:
             used[run_id] = (started, revision, status)
         if status == "check_failed":
             continue
-        key = (fingerprint, tag) + point[1:9]
-        series = grouped.get(key)
+        series_key = (fingerprint, tag, key)
+        series = grouped.get(series_key)
         if series is None:
-            series = grouped[key] = {}
-        series.setdefault(run_id, []).append(point[9])
-    per_run = {Series(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
+            series = grouped[series_key] = {}
+        series.setdefault(run_id, []).append(mean_s)
+    per_run = {Series(key, fingerprint, tag): series for (fingerprint, tag, key), series in grouped.items()}
     return used, per_run
 
 
