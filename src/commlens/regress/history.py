@@ -33,7 +33,6 @@ __all__ = [
     "SeriesSettings",
     "TimeFormatError",
     "detect_history",
-    "detect_mean_history",
     "parse_utc",
     "run_detect",
 ]
@@ -235,8 +234,8 @@ class DetectRequestError(CommlensError, ValueError):
 
 
 def run_detect(request: DetectRequest) -> DetectReport:
-    """Change points in every series of ``request.history``: :func:`detect_history` (rows) or
-    :func:`detect_mean_history` (a :class:`MeanHistory`), which say how."""
+    """Change points in every series of ``request.history`` (stored rows or a :class:`MeanHistory`):
+    :func:`detect_history` says how."""
     history = request.history
     if isinstance(history, MeanHistory):
         used, per_run = _mean_series(history)
@@ -246,7 +245,7 @@ def run_detect(request: DetectRequest) -> DetectReport:
 
 
 def detect_history(
-    rows: Sequence[MeasurementRow],
+    history: Sequence[MeasurementRow] | MeanHistory,
     settings: DetectSettings = DetectSettings(),
     *,
     order: Order = "time",
@@ -254,7 +253,9 @@ def detect_history(
     floors: Mapping[FloorKey, float] | None = None,
     settings_for: Callable[[Series], SeriesSettings | None] | None = None,
 ) -> DetectReport:
-    """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
+    """Change points in every series of ``history``: stored rows (as ``Store.measurement_rows`` returns them),
+    or the runs and mean times ``Store.mean_history`` returns as a :class:`MeanHistory` (the same report,
+    without an object per stored row).
 
     1. Group rows into series (key, fingerprint, tag); a run measuring a key
        twice contributes the mean of its rows.
@@ -278,7 +279,7 @@ def detect_history(
 
     Shorthand for :func:`run_detect` of the :class:`DetectRequest` these arguments make (its fields).
     """
-    return run_detect(DetectRequest(rows, settings, order, since, floors, settings_for))
+    return run_detect(DetectRequest(history, settings, order, since, floors, settings_for))
 
 
 def _row_series(
@@ -292,23 +293,6 @@ def _row_series(
         if r.status != "check_failed":
             per_run[Series(r.key, r.fingerprint, r.tag)][r.run_id].append(r.mean_s)
     return runs, per_run
-
-
-def detect_mean_history(
-    runs: Sequence[tuple[str, datetime, str | None, str | None, str, str]],
-    points: Sequence[tuple[str, MeasurementKey, float]],
-    settings: DetectSettings = DetectSettings(),
-    *,
-    order: Order = "time",
-    since: datetime | None = None,
-    floors: Mapping[FloorKey, float] | None = None,
-    settings_for: Callable[[Series], SeriesSettings | None] | None = None,
-) -> DetectReport:
-    """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (:class:`HistoryRun`'s fields) and
-    their points (:class:`HistoryPoint`'s), oldest run first. The same report, without an object per stored row.
-
-    Shorthand for :func:`run_detect` of a :class:`DetectRequest` with a :class:`MeanHistory`."""
-    return run_detect(DetectRequest(MeanHistory(runs, points), settings, order, since, floors, settings_for))
 
 
 def _mean_series(
