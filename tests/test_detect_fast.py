@@ -1,4 +1,4 @@
-"""detect's bulk read (issue 34): Store.mean_history + detect_mean_history give the report the per-row path gives,
+"""detect's bulk read (issue 34): Store.mean_history + detect_history of a MeanHistory give the report the per-row path gives,
 and the change-point search is ruptures' own PELT without importing ruptures."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from commlens.regress import (
     HistoryRun,
     MeanHistory,
     detect_history,
-    detect_mean_history,
     find_changes,
     run_detect,
 )
@@ -94,7 +93,7 @@ def test_the_bulk_read_gives_the_report_the_per_row_read_gives(store_path: str, 
     since = T0 + timedelta(days=5)
     for settings in (DetectSettings(), DetectSettings(min_change=0.05, min_segment=3)):
         slow = detect_history(rows, settings, order=order, since=since)  # type: ignore[arg-type]
-        fast = detect_mean_history(runs, points, settings, order=order, since=since)  # type: ignore[arg-type]
+        fast = detect_history(MeanHistory(runs, points), settings, order=order, since=since)  # type: ignore[arg-type]
         assert fast.as_dict() == slow.as_dict()
         assert fast.examined == slow.examined and fast.series == slow.series
     if not filters:
@@ -113,7 +112,7 @@ def test_the_bulk_read_is_the_same_on_sqlite_and_postgresql(store_url: str) -> N
         store.save_runs([_run(i, rng) for i in range(40)])
         rows = store.measurement_rows(MeasurementFilter(tag="nightly"))
         runs, points = store.mean_history(MeasurementFilter(tag="nightly"))
-    fast = detect_mean_history(runs, points, DetectSettings(min_segment=3))  # type: ignore[arg-type]
+    fast = detect_history(MeanHistory(runs, points), DetectSettings(min_segment=3))  # type: ignore[arg-type]
     assert fast.as_dict() == detect_history(rows, DetectSettings(min_segment=3)).as_dict()
     assert fast.points == 32 * 12 - 12 and fast.excluded_runs == ("run-033",)
 
@@ -123,12 +122,12 @@ def test_one_detect_request_gives_the_shorthands_report_from_rows_plain_tuples_o
         rows = store.measurement_rows()
         runs, points = store.mean_history()
     since, settings = T0 + timedelta(days=5), DetectSettings(min_change=0.05, min_segment=3)
-    expected = detect_mean_history(runs, points, settings, order="revision", since=since).as_dict()
+    expected = detect_history(MeanHistory(runs, points), settings, order="revision", since=since).as_dict()
     named = MeanHistory(tuple(map(HistoryRun._make, runs)), tuple(map(HistoryPoint._make, points)))
     for history in (MeanHistory(runs, points), named, tuple(rows)):
         report = run_detect(DetectRequest(history, settings, "revision", since))
         assert report.as_dict() == expected
-    assert expected["changes"] and named.points[0].mean_s == points[0][9]
+    assert expected["changes"] and named.points[0].mean_s == points[0][2]
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,7 @@ def auto_note(
 class AlgoCalls:
     """Launchers for one row that run a commlens algorithm instead of the backend's collective.
 
-    Each method returns a no-argument callable, as :func:`commlens.bench.collectives.prepare` times it; the
+    :meth:`launch` returns a no-argument callable, as :func:`commlens.bench.collectives.prepare` times it; the
     calls are synchronous (the algorithms wait for their own point-to-point messages). They go through
     :func:`commlens.algos.run`, the public calls by op name.
     """
@@ -119,26 +119,8 @@ class AlgoCalls:
         self.group = group
         self.kw = {"algo": algo, "chunk_bytes": chunk_bytes, "ranks_per_host": ranks_per_host}
 
-    def all_reduce(self, buf: Any, redop: str) -> Callable[[], None]:
+    def launch(self, op: str, *args: Any) -> Callable[[], None]:
+        """A call of ``op``'s public function with ``args``, its arguments before ``group`` in torch.distributed's
+        order (``buf, redop`` for all_reduce, ``out, inp`` for all_gather, ...)."""
         run, group, kw = self.run, self.group, self.kw
-        return lambda: run("all_reduce", buf, redop, group, **kw)
-
-    def broadcast(self, buf: Any, root: int) -> Callable[[], None]:
-        run, group, kw = self.run, self.group, self.kw
-        return lambda: run("broadcast", buf, root, group, **kw)
-
-    def reduce(self, buf: Any, root: int, redop: str) -> Callable[[], None]:
-        run, group, kw = self.run, self.group, self.kw
-        return lambda: run("reduce", buf, root, redop, group, **kw)
-
-    def all_gather(self, out: Any, inp: Any) -> Callable[[], None]:
-        run, group, kw = self.run, self.group, self.kw
-        return lambda: run("all_gather", out, inp, group, **kw)
-
-    def reduce_scatter(self, out: Any, inp: Any, redop: str) -> Callable[[], None]:
-        run, group, kw = self.run, self.group, self.kw
-        return lambda: run("reduce_scatter", out, inp, redop, group, **kw)
-
-    def all_to_all(self, out: Any, inp: Any) -> Callable[[], None]:
-        run, group, kw = self.run, self.group, self.kw
-        return lambda: run("all_to_all", out, inp, group, **kw)
+        return lambda: run(op, *args, group, **kw)

@@ -254,7 +254,7 @@ def _one_buffer(row: _Row, reduces: bool) -> Collective:
     if name == "all_reduce":
         reduction = row.reduction()
         launch = (
-            alg.all_reduce(buf, reduction)
+            alg.launch("all_reduce", buf, reduction)
             if alg
             else (lambda: dist.all_reduce(buf, op=red, group=group, async_op=async_op))
         )
@@ -262,7 +262,7 @@ def _one_buffer(row: _Row, reduces: bool) -> Collective:
     elif name == "broadcast":
         src_rank = row.root_rank()
         launch = (
-            alg.broadcast(buf, src_rank)
+            alg.launch("broadcast", buf, src_rank)
             if alg
             else (lambda: dist.broadcast(buf, src=src_rank, group=group, async_op=async_op))
         )
@@ -270,7 +270,7 @@ def _one_buffer(row: _Row, reduces: bool) -> Collective:
     else:
         dst_rank, reduction = row.root_rank(), row.reduction()
         launch = (
-            alg.reduce(buf, dst_rank, reduction)
+            alg.launch("reduce", buf, dst_rank, reduction)
             if alg
             else (lambda: dist.reduce(buf, dst=dst_rank, op=red, group=group, async_op=async_op))
         )
@@ -296,7 +296,9 @@ def _gathering(row: _Row, reduces: bool) -> Collective:
 
     if name == "all_gather":
         launch = (
-            alg.all_gather(out, src) if alg else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
+            alg.launch("all_gather", out, src)
+            if alg
+            else (lambda: all_gather_tensor(out, src, group=group, async_op=async_op))
         )
     else:
         dst_rank = row.root_rank()
@@ -319,7 +321,7 @@ def _scattering(row: _Row, reduces: bool) -> Collective:
         reduction, red = row.reduction(), row.red
         values = row.inputs(rank, 0, reduction)
         launch = (
-            alg.reduce_scatter(dst, full, reduction)
+            alg.launch("reduce_scatter", dst, full, reduction)
             if alg
             else (lambda: reduce_scatter_tensor_op(dst, full, op=red, group=group, async_op=async_op))
         )
@@ -356,7 +358,7 @@ def _all_to_all(row: _Row, reduces: bool) -> Collective:
         return count_wrong_chunked(recv, all_to_all_pattern(rank, c, row.device), row.dtype, None, n)
 
     launch = (
-        alg.all_to_all(recv, send)
+        alg.launch("all_to_all", recv, send)
         if alg
         else (lambda: dist.all_to_all_single(recv, send, group=group, async_op=async_op))
     )

@@ -10,14 +10,15 @@ absolute error <= 4%). ``--accelerators FILE`` (default: the files in
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import command_group, fail
 from commlens.cli.errors import errors_as_exit, fail_with
-from commlens.cli.options import DB
+from commlens.cli.options import DB, option_set
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
     from typer._click import Context as ClickContext
@@ -27,17 +28,35 @@ if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, o
     from commlens.project.validation_report import MemoryStats, TableStats, ValidationSummary
     from commlens.sim import SimOptions
 
-# The network options of ``project`` and ``project sweep``, declared once.
-_Network = Annotated[
-    str, typer.Option("--network", help="analytic (cost models) or sim (commlens sim: every group at once)")
-]
-_Routing = Annotated[str, typer.Option("--routing", help="with --network sim: ecmp or spray")]
-_Seed = Annotated[int, typer.Option("--seed", help="with --network sim: the ECMP hash seed")]
-_Qps = Annotated[int, typer.Option("--qps", help="with --network sim: connections each flow is split over")]
-_Fail = Annotated[
-    list[str] | None, typer.Option("--fail", help="with --network sim: fail a switch, NIC or link (pattern)")
-]
-_Degrade = Annotated[list[str] | None, typer.Option("--degrade", help="with --network sim: NAME:FACTOR, capacity kept")]
+
+@dataclass(frozen=True)
+class _NetworkOptions:
+    """The network options of ``project`` and ``project sweep``: the analytic cost models, or the simulator."""
+
+    network: str = typer.Option(
+        "analytic", "--network", help="analytic (cost models) or sim (commlens sim: every group at once)"
+    )
+    routing: str = typer.Option("ecmp", "--routing", help="with --network sim: ecmp or spray")
+    seed: int = typer.Option(0, "--seed", help="with --network sim: the ECMP hash seed")
+    qps: int = typer.Option(1, "--qps", help="with --network sim: connections each flow is split over")
+    fail_links: list[str] | None = typer.Option(
+        None, "--fail", help="with --network sim: fail a switch, NIC or link (pattern)"
+    )
+    degrade: list[str] | None = typer.Option(None, "--degrade", help="with --network sim: NAME:FACTOR, capacity kept")
+
+    def sim_options(self) -> SimOptions | None:
+        """The simulator's options of ``--network sim``, None for analytic (exit 2 when they do not go together)."""
+        from commlens.cli.sim_cmd import sim_options
+
+        if self.network not in ("analytic", "sim"):
+            fail(f"--network: {self.network!r} is not a network model; known: analytic, sim")
+        if self.network == "analytic":
+            given = [n for n, v in (("--fail", self.fail_links), ("--degrade", self.degrade)) if v]
+            if given or self.routing != "ecmp" or self.seed or self.qps != 1:
+                fail(f"{', '.join(given) or '--routing/--seed/--qps'}: only with --network sim")
+            return None
+        return sim_options(self.routing, self.seed, self.qps, 2, self.fail_links or (), self.degrade or ())
+
 
 _ACCELERATORS_HELP = "accelerators YAML over the shipped figures (default: $COMMLENS_ACCELERATORS)"
 _ONE = "one"  # the projection of one point: ``commlens project WORKLOAD ...``, with no sub-command name
@@ -72,6 +91,7 @@ project_app = command_group("project", no_args_is_help=False, cls=_ProjectGroup)
 
 
 @project_app.command(_ONE, hidden=True, cls=_UnnamedCommand)
+@option_set("net", _NetworkOptions)
 def _one(
     workload: str = typer.Argument(..., help="workload preset (llama3-70b, ...) or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t", help="topology preset or YAML file"),
@@ -104,12 +124,8 @@ def _one(
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = DB,
     no_what_if: bool = typer.Option(False, "--no-what-if", help="skip the single changes that would help most"),
-    network: _Network = "analytic",
-    routing: _Routing = "ecmp",
-    seed: _Seed = 0,
-    qps: _Qps = 1,
-    fail_links: _Fail = None,
-    degrade: _Degrade = None,
+    *,
+    net: _NetworkOptions,
 ) -> None:
     """Project one training step of WORKLOAD on GPUS GPUs of TOPOLOGY under the given layout, and the single
     changes (layout, batch, precision, NICs, scale-up domain) that would shorten it most."""
@@ -144,12 +160,12 @@ def _one(
         if v is not None
     }
     point = _point(sets, parse_vary)
-    base = Base(workload, topology, gpus, layout, wl, files, _network(network, routing, seed, qps, fail_links, degrade))
+    base = Base(workload, topology, gpus, layout, wl, files, net.sim_options())
     p = _project(base, point)
     what = None
-    if network == "sim" and not no_what_if and not as_json:
+    if net.network == "sim" and not no_what_if and not as_json:
         print("what-if: not explored with --network sim (each change is a simulation; use project sweep --network sim)")
-    if not no_what_if and network != "sim":
+    if not no_what_if and net.network != "sim":
         from commlens.project.whatif import explore
 
         with errors_as_exit():
@@ -182,22 +198,6 @@ def accelerators_in_force(path: str | None) -> tuple[str, ...]:
 def _point(sets: list[str], parse_vary) -> Overrides:
     with errors_as_exit("--set "):
         return {k: v[0] for k, v in parse_vary(sets).items()}
-
-
-def _network(
-    network: str, routing: str, seed: int, qps: int, fail_links: list[str] | None, degrade: list[str] | None
-) -> SimOptions | None:
-    """The simulator's options of ``--network sim``, None for analytic (exit 2 when they do not go together)."""
-    from commlens.cli.sim_cmd import sim_options
-
-    if network not in ("analytic", "sim"):
-        fail(f"--network: {network!r} is not a network model; known: analytic, sim")
-    if network == "analytic":
-        given = [n for n, v in (("--fail", fail_links), ("--degrade", degrade)) if v]
-        if given or routing != "ecmp" or seed or qps != 1:
-            fail(f"{', '.join(given) or '--routing/--seed/--qps'}: only with --network sim")
-        return None
-    return sim_options(routing, seed, qps, 2, fail_links or (), degrade or ())
 
 
 def _project(base: Base, point: Overrides) -> Projection:
@@ -346,6 +346,7 @@ def _print_what_if(what) -> None:
 
 
 @project_app.command("sweep")
+@option_set("net", _NetworkOptions)
 def _sweep(
     workload: str = typer.Argument(..., help="workload preset or YAML file"),
     topology: str = typer.Option(..., "--topology", "-t"),
@@ -368,12 +369,8 @@ def _sweep(
     as_json: bool = typer.Option(False, "--json"),
     save: bool = typer.Option(False, "--save", help="also keep the result in the store (--db) for `commlens serve`"),
     db: str | None = DB,
-    network: _Network = "analytic",
-    routing: _Routing = "ecmp",
-    seed: _Seed = 0,
-    qps: _Qps = 1,
-    fail_links: _Fail = None,
-    degrade: _Degrade = None,
+    *,
+    net: _NetworkOptions,
 ) -> None:
     """Evaluate a what-if grid; print every point, the best ones and why the others cannot run."""
     from commlens.project.sweep import Base, grid, parse_vary, plot, run_sweep
@@ -390,9 +387,7 @@ def _sweep(
         points = grid(grid_spec) if grid_spec else [{}]
         layout: Overrides = {} if search_layout else {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "ep": ep, "zero": zero}
         layout["recompute"] = recompute
-        base = Base(
-            workload, topology, gpus, layout, {}, files, _network(network, routing, seed, qps, fail_links, degrade)
-        )
+        base = Base(workload, topology, gpus, layout, {}, files, net.sim_options())
         result = run_sweep(
             base,
             points,

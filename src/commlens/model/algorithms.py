@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from commlens.model.cost import OUT, UP, Cost, ceil_log2, floor_log2
-from commlens.model.layout import InfeasibleError
+from commlens.model.layout import InfeasibleError, Layout
 from commlens.model.patterns import chain, direct, exchange, host_copies, ring, rooted_direct, two_level
 from commlens.ops import hierarchical_all_reduce_scheme
 
@@ -50,12 +50,13 @@ ALGORITHMS: tuple[str, ...] = (
 SCHEMES: frozenset[str] = frozenset({"hierarchical_ring", "hierarchical_leaders", "hierarchical_one_way"})
 
 
-def _needs_domains(cost: Cost, algo: str) -> None:
-    if not cost.layout.multi_domain:
-        raise InfeasibleError(
-            f"{algo} needs more than one scale-up domain; {cost.layout.ranks} ranks fit in one on "
-            f"{cost.layout.topology}"
-        )
+def _domains(cost: Cost, algo: str) -> tuple[Layout, int, int]:
+    """The layout of a two-level algorithm ``algo``, its ranks per domain D and domains M; InfeasibleError when
+    every rank is in one domain."""
+    L = cost.layout
+    if not L.multi_domain:
+        raise InfeasibleError(f"{algo} needs more than one scale-up domain; {L.ranks} ranks fit in one on {L.topology}")
+    return L, L.domain_ranks, L.domains
 
 
 def _needs_switch(cost: Cost) -> None:
@@ -187,12 +188,10 @@ def _ar_hierarchical(cost: Cost, n: float) -> None:
     offloaded one, the pipelined two-level rings at every size
     (:func:`_ar_hierarchical_ring`).
     """
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
+    L, D, M = _domains(cost, "hierarchical")
     scheme = "hierarchical_ring"
     if L.host_cores:
-        D = L.domain_ranks
-        scheme = hierarchical_all_reduce_scheme(n, n / D / 2, L.domains, D, True, L.out_pair_both > 1)
+        scheme = hierarchical_all_reduce_scheme(n, n / D / 2, M, D, True, L.out_pair_both > 1)
     MODELS["all_reduce"][scheme](cost, n)
 
 
@@ -210,9 +209,7 @@ def _ar_hierarchical_ring(cost: Cost, n: float) -> None:
        connection per pair (at half the rate on half-duplex pairs).
     3. Ring all-gather in each domain: D - 1 steps of n/D.
     """
-    _needs_domains(cost, "hierarchical_ring")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
+    L, D, M = _domains(cost, "hierarchical_ring")
     if not L.host_cores:
         two_level(
             cost,
@@ -259,9 +256,7 @@ def _ar_hierarchical_one_way(cost: Cost, n: float) -> None:
     crosses (2 fabric and 2 local messages; each direction of the link carries the n/D shard once, the
     forward moves it once more inside host 0).
     """
-    _needs_domains(cost, "hierarchical_one_way")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
+    L, D, M = _domains(cost, "hierarchical_one_way")
     if M != 2 or D < 2:
         raise InfeasibleError(
             f"hierarchical_one_way needs two scale-up domains of at least 2 ranks; the job has {M} of {D}"
@@ -285,9 +280,7 @@ def _ar_hierarchical_leaders(cost: Cost, n: float) -> None:
     The leaders' swaps cross at one rank per node, at the whole NIC (at half the rate on half-duplex
     connections). Every step moves the whole n.
     """
-    _needs_domains(cost, "hierarchical_leaders")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
+    L, D, M = _domains(cost, "hierarchical_leaders")
     lg_d = ceil_log2(D)
     up = ((UP, lg_d, L.up_latency_s),)
     if lg_d:
@@ -378,9 +371,7 @@ def _rs_direct(cost: Cost, size: float) -> None:
 
 def _rs_hierarchical(cost: Cost, size: float) -> None:
     """Ring reduce-scatter in each domain on S, then ring reduce-scatter across domains on each S/D block."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
+    L, D, M = _domains(cost, "hierarchical")
     two_level(
         cost,
         (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
@@ -435,9 +426,8 @@ def _reduce_hierarchical(cost: Cost, n: float) -> None:
 def _binomial_levels(cost: Cost, n: float, reduce: bool) -> None:
     """A binomial tree in each domain and one among the domain leaders, pipelined: lg D steps of n inside, lg M
     across (the hierarchical reduce, each step reducing n, and its mirror, the hierarchical broadcast)."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    lg_d, lg_m = ceil_log2(L.domain_ranks), ceil_log2(L.domains)
+    L, D, M = _domains(cost, "hierarchical")
+    lg_d, lg_m = ceil_log2(D), ceil_log2(M)
     two_level(
         cost,
         (lg_d, L.up_latency_s, lg_d * n, L.up_rate),
@@ -486,9 +476,8 @@ def _direct_blocks(cost: Cost, size: float) -> None:
 
 def _ag_hierarchical(cost: Cost, size: float) -> None:
     """Ring all-gather of each s across domains, then ring all-gather of the M s blocks in each domain."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    D, M, s = L.domain_ranks, L.domains, size / L.ranks
+    L, D, M = _domains(cost, "hierarchical")
+    s = size / L.ranks
     two_level(
         cost,
         (D - 1, L.up_latency_s, (D - 1) * M * s, L.up_rate),
@@ -526,9 +515,7 @@ def _a2a_bruck(cost: Cost, size: float) -> None:
 
 def _a2a_hierarchical(cost: Cost, size: float) -> None:
     """Regroup in each domain by destination (direct, (D-1)/D S), then direct across domains ((M-1)/M S)."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    D, M = L.domain_ranks, L.domains
+    L, D, M = _domains(cost, "hierarchical")
     two_level(
         cost,
         (D - 1, L.up_latency_s, (D - 1) / D * size, L.up_rate),
@@ -592,9 +579,8 @@ def _gather_direct(cost: Cost, size: float) -> None:
 
 def _gather_hierarchical(cost: Cost, size: float) -> None:
     """Binomial gather to each domain leader, then the leaders' D s blocks to the root at once."""
-    _needs_domains(cost, "hierarchical")
-    L = cost.layout
-    D, M, s = L.domain_ranks, L.domains, size / L.ranks
+    L, D, M = _domains(cost, "hierarchical")
+    s = size / L.ranks
     two_level(
         cost,
         (ceil_log2(D), L.up_latency_s, (D - 1) * s, L.up_rate),

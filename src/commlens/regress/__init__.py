@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # imported on first use, by __getattr__ below
         MeanHistory,
         Series,
         detect_history,
-        detect_mean_history,
         parse_utc,
         run_detect,
     )
@@ -73,7 +72,6 @@ _LAZY = {
             "MeanHistory",
             "Series",
             "detect_history",
-            "detect_mean_history",
             "parse_utc",
             "run_detect",
         ),
@@ -105,7 +103,6 @@ __all__ = [
     "Verdict",
     "compare_runs",
     "detect_history",
-    "detect_mean_history",
     "find_changes",
     "judge",
     "learn_floors",

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from commlens.errors import CommlensError
 from commlens.regress.detect import DetectSettings, find_changes
@@ -33,7 +33,6 @@ __all__ = [
     "SeriesSettings",
     "TimeFormatError",
     "detect_history",
-    "detect_mean_history",
     "parse_utc",
     "run_detect",
 ]
@@ -189,18 +188,11 @@ class HistoryRun(NamedTuple):
 
 
 class HistoryPoint(NamedTuple):
-    """One stored measurement's mean time of a :class:`MeanHistory`: its run, its measurement key's fields in
-    :class:`MeasurementKey`'s order, then the mean (``Store.mean_history`` gives it as a plain tuple)."""
+    """One stored measurement's mean time of a :class:`MeanHistory`: its run, its measurement key, the mean
+    (``Store.mean_history`` gives it as a plain tuple, the points of one series sharing one key)."""
 
     run_id: str
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None
-    root: int | None
-    size_bytes: int
-    in_place: bool
-    group: str | None
+    key: MeasurementKey
     mean_s: float
 
 
@@ -211,7 +203,7 @@ class MeanHistory:
     :class:`HistoryPoint`'s fields in order (no object is built per stored row)."""
 
     runs: Sequence[HistoryRun | tuple[str, datetime, str | None, str | None, str, str]]
-    points: Sequence[HistoryPoint | tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]]
+    points: Sequence[HistoryPoint | tuple[str, MeasurementKey, float]]
 
 
 @dataclass(frozen=True)
@@ -242,8 +234,8 @@ class DetectRequestError(CommlensError, ValueError):
 
 
 def run_detect(request: DetectRequest) -> DetectReport:
-    """Change points in every series of ``request.history``: :func:`detect_history` (rows) or
-    :func:`detect_mean_history` (a :class:`MeanHistory`), which say how."""
+    """Change points in every series of ``request.history`` (stored rows or a :class:`MeanHistory`):
+    :func:`detect_history` says how."""
     history = request.history
     if isinstance(history, MeanHistory):
         used, per_run = _mean_series(history)
@@ -253,7 +245,7 @@ def run_detect(request: DetectRequest) -> DetectReport:
 
 
 def detect_history(
-    rows: Sequence[MeasurementRow],
+    history: Sequence[MeasurementRow] | MeanHistory,
     settings: DetectSettings = DetectSettings(),
     *,
     order: Order = "time",
@@ -261,7 +253,9 @@ def detect_history(
     floors: Mapping[FloorKey, float] | None = None,
     settings_for: Callable[[Series], SeriesSettings | None] | None = None,
 ) -> DetectReport:
-    """Change points in every series of ``rows`` (as ``Store.measurement_rows`` returns them).
+    """Change points in every series of ``history``: stored rows (as ``Store.measurement_rows`` returns them),
+    or the runs and mean times ``Store.mean_history`` returns as a :class:`MeanHistory` (the same report,
+    without an object per stored row).
 
     1. Group rows into series (key, fingerprint, tag); a run measuring a key
        twice contributes the mean of its rows.
@@ -285,7 +279,7 @@ def detect_history(
 
     Shorthand for :func:`run_detect` of the :class:`DetectRequest` these arguments make (its fields).
     """
-    return run_detect(DetectRequest(rows, settings, order, since, floors, settings_for))
+    return run_detect(DetectRequest(history, settings, order, since, floors, settings_for))
 
 
 def _row_series(
@@ -301,44 +295,26 @@ def _row_series(
     return runs, per_run
 
 
-def detect_mean_history(
-    runs: Sequence[tuple[str, datetime, str | None, str | None, str, str]],
-    points: Sequence[tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]],
-    settings: DetectSettings = DetectSettings(),
-    *,
-    order: Order = "time",
-    since: datetime | None = None,
-    floors: Mapping[FloorKey, float] | None = None,
-    settings_for: Callable[[Series], SeriesSettings | None] | None = None,
-) -> DetectReport:
-    """:func:`detect_history` over ``Store.mean_history``'s tuples: the runs (:class:`HistoryRun`'s fields) and
-    their points (:class:`HistoryPoint`'s), oldest run first. The same report, without an object per stored row.
-
-    Shorthand for :func:`run_detect` of a :class:`DetectRequest` with a :class:`MeanHistory`."""
-    return run_detect(DetectRequest(MeanHistory(runs, points), settings, order, since, floors, settings_for))
-
-
 def _mean_series(
     history: MeanHistory,
 ) -> tuple[dict[str, tuple[datetime, str | None, str]], dict[Series, dict[str, list[float]]]]:
     """Step 1 of :func:`detect_history` over a :class:`MeanHistory`: as :func:`_row_series`."""
     runs, points = history.runs, history.points
     info = {run[0]: run for run in runs}
-    grouped: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    grouped: dict[tuple[str, str | None, MeasurementKey], dict[str, list[float]]] = {}
     used: dict[str, tuple[datetime, str | None, str]] = {}
-    for point in points:
-        run_id = point[0]
+    for run_id, key, mean_s in points:
         _, started, revision, tag, fingerprint, status = info[run_id]
         if run_id not in used:
             used[run_id] = (started, revision, status)
         if status == "check_failed":
             continue
-        key = (fingerprint, tag) + point[1:9]
-        series = grouped.get(key)
+        series_key = (fingerprint, tag, key)
+        series = grouped.get(series_key)
         if series is None:
-            series = grouped[key] = {}
-        series.setdefault(run_id, []).append(point[9])
-    per_run = {Series(MeasurementKey(*key[2:]), key[0], key[1]): series for key, series in grouped.items()}
+            series = grouped[series_key] = {}
+        series.setdefault(run_id, []).append(mean_s)
+    per_run = {Series(key, fingerprint, tag): series for (fingerprint, tag, key), series in grouped.items()}
     return used, per_run
 
 

@@ -553,18 +553,8 @@ def _baseline_out(store: Store, one: Series) -> BaselineOut | None:
 # -- regressions over every series -------------------------------------------------------------------
 
 
-# A series of the regressions page: its fields (Series.fields), its points and their noise.
-class SeriesRef(BaseModel):
-    fingerprint: str
-    tag: str | None
-    op: str
-    algo: str
-    dtype: str
-    redop: str | None
-    root: int | None
-    size_bytes: int
-    in_place: bool
-    group: str | None
+# A series of the regressions page: the selector that names it (its history page's), its points and their noise.
+class SeriesRef(SeriesSelector):
     points: int
     noise: float | None
 

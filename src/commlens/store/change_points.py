@@ -35,30 +35,14 @@ _AS_STORED = tuple(
 
 
 class ChangeToSave(Protocol):
-    """What the store keeps of a detected change (``commlens.regress.DetectedChange`` has these fields)."""
+    """What the store keeps of a detected change (``commlens.regress.DetectedChange``): its series and its change
+    of level as every output names it (``level_change()``: the runs either side of it, the means, the change, its
+    p-value and direction, ``started_at`` in ISO 8601)."""
 
     @property
     def series(self) -> Series: ...
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def started_at(self) -> datetime: ...
-    @property
-    def revision(self) -> str | None: ...
-    @property
-    def previous_run_id(self) -> str: ...
-    @property
-    def previous_revision(self) -> str | None: ...
-    @property
-    def mean_before_s(self) -> float: ...
-    @property
-    def mean_after_s(self) -> float: ...
-    @property
-    def change(self) -> float: ...
-    @property
-    def p_value(self) -> float: ...
-    @property
-    def direction(self) -> str: ...
+
+    def level_change(self) -> JsonObject: ...
 
 
 @dataclass(frozen=True)
@@ -105,11 +89,11 @@ def save_change_points(store: Store, changes: Iterable[ChangeToSave], examined: 
     detected_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows = []
     for c in changes:
+        level = c.level_change()
         row = _series_columns(c.series)
-        row.update((name, getattr(c, name)) for name in _AS_STORED)
-        row.update(
-            started_at_utc=to_utc(c.started_at, what="started_at"), direction=c.direction, detected_at=detected_at
-        )
+        row.update((name, level[name]) for name in _AS_STORED)
+        started = to_utc(str(level["started_at"]), what="started_at")
+        row.update(started_at_utc=started, direction=level["direction"], detected_at=detected_at)
         rows.append(row)
     try:
         with write_engine(store.engine).begin() as conn:

@@ -29,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from commlens.results.jsonvalue import JsonObject
 from commlens.results.records import MAX_GROUP_NAME
+from commlens.store.convert import KEY_COLUMNS
 from commlens.store.db import SCHEMA_REVISION  # the Alembic revision these models describe (kept in db.py)
 
 __all__ = [
@@ -173,20 +174,7 @@ class NoiseFloorModel(Base):
     """
 
     __tablename__ = "noise_floors"
-    __table_args__ = (
-        UniqueConstraint(
-            "fingerprint",
-            "op",
-            "algo",
-            "dtype",
-            "redop",
-            "root",
-            "size_bytes",
-            "in_place",
-            "group_name",
-            name="uq_noise_floors_series",
-        ),
-    )
+    __table_args__ = (UniqueConstraint("fingerprint", *KEY_COLUMNS, name="uq_noise_floors_series"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     fingerprint: Mapped[str] = mapped_column(String)

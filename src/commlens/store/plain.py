@@ -202,25 +202,27 @@ class PlainStore:
 
 
 HistoryRun = tuple[str, datetime, str | None, str | None, str, str]
-HistoryPoint = tuple[str, str, str, str, str | None, int | None, int, bool, str | None, float]
+HistoryPoint = tuple[str, MeasurementKey, float]
 
 
 def history_points(
     found: list[tuple[str, str, str, str, str, int, int, int, str | None, float]], runs: list[HistoryRun]
 ) -> list[HistoryPoint]:
     """``Store.mean_history``'s points from its rows (run_id, op, algo, dtype, redop, root, size, in_place,
-    group, mean_s): redop and root decoded, the mean a float; rows of a run not in ``runs`` (deleted between
-    the two queries) left out."""
+    group, mean_s): (run_id, measurement key, mean_s), one key object for the rows of one key (redop and root
+    decoded once); rows of a run not in ``runs`` (deleted between the two queries) left out."""
     known = {run[0] for run in runs}
-    decoded: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+    keys: dict[tuple[str, str, str, str, int, int, int, str | None], MeasurementKey] = {}
     points = []
     for run_id, op_name, algo, dtype_name, redop, root, size, in_place, group, mean_s in found:
         if run_id not in known:
             continue
-        pair = decoded.get((redop, root))
-        if pair is None:
-            pair = decoded[(redop, root)] = decode_redop_root(redop, root)
-        points.append((run_id, op_name, algo, dtype_name, *pair, size, bool(in_place), group, float(mean_s)))
+        stored = (op_name, algo, dtype_name, redop, root, size, in_place, group)
+        key = keys.get(stored)
+        if key is None:
+            redop_root = decode_redop_root(redop, root)
+            key = keys[stored] = MeasurementKey(op_name, algo, dtype_name, *redop_root, size, bool(in_place), group)
+        points.append((run_id, key, float(mean_s)))
     return points
 
 
