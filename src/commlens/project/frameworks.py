@@ -158,6 +158,17 @@ class Framework(_Strict):
         "the return all-to-all: one more read and write of every routed token each way where a GPU holds more than "
         "one expert (Megatron-Core's 'permutation 2')",
     )
+    expert_bias_loop: tuple[Literal["fc1", "fc2"], ...] = Field(
+        default=(),
+        description="expert linears (of a workload with moe.expert_bias) whose bias the stack adds in a Python loop "
+        "over the local experts (split, add, cat) instead of the grouped GEMM's epilogue",
+    )
+    clamped_glu: Literal["fused", "eager", "eager_sync"] = Field(
+        default="fused",
+        description="how the stack runs the clamp of a workload with moe.glu_clamp: fused into the activation "
+        "kernel; eager (two clamp kernels, fused under compile); eager_sync (two clamps and a cat before the fused "
+        "kernel, and a scalar tensor built on the GPU each call: a blocking host-to-device copy)",
+    )
     zero3_live_params: float = Field(
         default=0,
         ge=0,

@@ -133,6 +133,8 @@ MODULES: dict[str, frozenset[str]] = {
     "experts_in": frozenset({"moe"}),
     "experts_activation": frozenset({"moe", "moe_act"}),
     "experts_out": frozenset({"moe"}),
+    "experts_clamp": frozenset({"moe", "moe_act"}),
+    "experts_bias": frozenset({"moe"}),
     "shared_in": frozenset({"shared_experts"}),
     "shared_out": frozenset({"shared_experts"}),
 }
@@ -495,6 +497,7 @@ def _moe_block(
         out.append(
             Kernel("sort_by_expert", "moe_routing", sort_s, sort_s, 2, True, nbytes=2 * 4 * routed * h * imbalance)
         )
+    out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:
         out += [
             b.gemm(
@@ -515,6 +518,64 @@ def _moe_block(
         out.append(
             _cast(b.dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
         )
+    return out
+
+
+# gpt-oss's experts (workload moe.glu_clamp and moe.expert_bias) as each stack runs them (Framework.clamped_glu,
+# Framework.expert_bias_loop); bytes per element of the activation's output (routed tokens x expert FFN width).
+# Megatron-Core (NVIDIA/Megatron-LM 44151194, the Megatron-Bridge 26.04.01 submodule: megatron/core/fusions/
+# fused_bias_geglu.py weighted_bias_quick_geglu_impl): before the torch.compile'd activation, x_glu.clamp and
+# x_linear.clamp (a 16-bit read and write of each half of the fc1 output) and torch.cat of the two (a read and a write
+# of both halves): 16 B forward; backward, two clamp_backward kernels (gradient and input read, gradient written: 6 B a
+# half) and the chunk's backward cat (8 B): 20 B; three kernels each way.
+GLU_CLAMP_CAT = (16.0, 20.0, 3)
+# AutoModel's eager quick_geglu_deepep (NVIDIA-NeMo/Automodel 01926a5c nemo_automodel/components/moe/layers.py):
+# the two clamps on the strided halves (x[..., ::2], x[..., 1::2]), no cat: 8 B forward, 12 B backward, two kernels.
+GLU_CLAMP_EAGER = (8.0, 12.0, 2)
+# Megatron-Core then builds torch.tensor(linear_offset, device=cuda) every call: a pageable host-to-device copy,
+# which PyTorch runs as cudaMemcpyAsync plus a stream synchronisation (aten/src/ATen/native/cuda/Copy.cu,
+# non_blocking=False: memcpy_and_sync): the host waits for the GPU to drain and the GPU for the next launch, the
+# round trip step.MOE_SYNC_S prices for the dispatcher's sync.
+GLU_OFFSET_SYNC_S = 20e-6
+# A bias added per local expert in Python (Megatron-Core TEGroupedMLP._apply_bias for fc2, whose TE GroupedLinear
+# runs with skip_bias_add; AutoModel GroupedExpertsDeepEP._apply_bias for fc1 and fc2): per expert t + b * p (fc2,
+# with the routing weights: a multiply writing 2 B and an add reading 4 B and writing 2 B an element) or t + b (fc1:
+# 4 B), then torch.cat of the pieces (4 B); backward, per expert the weights' gradient and the bias's (a multiply and
+# a sum each, 6 B) or the bias's sum alone (2 B), and the split's backward cat (4 B). (forward B, backward B,
+# kernels per expert forward, kernels per expert backward) for (fc1, fc2); one cat each way besides.
+EXPERT_BIAS_LOOP = {"fc1": (8.0, 6.0, 1, 1), "fc2": (12.0, 16.0, 2, 4)}
+
+
+def _clamped_glu_and_bias(b: _Builder, w: Workload, routed: float, fe: float, local: float) -> list[Kernel]:
+    """gpt-oss's clamped GLU and expert biases where the stack runs them outside its fused kernels (none for other
+    workloads): ``routed`` token copies on this GPU (the most loaded), expert FFN width ``fe``, ``local`` experts."""
+    m = w.moe
+    assert m is not None
+    out: list[Kernel] = []
+    eager_rate = stream_time_s(b.dev, 1.0) / EAGER_STREAM_FRACTION  # seconds per byte of an eager ATen kernel
+    elements = routed * fe  # the activation's output
+    mode = b.fw.clamped_glu
+    if m.glu_clamp is not None and mode != "fused" and not (mode == "eager" and b.compiled):
+        fwd_b, bwd_b, kernels = GLU_CLAMP_CAT if mode == "eager_sync" else GLU_CLAMP_EAGER
+        sync = GLU_OFFSET_SYNC_S if mode == "eager_sync" else 0.0
+        t_fwd = fwd_b * elements * eager_rate + sync
+        out.append(
+            Kernel(
+                "experts_clamp",
+                "activation",
+                t_fwd,
+                bwd_b * elements * eager_rate,
+                kernels + (1 if sync else 0),
+                True,
+                nbytes=fwd_b * elements,
+            )
+        )
+    if m.expert_bias and b.fw.expert_bias_loop:
+        widths = {"fc1": (1 if not w.gated_ffn else 2) * fe, "fc2": float(w.hidden)}
+        fwd = sum(EXPERT_BIAS_LOOP[lin][0] * routed * widths[lin] for lin in b.fw.expert_bias_loop)
+        bwd = sum(EXPERT_BIAS_LOOP[lin][1] * routed * widths[lin] for lin in b.fw.expert_bias_loop)
+        launches = sum(EXPERT_BIAS_LOOP[lin][2] * local + 1 for lin in b.fw.expert_bias_loop)
+        out.append(Kernel("experts_bias", "residual", fwd * eager_rate, bwd * eager_rate, launches, True, nbytes=fwd))
     return out
 
 

@@ -42,6 +42,12 @@ class Moe(_Spec):
         default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)"
     )
     first_moe_layer: int = Field(default=0, ge=0, description="layers before this one are dense")
+    expert_bias: bool = Field(default=False, description="the experts' two linears carry biases (gpt-oss)")
+    glu_clamp: float | None = Field(
+        default=None,
+        gt=0,
+        description="the experts' gated activation clamps its inputs to this limit first (gpt-oss: 7.0); None: none",
+    )
 
     @model_validator(mode="after")
     def _k_fits(self) -> Moe:
