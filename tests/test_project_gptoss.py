@@ -86,3 +86,13 @@ def test_published_gptoss_rows_are_nearer():
     errors = [r.error for r in rows]
     assert all(e is not None for e in errors)
     assert sum(abs(e) for e in errors if e is not None) / len(errors) < 0.25
+
+
+def test_megatron_core_runs_yarn_rotary_unfused():
+    """Megatron-Core turns rope fusion off for YaRN (position_embedding_type 'yarn' is not 'rope'; YaRN's mscale is
+    not 1) and runs _apply_rotary_pos_emb_bshd's six eager ops, 24 B an element against the fused kernel's 4; a stack
+    whose profile says nothing of YaRN runs it as its plain rotary."""
+    rope = {"position_embedding": "rotary"}
+    yarn, plain = _b200("nemo"), _b200("nemo", rope)
+    assert yarn.kernels["rotary"] == pytest.approx(plain.kernels["rotary"] * 6.0 / EAGER_STREAM_FRACTION, rel=1e-9)
+    assert _b200("automodel").kernels["rotary"] == pytest.approx(_b200("automodel", rope).kernels["rotary"], rel=1e-9)

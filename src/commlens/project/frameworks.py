@@ -43,6 +43,9 @@ class Fused(_Strict):
 
     norm: bool = Field(description="RMSNorm/LayerNorm as one kernel (else ~5 eager ops over the tensor)")
     rotary: bool = Field(description="rotary embedding of Q and K as one kernel")
+    rotary_yarn: bool | None = Field(
+        default=None, description="the YaRN variant of the rotary embedding as one kernel; None: as rotary"
+    )
     activation: bool = Field(description="SwiGLU/GeLU as one kernel")
     expert_activation: bool | None = Field(
         default=None,
@@ -54,7 +57,9 @@ class Fused(_Strict):
     def of(self, op: str) -> bool:
         """Whether ``op`` (a field name) runs as one kernel."""
         value: bool | None = getattr(self, op)
-        return self.activation if value is None else value
+        if value is None:
+            return self.rotary if op == "rotary_yarn" else self.activation
+        return value
 
 
 class Overlap(_Strict):

@@ -73,6 +73,10 @@ FP8_CAST_KERNELS = 2
 UNFUSED = {
     "norm": (6.0, 6),
     "rotary": (5.0, 8),
+    # Megatron-Core's unfused rotary (megatron/core/models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd at
+    # 44151194): t * cos, _rotate_half's neg of one half and cat, * sin, the add and the final cat with the empty
+    # pass-through: 4 + 2 + 4 + 4 + 6 + 4 = 24 B an element against the fused kernel's 4, six kernels per tensor
+    "rotary_yarn": (6.0, 12),
     "activation": (1.7, 2),
     "expert_activation": (1.7, 2),
     "bias_dropout_add": (1.0, 1),
@@ -413,6 +417,12 @@ def _separate_qkv(b: _Builder, tokens: float, k_in: float, widths: tuple[float, 
     )
 
 
+def _rotary_op(fw: Framework, w: Workload) -> str:
+    """The UNFUSED entry of the workload's rotary embedding: YaRN's (gpt-oss) where the stack states how it runs it
+    (``Fused.rotary_yarn``), the plain rotary's otherwise."""
+    return "rotary_yarn" if w.position_embedding == "yarn" and fw.fused.rotary_yarn is not None else "rotary"
+
+
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
     """The attention half of a layer: input norm, QKV (or MLA's projections), rotary, the attention core (with
     softmax through HBM where it is not fused), the output projection, residual and the FFN's norm."""
@@ -428,9 +438,9 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1, bwd_chunks=1))
         if name in ("q_down", "kv_down"):
             out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
-    if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
+    if w.position_embedding != "learned":  # Q and K read and written once (fused), more eager
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
-        out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
+        out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, _rotary_op(b.fw, w)))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
     out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B

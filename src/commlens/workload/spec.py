@@ -85,8 +85,10 @@ class Workload(_Spec):
     dropout: bool = Field(
         default=False, description="hidden dropout after attention and FFN (GPT-3 style; Llama-style models: none)"
     )
-    position_embedding: Literal["rotary", "learned"] = Field(
-        default="rotary", description="rotary (applied to Q and K in every layer) or learned absolute positions"
+    position_embedding: Literal["rotary", "yarn", "learned"] = Field(
+        default="rotary",
+        description="rotary (applied to Q and K in every layer), yarn (rotary with YaRN's scaled frequencies and "
+        "attention scale, gpt-oss) or learned absolute positions",
     )
     mla: Mla | None = Field(default=None, description="multi-head latent attention; None: (grouped-query) attention")
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
