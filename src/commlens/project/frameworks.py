@@ -43,6 +43,9 @@ class Fused(_Strict):
 
     norm: bool = Field(description="RMSNorm/LayerNorm as one kernel (else ~5 eager ops over the tensor)")
     rotary: bool = Field(description="rotary embedding of Q and K as one kernel")
+    rotary_yarn: bool | None = Field(
+        default=None, description="the YaRN variant of the rotary embedding as one kernel; None: as rotary"
+    )
     activation: bool = Field(description="SwiGLU/GeLU as one kernel")
     expert_activation: bool | None = Field(
         default=None,
@@ -54,7 +57,9 @@ class Fused(_Strict):
     def of(self, op: str) -> bool:
         """Whether ``op`` (a field name) runs as one kernel."""
         value: bool | None = getattr(self, op)
-        return self.activation if value is None else value
+        if value is None:
+            return self.rotary if op == "rotary_yarn" else self.activation
+        return value
 
 
 class Overlap(_Strict):
@@ -163,6 +168,17 @@ class Framework(_Strict):
         description="the NCCL all-to-all dispatcher sorts the tokens it receives by local expert, and back before "
         "the return all-to-all: one more read and write of every routed token each way where a GPU holds more than "
         "one expert (Megatron-Core's 'permutation 2')",
+    )
+    expert_bias_loop: tuple[Literal["fc1", "fc2"], ...] = Field(
+        default=(),
+        description="expert linears (of a workload with moe.expert_bias) whose bias the stack adds in a Python loop "
+        "over the local experts (split, add, cat) instead of the grouped GEMM's epilogue",
+    )
+    clamped_glu: Literal["fused", "eager", "eager_sync"] = Field(
+        default="fused",
+        description="how the stack runs the clamp of a workload with moe.glu_clamp: fused into the activation "
+        "kernel; eager (two clamp kernels, fused under compile); eager_sync (two clamps and a cat before the fused "
+        "kernel, and a scalar tensor built on the GPU each call: a blocking host-to-device copy)",
     )
     zero3_live_params: float = Field(
         default=0,

@@ -73,6 +73,10 @@ FP8_CAST_KERNELS = 2
 UNFUSED = {
     "norm": (6.0, 6),
     "rotary": (5.0, 8),
+    # Megatron-Core's unfused rotary (megatron/core/models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd at
+    # 44151194): t * cos, _rotate_half's neg of one half and cat, * sin, the add and the final cat with the empty
+    # pass-through: 4 + 2 + 4 + 4 + 6 + 4 = 24 B an element against the fused kernel's 4, six kernels per tensor
+    "rotary_yarn": (6.0, 12),
     "activation": (1.7, 2),
     "expert_activation": (1.7, 2),
     "bias_dropout_add": (1.0, 1),
@@ -133,6 +137,8 @@ MODULES: dict[str, frozenset[str]] = {
     "experts_in": frozenset({"moe"}),
     "experts_activation": frozenset({"moe", "moe_act"}),
     "experts_out": frozenset({"moe"}),
+    "experts_clamp": frozenset({"moe", "moe_act"}),
+    "experts_bias": frozenset({"moe"}),
     "shared_in": frozenset({"shared_experts"}),
     "shared_out": frozenset({"shared_experts"}),
 }
@@ -411,6 +417,12 @@ def _separate_qkv(b: _Builder, tokens: float, k_in: float, widths: tuple[float, 
     )
 
 
+def _rotary_op(fw: Framework, w: Workload) -> str:
+    """The UNFUSED entry of the workload's rotary embedding: YaRN's (gpt-oss) where the stack states how it runs it
+    (``Fused.rotary_yarn``), the plain rotary's otherwise."""
+    return "rotary_yarn" if w.position_embedding == "yarn" and fw.fused.rotary_yarn is not None else "rotary"
+
+
 def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> list[Kernel]:
     """The attention half of a layer: input norm, QKV (or MLA's projections), rotary, the attention core (with
     softmax through HBM where it is not fused), the output projection, residual and the FFN's norm."""
@@ -426,9 +438,9 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1, bwd_chunks=1))
         if name in ("q_down", "kv_down"):
             out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
-    if w.position_embedding == "rotary":  # Q and K read and written once (fused), more eager
+    if w.position_embedding != "learned":  # Q and K read and written once (fused), more eager
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
-        out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, "rotary"))
+        out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, _rotary_op(b.fw, w)))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
     out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
@@ -495,6 +507,7 @@ def _moe_block(
         out.append(
             Kernel("sort_by_expert", "moe_routing", sort_s, sort_s, 2, True, nbytes=2 * 4 * routed * h * imbalance)
         )
+    out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:
         out += [
             b.gemm(
@@ -515,6 +528,64 @@ def _moe_block(
         out.append(
             _cast(b.dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
         )
+    return out
+
+
+# gpt-oss's experts (workload moe.glu_clamp and moe.expert_bias) as each stack runs them (Framework.clamped_glu,
+# Framework.expert_bias_loop); bytes per element of the activation's output (routed tokens x expert FFN width).
+# Megatron-Core (NVIDIA/Megatron-LM 44151194, the Megatron-Bridge 26.04.01 submodule: megatron/core/fusions/
+# fused_bias_geglu.py weighted_bias_quick_geglu_impl): before the torch.compile'd activation, x_glu.clamp and
+# x_linear.clamp (a 16-bit read and write of each half of the fc1 output) and torch.cat of the two (a read and a write
+# of both halves): 16 B forward; backward, two clamp_backward kernels (gradient and input read, gradient written: 6 B a
+# half) and the chunk's backward cat (8 B): 20 B; three kernels each way.
+GLU_CLAMP_CAT = (16.0, 20.0, 3)
+# AutoModel's eager quick_geglu_deepep (NVIDIA-NeMo/Automodel 01926a5c nemo_automodel/components/moe/layers.py):
+# the two clamps on the strided halves (x[..., ::2], x[..., 1::2]), no cat: 8 B forward, 12 B backward, two kernels.
+GLU_CLAMP_EAGER = (8.0, 12.0, 2)
+# Megatron-Core then builds torch.tensor(linear_offset, device=cuda) every call: a pageable host-to-device copy,
+# which PyTorch runs as cudaMemcpyAsync plus a stream synchronisation (aten/src/ATen/native/cuda/Copy.cu,
+# non_blocking=False: memcpy_and_sync): the host waits for the GPU to drain and the GPU for the next launch, the
+# round trip step.MOE_SYNC_S prices for the dispatcher's sync.
+GLU_OFFSET_SYNC_S = 20e-6
+# A bias added per local expert in Python (Megatron-Core TEGroupedMLP._apply_bias for fc2, whose TE GroupedLinear
+# runs with skip_bias_add; AutoModel GroupedExpertsDeepEP._apply_bias for fc1 and fc2): per expert t + b * p (fc2,
+# with the routing weights: a multiply writing 2 B and an add reading 4 B and writing 2 B an element) or t + b (fc1:
+# 4 B), then torch.cat of the pieces (4 B); backward, per expert the weights' gradient and the bias's (a multiply and
+# a sum each, 6 B) or the bias's sum alone (2 B), and the split's backward cat (4 B). (forward B, backward B,
+# kernels per expert forward, kernels per expert backward) for (fc1, fc2); one cat each way besides.
+EXPERT_BIAS_LOOP = {"fc1": (8.0, 6.0, 1, 1), "fc2": (12.0, 16.0, 2, 4)}
+
+
+def _clamped_glu_and_bias(b: _Builder, w: Workload, routed: float, fe: float, local: float) -> list[Kernel]:
+    """gpt-oss's clamped GLU and expert biases where the stack runs them outside its fused kernels (none for other
+    workloads): ``routed`` token copies on this GPU (the most loaded), expert FFN width ``fe``, ``local`` experts."""
+    m = w.moe
+    assert m is not None
+    out: list[Kernel] = []
+    eager_rate = stream_time_s(b.dev, 1.0) / EAGER_STREAM_FRACTION  # seconds per byte of an eager ATen kernel
+    elements = routed * fe  # the activation's output
+    mode = b.fw.clamped_glu
+    if m.glu_clamp is not None and mode != "fused" and not (mode == "eager" and b.compiled):
+        fwd_b, bwd_b, kernels = GLU_CLAMP_CAT if mode == "eager_sync" else GLU_CLAMP_EAGER
+        sync = GLU_OFFSET_SYNC_S if mode == "eager_sync" else 0.0
+        t_fwd = fwd_b * elements * eager_rate + sync
+        out.append(
+            Kernel(
+                "experts_clamp",
+                "activation",
+                t_fwd,
+                bwd_b * elements * eager_rate,
+                kernels + (1 if sync else 0),
+                True,
+                nbytes=fwd_b * elements,
+            )
+        )
+    if m.expert_bias and b.fw.expert_bias_loop:
+        widths = {"fc1": (1 if not w.gated_ffn else 2) * fe, "fc2": float(w.hidden)}
+        fwd = sum(EXPERT_BIAS_LOOP[lin][0] * routed * widths[lin] for lin in b.fw.expert_bias_loop)
+        bwd = sum(EXPERT_BIAS_LOOP[lin][1] * routed * widths[lin] for lin in b.fw.expert_bias_loop)
+        launches = sum(EXPERT_BIAS_LOOP[lin][2] * local + 1 for lin in b.fw.expert_bias_loop)
+        out.append(Kernel("experts_bias", "residual", fwd * eager_rate, bwd * eager_rate, launches, True, nbytes=fwd))
     return out
 
 

@@ -42,6 +42,12 @@ class Moe(_Spec):
         default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)"
     )
     first_moe_layer: int = Field(default=0, ge=0, description="layers before this one are dense")
+    expert_bias: bool = Field(default=False, description="the experts' two linears carry biases (gpt-oss)")
+    glu_clamp: float | None = Field(
+        default=None,
+        gt=0,
+        description="the experts' gated activation clamps its inputs to this limit first (gpt-oss: 7.0); None: none",
+    )
 
     @model_validator(mode="after")
     def _k_fits(self) -> Moe:
@@ -79,8 +85,10 @@ class Workload(_Spec):
     dropout: bool = Field(
         default=False, description="hidden dropout after attention and FFN (GPT-3 style; Llama-style models: none)"
     )
-    position_embedding: Literal["rotary", "learned"] = Field(
-        default="rotary", description="rotary (applied to Q and K in every layer) or learned absolute positions"
+    position_embedding: Literal["rotary", "yarn", "learned"] = Field(
+        default="rotary",
+        description="rotary (applied to Q and K in every layer), yarn (rotary with YaRN's scaled frequencies and "
+        "attention scale, gpt-oss) or learned absolute positions",
     )
     mla: Mla | None = Field(default=None, description="multi-head latent attention; None: (grouped-query) attention")
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
