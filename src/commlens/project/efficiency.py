@@ -8,7 +8,8 @@ writes the same schema from a lent GPU; files in ``COMMLENS_EFFICIENCY`` (``os.p
 :func:`attention_tflops` answers in FLOP/s (causal FLOPs counted halved, as the FlashAttention benchmarks count
 them): the entries of the device (or of its generation's sibling, H200 from H100's: the same SMs and clocks),
 kernel and pass, the nearest head size, causal rows first (below the shortest causal length, never faster than the
-same kernel's rows without the mask there), interpolated in log2 of the sequence length and held at the ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
+same kernel's rows without the mask there; a pass tabled only as forward + backward together, ``fwd_bwd``, takes
+that rate), interpolated in log2 of the sequence length and held at the ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
 large GEMM's rate). Rates follow the FlashAttention benchmarks' count: forward 4 b s^2 h d (halved when causal),
 backward 2.5 x that (it recomputes the scores).
 """
@@ -130,7 +131,11 @@ def _lookup(
     del env  # part of the cache key only
     entries, scale = attention_entries(device, files)
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
-        rows = [e for e in entries if e[0] == family and e[1] == pass_]
+        # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
+        # measured time of the pair, split between the passes by their FLOPs (1 : 2.5)
+        rows = [e for e in entries if e[0] == family and e[1] == pass_] or [
+            e for e in entries if e[0] == family and e[1] == "fwd_bwd"
+        ]
         if not rows:
             continue
         dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
