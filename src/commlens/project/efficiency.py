@@ -7,8 +7,9 @@ writes the same schema from a lent GPU; files in ``COMMLENS_EFFICIENCY`` (``os.p
 
 :func:`attention_tflops` answers in FLOP/s (causal FLOPs counted halved, as the FlashAttention benchmarks count
 them): the entries of the device (or of its generation's sibling, H200 from H100's: the same SMs and clocks),
-kernel and pass, causal first, the nearest head size, interpolated in log2 of the sequence length and held at the
-ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
+kernel and pass, the nearest head size, causal rows first (below the shortest causal length, never faster than the
+same kernel's rows without the mask there; a pass tabled only as forward + backward together, ``fwd_bwd``, takes
+that rate), interpolated in log2 of the sequence length and held at the ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
 large GEMM's rate). Rates follow the FlashAttention benchmarks' count: forward 4 b s^2 h d (halved when causal),
 backward 2.5 x that (it recomputes the scores).
 """
@@ -130,21 +131,41 @@ def _lookup(
     del env  # part of the cache key only
     entries, scale = attention_entries(device, files)
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
-        rows = [e for e in entries if e[0] == family and e[1] == pass_]
+        # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
+        # measured time of the pair, split between the passes by their FLOPs (1 : 2.5)
+        rows = [e for e in entries if e[0] == family and e[1] == pass_] or [
+            e for e in entries if e[0] == family and e[1] == "fwd_bwd"
+        ]
         if not rows:
             continue
-        causal = [e for e in rows if e[2]] or rows
-        dim = min({e[3] for e in causal}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
-        curve = sorted((e[4], e[5]) for e in causal if e[3] == dim)
-        if seq <= curve[0][0]:
-            return curve[0][1] * scale
-        if seq >= curve[-1][0]:
-            return curve[-1][1] * scale
-        for (s0, f0), (s1, f1) in zip(curve, curve[1:], strict=False):
-            if s0 <= seq <= s1:
-                x = math.log2(seq / s0) / math.log2(s1 / s0) if s1 > s0 else 0.0
-                return (f0 + (f1 - f0) * x) * scale
+        dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
+        at_dim = [e for e in rows if e[3] == dim]
+        causal = [(e[4], e[5]) for e in at_dim if e[2]]
+        unmasked = [(e[4], e[5]) for e in at_dim if not e[2]]
+        if not causal:
+            return _on_curve(unmasked, seq) * scale
+        rate = _on_curve(causal, seq)
+        # masking only takes work away: a causal curve held past its shortest length is read no faster than the
+        # same kernel without the mask there (the measured causal backward starts at 4k, the unmasked one at 512)
+        if unmasked and seq < min(s for s, _ in causal):
+            rate = min(rate, _on_curve(unmasked, seq))
+        return rate * scale
     return None
+
+
+def _on_curve(points: list[tuple[float, float]], seq: float) -> float:
+    """The rate at ``seq`` on a curve of (sequence length, rate) points: interpolated in log2 of the length and
+    held at the ends."""
+    curve = sorted(points)
+    if seq <= curve[0][0]:
+        return curve[0][1]
+    if seq >= curve[-1][0]:
+        return curve[-1][1]
+    for (s0, f0), (s1, f1) in zip(curve, curve[1:], strict=False):
+        if s0 <= seq <= s1:
+            x = math.log2(seq / s0) / math.log2(s1 / s0) if s1 > s0 else 0.0
+            return f0 + (f1 - f0) * x
+    return curve[-1][1]
 
 
 def attention_tflops(
