@@ -483,15 +483,15 @@ def _moe_block(
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
     # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
     mcore = b.fw.moe_local_sort
-    router_n, router_bwd = MCORE_ROUTER_LAUNCHES if mcore else (MOE_ROUTER_KERNELS, None)
-    dispatch_n, dispatch_bwd = (MOE_DISPATCH_KERNELS, None)
+    router: tuple[float, float | None] = MCORE_ROUTER_LAUNCHES if mcore else (MOE_ROUTER_KERNELS, None)
+    dispatch: tuple[float, float | None] = (MOE_DISPATCH_KERNELS, None)
     if mcore and layout.moe_dispatcher == "alltoall":
-        dispatch_n, dispatch_bwd = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
-    permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch_n, eager=True)
+        dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
+    permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
-        Kernel("router_topk", "moe_routing", 0.0, 0.0, router_n, bwd_launches=router_bwd),
-        replace(permute, bwd_launches=dispatch_bwd),
+        Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
+        replace(permute, bwd_launches=dispatch[1]),
         Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
         b.stream(
             "experts_activation",
