@@ -645,3 +645,28 @@ def test_torchtitan_projects_q_k_and_v_with_three_gemms():
     assert titan.fwd_s == pytest.approx(fwd)
     assert titan.fwd_s > 1.1 * megatron.fwd_s  # two more reads of the input, and K, V only 128 wide
     assert titan.launches == 3 * megatron.launches
+
+
+def test_megatron_core_moe_routing_launches_what_its_layer_was_counted_to_dispatch():
+    """Megatron-Core's router and all-to-all dispatcher launch the kernels benchmarks/moe_host_overhead.py counted in
+    megatron-core 0.16.1 (forward 22 router, 26 dispatch at EP > 1 and 11 at EP 1, 4 sorting; their backward fewer:
+    10, 11 and 5, 3); other stacks and the flex dispatcher keep the estimate, whose backward is twice the forward. The
+    host time follows: more before the MoE sync, less in the backward."""
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "micro_batch": 1})
+
+    def launches(fw: str, layout: ParallelLayout, ep: int = 8) -> dict[str, tuple[float, float | None]]:
+        shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=ep, sp=False, tp_chunks=1)
+        ks = layer_kernels(dev, framework(fw), w, layout, shape, 989e12, 989e12, True)
+        return {k.name: (k.launches, k.bwd_launches) for k in ks if k.kind == "moe_routing"}
+
+    mcore = launches("megatron-core", ParallelLayout(ep=8))
+    assert mcore == {"router_topk": (22, 10), "permute": (26, 11), "sort_by_expert": (4, 3)}
+    assert launches("nemo", ParallelLayout(ep=8)) == mcore
+    assert launches("megatron-core", ParallelLayout(ep=1), ep=1) == {"router_topk": (22, 10), "permute": (11, 5)}
+    flex = launches("megatron-core", ParallelLayout(ep=8, moe_dispatcher="deepep"))
+    assert flex == {"router_topk": (22, 10), "permute": (10, None)}
+    assert launches("torchtitan", ParallelLayout(ep=8)) == {"router_topk": (8, None), "permute": (10, None)}

@@ -20,7 +20,7 @@ Backward of a memory-bound kernel moves twice its forward bytes; of the attentio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
 from commlens.project.efficiency import attention_tflops
@@ -92,6 +92,16 @@ ATTENTION_KERNELS = 2  # the attention core with its rotary embedding (fused)
 FFN_ELEMENTWISE = 1
 MOE_ROUTER_KERNELS = 8  # softmax/sigmoid, top-k, the load-balancing loss
 MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the splits and tokens, unpermute
+# Megatron-Core's MoE layer, counted (benchmarks/moe_host_overhead.py with megatron-core 0.16.1: EP 2, alltoall
+# dispatcher, softmax top-8 with the aux loss, no router or permute fusion; docs/benchmarks.md "MoE layer host cost"):
+# the ATen ops that launch a kernel, (forward, backward) per layer and micro-batch. Router less its gating GEMM
+# (a GEMM here): scores, top-k, routing map, aux loss 22 and 10; dispatch: preprocess (token counts gathered over EP,
+# splits, device-to-host copies, permutation 1) 18 + 4, the two all-to-alls 4 + 2 and 4 + 2 at EP > 1 (none at
+# EP 1, where preprocess is 9 + 4), unpermutation 1 2 + 1; permutation 2 and unpermutation 2 2 + 2 and 2 + 1. The
+# backward launches fewer than the forward: most of the routing (top-k, counts, splits) has no gradient.
+MCORE_ROUTER_LAUNCHES = (22.0, 10.0)
+MCORE_DISPATCH_LAUNCHES = {True: (26.0, 11.0), False: (11.0, 5.0)}  # EP > 1, EP 1
+MCORE_SORT_LAUNCHES = (4.0, 3.0)
 # torch's async TP (pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py, torch 2.5-2.6:
 # _fused_matmul_reduce_scatter_impl): each rank computes the matmul's partial output for every rank's shard, the
 # owners pull them through symmetric memory (_pipelined_produce_and_all2all), and a separate reduction kernel
@@ -180,13 +190,14 @@ class Kernel:
     kind: str  # one of KINDS
     fwd_s: float
     bwd_s: float
-    launches: float = 1.0  # host launches of the forward (the backward launches BACKWARD_KERNEL_RATIO x)
+    launches: float = 1.0  # host launches of the forward
     eager: bool = False  # stays eager under CUDA graphs (dynamic shapes: MoE dispatch and experts)
     flops: float = 0.0  # forward FLOPs
     nbytes: float = 0.0  # forward bytes through HBM
     modules: float = (
         0.0  # linear modules (te.Linear, GroupedLinear) issuing these kernels: Framework.module_host_s each
     )
+    bwd_launches: float | None = None  # host launches of the backward (None: BACKWARD_KERNEL_RATIO x the forward's)
 
 
 @dataclass(frozen=True)
@@ -482,10 +493,18 @@ def _moe_block(
     # one GroupedLinear module per direction over the local experts
     up = b.gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
     down = b.gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
+    # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
+    # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
+    mcore = b.fw.moe_local_sort
+    router: tuple[float, float | None] = MCORE_ROUTER_LAUNCHES if mcore else (MOE_ROUTER_KERNELS, None)
+    dispatch: tuple[float, float | None] = (MOE_DISPATCH_KERNELS, None)
+    if mcore and layout.moe_dispatcher == "alltoall":
+        dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
+    permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
-        Kernel("router_topk", "moe_routing", 0.0, 0.0, MOE_ROUTER_KERNELS),
-        b.stream("permute", "moe_routing", 8 * routed * h * imbalance, MOE_DISPATCH_KERNELS, eager=True),
+        Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
+        replace(permute, bwd_launches=dispatch[1]),
         Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
         b.stream(
             "experts_activation",
@@ -504,8 +523,18 @@ def _moe_block(
         # unsorted before the return, each a 16-bit read and write of every routed token (fused: one kernel each);
         # a permutation's gradient is the inverse permutation, so the backward moves the same bytes
         sort_s = stream_time_s(b.dev, 2 * 4 * routed * h * imbalance)
+        n_sort, bwd_sort = MCORE_SORT_LAUNCHES
         out.append(
-            Kernel("sort_by_expert", "moe_routing", sort_s, sort_s, 2, True, nbytes=2 * 4 * routed * h * imbalance)
+            Kernel(
+                "sort_by_expert",
+                "moe_routing",
+                sort_s,
+                sort_s,
+                n_sort,
+                True,
+                nbytes=2 * 4 * routed * h * imbalance,
+                bwd_launches=bwd_sort,
+            )
         )
     out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:

@@ -150,8 +150,6 @@ MOE_SYNC_S = 20e-6
 # DeepSpeed's pipeline engine sends a partitioned tensor's meta before its data: an int64 tensor of its rank count,
 # shape, parts, rank and part offsets (PartitionedTensor.to_meta), ~15 x 8 B for a 3-d activation over 8 ranks.
 PP_HEADER_BYTES = 128
-MOE_ROUTER_KERNELS = 8
-MOE_DISPATCH_KERNELS = 10
 
 
 def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> float:
@@ -594,8 +592,14 @@ def _layer_time(
     # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
     pre_host = sum(k.launches * host_static + k.modules * module_static for k in kernels if not k.eager)
     post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
-    # (the backward issues about twice the forward's)
-    host = (pre_host + post_host) * (fwd_passes + BACKWARD_KERNEL_RATIO)
+    # and its backward: BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
+    bwd_host = sum(
+        (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches)
+        * (host_op_s if k.eager else host_static)
+        + BACKWARD_KERNEL_RATIO * k.modules * (module_s if k.eager else module_static)
+        for k in kernels
+    )
+    host = (pre_host + post_host) * fwd_passes + bwd_host
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
     ep_t = 0.0
     if a2a_bytes and r.ep > 1:
@@ -622,7 +626,6 @@ def _layer_time(
         post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
         fwd_exposed = _sync_cycle_s(c, kernels, ep_fwd, lc.tp_pass / 2) - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
-        bwd_host = (pre_host + post_host) * BACKWARD_KERNEL_RATIO
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
 
