@@ -133,6 +133,12 @@ class Framework(_Strict):
         "beside the weight-gradient GEMM; otherwise the gathered input is kept and the backward's TP collectives "
         "mirror the forward's",
     )
+    fp8_recipe: Literal["delayed", "current", "mxfp8"] = Field(
+        default="current",
+        description="the fp8 scaling recipe of a layout that names none (ParallelLayout.fp8_recipe): per-tensor "
+        "current scaling, the recipe of the NeMo / Megatron-Bridge performance configs (fp8_cs) and torchao's "
+        "tensorwise float8",
+    )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(
         default=0.0,

@@ -35,7 +35,11 @@ __all__ = [
     "Kernel",
     "LayerShape",
     "MODULES",
+    "FP8_RECIPES",
+    "Fp8Recipe",
     "async_tp_unfused_reduce_scatters",
+    "fp8_cast_bytes",
+    "fp8_recipe",
     "recompute_share",
     "layer_kernels",
     "unfused_factor",
@@ -61,11 +65,65 @@ KINDS = (
 )
 COMPUTE_KINDS = frozenset({"gemm", "attention", "grouped_gemm"})
 
-# fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
-# written as fp8 row-wise and column-wise (the transpose the weight gradient needs): 2 + 2 + 1 + 1 B per element;
-# two kernels (amax, cast-transpose) per GEMM input.
-FP8_CAST_BYTES = 6.0
-FP8_CAST_KERNELS = 2
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """What an fp8 scaling recipe costs beyond its GEMMs' FLOPs. Per element of a GEMM input (forward) or output
+    gradient (backward): the bytes its cast moves where the GEMM needs a transposed fp8 copy (Hopper: fp8 GEMMs take
+    only the TN layout) and where it takes fp8 in any layout (Blackwell), and the kernels it launches; and its GEMMs'
+    throughput relative to per-tensor-scaled fp8 GEMMs (the device's fp8_gemm_efficiency)."""
+
+    bytes_tn_only: float
+    bytes_any_layout: float
+    launches: int
+    gemm_rate: float = 1.0
+
+
+# Casts: Transformer Engine v2.16 (4220403e, the release Megatron-Bridge 21d102f / 26.04 pins), the quantizers of
+# transformer_engine/pytorch/csrc/quantizer.cpp and the cast kernels of transformer_engine/common/cast/.
+# - delayed: Float8Quantizer::quantize, one nvte_quantize_v2 with the scale from the amax history: the 16-bit tensor
+#   read once (2 B), fp8 written (1 B) and, where the GEMM needs it (with_transpose = columnwise_usage &&
+#   !nvte_is_non_tn_fp8_gemm_supported()), its transpose (1 B); the amax is taken inside the same kernel.
+# - current: Float8CurrentScalingQuantizer::quantize_impl, nvte_compute_amax_with_config (a read, 2 B), then
+#   nvte_compute_scale_from_amax (one scalar kernel), then nvte_quantize_v2 (2 B read, 1 B + the transpose's 1 B
+#   where needed): two passes over the tensor, three launches (under TP/SP an amax all-reduce besides, not counted).
+# - mxfp8: MXFP8Quantizer::quantize, one nvte_quantize_v2 (common/cast/mxfp8/quantize_mxfp8.cuh: ROWWISE_SCALING and
+#   COLWISE_SCALING in one kernel) reading 2 B and writing the 1x32 row-wise and 32x1 column-wise copies (1 + 1 B) and
+#   their E8M0 scales (1 B per 32 elements each); the weight gradient needs the column-wise copy on every GPU
+#   generation (its blocks run along the other dimension), and the scales are written already swizzled for the GEMM
+#   (optimize_for_gemm, module/linear.py _get_quantizers) except for a tensor all-gathered under SP (a swizzle of the
+#   scales alone at GEMM time, csrc/extensions/swizzle.cpp: not counted).
+# The launches are per GEMM input, expert GEMMs included: TE's GroupedLinear casts its inputs with tex.split_quantize
+# (csrc/extensions/cast.cpp multi_tensor_quantize_impl), one quantize per expert except for delayed scaling, which it
+# fuses into one nvte_multi_cast_transpose (not counted apart).
+# GEMMs: Transformer Engine's GEMM benchmark (docs/features/low_precision_training/speedups.rst at d0067d0da6cb, the
+# 'pre-quantized' figure gemm_profiling/img/b300_model_config_speedup_prequant.png: a 5B model's layer GEMMs on a
+# B300, hidden 4096, FFN 16384) prints 1.94x over BF16 for per-tensor fp8 and 1.74x for MXFP8 with the inputs already
+# quantized: MXFP8's block-scaled GEMMs run at 1.74 / 1.94 of per-tensor fp8's. (Its 'autocast' figure, casts
+# included: current 1.41x, delayed 1.61x, MXFP8 1.44x, i.e. casts of 0.19, 0.11 and 0.12 of the BF16 GEMM time; the
+# bytes below give 5 : 3 : 4.06 on Blackwell.)
+FP8_RECIPES: dict[str, Fp8Recipe] = {
+    "delayed": Fp8Recipe(bytes_tn_only=2.0 + 1.0 + 1.0, bytes_any_layout=2.0 + 1.0, launches=1),
+    "current": Fp8Recipe(bytes_tn_only=2.0 + 2.0 + 1.0 + 1.0, bytes_any_layout=2.0 + 2.0 + 1.0, launches=3),
+    "mxfp8": Fp8Recipe(
+        bytes_tn_only=2.0 + 2.0 + 2.0 / 32, bytes_any_layout=2.0 + 2.0 + 2.0 / 32, launches=1, gemm_rate=1.74 / 1.94
+    ),
+}
+# GPU generations whose fp8 GEMMs take either layout (TE v2.16 common/transformer_engine.cpp
+# nvte_is_non_tn_fp8_gemm_supported: compute capability 10.0 to 11.x and 13.0 on; B200, GB200, B300, GB300)
+FP8_ANY_LAYOUT = frozenset({"blackwell"})
+
+
+def fp8_recipe(fw: Framework, layout: ParallelLayout) -> Fp8Recipe:
+    """The layout's fp8 recipe (FP8_RECIPES), or the framework's default where the layout names none."""
+    return FP8_RECIPES[layout.fp8_recipe or fw.fp8_recipe]
+
+
+def fp8_cast_bytes(dev: Device, recipe: Fp8Recipe) -> float:
+    """Bytes the recipe's cast moves per element on ``dev``."""
+    return recipe.bytes_any_layout if generation(dev.name) in FP8_ANY_LAYOUT else recipe.bytes_tn_only
+
+
 # Eager (unfused) memory-bound ops, in bytes moved and kernels launched relative to the fused kernel. RMSNorm in
 # eager PyTorch: upcast, square, mean, rsqrt, multiply, downcast, weight: ~6 kernels, ~6x the fused bytes;
 # rotary in complex arithmetic (upcast to fp32, view as complex, multiply, back): ~5x, 4 kernels per tensor;
@@ -326,13 +384,14 @@ def layer_kernels(
 ) -> list[Kernel]:
     """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
     fp8 = w.precision == "fp8"
+    recipe = fp8_recipe(fw, layout) if fp8 else None
     b = _Builder(
         dev=dev,
         fw=fw,
         compiled=fw.compile if layout.compile is None else layout.compile,
-        gemm_peak=gemm_peak,
+        gemm_peak=gemm_peak * (recipe.gemm_rate if recipe else 1.0),
         elem=1.0 if fp8 else 2.0,
-        gemm_launch=1 + (FP8_CAST_KERNELS if fp8 else 0),
+        gemm_launch=1 + (recipe.launches if recipe else 0),
     )
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
@@ -352,7 +411,7 @@ def layer_kernels(
         ]
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
-            out.append(_cast(dev, cast))
+            out.append(_cast(b, layout, cast))
         return out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
     out += _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
@@ -555,7 +614,7 @@ def _moe_block(
         attn_in, attn_grads = attn_cast
         expert_tokens = routed + tokens * m.shared_experts
         out.append(
-            _cast(b.dev, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
+            _cast(b, layout, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
         )
     return out
 
@@ -618,13 +677,15 @@ def _clamped_glu_and_bias(b: _Builder, w: Workload, routed: float, fe: float, lo
     return out
 
 
-def _cast(dev: Device, elements: tuple[float, float]) -> Kernel:
-    """fp8 casts of a layer: (forward, backward) elements cast, FP8_CAST_BYTES each (launches counted per GEMM)."""
+def _cast(b: _Builder, layout: ParallelLayout, elements: tuple[float, float]) -> Kernel:
+    """fp8 casts of a layer: (forward, backward) elements cast, each at its recipe's bytes (:func:`fp8_cast_bytes`;
+    launches counted per GEMM)."""
+    per_elem = fp8_cast_bytes(b.dev, fp8_recipe(b.fw, layout))
     return Kernel(
         "fp8_cast",
         "fp8_cast",
-        stream_time_s(dev, FP8_CAST_BYTES * elements[0]),
-        stream_time_s(dev, FP8_CAST_BYTES * elements[1]),
+        stream_time_s(b.dev, per_elem * elements[0]),
+        stream_time_s(b.dev, per_elem * elements[1]),
         0,
-        nbytes=FP8_CAST_BYTES * elements[0],
+        nbytes=per_elem * elements[0],
     )

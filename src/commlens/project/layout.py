@@ -28,6 +28,7 @@ Recompute = Literal["none", "selective", "full"]
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "op"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
+Fp8Recipe = Literal["delayed", "current", "mxfp8"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
@@ -153,6 +154,12 @@ class ParallelLayout(StrictSpec):
         default=None,
         description="the MoE experts' activation runs as one kernel; None: as the framework fuses it (false: the "
         "model's experts use an activation the stack runs as eager ops)",
+    )
+    fp8_recipe: Fp8Recipe | None = Field(
+        default=None,
+        description="fp8 scaling recipe of the GEMM inputs (precision fp8): delayed (per-tensor, amax history), "
+        "current (per-tensor current scaling, Megatron --fp8-recipe tensorwise) or mxfp8 (1x32 blocks with E8M0 "
+        "scales, Blackwell); None: the framework's default",
     )
     optimizer_impl: Literal["fused", "foreach"] | None = Field(
         default=None,
