@@ -670,3 +670,30 @@ def test_megatron_core_moe_routing_launches_what_its_layer_was_counted_to_dispat
     flex = launches("megatron-core", ParallelLayout(ep=8, moe_dispatcher="deepep"))
     assert flex == {"router_topk": (22, 10), "permute": (10, None)}
     assert launches("torchtitan", ParallelLayout(ep=8)) == {"router_topk": (8, None), "permute": (10, None)}
+
+
+def test_transformer_engine_grouped_linear_backward_casts_one_input_per_expert():
+    """TE's GroupedLinear (Megatron-Core's TEGroupedMLP) launches per local expert a GEMM and its input's casts
+    forward, and a data- and a weight-gradient GEMM with the output gradient's casts backward (TE v2.9 and v2.16
+    grouped_linear.py: split_quantize per expert, general_grouped_gemm one cuBLASLt GEMM per expert and pass): bf16
+    1 and 2 launches an expert, fp8 the casts once each way, not twice in the backward."""
+    from commlens.project.hardware import device_for
+    from commlens.project.kernels import LayerShape, layer_kernels
+
+    dev = device_for("H100 SXM")
+    shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=8, sp=False, tp_chunks=1)
+
+    def experts(precision: str) -> dict[str, tuple[float, float | None]]:
+        w = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "micro_batch": 1, "precision": precision})
+        ks = layer_kernels(dev, framework("megatron-core"), w, ParallelLayout(ep=8), shape, 989e12, 989e12, True)
+        return {k.name: (k.launches, k.bwd_launches) for k in ks if k.kind == "grouped_gemm"}
+
+    local = 128 // 8
+    assert experts("bf16") == {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
+    fp8 = experts("fp8")
+    casts = fp8["experts_in"][0] / local - 1
+    assert casts >= 1
+    assert fp8 == {
+        "experts_in": (local * (1 + casts), local * (2 + casts)),
+        "experts_out": (local * (1 + casts), local * (2 + casts)),
+    }

@@ -530,6 +530,19 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
     return out
 
 
+def grouped_linear_launches(gemm_launch: int) -> tuple[int, int]:
+    """Kernel launches per expert of one Transformer Engine GroupedLinear pass pair (forward, backward), from
+    ``gemm_launch`` (one GEMM and the casts of its input). As TE runs it (transformer_engine/pytorch/module/
+    grouped_linear.py at release v2.9 and v2.16, the 25.11 and 26.04.01 containers): forward, the input split and
+    cast expert by expert (``tex.split_quantize``: one quantize per expert, fused over experts only for delayed
+    scaling) and one cuBLASLt GEMM per expert (``general_grouped_gemm`` -> ``nvte_multi_tensor_gemm``, round-robin
+    over the compute streams); the weights' casts run on the first micro-batch only (Megatron-Core passes
+    ``is_first_microbatch``, cached after it). Backward: the output gradient split and cast expert by expert, then a
+    data-gradient and a weight-gradient GEMM per expert: 2 GEMMs and ONE input's casts, not twice the forward."""
+    casts = gemm_launch - 1
+    return 1 + casts, 2 + casts
+
+
 def _moe_block(
     b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, resid: float, attn_cast: tuple[float, float]
 ) -> list[Kernel]:
@@ -549,9 +562,13 @@ def _moe_block(
     per_expert = routed / local
     fe = m.expert_ffn_hidden / etp
     imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
-    # one GroupedLinear module per direction over the local experts
+    # one GroupedLinear module per direction over the local experts, one GEMM per expert and pass (fc1 gated: one
+    # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
+    # backward the data- and weight-gradient GEMMs and the output gradient's casts
+    fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch)
     up = b.gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
     down = b.gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
+    down = replace(down, launches=local * fwd_launch, bwd_launches=local * bwd_launch)
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
     # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
     mcore = b.fw.moe_local_sort
@@ -564,7 +581,17 @@ def _moe_block(
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
         replace(permute, bwd_launches=dispatch[1]),
-        Kernel(up.name, up.kind, up.fwd_s, up.bwd_s, local * b.gemm_launch, True, flops=up.flops, modules=1.0),
+        Kernel(
+            up.name,
+            up.kind,
+            up.fwd_s,
+            up.bwd_s,
+            local * fwd_launch,
+            True,
+            flops=up.flops,
+            modules=1.0,
+            bwd_launches=local * bwd_launch,
+        ),
         b.stream(
             "experts_activation",
             "activation",
