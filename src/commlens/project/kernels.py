@@ -429,14 +429,16 @@ def layer_kernels(
 # 4 + 2 and write 4, and torch.cat of the fp32 K/V gradients for dkv_rotater, read and write 4: 18 per K/V element;
 # grad_query += the step's, 10), and after the loop grad_query.to(query.dtype) and the received K/V gradients
 # .to(key.dtype) (read 4, write 2 each): (20, 32). Only torch's ring accumulates in fp32 (Framework.cp_grad_bytes 4).
+# Eager only: under torch.compile (torchtitan compiles each block fullgraph, the ring traced into it) these are
+# pointwise ops beside the ring's other updates, and the model's compile fuses pointwise ops (unfused_factor).
 TORCH_RING_CALL_BYTES = (12.0, 4.0, 20.0, 32.0)
 
 
 def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``: torch's merges and
     fp32 accumulation, Transformer Engine's output correction and gradient adds), CP - 1 ring steps a pass each way,
-    and for torch's fp32 ring its once-a-call bookkeeping (``TORCH_RING_CALL_BYTES``); none without CP or for a stack
-    that does not state them."""
+    and for torch's fp32 ring run eager its once-a-call bookkeeping (``TORCH_RING_CALL_BYTES``); none without CP or
+    for a stack that does not state them."""
     cp = round(s.keys * w.micro_batch / s.tokens) if s.tokens else 1
     fwd_q, fwd_kv, bwd_q, bwd_kv = b.fw.cp_step_bytes
     if cp <= 1 or not (fwd_q or fwd_kv or bwd_q or bwd_kv):
@@ -447,7 +449,7 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     steps = cp - 1
     fwd = steps * (fwd_q * q_elems + fwd_kv * kv_elems)
     bwd = steps * (bwd_q * q_elems + bwd_kv * kv_elems)
-    if b.fw.cp_grad_bytes > 2:  # torch's fp32 ring: its per-call conversions, zeroed buffers and step-0 updates
+    if b.fw.cp_grad_bytes > 2 and not b.compiled:  # torch's fp32 ring, eager: per-call conversions, zeroed buffers
         call_fq, call_fkv, call_bq, call_bkv = TORCH_RING_CALL_BYTES
         fwd += call_fq * q_elems + call_fkv * kv_elems
         bwd += call_bq * q_elems + call_bkv * kv_elems
