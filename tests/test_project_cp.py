@@ -65,3 +65,32 @@ def test_transformer_engine_ring_corrects_the_output_and_adds_gradients_every_st
     steps = 3
     one_pass = steps * (2 * stream_time_s(dev, 4.5 * q) + stream_time_s(dev, 4.5 * q + 4.5 * kv))  # full recompute
     assert p.kernels["cp_ring"] == pytest.approx(one_pass * w.layers * p.layout["micro_batches"], rel=1e-6)
+
+
+def test_torch_ring_pays_its_fp32_bookkeeping_once_a_call_when_eager():
+    """torch's ring (torchtitan) does, besides its CP - 1 step updates, once per attention call: the K/V made
+    contiguous, step 0's output converted to fp32 and the merged one back (forward, 12 B a query element and 4 a
+    K/V element); fp32 zeroed gradient buffers, the K/V made contiguous again, the gradient updates of step 0 and the
+    gradients converted back to 16 bits (backward, 20 and 32 B). Run eager, Llama 3.1 8B at 64K on 8 GPUs at CP 2
+    (one ring step) pays that on every layer and pass; under torch.compile these pointwise ops fuse into the ring's
+    updates and only the step updates are left."""
+    from commlens.project.compute import stream_time_s
+    from commlens.project.hardware import device_for
+
+    w = load_workload("llama3-8b", {"seq_len": 65536, "global_batch": 4, "micro_batch": 1, "precision": "fp8"})
+    topo = load_topology("grand-teton-h100-96gb")
+    tokens = 65536 / 2
+    q = tokens * w.heads * w.v_head_dim
+    kv = tokens * w.heads * (w.qk_head_dim + w.v_head_dim)  # repeat_kv: K/V at query-head width
+    dev = device_for(topo.accelerator.name)
+    step_f, step_b = 10 * q + 4 * kv, 10 * q + 22 * kv  # one ring step's updates (Framework.cp_step_bytes)
+    call_f, call_b = 12 * q + 4 * kv, 20 * q + 32 * kv  # once a call, eager
+
+    def cp_ring(compile_: bool) -> float:
+        layout = ParallelLayout(tp=1, cp=2, zero=3, recompute="full", compile=compile_, framework="torchtitan")
+        p = run(Scenario(w, topo, layout, 8))
+        return p.kernels["cp_ring"] / (w.layers * p.layout["micro_batches"])
+
+    eager = 2 * stream_time_s(dev, step_f + call_f) + stream_time_s(dev, step_b + call_b)  # full recompute
+    assert cp_ring(False) == pytest.approx(eager, rel=1e-6)
+    assert cp_ring(True) == pytest.approx(2 * stream_time_s(dev, step_f) + stream_time_s(dev, step_b), rel=1e-6)
