@@ -7,7 +7,8 @@ Run from the repository root::
 
 Projects every row of every published throughput table (``commlens project validate``'s tables) with the
 full model, then with one term switched off at a time: the slowest GPU (``step.GPU_SPEED_CV``), the host's
-launch time (``step.HOST_S_PER_KERNEL``), fp8 casts (``step.FP8_CAST_BYTES``), fp8 GEMMs at their own plateau
+launch time (every framework profile's ``host_s_per_kernel`` and ``module_host_s``), fp8 casts (every recipe of
+``kernels.FP8_RECIPES`` moving no bytes and launching nothing), fp8 GEMMs at their own plateau
 (``Device.fp8_gemm_efficiency``). Prints the mean and max absolute error of the rows the model projects: all,
 dense only, and the three dense fp8 H100 rows of the Megatron-Bridge 25.11 table; and how many it refuses.
 """
@@ -15,11 +16,12 @@ dense only, and the three dense fp8 H100 rows of the Megatron-Bridge 25.11 table
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
-from commlens.project import hardware, step
+from commlens.project import frameworks, hardware, kernels, step
 from commlens.project.validate import table_names, validate_tables
 
-MOE = ("qwen3", "deepseek", "mixtral")
+MOE = ("qwen3", "deepseek", "mixtral", "gpt-oss")
 
 
 def run(label: str) -> None:
@@ -49,14 +51,20 @@ def main() -> None:
     step.GPU_SPEED_CV = 0.0
     run("without the slowest GPU")
     step.GPU_SPEED_CV = saved
-    saved = step.HOST_S_PER_KERNEL
-    step.HOST_S_PER_KERNEL = 0.0
+    profiles = list(frameworks._profiles().values())
+    host = [(fw.host_s_per_kernel, fw.module_host_s) for fw in profiles]
+    for fw in profiles:  # frozen pydantic models: the cached profiles are changed in place for this run only
+        object.__setattr__(fw, "host_s_per_kernel", 0.0)
+        object.__setattr__(fw, "module_host_s", 0.0)
     run("without the host's launch time")
-    step.HOST_S_PER_KERNEL = saved
-    saved = step.FP8_CAST_BYTES
-    step.FP8_CAST_BYTES = 0.0
+    for fw, (per_kernel, per_module) in zip(profiles, host, strict=True):
+        object.__setattr__(fw, "host_s_per_kernel", per_kernel)
+        object.__setattr__(fw, "module_host_s", per_module)
+    recipes = dict(kernels.FP8_RECIPES)
+    for name, recipe in recipes.items():
+        kernels.FP8_RECIPES[name] = replace(recipe, bytes_tn_only=0.0, bytes_any_layout=0.0, launches=0)
     run("without fp8 casts")
-    step.FP8_CAST_BYTES = saved
+    kernels.FP8_RECIPES.update(recipes)
     devices = [hardware.device_for(n) for n in ("H100 SXM", "H200 SXM", "B200", "B200 (GB200)")]
     plateaus = [d.fp8_gemm_efficiency for d in devices]
     for d in devices:  # frozen pydantic models: the cached instances are changed in place for this run only

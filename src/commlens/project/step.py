@@ -87,14 +87,6 @@ FUSED_ADAM_BYTES = 28
 CLIP_SCALE_BYTES = 8
 # 16-bit gradients first copied into fp32 main grads (6 B) and unscaled there (8 B).
 MAIN_GRAD_COPY_BYTES = 6 + 8
-# fp8 with per-tensor current scaling (Transformer Engine): the 16-bit tensor is read for its amax, read again and
-# written as fp8 row-wise and column-wise (the transpose the weight gradient needs): 2 + 2 + 1 + 1 B per element;
-# two kernels (amax, cast-transpose) per GEMM input.
-FP8_CAST_BYTES = 6.0
-FP8_CAST_KERNELS = 2
-# Host (CPU) time to issue one kernel from eager PyTorch: Python, the autograd and ATen dispatchers, the library's
-# algorithm choice and cudaLaunchKernel, 5-25 us per op (docs/project.md, "host overhead"); 10 us taken.
-HOST_S_PER_KERNEL = 10e-6
 # Kernels of one transformer layer's forward, eager, Megatron-LM with Transformer Engine (docs/project.md): each
 # norm 1, the attention core with rotary embedding 2, each residual add 1 (with the norms: LAYER_NORM_KERNELS = 2
 # per norm), the FFN activation 1; the backward launches about twice as many.
