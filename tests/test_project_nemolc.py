@@ -7,7 +7,7 @@ from __future__ import annotations
 from commlens.project import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.project.step import run
-from commlens.project.validate import load_set, validate_set
+from commlens.project.validate import _FLOPS_PER_TOKEN, load_set, validate_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -44,5 +44,5 @@ def test_the_4k_row_is_the_launchers_llama2_7b_config_without_recomputation():
     predicted = validate_set(table)[0].predicted
     assert predicted is not None
     tokens_per_gpu = 4096 * 1024 / launcher / 4
-    per_token = 6.0 * w.active_parameters + 12.0 * w.layers * w.heads * w.head_size * w.seq_len
+    per_token = _FLOPS_PER_TOKEN[table.flops](w)
     assert abs(predicted - per_token * tokens_per_gpu / 1e12) < 1e-6 * predicted
