@@ -53,4 +53,3 @@ def test_every_row_runs_the_launcher_configs_settings(i):
     # no recomputation: the GPUs do the model's FLOPs and no more
     assert p.hw_tflops_per_gpu == pytest.approx(p.model_tflops_per_gpu, rel=1e-9)
     assert p.step_time_s < _project(row, recompute="selective").step_time_s
-
