@@ -53,3 +53,14 @@ def test_every_row_runs_the_launcher_configs_settings(i):
     # no recomputation: the GPUs do the model's FLOPs and no more
     assert p.hw_tflops_per_gpu == pytest.approx(p.model_tflops_per_gpu, rel=1e-9)
     assert p.step_time_s < _project(row, recompute="selective").step_time_s
+
+
+def test_the_dp_reduction_runs_on_while_the_backward_waits_for_its_tp_collectives():
+    # The DP buckets go on the DP communicator's own stream (inter-node), the TP collectives on another (NVLink): a
+    # backward that waits longer on exposed TP collectives hides more of its gradient reduction. Without TP overlap
+    # the TP waits grow, and the exposed DP reduction shrinks by part of what they add.
+    row = _rows()[0]
+    hidden_tp = _project(row, tp_comm_overlap=True)
+    exposed_tp = _project(row, tp_comm_overlap=False)
+    assert exposed_tp.breakdown["tp_comm"] > hidden_tp.breakdown["tp_comm"]
+    assert exposed_tp.breakdown["dp_comm"] < hidden_tp.breakdown["dp_comm"]

@@ -1222,7 +1222,9 @@ def _dp_tail(
             if layout.zero < 3:
                 ag_s += buckets * comm("all_gather", params * 2 / buckets, group)
     dp_s = rs_s + ag_s
-    passes = st["compute"] + st["memory_bound"]
+    # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
+    # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
+    passes = st["compute"] + st["memory_bound"] + st["tp_comm"]
     last_bwd = passes * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
     first_fwd = passes / (4.0 if recompute_full else 3.0)
     hidden_rs = hidden_ag = 0.0
