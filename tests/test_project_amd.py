@@ -52,3 +52,15 @@ def test_the_dense_rows_are_within_twenty_percent():
     assert len(results) == 3
     for r in results:
         assert r.error is not None and abs(r.error) < 0.20, (r.workload, r.published, r.predicted)
+
+
+def test_every_row_reduces_its_gradients_in_bf16():
+    # Primus's Megatron defaults (accumulate_allreduce_grads_in_fp32: false) and Megatron's torch FSDP2 wrapper
+    # (bf16 parameters, no fp32 reduce dtype): the gradient buffer and its reduction are 2 B per parameter, half
+    # of what an fp32 main-grad buffer holds
+    rows = load_set(TABLE).rows
+    assert all(r.layout["grad_reduce_bytes"] == 2 for r in rows)
+    dense = rows[0]  # Llama 3.1 8B, DDP with the distributed optimizer
+    bf16, fp32 = _project(dense), _project(dense, grad_reduce_bytes=4)
+    assert bf16.memory["gradients"] == pytest.approx(fp32.memory["gradients"] / 2, rel=1e-6)
+    assert bf16.step_time_s < fp32.step_time_s
