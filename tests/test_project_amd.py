@@ -64,3 +64,14 @@ def test_every_row_reduces_its_gradients_in_bf16():
     bf16, fp32 = _project(dense), _project(dense, grad_reduce_bytes=4)
     assert bf16.memory["gradients"] == pytest.approx(fp32.memory["gradients"] / 2, rel=1e-6)
     assert bf16.step_time_s < fp32.step_time_s
+
+
+@pytest.mark.parametrize("i", range(2))
+def test_fp8_rows_cast_with_delayed_scaling(i):
+    # Primus's FP8 configs run Transformer Engine's delayed scaling (fp8_recipe: delayed), one cast kernel per GEMM
+    # input; megatron-core's default here, current scaling, reads every tensor twice (amax, then the cast)
+    row = [r for r in load_set(TABLE).rows if r.overrides["precision"] == "fp8"][i]
+    assert row.layout["fp8_recipe"] == "delayed"
+    delayed, current = _project(row), _project(row, fp8_recipe="current")
+    assert 0 < delayed.kernels["fp8_cast"] < current.kernels["fp8_cast"]
+    assert delayed.step_time_s < current.step_time_s
