@@ -16,7 +16,8 @@ from commlens.workload import load_workload
 
 def _llama2_7b(seq_len: int, gpus: int, **layout: object) -> tuple[dict[str, float], float]:
     w = load_workload(
-        "llama2-7b", {"seq_len": seq_len, "global_batch": 4 * 1024 * 1024 // seq_len, "micro_batch": 1, "precision": "fp8"}
+        "llama2-7b",
+        {"seq_len": seq_len, "global_batch": 4 * 1024 * 1024 // seq_len, "micro_batch": 1, "precision": "fp8"},
     )
     p = run(Scenario(w, load_topology("dgx-h100"), ParallelLayout.model_validate(layout), gpus))
     return p.kernels, p.step_time_s
