@@ -67,6 +67,16 @@ def test_fp8_is_a_candidate_for_bf16_only():
     assert "fp8" not in [c.label for c in fp8.changes] + [r.label for r in fp8.refused]
 
 
+def test_other_stacks_are_candidates_but_not_a_past_releases_profile():
+    # nemo-24.03 prices the published runs of that container; "move this job to a 2024 container" is no advice
+    from commlens.project.whatif import _candidates
+
+    now = project_point(BF16_70B, {})
+    labels = [label for label, _ in _candidates(BF16_70B, {}, now)]
+    assert "framework megatron-core -> torchtitan" in labels
+    assert not [label for label in labels if "nemo-24.03" in label]
+
+
 def test_fp8_on_hardware_without_it_is_refused_with_the_reason():
     a100 = explore(Base("megatron-gpt-7.5b", "dgx-a100", 128, {"tp": 4}, {}), {}, top=50)
     assert "fp8" not in [c.label for c in a100.changes]

@@ -63,7 +63,7 @@ def seq_class(seq_len: int) -> str:
 
 def family_of(accelerator: str, framework: str, moe: bool, seq_len: int) -> tuple[str, str, str, str]:
     """(generation, framework family, dense|moe, sequence class); NeMo runs Megatron-Core."""
-    fw = "megatron-core" if framework == "nemo" else framework
+    fw = "megatron-core" if framework == "nemo" or framework.startswith("nemo-") else framework
     return generation(accelerator), fw, "moe" if moe else "dense", seq_class(seq_len)
 
 
