@@ -414,14 +414,14 @@ def test_megatron_all_to_all_dispatch_sorts_tokens_by_local_expert_both_ways():
 def test_untabled_flash_attention_backward_does_two_and_a_half_times_the_forward_s_flops():
     """FlashAttention's backward recomputes the scores: five matmuls against the forward's two, 2.5x its FLOPs (the
     FlashAttention benchmarks' fwd+bwd count, 3.5x the forward, which FLASH_ATTENTION_FRACTION's A100 figure is
-    read against). A GPU with no attention table (B200) runs both passes at that default rate; a tabled one (H100)
+    read against). A GPU with no attention table (MI355X) runs both passes at that default rate; a tabled one (H100)
     at its own backward rate."""
     from commlens.project.hardware import device_for
     from commlens.project.kernels import LayerShape, layer_kernels
 
     w = load_workload("llama3-8b", {"seq_len": 8192, "micro_batch": 1})
     shape = LayerShape(tokens=8192, keys=8192, tp=1, ep=1, sp=False, tp_chunks=1)
-    for name, peak in (("B200", 2250e12), ("A100 SXM 80GB", 312e12)):
+    for name, peak in (("MI355X", 2516.6e12), ("A100 SXM 80GB", 312e12)):
         ks = {
             k.name: k
             for k in layer_kernels(
