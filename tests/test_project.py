@@ -239,6 +239,16 @@ def test_a_list_or_mapping_value_is_a_refused_point_not_a_crash():
     assert evaluate(base, {"topology.nic_gbps": 400}).error is None
 
 
+def test_a_sweep_point_with_a_bad_layout_value_says_which_field_and_why():
+    """A sweep row showed only pydantic's first line ("1 validation error for ParallelLayout"); it names the
+    field and the allowed values, as ``project --set`` does."""
+    from commlens.project.sweep import Base, evaluate
+
+    row = evaluate(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}), {"layout.fp8_recipe": "zzz"})
+    assert row.kind == "invalid"
+    assert row.error == "layout: fp8_recipe: Input should be 'delayed', 'current' or 'mxfp8'"
+
+
 def test_the_scenario_is_one_checked_record_and_run_projects_it():
     """The projection stage takes one Scenario and returns its Projection; project(...) is the same call."""
     from dataclasses import FrozenInstanceError

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from commlens.cli.app import command_group, fail
-from commlens.cli.errors import errors_as_exit, fail_with
+from commlens.cli.errors import errors_as_exit
 from commlens.cli.options import DB, option_set
 
 if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, of which typer.Context is a subclass
@@ -203,38 +203,11 @@ def _point(sets: list[str], parse_vary) -> Overrides:
 def _project(base: Base, point: Overrides) -> Projection:
     """The point's scenario (``sweep.point_scenario``, built once here) run by the projection stage, or exit 2
     with the reason."""
-    from commlens.errors import CommlensError
     from commlens.project import run
     from commlens.project.sweep import point_scenario
 
-    try:
+    with errors_as_exit():  # the projection's (a layout field's included), the workload's and the topology's
         return run(point_scenario(base, point))
-    except CommlensError as e:  # the projection's, the workload's and the topology's errors
-        fail_with(e)
-    except ValueError as e:  # pydantic on the layout (point_scenario's documented other error)
-        fail_layout(e)
-
-
-def fail_layout(e: ValueError) -> NoReturn:
-    """``error: layout: field: reason; ...`` for a ParallelLayout that pydantic refused, and exit 2."""
-    errors = getattr(e, "errors", None)
-    if callable(errors):
-        fail("layout: " + "; ".join(_layout_error(err) for err in errors()))
-    fail(f"layout: {str(e).splitlines()[0]}")
-
-
-class _LayoutError(TypedDict):
-    """What :func:`_layout_error` reads of one pydantic error (a part of pydantic's ``ErrorDetails``)."""
-
-    loc: tuple[int | str, ...]
-    msg: str
-
-
-def _layout_error(err: _LayoutError) -> str:
-    """One pydantic error of a ParallelLayout as ``field: reason``."""
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
 
 
 def _print_projection(p) -> None:

@@ -233,9 +233,8 @@ def step(
     """Simulate one whole training step, every TP, CP, EP, PP and DP group at once, and compare it with the
     projection."""
     from commlens.project import Scenario
-    from commlens.project.layout import ParallelLayout
     from commlens.project.simstep import simulate_step
-    from commlens.project.sweep import Base, parse_vary, point_inputs
+    from commlens.project.sweep import Base, layout_from, parse_vary, point_inputs
 
     opts = sim_options(routing, seed, qps, channels, fail_links, degrade)
     with errors_as_exit("--set "):
@@ -243,14 +242,8 @@ def step(
     with errors_as_exit():
         flat = {k: v[0] for k, v in point.items()}
         w, topo, n, layout_over = point_inputs(Base(workload, topology, gpus, {}, {}), flat)
-    try:
-        layout = ParallelLayout.model_validate(layout_over)
-    except ValueError as e:
-        from commlens.cli.project_cmd import fail_layout
-
-        fail_layout(e)
     with errors_as_exit():
-        done = simulate_step(Scenario(w, topo, layout, n, sim=opts))
+        done = simulate_step(Scenario(w, topo, layout_from(layout_over), n, sim=opts))
     if as_json:
         print(json.dumps(done.as_dict(), indent=1, default=str))
         return

@@ -21,6 +21,7 @@ from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 from commlens.specdata import SpecValue
 
 if TYPE_CHECKING:
+    from commlens.project.layout import ParallelLayout
     from commlens.project.scenario import Scenario
     from commlens.project.step import Projection
     from commlens.sim import SimOptions
@@ -36,6 +37,7 @@ __all__ = [
     "grid",
     "parse_vary",
     "point_inputs",
+    "layout_from",
     "point_scenario",
     "project_point",
     "run_sweep",
@@ -214,13 +216,29 @@ def project_point(base: Base, point: Mapping[str, SpecValue], search: bool = Fal
 
 def point_scenario(base: Base, point: Mapping[str, SpecValue]) -> Scenario:
     """The scenario of one point: ``base``'s presets with its overrides and the point's, loaded and checked (the
-    workload's, the topology's and the projection's errors, and pydantic's ValueError for a layout field)."""
-    from commlens.project.layout import ParallelLayout
+    workload's, the topology's and the projection's errors; a layout field's as :func:`layout_from` says it)."""
     from commlens.project.scenario import Scenario
 
     w, topo, gpus, layout_over = point_inputs(base, point)
-    layout = ParallelLayout.model_validate(layout_over)
-    return Scenario(w, topo, layout, gpus, accelerators=base.accelerators, sim=base.sim)
+    return Scenario(w, topo, layout_from(layout_over), gpus, accelerators=base.accelerators, sim=base.sim)
+
+
+def layout_from(fields: Mapping[str, object]) -> ParallelLayout:
+    """The :class:`ParallelLayout` of ``fields``, or :class:`ProjectionError` ``layout: field: reason; ...`` naming
+    each field pydantic refused (a sweep's row shows it, the CLI exits 2 with it)."""
+    from pydantic import ValidationError
+
+    from commlens.project.layout import ParallelLayout
+
+    try:
+        return ParallelLayout.model_validate(fields)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{loc}: {msg}" if loc else msg)
+        raise ProjectionError("layout: " + "; ".join(problems)) from None
 
 
 def point_inputs(base: Base, point: Mapping[str, SpecValue]) -> tuple[Workload, Topology, int, Overrides]:
