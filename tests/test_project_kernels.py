@@ -613,7 +613,7 @@ def test_torch_s_ring_attention_moves_k_v_and_the_merged_output_every_step():
     q = tokens * w.heads * w.v_head_dim
     kv = tokens * w.heads * (w.qk_head_dim + w.v_head_dim)  # repeated to the 32 query heads, not the 8 K/V heads
     dev = device_for(H100.accelerator.name)
-    # CP - 1 = 3 steps, and once a call torch's fp32 bookkeeping (kernels.TORCH_RING_CALL_BYTES); full recompute
+    # CP - 1 = 3 steps, and once a call torch's fp32 bookkeeping (Framework.cp_call_bytes); full recompute
     one_pass = stream_time_s(dev, 3 * (10 * q + 4 * kv) + 12 * q + 4 * kv) * 2
     one_pass += stream_time_s(dev, 3 * (10 * q + 22 * kv) + 20 * q + 32 * kv)
     assert p.kernels["cp_ring"] == pytest.approx(one_pass * w.layers * p.layout["micro_batches"], rel=1e-6)

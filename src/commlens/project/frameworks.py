@@ -110,6 +110,12 @@ class Framework(_Strict):
         "attention-output element, forward per K/V element, backward per query element, backward per K/V element "
         "(0: not counted)",
     )
+    cp_call_bytes: tuple[float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0),
+        description="bytes the CP ring's own ops move once per attention call (outside its ring steps), in the same "
+        "four places as cp_step_bytes; counted where the block runs eager (compile fuses them into the ring's "
+        "other pointwise ops) (0: not counted)",
+    )
     cp_kv_expanded: bool = Field(
         default=False,
         description="K and V reach the attention repeated to every query head (GQA expanded before it), so CP's ring "

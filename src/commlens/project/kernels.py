@@ -418,26 +418,10 @@ def layer_kernels(
     return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
-# torch's ring attention (pytorch/pytorch torch/distributed/tensor/experimental/_attention.py, the same in the
-# late-2024 version with _RotateMethod.PRE_ALL_GATHER and at f2127dbd and 0123248a) does, once per attention call
-# outside its CP - 1 step updates, bytes per query element and per K/V element (query-head width under repeat_kv):
-# forward (_templated_ring_attention): key/value.contiguous() on the transposed K/V (read 2 + write 2 per K/V
-# element), step 0's output converted to fp32 by _SDPAMerger.step (convert_to_f32: read 2, write 4) and results()
-# converting it back (read 4, write 2): (12, 4). Backward (_templated_ring_attention_backward): zeros_like in fp32 for
-# grad_query/grad_key/grad_value (write 4 each), key/value.contiguous() (4 per K/V element), the loop's gradient
-# updates also at step 0, which the step bytes count only for steps 1..CP-1 (grad_key/grad_value += the step's, read
-# 4 + 2 and write 4, and torch.cat of the fp32 K/V gradients for dkv_rotater, read and write 4: 18 per K/V element;
-# grad_query += the step's, 10), and after the loop grad_query.to(query.dtype) and the received K/V gradients
-# .to(key.dtype) (read 4, write 2 each): (20, 32). Only torch's ring accumulates in fp32 (Framework.cp_grad_bytes 4).
-# Eager only: under torch.compile (torchtitan compiles each block fullgraph, the ring traced into it) these are
-# pointwise ops beside the ring's other updates, and the model's compile fuses pointwise ops (unfused_factor).
-TORCH_RING_CALL_BYTES = (12.0, 4.0, 20.0, 32.0)
-
-
 def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     """The CP ring's own memory-bound ops beside the attention (``Framework.cp_step_bytes``: torch's merges and
     fp32 accumulation, Transformer Engine's output correction and gradient adds), CP - 1 ring steps a pass each way,
-    and for torch's fp32 ring run eager its once-a-call bookkeeping (``TORCH_RING_CALL_BYTES``); none without CP or
+    and, where the block runs eager, the once-a-call bookkeeping (``Framework.cp_call_bytes``); none without CP or
     for a stack that does not state them."""
     cp = round(s.keys * w.micro_batch / s.tokens) if s.tokens else 1
     fwd_q, fwd_kv, bwd_q, bwd_kv = b.fw.cp_step_bytes
@@ -449,8 +433,8 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     steps = cp - 1
     fwd = steps * (fwd_q * q_elems + fwd_kv * kv_elems)
     bwd = steps * (bwd_q * q_elems + bwd_kv * kv_elems)
-    if b.fw.cp_grad_bytes > 2 and not b.compiled:  # torch's fp32 ring, eager: per-call conversions, zeroed buffers
-        call_fq, call_fkv, call_bq, call_bkv = TORCH_RING_CALL_BYTES
+    if not b.compiled:  # compile fuses the once-a-call conversions and zero fills into the ring's other updates
+        call_fq, call_fkv, call_bq, call_bkv = b.fw.cp_call_bytes
         fwd += call_fq * q_elems + call_fkv * kv_elems
         bwd += call_bq * q_elems + call_bkv * kv_elems
     return [Kernel("cp_ring", "cp_ring", stream_time_s(b.dev, fwd), stream_time_s(b.dev, bwd), steps * 2, nbytes=fwd)]
