@@ -25,7 +25,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from commlens.project.frameworks import generation
+from commlens.project.frameworks import framework as framework_of
+from commlens.project.frameworks import framework_names, generation
 from commlens.specdata import load_yaml
 
 __all__ = [
@@ -62,8 +63,11 @@ def seq_class(seq_len: int) -> str:
 
 
 def family_of(accelerator: str, framework: str, moe: bool, seq_len: int) -> tuple[str, str, str, str]:
-    """(generation, framework family, dense|moe, sequence class); NeMo runs Megatron-Core."""
-    fw = "megatron-core" if framework == "nemo" or framework.startswith("nemo-") else framework
+    """(generation, framework family, dense|moe, sequence class); NeMo runs Megatron-Core, and a past release
+    (``Framework.release_of``) is in its stack's family."""
+    release_of = framework_of(framework).release_of if framework in framework_names() else None
+    fw = release_of or framework
+    fw = "megatron-core" if fw == "nemo" else fw
     return generation(accelerator), fw, "moe" if moe else "dense", seq_class(seq_len)
 
 

@@ -95,6 +95,11 @@ class Framework(_Strict):
 
     name: str
     title: str
+    release_of: str | None = Field(
+        default=None,
+        description="the stack this profile is one past release of (nemo-24.03: nemo): it prices that release's "
+        "published runs, shares the stack's error-band family, and is no what-if for a new job",
+    )
     source: str = Field(min_length=1)
     attention: dict[Generation, AttentionKernel]
     fused: Fused

@@ -198,7 +198,7 @@ def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str
     fw = framework(current)
     for other in framework_names():
         # NeMo runs Megatron-Core; a past release's profile (nemo-24.03) describes published runs, not a choice
-        if other != current and {other, current} != {"nemo", "megatron-core"} and not _release_profile(other):
+        if other != current and {other, current} != {"nemo", "megatron-core"} and not framework(other).release_of:
             one(f"framework {current} -> {other}", **{"layout.framework": other})
     compiled = point.get("layout.compile", base.layout.get("compile"))
     if not fw.compile and not compiled:
@@ -206,9 +206,3 @@ def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str
     if pp > 1 and "zero-bubble" in fw.schedules and lay.get("schedule") not in ("zero-bubble", "dualpipe"):
         one("pipeline schedule -> zero-bubble", **{"layout.schedule": "zero-bubble"})
     return out
-
-
-def _release_profile(name: str) -> bool:
-    """A profile of one past release of a stack (``nemo-24.03``): it prices published runs of that release."""
-    stem, _, version = name.rpartition("-")
-    return bool(stem) and version.replace(".", "").isdigit()
