@@ -12,6 +12,12 @@ same kernel's rows without the mask there; a pass tabled only as forward + backw
 that rate), interpolated in log2 of the sequence length and held at the ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
 large GEMM's rate). Rates follow the FlashAttention benchmarks' count: forward 4 b s^2 h d (halved when causal),
 backward 2.5 x that (it recomputes the scores).
+
+Sliding-window attention (a causal band of ``window`` keys, itself included) is tabled apart: rows with a ``window``
+key, whose rates count the band's score entries (cudnn-frontend's benchmark: w (w + 1) / 2 + (s - w) w a head and
+sequence, 4 FLOPs an entry and head-dimension element forward, 10 backward). A windowed lookup reads the nearest tabled
+window (log2) of the family; where the device has none for the family or its stand-ins, the family's causal curve at
+the window's length (its short end, held there: optimistic, see docs/project.md).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ SIBLINGS = {"H200 SXM": "H100 SXM", "GB200": "B200", "B200": "GB200", "H100 SXM"
 # Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
 FAMILY_FALLBACK = {"fa3": ("cudnn", "fa2"), "cudnn": ("fa3", "fa2"), "fa2": (), "ck": ("fa2",)}
 
-Entry = tuple[str, str, bool, int, float, float]  # kernel, pass, causal, head_dim, seq_len, flop/s
+Entry = tuple[str, str, bool, int, float, float, int]  # kernel, pass, causal, head_dim, seq_len, flop/s, window
 
 
 def _number(v: Any, where: str) -> float:
@@ -79,6 +85,7 @@ def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]
                     int(_number(row.get("head_dim"), at)),
                     _number(row.get("seq_len"), at),
                     _number(row.get("tflops"), at) * 1e12,
+                    int(_number(row["window"], at)) if "window" in row else 0,  # 0: attends over the whole sequence
                 )
             )
     return out
@@ -95,9 +102,9 @@ def _tables(files: tuple[str, ...]) -> dict[str, list[Entry]]:
             text = Path(f).read_text(encoding="utf-8")
         except OSError as e:
             raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
-        for gpu, rows in _read(text, f).items():  # a file's (kernel, pass) curves replace the ones before
-            given = {(e[0], e[1]) for e in rows}
-            merged[gpu] = rows + [e for e in merged.get(gpu, []) if (e[0], e[1]) not in given]
+        for gpu, rows in _read(text, f).items():  # a file's (kernel, pass, window) curves replace the ones before
+            given = {(e[0], e[1], e[6]) for e in rows}
+            merged[gpu] = rows + [e for e in merged.get(gpu, []) if (e[0], e[1], e[6]) not in given]
     return merged
 
 
@@ -126,10 +133,17 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
 
 @cache
 def _lookup(
-    device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: tuple[str, ...], env: str
+    device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: tuple[str, ...], env: str, window: int = 0
 ) -> float | None:
-    del env  # part of the cache key only
+    # env (COMMLENS_EFFICIENCY) is part of the cache key only: attention_entries reads the variable itself
     entries, scale = attention_entries(device, files)
+    if window:
+        rate = _windowed(entries, kernel, pass_, head_dim, seq, window)
+        if rate is not None:
+            return rate * scale
+        # no windowed row for the family or its stand-ins: the causal curve at the window's length (its short end)
+        return _lookup(device, kernel, pass_, head_dim, float(min(seq, window)), files, env)
+    entries = [e for e in entries if not e[6]]
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
         # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
         # measured time of the pair, split between the passes by their FLOPs (1 : 2.5)
@@ -153,6 +167,20 @@ def _lookup(
     return None
 
 
+def _windowed(entries: list[Entry], kernel: str, pass_: str, head_dim: int, seq: float, window: int) -> float | None:
+    """The family's (or a stand-in's) windowed rate: its nearest tabled window, then its nearest head size, on the
+    curve over the sequence length; None when no windowed row of the pass is tabled for them."""
+    for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
+        rows = [e for e in entries if e[6] and e[0] == family and e[1] == pass_]
+        if not rows:
+            continue
+        win = min({e[6] for e in rows}, key=lambda x: (abs(math.log2(x / window)), x))
+        rows = [e for e in rows if e[6] == win]
+        dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
+        return _on_curve([(e[4], e[5]) for e in rows if e[3] == dim], seq)
+    return None
+
+
 def _on_curve(points: list[tuple[float, float]], seq: float) -> float:
     """The rate at ``seq`` on a curve of (sequence length, rate) points: interpolated in log2 of the length and
     held at the ends."""
@@ -169,14 +197,27 @@ def _on_curve(points: list[tuple[float, float]], seq: float) -> float:
 
 
 def attention_tflops(
-    device: str, kernel: str, pass_: str, head_dim: int, seq_len: float, files: tuple[str, ...] = ()
+    device: str,
+    kernel: str,
+    pass_: str,
+    head_dim: int,
+    seq_len: float,
+    files: tuple[str, ...] = (),
+    window: int = 0,
 ) -> float | None:
     """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``, as the
     FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs); None if nothing is tabled for it
     (nor for a stand-in family). ``files``: accelerators files whose ``attention:`` sections replace the shipped
-    curves they give."""
+    curves they give. ``window``: a sliding window of that many keys (0: none), its rate over the band's entries."""
     if kernel == "unfused":
         return None
     return _lookup(
-        device, kernel, pass_, int(head_dim), float(seq_len), tuple(files), os.environ.get(EFFICIENCY_ENV, "")
+        device,
+        kernel,
+        pass_,
+        int(head_dim),
+        float(seq_len),
+        tuple(files),
+        os.environ.get(EFFICIENCY_ENV, ""),
+        int(window),
     )

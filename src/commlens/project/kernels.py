@@ -43,6 +43,7 @@ __all__ = [
     "recompute_share",
     "layer_kernels",
     "unfused_factor",
+    "window_entries",
 ]
 
 # Kernel classes of the breakdown (docs/project.md): compute-bound first, then memory-bound.
@@ -289,29 +290,63 @@ def fused_attention(dev: Device, fw: Framework, layout: ParallelLayout) -> bool:
 
 
 def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float) -> Kernel:
-    """The attention core of one layer: flash-style kernels from their family's efficiency, or unfused."""
+    """The attention core of one layer: flash-style kernels from their family's efficiency, or unfused. With a
+    sliding window on some layers (``Workload.sliding_window``) the layer of each kind is their mean: the windowed
+    layers' share at the windowed kernel's FLOPs and rate, the rest at the full causal one's."""
+    full = _attention_core(dev, fw, w, layout, s, peak16, 0)
+    window = w.sliding_window.tokens if w.sliding_window is not None else 0
+    if not w.window_layers or window >= s.keys:
+        return full
+    part = w.window_layers / w.layers
+    win = _attention_core(dev, fw, w, layout, s, peak16, window)
+    return Kernel(
+        "attention",
+        "attention",
+        part * win.fwd_s + (1 - part) * full.fwd_s,
+        part * win.bwd_s + (1 - part) * full.bwd_s,
+        ATTENTION_KERNELS,
+        flops=part * win.flops + (1 - part) * full.flops,
+    )
+
+
+def window_entries(seq: float, window: int) -> float:
+    """Score entries of one head's causal attention over ``seq`` tokens when each query sees at most ``window`` keys,
+    itself included: w (w + 1) / 2 + (s - w) w (cudnn-frontend's benchmark counts the same); s^2 / 2 without a window
+    (0), as the FlashAttention benchmarks count the causal mask."""
+    if not window or window >= seq:
+        return seq * seq / 2
+    return window * (window + 1) / 2 + (seq - window) * window
+
+
+def _attention_core(
+    dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float, window: int
+) -> Kernel:
+    """One layer's attention core, full causal (``window`` 0) or over a sliding window of ``window`` keys."""
     a_t = w.heads / s.tp
     d = w.qk_head_dim
     # scores (QK^T over the query/key size) and context (PV over the value size); causal: flash skips masked blocks
-    causal_flops = 2 * s.tokens * s.keys * a_t * (w.qk_head_dim + w.v_head_dim) * 0.5
+    flops = 2 * s.tokens * s.keys * a_t * (w.qk_head_dim + w.v_head_dim) * 0.5
+    if window:  # and a window all blocks outside its band: the band's entries a query on average
+        flops = 2 * s.tokens * (window_entries(s.keys, window) / s.keys) * a_t * (w.qk_head_dim + w.v_head_dim)
     kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
     if layout.flash_attention and kernel != "unfused":
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
-        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files)
-        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files)
+        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files, window)
+        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files, window)
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
-        t_fwd = causal_flops / (fwd if fwd else default)
+        t_fwd = flops / (fwd if fwd else default)
         # the backward recomputes the scores: 2.5 x the forward's FLOPs, the FlashAttention benchmarks' count that the
         # tabled backward rates and the default (a fwd+bwd rate over 3.5 x the forward's FLOPs) are read against
-        t_bwd = 2.5 * causal_flops / (bwd if bwd else default)
-        return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=causal_flops)
-    # unfused: scores and context as batched GEMMs over the full s x s, softmax + dropout through HBM
+        t_bwd = 2.5 * flops / (bwd if bwd else default)
+        return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=flops)
+    # unfused: scores and context as batched GEMMs over the full s x s (a masked window included), softmax + dropout
+    # through HBM
     b_heads = w.micro_batch * a_t
     q = s.tokens / w.micro_batch
     t_core = gemm_time_s(dev, peak16, q, s.keys, d, b_heads) + gemm_time_s(
         dev, peak16, q, w.v_head_dim, s.keys, b_heads
     )
-    return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, flops=causal_flops)
+    return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, flops=flops)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,10 @@ micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of t
   collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
   gradients) runs alongside the compute, hidden behind it where it can be;
 - a forward's activations go to the next stage, a backward's gradients to the previous one (every pipeline's
-  send at once), and the receiving stage's pass waits for them;
+  send at once), and the receiving stage's pass waits for them; under ``pp_p2p: serial`` (DeepSpeed's pipeline
+  engine) each exchange is a blocking send met by a blocking receive, so it starts when both stages reach it in
+  their command order and holds both until it ends, with TP after a shape header, and the partitioned tensor is
+  rebuilt by a TP all-gather (:func:`_serial_commands`, :meth:`_StepGraph.add_serial_schedule`);
 - after a stage's last backward its DP reduce-scatter (and parameter all-gather under ZeRO 1/2, all-reduce under
   ZeRO 0) starts, over the DP (x CP) groups of that stage for dense parameters and the expert-data-parallel
   groups for experts', while the other stages still compute and communicate.
@@ -30,9 +33,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from commlens.project.compute import stream_time_s
+from commlens.project.frameworks import framework
+from commlens.project.hardware import device_for
 from commlens.project.layout import ParallelLayout, Resolved, resolve
 from commlens.project.memory import stage_layer_kinds, stage_parameters
 from commlens.project.scenario import Scenario
+from commlens.project.step import PP_HEADER_BYTES
 from commlens.project.step import run as run_projection
 from commlens.sim import Collective, CollectiveResult, SimConfig, SimOptions, groups_by_stride
 from commlens.sim import run as run_sim
@@ -100,6 +107,33 @@ def _schedule(pp: int, m: int, s: int) -> list[tuple[str, int]]:
     return ops
 
 
+def _serial_commands(pp: int, m: int, s: int) -> list[tuple[str, int]]:
+    """Stage ``s``'s commands in DeepSpeed's pipeline engine (microsoft/DeepSpeed v0.5.4 deepspeed/runtime/pipe/
+    schedule.py ``TrainSchedule``): the passes in 1F1B order (its even/odd step mapping gives Megatron's order,
+    :func:`_schedule`), each exchange a blocking call placed as its steps place them:
+
+    1. before a forward, its activation received (``RecvActivation``), then the gradient of the backward before it
+       sent back (``SendGrad``, deferred to this forward step);
+    2. after a forward, its activation sent on at once (``SendActivation``, the next step's first command);
+    3. before a backward, a gradient still owed sent back first, then its gradient received (``RecvGrad``);
+    4. after the last backward, its gradient sent back.
+
+    (command, micro-batch): ``F``, ``B``, ``recv_act``, ``send_act``, ``recv_grad``, ``send_grad``."""
+    out: list[tuple[str, int]] = []
+    owed: int | None = None  # a backward's input gradient not yet sent back
+    for kind, i in _schedule(pp, m, s):
+        if kind == "F":
+            out += [("recv_act", i)] if s > 0 else []
+            out += [("send_grad", owed)] if owed is not None else []
+            out += [("F", i)] + ([("send_act", i)] if s < pp - 1 else [])
+        else:
+            out += [("send_grad", owed)] if owed is not None else []
+            out += [("recv_grad", i)] if s < pp - 1 else []
+            out.append(("B", i))
+        owed = i if kind == "B" and s > 0 else None
+    return out + ([("send_grad", owed)] if owed is not None else [])
+
+
 def simulate_step(scenario: Scenario) -> SimStep:
     """Simulate one step of ``scenario`` with its ``sim`` options (default :class:`SimOptions`), beside the
     projection of the same scenario over the analytic network."""
@@ -108,7 +142,11 @@ def simulate_step(scenario: Scenario) -> SimStep:
     wall0 = time.perf_counter()
     proj = run_projection(replace(scenario, sim=None))
     graph = _StepGraph(w, layout, resolve(layout, w, gpus, topology.accelerators_per_node), gpus)
-    graph.add_schedule(proj.stages)
+    if graph.r.pp > 1 and (layout.pp_p2p or framework(layout.framework).pp_p2p) == "serial":
+        dev = device_for(topology.accelerator.name, scenario.accelerators)
+        graph.add_serial_schedule(proj.stages, stream_time_s(dev, graph.act))
+    else:
+        graph.add_schedule(proj.stages)
     graph.add_dp_tails()
     colls = graph.colls
     nodes = max(1, -(-gpus // topology.accelerators_per_node))
@@ -242,7 +280,7 @@ class _StepGraph:
     def add_schedule(self, proj_stages: list[dict[str, float]]) -> None:
         """Every stage's passes in 1F1B order, each after its input from the neighbouring stage, with the sends;
         each pass's compute is its share of the projected stage's time without communication."""
-        pp, m, fwd_passes = self.r.pp, self.r.micro_batches, self.fwd_passes
+        pp, m = self.r.pp, self.r.micro_batches
         last: dict[int, str] = {}
         names: dict[tuple[str, int, int], str] = {}  # (pass, stage, micro-batch) -> its last collective
         pp_groups = groups_by_stride(self.gpus, pp, self.pp_stride) if pp > 1 else None
@@ -259,10 +297,7 @@ class _StepGraph:
                     needs_input = (kind == "F" and s > 0) or (kind == "B" and s < pp - 1)
                     if needs_input and src not in names:
                         break
-                    st = proj_stages[s]
-                    own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
-                    # a forward's share: one forward of (fwd_passes forwards + a backward of twice a forward)
-                    compute = own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
+                    compute = self._pass_compute(proj_stages[s], kind)
                     after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
                     end = self.add_pass(f"{kind}{i}@s{s}", kind, s, compute, after)
                     last[s] = end
@@ -276,6 +311,94 @@ class _StepGraph:
             if not progressed:
                 raise RuntimeError("1F1B schedule could not be ordered")
         self.last = last
+
+    def _pass_compute(self, st: dict[str, float], kind: str) -> float:
+        """A pass's share of the projected stage's time without communication: a forward one of (fwd_passes
+        forwards + a backward of twice a forward)."""
+        fwd_passes = self.fwd_passes
+        own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
+        return own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
+
+    def add_serial_schedule(self, proj_stages: list[dict[str, float]], copy_s: float) -> None:
+        """Every stage's commands (:func:`_serial_commands`), each exchange one blocking send/receive after both
+        stages' previous commands (with TP a shape header first), each pass after its stage's last command. With
+        TP the engine partitions what it sends and rebuilds it whole (step._pp_p2p_serial): a TP all-gather before
+        a forward (its input) and two before a backward (its output and the gradient), a zero-fill and a clone each
+        (``copy_s``: the time to stream one activation's bytes; a rebuild streams 3 of them, a partition 2 / TP) in the
+        pass, as the projection prices them for every stage."""
+        pp, m, t = self.r.pp, self.r.micro_batches, self.r.tp
+        split = t if (self.sp or self.layout.pp_scatter_gather) else 1
+        gathers = {"F": 1, "B": 2} if t > 1 and not self.sp and split > 1 else {"F": 0, "B": 0}
+        copies = {"F": 3 + 2 / split, "B": 6 + 2 / split} if split > 1 else {"F": 0.0, "B": 0.0}
+        pp_groups = groups_by_stride(self.gpus, pp, self.pp_stride)
+        cmds = {s: _serial_commands(pp, m, s) for s in range(pp)}
+        cursor = dict.fromkeys(range(pp), 0)
+        last: dict[int, tuple[str, ...]] = {s: () for s in range(pp)}
+        pending = sum(len(v) for v in cmds.values())
+        while pending:
+            progressed = False
+            for s in range(pp):
+                while cursor[s] < len(cmds[s]):
+                    op, i = cmds[s][cursor[s]]
+                    if op in ("F", "B"):
+                        after = last[s]
+                        for k in range(gathers[op]):  # the partitioned tensors rebuilt over TP
+                            name = f"{op}{i}@s{s}/rebuild{k}/ag"
+                            self.colls.append(
+                                Collective(
+                                    name,
+                                    "all_gather",
+                                    self.act,
+                                    self.groups_of("tp", s),
+                                    after=after,
+                                    communicator=f"tp{s}",
+                                    lockstep=True,
+                                )
+                            )
+                            after = (name,)
+                        compute = self._pass_compute(proj_stages[s], op) + copies[op] * copy_s
+                        last[s] = (self.add_pass(f"{op}{i}@s{s}", op, s, compute, after),)
+                    elif op.startswith("send"):
+                        peer = s + 1 if op == "send_act" else s - 1
+                        want = ("recv_act" if op == "send_act" else "recv_grad", i)
+                        if cursor[peer] >= len(cmds[peer]) or cmds[peer][cursor[peer]] != want:
+                            break  # the receiver has not reached its receive yet
+                        pair = pp_groups[:, [peer, s]]
+                        end = self._add_exchange(f"{op}{i}@s{s}", pair, (s, peer), split, last[s] + last[peer])
+                        last[s] = last[peer] = (end,)
+                        cursor[peer] += 1
+                        pending -= 1
+                    else:
+                        break  # a receive: met by its sender's send
+                    cursor[s] += 1
+                    pending -= 1
+                    progressed = True
+            if not progressed:
+                raise RuntimeError("the serial pipeline exchange could not be ordered")
+        self.last = {s: names[0] for s, names in last.items()}
+
+    def _add_exchange(
+        self, label: str, pair: np.ndarray, stages: tuple[int, int], split: int, after: tuple[str, ...]
+    ) -> str:
+        """One blocking exchange between two neighbouring ``stages`` (with TP, its shape header first), after
+        ``after`` (both stages' previous commands): binomial broadcasts on 2 ranks; returns the last one's name."""
+        parts = ([("header", float(PP_HEADER_BYTES))] if split > 1 else []) + [("tensor", self.act / split)]
+        for part, nbytes in parts:
+            name = f"{label}>send-{part}"
+            self.colls.append(
+                Collective(
+                    name,
+                    "broadcast",
+                    nbytes,
+                    pair,
+                    algo="binomial",
+                    after=after,
+                    communicator=f"pp{min(stages)}",
+                    lockstep=True,
+                )
+            )
+            after = (name,)
+        return after[0]
 
     def _add_send(self, end: str, pair: np.ndarray, s: int, nxt: int) -> None:
         """A pass's output to the neighbouring stage: a binomial broadcast on 2 ranks, rank 1 (this stage) -> 0."""

@@ -233,11 +233,14 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
         dense += 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (m.top_k + m.shared_experts)
     else:
         dense += 2 * tokens * mats * h * w.ffn_hidden
+    if w.sliding_window is not None:  # windowed layers: min(window, s) keys a query, as Megatron-Bridge counts them
+        keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
     return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
 def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
-    """FLOPs of one step, Megatron-LM's count (full s x s attention); with recomputation's extra forward."""
+    """FLOPs of one step, Megatron-LM's count (full s x s attention; a sliding window's layers min(window, s) keys a
+    query, as Megatron-Bridge's flop_utils counts them); with recomputation's extra forward."""
     tokens = w.global_batch * w.seq_len
     dense_layers = w.layers - w.moe_layers
     fwd = 0.0

@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field, model_validator
 from commlens.errors import CommlensError
 from commlens.specdata import StrictSpec, model_from_data
 
-__all__ = ["FORMAT", "Moe", "Workload", "WorkloadError", "workload_from_dict"]
+__all__ = ["FORMAT", "Moe", "SlidingWindow", "Workload", "WorkloadError", "workload_from_dict"]
 
 FORMAT = "commlens.workload/1"
 Precision = Literal["bf16", "fp8"]
@@ -66,6 +66,23 @@ class Mla(_Spec):
     v_head_dim: int = Field(ge=1, description="per-head value size")
 
 
+class SlidingWindow(_Spec):
+    """Sliding-window attention (gpt-oss, Mistral, Gemma): on the windowed layers each query attends to itself and
+    the ``tokens - 1`` keys before it; the other layers attend over the whole sequence."""
+
+    tokens: int = Field(
+        ge=1,
+        description="keys one query attends to, itself included (Hugging Face config sliding_window; Megatron-Core "
+        "window_size (tokens - 1, 0))",
+    )
+    full_every: int = Field(
+        default=0,
+        ge=0,
+        description="every full_every-th layer, counted from 1, attends over the whole sequence and the others over "
+        "the window (Megatron-Core window_attn_skip_freq); 0: every layer windowed",
+    )
+
+
 class Workload(_Spec):
     """A decoder-only transformer and the batch it trains on."""
 
@@ -91,6 +108,9 @@ class Workload(_Spec):
         "attention scale, gpt-oss) or learned absolute positions",
     )
     mla: Mla | None = Field(default=None, description="multi-head latent attention; None: (grouped-query) attention")
+    sliding_window: SlidingWindow | None = Field(
+        default=None, description="sliding-window attention on some layers; None: every layer attends in full"
+    )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")
@@ -123,6 +143,14 @@ class Workload(_Spec):
     @property
     def moe_layers(self) -> int:
         return 0 if self.moe is None else self.layers - self.moe.first_moe_layer
+
+    @property
+    def window_layers(self) -> int:
+        """Layers whose attention is windowed (``sliding_window``): all but every ``full_every``-th."""
+        sw = self.sliding_window
+        if sw is None:
+            return 0
+        return self.layers - (self.layers // sw.full_every if sw.full_every else 0)
 
     @property
     def qk_head_dim(self) -> int:
