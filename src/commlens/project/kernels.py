@@ -161,6 +161,15 @@ MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the s
 MCORE_ROUTER_LAUNCHES = (22.0, 10.0)
 MCORE_DISPATCH_LAUNCHES = {True: (26.0, 11.0), False: (11.0, 5.0)}  # EP > 1, EP 1
 MCORE_SORT_LAUNCHES = (4.0, 3.0)
+# Megatron-Core's experts under fp8 (NVIDIA/Megatron-LM 44151194 and 92c8482e, megatron/core/transformer/moe/
+# experts.py TEGroupedMLP.forward): unless the router or the HybridEP dispatch already padded them
+# (moe_utils.skip_routed_expert_padding; 92c8482e's HybridEP pads in the dispatch, so TE finds nothing to pad), the
+# routed tokens are padded per expert to the fp8 GEMM's alignment (16, MXFP8 32) with Transformer Engine's
+# Fp8Padding before fc1 and the output unpadded with Fp8Unpadding after fc2 (TransformerEngine 4220403e
+# transformer_engine/pytorch/module/fp8_padding.py: one fused_multi_row_padding / _unpadding kernel each, a 16-bit
+# read and write of every routed token; the probs padded the same way); each one's backward is the other kernel
+# over the gradient. Launches (forward, backward): hidden, probs and output, each way.
+MCORE_FP8_PAD_LAUNCHES = (3.0, 3.0)
 # torch's async TP (pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py, torch 2.5-2.6:
 # _fused_matmul_reduce_scatter_impl): each rank computes the matmul's partial output for every rank's shard, the
 # owners pull them through symmetric memory (_pipelined_produce_and_all2all), and a separate reduction kernel
@@ -652,6 +661,13 @@ def _moe_block(
                 nbytes=2 * 4 * routed * h * imbalance,
                 bwd_launches=bwd_sort,
             )
+        )
+    if mcore and w.precision == "fp8" and layout.moe_dispatcher != "hybridep":
+        pad_bytes = 2 * 4 * routed * h * imbalance  # the input padded, the output unpadded: read and write, 16 bits
+        pad_s = stream_time_s(b.dev, pad_bytes)
+        n_pad, bwd_pad = MCORE_FP8_PAD_LAUNCHES
+        out.append(
+            Kernel("fp8_padding", "moe_routing", pad_s, pad_s, n_pad, True, nbytes=pad_bytes, bwd_launches=bwd_pad)
         )
     out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:

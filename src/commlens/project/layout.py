@@ -173,11 +173,13 @@ class ParallelLayout(StrictSpec):
         description="tokens of the most loaded GPU's experts over the mean (1: balanced routing); EP waits for it",
     )
 
-    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
         default="alltoall",
-        description="how MoE tokens cross scale-up domains: alltoall (NCCL all-to-all, one copy per routed expert) or "
+        description="how MoE tokens cross scale-up domains: alltoall (NCCL all-to-all, one copy per routed expert), "
         "deepep (DeepEP / Megatron's flex dispatcher: one copy per destination domain over the scale-out network, "
-        "forwarded over NVLink inside it; inside one domain, one copy per destination GPU)",
+        "forwarded over NVLink inside it; inside one domain, one copy per destination GPU) or hybridep (Megatron's "
+        "flex dispatcher with the HybridEP backend: the copies as deepep, and under fp8 the dispatch pads each "
+        "expert's tokens to the GEMM's alignment itself, so the experts run no padding pass)",
     )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",

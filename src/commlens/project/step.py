@@ -488,7 +488,7 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
         a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
-        if layout.moe_dispatcher == "deepep":
+        if layout.moe_dispatcher != "alltoall":  # the flex dispatcher, either backend
             domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
             a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
