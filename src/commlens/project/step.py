@@ -1294,6 +1294,12 @@ def _dp_tail(
             pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
             reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
             fsdp_exposed += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
+        if fw.zero3_grad_predivide:
+            # DeepSpeed divides the flattened gradients in place before each reduce-scatter (reduce_scatter_coalesced's
+            # pre-divide, microsoft/DeepSpeed v0.6.2 32d97976 and 38327e07): a read and a write of every gradient
+            # element in the reduce dtype, on the reduce stream, once per reduction
+            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
+            fsdp_exposed += stream_time_s(dev, 2.0 * gb * sharded * (m_count if rs_each else 1))
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
