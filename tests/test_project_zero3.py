@@ -36,3 +36,21 @@ def test_deepspeed_divides_every_gradient_before_its_reduce_scatter(monkeypatch)
     assert with_divide.breakdown["dp_comm"] - without.breakdown["dp_comm"] == pytest.approx(divide, rel=1e-9)
     assert with_divide.step_time_s - without.step_time_s == pytest.approx(divide, rel=1e-6)
     assert not framework("torchtitan").zero3_grad_predivide  # FSDP reduces in its own buffer, no pre-divide pass
+
+
+def test_the_azure_rows_offload_activations_exactly_where_they_would_not_fit():
+    """The recipes set no CPU checkpointing; the 1T and 2T rows offload every layer's input on the post's word
+    ('activation and optimizer states are allocated in the main memory') because without it they need more than
+    80 GB; the 175B and 530B rows fit without and leave it out."""
+    from commlens.project.errors import InfeasibleLayoutError
+
+    for row in load_set("deepspeed-zero3-azure-2022").rows:
+        w = load_workload(row.workload, row.overrides)
+        lay = ParallelLayout.model_validate({k: v for k, v in row.layout.items() if k != "offload_activation_layers"})
+        offloads = bool(row.layout.get("offload_activation_layers"))
+        try:
+            project(w, load_topology(row.topology), lay, row.gpus)
+        except InfeasibleLayoutError:
+            assert offloads, row.workload
+        else:
+            assert not offloads, row.workload
