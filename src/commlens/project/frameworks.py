@@ -223,6 +223,11 @@ class Framework(_Strict):
         description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "
         "dtype before the compute stream may free them (a 16-bit read and a reduce-dtype write per gradient element)",
     )
+    zero3_grad_predivide: bool = Field(
+        default=False,
+        description="ZeRO-3: each reduce-scatter's flattened gradients are divided by the DP size in place before "
+        "the collective (a read and a write of every gradient element in the reduce dtype), on the reduce stream",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

@@ -1183,6 +1183,14 @@ def _param_gather_exposed(gather_s: float, forward_s: float, buckets: float) -> 
     return min(gather_s, each + (buckets - 1.0) * max(0.0, each - forward_s / buckets))
 
 
+def _grad_predivide_s(dev: Device, fw: Framework, gb: float, elements: float) -> float:
+    """DeepSpeed's ZeRO-3 divides the flattened gradients by the DP size in place before each reduce-scatter
+    (``reduce_scatter_coalesced``'s pre-divide, microsoft/DeepSpeed v0.6.2 32d97976 and 38327e07, from stage3.py
+    ``__avg_scatter_grads``): a read and a write of each of ``elements`` gradient elements in the reduce dtype, on
+    the reduce stream the step waits for; none where the framework has no such pass."""
+    return stream_time_s(dev, 2.0 * gb * elements) if fw.zero3_grad_predivide else 0.0
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -1282,21 +1290,21 @@ def _dp_tail(
             exposed = pass_exposed(g_l, fwd_layer) + last_bwd_exp
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
+        sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
         if fw.fsdp_copy_out:
             # FSDP2 copies each all-gather's output into the parameters on the compute stream (wait_for_unshard ->
             # foreach_all_gather_copy_out): a 16-bit read and write of every gathered parameter per unshard; under
             # PP without resharding the stage stays unsharded across the step's micro-batches
-            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
             unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
             fsdp_exposed += stream_time_s(dev, 4.0 * sharded * unshards)
         if fw.fsdp_copy_in:
             # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
             # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
             # PP where the gradients wait unsharded (in fp32) for the last micro-batch
-            sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
             pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
             reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
             fsdp_exposed += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
+        fsdp_exposed += _grad_predivide_s(dev, fw, gb, sharded * (m_count if rs_each else 1))
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
