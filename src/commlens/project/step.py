@@ -1274,9 +1274,13 @@ def _dp_tail(
             # torch's pipeline stage turns FSDP's reshard after backward off until the last micro-batch
             # (pipelining/stage.py backward_maybe_with_nosync: set_reshard_after_backward(False)): without
             # resharding after forward the stage is gathered once per step (its first forward; the recompute
-            # finds it gathered) and reduced once, in the last backward
+            # finds it gathered) and reduced once. It keeps gradient sync off in the last backward too and runs
+            # FSDP's post_backward for every block only after that backward has finished (run_post_backward;
+            # pytorch v2.6.0 2236df17, the release of the torchtitan 2024-12 runs' torch): the reductions follow
+            # the stage's last backward, none beside it. A rank's earlier virtual stages finish their backwards
+            # first and reduce beside its later ones' (the last local stage, 1/vpp of the parameters, exposed)
             total_comm = g_l * layers + rs_s
-            exposed = pass_exposed(g_l, fwd_layer) + last_bwd_exp
+            exposed = pass_exposed(g_l, fwd_layer) + rs_s / max(1, layout.vpp)
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         if fw.fsdp_copy_out:
