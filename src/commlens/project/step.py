@@ -1282,12 +1282,12 @@ def _dp_tail(
         total_comm = m_count * comm_mb + (0.0 if rs_each else rs_s)
         exposed = m_count * (fwd_exp + bwd_exp) + (0.0 if rs_each else last_bwd_exp - bwd_exp)
         if layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads and not layout.reshard_after_forward:
-            # torch's pipeline stage turns FSDP's reshard after backward off until the last micro-batch
-            # (pipelining/stage.py backward_maybe_with_nosync: set_reshard_after_backward(False)): without
-            # resharding after forward the stage is gathered once per step (its first forward; the recompute
-            # finds it gathered) and reduced once, in the last backward
+            # torch's pipeline stage keeps FSDP's reshard after backward and gradient sync off in every backward
+            # (pipelining/stage.py backward_maybe_with_nosync, torch v2.6.0): gathered once per step, and reduced
+            # by run_post_backward after the stage's last backward, none beside it; a rank's later virtual stages
+            # end their backwards first and reduce beside the last local stage's (1/vpp of it exposed)
             total_comm = g_l * layers + rs_s
-            exposed = pass_exposed(g_l, fwd_layer) + last_bwd_exp
+            exposed = pass_exposed(g_l, fwd_layer) + rs_s / max(1, layout.vpp)
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)

@@ -1,0 +1,59 @@
+"""torchtitan's Llama 3.1 405B on 512 H100s (its end-2024 Table 5) as torch's pipelining runs FSDP2: what the step
+pays after the pipeline (issue 27)."""
+
+from __future__ import annotations
+
+import pytest
+
+from commlens.model.backends import nccl_predict
+from commlens.project import ParallelLayout
+from commlens.project.scenario import Scenario
+from commlens.project.step import Projection, run
+from commlens.topology import load_topology
+from commlens.workload import load_workload
+
+TOPO = load_topology("grand-teton-h100-96gb")
+
+
+def _table5(vpp: int, framework: str = "torchtitan") -> Projection:
+    """FSDP 8 x TP 8 x PP 8, local batch 32 in 8 micro-batches of 4, 126 layers as 15/16 x 6/15 per rank."""
+    w = load_workload("llama3-405b", {"seq_len": 8192, "global_batch": 256, "micro_batch": 4, "precision": "fp8"})
+    layout = ParallelLayout(
+        tp=8,
+        sp=True,
+        pp=8,
+        vpp=vpp,
+        zero=3,
+        reshard_after_forward=False,
+        recompute="full",
+        tp_comm_overlap=True,
+        compile=True,
+        compile_loss=False,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        stage_layers=(15, 16, 16, 16, 16, 16, 16, 15),
+        optimizer_impl="foreach",
+        framework=framework,
+    )
+    return run(Scenario(w, TOPO, layout, 512, check_memory=False))
+
+
+def _stage_reduce_scatter_s() -> float:
+    """The fp32 reduce-scatter of one 16-layer stage's gradients (per TP rank) over its 8 DP ranks, one per host."""
+    w = load_workload("llama3-405b")
+    layer = w.parameter_counts()["attention"] / w.layers + 2 * w.hidden + 3 * w.hidden * w.ffn_hidden
+    nbytes = 16 * layer / 8 * 4
+    return nccl_predict(TOPO, "reduce_scatter", int(nbytes), nodes=8, ranks_per_host=1).time_s
+
+
+def test_torch_pipelining_reduces_fsdp_gradients_after_the_stages_last_backward():
+    """torch's pipeline stage runs every micro-batch's backward with FSDP's gradient sync off, the last one too, and
+    calls FSDP's post_backward for every block only once that backward is over (torch v2.6.0 stage.py
+    backward_maybe_with_nosync, run_post_backward): the stage's whole fp32 reduce-scatter follows the pipeline,
+    none of it beside a backward. Interleaved, a rank's later virtual stage ends its backwards first and reduces
+    beside the earlier one's: about half of it waits."""
+    rs = _stage_reduce_scatter_s()
+    assert rs > 0.2  # 25 GB of fp32 gradients per GPU over 400 Gb/s
+    one = _table5(vpp=1)
+    assert one.breakdown["dp_comm"] >= rs
+    two = _table5(vpp=2)
+    assert two.breakdown["dp_comm"] == pytest.approx(one.breakdown["dp_comm"] - rs / 2, abs=0.15 * rs)
