@@ -57,3 +57,20 @@ def test_torch_pipelining_reduces_fsdp_gradients_after_the_stages_last_backward(
     assert one.breakdown["dp_comm"] >= rs
     two = _table5(vpp=2)
     assert two.breakdown["dp_comm"] == pytest.approx(one.breakdown["dp_comm"] - rs / 2, abs=0.15 * rs)
+
+
+def _head_s(p: Projection) -> float:
+    """The last stage's compute beyond its 15 layers (a middle stage's 16, scaled): the output projection."""
+    return p.stages[-1]["compute"] - p.stages[1]["compute"] * 15 / 16
+
+
+def test_the_output_projection_stays_in_bf16_under_fp8():
+    """torchtitan converts nn.Linear to torchao's Float8Linear except the output projection (float8.py at 9dec370:
+    module_filter_fn fqn != "output"; later float8.filter_fqns ["output"]), and Megatron-Core builds it as a
+    tensor_parallel.ColumnParallelLinear, outside Transformer Engine's fp8 modules: under fp8 the logits' three GEMMs
+    of either stack take at least their FLOPs at the bf16 peak, where at the fp8 rate they would take about half."""
+    w = load_workload("llama3-405b")
+    flops = 3 * 2 * (4 * 8192) * w.hidden * w.vocab / 8  # forward, data and weight gradients of one micro-batch
+    bf16_floor = flops / 912e12  # the 500 W H100's bf16 peak (accelerators.yaml)
+    assert _head_s(_table5(vpp=1)) > bf16_floor
+    assert _head_s(_table5(vpp=1, framework="megatron-core")) > bf16_floor

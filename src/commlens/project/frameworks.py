@@ -213,6 +213,14 @@ class Framework(_Strict):
         description="the Adam step's kernels: fused (one pass over param, grad and both moments) or torch's foreach "
         "(eight passes, an fp32 temporary for the denominator)",
     )
+    # Under fp8 the output projection stays in 16 bits in the stacks profiled: Megatron-Core builds it as
+    # tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py), not a Transformer Engine module,
+    # so TE's fp8_autocast does not reach it; torchtitan's float8 conversion filters it out (see frameworks.yaml).
+    fp8_output_layer: bool = Field(
+        default=False,
+        description="under fp8 training the output layer's (logits) GEMMs run in fp8 like the blocks' linears; "
+        "false (every profiled stack): the output projection stays in 16 bits",
+    )
     clip_always_scales: bool = Field(
         default=False,
         description="gradient clipping multiplies every gradient by the clamped coefficient even when it is 1 (torch's "
