@@ -237,9 +237,7 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
-def model_flops_per_step(
-    w: Workload, recompute: str = "none", recomputed: tuple[int, int] | None = None
-) -> float:
+def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple[int, int] | None = None) -> float:
     """FLOPs of one step, Megatron-LM's count (full s x s attention); with recomputation's extra forward (full:
     of the ``recomputed`` (dense, MoE) layers where a layer count leaves some out, else of every layer)."""
     tokens = w.global_batch * w.seq_len
@@ -391,7 +389,9 @@ def _partial_recompute(c: _Setup) -> bool:
     layout = c.layout
     if layout.recompute != "full" or layout.recompute_layers is None or layout.recompute_method == "uniform":
         return False
-    return any(dense_rc + moe_rc < n for (dense_rc, moe_rc, _, _), n in zip(_stage_rc(c), c.r.stage_layers, strict=True))
+    return any(
+        dense_rc + moe_rc < n for (dense_rc, moe_rc, _, _), n in zip(_stage_rc(c), c.r.stage_layers, strict=True)
+    )
 
 
 def _stage_rc(c: _Setup) -> list[tuple[int, int, int, int]]:
@@ -1252,10 +1252,9 @@ def _dp_tail(
     Gradients are reduced bucket by bucket, as the framework buckets them (each bucket its own collective, with its
     own latency); the reduction overlaps the last backward when ``overlap_grad_reduce``, and ZeRO-1/2's all-gather
     of the updated parameters overlaps the next step's first forward where the framework does that
-    (``overlap_param_gather``); ``redone``: the share of the stage's layers whose forward full recomputation runs
-    again (1: all). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
+    (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
-    latency."""
+    latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
