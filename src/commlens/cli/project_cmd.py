@@ -210,6 +210,13 @@ def _project(base: Base, point: Overrides) -> Projection:
         return run(point_scenario(base, point))
 
 
+def _recompute_count(lay: dict) -> str:
+    """`` (block, 12 layers per chunk)`` where full recomputation names a layer count, else nothing."""
+    if lay.get("recompute_layers") is None:
+        return ""
+    return f" ({lay['recompute_method']}, {lay['recompute_layers']} layers per chunk)"
+
+
 def _print_projection(p) -> None:
     from commlens.cli.tables import new_table, print_table, right
     from commlens.project.memory import MEMORY_TOLERANCE
@@ -219,7 +226,7 @@ def _print_projection(p) -> None:
     print(
         f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
         f"PP {lay['pp']} (vpp {lay['vpp']}), DP {lay['dp']}, EP {lay['ep']}, ZeRO {lay['zero']}, "
-        f"recompute {lay['recompute']}, {lay['micro_batches']} micro-batches"
+        f"recompute {lay['recompute']}{_recompute_count(lay)}, {lay['micro_batches']} micro-batches"
     )
     print(f"  step time        {p.step_time_s:10.3f} s")
     if p.band:

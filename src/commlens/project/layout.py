@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.specdata import StrictSpec
@@ -25,6 +25,7 @@ from commlens.workload import Workload
 __all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["block", "uniform"]
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "op"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
@@ -83,6 +84,17 @@ class ParallelLayout(StrictSpec):
         description="modules selective recomputation redoes (Megatron --recompute-modules: core_attn, mla_up_proj, "
         "layernorm, mlp, moe, moe_act, shared_experts; op: torchtitan's op-level policy); empty: the framework's "
         "default",
+    )
+    recompute_layers: int | None = Field(
+        default=None,
+        description="with recompute full: Megatron's --recompute-num-layers N, per model chunk (a stage, or each "
+        "virtual stage under vpp > 1); with recompute_method block the first N layers of each chunk are recomputed "
+        "and the rest keep their activations, with uniform the chunk is checkpointed in groups of N layers; None: "
+        "every layer recomputed, each checkpointed at its own input (uniform, 1)",
+    )
+    recompute_method: RecomputeMethod | None = Field(
+        default=None,
+        description="how recompute_layers is read (Megatron --recompute-method): block (the default) or uniform",
     )
     flash_attention: bool = Field(default=True, description="fused (flash) attention; false: unfused, s^2 in HBM")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
@@ -197,6 +209,24 @@ class ParallelLayout(StrictSpec):
             raise ValueError(f"unknown framework {v!r}; known: {', '.join(framework_names())}")
         return v
 
+    @field_validator("recompute_layers")
+    @classmethod
+    def _recompute_layers(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"must be at least 1 layer per model chunk, got {v} (no layer recomputed: recompute none)")
+        return v
+
+    @model_validator(mode="after")
+    def _recompute_count(self) -> ParallelLayout:
+        # Megatron-Core (transformer_config.py) takes a method and a layer count only with full granularity
+        if self.recompute != "full":
+            given = [k for k in ("recompute_layers", "recompute_method") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} need recompute full, not {self.recompute}")
+        elif self.recompute_method is not None and self.recompute_layers is None:
+            raise ValueError(f"recompute_method {self.recompute_method} needs recompute_layers (layers per chunk)")
+        return self
+
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _modules(cls, v: Any) -> Any:
@@ -289,6 +319,13 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     stage_layers = _stage_split(layout, w.layers)
     if vpp > 1 and pp == 1:
         raise InfeasibleLayoutError("interleaved schedule (vpp > 1) needs pp > 1", "divides")
+    chunk = -(-max(stage_layers) // vpp)  # layers of the fullest model chunk
+    if layout.recompute_layers is not None and layout.recompute_layers > chunk:
+        raise InfeasibleLayoutError(
+            f"recompute_layers {layout.recompute_layers} counts layers per model chunk, and the fullest chunk has "
+            f"{chunk} ({max(stage_layers)} layers on a stage{f' over VPP {vpp}' if vpp > 1 else ''})",
+            "divides",
+        )
     if w.seq_len % (2 * cp if cp > 1 else 1):
         raise InfeasibleLayoutError(
             f"CP {cp}: sequence length {w.seq_len} does not split into {2 * cp} chunks (load-balanced causal split)",

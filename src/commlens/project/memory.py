@@ -38,7 +38,13 @@ SwiGLU, MoE and flash attention:
   selective recomputation drops the 5 a s.
 
 Full recomputation keeps each layer's input (2 h, split with SP) and rebuilds
-one layer at a time. Layers whose activations are offloaded to host memory
+one layer at a time. With a layer count (``recompute_layers`` N, Megatron's
+``--recompute-num-layers``, per model chunk: a stage, or each of its ``v`` virtual
+stages), method block recomputes the first N layers of each chunk, which keep
+their inputs, and the chunk's other layers keep their full activations; method
+uniform checkpoints the chunk in groups of N layers, keeping only each group's
+input and rebuilding a group (N layers) at a time (Megatron-Core
+megatron/core/recompute.py ``checkpointed_forward`` @d98e8a6). Layers whose activations are offloaded to host memory
 (``offload_activation_layers``) keep none on the device. One layer's worth of transient memory (the activations
 being recomputed, or the activation gradients of the layer in backward) is
 added on top. The last stage adds its logits for one micro-batch: the 16-bit
@@ -75,6 +81,7 @@ __all__ = [
     "activation_bytes_per_token",
     "activation_parts",
     "recomputed_modules",
+    "stage_recompute",
     "in_flight",
     "memory_per_gpu",
     "stage_layer_kinds",
@@ -214,6 +221,42 @@ def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
     return out
 
 
+def chunk_layers(n: int, vpp: int) -> list[int]:
+    """A stage's ``n`` layers by model chunk (its ``vpp`` virtual stages), first to last."""
+    base, extra = divmod(n, vpp)
+    return [base + (j < extra) for j in range(vpp)]
+
+
+def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tuple[int, int, int, int]]:
+    """Full recomputation per stage, first to last: (dense layers recomputed, MoE layers recomputed, layer inputs
+    kept as checkpoints, layers rebuilt at once), as Megatron-Core's ``checkpointed_forward`` runs each model
+    chunk (megatron/core/recompute.py @d98e8a6; N = ``recompute_layers``, per chunk since each virtual stage is
+    its own TransformerBlock): block checkpoints the first N layers of the chunk one at a time and runs the rest
+    unchecked; uniform checkpoints the chunk in groups of N layers (every layer recomputed, each group rebuilt
+    whole from its input). Without a count every layer is its own checkpoint. A stage's layers are taken dense
+    first (as :func:`stage_layer_kinds`), its chunks in order. None recomputed without full recomputation."""
+    out = []
+    n_rc, method = layout.recompute_layers, layout.recompute_method or "block"
+    for dense_n, moe_n in stage_layer_kinds(w, r):
+        n = dense_n + moe_n
+        if layout.recompute != "full":
+            out.append((0, 0, 0, 0))
+        elif n_rc is None:
+            out.append((dense_n, moe_n, n, 1))
+        elif method == "uniform":
+            chunks = chunk_layers(n, r.vpp)
+            out.append((dense_n, moe_n, sum(-(-c // n_rc) for c in chunks), min(n_rc, max(chunks))))
+        else:  # block: the first N of each chunk, at positions start .. start + N of the stage's layers
+            start, dense_rc, rc = 0, 0, 0
+            for c in chunk_layers(n, r.vpp):
+                k = min(n_rc, c)
+                rc += k
+                dense_rc += max(0, min(start + k, dense_n) - start)
+                start += c
+            out.append((dense_rc, rc - dense_rc, rc, 1 if rc else 0))
+    return out
+
+
 def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
     """(dense, expert) parameters per GPU of every stage."""
     counts = w.parameter_counts()
@@ -256,6 +299,13 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r)
+    # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
+    partial = layout.recompute == "full" and layout.recompute_layers is not None
+    partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
+    if partial:  # the layers a count leaves unrecomputed keep everything (Megatron runs them unchecked)
+        recompute = stage_recompute(w, layout, r)
+        dense_all = sum(activation_parts(w, layout, r.tp, False).values()) if moe_share < 1 else 0.0
+        moe_all = sum(activation_parts(w, layout, r.tp, True).values()) if w.moe_layers else 0.0
     stages = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
@@ -290,7 +340,18 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         live = in_flight(i, r.pp, r.vpp, r.micro_batches, layout.schedule)
         if layout.offload_activation_layers and n:  # offloaded layers keep nothing on the device between passes
             per_token *= max(0, n - layout.offload_activation_layers) / n
-        if layout.recompute == "full":
+        if partial:
+            dense_rc, moe_rc, inputs, rebuilt = recompute[i]
+            stored_n = (dense_n - dense_rc, moe_n - moe_rc)
+            kept_token = inputs * layer_input + stored_n[0] * dense_all + stored_n[1] * moe_all
+            if layout.offload_activation_layers and n:
+                kept_token *= max(0, n - layout.offload_activation_layers) / n
+            kept = tokens * kept_token * live
+            # the layers being rebuilt and one layer's activation gradients, or an unrecomputed layer's gradients
+            stored_one = max(dense_all if stored_n[0] else 0.0, moe_all if stored_n[1] else 0.0)
+            rebuilt_one = max(dense_act if dense_rc else 0.0, moe_act if moe_rc else 0.0)
+            transient = tokens * max((rebuilt + 1) * rebuilt_one, stored_one)
+        elif layout.recompute == "full":
             kept = tokens * max(0, n - layout.offload_activation_layers) * layer_input * live
             transient = 2.0 * tokens * one_layer  # the layer being recomputed and its activation gradients
         else:

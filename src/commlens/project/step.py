@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -59,6 +59,7 @@ from commlens.project.memory import (
     stage_layer_kinds,
     stage_memory,
     stage_parameters,
+    stage_recompute,
 )
 from commlens.project.scenario import Scenario
 from commlens.topology import Topology
@@ -238,9 +239,10 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
-def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
+def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple[int, int] | None = None) -> float:
     """FLOPs of one step, Megatron-LM's count (full s x s attention; a sliding window's layers min(window, s) keys a
-    query, as Megatron-Bridge's flop_utils counts them); with recomputation's extra forward."""
+    query, as Megatron-Bridge's flop_utils counts them); with recomputation's extra forward (full: of the
+    ``recomputed`` (dense, MoE) layers where a layer count leaves some out, else of every layer)."""
     tokens = w.global_batch * w.seq_len
     dense_layers = w.layers - w.moe_layers
     fwd = 0.0
@@ -249,7 +251,7 @@ def model_flops_per_step(w: Workload, recompute: str = "none") -> float:
             gemm, attn = _layer_flops(w, tokens, w.seq_len, moe)
             fwd += n * (gemm + attn)
             if recompute == "full":
-                fwd += n * (gemm + attn) / 3.0
+                fwd += (n if recomputed is None else recomputed[moe]) * (gemm + attn) / 3.0
             elif recompute == "selective":
                 fwd += n * attn / 3.0
     logits = 2 * tokens * w.hidden * w.vocab
@@ -373,11 +375,38 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
     lc = _layer_comm(c)
     kind_times: list[tuple[float, ...]] = []
     kind_seconds: list[dict[str, float]] = []
-    for kernels, a2a_bytes in layer_kinds:
-        times, by_kind = _layer_time(c, kernels, a2a_bytes, lc)
-        kind_times.append(times)
-        kind_seconds.append(by_kind)
+    # full recomputation of a layer count (_partial_recompute): each kind again, as the layers that are not
+    # recomputed run it (one forward, nothing redone)
+    variants = (c, replace(c, fwd_passes=1.0)) if _partial_recompute(c) else (c,)
+    for cv in variants:
+        for kernels, a2a_bytes in layer_kinds:
+            times, by_kind = _layer_time(cv, kernels, a2a_bytes, lc)
+            kind_times.append(times)
+            kind_seconds.append(by_kind)
     return kind_times, kind_seconds, lc
+
+
+def _partial_recompute(c: _Setup) -> bool:
+    """Full recomputation of a layer count per model chunk (``recompute_layers``) that leaves layers out: method
+    block with fewer layers than some chunk holds (uniform recomputes every layer)."""
+    layout = c.layout
+    if layout.recompute != "full" or layout.recompute_layers is None or layout.recompute_method == "uniform":
+        return False
+    return any(
+        dense_rc + moe_rc < n for (dense_rc, moe_rc, _, _), n in zip(_stage_rc(c), c.r.stage_layers, strict=True)
+    )
+
+
+def _stage_rc(c: _Setup) -> list[tuple[int, int, int, int]]:
+    return stage_recompute(c.w, c.layout, c.r)
+
+
+def _recomputed_layers(c: _Setup) -> tuple[int, int] | None:
+    """(dense, MoE) layers of the model that full recomputation redoes under a layer count; None: all of them."""
+    if c.layout.recompute != "full" or c.layout.recompute_layers is None:
+        return None
+    rc = _stage_rc(c)
+    return sum(x[0] for x in rc), sum(x[1] for x in rc)
 
 
 def _projection(
@@ -427,7 +456,7 @@ def _projection(
         step_time_s=step,
         tokens_per_s=w.global_batch * w.seq_len / step,
         model_tflops_per_gpu=model_tflops,
-        hw_tflops_per_gpu=model_flops_per_step(w, layout.recompute) / step / gpus / 1e12,
+        hw_tflops_per_gpu=model_flops_per_step(w, layout.recompute, _recomputed_layers(c)) / step / gpus / 1e12,
         mfu=model_tflops * 1e12 / c.peak,
         memory_bytes_per_gpu=mem["reserved"],
         memory_capacity_bytes=dev.hbm_bytes,
@@ -867,8 +896,11 @@ def _stages(
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Each pipeline stage's time per micro-batch by part, and its seconds by kernel class."""
     w, layout, r = c.w, c.layout, c.r
+    partial = _partial_recompute(c)
+    kinds = len(kind_times) // (2 if partial else 1)  # partial: each kind again, as the unrecomputed layers run it
     dense_kind = 0 if w.layers - w.moe_layers else None
-    moe_kind = len(kind_times) - 1 if w.moe is not None else None
+    moe_kind = kinds - 1 if w.moe is not None else None
+    recompute = _stage_rc(c) if partial else []
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
@@ -876,14 +908,23 @@ def _stages(
     stage_classes: list[dict[str, float]] = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
+        counts: tuple[tuple[int | None, int], ...] = ((dense_kind, dense_n), (moe_kind, moe_n))
+        if partial:  # the recomputed layers of each kind, then the rest as they run unrecomputed
+            dense_rc, moe_rc = recompute[i][:2]
+            counts = (
+                (dense_kind, dense_rc),
+                (moe_kind, moe_rc),
+                (None if dense_kind is None else dense_kind + kinds, dense_n - dense_rc),
+                (None if moe_kind is None else moe_kind + kinds, moe_n - moe_rc),
+            )
         parts = [0.0] * 8
-        for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
+        for kind, count in counts:
             if kind is not None and count:
                 for j, v in enumerate(kind_times[kind]):
                     parts[j] += count * v
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         classes: dict[str, float] = {}
-        for kind, count in ((dense_kind, dense_n), (moe_kind, moe_n)):
+        for kind, count in counts:
             if kind is not None and count:
                 for cls, v in kind_seconds[kind].items():
                     classes[cls] = classes.get(cls, 0.0) + count * v
@@ -973,13 +1014,18 @@ def _slowest_tail(
         opt_bytes += FOREACH_ADAM_BYTES_PER_PARAM - FUSED_ADAM_BYTES
     if c.fw.clip_always_scales:
         opt_bytes += CLIP_SCALE_BYTES
-    tails: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
+    tails: dict[tuple[float, float, float, float], tuple[float, float, float, float, float]] = {}
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
     rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
     tied = _tied_embedding_reduce_s(c)
+    recompute = _stage_rc(c) if layout.recompute == "full" else []
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
-        key = (dense_local, expert_local, st["per_micro_batch_s"])
+        # the share of the stage's layers whose forward full recomputation runs again
+        redone = 0.0
+        if recompute:  # (an empty stage as under full recomputation of every layer)
+            redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
+        key = (dense_local, expert_local, st["per_micro_batch_s"], redone)
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
@@ -993,7 +1039,7 @@ def _slowest_tail(
                 gb,
                 opt_bytes,
                 st,
-                layout.recompute == "full",
+                redone,
                 m_count,
                 c.fw,
                 _zero3_modules(c),
@@ -1114,6 +1160,11 @@ def _layout_summary(c: _Setup, schedule: str) -> dict[str, object]:
         "ep": r.ep,
         "zero": layout.zero,
         "recompute": layout.recompute,
+        **(
+            {"recompute_layers": layout.recompute_layers, "recompute_method": layout.recompute_method or "block"}
+            if layout.recompute_layers is not None
+            else {}
+        ),
         "micro_batches": r.micro_batches,
         "stage_layers": list(r.stage_layers),
         "order": ",".join(layout.order),
@@ -1204,7 +1255,7 @@ def _dp_tail(
     gb: int,
     opt_bytes: float,
     st: dict[str, float],
-    recompute_full: bool,
+    redone: float,
     m_count: int,
     fw: Framework,
     modules: tuple[float, ...] = (),
@@ -1216,7 +1267,7 @@ def _dp_tail(
     of the updated parameters overlaps the next step's first forward where the framework does that
     (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
-    latency."""
+    latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
@@ -1238,8 +1289,8 @@ def _dp_tail(
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
     passes = st["compute"] + st["memory_bound"] + st["tp_comm"]
-    last_bwd = passes * 2.0 / (4.0 if recompute_full else 3.0)  # ~ its backward
-    first_fwd = passes / (4.0 if recompute_full else 3.0)
+    last_bwd = passes * 2.0 / (3.0 + redone)  # ~ its backward
+    first_fwd = passes / (3.0 + redone)
     hidden_rs = hidden_ag = 0.0
     if rs_s and layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none":
         hidden_rs = rs_s - _grad_reduce_exposed(rs_s, last_bwd, n_buckets)
@@ -1258,9 +1309,9 @@ def _dp_tail(
             bucket = fw.overlap.dp_bucket_elements(dp_group.size) or sum(modules)
             g_l, rs_l = _module_collectives(comm, modules, dense_local, layers, dp_group, gb, bucket)
             rs_s = rs_l * layers
-        fwd_layer = (st["compute"] + st["memory_bound"]) / (4.0 if recompute_full else 3.0) / layers
+        fwd_layer = (st["compute"] + st["memory_bound"]) / (3.0 + redone) / layers
         bwd_layer = 2 * fwd_layer
-        fwd_passes = 2.0 if recompute_full else 1.0
+        fwd_passes = 1.0 + redone
         bwd_gather = g_l if layout.reshard_after_forward else 0.0
         rs_each = fw.overlap.grad_reduce == "per_layer"
         prefetch = fw.overlap.param_prefetch_layers if layout.overlap_param_gather else 0

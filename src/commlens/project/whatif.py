@@ -169,8 +169,11 @@ def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str
             **{"workload.micro_batch": w.micro_batch // 2},
         )
     less = {"full": ("selective", "none"), "selective": ("none",), "none": ()}[str(lay["recompute"])]
+    count = lay.get("recompute_layers")  # full recomputation of a layer count: dropped with it
+    now_rc = f"full ({lay['recompute_method']} {count})" if count is not None else str(lay["recompute"])
+    cleared: dict[str, SpecValue] = {"layout.recompute_layers": None, "layout.recompute_method": None} if count else {}
     for recompute in less:
-        one(f"recompute {lay['recompute']} -> {recompute}", **{"layout.recompute": recompute})
+        one(f"recompute {now_rc} -> {recompute}", **{"layout.recompute": recompute, **cleared})
     if dp * cp > 1:
         for stage in (0, 1, 2, 3):
             if stage != zero:
