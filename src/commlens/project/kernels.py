@@ -58,6 +58,7 @@ KINDS = (
     "tp_reduce",
     "cp_ring",
     "moe_routing",
+    "launch_gap",
     "fp8_cast",
     "embedding",
     "loss",
@@ -161,6 +162,8 @@ MOE_DISPATCH_KERNELS = 10  # token counts, permutation, the all-to-alls of the s
 MCORE_ROUTER_LAUNCHES = (22.0, 10.0)
 MCORE_DISPATCH_LAUNCHES = {True: (26.0, 11.0), False: (11.0, 5.0)}  # EP > 1, EP 1
 MCORE_SORT_LAUNCHES = (4.0, 3.0)
+# launches of a backward per forward launch where a kernel does not count its own (step.BACKWARD_KERNEL_RATIO)
+BACKWARD_LAUNCH_RATIO = 2.0
 # Megatron-Core's experts under fp8 (NVIDIA/Megatron-LM 44151194 and 92c8482e, megatron/core/transformer/moe/
 # experts.py TEGroupedMLP.forward): unless the router or the HybridEP dispatch already padded them
 # (moe_utils.skip_routed_expert_padding; 92c8482e's HybridEP pads in the dispatch, so TE finds nothing to pad), the
@@ -247,7 +250,7 @@ def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
         if name == "qkv":  # K recomputed (the second matmul), Q and V kept
             return w.kv_heads_n / (w.heads + 2 * w.kv_heads_n)
         return OP_POLICY.get(name, 0.0)
-    return 1.0 if MODULES.get(name, frozenset()) & redo else 0.0
+    return 1.0 if MODULES.get(name.removesuffix(GAP_SUFFIX), frozenset()) & redo else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,7 +693,43 @@ def _moe_block(
         out.append(
             _cast(b, layout, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
         )
-    return out
+    # the experts' GEMMs run on Transformer Engine's side streams (forward one per expert, backward two), their
+    # casts on the main stream
+    side = {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
+    gaps = [_launch_gap(k, side.get(k.name, (0.0, 0.0)), layout.cuda_graphs) for k in out]
+    return out + [g for g in gaps if g is not None]
+
+
+# What a kernel holds the GPU for beyond its bytes and FLOPs, from DeepSeek's published training trace
+# (deepseek-ai/profile-data ae7fc0780d06 train.json: PyTorch profiler, DeepSeek-V3 training on H800, EP 64, TP 1,
+# 4K sequence; 907 kernels on its compute stream; benchmarks/moe_kernel_trace.py reads it): where the host had issued
+# a kernel at least 5 us before the kernel ahead of it ended (the stream was not waiting for the host), the next
+# kernel started a median 2 us after the previous one ended (p10 1 us, p90 3 us; 855 such pairs; the profiler's
+# timestamps are whole microseconds), and its small ATen kernels (grids of at most one wave, 132 blocks: 156 of
+# them) ran a median 2.5 us (min 1 us) whatever their bytes. An MoE layer launches 100-300 such kernels per
+# micro-batch (routing, dispatch, per-expert casts) that their bytes alone price at near zero. Not charged: kernels
+# replayed in a CUDA graph (the graph submits them together), and Transformer Engine's per-expert GEMMs, issued
+# round-robin over its compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm
+# at d0067d0da6cb), where one stream's gap runs beside another stream's kernel.
+KERNEL_GAP_S = 2.0e-6
+KERNEL_MIN_S = 2.5e-6
+GAP_SUFFIX = "_gap"
+
+
+def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool) -> Kernel | None:
+    """The GPU time ``k``'s kernels hold beyond their own (kind ``launch_gap``): each launched on the main stream
+    (all but ``side``: (forward, backward) launches on side streams) runs at least KERNEL_MIN_S and leaves
+    KERNEL_GAP_S before the next; None under CUDA graphs unless ``k`` stays eager, or where it launches nothing."""
+    if graphed and not k.eager:
+        return None
+    bwd_launches = BACKWARD_LAUNCH_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
+    n_fwd = max(0.0, k.launches - side[0])
+    n_bwd = max(0.0, bwd_launches - side[1])
+    if n_fwd + n_bwd == 0:
+        return None
+    fwd = max(0.0, n_fwd * KERNEL_MIN_S - k.fwd_s) + n_fwd * KERNEL_GAP_S
+    bwd = max(0.0, n_bwd * KERNEL_MIN_S - k.bwd_s) + n_bwd * KERNEL_GAP_S
+    return Kernel(k.name + GAP_SUFFIX, "launch_gap", fwd, bwd, 0.0, k.eager, bwd_launches=0.0)
 
 
 # gpt-oss's experts (workload moe.glu_clamp and moe.expert_bias) as each stack runs them (Framework.clamped_glu,
