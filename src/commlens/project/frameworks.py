@@ -236,6 +236,18 @@ class Framework(_Strict):
         description="ZeRO-3: each reduce-scatter's flattened gradients are divided by the DP size in place before "
         "the collective (a read and a write of every gradient element in the reduce dtype), on the reduce stream",
     )
+    zero3_reduce_every_microbatch: bool = Field(
+        default=False,
+        description="ZeRO-3/FSDP: every micro-batch's backward reduce-scatters its gradients (accumulated into the "
+        "sharded gradients), also under gradient accumulation; false: only the last micro-batch's backward does, "
+        "unless grad_reduce is per_layer (FSDP2, which always does)",
+    )
+    zero3_recompute_keeps_gather: bool = Field(
+        default=False,
+        description="ZeRO-3/FSDP with full recomputation: the recomputed forward gathers each layer's parameters "
+        "and its backward keeps them (one gather per layer in the backward); false: the recomputed forward gathers "
+        "as a pass of its own and the backward gathers again where parameters are resharded",
+    )
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "

@@ -1298,10 +1298,10 @@ def _dp_tail(
         hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets)
     dp_hidden = hidden_rs + hidden_ag
     if layout.zero >= 3:
-        # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded);
-        # the gradients' reduce-scatter runs in the backward beside those gathers, on the same links: every
-        # micro-batch where the framework reduces per layer (FSDP2), else in the last one only (Megatron FSDP,
-        # which accumulates into its main grads first).
+        # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded; a
+        # recomputed forward gathers too, unless the framework keeps that gather for the backward); the gradients'
+        # reduce-scatter runs in the backward beside those gathers, on the same links: every micro-batch where the
+        # framework says so (FSDP2, Megatron FSDP, DeepSpeed: frameworks.yaml), else in the last one only.
         gather = comm("all_gather", dense_local * 2, dp_group)
         gather += comm("all_gather", expert_local * 2, edp_group)
         g_l, rs_l = gather / layers, rs_s / layers
@@ -1310,10 +1310,10 @@ def _dp_tail(
             g_l, rs_l = _module_collectives(comm, modules, dense_local, layers, dp_group, gb, bucket)
             rs_s = rs_l * layers
         fwd_layer = (st["compute"] + st["memory_bound"]) / (3.0 + redone) / layers
-        bwd_layer = 2 * fwd_layer
-        fwd_passes = 1.0 + redone
+        bwd_layer = (2.0 + (redone if fw.zero3_recompute_keeps_gather else 0.0)) * fwd_layer
+        fwd_passes = 1.0 + (0.0 if fw.zero3_recompute_keeps_gather else redone)
         bwd_gather = g_l if layout.reshard_after_forward else 0.0
-        rs_each = fw.overlap.grad_reduce == "per_layer"
+        rs_each = fw.overlap.grad_reduce == "per_layer" or fw.zero3_reduce_every_microbatch
         prefetch = fw.overlap.param_prefetch_layers if layout.overlap_param_gather else 0
 
         def pass_exposed(comm_per_layer: float, compute_per_layer: float) -> float:
