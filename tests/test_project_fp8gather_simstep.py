@@ -4,6 +4,8 @@ prices them (``step._dp_tail``'s ``redone``), not as if every layer were recompu
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from commlens.project import Scenario
@@ -15,12 +17,10 @@ from commlens.workload import load_workload
 H100 = load_topology("dgx-h100")
 
 
-def _step(recompute: str, layers: int | None = None) -> SimStep:
+def _step(recompute: Literal["full", "selective"], layers: int | None = None) -> SimStep:
     """llama3-8b on 32 H100s, TP 4 with SP x PP 2 x DP 4 (16 layers a stage), 8 micro-batches a pipeline."""
     w = load_workload("llama3-8b").model_copy(update={"global_batch": 32})
-    layout = ParallelLayout(
-        tp=4, sp=True, pp=2, dp=4, zero=1, recompute=recompute, recompute_layers=layers  # type: ignore[arg-type]
-    )
+    layout = ParallelLayout(tp=4, sp=True, pp=2, dp=4, zero=1, recompute=recompute, recompute_layers=layers)
     return simulate_step(Scenario(w, H100, layout, 32))
 
 
