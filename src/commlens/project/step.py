@@ -56,9 +56,9 @@ from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
 from commlens.project.memory import (
     MEMORY_TOLERANCE,
     recomputed_modules,
+    stage_fp8_gathered,
     stage_layer_kinds,
     stage_memory,
-    stage_fp8_gathered,
     stage_parameters,
     stage_recompute,
 )
