@@ -72,6 +72,12 @@ class ParallelLayout(StrictSpec):
     reshard_after_forward: bool = Field(
         default=True, description="ZeRO-3/FSDP frees gathered parameters after forward (false: kept until backward)"
     )
+    fsdp_fp8_all_gather: bool = Field(
+        default=False,
+        description="with fp8 precision and ZeRO-3/FSDP: the fp8 linears' weights are cast to fp8 before the "
+        "all-gather and computed with as gathered, 1 B a parameter (torchao's enable_fsdp_float8_all_gather); the "
+        "embedding, norms and output projection stay 16-bit; no effect otherwise",
+    )
     optimizer_state_bytes: float = Field(
         default=12.0,
         gt=0,

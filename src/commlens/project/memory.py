@@ -4,7 +4,9 @@ Model states, per parameter held by a GPU (its TP x PP x EP share of the
 stage's layers; the input embedding on the first stage, the output layer and
 final norm on the last, each split over TP as vocabulary-parallel layers):
 
-- weights: 2 B (bf16), 3 B with fp8 GEMMs (the fp8 copy beside the bf16 one);
+- weights: 2 B (bf16), 3 B with fp8 GEMMs (the fp8 copy beside the bf16 one); the
+  linears' weights 1 B where ZeRO-3 gathers them in fp8 (``fsdp_fp8_all_gather``,
+  :func:`stage_fp8_gathered`), the rest 2 B;
 - gradients: ``grad_reduce_bytes`` (Megatron's main-grad buffer: fp32 4 B, or
   bf16 2 B);
 - optimizer: ``optimizer_state_bytes`` (fp32 master + Adam moments: 12 B; bf16
@@ -86,6 +88,7 @@ __all__ = [
     "memory_per_gpu",
     "stage_layer_kinds",
     "stage_memory",
+    "stage_fp8_gathered",
     "stage_parameters",
 ]
 
@@ -280,6 +283,20 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
     return out
 
 
+def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list[float]:
+    """Parameters per GPU of every stage that ZeRO-3/FSDP gathers in fp8 (``fsdp_fp8_all_gather`` with fp8 precision;
+    else none): the blocks' linear weights, which torchao's Float8Linear holds as ``WeightWithDynamicFloat8CastTensor``
+    (pytorch/ao eab345c torchao/float8/float8_linear.py ``from_float``; fsdp_utils.py ``fsdp_pre_all_gather`` casts the
+    shard to fp8 and gathers its bytes, ``fsdp_post_all_gather`` wraps the gathered bytes as a ``Float8Tensor`` that
+    ``cast_weight_to_float8_t`` uses as it is). Attention's projections and a dense layer's FFN; not the embedding,
+    the norms or the output projection (torchtitan's float8 filter), nor routed experts (not ``nn.Linear``)."""
+    if not (layout.fsdp_fp8_all_gather and layout.zero >= 3 and w.precision == "fp8"):
+        return [0.0] * r.pp
+    attention = w.parameter_counts()["attention"] / w.layers
+    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
+    return [(dense_n * (attention + ffn) + moe_n * attention) / r.tp for dense_n, moe_n in stage_layer_kinds(w, r)]
+
+
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
     """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     from commlens.project.frameworks import framework, loss_fused
@@ -299,6 +316,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r)
+    fp8_gathered = stage_fp8_gathered(w, layout, r)
     # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
     partial = layout.recompute == "full" and layout.recompute_layers is not None
     partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
@@ -318,11 +336,15 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             full = dense_p + expert_p
         weights_shard = weight_bytes * shard_states  # ZeRO-3's 16-bit shard (model states as ZeRO counts them)
         if zero >= 3:
-            gathered = full if not layout.reshard_after_forward else full * min(1.0, 2.0 / max(n, 1))
+            window = 1.0 if not layout.reshard_after_forward else min(1.0, 2.0 / max(n, 1))
+            gathered = full * window
             if fw.zero3_live_params and layout.reshard_after_forward:  # DeepSpeed: submodule by submodule
                 largest = max(w.hidden * w.ffn_hidden, w.hidden * w.heads * w.head_size) / r.tp
                 gathered = min(gathered, max(fw.zero3_live_params, largest))
             weights = weight_bytes * gathered
+            if fp8_gathered[i]:  # gathered as fp8 and used so: 1 B each, no 16-bit copy; the rest 16-bit
+                in_fp8 = min(gathered, fp8_gathered[i] * window * (2 if layout.schedule == "dualpipe" else 1))
+                weights = in_fp8 + 2.0 * (gathered - in_fp8)
             grads = grad_bytes * shard_states
             if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
                 # accumulated unsharded until the last micro-batch's reduce-scatter: in fp32 (the reduce dtype), the

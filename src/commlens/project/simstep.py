@@ -7,7 +7,8 @@ micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of t
 
 - each stage runs 1F1B (Megatron's order: ``pp - s - 1`` warm-up forwards, then one forward and one backward in
   turn, then the cool-down backwards); a forward is its compute (a third of the stage's, the backward two thirds;
-  under full recomputation a quarter, and the backward redoes the forward and its collectives) followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
+  under full recomputation a quarter, and the backward redoes the forward and its collectives; under a layer
+  count, ``recompute_layers``, only the recomputed layers' share of them) followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
   all-reduce) and its MoE layers' all-to-alls over the EP groups, summed over the stage's layers into one
   collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
   gradients) runs alongside the compute, hidden behind it where it can be;
@@ -37,7 +38,7 @@ from commlens.project.compute import stream_time_s
 from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
 from commlens.project.layout import ParallelLayout, Resolved, resolve
-from commlens.project.memory import stage_layer_kinds, stage_parameters
+from commlens.project.memory import stage_layer_kinds, stage_parameters, stage_recompute
 from commlens.project.scenario import Scenario
 from commlens.project.step import PP_HEADER_BYTES
 from commlens.project.step import run as run_projection
@@ -199,7 +200,13 @@ class _StepGraph:
         self.act = tokens * w.hidden * 2  # one micro-batch's activations, 16 bits
         self.sp = layout.sp and t > 1
         self.pp_stride = r.placement["pp"][1]
-        self.fwd_passes = 2 if layout.recompute == "full" else 1  # full recomputation runs the forward twice
+        # layers per stage whose forward full recomputation runs again in the backward: all of them, or under a layer
+        # count (recompute_layers) those it names (memory.stage_recompute, as the projection prices them)
+        # (an empty stage as under full recomputation of every layer, as the projection takes it)
+        rc = stage_recompute(w, layout, r)
+        full = layout.recompute == "full"
+        self.redone = [(x[0] + x[1]) if n or not full else 1 for x, n in zip(rc, r.stage_layers, strict=True)]
+        self.redone_moe = [x[1] for x in rc]
         # per layer of one micro-batch, as the projection prices them: TP activations; CP's K and V of the whole
         # sequence; the token copies EP dispatches and combines (16 bits)
         self.cp_kv = 2 * w.micro_batch * w.seq_len * max(w.kv_heads_n / t, 1.0) * w.head_size * 2 if r.cp > 1 else 0.0
@@ -221,32 +228,35 @@ class _StepGraph:
         t, act, cp_kv, colls = self.r.tp, self.act, self.cp_kv, self.colls
         n = sum(self.layer_kinds[s]) or 1
         moe_n = self.layer_kinds[s][1]
-        times = 1 if kind == "F" else self.fwd_passes  # a backward under full recomputation redoes the forward first
+        # a backward under full recomputation redoes the recomputed layers' forwards first, their collectives too
+        rc = 0 if kind == "F" else self.redone[s]
+        moe_rc = 0 if kind == "F" else self.redone_moe[s]
         serial: list[tuple[str, str, float, str]] = []  # (suffix, op, bytes, dimension), one after another
         if t > 1:
             if self.sp:  # an all-gather then a reduce-scatter per layer pair
                 serial += [
-                    ("ag", "all_gather", 2 * n * act * times, "tp"),
-                    ("rs", "reduce_scatter", 2 * n * act * times, "tp"),
+                    ("ag", "all_gather", 2 * (n + rc) * act, "tp"),
+                    ("rs", "reduce_scatter", 2 * (n + rc) * act, "tp"),
                 ]
             else:
-                serial.append(("ar", "all_reduce", 2 * n * act * times, "tp"))
+                serial.append(("ar", "all_reduce", 2 * (n + rc) * act, "tp"))
         if self.a2a and moe_n:  # dispatch and combine of every MoE layer
-            serial.append(("ep", "all_to_all", 2 * moe_n * self.a2a * times, "ep"))
+            serial.append(("ep", "all_to_all", 2 * (moe_n + moe_rc) * self.a2a, "ep"))
         fold = serial and not cp_kv  # the compute is then the first collective's wait: a task fewer per pass
         chain = after
         if not fold:
             joins = [f"{base}/compute"]
             colls.append(_delay(joins[0], compute, after))
-            if cp_kv:
-                cp_ops = [("cp-ag", "all_gather")] * times + ([("cp-rs", "reduce_scatter")] if kind == "B" else [])
-                for k, (suffix, op) in enumerate(cp_ops):
+            if cp_kv:  # (the recomputed layers' all-gather, then) the pass's, and the backward's reduce-scatter
+                cp_ops = [("cp-ag", "all_gather", rc)] if rc else []
+                cp_ops += [("cp-ag", "all_gather", n)] + ([("cp-rs", "reduce_scatter", n)] if kind == "B" else [])
+                for k, (suffix, op, layers) in enumerate(cp_ops):
                     label = f"{base}/{suffix}{k}"
                     colls.append(
                         Collective(
                             label,
                             op,
-                            n * cp_kv,
+                            layers * cp_kv,
                             self.groups_of("cp", s),
                             after=chain,
                             communicator=f"cp{s}",
@@ -297,7 +307,7 @@ class _StepGraph:
                     needs_input = (kind == "F" and s > 0) or (kind == "B" and s < pp - 1)
                     if needs_input and src not in names:
                         break
-                    compute = self._pass_compute(proj_stages[s], kind)
+                    compute = self._pass_compute(proj_stages[s], kind, s)
                     after = tuple(x for x in (last.get(s), f"{names[src]}>send" if needs_input else None) if x)
                     end = self.add_pass(f"{kind}{i}@s{s}", kind, s, compute, after)
                     last[s] = end
@@ -312,10 +322,10 @@ class _StepGraph:
                 raise RuntimeError("1F1B schedule could not be ordered")
         self.last = last
 
-    def _pass_compute(self, st: dict[str, float], kind: str) -> float:
+    def _pass_compute(self, st: dict[str, float], kind: str, s: int) -> float:
         """A pass's share of the projected stage's time without communication: a forward one of (fwd_passes
-        forwards + a backward of twice a forward)."""
-        fwd_passes = self.fwd_passes
+        forwards + a backward of twice a forward), fwd_passes 1 + the share of stage ``s``'s layers recomputed."""
+        fwd_passes = 1.0 + min(1.0, self.redone[s] / (sum(self.layer_kinds[s]) or 1))
         own = st["per_micro_batch_s"] - st["tp_comm"] - st["pp_comm"] - st["ep_comm"] - st["cp_comm"]
         return own / (fwd_passes + 2) if kind == "F" else own * (fwd_passes + 1) / (fwd_passes + 2)
 
@@ -356,7 +366,7 @@ class _StepGraph:
                                 )
                             )
                             after = (name,)
-                        compute = self._pass_compute(proj_stages[s], op) + copies[op] * copy_s
+                        compute = self._pass_compute(proj_stages[s], op, s) + copies[op] * copy_s
                         last[s] = (self.add_pass(f"{op}{i}@s{s}", op, s, compute, after),)
                     elif op.startswith("send"):
                         peer = s + 1 if op == "send_act" else s - 1

@@ -56,6 +56,7 @@ from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
 from commlens.project.memory import (
     MEMORY_TOLERANCE,
     recomputed_modules,
+    stage_fp8_gathered,
     stage_layer_kinds,
     stage_memory,
     stage_parameters,
@@ -1014,18 +1015,19 @@ def _slowest_tail(
         opt_bytes += FOREACH_ADAM_BYTES_PER_PARAM - FUSED_ADAM_BYTES
     if c.fw.clip_always_scales:
         opt_bytes += CLIP_SCALE_BYTES
-    tails: dict[tuple[float, float, float, float], tuple[float, float, float, float, float]] = {}
+    tails: dict[tuple[float, ...], tuple[float, float, float, float, float]] = {}
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
     rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
     tied = _tied_embedding_reduce_s(c)
     recompute = _stage_rc(c) if layout.recompute == "full" else []
+    fp8_gathered = stage_fp8_gathered(c.w, layout, r)
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
         redone = 0.0
         if recompute:  # (an empty stage as under full recomputation of every layer)
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
-        key = (dense_local, expert_local, st["per_micro_batch_s"], redone)
+        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i])
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
@@ -1043,6 +1045,7 @@ def _slowest_tail(
                 m_count,
                 c.fw,
                 _zero3_modules(c),
+                fp8_gathered[i],
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -1244,6 +1247,27 @@ def _grad_predivide_s(dev: Device, fw: Framework, gb: float, elements: float) ->
     return stream_time_s(dev, 2.0 * gb * elements) if fw.zero3_grad_predivide else 0.0
 
 
+def _fsdp_copies_s(
+    dev, fw: Framework, layout: ParallelLayout, sharded: float, fp8_sharded: float, gb: int, m_count: int
+) -> float:
+    """FSDP2's copies on the compute stream for ``sharded`` parameters (``fp8_sharded`` of them gathered at 1 B)."""
+    out = 0.0
+    if fw.fsdp_copy_out:
+        # FSDP2 copies each all-gather's output into the parameters on the compute stream (wait_for_unshard ->
+        # foreach_all_gather_copy_out): a read and write of every gathered byte per unshard; under PP without
+        # resharding the stage stays unsharded across the step's micro-batches
+        unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
+        out += stream_time_s(dev, 2.0 * (2.0 * sharded - fp8_sharded) * unshards)
+    if fw.fsdp_copy_in:
+        # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
+        # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
+        # PP where the gradients wait unsharded (in fp32) for the last micro-batch
+        pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
+        reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
+        out += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
+    return out
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -1259,6 +1283,7 @@ def _dp_tail(
     m_count: int,
     fw: Framework,
     modules: tuple[float, ...] = (),
+    fp8_local: float = 0.0,
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -1267,7 +1292,8 @@ def _dp_tail(
     of the updated parameters overlaps the next step's first forward where the framework does that
     (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
-    latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all)."""
+    latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all);
+    ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
@@ -1302,7 +1328,7 @@ def _dp_tail(
         # recomputed forward gathers too, unless the framework keeps that gather for the backward); the gradients'
         # reduce-scatter runs in the backward beside those gathers, on the same links: every micro-batch where the
         # framework says so (FSDP2, Megatron FSDP, DeepSpeed: frameworks.yaml), else in the last one only.
-        gather = comm("all_gather", dense_local * 2, dp_group)
+        gather = comm("all_gather", dense_local * 2 - fp8_local, dp_group)  # one all-gather, both dtypes as bytes
         gather += comm("all_gather", expert_local * 2, edp_group)
         g_l, rs_l = gather / layers, rs_s / layers
         if modules and dp_group.size > 1:
@@ -1344,19 +1370,8 @@ def _dp_tail(
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
-        if fw.fsdp_copy_out:
-            # FSDP2 copies each all-gather's output into the parameters on the compute stream (wait_for_unshard ->
-            # foreach_all_gather_copy_out): a 16-bit read and write of every gathered parameter per unshard; under
-            # PP without resharding the stage stays unsharded across the step's micro-batches
-            unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
-            fsdp_exposed += stream_time_s(dev, 4.0 * sharded * unshards)
-        if fw.fsdp_copy_in:
-            # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
-            # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
-            # PP where the gradients wait unsharded (in fp32) for the last micro-batch
-            pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
-            reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
-            fsdp_exposed += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
+        fp8_sharded = fp8_local if dp_group.size > 1 else 0.0
+        fsdp_exposed += _fsdp_copies_s(dev, fw, layout, sharded, fp8_sharded, gb, m_count)
         fsdp_exposed += _grad_predivide_s(dev, fw, gb, sharded * (m_count if rs_each else 1))
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
