@@ -88,3 +88,13 @@ def test_a_megatron_fsdp_step_pays_the_reduction_in_every_micro_batch(monkeypatc
     last_only = project(w, H100, lay, 8, check_memory=False)
     assert every.breakdown["dp_comm"] > last_only.breakdown["dp_comm"]
     assert every.step_time_s > last_only.step_time_s
+
+
+def test_torch_fsdp2_recompute_inside_the_unit_gathers_no_third_time():
+    """torchtitan checkpoints each block inside its FSDP2 unit, and FSDP2's pre-forward returns at once during the
+    pre-backward (``FSDPState._pre_forward``, torch 2.4-2.6): the recomputed forward uses the backward's gather, so
+    full recomputation adds no FSDP traffic to a micro-batch, where a stack that gathers for it again pays a third
+    gather."""
+    assert framework("torchtitan").zero3_recompute_keeps_gather
+    assert _fsdp_comm("torchtitan", 4, 1.0) == pytest.approx(_fsdp_comm("torchtitan", 4, 0.0))
+    assert _fsdp_comm("deepspeed", 4, 1.0) > _fsdp_comm("deepspeed", 4, 0.0) + 3 * GATHER
