@@ -459,10 +459,16 @@ def layer_kernels(
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(b, layout, cast))
-        return out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS)
+        return _with_gaps(out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
     out += _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
-    return out + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+    return _with_gaps(out, layout) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+
+
+def _with_gaps(kernels: list[Kernel], layout: ParallelLayout) -> list[Kernel]:
+    """``kernels`` (all on the main stream) and the launch gaps they hold the GPU for (:func:`_launch_gap`)."""
+    gaps = [_launch_gap(k, (0.0, 0.0), layout.cuda_graphs) for k in kernels]
+    return kernels + [g for g in gaps if g is not None]
 
 
 def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
@@ -706,8 +712,9 @@ def _moe_block(
 # a kernel at least 5 us before the kernel ahead of it ended (the stream was not waiting for the host), the next
 # kernel started a median 2 us after the previous one ended (p10 1 us, p90 3 us; 855 such pairs; the profiler's
 # timestamps are whole microseconds), and its small ATen kernels (grids of at most one wave, 132 blocks: 156 of
-# them) ran a median 2.5 us (min 1 us) whatever their bytes. An MoE layer launches 100-300 such kernels per
-# micro-batch (routing, dispatch, per-expert casts) that their bytes alone price at near zero. Not charged: kernels
+# them) ran a median 2.5 us (min 1 us) whatever their bytes. Every layer kernel on the main stream pays them
+# (_with_gaps, and the MoE block's own); an MoE layer launches 100-300 such kernels per micro-batch (routing,
+# dispatch, per-expert casts) that their bytes alone price at near zero. Not charged: kernels
 # replayed in a CUDA graph (the graph submits them together), and Transformer Engine's per-expert GEMMs, issued
 # round-robin over its compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm
 # at d0067d0da6cb), where one stream's gap runs beside another stream's kernel.
