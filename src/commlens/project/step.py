@@ -113,6 +113,12 @@ GPU_SPEED_CV = 0.0115
 # the pipeline reduce-scatter and bulk methods; the ring_exchange all-gathers use 1 SM and the copy engines, so this
 # is the upper of the two);
 OVERLAP_COMM_SMS = 16
+# torch's async TP keeps the userbuffers' charge, which has no source for it: its chunks move with the copy engines
+# (``copy_`` of contiguous same-dtype tensors: cudaMemcpyAsync, aten/src/ATen/native/cuda/Copy.cu
+# copy_device_to_device), and what runs on an SM beside the matmuls is the symmetric-memory barrier waiting for the
+# peers (CUDASymmetricMemory::barrier: barrier_kernel<<<1, C10_WARP_SIZE>>>, one block). One SM instead, tried
+# (docs/project.md), moves torchtitan's end-2024 table the wrong way (14.9 -> 15.4%): left open.
+ASYNC_TP_COMM_SMS = OVERLAP_COMM_SMS
 # NCCL runs one CTA per channel on its own SM for the collective's whole duration: an nsys trace of an FSDP-style
 # all-gather beside a GEMM on an H100 shows ncclAllGather at 24 blocks (NVIDIA developer forum, "Compute-Communication
 # Overlap Causes Severe GEMM Performance Degradation because of Tail Effect", 2025): DP reduction, ZeRO-3/FSDP gathers,
@@ -697,6 +703,8 @@ def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) ->
     if layout.tp_comm_overlap and fw.overlap.tp == "async_tp":
         moe = any(k.kind == "grouped_gemm" for k in kernels)
         tp_whole = async_tp_unfused_reduce_scatters(fw, layout, t, moe) * lc.tp_rs if c.sp else tp_t
+        if c.sp:
+            return _async_tp_time(c, kernels, lc, tp_t - tp_whole, gemm_s) + (tp_whole,)
     tp_t -= tp_whole
     col_exposed = col_hidden = 0.0
     if c.sp and fw.sp_wgrad_gather:
@@ -708,6 +716,59 @@ def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) ->
         # the hidden part still runs on OVERLAP_COMM_SMS of the GEMMs' SMs while it lasts (GEMMs: compute-bound)
         tp_t, tp_hid = exposed + interference_s(c.dev, tp_t - exposed, OVERLAP_COMM_SMS, 0.0, 0.0), tp_t - exposed
     return tp_t + col_exposed, tp_hid + col_hidden, tp_whole
+
+
+def _async_tp_pairs(kernels: Sequence[Kernel], lc: _LayerComm, fwd_passes: float) -> list[tuple[str, float, float]]:
+    """torch's micro-pipelined collectives of one layer, one micro-batch: (all_gather or reduce_scatter, its
+    seconds, the GEMM seconds of the matmul it is fused with). Forward (each pass): the all-gather before QKV, the
+    reduce-scatter after the output projection, the all-gather before the FFN's input projections, the
+    reduce-scatter after its down projection (fused_all_gather_matmul, fused_matmul_reduce_scatter); backward: the
+    all-gathers of the row-parallel projections' output gradients, each fused with that projection's data-gradient
+    GEMM (half its backward; the weight gradient reads the gathered tensor after the fused op). A collective whose
+    GEMM the layer lacks (an MoE layer's FFN half) has no pair."""
+    fwd = {k.name: k.fwd_s * fwd_passes for k in kernels}
+    dgrad = {k.name: k.bwd_s / 2.0 for k in kernels}
+    f_ag, f_rs = lc.tp_ag * fwd_passes, lc.tp_rs * fwd_passes
+    wanted = [
+        ("all_gather", f_ag, fwd, "qkv"),
+        ("reduce_scatter", f_rs, fwd, "attention_out"),
+        ("all_gather", f_ag, fwd, "ffn_in"),
+        ("reduce_scatter", f_rs, fwd, "ffn_out"),
+        ("all_gather", lc.tp_ag, dgrad, "attention_out"),
+        ("all_gather", lc.tp_ag, dgrad, "ffn_out"),
+    ]
+    return [(op, comm_s, gemms[name]) for op, comm_s, gemms, name in wanted if name in gemms]
+
+
+def _async_tp_time(
+    c: _Setup, kernels: list[Kernel], lc: _LayerComm, fused_s: float, gemm_s: float
+) -> tuple[float, float]:
+    """torch's async TP under sequence parallelism, one layer, one micro-batch: (exposed, hidden) of the collectives
+    it fuses (``fused_s``: TP's all but the unfused reduce-scatters), each beside its own matmul only.
+
+    pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py (torch 2.5-2.6): _pipelined_all_gather_and_consume
+    and _pipelined_produce_and_all2all split the matmul into TP row chunks on two streams, copy one peer's chunk at a
+    time (``copy_``: cudaMemcpyAsync, the copy engines; the copies of the two streams do not overlap) beside the
+    other chunks' matmuls, and return only once the last copy is done (current_stream().wait_stream(backend_stream),
+    then a barrier): a fused op hides its collective behind its own matmul, not the layer's. With c the collective's
+    seconds and g its matmul's: an all-gather's last chunk is consumed after the last copy and a reduce-scatter's
+    first chunk produced before the first, so c - g (TP - 1) / TP is exposed where the collective is the longer; a
+    reduce-scatter's last copy follows its last chunk's matmul (c / TP at least), an all-gather's first copy runs
+    beside the local chunk's matmul (nothing). What no pair takes (an MoE layer's FFN half) hides behind the layer's
+    other GEMMs, one chunk exposed."""
+    t = c.r.tp
+    exposed = hidden = 0.0
+    paired_c = paired_g = 0.0
+    for op, comm_s, mm_s in _async_tp_pairs(kernels, lc, c.fwd_passes):
+        floor = comm_s / t if op == "reduce_scatter" else 0.0
+        e = max(floor, comm_s - mm_s * (t - 1) / t)
+        exposed, hidden = exposed + e, hidden + comm_s - e
+        paired_c, paired_g = paired_c + comm_s, paired_g + mm_s
+    rest = max(0.0, fused_s - paired_c)
+    if rest > 0:
+        e = max(rest / t, rest - max(0.0, gemm_s - paired_g))
+        exposed, hidden = exposed + e, hidden + rest - e
+    return exposed + interference_s(c.dev, hidden, ASYNC_TP_COMM_SMS, 0.0, 0.0), hidden
 
 
 def _sp_column_backward(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, float, float]:
