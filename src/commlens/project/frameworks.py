@@ -260,6 +260,11 @@ class Framework(_Strict):
         description="bytes per routed-expert parameter of that unsharded accumulation: 4 where the experts' FSDP "
         "units reduce in fp32 as the rest; 2 where they run without a mixed-precision policy (bf16 gradients)",
     )
+    tp_fp8_all_gather: bool = Field(
+        default=False,
+        description="under fp8 with per-tensor current scaling, TP's all-gathers (the linears' inputs forward, the "
+        "row-parallel outputs' gradients backward) move fp8, cast before the collective; false: 16 bits",
+    )
     tp_saves_gathered_input: bool = Field(
         default=False,
         description="TP with sequence parallelism: the column-parallel linears keep the all-gathered (full-sequence) "

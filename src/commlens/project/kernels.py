@@ -459,9 +459,9 @@ def layer_kernels(
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(b, layout, cast))
-        return _with_gaps(out + _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
+        return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
-    out += _async_tp_reduce(b, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
+    out += _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
     return _with_gaps(out, layout) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
@@ -493,6 +493,12 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     return [Kernel("cp_ring", "cp_ring", stream_time_s(b.dev, fwd), stream_time_s(b.dev, bwd), steps * 2, nbytes=fwd)]
 
 
+def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> bool:
+    """Whether TP's all-gathers move fp8 (``Framework.tp_fp8_all_gather``): fp8 training with per-tensor current
+    scaling on a stack that casts before gathering."""
+    return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) == "current"
+
+
 def async_tp_unfused_reduce_scatters(fw: Framework, layout: ParallelLayout, tp: int, moe: bool) -> int:
     """Reduce-scatters of one layer's backward that torch's async TP leaves to NCCL, outside the micro-pipeline (the
     input gradients of the column-parallel blocks: see ASYNC_TP_REDUCE_SCATTERS); 0 for other stacks or without TP
@@ -502,7 +508,9 @@ def async_tp_unfused_reduce_scatters(fw: Framework, layout: ParallelLayout, tp: 
     return ASYNC_TP_REDUCE_SCATTERS // 2 if moe else ASYNC_TP_REDUCE_SCATTERS
 
 
-def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, elements: float, count: int) -> list[Kernel]:
+def _async_tp_reduce(
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, elements: float, count: int
+) -> list[Kernel]:
     """torch's async TP: the reduction kernel after each micro-pipelined matmul + reduce-scatter (``count`` per
     forward pass) over ``elements`` unreduced outputs; none for other stacks or without TP overlap. The backward's
     reduce-scatters stay NCCL's (``async_tp_unfused_reduce_scatters``): no reduction kernel of their own."""
@@ -512,9 +520,11 @@ def _async_tp_reduce(b: _Builder, layout: ParallelLayout, s: LayerShape, element
     one = stream_time_s(b.dev, nbytes)
     # as many fused all-gathers each way as reduce-scatters forward: the forward's before the column-parallel
     # blocks, the backward's of the output gradient before the row-parallel projections; the forward gathers the
-    # GEMM's input (fp8 under fp8 linears), the backward a 16-bit gradient
+    # GEMM's input (fp8 under fp8 linears), the backward the gradient, in fp8 where the stack casts it before the
+    # gather (tp_fp8_all_gather), else in 16 bits
     shard = ASYNC_TP_SHARD_COPY_BYTES * elements / s.tp
-    copy_fwd, copy_bwd = stream_time_s(b.dev, shard * b.elem), stream_time_s(b.dev, shard * 2.0)
+    grad_elem = b.elem if tp_fp8_all_gather(b.fw, w, layout) else 2.0
+    copy_fwd, copy_bwd = stream_time_s(b.dev, shard * b.elem), stream_time_s(b.dev, shard * grad_elem)
     return [
         Kernel("tp_reduce", "tp_reduce", count * one, 0.0, count, nbytes=count * nbytes),
         Kernel("tp_shard_copy", "tp_reduce", count * copy_fwd, count * copy_bwd, count, nbytes=count * shard * b.elem),

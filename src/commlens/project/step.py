@@ -50,6 +50,7 @@ from commlens.project.kernels import (
     async_tp_unfused_reduce_scatters,
     layer_kernels,
     recompute_share,
+    tp_fp8_all_gather,
     unfused_factor,
 )
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
@@ -575,7 +576,9 @@ def _layer_comm(c: _Setup) -> _LayerComm:
     if t > 1:
         if c.sp:
             tp_rs = comm("reduce_scatter", tp_bytes, r.groups["tp"])
-            tp_ag = comm("all_gather", tp_bytes, r.groups["tp"])
+            # torchao's float8 TP casts before gathering (Framework.tp_fp8_all_gather): fp8 over the link
+            ag_bytes = tp_bytes / 2 if tp_fp8_all_gather(c.fw, w, c.layout) else tp_bytes
+            tp_ag = comm("all_gather", ag_bytes, r.groups["tp"])
             tp_pass = 2 * (tp_ag + tp_rs)
         else:
             tp_pass = 2 * comm("all_reduce", tp_bytes, r.groups["tp"])
