@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from commlens.project import ParallelLayout
 from commlens.project.layout import resolve
-from commlens.project.memory import pp_peak_counts, pp_retained, torch_pp_order
+from commlens.project.memory import pp_peak_counts, pp_retained, stage_memory, torch_pp_order
 from commlens.workload import load_workload
 
 H, VOCAB, TP = 16384, 128256, 8  # llama3-405b
@@ -102,3 +102,16 @@ def test_peak_counts_match_the_order():
                 bwd[c] += 1
             assert pp_peak_counts(rank, pp, vpp, m) == best, (pp, vpp, m, rank)
 
+
+def test_fsdp2_root_stays_gathered():
+    """torchtitan's 8B on 8 GPUs (FSDP2, resharded after forward): the gathered window is two layers plus the root's
+    embedding, final norm and output (torch v2.6.0 _fsdp_state.py: the root does not reshard after forward), 16-bit;
+    AutoModel (lm_head its own unit) keeps the old two-layer share of them."""
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 16, "micro_batch": 2, "precision": "bf16"})
+    h, kv, ffn, vocab = 4096, 1024, 14336, 128256
+    layer = 2 * h * h + 2 * h * kv + 3 * h * ffn + 2 * h
+    root = 2 * vocab * h + h
+    for framework, gathered in (("torchtitan", 2 * layer + root), ("automodel", (32 * layer + root) * 2 / 32)):
+        layout = ParallelLayout(zero=3, recompute="selective", framework=framework)
+        weights = stage_memory(w, layout, resolve(layout, w, 8, 8))[0]["weights"]
+        assert abs(weights - 2.0 * gathered) < 1e-6 * weights, framework

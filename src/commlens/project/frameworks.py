@@ -266,6 +266,12 @@ class Framework(_Strict):
         "norm output for their weight gradient (DTensor TP: the input is redistributed to Replicate before the "
         "linear); false: they keep the sequence shard and gather it again in backward (Megatron-Core)",
     )
+    fsdp_root_unsharded: bool = Field(
+        default=False,
+        description="FSDP2: the root module's own parameters (outside every per-layer unit: the embedding, final "
+        "norm and output layer) stay gathered from the forward to the end of the backward, whatever "
+        "reshard_after_forward says; false: gathered and freed with the layers' window",
+    )
     pp_recv_buffers: bool = Field(
         default=False,
         description="1F1B/interleaved pipelining allocates every micro-batch's activation and gradient receive "

@@ -422,6 +422,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     params = stage_parameters(w, r)
     fp8_gathered = stage_fp8_gathered(w, layout, r)
     retained = pp_retained(w, layout, r, tokens, tokens * layer_input)
+    roots = stage_root_parameters(w, r)
     # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
     partial = layout.recompute == "full" and layout.recompute_layers is not None
     partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
@@ -450,6 +451,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             if fp8_gathered[i]:  # gathered as fp8 and used so: 1 B each, no 16-bit copy; the rest 16-bit
                 in_fp8 = min(gathered, fp8_gathered[i] * window * (2 if layout.schedule == "dualpipe" else 1))
                 weights = in_fp8 + 2.0 * (gathered - in_fp8)
+            if fw.fsdp_root_unsharded and layout.reshard_after_forward and layout.schedule != "dualpipe":
+                weights += 2.0 * roots[i] * (1.0 - window)  # the root's 16-bit parameters stay gathered the step
             grads = grad_bytes * shard_states
             if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
                 # accumulated unsharded until the last micro-batch's reduce-scatter: in fp32 (the reduce dtype), the
