@@ -271,6 +271,23 @@ class Framework(_Strict):
         "norm output for their weight gradient (DTensor TP: the input is redistributed to Replicate before the "
         "linear); false: they keep the sequence shard and gather it again in backward (Megatron-Core)",
     )
+    fsdp_root_unsharded: bool = Field(
+        default=False,
+        description="FSDP2: the root module's own parameters (outside every per-layer unit: the embedding, final "
+        "norm and output layer) stay gathered from the forward to the end of the backward, whatever "
+        "reshard_after_forward says; false: gathered and freed with the layers' window",
+    )
+    pp_recv_buffers: bool = Field(
+        default=False,
+        description="1F1B/interleaved pipelining allocates every micro-batch's activation and gradient receive "
+        "buffers once and keeps them, and each stage input's gradient stays in its buffer until the next step "
+        "(torch.distributed.pipelining); false: received and freed per micro-batch (Megatron-Core)",
+    )
+    pp_retained_outputs: Literal["none", "last", "all"] = Field(
+        default="none",
+        description="stage outputs the pipeline keeps until the next step: every stage's (torch 2.6-2.7), the last "
+        "stage's (its logits; torch 2.8+, where the other stages' are kept only until their backward), or none",
+    )
     fsdp_ignores_ep_sharded_experts: bool = Field(
         default=False,
         description="experts that EP (and PP) already shard fully (one copy per expert-data group) are left out of "

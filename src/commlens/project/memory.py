@@ -90,6 +90,10 @@ __all__ = [
     "stage_memory",
     "stage_fp8_gathered",
     "stage_parameters",
+    "stage_root_parameters",
+    "pp_peak_counts",
+    "pp_retained",
+    "torch_pp_order",
 ]
 
 # Reserved / allocated of PyTorch's caching allocator in steady training (the frameworks' default, frameworks.yaml;
@@ -271,15 +275,23 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
     if w.moe is not None:
         moe_dense_layer += (counts["shared_experts"] + counts["router"]) / w.moe_layers
         expert_layer = counts["experts"] / w.moe_layers
-    embed = w.vocab * h
     out = []
-    for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
+    for (dense_n, moe_n), root in zip(stage_layer_kinds(w, r), stage_root_parameters(w, r)):
         dense = dense_n * dense_layer + moe_n * moe_dense_layer
-        if i == 0:
-            dense += embed
+        out.append((dense / r.tp + root, moe_n * expert_layer / (r.ep * r.expert_tp)))
+    return out
+
+
+def stage_root_parameters(w: Workload, r: Resolved) -> list[float]:
+    """Parameters per GPU of every stage outside its transformer layers: the input embedding on the first stage, the
+    final norm and output layer on the last (split over TP)."""
+    embed = w.vocab * w.hidden
+    out = []
+    for i in range(r.pp):
+        root = embed if i == 0 else 0.0
         if i == r.pp - 1:
-            dense += h + (embed if (not w.tied_embeddings or r.pp > 1) else 0.0)
-        out.append((dense / r.tp, moe_n * expert_layer / (r.ep * r.expert_tp)))
+            root += w.hidden + (embed if (not w.tied_embeddings or r.pp > 1) else 0.0)
+        out.append(root / r.tp)
     return out
 
 
@@ -295,6 +307,98 @@ def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list
     attention = w.parameter_counts()["attention"] / w.layers
     ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
     return [(dense_n * (attention + ffn) + moe_n * attention) / r.tp for dense_n, moe_n in stage_layer_kinds(w, r)]
+
+
+def torch_pp_order(rank: int, pp: int, vpp: int, micro_batches: int) -> list[tuple[bool, int]]:
+    """A rank's passes under torch.distributed.pipelining (v2.6.0 schedules.py), as (is forward, local chunk):
+    Schedule1F1B runs ``min(m, p - i)`` forwards, then a backward and a forward in turn, then the backwards;
+    ScheduleInterleaved1F1B runs ``min((v - 1) r + 2 (p - 1 - i), m v)`` forwards (``r`` micro-batches a round,
+    ``m // max(1, m // p)``), chunk ``(k // r) mod v`` for the k-th, then a forward and a backward in turn (the
+    backward's chunk ``v - 1 - ((k - warm-up) // r) mod v``), then the backwards."""
+    if vpp == 1:
+        warmup = min(micro_batches, pp - rank)
+        order = [(True, 0)] * warmup
+        for _ in range(micro_batches - warmup):
+            order += [(False, 0), (True, 0)]
+        return order + [(False, 0)] * warmup
+    per_round = micro_batches // max(1, micro_batches // pp)
+    total = micro_batches * vpp
+    warmup = min((vpp - 1) * per_round + 2 * (pp - 1 - rank), total)
+    order = []
+    for k in range(total + warmup):
+        if k < total:
+            order.append((True, (k // per_round) % vpp))
+        if k >= warmup:
+            order.append((False, vpp - 1 - ((k - warmup) // per_round) % vpp))
+    return order
+
+
+def pp_peak_counts(rank: int, pp: int, vpp: int, micro_batches: int) -> list[tuple[int, int, int]]:
+    """Per local chunk of a rank, (forwards run, backwards run, micro-batches in flight) at the last backward with
+    the most chunks in flight in :func:`torch_pp_order`: the backward where the activations peak and the most that
+    torch's pipelining keeps until the step's end has piled up (it only grows). Every forward has run by then (the
+    last steady op, or the first backward when the warm-up runs them all); the backwards run before it are the
+    first ``m v - most in flight`` of the order, ``r`` a chunk in turn from the last chunk down."""
+    total = micro_batches * vpp
+    if vpp == 1:
+        most = min(micro_batches, pp - rank)  # 1F1B runs its steady backward before the forward
+    else:
+        per_round = micro_batches // max(1, micro_batches // pp)
+        warmup = min((vpp - 1) * per_round + 2 * (pp - 1 - rank), total)
+        most = min(warmup + 1, total)  # a steady op runs its forward before its backward
+        groups, rest = divmod(total - most, per_round)
+    out = []
+    for j in range(vpp):
+        if vpp == 1:
+            done = total - most
+        else:  # backward b runs chunk vpp - 1 - (b // per_round) % vpp
+            turn = vpp - 1 - j
+            done = per_round * (groups // vpp + (turn < groups % vpp)) + (rest if groups % vpp == turn else 0)
+        out.append((micro_batches, done, micro_batches - done))
+    return out
+
+
+def pp_retained(w: Workload, layout: ParallelLayout, r: Resolved, tokens: float, boundary: float) -> list[float]:
+    """Bytes per GPU of every stage that torch.distributed.pipelining keeps beside the activations counted per
+    micro-batch in flight (``pp_recv_buffers``, ``pp_retained_outputs``; 1F1B and interleaved, torch v2.6.0
+    2236df17 torch/distributed/pipelining/stage.py, the same in 2.7-2.9 except where said):
+
+    1. ``_prepare_forward_infra`` and ``_prepare_backward_infra`` allocate a receive buffer for every
+       micro-batch's input (all but the first stage) and output gradient (all but the last), once, and keep them;
+       an input buffer in flight is the first layer's kept input, already counted.
+    2. ``stage_backward`` (_backward.py) accumulates the input's gradient into its buffer's ``.grad``, which
+       ``clear_runtime_states`` drops only at the next ``step()``: one per micro-batch already backwarded.
+    3. ``forward_one_chunk`` appends each output to ``output_chunks``, cleared at the next ``step()``: every
+       stage's (2.6-2.7), or only the last stage's, its 16-bit logits (2.8+; the others' outputs are kept by
+       ``fwd_cache`` until their backward). The logits of the micro-batch in backward are counted already.
+
+    A stage boundary is ``boundary`` bytes (one micro-batch's hidden state per GPU), counted at
+    :func:`pp_peak_counts`' backward. Other schedules (GPipe, zero-bubble, DualPipe) are not priced."""
+    from commlens.project.frameworks import framework
+
+    fw = framework(layout.framework)
+    schedule = layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
+    if r.pp == 1 or schedule not in ("1f1b", "interleaved") or not (fw.pp_recv_buffers or fw.pp_retained_outputs):
+        return [0.0] * r.pp
+    m, p, v = r.micro_batches, r.pp, r.vpp
+    logits = tokens * w.vocab / r.tp * 2.0
+    out = []
+    for rank in range(p):
+        kept = 0.0
+        for j, (fwd, bwd, live) in enumerate(pp_peak_counts(rank, p, v, m)):
+            stage = j * p + rank  # global stage of the local chunk (looped placement)
+            last = stage == p * v - 1
+            if fw.pp_recv_buffers:
+                kept += (m - live + bwd) * boundary if stage else 0.0  # idle input buffers, input gradients
+                kept += 0.0 if last else m * boundary  # output-gradient buffers
+            if last and fw.pp_retained_outputs != "none":
+                kept += (fwd - 1) * logits  # the micro-batch in backward: the logits counted per stage
+            elif not last and fw.pp_retained_outputs == "all":
+                kept += fwd * boundary
+            elif not last and fw.pp_retained_outputs == "last":
+                kept += live * boundary  # fwd_cache keeps the output until its backward
+        out.append(kept)
+    return out
 
 
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
@@ -317,6 +421,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r)
     fp8_gathered = stage_fp8_gathered(w, layout, r)
+    retained = pp_retained(w, layout, r, tokens, tokens * layer_input)
+    roots = stage_root_parameters(w, r)
     # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
     partial = layout.recompute == "full" and layout.recompute_layers is not None
     partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
@@ -345,6 +451,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             if fp8_gathered[i]:  # gathered as fp8 and used so: 1 B each, no 16-bit copy; the rest 16-bit
                 in_fp8 = min(gathered, fp8_gathered[i] * window * (2 if layout.schedule == "dualpipe" else 1))
                 weights = in_fp8 + 2.0 * (gathered - in_fp8)
+            if fw.fsdp_root_unsharded and layout.reshard_after_forward and layout.schedule != "dualpipe":
+                weights += 2.0 * roots[i] * (1.0 - window)  # the root's 16-bit parameters stay gathered the step
             grads = grad_bytes * shard_states
             if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
                 # accumulated unsharded until the last micro-batch's reduce-scatter: in fp32 (the reduce dtype), the
@@ -380,7 +488,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             kept = tokens * per_token * live
             transient = tokens * one_layer
         logits = tokens * w.vocab / r.tp * logit_bytes if i == r.pp - 1 else 0.0
-        activations = kept + transient + logits
+        activations = kept + transient + logits + retained[i]
         total = weights + grads + optimizer + activations
         stages.append(
             {
