@@ -45,6 +45,8 @@ def _fsdp_comm(fw_name: str, micro_batches: int, redone: float) -> float:
 
 GATHER = PARAMS * 2 / 1.0e11  # one all-gather of every parameter in 16 bits
 REDUCE = PARAMS * 2 / 1.0e11  # one reduce-scatter of every gradient in 16 bits
+# Megatron FSDP's in-place 1/DP pre-scale of each bf16 bucket before its reduce-scatter (tests/test_project_fsdpscale.py)
+PRESCALE = stream_time_s(device_for(H100.accelerator.name), 2 * 2 * PARAMS)
 
 
 @pytest.mark.parametrize("micro_batches", [1, 4, 16])
@@ -53,7 +55,9 @@ def test_megatron_fsdp_reduce_scatters_and_gathers_twice_every_micro_batch(micro
     backward) and reduce-scatters once, so the step's FSDP traffic grows with the micro-batch count."""
     assert framework("megatron-core").zero3_reduce_every_microbatch
     assert framework("nemo").zero3_reduce_every_microbatch  # Megatron-Bridge runs Megatron-Core's FSDP
-    assert _fsdp_comm("megatron-core", micro_batches, 0.0) == pytest.approx(micro_batches * (2 * GATHER + REDUCE))
+    assert _fsdp_comm("megatron-core", micro_batches, 0.0) == pytest.approx(
+        micro_batches * (2 * GATHER + REDUCE + PRESCALE)
+    )
 
 
 def test_megatron_fsdp_recompute_reuses_its_gather_in_the_backward():
@@ -61,7 +65,7 @@ def test_megatron_fsdp_recompute_reuses_its_gather_in_the_backward():
     recomputed forward's gather, kept for the backward): still two gathers a micro-batch, where a stack whose
     recomputed forward gathers as a pass of its own (the default) has three."""
     assert framework("megatron-core").zero3_recompute_keeps_gather
-    assert _fsdp_comm("megatron-core", 4, 1.0) == pytest.approx(4 * (2 * GATHER + REDUCE))
+    assert _fsdp_comm("megatron-core", 4, 1.0) == pytest.approx(4 * (2 * GATHER + REDUCE + PRESCALE))
     assert not framework("deepspeed").zero3_recompute_keeps_gather
     # DeepSpeed: three gathers a micro-batch under recomputation, and its pre-divide pass before each reduction
     divide = stream_time_s(device_for(H100.accelerator.name), 2 * 2 * PARAMS)

@@ -236,6 +236,12 @@ class Framework(_Strict):
         description="ZeRO-3: each reduce-scatter's flattened gradients are divided by the DP size in place before "
         "the collective (a read and a write of every gradient element in the reduce dtype), on the reduce stream",
     )
+    zero3_grad_prescale_bf16: bool = Field(
+        default=False,
+        description="ZeRO-3 (Megatron FSDP, average_in_collective off): each bf16 gradient bucket is multiplied by "
+        "1/DP in place before its reduce-scatter (fp32 buckets fold the scale into NCCL's premul-sum): a read and a "
+        "write of every gradient element in bf16 per reduction, on the reduce stream",
+    )
     zero3_reduce_every_microbatch: bool = Field(
         default=False,
         description="ZeRO-3/FSDP: every micro-batch's backward reduce-scatters its gradients (accumulated into the "

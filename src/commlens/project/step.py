@@ -1307,8 +1307,14 @@ def _grad_predivide_s(dev: Device, fw: Framework, gb: float, elements: float) ->
     """DeepSpeed's ZeRO-3 divides the flattened gradients by the DP size in place before each reduce-scatter
     (``reduce_scatter_coalesced``'s pre-divide, microsoft/DeepSpeed v0.6.2 32d97976 and 38327e07, from stage3.py
     ``__avg_scatter_grads``): a read and a write of each of ``elements`` gradient elements in the reduce dtype, on
-    the reduce stream the step waits for; none where the framework has no such pass."""
-    return stream_time_s(dev, 2.0 * gb * elements) if fw.zero3_grad_predivide else 0.0
+    the reduce stream the step waits for; none where the framework has no such pass. Megatron FSDP, which does not
+    average in the collective (Megatron-Bridge's overrides.py turns average_in_collective off), multiplies each
+    unsharded gradient bucket by 1/DP in place before its reduce-scatter when the bucket is bf16; an fp32 bucket
+    folds the scale into NCCL's premul-sum (gradient_reduce_preprocessing, gradient_reduce_div_fusion on by default:
+    NVIDIA/Megatron-LM d98e8a64 and 44151194 megatron/core/distributed/fsdp/src/megatron_fsdp/
+    param_and_grad_buffer.py): the same read and write, bf16 buckets only."""
+    prescale = fw.zero3_grad_prescale_bf16 and gb == 2
+    return stream_time_s(dev, 2.0 * gb * elements) if fw.zero3_grad_predivide or prescale else 0.0
 
 
 def _fsdp_copies_s(
