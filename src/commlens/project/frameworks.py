@@ -97,8 +97,9 @@ class Framework(_Strict):
     title: str
     release_of: str | None = Field(
         default=None,
-        description="the stack this profile is one past release of (nemo-24.03: nemo): it prices that release's "
-        "published runs, shares the stack's error-band family, and is no what-if for a new job",
+        description="the stack this profile is one past release or run mode of (nemo-24.03: nemo; megatron-core-fsdp2: "
+        "megatron-core): it prices those published runs, shares the stack's error-band family, and is no what-if for a "
+        "new job",
     )
     source: str = Field(min_length=1)
     attention: dict[Generation, AttentionKernel]
