@@ -50,10 +50,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", type=Path, help="the trace (train.json of deepseek-ai/profile-data)")
     args = ap.parse_args()
-    data = json.loads(args.trace.read_text())
+    try:
+        data = json.loads(args.trace.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        ap.exit(2, f"error: {args.trace}: not a readable JSON trace ({e})\n")
     events = data["traceEvents"] if isinstance(data, dict) else data
-    sms = next((int(d.get("numSms", 132)) for d in data.get("deviceProperties", [])), 132)
-    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        ap.exit(2, f"error: {args.trace}: no list of trace events (traceEvents)\n")
+    props = data.get("deviceProperties", []) if isinstance(data, dict) else []
+    sms = next((int(d.get("numSms", 132)) for d in props), 132)
+    kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args"), dict)]
+    if not kernels:
+        ap.exit(2, f"error: {args.trace}: no kernel events to time\n")
     stream = Counter(e["args"]["stream"] for e in kernels).most_common(1)[0][0]
     ks = sorted((e for e in kernels if e["args"]["stream"] == stream), key=lambda e: e["ts"])
     launches = {
