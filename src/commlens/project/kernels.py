@@ -610,6 +610,8 @@ def _moe_block(
     and output gradients)."""
     m = w.moe
     assert m is not None
+    if layout.moe_dispatcher == "distmoe":
+        return _distmoe_block(b, w, layout, s, resid, attn_cast)
     t, h, tokens = s.tp, w.hidden, s.tokens
     mats = 3 if w.gated_ffn else 2
     cf = m.capacity_factor or 1.0
@@ -713,6 +715,70 @@ def _moe_block(
     # casts on the main stream
     side = {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
     gaps = [_launch_gap(k, side.get(k.name, (0.0, 0.0)), layout.cuda_graphs) for k in out]
+    return out + [g for g in gaps if g is not None]
+
+
+# Meta's Dist-MoE (meta-pytorch/dist_moe, BSD-3; docs/mxfp8_execution.md and docs/mxfp8_kernel_design.md at
+# 191b73f / ab56bce), which torchtitan's DistMoE recipes run as the routed experts (torchtitan docs/dist_moe.md;
+# torchtitan_recipes/models/deepseek_v3.py deepseek_v3_671b_dist_moe_mxfp8): one ordered custom op per MoE layer over
+# symmetric (peer-addressable) HBM. Forward, "staged": the router's rows are published to symmetric HBM (a 16-bit read
+# and write of the layer input); dist_blockscaled_grouped_gemm_fprop_dispatch gathers each route's row from its peer
+# inside the W13 grouped GEMM (gather/quant producer warps: the MXFP8 row and column operands made there, no cast
+# kernel of their own); ..._fprop_swiglu_fwd_combine evaluates SwiGLU in registers, quantizes h2, runs W2 and stores
+# each route's output to its token's peer (the combine inside the GEMM's epilogue); scale_and_sum reduces the top-k
+# rows locally. Backward: W2 DGRAD with the dispatch of the output gradient, W2 WGRAD, SwiGLU backward + W13 DGRAD
+# with the combine, W13 WGRAD, reduce_from_topk: 5 kernels. No permutation pass, no host read of the token counts
+# (routing metadata and the activation planner stay on the GPU), fixed shapes: the op is captured in CUDA graphs.
+DISTMOE_LAUNCHES = (3.0, 5.0)  # (forward, backward) kernels besides the router: publish/dispatch, W13, W2; 5 back
+
+
+def _distmoe_block(
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, resid: float, attn_cast: tuple[float, float]
+) -> list[Kernel]:
+    """An MoE layer's FFN half under Dist-MoE (DISTMOE_LAUNCHES): the router, the expert grouped GEMMs with the
+    dispatch and combine inside them (their transfer time: step._layer_time), the local publish and top-k sum,
+    shared experts, residual; fp8 casts of the layer's other GEMM inputs (the routed rows are quantized inside the
+    expert GEMMs)."""
+    m = w.moe
+    assert m is not None
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    mats = 3 if w.gated_ffn else 2
+    etp = s.etp or t
+    routed = tokens * m.top_k * (m.capacity_factor or 1.0) * etp / t
+    local = m.experts / s.ep
+    per_expert = routed / local * layout.moe_load_imbalance
+    fe = m.expert_ffn_hidden / etp
+    up = b.gemm("experts_in", "grouped_gemm", per_expert, fe, h, times=local * (mats - 1), launches=1.0, modules=0.0)
+    down = b.gemm("experts_out", "grouped_gemm", per_expert, h, fe, times=local, launches=1.0, modules=0.0)
+    # publish the input rows (read + write, 16 bits) and sum the top-k combine rows into the output (the backward:
+    # the output gradient's rows published, reduce_from_topk over the route gradients): the same bytes each way
+    sum_bytes = 2 * (2 * tokens * h) + 2 * (routed * layout.moe_load_imbalance + tokens) * h
+    out = [
+        b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),
+        Kernel("router_topk", "moe_routing", 0.0, 0.0, MOE_ROUTER_KERNELS),
+        Kernel(
+            "distmoe_publish_sum",
+            "moe_routing",
+            stream_time_s(b.dev, sum_bytes),
+            stream_time_s(b.dev, sum_bytes),
+            DISTMOE_LAUNCHES[0] - 2,
+            nbytes=sum_bytes,
+            bwd_launches=DISTMOE_LAUNCHES[1] - 4,
+        ),
+        replace(up, bwd_launches=2.0),
+        replace(down, bwd_launches=2.0),
+        b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+    ]
+    if m.shared_experts:
+        out += [
+            b.gemm("shared_in", "gemm", tokens, fe, h, times=(mats - 1) * m.shared_experts, launches=b.gemm_launch),
+            b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts),
+        ]
+    if w.precision == "fp8":
+        attn_in, attn_grads = attn_cast
+        shared = tokens * m.shared_experts
+        out.append(_cast(b, layout, (attn_in + shared * (h + fe), attn_grads + shared * ((mats - 1) * fe + h))))
+    gaps = [_launch_gap(k, (0.0, 0.0), layout.cuda_graphs) for k in out]
     return out + [g for g in gaps if g is not None]
 
 

@@ -191,13 +191,16 @@ class ParallelLayout(StrictSpec):
         description="tokens of the most loaded GPU's experts over the mean (1: balanced routing); EP waits for it",
     )
 
-    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep", "distmoe"] = Field(
         default="alltoall",
         description="how MoE tokens cross scale-up domains: alltoall (NCCL all-to-all, one copy per routed expert), "
         "deepep (DeepEP / Megatron's flex dispatcher: one copy per destination domain over the scale-out network, "
         "forwarded over NVLink inside it; inside one domain, one copy per destination GPU) or hybridep (Megatron's "
         "flex dispatcher with the HybridEP backend: the copies as deepep, and under fp8 the dispatch pads each "
-        "expert's tokens to the GEMM's alignment itself, so the experts run no padding pass)",
+        "expert's tokens to the GEMM's alignment itself, so the experts run no padding pass), or distmoe (Meta's "
+        "Dist-MoE, torchtitan's DistMoE recipes: each route's row read from its peer's symmetric HBM inside the expert "
+        "GEMM and its output stored back from the GEMM's epilogue, one copy per routed expert; the EP group within "
+        "one NVLink domain)",
     )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",

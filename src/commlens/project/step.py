@@ -525,9 +525,15 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
         a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
-        if layout.moe_dispatcher != "alltoall":  # the flex dispatcher, either backend
-            domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
+        domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
+        if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
             a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
+        elif layout.moe_dispatcher == "distmoe" and domains > 1:  # peers' HBM is addressable over NVLink only
+            raise InfeasibleLayoutError(
+                f"moe_dispatcher distmoe needs the EP group ({r.ep} GPUs on {r.groups['ep'].nodes} nodes) within one "
+                f"NVLink domain of {c.nodes_per_domain} nodes: Dist-MoE reads and writes its peers' symmetric memory",
+                "moe_dispatcher",
+            )
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
     return kinds
 
@@ -636,7 +642,9 @@ def _layer_time(
     host = (pre_host + post_host) * fwd_passes + bwd_host
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
     ep_t = 0.0
-    if a2a_bytes and r.ep > 1:
+    if a2a_bytes and r.ep > 1 and layout.moe_dispatcher == "distmoe":
+        ep_t = _distmoe_exposed_s(kernels, c.comm("all_to_all", a2a_bytes, r.groups["ep"]), fwd_passes)
+    elif a2a_bytes and r.ep > 1:
         ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
         if layout.schedule == "dualpipe":
             # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
@@ -651,7 +659,7 @@ def _layer_time(
     tp_t += tp_whole
     gpu += tp_whole
     host_exposed = max(0.0, host - gpu)
-    if a2a_bytes and fw.moe_dispatch_sync:
+    if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe":  # Dist-MoE: no host read
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
         # GPU past that point, and the GPU waits for each launch after it until the host is ahead again
         # (_sync_cycle_s); the backward reuses the counts
@@ -662,6 +670,18 @@ def _layer_time(
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
+
+
+def _distmoe_exposed_s(kernels: list[Kernel], a2a_s: float, fwd_passes: float) -> float:
+    """Dist-MoE's transfers beyond the expert GEMMs that carry them (kernels.DISTMOE_LAUNCHES): forward, the
+    dispatch inside W13 and the combine inside W2; backward, the output gradient's dispatch inside W2's data gradient
+    and the combine inside W13's (each data gradient half its GEMMs' backward); each fused kernel takes the longer of
+    its GEMM and its ``a2a_s`` transfer."""
+    up = next(k for k in kernels if k.name == "experts_in")
+    down = next(k for k in kernels if k.name == "experts_out")
+    fwd = max(0.0, a2a_s - up.fwd_s) + max(0.0, a2a_s - down.fwd_s)
+    bwd = max(0.0, a2a_s - down.bwd_s / 2) + max(0.0, a2a_s - up.bwd_s / 2)
+    return fwd * fwd_passes + bwd
 
 
 def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, float]:
