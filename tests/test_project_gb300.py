@@ -6,10 +6,13 @@ slower than the run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from commlens.project import ParallelLayout, project
 from commlens.project.errors import InfeasibleLayoutError
+from commlens.project.validate import load_set, validate_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -56,3 +59,20 @@ def test_distmoe_needs_the_ep_group_in_one_nvlink_domain():
     layout = ParallelLayout(tp=1, sp=False, ep=16, dp=16, zero=3, moe_dispatcher="distmoe", framework="torchtitan")
     with pytest.raises(InfeasibleLayoutError, match="one NVLink domain"):
         project(load_workload("deepseek-v3-like", DSV3), load_topology("b200"), layout, 16, check_memory=False)
+
+
+def test_the_torchtitan_gb300_rows_as_the_run_was_configured():
+    """5822 (PP 1) and 5615.5 (PP 2 x VPP 8) tokens/s/GPU published; 4261 and 4312 before [27 s9]."""
+    table = load_set("torchtitan-dsv3-gb300-2026")
+    rows = validate_set(table)
+    assert [r.published for r in rows] == [5822.0, 5615.5]
+    for r in rows:
+        assert r.predicted is not None
+        assert abs(r.predicted / r.published - 1) < 0.08
+    # priced as stock torchtitan's all-to-all the same rows fall back below the run by a fifth or more
+    stock = dataclasses.replace(
+        table, rows=tuple(dataclasses.replace(r, layout={**r.layout, "moe_dispatcher": "alltoall"}) for r in table.rows)
+    )
+    for r in validate_set(stock):
+        assert r.predicted is not None
+        assert r.predicted / r.published - 1 < -0.2
