@@ -258,7 +258,15 @@ class Framework(_Strict):
     fsdp_pp_unsharded_grads: bool = Field(
         default=False,
         description="with PP, FSDP skips the reduce-scatter until the last micro-batch and accumulates the stage's "
-        "gradients unsharded in fp32",
+        "gradients unsharded, in the reduce dtype (fsdp_dense_accum_bytes)",
+    )
+    fsdp_dense_accum_bytes: float | None = Field(
+        default=None,
+        ge=2,
+        le=4,
+        description="bytes per dense parameter of that unsharded accumulation; None: the layout's grad_reduce_bytes "
+        "(torch FSDP2 _fsdp_param.py to_accumulated_grad_if_needed accumulates in the mixed-precision reduce dtype, "
+        "in autograd's bf16 where that is the parameters' own); a number where the layout's figure is the experts'",
     )
     fsdp_expert_grad_bytes: float = Field(
         default=4.0,
@@ -300,6 +308,10 @@ class Framework(_Strict):
         description="experts that EP (and PP) already shard fully (one copy per expert-data group) are left out of "
         "FSDP: no unsharded copy of their gradients, the one counted is theirs",
     )
+
+    def fsdp_accum_bytes(self, grad_reduce_bytes: float) -> float:
+        """Bytes per dense parameter of FSDP's unsharded gradient accumulation (``fsdp_dense_accum_bytes``)."""
+        return self.fsdp_dense_accum_bytes or (4.0 if grad_reduce_bytes >= 4 else 2.0)
 
     def attention_kernel(self, gen: str) -> str:
         """The attention kernel family the stack calls on GPU generation ``gen``."""

@@ -72,6 +72,13 @@ class ParallelLayout(StrictSpec):
     reshard_after_forward: bool = Field(
         default=True, description="ZeRO-3/FSDP frees gathered parameters after forward (false: kept until backward)"
     )
+    fsdp_defer_grad_reduce: bool = Field(
+        default=False,
+        description="ZeRO-3/FSDP with several micro-batches: parameters gathered on the first micro-batch and kept, "
+        "gradients accumulated unsharded and reduce-scattered in the last micro-batch's backward only (FSDP2's "
+        "set_requires_gradient_sync / set_reshard_after_backward off before it: torchtitan's "
+        "fsdp_defer_gradient_reduction); needs zero 3 and reshard_after_forward false",
+    )
     fsdp_fp8_all_gather: bool = Field(
         default=False,
         description="with fp8 precision and ZeRO-3/FSDP: the fp8 linears' weights are cast to fp8 before the "
@@ -234,6 +241,16 @@ class ParallelLayout(StrictSpec):
                 raise ValueError(f"{' and '.join(given)} need recompute full, not {self.recompute}")
         elif self.recompute_method is not None and self.recompute_layers is None:
             raise ValueError(f"recompute_method {self.recompute_method} needs recompute_layers (layers per chunk)")
+        return self
+
+    @model_validator(mode="after")
+    def _deferred_reduce(self) -> ParallelLayout:
+        if self.fsdp_defer_grad_reduce and (self.zero != 3 or self.reshard_after_forward):
+            raise ValueError(
+                "fsdp_defer_grad_reduce needs zero 3 with reshard_after_forward false (the parameters stay gathered "
+                f"from the first micro-batch), not zero {self.zero} with reshard_after_forward "
+                f"{str(self.reshard_after_forward).lower()}"
+            )
         return self
 
     @field_validator("recompute_modules", mode="before")

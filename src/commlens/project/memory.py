@@ -454,12 +454,13 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             if fw.fsdp_root_unsharded and layout.reshard_after_forward and layout.schedule != "dualpipe":
                 weights += 2.0 * roots[i] * (1.0 - window)  # the root's 16-bit parameters stay gathered the step
             grads = grad_bytes * shard_states
-            if r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads:
-                # accumulated unsharded until the last micro-batch's reduce-scatter: in fp32 (the reduce dtype), the
+            deferred = layout.fsdp_defer_grad_reduce or (r.pp > 1 and fw.fsdp_pp_unsharded_grads)
+            if r.micro_batches > 1 and deferred:
+                # accumulated unsharded until the last micro-batch's reduce-scatter, in the reduce dtype; the
                 # routed experts in the stack's own dtype for them, not at all where the stack leaves them out of FSDP
                 ignored = edp_shard == 1 and fw.fsdp_ignores_ep_sharded_experts
                 expert_acc = 0.0 if ignored else fw.fsdp_expert_grad_bytes
-                grads += 4.0 * dense_p + expert_acc * expert_p
+                grads += fw.fsdp_accum_bytes(layout.grad_reduce_bytes) * dense_p + expert_acc * expert_p
             optimizer = opt_bytes * shard_states
         else:
             weights = weights_shard = weight_bytes * full

@@ -1029,7 +1029,7 @@ def _stages(
         if not layout.grad_accum_fusion:
             classes["grad_accum"] = stream_time_s(c.dev, sum(stage_params[i]) * accum_bytes)
             stream += classes["grad_accum"]
-        elif layout.zero >= 3 and r.pp > 1 and r.micro_batches > 1 and c.fw.fsdp_pp_unsharded_grads:
+        elif layout.zero >= 3 and r.micro_batches > 1 and _fsdp_deferred(layout, c.fw):
             classes["grad_accum"] = stream_time_s(c.dev, _fsdp_pp_accum_bytes(c, *stage_params[i]))
             stream += classes["grad_accum"]
         stage_classes.append(classes)
@@ -1054,6 +1054,12 @@ def _stages(
     return stages, stage_classes
 
 
+def _fsdp_deferred(layout: ParallelLayout, fw: Framework) -> bool:
+    """FSDP holds the gradients unsharded to the last micro-batch: under torch's pipelining (the framework's
+    ``fsdp_pp_unsharded_grads``) or where the layout defers the reduction (``fsdp_defer_grad_reduce``)."""
+    return layout.fsdp_defer_grad_reduce or (layout.pp > 1 and fw.fsdp_pp_unsharded_grads)
+
+
 def _fsdp_pp_accum_bytes(c: _Setup, dense_p: float, expert_p: float) -> float:
     """Bytes per micro-batch of FSDP2's unsharded gradient accumulation under PP (torch
     distributed/fsdp/_fully_shard/_fsdp_param.py: to_accumulated_grad_if_needed copies the first micro-batch's 16-bit
@@ -1063,7 +1069,8 @@ def _fsdp_pp_accum_bytes(c: _Setup, dense_p: float, expert_p: float) -> float:
     m, fw = c.r.micro_batches, c.fw
     ignored = c.r.groups["edp"].size == 1 and fw.fsdp_ignores_ep_sharded_experts
     acc = 4.0 if fw.fsdp_expert_grad_bytes >= 4 and not ignored else 2.0
-    dense = (2.0 + 4.0) + (m - 1) * (2.0 + 2 * 4.0)  # the copy to fp32, then m - 1 adds into it
+    red = fw.fsdp_accum_bytes(c.layout.grad_reduce_bytes)  # 2: autograd's own bf16 accumulation
+    dense = (2.0 + red) + (m - 1) * (2.0 + 2 * red)  # the copy to the reduce dtype, then m - 1 adds into it
     experts = (2.0 + acc) + (m - 1) * (2.0 + 2 * acc)
     return (dense_p * dense + expert_p * experts) / m
 
@@ -1346,14 +1353,15 @@ def _fsdp_copies_s(
         # FSDP2 copies each all-gather's output into the parameters on the compute stream (wait_for_unshard ->
         # foreach_all_gather_copy_out): a read and write of every gathered byte per unshard; under PP without
         # resharding the stage stays unsharded across the step's micro-batches
-        unshards = 2 * m_count if layout.reshard_after_forward else (1 if layout.pp > 1 else m_count)
+        once = layout.pp > 1 or layout.fsdp_defer_grad_reduce
+        unshards = 2 * m_count if layout.reshard_after_forward else (1 if once else m_count)
         out += stream_time_s(dev, 2.0 * (2.0 * sharded - fp8_sharded) * unshards)
     if fw.fsdp_copy_in:
         # and copies the gradients into the reduce-scatter's buffer in the reduce dtype before the compute
         # stream goes on (foreach_reduce -> foreach_reduce_scatter_copy_in): per reduction, once per step under
         # PP where the gradients wait unsharded (in fp32) for the last micro-batch
-        pp_once = layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads
-        reduces, src_bytes = (1, 4.0) if pp_once else (m_count, 2.0)
+        pp_once = m_count > 1 and _fsdp_deferred(layout, fw)
+        reduces, src_bytes = (1, fw.fsdp_accum_bytes(layout.grad_reduce_bytes)) if pp_once else (m_count, 2.0)
         out += stream_time_s(dev, (src_bytes + gb) * sharded * reduces)
     return out
 
@@ -1457,6 +1465,12 @@ def _dp_tail(
             # end their backwards first and reduce beside the last local stage's (1/vpp of it exposed)
             total_comm = g_l * layers + rs_s
             exposed = pass_exposed(g_l, fwd_layer) + rs_s / max(1, layout.vpp)
+        elif layout.fsdp_defer_grad_reduce and m_count > 1:
+            # FSDP2 with gradient sync and reshard after backward off until the last micro-batch (torchtitan's
+            # fsdp_defer_gradient_reduction): gathered in the first micro-batch's forward only, and reduce-scattered
+            # layer by layer in the last micro-batch's backward, beside its compute
+            total_comm = g_l * layers + rs_s
+            exposed = pass_exposed(g_l, fwd_layer) + pass_exposed(rs_l, bwd_layer)
         fsdp_exposed = min(total_comm, exposed)
         fsdp_hidden = total_comm - fsdp_exposed
         sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
