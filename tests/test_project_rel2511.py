@@ -81,3 +81,16 @@ def test_the_25_11_fsdp_row_projects_faster_than_under_26_04s_prescale():
         lay = ParallelLayout(tp=1, sp=False, zero=3, recompute="none", grad_reduce_bytes=2, framework=name)
         times[name] = project(w, H100, lay, 8, check_memory=False).step_time_s
     assert times["megatron-core-25.11"] < times["megatron-core"]
+
+
+def test_the_25_11_fsdp_rows_gather_their_fp8_weights_in_fp8():
+    """FP8-CS keeps the linears' weights in fp8 (fp8_param_gather) and Megatron FSDP gathers them as uint8: the two
+    Megatron FSDP rows say so, and so gather fewer bytes than the same row with 16-bit gathers."""
+    rows = [r for r in load_set("megatron-bridge-perf-25.11").rows if r.layout.get("zero") == 3]
+    assert len(rows) == 2
+    assert all(r.layout.get("fsdp_fp8_all_gather") for r in rows)
+    r = next(r for r in rows if r.topology == "dgx-h100")
+    w = load_workload(r.workload, r.overrides)
+    fp8 = project(w, H100, ParallelLayout(**r.layout), r.gpus, check_memory=False)
+    bf16 = project(w, H100, ParallelLayout(**{**r.layout, "fsdp_fp8_all_gather": False}), r.gpus, check_memory=False)
+    assert fp8.step_time_s < bf16.step_time_s
