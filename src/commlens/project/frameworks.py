@@ -243,6 +243,12 @@ class Framework(_Strict):
         "1/DP in place before its reduce-scatter (fp32 buckets fold the scale into NCCL's premul-sum): a read and a "
         "write of every gradient element in bf16 per reduction, on the reduce stream",
     )
+    zero3_grad_prescale_shard: bool = Field(
+        default=False,
+        description="that bf16 pre-scale multiplies the rank's shard of the sharded gradient buffer (1/DP of the "
+        "elements) instead of the unsharded bucket about to be reduce-scattered (Megatron-LM 0d8e0714 / 92c8482e, "
+        "Megatron-Bridge 25.11's: gradient_reduce_preprocessing(gbuf.data, ...))",
+    )
     zero3_reduce_every_microbatch: bool = Field(
         default=False,
         description="ZeRO-3/FSDP: every micro-batch's backward reduce-scatters its gradients (accumulated into the "

@@ -1330,7 +1330,9 @@ def _param_gather_exposed(gather_s: float, forward_s: float, buckets: float) -> 
     return min(gather_s, each + (buckets - 1.0) * max(0.0, each - forward_s / buckets))
 
 
-def _grad_predivide_s(dev: Device, fw: Framework, gb: float, elements: float) -> float:
+def _grad_predivide_s(
+    dev: Device, fw: Framework, gb: float, parts: tuple[tuple[float, int], ...], reductions: int
+) -> float:
     """DeepSpeed's ZeRO-3 divides the flattened gradients by the DP size in place before each reduce-scatter
     (``reduce_scatter_coalesced``'s pre-divide, microsoft/DeepSpeed v0.6.2 32d97976 and 38327e07, from stage3.py
     ``__avg_scatter_grads``): a read and a write of each of ``elements`` gradient elements in the reduce dtype, on
@@ -1339,9 +1341,16 @@ def _grad_predivide_s(dev: Device, fw: Framework, gb: float, elements: float) ->
     unsharded gradient bucket by 1/DP in place before its reduce-scatter when the bucket is bf16; an fp32 bucket
     folds the scale into NCCL's premul-sum (gradient_reduce_preprocessing, gradient_reduce_div_fusion on by default:
     NVIDIA/Megatron-LM d98e8a64 and 44151194 megatron/core/distributed/fsdp/src/megatron_fsdp/
-    param_and_grad_buffer.py): the same read and write, bf16 buckets only."""
+    param_and_grad_buffer.py): the same read and write, bf16 buckets only. Megatron-Bridge 25.11's Megatron-LM
+    (0d8e0714, and 92c8482e of its main branch) passes ``gbuf.data``, the rank's shard of the sharded gradient buffer,
+    to that pre-scale (``zero3_grad_prescale_shard``): 1/DP of the elements. ``parts``: (local gradient elements, DP
+    size) of the dense and expert parameters, each sharded over its own group; ``reductions``: reduce-scatters each."""
     prescale = fw.zero3_grad_prescale_bf16 and gb == 2
-    return stream_time_s(dev, 2.0 * gb * elements) if fw.zero3_grad_predivide or prescale else 0.0
+    if not (fw.zero3_grad_predivide or prescale):
+        return 0.0
+    per_shard = prescale and fw.zero3_grad_prescale_shard and not fw.zero3_grad_predivide
+    elements = sum(params / (size if per_shard else 1) for params, size in parts if size > 1)
+    return stream_time_s(dev, 2.0 * gb * elements * reductions)
 
 
 def _fsdp_copies_s(
@@ -1476,7 +1485,8 @@ def _dp_tail(
         sharded = (dense_local if dp_group.size > 1 else 0.0) + (expert_local if edp_group.size > 1 else 0.0)
         fp8_sharded = fp8_local if dp_group.size > 1 else 0.0
         fsdp_exposed += _fsdp_copies_s(dev, fw, layout, sharded, fp8_sharded, gb, m_count)
-        fsdp_exposed += _grad_predivide_s(dev, fw, gb, sharded * (m_count if rs_each else 1))
+        parts = ((dense_local, dp_group.size), (expert_local, edp_group.size))
+        fsdp_exposed += _grad_predivide_s(dev, fw, gb, parts, m_count if rs_each else 1)
         dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
