@@ -249,6 +249,16 @@ def test_an_unnamed_four_gpu_host_is_taken_for_gb200_said_so_and_nvlink_rack_is_
         expect.run(ExpectRequest(_run("NVIDIA Graphics Device", 1, 8, "all_reduce", [(1 << 30, 100.0)])))
 
 
+def test_each_instinct_generation_is_judged_on_its_own_fabric() -> None:
+    """An MI355X has a faster Infinity Fabric mesh (537.6 GB/s a GPU) than the MI300X/MI325X (448): its run is not
+    judged on the older mesh's band."""
+    rows = [(8 << 30, 300.0)]
+    new = expect.run(ExpectRequest(_run("AMD Instinct MI355X", 1, 8, "all_reduce", rows)))
+    old = expect.run(ExpectRequest(_run("AMD Instinct MI300X", 1, 8, "all_reduce", rows)))
+    assert (new.system.topology.name, old.system.topology.name) == ("mi355x-8gpu", "mi325x-8gpu")
+    assert new.rows[0].expected.upper_bytes_per_s > old.rows[0].expected.upper_bytes_per_s
+
+
 def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
     text = "\n".join(
         [
