@@ -82,6 +82,7 @@ __all__ = [
     "RUNTIME_BYTES",
     "activation_bytes_per_token",
     "activation_parts",
+    "head_input_bytes_per_token",
     "recomputed_modules",
     "stage_recompute",
     "in_flight",
@@ -157,6 +158,23 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     else:
         parts["core_attn"] = 5.0 * a * w.seq_len / tp  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
     return parts
+
+
+def head_input_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int) -> float:
+    """Bytes per token the last stage's head keeps for its backward beside the logits, per GPU of its TP group: the
+    final norm's input (16-bit, split by TP only with sequence parallelism) and the output projection's input, the
+    norm's output, which it keeps for its weight gradient (16-bit: the output layer stays bf16 under fp8, see
+    ``fp8_output_layer``). Neither is inside a transformer layer, so no layer or recomputation counts them; both live
+    from the micro-batch's forward to its backward through the head. Where the stack's TP gathers the norm output
+    before the column-parallel projection and keeps the gathered tensor (``tp_saves_gathered_input``: torchtitan's
+    apply_tp at 9dec370 wraps ``output`` in ColwiseParallel(input_layouts=Shard(1)) and ``norm`` in
+    SequenceParallel(), so F.linear saves the all-gathered input), it is whole; else the shard (Megatron-Core's
+    ColumnParallelLinear under sequence parallelism saves its shard and gathers again in the backward)."""
+    from commlens.project.frameworks import framework
+
+    sp_div = tp if (layout.sp and tp > 1) else 1
+    gathered_div = 1 if framework(layout.framework).tp_saves_gathered_input else sp_div
+    return 2.0 * w.hidden / sp_div + 2.0 * w.hidden / gathered_div
 
 
 def recomputed_modules(layout: ParallelLayout) -> frozenset[str]:
@@ -489,6 +507,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             kept = tokens * per_token * live
             transient = tokens * one_layer
         logits = tokens * w.vocab / r.tp * logit_bytes if i == r.pp - 1 else 0.0
+        logits += tokens * head_input_bytes_per_token(w, layout, r.tp) if i == r.pp - 1 else 0.0
         activations = kept + transient + logits + retained[i]
         total = weights + grads + optimizer + activations
         stages.append(
