@@ -74,11 +74,12 @@ def test_memory_hand_computed():
     assert last["weights"] == pytest.approx(2 * local_last)
     # Korthikanti: s b h (10 + 24/t + 5 a s / (h t)) per layer, 2 layers; 1F1B keeps p = 2 micro-batches in flight
     # on the first stage and 1 on the last, each + one layer's transient; the last also holds one micro-batch's
-    # logits (bf16 + the fp32 copy of the loss)
+    # logits (bf16 + the fp32 copy of the loss) and the head's two inputs, the final norm's and the output layer's
+    # (Korthikanti Sec. 4.3: 4 s b h / t with SP; whole without it)
     per_layer = s * h * (10 + 24 / t + 5 * a * s / (h * t))
     assert first["in_flight"] == 2 and last["in_flight"] == 1
     assert first["activations"] == pytest.approx(per_layer * 2 * 2 + per_layer)
-    assert last["activations"] == pytest.approx(per_layer * 2 * 1 + per_layer + s * V / t * 6)
+    assert last["activations"] == pytest.approx(per_layer * 2 * 1 + per_layer + s * V / t * 6 + 4 * s * h)
     assert memory_per_gpu(w, lay, r)["total"] == pytest.approx(max(first["total"], last["total"]))
     lay1 = ParallelLayout(tp=2, pp=2, zero=1, recompute="full", sp=True)
     first1 = stage_memory(w, lay1, resolve(lay1, w, 8, 8))[0]
@@ -94,7 +95,7 @@ def test_infeasible_layouts_carry_reason():
         (ParallelLayout(tp=3), 1023, "TP 3 does not divide 64 attention heads"),
         (ParallelLayout(tp=8, pp=3), 1032, "PP 3 x VPP 1 = 3 does not divide 80 layers"),
         (ParallelLayout(tp=8, pp=4), 1000, "TP x CP x PP = 8 x 1 x 4 = 32 does not divide 1000 GPUs"),
-        (ParallelLayout(tp=1, pp=1, zero=0), 512, "needs 1504 GB per GPU, has 84.9 \\(79.1 GiB\\)"),
+        (ParallelLayout(tp=1, pp=1, zero=0), 512, "needs 1505 GB per GPU, has 84.9 \\(79.1 GiB\\)"),
     ]
     for layout, gpus, reason in cases:
         with pytest.raises(InfeasibleLayoutError, match=reason):
