@@ -51,3 +51,17 @@ def test_torchtitan_2d_runs_memory_within_ten_percent():
     docs/project.md says what the 405B rows still lack.)"""
     err = _figures("torchtitan-70b-256gpu-s8k-tp8-cp1-pp1x1-compile-fp8")
     assert all(e is not None and abs(e) <= 0.10 for e in err.values()), err
+
+
+def test_a_printed_reserved_peak_is_the_allocators_and_a_bound_adds_the_runtime_outside_it():
+    """torchtitan prints torch's ``reserved_bytes.all.peak``: the caching allocator's, without the CUDA context,
+    cuBLAS workspaces and NCCL buffers; whether a run fit in the device counts those too [27 s9]."""
+    import dataclasses
+
+    from commlens.project.memory import RUNTIME_BYTES
+    from commlens.project.validate import _predicted_bytes, load_memory_figures
+
+    printed = next(f for f in load_memory_figures() if f.name == "torchtitan-8b-8gpu-s8k-tp1-cp1-pp1x1-eager-bf16")
+    assert printed.kind == "printed" and printed.measures == "peak_reserved"
+    bound = dataclasses.replace(printed, kind="bound")
+    assert _predicted_bytes(bound) - _predicted_bytes(printed) == pytest.approx(RUNTIME_BYTES)

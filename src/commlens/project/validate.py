@@ -652,10 +652,13 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
        ``activation_bytes_per_token`` (selective recomputation already drops the attention core);
     2. activations: ``stage_memory``'s activations of the stage (first, last, or the largest);
     3. model_states: weights + gradients + optimizer of the stage;
-    4. peak_reserved: the stage's ``reserved`` (allocated peak x fragmentation + runtime).
+    4. peak_reserved: the caching allocator's reserved peak, as the stacks print it (torch.cuda.memory_stats()
+       ``reserved_bytes.all.peak``: torchtitan's metrics, Megatron's ``max_memory_reserved``), the stage's allocated
+       peak x fragmentation; a bound (the run fit in the device) adds what lives outside the allocator
+       (``RUNTIME_BYTES``), the stage's ``reserved`` as ``project`` checks a layout against the device.
     """
     from commlens.project.layout import ParallelLayout, resolve
-    from commlens.project.memory import activation_bytes_per_token, stage_memory
+    from commlens.project.memory import RUNTIME_BYTES, activation_bytes_per_token, stage_memory
     from commlens.workload import load_workload
 
     w = load_workload(fig.workload, fig.overrides)
@@ -670,6 +673,8 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
     stages = stage_memory(w, layout, r)
     key = {"activations": "activations", "peak_reserved": "reserved"}.get(fig.measures)
     values = [st[key] if key else st["weights_shard"] + st["gradients"] + st["optimizer"] for st in stages]
+    if fig.measures == "peak_reserved" and fig.kind != "bound":  # the allocator's figure: no CUDA context, NCCL buffers
+        values = [v - RUNTIME_BYTES for v in values]
     if fig.stage == "first":
         return values[0]
     if fig.stage == "last":
