@@ -109,3 +109,19 @@ def test_published_mtp_rows_project_and_the_mtp_run_is_the_slower():
     (h800,) = validate_set(load_set("deepseek-v3-h800"))
     assert not h800.refused
     assert h800.error is not None and abs(h800.error) < 0.08
+
+
+def test_sim_step_runs_the_modules_all_to_alls_on_the_last_stage():
+    from commlens.project.scenario import Scenario
+    from commlens.project.simstep import simulate_step
+
+    h100 = load_topology("dgx-h100")
+    layout = ParallelLayout(tp=2, pp=2, ep=8, order=("tp", "cp", "pp", "dp"))
+    steps = []
+    for mtp in (0, 1):
+        w = load_workload("mixtral-8x7b", {"global_batch": 64, "mtp_layers": mtp})
+        steps.append(simulate_step(Scenario(w, h100, layout, 64)))
+    base, mtp_step = steps
+    assert mtp_step.communication_s["ep"] > base.communication_s["ep"]
+    assert mtp_step.step_time_s > base.step_time_s
+    assert mtp_step.step_time_s == pytest.approx(mtp_step.projected_step_time_s, rel=0.2)
