@@ -1077,7 +1077,8 @@ def _add_mtp(
 ) -> None:
     """Add the ``mtp_layers`` multi-token prediction modules to the last stage's ``parts`` and ``classes``, one
     micro-batch, as Megatron-Core runs each (Megatron-LM 0d8e0714 megatron/core/transformer/
-    multi_token_prediction.py ``MultiTokenPredictionLayer``; the DeepSeek-V3 report's Sec. 2.2 module): the shared
+    multi_token_prediction.py ``MultiTokenPredictionLayer``, the same ops at 44151194; the DeepSeek-V3 report's
+    Sec. 2.2 module): the shared
     embedding of the next tokens (``_get_embeddings``: the embedding's forward, backward and dense weight gradient
     again), RMSNorm of it and of the hidden state (``enorm``, ``hnorm``), their concatenation, ``eh_proj`` (a
     column-parallel 2h -> h GEMM, its output gathered over TP and scattered to the sequence-parallel shard), one
