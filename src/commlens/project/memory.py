@@ -90,6 +90,8 @@ __all__ = [
     "stage_layer_kinds",
     "stage_memory",
     "stage_fp8_gathered",
+    "mtp_activation_bytes",
+    "mtp_stage_parameters",
     "stage_parameters",
     "stage_root_parameters",
     "pp_peak_counts",
@@ -282,8 +284,9 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
     return out
 
 
-def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
-    """(dense, expert) parameters per GPU of every stage."""
+def stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of every stage (the last with its multi-token prediction modules:
+    :func:`mtp_stage_parameters`; ``schedule``: the layout's pipeline schedule)."""
     counts = w.parameter_counts()
     h, mats = w.hidden, 3 if w.gated_ffn else 2
     attn_norms = counts["attention"] / w.layers + 2 * h
@@ -297,7 +300,27 @@ def stage_parameters(w: Workload, r: Resolved) -> list[tuple[float, float]]:
     for (dense_n, moe_n), root in zip(stage_layer_kinds(w, r), stage_root_parameters(w, r)):
         dense = dense_n * dense_layer + moe_n * moe_dense_layer
         out.append((dense / r.tp + root, moe_n * expert_layer / (r.ep * r.expert_tp)))
+    if w.mtp_layers:
+        mtp_dense, mtp_expert = mtp_stage_parameters(w, r, schedule)
+        out[-1] = (out[-1][0] + mtp_dense, out[-1][1] + mtp_expert)
     return out
+
+
+def mtp_stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU that the ``mtp_layers`` multi-token prediction modules add to the last
+    pipeline stage, where the stacks place them (Megatron-LM 0d8e0714 megatron/core/transformer/
+    multi_token_prediction.py ``mtp_on_this_rank``: the last stage without a custom layout, and the Megatron-Bridge
+    DeepSeek-V3 recipes' layouts end with ``["mtp", "loss"]``; torchtitan's 256-GPU DeepSeek-V3 configs
+    ``_historical_sanket_mtp1_stage_modules``: ``mtp_layers.0`` on the final stage): each module's own parameters
+    (``Workload.mtp_parameter_counts``; experts over EP), and with PP an embedding replica, since each module embeds
+    the next tokens itself (``_get_embeddings``; gpt_model.py builds a ``LanguageModelEmbedding`` on the MTP stage and
+    ties it to the first stage's; torchtitan's final stage lists ``tok_embeddings``). DualPipe holds the first and
+    the last layers on one rank and shares that embedding physically (DeepSeek-V3 report Sec. 3.2.3): no replica."""
+    c = w.mtp_parameter_counts()
+    dense = sum(v for k, v in c.items() if k != "experts") / r.tp
+    if r.pp > 1 and schedule != "dualpipe" and not w.tied_embeddings:  # tied: the last stage's head is it
+        dense += w.vocab * w.hidden / r.tp
+    return dense, c["experts"] / (r.ep * r.expert_tp)
 
 
 def stage_root_parameters(w: Workload, r: Resolved) -> list[float]:
@@ -311,6 +334,29 @@ def stage_root_parameters(w: Workload, r: Resolved) -> list[float]:
             root += w.hidden + (embed if (not w.tied_embeddings or r.pp > 1) else 0.0)
         out.append(root / r.tp)
     return out
+
+
+def mtp_activation_bytes(w: Workload, layout: ParallelLayout, r: Resolved, logit_bytes: float) -> float:
+    """Activation bytes per GPU that the ``mtp_layers`` modules add to the last stage: each module's transformer
+    layer as the main layers keep theirs, and the tensors its own ops keep (the two norms' inputs, the concatenated
+    2h input of ``eh_proj``, the final norm's input: 10 h bytes a token, 16 bits each; Megatron-LM 0d8e0714
+    multi_token_prediction.py ``_concat_embeddings``/``_postprocess``); under full recomputation the module is one
+    checkpoint (``_checkpointed_forward`` of ``_proj_and_transformer_layer`` whenever ``recompute_granularity`` is
+    full), keeping its two h inputs. Plus each module's logits beside the main ones (gpt_model.py
+    ``_postprocess``: the MTP losses are computed, and their logits kept for the backward, before the main
+    model's). For one micro-batch, as the output layer's logits: the modules are in the pipeline's last model chunk,
+    which runs each micro-batch's backward right after its forward (1F1B: ``in_flight`` of the last stage is 1;
+    interleaved: the last rank's warm-up runs only earlier chunks, (v - 1) p forwards; DualPipe's PP + 1 is PP
+    micro-batches on a rank's first chunk and one on its last, DeepSeek-V3 report Table 2); GPipe keeps them all."""
+    tokens = w.micro_batch * w.seq_len / r.cp
+    split = r.tp if layout.sp and r.tp > 1 else 1
+    live = float(r.micro_batches) if layout.schedule == "gpipe" and r.pp > 1 else 1.0
+    if layout.recompute == "full":
+        per_token = 2 * 2.0 * w.hidden / split
+    else:
+        per_token = activation_bytes_per_token(w, layout, r.tp, w.mtp_moe) + 10.0 * w.hidden / split
+    logits = tokens * w.vocab / r.tp * logit_bytes
+    return w.mtp_layers * (tokens * per_token * live + logits)
 
 
 def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list[float]:
@@ -437,7 +483,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
-    params = stage_parameters(w, r)
+    params = stage_parameters(w, r, layout.schedule)
     fp8_gathered = stage_fp8_gathered(w, layout, r)
     retained = pp_retained(w, layout, r, tokens, tokens * layer_input)
     roots = stage_root_parameters(w, r)
@@ -508,6 +554,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             transient = tokens * one_layer
         logits = tokens * w.vocab / r.tp * logit_bytes if i == r.pp - 1 else 0.0
         logits += tokens * head_input_bytes_per_token(w, layout, r.tp) if i == r.pp - 1 else 0.0
+        if i == r.pp - 1 and w.mtp_layers:
+            logits += mtp_activation_bytes(w, layout, r, logit_bytes)
         activations = kept + transient + logits + retained[i]
         total = weights + grads + optimizer + activations
         stages.append(

@@ -215,6 +215,10 @@ class _StepGraph:
             tokens * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
         )
         self.layer_kinds = stage_layer_kinds(w, r)
+        if w.mtp_layers:  # the multi-token prediction modules' layers, on the last stage (memory.mtp_stage_parameters)
+            dense_n, moe_n = self.layer_kinds[-1]
+            mtp = (0, w.mtp_layers) if w.mtp_moe else (w.mtp_layers, 0)
+            self.layer_kinds[-1] = (dense_n + mtp[0], moe_n + mtp[1])
 
     def groups_of(self, dim: str, stage: int) -> np.ndarray:
         """The groups of dimension ``dim`` on pipeline stage ``stage`` (one row of ranks each)."""
@@ -429,7 +433,7 @@ class _StepGraph:
         """After each stage's last backward, its gradients reduced: dense parameters over DP (x CP), experts' over
         the expert-data-parallel groups."""
         w, r, layout, moe = self.w, self.r, self.layout, self.w.moe
-        params = stage_parameters(w, r)
+        params = stage_parameters(w, r, layout.schedule)
         tails = [("dp", 0, r.placement["dp"][0])] + ([("edp", 1, r.placement["edp"][0])] if moe is not None else [])
         for s in range(r.pp):
             for dim, which, size in tails:

@@ -263,6 +263,15 @@ def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple
             elif recompute == "selective":
                 fwd += n * attn / 3.0
     logits = 2 * tokens * w.hidden * w.vocab
+    if w.mtp_layers:  # each module: a layer like the last, eh_proj (2h -> h) and the output layer again, as
+        # Megatron-LM counts them (0d8e0714 training.py num_floating_point_operations; Megatron-Bridge flop_utils.py)
+        gemm, attn = _layer_flops(w, tokens, w.seq_len, w.mtp_moe)
+        fwd += w.mtp_layers * (gemm + attn + 2 * tokens * 2 * w.hidden * w.hidden)
+        if recompute == "full":  # the module is one checkpoint: its forward again
+            fwd += w.mtp_layers * (gemm + attn) / 3.0
+        elif recompute == "selective":
+            fwd += w.mtp_layers * attn / 3.0
+        logits *= 1 + w.mtp_layers
     return 3.0 * (fwd + logits)
 
 
@@ -434,7 +443,7 @@ def _projection(
     dp_exposed, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden, contention = tail
     step = pipeline_s + dp_exposed + fsdp_exposed + contention + optimizer_s
     m = c.r.micro_batches
-    ps = stages[pace]
+    ps, pace_classes = _pace_parts(c, stages, stage_classes, pace)
     breakdown = {
         "compute": m * ps["compute"],
         "memory_bound": m * ps["memory_bound"],
@@ -448,7 +457,7 @@ def _projection(
         "dp_comm": dp_exposed + fsdp_exposed + contention,
         "optimizer": optimizer_s,
     }
-    kernel_s = {cls: m * v for cls, v in stage_classes[pace].items() if v > 0}
+    kernel_s = {cls: m * v for cls, v in pace_classes.items() if v > 0}
     if optimizer_s:
         kernel_s["optimizer"] = optimizer_s
     for st, sm in zip(stages, stage_mem, strict=True):
@@ -987,7 +996,7 @@ def _stages(
     moe_kind = kinds - 1 if w.moe is not None else None
     recompute = _stage_rc(c) if partial else []
     straggle = slowest_gpu_factor(gpus)
-    stage_params = stage_parameters(w, r)  # (dense, expert) per GPU of each stage
+    stage_params = stage_parameters(w, r, layout.schedule)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
     stages: list[dict[str, float]] = []
     stage_classes: list[dict[str, float]] = []
@@ -1007,22 +1016,26 @@ def _stages(
             if kind is not None and count:
                 for j, v in enumerate(kind_times[kind]):
                     parts[j] += count * v
-        compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         classes: dict[str, float] = {}
         for kind, count in counts:
             if kind is not None and count:
                 for cls, v in kind_seconds[kind].items():
                     classes[cls] = classes.get(cls, 0.0) + count * v
+        if i == r.pp - 1 and w.mtp_layers:  # the multi-token prediction modules, on the last stage
+            mtp_kind = moe_kind if w.mtp_moe else dense_kind
+            assert mtp_kind is not None  # the model's last layer is of this kind
+            _add_mtp(c, kind_times[mtp_kind], kind_seconds[mtp_kind], ends, parts, classes)
+        compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         if i == 0:
             stream += ends["embed_stream"] + ends["embed_wgrad_accum"]
             tp_t += ends["embed_tp"]
-            classes["embedding"] = ends["embed_stream"]
+            classes["embedding"] = classes.get("embedding", 0.0) + ends["embed_stream"]
             if ends["embed_wgrad_accum"]:
-                classes["grad_accum"] = ends["embed_wgrad_accum"]
+                classes["grad_accum"] = classes.get("grad_accum", 0.0) + ends["embed_wgrad_accum"]
         if i == r.pp - 1:
             compute += ends["head_compute"]
             classes["gemm"] = classes.get("gemm", 0.0) + ends["head_compute"]
-            classes["loss"] = ends["head_loss"]
+            classes["loss"] = classes.get("loss", 0.0) + ends["head_loss"]
             classes["norm"] = classes.get("norm", 0.0) + ends["head_stream"] - ends["head_loss"]
             stream += ends["head_stream"]
             tp_t += ends["head_tp"]
@@ -1054,6 +1067,62 @@ def _stages(
     return stages, stage_classes
 
 
+def _add_mtp(
+    c: _Setup,
+    layer: tuple[float, ...],
+    layer_seconds: dict[str, float],
+    ends: dict[str, float],
+    parts: list[float],
+    classes: dict[str, float],
+) -> None:
+    """Add the ``mtp_layers`` multi-token prediction modules to the last stage's ``parts`` and ``classes``, one
+    micro-batch, as Megatron-Core runs each (Megatron-LM 0d8e0714 megatron/core/transformer/
+    multi_token_prediction.py ``MultiTokenPredictionLayer``, the same ops at 44151194; the DeepSeek-V3 report's
+    Sec. 2.2 module): the shared
+    embedding of the next tokens (``_get_embeddings``: the embedding's forward, backward and dense weight gradient
+    again), RMSNorm of it and of the hidden state (``enorm``, ``hnorm``), their concatenation, ``eh_proj`` (a
+    column-parallel 2h -> h GEMM, its output gathered over TP and scattered to the sequence-parallel shard), one
+    transformer layer like the model's last (``layer``: its kernels, communication and host time, recomputed as the
+    main layers are; under full recomputation the module is one checkpoint), its final norm, and a second pass
+    through the shared output layer and the vocabulary-parallel cross-entropy (gpt_model.py ``_postprocess``:
+    ``output_layer`` and ``compute_language_model_loss`` per module)."""
+    dev, w, r, t, d = c.dev, c.w, c.r, c.r.tp, c.w.mtp_layers
+    h, tokens = w.hidden, c.tokens
+    resid = tokens * h * (1.0 if c.sp else t) / t
+    elem = 1.0 if w.precision == "fp8" else 2.0  # eh_proj runs in the module's fp8 context
+    eh_proj = (
+        gemm_time_s(dev, c.gemm_peak, tokens, h / t, 2 * h, elem_bytes=elem) * c.fwd_passes
+        + gemm_time_s(dev, c.gemm_peak, tokens, 2 * h, h / t, elem_bytes=elem)
+        + gemm_time_s(dev, c.gemm_peak, 2 * h, h / t, tokens, elem_bytes=elem)
+    )
+    # two norms (as the final norm is priced: 8 B an element) and the concatenation (read h + h, write 2h)
+    norms = stream_time_s(dev, 2 * 8 * resid + 8 * resid)
+    embed = ends["embed_stream"] + ends["embed_wgrad_accum"]
+    tp = ends["embed_tp"] + ends["head_tp"]
+    if t > 1:  # eh_proj's input gather (SP) and its output's gather; backward their reverses
+        group, b = r.groups["tp"], tokens * h * 2.0
+        if c.sp:
+            tp += c.comm("all_gather", 2 * b, group) + c.comm("reduce_scatter", 2 * b, group)
+            tp += 2 * c.comm("all_gather", b, group)
+        else:
+            tp += c.comm("all_gather", b, group) + c.comm("all_reduce", 2 * b, group)
+    extra = (eh_proj + ends["head_compute"], norms + ends["head_stream"] + embed, tp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    for j, v in enumerate(layer):
+        parts[j] += d * (v + extra[j])
+    for cls, v in layer_seconds.items():
+        classes[cls] = classes.get(cls, 0.0) + d * v
+    mtp_classes = {
+        "gemm": eh_proj + ends["head_compute"],
+        "norm": norms + ends["head_stream"] - ends["head_loss"],
+        "loss": ends["head_loss"],
+        "embedding": ends["embed_stream"],
+        "grad_accum": ends["embed_wgrad_accum"],
+    }
+    for cls, v in mtp_classes.items():
+        if v:
+            classes[cls] = classes.get(cls, 0.0) + d * v
+
+
 def _fsdp_deferred(layout: ParallelLayout, fw: Framework) -> bool:
     """FSDP holds the gradients unsharded to the last micro-batch: under torch's pipelining (the framework's
     ``fsdp_pp_unsharded_grads``) or where the layout defers the reduction (``fsdp_defer_grad_reduce``)."""
@@ -1080,15 +1149,39 @@ def _pipeline(c: _Setup, stages: list[dict[str, float]]) -> tuple[float, int, st
     through the others scaled by the schedule's fill and drain; each stage's own bubble is set in ``idle_s``."""
     r = c.r
     m_count = r.micro_batches
-    times = [s["per_micro_batch_s"] for s in stages]
-    pace = max(range(len(stages)), key=times.__getitem__)
+    own = [s["per_micro_batch_s"] for s in stages]
+    schedule = c.layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
+    times = _dualpipe_rank_times(own) if schedule == "dualpipe" else own
+    pace = max(range(len(stages)), key=lambda i: (times[i], own[i]))
     t_max = times[pace]
     # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
-    schedule = c.layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
     pipeline_s = m_count * t_max + (sum(times) - t_max) * PIPELINE_FILL[schedule](r.pp, r.vpp)
     for st in stages:  # each stage's own bubble: the pipeline's time it spends not working on its micro-batches
         st["idle_s"] = pipeline_s - m_count * st["per_micro_batch_s"]
     return pipeline_s, pace, schedule
+
+
+def _pace_parts(
+    c: _Setup, stages: list[dict[str, float]], stage_classes: list[dict[str, float]], pace: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The pace-setting stage's times and kernel classes per micro-batch; under DualPipe its rank's, the mean of
+    the stage and its pair (``_dualpipe_rank_times``)."""
+    schedule = c.layout.schedule or ("interleaved" if c.r.vpp > 1 else "1f1b")
+    if schedule != "dualpipe":
+        return stages[pace], stage_classes[pace]
+    a, b = stages[pace], stages[-1 - pace]
+    ca, cb = stage_classes[pace], stage_classes[-1 - pace]
+    times = {k: (v + b.get(k, 0.0)) / 2 for k, v in a.items()}
+    return times, {k: (ca.get(k, 0.0) + cb.get(k, 0.0)) / 2 for k in {*ca, *cb}}
+
+
+def _dualpipe_rank_times(times: list[float]) -> list[float]:
+    """Per micro-batch time of each stage's rank under DualPipe: rank i holds stage i of one direction and stage
+    p - 1 - i of the other, and runs half the micro-batches through each (DeepSeek-V3 report Sec. 3.2.1, Fig. 5;
+    deepseek-ai/DualPipe: both ends of the model on one rank), so it paces at the mean of the two. A stage heavier
+    than its pair (the last, with the output layer and the multi-token prediction modules) costs its rank only
+    half its excess."""
+    return [(t + times[-1 - i]) / 2 for i, t in enumerate(times)]
 
 
 def _slowest_tail(
@@ -1098,7 +1191,7 @@ def _slowest_tail(
     for the slowest stage's (exposed DP, exposed FSDP gathers, optimizer, hidden DP, hidden gathers, and what the
     hidden part costs the compute beside it)."""
     dev, layout, r = c.dev, c.layout, c.r
-    stage_params = stage_parameters(c.w, r)
+    stage_params = stage_parameters(c.w, r, layout.schedule)
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
     gb = layout.grad_reduce_bytes
     opt_bytes = ADAM_BYTES_PER_PARAM + (MAIN_GRAD_COPY_BYTES if layout.grad_reduce_bytes < 4 else 0)
@@ -1159,9 +1252,13 @@ def _tied_embedding_reduce_s(c: _Setup) -> float:
     megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads`` at d98e8a64: one
     ``all_reduce`` of the weight's ``main_grad`` over the embedding group; DeepSpeed's pipeline engine
     ``ReduceTiedGrads`` -> ``PipelineModule.allreduce_tied_weight_gradients`` at v0.5.4, 16-bit ``grad``):
-    ``vocab x hidden / TP`` gradients of ``grad_reduce_bytes``. None without PP or tied embeddings."""
+    ``vocab x hidden / TP`` gradients of ``grad_reduce_bytes``. None without PP or tied embeddings. Multi-token
+    prediction's embedding replica on the last stage is kept equal the same way (finalize_model_grads.py at
+    0d8e0714 ``_get_shared_word_embedding_weight``: the shared weight where ``mtp_num_layers`` is set), except under
+    DualPipe, whose rank holds the embedding and the modules both (``memory.mtp_stage_parameters``)."""
     w, r = c.w, c.r
-    if r.pp <= 1 or not w.tied_embeddings:
+    mtp_replica = w.mtp_layers > 0 and c.layout.schedule != "dualpipe"
+    if r.pp <= 1 or not (w.tied_embeddings or mtp_replica):
         return 0.0
     pair = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
     return c.comm("all_reduce", w.vocab * w.hidden / r.tp * c.layout.grad_reduce_bytes, pair)

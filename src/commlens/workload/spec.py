@@ -112,6 +112,14 @@ class Workload(_Spec):
         default=None, description="sliding-window attention on some layers; None: every layer attends in full"
     )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        description="multi-token prediction depth D (DeepSeek-V3 report, arXiv 2412.19437 Sec. 2.2: D = 1; "
+        "Megatron-Core mtp_num_layers): D modules after the last layer, on the last pipeline stage, each the next "
+        "token's embedding and the hidden state normed, concatenated and projected 2h -> h, one transformer layer "
+        "like the model's last, a norm, and a second pass through the shared output head and cross-entropy; 0: none",
+    )
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")
     micro_batch: int = Field(default=1, ge=1, description="samples per micro-batch on one pipeline")
@@ -143,6 +151,32 @@ class Workload(_Spec):
     @property
     def moe_layers(self) -> int:
         return 0 if self.moe is None else self.layers - self.moe.first_moe_layer
+
+    @property
+    def mtp_moe(self) -> bool:
+        """The multi-token prediction modules' layer is an MoE layer: each is built like the model's last layer
+        (Megatron-Core gpt_layer_specs.py ``get_gpt_mtp_block_spec`` takes the decoder's last layer spec; torchtitan's
+        ``_build_mtp_layers(model.layers[-1], ...)``), and the MoE layers are the last ones."""
+        return self.moe is not None
+
+    def mtp_parameter_counts(self) -> dict[str, int]:
+        """Parameters of the ``mtp_layers`` modules by part, not in :meth:`parameter_counts` (the published sizes,
+        671B for DeepSeek-V3, leave them out): each module's transformer layer (its attention with its two norms, and
+        its FFN or experts, shared experts and router), its ``eh_proj`` (2h x h) and three norms (enorm, hnorm,
+        final). The embedding and output head are the main model's, shared (DeepSeek-V3 report Sec. 2.2)."""
+        d, h = self.mtp_layers, self.hidden
+        mats = 3 if self.gated_ffn else 2
+        attn = int(sum(k * n for _, k, n in self.attention_linears(1))) + 2 * h
+        out = {"attention": d * attn, "ffn": 0, "experts": 0, "shared_experts": 0, "router": 0}
+        if self.moe is not None:
+            per_expert = mats * h * self.moe.expert_ffn_hidden
+            out["experts"] = d * self.moe.experts * per_expert
+            out["shared_experts"] = d * self.moe.shared_experts * per_expert
+            out["router"] = d * h * self.moe.experts
+        else:
+            out["ffn"] = d * mats * h * self.ffn_hidden
+        out["projection"] = d * (2 * h * h + 3 * h)
+        return out
 
     @property
     def window_layers(self) -> int:
