@@ -22,7 +22,7 @@ from commlens.project.errors import InfeasibleLayoutError
 from commlens.specdata import StrictSpec
 from commlens.workload import Workload
 
-__all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
+__all__ = ["CudaGraphScope", "Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["block", "uniform"]
@@ -30,6 +30,7 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe",
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 Fp8Recipe = Literal["delayed", "current", "mxfp8"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
@@ -153,6 +154,18 @@ class ParallelLayout(StrictSpec):
         default=False,
         description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",
     )
+    cuda_graph_scope: tuple[CudaGraphScope, ...] | None = Field(
+        default=None,
+        description="with cuda_graphs, what Megatron-Core captures (--cuda-graph-scope, Megatron-LM 0d8e0714 and "
+        "44151194 transformer_config.py / transformer_layer.py): attn (input norm, attention, its projection and "
+        "residual add), mlp (a dense layer's pre-MLP norm, MLP and residual add), moe_router (an MoE layer's pre-MLP "
+        "norm and router; its residual add after the combine stays eager), moe_preprocess (with moe_router: the "
+        "dispatcher's token counts and, for the all-to-all dispatcher, permutation 1, whose count copy then moves "
+        "to the sync point, so the host's wait drains the stream), full_iteration (Megatron's local whole-step "
+        "graph: every static kernel, as cuda_graphs alone), moe (the whole MoE layer: refused, it needs "
+        "drop-and-pad experts); kernels outside the scope pay their host launches and gaps. None: every static "
+        "kernel of the layers, the experts and dispatch eager",
+    )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
     framework: str = Field(
         default="megatron-core",
@@ -251,6 +264,22 @@ class ParallelLayout(StrictSpec):
                 f"from the first micro-batch), not zero {self.zero} with reshard_after_forward "
                 f"{str(self.reshard_after_forward).lower()}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _graph_scope(self) -> ParallelLayout:
+        # Megatron-Core's own checks (transformer_config.py __post_init__ at 0d8e0714)
+        scope = self.cuda_graph_scope
+        if scope is None:
+            return self
+        if not self.cuda_graphs:
+            raise ValueError("cuda_graph_scope needs cuda_graphs true")
+        if "full_iteration" in scope and len(scope) > 1:
+            raise ValueError("full_iteration is a scope of its own (Megatron's local implementation)")
+        if "moe" in scope and "moe_router" in scope:
+            raise ValueError("cuda_graph_scope must not contain both moe and moe_router")
+        if "moe_preprocess" in scope and "moe_router" not in scope:
+            raise ValueError("moe_preprocess is captured only with moe_router")
         return self
 
     @field_validator("recompute_modules", mode="before")
@@ -366,6 +395,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
         )
+    _check_graph_scope(layout, w)
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
@@ -406,6 +436,21 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     placement["ep"] = (ep, ep_stride)
     placement["edp"] = (edp, ep_stride * ep)
     return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups, placement, etp)
+
+
+def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
+    """Scopes Megatron-Core cannot capture for this model (transformer_config.py at 0d8e0714): MoE scopes on a dense
+    model, the whole MoE layer without drop-and-pad experts (and commlens models dropless experts only), a
+    whole-step graph around dropless experts' dynamic shapes."""
+    scope = layout.cuda_graph_scope or ()
+    moe_scopes = [s for s in scope if s.startswith("moe")]
+    if w.moe is None and moe_scopes:
+        raise InfeasibleLayoutError(f"cuda_graph_scope {', '.join(moe_scopes)} on a dense model")
+    if w.moe is not None and ("moe" in scope or "full_iteration" in scope):
+        raise InfeasibleLayoutError(
+            "cuda_graph_scope moe / full_iteration capture the experts, which needs drop-and-pad MoE (static token "
+            "counts); commlens models dropless experts"
+        )
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

@@ -48,6 +48,7 @@ from commlens.project.kernels import (
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
+    graph_shares,
     layer_kernels,
     recompute_share,
     tp_fp8_all_gather,
@@ -618,9 +619,9 @@ def _layer_time(
     redo = recomputed_modules(layout)  # selective recomputation's modules
     # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
-    host_static = 0.0 if layout.cuda_graphs else host_op_s  # graphable kernels: none left to launch
     module_s = fw.module_host_s * dev.host_op_factor  # a linear module's own host time beyond its launches
-    module_static = 0.0 if layout.cuda_graphs else module_s
+    # what no CUDA graph replays is launched by the host (kernels.graph_share: the layout's graphs and their scope)
+    ungraphed = [1.0 - g for g in graph_shares(kernels, layout)]
     by_kind: dict[str, float] = {}
     for k in kernels:
         passes = fwd_passes + recompute_share(k.name, redo, w)
@@ -630,14 +631,17 @@ def _layer_time(
     t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
-    pre_host = sum(k.launches * host_static + k.modules * module_static for k in kernels if not k.eager)
-    post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
-    # and its backward: BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
+    pre_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if not k.eager)
+    post_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if k.eager)
+    # and its backward (a captured part's backward is captured too, Transformer Engine's make_graphed_callables):
+    # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
     bwd_host = sum(
-        (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches)
-        * (host_op_s if k.eager else host_static)
-        + BACKWARD_KERNEL_RATIO * k.modules * (module_s if k.eager else module_static)
-        for k in kernels
+        (
+            (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches) * host_op_s
+            + BACKWARD_KERNEL_RATIO * k.modules * module_s
+        )
+        * u
+        for k, u in zip(kernels, ungraphed)
     )
     host = (pre_host + post_host) * fwd_passes + bwd_host
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
@@ -854,25 +858,36 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     fw, dev, layout = c.fw, c.dev, c.layout
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
     module_s = fw.module_host_s * dev.host_op_factor
-    host_static = 0.0 if layout.cuda_graphs else host_op_s
-    module_static = 0.0 if layout.cuda_graphs else module_s
+    ungraphed = {id(k): 1.0 - g for k, g in zip(kernels, graph_shares(kernels, layout))}
 
-    def op(k: Kernel, launch_s: float, mod_s: float, share: float = 1.0) -> tuple[float, float, float]:
-        return ((k.launches * launch_s + k.modules * mod_s) * share, k.launches * share, k.fwd_s * share)
+    def op(k: Kernel, share: float = 1.0) -> tuple[float, float, float]:
+        host_s = (k.launches * host_op_s + k.modules * module_s) * ungraphed[id(k)]
+        return (host_s * share, k.launches * share, k.fwd_s * share)
 
     eager = [k for k in kernels if k.eager]
     permute = next((k for k in eager if k.name == "permute"), None)
     before = (0.0, 0.0, 0.0)
-    after = [op(permute, host_op_s, module_s)] if permute else []
-    if permute and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall":
+    after = [op(permute)] if permute else []
+    split = permute is not None and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall"
+    # a captured moe_preprocess (kernels.graph_share: the counts and permutation 1 in the router's graph) moves the
+    # counts' copy to the sync point itself (token_dispatcher.py at 0d8e0714 and 44151194: cuda_dtoh_point
+    # 'before_ep_alltoall' when cuda_graph_scope has moe_preprocess), so the host's wait drains the stream
+    drain = split and "moe_preprocess" in (layout.cuda_graph_scope or ()) and layout.cuda_graphs
+    if permute is not None and split:
         # the dispatch's kernels: counts and permutation 1 before the sync, their inverse (unpermute) after it
-        before = op(permute, host_op_s, module_s, 0.5)
-        after = [before]
+        unpermute = ((permute.launches * host_op_s + permute.modules * module_s) * 0.5, *op(permute, 0.5)[1:])
+        before = (0.0, unpermute[1], unpermute[2]) if drain else op(permute, 0.5)
+        after = [unpermute]
     after.append((0.0, 1.0, ep_fwd / 2))  # the dispatch all-to-all (its launch counted with the permutation)
-    after += [op(k, host_op_s, module_s) for k in eager if k is not permute]
+    after += [op(k) for k in eager if k is not permute]
     after.append((0.0, 1.0, ep_fwd / 2))  # the combine all-to-all
-    after += [op(k, host_static, module_static) for k in kernels if not k.eager]
+    after += [op(k) for k in kernels if not k.eager]
     after.append((0.0, 1.0, tp_fwd))
+    if drain:
+        # the next layer's graph replays permutation 1, then the host waits for the copy behind it: nothing is left
+        # queued when it resumes
+        gpu, host = queue_finish_s([*after, before])
+        return max(gpu, host) + MOE_SYNC_S
     # the GPU resumes with permutation 1 (issued before the wait, run after the copy) still to run
     gpu, host = queue_finish_s(after, gpu_start_s=max(0.0, before[2] - MOE_SYNC_S))
     # the host waits for the next layer's counts (done on the GPU once it has run everything issued before them)
