@@ -86,6 +86,15 @@ class ParallelLayout(StrictSpec):
         "all-gather and computed with as gathered, 1 B a parameter (torchao's enable_fsdp_float8_all_gather); the "
         "embedding, norms and output projection stay 16-bit; no effect otherwise",
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="with fp8 precision and ZeRO-1/2 (Megatron's distributed optimizer): the blocks' Transformer "
+        "Engine linears (attention, dense and expert FFNs) hold fp8 weights (Megatron fp8_param_gather, which the "
+        "Megatron-Bridge fp8 recipes set), and the parameter all-gather moves them as stored: 1 B a weight under "
+        "per-tensor scaling (delayed, current: the Float8Tensor's data in a uint8 buffer), 2 B under mxfp8 (its "
+        "buffer is a bf16 view of the gradient buffer, quantized after the gather); router, norms, embedding and "
+        "output layer 2 B; ZeRO-3 is fsdp_fp8_all_gather's",
+    )
     optimizer_state_bytes: float = Field(
         default=12.0,
         gt=0,

@@ -1127,13 +1127,14 @@ def _slowest_tail(
     tied = _tied_embedding_reduce_s(c)
     recompute = _stage_rc(c) if layout.recompute == "full" else []
     fp8_gathered = stage_fp8_gathered(c.w, layout, r)
+    fp8_zero1 = _zero1_fp8_gathered(c)
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
         redone = 0.0
         if recompute:  # (an empty stage as under full recomputation of every layer)
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
-        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i])
+        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i], *fp8_zero1[i])
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
@@ -1152,6 +1153,7 @@ def _slowest_tail(
                 c.fw,
                 _zero3_modules(c),
                 fp8_gathered[i],
+                fp8_zero1[i],
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -1164,6 +1166,31 @@ def _slowest_tail(
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return best_tail[2]
+
+
+def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of every stage that ZeRO-1/2's all-gather moves at 1 B (``layout.
+    fp8_param_gather`` with fp8 precision and a per-tensor recipe; else none). Megatron-Core builds each transformer
+    layer under Transformer Engine's fp8_model_init when fp8_param is set (NVIDIA/Megatron-LM 0d8e0714 and 44151194
+    megatron/core/fp8_utils.py get_fp8_context(is_init=True)), so the layers' TE linears (attention, dense FFN,
+    shared and routed experts) hold quantized weights; the distributed optimizer's buffer for such a weight is
+    uint8 (distributed_data_parallel.py: is_float8tensor -> param_dtype torch.uint8), one byte each. An MXFP8
+    weight's bucket gathers into a bf16 view of its gradient buffer instead (param_and_grad_buffer.py: 'For MXFP8
+    param: Create a shared buffer for param AG and grad RS', param_data bf16, with Megatron-Bridge's
+    reuse_grad_buf_for_mxfp8_param_ag): two bytes, as without fp8 parameters. The router (a plain matmul), norms,
+    embedding and output layer are not TE fp8 linears: two bytes."""
+    w, layout, r = c.w, c.layout, c.r
+    recipe = layout.fp8_recipe or c.fw.fp8_recipe
+    if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8" and recipe != "mxfp8"):
+        return [(0.0, 0.0)] * r.pp
+    counts = w.parameter_counts()
+    attention = counts["attention"] / w.layers
+    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
+    shared = counts["shared_experts"] / w.moe_layers if w.moe_layers else 0.0
+    return [
+        ((dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp, expert)
+        for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
+    ]
 
 
 def _tied_embedding_reduce_s(c: _Setup) -> float:
@@ -1406,6 +1433,7 @@ def _dp_tail(
     fw: Framework,
     modules: tuple[float, ...] = (),
     fp8_local: float = 0.0,
+    fp8_zero1: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -1415,12 +1443,13 @@ def _dp_tail(
     (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
     latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all);
-    ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`)."""
+    ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`);
+    ``fp8_zero1``: the (dense, expert) parameters ZeRO-1/2 gathers at 1 B (:func:`_zero1_fp8_gathered`)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     n_buckets = 0.0
-    for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
+    for params, group, fp8 in ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1])):
         if group.size == 1 or params == 0:
             continue
         bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
@@ -1432,7 +1461,7 @@ def _dp_tail(
         else:
             rs_s += buckets * comm("reduce_scatter", params * gb / buckets, group)
             if layout.zero < 3:
-                ag_s += buckets * comm("all_gather", params * 2 / buckets, group)
+                ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
