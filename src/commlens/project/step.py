@@ -631,7 +631,9 @@ def _layer_time(
     t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
-    pre_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if not k.eager)
+    pre_host = sum(
+        (k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if not k.eager
+    )
     post_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if k.eager)
     # and its backward (a captured part's backward is captured too, Transformer Engine's make_graphed_callables):
     # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
