@@ -40,6 +40,8 @@ __all__ = [
     "async_tp_unfused_reduce_scatters",
     "fp8_cast_bytes",
     "fp8_recipe",
+    "graph_share",
+    "graph_shares",
     "recompute_share",
     "layer_kernels",
     "unfused_factor",
@@ -462,12 +464,12 @@ def layer_kernels(
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
     out += _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
-    return _with_gaps(out, layout) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+    return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
-def _with_gaps(kernels: list[Kernel], layout: ParallelLayout) -> list[Kernel]:
+def _with_gaps(kernels: list[Kernel], layout: ParallelLayout, moe_layer: bool = False) -> list[Kernel]:
     """``kernels`` (all on the main stream) and the launch gaps they hold the GPU for (:func:`_launch_gap`)."""
-    gaps = [_launch_gap(k, (0.0, 0.0), layout.cuda_graphs) for k in kernels]
+    gaps = [_scoped_gap(k, (0.0, 0.0), layout, moe_layer) for k in kernels]
     return kernels + [g for g in gaps if g is not None]
 
 
@@ -714,7 +716,7 @@ def _moe_block(
     # the experts' GEMMs run on Transformer Engine's side streams (forward one per expert, backward two), their
     # casts on the main stream
     side = {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
-    gaps = [_launch_gap(k, side.get(k.name, (0.0, 0.0)), layout.cuda_graphs) for k in out]
+    gaps = [_scoped_gap(k, side.get(k.name, (0.0, 0.0)), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
 
 
@@ -778,7 +780,7 @@ def _distmoe_block(
         attn_in, attn_grads = attn_cast
         shared = tokens * m.shared_experts
         out.append(_cast(b, layout, (attn_in + shared * (h + fe), attn_grads + shared * ((mats - 1) * fe + h))))
-    gaps = [_launch_gap(k, (0.0, 0.0), layout.cuda_graphs) for k in out]
+    gaps = [_scoped_gap(k, (0.0, 0.0), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
 
 
@@ -797,6 +799,61 @@ def _distmoe_block(
 KERNEL_GAP_S = 2.0e-6
 KERNEL_MIN_S = 2.5e-6
 GAP_SUFFIX = "_gap"
+
+
+# Megatron-Core's CUDA graph scopes (ParallelLayout.cuda_graph_scope; NVIDIA/Megatron-LM 0d8e0714, the 25.11
+# container's, and 44151194, 26.04.01's: transformer_layer.py _get_submodules_under_cudagraphs / _te_cuda_graph_replay,
+# moe/moe_layer.py route and preprocess under maybe_skip_or_early_return_by_cudagraph): attn captures the input norm,
+# the attention and its projection with the residual add after it; mlp a dense layer's pre-MLP norm, MLP and residual
+# add; moe_router an MoE layer's pre-MLP norm and router, and the layer then resumes eagerly from the dispatch (its
+# residual add after the combine, _forward_post_mlp, included); moe_preprocess adds the dispatcher's
+# dispatch_preprocess: for the all-to-all dispatcher the token counts and permutation 1 (the half of the permute
+# kernel's launches before the sync point, as step._sync_cycle_s splits them), for the flex dispatcher only routing
+# metadata the model counts inside the dispatch. The shared experts stay eager (captured only where the stack turns
+# moe_shared_expert_overlap off, which the layout does not state).
+GRAPH_MLP_HALF = frozenset({"ffn_norm", "ffn_in", "ffn_activation", "ffn_out", "ffn_residual"})
+GRAPH_MOE_ROUTER = frozenset({"ffn_norm", "router", "router_topk"})
+GRAPH_MOE_EAGER = frozenset({"ffn_residual"})  # non-eager kernels of an MoE layer that run after a router graph
+
+
+def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
+    """The share of ``k``'s launches a CUDA graph replays (no host launch cost, no launch gap): without a scope,
+    every kernel but the eager ones (MoE dispatch and experts) where ``layout.cuda_graphs``; with
+    ``layout.cuda_graph_scope``, the kernels of the captured parts (GRAPH_MLP_HALF, GRAPH_MOE_ROUTER, permutation 1
+    under moe_preprocess with the all-to-all dispatcher, the rest of the layer under attn)."""
+    scope = layout.cuda_graph_scope
+    if not layout.cuda_graphs:
+        return 0.0
+    if scope is None or "full_iteration" in scope:
+        return 0.0 if k.eager else 1.0
+    name = k.name.removesuffix(GAP_SUFFIX)
+    if not moe_layer and name in GRAPH_MLP_HALF:
+        return 1.0 if "mlp" in scope else 0.0
+    if moe_layer and name in GRAPH_MOE_ROUTER:
+        return 1.0 if "moe_router" in scope else 0.0
+    if moe_layer and name == "permute":
+        return 0.5 if "moe_preprocess" in scope and layout.moe_dispatcher == "alltoall" else 0.0
+    if k.eager or (moe_layer and name in GRAPH_MOE_EAGER):
+        return 0.0
+    return 1.0 if "attn" in scope else 0.0
+
+
+def graph_shares(kernels: list[Kernel], layout: ParallelLayout) -> list[float]:
+    """:func:`graph_share` of each of one layer's ``kernels`` (an MoE layer: one with a router)."""
+    moe_layer = any(k.name == "router" for k in kernels)
+    return [graph_share(k, layout, moe_layer) for k in kernels]
+
+
+def _scoped_gap(k: Kernel, side: tuple[float, float], layout: ParallelLayout, moe_layer: bool) -> Kernel | None:
+    """:func:`_launch_gap` of the part of ``k`` no CUDA graph replays (:func:`graph_share`)."""
+    share = graph_share(k, layout, moe_layer)
+    if share >= 1.0:
+        return None
+    if share > 0.0:
+        rest = 1.0 - share
+        bwd = None if k.bwd_launches is None else k.bwd_launches * rest
+        k = replace(k, fwd_s=k.fwd_s * rest, bwd_s=k.bwd_s * rest, launches=k.launches * rest, bwd_launches=bwd)
+    return _launch_gap(k, side, False)
 
 
 def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool) -> Kernel | None:

@@ -22,7 +22,7 @@ from commlens.project.errors import InfeasibleLayoutError
 from commlens.specdata import StrictSpec
 from commlens.workload import Workload
 
-__all__ = ["Group", "ParallelLayout", "Resolved", "resolve"]
+__all__ = ["CudaGraphScope", "Group", "ParallelLayout", "Resolved", "resolve"]
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["block", "uniform"]
@@ -30,6 +30,7 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe",
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 Fp8Recipe = Literal["delayed", "current", "mxfp8"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
@@ -84,6 +85,15 @@ class ParallelLayout(StrictSpec):
         description="with fp8 precision and ZeRO-3/FSDP: the fp8 linears' weights are cast to fp8 before the "
         "all-gather and computed with as gathered, 1 B a parameter (torchao's enable_fsdp_float8_all_gather); the "
         "embedding, norms and output projection stay 16-bit; no effect otherwise",
+    )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="with fp8 precision and ZeRO-1/2 (Megatron's distributed optimizer): the blocks' Transformer "
+        "Engine linears (attention, dense and expert FFNs) hold fp8 weights (Megatron fp8_param_gather, which the "
+        "Megatron-Bridge fp8 recipes set), and the parameter all-gather moves them as stored: 1 B a weight under "
+        "per-tensor scaling (delayed, current: the Float8Tensor's data in a uint8 buffer), 2 B under mxfp8 (its "
+        "buffer is a bf16 view of the gradient buffer, quantized after the gather); router, norms, embedding and "
+        "output layer 2 B; ZeRO-3 is fsdp_fp8_all_gather's",
     )
     optimizer_state_bytes: float = Field(
         default=12.0,
@@ -152,6 +162,18 @@ class ParallelLayout(StrictSpec):
     cuda_graphs: bool = Field(
         default=False,
         description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",
+    )
+    cuda_graph_scope: tuple[CudaGraphScope, ...] | None = Field(
+        default=None,
+        description="with cuda_graphs, what Megatron-Core captures (--cuda-graph-scope, Megatron-LM 0d8e0714 and "
+        "44151194 transformer_config.py / transformer_layer.py): attn (input norm, attention, its projection and "
+        "residual add), mlp (a dense layer's pre-MLP norm, MLP and residual add), moe_router (an MoE layer's pre-MLP "
+        "norm and router; its residual add after the combine stays eager), moe_preprocess (with moe_router: the "
+        "dispatcher's token counts and, for the all-to-all dispatcher, permutation 1, whose count copy then moves "
+        "to the sync point, so the host's wait drains the stream), full_iteration (Megatron's local whole-step "
+        "graph: every static kernel, as cuda_graphs alone), moe (the whole MoE layer: refused, it needs "
+        "drop-and-pad experts); kernels outside the scope pay their host launches and gaps. None: every static "
+        "kernel of the layers, the experts and dispatch eager",
     )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
     framework: str = Field(
@@ -251,6 +273,22 @@ class ParallelLayout(StrictSpec):
                 f"from the first micro-batch), not zero {self.zero} with reshard_after_forward "
                 f"{str(self.reshard_after_forward).lower()}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _graph_scope(self) -> ParallelLayout:
+        # Megatron-Core's own checks (transformer_config.py __post_init__ at 0d8e0714)
+        scope = self.cuda_graph_scope
+        if scope is None:
+            return self
+        if not self.cuda_graphs:
+            raise ValueError("cuda_graph_scope needs cuda_graphs true")
+        if "full_iteration" in scope and len(scope) > 1:
+            raise ValueError("full_iteration is a scope of its own (Megatron's local implementation)")
+        if "moe" in scope and "moe_router" in scope:
+            raise ValueError("cuda_graph_scope must not contain both moe and moe_router")
+        if "moe_preprocess" in scope and "moe_router" not in scope:
+            raise ValueError("moe_preprocess is captured only with moe_router")
         return self
 
     @field_validator("recompute_modules", mode="before")
@@ -366,6 +404,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
         )
+    _check_graph_scope(layout, w)
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
@@ -406,6 +445,21 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     placement["ep"] = (ep, ep_stride)
     placement["edp"] = (edp, ep_stride * ep)
     return Resolved(gpus, tp, cp, pp, vpp, dp, ep, micro_batches, stage_layers, groups, placement, etp)
+
+
+def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
+    """Scopes Megatron-Core cannot capture for this model (transformer_config.py at 0d8e0714): MoE scopes on a dense
+    model, the whole MoE layer without drop-and-pad experts (and commlens models dropless experts only), a
+    whole-step graph around dropless experts' dynamic shapes."""
+    scope = layout.cuda_graph_scope or ()
+    moe_scopes = [s for s in scope if s.startswith("moe")]
+    if w.moe is None and moe_scopes:
+        raise InfeasibleLayoutError(f"cuda_graph_scope {', '.join(moe_scopes)} on a dense model")
+    if w.moe is not None and ("moe" in scope or "full_iteration" in scope):
+        raise InfeasibleLayoutError(
+            "cuda_graph_scope moe / full_iteration capture the experts, which needs drop-and-pad MoE (static token "
+            "counts); commlens models dropless experts"
+        )
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

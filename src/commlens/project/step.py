@@ -48,6 +48,7 @@ from commlens.project.kernels import (
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
+    graph_shares,
     layer_kernels,
     recompute_share,
     tp_fp8_all_gather,
@@ -627,9 +628,9 @@ def _layer_time(
     redo = recomputed_modules(layout)  # selective recomputation's modules
     # the host's time per op: the stack's figure (x86 hosts), scaled by this GPU's host CPU (Grace is slower per op)
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
-    host_static = 0.0 if layout.cuda_graphs else host_op_s  # graphable kernels: none left to launch
     module_s = fw.module_host_s * dev.host_op_factor  # a linear module's own host time beyond its launches
-    module_static = 0.0 if layout.cuda_graphs else module_s
+    # what no CUDA graph replays is launched by the host (kernels.graph_share: the layout's graphs and their scope)
+    ungraphed = [1.0 - g for g in graph_shares(kernels, layout)]
     by_kind: dict[str, float] = {}
     for k in kernels:
         passes = fwd_passes + recompute_share(k.name, redo, w)
@@ -639,14 +640,19 @@ def _layer_time(
     t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
     # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
-    pre_host = sum(k.launches * host_static + k.modules * module_static for k in kernels if not k.eager)
-    post_host = sum(k.launches * host_op_s + k.modules * module_s for k in kernels if k.eager)
-    # and its backward: BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
+    pre_host = sum(
+        (k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if not k.eager
+    )
+    post_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if k.eager)
+    # and its backward (a captured part's backward is captured too, Transformer Engine's make_graphed_callables):
+    # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
     bwd_host = sum(
-        (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches)
-        * (host_op_s if k.eager else host_static)
-        + BACKWARD_KERNEL_RATIO * k.modules * (module_s if k.eager else module_static)
-        for k in kernels
+        (
+            (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches) * host_op_s
+            + BACKWARD_KERNEL_RATIO * k.modules * module_s
+        )
+        * u
+        for k, u in zip(kernels, ungraphed)
     )
     host = (pre_host + post_host) * fwd_passes + bwd_host
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
@@ -863,25 +869,36 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     fw, dev, layout = c.fw, c.dev, c.layout
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
     module_s = fw.module_host_s * dev.host_op_factor
-    host_static = 0.0 if layout.cuda_graphs else host_op_s
-    module_static = 0.0 if layout.cuda_graphs else module_s
+    ungraphed = {id(k): 1.0 - g for k, g in zip(kernels, graph_shares(kernels, layout))}
 
-    def op(k: Kernel, launch_s: float, mod_s: float, share: float = 1.0) -> tuple[float, float, float]:
-        return ((k.launches * launch_s + k.modules * mod_s) * share, k.launches * share, k.fwd_s * share)
+    def op(k: Kernel, share: float = 1.0) -> tuple[float, float, float]:
+        host_s = (k.launches * host_op_s + k.modules * module_s) * ungraphed[id(k)]
+        return (host_s * share, k.launches * share, k.fwd_s * share)
 
     eager = [k for k in kernels if k.eager]
     permute = next((k for k in eager if k.name == "permute"), None)
     before = (0.0, 0.0, 0.0)
-    after = [op(permute, host_op_s, module_s)] if permute else []
-    if permute and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall":
+    after = [op(permute)] if permute else []
+    split = permute is not None and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall"
+    # a captured moe_preprocess (kernels.graph_share: the counts and permutation 1 in the router's graph) moves the
+    # counts' copy to the sync point itself (token_dispatcher.py at 0d8e0714 and 44151194: cuda_dtoh_point
+    # 'before_ep_alltoall' when cuda_graph_scope has moe_preprocess), so the host's wait drains the stream
+    drain = split and "moe_preprocess" in (layout.cuda_graph_scope or ()) and layout.cuda_graphs
+    if permute is not None and split:
         # the dispatch's kernels: counts and permutation 1 before the sync, their inverse (unpermute) after it
-        before = op(permute, host_op_s, module_s, 0.5)
-        after = [before]
+        unpermute = ((permute.launches * host_op_s + permute.modules * module_s) * 0.5, *op(permute, 0.5)[1:])
+        before = (0.0, unpermute[1], unpermute[2]) if drain else op(permute, 0.5)
+        after = [unpermute]
     after.append((0.0, 1.0, ep_fwd / 2))  # the dispatch all-to-all (its launch counted with the permutation)
-    after += [op(k, host_op_s, module_s) for k in eager if k is not permute]
+    after += [op(k) for k in eager if k is not permute]
     after.append((0.0, 1.0, ep_fwd / 2))  # the combine all-to-all
-    after += [op(k, host_static, module_static) for k in kernels if not k.eager]
+    after += [op(k) for k in kernels if not k.eager]
     after.append((0.0, 1.0, tp_fwd))
+    if drain:
+        # the next layer's graph replays permutation 1, then the host waits for the copy behind it: nothing is left
+        # queued when it resumes
+        gpu, host = queue_finish_s([*after, before])
+        return max(gpu, host) + MOE_SYNC_S
     # the GPU resumes with permutation 1 (issued before the wait, run after the copy) still to run
     gpu, host = queue_finish_s(after, gpu_start_s=max(0.0, before[2] - MOE_SYNC_S))
     # the host waits for the next layer's counts (done on the GPU once it has run everything issued before them)
@@ -1205,13 +1222,14 @@ def _slowest_tail(
     tied = _tied_embedding_reduce_s(c)
     recompute = _stage_rc(c) if layout.recompute == "full" else []
     fp8_gathered = stage_fp8_gathered(c.w, layout, r)
+    fp8_zero1 = _zero1_fp8_gathered(c)
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
         redone = 0.0
         if recompute:  # (an empty stage as under full recomputation of every layer)
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
-        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i])
+        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i], *fp8_zero1[i])
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
@@ -1230,6 +1248,7 @@ def _slowest_tail(
                 c.fw,
                 _zero3_modules(c),
                 fp8_gathered[i],
+                fp8_zero1[i],
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -1242,6 +1261,31 @@ def _slowest_tail(
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return best_tail[2]
+
+
+def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of every stage that ZeRO-1/2's all-gather moves at 1 B (``layout.
+    fp8_param_gather`` with fp8 precision and a per-tensor recipe; else none). Megatron-Core builds each transformer
+    layer under Transformer Engine's fp8_model_init when fp8_param is set (NVIDIA/Megatron-LM 0d8e0714 and 44151194
+    megatron/core/fp8_utils.py get_fp8_context(is_init=True)), so the layers' TE linears (attention, dense FFN,
+    shared and routed experts) hold quantized weights; the distributed optimizer's buffer for such a weight is
+    uint8 (distributed_data_parallel.py: is_float8tensor -> param_dtype torch.uint8), one byte each. An MXFP8
+    weight's bucket gathers into a bf16 view of its gradient buffer instead (param_and_grad_buffer.py: 'For MXFP8
+    param: Create a shared buffer for param AG and grad RS', param_data bf16, with Megatron-Bridge's
+    reuse_grad_buf_for_mxfp8_param_ag): two bytes, as without fp8 parameters. The router (a plain matmul), norms,
+    embedding and output layer are not TE fp8 linears: two bytes."""
+    w, layout, r = c.w, c.layout, c.r
+    recipe = layout.fp8_recipe or c.fw.fp8_recipe
+    if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8" and recipe != "mxfp8"):
+        return [(0.0, 0.0)] * r.pp
+    counts = w.parameter_counts()
+    attention = counts["attention"] / w.layers
+    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
+    shared = counts["shared_experts"] / w.moe_layers if w.moe_layers else 0.0
+    return [
+        ((dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp, expert)
+        for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
+    ]
 
 
 def _tied_embedding_reduce_s(c: _Setup) -> float:
@@ -1488,6 +1532,7 @@ def _dp_tail(
     fw: Framework,
     modules: tuple[float, ...] = (),
     fp8_local: float = 0.0,
+    fp8_zero1: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -1497,12 +1542,13 @@ def _dp_tail(
     (``overlap_param_gather``). ZeRO-3 gathers a layer at a time, or with ``modules`` (:func:`_zero3_modules`) each
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
     latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all);
-    ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`)."""
+    ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`);
+    ``fp8_zero1``: the (dense, expert) parameters ZeRO-1/2 gathers at 1 B (:func:`_zero1_fp8_gathered`)."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     n_buckets = 0.0
-    for params, group in ((dense_local, dp_group), (expert_local, edp_group)):
+    for params, group, fp8 in ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1])):
         if group.size == 1 or params == 0:
             continue
         bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
@@ -1514,7 +1560,7 @@ def _dp_tail(
         else:
             rs_s += buckets * comm("reduce_scatter", params * gb / buckets, group)
             if layout.zero < 3:
-                ag_s += buckets * comm("all_gather", params * 2 / buckets, group)
+                ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
