@@ -640,31 +640,20 @@ def _moe_block(
     if mcore and layout.moe_dispatcher == "alltoall":
         dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
     permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
+    if layout.moe_fused_mlp:
+        experts = _fused_experts(b, w, up, down, routed * imbalance)
+    else:
+        up = replace(up, launches=local * fwd_launch, modules=1.0, bwd_launches=local * bwd_launch)
+        act_bytes = 2 * 2 * routed * fe * mats * imbalance
+        act = b.stream(
+            "experts_activation", "activation", act_bytes, 1, "expert_activation", fused=layout.expert_activation_fused
+        )
+        experts = [up, replace(act, eager=True), down]
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
         replace(permute, bwd_launches=dispatch[1]),
-        Kernel(
-            up.name,
-            up.kind,
-            up.fwd_s,
-            up.bwd_s,
-            local * fwd_launch,
-            True,
-            flops=up.flops,
-            modules=1.0,
-            bwd_launches=local * bwd_launch,
-        ),
-        b.stream(
-            "experts_activation",
-            "activation",
-            2 * 2 * routed * fe * mats * imbalance,
-            1,
-            "expert_activation",
-            fused=layout.expert_activation_fused,
-            eager=True,
-        ),
-        down,
+        *experts,
         b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
     if b.fw.moe_local_sort and layout.moe_dispatcher == "alltoall" and s.ep > 1 and local > 1:
@@ -692,7 +681,8 @@ def _moe_block(
         out.append(
             Kernel("fp8_padding", "moe_routing", pad_s, pad_s, n_pad, True, nbytes=pad_bytes, bwd_launches=bwd_pad)
         )
-    out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
+    if not layout.moe_fused_mlp:  # the fused kernels clamp and add the biases in their epilogues
+        out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:
         out += [
             b.gemm(
@@ -710,14 +700,54 @@ def _moe_block(
     if w.precision == "fp8":
         attn_in, attn_grads = attn_cast
         expert_tokens = routed + tokens * m.shared_experts
-        out.append(
-            _cast(b, layout, (attn_in + expert_tokens * (h + fe), attn_grads + expert_tokens * ((mats - 1) * fe + h)))
-        )
+        cast_in = expert_tokens * (h + fe)
+        cast_grads = expert_tokens * ((mats - 1) * fe + h)
+        if layout.moe_fused_mlp:  # the fused kernels quantize fc2's input and fc1's output gradient themselves
+            cast_in -= routed * fe
+            cast_grads -= routed * (mats - 1) * fe
+        out.append(_cast(b, layout, (attn_in + cast_in, attn_grads + cast_grads)))
     # the experts' GEMMs run on Transformer Engine's side streams (forward one per expert, backward two), their
-    # casts on the main stream
-    side = {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
+    # casts on the main stream; the fused grouped MLP's kernels all run on the main stream
+    side = {} if layout.moe_fused_mlp else {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
     gaps = [_scoped_gap(k, side.get(k.name, (0.0, 0.0)), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
+
+
+# Transformer Engine's fused grouped MLP (ParallelLayout.moe_fused_mlp), as the 26.08 Megatron-Bridge recipes run it
+# (perf_recipes at v0.6.0 51885cf1: use_transformer_engine_op_fuser, moe_mlp_glu_interleave_size 32,
+# NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): Megatron-Core (Megatron-LM cd4afffa moe/experts.py TEGroupedMLP._make_fused_ops /
+# _fused_forward) builds te.pytorch.ops GroupedLinear -> ScaledSwiGLU or ScaledClampedQGeGLU(limit) -> GroupedLinear
+# (fc2 bias scaled by the routing weight), and TE (4329ff84 pytorch/ops/fused/grouped_mlp.py, fused when the recipe is
+# MXFP8 or NVFP4 and cuDNN's sm100 CuTe DSL wrappers load) runs them as, forward: the input's MXFP8 group quantize
+# (tex.group_quantize: one kernel over all experts), grouped_gemm_activation (fc1 over all local experts, bias,
+# clamped GLU, routing-weight scale and fc2's input quantized in the epilogue), grouped_gemm_quant (fc2 with its bias
+# times the weight): 3 kernels per layer and micro-batch, whatever the experts. Backward: fc2's output gradient group
+# quantized (1), grouped_gemm_dactivation (fc2's data gradient, the GLU's backward, fc1's bias gradient and fc1's
+# output gradient quantized: 1), the grouped wgrad kernels of fc2 and fc1 and fc1's data gradient (3), and with
+# biases compute_grouped_dbias_dscales (a Triton kernel reading fc2's output gradient: 1). The per-expert token counts
+# stay a device tensor (the splits' offsets; group_quantize's is_job_valid and the GEMMs' dynamic scheduler walk only
+# the rows they cover), and with HybridEP the dispatch already padded each expert for the quantization
+# (moe_utils.py skip_routed_expert_padding), so nothing is read on the host.
+FUSED_MLP_LAUNCHES = {"experts_in": (2.0, 2.0), "experts_out": (1.0, 3.0)}  # (forward, backward) kernels per layer
+
+
+def _fused_experts(b: _Builder, w: Workload, up: Kernel, down: Kernel, routed: float) -> list[Kernel]:
+    """The routed experts as TE's fused grouped MLP (FUSED_MLP_LAUNCHES): the GEMMs' time as ``up`` and ``down``
+    (the same FLOPs and shapes per expert), their launches per layer, no activation kernel, no clamp or bias ops;
+    with expert biases, the backward's grouped bias-gradient kernel over the ``routed`` rows (the most loaded
+    GPU's)."""
+    m = w.moe
+    assert m is not None
+    out = [
+        replace(k, launches=FUSED_MLP_LAUNCHES[k.name][0], bwd_launches=FUSED_MLP_LAUNCHES[k.name][1], modules=mods)
+        for k, mods in ((up, 1.0), (down, 0.0))
+    ]
+    if m.expert_bias:
+        dy_bytes = 2.0 * routed * w.hidden  # fc2's output gradient, 16 bits, read once
+        out.append(
+            Kernel("experts_dbias", "residual", 0.0, stream_time_s(b.dev, dy_bytes), 0.0, True, bwd_launches=1.0)
+        )
+    return out
 
 
 # Meta's Dist-MoE (meta-pytorch/dist_moe, BSD-3; docs/mxfp8_execution.md and docs/mxfp8_kernel_design.md at
@@ -825,7 +855,10 @@ def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
     if not layout.cuda_graphs:
         return 0.0
     if scope is None or "full_iteration" in scope:
-        return 0.0 if k.eager else 1.0
+        # a whole-step graph around HybridEP's static rank budget captures the MoE layer too (layout
+        # _check_graph_scope: nothing in it reads the token counts on the host)
+        whole_moe = scope is not None and layout.moe_expert_capacity is not None
+        return 0.0 if k.eager and not whole_moe else 1.0
     name = k.name.removesuffix(GAP_SUFFIX)
     if not moe_layer and name in GRAPH_MLP_HALF:
         return 1.0 if "mlp" in scope else 0.0

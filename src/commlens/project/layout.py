@@ -231,6 +231,22 @@ class ParallelLayout(StrictSpec):
         "GEMM and its output stored back from the GEMM's epilogue, one copy per routed expert; the EP group within "
         "one NVLink domain)",
     )
+    moe_fused_mlp: bool = Field(
+        default=False,
+        description="the routed experts run as Transformer Engine's fused grouped MLP (Megatron-Core "
+        "use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1: TE's CuTe DSL kernels, MXFP8 on "
+        "Blackwell): one grouped GEMM kernel per linear over all local experts, the activation (gpt-oss's clamp and "
+        "bias included), the routing-weight scale and the next GEMM's fp8 cast in its epilogue; false: TE's "
+        "GroupedLinear, one GEMM and one cast per expert, the activation and Megatron's bias loop apart",
+    )
+    moe_expert_capacity: float | None = Field(
+        default=None,
+        ge=1.0,
+        description="HybridEP's static token budget per EP rank (Megatron-Core moe_expert_rank_capacity_factor): the "
+        "dispatch writes into a buffer of tokens x top-k x this factor, drops what exceeds it and never copies the "
+        "token counts to the host; needs moe_dispatcher hybridep and moe_fused_mlp (transformer_config.py at "
+        "cd4afffa). None: the buffers sized from the counts, a host read every MoE layer",
+    )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",
         description="which top-k experts a token takes: uniform (a trained, load-balanced router: k experts drawn "
@@ -289,6 +305,14 @@ class ParallelLayout(StrictSpec):
             raise ValueError("cuda_graph_scope must not contain both moe and moe_router")
         if "moe_preprocess" in scope and "moe_router" not in scope:
             raise ValueError("moe_preprocess is captured only with moe_router")
+        return self
+
+    @model_validator(mode="after")
+    def _expert_capacity(self) -> ParallelLayout:
+        # Megatron-Core's own check (transformer_config.py __post_init__ at cd4afffa): the rank budget is the flex
+        # dispatcher's (hybridep or ncclep), and with hybridep it needs the op fuser's grouped MLP
+        if self.moe_expert_capacity is not None and (self.moe_dispatcher != "hybridep" or not self.moe_fused_mlp):
+            raise ValueError("moe_expert_capacity needs moe_dispatcher hybridep and moe_fused_mlp")
         return self
 
     @field_validator("recompute_modules", mode="before")
@@ -450,15 +474,28 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
 def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
     """Scopes Megatron-Core cannot capture for this model (transformer_config.py at 0d8e0714): MoE scopes on a dense
     model, the whole MoE layer without drop-and-pad experts (and commlens models dropless experts only), a
-    whole-step graph around dropless experts' dynamic shapes."""
+    whole-step graph around dropless experts' dynamic shapes. A whole-step graph of an MoE model is captured where
+    nothing in the layer reads the token counts on the host: HybridEP with a static rank budget
+    (moe_expert_capacity: token_dispatcher.py _HybridEPManager.setup_metadata at cd4afffa sizes the buffers from
+    it) feeding TE's fused grouped MLP, which takes the per-expert counts as a device tensor (experts.py
+    TEGroupedMLP._fused_forward; TE 4329ff84 ops/fused/grouped_mlp.py), as the 26.08 Megatron-Bridge recipes run
+    (perf_recipes/*/common.py full-iteration helpers at v0.6.0)."""
     scope = layout.cuda_graph_scope or ()
     moe_scopes = [s for s in scope if s.startswith("moe")]
     if w.moe is None and moe_scopes:
         raise InfeasibleLayoutError(f"cuda_graph_scope {', '.join(moe_scopes)} on a dense model")
-    if w.moe is not None and ("moe" in scope or "full_iteration" in scope):
+    static = "full_iteration" in scope and layout.moe_expert_capacity is not None
+    if w.moe is not None and ("moe" in scope or ("full_iteration" in scope and not static)):
         raise InfeasibleLayoutError(
-            "cuda_graph_scope moe / full_iteration capture the experts, which needs drop-and-pad MoE (static token "
-            "counts); commlens models dropless experts"
+            "cuda_graph_scope moe / full_iteration capture the experts, which needs static token counts: "
+            "drop-and-pad MoE (not modelled) or HybridEP's rank budget (moe_expert_capacity) with TE's fused "
+            "grouped MLP; these experts are dropless"
+        )
+    if layout.moe_fused_mlp and (w.moe is None or w.precision != "fp8" or layout.fp8_recipe != "mxfp8"):
+        raise InfeasibleLayoutError(
+            "moe_fused_mlp: Transformer Engine fuses the grouped MLP only for an MoE model in fp8 with the mxfp8 "
+            "recipe (TE 4329ff84 ops/fused/grouped_mlp.py fuse_grouped_mlp_ops; its NVFP4 path is not modelled); "
+            "otherwise the op fuser runs its unfused ops, which commlens does not model"
         )
 
 

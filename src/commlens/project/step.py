@@ -674,7 +674,8 @@ def _layer_time(
     tp_t += tp_whole
     gpu += tp_whole
     host_exposed = max(0.0, host - gpu)
-    if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe":  # Dist-MoE: no host read
+    # Dist-MoE, and HybridEP with a static rank budget (layout.moe_expert_capacity), read no count on the host
+    if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe" and layout.moe_expert_capacity is None:
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
         # GPU past that point, and the GPU waits for each launch after it until the host is ahead again
         # (_sync_cycle_s); the backward reuses the counts
