@@ -33,8 +33,8 @@ def test_the_26_08_table_holds_the_pages_rows_with_their_recipes():
 
 
 def test_the_26_08_rows_project_and_none_is_refused():
-    """Measured at 430cae0 (session 9): -22.1%, -19.2%, -20.1%, -21.9%, -8.0%, -18.2%, -11.4%, -19.1%; the model
-    is slower than every 26.08 run (full-iteration graphs, EP overlap and the TE op fuser have no layout field)."""
+    """Measured at 430cae0 (session 9), before the rows could state the fused expert MLP, the static expert budget and
+    whole-step graphs: -22.1%, -19.2%, -20.1%, -21.9%, -8.0%, -18.2%, -11.4%, -19.1%, slower than every 26.08 run."""
     rows = validate_set(load_set("megatron-bridge-perf-26.08-moe"))
     assert len(rows) == 8
     for r in rows:

@@ -171,8 +171,9 @@ class ParallelLayout(StrictSpec):
         "norm and router; its residual add after the combine stays eager), moe_preprocess (with moe_router: the "
         "dispatcher's token counts and, for the all-to-all dispatcher, permutation 1, whose count copy then moves "
         "to the sync point, so the host's wait drains the stream), full_iteration (Megatron's local whole-step "
-        "graph: every static kernel, as cuda_graphs alone), moe (the whole MoE layer: refused, it needs "
-        "drop-and-pad experts); kernels outside the scope pay their host launches and gaps. None: every static "
+        "graph: every static kernel, as cuda_graphs alone; an MoE layer's dispatch and experts too only with "
+        "moe_expert_capacity, the static expert budget), moe (the whole MoE layer: refused, it needs drop-and-pad "
+        "experts); kernels outside the scope pay their host launches and gaps. None: every static "
         "kernel of the layers, the experts and dispatch eager",
     )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
