@@ -703,10 +703,10 @@ EP_OVERLAP_MLP = frozenset(
     {"experts_in", "experts_activation", "experts_out", "sort_by_expert", "fp8_padding", "experts_clamp", "experts_bias"}
 )
 # SMs the dispatch and combine kernels hold while they run beside the other micro-batch's compute: NCCL's all-to-all
-# one CTA per channel (NCCL_OVERLAP_CTAS); DeepEP 24 (its README's training example, Buffer.set_num_sms(24));
-# HybridEP 32 (Megatron-Bridge's recipes set moe_hybridep_num_sms 32: v0.2.1 and 7ded17da
-# recipes/qwen/h100/qwen3_moe.py).
-EP_OVERLAP_SMS = {"alltoall": float(NCCL_OVERLAP_CTAS), "deepep": 24.0, "hybridep": 32.0}
+# one CTA per channel (NCCL_OVERLAP_CTAS); DeepEP Megatron-Core's default moe_deepep_num_sms 20 (transformer_config.py
+# at 0d8e0714 and 44151194); HybridEP 32 (Megatron-Bridge's recipes set moe_hybridep_num_sms 32: v0.2.1 and 7ded17da
+# recipes/qwen/h100/qwen3_moe.py; Megatron-Core's own default was 16 at 0d8e0714).
+EP_OVERLAP_SMS = {"alltoall": float(NCCL_OVERLAP_CTAS), "deepep": 20.0, "hybridep": 32.0}
 
 
 def combined_1f1b_layer_s(
