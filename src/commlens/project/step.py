@@ -700,7 +700,15 @@ def _layer_time(
 # launch-gap twins too). 0d8e0714 (25.11) ran the shared experts in the mlp node; no 25.11 row with the overlap has
 # shared experts.
 EP_OVERLAP_MLP = frozenset(
-    {"experts_in", "experts_activation", "experts_out", "sort_by_expert", "fp8_padding", "experts_clamp", "experts_bias"}
+    {
+        "experts_in",
+        "experts_activation",
+        "experts_out",
+        "sort_by_expert",
+        "fp8_padding",
+        "experts_clamp",
+        "experts_bias",
+    }
 )
 # SMs the dispatch and combine kernels hold while they run beside the other micro-batch's compute: NCCL's all-to-all
 # one CTA per channel (NCCL_OVERLAP_CTAS); DeepEP Megatron-Core's default moe_deepep_num_sms 20 (transformer_config.py
