@@ -73,7 +73,10 @@ class Overlap(_Strict):
         description="CP K/V exchange: ring (one chunk a step, each beside that step's attention), allgather (all "
         "chunks in one all-gather beside the first step's attention, waited for before the second), none (exposed)"
     )
-    ep: Literal["exposed", "overlapped"] = Field(description="EP all-to-all on the critical path or hidden")
+    ep: Literal["exposed", "overlapped", "combined_1f1b"] = Field(
+        description="EP all-to-all on the critical path, hidden, or hidden where the layout sets moe_a2a_overlap "
+        "(combined_1f1b: Megatron-Core's overlap_moe_expert_parallel_comm)"
+    )
     optimizer: Literal["after_step", "overlapped"] = Field(description="optimizer step after the backward or beside")
     param_gather: Literal["next_forward", "after_step"] = Field(
         description="ZeRO-1/2's all-gather of updated parameters: beside the next step's first forward, or after the step"

@@ -248,6 +248,18 @@ class ParallelLayout(StrictSpec):
         "token counts to the host; needs moe_dispatcher hybridep and moe_fused_mlp (transformer_config.py at "
         "cd4afffa). None: the buffers sized from the counts, a host read every MoE layer",
     )
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron-Core's EP all-to-all overlap (overlap_moe_expert_parallel_comm; moe_dev's "
+        "--combined-1f1b --combined-1f1b-recipe ep_a2a): one micro-batch's forward layer runs beside another's "
+        "backward layer and each one's dispatch/combine on a second stream beside the other's compute. Needs EP > 1, "
+        "the alltoall/deepep/hybridep dispatcher, no full recomputation, and VPP where PP > 1",
+    )
+    delay_wgrad_compute: bool = Field(
+        default=False,
+        description="with moe_a2a_overlap: the experts' and the attention's weight gradients run after the "
+        "backward's dispatch is issued (Megatron-Core delay_wgrad_compute)",
+    )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",
         description="which top-k experts a token takes: uniform (a trained, load-balanced router: k experts drawn "
@@ -430,6 +442,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
         )
     _check_graph_scope(layout, w)
+    _check_ep_overlap(layout, w, pp, vpp)
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
@@ -498,6 +511,24 @@ def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
             "recipe (TE 4329ff84 ops/fused/grouped_mlp.py fuse_grouped_mlp_ops; its NVFP4 path is not modelled); "
             "otherwise the op fuser runs its unfused ops, which commlens does not model"
         )
+
+
+def _check_ep_overlap(layout: ParallelLayout, w: Workload, pp: int, vpp: int) -> None:
+    """What Megatron-Core asserts before it runs the EP all-to-all overlap (transformer_config.py
+    ``__post_init__`` at 0d8e0714, 44151194 and cd4afffa): EP > 1, the alltoall or flex dispatcher, no full
+    recomputation, VPP where PP > 1."""
+    if not layout.moe_a2a_overlap:
+        if layout.delay_wgrad_compute:
+            raise InfeasibleLayoutError("delay_wgrad_compute needs moe_a2a_overlap")
+        return
+    if w.moe is None or layout.ep < 2:
+        raise InfeasibleLayoutError("moe_a2a_overlap needs expert parallelism (EP > 1)")
+    if layout.moe_dispatcher == "distmoe":
+        raise InfeasibleLayoutError("moe_a2a_overlap needs the alltoall or flex dispatcher, not distmoe")
+    if layout.recompute == "full" or "moe" in layout.recompute_modules:
+        raise InfeasibleLayoutError("moe_a2a_overlap runs without full recomputation or recompute of the moe module")
+    if pp > 1 and vpp < 2:
+        raise InfeasibleLayoutError("moe_a2a_overlap with PP > 1 needs the interleaved schedule (vpp > 1)")
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

@@ -44,6 +44,7 @@ from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
     EAGER_STREAM_FRACTION,
+    GAP_SUFFIX,
     KINDS,
     Kernel,
     LayerShape,
@@ -367,6 +368,8 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
             f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",
             "schedule",
         )
+    if layout.moe_a2a_overlap and fw.overlap.ep != "combined_1f1b":
+        raise InfeasibleLayoutError(f"{layout.framework} has no EP all-to-all overlap (moe_a2a_overlap)", "schedule")
     fp8 = w.precision == "fp8"
     c = _Setup(
         scenario=s,
@@ -661,7 +664,9 @@ def _layer_time(
         ep_t = _distmoe_exposed_s(kernels, c.comm("all_to_all", a2a_bytes, r.groups["ep"]), fwd_passes)
     elif a2a_bytes and r.ep > 1:
         ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
-        if layout.schedule == "dualpipe":
+        if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
+            ep_t = _ep_overlap_s(c, kernels, a2a_bytes, redo, stream / (compute + stream) if compute + stream else 0.0)
+        elif layout.schedule == "dualpipe":
             # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
             # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
             # the hidden part holds its SMs (DUALPIPE_COMM_SMS) and its share of HBM from the layer beside it
@@ -686,6 +691,99 @@ def _layer_time(
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
+
+
+# Megatron-Core's EP all-to-all overlap (overlap_moe_expert_parallel_comm) splits an MoE layer into schedule nodes
+# (Megatron-LM cd4afffa megatron/core/models/gpt/fine_grained_callables.py build_transformer_layer_callables; the same
+# at 44151194): pre_dispatch_computation (attention, the pre-MLP norm, the shared experts, the router and the
+# dispatcher's preprocessing) and mlp (the routed experts between dispatch and combine) on the compute stream;
+# moe_dispatch and moe_combine on the communication stream. The kernels of the mlp node, by kernels.py name (their
+# launch-gap twins too). 0d8e0714 (25.11) ran the shared experts in the mlp node; no 25.11 row with the overlap has
+# shared experts.
+EP_OVERLAP_MLP = frozenset(
+    {
+        "experts_in",
+        "experts_activation",
+        "experts_out",
+        "sort_by_expert",
+        "fp8_padding",
+        "experts_clamp",
+        "experts_bias",
+    }
+)
+# SMs the dispatch and combine kernels hold while they run beside the other micro-batch's compute: NCCL's all-to-all
+# one CTA per channel (NCCL_OVERLAP_CTAS); DeepEP Megatron-Core's default moe_deepep_num_sms 20 (transformer_config.py
+# at 0d8e0714 and 44151194); HybridEP 32 (Megatron-Bridge's recipes set moe_hybridep_num_sms 32: v0.2.1 and 7ded17da
+# recipes/qwen/h100/qwen3_moe.py; Megatron-Core's own default was 16 at 0d8e0714).
+EP_OVERLAP_SMS = {"alltoall": float(NCCL_OVERLAP_CTAS), "deepep": 20.0, "hybridep": 32.0}
+
+
+def combined_1f1b_layer_s(
+    f: tuple[float, float], b: tuple[float, float], dw: tuple[float, float], a2a_s: float, layers: int = 4
+) -> float:
+    """Seconds per layer of a forward layer run beside a backward layer as TransformerLayerSchedulePlan.run issues
+    them (Megatron-LM cd4afffa, 44151194 and 0d8e0714 model_chunk_schedule_plan.py), in the steady state of ``layers``
+    such pairs: ``f`` the forward's (pre_dispatch, mlp) seconds, ``b`` the backward's, ``dw`` the weight gradients
+    delay_wgrad_compute moves out of them (0 without it: then the backward nodes hold them), ``a2a_s`` one dispatch or
+    combine. Each stream runs its work in issue order; each micro-batch's nodes wait for its previous node (one CUDA
+    event per micro-batch, ScheduleNode.stream_acquire_context):
+    comm: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd;
+    comp: pre_dispatch_fwd | mlp_bwd, mlp_dw, mlp_fwd | pre_dispatch_bwd, pre_dispatch_dw."""
+    comp = comm = f_ready = b_ready = 0.0
+    ends = []
+    for _ in range(layers):
+        combine_b = comm = max(comm, b_ready) + a2a_s
+        pre_f = comp = max(comp, f_ready) + f[0]
+        mlp_b = comp = max(comp, combine_b) + b[1]
+        dispatch_f = comm = max(comm, pre_f) + a2a_s
+        comp += dw[1]
+        dispatch_b = comm = max(comm, mlp_b) + a2a_s
+        mlp_f = comp = max(comp, dispatch_f) + f[1]
+        f_ready = comm = max(comm, mlp_f) + a2a_s
+        b_ready = comp = max(comp, dispatch_b) + b[0]
+        comp += dw[0]
+        ends.append(max(comp, comm))
+    return (ends[-1] - ends[0]) / (layers - 1)
+
+
+def ep_overlap_paired_share(r: Resolved) -> float:
+    """The share of a stage's micro-batch passes whose forward runs beside another's backward: without PP all but
+    the first forward and the last backward (combined_1f1b.py combined_1f1b_schedule_for_no_pipelining); interleaved,
+    all but the warm-up forwards and the cool-down backwards, one more warm-up forward than the plain schedule
+    (schedules.py get_pp_rank_microbatches: 2 (PP - rank - 1) + (VPP - 1) x PP + 1, the group size PP by default),
+    averaged over the ranks."""
+    passes = r.micro_batches * r.vpp
+    warmup = 1.0 if r.pp == 1 else (r.pp - 1) + (r.vpp - 1) * r.pp + 1.0
+    return max(0.0, passes - warmup) / passes if passes else 0.0
+
+
+def _ep_overlap_s(c: _Setup, kernels: list[Kernel], a2a_bytes: float, redo: frozenset[str], mem_share: float) -> float:
+    """EP seconds one MoE layer leaves on a micro-batch under Megatron-Core's EP overlap, over a step's micro-batches:
+    a paired pass waits for what its streams do not hide (:func:`combined_1f1b_layer_s`) and pays the SMs and HBM
+    the hidden transfers take from the compute beside them (``interference_s``); an unpaired pass runs its four
+    all-to-alls exposed. A recomputed forward's all-to-alls (full recomputation, which the overlap refuses) would
+    stay exposed."""
+    w, r, layout, fwd_passes = c.w, c.r, c.layout, c.fwd_passes
+    a2a = c.comm("all_to_all", a2a_bytes, r.groups["ep"])
+    plain = a2a * 2 * (fwd_passes + 1.0)
+    delay = layout.delay_wgrad_compute
+    f, b, dw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+    for k in kernels:
+        node = 1 if k.name.removesuffix(GAP_SUFFIX) in EP_OVERLAP_MLP else 0
+        f[node] += k.fwd_s
+        # a GEMM's backward: data and weight gradient of equal FLOPs; selective recomputation runs in the backward
+        wgrad = k.bwd_s / 2 if delay and k.kind in ("gemm", "grouped_gemm") else 0.0
+        b[node] += k.bwd_s - wgrad + k.fwd_s * (fwd_passes - 1.0 + recompute_share(k.name, redo, w))
+        dw[node] += wgrad
+    busy = sum(f) + sum(b) + sum(dw)
+    period = combined_1f1b_layer_s((f[0], f[1]), (b[0], b[1]), (dw[0], dw[1]), a2a)
+    waited = max(0.0, period - busy)
+    hidden = max(0.0, 4 * a2a - waited)
+    hbm = _hbm_rate(c.comm, "all_to_all", a2a_bytes, r.groups["ep"])
+    paired = waited + interference_s(c.dev, hidden, EP_OVERLAP_SMS[layout.moe_dispatcher], hbm, mem_share)
+    paired += a2a * 2 * (fwd_passes - 1.0)
+    share = ep_overlap_paired_share(r)
+    return share * paired + (1.0 - share) * plain
 
 
 def _distmoe_exposed_s(kernels: list[Kernel], a2a_s: float, fwd_passes: float) -> float:
