@@ -248,6 +248,14 @@ class ParallelLayout(StrictSpec):
         "token counts to the host; needs moe_dispatcher hybridep and moe_fused_mlp (transformer_config.py at "
         "cd4afffa). None: the buffers sized from the counts, a host read every MoE layer",
     )
+    fp8_attention: Literal["fwd_bwd", "fwd"] | None = Field(
+        default=None,
+        description="the attention core in fp8 (Megatron-Core fp8_dot_product_attention: Transformer Engine's "
+        "fp8_dpa on cuDNN's fused attention, in the layout's fp8 recipe): fwd_bwd (TE's default, NVTE_FP8_DPA_BWD=1) "
+        "or fwd (NVTE_FP8_DPA_BWD=0: the backward in 16 bits). Needs precision fp8 on megatron-core or nemo with "
+        "cuDNN attention; mxfp8 and current scaling need Blackwell (TE 4329ff84 dot_product_attention/utils.py "
+        "get_attention_backend). None: attention in 16 bits",
+    )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",
         description="which top-k experts a token takes: uniform (a trained, load-balanced router: k experts drawn "
@@ -430,6 +438,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
         )
     _check_graph_scope(layout, w)
+    _check_fp8_attention(layout, w)
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
@@ -497,6 +506,29 @@ def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
             "moe_fused_mlp: Transformer Engine fuses the grouped MLP only for an MoE model in fp8 with the mxfp8 "
             "recipe (TE 4329ff84 ops/fused/grouped_mlp.py fuse_grouped_mlp_ops; its NVFP4 path is not modelled); "
             "otherwise the op fuser runs its unfused ops, which commlens does not model"
+        )
+
+
+def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
+    """Where Transformer Engine has no backend for fp8 attention in training (TE 4329ff84
+    dot_product_attention/utils.py get_attention_backend): it needs fp8 autocast with fp8_dpa (Megatron-Core's
+    fp8_dot_product_attention), FlashAttention 2/3/4 and the unfused path are disabled for it, so only cuDNN's
+    fused attention runs it; the stacks without TE's attention (torchtitan, automodel, deepspeed as modelled)
+    have none. The GPU's part (mxfp8 and current scaling on sm100 only) is checked with the device
+    (kernels.fp8_attention_rates)."""
+    if layout.fp8_attention is None:
+        return
+    if w.precision != "fp8":
+        raise InfeasibleLayoutError("fp8_attention needs precision fp8 (TE's fp8_dpa runs inside fp8 autocast)")
+    if layout.framework not in ("megatron-core", "nemo"):
+        raise InfeasibleLayoutError(
+            f"fp8_attention: {layout.framework} has no fp8 attention (Transformer Engine's fp8_dpa is reached "
+            "through Megatron-Core's fp8_dot_product_attention)"
+        )
+    if not layout.flash_attention or layout.attention_kernel not in (None, "cudnn"):
+        raise InfeasibleLayoutError(
+            "fp8_attention runs on cuDNN's fused attention only: Transformer Engine disables FlashAttention 2/3/4 "
+            "and the unfused path for fp8 training (TE 4329ff84 get_attention_backend)"
         )
 
 
