@@ -50,6 +50,16 @@ def test_fp8_attention_on_the_26_08_rows():
     assert fwd.step_time_s < off.step_time_s < both.step_time_s
 
 
+def test_windowed_layers_read_the_windowed_fp8_curve():
+    """cudnn-frontend 07b111f1 gpt_oss/gb200 (cuDNN 9.27; 9.22 reads the same): over a 128-key window the fp8
+    backward runs at 41 TFLOP/s against BF16's 183 at 4k, so gpt-oss's step with fp8 attention is slower."""
+    assert attention_tflops(GB200, "cudnn_mxfp8", "bwd", 64, 4096, window=128) == pytest.approx(41e12)
+    assert attention_tflops(GB200, "cudnn", "bwd", 64, 4096, window=128) == pytest.approx(183e12)
+    w, layout, row = _row("gpt-oss-120b", "gb200-nvl72")
+    off, both = _run(w, layout, row, None), _run(w, layout, row, "fwd_bwd")
+    assert both.kernels["attention"] > 1.5 * off.kernels["attention"]  # half the layers are windowed
+
+
 def test_the_recipes_that_set_it():
     """v0.6.0 51885cf1: every 26.08 helper sets fp8_dot_product_attention but DeepSeek-V3's on GB200."""
     rows = load_set("megatron-bridge-perf-26.08-moe").rows

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
-from commlens.project.efficiency import attention_tflops
+from commlens.project.efficiency import attention_entries, attention_tflops
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, generation
 from commlens.project.hardware import Device
@@ -392,11 +392,13 @@ def fp8_attention_rates(
         )
     if window and not blackwell:
         raise InfeasibleLayoutError("fp8_attention with a sliding window needs Blackwell (sm100) and cuDNN 9.21")
-    if window:  # no windowed fp8 curve is published: the windowed layers keep the 16-bit kernel's rate
-        return None, None
     family = FP8_ATTENTION_FAMILY[recipe]
-    fwd = attention_tflops(dev.name, family, "fwd", d, seq, files)
-    bwd = attention_tflops(dev.name, family, "bwd", d, seq, files) if layout.fp8_attention == "fwd_bwd" else None
+    if window and not any(e[0] == family and e[6] for e in attention_entries(dev.name, files)[0]):
+        return None, None  # no windowed fp8 curve for this GPU: the windowed layers keep the 16-bit kernel's rate
+    fwd = attention_tflops(dev.name, family, "fwd", d, seq, files, window)
+    bwd = (
+        attention_tflops(dev.name, family, "bwd", d, seq, files, window) if layout.fp8_attention == "fwd_bwd" else None
+    )
     return fwd, bwd
 
 
