@@ -90,11 +90,11 @@ def test_the_26_08_rows_state_their_recipes_and_the_older_releases_do_not():
 
 def test_the_26_08_table_with_its_settings():
     """Measured in session 9: with the fused MLP, the static budget and whole-step graphs -8.8, -10.9, -13.2, -15.8,
-    -9.3, -19.3, +14.8, +7.4% (mean 12.4%); with the EP overlap the recipes also set (27epovl) +6.1, +4.1, +1.4, +1.4,
-    +2.5, -7.1, +26.9, +18.4% (mean 8.5%; gpt-oss over-projected); before the settings were stated: 17.5%, every
-    row slower."""
+    -9.3, -19.3, +14.8, +7.4% (mean 12.4%); with the EP overlap (27epovl) and the FP8 attention (27fp8attn) the
+    recipes also set +4.2, +2.1, +0.2, -0.0, +2.5, -9.3, +18.0, +10.5% (mean 5.9%); before the settings were stated:
+    17.5%, every row slower."""
     results = validate_set(load_set("megatron-bridge-perf-26.08-moe"))
     errors = [r.predicted / r.published - 1 for r in results if r.predicted is not None]
     assert len(errors) == 8
-    assert all(abs(e) < 0.3 for e in errors)
-    assert sum(abs(e) for e in errors) / len(errors) < 0.1
+    assert all(abs(e) < 0.2 for e in errors)
+    assert sum(abs(e) for e in errors) / len(errors) < 0.08

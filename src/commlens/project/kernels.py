@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
-from commlens.project.efficiency import attention_tflops
+from commlens.project.efficiency import attention_entries, attention_tflops
+from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, generation
 from commlens.project.hardware import Device
 from commlens.project.layout import ParallelLayout
@@ -347,6 +348,9 @@ def _attention_core(
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
         fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files, window)
         bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files, window)
+        if layout.fp8_attention is not None and w.precision == "fp8":
+            fwd8, bwd8 = fp8_attention_rates(dev, fw, layout, d, seq, s.efficiency_files, window)
+            fwd, bwd = fwd8 or fwd, bwd8 or bwd
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
         t_fwd = flops / (fwd if fwd else default)
         # the backward recomputes the scores: 2.5 x the forward's FLOPs, the FlashAttention benchmarks' count that the
@@ -361,6 +365,70 @@ def _attention_core(
         dev, peak16, q, w.v_head_dim, s.keys, b_heads
     )
     return Kernel("attention", "attention", t_core, 2 * t_core, ATTENTION_KERNELS, flops=flops)
+
+
+# FP8 attention (layout.fp8_attention: Megatron-Core fp8_dot_product_attention, Transformer Engine's fp8_dpa). TE
+# 4329ff84 runs it in training on cuDNN's fused attention only (dot_product_attention/utils.py get_attention_backend:
+# FlashAttention 2/3/4 and the unfused path are disabled for it), in the autocast recipe unless NVTE_DPA_FP8_RECIPE
+# says otherwise (dot_product_attention.py's recipe table: MXFP8 linears run MXFP8 attention). Per-tensor recipes
+# (delayed, current) and MXFP8 read their own cuDNN curves (efficiency.yaml families cudnn_fp8 and cudnn_mxfp8,
+# cudnn-frontend's published SDPA benchmark). mxfp8 needs sm100 and cuDNN 9.21 (not 9.23.0/1); current scaling sm100
+# and cuDNN 9.14; a sliding window or attention sinks in fp8 sm100 and cuDNN 9.21. Backward in fp8 unless
+# NVTE_FP8_DPA_BWD=0 (backends.py FusedAttnFunc: is_bwd_fp8), then the 16-bit kernel (fp8_attention "fwd").
+FP8_ATTENTION_FAMILY = {"delayed": "cudnn_fp8", "current": "cudnn_fp8", "mxfp8": "cudnn_mxfp8"}
+FP8_ATTENTION_SM100 = frozenset({"current", "mxfp8"})
+
+
+def fp8_attention_rates(
+    dev: Device, fw: Framework, layout: ParallelLayout, d: int, seq: float, files: tuple[str, ...], window: int
+) -> tuple[float | None, float | None]:
+    """(forward, backward) FLOP/s of the attention core in fp8 on ``dev``; None for a pass that runs in 16 bits or
+    has no fp8 curve tabled (the 16-bit rate then stands). Refuses what TE cannot run on this GPU."""
+    recipe = layout.fp8_recipe or fw.fp8_recipe
+    blackwell = generation(dev.name) in FP8_ANY_LAYOUT
+    if recipe in FP8_ATTENTION_SM100 and not blackwell:
+        raise InfeasibleLayoutError(
+            f"fp8_attention with the {recipe} recipe needs Blackwell (sm100): TE disables it below"
+        )
+    if window and not blackwell:
+        raise InfeasibleLayoutError("fp8_attention with a sliding window needs Blackwell (sm100) and cuDNN 9.21")
+    family = FP8_ATTENTION_FAMILY[recipe]
+    if window and not any(e[0] == family and e[6] for e in attention_entries(dev.name, files)[0]):
+        return None, None  # no windowed fp8 curve for this GPU: the windowed layers keep the 16-bit kernel's rate
+    fwd = attention_tflops(dev.name, family, "fwd", d, seq, files, window)
+    bwd = (
+        attention_tflops(dev.name, family, "bwd", d, seq, files, window) if layout.fp8_attention == "fwd_bwd" else None
+    )
+    return fwd, bwd
+
+
+def _fp8_attention_cast(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
+    """The casts fp8 attention adds (TE 4329ff84 backends.py FusedAttnFunc): Q, K and V quantized before the forward
+    (utils.py combine_and_quantize, for MXFP8 along both the head and the sequence dimension: the recipe's
+    both-layout bytes), dO before an fp8 backward. MXFP8 and current scaling give O and dQ/dK/dV in 16 bits; delayed
+    scaling writes them in fp8 and dequantizes them to 16 bits for the next op (1 + 2 B an element)."""
+    if layout.fp8_attention is None or w.precision != "fp8":
+        return []
+    a_t = w.heads / s.tp
+    kv_t = a_t if w.mla is not None else max(w.kv_heads_n / s.tp, 1.0)  # MLA's up-projection gives every head K, V
+    qkv = s.tokens * (a_t * w.qk_head_dim + kv_t * (w.qk_head_dim + w.v_head_dim))
+    out = s.tokens * a_t * w.v_head_dim
+    recipe = layout.fp8_recipe or b.fw.fp8_recipe
+    per_elem = fp8_cast_bytes(b.dev, FP8_RECIPES[recipe])
+    fp8_bwd = layout.fp8_attention == "fwd_bwd"
+    fwd_bytes = per_elem * qkv + (3.0 * out if recipe == "delayed" else 0.0)
+    bwd_bytes = (per_elem * out + (3.0 * qkv if recipe == "delayed" else 0.0)) if fp8_bwd else 0.0
+    return [
+        Kernel(
+            "attention_fp8_cast",
+            "fp8_cast",
+            stream_time_s(b.dev, fwd_bytes),
+            stream_time_s(b.dev, bwd_bytes),
+            3 + (recipe == "delayed"),
+            nbytes=fwd_bytes,
+            bwd_launches=(1 + (recipe == "delayed")) if fp8_bwd else 0,
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -573,6 +641,7 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
         out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, _rotary_op(b.fw, w)))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
+    out += _fp8_attention_cast(b, w, layout, s)
     out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
         b_heads = w.micro_batch * a_t

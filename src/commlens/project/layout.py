@@ -260,6 +260,14 @@ class ParallelLayout(StrictSpec):
         description="with moe_a2a_overlap: the experts' and the attention's weight gradients run after the "
         "backward's dispatch is issued (Megatron-Core delay_wgrad_compute)",
     )
+    fp8_attention: Literal["fwd_bwd", "fwd"] | None = Field(
+        default=None,
+        description="the attention core in fp8 (Megatron-Core fp8_dot_product_attention: Transformer Engine's "
+        "fp8_dpa on cuDNN's fused attention, in the layout's fp8 recipe): fwd_bwd (TE's default, NVTE_FP8_DPA_BWD=1) "
+        "or fwd (NVTE_FP8_DPA_BWD=0: the backward in 16 bits). Needs precision fp8 on megatron-core or nemo with "
+        "cuDNN attention; mxfp8 and current scaling need Blackwell (TE 4329ff84 dot_product_attention/utils.py "
+        "get_attention_backend). None: attention in 16 bits",
+    )
     moe_routing: Literal["uniform", "consecutive"] = Field(
         default="uniform",
         description="which top-k experts a token takes: uniform (a trained, load-balanced router: k experts drawn "
@@ -443,6 +451,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         )
     _check_graph_scope(layout, w)
     _check_ep_overlap(layout, w, pp, vpp)
+    _check_fp8_attention(layout, w)
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")
@@ -529,6 +538,27 @@ def _check_ep_overlap(layout: ParallelLayout, w: Workload, pp: int, vpp: int) ->
         raise InfeasibleLayoutError("moe_a2a_overlap runs without full recomputation or recompute of the moe module")
     if pp > 1 and vpp < 2:
         raise InfeasibleLayoutError("moe_a2a_overlap with PP > 1 needs the interleaved schedule (vpp > 1)")
+def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
+    """Where Transformer Engine has no backend for fp8 attention in training (TE 4329ff84
+    dot_product_attention/utils.py get_attention_backend): it needs fp8 autocast with fp8_dpa (Megatron-Core's
+    fp8_dot_product_attention), FlashAttention 2/3/4 and the unfused path are disabled for it, so only cuDNN's
+    fused attention runs it; the stacks without TE's attention (torchtitan, automodel, deepspeed as modelled)
+    have none. The GPU's part (mxfp8 and current scaling on sm100 only) is checked with the device
+    (kernels.fp8_attention_rates)."""
+    if layout.fp8_attention is None:
+        return
+    if w.precision != "fp8":
+        raise InfeasibleLayoutError("fp8_attention needs precision fp8 (TE's fp8_dpa runs inside fp8 autocast)")
+    if layout.framework not in ("megatron-core", "nemo"):
+        raise InfeasibleLayoutError(
+            f"fp8_attention: {layout.framework} has no fp8 attention (Transformer Engine's fp8_dpa is reached "
+            "through Megatron-Core's fp8_dot_product_attention)"
+        )
+    if not layout.flash_attention or layout.attention_kernel not in (None, "cudnn"):
+        raise InfeasibleLayoutError(
+            "fp8_attention runs on cuDNN's fused attention only: Transformer Engine disables FlashAttention 2/3/4 "
+            "and the unfused path for fp8 training (TE 4329ff84 get_attention_backend)"
+        )
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:
