@@ -159,3 +159,16 @@ def test_fp8_param_gather_needs_fp8_precision():
     w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 128, "micro_batch": 2})
     lay = {"dp": 8, "zero": 1, "overlap_param_gather": False}
     assert _step(w, {**lay, "fp8_param_gather": True}) == _step(w, lay)
+
+
+def test_the_scope_is_given_on_the_command_line_as_a_list():
+    """``--set layout.cuda_graph_scope=moe_router,moe_preprocess`` (or one scope) reads as Megatron's list; an unknown
+    scope is named in the error."""
+    assert ParallelLayout.model_validate(
+        {"cuda_graphs": True, "cuda_graph_scope": "moe_router,moe_preprocess"}
+    ).cuda_graph_scope == ("moe_router", "moe_preprocess")
+    assert ParallelLayout.model_validate({"cuda_graphs": True, "cuda_graph_scope": "attn"}).cuda_graph_scope == (
+        "attn",
+    )
+    with pytest.raises(ValueError, match="'attn', 'mlp'"):
+        ParallelLayout.model_validate({"cuda_graphs": True, "cuda_graph_scope": "bogus"})
