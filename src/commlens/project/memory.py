@@ -97,6 +97,13 @@ __all__ = [
     "pp_peak_counts",
     "pp_retained",
     "torch_pp_order",
+    "MXFP8_BOTH_LAYOUTS_BYTES",
+    "routed_copies",
+    "fp8_attention_saved_delta",
+    "ep_overlap_held_bytes",
+    "ep_overlap_pairs",
+    "stage_fp8_params",
+    "fp8_param_weight_bytes",
 ]
 
 # Reserved / allocated of PyTorch's caching allocator in steady training (the frameworks' default, frameworks.yaml;
@@ -147,7 +154,7 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     fc1_outputs = 2 if w.gated_ffn else 1
     m = w.moe if moe else None
     if m is not None:
-        copies = m.top_k * (m.capacity_factor or 1.0)
+        copies = routed_copies(w, layout)
         fe = m.expert_ffn_hidden
         parts["moe"] = copies * (gemm_in * h + 2.0 * fe * fc1_outputs) / tp
         parts["moe_act"] = copies * gemm_in * fe / tp
@@ -155,6 +162,7 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     else:
         f = w.ffn_hidden
         parts["mlp"] = (2.0 * f * fc1_outputs + gemm_in * f) / tp  # FC1 output(s) and the activation output
+    parts["attention" if w.mla is None else "mla_up_proj"] += fp8_attention_saved_delta(w, layout, tp)
     if layout.flash_attention:
         parts["attention"] += 4.0 * a / tp  # log-sum-exp per query and head (fp32)
     else:
@@ -485,6 +493,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r, layout.schedule)
     fp8_gathered = stage_fp8_gathered(w, layout, r)
+    fp8_params = stage_fp8_params(w, layout, r)
+    overlap_held = ep_overlap_held_bytes(w, layout, r.tp)
     retained = pp_retained(w, layout, r, tokens, tokens * layer_input)
     roots = stage_root_parameters(w, r)
     # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
@@ -528,6 +538,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             optimizer = opt_bytes * shard_states
         else:
             weights = weights_shard = weight_bytes * full
+            if fp8_params[i]:  # fp8 weights in place of the 16-bit copy and its fp8 cache
+                weights = weights_shard = fp8_param_weight_bytes(w, layout, full, fp8_params[i])
             grads = grad_bytes * (shard_states if zero >= 2 else full)
             optimizer = opt_bytes * (shard_states if zero >= 1 else full)
         per_token = dense_n * dense_act + moe_n * moe_act  # the stage's layers, no recomputation
@@ -552,6 +564,8 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
         else:
             kept = tokens * per_token * live
             transient = tokens * one_layer
+        if overlap_held and moe_n and ep_overlap_pairs(i, r.pp, r.vpp, r.micro_batches):
+            transient += tokens * overlap_held  # the paired backward layer's attention side beside a forward layer
         logits = tokens * w.vocab / r.tp * logit_bytes if i == r.pp - 1 else 0.0
         logits += tokens * head_input_bytes_per_token(w, layout, r.tp) if i == r.pp - 1 else 0.0
         if i == r.pp - 1 and w.mtp_layers:
@@ -582,3 +596,117 @@ def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str
     out = {k: stages[worst][k] for k in ("weights", "gradients", "optimizer", "activations", "total", "reserved")}
     out["stage"] = float(worst)
     return out
+
+
+# [27 s9 memmoe] What Megatron-Core's MoE settings of session 9 keep on the device.
+# MXFP8 data and its E8M0 scales (one byte per 32 values) in both layouts, rowwise and columnwise.
+MXFP8_BOTH_LAYOUTS_BYTES = 2.0 + 2.0 / 32
+
+
+def routed_copies(w: Workload, layout: ParallelLayout) -> float:
+    """Rows of the routed experts' tensors per token: top-k x the capacity factor of drop-and-pad, or under
+    HybridEP's static rank budget (``moe_expert_capacity``) top-k x that factor, since the dispatch writes into a
+    permuted-token buffer of ``tokens x top-k x factor`` rows whatever the routing (Megatron-LM cd4afffa
+    token_dispatcher.py ``_HybridEPManager.setup_metadata``: ``budget = padded_num_tokens x moe_router_topk x
+    moe_expert_rank_capacity_factor``, rounded up to the fp8 alignment, passed as ``num_permuted_tokens``), and the
+    fused grouped MLP runs on that static shape. DeepSeek's recipes also set ``moe_paged_stash``, which copies the
+    saved tensors into pages sized from the average count x 1.2 (paged_stash.py ``allocate_stash_buffers``); the
+    layout does not state it, so the budget's shape is counted."""
+    m = w.moe
+    if m is None:
+        return 0.0
+    if layout.moe_expert_capacity is not None:
+        return m.top_k * layout.moe_expert_capacity
+    return m.top_k * (m.capacity_factor or 1.0)
+
+
+def fp8_attention_saved_delta(w: Workload, layout: ParallelLayout, tp: int) -> float:
+    """Bytes per token (per GPU of the TP group) that FP8 attention (``fp8_attention: fwd_bwd``) changes in what
+    the attention core keeps for its backward, against 16-bit Q, K, V and O (Transformer Engine 4329ff84
+    attention/dot_product_attention/backends.py ``FusedAttnFunc.forward``, "save q, k, v, o tensors"): under
+    per-tensor recipes (delayed; current with NVTE_DPA_FP8CS_O_in_F16=0) it saves Q, K, V and O in fp8, 1 B each;
+    under current scaling's default (O in 16 bits) Q, K, V in fp8 and O in 16 bits; under MXFP8 Q, K, V quantized
+    in both layouts with their scales (utils.py ``combine_and_quantize``: the quantizer's default usage, rowwise and
+    columnwise, in training) and O in 16 bits. With ``fwd`` (NVTE_FP8_DPA_BWD=0) it saves the 16-bit tensors: no
+    change."""
+    from commlens.project.frameworks import framework
+
+    if layout.fp8_attention != "fwd_bwd" or w.precision != "fp8":
+        return 0.0
+    a, g = w.heads, w.kv_heads_n
+    if w.mla is None:
+        qkv, o = w.head_size * (a + 2 * g), a * w.head_size
+    else:
+        qkv, o = a * (2 * w.qk_head_dim + w.v_head_dim), a * w.v_head_dim
+    recipe = layout.fp8_recipe or framework(layout.framework).fp8_recipe
+    if recipe == "mxfp8":
+        return (MXFP8_BOTH_LAYOUTS_BYTES - 2.0) * qkv / tp
+    if recipe == "current":  # TE's default keeps O in 16 bits under current scaling
+        return (1.0 - 2.0) * qkv / tp
+    return (1.0 - 2.0) * (qkv + o) / tp
+
+
+def ep_overlap_held_bytes(w: Workload, layout: ParallelLayout, tp: int) -> float:
+    """Activation bytes per token beside the stage's kept activations and one layer's gradients while Megatron-Core's
+    combined 1F1B (``moe_a2a_overlap``) pairs one micro-batch's forward layer with another's backward layer. The
+    pairs run layer i of the forward with layer n-1-i of the backward (Megatron-LM cd4afffa, 44151194, 0d8e0714
+    models/common/model_chunk_schedule_plan.py ``TransformerModelChunkSchedulePlan.run``), so the two micro-batches
+    hold n layers between them, plus what the backward layer has not freed yet when the forward layer is done:
+    ``TransformerLayerSchedulePlan.run`` runs the backward's experts (mlp), then the forward's experts and combine,
+    and only then the backward's ``pre_dispatch_computation`` (attention, norms, router, shared experts), unless
+    ``ep_overlap_early_attn_memory_release`` (not set by the recipes read). So one MoE layer's tensors other than the
+    routed experts' stay alive on top. The interleaved schedule's extra warm-up micro-batch
+    (schedules.py ``overlap_moe_expert_parallel_comm``: ``num_warmup_microbatches + 1``) is the chunk the paired
+    step's forward would have added, so the chunks in flight are unchanged (:func:`in_flight`)."""
+    if not layout.moe_a2a_overlap or w.moe is None:
+        return 0.0
+    dropped = recomputed_modules(layout) if layout.recompute == "selective" else frozenset()
+    if "op" in dropped:
+        return 0.0
+    experts = sum(v for k, v in activation_parts(w, layout, tp, True).items() if k in ("moe", "moe_act"))
+    return activation_bytes_per_token(w, layout, tp, True) - experts
+
+
+def ep_overlap_pairs(stage: int, pp: int, vpp: int, micro_batches: int) -> bool:
+    """Whether a stage runs any paired forward/backward step under the combined 1F1B: PP 1 pairs micro-batches
+    2..m with 1..m-1 (combined_1f1b.py ``combined_1f1b_schedule_for_no_pipelining``); interleaved PP pairs the
+    steady steps after a warm-up one longer than Megatron's (schedules.py), none if the warm-up runs every chunk."""
+    if pp == 1:
+        return micro_batches > 1
+    warmup = 2 * (pp - stage - 1) + (vpp - 1) * pp + 1
+    return micro_batches * vpp > warmup
+
+
+def stage_fp8_params(w: Workload, layout: ParallelLayout, r: Resolved) -> list[float]:
+    """Parameters per GPU of every stage that Megatron holds as fp8 weights under ``fp8_param_gather`` (fp8
+    precision, ZeRO-1/2): the layers' Transformer Engine linears (attention, dense FFN, shared and routed experts),
+    built under TE's fp8_model_init (Megatron-LM cd4afffa / 44151194 / 0d8e0714 fp8_utils.py
+    ``get_fp8_context(is_init=True)``); none otherwise."""
+    if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
+        return [0.0] * r.pp
+    counts = w.parameter_counts()
+    attention = counts["attention"] / w.layers
+    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
+    shared = counts["shared_experts"] / w.moe_layers if w.moe_layers else 0.0
+    return [
+        (dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp + expert
+        for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
+    ]
+
+
+def fp8_param_weight_bytes(w: Workload, layout: ParallelLayout, full: float, fp8_params: float) -> float:
+    """Weight bytes per GPU of a stage's ``full`` parameters, ``fp8_params`` of them TE linears held as fp8 weights
+    (:func:`stage_fp8_params`). TE quantizes such a weight at init with rowwise and columnwise usage (4329ff84
+    module/base.py ``reset_parameters``: ``quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled())``)
+    and keeps no 16-bit copy: per-tensor recipes 1 B of data, in the distributed optimizer's uint8 buffer
+    (param_and_grad_buffer.py ``group_params_for_buffers``: quantized storage -> torch.uint8), and 1 B of its
+    transpose (the columnwise copy Hopper's TN-only fp8 GEMMs need; Blackwell may skip it, so an upper bound there);
+    MXFP8 both layouts with their scales, and the all-gather lands in a bf16 view of the gradient buffer
+    (param_and_grad_buffer.py 'For MXFP8 param: Create a shared buffer for param AG and grad RS', ``shared_buffer``),
+    no memory of its own. The other parameters (router, norms, embedding, output layer) 2 B, with no fp8 copy."""
+    from commlens.project.frameworks import framework
+
+    recipe = layout.fp8_recipe or framework(layout.framework).fp8_recipe
+    per_weight = MXFP8_BOTH_LAYOUTS_BYTES if recipe == "mxfp8" else 2.0
+    fp8_params = min(fp8_params, full)
+    return per_weight * fp8_params + 2.0 * (full - fp8_params)
