@@ -538,6 +538,8 @@ def _check_ep_overlap(layout: ParallelLayout, w: Workload, pp: int, vpp: int) ->
         raise InfeasibleLayoutError("moe_a2a_overlap runs without full recomputation or recompute of the moe module")
     if pp > 1 and vpp < 2:
         raise InfeasibleLayoutError("moe_a2a_overlap with PP > 1 needs the interleaved schedule (vpp > 1)")
+
+
 def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
     """Where Transformer Engine has no backend for fp8 attention in training (TE 4329ff84
     dot_product_attention/utils.py get_attention_backend): it needs fp8 autocast with fp8_dpa (Megatron-Core's
