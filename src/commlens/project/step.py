@@ -541,6 +541,8 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
         if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
             a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
+        if layout.moe_dispatcher == "hybridep":
+            a2a_bytes *= hybridep_probs_factor(w.moe.experts, w.hidden, domains, r.ep)
         elif layout.moe_dispatcher == "distmoe" and domains > 1:  # peers' HBM is addressable over NVLink only
             raise InfeasibleLayoutError(
                 f"moe_dispatcher distmoe needs the EP group ({r.ep} GPUs on {r.groups['ep'].nodes} nodes) within one "
@@ -585,6 +587,54 @@ def deepep_share(experts: int, top_k: int, domains: int, ranks: int, routing: st
     if domains > 1:
         return domain_dedup(experts, top_k, domains)
     return domain_dedup(experts, top_k, ranks) if ranks > 1 else 1.0
+
+
+# HybridEP's work beyond the token copies (DeepEP hybrid-ep branch 94a9f8f6; Megatron-LM 44151194 and cd4afffa
+# megatron/core/transformer/moe/fused_a2a.py HybridEPDispatch / HybridEPCombine, token_dispatcher.py _HybridEPManager):
+# - the routing probabilities travel with the tokens: the forward dispatch sends each copy's probabilities in fp32, one
+#   per expert the destination holds (csrc/hybrid_ep/executor/executor.cu dispatch_preprocess: prob_per_token =
+#   experts per rank x ranks per node for a destination node), and the dispatch's backward (combine_with_unpermute
+#   with grad_probs) returns their gradients; the forward combine and its backward dispatch carry none: 2 of the 4
+#   transfers of a layer and micro-batch (hybridep_probs_factor);
+# - every forward dispatch has no handle (HybridEPDispatch.forward calls dispatch_with_permute without one), so it
+#   first gathers every EP rank's bool routing map with NCCL (hybrid_ep.cu metadata_preprocessing ->
+#   Executor::allgather_routing_map: all_gather_into_tensor across nodes, and within one node too since 94a9f8f6
+#   turned the custom all-gather off by default), then runs the metadata scan kernel over the gathered map
+#   (run_preprocess_kernel, num_sms_preprocessing_api 108 by default in fused_a2a.py, which holds the GPU while it
+#   runs: it sits on the dispatch's path) writing sparse_to_dense_map (int32, tokens x nodes x ranks per node),
+#   local_expert_routing_map (bool) and dense_to_expert_map (int32, tokens x EP x local experts), then the pad kernel;
+#   across NVLink domains each dispatch call also copies the tokens (16 bits) and, in the forward, the fp32 probabilities into
+#   the RDMA send buffer (dispatch_preprocess: cudaMemcpyAsync device to device, a read and a write) -- the forward
+#   dispatch and the combine's backward dispatch (hybridep_dispatch_prep_s).
+def hybridep_probs_factor(experts: int, hidden: int, domains: int, ranks: int) -> float:
+    """The four transfers' mean bytes over the tokens' bytes alone: two of them carry fp32 probabilities (or their
+    gradients), one per expert of the destination (domain where the EP group spans domains, else GPU)."""
+    held = experts / (domains if domains > 1 else max(1, ranks))
+    return 1.0 + 0.5 * (4.0 * held) / (2.0 * hidden)
+
+
+def hybridep_dispatch_prep_s(c: _Setup) -> float:
+    """Seconds HybridEP spends per layer and micro-batch before its dispatch kernels, forward and backward together:
+    the routing-map all-gather and metadata scan of the forward dispatch and, across nodes, the send-buffer copies of
+    both dispatch calls (see the comment above)."""
+    w, r = c.w, c.r
+    if w.moe is None or r.ep <= 1:
+        return 0.0
+    group = r.groups["ep"]
+    tokens = c.tokens * r.expert_tp / r.tp  # this rank's tokens into the dispatcher
+    experts = w.moe.experts
+    gathered = r.ep * tokens * experts  # one bool per token and expert, every EP rank's
+    local = experts / r.ep
+    scan_bytes = gathered + r.ep * tokens * (4.0 + local * (1.0 + 4.0))  # read the map; write the three maps
+    fwd = c.comm("all_gather", gathered, group) + stream_time_s(c.dev, scan_bytes)
+    bwd = 0.0
+    # HybridEP's nodes are NVLink domains (fused_a2a.py _hybrid_ep_num_nodes; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN):
+    # only an EP group over several domains goes through the RDMA send buffer; a copy reads and writes its bytes
+    if -(-group.nodes // c.nodes_per_domain) > 1:
+        token_bytes = tokens * w.hidden * 2.0
+        fwd += stream_time_s(c.dev, 2 * (token_bytes + tokens * experts * 4.0))
+        bwd = stream_time_s(c.dev, 2 * token_bytes)
+    return fwd * c.fwd_passes + bwd
 
 
 def _layer_comm(c: _Setup) -> _LayerComm:
@@ -663,9 +713,11 @@ def _layer_time(
     if a2a_bytes and r.ep > 1 and layout.moe_dispatcher == "distmoe":
         ep_t = _distmoe_exposed_s(kernels, c.comm("all_to_all", a2a_bytes, r.groups["ep"]), fwd_passes)
     elif a2a_bytes and r.ep > 1:
-        ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0)
+        prep = hybridep_dispatch_prep_s(c) if layout.moe_dispatcher == "hybridep" else 0.0
+        ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0) + prep
         if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
-            ep_t = _ep_overlap_s(c, kernels, a2a_bytes, redo, stream / (compute + stream) if compute + stream else 0.0)
+            mem_share = stream / (compute + stream) if compute + stream else 0.0
+            ep_t = _ep_overlap_s(c, kernels, a2a_bytes, redo, mem_share, prep)
         elif layout.schedule == "dualpipe":
             # DualPipe pairs one micro-batch's forward with another's backward and runs each chunk's all-to-all
             # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
@@ -757,15 +809,19 @@ def ep_overlap_paired_share(r: Resolved) -> float:
     return max(0.0, passes - warmup) / passes if passes else 0.0
 
 
-def _ep_overlap_s(c: _Setup, kernels: list[Kernel], a2a_bytes: float, redo: frozenset[str], mem_share: float) -> float:
+def _ep_overlap_s(
+    c: _Setup, kernels: list[Kernel], a2a_bytes: float, redo: frozenset[str], mem_share: float, prep_s: float = 0.0
+) -> float:
     """EP seconds one MoE layer leaves on a micro-batch under Megatron-Core's EP overlap, over a step's micro-batches:
     a paired pass waits for what its streams do not hide (:func:`combined_1f1b_layer_s`) and pays the SMs and HBM
     the hidden transfers take from the compute beside them (``interference_s``); an unpaired pass runs its four
     all-to-alls exposed. A recomputed forward's all-to-alls (full recomputation, which the overlap refuses) would
-    stay exposed."""
+    stay exposed. ``prep_s``: the dispatcher's own work on the communication stream beside the transfers
+    (:func:`hybridep_dispatch_prep_s`), spread over the four."""
     w, r, layout, fwd_passes = c.w, c.r, c.layout, c.fwd_passes
     a2a = c.comm("all_to_all", a2a_bytes, r.groups["ep"])
-    plain = a2a * 2 * (fwd_passes + 1.0)
+    plain = a2a * 2 * (fwd_passes + 1.0) + prep_s
+    a2a += prep_s / 4.0
     delay = layout.delay_wgrad_compute
     f, b, dw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
     for k in kernels:
