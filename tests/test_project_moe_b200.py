@@ -27,9 +27,12 @@ def _qwen235(precision: str, dispatcher: str) -> Projection:
 
 
 def test_hybridep_is_the_flex_dispatcher_with_deepep_s_traffic():
-    """In 16 bits the two flex backends project the same step: one copy per destination GPU, no local sort."""
-    assert _qwen235("bf16", "hybridep").step_time_s == _qwen235("bf16", "deepep").step_time_s
-    assert _qwen235("bf16", "hybridep").step_time_s < _qwen235("bf16", "alltoall").step_time_s
+    """In 16 bits the two flex backends send the same copies (one per destination GPU, no local sort); HybridEP
+    adds its routing-map gather and scan and the probabilities it sends (tests/test_project_hybridep.py)."""
+    hybrid = _qwen235("bf16", "hybridep").step_time_s
+    deepep = _qwen235("bf16", "deepep").step_time_s
+    assert deepep < hybrid < 1.01 * deepep
+    assert hybrid < _qwen235("bf16", "alltoall").step_time_s
 
 
 def test_fp8_experts_pad_their_tokens_unless_the_hybridep_dispatch_padded_them():
