@@ -171,3 +171,23 @@ def test_a_framework_switch_drops_what_the_other_stack_lacks_and_says_so():
     (_, point), *_ = back["framework torchtitan -> megatron-core (without Dist-MoE)"]
     assert point["layout.moe_dispatcher"] == "alltoall"
     assert project_point(tt, point).framework == "megatron-core"
+
+
+def test_ep_overlap_on_a_pipelined_layout_comes_with_the_interleaved_schedule_it_needs():
+    # Megatron-Core pairs micro-batches only under VPP > 1 where PP > 1 (layout._check_ep_overlap)
+    rows = _what_if_rows(*MOE_H100[:4], "32", *MOE_H100[5:], "--pp", "2")
+    step_s, _, _, _ = _row(rows, "EP all-to-all overlap (VPP 1 -> 2)")
+    base = Base("qwen3-30b-a3b", "dgx-h100", 32, {"ep": 8, "pp": 2, "recompute": "none"}, {"precision": "fp8"})
+    both = project_point(base, {"layout.moe_a2a_overlap": True, "layout.vpp": 2})
+    assert float(step_s) == pytest.approx(both.step_time_s, abs=5e-4)
+    assert both.step_time_s < project_point(base, {"layout.vpp": 2}).step_time_s  # the overlap, not the VPP alone
+
+
+def test_hybridep_onto_automodel_takes_its_deepep_dispatch():
+    from commlens.project.whatif import _candidates
+
+    base = Base("qwen3-30b-a3b", "gb200-nvl72", 8, ROW_2608, {"precision": "fp8"})
+    cands = dict(_candidates(base, {}, project_point(base, {})))
+    (label, point), *_ = next(v for k, v in cands.items() if k.startswith("framework nemo -> automodel"))
+    assert label.endswith(", HybridEP)") and point["layout.moe_dispatcher"] == "deepep"
+    assert project_point(base, point).framework == "automodel"

@@ -260,10 +260,11 @@ def _setting_candidates(base: Base, point: Overrides, now: Projection) -> list[t
     if moe and ep > 1 and fw.overlap.ep == "combined_1f1b":
         if not lay.moe_a2a_overlap:
             on: dict[str, SpecValue] = {"moe_a2a_overlap": True}
-            add(
-                ("EP all-to-all overlap", on),
-                ("EP all-to-all overlap + delayed wgrad", {**on, "delay_wgrad_compute": True}),
-            )
+            both = {**on, "delay_wgrad_compute": True}
+            variants = [("EP all-to-all overlap", on), ("EP all-to-all overlap + delayed wgrad", both)]
+            if lay.pp > 1 and lay.vpp == 1:  # Megatron-Core pairs micro-batches only under the interleaved schedule
+                variants += [(f"{label} (VPP 1 -> 2)", {**d, "vpp": 2}) for label, d in variants]
+            add(*variants)
         elif not lay.delay_wgrad_compute:
             add(("delayed wgrad (EP overlap)", {"delay_wgrad_compute": True}))
     if family not in _MEGATRON:
@@ -366,6 +367,8 @@ def _carry_over(fields: Overrides, other: str) -> tuple[dict[str, SpecValue], li
     own = {"hybridep": family in _MEGATRON, "distmoe": family == "torchtitan"}  # HybridEP: Megatron's flex backend
     dispatcher = str(fields.get("moe_dispatcher"))
     if not own.get(dispatcher, True):
-        off["layout.moe_dispatcher"] = "alltoall"
+        # the other stack's own dispatch: DeepEP in AutoModel (its benchmark configs' DeepEP dispatch,
+        # frameworks.yaml), its all-to-all elsewhere
+        off["layout.moe_dispatcher"] = "deepep" if family == "automodel" else "alltoall"
         dropped.append({"hybridep": "HybridEP", "distmoe": "Dist-MoE"}[dispatcher])
     return off, dropped
