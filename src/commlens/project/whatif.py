@@ -8,12 +8,16 @@ same job throughout (GPU count and global batch fixed):
    the micro-batches), one step less recomputation, every other ZeRO stage
    (when there is data parallelism), the next bigger scale-up domain (72,
    NVL72-class, alone and with TP doubled inside it: the faster counts), NICs
-   x2, fp8 (for bf16), the layout on each other framework (NeMo counts as Megatron-Core), torch.compile where the
-   stack does not compile, and the zero-bubble schedule where the stack has it;
+   x2, fp8 (for bf16), the layout on each other framework (NeMo counts as Megatron-Core; the settings the other
+   stack lacks turned off and named, :func:`_carry_over`), torch.compile where the stack does not compile, the
+   zero-bubble schedule where the stack has it, and the stack's own settings the layout leaves off
+   (:func:`_setting_candidates`: EP overlap, fp8 attention, the fused MLP with its budget and whole-step graph,
+   CUDA graph scopes, fp8 parameter gathers; torchtitan's deferred FSDP reduction and Dist-MoE);
 2. each one projected with :func:`commlens.project.sweep.project_point`; one
    the model refuses (:class:`InfeasibleLayoutError`: memory, divisibility,
    placement; :class:`ProjectionError`: what the hardware lacks, as fp8 on an
-   A100) is kept with its reason;
+   A100) is kept with its reason, except a stack setting refused for anything but memory, which is not offered
+   (the stack cannot run it there) and not counted;
 3. the gain of each change: old step time / new step time - 1; those above
    :data:`MIN_GAIN`, largest first, make the answer.
 """
@@ -278,8 +282,9 @@ def _setting_candidates(base: Base, point: Overrides, now: Projection) -> list[t
     if moe and fp8 and blackwell and (lay.fp8_recipe or fw.fp8_recipe) == "mxfp8":
         out += _fused_moe_candidates(lay)
     if not lay.cuda_graphs:
-        add(("CUDA graphs (full iteration)", {"cuda_graphs": True, "cuda_graph_scope": _FULL_ITERATION}))
-        if moe:  # a dropless MoE layer's experts stay eager (layout._check_graph_scope)
+        if not moe:  # a whole-step graph of a dropless MoE model is refused (layout._check_graph_scope)
+            add(("CUDA graphs (full iteration)", {"cuda_graphs": True, "cuda_graph_scope": _FULL_ITERATION}))
+        else:  # its experts stay eager; a budgeted one's whole-step graph comes with the fused MLP above
             add(
                 (
                     "CUDA graphs (attn, moe_router, moe_preprocess)",
