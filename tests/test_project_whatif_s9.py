@@ -191,3 +191,26 @@ def test_hybridep_onto_automodel_takes_its_deepep_dispatch():
     (label, point), *_ = next(v for k, v in cands.items() if k.startswith("framework nemo -> automodel"))
     assert label.endswith(", HybridEP)") and point["layout.moe_dispatcher"] == "deepep"
     assert project_point(base, point).framework == "automodel"
+
+
+def test_a_scoped_graph_line_is_reproduced_from_the_shell_and_leaves_with_megatron():
+    rows = _what_if_rows(*MOE_H100)
+    step_s, _, _, _ = _row(rows, "CUDA graphs (attn, moe_router, moe_preprocess)")
+    # the line's change as --set takes it (a list option splits on commas: the scope's names joined by '-')
+    scoped = ("--set", "layout.cuda_graphs=true", "--set", "layout.cuda_graph_scope=attn-moe_router-moe_preprocess")
+    out = subprocess.run([*CLI, "project", *MOE_H100, *scoped, "--no-what-if"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("step time")[1].split()[0] == step_s
+    # off Megatron, scoped graphs go with their scope: a scope-less cuda_graphs would capture more than they did
+    from commlens.project.whatif import _candidates
+
+    lay = {
+        "ep": 8,
+        "recompute": "none",
+        "cuda_graphs": True,
+        "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"],
+    }
+    base = Base("qwen3-30b-a3b", "dgx-h100", 16, lay, {"precision": "fp8"})
+    cands = dict(_candidates(base, {}, project_point(base, {})))
+    (_, point), *_ = cands["framework megatron-core -> torchtitan (without CUDA graphs)"]
+    assert point["layout.cuda_graphs"] is False and point["layout.cuda_graph_scope"] is None

@@ -367,6 +367,13 @@ def _carry_over(fields: Overrides, other: str) -> tuple[dict[str, SpecValue], li
     if family not in _MEGATRON:
         for field, (value, name) in _MEGATRON_ONLY.items():
             drop(field, value, name)
+        scope = fields.get("cuda_graph_scope")
+        names = scope.replace("-", ",").split(",") if isinstance(scope, str) else list(scope or ())  # type: ignore[arg-type]
+        if fields.get("cuda_graphs") and names and names != ["full_iteration"]:
+            # without a scope, cuda_graphs captures every static kernel: more than the scoped graphs did, which
+            # would credit the other stack with graphs the layout never had
+            off["layout.cuda_graphs"] = False
+            dropped[dropped.index("CUDA graph scope")] = "CUDA graphs"
     if family != "torchtitan":
         drop("fsdp_defer_grad_reduce", False, "deferred FSDP reduction")
     own = {"hybridep": family in _MEGATRON, "distmoe": family == "torchtitan"}  # HybridEP: Megatron's flex backend
