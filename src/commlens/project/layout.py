@@ -336,7 +336,7 @@ class ParallelLayout(StrictSpec):
             raise ValueError("moe_expert_capacity needs moe_dispatcher hybridep and moe_fused_mlp")
         return self
 
-    @field_validator("recompute_modules", "cuda_graph_scope", mode="before")
+    @field_validator("recompute_modules", "cuda_graph_scope", mode="before")  # a --set string: "a-b" ("a,b" in Python)
     @classmethod
     def _modules(cls, v: Any) -> Any:  # --set layout.cuda_graph_scope=moe_router,moe_preprocess
         return tuple(x for x in v.replace("-", ",").split(",") if x) if isinstance(v, str) else v
