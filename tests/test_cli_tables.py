@@ -7,6 +7,7 @@ Each command's table is checked here with its exact header and values; ``commlen
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,21 @@ def test_compare_table_header_is_a_comment_and_rows_are_indented(tmp_path, monke
         "| p adj | verdict | reason |",
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|",
     ]
+
+
+def test_set_takes_one_value_and_says_how_to_give_several() -> None:
+    """``--set`` shares ``--vary``'s parser, where a comma makes a list: a projection takes one value, so two are an
+    error, not the first one kept (``layout.cuda_graph_scope=attn,moe_router`` kept only attn)."""
+    base = ["project", "llama3-70b", "-t", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "2"]
+    result = CliRunner().invoke(app, [*base, "--set", "layout.tp=2,4"])
+    assert result.exit_code == 2
+    assert "--set layout.tp takes one value, got 2 (2, 4)" in result.output
+
+    def step(scope: str) -> float:
+        out = CliRunner().invoke(
+            app, [*base, "--set", "layout.cuda_graphs=true", "--set", f"layout.cuda_graph_scope={scope}", "--json"]
+        )
+        assert out.exit_code == 0, out.output
+        return float(json.loads(out.output)["step_time_s"])
+
+    assert step("attn-mlp") < step("attn")  # both scopes read: the MLP's launches are replayed too

@@ -197,7 +197,14 @@ def accelerators_in_force(path: str | None) -> tuple[str, ...]:
 
 def _point(sets: list[str], parse_vary) -> Overrides:
     with errors_as_exit("--set "):
-        return {k: v[0] for k, v in parse_vary(sets).items()}
+        parsed = parse_vary(sets)
+    for k, v in parsed.items():
+        if len(v) > 1:  # a comma makes --vary's list: one point takes one value (a list field's items join with '-')
+            fail(
+                f"--set {k} takes one value, got {len(v)} ({', '.join(map(str, v))}); a list field's items join with "
+                "'-' (layout.cuda_graph_scope=attn-moe_router); several points: commlens project sweep --vary"
+            )
+    return {k: v[0] for k, v in parsed.items()}
 
 
 def _project(base: Base, point: Overrides) -> Projection:

@@ -338,7 +338,7 @@ class ParallelLayout(StrictSpec):
 
     @field_validator("recompute_modules", "cuda_graph_scope", mode="before")  # a --set string: "a-b" ("a,b" in Python)
     @classmethod
-    def _modules(cls, v: Any) -> Any:  # --set layout.cuda_graph_scope=moe_router,moe_preprocess
+    def _modules(cls, v: Any) -> Any:  # --set layout.cuda_graph_scope=moe_router-moe_preprocess
         return tuple(x for x in v.replace("-", ",").split(",") if x) if isinstance(v, str) else v
 
     @field_validator("stage_layers", mode="before")
