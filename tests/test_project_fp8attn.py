@@ -97,3 +97,13 @@ def test_where_te_has_no_fp8_attention():
 def test_the_26_08_table_projects_with_it():
     results = validate_set(load_set("megatron-bridge-perf-26.08-moe"))
     assert all(r.predicted is not None for r in results)
+
+
+def test_mxfp8_gemms_are_refused_below_blackwell():
+    """Transformer Engine runs MXFP8 only from compute capability 10.0 (check_mxfp8_support): an H100 layout asking
+    for it is refused with the way out, not projected at Blackwell's block-scaled rates."""
+    w = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+    layout = ParallelLayout(tp=1, sp=False, dp=8, fp8_recipe="mxfp8")
+    with pytest.raises(InfeasibleLayoutError, match="compute capability 10.0"):
+        project(w, load_topology("dgx-h100"), layout, 8, check_memory=False)
+    assert project(w, load_topology("b200"), layout, 8, check_memory=False).step_time_s > 0

@@ -117,6 +117,10 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {
 # GPU generations whose fp8 GEMMs take either layout (TE v2.16 common/transformer_engine.cpp
 # nvte_is_non_tn_fp8_gemm_supported: compute capability 10.0 to 11.x and 13.0 on; B200, GB200, B300, GB300)
 FP8_ANY_LAYOUT = frozenset({"blackwell"})
+# Transformer Engine runs MXFP8 only from sm100 (pytorch check_mxfp8_support: "Device compute capability 10.0 or
+# higher required for MXFP8 execution."); its ROCm build from gfx950 (MI355X), whose name reads as cdna3 here, so
+# CDNA is left to the user
+MXFP8_UNSUPPORTED = frozenset({"volta", "ampere", "hopper"})
 
 
 def fp8_recipe(fw: Framework, layout: ParallelLayout) -> Fp8Recipe:
@@ -502,6 +506,11 @@ def layer_kernels(
     """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
     fp8 = w.precision == "fp8"
     recipe = fp8_recipe(fw, layout) if fp8 else None
+    if fp8 and (layout.fp8_recipe or fw.fp8_recipe) == "mxfp8" and generation(dev.name) in MXFP8_UNSUPPORTED:
+        raise InfeasibleLayoutError(
+            f"fp8_recipe mxfp8 needs compute capability 10.0 (Blackwell) or higher, as Transformer Engine checks "
+            f"(check_mxfp8_support); {dev.name} is {generation(dev.name)}: use the delayed or current recipe"
+        )
     b = _Builder(
         dev=dev,
         fw=fw,
