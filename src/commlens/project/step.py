@@ -1560,7 +1560,18 @@ def _layout_summary(c: _Setup, schedule: str) -> dict[str, object]:
         "order": ",".join(layout.order),
         "schedule": schedule,
         "framework": layout.framework,
+        # every other field the layout sets away from its default (overlaps, graphs, fp8 and MoE settings), so the
+        # record names what was projected
+        "settings": {
+            k: v for k, v in layout.model_dump(mode="json", exclude_defaults=True).items() if k not in _SUMMARY_FIELDS
+        },
     }
+
+
+_SUMMARY_FIELDS = frozenset(
+    {"tp", "sp", "cp", "pp", "vpp", "dp", "ep", "zero", "recompute", "recompute_layers", "recompute_method"}
+    | {"stage_layers", "order", "schedule", "framework"}
+)
 
 
 def _band(step_s: float, family: tuple[str, str, str, str]) -> dict[str, object] | None:
