@@ -75,6 +75,9 @@ if TYPE_CHECKING:
 __all__ = ["Projection", "Scenario", "model_flops_per_step", "project", "run"]
 
 _COMM: dict[tuple, float] = {}
+# The topologies _COMM's keys name by id(), kept alive with the entries: a freed topology's id could otherwise be
+# handed to a new one (a sweep's overridden topology, an API caller's) and return the old one's times.
+_COMM_TOPOLOGIES: dict[int, Topology] = {}
 
 # Vocabulary-parallel cross-entropy as Megatron-LM runs it, in fp32 (cast from 16 bits, max, subtract, exp, sum,
 # divide; backward: scale, cast back): bytes through HBM per logit element.
@@ -164,6 +167,8 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
     if hit is None:
         if len(_COMM) > 100_000:
             _COMM.clear()
+            _COMM_TOPOLOGIES.clear()
+        _COMM_TOPOLOGIES[id(topology)] = topology
         try:
             hit = nccl_predict(
                 topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
