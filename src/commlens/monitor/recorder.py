@@ -297,6 +297,8 @@ class Recorder:
             setattr(dist, name, original)
         self._originals.clear()
         self.active = False
+        for info in self.groups:  # a stopped monitor keeps no process group alive past destroy_process_group
+            info.pg = None
 
     def _wrap(self, name: str, original: Callable[..., Any], call: _Call) -> Callable[..., Any]:
         import inspect
