@@ -37,8 +37,9 @@ __all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_tflops", "attention
 
 EFFICIENCY_FORMAT = "commlens.efficiency/1"
 EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
-# Devices without attention entries of their own borrow a sibling's: the same SMs and clocks, other HBM.
-SIBLINGS = {"H200 SXM": "H100 SXM", "GB200": "B200", "B200": "GB200", "H100 SXM": "H200 SXM"}
+# Devices without attention entries of their own borrow a sibling's: the same SMs and clocks, other HBM. The keys
+# are accelerators.yaml's names (the B200 in a GB200 is "B200 (GB200)").
+SIBLINGS = {"H200 SXM": "H100 SXM", "B200 (GB200)": "B200", "B200": "B200 (GB200)", "H100 SXM": "H200 SXM"}
 # Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
 FAMILY_FALLBACK = {"fa3": ("cudnn", "fa2"), "cudnn": ("fa3", "fa2"), "fa2": (), "ck": ("fa2",)}
 
@@ -112,23 +113,41 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
     """The attention entries of ``device`` (the shipped tables, whose (kernel, pass) curves ``files``
     (accelerators files) and then the files in ``COMMLENS_EFFICIENCY`` replace), and the factor to scale their rates by: 1 for the device's
     own; for a device without entries, a tabled device of its generation (H200 from H100: the same SMs and
-    clocks), scaled by the ratio of the two devices' large-GEMM rates (a 500 W H100 from a 700 W one)."""
+    clocks), scaled by the ratio of the two devices' large-GEMM rates (a 500 W H100 from a 700 W one). A device
+    with entries of its own also reads the curves only its ``SIBLINGS`` entry tables, scaled the same way (returned
+    scaled, with the factor 1) [27 s10 bwattn]."""
     from commlens.project.frameworks import generation
     from commlens.project.hardware import active_devices
 
     env = tuple(p for p in os.environ.get(EFFICIENCY_ENV, "").split(os.pathsep) if p)
     tables = _tables(tuple(files) + env)
-    if tables.get(device):
-        return tables[device], 1.0
     devices = active_devices(files or None)
+
+    def ratio(sibling: str) -> float:
+        own, other = devices[device], devices[sibling]
+        return (own.peak("bf16") * own.gemm_efficiency) / (other.peak("bf16") * other.gemm_efficiency)
+
+    if tables.get(device):
+        # a curve the device does not table (a head size measured only on its sibling, the same silicon in
+        # another board: B200 and GB200's B200) is the sibling's, scaled; the device's own curves come first
+        sibling = SIBLINGS.get(device, "")
+        if not tables.get(sibling) or sibling not in devices or device not in devices:
+            return tables[device], 1.0
+        have = {_curve(e) for e in tables[device]}
+        scale = ratio(sibling)
+        borrowed = [(*e[:5], e[5] * scale, e[6]) for e in tables[sibling] if _curve(e) not in have]
+        return tables[device] + borrowed, 1.0
     gen = generation(device)
     siblings = [SIBLINGS.get(device, "")] + sorted(g for g in tables if generation(g) == gen)
     for sibling in siblings:
         if tables.get(sibling) and sibling in devices and device in devices:
-            own, other = devices[device], devices[sibling]
-            ratio = (own.peak("bf16") * own.gemm_efficiency) / (other.peak("bf16") * other.gemm_efficiency)
-            return tables[sibling], ratio
+            return tables[sibling], ratio(sibling)
     return [], 1.0
+
+
+def _curve(e: Entry) -> tuple[str, str, bool, int, int]:
+    """The curve an entry lies on: kernel, pass, causal mask, head size and window (its points are the lengths)."""
+    return e[0], e[1], e[2], e[3], e[6]
 
 
 @cache
