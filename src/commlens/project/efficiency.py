@@ -297,8 +297,12 @@ def gemm_rate_cap(device: str, dtype: str, flops: float) -> float | None:
     ``device`` (its own rows and its generation's, scaled): log2-interpolated over the upper envelope of the tabled
     GEMMs, held at the ends; None where nothing is tabled. The rows of the files in ``COMMLENS_EFFICIENCY`` count
     too. [27 s10 gemmshape]"""
-    kind = GEMM_DTYPES.get(dtype)
-    curve = _gemm_curve(device, kind, os.environ.get(EFFICIENCY_ENV, "")) if kind else ()
+    return _cap(device, GEMM_DTYPES.get(dtype), float(flops), os.environ.get(EFFICIENCY_ENV, ""))
+
+
+@cache
+def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
+    curve = _gemm_curve(device, kind, env) if kind else ()
     if not curve or flops <= 0:
         return None
     if flops <= curve[0][0]:
