@@ -18,6 +18,13 @@ key, whose rates count the band's score entries (cudnn-frontend's benchmark: w (
 sequence, 4 FLOPs an entry and head-dimension element forward, 10 backward). A windowed lookup reads the nearest tabled
 window (log2) of the family; where the device has none for the family or its stand-ins, the family's causal curve at
 the window's length (its short end, held there: optimistic, see docs/project.md).
+
+:func:`gemm_rate_cap` reads the ``gemm`` rows and the ``grouped_gemm`` rows of layout ``per_expert`` (a loop of one
+GEMM per expert) of a device and of the devices of its generation (scaled by the ratio of the large-GEMM rates, as
+above): the measured rate of a GEMM of the dtype at its FLOP count, interpolated in log2 of the FLOPs over the upper
+envelope of the measured points (a GEMM of more FLOPs is never capped below a smaller measured one) and held at the
+ends. Only rows whose smallest dimension is at least ``GEMM_CAP_MIN_DIM`` count: a GEMM with a dimension of 64-192
+(decode, a narrow projection) is another shape class. [27 s10 gemmshape]
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from commlens.project.errors import ProjectionError
 from commlens.project.hardware import ACCELERATORS_FORMAT
 from commlens.specdata import load_yaml
 
-__all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_tflops", "attention_entries"]
+__all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_entries", "attention_tflops", "gemm_rate_cap"]
 
 EFFICIENCY_FORMAT = "commlens.efficiency/1"
 EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
@@ -44,6 +51,8 @@ SIBLINGS = {"H200 SXM": "H100 SXM", "B200 (GB200)": "B200", "B200": "B200 (GB200
 FAMILY_FALLBACK = {"fa3": ("cudnn", "fa2"), "cudnn": ("fa3", "fa2"), "fa2": (), "ck": ("fa2",)}
 
 Entry = tuple[str, str, bool, int, float, float, int]  # kernel, pass, causal, head_dim, seq_len, flop/s, window
+GEMM_CAP_MIN_DIM = 512  # the smallest dimension of a tabled GEMM that gemm_rate_cap reads
+GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # fp16 runs at bf16's tensor-core rate
 
 
 def _number(v: Any, where: str) -> float:
@@ -240,3 +249,86 @@ def attention_tflops(
         os.environ.get(EFFICIENCY_ENV, ""),
         int(window),
     )
+
+
+def _gemm_points(data: Any, where: str) -> dict[str, list[tuple[str, float, float]]]:
+    """(dtype, FLOPs, FLOP/s) of the ``gemm`` rows and the ``per_expert`` ``grouped_gemm`` rows, per accelerator."""
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    gpus = data.get("gpus") if isinstance(data, dict) and data.get("format") == EFFICIENCY_FORMAT else None
+    for gpu, tables in (gpus or {}).items():
+        if not isinstance(tables, dict):
+            continue
+        rows = [(r.get("m"), r) for r in tables.get("gemm") or []]
+        rows += [
+            (r.get("tokens_per_expert"), r) for r in tables.get("grouped_gemm") or [] if r.get("layout") == "per_expert"
+        ]
+        for i, (m, row) in enumerate(rows):
+            dtype = GEMM_DTYPES.get(str(row.get("dtype")))
+            if dtype is None:
+                continue
+            at = f"{where}: {gpu}: gemm row {i + 1}"
+            dims = (_number(m, at), _number(row.get("n"), at), _number(row.get("k"), at))
+            if min(dims) >= GEMM_CAP_MIN_DIM:
+                out.setdefault(str(gpu), []).append(
+                    (dtype, 2.0 * math.prod(dims), _number(row.get("tflops"), at) * 1e12)
+                )
+    return out
+
+
+@cache
+def _gemm_curve(device: str, dtype: str, env: str) -> tuple[tuple[float, float], ...]:
+    """The upper envelope of the measured (FLOPs, FLOP/s) points of ``device``'s generation, sorted by FLOPs."""
+    from commlens.project.frameworks import generation
+    from commlens.project.hardware import active_devices
+
+    shipped = resources.files("commlens.project") / "efficiency.yaml"
+    points = _gemm_points(load_yaml(shipped.read_text(encoding="utf-8"), shipped=True), "efficiency.yaml")
+    for f in (p for p in env.split(os.pathsep) if p):
+        try:
+            text = Path(f).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
+        for gpu, rows in _gemm_points(load_yaml(text), f).items():
+            points[gpu] = rows + points.get(gpu, [])
+    devices = active_devices(None)
+    own = devices.get(device)
+    found: list[tuple[float, float]] = []
+    for gpu, rows in points.items():
+        if gpu != device and (own is None or gpu not in devices or generation(gpu) != generation(device)):
+            continue
+        ratio = 1.0
+        if gpu != device and own is not None:
+            other = devices[gpu]
+            ratio = (own.peak("bf16") * own.gemm_efficiency) / (other.peak("bf16") * other.gemm_efficiency)
+        found += [(flops, rate * ratio) for d, flops, rate in rows if d == dtype]
+    curve: list[tuple[float, float]] = []
+    for flops, rate in sorted(found):
+        rate = max(rate, curve[-1][1]) if curve else rate
+        if curve and curve[-1][0] == flops:
+            curve[-1] = (flops, rate)
+        else:
+            curve.append((flops, rate))
+    return tuple(curve)
+
+
+def gemm_rate_cap(device: str, dtype: str, flops: float) -> float | None:
+    """The measured FLOP/s of a ``dtype`` (bf16, fp16, fp8 with per-tensor scales) GEMM of ``flops`` FLOPs on
+    ``device`` (its own rows and its generation's, scaled): log2-interpolated over the upper envelope of the tabled
+    GEMMs, held at the ends; None where nothing is tabled. The rows of the files in ``COMMLENS_EFFICIENCY`` count
+    too. [27 s10 gemmshape]"""
+    return _cap(device, GEMM_DTYPES.get(dtype), float(flops), os.environ.get(EFFICIENCY_ENV, ""))
+
+
+@cache
+def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
+    curve = _gemm_curve(device, kind, env) if kind else ()
+    if not curve or flops <= 0:
+        return None
+    if flops <= curve[0][0]:
+        return curve[0][1]
+    if flops >= curve[-1][0]:
+        return curve[-1][1]
+    for (f0, r0), (f1, r1) in zip(curve, curve[1:], strict=False):
+        if f0 <= flops <= f1:
+            return r0 + (r1 - r0) * math.log2(flops / f0) / math.log2(f1 / f0)
+    return curve[-1][1]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
-from commlens.project.efficiency import attention_entries, attention_tflops
+from commlens.project.efficiency import attention_entries, attention_tflops, gemm_rate_cap
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, generation
 from commlens.project.hardware import Device
@@ -446,6 +446,7 @@ class _Builder:
     gemm_peak: float
     elem: float  # bytes per GEMM input element
     gemm_launch: int  # launches per GEMM (with its fp8 casts)
+    gemm_rate: float = 1.0  # the fp8 recipe's GEMM rate against per-tensor fp8 (MXFP8's block scales)
 
     def stream(
         self,
@@ -478,19 +479,35 @@ class _Builder:
         eager: bool = False,
         modules: float = 1.0,
         bwd_chunks: int | None = None,
+        per_expert: bool = False,
     ) -> Kernel:
         """``times`` x forward (m x k) @ (k x n) and backward (data gradient (m, k, n) + weight gradient (k, n, m)),
-        the forward in ``chunks`` row chunks and the data gradient in ``bwd_chunks`` (as the forward unless given)."""
-        dev, peak, elem = self.dev, self.gemm_peak, self.elem
+        the forward in ``chunks`` row chunks and the data gradient in ``bwd_chunks`` (as the forward unless given).
+        ``per_expert``: one GEMM launch per expert (TE GroupedLinear's cuBLASLt loop), each no faster than the
+        measured GEMMs of its size (:meth:`_gemm_s`)."""
         bc = chunks if bwd_chunks is None else bwd_chunks
-        fwd = chunks * gemm_time_s(dev, peak, m_ / chunks, n_, k_, elem_bytes=elem)
-        bwd = bc * gemm_time_s(dev, peak, m_ / bc, k_, n_, elem_bytes=elem) + gemm_time_s(
-            dev, peak, k_, n_, m_, elem_bytes=elem
-        )
+        at = self._gemm_s if per_expert else self._curve_s
+        fwd = chunks * at(m_ / chunks, n_, k_)
+        bwd = bc * at(m_ / bc, k_, n_) + at(k_, n_, m_)
         n_launch = self.gemm_launch * times if launches is None else launches
         return Kernel(
             name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times, modules=modules
         )
+
+    def _curve_s(self, m: float, n: float, k: float) -> float:
+        """One (m x k) @ (k x n) GEMM on the shape curve (compute.py)."""
+        return gemm_time_s(self.dev, self.gemm_peak, m, n, k, elem_bytes=self.elem)
+
+    def _gemm_s(self, m: float, n: float, k: float) -> float:
+        """One GEMM of an expert, launched alone: the shape curve, but no faster than the GEMMs of its FLOP count
+        measured on the device (efficiency.gemm_rate_cap: cuBLAS/cuBLASLt GEMMs and per-expert cuBLAS loops; an
+        MXFP8 GEMM at the recipe's rate against per-tensor fp8). The curve counts the tiles of one GEMM against
+        the SMs; a small GEMM also pays its prologue, epilogue and tail wave in full, which the measured rates of
+        1024-2048 cubes carry (Azure cuBLASLt fp8 on H100: 274 and 1011 TFLOP/s, where the curve gives ~1000 and
+        ~1220). [27 s10 gemmshape]"""
+        t = self._curve_s(m, n, k)
+        cap = gemm_rate_cap(self.dev.name, "fp8" if self.elem == 1.0 else "bf16", 2.0 * m * n * k)
+        return t if cap is None else max(t, 2.0 * m * n * k / (cap * self.gemm_rate))
 
 
 def layer_kernels(
@@ -518,6 +535,7 @@ def layer_kernels(
         gemm_peak=gemm_peak * (recipe.gemm_rate if recipe else 1.0),
         elem=1.0 if fp8 else 2.0,
         gemm_launch=1 + (recipe.launches if recipe else 0),
+        gemm_rate=recipe.gemm_rate if recipe else 1.0,
     )
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
@@ -707,8 +725,11 @@ def _moe_block(
     # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
     # backward the data- and weight-gradient GEMMs and the output gradient's casts
     fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch)
-    up = b.gemm("experts_in", "grouped_gemm", per_expert * imbalance, fe, h, times=local * (mats - 1), eager=True)
-    down = b.gemm("experts_out", "grouped_gemm", per_expert * imbalance, h, fe, times=local, eager=True)
+    # Megatron-Core's unfused experts: one cuBLASLt GEMM per expert, each priced as launched alone [27 s10 gemmshape]
+    alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
+    rows = per_expert * imbalance
+    up = b.gemm("experts_in", "grouped_gemm", rows, fe, h, times=local * (mats - 1), eager=True, per_expert=alone)
+    down = b.gemm("experts_out", "grouped_gemm", rows, h, fe, times=local, eager=True, per_expert=alone)
     down = replace(down, launches=local * fwd_launch, bwd_launches=local * bwd_launch)
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
     # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
