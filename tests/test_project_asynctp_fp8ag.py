@@ -3,8 +3,6 @@ before the all-gathers: they move fp8, the reduce-scatters 16 bits."""
 
 from __future__ import annotations
 
-import pytest
-
 from commlens.project import ParallelLayout, project
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -22,5 +20,6 @@ def _tp_comm(fw: str, precision: str) -> float:
 def test_torchtitan_float8_tp_gathers_fp8():
     # a layer's TP traffic is as many all-gathers as reduce-scatters: half of it at half the bytes under Float8
     assert _tp_comm("torchtitan", "fp8") < 0.8 * _tp_comm("torchtitan", "bf16")
-    # Megatron-Core's TP collectives stay 16-bit in the model
-    assert _tp_comm("megatron-core", "fp8") == pytest.approx(_tp_comm("megatron-core", "bf16"), rel=0.02)
+    # Transformer Engine (v2.9 / v2.16, Megatron-Core's linears) also casts before gathering under current scaling
+    # [27 s10 fp8cs]; its reduce-scatters stay 16-bit
+    assert _tp_comm("megatron-core", "fp8") < 0.8 * _tp_comm("megatron-core", "bf16")

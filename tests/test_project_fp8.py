@@ -37,8 +37,10 @@ def test_current_scaling_reads_the_tensor_twice_where_delayed_and_mxfp8_cast_in_
 
 
 def test_hopper_casts_write_the_transpose_as_well():
-    """Hopper's fp8 GEMMs take only the TN layout: the per-tensor recipes also write a transposed copy (1 B)."""
-    lay = {"tp": 4, "pp": 8, "vpp": 5}
+    """Hopper's fp8 GEMMs take only the TN layout: the per-tensor recipes also write a transposed copy (1 B).
+    (Without sequence parallelism: under it current scaling gathers fp8 and transposes the gathered tensor instead,
+    tests/test_project_fp8cs.py.)"""
+    lay = {"tp": 4, "pp": 8, "vpp": 5, "sp": False, "recompute": "full"}
     cast = {r: _70b(H100, r, **lay).kernels["fp8_cast"] for r in ("delayed", "current")}
     assert cast["current"] / cast["delayed"] == pytest.approx(6.0 / 4.0, rel=1e-9)
     # the same layout on Blackwell moves 5 B where Hopper moves 6 (per element cast)

@@ -289,6 +289,13 @@ class Framework(_Strict):
         description="under fp8 with per-tensor current scaling, TP's all-gathers (the linears' inputs forward, the "
         "row-parallel outputs' gradients backward) move fp8, cast before the collective; false: 16 bits",
     )
+    te_tp_fp8_gather: bool = Field(
+        default=False,
+        description="with tp_fp8_all_gather, Transformer Engine's fp8 all-gather: every cast before a TP all-gather "
+        "first all-reduces its amax over the TP group, a 4-byte collective the quantize waits for "
+        "(kernels.fp8_tp_amax_reductions), and on GPUs whose fp8 GEMMs take only the TN layout the weight gradient "
+        "transposes the gathered fp8 tensor (kernels.fp8_gather_transposes) [27 s10 fp8cs]",
+    )
     tp_saves_gathered_input: bool = Field(
         default=False,
         description="TP with sequence parallelism: the column-parallel linears keep the all-gathered (full-sequence) "

@@ -41,6 +41,7 @@ __all__ = [
     "async_tp_unfused_reduce_scatters",
     "fp8_cast_bytes",
     "fp8_recipe",
+    "fp8_tp_amax_reductions",
     "graph_share",
     "graph_shares",
     "recompute_share",
@@ -556,9 +557,12 @@ def layer_kernels(
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             out.append(_cast(b, layout, cast))
+            out += fp8_gather_transposes(b, w, layout, s, False)
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
     out += _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
+    if fp8:
+        out += fp8_gather_transposes(b, w, layout, s, True)
     return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
@@ -594,6 +598,48 @@ def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> boo
     """Whether TP's all-gathers move fp8 (``Framework.tp_fp8_all_gather``): fp8 training with per-tensor current
     scaling on a stack that casts before gathering."""
     return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) == "current"
+
+
+# Current scaling's amax reduction over TP (Transformer Engine v2.9 and v2.16: module/linear.py and
+# layernorm_linear.py _customize_quantizers_float8_current_scaling set with_amax_reduction on the input quantizer of a
+# column-parallel linear under sequence parallelism (forward) and on the output-gradient quantizer of a row-parallel
+# one (backward), so that the shards cast before the fp8 all-gather share one scale; csrc/quantizer.cpp
+# Float8CurrentScalingQuantizer::quantize_impl then runs amax_reduction_group->allreduce({amax}, MAX)->wait() between
+# the amax kernel and the scale kernel: one 4-byte all-reduce over the TP group the quantize waits for). Per layer:
+# the attention's column-parallel input (QKV) forward and its output projection's gradient backward, and for a dense
+# layer the FFN's pair as well; an MoE layer's experts are not TP-split (GroupedLinear refuses TP > 1 under current
+# scaling, grouped_linear.py). Only where the stack states it (Framework.te_tp_fp8_gather: Transformer Engine's
+# stacks); torchao's float8 TP takes the amax of a sequence-sharded DTensor, whose reduction is not read here.
+FP8_TP_AMAX_REDUCTIONS = {False: (2, 2), True: (1, 1)}  # (forward, backward) per layer; key: an MoE layer
+
+
+def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
+    """(forward, backward) 4-byte amax all-reduces over TP per layer and micro-batch pass that fp8 current scaling
+    runs before its fp8 all-gathers (:data:`FP8_TP_AMAX_REDUCTIONS`); none without TP, sequence parallelism or a
+    stack that casts before gathering (:func:`tp_fp8_all_gather`)."""
+    if tp <= 1 or not layout.sp or not fw.te_tp_fp8_gather or not tp_fp8_all_gather(fw, w, layout):
+        return 0, 0
+    return FP8_TP_AMAX_REDUCTIONS[moe]
+
+
+def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, moe: bool) -> list[Kernel]:
+    """The transposes of Transformer Engine's fp8 TP all-gathers on a GPU whose fp8 GEMMs take only the TN layout
+    (TE v2.9 / v2.16 distributed.py _all_gather_fp8: the shard is cast row-wise only, 'we cannot directly gather the
+    transposed fp8 tensor'; linear.py / layernorm_linear.py backward: update_usage(columnwise_usage=True) on the
+    gathered input and output gradient before the weight-gradient GEMM -> Float8Tensor._create_transpose, 1 B read
+    and 1 B written per gathered element). One per gathered tensor of :data:`FP8_TP_AMAX_REDUCTIONS` (the column-
+    parallel inputs and the row-parallel output gradients), in the backward; the local cast then writes no transpose
+    of its own, so its 1 B per local element (in :func:`fp8_cast_bytes`) comes off: TP x 2 - 1 B per local element."""
+    if generation(b.dev.name) in FP8_ANY_LAYOUT or not s.sp:
+        return []
+    fwd_n, bwd_n = fp8_tp_amax_reductions(b.fw, w, layout, s.tp, moe)
+    if not fwd_n + bwd_n:
+        return []
+    local = s.tokens * w.hidden / s.tp  # one gathered tensor's shard on this GPU
+    nbytes = (fwd_n + bwd_n) * local * (2.0 * s.tp - 1.0)
+    return [
+        Kernel("fp8_gather_transpose", "fp8_cast", 0.0, stream_time_s(b.dev, nbytes), 0, bwd_launches=fwd_n + bwd_n)
+    ]
 
 
 def async_tp_unfused_reduce_scatters(fw: Framework, layout: ParallelLayout, tp: int, moe: bool) -> int:

@@ -49,6 +49,7 @@ from commlens.project.kernels import (
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
+    fp8_tp_amax_reductions,
     graph_shares,
     layer_kernels,
     recompute_share,
@@ -732,6 +733,7 @@ def _layer_time(
             share = stream / (compute + stream) if compute + stream > 0 else 0.0
             ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
     tp_t, tp_hid, tp_whole = _tp_time(c, kernels, lc, t_gemm_fwd * fwd_passes + t_gemm_bwd)
+    tp_whole += _fp8_amax_reduce_s(c, kernels)
     gpu = compute + stream + tp_t + cp_exp + ep_t
     tp_t += tp_whole
     gpu += tp_whole
@@ -887,6 +889,16 @@ def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, f
     hidden = total - exposed
     # the hidden part holds NCCL's SMs from the attention beside it (compute-bound: its HBM share does not bite)
     return exposed + interference_s(c.dev, hidden, NCCL_OVERLAP_CTAS, 0.0, 0.0), hidden
+
+
+def _fp8_amax_reduce_s(c: _Setup, kernels: list[Kernel]) -> float:
+    """fp8 current scaling's amax all-reduces over TP of one layer and micro-batch (kernels.fp8_tp_amax_reductions:
+    4 bytes each, on the critical path: the quantize waits for them) [27 s10 fp8cs]."""
+    moe = any(k.kind == "grouped_gemm" for k in kernels)
+    fwd, bwd = fp8_tp_amax_reductions(c.fw, c.w, c.layout, c.r.tp, moe)
+    if not fwd + bwd:
+        return 0.0
+    return (fwd * c.fwd_passes + bwd) * c.comm("all_reduce", 4.0, c.r.groups["tp"])
 
 
 def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) -> tuple[float, float, float]:
