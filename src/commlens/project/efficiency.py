@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import os
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -319,7 +319,7 @@ def gemm_rate_cap(device: str, dtype: str, flops: float) -> float | None:
     return _cap(device, GEMM_DTYPES.get(dtype), float(flops), os.environ.get(EFFICIENCY_ENV, ""))
 
 
-@cache
+@lru_cache(maxsize=1 << 16)  # keyed by FLOPs: bounded for a long-running server
 def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
     curve = _gemm_curve(device, kind, env) if kind else ()
     if not curve or flops <= 0:
