@@ -21,9 +21,7 @@ B200 = load_topology("b200")
 def _steps(seq_len: int, **extra: object) -> tuple[float, float, float, float]:
     """Qwen3-30B-A3B on 8 B200, EP 8, Megatron-Core 25.11: (step off, step on, host off, host on) for the EP
     overlap (with delayed weight gradients, as Megatron-Bridge's recipes set it)."""
-    w = load_workload(
-        "qwen3-30b-a3b", {"seq_len": seq_len, "global_batch": 256, "micro_batch": 1, "precision": "fp8"}
-    )
+    w = load_workload("qwen3-30b-a3b", {"seq_len": seq_len, "global_batch": 256, "micro_batch": 1, "precision": "fp8"})
     base = {
         "tp": 1,
         "sp": False,
