@@ -907,7 +907,9 @@ def _ep_overlap_host_s(c: _Setup, kernels: list[Kernel], redo: frozenset[str], p
                 acc[i] += add[i]
     node_call = (EP_OVERLAP_NODE_CALLS * host_op_s, EP_OVERLAP_NODE_CALLS, 0.0)
     a2a = (node_call[0], node_call[1] + 1.0, 0.0)  # a dispatch or combine node: its all-to-all on the other stream
-    after = [a2a, tuple(dw[1]), a2a, tuple(fwd[1]), a2a, tuple(bwd[0]), tuple(dw[0]), a2a, tuple(fwd[0])]
+    after: list[tuple[float, float, float]] = [a2a, (dw[1][0], dw[1][1], dw[1][2]), a2a]
+    after += [(fwd[1][0], fwd[1][1], fwd[1][2]), a2a, (bwd[0][0], bwd[0][1], bwd[0][2])]
+    after += [(dw[0][0], dw[0][1], dw[0][2]), a2a, (fwd[0][0], fwd[0][1], fwd[0][2])]
     after += [node_call] * 4  # the compute nodes' event calls: mlp_fwd, post_attn_bwd + attn_bwd (2), attn_fwd
     # issued after the counts' copy, before the wait: permutation 1, post_attn_fwd's close and the backward's mlp_bwd
     before = [(perm1[0] + node_call[0], perm1[1], perm1[2]), (bwd[1][0] + node_call[0], bwd[1][1], bwd[1][2])]
