@@ -749,6 +749,8 @@ def _layer_time(
         fwd_exposed = _sync_cycle_s(c, kernels, ep_fwd, lc.tp_pass / 2) - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
+        if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
+            host_exposed = _ep_overlap_host_s(c, kernels, redo, host_exposed, gpu)
     return (compute, stream, tp_t, cp_exp, cp_hid, ep_t, host_exposed, tp_hid), by_kind
 
 
@@ -847,6 +849,76 @@ def _ep_overlap_s(
     paired += a2a * 2 * (fwd_passes - 1.0)
     share = ep_overlap_paired_share(r)
     return share * paired + (1.0 - share) * plain
+
+
+# CUDA runtime calls a schedule node adds around its work, each priced as a launch (Framework.host_s_per_kernel):
+# ScheduleNode._forward and _backward run inside stream_acquire_context, which makes the node's stream wait for the
+# micro-batch's event and records it again after the node (Megatron-LM 0d8e0714 megatron/core/pipeline_parallel/
+# utils.py); a paired layer runs 10 node passes (5 nodes, forward and backward: model_chunk_schedule_plan.py).
+EP_OVERLAP_NODE_CALLS = 2.0
+
+
+def _ep_overlap_host_s(c: _Setup, kernels: list[Kernel], redo: frozenset[str], plain_s: float, gpu_s: float) -> float:
+    """The host's exposed seconds of one MoE layer and micro-batch under the EP overlap with a dispatcher that reads
+    the token counts on the host (``plain_s``: without the overlap, ``gpu_s``: the layer's GPU seconds, forward and
+    backward). [27 s10 a2acpu]
+
+    TransformerLayerSchedulePlan.run (Megatron-LM 0d8e0714 model_chunk_schedule_plan.py) issues a paired layer as
+    combine_bwd, attn_fwd, post_attn_fwd (router, the counts and their copy, permutation 1), mlp_bwd, dispatch_fwd,
+    mlp_bwd_dw, dispatch_bwd, mlp_fwd, combine_fwd, post_attn_bwd, attn_bwd, attn_dw. The all-to-all dispatcher's
+    host wait (token_dispatcher.py ``d2h_event.synchronize()`` at ``before_ep_alltoall``, in dispatch_fwd) comes
+    after the host has issued the backward micro-batch's mlp_bwd; the copy it waits for follows the forward's router
+    on the compute stream, so at each wait the GPU holds only permutation 1 and mlp_bwd, and the backward layer's
+    launches, which the plain schedule issues ahead of the GPU with no wait, now fall between two waits, beside the
+    forward's. The cycle from one wait to the next is :func:`queue_finish_s` over those launches in that order (the
+    all-to-alls on the communication stream: launches only, their seconds are the GPU's period), plus the schedule
+    nodes' event calls (EP_OVERLAP_NODE_CALLS). Unpaired passes (:func:`ep_overlap_paired_share`) keep ``plain_s``."""
+    fw, dev, layout, w = c.fw, c.dev, c.layout, c.w
+    host_op_s = fw.host_s_per_kernel * dev.host_op_factor
+    module_s = fw.module_host_s * dev.host_op_factor
+    delay = layout.delay_wgrad_compute
+    # per node (0 pre-dispatch: attention, norm, router, counts; 1 mlp: the routed experts): forward, backward less
+    # the weight gradients, and the weight gradients delay_wgrad_compute issues on their own, as (host, launches, GPU)
+    fwd = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    bwd = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    dw = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    perm1 = (0.0, 0.0, 0.0)
+    for k, g in zip(kernels, graph_shares(kernels, layout)):
+        u = 1.0 - g
+        node = 1 if k.name.removesuffix(GAP_SUFFIX) in EP_OVERLAP_MLP else 0
+        f_host = (k.launches * host_op_s + k.modules * module_s) * u
+        b_launches = BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
+        b_host = (b_launches * host_op_s + BACKWARD_KERNEL_RATIO * k.modules * module_s) * u
+        b_gpu = k.bwd_s + k.fwd_s * recompute_share(k.name, redo, w)
+        wgrad = 0.5 if delay and k.kind in ("gemm", "grouped_gemm") else 0.0
+        if k.name == "permute":
+            # the counts and permutation 1 before the wait (post_attn), their inverse in the combine (after it)
+            perm1 = (f_host / 2, k.launches / 2, k.fwd_s / 2)
+            f_host, f_launches, f_gpu = f_host / 2, k.launches / 2, k.fwd_s / 2
+            node = 1
+        else:
+            f_launches, f_gpu = k.launches, k.fwd_s
+        for acc, add in (
+            (fwd[node], (f_host, f_launches, f_gpu)),
+            (bwd[node], (b_host * (1 - wgrad), b_launches * (1 - wgrad), b_gpu - k.bwd_s * wgrad)),
+            (dw[node], (b_host * wgrad, b_launches * wgrad, k.bwd_s * wgrad)),
+        ):
+            for i in range(3):
+                acc[i] += add[i]
+    node_call = (EP_OVERLAP_NODE_CALLS * host_op_s, EP_OVERLAP_NODE_CALLS, 0.0)
+    a2a = (node_call[0], node_call[1] + 1.0, 0.0)  # a dispatch or combine node: its all-to-all on the other stream
+    after: list[tuple[float, float, float]] = [a2a, (dw[1][0], dw[1][1], dw[1][2]), a2a]
+    after += [(fwd[1][0], fwd[1][1], fwd[1][2]), a2a, (bwd[0][0], bwd[0][1], bwd[0][2])]
+    after += [(dw[0][0], dw[0][1], dw[0][2]), a2a, (fwd[0][0], fwd[0][1], fwd[0][2])]
+    after += [node_call] * 4  # the compute nodes' event calls: mlp_fwd, post_attn_bwd + attn_bwd (2), attn_fwd
+    # issued after the counts' copy, before the wait: permutation 1, post_attn_fwd's close and the backward's mlp_bwd
+    before = [(perm1[0] + node_call[0], perm1[1], perm1[2]), (bwd[1][0] + node_call[0], bwd[1][1], bwd[1][2])]
+    before_host = sum(op[0] for op in before)
+    gpu, host = queue_finish_s(after, gpu_start_s=max(0.0, sum(op[2] for op in before) - MOE_SYNC_S))
+    cycle = max(gpu, host + before_host) + MOE_SYNC_S
+    paired = max(0.0, cycle - gpu_s)
+    share = ep_overlap_paired_share(c.r)
+    return share * paired + (1.0 - share) * plain_s
 
 
 def _distmoe_exposed_s(kernels: list[Kernel], a2a_s: float, fwd_passes: float) -> float:
