@@ -940,7 +940,8 @@ def _distmoe_block(
     local = m.experts / s.ep
     per_expert = routed / local * layout.moe_load_imbalance
     fe = m.expert_ffn_hidden / etp
-    # the W13 grouped GEMM: gate and up in one GEMM per expert (the SwiGLU runs in its epilogue) [27 s10 gateup]
+    # the W13 grouped GEMM: w1 and w3 as one weight, gate and up in one GEMM per expert, whose output the W2 kernel's
+    # SwiGLU reads row by row (the Dist-MoE docs cited above) [27 s10 gateup]
     wide, n_in = fc1_gemms(True, mats)
     up = b.gemm("experts_in", "grouped_gemm", per_expert, wide * fe, h, times=local * n_in, launches=1.0, modules=0.0)
     down = b.gemm("experts_out", "grouped_gemm", per_expert, h, fe, times=local, launches=1.0, modules=0.0)
