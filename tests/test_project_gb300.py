@@ -46,8 +46,9 @@ def test_distmoe_hides_the_transfer_in_the_expert_gemms_and_runs_no_permutation(
     # the permutation pass is gone (only the publish and the top-k sum stay); no expert activation kernel apart
     assert fused.kernels["moe_routing"] < 0.5 * stock.kernels["moe_routing"]
     assert fused.kernels["activation"] < 0.5 * stock.kernels["activation"]
-    # the expert GEMMs themselves are the same work at the same rate
-    assert fused.kernels["grouped_gemm"] == pytest.approx(stock.kernels["grouped_gemm"], rel=1e-9)
+    # the expert GEMMs themselves are the same work; Dist-MoE's W13 runs gate and up as one GEMM per expert where
+    # torchtitan's grouped_mm runs w1 and w3 apart: the wider GEMM a little faster, no more [27 s10 gateup]
+    assert 0.95 * stock.kernels["grouped_gemm"] < fused.kernels["grouped_gemm"] < stock.kernels["grouped_gemm"]
     # under the step's CUDA graph no kernel of the MoE block waits for the host or leaves a launch gap
     assert fused.breakdown["host_overhead"] == 0.0
     assert fused.kernels.get("launch_gap", 0.0) == 0.0 < stock.kernels["launch_gap"]

@@ -18,8 +18,8 @@ from commlens.project.hardware import device_for
 from commlens.project.kernels import LayerShape, layer_kernels
 from commlens.workload import load_workload
 
-# Qwen3-235B-A22B on B200, PP 8, EP 8, MBS 1 at 4k: 16 local experts, 4096 x 8 / 16 = 2048 rows each; fc1 (a GEMM
-# per half, 2048 x 1536 x 4096) and fc2 (2048 x 4096 x 1536) are the same 25.8 GFLOP
+# Qwen3-235B-A22B on B200, PP 8, EP 8, MBS 1 at 4k: 16 local experts, 4096 x 8 / 16 = 2048 rows each; fc2 (2048 x
+# 4096 x 1536) is 25.8 GFLOP, fc1 (one GEMM of both halves, 2048 x 3072 x 4096 [27 s10 gateup]) twice that
 EXPERT_GEMM_FLOPS = 2.0 * 2048 * 1536 * 4096
 
 
@@ -44,6 +44,8 @@ def _measured(tmp_path: Path, tflops: float) -> str:
         f"      - {{dtype: bf16, layout: per_expert, groups: 16, tokens_per_expert: 2048, n: 1536, k: 4096,"
         f" tflops: {tflops}, origin: test}}\n"
         f"      - {{dtype: fp8, layout: per_expert, groups: 16, tokens_per_expert: 2048, n: 1536, k: 4096,"
+        f" tflops: {tflops}, origin: test}}\n"
+        f"      - {{dtype: bf16, layout: per_expert, groups: 16, tokens_per_expert: 2048, n: 3072, k: 4096,"
         f" tflops: {tflops}, origin: test}}\n",
         encoding="utf-8",
     )
@@ -82,8 +84,9 @@ def test_an_fp8_gemm_of_a_2048_cube_is_capped_at_the_measured_cublaslt_rate():
 
 
 def test_a_measured_per_expert_rate_prices_megatron_s_experts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A user's measured per-expert loop at the experts' shape sets their GEMM seconds: 16 local experts x 3 GEMMs
-    (fc1's two halves, fc2) x 3 passes at the measured rate; the shipped tables price them faster."""
+    """A user's measured per-expert loop at the experts' shapes sets their GEMM seconds: 16 local experts x (fc1, one
+    GEMM of both halves, and fc2: 3 x fc2's FLOPs) x 3 passes at the measured rate; the shipped tables price them
+    faster."""
     shipped = _experts_s()
     for tflops in (500, 250):
         monkeypatch.setenv(EFFICIENCY_ENV, _measured(tmp_path, tflops))

@@ -141,6 +141,17 @@ class Framework(_Strict):
         description="the model code projects Q, K and V with three linears (three GEMMs, K's and V's at the KV heads' "
         "width), where Megatron-Core's linear_qkv runs one",
     )
+    gate_up_fused: bool = Field(
+        default=False,
+        description="a gated FFN's gate and up projections are ONE linear of twice the FFN width (one GEMM of N = 2 x "
+        "ffn per pass: Megatron-Core's linear_fc1), where false runs two GEMMs of N = ffn (torchtitan's w1 and w3); "
+        "the dense MLP and the shared experts [27 s10 gateup]",
+    )
+    experts_gate_up_fused: bool | None = Field(
+        default=None,
+        description="the same for the routed experts' fc1, per expert (one [experts, dim, 2 x ffn] weight); None: as "
+        "gate_up_fused [27 s10 gateup]",
+    )
     sp_wgrad_gather: bool = Field(
         default=False,
         description="under sequence parallelism the column-parallel linears (QKV, FFN-in) save their input's shard, "
@@ -328,6 +339,10 @@ class Framework(_Strict):
     def fsdp_accum_bytes(self, grad_reduce_bytes: float) -> float:
         """Bytes per dense parameter of FSDP's unsharded gradient accumulation (``fsdp_dense_accum_bytes``)."""
         return self.fsdp_dense_accum_bytes or (4.0 if grad_reduce_bytes >= 4 else 2.0)
+
+    def experts_fused_fc1(self) -> bool:
+        """Whether the routed experts' gate and up projections are one GEMM per expert (experts_gate_up_fused)."""
+        return self.gate_up_fused if self.experts_gate_up_fused is None else self.experts_gate_up_fused
 
     def attention_kernel(self, gen: str) -> str:
         """The attention kernel family the stack calls on GPU generation ``gen``."""

@@ -547,9 +547,12 @@ def layer_kernels(
     if not moe:
         mats = 3 if w.gated_ffn else 2
         f_t = w.ffn_hidden / t
+        wide, n_in = fc1_gemms(b.fw.gate_up_fused, mats)
         out += [
-            # gate and up projections: one launch, each timed as its own GEMM
-            b.gemm("ffn_in", "gemm", tokens, f_t, h, s.tp_chunks, times=mats - 1, launches=b.gemm_launch, bwd_chunks=1),
+            # gate and up projections: one launch; one GEMM of both halves or one per half, as the stack runs them
+            b.gemm(
+                "ffn_in", "gemm", tokens, wide * f_t, h, s.tp_chunks, times=n_in, launches=b.gemm_launch, bwd_chunks=1
+            ),
             b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
             b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
             b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
@@ -733,6 +736,26 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
     return out
 
 
+def fc1_gemms(fused: bool, mats: int) -> tuple[int, int]:
+    """(N as a multiple of the FFN width, GEMMs) of a FFN's first projection per pass: a gated FFN's gate and up
+    projections as ONE GEMM of both halves (``fused``: Megatron-Core's linear_fc1, 2 x ffn wide under
+    gated_linear_unit) or one GEMM per half (torchtitan's w1 and w3); the same FLOPs, another shape
+    (Framework.gate_up_fused, frameworks.yaml) [27 s10 gateup]."""
+    return (mats - 1, 1) if fused else (1, mats - 1)
+
+
+def _shared_in(b: _Builder, tokens: float, fe: float, h: float, mats: int, shared: int, eager: bool = False) -> Kernel:
+    """The shared experts' gate and up projections: one MLP of ``shared`` x ``fe`` (Megatron-Core's SharedExpertMLP
+    at moe_shared_expert_intermediate_size: one GEMM of both halves, N = 2 x shared x fe), or, where the stack runs
+    the halves apart, one GEMM per half and shared expert (as before) [27 s10 gateup]."""
+    if b.fw.gate_up_fused:
+        wide, _ = fc1_gemms(True, mats)
+        return b.gemm("shared_in", "gemm", tokens, wide * shared * fe, h, launches=b.gemm_launch, eager=eager)
+    return b.gemm(
+        "shared_in", "gemm", tokens, fe, h, times=(mats - 1) * shared, launches=b.gemm_launch * shared, eager=eager
+    )
+
+
 def grouped_linear_launches(gemm_launch: int) -> tuple[int, int]:
     """Kernel launches per expert of one Transformer Engine GroupedLinear pass pair (forward, backward), from
     ``gemm_launch`` (one GEMM and the casts of its input). As TE runs it (transformer_engine/pytorch/module/
@@ -774,7 +797,8 @@ def _moe_block(
     # Megatron-Core's unfused experts: one cuBLASLt GEMM per expert, each priced as launched alone [27 s10 gemmshape]
     alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
     rows = per_expert * imbalance
-    up = b.gemm("experts_in", "grouped_gemm", rows, fe, h, times=local * (mats - 1), eager=True, per_expert=alone)
+    wide, n_in = fc1_gemms(b.fw.experts_fused_fc1(), mats)
+    up = b.gemm("experts_in", "grouped_gemm", rows, wide * fe, h, times=local * n_in, eager=True, per_expert=alone)
     down = b.gemm("experts_out", "grouped_gemm", rows, h, fe, times=local, eager=True, per_expert=alone)
     down = replace(down, launches=local * fwd_launch, bwd_launches=local * bwd_launch)
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
@@ -830,16 +854,7 @@ def _moe_block(
         out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if m.shared_experts:
         out += [
-            b.gemm(
-                "shared_in",
-                "gemm",
-                tokens,
-                fe,
-                h,
-                times=(mats - 1) * m.shared_experts,
-                launches=b.gemm_launch * m.shared_experts,
-                eager=True,
-            ),
+            _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
         ]
     if w.precision == "fp8":
@@ -925,7 +940,10 @@ def _distmoe_block(
     local = m.experts / s.ep
     per_expert = routed / local * layout.moe_load_imbalance
     fe = m.expert_ffn_hidden / etp
-    up = b.gemm("experts_in", "grouped_gemm", per_expert, fe, h, times=local * (mats - 1), launches=1.0, modules=0.0)
+    # the W13 grouped GEMM: w1 and w3 as one weight, gate and up in one GEMM per expert, whose output the W2 kernel's
+    # SwiGLU reads row by row (the Dist-MoE docs cited above) [27 s10 gateup]
+    wide, n_in = fc1_gemms(True, mats)
+    up = b.gemm("experts_in", "grouped_gemm", per_expert, wide * fe, h, times=local * n_in, launches=1.0, modules=0.0)
     down = b.gemm("experts_out", "grouped_gemm", per_expert, h, fe, times=local, launches=1.0, modules=0.0)
     # publish the input rows (read + write, 16 bits) and sum the top-k combine rows into the output (the backward:
     # the output gradient's rows published, reduce_from_topk over the route gradients): the same bytes each way
@@ -948,7 +966,7 @@ def _distmoe_block(
     ]
     if m.shared_experts:
         out += [
-            b.gemm("shared_in", "gemm", tokens, fe, h, times=(mats - 1) * m.shared_experts, launches=b.gemm_launch),
+            _shared_in(b, tokens, fe, h, mats, m.shared_experts),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts),
         ]
     if w.precision == "fp8":
