@@ -44,9 +44,10 @@ def test_on_a_host_bound_layout_the_overlap_with_the_all_to_all_dispatcher_is_sl
 
 
 def test_where_the_gpu_sets_the_pace_the_overlap_still_pays():
-    off, on, host_off, host_on = _steps(4096, moe_dispatcher="alltoall")
+    # 16,384 tokens a micro-batch: the GPU's work per layer outlasts the host's launches with or without the overlap
+    off, on, host_off, host_on = _steps(16384, moe_dispatcher="alltoall")
     assert on < 0.9 * off
-    assert host_on <= host_off  # the backward's mlp node, queued before each wait, covers the host's launches
+    assert host_on <= host_off + 1e-9  # the backward's mlp node, queued before each wait, covers the host's launches
 
 
 def test_without_a_host_wait_the_overlap_pays_no_host_cost():
