@@ -33,7 +33,9 @@ def test_current_scaling_reads_the_tensor_twice_where_delayed_and_mxfp8_cast_in_
     2 (amax) + 2 + 1 B, MXFP8 2 + 1 + 1 B and its 1/32 B scales per direction."""
     cast = {r: _70b(GB200, r).kernels["fp8_cast"] for r in ("delayed", "current", "mxfp8")}
     assert cast["current"] / cast["delayed"] == pytest.approx(5.0 / 3.0, rel=1e-9)
-    assert cast["mxfp8"] / cast["current"] == pytest.approx((4.0 + 2.0 / 32) / 5.0, rel=1e-9)
+    # MXFP8's casts are priced per quantize kernel from TE's measured times (tests/test_project_mxcast.py): a fixed
+    # time each besides their bytes, so they take more than their bytes' share of current scaling's [27 s10 mxcast]
+    assert cast["mxfp8"] / cast["current"] > (4.0 + 2.0 / 32) / 5.0
 
 
 def test_hopper_casts_write_the_transpose_as_well():

@@ -40,7 +40,14 @@ from commlens.project.errors import ProjectionError
 from commlens.project.hardware import ACCELERATORS_FORMAT
 from commlens.specdata import load_yaml
 
-__all__ = ["EFFICIENCY_ENV", "EFFICIENCY_FORMAT", "attention_entries", "attention_tflops", "gemm_rate_cap"]
+__all__ = [
+    "EFFICIENCY_ENV",
+    "EFFICIENCY_FORMAT",
+    "attention_entries",
+    "attention_tflops",
+    "gemm_rate_cap",
+    "mxfp8_quantize_fit",
+]
 
 EFFICIENCY_FORMAT = "commlens.efficiency/1"
 EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
@@ -332,3 +339,37 @@ def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
         if f0 <= flops <= f1:
             return r0 + (r1 - r0) * math.log2(flops / f0) / math.log2(f1 / f0)
     return curve[-1][1]
+
+
+# MXFP8 quantize: bytes per element of one bf16 tensor cast into its row-wise and column-wise e4m3 copies and their
+# E8M0 scales (one per 32 elements each), as kernels.FP8_RECIPES counts them [27 s10 mxcast]
+MXFP8_QUANTIZE_BYTES = 2.0 + 1.0 + 1.0 + 2.0 / 32
+
+
+@cache
+def mxfp8_quantize_fit(device: str) -> tuple[float, float] | None:
+    """(seconds per kernel, bytes per second) of Transformer Engine's MXFP8 quantize kernel on ``device``'s GPU
+    generation: the least-squares line time = fixed + bytes / rate through the shipped ``mxfp8_quantize`` rows of
+    that generation (efficiency.yaml, each with its origin); None where it has none. [27 s10 mxcast]"""
+    from commlens.project.frameworks import generation
+
+    shipped = resources.files("commlens.project") / "efficiency.yaml"
+    data = load_yaml(shipped.read_text(encoding="utf-8"), shipped=True)
+    points: list[tuple[float, float]] = []
+    for gpu, tables in (data.get("gpus") or {}).items():
+        if not isinstance(tables, dict) or generation(str(gpu)) != generation(device):
+            continue
+        for i, row in enumerate(tables.get("mxfp8_quantize") or []):
+            at = f"efficiency.yaml: {gpu}: mxfp8_quantize row {i + 1}"
+            elements = _number(row.get("rows"), at) * _number(row.get("cols"), at)
+            points.append((elements * MXFP8_QUANTIZE_BYTES, _number(row.get("us"), at) * 1e-6))
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx if sxx > 0 else 0.0
+    if slope <= 0:
+        return None
+    return max(mean_y - slope * mean_x, 0.0), 1.0 / slope

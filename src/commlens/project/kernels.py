@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
-from commlens.project.efficiency import attention_entries, attention_tflops, gemm_rate_cap
+from commlens.project.efficiency import attention_entries, attention_tflops, gemm_rate_cap, mxfp8_quantize_fit
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, generation
 from commlens.project.hardware import Device
@@ -83,6 +83,9 @@ class Fp8Recipe:
     bytes_any_layout: float
     launches: int
     gemm_rate: float = 1.0
+    # MXFP8's 1x32 / 32x1 block scales: its casts are priced per kernel from Transformer Engine's measured quantize
+    # times where the device's generation has them (efficiency.mxfp8_quantize_fit) [27 s10 mxcast]
+    block_scaled: bool = False
 
 
 # Casts: Transformer Engine v2.16 (4220403e, the release Megatron-Bridge 21d102f / 26.04 pins), the quantizers of
@@ -112,7 +115,11 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {
     "delayed": Fp8Recipe(bytes_tn_only=2.0 + 1.0 + 1.0, bytes_any_layout=2.0 + 1.0, launches=1),
     "current": Fp8Recipe(bytes_tn_only=2.0 + 2.0 + 1.0 + 1.0, bytes_any_layout=2.0 + 2.0 + 1.0, launches=3),
     "mxfp8": Fp8Recipe(
-        bytes_tn_only=2.0 + 2.0 + 2.0 / 32, bytes_any_layout=2.0 + 2.0 + 2.0 / 32, launches=1, gemm_rate=1.74 / 1.94
+        bytes_tn_only=2.0 + 2.0 + 2.0 / 32,
+        bytes_any_layout=2.0 + 2.0 + 2.0 / 32,
+        launches=1,
+        gemm_rate=1.74 / 1.94,
+        block_scaled=True,
     ),
 }
 # GPU generations whose fp8 GEMMs take either layout (TE v2.16 common/transformer_engine.cpp
@@ -559,7 +566,8 @@ def layer_kernels(
         ]
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
-            out.append(_cast(b, layout, cast))
+            quantizes = float(len(linears) + 2)  # one per linear's input and one per output gradient [27 s10 mxcast]
+            out.append(_cast(b, layout, cast, (quantizes, quantizes)))
             out += fp8_gather_transposes(b, w, layout, s, False)
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
@@ -865,7 +873,16 @@ def _moe_block(
         if layout.moe_fused_mlp:  # the fused kernels quantize fc2's input and fc1's output gradient themselves
             cast_in -= routed * fe
             cast_grads -= routed * (mats - 1) * fe
-        out.append(_cast(b, layout, (attn_in + cast_in, attn_grads + cast_grads)))
+        # the quantize kernels [27 s10 mxcast]: the attention linears' inputs (forward) and output gradients
+        # (backward); the experts' split_quantize, one per expert and GroupedLinear (fc1's and fc2's input forward,
+        # their output gradients backward), or the fused MLP's one group quantize each way; Megatron's shared-expert
+        # MLP's two (one module whatever its count)
+        quantizes = (
+            len(w.attention_linears(t))
+            + (1.0 if layout.moe_fused_mlp else 2.0 * local)
+            + (2.0 if m.shared_experts else 0.0)
+        )
+        out.append(_cast(b, layout, (attn_in + cast_in, attn_grads + cast_grads), (quantizes, quantizes)))
     # the experts' GEMMs run on Transformer Engine's side streams (forward one per expert, backward two), their
     # casts on the main stream; the fused grouped MLP's kernels all run on the main stream
     side = {} if layout.moe_fused_mlp else {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
@@ -1126,15 +1143,42 @@ def _clamped_glu_and_bias(b: _Builder, w: Workload, routed: float, fe: float, lo
     return out
 
 
-def _cast(b: _Builder, layout: ParallelLayout, elements: tuple[float, float]) -> Kernel:
+def _cast(
+    b: _Builder, layout: ParallelLayout, elements: tuple[float, float], kernels: tuple[float, float] | None = None
+) -> Kernel:
     """fp8 casts of a layer: (forward, backward) elements cast, each at its recipe's bytes (:func:`fp8_cast_bytes`;
-    launches counted per GEMM)."""
-    per_elem = fp8_cast_bytes(b.dev, fp8_recipe(b.fw, layout))
-    return Kernel(
-        "fp8_cast",
-        "fp8_cast",
-        stream_time_s(b.dev, per_elem * elements[0]),
-        stream_time_s(b.dev, per_elem * elements[1]),
-        0,
-        nbytes=per_elem * elements[0],
+    launches counted per GEMM). ``kernels``: the (forward, backward) quantize kernels Transformer Engine runs for them
+    (one per GEMM input and output gradient; per expert where GroupedLinear's split_quantize casts expert by expert):
+    MXFP8 casts of Megatron-Core (TE's quantizers) on a generation with measured quantize times are priced per kernel,
+    a fixed time each plus their bytes at the measured rate (:func:`_mxfp8_quantize_s`), else at the HBM stream rate."""
+    recipe = fp8_recipe(b.fw, layout)
+    per_elem = fp8_cast_bytes(b.dev, recipe)
+    fit = mxfp8_quantize_fit(b.dev.name) if recipe.block_scaled and b.fw.moe_local_sort and kernels else None
+    fwd_s, bwd_s = (
+        (
+            _mxfp8_quantize_s(fit, per_elem * elements[0], kernels[0]),
+            _mxfp8_quantize_s(fit, per_elem * elements[1], kernels[1]),
+        )
+        if fit is not None and kernels is not None
+        else (stream_time_s(b.dev, per_elem * elements[0]), stream_time_s(b.dev, per_elem * elements[1]))
     )
+    return Kernel("fp8_cast", "fp8_cast", fwd_s, bwd_s, 0, nbytes=per_elem * elements[0])
+
+
+# [27 s10 mxcast] Transformer Engine's MXFP8 quantize kernel measured on Blackwell (efficiency.yaml mxfp8_quantize:
+# GB200 nsys kernel times of TE's cast-only kernel at 6 shapes, kainzhong/TransformerEngine@7a9dd267 proof/RESULTS.md,
+# the measurements of TE PR #3291; 3 B200 rows of TE PR #3137, 2026-07-08): 16.0 us at 4096 x 4096 to 149.3 us at
+# 8192 x 28672, i.e. 5.9 us per kernel plus its bytes at 6.64 TB/s (the least-squares line; every row within 6% of
+# it). The fixed part is the kernel's ramp and tail: at the per-expert tensors of GroupedLinear's split_quantize
+# (512 to 4096 rows of 2048 to 7168) it is most of the kernel (a 2048 x 2048 cast: 8.4 us, where the HBM rate alone
+# gives 2.7 us). Below the smallest measured tensor (4096 x 4096) the line is extrapolated; TE PR #2634 (B200,
+# 2026-05-14) times whole quantize calls of 512 x 4096 and 512 x 8192 (row- and column-wise) at 9.06 and 9.01 us,
+# host included ('launch-bound'), which bounds their kernels from above: the line gives 7.2 and 8.4 us. The rows are
+# L2-flushed runs; a cast whose input is still in L2 runs faster. Megatron-Bridge issue #2842 (2026-05-12, Qwen3
+# FP8-MX slower than BF16 on B200/GB200/GB300 in 26.02): "still mostly mxfp8 cast bound".
+def _mxfp8_quantize_s(fit: tuple[float, float], nbytes: float, kernels: float) -> float:
+    """GPU time of ``kernels`` MXFP8 quantize kernels moving ``nbytes`` in all, at ``fit`` (seconds per kernel,
+    bytes per second: efficiency.mxfp8_quantize_fit)."""
+    if nbytes <= 0 or kernels <= 0:
+        return 0.0
+    return kernels * fit[0] + nbytes / fit[1]
