@@ -9,9 +9,11 @@ import re
 
 import pytest
 
+from commlens.project import ParallelLayout
 from commlens.project.bands import family_of
 from commlens.project.frameworks import framework
 from commlens.project.validate import load_set, validate_set
+from commlens.workload import load_workload
 
 TABLE = "megatron-bridge-perf-25.09"
 
@@ -59,11 +61,13 @@ def test_the_25_09_table_holds_the_pages_rows():
 def test_each_row_has_the_pages_gradient_accumulation():
     """GBS / (DP x MBS) is the page's GA column, which each note carries: the layouts' DP and MBS are the runs'."""
     for r in load_set(TABLE).rows:
-        ga = int(re.search(r"GA (\d+)", r.note).group(1))
-        gbs, mbs = r.overrides["global_batch"], r.overrides["micro_batch"]
-        assert gbs == r.layout["dp"] * mbs * ga, (r.workload, r.topology, r.published)
-        lay = r.layout
-        assert lay["tp"] * lay["cp"] * lay["pp"] * lay["dp"] == r.gpus
+        ga = re.search(r"GA (\d+)", r.note)
+        assert ga is not None, r.note[:80]
+        w = load_workload(r.workload, r.overrides)
+        lay = ParallelLayout.model_validate(r.layout)
+        assert lay.dp is not None
+        assert w.global_batch == lay.dp * w.micro_batch * int(ga.group(1)), (r.workload, r.topology, r.published)
+        assert lay.tp * lay.cp * lay.pp * lay.dp == r.gpus
 
 
 def test_the_moe_rows_are_as_the_25_09_scripts_set_them():
@@ -82,7 +86,8 @@ def test_the_moe_rows_are_as_the_25_09_scripts_set_them():
         assert "(tokendrop)" in r.note
         assert "moe_dispatcher" not in lay and "moe_expert_capacity" not in lay and "moe_a2a_overlap" not in lay
     for r in (r for r in rows if r.workload == "deepseek-v3-like"):
-        assert sum(r.layout["stage_layers"]) == 61 and r.overrides["mtp_layers"] == 1
+        stages = ParallelLayout.model_validate(r.layout).stage_layers
+        assert stages is not None and sum(stages) == 61 and r.overrides["mtp_layers"] == 1
         assert r.layout["optimizer_state_bytes"] == 8
 
 
@@ -109,6 +114,7 @@ def test_the_h100_qwen3_30b_run_is_issue_1998s_2x():
     assert all(new.layout[k] == old.layout[k] for k in ("tp", "pp", "vpp", "ep", "dp"))
     assert new.published / old.published == pytest.approx(1.99, abs=0.01)
     predicted = next(r for r in validate_set(load_set(TABLE)) if r.published == new.published).predicted
+    assert predicted is not None
     assert abs(predicted / new.published - 1) < abs(predicted / old.published - 1)
 
 
