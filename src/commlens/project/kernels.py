@@ -777,6 +777,71 @@ def grouped_linear_launches(gemm_launch: int) -> tuple[int, int]:
     return 1 + casts, 2 + casts
 
 
+def expert_load(layout: ParallelLayout) -> float:
+    """Rows of the most loaded GPU's experts over the mean (tokens x top-k / experts) [27 s10 tokdrop]: the stated
+    load imbalance when dropless; under Megatron-Core's token drop (``moe_capacity_factor``: core_v0.14.0
+    moe_utils.py get_capacity, ceil(tokens x top-k / experts x factor) rows per expert and source rank) at most
+    the capacity, the tokens past it dropped and not computed; padded to capacity (``moe_pad_to_capacity``:
+    apply_router_token_dropping's capacity mask is the routing map, so every expert takes exactly its capacity,
+    padding rows included) exactly the factor, whatever the routing."""
+    cf = layout.moe_capacity_factor
+    if cf is None:
+        return layout.moe_load_imbalance
+    return cf if layout.moe_pad_to_capacity else min(layout.moe_load_imbalance, cf)
+
+
+# The router's capacity mask under token drop (Megatron-LM core_v0.14.0 moe/router.py TopKRouter.routing ->
+# moe_utils.py apply_router_token_dropping, drop_policy 'probs'): torch.topk over each expert's column of the
+# [tokens, experts] probabilities (k = the capacity, unsorted), zeros_like, scatter of the kept indices, .bool(), and
+# probs x mask; its backward is the product's (one kernel). torch.topk picks its CUDA path by shape (PyTorch
+# aten/src/ATen/native/cuda/TensorTopK.cu should_use_multiblock, the CUB scan-by-key build): with few slices and
+# long ones (experts slices of tokens: 80-200 slices of >= 5000, 200-800 of >= 3000, ...) mbtopk::launch runs two
+# memsets, a fill, radixFindKthValues and computeBlockwiseWithinKCounts for each 8-bit digit of a 32-bit key (4),
+# computeBlockwiseKthCounts, two CUB inclusive_sum_by_key scans (2 kernels each) and gatherTopK: 17 launches, the
+# probabilities read once a digit and once more to gather; otherwise sbtopk's single gatherTopK kernel, one read.
+CAPACITY_MASK_OPS = 4  # zeros_like, scatter, bool, mul (forward, after the top-k)
+TOPK_MULTIBLOCK_LAUNCHES = 17
+TOPK_RADIX_PASSES = 4  # 32-bit keys, RADIX_BITS 8
+PROBS_BYTES = 4.0  # the routing probabilities priced as fp32 (a 16-bit router halves a term of microseconds)
+
+
+def topk_multiblock(slices: float, size: float) -> bool:
+    """PyTorch's should_use_multiblock (CUB scan-by-key build) for ``slices`` top-k problems of ``size`` each."""
+    return (
+        (slices <= 20 and size >= 20000)
+        or (20 < slices <= 40 and size >= 10000)
+        or (40 < slices <= 80 and size >= 8000)
+        or (80 < slices < 200 and size >= 5000)
+        or (200 <= slices < 800 and size >= 3000)
+        or (800 <= slices <= 4000 and size >= 800)
+        or (slices > 4000 and size >= 400)
+    )
+
+
+def capacity_mask_kernel(dev: Device, tokens: float, experts: int, kept: float) -> Kernel:
+    """The token drop's capacity mask in the router (CAPACITY_MASK_OPS after a top-k over each expert's column of
+    ``tokens`` probabilities; ``kept``: the capacity rows over all experts, whose indices are scattered): static
+    shapes, so graphed like the router [27 s10 tokdrop]."""
+    n = tokens * experts
+    multi = topk_multiblock(experts, tokens)
+    topk_reads = (TOPK_RADIX_PASSES + 1) if multi else 1
+    # top-k reads; zeros_like writes; scatter writes the kept (reads their int64 index); bool reads and writes 1 B;
+    # the product reads the probabilities and the mask and writes the result
+    fwd_bytes = PROBS_BYTES * n * topk_reads + PROBS_BYTES * n + (PROBS_BYTES + 8.0) * kept
+    fwd_bytes += (PROBS_BYTES + 1.0) * n + (2 * PROBS_BYTES + 1.0) * n
+    bwd_bytes = (2 * PROBS_BYTES + 1.0) * n  # the gradient times the mask
+    launches = (TOPK_MULTIBLOCK_LAUNCHES if multi else 1.0) + CAPACITY_MASK_OPS
+    return Kernel(
+        "capacity_mask",
+        "moe_routing",
+        stream_time_s(dev, fwd_bytes),
+        stream_time_s(dev, bwd_bytes),
+        launches,
+        nbytes=fwd_bytes,
+        bwd_launches=1.0,
+    )
+
+
 def _moe_block(
     b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, resid: float, attn_cast: tuple[float, float]
 ) -> list[Kernel]:
@@ -797,7 +862,7 @@ def _moe_block(
     local = m.experts / s.ep
     per_expert = routed / local
     fe = m.expert_ffn_hidden / etp
-    imbalance = layout.moe_load_imbalance  # the most loaded GPU of the EP group sets the pace
+    imbalance = expert_load(layout)  # the most loaded GPU of the EP group sets the pace (token drop: capped)
     # one GroupedLinear module per direction over the local experts, one GEMM per expert and pass (fc1 gated: one
     # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
     # backward the data- and weight-gradient GEMMs and the output gradient's casts
@@ -860,6 +925,8 @@ def _moe_block(
         )
     if not layout.moe_fused_mlp:  # the fused kernels clamp and add the biases in their epilogues
         out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
+    if layout.moe_capacity_factor is not None:
+        out.append(capacity_mask_kernel(b.dev, tokens, m.experts, tokens * m.top_k * layout.moe_capacity_factor))
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
@@ -1038,10 +1105,16 @@ def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
         # a whole-step graph around HybridEP's static rank budget captures the MoE layer too (layout
         # _check_graph_scope: nothing in it reads the token counts on the host)
         whole_moe = scope is not None and layout.moe_expert_capacity is not None
+        # drop-and-pad's static shapes: Megatron-Core 0.14's per-layer graph (enable_cuda_graph, scope 'full':
+        # CudaGraphManager around the whole TransformerLayer, core_v0.14.0 transformer_layer.py) captures the MoE
+        # layer, dispatch and experts included [27 s10 tokdrop]
+        whole_moe = whole_moe or layout.moe_pad_to_capacity
         return 0.0 if k.eager and not whole_moe else 1.0
     name = k.name.removesuffix(GAP_SUFFIX)
     if not moe_layer and name in GRAPH_MLP_HALF:
         return 1.0 if "mlp" in scope else 0.0
+    if moe_layer and "moe" in scope and layout.moe_pad_to_capacity and (k.eager or name in GRAPH_MOE_ROUTER):
+        return 1.0  # the whole MoE layer, static under drop-and-pad (layout._check_graph_scope) [27 s10 tokdrop]
     if moe_layer and name in GRAPH_MOE_ROUTER:
         return 1.0 if "moe_router" in scope else 0.0
     if moe_layer and name == "permute":

@@ -173,7 +173,7 @@ class ParallelLayout(StrictSpec):
         "to the sync point, so the host's wait drains the stream), full_iteration (Megatron's local whole-step "
         "graph: every static kernel, as cuda_graphs alone; an MoE layer's dispatch and experts too only with "
         "moe_expert_capacity, the static expert budget), moe (the whole MoE layer: refused, it needs drop-and-pad "
-        "experts); kernels outside the scope pay their host launches and gaps. None: every static "
+        "experts: moe_pad_to_capacity); kernels outside the scope pay their host launches and gaps. None: every static "
         "kernel of the layers, the experts and dispatch eager",
     )
     order: tuple[str, ...] = Field(default=_DIMS, description="placement of dimensions, innermost first")
@@ -247,6 +247,24 @@ class ParallelLayout(StrictSpec):
         "dispatch writes into a buffer of tokens x top-k x this factor, drops what exceeds it and never copies the "
         "token counts to the host; needs moe_dispatcher hybridep and moe_fused_mlp (transformer_config.py at "
         "cd4afffa). None: the buffers sized from the counts, a host read every MoE layer",
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Megatron-Core's token drop (moe_expert_capacity_factor; Megatron-LM core_v0.14.0 "
+        "moe_utils.py get_capacity / apply_router_token_dropping): each expert takes at most ceil(tokens x top-k / "
+        "experts x this factor) of each rank's tokens, those of highest routing probability; the rest are dropped "
+        "(not computed). The router runs a top-k over the probabilities of each expert's column to build the "
+        "capacity mask. Without moe_pad_to_capacity the dispatcher still copies the counts to the host (its sync "
+        "point moves to before permutation 1). None: dropless",
+    )
+    moe_pad_to_capacity: bool = Field(
+        default=False,
+        description="with moe_capacity_factor: every expert gets exactly its capacity of rows, padded with "
+        "zero-probability tokens (Megatron-Core moe_pad_expert_input_to_capacity, the all-to-all dispatcher's "
+        "drop_and_pad at core_v0.14.0 token_dispatcher.py): the splits are known on the host, nothing is copied "
+        "back or waited for (cuda_sync_point stays no_sync), the experts' shapes are static and a CUDA graph "
+        "captures the whole MoE layer. Megatron-Core refuses it with the flex dispatcher (deepep, hybridep)",
     )
     moe_a2a_overlap: bool = Field(
         default=False,
@@ -334,6 +352,21 @@ class ParallelLayout(StrictSpec):
         # dispatcher's (hybridep or ncclep), and with hybridep it needs the op fuser's grouped MLP
         if self.moe_expert_capacity is not None and (self.moe_dispatcher != "hybridep" or not self.moe_fused_mlp):
             raise ValueError("moe_expert_capacity needs moe_dispatcher hybridep and moe_fused_mlp")
+        return self
+
+    @model_validator(mode="after")
+    def _token_drop(self) -> ParallelLayout:
+        # Megatron-Core's own checks (core_v0.14.0 transformer_config.py __post_init__): padding needs the capacity
+        # factor, and the flex dispatcher (DeepEP, HybridEP) refuses padding [27 s10 tokdrop]
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (moe_expert_capacity_factor)")
+        if self.moe_pad_to_capacity and self.moe_dispatcher in ("deepep", "hybridep"):
+            raise ValueError(
+                f"moe_pad_to_capacity: Megatron-Core's flex dispatcher ({self.moe_dispatcher}) does not support "
+                "moe_pad_expert_input_to_capacity; use moe_dispatcher alltoall"
+            )
+        if self.moe_capacity_factor is not None and self.moe_dispatcher == "distmoe":
+            raise ValueError("moe_capacity_factor: Dist-MoE has no token drop (its experts are dropless)")
         return self
 
     @field_validator("recompute_modules", "cuda_graph_scope", mode="before")  # a --set string: "a-b" ("a,b" in Python)
@@ -449,6 +482,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
         )
+    _check_token_drop(layout, w)
     _check_graph_scope(layout, w)
     _check_ep_overlap(layout, w, pp, vpp)
     _check_fp8_attention(layout, w)
@@ -508,10 +542,12 @@ def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
     if w.moe is None and moe_scopes:
         raise InfeasibleLayoutError(f"cuda_graph_scope {', '.join(moe_scopes)} on a dense model")
     static = "full_iteration" in scope and layout.moe_expert_capacity is not None
-    if w.moe is not None and ("moe" in scope or ("full_iteration" in scope and not static)):
+    if w.moe is not None and layout.moe_pad_to_capacity:  # drop-and-pad: static shapes [27 s10 tokdrop]
+        static = True
+    if w.moe is not None and not static and ("moe" in scope or "full_iteration" in scope):
         raise InfeasibleLayoutError(
             "cuda_graph_scope moe / full_iteration capture the experts, which needs static token counts: "
-            "drop-and-pad MoE (not modelled) or HybridEP's rank budget (moe_expert_capacity) with TE's fused "
+            "drop-and-pad MoE (moe_pad_to_capacity) or HybridEP's rank budget (moe_expert_capacity) with TE's fused "
             "grouped MLP; these experts are dropless"
         )
     if layout.moe_fused_mlp and (w.moe is None or w.precision != "fp8" or layout.fp8_recipe != "mxfp8"):
@@ -519,6 +555,29 @@ def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
             "moe_fused_mlp: Transformer Engine fuses the grouped MLP only for an MoE model in fp8 with the mxfp8 "
             "recipe (TE 4329ff84 ops/fused/grouped_mlp.py fuse_grouped_mlp_ops; its NVFP4 path is not modelled); "
             "otherwise the op fuser runs its unfused ops, which commlens does not model"
+        )
+
+
+def _check_token_drop(layout: ParallelLayout, w: Workload) -> None:
+    """Where Megatron-Core's token drop cannot be stated [27 s10 tokdrop]: a dense model, a stack other than
+    Megatron-Core (its capacity factor is Megatron-Core's router and dispatcher: core_v0.14.0 router.py
+    apply_router_token_dropping, token_dispatcher.py drop_and_pad), or a workload whose moe.capacity_factor already
+    states the experts' capacity (one of the two, not both)."""
+    if layout.moe_capacity_factor is None:
+        return
+    from commlens.project.frameworks import framework
+
+    if w.moe is None:
+        raise InfeasibleLayoutError("moe_capacity_factor on a dense model")
+    if not framework(layout.framework).moe_local_sort:
+        raise InfeasibleLayoutError(
+            f"moe_capacity_factor: Megatron-Core's token drop; {layout.framework} does not run Megatron-Core's MoE "
+            "layer"
+        )
+    if w.moe.capacity_factor is not None:
+        raise InfeasibleLayoutError(
+            f"moe_capacity_factor {layout.moe_capacity_factor} and the workload's moe.capacity_factor "
+            f"{w.moe.capacity_factor} both state the experts' capacity; state one"
         )
 
 

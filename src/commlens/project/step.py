@@ -49,6 +49,7 @@ from commlens.project.kernels import (
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
+    expert_load,
     fp8_tp_amax_reductions,
     graph_shares,
     layer_kernels,
@@ -543,7 +544,7 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
-        a2a_bytes = routed_tokens * w.hidden * 2.0 * layout.moe_load_imbalance  # tokens travel in 16 bits
+        a2a_bytes = routed_tokens * w.hidden * 2.0 * expert_load(layout)  # tokens travel in 16 bits
         domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
         if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
             a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
@@ -739,7 +740,7 @@ def _layer_time(
     gpu += tp_whole
     host_exposed = max(0.0, host - gpu)
     # Dist-MoE, and HybridEP with a static rank budget (layout.moe_expert_capacity), read no count on the host
-    if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe" and layout.moe_expert_capacity is None:
+    if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe" and _counts_on_host(layout):
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
         # GPU past that point, and the GPU waits for each launch after it until the host is ahead again
         # (_sync_cycle_s); the backward reuses the counts
@@ -1097,6 +1098,15 @@ def queue_finish_s(
     return gpu, host
 
 
+def _counts_on_host(layout: ParallelLayout) -> bool:
+    """Whether the MoE dispatcher reads the token counts on the host: not with HybridEP's static rank budget
+    (layout.moe_expert_capacity), nor under Megatron-Core's drop-and-pad (layout.moe_pad_to_capacity: core_v0.14.0
+    token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess returns the counts as host tensors of the capacity
+    before any device-to-host copy, cuda_sync_point stays 'no_sync' and _maybe_dtoh_and_synchronize does nothing
+    when drop_and_pad; the all-to-all runs with equal splits) [27 s10 tokdrop]."""
+    return layout.moe_expert_capacity is None and not layout.moe_pad_to_capacity
+
+
 def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float) -> float:
     """Seconds from one MoE layer's dispatcher sync to the next's, forward (the layers of a stage alike).
 
@@ -1124,6 +1134,9 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     before = (0.0, 0.0, 0.0)
     after = [op(permute)] if permute else []
     split = permute is not None and fw.moe_sync_after_permute and layout.moe_dispatcher == "alltoall"
+    # token drop without padding syncs before permutation 1 (core_v0.14.0 token_dispatcher.py preprocess:
+    # 'before_permutation_1' for the dynamic num_out_tokens): the wait drains the stream [27 s10 tokdrop]
+    split = split and layout.moe_capacity_factor is None
     # a captured moe_preprocess (kernels.graph_share: the counts and permutation 1 in the router's graph) moves the
     # counts' copy to the sync point itself (token_dispatcher.py at 0d8e0714 and 44151194: cuda_dtoh_point
     # 'before_ep_alltoall' when cuda_graph_scope has moe_preprocess), so the host's wait drains the stream
