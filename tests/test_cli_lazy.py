@@ -6,14 +6,10 @@ stay what registering every module first prints. Each check runs in a fresh inte
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import os
 import subprocess
 import sys
-
-import typer.main
 
 RUN = """
 import json, sys
@@ -61,13 +57,28 @@ def test_a_subcommand_help_and_a_misspelt_command_behave_as_with_every_module_re
     assert loaded["code"] == 2 and "Did you mean 'compare'?" in err
 
 
+LISTED = """
+import inspect, json, sys
+import typer.main
+import importlib
+app_module = importlib.import_module("commlens.cli.app")
+app_module._register()
+group = typer.main.get_command(app_module.app)
+out = {"commands": list(group.commands), "lazy": list(app_module.LAZY_COMMANDS), "wrong_help": [], "not_imported": []}
+for name, (module, text) in app_module.LAZY_COMMANDS.items():
+    command = group.commands[name]
+    if inspect.cleandoc(command.short_help or command.help or "").split("\\n\\n")[0] != text:
+        out["wrong_help"].append(name)
+    if f"commlens.cli.{module}" not in sys.modules:
+        out["not_imported"].append(name)
+print(json.dumps(out))
+"""
+
+
 def test_every_registered_command_is_listed_with_its_own_help_text() -> None:
-    app_module = importlib.import_module("commlens.cli.app")
-    app_module._register()
-    group = typer.main.get_command(app_module.app)
-    assert isinstance(group, typer.core.TyperGroup)
-    assert list(group.commands) == ["bench", *app_module.LAZY_COMMANDS]
-    for name, (module, text) in app_module.LAZY_COMMANDS.items():
-        command = group.commands[name]
-        assert inspect.cleandoc(command.short_help or command.help or "").split("\n\n")[0] == text, name
-        assert f"commlens.cli.{module}" in sys.modules, name
+    # in a fresh interpreter: a test that imported a command module first would register it out of order
+    proc = subprocess.run([sys.executable, "-c", LISTED], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["commands"] == ["bench", *got["lazy"]]
+    assert got["wrong_help"] == [] and got["not_imported"] == []
