@@ -217,8 +217,8 @@ def _windowed(entries: list[Entry], kernel: str, pass_: str, head_dim: int, seq:
 
 
 def _on_curve(points: list[tuple[float, float]], seq: float) -> float:
-    """The rate at ``seq`` on a curve of (sequence length, rate) points: interpolated in log2 of the length and
-    held at the ends."""
+    """The rate at ``seq`` on a curve of (x, rate) points (a sequence length, or a GEMM's FLOPs): interpolated in
+    log2 of x and held at the ends."""
     curve = sorted(points)
     if seq <= curve[0][0]:
         return curve[0][1]
@@ -331,14 +331,7 @@ def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
     curve = _gemm_curve(device, kind, env) if kind else ()
     if not curve or flops <= 0:
         return None
-    if flops <= curve[0][0]:
-        return curve[0][1]
-    if flops >= curve[-1][0]:
-        return curve[-1][1]
-    for (f0, r0), (f1, r1) in zip(curve, curve[1:], strict=False):
-        if f0 <= flops <= f1:
-            return r0 + (r1 - r0) * math.log2(flops / f0) / math.log2(f1 / f0)
-    return curve[-1][1]
+    return _on_curve(list(curve), flops)
 
 
 # MXFP8 quantize: bytes per element of one bf16 tensor cast into its row-wise and column-wise e4m3 copies and their
