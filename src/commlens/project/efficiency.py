@@ -283,13 +283,20 @@ def _gemm_points(data: Any, where: str) -> dict[str, list[tuple[str, float, floa
 
 
 @cache
+def _shipped_data() -> dict[str, Any]:
+    """The shipped efficiency.yaml, parsed once (read only: the GEMM and MXFP8 quantize lookups walk it)."""
+    shipped = resources.files("commlens.project") / "efficiency.yaml"
+    data = load_yaml(shipped.read_text(encoding="utf-8"), shipped=True)
+    return data if isinstance(data, dict) else {}
+
+
+@cache
 def _gemm_curve(device: str, dtype: str, env: str) -> tuple[tuple[float, float], ...]:
     """The upper envelope of the measured (FLOPs, FLOP/s) points of ``device``'s generation, sorted by FLOPs."""
     from commlens.project.frameworks import generation
     from commlens.project.hardware import active_devices
 
-    shipped = resources.files("commlens.project") / "efficiency.yaml"
-    points = _gemm_points(load_yaml(shipped.read_text(encoding="utf-8"), shipped=True), "efficiency.yaml")
+    points = _gemm_points(_shipped_data(), "efficiency.yaml")
     for f in (p for p in env.split(os.pathsep) if p):
         try:
             text = Path(f).read_text(encoding="utf-8")
@@ -346,8 +353,7 @@ def mxfp8_quantize_fit(device: str) -> tuple[float, float] | None:
     that generation (efficiency.yaml, each with its origin); None where it has none. [27 s10 mxcast]"""
     from commlens.project.frameworks import generation
 
-    shipped = resources.files("commlens.project") / "efficiency.yaml"
-    data = load_yaml(shipped.read_text(encoding="utf-8"), shipped=True)
+    data = _shipped_data()
     points: list[tuple[float, float]] = []
     for gpu, tables in (data.get("gpus") or {}).items():
         if not isinstance(tables, dict) or generation(str(gpu)) != generation(device):
