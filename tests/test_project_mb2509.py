@@ -10,8 +10,6 @@ import re
 import pytest
 
 from commlens.project import ParallelLayout
-from commlens.project.bands import family_of
-from commlens.project.frameworks import framework
 from commlens.project.validate import load_set, validate_set
 from commlens.workload import load_workload
 
@@ -118,12 +116,3 @@ def test_the_h100_qwen3_30b_run_is_issue_1998s_2x():
     predicted = next(r for r in validate_set(load_set(TABLE)) if r.published == new.published).predicted
     assert predicted is not None
     assert abs(predicted / new.published - 1) < abs(predicted / old.published - 1)
-
-
-def test_the_25_09_release_is_megatron_core_but_for_what_it_states():
-    rel = framework("megatron-core-25.09")
-    assert rel.release_of == "megatron-core"
-    assert family_of("H100", "megatron-core-25.09", True, 4096) == family_of("H100", "megatron-core", True, 4096)
-    stated = {"name", "release_of", "title", "source", "zero3_grad_prescale_shard"}
-    assert rel.model_dump(exclude=stated) == framework("megatron-core").model_dump(exclude=stated)
-    assert rel.zero3_grad_prescale_shard  # Megatron-Core 0.14 pre-scales the rank's shard, as 0.15 (25.11)

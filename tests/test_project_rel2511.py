@@ -57,11 +57,15 @@ def test_the_25_11_release_prescales_only_the_ranks_shard(micro_batches):
     assert _fsdp("megatron-core-25.11", micro_batches, 4) == pytest.approx(micro_batches * (2 * GATHER + reduce32))
 
 
-def test_the_25_11_release_is_megatron_core_but_for_what_it_states():
-    """A past release: megatron-core's error-band family, and megatron-core's profile in every other field."""
-    rel = framework("megatron-core-25.11")
+@pytest.mark.parametrize("release", ["megatron-core-25.09", "megatron-core-25.11"])
+def test_a_past_release_is_megatron_core_but_for_what_it_states(release):
+    """A past release (25.09: Megatron-Core 0.14, 25.11: 0.15): megatron-core's error-band family, and
+    megatron-core's profile in every other field; both pre-scale only the rank's shard, which the current
+    profile does not."""
+    rel = framework(release)
     assert rel.release_of == "megatron-core"
-    assert family_of("B200", "megatron-core-25.11", True, 4096) == family_of("B200", "megatron-core", True, 4096)
+    for gpu in ("H100", "B200"):
+        assert family_of(gpu, release, True, 4096) == family_of(gpu, "megatron-core", True, 4096)
     stated = {"name", "release_of", "title", "source", "zero3_grad_prescale_shard"}
     assert rel.model_dump(exclude=stated) == framework("megatron-core").model_dump(exclude=stated)
     assert rel.zero3_grad_prescale_shard and not framework("megatron-core").zero3_grad_prescale_shard
