@@ -268,9 +268,10 @@ def test_the_report_table_holds_the_runs_with_a_published_layout():
 
 
 def test_the_report_rows_project_within_20_percent():
-    """Held out (nothing fitted): at the commit that added them, +6.2%, +11.1%, +3.9%, +10.3%, all optimistic."""
+    """Held out (nothing fitted): at the commit that added them, +6.2%, +11.1%, +3.9%, +10.3% (all optimistic, mean
+    7.9%)."""
     rows = validate_set(load_set("megatron-core-moe-report-2026"))
     assert len(rows) == 4
     for r in rows:
         assert r.predicted is not None, r.refused
-        assert 0.0 < r.error < 0.2, (r.workload, r.topology, r.error)
+        assert abs(r.error) < 0.2, (r.workload, r.topology, r.error)
