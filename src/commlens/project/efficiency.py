@@ -55,7 +55,14 @@ EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
 # are accelerators.yaml's names (the B200 in a GB200 is "B200 (GB200)").
 SIBLINGS = {"H200 SXM": "H100 SXM", "B200 (GB200)": "B200", "B200": "B200 (GB200)", "H100 SXM": "H200 SXM"}
 # Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
-FAMILY_FALLBACK = {"fa3": ("cudnn", "fa2"), "cudnn": ("fa3", "fa2"), "fa2": (), "ck": ("fa2",)}
+# cudnn_9.13: cuDNN 9.10-9.13's fused attention (the 2025 containers), tabled on B200 only; elsewhere the cudnn curve
+FAMILY_FALLBACK = {
+    "fa3": ("cudnn", "fa2"),
+    "cudnn": ("fa3", "fa2"),
+    "cudnn_9.13": ("cudnn", "fa3", "fa2"),
+    "fa2": (),
+    "ck": ("fa2",),
+}
 
 Entry = tuple[str, str, bool, int, float, float, int]  # kernel, pass, causal, head_dim, seq_len, flop/s, window
 GEMM_CAP_MIN_DIM = 512  # the smallest dimension of a tabled GEMM that gemm_rate_cap reads
