@@ -951,6 +951,14 @@ def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, f
     mode = fw.overlap.cp
     if layout.cp_comm_overlap is not None:  # the layout's word: beside the attention as the stack does it, or not
         mode = ("ring" if mode == "none" else mode) if layout.cp_comm_overlap else "none"
+    if mode == "allgather" and (fw.compile if layout.compile is None else layout.compile):
+        # torch's ring traced into a compiled block waits for each exchange where it is issued [27 s11 ttcp]: while
+        # tracing, a functional collective returns wait_tensor(result) at once (torch/distributed/
+        # _functional_collectives.py _maybe_wrap_tensor, torch 2.6.0 and 2.13), and Inductor moves a wait only under
+        # reorder_for_compute_comm_overlap (False by default in torch/_inductor/config.py 2.6.0; torchtitan 9dec370
+        # sets only _micro_pipeline_tp). Inductor's code for the ring (notes/s11/27ttcp-scripts) runs no attention
+        # between the K/V all-gather or any K/V-gradient exchange and its wait.
+        mode = "none"
     if mode == "ring":
         exposed = max(0.0, cp_fwd - t_attn) * fwd_passes + max(0.0, cp_bwd - 2 * t_attn)
     elif mode == "allgather":
