@@ -527,7 +527,14 @@ def validate_tables(names: Sequence[str], accelerators: Sequence[str] | None = N
 # --- published memory figures (published/memory.yaml, format commlens.published-memory/1)
 
 MEMORY_FORMAT = "commlens.published-memory/1"
-_MEASURES = ("activations_per_layer", "activations", "model_states", "peak_reserved")
+_MEASURES = (
+    "activations_per_layer",
+    "activations",
+    "model_states",
+    "peak_reserved",
+    "weights_and_gradients",  # [27 s11 memrep] the 16-bit weights and the main-grad buffer of the stage
+    "optimizer_states",  # [27 s11 memrep] fp32 main weights and Adam moments, as the stage shards them
+)
 _STAGES = ("first", "last", "any")
 _KINDS = ("printed", "formula", "bound")
 _FIGURE_KEYS = {"name", "source", "workload", "set", "gpus", "layout", "measures", "stage", "published_bytes", "note"}
@@ -544,8 +551,8 @@ class MemoryFigure:
     overrides: dict[str, object]
     gpus: int
     layout: dict[str, object]
-    measures: str  # activations_per_layer, activations, model_states, peak_reserved
-    stage: str  # first, last, any (the largest over stages)
+    measures: str  # activations_per_layer, activations, model_states, peak_reserved, weights_and_gradients, ...
+    stage: str  # first, last, any (the largest over stages), or a pipeline rank ("1")
     published_bytes: float
     kind: str  # printed, formula, bound (the run fit: an upper bound on the peak)
     note: str
@@ -619,8 +626,11 @@ def load_memory_figures(directory: Path | None = None) -> list[MemoryFigure]:
         at = f"{where}: {fig['name']}"
         if fig["measures"] not in _MEASURES:
             raise CommlensError(f"{at}: measures must be one of {', '.join(_MEASURES)}, got {fig['measures']!r}")
-        if fig["stage"] not in _STAGES:
-            raise CommlensError(f"{at}: stage must be one of {', '.join(_STAGES)}, got {fig['stage']!r}")
+        rank = fig["stage"]  # [27 s11 memrep] a pipeline rank where the source gives one rank that is neither end
+        if fig["stage"] not in _STAGES and not (isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0):
+            raise CommlensError(
+                f"{at}: stage must be one of {', '.join(_STAGES)} or a pipeline rank (0, 1, ...), got {fig['stage']!r}"
+            )
         kind = str(fig["note"]).split(":", 1)[0]
         if kind not in _KINDS:
             raise CommlensError(f"{at}: note must start with one of {', '.join(k + ':' for k in _KINDS)}")
@@ -635,7 +645,7 @@ def load_memory_figures(directory: Path | None = None) -> list[MemoryFigure]:
                 gpus=int(_number(fig["gpus"], at, "gpus", integer=True)),
                 layout=dict(fig["layout"] or {}),
                 measures=fig["measures"],
-                stage=fig["stage"],
+                stage=str(fig["stage"]),
                 published_bytes=_number(fig["published_bytes"], at, "published_bytes"),
                 kind=kind,
                 note=str(fig["note"]),
@@ -650,8 +660,10 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
     1. activations_per_layer: one layer's activations for one micro-batch (micro_batch x seq_len / CP tokens),
        as ``stage_memory`` keeps them: the layer input alone under full recomputation, else
        ``activation_bytes_per_token`` (selective recomputation already drops the attention core);
-    2. activations: ``stage_memory``'s activations of the stage (first, last, or the largest);
-    3. model_states: weights + gradients + optimizer of the stage;
+    2. activations: ``stage_memory``'s activations of the stage (first, last, the largest, or one pipeline rank);
+    3. model_states: weights + gradients + optimizer of the stage; weights_and_gradients and optimizer_states the
+       two parts as Megatron-Core's memory estimator and the Megatron-Core MoE report split them (the 16-bit
+       weights with the main-grad buffer, and the fp32 main weights with the Adam moments);
     4. peak_reserved: the caching allocator's reserved peak, as the stacks print it (torch.cuda.memory_stats()
        ``reserved_bytes.all.peak``: torchtitan's metrics, Megatron's ``max_memory_reserved``), the stage's allocated
        peak x fragmentation; a bound (the run fit in the device) adds what lives outside the allocator
@@ -671,14 +683,26 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
         kinds = ([False] if w.moe_layers < w.layers else []) + ([True] if w.moe_layers else [])
         return tokens * max(activation_bytes_per_token(w, layout, r.tp, moe) for moe in kinds)
     stages = stage_memory(w, layout, r)
-    key = {"activations": "activations", "peak_reserved": "reserved"}.get(fig.measures)
-    values = [st[key] if key else st["weights_shard"] + st["gradients"] + st["optimizer"] for st in stages]
+    parts = {
+        "activations": ("activations",),
+        "peak_reserved": ("reserved",),
+        "model_states": ("weights_shard", "gradients", "optimizer"),
+        "weights_and_gradients": ("weights", "gradients"),
+        "optimizer_states": ("optimizer",),
+    }[fig.measures]
+    values = [sum(st[k] for k in parts) for st in stages]
     if fig.measures == "peak_reserved" and fig.kind != "bound":  # the allocator's figure: no CUDA context, NCCL buffers
         values = [v - RUNTIME_BYTES for v in values]
     if fig.stage == "first":
         return values[0]
     if fig.stage == "last":
         return values[-1]
+    if fig.stage.isdigit():  # one pipeline rank
+        if int(fig.stage) >= len(values):
+            from commlens.errors import CommlensError
+
+            raise CommlensError(f"{fig.name}: stage {fig.stage}: the layout has {len(values)} pipeline stages")
+        return values[int(fig.stage)]
     return max(values)
 
 
