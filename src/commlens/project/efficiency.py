@@ -56,10 +56,12 @@ EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
 SIBLINGS = {"H200 SXM": "H100 SXM", "B200 (GB200)": "B200", "B200": "B200 (GB200)", "H100 SXM": "H200 SXM"}
 # Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
 # cudnn_9.13: cuDNN 9.10-9.13's fused attention (the 2025 containers), tabled on B200 only; elsewhere the cudnn curve
+# cudnn_9.4: cuDNN 9.4.0's, tabled on H100 only (what the 2025 containers read on Hopper) [27 s11 hopattn]
 FAMILY_FALLBACK = {
     "fa3": ("cudnn", "fa2"),
     "cudnn": ("fa3", "fa2"),
     "cudnn_9.13": ("cudnn", "fa3", "fa2"),
+    "cudnn_9.4": ("cudnn", "fa3", "fa2"),
     "fa2": (),
     "ck": ("fa2",),
 }
