@@ -39,9 +39,10 @@ def _pp1(dispatcher: str):
 
 def test_distmoe_hides_the_transfer_in_the_expert_gemms_and_runs_no_permutation():
     stock, fused = _pp1("alltoall"), _pp1("distmoe")
-    # four all-to-alls of 470 MB per MoE layer and micro-batch at NVLink5's 722 GB/s: ~2.4 s of the step exposed;
+    # four NCCL all-to-alls of 470 MB per MoE layer and micro-batch over the rack, ~830 us each as NCCL runs them on
+    # NVL72 (NVLink5's 722 GB/s alone would give 650 us; [27 s11 a2anvl]): ~3.1 s of the step exposed;
     # inside the expert GEMMs only what outlasts them (the combine beside W2's shorter GEMM)
-    assert stock.breakdown["ep_comm"] == pytest.approx(2.4, abs=0.1)
+    assert stock.breakdown["ep_comm"] == pytest.approx(3.1, abs=0.1)
     assert 0.0 < fused.breakdown["ep_comm"] < 0.3 * stock.breakdown["ep_comm"]
     # the permutation pass is gone (only the publish and the top-k sum stay); no expert activation kernel apart
     assert fused.kernels["moe_routing"] < 0.5 * stock.kernels["moe_routing"]

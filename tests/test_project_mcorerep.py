@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 
-from commlens.model.backends import nccl_predict
+from commlens.model.backends import DEVICE_ALL_TO_ALL, nccl_predict
 from commlens.project.layout import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.project.step import deepep_share, hybridep_probs_factor, run
@@ -76,6 +76,14 @@ _ABLATIONS = [
         540.00,
         566.07,
         id="deepep",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="modelled +10.8% against +4.8% since NCCL's all-to-all on the rack takes its measured time "
+            "[27 s11 a2anvl] (+6.0% before, when it was 13-30% fast): the guide says the switch brought no "
+            "communication gain (DeepEP at EP32 reached ~400 GB/s dispatch, ~190 GB/s combine) and its +4.8% was "
+            "DeepEP's fused preprocessing on the host; the model prices DeepEP at the link's rate and not that host "
+            "saving, so the gain it shows is the wrong one",
+        ),
     ),
     pytest.param(
         "no MLA up-projection recompute",
@@ -166,15 +174,15 @@ def _a2a_us(topology: str, ep: int, dispatcher: str) -> float:
     nodes = max(1, ep // per_host)
     domains = -(-nodes // max(1, topo.scale_up.domain_size // per_host))
     nbytes = 4096 * 8 * 7168 * 2.0
-    if dispatcher == "hybridep":
+    op = "all_to_all"  # NCCL's
+    if dispatcher == "hybridep":  # HybridEP's own kernels (step._ep_op)
         nbytes *= deepep_share(256, 8, domains, ep, "uniform") * hybridep_probs_factor(256, 7168, domains, ep)
-    return nccl_predict(topo, "all_to_all", int(nbytes), nodes=nodes, ranks_per_host=min(per_host, ep)).time_s * 1e6
+        op = DEVICE_ALL_TO_ALL
+    return nccl_predict(topo, op, int(nbytes), nodes=nodes, ranks_per_host=min(per_host, ep)).time_s * 1e6
 
 
 def _table7_cases() -> list:
     slow = {
-        ("gb200-nvl72", 64, "alltoall", "dispatch"): "NCCL's all-to-all over 16 GB200 hosts of one NVL72 domain: "
-        "measured 930 us, modelled 648 (-30%); the model's all-to-all on MNNVL is 13-30% fast at every EP size",
         ("dgx-h100", 64, "hybridep", "combine"): "HybridEP over 8 H100 nodes: modelled 5,702 us against a 4,398 us "
         "combine (+30%; +23% against the 4,626 us dispatch, within 25%)",
         ("dgx-h100", 16, "hybridep", "combine"): "HybridEP over 2 H100 nodes: modelled 1,250 us against a 1,688 us "

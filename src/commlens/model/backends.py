@@ -10,6 +10,7 @@ would pick, with no copies.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN",
+    "DEVICE_ALL_TO_ALL",
+    "NCCL_A2A_NVLINK_EXTRA_S",
+    "NCCL_A2A_NVLINK_SHARE",
     "NCCL_ALGORITHMS",
     "NCCL_ALGO_ENV",
     "NCCL_BACKENDS",
@@ -29,6 +33,7 @@ __all__ = [
     "Implementation",
     "Protocol",
     "implementation",
+    "nccl_a2a_nvlink",
     "nccl_candidates",
     "nccl_choice",
     "nccl_predict",
@@ -179,6 +184,71 @@ def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
     return out
 
 
+# [27 s11 a2anvl] NCCL's all-to-all over a rack's NVLink (NVL72: one scale-up domain spanning several hosts, MNNVL).
+# NCCL runs an all-to-all as p - 1 sends and receives on its p2p transport, not as a collective with NCCL's tuned
+# protocols, and it falls short of the link twice over. Sized on nccl-tests' alltoall_perf, 8 x A100-SXM4 on NVSwitch
+# (microsoft/superbenchmark @ 700d6501 tests/data/nccl_alltoall.log, 1 MiB .. 8 GiB; the same log is
+# ../shared/realdata/nccltests/superbench-a100-8gpu-nccl_alltoall.log), the only measured curve over the sizes EP sends:
+# - its rate: at 8 GiB busBw is 224.3 GB/s, 0.935 of the 240 GB/s NCCL credits the A100's NVLink (SM80_NVLINK_BW x 12).
+#   The racks' own runs at 4-16 GiB agree within 8%: GB200 NVL72 (NCCL 2.27.3) 0.92 of NCCL's 721.8 GB/s over 2 trays
+#   (8 ranks), 0.86 over 16 (64 ranks); GB300 NVL72 (NCCL 2.28.7) 0.95 and 0.92 (Oracle's "OCI GPU Quick Start" pages
+#   for GB200 and GB300, alltoall_perf -b 512K -e 16G, NCCL_MNNVL_ENABLE=1);
+# - a fixed cost the rate does not explain: what the log's time exceeds the model's latency and the bytes at that rate
+#   by, per size (what one rank sends, nccl-tests' size): 73-140 us from 1 MiB to 2 GiB, 5-20% of an EP transfer on a
+#   rack's NVLink5.
+# Checked, not sized, on the Megatron-Core MoE report's Table 7 (arXiv 2603.07685: NCCL all-to-all of DeepSeek-V3's
+# dispatch and combine on GB200 at EP 8-64): 735-930 us measured, 577-648 modelled before, 752-828 after
+# (tests/test_project_a2anvl.py). Within one host's NVSwitch (DGX H100 / B200) it is not applied: there the model's
+# all-to-all is 12-13% fast (the A100 log at Table 7's size, Table 7's H100 EP 8), the correction makes it 4-5% slow
+# on H100, and the held-out table megatron-moe-qwen3-235b-h100-longctx goes 5.1% -> 6.6% (docs/project.md
+# [27 s11 a2anvl]). Across domains the NIC sets the pace and the curve says nothing of it. The GPUs' own all-to-all
+# kernels (DeepEP, HybridEP, symmetric memory) are no NCCL p2p: :data:`DEVICE_ALL_TO_ALL` prices them at the link's rate.
+NCCL_A2A_NVLINK_SHARE = 224.31 / 240.0
+NCCL_A2A_NVLINK_EXTRA_S: tuple[tuple[int, float], ...] = (
+    (1 << 20, 76.1e-6),
+    (2 << 20, 74.2e-6),
+    (4 << 20, 72.9e-6),
+    (8 << 20, 81.2e-6),
+    (16 << 20, 87.8e-6),
+    (32 << 20, 99.4e-6),
+    (64 << 20, 127.8e-6),
+    (128 << 20, 102.8e-6),
+    (256 << 20, 134.8e-6),
+    (512 << 20, 135.1e-6),
+    (1 << 30, 139.8e-6),
+    (2 << 30, 126.2e-6),
+    (4 << 30, 98.8e-6),
+    (8 << 30, 0.0),
+)
+# An all-to-all run by the GPUs' own kernels rather than NCCL (DeepEP, HybridEP, symmetric-memory reads): the direct
+# exchange at the link's rate, without NCCL's p2p costs (:func:`nccl_choice`).
+DEVICE_ALL_TO_ALL = "device_all_to_all"
+
+
+def _a2a_extra_s(size_bytes: int) -> float:
+    """:data:`NCCL_A2A_NVLINK_EXTRA_S` at ``size_bytes`` (interpolated in log2 size, held flat beyond the table)."""
+    table = NCCL_A2A_NVLINK_EXTRA_S
+    if size_bytes <= table[0][0]:
+        return table[0][1]
+    for (s0, e0), (s1, e1) in zip(table, table[1:]):
+        if size_bytes <= s1:
+            f = math.log2(size_bytes / s0) / math.log2(s1 / s0)
+            return e0 + f * (e1 - e0)
+    return table[-1][1]
+
+
+def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
+    """Whether NCCL's all-to-all on ``layout`` runs over a rack's NVLink (:data:`NCCL_A2A_NVLINK_SHARE` applies): one
+    scale-up domain of an NVLink topology spanning more than one host (NVL72's trays), GPU-driven."""
+    return (
+        layout.ranks > 1
+        and layout.nodes > 1
+        and not layout.multi_domain
+        and not layout.host_cores
+        and "nvlink" in topology.scale_up.name.lower()
+    )
+
+
 def nccl_choice(
     topology: AnyTopology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_host: int | None = None
 ) -> tuple[Prediction, str]:
@@ -187,8 +257,20 @@ def nccl_choice(
 
     Across scale-up domains NCCL's NVLS all-gather and reduce-scatter need CollNet (tuning.cc sets their bandwidth
     to 0 otherwise), so there they run as rings. An op NCCL has no candidate for, or a CPU-driven transport
-    (``host_cores``), is predicted as ``auto`` with the topology's figures."""
+    (``host_cores``), is predicted as ``auto`` with the topology's figures. NCCL's all-to-all over a rack's NVLink runs
+    at its measured share of the link plus its measured fixed cost (:data:`NCCL_A2A_NVLINK_SHARE`); ``op``
+    :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate."""
     layout = layout_for(topology, nodes, ranks_per_host)
+    if op == DEVICE_ALL_TO_ALL:
+        return predict(topology, "all_to_all", size_bytes, algo="direct", layout=layout), ""
+    if op == "all_to_all" and nccl_a2a_nvlink(topology, layout):
+        slowed = replace(
+            layout,
+            launch_s=layout.launch_s + _a2a_extra_s(size_bytes),
+            up_rate=layout.up_rate * NCCL_A2A_NVLINK_SHARE,
+            up_cached_rate=layout.up_cached_rate * NCCL_A2A_NVLINK_SHARE,
+        )
+        return predict(topology, op, size_bytes, algo="direct", layout=slowed), ""
     algos = nccl_candidates(op, nvls=layout.switch_rate > 0)
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")

@@ -35,7 +35,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from commlens.model import InfeasibleError
-from commlens.model.backends import nccl_predict
+from commlens.model.backends import DEVICE_ALL_TO_ALL, nccl_predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
@@ -139,7 +139,13 @@ DUALPIPE_COMM_SMS = 20
 SP_COLUMN_LINEARS = frozenset({"qkv", "ffn_in"})
 # HBM bytes per byte a collective moves over the link, per GPU: the sender reads it and the receiver writes it; a
 # reduction also reads the local operand (the ring reduce-scatter's every byte; an all-reduce's reduce-scatter half).
-HBM_PER_LINK_BYTE = {"all_gather": 2.0, "all_to_all": 2.0, "reduce_scatter": 3.0, "all_reduce": 2.5}
+HBM_PER_LINK_BYTE = {
+    "all_gather": 2.0,
+    "all_to_all": 2.0,
+    DEVICE_ALL_TO_ALL: 2.0,
+    "reduce_scatter": 3.0,
+    "all_reduce": 2.5,
+}
 # The pipeline's fill and drain per schedule, as a fraction of one pass through every stage but the slowest:
 # 1F1B and GPipe (p - 1) micro-batch times; interleaved with v chunks 1/v of it (Narayanan et al. SC'21);
 # zero-bubble ZB-H1 a third (its bubble (p-1)(F + B - W) against 1F1B's (p-1)(F + B + W) with F = B = W; Qi et al.,
@@ -718,10 +724,10 @@ def _layer_time(
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
     ep_t = 0.0
     if a2a_bytes and r.ep > 1 and layout.moe_dispatcher == "distmoe":
-        ep_t = _distmoe_exposed_s(kernels, c.comm("all_to_all", a2a_bytes, r.groups["ep"]), fwd_passes)
+        ep_t = _distmoe_exposed_s(kernels, c.comm(_ep_op(layout), a2a_bytes, r.groups["ep"]), fwd_passes)
     elif a2a_bytes and r.ep > 1:
         prep = hybridep_dispatch_prep_s(c) if layout.moe_dispatcher == "hybridep" else 0.0
-        ep_t = c.comm("all_to_all", a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0) + prep
+        ep_t = c.comm(_ep_op(layout), a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0) + prep
         if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
             mem_share = stream / (compute + stream) if compute + stream else 0.0
             ep_t = _ep_overlap_s(c, kernels, a2a_bytes, redo, mem_share, prep)
@@ -730,7 +736,7 @@ def _layer_time(
             # beside the other chunk's compute (DeepSeek-V3 report, Sec. 3.2.1): only what exceeds it waits, and
             # the hidden part holds its SMs (DUALPIPE_COMM_SMS) and its share of HBM from the layer beside it
             ep_hid = min(ep_t, compute + stream)
-            hbm = _hbm_rate(c.comm, "all_to_all", a2a_bytes, r.groups["ep"])
+            hbm = _hbm_rate(c.comm, _ep_op(layout), a2a_bytes, r.groups["ep"])
             share = stream / (compute + stream) if compute + stream > 0 else 0.0
             ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
     tp_t, tp_hid, tp_whole = _tp_time(c, kernels, lc, t_gemm_fwd * fwd_passes + t_gemm_bwd)
@@ -808,6 +814,12 @@ def combined_1f1b_layer_s(
     return (ends[-1] - ends[0]) / (layers - 1)
 
 
+def _ep_op(layout: ParallelLayout) -> str:
+    """The collective an MoE dispatch runs [27 s11 a2anvl]: NCCL's all-to-all for the alltoall dispatcher, the GPUs'
+    own all-to-all kernels (:data:`commlens.model.backends.DEVICE_ALL_TO_ALL`) for DeepEP, HybridEP and Dist-MoE."""
+    return "all_to_all" if layout.moe_dispatcher == "alltoall" else DEVICE_ALL_TO_ALL
+
+
 def ep_overlap_paired_share(r: Resolved) -> float:
     """The share of a stage's micro-batch passes whose forward runs beside another's backward: without PP all but
     the first forward and the last backward (combined_1f1b.py combined_1f1b_schedule_for_no_pipelining); interleaved,
@@ -829,7 +841,7 @@ def _ep_overlap_s(
     stay exposed. ``prep_s``: the dispatcher's own work on the communication stream beside the transfers
     (:func:`hybridep_dispatch_prep_s`), spread over the four."""
     w, r, layout, fwd_passes = c.w, c.r, c.layout, c.fwd_passes
-    a2a = c.comm("all_to_all", a2a_bytes, r.groups["ep"])
+    a2a = c.comm(_ep_op(layout), a2a_bytes, r.groups["ep"])
     plain = a2a * 2 * (fwd_passes + 1.0) + prep_s
     a2a += prep_s / 4.0
     delay = layout.delay_wgrad_compute
@@ -845,7 +857,7 @@ def _ep_overlap_s(
     period = combined_1f1b_layer_s((f[0], f[1]), (b[0], b[1]), (dw[0], dw[1]), a2a)
     waited = max(0.0, period - busy)
     hidden = max(0.0, 4 * a2a - waited)
-    hbm = _hbm_rate(c.comm, "all_to_all", a2a_bytes, r.groups["ep"])
+    hbm = _hbm_rate(c.comm, _ep_op(layout), a2a_bytes, r.groups["ep"])
     paired = waited + interference_s(c.dev, hidden, EP_OVERLAP_SMS[layout.moe_dispatcher], hbm, mem_share)
     paired += a2a * 2 * (fwd_passes - 1.0)
     share = ep_overlap_paired_share(r)
