@@ -238,11 +238,13 @@ def _a2a_extra_s(size_bytes: int) -> float:
 
 
 def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
-    """Whether NCCL's all-to-all on ``layout`` runs over a rack's NVLink (:data:`NCCL_A2A_NVLINK_SHARE` applies): one
-    scale-up domain of an NVLink topology spanning more than one host (NVL72's trays), GPU-driven."""
+    """Whether NCCL's all-to-all on ``layout`` runs over NVLink (:data:`NCCL_A2A_NVLINK_SHARE` applies): one
+    scale-up domain of an NVLink topology, GPU-driven, whether it spans the hosts of a rack (NVL72's trays) or is one
+    host's NVSwitch (DGX H100/B200): the nccl-tests curve the share and extra cost come from is itself of one 8-GPU
+    host, and the MoE report's Table 7 measures an 8-GPU H100 host's NCCL all-to-all 12-13% slower than the link
+    rate alone gives (1,265 / 1,277 us against 1,116 us) [27 s11 a2anvl, lead]."""
     return (
         layout.ranks > 1
-        and layout.nodes > 1
         and not layout.multi_domain
         and not layout.host_cores
         and "nvlink" in topology.scale_up.name.lower()
