@@ -108,8 +108,8 @@ def _dump_with_stacks(timeout_s: float) -> dict[str, Any] | None:
     So the symbolizing dump runs in a forked child, which gets the recorder's
     memory as it is; a child still busy after ``timeout_s`` is killed.
     """
-    # torch's _distributed_c10d.pyi omits _dump_fr_trace, which the extension module exports.
-    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
+    # torch's _distributed_c10d.pyi declares _dump_fr_trace from 2.15 (before, only the extension exports it).
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined, unused-ignore]
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -168,8 +168,8 @@ def dump(
     name and renamed, so a reader never sees half a dump; a later dump of the
     same rank replaces an earlier one.
     """
-    # torch's _distributed_c10d.pyi omits _dump_fr_trace, which the extension module exports.
-    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
+    # torch's _distributed_c10d.pyi declares _dump_fr_trace from 2.15 (before, only the extension exports it).
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined, unused-ignore]
 
     if dump_dir is None:
         if "dump_dir" not in _state:

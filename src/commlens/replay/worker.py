@@ -301,14 +301,28 @@ class _Waiter:
 
 
 def _groups(plan: ReplayPlan, world: int) -> Groups:
-    """Every process group of the plan, created on every rank in the plan's order (the whole world: WORLD)."""
+    """Every process group of the plan, created on every rank in the plan's order (the whole world: WORLD).
+
+    A rank keeps the groups it is a member of: new_group gives the others torch's GroupMember.NON_GROUP_MEMBER
+    (-100; typed so from torch 2.14), and the plan's checks keep each rank's calls within its own groups.
+    """
     out: Groups = {}
     for g in plan.groups:
         if list(g.ranks) == list(range(world)):
             out[g.name] = None
-        else:
-            out[g.name] = dist.new_group(list(g.ranks))
+            continue
+        group = dist.new_group(list(g.ranks))  # entered by every rank, member or not
+        if isinstance(group, dist.ProcessGroup):
+            out[g.name] = group
     return out
+
+
+def _gloo_world() -> dist.ProcessGroup:
+    """A gloo group of every rank, for the objects gathered at the end when the plan's backend is not gloo."""
+    group = dist.new_group(backend="gloo")
+    if not isinstance(group, dist.ProcessGroup):  # every rank is a member: torch cannot give NON_GROUP_MEMBER
+        raise RuntimeError(f"torch.distributed.new_group() over every rank gave {group!r}, not a process group")
+    return group
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -372,7 +386,7 @@ def run_worker(argv: list[str]) -> int:
     try:
         rank = dist.get_rank()
         groups = _groups(plan, world)
-        ctrl = None if settings.backend == "gloo" else dist.new_group(backend="gloo")
+        ctrl = None if settings.backend == "gloo" else _gloo_world()
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         passes = replay_rank(plan, settings, rank, groups)
         facts: list[Any] = [None] * world
