@@ -395,7 +395,9 @@ def stream_kernel_fit(device: str) -> tuple[float, float] | None:
     least-squares line time = fixed + bytes / rate through the shipped ``stream_kernel`` rows of that generation
     (efficiency.yaml: kernel times at stated bytes, each with its origin); None where it has none. The fixed part
     is the kernel's own duration beyond its bytes (launch to first wave, the ramp and the tail), which a CUDA graph
-    does not remove; the gap between one kernel and the next is kernels.KERNEL_GAP_S. [27 s11 streamfit]"""
+    does not remove; the gap between one kernel and the next is kernels.KERNEL_GAP_S. The step model keeps its flat
+    streaming rate (compute.stream_time_s): charging this line was measured against the published runs and not kept
+    (docs/project.md [27 s11 streamfit]). [27 s11 streamfit]"""
     from commlens.project.frameworks import generation
 
     points: list[tuple[float, float]] = []
