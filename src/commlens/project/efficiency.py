@@ -47,6 +47,8 @@ __all__ = [
     "attention_tflops",
     "gemm_rate_cap",
     "mxfp8_quantize_fit",
+    "stream_kernel_fit",
+    "stream_kernel_fixed_s",
 ]
 
 EFFICIENCY_FORMAT = "commlens.efficiency/1"
@@ -371,6 +373,12 @@ def mxfp8_quantize_fit(device: str) -> tuple[float, float] | None:
             at = f"efficiency.yaml: {gpu}: mxfp8_quantize row {i + 1}"
             elements = _number(row.get("rows"), at) * _number(row.get("cols"), at)
             points.append((elements * MXFP8_QUANTIZE_BYTES, _number(row.get("us"), at) * 1e-6))
+    return _line_fit(points)
+
+
+def _line_fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The least-squares line time = fixed + bytes / rate through (bytes, seconds) ``points``: (fixed seconds, at
+    least 0; bytes per second); None with fewer than two points or no positive slope."""
     if len(points) < 2:
         return None
     n = len(points)
@@ -381,3 +389,32 @@ def mxfp8_quantize_fit(device: str) -> tuple[float, float] | None:
     if slope <= 0:
         return None
     return max(mean_y - slope * mean_x, 0.0), 1.0 / slope
+
+
+@cache
+def stream_kernel_fit(device: str) -> tuple[float, float] | None:
+    """(seconds per kernel, bytes per second) of a fused streaming kernel on ``device``'s GPU generation: the
+    least-squares line time = fixed + bytes / rate through the shipped ``stream_kernel`` rows of that generation
+    (efficiency.yaml: kernel times at stated bytes, each with its origin); None where it has none. The fixed part
+    is the kernel's own duration beyond its bytes (launch to first wave, the ramp and the tail), which a CUDA graph
+    does not remove; the gap between one kernel and the next is kernels.KERNEL_GAP_S. The step model keeps its flat
+    streaming rate (compute.stream_time_s): charging this line was measured against the published runs and not kept
+    (docs/project.md [27 s11 streamfit]). [27 s11 streamfit]"""
+    from commlens.project.frameworks import generation
+
+    points: list[tuple[float, float]] = []
+    for gpu, tables in (_shipped_data().get("gpus") or {}).items():
+        if not isinstance(tables, dict) or generation(str(gpu)) != generation(device):
+            continue
+        for i, row in enumerate(tables.get("stream_kernel") or []):
+            at = f"efficiency.yaml: {gpu}: stream_kernel row {i + 1}"
+            points.append((_number(row.get("bytes"), at), _number(row.get("us"), at) * 1e-6))
+    return _line_fit(points)
+
+
+@cache
+def stream_kernel_fixed_s(device: str) -> float:
+    """The fixed seconds each streaming kernel takes on ``device`` beyond its bytes (:func:`stream_kernel_fit`);
+    0 on a generation without measured rows (Ampere, Volta, CDNA: its kernels stay at bytes over the rate)."""
+    fit = stream_kernel_fit(device)
+    return fit[0] if fit is not None else 0.0
