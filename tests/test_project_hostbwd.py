@@ -12,6 +12,7 @@ import commlens.project.step as step_mod
 from commlens.project import ParallelLayout, project
 from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
+from commlens.project.kernels import Kernel, LayerShape, layer_kernels
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -19,6 +20,7 @@ TE_LINEAR_FWD_S = 59.19e-6
 TE_LINEAR_FWD_BWD_S = 311.30e-6
 MEASURED_RATIO = (TE_LINEAR_FWD_BWD_S - TE_LINEAR_FWD_S) / TE_LINEAR_FWD_S
 TE_STACKS = ("megatron-core", "nemo", "megatron-core-25.09", "megatron-core-25.11", "automodel")
+H100 = device_for("H100 SXM")
 
 
 def _te_linear_s(stack: str, accelerator: str) -> tuple[float, float]:
@@ -75,3 +77,39 @@ def test_a_host_bound_step_pays_each_te_modules_backward_at_the_measured_ratio(m
     assert (whole - fwd_only) / fwd_only == pytest.approx(ratio, rel=1e-6)
     # more than the twice the forward the model charged before
     assert whole - fwd_only > 2.5 * fwd_only
+
+
+def _dense_kernels(stack: str, recipe: str) -> dict[str, Kernel]:
+    """One fp8 Llama-3 8B layer's kernels at 4096 tokens, TP 1, on an H100."""
+    w = load_workload("llama3-8b", {"seq_len": 4096, "micro_batch": 1, "precision": "fp8"})
+    lay = ParallelLayout(framework=stack, fp8_recipe=recipe)
+    shape = LayerShape(tokens=4096, keys=4096, tp=1, ep=1, sp=False, tp_chunks=1)
+    peak = H100.peak_flops["bf16"]
+    return {k.name: k for k in layer_kernels(H100, framework(stack), w, lay, shape, 2 * peak, peak, False)}
+
+
+@pytest.mark.parametrize(("recipe", "casts"), [("delayed", 1), ("current", 3)])
+def test_an_fp8_te_linears_backward_launches_two_gemms_and_one_inputs_casts(recipe, casts):
+    # TE v2.9 _Linear.backward casts the output gradient once; the forward's cast kept the input's column-wise copy
+    # for the weight gradient: forward GEMM + casts, backward 2 GEMMs + the same casts, not twice the forward's
+    proj = _dense_kernels("megatron-core", recipe)["attention_out"]
+    assert proj.launches == 1 + casts
+    assert proj.bwd_launches == 2 + casts
+
+
+def test_a_torchao_fp8_linear_still_casts_each_backward_input():
+    proj = _dense_kernels("torchtitan", "current")["attention_out"]
+    assert proj.bwd_launches is None  # twice the forward's, as the step prices a kernel without its own count
+
+
+def test_small_fp8_te_layers_wait_on_the_host_where_bf16_ones_do_not():
+    # Llama-3 8B at TP 8 and 2,048 tokens on 64 H100s: the fp8 GEMMs are so small that the host's backward (TE's
+    # modules at the measured ratio, the casts' launches) outlasts the GPU's, as TE #445 and #836 report fp8 slower
+    # than 16 bits at small shapes; bf16's host stays hidden
+    lay, topo = ParallelLayout(tp=8, recompute="none"), load_topology("dgx-h100")
+    host = {}
+    for precision in ("bf16", "fp8"):
+        w = load_workload("llama3-8b", {"seq_len": 2048, "global_batch": 64, "precision": precision})
+        host[precision] = project(w, topo, lay, 64).breakdown["host_overhead"]
+    assert host["bf16"] == 0.0
+    assert host["fp8"] > 0.0
