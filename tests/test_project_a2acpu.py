@@ -56,7 +56,7 @@ def test_where_the_gpu_sets_the_pace_the_overlap_still_pays():
 def test_without_a_host_wait_the_overlap_pays_no_host_cost():
     # HybridEP with a static per-rank budget (moe_expert_capacity) reads no count on the host
     off, on, _, _ = _steps(1024, moe_dispatcher="hybridep", moe_expert_capacity=1.0, moe_fused_mlp=True)
-    assert on <= off
+    assert on <= off * (1 + 1e-12)  # equal here, to the last bit or two of rounding
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,9 @@ def test_fp8_speeds_up_the_gemms_not_the_attention():
         fp8 = load_workload("llama3-8b", {"seq_len": seq, "global_batch": 64, "precision": "fp8"})
         return project(bf16, H100, lay, 64).step_time_s / project(fp8, H100, lay, 64).step_time_s
 
-    # at most the ratio of the fp8 and bf16 GEMM ceilings: 2 x 0.655 / 0.714 = 1.83
-    for seq in (2048, 32768):
+    # at most the ratio of the fp8 and bf16 GEMM ceilings: 2 x 0.655 / 0.714 = 1.83 (from 4,096 tokens: at 2,048 over
+    # TP 8 the fp8 step waits on TE's host time, tests/test_project_hostbwd.py [27 s11 hostbwd])
+    for seq in (4096, 32768):
         assert 1.0 < gain(seq) < 2 * 0.655 / 0.714
     # the casts are memory-bound time that bf16 does not have
     bf16 = project(load_workload("llama3-8b", {"global_batch": 64}), H100, lay, 64)

@@ -173,6 +173,20 @@ class Framework(_Strict):
         description="host time of one linear module's forward beyond its kernels' launches (Transformer Engine's "
         "te.Linear / GroupedLinear: quantizers, workspaces and autograd bookkeeping in Python)",
     )
+    module_bwd_ratio: float = Field(
+        default=2.0,
+        ge=0,
+        le=20.0,
+        description="a linear module's own host time in the backward over module_host_s (its backward GEMM launches "
+        "are counted apart); 2: as the backward's launches, where no measurement says otherwise "
+        "[27 s11 hostbwd]",
+    )
+    fp8_bwd_casts_grad_only: bool = Field(
+        default=False,
+        description="an fp8 linear's backward casts only its output gradient (Transformer Engine: the forward's "
+        "cast keeps the input's column-wise copy for the weight gradient and the weight's is cached), so it "
+        "launches its two GEMMs and one input's casts; otherwise twice the forward's launches [27 s11 hostbwd]",
+    )
     overlap: Overlap
     schedules: tuple[Schedule, ...] = Field(min_length=1)
     pp_p2p: Literal["batched", "serial"] = Field(

@@ -498,8 +498,21 @@ class _Builder:
         fwd = chunks * at(m_ / chunks, n_, k_)
         bwd = bc * at(m_ / bc, k_, n_) + at(k_, n_, m_)
         n_launch = self.gemm_launch * times if launches is None else launches
+        # a TE linear's fp8 backward: two GEMMs and the output gradient's casts per forward GEMM launch and casts
+        # (Framework.fp8_bwd_casts_grad_only) [27 s11 hostbwd]
+        bwd_launch = None
+        if self.fw.fp8_bwd_casts_grad_only and self.gemm_launch > 1:
+            bwd_launch = n_launch / self.gemm_launch * (self.gemm_launch + 1)
         return Kernel(
-            name, kind, fwd * times, bwd * times, n_launch, eager, flops=2 * m_ * n_ * k_ * times, modules=modules
+            name,
+            kind,
+            fwd * times,
+            bwd * times,
+            n_launch,
+            eager,
+            flops=2 * m_ * n_ * k_ * times,
+            modules=modules,
+            bwd_launches=bwd_launch,
         )
 
     def _curve_s(self, m: float, n: float, k: float) -> float:

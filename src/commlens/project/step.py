@@ -711,11 +711,12 @@ def _layer_time(
     )
     post_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if k.eager)
     # and its backward (a captured part's backward is captured too, Transformer Engine's make_graphed_callables):
-    # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own
+    # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own; a linear module's own
+    # backward cost at the stack's measured ratio (Framework.module_bwd_ratio) [27 s11 hostbwd]
     bwd_host = sum(
         (
             (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches) * host_op_s
-            + BACKWARD_KERNEL_RATIO * k.modules * module_s
+            + fw.module_bwd_ratio * k.modules * module_s
         )
         * u
         for k, u in zip(kernels, ungraphed)
@@ -901,7 +902,7 @@ def _ep_overlap_host_s(c: _Setup, kernels: list[Kernel], redo: frozenset[str], p
         node = 1 if k.name.removesuffix(GAP_SUFFIX) in EP_OVERLAP_MLP else 0
         f_host = (k.launches * host_op_s + k.modules * module_s) * u
         b_launches = BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
-        b_host = (b_launches * host_op_s + BACKWARD_KERNEL_RATIO * k.modules * module_s) * u
+        b_host = (b_launches * host_op_s + fw.module_bwd_ratio * k.modules * module_s) * u
         b_gpu = k.bwd_s + k.fwd_s * recompute_share(k.name, redo, w)
         wgrad = 0.5 if delay and k.kind in ("gemm", "grouped_gemm") else 0.0
         if k.name == "permute":
