@@ -62,11 +62,13 @@ def test_one_node_all_gather_reaches_what_nvidia_expects(h100) -> None:
 
 
 def test_point_to_point_keeps_the_topology_figures(h100) -> None:
-    """All-to-all and send/recv are not collective algorithms with protocols: NCCL sends them directly."""
+    """All-to-all and send/recv are not collective algorithms with protocols: NCCL sends them directly. Across
+    nodes the all-to-all's NICs run at their measured all-to-all share, below the topology's figure [27 s11 a2aib]."""
     for op in ("all_to_all", "sendrecv"):
         nccl = nccl_predict(h100, op, 64 * MiB, nodes=4)
         assert nccl.algo == "direct"
-        assert nccl.time_s == predict(h100, op, 64 * MiB, nodes=4, algo="direct").time_s
+        plain = predict(h100, op, 64 * MiB, nodes=4, algo="direct").time_s
+        assert nccl.time_s == plain if op == "sendrecv" else nccl.time_s > plain
 
 
 def test_nvls_all_reduce_across_nodes_runs_a_tree_of_the_nodes(h100) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from commlens.topology.plain import AnyTopology
 
 __all__ = [
+    "A2A_NIC_SHARE",
     "BUILTIN",
     "DEVICE_ALL_TO_ALL",
     "NCCL_A2A_NVLINK_EXTRA_S",
@@ -32,6 +33,7 @@ __all__ = [
     "NCCL_PROTOCOLS",
     "Implementation",
     "Protocol",
+    "a2a_nic_share",
     "implementation",
     "nccl_a2a_nvlink",
     "nccl_candidates",
@@ -237,6 +239,57 @@ def _a2a_extra_s(size_bytes: int) -> float:
     return table[-1][1]
 
 
+# [27 s11 a2aib] An all-to-all across scale-up domains: what one NIC achieves, as a share of its line rate, when every
+# GPU exchanges with the GPUs of the other domains over the RDMA fabric (each NIC with its rail peers in N - 1 other
+# domains). The model's NIC rate is NCCL's credit for a ring's one peer (48 of 50 GB/s on ConnectX-7 NDR); under an
+# all-to-all the NICs reach less, least over 2 domains. Measured by the GPU-driven EP kernels on 8-GPU hosts with one
+# 400 Gb/s CX7 per GPU. Their tables count each token once per destination node, their own node included ("logical"
+# bandwidth, DeepEP's README says so): the bytes that cross the NIC are that times the remote share, (N - 1) / N for
+# routing uniform over the nodes.
+# - HybridEP on H100 (deepseek-ai/DeepEP docs/README_Hybrid-EP.md at 41cad944, 'H100 Platform': 4096 tokens of 7168 to
+#   top-8 of 8 experts a rank, uniform, kernel-only BF16, the better of its SM counts per op; bytes as
+#   tests/test_hybrid_ep.py count_rdma_send_from_routing_map): 2 nodes dispatch 76.80, combine 68.00 GB/s logical ->
+#   38.40, 34.00 on the NIC; 4 nodes 57.69, 57.46 -> 43.27, 43.10; 8 nodes 50.55, 51.03 -> 44.23, 44.65.
+# - DeepEP V2 (README.md at 0297fc80, 'Performance': 8K tokens of 7168, top-8, FP8 dispatch, BF16 combine; uniform,
+#   tests/elastic/test_ep.py): SM90 EP 8 x 2 dispatch 90, combine 81 -> 45.0, 40.5; SM90 EP 8 x 4 61, 61 -> 45.75,
+#   45.75; SM100 EP 8 x 2 90, 91 -> 45.0, 45.5.
+# - DeepEP V1 internode normal kernels on H800 (docs/legacy.md at 0297fc80; tests/test_internode.py, top-min(N, 4)
+#   node groups): EP 32 dispatch 58, combine 57 -> x 3/4 = 43.5, 42.75; EP 64 51, 50 -> x 7/8 (4 of 8 nodes a token,
+#   its own one half the time) = 44.63, 43.75. Its EP 16 (43 GB/s: 21.5 on the NIC) is left out: there H800's NVLink
+#   (~160 GB/s) binds, its forwarded bytes at ~140 GB/s.
+# The mean per node count, over 50 GB/s: 2 -> 41.40 GB/s (0.828), 4 -> 44.02 (0.880), 8 -> 44.31 (0.886);
+# log2-interpolated in the domain count, held flat beyond. It caps the NIC rate of NCCL's all-to-all and of the GPUs'
+# own kernels (:data:`DEVICE_ALL_TO_ALL`) alike: the NIC's share under all-to-all traffic, whoever posts the writes.
+# Checked, not sized, on the MoE report's Table 7 (NCCL's all-to-all on H100 at EP 16 / 32 / 64: 5,774 / 8,059 / 9,164
+# us dispatch, 40.7 / 43.7 / 44.9 GB/s on the NIC; tests/test_project_a2aib.py).
+A2A_NIC_SHARE: tuple[tuple[int, float], ...] = (
+    (2, (38.40 + 34.00 + 45.00 + 40.50 + 45.00 + 45.50) / 6 / 50.0),
+    (4, (43.27 + 43.10 + 45.75 + 45.75 + 43.50 + 42.75) / 6 / 50.0),
+    (8, (44.23 + 44.65 + 44.63 + 43.75) / 4 / 50.0),
+)
+
+
+def a2a_nic_share(domains: int) -> float:
+    """:data:`A2A_NIC_SHARE` for an all-to-all over ``domains`` scale-up domains (log2-interpolated, flat beyond)."""
+    table = A2A_NIC_SHARE
+    if domains <= table[0][0]:
+        return table[0][1]
+    for (d0, s0), (d1, s1) in zip(table, table[1:]):
+        if domains <= d1:
+            return s0 + math.log2(domains / d0) / math.log2(d1 / d0) * (s1 - s0)
+    return table[-1][1]
+
+
+def _a2a_across(topology: AnyTopology, layout: Layout) -> Layout:
+    """``layout`` with its NIC rate capped at :func:`a2a_nic_share` of the line rate where an all-to-all crosses
+    scale-up domains over an offloaded (GPU- or NIC-driven) fabric; else ``layout`` itself."""
+    out = topology.scale_out
+    if not layout.multi_domain or layout.host_cores or out is None:
+        return layout
+    cap = out.nic_bandwidth_bytes_per_s * a2a_nic_share(layout.domains)
+    return replace(layout, nic_rate=cap) if cap < layout.nic_rate else layout
+
+
 def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
     """Whether NCCL's all-to-all on ``layout`` runs over NVLink (:data:`NCCL_A2A_NVLINK_SHARE` applies): one
     scale-up domain of an NVLink topology, GPU-driven, whether it spans the hosts of a rack (NVL72's trays) or is one
@@ -261,10 +314,11 @@ def nccl_choice(
     to 0 otherwise), so there they run as rings. An op NCCL has no candidate for, or a CPU-driven transport
     (``host_cores``), is predicted as ``auto`` with the topology's figures. NCCL's all-to-all over a rack's NVLink runs
     at its measured share of the link plus its measured fixed cost (:data:`NCCL_A2A_NVLINK_SHARE`); ``op``
-    :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate."""
+    :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate. Across scale-up
+    domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`)."""
     layout = layout_for(topology, nodes, ranks_per_host)
     if op == DEVICE_ALL_TO_ALL:
-        return predict(topology, "all_to_all", size_bytes, algo="direct", layout=layout), ""
+        return predict(topology, "all_to_all", size_bytes, algo="direct", layout=_a2a_across(topology, layout)), ""
     if op == "all_to_all" and nccl_a2a_nvlink(topology, layout):
         slowed = replace(
             layout,
@@ -273,6 +327,8 @@ def nccl_choice(
             up_cached_rate=layout.up_cached_rate * NCCL_A2A_NVLINK_SHARE,
         )
         return predict(topology, op, size_bytes, algo="direct", layout=slowed), ""
+    if op == "all_to_all":
+        layout = _a2a_across(topology, layout)
     algos = nccl_candidates(op, nvls=layout.switch_rate > 0)
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")
