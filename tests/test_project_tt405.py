@@ -3,8 +3,6 @@ pays after the pipeline (issue 27)."""
 
 from __future__ import annotations
 
-import pytest
-
 from commlens.model.backends import nccl_predict
 from commlens.project import ParallelLayout
 from commlens.project.scenario import Scenario
@@ -49,14 +47,14 @@ def test_torch_pipelining_reduces_fsdp_gradients_after_the_stages_last_backward(
     """torch's pipeline stage runs every micro-batch's backward with FSDP's gradient sync off, the last one too, and
     calls FSDP's post_backward for every block only once that backward is over (torch v2.6.0 stage.py
     backward_maybe_with_nosync, run_post_backward): the stage's whole fp32 reduce-scatter follows the pipeline,
-    none of it beside a backward. Interleaved, a rank's later virtual stage ends its backwards first and reduces
-    beside the earlier one's: about half of it waits."""
+    none of it beside a backward. Interleaved, the drain still waits for it ([27 s11 amscale]: every stage's, in
+    turn, tests/test_project_amscale.py)."""
     rs = _stage_reduce_scatter_s()
     assert rs > 0.2  # 25 GB of fp32 gradients per GPU over 400 Gb/s
     one = _table5(vpp=1)
     assert one.breakdown["dp_comm"] >= rs
     two = _table5(vpp=2)
-    assert two.breakdown["dp_comm"] == pytest.approx(one.breakdown["dp_comm"] - rs / 2, abs=0.15 * rs)
+    assert two.breakdown["dp_comm"] >= rs
 
 
 def _head_s(p: Projection) -> float:

@@ -1538,7 +1538,49 @@ def _slowest_tail(
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
-    return best_tail[2]
+    return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2])
+
+
+def _drain_reduce_waits(
+    c: _Setup,
+    stage_params: list[tuple[float, float]],
+    pace: int,
+    tail: tuple[float, float, float, float, float, float],
+) -> tuple[float, float, float, float, float, float]:
+    """[27 s11 amscale] The slowest stage's ``tail`` with the drain's waits for every virtual stage's FSDP
+    reduce-scatter, where FSDP sits under torch's pipeline stage (``fsdp_pp_unsharded_grads``: ZeRO-3, PP, the
+    parameters kept gathered). The stage's run_post_backward issues
+    the virtual stage's reduce-scatters after its last backward and then calls FSDP's root post-backward callback,
+    which makes the compute stream wait for them (torch v2.8.0 distributed/pipelining/stage.py
+    ``backward_maybe_with_nosync``; fsdp/_fully_shard/_fsdp_state.py ``_root_post_backward_final_callback`` ->
+    _fsdp_param_group.py ``finalize_backward`` -> ``_wait_for_post_backward``:
+    ``current_stream().wait_event(self._post_reduce_event)``; NeMo AutoModel's patched copy of that method
+    @01926a5c does the same). The input gradient the virtual stage then sends waits for that stream, and the
+    last micro-batch's backward runs through all PP x VPP virtual stages in turn, so the drain waits for the
+    reduce-scatters of every stage's parameters one after another ("The reduce scatter compute stream sync blocks
+    the other stages from executing their backwards leading to bubbles": pytorch PR #165106, H-Huang, 2025-10-09).
+    Each reduce-scatter is priced as :func:`_dp_tail` prices it (a collective per layer, the framework's reduce
+    dtype: ``fsdp_dense_accum_bytes`` for the dense gradients); it replaces the 1/VPP of the stage's own that
+    :func:`_dp_tail` leaves exposed."""
+    layout, r, fw = c.layout, c.r, c.fw
+    if not (layout.zero >= 3 and r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads):
+        return tail
+    if layout.reshard_after_forward:  # not _dp_tail's deferred path
+        return tail
+    dp_group, edp_group = r.groups["dp"], r.groups["edp"]
+    dense_b, expert_b = fw.fsdp_accum_bytes(layout.grad_reduce_bytes), layout.grad_reduce_bytes
+
+    def reduce_s(params: float, group: Group, nbytes: float, layers: float) -> float:
+        if group.size == 1 or params == 0:
+            return 0.0
+        return layers * c.comm("reduce_scatter", params * nbytes / layers, group)
+
+    waits = []
+    for (dense, expert), n in zip(stage_params, r.stage_layers, strict=True):
+        layers = max(1.0, float(n))
+        waits.append(reduce_s(dense, dp_group, dense_b, layers) + reduce_s(expert, edp_group, expert_b, layers))
+    own = waits[pace] / max(1, layout.vpp)  # what _dp_tail left exposed of the stage's own
+    return (tail[0], tail[1] + sum(waits) - own, *tail[2:])
 
 
 def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
@@ -1902,8 +1944,8 @@ def _dp_tail(
         if layout.pp > 1 and m_count > 1 and fw.fsdp_pp_unsharded_grads and not layout.reshard_after_forward:
             # torch's pipeline stage keeps FSDP's reshard after backward and gradient sync off in every backward
             # (pipelining/stage.py backward_maybe_with_nosync, torch v2.6.0): gathered once per step, and reduced
-            # by run_post_backward after the stage's last backward, none beside it; a rank's later virtual stages
-            # end their backwards first and reduce beside the last local stage's (1/vpp of it exposed)
+            # by run_post_backward after the stage's last backward, none beside it (the drain's waits for every
+            # stage's reduce-scatter in turn: _drain_reduce_waits, which replaces this 1/vpp of the stage's own)
             total_comm = g_l * layers + rs_s
             exposed = pass_exposed(g_l, fwd_layer) + rs_s / max(1, layout.vpp)
         elif layout.fsdp_defer_grad_reduce and m_count > 1:
