@@ -79,3 +79,19 @@ def test_automodel_deepseek_v3_waits_for_its_stages_fp32_reduce_scatters():
     floor = nccl_predict(load_topology("dgx-h100"), "reduce_scatter", int(dense), nodes=8, ranks_per_host=8).time_s
     assert p.breakdown["dp_comm"] >= 0.9 * floor
     assert projected / published - 1 < 0.14  # +15.8% before the drain's waits
+
+
+def test_automodel_runs_its_pipeline_schedule_once_per_local_batch():
+    """[27amscale patch] The 1,024-GPU recipe runs local batch 8 (8 micro-batches) per schedule.step() and
+    accumulates four of them (page: GA 4): four fills and drains, and four reduce-scatters of every stage, where one
+    run of 32 would have one; the 256-GPU row (GA 1) is one run either way."""
+    p, published, projected = _automodel_row(1024)
+    table = load_set("nemo-automodel-moe-h100")
+    row = next(r for r in table.rows if r.workload == "deepseek-v3-like" and r.gpus == 1024)
+    assert row.layout["pp_schedule_micro_batches"] == 8
+    one_run = ParallelLayout.model_validate({**row.layout, "pp_schedule_micro_batches": None})
+    w = load_workload(row.workload, row.overrides)
+    base = run(Scenario(w, load_topology(row.topology), one_run, row.gpus))
+    assert p.breakdown["bubble"] == pytest.approx(4 * base.breakdown["bubble"], rel=0.05)
+    assert p.breakdown["dp_comm"] > 3 * base.breakdown["dp_comm"]
+    assert projected / published - 1 < 0.30  # +39.0% as one run without the drain's waits

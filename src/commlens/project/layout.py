@@ -73,6 +73,14 @@ class ParallelLayout(StrictSpec):
     reshard_after_forward: bool = Field(
         default=True, description="ZeRO-3/FSDP frees gathered parameters after forward (false: kept until backward)"
     )
+    pp_schedule_micro_batches: int | None = Field(
+        default=None,
+        ge=1,
+        description="micro-batches one run of the pipeline schedule takes (the recipe's local batch / micro-batch): "
+        "the step runs its micro-batches as back-to-back schedule runs, each with its own fill and drain, and "
+        "accumulates gradients over the runs (torch.distributed.pipelining: one schedule.step() per local batch, as "
+        "NeMo AutoModel's recipes with GA > 1 run it); None: one run of all of them",
+    )
     fsdp_defer_grad_reduce: bool = Field(
         default=False,
         description="ZeRO-3/FSDP with several micro-batches: parameters gathered on the first micro-batch and kept, "
@@ -481,6 +489,13 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     if vpp > 1 and micro_batches % pp:
         raise InfeasibleLayoutError(
             f"interleaved schedule: {micro_batches} micro-batches are not a multiple of PP {pp}", "divides"
+        )
+    run = layout.pp_schedule_micro_batches
+    if run is not None and (micro_batches % run or (vpp > 1 and run % pp)):
+        raise InfeasibleLayoutError(
+            f"pipeline schedule runs of {run} micro-batches do not split {micro_batches} (interleaved: a multiple "
+            f"of PP {pp})",
+            "divides",
         )
     _check_token_drop(layout, w)
     _check_graph_scope(layout, w)

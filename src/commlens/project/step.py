@@ -332,7 +332,8 @@ def run(scenario: Scenario) -> Projection:
     pp_p2p, ends = _pp_p2p(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, the first/last layers
     stages, stage_classes = _stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
     pipeline_s, pace, schedule = _pipeline(c, stages)  # 5. the schedule: m x the slowest stage + fill and drain
-    tail = _slowest_tail(c, stages, c.r.micro_batches)  # 6. DP and the optimizer after the last backward
+    runs = _fsdp_runs(c)  # 6. DP and the optimizer after the last backward (FSDP's per schedule run)
+    tail = _slowest_tail(c, stages, c.r.micro_batches // runs, runs)
     return _projection(c, stages, stage_classes, stage_mem, mem, pipeline_s, pace, schedule, tail)  # 7. the record
 
 
@@ -1449,11 +1450,23 @@ def _pipeline(c: _Setup, stages: list[dict[str, float]]) -> tuple[float, int, st
     times = _dualpipe_rank_times(own) if schedule == "dualpipe" else own
     pace = max(range(len(stages)), key=lambda i: (times[i], own[i]))
     t_max = times[pace]
-    # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v
-    pipeline_s = m_count * t_max + (sum(times) - t_max) * PIPELINE_FILL[schedule](r.pp, r.vpp)
+    # 1F1B: (m - 1) x the slowest stage + one pass through all of them; interleaved: the fill and drain / v; each
+    # run of the schedule (_schedule_runs) fills and drains on its own
+    pipeline_s = m_count * t_max + _schedule_runs(c) * (sum(times) - t_max) * PIPELINE_FILL[schedule](r.pp, r.vpp)
     for st in stages:  # each stage's own bubble: the pipeline's time it spends not working on its micro-batches
         st["idle_s"] = pipeline_s - m_count * st["per_micro_batch_s"]
     return pipeline_s, pace, schedule
+
+
+def _schedule_runs(c: _Setup) -> int:
+    """[27 s11 amscale] How many times the step runs the pipeline schedule: the layout's micro-batches over
+    ``pp_schedule_micro_batches`` (one run where unset or without PP). torch.distributed.pipelining's
+    ``schedule.step()`` takes one local batch and returns with every stage drained (torch v2.8.0
+    distributed/pipelining/schedules.py ``_step_microbatches``), and NeMo AutoModel's benchmark recipe calls it
+    once per gradient-accumulation step, ``global_batch / (local_batch x DP)`` times (nemo_automodel/recipes/llm/
+    benchmark.py ``run_benchmark`` @01926a5c)."""
+    run = c.layout.pp_schedule_micro_batches
+    return c.r.micro_batches // run if run and c.r.pp > 1 else 1
 
 
 def _pace_parts(
@@ -1479,12 +1492,29 @@ def _dualpipe_rank_times(times: list[float]) -> list[float]:
     return [(t + times[-1 - i]) / 2 for i, t in enumerate(times)]
 
 
+def _fsdp_runs(c: _Setup) -> int:
+    """How many times the step gathers and reduce-scatters FSDP's deferred parameters and gradients: once per run
+    of the schedule (:func:`_schedule_runs`) where FSDP sits under torch's pipeline stage (``fsdp_pp_unsharded_grads``
+    and ZeRO-3), else 1. The stage's ``backward_maybe_with_nosync`` calls FSDP's post-backward after each stage's
+    last backward of a ``schedule.step()`` (``last_backward``: that run's micro-batch count, torch v2.8.0
+    schedules.py), with gradient sync and reshard after backward on, so every run reduce-scatters the stage's
+    gradients and reshards, and the next run's first forward gathers again. NeMo AutoModel's own patch of that
+    method (nemo_automodel/components/moe/fsdp_mixin.py ``patched_backward_maybe_with_nosync`` @01926a5c, installed
+    with ``enable_fsdp_optimizations``) does the same: a stage module that ``apply_fsdp`` wrapped with fully_shard is
+    an ``FSDPModule``, and that branch comes before the ``MoEFSDPSyncMixin`` one that would wait for the optimizer
+    step. The optimizer runs once."""
+    if c.layout.zero < 3 or not c.fw.fsdp_pp_unsharded_grads:
+        return 1
+    return _schedule_runs(c)
+
+
 def _slowest_tail(
-    c: _Setup, stages: list[dict[str, float]], m_count: int
+    c: _Setup, stages: list[dict[str, float]], m_count: int, runs: int = 1
 ) -> tuple[float, float, float, float, float, float]:
     """Data parallelism and the optimizer per stage (its own parameters; ``tail_s`` set on each): the step waits
     for the slowest stage's (exposed DP, exposed FSDP gathers, optimizer, hidden DP, hidden gathers, and what the
-    hidden part costs the compute beside it)."""
+    hidden part costs the compute beside it). ``m_count``: the micro-batches of one FSDP gather-and-reduce cycle,
+    which repeats ``runs`` times (:func:`_fsdp_runs`)."""
     dev, layout, r = c.dev, c.layout, c.r
     stage_params = stage_parameters(c.w, r, layout.schedule)
     dp_group, edp_group = r.groups["dp"], r.groups["edp"]
@@ -1532,13 +1562,15 @@ def _slowest_tail(
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
         # compute beside them (NCCL's SMs and their HBM traffic)
         contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4], rates)
+        if runs > 1:  # FSDP's gathers and reduce-scatter of m_count micro-batches, once per schedule run
+            tail, contention = (tail[0], runs * tail[1], tail[2], tail[3], runs * tail[4]), runs * contention
         if i in (0, r.pp - 1):  # the first and last stages then sum their copies of the tied word embeddings' grads
             tail = (tail[0] + tied, *tail[1:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
-    return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2])
+    return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2], runs)
 
 
 def _drain_reduce_waits(
@@ -1546,9 +1578,10 @@ def _drain_reduce_waits(
     stage_params: list[tuple[float, float]],
     pace: int,
     tail: tuple[float, float, float, float, float, float],
+    runs: int = 1,
 ) -> tuple[float, float, float, float, float, float]:
     """[27 s11 amscale] The slowest stage's ``tail`` with the drain's waits for every virtual stage's FSDP
-    reduce-scatter, where FSDP sits under torch's pipeline stage (``fsdp_pp_unsharded_grads``: ZeRO-3, PP, the
+    reduce-scatter, once per schedule run (``runs``), where FSDP sits under torch's pipeline stage (``fsdp_pp_unsharded_grads``: ZeRO-3, PP, the
     parameters kept gathered). The stage's run_post_backward issues
     the virtual stage's reduce-scatters after its last backward and then calls FSDP's root post-backward callback,
     which makes the compute stream wait for them (torch v2.8.0 distributed/pipelining/stage.py
@@ -1563,7 +1596,7 @@ def _drain_reduce_waits(
     dtype: ``fsdp_dense_accum_bytes`` for the dense gradients); it replaces the 1/VPP of the stage's own that
     :func:`_dp_tail` leaves exposed."""
     layout, r, fw = c.layout, c.r, c.fw
-    if not (layout.zero >= 3 and r.pp > 1 and r.micro_batches > 1 and fw.fsdp_pp_unsharded_grads):
+    if not (layout.zero >= 3 and r.pp > 1 and r.micro_batches // runs > 1 and fw.fsdp_pp_unsharded_grads):
         return tail
     if layout.reshard_after_forward:  # not _dp_tail's deferred path
         return tail
@@ -1580,7 +1613,7 @@ def _drain_reduce_waits(
         layers = max(1.0, float(n))
         waits.append(reduce_s(dense, dp_group, dense_b, layers) + reduce_s(expert, edp_group, expert_b, layers))
     own = waits[pace] / max(1, layout.vpp)  # what _dp_tail left exposed of the stage's own
-    return (tail[0], tail[1] + sum(waits) - own, *tail[2:])
+    return (tail[0], tail[1] + runs * (sum(waits) - own), *tail[2:])
 
 
 def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
