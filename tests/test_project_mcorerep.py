@@ -268,7 +268,8 @@ def test_deepeps_all_to_all_is_a_third_of_the_h100_step_without_the_overlap():
     reason="the model books 9.6% of the step as EP time under the 1F1B overlap: 3.1 points of waits in the paired "
     "passes, 2.6 of warm-up/cool-down passes it cannot pair and 3.9 of SM and HBM interference it charges the hidden "
     "transfers (5.6% without that); the report gives 'under 5%' exposed (a 93% overlap ratio) and puts DeepEP's "
-    "20-SM carve-out in GEMM efficiency instead (about 20% slower GEMMs, Sec. 4.2.3)",
+    "20-SM carve-out in GEMM efficiency instead (about 20% slower GEMMs, Sec. 4.2.3). [27 s11 grouplim] 11.4% -> "
+    "6.1% with DeepSeek-V3's group-limited router (the split above is of an earlier state)",
 )
 def test_the_1f1b_overlap_leaves_under_5_percent_of_the_h100_step_in_ep_transfers():
     assert _h100_dsv3_ep_share(True) < 0.05
