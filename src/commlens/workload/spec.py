@@ -49,10 +49,34 @@ class Moe(_Spec):
         description="the experts' gated activation clamps its inputs to this limit first (gpt-oss: 7.0); None: none",
     )
 
+    # [27 s11 grouplim] group-limited routing (DeepSeek-V3 report Sec. 2.1.2, node-limited routing M = 4; HF config
+    # n_group / topk_group; Megatron-Core moe_router_num_groups / moe_router_group_topk, moe_utils.group_limited_topk)
+    router_groups: int | None = Field(
+        default=None,
+        ge=1,
+        description="the experts form this many equal groups of consecutive experts (Megatron-Core "
+        "moe_router_num_groups, HF n_group); None: no group limit",
+    )
+    group_topk: int | None = Field(
+        default=None,
+        ge=1,
+        description="groups a token's experts are chosen from, those with the highest top_k / group_topk scores "
+        "(Megatron-Core moe_router_group_topk, HF topk_group); None: no group limit",
+    )
+
     @model_validator(mode="after")
     def _k_fits(self) -> Moe:
         if self.top_k > self.experts:
             raise ValueError(f"top_k: {self.top_k} exceeds the {self.experts} experts")
+        if (self.router_groups is None) != (self.group_topk is None):
+            raise ValueError("router_groups and group_topk: set both or neither")
+        if self.router_groups is not None and self.group_topk is not None:
+            if self.experts % self.router_groups:
+                raise ValueError(f"router_groups: {self.router_groups} does not divide the {self.experts} experts")
+            if self.group_topk > self.router_groups:
+                raise ValueError(f"group_topk: {self.group_topk} exceeds the {self.router_groups} router_groups")
+            if self.group_topk * self.experts // self.router_groups < self.top_k:
+                raise ValueError(f"group_topk: {self.group_topk} groups hold fewer than top_k {self.top_k} experts")
         return self
 
 
