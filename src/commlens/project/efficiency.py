@@ -68,7 +68,9 @@ FAMILY_FALLBACK = {
     "ck": ("fa2",),
 }
 
-Entry = tuple[str, str, bool, int, float, float, int]  # kernel, pass, causal, head_dim, seq_len, flop/s, window
+# kernel, pass, causal, head_dim (query/key), seq_len, flop/s, window, value head size (head_dim_v; head_dim unless the
+# row says otherwise: MLA's 192 / 128 [27 s11 mla])
+Entry = tuple[str, str, bool, int, float, float, int, int]
 GEMM_CAP_MIN_DIM = 512  # the smallest dimension of a tabled GEMM that gemm_rate_cap reads
 GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # fp16 runs at bf16's tensor-core rate
 
@@ -114,6 +116,7 @@ def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]
                     _number(row.get("seq_len"), at),
                     _number(row.get("tflops"), at) * 1e12,
                     int(_number(row["window"], at)) if "window" in row else 0,  # 0: attends over the whole sequence
+                    int(_number(row.get("head_dim_v", row.get("head_dim")), at)),
                 )
             )
     return out
@@ -162,7 +165,7 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
             return tables[device], 1.0
         have = {_curve(e) for e in tables[device]}
         scale = ratio(sibling)
-        borrowed = [(*e[:5], e[5] * scale, e[6]) for e in tables[sibling] if _curve(e) not in have]
+        borrowed = [(*e[:5], e[5] * scale, *e[6:]) for e in tables[sibling] if _curve(e) not in have]
         return tables[device] + borrowed, 1.0
     gen = generation(device)
     siblings = [SIBLINGS.get(device, "")] + sorted(g for g in tables if generation(g) == gen)
@@ -172,23 +175,44 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
     return [], 1.0
 
 
-def _curve(e: Entry) -> tuple[str, str, bool, int, int]:
-    """The curve an entry lies on: kernel, pass, causal mask, head size and window (its points are the lengths)."""
-    return e[0], e[1], e[2], e[3], e[6]
+def _curve(e: Entry) -> tuple[str, str, bool, int, int, int]:
+    """The curve an entry lies on: kernel, pass, causal mask, head sizes and window (its points are the lengths)."""
+    return e[0], e[1], e[2], e[3], e[6], e[7]
+
+
+def _at_head_size(rows: list[Entry], head_dim: int, v_dim: int) -> list[Entry]:
+    """The rows of the head size a lookup reads: a query/key and value size tabled together (MLA's 192 / 128) where the
+    lookup asks for exactly them; otherwise the nearest tabled size (in log2, the larger on a tie) among the rows whose
+    value size is their query/key size, so rows of an asymmetric shape are read by that shape only [27 s11 mla]."""
+    if v_dim != head_dim:
+        exact = [e for e in rows if e[3] == head_dim and e[7] == v_dim]
+        if exact:
+            return exact
+    rows = [e for e in rows if e[7] == e[3]] or rows
+    dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
+    return [e for e in rows if e[3] == dim]
 
 
 @cache
 def _lookup(
-    device: str, kernel: str, pass_: str, head_dim: int, seq: float, files: tuple[str, ...], env: str, window: int = 0
+    device: str,
+    kernel: str,
+    pass_: str,
+    head_dim: int,
+    seq: float,
+    files: tuple[str, ...],
+    env: str,
+    window: int = 0,
+    v_dim: int = 0,
 ) -> float | None:
     # env (COMMLENS_EFFICIENCY) is part of the cache key only: attention_entries reads the variable itself
     entries, scale = attention_entries(device, files)
     if window:
-        rate = _windowed(entries, kernel, pass_, head_dim, seq, window)
+        rate = _windowed(entries, kernel, pass_, head_dim, seq, window, v_dim or head_dim)
         if rate is not None:
             return rate * scale
         # no windowed row for the family or its stand-ins: the causal curve at the window's length (its short end)
-        return _lookup(device, kernel, pass_, head_dim, float(min(seq, window)), files, env)
+        return _lookup(device, kernel, pass_, head_dim, float(min(seq, window)), files, env, 0, v_dim)
     entries = [e for e in entries if not e[6]]
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
         # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
@@ -198,8 +222,7 @@ def _lookup(
         ]
         if not rows:
             continue
-        dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
-        at_dim = [e for e in rows if e[3] == dim]
+        at_dim = _at_head_size(rows, head_dim, v_dim or head_dim)
         causal = [(e[4], e[5]) for e in at_dim if e[2]]
         unmasked = [(e[4], e[5]) for e in at_dim if not e[2]]
         if not causal:
@@ -213,7 +236,9 @@ def _lookup(
     return None
 
 
-def _windowed(entries: list[Entry], kernel: str, pass_: str, head_dim: int, seq: float, window: int) -> float | None:
+def _windowed(
+    entries: list[Entry], kernel: str, pass_: str, head_dim: int, seq: float, window: int, v_dim: int
+) -> float | None:
     """The family's (or a stand-in's) windowed rate: its nearest tabled window, then its nearest head size, on the
     curve over the sequence length; None when no windowed row of the pass is tabled for them."""
     for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
@@ -222,8 +247,7 @@ def _windowed(entries: list[Entry], kernel: str, pass_: str, head_dim: int, seq:
             continue
         win = min({e[6] for e in rows}, key=lambda x: (abs(math.log2(x / window)), x))
         rows = [e for e in rows if e[6] == win]
-        dim = min({e[3] for e in rows}, key=lambda x: (abs(math.log2(x / head_dim)), -x))
-        return _on_curve([(e[4], e[5]) for e in rows if e[3] == dim], seq)
+        return _on_curve([(e[4], e[5]) for e in _at_head_size(rows, head_dim, v_dim)], seq)
     return None
 
 
@@ -250,11 +274,14 @@ def attention_tflops(
     seq_len: float,
     files: tuple[str, ...] = (),
     window: int = 0,
+    v_head_dim: int = 0,
 ) -> float | None:
     """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``, as the
-    FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs); None if nothing is tabled for it
-    (nor for a stand-in family). ``files``: accelerators files whose ``attention:`` sections replace the shipped
-    curves they give. ``window``: a sliding window of that many keys (0: none), its rate over the band's entries."""
+    FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs; with a value size ``v_head_dim`` apart
+    from the query/key size, cudnn-frontend's count: forward 2 (d_qk + d_v), backward 2 (3 d_qk + 2 d_v) per score
+    entry); None if nothing is tabled for it (nor for a stand-in family). ``files``: accelerators files whose
+    ``attention:`` sections replace the shipped curves they give. ``window``: a sliding window of that many keys (0:
+    none), its rate over the band's entries. ``v_head_dim`` 0: ``head_dim``."""
     if kernel == "unfused":
         return None
     return _lookup(
@@ -266,6 +293,7 @@ def attention_tflops(
         tuple(files),
         os.environ.get(EFFICIENCY_ENV, ""),
         int(window),
+        int(v_head_dim),
     )
 
 

@@ -336,6 +336,12 @@ def _attention(dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, 
     )
 
 
+def bwd_flop_ratio(d_qk: int, d_v: int) -> float:
+    """The attention backward's FLOPs over the forward's: (3 d_qk + 2 d_v) / (d_qk + d_v), 2.5 at equal head sizes,
+    2.6 for MLA's 192 / 128 (cudnn-frontend benchmark/attention_training/flops.py at 02c83689) [27 s11 mla]."""
+    return (3 * d_qk + 2 * d_v) / (d_qk + d_v)
+
+
 def window_entries(seq: float, window: int) -> float:
     """Score entries of one head's causal attention over ``seq`` tokens when each query sees at most ``window`` keys,
     itself included: w (w + 1) / 2 + (s - w) w (cudnn-frontend's benchmark counts the same); s^2 / 2 without a window
@@ -358,16 +364,19 @@ def _attention_core(
     kernel = layout.attention_kernel or fw.attention_kernel(generation(dev.name))
     if layout.flash_attention and kernel != "unfused":
         seq = s.tokens / w.micro_batch  # the queries one kernel sees (CP: one chunk of the sequence)
-        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files, window)
-        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files, window)
+        dv = w.v_head_dim
+        fwd = attention_tflops(dev.name, kernel, "fwd", d, seq, s.efficiency_files, window, dv)
+        bwd = attention_tflops(dev.name, kernel, "bwd", d, seq, s.efficiency_files, window, dv)
         if layout.fp8_attention is not None and w.precision == "fp8":
-            fwd8, bwd8 = fp8_attention_rates(dev, fw, layout, d, seq, s.efficiency_files, window)
+            fwd8, bwd8 = fp8_attention_rates(dev, fw, layout, (d, dv), seq, s.efficiency_files, window)
             fwd, bwd = fwd8 or fwd, bwd8 or bwd
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
         t_fwd = flops / (fwd if fwd else default)
-        # the backward recomputes the scores: 2.5 x the forward's FLOPs, the FlashAttention benchmarks' count that the
-        # tabled backward rates and the default (a fwd+bwd rate over 3.5 x the forward's FLOPs) are read against
-        t_bwd = 2.5 * flops / (bwd if bwd else default)
+        # the backward's five GEMMs (the scores recomputed, dV, dP, dQ, dK): 2 (3 d_qk + 2 d_v) FLOPs a score entry
+        # against the forward's 2 (d_qk + d_v), cudnn-frontend's count (benchmark/attention_training/flops.py at
+        # 02c83689); 2.5 x the forward's at equal sizes, the FlashAttention benchmarks' count that the tabled backward
+        # rates and the default (a fwd+bwd rate over 3.5 x the forward's FLOPs) are read against [27 s11 mla]
+        t_bwd = bwd_flop_ratio(d, dv) * flops / (bwd if bwd else default)
         return Kernel("attention", "attention", t_fwd, t_bwd, ATTENTION_KERNELS, flops=flops)
     # unfused: scores and context as batched GEMMs over the full s x s (a masked window included), softmax + dropout
     # through HBM
@@ -392,7 +401,13 @@ FP8_ATTENTION_SM100 = frozenset({"current", "mxfp8"})
 
 
 def fp8_attention_rates(
-    dev: Device, fw: Framework, layout: ParallelLayout, d: int, seq: float, files: tuple[str, ...], window: int
+    dev: Device,
+    fw: Framework,
+    layout: ParallelLayout,
+    dims: tuple[int, int],
+    seq: float,
+    files: tuple[str, ...],
+    window: int,
 ) -> tuple[float | None, float | None]:
     """(forward, backward) FLOP/s of the attention core in fp8 on ``dev``; None for a pass that runs in 16 bits or
     has no fp8 curve tabled (the 16-bit rate then stands). Refuses what TE cannot run on this GPU."""
@@ -407,9 +422,12 @@ def fp8_attention_rates(
     family = FP8_ATTENTION_FAMILY[recipe]
     if window and not any(e[0] == family and e[6] for e in attention_entries(dev.name, files)[0]):
         return None, None  # no windowed fp8 curve for this GPU: the windowed layers keep the 16-bit kernel's rate
-    fwd = attention_tflops(dev.name, family, "fwd", d, seq, files, window)
+    d, dv = dims  # query/key and value head sizes
+    fwd = attention_tflops(dev.name, family, "fwd", d, seq, files, window, dv)
     bwd = (
-        attention_tflops(dev.name, family, "bwd", d, seq, files, window) if layout.fp8_attention == "fwd_bwd" else None
+        attention_tflops(dev.name, family, "bwd", d, seq, files, window, dv)
+        if layout.fp8_attention == "fwd_bwd"
+        else None
     )
     return fwd, bwd
 
