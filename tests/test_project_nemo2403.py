@@ -39,8 +39,8 @@ def test_the_long_sequence_rows_name_the_release_their_container_ran():
     # Megatron profile counts (not torch's eager F.cross_entropy)
     assert fw.fused.cross_entropy
     no_recipe = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.03")
-    delayed = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo")
-    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo")
+    delayed = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo-24.07")
+    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.07")
     assert no_recipe[1] == pytest.approx(delayed[1], rel=1e-9)
     assert no_recipe[1] < current[1]
 
@@ -56,7 +56,7 @@ def test_transformer_engine_1_4_copies_chunks_every_ring_step():
 
     shape = {"tp": 4, "sp": True, "cp": 8, "dp": 8, "zero": 2, "fp8_recipe": "delayed"}
     old, old_step = _llama2_7b(262144, 256, **shape, framework="nemo-24.03")
-    new, new_step = _llama2_7b(262144, 256, **shape, framework="nemo")
+    new, new_step = _llama2_7b(262144, 256, **shape, framework="nemo-24.07")
     w = load_workload("llama2-7b", {"seq_len": 262144})
     tokens = 262144 / 8
     q = tokens * w.heads / 4 * w.v_head_dim
@@ -70,5 +70,5 @@ def test_transformer_engine_1_4_copies_chunks_every_ring_step():
     assert old_step > new_step
     short = {"tp": 2, "sp": True, "dp": 8, "zero": 2, "fp8_recipe": "delayed"}
     assert _llama2_7b(16384, 16, **short, framework="nemo-24.03")[1] == pytest.approx(
-        _llama2_7b(16384, 16, **short, framework="nemo")[1], rel=1e-12
+        _llama2_7b(16384, 16, **short, framework="nemo-24.07")[1], rel=1e-12
     )

@@ -64,6 +64,7 @@ FAMILY_FALLBACK = {
     "cudnn": ("fa3", "fa2"),
     "cudnn_9.13": ("cudnn", "fa3", "fa2"),
     "cudnn_9.4": ("cudnn", "fa3", "fa2"),
+    "cudnn_9.19": ("cudnn", "fa3", "fa2"),
     "fa2": (),
     "ck": ("fa2",),
 }
