@@ -110,3 +110,17 @@ def test_a_2026_h100_row_projects_faster_than_at_cudnn_91():
     now, old = validate_set(s)[idx].predicted, _one_row(s, row, attention_kernel="cudnn")
     assert now is not None and old is not None
     assert 1.01 < now / old < 1.05
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_a_head_size_the_version_never_measured_reads_the_stand_in_that_did(pass_: str):
+    """gpt-oss's head size 64 on the current Hopper stack: cudnn_9.19 is measured at 128 only, so the lookup reads
+    `cudnn`'s measured 64 rather than 9.19's 128 (15-40% faster than the measured 64); a size 9.19 tables is read
+    from 9.19, and MLA's asymmetric 192 / 128 keeps 9.19's nearest size [27 s11 lead]"""
+    assert attention_tflops(H100, "cudnn_9.19", pass_, 64, 4096) == attention_tflops(H100, "cudnn", pass_, 64, 4096)
+    assert attention_tflops(H100, "cudnn_9.19", pass_, 64, 4096) < 0.85 * attention_tflops(
+        H100, "cudnn_9.19", pass_, 128, 4096
+    )
+    assert attention_tflops(H100, "cudnn_9.19", pass_, 192, 4096, v_head_dim=128) == attention_tflops(
+        H100, "cudnn_9.19", pass_, 128, 4096
+    )

@@ -194,6 +194,11 @@ def _at_head_size(rows: list[Entry], head_dim: int, v_dim: int) -> list[Entry]:
     return [e for e in rows if e[3] == dim]
 
 
+def _tabled(rows: list[Entry], head_dim: int, v_dim: int) -> bool:
+    """Whether ``rows`` hold the query/key head size ``head_dim`` (with the value size ``v_dim``, 0: the same)."""
+    return any(e[3] == head_dim and e[7] == (v_dim or head_dim) for e in rows)
+
+
 @cache
 def _lookup(
     device: str,
@@ -215,13 +220,28 @@ def _lookup(
         # no windowed row for the family or its stand-ins: the causal curve at the window's length (its short end)
         return _lookup(device, kernel, pass_, head_dim, float(min(seq, window)), files, env, 0, v_dim)
     entries = [e for e in entries if not e[6]]
-    for family in (kernel, *FAMILY_FALLBACK.get(kernel, ())):
+    chain = (kernel, *FAMILY_FALLBACK.get(kernel, ()))
+
+    def family_rows(family: str) -> list[Entry]:
         # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
         # measured time of the pair, split between the passes by their FLOPs (1 : 2.5)
-        rows = [e for e in entries if e[0] == family and e[1] == pass_] or [
+        return [e for e in entries if e[0] == family and e[1] == pass_] or [
             e for e in entries if e[0] == family and e[1] == "fwd_bwd"
         ]
+
+    for i, family in enumerate(chain):
+        rows = family_rows(family)
         if not rows:
+            continue
+        if (
+            family.startswith("cudnn_")
+            and v_dim in (0, head_dim)
+            and not _tabled(rows, head_dim, v_dim)
+            and any(_tabled(family_rows(f), head_dim, v_dim) for f in chain[i + 1 :])
+        ):
+            # a cuDNN version measured at other head sizes only (cudnn_9.19: 128) gives way to a stand-in that tables
+            # this one (gpt-oss's 64 in `cudnn`) rather than lend it another size's rate; MLA's asymmetric 192 / 128
+            # keeps its version's nearest size, as no MLA run at the 2025 containers' cuDNN exists [27 s11 lead]
             continue
         at_dim = _at_head_size(rows, head_dim, v_dim or head_dim)
         causal = [(e[4], e[5]) for e in at_dim if e[2]]
