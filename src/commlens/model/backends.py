@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "A2A_NIC_SHARE",
     "BUILTIN",
+    "DEEPEP_ALL_TO_ALL",
     "DEVICE_ALL_TO_ALL",
+    "DEVICE_A2A_OPS",
+    "EP_KERNEL_NVLINK",
+    "HYBRIDEP_ALL_TO_ALL",
     "NCCL_A2A_NVLINK_EXTRA_S",
     "NCCL_A2A_NVLINK_SHARE",
     "NCCL_ALGORITHMS",
@@ -34,6 +38,7 @@ __all__ = [
     "Implementation",
     "Protocol",
     "a2a_nic_share",
+    "ep_kernel_nvlink_share",
     "implementation",
     "nccl_a2a_nvlink",
     "nccl_candidates",
@@ -223,8 +228,71 @@ NCCL_A2A_NVLINK_EXTRA_S: tuple[tuple[int, float], ...] = (
     (8 << 30, 0.0),
 )
 # An all-to-all run by the GPUs' own kernels rather than NCCL (DeepEP, HybridEP, symmetric-memory reads): the direct
-# exchange at the link's rate, without NCCL's p2p costs (:func:`nccl_choice`).
+# exchange at the link's rate, without NCCL's p2p costs (:func:`nccl_choice`). DeepEP's and HybridEP's kernels have
+# their own ops: inside one NVLink domain they run at their measured rates (:data:`EP_KERNEL_NVLINK`).
 DEVICE_ALL_TO_ALL = "device_all_to_all"
+DEEPEP_ALL_TO_ALL = "deepep_all_to_all"
+HYBRIDEP_ALL_TO_ALL = "hybridep_all_to_all"
+DEVICE_A2A_OPS = frozenset({DEVICE_ALL_TO_ALL, DEEPEP_ALL_TO_ALL, HYBRIDEP_ALL_TO_ALL})
+
+# [27 s11 deepepnv] DeepEP's and HybridEP's dispatch and combine inside one NVLink domain, as their own benchmarks
+# measured them. Both count "logical" bytes: each token once per destination rank, the local rank included (DeepEP
+# tests/legacy/test_intranode.py nvl_recv_bytes = recv_x.numel() * 2; HybridEP tests/test_hybrid_ep.py nvl_dispatch =
+# dispatched_hidden.numel() * 2), as the model's EP bytes do (deepep_share). The model sends (p - 1) / p of them over
+# the link, so a rate R (logical) is the share R (p - 1) / p of the platform's modelled link rate. Per op and NVLink
+# generation: (ranks, dispatch GB/s, combine GB/s) as published, and the modelled link rate of the platform measured.
+# - DeepEP normal kernels, NVLink4: H800 EP 8, 4096 tokens of 7168, top-8 of 256, FP8 dispatch, BF16 combine, 24 SMs
+#   (the test's only count): 153 / 158 GB/s (deepseek-ai/DeepEP docs/legacy.md at b306af0, 'Intranode'); H800's
+#   modelled NVLink is 160 GB/s (deepseek-h800 preset). No H100 figure was found: H100 takes H800's share of its link.
+# - DeepEP normal kernels, NVLink5: GB200 EP 8 / 16 / 24 (one NVL72 domain), 4096 tokens of 7168, top-8, 8 experts a
+#   rank, BF16, 24 SMs, torch API (the level DeepEP's own figure is taken at): dispatch 512.72 / 442.47 / 450.22,
+#   combine 425.95 / 378.32 / 163.62 GB/s (DeepEP hybrid-ep docs/README_Hybrid-EP.md at 41cad944, 'DeepEP Performance
+#   Results'). Its B200 EP 8 row at 24 SMs (494 / 420) agrees within 3%; the Megatron-LM DeepSeek-V3 GB200 guide's
+#   ~400 / 190 GB/s at EP 32 in NVL72 agrees with the flat-beyond EP 24 figure.
+# - HybridEP, NVLink5: GB200 EP 8 / 16 / 24 / 32 / 36, the same shape, 32 SMs (the Megatron-Bridge recipes'
+#   moe_hybridep_num_sms), kernel only, BF16 (as [27 s11 a2aib] read its H100 table): dispatch 764.03 / 706.95 /
+#   665.97 / 642.23 / 632.31, combine 737.13 / 666.26 / 639.80 / 605.15 / 596.99 GB/s (same README, 'GB200
+#   Platform'). Its B200 EP 8 row (16 SMs: 734.95 / 673.84) is within 2% of GB200's at 16 SMs.
+# Platform link rates: NCCL's credit, 721.8 GB/s for NVLink5. HybridEP on Hopper and anything on other links keep the
+# link's rate: no intranode figure was found. A dispatch and a combine cost the mean of their two times (the harmonic
+# mean of the rates); log2-interpolated in ranks, held flat beyond the table. Checked, not sized, on the MoE report's
+# Table 7 (HybridEP at EP 8 on GB200 and H100: tests/test_project_mcorerep.py).
+EP_KERNEL_NVLINK: dict[tuple[str, str], tuple[float, tuple[tuple[int, float, float], ...]]] = {
+    (DEEPEP_ALL_TO_ALL, "nvlink4"): (160e9, ((8, 153.0, 158.0),)),
+    (DEEPEP_ALL_TO_ALL, "nvlink5"): (721.8e9, ((8, 512.72, 425.95), (16, 442.47, 378.32), (24, 450.22, 163.62))),
+    (HYBRIDEP_ALL_TO_ALL, "nvlink5"): (
+        721.8e9,
+        (
+            (8, 764.03, 737.13),
+            (16, 706.95, 666.26),
+            (24, 665.97, 639.80),
+            (32, 642.23, 605.15),
+            (36, 632.31, 596.99),
+        ),
+    ),
+}
+
+
+def ep_kernel_nvlink_share(op: str, link: str, ranks: int) -> float:
+    """The share of the modelled link rate DeepEP's or HybridEP's kernels (``op``) reach over ``ranks`` GPUs of one
+    NVLink domain whose scale-up link is named ``link`` (:data:`EP_KERNEL_NVLINK`); 1 where nothing was measured."""
+    gen = next((g for g in ("nvlink4", "nvlink5") if g in link.lower()), "")
+    entry = EP_KERNEL_NVLINK.get((op, gen))
+    if entry is None or ranks < 2:
+        return 1.0
+    rate, rows = entry
+
+    def share(row: tuple[int, float, float]) -> float:
+        p, d, c = row
+        return 2.0 * d * c / (d + c) * 1e9 * (p - 1) / p / rate
+
+    if ranks <= rows[0][0]:
+        return share(rows[0])
+    for r0, r1 in zip(rows, rows[1:]):
+        if ranks <= r1[0]:
+            f = math.log2(ranks / r0[0]) / math.log2(r1[0] / r0[0])
+            return share(r0) + f * (share(r1) - share(r0))
+    return share(rows[-1])
 
 
 def _a2a_extra_s(size_bytes: int) -> float:
@@ -317,7 +385,10 @@ def nccl_choice(
     :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate. Across scale-up
     domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`)."""
     layout = layout_for(topology, nodes, ranks_per_host)
-    if op == DEVICE_ALL_TO_ALL:
+    if op in DEVICE_A2A_OPS:
+        if nccl_a2a_nvlink(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
+            f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
+            layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
         return predict(topology, "all_to_all", size_bytes, algo="direct", layout=_a2a_across(topology, layout)), ""
     if op == "all_to_all" and nccl_a2a_nvlink(topology, layout):
         slowed = replace(

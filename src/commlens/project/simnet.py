@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from commlens.model import InfeasibleError, predict
-from commlens.model.backends import DEVICE_ALL_TO_ALL, nccl_predict
+from commlens.model.backends import DEVICE_A2A_OPS, nccl_predict
 from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.layout import Group, Resolved
 from commlens.sim import Collective, Fabric, SimError, SimOptions, build_fabric, groups_by_stride, simulate
@@ -86,7 +86,7 @@ class SimNetwork:
             nccl = nccl_predict(
                 self.topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
             )
-            flows = "all_to_all" if op == DEVICE_ALL_TO_ALL else op  # the GPUs' own all-to-all: the same flows
+            flows = "all_to_all" if op in DEVICE_A2A_OPS else op  # the GPUs' own all-to-all: the same flows
             plain = predict(
                 self.topology,
                 flows,

@@ -35,7 +35,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from commlens.model import InfeasibleError
-from commlens.model.backends import DEVICE_ALL_TO_ALL, nccl_predict
+from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, HYBRIDEP_ALL_TO_ALL, nccl_predict
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
@@ -143,6 +143,8 @@ HBM_PER_LINK_BYTE = {
     "all_gather": 2.0,
     "all_to_all": 2.0,
     DEVICE_ALL_TO_ALL: 2.0,
+    DEEPEP_ALL_TO_ALL: 2.0,
+    HYBRIDEP_ALL_TO_ALL: 2.0,
     "reduce_scatter": 3.0,
     "all_reduce": 2.5,
 }
@@ -864,8 +866,10 @@ def combined_1f1b_layer_s(
 
 def _ep_op(layout: ParallelLayout) -> str:
     """The collective an MoE dispatch runs [27 s11 a2anvl]: NCCL's all-to-all for the alltoall dispatcher, the GPUs'
-    own all-to-all kernels (:data:`commlens.model.backends.DEVICE_ALL_TO_ALL`) for DeepEP, HybridEP and Dist-MoE."""
-    return "all_to_all" if layout.moe_dispatcher == "alltoall" else DEVICE_ALL_TO_ALL
+    own all-to-all kernels (:data:`commlens.model.backends.DEVICE_ALL_TO_ALL`) for Dist-MoE, DeepEP's and HybridEP's
+    their own ops (at their measured rates inside one NVLink domain) [27 s11 deepepnv]."""
+    ops = {"alltoall": "all_to_all", "deepep": DEEPEP_ALL_TO_ALL, "hybridep": HYBRIDEP_ALL_TO_ALL}
+    return ops.get(layout.moe_dispatcher, DEVICE_ALL_TO_ALL)
 
 
 def ep_overlap_paired_share(r: Resolved) -> float:
