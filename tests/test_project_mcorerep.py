@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 
-from commlens.model.backends import DEVICE_ALL_TO_ALL, nccl_predict
+from commlens.model.backends import HYBRIDEP_ALL_TO_ALL, nccl_predict
 from commlens.project.layout import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.project.step import deepep_share, hybridep_probs_factor, run
@@ -179,7 +179,7 @@ def _a2a_us(topology: str, ep: int, dispatcher: str) -> float:
         # [27 s11 grouplim] DeepSeek-V3's router: 8 groups of 32 experts, top-4 groups (the Model Zoo's DeepSeek-V3
         # config, --moe-router-num-groups 8 --moe-router-group-topk 4, which Table 7's runs would keep; not stated)
         nbytes *= deepep_share(256, 8, domains, ep, "uniform", 8, 4) * hybridep_probs_factor(256, 7168, domains, ep)
-        op = DEVICE_ALL_TO_ALL
+        op = HYBRIDEP_ALL_TO_ALL  # [27 s11 deepepnv] at its measured rate inside one NVLink domain
     return nccl_predict(topo, op, int(nbytes), nodes=nodes, ranks_per_host=min(per_host, ep)).time_s * 1e6
 
 
@@ -189,12 +189,10 @@ def _table7_cases() -> list:
     # (+1% / +6%; 6,175 us with routing uniform over the nodes, as HybridEP's own H100 table measures it at 6.1 ms),
     # over 4 nodes 3,182 us (+4% / +3%; 3,657 before). Within one NVLink domain the limit cuts a token's destination
     # GPUs too, where a GPU holds a whole group: GB200 EP 8 (32 experts a GPU) reaches 4 GPUs, not 5.3
-    slow = {
-        ("gb200-nvl72", 8, "hybridep", "dispatch"): "HybridEP within one GB200 NVLink domain, EP 8: modelled 293 us "
-        "against a 391 us dispatch (-25.0%) with the group limit (386 us routed uniformly); HybridEP's own GB200 "
-        "table (docs/README_Hybrid-EP.md, 8 ranks, uniform routing, kernel only 764 GB/s) gives 411 us: whether Table "
-        "7 kept DeepSeek-V3's group limit is not stated (over 4 and 8 H100 nodes its figures agree with the limit)",
-    }
+    # [27 s11 deepepnv] HybridEP inside one NVLink domain at its own GB200 table's rate (backends.EP_KERNEL_NVLINK):
+    # GB200 EP 8 dispatch 293 -> 322 us against 391 (-25.0% -> -17.6%; its strict xfail lifted), EP 16 471 -> 527,
+    # EP 32 567 -> 677, EP 64 617 -> 745 us
+    slow: dict[tuple[str, int, str, str], str] = {}
     cases = []
     for topology, rows in _TABLE7.items():
         for ep, us in rows.items():
