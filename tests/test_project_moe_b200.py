@@ -31,7 +31,9 @@ def test_hybridep_is_the_flex_dispatcher_with_deepep_s_traffic():
     adds its routing-map gather and scan and the probabilities it sends (tests/test_project_hybridep.py)."""
     hybrid = _qwen235("bf16", "hybridep").step_time_s
     deepep = _qwen235("bf16", "deepep").step_time_s
-    assert deepep < hybrid < 1.01 * deepep
+    # [27 s11 deepepnv] the same copies, at each kernel's measured rate inside the node: HybridEP 0.91 of the link
+    # (its GB200 table, 32 SMs), DeepEP 0.56 (the same README's DeepEP rows, 24 SMs)
+    assert hybrid < deepep
     assert hybrid < _qwen235("bf16", "alltoall").step_time_s
 
 
