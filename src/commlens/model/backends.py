@@ -205,11 +205,10 @@ def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
 #   rack's NVLink5.
 # Checked, not sized, on the Megatron-Core MoE report's Table 7 (arXiv 2603.07685: NCCL all-to-all of DeepSeek-V3's
 # dispatch and combine on GB200 at EP 8-64): 735-930 us measured, 577-648 modelled before, 752-828 after
-# (tests/test_project_a2anvl.py). Within one host's NVSwitch (DGX H100 / B200) it is not applied: there the model's
-# all-to-all is 12-13% fast (the A100 log at Table 7's size, Table 7's H100 EP 8), the correction makes it 4-5% slow
-# on H100, and the held-out table megatron-moe-qwen3-235b-h100-longctx goes 5.1% -> 6.6% (docs/project.md
-# [27 s11 a2anvl]). Across domains the NIC sets the pace and the curve says nothing of it. The GPUs' own all-to-all
-# kernels (DeepEP, HybridEP, symmetric memory) are no NCCL p2p: :data:`DEVICE_ALL_TO_ALL` prices them at the link's rate.
+# (tests/test_project_a2anvl.py). Within one host's NVSwitch (DGX H100 / B200) it applies too: the log is itself one
+# 8-GPU host's, and without it Table 7's H100 EP 8 was 12-13% fast (with it +4/+5%; docs/project.md [27 s11 a2anvl]).
+# Across domains the NIC sets the pace and the curve says nothing of it (:data:`A2A_NIC_SHARE` there). The GPUs' own
+# all-to-all kernels (DeepEP, HybridEP, symmetric memory) are no NCCL p2p: :data:`DEVICE_ALL_TO_ALL` and their own ops.
 NCCL_A2A_NVLINK_SHARE = 224.31 / 240.0
 NCCL_A2A_NVLINK_EXTRA_S: tuple[tuple[int, float], ...] = (
     (1 << 20, 76.1e-6),
