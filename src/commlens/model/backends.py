@@ -280,30 +280,25 @@ def ep_kernel_nvlink_share(op: str, link: str, ranks: int) -> float:
     if entry is None or ranks < 2:
         return 1.0
     rate, rows = entry
+    # each row's share: the harmonic mean of its dispatch and combine rates, over the (p - 1) / p of the bytes that
+    # leave the GPU, against the modelled link
+    shares = tuple((p, 2.0 * d * c / (d + c) * 1e9 * (p - 1) / p / rate) for p, d, c in rows)
+    return _log2_interp(shares, ranks)
 
-    def share(row: tuple[int, float, float]) -> float:
-        p, d, c = row
-        return 2.0 * d * c / (d + c) * 1e9 * (p - 1) / p / rate
 
-    if ranks <= rows[0][0]:
-        return share(rows[0])
-    for r0, r1 in zip(rows, rows[1:]):
-        if ranks <= r1[0]:
-            f = math.log2(ranks / r0[0]) / math.log2(r1[0] / r0[0])
-            return share(r0) + f * (share(r1) - share(r0))
-    return share(rows[-1])
+def _log2_interp(table: tuple[tuple[int, float], ...], x: float) -> float:
+    """``table``'s value at ``x``: interpolated in log2 of the key between its rows, held flat beyond its ends."""
+    if x <= table[0][0]:
+        return table[0][1]
+    for (x0, y0), (x1, y1) in zip(table, table[1:]):
+        if x <= x1:
+            return y0 + math.log2(x / x0) / math.log2(x1 / x0) * (y1 - y0)
+    return table[-1][1]
 
 
 def _a2a_extra_s(size_bytes: int) -> float:
     """:data:`NCCL_A2A_NVLINK_EXTRA_S` at ``size_bytes`` (interpolated in log2 size, held flat beyond the table)."""
-    table = NCCL_A2A_NVLINK_EXTRA_S
-    if size_bytes <= table[0][0]:
-        return table[0][1]
-    for (s0, e0), (s1, e1) in zip(table, table[1:]):
-        if size_bytes <= s1:
-            f = math.log2(size_bytes / s0) / math.log2(s1 / s0)
-            return e0 + f * (e1 - e0)
-    return table[-1][1]
+    return _log2_interp(NCCL_A2A_NVLINK_EXTRA_S, size_bytes)
 
 
 # [27 s11 a2aib] An all-to-all across scale-up domains: what one NIC achieves, as a share of its line rate, when every
@@ -338,13 +333,7 @@ A2A_NIC_SHARE: tuple[tuple[int, float], ...] = (
 
 def a2a_nic_share(domains: int) -> float:
     """:data:`A2A_NIC_SHARE` for an all-to-all over ``domains`` scale-up domains (log2-interpolated, flat beyond)."""
-    table = A2A_NIC_SHARE
-    if domains <= table[0][0]:
-        return table[0][1]
-    for (d0, s0), (d1, s1) in zip(table, table[1:]):
-        if domains <= d1:
-            return s0 + math.log2(domains / d0) / math.log2(d1 / d0) * (s1 - s0)
-    return table[-1][1]
+    return _log2_interp(A2A_NIC_SHARE, domains)
 
 
 def _a2a_across(topology: AnyTopology, layout: Layout) -> Layout:
