@@ -4,6 +4,7 @@ NeMo AutoModel's DeepSeek-V3 on 256 and 1,024 H100s)."""
 from __future__ import annotations
 
 import pytest
+from test_project_tt405 import _table5 as _tt405  # torchtitan's 405B Table 5 layout, one definition
 
 from commlens.model.backends import nccl_predict
 from commlens.project import ParallelLayout
@@ -14,25 +15,6 @@ from commlens.topology import load_topology
 from commlens.workload import load_workload
 
 TOPO = load_topology("grand-teton-h100-96gb")
-
-
-def _tt405(vpp: int, pp: int = 8) -> Projection:
-    """torchtitan's Llama 3.1 405B on 512 H100s: FSDP 8 x TP 8 x PP 8, 126 layers, FSDP2 kept gathered."""
-    w = load_workload("llama3-405b", {"seq_len": 8192, "global_batch": 256, "micro_batch": 4, "precision": "fp8"})
-    layout = ParallelLayout(
-        tp=8,
-        pp=pp,
-        vpp=vpp,
-        zero=3,
-        reshard_after_forward=False,
-        recompute="full",
-        tp_comm_overlap=True,
-        compile=True,
-        schedule="interleaved" if vpp > 1 else "1f1b",
-        stage_layers=(15, 16, 16, 16, 16, 16, 16, 15),
-        framework="torchtitan",
-    )
-    return run(Scenario(w, TOPO, layout, 512, check_memory=False))
 
 
 def _layer_reduce_scatter_s() -> float:
