@@ -1747,10 +1747,9 @@ def _zero3_persistent_gathers_s(c: _Setup, layers: float) -> float:
     if not fw.zero3_persistence_threshold or c.layout.zero < 3 or w.moe is not None or dp.size == 1:
         return 0.0
     h, t = float(w.hidden), c.r.tp
+    sizes: tuple[float, ...] = (h, h)  # Llama-style: the two RMSNorm weights
     if w.position_embedding == "learned" and not w.gated_ffn:
         sizes = (h, h, 3 * h / t, h, h, h, w.ffn_hidden / t, h)
-    else:
-        sizes = (h, h)
     small = [n for n in sizes if n < fw.zero3_persistence_threshold]
     return layers * sum(c.comm("all_gather", n * 2, dp) for n in small)
 
