@@ -260,6 +260,12 @@ class Framework(_Strict):
         description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "
         "dtype before the compute stream may free them (a 16-bit read and a reduce-dtype write per gradient element)",
     )
+    zero3_persistence_threshold: float = Field(
+        default=0,
+        ge=0,
+        description="ZeRO-3: parameters under this many elements stay gathered between steps and are all-gathered "
+        "again after every optimizer step, one blocking collective each (DeepSpeed's persistent parameters); 0: none",
+    )
     zero3_grad_predivide: bool = Field(
         default=False,
         description="ZeRO-3: each reduce-scatter's flattened gradients are divided by the DP size in place before "

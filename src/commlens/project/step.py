@@ -1616,6 +1616,7 @@ def _slowest_tail(
             tail, contention = (tail[0], runs * tail[1], tail[2], tail[3], runs * tail[4]), runs * contention
         if i in (0, r.pp - 1):  # the first and last stages then sum their copies of the tied word embeddings' grads
             tail = (tail[0] + tied, *tail[1:])
+        tail = (tail[0], tail[1] + _zero3_persistent_gathers_s(c, r.stage_layers[i]), *tail[2:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
@@ -1729,6 +1730,28 @@ def _zero3_modules(c: _Setup) -> tuple[float, ...]:
     t = c.r.tp
     ffn = w.hidden * w.ffn_hidden / t
     return (*(k * n for _, k, n in w.attention_linears(t)), ffn * (2.0 if w.gated_ffn else 1.0), ffn)
+
+
+def _zero3_persistent_gathers_s(c: _Setup, layers: float) -> float:
+    """[27 s12 dsfixed] DeepSpeed's ZeRO-3 keeps the parameters under ``stage3_param_persistence_threshold``
+    gathered (``zero3_persistence_threshold``: norms and biases) and gathers them all again after every optimizer
+    step, one all-gather per parameter, then blocks the host until they finish: microsoft/DeepSpeed v0.6.2
+    (32d97976) stage3.py ``_post_step`` -> ``persistent_parameters[0].all_gather(persistent_parameters)`` ->
+    partition_parameters.py ``_all_gather`` -> ``_allgather_params_coalesced`` (one ``_all_gather_base`` per
+    parameter, then ``torch.cuda.synchronize()``). Each is a collective of its own over the DP group, exposed at the
+    step's end. A layer's small tensors: Megatron's GPT layer (learned positions, ungated FFN: Megatron-DeepSpeed's
+    ParallelTransformerLayer) has two LayerNorms (weight and bias) and the four linears' biases, the column-parallel
+    ones split over TP; a Llama-style layer (rotary or gated) its two RMSNorm weights. The final norm is left out."""
+    fw, w = c.fw, c.w
+    dp = c.r.groups["dp"]
+    if not fw.zero3_persistence_threshold or c.layout.zero < 3 or w.moe is not None or dp.size == 1:
+        return 0.0
+    h, t = float(w.hidden), c.r.tp
+    sizes: tuple[float, ...] = (h, h)  # Llama-style: the two RMSNorm weights
+    if w.position_embedding == "learned" and not w.gated_ffn:
+        sizes = (h, h, 3 * h / t, h, h, h, w.ffn_hidden / t, h)
+    small = [n for n in sizes if n < fw.zero3_persistence_threshold]
+    return layers * sum(c.comm("all_gather", n * 2, dp) for n in small)
 
 
 def _reduce_buckets(sizes: Sequence[float], bucket: float) -> list[float]:
