@@ -8,7 +8,9 @@ import pytest
 import commlens.project.step as step_mod
 from commlens.project import ParallelLayout, project
 from commlens.project.frameworks import framework
+from commlens.project.memory import stage_parameters
 from commlens.project.scenario import Scenario
+from commlens.project.validate import load_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -57,3 +59,23 @@ def test_only_deepspeed_zero3_regathers_its_persistent_parameters():
     lay = ParallelLayout(tp=8, pp=35, zero=1, recompute="full", framework="deepspeed")
     c, _, _ = step_mod._setup(Scenario(w, A100, lay, 2240, check_memory=False))
     assert step_mod._zero3_persistent_gathers_s(c, 3) == 0.0
+
+
+def test_deepspeeds_2021_zero1_all_reduces_the_whole_gradients():
+    """DeepSpeed v0.5.4 runs ZeRO stage 1 through stage2.py with contiguous gradients forced off, so each bucket
+    goes through buffered_reduce_fallback -> allreduce_bucket, whose rank is set to None: an all-reduce of the whole
+    gradients, then the updated partitions' all-gather. MT-NLG's rows say so (zero1_all_reduce); the step is longer
+    by an all-reduce less a reduce-scatter of the pace stage's gradients."""
+    w = load_workload("megatron-gpt-529.6b", {"seq_len": 2048, "global_batch": 1920})
+    lay = {"tp": 8, "sp": False, "pp": 35, "zero": 1, "recompute": "full", "overlap_grad_reduce": False}
+    lay |= {"grad_reduce_bytes": 2, "flash_attention": False, "pp_p2p": "serial"}
+    scatter = project(w, A100, ParallelLayout(**lay), 2240, check_memory=False)
+    whole = project(w, A100, ParallelLayout(**lay, zero1_all_reduce=True), 2240, check_memory=False)
+    c, _, _ = step_mod._setup(Scenario(w, A100, ParallelLayout(**lay), 2240, check_memory=False))
+    dp = c.r.groups["dp"]
+    grads = max(dense for dense, _ in stage_parameters(w, c.r)) * 2
+    extra = c.comm("all_reduce", grads, dp) - c.comm("reduce_scatter", grads, dp)
+    assert extra > 0.1  # 2e9 16-bit gradients over 8 nodes
+    assert whole.step_time_s - scatter.step_time_s == pytest.approx(extra, rel=1e-6)
+    for row in load_set("mt-nlg-530b").rows:
+        assert row.layout["zero1_all_reduce"] is True

@@ -161,6 +161,13 @@ class ParallelLayout(StrictSpec):
         "another, and a partitioned tensor rebuilt by a TP all-gather three times per micro-batch); None: as the "
         "framework does",
     )
+    zero1_all_reduce: bool = Field(
+        default=False,
+        description="ZeRO-1: the gradients are all-reduced whole (each rank then keeps its partition of the sum) "
+        "before the optimizer step and the parameters' all-gather, rather than reduce-scattered: DeepSpeed's stage 1 "
+        "through stage2.py in 2021 (v0.5.x: contiguous gradients off in stage 1, buffered_reduce_fallback -> "
+        "allreduce_bucket)",
+    )
     offload_activation_layers: int = Field(
         default=0,
         ge=0,

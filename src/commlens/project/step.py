@@ -1992,12 +1992,11 @@ def _dp_tail(
         # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
         buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
         n_buckets += buckets
-        if layout.zero == 0:
-            rs_s += buckets * comm("all_reduce", params * gb / buckets, group)
-        else:
-            rs_s += buckets * comm("reduce_scatter", params * gb / buckets, group)
-            if layout.zero < 3:
-                ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
+        # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
+        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
+        rs_s += buckets * comm("all_reduce" if whole else "reduce_scatter", params * gb / buckets, group)
+        if 0 < layout.zero < 3:
+            ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
