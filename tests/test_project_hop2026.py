@@ -49,7 +49,9 @@ def test_cudnn_919_rows_are_the_h200_llama31_run():
     # 14% faster forward and 11% faster backward than cuDNN 9.1's curve at 4k (9.1's backward: the H200 run's 443.6 on
     # the H100 setup, x 499 / 517.25 [27 s12 lcattn])
     assert attention_tflops(H100, "cudnn", "fwd", 128, 4096) == pytest.approx(518e12)
-    assert attention_tflops(H100, "cudnn", "bwd", 128, 4096) == pytest.approx(443.6e12 * 499 / 517.2529813957277, rel=1e-3)
+    assert attention_tflops(H100, "cudnn", "bwd", 128, 4096) == pytest.approx(
+        443.6e12 * 499 / 517.2529813957277, rel=1e-3
+    )
 
 
 @pytest.mark.parametrize(("name", "stack"), [("nemo-24.07", "nemo"), ("megatron-core-2024", "megatron-core")])

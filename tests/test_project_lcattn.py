@@ -21,7 +21,12 @@ from commlens.topology import load_topology
 from commlens.workload import load_workload
 
 # cudnn-frontend b740542 benchmark_results.csv (H200, cuDNN 9.1.0), 16 heads of 128, cuDNN BF16 backward TFLOP/s
-H200_CAUSAL_BWD = {4096: 443.6033150228602, 8192: 463.5408134793645, 16384: 497.67958736481233, 32768: 499.6635003500654}
+H200_CAUSAL_BWD = {
+    4096: 443.6033150228602,
+    8192: 463.5408134793645,
+    16384: 497.67958736481233,
+    32768: 499.6635003500654,
+}
 H200_UNMASKED_BWD = {4096: 517.2529813957277, 8192: 530.3655776577822, 16384: 538.4599964919703}
 # FlashAttention-3 paper Fig. 6 (H100 SXM5, cuDNN 9.1.1, no causal mask, head dim 128)
 H100_UNMASKED_BWD = {4096: 499.0, 8192: 518.0, 16384: 516.0}
@@ -35,7 +40,9 @@ def test_h100_reads_the_h200_causal_backward_on_the_h100_setup(seq: int):
     h100 = attention_tflops("H100 SXM", "cudnn", "bwd", 128, seq)
     assert h100 == pytest.approx(H200_CAUSAL_BWD[seq] * 1e12 * on_h100, rel=1e-3)
     # the GPU the rows were measured on reads them as measured
-    assert attention_tflops("H200 SXM", "cudnn", "bwd", 128, seq) == pytest.approx(H200_CAUSAL_BWD[seq] * 1e12, rel=1e-3)
+    assert attention_tflops("H200 SXM", "cudnn", "bwd", 128, seq) == pytest.approx(
+        H200_CAUSAL_BWD[seq] * 1e12, rel=1e-3
+    )
 
 
 @pytest.mark.parametrize("seq", [4096, 8192, 16384])
