@@ -26,14 +26,18 @@ def test_the_stacks_call_the_kernel_family_their_code_selects_on_each_gpu():
     assert framework("torchtitan").attention_kernel(generation("B200")) == "cudnn"
 
 
-@pytest.mark.parametrize(("kernel", "measured"), [("cudnn", 463.5e12), ("fa2", 277.4e12)])
-def test_a_causal_backward_on_h100_runs_at_its_measured_causal_rate_not_the_unmasked_one(kernel, measured):
+# [27 s12 lcattn] cuDNN's rows were measured on an H200 at 1980 MHz; H100 reads them x the FA3 paper's H100 unmasked
+# backward over the same H200 run's (518 / 530.37 at 8k); FlashAttention-2's (torch's SDPA build) as measured
+@pytest.mark.parametrize(
+    ("kernel", "measured", "on_h100"), [("cudnn", 463.5e12, 518 / 530.3655776577822), ("fa2", 277.4e12, 1.0)]
+)
+def test_a_causal_backward_on_h100_runs_at_its_measured_causal_rate_not_the_unmasked_one(kernel, measured, on_h100):
     # cudnn-frontend@b740542 benchmark_results.csv, causal, head dim 128, 8k: slower than without the mask
     got = attention_tflops("H100 SXM", kernel, "bwd", 128, 8192)
-    assert got == pytest.approx(measured)
+    assert got == pytest.approx(measured * on_h100, rel=1e-3)
     assert got < 0.92 * UNMASKED_BWD_8K[kernel]
-    # the H200 (same GH100 compute) reads the same rows
-    assert attention_tflops("H200 SXM", kernel, "bwd", 128, 8192) == pytest.approx(measured, rel=0.02)
+    # the H200 the rows were measured on reads them as measured
+    assert attention_tflops("H200 SXM", kernel, "bwd", 128, 8192) == pytest.approx(measured, rel=1e-3)
 
 
 def test_below_the_shortest_causal_length_the_rate_is_no_faster_than_unmasked():
@@ -60,7 +64,8 @@ def test_the_long_context_layer_pays_the_causal_backward():
     fwd_rate = attention_tflops("H100 SXM", "cudnn", "fwd", 128, 16384)
     assert fwd_rate is not None
     assert core.fwd_s == pytest.approx(core.flops / fwd_rate)
-    assert core.bwd_s == pytest.approx(2.5 * core.flops / 497.7e12)
+    # the H200 run's 497.7 on the H100 setup (x 516 / 538.46, the FA3 paper's H100 unmasked 16k over the run's) [27 s12 lcattn]
+    assert core.bwd_s == pytest.approx(2.5 * core.flops / (497.7e12 * 516 / 538.4599964919703), rel=1e-3)
     assert core.bwd_s / core.fwd_s > 2.5 * 1.05
 
 

@@ -46,9 +46,12 @@ def test_cudnn_919_rows_are_the_h200_llama31_run():
     # below 2k the 2k rate is held (no faster than the unmasked kernel there: 633 / 504)
     assert attention_tflops(H100, "cudnn_9.19", "fwd", 128, 1024) == pytest.approx(484e12)
     assert attention_tflops(H100, "cudnn_9.19", "bwd", 128, 1024) == pytest.approx(370e12)
-    # 14% faster forward and 7% faster backward than cuDNN 9.1's curve at 4k
+    # 14% faster forward and 11% faster backward than cuDNN 9.1's curve at 4k (9.1's backward: the H200 run's 443.6 on
+    # the H100 setup, x 499 / 517.25 [27 s12 lcattn])
     assert attention_tflops(H100, "cudnn", "fwd", 128, 4096) == pytest.approx(518e12)
-    assert attention_tflops(H100, "cudnn", "bwd", 128, 4096) == pytest.approx(443.6e12)
+    assert attention_tflops(H100, "cudnn", "bwd", 128, 4096) == pytest.approx(
+        443.6e12 * 499 / 517.2529813957277, rel=1e-3
+    )
 
 
 @pytest.mark.parametrize(("name", "stack"), [("nemo-24.07", "nemo"), ("megatron-core-2024", "megatron-core")])

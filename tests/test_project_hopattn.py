@@ -19,15 +19,26 @@ from commlens.workload import load_workload
 CUDNN_94_H200 = {4096: (613.49e12, 438.45e12), 8192: (645.95e12, 461.89e12), 65536: (631.20e12, 508.07e12)}
 
 
+# [27 s12 lcattn] H100 reads the H200 rows on the H100 setup: x the FA3 paper's H100 rate over cudnn-frontend b740542's
+# H200 rate for the same cuDNN 9.1 kernel (causal forward, unmasked backward), 4k / 8k / 16k (held beyond)
+ON_H100 = {
+    4096: (518 / 542.3175668926519, 499 / 517.2529813957277),
+    8192: (529 / 572.8628678140092, 518 / 530.3655776577822),
+}
+ON_H100[65536] = (539 / 586.8151359973481, 516 / 538.4599964919703)
+
+
 def test_h100_reads_cudnn_94_measured_rates():
-    """cuDNN 9.4.0's causal rates, and its forward well over the 9.1 curve's (518 TFLOP/s at 4k, FA3 paper)."""
+    """cuDNN 9.4.0's causal rates (on the H100 setup), and its forward well over the 9.1 curve's (518 TFLOP/s at 4k,
+    FA3 paper)."""
     for seq, (fwd, bwd) in CUDNN_94_H200.items():
-        assert attention_tflops("H100 SXM", "cudnn_9.4", "fwd", 128, seq) == pytest.approx(fwd)
-        assert attention_tflops("H100 SXM", "cudnn_9.4", "bwd", 128, seq) == pytest.approx(bwd)
+        f_h100, b_h100 = ON_H100[seq]
+        assert attention_tflops("H100 SXM", "cudnn_9.4", "fwd", 128, seq) == pytest.approx(fwd * f_h100, rel=1e-3)
+        assert attention_tflops("H100 SXM", "cudnn_9.4", "bwd", 128, seq) == pytest.approx(bwd * b_h100, rel=1e-3)
     old_fwd = attention_tflops("H100 SXM", "cudnn", "fwd", 128, 4096)
-    old_bwd = attention_tflops("H100 SXM", "cudnn", "bwd", 128, 4096)
+    old_bwd = attention_tflops("H200 SXM", "cudnn", "bwd", 128, 4096)
     assert old_fwd == pytest.approx(518e12) and old_bwd == pytest.approx(443.6e12)
-    # the backward barely moved from 9.1.0 to 9.4.0 (within 2% at 4k and 8k)
+    # the backward barely moved from 9.1.0 to 9.4.0 (within 2% at 4k and 8k, the same H200 run's harness)
     assert 0.98 < 438.45e12 / old_bwd < 1.0
 
 
@@ -71,6 +82,7 @@ def test_2025_release_h100_attention_takes_cudnn_94_time(release: str):
     fwd, bwd = (attention_tflops("H100 SXM", "cudnn", p, 128, 8192) for p in ("fwd", "bwd"))
     assert fwd9 and bwd9 and fwd and bwd
     expected = (1 / fwd9 + 2.5 / bwd9) / (1 / fwd + 2.5 / bwd)
-    assert 0.93 < expected < 0.97
+    # 0.93-0.97 before [27 s12 lcattn] put cudnn_9.4's forward (an H200 run) on the H100 setup of the 9.1 forward
+    assert 0.96 < expected < 0.99
     assert rel.kernels["attention"] / default.kernels["attention"] == pytest.approx(expected, rel=1e-6)
     assert rel.tokens_per_s > default.tokens_per_s
