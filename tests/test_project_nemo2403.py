@@ -40,9 +40,14 @@ def test_the_long_sequence_rows_name_the_release_their_container_ran():
     assert fw.fused.cross_entropy
     no_recipe = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.03")
     delayed = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo-24.07")
-    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.07")
+    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="current", framework="nemo-24.07")
     assert no_recipe[1] == pytest.approx(delayed[1], rel=1e-9)
     assert no_recipe[1] < current[1]
+    # 24.07 shipped Transformer Engine 1.8, delayed scaling too [27 s12 nemo2403]
+    assert framework("nemo-24.07").fp8_recipe == "delayed"
+    assert _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.07")[1] == pytest.approx(
+        delayed[1], rel=1e-9
+    )
 
 
 def test_transformer_engine_1_4_copies_chunks_every_ring_step():
