@@ -298,6 +298,7 @@ class LayerShape:
     tp_chunks: int  # GEMMs run as this many row chunks (TP communication overlapped chunk by chunk)
     efficiency_files: tuple[str, ...] = ()  # accelerators files whose attention entries come first
     etp: int = 0  # expert tensor-parallel size (0: as TP)
+    dispatch_share: float = 1.0  # a flex dispatcher's received tokens over the routed copies (step.deepep_share)
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
@@ -912,7 +913,10 @@ def _moe_block(
     dispatch: tuple[float, float | None] = (MOE_DISPATCH_KERNELS, None)
     if mcore and layout.moe_dispatcher == "alltoall":
         dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
-    permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
+    if mcore:
+        permute = mcore_permute(b, layout, s, (routed, imbalance), h, dispatch[0])
+    else:
+        permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
     if layout.moe_fused_mlp:
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
@@ -986,6 +990,36 @@ def _moe_block(
     side = {} if layout.moe_fused_mlp else {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
     gaps = [_scoped_gap(k, side.get(k.name, (0.0, 0.0)), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
+
+
+# Megatron-Core's token permutation with moe_permute_fusion (Transformer Engine's Triton kernels, transformer_engine/
+# pytorch/triton/permutation.py at v2.9 70f53666 and common/triton/permutation.py at d0067d0d: _permute_kernel loads
+# each source row once and stores it to each of its n_routed destinations; _unpermute_kernel loads the n_routed rows
+# of a token, sums them in fp32 and stores the row once; sort_chunks_by_map one load and one store a row). Permutation
+# 1 and unpermutation 1 (token_dispatcher.py at Megatron-LM 57a02672, MoEAlltoAllTokenDispatcher dispatch_preprocess /
+# combine_postprocess; the flex dispatcher's local permute of the received tokens, _DeepepManager
+# get_permuted_hidden_states_by_experts, and HybridEP's permute blocks) move, 16 bits each way, the source rows once
+# and the routed copies once: 2 x 2 x (sources + copies) x hidden bytes a pass. A permutation's gradient is the other
+# kernel over the gradient, so the backward moves the forward's bytes (not twice) [27 s12 moegpu].
+MCORE_PERMUTE_ELEM_BYTES = 2.0
+
+
+def mcore_permute(
+    b: _Builder, layout: ParallelLayout, s: LayerShape, copies: tuple[float, float], h: float, launches: float
+) -> Kernel:
+    """Megatron-Core's fused permutation and unpermutation of one MoE layer (MCORE_PERMUTE_ELEM_BYTES). ``copies``:
+    (this GPU's routed copies, the most loaded GPU's over the mean). The all-to-all dispatcher permutes its own
+    sequence shard (s.tokens / TP rows) into its copies before the transfer (the expert-TP gather comes after it);
+    the flex dispatchers permute what they received (``s.dispatch_share`` of the most loaded GPU's copies)."""
+    routed, imbalance = copies
+    if layout.moe_dispatcher == "alltoall":
+        sources, routed = s.tokens / s.tp, routed / (s.etp or s.tp)
+    else:
+        routed *= imbalance
+        sources = routed * s.dispatch_share
+    nbytes = 2 * MCORE_PERMUTE_ELEM_BYTES * (sources + routed) * h
+    t = stream_time_s(b.dev, nbytes)
+    return Kernel("permute", "moe_routing", t, t, launches, True, nbytes=nbytes)
 
 
 # Transformer Engine's fused grouped MLP (ParallelLayout.moe_fused_mlp), as the 26.08 Megatron-Bridge recipes run it
