@@ -921,10 +921,18 @@ def _moe_block(
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
         up = replace(up, launches=local * fwd_launch, modules=1.0, bwd_launches=local * bwd_launch)
-        act_bytes = 2 * 2 * routed * fe * mats * imbalance
-        act = b.stream(
-            "experts_activation", "activation", act_bytes, 1, "expert_activation", fused=layout.expert_activation_fused
-        )
+        if mcore and not expert_activation_fused(b, layout):
+            act = mcore_eager_expert_activation(b, w, routed * imbalance * fe)
+        else:
+            act_bytes = 2 * 2 * routed * fe * mats * imbalance
+            act = b.stream(
+                "experts_activation",
+                "activation",
+                act_bytes,
+                1,
+                "expert_activation",
+                fused=layout.expert_activation_fused,
+            )
         experts = [up, replace(act, eager=True), down]
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
@@ -1020,6 +1028,48 @@ def mcore_permute(
     nbytes = 2 * MCORE_PERMUTE_ELEM_BYTES * (sources + routed) * h
     t = stream_time_s(b.dev, nbytes)
     return Kernel("permute", "moe_routing", t, t, launches, True, nbytes=nbytes)
+
+
+# Megatron-Core's expert activation without its fusion (TEGroupedMLP.forward's bias_act_func, last branch, moe/
+# experts.py at Megatron-LM 57a02672: what runs without bias_activation_fusion, e.g. the plain GELU experts of
+# Megatron's moe_perf test, whose TransformerConfig keeps gated_linear_unit False, activation_func F.gelu and
+# bias_activation_fusion False), bytes per element of its output (routed rows x expert width) [27 s12 moegpu].
+# Forward: the activation (silu or gelu: 2 B read, 2 B written), for a gated unit the product with the linear half
+# (4 + 2), the routing weights' multiply (a 16-bit tensor times fp32 probs promotes: 2 read + 4 written) and
+# .to(bf16) (4 + 2). Backward: the cast's (2 + 4); the multiply's input gradient (4 + 4) and autograd's cast of it back
+# to 16 bits (4 + 2); the weights' gradient, the product (4 + 2 read, 4 written) and its row sum (4); for a gated unit
+# both halves' products (2 x (2 + 2 + 2)) and chunk's backward, a cat into the fc1 width (2 + 2 + 4); the
+# activation's backward (2 + 2 + 2). The activation kernels stream at the eager rate (EAGER_STREAM_FRACTION: the H200
+# sweep's gelu reached 0.66 of HBM), the multiplies, casts, sum and cat at the model's stream rate (the sweep's add
+# reached 0.91). The fused path (weighted_bias_swiglu_impl, a torch.compile'd kernel) keeps the generic pricing here:
+# its own bytes (6 B forward, 10 B backward an element) were not applied (docs/project.md [27 s12 moegpu]).
+MCORE_ACT_EAGER_ACTIVATION = (4.0, 6.0)  # the activation's own bytes: forward, backward
+# the other ops' bytes and kernels (forward, backward, forward kernels, backward kernels); key: gated
+MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5.0)}
+
+
+def expert_activation_fused(b: _Builder, layout: ParallelLayout) -> bool:
+    """Whether the experts' activation runs as one kernel: as the layout says, else as the stack fuses it; compile
+    fuses it either way."""
+    fused = layout.expert_activation_fused
+    return (b.fw.fused.of("expert_activation") if fused is None else fused) or b.compiled
+
+
+def mcore_eager_expert_activation(b: _Builder, w: Workload, elements: float) -> Kernel:
+    """Megatron-Core's unfused expert activation over ``elements`` outputs (MCORE_ACT_EAGER_*)."""
+    act_f, act_b = MCORE_ACT_EAGER_ACTIVATION
+    rest_f, rest_b, n_fwd, n_bwd = MCORE_ACT_EAGER_REST[w.gated_ffn]
+    eager_s = stream_time_s(b.dev, elements) / EAGER_STREAM_FRACTION  # seconds per byte of every element, eager
+    return Kernel(
+        "experts_activation",
+        "activation",
+        act_f * eager_s + stream_time_s(b.dev, rest_f * elements),
+        act_b * eager_s + stream_time_s(b.dev, rest_b * elements),
+        1.0 + n_fwd,
+        True,
+        nbytes=(act_f + rest_f) * elements,
+        bwd_launches=1.0 + n_bwd,
+    )
 
 
 # Transformer Engine's fused grouped MLP (ParallelLayout.moe_fused_mlp), as the 26.08 Megatron-Bridge recipes run it
