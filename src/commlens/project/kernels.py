@@ -921,19 +921,7 @@ def _moe_block(
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
         up = replace(up, launches=local * fwd_launch, modules=1.0, bwd_launches=local * bwd_launch)
-        if mcore and not expert_activation_fused(b, layout):
-            act = mcore_eager_expert_activation(b, w, routed * imbalance * fe)
-        else:
-            act_bytes = 2 * 2 * routed * fe * mats * imbalance
-            act = b.stream(
-                "experts_activation",
-                "activation",
-                act_bytes,
-                1,
-                "expert_activation",
-                fused=layout.expert_activation_fused,
-            )
-        experts = [up, replace(act, eager=True), down]
+        experts = [up, _experts_activation(b, w, layout, routed * imbalance, fe), down]
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
@@ -1046,6 +1034,19 @@ def mcore_permute(
 MCORE_ACT_EAGER_ACTIVATION = (4.0, 6.0)  # the activation's own bytes: forward, backward
 # the other ops' bytes and kernels (forward, backward, forward kernels, backward kernels); key: gated
 MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5.0)}
+
+
+def _experts_activation(b: _Builder, w: Workload, layout: ParallelLayout, rows: float, fe: float) -> Kernel:
+    """The routed experts' activation over ``rows`` token copies of width ``fe``: Megatron-Core's eager ops where it
+    runs unfused (:func:`mcore_eager_expert_activation`), else one kernel of 4 B an output element per weight matrix
+    (a gated unit's three), eager stacks' several (UNFUSED)."""
+    if b.fw.moe_local_sort and not expert_activation_fused(b, layout):
+        return mcore_eager_expert_activation(b, w, rows * fe)
+    act_bytes = 2 * 2 * rows * fe * (3 if w.gated_ffn else 2)
+    act = b.stream(
+        "experts_activation", "activation", act_bytes, 1, "expert_activation", fused=layout.expert_activation_fused
+    )
+    return replace(act, eager=True)
 
 
 def expert_activation_fused(b: _Builder, layout: ParallelLayout) -> bool:
