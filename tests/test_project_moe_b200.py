@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from commlens.project import ParallelLayout, Projection, project
+from commlens.project.step import deepep_share
 from commlens.project.validate import load_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -39,15 +40,17 @@ def test_hybridep_is_the_flex_dispatcher_with_deepep_s_traffic():
 
 def test_fp8_experts_pad_their_tokens_unless_the_hybridep_dispatch_padded_them():
     """Under fp8 the all-to-all and DeepEP layers pay the padding pass and HybridEP's does not: the same seconds
-    in both (the routed tokens are the same), and two thirds of the permutation's (the padding reads and writes
-    the tokens twice each way, the permutation once forward and twice backward)."""
+    in both (the routed tokens are the same), and 2 / (1 + share) of the permutation's (the padding reads and writes
+    the routed tokens twice each way; the fused permutation and unpermutation each way the received rows and the
+    routed ones once, kernels.mcore_permute [27 s12 moegpu])."""
     routing = {(p, d): _qwen235(p, d).kernels["moe_routing"] for p in ("fp8", "bf16") for d in ("alltoall", "deepep")}
     hybrid = _qwen235("fp8", "hybridep")
     pad_alltoall = routing["fp8", "alltoall"] - routing["bf16", "alltoall"]
     pad_deepep = routing["fp8", "deepep"] - hybrid.kernels["moe_routing"]
     assert pad_alltoall > 0
     assert pad_deepep == pytest.approx(pad_alltoall, rel=1e-9)
-    assert pad_deepep == pytest.approx(2.0 / 3.0 * hybrid.kernels["moe_routing"], rel=1e-9)
+    share = deepep_share(128, 8, 1, 8, "uniform")  # received rows over routed copies: one per destination GPU
+    assert pad_deepep == pytest.approx(2.0 / (1.0 + share) * hybrid.kernels["moe_routing"], rel=1e-9)
     assert routing["bf16", "deepep"] == hybrid.kernels["moe_routing"]
     assert _qwen235("fp8", "deepep").step_time_s > hybrid.step_time_s
 

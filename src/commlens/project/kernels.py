@@ -298,6 +298,7 @@ class LayerShape:
     tp_chunks: int  # GEMMs run as this many row chunks (TP communication overlapped chunk by chunk)
     efficiency_files: tuple[str, ...] = ()  # accelerators files whose attention entries come first
     etp: int = 0  # expert tensor-parallel size (0: as TP)
+    dispatch_share: float = 1.0  # a flex dispatcher's received tokens over the routed copies (step.deepep_share)
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
@@ -912,16 +913,15 @@ def _moe_block(
     dispatch: tuple[float, float | None] = (MOE_DISPATCH_KERNELS, None)
     if mcore and layout.moe_dispatcher == "alltoall":
         dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
-    permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
+    if mcore:
+        permute = mcore_permute(b, layout, s, (routed, imbalance), h, dispatch[0])
+    else:
+        permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
     if layout.moe_fused_mlp:
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
         up = replace(up, launches=local * fwd_launch, modules=1.0, bwd_launches=local * bwd_launch)
-        act_bytes = 2 * 2 * routed * fe * mats * imbalance
-        act = b.stream(
-            "experts_activation", "activation", act_bytes, 1, "expert_activation", fused=layout.expert_activation_fused
-        )
-        experts = [up, replace(act, eager=True), down]
+        experts = [up, _experts_activation(b, w, layout, routed * imbalance, fe), down]
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
         Kernel("router_topk", "moe_routing", 0.0, 0.0, router[0], bwd_launches=router[1]),
@@ -986,6 +986,91 @@ def _moe_block(
     side = {} if layout.moe_fused_mlp else {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
     gaps = [_scoped_gap(k, side.get(k.name, (0.0, 0.0)), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
+
+
+# Megatron-Core's token permutation with moe_permute_fusion (Transformer Engine's Triton kernels, transformer_engine/
+# pytorch/triton/permutation.py at v2.9 70f53666 and common/triton/permutation.py at d0067d0d: _permute_kernel loads
+# each source row once and stores it to each of its n_routed destinations; _unpermute_kernel loads the n_routed rows
+# of a token, sums them in fp32 and stores the row once; sort_chunks_by_map one load and one store a row). Permutation
+# 1 and unpermutation 1 (token_dispatcher.py at Megatron-LM 57a02672, MoEAlltoAllTokenDispatcher dispatch_preprocess /
+# combine_postprocess; the flex dispatcher's local permute of the received tokens, _DeepepManager
+# get_permuted_hidden_states_by_experts, and HybridEP's permute blocks) move, 16 bits each way, the source rows once
+# and the routed copies once: 2 x 2 x (sources + copies) x hidden bytes a pass. A permutation's gradient is the other
+# kernel over the gradient, so the backward moves the forward's bytes (not twice) [27 s12 moegpu].
+MCORE_PERMUTE_ELEM_BYTES = 2.0
+
+
+def mcore_permute(
+    b: _Builder, layout: ParallelLayout, s: LayerShape, copies: tuple[float, float], h: float, launches: float
+) -> Kernel:
+    """Megatron-Core's fused permutation and unpermutation of one MoE layer (MCORE_PERMUTE_ELEM_BYTES). ``copies``:
+    (this GPU's routed copies, the most loaded GPU's over the mean). The all-to-all dispatcher permutes its own
+    sequence shard (s.tokens / TP rows) into its copies before the transfer (the expert-TP gather comes after it);
+    the flex dispatchers permute what they received (``s.dispatch_share`` of the most loaded GPU's copies)."""
+    routed, imbalance = copies
+    if layout.moe_dispatcher == "alltoall":
+        sources, routed = s.tokens / s.tp, routed / (s.etp or s.tp)
+    else:
+        routed *= imbalance
+        sources = routed * s.dispatch_share
+    nbytes = 2 * MCORE_PERMUTE_ELEM_BYTES * (sources + routed) * h
+    t = stream_time_s(b.dev, nbytes)
+    return Kernel("permute", "moe_routing", t, t, launches, True, nbytes=nbytes)
+
+
+# Megatron-Core's expert activation without its fusion (TEGroupedMLP.forward's bias_act_func, last branch, moe/
+# experts.py at Megatron-LM 57a02672: what runs without bias_activation_fusion, e.g. the plain GELU experts of
+# Megatron's moe_perf test, whose TransformerConfig keeps gated_linear_unit False, activation_func F.gelu and
+# bias_activation_fusion False), bytes per element of its output (routed rows x expert width) [27 s12 moegpu].
+# Forward: the activation (silu or gelu: 2 B read, 2 B written), for a gated unit the product with the linear half
+# (4 + 2), the routing weights' multiply (a 16-bit tensor times fp32 probs promotes: 2 read + 4 written) and
+# .to(bf16) (4 + 2). Backward: the cast's (2 + 4); the multiply's input gradient (4 + 4) and autograd's cast of it back
+# to 16 bits (4 + 2); the weights' gradient, the product (4 + 2 read, 4 written) and its row sum (4); for a gated unit
+# both halves' products (2 x (2 + 2 + 2)) and chunk's backward, a cat into the fc1 width (2 + 2 + 4); the
+# activation's backward (2 + 2 + 2). The activation kernels stream at the eager rate (EAGER_STREAM_FRACTION: the H200
+# sweep's gelu reached 0.66 of HBM), the multiplies, casts, sum and cat at the model's stream rate (the sweep's add
+# reached 0.91). The fused path (weighted_bias_swiglu_impl, a torch.compile'd kernel) keeps the generic pricing here:
+# its own bytes (6 B forward, 10 B backward an element) were not applied (docs/project.md [27 s12 moegpu]).
+MCORE_ACT_EAGER_ACTIVATION = (4.0, 6.0)  # the activation's own bytes: forward, backward
+# the other ops' bytes and kernels (forward, backward, forward kernels, backward kernels); key: gated
+MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5.0)}
+
+
+def _experts_activation(b: _Builder, w: Workload, layout: ParallelLayout, rows: float, fe: float) -> Kernel:
+    """The routed experts' activation over ``rows`` token copies of width ``fe``: Megatron-Core's eager ops where it
+    runs unfused (:func:`mcore_eager_expert_activation`), else one kernel of 4 B an output element per weight matrix
+    (a gated unit's three), eager stacks' several (UNFUSED)."""
+    if b.fw.moe_local_sort and not expert_activation_fused(b, layout):
+        return mcore_eager_expert_activation(b, w, rows * fe)
+    act_bytes = 2 * 2 * rows * fe * (3 if w.gated_ffn else 2)
+    act = b.stream(
+        "experts_activation", "activation", act_bytes, 1, "expert_activation", fused=layout.expert_activation_fused
+    )
+    return replace(act, eager=True)
+
+
+def expert_activation_fused(b: _Builder, layout: ParallelLayout) -> bool:
+    """Whether the experts' activation runs as one kernel: as the layout says, else as the stack fuses it; compile
+    fuses it either way."""
+    fused = layout.expert_activation_fused
+    return (b.fw.fused.of("expert_activation") if fused is None else fused) or b.compiled
+
+
+def mcore_eager_expert_activation(b: _Builder, w: Workload, elements: float) -> Kernel:
+    """Megatron-Core's unfused expert activation over ``elements`` outputs (MCORE_ACT_EAGER_*)."""
+    act_f, act_b = MCORE_ACT_EAGER_ACTIVATION
+    rest_f, rest_b, n_fwd, n_bwd = MCORE_ACT_EAGER_REST[w.gated_ffn]
+    eager_s = stream_time_s(b.dev, elements) / EAGER_STREAM_FRACTION  # seconds per byte of every element, eager
+    return Kernel(
+        "experts_activation",
+        "activation",
+        act_f * eager_s + stream_time_s(b.dev, rest_f * elements),
+        act_b * eager_s + stream_time_s(b.dev, rest_b * elements),
+        1.0 + n_fwd,
+        True,
+        nbytes=(act_f + rest_f) * elements,
+        bwd_launches=1.0 + n_bwd,
+    )
 
 
 # Transformer Engine's fused grouped MLP (ParallelLayout.moe_fused_mlp), as the 26.08 Megatron-Bridge recipes run it

@@ -547,6 +547,7 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         tp_chunks=tp_chunks,
         efficiency_files=eff_files,
         etp=r.etp,
+        dispatch_share=_flex_received_share(c),
     )
     kinds: list[tuple[list[Kernel], float]] = []
     if w.layers - w.moe_layers:
@@ -569,6 +570,16 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
             )
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
     return kinds
+
+
+def _flex_received_share(c: _Setup) -> float:
+    """A flex dispatcher's (DeepEP, HybridEP) tokens received by one GPU over its routed copies: one copy per
+    destination GPU (deepep_share within the EP group's GPUs), which its local permutation reads (kernels.mcore_permute)
+    [27 s12 moegpu]; 1 for other dispatchers."""
+    m, layout, ep = c.w.moe, c.layout, c.r.ep
+    if m is None or layout.moe_dispatcher not in ("deepep", "hybridep") or ep <= 1:
+        return 1.0
+    return deepep_share(m.experts, m.top_k, 1, ep, layout.moe_routing, m.router_groups, m.group_topk)
 
 
 def domain_dedup(
