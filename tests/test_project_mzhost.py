@@ -23,10 +23,10 @@ half) is compared with the measured forward + backward."""
 from __future__ import annotations
 
 import pytest
+from test_project_moegpu import moe_half_kernels  # one definition of the MoE half's kernels
 
 import commlens.project.step as step_mod
 from commlens.project import ParallelLayout
-from commlens.project.kernels import LayerShape, layer_kernels
 from commlens.project.scenario import Scenario
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -58,16 +58,7 @@ ATTENTION_FREE = {"ffn_in", "ffn_activation", "ffn_out", "ffn_residual"}  # a de
 def moe_layer_ms(overrides: dict[str, object], dispatcher: str) -> float:
     """The model's forward + backward of the MoE half of one MoE layer (one micro-batch, 4,096 tokens a GPU times
     the micro-batch), EP 8 over one DGX H100, megatron-core, bf16, eager: what ``MoELayer`` runs."""
-    mb = int(str(overrides.get("micro_batch", 1)))
-    fixed = {"seq_len": 4096, "micro_batch": mb, "global_batch": 8 * mb, "layers": 1, "precision": "bf16"}
-    w = load_workload(QWEN30, {**fixed, "moe.first_moe_layer": 0, **PLAIN_GELU, **overrides})
-    layout = ParallelLayout(ep=8, moe_dispatcher=dispatcher, expert_activation_fused=False)  # type: ignore[arg-type]
-    c, _, _ = step_mod._setup(Scenario(w, load_topology("dgx-h100"), layout, 8))
-    kernels, a2a_bytes = step_mod._layer_kinds(c, None, c.gemm_peak)[-1]
-    shape = LayerShape(tokens=c.tokens, keys=4096.0, tp=1, ep=8, sp=False, tp_chunks=1)
-    dense = layer_kernels(c.dev, c.fw, w, layout, shape, c.gemm_peak, c.dev.peak("bf16"), False)
-    attention = {k.name for k in dense if k.name.removesuffix("_gap") not in ATTENTION_FREE}
-    moe = [k for k in kernels if k.name not in attention]
+    c, moe, a2a_bytes = moe_half_kernels({**PLAIN_GELU, **overrides}, dispatcher)
     parts, _ = step_mod._layer_time(c, moe, a2a_bytes, step_mod._layer_comm(c))
     compute, stream, tp_t, cp_exposed, _, ep_t, host_exposed, _ = parts
     return (compute + stream + tp_t + cp_exposed + ep_t + host_exposed) * 1e3
