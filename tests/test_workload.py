@@ -19,6 +19,10 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "qwen3-30b-a3b": 30.5,  # Qwen3 technical report
     "qwen3-235b-a22b": 235.0,
     "korthikanti-22b": 22.0,  # Korthikanti et al., arXiv 2205.05198, Table 3
+    "llama2-7b": 6.74,  # Touvron et al., arXiv 2307.09288 (Llama 2), the released checkpoints' counts
+    "llama2-13b": 13.0,
+    "llama2-70b": 69.0,
+    "gpt-oss-120b": 116.8,  # OpenAI gpt-oss model card (arXiv 2508.10925): 116.8B total parameters
 }
 
 
