@@ -17,6 +17,8 @@ from commlens.project.kernels import (
     fp8_cast_bytes,
     fp8_gather_transposes,
     fp8_tp_amax_reductions,
+    fp8_tp_gathers,
+    tp_fp8_all_gather,
 )
 from commlens.topology import load_topology
 from commlens.workload import load_workload
@@ -76,6 +78,24 @@ def test_amax_reductions_only_where_te_casts_before_a_tp_gather():
     assert fp8_tp_amax_reductions(mc, fp8, ParallelLayout(tp=4, sp=True, fp8_recipe="delayed"), 4, False) == (0, 0)
     assert fp8_tp_amax_reductions(mc, load_workload("llama3-70b", {"precision": "bf16"}), sp, 4, False) == (0, 0)
     assert fp8_tp_amax_reductions(framework("torchtitan"), fp8, sp, 4, False) == (0, 0)  # torchao: not read
+
+
+def test_delayed_scaling_gathers_fp8_too_without_the_amax_reductions():
+    """Transformer Engine casts the shard before its TP all-gather under delayed scaling as well (v1.4 da30634a and
+    v1.8 layernorm_linear.py / linear.py; v2.x's Float8Quantizer): the same fp8 gathers and Hopper transposes as
+    current scaling, but no amax all-reduce (delayed scaling reads its amax history) [27 s12 tpovl]."""
+    fp8 = load_workload("llama3-70b", {"precision": "fp8"})
+    for name in ("megatron-core", "nemo-24.03", "nemo-24.07"):
+        fw = framework(name)
+        delayed = ParallelLayout(tp=4, sp=True, fp8_recipe="delayed", framework=name)
+        assert tp_fp8_all_gather(fw, fp8, delayed)
+        assert fp8_tp_gathers(fw, fp8, delayed, 4, False) == (2, 2)
+        assert fp8_tp_amax_reductions(fw, fp8, delayed, 4, False) == (0, 0)
+        assert not tp_fp8_all_gather(fw, fp8, ParallelLayout(tp=4, sp=True, fp8_recipe="mxfp8", framework=name))
+    # the step: half the all-gather bytes of BF16 over TP, as under current scaling
+    fp8_run, bf16_run = (_70b(H100, p, tp_comm_overlap=False, framework="nemo-24.03") for p in ("fp8", "bf16"))
+    tp8, tp16 = (p.breakdown["tp_comm"] + p.overlapped_s.get("tp_comm", 0.0) for p in (fp8_run, bf16_run))
+    assert tp8 < 0.85 * tp16
 
 
 def test_hopper_transposes_the_gathered_fp8_tensors_and_blackwell_does_not():

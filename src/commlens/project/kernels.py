@@ -637,10 +637,16 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
     return [Kernel("cp_ring", "cp_ring", stream_time_s(b.dev, fwd), stream_time_s(b.dev, bwd), steps * 2, nbytes=fwd)]
 
 
+PER_TENSOR_FP8 = frozenset({"delayed", "current"})  # fp8 recipes with one scale a tensor
+
+
 def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> bool:
-    """Whether TP's all-gathers move fp8 (``Framework.tp_fp8_all_gather``): fp8 training with per-tensor current
-    scaling on a stack that casts before gathering."""
-    return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) == "current"
+    """Whether TP's all-gathers move fp8 (``Framework.tp_fp8_all_gather``): fp8 training with per-tensor scales
+    (delayed or current scaling) on a stack that casts before gathering. Transformer Engine casts the shard before
+    the gather under delayed scaling too: v1.4 (da30634a) and v1.8 layernorm_linear.py / linear.py cast the norm
+    output or input to fp8 and gather the fp8 tensor under sequence parallelism, as v2.9 / v2.16 do with their
+    Float8Quantizer [27 s12 tpovl]; MXFP8's block scales are not read here."""
+    return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) in PER_TENSOR_FP8
 
 
 # Current scaling's amax reduction over TP (Transformer Engine v2.9 and v2.16: module/linear.py and
@@ -656,13 +662,22 @@ def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> boo
 FP8_TP_AMAX_REDUCTIONS = {False: (2, 2), True: (1, 1)}  # (forward, backward) per layer; key: an MoE layer
 
 
-def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
-    """(forward, backward) 4-byte amax all-reduces over TP per layer and micro-batch pass that fp8 current scaling
-    runs before its fp8 all-gathers (:data:`FP8_TP_AMAX_REDUCTIONS`); none without TP, sequence parallelism or a
-    stack that casts before gathering (:func:`tp_fp8_all_gather`)."""
+def fp8_tp_gathers(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
+    """(forward, backward) tensors per layer and micro-batch pass that Transformer Engine casts before gathering them
+    in fp8 over TP (:data:`FP8_TP_AMAX_REDUCTIONS`'s count); none without TP, sequence parallelism or a stack that
+    casts before gathering (:func:`tp_fp8_all_gather`)."""
     if tp <= 1 or not layout.sp or not fw.te_tp_fp8_gather or not tp_fp8_all_gather(fw, w, layout):
         return 0, 0
     return FP8_TP_AMAX_REDUCTIONS[moe]
+
+
+def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
+    """(forward, backward) 4-byte amax all-reduces over TP per layer and micro-batch pass that fp8 current scaling
+    runs before its fp8 all-gathers (:func:`fp8_tp_gathers`); delayed scaling reads the scale of the amax history
+    and reduces no amax before the gather."""
+    if (layout.fp8_recipe or fw.fp8_recipe) != "current":
+        return 0, 0
+    return fp8_tp_gathers(fw, w, layout, tp, moe)
 
 
 def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, moe: bool) -> list[Kernel]:
@@ -675,7 +690,7 @@ def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: L
     of its own, so its 1 B per local element (in :func:`fp8_cast_bytes`) comes off: TP x 2 - 1 B per local element."""
     if generation(b.dev.name) in FP8_ANY_LAYOUT or not s.sp:
         return []
-    fwd_n, bwd_n = fp8_tp_amax_reductions(b.fw, w, layout, s.tp, moe)
+    fwd_n, bwd_n = fp8_tp_gathers(b.fw, w, layout, s.tp, moe)
     if not fwd_n + bwd_n:
         return []
     local = s.tokens * w.hidden / s.tp  # one gathered tensor's shard on this GPU
