@@ -15,7 +15,7 @@ from commlens.project import ParallelLayout
 from commlens.project.compute import stream_time_s
 from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
-from commlens.project.kernels import EAGER_STREAM_FRACTION, Kernel, LayerShape, layer_kernels
+from commlens.project.kernels import EAGER_STREAM_FRACTION, Kernel, LayerShape, layer_kernels, recompute_share
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -91,3 +91,17 @@ def test_plain_gelu_fused_with_its_bias_and_eager() -> None:
     eager, _ = _activation("gpt3-175b", "deepspeed")
     _bytes(eager, n, (4.0, 6.0), (0.0, 0.0))
     assert (eager.launches, eager.bwd_launches) == (1.0, 1.0)
+
+
+def test_shared_experts_run_the_dense_ffn_s_activation() -> None:
+    # Megatron-Core's SharedExpertMLP is its MLP (MLP.forward's bias_swiglu_impl): 6 / 10 B an element of tokens x the
+    # shared width, one kernel each way; recomputed with the shared_experts module. The model priced their GEMMs only.
+    w = load_workload("deepseek-v3-like", {"seq_len": 4096, "micro_batch": 1, "precision": "bf16"})
+    assert w.moe is not None and w.moe.shared_experts == 1
+    dev = device_for(load_topology("dgx-h100").accelerator.name)
+    layout = ParallelLayout(ep=8)
+    shape = LayerShape(tokens=4096.0, keys=4096.0, tp=1, ep=8, sp=False, tp_chunks=1)
+    kernels = layer_kernels(dev, framework("megatron-core"), w, layout, shape, dev.peak("bf16"), dev.peak("bf16"), True)
+    (act,) = [k for k in kernels if k.name == "shared_activation"]
+    _bytes(act, 4096.0 * w.moe.shared_experts * w.moe.expert_ffn_hidden, (0.0, 0.0), (6.0, 10.0))
+    assert act.eager and recompute_share("shared_activation", frozenset({"shared_experts"}), w) == 1.0

@@ -236,6 +236,7 @@ MODULES: dict[str, frozenset[str]] = {
     "experts_clamp": frozenset({"moe", "moe_act"}),
     "experts_bias": frozenset({"moe"}),
     "shared_in": frozenset({"shared_experts"}),
+    "shared_activation": frozenset({"shared_experts"}),
     "shared_out": frozenset({"shared_experts"}),
 }
 # torchtitan's op-level policy ("op"; torchtitan/parallelisms/parallelize_llama.py _apply_ac_to_transformer_block at
@@ -250,6 +251,7 @@ OP_POLICY = {
     "rotary": 1.0,
     "ffn_activation": 1.0,
     "experts_activation": 1.0,
+    "shared_activation": 1.0,
     "attention_residual": 1.0,
     "ffn_residual": 1.0,
     "attention_out": 1.0,
@@ -665,6 +667,14 @@ def ffn_activation(b: _Builder, w: Workload, elements: float, name: str = "ffn_a
     )
 
 
+def shared_activation(b: _Builder, w: Workload, elements: float) -> Kernel:
+    """The shared experts' activation over ``elements`` outputs (tokens x their width): Megatron-Core's
+    SharedExpertMLP is its dense MLP (moe/shared_experts.py at d98e8a64 and 44151194: MLP.forward, the same
+    bias_swiglu_impl under bias_activation_fusion), torchtitan's shared expert its FeedForward; priced as the dense
+    FFN's (FFN_ACT_BYTES), where the model priced the shared experts' GEMMs only [27 s12 actbytes]."""
+    return ffn_activation(b, w, elements, "shared_activation")
+
+
 def _with_gaps(kernels: list[Kernel], layout: ParallelLayout, moe_layer: bool = False) -> list[Kernel]:
     """``kernels`` (all on the main stream) and the launch gaps they hold the GPU for (:func:`_launch_gap`)."""
     gaps = [_scoped_gap(k, (0.0, 0.0), layout, moe_layer) for k in kernels]
@@ -1017,6 +1027,7 @@ def _moe_block(
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
+            replace(shared_activation(b, w, tokens * m.shared_experts * fe), eager=True),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
         ]
     if w.precision == "fp8":
@@ -1224,6 +1235,7 @@ def _distmoe_block(
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts),
+            shared_activation(b, w, tokens * m.shared_experts * fe),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts),
         ]
     if w.precision == "fp8":
