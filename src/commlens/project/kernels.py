@@ -594,7 +594,7 @@ def layer_kernels(
             b.gemm(
                 "ffn_in", "gemm", tokens, wide * f_t, h, s.tp_chunks, times=n_in, launches=b.gemm_launch, bwd_chunks=1
             ),
-            ffn_activation(b, w, tokens * f_t),
+            b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
             b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
             b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
         ]
@@ -611,68 +611,12 @@ def layer_kernels(
     return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
-# [27 s12 actbytes] The FFN's activation as each stack runs it, bytes per element of its output (tokens x FFN width
-# on this GPU) forward and backward, and its kernels each way, 16-bit tensors:
-# - fused gated (SwiGLU): Megatron-Core's SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py swiglu /
-#   swiglu_back at NVIDIA/Megatron-LM 240a8ef7, 23e00ed0 (core_v0.14.0), 0d8e0714, 44151194, d98e8a64; jit_fuser is
-#   torch.compile from torch 2.2 at each, megatron/core/jit.py), which MLP.forward runs under bias_activation_fusion
-#   (set by every Megatron-Bridge Llama/Qwen3/DeepSeek/gpt-oss provider at 7af9601c, 21d102f5 and 51885cf1 and by
-#   NeMo's launcher configs; no perf recipe sets use_te_activation_func): forward one kernel reading both halves
-#   (4 B) and writing the product (2 B); backward one kernel reading the output gradient (2 B) and both halves (4 B)
-#   and writing both halves' gradients (4 B). Inductor lowers swiglu_back's torch.cat of two pointwise terms as one
-#   pass over the fc1 width (torch/_inductor/lowering.py cat -> pointwise_cat; the CPU lowering, ConcatKernel, was
-#   checked to fuse both halves into one loop). torchtitan under torch.compile: the same 6 / 10 B (Inductor's
-#   output for F.linear(F.silu(F.linear(x, w1)) * F.linear(x, w3), w2) with its backward, torch 2.13 CPU: one
-#   mul/silu kernel forward, saving the product for w2's weight gradient; one kernel backward reading the output
-#   gradient and both matmul outputs and writing their gradients).
-# - fused plain (GELU): Megatron's GeLUFunction (megatron/core/fusions/fused_bias_gelu.py at 240a8ef7, and
-#   megatron/model/fused_bias_gelu.py of Megatron-DeepSpeed): 2 + 2 forward, bias_gelu_back 2 + 2 + 2 and the
-#   bias's gradient (backward returns the input gradient as the bias's, which autograd sums over the rows: 2 B).
-# - eager gated, the halves apart (torchtitan's F.silu(self.w1(x)) * self.w3(x), torchtitan/models/llama/model.py
-#   FeedForward at 1ea476e and 9dec370): F.silu (2 + 2) and the product (2 + 2 + 2) forward; backward MulBackward0's
-#   two products (2 x (2 + 2 + 2)) and silu_backward (2 + 2 + 2); with the halves chunked from one fc1 output
-#   (Megatron's glu / Megatron-DeepSpeed's swiglu: torch.chunk), the chunk's backward cats both halves' gradients into
-#   the fc1 width (+ 4 + 4). The silu kernels stream at the eager rate (EAGER_STREAM_FRACTION), the products and cat
-#   at the stream rate, as mcore_eager_expert_activation prices them.
-# - eager plain: F.gelu, one ATen kernel each way (2 + 2; 2 + 2 + 2), at the eager rate.
-# The model charged 4 B an output element per weight matrix forward and twice that backward (8 / 16 B gated), and
-# 1.7x those bytes at the eager rate where unfused (UNFUSED["activation"]).
-# (activation's forward B, backward B at the eager rate, other ops' forward B, backward B at the stream rate,
-# kernels forward, backward); key: (fused, gated)
-FFN_ACT_BYTES: dict[tuple[bool, bool], tuple[float, float, float, float, float, float]] = {
-    (True, True): (0.0, 0.0, 6.0, 10.0, 1.0, 1.0),
-    (True, False): (0.0, 0.0, 4.0, 8.0, 1.0, 2.0),
-    (False, True): (4.0, 6.0, 6.0, 12.0, 2.0, 3.0),
-    (False, False): (4.0, 6.0, 0.0, 0.0, 1.0, 1.0),
-}
-FFN_ACT_CHUNK_CAT_BYTES = 8.0  # the chunk's backward cat of an eager gated unit whose halves come from one GEMM
-
-
-def ffn_activation(b: _Builder, w: Workload, elements: float, name: str = "ffn_activation") -> Kernel:
-    """The dense FFN's activation over ``elements`` outputs (FFN_ACT_BYTES), fused where the stack fuses it or
-    compiles the block."""
-    fused = b.fw.fused.of("activation") or (b.compiled and "activation" not in b.fw.compile_eager)
-    act_f, act_b, rest_f, rest_b, n_fwd, n_bwd = FFN_ACT_BYTES[(fused, w.gated_ffn)]
-    if not fused and w.gated_ffn and b.fw.gate_up_fused:
-        rest_b, n_bwd = rest_b + FFN_ACT_CHUNK_CAT_BYTES, n_bwd + 1.0
-    eager_s = stream_time_s(b.dev, elements) / EAGER_STREAM_FRACTION  # seconds per byte of every element, eager
-    return Kernel(
-        name,
-        "activation",
-        act_f * eager_s + stream_time_s(b.dev, rest_f * elements),
-        act_b * eager_s + stream_time_s(b.dev, rest_b * elements),
-        n_fwd * FFN_ELEMENTWISE,
-        nbytes=(act_f + rest_f) * elements,
-        bwd_launches=n_bwd * FFN_ELEMENTWISE,
-    )
-
-
-def shared_activation(b: _Builder, w: Workload, elements: float) -> Kernel:
-    """The shared experts' activation over ``elements`` outputs (tokens x their width): Megatron-Core's
-    SharedExpertMLP is its dense MLP (moe/shared_experts.py at d98e8a64 and 44151194: MLP.forward, the same
-    bias_swiglu_impl under bias_activation_fusion), torchtitan's shared expert its FeedForward; priced as the dense
-    FFN's (FFN_ACT_BYTES), where the model priced the shared experts' GEMMs only [27 s12 actbytes]."""
-    return ffn_activation(b, w, elements, "shared_activation")
+def shared_activation(b: _Builder, elements: float, mats: int) -> Kernel:
+    """The shared experts' activation over ``elements`` outputs (tokens x their width), priced as the dense FFN's
+    (``ffn_activation`` in :func:`layer_kernels`): Megatron-Core's SharedExpertMLP is its dense MLP (moe/
+    shared_experts.py at d98e8a64 and 44151194: MLP.forward, the same bias_swiglu_impl under bias_activation_fusion),
+    torchtitan's shared expert its FeedForward. The model priced the shared experts' GEMMs only [27 s12 actbytes]."""
+    return b.stream("shared_activation", "activation", 2 * 2 * elements * (mats - 1), FFN_ELEMENTWISE, "activation")
 
 
 def _with_gaps(kernels: list[Kernel], layout: ParallelLayout, moe_layer: bool = False) -> list[Kernel]:
@@ -1042,7 +986,7 @@ def _moe_block(
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
-            replace(shared_activation(b, w, tokens * m.shared_experts * fe), eager=True),
+            replace(shared_activation(b, tokens * m.shared_experts * fe, mats), eager=True),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
         ]
     if w.precision == "fp8":
@@ -1112,7 +1056,7 @@ def mcore_permute(
 # activation's backward (2 + 2 + 2). The activation kernels stream at the eager rate (EAGER_STREAM_FRACTION: the H200
 # sweep's gelu reached 0.66 of HBM), the multiplies, casts, sum and cat at the model's stream rate (the sweep's add
 # reached 0.91). The fused path (weighted_bias_swiglu_impl, a torch.compile'd kernel) keeps the generic pricing here:
-# its own bytes (6 B forward, 16 B backward an element: docs/project.md [27 s12 actbytes]) were not applied.
+# its own bytes (6 B forward, 10 B backward an element) were not applied (docs/project.md [27 s12 moegpu]).
 MCORE_ACT_EAGER_ACTIVATION = (4.0, 6.0)  # the activation's own bytes: forward, backward
 # the other ops' bytes and kernels (forward, backward, forward kernels, backward kernels); key: gated
 MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5.0)}
@@ -1121,8 +1065,7 @@ MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5
 def _experts_activation(b: _Builder, w: Workload, layout: ParallelLayout, rows: float, fe: float) -> Kernel:
     """The routed experts' activation over ``rows`` token copies of width ``fe``: Megatron-Core's eager ops where it
     runs unfused (:func:`mcore_eager_expert_activation`), else one kernel of 4 B an output element per weight matrix
-    (a gated unit's three), eager stacks' several (UNFUSED). What the stacks' kernels move (6 / 16 B fused and
-    weighted, 10 / 18 B eager) is not applied (docs/project.md [27 s12 actbytes])."""
+    (a gated unit's three), eager stacks' several (UNFUSED)."""
     if b.fw.moe_local_sort and not expert_activation_fused(b, layout):
         return mcore_eager_expert_activation(b, w, rows * fe)
     act_bytes = 2 * 2 * rows * fe * (3 if w.gated_ffn else 2)
@@ -1250,7 +1193,7 @@ def _distmoe_block(
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts),
-            shared_activation(b, w, tokens * m.shared_experts * fe),
+            shared_activation(b, tokens * m.shared_experts * fe, mats),
             b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts),
         ]
     if w.precision == "fp8":
