@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import sqlite3
 import struct
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +197,41 @@ def test_sqlite_engine_is_set_up_for_concurrent_writers(tmp_path: Path) -> None:
             assert conn.scalar(text("PRAGMA foreign_keys")) == 1
     finally:
         engine.dispose()
+
+
+def test_a_store_another_process_is_writing_in_rollback_mode_is_waited_for(tmp_path: Path) -> None:
+    """Switching a file to WAL while another connection holds its write lock (a fresh store being created,
+    or a file an older tool writes in rollback mode) must wait for the lock like any other write; SQLite
+    answers "database is locked" at once there, without its busy handler. Found by CI: one of four
+    writers opening a fresh store at once failed in 8 ms."""
+    path = tmp_path / "r.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t(x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    with Store.open(str(path)) as store:
+        waited = time.monotonic() - started
+        with store.engine.connect() as conn:
+            assert conn.scalar(text("PRAGMA journal_mode")) == "wal"
+        assert store.list_runs() == []
+    release.join()
+    holder.close()
+    assert waited >= 0.4
+
+    # A lock that is never released: the URL's timeout is honoured, and the message names the lock.
+    other = tmp_path / "held.db"
+    holder = sqlite3.connect(other, isolation_level=None)
+    holder.execute("CREATE TABLE t(x)")
+    holder.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="locked by another process and the wait timed out"):
+        Store.open(f"{db_url(str(other))}?timeout=0.3")
+    assert 0.25 <= time.monotonic() - started < 5
+    holder.rollback()
+    holder.close()
 
 
 def test_bad_and_unreachable_urls_are_clear_errors(tmp_path: Path) -> None:

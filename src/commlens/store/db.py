@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -309,6 +310,27 @@ def _on_read_only_mount(database: Path) -> bool:
         return False
 
 
+def _set_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
+    """Put the file in WAL mode, waiting like any other lock for up to the busy timeout.
+
+    Switching a file to WAL takes its exclusive lock, and SQLite answers "database is locked" at once,
+    without calling its busy handler, while another connection holds the file's write lock in rollback
+    mode: a fresh store that another process is creating (CI saw one of four writers fail so, in 8 ms),
+    or a file an older tool writes. Retried here, backing off, until the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    pause_s = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() + pause_s > deadline:
+                raise
+        time.sleep(pause_s)
+        pause_s = min(pause_s * 2, 0.1)
+
+
 def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
     from sqlalchemy import event
 
@@ -323,7 +345,7 @@ def _configure_sqlite(engine: Engine, *, wal: bool = True) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             if wal:
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _set_wal(cursor, busy_timeout_ms)
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
