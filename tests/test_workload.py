@@ -23,6 +23,7 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "llama2-13b": 13.0,
     "llama2-70b": 69.0,
     "gpt-oss-120b": 116.8,  # OpenAI gpt-oss model card (arXiv 2508.10925): 116.8B total parameters
+    "gpt-oss-20b": 20.9,  # the same card, Table 1: 20.9B total parameters
 }
 
 
@@ -45,6 +46,16 @@ def test_moe_active_parameters():
     assert load_workload("qwen3-30b-a3b").active_parameters / 1e9 == pytest.approx(3.3, rel=0.03)
     assert load_workload("qwen3-235b-a22b").active_parameters / 1e9 == pytest.approx(22.0, rel=0.03)
     assert w.moe_layers == 32
+
+
+def test_gpt_oss_active_parameters_match_the_model_card():
+    # arXiv 2508.10925 Table 1: 3.6B active (20b) and 5.1B active (120b); the card counts the unembedding but not the
+    # input embedding (a lookup), which active_parameters includes: one vocab x hidden matrix apart
+    for name, active in (("gpt-oss-20b", 3.6), ("gpt-oss-120b", 5.1)):
+        w = load_workload(name)
+        assert (w.active_parameters - w.vocab * w.hidden) / 1e9 == pytest.approx(active, rel=0.03)
+    small = load_workload("gpt-oss-20b")
+    assert small.moe_layers == 24 and small.moe is not None and small.moe.experts == 32 and small.moe.top_k == 4
 
 
 def test_overrides_and_errors():
