@@ -361,7 +361,13 @@ def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
 
 
 def nccl_choice(
-    topology: AnyTopology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_host: int | None = None
+    topology: AnyTopology,
+    op: str,
+    size_bytes: int,
+    *,
+    nodes: int = 1,
+    ranks_per_host: int | None = None,
+    span_nodes: int = 0,
 ) -> tuple[Prediction, str]:
     """What NCCL runs ``op`` with on this job: the fastest of its algorithms (:func:`nccl_candidates`) on each of
     its protocols, as its tuner picks them; (the prediction, the protocol's name).
@@ -371,8 +377,9 @@ def nccl_choice(
     (``host_cores``), is predicted as ``auto`` with the topology's figures. NCCL's all-to-all over a rack's NVLink runs
     at its measured share of the link plus its measured fixed cost (:data:`NCCL_A2A_NVLINK_SHARE`); ``op``
     :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate. Across scale-up
-    domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`)."""
-    layout = layout_for(topology, nodes, ranks_per_host)
+    domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`).
+    ``span_nodes``: the nodes a strided communicator's ranks range over (:func:`layout_for`)."""
+    layout = layout_for(topology, nodes, ranks_per_host, span_nodes)
     if op in DEVICE_A2A_OPS:
         if nccl_a2a_nvlink(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
             f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
@@ -420,7 +427,13 @@ def nccl_choice(
 
 
 def nccl_predict(
-    topology: AnyTopology, op: str, size_bytes: int, *, nodes: int = 1, ranks_per_host: int | None = None
+    topology: AnyTopology,
+    op: str,
+    size_bytes: int,
+    *,
+    nodes: int = 1,
+    ranks_per_host: int | None = None,
+    span_nodes: int = 0,
 ) -> Prediction:
     """:func:`nccl_choice`'s prediction: the collective as NCCL would run it."""
-    return nccl_choice(topology, op, size_bytes, nodes=nodes, ranks_per_host=ranks_per_host)[0]
+    return nccl_choice(topology, op, size_bytes, nodes=nodes, ranks_per_host=ranks_per_host, span_nodes=span_nodes)[0]

@@ -7,7 +7,7 @@ factor from :mod:`commlens.ops`), so a predicted row reads like a measured one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
@@ -94,16 +94,21 @@ class Prediction:
         return out
 
 
-_LAYOUTS: dict[tuple[int, int, int | None], tuple[AnyTopology, Layout]] = {}
+_LAYOUTS: dict[tuple[int, int, int | None, int], tuple[AnyTopology, Layout]] = {}
 
 
-def layout_for(topology: AnyTopology, nodes: int, ranks_per_host: int | None) -> Layout:
-    """:func:`build_layout`, remembered per topology object and job shape (sweeps ask for the same one often)."""
-    key = (id(topology), nodes, ranks_per_host)
+def layout_for(topology: AnyTopology, nodes: int, ranks_per_host: int | None, span_nodes: int = 0) -> Layout:
+    """:func:`build_layout`, remembered per topology object and job shape (sweeps ask for the same one often).
+
+    ``span_nodes``: the nodes the job's ranks range over when they are not consecutive (a communicator strided over
+    a larger job); its fabric crossings then climb to the lowest tier holding that span ([27 s13 roce405])."""
+    key = (id(topology), nodes, ranks_per_host, span_nodes)
     hit = _LAYOUTS.get(key)
     if hit is not None and hit[0] is topology:
         return hit[1]
     layout = build_layout(topology, nodes, ranks_per_host)
+    if span_nodes > nodes and layout.multi_domain:
+        layout = replace(layout, job_tier=max(layout.job_tier, layout.tier_for_span(span_nodes)))
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()
     _LAYOUTS[key] = (topology, layout)

@@ -414,6 +414,9 @@ class Group:
     size: int
     nodes: int
     ranks_per_host: int
+    # [27 s13 roce405] nodes from its first rank's to its last's (0: as ``nodes``, consecutive): a group strided
+    # over nodes (DP outside TP and PP) reaches as far up the fabric as that span, not as ``nodes`` consecutive ones
+    span: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,7 +451,7 @@ def _group(size: int, stride: int, per_node: int) -> Group:
     if size == 1:
         return Group(1, 1, 1)
     if stride >= per_node:
-        return Group(size, size, 1)
+        return Group(size, size, 1, (size - 1) * (stride // per_node) + 1)
     if stride * size <= per_node:
         return Group(size, 1, size)
     ranks_per_host = per_node // stride

@@ -172,7 +172,7 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
     """Time of one collective on ``group`` (cached: sweeps ask for the same ones often)."""
     if group.size == 1 or size_bytes <= 0:
         return 0.0
-    key = (id(topology), op, int(size_bytes), group.nodes, group.ranks_per_host)
+    key = (id(topology), op, int(size_bytes), group.nodes, group.ranks_per_host, group.span)
     hit = _COMM.get(key)
     if hit is None:
         if len(_COMM) > 100_000:
@@ -181,7 +181,12 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
         _COMM_TOPOLOGIES[id(topology)] = topology
         try:
             hit = nccl_predict(
-                topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
+                topology,
+                op,
+                int(size_bytes),
+                nodes=group.nodes,
+                ranks_per_host=group.ranks_per_host,
+                span_nodes=group.span,
             ).time_s
         except InfeasibleError as e:
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
