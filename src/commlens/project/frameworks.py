@@ -260,6 +260,12 @@ class Framework(_Strict):
         description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "
         "dtype before the compute stream may free them (a 16-bit read and a reduce-dtype write per gradient element)",
     )
+    activation_offload_blocking: bool = Field(
+        default=False,
+        description="activation offload (layout offload_activation_layers) copies each offloaded layer's input to "
+        "host memory in its forward and back in its backward with blocking copies on the compute stream, nothing "
+        "hidden (DeepSpeed's CPU checkpointing); False: the copies hide under compute (Megatron's --cpu-offloading)",
+    )
     zero3_persistence_threshold: float = Field(
         default=0,
         ge=0,

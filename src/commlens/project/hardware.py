@@ -99,6 +99,12 @@ class Device(StrictSpec):
         1.0, gt=0, description="host CPU time to issue one op, relative to the x86 hosts of a DGX H100 (Grace: ~2.75)"
     )
     host_op_factor_origin: str = Field(default="", description="where host_op_factor comes from")
+    host_link_bytes_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="the GPU's host link, bytes per second each way (PCIe line rate); 0: not given, host copies unpriced",
+    )
+    host_link_bytes_per_s_origin: str = Field(default="", description="where host_link_bytes_per_s comes from")
 
     @field_validator("peak_flops")
     @classmethod

@@ -172,7 +172,8 @@ class ParallelLayout(StrictSpec):
         default=0,
         ge=0,
         description="layers per stage whose saved activations go to host memory during forward (Megatron "
-        "--cpu-offloading-num-layers); the copies are taken to hide under compute",
+        "--cpu-offloading-num-layers); the copies are taken to hide under compute, except under a framework with "
+        "activation_offload_blocking (DeepSpeed's CPU checkpointing: blocking copies at the host-link rate)",
     )
     cuda_graphs: bool = Field(
         default=False,
