@@ -54,19 +54,19 @@ def test_fp32_accumulation_costs_ten_bytes_per_parameter_per_micro_batch():
     assert p.step_time_s - fused.step_time_s >= m * per_mb
 
 
-def test_tflops_per_gpu_counts_attention_causal_as_meta_counts_llama3_405b_mfu():
-    # [27 s13 flop405] Table 4 prints TFLOP/s without a formula (MFU cited to PaLM). Meta's MFU for Llama3 405B in
-    # Yang et al. (MLSys 2025, arXiv 2411.01783v3, Appendix A), citing the same PaLM paper, halves attention "from the
-    # causal mask": 2 N + 2 l h s per token forward, 6 N + 6 l h s for training
+def test_tflops_per_gpu_counts_flops_as_palm_the_papers_mfu_citation():
+    # [27 s13 flop405] Table 4 prints TFLOP/s without a formula and cites PaLM (Chowdhery et al.) for MFU, whose
+    # Appendix B counts 6 N + 12 L H Q T: attention over the full sequence. Meta's causal count (Yang et al., MLSys
+    # 2025, arXiv 2411.01783v3, App. A) is the alternative, measured and not taken
     from commlens.project.validate import _FLOPS_PER_TOKEN, validate_set
 
     table = load_set(TABLE)
-    assert table.flops == "6N+6lhs"
+    assert table.flops == "6N+12lhs"
     w = load_workload("llama3-405b", {"seq_len": 131072})
-    assert _FLOPS_PER_TOKEN[table.flops](w) == 6 * w.active_parameters + 6 * w.layers * w.heads * w.head_size * 131072
+    full = _FLOPS_PER_TOKEN["6N+12lhs"](w)
+    causal = _FLOPS_PER_TOKEN["6N+6lhs"](w)
+    assert full == 6 * w.active_parameters + 12 * w.layers * w.heads * w.head_size * 131072
+    assert causal / full == pytest.approx(5 / 7, abs=0.01)  # at 128K the causal count is 5/7 of PaLM's
     res = validate_set(table)
     assert all(r.predicted is not None for r in res)
-    # with PaLM's 6 N + 12 l h s the same steps read 463.4 / 417.5 / 464.3 TFLOP/s (+7.8 / +4.4 / +22.2%)
-    assert 435.0 < res[0].predicted < 455.0  # 445.6 against 430
-    assert 392.0 < res[1].predicted < 410.0  # 401.4 against 400
-    assert 320.0 < res[2].predicted < 345.0  # 331.6 against 380: the 128K count is 5/7 of PaLM's
+    assert res[2].predicted > 380.0  # the 128K row stays optimistic under the cited count (464 against 380)
