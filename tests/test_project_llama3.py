@@ -52,3 +52,21 @@ def test_fp32_accumulation_costs_ten_bytes_per_parameter_per_micro_batch():
     assert p.kernels["grad_accum"] == pytest.approx(m * per_mb, rel=1e-9)
     assert "grad_accum" not in fused.kernels
     assert p.step_time_s - fused.step_time_s >= m * per_mb
+
+
+def test_tflops_per_gpu_counts_flops_as_palm_the_papers_mfu_citation():
+    # [27 s13 flop405] Table 4 prints TFLOP/s without a formula and cites PaLM (Chowdhery et al.) for MFU, whose
+    # Appendix B counts 6 N + 12 L H Q T: attention over the full sequence. Meta's causal count (Yang et al., MLSys
+    # 2025, arXiv 2411.01783v3, App. A) is the alternative, measured and not taken
+    from commlens.project.validate import _FLOPS_PER_TOKEN, validate_set
+
+    table = load_set(TABLE)
+    assert table.flops == "6N+12lhs"
+    w = load_workload("llama3-405b", {"seq_len": 131072})
+    full = _FLOPS_PER_TOKEN["6N+12lhs"](w)
+    causal = _FLOPS_PER_TOKEN["6N+6lhs"](w)
+    assert full == 6 * w.active_parameters + 12 * w.layers * w.heads * w.head_size * 131072
+    assert causal / full == pytest.approx(5 / 7, abs=0.01)  # at 128K the causal count is 5/7 of PaLM's
+    res = validate_set(table)
+    assert all(r.predicted is not None for r in res)
+    assert res[2].predicted > 380.0  # the 128K row stays optimistic under the cited count (464 against 380)

@@ -415,7 +415,10 @@ def _flops_megatron96(w) -> float:
 
 def _flops_6n_6lhs(w) -> float:
     """The causal count: attention over half the sequence on average (Megatron-LM counts so since 8873b55,
-    2025-03-06; torchtitan's MFU likewise)."""
+    2025-03-06; Meta's MFU for Llama3 405B in Yang et al., MLSys 2025, arXiv 2411.01783v3 Appendix A: attention
+    "1/2 x 4 x B x T^2 x D x #layers, where 1/2 is from the causal mask", forward only, x3 for training).
+    torchtitan does not: its MFU counts 6 N + 12 l h s, "do not account for sparsity in causal attention"
+    (torchtitan/utils.py 40f79d79f, 2024-07-30; torchtitan/models/utils.py at b5bcd76c6, 2026-08-21)."""
     return 6.0 * w.active_parameters + 6.0 * w.layers * w.heads * w.head_size * w.seq_len
 
 
