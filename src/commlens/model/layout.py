@@ -118,8 +118,8 @@ class Layout:
         carry (the ring's rate), against the group's uplinks: G nodes' NICs / ``out_taper[k]``. A group smaller
         than a domain has every channel's edge leave it (G taken as the domain). 1 when the uplinks keep up.
         """
-        if not self.multi_domain:
-            return 1.0
+        if not self.multi_domain or max(self.out_taper[: self.job_tier + 1]) <= 1.0:
+            return 1.0  # no tier below the job's is oversubscribed (most fabrics): the common case, kept cheap
         worst = 1.0
         for k in range(1, self.job_tier + 1):
             group = max(min(self.tier_nodes[k - 1], self.nodes), self.domain_nodes)
