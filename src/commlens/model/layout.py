@@ -109,6 +109,23 @@ class Layout:
                 return k
         return len(self.tier_nodes) - 1
 
+    def ring_taper(self) -> float:
+        """Bandwidth divisor for a ring's domain crossings, from the tiers' oversubscription [27 s13 oversub].
+
+        NCCL joins the nodes of a ring channel in node order, one edge from each node's last rank to the next
+        node's first (NVIDIA/nccl src/graph/connect.cc ``connectRings``), so a tier-(k-1) group of G nodes sends
+        one edge per channel out over its uplinks, not one per node. Those crossings carry what one domain's NICs
+        carry (the ring's rate), against the group's uplinks: G nodes' NICs / ``out_taper[k]``. A group smaller
+        than a domain has every channel's edge leave it (G taken as the domain). 1 when the uplinks keep up.
+        """
+        if not self.multi_domain or max(self.out_taper[: self.job_tier + 1]) <= 1.0:
+            return 1.0  # no tier below the job's is oversubscribed (most fabrics): the common case, kept cheap
+        worst = 1.0
+        for k in range(1, self.job_tier + 1):
+            group = max(min(self.tier_nodes[k - 1], self.nodes), self.domain_nodes)
+            worst = max(worst, self.out_taper[k] * self.domain_nodes / group)
+        return worst
+
     def a2a_taper(self) -> float:
         """Bandwidth divisor for uniform traffic to every other domain, from the tiers' oversubscription.
 

@@ -32,7 +32,9 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
 
     Steps are pipelined: each step waits for its slowest hop. Across domains,
     NCCL-style channels spread the ring's boundary crossings over every NIC of
-    the domain, so the crossing rate is the domain's NICs together.
+    the domain, so the crossing rate is the domain's NICs together, slowed only
+    where a tier's uplinks cannot carry it (:meth:`Layout.ring_taper`: a ring
+    leaves each group once per channel, not once per rank).
     """
     L = cost.layout
     steps = passes * (L.ranks - 1)
@@ -55,7 +57,7 @@ def ring(cost: Cost, passes: int, bytes_per_rank: float, reduce_bytes: float = 0
     pair = L.out_pair_both if L.ranks == 2 else 1.0
     cost.stage(
         ((UP, steps - inter, L.up_latency_s), (OUT, inter, L.out_latency_s[L.job_tier])),
-        ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate() / pair)),
+        ((UP, up_bytes, L.up_rate), (OUT, bytes_per_rank, L.domain_nic_rate() / pair / L.ring_taper())),
         reduce_bytes,
         host_bytes=host,
         node_messages=2 * L.ranks_per_host,
@@ -180,7 +182,7 @@ def chain(cost: Cost, nbytes: float, reduce: bool) -> None:
     hops_out = L.domains - 1
     hops_up = L.ranks - 1 - hops_out
     out_lat = L.out_latency_s[L.job_tier] if hops_out else 0.0
-    out_rate = L.domain_nic_rate() if hops_out else 1.0
+    out_rate = L.domain_nic_rate() / L.ring_taper() if hops_out else 1.0
     hop_up = L.up_latency_s + chunk / L.up_rate
     hop_out = out_lat + chunk / out_rate
     up_slowest = hops_out == 0 or (hops_up > 0 and hop_up >= hop_out)
