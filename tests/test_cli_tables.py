@@ -70,6 +70,8 @@ def test_topology_list() -> None:
         "GPUDirect RDMA (approximate)\n"
         "ibm-h100-800g                 8       8      450     2      50.0         12  IBM/PyTorch FSDP blog H100 "
         "cluster: 8 x H100 SXM 80GB on NVSwitch per node, 800 Gb/s per node (2 x 400 Gb/s assumed) (approximate)\n"
+        "jean-zay-a100                 8       8      300     4      12.5         48  Jean Zay gpu_p5 (BLOOM-176B): "
+        "8 x A100 SXM 80GB on NVLink/NVSwitch per node, 4 x 100 Gb/s Omni-Path per node (approximate)\n"
         "local-cpu                    64      64        4     0       0.0          1  ranks as processes on one "
         "host, gloo over loopback TCP; calibrated on a 4-rank run of this machine type (approximate)\n"
         "meta-h100-roce                8       8      450     8      50.0       3072  Llama 3 405B cluster: 8 x "

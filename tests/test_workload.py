@@ -24,6 +24,7 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "llama2-70b": 69.0,
     "gpt-oss-120b": 116.8,  # OpenAI gpt-oss model card (arXiv 2508.10925): 116.8B total parameters
     "gpt-oss-20b": 20.9,  # the same card, Table 1: 20.9B total parameters
+    "bloom-176b": 176.247,  # Le Scao et al., arXiv 2211.05100 (BLOOM): 176,247M parameters
 }
 
 

@@ -168,6 +168,13 @@ class ParallelLayout(StrictSpec):
         "through stage2.py in 2021 (v0.5.x: contiguous gradients off in stage 1, buffered_reduce_fallback -> "
         "allreduce_bucket)",
     )
+    grad_accum_cast: bool = Field(
+        default=False,
+        description="with grad_accum_fusion false: each 16-bit weight gradient is first cast to a temporary tensor "
+        "of grad_reduce_bytes, then added into the main grads (2 x grad_reduce_bytes B more per parameter and "
+        "micro-batch: the temporary written and read); DeepSpeed's BF16_Optimizer.update_hp_grads "
+        "(hp_grad.add_(lp.grad.to(hp_grad.dtype)), microsoft/DeepSpeed 56c522386, 2022-04)",
+    )
     offload_activation_layers: int = Field(
         default=0,
         ge=0,

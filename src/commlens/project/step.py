@@ -1360,6 +1360,8 @@ def _stages(
     straggle = slowest_gpu_factor(gpus)
     stage_params = stage_parameters(w, r, layout.schedule)  # (dense, expert) per GPU of each stage
     accum_bytes = 2 + 2 * layout.grad_reduce_bytes  # each weight gradient added into the main grads
+    if layout.grad_accum_cast:  # DeepSpeed BF16_Optimizer.update_hp_grads: lp.grad.to(fp32) first, then add_
+        accum_bytes += 2 * layout.grad_reduce_bytes
     stages: list[dict[str, float]] = []
     stage_classes: list[dict[str, float]] = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
