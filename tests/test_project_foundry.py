@@ -75,9 +75,10 @@ def test_mpts_fused_loss_fits_the_7b_at_16_x_4096_that_ran():
 
 
 def test_fsdp1_has_no_copy_out_and_composers_adamw_costs_more_than_the_fused_kernel():
-    fw = _row(10, "llm-foundry")
+    fw = _row(4, "llm-foundry")
     # the same profile with FSDP2's copy-out and the fused AdamW: a longer compute-stream tail, a shorter optimizer
-    tt_like = _row(10, "torchtitan")
+    # (an A100 row: on H100 the profile's CUDA 12.1 GEMM rate [27 s14 h100fsdp] would mask both)
+    tt_like = _row(4, "torchtitan")
     assert fw.breakdown["optimizer"] > tt_like.breakdown["optimizer"]
     assert fw.step_time_s < tt_like.step_time_s
 
@@ -86,7 +87,8 @@ def test_every_row_projects_and_the_figures_are_as_recorded():
     res = validate_set(load_set(TABLE))
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
     errors = [s.error for s in res]
-    # docs/project.md [27 s14 foundry]: A100 within 9%, H100 optimistic up to +25% (no model change fitted to it)
+    # docs/project.md [27 s14 foundry]: A100 within 9%, H100 optimistic up to +25% (no model change fitted to it);
+    # [27 s14 h100fsdp]: H100 GEMMs at CUDA 12.1's rate, H100 -0.8..+19.4%, the table 8.7% -> 5.6%
     assert max(abs(e) for e in errors[:6]) < 0.09
-    assert all(e > 0 for e in errors[6:])
-    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.087, abs=0.01)
+    assert max(abs(e) for e in errors[6:]) < 0.2
+    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.056, abs=0.01)

@@ -237,6 +237,11 @@ class Framework(_Strict):
         description="FSDP2: each all-gather's output is copied into the parameters on the compute stream (a 16-bit "
         "read and write of every gathered parameter per unshard)",
     )
+    cuda: str | None = Field(
+        default=None,
+        description="the CUDA toolkit of the stack's published runs where it is older than the device's measured "
+        "GEMM plateau's: GEMMs run at the device's gemm_efficiency_by_cuda for it (None: the device's plateau)",
+    )
     optimizer_impl: Literal["fused", "foreach"] = Field(
         default="fused",
         description="the Adam step's kernels: fused (one pass over param, grad and both moments) or torch's foreach "

@@ -88,6 +88,12 @@ class Device(StrictSpec):
     sms: int = Field(ge=1, description="streaming multiprocessors (for wave quantization of GEMM tiles)")
     gemm_efficiency: float = Field(gt=0, le=1, description="fraction of peak a large GEMM reaches")
     gemm_efficiency_origin: str = Field(min_length=1, description="where gemm_efficiency comes from")
+    gemm_efficiency_by_cuda: dict[str, float] = Field(
+        default_factory=dict,
+        description="the bf16 plateau measured under an older CUDA toolkit, by version (e.g. '12.1'): what a stack "
+        "whose profile names that `cuda` reaches instead of gemm_efficiency [27 s14 h100fsdp]",
+    )
+    gemm_efficiency_by_cuda_origin: str = Field(default="", description="where gemm_efficiency_by_cuda comes from")
     fp8_gemm_efficiency: float | None = Field(
         None, gt=0, le=1, description="the plateau for fp8 GEMMs, of the fp8 peak (None: as gemm_efficiency)"
     )

@@ -373,6 +373,15 @@ def project(
     return run(Scenario(workload, topology, layout, gpus, accelerators=files, sim=sim, check_memory=check_memory))
 
 
+def _cuda_gemm_ratio(dev: Device, fw: Framework, fp8: bool) -> float:
+    """A stack whose runs used an older CUDA toolkit than the device's measured plateau: its bf16 GEMMs at the
+    plateau measured under that toolkit (accelerators.yaml gemm_efficiency_by_cuda), relative to the device's.
+    [27 s14 h100fsdp]"""
+    if fp8 or fw.cuda is None or fw.cuda not in dev.gemm_efficiency_by_cuda:
+        return 1.0
+    return dev.gemm_efficiency_by_cuda[fw.cuda] / dev.gemm_efficiency
+
+
 def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float]]:
     """What every part of the projection reads, then each stage's memory and the fullest stage's; in this order
     the reasons a scenario cannot run: the GPU's figures, the layout on the job, the precision, the memory, the
@@ -405,7 +414,9 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
         fwd_passes=2.0 if layout.recompute == "full" else 1.0,
         nodes_per_domain=max(1, topology.scale_up.domain_size // topology.accelerators_per_node),
         peak=peak,
-        gemm_peak=peak * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0),
+        gemm_peak=peak
+        * (dev.fp8_gemm_efficiency / dev.gemm_efficiency if fp8 and dev.fp8_gemm_efficiency else 1.0)
+        * _cuda_gemm_ratio(dev, fw, fp8),
     )
     return c, stage_mem, mem
 
