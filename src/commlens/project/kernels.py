@@ -673,10 +673,14 @@ FP8_TP_AMAX_REDUCTIONS = {False: (2, 2), True: (1, 1)}  # (forward, backward) pe
 
 
 def fp8_tp_gathers(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
-    """(forward, backward) tensors per layer and micro-batch pass that Transformer Engine casts before gathering them
-    in fp8 over TP (:data:`FP8_TP_AMAX_REDUCTIONS`'s count); none without TP, sequence parallelism or a stack that
-    casts before gathering (:func:`tp_fp8_all_gather`)."""
-    if tp <= 1 or not layout.sp or not fw.te_tp_fp8_gather or not tp_fp8_all_gather(fw, w, layout):
+    """(forward, backward) tensors per layer and micro-batch pass that Transformer Engine (or torchao's float8 TP,
+    ``Framework.torchao_float8_tp``) casts before gathering them in fp8 over TP (:data:`FP8_TP_AMAX_REDUCTIONS`'s
+    count); none without TP, sequence parallelism or a stack that casts before gathering (:func:`tp_fp8_all_gather`).
+    torchao eab345c: the attention's and FFN's inputs (PrepareFloat8ModuleInput) forward, wo's and w2's output
+    gradients (Float8RowwiseParallel._prepare_output_fn) backward; each is gathered once and shared by the linears
+    that read it."""
+    te_or_ao = fw.te_tp_fp8_gather or fw.torchao_float8_tp
+    if tp <= 1 or not layout.sp or not te_or_ao or not tp_fp8_all_gather(fw, w, layout):
         return 0, 0
     return FP8_TP_AMAX_REDUCTIONS[moe]
 
@@ -727,7 +731,11 @@ def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: L
     (TE v2.9 / v2.16 distributed.py _all_gather_fp8: the shard is cast row-wise only, 'we cannot directly gather the
     transposed fp8 tensor'; linear.py / layernorm_linear.py backward: update_usage(columnwise_usage=True) on the
     gathered input and output gradient before the weight-gradient GEMM -> Float8Tensor._create_transpose, 1 B read
-    and 1 B written per gathered element). One per gathered tensor of :data:`FP8_TP_AMAX_REDUCTIONS` (the column-
+    and 1 B written per gathered element). torchao's float8 TP the same (eab345c float8_ops.py preprocess_addmm, for
+    the weight gradient grad_output.t() @ input: ``a_data.contiguous()`` of the gathered output gradient and
+    ``b_data.t().contiguous().t()`` of the gathered input, fp8 copies into the layout torch._scaled_mm takes; the
+    column-parallel linears sharing one input run the same copy, which AOT autograd's CSE merges under compile)
+    [27 s14 tt70b]; its local casts write no transpose either. One per gathered tensor of :data:`FP8_TP_AMAX_REDUCTIONS` (the column-
     parallel inputs and the row-parallel output gradients), in the backward; the local cast then writes no transpose
     of its own, so its 1 B per local element (in :func:`fp8_cast_bytes`) comes off: TP x 2 - 1 B per local element."""
     if generation(b.dev.name) in FP8_ANY_LAYOUT or not s.sp:
