@@ -338,6 +338,15 @@ class Framework(_Strict):
         "(kernels.fp8_tp_amax_reductions), and on GPUs whose fp8 GEMMs take only the TN layout the weight gradient "
         "transposes the gathered fp8 tensor (kernels.fp8_gather_transposes) [27 s10 fp8cs]",
     )
+    torchao_float8_tp: bool = Field(
+        default=False,
+        description="with tp_fp8_all_gather, torchao's float8 TP (tensorwise dynamic scaling on DTensors): every cast "
+        "of a TP-sharded tensor all-reduces its amax (MAX) over the TP group before the scale is applied, a 4-byte "
+        "collective the cast waits for (the two module inputs and the row-parallel linears' inputs, each linear's "
+        "weight unless FSDP gathers it in fp8 with precomputed scales, forward; each linear's output gradient, "
+        "backward: kernels.torchao_tp_amax_reductions), and the weight-gradient GEMMs copy the gathered fp8 tensors "
+        "into the layout torch._scaled_mm takes (kernels.fp8_gather_transposes) [27 s14 tt70b]",
+    )
     tp_saves_gathered_input: bool = Field(
         default=False,
         description="TP with sequence parallelism: the column-parallel linears keep the all-gathered (full-sequence) "

@@ -668,26 +668,62 @@ def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> boo
 # the attention's column-parallel input (QKV) forward and its output projection's gradient backward, and for a dense
 # layer the FFN's pair as well; an MoE layer's experts are not TP-split (GroupedLinear refuses TP > 1 under current
 # scaling, grouped_linear.py). Only where the stack states it (Framework.te_tp_fp8_gather: Transformer Engine's
-# stacks); torchao's float8 TP takes the amax of a sequence-sharded DTensor, whose reduction is not read here.
+# stacks); torchao's float8 TP reduces more amaxes (torchao_tp_amax_reductions) [27 s14 tt70b].
 FP8_TP_AMAX_REDUCTIONS = {False: (2, 2), True: (1, 1)}  # (forward, backward) per layer; key: an MoE layer
 
 
 def fp8_tp_gathers(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
-    """(forward, backward) tensors per layer and micro-batch pass that Transformer Engine casts before gathering them
-    in fp8 over TP (:data:`FP8_TP_AMAX_REDUCTIONS`'s count); none without TP, sequence parallelism or a stack that
-    casts before gathering (:func:`tp_fp8_all_gather`)."""
-    if tp <= 1 or not layout.sp or not fw.te_tp_fp8_gather or not tp_fp8_all_gather(fw, w, layout):
+    """(forward, backward) tensors per layer and micro-batch pass that Transformer Engine (or torchao's float8 TP,
+    ``Framework.torchao_float8_tp``) casts before gathering them in fp8 over TP (:data:`FP8_TP_AMAX_REDUCTIONS`'s
+    count); none without TP, sequence parallelism or a stack that casts before gathering (:func:`tp_fp8_all_gather`).
+    torchao eab345c: the attention's and FFN's inputs (PrepareFloat8ModuleInput) forward, wo's and w2's output
+    gradients (Float8RowwiseParallel._prepare_output_fn) backward; each is gathered once and shared by the linears
+    that read it."""
+    te_or_ao = fw.te_tp_fp8_gather or fw.torchao_float8_tp
+    if tp <= 1 or not layout.sp or not te_or_ao or not tp_fp8_all_gather(fw, w, layout):
         return 0, 0
     return FP8_TP_AMAX_REDUCTIONS[moe]
 
 
 def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:
     """(forward, backward) 4-byte amax all-reduces over TP per layer and micro-batch pass that fp8 current scaling
-    runs before its fp8 all-gathers (:func:`fp8_tp_gathers`); delayed scaling reads the scale of the amax history
+    runs before its fp8 all-gathers (:func:`fp8_tp_gathers`), or that torchao's float8 TP runs on every TP-sharded
+    tensor it casts (:func:`torchao_tp_amax_reductions`); delayed scaling reads the scale of the amax history
     and reduces no amax before the gather."""
     if (layout.fp8_recipe or fw.fp8_recipe) != "current":
         return 0, 0
+    if fw.torchao_float8_tp:
+        return torchao_tp_amax_reductions(fw, w, layout, tp, moe)
     return fp8_tp_gathers(fw, w, layout, tp, moe)
+
+
+# torchao's float8 TP at eab345c (the torchao of torchtitan's end-2024 runs): tensorwise dynamic scaling takes
+# amax = torch.max(torch.abs(x)) (float8_utils.py tensor_to_amax) of whatever tensor it casts. Under TP those are
+# DTensors, and a full reduction of a sharded DTensor is a Partial(max) that DTensor all-reduces over the TP group
+# before amax_to_scale's clamp, one 4-byte all-reduce the cast waits for (traced into a compiled block, each
+# functional collective is waited for where it is issued, as for the CP ring [27 s11 ttcp]). Per Llama layer: forward,
+# PrepareFloat8ModuleInput's casts of the attention and FFN inputs (Shard(1)), Float8RowwiseParallel's casts of wo's
+# and w2's inputs (Shard(-1)), and Float8Linear.get_weight_scale of each of the 7 weights (Shard(0) / Shard(1);
+# FSDP2's unsharded parameter is a DTensor on the TP mesh) unless FSDP gathers them in fp8 with precomputed scales
+# (precompute_float8_dynamic_scale_for_fsdp: one foreach amax a step); the column-parallel linears' inputs arrive
+# already in fp8 (tensor_already_casted_to_fp8). Backward, NoopFwToFloat8BwDynamic's cast of each linear's output
+# gradient: Shard(-1) for the 5 column-parallel ones, Shard(1) for the 2 row-parallel ones (cast in
+# Float8RowwiseParallel._prepare_output_fn before the all-gather; the Float8Linear's own cast then finds fp8).
+# The weights' casts for the backward are the forward's (save_for_backward(input_fp8, weight_fp8_t)).
+TORCHAO_TP_INPUT_CASTS = 4  # the attention and FFN module inputs, wo's and w2's inputs
+TORCHAO_TP_LINEARS = 7  # wq, wk, wv, wo, w1, w2, w3
+
+
+def torchao_tp_amax_reductions(
+    fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool
+) -> tuple[int, int]:
+    """(forward, backward) amax all-reduces over TP per layer and micro-batch pass of torchao's float8 TP
+    (``Framework.torchao_float8_tp``); an MoE layer counts its attention's only (half the casts, 4 linears)."""
+    if tp <= 1 or not layout.sp or not tp_fp8_all_gather(fw, w, layout):
+        return 0, 0
+    inputs, linears = (TORCHAO_TP_INPUT_CASTS // 2, 4) if moe else (TORCHAO_TP_INPUT_CASTS, TORCHAO_TP_LINEARS)
+    weights = 0 if layout.fsdp_fp8_all_gather else linears
+    return inputs + weights, linears
 
 
 def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, moe: bool) -> list[Kernel]:
@@ -695,7 +731,11 @@ def fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: L
     (TE v2.9 / v2.16 distributed.py _all_gather_fp8: the shard is cast row-wise only, 'we cannot directly gather the
     transposed fp8 tensor'; linear.py / layernorm_linear.py backward: update_usage(columnwise_usage=True) on the
     gathered input and output gradient before the weight-gradient GEMM -> Float8Tensor._create_transpose, 1 B read
-    and 1 B written per gathered element). One per gathered tensor of :data:`FP8_TP_AMAX_REDUCTIONS` (the column-
+    and 1 B written per gathered element). torchao's float8 TP the same (eab345c float8_ops.py preprocess_addmm, for
+    the weight gradient grad_output.t() @ input: ``a_data.contiguous()`` of the gathered output gradient and
+    ``b_data.t().contiguous().t()`` of the gathered input, fp8 copies into the layout torch._scaled_mm takes; the
+    column-parallel linears sharing one input run the same copy, which AOT autograd's CSE merges under compile)
+    [27 s14 tt70b]; its local casts write no transpose either. One per gathered tensor of :data:`FP8_TP_AMAX_REDUCTIONS` (the column-
     parallel inputs and the row-parallel output gradients), in the backward; the local cast then writes no transpose
     of its own, so its 1 B per local element (in :func:`fp8_cast_bytes`) comes off: TP x 2 - 1 B per local element."""
     if generation(b.dev.name) in FP8_ANY_LAYOUT or not s.sp:
