@@ -181,6 +181,13 @@ class Framework(_Strict):
         "are counted apart); 2: as the backward's launches, where no measurement says otherwise "
         "[27 s11 hostbwd]",
     )
+    fp8_weight_cast_per_forward: bool = Field(
+        default=False,
+        description="under fp8 each dense layer's linear weights are cast (and, on Hopper, transposed) to fp8 on every "
+        "forward call, each micro-batch and each recompute: the model calls Transformer Engine's te.Linear without "
+        "is_first_microbatch, so TE does not keep the fp8 copy across micro-batches; otherwise the weight casts run "
+        "once a step and are not charged [27 s14 fp8foundry]",
+    )
     fp8_bwd_casts_grad_only: bool = Field(
         default=False,
         description="an fp8 linear's backward casts only its output gradient (Transformer Engine: the forward's "

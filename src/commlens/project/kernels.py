@@ -602,6 +602,10 @@ def layer_kernels(
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             quantizes = float(len(linears) + 2)  # one per linear's input and one per output gradient [27 s10 mxcast]
             out.append(_cast(b, layout, cast, (quantizes, quantizes)))
+            if b.fw.fp8_weight_cast_per_forward:
+                out.append(
+                    _weight_cast(b, layout, sum(k * n for _, k, n in linears) + mats * h * f_t, len(linears) + 2)
+                )
             out += fp8_gather_transposes(b, w, layout, s, False)
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
@@ -1419,6 +1423,19 @@ def _cast(
         else (stream_time_s(b.dev, per_elem * elements[0]), stream_time_s(b.dev, per_elem * elements[1]))
     )
     return Kernel("fp8_cast", "fp8_cast", fwd_s, bwd_s, 0, nbytes=per_elem * elements[0])
+
+
+def _weight_cast(b: _Builder, layout: ParallelLayout, weights: float, launches: int) -> Kernel:
+    """A dense layer's fp8 weight casts in one forward (Framework.fp8_weight_cast_per_forward): ``weights`` elements
+    (the layer's linears on this GPU, as FSDP gathered them) at the recipe's bytes, ``launches`` kernels, none in
+    the backward (it reads the forward's transposed copy). Transformer Engine's te.Linear called without
+    ``is_first_microbatch`` (the v0.10-era and 1.x linear.py: ``update_fp8_weights = is_first_microbatch is None or
+    is_first_microbatch``, then ``fp8_cast_transpose_fused`` of the weight into ``weight_fp8`` and ``weight_t_fp8``)
+    casts on every call: each micro-batch and, under activation checkpointing, the recompute [27 s14 fp8foundry]."""
+    nbytes = fp8_cast_bytes(b.dev, fp8_recipe(b.fw, layout)) * weights
+    return Kernel(
+        "fp8_weight_cast", "fp8_cast", stream_time_s(b.dev, nbytes), 0.0, launches, nbytes=nbytes, bwd_launches=0.0
+    )
 
 
 # [27 s10 mxcast] Transformer Engine's MXFP8 quantize kernel measured on Blackwell (efficiency.yaml mxfp8_quantize:
