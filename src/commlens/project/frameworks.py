@@ -284,6 +284,12 @@ class Framework(_Strict):
         description="ZeRO-3: parameters under this many elements stay gathered between steps and are all-gathered "
         "again after every optimizer step, one blocking collective each (DeepSpeed's persistent parameters); 0: none",
     )
+    zero3_gather_copy_out: bool = Field(
+        default=False,
+        description="ZeRO-3: a submodule with more than one gathered (non-persistent) parameter is all-gathered into "
+        "one flat buffer and each parameter then copied out of it on the gather stream before the compute may use "
+        "it (DeepSpeed's AllGatherCoalescedHandle.wait); a submodule with one gathered parameter is gathered in place",
+    )
     zero3_grad_predivide: bool = Field(
         default=False,
         description="ZeRO-3: each reduce-scatter's flattened gradients are divided by the DP size in place before "

@@ -1659,7 +1659,9 @@ def _slowest_tail(
             tail, contention = (tail[0], runs * tail[1], tail[2], tail[3], runs * tail[4]), runs * contention
         if i in (0, r.pp - 1):  # the first and last stages then sum their copies of the tied word embeddings' grads
             tail = (tail[0] + tied, *tail[1:])
-        tail = (tail[0], tail[1] + _zero3_persistent_gathers_s(c, r.stage_layers[i]), *tail[2:])
+        zero3_fixed = _zero3_persistent_gathers_s(c, r.stage_layers[i])
+        zero3_fixed += _zero3_gather_copies_s(c, r.stage_layers[i], redone, m_count * runs)
+        tail = (tail[0], tail[1] + zero3_fixed, *tail[2:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
@@ -1795,6 +1797,34 @@ def _zero3_persistent_gathers_s(c: _Setup, layers: float) -> float:
         sizes = (h, h, 3 * h / t, h, h, h, w.ffn_hidden / t, h)
     small = [n for n in sizes if n < fw.zero3_persistence_threshold]
     return layers * sum(c.comm("all_gather", n * 2, dp) for n in small)
+
+
+def _zero3_gather_copies_s(c: _Setup, layers: float, redone: float, m_count: int) -> float:
+    """[27 s14 zero3size] DeepSpeed's copy-out of a coalesced gather (``zero3_gather_copy_out``): a submodule with
+    more than one parameter over ``stage3_param_persistence_threshold`` is gathered into one flat buffer, and
+    ``AllGatherCoalescedHandle.wait`` rebuilds each parameter from its world_size partitions with a ``torch.cat`` on
+    the gather stream, which the compute stream then waits for (microsoft/DeepSpeed v0.6.2, 32d97976,
+    runtime/zero/partition_parameters.py ``all_gather_coalesced``; a lone parameter is gathered in place). In
+    Megatron's GPT layer (learned positions, ungated FFN) each linear has a bias of its output width, the column-
+    parallel ones split over TP; the h->4h linear's 4h bias reaches the 1e5 threshold from hidden 25,000 up, so that
+    linear's weight and bias are copied out (a read and a write of 2-byte elements) at every gather of the layer:
+    the forward, a recomputed forward, and the backward's when resharded. Llama-style linears have no biases."""
+    fw, w, layout = c.fw, c.w, c.layout
+    if not fw.zero3_gather_copy_out or layout.zero < 3 or w.moe is not None:
+        return 0.0
+    if c.r.groups["dp"].size == 1 or w.position_embedding != "learned" or w.gated_ffn:
+        return 0.0
+    t = c.r.tp
+    linears = [(k * n, n) for _, k, n in w.attention_linears(t)]
+    linears += [(w.hidden * w.ffn_hidden / t, w.ffn_hidden / t), (w.hidden * w.ffn_hidden / t, float(w.hidden))]
+    threshold = fw.zero3_persistence_threshold  # 0: none persistent, every bias gathered with its weight
+    coalesced = sum(weight + bias for weight, bias in linears if weight >= threshold and bias >= threshold)
+    if not coalesced:
+        return 0.0
+    gathers = (
+        1.0 + (0.0 if fw.zero3_recompute_keeps_gather else redone) + (1.0 if layout.reshard_after_forward else 0.0)
+    )
+    return m_count * gathers * layers * stream_time_s(c.dev, 2.0 * 2.0 * coalesced)
 
 
 def _reduce_buckets(sizes: Sequence[float], bucket: float) -> list[float]:
