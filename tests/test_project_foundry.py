@@ -89,6 +89,8 @@ def test_every_row_projects_and_the_figures_are_as_recorded():
     errors = [s.error for s in res]
     # docs/project.md [27 s14 foundry]: A100 within 9%, H100 optimistic up to +25% (no model change fitted to it);
     # [27 s14 h100fsdp]: H100 GEMMs at CUDA 12.1's rate, H100 -0.8..+19.4%, the table 8.7% -> 5.6%
-    assert max(abs(e) for e in errors[:6]) < 0.09
-    assert max(abs(e) for e in errors[6:]) < 0.2
-    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.056, abs=0.01)
+    # [27 s14 mptattn]: attention at FlashAttention v1's rate (the runs' attn_impl triton), A100 -0.3..-15.7%, H100
+    # -14.0..+9.2%, the table 5.6% -> 7.7%
+    assert max(abs(e) for e in errors[:6]) < 0.17
+    assert max(abs(e) for e in errors[6:]) < 0.15
+    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.077, abs=0.01)

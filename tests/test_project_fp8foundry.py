@@ -69,9 +69,12 @@ def test_every_row_projects_and_the_figures_are_as_recorded():
     res = validate_set(load_set(TABLE))
     assert all(s.predicted is not None for s in res)
     errors = [s.error for s in res]
-    # docs/project.md [27 s14 fp8foundry]: every row optimistic; the long-sequence rows (32768 tokens) by +45-65% in
-    # bf16 and fp8 alike; the modelled fp8 gain over bf16 exceeds the published one in 4 of 5 pairs
-    assert all(e > 0 for e in errors)
+    # docs/project.md [27 s14 fp8foundry]: every row was optimistic, the long-sequence rows (32768 tokens) by +45-65%
+    # in bf16 and fp8 alike, under FlashAttention-2's rate; [27 s14 mptattn]: at FlashAttention v1's (the runs'
+    # attn_impl triton) the 32768-token rows are -17..-23%, the 512-token rows within 3%; the modelled fp8 gain over
+    # bf16 exceeds the published one by +6.5, +1.4, +5.7, -0.0, -3.2% (it was +12.7, +8.5, +7.5, +4.4, -1.6%)
+    assert all(e < 0 for e in errors[0:4] + errors[6:8])
+    assert max(abs(e) for e in errors[4:6] + errors[8:]) < 0.03
     gain = [(1 + f) / (1 + b) - 1 for b, f in zip(errors[0::2], errors[1::2], strict=True)]
-    assert sum(g > 0 for g in gain) == 4
-    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.307, abs=0.01)
+    assert gain == pytest.approx([0.065, 0.014, 0.057, 0.0, -0.032], abs=0.002)
+    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.107, abs=0.01)

@@ -50,5 +50,7 @@ def test_recorded_figures():
     assert ibm[1::2] == pytest.approx([0.106, 0.065, 0.005, -0.018], abs=0.002)
     assert ibm[0::2] == pytest.approx([-0.024, -0.017, -0.078, -0.132], abs=0.002)
     fdry = [s.error for s in validate_set(load_set(FOUNDRY))]
-    assert fdry[9] == pytest.approx(0.194, abs=0.002)  # 13B, 64 H100, 2 x 2048, no checkpointing: was +25.3%
-    assert sum(abs(e) for e in fdry) / len(fdry) == pytest.approx(0.056, abs=0.002)
+    # 13B, 64 H100, 2 x 2048, no checkpointing: was +25.3%, +19.4% after [27 s14 h100fsdp], +9.2% with attention at
+    # FlashAttention v1's rate [27 s14 mptattn]; the table 5.6% -> 7.7% there
+    assert fdry[9] == pytest.approx(0.092, abs=0.002)
+    assert sum(abs(e) for e in fdry) / len(fdry) == pytest.approx(0.077, abs=0.002)

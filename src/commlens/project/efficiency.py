@@ -66,6 +66,9 @@ FAMILY_FALLBACK = {
     "cudnn_9.4": ("cudnn", "fa3", "fa2"),
     "cudnn_9.19": ("cudnn", "fa3", "fa2"),
     "fa2": (),
+    # FlashAttention v1 (flash-attn 1.0.x, and the Triton FlashAttention of its era): no stand-in, a family of its own
+    # (llm-foundry's 2023 MPT runs [27 s14 mptattn])
+    "fa1": (),
     "ck": ("fa2",),
 }
 

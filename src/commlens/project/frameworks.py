@@ -30,7 +30,7 @@ __all__ = [
 
 FRAMEWORKS_FORMAT = "commlens.frameworks/1"
 Generation = Literal["volta", "ampere", "hopper", "blackwell", "cdna3"]
-AttentionKernel = Literal["fa2", "fa3", "cudnn", "cudnn_9.13", "cudnn_9.4", "cudnn_9.19", "ck", "unfused"]
+AttentionKernel = Literal["fa1", "fa2", "fa3", "cudnn", "cudnn_9.13", "cudnn_9.4", "cudnn_9.19", "ck", "unfused"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 
 
