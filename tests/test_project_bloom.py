@@ -47,9 +47,9 @@ def test_the_partition_puts_the_embedding_in_the_split():
 
 
 def test_the_rows_project_as_validated():
-    # the figures docs/project.md reports for the table [27 s14 dspipe]
+    # the figures docs/project.md reports for the table [27 s14 dspipe] [27 s14 bloomtp]
     errors = [s.error for s in validate_set(load_set(TABLE))]
-    assert errors == pytest.approx([0.056, 0.148, 0.069, -0.008, 0.094, -0.002, -0.118], abs=0.006)
+    assert errors == pytest.approx([0.056, 0.148, 0.069, -0.008, 0.094, -0.002, -0.054], abs=0.006)
 
 
 def test_the_bf16_optimizer_casts_each_gradient_before_adding_it():
@@ -68,3 +68,17 @@ def test_the_jean_zay_fabric_is_four_omni_path_links():
     topo = load_topology("jean-zay-a100")
     assert topo.scale_out.nics_per_node == 4 and topo.scale_out.nic_bandwidth_bytes_per_s == pytest.approx(12.5e9)
     assert topo.approximate
+
+
+def test_tp1_pp72_pairs_stages_on_a_node():
+    # [27 s14 bloomtp] TP 1 x DP 4 = 4 GPUs a stage, PP outermost (PipeModelDataParallelTopology): stages 2k and
+    # 2k + 1 share a node, so every middle stage has one boundary over NVLink and one over Omni-Path, and the last
+    # stage (LM head and loss) exchanges only with stage 70 on its own node. Before, every stage paid four
+    # Omni-Path transfers (20.9 ms a micro-batch) and the row read -11.8%
+    row = load_set(TABLE).rows[6]
+    topo, w = load_topology("jean-zay-a100"), load_workload("bloom-176b", row.overrides)
+    p = run(Scenario(w, topo, ParallelLayout.model_validate(row.layout), row.gpus))
+    comm = [st["pp_comm"] for st in p.stages]
+    assert comm[1] == pytest.approx(comm[70], rel=1e-9) and comm[1] == pytest.approx(0.01098, rel=0.02)
+    assert comm[0] == pytest.approx(comm[71], rel=1e-9) and comm[71] < 0.002
+    assert p.pace_stage == 71 and p.step_time_s == pytest.approx(149.8, abs=0.5)
