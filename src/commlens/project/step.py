@@ -1297,7 +1297,8 @@ def _pp_p2p_stages(c: _Setup) -> list[float]:
 def _pp_boundary_intra(c: _Setup, s: int) -> bool:
     """[27 s14 bloomtp] Whether stages ``s`` and ``s + 1`` sit on the same node for every rank of the stage. A
     stage's ranks are ``base + s x stride`` (DeepSpeed's PipeModelDataParallelTopology, axes ['pipe', 'data',
-    'model'] outermost first, as Megatron's order: PP outermost); where the stride divides the node, stage ``s`` and
+    'model'] outermost first, as Megatron's order: PP outermost; bigscience-workshop/Megatron-DeepSpeed 0035f06a
+    megatron/model/gpt_model.py GPTModelPipe builds it from mpu's sizes); where the stride divides the node, stage ``s`` and
     the next share one unless ``(s + 1) x stride`` starts a node (the same for every base below the stride)."""
     per_node = c.scenario.topology.accelerators_per_node
     stride = c.r.placement["pp"][1]
