@@ -821,7 +821,10 @@ def _layer_time(
     gpu = compute + stream + tp_t + cp_exp + ep_t
     tp_t += tp_whole
     gpu += tp_whole
-    host_exposed = max(0.0, host - gpu)
+    # [27 s14 bloomtp] CUDA_LAUNCH_BLOCKING=1: each launch returns once its kernel has run, so the host cannot run
+    # ahead and its time per kernel adds to the GPU's (CUDA C Programming Guide, 'Asynchronous Concurrent Execution':
+    # the variable disables asynchronous kernel launches)
+    host_exposed = host if layout.launch_blocking else max(0.0, host - gpu)
     # Dist-MoE, and HybridEP with a static rank budget (layout.moe_expert_capacity), read no count on the host
     if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe" and _counts_on_host(layout):
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
