@@ -144,3 +144,23 @@ def test_deepspeed_train_schedule_runs_as_1f1b(p, m):
 
     model = m * 4.0 + (p - 1) * 4.0 * PIPELINE_FILL["1f1b"](p, 1)  # full recomputation: backward 3 x forward
     assert _dataflow_s([_deepspeed_order(s, p, m) for s in range(p)], 1, 1.0, 3.0) == pytest.approx(model)
+
+
+def test_deepspeed_pipeline_engine_middle_stages_send_both_ways_over_the_link_they_take():
+    # [27 s14 bloomtp] a middle stage runs all four sends/receives: two over the boundary to the previous stage, two
+    # to the next. With PP outermost (DeepSpeed's PipeModelDataParallelTopology, axes pipe, data, model) and TP x DP
+    # = 4 on 8-GPU nodes, stages 2k and 2k + 1 share a node (NVLink) and 2k + 1 -> 2k + 2 crosses to the next one.
+    # The first and last stages are priced with four over their one boundary (the schedule's two: "Known, not
+    # modelled" in docs/project.md)
+    w = _tiny(layers=8)
+    lay = ParallelLayout(tp=1, pp=4, zero=1, recompute="none", sp=False, pp_p2p="serial")
+    p = project(w, A100, lay, 16)
+    whole = w.micro_batch * w.seq_len * w.hidden * 2
+    near = nccl_predict(A100, "sendrecv", int(whole), nodes=1, ranks_per_host=2).time_s
+    far = nccl_predict(A100, "sendrecv", int(whole), nodes=2, ranks_per_host=1).time_s
+    assert [st["pp_comm"] for st in p.stages] == pytest.approx(
+        [4 * near, 2 * (near + far), 2 * (far + near), 4 * near], rel=1e-9
+    )
+    # a stage per node (TP x DP = 8): every boundary crosses nodes, as before
+    q = project(w, A100, lay.model_copy(update={"tp": 2, "pp_scatter_gather": False}), 32)
+    assert [st["pp_comm"] for st in q.stages] == pytest.approx([4 * far] * 4, rel=1e-9)

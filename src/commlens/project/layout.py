@@ -53,6 +53,11 @@ class ParallelLayout(StrictSpec):
         description="the embedding takes one layer's slot on the first stage (Megatron "
         "--account-for-embedding-in-pipeline-split)",
     )
+    launch_blocking: bool = Field(
+        default=False,
+        description="CUDA_LAUNCH_BLOCKING=1: every launch returns when its kernel is done, so the host's time per "
+        "kernel adds to the GPU's instead of running ahead of it",
+    )
     loss_in_split: bool = Field(
         default=False,
         description="the output layer and loss take one layer's slot on the last stage (Megatron "

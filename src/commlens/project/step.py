@@ -336,7 +336,7 @@ def run(scenario: Scenario) -> Projection:
     when the layout cannot run (with the reason), :class:`ProjectionError` when the hardware lacks what it needs."""
     c, stage_mem, mem = _setup(scenario)  # 1. the GPU, the layout on the job, its memory, the collective model
     kind_times, kind_seconds, lc = _layer_times(c)  # 2. one layer of each kind, one micro-batch
-    pp_p2p, ends = _pp_p2p(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, the first/last layers
+    pp_p2p, ends = _pp_p2p_stages(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, first/last layers
     stages, stage_classes = _stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
     pipeline_s, pace, schedule = _pipeline(c, stages)  # 5. the schedule: m x the slowest stage + fill and drain
     runs = _fsdp_runs(c)  # 6. DP and the optimizer after the last backward (FSDP's per schedule run)
@@ -821,7 +821,10 @@ def _layer_time(
     gpu = compute + stream + tp_t + cp_exp + ep_t
     tp_t += tp_whole
     gpu += tp_whole
-    host_exposed = max(0.0, host - gpu)
+    # [27 s14 bloomtp] CUDA_LAUNCH_BLOCKING=1: each launch returns once its kernel has run, so the host cannot run
+    # ahead and its time per kernel adds to the GPU's (CUDA C Programming Guide, 'Asynchronous Concurrent Execution':
+    # the variable disables asynchronous kernel launches)
+    host_exposed = host if layout.launch_blocking else max(0.0, host - gpu)
     # Dist-MoE, and HybridEP with a static rank budget (layout.moe_expert_capacity), read no count on the host
     if a2a_bytes and fw.moe_dispatch_sync and layout.moe_dispatcher != "distmoe" and _counts_on_host(layout):
         # the dispatcher waits for the token counts on the host every forward: the host cannot run ahead of the
@@ -1262,13 +1265,13 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     return max(gpu, host + before[0]) + MOE_SYNC_S
 
 
-def _pp_p2p(c: _Setup) -> float:
-    """The pipeline's sends and receives per micro-batch on one stage (forward activations, backward gradients,
+def _pp_p2p_stages(c: _Setup) -> list[float]:
+    """The pipeline's sends and receives per micro-batch on each stage (forward activations, backward gradients,
     per virtual stage): batched, one exchange each way per pass; serial, as DeepSpeed's pipeline engine runs them
-    (:func:`_pp_p2p_serial`)."""
+    (:func:`_pp_p2p_serial`), each boundary over the link it takes (:func:`_pp_boundary_intra`) [27 s14 bloomtp]."""
     layout, r, t = c.layout, c.r, c.r.tp
     if r.pp <= 1:
-        return 0.0
+        return [0.0]
     split = t if (c.sp or layout.pp_scatter_gather) else 1
     p2p_bytes = c.tokens * c.w.hidden * 2 / split  # scatter/gather over TP (or SP): each TP rank sends its share
     pp_group = Group(2, 2, 1) if r.groups["pp"].nodes > 1 else Group(2, 1, 2)
@@ -1276,12 +1279,40 @@ def _pp_p2p(c: _Setup) -> float:
     gather = 0.0
     if t > 1 and not c.sp and split > 1:  # scatter/gather: the received slices are all-gathered over TP (NVLink)
         gather = c.comm("all_gather", c.tokens * c.w.hidden * 2, r.groups["tp"])
-    if (layout.pp_p2p or c.fw.pp_p2p) == "serial":
-        return _pp_p2p_serial(c, pp_p2p, c.comm("sendrecv", PP_HEADER_BYTES, pp_group), gather, split) * r.vpp
-    return (pp_p2p + gather) * 2 * r.vpp
+    if (layout.pp_p2p or c.fw.pp_p2p) != "serial":
+        return [(pp_p2p + gather) * 2 * r.vpp] * r.pp
+    header = c.comm("sendrecv", PP_HEADER_BYTES, pp_group)
+    if r.vpp > 1 or r.groups["pp"].nodes <= 1:  # (interleaving: every stage has both neighbours)
+        return [_pp_p2p_serial(c, (pp_p2p, pp_p2p), (header, header), gather, split) * r.vpp] * r.pp
+    intra = Group(2, 1, 2)
+    near = (c.comm("sendrecv", p2p_bytes, intra), c.comm("sendrecv", PP_HEADER_BYTES, intra))
+    links = [near if _pp_boundary_intra(c, s) else (pp_p2p, header) for s in range(r.pp - 1)]
+    out = []
+    for s in range(r.pp):
+        # the first and last stages are priced as if they had a neighbour on each side, over the one they have (the
+        # schedule skips the two transfers without one: "Known, not modelled" in docs/project.md)
+        prev = links[s - 1] if s > 0 else links[0]
+        nxt = links[s] if s < r.pp - 1 else links[-1]
+        out.append(_pp_p2p_serial(c, (prev[0], nxt[0]), (prev[1], nxt[1]), gather, split))
+    return out
 
 
-def _pp_p2p_serial(c: _Setup, transfer: float, header: float, gather: float, split: int) -> float:
+def _pp_boundary_intra(c: _Setup, s: int) -> bool:
+    """[27 s14 bloomtp] Whether stages ``s`` and ``s + 1`` sit on the same node for every rank of the stage. A
+    stage's ranks are ``base + s x stride`` (DeepSpeed's PipeModelDataParallelTopology, axes ['pipe', 'data',
+    'model'] outermost first, as Megatron's order: PP outermost; bigscience-workshop/Megatron-DeepSpeed 0035f06a
+    megatron/model/gpt_model.py GPTModelPipe builds it from mpu's sizes); where the stride divides the node, stage ``s`` and
+    the next share one unless ``(s + 1) x stride`` starts a node (the same for every base below the stride)."""
+    per_node = c.scenario.topology.accelerators_per_node
+    stride = c.r.placement["pp"][1]
+    if stride >= per_node or per_node % stride or c.layout.order[-1] != "pp":
+        return False
+    return ((s + 1) * stride) % per_node != 0
+
+
+def _pp_p2p_serial(
+    c: _Setup, transfer: tuple[float, float], header: tuple[float, float], gather: float, split: int
+) -> float:
     """One micro-batch's pipeline communication on a stage as DeepSpeed's pipeline engine runs it (microsoft/DeepSpeed
     v0.5.4, deepspeed/runtime/pipe/schedule.py ``TrainSchedule`` and engine.py, unchanged in this from the engine's
     first commit 65c2f974d to v0.6.x): a forward step receives the activation and sends the previous gradient back
@@ -1292,11 +1323,13 @@ def _pp_p2p_serial(c: _Setup, transfer: float, header: float, gather: float, spl
     rank, ``PartitionedTensor``, a narrowed clone, twice) and rebuilds the whole tensor three times
     (``PartitionedTensor.full``: the forward's input, the backward's output and its incoming gradient), each a
     zero-filled buffer, a TP all-gather into it and a clone."""
+    # (transfer, header): over the boundary to the previous stage (RecvActivation, SendGrad), and to the next
+    # (SendActivation, RecvGrad)
     if split <= 1:  # without TP a whole tensor, no header
-        return 4 * transfer
+        return 2 * sum(transfer)
     whole = c.tokens * c.w.hidden * 2
     copies = 3 * 3 * whole + 2 * 2 * whole / split  # a rebuild: zero-fill, clone (read, write); two partitions
-    return 4 * (transfer + header) + 3 * gather + stream_time_s(c.dev, copies)
+    return 2 * (sum(transfer) + sum(header)) + 3 * gather + stream_time_s(c.dev, copies)
 
 
 def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
@@ -1357,7 +1390,7 @@ def _stages(
     c: _Setup,
     kind_times: list[tuple[float, ...]],
     kind_seconds: list[dict[str, float]],
-    pp_p2p: float,
+    pp_p2p: list[float],
     ends: dict[str, float],
     gpus: int,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
@@ -1423,7 +1456,7 @@ def _stages(
         host_t += _activation_offload_copies_s(c, n)
         stage_classes.append(classes)
         slowest = (compute + stream) * (straggle - 1.0)  # every collective waits for the slowest GPU's share
-        per_mb = compute + stream + slowest + tp_t + cp_t + ep_t + pp_p2p + host_t
+        per_mb = compute + stream + slowest + tp_t + cp_t + ep_t + pp_p2p[i] + host_t
         stages.append(
             {
                 "layers": float(n),
@@ -1434,7 +1467,7 @@ def _stages(
                 "cp_hidden": cp_h,
                 "tp_hidden": tp_h,
                 "ep_comm": ep_t,
-                "pp_comm": pp_p2p,
+                "pp_comm": pp_p2p[i],
                 "host": host_t,
                 "slowest_gpu": slowest,
                 "per_micro_batch_s": per_mb,
