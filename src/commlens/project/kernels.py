@@ -20,6 +20,7 @@ Backward of a memory-bound kernel moves twice its forward bytes; of the attentio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
@@ -259,6 +260,27 @@ OP_POLICY = {
     "experts_in": 0.5,
     "experts_out": 1.0,
 }
+
+
+# The op policy and TP's collectives [27 s14 tt8btp]: the policy returns PREFER_RECOMPUTE for every op outside
+# _save_list, collectives included. _save_list (torchtitan 820504e models/llama3/parallelize_llama.py) holds
+# _c10d_functional.reduce_scatter_tensor, so the row-parallel outputs are kept, but not all_gather_into_tensor, so the
+# sequence-parallel all-gathers of the attention's and the FFN's inputs are run again in the backward: the recomputed
+# K and up (w3) projections and the column-parallel linears' weight gradients read the gathered input. Eager, torch's
+# _CachedTorchDispatchMode re-runs what the policy does not save; compiled, torch/utils/checkpoint.py
+# _CachingTorchDispatchMode writes the policy into each traced node's meta["recompute"], and
+# torch/_functorch/partitioners.py honours it (must_recompute: MUST_RECOMPUTE or PREFER_RECOMPUTE; solve_min_cut's
+# inf-capacity edge "marked by checkpoint policy"; force_save_collectives pins only the collectives outside a user
+# AC region, pytorch/pytorch#147561). One all-gather again per column-parallel block and micro-batch.
+OP_SAC_TP_REGATHERED = ("qkv", "ffn_in")
+
+
+def op_sac_tp_regathers(redo: frozenset[str], tp: int, sp: bool, names: Sequence[str]) -> int:
+    """TP all-gathers per layer and micro-batch that torchtitan's op-level policy (``op`` in ``redo``) runs again
+    in the backward under sequence parallelism: one per column-parallel block the layer has (attention, dense FFN)."""
+    if "op" not in redo or tp <= 1 or not sp:
+        return 0
+    return sum(1 for n in OP_SAC_TP_REGATHERED if n in names)
 
 
 def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
