@@ -37,18 +37,28 @@ def test_every_row_projects_and_async_tp_raises_each_pair():
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
     for vanilla, asynctp in zip(res[0::2], res[1::2], strict=True):
         assert asynctp.predicted > vanilla.predicted
-    # measured at session 14 (main 98d19d4 + this table): 70B +8.6/+9.5/+9.9/+1.6%, 8B +21.1/+17.3/+29.2/+22.0%
+    # measured at session 14 (main 98d19d4 + this table): 70B +8.6/+9.5/+9.9/+1.6%, 8B +21.1/+17.3/+29.2/+22.0%;
+    # after [27 s14 tt8btp] 70B -0.1/+7.8/+0.9/-0.5%, 8B +3.4/+11.3/+13.6/+16.2%
     errs = [s.error for s in res]
-    assert all(e is not None and 0.0 < e < 0.35 for e in errs)
+    assert all(e is not None and abs(e) < 0.35 for e in errs)
+
+
+# [27 s14 asynctp25] the model gave +7.6% (70B) and +3.5% (8B); since [27 s14 tt8btp] (vanilla TP's dim-1 collective
+# copies, which async TP fuses) +14.8% and +12.2% against the published +16.4% and +9.7%
+def test_the_model_gives_async_tps_float8_gain():
+    res = validate_set(load_set(TABLE))
+    for v, a in ((res[2], res[3]), (res[6], res[7])):
+        assert v.predicted is not None and a.predicted is not None
+        assert a.predicted / v.predicted == pytest.approx(a.published / v.published, abs=0.03)
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="[27 s14 asynctp25] async TP's gain on the float8 tensorwise pairs: published +16.4% (70B) and +9.7% "
-    "(8B), the model +7.6% and +3.5%; on the bf16 pairs published +9.2% / +9.9%, the model +10.1% / +6.5%",
+    reason="[27 s14 tt8btp] async TP's gain on the bf16 pairs: published +9.2% (70B) and +9.9% (8B), the model +17.8% "
+    "and +18.3% once vanilla TP pays its dim-1 collective copies: async TP's own costs are under-priced",
 )
-def test_the_model_gives_async_tps_float8_gain():
+def test_the_model_gives_async_tps_bf16_gain():
     res = validate_set(load_set(TABLE))
-    for v, a in ((res[2], res[3]), (res[6], res[7])):
+    for v, a in ((res[0], res[1]), (res[4], res[5])):
         assert v.predicted is not None and a.predicted is not None
         assert a.predicted / v.predicted == pytest.approx(a.published / v.published, abs=0.03)

@@ -75,4 +75,5 @@ def test_torchtitan_70b_2d_row_pays_torchao_s_tp_costs():
     p = project(w, load_topology("grand-teton-h100-96gb"), lay, 256)
     tps = 16 * 8192 / 8 / p.step_time_s
     assert tps < 829 * 1.08
-    assert tps == pytest.approx(887, rel=0.01)
+    # 887 before DTensor's dim-1 collective copies [27 s14 tt8btp]
+    assert tps == pytest.approx(815, rel=0.01)

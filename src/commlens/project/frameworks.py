@@ -351,6 +351,12 @@ class Framework(_Strict):
         "(kernels.fp8_tp_amax_reductions), and on GPUs whose fp8 GEMMs take only the TN layout the weight gradient "
         "transposes the gathered fp8 tensor (kernels.fp8_gather_transposes) [27 s10 fp8cs]",
     )
+    tp_seq_dim_copies: bool = Field(
+        default=False,
+        description="sequence parallelism through DTensor on [batch, seq, hidden] activations: torch's functional "
+        "all-gather / reduce-scatter on dim 1 copies the whole gathered or unreduced tensor (chunk + cat) around "
+        "each collective, except where async TP fuses it (kernels.seq_dim_copies) [27 s14 tt8btp]",
+    )
     torchao_float8_tp: bool = Field(
         default=False,
         description="with tp_fp8_all_gather, torchao's float8 TP (tensorwise dynamic scaling on DTensors): every cast "

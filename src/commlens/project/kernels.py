@@ -20,6 +20,7 @@ Backward of a memory-bound kernel moves twice its forward bytes; of the attentio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
@@ -60,6 +61,7 @@ KINDS = (
     "activation",
     "residual",
     "tp_reduce",
+    "tp_copy",
     "cp_ring",
     "moe_routing",
     "launch_gap",
@@ -259,6 +261,27 @@ OP_POLICY = {
     "experts_in": 0.5,
     "experts_out": 1.0,
 }
+
+
+# The op policy and TP's collectives [27 s14 tt8btp]: the policy returns PREFER_RECOMPUTE for every op outside
+# _save_list, collectives included. _save_list (torchtitan 820504e models/llama3/parallelize_llama.py) holds
+# _c10d_functional.reduce_scatter_tensor, so the row-parallel outputs are kept, but not all_gather_into_tensor, so the
+# sequence-parallel all-gathers of the attention's and the FFN's inputs are run again in the backward: the recomputed
+# K and up (w3) projections and the column-parallel linears' weight gradients read the gathered input. Eager, torch's
+# _CachedTorchDispatchMode re-runs what the policy does not save; compiled, torch/utils/checkpoint.py
+# _CachingTorchDispatchMode writes the policy into each traced node's meta["recompute"], and
+# torch/_functorch/partitioners.py honours it (must_recompute: MUST_RECOMPUTE or PREFER_RECOMPUTE; solve_min_cut's
+# inf-capacity edge "marked by checkpoint policy"; force_save_collectives pins only the collectives outside a user
+# AC region, pytorch/pytorch#147561). One all-gather again per column-parallel block and micro-batch.
+OP_SAC_TP_REGATHERED = ("qkv", "ffn_in")
+
+
+def op_sac_tp_regathers(redo: frozenset[str], tp: int, sp: bool, names: Sequence[str]) -> int:
+    """TP all-gathers per layer and micro-batch that torchtitan's op-level policy (``op`` in ``redo``) runs again
+    in the backward under sequence parallelism: one per column-parallel block the layer has (attention, dense FFN)."""
+    if "op" not in redo or tp <= 1 or not sp:
+        return 0
+    return sum(1 for n in OP_SAC_TP_REGATHERED if n in names)
 
 
 def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
@@ -607,9 +630,11 @@ def layer_kernels(
                     _weight_cast(b, layout, sum(k * n for _, k, n in linears) + mats * h * f_t, len(linears) + 2)
                 )
             out += fp8_gather_transposes(b, w, layout, s, False)
+        out += seq_dim_copies(b, w, layout, s, False)
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
     # an MoE layer's FFN half is not a TP matmul pair: the attention half's reduce-scatters only
     out += _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS // 2)
+    out += seq_dim_copies(b, w, layout, s, True)
     if fp8:
         out += fp8_gather_transposes(b, w, layout, s, True)
     return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
@@ -761,6 +786,53 @@ def async_tp_unfused_reduce_scatters(fw: Framework, layout: ParallelLayout, tp: 
     if not (layout.tp_comm_overlap and tp > 1 and fw.overlap.tp == "async_tp"):
         return 0
     return ASYNC_TP_REDUCE_SCATTERS // 2 if moe else ASYNC_TP_REDUCE_SCATTERS
+
+
+# DTensor's sequence parallelism gathers and scatters the sequence dimension, dim 1 of torchtitan's [batch, seq, hidden]
+# activations (SequenceParallel / PrepareModuleInput Shard(1) <-> Replicate, RowwiseParallel output_layouts Shard(1)),
+# and torch's functional collectives move dim 0 only: torch/distributed/_functional_collectives.py
+# all_gather_tensor runs all_gather_into_tensor and then torch.cat(torch.chunk(res, group_size, dim=0),
+# dim=gather_dim), reduce_scatter_tensor runs torch.cat(torch.chunk(self, group_size, dim=scatter_dim)) before
+# reduce_scatter_tensor: one copy of the whole gathered (or unreduced) tensor per collective, a read and a write of
+# each element (pytorch/torchtitan#437: "an extra aten.cat after each collective", the two cats of one FFN 0.18 ms of
+# its 3 ms on H100 at 8k tokens). Compiled, the copy stays: Inductor's micro-pipeline TP pass matches exactly this
+# cat(split(wait(all_gather_into_tensor))) / reduce_scatter_tensor(cat(split)) pattern
+# (torch/_inductor/fx_passes/micro_pipeline_tp.py find_all_gather_patterns, find_reduce_scatter_patterns) and, under
+# async TP, replaces it with the fused op, which works on the shards in the moved layout (movedim, no whole-tensor
+# copy; torch/distributed/_symmetric_memory _fused_all_gather_matmul_impl); the backward's reduce-scatters it leaves
+# to NCCL (async_tp_unfused_reduce_scatters) keep theirs. [27 s14 tt8btp]
+
+
+def seq_dim_copies(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, moe: bool) -> list[Kernel]:
+    """The copies of DTensor's dim-1 sequence-parallel collectives of one layer and micro-batch
+    (``Framework.tp_seq_dim_copies``): forward, each column-parallel block's all-gather (fp8 where the stack gathers
+    fp8) and each row-parallel output's reduce-scatter (16-bit); backward, the output-gradient all-gathers and the
+    input-gradient reduce-scatters, and the all-gathers torchtitan's op policy runs again (op_sac_tp_regathers).
+    Under async TP only the backward's unfused reduce-scatters keep theirs. None without TP or sequence parallelism."""
+    if not (b.fw.tp_seq_dim_copies and s.tp > 1 and s.sp):
+        return []
+    blocks = 1 if moe else 2  # an MoE layer's FFN half is not a TP pair
+    elements = s.tokens * w.hidden
+    ag_bytes = 1.0 if tp_fp8_all_gather(b.fw, w, layout) else 2.0
+    ag, rs = stream_time_s(b.dev, 2 * elements * ag_bytes), stream_time_s(b.dev, 2 * elements * 2.0)
+    unfused = async_tp_unfused_reduce_scatters(b.fw, layout, s.tp, moe)
+    if unfused:
+        return [Kernel("tp_seq_copy", "tp_copy", 0.0, unfused * rs, 0.0, bwd_launches=unfused)]
+    from commlens.project.memory import recomputed_modules
+
+    names = ("qkv",) if moe else ("qkv", "ffn_in")
+    again = op_sac_tp_regathers(recomputed_modules(layout), s.tp, s.sp, names)
+    return [
+        Kernel(
+            "tp_seq_copy",
+            "tp_copy",
+            blocks * (ag + rs),
+            blocks * (ag + rs) + again * ag,
+            2 * blocks,
+            bwd_launches=2 * blocks + again,
+            nbytes=2 * elements * blocks * (ag_bytes + 2.0),
+        )
+    ]
 
 
 def _async_tp_reduce(

@@ -53,6 +53,7 @@ from commlens.project.kernels import (
     fp8_tp_amax_reductions,
     graph_shares,
     layer_kernels,
+    op_sac_tp_regathers,
     recompute_share,
     tp_fp8_all_gather,
     unfused_factor,
@@ -1073,7 +1074,11 @@ def _fp8_amax_reduce_s(c: _Setup, kernels: list[Kernel]) -> float:
     fwd, bwd = fp8_tp_amax_reductions(c.fw, c.w, c.layout, c.r.tp, moe)
     if not fwd + bwd:
         return 0.0
-    return (fwd * c.fwd_passes + bwd) * c.comm("all_reduce", 4.0, c.r.groups["tp"])
+    # torchtitan's op-level policy keeps aten.max's output (_save_list) but not the all-reduce DTensor issues on it
+    # (its Partial(max) made Replicate by the scale's clamp): the recomputed casts reduce their amax again, as the
+    # gathers (kernels.op_sac_tp_regathers) [27 s14 tt8btp]
+    passes = c.fwd_passes + (1.0 if _op_sac_regathers(c, kernels) else 0.0)
+    return (fwd * passes + bwd) * c.comm("all_reduce", 4.0, c.r.groups["tp"])
 
 
 def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) -> tuple[float, float, float]:
@@ -1083,6 +1088,8 @@ def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) ->
     all-reduce). ``gemm_s``: the layer's GEMM seconds, forward passes and backward."""
     layout, fw, t = c.layout, c.fw, c.r.tp
     tp_t, tp_hid, tp_whole = lc.tp_pass * (c.fwd_passes + 1.0), 0.0, 0.0
+    # torchtitan's op-level policy gathers the column-parallel inputs again in the backward [27 s14 tt8btp]
+    tp_t += _op_sac_regathers(c, kernels) * lc.tp_ag
     if t <= 1:
         return tp_t, tp_hid, tp_whole
     if layout.tp_comm_overlap and fw.overlap.tp == "async_tp":
@@ -1103,14 +1110,24 @@ def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) ->
     return tp_t + col_exposed, tp_hid + col_hidden, tp_whole
 
 
-def _async_tp_pairs(kernels: Sequence[Kernel], lc: _LayerComm, fwd_passes: float) -> list[tuple[str, float, float]]:
+def _op_sac_regathers(c: _Setup, kernels: Sequence[Kernel]) -> int:
+    """TP all-gathers of one layer and micro-batch that torchtitan's op-level policy runs again in the backward
+    (kernels.op_sac_tp_regathers) [27 s14 tt8btp]."""
+    return op_sac_tp_regathers(recomputed_modules(c.layout), c.r.tp, c.sp, [k.name for k in kernels])
+
+
+def _async_tp_pairs(
+    kernels: Sequence[Kernel], lc: _LayerComm, fwd_passes: float, regathers: Sequence[float] = ()
+) -> list[tuple[str, float, float]]:
     """torch's micro-pipelined collectives of one layer, one micro-batch: (all_gather or reduce_scatter, its
     seconds, the GEMM seconds of the matmul it is fused with). Forward (each pass): the all-gather before QKV, the
     reduce-scatter after the output projection, the all-gather before the FFN's input projections, the
     reduce-scatter after its down projection (fused_all_gather_matmul, fused_matmul_reduce_scatter); backward: the
     all-gathers of the row-parallel projections' output gradients, each fused with that projection's data-gradient
     GEMM (half its backward; the weight gradient reads the gathered tensor after the fused op). A collective whose
-    GEMM the layer lacks (an MoE layer's FFN half) has no pair."""
+    GEMM the layer lacks (an MoE layer's FFN half) has no pair. ``regathers``: the share of the QKV and FFN-in
+    forwards that torchtitan's op-level policy recomputes where it gathers those inputs again in the backward (K,
+    up): each such all-gather is fused with the recomputed matmul it feeds [27 s14 tt8btp]."""
     fwd = {k.name: k.fwd_s * fwd_passes for k in kernels}
     dgrad = {k.name: k.bwd_s / 2.0 for k in kernels}
     f_ag, f_rs = lc.tp_ag * fwd_passes, lc.tp_rs * fwd_passes
@@ -1122,6 +1139,8 @@ def _async_tp_pairs(kernels: Sequence[Kernel], lc: _LayerComm, fwd_passes: float
         ("all_gather", lc.tp_ag, dgrad, "attention_out"),
         ("all_gather", lc.tp_ag, dgrad, "ffn_out"),
     ]
+    redone = {name: {k: v * share for k, v in fwd.items()} for name, share in zip(("qkv", "ffn_in"), regathers)}
+    wanted += [("all_gather", lc.tp_ag, redone[name], name) for name in redone]
     return [(op, comm_s, gemms[name]) for op, comm_s, gemms, name in wanted if name in gemms]
 
 
@@ -1144,7 +1163,12 @@ def _async_tp_time(
     t = c.r.tp
     exposed = hidden = 0.0
     paired_c = paired_g = 0.0
-    for op, comm_s, mm_s in _async_tp_pairs(kernels, lc, c.fwd_passes):
+    regathers: tuple[float, ...] = ()
+    if _op_sac_regathers(c, kernels):
+        regathers = tuple(
+            recompute_share(n, recomputed_modules(c.layout), c.w) / c.fwd_passes for n in ("qkv", "ffn_in")
+        )
+    for op, comm_s, mm_s in _async_tp_pairs(kernels, lc, c.fwd_passes, regathers):
         floor = comm_s / t if op == "reduce_scatter" else 0.0
         e = max(floor, comm_s - mm_s * (t - 1) / t)
         exposed, hidden = exposed + e, hidden + comm_s - e
