@@ -42,8 +42,9 @@ def test_the_8b_rows_pay_two_more_all_gathers_a_layer_than_a_policy_that_keeps_t
     assert 0.09 < extra < 0.16
     res = validate_set(load_set(TABLE))
     # session 14: 8B +21.1 / +17.3 / +29.2 / +22.0%; with the regathers +15.0 / +14.0 / +24.8 / +19.6%; with the
-    # dim-1 copies as well (test_vanilla_sequence_parallel_pays_a_copy_per_collective) +3.4 / +11.3 / +13.6 / +16.2%
-    assert [round(s.error, 3) for s in res[4:]] == [0.034, 0.113, 0.136, 0.162]
+    # dim-1 copies as well (test_vanilla_sequence_parallel_pays_a_copy_per_collective) +3.4 / +11.3 / +13.6 / +16.2%;
+    # with async TP's seq-major layout copies (tests/test_project_asyncbf16.py) the bf16 async row +5.6%
+    assert [round(s.error, 3) for s in res[4:]] == [0.034, 0.056, 0.136, 0.162]
 
 
 def _kernels(row, **layout):
@@ -58,8 +59,10 @@ def test_vanilla_sequence_parallel_pays_a_copy_per_collective_and_async_tp_fuses
     vanilla, asynctp = _kernels(table.rows[0]), _kernels(table.rows[1])  # 70B bf16, full AC
     # 80 layers x (2 forward passes x 4 + 4 backward) copies of 16 x 8192 x 8192 bf16 (2.15 GB, read and write)
     assert 1.9 < vanilla.kernels["tp_copy"] < 2.4
-    # async TP: only the 2 backward reduce-scatters it leaves to NCCL keep theirs
-    assert 0.3 < asynctp.kernels["tp_copy"] < 0.5  # 80 layers x 2 backward copies
+    # async TP: only the 2 backward reduce-scatters it leaves to NCCL keep theirs (80 layers x 2 backward copies,
+    # 0.36 s); the rest of tp_copy is the weight gradients' copies of its seq-major tensors [27 s14 asyncbf16]
+    assert 1.0 < asynctp.kernels["tp_copy"] < 1.35
     res = validate_set(table)
     # session 14 before: 70B +8.6 / +9.5 / +9.9 / +1.6%
-    assert [round(s.error, 3) for s in res[:4]] == [-0.001, 0.078, 0.009, -0.005]
+    # session 14 after [27 s14 asyncbf16]: the bf16 async row +7.8% -> +4.1%
+    assert [round(s.error, 3) for s in res[:4]] == [-0.001, 0.041, 0.009, -0.005]

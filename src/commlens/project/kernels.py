@@ -39,6 +39,7 @@ __all__ = [
     "MODULES",
     "FP8_RECIPES",
     "Fp8Recipe",
+    "async_tp_layout_copies",
     "async_tp_unfused_reduce_scatters",
     "fp8_cast_bytes",
     "fp8_recipe",
@@ -817,7 +818,8 @@ def seq_dim_copies(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerSha
     ag, rs = stream_time_s(b.dev, 2 * elements * ag_bytes), stream_time_s(b.dev, 2 * elements * 2.0)
     unfused = async_tp_unfused_reduce_scatters(b.fw, layout, s.tp, moe)
     if unfused:
-        return [Kernel("tp_seq_copy", "tp_copy", 0.0, unfused * rs, 0.0, bwd_launches=unfused)]
+        kept = Kernel("tp_seq_copy", "tp_copy", 0.0, unfused * rs, 0.0, bwd_launches=unfused)
+        return [kept] + async_tp_layout_copies(b, w, s, moe)
     from commlens.project.memory import recomputed_modules
 
     names = ("qkv",) if moe else ("qkv", "ffn_in")
@@ -833,6 +835,39 @@ def seq_dim_copies(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerSha
             nbytes=2 * elements * blocks * (ag_bytes + 2.0),
         )
     ]
+
+
+# torch's async TP keeps the sequence-major layout it gathers in (torch/distributed/_symmetric_memory/__init__.py,
+# torch 2.6-2.8: _fused_all_gather_matmul_impl moves gather_dim to the front, consumes the shards and returns A and the
+# outputs as unflatten(...).movedim(0, gather_dim); the Meta kernel _fused_all_gather_matmul_fallback gives A the same
+# strides, view(TP, *shard).movedim(gather_dim + 1, 1).flatten(0, 1).movedim(0, gather_dim)). With DTensor's dim-1
+# gathers of [batch, seq, hidden] that is a [batch, seq, hidden] tensor stored seq-major, contiguous only at batch 1.
+# Inductor's pass hands it to the all-gather's other users (torch/_inductor/fx_passes/micro_pipeline_tp.py
+# fuse_all_gather_matmul: all_gather.replace_with(new_ag_node); return_A is dropped only when nothing else reads it):
+# the weight gradient of the linears it feeds reads it as a [batch * seq, hidden] matrix, a reshape that is no view
+# of that layout, so Inductor copies it before the mm (one read and write of the whole gathered tensor): the
+# column-parallel blocks' gathered inputs and the row-parallel projections' gathered output gradients. The
+# fused_matmul_reduce_scatter's input is forced to the same order (restride_A_for_fused_matmul_reduce_scatter,
+# force_stride_order), so the row-parallel projections' local inputs are copied for their weight gradient too. Under
+# fp8 linears every GEMM input is cast (and torchao's preprocess_addmm copies the weight gradient's operands) in any
+# layout: no copy of its own. Vanilla TP's gathers come out batch-major (the chunk + cat of seq_dim_copies).
+# [27 s14 asyncbf16]
+ASYNC_TP_LAYOUT_COPY_BYTES = 4.0  # per element: a 16-bit read and write
+
+
+def async_tp_layout_copies(b: _Builder, w: Workload, s: LayerShape, moe: bool) -> list[Kernel]:
+    """The weight gradients' copies of the seq-major tensors torch's async TP leaves (see ASYNC_TP_LAYOUT_COPY_BYTES),
+    one layer and micro-batch, in the backward: the gathered inputs of the column-parallel blocks and the gathered
+    output gradients of the row-parallel projections (each the whole gathered tensor), and the row-parallel
+    projections' local inputs. None at one sequence a micro-batch (the layout is then contiguous) or under fp8."""
+    if w.micro_batch <= 1 or w.precision == "fp8":
+        return []
+    blocks = 1 if moe else 2  # an MoE layer's FFN half is not a TP pair
+    row_inputs = w.attention_linears(s.tp)[-1][1] + (0.0 if moe else w.ffn_hidden / s.tp)
+    elements = s.tokens * (2 * blocks * w.hidden + row_inputs)
+    nbytes = ASYNC_TP_LAYOUT_COPY_BYTES * elements
+    copies = 3 * blocks
+    return [Kernel("tp_layout_copy", "tp_copy", 0.0, stream_time_s(b.dev, nbytes), 0, bwd_launches=copies)]
 
 
 def _async_tp_reduce(
