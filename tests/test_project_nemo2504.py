@@ -1,0 +1,39 @@
+"""[27 s15 nemo2504] Held-out published table nemo-perf-25.04: the NeMo Framework performance summary of the NeMo 25.04
+container, DGX-GB200 pre-training, FP8 with per-tensor current scaling (docs.nvidia.com, archive
+25.04-performance-summary.html). Nothing in the model was fitted to it; settings from NVIDIA/NeMo v2.3.0
+scripts/performance (docs/project.md [27 s15 nemo2504])."""
+
+from __future__ import annotations
+
+from commlens.project.validate import load_set, validate_set
+
+TABLE = "nemo-perf-25.04"
+
+
+def test_the_table_holds_the_pages_gb200_pretraining_rows():
+    table = load_set(TABLE)
+    assert table.metric == "tokens_per_s_per_gpu"
+    assert "25.04-performance-summary.html" in table.source and "v2.3.0" in table.source
+    got = [(r.workload, r.topology, r.gpus, r.published) for r in table.rows]
+    assert got == [
+        ("gpt3-175b", "gb200-nvl72", 128, 1804),
+        ("llama3-8b", "gb200-nvl72", 8, 33099),
+        ("llama3-70b", "gb200-nvl72", 64, 4035),
+        ("llama3-405b", "gb200-nvl72", 128, 665),
+        ("nemotron4-15b", "gb200-nvl72", 64, 17809),
+        ("nemotron4-340b", "gb200-nvl72", 128, 737),
+        ("mixtral-8x7b", "gb200-nvl72", 64, 19275),
+        ("mixtral-8x22b", "gb200-nvl72", 256, 2731),
+    ]
+    # the page's recipe is FP8 current scaling on every row; the FSDP row is Megatron FSDP
+    assert all(r.layout["fp8_recipe"] == "current" and r.overrides["precision"] == "fp8" for r in table.rows)
+    assert table.rows[2].layout["zero"] == 3
+    # GBS = MBS x DP x GA on every row (the 8x22B row's swapped GBS / MBS cells read as 64 / 1)
+    ga = [16, 8, 2, 32, 2, 8, 2, 16]
+    for r, g in zip(table.rows, ga, strict=True):
+        assert r.overrides["global_batch"] == r.overrides["micro_batch"] * r.layout["dp"] * g
+
+
+def test_every_row_projects_none_refused():
+    res = validate_set(load_set(TABLE))
+    assert all(s.predicted is not None for s in res), [s.refused for s in res]
