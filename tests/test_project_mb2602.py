@@ -95,3 +95,21 @@ def test_the_26_02_profile_reads_hopper_attention_at_cudnn_9_4():
     table = load_set("megatron-bridge-perf-26.02.01-dense")
     h100 = validate_set(table)[4]  # Llama 3 70B on 64 H100: slower under cuDNN 9.4's attention than under 9.19's
     assert -0.08 < h100.error < -0.06
+
+
+def test_the_26_04_01_gb200_mxfp8_70b_row_records_the_recipes_tp_comm_overlap():
+    """Read for the 26.02.01 table: llama3_70b_pretrain_config sets tp_comm_overlap True and the GB200 function keeps it
+    for MXFP8 (Megatron-Bridge 1f0cfc3b and 21d102f5 alike), so the 26.04.01 row of the same base config (TP 2, PP 4 x
+    VP 5) records it too: -2.7% -> -0.8% against its 3712 tokens/s/GPU, the same projection as the 26.02.01 row."""
+    old = load_set("megatron-bridge-perf-26.04.01-dense")
+    new = load_set("megatron-bridge-perf-26.02.01-dense")
+    a, b = old.rows[3], new.rows[1]
+    assert (
+        (a.topology, a.layout["tp"], a.layout["vpp"])
+        == ("gb200-nvl72", 2, 5)
+        == (b.topology, b.layout["tp"], b.layout["vpp"])
+    )
+    assert a.layout["tp_comm_overlap"] is True and b.layout["tp_comm_overlap"] is True
+    pa, pb = validate_set(old)[3], validate_set(new)[1]
+    assert abs(pa.predicted - pb.predicted) < 1e-6 * pb.predicted
+    assert -0.012 < pa.error < -0.004
