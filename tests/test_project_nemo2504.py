@@ -5,6 +5,8 @@ scripts/performance (docs/project.md [27 s15 nemo2504])."""
 
 from __future__ import annotations
 
+import pytest
+
 from commlens.project.validate import load_set, validate_set
 
 TABLE = "nemo-perf-25.04"
@@ -37,3 +39,22 @@ def test_the_table_holds_the_pages_gb200_pretraining_rows():
 def test_every_row_projects_none_refused():
     res = validate_set(load_set(TABLE))
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
+
+
+def test_the_rows_run_the_25_04_containers_attention():
+    """[27 s15 nemo2504lib] The 25.04 container shipped cuDNN 9.7.0.66; its rows read Blackwell attention at the nearest
+    measured family (cuDNN 9.10-9.13), not megatron-core's 2026 curve, and the attention-heavy 405B row (CP 2, 8K)
+    projects slower for it."""
+    from commlens.project.frameworks import framework
+
+    fw, base = framework("nemo-25.04"), framework("megatron-core")
+    assert fw.release_of == "nemo"
+    assert fw.attention_kernel("blackwell") == "cudnn_9.13" and base.attention_kernel("blackwell") != "cudnn_9.13"
+    differ = {k for k, v in fw.model_dump().items() if v != base.model_dump()[k]}
+    assert differ == {"name", "title", "source", "release_of", "attention"}
+    table = load_set(TABLE)
+    assert {r.layout["framework"] for r in table.rows} == {"nemo-25.04"}
+    errors = [s.error for s in validate_set(table)]
+    # GPT3-175B, 8B, 70B, 405B, 15B, 340B, 8x7B, 8x22B (megatron-core's attention gave +0.1, -7.6, +1.4, +14.5, +6.7,
+    # +17.6, -3.3, +11.0%)
+    assert errors == pytest.approx([-0.039, -0.132, -0.021, +0.089, +0.019, +0.153, -0.062, -0.024], abs=0.002)
