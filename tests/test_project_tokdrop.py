@@ -135,9 +135,11 @@ def test_only_the_25_09_token_drop_runs_state_it():
         if r.layout.get("moe_capacity_factor") is not None
     ]
     # [27 s15 nemo2502] and the two Mixtral rows of nemo-perf-25.02, whose NeMo v2.2.1 recipes add
-    # MegatronTokenDropCallback (capacity factor 1.0 with padding)
-    assert {name for name, _, _ in stated} == {"megatron-bridge-perf-25.09", "nemo-perf-25.02"}
-    assert sorted(w for name, _, w in stated if name == "nemo-perf-25.02") == ["mixtral-8x22b", "mixtral-8x7b"]
+    # MegatronTokenDropCallback (capacity factor 1.0 with padding); [27 s15 gbvsb] and nemo-perf-25.04's two, whose NeMo
+    # v2.3.0 scripts build the recipes' performance_mode with the same callback
+    assert {name for name, _, _ in stated} == {"megatron-bridge-perf-25.09", "nemo-perf-25.02", "nemo-perf-25.04"}
+    for nemo in ("nemo-perf-25.02", "nemo-perf-25.04"):
+        assert sorted(w for name, _, w in stated if name == nemo) == ["mixtral-8x22b", "mixtral-8x7b"]
     rows = load_set("megatron-bridge-perf-25.09").rows
     tokendrop = [r for r in rows if "'(tokendrop)'" in r.note]
     assert len([s for s in stated if s[0] == "megatron-bridge-perf-25.09"]) == len(tokendrop) == 12
