@@ -25,6 +25,9 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "gpt-oss-120b": 116.8,  # OpenAI gpt-oss model card (arXiv 2508.10925): 116.8B total parameters
     "gpt-oss-20b": 20.9,  # the same card, Table 1: 20.9B total parameters
     "bloom-176b": 176.247,  # Le Scao et al., arXiv 2211.05100 (BLOOM): 176,247M parameters
+    "olmo2-7b": 7.30,  # allenai/OLMo-2-1124-7B model card: 7.3B ('2 OLMo 2 Furious', arXiv 2501.00656)
+    "olmo2-13b": 13.7,  # allenai/OLMo-2-1124-13B model card: 13.7B
+    "olmo-core-1b-2024": 1.336,  # OLMo-core TransformerConfig.olmo_1B num_params at e27ba745 (no model card)
 }
 
 
