@@ -72,9 +72,11 @@ def test_every_row_projects_and_the_figures_are_as_recorded():
     # docs/project.md [27 s14 fp8foundry]: every row was optimistic, the long-sequence rows (32768 tokens) by +45-65%
     # in bf16 and fp8 alike, under FlashAttention-2's rate; [27 s14 mptattn]: at FlashAttention v1's (the runs'
     # attn_impl triton) the 32768-token rows are -17..-23%, the 512-token rows within 3%; the modelled fp8 gain over
-    # bf16 exceeds the published one by +6.5, +1.4, +5.7, -0.0, -3.2% (it was +12.7, +8.5, +7.5, +4.4, -1.6%)
+    # bf16 exceeds the published one by +6.5, +1.4, +5.7, -0.0, -3.2% (it was +12.7, +8.5, +7.5, +4.4, -1.6%);
+    # [27 s15 h100fp8cuda] with the fp8 GEMMs at the H100's CUDA 12.1 fp8 plateau: +5.8, -0.3, +1.8, -0.5, -6.2%, the
+    # 512-token fp8 rows -1.2 and -5.3% (were +2.6, -2.3%)
     assert all(e < 0 for e in errors[0:4] + errors[6:8])
-    assert max(abs(e) for e in errors[4:6] + errors[8:]) < 0.03
+    assert max(abs(e) for e in errors[4:6] + errors[8:]) < 0.06
     gain = [(1 + f) / (1 + b) - 1 for b, f in zip(errors[0::2], errors[1::2], strict=True)]
-    assert gain == pytest.approx([0.065, 0.014, 0.057, 0.0, -0.032], abs=0.002)
-    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.107, abs=0.01)
+    assert gain == pytest.approx([0.058, -0.003, 0.018, -0.005, -0.062], abs=0.002)
+    assert sum(abs(e) for e in errors) / len(errors) == pytest.approx(0.111, abs=0.01)

@@ -72,7 +72,8 @@ def test_every_row_projects_none_refused_and_the_errors_are_recorded():
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
     errors = [s.error for s in res]
     # docs/project.md [27 s15 olmocore]: under torchtitan's profile the rows were -12.3, -16.0, -0.8, -1.3, +1.2,
-    # +1.0, +9.3, +23.3, -1.2, -4.6%
+    # +1.0, +9.3, +23.3, -1.2, -4.6%; [27 s15 h100fp8cuda] the FP8 rows with their GEMMs at the H100's CUDA 12.1 fp8
+    # plateau (were -6.9, +7.5, +6.3, +32.3, +4.5%)
     assert errors == pytest.approx(
-        [-0.076, -0.069, +0.012, +0.075, +0.005, +0.063, +0.102, +0.323, +0.035, +0.045], abs=0.002
+        [-0.076, -0.089, +0.012, +0.039, +0.005, +0.027, +0.102, +0.276, +0.035, +0.025], abs=0.002
     )

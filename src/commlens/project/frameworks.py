@@ -247,7 +247,8 @@ class Framework(_Strict):
     cuda: str | None = Field(
         default=None,
         description="the CUDA toolkit of the stack's published runs where it is older than the device's measured "
-        "GEMM plateau's: GEMMs run at the device's gemm_efficiency_by_cuda for it (None: the device's plateau)",
+        "GEMM plateau's: bf16 GEMMs run at the device's gemm_efficiency_by_cuda for it, fp8 GEMMs at its "
+        "fp8_gemm_efficiency_by_cuda where it has one (None: the device's plateaus)",
     )
     optimizer_impl: Literal["fused", "foreach"] = Field(
         default="fused",

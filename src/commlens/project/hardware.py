@@ -98,6 +98,14 @@ class Device(StrictSpec):
         None, gt=0, le=1, description="the plateau for fp8 GEMMs, of the fp8 peak (None: as gemm_efficiency)"
     )
     fp8_gemm_efficiency_origin: str = Field(default="", description="where fp8_gemm_efficiency comes from")
+    fp8_gemm_efficiency_by_cuda: dict[str, float] = Field(
+        default_factory=dict,
+        description="the fp8 plateau measured under an older CUDA toolkit, by version, of the fp8 peak: what the fp8 "
+        "GEMMs of a stack whose profile names that `cuda` reach instead of fp8_gemm_efficiency [27 s15 h100fp8cuda]",
+    )
+    fp8_gemm_efficiency_by_cuda_origin: str = Field(
+        default="", description="where fp8_gemm_efficiency_by_cuda comes from"
+    )
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streaming kernels reach")
     memory_efficiency_origin: str = Field(min_length=1, description="where memory_efficiency comes from")
     gemm_shape: GemmShape | None = Field(None, description="calibrated tile throughputs and K overhead")

@@ -376,9 +376,16 @@ def project(
 
 def _cuda_gemm_ratio(dev: Device, fw: Framework, fp8: bool) -> float:
     """A stack whose runs used an older CUDA toolkit than the device's measured plateau: its bf16 GEMMs at the
-    plateau measured under that toolkit (accelerators.yaml gemm_efficiency_by_cuda), relative to the device's.
-    [27 s14 h100fsdp]"""
-    if fp8 or fw.cuda is None or fw.cuda not in dev.gemm_efficiency_by_cuda:
+    plateau measured under that toolkit (accelerators.yaml gemm_efficiency_by_cuda), relative to the device's
+    [27 s14 h100fsdp]; its fp8 GEMMs likewise where the device has an fp8 figure for that toolkit
+    (fp8_gemm_efficiency_by_cuda, relative to fp8_gemm_efficiency) [27 s15 h100fp8cuda]."""
+    if fw.cuda is None:
+        return 1.0
+    if fp8:
+        if fw.cuda not in dev.fp8_gemm_efficiency_by_cuda or not dev.fp8_gemm_efficiency:
+            return 1.0
+        return dev.fp8_gemm_efficiency_by_cuda[fw.cuda] / dev.fp8_gemm_efficiency
+    if fw.cuda not in dev.gemm_efficiency_by_cuda:
         return 1.0
     return dev.gemm_efficiency_by_cuda[fw.cuda] / dev.gemm_efficiency
 
