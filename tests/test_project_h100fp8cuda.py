@@ -40,18 +40,20 @@ def test_fp8_gemms_of_a_cuda_12_1_stack_run_at_its_rate():
     old, new = _row(OLMO, 3, "torchtitan"), _row(OLMO, 3, "olmo-core")
     ratio = new.kernels["gemm"] / old.kernels["gemm"]
     assert 1.06 < ratio <= 0.655 / 0.607 + 1e-3
-    # bf16 twin: the [27 s14 h100fsdp] bf16 ratio, unchanged
+    # bf16 twin: the [27 s14 h100fsdp] bf16 ratio ([27 s15 cu121fix]: 785.5 TFLOP/s at cu121, the same finder)
     b_old, b_new = _row(OLMO, 2, "torchtitan"), _row(OLMO, 2, "olmo-core")
-    assert b_new.kernels["gemm"] / b_old.kernels["gemm"] == pytest.approx(0.714 / 0.667, rel=0.01)
+    assert b_new.kernels["gemm"] / b_old.kernels["gemm"] == pytest.approx(0.714 / 0.709, rel=0.002)
 
 
 def test_recorded_figures():
     olmo = [s.error for s in validate_set(load_set(OLMO))]
     # docs/project.md [27 s15 h100fp8cuda]: the FP8 rows 1B -6.9 -> -8.9, 7B +7.5 -> +3.9, 8B +6.3 -> +2.7,
-    # 13B +32.3 -> +27.6, 1B (mb 4) +4.5 -> +2.5%; BF16 rows unchanged; the table 8.1% -> 6.9%
+    # 13B +32.3 -> +27.6, 1B (mb 4) +4.5 -> +2.5%; BF16 rows unchanged; the table 8.1% -> 6.9%. [27 s15 cu121fix] the
+    # BF16 rows at the same finder's CUDA 12.1 bf16 plateau: -7.6/+1.2/+0.5/+10.2/+3.5% -> -4.4/+5.4/+4.7/+14.6/+6.7%;
+    # the table 8.2%
     assert olmo[1::2] == pytest.approx([-0.089, 0.039, 0.027, 0.276, 0.025], abs=0.002)
-    assert olmo[0::2] == pytest.approx([-0.076, 0.012, 0.005, 0.102, 0.035], abs=0.002)
-    assert sum(abs(e) for e in olmo) / len(olmo) == pytest.approx(0.069, abs=0.002)
+    assert olmo[0::2] == pytest.approx([-0.044, 0.054, 0.047, 0.146, 0.067], abs=0.002)
+    assert sum(abs(e) for e in olmo) / len(olmo) == pytest.approx(0.082, abs=0.002)
     fdry = [s.error for s in validate_set(load_set(FOUNDRY_FP8))]
     # FP8 rows -17.9/-10.7/+2.6/-17.3/-2.3% -> -18.4/-12.2/-1.2/-17.7/-5.3%; the table 10.7% -> 11.1%
     assert fdry[1::2] == pytest.approx([-0.184, -0.122, -0.012, -0.177, -0.053], abs=0.002)
