@@ -50,10 +50,11 @@ def test_recorded_figures():
     # docs/project.md [27 s15 h100fp8cuda]: the FP8 rows 1B -6.9 -> -8.9, 7B +7.5 -> +3.9, 8B +6.3 -> +2.7,
     # 13B +32.3 -> +27.6, 1B (mb 4) +4.5 -> +2.5%; BF16 rows unchanged; the table 8.1% -> 6.9%. [27 s15 cu121fix] the
     # BF16 rows at the same finder's CUDA 12.1 bf16 plateau: -7.6/+1.2/+0.5/+10.2/+3.5% -> -4.4/+5.4/+4.7/+14.6/+6.7%;
-    # the table 8.2%
-    assert olmo[1::2] == pytest.approx([-0.089, 0.039, 0.027, 0.276, 0.025], abs=0.002)
+    # the table 8.2%. [27 s15 olmo13b] torchao's backward copy of the fp8 weights: FP8 rows -9.1/+3.0/+1.7/+25.4/+2.2%,
+    # the table 7.7%
+    assert olmo[1::2] == pytest.approx([-0.091, 0.030, 0.017, 0.254, 0.022], abs=0.002)
     assert olmo[0::2] == pytest.approx([-0.044, 0.054, 0.047, 0.146, 0.067], abs=0.002)
-    assert sum(abs(e) for e in olmo) / len(olmo) == pytest.approx(0.082, abs=0.002)
+    assert sum(abs(e) for e in olmo) / len(olmo) == pytest.approx(0.077, abs=0.002)
     fdry = [s.error for s in validate_set(load_set(FOUNDRY_FP8))]
     # FP8 rows -17.9/-10.7/+2.6/-17.3/-2.3% -> -18.4/-12.2/-1.2/-17.7/-5.3%; the table 10.7% -> 11.1%
     assert fdry[1::2] == pytest.approx([-0.184, -0.122, -0.012, -0.177, -0.053], abs=0.002)

@@ -74,7 +74,8 @@ def test_every_row_projects_none_refused_and_the_errors_are_recorded():
     # docs/project.md [27 s15 olmocore]: under torchtitan's profile the rows were -12.3, -16.0, -0.8, -1.3, +1.2,
     # +1.0, +9.3, +23.3, -1.2, -4.6%; [27 s15 h100fp8cuda] the FP8 rows with their GEMMs at the H100's CUDA 12.1 fp8
     # plateau (were -6.9, +7.5, +6.3, +32.3, +4.5%); [27 s15 cu121fix] the BF16 rows at the same finder's CUDA 12.1
-    # bf16 plateau (were -7.6, +1.2, +0.5, +10.2, +3.5%)
+    # bf16 plateau (were -7.6, +1.2, +0.5, +10.2, +3.5%); [27 s15 olmo13b] the FP8 rows with torchao's backward copy
+    # of the fp8 weights (were -8.9, +3.9, +2.7, +27.6, +2.5%)
     assert errors == pytest.approx(
-        [-0.044, -0.089, +0.054, +0.039, +0.047, +0.027, +0.146, +0.276, +0.067, +0.025], abs=0.002
+        [-0.044, -0.091, +0.054, +0.030, +0.047, +0.017, +0.146, +0.254, +0.067, +0.022], abs=0.002
     )

@@ -188,6 +188,14 @@ class Framework(_Strict):
         "is_first_microbatch, so TE does not keep the fp8 copy across micro-batches; otherwise the weight casts run "
         "once a step and are not charged [27 s14 fp8foundry]",
     )
+    fp8_weight_bwd_copy: bool = Field(
+        default=False,
+        description="torchao's Float8Linear: the data-gradient GEMM takes the fp8 weight column-major, so each "
+        "backward copies every gathered fp8 weight into that layout (float8_ops.py preprocess_addmm "
+        "b_data.t().contiguous().t(); 1 B read and 1 B written per weight element, each micro-batch). Charged where "
+        "FSDP gathers the weights in fp8 (fsdp_fp8_all_gather): the weight enters the linear already cast, so no "
+        "cast kernel can absorb the copy [27 s15 olmo13b]",
+    )
     fp8_bwd_casts_grad_only: bool = Field(
         default=False,
         description="an fp8 linear's backward casts only its output gradient (Transformer Engine: the forward's "

@@ -630,6 +630,9 @@ def layer_kernels(
                 out.append(
                     _weight_cast(b, layout, sum(k * n for _, k, n in linears) + mats * h * f_t, len(linears) + 2)
                 )
+            if b.fw.fp8_weight_bwd_copy and layout.fsdp_fp8_all_gather:
+                copies = len(linears) + (2 if b.fw.qkv_separate else 0) + n_in + 1  # one per weight tensor
+                out.append(_weight_bwd_copy(b, sum(k * n for _, k, n in linears) + mats * h * f_t, copies))
             out += fp8_gather_transposes(b, w, layout, s, False)
         out += seq_dim_copies(b, w, layout, s, False)
         return _with_gaps(out + _async_tp_reduce(b, w, layout, s, tokens * h, ASYNC_TP_REDUCE_SCATTERS), layout)
@@ -1543,6 +1546,18 @@ def _weight_cast(b: _Builder, layout: ParallelLayout, weights: float, launches: 
     return Kernel(
         "fp8_weight_cast", "fp8_cast", stream_time_s(b.dev, nbytes), 0.0, launches, nbytes=nbytes, bwd_launches=0.0
     )
+
+
+def _weight_bwd_copy(b: _Builder, weights: float, linears: int) -> Kernel:
+    """torchao Float8Linear's column-major copy of a dense layer's gathered fp8 weights for the data-gradient GEMMs,
+    once per backward (Framework.fp8_weight_bwd_copy): ``weights`` elements on this GPU, ``linears`` copies. torchao
+    v0.5.0 float8_linear.py manual_float8_matmul.backward runs ``torch.mm(grad_output, weight_fp8_t.t())``, whose
+    second operand is the row-major fp8 weight, and float8_ops.py preprocess_addmm makes it column-major for
+    torch._scaled_mm (``if is_row_major(b_data.stride()): b_data = b_data.t().contiguous().t()``; the same at
+    eab345c and 29de3e0a): 1 B read and 1 B written per element. The forward's ``weight_fp8.t()`` is already
+    column-major: no copy there [27 s15 olmo13b]."""
+    nbytes = 2.0 * weights
+    return Kernel("fp8_weight_transpose", "fp8_cast", 0.0, stream_time_s(b.dev, nbytes), 0, bwd_launches=linears)
 
 
 # [27 s10 mxcast] Transformer Engine's MXFP8 quantize kernel measured on Blackwell (efficiency.yaml mxfp8_quantize:
