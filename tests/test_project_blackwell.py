@@ -34,10 +34,14 @@ def test_gb300_computes_at_the_gb200s_dense_rate_with_its_own_attention():
 
 
 def test_gb200_fp8_gemms_run_at_the_sustained_rate():
-    """Azure's sustained cuBLASLt FP8 runs on ND GB200 v6 reach 0.804 of the GB200 MAMF where its H100/H200 runs reach
-    0.951/0.940 of the Hopper one: the GB200's FP8 plateau is its MAMF's (0.646) x 0.850."""
+    """Azure's sustained cuBLASLt FP8 run on ND GB200 v6 (CUDA 12.8) reaches 0.804 of the GB200 MAMF where its H200 run
+    at the same CUDA 12.8 and driver reaches 0.917 (best 1333.2) of the Hopper MAMF (1453.4, torch+cu128): the GB200's
+    FP8 plateau is its MAMF's (0.646) x 0.877. [27 s15 bwfp8ratio] The divisor was 0.9455, the H100/H200 runs at CUDA
+    12.6 (1382.2, 1366.3), which set a 12.6 cuBLASLt against the 12.8 MAMF and GB200 run: 0.549 then, 0.566 now."""
     gb200 = device_for(GB200)
-    assert gb200.fp8_gemm_efficiency == pytest.approx(3615.6 / 5000 * 0.893 * (2906.9 / 3615.6) / 0.9455, abs=1e-3)
+    hopper_kept = 1333.2 / 1453.4  # Azure's H200 re-run at CUDA 12.8 (AI-benchmarking-guide fork b408bf8) / MAMF
+    assert gb200.fp8_gemm_efficiency == pytest.approx(3615.6 / 5000 * 0.893 * (2906.9 / 3615.6) / hopper_kept, abs=1e-3)
+    assert gb200.fp8_gemm_efficiency > 0.56  # not the CUDA 12.6 divisor's 0.549
     assert gb200.fp8_gemm_efficiency < device_for(GB300).fp8_gemm_efficiency
 
 

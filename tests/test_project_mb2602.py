@@ -100,7 +100,9 @@ def test_the_26_02_profile_reads_hopper_attention_at_cudnn_9_4():
 def test_the_26_04_01_gb200_mxfp8_70b_row_records_the_recipes_tp_comm_overlap():
     """Read for the 26.02.01 table: llama3_70b_pretrain_config sets tp_comm_overlap True and the GB200 function keeps it
     for MXFP8 (Megatron-Bridge 1f0cfc3b and 21d102f5 alike), so the 26.04.01 row of the same base config (TP 2, PP 4 x
-    VP 5) records it too: -2.7% -> -0.8% against its 3712 tokens/s/GPU, the same projection as the 26.02.01 row."""
+    VP 5) records it too: -2.7% -> -0.8% against its 3712 tokens/s/GPU, the same projection as the 26.02.01 row; +1.3%
+    since the GB200's FP8 sustained factor was taken against the H200's CUDA 12.8 run (0.850 -> 0.877, [27 s15
+    bwfp8ratio])."""
     old = load_set("megatron-bridge-perf-26.04.01-dense")
     new = load_set("megatron-bridge-perf-26.02.01-dense")
     a, b = old.rows[3], new.rows[1]
@@ -112,4 +114,4 @@ def test_the_26_04_01_gb200_mxfp8_70b_row_records_the_recipes_tp_comm_overlap():
     assert a.layout["tp_comm_overlap"] is True and b.layout["tp_comm_overlap"] is True
     pa, pb = validate_set(old)[3], validate_set(new)[1]
     assert abs(pa.predicted - pb.predicted) < 1e-6 * pb.predicted
-    assert -0.012 < pa.error < -0.004
+    assert 0.008 < pa.error < 0.018

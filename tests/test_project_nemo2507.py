@@ -87,8 +87,9 @@ def test_the_release_profile_is_megatron_core_at_the_2025_containers_attention()
 
 
 def test_every_row_is_projected_with_the_figures_reported():
-    """No layout refused; the figures docs/project.md reports for the table [27 s15 nemo2507]."""
+    """No layout refused; the figures docs/project.md reports for the table [27 s15 nemo2507] (-3.9, -2.7, +10.6% before
+    the GB200's FP8 sustained factor was taken against the H200's CUDA 12.8 run, 0.850 -> 0.877 [27 s15 bwfp8ratio])."""
     results = validate_set(load_set(TABLE))
     assert [r.predicted is not None for r in results] == [True] * len(PAGE)
     errors = [r.error for r in results]
-    assert errors == pytest.approx([-0.039, -0.027, +0.106], abs=0.002)
+    assert errors == pytest.approx([-0.024, -0.008, +0.130], abs=0.002)
