@@ -10,7 +10,7 @@ full model, then with one term switched off at a time: the slowest GPU (``step.G
 launch time (every framework profile's ``host_s_per_kernel`` and ``module_host_s``), fp8 casts (every recipe of
 ``kernels.FP8_RECIPES`` moving no bytes and launching nothing), fp8 GEMMs at their own plateau
 (``Device.fp8_gemm_efficiency``). Prints the mean and max absolute error of the rows the model projects: all,
-dense only, and the dense fp8 H100 rows of the Megatron-Bridge tables (25.11 and 26.04.01); and how many it refuses.
+dense only, and the dense fp8 H100 rows of the Megatron-Bridge tables (25.11, 26.02.01 and 26.04.01); and how many it refuses.
 """
 
 from __future__ import annotations
