@@ -26,3 +26,15 @@ def nemo_flops_per_token(name: str, seq: int) -> float:
     kv = w.kv_heads_n * w.head_size
     layer = h * (h + 2 * kv) + h * w.heads * w.head_size + (3 if w.gated_ffn else 2) * h * w.ffn_hidden
     return 6 * (w.layers * layer + w.vocab * h) + 12 * w.layers * seq * h
+
+
+def long_sequence_run(
+    workload: str, topology: str, seq_len: int, gpus: int, **layout: object
+) -> tuple[dict[str, float], float]:
+    """NeMo's long-sequence pages' setting: 4M tokens a step, micro-batch 1, FP8; the kernels' seconds and the step."""
+    w = load_workload(
+        workload,
+        {"seq_len": seq_len, "global_batch": 4 * 1024 * 1024 // seq_len, "micro_batch": 1, "precision": "fp8"},
+    )
+    p = run(Scenario(w, load_topology(topology), ParallelLayout.model_validate(layout), gpus))
+    return p.kernels, p.step_time_s
