@@ -5,23 +5,14 @@ later stack's; bf16 rows and stacks without a `cuda` do not move."""
 from __future__ import annotations
 
 import pytest
+from projectutil import row_under
 
 from commlens.project.hardware import device_for
-from commlens.project.layout import ParallelLayout
-from commlens.project.scenario import Scenario
-from commlens.project.step import run
 from commlens.project.validate import load_set, validate_set
-from commlens.topology import load_topology
 from commlens.workload import load_workload
 
 OLMO = "olmo-core-h100-2024"
 FOUNDRY_FP8 = "llm-foundry-mpt-fp8-h100"
-
-
-def _row(table, i, framework_name):
-    r = load_set(table).rows[i]
-    lay = ParallelLayout.model_validate({**r.layout, "framework": framework_name})
-    return run(Scenario(load_workload(r.workload, r.overrides), load_topology(r.topology), lay, r.gpus))
 
 
 def test_the_cuda_12_1_fp8_plateau():
@@ -37,11 +28,11 @@ def test_fp8_gemms_of_a_cuda_12_1_stack_run_at_its_rate():
     # only in bf16 runs, so the GEMM kernels as a whole take a little less than that
     r = load_set(OLMO).rows[3]
     assert r.workload == "olmo2-7b" and load_workload(r.workload, r.overrides).precision == "fp8"
-    old, new = _row(OLMO, 3, "torchtitan"), _row(OLMO, 3, "olmo-core")
+    old, new = row_under(OLMO, 3, "torchtitan"), row_under(OLMO, 3, "olmo-core")
     ratio = new.kernels["gemm"] / old.kernels["gemm"]
     assert 1.06 < ratio <= 0.655 / 0.607 + 1e-3
     # bf16 twin: the [27 s14 h100fsdp] bf16 ratio ([27 s15 cu121fix]: 785.5 TFLOP/s at cu121, the same finder)
-    b_old, b_new = _row(OLMO, 2, "torchtitan"), _row(OLMO, 2, "olmo-core")
+    b_old, b_new = row_under(OLMO, 2, "torchtitan"), row_under(OLMO, 2, "olmo-core")
     assert b_new.kernels["gemm"] / b_old.kernels["gemm"] == pytest.approx(0.714 / 0.709, rel=0.002)
 
 

@@ -7,24 +7,14 @@ not move."""
 from __future__ import annotations
 
 import pytest
+from projectutil import row_under
 
 from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
-from commlens.project.layout import ParallelLayout
-from commlens.project.scenario import Scenario
-from commlens.project.step import run
 from commlens.project.validate import load_set, validate_set
-from commlens.topology import load_topology
-from commlens.workload import load_workload
 
 IBM = "pytorch-fsdp-ibm-2024"
 FOUNDRY = "llm-foundry-mpt-benchmarks"
-
-
-def _row(table, i, framework_name):
-    r = load_set(table).rows[i]
-    lay = ParallelLayout.model_validate({**r.layout, "framework": framework_name})
-    return run(Scenario(load_workload(r.workload, r.overrides), load_topology(r.topology), lay, r.gpus))
 
 
 def test_the_cuda_12_1_plateau_and_the_profiles_that_name_it():
@@ -38,11 +28,11 @@ def test_the_cuda_12_1_plateau_and_the_profiles_that_name_it():
 
 def test_h100_gemms_run_at_the_cuda_12_1_rate_and_a100_rows_do_not_move():
     # IBM 7B without recomputation on 96 H100: the GEMM kernels take 0.714 / 0.709 as long as under torchtitan's
-    old, new = _row(IBM, 1, "torchtitan"), _row(IBM, 1, "fms-fsdp")
+    old, new = row_under(IBM, 1, "torchtitan"), row_under(IBM, 1, "fms-fsdp")
     assert new.kernels["gemm"] / old.kernels["gemm"] == pytest.approx(0.714 / 0.709, rel=0.002)
     assert new.step_time_s > old.step_time_s
     # the same model on 128 A100: the A100 plateau is already CUDA 12.1's
-    a_old, a_new = _row(IBM, 0, "torchtitan"), _row(IBM, 0, "fms-fsdp")
+    a_old, a_new = row_under(IBM, 0, "torchtitan"), row_under(IBM, 0, "fms-fsdp")
     assert a_new.step_time_s == pytest.approx(a_old.step_time_s, rel=1e-9)
 
 

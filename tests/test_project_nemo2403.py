@@ -4,23 +4,16 @@ profile, and NeMo's long-sequence table, whose runs used that release's containe
 from __future__ import annotations
 
 import pytest
+from projectutil import long_sequence_run
 
-from commlens.project import ParallelLayout
 from commlens.project.frameworks import framework
-from commlens.project.scenario import Scenario
-from commlens.project.step import run
 from commlens.project.validate import load_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
 
 def _llama2_7b(seq_len: int, gpus: int, **layout: object) -> tuple[dict[str, float], float]:
-    w = load_workload(
-        "llama2-7b",
-        {"seq_len": seq_len, "global_batch": 4 * 1024 * 1024 // seq_len, "micro_batch": 1, "precision": "fp8"},
-    )
-    p = run(Scenario(w, load_topology("dgx-h100"), ParallelLayout.model_validate(layout), gpus))
-    return p.kernels, p.step_time_s
+    return long_sequence_run("llama2-7b", "dgx-h100", seq_len, gpus, **layout)
 
 
 def test_the_long_sequence_rows_name_the_release_their_container_ran():

@@ -5,10 +5,10 @@ performance scripts, on the nemo-25.02 profile."""
 from __future__ import annotations
 
 import pytest
+from projectutil import nemo_flops_per_token
 
 from commlens.project.frameworks import framework
 from commlens.project.validate import load_set, validate_set
-from commlens.workload import load_workload
 
 # The page's rows in its order: model, system, GPUs, GBS, MBS, sequence, TP, PP, CP, VP, EP, GA, tokens/s per GPU,
 # Model TFLOP/s per GPU. Mixtral-8x22B's GBS and MBS are printed swapped (1 and 64); GA 16 holds for GBS 64 / MBS 1.
@@ -88,11 +88,7 @@ def test_each_dense_workload_is_the_model_the_page_counted(row):
     """The page's Model TFLOP/s over its tokens/s is NeMo's FLOPs per token (6 x matmul weights with the logits
     + 12 l s h): each dense preset gives it within 1.5% (within 0.1% but for LLAMA3-405B, 1.0%)."""
     name, _, _, _, _, seq, *_, tokens, tflops = row
-    w = load_workload(name, {"seq_len": seq})
-    h = w.hidden
-    kv = w.kv_heads_n * w.head_size
-    layer = h * (h + 2 * kv) + h * w.heads * w.head_size + (3 if w.gated_ffn else 2) * h * w.ffn_hidden
-    per_token = 6 * (w.layers * layer + w.vocab * h) + 12 * w.layers * seq * h
+    per_token = nemo_flops_per_token(name, seq)
     assert per_token * tokens / 1e12 == pytest.approx(tflops, rel=0.015)
 
 

@@ -5,10 +5,10 @@ performance scripts, on the nemo-25.07 release profile."""
 from __future__ import annotations
 
 import pytest
+from projectutil import nemo_flops_per_token
 
 from commlens.project.frameworks import framework
 from commlens.project.validate import load_set, validate_set
-from commlens.workload import load_workload
 
 TABLE = "nemo-perf-25.07"
 
@@ -68,11 +68,7 @@ def test_each_workload_is_the_model_the_page_counted(row):
     """The page's Model TFLOP/s over its tokens/s is NeMo's non-causal count (6 x matmul weights with the logits +
     12 l s h) of each preset within 0.1%."""
     name, seq, tokens, tflops = row[0], row[4], row[11], row[12]
-    w = load_workload(name, {"seq_len": seq})
-    h = w.hidden
-    kv = w.kv_heads_n * w.head_size
-    layer = h * (h + 2 * kv) + h * w.heads * w.head_size + (3 if w.gated_ffn else 2) * h * w.ffn_hidden
-    per_token = 6 * (w.layers * layer + w.vocab * h) + 12 * w.layers * seq * h
+    per_token = nemo_flops_per_token(name, seq)
     assert per_token * tokens / 1e12 == pytest.approx(tflops, rel=0.001)
 
 

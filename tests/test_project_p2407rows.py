@@ -5,9 +5,9 @@ page's layout, and each workload is the model the page measured."""
 from __future__ import annotations
 
 import pytest
+from projectutil import nemo_flops_per_token
 
 from commlens.project.validate import load_set, validate_set
-from commlens.workload import load_workload
 
 # The page's pre-training table, in its order: model, GPUs, GBS, MBS, sequence, TP, PP, CP, VP, tokens/s per GPU,
 # Model TFLOP/s per GPU. Its fine-tuning table (SFT, LoRA) is not a pre-training table and is left out.
@@ -72,11 +72,7 @@ def test_each_workload_is_the_model_the_page_counted(row):
     + 12 l s h): each preset's shapes give it within 0.5% (a 50k vocabulary for Nemotron, or GQA for the Nemotron-3
     models, would miss by more than 3%)."""
     name, _, _, _, seq, *_, tokens, tflops = row
-    w = load_workload(name, {"seq_len": seq})
-    h = w.hidden
-    kv = w.kv_heads_n * w.head_size
-    layer = h * (h + 2 * kv) + h * w.heads * w.head_size + (3 if w.gated_ffn else 2) * h * w.ffn_hidden
-    per_token = 6 * (w.layers * layer + w.vocab * h) + 12 * w.layers * seq * h
+    per_token = nemo_flops_per_token(name, seq)
     assert per_token * tokens / 1e12 == pytest.approx(tflops, rel=0.005)
 
 

@@ -8,25 +8,18 @@ nemo-25.04 profile prices them (cp_step_bytes, cp_call_bytes); megatron-core's l
 from __future__ import annotations
 
 import pytest
+from projectutil import long_sequence_run
 
-from commlens.project import ParallelLayout
 from commlens.project.compute import stream_time_s
 from commlens.project.frameworks import framework
 from commlens.project.hardware import device_for
-from commlens.project.scenario import Scenario
-from commlens.project.step import run
 from commlens.project.validate import load_set, validate_set
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
 
 def _llama3_8b(seq_len: int, gpus: int, **layout: object) -> tuple[dict[str, float], float]:
-    w = load_workload(
-        "llama3-8b",
-        {"seq_len": seq_len, "global_batch": 4 * 1024 * 1024 // seq_len, "micro_batch": 1, "precision": "fp8"},
-    )
-    p = run(Scenario(w, load_topology("b200"), ParallelLayout.model_validate(layout), gpus))
-    return p.kernels, p.step_time_s
+    return long_sequence_run("llama3-8b", "b200", seq_len, gpus, **layout)
 
 
 def test_the_25_04_profile_prices_te_1_14s_ring_copies():
