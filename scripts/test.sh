@@ -7,6 +7,10 @@
 #   listener, so no port to collide on), stopped and removed on exit (a trap: pass, fail or Ctrl-C).
 #   Prometheus and Chromium are started by the tests themselves (tests/prometheus_server.py,
 #   tests/browser.py) on free loopback ports with temporary directories, and stopped by them.
+# - Temporary files go under a directory of this run's own (TMPDIR for pytest and everything it starts:
+#   Chromium's profiles and shared-memory files, torchrun's rendezvous directories, the test servers' logs,
+#   pytest's tmp_path), removed on exit: what a tool leaves in its temporary directory does not stay in /tmp.
+#   Its name is short (clt.XXXXXX) so that Unix socket paths under it (Ray's) stay within 107 bytes.
 # - Missing tools are installed only as root, with apt-get (Debian's postgresql, prometheus, chromium,
 #   chromium-driver; the README lists them), and nothing they bring is started or enabled at boot: a
 #   policy-rc.d keeps their maintainer scripts from starting services while apt runs, the unit and
@@ -21,6 +25,7 @@ VENV=${VENV:-.venv}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PG_DIR=""
 OWN_POLICY=""
+RUN_TMP=""
 
 cleanup() {
   if [ -n "$PG_DIR" ]; then
@@ -28,6 +33,7 @@ cleanup() {
     rm -rf "$PG_DIR"
   fi
   if [ -n "$OWN_POLICY" ]; then rm -f "$OWN_POLICY"; fi
+  if [ -n "$RUN_TMP" ]; then rm -rf "$RUN_TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -89,6 +95,8 @@ if [ -z "${COMMLENS_TEST_PG_URL:-}" ]; then
   fi
 fi
 
+RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/clt.XXXXXX")
+export TMPDIR=$RUN_TMP
 "$VENV/bin/python" -m pytest -q --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

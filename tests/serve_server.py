@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -200,7 +201,8 @@ def running_server(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> Iterator[ServeProcess]:
-    """A started server, stopped on exit; a failure to start fails the test with the server's output."""
+    """A started server, stopped on exit and its working directory (the server's log) removed; a failure to start
+    fails the test with the server's output."""
     server = ServeProcess(db_url, token=token, write_token=write_token, args=args, env=env)
     try:
         try:
@@ -210,6 +212,7 @@ def running_server(
         yield server
     finally:
         server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -313,6 +313,16 @@ def test_a_fresh_empty_store_serves_empty_pages(tmp_path: Path, serve: Callable[
     assert server.get("/regressions")[0] == 200
 
 
+def test_a_served_test_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    """The test server's working directory (its log) goes with it: the test command leaves /tmp as it found it."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()
+    with running_server(url) as server:
+        workdir = server.dir
+        assert (workdir / "serve.log").exists()
+    assert not workdir.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "env", "words"),
     [

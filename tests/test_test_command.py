@@ -1,6 +1,6 @@
 """``make test``'s script leaves the machine as it found it: the PostgreSQL server it starts for a run is its own
-(a fresh directory) and is stopped and removed when the run ends, whether its tests pass or fail; nothing is
-added to what starts at boot.
+(a fresh directory) and is stopped and removed when the run ends, whether its tests pass or fail; what the tests
+leave in their temporary directory goes with the run; nothing is added to what starts at boot.
 
 Each case runs ``scripts/test.sh`` on a one-test file that records the server it was given and passes or fails.
 """
@@ -22,8 +22,13 @@ import os
 from pathlib import Path
 
 def test_probe():
+    import tempfile
     url = os.environ["COMMLENS_TEST_PG_URL"]
     Path(os.environ["PROBE_OUT"]).write_text(url)
+    # what a tool leaves in its temporary directory (Chromium, torchrun) must not outlive the run
+    left = tempfile.mkdtemp(prefix="probe-left-")
+    Path(left, "f").write_text("x")
+    Path(os.environ["PROBE_OUT"] + ".tmp").write_text(left)
     import psycopg
     from urllib.parse import parse_qs, urlparse
     host = parse_qs(urlparse(url).query)["host"][0]
@@ -67,5 +72,7 @@ def test_the_run_s_own_postgres_is_stopped_and_removed(tmp_path: Path, passes: b
     server_dir = parse_qs(urlparse(out_file.read_text()).query)["host"][0]
     assert server_dir.startswith(("/tmp/commlens-test-pg.", os.environ.get("TMPDIR", "/tmp")))
     assert not Path(server_dir).exists(), "the run's PostgreSQL directory is left behind"
+    left = Path(str(out_file) + ".tmp").read_text()
+    assert not Path(left).exists(), "a temporary directory of the run is left behind"
     assert not _postgres_serving(server_dir), "the run's PostgreSQL server is still running"
     assert _boot_links() == links
