@@ -96,6 +96,7 @@ if [ -z "${COMMLENS_TEST_PG_URL:-}" ]; then
 fi
 
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/clt.XXXXXX")
+chmod 711 "$RUN_TMP" # the PostgreSQL a nested run starts (tests/test_test_command.py) runs as postgres: it must reach its directory
 export TMPDIR=$RUN_TMP
 "$VENV/bin/python" -m pytest -q --durations=30 "$@"
 rc=$?

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import pytest
 from benchutil import clean_env, commlens
@@ -153,7 +154,8 @@ def test_killed_diagnosis_leaves_no_rank_behind(cluster):
     )
 
     def ranks() -> list[str]:
-        out = subprocess.run(["pgrep", "-f", "raw-out /tmp/commlens-links-"], capture_output=True, text=True).stdout
+        pattern = f"raw-out {tempfile.gettempdir()}/commlens-links-"
+        out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
         return [
             pid
             for pid in out.split()
