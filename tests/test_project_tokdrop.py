@@ -137,7 +137,16 @@ def test_only_the_25_09_token_drop_runs_state_it():
     # [27 s15 nemo2502] and the two Mixtral rows of nemo-perf-25.02, whose NeMo v2.2.1 recipes add
     # MegatronTokenDropCallback (capacity factor 1.0 with padding); [27 s15 gbvsb] and nemo-perf-25.04's two, whose NeMo
     # v2.3.0 scripts build the recipes' performance_mode with the same callback
-    assert {name for name, _, _ in stated} == {"megatron-bridge-perf-25.09", "nemo-perf-25.02", "nemo-perf-25.04"}
+    # [27 s16 dgxcmoe] and every row of dgxc-moe: the Grok-1 launcher config (moe_expert_capacity_factor 1.0,
+    # moe_pad_expert_input_to_capacity true) and NeMo's pretrain_grok1_314b.py / pretrain_deepseek_v3.py
+    # (MegatronTokenDropCallback)
+    assert {name for name, _, _ in stated} == {
+        "megatron-bridge-perf-25.09",
+        "nemo-perf-25.02",
+        "nemo-perf-25.04",
+        "dgxc-moe",
+    }
+    assert len([s for s in stated if s[0] == "dgxc-moe"]) == len(load_set("dgxc-moe").rows)
     for nemo in ("nemo-perf-25.02", "nemo-perf-25.04"):
         assert sorted(w for name, _, w in stated if name == nemo) == ["mixtral-8x22b", "mixtral-8x7b"]
     rows = load_set("megatron-bridge-perf-25.09").rows

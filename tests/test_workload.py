@@ -27,7 +27,8 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "bloom-176b": 176.247,  # Le Scao et al., arXiv 2211.05100 (BLOOM): 176,247M parameters
     "olmo2-7b": 7.30,  # allenai/OLMo-2-1124-7B model card: 7.3B ('2 OLMo 2 Furious', arXiv 2501.00656)
     "olmo2-13b": 13.7,  # allenai/OLMo-2-1124-13B model card: 13.7B
-    "olmo-core-1b-2024": 1.336,  # OLMo-core TransformerConfig.olmo_1B num_params at e27ba745 (no model card)
+    "olmo-core-1b-2024": 1.336,
+    "grok-1-314b": 314.0,  # xai-org/grok-1 README: 314B parameters (the preset counts 315.7B with the tied embedding)  # OLMo-core TransformerConfig.olmo_1B num_params at e27ba745 (no model card)
 }
 
 

@@ -1,0 +1,79 @@
+"""[27 s16 dgxcmoe] Held-out published table dgxc-moe: NVIDIA/dgxc-benchmarking's MoE pre-training step times at tags
+v24.11.1 .. v25.05.05 (Grok-1 314B on H100 and GB200, DeepSeek-V3 on H100 and GB200), settings from each tag's own
+recipe and the NeMo scripts it clones. Nothing in the model was fitted to it (docs/project.md [27 s16 dgxcmoe])."""
+
+from __future__ import annotations
+
+import pytest
+
+from commlens.project.validate import load_set, validate_set
+from commlens.workload import load_workload
+
+TABLE = "dgxc-moe"
+GROK_BF16_DEV = [24.03, 21.52, 10.64, 20.64, 20.64, 20.7, 20.83, 21, 21.09]
+GROK_FP8_DEV = [19.89, 17.08, 8.3, 16.21, 16.48, 16.55, 16.69, 16.89, 17.04]
+GROK_BF16_2412 = [24.00, 21.71, 10.70, 21.42, 20.73, 20.83, 21.01, 21.20, 21.29]
+GROK_FP8_2412 = [19.71, 17.80, 8.70, 17.53, 16.70, 16.75, 16.90, 17.01, 17.30]
+PROXY_GPUS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+PROXY_LAYERS = [2, 4, 4, 8, 16, 32, 64, 64, 64]
+
+
+def test_the_table_holds_every_readme_row_once():
+    table = load_set(TABLE)
+    assert table.metric == "step_time_s" and len(table.rows) == 50
+    for tag in ("35a9aecc8d5b17d99d80f52f38c75ade0dbab7ae", "8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad"):
+        assert tag in table.source
+    rows = table.rows
+    launcher = rows[:36]  # NeMo 1 launcher: nemo:dev (v24.11.1, labelled 24.09) then nemo:24.12 (v25.02)
+    assert [r.published for r in launcher] == GROK_BF16_DEV + GROK_FP8_DEV + GROK_BF16_2412 + GROK_FP8_2412
+    assert [r.gpus for r in launcher] == PROXY_GPUS * 4
+    assert [r.overrides["layers"] for r in launcher] == PROXY_LAYERS * 4  # the proxy configs of configure.sh
+    assert [r.layout["framework"] for r in launcher] == ["nemo-24.09"] * 18 + ["nemo-24.12"] * 18
+    gb200 = rows[36:42]
+    assert [(r.topology, r.gpus, r.published) for r in gb200] == [
+        ("gb200-nvl72", 128, 7.325),
+        ("gb200-nvl72", 256, 7.39),
+        ("gb200-nvl72", 512, 7.324),
+        ("gb200-nvl72", 128, 5.298),
+        ("gb200-nvl72", 256, 5.224),
+        ("gb200-nvl72", 512, 5.193),
+    ]
+    assert all(r.layout["etp"] == 4 and r.layout["cuda_graphs"] for r in gb200)
+    # the H100 512-GPU run was re-measured between v25.05.01 and v25.05.02 (same recipe and image): two rows each
+    assert [(r.gpus, r.published) for r in rows[42:46]] == [(512, 16.93), (512, 13.454), (512, 15.933), (512, 13.433)]
+    ds = rows[46:]
+    assert [(r.workload, r.topology, r.gpus, r.published) for r in ds] == [
+        ("deepseek-v3-like", "dgx-h100", 1024, 52.04),
+        ("deepseek-v3-like", "gb200-nvl72", 128, 34.168),
+        ("deepseek-v3-like", "gb200-nvl72", 256, 34.194),
+        ("deepseek-v3-like", "gb200-nvl72", 512, 34.274),
+    ]
+    for r in ds:  # NeMo 7a8f1cc7's pretrain_deepseek_v3.py: MTP 1, first stage 64 / PP - 1, last 64 / PP - 2 layers
+        assert r.overrides["mtp_layers"] == 1 and sum(r.layout["stage_layers"]) == 61
+        assert r.overrides["global_batch"] == 8 * r.gpus
+    for r in rows[:46]:  # every Grok-1 recipe: Llama 3 tokenizer, untied embeddings, token drop padded to capacity 1.0
+        assert r.overrides["vocab"] == 128256 and r.overrides["tied_embeddings"] is False
+        assert r.layout["moe_capacity_factor"] == 1.0 and r.layout["moe_pad_to_capacity"] is True
+        assert (r.layout.get("fp8_recipe") == "delayed") == (r.overrides["precision"] == "fp8")
+
+
+def test_grok_preset_matches_the_release():
+    w = load_workload("grok-1-314b")
+    assert (w.layers, w.hidden, w.heads, w.kv_heads, w.moe.experts, w.moe.top_k) == (64, 6144, 48, 8, 8, 2)
+    assert w.moe.expert_ffn_hidden == 32768 and w.vocab == 131072  # ffn_size(6144, 8); 128 * 1024
+    assert w.parameters / 1e9 == pytest.approx(314.0, rel=0.01)
+
+
+def test_every_row_projects_and_the_figures_as_measured():
+    """Measured when the table was added (session 16): Grok-1 on GB200 (NeMo 25.04.00) -1.5 -0.7 -1.8 -2.7 -4.1 -4.8%;
+    Grok-1 H100 launcher rows -14% on most (the model's step slower than the runs'), the 8-GPU proxy +11 / +17%;
+    Grok-1 H100 512 NeMo 2 -8.0 +2.5 -13.4 +2.4%; DeepSeek-V3 H100 +18.2%, GB200 +165% (34 s published against 13 s
+    projected: 250 TFLOP/s a GPU, 10% MFU on the README)."""
+    res = validate_set(load_set(TABLE))
+    assert all(s.predicted is not None for s in res), [s.refused for s in res]
+    err = [s.error for s in res]
+    assert err[36:42] == pytest.approx([-0.015, -0.007, -0.018, -0.027, -0.041, -0.048], abs=0.01)
+    assert err[42:46] == pytest.approx([-0.080, +0.025, -0.134, +0.024], abs=0.01)
+    assert err[6] == pytest.approx(-0.150, abs=0.01) and err[24] == pytest.approx(-0.143, abs=0.01)
+    assert err[46] == pytest.approx(0.182, abs=0.02)
+    assert err[47:] == pytest.approx([1.647, 1.658, 1.661], abs=0.05)
