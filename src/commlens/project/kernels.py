@@ -939,10 +939,18 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
     out += _fp8_attention_cast(b, w, layout, s)
     out += _cp_ring(b, w, s)
     if not fused_attention(b.dev, b.fw, layout):  # scale-mask-softmax 4 B + dropout 5 B per score; context back 4 B
+        # [27 s16 dsv3dgxc] the dropout's 5 B only where the model drops out: at p = 0 torch's dropout returns its
+        # input (ATen Dropout.cpp: the fused kernel wants 0 < p < 1, and _dropout returns the input at p == 0), and
+        # Megatron-Core / TE's unfused attention call it with the config's attention_dropout (0.0 for Llama-style
+        # and DeepSeek models; GPT-3-style presets, `dropout`, set 0.1 for both)
+        per_score = 9.0 if w.dropout else 4.0
         b_heads = w.micro_batch * a_t
         out.append(
             b.stream(
-                "softmax", "activation", 9.0 * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d, 0
+                "softmax",
+                "activation",
+                per_score * b_heads * (tokens / w.micro_batch) * s.keys + 4 * tokens * a_t * d,
+                0,
             )
         )
     out += [
