@@ -70,12 +70,14 @@ def test_every_row_projects_and_the_figures_as_measured():
     """Measured when the table was added (session 16): Grok-1 on GB200 (NeMo 25.04.00) -1.5 -0.7 -1.8 -2.7 -4.1 -4.8%;
     Grok-1 H100 launcher rows -14% on most (the model's step slower than the runs'), the 8-GPU proxy +11 / +17%;
     Grok-1 H100 512 NeMo 2 -8.0 +2.5 -13.4 +2.4%; DeepSeek-V3 H100 +18.2%, GB200 +165% (34 s published against 13 s
-    projected: 250 TFLOP/s a GPU, 10% MFU on the README)."""
+    projected: 250 TFLOP/s a GPU, 10% MFU on the README). [27 s16 grokh100] With flash-attn 2 (NVTE_FUSED_ATTN=0) and
+    the all-to-all dispatcher's shard-then-expert-TP-gather: launcher rows +0.5..+15% (512 GPUs BF16 +0.5 / +1.4%),
+    GB200 -1.5..-5.7%."""
     res = validate_set(load_set(TABLE))
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
     err = [s.error for s in res]
-    assert err[36:42] == pytest.approx([-0.015, -0.007, -0.018, -0.027, -0.041, -0.048], abs=0.01)
+    assert err[36:42] == pytest.approx([-0.022, -0.015, -0.025, -0.036, -0.050, -0.057], abs=0.01)
     assert err[42:46] == pytest.approx([-0.080, +0.025, -0.134, +0.024], abs=0.01)
-    assert err[6] == pytest.approx(-0.170, abs=0.01) and err[24] == pytest.approx(-0.163, abs=0.01)
+    assert err[6] == pytest.approx(0.005, abs=0.01) and err[24] == pytest.approx(0.014, abs=0.01)
     assert err[46] == pytest.approx(0.182, abs=0.02)
     assert err[47:] == pytest.approx([1.647, 1.658, 1.661], abs=0.05)
