@@ -558,6 +558,7 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         ep_stride = etp
     groups["ep"] = _group(ep, ep_stride, per_node)
     groups["edp"] = _group(edp, ep_stride * ep, per_node)
+    groups["etp"] = _group(etp, 1, per_node)  # expert TP: the innermost TP ranks (all of TP unless folded)
     placement = {dim: (sizes[dim], strides[dim]) for dim in _DIMS}
     if layout.order.index("cp") + 1 == layout.order.index("dp"):
         placement["dp"] = (dp * cp, strides["cp"])

@@ -578,6 +578,10 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
         routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
+        if layout.moe_dispatcher == "alltoall":
+            # the all-to-all dispatcher sends this rank's own sequence shard (c.tokens / TP rows) over EP and
+            # gathers the expert-TP group's copies after the transfer (_etp_gather_s) [27 s16 grokh100]
+            routed_tokens /= r.expert_tp
         a2a_bytes = routed_tokens * w.hidden * 2.0 * expert_load(layout)  # tokens travel in 16 bits
         domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
         if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
@@ -812,6 +816,7 @@ def _layer_time(
         ep_t = _distmoe_exposed_s(kernels, c.comm(_ep_op(layout), a2a_bytes, r.groups["ep"]), fwd_passes)
     elif a2a_bytes and r.ep > 1:
         prep = hybridep_dispatch_prep_s(c) if layout.moe_dispatcher == "hybridep" else 0.0
+        prep += _etp_gather_s(c, a2a_bytes) * (fwd_passes + 1.0)
         ep_t = c.comm(_ep_op(layout), a2a_bytes, r.groups["ep"]) * 2 * (fwd_passes + 1.0) + prep
         if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
             mem_share = stream / (compute + stream) if compute + stream else 0.0
@@ -900,6 +905,23 @@ def combined_1f1b_layer_s(
         comp += dw[0]
         ends.append(max(comp, comm))
     return (ends[-1] - ends[0]) / (layers - 1)
+
+
+def _etp_gather_s(c: _Setup, a2a_bytes: float) -> float:
+    """The expert-TP collectives of one MoE layer's forward under the all-to-all dispatcher [27 s16 grokh100]:
+    Megatron-Core's MoEAlltoAllTokenDispatcher sends each rank's own sequence shard over the EP group, then
+    token_permutation gathers the expert-TP group's received copies (gather_from_sequence_parallel_region) for the
+    TP-split experts and token_unpermutation reduce-scatters their outputs back (reduce_scatter_to_sequence_parallel_
+    region; core_r0.9.0 and core_r0.10.0 megatron/core/transformer/moe/token_dispatcher.py); the backward runs the
+    converse pair. ``a2a_bytes``: one rank's copies; the gathered tensor is expert TP times that. 0 without expert
+    TP or with another dispatcher."""
+    r = c.r
+    etp = r.expert_tp
+    if etp <= 1 or c.layout.moe_dispatcher != "alltoall" or not a2a_bytes:
+        return 0.0
+    group = r.groups["etp"]
+    gathered = a2a_bytes * etp
+    return c.comm("all_gather", gathered, group) + c.comm("reduce_scatter", gathered, group)
 
 
 def _ep_op(layout: ParallelLayout) -> str:
