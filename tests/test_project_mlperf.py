@@ -1,5 +1,5 @@
-"""Held-out table added in session 16 [27 s16 mlperf]: MLPerf Training v3.0-v5.0 closed-division GPT-3 175B and
-Llama 3.1 405B pre-training step times, read from the result logs of NVIDIA's and partners' NeMo submissions, with
+"""Held-out table added in session 16 [27 s16 mlperf]: MLPerf Training v3.0-v5.1 closed-division GPT-3 175B,
+Llama 3.1 405B and Llama 3.1 8B pre-training step times, read from the result logs of NVIDIA's and partners' NeMo submissions, with
 the settings of each submission's own config files. Nothing in the model was fitted to them; these tests check that
 the table loads as the logs give it, that the rows carry their configs' settings and that every row projects."""
 
@@ -12,7 +12,7 @@ TABLE = "mlperf-training-llm"
 
 def test_the_table_holds_every_submission_once():
     table = load_set(TABLE)
-    assert table.metric == "step_time_s" and len(table.rows) == 34
+    assert table.metric == "step_time_s" and len(table.rows) == 43
     by: dict[tuple[str, str, str], int] = {}
     for r in table.rows:
         key = (r.workload, r.layout["framework"], r.topology)
@@ -26,6 +26,10 @@ def test_the_table_holds_every_submission_once():
         ("llama3-405b", "nemo-25.04", "gb200-nvl72"): 7,  # v5.0 ngc25.04: NVIDIA 2, IBM / CoreWeave 5
         ("llama3-405b", "nemo-25.02", "dgx-h100"): 5,  # v5.0 ngc25.01 on Eos
         ("llama3-405b", "nemo-25.02", "dgx-h200"): 2,  # v5.0 Nebius (v5.1 repeats the same logs)
+        ("llama3-8b", "nemo-25.07", "dgx-h100"): 2,  # v5.1 Cisco (NeMo v2.4.0 image)
+        ("llama3-8b", "megatron-core-25.09", "b200"): 3,  # v5.1 Dell 2 x 8, Verda 8 x 8
+        ("llama3-8b", "megatron-core-25.09", "gb300-nvl72"): 2,  # v5.1 NVIDIA Theia
+        ("llama3-8b", "megatron-core-25.09", "gb200-nvl72"): 2,  # v5.1 NVIDIA Tyche
     }
     # the logged figures: v3.0 NVIDIA 64 nodes (train_step_timing median), v4.0 from block durations, v5.0 train_step_time
     assert (table.rows[0].gpus, table.rows[0].published) == (512, 12.0777)
@@ -91,8 +95,10 @@ def test_every_row_projects_and_the_figures_stand():
     errs = [s.error for s in res]
     assert all(e is not None for e in errs)
     mean = sum(abs(e) for e in errs) / len(errs)
-    assert 0.040 < mean < 0.058  # 4.9% when written (held out: a change that moves it should say so)
-    assert max(abs(e) for e in errs) < 0.16  # v3.0 CoreWeave 448 nodes, +14.4%
+    assert 0.085 < mean < 0.10  # 9.3% when written (held out: a change that moves it should say so)
+    assert sum(abs(e) for e in errs[:34]) / 34 < 0.055  # GPT-3 and 405B rows 4.9%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(25, 30))
     assert all(0.06 < res[i].error < 0.12 for i in (20, 21, 22, 23, 24, 30, 31))
+    # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+75%)
+    assert all(res[i].error > 0.45 for i in (34, 38, 40))
