@@ -136,6 +136,13 @@ class ParallelLayout(StrictSpec):
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction overlaps the last backward")
     overlap_param_gather: bool = Field(default=True, description="ZeRO parameter all-gather overlaps forward")
     grad_reduce_bytes: int = Field(default=4, ge=1, le=4, description="bytes per gradient element reduced (fp32: 4)")
+    dp_bucket_elements: float | None = Field(
+        default=None,
+        gt=0,
+        description="gradient elements per DP bucket as the run sets it (Megatron-Core DistributedDataParallelConfig "
+        "bucket_size: a bucket closes once it holds this many, so a size under one weight puts each weight in its own "
+        "bucket); None: the framework's default (frameworks.yaml overlap.bucket_elements)",
+    )
     grad_accum_fusion: bool = Field(
         default=True,
         description="weight-gradient GEMMs add into the main grads; false: a separate add per "

@@ -2147,7 +2147,7 @@ def _dp_tail(
     for params, group, fp8 in ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1])):
         if group.size == 1 or params == 0:
             continue
-        bucket = fw.overlap.dp_bucket_elements(group.size) or params / layers
+        bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(group.size) or params / layers
         # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
         buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
         n_buckets += buckets
@@ -2177,7 +2177,7 @@ def _dp_tail(
         gather += comm("all_gather", expert_local * 2, edp_group)
         g_l, rs_l = gather / layers, rs_s / layers
         if modules and dp_group.size > 1:
-            bucket = fw.overlap.dp_bucket_elements(dp_group.size) or sum(modules)
+            bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(dp_group.size) or sum(modules)
             g_l, rs_l = _module_collectives(comm, modules, dense_local, layers, dp_group, gb, bucket)
             rs_s = rs_l * layers
         fwd_layer = (st["compute"] + st["memory_bound"]) / (3.0 + redone) / layers
