@@ -9,8 +9,9 @@ micro-batch; the step is then rebuilt as a DAG of collectives on the fabric of t
   turn, then the cool-down backwards); a forward is its compute (a third of the stage's, the backward two thirds;
   under full recomputation a quarter, and the backward redoes the forward and its collectives; under a layer
   count, ``recompute_layers``, only the recomputed layers' share of them) followed by its TP communication (all-gather and reduce-scatter of every layer's activations, with SP; or
-  all-reduce) and its MoE layers' all-to-alls over the EP groups, summed over the stage's layers into one
-  collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
+  all-reduce) and its MoE layers' all-to-alls over the EP groups (with the all-to-all dispatcher and expert TP,
+  each rank's own sequence shard, then the expert-TP groups' all-gather and reduce-scatter of the gathered copies,
+  as ``step._etp_gather_s`` prices them), summed over the stage's layers into one collective of each kind; under CP, the all-gather of K and V (backward: and the reduce-scatter of their
   gradients) runs alongside the compute, hidden behind it where it can be;
 - a forward's activations go to the next stage, a backward's gradients to the previous one (every pipeline's
   send at once), and the receiving stage's pass waits for them; under ``pp_p2p: serial`` (DeepSpeed's pipeline
@@ -184,7 +185,7 @@ def _communication_s(collectives: Sequence[CollectiveResult]) -> dict[str, float
         elif kind in ("compute", "join"):
             continue
         else:
-            key = {"ag": "tp", "rs": "tp", "ar": "tp", "ep": "ep"}.get(kind, "cp")
+            key = {"ag": "tp", "rs": "tp", "ar": "tp", "ep": "ep", "etp-ag": "ep", "etp-rs": "ep"}.get(kind, "cp")
         parts[key] = parts.get(key, 0.0) + c.time_s
     return parts
 
@@ -211,8 +212,13 @@ class _StepGraph:
         # sequence; the token copies EP dispatches and combines (16 bits)
         self.cp_kv = 2 * w.micro_batch * w.seq_len * max(w.kv_heads_n / t, 1.0) * w.head_size * 2 if r.cp > 1 else 0.0
         moe = w.moe
+        # each rank's routed copies as step._layer_kinds counts them: its tokens into the dispatcher are TP / expert
+        # TP sequence shards; the all-to-all dispatcher sends its own shard over EP and gathers the expert-TP group's
+        # copies after the transfer (step._etp_gather_s) [27 s16 simetp]
+        self.etp = r.expert_tp if moe is not None and r.ep > 1 and layout.moe_dispatcher == "alltoall" else 1
+        routed = tokens * r.expert_tp / t / (r.expert_tp if layout.moe_dispatcher == "alltoall" else 1)
         self.a2a = (
-            tokens * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
+            routed * moe.top_k * (moe.capacity_factor or 1.0) * w.hidden * 2.0 if moe is not None and r.ep > 1 else 0.0
         )
         self.layer_kinds = stage_layer_kinds(w, r)
         if w.mtp_layers:  # the multi-token prediction modules' layers, on the last stage (memory.mtp_stage_parameters)
@@ -222,7 +228,7 @@ class _StepGraph:
 
     def groups_of(self, dim: str, stage: int) -> np.ndarray:
         """The groups of dimension ``dim`` on pipeline stage ``stage`` (one row of ranks each)."""
-        size, stride = self.r.placement[dim]
+        size, stride = (self.r.expert_tp, 1) if dim == "etp" else self.r.placement[dim]
         g = groups_by_stride(self.gpus, size, stride)
         return g[(g[:, 0] // self.pp_stride) % self.r.pp == stage]
 
@@ -246,6 +252,12 @@ class _StepGraph:
                 serial.append(("ar", "all_reduce", 2 * (n + rc) * act, "tp"))
         if self.a2a and moe_n:  # dispatch and combine of every MoE layer
             serial.append(("ep", "all_to_all", 2 * (moe_n + moe_rc) * self.a2a, "ep"))
+            if self.etp > 1:  # the expert-TP group's copies gathered, the experts' output reduce-scattered
+                gathered = (moe_n + moe_rc) * self.a2a * self.etp
+                serial += [
+                    ("etp-ag", "all_gather", gathered, "etp"),
+                    ("etp-rs", "reduce_scatter", gathered, "etp"),
+                ]
         fold = serial and not cp_kv  # the compute is then the first collective's wait: a task fewer per pass
         chain = after
         if not fold:
