@@ -405,9 +405,16 @@ def accuracy_lines(rows: list, memory: list, coverage: dict[str, Any]) -> tuple[
     cov_ok = cov is not None and low <= cov <= high
     if not cov_ok:
         missed.append(f"80% band coverage {_pct(cov)} (target 70% to 90%)")
+    # each table weighted once: the row mean leans on the tables with many rows (a weak-scaling table prints one
+    # layout at many GPU counts), so this says how much (informative, not a target)
+    table_means = [m for m in (ErrorStats.of([r.error for r in t]).mean_abs for t in tables.values()) if m is not None]
+    per_table = sum(table_means) / len(table_means) if table_means else None
     lines += [
         "",
         f"**Overall (all rows):** {overall.line()}. Excluding MoE rows (not a target): {dense.line()}.",
+        "",
+        f"**Each table weighted once** (the mean of the {len(table_means)} tables' mean absolute errors; not a "
+        f"target, it shows how much the row mean leans on the tables with many rows): {_pct(per_table)}.",
         "",
         f"**80% band:** each row against its family's band fitted on the other rows: {coverage.get('covered')} of "
         f"{coverage.get('rows')} covered ({_pct(cov)}; target 70% to 90%: {_met(cov_ok)}).",
