@@ -78,6 +78,8 @@ def test_topology_list() -> None:
         "H100 SXM on NVLink per server, 400 Gb/s RoCE per GPU, 3,072-GPU pods, 1:7 between pods\n"
         "mi325x-8gpu                   8       8      448     8      50.0         32  8 x AMD MI325X on an "
         "Infinity Fabric mesh (448 GB/s per GPU), 8 x 400 Gb/s per node assumed (approximate)\n"
+        "mi350x-8gpu                   8       8      538     8      50.0         32  8 x AMD MI350X on an "
+        "Infinity Fabric mesh (537.6 GB/s per GPU), 8 x 400 Gb/s per node assumed (approximate)\n"
         "mi355x-8gpu                   8       8      538     8      50.0         32  8 x AMD MI355X on an "
         "Infinity Fabric mesh (537.6 GB/s per GPU), 8 x 400 Gb/s per node assumed (approximate)\n"
     )
