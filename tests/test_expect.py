@@ -257,6 +257,9 @@ def test_each_instinct_generation_is_judged_on_its_own_fabric() -> None:
     old = expect.run(ExpectRequest(_run("AMD Instinct MI300X", 1, 8, "all_reduce", rows)))
     assert (new.system.topology.name, old.system.topology.name) == ("mi355x-8gpu", "mi325x-8gpu")
     assert new.rows[0].expected.upper_bytes_per_s > old.rows[0].expected.upper_bytes_per_s
+    # the MI350X (the MI355X's silicon at 2.2 GHz and 1000 W) is judged on its own preset [27 s16 mi350x]
+    mi350 = expect.run(ExpectRequest(_run("AMD Instinct MI350X", 1, 8, "all_reduce", rows)))
+    assert mi350.system.topology.name == "mi350x-8gpu"
 
 
 def test_fewer_channels_than_two_per_nic_name_the_nics_missing() -> None:
