@@ -119,7 +119,8 @@ def test_unknown_and_missing_keys_are_refused() -> None:
 
 def test_an_unknown_preset_lists_the_known_ones() -> None:
     with pytest.raises(
-        TopologyError, match=r"unknown topology preset 'dgx-h900'; known: b200, deepseek-h800, dgx-a100"
+        TopologyError,
+        match=r"unknown topology preset 'dgx-h900'; known: b200, cisco-h100-roce, deepseek-h800, dgx-a100",
     ):
         load_topology("dgx-h900")
     with pytest.raises(TopologyError, match="not found"):

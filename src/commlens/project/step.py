@@ -1736,6 +1736,7 @@ def _slowest_tail(
                 _zero3_modules(c),
                 fp8_gathered[i],
                 fp8_zero1[i],
+                _stage_tensors(c, i) if layout.dp_bucket_elements else (),
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -1821,6 +1822,63 @@ def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
         ((dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp, expert)
         for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
     ]
+
+
+def _stage_tensors(c: _Setup, i: int) -> tuple[tuple[float, bool], ...]:
+    """[27 s16 cisco] The parameter tensors of stage ``i`` on one GPU as Megatron-Core registers them, in forward
+    order, each as (elements, a TE linear's weight): () for MoE or multi-token-prediction models (not counted one by
+    one). Megatron-Core's TransformerLayer with the Transformer Engine spec (NVIDIA/Megatron-LM core_v0.13.1,
+    megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec) fuses each norm into the
+    linear after it: ``linear_qkv`` (TELayerNormColumnParallelLinear: ``layer_norm_weight`` and the fused QKV
+    ``weight``), ``linear_proj``, ``linear_fc1`` (``layer_norm_weight`` and the weight, a gated FFN's gate and up
+    projections in one), ``linear_fc2``: six tensors a Llama-style layer (MLA: one weight per attention linear);
+    Megatron's GPT layer (learned positions, ungated FFN) adds the norms' biases and each linear's bias. The first
+    stage holds the word embedding, the last the final norm and, untied or under PP, the output layer."""
+    w, r = c.w, c.r
+    if w.moe is not None or w.mtp_layers:
+        return ()
+    h, t = float(w.hidden), r.tp
+    gpt = w.position_embedding == "learned" and not w.gated_ffn
+    attn = [(k * n, True) for _, k, n in w.attention_linears(t)]
+    ffn = w.hidden * w.ffn_hidden / t
+    layer: list[tuple[float, bool]] = [(h, False), *([(h, False)] if gpt else []), attn[0]]
+    if gpt:
+        layer += [(attn[0][0] / h, False)]  # the QKV bias (its output width)
+    layer += attn[1:] + ([(h, False)] if gpt else [])
+    layer += [(h, False), *([(h, False)] if gpt else []), (ffn * (2.0 if w.gated_ffn else 1.0), True)]
+    layer += [(w.ffn_hidden / t, False)] if gpt else []
+    layer += [(ffn, True), *([(h, False)] if gpt else [])]
+    embed = w.vocab * h / t
+    out: list[tuple[float, bool]] = []
+    if i == 0:
+        out.append((embed, False))
+        if w.position_embedding == "learned":
+            out.append((w.seq_len * h, False))
+    out += layer * int(r.stage_layers[i])
+    if i == r.pp - 1:
+        out.append((h, False))
+        if not w.tied_embeddings or r.pp > 1:
+            out.append((embed, False))
+    return tuple(out)
+
+
+def _mcore_buckets(tensors: Sequence[tuple[float, bool]], bucket: float) -> list[tuple[float, float]]:
+    """(elements, TE-linear-weight elements) of each DP bucket when Megatron-Core fills buckets of ``bucket``
+    elements: it walks the parameters in reverse (backward) order and closes a bucket once it holds at least
+    ``bucket`` elements (NVIDIA/Megatron-LM core_v0.13.1, megatron/core/distributed/param_and_grad_buffer.py
+    _ParamAndGradBuffer.__init__: ``(param_end_index - bucket_start_index) >= bucket_size``), so a bucket smaller
+    than every tensor puts each tensor in a bucket, and a collective, of its own."""
+    out: list[tuple[float, float]] = []
+    held = linear = 0.0
+    for n, is_linear in reversed(tensors):
+        held += n
+        linear += n if is_linear else 0.0
+        if held >= bucket:
+            out.append((held, linear))
+            held = linear = 0.0
+    if held > 0:
+        out.append((held, linear))
+    return out
 
 
 def _tied_embedding_reduce_s(c: _Setup) -> float:
@@ -2129,6 +2187,7 @@ def _dp_tail(
     modules: tuple[float, ...] = (),
     fp8_local: float = 0.0,
     fp8_zero1: tuple[float, float] = (0.0, 0.0),
+    tensors: tuple[tuple[float, bool], ...] = (),
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -2139,7 +2198,10 @@ def _dp_tail(
     submodule with its own all-gather and the gradients in the framework's buckets, each collective with its own
     latency. ``redone``: the share of the stage's layers whose forward full recomputation runs again (1: all);
     ``fp8_local``: the dense parameters gathered at 1 B, not 2 (:func:`~commlens.project.memory.stage_fp8_gathered`);
-    ``fp8_zero1``: the (dense, expert) parameters ZeRO-1/2 gathers at 1 B (:func:`_zero1_fp8_gathered`)."""
+    ``fp8_zero1``: the (dense, expert) parameters ZeRO-1/2 gathers at 1 B (:func:`_zero1_fp8_gathered`);
+    ``tensors``: the stage's parameter tensors (:func:`_stage_tensors`), given where the layout sets its DP bucket
+    (``dp_bucket_elements``): the dense gradients then go in Megatron-Core's buckets of that size
+    (:func:`_mcore_buckets`), each its own reduce-scatter and all-gather with its own latency."""
     rs_s = ag_s = 0.0
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
@@ -2153,7 +2215,21 @@ def _dp_tail(
         n_buckets += buckets
         # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
         whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
-        rs_s += buckets * comm("all_reduce" if whole else "reduce_scatter", params * gb / buckets, group)
+        op = "all_reduce" if whole else "reduce_scatter"
+        if tensors and group is dp_group and layout.overlap_grad_reduce and layout.dp_bucket_elements:
+            # [27 s16 cisco] the buckets as Megatron-Core fills them from the stage's tensors: each bucket's
+            # collectives sized by its own elements (its TE linears' weights gathered at 1 B with fp8 parameters),
+            # scaled to the stage's parameter count (the tensor list counts the norms whole, not split over TP)
+            filled = _mcore_buckets(tensors, layout.dp_bucket_elements)
+            scale = params / sum(n for n, _ in filled)
+            linear = sum(lin for _, lin in filled)
+            share = fp8 / linear if linear else 0.0
+            n_buckets += len(filled) - buckets
+            rs_s += sum(comm(op, n * scale * gb, group) for n, _ in filled)
+            if 0 < layout.zero < 3:
+                ag_s += sum(comm("all_gather", n * scale * 2 - lin * share, group) for n, lin in filled)
+            continue
+        rs_s += buckets * comm(op, params * gb / buckets, group)
         if 0 < layout.zero < 3:
             ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
     dp_s = rs_s + ag_s
