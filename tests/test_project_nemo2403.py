@@ -32,14 +32,17 @@ def test_the_long_sequence_rows_name_the_release_their_container_ran():
     # Megatron profile counts (not torch's eager F.cross_entropy)
     assert fw.fused.cross_entropy
     no_recipe = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.03")
-    delayed = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo-24.07")
-    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="current", framework="nemo-24.07")
+    delayed = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo-24.03")
+    current = _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="current", framework="nemo-24.03")
     assert no_recipe[1] == pytest.approx(delayed[1], rel=1e-9)
     assert no_recipe[1] < current[1]
     # 24.07 shipped Transformer Engine 1.8, delayed scaling too [27 s12 nemo2403]
     assert framework("nemo-24.07").fp8_recipe == "delayed"
+    delayed_2407 = _llama2_7b(
+        4096, 4, tp=1, dp=4, zero=2, recompute="none", fp8_recipe="delayed", framework="nemo-24.07"
+    )
     assert _llama2_7b(4096, 4, tp=1, dp=4, zero=2, recompute="none", framework="nemo-24.07")[1] == pytest.approx(
-        delayed[1], rel=1e-9
+        delayed_2407[1], rel=1e-9
     )
 
 
@@ -67,6 +70,9 @@ def test_transformer_engine_1_4_copies_chunks_every_ring_step():
     assert old["cp_ring"] - new["cp_ring"] == pytest.approx(extra * passes, rel=1e-6)
     assert old_step > new_step
     short = {"tp": 2, "sp": True, "dp": 8, "zero": 2, "fp8_recipe": "delayed"}
-    assert _llama2_7b(16384, 16, **short, framework="nemo-24.03")[1] == pytest.approx(
-        _llama2_7b(16384, 16, **short, framework="nemo-24.07")[1], rel=1e-12
-    )
+    # without CP the two releases differ only by TE 1.8's amax all-reduce per autocast, which TE 1.4 does not run
+    # that way (frameworks.yaml te_autocast_amax_reduction) [27 s16 fp8twins]: a few milliseconds a step
+    old_short = _llama2_7b(16384, 16, **short, framework="nemo-24.03")[1]
+    new_short = _llama2_7b(16384, 16, **short, framework="nemo-24.07")[1]
+    assert old_short < new_short
+    assert old_short == pytest.approx(new_short, rel=1e-3)

@@ -35,7 +35,7 @@ def test_the_4k_row_is_the_launchers_llama2_7b_config_without_recomputation():
 
     def step(recompute: str) -> float:
         layout = ParallelLayout(
-            tp=1, sp=False, cp=1, pp=1, dp=4, zero=2, recompute=recompute, fp8_recipe="delayed", framework="nemo-24.07"
+            tp=1, sp=False, cp=1, pp=1, dp=4, zero=2, recompute=recompute, fp8_recipe="delayed", framework="nemo-24.03"
         )
         return run(Scenario(w, topo, layout, 4)).step_time_s
 

@@ -360,6 +360,14 @@ class Framework(_Strict):
         "(kernels.fp8_tp_amax_reductions), and on GPUs whose fp8 GEMMs take only the TN layout the weight gradient "
         "transposes the gathered fp8 tensor (kernels.fp8_gather_transposes) [27 s10 fp8cs]",
     )
+    te_autocast_amax_reduction: bool = Field(
+        default=False,
+        description="under fp8 delayed scaling, Transformer Engine (1.6 and later) all-reduces the amaxes of every fp8 "
+        "module on the GPU when the outermost fp8_autocast exits and again at the end of the backward of the "
+        "autocast's first fp8 module, synchronously on the compute stream, over the autocast's fp8_group; "
+        "Megatron-Core wraps each model chunk's block in one autocast with its amax reduction group (TP x DP x CP): "
+        "two small all-reduces per model chunk and micro-batch on the critical path [27 s16 fp8twins]",
+    )
     tp_seq_dim_copies: bool = Field(
         default=False,
         description="sequence parallelism through DTensor on [batch, seq, hidden] activations: torch's functional "

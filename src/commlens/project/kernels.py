@@ -43,6 +43,8 @@ __all__ = [
     "async_tp_unfused_reduce_scatters",
     "fp8_cast_bytes",
     "fp8_recipe",
+    "FP8_AUTOCAST_AMAX_ENTRIES",
+    "fp8_autocast_amax_reductions",
     "fp8_tp_amax_reductions",
     "graph_share",
     "graph_shares",
@@ -716,6 +718,26 @@ def fp8_tp_gathers(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, 
     if tp <= 1 or not layout.sp or not te_or_ao or not tp_fp8_all_gather(fw, w, layout):
         return 0, 0
     return FP8_TP_AMAX_REDUCTIONS[moe]
+
+
+# [27 s16 fp8twins] Delayed scaling's amax reduction per autocast (Framework.te_autocast_amax_reduction):
+# TransformerEngine v1.10 transformer_engine/pytorch/fp8.py fp8_autocast_exit calls reduce_and_update_fp8_tensors
+# (forward=True) when the outermost autocast exits with grad enabled: torch.cat of the forward amaxes of every fp8 module
+# registered on the GPU (3 a GEMM: input, weight, output), one torch.distributed.all_reduce(MAX, async_op=False) over the
+# autocast's fp8_group, then one fused amax / scale update of their histories; module/linear.py backward (the autocast's
+# first fp8 module: ctx.reduce_and_update_bwd_fp8_tensors) does the same for the backward amaxes (2 a GEMM).
+# Megatron-LM core_r0.9.0 transformer_block.py opens one autocast per model chunk, over get_amax_reduction_group(
+# with_context_parallel=True) = TP x DP x CP: two collectives per chunk and micro-batch that every rank of the group
+# waits for. CUDA-graphed stacks reduce from TE's graph.py instead (not counted here).
+FP8_AUTOCAST_AMAX_ENTRIES = (3, 2)  # (forward, backward) fp32 amaxes per fp8 GEMM in the reduced buffer (TE 1.x)
+
+
+def fp8_autocast_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout) -> int:
+    """All-reduces of delayed scaling's amaxes per model chunk and micro-batch (forward exit and backward of the
+    autocast's first module): 2 where the stack reduces per autocast, eager, under delayed scaling; 0 otherwise."""
+    if not fw.te_autocast_amax_reduction or w.precision != "fp8" or layout.cuda_graphs:
+        return 0
+    return 2 if (layout.fp8_recipe or fw.fp8_recipe) == "delayed" else 0
 
 
 def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> tuple[int, int]:

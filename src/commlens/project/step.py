@@ -44,12 +44,14 @@ from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
     EAGER_STREAM_FRACTION,
+    FP8_AUTOCAST_AMAX_ENTRIES,
     GAP_SUFFIX,
     KINDS,
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
     expert_load,
+    fp8_autocast_amax_reductions,
     fp8_tp_amax_reductions,
     graph_shares,
     layer_kernels,
@@ -830,7 +832,7 @@ def _layer_time(
             share = stream / (compute + stream) if compute + stream > 0 else 0.0
             ep_t = ep_t - ep_hid + interference_s(dev, ep_hid, DUALPIPE_COMM_SMS, hbm, share)
     tp_t, tp_hid, tp_whole = _tp_time(c, kernels, lc, t_gemm_fwd * fwd_passes + t_gemm_bwd)
-    tp_whole += _fp8_amax_reduce_s(c, kernels)
+    tp_whole += _fp8_amax_reduce_s(c, kernels) + _fp8_autocast_amax_s(c)
     gpu = compute + stream + tp_t + cp_exp + ep_t
     tp_t += tp_whole
     gpu += tp_whole
@@ -1108,6 +1110,27 @@ def _fp8_amax_reduce_s(c: _Setup, kernels: list[Kernel]) -> float:
     # gathers (kernels.op_sac_tp_regathers) [27 s14 tt8btp]
     passes = c.fwd_passes + (1.0 if _op_sac_regathers(c, kernels) else 0.0)
     return (fwd * passes + bwd) * c.comm("all_reduce", 4.0, c.r.groups["tp"])
+
+
+def _fp8_autocast_amax_s(c: _Setup) -> float:
+    """Delayed scaling's amax all-reduces per autocast (kernels.fp8_autocast_amax_reductions: one at the forward's
+    autocast exit, one in the backward, per model chunk and micro-batch, over TP x DP x CP, on the critical path),
+    as one layer's share: the chunk's pair over the chunk's layers [27 s16 fp8twins]."""
+    n = fp8_autocast_amax_reductions(c.fw, c.w, c.layout)
+    if not n:
+        return 0.0
+    r = c.r
+    chunk_layers = max(1.0, c.w.layers / (r.pp * r.vpp))
+    gemms = chunk_layers * (4 if c.w.moe is None else 3)  # QKV, projection, FFN in / out; MoE: experts as one
+    size = r.tp * r.cp * r.dp
+    per_node = c.scenario.topology.accelerators_per_node
+    if c.layout.order[-1] == "pp":  # the stage's TP x CP x DP ranks are consecutive
+        group = Group(size, max(1, -(-size // per_node)), min(size, per_node))
+    else:  # strided over the job's nodes
+        nodes = max(1, -(-c.scenario.gpus // per_node))
+        group = Group(size, min(size, nodes), max(1, size // nodes))
+    fwd_b, bwd_b = (e * 4.0 * gemms * r.vpp for e in FP8_AUTOCAST_AMAX_ENTRIES)
+    return (c.comm("all_reduce", fwd_b, group) + c.comm("all_reduce", bwd_b, group)) * (n / 2) / chunk_layers
 
 
 def _tp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm, gemm_s: float) -> tuple[float, float, float]:
