@@ -20,7 +20,7 @@ PROXY_LAYERS = [2, 4, 4, 8, 16, 32, 64, 64, 64]
 
 def test_the_table_holds_every_readme_row_once():
     table = load_set(TABLE)
-    assert table.metric == "step_time_s" and len(table.rows) == 50
+    assert table.metric == "step_time_s" and len(table.rows) == 58
     for tag in ("35a9aecc8d5b17d99d80f52f38c75ade0dbab7ae", "8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad"):
         assert tag in table.source
     rows = table.rows
@@ -43,7 +43,7 @@ def test_the_table_holds_every_readme_row_once():
     assert all(r.layout["etp"] == 4 and r.layout["cuda_graphs"] for r in gb200)
     # the H100 512-GPU run was re-measured between v25.05.01 and v25.05.02 (same recipe and image): two rows each
     assert [(r.gpus, r.published) for r in rows[42:46]] == [(512, 16.93), (512, 13.454), (512, 15.933), (512, 13.433)]
-    ds = rows[46:]
+    ds = rows[46:50]
     assert [(r.workload, r.topology, r.gpus, r.published) for r in ds] == [
         ("deepseek-v3-like", "dgx-h100", 1024, 52.04),
         ("deepseek-v3-like", "gb200-nvl72", 128, 34.168),
@@ -57,6 +57,33 @@ def test_the_table_holds_every_readme_row_once():
         assert r.overrides["vocab"] == 128256 and r.overrides["tied_embeddings"] is False
         assert r.layout["moe_capacity_factor"] == 1.0 and r.layout["moe_pad_to_capacity"] is True
         assert (r.layout.get("fp8_recipe") == "delayed") == (r.overrides["precision"] == "fp8")
+
+
+def test_the_llama4_maverick_rows_as_the_readme_and_launch_sh_give_them():
+    """[27 s16 llama4] llama4/README.md at v25.05 (the same figures through v25.05.05, nemo:25.04.01): GB200 BF16 /
+    FP8 at 128 / 256 / 512 GPUs (TP 1, PP 2, VP 12, EP 64, GBS 8 x GPUs), H100 BF16 / FP8 at 512 (TP 4, EP 128, ETP 4,
+    CUDA graphs for FP8 only); every row at 8192 tokens, one attention chunk."""
+    table = load_set(TABLE)
+    assert "llama4/README.md" in table.source
+    rows = table.rows[50:]
+    assert [(r.workload, r.topology, r.gpus, r.overrides["precision"], r.published) for r in rows] == [
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 128, "bf16", 7.781),
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 256, "bf16", 7.859),
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 512, "bf16", 7.992),
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 128, "fp8", 6.093),
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 256, "fp8", 6.223),
+        ("llama4-maverick-17b-128e", "gb200-nvl72", 512, "fp8", 6.327),
+        ("llama4-maverick-17b-128e", "dgx-h100", 512, "bf16", 4.426),
+        ("llama4-maverick-17b-128e", "dgx-h100", 512, "fp8", 3.855),
+    ]
+    for r in rows:
+        lay = r.layout
+        assert r.overrides["seq_len"] == 8192 and lay["framework"] == "nemo-25.04"
+        assert lay["moe_capacity_factor"] == 1.0 and lay["grad_reduce_bytes"] == 2
+        assert (lay.get("fp8_recipe") == "delayed") == (r.overrides["precision"] == "fp8")
+        assert lay["tp"] * lay["pp"] * lay["dp"] == r.gpus
+    assert [(r.layout["pp"], r.layout["vpp"], r.layout["ep"]) for r in rows[:6]] == [(2, 12, 64)] * 6
+    assert [r.layout["cuda_graphs"] for r in rows[6:]] == [False, True]
 
 
 def test_grok_preset_matches_the_release():
@@ -84,7 +111,10 @@ def test_every_row_projects_and_the_figures_as_measured():
     assert err[46] == pytest.approx(0.176, abs=0.02)
     # [27 s16 dsv3dgxc] GB200 runs TE's unfused attention for MLA (head 192 > 128 on sm100): +165% -> +60%; and no
     # dropout pass over the scores at attention_dropout 0 (torch returns the input at p = 0): +60% -> +95%
-    assert err[47:] == pytest.approx([0.954, 0.957, 0.958], abs=0.03)
+    assert err[47:50] == pytest.approx([0.954, 0.957, 0.958], abs=0.03)
+    # [27 s16 llama4] Llama 4 Maverick (held out, measured when added): GB200 BF16 +18.2 / +19.4 / +21.2%, FP8 +19.7 /
+    # +22.2 / +24.1% (the model's step faster than the runs'), H100 BF16 +4.4%, FP8 (CUDA graphs) +19.2%
+    assert err[50:] == pytest.approx([0.182, 0.194, 0.212, 0.197, 0.222, 0.241, 0.044, 0.192], abs=0.02)
 
 
 def test_deepseek_rows_run_what_the_recipe_runs():
@@ -98,7 +128,7 @@ def test_deepseek_rows_run_what_the_recipe_runs():
     from commlens.project.step import run
     from commlens.topology import load_topology
 
-    rows = load_set(TABLE).rows[46:]
+    rows = load_set(TABLE).rows[46:50]
     assert all(r.layout["grad_reduce_bytes"] == 4 for r in rows)
     assert [r.layout.get("attention_kernel") for r in rows] == [None, "unfused", "unfused", "unfused"]
     acts = []

@@ -139,13 +139,16 @@ def test_only_the_25_09_token_drop_runs_state_it():
     # v2.3.0 scripts build the recipes' performance_mode with the same callback
     # [27 s16 dgxcmoe] and every row of dgxc-moe: the Grok-1 launcher config (moe_expert_capacity_factor 1.0,
     # moe_pad_expert_input_to_capacity true) and NeMo's pretrain_grok1_314b.py / pretrain_deepseek_v3.py
-    # (MegatronTokenDropCallback)
+    # (MegatronTokenDropCallback); [27 s16 llama4] and nemo-perf-25.07's Llama 4 Scout row, whose NeMo v2.4.0
+    # recipe's performance_mode adds the same callback
     assert {name for name, _, _ in stated} == {
         "megatron-bridge-perf-25.09",
         "nemo-perf-25.02",
         "nemo-perf-25.04",
+        "nemo-perf-25.07",
         "dgxc-moe",
     }
+    assert [w for name, _, w in stated if name == "nemo-perf-25.07"] == ["llama4-scout-17b-16e"]
     assert len([s for s in stated if s[0] == "dgxc-moe"]) == len(load_set("dgxc-moe").rows)
     for nemo in ("nemo-perf-25.02", "nemo-perf-25.04"):
         assert sorted(w for name, _, w in stated if name == nemo) == ["mixtral-8x22b", "mixtral-8x7b"]

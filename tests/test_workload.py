@@ -28,6 +28,8 @@ PUBLISHED_BILLIONS = {  # parameters as published (Megatron rows: training-runs.
     "olmo2-7b": 7.30,  # allenai/OLMo-2-1124-7B model card: 7.3B ('2 OLMo 2 Furious', arXiv 2501.00656)
     "olmo2-13b": 13.7,  # allenai/OLMo-2-1124-13B model card: 13.7B
     "olmo-core-1b-2024": 1.336,
+    "llama4-scout-17b-16e": 109.0,  # meta-llama/Llama-4-Scout-17B-16E model card: 109B total (vision encoder included)
+    "llama4-maverick-17b-128e": 400.0,  # meta-llama/Llama-4-Maverick-17B-128E model card: 400B total
     "grok-1-314b": 314.0,  # xai-org/grok-1 README: 314B parameters (the preset counts 315.7B with the tied embedding)  # OLMo-core TransformerConfig.olmo_1B num_params at e27ba745 (no model card)
 }
 

@@ -87,6 +87,7 @@ __all__ = [
     "stage_recompute",
     "in_flight",
     "memory_per_gpu",
+    "stage_layer_flags",
     "stage_layer_kinds",
     "stage_memory",
     "stage_fp8_gathered",
@@ -245,15 +246,20 @@ def in_flight(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str |
     return chunks / vpp
 
 
-def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
-    """(dense, MoE) transformer layers of every stage, first to last (the MoE layers are the last ones)."""
-    first_moe = w.layers - w.moe_layers
-    out, start = [], 0
+def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
+    """Whether each layer of every stage is an MoE layer, stage by stage, first to last (the stages' layers taken
+    in order: ``Workload.moe_layer_flags`` cut at ``stage_layers``)."""
+    flags, out, start = w.moe_layer_flags, [], 0
     for n in r.stage_layers:
-        dense_n = max(0, min(start + n, first_moe) - start)
-        out.append((dense_n, n - dense_n))
+        out.append(flags[start : start + n])
         start += n
     return out
+
+
+def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
+    """(dense, MoE) transformer layers of every stage, first to last (which layers are MoE:
+    ``Workload.moe_layer_flags``: the last ones from ``first_moe_layer`` on, or every ``every``-th of them)."""
+    return [(len(f) - sum(f), sum(f)) for f in stage_layer_flags(w, r)]
 
 
 def chunk_layers(n: int, vpp: int) -> list[int]:
@@ -268,12 +274,13 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
     chunk (megatron/core/recompute.py @d98e8a6; N = ``recompute_layers``, per chunk since each virtual stage is
     its own TransformerBlock): block checkpoints the first N layers of the chunk one at a time and runs the rest
     unchecked; uniform checkpoints the chunk in groups of N layers (every layer recomputed, each group rebuilt
-    whole from its input). Without a count every layer is its own checkpoint. A stage's layers are taken dense
-    first (as :func:`stage_layer_kinds`), its chunks in order. None recomputed without full recomputation."""
+    whole from its input). Without a count every layer is its own checkpoint. A stage's layers are taken in order
+    (:func:`stage_layer_flags`), its chunks in order. None recomputed without full recomputation."""
     out = []
     n_rc, method = layout.recompute_layers, layout.recompute_method or "block"
-    for dense_n, moe_n in stage_layer_kinds(w, r):
-        n = dense_n + moe_n
+    for flags in stage_layer_flags(w, r):
+        n, moe_n = len(flags), sum(flags)
+        dense_n = n - moe_n
         if layout.recompute != "full":
             out.append((0, 0, 0, 0))
         elif n_rc is None:
@@ -286,7 +293,7 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
             for c in chunk_layers(n, r.vpp):
                 k = min(n_rc, c)
                 rc += k
-                dense_rc += max(0, min(start + k, dense_n) - start)
+                dense_rc += k - sum(flags[start : start + k])
                 start += c
             out.append((dense_rc, rc - dense_rc, rc, 1 if rc else 0))
     return out

@@ -42,6 +42,15 @@ class Moe(_Spec):
         default=None, gt=0, description="tokens an expert takes, x its fair share (None: dropless, = 1.0 in cost)"
     )
     first_moe_layer: int = Field(default=0, ge=0, description="layers before this one are dense")
+    # [27 s16 llama4] interleaved MoE layers: Hugging Face Llama 4 config interleave_moe_layer_step (transformers
+    # Llama4TextConfig: moe_layers = range(step - 1, layers, step)); Megatron-Core moe_layer_freq as a list (NeMo
+    # v2.4.0 llama.py Llama4Experts128Config: [0, 1] * 24, MoE on layers 1, 3, ..., 47 counted from 0)
+    every: int = Field(
+        default=1,
+        ge=1,
+        description="from first_moe_layer on, every every-th layer is MoE and the others dense: layers first_moe_layer "
+        "+ every - 1, + 2 every - 1, ... (Llama 4 Maverick: 2, MoE on the odd layers counted from 0); 1: every layer",
+    )
     expert_bias: bool = Field(default=False, description="the experts' two linears carry biases (gpt-oss)")
     glu_clamp: float | None = Field(
         default=None,
@@ -136,6 +145,15 @@ class Workload(_Spec):
         default=None, description="sliding-window attention on some layers; None: every layer attends in full"
     )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
+    # [27 s16 llama4] Llama 4's chunked attention (HF text_config attention_chunk_size 8192; NeMo Llama4Config
+    # attention_chunk_size 8192): on its RoPE layers a query attends only within its chunk of the sequence. Up to one
+    # chunk that is full causal attention, which is what commlens prices; a longer sequence is refused.
+    attention_chunk: int | None = Field(
+        default=None,
+        ge=1,
+        description="chunked attention (Llama 4): tokens of one attention chunk; the model prices full causal "
+        "attention, exact while seq_len <= attention_chunk, and refuses a longer sequence; None: not chunked",
+    )
     mtp_layers: int = Field(
         default=0,
         ge=0,
@@ -162,6 +180,16 @@ class Workload(_Spec):
             raise ValueError(
                 f"moe.first_moe_layer: {self.moe.first_moe_layer} leaves no MoE layer in {self.layers} layers"
             )
+        if self.attention_chunk is not None and self.seq_len > self.attention_chunk:
+            raise ValueError(
+                f"seq_len: {self.seq_len} exceeds attention_chunk {self.attention_chunk}; chunked attention (each "
+                "chunk its own causal block) is not modelled, only a sequence of one chunk or less"
+            )
+        if self.moe is not None and self.moe.first_moe_layer + self.moe.every > self.layers:
+            raise ValueError(
+                f"moe.every: {self.moe.every} from layer {self.moe.first_moe_layer} leaves no MoE layer in "
+                f"{self.layers} layers"
+            )
         return self
 
     @property
@@ -173,8 +201,18 @@ class Workload(_Spec):
         return self.hidden // self.heads if self.head_dim is None else self.head_dim
 
     @property
+    def moe_layer_flags(self) -> list[bool]:
+        """Whether each layer, first to last, is an MoE layer: from ``moe.first_moe_layer`` on, every
+        ``moe.every``-th (the ``every``-th, ``2 every``-th, ... counted from 1 there)."""
+        if self.moe is None:
+            return [False] * self.layers
+        first, every = self.moe.first_moe_layer, self.moe.every
+        return [i >= first and (i - first + 1) % every == 0 for i in range(self.layers)]
+
+    @property
     def moe_layers(self) -> int:
-        return 0 if self.moe is None else self.layers - self.moe.first_moe_layer
+        """MoE layers: ``sum(moe_layer_flags)``, counted without building the list."""
+        return 0 if self.moe is None else (self.layers - self.moe.first_moe_layer) // self.moe.every
 
     @property
     def mtp_moe(self) -> bool:
