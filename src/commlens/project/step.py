@@ -2198,6 +2198,107 @@ def _fsdp_copies_s(
     return out
 
 
+def _fp8_merged_groups(
+    comm: Callable[[str, float, Group], float],
+    op: str,
+    group: Group,
+    params: float,
+    fp8_weights: float,
+    fp8_gathered: float,
+    gb: int,
+    bucket: float,
+    tensors: tuple[tuple[float, bool], ...] = (),
+) -> tuple[float, float, float, float, int]:
+    """(reduce, all-gather, the merged group's reduce, its all-gather, bucket groups) of a stage's dense DP buckets
+    under fp8 parameters: ``params`` elements, ``fp8_weights`` of them fp8 weights (``fp8_gathered`` of those
+    gathered at 1 B: per-tensor recipes; MXFP8's at 2 B), in buckets of ``bucket`` elements (filled from
+    ``tensors`` where given, else equal).
+
+    [27 s16 fp8bucket] With fp8 parameters Megatron-Core keeps the fp8 weights (a uint8 buffer) and the rest (norms,
+    embedding, output layer, biases: a bf16 buffer) in buffers of their own, each filled into buckets, and merges
+    every non-fp8 bucket into the last fp8 bucket group, the one of the model's first layers (NVIDIA/Megatron-LM
+    core_v0.9.0 .. core_v0.19.0, megatron/core/distributed/param_and_grad_buffer.py ``partition_buckets``, case 3).
+    A group starts its reduce-scatter once every gradient in it is ready (``register_grad_ready`` ->
+    ``start_grad_sync``, one coalesced launch of its buckets): that group, the output layer's gradient included,
+    waits for the end of the backward, after the groups before it on the same stream. Its all-gather is the first of
+    the next step's forward, dispatched and waited on by the first forward pre-hook (``finish_param_sync``: 'If
+    current bucket's param AG has not been dispatched, dispatch it now'), before the embedding's forward. So the
+    merged group's reduce-scatter and all-gather are exposed whole, and the other buckets share the overlap as
+    before."""
+    linear = min(params, fp8_weights)
+    if tensors:
+        fp8_buckets = [n for n, _ in _mcore_buckets([t for t in tensors if t[1]], bucket)] or [0.0]
+        fp8_buckets = [n * linear / sum(fp8_buckets) if sum(fp8_buckets) else 0.0 for n in fp8_buckets]
+        others = [n for n, _ in _mcore_buckets([t for t in tensors if not t[1]], bucket)]
+        others = [n * (params - linear) / sum(others) for n in others] if sum(others) else []
+    else:
+        k = max(1, math.ceil(linear / bucket))
+        fp8_buckets = [linear / k] * k
+        k_o = max(1, math.ceil((params - linear) / bucket))
+        others = [(params - linear) / k_o] * k_o if params > linear else []
+    lin_b = 2.0 - (fp8_gathered / linear if linear else 0.0)  # the fp8 weights' gather bytes (1 per-tensor, 2 MXFP8)
+    rs_groups = [comm(op, n * gb, group) for n in fp8_buckets]
+    ag_groups = [comm("all_gather", n * lin_b, group) for n in fp8_buckets]
+    last_rs = rs_groups[-1] + sum(comm(op, n * gb, group) for n in others)
+    last_ag = ag_groups[-1] + sum(comm("all_gather", n * 2.0, group) for n in others)
+    return sum(rs_groups[:-1]) + last_rs, sum(ag_groups[:-1]) + last_ag, last_rs, last_ag, len(fp8_buckets)
+
+
+def _dp_buckets(
+    comm: Callable[[str, float, Group], float],
+    layout: ParallelLayout,
+    fw: Framework,
+    parts: tuple[tuple[float, Group, float], ...],
+    gb: int,
+    layers: float,
+    tensors: tuple[tuple[float, bool], ...] = (),
+    fp8_weights: float = 0.0,
+) -> tuple[float, float, float, float, float]:
+    """ZeRO-0/1/2's DP collectives of one stage for :func:`_dp_tail`: (reduce, all-gather, buckets, the merged fp8
+    group's reduce, its all-gather; -1 each where the buckets are equal). ``parts``: (parameters, group, of them
+    gathered at 1 B) of the dense parameters (first) and the experts."""
+    rs_s = ag_s = 0.0
+    last_rs = last_ag = -1.0  # the merged group's collectives (-1: buckets equal)
+    n_buckets = 0.0
+    dp_group = parts[0][1]
+    for params, group, fp8 in parts:
+        if group.size == 1 or params == 0:
+            continue
+        bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(group.size) or params / layers
+        # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
+        buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
+        n_buckets += buckets
+        # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
+        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
+        op = "all_reduce" if whole else "reduce_scatter"
+        if fp8_weights and group is dp_group and layout.overlap_grad_reduce and 0 < layout.zero < 3:
+            # [27 s16 fp8bucket] the fp8 buffer's buckets, the last one merged with the whole non-fp8 buffer
+            sized = tensors if layout.dp_bucket_elements else ()
+            rs, ag, last_rs, last_ag, groups = _fp8_merged_groups(
+                comm, op, group, params, fp8_weights, fp8, gb, bucket, sized
+            )
+            n_buckets += groups - buckets  # one group per fp8 bucket
+            rs_s, ag_s = rs_s + rs, ag_s + ag
+            continue
+        if tensors and group is dp_group and layout.overlap_grad_reduce and layout.dp_bucket_elements:
+            # [27 s16 cisco] the buckets as Megatron-Core fills them from the stage's tensors: each bucket's
+            # collectives sized by its own elements (its TE linears' weights gathered at 1 B with fp8 parameters),
+            # scaled to the stage's parameter count (the tensor list counts the norms whole, not split over TP)
+            filled = _mcore_buckets(tensors, layout.dp_bucket_elements)
+            scale = params / sum(n for n, _ in filled)
+            linear = sum(lin for _, lin in filled)
+            share = fp8 / linear if linear else 0.0
+            n_buckets += len(filled) - buckets
+            rs_s += sum(comm(op, n * scale * gb, group) for n, _ in filled)
+            if 0 < layout.zero < 3:
+                ag_s += sum(comm("all_gather", n * scale * 2 - lin * share, group) for n, lin in filled)
+            continue
+        rs_s += buckets * comm(op, params * gb / buckets, group)
+        if 0 < layout.zero < 3:
+            ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
+    return rs_s, ag_s, n_buckets, last_rs, last_ag
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -2232,74 +2333,11 @@ def _dp_tail(
     (``dp_bucket_elements``): the dense gradients then go in Megatron-Core's buckets of that size
     (:func:`_mcore_buckets`), each its own reduce-scatter and all-gather with its own latency. ``fp8_weights``: the
     dense parameters held as fp8 weights where the framework merges the other buckets into their last bucket group
-    (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0.
-
-    [27 s16 fp8bucket] With fp8 parameters Megatron-Core keeps the fp8 weights (a uint8 buffer) and the rest (norms,
-    embedding, output layer, biases: a bf16 buffer) in buffers of their own, each filled into buckets, and merges
-    every non-fp8 bucket into the last fp8 bucket group, the one of the model's first layers (NVIDIA/Megatron-LM
-    core_v0.9.0 .. core_v0.19.0, megatron/core/distributed/param_and_grad_buffer.py ``partition_buckets``, case 3).
-    A group starts its reduce-scatter once every gradient in it is ready (``register_grad_ready`` ->
-    ``start_grad_sync``, one coalesced launch of its buckets): that group, the output layer's gradient included,
-    waits for the end of the backward, after the groups before it on the same stream. Its all-gather is the first of
-    the next step's forward, dispatched and waited on by the first forward pre-hook (``finish_param_sync``: 'If
-    current bucket's param AG has not been dispatched, dispatch it now'), before the embedding's forward. So the
-    merged group's reduce-scatter and all-gather are exposed whole, and the other buckets share the overlap as
-    before."""
-    rs_s = ag_s = 0.0
-    last_rs = last_ag = -1.0  # the merged group's collectives (-1: buckets equal)
+    (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
-    n_buckets = 0.0
-    for params, group, fp8 in ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1])):
-        if group.size == 1 or params == 0:
-            continue
-        bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(group.size) or params / layers
-        # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
-        buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
-        n_buckets += buckets
-        # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
-        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
-        op = "all_reduce" if whole else "reduce_scatter"
-        if fp8_weights and group is dp_group and layout.overlap_grad_reduce and 0 < layout.zero < 3:
-            # [27 s16 fp8bucket] the fp8 buffer's buckets, the last one merged with the whole non-fp8 buffer
-            linear = min(params, fp8_weights)
-            if tensors and layout.dp_bucket_elements:
-                fp8_buckets = [n for n, _ in _mcore_buckets([t for t in tensors if t[1]], bucket)] or [0.0]
-                scale = linear / sum(fp8_buckets) if sum(fp8_buckets) else 0.0
-                fp8_buckets = [n * scale for n in fp8_buckets]
-                others = [n for n, _ in _mcore_buckets([t for t in tensors if not t[1]], bucket)]
-                o_scale = (params - linear) / sum(others) if sum(others) else 0.0
-                others = [n * o_scale for n in others]
-            else:
-                k = max(1.0, math.ceil(linear / bucket))
-                fp8_buckets = [linear / k] * int(k)
-                k_o = max(1.0, math.ceil((params - linear) / bucket))
-                others = [(params - linear) / k_o] * int(k_o) if params > linear else []
-            lin_b = 2.0 - (fp8 / linear if linear else 0.0)  # the fp8 weights' gather bytes (1 per-tensor, 2 MXFP8)
-            n_buckets += len(fp8_buckets) - buckets  # one group per fp8 bucket
-            rs_groups = [comm(op, n * gb, group) for n in fp8_buckets]
-            ag_groups = [comm("all_gather", n * lin_b, group) for n in fp8_buckets]
-            last_rs = rs_groups[-1] + sum(comm(op, n * gb, group) for n in others)
-            last_ag = ag_groups[-1] + sum(comm("all_gather", n * 2.0, group) for n in others)
-            rs_s += sum(rs_groups[:-1]) + last_rs
-            ag_s += sum(ag_groups[:-1]) + last_ag
-            continue
-        if tensors and group is dp_group and layout.overlap_grad_reduce and layout.dp_bucket_elements:
-            # [27 s16 cisco] the buckets as Megatron-Core fills them from the stage's tensors: each bucket's
-            # collectives sized by its own elements (its TE linears' weights gathered at 1 B with fp8 parameters),
-            # scaled to the stage's parameter count (the tensor list counts the norms whole, not split over TP)
-            filled = _mcore_buckets(tensors, layout.dp_bucket_elements)
-            scale = params / sum(n for n, _ in filled)
-            linear = sum(lin for _, lin in filled)
-            share = fp8 / linear if linear else 0.0
-            n_buckets += len(filled) - buckets
-            rs_s += sum(comm(op, n * scale * gb, group) for n, _ in filled)
-            if 0 < layout.zero < 3:
-                ag_s += sum(comm("all_gather", n * scale * 2 - lin * share, group) for n, lin in filled)
-            continue
-        rs_s += buckets * comm(op, params * gb / buckets, group)
-        if 0 < layout.zero < 3:
-            ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
+    dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
+    rs_s, ag_s, n_buckets, last_rs, last_ag = _dp_buckets(comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights)
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
