@@ -151,11 +151,13 @@ def test_zero1_gathers_fp8_weights_at_one_byte():
 
 @pytest.mark.parametrize(("recipe", "precision", "faster"), [("current", "fp8", True), ("mxfp8", "fp8", False)])
 def test_fp8_param_gather_follows_the_recipe(recipe, precision, faster):
+    # MXFP8 weights gather at 2 B as without fp8 parameters, but the non-fp8 buckets then join the first layers'
+    # bucket group, exposed whole (partition_buckets, [27 s16 fp8bucket]): no faster, a little slower
     w = load_workload("llama3-8b", {"precision": precision, "seq_len": 8192, "global_batch": 128, "micro_batch": 2})
     lay = {"dp": 8, "zero": 1, "overlap_param_gather": False, "fp8_recipe": recipe}
     off = project(w, B200, ParallelLayout(**lay), 8, check_memory=False).breakdown["dp_comm"]
     on = project(w, B200, ParallelLayout(**lay, fp8_param_gather=True), 8, check_memory=False).breakdown["dp_comm"]
-    assert (on < off) if faster else (on == off)
+    assert (on < off) if faster else (off < on < 1.5 * off)
 
 
 def test_fp8_param_gather_needs_fp8_precision():

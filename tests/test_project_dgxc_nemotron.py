@@ -71,16 +71,18 @@ def test_the_figures_as_measured_when_the_table_was_added():
     row, +18.0%). [27 s16 memgrad] The NeMo 2 BF16 rows reduce gradients in bf16 (the recipes'
     pretrain_performance_optimizations set grad_reduce_in_fp32 False), so the two BF16 15B rows at TP 2 on 16 GPUs
     (v25.04 and v25.05), refused before at 94 GB per GPU with an fp32 gradient buffer, fit (73 GB) and project: all
-    102 rows, mean 7.9% (8.2% over 100 before), signed +4.9%, 90 H100 rows mean 5.4%."""
+    102 rows, mean 7.9% (8.2% over 100 before), signed +4.9%, 90 H100 rows mean 5.4%. [27 s16 fp8bucket] The
+    fp8-parameter rows (NeMo 24.09 on: Megatron-Core 0.9+) expose the merged non-fp8 bucket group: mean 7.4%, signed
+    +4.4%, H100 rows 4.9%."""
     res = validate_set(load_set(TABLE))
     refused = [i for i, r in enumerate(res) if r.predicted is None]
     assert refused == []
     assert abs(res[62].error) < 0.01 and 0.02 < res[86].error < 0.04  # 2.66 s (-0.1%) and 2.746 s (+3.1%)
     errs = [r.error for r in res if r.error is not None]
-    assert 0.077 < sum(abs(e) for e in errs) / len(errs) < 0.080
-    assert 0.047 < sum(errs) / len(errs) < 0.051
+    assert 0.072 < sum(abs(e) for e in errs) / len(errs) < 0.076
+    assert 0.042 < sum(errs) / len(errs) < 0.046
     h100 = [r.error for r in res if r.error is not None and r.topology == "dgx-h100"]
-    assert 0.052 < sum(abs(e) for e in h100) / len(h100) < 0.056
+    assert 0.047 < sum(abs(e) for e in h100) / len(h100) < 0.051
     gb200 = [r.error for r in res if r.topology == "gb200-nvl72"]
     assert all(0.20 < e < 0.35 for e in gb200)
     assert 0.02 < res[0].error < 0.05  # 15B BF16 16 GPUs at v24.11.1: +3.4%

@@ -102,8 +102,9 @@ def test_every_row_projects_and_the_figures_stand():
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(25, 30))
     assert all(0.06 < res[i].error < 0.12 for i in (20, 21, 22, 23, 24, 30, 31))
-    # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+75%)
-    assert all(res[i].error > 0.45 for i in (34, 38, 40))
+    # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+82%; +41..+75% with the
+    # fp8 bucket merge exposed [27 s16 fp8bucket])
+    assert all(res[i].error > 0.40 for i in (34, 38, 40))
 
 
 def test_the_8b_rows_reduce_in_the_buckets_their_configs_set():
@@ -165,7 +166,10 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
             lay = ParallelLayout.model_validate({**r.layout, "dp_bucket_elements": b})
             p = run(Scenario(load_workload(r.workload, r.overrides), load_topology(r.topology), lay, r.gpus))
             by_bucket[i, b] = p
-    assert by_bucket[34, 64].step_time_s == pytest.approx(0.3262, abs=5e-4)
-    assert by_bucket[35, 64].step_time_s == pytest.approx(0.5999, abs=5e-4)
+    # 0.3262 / 0.5999 s when written; 0.3443 / 0.6152 s with the non-fp8 buckets in the first layers' group, exposed
+    # [27 s16 fp8bucket]
+    assert by_bucket[34, 64].step_time_s == pytest.approx(0.3443, abs=5e-4)
+    assert by_bucket[35, 64].step_time_s == pytest.approx(0.6152, abs=5e-4)
     assert by_bucket[34, 64].breakdown["dp_comm"] > by_bucket[34, None].breakdown["dp_comm"] + 0.004
-    assert by_bucket[34, 64].overlapped_s["dp_comm"] > by_bucket[34, None].overlapped_s["dp_comm"] + 0.025
+    # (97 against 75 ms hidden once the merged non-fp8 group is exposed whole either way [27 s16 fp8bucket])
+    assert by_bucket[34, 64].overlapped_s["dp_comm"] > by_bucket[34, None].overlapped_s["dp_comm"] + 0.015

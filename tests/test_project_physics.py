@@ -433,3 +433,43 @@ def test_megatron_waits_for_the_moe_token_counts_after_issuing_the_first_permuta
     assert drained.breakdown["host_overhead"] > after_permute.breakdown["host_overhead"]
     assert after_permute.breakdown["host_overhead"] > no_sync.breakdown["host_overhead"]
     assert drained.breakdown["compute"] == pytest.approx(after_permute.breakdown["compute"])
+
+
+def test_fp8_parameters_put_the_non_fp8_buckets_in_the_first_layers_bucket_group_exposed(monkeypatch):
+    # [27 s16 fp8bucket] With fp8 parameters Megatron-Core (0.9 on) merges every non-fp8 bucket (norms, embedding,
+    # output layer) into the last fp8 bucket group, the model's first layers (param_and_grad_buffer.py
+    # partition_buckets, case 3): that group is reduced only after the backward and all-gathered first, before the
+    # next forward, so a compute-bound job waits for its reduce-scatter and all-gather whole, the output layer's
+    # and embedding's ~1B elements included, not one equal 40M-element bucket's.
+    from commlens.project import step
+    from commlens.project.frameworks import framework
+    from commlens.project.memory import stage_parameters
+    from commlens.project.step import _comm_s
+
+    monkeypatch.setattr("commlens.project.step.interference_s", _free)
+    w = load_workload("llama3-8b", {"global_batch": 128, "seq_len": 4096, "precision": "fp8"})
+    lay = ParallelLayout(tp=1, zero=1, recompute="full", fp8_param_gather=True, fp8_recipe="current")
+    p = project(w, H100, lay, 64)
+    r = resolve(lay, w, 64, H100.accelerators_per_node)
+    dense, _ = stage_parameters(w, r)[0]
+    layers = w.layers * (w.hidden * w.hidden * (1 + 2 * w.kv_heads / w.heads) + w.hidden * w.hidden)
+    linear = layers + w.layers * 3 * w.hidden * w.ffn_hidden  # the TE linears' weights, held in fp8
+    group = r.groups["dp"]
+    bucket = framework("megatron-core").overlap.dp_bucket_elements(group.size)
+    fp8_each = linear / math.ceil(linear / bucket)
+    k = math.ceil((dense - linear) / bucket)
+    others = (dense - linear) / k
+    gb = lay.grad_reduce_bytes
+    rs = _comm_s(H100, "reduce_scatter", fp8_each * gb, group) + k * _comm_s(H100, "reduce_scatter", others * gb, group)
+    ag = _comm_s(H100, "all_gather", fp8_each, group) + k * _comm_s(H100, "all_gather", others * 2, group)
+    assert dense - linear > 1.0e9  # embedding and output layer
+    assert p.breakdown["dp_comm"] == pytest.approx(rs + ag, rel=1e-6)
+    # a stack without the merge (before Megatron-Core 0.9) leaves one equal bucket exposed each way
+    plain = framework("megatron-core").model_copy(update={"fp8_bucket_merge": False})
+    monkeypatch.setattr(step, "framework", lambda _name: plain)
+    off = project(w, H100, lay, 64)
+    assert p.breakdown["dp_comm"] > 5 * off.breakdown["dp_comm"]
+    # the merged group waits for the backward's end and for the buckets before it; the others share the backward
+    assert step._grad_reduce_exposed(1.0, 0.25, 4, 0.4) == pytest.approx(0.4 + (0.6 - 0.25 * 3 / 4))
+    assert step._grad_reduce_exposed(0.1, 1.0, 10, 0.05) == pytest.approx(0.05)
+    assert step._param_gather_exposed(0.1, 1.0, 10, 0.05) == pytest.approx(0.05)  # the first group, then hidden

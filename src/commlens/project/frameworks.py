@@ -276,6 +276,13 @@ class Framework(_Strict):
         description="gradient clipping multiplies every gradient by the clamped coefficient even when it is 1 (torch's "
         "clip_grads_with_norm_, to avoid a host sync): a read and write of the fp32 gradients per step",
     )
+    fp8_bucket_merge: bool = Field(
+        default=False,
+        description="ZeRO-1/2 with fp8 parameters (layout fp8_param_gather): every non-fp8 gradient bucket (norms, "
+        "embedding, output layer, biases) joins the bucket group of the model's first layers, which is ready only "
+        "when the backward ends and is the first all-gathered before the next forward (Megatron-Core 0.9+ "
+        "partition_buckets, case 3): that group's reduce-scatter and all-gather are exposed whole",
+    )
     fsdp_copy_in: bool = Field(
         default=False,
         description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "

@@ -1733,13 +1733,24 @@ def _slowest_tail(
     recompute = _stage_rc(c) if layout.recompute == "full" else []
     fp8_gathered = stage_fp8_gathered(c.w, layout, r)
     fp8_zero1 = _zero1_fp8_gathered(c)
+    # [27 s16 fp8bucket] the fp8 weights of each stage, where Megatron-Core merges the non-fp8 buckets into their
+    # last bucket group
+    fp8_merged = _stage_fp8_params(c) if c.fw.fp8_bucket_merge else [(0.0, 0.0)] * r.pp
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
         redone = 0.0
         if recompute:  # (an empty stage as under full recomputation of every layer)
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
-        key = (dense_local, expert_local, st["per_micro_batch_s"], redone, fp8_gathered[i], *fp8_zero1[i])
+        key = (
+            dense_local,
+            expert_local,
+            st["per_micro_batch_s"],
+            redone,
+            fp8_gathered[i],
+            *fp8_zero1[i],
+            fp8_merged[i][0],
+        )
         tail = tails.get(key)
         if tail is None:
             tail = _dp_tail(
@@ -1760,6 +1771,7 @@ def _slowest_tail(
                 fp8_gathered[i],
                 fp8_zero1[i],
                 _stage_tensors(c, i) if layout.dp_bucket_elements else (),
+                fp8_merged[i][0],
             )
             tails[key] = tail
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
@@ -1833,9 +1845,17 @@ def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
     param: Create a shared buffer for param AG and grad RS', param_data bf16, with Megatron-Bridge's
     reuse_grad_buf_for_mxfp8_param_ag): two bytes, as without fp8 parameters. The router (a plain matmul), norms,
     embedding and output layer are not TE fp8 linears: two bytes."""
+    recipe = c.layout.fp8_recipe or c.fw.fp8_recipe
+    if recipe == "mxfp8":
+        return [(0.0, 0.0)] * c.r.pp
+    return _stage_fp8_params(c)
+
+
+def _stage_fp8_params(c: _Setup) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of every stage that Megatron holds as fp8 weights (the TE linears) under
+    ``layout.fp8_param_gather`` with fp8 precision and ZeRO-1/2, whatever the recipe; else none."""
     w, layout, r = c.w, c.layout, c.r
-    recipe = layout.fp8_recipe or c.fw.fp8_recipe
-    if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8" and recipe != "mxfp8"):
+    if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
         return [(0.0, 0.0)] * r.pp
     counts = w.parameter_counts()
     attention = counts["attention"] / w.layers
@@ -2122,7 +2142,7 @@ def slowest_gpu_factor(gpus: int) -> float:
     return 1.0 + GPU_SPEED_CV * NormalDist().inv_cdf(gpus / (gpus + 1.0))
 
 
-def _grad_reduce_exposed(reduce_s: float, backward_s: float, buckets: float) -> float:
+def _grad_reduce_exposed(reduce_s: float, backward_s: float, buckets: float, last: float = -1.0) -> float:
     """The part of the last micro-batch's bucketed gradient reduction the backward cannot hide.
 
     Megatron-Core issues a bucket's collective once every gradient in it is ready, in the last micro-batch only,
@@ -2131,21 +2151,29 @@ def _grad_reduce_exposed(reduce_s: float, backward_s: float, buckets: float) -> 
     ``finish_grad_sync`` waits after the backward). With ``buckets`` equal buckets ready at even steps of the
     backward, each taking ``reduce_s / buckets``, the reduction ends ``max(c, reduce_s - backward_s x (B - 1) / B)``
     after the backward: the last bucket (ready when the backward ends) at best, the whole reduction less the
-    backward after the first bucket at worst."""
+    backward after the first bucket at worst. ``last`` (where >= 0): the collective of the bucket group ready when
+    the backward ends, where it is not one equal bucket ([27 s16 fp8bucket]): it runs after the backward and after
+    the others, which share the backward as the equal buckets do."""
     each = reduce_s / buckets
-    return min(reduce_s, max(each, reduce_s - backward_s * (buckets - 1.0) / buckets))
+    if last < 0:
+        last = each
+    return min(reduce_s, last + max(0.0, reduce_s - last - backward_s * (buckets - 1.0) / buckets))
 
 
-def _param_gather_exposed(gather_s: float, forward_s: float, buckets: float) -> float:
+def _param_gather_exposed(gather_s: float, forward_s: float, buckets: float, first: float = -1.0) -> float:
     """The part of ZeRO-1/2's bucketed parameter all-gather the next step's first forward cannot hide.
 
     With ``overlap_param_gather`` Megatron-Core dispatches the first bucket's all-gather before the forward and
     each following one from the forward pre-hook that waits for the bucket before it (NVIDIA/Megatron-LM
     001199898c4b, param_and_grad_buffer.py ``finish_param_sync``: wait, then
     ``next_param_gather_bucket_group.start_param_sync()``): one bucket of prefetch. The first bucket's gather is
-    exposed; each later one hides behind the forward of the bucket before it (``forward_s / buckets``)."""
-    each = gather_s / buckets
-    return min(gather_s, each + (buckets - 1.0) * max(0.0, each - forward_s / buckets))
+    exposed; each later one hides behind the forward of the bucket before it (``forward_s / buckets``). ``first``
+    (where >= 0): the first group's gather where it is not one equal bucket ([27 s16 fp8bucket]); the others
+    share the rest equally."""
+    if first < 0 or buckets <= 1:
+        first = gather_s / buckets
+    each = (gather_s - first) / (buckets - 1.0) if buckets > 1 else 0.0
+    return min(gather_s, first + (buckets - 1.0) * max(0.0, each - forward_s / buckets))
 
 
 def _grad_predivide_s(
@@ -2193,6 +2221,107 @@ def _fsdp_copies_s(
     return out
 
 
+def _fp8_merged_groups(
+    comm: Callable[[str, float, Group], float],
+    op: str,
+    group: Group,
+    params: float,
+    fp8_weights: float,
+    fp8_gathered: float,
+    gb: int,
+    bucket: float,
+    tensors: tuple[tuple[float, bool], ...] = (),
+) -> tuple[float, float, float, float, int]:
+    """(reduce, all-gather, the merged group's reduce, its all-gather, bucket groups) of a stage's dense DP buckets
+    under fp8 parameters: ``params`` elements, ``fp8_weights`` of them fp8 weights (``fp8_gathered`` of those
+    gathered at 1 B: per-tensor recipes; MXFP8's at 2 B), in buckets of ``bucket`` elements (filled from
+    ``tensors`` where given, else equal).
+
+    [27 s16 fp8bucket] With fp8 parameters Megatron-Core keeps the fp8 weights (a uint8 buffer) and the rest (norms,
+    embedding, output layer, biases: a bf16 buffer) in buffers of their own, each filled into buckets, and merges
+    every non-fp8 bucket into the last fp8 bucket group, the one of the model's first layers (NVIDIA/Megatron-LM
+    core_v0.9.0 .. core_v0.19.0, megatron/core/distributed/param_and_grad_buffer.py ``partition_buckets``, case 3).
+    A group starts its reduce-scatter once every gradient in it is ready (``register_grad_ready`` ->
+    ``start_grad_sync``, one coalesced launch of its buckets): that group, the output layer's gradient included,
+    waits for the end of the backward, after the groups before it on the same stream. Its all-gather is the first of
+    the next step's forward, dispatched and waited on by the first forward pre-hook (``finish_param_sync``: 'If
+    current bucket's param AG has not been dispatched, dispatch it now'), before the embedding's forward. So the
+    merged group's reduce-scatter and all-gather are exposed whole, and the other buckets share the overlap as
+    before."""
+    linear = min(params, fp8_weights)
+    if tensors:
+        fp8_buckets = [n for n, _ in _mcore_buckets([t for t in tensors if t[1]], bucket)] or [0.0]
+        fp8_buckets = [n * linear / sum(fp8_buckets) if sum(fp8_buckets) else 0.0 for n in fp8_buckets]
+        others = [n for n, _ in _mcore_buckets([t for t in tensors if not t[1]], bucket)]
+        others = [n * (params - linear) / sum(others) for n in others] if sum(others) else []
+    else:
+        k = max(1, math.ceil(linear / bucket))
+        fp8_buckets = [linear / k] * k
+        k_o = max(1, math.ceil((params - linear) / bucket))
+        others = [(params - linear) / k_o] * k_o if params > linear else []
+    lin_b = 2.0 - (fp8_gathered / linear if linear else 0.0)  # the fp8 weights' gather bytes (1 per-tensor, 2 MXFP8)
+    rs_groups = [comm(op, n * gb, group) for n in fp8_buckets]
+    ag_groups = [comm("all_gather", n * lin_b, group) for n in fp8_buckets]
+    last_rs = rs_groups[-1] + sum(comm(op, n * gb, group) for n in others)
+    last_ag = ag_groups[-1] + sum(comm("all_gather", n * 2.0, group) for n in others)
+    return sum(rs_groups[:-1]) + last_rs, sum(ag_groups[:-1]) + last_ag, last_rs, last_ag, len(fp8_buckets)
+
+
+def _dp_buckets(
+    comm: Callable[[str, float, Group], float],
+    layout: ParallelLayout,
+    fw: Framework,
+    parts: tuple[tuple[float, Group, float], ...],
+    gb: int,
+    layers: float,
+    tensors: tuple[tuple[float, bool], ...] = (),
+    fp8_weights: float = 0.0,
+) -> tuple[float, float, float, float, float]:
+    """ZeRO-0/1/2's DP collectives of one stage for :func:`_dp_tail`: (reduce, all-gather, buckets, the merged fp8
+    group's reduce, its all-gather; -1 each where the buckets are equal). ``parts``: (parameters, group, of them
+    gathered at 1 B) of the dense parameters (first) and the experts."""
+    rs_s = ag_s = 0.0
+    last_rs = last_ag = -1.0  # the merged group's collectives (-1: buckets equal)
+    n_buckets = 0.0
+    dp_group = parts[0][1]
+    for params, group, fp8 in parts:
+        if group.size == 1 or params == 0:
+            continue
+        bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(group.size) or params / layers
+        # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
+        buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
+        n_buckets += buckets
+        # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
+        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
+        op = "all_reduce" if whole else "reduce_scatter"
+        if fp8_weights and group is dp_group and layout.overlap_grad_reduce and 0 < layout.zero < 3:
+            # [27 s16 fp8bucket] the fp8 buffer's buckets, the last one merged with the whole non-fp8 buffer
+            sized = tensors if layout.dp_bucket_elements else ()
+            rs, ag, last_rs, last_ag, groups = _fp8_merged_groups(
+                comm, op, group, params, fp8_weights, fp8, gb, bucket, sized
+            )
+            n_buckets += groups - buckets  # one group per fp8 bucket
+            rs_s, ag_s = rs_s + rs, ag_s + ag
+            continue
+        if tensors and group is dp_group and layout.overlap_grad_reduce and layout.dp_bucket_elements:
+            # [27 s16 cisco] the buckets as Megatron-Core fills them from the stage's tensors: each bucket's
+            # collectives sized by its own elements (its TE linears' weights gathered at 1 B with fp8 parameters),
+            # scaled to the stage's parameter count (the tensor list counts the norms whole, not split over TP)
+            filled = _mcore_buckets(tensors, layout.dp_bucket_elements)
+            scale = params / sum(n for n, _ in filled)
+            linear = sum(lin for _, lin in filled)
+            share = fp8 / linear if linear else 0.0
+            n_buckets += len(filled) - buckets
+            rs_s += sum(comm(op, n * scale * gb, group) for n, _ in filled)
+            if 0 < layout.zero < 3:
+                ag_s += sum(comm("all_gather", n * scale * 2 - lin * share, group) for n, lin in filled)
+            continue
+        rs_s += buckets * comm(op, params * gb / buckets, group)
+        if 0 < layout.zero < 3:
+            ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
+    return rs_s, ag_s, n_buckets, last_rs, last_ag
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -2211,6 +2340,7 @@ def _dp_tail(
     fp8_local: float = 0.0,
     fp8_zero1: tuple[float, float] = (0.0, 0.0),
     tensors: tuple[tuple[float, bool], ...] = (),
+    fp8_weights: float = 0.0,
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -2224,37 +2354,13 @@ def _dp_tail(
     ``fp8_zero1``: the (dense, expert) parameters ZeRO-1/2 gathers at 1 B (:func:`_zero1_fp8_gathered`);
     ``tensors``: the stage's parameter tensors (:func:`_stage_tensors`), given where the layout sets its DP bucket
     (``dp_bucket_elements``): the dense gradients then go in Megatron-Core's buckets of that size
-    (:func:`_mcore_buckets`), each its own reduce-scatter and all-gather with its own latency."""
-    rs_s = ag_s = 0.0
+    (:func:`_mcore_buckets`), each its own reduce-scatter and all-gather with its own latency. ``fp8_weights``: the
+    dense parameters held as fp8 weights where the framework merges the other buckets into their last bucket group
+    (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
-    n_buckets = 0.0
-    for params, group, fp8 in ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1])):
-        if group.size == 1 or params == 0:
-            continue
-        bucket = layout.dp_bucket_elements or fw.overlap.dp_bucket_elements(group.size) or params / layers
-        # without overlap the gradients go in one collective after the backward (Megatron: bucket_size None)
-        buckets = max(1.0, math.ceil(params / bucket)) if layout.overlap_grad_reduce else 1.0
-        n_buckets += buckets
-        # DeepSpeed's 2021 stage 1 all-reduces the whole gradients, then all-gathers (layout.zero1_all_reduce)
-        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
-        op = "all_reduce" if whole else "reduce_scatter"
-        if tensors and group is dp_group and layout.overlap_grad_reduce and layout.dp_bucket_elements:
-            # [27 s16 cisco] the buckets as Megatron-Core fills them from the stage's tensors: each bucket's
-            # collectives sized by its own elements (its TE linears' weights gathered at 1 B with fp8 parameters),
-            # scaled to the stage's parameter count (the tensor list counts the norms whole, not split over TP)
-            filled = _mcore_buckets(tensors, layout.dp_bucket_elements)
-            scale = params / sum(n for n, _ in filled)
-            linear = sum(lin for _, lin in filled)
-            share = fp8 / linear if linear else 0.0
-            n_buckets += len(filled) - buckets
-            rs_s += sum(comm(op, n * scale * gb, group) for n, _ in filled)
-            if 0 < layout.zero < 3:
-                ag_s += sum(comm("all_gather", n * scale * 2 - lin * share, group) for n, lin in filled)
-            continue
-        rs_s += buckets * comm(op, params * gb / buckets, group)
-        if 0 < layout.zero < 3:
-            ag_s += buckets * comm("all_gather", (params * 2 - fp8) / buckets, group)
+    dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
+    rs_s, ag_s, n_buckets, last_rs, last_ag = _dp_buckets(comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights)
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
@@ -2263,9 +2369,9 @@ def _dp_tail(
     first_fwd = passes / (3.0 + redone)
     hidden_rs = hidden_ag = 0.0
     if rs_s and layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none":
-        hidden_rs = rs_s - _grad_reduce_exposed(rs_s, last_bwd, n_buckets)
+        hidden_rs = rs_s - _grad_reduce_exposed(rs_s, last_bwd, n_buckets, last_rs)
     if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
-        hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets)
+        hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets, last_ag)
     dp_hidden = hidden_rs + hidden_ag
     if layout.zero >= 3:
         # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded; a
