@@ -14,22 +14,29 @@ TABLE = "mlperf-training-llm"
 
 def test_the_table_holds_every_submission_once():
     table = load_set(TABLE)
-    assert table.metric == "step_time_s" and len(table.rows) == 43
+    assert table.metric == "step_time_s" and len(table.rows) == 55
     by: dict[tuple[str, str, str], int] = {}
     for r in table.rows:
         key = (r.workload, r.layout["framework"], r.topology)
         by[key] = by.get(key, 0) + 1
-        assert "[27 s16 mlperf]" in r.note and "result_*.txt" in r.note and "config_" in r.note
+        assert (
+            ("[27 s16 mlperf]" in r.note or "[27 s16 mlperfadd]" in r.note)
+            and "result_*.txt" in r.note
+            and "config_" in r.note
+        )
     assert by == {
         ("gpt3-175b", "nemo-24.03", "dgx-h100"): 13,  # v3.0 (5) and v3.1 (8): ngc23.04 / ngc23.09
         ("gpt3-175b", "nemo-24.07", "dgx-h100"): 4,  # v4.0 ngc24.04: NVIDIA 3, Supermicro 1 (three names, one log set)
         ("gpt3-175b", "nemo-24.09", "dgx-h100"): 2,  # v4.1 ngc24.09
+        ("gpt3-175b", "nemo-24.09", "meta-h100-roce"): 2,  # v4.1 Oracle OCI H100 on RoCE [27 s16 mlperfadd]
         ("gpt3-175b", "nemo-24.09", "b200"): 1,  # v4.1 B200 preview
         ("llama3-405b", "nemo-25.04", "gb200-nvl72"): 7,  # v5.0 ngc25.04: NVIDIA 2, IBM / CoreWeave 5
         ("llama3-405b", "nemo-25.02", "dgx-h100"): 5,  # v5.0 ngc25.01 on Eos
         ("llama3-405b", "nemo-25.02", "dgx-h200"): 2,  # v5.0 Nebius (v5.1 repeats the same logs)
+        ("llama3-405b", "megatron-core-25.09", "b200"): 2,  # v5.1 University of Florida 32 / 56 DGX B200
         ("llama3-8b", "nemo-25.07", "cisco-h100-roce"): 2,  # v5.1 Cisco (NeMo v2.4.0 image; RoCE: [27 s16 cisco])
-        ("llama3-8b", "megatron-core-25.09", "b200"): 3,  # v5.1 Dell 2 x 8, Verda 8 x 8
+        ("llama3-8b", "megatron-core-25.09", "b200"): 10,  # v5.1 Dell 2 x 8, Verda 8 x 8, Oracle 8 x 8, UF 1-32 x 8
+        ("llama3-8b", "megatron-core-25.09", "dgx-h200"): 1,  # v5.1 HPE XD670 8 x 8 (pytorch:25.08 image)
         ("llama3-8b", "megatron-core-25.09", "gb300-nvl72"): 2,  # v5.1 NVIDIA Theia
         ("llama3-8b", "megatron-core-25.09", "gb200-nvl72"): 2,  # v5.1 NVIDIA Tyche
     }
@@ -40,7 +47,7 @@ def test_the_table_holds_every_submission_once():
         10.9797,
         2304,
     )
-    assert [(r.gpus, r.published) for r in table.rows[25:30]] == [
+    assert [(r.gpus, r.published) for r in table.rows[27:32]] == [
         (8192, 5.18),
         (2048, 14.2267),
         (2432, 12.7295),
@@ -73,7 +80,7 @@ def test_the_rows_carry_their_configs_settings():
         True,
         True,
     )
-    h100 = rows[29]  # v5.0 405B on 512 H100: TP 8, CP 2, PP 8 x VP 8, embedding and loss in the split
+    h100 = rows[31]  # v5.0 405B on 512 H100: TP 8, CP 2, PP 8 x VP 8, embedding and loss in the split
     assert (h100.layout["tp"], h100.layout["cp"], h100.layout["pp"], h100.layout["vpp"], h100.layout["dp"]) == (
         8,
         2,
@@ -82,7 +89,7 @@ def test_the_rows_carry_their_configs_settings():
         4,
     )
     assert h100.layout["embedding_in_split"] and h100.layout["loss_in_split"] and h100.layout["fp8_recipe"] == "delayed"
-    gb = rows[30]  # v5.0 405B on 256 GB200: TP 4, full-iteration CUDA graphs
+    gb = rows[32]  # v5.0 405B on 256 GB200: TP 4, full-iteration CUDA graphs
     assert (gb.layout["tp"], gb.layout["dp"], gb.layout["cuda_graphs"], gb.layout["framework"]) == (
         4,
         4,
@@ -97,14 +104,16 @@ def test_every_row_projects_and_the_figures_stand():
     errs = [s.error for s in res]
     assert all(e is not None for e in errs)
     mean = sum(abs(e) for e in errs) / len(errs)
-    assert 0.085 < mean < 0.10  # 9.3% when written (held out: a change that moves it should say so)
-    assert sum(abs(e) for e in errs[:34]) / 34 < 0.055  # GPT-3 and 405B rows 4.9%
+    # 9.3% when written (43 rows), 8.7% with [27 s16 fp8bucket]; 8.9% with the 12 rows of [27 s16 mlperfadd] (held
+    # out: a change that moves it should say so)
+    assert 0.085 < mean < 0.095
+    assert sum(abs(e) for e in errs[:38]) / 38 < 0.06  # GPT-3 and 405B rows 5.5%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
-    assert all(abs(res[i].error) < 0.03 for i in range(25, 30))
-    assert all(0.06 < res[i].error < 0.12 for i in (20, 21, 22, 23, 24, 30, 31))
+    assert all(abs(res[i].error) < 0.03 for i in range(27, 32))
+    assert all(0.06 < res[i].error < 0.12 for i in (22, 23, 24, 25, 26, 32, 33))
     # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+82%; +41..+75% with the
     # fp8 bucket merge exposed [27 s16 fp8bucket])
-    assert all(res[i].error > 0.40 for i in (34, 38, 40))
+    assert all(res[i].error > 0.40 for i in (38, 43, 45))
 
 
 def test_the_8b_rows_reduce_in_the_buckets_their_configs_set():
@@ -121,8 +130,10 @@ def test_the_8b_rows_reduce_in_the_buckets_their_configs_set():
     from commlens.workload import load_workload
 
     rows = load_set(TABLE).rows
-    assert [rows[i].layout.get("dp_bucket_elements") for i in range(34, 43)] == [64, 64] + [768e6] * 6 + [134217728]
-    r = rows[42]
+    # Cisco 2, Dell 2, HPE (no BUCKET_SIZE), NVIDIA 4, Oracle 8 x 8 (NVIDIA's config_common_8b.sh), UF 6 and Verda (b200_nemo's)
+    buckets = [rows[i].layout.get("dp_bucket_elements") for i in range(38, 55)]
+    assert buckets == [64, 64] + [768e6] * 2 + [134217728] + [768e6] * 5 + [134217728] * 7
+    r = rows[54]
     lay = ParallelLayout.model_validate(r.layout)
     default = ParallelLayout.model_validate({**r.layout, "dp_bucket_elements": None})
     sc = [
@@ -146,7 +157,7 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
     from commlens.workload import load_workload
 
     rows = load_set(TABLE).rows
-    r = rows[35]
+    r = rows[39]
     assert r.topology == "cisco-h100-roce" and r.layout["dp_bucket_elements"] == 64
     top = load_topology(r.topology)
     assert "RoCE" in top.scale_out.name and top.scale_out.nics_per_node == 8
@@ -160,7 +171,7 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
         len(_mcore_buckets(tensors, 768e6)) == 9
     )  # NVIDIA's BUCKET_SIZE: closed at >= 768M, not ceil(8.03e9 / 768M) = 11
     by_bucket = {}
-    for i in (34, 35):
+    for i in (38, 39):
         r = rows[i]
         for b in (64, None):
             lay = ParallelLayout.model_validate({**r.layout, "dp_bucket_elements": b})
@@ -168,8 +179,53 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
             by_bucket[i, b] = p
     # 0.3262 / 0.5999 s when written; 0.3443 / 0.6152 s with the non-fp8 buckets in the first layers' group, exposed
     # [27 s16 fp8bucket]
-    assert by_bucket[34, 64].step_time_s == pytest.approx(0.3443, abs=5e-4)
-    assert by_bucket[35, 64].step_time_s == pytest.approx(0.6152, abs=5e-4)
-    assert by_bucket[34, 64].breakdown["dp_comm"] > by_bucket[34, None].breakdown["dp_comm"] + 0.004
+    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3443, abs=5e-4)
+    assert by_bucket[39, 64].step_time_s == pytest.approx(0.6152, abs=5e-4)
+    assert by_bucket[38, 64].breakdown["dp_comm"] > by_bucket[38, None].breakdown["dp_comm"] + 0.004
     # (97 against 75 ms hidden once the merged non-fp8 group is exposed whole either way [27 s16 fp8bucket])
-    assert by_bucket[34, 64].overlapped_s["dp_comm"] > by_bucket[34, None].overlapped_s["dp_comm"] + 0.015
+    assert by_bucket[38, 64].overlapped_s["dp_comm"] > by_bucket[38, None].overlapped_s["dp_comm"] + 0.015
+
+
+def test_the_submissions_kept_outside_implementations_are_rows():
+    """[27 s16 mlperfadd] Oracle's v4.1 GPT-3 (configs in Oracle/benchmarks/gpt3/DGXH100_<n>x8x..._mbs2/), HPE's v5.1 8B
+    (under llama3_8b/), Oracle's 8-node B200 8B (Oracle/benchmarks/llama31_8b/) and the University of Florida's 8B and
+    405B (hpg.dgxb200x8 configs with b200_nemo's commons) were listed as having no config files; their FP8 configs are
+    there, and under the row policy they are rows. Lambda's GB300 stays out: its config sources a file it lacks."""
+    from commlens.project.validate import _published_dir
+
+    table = load_set(TABLE)
+    rows, res = table.rows, validate_set(table)
+    oracle = [rows[i] for i in (20, 21)]
+    assert [(r.gpus, r.published, r.topology, r.layout["vpp"], r.layout["dp"]) for r in oracle] == [
+        (1536, 5.2345, "meta-h100-roce", 4, 48),
+        (3072, 3.3455, "meta-h100-roce", 4, 96),
+    ]
+    assert all(r.overrides["micro_batch"] == 2 and r.layout["fp8_param_gather"] for r in oracle)
+    uf405 = [rows[i] for i in (36, 37)]
+    assert [(r.gpus, r.published, r.layout["dp"], r.overrides["global_batch"]) for r in uf405] == [
+        (256, 27.6133, 4, 576),
+        (448, 27.9451, 7, 1008),
+    ]
+    assert not any(r.layout["tp_comm_overlap"] for r in uf405)  # '#export TP_COMM_OVERLAP=True' in the hpg configs
+    hpe, orb = rows[42], rows[47]
+    assert (hpe.topology, hpe.gpus, hpe.published, hpe.layout["cp"]) == ("dgx-h200", 64, 0.3532, 2)
+    assert (orb.topology, orb.published, orb.layout["dp_bucket_elements"]) == ("b200", 0.1904, 768e6)
+    uf8 = [rows[i] for i in range(48, 54)]
+    assert [(r.gpus, r.published, r.layout["cp"], r.overrides["micro_batch"]) for r in uf8] == [
+        (8, 0.5446, 1, 2),
+        (16, 0.5745, 1, 2),
+        (32, 0.1884, 2, 1),
+        (64, 0.1896, 2, 1),
+        (128, 0.1929, 2, 1),
+        (256, 0.2213, 2, 1),
+    ]
+    errs = {i: res[i].error for i in (20, 21, 36, 37, 42, 47, 48, 49, 50, 51, 52, 53)}
+    assert all(e is not None for e in errs.values())
+    # as written: Oracle GPT-3 +2.2 / +21.5%, UF 405B +8.0 / +9.0%, HPE H200 +16.1%, Oracle B200 +9.8%, UF 8B
+    # -1.8 / +2.4 / +8.1 / +8.0 / +8.3 / +21.4%
+    assert abs(errs[20]) < 0.04 and 0.18 < errs[21] < 0.25
+    assert all(0.06 < errs[i] < 0.11 for i in (36, 37))
+    assert abs(errs[48]) < 0.03 and errs[53] > 0.18
+    header = (_published_dir(None) / f"{TABLE}.yaml").read_text().split("\nrows:\n")[0]
+    assert "no implementation or config files" not in header
+    assert "config incomplete: v5.1 8B Lambda GB300" in header
