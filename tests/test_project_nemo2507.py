@@ -80,7 +80,15 @@ def test_the_release_profile_is_megatron_core_at_the_2025_containers_attention()
     assert fw.release_of == "nemo"
     assert fw.attention_kernel("blackwell") == "cudnn_9.13" and fw.attention_kernel("hopper") == "cudnn_9.4"
     differ = {k for k, v in fw.model_dump().items() if v != base.model_dump()[k]}
-    assert differ == {"name", "title", "source", "release_of", "attention", "zero3_grad_prescale_shard"}
+    assert differ == {
+        "name",
+        "title",
+        "source",
+        "release_of",
+        "attention",
+        "zero3_grad_prescale_shard",
+        "nccl_nvls",  # NeMo v2.4.0 scripts/performance/executors.py: NCCL_NVLS_ENABLE 0 [27 s16 nvls]
+    }
 
 
 def test_every_row_is_projected_with_the_figures_reported():

@@ -368,6 +368,7 @@ def nccl_choice(
     nodes: int = 1,
     ranks_per_host: int | None = None,
     span_nodes: int = 0,
+    nvls: bool = True,
 ) -> tuple[Prediction, str]:
     """What NCCL runs ``op`` with on this job: the fastest of its algorithms (:func:`nccl_candidates`) on each of
     its protocols, as its tuner picks them; (the prediction, the protocol's name).
@@ -378,7 +379,8 @@ def nccl_choice(
     at its measured share of the link plus its measured fixed cost (:data:`NCCL_A2A_NVLINK_SHARE`); ``op``
     :data:`DEVICE_ALL_TO_ALL` is the same exchange run by the GPUs' own kernels, at the link's rate. Across scale-up
     domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`).
-    ``span_nodes``: the nodes a strided communicator's ranks range over (:func:`layout_for`)."""
+    ``span_nodes``: the nodes a strided communicator's ranks range over (:func:`layout_for`). ``nvls`` false: the job
+    runs with NVLink SHARP off (NCCL_NVLS_ENABLE=0), so NCCL has no NVLS candidate even where the switch reduces."""
     layout = layout_for(topology, nodes, ranks_per_host, span_nodes)
     if op in DEVICE_A2A_OPS:
         if nccl_a2a_nvlink(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
@@ -395,7 +397,7 @@ def nccl_choice(
         return predict(topology, op, size_bytes, algo="direct", layout=slowed), ""
     if op == "all_to_all":
         layout = _a2a_across(topology, layout)
-    algos = nccl_candidates(op, nvls=layout.switch_rate > 0)
+    algos = nccl_candidates(op, nvls=nvls and layout.switch_rate > 0)
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")
     if not algos or layout.host_cores:
@@ -434,6 +436,9 @@ def nccl_predict(
     nodes: int = 1,
     ranks_per_host: int | None = None,
     span_nodes: int = 0,
+    nvls: bool = True,
 ) -> Prediction:
     """:func:`nccl_choice`'s prediction: the collective as NCCL would run it."""
-    return nccl_choice(topology, op, size_bytes, nodes=nodes, ranks_per_host=ranks_per_host, span_nodes=span_nodes)[0]
+    return nccl_choice(
+        topology, op, size_bytes, nodes=nodes, ranks_per_host=ranks_per_host, span_nodes=span_nodes, nvls=nvls
+    )[0]

@@ -367,6 +367,12 @@ class Framework(_Strict):
         "(kernels.fp8_tp_amax_reductions), and on GPUs whose fp8 GEMMs take only the TN layout the weight gradient "
         "transposes the gathered fp8 tensor (kernels.fp8_gather_transposes) [27 s10 fp8cs]",
     )
+    nccl_nvls: bool = Field(
+        default=True,
+        description="NCCL may run NVLink SHARP (NVLS) collectives where the scale-up switch reduces; false: the "
+        "release's launch scripts set NCCL_NVLS_ENABLE=0 for every run, so NCCL's tuner picks among ring and tree "
+        "only (a layout's nccl_nvls overrides it per run) [27 s16 nvls]",
+    )
     te_autocast_amax_reduction: bool = Field(
         default=False,
         description="under fp8 delayed scaling, Transformer Engine (1.6 and later) all-reduces the amaxes of every fp8 "

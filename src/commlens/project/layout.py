@@ -194,6 +194,12 @@ class ParallelLayout(StrictSpec):
         "--cpu-offloading-num-layers); the copies are taken to hide under compute, except under a framework with "
         "activation_offload_blocking (DeepSpeed's CPU checkpointing: blocking copies at the host-link rate)",
     )
+    nccl_nvls: bool | None = Field(
+        default=None,
+        description="NCCL_NVLS_ENABLE as this run's launch set it: false, NCCL runs no NVLink SHARP (NVLS) "
+        "collective; true, NVLS where the scale-up switch reduces; unset, the framework profile's nccl_nvls "
+        "[27 s16 nvls]",
+    )
     cuda_graphs: bool = Field(
         default=False,
         description="CUDA graphs replay the layers' static kernels (no host launch cost); MoE dispatch stays eager",

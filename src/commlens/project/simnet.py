@@ -29,8 +29,9 @@ _TIMES: dict[tuple, float] = {}
 class SimNetwork:
     """Collective times of one resolved layout on one topology, simulated with all groups of a dimension."""
 
-    def __init__(self, topology: Topology, r: Resolved, gpus: int, options: SimOptions) -> None:
+    def __init__(self, topology: Topology, r: Resolved, gpus: int, options: SimOptions, nvls: bool = True) -> None:
         self.topology = topology
+        self.nvls = nvls  # NCCL_NVLS_ENABLE as the run set it (step.nccl_nvls) [27 s16 nvls]
         self.r = r
         self.gpus = gpus
         self.faults = options.faults
@@ -42,6 +43,7 @@ class SimNetwork:
             gpus,
             tuple(sorted(r.placement.items())),
             options,
+            nvls,
         )
 
     def _fabric(self) -> Fabric:
@@ -84,7 +86,12 @@ class SimNetwork:
             # NCCL's algorithm for the flows; its protocol's own latency and bandwidth share (LL, LL128) are no
             # network effect, so they are added as they cost the analytic model
             nccl = nccl_predict(
-                self.topology, op, int(size_bytes), nodes=group.nodes, ranks_per_host=group.ranks_per_host
+                self.topology,
+                op,
+                int(size_bytes),
+                nodes=group.nodes,
+                ranks_per_host=group.ranks_per_host,
+                nvls=self.nvls,
             )
             flows = "all_to_all" if op in DEVICE_A2A_OPS else op  # the GPUs' own all-to-all: the same flows
             plain = predict(

@@ -171,11 +171,12 @@ MOE_SYNC_S = 20e-6
 PP_HEADER_BYTES = 128
 
 
-def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> float:
-    """Time of one collective on ``group`` (cached: sweeps ask for the same ones often)."""
+def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group, nvls: bool = True) -> float:
+    """Time of one collective on ``group`` (cached: sweeps ask for the same ones often); ``nvls`` false: the job
+    runs with NCCL_NVLS_ENABLE=0 (:func:`nccl_nvls`)."""
     if group.size == 1 or size_bytes <= 0:
         return 0.0
-    key = (id(topology), op, int(size_bytes), group.nodes, group.ranks_per_host, group.span)
+    key = (id(topology), op, int(size_bytes), group.nodes, group.ranks_per_host, group.span, nvls)
     hit = _COMM.get(key)
     if hit is None:
         if len(_COMM) > 100_000:
@@ -190,6 +191,7 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
                 nodes=group.nodes,
                 ranks_per_host=group.ranks_per_host,
                 span_nodes=group.span,
+                nvls=nvls,
             ).time_s
         except InfeasibleError as e:
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
@@ -197,14 +199,23 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group) -> flo
     return hit
 
 
+def nccl_nvls(layout: ParallelLayout) -> bool:
+    """Whether the job's NCCL may run NVLink SHARP (NVLS): the layout's ``nccl_nvls`` where it sets one (a row whose
+    launch set NCCL_NVLS_ENABLE itself), else its framework profile's (the release's launch scripts) [27 s16 nvls]."""
+    if layout.nccl_nvls is not None:
+        return layout.nccl_nvls
+    return framework(layout.framework).nccl_nvls
+
+
 def _comm_model(s: Scenario, r: Resolved) -> Callable[[str, float, Group], float]:
     """The time of one collective of a group, by the analytic model or by the simulator."""
     topology = s.topology
+    nvls = nccl_nvls(s.layout)
     if s.sim is None:
-        return lambda op, size, group: _comm_s(topology, op, size, group)
+        return lambda op, size, group: _comm_s(topology, op, size, group, nvls)
     from commlens.project.simnet import SimNetwork
 
-    return SimNetwork(topology, r, s.gpus, s.sim).time_s
+    return SimNetwork(topology, r, s.gpus, s.sim, nvls).time_s
 
 
 @dataclass(frozen=True)
