@@ -178,9 +178,9 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
             p = run(Scenario(load_workload(r.workload, r.overrides), load_topology(r.topology), lay, r.gpus))
             by_bucket[i, b] = p
     # 0.3262 / 0.5999 s when written; 0.3443 / 0.6152 s with the non-fp8 buckets in the first layers' group, exposed
-    # [27 s16 fp8bucket]
-    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3443, abs=5e-4)
-    assert by_bucket[39, 64].step_time_s == pytest.approx(0.6152, abs=5e-4)
+    # [27 s16 fp8bucket]; 0.3435 / 0.6144 s with that group's buckets launched once [27 s16 ppbucket]
+    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3435, abs=5e-4)
+    assert by_bucket[39, 64].step_time_s == pytest.approx(0.6144, abs=5e-4)
     assert by_bucket[38, 64].breakdown["dp_comm"] > by_bucket[38, None].breakdown["dp_comm"] + 0.004
     # (97 against 75 ms hidden once the merged non-fp8 group is exposed whole either way [27 s16 fp8bucket])
     assert by_bucket[38, 64].overlapped_s["dp_comm"] > by_bucket[38, None].overlapped_s["dp_comm"] + 0.015

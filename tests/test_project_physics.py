@@ -435,6 +435,42 @@ def test_megatron_waits_for_the_moe_token_counts_after_issuing_the_first_permuta
     assert drained.breakdown["compute"] == pytest.approx(after_permute.breakdown["compute"])
 
 
+def test_pipeline_stages_after_the_first_reduce_their_gradients_in_one_bucket_after_their_last_backward(monkeypatch):
+    # [27 s16 ppbucket] Megatron-Core's DDP turns bucketing off where the pipeline rank is > 0 (distributed_data_
+    # parallel.py: bucket_size None, core_v0.5.0 .. core_v0.19.0): such a stage reduce-scatters its gradients in one
+    # collective once its last backward ends, which only the drain's backward of the stages before it hides, and
+    # all-gathers them in one collective that its first forward waits for. Stages 1 and 2 hold the same layers: the
+    # later one has one more stage's backward of drain to hide its reduce-scatter behind.
+    from commlens.project import step
+    from commlens.project.frameworks import framework
+    from commlens.project.memory import stage_parameters
+    from commlens.project.step import _comm_s
+
+    monkeypatch.setattr("commlens.project.step.interference_s", _free)
+    w = load_workload("llama3-70b", {"global_batch": 512, "seq_len": 2048})
+    lay = ParallelLayout(tp=8, pp=4, zero=1)
+    p = project(w, H100, lay, 512)
+    r = resolve(lay, w, 512, H100.accelerators_per_node)
+    dense, _ = stage_parameters(w, r)[1]
+    assert stage_parameters(w, r)[2][0] == dense
+    group = r.groups["dp"]
+    rs = _comm_s(H100, "reduce_scatter", dense * lay.grad_reduce_bytes, group)
+    ag = _comm_s(H100, "all_gather", dense * 2, group)
+    s1, s2 = p.stages[1], p.stages[2]
+    bwd1 = (s1["compute"] + s1["memory_bound"] + s1["tp_comm"]) * 2 / 3
+    assert rs > 3 * bwd1  # the reduce-scatter outlasts the drain behind stage 2
+    # one more stage's backward of drain, the rest of each stage's tail the same
+    assert s1["tail_s"] - s2["tail_s"] == pytest.approx(bwd1, rel=1e-6)
+    # the all-gather and what the drain does not hide of the reduce-scatter, whole, beside the optimizer
+    assert s2["tail_s"] > ag + rs - 2 * bwd1
+    # bucketed as the first stage (the model before), the two stages' tails are equal
+    plain = framework("megatron-core").model_copy(update={"dp_later_stages_one_bucket": False})
+    monkeypatch.setattr(step, "framework", lambda _name: plain)
+    off = project(w, H100, lay, 512)
+    assert off.stages[1]["tail_s"] == pytest.approx(off.stages[2]["tail_s"], rel=1e-9)
+    assert s2["tail_s"] < off.stages[2]["tail_s"] - 0.5 * bwd1
+
+
 def test_fp8_parameters_put_the_non_fp8_buckets_in_the_first_layers_bucket_group_exposed(monkeypatch):
     # [27 s16 fp8bucket] With fp8 parameters Megatron-Core (0.9 on) merges every non-fp8 bucket (norms, embedding,
     # output layer) into the last fp8 bucket group, the model's first layers (param_and_grad_buffer.py
@@ -462,6 +498,9 @@ def test_fp8_parameters_put_the_non_fp8_buckets_in_the_first_layers_bucket_group
     gb = lay.grad_reduce_bytes
     rs = _comm_s(H100, "reduce_scatter", fp8_each * gb, group) + k * _comm_s(H100, "reduce_scatter", others * gb, group)
     ag = _comm_s(H100, "all_gather", fp8_each, group) + k * _comm_s(H100, "all_gather", others * 2, group)
+    # [27 s16 ppbucket] the group's k + 1 buckets go in one coalesced launch: the launch is paid once each way
+    rs, ag = rs - k * H100.launch_latency_s, ag - k * H100.launch_latency_s
+    assert k >= 1
     assert dense - linear > 1.0e9  # embedding and output layer
     assert p.breakdown["dp_comm"] == pytest.approx(rs + ag, rel=1e-6)
     # a stack without the merge (before Megatron-Core 0.9) leaves one equal bucket exposed each way

@@ -43,5 +43,7 @@ def test_duplicates_of_the_primus_8node_table_are_left_out():
 def test_no_row_is_refused_and_the_figure_is_pinned():
     (res,) = validate_set(load_set(TABLE))
     assert res.predicted is not None and res.error is not None
-    assert res.predicted == pytest.approx(3536, rel=0.01)
-    assert res.error == pytest.approx(0.018, abs=0.005)
+    # 3536 (+1.8%) when written; 3504 (+0.8%) with the later stages' gradients in one bucket group each chunk,
+    # reduced in the pipeline's drain and gathered whole [27 s16 ppbucket]
+    assert res.predicted == pytest.approx(3504, rel=0.01)
+    assert res.error == pytest.approx(0.008, abs=0.005)

@@ -283,6 +283,13 @@ class Framework(_Strict):
         "when the backward ends and is the first all-gathered before the next forward (Megatron-Core 0.9+ "
         "partition_buckets, case 3): that group's reduce-scatter and all-gather are exposed whole",
     )
+    dp_later_stages_one_bucket: bool = Field(
+        default=False,
+        description="ZeRO-0/1/2 under PP: pipeline stages after the first, and model chunks after the first under VPP, "
+        "keep each gradient buffer in one bucket and one bucket group (Megatron-Core DDP: bucket_size None where the "
+        "pipeline rank is > 0 or disable_bucketing): that stage's reduce-scatter is issued when its last backward "
+        "ends and its all-gather waits in its first forward",
+    )
     fsdp_copy_in: bool = Field(
         default=False,
         description="FSDP2: each reduce-scatter's input is copied from the gradients into one buffer in the reduce "

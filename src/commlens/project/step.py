@@ -1747,12 +1747,15 @@ def _slowest_tail(
     # [27 s16 fp8bucket] the fp8 weights of each stage, where Megatron-Core merges the non-fp8 buckets into their
     # last bucket group
     fp8_merged = _stage_fp8_params(c) if c.fw.fp8_bucket_merge else [(0.0, 0.0)] * r.pp
+    drain = 0.0  # [27 s16 ppbucket] the backward the stages before this one still run after its last backward
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
         redone = 0.0
         if recompute:  # (an empty stage as under full recomputation of every layer)
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
+        # [27 s16 ppbucket] a stage after the first: each model chunk's gradients in one bucket group
+        one_group = max(1, layout.vpp) if i > 0 and c.fw.dp_later_stages_one_bucket and layout.zero < 3 else 0
         key = (
             dense_local,
             expert_local,
@@ -1761,6 +1764,8 @@ def _slowest_tail(
             fp8_gathered[i],
             *fp8_zero1[i],
             fp8_merged[i][0],
+            one_group,
+            drain if one_group else 0.0,
         )
         tail = tails.get(key)
         if tail is None:
@@ -1783,8 +1788,11 @@ def _slowest_tail(
                 fp8_zero1[i],
                 _stage_tensors(c, i) if layout.dp_bucket_elements else (),
                 fp8_merged[i][0],
+                (one_group, drain if one_group else 0.0),
+                c.scenario.topology.launch_latency_s,
             )
             tails[key] = tail
+        drain += _stage_backward_s(st, redone) / max(1, layout.vpp)
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
         # compute beside them (NCCL's SMs and their HBM traffic)
         contention = _tail_interference(c, st, dense_local + expert_local, tail[3], tail[4], rates)
@@ -1800,6 +1808,11 @@ def _slowest_tail(
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2], runs)
+
+
+def _stage_backward_s(st: dict[str, float], redone: float) -> float:
+    """One micro-batch's backward on a stage, TP waits included: 2 of the 3 + ``redone`` forward-sized passes."""
+    return (st["compute"] + st["memory_bound"] + st["tp_comm"]) * 2.0 / (3.0 + redone)
 
 
 def _drain_reduce_waits(
@@ -2242,6 +2255,7 @@ def _fp8_merged_groups(
     gb: int,
     bucket: float,
     tensors: tuple[tuple[float, bool], ...] = (),
+    launch_s: float = 0.0,
 ) -> tuple[float, float, float, float, int]:
     """(reduce, all-gather, the merged group's reduce, its all-gather, bucket groups) of a stage's dense DP buckets
     under fp8 parameters: ``params`` elements, ``fp8_weights`` of them fp8 weights (``fp8_gathered`` of those
@@ -2258,7 +2272,8 @@ def _fp8_merged_groups(
     the next step's forward, dispatched and waited on by the first forward pre-hook (``finish_param_sync``: 'If
     current bucket's param AG has not been dispatched, dispatch it now'), before the embedding's forward. So the
     merged group's reduce-scatter and all-gather are exposed whole, and the other buckets share the overlap as
-    before."""
+    before. ``launch_s``: the launch cost of one collective (the topology's ``launch_latency_s``), paid once by the
+    merged group's coalesced launch, not once per bucket ([27 s16 ppbucket])."""
     linear = min(params, fp8_weights)
     if tensors:
         fp8_buckets = [n for n, _ in _mcore_buckets([t for t in tensors if t[1]], bucket)] or [0.0]
@@ -2273,8 +2288,12 @@ def _fp8_merged_groups(
     lin_b = 2.0 - (fp8_gathered / linear if linear else 0.0)  # the fp8 weights' gather bytes (1 per-tensor, 2 MXFP8)
     rs_groups = [comm(op, n * gb, group) for n in fp8_buckets]
     ag_groups = [comm("all_gather", n * lin_b, group) for n in fp8_buckets]
-    last_rs = rs_groups[-1] + sum(comm(op, n * gb, group) for n in others)
-    last_ag = ag_groups[-1] + sum(comm("all_gather", n * 2.0, group) for n in others)
+    # the group's buckets go in one coalesced launch (start_grad_sync / start_param_sync under _coalescing_manager,
+    # core_r0.9.0 .. core_v0.19.0), one NCCL launch for them all (NCCL user guide, Group Calls, 'Aggregated
+    # Operations (2.2 and later)'): the launch paid once ([27 s16 ppbucket])
+    saved = len(others) * launch_s
+    last_rs = rs_groups[-1] + sum(comm(op, n * gb, group) for n in others) - saved
+    last_ag = ag_groups[-1] + sum(comm("all_gather", n * 2.0, group) for n in others) - saved
     return sum(rs_groups[:-1]) + last_rs, sum(ag_groups[:-1]) + last_ag, last_rs, last_ag, len(fp8_buckets)
 
 
@@ -2287,10 +2306,15 @@ def _dp_buckets(
     layers: float,
     tensors: tuple[tuple[float, bool], ...] = (),
     fp8_weights: float = 0.0,
+    launch_s: float = 0.0,
+    one_group: int = 0,
 ) -> tuple[float, float, float, float, float]:
     """ZeRO-0/1/2's DP collectives of one stage for :func:`_dp_tail`: (reduce, all-gather, buckets, the merged fp8
     group's reduce, its all-gather; -1 each where the buckets are equal). ``parts``: (parameters, group, of them
-    gathered at 1 B) of the dense parameters (first) and the experts."""
+    gathered at 1 B) of the dense parameters (first) and the experts; ``one_group`` (> 0): that many model chunks,
+    each one bucket group (:func:`_dp_one_group`)."""
+    if one_group and layout.overlap_grad_reduce:
+        return _dp_one_group(comm, layout, parts, gb, one_group, fp8_weights, launch_s)
     rs_s = ag_s = 0.0
     last_rs = last_ag = -1.0  # the merged group's collectives (-1: buckets equal)
     n_buckets = 0.0
@@ -2309,7 +2333,7 @@ def _dp_buckets(
             # [27 s16 fp8bucket] the fp8 buffer's buckets, the last one merged with the whole non-fp8 buffer
             sized = tensors if layout.dp_bucket_elements else ()
             rs, ag, last_rs, last_ag, groups = _fp8_merged_groups(
-                comm, op, group, params, fp8_weights, fp8, gb, bucket, sized
+                comm, op, group, params, fp8_weights, fp8, gb, bucket, sized, launch_s
             )
             n_buckets += groups - buckets  # one group per fp8 bucket
             rs_s, ag_s = rs_s + rs, ag_s + ag
@@ -2333,6 +2357,45 @@ def _dp_buckets(
     return rs_s, ag_s, n_buckets, last_rs, last_ag
 
 
+def _dp_one_group(
+    comm: Callable[[str, float, Group], float],
+    layout: ParallelLayout,
+    parts: tuple[tuple[float, Group, float], ...],
+    gb: int,
+    chunks: int,
+    fp8_weights: float = 0.0,
+    launch_s: float = 0.0,
+) -> tuple[float, float, float, float, float]:
+    """:func:`_dp_buckets` of a stage whose ``chunks`` model chunks each keep their gradients in one bucket group
+    ([27 s16 ppbucket]; ``dp_later_stages_one_bucket``), as Megatron-Core does on pipeline stages after the first:
+    NVIDIA/Megatron-LM distributed_data_parallel.py sets ``bucket_size = None`` where the pipeline rank is > 0 (and
+    for model chunks after the first, ``disable_bucketing``), at core_v0.5.0 .. core_v0.19.0. A chunk's reduce-scatter
+    starts when its last backward ends (``register_grad_ready``); the last chunk's has nothing after it on this stage
+    but the backward the stages before it still run in the pipeline's drain (:func:`_dp_tail`'s ``later``: the
+    last micro-batch's backward goes from the last stage to the first, megatron/core/pipeline_parallel/schedules.py);
+    its all-gather is dispatched and waited for by the chunk's first forward pre-hook (``finish_param_sync``). Per
+    chunk and parameter group (dense, experts) one reduce-scatter (all-reduce without the distributed optimizer) and
+    one all-gather of that chunk's share. ``fp8_weights`` (where the framework merges the buffers' buckets into one
+    group, ``fp8_bucket_merge``): the dense parameters held as fp8 weights, a buffer of their own beside the rest,
+    whose two buckets go in one coalesced launch (``_coalescing_manager`` in param_and_grad_buffer.py
+    start_grad_sync / start_param_sync), paying ``launch_s`` once."""
+    rs_s = ag_s = 0.0
+    for k, (params, group, fp8) in enumerate(parts):
+        if group.size == 1 or params == 0:
+            continue
+        whole = layout.zero == 0 or (layout.zero == 1 and layout.zero1_all_reduce)
+        op = "all_reduce" if whole else "reduce_scatter"
+        linear = min(params, fp8_weights) if k == 0 else 0.0
+        # (elements, gathered bytes) of each buffer's one bucket: the fp8 weights' and the rest's
+        buffers = [(linear, 2 * linear - fp8), (params - linear, 2 * (params - linear))] if linear else []
+        buffers = [b for b in buffers if b[0] > 0] or [(params, 2 * params - fp8)]
+        saved = (len(buffers) - 1) * launch_s
+        rs_s += chunks * (sum(comm(op, n * gb / chunks, group) for n, _ in buffers) - saved)
+        if 0 < layout.zero < 3:
+            ag_s += chunks * (sum(comm("all_gather", b / chunks, group) for _, b in buffers) - saved)
+    return rs_s, ag_s, float(chunks), -1.0, -1.0
+
+
 def _dp_tail(
     comm: Callable[[str, float, Group], float],
     dev,
@@ -2352,6 +2415,8 @@ def _dp_tail(
     fp8_zero1: tuple[float, float] = (0.0, 0.0),
     tensors: tuple[tuple[float, bool], ...] = (),
     fp8_weights: float = 0.0,
+    later: tuple[int, float] = (0, 0.0),
+    launch_s: float = 0.0,
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -2367,11 +2432,15 @@ def _dp_tail(
     (``dp_bucket_elements``): the dense gradients then go in Megatron-Core's buckets of that size
     (:func:`_mcore_buckets`), each its own reduce-scatter and all-gather with its own latency. ``fp8_weights``: the
     dense parameters held as fp8 weights where the framework merges the other buckets into their last bucket group
-    (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`."""
+    (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`. ``later``: (model chunks,
+    the drain's backward after the stage's own) where each chunk is one bucket group, as on a stage after the first
+    (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
-    rs_s, ag_s, n_buckets, last_rs, last_ag = _dp_buckets(comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights)
+    rs_s, ag_s, n_buckets, last_rs, last_ag = _dp_buckets(
+        comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights, launch_s, later[0]
+    )
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
@@ -2380,7 +2449,7 @@ def _dp_tail(
     first_fwd = passes / (3.0 + redone)
     hidden_rs = hidden_ag = 0.0
     if rs_s and layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none":
-        hidden_rs = rs_s - _grad_reduce_exposed(rs_s, last_bwd, n_buckets, last_rs)
+        hidden_rs = rs_s - max(0.0, _grad_reduce_exposed(rs_s, last_bwd, n_buckets, last_rs) - later[1])
     if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
         hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets, last_ag)
     dp_hidden = hidden_rs + hidden_ag
