@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commlens.model import InfeasibleError
 from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, HYBRIDEP_ALL_TO_ALL, nccl_predict
@@ -1748,6 +1748,7 @@ def _slowest_tail(
     # last bucket group
     fp8_merged = _stage_fp8_params(c) if c.fw.fp8_bucket_merge else [(0.0, 0.0)] * r.pp
     drain = 0.0  # [27 s16 ppbucket] the backward the stages before this one still run after its last backward
+    bucket_memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] = {}
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
@@ -1790,6 +1791,7 @@ def _slowest_tail(
                 fp8_merged[i][0],
                 (one_group, drain if one_group else 0.0),
                 c.scenario.topology.launch_latency_s,
+                bucket_memo,
             )
             tails[key] = tail
         drain += _stage_backward_s(st, redone) / max(1, layout.vpp)
@@ -2417,6 +2419,7 @@ def _dp_tail(
     fp8_weights: float = 0.0,
     later: tuple[int, float] = (0, 0.0),
     launch_s: float = 0.0,
+    memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
 ) -> tuple[float, float, float, float, float]:
     """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
 
@@ -2434,13 +2437,19 @@ def _dp_tail(
     dense parameters held as fp8 weights where the framework merges the other buckets into their last bucket group
     (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`. ``later``: (model chunks,
     the drain's backward after the stage's own) where each chunk is one bucket group, as on a stage after the first
-    (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group."""
+    (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group. ``memo``:
+    the projection's :func:`_dp_buckets` results by what they depend on, so that stages alike in all of it but the
+    drain (``later``'s second part, which only hides) price their collectives once."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
-    rs_s, ag_s, n_buckets, last_rs, last_ag = _dp_buckets(
-        comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights, launch_s, later[0]
-    )
+    bkey = (dense_local, expert_local, fp8_zero1, layers, tensors, fp8_weights, later[0])
+    buckets = memo.get(bkey) if memo is not None else None
+    if buckets is None:
+        buckets = _dp_buckets(comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights, launch_s, later[0])
+        if memo is not None:
+            memo[bkey] = buckets
+    rs_s, ag_s, n_buckets, last_rs, last_ag = buckets
     dp_s = rs_s + ag_s
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
