@@ -2359,6 +2359,30 @@ def _dp_buckets(
     return rs_s, ag_s, n_buckets, last_rs, last_ag
 
 
+def _dp_buckets_once(
+    memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None,
+    comm: Callable[[str, float, Group], float],
+    layout: ParallelLayout,
+    fw: Framework,
+    parts: tuple[tuple[float, Group, float], ...],
+    gb: int,
+    layers: float,
+    tensors: tuple[tuple[float, bool], ...],
+    fp8_weights: float,
+    launch_s: float,
+    one_group: int,
+) -> tuple[float, float, float, float, float]:
+    """:func:`_dp_buckets`, looked up in ``memo`` (a projection's) by what varies between its stages: stages alike in
+    all of it price their collectives once."""
+    key = (parts[0][0], parts[1][0], parts[0][2], parts[1][2], layers, tensors, fp8_weights, one_group)
+    got = memo.get(key) if memo is not None else None
+    if got is None:
+        got = _dp_buckets(comm, layout, fw, parts, gb, layers, tensors, fp8_weights, launch_s, one_group)
+        if memo is not None:
+            memo[key] = got
+    return got
+
+
 def _dp_one_group(
     comm: Callable[[str, float, Group], float],
     layout: ParallelLayout,
@@ -2437,20 +2461,13 @@ def _dp_tail(
     dense parameters held as fp8 weights where the framework merges the other buckets into their last bucket group
     (``fp8_bucket_merge``; :func:`_stage_fp8_params`), else 0: :func:`_fp8_merged_groups`. ``later``: (model chunks,
     the drain's backward after the stage's own) where each chunk is one bucket group, as on a stage after the first
-    (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group. ``memo``:
-    the projection's :func:`_dp_buckets` results by what they depend on, so that stages alike in all of it but the
-    drain (``later``'s second part, which only hides) price their collectives once."""
+    (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group (``memo``:
+    :func:`_dp_buckets_once`)."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
-    bkey = (dense_local, expert_local, fp8_zero1, layers, tensors, fp8_weights, later[0])
-    buckets = memo.get(bkey) if memo is not None else None
-    if buckets is None:
-        buckets = _dp_buckets(comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights, launch_s, later[0])
-        if memo is not None:
-            memo[bkey] = buckets
-    rs_s, ag_s, n_buckets, last_rs, last_ag = buckets
-    dp_s = rs_s + ag_s
+    buckets = _dp_buckets_once(memo, comm, layout, fw, dp_parts, gb, layers, tensors, fp8_weights, launch_s, later[0])
+    (rs_s, ag_s, n_buckets, last_rs, last_ag), dp_s = buckets, buckets[0] + buckets[1]
     # the DP buckets go on the DP communicator's own NCCL stream: they run on while the backward waits for its exposed
     # TP collectives (another communicator, NVLink), so the window is the passes' wall time, TP waits included
     passes = st["compute"] + st["memory_bound"] + st["tp_comm"]
