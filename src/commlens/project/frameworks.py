@@ -136,6 +136,16 @@ class Framework(_Strict):
         description="bytes per element of the K/V gradients CP passes round its ring in the backward (2: in the "
         "activations' 16 bits; 4: accumulated and sent in fp32)",
     )
+    unfused_mask_bytes: float = Field(
+        default=0.0,
+        ge=0,
+        le=200.0,
+        description="bytes through HBM per score entry (one sq x sk mask per layer and forward, not per head) that "
+        "the stack's unfused attention spends building its causal mask in the forward: Transformer Engine "
+        "bee4649c (2.2.0.dev0) UnfusedDotProductAttention calls dot_product_attention/utils.py get_full_mask every "
+        "forward, whose int32 / int64 / bool tensor ops over sq x sk move 81 B an entry [27 s17 dsv3gb200]; 0: "
+        "no such mask is built (Megatron's own unfused path applies its causal mask inside the fused softmax)",
+    )
     qkv_separate: bool = Field(
         default=False,
         description="the model code projects Q, K and V with three linears (three GEMMs, K's and V's at the KV heads' "

@@ -222,9 +222,17 @@ ASYNC_TP_SHARD_COPY_BYTES = 2.0  # per byte of the shard
 # proj_dgrad and fc2_dgrad; torch's fused all-gather matmul), in TP chunks as their forward.
 # The recompute modules (Megatron-Core's --recompute-modules) each kernel belongs to: selective recomputation of a
 # module runs its kernels' forward again in the backward.
+# [27 s17 dsv3gb200] Transformer Engine bee4649c (the NeMo 25.04 container's, 2.2.0.dev0) dot_product_attention/
+# utils.py get_full_mask for a causal mask without padding, called by UnfusedDotProductAttention.forward every forward:
+# arange(sq)[:, None] - arange(sk) (int32, 4 B written), swa_left = mask - window and swa_right = mask + 0 (int32, 4 + 4
+# each), swa_left <= 0 and swa_right < 0 (4 read, 1 written each), torch.where(cond, 1, 0) twice (python ints: int64,
+# 1 read, 8 written each), their difference (16 read, 8 written) and logical_not (8 read, 1 written): 81 B an entry;
+# 11 launches (the two aranges, sub, sub, add, le, where, lt, where, sub, logical_not)
+UNFUSED_MASK_LAUNCHES = 11.0
 MODULES: dict[str, frozenset[str]] = {
     "attention": frozenset({"core_attn"}),
     "softmax": frozenset({"core_attn"}),
+    "causal_mask": frozenset({"core_attn"}),
     "q_up": frozenset({"mla_up_proj"}),
     "kv_up": frozenset({"mla_up_proj"}),
     "input_norm": frozenset({"layernorm"}),
@@ -975,6 +983,19 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
                 0,
             )
         )
+        if b.fw.unfused_mask_bytes:  # [27 s17 dsv3gb200] TE's causal mask, built anew each forward (no gradient)
+            mask_bytes = b.fw.unfused_mask_bytes * (tokens / w.micro_batch) * s.keys
+            out.append(
+                Kernel(
+                    "causal_mask",
+                    "activation",
+                    stream_time_s(b.dev, mask_bytes),
+                    0.0,
+                    UNFUSED_MASK_LAUNCHES,
+                    nbytes=mask_bytes,
+                    bwd_launches=0.0,
+                )
+            )
     out += [
         b.gemm("attention_out", "gemm", tokens, h, linears[-1][1], s.tp_chunks),
         b.stream("attention_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
