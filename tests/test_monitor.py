@@ -465,7 +465,8 @@ def test_a_slowed_rank_is_named_live_within_20_steps(tmp_path):
     # rank 1 and no other is named; its burst of compute on a shared 2-core machine may also slow the
     # group's own all-reduce time (a slowdown of the world group, which names no rank), but not before step 20
     stragglers = [a for a in summary["alerts"] if a["kind"] == "straggler"]
-    assert {a["rank"] for a in stragglers} == {1}, summary["alerts"]
+    # the whole alerts on failure (pytest abbreviates dicts): which kind of verdict, at which step, by how much
+    assert {a["rank"] for a in stragglers} == {1}, json.dumps(summary["alerts"], indent=1) + proc.stdout[-3000:]
     others = [a for a in summary["alerts"] if a["kind"] != "straggler"]
     assert all(a["kind"] == "slowdown" and a["rank"] is None and a["group"] == "world" for a in others), others
     assert 20 <= min(a["step"] for a in stragglers) <= 40, summary["alerts"]
