@@ -103,3 +103,23 @@ def test_one_kernel_grouped_gemms_are_not_priced_as_lone_gemms(tmp_path: Path, m
     assert _experts_s("megatron-core", "fp8") == before["megatron-core", "fp8"]
     assert _experts_s("torchtitan", "bf16") == before["torchtitan", "bf16"]
     assert _experts_s("megatron-core", "bf16") > before["megatron-core", "bf16"]
+
+
+def test_torchao_b200_one_kernel_grouped_gemm_rows_are_tabled_but_do_not_price_te_experts():
+    """torchao's B200 microbenchmarks of torch._grouped_mm (bf16) and torch._scaled_grouped_mm (MXFP8) are tabled as
+    contiguous one-kernel rows [27 s17 bwgroup]: DeepSeek-V3's expert shape (N 2048, K 7168) over 8 groups of 16,000
+    rows ran forward + backward at 753 TFLOP/s in bf16, 2,115 in MXFP8 (the GEMM kernels alone). Another kernel than
+    TE's per-expert cuBLASLt loop, so they do not cap Megatron-Core's experts: the B200 bf16 rate at that size stays the
+    dense cuBLAS measurement (1,745 TFLOP/s)."""
+    from commlens.project.efficiency import _shipped_data
+
+    rows = _shipped_data()["gpus"]["B200"]["grouped_gemm"]
+    got = {(r["dtype"], r["groups"], r["n"], r["k"]): r for r in rows if r["layout"] == "contiguous"}
+    assert got["bf16", 8, 2048, 7168]["tflops"] == pytest.approx(
+        3 * 2 * 128000 * 2048 * 7168 / 14966.80e-6 / 1e12, 1e-3
+    )
+    assert got["mxfp8", 8, 2048, 7168]["tflops"] == pytest.approx(
+        3 * 2 * 131072 * 2048 * 7168 / ((1671.2 + 1683.4 + 2103.3) * 1e-6) / 1e12, 1e-3
+    )
+    assert all("pytorch/ao@ccd503511e8d4e793ee87bc015eaedeb32f68319" in r["origin"] for r in got.values())
+    assert gemm_rate_cap("B200", "bf16", 2.0 * 16000 * 2048 * 7168) == pytest.approx(1745.0e12, rel=1e-3)
