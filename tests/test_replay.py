@@ -284,7 +284,10 @@ def test_replay_on_three_gloo_ranks_is_compared_and_stored(tmp_path: Path, mode:
     assert {g["group"]: g["calls"] for g in out["groups"]} == {"0": 5, "pair": 3}
     assert out["replayed_total_s"] > 0 and out["recorded_total_s"] == pytest.approx(0.08)
     if mode == "--timeline":  # issued at the recorded offsets: the last call no earlier than 1.12 s in
-        assert out["replayed_span_s"] >= 0.12 + pause
+        # the span leaves out the first collective's wait for a late peer (compare.py: skew, not the rank's time),
+        # while the offsets run from the timeline's start: a loaded machine's first wait of a few ms may take the
+        # span that much under 1.12 s (1.1185 s in one CI run). Back to back it would be tens of ms.
+        assert out["replayed_span_s"] >= 0.12 + pause - 0.05
     shown = commlens("runs", "show", out["run_id"], "--db", str(db), "--json")
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
