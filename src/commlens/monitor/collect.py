@@ -9,7 +9,8 @@ seconds. It issues nothing to the job: no collective, no barrier.
 - **Stragglers.** Over the last ``window`` complete collectives of each
   group, :func:`commlens.diagnose.stragglers.detect_stragglers` (the method
   of ``commlens diagnose stragglers``) names late arrivers and ranks slow
-  within. A rank named in ``persist`` evaluations in a row raises a
+  within, late by more than ``late_fraction`` of a step and ``jitter_k``
+  times the ranks' arrival jitter. A rank named in ``persist`` evaluations in a row raises a
   ``straggler`` alert (``slow_within`` too); it clears after ``persist``
   clean evaluations.
 - **Slow groups.** Groups of the same size running the same op and size
@@ -100,6 +101,10 @@ class CollectSettings:
     late_fraction: float = 0.25  # ... and by more than this fraction of a training step (or of the interval
     # between collectives when the job marks no steps): what the scheduler's noise cannot do persistently
     last_fraction: float = 0.5  # a late arriver must be the last to arrive in at least this share
+    # ... and be late by more than this many times the ranks' arrival jitter (0: off). Four ranks on two
+    # cores arrive with a jitter of 6-9 ms, and a rank's median lateness over a window reached 1.7 times it
+    # in healthy jobs (17 ms against 25% of a 65 ms step in one CI run); a real straggler's stands far out
+    jitter_k: float = 3.0
     slow_factor: float = 1.5
     end_spread_s: float = 0.1
     history: int = 60  # own-time points per series kept for the slowdown detector
@@ -122,6 +127,8 @@ class CollectSettings:
             raise CollectError(f"persist must be >= 1, got {self.persist}")
         if self.point_samples < 1:
             raise CollectError(f"point_samples must be >= 1, got {self.point_samples}")
+        if not (math.isfinite(self.jitter_k) and self.jitter_k >= 0):
+            raise CollectError(f"jitter_k must be a finite number >= 0, got {self.jitter_k}")
         for name in ("late_threshold_s", "end_spread_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -183,6 +190,24 @@ class _Joined:
     def own_s(self) -> float:
         """The collective's time once its last rank arrived (the part no straggler causes)."""
         return max(0.0, min(self.ends) - max(self.starts))
+
+
+def _arrival_jitter(joined: list[_Joined]) -> float:
+    """The ranks' typical arrival jitter (s): the median over ranks of the spread of each rank's lateness.
+
+    A rank's lateness at a collective is its arrival behind the collective's median arrival; its spread is
+    the median absolute deviation from its own median, scaled to a standard deviation. A straggler is late
+    steadily and a rank the scheduler delays now and then is not, so the typical rank's spread measures the
+    noise a steady lateness must stand out of; a constant clock offset between hosts drops out of it.
+    """
+    if not joined:
+        return 0.0
+    late = [[s - statistics.median(j.starts) for s in j.starts] for j in joined]
+    spreads = []
+    for series in zip(*late):
+        mid = statistics.median(series)
+        spreads.append(statistics.median(abs(x - mid) for x in series))
+    return 1.4826 * statistics.median(spreads)
 
 
 def _list(ranks: list[int]) -> str:
@@ -329,14 +354,17 @@ class Collector:
             if key not in seen:
                 self._streak.pop(key, None)
                 self._since.pop(key, None)
-                if key in self.active:
-                    self._clean[key] = self._clean.get(key, 0) + 1
-                    if self._clean[key] >= self.settings.persist:
-                        alert = self._clear(self.active.pop(key), now)
-                        self._clean.pop(key, None)
-                        log.info("cleared %s: %s", alert.kind, alert.text)
-                        if self.metrics is not None:
-                            self.metrics.cleared(alert)
+        # an active alert counts its clean evaluations itself: its streak is gone after the first one
+        for key in list(self.active):
+            if key in seen:
+                continue
+            self._clean[key] = self._clean.get(key, 0) + 1
+            if self._clean[key] >= self.settings.persist:
+                alert = self._clear(self.active.pop(key), now)
+                self._clean.pop(key, None)
+                log.info("cleared %s: %s", alert.kind, alert.text)
+                if self.metrics is not None:
+                    self.metrics.cleared(alert)
         if self.metrics is not None:
             self.metrics.lateness(self.lateness)
         return raised
@@ -379,8 +407,9 @@ class Collector:
         labels: dict[str, list[_Joined]] = {}
         for j in joined:
             labels.setdefault(f"{j.op} {format_size(j.bucket)}", []).append(j)
-        # A threshold that scales with the job: lateness must be a real share of the time between collectives.
-        threshold = max(s.late_threshold_s, s.late_fraction * _interval(joined))
+        # A threshold that scales with the job: lateness must be a real share of the time between collectives,
+        # and stand out of the ranks' own arrival jitter (scheduler noise on an oversubscribed host)
+        threshold = max(s.late_threshold_s, s.late_fraction * _interval(joined), s.jitter_k * _arrival_jitter(joined))
         hosts = tuple(joined[-1].hosts)
         table = CollectiveTable(
             source=f"monitor group {group.name}",
