@@ -68,11 +68,10 @@ def test_megatron_torch_fsdp2_gathers_a_recomputed_layer_three_times():
     assert _fsdp("megatron-core-fsdp2", 4, 1.0, 2) == pytest.approx(4 * (3 * GATHER + REDUCE16))
     assert _fsdp("megatron-core-fsdp2", 4, 0.0, 2) == pytest.approx(4 * (2 * GATHER + REDUCE16))
     # the rest is megatron-core's (kernels, overlaps)
-    assert fsdp2.model_dump(
-        exclude={"name", "release_of", "title", "source", "zero3_recompute_keeps_gather", "zero3_grad_prescale_bf16"}
-    ) == framework("megatron-core").model_dump(
-        exclude={"name", "release_of", "title", "source", "zero3_recompute_keeps_gather", "zero3_grad_prescale_bf16"}
-    )
+    # (and no DDP gradient buffer to zero each step [27 s18 zerograd])
+    own = {"name", "release_of", "title", "source", "zero3_recompute_keeps_gather", "zero3_grad_prescale_bf16"}
+    own.add("zero_grad_buffer")
+    assert fsdp2.model_dump(exclude=own) == framework("megatron-core").model_dump(exclude=own)
 
 
 def test_the_amd_primus_fsdp_rows_name_megatrons_torch_fsdp2_mode():

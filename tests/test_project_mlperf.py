@@ -105,8 +105,8 @@ def test_every_row_projects_and_the_figures_stand():
     assert all(e is not None for e in errs)
     mean = sum(abs(e) for e in errs) / len(errs)
     # 9.3% when written (43 rows), 8.7% with [27 s16 fp8bucket]; 8.9% with the 12 rows of [27 s16 mlperfadd] (held
-    # out: a change that moves it should say so)
-    assert 0.085 < mean < 0.095
+    # out: a change that moves it should say so); 8.4% with the step's zeroing of the gradient buffer [27 s18 zerograd]
+    assert 0.079 < mean < 0.089
     assert sum(abs(e) for e in errs[:38]) / 38 < 0.06  # GPT-3 and 405B rows 5.5%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(27, 32))
@@ -178,9 +178,10 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
             p = run(Scenario(load_workload(r.workload, r.overrides), load_topology(r.topology), lay, r.gpus))
             by_bucket[i, b] = p
     # 0.3262 / 0.5999 s when written; 0.3443 / 0.6152 s with the non-fp8 buckets in the first layers' group, exposed
-    # [27 s16 fp8bucket]; 0.3435 / 0.6144 s with that group's buckets launched once [27 s16 ppbucket]
-    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3435, abs=5e-4)
-    assert by_bucket[39, 64].step_time_s == pytest.approx(0.6144, abs=5e-4)
+    # [27 s16 fp8bucket]; 0.3435 / 0.6144 s with that group's buckets launched once [27 s16 ppbucket]; 0.3465 /
+    # 0.6204 s with the step's zeroing of the gradient buffer [27 s18 zerograd]
+    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3465, abs=5e-4)
+    assert by_bucket[39, 64].step_time_s == pytest.approx(0.6204, abs=5e-4)
     assert by_bucket[38, 64].breakdown["dp_comm"] > by_bucket[38, None].breakdown["dp_comm"] + 0.004
     # (97 against 75 ms hidden once the merged non-fp8 group is exposed whole either way [27 s16 fp8bucket])
     assert by_bucket[38, 64].overlapped_s["dp_comm"] > by_bucket[38, None].overlapped_s["dp_comm"] + 0.015

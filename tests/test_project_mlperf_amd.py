@@ -59,15 +59,16 @@ def test_every_row_projects_and_the_figures_stand():
     res = validate_set(table)
     assert all(s.error is not None for s in res)
     errs = [s.error for s in res]
-    # step time: error = published / predicted - 1; the model predicts 1.109 s for the four MI355X rows (the same
-    # settings) and 1.185 s for the two MI350X rows
-    assert all(abs(s.predicted - 1.109) < 0.005 for s in res[:4])
-    assert all(abs(s.predicted - 1.185) < 0.005 for s in res[4:])
+    # step time: error = published / predicted - 1; the model predicts 1.112 s for the four MI355X rows (the same
+    # settings) and 1.188 s for the two MI350X rows (1.109 / 1.185 s before the step's zeroing of the gradient
+    # buffer [27 s18 zerograd])
+    assert all(abs(s.predicted - 1.112) < 0.005 for s in res[:4])
+    assert all(abs(s.predicted - 1.188) < 0.005 for s in res[4:])
     assert max(abs(e) for e in errs[:4]) < 0.08
     assert sum(abs(e) for e in errs[:4]) / 4 < 0.04
-    # [27 s16 mi350x] the MI350X rows run slower than the model says (AMD +8.4%, Cisco +12.1%): the MI350X's step is
+    # [27 s16 mi350x] the MI350X rows run slower than the model says (AMD +8.2%, Cisco +11.8%): the MI350X's step is
     # 1.23 x the MI355X's in AMD's own logs, its clock ratio 2400 / 2200 only 1.09
-    assert [round(e, 3) for e in errs[4:]] == [0.084, 0.121]
+    assert [round(e, 3) for e in errs[4:]] == [0.082, 0.118]
     assert sum(abs(e) for e in errs) / len(errs) < 0.06
 
 

@@ -286,6 +286,13 @@ class Framework(_Strict):
         description="gradient clipping multiplies every gradient by the clamped coefficient even when it is 1 (torch's "
         "clip_grads_with_norm_, to avoid a host sync): a read and write of the fp32 gradients per step",
     )
+    zero_grad_buffer: bool = Field(
+        default=False,
+        description="each step begins by zeroing the whole contiguous gradient buffer of the local parameters "
+        "(Megatron-Core DDP zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_(), in the gradient "
+        "reduce dtype): a write of every local gradient per step; false where gradients are set to None instead "
+        "(torch's optimizer.zero_grad default, FSDP2, DeepSpeed)",
+    )
     fp8_bucket_merge: bool = Field(
         default=False,
         description="ZeRO-1/2 with fp8 parameters (layout fp8_param_gather): every non-fp8 gradient bucket (norms, "

@@ -1804,12 +1804,20 @@ def _slowest_tail(
             tail = (tail[0] + tied, *tail[1:])
         zero3_fixed = _zero3_persistent_gathers_s(c, r.stage_layers[i])
         zero3_fixed += _zero3_gather_copies_s(c, r.stage_layers[i], redone, m_count * runs)
-        tail = (tail[0], tail[1] + zero3_fixed, *tail[2:])
+        tail = (tail[0], tail[1] + zero3_fixed, tail[2] + _zero_grad_buffer_s(c, dense_local + expert_local), *tail[3:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2], runs)
+
+
+def _zero_grad_buffer_s(c: _Setup, local_params: float) -> float:
+    """[27 s18 zerograd] The step's zeroing of the stage's whole gradient buffer (``zero_grad_buffer``: Megatron-Core
+    DDP, ZeRO 0-2; its FSDP keeps sharded gradients), a write of every local gradient in the reduce dtype."""
+    if not c.fw.zero_grad_buffer or c.layout.zero >= 3:
+        return 0.0
+    return stream_time_s(c.dev, local_params * c.layout.grad_reduce_bytes)
 
 
 def _stage_backward_s(st: dict[str, float], redone: float) -> float:
