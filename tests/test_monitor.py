@@ -30,7 +30,7 @@ from commlens.monitor.collect import (
     parse_endpoints,
     replay,
 )
-from commlens.monitor.exporter import EndpointError, is_loopback, serve
+from commlens.monitor.exporter import CollectorMetrics, EndpointError, is_loopback, serve
 from commlens.results.collectives import (
     CollectiveRecord,
     CollectiveRecordError,
@@ -196,12 +196,19 @@ def test_a_straggler_alert_clears_once_the_rank_is_on_time_again():
     # evaluations (it stayed active to the job's end while the streak that counted them was dropped first)
     records = synthetic_job(120, late_rank=2, late_from=20, late_s=0.05, late_to=50)
     c = Collector(CollectSettings(persist=2))
+    c.metrics = CollectorMetrics("j")
     replay(records, c, interval_s=0.2)
     assert [(a.kind, a.rank) for a in c.history] == [("straggler", 2)]
     alert = c.history[0]
     assert alert.cleared_at_s is not None and c.active == {}
     assert alert.raised_at_s < 1000.0 + 0.1 * 50 < alert.cleared_at_s < 1000.0 + 0.1 * 80
     assert c.summary()["alerts"][0]["cleared_at_s"] == alert.cleared_at_s
+    # the alert gauge Prometheus' rules read is back to 0, so the shipped CommlensStraggler alert resolves
+    labels = {"job_id": "j", "kind": "straggler", "group": "world", "op": alert.op, "rank": "2"}
+    assert c.metrics.registry.get_sample_value("commlens_monitor_alert", labels) == 0.0
+    assert (
+        c.metrics.registry.get_sample_value("commlens_monitor_alerts_total", {"job_id": "j", "kind": "straggler"}) == 1
+    )
 
 
 def _jittery_job(steps: int, favoured: tuple[int, int, int] | None = None, late: tuple[int, int, float] | None = None):
