@@ -43,6 +43,9 @@ def monitor_collect(
     window: int = typer.Option(24, help="collectives it looks at when the job marks no steps"),
     persist: int = typer.Option(2, help="evaluations in a row before an alert is raised or cleared"),
     late_ms: float = typer.Option(5.0, "--late-ms", help="lateness that counts, in ms (at least)"),
+    warmup_steps: int = typer.Option(
+        10, "--warmup-steps", help="the job's first training steps, on which no straggler verdict rests (0: none)"
+    ),
     min_change: float = typer.Option(0.3, "--min-change", help="slowdown: smallest relative slowdown"),
     below_expected: float = typer.Option(
         0.0, "--below-expected", help="alert when a group's busBW is below this fraction of the model's (0: off)"
@@ -88,6 +91,7 @@ def monitor_collect(
                 window_steps=window_steps,
                 persist=persist,
                 late_threshold_s=late_ms / 1e3,
+                warmup_steps=warmup_steps,
                 min_change=min_change,
                 below_expected=below_expected,
                 hang_after_s=hang_after,
