@@ -230,14 +230,14 @@ def _jittery_job(steps: int, noise_s: float, late: tuple[int, int, int, float]) 
 
 
 def test_lateness_within_the_ranks_arrival_jitter_is_no_straggler_and_a_real_one_still_is():
-    # Ranks arriving 0-45 ms apart at random on a 65 ms step, one of them 22 ms later still for 40 steps: over a
+    # Ranks arriving 0-60 ms apart at random on a 65 ms step, one of them 22 ms later still for 40 steps: over a
     # quarter of a step, so judged on the step alone (jitter_k=0) it is called a straggler, but the ranks' own
-    # jitter is that large; against twice the jitter (the default) it is not. A 120 ms straggler still is.
-    noisy = _jittery_job(60, 0.045, (1, 10, 50, 0.022))
+    # jitter is that large; against 1.5 times the jitter (the default) it is not. A 120 ms straggler still is.
+    noisy = _jittery_job(60, 0.06, (1, 10, 50, 0.022))
     judged_on_the_step = replay(noisy, Collector(CollectSettings(jitter_k=0.0)), 0.25)
     assert [(a.kind, a.rank) for a in judged_on_the_step] == [("straggler", 1)]
     assert replay(noisy, Collector(CollectSettings()), 0.25) == []
-    slowed = replay(_jittery_job(60, 0.045, (1, 20, 60, 0.12)), Collector(CollectSettings()), 0.25)
+    slowed = replay(_jittery_job(60, 0.06, (1, 20, 60, 0.12)), Collector(CollectSettings()), 0.25)
     assert [(a.kind, a.rank) for a in slowed] == [("straggler", 1)] and 20 < slowed[0].step <= 40
 
 
