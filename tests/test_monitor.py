@@ -241,6 +241,37 @@ def test_lateness_within_the_ranks_arrival_jitter_is_no_straggler_and_a_real_one
     assert [(a.kind, a.rank) for a in slowed] == [("straggler", 1)] and 20 < slowed[0].step <= 40
 
 
+def test_the_arrival_jitter_is_the_typical_ranks_spread_of_its_lateness():
+    # ranks 0-2 alternate 0 / 10 ms late (out of phase for rank 1); rank 3 is 50 ms late at every collective.
+    # Against each collective's median arrival (5 ms, then 10 ms) the lateness series are r0 and r2 -5 / 0, r1
+    # +5 / -10, r3 45 / 40 ms: spreads (MAD) 2.5, 7.5, 2.5 and 2.5 ms, median 2.5 ms, 3.7 ms as a standard
+    # deviation: the steady straggler's own spread is the small one, not a measure of the noise.
+    from commlens.monitor.collect import _arrival_jitter, _Joined
+
+    def joined(offsets: list[float]) -> list:
+        out = []
+        for i in range(40):
+            starts = [100.0 + (0.010 if (i + r) % 2 else 0.0) for r in range(3)] + [100.05]
+            out.append(
+                _Joined(
+                    i,
+                    "all_reduce",
+                    1 << 20,
+                    1 << 20,
+                    [s + o for s, o in zip(starts, offsets)],
+                    [101.0] * 4,
+                    [None] * 4,
+                    i,
+                )
+            )
+        return out
+
+    assert _arrival_jitter(joined([0.0] * 4)) == pytest.approx(1.4826 * 0.0025, rel=1e-6)
+    # the same job 3 s later on every clock
+    assert _arrival_jitter(joined([3.0] * 4)) == pytest.approx(1.4826 * 0.0025, rel=1e-6)
+    assert _arrival_jitter([]) == 0.0
+
+
 def test_a_rank_late_only_in_the_jobs_first_steps_is_no_straggler():
     # Ranks warm up unevenly (lazy initialisation, the first polls of their endpoints): a rank 40 ms late over
     # steps 0-12 only. Judged from the first step (warmup_steps=0) it is named at step 10; the default leaves
@@ -357,6 +388,8 @@ def test_collect_cli_usage_errors_are_clear(tmp_path):
         (("--endpoint", "localhost"), "expected HOST:PORT"),
         (("--endpoint", "127.0.0.1:1", "--replay"), "--replay reads files"),
         (("--jsonl", str(tmp_path), "--window", "1"), "window must be >= 4"),
+        (("--jsonl", str(tmp_path), "--warmup-steps", "-1"), "warmup_steps must be >= 0"),
+        (("--jsonl", str(tmp_path), "--warmup-steps", "x"), "invalid value for '--warmup-steps'"),
     ):
         proc = commlens("monitor", "collect", *args)
         assert proc.returncode == 2, (args, proc.stderr)

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
+import numpy as np
+
 from commlens.diagnose.stragglers import (
     CollectiveTable,
     StragglerError,
@@ -207,16 +209,15 @@ def _arrival_jitter(joined: list[_Joined]) -> float:
     A rank's lateness at a collective is its arrival behind the collective's median arrival; its spread is
     the median absolute deviation from its own median, scaled to a standard deviation. A straggler is late
     steadily and a rank the scheduler delays now and then is not, so the typical rank's spread measures the
-    noise a steady lateness must stand out of; a constant clock offset between hosts drops out of it.
+    noise a steady lateness must stand out of. Starts are taken as recorded: an offset between hosts' clocks
+    that reorders their arrivals changes which ranks set each collective's median, and so the estimate.
     """
     if not joined:
         return 0.0
-    late = [[s - statistics.median(j.starts) for s in j.starts] for j in joined]
-    spreads = []
-    for series in zip(*late):
-        mid = statistics.median(series)
-        spreads.append(statistics.median(abs(x - mid) for x in series))
-    return 1.4826 * statistics.median(spreads)
+    starts = np.array([j.starts for j in joined], dtype=np.float64)  # (collectives, ranks)
+    late = starts - np.median(starts, axis=1, keepdims=True)
+    spreads = np.median(np.abs(late - np.median(late, axis=0)), axis=0)
+    return 1.4826 * float(np.median(spreads))
 
 
 def _list(ranks: list[int]) -> str:
