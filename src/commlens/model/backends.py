@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from commlens.model.algorithms import ALGORITHMS
+from commlens.model.cost import Cost
 from commlens.model.layout import InfeasibleError, Layout
-from commlens.model.predict import AUTO, Prediction, layout_for, predict
+from commlens.model.predict import AUTO, Prediction, _cost, _op_name, _prediction, layout_for, predict
 
 if TYPE_CHECKING:
     from commlens.topology.plain import AnyTopology
@@ -158,6 +159,7 @@ NCCL_PROTOCOLS: tuple[Protocol, ...] = (
     Protocol("Simple", 8.4 / 6.6, 3.4 / 0.6, 14.0 / 2.7, 1.0, 14.0 / 2.7),
 )
 SIMPLE = NCCL_PROTOCOLS[2]
+_PROTOCOL_NAMES = tuple(p.name for p in NCCL_PROTOCOLS)
 # NVLS and NVLS-tree run Simple only (tuning.cc: `(a == NVLS || a == NVLS_TREE) && p != SIMPLE` skipped); their
 # switch step is already Simple's (the topologies' in_switch_latency_s). Point-to-point (all-to-all, send/recv) is
 # not a collective algorithm with protocols: it keeps the topology's figures.
@@ -402,30 +404,32 @@ def nccl_choice(
         algos = tuple(a for a in algos if a != "nvls")
     if not algos or layout.host_cores:
         return predict(topology, op, size_bytes, layout=layout), ""
+    if size_bytes < 0:
+        raise InfeasibleError(f"size must be >= 0 bytes, got {size_bytes}")
+    name = _op_name(op)
     per_protocol = _protocol_layouts(layout)
-    best: tuple[Prediction, str] | None = None
+    # the candidates' costs are compared, and only the fastest one becomes a prediction (a projection asks for
+    # thousands of these)
+    best: tuple[Cost, Layout, str, str] | None = None
     reasons = []
     options: tuple[tuple[Layout, str], ...]
     for algo in algos:
         if algo in _PROTOCOL_ALGOS:
-            options = (
-                ((per_protocol[2], SIMPLE.name),)
-                if algo == "nvls"
-                else tuple(zip(per_protocol, (p.name for p in NCCL_PROTOCOLS)))
-            )
+            options = ((per_protocol[2], SIMPLE.name),) if algo == "nvls" else tuple(zip(per_protocol, _PROTOCOL_NAMES))
         else:
             options = ((layout, ""),)
         for lay, proto in options:
             try:
-                pred = predict(topology, op, size_bytes, algo=algo, layout=lay)
+                cost = _cost(lay, name, algo, size_bytes)
             except InfeasibleError as e:
                 reasons.append(f"{algo}: {e}")
                 break
-            if best is None or pred.time_s < best[0].time_s:
-                best = (pred, proto)
+            if best is None or cost.time_s < best[0].time_s:
+                best = (cost, lay, algo, proto)
     if best is None:
         raise InfeasibleError(f"NCCL cannot run {op} here: " + "; ".join(reasons))
-    return best
+    cost, lay, algo, proto = best
+    return _prediction(lay, name, algo, size_bytes, cost), proto
 
 
 def nccl_predict(

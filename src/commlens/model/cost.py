@@ -96,18 +96,17 @@ class Cost:
                 lat_s += t
                 terms.append((index, level, "latency", count, t, True))
         moves = []
+        transfer_s, slowest = 0.0, -1
         for level, nbytes, rate in bandwidth:
             if nbytes > 0:
                 if not one_way:
                     nbytes *= L.up_both if level == UP else L.out_both
-                moves.append((level, nbytes, nbytes / rate))
-        if not moves:
-            transfer_s, slowest = 0.0, -1
-        elif concurrent:
-            slowest = max(range(len(moves)), key=lambda k: moves[k][2])
-            transfer_s = moves[slowest][2]
-        else:
-            transfer_s, slowest = sum(m[2] for m in moves), -1
+                t = nbytes / rate
+                if not concurrent:
+                    transfer_s += t
+                elif t > transfer_s or slowest < 0:  # the first of the slowest
+                    transfer_s, slowest = t, len(moves)
+                moves.append((level, nbytes, t))
         host_s = host_bytes / L.host_rate if host_bytes > 0 and L.host_cores else 0.0
         host_binds = host_s > transfer_s
         transfer_s = max(transfer_s, host_s)

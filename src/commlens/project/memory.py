@@ -259,6 +259,8 @@ def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
 def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
     """(dense, MoE) transformer layers of every stage, first to last (which layers are MoE:
     ``Workload.moe_layer_flags``: the last ones from ``first_moe_layer`` on, or every ``every``-th of them)."""
+    if not w.moe_layers:
+        return [(n, 0) for n in r.stage_layers]
     return [(len(f) - sum(f), sum(f)) for f in stage_layer_flags(w, r)]
 
 
@@ -457,7 +459,11 @@ def pp_retained(w: Workload, layout: ParallelLayout, r: Resolved, tokens: float,
 
     fw = framework(layout.framework)
     schedule = layout.schedule or ("interleaved" if r.vpp > 1 else "1f1b")
-    if r.pp == 1 or schedule not in ("1f1b", "interleaved") or not (fw.pp_recv_buffers or fw.pp_retained_outputs):
+    if (
+        r.pp == 1
+        or schedule not in ("1f1b", "interleaved")
+        or (not fw.pp_recv_buffers and fw.pp_retained_outputs == "none")
+    ):
         return [0.0] * r.pp
     m, p, v = r.micro_batches, r.pp, r.vpp
     logits = tokens * w.vocab / r.tp * 2.0
