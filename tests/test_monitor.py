@@ -111,16 +111,22 @@ def rec(
 
 
 def synthetic_job(
-    steps: int, late_rank: int | None, late_from: int, late_s: float, seed: int = 1, late_to: int | None = None
+    steps: int,
+    late_rank: int | None,
+    late_from: int,
+    late_s: float,
+    seed: int = 1,
+    late_to: int | None = None,
+    step_s: float = 0.1,
 ) -> list[CollectiveRecord]:
-    """4 ranks, one all-reduce per step 100 ms apart, a few ms of arrival jitter; ``late_rank`` late from a step
-    (to one, when ``late_to`` says)."""
+    """4 ranks, one all-reduce per step ``step_s`` apart, a few ms of arrival jitter; ``late_rank`` late from a
+    step (to one, when ``late_to`` says)."""
     import random
 
     rnd = random.Random(seed)
     out = []
     for step in range(steps):
-        t = 1000.0 + 0.1 * step
+        t = 1000.0 + step_s * step
         starts = [t + rnd.uniform(0, 0.003) for _ in range(4)]
         if late_rank is not None and late_from <= step < (steps if late_to is None else late_to):
             starts[late_rank] += late_s
@@ -211,6 +217,57 @@ def test_a_straggler_alert_clears_once_the_rank_is_on_time_again():
     )
 
 
+def test_persistence_is_counted_in_the_jobs_steps_not_in_the_collectors_evaluations():
+    # 25 ms steps evaluated every 0.25 s (the live default): 10 steps between evaluations. A rank late by half a
+    # step from step S, S at every offset to the evaluations' grid. The window's median turns 4-5 steps after S;
+    # counted in evaluations (flagged in 2 in a row, 5 steps apart at least) the alert came at S + 14 to S + 23,
+    # past the 20 steps of issue 15 for 4 of these 10 offsets. Counted in steps (the window that ended 5 steps
+    # earlier flags the rank too) it comes at the first evaluation after S + 9: by S + 18
+    delays = []
+    for late_from in range(30, 40):
+        records = synthetic_job(120, late_rank=2, late_from=late_from, late_s=0.0125, step_s=0.025)
+        alerts = replay(records, Collector(CollectSettings()), interval_s=0.25)
+        assert [(a.kind, a.rank) for a in alerts] == [("straggler", 2)], [a.text for a in alerts]
+        assert alerts[0].step is not None
+        delays.append(alerts[0].step - late_from)
+    assert 9 <= min(delays) and max(delays) <= 18, delays
+    # whatever the cadence: evaluated at every step, it is named as soon
+    every_step = replay(synthetic_job(120, 2, 37, 0.0125, step_s=0.025), Collector(CollectSettings()), 0.025)
+    assert [(a.rank, a.step) for a in every_step] == [(2, 37 + 9)]
+
+
+def test_a_rank_late_for_fewer_steps_than_persistence_asks_is_not_named():
+    # 10 ms late (0.4 of a 25 ms step) over 6 steps: the 10-step window's median flags the rank in the windows
+    # that hold all 6 (ending 5 to 9 steps after it turned late: 4 steps apart, under the 5 persistence asks),
+    # evaluated at every step; none 5 steps before a flagged one flags it too, so it is not named. Over 8 steps
+    # it is, at the window that ended 5 steps after one that flagged it.
+    def run(late_steps: int) -> tuple[int, list[tuple[int | None, int | None]]]:
+        records = synthetic_job(120, 2, 40, 0.010, late_to=40 + late_steps, step_s=0.025)
+        c = Collector(CollectSettings())
+        flagged = 0
+        for step in range(120):
+            c.add(r for r in records if r.seq == step)
+            c.evaluate(1000.0 + 0.025 * step + 0.02)
+            flagged += ("straggler", "world", "", 2) in c._streak
+        return flagged, [(a.rank, a.step) for a in c.history]
+
+    assert run(6) == (5, [])
+    assert run(8) == (7, [(2, 50)])
+
+
+def test_persistence_in_a_job_that_marks_no_steps_is_counted_in_collectives():
+    # no steps: the window is the last 24 collectives and persistence 12 of them; 25 ms apart, evaluated every
+    # 10. The earlier window flags the rank 12 collectives after S, so it is named by S + 24 + 10 collectives
+    from dataclasses import replace as with_fields
+
+    for late_from in (30, 37, 55):
+        records = [with_fields(r, step=None) for r in synthetic_job(160, 1, late_from, 0.0125, step_s=0.025)]
+        alerts = replay(records, Collector(CollectSettings()), interval_s=0.25)
+        assert [(a.kind, a.rank, a.step) for a in alerts] == [("straggler", 1, None)]
+        named_at = (alerts[0].raised_at_s - 1000.0) / 0.025
+        assert late_from + 12 < named_at <= late_from + 34, (late_from, named_at)
+
+
 def _jittery_job(steps: int, noise_s: float, late: tuple[int, int, int, float]) -> list[CollectiveRecord]:
     """4 ranks on an oversubscribed host: a 65 ms step, each rank arriving 0 to ``noise_s`` late at every
     collective; ``late`` = (rank, from step, to step, seconds): that rank later by that much over those steps."""
@@ -239,6 +296,19 @@ def test_lateness_within_the_ranks_arrival_jitter_is_no_straggler_and_a_real_one
     assert replay(noisy, Collector(CollectSettings()), 0.25) == []
     slowed = replay(_jittery_job(60, 0.06, (1, 20, 60, 0.12)), Collector(CollectSettings()), 0.25)
     assert [(a.kind, a.rank) for a in slowed] == [("straggler", 1)] and 20 < slowed[0].step <= 40
+
+
+def test_a_straggler_alert_clears_only_once_the_rank_was_clean_over_the_steps_persistence_asks():
+    # The noisy job judged on the step alone: rank 1, 22 ms late over steps 10-49, is named at step 19; noise
+    # hides it from the windows of two evaluations 4 steps apart (ending at steps 26 and 30), and of two more 3
+    # apart (42, 45). Cleared on the first two, the alert went while the rank was still late, and the step
+    # rule named it again at step 34; the clean evaluations must span 5 steps too, and it stays one alert,
+    # cleared at the window ending at step 49 (clean at 42, 45 and 49)
+    c = Collector(CollectSettings(jitter_k=0.0))
+    replay(_jittery_job(60, 0.06, (1, 10, 50, 0.022)), c, 0.25)
+    assert [(a.kind, a.rank, a.step) for a in c.history] == [("straggler", 1, 19)]
+    cleared = c.history[0].cleared_at_s
+    assert cleared is not None and cleared > 1000.0 + 0.065 * 45
 
 
 def test_the_arrival_jitter_is_the_typical_ranks_spread_of_its_lateness():

@@ -41,7 +41,9 @@ def monitor_collect(
         10, "--window-steps", help="training steps of collectives the straggler method looks at"
     ),
     window: int = typer.Option(24, help="collectives it looks at when the job marks no steps"),
-    persist: int = typer.Option(2, help="evaluations in a row before an alert is raised or cleared"),
+    persist: int = typer.Option(
+        2, help="evaluations in a row before an alert is raised or cleared (stragglers: see the docs)"
+    ),
     late_ms: float = typer.Option(5.0, "--late-ms", help="lateness that counts, in ms (at least)"),
     warmup_steps: int = typer.Option(
         10, "--warmup-steps", help="the job's first training steps, on which no straggler verdict rests (0: none)"

@@ -11,9 +11,15 @@ seconds. It issues nothing to the job: no collective, no barrier.
   of ``commlens diagnose stragglers``) names late arrivers and ranks slow
   within, late by more than ``late_fraction`` of a step and ``jitter_k``
   times the ranks' arrival jitter, after the job's first ``warmup_steps``
-  steps. A rank named in ``persist`` evaluations in a row raises a
-  ``straggler`` alert (``slow_within`` too); it clears after ``persist``
-  clean evaluations.
+  steps. A rank named over ``window_steps // fresh_divisor`` steps of the
+  job raises a ``straggler`` alert (``slow_within`` too): named by the
+  latest window and by the window that ended that many steps earlier
+  (judged from the collectives held; ``persist - 1`` such windows, each as
+  far back again, when ``persist`` > 2), or, where that window is not held
+  (the warm-up), in ``persist`` evaluations in a row spanning those steps.
+  Counted in the job's steps, the alert waits for no second evaluation
+  (at 0.25 s, ~10 steps of a 25 ms step) once the steps confirm it. It
+  clears after ``persist`` clean evaluations spanning as many steps.
 - **Slow groups.** Groups of the same size running the same op and size
   bucket (the TP groups of a job, say) are compared by their own time (the
   collective's time after its last rank arrived): one above ``slow_factor``
@@ -98,8 +104,13 @@ class CollectError(CommlensError, ValueError):
 class CollectSettings:
     window_steps: int = 10  # training steps of collectives the straggler method looks at (jobs that mark steps)
     window: int = 24  # complete collectives it looks at when the job marks no steps
-    persist: int = 2  # evaluations in a row before an alert is raised (and clean ones before it clears)
-    fresh_divisor: int = 2  # a straggler stays flagged while window / this many new steps (collectives) arrive
+    # evaluations in a row before an alert is raised (and clean ones before it clears). For a straggler, also
+    # the windows judged: the latest and max(1, persist - 1) that ended window / fresh_divisor steps apart
+    # before it, from the collectives held; all naming the rank raise the alert at once, whatever the cadence
+    persist: int = 2
+    # a straggler is named over window / this many steps (collectives, in jobs that mark no steps) before its
+    # alert: two windows that far apart, or evaluations in a row that span it; as many clean ones clear it
+    fresh_divisor: int = 2
     late_threshold_s: float = 5e-3  # median lateness above the ranks' typical lateness by more than this
     late_fraction: float = 0.25  # ... and by more than this fraction of a training step (or of the interval
     # between collectives when the job marks no steps): what the scheduler's noise cannot do persistently
@@ -263,6 +274,7 @@ class Collector:
         self.history: list[Alert] = []  # every alert raised, in order (bounded)
         self._streak: dict[tuple[str, str, str, int | None], int] = {}
         self._clean: dict[tuple[str, str, str, int | None], int] = {}
+        self._clean_since: dict[tuple[str, str, str, int | None], int] = {}
         self._since: dict[tuple[str, str, str, int | None], int] = {}
         self.lateness: dict[tuple[str, int], float] = {}
         self.records = 0
@@ -334,6 +346,7 @@ class Collector:
         self.evaluations += 1
         seen: set[tuple[str, str, str, int | None]] = set()
         candidates: dict[tuple[str, str, str, int | None], tuple[str, JsonObject, int | None]] = {}
+        earlier: dict[tuple[str, int], set[int] | None] = {}  # (group, steps back) -> the ranks flagged then
         for group in self.groups.values():
             self._stragglers(group, candidates)
             self._slowdowns(group, candidates)
@@ -344,12 +357,18 @@ class Collector:
             seen.add(key)
             self._streak[key] = self._streak.get(key, 0) + 1
             self._clean.pop(key, None)
+            self._clean_since.pop(key, None)
             progress, needed = self._progress(key)
             since = self._since.setdefault(key, progress)
             # a straggler must stay flagged while half a window of new collectives arrived: overlapping
             # windows are not independent evidence, and a rank the scheduler slows for a moment is no straggler
             fresh = progress - since >= needed
-            if key not in self.active and self._streak[key] >= self.settings.persist and fresh:
+            confirmed = self._streak[key] >= self.settings.persist and fresh
+            if not confirmed and key not in self.active and key[0] == "straggler":
+                # counted in the job's own steps, whatever the polling cadence: the windows that ended `needed`
+                # steps (collectives) apart before this one, judged from the collectives held, flag it too
+                confirmed = self._flagged_before(key, needed, earlier)
+            if key not in self.active and confirmed:
                 kind, group_name, op, rank = key
                 op = str(detail.get("collective", op))
                 alert = Alert(kind, group_name, op, rank, text, now, step, detail=detail)
@@ -364,14 +383,19 @@ class Collector:
             if key not in seen:
                 self._streak.pop(key, None)
                 self._since.pop(key, None)
-        # an active alert counts its clean evaluations itself: its streak is gone after the first one
+        # an active alert counts its clean evaluations itself: its streak is gone after the first one. A
+        # straggler's clean evaluations must also span `needed` steps (collectives), as its flagged ones did:
+        # raised as soon as the job's steps confirm it, it must not clear on two evaluations a few steps apart
         for key in list(self.active):
             if key in seen:
                 continue
             self._clean[key] = self._clean.get(key, 0) + 1
-            if self._clean[key] >= self.settings.persist:
+            progress, needed = self._progress(key)
+            since = self._clean_since.setdefault(key, progress)
+            if self._clean[key] >= self.settings.persist and progress - since >= needed:
                 alert = self._clear(self.active.pop(key), now)
                 self._clean.pop(key, None)
+                self._clean_since.pop(key, None)
                 log.info("cleared %s: %s", alert.kind, alert.text)
                 if self.metrics is not None:
                     self.metrics.cleared(alert)
@@ -397,24 +421,61 @@ class Collector:
             return group.last_step, max(2, self.settings.window_steps // self.settings.fresh_divisor)
         return group.count, max(2, self.settings.window // self.settings.fresh_divisor)
 
-    def _recent(self, group: _Group) -> tuple[list[_Joined], int]:
-        """The collectives the straggler method looks at, and the fewest occurrences a label needs."""
+    def _flagged_before(
+        self, key: tuple[str, str, str, int | None], needed: int, cache: dict[tuple[str, int], set[int] | None]
+    ) -> bool:
+        """Whether the straggler method named ``key``'s rank in each of the ``max(1, persist - 1)`` windows that
+        ended ``needed``, ``2 * needed``, ... steps (collectives, in jobs that mark no steps) before the latest.
+
+        What evaluations that many steps apart would have shown, whenever the collector happened to evaluate.
+        A window not available (too little history held, or inside the warm-up) is no confirmation: the
+        evaluation-count rule still applies. Judged at most once per group and window in an evaluation
+        (``cache``), and only while the latest window flags a rank not yet alerted on.
+        """
+        group = self.groups.get(key[1])
+        if group is None or needed < 1:
+            return False
+        for k in range(1, max(1, self.settings.persist - 1) + 1):
+            back = k * needed
+            if (group.name, back) not in cache:
+                flagged: dict[Any, Any] = {}
+                cache[(group.name, back)] = (
+                    {r for (_, _, _, r) in flagged} if self._stragglers(group, flagged, back) else None
+                )
+            ranks = cache[(group.name, back)]
+            if ranks is None or key[3] not in ranks:
+                return False
+        return True
+
+    def _recent(self, group: _Group, back: int = 0) -> tuple[list[_Joined], int]:
+        """The collectives the straggler method looks at, and the fewest occurrences a label needs.
+
+        ``back``: the window that ended that many steps (collectives, in jobs that mark no steps) before the
+        latest, from the collectives still held (none: not enough history, or inside the warm-up).
+        """
         s = self.settings
         joined = list(group.joined)
         if group.last_step is not None:
-            first = max(group.last_step - s.window_steps + 1, s.warmup_steps)
-            recent = [j for j in joined if j.step is not None and j.step >= first][-MAX_WINDOW:]
+            last = group.last_step - back
+            first = max(last - s.window_steps + 1, s.warmup_steps)
+            recent = [j for j in joined if j.step is not None and j.step >= first and (not back or j.step <= last)]
+            recent = recent[-MAX_WINDOW:]
             steps = {j.step for j in recent}
             return (recent, max(2, s.window_steps // 3)) if len(steps) >= s.window_steps // 2 else ([], 0)
+        if back:
+            joined = joined[:-back]
         warmup = s.window if s.warmup_steps else 0
         recent = [j for j in joined[-s.window :] if j.seq >= warmup]
         return (recent, max(2, s.window // 4)) if len(recent) >= s.window // 2 else ([], 0)
 
-    def _stragglers(self, group: _Group, out: dict[Any, Any]) -> None:
+    def _stragglers(self, group: _Group, out: dict[Any, Any], back: int = 0) -> bool:
+        """The ranks the straggler method names over the latest window (``back``: the one that ended that many
+        steps before) into ``out``; False when that window carries no verdict. Only the latest window's
+        lateness goes to the ``lateness`` metric."""
         s = self.settings
-        joined, min_occurrences = self._recent(group)
+        joined, min_occurrences = self._recent(group, back)
         if not joined or len(group.ranks) < 2:
-            return
+            return False
         labels: dict[str, list[_Joined]] = {}
         for j in joined:
             labels.setdefault(f"{j.op} {format_size(j.bucket)}", []).append(j)
@@ -442,14 +503,15 @@ class Collector:
             report = detect_stragglers(table, params)
         except StragglerError as e:
             log.debug("group %s: no straggler verdict this time (%s)", group.name, e)
-            return
-        latest: dict[tuple[str, int], float] = {}
-        for row in report.ranks_table:
-            late = row["lateness_p50_s"]
-            if late is not None:
-                key = (group.name, row["rank"])
-                latest[key] = max(latest.get(key, 0.0), late)  # the label latest to arrive at stands for the rank
-        self.lateness.update(latest)
+            return False
+        if not back:
+            latest: dict[tuple[str, int], float] = {}
+            for row in report.ranks_table:
+                late = row["lateness_p50_s"]
+                if late is not None:
+                    key = (group.name, row["rank"])
+                    latest[key] = max(latest.get(key, 0.0), late)  # the label latest to arrive at stands for it
+            self.lateness.update(latest)
         last_fraction = {(row["op"], row["rank"]): row["last_arrival_fraction"] for row in report.ranks_table}
         for st in report.stragglers:
             share = last_fraction.get((st.op, st.rank))
@@ -472,6 +534,7 @@ class Collector:
                 {"straggler_kind": st.kind, "excess_s": st.excess_s, "host": host, "collective": st.op},
                 group.last_step,
             )
+        return True
 
     def _slowdowns(self, group: _Group, out: dict[Any, Any]) -> None:
         s = self.settings
