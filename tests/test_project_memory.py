@@ -65,3 +65,22 @@ def test_a_printed_reserved_peak_is_the_allocators_and_a_bound_adds_the_runtime_
     assert printed.kind == "printed" and printed.measures == "peak_reserved"
     bound = dataclasses.replace(printed, kind="bound")
     assert _predicted_bytes(bound) - _predicted_bytes(printed) == pytest.approx(RUNTIME_BYTES)
+
+
+@pytest.mark.parametrize("first, every", [(0, 1), (3, 1), (1, 2), (0, 4)])
+def test_stage_layer_kinds_count_the_moe_layers_each_stage_holds(first, every):
+    """Each stage's (dense, MoE) layers are counted from the MoE rule, not listed: the same as cutting the model's
+    list of layer flags at the stage boundaries, for uneven splits and a split running past the model's end."""
+    from types import SimpleNamespace
+
+    from commlens.project.memory import stage_layer_flags, stage_layer_kinds
+
+    base = load_workload("qwen3-235b-a22b")  # 94 layers
+    w = base.model_copy(update={"moe": base.moe.model_copy(update={"first_moe_layer": first, "every": every})})
+    for split in ([94], [31, 31, 32], [6] + [8] * 11, [8] * 11 + [6], [50, 50]):
+        r = SimpleNamespace(stage_layers=split)
+        cut = [(len(f) - sum(f), sum(f)) for f in stage_layer_flags(w, r)]
+        assert stage_layer_kinds(w, r) == cut
+    dense = load_workload("llama3-8b")
+    assert stage_layer_kinds(dense, SimpleNamespace(stage_layers=[10, 11, 11])) == [(10, 0), (11, 0), (11, 0)]
+    assert sum(m for _, m in stage_layer_kinds(w, SimpleNamespace(stage_layers=[94]))) == w.moe_layers

@@ -259,18 +259,16 @@ def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
 def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
     """(dense, MoE) transformer layers of every stage, first to last (which layers are MoE:
     ``Workload.moe_layer_flags``: the last ones from ``first_moe_layer`` on, or every ``every``-th of them)."""
-    total = w.layers
-    first, every = (w.moe.first_moe_layer, w.moe.every) if w.moe is not None else (total, 1)
-
-    def moe_before(i: int) -> int:  # MoE layers among the model's first i (counted, not listed)
-        return max(0, min(i, total) - first) // every
-
-    out, start = [], 0
+    total, moe = w.layers, w.moe
+    if moe is None and sum(r.stage_layers) <= total:
+        return [(n, 0) for n in r.stage_layers]
+    first, every = (moe.first_moe_layer, moe.every) if moe is not None else (total, 1)
+    out, start, before = [], 0, 0  # before: MoE layers among the model's first `start` (counted, not listed)
     for n in r.stage_layers:
-        held = max(0, min(start + n, total) - start)  # a stage's layers past the model's end are none
-        moe = moe_before(start + n) - moe_before(start)
-        out.append((held - moe, moe))
-        start += n
+        end = min(start + n, total)
+        upto = max(0, end - first) // every
+        out.append((max(0, end - start) - (upto - before), upto - before))  # layers past the model's end are none
+        start, before = start + n, upto
     return out
 
 
