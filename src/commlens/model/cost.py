@@ -95,7 +95,7 @@ class Cost:
                 t = count * alpha
                 lat_s += t
                 terms.append((index, level, "latency", count, t, True))
-        moves = []
+        moves: list[tuple[str, float, float]] = []
         transfer_s, slowest = 0.0, -1
         for level, nbytes, rate in bandwidth:
             if nbytes > 0:
