@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from commlens.model.algorithms import ALGORITHMS
@@ -123,6 +124,7 @@ NCCL_ALGORITHMS: dict[str, tuple[str, ...]] = {
 NCCL_ALGO_ENV: dict[str, str] = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls", "nvlstree": "nvls"}
 
 
+@lru_cache(maxsize=512)  # a handful of (op, nvls, NCCL_ALGO) keys, asked for by every collective priced
 def nccl_candidates(op: str, *, nvls: bool = True, nccl_algo: str = "") -> tuple[str, ...]:
     """The algorithms NCCL may run ``op`` with: the one ``NCCL_ALGO`` names when it names one we model, else
     :data:`NCCL_ALGORITHMS` (NVLS only where ``nvls``: the switch has it and NCCL uses it)."""

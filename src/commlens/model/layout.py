@@ -21,6 +21,7 @@ of one scale-up domain, which may span several hosts.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
@@ -118,13 +119,9 @@ class Layout:
         carry (the ring's rate), against the group's uplinks: G nodes' NICs / ``out_taper[k]``. A group smaller
         than a domain has every channel's edge leave it (G taken as the domain). 1 when the uplinks keep up.
         """
-        if not self.multi_domain or max(self.out_taper[: self.job_tier + 1]) <= 1.0:
-            return 1.0  # no tier below the job's is oversubscribed (most fabrics): the common case, kept cheap
-        worst = 1.0
-        for k in range(1, self.job_tier + 1):
-            group = max(min(self.tier_nodes[k - 1], self.nodes), self.domain_nodes)
-            worst = max(worst, self.out_taper[k] * self.domain_nodes / group)
-        return worst
+        if not self.multi_domain:
+            return 1.0
+        return _ring_taper(self.out_taper, self.tier_nodes, self.nodes, self.domain_nodes, self.job_tier)
 
     def a2a_taper(self) -> float:
         """Bandwidth divisor for uniform traffic to every other domain, from the tiers' oversubscription.
@@ -231,3 +228,17 @@ def build_layout(topology: AnyTopology, nodes: int = 1, ranks_per_host: int | No
     if domains > 1:
         layout = replace(layout, job_tier=layout.tier_for_span(nodes))
     return layout
+
+
+@lru_cache(maxsize=1024)  # one value per fabric and job shape; every ring crossing domains asks for it
+def _ring_taper(
+    out_taper: tuple[float, ...], tier_nodes: tuple[int, ...], nodes: int, domain_nodes: int, job_tier: int
+) -> float:
+    """:meth:`Layout.ring_taper` of a layout spanning domains, from the fields it reads."""
+    if max(out_taper[: job_tier + 1]) <= 1.0:
+        return 1.0  # no tier below the job's is oversubscribed (most fabrics)
+    worst = 1.0
+    for k in range(1, job_tier + 1):
+        group = max(min(tier_nodes[k - 1], nodes), domain_nodes)
+        worst = max(worst, out_taper[k] * domain_nodes / group)
+    return worst
