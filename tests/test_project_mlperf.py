@@ -105,8 +105,9 @@ def test_every_row_projects_and_the_figures_stand():
     assert all(e is not None for e in errs)
     mean = sum(abs(e) for e in errs) / len(errs)
     # 9.3% when written (43 rows), 8.7% with [27 s16 fp8bucket]; 8.9% with the 12 rows of [27 s16 mlperfadd] (held
-    # out: a change that moves it should say so); 8.4% with the step's zeroing of the gradient buffer [27 s18 zerograd]
-    assert 0.079 < mean < 0.089
+    # out: a change that moves it should say so); 8.4% with the step's zeroing of the gradient buffer [27 s18 zerograd]; 7.9% with the B200's sustained
+    # attention rate [27 s20 attsust]
+    assert 0.074 < mean < 0.084
     assert sum(abs(e) for e in errs[:38]) / 38 < 0.06  # GPT-3 and 405B rows 5.5%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(27, 32))
@@ -223,10 +224,11 @@ def test_the_submissions_kept_outside_implementations_are_rows():
     errs = {i: res[i].error for i in (20, 21, 36, 37, 42, 47, 48, 49, 50, 51, 52, 53)}
     assert all(e is not None for e in errs.values())
     # as written: Oracle GPT-3 +2.2 / +21.5%, UF 405B +8.0 / +9.0%, HPE H200 +16.1%, Oracle B200 +9.8%, UF 8B
-    # -1.8 / +2.4 / +8.1 / +8.0 / +8.3 / +21.4%
+    # -1.8 / +2.4 / +8.1 / +8.0 / +8.3 / +21.4%; with the B200's sustained attention rate [27 s20 attsust] UF 405B
+    # +5.9 / +6.9%, UF 8B -6.0 / -1.9 / +2.1 / +2.0 / +2.4 / +14.8%
     assert abs(errs[20]) < 0.04 and 0.18 < errs[21] < 0.25
-    assert all(0.06 < errs[i] < 0.11 for i in (36, 37))
-    assert abs(errs[48]) < 0.03 and errs[53] > 0.18
+    assert all(0.04 < errs[i] < 0.09 for i in (36, 37))
+    assert abs(errs[48]) < 0.07 and errs[53] > 0.12
     header = (_published_dir(None) / f"{TABLE}.yaml").read_text().split("\nrows:\n")[0]
     assert "no implementation or config files" not in header
     assert "config incomplete: v5.1 8B Lambda GB300" in header

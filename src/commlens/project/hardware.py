@@ -106,6 +106,14 @@ class Device(StrictSpec):
     fp8_gemm_efficiency_by_cuda_origin: str = Field(
         default="", description="where fp8_gemm_efficiency_by_cuda comes from"
     )
+    attention_sustained: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="fraction of a tabled attention rate the GPU keeps when it runs for seconds at its power limit: "
+        "the attention tables are short benchmark runs at boost clock (1: no sustained measurement) [27 s20 attsust]",
+    )
+    attention_sustained_origin: str = Field(default="", description="where attention_sustained comes from")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streaming kernels reach")
     memory_efficiency_origin: str = Field(min_length=1, description="where memory_efficiency comes from")
     gemm_shape: GemmShape | None = Field(None, description="calibrated tile throughputs and K overhead")
@@ -163,7 +171,7 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
             raise AcceleratorsFileError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(_FIELDS)})")
         merged = dict(fields)
         if name in base:
-            for eff in ("gemm_efficiency", "memory_efficiency"):
+            for eff in ("gemm_efficiency", "memory_efficiency", "attention_sustained"):
                 if eff in fields and f"{eff}_origin" not in fields:
                     raise AcceleratorsFileError(f"{where}.{eff}: given without {eff}_origin (say where it comes from)")
             merged = {**base[name].model_dump(exclude={"name"}), **fields}
