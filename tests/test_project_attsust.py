@@ -84,3 +84,61 @@ def test_a_bad_sustained_factor_exits_2_naming_the_file_and_field(tmp_path, fiel
     )
     assert proc.returncode == 2 and f"error: {path}: " in proc.stderr and message in proc.stderr, proc.stderr
     assert not proc.stdout
+
+
+def _b200_row(tmp_path, extra: str, name: str = "b200-attention.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(
+        'format: commlens.efficiency/1\ngpus:\n  "B200":\n    attention:\n'
+        f"      - {{kernel: fa2, pass: fwd, causal: true, head_dim: 128, seq_len: 8192, tflops: 1000{extra}, "
+        'origin: "test"}\n'
+    )
+    return str(path)
+
+
+def test_a_sustained_measurement_is_read_as_it_is(tmp_path, monkeypatch):
+    """Rows that say `sustained: true` (what `commlens project calibrate` writes: its sweep keeps the GPU at its power
+    limit) are the rate a step sees; rows without it are short runs and get the B200's 0.853."""
+    from commlens.project.efficiency import attention_tflops
+
+    monkeypatch.setenv("COMMLENS_EFFICIENCY", _b200_row(tmp_path, "", "short.yaml"))
+    short = attention_tflops("B200", "fa2", "fwd", 128, 8192)
+    assert short == pytest.approx(1000e12 * device_for("B200").attention_sustained)
+    monkeypatch.setenv("COMMLENS_EFFICIENCY", _b200_row(tmp_path, ", sustained: true", "held.yaml"))
+    assert attention_tflops("B200", "fa2", "fwd", 128, 8192) == pytest.approx(1000e12)
+
+
+def test_a_b200_calibration_is_not_scaled_again(tmp_path):
+    """`commlens project calibrate` times attention among the sweep's GEMMs, the GPU at its power limit: its fragment
+    marks the rows sustained, and a B200 projection reads them as measured, not x 0.853 (tiny attention on the CPU,
+    SDPA's math backend, wall clock, as tests/test_project_calibrate.py measures it)."""
+    from commlens.project.calibrate import attention_entries, fit_calibration, fragment_yaml
+    from commlens.project.calibrate_measure import AttentionCase, GemmCase, measure
+    from commlens.project.calibration_file import save_calibration
+    from commlens.project.efficiency import attention_tflops
+
+    cases = [AttentionCase("fa2", p, 2, 4, 64, 16) for p in ("fwd", "bwd")]
+    cal = measure([GemmCase("square", "sq", 64, 64, 64)], [], device="cpu", repeats=(1, 3, 1), attention=cases)
+    path = tmp_path / "cpu.json"
+    save_calibration(cal, path)
+    fit = fit_calibration(cal, str(path), "B200", ("gemm_efficiency",))
+    entries = attention_entries(fit)
+    assert all(e["sustained"] for e in entries)
+    fragment = tmp_path / "b200.yaml"
+    fragment.write_text(fragment_yaml(fit))
+    got = attention_tflops("B200", "fa2", "fwd", 16, 64, (str(fragment),))
+    assert got == pytest.approx(entries[0]["tflops"] * 1e12)
+
+
+def test_a_sustained_flag_that_is_not_true_or_false_exits_2(tmp_path):
+    path = _b200_row(tmp_path, ', sustained: "yes"')
+    proc = subprocess.run(
+        CLI + ["llama3-8b", "-t", "b200", "--gpus", "8"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COMMLENS_EFFICIENCY": path},
+    )
+    assert proc.returncode == 2 and "attention 1: sustained: expected true or false, got 'yes'" in proc.stderr, (
+        proc.stderr
+    )
+    assert not proc.stdout

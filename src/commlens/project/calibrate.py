@@ -82,7 +82,16 @@ class WorstShape(TypedDict):
 # One measured attention call as an efficiency-table entry (efficiency.yaml's schema; "pass" is a keyword)
 AttentionEntry = TypedDict(
     "AttentionEntry",
-    {"kernel": str, "pass": str, "causal": bool, "head_dim": int, "seq_len": int, "tflops": float, "origin": str},
+    {
+        "kernel": str,
+        "pass": str,
+        "causal": bool,
+        "head_dim": int,
+        "seq_len": int,
+        "tflops": float,
+        "sustained": bool,
+        "origin": str,
+    },
 )
 
 
@@ -380,7 +389,8 @@ def fragment_yaml(fit: CalibrationFit) -> str:
 
 def attention_entries(fit: CalibrationFit) -> list[AttentionEntry]:
     """The measured attention calls as efficiency-table entries (``efficiency.yaml``'s schema), the median
-    TFLOP/s of each (kernel, pass, head size, sequence length)."""
+    TFLOP/s of each (kernel, pass, head size, sequence length), marked ``sustained``: timed among the sweep's GEMMs
+    with the GPU at its power limit, they are not scaled by the device's ``attention_sustained``."""
     cal = fit.calibration
     where = f"commlens project calibrate on {cal.device.name}, {cal.created}, torch {cal.software.get('torch', '?')}"
     return [
@@ -391,6 +401,8 @@ def attention_entries(fit: CalibrationFit) -> list[AttentionEntry]:
             "head_dim": r.head_dim,
             "seq_len": r.seq_len,
             "tflops": float(f"{r.tflops:.4g}"),
+            # timed among the sweep's other kernels, the GPU at its power limit: not scaled by attention_sustained
+            "sustained": True,
             "origin": f"{where}: SDPA {r.kernel}, batch {r.batch} x {r.heads} heads",
         }
         for r in cal.attention

@@ -11,7 +11,9 @@ kernel and pass, the nearest head size, causal rows first (below the shortest ca
 same kernel's rows without the mask there; a pass tabled only as forward + backward together, ``fwd_bwd``, takes
 that rate), interpolated in log2 of the sequence length and held at the ends. ``None`` when nothing is tabled; the step model then uses its default (``FLASH_ATTENTION_FRACTION`` of a
 large GEMM's rate). Rates follow the FlashAttention benchmarks' count: forward 4 b s^2 h d (halved when causal),
-backward 2.5 x that (it recomputes the scores).
+backward 2.5 x that (it recomputes the scores). A tabled rate is a short benchmark run's; the answer is it times the
+device's ``attention_sustained`` (accelerators.yaml: what the GPU keeps held at its power limit for seconds, as a
+training step holds it), except for rows marked ``sustained: true`` (calibrate's sweep) [27 s20 attsust].
 
 Sliding-window attention (a causal band of ``window`` keys, itself included) is tabled apart: rows with a ``window``
 key, whose rates count the band's score entries (cudnn-frontend's benchmark: w (w + 1) / 2 + (s - w) w a head and
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from commlens.project.errors import ProjectionError
-from commlens.project.hardware import ACCELERATORS_FORMAT
+from commlens.project.hardware import ACCELERATORS_ENV, ACCELERATORS_FORMAT
 from commlens.specdata import load_yaml
 
 __all__ = [
@@ -73,8 +75,10 @@ FAMILY_FALLBACK = {
 }
 
 # kernel, pass, causal, head_dim (query/key), seq_len, flop/s, window, value head size (head_dim_v; head_dim unless the
-# row says otherwise: MLA's 192 / 128 [27 s11 mla])
-Entry = tuple[str, str, bool, int, float, float, int, int]
+# row says otherwise: MLA's 192 / 128 [27 s11 mla]), sustained (the rate of a GPU held at its power limit, as
+# `commlens project calibrate`'s sweep measures it; False: a short benchmark run at boost clock, which the device's
+# attention_sustained scales [27 s20 attsust])
+Entry = tuple[str, str, bool, int, float, float, int, int, bool]
 GEMM_CAP_MIN_DIM = 512  # the smallest dimension of a tabled GEMM that gemm_rate_cap reads
 GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # fp16 runs at bf16's tensor-core rate
 
@@ -83,6 +87,12 @@ def _number(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
         raise ProjectionError(f"{where}: expected a positive number, got {v!r}")
     return float(v)
+
+
+def _flag(v: Any, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise ProjectionError(f"{where}: expected true or false, got {v!r}")
+    return v
 
 
 def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]]:
@@ -121,6 +131,7 @@ def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]
                     _number(row.get("tflops"), at) * 1e12,
                     int(_number(row["window"], at)) if "window" in row else 0,  # 0: attends over the whole sequence
                     int(_number(row.get("head_dim_v", row.get("head_dim")), at)),
+                    _flag(row.get("sustained", False), f"{at}: sustained"),
                 )
             )
     return out
@@ -161,21 +172,29 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
         own, other = devices[device], devices[sibling]
         return (own.peak("bf16") * own.gemm_efficiency) / (other.peak("bf16") * other.gemm_efficiency)
 
+    # a short benchmark run's rate, of this device or of a sibling scaled to it, at what the device keeps when held at
+    # its power limit for seconds (Device.attention_sustained); a sustained measurement (calibrate's sweep) as it is
+    keep = devices[device].attention_sustained if device in devices else 1.0
+
+    def held(rows: list[Entry], scale: float = 1.0) -> list[Entry]:
+        if keep == 1.0 and scale == 1.0:
+            return rows
+        return [(*e[:5], e[5] * scale * (1.0 if e[8] else keep), *e[6:]) for e in rows]
+
     if tables.get(device):
         # a curve the device does not table (a head size measured only on its sibling, the same silicon in
         # another board: B200 and GB200's B200) is the sibling's, scaled; the device's own curves come first
         sibling = SIBLINGS.get(device, "")
         if not tables.get(sibling) or sibling not in devices or device not in devices:
-            return tables[device], 1.0
+            return held(tables[device]), 1.0
         have = {_curve(e) for e in tables[device]}
-        scale = ratio(sibling)
-        borrowed = [(*e[:5], e[5] * scale, *e[6:]) for e in tables[sibling] if _curve(e) not in have]
-        return tables[device] + borrowed, 1.0
+        borrowed = [e for e in tables[sibling] if _curve(e) not in have]
+        return held(tables[device]) + held(borrowed, ratio(sibling)), 1.0
     gen = generation(device)
     siblings = [SIBLINGS.get(device, "")] + sorted(g for g in tables if generation(g) == gen)
     for sibling in siblings:
         if tables.get(sibling) and sibling in devices and device in devices:
-            return tables[sibling], ratio(sibling)
+            return held(tables[sibling]), ratio(sibling)
     return [], 1.0
 
 
@@ -214,7 +233,8 @@ def _lookup(
     window: int = 0,
     v_dim: int = 0,
 ) -> float | None:
-    # env (COMMLENS_EFFICIENCY) is part of the cache key only: attention_entries reads the variable itself
+    # env (COMMLENS_EFFICIENCY and COMMLENS_ACCELERATORS) is part of the cache key only: attention_entries reads the
+    # variables itself
     entries, scale = attention_entries(device, files)
     if window:
         rate = _windowed(entries, kernel, pass_, head_dim, seq, window, v_dim or head_dim)
@@ -300,7 +320,8 @@ def attention_tflops(
     window: int = 0,
     v_head_dim: int = 0,
 ) -> float | None:
-    """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len``, as the
+    """Measured FLOP/s of ``kernel``'s ``pass_`` (causal) on ``device`` at ``head_dim`` and ``seq_len`` (a short
+    run's rate at the device's ``attention_sustained``: what a step, the GPU at its power limit, sees), as the
     FlashAttention benchmarks count them (backward: 2.5 x the forward's FLOPs; with a value size ``v_head_dim`` apart
     from the query/key size, cudnn-frontend's count: forward 2 (d_qk + d_v), backward 2 (3 d_qk + 2 d_v) per score
     entry); None if nothing is tabled for it (nor for a stand-in family). ``files``: accelerators files whose
@@ -315,7 +336,7 @@ def attention_tflops(
         int(head_dim),
         float(seq_len),
         tuple(files),
-        os.environ.get(EFFICIENCY_ENV, ""),
+        os.environ.get(EFFICIENCY_ENV, "") + "\0" + os.environ.get(ACCELERATORS_ENV, ""),
         int(window),
         int(v_head_dim),
     )

@@ -408,10 +408,6 @@ def _attention_core(
             fwd8, bwd8 = fp8_attention_rates(dev, fw, layout, (d, dv), seq, s.efficiency_files, window)
             fwd, bwd = fwd8 or fwd, bwd8 or bwd
         default = peak16 * dev.gemm_efficiency * FLASH_ATTENTION_FRACTION
-        # the tabled rates are short runs at boost clock; a training step runs at the power limit for seconds
-        # (Device.attention_sustained); the default is a fraction of the GEMM plateau, already a sustained rate
-        keep = dev.attention_sustained
-        fwd, bwd = (fwd * keep if fwd else None), (bwd * keep if bwd else None)
         t_fwd = flops / (fwd if fwd else default)
         # the backward's five GEMMs (the scores recomputed, dV, dP, dQ, dK): 2 (3 d_qk + 2 d_v) FLOPs a score entry
         # against the forward's 2 (d_qk + d_v), cudnn-frontend's count (benchmark/attention_training/flops.py at
