@@ -11,7 +11,7 @@ seconds. It issues nothing to the job: no collective, no barrier.
   of ``commlens diagnose stragglers``) names late arrivers and ranks slow
   within, late by more than ``late_fraction`` of a step and ``jitter_k``
   times the ranks' arrival jitter, after the job's first ``warmup_steps``
-  steps. A rank named over ``window_steps // fresh_divisor`` steps of the
+  steps (a window reaching into them carries no verdict). A rank named over ``window_steps // fresh_divisor`` steps of the
   job raises a ``straggler`` alert (``slow_within`` too): named by the
   latest window and by the window that ended that many steps earlier
   (judged from the collectives held; ``persist - 1`` such windows, each as
@@ -457,7 +457,12 @@ class Collector:
         joined = list(group.joined)
         if group.last_step is not None:
             last = group.last_step - back
-            first = max(last - s.window_steps + 1, s.warmup_steps)
+            first = last - s.window_steps + 1
+            if first < s.warmup_steps:
+                # a window reaching into the warm-up holds fewer steps than it asks for, the job's noisiest (a
+                # healthy CI run's rank was 16 ms late over steps 11-20, named at step 20 from a window of 10-15):
+                # no verdict from it
+                return [], 0
             recent = [j for j in joined if j.step is not None and j.step >= first and (not back or j.step <= last)]
             recent = recent[-MAX_WINDOW:]
             steps = {j.step for j in recent}
@@ -465,7 +470,9 @@ class Collector:
         if back:
             joined = joined[:-back]
         warmup = s.window if s.warmup_steps else 0
-        recent = [j for j in joined[-s.window :] if j.seq >= warmup]
+        recent = joined[-s.window :]
+        if not recent or recent[0].seq < warmup:  # reaching into the warm-up: no verdict, as above
+            return [], 0
         return (recent, max(2, s.window // 4)) if len(recent) >= s.window // 2 else ([], 0)
 
     def _stragglers(self, group: _Group, out: dict[Any, Any], back: int = 0) -> bool:
