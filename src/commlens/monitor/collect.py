@@ -460,8 +460,8 @@ class Collector:
             first = last - s.window_steps + 1
             if first < s.warmup_steps:
                 # a window reaching into the warm-up holds fewer steps than it asks for, the job's noisiest (a
-                # healthy CI run's rank was 16 ms late over steps 11-20, named at step 20 from a window of 10-15):
-                # no verdict from it
+                # healthy CI run's rank was named at step 20, confirmed by a window of at most steps 10-15): no
+                # verdict from it
                 return [], 0
             recent = [j for j in joined if j.step is not None and j.step >= first and (not back or j.step <= last)]
             recent = recent[-MAX_WINDOW:]
