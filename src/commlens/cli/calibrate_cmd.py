@@ -31,6 +31,11 @@ def calibrate(
     ),
     output: str | None = typer.Option(None, "--output", "-o", help="write the fitted accelerators YAML here"),
     budget_s: float = typer.Option(150.0, "--budget-s", help="stop measuring GEMMs after this many seconds"),
+    hold_s: float = typer.Option(
+        5.0,
+        "--hold-s",
+        help="seconds one attention call runs back to back to measure attention_sustained (0: not measured)",
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the shape sample, its order and the operands"),
     accelerators: str | None = typer.Option(None, "--accelerators", help="accelerators file over the shipped one"),
     as_json: bool = typer.Option(False, "--json", help="print the fit as JSON"),
@@ -42,6 +47,7 @@ def calibrate(
     from commlens.project.calibration_file import load_calibration, save_calibration
 
     checked(budget_s, "--budget-s", above=0)
+    checked(hold_s, "--hold-s", at_least=0)
     files = accelerators_in_force(accelerators)
     parameters = tuple(p.strip() for p in fit.split(",") if p.strip())
     if from_file is None:
@@ -53,7 +59,7 @@ def calibrate(
                 "to fit a measurement file from elsewhere: --from FILE"
             )
         try:
-            cal = _measure(seed, budget_s)
+            cal = _measure(seed, budget_s, hold_s)
             save_calibration(cal, out)
         except CommlensError as e:
             fail_with(e)
@@ -81,8 +87,8 @@ def calibrate(
         print(f"accelerators file: {output}  (use: --accelerators {output})")
 
 
-def _measure(seed: int, budget_s: float):
-    from commlens.project.calibrate_measure import measure, plan_attention, plan_gemms, plan_streams
+def _measure(seed: int, budget_s: float, hold_s: float):
+    from commlens.project.calibrate_measure import measure, plan_attention, plan_gemms, plan_held, plan_streams
 
     gemms, streams, attention = plan_gemms(seed), plan_streams(), plan_attention()
     t0 = time.monotonic()
@@ -91,7 +97,12 @@ def _measure(seed: int, budget_s: float):
         if done % 25 == 0 or done == total or done <= len(streams):
             print(f"calibrate: {done}/{total} ({time.monotonic() - t0:.0f} s) {note}", file=sys.stderr, flush=True)
 
-    return measure(gemms, streams, seed=seed, budget_s=budget_s, progress=progress, attention=attention)
+    if hold_s:
+        print(f"calibrate: one attention call short, then held {hold_s:g} s (attention_sustained)", file=sys.stderr)
+    held = plan_held() if hold_s else None
+    return measure(
+        gemms, streams, seed=seed, budget_s=budget_s, progress=progress, attention=attention, held=held, hold_s=hold_s
+    )
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -128,6 +139,11 @@ def _print_fit(fit) -> None:
         f"memory_efficiency {dev.memory_efficiency:.3f} (was {base.memory_efficiency:.3f}): "
         f"{dev.memory_efficiency_origin}"
     )
+    if cal.held is not None:
+        print(
+            f"attention_sustained {dev.attention_sustained:.3f} (was {base.attention_sustained:.3f}): "
+            f"{dev.attention_sustained_origin}"
+        )
     kinds = list(fit.curves[0].by_kind)
     dtypes = list(fit.curves[0].by_dtype)
     print(f"\nGEMM curve, mean absolute error on {len(cal.gemm)} measured GEMMs (small ones not fitted):")

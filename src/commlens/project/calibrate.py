@@ -148,6 +148,7 @@ class CalibrationFit:
             "memory_efficiency": self.fitted.memory_efficiency,
             "gemm_efficiency": self.fitted.gemm_efficiency,
             "gemm_shape": self.fitted.gemm_shape.model_dump() if self.fitted.gemm_shape else None,
+            "attention_sustained": self.fitted.attention_sustained,
             "curves": [c.as_dict() for c in self.curves],
             "notes": self.notes,
         }
@@ -333,6 +334,22 @@ def fit_calibration(
             tiles=tuple((a, b, round(rel, 4)) for a, b, rel in fitted_tiles),
             origin=f"fit ({', '.join(p for p in parameters if p != 'gemm_efficiency')}) with gemm_efficiency, {where}",
         )
+    held = cal.held
+    if held is not None:  # what the GPU keeps of a short run's attention rate at its power limit [27 s20 attsust]
+        keep = held.keep
+        if keep > 1.0:
+            notes.append(
+                f"the held attention call ran {keep:.3f}x its short run's rate: attention_sustained kept at 1.0"
+            )
+            keep = 1.0
+        # causal: 4 b s^2 h d / 2 forward, 2.5 x that backward (the FlashAttention benchmarks' count)
+        tflop = 2e-12 * held.batch * held.seq_len**2 * held.heads * held.head_dim * (2.5 if held.pass_ == "bwd" else 1)
+        update["attention_sustained"] = round(keep, 3)
+        update["attention_sustained_origin"] = (
+            f"SDPA {held.kernel} causal {held.pass_}, {held.batch} x {held.seq_len} tokens, {held.heads} heads of "
+            f"{held.head_dim}: {tflop / held.short_s:.0f} TFLOP/s in a short run (5 + 10 calls after {held.idle_s:g} s "
+            f"idle), {tflop / held.held_s:.0f} after {held.hold_s:g} s back to back, {where}"
+        )
     final = Device.model_validate({**fitted.model_dump(), **update})
     curves = [
         _curve_error("current", base, peak, records),
@@ -357,6 +374,9 @@ def fragment_yaml(fit: CalibrationFit) -> str:
         "memory_efficiency": round(d.memory_efficiency, 4),
         "memory_efficiency_origin": d.memory_efficiency_origin,
     }
+    if fit.calibration.held is not None:
+        entry["attention_sustained"] = d.attention_sustained
+        entry["attention_sustained_origin"] = d.attention_sustained_origin
     if d.gemm_shape is not None:
         entry["gemm_shape"] = {
             "k_overhead": d.gemm_shape.k_overhead,

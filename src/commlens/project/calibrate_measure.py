@@ -16,6 +16,10 @@
 4. Causal fused attention (``scaled_dot_product_attention`` on its flash and cuDNN backends), forward and
    backward, head dim 64 and 128, sequence 512 to 16k at 16k tokens (as the FlashAttention papers size it);
    the fit writes them as ``attention:`` entries of the efficiency tables.
+5. Before all of these (after the warm-up and ``idle_s`` of idle), one attention call (:func:`plan_held`) in a short
+   run (5 + 10 calls, as the published tables time their kernels) and again after ``hold_s`` seconds of it back to
+   back: what the GPU keeps of a short run's rate at its power limit (``HeldRecord``; the fit's
+   ``attention_sustained``) [27 s20 attsust].
 Shapes run in a seeded random order so clock drift spreads over all kinds.
 """
 
@@ -39,6 +43,7 @@ from commlens.project.calibration_file import (
     GemmKind,
     GemmLayout,
     GemmRecord,
+    HeldRecord,
     MeasuredDevice,
     StreamRecord,
 )
@@ -52,6 +57,7 @@ __all__ = [
     "measure",
     "plan_attention",
     "plan_gemms",
+    "plan_held",
     "plan_streams",
 ]
 
@@ -220,6 +226,12 @@ def plan_attention(
     ]
 
 
+def plan_held() -> AttentionCase:
+    """The call :func:`measure` holds: cuDNN's causal forward, batch 4 x 8192 tokens, 16 heads of 128 (the shape
+    flashinfer PR #2899 timed back to back on a B200)."""
+    return AttentionCase("cudnn", "fwd", 4, 16, 8192, 128)
+
+
 def _attention_call(case: AttentionCase, device: str) -> Callable[[], object]:
     """One forward, or one backward of a forward made beforehand, on the backend the case names."""
     import torch
@@ -357,9 +369,13 @@ def measure(
     progress: Callable[[int, int, str], None] | None = None,
     repeats: tuple[int, int, int] | None = None,
     attention: list[AttentionCase] | None = None,
+    held: AttentionCase | None = None,
+    hold_s: float = 5.0,
+    idle_s: float = 2.0,
 ) -> CalibrationFile:
     """Time every case on ``device`` (``cuda``; ``cpu`` only for tests of this code) and return the file;
-    ``repeats`` (warm-up windows, timed windows, calls per window) replaces the planned ones (tests)."""
+    ``repeats`` (warm-up windows, timed windows, calls per window) replaces the planned ones (tests). ``held``: an
+    attention call timed in a short run after ``idle_s`` of idle and again after ``hold_s`` back to back, first."""
     import platform
 
     import torch
@@ -371,6 +387,7 @@ def measure(
     attention = attention or []
     run = _Run(timer, repeats, progress, len(gemms) + len(streams) + len(attention))
     t0 = time.monotonic()
+    held_row = _measure_held(run, held, device, idle_s, hold_s) if held is not None else None
     gemm_rows, stream_rows, skipped = _measure_kernels(run, [*streams, *gemms], device, budget_s, t0)
     attention_rows = _measure_attention(run, attention, device)
     if device == "cuda":
@@ -404,6 +421,7 @@ def measure(
         gemm=tuple(gemm_rows),
         stream=tuple(stream_rows),
         attention=tuple(attention_rows),
+        held=held_row,
     )
 
 
@@ -506,6 +524,57 @@ def _gemm_record(case: GemmCase, times: list[float], med: float) -> GemmRecord:
         times_s=tuple(times),
         time_s=med,
         tflops=2.0 * case.m * case.n * case.k * case.batch / med / 1e12,
+    )
+
+
+def _measure_held(run: _Run, case: AttentionCase, device: str, idle_s: float, hold_s: float) -> HeldRecord | None:
+    """``case`` in a short run on a GPU left idle for ``idle_s`` (5 warm-up calls, 10 timed: a published table's
+    run), then back to back for ``hold_s`` seconds, then 10 timed calls more; None (the reason in ``run.failed``)
+    where the call cannot run."""
+    import torch
+
+    label = f"held attention {case.kernel} {case.pass_} d{case.head_dim} s{case.seq_len}"
+    call: Callable[[], object] | None = None
+    try:
+        call = _attention_call(case, device)
+        run.timer(call, 1, 1, 1)  # the kernel loaded, before the idle
+        if device == "cuda":
+            torch.cuda.synchronize()
+        time.sleep(idle_s)
+        before = _clocks() if device == "cuda" else {}
+        short = run.timer(call, 5, 10, 1)
+        end = time.monotonic() + hold_s
+        while time.monotonic() < end:
+            for _ in range(20):
+                call()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        held = run.timer(call, 0, 10, 1)
+        after = _clocks() if device == "cuda" else {}
+    except RuntimeError as e:  # a backend this GPU or build lacks: recorded, the sweep goes on
+        run.failed[label] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return None
+    finally:
+        call = None
+    short_s, held_s = statistics.median(short), statistics.median(held)
+    clocks = {**{f"before {k}": v for k, v in before.items()}, **{f"after hold {k}": v for k, v in after.items()}}
+    return HeldRecord.model_validate(
+        {
+            "kernel": case.kernel,
+            "pass": case.pass_,
+            "batch": case.batch,
+            "heads": case.heads,
+            "seq_len": case.seq_len,
+            "head_dim": case.head_dim,
+            "idle_s": idle_s,
+            "hold_s": hold_s,
+            "short_times_s": tuple(short),
+            "short_s": short_s,
+            "held_times_s": tuple(held),
+            "held_s": held_s,
+            "keep": short_s / held_s,
+            "clocks": clocks,
+        }
     )
 
 

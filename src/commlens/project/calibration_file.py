@@ -1,4 +1,4 @@
-"""The GEMM and streaming-kernel measurement file of ``commlens project calibrate`` (versioned JSON).
+"""The measurement file of ``commlens project calibrate`` (versioned JSON): GEMMs, streaming and attention kernels.
 
 One file holds one sweep on one GPU: what was measured (device, software,
 clocks, settings) once at the top, then every measurement with its raw
@@ -33,6 +33,7 @@ __all__ = [
     "CalibrationFile",
     "CalibrationFileError",
     "GemmRecord",
+    "HeldRecord",
     "MeasuredDevice",
     "StreamRecord",
     "load_calibration",
@@ -148,6 +149,46 @@ class AttentionRecord(_Record):
         return self
 
 
+class HeldRecord(BaseModel):
+    """One fused attention call timed twice [27 s20 attsust]: in a short run on a GPU left idle for ``idle_s``
+    (``short_times_s``: 5 warm-up calls, then 10 timed, as the published attention tables time their kernels), and
+    again after ``hold_s`` seconds of the same call back to back (``held_times_s``: the GPU at its power limit, as a
+    training step holds it). ``keep`` = ``short_s / held_s``, the fraction of a short run's rate the GPU keeps held:
+    what an accelerator's ``attention_sustained`` states."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kernel: Literal["fa2", "cudnn", "efficient", "math"] = Field(description="SDPA backend")
+    pass_: Literal["fwd", "bwd"] = Field(alias="pass")
+    batch: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    dtype: CalibrationDtype = "bf16"
+    idle_s: float = Field(ge=0, description="seconds the GPU was left idle before the short run")
+    hold_s: float = Field(gt=0, description="seconds of back-to-back calls before the held run")
+    short_times_s: tuple[float, ...] = Field(min_length=1, description="the short run's time per call, seconds")
+    short_s: float = Field(gt=0, description="median of short_times_s")
+    held_times_s: tuple[float, ...] = Field(min_length=1, description="the held run's time per call, seconds")
+    held_s: float = Field(gt=0, description="median of held_times_s")
+    keep: float = Field(gt=0, description="short_s / held_s")
+    clocks: dict[str, str] = Field(default_factory=dict, description="nvidia-smi before the short run, after the hold")
+
+    @model_validator(mode="after")
+    def _medians(self) -> HeldRecord:
+        for name, times, med in (
+            ("short", self.short_times_s, self.short_s),
+            ("held", self.held_times_s, self.held_s),
+        ):
+            if any(t <= 0 for t in times):
+                raise ValueError(f"{name}_times_s: every time must be > 0 s (got {min(times)})")
+            if abs(statistics.median(times) - med) > _REL_TOL * med:
+                raise ValueError(f"{name}_s {med} is not the median of {name}_times_s ({statistics.median(times)})")
+        if abs(self.short_s / self.held_s - self.keep) > _REL_TOL * self.keep:
+            raise ValueError(f"keep {self.keep} is not short_s / held_s ({self.short_s / self.held_s})")
+        return self
+
+
 class MeasuredDevice(BaseModel):
     """The GPU as CUDA and nvidia-smi reported it."""
 
@@ -175,6 +216,7 @@ class CalibrationFile(BaseModel):
     gemm: tuple[GemmRecord, ...] = Field(min_length=1)
     stream: tuple[StreamRecord, ...] = ()
     attention: tuple[AttentionRecord, ...] = ()
+    held: HeldRecord | None = Field(None, description="an attention call short and held at the power limit, if timed")
 
 
 def load_calibration(path: str | Path) -> CalibrationFile:
