@@ -347,8 +347,8 @@ def fit_calibration(
         update["attention_sustained"] = round(keep, 3)
         update["attention_sustained_origin"] = (
             f"SDPA {held.kernel} causal {held.pass_}, {held.batch} x {held.seq_len} tokens, {held.heads} heads of "
-            f"{held.head_dim}: {tflop / held.short_s:.0f} TFLOP/s in a short run (5 + 10 calls after {held.idle_s:g} s "
-            f"idle), {tflop / held.held_s:.0f} after {held.hold_s:g} s back to back, {where}"
+            f"{held.head_dim}: {tflop / held.short_s:.4g} TFLOP/s in a short run (5 + 10 calls after {held.idle_s:g} s "
+            f"idle), {tflop / held.held_s:.4g} after {held.hold_s:g} s back to back, {where}"
         )
     final = Device.model_validate({**fitted.model_dump(), **update})
     curves = [
