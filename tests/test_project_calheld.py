@@ -89,3 +89,36 @@ def test_a_bad_held_record_exits_2_naming_the_field(tmp_path, change, message):
 def test_a_negative_hold_exits_2():
     proc = subprocess.run(CLI + ["calibrate", "--hold-s", "-1"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--hold-s" in proc.stderr, proc.stderr
+
+
+def test_the_held_call_does_not_eat_the_gemms_budget():
+    # the hold (0.5 s here) is longer than the GEMMs' budget: the GEMMs are still measured, none skipped
+    cal = measure(
+        [GemmCase("square", "sq", 64, 64, 64)],
+        [],
+        device="cpu",
+        repeats=(1, 3, 1),
+        budget_s=0.2,
+        held=TINY,
+        hold_s=0.5,
+        idle_s=0,
+    )
+    assert cal.held is not None and len(cal.gemm) == 1
+    assert cal.settings["gemm_cases_skipped_over_budget"] == 0
+
+
+def test_a_backend_the_gpu_lacks_leaves_no_held_record_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    # where SDPA has no cuDNN kernel it raises "No available kernel"; injected here, as this CPU always has one
+    import commlens.project.calibrate_measure as cm
+
+    def lacking(case, device):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(cm, "_attention_call", lacking)
+    cal = measure([GemmCase("square", "sq", 64, 64, 64)], [], device="cpu", repeats=(1, 3, 1), held=TINY, hold_s=0.1)
+    assert cal.held is None and len(cal.gemm) == 1
+    assert cal.settings["failed"] == {"held attention cudnn fwd d16 s64": "No available kernel. Aborting execution."}
+    path = tmp_path / "cpu.json"
+    save_calibration(cal, path)
+    fit = fit_calibration(load_calibration(path), str(path), "B200", ("gemm_efficiency",))
+    assert fit.fitted.attention_sustained == device_for("B200").attention_sustained

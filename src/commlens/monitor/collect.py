@@ -11,8 +11,9 @@ seconds. It issues nothing to the job: no collective, no barrier.
   of ``commlens diagnose stragglers``) names late arrivers and ranks slow
   within, late by more than ``late_fraction`` of a step and ``jitter_k``
   times the ranks' arrival jitter, after the job's first ``warmup_steps``
-  steps (a window reaching into them carries no verdict). A rank named over ``window_steps // fresh_divisor`` steps of the
-  job raises a ``straggler`` alert (``slow_within`` too): named by the
+  steps (a window reaching into them carries no verdict). A rank named
+  over ``window_steps // fresh_divisor`` steps of the job raises a
+  ``straggler`` alert (``slow_within`` too): named by the
   latest window and by the window that ended that many steps earlier
   (judged from the collectives held; ``persist - 1`` such windows, each as
   far back again, when ``persist`` > 2), or, where that window is not held

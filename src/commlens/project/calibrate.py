@@ -342,8 +342,7 @@ def fit_calibration(
                 f"the held attention call ran {keep:.3f}x its short run's rate: attention_sustained kept at 1.0"
             )
             keep = 1.0
-        # causal: 4 b s^2 h d / 2 forward, 2.5 x that backward (the FlashAttention benchmarks' count)
-        tflop = 2e-12 * held.batch * held.seq_len**2 * held.heads * held.head_dim * (2.5 if held.pass_ == "bwd" else 1)
+        tflop = held.flops / 1e12
         update["attention_sustained"] = round(keep, 3)
         update["attention_sustained_origin"] = (
             f"SDPA {held.kernel} causal {held.pass_}, {held.batch} x {held.seq_len} tokens, {held.heads} heads of "

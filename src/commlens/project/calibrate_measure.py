@@ -46,6 +46,7 @@ from commlens.project.calibration_file import (
     HeldRecord,
     MeasuredDevice,
     StreamRecord,
+    attention_flops,
 )
 from commlens.project.errors import ProjectionError
 
@@ -108,8 +109,7 @@ class AttentionCase:
 
     @property
     def flops(self) -> float:
-        fwd = 4.0 * self.batch * self.seq_len**2 * self.heads * self.head_dim / 2  # causal
-        return fwd if self.pass_ == "fwd" else 2.5 * fwd
+        return attention_flops(self.batch, self.heads, self.seq_len, self.head_dim, self.pass_)
 
 
 @dataclass(frozen=True)
@@ -388,7 +388,8 @@ def measure(
     run = _Run(timer, repeats, progress, len(gemms) + len(streams) + len(attention))
     t0 = time.monotonic()
     held_row = _measure_held(run, held, device, idle_s, hold_s) if held is not None else None
-    gemm_rows, stream_rows, skipped = _measure_kernels(run, [*streams, *gemms], device, budget_s, t0)
+    # the GEMMs' budget starts after the held call, whose idle and hold are fixed seconds of their own
+    gemm_rows, stream_rows, skipped = _measure_kernels(run, [*streams, *gemms], device, budget_s, time.monotonic())
     attention_rows = _measure_attention(run, attention, device)
     if device == "cuda":
         measured = measured.model_copy(

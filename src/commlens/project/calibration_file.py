@@ -36,6 +36,7 @@ __all__ = [
     "HeldRecord",
     "MeasuredDevice",
     "StreamRecord",
+    "attention_flops",
     "load_calibration",
     "save_calibration",
 ]
@@ -59,6 +60,13 @@ _REL_TOL = 1e-6
 
 class CalibrationFileError(ProjectionError):
     """A measurement file that cannot be used; the message names the file and the problem."""
+
+
+def attention_flops(batch: int, heads: int, seq_len: int, head_dim: int, pass_: str, causal: bool = True) -> float:
+    """FLOPs of one attention call as the FlashAttention benchmarks count them: forward 4 b s^2 h d, halved when
+    causal; backward 2.5 x the forward's (it recomputes the scores)."""
+    fwd = 4.0 * batch * seq_len**2 * heads * head_dim / (2 if causal else 1)
+    return fwd if pass_ == "fwd" else 2.5 * fwd
 
 
 def _check_rate(flops: float, time_s: float, tflops: float) -> None:
@@ -140,8 +148,7 @@ class AttentionRecord(_Record):
 
     @property
     def flops(self) -> float:
-        fwd = 4.0 * self.batch * self.seq_len**2 * self.heads * self.head_dim / (2 if self.causal else 1)
-        return fwd if self.pass_ == "fwd" else 2.5 * fwd
+        return attention_flops(self.batch, self.heads, self.seq_len, self.head_dim, self.pass_, self.causal)
 
     @model_validator(mode="after")
     def _rate(self) -> AttentionRecord:
@@ -173,6 +180,11 @@ class HeldRecord(BaseModel):
     held_s: float = Field(gt=0, description="median of held_times_s")
     keep: float = Field(gt=0, description="short_s / held_s")
     clocks: dict[str, str] = Field(default_factory=dict, description="nvidia-smi before the short run, after the hold")
+
+    @property
+    def flops(self) -> float:
+        """One call's FLOPs (causal), as :class:`AttentionRecord` counts them."""
+        return attention_flops(self.batch, self.heads, self.seq_len, self.head_dim, self.pass_)
 
     @model_validator(mode="after")
     def _medians(self) -> HeldRecord:
