@@ -109,7 +109,11 @@ def _one(
     overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="overlap DP communication with compute"),
     order: str = typer.Option("tp,cp,dp,pp", "--order", help="placement, innermost first"),
     framework_name: str = typer.Option(
-        "megatron-core", "--framework", help="training stack: megatron-core, nemo, torchtitan, deepspeed"
+        "megatron-core",
+        "--framework",
+        help="training stack: megatron-core, nemo, torchtitan, deepspeed, llm-foundry, olmo-core, fms-fsdp,"
+        " automodel, or a release of one (nemo-25.04, megatron-core-25.11, torchtitan-2024, ...;"
+        " frameworks.yaml lists them)",
     ),
     schedule: str | None = typer.Option(
         None, "--schedule", help="pipeline schedule: 1f1b, interleaved, zero-bubble, dualpipe, gpipe"
