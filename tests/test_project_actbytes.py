@@ -2,7 +2,7 @@
 shared_experts.py at NVIDIA/Megatron-LM d98e8a64 and 44151194: MLP.forward, the same bias_swiglu_impl), torchtitan's
 shared expert its FeedForward. The model priced the shared experts' GEMMs only; their activation is now priced as the
 dense FFN's (kernels.shared_activation). The helper's re-pricing of the dense FFN's activation bytes (6 / 10 B an
-element where the model charges 8 / 16) was measured and not kept (docs/project.md [27 s12 actbytes])."""
+element where the model charges 8 / 16) was measured and not kept (docs/project-evidence.md [27 s12 actbytes])."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_the_partition_puts_the_embedding_in_the_split():
 
 
 def test_the_rows_project_as_validated():
-    # the figures docs/project.md reports for the table [27 s14 dspipe] [27 s14 bloomtp]
+    # the figures docs/project-evidence.md reports for the table [27 s14 dspipe] [27 s14 bloomtp]
     errors = [s.error for s in validate_set(load_set(TABLE))]
     assert errors == pytest.approx([0.047, 0.138, 0.055, -0.015, 0.084, -0.007, -0.055], abs=0.006)
 

@@ -1,7 +1,7 @@
 """Held-out published table added in session 13 [27 s13 gpt20]: Megatron-Bridge's CUDA-graphs guide (PR #2960,
 2f3ecca4) measured GPT-OSS-20B on 16 H100 eager and with TE-scoped graphs (attn, moe_router, moe_preprocess) in the
 same recipe. Nothing in the model was fitted to it. The eager-minus-graphed difference is the host time the graphs
-remove; the model prices a small part of it (docs/project.md [27 s13 gpt20])."""
+remove; the model prices a small part of it (docs/project-evidence.md [27 s13 gpt20])."""
 
 from __future__ import annotations
 

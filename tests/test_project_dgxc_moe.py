@@ -1,6 +1,6 @@
 """[27 s16 dgxcmoe] Held-out published table dgxc-moe: NVIDIA/dgxc-benchmarking's MoE pre-training step times at tags
 v24.11.1 .. v25.05.05 (Grok-1 314B on H100 and GB200, DeepSeek-V3 on H100 and GB200), settings from each tag's own
-recipe and the NeMo scripts it clones. Nothing in the model was fitted to it (docs/project.md [27 s16 dgxcmoe])."""
+recipe and the NeMo scripts it clones. Nothing in the model was fitted to it (docs/project-evidence.md [27 s16 dgxcmoe])."""
 
 from __future__ import annotations
 

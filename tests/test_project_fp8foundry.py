@@ -69,7 +69,7 @@ def test_every_row_projects_and_the_figures_are_as_recorded():
     res = validate_set(load_set(TABLE))
     assert all(s.predicted is not None for s in res)
     errors = [s.error for s in res]
-    # docs/project.md [27 s14 fp8foundry]: every row was optimistic, the long-sequence rows (32768 tokens) by +45-65%
+    # docs/project-evidence.md [27 s14 fp8foundry]: every row was optimistic, the long-sequence rows (32768 tokens) by +45-65%
     # in bf16 and fp8 alike, under FlashAttention-2's rate; [27 s14 mptattn]: at FlashAttention v1's (the runs'
     # attn_impl triton) the 32768-token rows are -17..-23%, the 512-token rows within 3%; the modelled fp8 gain over
     # bf16 exceeds the published one by +6.5, +1.4, +5.7, -0.0, -3.2% (it was +12.7, +8.5, +7.5, +4.4, -1.6%);

@@ -38,7 +38,7 @@ def test_fp8_gemms_of_a_cuda_12_1_stack_run_at_its_rate():
 
 def test_recorded_figures():
     olmo = [s.error for s in validate_set(load_set(OLMO))]
-    # docs/project.md [27 s15 h100fp8cuda]: the FP8 rows 1B -6.9 -> -8.9, 7B +7.5 -> +3.9, 8B +6.3 -> +2.7,
+    # docs/project-evidence.md [27 s15 h100fp8cuda]: the FP8 rows 1B -6.9 -> -8.9, 7B +7.5 -> +3.9, 8B +6.3 -> +2.7,
     # 13B +32.3 -> +27.6, 1B (mb 4) +4.5 -> +2.5%; BF16 rows unchanged; the table 8.1% -> 6.9%. [27 s15 cu121fix] the
     # BF16 rows at the same finder's CUDA 12.1 bf16 plateau: -7.6/+1.2/+0.5/+10.2/+3.5% -> -4.4/+5.4/+4.7/+14.6/+6.7%;
     # the table 8.2%. [27 s15 olmo13b] torchao's backward copy of the fp8 weights: FP8 rows -9.1/+3.0/+1.7/+25.4/+2.2%,

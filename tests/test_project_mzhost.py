@@ -104,7 +104,7 @@ def test_the_model_never_prices_an_eager_moe_layer_above_its_measured_time(case:
     "ms, of which 0.8 ms host exposed; figures of the plain GELU experts the harness ran [27 s12 moegpu]). The model's host for this layer is 0.7 ms forward + 1.25 ms backward, hidden "
     "under its GPU work. Not priced: no mechanism (the floor differs up to 3x by dispatcher at equal work and grows "
     "with the local experts), and it does not carry to the DGX rows as one cost (25.11 B200 Qwen3-30B, all-to-all: "
-    "9.2 ms a layer and micro-batch against the pod's 35 ms; docs/project.md [27 s12 mzhost])",
+    "9.2 ms a layer and micro-batch against the pod's 35 ms; docs/project-evidence.md [27 s12 mzhost])",
 )
 @pytest.mark.parametrize("case", ["qwen3_30b_a3b_anchor", "qwen3_batch_mb2", "qwen3_topk_2", "qwen3_topk_4"])
 def test_an_eager_deepep_moe_layer_at_4096_tokens_takes_its_measured_floor(case: str):

@@ -43,7 +43,7 @@ def test_the_fp8_weight_copy_of_the_backward():
 
 def test_recorded_figures():
     errors = [s.error for s in validate_set(load_set(OLMO))]
-    # docs/project.md [27 s15 olmo13b]: the FP8 rows -8.9/+3.9/+2.7/+27.6/+2.5% -> -9.1/+3.0/+1.7/+25.4/+2.2%; the
+    # docs/project-evidence.md [27 s15 olmo13b]: the FP8 rows -8.9/+3.9/+2.7/+27.6/+2.5% -> -9.1/+3.0/+1.7/+25.4/+2.2%; the
     # BF16 rows unchanged; the table 8.2% -> 7.7%
     assert errors[1::2] == pytest.approx([-0.091, 0.030, 0.017, 0.254, 0.022], abs=0.002)
     assert errors[0::2] == pytest.approx([-0.044, 0.054, 0.047, 0.146, 0.067], abs=0.002)

@@ -151,7 +151,7 @@ def test_deepspeed_pipeline_engine_middle_stages_send_both_ways_over_the_link_th
     # to the next. With PP outermost (DeepSpeed's PipeModelDataParallelTopology, axes pipe, data, model) and TP x DP
     # = 4 on 8-GPU nodes, stages 2k and 2k + 1 share a node (NVLink) and 2k + 1 -> 2k + 2 crosses to the next one.
     # The first and last stages are priced with four over their one boundary (the schedule's two: "Known, not
-    # modelled" in docs/project.md)
+    # modelled" in docs/project-evidence.md)
     w = _tiny(layers=8)
     lay = ParallelLayout(tp=1, pp=4, zero=1, recompute="none", sp=False, pp_p2p="serial")
     p = project(w, A100, lay, 16)

@@ -1,7 +1,7 @@
 """[27 s16 rocmtrain] Held-out published table amd-rocm-training-results: AMD's ROCm Performance Results page, AI
 training (Primus Megatron backend), as AMD's Primus projection blog quotes it with container and date; settings not
 printed from the Primus config at the release (tag v26.2). Nothing in the model was fitted to it
-(docs/project.md [27 s16 rocmtrain])."""
+(docs/project-evidence.md [27 s16 rocmtrain])."""
 
 from __future__ import annotations
 

@@ -210,7 +210,7 @@ def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
 # Checked, not sized, on the Megatron-Core MoE report's Table 7 (arXiv 2603.07685: NCCL all-to-all of DeepSeek-V3's
 # dispatch and combine on GB200 at EP 8-64): 735-930 us measured, 577-648 modelled before, 752-828 after
 # (tests/test_project_a2anvl.py). Within one host's NVSwitch (DGX H100 / B200) it applies too: the log is itself one
-# 8-GPU host's, and without it Table 7's H100 EP 8 was 12-13% fast (with it +4/+5%; docs/project.md [27 s11 a2anvl]).
+# 8-GPU host's, and without it Table 7's H100 EP 8 was 12-13% fast (with it +4/+5%; docs/project-evidence.md [27 s11 a2anvl]).
 # Across domains the NIC sets the pace and the curve says nothing of it (:data:`A2A_NIC_SHARE` there). The GPUs' own
 # all-to-all kernels (DeepEP, HybridEP, symmetric memory) are no NCCL p2p: :data:`DEVICE_ALL_TO_ALL` and their own ops.
 NCCL_A2A_NVLINK_SHARE = 224.31 / 240.0

@@ -472,7 +472,7 @@ def stream_kernel_fit(device: str) -> tuple[float, float] | None:
     is the kernel's own duration beyond its bytes (launch to first wave, the ramp and the tail), which a CUDA graph
     does not remove; the gap between one kernel and the next is kernels.KERNEL_GAP_S. The step model keeps its flat
     streaming rate (compute.stream_time_s): charging this line was measured against the published runs and not kept
-    (docs/project.md [27 s11 streamfit]). [27 s11 streamfit]"""
+    (docs/project-evidence.md [27 s11 streamfit]). [27 s11 streamfit]"""
     from commlens.project.frameworks import generation
 
     points: list[tuple[float, float]] = []

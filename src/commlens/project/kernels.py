@@ -1261,7 +1261,7 @@ def mcore_permute(
 # activation's backward (2 + 2 + 2). The activation kernels stream at the eager rate (EAGER_STREAM_FRACTION: the H200
 # sweep's gelu reached 0.66 of HBM), the multiplies, casts, sum and cat at the model's stream rate (the sweep's add
 # reached 0.91). The fused path (weighted_bias_swiglu_impl, a torch.compile'd kernel) keeps the generic pricing here:
-# its own bytes (6 B forward, 10 B backward an element) were not applied (docs/project.md [27 s12 moegpu]).
+# its own bytes (6 B forward, 10 B backward an element) were not applied (docs/project-evidence.md [27 s12 moegpu]).
 MCORE_ACT_EAGER_ACTIVATION = (4.0, 6.0)  # the activation's own bytes: forward, backward
 # the other ops' bytes and kernels (forward, backward, forward kernels, backward kernels); key: gated
 MCORE_ACT_EAGER_REST = {True: (18.0, 54.0, 3.0, 8.0), False: (12.0, 34.0, 2.0, 5.0)}

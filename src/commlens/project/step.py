@@ -128,7 +128,7 @@ OVERLAP_COMM_SMS = 16
 # (``copy_`` of contiguous same-dtype tensors: cudaMemcpyAsync, aten/src/ATen/native/cuda/Copy.cu
 # copy_device_to_device), and what runs on an SM beside the matmuls is the symmetric-memory barrier waiting for the
 # peers (CUDASymmetricMemory::barrier: barrier_kernel<<<1, C10_WARP_SIZE>>>, one block). One SM instead, tried
-# (docs/project.md), moves torchtitan's end-2024 table the wrong way (14.9 -> 15.4%): left open.
+# (docs/project-evidence.md), moves torchtitan's end-2024 table the wrong way (14.9 -> 15.4%): left open.
 ASYNC_TP_COMM_SMS = OVERLAP_COMM_SMS
 # NCCL runs one CTA per channel on its own SM for the collective's whole duration: an nsys trace of an FSDP-style
 # all-gather beside a GEMM on an H100 shows ncclAllGather at 24 blocks (NVIDIA developer forum, "Compute-Communication
@@ -1377,7 +1377,7 @@ def _pp_p2p_stages(c: _Setup) -> list[float]:
     out = []
     for s in range(r.pp):
         # the first and last stages are priced as if they had a neighbour on each side, over the one they have (the
-        # schedule skips the two transfers without one: "Known, not modelled" in docs/project.md)
+        # schedule skips the two transfers without one: "Known, not modelled" in docs/project-evidence.md)
         prev = links[s - 1] if s > 0 else links[0]
         nxt = links[s] if s < r.pp - 1 else links[-1]
         out.append(_pp_p2p_serial(c, (prev[0], nxt[0]), (prev[1], nxt[1]), gather, split))
