@@ -61,7 +61,8 @@ def test_the_profile_is_torchtitans_with_the_sourced_differences():
 
     fw, base = framework("olmo-core"), framework("torchtitan")
     differ = {k for k, v in fw.model_dump().items() if v != base.model_dump()[k]}
-    assert differ == {"name", "title", "source", "compile_eager", "cuda"}
+    assert differ == {"name", "title", "source", "compile_eager", "cuda", "parallel"}
+    assert fw.parallel == ()  # [27 s21 parallel] data parallelism only at e27ba745 (FSDP or DDP)
     # OLMo-core's RoPE is real arithmetic, compiled with the block; torchtitan's complex RoPE stays eager
     assert fw.compile_eager == () and "rotary" in base.compile_eager
     assert fw.cuda == "12.1"

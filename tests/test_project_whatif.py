@@ -150,3 +150,70 @@ def test_cli_prints_the_section_and_json_carries_it():
 def test_cli_no_what_if_drops_it():
     assert "what would help most" not in _cli("--no-what-if")
     assert "what_if" not in json.loads(_cli("--no-what-if", "--json"))
+
+
+# [27 s21 parallel] the stacks that run data parallelism only (llm-foundry 2023, OLMo-core of 2024-11, fms-fsdp) and
+# DeepSpeed (no K/V ring): a layout with a dimension the stack lacks is refused, and the what-if does not offer the
+# stack for it; a data-parallel layout still gets them as candidates
+DP_ONLY = ("llm-foundry", "olmo-core", "fms-fsdp")
+
+
+def test_an_expert_parallel_moe_layout_is_never_moved_to_a_data_parallel_only_stack():
+    from commlens.project.whatif import _candidates
+
+    base = Base("qwen3-30b-a3b", "dgx-h100", 16, {"ep": 8}, {"precision": "fp8"})
+    labels = [label for label, _ in _candidates(base, {}, project_point(base, {}))]
+    switches = [label for label in labels if label.startswith("framework ")]
+    assert any(label.startswith("framework megatron-core -> torchtitan") for label in switches)
+    assert not [label for label in switches if any(f"-> {fw}" in label for fw in DP_ONLY)]
+    assert not [label for label in switches if label.startswith("framework megatron-core -> nemo")]
+
+
+def test_a_data_parallel_layout_still_offers_the_data_parallel_stacks_once_each():
+    from commlens.project.whatif import _candidates
+
+    base = Base("llama3-8b", "dgx-h100", 8, {"zero": 3, "framework": "torchtitan"}, {})
+    labels = [label for label, _ in _candidates(base, {}, project_point(base, {}))]
+    for fw in DP_ONLY:
+        assert sum(label.startswith(f"framework torchtitan -> {fw}") for label in labels) == 1
+    assert sum(label.startswith("framework torchtitan -> megatron-core") for label in labels) == 1
+    assert not [label for label in labels if label.startswith("framework torchtitan -> nemo")]  # megatron-core's twin
+
+
+@pytest.mark.parametrize(
+    ("framework", "layout", "says"),
+    [
+        ("llm-foundry", {"tp": 2}, "llm-foundry has no tensor parallelism (tp 2)"),
+        ("fms-fsdp", {"pp": 2}, "fms-fsdp has no pipeline parallelism (pp 2)"),
+        ("olmo-core", {"cp": 2}, "olmo-core has no context parallelism (cp 2)"),
+        ("deepspeed", {"cp": 2}, "deepspeed has no context parallelism (cp 2)"),
+    ],
+)
+def test_a_layout_with_a_dimension_the_stack_lacks_is_refused_naming_it(framework, layout, says):
+    from commlens.project.errors import InfeasibleLayoutError
+
+    base = Base("llama3-8b", "dgx-h100", 16, {**layout, "framework": framework}, {"seq_len": 8192})
+    with pytest.raises(InfeasibleLayoutError, match=r"has no") as e:
+        project_point(base, {})
+    assert str(e.value).startswith(says) and e.value.kind == "framework"
+
+
+def test_cli_refuses_an_expert_parallel_moe_on_llm_foundry_with_exit_2() -> None:
+    r = subprocess.run(
+        [*CLI, "project", "qwen3-30b-a3b", "-t", "dgx-h100", "--gpus", "16", "--ep", "8", "--framework", "llm-foundry"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "error: llm-foundry has no expert parallelism (ep 8); the model parallelism it has beside data "
+        "parallelism: none"
+    )
+    ok = subprocess.run(
+        [*CLI, "project", "qwen3-30b-a3b", "-t", "dgx-h100", "--gpus", "16", "--ep", "8", "--framework", "deepspeed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr  # DeepSpeed-MoE has expert parallelism

@@ -213,6 +213,12 @@ class Framework(_Strict):
         "launches its two GEMMs and one input's casts; otherwise twice the forward's launches [27 s11 hostbwd]",
     )
     overlap: Overlap
+    parallel: tuple[Literal["tp", "cp", "pp", "ep"], ...] = Field(
+        default=("tp", "cp", "pp", "ep"),
+        description="the model-parallel dimensions the stack implements beside data parallelism (tensor, context "
+        "as a K/V ring or all-gather, pipeline, expert); a layout using another one is refused, and the what-if "
+        "does not offer the stack for it",
+    )
     schedules: tuple[Schedule, ...] = Field(min_length=1)
     pp_p2p: Literal["batched", "serial"] = Field(
         default="batched",

@@ -403,6 +403,14 @@ def _cuda_gemm_ratio(dev: Device, fw: Framework, fp8: bool) -> float:
     return dev.gemm_efficiency_by_cuda[fw.cuda] / dev.gemm_efficiency
 
 
+_PARALLEL_NAMES = {
+    "tp": "tensor parallelism",
+    "cp": "context parallelism",
+    "pp": "pipeline parallelism",
+    "ep": "expert parallelism",
+}
+
+
 def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float]]:
     """What every part of the projection reads, then each stage's memory and the fullest stage's; in this order
     the reasons a scenario cannot run: the GPU's figures, the layout on the job, the precision, the memory, the
@@ -414,6 +422,14 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
     peak = dev.peak(w.precision)
     stage_mem, mem = _memory(dev, w, layout, r, s.check_memory)
     fw = framework(layout.framework)
+    for dim, size in (("tp", r.tp), ("cp", r.cp), ("pp", r.pp), ("ep", r.ep)):
+        if size > 1 and dim not in fw.parallel:
+            has = ", ".join(_PARALLEL_NAMES[d] for d in fw.parallel) or "none"
+            raise InfeasibleLayoutError(
+                f"{layout.framework} has no {_PARALLEL_NAMES[dim]} ({dim} {size}); the model parallelism it has "
+                f"beside data parallelism: {has}",
+                "framework",
+            )
     if layout.schedule is not None and r.pp > 1 and layout.schedule not in fw.schedules:
         raise InfeasibleLayoutError(
             f"{layout.framework} has no {layout.schedule} pipeline schedule (it has {', '.join(fw.schedules)})",

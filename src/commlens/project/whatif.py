@@ -158,7 +158,7 @@ def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str
     """Every candidate change: (label, its variants); a candidate's best feasible variant stands for it."""
     w, topo, _, fields = point_inputs(base, point)
     lay = now.layout
-    tp, pp, cp, vpp, zero = (int(lay[k]) for k in ("tp", "pp", "cp", "vpp", "zero"))  # type: ignore[call-overload]
+    tp, pp, cp, vpp, zero, ep = (int(lay[k]) for k in ("tp", "pp", "cp", "vpp", "zero", "ep"))  # type: ignore[call-overload]
     m, dp = int(lay["micro_batches"]), int(lay["dp"])  # type: ignore[call-overload]
     out: list[tuple[str, list[Variant]]] = []
 
@@ -210,9 +210,19 @@ def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str
 
     current = str(now.framework)
     fw = framework(current)
+    used = {d for d, size in (("tp", tp), ("cp", cp), ("pp", pp), ("ep", ep)) if size > 1}
     for other in framework_names():
-        # NeMo runs Megatron-Core; a past release's profile (nemo-24.03) describes published runs, not a choice
-        if other != current and {other, current} != {"nemo", "megatron-core"} and not framework(other).release_of:
+        # NeMo runs Megatron-Core (its profile is megatron-core's: offered as megatron-core); a past release's
+        # profile (nemo-24.03) describes published runs, not a choice; a stack without one of the layout's parallel
+        # dimensions cannot run it [27 s21 parallel]
+        of = framework(other)
+        if (
+            other != current
+            and other != "nemo"
+            and {other, current} != {"nemo", "megatron-core"}
+            and not of.release_of
+            and used <= set(of.parallel)
+        ):
             carried, dropped = _carry_over(fields, other)
             without = f" (without {', '.join(dropped)})" if dropped else ""
             one(f"framework {current} -> {other}{without}", **{"layout.framework": other, **carried})
