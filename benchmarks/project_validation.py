@@ -474,6 +474,64 @@ def accuracy_lines(rows: list, memory: list, coverage: dict[str, Any]) -> tuple[
     return lines, missed
 
 
+def pairs_lines(pairs: list) -> list[str]:
+    """The published A/B pairs: the gain of one change, published and projected (what the what-if would print)."""
+    settings = [p for p in pairs if p.kind == "setting"]
+    lines = [
+        "### One change at a time: published A/B pairs (`commlens project validate --pairs`)",
+        "",
+        "Runs of one table at the same workload, system and GPU count whose settings differ in exactly one field: the "
+        "gain that change brought (throughput after / before - 1), published and as the model projects it, which is "
+        "what the what-if prints for that change. Not a target of issue 27; it measures how far a what-if's gain can "
+        "be trusted.",
+        "",
+        "| table | workload | topology | GPUs | change | published gain | model gain | model - published |",
+        "|---|---|---|---:|---|---:|---:|---:|",
+    ]
+
+    def shown(value: object) -> str:
+        if value is None:
+            return "default"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+            return f"{value:,.0f}"
+        return str(value)
+
+    for p in settings:
+        lines.append(
+            f"| {p.table} | {p.workload} | {p.topology} | {p.gpus} | {p.field}: {shown(p.before)} -> "
+            f"{shown(p.after)} | {_pct(p.published_gain, sign=True)} | {_pct(p.modelled_gain, sign=True)} "
+            f"| {100 * p.difference:+.1f} pts |"
+        )
+    if settings:
+        same = sum((p.published_gain > 0) == (p.modelled_gain > 0) for p in settings)
+        mean = sum(abs(p.difference) for p in settings) / len(settings)
+        by_field: dict[str, list] = {}
+        for p in settings:
+            by_field.setdefault(p.field, []).append(p.difference)
+        per = "; ".join(
+            f"{f} {len(d)} ({100 * sum(d) / len(d):+.1f} pts on average)" for f, d in sorted(by_field.items())
+        )
+        lines += [
+            "",
+            f"**{len(settings)} pairs that change one setting:** the model's gain has the published sign in {same}, "
+            f"and differs from the published gain by {100 * mean:.1f} points on average (max "
+            f"{100 * max(abs(p.difference) for p in settings):.1f}). By field (+: the model promises more): {per}.",
+        ]
+    for kind, what in (
+        ("release", "another release of the same stack (layout.framework)"),
+        ("batch", "another global batch"),
+    ):
+        some = [p for p in pairs if p.kind == kind]
+        if some:
+            mean = sum(abs(p.difference) for p in some) / len(some)
+            lines.append(
+                f"{len(some)} pairs at {what}: published {_pct(min(p.published_gain for p in some), sign=True)} to "
+                f"{_pct(max(p.published_gain for p in some), sign=True)}, the model off by {100 * mean:.1f} points on "
+                "average."
+            )
+    return lines + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
@@ -485,6 +543,7 @@ def main() -> None:
     from commlens.project import bands
     from commlens.project.validate import (
         MEMORY,
+        ab_pairs,
         band_coverage,
         residuals,
         table_names,
@@ -507,10 +566,13 @@ def main() -> None:
     sweep = time_sweep()
     rows, coverage = band_coverage(validate_tables([n for n in table_names() if n != MEMORY]))
     memory = validate_memory()
+    pairs = ab_pairs(table_names())
     total_s = time.perf_counter() - t0
 
     speed, speed_missed = speed_lines(timings, shell_s, what_if, sweep)
     accuracy, accuracy_missed = accuracy_lines(rows, memory, coverage)
+    memory_at = accuracy.index(next(line for line in accuracy if line.startswith("### Memory figures")))
+    accuracy[memory_at:memory_at] = pairs_lines(pairs)
     missed = speed_missed + accuracy_missed
     body = [
         f"Produced by `.venv/bin/python benchmarks/project_validation.py --write{' --write-bands' if args.write_bands else ''}{'' if args.rounds == 5 else f' --rounds {args.rounds}'}` "

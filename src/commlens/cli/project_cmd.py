@@ -440,6 +440,12 @@ def _print_sweep_rows(keys: list[str], rows: list[SweepRow]) -> None:
 def _validate(
     table_name: str = typer.Option("all", "--table", help="a published table's name, or all (see --list)"),
     list_tables: bool = typer.Option(False, "--list", help="list the tables and their sources"),
+    pairs: bool = typer.Option(
+        False,
+        "--pairs",
+        help="the published A/B pairs instead: runs of one table that differ in one setting, the gain it brought "
+        "against the model's (what the what-if would print)",
+    ),
     as_json: bool = typer.Option(False, "--json"),
     accelerators: str | None = typer.Option(None, "--accelerators", help=_ACCELERATORS_HELP),
 ) -> None:
@@ -455,6 +461,9 @@ def _validate(
         return
     if table_name != "all" and table_name not in names:
         fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
+    if pairs:
+        _validate_pairs(names if table_name == "all" else [table_name], accelerators, as_json)
+        return
     with errors_as_exit():
         report = validation_report(names if table_name == "all" else [table_name], accelerators_in_force(accelerators))
     summary = report.summary
@@ -468,6 +477,61 @@ def _validate(
             print(f"\ntargets (throughput and memory): {'met' if report.targets_met else 'NOT met'}")
     if not report.targets_met:
         raise typer.Exit(1)
+
+
+def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -> None:
+    """The A/B pairs of the tables: every setting pair, then the release and batch pairs in one line each."""
+    from dataclasses import asdict
+
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.project.validate import ab_pairs
+    from commlens.results.units import format_percent
+
+    with errors_as_exit():
+        found = ab_pairs(names, accelerators_in_force(accelerators))
+    if as_json:
+        print(json.dumps({"pairs": [{**asdict(p), "difference": p.difference} for p in found]}, indent=1, default=str))
+        return
+    settings = [p for p in found if p.kind == "setting"]
+
+    def shown(value: object) -> str:
+        if value is None:
+            return "default"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+            return f"{value:,.0f}"
+        return str(value)
+
+    if settings:
+        table = new_table("table", "workload", "topology", right("GPUs"), "change", *map(right, ("published", "model")))
+        for p in settings:
+            table.add_row(
+                p.table,
+                p.workload,
+                p.topology,
+                str(p.gpus),
+                f"{p.field}: {shown(p.before)} -> {shown(p.after)}",
+                format_percent(p.published_gain, sign=True),
+                format_percent(p.modelled_gain, sign=True),
+            )
+        print_table(table)
+        same = sum((p.published_gain > 0) == (p.modelled_gain > 0) for p in settings)
+        mean = sum(abs(p.difference) for p in settings) / len(settings)
+        print(
+            f"  {len(settings)} pairs that change one setting: the model's gain has the published sign in {same}, "
+            f"differs from it by {100 * mean:.1f} points of gain on average, at most "
+            f"{100 * max(abs(p.difference) for p in settings):.1f}"
+        )
+    else:
+        print("no pair of published runs that differ in one setting")
+    for kind, what in (("release", "another release of the same stack"), ("batch", "another global batch")):
+        some = [p for p in found if p.kind == kind]
+        if some:
+            low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
+            mean = sum(abs(p.difference) for p in some) / len(some)
+            print(
+                f"  {len(some)} pairs at {what}: published {format_percent(low, sign=True)} to "
+                f"{format_percent(high, sign=True)}, the model off by {100 * mean:.1f} points on average"
+            )
 
 
 def _print_memory_validation(memory, stats: MemoryStats) -> None:

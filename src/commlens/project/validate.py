@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from commlens.project.bands import Residual
 
 __all__ = [
+    "ABPair",
     "MEGATRON_TABLE1",
     "MEMORY",
     "MemoryFigure",
@@ -42,6 +43,7 @@ __all__ = [
     "PublishedSet",
     "SetResult",
     "ValidationRow",
+    "ab_pairs",
     "load_memory_figures",
     "load_set",
     "megatron_flops",
@@ -524,6 +526,89 @@ def validate_tables(names: Sequence[str], accelerators: Sequence[str] | None = N
                 )
         else:
             out.extend(validate_set(load_set(name), accelerators))
+    return out
+
+
+# --- one change at a time: the published A/B pairs [27 s21 abpairs]
+
+
+@dataclass(frozen=True)
+class ABPair:
+    """Two published runs of one table that differ in one setting: the gain it brought, published and projected.
+
+    ``gain`` is throughput after / before - 1 (step before / step after - 1 for step-time tables), so the model's
+    ``modelled_gain`` is what the what-if would print for that change at that point. ``kind``: ``setting`` (a layout
+    or workload field a user would change), ``release`` (the same stack's profile of another release: the model prices
+    the releases alike where no source says how they differ) or ``batch`` (the global batch: a throughput identity).
+    """
+
+    table: str
+    workload: str
+    topology: str
+    gpus: int
+    field: str  # layout.NAME or set.NAME
+    before: object
+    after: object
+    published_gain: float
+    modelled_gain: float
+    kind: str
+
+    @property
+    def difference(self) -> float:
+        """Projected gain - published gain (+: the model promises more than the runs gave)."""
+        return self.modelled_gain - self.published_gain
+
+
+def _fields(row: SetRow) -> dict[str, object]:
+    return {**{f"set.{k}": v for k, v in row.overrides.items()}, **{f"layout.{k}": v for k, v in row.layout.items()}}
+
+
+def ab_pairs(names: Sequence[str], accelerators: Sequence[str] | None = None) -> list[ABPair]:
+    """Every pair of rows of one table (same workload, topology and GPU count) whose settings differ in exactly one
+    field, in table order; rows the model refuses are left out."""
+    from commlens.project.frameworks import framework
+
+    out: list[ABPair] = []
+    for name in names:
+        if name in (SC21, MEMORY):
+            continue
+        table = load_set(name)
+        rows = list(zip(table.rows, validate_set(table, accelerators)))
+        for i, (a, ra) in enumerate(rows):
+            for b, rb in rows[i + 1 :]:
+                if (a.workload, a.topology, a.gpus) != (b.workload, b.topology, b.gpus):
+                    continue
+                if ra.predicted is None or rb.predicted is None:
+                    continue
+                fa, fb = _fields(a), _fields(b)
+                changed = [k for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+                if len(changed) != 1:
+                    continue
+                field = changed[0]
+                kind = "setting"
+                if field == "set.global_batch":
+                    kind = "batch"
+                elif field == "layout.framework":
+                    stacks = {framework(str(x)).release_of or str(x) for x in (fa.get(field), fb.get(field))}
+                    kind = "release" if len(stacks) == 1 else "setting"
+                if table.metric == "step_time_s":
+                    published, modelled = a.published / b.published, ra.predicted / rb.predicted
+                else:
+                    published, modelled = b.published / a.published, rb.predicted / ra.predicted
+                out.append(
+                    ABPair(
+                        name,
+                        a.workload,
+                        a.topology,
+                        a.gpus,
+                        field,
+                        fa.get(field),
+                        fb.get(field),
+                        published - 1.0,
+                        modelled - 1.0,
+                        kind,
+                    )
+                )
     return out
 
 
