@@ -489,17 +489,10 @@ def pairs_lines(pairs: list) -> list[str]:
         "|---|---|---|---:|---|---:|---:|---:|",
     ]
 
-    def shown(value: object) -> str:
-        if value is None:
-            return "default"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-            return f"{value:,.0f}"
-        return str(value)
-
     for p in settings:
         lines.append(
-            f"| {p.table} | {p.workload} | {p.topology} | {p.gpus} | {p.field}: {shown(p.before)} -> "
-            f"{shown(p.after)} | {_pct(p.published_gain, sign=True)} | {_pct(p.modelled_gain, sign=True)} "
+            f"| {p.table} | {p.workload} | {p.topology} | {p.gpus} | {p.change} "
+            f"| {_pct(p.published_gain, sign=True)} | {_pct(p.modelled_gain, sign=True)} "
             f"| {100 * p.difference:+.1f} pts |"
         )
     if settings:

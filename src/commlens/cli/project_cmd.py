@@ -494,13 +494,6 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
         return
     settings = [p for p in found if p.kind == "setting"]
 
-    def shown(value: object) -> str:
-        if value is None:
-            return "default"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-            return f"{value:,.0f}"
-        return str(value)
-
     if settings:
         table = new_table("table", "workload", "topology", right("GPUs"), "change", *map(right, ("published", "model")))
         for p in settings:
@@ -509,7 +502,7 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
                 p.workload,
                 p.topology,
                 str(p.gpus),
-                f"{p.field}: {shown(p.before)} -> {shown(p.after)}",
+                p.change,
                 format_percent(p.published_gain, sign=True),
                 format_percent(p.modelled_gain, sign=True),
             )

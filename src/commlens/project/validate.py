@@ -558,6 +558,19 @@ class ABPair:
         """Projected gain - published gain (+: the model promises more than the runs gave)."""
         return self.modelled_gain - self.published_gain
 
+    @property
+    def change(self) -> str:
+        """The change as a line shows it: ``layout.tp_comm_overlap: False -> True`` (an unset field: ``default``)."""
+
+        def shown(value: object) -> str:
+            if value is None:
+                return "default"
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+                return f"{value:,.0f}"
+            return str(value)
+
+        return f"{self.field}: {shown(self.before)} -> {shown(self.after)}"
+
 
 def _fields(row: SetRow) -> dict[str, object]:
     return {**{f"set.{k}": v for k, v in row.overrides.items()}, **{f"layout.{k}": v for k, v in row.layout.items()}}
