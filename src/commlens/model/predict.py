@@ -107,12 +107,35 @@ def layout_for(topology: AnyTopology, nodes: int, ranks_per_host: int | None, sp
     if hit is not None and hit[0] is topology:
         return hit[1]
     layout = build_layout(topology, nodes, ranks_per_host)
-    if span_nodes > nodes and layout.multi_domain:
-        layout = replace(layout, job_tier=max(layout.job_tier, layout.tier_for_span(span_nodes)))
+    if span_nodes > nodes and span_nodes > topology.domain_nodes and layout.nic_rate > 0:
+        layout = _strided_over_domains(layout, topology.domain_nodes, span_nodes)
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()
     _LAYOUTS[key] = (topology, layout)
     return layout
+
+
+def _strided_over_domains(layout: Layout, domain_nodes_full: int, span_nodes: int) -> Layout:
+    """A strided communicator (its ranks ``span_nodes`` nodes apart from first to last, evenly): the scale-up domains
+    its ranks sit in, and the fabric tier its crossings reach ([27 s13 roce405]). [27 s21 span] With domains of
+    several nodes (NVL72 racks of 18 trays) a strided group holds fewer ranks a domain than the same nodes side by
+    side: an expert-data-parallel group of 4 ranks 8 trays apart spans 25 trays, two racks, though 4 trays fit in one;
+    64 ranks 8 trays apart hold 2-3 a rack, not 16. As many ranks share a domain as the stride lets (placed from a
+    domain's start); the domain count is rounded up to one that divides the nodes, as :func:`build_layout` splits a
+    job; a count no larger than the side-by-side one changes nothing."""
+    stride = (span_nodes - 1) / (layout.nodes - 1)
+    per_domain = int((domain_nodes_full - 1) // stride) + 1
+    domains = -(-layout.nodes // per_domain)
+    while layout.nodes % domains:
+        domains += 1
+    if domains > layout.domains:  # more domains than the same nodes placed side by side would fill
+        domain_nodes = layout.nodes // domains
+        layout = replace(
+            layout, domains=domains, domain_nodes=domain_nodes, domain_ranks=domain_nodes * layout.ranks_per_host
+        )
+    if not layout.multi_domain:
+        return layout
+    return replace(layout, job_tier=max(layout.job_tier, layout.tier_for_span(span_nodes)))
 
 
 def _op_name(op: str) -> str:
