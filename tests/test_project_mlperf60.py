@@ -35,10 +35,35 @@ def test_every_run_projects_and_the_errors_are_recorded():
     res = validate_set(load_set(TABLE))
     assert all(r.predicted is not None for r in res), [r.refused for r in res]
     errors = {(r.topology, r.gpus): r.error for r in res}
-    # GB300 (TP 1): within 10% at every size, the model a little slow at NVIDIA's GA 120-240
-    for gpus in (256, 512, 2048, 4096, 8192):
-        assert abs(errors["gb300-nvl72", gpus]) < 0.10
+    # GB300 (TP 1, MXFP8 output projection): within 4% at every size but CoreWeave's 2,048 GPUs, one of whose three
+    # files ran 10% slower than the other two (per-file medians 6.27 / 6.25 / 6.89 s)
+    gb300 = [errors["gb300-nvl72", g] for g in (256, 512, 2048, 4096, 8192)]
+    assert gb300 == pytest.approx([-0.013, -0.001, 0.115, 0.032, 0.008], abs=0.01)
     # GB200 (TP 2): the model is fast, more so as the step has fewer micro-batches: the published steps are
     # ~1.6 s + 0.121 s a micro-batch, the model's ~0.4 s + 0.109 s (docs/project-evidence.md [27 s21 mlperf60])
     gb200 = [errors["gb200-nvl72", g] for g in (256, 512, 2048, 4096, 8192)]
     assert gb200 == pytest.approx([0.132, 0.238, 0.291, 0.405, 0.656], abs=0.01)
+
+
+def test_the_gb300_runs_state_their_fp8_output_projection_and_it_shortens_the_head():
+    """[27 s21 fp8out] FP8_OUTPUT_PROJ=True in the GB300 configs: the logits GEMMs in MXFP8 (layout fp8_output_layer);
+    the GB200 configs leave the output projection in BF16, as every framework profile does by default."""
+    from commlens.project.layout import ParallelLayout
+    from commlens.project.scenario import Scenario
+    from commlens.project.step import run
+    from commlens.topology import load_topology
+    from commlens.workload import load_workload
+
+    table = load_set(TABLE)
+    for r in table.rows:
+        assert r.layout.get("fp8_output_layer") is (True if r.topology == "gb300-nvl72" else None)
+    row = next(r for r in table.rows if r.topology == "gb300-nvl72" and r.gpus == 256)
+    w, topo = load_workload(row.workload, row.overrides), load_topology(row.topology)
+    fp8 = run(Scenario(w, topo, ParallelLayout.model_validate(row.layout), row.gpus))
+    bf16 = run(Scenario(w, topo, ParallelLayout.model_validate({**row.layout, "fp8_output_layer": False}), row.gpus))
+    unset = dict(row.layout)
+    del unset["fp8_output_layer"]
+    default = run(Scenario(w, topo, ParallelLayout.model_validate(unset), row.gpus))
+    assert default.step_time_s == bf16.step_time_s  # the nemo profile keeps the output layer in 16 bits
+    assert fp8.step_time_s < 0.95 * bf16.step_time_s  # the last stage (13 layers, MTP and two heads) sets the pace
+    assert fp8.kernels["gemm"] < bf16.kernels["gemm"] and fp8.kernels["attention"] == bf16.kernels["attention"]

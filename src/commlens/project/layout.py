@@ -194,6 +194,12 @@ class ParallelLayout(StrictSpec):
         "--cpu-offloading-num-layers); the copies are taken to hide under compute, except under a framework with "
         "activation_offload_blocking (DeepSpeed's CPU checkpointing: blocking copies at the host-link rate)",
     )
+    fp8_output_layer: bool | None = Field(
+        default=None,
+        description="under fp8 the output layer's (logits) GEMMs run in fp8 as the blocks' linears do, as this run set "
+        "it (Megatron-Bridge's FP8_OUTPUT_PROJ: the MXFP8 LM-head output projection of MLPerf v6.0's GB300 DeepSeek-V3 "
+        "configs); unset, the framework profile's fp8_output_layer [27 s21 fp8out]",
+    )
     nccl_nvls: bool | None = Field(
         default=None,
         description="NCCL_NVLS_ENABLE as this run's launch set it: false, NCCL runs no NVLink SHARP (NVLS) "

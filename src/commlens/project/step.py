@@ -1448,7 +1448,8 @@ def _ends(c: _Setup, gemm_peak: float, tp_bytes: float) -> dict[str, float]:
         embed_tp = comm("reduce_scatter" if c.sp else "all_reduce", tp_bytes, r.groups["tp"])
     # the output layer (logits GEMM, forward and backward), final norm and vocabulary-parallel loss
     elem = 1.0 if w.precision == "fp8" else 2.0
-    if elem == 1.0 and not c.fw.fp8_output_layer:  # the stack leaves the output projection in 16 bits
+    fp8_out = c.fw.fp8_output_layer if layout.fp8_output_layer is None else layout.fp8_output_layer
+    if elem == 1.0 and not fp8_out:  # the stack (or the run) leaves the output projection in 16 bits
         elem, gemm_peak = 2.0, dev.peak("bf16")
     head_compute = (
         gemm_time_s(dev, gemm_peak, tokens, w.vocab / t, h, elem_bytes=elem)
