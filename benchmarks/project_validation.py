@@ -513,14 +513,16 @@ def pairs_lines(pairs: list) -> list[str]:
     for kind, what in (
         ("release", "another release of the same stack (layout.framework)"),
         ("batch", "another global batch"),
+        ("unstated", "a setting the layout cannot state (the rows project alike)"),
     ):
         some = [p for p in pairs if p.kind == kind]
         if some:
             mean = sum(abs(p.difference) for p in some) / len(some)
+            low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
+            span = _pct(low, sign=True) + (f" to {_pct(high, sign=True)}" if len(some) > 1 else "")
             lines.append(
-                f"{len(some)} pairs at {what}: published {_pct(min(p.published_gain for p in some), sign=True)} to "
-                f"{_pct(max(p.published_gain for p in some), sign=True)}, the model off by {100 * mean:.1f} points on "
-                "average."
+                f"{len(some)} pair{'s' if len(some) > 1 else ''} at {what}: published {span}, the model off by "
+                f"{100 * mean:.1f} points{' on average' if len(some) > 1 else ''}."
             )
     return lines + [""]
 

@@ -516,14 +516,19 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
         )
     else:
         print("no pair of published runs that differ in one setting")
-    for kind, what in (("release", "another release of the same stack"), ("batch", "another global batch")):
+    for kind, what in (
+        ("release", "another release of the same stack"),
+        ("batch", "another global batch"),
+        ("unstated", "a setting the layout cannot state (the rows project alike)"),
+    ):
         some = [p for p in found if p.kind == kind]
         if some:
             low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
             mean = sum(abs(p.difference) for p in some) / len(some)
+            span = format_percent(low, sign=True) + (f" to {format_percent(high, sign=True)}" if len(some) > 1 else "")
             print(
-                f"  {len(some)} pairs at {what}: published {format_percent(low, sign=True)} to "
-                f"{format_percent(high, sign=True)}, the model off by {100 * mean:.1f} points on average"
+                f"  {len(some)} pair{'s' if len(some) > 1 else ''} at {what}: published {span}, the model off by "
+                f"{100 * mean:.1f} points{' on average' if len(some) > 1 else ''}"
             )
 
 

@@ -539,7 +539,9 @@ class ABPair:
     ``gain`` is throughput after / before - 1 (step before / step after - 1 for step-time tables), so the model's
     ``modelled_gain`` is what the what-if would print for that change at that point. ``kind``: ``setting`` (a layout
     or workload field a user would change), ``release`` (the same stack's profile of another release: the model prices
-    the releases alike where no source says how they differ) or ``batch`` (the global batch: a throughput identity).
+    the releases alike where no source says how they differ), ``batch`` (the global batch: a throughput identity) or
+    ``unstated`` (a field that differs in the rows but not in what the model projects: one row's setting stands in for
+    one the layout cannot state, as torchtitan's 'selective layer' checkpointing, so the model makes no claim).
     """
 
     table: str
@@ -608,6 +610,8 @@ def ab_pairs(names: Sequence[str], accelerators: Sequence[str] | None = None) ->
                     published, modelled = a.published / b.published, ra.predicted / rb.predicted
                 else:
                     published, modelled = b.published / a.published, rb.predicted / ra.predicted
+                if kind == "setting" and modelled == 1.0:
+                    kind = "unstated"
                 out.append(
                     ABPair(
                         name,
