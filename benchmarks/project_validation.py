@@ -510,20 +510,9 @@ def pairs_lines(pairs: list) -> list[str]:
             f"and differs from the published gain by {100 * mean:.1f} points on average (max "
             f"{100 * max(abs(p.difference) for p in settings):.1f}). By field (+: the model promises more): {per}.",
         ]
-    for kind, what in (
-        ("release", "another release of the same stack (layout.framework)"),
-        ("batch", "another global batch"),
-        ("unstated", "a setting the layout cannot state (the rows project alike)"),
-    ):
-        some = [p for p in pairs if p.kind == kind]
-        if some:
-            mean = sum(abs(p.difference) for p in some) / len(some)
-            low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
-            span = _pct(low, sign=True) + (f" to {_pct(high, sign=True)}" if len(some) > 1 else "")
-            lines.append(
-                f"{len(some)} pair{'s' if len(some) > 1 else ''} at {what}: published {span}, the model off by "
-                f"{100 * mean:.1f} points{' on average' if len(some) > 1 else ''}."
-            )
+    from commlens.project.validate import other_pair_lines
+
+    lines += [f"{line}." for line in other_pair_lines(pairs)]
     return lines + [""]
 
 

@@ -484,7 +484,7 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
     from dataclasses import asdict
 
     from commlens.cli.tables import new_table, print_table, right
-    from commlens.project.validate import ab_pairs
+    from commlens.project.validate import ab_pairs, other_pair_lines
     from commlens.results.units import format_percent
 
     with errors_as_exit():
@@ -516,20 +516,8 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
         )
     else:
         print("no pair of published runs that differ in one setting")
-    for kind, what in (
-        ("release", "another release of the same stack"),
-        ("batch", "another global batch"),
-        ("unstated", "a setting the layout cannot state (the rows project alike)"),
-    ):
-        some = [p for p in found if p.kind == kind]
-        if some:
-            low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
-            mean = sum(abs(p.difference) for p in some) / len(some)
-            span = format_percent(low, sign=True) + (f" to {format_percent(high, sign=True)}" if len(some) > 1 else "")
-            print(
-                f"  {len(some)} pair{'s' if len(some) > 1 else ''} at {what}: published {span}, the model off by "
-                f"{100 * mean:.1f} points{' on average' if len(some) > 1 else ''}"
-            )
+    for line in other_pair_lines(found):
+        print(f"  {line}")
 
 
 def _print_memory_validation(memory, stats: MemoryStats) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "load_memory_figures",
     "load_set",
     "megatron_flops",
+    "other_pair_lines",
     "table_names",
     "validate_megatron",
     "validate_memory",
@@ -572,6 +573,29 @@ class ABPair:
             return str(value)
 
         return f"{self.field}: {shown(self.before)} -> {shown(self.after)}"
+
+
+_OTHER_PAIRS = (
+    ("release", "another release of the same stack (layout.framework)"),
+    ("batch", "another global batch"),
+    ("unstated", "a setting the layout cannot state (the rows project alike)"),
+)
+
+
+def other_pair_lines(pairs: Sequence[ABPair]) -> list[str]:
+    """One line for each kind of pair but ``setting``: how many, the published gains, how far the model is off."""
+    lines = []
+    for kind, what in _OTHER_PAIRS:
+        some = [p for p in pairs if p.kind == kind]
+        if some:
+            low, high = min(p.published_gain for p in some), max(p.published_gain for p in some)
+            mean = sum(abs(p.difference) for p in some) / len(some)
+            span = f"{100 * low:+.1f}%" + (f" to {100 * high:+.1f}%" if len(some) > 1 else "")
+            lines.append(
+                f"{len(some)} pair{'s' if len(some) > 1 else ''} at {what}: published {span}, the model off by "
+                f"{100 * mean:.1f} points{' on average' if len(some) > 1 else ''}"
+            )
+    return lines
 
 
 def _fields(row: SetRow) -> dict[str, object]:
