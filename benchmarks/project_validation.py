@@ -550,7 +550,7 @@ def main() -> None:
     sweep = time_sweep()
     rows, coverage = band_coverage(validate_tables([n for n in table_names() if n != MEMORY]))
     memory = validate_memory()
-    pairs = ab_pairs(table_names())
+    pairs = ab_pairs(table_names(), results=rows)
     total_s = time.perf_counter() - t0
 
     speed, speed_missed = speed_lines(timings, shell_s, what_if, sweep)

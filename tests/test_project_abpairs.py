@@ -75,3 +75,10 @@ def test_cli_pairs_prints_each_setting_pair_and_a_summary() -> None:
         [*CLI, "project", "validate", "--pairs", "--table", "nope"], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: --table: no published table 'nope'")
+
+
+def test_pairs_from_rows_already_projected_are_the_same_pairs():
+    from commlens.project.validate import validate_tables
+
+    names = [n for n in table_names() if n != "memory"]
+    assert ab_pairs(names, results=validate_tables(names)) == ab_pairs(names)

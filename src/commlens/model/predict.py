@@ -107,7 +107,7 @@ def layout_for(topology: AnyTopology, nodes: int, ranks_per_host: int | None, sp
     if hit is not None and hit[0] is topology:
         return hit[1]
     layout = build_layout(topology, nodes, ranks_per_host)
-    if span_nodes > nodes and span_nodes > topology.domain_nodes and layout.nic_rate > 0:
+    if nodes > 1 and span_nodes > nodes and span_nodes > topology.domain_nodes and layout.nic_rate > 0:
         layout = _strided_over_domains(layout, topology.domain_nodes, span_nodes)
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()

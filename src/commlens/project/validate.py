@@ -602,17 +602,26 @@ def _fields(row: SetRow) -> dict[str, object]:
     return {**{f"set.{k}": v for k, v in row.overrides.items()}, **{f"layout.{k}": v for k, v in row.layout.items()}}
 
 
-def ab_pairs(names: Sequence[str], accelerators: Sequence[str] | None = None) -> list[ABPair]:
+def ab_pairs(
+    names: Sequence[str], accelerators: Sequence[str] | None = None, results: Sequence[SetResult] = ()
+) -> list[ABPair]:
     """Every pair of rows of one table (same workload, topology and GPU count) whose settings differ in exactly one
-    field, in table order; rows the model refuses are left out."""
+    field, in table order; rows the model refuses are left out. ``results``: the tables' rows as
+    :func:`validate_tables` gave them, where the caller has them (else each table is projected here)."""
     from commlens.project.frameworks import framework
 
+    done: dict[str, list[SetResult]] = {}
+    for r in results:
+        done.setdefault(r.table, []).append(r)
     out: list[ABPair] = []
     for name in names:
         if name in (SC21, MEMORY):
             continue
         table = load_set(name)
-        rows = list(zip(table.rows, validate_set(table, accelerators)))
+        projected = done.get(name)
+        if projected is None or len(projected) != len(table.rows):
+            projected = validate_set(table, accelerators)
+        rows = list(zip(table.rows, projected))
         for i, (a, ra) in enumerate(rows):
             for b, rb in rows[i + 1 :]:
                 if (a.workload, a.topology, a.gpus) != (b.workload, b.topology, b.gpus):
