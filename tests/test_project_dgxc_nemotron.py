@@ -79,12 +79,13 @@ def test_the_figures_as_measured_when_the_table_was_added():
     assert refused == []
     assert abs(res[62].error) < 0.01 and 0.02 < res[86].error < 0.04  # 2.66 s (-0.1%) and 2.746 s (+3.1%)
     errs = [r.error for r in res if r.error is not None]
-    assert 0.072 < sum(abs(e) for e in errs) / len(errs) < 0.076
-    assert 0.042 < sum(errs) / len(errs) < 0.046
+    # [27 s22 bwshape] the Blackwell GEMM curve: 7.4% (+4.4% signed) -> 6.0% (+3.1%)
+    assert 0.058 < sum(abs(e) for e in errs) / len(errs) < 0.062
+    assert 0.029 < sum(errs) / len(errs) < 0.033
     h100 = [r.error for r in res if r.error is not None and r.topology == "dgx-h100"]
     assert 0.047 < sum(abs(e) for e in h100) / len(h100) < 0.051
     gb200 = [r.error for r in res if r.topology == "gb200-nvl72"]
-    assert all(0.20 < e < 0.35 for e in gb200)
+    assert all(0.09 < e < 0.25 for e in gb200)  # [27 s22 bwshape]: +10..+23% (was +20..+33%)
     assert 0.02 < res[0].error < 0.05  # 15B BF16 16 GPUs at v24.11.1: +3.4%
 
 

@@ -76,7 +76,8 @@ def test_the_rows_run_the_25_04_containers_attention():
     # +9.6%); the callback's 128M-element DP bucket filled from the stage's tensors [27 s17 nemobucket] (15B +1.1 ->
     # +3.3%, 8x7B -1.8 -> -1.5%); the step's zeroing of the gradient buffer [27 s18 zerograd] (8B -6.4 -> -6.6%, 405B
     # +14.2 -> +14.1%, 15B +3.3 -> +2.6%, 340B +17.7 -> +17.5%)
-    assert errors == pytest.approx([-0.016, -0.066, -0.039, +0.141, +0.027, +0.175, -0.018, +0.096], abs=0.002)
+    # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: -1.6, -6.6, -3.9, +14.1, +2.7, +17.5, -1.8, +9.6% before
+    assert errors == pytest.approx([-0.041, -0.080, -0.050, +0.106, +0.012, +0.088, -0.033, +0.088], abs=0.002)
 
 
 def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop():
@@ -96,7 +97,7 @@ def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop(
             assert lay["moe_capacity_factor"] == 1.0 and lay["moe_pad_to_capacity"]
     assert table.rows[1].layout["cuda_graphs"] is True
     res = validate_set(table)
-    assert res[1].error == pytest.approx(-0.064, abs=0.002)
+    assert res[1].error == pytest.approx(-0.080, abs=0.002)  # -6.4% before [27 s22 bwshape]
 
 
 def test_the_fsdp_row_runs_without_gradient_accumulation_fusion():
@@ -107,4 +108,4 @@ def test_the_fsdp_row_runs_without_gradient_accumulation_fusion():
     table = load_set(TABLE)
     assert table.rows[2].layout["zero"] == 3 and table.rows[2].layout["grad_accum_fusion"] is False
     assert all("grad_accum_fusion" not in r.layout for i, r in enumerate(table.rows) if i != 2)
-    assert validate_set(table)[2].error == pytest.approx(-0.039, abs=0.002)
+    assert validate_set(table)[2].error == pytest.approx(-0.050, abs=0.002)  # -3.9% before [27 s22 bwshape]

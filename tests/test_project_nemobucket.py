@@ -50,9 +50,10 @@ def test_model_zoo_long_context_rows_run_the_25_09_stack():
 def test_nemo_perf_25_04_nemotron4_15b_row_with_the_callbacks_bucket():
     """GB200, 64 GPUs, TP 1, DP 64: 18,393 tokens/s per GPU (+3.3% over the page's 17,809) with the callback's bucket
     filled from the stage's tensors; +1.1% with Megatron-Core's default even split. The correction makes it worse.
-    18,280 (+2.6%) with the step's zeroing of the gradient buffer [27 s18 zerograd]."""
+    18,280 (+2.6%) with the step's zeroing of the gradient buffer [27 s18 zerograd]; 18,023 (+1.2%) with the
+    Blackwell GEMM curve fitted to XLA's B200 table [27 s22 bwshape]."""
     table = load_set("nemo-perf-25.04")
     i = next(k for k, r in enumerate(table.rows) if r.workload == "nemotron4-15b")
     got = validate_set(table)[i]
-    assert got.predicted == pytest.approx(18280, rel=0.003)
-    assert got.error == pytest.approx(0.026, abs=0.003)
+    assert got.predicted == pytest.approx(18023, rel=0.003)
+    assert got.error == pytest.approx(0.012, abs=0.003)

@@ -58,6 +58,7 @@ def test_the_long_context_b200_cp_rows_move():
     """Before: +6.9, +8.5, +14.4, +15.9, +19.6, +15.3, +14.3, +15.5% (megatron-core's ring ops). With TE 1.14's ring:
     +6.9, +8.5, +13.0, +14.5, +18.7, +14.8, +13.9, +15.2%; then the B200's FP8 sustained factor against the H200's CUDA
     12.8 run (0.902 -> 0.930, [27 s15 bwfp8ratio]): +8.4, +9.8, +14.0, +15.1, +19.1, +15.1, +14.0, +15.2%; then the
-    B200's sustained attention rate [27 s20 attsust] gives the figures below."""
+    B200's sustained attention rate [27 s20 attsust]: +4.2, +3.5, +4.7, +3.2, +4.9, +0.1, -1.6, -1.0%; then the
+    Blackwell GEMM curve fitted to XLA's B200 table [27 s22 bwshape] gives the figures below."""
     errors = [s.error for s in validate_set(load_set("nemo-long-context-b200"))]
-    assert errors == pytest.approx([0.042, 0.035, 0.047, 0.032, 0.049, 0.001, -0.016, -0.010], abs=0.002)
+    assert errors == pytest.approx([0.024, 0.022, 0.038, 0.026, 0.046, -0.002, -0.017, -0.011], abs=0.002)
