@@ -19,7 +19,8 @@ def test_the_model_zoo_rows_run_a_2025_stack_with_cudnn_9_4_attention():
     assert [r.layout["framework"] for r in table.rows] == ["megatron-core-25.09"] * 5
     got = [r.predicted for r in validate_set(table)]
     # were 18.99, 14.06, 17.28, 20.53, 17.75 s with the 2026 profile (cuDNN 9.19 attention)
-    assert got == pytest.approx([19.13, 14.19, 17.42, 20.63, 17.88], abs=0.02)
+    # 19.13, 14.19, 17.42, 20.63, 17.88 s before NCCL's 2-GPU ring rate [27 s22 smallring]
+    assert got == pytest.approx([19.37, 14.44, 17.42, 20.83, 18.05], abs=0.02)
 
 
 def test_the_skills_runs_graph_the_router_and_the_preprocess():

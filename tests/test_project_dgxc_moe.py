@@ -106,7 +106,8 @@ def test_every_row_projects_and_the_figures_as_measured():
     assert all(s.predicted is not None for s in res), [s.refused for s in res]
     err = [s.error for s in res]
     # [27 s22 bwshape] the Blackwell GEMM curve: GB200 Grok-1 -2.2..-5.7% -> -3.9..-7.9%
-    assert err[36:42] == pytest.approx([-0.046, -0.039, -0.050, -0.057, -0.072, -0.079], abs=0.01)
+    # [27 s22 smallring] the 4-GPU rings of TP 4 on a tray: -3.9..-7.9% -> -4.7..-8.9%
+    assert err[36:42] == pytest.approx([-0.053, -0.047, -0.058, -0.067, -0.082, -0.089], abs=0.01)
     assert err[42:46] == pytest.approx([-0.080, +0.025, -0.134, +0.024], abs=0.01)
     assert err[6] == pytest.approx(0.005, abs=0.01) and err[24] == pytest.approx(0.014, abs=0.01)
     assert err[46] == pytest.approx(0.176, abs=0.02)
@@ -115,7 +116,8 @@ def test_every_row_projects_and_the_figures_as_measured():
     # [27 s17 dsv3gb200] and TE's causal mask built over 4096^2 entries each forward (get_full_mask, 81 B an entry):
     # 17.5 -> 18.0 s projected, +95.4..+95.9% -> +89.5..+90.0%
     # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: +89.5..+90.0% -> +76.7..+77.0%
-    assert err[47:50] == pytest.approx([0.767, 0.769, 0.770], abs=0.015)
+    # [27 s22 smallring]: -> +75.1..+75.4%
+    assert err[47:50] == pytest.approx([0.751, 0.753, 0.754], abs=0.015)
     # [27 s16 llama4] Llama 4 Maverick (held out, measured when added): GB200 BF16 +18.2 / +19.4 / +21.2%, FP8 +19.7 /
     # +22.2 / +24.1% (the model's step faster than the runs'), H100 BF16 +4.4%, FP8 (CUDA graphs) +19.2%
     # [27 s22 bwshape]: GB200 BF16 +15.4 / +16.4 / +17.9%, FP8 +17.1 / +18.9 / +20.3%

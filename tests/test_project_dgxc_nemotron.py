@@ -77,13 +77,15 @@ def test_the_figures_as_measured_when_the_table_was_added():
     res = validate_set(load_set(TABLE))
     refused = [i for i, r in enumerate(res) if r.predicted is None]
     assert refused == []
-    assert abs(res[62].error) < 0.01 and 0.02 < res[86].error < 0.04  # 2.66 s (-0.1%) and 2.746 s (+3.1%)
+    # 2.66 s (-0.1%) and 2.746 s (+3.1%) when written; -1.6% / +1.6% with TP 2's ring rate [27 s22 smallring]
+    assert abs(res[62].error) < 0.025 and 0.01 < res[86].error < 0.04
     errs = [r.error for r in res if r.error is not None]
     # [27 s22 bwshape] the Blackwell GEMM curve: 7.4% (+4.4% signed) -> 6.0% (+3.1%)
-    assert 0.058 < sum(abs(e) for e in errs) / len(errs) < 0.062
-    assert 0.029 < sum(errs) / len(errs) < 0.033
+    # [27 s22 smallring] the 2- and 4-GPU rings: 5.7% (+2.6%)
+    assert 0.055 < sum(abs(e) for e in errs) / len(errs) < 0.059
+    assert 0.024 < sum(errs) / len(errs) < 0.028
     h100 = [r.error for r in res if r.error is not None and r.topology == "dgx-h100"]
-    assert 0.047 < sum(abs(e) for e in h100) / len(h100) < 0.051
+    assert 0.042 < sum(abs(e) for e in h100) / len(h100) < 0.046  # 4.9% -> 4.4% with [27 s22 smallring]
     gb200 = [r.error for r in res if r.topology == "gb200-nvl72"]
     assert all(0.09 < e < 0.25 for e in gb200)  # [27 s22 bwshape]: +10..+23% (was +20..+33%)
     assert 0.02 < res[0].error < 0.05  # 15B BF16 16 GPUs at v24.11.1: +3.4%

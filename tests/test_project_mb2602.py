@@ -114,4 +114,5 @@ def test_the_26_04_01_gb200_mxfp8_70b_row_records_the_recipes_tp_comm_overlap():
     assert a.layout["tp_comm_overlap"] is True and b.layout["tp_comm_overlap"] is True
     pa, pb = validate_set(old)[3], validate_set(new)[1]
     assert abs(pa.predicted - pb.predicted) < 1e-6 * pb.predicted
-    assert -0.012 < pa.error < 0.0  # [27 s22 bwshape]: -0.6% (was +0.8..+1.8%)
+    # [27 s22 bwshape]: -0.6% (was +0.8..+1.8%); -1.9% with TP 2's ring rate [27 s22 smallring]
+    assert -0.025 < pa.error < 0.0

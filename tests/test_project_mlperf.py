@@ -180,8 +180,9 @@ def test_cisco_rows_reduce_each_tensor_in_its_own_bucket_on_roce():
             by_bucket[i, b] = p
     # 0.3262 / 0.5999 s when written; 0.3443 / 0.6152 s with the non-fp8 buckets in the first layers' group, exposed
     # [27 s16 fp8bucket]; 0.3435 / 0.6144 s with that group's buckets launched once [27 s16 ppbucket]; 0.3465 /
-    # 0.6204 s with the step's zeroing of the gradient buffer [27 s18 zerograd]
-    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3465, abs=5e-4)
+    # 0.6204 s with the step's zeroing of the gradient buffer [27 s18 zerograd]; 0.3504 s (TP 2) with the 2-GPU ring's rate
+    # [27 s22 smallring]
+    assert by_bucket[38, 64].step_time_s == pytest.approx(0.3504, abs=5e-4)
     assert by_bucket[39, 64].step_time_s == pytest.approx(0.6204, abs=5e-4)
     assert by_bucket[38, 64].breakdown["dp_comm"] > by_bucket[38, None].breakdown["dp_comm"] + 0.004
     # (97 against 75 ms hidden once the merged non-fp8 group is exposed whole either way [27 s16 fp8bucket])
@@ -227,7 +228,8 @@ def test_the_submissions_kept_outside_implementations_are_rows():
     # -1.8 / +2.4 / +8.1 / +8.0 / +8.3 / +21.4%; with the B200's sustained attention rate [27 s20 attsust] UF 405B
     # +5.9 / +6.9%, UF 8B -6.0 / -1.9 / +2.1 / +2.0 / +2.4 / +14.8%
     assert abs(errs[20]) < 0.04 and 0.18 < errs[21] < 0.25
-    assert all(0.035 < errs[i] < 0.09 for i in (36, 37))  # +4.0 / +5.0% with [27 s22 bwshape]
+    # +4.0 / +5.0% with [27 s22 bwshape]; +3.4 / +4.4% with the 4-GPU rings of TP 4 [27 s22 smallring]
+    assert all(0.03 < errs[i] < 0.09 for i in (36, 37))
     assert abs(errs[48]) < 0.08 and errs[53] > 0.10  # [27 s22 bwshape]: -7.3%, +11.7%
     header = (_published_dir(None) / f"{TABLE}.yaml").read_text().split("\nrows:\n")[0]
     assert "no implementation or config files" not in header

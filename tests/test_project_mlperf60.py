@@ -43,7 +43,8 @@ def test_every_run_projects_and_the_errors_are_recorded():
     # GB200 (TP 2): the model is fast, more so as the step has fewer micro-batches: the published steps are
     # ~1.6 s + 0.121 s a micro-batch, the model's ~0.4 s + 0.109 s (docs/project-evidence.md [27 s21 mlperf60])
     gb200 = [errors["gb200-nvl72", g] for g in (256, 512, 2048, 4096, 8192)]
-    assert gb200 == pytest.approx([0.085, 0.188, 0.240, 0.352, 0.599], abs=0.01)  # [27 s22 bwshape] (was +13.2..+65.6%)
+    # [27 s22 bwshape] (was +13.2..+65.6%), then TP 2's ring rate [27 s22 smallring] (+8.5..+59.9% before)
+    assert gb200 == pytest.approx([0.062, 0.163, 0.215, 0.325, 0.571], abs=0.01)
 
 
 def test_the_gb300_runs_state_their_fp8_output_projection_and_it_shortens_the_head():

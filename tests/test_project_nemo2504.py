@@ -77,7 +77,8 @@ def test_the_rows_run_the_25_04_containers_attention():
     # +3.3%, 8x7B -1.8 -> -1.5%); the step's zeroing of the gradient buffer [27 s18 zerograd] (8B -6.4 -> -6.6%, 405B
     # +14.2 -> +14.1%, 15B +3.3 -> +2.6%, 340B +17.7 -> +17.5%)
     # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: -1.6, -6.6, -3.9, +14.1, +2.7, +17.5, -1.8, +9.6% before
-    assert errors == pytest.approx([-0.041, -0.080, -0.050, +0.106, +0.012, +0.088, -0.033, +0.088], abs=0.002)
+    # [27 s22 smallring] (-4.1, -8.0, -5.0, +10.6, +1.2, +8.8, -3.3, +8.8% before)
+    assert errors == pytest.approx([-0.044, -0.080, -0.050, +0.103, +0.012, +0.087, -0.033, +0.068], abs=0.002)
 
 
 def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop():

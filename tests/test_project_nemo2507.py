@@ -98,7 +98,7 @@ def test_every_row_is_projected_with_the_figures_reported():
     assert [r.predicted is not None for r in results] == [True] * len(PAGE)
     errors = [r.error for r in results]
     # [27 s16 llama4] Scout -2.3%; [27 s22 bwshape] the Blackwell GEMM curve: -2.4, -0.8, +13.0, -2.3% -> the figures below
-    assert errors == pytest.approx([-0.040, -0.020, +0.118, -0.040], abs=0.002)
+    assert errors == pytest.approx([-0.040, -0.020, +0.111, -0.040], abs=0.002)  # +11.8% before [27 s22 smallring]
 
 
 def test_the_scout_row_is_the_model_the_page_counted():

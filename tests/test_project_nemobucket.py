@@ -44,7 +44,8 @@ def test_model_zoo_long_context_rows_run_the_25_09_stack():
     table = load_set("megatron-moe-qwen3-235b-h100-longctx")
     assert {r.layout["framework"] for r in table.rows} == {"megatron-core-25.09"}
     got = validate_set(table)
-    assert sum(abs(s.error) for s in got) / len(got) == pytest.approx(0.056, abs=0.003)
+    # 5.6% before the 2-GPU ring's rate [27 s22 smallring]
+    assert sum(abs(s.error) for s in got) / len(got) == pytest.approx(0.060, abs=0.003)
 
 
 def test_nemo_perf_25_04_nemotron4_15b_row_with_the_callbacks_bucket():

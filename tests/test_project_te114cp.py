@@ -61,4 +61,5 @@ def test_the_long_context_b200_cp_rows_move():
     B200's sustained attention rate [27 s20 attsust]: +4.2, +3.5, +4.7, +3.2, +4.9, +0.1, -1.6, -1.0%; then the
     Blackwell GEMM curve fitted to XLA's B200 table [27 s22 bwshape] gives the figures below."""
     errors = [s.error for s in validate_set(load_set("nemo-long-context-b200"))]
-    assert errors == pytest.approx([0.024, 0.022, 0.038, 0.026, 0.046, -0.002, -0.017, -0.011], abs=0.002)
+    # [27 s22 smallring] the TP 2 and TP 4 rows' rings: +4.6, -0.2, -1.7% before on the fifth to seventh
+    assert errors == pytest.approx([0.024, 0.022, 0.037, 0.026, 0.040, -0.004, -0.019, -0.011], abs=0.002)
