@@ -32,5 +32,7 @@ def test_nemotron4_15b_b200_row_with_the_callbacks_buckets():
     table = load_set("nemo-perf-25.02")
     i = next(k for k, r in enumerate(table.rows) if r.workload == "nemotron4-15b")
     got = validate_set(table)[i]
-    assert got.predicted == pytest.approx(17401, rel=0.003)
-    assert got.error == pytest.approx(0.179, abs=0.003)
+    # 17,401 (+17.9%) with the first fit of the Blackwell curve; 17,205 (+16.6%) with it held to the Hopper curve's
+    # ratio to the kernel table [27 s22 bwshape, relative fit]
+    assert got.predicted == pytest.approx(17205, rel=0.003)
+    assert got.error == pytest.approx(0.166, abs=0.003)

@@ -73,4 +73,5 @@ def test_every_row_projects_and_none_is_refused():
     assert sum(abs(e) for e in errs) / len(errs) < 0.04
     assert max(abs(e) for e in errs) < 0.19
     assert all(abs(e) < 0.05 for e in errs[:16])  # 8B and 70B BF16 under 24.09
-    assert all(0.09 < e < 0.15 for e in errs[102:108])  # GB200: +10.0..+13.6% with [27 s22 bwshape] (was +13..+19%)
+    # GB200: +7.8..+11.6% [27 s22 bwshape, relative fit] (+13..+19% before the Blackwell curve)
+    assert all(0.07 < e < 0.13 for e in errs[102:108])

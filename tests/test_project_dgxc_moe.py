@@ -107,7 +107,8 @@ def test_every_row_projects_and_the_figures_as_measured():
     err = [s.error for s in res]
     # [27 s22 bwshape] the Blackwell GEMM curve: GB200 Grok-1 -2.2..-5.7% -> -3.9..-7.9%
     # [27 s22 smallring] the 4-GPU rings of TP 4 on a tray: -3.9..-7.9% -> -4.7..-8.9%
-    assert err[36:42] == pytest.approx([-0.053, -0.047, -0.058, -0.067, -0.082, -0.089], abs=0.01)
+    # [27 s22 bwshape, relative fit]: -> -6.1..-9.9%
+    assert err[36:42] == pytest.approx([-0.067, -0.061, -0.071, -0.077, -0.092, -0.099], abs=0.01)
     assert err[42:46] == pytest.approx([-0.080, +0.025, -0.134, +0.024], abs=0.01)
     assert err[6] == pytest.approx(0.005, abs=0.01) and err[24] == pytest.approx(0.014, abs=0.01)
     assert err[46] == pytest.approx(0.176, abs=0.02)
@@ -117,11 +118,13 @@ def test_every_row_projects_and_the_figures_as_measured():
     # 17.5 -> 18.0 s projected, +95.4..+95.9% -> +89.5..+90.0%
     # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: +89.5..+90.0% -> +76.7..+77.0%
     # [27 s22 smallring]: -> +75.1..+75.4%
-    assert err[47:50] == pytest.approx([0.751, 0.753, 0.754], abs=0.015)
+    # [27 s22 bwshape, relative fit]: -> +65.2..+65.8%
+    assert err[47:50] == pytest.approx([0.652, 0.657, 0.658], abs=0.015)
     # [27 s16 llama4] Llama 4 Maverick (held out, measured when added): GB200 BF16 +18.2 / +19.4 / +21.2%, FP8 +19.7 /
     # +22.2 / +24.1% (the model's step faster than the runs'), H100 BF16 +4.4%, FP8 (CUDA graphs) +19.2%
     # [27 s22 bwshape]: GB200 BF16 +15.4 / +16.4 / +17.9%, FP8 +17.1 / +18.9 / +20.3%
-    assert err[50:58] == pytest.approx([0.154, 0.164, 0.179, 0.171, 0.189, 0.203, 0.044, 0.183], abs=0.02)
+    # [27 s22 bwshape, relative fit]: GB200 BF16 +13.7 / +14.7 / +16.1%, FP8 +15.7 / +17.5 / +18.9%
+    assert err[50:58] == pytest.approx([0.137, 0.147, 0.161, 0.157, 0.175, 0.189, 0.044, 0.183], abs=0.02)
     # [27 s16 auditdgxc] DeepSeek-V3 BF16 on 512 H100 (v25.05.04, PP 8), added after the audit: +15.9%
     assert err[58] == pytest.approx(0.159, abs=0.02)
 

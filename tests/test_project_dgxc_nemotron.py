@@ -82,12 +82,14 @@ def test_the_figures_as_measured_when_the_table_was_added():
     errs = [r.error for r in res if r.error is not None]
     # [27 s22 bwshape] the Blackwell GEMM curve: 7.4% (+4.4% signed) -> 6.0% (+3.1%)
     # [27 s22 smallring] the 2- and 4-GPU rings: 5.7% (+2.6%)
-    assert 0.055 < sum(abs(e) for e in errs) / len(errs) < 0.059
-    assert 0.024 < sum(errs) / len(errs) < 0.028
+    # [27 s22 bwshape, relative fit]: 6.1% (+3.0%)
+    assert 0.059 < sum(abs(e) for e in errs) / len(errs) < 0.063
+    assert 0.028 < sum(errs) / len(errs) < 0.032
     h100 = [r.error for r in res if r.error is not None and r.topology == "dgx-h100"]
     assert 0.042 < sum(abs(e) for e in h100) / len(h100) < 0.046  # 4.9% -> 4.4% with [27 s22 smallring]
     gb200 = [r.error for r in res if r.topology == "gb200-nvl72"]
-    assert all(0.09 < e < 0.25 for e in gb200)  # [27 s22 bwshape]: +10..+23% (was +20..+33%)
+    # [27 s22 bwshape]: +10..+23% (was +20..+33%); +13.6..+26.7% [27 s22 bwshape, relative fit]
+    assert all(0.12 < e < 0.28 for e in gb200)
     assert 0.02 < res[0].error < 0.05  # 15B BF16 16 GPUs at v24.11.1: +3.4%
 
 

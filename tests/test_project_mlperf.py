@@ -107,14 +107,16 @@ def test_every_row_projects_and_the_figures_stand():
     # 9.3% when written (43 rows), 8.7% with [27 s16 fp8bucket]; 8.9% with the 12 rows of [27 s16 mlperfadd] (held
     # out: a change that moves it should say so); 8.4% with the step's zeroing of the gradient buffer [27 s18 zerograd]; 7.9% with the B200's sustained
     # attention rate [27 s20 attsust]; 7.0% with the Blackwell GEMM curve [27 s22 bwshape]
-    assert 0.066 < mean < 0.074
+    assert 0.062 < mean < 0.070  # 6.6% [27 s22 bwshape, relative fit]
     assert sum(abs(e) for e in errs[:38]) / 38 < 0.06  # GPT-3 and 405B rows 5.5%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(27, 32))
-    assert all(0.03 < res[i].error < 0.08 for i in (22, 23, 24, 25, 26, 32, 33))  # +3.7..+6.9% with [27 s22 bwshape]
+    # +3.7..+6.9% with [27 s22 bwshape]; +1.8..+5.0% [27 s22 bwshape, relative fit]
+    assert all(0.01 < res[i].error < 0.07 for i in (22, 23, 24, 25, 26, 32, 33))
     # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+82%; +41..+75% with the
     # fp8 bucket merge exposed [27 s16 fp8bucket])
-    assert all(res[i].error > 0.35 for i in (38, 43, 45))  # +40.2 / +64.6 / +36.8% with [27 s22 bwshape]
+    # +40.2 / +64.6 / +36.8% with [27 s22 bwshape]; +38.7 / +61.1 / +34.3% with [27 s22 smallring] and the relative fit
+    assert all(res[i].error > 0.33 for i in (38, 43, 45))
 
 
 def test_the_8b_rows_reduce_in_the_buckets_their_configs_set():
@@ -229,8 +231,10 @@ def test_the_submissions_kept_outside_implementations_are_rows():
     # +5.9 / +6.9%, UF 8B -6.0 / -1.9 / +2.1 / +2.0 / +2.4 / +14.8%
     assert abs(errs[20]) < 0.04 and 0.18 < errs[21] < 0.25
     # +4.0 / +5.0% with [27 s22 bwshape]; +3.4 / +4.4% with the 4-GPU rings of TP 4 [27 s22 smallring]
-    assert all(0.03 < errs[i] < 0.09 for i in (36, 37))
-    assert abs(errs[48]) < 0.08 and errs[53] > 0.10  # [27 s22 bwshape]: -7.3%, +11.7%
+    assert all(0.015 < errs[i] < 0.09 for i in (36, 37))  # +2.0 / +2.9% [27 s22 bwshape, relative fit]
+    assert (
+        abs(errs[48]) < 0.09 and errs[53] > 0.09
+    )  # [27 s22 bwshape]: -7.3%, +11.7%; -8.2%, +10.2% [27 s22 bwshape, relative fit]
     header = (_published_dir(None) / f"{TABLE}.yaml").read_text().split("\nrows:\n")[0]
     assert "no implementation or config files" not in header
     assert "config incomplete: v5.1 8B Lambda GB300" in header

@@ -78,7 +78,8 @@ def test_the_rows_run_the_25_04_containers_attention():
     # +14.2 -> +14.1%, 15B +3.3 -> +2.6%, 340B +17.7 -> +17.5%)
     # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: -1.6, -6.6, -3.9, +14.1, +2.7, +17.5, -1.8, +9.6% before
     # [27 s22 smallring] (-4.1, -8.0, -5.0, +10.6, +1.2, +8.8, -3.3, +8.8% before)
-    assert errors == pytest.approx([-0.044, -0.080, -0.050, +0.103, +0.012, +0.087, -0.033, +0.068], abs=0.002)
+    # [27 s22 bwshape, relative fit]: -4.4, -8.0, -5.0, +10.3, +1.2, +8.7, -3.3, +6.8% before
+    assert errors == pytest.approx([-0.061, -0.090, -0.059, +0.086, +0.000, +0.117, -0.044, +0.062], abs=0.002)
 
 
 def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop():
@@ -98,7 +99,9 @@ def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop(
             assert lay["moe_capacity_factor"] == 1.0 and lay["moe_pad_to_capacity"]
     assert table.rows[1].layout["cuda_graphs"] is True
     res = validate_set(table)
-    assert res[1].error == pytest.approx(-0.080, abs=0.002)  # -6.4% before [27 s22 bwshape]
+    assert res[1].error == pytest.approx(
+        -0.090, abs=0.002
+    )  # -6.4% before [27 s22 bwshape], -8.0% before [27 s22 bwshape, relative fit]
 
 
 def test_the_fsdp_row_runs_without_gradient_accumulation_fusion():
@@ -109,4 +112,6 @@ def test_the_fsdp_row_runs_without_gradient_accumulation_fusion():
     table = load_set(TABLE)
     assert table.rows[2].layout["zero"] == 3 and table.rows[2].layout["grad_accum_fusion"] is False
     assert all("grad_accum_fusion" not in r.layout for i, r in enumerate(table.rows) if i != 2)
-    assert validate_set(table)[2].error == pytest.approx(-0.050, abs=0.002)  # -3.9% before [27 s22 bwshape]
+    assert validate_set(table)[2].error == pytest.approx(
+        -0.059, abs=0.002
+    )  # -3.9%, -5.0% before [27 s22 bwshape, relative fit]

@@ -62,4 +62,5 @@ def test_the_long_context_b200_cp_rows_move():
     Blackwell GEMM curve fitted to XLA's B200 table [27 s22 bwshape] gives the figures below."""
     errors = [s.error for s in validate_set(load_set("nemo-long-context-b200"))]
     # [27 s22 smallring] the TP 2 and TP 4 rows' rings: +4.6, -0.2, -1.7% before on the fifth to seventh
-    assert errors == pytest.approx([0.024, 0.022, 0.037, 0.026, 0.040, -0.004, -0.019, -0.011], abs=0.002)
+    # [27 s22 bwshape, relative fit]: +2.4, +2.2, +3.7, +2.6, +4.0% before on the first five
+    assert errors == pytest.approx([0.011, 0.013, 0.031, 0.022, 0.037, -0.006, -0.019, -0.012], abs=0.002)
