@@ -49,6 +49,7 @@ __all__ = [
     "nccl_choice",
     "nccl_predict",
     "small_ring_share",
+    "within_one_nvlink_domain",
 ]
 
 
@@ -380,6 +381,12 @@ def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
     host's NVSwitch (DGX H100/B200): the nccl-tests curve the share and extra cost come from is itself of one 8-GPU
     host, and the MoE report's Table 7 measures an 8-GPU H100 host's NCCL all-to-all 12-13% slower than the link
     rate alone gives (1,265 / 1,277 us against 1,116 us) [27 s11 a2anvl, lead]."""
+    return within_one_nvlink_domain(topology, layout)
+
+
+def within_one_nvlink_domain(topology: AnyTopology, layout: Layout) -> bool:
+    """Whether ``layout``'s ranks (two or more) sit in one scale-up domain of an NVLink topology and its GPUs drive the
+    transfers: where NCCL's measured NVLink shares (all-to-all, small rings) apply."""
     return (
         layout.ranks > 1
         and not layout.multi_domain
@@ -425,8 +432,8 @@ def nccl_choice(
         return predict(topology, op, size_bytes, algo="direct", layout=slowed), ""
     if op == "all_to_all":
         layout = _a2a_across(topology, layout)
-    if op in SMALL_RING_OPS and 1 < layout.ranks < 8 and nccl_a2a_nvlink(topology, layout):
-        f = small_ring_share(layout.ranks)  # one NVLink domain, GPU-driven: [27 s22 smallring]
+    if op in SMALL_RING_OPS and layout.ranks < 8 and within_one_nvlink_domain(topology, layout):
+        f = small_ring_share(layout.ranks)  # [27 s22 smallring]
         layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
     algos = nccl_candidates(op, nvls=nvls and layout.switch_rate > 0)
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
