@@ -29,5 +29,6 @@ def test_the_skills_runs_graph_the_router_and_the_preprocess():
         assert r.layout["cuda_graphs"] is True
         assert tuple(r.layout["cuda_graph_scope"]) == ("moe_router", "moe_preprocess")
     got = [r.predicted for r in validate_set(table)]
-    # were 21.43 and 16.94 s eager: the correction moves both rows further from the published 24.71 / 20.99 s
-    assert got == pytest.approx([20.93, 16.46], abs=0.02)
+    # were 21.43 and 16.94 s eager: the correction moves both rows further from the published 24.71 / 20.99 s;
+    # 20.93 / 16.46 s before the graphed kernels' minimum run time [27 s23 graphmin]
+    assert got == pytest.approx([21.18, 16.70], abs=0.02)

@@ -108,8 +108,9 @@ def test_every_row_projects_and_the_figures_as_measured():
     # [27 s22 bwshape] the Blackwell GEMM curve: GB200 Grok-1 -2.2..-5.7% -> -3.9..-7.9%
     # [27 s22 smallring] the 4-GPU rings of TP 4 on a tray: -3.9..-7.9% -> -4.7..-8.9%
     # [27 s22 bwshape, relative fit]: -> -6.1..-9.9%
-    assert err[36:42] == pytest.approx([-0.067, -0.061, -0.071, -0.077, -0.092, -0.099], abs=0.01)
-    assert err[42:46] == pytest.approx([-0.080, +0.025, -0.134, +0.024], abs=0.01)
+    # [27 s23 graphmin] the graphed kernels' minimum run time: -> -7.1..-11.3% (42:46 -8.0, +2.5, -13.4, +2.4% before)
+    assert err[36:42] == pytest.approx([-0.077, -0.071, -0.081, -0.091, -0.105, -0.113], abs=0.01)
+    assert err[42:46] == pytest.approx([-0.081, +0.018, -0.135, +0.017], abs=0.01)
     assert err[6] == pytest.approx(0.005, abs=0.01) and err[24] == pytest.approx(0.014, abs=0.01)
     assert err[46] == pytest.approx(0.176, abs=0.02)
     # [27 s16 dsv3dgxc] GB200 runs TE's unfused attention for MLA (head 192 > 128 on sm100): +165% -> +60%; and no
@@ -124,7 +125,8 @@ def test_every_row_projects_and_the_figures_as_measured():
     # +22.2 / +24.1% (the model's step faster than the runs'), H100 BF16 +4.4%, FP8 (CUDA graphs) +19.2%
     # [27 s22 bwshape]: GB200 BF16 +15.4 / +16.4 / +17.9%, FP8 +17.1 / +18.9 / +20.3%
     # [27 s22 bwshape, relative fit]: GB200 BF16 +13.7 / +14.7 / +16.1%, FP8 +15.7 / +17.5 / +18.9%
-    assert err[50:58] == pytest.approx([0.137, 0.147, 0.161, 0.157, 0.175, 0.189, 0.044, 0.183], abs=0.02)
+    # [27 s23 graphmin] the graphed kernels' minimum run time: H100 BF16 +4.4 -> +3.5%, FP8 (CUDA graphs) +18.3 -> +15.6%
+    assert err[50:58] == pytest.approx([0.137, 0.147, 0.161, 0.157, 0.175, 0.189, 0.035, 0.156], abs=0.02)
     # [27 s16 auditdgxc] DeepSeek-V3 BF16 on 512 H100 (v25.05.04, PP 8), added after the audit: +15.9%
     assert err[58] == pytest.approx(0.159, abs=0.02)
 

@@ -107,7 +107,8 @@ def test_every_row_projects_and_the_figures_stand():
     # 9.3% when written (43 rows), 8.7% with [27 s16 fp8bucket]; 8.9% with the 12 rows of [27 s16 mlperfadd] (held
     # out: a change that moves it should say so); 8.4% with the step's zeroing of the gradient buffer [27 s18 zerograd]; 7.9% with the B200's sustained
     # attention rate [27 s20 attsust]; 7.0% with the Blackwell GEMM curve [27 s22 bwshape]
-    assert 0.062 < mean < 0.070  # 6.6% [27 s22 bwshape, relative fit]
+    # 6.6% [27 s22 bwshape, relative fit]; 6.4% with the graphed kernels' minimum run time [27 s23 graphmin]
+    assert 0.060 < mean < 0.068
     assert sum(abs(e) for e in errs[:38]) / 38 < 0.06  # GPT-3 and 405B rows 5.5%
     # the 405B H100 rows (NeMo 2.2 on ngc25.01) within 3%; the v5.0 GB200 rows optimistic by 7-11%
     assert all(abs(res[i].error) < 0.03 for i in range(27, 32))
@@ -115,8 +116,9 @@ def test_every_row_projects_and_the_figures_stand():
     assert all(0.01 < res[i].error < 0.07 for i in (22, 23, 24, 25, 26, 32, 33))
     # v5.1 8B at one or two samples a GPU on 128-512 GPUs: the model is far too fast (+49..+82%; +41..+75% with the
     # fp8 bucket merge exposed [27 s16 fp8bucket])
-    # +40.2 / +64.6 / +36.8% with [27 s22 bwshape]; +38.7 / +61.1 / +34.3% with [27 s22 smallring] and the relative fit
-    assert all(res[i].error > 0.33 for i in (38, 43, 45))
+    # +40.2 / +64.6 / +36.8% with [27 s22 bwshape]; +38.7 / +61.1 / +34.3% with [27 s22 smallring] and the relative fit;
+    # +38.7 / +54.8 / +30.1% with the graphed kernels' minimum run time [27 s23 graphmin] (the two whole-step graphs)
+    assert all(res[i].error > 0.28 for i in (38, 43, 45))
 
 
 def test_the_8b_rows_reduce_in_the_buckets_their_configs_set():

@@ -59,10 +59,13 @@ def test_expert_gemms_on_side_streams_pay_no_gap_but_their_casts_do():
 
 
 def test_cuda_graphs_remove_the_gaps_of_the_kernels_they_capture():
-    """Under CUDA graphs the router is replayed from the graph: no gap; the dispatch stays eager and keeps its own."""
-    graphed = _moe(layout=ParallelLayout(ep=8, cuda_graphs=True))
-    assert "router_topk_gap" not in graphed and "router_gap" not in graphed
-    assert graphed["permute_gap"].fwd_s == pytest.approx(_moe()["permute_gap"].fwd_s)
+    """Under CUDA graphs the router is replayed from the graph: no launch gap, but its small kernels still run their
+    minimum time on the GPU [27 s23 graphmin]; the dispatch stays eager and keeps its own."""
+    eager, graphed = _moe(), _moe(layout=ParallelLayout(ep=8, cuda_graphs=True))
+    router = graphed["router_topk"]
+    assert graphed["router_topk_gap"].fwd_s == pytest.approx(max(0.0, router.launches * KERNEL_MIN_S - router.fwd_s))
+    assert graphed["router_topk_gap"].fwd_s < eager["router_topk_gap"].fwd_s - router.launches * 0.99 * KERNEL_GAP_S
+    assert graphed["permute_gap"].fwd_s == pytest.approx(eager["permute_gap"].fwd_s)
 
 
 def test_the_gaps_show_in_the_step_breakdown_and_weigh_more_in_an_moe_layer():

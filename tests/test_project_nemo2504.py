@@ -79,7 +79,8 @@ def test_the_rows_run_the_25_04_containers_attention():
     # [27 s22 bwshape] the Blackwell GEMM curve fitted to XLA's B200 table: -1.6, -6.6, -3.9, +14.1, +2.7, +17.5, -1.8, +9.6% before
     # [27 s22 smallring] (-4.1, -8.0, -5.0, +10.6, +1.2, +8.8, -3.3, +8.8% before)
     # [27 s22 bwshape, relative fit]: -4.4, -8.0, -5.0, +10.3, +1.2, +8.7, -3.3, +6.8% before
-    assert errors == pytest.approx([-0.061, -0.090, -0.059, +0.086, +0.000, +0.117, -0.044, +0.062], abs=0.002)
+    # [27 s23 graphmin] the graphed kernels' minimum run time: -6.1, -9.0, -5.9, +8.6, +0.0, +11.7, -4.4, +6.2% before
+    assert errors == pytest.approx([-0.066, -0.090, -0.059, +0.086, +0.000, +0.112, -0.051, +0.062], abs=0.002)
 
 
 def test_the_rows_carry_nemo_v2_3_0s_recompute_graphs_fp8_gather_and_token_drop():

@@ -112,10 +112,11 @@ def test_model_flops_count_the_window_as_megatron_bridge_does():
 
 def test_published_gptoss_rows_stay_within_their_bound():
     """The windowed layers make every gpt-oss row faster (they were already optimistic, +6% to +33%; now +10% to
-    +35%); each row stays optimistic and the five rows' mean error under 25%."""
+    +35%); each row stays optimistic and the five rows' mean error under 25% (the GB300 row +5.2 -> +4.8% with the
+    graphed kernels' minimum run time [27 s23 graphmin])."""
     tables = ["megatron-bridge-perf-26.04.01-moe", "nemo-automodel-moe-h100"]
     rows = [r for r in validate_tables(tables) if r.workload == "gpt-oss-120b"]
     assert len(rows) == 5
     errors = [r.error for r in rows]
-    assert all(e is not None and 0.05 < e < 0.40 for e in errors)
+    assert all(e is not None and 0.04 < e < 0.40 for e in errors)
     assert sum(abs(e) for e in errors if e is not None) / len(errors) < 0.25

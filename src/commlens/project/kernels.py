@@ -1417,10 +1417,11 @@ def _distmoe_block(
 # timestamps are whole microseconds), and its small ATen kernels (grids of at most one wave, 132 blocks: 156 of
 # them) ran a median 2.5 us (min 1 us) whatever their bytes. Every layer kernel on the main stream pays them
 # (_with_gaps, and the MoE block's own); an MoE layer launches 100-300 such kernels per micro-batch (routing,
-# dispatch, per-expert casts) that their bytes alone price at near zero. Not charged: kernels
-# replayed in a CUDA graph (the graph submits them together), and Transformer Engine's per-expert GEMMs, issued
-# round-robin over its compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm
-# at d0067d0da6cb), where one stream's gap runs beside another stream's kernel.
+# dispatch, per-expert casts) that their bytes alone price at near zero. Not charged: the gap of kernels replayed in
+# a CUDA graph (the graph submits them together; their minimum run time is the GPU's and stays, [27 s23 graphmin]),
+# and Transformer Engine's per-expert GEMMs, issued round-robin over its compute streams
+# (transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm at d0067d0da6cb), where one stream's gap
+# runs beside another stream's kernel.
 KERNEL_GAP_S = 2.0e-6
 KERNEL_MIN_S = 2.5e-6
 GAP_SUFFIX = "_gap"
@@ -1479,21 +1480,29 @@ def graph_shares(kernels: list[Kernel], layout: ParallelLayout) -> list[float]:
 
 
 def _scoped_gap(k: Kernel, side: tuple[float, float], layout: ParallelLayout, moe_layer: bool) -> Kernel | None:
-    """:func:`_launch_gap` of the part of ``k`` no CUDA graph replays (:func:`graph_share`)."""
+    """:func:`_launch_gap` of the part of ``k`` no CUDA graph replays (:func:`graph_share`), and what the replayed
+    part holds the GPU for: a graph removes the launch gap, not a kernel's own minimum run time [27 s23 graphmin]."""
     share = graph_share(k, layout, moe_layer)
-    if share >= 1.0:
-        return None
-    if share > 0.0:
-        rest = 1.0 - share
-        bwd = None if k.bwd_launches is None else k.bwd_launches * rest
-        k = replace(k, fwd_s=k.fwd_s * rest, bwd_s=k.bwd_s * rest, launches=k.launches * rest, bwd_launches=bwd)
-    return _launch_gap(k, side, False)
+    if share <= 0.0:
+        return _launch_gap(k, side, False)
+    eager = _launch_gap(_share_of(k, 1.0 - share), side, False) if share < 1.0 else None
+    graphed = _launch_gap(_share_of(k, share), side, False, gap_s=0.0)
+    if eager is None or graphed is None:
+        return eager or graphed
+    return replace(eager, fwd_s=eager.fwd_s + graphed.fwd_s, bwd_s=eager.bwd_s + graphed.bwd_s)
 
 
-def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool) -> Kernel | None:
+def _share_of(k: Kernel, share: float) -> Kernel:
+    """``share`` of ``k``'s launches and time."""
+    bwd = None if k.bwd_launches is None else k.bwd_launches * share
+    return replace(k, fwd_s=k.fwd_s * share, bwd_s=k.bwd_s * share, launches=k.launches * share, bwd_launches=bwd)
+
+
+def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool, gap_s: float = KERNEL_GAP_S) -> Kernel | None:
     """The GPU time ``k``'s kernels hold beyond their own (kind ``launch_gap``): each launched on the main stream
-    (all but ``side``: (forward, backward) launches on side streams) runs at least KERNEL_MIN_S and leaves
-    KERNEL_GAP_S before the next; None under CUDA graphs unless ``k`` stays eager, or where it launches nothing."""
+    (all but ``side``: (forward, backward) launches on side streams) runs at least KERNEL_MIN_S and leaves ``gap_s``
+    (KERNEL_GAP_S when launched one by one) before the next; None under CUDA graphs unless ``k`` stays eager, or
+    where nothing is left to charge."""
     if graphed and not k.eager:
         return None
     bwd_launches = BACKWARD_LAUNCH_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
@@ -1501,8 +1510,10 @@ def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool) -> Kernel |
     n_bwd = max(0.0, bwd_launches - side[1])
     if n_fwd + n_bwd == 0:
         return None
-    fwd = max(0.0, n_fwd * KERNEL_MIN_S - k.fwd_s) + n_fwd * KERNEL_GAP_S
-    bwd = max(0.0, n_bwd * KERNEL_MIN_S - k.bwd_s) + n_bwd * KERNEL_GAP_S
+    fwd = max(0.0, n_fwd * KERNEL_MIN_S - k.fwd_s) + n_fwd * gap_s
+    bwd = max(0.0, n_bwd * KERNEL_MIN_S - k.bwd_s) + n_bwd * gap_s
+    if fwd + bwd <= 0.0:
+        return None
     return Kernel(k.name + GAP_SUFFIX, "launch_gap", fwd, bwd, 0.0, k.eager, bwd_launches=0.0)
 
 
