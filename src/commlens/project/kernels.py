@@ -1485,8 +1485,10 @@ def _scoped_gap(k: Kernel, side: tuple[float, float], layout: ParallelLayout, mo
     share = graph_share(k, layout, moe_layer)
     if share <= 0.0:
         return _launch_gap(k, side, False)
-    eager = _launch_gap(_share_of(k, 1.0 - share), side, False) if share < 1.0 else None
-    graphed = _launch_gap(_share_of(k, share), side, False, gap_s=0.0)
+    # the side-stream launches split as the kernel's do
+    rest = 1.0 - share
+    eager = _launch_gap(_share_of(k, rest), (side[0] * rest, side[1] * rest), False) if share < 1.0 else None
+    graphed = _launch_gap(_share_of(k, share), (side[0] * share, side[1] * share), False, gap_s=0.0)
     if eager is None or graphed is None:
         return eager or graphed
     return replace(eager, fwd_s=eager.fwd_s + graphed.fwd_s, bwd_s=eager.bwd_s + graphed.bwd_s)
