@@ -57,13 +57,17 @@ def test_hopper_casts_write_the_transpose_as_well():
 
 
 def test_mxfp8_gemms_run_at_the_rate_te_s_benchmark_prints():
-    """TE's pre-quantized GEMM benchmark on a B300: 1.94x BF16 per-tensor fp8, 1.74x MXFP8; the casts aside, an MXFP8
-    step is slower than the same layout with current scaling. (GEMMs at the HBM floor keep their time: the ratio is
-    the rate's where the GEMMs are compute-bound, a little under it overall.)"""
+    """TE's pre-quantized GEMM benchmark on a B300, its two published runs of one 5B layer (PR #2863): 1.94x BF16
+    per-tensor fp8 against 1.74x MXFP8 (speedups.rst's figure), 6.812 against 7.161 ms (gemm_profiling.rst's table);
+    MXFP8's GEMMs run at the mean ratio [27 s23 mxrate], and with the casts an MXFP8 step is slower than the same layout
+    with current scaling. (GEMMs at the HBM floor keep their time: the ratio is the rate's where the GEMMs are
+    compute-bound, a little under it overall.)"""
     cur, mx = _70b(GB200, "current"), _70b(GB200, "mxfp8")
     ratio = mx.kernels["gemm"] / cur.kernels["gemm"]
-    assert ratio == pytest.approx(1.94 / 1.74, rel=0.01) and ratio <= 1.94 / 1.74 + 1e-12
-    assert mx.step_time_s > cur.step_time_s * 1.03
+    rate = (1.74 / 1.94 + 6.812 / 7.161) / 2
+    assert rate == pytest.approx(0.924, abs=0.001)
+    assert ratio == pytest.approx(1 / rate, rel=0.01) and ratio <= 1 / rate + 1e-12
+    assert mx.step_time_s > cur.step_time_s * 1.01
 
 
 def test_a_layout_without_a_recipe_runs_the_framework_s_default():
