@@ -1489,11 +1489,11 @@ def _scoped_gap(k: Kernel, side: tuple[float, float], layout: ParallelLayout, mo
     part holds the GPU for: a graph removes the launch gap, not a kernel's own minimum run time [27 s23 graphmin]."""
     share = graph_share(k, layout, moe_layer)
     if share <= 0.0:
-        return _launch_gap(k, side, False)
+        return _launch_gap(k, side)
     # the side-stream launches split as the kernel's do
     rest = 1.0 - share
-    eager = _launch_gap(_share_of(k, rest), (side[0] * rest, side[1] * rest), False) if share < 1.0 else None
-    graphed = _launch_gap(_share_of(k, share), (side[0] * share, side[1] * share), False, gap_s=0.0)
+    eager = _launch_gap(_share_of(k, rest), (side[0] * rest, side[1] * rest)) if share < 1.0 else None
+    graphed = _launch_gap(_share_of(k, share), (side[0] * share, side[1] * share), gap_s=0.0)
     if eager is None or graphed is None:
         return eager or graphed
     return replace(eager, fwd_s=eager.fwd_s + graphed.fwd_s, bwd_s=eager.bwd_s + graphed.bwd_s)
@@ -1505,13 +1505,11 @@ def _share_of(k: Kernel, share: float) -> Kernel:
     return replace(k, fwd_s=k.fwd_s * share, bwd_s=k.bwd_s * share, launches=k.launches * share, bwd_launches=bwd)
 
 
-def _launch_gap(k: Kernel, side: tuple[float, float], graphed: bool, gap_s: float = KERNEL_GAP_S) -> Kernel | None:
+def _launch_gap(k: Kernel, side: tuple[float, float], gap_s: float = KERNEL_GAP_S) -> Kernel | None:
     """The GPU time ``k``'s kernels hold beyond their own (kind ``launch_gap``): each launched on the main stream
     (all but ``side``: (forward, backward) launches on side streams) runs at least KERNEL_MIN_S and leaves ``gap_s``
-    (KERNEL_GAP_S when launched one by one) before the next; None under CUDA graphs unless ``k`` stays eager, or
-    where nothing is left to charge."""
-    if graphed and not k.eager:
-        return None
+    (KERNEL_GAP_S when launched one by one, 0 when a CUDA graph replays it) before the next; None where nothing is
+    left to charge."""
     bwd_launches = BACKWARD_LAUNCH_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
     n_fwd = max(0.0, k.launches - side[0])
     n_bwd = max(0.0, bwd_launches - side[1])
