@@ -68,8 +68,9 @@ def test_padded_experts_run_exactly_their_capacity_whatever_the_routing():
 
 def test_static_shapes_let_the_layer_graph_capture_dispatch_and_experts():
     # Megatron-Core 0.14's enable_cuda_graph graphs the whole layer; dropless experts stay eager and pay launch gaps
-    # (under the whole-layer graph only the small kernels' minimum run time is left [27 s23 graphmin])
-    assert _project(DROPLESS).kernels["launch_gap"] > 3 * _project({}).kernels.get("launch_gap", 0.0)
+    # under the whole-layer graph only the small kernels' minimum run time is left, no gap [27 s23 graphmin]
+    graphed = _project({}).kernels.get("launch_gap", 0.0)
+    assert 0.0 < graphed < _project(DROPLESS).kernels["launch_gap"] / 3
     # the whole-MoE scope, refused for dropless experts, runs under drop-and-pad
     assert _project({"cuda_graph_scope": ["moe"]}).step_time_s > 0
     with pytest.raises(InfeasibleLayoutError, match="drop-and-pad"):
