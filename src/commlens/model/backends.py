@@ -44,7 +44,6 @@ __all__ = [
     "a2a_nic_share",
     "ep_kernel_nvlink_share",
     "implementation",
-    "nccl_a2a_nvlink",
     "nccl_candidates",
     "nccl_choice",
     "nccl_predict",
@@ -375,18 +374,11 @@ def _a2a_across(topology: AnyTopology, layout: Layout) -> Layout:
     return replace(layout, nic_rate=cap) if cap < layout.nic_rate else layout
 
 
-def nccl_a2a_nvlink(topology: AnyTopology, layout: Layout) -> bool:
-    """Whether NCCL's all-to-all on ``layout`` runs over NVLink (:data:`NCCL_A2A_NVLINK_SHARE` applies): one
-    scale-up domain of an NVLink topology, GPU-driven, whether it spans the hosts of a rack (NVL72's trays) or is one
-    host's NVSwitch (DGX H100/B200): the nccl-tests curve the share and extra cost come from is itself of one 8-GPU
-    host, and the MoE report's Table 7 measures an 8-GPU H100 host's NCCL all-to-all 12-13% slower than the link
-    rate alone gives (1,265 / 1,277 us against 1,116 us) [27 s11 a2anvl, lead]."""
-    return within_one_nvlink_domain(topology, layout)
-
-
 def within_one_nvlink_domain(topology: AnyTopology, layout: Layout) -> bool:
     """Whether ``layout``'s ranks (two or more) sit in one scale-up domain of an NVLink topology and its GPUs drive the
-    transfers: where NCCL's measured NVLink shares (all-to-all, small rings) apply."""
+    transfers, whether the domain spans a rack's hosts (NVL72's trays) or is one host's NVSwitch (DGX H100 / B200):
+    where NCCL's measured NVLink shares apply (all-to-all, :data:`NCCL_A2A_NVLINK_SHARE`; small rings, [27 s22
+    smallring]) and DeepEP's and HybridEP's measured rates [27 s11 a2anvl, lead]."""
     return (
         layout.ranks > 1
         and not layout.multi_domain
@@ -418,11 +410,11 @@ def nccl_choice(
     runs with NVLink SHARP off (NCCL_NVLS_ENABLE=0), so NCCL has no NVLS candidate even where the switch reduces."""
     layout = layout_for(topology, nodes, ranks_per_host, span_nodes)
     if op in DEVICE_A2A_OPS:
-        if nccl_a2a_nvlink(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
+        if within_one_nvlink_domain(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
             f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
             layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
         return predict(topology, "all_to_all", size_bytes, algo="direct", layout=_a2a_across(topology, layout)), ""
-    if op == "all_to_all" and nccl_a2a_nvlink(topology, layout):
+    if op == "all_to_all" and within_one_nvlink_domain(topology, layout):
         slowed = replace(
             layout,
             launch_s=layout.launch_s + _a2a_extra_s(size_bytes),
