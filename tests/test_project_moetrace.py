@@ -78,3 +78,24 @@ def test_the_gaps_show_in_the_step_breakdown_and_weigh_more_in_an_moe_layer():
     d = project(dense, b200, ParallelLayout(), 8)
     assert 0 < d.kernels["launch_gap"] < p.kernels["launch_gap"]
     assert "launch_gap" not in project(dense, b200, ParallelLayout(cuda_graphs=True), 8).kernels
+
+
+def test_a_partly_captured_kernel_splits_its_side_stream_launches_with_its_launches():
+    """[27 s23 graphmin] The all-to-all dispatcher's first permutation is half captured under ``moe_preprocess``: the
+    eager half pays the minimum and the gap, the replayed half the minimum only, and launches on side streams (none
+    of them waiting on the main one) leave each half in proportion, not twice."""
+    from commlens.project.kernels import _scoped_gap
+
+    layout = ParallelLayout(
+        ep=8, cuda_graphs=True, cuda_graph_scope=["moe_router", "moe_preprocess"], moe_dispatcher="alltoall"
+    )
+    k = Kernel("permute", "moe_routing", 0.0, 0.0, launches=10.0, bwd_launches=20.0)
+    got = _scoped_gap(k, (4.0, 8.0), layout, True)
+    # eager half: (10 - 4) / 2 = 3 launches forward, (20 - 8) / 2 = 6 backward at min + gap; replayed half the same at min
+    assert got is not None and got.kind == "launch_gap"
+    assert got.fwd_s == pytest.approx(3 * (KERNEL_MIN_S + KERNEL_GAP_S) + 3 * KERNEL_MIN_S)
+    assert got.bwd_s == pytest.approx(6 * (KERNEL_MIN_S + KERNEL_GAP_S) + 6 * KERNEL_MIN_S)
+    # uncaptured it pays both on every main-stream launch; fully side-streamed nothing is left
+    eager = _scoped_gap(k, (4.0, 8.0), ParallelLayout(ep=8), True)
+    assert eager is not None and eager.fwd_s == pytest.approx(6 * (KERNEL_MIN_S + KERNEL_GAP_S))
+    assert _scoped_gap(k, (10.0, 20.0), layout, True) is None

@@ -1500,7 +1500,9 @@ def _scoped_gap(k: Kernel, side: tuple[float, float], layout: ParallelLayout, mo
 
 
 def _share_of(k: Kernel, share: float) -> Kernel:
-    """``share`` of ``k``'s launches and time."""
+    """``share`` of ``k``'s launches and time (``k`` itself for all of it)."""
+    if share >= 1.0:
+        return k
     bwd = None if k.bwd_launches is None else k.bwd_launches * share
     return replace(k, fwd_s=k.fwd_s * share, bwd_s=k.bwd_s * share, launches=k.launches * share, bwd_launches=bwd)
 
