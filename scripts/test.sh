@@ -98,10 +98,52 @@ fi
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/clt.XXXXXX")
 chmod 711 "$RUN_TMP" # the PostgreSQL a nested run starts (tests/test_test_command.py) runs as postgres: it must reach its directory
 export TMPDIR=$RUN_TMP
-"$VENV/bin/python" -m pytest -q --durations=30 "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
+if [ "$#" -gt 0 ]; then
+  "$VENV/bin/python" -m pytest -q --durations=30 "$@"
+  rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "error: no tests were collected" >&2
+    exit 1
+  fi
+  exit "$rc"
+fi
+
+# The whole suite, in two parts: every test but those marked `alone` on WORKERS pytest-xdist workers (each test
+# file kept on one worker), then the `alone` ones one after another with nothing beside them: they judge speeds,
+# rates and deadlines that a test running beside them would move (tests/conftest.py lists them and says why).
+# WORKERS: COMMLENS_TEST_WORKERS, else the CPUs up to 4 (each test may start several ranks of its own); 1 runs
+# the whole suite in one serial part.
+WORKERS=${COMMLENS_TEST_WORKERS:-$(nproc)}
+if ! [[ "$WORKERS" =~ ^[0-9]+$ ]] || [ "$WORKERS" -lt 1 ]; then
+  echo "error: COMMLENS_TEST_WORKERS must be a whole number of at least 1, not '$WORKERS'" >&2
+  exit 2
+fi
+if [ -z "${COMMLENS_TEST_WORKERS:-}" ] && [ "$WORKERS" -gt 4 ]; then WORKERS=4; fi
+if [ "$WORKERS" -eq 1 ]; then
+  "$VENV/bin/python" -m pytest -q --durations=30
+  rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "error: no tests were collected" >&2
+    exit 1
+  fi
+  exit "$rc"
+fi
+echo "test: part 1 of 2, on $WORKERS workers: every test not marked alone" >&2
+"$VENV/bin/python" -m pytest -q --durations=20 -n "$WORKERS" --dist loadfile -m "not alone"
+rc1=$?
+echo "test: part 2 of 2, one at a time: the tests marked alone (they judge speed)" >&2
+"$VENV/bin/python" -m pytest -q --durations=10 -m alone
+rc2=$?
+if [ "$rc1" -eq 5 ] && [ "$rc2" -eq 5 ]; then
   echo "error: no tests were collected" >&2
   exit 1
 fi
-exit "$rc"
+if [ "$rc1" -ne 0 ] && [ "$rc1" -ne 5 ]; then
+  echo "error: part 1 of the tests failed (pytest exit $rc1)" >&2
+  exit "$rc1"
+fi
+if [ "$rc2" -ne 0 ] && [ "$rc2" -ne 5 ]; then
+  echo "error: part 2 of the tests failed (pytest exit $rc2)" >&2
+  exit "$rc2"
+fi
+exit 0

@@ -76,3 +76,76 @@ def test_the_run_s_own_postgres_is_stopped_and_removed(tmp_path: Path, passes: b
     assert not Path(left).exists(), "a temporary directory of the run is left behind"
     assert not _postgres_serving(server_dir), "the run's PostgreSQL server is still running"
     assert _boot_links() == links
+
+
+# -- the whole suite's two parts: what fails in either fails the run, and a run of nothing is no pass ------------
+
+TWO_PART_CONFTEST = """
+import pytest
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: runs in the second part")
+"""
+
+
+def _whole_suite(tmp_path: Path, tests: dict[str, str], **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/test.sh`` with no arguments (the whole suite, in its two parts) in a directory holding ``tests``:
+    with no pytest configuration there, pytest collects that directory. A PostgreSQL URL is given, so none starts
+    (the probes do not use it)."""
+    (tmp_path / "conftest.py").write_text(TWO_PART_CONFTEST)
+    for name, body in tests.items():
+        (tmp_path / name).write_text(body)
+    env = {k: v for k, v in os.environ.items() if k != "COMMLENS_TEST_WORKERS"}
+    env.update(VENV=str(ROOT / ".venv"), COMMLENS_TEST_PG_URL="postgresql://unused", **env_extra)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "test.sh")], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+
+
+PASSES = "def test_passes():\n    assert True\n"
+FAILS = "def test_fails():\n    assert False\n"
+ALONE_PASSES = "import pytest\n\n@pytest.mark.alone\ndef test_alone_passes():\n    assert True\n"
+ALONE_FAILS = "import pytest\n\n@pytest.mark.alone\ndef test_alone_fails():\n    assert False\n"
+
+
+def test_the_whole_suite_runs_the_tests_that_judge_speed_after_the_others_and_passes_when_both_parts_pass(
+    tmp_path: Path,
+) -> None:
+    run = _whole_suite(tmp_path, {"test_a.py": PASSES, "test_b.py": PASSES, "test_c.py": ALONE_PASSES})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    # part 1 runs the two unmarked tests on workers, then part 2 the one marked alone
+    assert 0 <= run.stdout.find("2 passed in") < run.stdout.find("1 passed, 2 deselected in"), run.stdout
+    assert run.stderr.index("part 1 of 2") < run.stderr.index("part 2 of 2"), run.stderr
+
+
+@pytest.mark.parametrize(
+    "tests, part",
+    [
+        ({"test_a.py": FAILS, "test_c.py": ALONE_PASSES}, 1),
+        ({"test_a.py": PASSES, "test_c.py": ALONE_FAILS}, 2),
+        ({"test_c.py": ALONE_FAILS}, 2),  # part 1 collects nothing (exit 5): that alone is no failure
+    ],
+    ids=["part-1-fails", "part-2-fails", "only-part-2-has-tests"],
+)
+def test_a_failure_in_either_part_fails_the_run(tmp_path: Path, tests: dict[str, str], part: int) -> None:
+    run = _whole_suite(tmp_path, tests)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert f"error: part {part} of the tests failed (pytest exit 1)" in run.stderr
+
+
+def test_a_run_that_collects_no_test_in_either_part_fails(tmp_path: Path) -> None:
+    run = _whole_suite(tmp_path, {"helper.py": "X = 1\n"})
+    assert run.returncode == 1 and "error: no tests were collected" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("workers", ["0", "two", "-1"])
+def test_a_bad_worker_count_is_refused(tmp_path: Path, workers: str) -> None:
+    run = _whole_suite(tmp_path, {"test_a.py": PASSES}, COMMLENS_TEST_WORKERS=workers)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert f"error: COMMLENS_TEST_WORKERS must be a whole number of at least 1, not '{workers}'" in run.stderr
+
+
+def test_one_worker_runs_the_whole_suite_in_one_serial_part(tmp_path: Path) -> None:
+    run = _whole_suite(tmp_path, {"test_a.py": FAILS, "test_c.py": ALONE_PASSES}, COMMLENS_TEST_WORKERS="1")
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "1 failed, 1 passed" in run.stdout and "part 1 of 2" not in run.stderr, run.stdout + run.stderr
