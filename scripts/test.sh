@@ -98,14 +98,20 @@ fi
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/clt.XXXXXX")
 chmod 711 "$RUN_TMP" # the PostgreSQL a nested run starts (tests/test_test_command.py) runs as postgres: it must reach its directory
 export TMPDIR=$RUN_TMP
-if [ "$#" -gt 0 ]; then
+# One serial pytest run of "$@" (pytest's own arguments); no test collected is a failure.
+run_serial() {
   "$VENV/bin/python" -m pytest -q --durations=30 "$@"
-  rc=$?
+  local rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "error: no tests were collected" >&2
-    exit 1
+    return 1
   fi
-  exit "$rc"
+  return "$rc"
+}
+
+if [ "$#" -gt 0 ]; then
+  run_serial "$@"
+  exit $?
 fi
 
 # The whole suite, in two parts: every test but those marked `alone` on WORKERS pytest-xdist workers (each test
@@ -120,13 +126,8 @@ if ! [[ "$WORKERS" =~ ^[0-9]+$ ]] || [ "$WORKERS" -lt 1 ]; then
 fi
 if [ -z "${COMMLENS_TEST_WORKERS:-}" ] && [ "$WORKERS" -gt 4 ]; then WORKERS=4; fi
 if [ "$WORKERS" -eq 1 ]; then
-  "$VENV/bin/python" -m pytest -q --durations=30
-  rc=$?
-  if [ "$rc" -eq 5 ]; then
-    echo "error: no tests were collected" >&2
-    exit 1
-  fi
-  exit "$rc"
+  run_serial
+  exit $?
 fi
 echo "test: part 1 of 2, on $WORKERS workers: every test not marked alone" >&2
 "$VENV/bin/python" -m pytest -q --durations=20 -n "$WORKERS" --dist loadfile -m "not alone"

@@ -19,7 +19,7 @@ def realdata() -> Path:
 
 
 # -- which tests run alone -------------------------------------------------------------------------------------------
-# scripts/test.sh runs the suite in two parts: every test but these on two pytest-xdist workers, then these one after
+# scripts/test.sh runs the suite in two parts: every test but these on pytest-xdist workers, then these one after
 # another with nothing beside them. Each judges a speed, a rate or a deadline that a test running beside it on this
 # 2-core machine would move (a rank that another worker's torch import starves reads as a straggler; a shaped link
 # measured while the CPU is taken reads as slow).
@@ -38,7 +38,7 @@ ALONE = {
 }
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``ALONE``'s tests ``alone``. (scripts/test.sh keeps each file on one worker with ``--dist loadfile``, so
     a module fixture, an emulated cluster or a browser, starts once; not ``loadgroup``, whose groups pytest-xdist
     3.8 writes where pytest 9.2 no longer reads a test's id, so every test became a group of its own.)"""
