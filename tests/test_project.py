@@ -247,7 +247,7 @@ def test_a_sweep_point_with_a_bad_layout_value_says_which_field_and_why():
 
     row = evaluate(Base("llama3-8b", "dgx-h100", 64, {"tp": 2}, {}), {"layout.fp8_recipe": "zzz"})
     assert row.kind == "invalid"
-    assert row.error == "layout: fp8_recipe: Input should be 'delayed', 'current' or 'mxfp8'"
+    assert row.error == "layout: fp8_recipe: Input should be 'delayed', 'current', 'mxfp8' or 'nvfp4'"
 
 
 def test_the_scenario_is_one_checked_record_and_run_projects_it():

@@ -26,8 +26,9 @@ def _70b(topology, recipe: str | None, **layout: object) -> Projection:
 
 def test_a_layout_names_its_recipe_and_an_unknown_one_is_refused():
     assert ParallelLayout(fp8_recipe="mxfp8").fp8_recipe == "mxfp8"
+    assert ParallelLayout(fp8_recipe="nvfp4").fp8_recipe == "nvfp4"  # [27 s25 nvfp4]
     with pytest.raises(ValidationError):
-        ParallelLayout(fp8_recipe="nvfp4")  # type: ignore[arg-type]
+        ParallelLayout(fp8_recipe="fp4")  # type: ignore[arg-type]
 
 
 def test_current_scaling_reads_the_tensor_twice_where_delayed_and_mxfp8_cast_in_one_pass():
@@ -80,5 +81,6 @@ def test_the_26_04_dense_rows_record_the_recipe_their_page_names():
     page's precision and its FP8_MX / FP8_CS base config); its layout records the same."""
     rows = load_set("megatron-bridge-perf-26.04.01-dense").rows
     recipes = [ParallelLayout(**r.layout).fp8_recipe for r in rows]  # type: ignore[arg-type]
-    assert recipes == ["mxfp8" if "MXFP8" in r.note else "current" for r in rows]
-    assert recipes.count("mxfp8") == 4
+    named = ["nvfp4" if "NVFP4" in r.note[:20] else "mxfp8" if "MXFP8" in r.note else "current" for r in rows]
+    assert recipes == named
+    assert recipes.count("mxfp8") == 4 and recipes.count("nvfp4") == 4

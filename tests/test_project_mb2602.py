@@ -27,6 +27,11 @@ def test_the_dense_table_holds_the_pages_llama_rows():
         ("llama3-405b", "gb300-nvl72", 256, 1024.0),
         ("llama3-405b", "gb200-nvl72", 256, 818.0),
         ("llama3-405b", "dgx-h100", 1024, 311.0),  # the 26.02 section's (no H100 405B row in 26.02.01)
+        # [27 s25 nvfp4] the page's NVFP4 rows
+        ("llama3-70b", "gb300-nvl72", 64, 7002.0),
+        ("llama3-70b", "gb200-nvl72", 64, 4557.0),
+        ("llama3-405b", "gb300-nvl72", 256, 1358.0),
+        ("llama3-405b", "gb200-nvl72", 256, 1083.0),
     ]
     for r in table.rows:
         assert "Recipe [WB llama/" in r.note and r.layout["framework"] == "megatron-core-26.02"
@@ -79,12 +84,14 @@ def test_every_row_projects_and_none_is_refused():
     rows +11.6 +137.3 +17.3% (mean 20.7%). The 26.02 H100 Qwen3-30B row is Megatron-Bridge #1998's eager x86 step."""
     dense = validate_set(load_set("megatron-bridge-perf-26.02.01-dense"))
     moe = validate_set(load_set("megatron-bridge-perf-26.02.01-moe"))
-    assert len(dense) == 10 and len(moe) == 17
+    assert len(dense) == 14 and len(moe) == 17
     for r in dense + moe:
         assert r.predicted is not None, r.refused
-    # max 11.8%, mean 6.3% [27 s22 bwshape, relative fit]
-    assert max(abs(r.error) for r in dense) < 0.12
-    assert sum(abs(r.error) for r in dense) / len(dense) < 0.065
+    # max 11.8%, mean 6.3% [27 s22 bwshape, relative fit]; the NVFP4 rows (held out, [27 s25 nvfp4]) -14.8 -2.1 -6.6
+    # -9.7%: all rows max 14.8%, mean 6.4%
+    assert max(abs(r.error) for r in dense[:10]) < 0.12
+    assert sum(abs(r.error) for r in dense[:10]) / 10 < 0.065
+    assert max(abs(r.error) for r in dense) < 0.16 and sum(abs(r.error) for r in dense) / len(dense) < 0.07
     assert all(abs(r.error) < 0.4 for i, r in enumerate(moe) if i != 15)
     assert 1.2 < moe[15].error < 1.6
 

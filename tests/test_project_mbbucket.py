@@ -19,12 +19,12 @@ MB_BUCKET = 128 * 1024 * 1024
 TABLES = {
     "megatron-bridge-perf-25.09": (23, set()),
     "megatron-bridge-perf-25.11": (17, set()),
-    "megatron-bridge-perf-26.02.01-dense": (8, set()),
+    "megatron-bridge-perf-26.02.01-dense": (12, set()),
     "megatron-bridge-perf-26.02.01-moe": (
         12,
         {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb200-nvl72", "gb300-nvl72")},
     ),
-    "megatron-bridge-perf-26.04.01-dense": (8, set()),
+    "megatron-bridge-perf-26.04.01-dense": (12, set()),
     "megatron-bridge-perf-26.04.01-moe": (12, {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb300-nvl72")}),
     "megatron-bridge-perf-26.08-moe": (8, set()),
     "megatron-bridge-skills-qwen3-30b-h100": (2, set()),

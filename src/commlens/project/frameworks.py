@@ -169,11 +169,25 @@ class Framework(_Strict):
         "beside the weight-gradient GEMM; otherwise the gathered input is kept and the backward's TP collectives "
         "mirror the forward's",
     )
-    fp8_recipe: Literal["delayed", "current", "mxfp8"] = Field(
+    fp8_recipe: Literal["delayed", "current", "mxfp8", "nvfp4"] = Field(
         default="current",
         description="the fp8 scaling recipe of a layout that names none (ParallelLayout.fp8_recipe): per-tensor "
         "current scaling, the recipe of the NeMo / Megatron-Bridge performance configs (fp8_cs) and torchao's "
         "tensorwise float8",
+    )
+    nvfp4_rht_cast_fused: bool = Field(
+        default=True,
+        description="fp8_recipe nvfp4: Transformer Engine casts a GEMM input or output gradient row-wise and, "
+        "Hadamard-transformed, column-wise in one kernel (TransformerEngine PR #2555, v2.14 on: one 16-bit read), "
+        "after the pass that takes both amaxes; false: in two kernels (v2.8 to v2.13: two reads) [27 s25 nvfp4]",
+    )
+    nvfp4_scale_swizzles: int = Field(
+        default=2,
+        ge=0,
+        le=4,
+        description="fp8_recipe nvfp4: the kernels that move a Hadamard cast's block scales into the layout cuBLASLt "
+        "reads, after each such cast (two until TransformerEngine PR #3011, first in v2.17; 0 after it) "
+        "[27 s25 nvfp4]",
     )
     host_s_per_kernel: float = Field(gt=0, le=1e-3)
     module_host_s: float = Field(

@@ -106,6 +106,14 @@ class Device(StrictSpec):
     fp8_gemm_efficiency_by_cuda_origin: str = Field(
         default="", description="where fp8_gemm_efficiency_by_cuda comes from"
     )
+    nvfp4_gemm_rate: float | None = Field(
+        None,
+        gt=0,
+        description="throughput of NVFP4 GEMMs (Transformer Engine's NVFP4BlockScaling: 1x16 blocks, E4M3 scales) "
+        "against per-tensor fp8 GEMMs of the same shapes on this GPU, kernels only; None: no NVFP4 tensor cores "
+        "(fp8_recipe nvfp4 refused) [27 s25 nvfp4]",
+    )
+    nvfp4_gemm_rate_origin: str = Field(default="", description="where nvfp4_gemm_rate comes from")
     attention_sustained: float = Field(
         1.0,
         gt=0,
@@ -171,7 +179,7 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
             raise AcceleratorsFileError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(_FIELDS)})")
         merged = dict(fields)
         if name in base:
-            for eff in ("gemm_efficiency", "memory_efficiency", "attention_sustained"):
+            for eff in ("gemm_efficiency", "memory_efficiency", "attention_sustained", "nvfp4_gemm_rate"):
                 if eff in fields and f"{eff}_origin" not in fields:
                     raise AcceleratorsFileError(f"{where}.{eff}: given without {eff}_origin (say where it comes from)")
             merged = {**base[name].model_dump(exclude={"name"}), **fields}

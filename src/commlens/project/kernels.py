@@ -29,6 +29,7 @@ from commlens.project.errors import InfeasibleLayoutError
 from commlens.project.frameworks import Framework, generation
 from commlens.project.hardware import Device
 from commlens.project.layout import ParallelLayout
+from commlens.project.memory import NVFP4_BYTES
 from commlens.workload import Workload
 
 __all__ = [
@@ -88,6 +89,8 @@ class Fp8Recipe:
     bytes_any_layout: float
     launches: int
     gemm_rate: float = 1.0
+    # bytes an output gradient's cast moves beyond an input's, per element (NVFP4's stochastic rounding)
+    bwd_extra_bytes: float = 0.0
     # MXFP8's 1x32 / 32x1 block scales: its casts are priced per kernel from Transformer Engine's measured quantize
     # times where the device's generation has them (efficiency.mxfp8_quantize_fit) [27 s10 mxcast]
     block_scaled: bool = False
@@ -132,6 +135,38 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {
         block_scaled=True,
     ),
 }
+# [27 s25 nvfp4] NVFP4 (Transformer Engine's NVFP4BlockScaling, the defaults of v2.8 to v2.18: recipe/__init__.py):
+# every GEMM of a TE linear in NVFP4, 4-bit data with an E4M3 scale per 16 elements and a per-tensor FP32 scale (so an
+# amax pass), both copies cast from the 16-bit tensor; the column-wise copies of the weight gradient's inputs (the
+# input and the output gradient) Hadamard-transformed (16 x 16), the output gradient stochastically rounded, the
+# weights in 16 x 16 blocks (cast once a step, as the fp8 weights). Per input or output-gradient element
+# (NVFP4Quantizer::quantize_impl, transformer_engine/pytorch/csrc/quantizer.cpp): one read for both amaxes
+# (nvte_hadamard_transform_amax, plus a one-thread kernel zeroing them), then up to v2.13 a row-wise cast (one read,
+# 0.5625 B written) and a fused Hadamard-cast-transpose (one read, 0.5625 B); from v2.14 (PR #2555) one kernel for
+# both (one read, 1.125 B written): 7.125 or 5.125 B, 4 or 3 launches, plus the scale swizzles
+# (Framework.nvfp4_scale_swizzles). Stochastic rounding slows the quantize: TE's tuned NVFP4 cast streams 6.4 TB/s
+# round-to-nearest and 4.5 TB/s with stochastic rounding on a B300 (TransformerEngine PR #2412), so an output
+# gradient's quantize bytes count 6.4 / 4.5 times. The layer's producers (norm, activation) cannot emit the amax
+# under the Hadamard transform (the fused-amax paths are off: csrc/extensions/normalization.cpp, activation.cpp), so
+# they write their 16-bit output as the model already prices. The GEMMs run at the device's nvfp4_gemm_rate of its
+# per-tensor fp8 GEMMs (accelerators.yaml); TE's GEMM profiling guide lists these same costs (gemm_profiling.rst).
+NVFP4_SR_SLOWDOWN = 6.4 / 4.5
+NVFP4_UNFUSED_QUANTIZE = 2.0 + NVFP4_BYTES + 2.0 + NVFP4_BYTES  # row-wise, then the Hadamard column-wise cast
+NVFP4_FUSED_QUANTIZE = 2.0 + 2.0 * NVFP4_BYTES  # both in one kernel (TE PR #2555)
+
+
+def nvfp4_recipe(fw: Framework) -> Fp8Recipe:
+    """NVFP4's casts as the framework's Transformer Engine runs them (:data:`NVFP4_BYTES` and the note above)."""
+    quantize = NVFP4_FUSED_QUANTIZE if fw.nvfp4_rht_cast_fused else NVFP4_UNFUSED_QUANTIZE
+    kernels = (3 if fw.nvfp4_rht_cast_fused else 4) + fw.nvfp4_scale_swizzles
+    return Fp8Recipe(
+        bytes_tn_only=2.0 + quantize,
+        bytes_any_layout=2.0 + quantize,
+        launches=kernels,
+        bwd_extra_bytes=quantize * (NVFP4_SR_SLOWDOWN - 1.0),
+    )
+
+
 # GPU generations whose fp8 GEMMs take either layout (TE v2.16 common/transformer_engine.cpp
 # nvte_is_non_tn_fp8_gemm_supported: compute capability 10.0 to 11.x and 13.0 on; B200, GB200, B300, GB300)
 FP8_ANY_LAYOUT = frozenset({"blackwell"})
@@ -142,8 +177,25 @@ MXFP8_UNSUPPORTED = frozenset({"volta", "ampere", "hopper"})
 
 
 def fp8_recipe(fw: Framework, layout: ParallelLayout) -> Fp8Recipe:
-    """The layout's fp8 recipe (FP8_RECIPES), or the framework's default where the layout names none."""
-    return FP8_RECIPES[layout.fp8_recipe or fw.fp8_recipe]
+    """The layout's fp8 recipe (FP8_RECIPES; nvfp4 as the framework's TE runs it), or the framework's default where
+    the layout names none."""
+    name = layout.fp8_recipe or fw.fp8_recipe
+    return nvfp4_recipe(fw) if name == "nvfp4" else FP8_RECIPES[name]
+
+
+def recipe_gemm_rate(dev: Device, fw: Framework, layout: ParallelLayout) -> float:
+    """The recipe's GEMM throughput against per-tensor fp8 GEMMs on ``dev``: MXFP8's constant, NVFP4's measured on the
+    device (``nvfp4_gemm_rate``; a device without one has no NVFP4 tensor cores and is refused)."""
+    name = layout.fp8_recipe or fw.fp8_recipe
+    if name != "nvfp4":
+        return FP8_RECIPES[name].gemm_rate
+    if dev.nvfp4_gemm_rate is None:
+        raise InfeasibleLayoutError(
+            f"fp8_recipe nvfp4 needs NVFP4 tensor cores (Blackwell, compute capability 10.0 or higher, as Transformer "
+            f"Engine checks: check_nvfp4_support); {dev.name} ({generation(dev.name)}) has none in the accelerator "
+            f"table: use the delayed or current recipe"
+        )
+    return dev.nvfp4_gemm_rate
 
 
 def fp8_cast_bytes(dev: Device, recipe: Fp8Recipe) -> float:
@@ -587,7 +639,7 @@ class _Builder:
         1024-2048 cubes carry (Azure cuBLASLt fp8 on H100: 274 and 1011 TFLOP/s, where the curve gives ~1000 and
         ~1220). [27 s10 gemmshape]"""
         t = self._curve_s(m, n, k)
-        cap = gemm_rate_cap(self.dev.name, "fp8" if self.elem == 1.0 else "bf16", 2.0 * m * n * k)
+        cap = gemm_rate_cap(self.dev.name, "fp8" if self.elem < 2.0 else "bf16", 2.0 * m * n * k)
         return t if cap is None else max(t, 2.0 * m * n * k / (cap * self.gemm_rate))
 
 
@@ -609,14 +661,16 @@ def layer_kernels(
             f"fp8_recipe mxfp8 needs compute capability 10.0 (Blackwell) or higher, as Transformer Engine checks "
             f"(check_mxfp8_support); {dev.name} is {generation(dev.name)}: use the delayed or current recipe"
         )
+    rate = recipe_gemm_rate(dev, fw, layout) if fp8 else 1.0
+    nvfp4 = fp8 and (layout.fp8_recipe or fw.fp8_recipe) == "nvfp4"
     b = _Builder(
         dev=dev,
         fw=fw,
         compiled=fw.compile if layout.compile is None else layout.compile,
-        gemm_peak=gemm_peak * (recipe.gemm_rate if recipe else 1.0),
-        elem=1.0 if fp8 else 2.0,
+        gemm_peak=gemm_peak * rate,
+        elem=NVFP4_BYTES if nvfp4 else 1.0 if fp8 else 2.0,
         gemm_launch=1 + (recipe.launches if recipe else 0),
-        gemm_rate=recipe.gemm_rate if recipe else 1.0,
+        gemm_rate=rate,
     )
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
@@ -696,6 +750,11 @@ def _cp_ring(b: _Builder, w: Workload, s: LayerShape) -> list[Kernel]:
 
 
 PER_TENSOR_FP8 = frozenset({"delayed", "current"})  # fp8 recipes with one scale a tensor
+# recipes whose casts TP gathers under sequence parallelism: the per-tensor fp8 ones, and NVFP4, whose per-tensor
+# scale TE takes from an amax all-reduced over TP first ("For tensors that are gathered (e.g., input and gradient in
+# sequence parallelism), amax reduction is performed before quantization"; "NVFP4 all-gather is supported":
+# TransformerEngine docs/features/low_precision_training/nvfp4/nvfp4.rst, v2.13 on) [27 s25 nvfp4]
+TP_GATHERED_RECIPES = PER_TENSOR_FP8 | {"nvfp4"}
 
 
 def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> bool:
@@ -703,8 +762,9 @@ def tp_fp8_all_gather(fw: Framework, w: Workload, layout: ParallelLayout) -> boo
     (delayed or current scaling) on a stack that casts before gathering. Transformer Engine casts the shard before
     the gather under delayed scaling too: v1.4 (da30634a) and v1.8 layernorm_linear.py / linear.py cast the norm
     output or input to fp8 and gather the fp8 tensor under sequence parallelism, as v2.9 / v2.16 do with their
-    Float8Quantizer [27 s12 tpovl]; MXFP8's block scales are not read here."""
-    return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) in PER_TENSOR_FP8
+    Float8Quantizer [27 s12 tpovl]; NVFP4 gathers its 4-bit copy (TP_GATHERED_RECIPES); MXFP8's block scales are not
+    read here."""
+    return fw.tp_fp8_all_gather and w.precision == "fp8" and (layout.fp8_recipe or fw.fp8_recipe) in TP_GATHERED_RECIPES
 
 
 # Current scaling's amax reduction over TP (Transformer Engine v2.9 and v2.16: module/linear.py and
@@ -758,7 +818,7 @@ def fp8_tp_amax_reductions(fw: Framework, w: Workload, layout: ParallelLayout, t
     runs before its fp8 all-gathers (:func:`fp8_tp_gathers`), or that torchao's float8 TP runs on every TP-sharded
     tensor it casts (:func:`torchao_tp_amax_reductions`); delayed scaling reads the scale of the amax history
     and reduces no amax before the gather."""
-    if (layout.fp8_recipe or fw.fp8_recipe) != "current":
+    if (layout.fp8_recipe or fw.fp8_recipe) not in ("current", "nvfp4"):
         return 0, 0
     if fw.torchao_float8_tp:
         return torchao_tp_amax_reductions(fw, w, layout, tp, moe)
@@ -1592,14 +1652,15 @@ def _cast(
     a fixed time each plus their bytes at the measured rate (:func:`_mxfp8_quantize_s`), else at the HBM stream rate."""
     recipe = fp8_recipe(b.fw, layout)
     per_elem = fp8_cast_bytes(b.dev, recipe)
+    per_grad = per_elem + recipe.bwd_extra_bytes  # an output gradient's cast (NVFP4's stochastic rounding)
     fit = mxfp8_quantize_fit(b.dev.name) if recipe.block_scaled and b.fw.moe_local_sort and kernels else None
     fwd_s, bwd_s = (
         (
             _mxfp8_quantize_s(fit, per_elem * elements[0], kernels[0]),
-            _mxfp8_quantize_s(fit, per_elem * elements[1], kernels[1]),
+            _mxfp8_quantize_s(fit, per_grad * elements[1], kernels[1]),
         )
         if fit is not None and kernels is not None
-        else (stream_time_s(b.dev, per_elem * elements[0]), stream_time_s(b.dev, per_elem * elements[1]))
+        else (stream_time_s(b.dev, per_elem * elements[0]), stream_time_s(b.dev, per_grad * elements[1]))
     )
     return Kernel("fp8_cast", "fp8_cast", fwd_s, bwd_s, 0, nbytes=per_elem * elements[0])
 

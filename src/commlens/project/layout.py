@@ -29,7 +29,7 @@ RecomputeMethod = Literal["block", "uniform"]
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "op"]
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
-Fp8Recipe = Literal["delayed", "current", "mxfp8"]
+Fp8Recipe = Literal["delayed", "current", "mxfp8", "nvfp4"]
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
@@ -252,9 +252,11 @@ class ParallelLayout(StrictSpec):
     )
     fp8_recipe: Fp8Recipe | None = Field(
         default=None,
-        description="fp8 scaling recipe of the GEMM inputs (precision fp8): delayed (per-tensor, amax history), "
-        "current (per-tensor current scaling, Megatron --fp8-recipe tensorwise) or mxfp8 (1x32 blocks with E8M0 "
-        "scales, Blackwell); None: the framework's default",
+        description="low-precision recipe of the GEMM inputs (precision fp8), as Transformer Engine names them: "
+        "delayed (per-tensor fp8, amax history), current (per-tensor current scaling, Megatron --fp8-recipe "
+        "tensorwise), mxfp8 (1x32 blocks with E8M0 scales, Blackwell) or nvfp4 (4-bit NVFP4BlockScaling: 1x16 blocks "
+        "with E4M3 scales and a per-tensor scale, Hadamard-transformed weight-gradient inputs, stochastic rounding of "
+        "gradients; Blackwell; Megatron --fp4-format e2m1); None: the framework's default",
     )
     optimizer_impl: Literal["fused", "foreach"] | None = Field(
         default=None,
@@ -668,6 +670,11 @@ def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
         return
     if w.precision != "fp8":
         raise InfeasibleLayoutError("fp8_attention needs precision fp8 (TE's fp8_dpa runs inside fp8 autocast)")
+    if layout.fp8_recipe == "nvfp4":
+        raise InfeasibleLayoutError(
+            "fp8_attention has no NVFP4 backend: Transformer Engine's NVFP4BlockScaling runs attention in 16 bits "
+            "(recipe/__init__.py: fp8_dpa and fp8_mha off, 'Not applying quantization to attention for now')"
+        )
     if layout.framework not in ("megatron-core", "nemo"):
         raise InfeasibleLayoutError(
             f"fp8_attention: {layout.framework} has no fp8 attention (Transformer Engine's fp8_dpa is reached "

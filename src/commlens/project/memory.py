@@ -99,6 +99,7 @@ __all__ = [
     "pp_retained",
     "torch_pp_order",
     "MXFP8_BOTH_LAYOUTS_BYTES",
+    "NVFP4_BYTES",
     "routed_copies",
     "fp8_attention_saved_delta",
     "ep_overlap_held_bytes",
@@ -134,8 +135,11 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
     outside_div = tp if sp else 1
-    # a GEMM keeps its input for the weight gradient: 16-bit, or its fp8 copy (1 B) under fp8
-    gemm_in = 1.0 if w.precision == "fp8" else 2.0
+    # a GEMM keeps its input for the weight gradient: 16-bit, or its fp8 copy (1 B) under fp8; under NVFP4 the
+    # Hadamard-transformed column-wise NVFP4 copy the weight gradient reads (Transformer Engine's NVFP4 linears keep
+    # the quantized input, as for fp8) [27 s25 nvfp4]
+    nvfp4 = (layout.fp8_recipe or framework(layout.framework).fp8_recipe) == "nvfp4"
+    gemm_in = (NVFP4_BYTES if nvfp4 else 1.0) if w.precision == "fp8" else 2.0
     # DTensor TP (torchtitan) keeps the all-gathered norm output; Megatron-Core keeps the shard and gathers again
     gathered_div = 1 if framework(layout.framework).tp_saves_gathered_input else outside_div
     parts = {
@@ -151,7 +155,7 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
         parts["mla_up_proj"] = 2.0 * a * (2 * w.qk_head_dim + w.v_head_dim) / tp
         d = w.v_head_dim
     if w.precision == "fp8":
-        parts["attention"] += a * d / tp  # the output projection's own fp8 copy of the attention output
+        parts["attention"] += gemm_in * a * d / tp  # the output projection's own fp8 copy of the attention output
     fc1_outputs = 2 if w.gated_ffn else 1
     m = w.moe if moe else None
     if m is not None:
@@ -622,6 +626,8 @@ def memory_per_gpu(w: Workload, layout: ParallelLayout, r: Resolved) -> dict[str
 # [27 s9 memmoe] What Megatron-Core's MoE settings of session 9 keep on the device.
 # MXFP8 data and its E8M0 scales (one byte per 32 values) in both layouts, rowwise and columnwise.
 MXFP8_BOTH_LAYOUTS_BYTES = 2.0 + 2.0 / 32
+# one NVFP4 copy of an element: 4 bits of data and its share of an E4M3 scale per 16 elements [27 s25 nvfp4]
+NVFP4_BYTES = 0.5 + 1.0 / 16
 
 
 def routed_copies(w: Workload, layout: ParallelLayout) -> float:
@@ -728,6 +734,6 @@ def fp8_param_weight_bytes(w: Workload, layout: ParallelLayout, full: float, fp8
     from commlens.project.frameworks import framework
 
     recipe = layout.fp8_recipe or framework(layout.framework).fp8_recipe
-    per_weight = MXFP8_BOTH_LAYOUTS_BYTES if recipe == "mxfp8" else 2.0
+    per_weight = {"mxfp8": MXFP8_BOTH_LAYOUTS_BYTES, "nvfp4": 2 * NVFP4_BYTES}.get(recipe, 2.0)
     fp8_params = min(fp8_params, full)
     return per_weight * fp8_params + 2.0 * (full - fp8_params)

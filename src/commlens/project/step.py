@@ -63,6 +63,7 @@ from commlens.project.kernels import (
 from commlens.project.layout import Group, ParallelLayout, Resolved, resolve
 from commlens.project.memory import (
     MEMORY_TOLERANCE,
+    NVFP4_BYTES,
     recomputed_modules,
     stage_fp8_gathered,
     stage_layer_kinds,
@@ -776,7 +777,10 @@ def _layer_comm(c: _Setup) -> _LayerComm:
         if c.sp:
             tp_rs = comm("reduce_scatter", tp_bytes, r.groups["tp"])
             # torchao's float8 TP casts before gathering (Framework.tp_fp8_all_gather): fp8 over the link
-            ag_bytes = tp_bytes / 2 if tp_fp8_all_gather(c.fw, w, c.layout) else tp_bytes
+            ag_bytes = tp_bytes
+            if tp_fp8_all_gather(c.fw, w, c.layout):  # 1 B an element, NVFP4's 0.5625 [27 s25 nvfp4]
+                nvfp4 = (c.layout.fp8_recipe or c.fw.fp8_recipe) == "nvfp4"
+                ag_bytes = tp_bytes * (NVFP4_BYTES if nvfp4 else 1.0) / 2
             tp_ag = comm("all_gather", ag_bytes, r.groups["tp"])
             tp_pass = 2 * (tp_ag + tp_rs)
         else:
@@ -1895,10 +1899,16 @@ def _zero1_fp8_gathered(c: _Setup) -> list[tuple[float, float]]:
     weight's bucket gathers into a bf16 view of its gradient buffer instead (param_and_grad_buffer.py: 'For MXFP8
     param: Create a shared buffer for param AG and grad RS', param_data bf16, with Megatron-Bridge's
     reuse_grad_buf_for_mxfp8_param_ag): two bytes, as without fp8 parameters. The router (a plain matmul), norms,
-    embedding and output layer are not TE fp8 linears: two bytes."""
+    embedding and output layer are not TE fp8 linears: two bytes. Under NVFP4 (``fp8_param_gather`` standing for
+    Megatron's fp4_param_gather) the weights travel as NVFP4, 0.5625 B each (4-bit data and the E4M3 scales): the
+    counts come back as the bytes they save against 1 B each, x (2 - 0.5625), which the callers subtract from the
+    16-bit bytes as they do the fp8 weights' [27 s25 nvfp4]."""
     recipe = c.layout.fp8_recipe or c.fw.fp8_recipe
     if recipe == "mxfp8":
         return [(0.0, 0.0)] * c.r.pp
+    if recipe == "nvfp4":
+        saved = 2.0 - NVFP4_BYTES
+        return [(dense * saved, expert * saved) for dense, expert in _stage_fp8_params(c)]
     return _stage_fp8_params(c)
 
 
