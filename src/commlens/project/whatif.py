@@ -256,7 +256,8 @@ def _family(name: str) -> str:
 def _setting_candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str, list[Variant]]]:
     """The stack's settings the layout leaves off, each one candidate (its variants: the best feasible stands):
     Megatron-Core's EP all-to-all overlap (with delayed weight gradients), fp8 attention (forward and backward, or
-    forward only), TE's fused grouped MLP with HybridEP's static budget and a whole-step graph, CUDA graph scopes,
+    forward only), NVFP4 on Blackwell, TE's fused grouped MLP with HybridEP's static budget and a whole-step graph,
+    CUDA graph scopes,
     ZeRO-1/2 fp8 parameter gathers; torchtitan's deferred FSDP gradient reduction and Dist-MoE. Never the
     workload's ``mtp_layers`` (a different model, not a layout)."""
     from commlens.project.frameworks import framework, generation
@@ -284,11 +285,14 @@ def _setting_candidates(base: Base, point: Overrides, now: Projection) -> list[t
     if family not in _MEGATRON:
         out += _torchtitan_candidates(lay, family, moe, ep, micro_batches)
         return out
-    if fp8 and lay.fp8_attention is None:
+    recipe = lay.fp8_recipe or fw.fp8_recipe
+    if fp8 and lay.fp8_attention is None and recipe != "nvfp4":  # TE has no NVFP4 attention
         add(
             ("fp8 attention (fwd+bwd)", {"fp8_attention": "fwd_bwd"}), ("fp8 attention (fwd)", {"fp8_attention": "fwd"})
         )
     blackwell = generation(topo.accelerator.name) == "blackwell"  # MXFP8: the model does not refuse it on Hopper
+    if fp8 and blackwell and recipe != "nvfp4":  # TE's 4-bit recipe [27 s25 nvfp4]
+        add(("NVFP4 (fp8_recipe nvfp4)", {"fp8_recipe": "nvfp4", "fp8_attention": None}))
     if moe and fp8 and blackwell and (lay.fp8_recipe or fw.fp8_recipe) == "mxfp8":
         out += _fused_moe_candidates(lay)
     if not lay.cuda_graphs:
