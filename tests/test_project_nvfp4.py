@@ -17,7 +17,9 @@ from commlens.project.frameworks import framework
 from commlens.project.hardware import AcceleratorsFileError, device_for, load_accelerators_file
 from commlens.project.kernels import LayerShape, layer_kernels
 from commlens.project.memory import NVFP4_BYTES, activation_parts
+from commlens.project.sweep import Base, project_point
 from commlens.project.validate import load_set, validate_set
+from commlens.project.whatif import explore
 from commlens.topology import load_topology
 from commlens.workload import load_workload
 
@@ -128,3 +130,21 @@ def test_the_pages_nvfp4_rows_project():
                 errors.append(r.error)
     assert len(errors) == 8 and all(-0.2 < e < 0 for e in errors)
     assert sum(abs(e) for e in errors) / 8 < 0.11
+
+
+def test_the_what_if_offers_nvfp4_for_an_fp8_layout_on_blackwell_and_not_on_hopper():
+    """The 26.04.01 GB200 Llama 3 70B MXFP8 layout: NVFP4 is the best change, at the model's own gain; an NVFP4 layout
+    is offered no fp8 attention (TE has none), and Hopper is offered no NVFP4."""
+    gb200 = Base(
+        "llama3-70b", "gb200-nvl72", 64,
+        {"tp": 2, "pp": 4, "vpp": 5, "recompute": "none", "fp8_recipe": "mxfp8"},
+        {"precision": "fp8", "global_batch": 256},
+    )  # fmt: skip
+    now, nv = project_point(gb200, {}), project_point(gb200, {"layout.fp8_recipe": "nvfp4"})
+    best = explore(gb200, {}).changes[0]
+    assert best.label == "NVFP4 (fp8_recipe nvfp4)" and best.step_time_s == pytest.approx(nv.step_time_s)
+    assert nv.step_time_s < now.step_time_s / 1.2
+    labels = [c.label for c in explore(gb200, {"layout.fp8_recipe": "nvfp4"}, top=50).changes]
+    assert not any(label.startswith(("NVFP4", "fp8 attention")) for label in labels)
+    h100 = Base("llama3-70b", "dgx-h100", 64, {"tp": 4, "pp": 4, "recompute": "none"}, {"precision": "fp8"})
+    assert not any(c.label.startswith("NVFP4") for c in explore(h100, {}, top=50).changes)
