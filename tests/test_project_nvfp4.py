@@ -148,3 +148,21 @@ def test_the_what_if_offers_nvfp4_for_an_fp8_layout_on_blackwell_and_not_on_hopp
     assert not any(label.startswith(("NVFP4", "fp8 attention")) for label in labels)
     h100 = Base("llama3-70b", "dgx-h100", 64, {"tp": 4, "pp": 4, "recompute": "none"}, {"precision": "fp8"})
     assert not any(c.label.startswith("NVFP4") for c in explore(h100, {}, top=50).changes)
+
+
+def test_grouped_linear_casts_all_experts_in_one_set_of_kernels():
+    """TE's GroupedLinear under NVFP4 (v2.12 on) casts every local expert's slice in grouped kernels, where MXFP8 and
+    current scaling cast expert by expert: 16 more local experts add 16 GEMM launches to fc2's forward under NVFP4,
+    16 x (GEMM + cast) under MXFP8."""
+    qwen = load_workload("qwen3-30b-a3b", {"seq_len": 4096, "global_batch": 512, "micro_batch": 4, "precision": "fp8"})
+    dev, fw = device_for("B200 (GB200)"), framework("nemo")
+    peak = dev.peak("fp8") * (dev.fp8_gemm_efficiency or dev.gemm_efficiency) / dev.gemm_efficiency
+
+    def fc2_launches(recipe: str, ep: int) -> float:
+        lay = ParallelLayout(ep=ep, framework="nemo", fp8_recipe=recipe, moe_dispatcher="hybridep")  # type: ignore[arg-type]
+        shape = LayerShape(tokens=16384.0, keys=4096.0, tp=1, ep=ep, sp=False, tp_chunks=1)
+        kernels = layer_kernels(dev, fw, qwen, lay, shape, peak, dev.peak("bf16"), True)
+        return next(k.launches for k in kernels if k.name == "experts_out")
+
+    assert fc2_launches("nvfp4", 4) - fc2_launches("nvfp4", 8) == 16
+    assert fc2_launches("mxfp8", 4) - fc2_launches("mxfp8", 8) == 32

@@ -1091,7 +1091,7 @@ def _shared_in(b: _Builder, tokens: float, fe: float, h: float, mats: int, share
     )
 
 
-def grouped_linear_launches(gemm_launch: int) -> tuple[int, int]:
+def grouped_linear_launches(gemm_launch: int, local: float, grouped_casts: bool = False) -> tuple[float, float]:
     """Kernel launches per expert of one Transformer Engine GroupedLinear pass pair (forward, backward), from
     ``gemm_launch`` (one GEMM and the casts of its input). As TE runs it (transformer_engine/pytorch/module/
     grouped_linear.py at release v2.9 and v2.16, the 25.11 and 26.04.01 containers): forward, the input split and
@@ -1099,9 +1099,15 @@ def grouped_linear_launches(gemm_launch: int) -> tuple[int, int]:
     scaling) and one cuBLASLt GEMM per expert (``general_grouped_gemm`` -> ``nvte_multi_tensor_gemm``, round-robin
     over the compute streams); the weights' casts run on the first micro-batch only (Megatron-Core passes
     ``is_first_microbatch``, cached after it). Backward: the output gradient split and cast expert by expert, then a
-    data-gradient and a weight-gradient GEMM per expert: 2 GEMMs and ONE input's casts, not twice the forward."""
+    data-gradient and a weight-gradient GEMM per expert: 2 GEMMs and ONE input's casts, not twice the forward.
+    Summed over the ``local`` experts. ``grouped_casts``: NVFP4, whose split_quantize casts all the experts' slices
+    in grouped kernels (TE v2.12 on, csrc/extensions/cast.cpp split_quantize_nvfp4_impl_with_rht_helper:
+    nvte_group_hadamard_transform_amax, then nvte_group_hadamard_transform_cast_fusion, or its row-wise and column-wise
+    halves where a slice is not a multiple of 128 rows): one set of cast launches a call [27 s25 nvfp4]."""
     casts = gemm_launch - 1
-    return 1 + casts, 2 + casts
+    if grouped_casts:
+        return local + casts, 2 * local + casts
+    return local * (1 + casts), local * (2 + casts)
 
 
 def expert_load(layout: ParallelLayout) -> float:
@@ -1193,14 +1199,15 @@ def _moe_block(
     # one GroupedLinear module per direction over the local experts, one GEMM per expert and pass (fc1 gated: one
     # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
     # backward the data- and weight-gradient GEMMs and the output gradient's casts
-    fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch)
+    nvfp4 = w.precision == "fp8" and (layout.fp8_recipe or b.fw.fp8_recipe) == "nvfp4"
+    fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch, local, nvfp4)
     # Megatron-Core's unfused experts: one cuBLASLt GEMM per expert, each priced as launched alone [27 s10 gemmshape]
     alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
     rows = per_expert * imbalance
     wide, n_in = fc1_gemms(b.fw.experts_fused_fc1(), mats)
     up = b.gemm("experts_in", "grouped_gemm", rows, wide * fe, h, times=local * n_in, eager=True, per_expert=alone)
     down = b.gemm("experts_out", "grouped_gemm", rows, h, fe, times=local, eager=True, per_expert=alone)
-    down = replace(down, launches=local * fwd_launch, bwd_launches=local * bwd_launch)
+    down = replace(down, launches=fwd_launch, bwd_launches=bwd_launch)
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
     # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
     mcore = b.fw.moe_local_sort
@@ -1215,7 +1222,7 @@ def _moe_block(
     if layout.moe_fused_mlp:
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
-        up = replace(up, launches=local * fwd_launch, modules=1.0, bwd_launches=local * bwd_launch)
+        up = replace(up, launches=fwd_launch, modules=1.0, bwd_launches=bwd_launch)
         experts = [up, _experts_activation(b, w, layout, routed * imbalance, fe), down]
     out = [
         b.gemm("router", "gemm", tokens, m.experts, h, modules=0.0),  # a plain matmul, not a linear module
