@@ -155,15 +155,24 @@ NVFP4_UNFUSED_QUANTIZE = 2.0 + NVFP4_BYTES + 2.0 + NVFP4_BYTES  # row-wise, then
 NVFP4_FUSED_QUANTIZE = 2.0 + 2.0 * NVFP4_BYTES  # both in one kernel (TE PR #2555)
 
 
-def nvfp4_recipe(fw: Framework) -> Fp8Recipe:
-    """NVFP4's casts as the framework's Transformer Engine runs them (:data:`NVFP4_BYTES` and the note above)."""
-    quantize = NVFP4_FUSED_QUANTIZE if fw.nvfp4_rht_cast_fused else NVFP4_UNFUSED_QUANTIZE
-    kernels = (3 if fw.nvfp4_rht_cast_fused else 4) + fw.nvfp4_scale_swizzles
+def nvfp4_recipe(fw: Framework, layout: ParallelLayout | None = None) -> Fp8Recipe:
+    """NVFP4's casts as the framework's Transformer Engine runs them (:data:`NVFP4_BYTES` and the note above), with
+    the layout's Hadamard transform and stochastic rounding. Without the transform TE casts both copies in one kernel
+    after a plain amax pass (quantizer.cpp: nvte_compute_amax_with_config, then nvte_quantize_v2 into both usages,
+    common/cast/nvfp4/quantize_transpose_nvfp4.cuh), whatever the release: 5.125 B, 2 launches, and no swizzle
+    kernels (those follow the Hadamard cast, TransformerEngine PR #3011)."""
+    rht = layout is None or layout.nvfp4_rht
+    if rht:
+        quantize = NVFP4_FUSED_QUANTIZE if fw.nvfp4_rht_cast_fused else NVFP4_UNFUSED_QUANTIZE
+        kernels = (3 if fw.nvfp4_rht_cast_fused else 4) + fw.nvfp4_scale_swizzles
+    else:
+        quantize, kernels = NVFP4_FUSED_QUANTIZE, 2
+    rounding = layout is None or layout.nvfp4_stochastic_rounding
     return Fp8Recipe(
         bytes_tn_only=2.0 + quantize,
         bytes_any_layout=2.0 + quantize,
         launches=kernels,
-        bwd_extra_bytes=quantize * (NVFP4_SR_SLOWDOWN - 1.0),
+        bwd_extra_bytes=quantize * (NVFP4_SR_SLOWDOWN - 1.0) if rounding else 0.0,
     )
 
 
@@ -180,7 +189,7 @@ def fp8_recipe(fw: Framework, layout: ParallelLayout) -> Fp8Recipe:
     """The layout's fp8 recipe (FP8_RECIPES; nvfp4 as the framework's TE runs it), or the framework's default where
     the layout names none."""
     name = layout.fp8_recipe or fw.fp8_recipe
-    return nvfp4_recipe(fw) if name == "nvfp4" else FP8_RECIPES[name]
+    return nvfp4_recipe(fw, layout) if name == "nvfp4" else FP8_RECIPES[name]
 
 
 def recipe_gemm_rate(dev: Device, fw: Framework, layout: ParallelLayout) -> float:
@@ -491,6 +500,17 @@ def _attention_core(
 # and cuDNN 9.14; a sliding window or attention sinks in fp8 sm100 and cuDNN 9.21. Backward in fp8 unless
 # NVTE_FP8_DPA_BWD=0 (backends.py FusedAttnFunc: is_bwd_fp8), then the 16-bit kernel (fp8_attention "fwd").
 FP8_ATTENTION_FAMILY = {"delayed": "cudnn_fp8", "current": "cudnn_fp8", "mxfp8": "cudnn_mxfp8"}
+
+
+def fp8_attention_recipe(fw: Framework, layout: ParallelLayout) -> str:
+    """The recipe fp8 attention runs: the linears' own, but per-tensor current scaling beside NVFP4 linears (TE has
+    no NVFP4 attention: its recipe table in dot_product_attention.py, v2.8 and v2.16, runs FP8 attention beside NVFP4
+    linears with a recipe of its own, NVTE_DPA_FP8_RECIPE="Float8CurrentScaling" or "DelayedScaling", both on cuDNN's
+    per-tensor fp8 kernels) [27 s25 nvfp4]."""
+    recipe = layout.fp8_recipe or fw.fp8_recipe
+    return "current" if recipe == "nvfp4" else recipe
+
+
 FP8_ATTENTION_SM100 = frozenset({"current", "mxfp8"})
 
 
@@ -505,7 +525,7 @@ def fp8_attention_rates(
 ) -> tuple[float | None, float | None]:
     """(forward, backward) FLOP/s of the attention core in fp8 on ``dev``; None for a pass that runs in 16 bits or
     has no fp8 curve tabled (the 16-bit rate then stands). Refuses what TE cannot run on this GPU."""
-    recipe = layout.fp8_recipe or fw.fp8_recipe
+    recipe = fp8_attention_recipe(fw, layout)
     blackwell = generation(dev.name) in FP8_ANY_LAYOUT
     if recipe in FP8_ATTENTION_SM100 and not blackwell:
         raise InfeasibleLayoutError(
@@ -537,7 +557,7 @@ def _fp8_attention_cast(b: _Builder, w: Workload, layout: ParallelLayout, s: Lay
     kv_t = a_t if w.mla is not None else max(w.kv_heads_n / s.tp, 1.0)  # MLA's up-projection gives every head K, V
     qkv = s.tokens * (a_t * w.qk_head_dim + kv_t * (w.qk_head_dim + w.v_head_dim))
     out = s.tokens * a_t * w.v_head_dim
-    recipe = layout.fp8_recipe or b.fw.fp8_recipe
+    recipe = fp8_attention_recipe(b.fw, layout)
     per_elem = fp8_cast_bytes(b.dev, FP8_RECIPES[recipe])
     fp8_bwd = layout.fp8_attention == "fwd_bwd"
     fwd_bytes = per_elem * qkv + (3.0 * out if recipe == "delayed" else 0.0)

@@ -258,6 +258,16 @@ class ParallelLayout(StrictSpec):
         "with E4M3 scales and a per-tensor scale, Hadamard-transformed weight-gradient inputs, stochastic rounding of "
         "gradients; Blackwell; Megatron --fp4-format e2m1); None: the framework's default",
     )
+    nvfp4_rht: bool = Field(
+        default=True,
+        description="fp8_recipe nvfp4: the Hadamard transform of the weight gradient's inputs (Transformer Engine's "
+        "default; false: NVTE_NVFP4_DISABLE_RHT=1, as MLPerf Training v5.1's NVFP4 configs set it) [27 s25 nvfp4]",
+    )
+    nvfp4_stochastic_rounding: bool = Field(
+        default=True,
+        description="fp8_recipe nvfp4: the output gradients' stochastic rounding (TE's default; false: "
+        "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1) [27 s25 nvfp4]",
+    )
     optimizer_impl: Literal["fused", "foreach"] | None = Field(
         default=None,
         description="the Adam step's kernels: fused or torch's foreach (eight passes over fp32 tensors); None: the "
@@ -670,12 +680,10 @@ def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
         return
     if w.precision != "fp8":
         raise InfeasibleLayoutError("fp8_attention needs precision fp8 (TE's fp8_dpa runs inside fp8 autocast)")
-    if layout.fp8_recipe == "nvfp4":
-        raise InfeasibleLayoutError(
-            "fp8_attention has no NVFP4 backend: Transformer Engine's NVFP4BlockScaling runs attention in 16 bits "
-            "(recipe/__init__.py: fp8_dpa and fp8_mha off, 'Not applying quantization to attention for now')"
-        )
-    if layout.framework not in ("megatron-core", "nemo"):
+    from commlens.project.frameworks import framework
+
+    # Megatron-Core, NeMo on it, and their release profiles (release_of megatron-core: the containers' stacks)
+    if layout.framework not in ("megatron-core", "nemo") and framework(layout.framework).release_of != "megatron-core":
         raise InfeasibleLayoutError(
             f"fp8_attention: {layout.framework} has no fp8 attention (Transformer Engine's fp8_dpa is reached "
             "through Megatron-Core's fp8_dot_product_attention)"

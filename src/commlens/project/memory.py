@@ -666,6 +666,8 @@ def fp8_attention_saved_delta(w: Workload, layout: ParallelLayout, tp: int) -> f
     else:
         qkv, o = a * (2 * w.qk_head_dim + w.v_head_dim), a * w.v_head_dim
     recipe = layout.fp8_recipe or framework(layout.framework).fp8_recipe
+    if recipe == "nvfp4":  # FP8 attention beside NVFP4 linears runs current scaling (kernels.fp8_attention_recipe)
+        recipe = "current"
     if recipe == "mxfp8":
         return (MXFP8_BOTH_LAYOUTS_BYTES - 2.0) * qkv / tp
     if recipe == "current":  # TE's default keeps O in 16 bits under current scaling
