@@ -199,3 +199,36 @@ def test_mlperf_v5_1_nvfp4_results_project():
             errors.append(r.error)
     assert len(errors) == 15 and max(abs(e) for e in errors) < 0.14
     assert sum(abs(e) for e in errors) / 15 < 0.075
+
+
+W8B = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
+
+
+def _8b(precision: str = "fp8", gpus: int = 8, **layout: object) -> Projection:
+    w = W8B if precision == "fp8" else load_workload("llama3-8b", {**W8B.model_dump(), "precision": precision})
+    lay = {"recompute": "none", "framework": "nemo", "fp8_recipe": "nvfp4", **layout}
+    return project(w, GB300, ParallelLayout(**lay), gpus, check_memory=False)  # type: ignore[arg-type]
+
+
+def test_layers_kept_in_16_bits_cost_what_a_bf16_layer_costs():
+    """Megatron-Core's first_last_layers_bf16 (bf16_layers_start / _end): each such layer runs as under bf16
+    precision. At PP 1, 4 of Llama 3 8B's 32 layers in 16 bits add 4 / 32 of what the whole model in bf16 adds to a
+    micro-batch (the output layer is in 16 bits either way)."""
+    base, four = _8b(), _8b(bf16_layers_end=4)
+    whole = _8b("bf16")
+    per_mb = [p.stages[0]["per_micro_batch_s"] for p in (base, four, whole)]
+    assert per_mb[1] - per_mb[0] == pytest.approx(4 / 32 * (per_mb[2] - per_mb[0]), rel=0.02)
+    assert four.memory["activations"] > base.memory["activations"]  # their GEMM inputs kept in 16 bits
+    # the first layers are the first stage's, the last the last stage's
+    first, last = _8b(gpus=16, pp=2, bf16_layers_start=2), _8b(gpus=16, pp=2, bf16_layers_end=2)
+    even = _8b(gpus=16, pp=2)
+    assert first.stages[0]["per_micro_batch_s"] > even.stages[0]["per_micro_batch_s"]
+    assert first.stages[1]["per_micro_batch_s"] == pytest.approx(even.stages[1]["per_micro_batch_s"])
+    assert last.stages[1]["per_micro_batch_s"] > even.stages[1]["per_micro_batch_s"]
+    assert last.stages[0]["per_micro_batch_s"] == pytest.approx(even.stages[0]["per_micro_batch_s"])
+
+
+def test_bf16_layers_are_checked_and_do_nothing_under_bf16():
+    with pytest.raises(InfeasibleLayoutError, match="bf16_layers_start 20 \\+ bf16_layers_end 20 exceed"):
+        _8b(bf16_layers_start=20, bf16_layers_end=20)
+    assert _8b("bf16", bf16_layers_end=4).step_time_s == _8b("bf16").step_time_s

@@ -258,6 +258,18 @@ class ParallelLayout(StrictSpec):
         "with E4M3 scales and a per-tensor scale, Hadamard-transformed weight-gradient inputs, stochastic rounding of "
         "gradients; Blackwell; Megatron --fp4-format e2m1); None: the framework's default",
     )
+    bf16_layers_start: int = Field(
+        default=0,
+        ge=0,
+        description="under fp8 precision, the first N transformer layers kept in 16 bits, outside the fp8 / NVFP4 "
+        "autocast (Megatron-Core's first_last_layers_bf16 with num_layers_at_start_in_bf16) [27 s25 bf16layers]",
+    )
+    bf16_layers_end: int = Field(
+        default=0,
+        ge=0,
+        description="under fp8 precision, the last N transformer layers kept in 16 bits (num_layers_at_end_in_bf16; "
+        "NVIDIA's NVFP4 recipes keep about the last 15%) [27 s25 bf16layers]",
+    )
     nvfp4_rht: bool = Field(
         default=True,
         description="fp8_recipe nvfp4: the Hadamard transform of the weight gradient's inputs (Transformer Engine's "
@@ -555,6 +567,12 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
     _check_graph_scope(layout, w)
     _check_ep_overlap(layout, w, pp, vpp)
     _check_fp8_attention(layout, w)
+    if layout.bf16_layers_start + layout.bf16_layers_end > w.layers:
+        raise InfeasibleLayoutError(
+            f"bf16_layers_start {layout.bf16_layers_start} + bf16_layers_end {layout.bf16_layers_end} exceed the "
+            f"model's {w.layers} layers",
+            "divides",
+        )
     if w.moe is None:
         if ep > 1:
             raise InfeasibleLayoutError(f"EP {ep} on a dense model (no experts)", "divides")

@@ -88,6 +88,7 @@ __all__ = [
     "in_flight",
     "memory_per_gpu",
     "stage_layer_flags",
+    "stage_bf16_layers",
     "stage_layer_kinds",
     "stage_memory",
     "stage_fp8_gathered",
@@ -257,6 +258,26 @@ def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
     for n in r.stage_layers:
         out.append(flags[start : start + n])
         start += n
+    return out
+
+
+def stage_bf16_layers(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tuple[int, int]]:
+    """(dense, MoE) layers of every stage that run in 16 bits under fp8 precision (``bf16_layers_start`` /
+    ``bf16_layers_end``: Megatron-Core's first_last_layers_bf16, whose fp8 / fp4 context is a null one for a layer
+    number below num_layers_at_start_in_bf16 or at or past layers - num_layers_at_end_in_bf16, megatron/core
+    fp8_utils.py / fp4_utils.py at d98e8a64). The stages hold their layers in order, as :func:`stage_layer_kinds`
+    counts them (under VPP a stage's chunks are interleaved; the first layers are still the first stage's, the last
+    the last stage's, while the count stays within one chunk) [27 s25 bf16layers]."""
+    start, end = layout.bf16_layers_start, layout.bf16_layers_end
+    if w.precision != "fp8" or not (start or end):
+        return [(0, 0)] * len(r.stage_layers)
+    flags = w.moe_layer_flags
+    kept = [i < start or i >= w.layers - end for i in range(w.layers)]
+    out, first = [], 0
+    for n in r.stage_layers:
+        idx = range(first, min(first + n, w.layers))
+        out.append((sum(kept[i] and not flags[i] for i in idx), sum(kept[i] and flags[i] for i in idx)))
+        first += n
     return out
 
 
@@ -514,6 +535,10 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     moe_share = w.moe_layers / w.layers
     dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
+    bf16_layers = stage_bf16_layers(w, layout, r)  # [27 s25 bf16layers] their GEMM inputs kept in 16 bits
+    w16 = w.model_copy(update={"precision": "bf16"}) if any(map(any, bf16_layers)) else w
+    dense_16 = activation_bytes_per_token(w16, layout, r.tp, False) - dense_act if moe_share < 1 else 0.0
+    moe_16 = activation_bytes_per_token(w16, layout, r.tp, True) - moe_act if w.moe_layers else 0.0
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r, layout.schedule)
@@ -568,6 +593,7 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
             grads = grad_bytes * (shard_states if zero >= 2 else full)
             optimizer = opt_bytes * (shard_states if zero >= 1 else full)
         per_token = dense_n * dense_act + moe_n * moe_act  # the stage's layers, no recomputation
+        per_token += bf16_layers[i][0] * dense_16 + bf16_layers[i][1] * moe_16
         one_layer = max(dense_act if dense_n else 0.0, moe_act if moe_n else 0.0)
         live = in_flight(i, r.pp, r.vpp, r.micro_batches, layout.schedule)
         if layout.offload_activation_layers and n:  # offloaded layers keep nothing on the device between passes

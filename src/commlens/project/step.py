@@ -65,6 +65,7 @@ from commlens.project.memory import (
     MEMORY_TOLERANCE,
     NVFP4_BYTES,
     recomputed_modules,
+    stage_bf16_layers,
     stage_fp8_gathered,
     stage_layer_kinds,
     stage_memory,
@@ -475,6 +476,25 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
             kind_times.append(times)
             kind_seconds.append(by_kind)
     return kind_times, kind_seconds, lc
+
+
+def _bf16_layer_deltas(
+    c: _Setup, kind_times: list[tuple[float, ...]], kind_seconds: list[dict[str, float]]
+) -> tuple[list[tuple[float, ...]], list[dict[str, float]]]:
+    """Per layer kind (dense, MoE; as :func:`_layer_times` orders them, first variant), what one layer changes when
+    Megatron-Core keeps it out of the fp8 / NVFP4 autocast (``bf16_layers_start`` / ``_end``): its kernels, TP
+    collectives and host work as under bf16 precision, at the 16-bit GEMM plateau [27 s25 bf16layers]."""
+    w16 = c.w.model_copy(update={"precision": "bf16"})
+    peak16 = c.dev.peak("bf16")
+    c16 = replace(c, w=w16, peak=peak16, gemm_peak=peak16 * _cuda_gemm_ratio(c.dev, c.fw, False))
+    times16, seconds16, _ = _layer_times(c16)
+    kinds = len(times16) // (2 if _partial_recompute(c16) else 1)
+    deltas = [tuple(a - b for a, b in zip(times16[k], kind_times[k])) for k in range(kinds)]
+    classes = [
+        {cls: seconds16[k].get(cls, 0.0) - kind_seconds[k].get(cls, 0.0) for cls in {*seconds16[k], *kind_seconds[k]}}
+        for k in range(kinds)
+    ]
+    return deltas, classes
 
 
 def _partial_recompute(c: _Setup) -> bool:
@@ -1516,6 +1536,8 @@ def _stages(
         accum_bytes += 2 * layout.grad_reduce_bytes
     stages: list[dict[str, float]] = []
     stage_classes: list[dict[str, float]] = []
+    bf16_layers = stage_bf16_layers(w, layout, r)
+    bf16 = _bf16_layer_deltas(c, kind_times, kind_seconds) if any(map(any, bf16_layers)) else None
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
         counts: tuple[tuple[int | None, int], ...] = ((dense_kind, dense_n), (moe_kind, moe_n))
@@ -1537,6 +1559,13 @@ def _stages(
             if kind is not None and count:
                 for cls, v in kind_seconds[kind].items():
                     classes[cls] = classes.get(cls, 0.0) + count * v
+        if bf16 is not None:  # the stage's layers kept in 16 bits: each one's change from its fp8 run
+            for kind, count in ((dense_kind, bf16_layers[i][0]), (moe_kind, bf16_layers[i][1])):
+                if kind is not None and count:
+                    for j, v in enumerate(bf16[0][kind]):
+                        parts[j] += count * v
+                    for cls, v in bf16[1][kind].items():
+                        classes[cls] = classes.get(cls, 0.0) + count * v
         if i == r.pp - 1 and w.mtp_layers:  # the multi-token prediction modules, on the last stage
             mtp_kind = moe_kind if w.mtp_moe else dense_kind
             assert mtp_kind is not None  # the model's last layer is of this kind
