@@ -45,6 +45,14 @@ def test_a_gpu_without_nvfp4_tensor_cores_is_refused_naming_te_s_check():
     assert done.returncode == 2 and done.stderr.startswith("error: fp8_recipe nvfp4 needs NVFP4 tensor cores")
 
 
+def test_a_stack_older_than_te_2_7_is_refused():
+    """NVFP4 came with Transformer Engine 2.7 (Megatron-Core's get_fp4_recipe requires it): the NeMo 25.07 container's
+    TE 2.5 has none; the 25.09 release's profile runs it."""
+    with pytest.raises(InfeasibleLayoutError, match="nemo-25.07 runs a Transformer Engine .* older than NVFP4"):
+        _70b(GB300, "nvfp4", framework="nemo-25.07")
+    assert _70b(GB300, "nvfp4", framework="megatron-core-25.09").step_time_s > 0
+
+
 def test_fp8_attention_beside_nvfp4_linears_runs_per_tensor_current_scaling():
     """TE has no NVFP4 attention; beside NVFP4 linears it runs FP8 attention with a recipe of its own
     (NVTE_DPA_FP8_RECIPE): the same attention kernels and casts as under current scaling."""

@@ -175,6 +175,11 @@ class Framework(_Strict):
         "current scaling, the recipe of the NeMo / Megatron-Bridge performance configs (fp8_cs) and torchao's "
         "tensorwise float8",
     )
+    nvfp4: bool = Field(
+        default=True,
+        description="the stack can run fp8_recipe nvfp4: Transformer Engine 2.7 or newer (Megatron-Core's "
+        "get_fp4_recipe requires it) [27 s25 nvfp4]",
+    )
     nvfp4_rht_cast_fused: bool = Field(
         default=True,
         description="fp8_recipe nvfp4: Transformer Engine casts a GEMM input or output gradient row-wise and, "

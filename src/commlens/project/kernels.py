@@ -198,6 +198,11 @@ def recipe_gemm_rate(dev: Device, fw: Framework, layout: ParallelLayout) -> floa
     name = layout.fp8_recipe or fw.fp8_recipe
     if name != "nvfp4":
         return FP8_RECIPES[name].gemm_rate
+    if not fw.nvfp4:
+        raise InfeasibleLayoutError(
+            f"fp8_recipe nvfp4: {fw.name} runs a Transformer Engine (or float8 library) older than NVFP4 (TE 2.7, "
+            f"which Megatron-Core's get_fp4_recipe requires): use a 2025-09 or later release profile"
+        )
     if dev.nvfp4_gemm_rate is None:
         raise InfeasibleLayoutError(
             f"fp8_recipe nvfp4 needs NVFP4 tensor cores (Blackwell, compute capability 10.0 or higher, as Transformer "

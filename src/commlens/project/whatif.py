@@ -291,7 +291,7 @@ def _setting_candidates(base: Base, point: Overrides, now: Projection) -> list[t
             ("fp8 attention (fwd+bwd)", {"fp8_attention": "fwd_bwd"}), ("fp8 attention (fwd)", {"fp8_attention": "fwd"})
         )
     blackwell = generation(topo.accelerator.name) == "blackwell"  # MXFP8: the model does not refuse it on Hopper
-    if fp8 and blackwell and recipe != "nvfp4":  # TE's 4-bit recipe [27 s25 nvfp4]
+    if fp8 and blackwell and recipe != "nvfp4" and fw.nvfp4:  # TE's 4-bit recipe [27 s25 nvfp4]
         add(("NVFP4 (fp8_recipe nvfp4)", {"fp8_recipe": "nvfp4"}))
     if moe and fp8 and blackwell and (lay.fp8_recipe or fw.fp8_recipe) == "mxfp8":
         out += _fused_moe_candidates(lay)
