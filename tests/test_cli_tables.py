@@ -51,6 +51,8 @@ def test_topology_list() -> None:
         "cluster: 2048 H800, 8 per node on NVLink/NVSwitch (400 GB/s), InfiniBand 50 GB/s per GPU (approximate)\n"
         "dgx-a100                      8       8      300     8      25.0       4480  DGX A100: 8 x A100 SXM "
         "80GB, NVLink3 + NVSwitch (no in-switch reduction), 8 x 200 Gb/s HDR, rail-optimized\n"
+        "dgx-b300                      8       8      900     8     100.0       8192  DGX B300 (approximate): 8 "
+        "x B300, NVLink5 + NVSwitch (NVLS), 8 x 800 Gb/s ConnectX-8, rail-optimized fat tree\n"
         "dgx-h100                      8       8      450     8      50.0       8192  DGX H100: 8 x H100 SXM, "
         "NVLink4 + NVSwitch (NVLS), 8 x 400 Gb/s NDR, rail-optimized fat tree\n"
         "dgx-h200                      8       8      450     8      50.0       8192  DGX H200: 8 x H200 SXM, "

@@ -117,7 +117,17 @@ def _default_topology(device: str) -> str | None:
     if device == "cpu":
         return "local-cpu"
     name = device.lower()
-    for key, preset in (("h200", "dgx-h200"), ("h100", "dgx-h100"), ("a100", "dgx-a100"), ("b200", "b200")):
+    # the Grace-Blackwell racks before their GPUs' names (a "GB200" names a B200) [27 s25 b300]
+    presets = (
+        ("gb300", "gb300-nvl72"),
+        ("gb200", "gb200-nvl72"),
+        ("b300", "dgx-b300"),
+        ("b200", "b200"),
+        ("h200", "dgx-h200"),
+        ("h100", "dgx-h100"),
+        ("a100", "dgx-a100"),
+    )
+    for key, preset in presets:
         if key in name:
             return preset
     return None

@@ -57,7 +57,13 @@ EFFICIENCY_FORMAT = "commlens.efficiency/1"
 EFFICIENCY_ENV = "COMMLENS_EFFICIENCY"
 # Devices without attention entries of their own borrow a sibling's: the same SMs and clocks, other HBM. The keys
 # are accelerators.yaml's names (the B200 in a GB200 is "B200 (GB200)").
-SIBLINGS = {"H200 SXM": "H100 SXM", "B200 (GB200)": "B200", "B200": "B200 (GB200)", "H100 SXM": "H200 SXM"}
+SIBLINGS = {
+    "H200 SXM": "H100 SXM",
+    "B200 (GB200)": "B200",
+    "B200": "B200 (GB200)",
+    "H100 SXM": "H200 SXM",
+    "B300": "B300 (GB300)",  # [27 s25 b300] a DGX B300's GPU reads the GB300's measured tables, scaled
+}
 # Kernel families that stand in for one another when a device has no entry for the asked one (closest first).
 # cudnn_9.13: cuDNN 9.10-9.13's fused attention (the 2025 containers), tabled on B200 only; elsewhere the cudnn curve
 # cudnn_9.4: cuDNN 9.4.0's, tabled on H100 only (what the 2025 containers read on Hopper) [27 s11 hopattn]
