@@ -72,3 +72,21 @@ def test_a_dgx_b300_projects_nvfp4_and_reads_the_gb300_attention_scaled():
 )
 def test_the_monitor_picks_the_system_of_the_gpu_it_runs_on(device: str, preset: str):
     assert _default_topology(device) == preset
+
+
+def test_the_published_b300_rows_project():
+    """Held out (session 25): MLPerf v5.1's four B300 HGX results (Llama 3.1 8B, FP8 and NVFP4) +4.3, +0.7, -0.9,
+    +3.9%; Megatron-Bridge's DGX-B300 MoE rows DeepSeek-V3 +1.3 / +4.0%, Qwen3-30B +10.2 / +5.7%, Qwen3-235B -4.2%,
+    GPT-OSS +23.3 / +27.6% (their B200 twins +17% / +19%) and at EP 64 over 8 nodes +56.1% (at 400 Gb/s a GPU +9.4%)."""
+    from commlens.project.validate import load_set, validate_set
+
+    errors: dict[str, list[float]] = {}
+    for name in ("mlperf-training-llm", "megatron-bridge-perf-26.02.01-moe", "megatron-bridge-perf-26.04.01-moe"):
+        table = load_set(name)
+        for row, r in zip(table.rows, validate_set(table)):
+            if row.topology == "dgx-b300":
+                assert r.error is not None, r.refused
+                errors.setdefault(name, []).append(r.error)
+    assert len(errors["mlperf-training-llm"]) == 4 and all(abs(e) < 0.05 for e in errors["mlperf-training-llm"])
+    moe = errors["megatron-bridge-perf-26.02.01-moe"] + errors["megatron-bridge-perf-26.04.01-moe"]
+    assert len(moe) == 8 and all(-0.05 < e < 0.6 for e in moe)

@@ -81,8 +81,10 @@ def test_published_gptoss_rows_are_nearer():
     H100) were +21% to +55% optimistic without these costs (mean 38.6%); with them every row is slower than before
     and the mean is under 25%."""
     tables = ["megatron-bridge-perf-26.04.01-moe", "nemo-automodel-moe-h100"]
-    rows = [r for r in validate_tables(tables) if r.workload == "gpt-oss-120b"]
-    assert len(rows) == sum(1 for t in tables for row in load_set(t).rows if row.workload == "gpt-oss-120b") == 5
+    # (the DGX-B300 row, held out since session 25, in tests/test_project_b300.py)
+    rows = [r for r in validate_tables(tables) if r.workload == "gpt-oss-120b" and r.topology != "dgx-b300"]
+    published = [row for t in tables for row in load_set(t).rows if row.workload == "gpt-oss-120b"]
+    assert len(rows) == sum(1 for row in published if row.topology != "dgx-b300") == 5
     errors = [r.error for r in rows]
     assert all(e is not None for e in errors)
     assert sum(abs(e) for e in errors if e is not None) / len(errors) < 0.25

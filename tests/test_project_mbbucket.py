@@ -21,11 +21,14 @@ TABLES = {
     "megatron-bridge-perf-25.11": (17, set()),
     "megatron-bridge-perf-26.02.01-dense": (12, set()),
     "megatron-bridge-perf-26.02.01-moe": (
-        12,
-        {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb200-nvl72", "gb300-nvl72")},
+        14,
+        {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb200-nvl72", "gb300-nvl72", "dgx-b300")},
     ),
     "megatron-bridge-perf-26.04.01-dense": (12, set()),
-    "megatron-bridge-perf-26.04.01-moe": (12, {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb300-nvl72")}),
+    "megatron-bridge-perf-26.04.01-moe": (
+        15,
+        {("gpt-oss-120b", t) for t in ("dgx-h100", "b200", "gb300-nvl72", "dgx-b300")},
+    ),
     "megatron-bridge-perf-26.08-moe": (8, set()),
     "megatron-bridge-skills-qwen3-30b-h100": (2, set()),
     "megatron-bridge-cuda-graphs-2960": (0, {("gpt-oss-20b", "dgx-h100")}),

@@ -14,10 +14,15 @@ TABLE = "mlperf-training-llm"
 
 def test_the_table_holds_every_submission_once():
     table = load_set(TABLE)
-    assert table.metric == "step_time_s" and len(table.rows) == 70
+    assert table.metric == "step_time_s" and len(table.rows) == 74
     by: dict[tuple[str, str, str], int] = {}
     nvfp4: dict[tuple[str, str], int] = {}
+    b300: dict[object, int] = {}
     for r in table.rows:
+        if r.topology == "dgx-b300":  # [27 s25 b300] v5.1's B300 HGX results
+            b300[r.layout.get("fp8_recipe")] = b300.get(r.layout.get("fp8_recipe"), 0) + 1
+            assert "[27 s25 b300]" in r.note and "result_*.txt" in r.note
+            continue
         if r.layout.get("fp8_recipe") == "nvfp4":  # [27 s25 nvfp4] v5.1's NVFP4 results
             nvfp4[(r.workload, r.topology)] = nvfp4.get((r.workload, r.topology), 0) + 1
             assert "[27 s25 nvfp4]" in r.note and r.layout["nvfp4_rht"] is False and "result_*.txt" in r.note
@@ -36,6 +41,7 @@ def test_the_table_holds_every_submission_once():
         ("llama3-8b", "gb300-nvl72"): 1,  # NVIDIA theia 8
         ("llama3-8b", "b200"): 9,  # Dell, Supermicro 2, Lenovo 2, Oracle, Nebius n1 / n2 / n4
     }
+    assert b300 == {"current": 2, "nvfp4": 2}  # Dell and Supermicro FP8, Lenovo and Nebius NVFP4
     assert by == {
         ("gpt3-175b", "nemo-24.03", "dgx-h100"): 13,  # v3.0 (5) and v3.1 (8): ngc23.04 / ngc23.09
         ("gpt3-175b", "nemo-24.07", "dgx-h100"): 4,  # v4.0 ngc24.04: NVIDIA 3, Supermicro 1 (three names, one log set)

@@ -202,7 +202,7 @@ def test_mlperf_v5_1_nvfp4_results_project():
     table = load_set("mlperf-training-llm")
     errors: list[float] = []
     for row, r in zip(table.rows, validate_set(table)):
-        if row.layout.get("fp8_recipe") == "nvfp4":
+        if row.layout.get("fp8_recipe") == "nvfp4" and row.topology != "dgx-b300":  # B300's: test_project_b300.py
             assert r.predicted is not None and r.error is not None, r.refused
             errors.append(r.error)
     assert len(errors) == 15 and max(abs(e) for e in errors) < 0.14

@@ -115,8 +115,8 @@ def test_published_gptoss_rows_stay_within_their_bound():
     +35%); each row stays optimistic and the five rows' mean error under 25% (the GB300 row +5.2 -> +4.8% with the
     graphed kernels' minimum run time [27 s23 graphmin])."""
     tables = ["megatron-bridge-perf-26.04.01-moe", "nemo-automodel-moe-h100"]
-    rows = [r for r in validate_tables(tables) if r.workload == "gpt-oss-120b"]
-    assert len(rows) == 5
+    rows = [r for r in validate_tables(tables) if r.workload == "gpt-oss-120b" and r.topology != "dgx-b300"]
+    assert len(rows) == 5  # the DGX-B300 row (session 25): tests/test_project_b300.py
     errors = [r.error for r in rows]
     assert all(e is not None and 0.04 < e < 0.40 for e in errors)
     assert sum(abs(e) for e in errors if e is not None) / len(errors) < 0.25
