@@ -73,8 +73,9 @@ def _layer_gemm_s(accelerator: str, recipe: str) -> float:
 
 def test_the_layers_gemms_run_at_the_measured_rate_against_per_tensor_fp8():
     """On a GB300: 1.81x per-tensor fp8 (TE's B300 GEMM profile, one layer's twelve GEMMs pre-quantized); on a GB200
-    1.39x (derived). The output layer stays in 16 bits under either recipe, so a step gains less than its layers."""
-    for accelerator, rate in (("B300 (GB300)", 1.81), ("B200 (GB200)", 1.39)):
+    1.57x and a B200 1.50x: vLLM's measured 2.73x bf16 at the GPU's bf16 plateau. The output layer stays in 16 bits
+    under either recipe, so a step gains less than its layers."""
+    for accelerator, rate in (("B300 (GB300)", 1.81), ("B200 (GB200)", 1.57), ("B200", 1.50)):
         assert _layer_gemm_s(accelerator, "current") / _layer_gemm_s(accelerator, "nvfp4") == pytest.approx(rate)
     step = _70b(GB300, "current").kernels["gemm"] / _70b(GB300, "nvfp4").kernels["gemm"]
     assert 1.5 < step < 1.81
@@ -129,9 +130,9 @@ def test_an_accelerators_file_gives_the_rate_with_its_origin(tmp_path: Path):
 
 
 def test_the_pages_nvfp4_rows_project():
-    """Held out (nothing fitted to them; session 25): 26.02.01 -14.8 -2.1 -6.6 -9.7%, 26.04.01 -15.3 -5.8 -10.1
-    -16.2% (GB300 70B, GB200 70B, GB300 405B, GB200 405B): every one slower than published, as the GB300 rows of
-    the other recipes (-7 to -11%); mean 10.1%."""
+    """Held out (session 25): 26.02.01 -14.8 +4.2 -6.6 -3.4%, 26.04.01 -15.3 +0.4 -10.1 -10.3% (GB300 70B, GB200
+    70B, GB300 405B, GB200 405B); the GB300 rows as the GB300 rows of the other recipes (-7 to -11%); mean 8.1%. (With
+    the GB200 rate's first derivation, 1.39, the GB200 rows were -2.1 -9.7 -5.8 -16.2%.)"""
     errors: list[float] = []
     for name in ("megatron-bridge-perf-26.02.01-dense", "megatron-bridge-perf-26.04.01-dense"):
         table = load_set(name)
@@ -139,8 +140,8 @@ def test_the_pages_nvfp4_rows_project():
             if row.layout.get("fp8_recipe") == "nvfp4":
                 assert r.predicted is not None and r.error is not None, r.refused
                 errors.append(r.error)
-    assert len(errors) == 8 and all(-0.2 < e < 0 for e in errors)
-    assert sum(abs(e) for e in errors) / 8 < 0.11
+    assert len(errors) == 8 and all(-0.2 < e < 0.06 for e in errors)
+    assert sum(abs(e) for e in errors) / 8 < 0.09
 
 
 def test_the_what_if_offers_nvfp4_for_an_fp8_layout_on_blackwell_and_not_on_hopper():
@@ -197,16 +198,16 @@ def test_the_hadamard_transform_and_stochastic_rounding_as_the_run_sets_them():
 
 def test_mlperf_v5_1_nvfp4_results_project():
     """Held out: v5.1's fifteen NVFP4 results (Hadamard transform off; the 405B ones without stochastic rounding, the
-    8B ones with FP8 attention beside the NVFP4 linears): 405B -8.2 -5.5 -13.1 -4.0%, 8B GB200 / GB300 -12.0 -8.2%,
-    B200 -6.8 -7.0 -6.7 -8.2 -6.6 -6.2 -5.7 +1.6 +5.0% (session 25): mean 7.0%, as their FP8 twins err."""
+    8B ones with FP8 attention beside the NVFP4 linears): 405B GB200 -1.5 +1.3 -6.7%, GB300 -4.0%, 8B GB200 / GB300
+    -7.5 -8.2%, B200 -4.0 -4.2 -4.0 -5.4 -3.9 -3.4 -2.9 +4.7 +8.1% (session 25): mean 4.9%, as their FP8 twins err."""
     table = load_set("mlperf-training-llm")
     errors: list[float] = []
     for row, r in zip(table.rows, validate_set(table)):
         if row.layout.get("fp8_recipe") == "nvfp4" and row.topology != "dgx-b300":  # B300's: test_project_b300.py
             assert r.predicted is not None and r.error is not None, r.refused
             errors.append(r.error)
-    assert len(errors) == 15 and max(abs(e) for e in errors) < 0.14
-    assert sum(abs(e) for e in errors) / 15 < 0.075
+    assert len(errors) == 15 and max(abs(e) for e in errors) < 0.1
+    assert sum(abs(e) for e in errors) / 15 < 0.06
 
 
 W8B = load_workload("llama3-8b", {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "precision": "fp8"})
@@ -240,3 +241,16 @@ def test_bf16_layers_are_checked_and_do_nothing_under_bf16():
     with pytest.raises(InfeasibleLayoutError, match="bf16_layers_start 20 \\+ bf16_layers_end 20 exceed"):
         _8b(bf16_layers_start=20, bf16_layers_end=20)
     assert _8b("bf16", bf16_layers_end=4).step_time_s == _8b("bf16").step_time_s
+
+
+def test_the_tutorial_s_four_precisions_at_one_layout():
+    """Megatron-Bridge's low-precision tutorial (Llama 3.1 8B, 4 GB200, one layout; held out, session 25): BF16
+    11.65 s, FP8 current scaling 8.57 s (first and last layers in BF16), MXFP8 8.63 s, NVFP4 7.47 s (last 4 of 32
+    layers in BF16): +3.1, -3.5, -3.2, -7.0%; the speed-ups over BF16 published 1.36 / 1.35 / 1.56."""
+    table = load_set("megatron-bridge-tutorial-precision-gb200")
+    res = validate_set(table)
+    assert [r.error is not None and abs(r.error) < 0.08 for r in res] == [True] * 4
+    bf16, fp8, mx, nv = (r.predicted for r in res)
+    assert bf16 is not None and fp8 is not None and mx is not None and nv is not None
+    assert nv < fp8 < bf16 and nv < mx < bf16  # step times: NVFP4 the fastest, BF16 the slowest
+    assert bf16 / nv == pytest.approx(11.65 / 7.47, rel=0.1)
