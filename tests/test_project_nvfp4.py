@@ -253,4 +253,6 @@ def test_the_tutorial_s_four_precisions_at_one_layout():
     bf16, fp8, mx, nv = (r.predicted for r in res)
     assert bf16 is not None and fp8 is not None and mx is not None and nv is not None
     assert nv < fp8 < bf16 and nv < mx < bf16  # step times: NVFP4 the fastest, BF16 the slowest
+    # validate names an fp8 row's recipe beside its layout (the four rows share one layout)
+    assert [r.layout.rsplit(" ", 1)[-1] for r in res] == ["dp4", "current", "mxfp8", "nvfp4"]
     assert bf16 / nv == pytest.approx(11.65 / 7.47, rel=0.1)

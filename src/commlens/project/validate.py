@@ -453,6 +453,7 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
     from commlens.errors import CommlensError
     from commlens.project.bands import family_of
     from commlens.project.errors import InfeasibleLayoutError
+    from commlens.project.frameworks import framework
     from commlens.project.layout import ParallelLayout
     from commlens.project.scenario import Scenario
     from commlens.project.step import run
@@ -473,6 +474,8 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
             ) from None
         shown = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "vpp": layout.vpp, "ep": layout.ep}
         shown["dp"] = row.gpus // (layout.tp * layout.cp * layout.pp)
+        # an fp8 row names its recipe (delayed, current, mxfp8, nvfp4): rows of one table and layout differ by it
+        recipe = f" {layout.fp8_recipe or framework(layout.framework).fp8_recipe}" if w.precision == "fp8" else ""
         predicted: float | None = None
         refused = ""
         try:
@@ -494,7 +497,7 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
                 row.workload,
                 row.topology,
                 row.gpus,
-                _compact(shown),
+                _compact(shown) + recipe,
                 table.metric,
                 row.published,
                 predicted,
