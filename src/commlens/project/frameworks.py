@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from commlens.project.errors import ProjectionError
 from commlens.specdata import load_yaml
 
+if TYPE_CHECKING:
+    from commlens.project.layout import ParallelLayout
+
 __all__ = [
+    "fp8_attention_recipe",
     "FRAMEWORKS_FORMAT",
     "Framework",
     "Fused",
@@ -485,6 +489,15 @@ class Framework(_Strict):
     def attention_kernel(self, gen: str) -> str:
         """The attention kernel family the stack calls on GPU generation ``gen``."""
         return self.attention.get(gen, "fa2")  # type: ignore[call-overload]
+
+
+def fp8_attention_recipe(fw: Framework, layout: ParallelLayout) -> str:
+    """The recipe fp8 attention runs: the linears' own, but per-tensor current scaling beside NVFP4 linears (TE has
+    no NVFP4 attention: its recipe table in dot_product_attention.py, v2.8 and v2.16, runs FP8 attention beside NVFP4
+    linears with a recipe of its own, NVTE_DPA_FP8_RECIPE="Float8CurrentScaling" or "DelayedScaling", both on cuDNN's
+    per-tensor fp8 kernels) [27 s25 nvfp4]."""
+    recipe = layout.fp8_recipe or fw.fp8_recipe
+    return "current" if recipe == "nvfp4" else recipe
 
 
 def generation(accelerator_name: str) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
 from commlens.project.efficiency import attention_entries, attention_tflops, gemm_rate_cap, mxfp8_quantize_fit
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, generation
+from commlens.project.frameworks import Framework, fp8_attention_recipe, generation
 from commlens.project.hardware import Device
 from commlens.project.layout import ParallelLayout
 from commlens.project.memory import NVFP4_BYTES
@@ -505,17 +505,6 @@ def _attention_core(
 # and cuDNN 9.14; a sliding window or attention sinks in fp8 sm100 and cuDNN 9.21. Backward in fp8 unless
 # NVTE_FP8_DPA_BWD=0 (backends.py FusedAttnFunc: is_bwd_fp8), then the 16-bit kernel (fp8_attention "fwd").
 FP8_ATTENTION_FAMILY = {"delayed": "cudnn_fp8", "current": "cudnn_fp8", "mxfp8": "cudnn_mxfp8"}
-
-
-def fp8_attention_recipe(fw: Framework, layout: ParallelLayout) -> str:
-    """The recipe fp8 attention runs: the linears' own, but per-tensor current scaling beside NVFP4 linears (TE has
-    no NVFP4 attention: its recipe table in dot_product_attention.py, v2.8 and v2.16, runs FP8 attention beside NVFP4
-    linears with a recipe of its own, NVTE_DPA_FP8_RECIPE="Float8CurrentScaling" or "DelayedScaling", both on cuDNN's
-    per-tensor fp8 kernels) [27 s25 nvfp4]."""
-    recipe = layout.fp8_recipe or fw.fp8_recipe
-    return "current" if recipe == "nvfp4" else recipe
-
-
 FP8_ATTENTION_SM100 = frozenset({"current", "mxfp8"})
 
 

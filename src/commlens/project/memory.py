@@ -536,9 +536,11 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
     bf16_layers = stage_bf16_layers(w, layout, r)  # [27 s25 bf16layers] their GEMM inputs kept in 16 bits
-    w16 = w.model_copy(update={"precision": "bf16"}) if any(map(any, bf16_layers)) else w
-    dense_16 = activation_bytes_per_token(w16, layout, r.tp, False) - dense_act if moe_share < 1 else 0.0
-    moe_16 = activation_bytes_per_token(w16, layout, r.tp, True) - moe_act if w.moe_layers else 0.0
+    dense_16 = moe_16 = 0.0  # what one such layer keeps beyond its fp8 run, per token
+    if any(map(any, bf16_layers)):
+        w16 = w.model_copy(update={"precision": "bf16"})
+        dense_16 = activation_bytes_per_token(w16, layout, r.tp, False) - dense_act if moe_share < 1 else 0.0
+        moe_16 = activation_bytes_per_token(w16, layout, r.tp, True) - moe_act if w.moe_layers else 0.0
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r, layout.schedule)
@@ -682,7 +684,7 @@ def fp8_attention_saved_delta(w: Workload, layout: ParallelLayout, tp: int) -> f
     in both layouts with their scales (utils.py ``combine_and_quantize``: the quantizer's default usage, rowwise and
     columnwise, in training) and O in 16 bits. With ``fwd`` (NVTE_FP8_DPA_BWD=0) it saves the 16-bit tensors: no
     change."""
-    from commlens.project.frameworks import framework
+    from commlens.project.frameworks import fp8_attention_recipe, framework
 
     if layout.fp8_attention != "fwd_bwd" or w.precision != "fp8":
         return 0.0
@@ -691,9 +693,7 @@ def fp8_attention_saved_delta(w: Workload, layout: ParallelLayout, tp: int) -> f
         qkv, o = w.head_size * (a + 2 * g), a * w.head_size
     else:
         qkv, o = a * (2 * w.qk_head_dim + w.v_head_dim), a * w.v_head_dim
-    recipe = layout.fp8_recipe or framework(layout.framework).fp8_recipe
-    if recipe == "nvfp4":  # FP8 attention beside NVFP4 linears runs current scaling (kernels.fp8_attention_recipe)
-        recipe = "current"
+    recipe = fp8_attention_recipe(framework(layout.framework), layout)
     if recipe == "mxfp8":
         return (MXFP8_BOTH_LAYOUTS_BYTES - 2.0) * qkv / tp
     if recipe == "current":  # TE's default keeps O in 16 bits under current scaling
