@@ -49,6 +49,7 @@ TRUE = H200.model_copy(
         "gemm_shape": GemmShape(k_overhead=110.0, tiles=TRUE_TILES, origin="test"),
     }
 )
+TRUE_FP8 = 0.58  # the fp8 plateau the synthetic fp8 GEMMs are timed at (the H200's shipped figure is 0.655)
 
 
 def _synthetic(noise: float = 0.01, seed: int = 1) -> CalibrationFile:
@@ -56,8 +57,12 @@ def _synthetic(noise: float = 0.01, seed: int = 1) -> CalibrationFile:
     rng = random.Random(seed)
     peak = H200.peak("bf16")
     gemm = []
+    fp8 = TRUE.model_copy(update={"gemm_efficiency": TRUE_FP8})  # the fp8 curve: the same shape, its own plateau
     for c in plan_gemms():
-        t = gemm_time_s(TRUE, peak, c.m, c.n, c.k, c.batch, 2.0)
+        if c.dtype == "fp8":
+            t = gemm_time_s(fp8, H200.peak("fp8"), c.m, c.n, c.k, c.batch, 1.0)
+        else:
+            t = gemm_time_s(TRUE, peak, c.m, c.n, c.k, c.batch, 2.0)
         times = tuple(t * (1 + rng.gauss(0, noise)) for _ in range(5))
         med = statistics.median(times)
         gemm.append(
@@ -124,6 +129,26 @@ def test_fit_recovers_the_constants_it_was_generated_from(synthetic_file):
     assert current.mape > 0.05 and final.mape < 0.01 and plateau.mape > final.mape
     assert "h200-calibration.json" in fit.fitted.gemm_efficiency_origin
     assert "NVIDIA H200" in fit.fitted.memory_efficiency_origin
+    # the fp8 GEMMs fit their own plateau on the fitted shape terms, and stay out of the 16-bit fit above
+    assert fit.fitted.fp8_gemm_efficiency == pytest.approx(TRUE_FP8, rel=0.01)
+    assert (
+        "fp8 GEMMs" in fit.fitted.fp8_gemm_efficiency_origin and "NVIDIA H200" in fit.fitted.fp8_gemm_efficiency_origin
+    )
+    fp8_current, fp8_fit = fit.fp8_curves
+    assert fp8_current.gemm_efficiency == H200.fp8_gemm_efficiency and fp8_current.mape > 0.05 and fp8_fit.mape < 0.01
+    assert set(fp8_fit.by_dtype) == {"fp8"} and set(final.by_dtype) == {"bf16", "fp16"}
+
+
+def test_fp8_gemms_are_not_fitted_where_there_is_nothing_to_fit(synthetic_file):
+    cal = load_calibration(synthetic_file)
+    a100 = fit_calibration(cal, str(synthetic_file), "A100 SXM 80GB", ("gemm_efficiency",))
+    assert a100.fitted.fp8_gemm_efficiency is None and a100.fp8_curves == []
+    assert any("lists no fp8 peak: not fitted" in n for n in a100.notes)
+    assert "fp8_gemm_efficiency" not in fragment_yaml(a100)
+    bf16_only = cal.model_copy(update={"gemm": tuple(r for r in cal.gemm if r.dtype != "fp8")})
+    kept = fit_calibration(bf16_only, str(synthetic_file), parameters=("gemm_efficiency",))
+    assert kept.fitted.fp8_gemm_efficiency == H200.fp8_gemm_efficiency and kept.fp8_curves == []
+    assert "no fp8 GEMMs measured: fp8_gemm_efficiency kept" in kept.notes
 
 
 def test_plateau_only_fit_keeps_the_default_shape_terms(synthetic_file):
@@ -185,6 +210,9 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
     assert proc.returncode == 0, proc.stderr
     assert "memory_efficiency 0.860 (was 0.800)" in proc.stdout
     assert "worst fitted shapes after the fit" in proc.stdout
+    fp8_line = next(line for line in proc.stdout.splitlines() if line.startswith("fp8 GEMMs"))
+    assert f"(was {H200.fp8_gemm_efficiency:.4f})" in fp8_line  # tiles not fitted here: the plateau within 2%
+    assert float(fp8_line.split("fp8_gemm_efficiency ")[1].split()[0]) == pytest.approx(TRUE_FP8, rel=0.02)
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("  current", "  fit"))}
     assert rows["current"].split()[1:3] == [f"{H200.gemm_efficiency:.4f}", "64.0"]
     data = yaml.safe_load(out.read_text())
@@ -200,8 +228,12 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
         "gemm_efficiency_origin",
         "memory_efficiency",
         "memory_efficiency_origin",
+        "fp8_gemm_efficiency",
+        "fp8_gemm_efficiency_origin",
         "gemm_shape",
     }
+    assert entry["fp8_gemm_efficiency"] == pytest.approx(TRUE_FP8, rel=0.02)
+    assert "fp8 GEMM curve MAPE on" in out.read_text().split("format:")[0]
     env = {**os.environ, ACCELERATORS_ENV: str(out)}
     code = (
         "from commlens.project import device_for; d = device_for('H200 SXM'); print(d.gemm_efficiency, "
@@ -210,6 +242,18 @@ def test_cli_fit_writes_a_fragment_the_projection_loads(synthetic_file, tmp_path
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     eff, mem, k_over = (float(v) for v in got.stdout.split())
     assert eff == entry["gemm_efficiency"] and mem == 0.86 and k_over == entry["gemm_shape"]["k_overhead"]
+    # an fp8 projection on the H200 reads the fitted fp8 plateau (lower than the shipped one): its step is longer
+    args = ["--gpus", "8", "-t", "dgx-h200", "--json"]
+
+    def step(workload: str, *extra: str) -> float:
+        proc = subprocess.run(CLI + [workload, *args, *extra], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["step_time_s"]
+
+    fp8_shipped, fp8_fitted = (
+        step("llama3-8b", "--set", "workload.precision=fp8", *x) for x in ((), ("--accelerators", str(out)))
+    )
+    assert fp8_fitted > fp8_shipped
 
 
 def _h100_override(tmp_path: Path, gemm_efficiency: float) -> Path:
@@ -349,8 +393,14 @@ def test_plan_covers_the_projection_within_budget():
         ("small", "bf16"),
         ("square", "fp16"),
         ("transformer", "fp16"),
+        ("square", "fp8"),
+        ("transformer", "fp8"),
     } <= kinds
-    assert 300 <= len(gemms) <= 600 and plan_gemms() == gemms  # seeded: the same plan every time
+    assert 300 <= len(gemms) <= 700 and plan_gemms() == gemms  # seeded: the same plan every time
+    # fp8 in the one layout cuBLASLt runs it (B column-major), every dimension a multiple of 16, each shape once
+    fp8 = [c for c in gemms if c.dtype == "fp8"]
+    assert len(fp8) >= 100 and {c.layout for c in fp8} == {"nt"} and len(set(fp8)) == len(fp8)
+    assert all(c.m % 16 == 0 and c.n % 16 == 0 and c.k % 16 == 0 and c.batch == 1 for c in fp8)
     shapes = {(c.m, c.n, c.k, c.layout) for c in gemms}
     # every GEMM of the 1T row of Megatron SC'21 (h 25600, TP 8, 2048 tokens): fc1 forward, dgrad, wgrad
     assert {(2048, 12800, 25600, "nt"), (2048, 25600, 12800, "nn"), (25600, 12800, 2048, "tn")} <= shapes
@@ -369,16 +419,18 @@ def test_measure_code_runs_end_to_end_on_cpu(tmp_path):
         GemmCase("transformer", "t", 96, 32, 48, layout="nt"),
         GemmCase("transformer", "w", 48, 32, 96, layout="tn", dtype="fp16"),
         GemmCase("attention", "a", 32, 32, 16, batch=3, layout="nt"),
+        GemmCase("transformer", "f8", 96, 32, 48, layout="nt", dtype="fp8"),
     ]
     streams = [StreamCase(k, 1 << 20) for k in STREAM_KERNELS]
     seen = []
     cal = measure(
         gemms, streams, device="cpu", progress=lambda done, total, note: seen.append((done, total)), repeats=(1, 3, 2)
     )
-    assert len(cal.gemm) == 4 and len(cal.stream) == len(STREAM_KERNELS) and not cal.settings["failed"]
-    assert seen[-1] == (4 + len(STREAM_KERNELS),) * 2
+    assert len(cal.gemm) == 5 and len(cal.stream) == len(STREAM_KERNELS) and not cal.settings["failed"]
+    assert seen[-1] == (5 + len(STREAM_KERNELS),) * 2
     assert all(len(r.times_s) == 3 for r in cal.gemm + cal.stream)
     assert cal.gemm[3].batch == 3 and cal.gemm[2].dtype == "fp16" and cal.gemm[1].layout == "nt"
+    assert cal.gemm[4].dtype == "fp8" and cal.settings["fp8"].startswith("e4m3 operands, per-tensor scales")
     path = tmp_path / "cpu.json"
     save_calibration(cal, path)
     assert load_calibration(path) == cal

@@ -1,6 +1,6 @@
 """``commlens project calibrate``: measure GEMMs, streaming and attention kernels on a GPU, fit the device constants.
 
-Without ``--from`` it measures (CUDA only) into ``--out``; with ``--from FILE``
+Without ``--from`` it measures (CUDA only; fp8 GEMMs on compute capability 8.9 and up) into ``--out``; with ``--from FILE``
 it fits an existing measurement file (any machine). Either way it prints the
 fit and, with ``-o``, writes an accelerators file for ``--accelerators``; attention
 kernels measured go into that file's ``attention:`` section, which the projection's
@@ -176,5 +176,31 @@ def _print_fit(fit) -> None:
             f"{w['model_tflops']:.1f}",
         )
     print_table(worst, indent=2)
+    if fit.fp8_curves:
+        _print_fp8(fit)
     for note in fit.notes:
         print(f"note: {note}")
+
+
+def _print_fp8(fit) -> None:
+    """The fp8 plateau's fit: its MAPE before and after, and the shapes it misses most."""
+    from commlens.cli.tables import new_table, print_table, right
+    from commlens.results.units import format_percent
+
+    cur, new = fit.fp8_curves
+    n = sum(1 for r in fit.calibration.gemm if r.dtype == "fp8")
+    print(
+        f"\nfp8 GEMMs (e4m3, per-tensor scales, bf16 output), {n} measured: fp8_gemm_efficiency "
+        f"{new.gemm_efficiency:.4f} (was {cur.gemm_efficiency:.4f}); mean absolute error "
+        f"{format_percent(cur.mape)} with the current plateau, {format_percent(new.mape)} after the fit"
+    )
+    worst = new_table(right("error"), "shape", "case", right("measured TFLOP/s"), right("model TFLOP/s"))
+    for w in new.worst[:5]:
+        worst.add_row(
+            format_percent(w["error"], sign=True),
+            f"{w['m']}x{w['n']}x{w['k']}",
+            w["label"],
+            f"{w['measured_tflops']:.1f}",
+            f"{w['model_tflops']:.1f}",
+        )
+    print_table(worst, indent=2)

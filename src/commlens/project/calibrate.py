@@ -17,6 +17,10 @@ From a measurement file (:mod:`commlens.project.calibration_file`, written by
    plateau carries the scale). Fitted shapes: squares, transformer and attention GEMMs,
    bf16 and fp16 against the bf16 peak (equal on A100/H100/H200); small shapes
    are reported, not fitted (launch latency is outside the curve).
+   fp8 GEMMs (e4m3, per-tensor scales) fit ``fp8_gemm_efficiency`` alone: the plateau
+   the projection runs fp8 GEMMs at against the fp8 peak, on the shape terms just
+   fitted (the step model runs every fp8 GEMM on the 16-bit curve's shape at that
+   plateau, its operands one byte an element).
 3. Errors: MAPE (mean of |model / measured - 1|) on the fitted shapes with the
    device's current constants, with the plateau alone refitted, and with the
    chosen fit; per kind and dtype, and the worst shapes.
@@ -132,8 +136,9 @@ class CalibrationFit:
     parameters: tuple[str, ...]
     stream_fraction: dict[str, float]  # kernel -> median over sizes of bytes/s / HBM bytes/s
     stream_range: dict[str, tuple[float, float]]  # kernel -> (min, max) over sizes
-    curves: list[CurveError]  # current constants, plateau alone, the fit
+    curves: list[CurveError]  # current constants, plateau alone, the fit (16-bit GEMMs)
     notes: list[str] = field(default_factory=list)
+    fp8_curves: list[CurveError] = field(default_factory=list)  # current fp8 plateau, the fit; [] if none fitted
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -150,6 +155,8 @@ class CalibrationFit:
             "gemm_shape": self.fitted.gemm_shape.model_dump() if self.fitted.gemm_shape else None,
             "attention_sustained": self.fitted.attention_sustained,
             "curves": [c.as_dict() for c in self.curves],
+            "fp8_gemm_efficiency": self.fitted.fp8_gemm_efficiency if self.fp8_curves else None,
+            "fp8_curves": [c.as_dict() for c in self.fp8_curves],
             "notes": self.notes,
         }
 
@@ -177,7 +184,13 @@ def _shape_of(dev: Device) -> tuple[tuple[tuple[int, int, float], ...], float]:
 
 
 def _model_s(dev: Device, peak: float, r: GemmRecord) -> float:
-    return gemm_time_s(dev, peak, r.m, r.n, r.k, r.batch, 2.0)
+    return gemm_time_s(dev, peak, r.m, r.n, r.k, r.batch, 1.0 if r.dtype == "fp8" else 2.0)
+
+
+def _at_plateau(dev: Device, plateau: float) -> Device:
+    """``dev`` with ``plateau`` as its GEMM plateau: the curve the step model runs fp8 GEMMs on (against the fp8
+    peak, the plateau ``fp8_gemm_efficiency``: step._setup scales the peak by its ratio to ``gemm_efficiency``)."""
+    return dev.model_copy(update={"gemm_efficiency": plateau})
 
 
 def _curve_error(label: str, dev: Device, peak: float, records: list[GemmRecord], worst: int = 8) -> CurveError:
@@ -315,7 +328,7 @@ def fit_calibration(
         )
     else:
         notes.append("no streaming measurements: memory_efficiency kept")
-    records = list(cal.gemm)
+    records = [r for r in cal.gemm if r.dtype != "fp8"]
     fit_records = [r for r in records if r.kind in FIT_KINDS]
     if not fit_records:
         raise ProjectionError(f"{source}: no square, transformer or attention GEMMs to fit")
@@ -357,7 +370,39 @@ def fit_calibration(
     ]
     if any(math.isnan(c.mape) for c in curves):
         notes.append("some curve errors are undefined (no shapes of a kind)")
-    return CalibrationFit(source, cal, base, final, parameters, fraction, spread, curves, notes)
+    final, fp8_curves = _fit_fp8(cal, base, final, where, notes)
+    return CalibrationFit(source, cal, base, final, parameters, fraction, spread, curves, notes, fp8_curves)
+
+
+def _fit_fp8(
+    cal: CalibrationFile, base: Device, final: Device, where: str, notes: list[str]
+) -> tuple[Device, list[CurveError]]:
+    """``final`` with ``fp8_gemm_efficiency`` fitted to the file's fp8 GEMMs on its fitted shape terms, and the fp8
+    curve's errors before and after; ``final`` unchanged (and a note) where there is nothing to fit."""
+    records = [r for r in cal.gemm if r.dtype == "fp8"]
+    fit_records = [r for r in records if r.kind in FIT_KINDS]
+    if not fit_records:
+        notes.append("no fp8 GEMMs measured: fp8_gemm_efficiency kept")
+        return final, []
+    if "fp8" not in base.peak_flops:
+        notes.append(f"{len(records)} fp8 GEMMs measured, but {base.name!r} lists no fp8 peak: not fitted")
+        return final, []
+    peak8 = base.peak("fp8")
+    current = base.fp8_gemm_efficiency or base.gemm_efficiency  # the model's fp8 plateau without the field
+    plateau = _least_squares(_at_plateau(final, current), peak8, fit_records, ("gemm_efficiency",)).gemm_efficiency
+    fitted = Device.model_validate(
+        {
+            **final.model_dump(),
+            "fp8_gemm_efficiency": round(plateau, 4),
+            "fp8_gemm_efficiency_origin": f"fit of the fp8 GEMM plateau (e4m3, per-tensor scales, bf16 output) on "
+            f"the fitted shape terms to {len(fit_records)} fp8 GEMMs, {where}",
+        }
+    )
+    assert fitted.fp8_gemm_efficiency is not None
+    return fitted, [
+        _curve_error("current", _at_plateau(base, current), peak8, records),
+        _curve_error("fit", _at_plateau(fitted, fitted.fp8_gemm_efficiency), peak8, records),
+    ]
 
 
 def fragment_yaml(fit: CalibrationFit) -> str:
@@ -373,6 +418,9 @@ def fragment_yaml(fit: CalibrationFit) -> str:
         "memory_efficiency": round(d.memory_efficiency, 4),
         "memory_efficiency_origin": d.memory_efficiency_origin,
     }
+    if fit.fp8_curves:
+        entry["fp8_gemm_efficiency"] = d.fp8_gemm_efficiency
+        entry["fp8_gemm_efficiency_origin"] = d.fp8_gemm_efficiency_origin
     if fit.calibration.held is not None:
         entry["attention_sustained"] = d.attention_sustained
         entry["attention_sustained_origin"] = d.attention_sustained_origin
@@ -384,13 +432,20 @@ def fragment_yaml(fit: CalibrationFit) -> str:
         }
     attention = attention_entries(fit)
     cur, new = fit.curves[0], fit.curves[-1]
+    fitted = [r for r in fit.calibration.gemm if r.kind in FIT_KINDS]
+    n8 = sum(1 for r in fitted if r.dtype == "fp8")
     head = (
         f"# commlens project calibrate --from {Path(fit.source).name}: {fit.calibration.device.name}, "
         f"measured {fit.calibration.created}\n"
-        f"# GEMM curve MAPE on {sum(1 for r in fit.calibration.gemm if r.kind in FIT_KINDS)} shapes: "
+        f"# GEMM curve MAPE on {len(fitted) - n8} shapes: "
         f"{cur.mape * 100:.1f}% with the current constants, {new.mape * 100:.1f}% after the fit\n"
-        f"# use: commlens project ... --accelerators THIS_FILE (or COMMLENS_ACCELERATORS=THIS_FILE)\n"
     )
+    if fit.fp8_curves:
+        head += (
+            f"# fp8 GEMM curve MAPE on {n8} shapes: {fit.fp8_curves[0].mape * 100:.1f}% with the current plateau, "
+            f"{fit.fp8_curves[-1].mape * 100:.1f}% after the fit\n"
+        )
+    head += "# use: commlens project ... --accelerators THIS_FILE (or COMMLENS_ACCELERATORS=THIS_FILE)\n"
     import yaml
 
     doc: dict[str, object] = {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}

@@ -5,7 +5,10 @@
    2048-32768, hidden 2048-25600 over TP 1-8; QKV 3h, projection, FFN 4h; the
    forward, data-gradient and weight-gradient products with their transposes),
    attention cores as batched products over heads (head dim 64, 128), and a few
-   small ones; fp16 repeats the squares and every fourth other shape.
+   small ones; fp16 repeats the squares and every fourth other shape; fp8 (e4m3 operands, per-tensor scales,
+   bf16 output, as Transformer Engine's per-tensor recipes run every GEMM) the squares and every third
+   transformer GEMM, all in the one operand layout cuBLASLt runs fp8 in (B column-major), on GPUs of compute
+   capability 8.9 and up.
 2. Each shape is timed with CUDA events after warm-up: ``reps`` windows of
    ``inner`` back-to-back calls (inner > 1 only for kernels under ~0.2 ms), the
    time per call kept for every window; the plan keeps the sweep within its
@@ -51,6 +54,8 @@ from commlens.project.calibration_file import (
 from commlens.project.errors import ProjectionError
 
 __all__ = [
+    "FP8_ALIGN",
+    "FP8_CAPABILITY",
     "AttentionCase",
     "GemmCase",
     "StreamCase",
@@ -80,6 +85,8 @@ _MEGATRON = (
     (20480, 8, 2048),
     (25600, 8, 2048),
 )
+FP8_ALIGN = 16  # torch._scaled_mm's fp8 operands: every dimension a multiple of 16
+FP8_CAPABILITY = (8, 9)  # the first compute capability with fp8 tensor cores (Ada; Hopper is 9.0)
 _MAX_FLOPS = 4e12  # transformer shapes above this (~6 ms) add time, not information: the plateau is known by then
 _STREAM_SIZES = (64 << 20, 256 << 20, 1 << 30, 2 << 30)
 
@@ -126,8 +133,9 @@ def estimate_s(case: GemmCase | StreamCase | AttentionCase) -> float:
     if isinstance(case, StreamCase):
         return case.size_bytes * STREAM_KERNELS[case.kernel] / _PLAN_BYTES_PER_S + _LAUNCH_S
     c = case
-    nbytes = 2 * c.batch * (c.m * c.k + c.k * c.n + c.m * c.n)
-    return max(2.0 * c.m * c.n * c.k * c.batch / _PLAN_FLOPS, nbytes / _PLAN_BYTES_PER_S) + _LAUNCH_S
+    elem, rate = (1, 2 * _PLAN_FLOPS) if c.dtype == "fp8" else (2, _PLAN_FLOPS)
+    nbytes = elem * c.batch * (c.m * c.k + c.k * c.n + c.m * c.n)
+    return max(2.0 * c.m * c.n * c.k * c.batch / rate, nbytes / _PLAN_BYTES_PER_S) + _LAUNCH_S
 
 
 def _layer_gemms(hidden: int, tp: int, tokens: int) -> list[GemmCase]:
@@ -199,7 +207,19 @@ def plan_gemms(seed: int = 0, sample: int = 240) -> list[GemmCase]:
         for i, g in enumerate(bf16)
         if g.kind == "square" or i % 4 == 0
     ]
-    cases = bf16 + fp16
+    # cuBLASLt runs fp8 only with A row-major and B column-major; Transformer Engine makes the transposed copies the
+    # data and weight gradients need itself (kernels.py prices those casts), so each shape is timed in that layout
+    fp8 = list(
+        dict.fromkeys(
+            GemmCase(g.kind, g.label, g.m, g.n, g.k, 1, "nt", "fp8")
+            for i, g in enumerate(bf16)
+            if (g.kind == "square" or (g.kind == "transformer" and i % 3 == 0))
+            and g.m % FP8_ALIGN == 0
+            and g.n % FP8_ALIGN == 0
+            and g.k % FP8_ALIGN == 0
+        )
+    )
+    cases = bf16 + fp16 + fp8
     rng.shuffle(cases)
     return cases
 
@@ -298,6 +318,12 @@ def _timer(device: str) -> Callable[[Callable[[], object], int, int, int], list[
 def _gemm_call(case: GemmCase, device: str) -> Callable[[], object]:
     import torch
 
+    if case.dtype == "fp8":  # e4m3 operands, per-tensor scales, bf16 output; B column-major, as cuBLASLt runs fp8
+        e4m3 = torch.float8_e4m3fn
+        a8 = torch.randn(case.m, case.k, device=device, dtype=torch.bfloat16).to(e4m3)
+        b8 = torch.randn(case.n, case.k, device=device, dtype=torch.bfloat16).to(e4m3).t()
+        one = torch.ones((), device=device, dtype=torch.float32)
+        return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[case.dtype]
     lead = (case.batch,) if case.batch > 1 else ()
 
@@ -384,6 +410,10 @@ def measure(
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timer = _timer(device)
     measured = _measured_device(device, timer)
+    fp8_unsupported = _fp8_unsupported(device)
+    fp8_planned = sum(1 for g in gemms if g.dtype == "fp8")
+    if fp8_unsupported:
+        gemms = [g for g in gemms if g.dtype != "fp8"]
     attention = attention or []
     run = _Run(timer, repeats, progress, len(gemms) + len(streams) + len(attention))
     t0 = time.monotonic()
@@ -402,6 +432,11 @@ def measure(
         "stream_cases": len(streams),
         "budget_s": budget_s,
         "gemm_cases_skipped_over_budget": skipped,
+        "fp8": (
+            f"{fp8_planned} fp8 GEMMs planned, not measured: {fp8_unsupported}"
+            if fp8_unsupported
+            else "e4m3 operands, per-tensor scales, bf16 output (torch._scaled_mm, B column-major)"
+        ),
         "failed": run.failed,
         "elapsed_s": round(time.monotonic() - t0, 1),
         "timer": "cuda events" if device == "cuda" else "wall clock (test run, not a calibration)",
@@ -424,6 +459,21 @@ def measure(
         attention=tuple(attention_rows),
         held=held_row,
     )
+
+
+def _fp8_unsupported(device: str) -> str:
+    """Why this device cannot run the fp8 GEMMs ('' when it can): compute capability below 8.9, or a torch
+    without ``_scaled_mm``."""
+    import torch
+
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return f"torch {torch.__version__} has no torch._scaled_mm"
+    if device != "cuda":
+        return ""
+    capability = torch.cuda.get_device_capability(0)
+    if capability < FP8_CAPABILITY:
+        return f"compute capability {capability[0]}.{capability[1]} has no fp8 tensor cores (8.9 and up have)"
+    return ""
 
 
 @dataclass

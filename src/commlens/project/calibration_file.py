@@ -44,7 +44,9 @@ __all__ = [
 CALIBRATION_FORMAT: Final = "commlens.gemm-calibration/1"
 GemmKind = Literal["square", "transformer", "attention", "small"]
 GemmLayout = Literal["nn", "nt", "tn"]  # whether A and B are read transposed (n: no, t: yes)
-CalibrationDtype = Literal["bf16", "fp16"]
+# fp8: e4m3 operands with per-tensor scales and a bf16 output (torch._scaled_mm), as Transformer Engine's per-tensor
+# recipes run every GEMM
+CalibrationDtype = Literal["bf16", "fp16", "fp8"]
 GEMM_KINDS: tuple[GemmKind, ...] = ("square", "transformer", "attention", "small")
 # Streaming kernels and the HBM bytes each moves per byte of its input x (bf16), as eager PyTorch runs them.
 STREAM_KERNELS: dict[str, float] = {
