@@ -39,6 +39,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster 
 HERE = Path(__file__).resolve().parent
 # A small model: 60-100 steps take seconds, so the cost of a case is the ranks' start-up (~15 s here).
 JOB = ("--parallel", "ddp", "--dim", "64", "--seq", "32", "--batch", "4", "--window-s", "0.25")
+# The CPU-starved case needs compute a rank can be late by: with JOB's model a step is mostly gloo's all-reduce, and a
+# rank at 0.1 CPU slows the collective about as much as its own arrival (its gloo threads share the quota). It came
+# 3-50 ms late at random in ~65 ms steps, 20 ms on average, near the detector's bar of a quarter step, and was named
+# 20-42 steps after the onset or not at all. With dim 128 it is late by ~41 ms of ~125 ms steps, steadily: named
+# 10-14 steps after the onset in each of 7 runs (session 26).
+STARVED_JOB = ("--parallel", "ddp", "--dim", "128", "--seq", "32", "--batch", "4", "--window-s", "0.25")
 
 
 # The collector's comparison with the cost model (off by default): a group below half the model's busBW.
@@ -49,12 +55,14 @@ def _name(case: str) -> str:
     return f"tm{case}{os.getpid() % 10000}"
 
 
-def _launch(name: str, ranks_per_host: int, work: Path, steps: int, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start the training job on cluster ``name`` (``tests/cluster_train.py``); JSONL under ``work/mon``."""
+def _launch(
+    name: str, ranks_per_host: int, work: Path, steps: int, env: dict[str, str], job: tuple[str, ...] = JOB
+) -> subprocess.Popen[str]:
+    """Start the training job ``job`` on cluster ``name`` (``tests/cluster_train.py``); JSONL under ``work/mon``."""
     return subprocess.Popen(
         [str(BIN / "python"), str(HERE / "cluster_train.py"), "--cluster", name, "--world", "4",
          "--ranks-per-host", str(ranks_per_host), "--workdir", str(work / "launch"), "--",
-         *JOB, "--steps", str(steps), "--jsonl-dir", str(work / "mon")],
+         *job, "--steps", str(steps), "--jsonl-dir", str(work / "mon")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
@@ -135,6 +143,7 @@ def _run_case_once(
     fault_at_step: int = 0,
     recovery: dict[str, Any] | None = None,
     torn_down_fails: bool = False,
+    job_args: tuple[str, ...] = JOB,
 ) -> dict[str, Any]:
     """Bring up a 2-host cluster and run the job on it, a live collector tailing the JSONL; once the job has run
     ``fault_after_s`` and recorded ``fault_at_step`` (enough history before the fault, and enough steps after
@@ -152,7 +161,7 @@ def _run_case_once(
     job = live = None
     changed_at_s = None
     try:
-        job = _launch(name, ranks_per_host, tmp_path, steps, env)
+        job = _launch(name, ranks_per_host, tmp_path, steps, env, job_args)
         live = subprocess.Popen(
             [str(BIN / "commlens"), "monitor", "collect", "--jsonl", str(mon), "--idle-exit", "20", "--output", str(tmp_path / "live.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -225,6 +234,7 @@ def test_a_cpu_starved_rank_is_named_a_straggler_and_no_other_rank(tmp_path, mon
         fault={"starved_hosts": (StarvedHost(1, 0.1),)},
         fault_at_step=40,
         recovery={"starved_hosts": (StarvedHost(1, 2),)},
+        job_args=STARVED_JOB,
     )
     assert {(r["rank"], r["host"]) for r in got["records"]} == {(0, "0"), (1, "0"), (2, "0"), (3, "1")}
     onset = got["onset_step"]
