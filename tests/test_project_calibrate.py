@@ -352,6 +352,14 @@ def test_sweep_workers_see_the_override(tmp_path):
             "accelerators.'H100 SXM'.memory_efficiency: given without memory_efficiency_origin",
         ),
         (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    fp8_gemm_efficiency: 0.6\n",
+            "accelerators.'H100 SXM'.fp8_gemm_efficiency: given without fp8_gemm_efficiency_origin",
+        ),
+        (
+            "format: commlens.accelerators/1\naccelerators:\n  H100 SXM:\n    sms: 132\ngemms: {}\n",
+            "unknown key 'gemms' (known: format, accelerators, attention, gemm)",
+        ),
+        (
             "format: commlens.accelerators/1\naccelerators:\n  X1:\n    sms: 10\n",
             "accelerators.'X1': missing peak_flops, hbm_bytes",
         ),
@@ -481,3 +489,65 @@ def test_shipped_h200_curve_against_the_gemms_measured_on_an_h200():
     assert shipped.by_kind["square"] < 0.08
     # the plateau the shipped file carries is the one these measurements give
     assert fit.curves[2].gemm_efficiency == pytest.approx(shipped.gemm_efficiency, abs=0.005)
+
+
+def test_measured_gemms_cap_the_expert_gemms_of_the_calibrated_gpu(synthetic_file, tmp_path):
+    # The fragment carries the sweep's GEMMs on their rate envelope (per dtype, the smallest dimension at least 512,
+    # single products); a projection given it caps a GEMM launched alone by them instead of the published rows.
+    from commlens.project.calibrate import gemm_entries
+    from commlens.project.efficiency import GEMM_CAP_MIN_DIM, gemm_rate_cap
+
+    fit = fit_calibration(load_calibration(synthetic_file), str(synthetic_file), parameters=("gemm_efficiency",))
+    rows = gemm_entries(fit)
+    assert {r["dtype"] for r in rows} == {"bf16", "fp8"}
+    for dtype in ("bf16", "fp8"):
+        mine = [r for r in rows if r["dtype"] == dtype]
+        flops = [2 * r["m"] * r["n"] * r["k"] for r in mine]
+        rates = [r["tflops"] for r in mine]
+        assert flops == sorted(flops) and rates == sorted(rates) and len(set(rates)) == len(rates)  # an envelope
+        assert all(min(r["m"], r["n"], r["k"]) >= GEMM_CAP_MIN_DIM for r in mine)
+        # every measured single product of that dtype lies on or under it
+        measured = [g for g in fit.calibration.gemm if g.batch == 1 and (g.dtype == "fp8") == (dtype == "fp8")]
+        for g in measured:
+            if min(g.m, g.n, g.k) >= GEMM_CAP_MIN_DIM:
+                assert g.tflops <= max(r for f, r in zip(flops, rates) if f <= g.flops) * 1.0001
+    fragment = tmp_path / "h200.yaml"
+    fragment.write_text(fragment_yaml(fit))
+    assert yaml.safe_load(fragment.read_text())["gemm"]["H200 SXM"] == rows
+    top = [r for r in rows if r["dtype"] == "fp8"][-1]
+    at = 2.0 * top["m"] * top["n"] * top["k"]
+    assert gemm_rate_cap("H200 SXM", "fp8", at, (str(fragment),)) == pytest.approx(top["tflops"] * 1e12)
+    assert gemm_rate_cap("H200 SXM", "fp8", at) != pytest.approx(top["tflops"] * 1e12)  # the shipped rows
+    # an MoE projection on the H200 reads them; a dense one never launches a GEMM alone
+    args = ["-t", "dgx-h200", "--gpus", "8", "--json"]
+    for workload, extra, moves in (("qwen3-30b-a3b", ["--ep", "8"], True), ("llama3-8b", [], False)):
+        with_gemms = fragment_yaml(fit)
+        no_gemms = yaml.safe_load(with_gemms)
+        no_gemms.pop("gemm")
+        plain = tmp_path / "plain.yaml"
+        plain.write_text(yaml.safe_dump(no_gemms))
+        steps = []
+        for path in (plain, fragment):
+            proc = subprocess.run(
+                CLI + [workload, *args, *extra, "--accelerators", str(path)], capture_output=True, text=True
+            )
+            assert proc.returncode == 0, proc.stderr
+            steps.append(json.loads(proc.stdout)["step_time_s"])
+        assert (steps[0] != steps[1]) is moves, (workload, steps)
+
+
+def test_a_bad_gemm_section_exits_2_naming_the_file_and_row(tmp_path):
+    path = tmp_path / "acc.yaml"
+    path.write_text(
+        "format: commlens.accelerators/1\naccelerators:\n  H200 SXM:\n    sms: 132\n"
+        "gemm:\n  H200 SXM:\n    - {dtype: bf16, m: 4096, n: 4096, k: 0, tflops: 700, origin: x}\n"
+    )
+    proc = subprocess.run(
+        CLI + ["qwen3-30b-a3b", "-t", "dgx-h200", "--gpus", "8", "--ep", "8", "--accelerators", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: {path}: H200 SXM: gemm row 1: expected a positive number, got 0"), (
+        proc.stderr
+    )

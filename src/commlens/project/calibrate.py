@@ -52,6 +52,7 @@ __all__ = [
     "accelerator_for",
     "fit_calibration",
     "fragment_yaml",
+    "gemm_entries",
 ]
 
 FIT_KINDS = ("square", "transformer", "attention")
@@ -431,6 +432,7 @@ def fragment_yaml(fit: CalibrationFit) -> str:
             "origin": d.gemm_shape.origin,
         }
     attention = attention_entries(fit)
+    gemms = gemm_entries(fit)
     cur, new = fit.curves[0], fit.curves[-1]
     fitted = [r for r in fit.calibration.gemm if r.kind in FIT_KINDS]
     n8 = sum(1 for r in fitted if r.dtype == "fp8")
@@ -451,6 +453,8 @@ def fragment_yaml(fit: CalibrationFit) -> str:
     doc: dict[str, object] = {"format": ACCELERATORS_FORMAT, "accelerators": {d.name: entry}}
     if attention:  # measured attention kernels: the efficiency tables' entries (commlens.project.efficiency)
         doc["attention"] = {d.name: attention}
+    if gemms:  # the measured GEMMs' upper envelope: what caps a GEMM launched alone (efficiency.gemm_rate_cap)
+        doc["gemm"] = {d.name: gemms}
     body = yaml.dump(
         doc,
         Dumper=_dumper(),
@@ -481,6 +485,53 @@ def attention_entries(fit: CalibrationFit) -> list[AttentionEntry]:
         }
         for r in cal.attention
     ]
+
+
+class GemmEntry(TypedDict):
+    """One measured GEMM as a row of the efficiency tables' ``gemm`` schema (efficiency.yaml)."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    tflops: float
+    library: str
+    origin: str
+
+
+def gemm_entries(fit: CalibrationFit) -> list[GemmEntry]:
+    """The measured GEMMs the projection's per-GEMM cap reads (``efficiency.gemm_rate_cap``: a GEMM launched alone,
+    an expert's, runs no faster than the measured GEMMs of its FLOP count): per dtype (fp16 as bf16, which runs at its
+    rate), the single products whose smallest dimension is at least ``GEMM_CAP_MIN_DIM`` and which lie on the upper
+    envelope of rate against FLOPs, the only rows the cap can read. An accelerators file with them replaces the
+    device's published GEMM rows for those dtypes."""
+    from commlens.project.efficiency import GEMM_CAP_MIN_DIM, GEMM_DTYPES
+
+    cal = fit.calibration
+    where = f"commlens project calibrate on {cal.device.name}, {cal.created}, torch {cal.software.get('torch', '?')}"
+    out: list[GemmEntry] = []
+    for dtype in dict.fromkeys(GEMM_DTYPES.values()):
+        rows = sorted(
+            (r for r in cal.gemm if r.batch == 1 and GEMM_DTYPES.get(r.dtype) == dtype),
+            key=lambda r: (r.flops, -r.tflops),
+        )
+        best = 0.0
+        for r in rows:
+            if min(r.m, r.n, r.k) < GEMM_CAP_MIN_DIM or r.tflops <= best:
+                continue
+            best = r.tflops
+            out.append(
+                {
+                    "dtype": dtype,
+                    "m": r.m,
+                    "n": r.n,
+                    "k": r.k,
+                    "tflops": float(f"{r.tflops:.5g}"),
+                    "library": "torch._scaled_mm (cuBLASLt)" if r.dtype == "fp8" else "torch.mm (cuBLAS)",
+                    "origin": f"{where}: {r.dtype} {r.label} (layout {r.layout}, median of {len(r.times_s)} windows)",
+                }
+            )
+    return out
 
 
 def _dumper() -> type:

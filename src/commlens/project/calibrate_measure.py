@@ -535,7 +535,7 @@ def _measure_kernels(
         try:
             call = _gemm_call(case, device) if isinstance(case, GemmCase) else _stream_call(case, device)
             times = run.timer(call, warmup, reps, inner)
-        except RuntimeError as e:  # out of memory or an unsupported shape: recorded, the sweep goes on
+        except (RuntimeError, ValueError) as e:  # out of memory, a shape or scaling torch rejects: recorded, goes on
             run.failed[f"{case.dtype} {getattr(case, 'label', getattr(case, 'kernel', ''))}"] = str(e).splitlines()[0]
             continue
         finally:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -349,17 +350,28 @@ def attention_tflops(
 
 
 def _gemm_points(data: Any, where: str) -> dict[str, list[tuple[str, float, float]]]:
-    """(dtype, FLOPs, FLOP/s) of the ``gemm`` rows and the ``per_expert`` ``grouped_gemm`` rows, per accelerator."""
+    """(dtype, FLOPs, FLOP/s) of the ``gemm`` rows and the ``per_expert`` ``grouped_gemm`` rows, per accelerator: of
+    an efficiency file, or of an accelerators file's ``gemm:`` section (the GEMMs ``commlens project calibrate``
+    measured)."""
     out: dict[str, list[tuple[str, float, float]]] = {}
     gpus = data.get("gpus") if isinstance(data, dict) and data.get("format") == EFFICIENCY_FORMAT else None
+    if isinstance(data, dict) and data.get("format") == ACCELERATORS_FORMAT:
+        section = data.get("gemm") or {}
+        if not isinstance(section, dict):
+            raise ProjectionError(f"{where}: gemm must map accelerator names to lists of GEMM rows")
+        gpus = {name: {"gemm": rows} for name, rows in section.items()}
     for gpu, tables in (gpus or {}).items():
         if not isinstance(tables, dict):
             continue
-        rows = [(r.get("m"), r) for r in tables.get("gemm") or []]
+        if not isinstance(tables.get("gemm") or [], list):
+            raise ProjectionError(f"{where}: {gpu}: gemm must be a list")
+        rows = [(r.get("m") if isinstance(r, dict) else None, r) for r in tables.get("gemm") or []]
         rows += [
             (r.get("tokens_per_expert"), r) for r in tables.get("grouped_gemm") or [] if r.get("layout") == "per_expert"
         ]
         for i, (m, row) in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ProjectionError(f"{where}: {gpu}: gemm row {i + 1}: must be a mapping")
             dtype = GEMM_DTYPES.get(str(row.get("dtype")))
             if dtype is None:
                 continue
@@ -381,22 +393,33 @@ def _shipped_data() -> dict[str, Any]:
 
 
 @cache
-def _gemm_curve(device: str, dtype: str, env: str) -> tuple[tuple[float, float], ...]:
-    """The upper envelope of the measured (FLOPs, FLOP/s) points of ``device``'s generation, sorted by FLOPs."""
+def _gemm_curve(device: str, dtype: str, env: str, files: tuple[str, ...] = ()) -> tuple[tuple[float, float], ...]:
+    """The upper envelope of the measured (FLOP, FLOP/s) points of ``device``'s generation, sorted by FLOPs: the
+    shipped rows and those of the efficiency files in ``env``; where the accelerators ``files`` measured this
+    device's GEMMs of ``dtype`` (their ``gemm:`` sections, what ``commlens project calibrate`` writes), those alone:
+    the GPU's own sweep replaces the published figures of other GPUs and runs, as its attention curves do."""
     from commlens.project.frameworks import generation
     from commlens.project.hardware import active_devices
 
+    def read(paths: Sequence[str]) -> dict[str, list[tuple[str, float, float]]]:
+        out: dict[str, list[tuple[str, float, float]]] = {}
+        for f in paths:
+            try:
+                text = Path(f).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
+            for gpu, rows in _gemm_points(load_yaml(text), f).items():
+                out[gpu] = rows + out.get(gpu, [])
+        return out
+
+    found = [(flops, rate) for d, flops, rate in read(files).get(device, []) if d == dtype]
     points = _gemm_points(_shipped_data(), "efficiency.yaml")
-    for f in (p for p in env.split(os.pathsep) if p):
-        try:
-            text = Path(f).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ProjectionError(f"{f}: cannot read: {e.strerror}") from None
-        for gpu, rows in _gemm_points(load_yaml(text), f).items():
-            points[gpu] = rows + points.get(gpu, [])
+    for gpu, rows in read([p for p in env.split(os.pathsep) if p]).items():
+        points[gpu] = rows + points.get(gpu, [])
+    if found:  # this GPU's own sweep
+        points = {}
     devices = active_devices(None)
     own = devices.get(device)
-    found: list[tuple[float, float]] = []
     for gpu, rows in points.items():
         if gpu != device and (own is None or gpu not in devices or generation(gpu) != generation(device)):
             continue
@@ -415,17 +438,17 @@ def _gemm_curve(device: str, dtype: str, env: str) -> tuple[tuple[float, float],
     return tuple(curve)
 
 
-def gemm_rate_cap(device: str, dtype: str, flops: float) -> float | None:
+def gemm_rate_cap(device: str, dtype: str, flops: float, files: tuple[str, ...] = ()) -> float | None:
     """The measured FLOP/s of a ``dtype`` (bf16, fp16, fp8 with per-tensor scales) GEMM of ``flops`` FLOPs on
     ``device`` (its own rows and its generation's, scaled): log2-interpolated over the upper envelope of the tabled
     GEMMs, held at the ends; None where nothing is tabled. The rows of the files in ``COMMLENS_EFFICIENCY`` count
-    too. [27 s10 gemmshape]"""
-    return _cap(device, GEMM_DTYPES.get(dtype), float(flops), os.environ.get(EFFICIENCY_ENV, ""))
+    too, and the GEMMs the accelerators ``files`` measured (their ``gemm:`` sections). [27 s10 gemmshape]"""
+    return _cap(device, GEMM_DTYPES.get(dtype), float(flops), os.environ.get(EFFICIENCY_ENV, ""), tuple(files))
 
 
 @lru_cache(maxsize=1 << 16)  # keyed by FLOPs: bounded for a long-running server
-def _cap(device: str, kind: str | None, flops: float, env: str) -> float | None:
-    curve = _gemm_curve(device, kind, env) if kind else ()
+def _cap(device: str, kind: str | None, flops: float, env: str, files: tuple[str, ...] = ()) -> float | None:
+    curve = _gemm_curve(device, kind, env, files) if kind else ()
     if not curve or flops <= 0:
         return None
     return _on_curve(list(curve), flops)

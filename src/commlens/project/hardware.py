@@ -160,10 +160,13 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
     """Validate one parsed file: every entry a Device, partial entries merged onto ``base``."""
     if not isinstance(data, dict):
         raise AcceleratorsFileError(f"{source}: expected a mapping with 'format' and 'accelerators'")
-    # attention: measured attention kernels (commlens project calibrate), read by commlens.project.efficiency
-    unknown = sorted(set(data) - {"format", "accelerators", "attention"})
+    # attention, gemm: measured attention kernels and GEMMs (commlens project calibrate), read by
+    # commlens.project.efficiency
+    unknown = sorted(set(data) - {"format", "accelerators", "attention", "gemm"})
     if unknown:
-        raise AcceleratorsFileError(f"{source}: unknown key {unknown[0]!r} (known: format, accelerators, attention)")
+        raise AcceleratorsFileError(
+            f"{source}: unknown key {unknown[0]!r} (known: format, accelerators, attention, gemm)"
+        )
     if data.get("format") != ACCELERATORS_FORMAT:
         raise AcceleratorsFileError(f"{source}: format {data.get('format')!r}; expected {ACCELERATORS_FORMAT}")
     entries = data.get("accelerators")
@@ -179,7 +182,13 @@ def _entries(data: Any, source: str, base: Mapping[str, Device]) -> dict[str, De
             raise AcceleratorsFileError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(_FIELDS)})")
         merged = dict(fields)
         if name in base:
-            for eff in ("gemm_efficiency", "memory_efficiency", "attention_sustained", "nvfp4_gemm_rate"):
+            for eff in (
+                "gemm_efficiency",
+                "fp8_gemm_efficiency",
+                "memory_efficiency",
+                "attention_sustained",
+                "nvfp4_gemm_rate",
+            ):
                 if eff in fields and f"{eff}_origin" not in fields:
                     raise AcceleratorsFileError(f"{where}.{eff}: given without {eff}_origin (say where it comes from)")
             merged = {**base[name].model_dump(exclude={"name"}), **fields}

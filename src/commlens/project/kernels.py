@@ -581,6 +581,7 @@ class _Builder:
     elem: float  # bytes per GEMM input element
     gemm_launch: int  # launches per GEMM (with its fp8 casts)
     gemm_rate: float = 1.0  # the fp8 recipe's GEMM rate against per-tensor fp8 (MXFP8's block scales)
+    files: tuple[str, ...] = ()  # accelerators files: the GEMMs they measured cap an expert's GEMM too
 
     def stream(
         self,
@@ -653,7 +654,7 @@ class _Builder:
         1024-2048 cubes carry (Azure cuBLASLt fp8 on H100: 274 and 1011 TFLOP/s, where the curve gives ~1000 and
         ~1220). [27 s10 gemmshape]"""
         t = self._curve_s(m, n, k)
-        cap = gemm_rate_cap(self.dev.name, "fp8" if self.elem < 2.0 else "bf16", 2.0 * m * n * k)
+        cap = gemm_rate_cap(self.dev.name, "fp8" if self.elem < 2.0 else "bf16", 2.0 * m * n * k, self.files)
         return t if cap is None else max(t, 2.0 * m * n * k / (cap * self.gemm_rate))
 
 
@@ -685,6 +686,7 @@ def layer_kernels(
         elem=NVFP4_BYTES if nvfp4 else 1.0 if fp8 else 2.0,
         gemm_launch=1 + (recipe.launches if recipe else 0),
         gemm_rate=rate,
+        files=s.efficiency_files,
     )
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
