@@ -190,6 +190,13 @@ class Framework(_Strict):
         "Hadamard-transformed, column-wise in one kernel (TransformerEngine PR #2555, v2.14 on: one 16-bit read), "
         "after the pass that takes both amaxes; false: in two kernels (v2.8 to v2.13: two reads) [27 s25 nvfp4]",
     )
+    fused_mlp_dglu_dbias_slowdown: float = Field(
+        default=1.0,
+        ge=1.0,
+        description="the fused grouped MLP's backward kernel of fc2's data gradient with the GLU's backward and fc1's "
+        "bias gradient (cuDNN's grouped_gemm_dglu with dbias, experts with biases) runs this many times its GEMM's "
+        "time: 1 but where the release's cudnn-frontend has a measured regression of it [27 s26 dglu]",
+    )
     nvfp4_scale_swizzles: int = Field(
         default=2,
         ge=0,
