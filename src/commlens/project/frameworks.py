@@ -190,6 +190,10 @@ class Framework(_Strict):
         "Hadamard-transformed, column-wise in one kernel (TransformerEngine PR #2555, v2.14 on: one 16-bit read), "
         "after the pass that takes both amaxes; false: in two kernels (v2.8 to v2.13: two reads) [27 s25 nvfp4]",
     )
+    muon: bool = Field(
+        default=False,
+        description="the stack offers the Muon optimizer (layout optimizer muon) [27 s26 muon]",
+    )
     fused_mlp_dglu_dbias_slowdown: float = Field(
         default=1.0,
         ge=1.0,

@@ -280,6 +280,12 @@ class ParallelLayout(StrictSpec):
         description="fp8_recipe nvfp4: the output gradients' stochastic rounding (TE's default; false: "
         "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1) [27 s25 nvfp4]",
     )
+    optimizer: Literal["adam", "muon"] = Field(
+        default="adam",
+        description="the optimizer: adam (AdamW) or muon (Megatron-Core's Muon: the transformer layers' 2D weights "
+        "orthogonalized by Newton-Schulz iterations on their owner rank, the rest Adam-style; set "
+        "optimizer_state_bytes 8 for its fp32 main weights and one momentum) [27 s26 muon]",
+    )
     optimizer_impl: Literal["fused", "foreach"] | None = Field(
         default=None,
         description="the Adam step's kernels: fused or torch's foreach (eight passes over fp32 tensors); None: the "

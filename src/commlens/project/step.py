@@ -72,6 +72,7 @@ from commlens.project.memory import (
     stage_parameters,
     stage_recompute,
 )
+from commlens.project.muon import stage_muon_s
 from commlens.project.scenario import Scenario
 from commlens.topology import Topology
 from commlens.workload import Workload
@@ -439,6 +440,14 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
         )
     if layout.moe_a2a_overlap and fw.overlap.ep != "combined_1f1b":
         raise InfeasibleLayoutError(f"{layout.framework} has no EP all-to-all overlap (moe_a2a_overlap)", "schedule")
+    if layout.optimizer == "muon" and not fw.muon:
+        raise InfeasibleLayoutError(f"{layout.framework} has no Muon optimizer (optimizer muon)", "framework")
+    if layout.optimizer == "muon" and layout.zero >= 2:
+        raise InfeasibleLayoutError(
+            f"optimizer muon with zero {layout.zero}: Muon orthogonalizes whole matrices, under Megatron-Core's "
+            "layer-wise distributed optimizer (zero 1) or plain data parallelism (zero 0)",
+            "framework",
+        )
     fp8 = w.precision == "fp8"
     c = _Setup(
         scenario=s,
@@ -1799,6 +1808,7 @@ def _slowest_tail(
     fp8_merged = _stage_fp8_params(c) if c.fw.fp8_bucket_merge else [(0.0, 0.0)] * r.pp
     drain = 0.0  # [27 s16 ppbucket] the backward the stages before this one still run after its last backward
     bucket_memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] = {}
+    muon = _muon_stages_s(c)
     for i, st in enumerate(stages):
         dense_local, expert_local = stage_params[i]
         # the share of the stage's layers whose forward full recomputation runs again
@@ -1854,12 +1864,31 @@ def _slowest_tail(
             tail = (tail[0] + tied, *tail[1:])
         zero3_fixed = _zero3_persistent_gathers_s(c, r.stage_layers[i])
         zero3_fixed += _zero3_gather_copies_s(c, r.stage_layers[i], redone, m_count * runs)
-        tail = (tail[0], tail[1] + zero3_fixed, tail[2] + _zero_grad_buffer_s(c, dense_local + expert_local), *tail[3:])
+        opt_extra = _zero_grad_buffer_s(c, dense_local + expert_local) + muon[i]
+        tail = (tail[0], tail[1] + zero3_fixed, tail[2] + opt_extra, *tail[3:])
         total = tail[0] + tail[1] + tail[2] + contention
         st["tail_s"] = total
         if total > best_tail[0]:
             best_tail = (total, i, (*tail, contention))
     return _drain_reduce_waits(c, stage_params, best_tail[1], best_tail[2], runs)
+
+
+def _muon_stages_s(c: _Setup) -> list[float]:
+    """Each stage's Muon work on its busiest owner rank (:mod:`commlens.project.muon`), 0 under Adam: the dense
+    matrices shared over the DP group (all of them on every rank without the distributed optimizer), the experts'
+    over the expert-DP group, the owned gradients gathered over TP. [27 s26 muon]"""
+    r, w, layout = c.r, c.w, c.layout
+    if layout.optimizer != "muon":
+        return [0.0] * r.pp
+    dp = r.groups["dp"].size if layout.zero >= 1 else 1
+    edp = r.groups["edp"].size if layout.zero >= 1 else 1
+    local_experts = w.moe.experts / r.ep if w.moe is not None else 0.0
+    tp = r.groups["tp"]
+
+    def gather(nbytes: float) -> float:
+        return c.comm("all_gather", nbytes, tp) if r.tp > 1 and nbytes > 0 else 0.0
+
+    return [stage_muon_s(c.dev, w, kinds, local_experts, dp, edp, gather) for kinds in stage_layer_kinds(w, r)]
 
 
 def _zero_grad_buffer_s(c: _Setup, local_params: float) -> float:
