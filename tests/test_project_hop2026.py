@@ -59,9 +59,10 @@ def test_cudnn_919_rows_are_the_h200_llama31_run():
     # nemo-24.07 runs fp8 under delayed scaling, Transformer Engine 1.8's only recipe [27 s12 nemo2403]
     # and, on a Megatron-Core older than 0.9, no fp8 bucket merge [27 s16 fp8bucket]
     # and NVLink SHARP off, as the NeMo launcher 24.07 sets it [27 s16 nvls]; both without NVFP4 (TE < 2.7) [27 s25 nvfp4]
+    # or Muon [27 s26 muon]
     [
-        ("nemo-24.07", "nemo", {"fp8_recipe", "fp8_bucket_merge", "nccl_nvls", "nvfp4"}),
-        ("megatron-core-2024", "megatron-core", {"nvfp4"}),
+        ("nemo-24.07", "nemo", {"fp8_recipe", "fp8_bucket_merge", "nccl_nvls", "nvfp4", "muon"}),
+        ("megatron-core-2024", "megatron-core", {"nvfp4", "muon"}),
     ],
 )
 def test_2024_release_profiles_differ_from_megatron_core_only_in_hopper_attention(name: str, stack: str, also: set):

@@ -54,6 +54,7 @@ def test_the_rows_run_the_25_04_containers_attention():
     # and TE 1.14's CP ring copies [27 s15 te114cp]
     assert differ == {
         "nvfp4",  # TE older than 2.7: no NVFP4 [27 s25 nvfp4]
+        "muon",  # Megatron-Core older than Muon [27 s26 muon]
         "name",
         "title",
         "source",

@@ -70,7 +70,9 @@ def test_a_past_release_is_megatron_core_but_for_what_it_states(release):
     # [27 s16 nvls] and NVLink SHARP off, as their perf executors set it; [27 s25 nvfp4] and TE's two NVFP4 cast kernels
     stated = {"name", "release_of", "title", "source", "zero3_grad_prescale_shard", "attention", "nccl_nvls"}
     stated |= {"nvfp4_rht_cast_fused"}
+    stated |= {"muon"}  # [27 s26 muon] 25.09's Megatron-Core 0.14 has no Muon; 25.11's 0d8e0714 has it
     assert rel.model_dump(exclude=stated) == framework("megatron-core").model_dump(exclude=stated)
+    assert rel.muon is (release == "megatron-core-25.11")
     assert rel.zero3_grad_prescale_shard and not framework("megatron-core").zero3_grad_prescale_shard
 
 

@@ -286,6 +286,12 @@ class ParallelLayout(StrictSpec):
         "orthogonalized by Newton-Schulz iterations on their owner rank, the rest Adam-style; set "
         "optimizer_state_bytes 8 for its fp32 main weights and one momentum) [27 s26 muon]",
     )
+    muon_tp_mode: Literal["blockwise", "duplicated"] = Field(
+        default="blockwise",
+        description="optimizer muon with TP: blockwise (each TP rank orthogonalizes its own shard, what "
+        "Megatron-Bridge's Muon recipes pass) or duplicated (the gradient gathered over TP, the whole matrix on every "
+        "TP rank: TensorParallelMuon's own default) [27 s26 muon]",
+    )
     optimizer_impl: Literal["fused", "foreach"] | None = Field(
         default=None,
         description="the Adam step's kernels: fused or torch's foreach (eight passes over fp32 tensors); None: the "

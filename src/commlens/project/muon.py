@@ -7,18 +7,25 @@ costs a step beyond Adam's streaming update:
 
 1. The iterations. The quintic iteration on an ``a x b`` matrix (``a <= b``; the wide side is transposed) forms
    ``A = X X^T``, then ``B = beta A + gamma A A``, then ``X = alpha X + B X``: three GEMMs, ``4 a^2 b + 2 a^3`` FLOPs an
-   iteration, ``MUON_NS_STEPS`` of them. They run on fp32 tensors at the ``medium`` matmul precision (bf16 tensor-core
-   products), so they are priced on the device's bf16 GEMM curve with 4-byte operands.
-2. Who runs them. Megatron-Core's layer-wise distributed optimizer gives each parameter to one data-parallel rank,
-   which orthogonalizes it whole and sends the new weights out in place of ZeRO-1's parameter all-gather. A rank's
-   share of a stage's matrices is their time over the DP group (experts: over the expert-DP group), and never less
-   than the largest one matrix, which a single rank holds.
-3. Tensor parallelism (``tp_mode`` duplicated, Megatron-Core's default): the owner gathers the matrix's gradient
-   from its TP group and every TP rank orthogonalizes the full matrix, so TP divides none of the work; the gather
-   moves the owner's matrices' fp32 gradients.
+   iteration, ``MUON_NS_STEPS`` of them. Emerging-Optimizers normalizes the matrix in fp32 and casts it to bf16 for
+   them (``muon_utils.py``, matmul precision ``medium``), so they are priced on the device's bf16 GEMM curve.
+2. Who runs them. Megatron-Core's layer-wise distributed optimizer deals whole parameters out to the data-parallel
+   ranks (sorted by size, in turn), and each orthogonalizes its own. A rank's share of a stage's matrices is their
+   time over the DP group (experts: over the expert-DP group), and never less than the largest one matrix, which a
+   single rank holds.
+3. Tensor parallelism, ``muon_tp_mode``: blockwise (what Megatron-Bridge's Muon recipes pass) orthogonalizes each
+   TP rank's own shard, with no communication; duplicated gathers the owner's gradients over TP and orthogonalizes
+   the full matrix on every TP rank.
 
 Adam's per-parameter streaming stays as the step prices it; the optimizer state is the layout's
-``optimizer_state_bytes`` (fp32 main weights and one fp32 momentum: 8 B a parameter)."""
+``optimizer_state_bytes`` (fp32 main weights and one fp32 momentum: 8 B a parameter).
+
+Sources (read for the Kimi-K2 rows, session 26): Megatron-LM d0b3b775 ``megatron/core/optimizer/
+emerging_optimizers.py`` (TensorParallelMuon: num_ns_steps 5, quintic coefficients, tp_mode, split_qkv) and
+``layer_wise_optimizer.py`` (whole parameters dealt out over DP, an all-gather of the updated bf16 parameters after
+the step); NVIDIA-NeMo/Emerging-Optimizers ``muon_utils.py`` (the fp32 normalization, the bf16 cast under
+``medium``, the three products); Megatron-Bridge v0.5.0 ``optimizer_utils.py`` lines 20-97 (dist_muon: momentum
+0.95, Nesterov, 5 steps, tp_mode blockwise, AdamW for the rest)."""
 
 from __future__ import annotations
 
@@ -31,27 +38,31 @@ from commlens.workload import Workload
 __all__ = ["MUON_NS_STEPS", "layer_matrices", "newton_schulz_s", "stage_muon_s"]
 
 MUON_NS_STEPS = 5  # Megatron-Core TensorParallelMuon num_ns_steps' default
-NS_ELEM_BYTES = 4.0  # fp32 operands (matmul precision 'medium': bf16 products)
+NS_ELEM_BYTES = 2.0  # bf16 operands (Emerging-Optimizers casts the normalized matrix to bf16)
 GRAD_BYTES = 4.0  # the fp32 main gradient the owner gathers over TP
 
 
-def layer_matrices(w: Workload, moe: bool) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
-    """One layer's 2D weights as Megatron-Core stores them, unsharded: (rows, cols, count) of the dense part
-    (attention linears, QKV fused; a dense layer's fc1 with gate and up fused, and fc2; an MoE layer's shared
-    experts as one MLP and its router) and of one routed expert's (fc1, fc2)."""
+def layer_matrices(
+    w: Workload, moe: bool, tp: int = 1, etp: int = 1
+) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+    """One layer's 2D weights as Megatron-Core stores them on one of ``tp`` ranks (``etp`` for the experts; 1: whole):
+    (rows, cols, count) of the dense part (attention linears, QKV fused, MLA's down-projections replicated; a dense
+    layer's fc1 with gate and up fused, and fc2; an MoE layer's shared experts as one MLP and its router, replicated)
+    and of one routed expert's (fc1, fc2)."""
     h = w.hidden
     glu = 2 if w.gated_ffn else 1
-    dense = [(n, k, 1.0) for _, k, n in w.attention_linears(1)]
+    dense = [(n, k, 1.0) for _, k, n in w.attention_linears(tp)]
     experts: list[tuple[float, float, float]] = []
     if not moe or w.moe is None:
-        dense += [(glu * w.ffn_hidden, h, 1.0), (h, w.ffn_hidden, 1.0)]
+        dense += [(glu * w.ffn_hidden / tp, h, 1.0), (h, w.ffn_hidden / tp, 1.0)]
         return dense, experts
     m = w.moe
     if m.shared_experts:
-        fs = m.shared_experts * m.expert_ffn_hidden
+        fs = m.shared_experts * m.expert_ffn_hidden / tp
         dense += [(glu * fs, h, 1.0), (h, fs, 1.0)]
     dense.append((m.experts, h, 1.0))  # the router
-    experts = [(glu * m.expert_ffn_hidden, h, 1.0), (h, m.expert_ffn_hidden, 1.0)]
+    fe = m.expert_ffn_hidden / etp
+    experts = [(glu * fe, h, 1.0), (h, fe, 1.0)]
     return dense, experts
 
 
@@ -72,33 +83,29 @@ def stage_muon_s(
     w: Workload,
     layer_kinds: tuple[float, float],
     local_experts: float,
-    dp: int,
-    edp: int,
-    tp_gather_s: Callable[[float], float],
+    groups: tuple[int, int, int, int],
+    tp_gather_s: Callable[[float], float] | None = None,
     steps: int = MUON_NS_STEPS,
 ) -> float:
     """One pipeline stage's Muon work on its busiest owner: (dense layers, MoE layers) ``layer_kinds``, each rank's
-    ``local_experts`` per MoE layer, the dense matrices shared over ``dp`` ranks and the experts' over ``edp``; plus
-    ``tp_gather_s(bytes)``, the gather of the owned dense matrices' gradients over TP (0 without TP)."""
+    ``local_experts`` per MoE layer; ``groups`` (DP, expert DP, TP, expert TP): the dense matrices shared over DP,
+    the experts' over expert DP; blockwise each TP rank takes its shards, or with ``tp_gather_s`` (duplicated)
+    every TP rank the whole matrices after gathering the owned gradients (``tp_gather_s(bytes)``)."""
+    dp, edp, tp, etp = groups
+    if tp_gather_s is not None:  # duplicated: whole matrices
+        tp, etp = 1, 1
     dense_n, moe_n = layer_kinds
-    parts: list[tuple[float, float]] = []  # (seconds of all of the stage's matrices, the largest one)
-    for kind_n, moe in ((dense_n, False), (moe_n, True)):
-        if not kind_n:
-            continue
-        dense, _ = layer_matrices(w, moe)
-        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in dense]
+    kinds = [(n, moe) for n, moe in ((dense_n, False), (moe_n, True)) if n]
+    parts = []  # (seconds of all of the stage's dense matrices of a kind, the largest one)
+    for kind_n, moe in kinds:
+        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in layer_matrices(w, moe, tp, etp)[0]]
         parts.append((kind_n * sum(times), max(times)))
     dense_total = sum(p[0] for p in parts)
-    dense_max = max((p[1] for p in parts), default=0.0)
-    own = max(dense_total / dp, dense_max) if dense_total else 0.0
+    own = max(dense_total / dp, max(p[1] for p in parts)) if parts else 0.0
     if moe_n and w.moe is not None:
-        _, experts = layer_matrices(w, True)
-        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in experts]
-        total = moe_n * local_experts * sum(times)
-        own += max(total / edp, max(times))
-    elements = sum(
-        kind_n * sum(r * c for r, c, _ in layer_matrices(w, moe)[0])
-        for kind_n, moe in ((dense_n, False), (moe_n, True))
-        if kind_n
-    )
-    return own + tp_gather_s(elements / dp * GRAD_BYTES)
+        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in layer_matrices(w, True, tp, etp)[1]]
+        own += max(moe_n * local_experts * sum(times) / edp, max(times))
+    if tp_gather_s is not None:
+        elements = sum(n * sum(r * c for r, c, _ in layer_matrices(w, moe)[0]) for n, moe in kinds)
+        own += tp_gather_s(elements / dp * GRAD_BYTES)
+    return own

@@ -1876,7 +1876,7 @@ def _slowest_tail(
 def _muon_stages_s(c: _Setup) -> list[float]:
     """Each stage's Muon work on its busiest owner rank (:mod:`commlens.project.muon`), 0 under Adam: the dense
     matrices shared over the DP group (all of them on every rank without the distributed optimizer), the experts'
-    over the expert-DP group, the owned gradients gathered over TP. [27 s26 muon]"""
+    over the expert-DP group; TP shards each (blockwise) or gathers it whole (duplicated). [27 s26 muon]"""
     r, w, layout = c.r, c.w, c.layout
     if layout.optimizer != "muon":
         return [0.0] * r.pp
@@ -1888,7 +1888,9 @@ def _muon_stages_s(c: _Setup) -> list[float]:
     def gather(nbytes: float) -> float:
         return c.comm("all_gather", nbytes, tp) if r.tp > 1 and nbytes > 0 else 0.0
 
-    return [stage_muon_s(c.dev, w, kinds, local_experts, dp, edp, gather) for kinds in stage_layer_kinds(w, r)]
+    groups = (dp, edp, r.tp, r.expert_tp)
+    duplicated = gather if layout.muon_tp_mode == "duplicated" else None
+    return [stage_muon_s(c.dev, w, kinds, local_experts, groups, duplicated) for kinds in stage_layer_kinds(w, r)]
 
 
 def _zero_grad_buffer_s(c: _Setup, local_params: float) -> float:
