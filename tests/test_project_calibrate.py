@@ -542,12 +542,11 @@ def test_a_bad_gemm_section_exits_2_naming_the_file_and_row(tmp_path):
         "format: commlens.accelerators/1\naccelerators:\n  H200 SXM:\n    sms: 132\n"
         "gemm:\n  H200 SXM:\n    - {dtype: bf16, m: 4096, n: 4096, k: 0, tflops: 700, origin: x}\n"
     )
-    proc = subprocess.run(
-        CLI + ["qwen3-30b-a3b", "-t", "dgx-h200", "--gpus", "8", "--ep", "8", "--accelerators", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {path}: H200 SXM: gemm row 1: expected a positive number, got 0"), (
-        proc.stderr
-    )
+    # refused when the file is loaded, also where no GEMM is capped (a dense model launches none alone)
+    for args in (["qwen3-30b-a3b", "--ep", "8"], ["llama3-8b", "--tp", "2"]):
+        proc = subprocess.run(
+            CLI + [*args, "-t", "dgx-h200", "--gpus", "8", "--accelerators", str(path)], capture_output=True, text=True
+        )
+        assert proc.returncode == 2 and proc.stdout == ""
+        want = f"error: {path}: H200 SXM: gemm row 1: expected a positive number, got 0"
+        assert proc.stderr.startswith(want), proc.stderr

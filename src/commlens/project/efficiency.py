@@ -44,6 +44,7 @@ from commlens.project.hardware import ACCELERATORS_ENV, ACCELERATORS_FORMAT
 from commlens.specdata import load_yaml
 
 __all__ = [
+    "check_measured_sections",
     "EFFICIENCY_ENV",
     "EFFICIENCY_FORMAT",
     "attention_entries",
@@ -105,7 +106,18 @@ def _flag(v: Any, where: str) -> bool:
 def _read(text: str, where: str, shipped: bool = False) -> dict[str, list[Entry]]:
     """Attention entries of an efficiency file, or of an accelerators file's ``attention:`` section (what
     ``commlens project calibrate`` writes); ``shipped``: the package's own efficiency.yaml."""
-    data = load_yaml(text, shipped=shipped)
+    return _attention_rows(load_yaml(text, shipped=shipped), where)
+
+
+def check_measured_sections(data: Any, where: str) -> None:
+    """Check an accelerators file's ``attention:`` and ``gemm:`` sections as the lookups will read them, when the file
+    is loaded: a bad row is refused (:class:`ProjectionError` naming the file, the accelerator and the row) even where
+    no projection would read it."""
+    _attention_rows(data, where)
+    _gemm_points(data, where)
+
+
+def _attention_rows(data: Any, where: str) -> dict[str, list[Entry]]:
     if isinstance(data, dict) and data.get("format") == ACCELERATORS_FORMAT:
         section = data.get("attention") or {}
         if not isinstance(section, dict):

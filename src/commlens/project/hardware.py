@@ -235,8 +235,13 @@ def _shipped() -> dict[str, Device]:
 def load_accelerators_file(path: str | Path, base: Mapping[str, Device] | None = None) -> dict[str, Device]:
     """The entries of one accelerators file, validated; partial entries complete themselves from ``base``
     (default: the shipped figures). :class:`AcceleratorsFileError` names the file and the field."""
+    from commlens.project.efficiency import check_measured_sections  # efficiency imports this module
+
     p = Path(path)
-    return _entries(_read_yaml(p, str(path)), str(path), _shipped() if base is None else base)
+    data = _read_yaml(p, str(path))
+    out = _entries(data, str(path), _shipped() if base is None else base)
+    check_measured_sections(data, str(path))
+    return out
 
 
 @lru_cache(maxsize=8)
