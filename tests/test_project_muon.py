@@ -92,3 +92,10 @@ def test_muon_is_refused_where_the_stack_or_the_sharding_has_none():
     )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["breakdown"]["optimizer"] > 0
+    banner = subprocess.run(
+        CLI
+        + ["llama3-8b", "-t", "dgx-h100", "--gpus", "8", "--tp", "2", "--set", "layout.optimizer=muon", "--no-what-if"],
+        capture_output=True,
+        text=True,
+    )
+    assert banner.returncode == 0 and banner.stdout.splitlines()[0].endswith("micro-batches, optimizer muon")

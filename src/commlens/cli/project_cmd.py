@@ -234,10 +234,12 @@ def _print_projection(p) -> None:
     from commlens.results.units import format_percent
 
     lay = p.layout
+    optimizer = (lay.get("settings") or {}).get("optimizer")  # named where it is not Adam [27 s26 muon]
     print(
         f"{p.workload} on {p.gpus} x {p.topology}: TP {lay['tp']}{' +SP' if lay['sp'] else ''}, CP {lay['cp']}, "
         f"PP {lay['pp']} (vpp {lay['vpp']}), DP {lay['dp']}, EP {lay['ep']}, ZeRO {lay['zero']}, "
         f"recompute {lay['recompute']}{_recompute_count(lay)}, {lay['micro_batches']} micro-batches"
+        + (f", optimizer {optimizer}" if optimizer else "")
     )
     print(f"  step time        {p.step_time_s:10.3f} s")
     if p.band:
