@@ -47,6 +47,7 @@ def test_muon_is_part_of_the_rows_step():
 
 
 @pytest.mark.parametrize("release", [0, 1, 2, 3])
-def test_every_row_projects(release):
+def test_every_row_projects_and_names_its_recipe_and_optimizer(release):
     r = validate_set(load_set("megatron-bridge-kimi-k2"))[release]
     assert r.predicted and not r.refused
+    assert r.layout == "tp1 cp1 pp4x4 ep64 dp64 mxfp8 muon"

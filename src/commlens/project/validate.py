@@ -476,6 +476,8 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
         shown["dp"] = row.gpus // (layout.tp * layout.cp * layout.pp)
         # an fp8 row names its recipe (delayed, current, mxfp8, nvfp4): rows of one table and layout differ by it
         recipe = f" {layout.fp8_recipe or framework(layout.framework).fp8_recipe}" if w.precision == "fp8" else ""
+        if layout.optimizer != "adam":  # [27 s26 muon] and a row's optimizer where it is not Adam
+            recipe += f" {layout.optimizer}"
         predicted: float | None = None
         refused = ""
         try:
