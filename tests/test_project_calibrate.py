@@ -550,3 +550,19 @@ def test_a_bad_gemm_section_exits_2_naming_the_file_and_row(tmp_path):
         assert proc.returncode == 2 and proc.stdout == ""
         want = f"error: {path}: H200 SXM: gemm row 1: expected a positive number, got 0"
         assert proc.stderr.startswith(want), proc.stderr
+
+
+def test_fp8_gemms_are_dropped_and_said_where_the_gpu_has_no_fp8(monkeypatch):
+    # This CPU runs torch._scaled_mm, so the check passes here; a GPU below compute capability 8.9 cannot be lent,
+    # so its answer stands in for the check (the rest of the sweep runs for real on the CPU).
+    import commlens.project.calibrate_measure as cm
+
+    assert cm._fp8_unsupported("cpu") == ""
+    reason = "compute capability 8.0 has no fp8 tensor cores (8.9 and up have)"
+    monkeypatch.setattr(cm, "_fp8_unsupported", lambda device: reason)
+    gemms = [GemmCase("square", "sq", 64, 64, 64), GemmCase("transformer", "f8", 96, 32, 48, layout="nt", dtype="fp8")]
+    cal = measure(gemms, [], device="cpu", repeats=(1, 2, 1))
+    assert [r.dtype for r in cal.gemm] == ["bf16"] and not cal.settings["failed"]
+    assert cal.settings["fp8"] == f"1 fp8 GEMMs planned, not measured: {reason}"
+    fit = fit_calibration(cal, "cpu.json", "H100 SXM", ("gemm_efficiency",))
+    assert fit.fp8_curves == [] and "no fp8 GEMMs measured: fp8_gemm_efficiency kept" in fit.notes

@@ -40,16 +40,16 @@ def test_the_matrices_are_megatrons_fused_weights():
     w = load_workload("llama3-70b")
     dense, experts = layer_matrices(w, moe=False)
     h, f = w.hidden, w.ffn_hidden
-    assert (2 * f, h, 1.0) in dense and (h, f, 1.0) in dense and experts == []  # fc1 with gate and up, fc2
-    assert sum(r * c for r, c, _ in dense) == pytest.approx(w.parameter_counts()["attention"] / w.layers + 3 * h * f)
+    assert (2 * f, h) in dense and (h, f) in dense and experts == []  # fc1 with gate and up, fc2
+    assert sum(r * c for r, c in dense) == pytest.approx(w.parameter_counts()["attention"] / w.layers + 3 * h * f)
     # blockwise TP: each rank's shards, column-parallel split by rows and row-parallel by columns
     shards, _ = layer_matrices(w, moe=False, tp=4)
-    assert (2 * f / 4, h, 1.0) in shards and (h, f / 4, 1.0) in shards
-    assert sum(r * c for r, c, _ in shards) == pytest.approx(sum(r * c for r, c, _ in dense) / 4)
+    assert (2 * f / 4, h) in shards and (h, f / 4) in shards
+    assert sum(r * c for r, c in shards) == pytest.approx(sum(r * c for r, c in dense) / 4)
     q = load_workload("qwen3-30b-a3b")
     dense, experts = layer_matrices(q, moe=True)
-    assert experts == [(2 * q.moe.expert_ffn_hidden, q.hidden, 1.0), (q.hidden, q.moe.expert_ffn_hidden, 1.0)]
-    assert (q.moe.experts, q.hidden, 1.0) in dense  # the router
+    assert experts == [(2 * q.moe.expert_ffn_hidden, q.hidden), (q.hidden, q.moe.expert_ffn_hidden)]
+    assert (q.moe.experts, q.hidden) in dense  # the router
 
 
 def _opt_s(workload: str, topology: str, gpus: int, **layout) -> tuple[float, float]:

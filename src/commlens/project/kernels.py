@@ -1417,15 +1417,15 @@ def _fused_experts(b: _Builder, w: Workload, up: Kernel, down: Kernel, routed: f
     GPU's)."""
     m = w.moe
     assert m is not None
-    out = [
-        replace(k, launches=FUSED_MLP_LAUNCHES[k.name][0], bwd_launches=FUSED_MLP_LAUNCHES[k.name][1], modules=mods)
-        for k, mods in ((up, 1.0), (down, 0.0))
-    ]
     slow = b.fw.fused_mlp_dglu_dbias_slowdown
     if m.expert_bias and slow > 1.0:
         # fc2's data gradient (a GEMM of fc2's forward FLOPs) runs in the dGLU kernel that also reduces fc1's bias
         # gradient: a release whose cudnn-frontend slowed that kernel pays the excess in the backward [27 s26 dglu]
-        out[1] = replace(out[1], bwd_s=out[1].bwd_s + (slow - 1.0) * out[1].fwd_s)
+        down = replace(down, bwd_s=down.bwd_s + (slow - 1.0) * down.fwd_s)
+    out = [
+        replace(k, launches=FUSED_MLP_LAUNCHES[k.name][0], bwd_launches=FUSED_MLP_LAUNCHES[k.name][1], modules=mods)
+        for k, mods in ((up, 1.0), (down, 0.0))
+    ]
     if m.expert_bias:
         dy_bytes = 2.0 * routed * w.hidden  # fc2's output gradient, 16 bits, read once
         out.append(

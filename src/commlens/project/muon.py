@@ -44,25 +44,25 @@ GRAD_BYTES = 4.0  # the fp32 main gradient the owner gathers over TP
 
 def layer_matrices(
     w: Workload, moe: bool, tp: int = 1, etp: int = 1
-) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """One layer's 2D weights as Megatron-Core stores them on one of ``tp`` ranks (``etp`` for the experts; 1: whole):
-    (rows, cols, count) of the dense part (attention linears, QKV fused, MLA's down-projections replicated; a dense
+    (rows, cols) of the dense part (attention linears, QKV fused, MLA's down-projections replicated; a dense
     layer's fc1 with gate and up fused, and fc2; an MoE layer's shared experts as one MLP and its router, replicated)
     and of one routed expert's (fc1, fc2)."""
     h = w.hidden
     glu = 2 if w.gated_ffn else 1
-    dense = [(n, k, 1.0) for _, k, n in w.attention_linears(tp)]
-    experts: list[tuple[float, float, float]] = []
+    dense = [(n, k) for _, k, n in w.attention_linears(tp)]
+    experts: list[tuple[float, float]] = []
     if not moe or w.moe is None:
-        dense += [(glu * w.ffn_hidden / tp, h, 1.0), (h, w.ffn_hidden / tp, 1.0)]
+        dense += [(glu * w.ffn_hidden / tp, h), (h, w.ffn_hidden / tp)]
         return dense, experts
     m = w.moe
     if m.shared_experts:
         fs = m.shared_experts * m.expert_ffn_hidden / tp
-        dense += [(glu * fs, h, 1.0), (h, fs, 1.0)]
-    dense.append((m.experts, h, 1.0))  # the router
+        dense += [(glu * fs, h), (h, fs)]
+    dense.append((m.experts, h))  # the router
     fe = m.expert_ffn_hidden / etp
-    experts = [(glu * fe, h, 1.0), (h, fe, 1.0)]
+    experts = [(glu * fe, h), (h, fe)]
     return dense, experts
 
 
@@ -98,14 +98,14 @@ def stage_muon_s(
     kinds = [(n, moe) for n, moe in ((dense_n, False), (moe_n, True)) if n]
     parts = []  # (seconds of all of the stage's dense matrices of a kind, the largest one)
     for kind_n, moe in kinds:
-        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in layer_matrices(w, moe, tp, etp)[0]]
+        times = [newton_schulz_s(dev, r, c, steps) for r, c in layer_matrices(w, moe, tp, etp)[0]]
         parts.append((kind_n * sum(times), max(times)))
     dense_total = sum(p[0] for p in parts)
     own = max(dense_total / dp, max(p[1] for p in parts)) if parts else 0.0
     if moe_n and w.moe is not None:
-        times = [newton_schulz_s(dev, r, c, steps) for r, c, _ in layer_matrices(w, True, tp, etp)[1]]
+        times = [newton_schulz_s(dev, r, c, steps) for r, c in layer_matrices(w, True, tp, etp)[1]]
         own += max(moe_n * local_experts * sum(times) / edp, max(times))
     if tp_gather_s is not None:
-        elements = sum(n * sum(r * c for r, c, _ in layer_matrices(w, moe)[0]) for n, moe in kinds)
+        elements = sum(n * sum(r * c for r, c in layer_matrices(w, moe)[0]) for n, moe in kinds)
         own += tp_gather_s(elements / dp * GRAD_BYTES)
     return own
