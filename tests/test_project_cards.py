@@ -1,5 +1,5 @@
 """[27 s27 cards] Megatron-Bridge's model verification cards as a held-out table: the tuned performance runs of
-Qwen3-30B-A3B, Qwen3-235B-A22B and GPT-OSS 120B, each at the commit it ran."""
+Qwen3-30B-A3B, Qwen3-235B-A22B, GPT-OSS 120B and DeepSeek-V3, each at the commit it ran."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ PUBLISHED = [
     7320.274,
     33017.081,
     16398.332,
+    1061.206,
+    4734.856,
+    6143.635,
 ]
 # the same runs' last_10_steps_step_time_ms_avg, global batch and GPUs: tokens/s/GPU is their quotient
 STEP_MS = [
@@ -38,6 +41,9 @@ STEP_MS = [
     17905.340,
     2481.140,
     4995.630,
+    61756.130,
+    13841.180,
+    10667.300,
 ]
 
 
