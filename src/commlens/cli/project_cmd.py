@@ -440,7 +440,11 @@ def _print_sweep_rows(keys: list[str], rows: list[SweepRow]) -> None:
 
 @project_app.command("validate")
 def _validate(
-    table_name: str = typer.Option("all", "--table", help="a published table's name, or all (see --list)"),
+    table_name: str = typer.Option(
+        "all",
+        "--table",
+        help="a published table's name, all (see --list), or a .yaml file of your own runs in the same format",
+    ),
     list_tables: bool = typer.Option(False, "--list", help="list the tables and their sources"),
     pairs: bool = typer.Option(
         False,
@@ -453,7 +457,7 @@ def _validate(
 ) -> None:
     """Predicted vs published figures of training runs, per row, per table and overall (exit 1: targets missed)."""
     from commlens.project.validate import table_names
-    from commlens.project.validation_report import describe_table, validation_report
+    from commlens.project.validation_report import describe_table, file_report, validation_report
 
     names = table_names()
     if list_tables:
@@ -461,13 +465,20 @@ def _validate(
             for name in names:
                 print(f"{name}: {describe_table(name)}")
         return
-    if table_name != "all" and table_name not in names:
-        fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all)")
+    own_file = table_name.endswith((".yaml", ".yml"))  # a table of one's own runs, not a published one
+    if table_name != "all" and table_name not in names and not own_file:
+        fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all, or a .yaml file)")
     if pairs:
+        if own_file:
+            fail("--pairs takes a published table's name or all, not a file")
         _validate_pairs(names if table_name == "all" else [table_name], accelerators, as_json)
         return
     with errors_as_exit():
-        report = validation_report(names if table_name == "all" else [table_name], accelerators_in_force(accelerators))
+        files = accelerators_in_force(accelerators)
+        if own_file:
+            report = file_report(table_name, files)
+        else:
+            report = validation_report(names if table_name == "all" else [table_name], files)
     summary = report.summary
     if as_json:
         print(json.dumps(report.as_dict(), indent=1))
@@ -609,8 +620,13 @@ def _print_validation(rows, summary: ValidationSummary) -> None:
     )
     cov = summary.band_coverage
     if cov is not None and (coverage := cov["coverage"]) is not None:
+        how = (
+            "the band a projection prints, fitted on the published tables"
+            if cov["fit"] == "shipped"
+            else "each row left out of its own family's fit"
+        )
         print(
-            f"80% band (each row left out of its own family's fit): covers {cov['covered']} of {cov['rows']} rows "
+            f"80% band ({how}): covers {cov['covered']} of {cov['rows']} rows "
             f"({format_percent(coverage)}; target 70% to 90%)"
         )
 

@@ -46,8 +46,10 @@ __all__ = [
     "ab_pairs",
     "load_memory_figures",
     "load_set",
+    "load_table_file",
     "megatron_flops",
     "other_pair_lines",
+    "shipped_band_coverage",
     "table_names",
     "validate_megatron",
     "validate_memory",
@@ -211,6 +213,7 @@ class PublishedSet:
     flops: str  # how the source counts FLOPs per token (for tflops_per_gpu / mfu): "6N+12lhs", "megatron96"
     peak_tflops: float | None
     rows: tuple[SetRow, ...]
+    file: str = ""  # how errors name the file: published/NAME.yaml for a shipped table, else its path
 
 
 @dataclass(frozen=True)
@@ -271,11 +274,12 @@ def residuals(rows: Sequence[SetResult]) -> list[Residual]:
 
 
 class BandCoverage(TypedDict):
-    """How many projected rows' published figures fall in their family's 80% band (leave one out)."""
+    """How many projected rows' published figures fall in their family's 80% band."""
 
     rows: int  # rows judged (with a family and a residual)
     covered: int
     coverage: float | None  # covered / rows; None when no row was judged
+    fit: str  # the band's fit: "leave-one-out" (the published tables) or "shipped" (a table of one's own runs)
 
 
 def band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], BandCoverage]:
@@ -300,7 +304,30 @@ def band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], BandCover
             judged += 1
             covered += inside
         out.append(replace(r, in_band=inside))
-    return out, {"rows": judged, "covered": covered, "coverage": covered / judged if judged else None}
+    coverage = covered / judged if judged else None
+    return out, {"rows": judged, "covered": covered, "coverage": coverage, "fit": "leave-one-out"}
+
+
+def shipped_band_coverage(rows: Sequence[SetResult]) -> tuple[list[SetResult], BandCoverage]:
+    """Each projected row's published figure against the 80% band a projection of it prints: its family's band from
+    the shipped residuals (``bands.yaml``, fitted on the published tables), as for a table of one's own runs, none
+    of whose rows are in that fit; the rows with ``in_band`` set, and the coverage."""
+    from dataclasses import replace
+
+    from commlens.project.bands import band
+
+    out: list[SetResult] = []
+    covered = judged = 0
+    for r in rows:
+        b = None if r.family is None or r.log_ratio is None else band(1.0, r.family)
+        if b is None or r.log_ratio is None:
+            out.append(r)
+            continue
+        inside = b.low_s <= math.exp(r.log_ratio) <= b.high_s
+        judged += 1
+        covered += inside
+        out.append(replace(r, in_band=inside))
+    return out, {"rows": judged, "covered": covered, "coverage": covered / judged if judged else None, "fit": "shipped"}
 
 
 def _index(rows: Sequence[SetResult], i: int) -> int:
@@ -368,6 +395,46 @@ def load_set(name: str, directory: Path | None = None) -> PublishedSet:
         data = load_yaml(path.read_text(encoding="utf-8"), shipped=directory is None)
     except Exception as e:  # yaml.YAMLError, DuplicateKeyError
         raise CommlensError(f"{where}: {e}") from None
+    return _parse_set(data, name, where)
+
+
+# a table file of one's own runs is read whole; one far larger than any published table is refused unread
+MAX_TABLE_FILE_BYTES = 16 * 1024 * 1024
+
+
+def load_table_file(path: str | Path) -> PublishedSet:
+    """A table of one's own runs in the published tables' format (``commlens.published/1``), from ``path``;
+    :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
+    from commlens.errors import CommlensError
+    from commlens.files import read_at_most
+    from commlens.specdata import load_yaml
+
+    p = Path(path)
+    where = str(path)
+    if not p.is_file():
+        raise CommlensError(f"{where}: no such file")
+    try:
+        with p.open("rb") as fp:
+            raw = read_at_most(fp, MAX_TABLE_FILE_BYTES + 1)
+    except OSError as e:
+        raise CommlensError(f"{where}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_TABLE_FILE_BYTES:
+        raise CommlensError(f"{where}: larger than {MAX_TABLE_FILE_BYTES // (1024 * 1024)} MiB; not a table of runs")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CommlensError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    try:
+        data = load_yaml(text)
+    except Exception as e:  # yaml.YAMLError, DuplicateKeyError
+        raise CommlensError(f"{where}: not valid YAML: {e}") from None
+    return _parse_set(data, p.stem, where)
+
+
+def _parse_set(data: object, name: str, where: str) -> PublishedSet:
+    """A published set from its YAML ``data`` (``where`` names the file in errors)."""
+    from commlens.errors import CommlensError
+
     if not isinstance(data, dict) or data.get("format") != PUBLISHED_FORMAT:
         raise CommlensError(f"{where}: format must be {PUBLISHED_FORMAT!r}")
     metric = data.get("metric")
@@ -379,12 +446,18 @@ def load_set(name: str, directory: Path | None = None) -> PublishedSet:
     peak = data.get("peak_tflops")
     if metric == "mfu" and peak is None:
         raise CommlensError(f"{where}: metric mfu needs peak_tflops")
+    raw_rows = data.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise CommlensError(f"{where}: rows must be a non-empty list of runs")
     rows = []
-    for i, raw in enumerate(data.get("rows") or []):
+    for i, raw in enumerate(raw_rows):
         at = f"{where}: row {i + 1}"
         row = _row_keys(raw, _ROW_KEYS, {"workload", "gpus", "published"}, at)
         if "topology" not in row and "topology" not in data:
             raise CommlensError(f"{at}: no topology (neither the row's nor the file's)")
+        for key in ("set", "layout"):
+            if not isinstance(row.get(key) or {}, dict):
+                raise CommlensError(f"{at}: {key} must be a mapping, got {type(row[key]).__name__}")
         rows.append(
             SetRow(
                 workload=str(row["workload"]),
@@ -404,6 +477,7 @@ def load_set(name: str, directory: Path | None = None) -> PublishedSet:
         flops=flops,
         peak_tflops=None if peak is None else _number(peak, where, "peak_tflops"),
         rows=tuple(rows),
+        file=where,
     )
 
 
@@ -461,16 +535,19 @@ def validate_set(table: PublishedSet, accelerators: Sequence[str] | None = None)
     from commlens.workload import load_workload
 
     files = None if accelerators is None else tuple(accelerators)
+    label = table.file or f"published/{table.name}.yaml"
     out = []
-    for row in table.rows:
-        w = load_workload(row.workload, row.overrides)
-        topo = load_topology(row.topology)
+    for i, row in enumerate(table.rows):
+        try:
+            w = load_workload(row.workload, row.overrides)
+            topo = load_topology(row.topology)
+        except CommlensError as e:
+            raise CommlensError(f"{label}: row {i + 1}: {e}") from None
         try:
             layout = ParallelLayout.model_validate(row.layout)
         except ValueError as e:
             raise CommlensError(
-                f"published/{table.name}.yaml: {row.workload} on {row.gpus} GPUs: layout: "
-                f"{str(e).splitlines()[-1].strip()}"
+                f"{label}: {row.workload} on {row.gpus} GPUs: layout: {str(e).splitlines()[-1].strip()}"
             ) from None
         shown = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "vpp": layout.vpp, "ep": layout.ep}
         shown["dp"] = row.gpus // (layout.tp * layout.cp * layout.pp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from commlens.project.validate import (
     MEGATRON_TABLE1,
@@ -21,7 +22,10 @@ from commlens.project.validate import (
     band_coverage,
     load_memory_figures,
     load_set,
+    load_table_file,
+    shipped_band_coverage,
     validate_memory,
+    validate_set,
     validate_tables,
 )
 
@@ -31,6 +35,7 @@ __all__ = [
     "ValidationReport",
     "ValidationSummary",
     "describe_table",
+    "file_report",
     "memory_stats",
     "table_stats",
     "validation_report",
@@ -146,6 +151,13 @@ def validation_report(tables: Sequence[str], accelerators: Sequence[str] | None 
     rows, coverage = band_coverage(validate_tables([n for n in tables if n != MEMORY], accelerators=accelerators))
     memory = tuple(validate_memory(accelerators=accelerators)) if MEMORY in tables else None
     return ValidationReport(tuple(rows), memory, coverage)
+
+
+def file_report(path: str | Path, accelerators: Sequence[str] | None = None) -> ValidationReport:
+    """Validate a table of one's own runs (``path``, in the published tables' format): each row projected and held
+    against the band its projection prints (:func:`shipped_band_coverage`)."""
+    rows, coverage = shipped_band_coverage(validate_set(load_table_file(path), accelerators))
+    return ValidationReport(tuple(rows), None, coverage)
 
 
 def describe_table(name: str) -> str:

@@ -1,0 +1,128 @@
+"""`commlens project validate --table FILE`: a table of one's own runs, in the published tables' format, projected row
+by row and held against the band a projection of each prints; a bad file is `error: ...`, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commlens.cli import app
+from commlens.project.bands import band, family_of
+from commlens.project.validate import MAX_TABLE_FILE_BYTES, load_set, validate_set
+
+OWN = Path(__file__).parent / "data" / "project" / "own-runs.yaml"
+runner = CliRunner()
+
+
+def _validate(*args: str):
+    return runner.invoke(app, ["project", "validate", *args])
+
+
+def test_own_runs_are_projected_as_the_same_rows_of_a_published_table():
+    """The file repeats two rows of the verification-cards table: the same projections, named by the file's table."""
+    r = _validate("--table", str(OWN), "--json")
+    assert r.exit_code == 1, r.output  # 12.8% mean: the issue's 6% target is not met on these two
+    out = json.loads(r.stdout)
+    got = [(row["table"], row["workload"], row["gpus"], row["predicted"]) for row in out["rows"]]
+    cards = validate_set(load_set("megatron-bridge-verification-cards"))
+    want = {(c.workload, c.gpus): c.predicted for c in cards if c.topology == "dgx-h100"}
+    assert [g[:3] for g in got] == [
+        ("our-h100-moe-runs", "qwen3-30b-a3b", 16),
+        ("our-h100-moe-runs", "deepseek-v3-like", 1024),
+    ]
+    assert [g[3] for g in got] == pytest.approx([want[("qwen3-30b-a3b", 16)], want[("deepseek-v3-like", 1024)]])
+    assert out["tables"]["our-h100-moe-runs"]["rows"] == 2
+
+
+def test_each_own_row_is_judged_against_the_band_its_projection_prints():
+    r = _validate("--table", str(OWN), "--json")
+    out = json.loads(r.stdout)
+    assert out["band_coverage"]["fit"] == "shipped"
+    for row in out["rows"]:
+        family = tuple(row["family"].split(" x "))
+        assert len(family) == 4
+        b = band(1.0, family)  # the shipped residuals: what `commlens project` prints for this family
+        assert b is not None and b.family == row["family"]  # hopper MoE has rows of its own in the published tables
+        ratio = row["predicted"] / row["published"]  # throughput: published step / projected step
+        assert row["in_band"] == (b.low_s <= ratio <= b.high_s)
+    text = _validate("--table", str(OWN)).stdout
+    assert "80% band (the band a projection prints, fitted on the published tables): covers 2 of 2" in text
+
+
+def test_the_published_tables_keep_the_leave_one_out_band():
+    out = json.loads(_validate("--table", "megatron-bridge-kimi-k2", "--json").stdout)
+    assert out["band_coverage"]["fit"] == "leave-one-out"
+
+
+def _write(tmp_path: Path, text: str, name: str = "runs.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+HEAD = "format: commlens.published/1\nname: mine\ntopology: dgx-h100\nmetric: step_time_s\n"
+ROW = (
+    "  - workload: llama3-70b\n    gpus: 64\n"
+    "    set: {seq_len: 8192, global_batch: 128, micro_batch: 1, precision: bf16}\n"
+    "    layout: {tp: 4, pp: 4, vpp: 5, dp: 4, recompute: full}\n    published: 14.2\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (HEAD + "rows: []\n", "rows must be a non-empty list of runs"),
+        (HEAD + "rows: 3\n", "rows must be a non-empty list of runs"),
+        (HEAD.replace("commlens.published/1", "commlens.published/9") + "rows:\n" + ROW, "format must be"),
+        (HEAD.replace("step_time_s", "furlongs") + "rows:\n" + ROW, "metric must be one of"),
+        (HEAD + "rows:\n" + ROW.replace("published: 14.2", "published: -1"), "row 1: published must be"),
+        (HEAD + "rows:\n" + ROW.replace("llama3-70b", "no-such-model"), "row 1: unknown workload preset"),
+        (
+            HEAD + "rows:\n" + ROW.replace("    layout: {", "    layout: [").replace("full}", "full]"),
+            "layout must be a",
+        ),
+        (HEAD + "rows:\n" + ROW.replace("tp: 4", "tq: 4"), "layout"),
+        (
+            HEAD + "rows:\n" + ROW + "  - {workload: llama3-70b, gpus: 64, published: 1, speed: 3}\n",
+            "row 2: unknown key",
+        ),
+        (HEAD + "rows: [\n", "not valid YAML"),
+    ],
+)
+def test_a_bad_table_file_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
+    p = _write(tmp_path, body)
+    r = _validate("--table", str(p))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and str(p) in r.stderr and message in r.stderr, r.stderr
+
+
+def test_a_missing_file_a_binary_file_and_an_oversized_one_are_refused(tmp_path):
+    r = _validate("--table", str(tmp_path / "absent.yaml"))
+    assert r.exit_code == 2 and "no such file" in r.stderr
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00format")
+    r = _validate("--table", str(binary))
+    assert r.exit_code == 2 and "not UTF-8 text" in r.stderr
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.write(b"#" * (MAX_TABLE_FILE_BYTES + 1))
+    r = _validate("--table", str(big))
+    assert r.exit_code == 2 and "larger than 16 MiB" in r.stderr
+
+
+def test_pairs_need_a_published_table(tmp_path):
+    r = _validate("--table", str(OWN), "--pairs")
+    assert r.exit_code == 2 and "--pairs takes a published table's name or all" in r.stderr
+
+
+def test_a_good_row_beside_an_infeasible_one_reports_both(tmp_path):
+    """An infeasible row is refused with its reason, as in a published table; the rest are projected."""
+    refused = ROW.replace("tp: 4, pp: 4, vpp: 5, dp: 4, recompute: full", "tp: 1, pp: 1, dp: 64, recompute: none")
+    p = _write(tmp_path, HEAD + "rows:\n" + ROW + refused)
+    out = json.loads(_validate("--table", str(p), "--json").stdout)
+    assert out["rows"][0]["predicted"] > 0 and out["rows"][1]["predicted"] is None
+    assert "GB per GPU" in out["rows"][1]["refused"]
+    assert " x ".join(family_of("H100 SXM", "megatron-core", False, 8192)) == out["rows"][0]["family"]
