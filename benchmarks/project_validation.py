@@ -19,7 +19,8 @@ Run from the repository root::
 
 Everything is printed; ``--write`` replaces the section ``## Projection against published runs (issue 27)``
 of docs/benchmarks.md (appending it if absent) and leaves the rest alone; ``--write-bands`` refits
-``src/commlens/project/bands.yaml`` from the rows first (the band every projection prints).
+``src/commlens/project/bands.yaml`` from the rows first (the band every projection prints), and writes
+``src/commlens/project/abpairs.yaml``, the published A/B pairs the what-if quotes beside a change.
 """
 
 from __future__ import annotations
@@ -520,11 +521,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--rounds", type=int, default=5, help=f"timed rounds of {CALLS:,} calls per figure")
-    ap.add_argument("--write-bands", action="store_true", help="refit src/commlens/project/bands.yaml first")
+    ap.add_argument("--write-bands", action="store_true", help="refit src/commlens/project/bands.yaml and abpairs.yaml first")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds: must be >= 1")
-    from commlens.project import bands
+    from commlens.project import abevidence, bands
     from commlens.project.validate import (
         MEMORY,
         ab_pairs,
@@ -540,6 +541,10 @@ def main() -> None:
         (ROOT / "src" / "commlens" / "project" / "bands.yaml").write_text(bands.fit(residuals(fitted)))
         bands._shipped.cache_clear()
         bands._shipped_bounds.cache_clear()
+        # the published A/B pairs the what-if quotes beside a change (commlens.project.abevidence)
+        found = ab_pairs(table_names(), results=fitted)
+        (ROOT / "src" / "commlens" / "project" / "abpairs.yaml").write_text(abevidence.dump(found))
+        abevidence.shipped.cache_clear()
 
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     load = os.getloadavg()[0]

@@ -135,7 +135,9 @@ def test_cli_prints_the_section_and_json_carries_it():
     head, sep, section = text.partition("what would help most (projected by this model):\n")
     assert sep and "breakdown" in head
     rows = section.splitlines()
-    assert rows[0].split() == ["change", "step", "s", "gain", "MFU", "mem", "GB"]
+    # fp8 has published A/B pairs (bf16 -> fp8 runs of one table): the section quotes them in a last column
+    assert rows[0].split() == ["change", "step", "s", "gain", "MFU", "mem", "GB", "model", "vs", "A/B"]
+    assert rows[1].split()[-1].startswith("(") and rows[1].split()[-2] == "pts"
     assert rows[1].split()[0] == "fp8" and rows[1].split()[2].startswith("+")
     assert "  refused (" in section and "scale-up domain 8 -> 72 GPUs: 1024 GPUs do not fill whole nodes" in section
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # typer vendors click; TyperGroup's hooks take its Context, o
     from typer._click import Context as ClickContext
 
     from commlens.project import Projection
+    from commlens.project.abevidence import Evidence
     from commlens.project.sweep import Base, Overrides, SweepRow
     from commlens.project.validation_report import MemoryStats, TableStats, ValidationSummary
     from commlens.sim import SimOptions
@@ -319,6 +320,7 @@ def _print_what_if(what) -> None:
 
     print("what would help most (projected by this model):")
     if what.changes:
+        with_ab = any(c.evidence is not None for c in what.changes)
         rows = [
             (
                 c.label,
@@ -326,16 +328,30 @@ def _print_what_if(what) -> None:
                 format_percent(c.gain, sign=True),
                 format_percent(c.mfu),
                 f"{c.memory_bytes_per_gpu / 1e9:.1f}",
+                *([_ab_cell(c.evidence)] if with_ab else []),
             )
             for c in what.changes
         ]
-        print_table(new_table("change", *map(right, ("step s", "gain", "MFU", "mem GB")), rows=rows), indent=4)
+        heads = ("step s", "gain", "MFU", "mem GB", *(["model vs A/B"] if with_ab else []))
+        print_table(new_table("change", *map(right, heads), rows=rows), indent=4)
+        if with_ab:
+            print(
+                "    model vs A/B: the model's gain minus the published runs' on pairs that made the same change "
+                "(points, pairs; validate --pairs)"
+            )
     else:
         print(f"    no single change shortens the step by more than {format_percent(MIN_GAIN)}")
     if what.refused:
         print(f"  refused ({len(what.refused)} of {what.tried} tried):")
         for r in what.refused[:3]:
             print(f"    {r.label}: {r.reason}")
+
+
+def _ab_cell(ev: Evidence | None) -> str:
+    """``+15.7 pts (2)``: the model's mean excess of gain over the published pairs of a change, and their count."""
+    if ev is None:
+        return "-"
+    return f"{100 * ev.excess:+.1f} pts ({ev.pairs})"
 
 
 @project_app.command("sweep")

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from commlens.project.abevidence import Evidence, evidence
 from commlens.project.errors import InfeasibleLayoutError, ProjectionError
 from commlens.project.sweep import SCALE_UP_DOMAIN, Overrides, layout_from, point_inputs, project_point
 from commlens.specdata import SpecValue
@@ -56,6 +57,7 @@ class Change:
     mfu: float
     gain: float  # step-time speedup: old / new - 1
     memory_bytes_per_gpu: float
+    evidence: Evidence | None = None  # the published A/B pairs of the same change (commlens.project.abevidence)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -66,6 +68,7 @@ class Change:
             "mfu": self.mfu,
             "gain": self.gain,
             "memory_bytes_per_gpu": self.memory_bytes_per_gpu,
+            "published_pairs": None if self.evidence is None else self.evidence.as_dict(),
         }
 
 
@@ -137,6 +140,7 @@ def explore(base: Base, point: Overrides, top: int = 3, current: Projection | No
                     p.mfu,
                     now.step_time_s / p.step_time_s - 1.0,
                     p.memory_bytes_per_gpu,
+                    _evidence(base, point, delta),
                 )
         if best is not None:
             if best.gain > MIN_GAIN:
@@ -152,6 +156,24 @@ def explore(base: Base, point: Overrides, top: int = 3, current: Projection | No
 
 
 Variant = tuple[str, Overrides]  # (label, the overrides it adds to the point)
+
+
+def _evidence(base: Base, point: Overrides, delta: Overrides) -> Evidence | None:
+    """The published A/B pairs of a change of one field (layout or workload) from the point's value to the delta's;
+    None for a change of several fields, of the topology or GPU count, or without pairs."""
+    if len(delta) != 1:
+        return None
+    ((path, after),) = delta.items()
+    head, _, name = path.partition(".")
+    if head == "layout":
+        _, _, _, fields = point_inputs(base, point)
+        before = fields.get(name)
+    elif head == "workload":
+        w, _, _, _ = point_inputs(base, point)
+        before = getattr(w, name, None)
+    else:
+        return None
+    return evidence(path, before, after)
 
 
 def _candidates(base: Base, point: Overrides, now: Projection) -> list[tuple[str, list[Variant]]]:
