@@ -521,7 +521,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--rounds", type=int, default=5, help=f"timed rounds of {CALLS:,} calls per figure")
-    ap.add_argument("--write-bands", action="store_true", help="refit src/commlens/project/bands.yaml and abpairs.yaml first")
+    ap.add_argument(
+        "--write-bands", action="store_true", help="refit src/commlens/project/bands.yaml and abpairs.yaml first"
+    )
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds: must be >= 1")
