@@ -90,6 +90,7 @@ ROW = (
             "row 2: unknown key",
         ),
         (HEAD + "rows: [\n", "not valid YAML"),
+        (HEAD.replace("name: mine", "name: megatron-sc21") + "rows:\n" + ROW, "is a published table's"),
     ],
 )
 def test_a_bad_table_file_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
