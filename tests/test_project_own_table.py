@@ -114,9 +114,19 @@ def test_a_missing_file_a_binary_file_and_an_oversized_one_are_refused(tmp_path)
     assert r.exit_code == 2 and "larger than 16 MiB" in r.stderr
 
 
-def test_pairs_need_a_published_table(tmp_path):
-    r = _validate("--table", str(OWN), "--pairs")
-    assert r.exit_code == 2 and "--pairs takes a published table's name or all" in r.stderr
+def test_pairs_of_ones_own_runs_are_found_as_in_a_published_table(tmp_path):
+    """Two of one's own runs one setting apart (the EP overlap off and on) are an A/B pair: the gain the change
+    brought, published and projected."""
+    on = ROW.replace("recompute: full}", "recompute: full, tp_comm_overlap: true}").replace("14.2", "13.1")
+    p = _write(tmp_path, HEAD + "rows:\n" + ROW + on)
+    out = json.loads(_validate("--table", str(p), "--pairs", "--json").stdout)
+    (pair,) = out["pairs"]
+    assert pair["table"] == "mine" and pair["field"] == "layout.tp_comm_overlap" and pair["kind"] == "setting"
+    assert pair["published_gain"] == pytest.approx(14.2 / 13.1 - 1)
+    assert pair["modelled_gain"] > 0
+    text = _validate("--table", str(p), "--pairs").stdout
+    assert "layout.tp_comm_overlap: default -> True" in text and "1 pairs that change one setting" in text
+    assert _validate("--table", str(OWN), "--pairs").stdout.startswith("no pair of runs that differ in one setting")
 
 
 def test_a_good_row_beside_an_infeasible_one_reports_both(tmp_path):

@@ -485,9 +485,7 @@ def _validate(
     if table_name != "all" and table_name not in names and not own_file:
         fail(f"--table: no published table {table_name!r} (have: {', '.join(names)}, all, or a .yaml file)")
     if pairs:
-        if own_file:
-            fail("--pairs takes a published table's name or all, not a file")
-        _validate_pairs(names if table_name == "all" else [table_name], accelerators, as_json)
+        _validate_pairs(names if table_name == "all" else [table_name], accelerators, as_json, own_file)
         return
     with errors_as_exit():
         files = accelerators_in_force(accelerators)
@@ -508,16 +506,22 @@ def _validate(
         raise typer.Exit(1)
 
 
-def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -> None:
-    """The A/B pairs of the tables: every setting pair, then the release and batch pairs in one line each."""
+def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool, own_file: bool = False) -> None:
+    """The A/B pairs of the tables (``own_file``: of the one file of one's own runs in ``names``): every setting
+    pair, then the release and batch pairs in one line each."""
     from dataclasses import asdict
 
     from commlens.cli.tables import new_table, print_table, right
-    from commlens.project.validate import ab_pairs, other_pair_lines
+    from commlens.project.validate import ab_pairs, load_table_file, other_pair_lines, set_pairs, validate_set
     from commlens.results.units import format_percent
 
     with errors_as_exit():
-        found = ab_pairs(names, accelerators_in_force(accelerators))
+        files = accelerators_in_force(accelerators)
+        if own_file:
+            own = load_table_file(names[0])
+            found = set_pairs(own, validate_set(own, files))
+        else:
+            found = ab_pairs(names, files)
     if as_json:
         print(json.dumps({"pairs": [{**asdict(p), "difference": p.difference} for p in found]}, indent=1, default=str))
         return
@@ -544,7 +548,7 @@ def _validate_pairs(names: list[str], accelerators: str | None, as_json: bool) -
             f"{100 * max(abs(p.difference) for p in settings):.1f}"
         )
     else:
-        print("no pair of published runs that differ in one setting")
+        print("no pair of runs that differ in one setting")
     for line in other_pair_lines(found):
         print(f"  {line}")
 

@@ -49,6 +49,7 @@ __all__ = [
     "load_table_file",
     "megatron_flops",
     "other_pair_lines",
+    "set_pairs",
     "shipped_band_coverage",
     "table_names",
     "validate_megatron",
@@ -690,8 +691,6 @@ def ab_pairs(
     """Every pair of rows of one table (same workload, topology and GPU count) whose settings differ in exactly one
     field, in table order; rows the model refuses are left out. ``results``: the tables' rows as
     :func:`validate_tables` gave them, where the caller has them (else each table is projected here)."""
-    from commlens.project.frameworks import framework
-
     done: dict[str, list[SetResult]] = {}
     for r in results:
         done.setdefault(r.table, []).append(r)
@@ -703,44 +702,55 @@ def ab_pairs(
         projected = done.get(name)
         if projected is None or len(projected) != len(table.rows):
             projected = validate_set(table, accelerators)
-        rows = list(zip(table.rows, projected))
-        for i, (a, ra) in enumerate(rows):
-            for b, rb in rows[i + 1 :]:
-                if (a.workload, a.topology, a.gpus) != (b.workload, b.topology, b.gpus):
-                    continue
-                if ra.predicted is None or rb.predicted is None:
-                    continue
-                fa, fb = _fields(a), _fields(b)
-                changed = [k for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
-                if len(changed) != 1:
-                    continue
-                field = changed[0]
-                kind = "setting"
-                if field == "set.global_batch":
-                    kind = "batch"
-                elif field == "layout.framework":
-                    stacks = {framework(str(x)).release_of or str(x) for x in (fa.get(field), fb.get(field))}
-                    kind = "release" if len(stacks) == 1 else "setting"
-                if table.metric == "step_time_s":
-                    published, modelled = a.published / b.published, ra.predicted / rb.predicted
-                else:
-                    published, modelled = b.published / a.published, rb.predicted / ra.predicted
-                if kind == "setting" and modelled == 1.0:
-                    kind = "unstated"
-                out.append(
-                    ABPair(
-                        name,
-                        a.workload,
-                        a.topology,
-                        a.gpus,
-                        field,
-                        fa.get(field),
-                        fb.get(field),
-                        published - 1.0,
-                        modelled - 1.0,
-                        kind,
-                    )
+        out += set_pairs(table, projected)
+    return out
+
+
+def set_pairs(table: PublishedSet, projected: Sequence[SetResult]) -> list[ABPair]:
+    """The A/B pairs of one table (a published one or a file of one's own runs) from its rows' projections
+    (:func:`validate_set`), in table order."""
+    from commlens.project.frameworks import framework
+
+    name = table.name
+    out: list[ABPair] = []
+    rows = list(zip(table.rows, projected, strict=True))
+    for i, (a, ra) in enumerate(rows):
+        for b, rb in rows[i + 1 :]:
+            if (a.workload, a.topology, a.gpus) != (b.workload, b.topology, b.gpus):
+                continue
+            if ra.predicted is None or rb.predicted is None:
+                continue
+            fa, fb = _fields(a), _fields(b)
+            changed = [k for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+            if len(changed) != 1:
+                continue
+            field = changed[0]
+            kind = "setting"
+            if field == "set.global_batch":
+                kind = "batch"
+            elif field == "layout.framework":
+                stacks = {framework(str(x)).release_of or str(x) for x in (fa.get(field), fb.get(field))}
+                kind = "release" if len(stacks) == 1 else "setting"
+            if table.metric == "step_time_s":
+                published, modelled = a.published / b.published, ra.predicted / rb.predicted
+            else:
+                published, modelled = b.published / a.published, rb.predicted / ra.predicted
+            if kind == "setting" and modelled == 1.0:
+                kind = "unstated"
+            out.append(
+                ABPair(
+                    name,
+                    a.workload,
+                    a.topology,
+                    a.gpus,
+                    field,
+                    fa.get(field),
+                    fb.get(field),
+                    published - 1.0,
+                    modelled - 1.0,
+                    kind,
                 )
+            )
     return out
 
 
