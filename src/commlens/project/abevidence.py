@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
-from commlens.specdata import load_yaml
+from commlens.project.bands import shipped_rows
 
 __all__ = ["ABPAIRS_FORMAT", "Evidence", "PairEntry", "dump", "evidence", "shipped"]
 
@@ -86,14 +85,8 @@ def dump(pairs: Iterable[Any]) -> str:
 @cache
 def shipped() -> tuple[PairEntry, ...]:
     """The pairs of the shipped ``abpairs.yaml`` (none when it is absent or not of this format)."""
-    path = resources.files("commlens.project") / "abpairs.yaml"
-    if not path.is_file():
-        return ()
-    data: Any = load_yaml(path.read_text(encoding="utf-8"), shipped=True)
-    if not isinstance(data, dict) or data.get("format") != ABPAIRS_FORMAT:
-        return ()
     out = []
-    for row in data.get("pairs") or []:
+    for row in shipped_rows("abpairs.yaml", ABPAIRS_FORMAT, "pairs"):
         out.append(
             PairEntry(
                 str(row["field"]),

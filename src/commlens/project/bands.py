@@ -38,6 +38,7 @@ __all__ = [
     "fit",
     "prediction_band",
     "seq_class",
+    "shipped_rows",
 ]
 
 BANDS_FORMAT = "commlens.bands/1"
@@ -123,16 +124,22 @@ def _nearest(residuals: Iterable[Residual], family: tuple[str, str, str, str]) -
     return None
 
 
+def shipped_rows(name: str, fmt: str, key: str) -> list[Any]:
+    """The list under ``key`` of the package's data file ``name`` (``commlens/project/NAME``), empty when the file
+    is absent or not of format ``fmt``: the fits the run of record writes (``bands.yaml``, ``abpairs.yaml``)."""
+    path = resources.files("commlens.project") / name
+    if not path.is_file():
+        return []
+    data: Any = load_yaml(path.read_text(encoding="utf-8"), shipped=True)
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        return []
+    return list(data.get(key) or [])
+
+
 @cache
 def _shipped() -> tuple[Residual, ...]:
-    path = resources.files("commlens.project") / "bands.yaml"
-    if not path.is_file():
-        return ()
-    data: Any = load_yaml(path.read_text(encoding="utf-8"), shipped=True)
-    if not isinstance(data, dict) or data.get("format") != BANDS_FORMAT:
-        return ()
     out = []
-    for row in data.get("residuals") or []:
+    for row in shipped_rows("bands.yaml", BANDS_FORMAT, "residuals"):
         fam = tuple(str(x) for x in row["family"])
         if len(fam) == 4 and isinstance(row.get("log_ratio"), int | float):
             out.append(Residual((fam[0], fam[1], fam[2], fam[3]), float(row["log_ratio"]), str(row.get("row", ""))))
