@@ -137,3 +137,51 @@ def test_a_good_row_beside_an_infeasible_one_reports_both(tmp_path):
     assert out["rows"][0]["predicted"] > 0 and out["rows"][1]["predicted"] is None
     assert "GB per GPU" in out["rows"][1]["refused"]
     assert " x ".join(family_of("H100 SXM", "megatron-core", False, 8192)) == out["rows"][0]["family"]
+
+
+MEM = Path(__file__).parent / "data" / "project" / "own-memory.yaml"
+
+
+def test_own_memory_figures_are_checked_as_the_published_ones():
+    """A file in the published memory figures' format: each figure against the memory model, as `--table memory`
+    judges the published ones (the file repeats two of them under names of its own)."""
+    r = _validate("--table", str(MEM), "--json")
+    assert r.exit_code == 0, r.output  # both within 10%
+    mine = {m["name"].removeprefix("our-"): m["predicted_bytes"] for m in json.loads(r.stdout)["memory"]["figures"]}
+    from commlens.project.validate import validate_memory
+
+    shipped = {m.name: m.predicted_bytes for m in validate_memory()}
+    assert mine and all(mine[n] == pytest.approx(shipped[n]) for n in mine)
+    text = _validate("--table", str(MEM)).stdout
+    assert "memory: 2 figures" in text and "our-dgxc-nemotron4-15b-bf16-64gpu-peak" in text
+
+
+MEM_HEAD = "format: commlens.published-memory/1\nfigures:\n"
+FIG = (
+    "  - {name: mine, workload: llama3-8b, gpus: 8, set: {seq_len: 8192, global_batch: 64, precision: bf16},\n"
+    "     layout: {tp: 1, dp: 8, zero: 3, recompute: full}, measures: peak_reserved, stage: any,\n"
+    "     published_bytes: 6.0e+10, note: 'printed: our run'}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("format: commlens.published-memory/1\nfigures: []\n", "figures must be a non-empty list"),
+        (MEM_HEAD + FIG.replace("workload: llama3-8b", "workload: nope"), "mine: unknown workload preset"),
+        (MEM_HEAD + FIG.replace("layout: {tp: 1, dp: 8, zero: 3, recompute: full}", "layout: [1]"), "layout must be"),
+        (MEM_HEAD + FIG.replace("tp: 1,", "tq: 1,"), "mine: layout"),
+        (MEM_HEAD + FIG.replace("'printed: our run'", "'guessed'"), "note must start with one of"),
+    ],
+)
+def test_a_bad_memory_file_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
+    p = _write(tmp_path, body)
+    r = _validate("--table", str(p))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and str(p) in r.stderr and message in r.stderr, r.stderr
+
+
+def test_a_good_memory_figure_projects(tmp_path):
+    out = json.loads(_validate("--table", str(_write(tmp_path, MEM_HEAD + FIG)), "--json").stdout)
+    (fig,) = out["memory"]["figures"]
+    assert fig["name"] == "mine" and fig["predicted_bytes"] > 0

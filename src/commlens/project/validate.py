@@ -45,8 +45,10 @@ __all__ = [
     "ValidationRow",
     "ab_pairs",
     "load_memory_figures",
+    "load_memory_file",
     "load_set",
     "load_table_file",
+    "read_user_yaml",
     "megatron_flops",
     "other_pair_lines",
     "set_pairs",
@@ -406,6 +408,18 @@ MAX_TABLE_FILE_BYTES = 16 * 1024 * 1024
 def load_table_file(path: str | Path) -> PublishedSet:
     """A table of one's own runs in the published tables' format (``commlens.published/1``), from ``path``;
     :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
+    return _parse_set(read_user_yaml(path), Path(path).stem, str(path))
+
+
+def load_memory_file(path: str | Path) -> list[MemoryFigure]:
+    """Memory figures of one's own runs in the published memory figures' format (``commlens.published-memory/1``),
+    from ``path``; :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
+    return _parse_memory(read_user_yaml(path), str(path), require=True)
+
+
+def read_user_yaml(path: str | Path) -> object:
+    """The YAML data of a file of one's own (at most :data:`MAX_TABLE_FILE_BYTES`, UTF-8);
+    :class:`commlens.errors.CommlensError` naming the file and what is wrong."""
     from commlens.errors import CommlensError
     from commlens.files import read_at_most
     from commlens.specdata import load_yaml
@@ -426,10 +440,9 @@ def load_table_file(path: str | Path) -> PublishedSet:
     except UnicodeDecodeError as e:
         raise CommlensError(f"{where}: not UTF-8 text (byte {e.start})") from None
     try:
-        data = load_yaml(text)
+        return load_yaml(text)
     except Exception as e:  # yaml.YAMLError, DuplicateKeyError
         raise CommlensError(f"{where}: not valid YAML: {e}") from None
-    return _parse_set(data, p.stem, where)
 
 
 def _parse_set(data: object, name: str, where: str) -> PublishedSet:
@@ -847,12 +860,26 @@ def load_memory_figures(directory: Path | None = None) -> list[MemoryFigure]:
         data = load_yaml(path.read_text(encoding="utf-8"), shipped=directory is None)
     except Exception as e:  # yaml.YAMLError, DuplicateKeyError
         raise CommlensError(f"{where}: {e}") from None
+    return _parse_memory(data, where)
+
+
+def _parse_memory(data: object, where: str, require: bool = False) -> list[MemoryFigure]:
+    """The figures of a memory file's YAML ``data`` (``where`` names the file in errors; ``require``: at least one,
+    as a file of one's own must have)."""
+    from commlens.errors import CommlensError
+
     if not isinstance(data, dict) or data.get("format") != MEMORY_FORMAT:
         raise CommlensError(f"{where}: format must be {MEMORY_FORMAT!r}")
+    raw_figures = data.get("figures") or []
+    if not isinstance(raw_figures, list) or (require and not raw_figures):
+        raise CommlensError(f"{where}: figures must be a non-empty list")
     out = []
-    for i, raw in enumerate(data.get("figures") or []):
+    for i, raw in enumerate(raw_figures):
         at = f"{where}: figure {i + 1}"
         fig = _row_keys(raw, _FIGURE_KEYS, _FIGURE_KEYS - {"set", "source"}, at)
+        for key in ("set", "layout"):
+            if not isinstance(fig.get(key) or {}, dict):
+                raise CommlensError(f"{at}: {key} must be a mapping, got {type(fig[key]).__name__}")
         at = f"{where}: {fig['name']}"
         if fig["measures"] not in _MEASURES:
             raise CommlensError(f"{at}: measures must be one of {', '.join(_MEASURES)}, got {fig['measures']!r}")
@@ -936,23 +963,30 @@ def _predicted_bytes(fig: MemoryFigure) -> float:
     return max(values)
 
 
-def validate_memory(accelerators: Sequence[str] | None = None, directory: Path | None = None) -> list[MemoryResult]:
-    """Every published memory figure against the model's. ``accelerators`` is taken for the CLI's sake and
-    not used: the memory model reads no accelerator figure (bounds are the published capacity)."""
+def validate_memory(
+    accelerators: Sequence[str] | None = None,
+    directory: Path | None = None,
+    figures: Sequence[MemoryFigure] | None = None,
+    where: str | None = None,
+) -> list[MemoryResult]:
+    """Every published memory figure against the model's (``figures``: these instead, from the file ``where``).
+    ``accelerators`` is taken for the CLI's sake and not used: the memory model reads no accelerator figure
+    (bounds are the published capacity)."""
     from commlens.errors import CommlensError
     from commlens.project.errors import InfeasibleLayoutError
 
     del accelerators
+    label = where or _where(MEMORY, directory)
     out = []
-    for fig in load_memory_figures(directory):
+    for fig in load_memory_figures(directory) if figures is None else figures:
         try:
             predicted: float | None = _predicted_bytes(fig)
             refused = ""
         except InfeasibleLayoutError as e:
             predicted, refused = None, str(e)
+        except CommlensError as e:  # an unknown workload or topology of a file of one's own
+            raise CommlensError(f"{label}: {fig.name}: {e}") from None
         except ValueError as e:  # the layout's fields (pydantic)
-            raise CommlensError(
-                f"{_where(MEMORY, directory)}: {fig.name}: layout: {str(e).splitlines()[-1].strip()}"
-            ) from None
+            raise CommlensError(f"{label}: {fig.name}: layout: {str(e).splitlines()[-1].strip()}") from None
         out.append(MemoryResult(fig.name, fig.measures, fig.stage, fig.kind, fig.published_bytes, predicted, refused))
     return out
