@@ -71,6 +71,14 @@ ROW = (
 )
 
 
+MEM_HEAD = "format: commlens.published-memory/1\nfigures:\n"
+FIG = (
+    "  - {name: mine, workload: llama3-8b, gpus: 8, set: {seq_len: 8192, global_batch: 64, precision: bf16},\n"
+    "     layout: {tp: 1, dp: 8, zero: 3, recompute: full}, measures: peak_reserved, stage: any,\n"
+    "     published_bytes: 6.0e+10, note: 'printed: our run'}\n"
+)
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -91,9 +99,15 @@ ROW = (
         ),
         (HEAD + "rows: [\n", "not valid YAML"),
         (HEAD.replace("name: mine", "name: megatron-sc21") + "rows:\n" + ROW, "is a published table's"),
+        ("format: commlens.published-memory/1\nfigures: []\n", "figures must be a non-empty list"),
+        (MEM_HEAD + FIG.replace("workload: llama3-8b", "workload: nope"), "mine: unknown workload preset"),
+        (MEM_HEAD + FIG.replace("layout: {tp: 1, dp: 8, zero: 3, recompute: full}", "layout: [1]"), "layout must be"),
+        (MEM_HEAD + FIG.replace("tp: 1,", "tq: 1,"), "mine: layout"),
+        (MEM_HEAD + FIG.replace("'printed: our run'", "'guessed'"), "note must start with one of"),
     ],
 )
-def test_a_bad_table_file_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
+def test_a_bad_file_of_ones_own_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
+    """Tables and memory figures alike."""
     p = _write(tmp_path, body)
     r = _validate("--table", str(p))
     assert r.exit_code == 2, r.output
@@ -154,31 +168,6 @@ def test_own_memory_figures_are_checked_as_the_published_ones():
     assert mine and all(mine[n] == pytest.approx(shipped[n]) for n in mine)
     text = _validate("--table", str(MEM)).stdout
     assert "memory: 2 figures" in text and "our-dgxc-nemotron4-15b-bf16-64gpu-peak" in text
-
-
-MEM_HEAD = "format: commlens.published-memory/1\nfigures:\n"
-FIG = (
-    "  - {name: mine, workload: llama3-8b, gpus: 8, set: {seq_len: 8192, global_batch: 64, precision: bf16},\n"
-    "     layout: {tp: 1, dp: 8, zero: 3, recompute: full}, measures: peak_reserved, stage: any,\n"
-    "     published_bytes: 6.0e+10, note: 'printed: our run'}\n"
-)
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        ("format: commlens.published-memory/1\nfigures: []\n", "figures must be a non-empty list"),
-        (MEM_HEAD + FIG.replace("workload: llama3-8b", "workload: nope"), "mine: unknown workload preset"),
-        (MEM_HEAD + FIG.replace("layout: {tp: 1, dp: 8, zero: 3, recompute: full}", "layout: [1]"), "layout must be"),
-        (MEM_HEAD + FIG.replace("tp: 1,", "tq: 1,"), "mine: layout"),
-        (MEM_HEAD + FIG.replace("'printed: our run'", "'guessed'"), "note must start with one of"),
-    ],
-)
-def test_a_bad_memory_file_is_an_error_naming_the_file_and_exit_2(tmp_path, body, message):
-    p = _write(tmp_path, body)
-    r = _validate("--table", str(p))
-    assert r.exit_code == 2, r.output
-    assert r.stderr.startswith("error: ") and str(p) in r.stderr and message in r.stderr, r.stderr
 
 
 def test_a_good_memory_figure_projects(tmp_path):
