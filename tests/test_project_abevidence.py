@@ -47,7 +47,7 @@ def test_a_workload_change_reads_the_pairs_of_the_tables_set_fields():
     assert ev is not None and ev.excess == pytest.approx(-0.05)
 
 
-def test_dump_keeps_the_setting_pairs_and_shipped_reads_them(tmp_path):
+def test_dump_keeps_the_setting_pairs_and_shipped_reads_them():
     found = ab_pairs(["megatron-bridge-skills-qwen3-30b-h100", "nebius-torchtitan-dsv3-b200"])
     text = dump(found)
     data = load_yaml(text)

@@ -14,6 +14,7 @@ from commlens.project.bands import band, family_of
 from commlens.project.validate import MAX_TABLE_FILE_BYTES, load_set, validate_set
 
 OWN = Path(__file__).parent / "data" / "project" / "own-runs.yaml"
+MEM = Path(__file__).parent / "data" / "project" / "own-memory.yaml"
 runner = CliRunner()
 
 
@@ -141,6 +142,9 @@ def test_pairs_of_ones_own_runs_are_found_as_in_a_published_table(tmp_path):
     text = _validate("--table", str(p), "--pairs").stdout
     assert "layout.tp_comm_overlap: default -> True" in text and "1 pairs that change one setting" in text
     assert _validate("--table", str(OWN), "--pairs").stdout.startswith("no pair of runs that differ in one setting")
+    # memory figures have no pairs: a memory file given to --pairs is not a table
+    r = _validate("--table", str(MEM), "--pairs")
+    assert r.exit_code == 2 and str(MEM) in r.stderr and "format must be 'commlens.published/1'" in r.stderr
 
 
 def test_a_good_row_beside_an_infeasible_one_reports_both(tmp_path):
@@ -151,9 +155,6 @@ def test_a_good_row_beside_an_infeasible_one_reports_both(tmp_path):
     assert out["rows"][0]["predicted"] > 0 and out["rows"][1]["predicted"] is None
     assert "GB per GPU" in out["rows"][1]["refused"]
     assert " x ".join(family_of("H100 SXM", "megatron-core", False, 8192)) == out["rows"][0]["family"]
-
-
-MEM = Path(__file__).parent / "data" / "project" / "own-memory.yaml"
 
 
 def test_own_memory_figures_are_checked_as_the_published_ones():

@@ -45,10 +45,9 @@ __all__ = [
     "ValidationRow",
     "ab_pairs",
     "load_memory_figures",
-    "load_memory_file",
     "load_set",
     "load_table_file",
-    "read_user_yaml",
+    "load_user_file",
     "megatron_flops",
     "other_pair_lines",
     "set_pairs",
@@ -408,16 +407,20 @@ MAX_TABLE_FILE_BYTES = 16 * 1024 * 1024
 def load_table_file(path: str | Path) -> PublishedSet:
     """A table of one's own runs in the published tables' format (``commlens.published/1``), from ``path``;
     :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
-    return _parse_set(read_user_yaml(path), Path(path).stem, str(path))
+    return _parse_set(_read_user_yaml(path), Path(path).stem, str(path))
 
 
-def load_memory_file(path: str | Path) -> list[MemoryFigure]:
-    """Memory figures of one's own runs in the published memory figures' format (``commlens.published-memory/1``),
-    from ``path``; :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
-    return _parse_memory(read_user_yaml(path), str(path), require=True)
+def load_user_file(path: str | Path) -> PublishedSet | list[MemoryFigure]:
+    """A file of one's own runs, read once and taken by its format: a table (``commlens.published/1``, as
+    :func:`load_table_file`) or memory figures (``commlens.published-memory/1``, at least one);
+    :class:`commlens.errors.CommlensError` naming the file and what is wrong (exit 2)."""
+    data = _read_user_yaml(path)
+    if isinstance(data, dict) and data.get("format") == MEMORY_FORMAT:
+        return _parse_memory(data, str(path), require=True)
+    return _parse_set(data, Path(path).stem, str(path))
 
 
-def read_user_yaml(path: str | Path) -> object:
+def _read_user_yaml(path: str | Path) -> object:
     """The YAML data of a file of one's own (at most :data:`MAX_TABLE_FILE_BYTES`, UTF-8);
     :class:`commlens.errors.CommlensError` naming the file and what is wrong."""
     from commlens.errors import CommlensError

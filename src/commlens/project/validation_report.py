@@ -15,17 +15,14 @@ from pathlib import Path
 from commlens.project.validate import (
     MEGATRON_TABLE1,
     MEMORY,
-    MEMORY_FORMAT,
     SC21,
     BandCoverage,
     MemoryResult,
     SetResult,
     band_coverage,
     load_memory_figures,
-    load_memory_file,
     load_set,
-    load_table_file,
-    read_user_yaml,
+    load_user_file,
     shipped_band_coverage,
     table_names,
     validate_memory,
@@ -163,11 +160,10 @@ def file_report(path: str | Path, accelerators: Sequence[str] | None = None) -> 
     figures' format, each figure against the memory model's."""
     from commlens.errors import CommlensError
 
-    data = read_user_yaml(path)
-    if isinstance(data, dict) and data.get("format") == MEMORY_FORMAT:  # memory figures of one's own runs
-        memory = tuple(validate_memory(accelerators, figures=load_memory_file(path), where=str(path)))
+    table = load_user_file(path)
+    if isinstance(table, list):  # memory figures of one's own runs
+        memory = tuple(validate_memory(accelerators, figures=table, where=str(path)))
         return ValidationReport((), memory, {"rows": 0, "covered": 0, "coverage": None, "fit": "shipped"})
-    table = load_table_file(path)
     if table.name in table_names() or table.name == MEMORY:
         # the report judges a table by its name (SC'21's 3% target): one's own runs keep a name of their own
         raise CommlensError(f"{path}: name {table.name!r} is a published table's; give the table another name")

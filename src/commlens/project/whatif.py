@@ -24,7 +24,7 @@ same job throughout (GPU count and global batch fixed):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from commlens.project.abevidence import Evidence, evidence
@@ -120,6 +120,7 @@ def explore(base: Base, point: Overrides, top: int = 3, current: Projection | No
     candidates += settings
     for label, variants in candidates:
         best: Change | None = None
+        best_delta: Overrides = {}
         refusal: Refusal | None = None
         for variant_label, delta in variants:
             new_point = {**point, **delta}
@@ -140,11 +141,11 @@ def explore(base: Base, point: Overrides, top: int = 3, current: Projection | No
                     p.mfu,
                     now.step_time_s / p.step_time_s - 1.0,
                     p.memory_bytes_per_gpu,
-                    _evidence(base, point, delta),
                 )
+                best_delta = delta
         if best is not None:
-            if best.gain > MIN_GAIN:
-                changes.append(best)
+            if best.gain > MIN_GAIN:  # the published pairs of a change that is listed
+                changes.append(replace(best, evidence=_evidence(base, point, best_delta)))
         elif refusal is not None and (label not in quiet or refusal.kind == "memory"):
             refused.append(refusal)
         elif refusal is not None:
