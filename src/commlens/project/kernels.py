@@ -63,6 +63,7 @@ KINDS = (
     "norm",
     "rotary",
     "activation",
+    "ssm",
     "residual",
     "tp_reduce",
     "tp_copy",
@@ -688,6 +689,8 @@ def layer_kernels(
         gemm_rate=rate,
         files=s.efficiency_files,
     )
+    if w.hybrid is not None:
+        return _hybrid_layer(b, w, layout, s, peak16, moe)
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
     resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
@@ -727,6 +730,158 @@ def layer_kernels(
     if fp8:
         out += fp8_gather_transposes(b, w, layout, s, True)
     return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
+
+
+# A hybrid model's Mamba-2 layer as Megatron-Core runs it in training (megatron/core/ssm/mamba_layer.py and
+# mamba_mixer.py): the pre-norm fused into in_proj (TELayerNormColumnParallelLinear: a norm kernel and the GEMM),
+# in_proj's output laid out batch-first, the causal depthwise convolution with SiLU over x, B and C, the SSD chunked
+# scan (state-spaces/mamba's Triton kernels: chunk cumsum, chunk states, state passing, the chunks' C B^T, the chunk
+# scan), the gated RMSNorm (norm(y) x silu(z)), out_proj (row-parallel) and the residual add. Bytes below are per
+# token of this GPU and count each tensor's read or write once (16-bit activations, fp32 states and cumsums).
+SSD_FWD_KERNELS = 5
+SSD_BWD_KERNELS = 10
+MAMBA_LAYOUT_COPIES = 2  # in_proj's output to batch-first, the gated norm's output back to sequence-first
+
+
+def _ssd_bytes_per_token(heads: float, groups: float, p: int, n: int, q: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per token of the SSD scan's kernels on one GPU (``heads`` and ``groups`` its
+    share): forward, x read twice (chunk states, chunk scan), B twice, C twice, dt and its cumsum, the chunk states
+    written and read by the state passing (fp32, one state of p x n a head a chunk: p n / q a token), C B^T (fp32,
+    q a token and group) written and read, y written; backward about twice the forward's traffic (the gradients of
+    x, B, C, dt, the states passed back, the chunk states recomputed)."""
+    x = 2.0 * heads * p
+    bc = 2.0 * groups * n
+    dt = 3 * 4.0 * heads
+    states = 4.0 * heads * p * n / q
+    cb = 4.0 * groups * q
+    fwd = 2 * x + 2 * 2 * bc + dt + 3 * states + 2 * cb + x
+    return fwd, 2.0 * fwd
+
+
+def ssd_flops_per_token(heads: float, groups: float, p: int, n: int, q: int) -> float:
+    """Forward FLOPs per token of the SSD scan on one GPU: C B^T within each chunk (2 q n a group), the intra-chunk
+    output (2 q p a head, masked causal: half of it), the chunk states (2 p n a head) and the states' output
+    (2 p n a head)."""
+    return 2.0 * q * n * groups + q * p * heads + 4.0 * p * n * heads
+
+
+def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
+    """A hybrid's Mamba-2 layer (one micro-batch, one GPU): the heads, the inner width and the groups split over TP
+    (Megatron-Core asserts mamba_num_groups % TP == 0), norm and residual on the residual stream."""
+    hy = w.hybrid
+    assert hy is not None
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    resid = tokens * h * (1.0 if s.sp else t) / t
+    width, conv, d_i = hy.in_proj_width(t), hy.conv_channels(t), hy.d_inner / t
+    heads, groups = hy.mamba_heads / t, hy.mamba_groups / t
+    p, n, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
+    ssd_fwd, ssd_bwd = _ssd_bytes_per_token(heads, groups, p, n, q)
+    ssd_f = stream_time_s(b.dev, tokens * ssd_fwd)
+    ssd = Kernel(
+        "ssd_scan",
+        "ssm",
+        ssd_f,
+        stream_time_s(b.dev, tokens * ssd_bwd),
+        SSD_FWD_KERNELS,
+        flops=tokens * ssd_flops_per_token(heads, groups, p, n, q),
+        nbytes=tokens * ssd_fwd,
+        bwd_launches=SSD_BWD_KERNELS,
+    )
+    out = [
+        b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+        b.gemm("mamba_in", "gemm", tokens, width, h, s.tp_chunks, bwd_chunks=1),
+        b.stream("mamba_layout", "ssm", 2 * 2 * tokens * (width + d_i), MAMBA_LAYOUT_COPIES),
+        b.stream("mamba_conv", "ssm", 2 * 2 * tokens * conv, 1),  # read x, B, C; write them convolved
+        ssd,
+        b.stream("mamba_gated_norm", "norm", 2 * 4 * tokens * d_i, 1),  # read y and z, write the output
+        b.gemm("mamba_out", "gemm", tokens, h, d_i, s.tp_chunks),
+        b.stream("mamba_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+    ]
+    if w.precision == "fp8":  # in_proj's and out_proj's inputs forward, their output gradients backward
+        out.append(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)))
+    if t > 1:
+        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+    return out
+
+
+def _hybrid_attention_layer(
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float
+) -> list[Kernel]:
+    """A hybrid's attention layer: the attention half of a transformer layer with its own pre-norm and residual and
+    no FFN after it (no second norm)."""
+    t, tokens = s.tp, s.tokens
+    resid = tokens * w.hidden * (1.0 if s.sp else t) / t
+    out = [k for k in _attention_block(b, w, layout, s, peak16) if k.name not in ("ffn_norm", "tp_collectives")]
+    if t > 1:
+        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+    if w.precision == "fp8":
+        linears = w.attention_linears(t)
+        cast_in = resid + tokens * linears[-1][1] + sum(tokens * k for _, k, _n in linears[1:-1])
+        cast_grads = sum(tokens * n for _, _k, n in linears[:-1]) + resid
+        out.append(_cast(b, layout, (cast_in, cast_grads), (float(len(linears)), float(len(linears)))))
+    return out
+
+
+def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
+    """A hybrid's MLP layer: pre-norm, the FFN and the residual add (Nemotron-H: squared ReLU, ungated)."""
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    resid = tokens * h * (1.0 if s.sp else t) / t
+    mats = 3 if w.gated_ffn else 2
+    f_t = w.ffn_hidden / t
+    wide, n_in = fc1_gemms(b.fw.gate_up_fused, mats)
+    out = [
+        b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+        b.gemm("ffn_in", "gemm", tokens, wide * f_t, h, s.tp_chunks, times=n_in, launches=b.gemm_launch, bwd_chunks=1),
+        b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
+        b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
+        b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+    ]
+    if t > 1:
+        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+    if w.precision == "fp8":
+        out.append(_cast(b, layout, (resid + tokens * f_t, tokens * (mats - 1) * f_t + resid), (2.0, 2.0)))
+    return out
+
+
+def _scaled(k: Kernel, share: float) -> Kernel:
+    """``share`` of ``k``: its time, launches, modules, FLOPs and bytes."""
+    bwd = None if k.bwd_launches is None else k.bwd_launches * share
+    return replace(
+        k,
+        fwd_s=k.fwd_s * share,
+        bwd_s=k.bwd_s * share,
+        launches=k.launches * share,
+        bwd_launches=bwd,
+        flops=k.flops * share,
+        nbytes=k.nbytes * share,
+        modules=k.modules * share,
+    )
+
+
+def _hybrid_layer(
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float, moe: bool
+) -> list[Kernel]:
+    """A hybrid model's layer of each kind, one micro-batch on one GPU. MoE: an E layer (pre-norm and the MoE
+    block, no attention). Dense: the mean of its M, * and - layers, each one's kernels at its share of them, so
+    that n layers of this kind cost what the model's non-MoE layers cost together (exact for the whole model; a
+    pipeline stage is priced at the model's mix of layer kinds)."""
+    hy = w.hybrid
+    assert hy is not None
+    t, h, tokens = s.tp, w.hidden, s.tokens
+    if moe:
+        resid = tokens * h * (1.0 if s.sp else t) / t
+        head = [b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
+        if t > 1:
+            head.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+        return _with_gaps(head, layout, True) + _moe_block(b, w, layout, s, resid, (0.0, 0.0), attention=False)
+    parts = [
+        (hy.count("M"), lambda: _mamba_layer(b, w, layout, s)),
+        (hy.count("*"), lambda: _hybrid_attention_layer(b, w, layout, s, peak16)),
+        (hy.count("-"), lambda: _hybrid_mlp_layer(b, w, layout, s)),
+    ]
+    total = sum(n for n, _ in parts)
+    out = [_scaled(k, n / total) for n, build in parts if n for k in build()]
+    return _with_gaps(out, layout)
 
 
 def shared_activation(b: _Builder, elements: float, mats: int) -> Kernel:
@@ -1192,14 +1347,22 @@ def capacity_mask_kernel(dev: Device, tokens: float, experts: int, kept: float) 
 
 
 def _moe_block(
-    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, resid: float, attn_cast: tuple[float, float]
+    b: _Builder,
+    w: Workload,
+    layout: ParallelLayout,
+    s: LayerShape,
+    resid: float,
+    attn_cast: tuple[float, float],
+    attention: bool = True,
 ) -> list[Kernel]:
     """An MoE layer's FFN half: router, permutation, routed experts as grouped GEMMs (the most loaded GPU's
     share), shared experts, residual; fp8 casts of the whole layer (``attn_cast``: the attention half's inputs
-    and output gradients)."""
+    and output gradients; ``attention``: the layer has an attention half, which a hybrid's E layer has not)."""
     m = w.moe
     assert m is not None
     if layout.moe_dispatcher == "distmoe":
+        if not attention:
+            raise InfeasibleLayoutError("moe_dispatcher distmoe is not modelled in hybrid models", "moe_dispatcher")
         return _distmoe_block(b, w, layout, s, resid, attn_cast)
     t, h, tokens = s.tp, w.hidden, s.tokens
     mats = 3 if w.gated_ffn else 2
@@ -1295,7 +1458,7 @@ def _moe_block(
         # their output gradients backward), or the fused MLP's one group quantize each way; Megatron's shared-expert
         # MLP's two (one module whatever its count)
         quantizes = (
-            len(w.attention_linears(t))
+            (len(w.attention_linears(t)) if attention else 0)
             + (1.0 if layout.moe_fused_mlp else 2.0 * local)
             + (2.0 if m.shared_experts else 0.0)
         )

@@ -133,6 +133,8 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     ``moe``, ``moe_act``, ``shared_experts``; ``attention`` and ``norm_inputs`` are kept by every layer)."""
     from commlens.project.frameworks import framework
 
+    if w.hybrid is not None:
+        return _hybrid_activation_parts(w, layout, tp, moe)
     h, d, a, g = w.hidden, w.head_size, w.heads, w.kv_heads_n
     sp = layout.sp and tp > 1
     outside_div = tp if sp else 1
@@ -174,6 +176,36 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     else:
         parts["core_attn"] = 5.0 * a * w.seq_len / tp  # softmax out (2 B), dropout mask (1 B), dropout out (2 B)
     return parts
+
+
+def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> dict[str, float]:
+    """A hybrid's layer of each kind (as ``activation_parts``): an E layer (its pre-norm's input and output and the
+    MoE block's), or the mean of its M, * and - layers, each with one pre-norm. A Mamba layer keeps its norm's input,
+    in_proj's input (the norm output), in_proj's output (z, x, B, C, dt: the fused convolution and scan keep it and
+    run the convolution again in the backward), the scan's output y (the gated norm's input), the gated norm's
+    output (out_proj's input) and dt's fp32 softplus and cumsum per head."""
+    hy = w.hybrid
+    assert hy is not None
+    plain = w.model_copy(update={"hybrid": None, "moe": w.moe if moe else None})
+    full = activation_parts(plain, layout, tp, moe)
+    one_norm = {"norm_inputs": full["norm_inputs"] / 2, "layernorm": full["layernorm"] / 2}
+    if moe:
+        return {**one_norm, **{k: v for k, v in full.items() if k in ("moe", "moe_act", "shared_experts")}}
+    ffn = {k: v for k, v in full.items() if k == "mlp"}
+    attention = {k: v for k, v in full.items() if k not in ("norm_inputs", "layernorm", "mlp")}
+    from commlens.project.frameworks import framework
+
+    nvfp4 = (layout.fp8_recipe or framework(layout.framework).fp8_recipe) == "nvfp4"
+    gemm_in = (NVFP4_BYTES if nvfp4 else 1.0) if w.precision == "fp8" else 2.0
+    d_i = hy.d_inner / tp
+    mamba = {"mamba": 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + gemm_in * d_i + 8.0 * hy.mamba_heads / tp}
+    kinds = ((hy.count("M"), mamba), (hy.count("*"), attention), (hy.count("-"), ffn))
+    n = sum(c for c, _ in kinds)
+    out = dict(one_norm)
+    for count, parts in kinds:
+        for key, v in parts.items():
+            out[key] = out.get(key, 0.0) + v * count / n
+    return out
 
 
 def head_input_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int) -> float:
@@ -337,15 +369,8 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
 def stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> list[tuple[float, float]]:
     """(dense, expert) parameters per GPU of every stage (the last with its multi-token prediction modules:
     :func:`mtp_stage_parameters`; ``schedule``: the layout's pipeline schedule)."""
-    counts = w.parameter_counts()
-    h, mats = w.hidden, 3 if w.gated_ffn else 2
-    attn_norms = counts["attention"] / w.layers + 2 * h
-    dense_layer = attn_norms + mats * h * w.ffn_hidden
-    moe_dense_layer = attn_norms
-    expert_layer = 0.0
-    if w.moe is not None:
-        moe_dense_layer += (counts["shared_experts"] + counts["router"]) / w.moe_layers
-        expert_layer = counts["experts"] / w.moe_layers
+    dense_layer, moe_dense_layer = w.layer_dense_parameters(False), w.layer_dense_parameters(True)
+    expert_layer = w.parameter_counts()["experts"] / w.moe_layers if w.moe_layers else 0.0
     out = []
     for (dense_n, moe_n), root in zip(stage_layer_kinds(w, r), stage_root_parameters(w, r)):
         dense = dense_n * dense_layer + moe_n * moe_dense_layer
@@ -418,9 +443,10 @@ def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list
     the norms or the output projection (torchtitan's float8 filter), nor routed experts (not ``nn.Linear``)."""
     if not (layout.fsdp_fp8_all_gather and layout.zero >= 3 and w.precision == "fp8"):
         return [0.0] * r.pp
-    attention = w.parameter_counts()["attention"] / w.layers
-    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
-    return [(dense_n * (attention + ffn) + moe_n * attention) / r.tp for dense_n, moe_n in stage_layer_kinds(w, r)]
+    dense = w.layer_linear_parameters(False)
+    # an MoE layer's attention (its shared experts are gathered in bf16, as the routed ones); a hybrid's E layer none
+    moe = sum(k * n for _, k, n in w.attention_linears(1)) if w.hybrid is None else 0.0
+    return [(dense_n * dense + moe_n * moe) / r.tp for dense_n, moe_n in stage_layer_kinds(w, r)]
 
 
 def torch_pp_order(rank: int, pp: int, vpp: int, micro_batches: int) -> list[tuple[bool, int]]:
@@ -739,12 +765,9 @@ def stage_fp8_params(w: Workload, layout: ParallelLayout, r: Resolved) -> list[f
     ``get_fp8_context(is_init=True)``); none otherwise."""
     if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
         return [0.0] * r.pp
-    counts = w.parameter_counts()
-    attention = counts["attention"] / w.layers
-    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
-    shared = counts["shared_experts"] / w.moe_layers if w.moe_layers else 0.0
+    dense, moe = w.layer_linear_parameters(False), w.layer_linear_parameters(True)
     return [
-        (dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp + expert
+        (dense_n * dense + moe_n * moe) / r.tp + expert
         for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
     ]
 

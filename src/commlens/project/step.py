@@ -57,6 +57,7 @@ from commlens.project.kernels import (
     layer_kernels,
     op_sac_tp_regathers,
     recompute_share,
+    ssd_flops_per_token,
     tp_fp8_all_gather,
     unfused_factor,
 )
@@ -272,9 +273,13 @@ class Projection:
 
 
 def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
-    """(GEMM FLOPs, attention-core FLOPs) of one layer's forward for ``tokens`` queries over ``keys`` keys."""
+    """(GEMM FLOPs, attention-core FLOPs) of one layer's forward for ``tokens`` queries over ``keys`` keys; a hybrid's
+    layer of each kind as its kernels price it (:func:`kernels.layer_kernels`): an E layer, or the mean of its M, *
+    and - layers (a Mamba layer's in_proj, out_proj and SSD scan among the GEMM FLOPs)."""
     h = w.hidden
     mats = 3 if w.gated_ffn else 2
+    if w.hybrid is not None:
+        return _hybrid_layer_flops(w, tokens, keys, moe)
     dense = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
     m = w.moe if moe else None
     if m is not None:
@@ -284,6 +289,29 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     if w.sliding_window is not None:  # windowed layers: min(window, s) keys a query, as Megatron-Bridge counts them
         keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
     return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+
+
+def _hybrid_layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
+    hy = w.hybrid
+    assert hy is not None
+    h, mats = w.hidden, 3 if w.gated_ffn else 2
+    m = w.moe
+    if moe:
+        assert m is not None
+        return 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (
+            m.top_k + m.shared_experts
+        ), 0.0
+    n_m, n_a, n_f = hy.count("M"), hy.count("*"), hy.count("-")
+    n = n_m + n_a + n_f
+    p, d_state, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
+    mamba = 2 * tokens * h * (hy.in_proj_width() + hy.d_inner)
+    mamba += tokens * ssd_flops_per_token(hy.mamba_heads, hy.mamba_groups, p, d_state, q)
+    attn_linears = 2 * tokens * sum(k * n_ for _, k, n_ in w.attention_linears(1))
+    ffn = 2 * tokens * mats * h * w.ffn_hidden
+    if w.sliding_window is not None:
+        keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
+    core = 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+    return (n_m * mamba + n_a * attn_linears + n_f * ffn) / n, n_a * core / n
 
 
 def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple[int, int] | None = None) -> float:
@@ -414,6 +442,32 @@ _PARALLEL_NAMES = {
 }
 
 
+def _check_hybrid(w: Workload, layout: ParallelLayout, r: Resolved) -> None:
+    """What a hybrid model's projection covers: Megatron-Core's MambaModel (the stack that trains Nemotron-H and
+    Nemotron 3), TP splitting the Mamba groups (Megatron-Core asserts mamba_num_groups % TP == 0), no context
+    parallelism (Megatron-Core's Mamba CP is not modelled), the Adam optimizers."""
+    hy = w.hybrid
+    assert hy is not None
+    fw = framework(layout.framework)
+    if layout.framework not in ("megatron-core", "nemo") and fw.release_of != "megatron-core":
+        raise InfeasibleLayoutError(
+            f"{layout.framework}: hybrid Mamba models are modelled as Megatron-Core's MambaModel trains them "
+            "(framework megatron-core, nemo or their releases)",
+            "framework",
+        )
+    if hy.mamba_groups % r.tp:
+        raise InfeasibleLayoutError(
+            f"tp {r.tp} does not divide the {hy.mamba_groups} Mamba groups (Megatron-Core's MambaMixer asserts it)",
+            "divides",
+        )
+    if r.cp > 1:
+        raise InfeasibleLayoutError(
+            f"cp {r.cp}: context parallelism of hybrid Mamba models is not modelled", "framework"
+        )
+    if layout.optimizer == "muon":
+        raise InfeasibleLayoutError("optimizer muon is not modelled for hybrid Mamba models", "framework")
+
+
 def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float]]:
     """What every part of the projection reads, then each stage's memory and the fullest stage's; in this order
     the reasons a scenario cannot run: the GPU's figures, the layout on the job, the precision, the memory, the
@@ -421,6 +475,8 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
     topology, layout, w = s.topology, s.layout, s.workload
     dev = device_for(topology.accelerator.name, s.accelerators)
     r = resolve(layout, w, s.gpus, topology.accelerators_per_node)
+    if w.hybrid is not None:
+        _check_hybrid(w, layout, r)
     comm = _comm_model(s, r)
     peak = dev.peak(w.precision)
     stage_mem, mem = _memory(dev, w, layout, r, s.check_memory)
@@ -474,6 +530,8 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
     EP, host, TP hidden), its seconds by kernel class; and the layers' TP and CP communication."""
     layer_kinds = _layer_kinds(c, c.scenario.accelerators, c.gemm_peak)
     lc = _layer_comm(c)
+    if c.w.hybrid is not None:  # a hybrid's layer is one block: one TP pair a pass, not an attention and an FFN pair
+        lc = replace(lc, tp_pass=lc.tp_pass / 2)
     kind_times: list[tuple[float, ...]] = []
     kind_seconds: list[dict[str, float]] = []
     # full recomputation of a layer count (_partial_recompute): each kind again, as the layers that are not
@@ -1978,12 +2036,9 @@ def _stage_fp8_params(c: _Setup) -> list[tuple[float, float]]:
     w, layout, r = c.w, c.layout, c.r
     if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
         return [(0.0, 0.0)] * r.pp
-    counts = w.parameter_counts()
-    attention = counts["attention"] / w.layers
-    ffn = (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
-    shared = counts["shared_experts"] / w.moe_layers if w.moe_layers else 0.0
+    dense, moe = w.layer_linear_parameters(False), w.layer_linear_parameters(True)
     return [
-        ((dense_n * (attention + ffn) + moe_n * (attention + shared)) / r.tp, expert)
+        ((dense_n * dense + moe_n * moe) / r.tp, expert)
         for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
     ]
 

@@ -1,4 +1,5 @@
-"""Training workloads as strict pydantic specs: a decoder transformer, dense or MoE, and its batch.
+"""Training workloads as strict pydantic specs: a decoder transformer, dense or MoE, or a hybrid of Mamba-2,
+attention, MLP and MoE layers, and its batch.
 
 A workload is data (YAML with exactly these keys); ranges are checked when it
 is built and a bad value raises :class:`WorkloadError` naming the field
@@ -17,7 +18,16 @@ from pydantic import ConfigDict, Field, model_validator
 from commlens.errors import CommlensError
 from commlens.specdata import StrictSpec, model_from_data
 
-__all__ = ["FORMAT", "Moe", "SlidingWindow", "Workload", "WorkloadError", "workload_from_dict"]
+__all__ = [
+    "FORMAT",
+    "HYBRID_KINDS",
+    "Hybrid",
+    "Moe",
+    "SlidingWindow",
+    "Workload",
+    "WorkloadError",
+    "workload_from_dict",
+]
 
 FORMAT = "commlens.workload/1"
 Precision = Literal["bf16", "fp8"]
@@ -116,6 +126,73 @@ class SlidingWindow(_Spec):
     )
 
 
+# Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols): one character a
+# layer of hybrid_override_pattern, each layer one block with its own pre-norm and residual
+HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+class Hybrid(_Spec):
+    """A hybrid model's layers as Megatron-Core's MambaModel builds them (Nemotron-H, Nemotron 3): each layer ONE
+    block, named by one character of ``pattern`` (Megatron-Core ``hybrid_override_pattern``): ``M`` a Mamba-2 mixer,
+    ``*`` self-attention (the workload's heads), ``-`` an MLP (its ffn_hidden), ``E`` an MoE block (its moe)."""
+
+    pattern: str = Field(
+        min_length=1,
+        description="one character a layer, first to last: M Mamba-2, * attention, - MLP, E MoE (Megatron-Core "
+        "hybrid_override_pattern; pipeline separators '|' are not part of it)",
+    )
+    mamba_heads: int = Field(ge=1, description="Mamba-2 heads (Megatron-Core mamba_num_heads; HF mamba_num_heads)")
+    mamba_head_dim: int = Field(ge=1, description="size of one Mamba-2 head (mamba_head_dim)")
+    mamba_state: int = Field(ge=1, description="SSM state size per head (mamba_state_dim; HF ssm_state_size)")
+    mamba_groups: int = Field(
+        ge=1, description="groups sharing one B and C (mamba_num_groups; HF n_groups); divides mamba_heads"
+    )
+    conv_kernel: int = Field(default=4, ge=1, description="the causal depthwise convolution's width (d_conv)")
+    chunk: int = Field(default=128, ge=1, description="the SSD scan's chunk length (Megatron-Core chunk_size)")
+
+    @model_validator(mode="after")
+    def _pattern_known(self) -> Hybrid:
+        bad = sorted(set(self.pattern) - set(HYBRID_KINDS))
+        if bad:
+            raise ValueError(
+                f"pattern: unknown layer symbol(s) {''.join(bad)!r}; known: M (Mamba-2), * (attention), - (MLP), "
+                "E (MoE)"
+            )
+        if self.mamba_heads % self.mamba_groups:
+            raise ValueError(f"mamba_groups: {self.mamba_groups} groups do not divide {self.mamba_heads} heads")
+        return self
+
+    @property
+    def d_inner(self) -> int:
+        """The mixer's inner width: heads x head size (Megatron-Core d_inner)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    def count(self, symbol: str) -> int:
+        """Layers of one symbol."""
+        return self.pattern.count(symbol)
+
+    def in_proj_width(self, tp: int = 1) -> float:
+        """in_proj's output width on one of ``tp`` GPUs: z and x (d_inner each), B and C (groups x state each), dt
+        (one per head); all split by TP (Megatron-Core mamba_mixer.py, in_proj output_size)."""
+        return (2 * self.d_inner + 2 * self.mamba_groups * self.mamba_state + self.mamba_heads) / tp
+
+    def conv_channels(self, tp: int = 1) -> float:
+        """Channels of the causal convolution on one of ``tp`` GPUs: x, B and C."""
+        return (self.d_inner + 2 * self.mamba_groups * self.mamba_state) / tp
+
+    def mixer_parameters(self, hidden: int) -> int:
+        """One Mamba-2 mixer's parameters (its layer's pre-norm apart): in_proj, the convolution's weight and bias,
+        dt_bias, A_log and D per head, the gated norm's weight and out_proj."""
+        conv = self.conv_channels()
+        return int(
+            hidden * self.in_proj_width()
+            + conv * (self.conv_kernel + 1)
+            + 3 * self.mamba_heads
+            + self.d_inner
+            + self.d_inner * hidden
+        )
+
+
 class Workload(_Spec):
     """A decoder-only transformer and the batch it trains on."""
 
@@ -145,6 +222,11 @@ class Workload(_Spec):
         default=None, description="sliding-window attention on some layers; None: every layer attends in full"
     )
     moe: Moe | None = Field(default=None, description="mixture-of-experts FFN; None: dense")
+    hybrid: Hybrid | None = Field(
+        default=None,
+        description="a hybrid model's layer pattern and Mamba-2 mixer (Nemotron-H, Nemotron 3); None: every layer is "
+        "attention and an FFN",
+    )
     # [27 s16 llama4] Llama 4's chunked attention (HF text_config attention_chunk_size 8192; NeMo Llama4Config
     # attention_chunk_size 8192): on its RoPE layers a query attends only within its chunk of the sequence. Up to one
     # chunk that is full causal attention, which is what commlens prices; a longer sequence is refused.
@@ -176,7 +258,7 @@ class Workload(_Spec):
             raise ValueError(f"kv_heads: {self.kv_heads_n} KV heads do not divide {self.heads} heads")
         if self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch: {self.micro_batch} does not divide global_batch {self.global_batch}")
-        if self.moe is not None and self.moe.first_moe_layer >= self.layers:
+        if self.moe is not None and self.hybrid is None and self.moe.first_moe_layer >= self.layers:
             raise ValueError(
                 f"moe.first_moe_layer: {self.moe.first_moe_layer} leaves no MoE layer in {self.layers} layers"
             )
@@ -185,12 +267,24 @@ class Workload(_Spec):
                 f"seq_len: {self.seq_len} exceeds attention_chunk {self.attention_chunk}; chunked attention (each "
                 "chunk its own causal block) is not modelled, only a sequence of one chunk or less"
             )
-        if self.moe is not None and self.moe.first_moe_layer + self.moe.every > self.layers:
+        if self.hybrid is not None:
+            self._hybrid_fits(self.hybrid)
+        elif self.moe is not None and self.moe.first_moe_layer + self.moe.every > self.layers:
             raise ValueError(
                 f"moe.every: {self.moe.every} from layer {self.moe.first_moe_layer} leaves no MoE layer in "
                 f"{self.layers} layers"
             )
         return self
+
+    def _hybrid_fits(self, hy: Hybrid) -> None:
+        if len(hy.pattern) != self.layers:
+            raise ValueError(f"hybrid.pattern: {len(hy.pattern)} symbols for {self.layers} layers")
+        if ("E" in hy.pattern) != (self.moe is not None):
+            raise ValueError("hybrid.pattern: E layers need moe, and moe needs E layers")
+        if self.moe is not None and (self.moe.first_moe_layer or self.moe.every != 1):
+            raise ValueError("moe.first_moe_layer / moe.every: a hybrid's MoE layers are its pattern's E layers")
+        if self.mtp_layers or self.mla is not None:
+            raise ValueError("hybrid: multi-token prediction and MLA are not modelled in hybrid models")
 
     @property
     def kv_heads_n(self) -> int:
@@ -206,13 +300,19 @@ class Workload(_Spec):
         ``moe.every``-th (the ``every``-th, ``2 every``-th, ... counted from 1 there)."""
         if self.moe is None:
             return [False] * self.layers
+        if self.hybrid is not None:
+            return [c == "E" for c in self.hybrid.pattern]
         first, every = self.moe.first_moe_layer, self.moe.every
         return [i >= first and (i - first + 1) % every == 0 for i in range(self.layers)]
 
     @property
     def moe_layers(self) -> int:
         """MoE layers: ``sum(moe_layer_flags)``, counted without building the list."""
-        return 0 if self.moe is None else (self.layers - self.moe.first_moe_layer) // self.moe.every
+        if self.moe is None:
+            return 0
+        if self.hybrid is not None:
+            return self.hybrid.count("E")
+        return (self.layers - self.moe.first_moe_layer) // self.moe.every
 
     @property
     def mtp_moe(self) -> bool:
@@ -281,7 +381,8 @@ class Workload(_Spec):
         return out
 
     def parameter_counts(self) -> dict[str, int]:
-        """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings."""
+        """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings; a
+        hybrid's Mamba mixers as ``mamba`` (each part over the layers that have it: a hybrid layer has one pre-norm)."""
         h = self.hidden
         attn = int(sum(k * n for _, k, n in self.attention_linears(1)))
         mats = 3 if self.gated_ffn else 2
@@ -295,12 +396,51 @@ class Workload(_Spec):
             "norms": self.layers * 2 * h + h,
             "embedding": self.vocab * h * (1 if self.tied_embeddings else 2),
         }
+        hy = self.hybrid
+        if hy is not None:
+            out["attention"] = hy.count("*") * attn
+            out["ffn"] = hy.count("-") * mats * h * self.ffn_hidden
+            out["norms"] = self.layers * h + h
+            out["mamba"] = hy.count("M") * hy.mixer_parameters(h)
         if self.moe is not None:
             per_expert = mats * h * self.moe.expert_ffn_hidden
             out["experts"] = self.moe_layers * self.moe.experts * per_expert
             out["shared_experts"] = self.moe_layers * self.moe.shared_experts * per_expert
             out["router"] = self.moe_layers * h * self.moe.experts
         return out
+
+    def layer_linear_parameters(self, moe: bool) -> float:
+        """Parameters of one layer's linear modules outside the routed experts (the weights a stack can hold in
+        fp8), a layer of each kind: dense (attention and FFN) or MoE (attention and shared experts); in a hybrid
+        the mean over its non-MoE layers (Mamba's in_proj and out_proj, attention, MLP) or an E layer's shared
+        experts."""
+        h, mats = self.hidden, 3 if self.gated_ffn else 2
+        attn = sum(k * n for _, k, n in self.attention_linears(1))
+        ffn = mats * h * self.ffn_hidden
+        shared = mats * h * self.moe.expert_ffn_hidden * self.moe.shared_experts if self.moe is not None else 0.0
+        hy = self.hybrid
+        if hy is None:
+            return attn + (shared if moe else ffn)
+        if moe:
+            return shared
+        mixer = h * hy.in_proj_width() + hy.d_inner * h
+        n = self.layers - self.moe_layers
+        return (hy.count("M") * mixer + hy.count("*") * attn + hy.count("-") * ffn) / n if n else 0.0
+
+    def layer_dense_parameters(self, moe: bool) -> float:
+        """Parameters of one layer outside the routed experts, norms included, a layer of each kind (a hybrid's
+        dense kind: the mean over its M, * and - layers)."""
+        c = self.parameter_counts()
+        hy = self.hybrid
+        if hy is None:
+            base = c["attention"] / self.layers + 2 * self.hidden
+            if not moe:
+                return base + (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden
+            return base + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
+        if moe:
+            return self.hidden + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
+        n = self.layers - self.moe_layers
+        return (c["attention"] + c["ffn"] + c["mamba"] + n * self.hidden) / n if n else 0.0
 
     @property
     def parameters(self) -> int:
