@@ -732,42 +732,56 @@ def layer_kernels(
     return _with_gaps(out, layout, True) + _moe_block(b, w, layout, s, resid, (attn_in, attn_grads))
 
 
-# A hybrid model's Mamba-2 layer as Megatron-Core runs it in training (megatron/core/ssm/mamba_layer.py and
-# mamba_mixer.py): the pre-norm fused into in_proj (TELayerNormColumnParallelLinear: a norm kernel and the GEMM),
-# in_proj's output laid out batch-first, the causal depthwise convolution with SiLU over x, B and C, the SSD chunked
-# scan (state-spaces/mamba's Triton kernels: chunk cumsum, chunk states, state passing, the chunks' C B^T, the chunk
-# scan), the gated RMSNorm (norm(y) x silu(z)), out_proj (row-parallel) and the residual add. Bytes below are per
-# token of this GPU and count each tensor's read or write once (16-bit activations, fp32 states and cumsums).
-SSD_FWD_KERNELS = 5
-SSD_BWD_KERNELS = 10
-MAMBA_LAYOUT_COPIES = 2  # in_proj's output to batch-first, the gated norm's output back to sequence-first
+# A hybrid model's Mamba-2 layer as Megatron-Core trains it (NVIDIA/Megatron-LM d98e8a64 megatron/core/ssm/
+# mamba_layer.py and mamba_mixer.py, use_mamba_mem_eff_path True, the default): the pre-norm fused into in_proj
+# (TELayerNormColumnParallelLinear: a norm kernel and the GEMM), in_proj's output transposed batch-first (a copy,
+# mamba_mixer.py:691), state-spaces/mamba's mamba_split_conv1d_scan_combined (e9594ce1 ssd_combined.py:820-980: the
+# causal convolution with SiLU, then the SSD scan's Triton kernels: chunk cumsum, chunk states, state passing, the
+# chunks' C B^T, the chunk scan, which also applies the z gate), y transposed back (a copy, :727), the grouped RMSNorm
+# (layernorm_gated.py, z None), out_proj (row-parallel) and bias-dropout-add. The backward runs the convolution and
+# the scan's forward kernels again (ssd_combined.py:440-448, 918-923) before its own; the layer keeps in_proj's
+# output and the scan's pre-gate output, nothing of the scan's states. Launches: forward the convolution, the five
+# scan kernels and two small casts of A and dt_bias; backward the recomputed convolution and four scan kernels, the
+# twelve backward scan kernels with their partial-sum reductions and clones, and the convolution's backward with
+# its zeroed weight gradients: 30.
+MAMBA_FWD_KERNELS = 8
+MAMBA_BWD_KERNELS = 30
+MAMBA_LAYOUT_COPIES = 2  # in_proj's output to batch-first, the scan's output back to sequence-first
 
 
-def _ssd_bytes_per_token(heads: float, groups: float, p: int, n: int, q: int) -> tuple[float, float]:
+# The SSD scan's Triton kernels run below the stream rate their bytes would take: vLLM PR #27299 (2025-10-25, cyang49's
+# microbenchmark on one H100, the original five-kernel forward of _mamba_chunk_scan_combined_fwd, fp16, z None, chunk
+# 128, 128 heads of 64, one group, state 128) measured 1.262e7 tokens/s at 8,192 tokens and 1.292e7 at 16,384
+# (1.07-1.21e7 from 4K to 256K); the forward's bytes (ssd_bytes_per_token without the gate's z and out_x) at the H100
+# stream rate take 0.720 and 0.737 of that time. The fraction at 8,192 tokens, the sequence the published hybrid runs
+# train at, is taken for the scan's forward and backward on every GPU (no backward or other-GPU timing is published).
+SSD_STREAM_FRACTION = 0.72
+
+
+def ssd_bytes_per_token(heads: float, groups: float, p: int, n: int, q: int) -> tuple[float, float]:
     """(forward, backward) HBM bytes per token of the SSD scan's kernels on one GPU (``heads`` and ``groups`` its
-    share): forward, x read twice (chunk states, chunk scan), B twice, C twice, dt and its cumsum, the chunk states
-    written and read by the state passing (fp32, one state of p x n a head a chunk: p n / q a token), C B^T (fp32,
-    q a token and group) written and read, y written; backward about twice the forward's traffic (the gradients of
-    x, B, C, dt, the states passed back, the chunk states recomputed)."""
-    x = 2.0 * heads * p
-    bc = 2.0 * groups * n
-    dt = 3 * 4.0 * heads
-    states = 4.0 * heads * p * n / q
-    cb = 4.0 * groups * q
-    fwd = 2 * x + 2 * 2 * bc + dt + 3 * states + 2 * cb + x
-    return fwd, 2.0 * fwd
+    share), each kernel's reads and writes as state-spaces/mamba e9594ce1 launches them (ssd_combined.py,
+    ssd_chunk_state.py, ssd_state_passing.py, ssd_bmm.py, ssd_chunk_scan.py): 16-bit x, z, B, C and outputs, fp32 dt,
+    cumsums and C B^T, the chunk states (p x n a head and chunk: p n / q a token) fp32 before the state passing and
+    16-bit after it in the forward, fp32 in the backward. Forward: x read twice, B twice, C twice, z once, out and
+    the pre-gate out_x written. Backward: four forward kernels again, then the gradients of z, the states, x, B, C,
+    dt and C B^T (each reading x, dout_x and the cumsums again)."""
+    hp, gn, gq, states = heads * p, groups * n, groups * q, heads * p * n / q
+    fwd = 10.0 * hp + 8.0 * gn + 26.0 * heads + 12.0 * states + 8.0 * gq
+    bwd = 34.0 * hp + 38.0 * gn + 114.0 * heads + 34.0 * states + 24.0 * gq
+    return fwd, bwd
 
 
 def ssd_flops_per_token(heads: float, groups: float, p: int, n: int, q: int) -> float:
-    """Forward FLOPs per token of the SSD scan on one GPU: C B^T within each chunk (2 q n a group), the intra-chunk
-    output (2 q p a head, masked causal: half of it), the chunk states (2 p n a head) and the states' output
-    (2 p n a head)."""
+    """Forward FLOPs per token of the SSD scan on one GPU: C B^T within each chunk (2 q n a group, the whole q x q
+    block), the intra-chunk output (causal tiles only: about q p a head), the chunk states (2 p n a head) and the
+    states' contribution to the output (2 p n a head) (ssd_bmm.py, ssd_chunk_scan.py, ssd_chunk_state.py)."""
     return 2.0 * q * n * groups + q * p * heads + 4.0 * p * n * heads
 
 
 def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
-    """A hybrid's Mamba-2 layer (one micro-batch, one GPU): the heads, the inner width and the groups split over TP
-    (Megatron-Core asserts mamba_num_groups % TP == 0), norm and residual on the residual stream."""
+    """A hybrid's Mamba-2 layer (one micro-batch, one GPU): heads, inner width and groups split over TP
+    (Megatron-Core asserts mamba_num_groups % TP == 0), the norm and residual on the residual stream."""
     hy = w.hybrid
     assert hy is not None
     t, h, tokens = s.tp, w.hidden, s.tokens
@@ -775,32 +789,35 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
     width, conv, d_i = hy.in_proj_width(t), hy.conv_channels(t), hy.d_inner / t
     heads, groups = hy.mamba_heads / t, hy.mamba_groups / t
     p, n, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
-    ssd_fwd, ssd_bwd = _ssd_bytes_per_token(heads, groups, p, n, q)
-    ssd_f = stream_time_s(b.dev, tokens * ssd_fwd)
-    ssd = Kernel(
+    scan_fwd, scan_bwd = ssd_bytes_per_token(heads, groups, p, n, q)
+    # the causal convolution (CUDA): forward reads and writes x, B and C; the backward runs it again, then reads
+    # them and their gradient and writes the input's gradient (causal-conv1d 0d2252d1)
+    conv_fwd, conv_bwd = 4.0 * conv, 10.0 * conv
+    scan = Kernel(
         "ssd_scan",
         "ssm",
-        ssd_f,
-        stream_time_s(b.dev, tokens * ssd_bwd),
-        SSD_FWD_KERNELS,
+        stream_time_s(b.dev, tokens * conv_fwd) + stream_time_s(b.dev, tokens * scan_fwd) / SSD_STREAM_FRACTION,
+        stream_time_s(b.dev, tokens * conv_bwd) + stream_time_s(b.dev, tokens * scan_bwd) / SSD_STREAM_FRACTION,
+        MAMBA_FWD_KERNELS,
         flops=tokens * ssd_flops_per_token(heads, groups, p, n, q),
-        nbytes=tokens * ssd_fwd,
-        bwd_launches=SSD_BWD_KERNELS,
+        nbytes=tokens * (conv_fwd + scan_fwd),
+        bwd_launches=MAMBA_BWD_KERNELS,
     )
     out = [
-        b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
+        b.stream("mamba_norm_in", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
         b.gemm("mamba_in", "gemm", tokens, width, h, s.tp_chunks, bwd_chunks=1),
         b.stream("mamba_layout", "ssm", 2 * 2 * tokens * (width + d_i), MAMBA_LAYOUT_COPIES),
-        b.stream("mamba_conv", "ssm", 2 * 2 * tokens * conv, 1),  # read x, B, C; write them convolved
-        ssd,
-        b.stream("mamba_gated_norm", "norm", 2 * 4 * tokens * d_i, 1),  # read y and z, write the output
+        scan,
+        b.stream("mamba_norm", "norm", 2 * 2 * tokens * d_i, 1),  # the grouped RMSNorm: read y, write its output
         b.gemm("mamba_out", "gemm", tokens, h, d_i, s.tp_chunks),
         b.stream("mamba_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
     if w.precision == "fp8":  # in_proj's and out_proj's inputs forward, their output gradients backward
-        out.append(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)))
+        out.append(
+            replace(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)), name="mamba_cast")
+        )
     if t > 1:
-        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+        out.append(Kernel("mamba_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     return out
 
 
@@ -837,9 +854,10 @@ def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: Layer
         b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
     if t > 1:
-        out.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+        out.append(Kernel("ffn_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     if w.precision == "fp8":
-        out.append(_cast(b, layout, (resid + tokens * f_t, tokens * (mats - 1) * f_t + resid), (2.0, 2.0)))
+        cast = _cast(b, layout, (resid + tokens * f_t, tokens * (mats - 1) * f_t + resid), (2.0, 2.0))
+        out.append(replace(cast, name="ffn_cast"))
     return out
 
 
@@ -868,11 +886,9 @@ def _hybrid_layer(
     hy = w.hybrid
     assert hy is not None
     t, h, tokens = s.tp, w.hidden, s.tokens
-    if moe:
+    if moe:  # the MoE layer's pre-MLP norm (Megatron-Core's TransformerLayer with the MoE block alone), then the block
         resid = tokens * h * (1.0 if s.sp else t) / t
-        head = [b.stream("input_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
-        if t > 1:
-            head.append(Kernel("tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
+        head = [b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
         return _with_gaps(head, layout, True) + _moe_block(b, w, layout, s, resid, (0.0, 0.0), attention=False)
     parts = [
         (hy.count("M"), lambda: _mamba_layer(b, w, layout, s)),
@@ -1198,7 +1214,7 @@ def _attention_block(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerS
         out.append(b.gemm(name, "gemm", tokens, n_out, k_in, s.tp_chunks if name != "kv_down" else 1, bwd_chunks=1))
         if name in ("q_down", "kv_down"):
             out.append(b.stream(f"{name}_norm", "norm", 4 * tokens * n_out, 1, "norm"))
-    if w.position_embedding != "learned":  # Q and K read and written once (fused), more eager
+    if w.position_embedding not in ("learned", "none"):  # Q and K read and written once (fused), more eager
         rope = (a_t + g_t) * d if w.mla is None else (a_t + 1) * w.mla.qk_rope_head_dim
         out.append(b.stream("rotary", "rotary", 2 * 2 * tokens * rope, 0, _rotary_op(b.fw, w)))
     out.append(_attention(b.dev, b.fw, w, layout, s, peak16))
@@ -1693,7 +1709,24 @@ GAP_SUFFIX = "_gap"
 # kernel's launches before the sync point, as step._sync_cycle_s splits them), for the flex dispatcher only routing
 # metadata the model counts inside the dispatch. The shared experts stay eager (captured only where the stack turns
 # moe_shared_expert_overlap off, which the layout does not state).
-GRAPH_MLP_HALF = frozenset({"ffn_norm", "ffn_in", "ffn_activation", "ffn_out", "ffn_residual"})
+GRAPH_MLP_HALF = frozenset(
+    {"ffn_norm", "ffn_in", "ffn_activation", "ffn_out", "ffn_residual", "ffn_tp_collectives", "ffn_cast"}
+)
+# a hybrid's Mamba layer (Megatron-Core --cuda-graph-scope mamba: the MambaLayer whole, transformer_config.py
+# CudaGraphScope at d98e8a64)
+GRAPH_MAMBA = frozenset(
+    {
+        "mamba_norm_in",
+        "mamba_in",
+        "mamba_layout",
+        "ssd_scan",
+        "mamba_norm",
+        "mamba_out",
+        "mamba_residual",
+        "mamba_cast",
+        "mamba_tp_collectives",
+    }
+)
 GRAPH_MOE_ROUTER = frozenset({"ffn_norm", "router", "router_topk"})
 GRAPH_MOE_EAGER = frozenset({"ffn_residual"})  # non-eager kernels of an MoE layer that run after a router graph
 
@@ -1716,6 +1749,8 @@ def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
         whole_moe = whole_moe or layout.moe_pad_to_capacity
         return 0.0 if k.eager and not whole_moe else 1.0
     name = k.name.removesuffix(GAP_SUFFIX)
+    if name in GRAPH_MAMBA:
+        return 1.0 if "mamba" in scope else 0.0
     if not moe_layer and name in GRAPH_MLP_HALF:
         return 1.0 if "mlp" in scope else 0.0
     if moe_layer and "moe" in scope and layout.moe_pad_to_capacity and (k.eager or name in GRAPH_MOE_ROUTER):

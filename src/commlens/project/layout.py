@@ -30,7 +30,7 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe",
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "dualpipe", "gpipe"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "ck", "unfused"]
 Fp8Recipe = Literal["delayed", "current", "mxfp8", "nvfp4"]
-CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 _DIMS = ("tp", "cp", "dp", "pp")
 
 
@@ -214,7 +214,8 @@ class ParallelLayout(StrictSpec):
         default=None,
         description="with cuda_graphs, what Megatron-Core captures (--cuda-graph-scope, Megatron-LM 0d8e0714 and "
         "44151194 transformer_config.py / transformer_layer.py): attn (input norm, attention, its projection and "
-        "residual add), mlp (a dense layer's pre-MLP norm, MLP and residual add), moe_router (an MoE layer's pre-MLP "
+        "residual add), mlp (a dense layer's pre-MLP norm, MLP and residual add), mamba (a hybrid's Mamba layers "
+        "whole), moe_router (an MoE layer's pre-MLP "
         "norm and router; its residual add after the combine stays eager), moe_preprocess (with moe_router: the "
         "dispatcher's token counts and, for the all-to-all dispatcher, permutation 1, whose count copy then moves "
         "to the sync point, so the host's wait drains the stream), full_iteration (Megatron's local whole-step "
@@ -641,6 +642,8 @@ def _check_graph_scope(layout: ParallelLayout, w: Workload) -> None:
     moe_scopes = [s for s in scope if s.startswith("moe")]
     if w.moe is None and moe_scopes:
         raise InfeasibleLayoutError(f"cuda_graph_scope {', '.join(moe_scopes)} on a dense model")
+    if "mamba" in scope and w.hybrid is None:
+        raise InfeasibleLayoutError("cuda_graph_scope mamba on a model without Mamba layers")
     static = "full_iteration" in scope and layout.moe_expert_capacity is not None
     if w.moe is not None and layout.moe_pad_to_capacity:  # drop-and-pad: static shapes [27 s10 tokdrop]
         static = True

@@ -182,8 +182,8 @@ def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: 
     """A hybrid's layer of each kind (as ``activation_parts``): an E layer (its pre-norm's input and output and the
     MoE block's), or the mean of its M, * and - layers, each with one pre-norm. A Mamba layer keeps its norm's input,
     in_proj's input (the norm output), in_proj's output (z, x, B, C, dt: the fused convolution and scan keep it and
-    run the convolution again in the backward), the scan's output y (the gated norm's input), the gated norm's
-    output (out_proj's input) and dt's fp32 softplus and cumsum per head."""
+    run both again in the backward), the scan's pre-gate output, the grouped norm's input and rstd, and the norm's
+    output (out_proj's input)."""
     hy = w.hybrid
     assert hy is not None
     plain = w.model_copy(update={"hybrid": None, "moe": w.moe if moe else None})
@@ -198,7 +198,11 @@ def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: 
     nvfp4 = (layout.fp8_recipe or framework(layout.framework).fp8_recipe) == "nvfp4"
     gemm_in = (NVFP4_BYTES if nvfp4 else 1.0) if w.precision == "fp8" else 2.0
     d_i = hy.d_inner / tp
-    mamba = {"mamba": 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + gemm_in * d_i + 8.0 * hy.mamba_heads / tp}
+    # in_proj's output and the scan's pre-gate output (mamba_split_conv1d_scan_combined's save_for_backward,
+    # state-spaces/mamba e9594ce1 ssd_combined.py:888), the grouped norm's input and fp32 rstd a group
+    # (layernorm_gated.py:360), out_proj's input
+    saved = 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + 2.0 * d_i + 4.0 * hy.mamba_groups / tp + gemm_in * d_i
+    mamba = {"mamba": saved}
     kinds = ((hy.count("M"), mamba), (hy.count("*"), attention), (hy.count("-"), ffn))
     n = sum(c for c, _ in kinds)
     out = dict(one_norm)
@@ -319,6 +323,8 @@ def stage_layer_kinds(w: Workload, r: Resolved) -> list[tuple[int, int]]:
     total, moe = w.layers, w.moe
     if moe is None and sum(r.stage_layers) <= total:
         return [(n, 0) for n in r.stage_layers]
+    if w.hybrid is not None:  # a hybrid's E layers sit where its pattern puts them
+        return [(len(f) - sum(f), sum(f)) for f in stage_layer_flags(w, r)]
     first, every = (moe.first_moe_layer, moe.every) if moe is not None else (total, 1)
     out, start, before = [], 0, 0  # before: MoE layers among the model's first `start` (counted, not listed)
     for n in r.stage_layers:

@@ -449,7 +449,7 @@ def _check_hybrid(w: Workload, layout: ParallelLayout, r: Resolved) -> None:
     hy = w.hybrid
     assert hy is not None
     fw = framework(layout.framework)
-    if layout.framework not in ("megatron-core", "nemo") and fw.release_of != "megatron-core":
+    if layout.framework not in ("megatron-core", "nemo") and fw.release_of not in ("megatron-core", "nemo"):
         raise InfeasibleLayoutError(
             f"{layout.framework}: hybrid Mamba models are modelled as Megatron-Core's MambaModel trains them "
             "(framework megatron-core, nemo or their releases)",
@@ -2046,7 +2046,7 @@ def _stage_fp8_params(c: _Setup) -> list[tuple[float, float]]:
 def _stage_tensors(c: _Setup, i: int) -> tuple[tuple[float, bool], ...]:
     """[27 s16 cisco] The parameter tensors of stage ``i`` on one GPU as Megatron-Core registers them, in forward
     order, each as (elements, a TE linear's weight): () for MoE or multi-token-prediction models (not counted one by
-    one). Megatron-Core's TransformerLayer with the Transformer Engine spec (NVIDIA/Megatron-LM core_v0.13.1,
+    one, nor hybrid models). Megatron-Core's TransformerLayer with the Transformer Engine spec (NVIDIA/Megatron-LM core_v0.13.1,
     megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec) fuses each norm into the
     linear after it: ``linear_qkv`` (TELayerNormColumnParallelLinear: ``layer_norm_weight`` and the fused QKV
     ``weight``), ``linear_proj``, ``linear_fc1`` (``layer_norm_weight`` and the weight, a gated FFN's gate and up
@@ -2054,7 +2054,7 @@ def _stage_tensors(c: _Setup, i: int) -> tuple[tuple[float, bool], ...]:
     Megatron's GPT layer (learned positions, ungated FFN) adds the norms' biases and each linear's bias. The first
     stage holds the word embedding, the last the final norm and, untied or under PP, the output layer."""
     w, r = c.w, c.r
-    if w.moe is not None or w.mtp_layers:
+    if w.moe is not None or w.mtp_layers or w.hybrid is not None:
         return ()
     h, t = float(w.hidden), r.tp
     gpt = w.position_embedding == "learned" and not w.gated_ffn

@@ -212,10 +212,11 @@ class Workload(_Spec):
     dropout: bool = Field(
         default=False, description="hidden dropout after attention and FFN (GPT-3 style; Llama-style models: none)"
     )
-    position_embedding: Literal["rotary", "yarn", "learned"] = Field(
+    position_embedding: Literal["rotary", "yarn", "learned", "none"] = Field(
         default="rotary",
         description="rotary (applied to Q and K in every layer), yarn (rotary with YaRN's scaled frequencies and "
-        "attention scale, gpt-oss) or learned absolute positions",
+        "attention scale, gpt-oss), learned absolute positions, or none (Nemotron-H: its Mamba layers carry the "
+        "order; Megatron-Core position_embedding_type 'none')",
     )
     mla: Mla | None = Field(default=None, description="multi-head latent attention; None: (grouped-query) attention")
     sliding_window: SlidingWindow | None = Field(
