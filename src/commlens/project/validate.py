@@ -701,6 +701,17 @@ def _fields(row: SetRow) -> dict[str, object]:
     return {**{f"set.{k}": v for k, v in row.overrides.items()}, **{f"layout.{k}": v for k, v in row.layout.items()}}
 
 
+def _stack(name: str) -> str:
+    """The stack a framework profile is a release of, for A/B pairs: a release profile's ``release_of``; NeMo /
+    Megatron-Bridge's current profile ``nemo`` is Megatron-Core underneath (frameworks.yaml: its profile is
+    megatron-core's, ``same_as``), so a table that spans Megatron-Bridge releases (the Nemotron 3 Nano rows, 26.02.01
+    on megatron-core-26.02, 26.04 on nemo) pairs them as releases of one stack."""
+    from commlens.project.frameworks import framework
+
+    stack = framework(name).release_of or name
+    return "megatron-core" if stack == "nemo" else stack
+
+
 def ab_pairs(
     names: Sequence[str], accelerators: Sequence[str] | None = None, results: Sequence[SetResult] = ()
 ) -> list[ABPair]:
@@ -725,7 +736,6 @@ def ab_pairs(
 def set_pairs(table: PublishedSet, projected: Sequence[SetResult]) -> list[ABPair]:
     """The A/B pairs of one table (a published one or a file of one's own runs) from its rows' projections
     (:func:`validate_set`), in table order."""
-    from commlens.project.frameworks import framework
 
     name = table.name
     out: list[ABPair] = []
@@ -745,7 +755,7 @@ def set_pairs(table: PublishedSet, projected: Sequence[SetResult]) -> list[ABPai
             if field == "set.global_batch":
                 kind = "batch"
             elif field == "layout.framework":
-                stacks = {framework(str(x)).release_of or str(x) for x in (fa.get(field), fb.get(field))}
+                stacks = {_stack(str(x)) for x in (fa.get(field), fb.get(field))}
                 kind = "release" if len(stacks) == 1 else "setting"
             if table.metric == "step_time_s":
                 published, modelled = a.published / b.published, ra.predicted / rb.predicted
