@@ -816,6 +816,7 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
         out.append(
             replace(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)), name="mamba_cast")
         )
+        out += [replace(k, name="mamba_fp8_gather_transpose") for k in _block_fp8_gather_transposes(b, w, layout, s)]
     if t > 1:
         out.append(Kernel("mamba_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     return out
@@ -836,6 +837,7 @@ def _hybrid_attention_layer(
         cast_in = resid + tokens * linears[-1][1] + sum(tokens * k for _, k, _n in linears[1:-1])
         cast_grads = sum(tokens * n for _, _k, n in linears[:-1]) + resid
         out.append(_cast(b, layout, (cast_in, cast_grads), (float(len(linears)), float(len(linears)))))
+        out += _block_fp8_gather_transposes(b, w, layout, s)
     return out
 
 
@@ -858,7 +860,14 @@ def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: Layer
     if w.precision == "fp8":
         cast = _cast(b, layout, (resid + tokens * f_t, tokens * (mats - 1) * f_t + resid), (2.0, 2.0))
         out.append(replace(cast, name="ffn_cast"))
+        out += [replace(k, name="ffn_fp8_gather_transpose") for k in _block_fp8_gather_transposes(b, w, layout, s)]
     return out
+
+
+def _block_fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
+    """:func:`fp8_gather_transposes` of one hybrid block: one column-parallel input gathered forward and one
+    row-parallel output gradient backward, the count of an MoE layer's attention half."""
+    return fp8_gather_transposes(b, w, layout, s, True)
 
 
 def _scaled(k: Kernel, share: float) -> Kernel:
@@ -1710,7 +1719,16 @@ GAP_SUFFIX = "_gap"
 # metadata the model counts inside the dispatch. The shared experts stay eager (captured only where the stack turns
 # moe_shared_expert_overlap off, which the layout does not state).
 GRAPH_MLP_HALF = frozenset(
-    {"ffn_norm", "ffn_in", "ffn_activation", "ffn_out", "ffn_residual", "ffn_tp_collectives", "ffn_cast"}
+    {
+        "ffn_norm",
+        "ffn_in",
+        "ffn_activation",
+        "ffn_out",
+        "ffn_residual",
+        "ffn_tp_collectives",
+        "ffn_cast",
+        "ffn_fp8_gather_transpose",
+    }
 )
 # a hybrid's Mamba layer (Megatron-Core --cuda-graph-scope mamba: the MambaLayer whole, transformer_config.py
 # CudaGraphScope at d98e8a64)
@@ -1724,6 +1742,7 @@ GRAPH_MAMBA = frozenset(
         "mamba_out",
         "mamba_residual",
         "mamba_cast",
+        "mamba_fp8_gather_transpose",
         "mamba_tp_collectives",
     }
 )

@@ -1219,7 +1219,8 @@ def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, f
 def _fp8_amax_reduce_s(c: _Setup, kernels: list[Kernel]) -> float:
     """fp8 current scaling's amax all-reduces over TP of one layer and micro-batch (kernels.fp8_tp_amax_reductions:
     4 bytes each, on the critical path: the quantize waits for them) [27 s10 fp8cs]."""
-    moe = any(k.kind == "grouped_gemm" for k in kernels)
+    # a hybrid's block has one column-row pair, as an MoE layer's attention half (kernels._hybrid_layer)
+    moe = c.w.hybrid is not None or any(k.kind == "grouped_gemm" for k in kernels)
     fwd, bwd = fp8_tp_amax_reductions(c.fw, c.w, c.layout, c.r.tp, moe)
     if not fwd + bwd:
         return 0.0
