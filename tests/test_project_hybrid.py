@@ -60,7 +60,14 @@ LAYOUT = ParallelLayout.model_validate({"tp": 2, "sp": True, "pp": 1, "dp": 4, "
             "moe needs E layers",
         ),
         (_plain(layers=2, hybrid={"pattern": "M-", **{**MAMBA, "mamba_groups": 3}}), "3 groups do not divide 64 heads"),
-        (_plain(layers=2, hybrid={"pattern": "M*", **MAMBA}, mtp_layers=1), "multi-token prediction"),
+        (
+            _plain(
+                layers=2,
+                hybrid={"pattern": "M*", **MAMBA},
+                mla={"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+            ),
+            "MLA is not modelled in hybrid models",
+        ),
     ],
 )
 def test_a_bad_hybrid_spec_names_what_is_wrong(data: dict[str, object], message: str) -> None:
@@ -192,3 +199,41 @@ def test_the_shipped_hybrid_presets_have_their_published_sizes() -> None:
         assert (hy.count("M"), hy.count("*"), hy.count("-"), hy.count("E")) == (m, a, f, e), name
         assert w.parameters / 1e9 == pytest.approx(billions, abs=0.05), name
     assert load_workload("nemotron-3-nano-30b-a3b").active_parameters / 1e9 == pytest.approx(3.58, abs=0.01)
+
+
+def test_a_latent_moe_sends_latent_tokens_and_pays_its_two_projections() -> None:
+    """Megatron-Core's latent MoE (moe_latent_size): the dispatch carries latent-wide tokens and the experts work at
+    that width; two hidden x latent projections run once a token. At latent = hidden it is the plain MoE plus them."""
+    moe = {"experts": 64, "top_k": 4, "expert_ffn_hidden": 1024}
+    layout = ParallelLayout.model_validate(
+        {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero": 1, "framework": "nemo", "moe_dispatcher": "alltoall"}
+    )
+    plain = _hybrid("MEMEM*ME", moe=moe)
+    same = _hybrid("MEMEM*ME", moe={**moe, "latent_size": 2048})
+    quarter = _hybrid("MEMEM*ME", moe={**moe, "latent_size": 512})
+    tokens = plain.global_batch * plain.seq_len
+    projections = 3 * 3 * 2 * 2 * tokens * 2048 * 2048  # 3 E layers, two GEMMs, forward + backward
+    assert model_flops_per_step(same) - model_flops_per_step(plain) == pytest.approx(projections, rel=1e-9)
+    p_plain, p_same, p_quarter = (project(w, H100, layout, 8) for w in (plain, same, quarter))
+    assert p_same.breakdown["ep_comm"] == pytest.approx(p_plain.breakdown["ep_comm"], rel=1e-9)
+    assert p_quarter.breakdown["ep_comm"] < p_same.breakdown["ep_comm"] / 2  # 4x fewer bytes, some fixed cost
+    assert p_quarter.kernels["grouped_gemm"] < p_same.kernels["grouped_gemm"] / 2
+    assert same.parameter_counts()["router"] - plain.parameter_counts()["router"] == 3 * 2 * 2048 * 2048
+
+
+def test_a_hybrid_mtp_module_is_an_attention_and_an_e_block() -> None:
+    """Nemotron 3's multi-token prediction ('*E' a depth): each depth adds an attention block, an E block, eh_proj
+    and the output layer again to the last stage; repeated depths share one module's weights."""
+    moe = {"experts": 16, "top_k": 2, "expert_ffn_hidden": 1024}
+    base = _hybrid("MEMEM*ME", moe=moe)
+    mtp = _hybrid("MEMEM*ME", moe=moe, mtp_layers=2)
+    shared = _hybrid("MEMEM*ME", moe=moe, mtp_layers=2, mtp_repeated=True)
+    tokens, h = base.global_batch * base.seq_len, base.hidden
+    attn = 2 * tokens * sum(k * n for _, k, n in base.attention_linears(1))
+    attn += 2 * tokens * base.seq_len * base.heads * (base.qk_head_dim + base.v_head_dim)
+    e_block = 2 * tokens * h * 16 + 2 * tokens * 2 * h * 1024 * 2
+    per_depth = attn + e_block + 2 * tokens * 2 * h * h + 2 * tokens * h * base.vocab
+    assert model_flops_per_step(mtp) - model_flops_per_step(base) == pytest.approx(3 * 2 * per_depth, rel=1e-9)
+    layout = ParallelLayout.model_validate({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero": 1, "framework": "nemo"})
+    assert project(mtp, H100, layout, 8).step_time_s > project(base, H100, layout, 8).step_time_s
+    assert sum(shared.mtp_parameter_counts().values()) * 2 == sum(mtp.mtp_parameter_counts().values())

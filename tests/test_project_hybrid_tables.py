@@ -12,6 +12,7 @@ from commlens.project.validate import load_set, validate_set
 from commlens.workload import load_workload
 
 NANO = "megatron-bridge-nemotron3-nano"
+SUPER = "megatron-bridge-nemotron3-super"
 NEMOTRONH = "dgxc-nemotronh"
 
 
@@ -30,10 +31,14 @@ def _bridge_flops_per_token(name: str, seq: int) -> float:
     mamba += 2 * d_in * h
     mlp = 4 * h * w.ffn_hidden
     moe = 0.0
-    if w.moe is not None:
-        moe = 4 * h * w.moe.expert_ffn_hidden * (w.moe.top_k + w.moe.shared_experts)
+    if w.moe is not None:  # moe_layer_flops: a latent MoE's routed experts at the latent width, and its projections
+        m = w.moe
+        moe = 4 * m.routed_width(h) * m.expert_ffn_hidden * m.top_k + 4 * h * m.expert_ffn_hidden * m.shared_experts
+        moe += 4 * h * m.latent_size if m.latent_size else 0.0
     fwd = hy.count("*") * attn + hy.count("M") * mamba + hy.count("-") * mlp + hy.count("E") * moe
-    return 3 * (fwd + 2 * h * w.vocab)
+    # the MTP pattern ('*E') once per depth, and the logits once more per depth (eh_proj and norms not counted)
+    fwd += w.mtp_layers * (attn + moe)
+    return 3 * (fwd + 2 * h * w.vocab * (1 + w.mtp_layers))
 
 
 def test_the_nano_rows_carry_the_pages_throughput_and_every_one_projects():
@@ -68,3 +73,30 @@ def test_the_nemotronh_step_time_table_and_its_examples_project():
     # weak scaling: the published step grows 4% from 32 to 2,048 GPUs; so may the projection, not more than 6%
     steps = [r.predicted for r in results[:7]]
     assert max(steps) / min(steps) < 1.06, steps
+
+
+def test_the_super_and_lightning_rows_carry_the_pages_throughput_and_every_one_projects():
+    """Nemotron 3 Super (latent MoE, two MTP depths) and Nemotron 3.5 Lightning (Nano with MTP): Megatron-LM's FLOPs
+    per token of the presets' shapes (84.727 and 28.147 GFLOP at 8,192 tokens) are what the pages' TFLOP/s over
+    tokens/s give, to their rounding of tokens/s to 1,024 (the card, unrounded, to 0.1%)."""
+    table = load_set(SUPER)
+    assert len(table.rows) == 32
+    per_token = {
+        name: _bridge_flops_per_token(name, 8192)
+        for name in ("nemotron-3-super-120b-a12b", "nemotron-3.5-lightning-30b-a3b")
+    }
+    assert per_token["nemotron-3-super-120b-a12b"] / 1e9 == pytest.approx(84.727, abs=0.01)
+    assert per_token["nemotron-3.5-lightning-30b-a3b"] / 1e9 == pytest.approx(28.147, abs=0.01)
+    checked = 0
+    for row in table.rows:
+        m = re.search(r"(\d+(?:\.\d+)?) model TFLOP/s/GPU", row.note)
+        if m is None:
+            continue
+        checked += 1
+        rel = 0.001 if "card" in row.note[:200] else 0.02
+        assert float(m.group(1)) * 1e12 / row.published == pytest.approx(per_token[row.workload], rel=rel), row.note[
+            :120
+        ]
+    assert checked >= 31
+    results = validate_set(table)
+    assert all(not r.refused and r.predicted and r.predicted > 0 for r in results), [r.refused for r in results]

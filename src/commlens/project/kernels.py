@@ -51,6 +51,7 @@ __all__ = [
     "graph_shares",
     "recompute_share",
     "layer_kernels",
+    "hybrid_mtp_kernels",
     "unfused_factor",
     "window_entries",
 ]
@@ -668,8 +669,10 @@ def layer_kernels(
     gemm_peak: float,
     peak16: float,
     moe: bool,
+    only: str | None = None,
 ) -> list[Kernel]:
-    """The kernels of one layer (dense or MoE) for one micro-batch on one GPU."""
+    """The kernels of one layer (dense or MoE) for one micro-batch on one GPU; a hybrid's of one kind
+    (:func:`_hybrid_layer`), or with ``only`` its one block of that symbol (``*``, ``-``; with ``moe`` the E block)."""
     fp8 = w.precision == "fp8"
     recipe = fp8_recipe(fw, layout) if fp8 else None
     if fp8 and (layout.fp8_recipe or fw.fp8_recipe) == "mxfp8" and generation(dev.name) in MXFP8_UNSUPPORTED:
@@ -690,7 +693,7 @@ def layer_kernels(
         files=s.efficiency_files,
     )
     if w.hybrid is not None:
-        return _hybrid_layer(b, w, layout, s, peak16, moe)
+        return _hybrid_layer(b, w, layout, s, peak16, moe, only)
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
     resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
@@ -864,6 +867,17 @@ def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: Layer
     return out
 
 
+def hybrid_mtp_kernels(
+    dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, gemm_peak: float, peak16: float
+) -> list[Kernel]:
+    """The layer of one multi-token prediction module of a hybrid, one micro-batch on one GPU: an attention block and
+    an E block (an MLP block without experts), Megatron-Core's MTP pattern '*E' of Nemotron 3 (NVIDIA/Megatron-LM
+    cd4afffa megatron/core/transformer/multi_token_prediction.py: a HybridStack of the pattern's layer types)."""
+    attention = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, False, only="*")
+    second = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, w.moe is not None, only="-")
+    return attention + second
+
+
 def _block_fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
     """:func:`fp8_gather_transposes` of one hybrid block: one column-parallel input gathered forward and one
     row-parallel output gradient backward, the count of an MoE layer's attention half."""
@@ -886,7 +900,7 @@ def _scaled(k: Kernel, share: float) -> Kernel:
 
 
 def _hybrid_layer(
-    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float, moe: bool
+    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float, moe: bool, only: str | None = None
 ) -> list[Kernel]:
     """A hybrid model's layer of each kind, one micro-batch on one GPU. MoE: an E layer (pre-norm and the MoE
     block, no attention). Dense: the mean of its M, * and - layers, each one's kernels at its share of them, so
@@ -899,6 +913,10 @@ def _hybrid_layer(
         resid = tokens * h * (1.0 if s.sp else t) / t
         head = [b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
         return _with_gaps(head, layout, True) + _moe_block(b, w, layout, s, resid, (0.0, 0.0), attention=False)
+    if only == "*":
+        return _with_gaps(_hybrid_attention_layer(b, w, layout, s, peak16), layout)
+    if only == "-":
+        return _with_gaps(_hybrid_mlp_layer(b, w, layout, s), layout)
     parts = [
         (hy.count("M"), lambda: _mamba_layer(b, w, layout, s)),
         (hy.count("*"), lambda: _hybrid_attention_layer(b, w, layout, s, peak16)),
@@ -1390,6 +1408,7 @@ def _moe_block(
             raise InfeasibleLayoutError("moe_dispatcher distmoe is not modelled in hybrid models", "moe_dispatcher")
         return _distmoe_block(b, w, layout, s, resid, attn_cast)
     t, h, tokens = s.tp, w.hidden, s.tokens
+    hm = m.routed_width(h)  # a routed token's width: a latent MoE's latent size [27 s28 latent]
     mats = 3 if w.gated_ffn else 2
     cf = m.capacity_factor or 1.0
     etp = s.etp or t
@@ -1409,8 +1428,8 @@ def _moe_block(
     alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
     rows = per_expert * imbalance
     wide, n_in = fc1_gemms(b.fw.experts_fused_fc1(), mats)
-    up = b.gemm("experts_in", "grouped_gemm", rows, wide * fe, h, times=local * n_in, eager=True, per_expert=alone)
-    down = b.gemm("experts_out", "grouped_gemm", rows, h, fe, times=local, eager=True, per_expert=alone)
+    up = b.gemm("experts_in", "grouped_gemm", rows, wide * fe, hm, times=local * n_in, eager=True, per_expert=alone)
+    down = b.gemm("experts_out", "grouped_gemm", rows, hm, fe, times=local, eager=True, per_expert=alone)
     down = replace(down, launches=fwd_launch, bwd_launches=bwd_launch)
     # Megatron-Core's router, and its all-to-all dispatcher: their measured launches; other stacks and dispatchers:
     # the estimate (moe_local_sort marks Megatron-Core's MoE layer: no other stack sorts by local expert)
@@ -1420,9 +1439,9 @@ def _moe_block(
     if mcore and layout.moe_dispatcher == "alltoall":
         dispatch = MCORE_DISPATCH_LAUNCHES[s.ep > 1]
     if mcore:
-        permute = mcore_permute(b, layout, s, (routed, imbalance), h, dispatch[0])
+        permute = mcore_permute(b, layout, s, (routed, imbalance), hm, dispatch[0])
     else:
-        permute = b.stream("permute", "moe_routing", 8 * routed * h * imbalance, dispatch[0], eager=True)
+        permute = b.stream("permute", "moe_routing", 8 * routed * hm * imbalance, dispatch[0], eager=True)
     if layout.moe_fused_mlp:
         experts = _fused_experts(b, w, up, down, routed * imbalance)
     else:
@@ -1439,7 +1458,7 @@ def _moe_block(
         # Megatron-Core's second permutation: the received tokens sorted by local expert after the all-to-all and
         # unsorted before the return, each a 16-bit read and write of every routed token (fused: one kernel each);
         # a permutation's gradient is the inverse permutation, so the backward moves the same bytes
-        sort_s = stream_time_s(b.dev, 2 * 4 * routed * h * imbalance)
+        sort_s = stream_time_s(b.dev, 2 * 4 * routed * hm * imbalance)
         n_sort, bwd_sort = MCORE_SORT_LAUNCHES
         out.append(
             Kernel(
@@ -1449,12 +1468,12 @@ def _moe_block(
                 sort_s,
                 n_sort,
                 True,
-                nbytes=2 * 4 * routed * h * imbalance,
+                nbytes=2 * 4 * routed * hm * imbalance,
                 bwd_launches=bwd_sort,
             )
         )
     if mcore and w.precision == "fp8" and layout.moe_dispatcher != "hybridep":
-        pad_bytes = 2 * 4 * routed * h * imbalance  # the input padded, the output unpadded: read and write, 16 bits
+        pad_bytes = 2 * 4 * routed * hm * imbalance  # the input padded, the output unpadded: read and write, 16 bits
         pad_s = stream_time_s(b.dev, pad_bytes)
         n_pad, bwd_pad = MCORE_FP8_PAD_LAUNCHES
         out.append(
@@ -1464,6 +1483,17 @@ def _moe_block(
         out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if layout.moe_capacity_factor is not None:
         out.append(capacity_mask_kernel(b.dev, tokens, m.experts, tokens * m.top_k * layout.moe_capacity_factor))
+    if (
+        m.latent_size is not None
+    ):  # fc1_latent_proj before the dispatch, fc2_latent_proj after the combine [27 s28 latent]
+        out += [
+            b.gemm("latent_down", "gemm", tokens, hm, h),
+            b.gemm("latent_up", "gemm", tokens, h, hm),
+        ]
+        if w.precision == "fp8":  # their inputs forward, their output gradients backward
+            out.append(
+                replace(_cast(b, layout, (tokens * (h + hm), tokens * (hm + h)), (2.0, 2.0)), name="latent_cast")
+            )
     if m.shared_experts:
         out += [
             _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
@@ -1472,9 +1502,8 @@ def _moe_block(
         ]
     if w.precision == "fp8":
         attn_in, attn_grads = attn_cast
-        expert_tokens = routed + tokens * m.shared_experts
-        cast_in = expert_tokens * (h + fe)
-        cast_grads = expert_tokens * ((mats - 1) * fe + h)
+        cast_in = routed * (hm + fe) + tokens * m.shared_experts * (h + fe)
+        cast_grads = routed * ((mats - 1) * fe + hm) + tokens * m.shared_experts * ((mats - 1) * fe + h)
         if layout.moe_fused_mlp:  # the fused kernels quantize fc2's input and fc1's output gradient themselves
             cast_in -= routed * fe
             cast_grads -= routed * (mats - 1) * fe
@@ -1747,7 +1776,9 @@ GRAPH_MAMBA = frozenset(
     }
 )
 GRAPH_MOE_ROUTER = frozenset({"ffn_norm", "router", "router_topk"})
-GRAPH_MOE_EAGER = frozenset({"ffn_residual"})  # non-eager kernels of an MoE layer that run after a router graph
+GRAPH_MOE_EAGER = frozenset(
+    {"ffn_residual", "latent_up"}
+)  # non-eager kernels of an MoE layer that run after a router graph
 
 
 def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
@@ -1778,6 +1809,8 @@ def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:
         return 1.0 if "moe_router" in scope else 0.0
     if moe_layer and name == "permute":
         return 0.5 if "moe_preprocess" in scope and layout.moe_dispatcher == "alltoall" else 0.0
+    if moe_layer and name == "latent_down":  # MoELayer.preprocess, which the moe_preprocess graph captures
+        return 1.0 if "moe_preprocess" in scope else 0.0
     if k.eager or (moe_layer and name in GRAPH_MOE_EAGER):
         return 0.0
     return 1.0 if "attn" in scope else 0.0

@@ -93,6 +93,8 @@ __all__ = [
     "stage_memory",
     "stage_fp8_gathered",
     "mtp_activation_bytes",
+    "mtp_layer_bytes_per_token",
+    "hybrid_block_parts",
     "mtp_stage_parameters",
     "stage_parameters",
     "stage_root_parameters",
@@ -164,7 +166,10 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     if m is not None:
         copies = routed_copies(w, layout)
         fe = m.expert_ffn_hidden
-        parts["moe"] = copies * (gemm_in * h + 2.0 * fe * fc1_outputs) / tp
+        # a latent MoE's experts read latent-wide tokens, and fc2_latent_proj keeps its latent input [27 s28 latent]
+        parts["moe"] = copies * (gemm_in * m.routed_width(h) + 2.0 * fe * fc1_outputs) / tp
+        if m.latent_size is not None:
+            parts["moe"] += gemm_in * m.latent_size / tp
         parts["moe_act"] = copies * gemm_in * fe / tp
         parts["shared_experts"] = m.shared_experts * (2.0 * fe * fc1_outputs + gemm_in * fe) / tp
     else:
@@ -178,21 +183,16 @@ def activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) ->
     return parts
 
 
-def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> dict[str, float]:
-    """A hybrid's layer of each kind (as ``activation_parts``): an E layer (its pre-norm's input and output and the
-    MoE block's), or the mean of its M, * and - layers, each with one pre-norm. A Mamba layer keeps its norm's input,
-    in_proj's input (the norm output), in_proj's output (z, x, B, C, dt: the fused convolution and scan keep it and
-    run both again in the backward), the scan's pre-gate output, the grouped norm's input and rstd, and the norm's
-    output (out_proj's input)."""
+def hybrid_block_parts(w: Workload, layout: ParallelLayout, tp: int) -> dict[str, dict[str, float]]:
+    """Activation bytes per token each block of a hybrid keeps (as ``activation_parts``), by its pattern symbol:
+    ``M``, ``*``, ``-`` and, with experts, ``E``; each block with one pre-norm's input and output. A Mamba layer keeps
+    its norm's input, in_proj's input (the norm output), in_proj's output (z, x, B, C, dt: the fused convolution and
+    scan keep it and run both again in the backward), the scan's pre-gate output, the grouped norm's input and rstd,
+    and the norm's output (out_proj's input)."""
     hy = w.hybrid
     assert hy is not None
-    plain = w.model_copy(update={"hybrid": None, "moe": w.moe if moe else None})
-    full = activation_parts(plain, layout, tp, moe)
-    one_norm = {"norm_inputs": full["norm_inputs"] / 2, "layernorm": full["layernorm"] / 2}
-    if moe:
-        return {**one_norm, **{k: v for k, v in full.items() if k in ("moe", "moe_act", "shared_experts")}}
-    ffn = {k: v for k, v in full.items() if k == "mlp"}
-    attention = {k: v for k, v in full.items() if k not in ("norm_inputs", "layernorm", "mlp")}
+    dense = activation_parts(w.model_copy(update={"hybrid": None, "moe": None}), layout, tp, False)
+    one_norm = {"norm_inputs": dense["norm_inputs"] / 2, "layernorm": dense["layernorm"] / 2}
     from commlens.project.frameworks import framework
 
     nvfp4 = (layout.fp8_recipe or framework(layout.framework).fp8_recipe) == "nvfp4"
@@ -202,10 +202,28 @@ def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: 
     # state-spaces/mamba e9594ce1 ssd_combined.py:888), the grouped norm's input and fp32 rstd a group
     # (layernorm_gated.py:360), out_proj's input
     saved = 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + 2.0 * d_i + 4.0 * hy.mamba_groups / tp + gemm_in * d_i
-    mamba = {"mamba": saved}
-    kinds = ((hy.count("M"), mamba), (hy.count("*"), attention), (hy.count("-"), ffn))
+    blocks = {
+        "M": {**one_norm, "mamba": saved},
+        "*": {**one_norm, **{k: v for k, v in dense.items() if k not in ("norm_inputs", "layernorm", "mlp")}},
+        "-": {**one_norm, "mlp": dense["mlp"]},
+    }
+    if w.moe is not None:
+        full = activation_parts(w.model_copy(update={"hybrid": None}), layout, tp, True)
+        blocks["E"] = {**one_norm, **{k: v for k, v in full.items() if k in ("moe", "moe_act", "shared_experts")}}
+    return blocks
+
+
+def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: bool) -> dict[str, float]:
+    """A hybrid's layer of each kind (as ``activation_parts``): an E layer, or the mean of its M, * and - layers
+    (:func:`hybrid_block_parts`)."""
+    hy = w.hybrid
+    assert hy is not None
+    blocks = hybrid_block_parts(w, layout, tp)
+    if moe:
+        return blocks["E"]
+    kinds = [(hy.count(sym), blocks[sym]) for sym in "M*-"]
     n = sum(c for c, _ in kinds)
-    out = dict(one_norm)
+    out: dict[str, float] = {}
     for count, parts in kinds:
         for key, v in parts.items():
             out[key] = out.get(key, 0.0) + v * count / n
@@ -417,6 +435,19 @@ def stage_root_parameters(w: Workload, r: Resolved) -> list[float]:
     return out
 
 
+def mtp_layer_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int) -> float:
+    """Activation bytes per token of one multi-token prediction module's layer: a layer like the model's last, or in a
+    hybrid an attention block and an E block (an MLP block without experts), Megatron-Core's MTP pattern '*E' of
+    Nemotron 3 (multi_token_prediction.py at cd4afffa: a HybridStack of the MTP pattern), with selective
+    recomputation's modules dropped as :func:`activation_bytes_per_token` drops them."""
+    if w.hybrid is None:
+        return activation_bytes_per_token(w, layout, tp, w.mtp_moe)
+    dropped = recomputed_modules(layout) if layout.recompute == "selective" else frozenset()
+    blocks = hybrid_block_parts(w, layout, tp)
+    second = blocks["E" if w.moe is not None else "-"]
+    return sum(v for k, v in (*blocks["*"].items(), *second.items()) if k not in dropped)
+
+
 def mtp_activation_bytes(w: Workload, layout: ParallelLayout, r: Resolved, logit_bytes: float) -> float:
     """Activation bytes per GPU that the ``mtp_layers`` modules add to the last stage: each module's transformer
     layer as the main layers keep theirs, and the tensors its own ops keep (the two norms' inputs, the concatenated
@@ -435,7 +466,7 @@ def mtp_activation_bytes(w: Workload, layout: ParallelLayout, r: Resolved, logit
     if layout.recompute == "full":
         per_token = 2 * 2.0 * w.hidden / split
     else:
-        per_token = activation_bytes_per_token(w, layout, r.tp, w.mtp_moe) + 10.0 * w.hidden / split
+        per_token = mtp_layer_bytes_per_token(w, layout, r.tp) + 10.0 * w.hidden / split
     logits = tokens * w.vocab / r.tp * logit_bytes
     return w.mtp_layers * (tokens * per_token * live + logits)
 

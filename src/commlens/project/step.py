@@ -54,6 +54,7 @@ from commlens.project.kernels import (
     fp8_autocast_amax_reductions,
     fp8_tp_amax_reductions,
     graph_shares,
+    hybrid_mtp_kernels,
     layer_kernels,
     op_sac_tp_regathers,
     recompute_share,
@@ -283,7 +284,7 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     dense = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
     m = w.moe if moe else None
     if m is not None:
-        dense += 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (m.top_k + m.shared_experts)
+        dense += _moe_block_flops(w, tokens)
     else:
         dense += 2 * tokens * mats * h * w.ffn_hidden
     if w.sliding_window is not None:  # windowed layers: min(window, s) keys a query, as Megatron-Bridge counts them
@@ -291,16 +292,34 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
+def _mtp_layer_flops(w: Workload, tokens: float, keys: float) -> tuple[float, float]:
+    """(GEMM FLOPs, attention-core FLOPs) of one multi-token prediction module's layer: a layer like the model's last,
+    or a hybrid's attention block and E block (an MLP block without experts)."""
+    if w.hybrid is None:
+        return _layer_flops(w, tokens, keys, w.mtp_moe)
+    mats = 3 if w.gated_ffn else 2
+    second = _moe_block_flops(w, tokens) if w.moe is not None else 2 * tokens * mats * w.hidden * w.ffn_hidden
+    attn_linears = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
+    return attn_linears + second, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+
+
+def _moe_block_flops(w: Workload, tokens: float) -> float:
+    """Forward FLOPs of one MoE block for ``tokens`` tokens: the router, the routed experts (at the latent width in a
+    latent MoE, with its two projections) and the shared experts."""
+    m = w.moe
+    assert m is not None
+    h, mats = w.hidden, 3 if w.gated_ffn else 2
+    routed = 2 * tokens * mats * m.routed_width(h) * m.expert_ffn_hidden * m.top_k
+    shared = 2 * tokens * mats * h * m.expert_ffn_hidden * m.shared_experts
+    return 2 * tokens * h * m.experts + routed + shared + 2 * tokens * m.latent_parameters(h)
+
+
 def _hybrid_layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
     hy = w.hybrid
     assert hy is not None
     h, mats = w.hidden, 3 if w.gated_ffn else 2
-    m = w.moe
     if moe:
-        assert m is not None
-        return 2 * tokens * h * m.experts + 2 * tokens * mats * h * m.expert_ffn_hidden * (
-            m.top_k + m.shared_experts
-        ), 0.0
+        return _moe_block_flops(w, tokens), 0.0
     n_m, n_a, n_f = hy.count("M"), hy.count("*"), hy.count("-")
     n = n_m + n_a + n_f
     p, d_state, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
@@ -332,7 +351,7 @@ def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple
     logits = 2 * tokens * w.hidden * w.vocab
     if w.mtp_layers:  # each module: a layer like the last, eh_proj (2h -> h) and the output layer again, as
         # Megatron-LM counts them (0d8e0714 training.py num_floating_point_operations; Megatron-Bridge flop_utils.py)
-        gemm, attn = _layer_flops(w, tokens, w.seq_len, w.mtp_moe)
+        gemm, attn = _mtp_layer_flops(w, tokens, w.seq_len)
         fwd += w.mtp_layers * (gemm + attn + 2 * tokens * 2 * w.hidden * w.hidden)
         if recompute == "full":  # the module is one checkpoint: its forward again
             fwd += w.mtp_layers * (gemm + attn) / 3.0
@@ -673,48 +692,72 @@ def _memory(
     return stage_mem, mem
 
 
-def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float) -> list[tuple[list[Kernel], float]]:
-    """One layer of each kind (dense, then MoE), one micro-batch: its kernels and its all-to-all bytes per pass."""
+def _layer_shape(c: _Setup, accelerators: Sequence[str] | None) -> LayerShape:
+    """What a layer's kernels depend on besides the workload: this GPU's share of one micro-batch and how the stack
+    runs it."""
     w, layout, r, t = c.w, c.layout, c.r, c.r.tp
-    peak16 = c.dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
-    tp_chunks = t if layout.tp_comm_overlap and t > 1 else 1
     eff_files = tuple(accelerators) if accelerators is not None else accelerator_files()
-    shape = LayerShape(
+    return LayerShape(
         tokens=c.tokens,
         keys=float(w.seq_len),
         tp=t,
         ep=r.ep,
         sp=c.sp,
-        tp_chunks=tp_chunks,
+        tp_chunks=t if layout.tp_comm_overlap and t > 1 else 1,
         efficiency_files=eff_files,
         etp=r.etp,
         dispatch_share=_flex_received_share(c),
     )
+
+
+def _a2a_bytes(c: _Setup) -> float:
+    """One MoE layer's all-to-all bytes per pass on this GPU (the dispatch; the combine moves the same)."""
+    w, layout, r, t = c.w, c.layout, c.r, c.r.tp
+    assert w.moe is not None
+    routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
+    if layout.moe_dispatcher == "alltoall":
+        # the all-to-all dispatcher sends this rank's own sequence shard (c.tokens / TP rows) over EP and
+        # gathers the expert-TP group's copies after the transfer (_etp_gather_s) [27 s16 grokh100]
+        routed_tokens /= r.expert_tp
+    # tokens travel in 16 bits, a latent MoE's at its latent width [27 s28 latent]
+    a2a_bytes = routed_tokens * w.moe.routed_width(w.hidden) * 2.0 * expert_load(layout)
+    domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
+    if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
+        a2a_bytes *= deepep_share(
+            w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing, w.moe.router_groups, w.moe.group_topk
+        )
+    if layout.moe_dispatcher == "hybridep":
+        a2a_bytes *= hybridep_probs_factor(w.moe.experts, w.moe.routed_width(w.hidden), domains, r.ep)
+    elif layout.moe_dispatcher == "distmoe" and domains > 1:  # peers' HBM is addressable over NVLink only
+        raise InfeasibleLayoutError(
+            f"moe_dispatcher distmoe needs the EP group ({r.ep} GPUs on {r.groups['ep'].nodes} nodes) within one "
+            f"NVLink domain of {c.nodes_per_domain} nodes: Dist-MoE reads and writes its peers' symmetric memory",
+            "moe_dispatcher",
+        )
+    return a2a_bytes
+
+
+def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float) -> list[tuple[list[Kernel], float]]:
+    """One layer of each kind (dense, then MoE), one micro-batch: its kernels and its all-to-all bytes per pass."""
+    w, layout = c.w, c.layout
+    peak16 = c.dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
+    shape = _layer_shape(c, accelerators)
     kinds: list[tuple[list[Kernel], float]] = []
     if w.layers - w.moe_layers:
         kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
-        routed_tokens = c.tokens * w.moe.top_k * (w.moe.capacity_factor or 1.0) * r.expert_tp / t
-        if layout.moe_dispatcher == "alltoall":
-            # the all-to-all dispatcher sends this rank's own sequence shard (c.tokens / TP rows) over EP and
-            # gathers the expert-TP group's copies after the transfer (_etp_gather_s) [27 s16 grokh100]
-            routed_tokens /= r.expert_tp
-        a2a_bytes = routed_tokens * w.hidden * 2.0 * expert_load(layout)  # tokens travel in 16 bits
-        domains = -(-r.groups["ep"].nodes // c.nodes_per_domain)
-        if layout.moe_dispatcher in ("deepep", "hybridep"):  # the flex dispatcher, either backend
-            a2a_bytes *= deepep_share(
-                w.moe.experts, w.moe.top_k, domains, r.ep, layout.moe_routing, w.moe.router_groups, w.moe.group_topk
-            )
-        if layout.moe_dispatcher == "hybridep":
-            a2a_bytes *= hybridep_probs_factor(w.moe.experts, w.hidden, domains, r.ep)
-        elif layout.moe_dispatcher == "distmoe" and domains > 1:  # peers' HBM is addressable over NVLink only
-            raise InfeasibleLayoutError(
-                f"moe_dispatcher distmoe needs the EP group ({r.ep} GPUs on {r.groups['ep'].nodes} nodes) within one "
-                f"NVLink domain of {c.nodes_per_domain} nodes: Dist-MoE reads and writes its peers' symmetric memory",
-                "moe_dispatcher",
-            )
-        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), a2a_bytes))
+        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), _a2a_bytes(c)))
     return kinds
+
+
+def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
+    """One micro-batch of a hybrid's multi-token prediction layer (:func:`kernels.hybrid_mtp_kernels`: an attention
+    block and an E or MLP block), as :func:`_layer_time` prices a layer, each block with one TP pair a pass."""
+    w = c.w
+    shape = _layer_shape(c, c.scenario.accelerators)
+    kernels = hybrid_mtp_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, c.dev.peak("bf16"))
+    lc = _layer_comm(c)
+    return _layer_time(c, kernels, _a2a_bytes(c) if w.moe is not None else 0.0, lc)
 
 
 def _flex_received_share(c: _Setup) -> float:
@@ -849,7 +892,7 @@ def hybridep_dispatch_prep_s(c: _Setup) -> float:
     # HybridEP's nodes are NVLink domains (fused_a2a.py _hybrid_ep_num_nodes; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN):
     # only an EP group over several domains goes through the RDMA send buffer; a copy reads and writes its bytes
     if -(-group.nodes // c.nodes_per_domain) > 1:
-        token_bytes = tokens * w.hidden * 2.0
+        token_bytes = tokens * w.moe.routed_width(w.hidden) * 2.0
         fwd += stream_time_s(c.dev, 2 * (token_bytes + tokens * experts * 4.0))
         bwd = stream_time_s(c.dev, 2 * token_bytes)
     return fwd * c.fwd_passes + bwd
@@ -1635,9 +1678,13 @@ def _stages(
                     for cls, v in bf16[1][kind].items():
                         classes[cls] = classes.get(cls, 0.0) + count * v
         if i == r.pp - 1 and w.mtp_layers:  # the multi-token prediction modules, on the last stage
-            mtp_kind = moe_kind if w.mtp_moe else dense_kind
-            assert mtp_kind is not None  # the model's last layer is of this kind
-            _add_mtp(c, kind_times[mtp_kind], kind_seconds[mtp_kind], ends, parts, classes)
+            if w.hybrid is not None:  # an attention block and an E (or MLP) block, priced on their own
+                mtp_times, mtp_seconds = _hybrid_mtp_layer(c)
+                _add_mtp(c, mtp_times, mtp_seconds, ends, parts, classes)
+            else:
+                mtp_kind = moe_kind if w.mtp_moe else dense_kind
+                assert mtp_kind is not None  # the model's last layer is of this kind
+                _add_mtp(c, kind_times[mtp_kind], kind_seconds[mtp_kind], ends, parts, classes)
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         if i == 0:
             stream += ends["embed_stream"] + ends["embed_wgrad_accum"]

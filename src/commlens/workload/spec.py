@@ -62,6 +62,17 @@ class Moe(_Spec):
         "+ every - 1, + 2 every - 1, ... (Llama 4 Maverick: 2, MoE on the odd layers counted from 0); 1: every layer",
     )
     expert_bias: bool = Field(default=False, description="the experts' two linears carry biases (gpt-oss)")
+    # [27 s28 latent] Megatron-Core's latent MoE (moe_latent_size; NVIDIA/Megatron-LM cd4afffa
+    # megatron/core/transformer/moe/moe_layer.py 265-296, 482, 575; experts.py 207-233): fc1_latent_proj (hidden ->
+    # latent) after the router and before the dispatch, fc2_latent_proj (latent -> hidden) after the combine, both
+    # TE linears duplicated over TP; the dispatch carries latent-wide tokens and the routed experts read and write
+    # the latent width; the router and the shared experts see the full hidden (Nemotron 3 Super: 1024 of 4096)
+    latent_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="the routed experts' width: tokens projected to it before the dispatch and back after the combine "
+        "(Megatron-Core moe_latent_size, Nemotron 3 Super / Ultra); None: the hidden size",
+    )
     glu_clamp: float | None = Field(
         default=None,
         gt=0,
@@ -82,6 +93,14 @@ class Moe(_Spec):
         description="groups a token's experts are chosen from, those with the highest top_k / group_topk scores "
         "(Megatron-Core moe_router_group_topk, HF topk_group); None: no group limit",
     )
+
+    def routed_width(self, hidden: int) -> int:
+        """The width of a routed token: the latent size, or the hidden size."""
+        return hidden if self.latent_size is None else self.latent_size
+
+    def latent_parameters(self, hidden: int) -> int:
+        """One MoE layer's two latent projections (hidden x latent each); 0 without a latent."""
+        return 0 if self.latent_size is None else 2 * hidden * self.latent_size
 
     @model_validator(mode="after")
     def _k_fits(self) -> Moe:
@@ -245,6 +264,11 @@ class Workload(_Spec):
         "token's embedding and the hidden state normed, concatenated and projected 2h -> h, one transformer layer "
         "like the model's last, a norm, and a second pass through the shared output head and cross-entropy; 0: none",
     )
+    mtp_repeated: bool = Field(
+        default=False,
+        description="the mtp_layers modules share one module's weights, run mtp_layers times (Megatron-Core "
+        "mtp_use_repeated_layer: Nemotron 3 Super); False: a module of its own each",
+    )
     precision: Precision = Field(default="bf16", description="GEMM precision: bf16 or fp8 (weights kept in bf16)")
     global_batch: int = Field(ge=1, description="samples per optimizer step")
     micro_batch: int = Field(default=1, ge=1, description="samples per micro-batch on one pipeline")
@@ -284,8 +308,8 @@ class Workload(_Spec):
             raise ValueError("hybrid.pattern: E layers need moe, and moe needs E layers")
         if self.moe is not None and (self.moe.first_moe_layer or self.moe.every != 1):
             raise ValueError("moe.first_moe_layer / moe.every: a hybrid's MoE layers are its pattern's E layers")
-        if self.mtp_layers or self.mla is not None:
-            raise ValueError("hybrid: multi-token prediction and MLA are not modelled in hybrid models")
+        if self.mla is not None:
+            raise ValueError("hybrid: MLA is not modelled in hybrid models")
 
     @property
     def kv_heads_n(self) -> int:
@@ -327,15 +351,18 @@ class Workload(_Spec):
         671B for DeepSeek-V3, leave them out): each module's transformer layer (its attention with its two norms, and
         its FFN or experts, shared experts and router), its ``eh_proj`` (2h x h) and three norms (enorm, hnorm,
         final). The embedding and output head are the main model's, shared (DeepSeek-V3 report Sec. 2.2)."""
-        d, h = self.mtp_layers, self.hidden
+        # a hybrid's module is an attention block and an E block (an MLP block without experts): Megatron-Core's MTP
+        # pattern '*E' of Nemotron 3 (multi_token_prediction.py at cd4afffa builds a HybridStack of it), the same
+        # parts as a transformer layer's; repeated modules (mtp_repeated) hold one module's weights
+        d, h = (1 if self.mtp_repeated and self.mtp_layers else self.mtp_layers), self.hidden
         mats = 3 if self.gated_ffn else 2
         attn = int(sum(k * n for _, k, n in self.attention_linears(1))) + 2 * h
         out = {"attention": d * attn, "ffn": 0, "experts": 0, "shared_experts": 0, "router": 0}
         if self.moe is not None:
-            per_expert = mats * h * self.moe.expert_ffn_hidden
-            out["experts"] = d * self.moe.experts * per_expert
-            out["shared_experts"] = d * self.moe.shared_experts * per_expert
-            out["router"] = d * h * self.moe.experts
+            m = self.moe
+            out["experts"] = d * m.experts * mats * m.routed_width(h) * m.expert_ffn_hidden
+            out["shared_experts"] = d * m.shared_experts * mats * h * m.expert_ffn_hidden
+            out["router"] = d * h * m.experts + d * m.latent_parameters(h)
         else:
             out["ffn"] = d * mats * h * self.ffn_hidden
         out["projection"] = d * (2 * h * h + 3 * h)
@@ -404,10 +431,11 @@ class Workload(_Spec):
             out["norms"] = self.layers * h + h
             out["mamba"] = hy.count("M") * hy.mixer_parameters(h)
         if self.moe is not None:
-            per_expert = mats * h * self.moe.expert_ffn_hidden
-            out["experts"] = self.moe_layers * self.moe.experts * per_expert
-            out["shared_experts"] = self.moe_layers * self.moe.shared_experts * per_expert
-            out["router"] = self.moe_layers * h * self.moe.experts
+            m = self.moe
+            out["experts"] = self.moe_layers * m.experts * mats * m.routed_width(h) * m.expert_ffn_hidden
+            out["shared_experts"] = self.moe_layers * m.shared_experts * mats * h * m.expert_ffn_hidden
+            # the router, and a latent MoE's two projections (dense parameters of the MoE layer, as the router)
+            out["router"] = self.moe_layers * (h * m.experts + m.latent_parameters(h))
         return out
 
     def layer_linear_parameters(self, moe: bool) -> float:
@@ -418,7 +446,9 @@ class Workload(_Spec):
         h, mats = self.hidden, 3 if self.gated_ffn else 2
         attn = sum(k * n for _, k, n in self.attention_linears(1))
         ffn = mats * h * self.ffn_hidden
-        shared = mats * h * self.moe.expert_ffn_hidden * self.moe.shared_experts if self.moe is not None else 0.0
+        shared = 0.0
+        if self.moe is not None:  # the shared experts and a latent MoE's projections (TE linears)
+            shared = mats * h * self.moe.expert_ffn_hidden * self.moe.shared_experts + self.moe.latent_parameters(h)
         hy = self.hybrid
         if hy is None:
             return attn + (shared if moe else ffn)
