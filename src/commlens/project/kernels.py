@@ -1389,6 +1389,28 @@ def capacity_mask_kernel(dev: Device, tokens: float, experts: int, kept: float) 
     )
 
 
+def _latent_and_shared(b: _Builder, w: Workload, layout: ParallelLayout, tokens: float, fe: float) -> list[Kernel]:
+    """An MoE block's dense parts beside its routed experts: a latent MoE's fc1_latent_proj before the dispatch and
+    fc2_latent_proj after the combine (with their fp8 casts) [27 s28 latent], and the shared experts."""
+    m = w.moe
+    assert m is not None
+    h, mats = w.hidden, 3 if w.gated_ffn else 2
+    out: list[Kernel] = []
+    if m.latent_size is not None:
+        hm = m.latent_size
+        out += [b.gemm("latent_down", "gemm", tokens, hm, h), b.gemm("latent_up", "gemm", tokens, h, hm)]
+        if w.precision == "fp8":  # their inputs forward, their output gradients backward
+            cast = _cast(b, layout, (tokens * (h + hm), tokens * (hm + h)), (2.0, 2.0))
+            out.append(replace(cast, name="latent_cast"))
+    if m.shared_experts:
+        out += [
+            _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
+            replace(shared_activation(b, tokens * m.shared_experts * fe, mats), eager=True),
+            b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
+        ]
+    return out
+
+
 def _moe_block(
     b: _Builder,
     w: Workload,
@@ -1483,23 +1505,7 @@ def _moe_block(
         out += _clamped_glu_and_bias(b, w, routed * imbalance, fe, local)
     if layout.moe_capacity_factor is not None:
         out.append(capacity_mask_kernel(b.dev, tokens, m.experts, tokens * m.top_k * layout.moe_capacity_factor))
-    if (
-        m.latent_size is not None
-    ):  # fc1_latent_proj before the dispatch, fc2_latent_proj after the combine [27 s28 latent]
-        out += [
-            b.gemm("latent_down", "gemm", tokens, hm, h),
-            b.gemm("latent_up", "gemm", tokens, h, hm),
-        ]
-        if w.precision == "fp8":  # their inputs forward, their output gradients backward
-            out.append(
-                replace(_cast(b, layout, (tokens * (h + hm), tokens * (hm + h)), (2.0, 2.0)), name="latent_cast")
-            )
-    if m.shared_experts:
-        out += [
-            _shared_in(b, tokens, fe, h, mats, m.shared_experts, eager=True),
-            replace(shared_activation(b, tokens * m.shared_experts * fe, mats), eager=True),
-            b.gemm("shared_out", "gemm", tokens, h, fe, times=m.shared_experts, eager=True),
-        ]
+    out += _latent_and_shared(b, w, layout, tokens, fe)
     if w.precision == "fp8":
         attn_in, attn_grads = attn_cast
         cast_in = routed * (hm + fe) + tokens * m.shared_experts * (h + fe)
