@@ -237,3 +237,32 @@ def test_a_hybrid_mtp_module_is_an_attention_and_an_e_block() -> None:
     layout = ParallelLayout.model_validate({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero": 1, "framework": "nemo"})
     assert project(mtp, H100, layout, 8).step_time_s > project(base, H100, layout, 8).step_time_s
     assert sum(shared.mtp_parameter_counts().values()) * 2 == sum(mtp.mtp_parameter_counts().values())
+
+
+def test_mtp_kept_in_bf16_runs_at_the_16_bit_rate() -> None:
+    """Megatron-Bridge's keep_mtp_spec_in_bf16 (layout mtp_bf16): under fp8 the MTP modules run in 16 bits, so the
+    step grows by their layer's fp8 gain; nothing changes without MTP or in bf16."""
+    moe = {"experts": 16, "top_k": 2, "expert_ffn_hidden": 4096}
+    base = {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero": 1, "framework": "nemo"}
+    fp8, kept = (ParallelLayout.model_validate({**base, "mtp_bf16": v}) for v in (False, True))
+    # wide enough that fp8 pays (at hidden 2048 its casts cost about what its GEMMs save)
+    wide = {"hidden": 8192, "heads": 64, "mamba": {"mamba_heads": 256}}
+    mtp = _hybrid("MEMEM*ME", moe=moe, mtp_layers=2, precision="fp8", **wide)
+    assert project(mtp, H100, kept, 8).step_time_s > project(mtp, H100, fp8, 8).step_time_s
+    for w in (_hybrid("MEMEM*ME", moe=moe, precision="fp8"), _hybrid("MEMEM*ME", moe=moe, mtp_layers=2)):
+        assert project(w, H100, kept, 8).step_time_s == project(w, H100, fp8, 8).step_time_s
+    from commlens.workload import load_workload
+
+    dsv3 = load_workload(
+        "deepseek-v3-like", {"mtp_layers": 1, "precision": "fp8", "layers": 8, "moe.first_moe_layer": 1}
+    )
+    big = {"tp": 1, "pp": 1, "dp": 64, "ep": 64, "zero": 1, "framework": "nemo"}
+    a = project(dsv3, load_topology("gb200-nvl72"), ParallelLayout.model_validate(big), 64, check_memory=False)
+    b = project(
+        dsv3,
+        load_topology("gb200-nvl72"),
+        ParallelLayout.model_validate({**big, "mtp_bf16": True}),
+        64,
+        check_memory=False,
+    )
+    assert b.step_time_s > a.step_time_s

@@ -271,6 +271,12 @@ class ParallelLayout(StrictSpec):
         description="under fp8 precision, the last N transformer layers kept in 16 bits (num_layers_at_end_in_bf16; "
         "NVIDIA's NVFP4 recipes keep about the last 15%) [27 s25 bf16layers]",
     )
+    mtp_bf16: bool = Field(
+        default=False,
+        description="under fp8 precision, the multi-token prediction modules run outside the fp8 / fp4 autocast, in 16 "
+        "bits (Megatron-Bridge keep_mtp_spec_in_bf16: multi_token_prediction.py builds them outside it; the "
+        "Nemotron-H bridge's default, set by the Nemotron 3 Super recipes) [27 s28 super]",
+    )
     nvfp4_rht: bool = Field(
         default=True,
         description="fp8_recipe nvfp4: the Hadamard transform of the weight gradient's inputs (Transformer Engine's "

@@ -440,6 +440,8 @@ def mtp_layer_bytes_per_token(w: Workload, layout: ParallelLayout, tp: int) -> f
     hybrid an attention block and an E block (an MLP block without experts), Megatron-Core's MTP pattern '*E' of
     Nemotron 3 (multi_token_prediction.py at cd4afffa: a HybridStack of the MTP pattern), with selective
     recomputation's modules dropped as :func:`activation_bytes_per_token` drops them."""
+    if layout.mtp_bf16:  # kept out of the fp8 autocast: its GEMM inputs in 16 bits
+        w = w.model_copy(update={"precision": "bf16"})
     if w.hybrid is None:
         return activation_bytes_per_token(w, layout, tp, w.mtp_moe)
     dropped = recomputed_modules(layout) if layout.recompute == "selective" else frozenset()

@@ -750,6 +750,16 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     return kinds
 
 
+def _mtp_setup(c: _Setup) -> _Setup:
+    """The setup the multi-token prediction modules run under: ``c``, or in 16 bits where the layout keeps them out of
+    the fp8 autocast (``mtp_bf16``), at the 16-bit GEMM plateau as :func:`_bf16_layer_deltas` prices a bf16 layer."""
+    if not c.layout.mtp_bf16 or c.w.precision != "fp8":
+        return c
+    peak16 = c.dev.peak("bf16")
+    w16 = c.w.model_copy(update={"precision": "bf16"})
+    return replace(c, w=w16, peak=peak16, gemm_peak=peak16 * _cuda_gemm_ratio(c.dev, c.fw, False))
+
+
 def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
     """One micro-batch of a hybrid's multi-token prediction layer (:func:`kernels.hybrid_mtp_kernels`: an attention
     block and an E or MLP block), as :func:`_layer_time` prices a layer, each block with one TP pair a pass."""
@@ -1679,12 +1689,19 @@ def _stages(
                         classes[cls] = classes.get(cls, 0.0) + count * v
         if i == r.pp - 1 and w.mtp_layers:  # the multi-token prediction modules, on the last stage
             if w.hybrid is not None:  # an attention block and an E (or MLP) block, priced on their own
-                mtp_times, mtp_seconds = _hybrid_mtp_layer(c)
-                _add_mtp(c, mtp_times, mtp_seconds, ends, parts, classes)
+                mtp_times, mtp_seconds = _hybrid_mtp_layer(_mtp_setup(c))
             else:
                 mtp_kind = moe_kind if w.mtp_moe else dense_kind
                 assert mtp_kind is not None  # the model's last layer is of this kind
-                _add_mtp(c, kind_times[mtp_kind], kind_seconds[mtp_kind], ends, parts, classes)
+                mtp_times, mtp_seconds = kind_times[mtp_kind], kind_seconds[mtp_kind]
+                if _mtp_setup(c) is not c:  # in 16 bits: the kind's change from its fp8 run, as a bf16 layer's
+                    deltas, delta_classes = _bf16_layer_deltas(c, kind_times, kind_seconds)
+                    mtp_times = tuple(a + b for a, b in zip(mtp_times, deltas[mtp_kind]))
+                    mtp_seconds = {
+                        k: mtp_seconds.get(k, 0.0) + delta_classes[mtp_kind].get(k, 0.0)
+                        for k in {*mtp_seconds, *delta_classes[mtp_kind]}
+                    }
+            _add_mtp(c, mtp_times, mtp_seconds, ends, parts, classes)
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
         if i == 0:
             stream += ends["embed_stream"] + ends["embed_wgrad_accum"]
