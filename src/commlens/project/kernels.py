@@ -703,16 +703,7 @@ def layer_kernels(
     if not moe:
         mats = 3 if w.gated_ffn else 2
         f_t = w.ffn_hidden / t
-        wide, n_in = fc1_gemms(b.fw.gate_up_fused, mats)
-        out += [
-            # gate and up projections: one launch; one GEMM of both halves or one per half, as the stack runs them
-            b.gemm(
-                "ffn_in", "gemm", tokens, wide * f_t, h, s.tp_chunks, times=n_in, launches=b.gemm_launch, bwd_chunks=1
-            ),
-            b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
-            b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
-            b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
-        ]
+        out += _ffn_block(b, w, s, resid)
         if fp8:  # every GEMM input cast forward, every output gradient backward
             cast = (attn_in + resid + tokens * f_t, attn_grads + tokens * (mats - 1) * f_t)
             quantizes = float(len(linears) + 2)  # one per linear's input and one per output gradient [27 s10 mxcast]
@@ -722,6 +713,7 @@ def layer_kernels(
                     _weight_cast(b, layout, sum(k * n for _, k, n in linears) + mats * h * f_t, len(linears) + 2)
                 )
             if b.fw.fp8_weight_bwd_copy and layout.fsdp_fp8_all_gather:
+                n_in = fc1_gemms(b.fw.gate_up_fused, mats)[1]
                 copies = len(linears) + (2 if b.fw.qkv_separate else 0) + n_in + 1  # one per weight tensor
                 out.append(_weight_bwd_copy(b, sum(k * n for _, k, n in linears) + mats * h * f_t, copies))
             out += fp8_gather_transposes(b, w, layout, s, False)
@@ -844,20 +836,37 @@ def _hybrid_attention_layer(
     return out
 
 
+def _ffn_block(b: _Builder, w: Workload, s: LayerShape, resid: float) -> list[Kernel]:
+    """A dense MLP's kernels after its norm: the gate and up projections (one launch; one GEMM of both halves or one
+    per half, as the stack runs them), the activation, the down projection and the residual add."""
+    mats = 3 if w.gated_ffn else 2
+    f_t = w.ffn_hidden / s.tp
+    wide, n_in = fc1_gemms(b.fw.gate_up_fused, mats)
+    return [
+        b.gemm(
+            "ffn_in",
+            "gemm",
+            s.tokens,
+            wide * f_t,
+            w.hidden,
+            s.tp_chunks,
+            times=n_in,
+            launches=b.gemm_launch,
+            bwd_chunks=1,
+        ),
+        b.stream("ffn_activation", "activation", 2 * 2 * s.tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
+        b.gemm("ffn_out", "gemm", s.tokens, w.hidden, f_t, s.tp_chunks),
+        b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
+    ]
+
+
 def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:
     """A hybrid's MLP layer: pre-norm, the FFN and the residual add (Nemotron-H: squared ReLU, ungated)."""
     t, h, tokens = s.tp, w.hidden, s.tokens
     resid = tokens * h * (1.0 if s.sp else t) / t
     mats = 3 if w.gated_ffn else 2
     f_t = w.ffn_hidden / t
-    wide, n_in = fc1_gemms(b.fw.gate_up_fused, mats)
-    out = [
-        b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"),
-        b.gemm("ffn_in", "gemm", tokens, wide * f_t, h, s.tp_chunks, times=n_in, launches=b.gemm_launch, bwd_chunks=1),
-        b.stream("ffn_activation", "activation", 2 * 2 * tokens * f_t * (mats - 1), FFN_ELEMENTWISE, "activation"),
-        b.gemm("ffn_out", "gemm", tokens, h, f_t, s.tp_chunks),
-        b.stream("ffn_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
-    ]
+    out = [b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm"), *_ffn_block(b, w, s, resid)]
     if t > 1:
         out.append(Kernel("ffn_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     if w.precision == "fp8":
@@ -1782,9 +1791,8 @@ GRAPH_MAMBA = frozenset(
     }
 )
 GRAPH_MOE_ROUTER = frozenset({"ffn_norm", "router", "router_topk"})
-GRAPH_MOE_EAGER = frozenset(
-    {"ffn_residual", "latent_up"}
-)  # non-eager kernels of an MoE layer that run after a router graph
+# non-eager kernels of an MoE layer that run after a router graph
+GRAPH_MOE_EAGER = frozenset({"ffn_residual", "latent_up"})
 
 
 def graph_share(k: Kernel, layout: ParallelLayout, moe_layer: bool) -> float:

@@ -277,19 +277,24 @@ def _layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[fl
     """(GEMM FLOPs, attention-core FLOPs) of one layer's forward for ``tokens`` queries over ``keys`` keys; a hybrid's
     layer of each kind as its kernels price it (:func:`kernels.layer_kernels`): an E layer, or the mean of its M, *
     and - layers (a Mamba layer's in_proj, out_proj and SSD scan among the GEMM FLOPs)."""
-    h = w.hidden
-    mats = 3 if w.gated_ffn else 2
     if w.hybrid is not None:
         return _hybrid_layer_flops(w, tokens, keys, moe)
-    dense = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
-    m = w.moe if moe else None
-    if m is not None:
-        dense += _moe_block_flops(w, tokens)
-    else:
-        dense += 2 * tokens * mats * h * w.ffn_hidden
-    if w.sliding_window is not None:  # windowed layers: min(window, s) keys a query, as Megatron-Bridge counts them
+    dense, core = _attention_flops(w, tokens, keys)
+    return dense + (_moe_block_flops(w, tokens) if moe and w.moe is not None else _mlp_flops(w, tokens)), core
+
+
+def _attention_flops(w: Workload, tokens: float, keys: float) -> tuple[float, float]:
+    """(GEMM FLOPs, core FLOPs) of one attention block's forward: its linears, and the core over ``keys`` keys (a
+    sliding window's layers min(window, s) keys a query, as Megatron-Bridge counts them)."""
+    if w.sliding_window is not None:
         keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
-    return dense, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+    linears = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
+    return linears, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+
+
+def _mlp_flops(w: Workload, tokens: float) -> float:
+    """Forward FLOPs of one dense MLP block."""
+    return 2 * tokens * (3 if w.gated_ffn else 2) * w.hidden * w.ffn_hidden
 
 
 def _mtp_layer_flops(w: Workload, tokens: float, keys: float) -> tuple[float, float]:
@@ -297,10 +302,8 @@ def _mtp_layer_flops(w: Workload, tokens: float, keys: float) -> tuple[float, fl
     or a hybrid's attention block and E block (an MLP block without experts)."""
     if w.hybrid is None:
         return _layer_flops(w, tokens, keys, w.mtp_moe)
-    mats = 3 if w.gated_ffn else 2
-    second = _moe_block_flops(w, tokens) if w.moe is not None else 2 * tokens * mats * w.hidden * w.ffn_hidden
-    attn_linears = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
-    return attn_linears + second, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
+    linears, core = _attention_flops(w, tokens, keys)
+    return linears + (_moe_block_flops(w, tokens) if w.moe is not None else _mlp_flops(w, tokens)), core
 
 
 def _moe_block_flops(w: Workload, tokens: float) -> float:
@@ -315,22 +318,17 @@ def _moe_block_flops(w: Workload, tokens: float) -> float:
 
 
 def _hybrid_layer_flops(w: Workload, tokens: float, keys: float, moe: bool) -> tuple[float, float]:
+    """:func:`_layer_flops` of a hybrid: an E block, or the mean of its M, * and - blocks."""
     hy = w.hybrid
     assert hy is not None
-    h, mats = w.hidden, 3 if w.gated_ffn else 2
     if moe:
         return _moe_block_flops(w, tokens), 0.0
     n_m, n_a, n_f = hy.count("M"), hy.count("*"), hy.count("-")
+    mamba = 2 * tokens * w.hidden * (hy.in_proj_width() + hy.d_inner)
+    mamba += tokens * ssd_flops_per_token(hy.mamba_heads, hy.mamba_groups, hy.mamba_head_dim, hy.mamba_state, hy.chunk)
+    linears, core = _attention_flops(w, tokens, keys)
     n = n_m + n_a + n_f
-    p, d_state, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
-    mamba = 2 * tokens * h * (hy.in_proj_width() + hy.d_inner)
-    mamba += tokens * ssd_flops_per_token(hy.mamba_heads, hy.mamba_groups, p, d_state, q)
-    attn_linears = 2 * tokens * sum(k * n_ for _, k, n_ in w.attention_linears(1))
-    ffn = 2 * tokens * mats * h * w.ffn_hidden
-    if w.sliding_window is not None:
-        keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
-    core = 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
-    return (n_m * mamba + n_a * attn_linears + n_f * ffn) / n, n_a * core / n
+    return (n_m * mamba + n_a * linears + n_f * _mlp_flops(w, tokens)) / n, n_a * core / n
 
 
 def model_flops_per_step(w: Workload, recompute: str = "none", recomputed: tuple[int, int] | None = None) -> float:
@@ -570,9 +568,7 @@ def _bf16_layer_deltas(
     """Per layer kind (dense, MoE; as :func:`_layer_times` orders them, first variant), what one layer changes when
     Megatron-Core keeps it out of the fp8 / NVFP4 autocast (``bf16_layers_start`` / ``_end``): its kernels, TP
     collectives and host work as under bf16 precision, at the 16-bit GEMM plateau [27 s25 bf16layers]."""
-    w16 = c.w.model_copy(update={"precision": "bf16"})
-    peak16 = c.dev.peak("bf16")
-    c16 = replace(c, w=w16, peak=peak16, gemm_peak=peak16 * _cuda_gemm_ratio(c.dev, c.fw, False))
+    c16 = _bf16_setup(c)
     times16, seconds16, _ = _layer_times(c16)
     kinds = len(times16) // (2 if _partial_recompute(c16) else 1)
     deltas = [tuple(a - b for a, b in zip(times16[k], kind_times[k])) for k in range(kinds)]
@@ -750,14 +746,16 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     return kinds
 
 
-def _mtp_setup(c: _Setup) -> _Setup:
-    """The setup the multi-token prediction modules run under: ``c``, or in 16 bits where the layout keeps them out of
-    the fp8 autocast (``mtp_bf16``), at the 16-bit GEMM plateau as :func:`_bf16_layer_deltas` prices a bf16 layer."""
-    if not c.layout.mtp_bf16 or c.w.precision != "fp8":
-        return c
+def _bf16_setup(c: _Setup) -> _Setup:
+    """``c`` as a layer kept out of the fp8 / NVFP4 autocast runs: bf16 precision at the 16-bit GEMM plateau."""
     peak16 = c.dev.peak("bf16")
     w16 = c.w.model_copy(update={"precision": "bf16"})
     return replace(c, w=w16, peak=peak16, gemm_peak=peak16 * _cuda_gemm_ratio(c.dev, c.fw, False))
+
+
+def _mtp_in_bf16(c: _Setup) -> bool:
+    """The multi-token prediction modules run out of the fp8 autocast (``mtp_bf16`` under fp8 precision)."""
+    return bool(c.w.mtp_layers) and c.layout.mtp_bf16 and c.w.precision == "fp8"
 
 
 def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
@@ -1658,7 +1656,9 @@ def _stages(
     stages: list[dict[str, float]] = []
     stage_classes: list[dict[str, float]] = []
     bf16_layers = stage_bf16_layers(w, layout, r)
-    bf16 = _bf16_layer_deltas(c, kind_times, kind_seconds) if any(map(any, bf16_layers)) else None
+    # the kinds' change in 16 bits: for the layers kept in bf16, and for MTP modules that are (a transformer's)
+    need16 = any(map(any, bf16_layers)) or (_mtp_in_bf16(c) and w.hybrid is None)
+    bf16 = _bf16_layer_deltas(c, kind_times, kind_seconds) if need16 else None
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
         counts: tuple[tuple[int | None, int], ...] = ((dense_kind, dense_n), (moe_kind, moe_n))
@@ -1689,17 +1689,17 @@ def _stages(
                         classes[cls] = classes.get(cls, 0.0) + count * v
         if i == r.pp - 1 and w.mtp_layers:  # the multi-token prediction modules, on the last stage
             if w.hybrid is not None:  # an attention block and an E (or MLP) block, priced on their own
-                mtp_times, mtp_seconds = _hybrid_mtp_layer(_mtp_setup(c))
+                mtp_times, mtp_seconds = _hybrid_mtp_layer(_bf16_setup(c) if _mtp_in_bf16(c) else c)
             else:
                 mtp_kind = moe_kind if w.mtp_moe else dense_kind
                 assert mtp_kind is not None  # the model's last layer is of this kind
                 mtp_times, mtp_seconds = kind_times[mtp_kind], kind_seconds[mtp_kind]
-                if _mtp_setup(c) is not c:  # in 16 bits: the kind's change from its fp8 run, as a bf16 layer's
-                    deltas, delta_classes = _bf16_layer_deltas(c, kind_times, kind_seconds)
-                    mtp_times = tuple(a + b for a, b in zip(mtp_times, deltas[mtp_kind]))
+                if _mtp_in_bf16(c):  # in 16 bits: the kind's change from its fp8 run, as a bf16 layer's
+                    assert bf16 is not None
+                    deltas, delta_classes = bf16[0][mtp_kind], bf16[1][mtp_kind]
+                    mtp_times = tuple(a + b for a, b in zip(mtp_times, deltas))
                     mtp_seconds = {
-                        k: mtp_seconds.get(k, 0.0) + delta_classes[mtp_kind].get(k, 0.0)
-                        for k in {*mtp_seconds, *delta_classes[mtp_kind]}
+                        k: mtp_seconds.get(k, 0.0) + delta_classes.get(k, 0.0) for k in {*mtp_seconds, *delta_classes}
                     }
             _add_mtp(c, mtp_times, mtp_seconds, ends, parts, classes)
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
