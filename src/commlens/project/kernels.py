@@ -913,8 +913,8 @@ def _hybrid_layer(
 ) -> list[Kernel]:
     """A hybrid model's layer of each kind, one micro-batch on one GPU. MoE: an E layer (pre-norm and the MoE
     block, no attention). Dense: the mean of its M, * and - layers, each one's kernels at its share of them, so
-    that n layers of this kind cost what the model's non-MoE layers cost together (exact for the whole model; a
-    pipeline stage is priced at the model's mix of layer kinds)."""
+    that n layers of this kind cost what the model's non-MoE layers cost together; with ``Hybrid.for_blocks``, the
+    mean of one pipeline stage's blocks, so that a stage's layers cost what they cost together [27 s29 hybridpp]."""
     hy = w.hybrid
     assert hy is not None
     t, h, tokens = s.tp, w.hidden, s.tokens
@@ -926,13 +926,14 @@ def _hybrid_layer(
         return _with_gaps(_hybrid_attention_layer(b, w, layout, s, peak16), layout)
     if only == "-":
         return _with_gaps(_hybrid_mlp_layer(b, w, layout, s), layout)
-    parts = [
-        (hy.count("M"), lambda: _mamba_layer(b, w, layout, s)),
-        (hy.count("*"), lambda: _hybrid_attention_layer(b, w, layout, s, peak16)),
-        (hy.count("-"), lambda: _hybrid_mlp_layer(b, w, layout, s)),
-    ]
-    total = sum(n for n, _ in parts)
-    out = [_scaled(k, n / total) for n, build in parts if n for k in build()]
+    build = {
+        "M": lambda: _mamba_layer(b, w, layout, s),
+        "*": lambda: _hybrid_attention_layer(b, w, layout, s, peak16),
+        "-": lambda: _hybrid_mlp_layer(b, w, layout, s),
+    }
+    mix = hy.dense_mix()  # the model's blocks, or a pipeline stage's [27 s29 hybridpp]
+    total = sum(n for _, n in mix)
+    out = [_scaled(k, n / total) for sym, n in mix if n for k in build[sym]()]
     return _with_gaps(out, layout)
 
 

@@ -221,7 +221,7 @@ def _hybrid_activation_parts(w: Workload, layout: ParallelLayout, tp: int, moe: 
     blocks = hybrid_block_parts(w, layout, tp)
     if moe:
         return blocks["E"]
-    kinds = [(hy.count(sym), blocks[sym]) for sym in "M*-"]
+    kinds = [(count, blocks[sym]) for sym, count in hy.dense_mix()]  # the model's blocks, or a stage's
     n = sum(c for c, _ in kinds)
     out: dict[str, float] = {}
     for count, parts in kinds:
@@ -305,9 +305,40 @@ def in_flight(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str |
     return chunks / vpp
 
 
+def stage_hybrid_blocks(w: Workload, r: Resolved) -> list[str]:
+    """A hybrid's pattern symbols on every pipeline stage, first to last, as Megatron-Core gives them out
+    (hybrid_layer_allocation.py ``select_pipeline_segment`` at d98e8a64): with one model chunk a stage, each stage the
+    next ``stage_layers`` symbols; with VPP, the pattern cut into PP x VPP segments (each stage's ``chunk_layers``)
+    taken in the interleaved order, segment ``v x PP + rank`` to stage ``rank`` as its chunk ``v`` (Megatron-Core
+    runs VPP only on a pattern whose '|' separators cut it so; the segments here are even) [27 s29 hybridpp]."""
+    assert w.hybrid is not None
+    pattern = w.hybrid.pattern
+    chunks = [chunk_layers(n, r.vpp) for n in r.stage_layers]
+    out, start = [""] * len(chunks), 0
+    for v in range(r.vpp):
+        for rank, sizes in enumerate(chunks):
+            out[rank] += pattern[start : start + sizes[v]]
+            start += sizes[v]
+    return out
+
+
+def stage_views(w: Workload, r: Resolved) -> list[Workload]:
+    """The workload as each pipeline stage sees its dense layer kind: a hybrid's stage with its own blocks' mean
+    (``Hybrid.for_blocks``) where PP > 1; otherwise ``w`` itself, every stage [27 s29 hybridpp]."""
+    if w.hybrid is None or r.pp == 1:
+        return [w] * r.pp
+    return [
+        w.model_copy(update={"hybrid": w.hybrid.for_blocks(blocks.replace("E", ""))})
+        for blocks in stage_hybrid_blocks(w, r)
+    ]
+
+
 def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
     """Whether each layer of every stage is an MoE layer, stage by stage, first to last (the stages' layers taken
-    in order: ``Workload.moe_layer_flags`` cut at ``stage_layers``)."""
+    in order: ``Workload.moe_layer_flags`` cut at ``stage_layers``; a hybrid's as :func:`stage_hybrid_blocks` gives
+    them out)."""
+    if w.hybrid is not None:
+        return [[c == "E" for c in blocks] for blocks in stage_hybrid_blocks(w, r)]
     flags, out, start = w.moe_layer_flags, [], 0
     for n in r.stage_layers:
         out.append(flags[start : start + n])
@@ -393,11 +424,12 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
 def stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> list[tuple[float, float]]:
     """(dense, expert) parameters per GPU of every stage (the last with its multi-token prediction modules:
     :func:`mtp_stage_parameters`; ``schedule``: the layout's pipeline schedule)."""
-    dense_layer, moe_dense_layer = w.layer_dense_parameters(False), w.layer_dense_parameters(True)
+    moe_dense_layer = w.layer_dense_parameters(True)
     expert_layer = w.parameter_counts()["experts"] / w.moe_layers if w.moe_layers else 0.0
     out = []
-    for (dense_n, moe_n), root in zip(stage_layer_kinds(w, r), stage_root_parameters(w, r)):
-        dense = dense_n * dense_layer + moe_n * moe_dense_layer
+    kinds, roots = stage_layer_kinds(w, r), stage_root_parameters(w, r)
+    for (dense_n, moe_n), root, view in zip(kinds, roots, stage_views(w, r), strict=True):
+        dense = dense_n * view.layer_dense_parameters(False) + moe_n * moe_dense_layer
         out.append((dense / r.tp + root, moe_n * expert_layer / (r.ep * r.expert_tp)))
     if w.mtp_layers:
         mtp_dense, mtp_expert = mtp_stage_parameters(w, r, schedule)
@@ -482,10 +514,12 @@ def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list
     the norms or the output projection (torchtitan's float8 filter), nor routed experts (not ``nn.Linear``)."""
     if not (layout.fsdp_fp8_all_gather and layout.zero >= 3 and w.precision == "fp8"):
         return [0.0] * r.pp
-    dense = w.layer_linear_parameters(False)
     # an MoE layer's attention (its shared experts are gathered in bf16, as the routed ones); a hybrid's E layer none
     moe = sum(k * n for _, k, n in w.attention_linears(1)) if w.hybrid is None else 0.0
-    return [(dense_n * dense + moe_n * moe) / r.tp for dense_n, moe_n in stage_layer_kinds(w, r)]
+    return [
+        (dense_n * view.layer_linear_parameters(False) + moe_n * moe) / r.tp
+        for (dense_n, moe_n), view in zip(stage_layer_kinds(w, r), stage_views(w, r), strict=True)
+    ]
 
 
 def torch_pp_order(rank: int, pp: int, vpp: int, micro_batches: int) -> list[tuple[bool, int]]:
@@ -584,6 +618,25 @@ def pp_retained(w: Workload, layout: ParallelLayout, r: Resolved, tokens: float,
     return out
 
 
+def _dense_bytes(
+    views: list[Workload], layout: ParallelLayout, tp: int, need16: bool, partial: bool
+) -> dict[int, tuple[float, float, float]]:
+    """The dense layer kind's bytes per token as each stage sees it (a hybrid stage's own blocks:
+    :func:`stage_views`), once a view, by ``id(view)``: kept for backward, kept in 16 bits beyond that (``need16``:
+    layers kept out of fp8), and everything it makes (``partial``: layers a recompute count leaves unrecomputed)."""
+    out: dict[int, tuple[float, float, float]] = {}
+    for view in views:
+        if id(view) in out:
+            continue
+        act = activation_bytes_per_token(view, layout, tp, False)
+        d16 = 0.0
+        if need16:
+            d16 = activation_bytes_per_token(view.model_copy(update={"precision": "bf16"}), layout, tp, False) - act
+        kept_all = sum(activation_parts(view, layout, tp, False).values()) if partial else 0.0
+        out[id(view)] = (act, d16, kept_all)
+    return out
+
+
 def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[str, float]]:
     """Bytes per GPU of every pipeline stage, by kind, with ``total`` (allocated peak) and ``reserved``."""
     from commlens.project.frameworks import framework, loss_fused
@@ -598,14 +651,17 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     sp = layout.sp and r.tp > 1
     tokens = w.micro_batch * w.seq_len / r.cp
     moe_share = w.moe_layers / w.layers
-    dense_act = activation_bytes_per_token(w, layout, r.tp, False) if moe_share < 1 else 0.0
     moe_act = activation_bytes_per_token(w, layout, r.tp, True) if w.moe_layers else 0.0
     bf16_layers = stage_bf16_layers(w, layout, r)  # [27 s25 bf16layers] their GEMM inputs kept in 16 bits
-    dense_16 = moe_16 = 0.0  # what one such layer keeps beyond its fp8 run, per token
-    if any(map(any, bf16_layers)):
-        w16 = w.model_copy(update={"precision": "bf16"})
-        dense_16 = activation_bytes_per_token(w16, layout, r.tp, False) - dense_act if moe_share < 1 else 0.0
-        moe_16 = activation_bytes_per_token(w16, layout, r.tp, True) - moe_act if w.moe_layers else 0.0
+    need16 = any(map(any, bf16_layers))
+    moe_16 = 0.0  # what one such layer keeps beyond its fp8 run, per token
+    if need16 and w.moe_layers:
+        moe_16 = activation_bytes_per_token(w.model_copy(update={"precision": "bf16"}), layout, r.tp, True) - moe_act
+    # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
+    partial = layout.recompute == "full" and layout.recompute_layers is not None
+    partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
+    views = stage_views(w, r)
+    dense = _dense_bytes(views, layout, r.tp, need16, partial) if moe_share < 1 else {}
     layer_input = 2.0 * w.hidden / (r.tp if sp else 1)
     logit_bytes = LOGIT_BYTES if loss_fused(fw, layout.compile, layout.compile_loss) else UNFUSED_LOGIT_BYTES
     params = stage_parameters(w, r, layout.schedule)
@@ -614,16 +670,13 @@ def stage_memory(w: Workload, layout: ParallelLayout, r: Resolved) -> list[dict[
     overlap_held = ep_overlap_held_bytes(w, layout, r.tp)
     retained = pp_retained(w, layout, r, tokens, tokens * layer_input)
     roots = stage_root_parameters(w, r)
-    # a layer count other than uniform's groups of one (every layer its own checkpoint, as without a count)
-    partial = layout.recompute == "full" and layout.recompute_layers is not None
-    partial = partial and (layout.recompute_method != "uniform" or layout.recompute_layers != 1)
     if partial:  # the layers a count leaves unrecomputed keep everything (Megatron runs them unchecked)
         recompute = stage_recompute(w, layout, r)
-        dense_all = sum(activation_parts(w, layout, r.tp, False).values()) if moe_share < 1 else 0.0
         moe_all = sum(activation_parts(w, layout, r.tp, True).values()) if w.moe_layers else 0.0
     stages = []
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         n = dense_n + moe_n
+        dense_act, dense_16, dense_all = dense.get(id(views[i]), (0.0, 0.0, 0.0))
         dense_p, expert_p = params[i]
         shard_states = dense_p / dp_shard + expert_p / edp_shard
         full = dense_p + expert_p
@@ -804,10 +857,11 @@ def stage_fp8_params(w: Workload, layout: ParallelLayout, r: Resolved) -> list[f
     ``get_fp8_context(is_init=True)``); none otherwise."""
     if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
         return [0.0] * r.pp
-    dense, moe = w.layer_linear_parameters(False), w.layer_linear_parameters(True)
+    moe = w.layer_linear_parameters(True)
+    kinds, views = stage_layer_kinds(w, r), stage_views(w, r)
     return [
-        (dense_n * dense + moe_n * moe) / r.tp + expert
-        for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
+        (dense_n * view.layer_linear_parameters(False) + moe_n * moe) / r.tp + expert
+        for (dense_n, moe_n), view, (_, expert) in zip(kinds, views, stage_parameters(w, r), strict=True)
     ]
 
 

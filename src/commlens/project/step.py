@@ -73,6 +73,7 @@ from commlens.project.memory import (
     stage_memory,
     stage_parameters,
     stage_recompute,
+    stage_views,
 )
 from commlens.project.muon import stage_muon_s
 from commlens.project.scenario import Scenario
@@ -400,6 +401,7 @@ def run(scenario: Scenario) -> Projection:
     kind_times, kind_seconds, lc = _layer_times(c)  # 2. one layer of each kind, one micro-batch
     pp_p2p, ends = _pp_p2p_stages(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, first/last layers
     stages, stage_classes = _stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
+    stages, stage_classes = _hybrid_stages(c, stages, stage_classes, pp_p2p, ends, scenario.gpus)
     pipeline_s, pace, schedule = _pipeline(c, stages)  # 5. the schedule: m x the slowest stage + fill and drain
     runs = _fsdp_runs(c)  # 6. DP and the optimizer after the last backward (FSDP's per schedule run)
     tail = _slowest_tail(c, stages, c.r.micro_batches // runs, runs)
@@ -1745,6 +1747,35 @@ def _stages(
     return stages, stage_classes
 
 
+def _hybrid_stages(
+    c: _Setup,
+    stages: list[dict[str, float]],
+    stage_classes: list[dict[str, float]],
+    pp_p2p: list[float],
+    ends: dict[str, float],
+    gpus: int,
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """A hybrid's pipeline stages, each with its own blocks' layers (``memory.stage_views``): Megatron-Core gives
+    each stage a slice of the pattern, so one stage may hold the attention blocks another does not. Each distinct mix
+    of M, * and - blocks is priced once (its dense layer kind and every stage at it) and its stages kept; ``stages``
+    as they are (the model's mix) where there is one stage or no hybrid [27 s29 hybridpp]."""
+    views = stage_views(c.w, c.r)
+    if all(v is c.w for v in views):
+        return stages, stage_classes
+    stages, stage_classes = list(stages), list(stage_classes)
+    by_mix: dict[tuple[tuple[str, int], ...], list[int]] = {}
+    for i, view in enumerate(views):
+        assert view.hybrid is not None
+        by_mix.setdefault(tuple(view.hybrid.dense_mix()), []).append(i)
+    for members in by_mix.values():
+        cv = replace(c, w=views[members[0]])
+        kind_times, kind_seconds, _ = _layer_times(cv)
+        mix_stages, mix_classes = _stages(cv, kind_times, kind_seconds, pp_p2p, ends, gpus)
+        for i in members:
+            stages[i], stage_classes[i] = mix_stages[i], mix_classes[i]
+    return stages, stage_classes
+
+
 def _activation_offload_copies_s(c: _Setup, layers: int) -> float:
     """Blocking activation-offload copies of one micro-batch on a stage of ``layers`` layers: each offloaded layer's
     input (micro-batch x sequence x hidden, 16-bit, split by SP and CP) goes to host memory in the forward and back
@@ -2101,10 +2132,11 @@ def _stage_fp8_params(c: _Setup) -> list[tuple[float, float]]:
     w, layout, r = c.w, c.layout, c.r
     if not (layout.fp8_param_gather and layout.zero < 3 and w.precision == "fp8"):
         return [(0.0, 0.0)] * r.pp
-    dense, moe = w.layer_linear_parameters(False), w.layer_linear_parameters(True)
+    moe = w.layer_linear_parameters(True)
+    kinds, views = stage_layer_kinds(w, r), stage_views(w, r)  # a hybrid stage's own blocks [27 s29 hybridpp]
     return [
-        ((dense_n * dense + moe_n * moe) / r.tp, expert)
-        for (dense_n, moe_n), (_, expert) in zip(stage_layer_kinds(w, r), stage_parameters(w, r))
+        ((dense_n * view.layer_linear_parameters(False) + moe_n * moe) / r.tp, expert)
+        for (dense_n, moe_n), view, (_, expert) in zip(kinds, views, stage_parameters(w, r), strict=True)
     ]
 
 

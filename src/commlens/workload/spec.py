@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from commlens.errors import CommlensError
 from commlens.specdata import StrictSpec, model_from_data
@@ -186,9 +186,26 @@ class Hybrid(_Spec):
         """The mixer's inner width: heads x head size (Megatron-Core d_inner)."""
         return self.mamba_heads * self.mamba_head_dim
 
+    # The non-MoE blocks the model's dense layer kind stands for: a pipeline stage's own (``for_blocks``), else
+    # None, the whole pattern's. A stage's kernels, activations and parameters are its own blocks' mean, not the
+    # model's (Megatron-Core gives each pipeline stage a slice of the pattern: hybrid_layer_allocation.py
+    # select_pipeline_segment at d98e8a64) [27 s29 hybridpp]
+    _blocks: str | None = PrivateAttr(default=None)
+
     def count(self, symbol: str) -> int:
         """Layers of one symbol."""
         return self.pattern.count(symbol)
+
+    def dense_mix(self) -> list[tuple[str, int]]:
+        """(symbol, blocks) of the M, * and - blocks the dense layer kind averages: the pattern's, or a stage's."""
+        blocks = self.pattern if self._blocks is None else self._blocks
+        return [(sym, blocks.count(sym)) for sym in "M*-"]
+
+    def for_blocks(self, blocks: str) -> Hybrid:
+        """This hybrid with its dense layer kind standing for ``blocks`` (a pipeline stage's symbols) alone."""
+        out = self.model_copy()
+        out._blocks = blocks
+        return out
 
     def in_proj_width(self, tp: int = 1) -> float:
         """in_proj's output width on one of ``tp`` GPUs: z and x (d_inner each), B and C (groups x state each), dt
@@ -455,8 +472,9 @@ class Workload(_Spec):
         if moe:
             return shared
         mixer = h * hy.in_proj_width() + hy.d_inner * h
-        n = self.layers - self.moe_layers
-        return (hy.count("M") * mixer + hy.count("*") * attn + hy.count("-") * ffn) / n if n else 0.0
+        mix = dict(hy.dense_mix())
+        n = sum(mix.values())
+        return (mix["M"] * mixer + mix["*"] * attn + mix["-"] * ffn) / n if n else 0.0
 
     def layer_dense_parameters(self, moe: bool) -> float:
         """Parameters of one layer outside the routed experts, norms included, a layer of each kind (a hybrid's
@@ -470,6 +488,15 @@ class Workload(_Spec):
             return base + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
         if moe:
             return self.hidden + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
+        if hy._blocks is not None:  # a pipeline stage's blocks: each symbol's block at its share of them
+            mix = dict(hy.dense_mix())
+            n = sum(mix.values())
+            per = {
+                "M": hy.mixer_parameters(self.hidden),
+                "*": int(sum(k * n for _, k, n in self.attention_linears(1))),
+                "-": (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden,
+            }
+            return (sum(mix[k] * per[k] for k in mix) + n * self.hidden) / n if n else 0.0
         n = self.layers - self.moe_layers
         return (c["attention"] + c["ffn"] + c["mamba"] + n * self.hidden) / n if n else 0.0
 

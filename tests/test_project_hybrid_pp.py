@@ -1,0 +1,98 @@
+"""A hybrid model's pipeline stages, each with its own slice of the pattern (Megatron-Core's
+hybrid_layer_allocation.select_pipeline_segment): a stage holding the attention blocks costs what they cost, not
+the model's mean block [27 s29 hybridpp]."""
+
+from __future__ import annotations
+
+import pytest
+
+from commlens.project import ParallelLayout, project
+from commlens.project.layout import resolve
+from commlens.project.memory import stage_hybrid_blocks, stage_memory, stage_parameters
+from commlens.topology import load_topology
+from commlens.workload import Workload
+from commlens.workload.spec import workload_from_dict
+
+H100 = load_topology("dgx-h100")
+MAMBA = {"mamba_heads": 64, "mamba_head_dim": 64, "mamba_state": 128, "mamba_groups": 8}
+MOE = {"experts": 16, "top_k": 2, "expert_ffn_hidden": 1024}
+
+
+def _hybrid(pattern: str, seq_len: int = 16384, **kw: object) -> Workload:
+    data: dict[str, object] = {
+        "name": "hybrid",
+        "layers": len(pattern),
+        "hidden": 2048,
+        "ffn_hidden": 8192,
+        "gated_ffn": False,
+        "heads": 16,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "vocab": 32000,
+        "seq_len": seq_len,
+        "global_batch": 64,
+        "micro_batch": 1,
+        "position_embedding": "none",
+        "hybrid": {"pattern": pattern, **MAMBA},
+    }
+    data.update(kw)
+    return workload_from_dict(data)
+
+
+def _layout(pp: int, vpp: int = 1, **kw: object) -> ParallelLayout:
+    fields = {"tp": 2, "sp": True, "pp": pp, "vpp": vpp, "zero": 1, "recompute": "none"}
+    return ParallelLayout.model_validate({**fields, "framework": "megatron-core", **kw})
+
+
+def test_each_stage_takes_its_slice_of_the_pattern_in_megatron_cores_order() -> None:
+    w = _hybrid("MMEE**--", moe=MOE)
+    # one chunk a stage: the next stage_layers symbols; with VPP, PP x VPP even segments, segment v x PP + rank to
+    # stage rank as its chunk v
+    assert stage_hybrid_blocks(w, resolve(_layout(2), w, 32, 8)) == ["MMEE", "**--"]
+    assert stage_hybrid_blocks(w, resolve(_layout(2, 2), w, 32, 8)) == ["MM**", "EE--"]
+    assert stage_hybrid_blocks(w, resolve(_layout(4), w, 64, 8)) == ["MM", "EE", "**", "--"]
+
+
+def test_a_stage_of_attention_blocks_sets_the_pace_at_long_sequences() -> None:
+    split = project(_hybrid("MMMM****", seq_len=32768), H100, _layout(2), 32, check_memory=False)
+    mixed = project(_hybrid("M*M*M*M*", seq_len=32768), H100, _layout(2), 32, check_memory=False)
+    mamba, attention = (s["compute"] + s["memory_bound"] for s in split.stages)
+    # at 32K tokens a sequence an attention block's quadratic core outweighs a Mamba block's linear scan
+    assert attention > 1.5 * mamba
+    assert split.pace_stage == 1
+    # the same blocks, spread so each stage holds half of each: a faster pipeline, whose stages cost what the
+    # split one's cost on average
+    assert mixed.step_time_s < split.step_time_s
+    spread = [s["compute"] + s["memory_bound"] for s in mixed.stages]
+    assert sum(spread) == pytest.approx(mamba + attention, rel=1e-3)
+
+
+def test_the_stages_share_out_the_model_s_work() -> None:
+    # the layers' GPU work does not depend on how the pipeline cuts them: the compute and memory-bound seconds
+    # summed over the stages of PP 2 and PP 4 are the single stage's (the ends, the embedding and the head, move
+    # with the first and last stage). What is exposed of TP is not additive: each stage's own blocks hide it.
+    w = _hybrid("MM-*MM-*MMMM****")
+    one = project(w, H100, _layout(1), 16, check_memory=False)
+    for pp in (2, 4):
+        cut = project(w, H100, _layout(pp), 16 * pp, check_memory=False)
+        for part in ("compute", "memory_bound"):
+            assert sum(s[part] for s in cut.stages) == pytest.approx(one.stages[0][part], rel=1e-6), part
+
+
+def test_a_stage_holds_its_own_blocks_parameters_and_activations() -> None:
+    w = _hybrid("MMMM****")
+    r = resolve(_layout(2), w, 32, 8)
+    params = stage_parameters(w, r)
+    mixer = w.hybrid.mixer_parameters(w.hidden) if w.hybrid else 0
+    attention = sum(k * n for _, k, n in w.attention_linears(1))
+    norm = w.hidden
+    embed = w.vocab * w.hidden
+    assert params[0][0] == pytest.approx((4 * (mixer + norm) + embed) / 2)
+    assert params[1][0] == pytest.approx((4 * (attention + norm) + norm + embed) / 2)
+    mem = stage_memory(w, _layout(2), r)
+    spread = stage_memory(_hybrid("M*M*M*M*"), _layout(2), r)
+    # the first stage (no head) keeps its four blocks' activations: four Mamba blocks' (in_proj's wide output, the
+    # scan's) where the pattern is split, two of each where it is spread
+    only_mamba, half = mem[0]["activations"], spread[0]["activations"]
+    assert only_mamba != pytest.approx(half, rel=0.05)
+    assert mem[0]["weights"] < spread[0]["weights"] if mixer < attention else mem[0]["weights"] > spread[0]["weights"]
