@@ -139,7 +139,6 @@ def test_an_e_layer_has_no_attention() -> None:
     ("layout", "message"),
     [
         ({"tp": 16, "sp": True, "pp": 1, "dp": 1}, "tp 16 does not divide the 8 Mamba groups"),
-        ({"tp": 1, "cp": 2, "pp": 1, "dp": 8}, "context parallelism of hybrid Mamba models"),
         ({"tp": 1, "pp": 1, "dp": 16, "framework": "torchtitan"}, "hybrid Mamba models are modelled as Megatron-Core"),
     ],
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from commlens.project import ParallelLayout, project
+from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.layout import resolve
 from commlens.project.memory import stage_hybrid_blocks, stage_memory, stage_parameters
 from commlens.topology import load_topology
@@ -96,3 +96,92 @@ def test_a_stage_holds_its_own_blocks_parameters_and_activations() -> None:
     only_mamba, half = mem[0]["activations"], spread[0]["activations"]
     assert only_mamba != pytest.approx(half, rel=0.05)
     assert mem[0]["weights"] < spread[0]["weights"] if mixer < attention else mem[0]["weights"] > spread[0]["weights"]
+
+
+# [27 s29 mambacp] Megatron-Core's Mamba context parallelism: all-to-alls from sequence shards to head shards
+
+
+def _cp(cp: int, tp: int = 1, **kw: object) -> ParallelLayout:
+    fields = {"tp": tp, "sp": tp > 1, "cp": cp, "pp": 1, "zero": 1, "recompute": "none", **kw}
+    return ParallelLayout.model_validate({**fields, "framework": "megatron-core"})
+
+
+def test_a_hybrid_of_attention_and_mlp_blocks_exchanges_what_the_transformer_does_under_cp() -> None:
+    plain = workload_from_dict(
+        {
+            "name": "plain",
+            "layers": 8,
+            "hidden": 2048,
+            "ffn_hidden": 8192,
+            "gated_ffn": False,
+            "heads": 16,
+            "kv_heads": 8,
+            "head_dim": 128,
+            "vocab": 32000,
+            "seq_len": 16384,
+            "global_batch": 64,
+            "micro_batch": 1,
+            "position_embedding": "none",
+        }
+    )
+    a = project(plain, H100, _cp(4), 32, check_memory=False)
+    b = project(_hybrid("*-" * 8), H100, _cp(4), 32, check_memory=False)
+    # the K/V exchange runs in the attention blocks only: one of the two blocks a transformer layer splits into
+    assert b.breakdown["cp_comm"] + b.overlapped_s["cp_comm"] == pytest.approx(
+        a.breakdown["cp_comm"] + a.overlapped_s["cp_comm"], rel=1e-9
+    )
+    assert b.kernels["attention"] == pytest.approx(a.kernels["attention"], rel=1e-9)
+
+
+def test_mamba_blocks_under_cp_wait_for_their_all_to_alls() -> None:
+    mamba = _hybrid("MMMM", seq_len=32768)
+    half = _hybrid("MMMM", seq_len=16384)
+    cp2 = project(mamba, H100, _cp(2), 16, check_memory=False)
+    cp1 = project(half, H100, _cp(1), 8, check_memory=False)
+    # the scan over the whole sequence with half the heads is the work of half the sequence with all of them
+    assert cp2.kernels["ssm"] == pytest.approx(cp1.kernels["ssm"], rel=1e-9)
+    # and the all-to-alls, not hidden: no attention to run beside them
+    assert cp2.breakdown["cp_comm"] > 0
+    assert cp2.overlapped_s["cp_comm"] == 0.0
+    assert cp1.breakdown.get("cp_comm", 0.0) == 0.0
+    # more Mamba blocks, more all-to-alls: the exchange grows with the Mamba share of the blocks
+    mixed = project(_hybrid("MM**", seq_len=32768), H100, _cp(2), 16, check_memory=False)
+    only_attn = project(_hybrid("****", seq_len=32768), H100, _cp(2), 16, check_memory=False)
+    assert mixed.breakdown["cp_comm"] > only_attn.breakdown["cp_comm"]
+
+
+def test_mamba_cp_repeats_the_group_state_where_a_rank_holds_fewer_groups_than_cp() -> None:
+    from commlens.project.kernels import mamba_cp_a2a_bytes, mamba_cp_shape
+
+    hy = _hybrid("M").hybrid
+    assert hy is not None  # 64 heads, 8 groups
+    assert mamba_cp_shape(hy, 2, 2) == (2, 16.0, 2.0, 1.0)  # 4 groups a TP rank over CP 2
+    assert mamba_cp_shape(hy, 2, 8) == (8, 4.0, 1.0, 2.0)  # 4 groups a TP rank, each on 2 of the 8 ranks
+    z, x, b, c, dt, y = mamba_cp_a2a_bytes(hy, 2, 8, 1000.0)
+    assert z == x == y == 2.0 * 1000 * 64 * 64 / 2
+    assert b == c == 2.0 * 1000 * 4 * 2 * 128  # the repeated groups' B and C
+    assert dt == 2.0 * 1000 * 32
+    assert mamba_cp_a2a_bytes(hy, 2, 1, 1000.0) == ()
+
+
+def test_an_e_block_exchanges_nothing_under_cp() -> None:
+    w = _hybrid("MEME", seq_len=16384, moe=MOE)
+    p = project(w, H100, _cp(2, ep=2), 16, check_memory=False)
+    only_m = project(_hybrid("MM", seq_len=16384), H100, _cp(2), 16, check_memory=False)
+    # two Mamba blocks' all-to-alls in both: the E blocks add none (stages hold the same two Mamba blocks)
+    assert p.breakdown["cp_comm"] == pytest.approx(only_m.breakdown["cp_comm"], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("mamba", "tp", "cp", "message"),
+    [
+        ({"mamba_heads": 24, "mamba_groups": 8}, 1, 16, "cp 16 does not divide the 24 Mamba heads of a TP rank"),
+        ({"mamba_heads": 48, "mamba_groups": 6}, 1, 4, "cp 4 and the 6 Mamba groups of a TP rank"),
+    ],
+)
+def test_cp_that_megatron_core_s_mamba_cp_refuses_is_refused(
+    mamba: dict[str, int], tp: int, cp: int, message: str
+) -> None:
+    w = _hybrid("M*M-", hybrid={"pattern": "M*M-", **{**MAMBA, **mamba}})
+    with pytest.raises(InfeasibleLayoutError, match=message):
+        project(w, H100, _cp(cp, tp), tp * cp * 4, check_memory=False)

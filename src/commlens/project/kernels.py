@@ -31,6 +31,7 @@ from commlens.project.hardware import Device
 from commlens.project.layout import ParallelLayout
 from commlens.project.memory import NVFP4_BYTES
 from commlens.workload import Workload
+from commlens.workload.spec import Hybrid
 
 __all__ = [
     "COMPUTE_KINDS",
@@ -781,21 +782,25 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
     assert hy is not None
     t, h, tokens = s.tp, w.hidden, s.tokens
     resid = tokens * h * (1.0 if s.sp else t) / t
-    width, conv, d_i = hy.in_proj_width(t), hy.conv_channels(t), hy.d_inner / t
-    heads, groups = hy.mamba_heads / t, hy.mamba_groups / t
+    width, d_i = hy.in_proj_width(t), hy.d_inner / t
     p, n, q = hy.mamba_head_dim, hy.mamba_state, hy.chunk
-    scan_fwd, scan_bwd = ssd_bytes_per_token(heads, groups, p, n, q)
+    # under CP the convolution and the scan run over the whole sequence with this CP rank's heads, and its groups,
+    # each group repeated on several ranks where there are fewer than CP (mamba_cp_shape) [27 s29 mambacp]
+    cp, heads_cp, groups_cp, _ = mamba_cp_shape(hy, t, layout.cp)
+    seq_tokens = tokens * cp
+    conv = hy.conv_channels(t) if cp == 1 else heads_cp * p + 2 * groups_cp * n
+    scan_fwd, scan_bwd = ssd_bytes_per_token(heads_cp, groups_cp, p, n, q)
     # the causal convolution (CUDA): forward reads and writes x, B and C; the backward runs it again, then reads
     # them and their gradient and writes the input's gradient (causal-conv1d 0d2252d1)
     conv_fwd, conv_bwd = 4.0 * conv, 10.0 * conv
     scan = Kernel(
         "ssd_scan",
         "ssm",
-        stream_time_s(b.dev, tokens * conv_fwd) + stream_time_s(b.dev, tokens * scan_fwd) / SSD_STREAM_FRACTION,
-        stream_time_s(b.dev, tokens * conv_bwd) + stream_time_s(b.dev, tokens * scan_bwd) / SSD_STREAM_FRACTION,
+        stream_time_s(b.dev, seq_tokens * conv_fwd) + stream_time_s(b.dev, seq_tokens * scan_fwd) / SSD_STREAM_FRACTION,
+        stream_time_s(b.dev, seq_tokens * conv_bwd) + stream_time_s(b.dev, seq_tokens * scan_bwd) / SSD_STREAM_FRACTION,
         MAMBA_FWD_KERNELS,
-        flops=tokens * ssd_flops_per_token(heads, groups, p, n, q),
-        nbytes=tokens * (conv_fwd + scan_fwd),
+        flops=seq_tokens * ssd_flops_per_token(heads_cp, groups_cp, p, n, q),
+        nbytes=seq_tokens * (conv_fwd + scan_fwd),
         bwd_launches=MAMBA_BWD_KERNELS,
     )
     out = [
@@ -807,6 +812,8 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
         b.gemm("mamba_out", "gemm", tokens, h, d_i, s.tp_chunks),
         b.stream("mamba_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
+    if cp > 1:
+        out.append(_mamba_cp_copies(b, hy, t, cp, tokens))
     if w.precision == "fp8":  # in_proj's and out_proj's inputs forward, their output gradients backward
         out.append(
             replace(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)), name="mamba_cast")
@@ -815,6 +822,50 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
     if t > 1:
         out.append(Kernel("mamba_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     return out
+
+
+def mamba_cp_shape(hy: Hybrid, tp: int, cp: int) -> tuple[int, float, float, float]:
+    """(CP, heads, groups, group repeats) of a Mamba mixer on one GPU as Megatron-Core's all-to-all context
+    parallelism splits it (megatron/core/ssm/mamba_context_parallel.py ``MambaContextParallel`` at d98e8a64): the
+    TP rank's heads over CP; its groups over CP too, or, where it holds fewer groups than CP, each group's B and C
+    repeated ``cp / groups`` times so that one group's state lands on every rank that holds its heads."""
+    heads, groups = hy.mamba_heads / tp, hy.mamba_groups / tp
+    if cp <= 1:
+        return 1, heads, groups, 1.0
+    if groups < cp:
+        return cp, heads / cp, 1.0, cp / groups
+    return cp, heads / cp, groups / cp, 1.0
+
+
+def mamba_cp_a2a_bytes(hy: Hybrid, tp: int, cp: int, tokens: float) -> tuple[float, ...]:
+    """The all-to-alls of one Mamba layer's forward under CP, each one's bytes on one GPU (``tokens``: its sequence
+    shard), as ``MambaContextParallel`` issues them: before the convolution z, x, B, C (repeated) and dt, from
+    sequence shards to head shards (``pre_conv_ssm``: one ``all_to_all_sp2hp`` each), after the scan its output back
+    (``post_conv_ssm``); 16-bit. Autograd runs each one's inverse in the backward, the same bytes."""
+    if cp <= 1:
+        return ()
+    _, _, _, repeat = mamba_cp_shape(hy, tp, cp)
+    d_i, bc = hy.d_inner / tp, hy.mamba_groups / tp * repeat * hy.mamba_state
+    widths = (d_i, d_i, bc, bc, hy.mamba_heads / tp, d_i)
+    return tuple(2.0 * tokens * width for width in widths)
+
+
+MAMBA_CP_COPIES = 5.0  # B and C repeated, the concatenation, the load-balancing permutations either side
+
+
+def _mamba_cp_copies(b: _Builder, hy: Hybrid, tp: int, cp: int, tokens: float) -> Kernel:
+    """What Megatron-Core's Mamba CP copies beside its all-to-alls, one layer (``pre_conv_ssm`` / ``post_conv_ssm``):
+    B and C repeated per group (where groups < CP), z, x, B, C and dt concatenated after the all-to-alls, the
+    sequence put back in order before the convolution (``_undo_attention_load_balancing``: CP's load-balanced
+    chunks of attention) and into CP's order after the scan (``_redo_attention_load_balancing``); each reads and
+    writes its tensor, 16-bit. The backward moves the gradients through the same copies."""
+    _, _, _, repeat = mamba_cp_shape(hy, tp, cp)
+    d_i = hy.d_inner / tp
+    bc = 2 * hy.mamba_groups / tp * hy.mamba_state
+    width = 2 * d_i + bc * repeat + hy.mamba_heads / tp  # after the all-to-alls, per token of the shard
+    moved = 2 * 2 * tokens * ((bc * repeat if repeat > 1 else 0.0) + 2 * width + d_i)
+    t = stream_time_s(b.dev, moved)
+    return Kernel("mamba_cp_copies", "cp_ring", t, t, MAMBA_CP_COPIES, nbytes=moved)
 
 
 def _hybrid_attention_layer(

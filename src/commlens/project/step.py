@@ -56,6 +56,7 @@ from commlens.project.kernels import (
     graph_shares,
     hybrid_mtp_kernels,
     layer_kernels,
+    mamba_cp_a2a_bytes,
     op_sac_tp_regathers,
     recompute_share,
     ssd_flops_per_token,
@@ -392,6 +393,7 @@ class _LayerComm:
     cp_bwd: float  # and of the backward, with the reduce-scatter of their gradients (ring); the all-gather alone
     # (allgather: the gradients go round the ring apart, cp_grad_hop a step)
     cp_grad_hop: float = 0.0  # one ring step of this GPU's K/V gradients (allgather stacks; 0 otherwise)
+    mamba_cp: float = 0.0  # a hybrid's Mamba CP all-to-alls of one forward (the backward's the same), not hidden
 
 
 def run(scenario: Scenario) -> Projection:
@@ -463,8 +465,8 @@ _PARALLEL_NAMES = {
 
 def _check_hybrid(w: Workload, layout: ParallelLayout, r: Resolved) -> None:
     """What a hybrid model's projection covers: Megatron-Core's MambaModel (the stack that trains Nemotron-H and
-    Nemotron 3), TP splitting the Mamba groups (Megatron-Core asserts mamba_num_groups % TP == 0), no context
-    parallelism (Megatron-Core's Mamba CP is not modelled), the Adam optimizers."""
+    Nemotron 3), TP splitting the Mamba groups (Megatron-Core asserts mamba_num_groups % TP == 0), CP splitting a TP
+    rank's heads and, one way or the other, its groups, the Adam optimizers."""
     hy = w.hybrid
     assert hy is not None
     fw = framework(layout.framework)
@@ -479,9 +481,19 @@ def _check_hybrid(w: Workload, layout: ParallelLayout, r: Resolved) -> None:
             f"tp {r.tp} does not divide the {hy.mamba_groups} Mamba groups (Megatron-Core's MambaMixer asserts it)",
             "divides",
         )
-    if r.cp > 1:
+    # [27 s29 mambacp] Megatron-Core's Mamba CP (mamba_context_parallel.py at d98e8a64) asserts what it splits
+    heads, groups = hy.mamba_heads // r.tp, hy.mamba_groups // r.tp
+    if r.cp > 1 and heads % r.cp:
         raise InfeasibleLayoutError(
-            f"cp {r.cp}: context parallelism of hybrid Mamba models is not modelled", "framework"
+            f"cp {r.cp} does not divide the {heads} Mamba heads of a TP rank (Megatron-Core's Mamba context "
+            "parallelism asserts it)",
+            "divides",
+        )
+    if r.cp > 1 and (r.cp % groups if groups < r.cp else groups % r.cp):
+        raise InfeasibleLayoutError(
+            f"cp {r.cp} and the {groups} Mamba groups of a TP rank: one must divide the other (Megatron-Core's "
+            "Mamba context parallelism asserts it)",
+            "divides",
         )
     if layout.optimizer == "muon":
         raise InfeasibleLayoutError("optimizer muon is not modelled for hybrid Mamba models", "framework")
@@ -556,9 +568,11 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
     # full recomputation of a layer count (_partial_recompute): each kind again, as the layers that are not
     # recomputed run it (one forward, nothing redone)
     variants = (c, replace(c, fwd_passes=1.0)) if _partial_recompute(c) else (c,)
+    moe_kinds = [False] * (len(layer_kinds) - 1) + [c.w.moe is not None]  # the kinds: dense, then MoE
     for cv in variants:
-        for kernels, a2a_bytes in layer_kinds:
-            times, by_kind = _layer_time(cv, kernels, a2a_bytes, lc)
+        for (kernels, a2a_bytes), moe in zip(layer_kinds, moe_kinds, strict=True):
+            kind_lc = lc if c.w.hybrid is None or c.r.cp == 1 else _hybrid_kind_comm(c, lc, moe)
+            times, by_kind = _layer_time(cv, kernels, a2a_bytes, kind_lc)
             kind_times.append(times)
             kind_seconds.append(by_kind)
     return kind_times, kind_seconds, lc
@@ -766,7 +780,7 @@ def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
     w = c.w
     shape = _layer_shape(c, c.scenario.accelerators)
     kernels = hybrid_mtp_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, c.dev.peak("bf16"))
-    lc = _layer_comm(c)
+    lc = replace(_layer_comm(c), mamba_cp=0.0)  # no Mamba block: its attention block's CP exchange alone
     return _layer_time(c, kernels, _a2a_bytes(c) if w.moe is not None else 0.0, lc)
 
 
@@ -940,8 +954,37 @@ def _layer_comm(c: _Setup) -> _LayerComm:
         cp_bwd = cp_fwd
         hop_group = Group(2, 2, 1) if r.groups["cp"].nodes > 1 else Group(2, 1, 2)
         hop = comm("sendrecv", cp_kv_bytes / r.cp * c.fw.cp_grad_bytes / 2, hop_group)
+    mamba = 0.0
+    if w.hybrid is not None and r.cp > 1:  # [27 s29 mambacp] one Mamba block's all-to-alls, each on its own
+        mamba = sum(comm("all_to_all", n, r.groups["cp"]) for n in mamba_cp_a2a_bytes(w.hybrid, t, r.cp, c.tokens))
     return _LayerComm(
-        tp_bytes=tp_bytes, tp_pass=tp_pass, tp_rs=tp_rs, tp_ag=tp_ag, cp_fwd=cp_fwd, cp_bwd=cp_bwd, cp_grad_hop=hop
+        tp_bytes=tp_bytes,
+        tp_pass=tp_pass,
+        tp_rs=tp_rs,
+        tp_ag=tp_ag,
+        cp_fwd=cp_fwd,
+        cp_bwd=cp_bwd,
+        cp_grad_hop=hop,
+        mamba_cp=mamba,
+    )
+
+
+def _hybrid_kind_comm(c: _Setup, lc: _LayerComm, moe: bool) -> _LayerComm:
+    """A hybrid's layer of one kind, its CP communication: the K/V exchange only in its attention blocks, the
+    all-to-alls only in its Mamba blocks, each at its share of the kind's blocks (an E layer: neither)
+    [27 s29 mambacp]."""
+    hy = c.w.hybrid
+    assert hy is not None
+    mix = dict(hy.dense_mix())
+    total = sum(mix.values())
+    attn = 0.0 if moe or not total else mix["*"] / total
+    mamba = 0.0 if moe or not total else mix["M"] / total
+    return replace(
+        lc,
+        cp_fwd=lc.cp_fwd * attn,
+        cp_bwd=lc.cp_bwd * attn,
+        cp_grad_hop=lc.cp_grad_hop * attn,
+        mamba_cp=lc.mamba_cp * mamba,
     )
 
 
@@ -1245,6 +1288,8 @@ def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, f
     t_attn_bwd = sum(k.bwd_s for k in kernels if k.kind == "attention")
     cp_fwd, cp_bwd, hop = lc.cp_fwd, lc.cp_bwd, lc.cp_grad_hop
     total = cp_fwd * fwd_passes + cp_bwd + r.cp * hop
+    # a Mamba block's all-to-alls: the convolution waits for the forward's, and the backward's inverses wait in turn
+    mamba = lc.mamba_cp * (fwd_passes + 1.0)
     mode = fw.overlap.cp
     if layout.cp_comm_overlap is not None:  # the layout's word: beside the attention as the stack does it, or not
         mode = ("ring" if mode == "none" else mode) if layout.cp_comm_overlap else "none"
@@ -1266,7 +1311,7 @@ def _cp_time(c: _Setup, kernels: list[Kernel], lc: _LayerComm) -> tuple[float, f
         exposed = total
     hidden = total - exposed
     # the hidden part holds NCCL's SMs from the attention beside it (compute-bound: its HBM share does not bite)
-    return exposed + interference_s(c.dev, hidden, NCCL_OVERLAP_CTAS, 0.0, 0.0), hidden
+    return exposed + mamba + interference_s(c.dev, hidden, NCCL_OVERLAP_CTAS, 0.0, 0.0), hidden
 
 
 def _fp8_amax_reduce_s(c: _Setup, kernels: list[Kernel]) -> float:
