@@ -52,6 +52,8 @@ LAYOUT = ParallelLayout.model_validate({"tp": 2, "sp": True, "pp": 1, "dp": 4, "
     [
         (_plain(layers=4, hybrid={"pattern": "M-M", **MAMBA}), "hybrid.pattern: 3 symbols for 4 layers"),
         (_plain(layers=3, hybrid={"pattern": "M#M", **MAMBA}), "unknown layer symbol(s) '#'"),
+        (_plain(layers=1, hybrid={"pattern": "||", **MAMBA}), "no layer symbols, only pipeline separators"),
+        (_plain(layers=4, hybrid={"pattern": "M-|M", **MAMBA}), "hybrid.pattern: 3 symbols for 4 layers"),
         (_plain(layers=3, hybrid={"pattern": "MEM", **MAMBA}), "E layers need moe"),
         (
             _plain(

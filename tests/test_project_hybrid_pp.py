@@ -185,3 +185,36 @@ def test_cp_that_megatron_core_s_mamba_cp_refuses_is_refused(
     w = _hybrid("M*M-", hybrid={"pattern": "M*M-", **{**MAMBA, **mamba}})
     with pytest.raises(InfeasibleLayoutError, match=message):
         project(w, H100, _cp(cp, tp), tp * cp * 4, check_memory=False)
+
+
+# [27 s29 hybridpipe] a pattern cut into pipeline segments by '|', as Megatron-Core's hybrid_layer_pattern is
+
+
+def test_a_pattern_s_separators_give_each_stage_its_segments() -> None:
+    w = _hybrid("MM|MM*M-M", layers=8)
+    r = resolve(_layout(2), w, 32, 8)
+    assert r.stage_layers == (2, 6)
+    assert stage_hybrid_blocks(w, r) == ["MM", "MM*M-M"]
+    moe = _hybrid("MM|EE|**|--", layers=8, moe=MOE)
+    assert moe.moe_layer_flags == [c == "E" for c in "MMEE**--"]
+    assert stage_hybrid_blocks(moe, resolve(_layout(2, 2), moe, 32, 8)) == ["MM**", "EE--"]
+
+
+def test_even_separators_project_what_the_even_split_does() -> None:
+    cut = project(_hybrid("M*M-|M*M-", layers=8), H100, _layout(2), 32, check_memory=False)
+    even = project(_hybrid("M*M-M*M-"), H100, _layout(2), 32, check_memory=False)
+    assert cut.step_time_s == even.step_time_s
+    assert cut.memory_bytes_per_gpu == even.memory_bytes_per_gpu
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        (_layout(4), "cuts it into 2 pipeline segments; PP 4 x VPP 1 needs 4"),
+        (_layout(1), "cuts it into 2 pipeline segments; PP 1 x VPP 1 needs 1"),
+        (_layout(2, first_stage_layers=3), "first_stage_layers: the hybrid pattern's '|' separators already split"),
+    ],
+)
+def test_separators_that_do_not_fit_the_layout_are_refused(layout: ParallelLayout, message: str) -> None:
+    with pytest.raises(InfeasibleLayoutError, match=message):
+        project(_hybrid("MM|MM*M-M", layers=8), H100, layout, 16 * layout.pp, check_memory=False)

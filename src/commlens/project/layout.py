@@ -551,7 +551,8 @@ def resolve(layout: ParallelLayout, workload: Workload, gpus: int, per_node: int
         raise InfeasibleLayoutError(f"TP {tp} does not divide {w.heads} attention heads", "divides")
     if w.kv_heads_n % tp and tp % w.kv_heads_n:
         raise InfeasibleLayoutError(f"TP {tp} and {w.kv_heads_n} KV heads: neither divides the other", "divides")
-    stage_layers = _stage_split(layout, w.layers)
+    segments = w.hybrid.segments if w.hybrid is not None else None
+    stage_layers = _stage_split(layout, w.layers) if segments is None else _segment_split(layout, segments)
     if vpp > 1 and pp == 1:
         raise InfeasibleLayoutError("interleaved schedule (vpp > 1) needs pp > 1", "divides")
     chunk = -(-max(stage_layers) // vpp)  # layers of the fullest model chunk
@@ -732,6 +733,38 @@ def _check_fp8_attention(layout: ParallelLayout, w: Workload) -> None:
             "fp8_attention runs on cuDNN's fused attention only: Transformer Engine disables FlashAttention 2/3/4 "
             "and the unfused path for fp8 training (TE 4329ff84 get_attention_backend)"
         )
+
+
+def _segment_split(layout: ParallelLayout, segments: tuple[str, ...]) -> tuple[int, ...]:
+    """Layers of each pipeline stage of a hybrid whose pattern '|' cuts into segments (Megatron-Core
+    hybrid_layer_allocation.py ``select_pipeline_segment`` at d98e8a64): PP x VPP segments, rank r holding segments
+    v x PP + r; the pattern is the split, so first/last or explicit stage layers and the embedding or loss in the
+    split are refused, as Megatron-Core refuses them [27 s29 hybridpipe]."""
+    pp, vpp = layout.pp, layout.vpp
+    if len(segments) != pp * vpp:
+        raise InfeasibleLayoutError(
+            f"the hybrid pattern's '|' cuts it into {len(segments)} pipeline segments; PP {pp} x VPP {vpp} needs "
+            f"{pp * vpp}",
+            "divides",
+        )
+    given = [
+        name
+        for name, value in (
+            ("stage_layers", layout.stage_layers),
+            ("first_stage_layers", layout.first_stage_layers),
+            ("last_stage_layers", layout.last_stage_layers),
+        )
+        if value is not None
+    ]
+    given += [name for name in ("embedding_in_split", "loss_in_split") if getattr(layout, name)]
+    if given:
+        raise InfeasibleLayoutError(
+            f"{', '.join(given)}: the hybrid pattern's '|' separators already split the layers into stages", "divides"
+        )
+    split = tuple(sum(len(segments[v * pp + rank]) for v in range(vpp)) for rank in range(pp))
+    if max(split) == 0:
+        raise InfeasibleLayoutError("the hybrid pattern's segments are all empty", "divides")
+    return split
 
 
 def _stage_split(layout: ParallelLayout, layers: int) -> tuple[int, ...]:

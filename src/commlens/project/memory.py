@@ -310,9 +310,13 @@ def stage_hybrid_blocks(w: Workload, r: Resolved) -> list[str]:
     (hybrid_layer_allocation.py ``select_pipeline_segment`` at d98e8a64): with one model chunk a stage, each stage the
     next ``stage_layers`` symbols; with VPP, the pattern cut into PP x VPP segments (each stage's ``chunk_layers``)
     taken in the interleaved order, segment ``v x PP + rank`` to stage ``rank`` as its chunk ``v`` (Megatron-Core
-    runs VPP only on a pattern whose '|' separators cut it so; the segments here are even) [27 s29 hybridpp]."""
+    runs VPP only on a pattern whose '|' separators cut it so; the segments here are even); a pattern with '|'
+    separators gives each stage its segments as written (``Hybrid.segments``) [27 s29 hybridpp] [27 s29 hybridpipe]."""
     assert w.hybrid is not None
-    pattern = w.hybrid.pattern
+    segments = w.hybrid.segments
+    if segments is not None:  # cut by the pattern's '|' separators: PP x VPP of them (layout.resolve checks)
+        return ["".join(segments[v * r.pp + rank] for v in range(r.vpp)) for rank in range(r.pp)]
+    pattern = w.hybrid.layer_symbols
     chunks = [chunk_layers(n, r.vpp) for n in r.stage_layers]
     out, start = [""] * len(chunks), 0
     for v in range(r.vpp):

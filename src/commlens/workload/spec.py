@@ -148,6 +148,7 @@ class SlidingWindow(_Spec):
 # Megatron-Core's hybrid layer symbols (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols): one character a
 # layer of hybrid_override_pattern, each layer one block with its own pre-norm and residual
 HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+PIPE = "|"  # Megatron-Core's pipeline-segment separator in hybrid_layer_pattern (hybrid_layer_allocation.Symbols)
 
 
 class Hybrid(_Spec):
@@ -158,7 +159,9 @@ class Hybrid(_Spec):
     pattern: str = Field(
         min_length=1,
         description="one character a layer, first to last: M Mamba-2, * attention, - MLP, E MoE (Megatron-Core "
-        "hybrid_override_pattern; pipeline separators '|' are not part of it)",
+        "hybrid_layer_pattern); '|' cuts it into pipeline segments, PP x VPP of them, segment v x PP + rank on "
+        "pipeline rank `rank` as its model chunk v (Megatron-Core's flexible VPP); without '|' the stages split it "
+        "evenly",
     )
     mamba_heads: int = Field(ge=1, description="Mamba-2 heads (Megatron-Core mamba_num_heads; HF mamba_num_heads)")
     mamba_head_dim: int = Field(ge=1, description="size of one Mamba-2 head (mamba_head_dim)")
@@ -171,15 +174,27 @@ class Hybrid(_Spec):
 
     @model_validator(mode="after")
     def _pattern_known(self) -> Hybrid:
-        bad = sorted(set(self.pattern) - set(HYBRID_KINDS))
+        bad = sorted(set(self.pattern) - set(HYBRID_KINDS) - {PIPE})
         if bad:
             raise ValueError(
                 f"pattern: unknown layer symbol(s) {''.join(bad)!r}; known: M (Mamba-2), * (attention), - (MLP), "
                 "E (MoE)"
             )
+        if not self.layer_symbols:
+            raise ValueError("pattern: no layer symbols, only pipeline separators '|'")
         if self.mamba_heads % self.mamba_groups:
             raise ValueError(f"mamba_groups: {self.mamba_groups} groups do not divide {self.mamba_heads} heads")
         return self
+
+    @property
+    def layer_symbols(self) -> str:
+        """The pattern's layers, first to last, without its pipeline separators."""
+        return self.pattern.replace(PIPE, "")
+
+    @property
+    def segments(self) -> tuple[str, ...] | None:
+        """The pipeline segments '|' cuts the pattern into, in order; None without a separator [27 s29 hybridpipe]."""
+        return tuple(self.pattern.split(PIPE)) if PIPE in self.pattern else None
 
     @property
     def d_inner(self) -> int:
@@ -194,11 +209,11 @@ class Hybrid(_Spec):
 
     def count(self, symbol: str) -> int:
         """Layers of one symbol."""
-        return self.pattern.count(symbol)
+        return self.layer_symbols.count(symbol)
 
     def dense_mix(self) -> list[tuple[str, int]]:
         """(symbol, blocks) of the M, * and - blocks the dense layer kind averages: the pattern's, or a stage's."""
-        blocks = self.pattern if self._blocks is None else self._blocks
+        blocks = self.layer_symbols if self._blocks is None else self._blocks
         return [(sym, blocks.count(sym)) for sym in "M*-"]
 
     def for_blocks(self, blocks: str) -> Hybrid:
@@ -319,8 +334,8 @@ class Workload(_Spec):
         return self
 
     def _hybrid_fits(self, hy: Hybrid) -> None:
-        if len(hy.pattern) != self.layers:
-            raise ValueError(f"hybrid.pattern: {len(hy.pattern)} symbols for {self.layers} layers")
+        if len(hy.layer_symbols) != self.layers:
+            raise ValueError(f"hybrid.pattern: {len(hy.layer_symbols)} symbols for {self.layers} layers")
         if ("E" in hy.pattern) != (self.moe is not None):
             raise ValueError("hybrid.pattern: E layers need moe, and moe needs E layers")
         if self.moe is not None and (self.moe.first_moe_layer or self.moe.every != 1):
@@ -343,7 +358,7 @@ class Workload(_Spec):
         if self.moe is None:
             return [False] * self.layers
         if self.hybrid is not None:
-            return [c == "E" for c in self.hybrid.pattern]
+            return [c == "E" for c in self.hybrid.layer_symbols]
         first, every = self.moe.first_moe_layer, self.moe.every
         return [i >= first and (i - first + 1) % every == 0 for i in range(self.layers)]
 
