@@ -326,15 +326,34 @@ def stage_hybrid_blocks(w: Workload, r: Resolved) -> list[str]:
     return out
 
 
+# stage_views' last answers, by (id(workload), PP, VPP, stage layers), each with the workload it was made for (an id
+# is only reused once its object is gone, and the entry keeps it alive); cleared when full
+_VIEWS: dict[tuple[int, int, int, tuple[int, ...]], tuple[Workload, list[Workload]]] = {}
+_VIEWS_MAX = 256
+
+
 def stage_views(w: Workload, r: Resolved) -> list[Workload]:
     """The workload as each pipeline stage sees its dense layer kind: a hybrid's stage with its own blocks' mean
-    (``Hybrid.for_blocks``) where PP > 1; otherwise ``w`` itself, every stage [27 s29 hybridpp]."""
+    (``Hybrid.for_blocks``) where PP > 1, one view per mix of M, * and - blocks (stages of one mix share it: the
+    callers price a view once); otherwise ``w`` itself, every stage [27 s29 hybridpp]."""
     if w.hybrid is None or r.pp == 1:
         return [w] * r.pp
-    return [
-        w.model_copy(update={"hybrid": w.hybrid.for_blocks(blocks.replace("E", ""))})
-        for blocks in stage_hybrid_blocks(w, r)
-    ]
+    key = (id(w), r.pp, r.vpp, tuple(r.stage_layers))
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    by_mix: dict[tuple[int, ...], Workload] = {}
+    views = []
+    for blocks in stage_hybrid_blocks(w, r):
+        mix = tuple(blocks.count(sym) for sym in "M*-")
+        if mix not in by_mix:
+            canonical = "".join(sym * n for sym, n in zip("M*-", mix, strict=True))
+            by_mix[mix] = w.model_copy(update={"hybrid": w.hybrid.for_blocks(canonical)})
+        views.append(by_mix[mix])
+    if len(_VIEWS) >= _VIEWS_MAX:
+        _VIEWS.clear()
+    _VIEWS[key] = (w, views)
+    return views
 
 
 def stage_layer_flags(w: Workload, r: Resolved) -> list[list[bool]]:
@@ -432,8 +451,11 @@ def stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> l
     expert_layer = w.parameter_counts()["experts"] / w.moe_layers if w.moe_layers else 0.0
     out = []
     kinds, roots = stage_layer_kinds(w, r), stage_root_parameters(w, r)
+    per_view: dict[int, float] = {}  # a dense layer's parameters as each view sees it, once a view
     for (dense_n, moe_n), root, view in zip(kinds, roots, stage_views(w, r), strict=True):
-        dense = dense_n * view.layer_dense_parameters(False) + moe_n * moe_dense_layer
+        if id(view) not in per_view:
+            per_view[id(view)] = view.layer_dense_parameters(False)
+        dense = dense_n * per_view[id(view)] + moe_n * moe_dense_layer
         out.append((dense / r.tp + root, moe_n * expert_layer / (r.ep * r.expert_tp)))
     if w.mtp_layers:
         mtp_dense, mtp_expert = mtp_stage_parameters(w, r, schedule)

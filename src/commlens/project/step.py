@@ -1687,8 +1687,10 @@ def _stages(
     pp_p2p: list[float],
     ends: dict[str, float],
     gpus: int,
+    only: frozenset[int] | None = None,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """Each pipeline stage's time per micro-batch by part, and its seconds by kernel class."""
+    """Each pipeline stage's time per micro-batch by part, and its seconds by kernel class (``only``: those stages
+    alone, the others left empty)."""
     w, layout, r = c.w, c.layout, c.r
     partial = _partial_recompute(c)
     kinds = len(kind_times) // (2 if partial else 1)  # partial: each kind again, as the unrecomputed layers run it
@@ -1707,6 +1709,10 @@ def _stages(
     need16 = any(map(any, bf16_layers)) or (_mtp_in_bf16(c) and w.hybrid is None)
     bf16 = _bf16_layer_deltas(c, kind_times, kind_seconds) if need16 else None
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
+        if only is not None and i not in only:
+            stages.append({})
+            stage_classes.append({})
+            continue
         n = dense_n + moe_n
         counts: tuple[tuple[int | None, int], ...] = ((dense_kind, dense_n), (moe_kind, moe_n))
         if partial:  # the recomputed layers of each kind, then the rest as they run unrecomputed
@@ -1815,7 +1821,7 @@ def _hybrid_stages(
     for members in by_mix.values():
         cv = replace(c, w=views[members[0]])
         kind_times, kind_seconds, _ = _layer_times(cv)
-        mix_stages, mix_classes = _stages(cv, kind_times, kind_seconds, pp_p2p, ends, gpus)
+        mix_stages, mix_classes = _stages(cv, kind_times, kind_seconds, pp_p2p, ends, gpus, frozenset(members))
         for i in members:
             stages[i], stage_classes[i] = mix_stages[i], mix_classes[i]
     return stages, stage_classes

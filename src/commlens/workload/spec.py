@@ -494,8 +494,17 @@ class Workload(_Spec):
     def layer_dense_parameters(self, moe: bool) -> float:
         """Parameters of one layer outside the routed experts, norms included, a layer of each kind (a hybrid's
         dense kind: the mean over its M, * and - layers)."""
-        c = self.parameter_counts()
         hy = self.hybrid
+        if hy is not None and not moe and hy._blocks is not None:  # a pipeline stage's blocks: each at its share
+            mix = dict(hy.dense_mix())
+            n = sum(mix.values())
+            per = {
+                "M": hy.mixer_parameters(self.hidden),
+                "*": int(sum(k_in * k_out for _, k_in, k_out in self.attention_linears(1))),
+                "-": (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden,
+            }
+            return (sum(mix[k] * per[k] for k in mix) + n * self.hidden) / n if n else 0.0
+        c = self.parameter_counts()
         if hy is None:
             base = c["attention"] / self.layers + 2 * self.hidden
             if not moe:
@@ -503,15 +512,6 @@ class Workload(_Spec):
             return base + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
         if moe:
             return self.hidden + ((c["shared_experts"] + c["router"]) / self.moe_layers if self.moe_layers else 0.0)
-        if hy._blocks is not None:  # a pipeline stage's blocks: each symbol's block at its share of them
-            mix = dict(hy.dense_mix())
-            n = sum(mix.values())
-            per = {
-                "M": hy.mixer_parameters(self.hidden),
-                "*": int(sum(k * n for _, k, n in self.attention_linears(1))),
-                "-": (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden,
-            }
-            return (sum(mix[k] * per[k] for k in mix) + n * self.hidden) / n if n else 0.0
         n = self.layers - self.moe_layers
         return (c["attention"] + c["ffn"] + c["mamba"] + n * self.hidden) / n if n else 0.0
 
