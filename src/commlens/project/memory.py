@@ -446,7 +446,25 @@ def stage_recompute(w: Workload, layout: ParallelLayout, r: Resolved) -> list[tu
 
 def stage_parameters(w: Workload, r: Resolved, schedule: str | None = None) -> list[tuple[float, float]]:
     """(dense, expert) parameters per GPU of every stage (the last with its multi-token prediction modules:
-    :func:`mtp_stage_parameters`; ``schedule``: the layout's pipeline schedule)."""
+    :func:`mtp_stage_parameters`; ``schedule``: the layout's pipeline schedule), counted once for a workload and
+    its resolved layout (a projection asks several times)."""
+    key = (id(w), id(r), schedule)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is w and hit[1] is r:
+        return list(hit[2])
+    out = _stage_parameters(w, r, schedule)
+    if len(_PARAMS) >= _VIEWS_MAX:
+        _PARAMS.clear()
+    _PARAMS[key] = (w, r, tuple(out))
+    return out
+
+
+# stage_parameters' answers by (id(workload), id(resolved), schedule), each kept with the objects it was made for
+_PARAMS: dict[tuple[int, int, str | None], tuple[Workload, Resolved, tuple[tuple[float, float], ...]]] = {}
+
+
+def _stage_parameters(w: Workload, r: Resolved, schedule: str | None) -> list[tuple[float, float]]:
+    """:func:`stage_parameters`, counted."""
     moe_dense_layer = w.layer_dense_parameters(True)
     expert_layer = w.parameter_counts()["experts"] / w.moe_layers if w.moe_layers else 0.0
     out = []

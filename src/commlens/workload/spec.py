@@ -244,6 +244,11 @@ class Hybrid(_Spec):
         )
 
 
+# Workload.parameter_counts' answers by id(workload), each kept with its workload; cleared when full
+_COUNTS: dict[int, tuple[Workload, dict[str, int]]] = {}
+_COUNTS_MAX = 512
+
+
 class Workload(_Spec):
     """A decoder-only transformer and the batch it trains on."""
 
@@ -441,6 +446,16 @@ class Workload(_Spec):
         return out
 
     def parameter_counts(self) -> dict[str, int]:
+        """Parameters by part (:meth:`_parameter_counts`), counted once a workload: specs are frozen, so a count
+        stays true for the object it was made for (kept with it, so that its id is not reused while kept)."""
+        hit = _COUNTS.get(id(self))
+        if hit is None or hit[0] is not self:
+            if len(_COUNTS) >= _COUNTS_MAX:
+                _COUNTS.clear()
+            hit = _COUNTS[id(self)] = (self, self._parameter_counts())
+        return dict(hit[1])
+
+    def _parameter_counts(self) -> dict[str, int]:
         """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings; a
         hybrid's Mamba mixers as ``mamba`` (each part over the layers that have it: a hybrid layer has one pre-norm)."""
         h = self.hidden
