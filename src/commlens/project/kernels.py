@@ -671,9 +671,11 @@ def layer_kernels(
     peak16: float,
     moe: bool,
     only: str | None = None,
+    blocks: dict[tuple[object, ...], list[Kernel]] | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer (dense or MoE) for one micro-batch on one GPU; a hybrid's of one kind
-    (:func:`_hybrid_layer`), or with ``only`` its one block of that symbol (``*``, ``-``; with ``moe`` the E block)."""
+    (:func:`_hybrid_layer`), or with ``only`` its one block of that symbol (``*``, ``-``; with ``moe`` the E block).
+    ``blocks``: a hybrid's blocks already built for these inputs, and where to keep those built here."""
     fp8 = w.precision == "fp8"
     recipe = fp8_recipe(fw, layout) if fp8 else None
     if fp8 and (layout.fp8_recipe or fw.fp8_recipe) == "mxfp8" and generation(dev.name) in MXFP8_UNSUPPORTED:
@@ -694,7 +696,7 @@ def layer_kernels(
         files=s.efficiency_files,
     )
     if w.hybrid is not None:
-        return _hybrid_layer(b, w, layout, s, peak16, moe, only)
+        return _hybrid_layer(b, w, layout, s, peak16, moe, only, blocks)
     t, h, tokens = s.tp, w.hidden, s.tokens
     out = _attention_block(b, w, layout, s, peak16)
     resid = tokens * h * (1.0 if s.sp else t) / t  # elements of the residual stream on this GPU
@@ -960,7 +962,14 @@ def _scaled(k: Kernel, share: float) -> Kernel:
 
 
 def _hybrid_layer(
-    b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float, moe: bool, only: str | None = None
+    b: _Builder,
+    w: Workload,
+    layout: ParallelLayout,
+    s: LayerShape,
+    peak16: float,
+    moe: bool,
+    only: str | None = None,
+    blocks: dict[tuple[object, ...], list[Kernel]] | None = None,
 ) -> list[Kernel]:
     """A hybrid model's layer of each kind, one micro-batch on one GPU. MoE: an E layer (pre-norm and the MoE
     block, no attention). Dense: the mean of its M, * and - layers, each one's kernels at its share of them, so
@@ -969,10 +978,18 @@ def _hybrid_layer(
     hy = w.hybrid
     assert hy is not None
     t, h, tokens = s.tp, w.hidden, s.tokens
+    # the blocks depend on the precision and rates, not on which blocks a stage mixes: built once for these
+    key = (w.precision, b.gemm_peak, peak16, b.elem, s, id(layout))
     if moe:  # the MoE layer's pre-MLP norm (Megatron-Core's TransformerLayer with the MoE block alone), then the block
+        e_key = ("E", *key)
+        if blocks is not None and e_key in blocks:
+            return list(blocks[e_key])
         resid = tokens * h * (1.0 if s.sp else t) / t
         head = [b.stream("ffn_norm", "norm", 4 * resid, LAYER_NORM_KERNELS, "norm")]
-        return _with_gaps(head, layout, True) + _moe_block(b, w, layout, s, resid, (0.0, 0.0), attention=False)
+        e_block = _with_gaps(head, layout, True) + _moe_block(b, w, layout, s, resid, (0.0, 0.0), attention=False)
+        if blocks is not None:
+            blocks[e_key] = list(e_block)
+        return e_block
     if only == "*":
         return _with_gaps(_hybrid_attention_layer(b, w, layout, s, peak16), layout)
     if only == "-":
@@ -984,7 +1001,16 @@ def _hybrid_layer(
     }
     mix = hy.dense_mix()  # the model's blocks, or a pipeline stage's [27 s29 hybridpp]
     total = sum(n for _, n in mix)
-    out = [_scaled(k, n / total) for sym, n in mix if n for k in build[sym]()]
+    built: dict[str, list[Kernel]] = {}
+    for sym, n in mix:
+        sym_key = (sym, *key)
+        if n and blocks is not None and sym_key in blocks:
+            built[sym] = blocks[sym_key]
+        elif n:
+            built[sym] = build[sym]()
+            if blocks is not None:
+                blocks[sym_key] = built[sym]
+    out = [_scaled(k, n / total) for sym, n in mix if n for k in built[sym]]
     return _with_gaps(out, layout)
 
 

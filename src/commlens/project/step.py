@@ -379,6 +379,10 @@ class _Setup:
     nodes_per_domain: int  # nodes one scale-up (NVLink) domain holds
     peak: float  # the GPU's peak FLOP/s in the workload's precision
     gemm_peak: float  # and what its GEMMs reach of it (fp8's own efficiency)
+    # a hybrid's blocks' kernels, built once a projection for every stage mix that prices them (kernels.layer_kernels)
+    hybrid_blocks: dict[tuple[object, ...], list[Kernel]] = field(default_factory=dict)
+    # and a hybrid's E layer priced (_layer_time), the same for every stage mix: once a projection
+    hybrid_e_times: dict[tuple[object, ...], tuple[tuple[float, ...], dict[str, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -572,7 +576,13 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
     for cv in variants:
         for (kernels, a2a_bytes), moe in zip(layer_kinds, moe_kinds, strict=True):
             kind_lc = lc if c.w.hybrid is None or c.r.cp == 1 else _hybrid_kind_comm(c, lc, moe)
-            times, by_kind = _layer_time(cv, kernels, a2a_bytes, kind_lc)
+            e_key = (cv.fwd_passes, cv.w.precision, cv.gemm_peak)  # an E layer: whatever the stage's other blocks
+            if moe and c.w.hybrid is not None and e_key in c.hybrid_e_times:
+                times, by_kind = c.hybrid_e_times[e_key]
+            else:
+                times, by_kind = _layer_time(cv, kernels, a2a_bytes, kind_lc)
+                if moe and c.w.hybrid is not None:
+                    c.hybrid_e_times[e_key] = (times, by_kind)
             kind_times.append(times)
             kind_seconds.append(by_kind)
     return kind_times, kind_seconds, lc
@@ -755,10 +765,12 @@ def _layer_kinds(c: _Setup, accelerators: Sequence[str] | None, gemm_peak: float
     peak16 = c.dev.peak("bf16")  # attention runs in 16 bits under fp8 training (Transformer Engine's default)
     shape = _layer_shape(c, accelerators)
     kinds: list[tuple[list[Kernel], float]] = []
+    blocks = c.hybrid_blocks
     if w.layers - w.moe_layers:
-        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False), 0.0))
+        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, False, blocks=blocks), 0.0))
     if w.moe is not None:  # then w.moe_layers > 0 (the spec refuses an MoE block that starts past the last layer)
-        kinds.append((layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True), _a2a_bytes(c)))
+        moe_kernels = layer_kernels(c.dev, c.fw, w, layout, shape, gemm_peak, peak16, True, blocks=blocks)
+        kinds.append((moe_kernels, _a2a_bytes(c)))
     return kinds
 
 
