@@ -930,13 +930,21 @@ def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: Layer
 
 
 def hybrid_mtp_kernels(
-    dev: Device, fw: Framework, w: Workload, layout: ParallelLayout, s: LayerShape, gemm_peak: float, peak16: float
+    dev: Device,
+    fw: Framework,
+    w: Workload,
+    layout: ParallelLayout,
+    s: LayerShape,
+    gemm_peak: float,
+    peak16: float,
+    blocks: dict[tuple[object, ...], list[Kernel]] | None = None,
 ) -> list[Kernel]:
     """The layer of one multi-token prediction module of a hybrid, one micro-batch on one GPU: an attention block and
     an E block (an MLP block without experts), Megatron-Core's MTP pattern '*E' of Nemotron 3 (NVIDIA/Megatron-LM
-    cd4afffa megatron/core/transformer/multi_token_prediction.py: a HybridStack of the pattern's layer types)."""
+    cd4afffa megatron/core/transformer/multi_token_prediction.py: a HybridStack of the pattern's layer types).
+    ``blocks``: as :func:`layer_kernels` (the E block is the E layer's)."""
     attention = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, False, only="*")
-    second = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, w.moe is not None, only="-")
+    second = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, w.moe is not None, only="-", blocks=blocks)
     return attention + second
 
 

@@ -791,7 +791,7 @@ def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
     block and an E or MLP block), as :func:`_layer_time` prices a layer, each block with one TP pair a pass."""
     w = c.w
     shape = _layer_shape(c, c.scenario.accelerators)
-    kernels = hybrid_mtp_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, c.dev.peak("bf16"))
+    kernels = hybrid_mtp_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, c.dev.peak("bf16"), c.hybrid_blocks)
     lc = replace(_layer_comm(c), mamba_cp=0.0)  # no Mamba block: its attention block's CP exchange alone
     return _layer_time(c, kernels, _a2a_bytes(c) if w.moe is not None else 0.0, lc)
 
