@@ -25,7 +25,7 @@ MOE = ("qwen3", "deepseek", "mixtral", "gpt-oss")
 
 
 def run(label: str) -> None:
-    step._COMM.clear()
+    step.clear_caches()
     step.slowest_gpu_factor.cache_clear()
     rows = validate_tables([n for n in table_names() if n != "memory"])
 

@@ -49,7 +49,7 @@ def single(rounds: int = 5, calls: int = 2000) -> tuple[float, float]:
     for _ in range(rounds):
         t0 = time.perf_counter()
         for _ in range(calls // 10):
-            step._COMM.clear()
+            step.clear_caches()
             run(scenario)
         cold.append((time.perf_counter() - t0) / (calls // 10))
     return statistics.median(warm), statistics.median(cold)

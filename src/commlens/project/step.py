@@ -400,6 +400,19 @@ class _LayerComm:
     mamba_cp: float = 0.0  # a hybrid's Mamba CP all-to-alls of one forward (the backward's the same), not hidden
 
 
+def clear_caches() -> None:
+    """Forget what projections keep between calls: the collective costs (``_COMM``), the workloads' parameter
+    counts, the hybrids' stage views and the stages' parameters (a cold start, as a new process has it)."""
+    from commlens.project import memory
+    from commlens.workload import spec
+
+    _COMM.clear()
+    _COMM_TOPOLOGIES.clear()
+    memory._VIEWS.clear()
+    memory._PARAMS.clear()
+    spec._COUNTS.clear()
+
+
 def run(scenario: Scenario) -> Projection:
     """The projection stage: one :class:`Scenario` in, its :class:`Projection` out. :class:`InfeasibleLayoutError`
     when the layout cannot run (with the reason), :class:`ProjectionError` when the hardware lacks what it needs."""
