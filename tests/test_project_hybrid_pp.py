@@ -5,6 +5,7 @@ the model's mean block [27 s29 hybridpp]."""
 from __future__ import annotations
 
 import pytest
+from test_project_hybrid import MAMBA, _plain  # one definition of the small model and its mixer
 
 from commlens.project import InfeasibleLayoutError, ParallelLayout, project
 from commlens.project.layout import resolve
@@ -14,28 +15,12 @@ from commlens.workload import Workload
 from commlens.workload.spec import workload_from_dict
 
 H100 = load_topology("dgx-h100")
-MAMBA = {"mamba_heads": 64, "mamba_head_dim": 64, "mamba_state": 128, "mamba_groups": 8}
 MOE = {"experts": 16, "top_k": 2, "expert_ffn_hidden": 1024}
 
 
 def _hybrid(pattern: str, seq_len: int = 16384, **kw: object) -> Workload:
-    data: dict[str, object] = {
-        "name": "hybrid",
-        "layers": len(pattern),
-        "hidden": 2048,
-        "ffn_hidden": 8192,
-        "gated_ffn": False,
-        "heads": 16,
-        "kv_heads": 8,
-        "head_dim": 128,
-        "vocab": 32000,
-        "seq_len": seq_len,
-        "global_batch": 64,
-        "micro_batch": 1,
-        "position_embedding": "none",
-        "hybrid": {"pattern": pattern, **MAMBA},
-    }
-    data.update(kw)
+    data = _plain(layers=len(pattern), seq_len=seq_len, position_embedding="none")
+    data.update({"hybrid": {"pattern": pattern, **MAMBA}, **kw})
     return workload_from_dict(data)
 
 
@@ -107,23 +92,7 @@ def _cp(cp: int, tp: int = 1, **kw: object) -> ParallelLayout:
 
 
 def test_a_hybrid_of_attention_and_mlp_blocks_exchanges_what_the_transformer_does_under_cp() -> None:
-    plain = workload_from_dict(
-        {
-            "name": "plain",
-            "layers": 8,
-            "hidden": 2048,
-            "ffn_hidden": 8192,
-            "gated_ffn": False,
-            "heads": 16,
-            "kv_heads": 8,
-            "head_dim": 128,
-            "vocab": 32000,
-            "seq_len": 16384,
-            "global_batch": 64,
-            "micro_batch": 1,
-            "position_embedding": "none",
-        }
-    )
+    plain = workload_from_dict(_plain(layers=8, seq_len=16384, position_embedding="none"))
     a = project(plain, H100, _cp(4), 32, check_memory=False)
     b = project(_hybrid("*-" * 8), H100, _cp(4), 32, check_memory=False)
     # the K/V exchange runs in the attention blocks only: one of the two blocks a transformer layer splits into
