@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from commlens.project.compute import FLASH_ATTENTION_FRACTION, gemm_time_s, stream_time_s
 from commlens.project.efficiency import attention_entries, attention_tflops, gemm_rate_cap, mxfp8_quantize_fit
@@ -409,6 +410,7 @@ class LayerShape:
     efficiency_files: tuple[str, ...] = ()  # accelerators files whose attention entries come first
     etp: int = 0  # expert tensor-parallel size (0: as TP)
     dispatch_share: float = 1.0  # a flex dispatcher's received tokens over the routed copies (step.deepep_share)
+    gemm_peak16: float = 0.0  # what 16-bit GEMMs reach (modules kept in bf16 under an fp8 recipe); 0: the bf16 peak
 
 
 def unfused_factor(fw: Framework, compiled: bool, op: str) -> tuple[float, float]:
@@ -585,6 +587,7 @@ class _Builder:
     gemm_launch: int  # launches per GEMM (with its fp8 casts)
     gemm_rate: float = 1.0  # the fp8 recipe's GEMM rate against per-tensor fp8 (MXFP8's block scales)
     files: tuple[str, ...] = ()  # accelerators files: the GEMMs they measured cap an expert's GEMM too
+    gemm_peak16: float = 0.0  # what 16-bit GEMMs reach (a module kept in bf16: _module_builder)
 
     def stream(
         self,
@@ -694,6 +697,7 @@ def layer_kernels(
         gemm_launch=1 + (recipe.launches if recipe else 0),
         gemm_rate=rate,
         files=s.efficiency_files,
+        gemm_peak16=s.gemm_peak16 or peak16,
     )
     if w.hybrid is not None:
         return _hybrid_layer(b, w, layout, s, peak16, moe, only, blocks)
@@ -790,6 +794,8 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
     # each group repeated on several ranks where there are fewer than CP (mamba_cp_shape) [27 s29 mambacp]
     cp, heads_cp, groups_cp, _ = mamba_cp_shape(hy, t, layout.cp)
     seq_tokens = tokens * cp
+    own = _module_builder(b, w, layout, "mamba_out")  # out_proj at its own precision [27 s29 quantrecipe]
+    b_out = b if own is None else own[0]
     conv = hy.conv_channels(t) if cp == 1 else heads_cp * p + 2 * groups_cp * n
     scan_fwd, scan_bwd = ssd_bytes_per_token(heads_cp, groups_cp, p, n, q)
     # the causal convolution (CUDA): forward reads and writes x, B and C; the backward runs it again, then reads
@@ -811,19 +817,46 @@ def _mamba_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape
         b.stream("mamba_layout", "ssm", 2 * 2 * tokens * (width + d_i), MAMBA_LAYOUT_COPIES),
         scan,
         b.stream("mamba_norm", "norm", 2 * 2 * tokens * d_i, 1),  # the grouped RMSNorm: read y, write its output
-        b.gemm("mamba_out", "gemm", tokens, h, d_i, s.tp_chunks),
+        b_out.gemm("mamba_out", "gemm", tokens, h, d_i, s.tp_chunks),
         b.stream("mamba_residual", "residual", 7 * resid, 0, "bias_dropout_add"),
     ]
     if cp > 1:
         out.append(_mamba_cp_copies(b, hy, t, cp, tokens))
     if w.precision == "fp8":  # in_proj's and out_proj's inputs forward, their output gradients backward
-        out.append(
-            replace(_cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0)), name="mamba_cast")
-        )
+        if own is None:
+            cast = _cast(b, layout, (resid + tokens * d_i, tokens * width + resid), (2.0, 2.0))
+            out.append(replace(cast, name="mamba_cast"))
+        else:  # out_proj at its own precision: in_proj's casts at the layer's, out_proj's at its own
+            out.append(replace(_cast(b, layout, (resid, tokens * width), (1.0, 1.0)), name="mamba_cast"))
+            _, w_out, layout_out = own
+            if w_out.precision == "fp8":
+                cast = _cast(b_out, layout_out, (tokens * d_i, resid), (1.0, 1.0))
+                out.append(replace(cast, name="mamba_out_cast"))
         out += [replace(k, name="mamba_fp8_gather_transpose") for k in _block_fp8_gather_transposes(b, w, layout, s)]
     if t > 1:
         out.append(Kernel("mamba_tp_collectives", "gemm", 0.0, 0.0, 2 if s.sp else 1))
     return out
+
+
+def _module_builder(
+    b: _Builder, w: Workload, layout: ParallelLayout, module: Literal["attention", "latent", "mamba_out"]
+) -> tuple[_Builder, Workload, ParallelLayout] | None:
+    """The builder, workload and layout a hybrid's ``module`` (attention, latent, mamba_out) runs at where
+    ``layout.module_precision`` gives it its own precision under an fp8 recipe (Megatron-Core's quant_recipe: a
+    Transformer Engine quantization config matched by module name; Megatron-Bridge's Nemotron 3 Super NVFP4 perf
+    recipes load te_quant.cfg) [27 s29 quantrecipe]: bf16, the 16-bit GEMM plateau, no casts; mxfp8, its GEMM rate,
+    one-byte inputs and its casts. None: the layer's own precision."""
+    precision = (layout.module_precision or {}).get(module)
+    if precision is None or w.precision != "fp8":
+        return None
+    plain = layout.model_copy(update={"module_precision": None})
+    if precision == "bf16":
+        b16 = replace(b, gemm_peak=b.gemm_peak16, elem=2.0, gemm_launch=1, gemm_rate=1.0)
+        return b16, w.model_copy(update={"precision": "bf16"}), plain
+    mx = FP8_RECIPES["mxfp8"]
+    fp8_peak = b.gemm_peak / b.gemm_rate  # the per-tensor fp8 plateau the recipes' rates scale
+    bmx = replace(b, gemm_peak=fp8_peak * mx.gemm_rate, elem=1.0, gemm_launch=1 + mx.launches, gemm_rate=mx.gemm_rate)
+    return bmx, w, plain.model_copy(update={"fp8_recipe": "mxfp8"})
 
 
 def mamba_cp_shape(hy: Hybrid, tp: int, cp: int) -> tuple[int, float, float, float]:
@@ -874,7 +907,10 @@ def _hybrid_attention_layer(
     b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape, peak16: float
 ) -> list[Kernel]:
     """A hybrid's attention layer: the attention half of a transformer layer with its own pre-norm and residual and
-    no FFN after it (no second norm)."""
+    no FFN after it (no second norm); at its own precision where ``layout.module_precision`` names it."""
+    own = _module_builder(b, w, layout, "attention")
+    if own is not None:
+        return _hybrid_attention_layer(*own[:2], own[2], s, peak16)
     t, tokens = s.tp, s.tokens
     resid = tokens * w.hidden * (1.0 if s.sp else t) / t
     out = [k for k in _attention_block(b, w, layout, s, peak16) if k.name not in ("ffn_norm", "tp_collectives")]
@@ -1493,9 +1529,11 @@ def _latent_and_shared(b: _Builder, w: Workload, layout: ParallelLayout, tokens:
     out: list[Kernel] = []
     if m.latent_size is not None:
         hm = m.latent_size
-        out += [b.gemm("latent_down", "gemm", tokens, hm, h), b.gemm("latent_up", "gemm", tokens, h, hm)]
-        if w.precision == "fp8":  # their inputs forward, their output gradients backward
-            cast = _cast(b, layout, (tokens * (h + hm), tokens * (hm + h)), (2.0, 2.0))
+        own = _module_builder(b, w, layout, "latent")  # at their own precision [27 s29 quantrecipe]
+        bl, wl, ll = (b, w, layout) if own is None else own
+        out += [bl.gemm("latent_down", "gemm", tokens, hm, h), bl.gemm("latent_up", "gemm", tokens, h, hm)]
+        if wl.precision == "fp8":  # their inputs forward, their output gradients backward
+            cast = _cast(bl, ll, (tokens * (h + hm), tokens * (hm + h)), (2.0, 2.0))
             out.append(replace(cast, name="latent_cast"))
     if m.shared_experts:
         out += [

@@ -277,6 +277,16 @@ class ParallelLayout(StrictSpec):
         "bits (Megatron-Bridge keep_mtp_spec_in_bf16: multi_token_prediction.py builds them outside it; the "
         "Nemotron-H bridge's default, set by the Nemotron 3 Super recipes) [27 s28 super]",
     )
+    # [27 s29 quantrecipe] Megatron-Core's quant_recipe (a Transformer Engine quantization config's glob matchers,
+    # megatron/core/quantization/utils.py load_quantization_recipe): some modules at another precision than the fp8 /
+    # NVFP4 recipe's. Megatron-Bridge's Nemotron 3 Super NVFP4 perf recipes load te_quant.cfg: *.linear_qkv and
+    # *.linear_proj, *mlp.fc[12]_latent_proj (and mtp.*, mtp_bf16) in BF16, *mixer.out_proj in MXFP8
+    module_precision: dict[Literal["attention", "latent", "mamba_out"], Literal["bf16", "mxfp8"]] | None = Field(
+        default=None,
+        description="under fp8 precision, modules of a hybrid model at their own precision (Megatron-Core "
+        "quant_recipe): attention (linear_qkv, linear_proj), latent (a latent MoE's fc1/fc2_latent_proj), mamba_out "
+        "(the Mamba mixer's out_proj) -> bf16 or mxfp8 [27 s29 quantrecipe]",
+    )
     nvfp4_rht: bool = Field(
         default=True,
         description="fp8_recipe nvfp4: the Hadamard transform of the weight gradient's inputs (Transformer Engine's "

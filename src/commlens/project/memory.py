@@ -198,18 +198,33 @@ def hybrid_block_parts(w: Workload, layout: ParallelLayout, tp: int) -> dict[str
     nvfp4 = (layout.fp8_recipe or framework(layout.framework).fp8_recipe) == "nvfp4"
     gemm_in = (NVFP4_BYTES if nvfp4 else 1.0) if w.precision == "fp8" else 2.0
     d_i = hy.d_inner / tp
+    # modules at their own precision (layout.module_precision, Megatron-Core's quant_recipe) keep their GEMM inputs
+    # at it: bf16 two bytes, mxfp8 one [27 s29 quantrecipe]
+    own = (layout.module_precision or {}) if w.precision == "fp8" else {}
+    own_in = {module: 2.0 if p == "bf16" else 1.0 for module, p in own.items()}
     # in_proj's output and the scan's pre-gate output (mamba_split_conv1d_scan_combined's save_for_backward,
     # state-spaces/mamba e9594ce1 ssd_combined.py:888), the grouped norm's input and fp32 rstd a group
     # (layernorm_gated.py:360), out_proj's input
-    saved = 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + 2.0 * d_i + 4.0 * hy.mamba_groups / tp + gemm_in * d_i
+    out_in = own_in.get("mamba_out", gemm_in)
+    saved = 2.0 * hy.in_proj_width(tp) + 2.0 * d_i + 2.0 * d_i + 4.0 * hy.mamba_groups / tp + out_in * d_i
+    attention, attention_norm = dense, one_norm
+    if own.get("attention") == "bf16":  # the attention block's linears in 16 bits: their inputs kept so
+        w16 = w.model_copy(update={"hybrid": None, "moe": None, "precision": "bf16"})
+        attention = activation_parts(w16, layout, tp, False)
+        attention_norm = {"norm_inputs": attention["norm_inputs"] / 2, "layernorm": attention["layernorm"] / 2}
     blocks = {
         "M": {**one_norm, "mamba": saved},
-        "*": {**one_norm, **{k: v for k, v in dense.items() if k not in ("norm_inputs", "layernorm", "mlp")}},
+        "*": {
+            **attention_norm,
+            **{k: v for k, v in attention.items() if k not in ("norm_inputs", "layernorm", "mlp")},
+        },
         "-": {**one_norm, "mlp": dense["mlp"]},
     }
     if w.moe is not None:
         full = activation_parts(w.model_copy(update={"hybrid": None}), layout, tp, True)
         blocks["E"] = {**one_norm, **{k: v for k, v in full.items() if k in ("moe", "moe_act", "shared_experts")}}
+        if w.moe.latent_size is not None and "latent" in own_in:  # fc2_latent_proj's input at its own precision
+            blocks["E"]["moe"] += (own_in["latent"] - gemm_in) * w.moe.latent_size / tp
     return blocks
 
 

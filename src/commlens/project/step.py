@@ -39,7 +39,7 @@ from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, HYBRID
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
-from commlens.project.frameworks import Framework, framework, loss_fused
+from commlens.project.frameworks import Framework, framework, generation, loss_fused
 from commlens.project.hardware import Device, accelerator_files, device_for
 from commlens.project.kernels import (
     COMPUTE_KINDS,
@@ -47,6 +47,7 @@ from commlens.project.kernels import (
     FP8_AUTOCAST_AMAX_ENTRIES,
     GAP_SUFFIX,
     KINDS,
+    MXFP8_UNSUPPORTED,
     Kernel,
     LayerShape,
     async_tp_unfused_reduce_scatters,
@@ -516,6 +517,30 @@ def _check_hybrid(w: Workload, layout: ParallelLayout, r: Resolved) -> None:
         raise InfeasibleLayoutError("optimizer muon is not modelled for hybrid Mamba models", "framework")
 
 
+def _check_module_precision(w: Workload, layout: ParallelLayout, dev: Device) -> None:
+    """What ``layout.module_precision`` covers: a hybrid model's attention blocks, latent projections and Mamba
+    out_proj [27 s29 quantrecipe]; MXFP8 only where Transformer Engine has it (Blackwell on)."""
+    over = layout.module_precision
+    if not over:
+        return
+    if w.hybrid is None:
+        raise InfeasibleLayoutError(
+            "module_precision is modelled for hybrid models' blocks (attention, latent, mamba_out); set fp8_recipe "
+            "or bf16_layers_start / bf16_layers_end for a transformer",
+            "framework",
+        )
+    if "latent" in over and (w.moe is None or w.moe.latent_size is None):
+        raise InfeasibleLayoutError(
+            "module_precision latent: the workload's MoE has no latent projections", "framework"
+        )
+    if "mxfp8" in over.values() and generation(dev.name) in MXFP8_UNSUPPORTED:
+        raise InfeasibleLayoutError(
+            f"module_precision mxfp8 needs compute capability 10.0 (Blackwell) or higher, as Transformer Engine "
+            f"checks; {dev.name} is {generation(dev.name)}",
+            "framework",
+        )
+
+
 def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float]]:
     """What every part of the projection reads, then each stage's memory and the fullest stage's; in this order
     the reasons a scenario cannot run: the GPU's figures, the layout on the job, the precision, the memory, the
@@ -525,6 +550,7 @@ def _setup(s: Scenario) -> tuple[_Setup, list[dict[str, float]], dict[str, float
     r = resolve(layout, w, s.gpus, topology.accelerators_per_node)
     if w.hybrid is not None:
         _check_hybrid(w, layout, r)
+    _check_module_precision(w, layout, dev)
     comm = _comm_model(s, r)
     peak = dev.peak(w.precision)
     stage_mem, mem = _memory(dev, w, layout, r, s.check_memory)
@@ -742,6 +768,7 @@ def _layer_shape(c: _Setup, accelerators: Sequence[str] | None) -> LayerShape:
         efficiency_files=eff_files,
         etp=r.etp,
         dispatch_share=_flex_received_share(c),
+        gemm_peak16=c.dev.peak("bf16") * _cuda_gemm_ratio(c.dev, c.fw, False),
     )
 
 
