@@ -228,6 +228,19 @@ def test_a_value_yaml_reads_as_a_date_is_refused_where_the_point_is_parsed():
     assert parse_vary(["workload.name=x,7,null"]) == {"workload.name": ["x", 7, None]}
 
 
+def test_a_flow_mapping_or_list_is_one_value_of_a_set_or_vary():
+    """Commas inside brackets belong to the value: ``--set layout.module_precision={attention: bf16, latent: bf16}``
+    is one mapping (it was split at its comma and refused as bad YAML), and a vary still splits its values."""
+    from commlens.project.sweep import parse_vary
+
+    got = parse_vary(
+        ["layout.module_precision={attention: bf16, latent: bf16}", "layout.cuda_graph_scope=[attn, mamba],[attn]"]
+    )
+    assert got["layout.module_precision"] == [{"attention": "bf16", "latent": "bf16"}]
+    assert got["layout.cuda_graph_scope"] == [["attn", "mamba"], ["attn"]]
+    assert parse_vary(["layout.tp=1,2,4"]) == {"layout.tp": [1, 2, 4]}
+
+
 def test_a_list_or_mapping_value_is_a_refused_point_not_a_crash():
     """``--set topology.scale_out.name=[1]`` ended in ``TypeError: unhashable type: 'list'`` (the loaded
     topology and workload are cached by their overrides); now the point is invalid, with pydantic's reason."""

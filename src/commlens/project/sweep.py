@@ -101,6 +101,22 @@ def _number(path: str, value: SpecValue) -> int | float | str:
     return value
 
 
+def _split_values(values: str) -> list[str]:
+    """``v1,v2,...`` split at the commas outside brackets, so that one value may be a YAML flow mapping or list
+    (``{attention: bf16, latent: bf16}``, ``[attn, mamba]``)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(values):
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            out.append(values[start:i])
+            start = i + 1
+    out.append(values[start:])
+    return out
+
+
 def parse_vary(specs: Iterable[str]) -> dict[str, list[SpecValue]]:
     """``path=v1,v2`` -> {path: [v1, v2]}; values parsed as YAML scalars. An error names the spec or its path,
     not the option it came from (``sweep --vary``, ``project --set``, ``sim step --set``): the caller says."""
@@ -117,7 +133,7 @@ def parse_vary(specs: Iterable[str]) -> dict[str, list[SpecValue]]:
         if path != "gpus" and path.split(".")[0] not in ("workload", "layout", "topology"):
             raise ProjectionError(f"{path}: the path starts with workload., layout., topology. or is gpus")
         try:
-            parsed = [_value(v) for v in values.split(",")]
+            parsed = [_value(v) for v in _split_values(values)]
         except DuplicateKeyError as e:
             raise ProjectionError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
