@@ -420,8 +420,7 @@ def run(scenario: Scenario) -> Projection:
     c, stage_mem, mem = _setup(scenario)  # 1. the GPU, the layout on the job, its memory, the collective model
     kind_times, kind_seconds, lc = _layer_times(c)  # 2. one layer of each kind, one micro-batch
     pp_p2p, ends = _pp_p2p_stages(c), _ends(c, c.gemm_peak, lc.tp_bytes)  # 3. the pipeline's sends, first/last layers
-    stages, stage_classes = _stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
-    stages, stage_classes = _hybrid_stages(c, stages, stage_classes, pp_p2p, ends, scenario.gpus)
+    stages, stage_classes = _all_stages(c, kind_times, kind_seconds, pp_p2p, ends, scenario.gpus)  # 4. each stage
     pipeline_s, pace, schedule = _pipeline(c, stages)  # 5. the schedule: m x the slowest stage + fill and drain
     runs = _fsdp_runs(c)  # 6. DP and the optimizer after the last backward (FSDP's per schedule run)
     tail = _slowest_tail(c, stages, c.r.micro_batches // runs, runs)
@@ -1850,30 +1849,31 @@ def _stages(
     return stages, stage_classes
 
 
-def _hybrid_stages(
+def _all_stages(
     c: _Setup,
-    stages: list[dict[str, float]],
-    stage_classes: list[dict[str, float]],
+    kind_times: list[tuple[float, ...]],
+    kind_seconds: list[dict[str, float]],
     pp_p2p: list[float],
     ends: dict[str, float],
     gpus: int,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """A hybrid's pipeline stages, each with its own blocks' layers (``memory.stage_views``): Megatron-Core gives
-    each stage a slice of the pattern, so one stage may hold the attention blocks another does not. Each distinct mix
-    of M, * and - blocks is priced once (its dense layer kind and every stage at it) and its stages kept; ``stages``
-    as they are (the model's mix) where there is one stage or no hybrid [27 s29 hybridpp]."""
+    """Every pipeline stage (:func:`_stages`), a hybrid's each with its own blocks' layers (``memory.stage_views``):
+    Megatron-Core gives each stage a slice of the pattern, so one stage may hold the attention blocks another does
+    not. Each distinct mix of M, * and - blocks is priced once (its dense layer kind, then its own stages); with one
+    stage or no hybrid, the kinds already priced serve every stage [27 s29 hybridpp]."""
     views = stage_views(c.w, c.r)
     if all(v is c.w for v in views):
-        return stages, stage_classes
-    stages, stage_classes = list(stages), list(stage_classes)
+        return _stages(c, kind_times, kind_seconds, pp_p2p, ends, gpus)
+    stages: list[dict[str, float]] = [{} for _ in views]
+    stage_classes: list[dict[str, float]] = [{} for _ in views]
     by_mix: dict[tuple[tuple[str, int], ...], list[int]] = {}
     for i, view in enumerate(views):
         assert view.hybrid is not None
         by_mix.setdefault(tuple(view.hybrid.dense_mix()), []).append(i)
     for members in by_mix.values():
         cv = replace(c, w=views[members[0]])
-        kind_times, kind_seconds, _ = _layer_times(cv)
-        mix_stages, mix_classes = _stages(cv, kind_times, kind_seconds, pp_p2p, ends, gpus, frozenset(members))
+        mix_times, mix_seconds, _ = _layer_times(cv)
+        mix_stages, mix_classes = _stages(cv, mix_times, mix_seconds, pp_p2p, ends, gpus, frozenset(members))
         for i in members:
             stages[i], stage_classes[i] = mix_stages[i], mix_classes[i]
     return stages, stage_classes
