@@ -53,7 +53,6 @@ __all__ = [
     "graph_shares",
     "recompute_share",
     "layer_kernels",
-    "hybrid_mtp_kernels",
     "unfused_factor",
     "window_entries",
 ]
@@ -963,25 +962,6 @@ def _hybrid_mlp_layer(b: _Builder, w: Workload, layout: ParallelLayout, s: Layer
         out.append(replace(cast, name="ffn_cast"))
         out += [replace(k, name="ffn_fp8_gather_transpose") for k in _block_fp8_gather_transposes(b, w, layout, s)]
     return out
-
-
-def hybrid_mtp_kernels(
-    dev: Device,
-    fw: Framework,
-    w: Workload,
-    layout: ParallelLayout,
-    s: LayerShape,
-    gemm_peak: float,
-    peak16: float,
-    blocks: dict[tuple[object, ...], list[Kernel]] | None = None,
-) -> list[Kernel]:
-    """The layer of one multi-token prediction module of a hybrid, one micro-batch on one GPU: an attention block and
-    an E block (an MLP block without experts), Megatron-Core's MTP pattern '*E' of Nemotron 3 (NVIDIA/Megatron-LM
-    cd4afffa megatron/core/transformer/multi_token_prediction.py: a HybridStack of the pattern's layer types).
-    ``blocks``: as :func:`layer_kernels` (the E block is the E layer's)."""
-    attention = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, False, only="*")
-    second = layer_kernels(dev, fw, w, layout, s, gemm_peak, peak16, w.moe is not None, only="-", blocks=blocks)
-    return attention + second
 
 
 def _block_fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayout, s: LayerShape) -> list[Kernel]:

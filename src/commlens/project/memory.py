@@ -574,7 +574,7 @@ def stage_fp8_gathered(w: Workload, layout: ParallelLayout, r: Resolved) -> list
     if not (layout.fsdp_fp8_all_gather and layout.zero >= 3 and w.precision == "fp8"):
         return [0.0] * r.pp
     # an MoE layer's attention (its shared experts are gathered in bf16, as the routed ones); a hybrid's E layer none
-    moe = sum(k * n for _, k, n in w.attention_linears(1)) if w.hybrid is None else 0.0
+    moe = w.attention_parameters if w.hybrid is None else 0.0
     return [
         (dense_n * view.layer_linear_parameters(False) + moe_n * moe) / r.tp
         for (dense_n, moe_n), view in zip(stage_layer_kinds(w, r), stage_views(w, r), strict=True)

@@ -55,7 +55,6 @@ from commlens.project.kernels import (
     fp8_autocast_amax_reductions,
     fp8_tp_amax_reductions,
     graph_shares,
-    hybrid_mtp_kernels,
     layer_kernels,
     mamba_cp_a2a_bytes,
     op_sac_tp_regathers,
@@ -291,7 +290,7 @@ def _attention_flops(w: Workload, tokens: float, keys: float) -> tuple[float, fl
     sliding window's layers min(window, s) keys a query, as Megatron-Bridge counts them)."""
     if w.sliding_window is not None:
         keys += (min(w.sliding_window.tokens, keys) - keys) * w.window_layers / w.layers
-    linears = 2 * tokens * sum(k * n for _, k, n in w.attention_linears(1))
+    linears = 2 * tokens * w.attention_parameters
     return linears, 2 * tokens * keys * w.heads * (w.qk_head_dim + w.v_head_dim)
 
 
@@ -826,13 +825,19 @@ def _mtp_in_bf16(c: _Setup) -> bool:
 
 
 def _hybrid_mtp_layer(c: _Setup) -> tuple[tuple[float, ...], dict[str, float]]:
-    """One micro-batch of a hybrid's multi-token prediction layer (:func:`kernels.hybrid_mtp_kernels`: an attention
-    block and an E or MLP block), as :func:`_layer_time` prices a layer, each block with one TP pair a pass."""
+    """One micro-batch of a hybrid's multi-token prediction layer, as :func:`_layer_time` prices a layer, each block
+    with one TP pair a pass: an attention block and an E block (an MLP block without experts), Megatron-Core's MTP
+    pattern '*E' of Nemotron 3 (NVIDIA/Megatron-LM cd4afffa megatron/core/transformer/multi_token_prediction.py: a
+    HybridStack of the pattern's layer types); its E block is the E layers' (``hybrid_blocks``)."""
     w = c.w
     shape = _layer_shape(c, c.scenario.accelerators)
-    kernels = hybrid_mtp_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, c.dev.peak("bf16"), c.hybrid_blocks)
+    peak16 = c.dev.peak("bf16")
+    attention = layer_kernels(c.dev, c.fw, w, c.layout, shape, c.gemm_peak, peak16, False, only="*")
+    second = layer_kernels(
+        c.dev, c.fw, w, c.layout, shape, c.gemm_peak, peak16, w.moe is not None, only="-", blocks=c.hybrid_blocks
+    )
     lc = replace(_layer_comm(c), mamba_cp=0.0)  # no Mamba block: its attention block's CP exchange alone
-    return _layer_time(c, kernels, _a2a_bytes(c) if w.moe is not None else 0.0, lc)
+    return _layer_time(c, attention + second, _a2a_bytes(c) if w.moe is not None else 0.0, lc)
 
 
 def _flex_received_share(c: _Setup) -> float:

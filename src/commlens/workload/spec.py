@@ -393,7 +393,7 @@ class Workload(_Spec):
         # parts as a transformer layer's; repeated modules (mtp_repeated) hold one module's weights
         d, h = (1 if self.mtp_repeated and self.mtp_layers else self.mtp_layers), self.hidden
         mats = 3 if self.gated_ffn else 2
-        attn = int(sum(k * n for _, k, n in self.attention_linears(1))) + 2 * h
+        attn = self.attention_parameters + 2 * h
         out = {"attention": d * attn, "ffn": 0, "experts": 0, "shared_experts": 0, "router": 0}
         if self.moe is not None:
             m = self.moe
@@ -423,6 +423,12 @@ class Workload(_Spec):
     def v_head_dim(self) -> int:
         """Per-head size of values and of the attention output."""
         return self.head_size if self.mla is None else self.mla.v_head_dim
+
+    @property
+    def attention_parameters(self) -> int:
+        """Weights of one layer's attention linears (QKV and the output projection; MLA's down- and
+        up-projections), whole: :meth:`attention_linears` on one GPU."""
+        return int(sum(k * n for _, k, n in self.attention_linears(1)))
 
     def attention_linears(self, tp: int = 1) -> list[tuple[str, float, float]]:
         """(name, K, N per GPU) of each attention GEMM of one layer for one token, on one of ``tp`` GPUs: QKV and
@@ -459,7 +465,7 @@ class Workload(_Spec):
         """Parameters by part: attention, dense FFN, experts (routed), shared experts, router, norms, embeddings; a
         hybrid's Mamba mixers as ``mamba`` (each part over the layers that have it: a hybrid layer has one pre-norm)."""
         h = self.hidden
-        attn = int(sum(k * n for _, k, n in self.attention_linears(1)))
+        attn = self.attention_parameters
         mats = 3 if self.gated_ffn else 2
         dense_layers = self.layers - self.moe_layers
         out = {
@@ -491,7 +497,7 @@ class Workload(_Spec):
         the mean over its non-MoE layers (Mamba's in_proj and out_proj, attention, MLP) or an E layer's shared
         experts."""
         h, mats = self.hidden, 3 if self.gated_ffn else 2
-        attn = sum(k * n for _, k, n in self.attention_linears(1))
+        attn = self.attention_parameters
         ffn = mats * h * self.ffn_hidden
         shared = 0.0
         if self.moe is not None:  # the shared experts and a latent MoE's projections (TE linears)
@@ -515,7 +521,7 @@ class Workload(_Spec):
             n = sum(mix.values())
             per = {
                 "M": hy.mixer_parameters(self.hidden),
-                "*": int(sum(k_in * k_out for _, k_in, k_out in self.attention_linears(1))),
+                "*": self.attention_parameters,
                 "-": (3 if self.gated_ffn else 2) * self.hidden * self.ffn_hidden,
             }
             return (sum(mix[k] * per[k] for k in mix) + n * self.hidden) / n if n else 0.0
