@@ -1416,7 +1416,20 @@ def _shared_in(b: _Builder, tokens: float, fe: float, h: float, mats: int, share
     )
 
 
-def grouped_linear_launches(gemm_launch: int, local: float, grouped_casts: bool = False) -> tuple[float, float]:
+# [27 s30 nvfp4call] Host seconds of one expert's NVFP4 GEMM in Transformer Engine's per-expert cuBLASLt loop
+# (general_grouped_gemm -> nvte_multi_tensor_gemm): NVIDIA/TransformerEngine PR #3134 (2026-06-17, 'Single-launch CUTLASS
+# grouped GEMM for per-tensor NVFP4'), benchmarks/linear/benchmark_grouped_linear.py --compare-nvfp4-grouped-gemm on
+# SM100, TN (fprop), 8 experts x 128 tokens, N = K = 2048: the multi-stream path 0.272 ms with the per-call scale
+# swizzle and per-expert alpha ('dispatch') and 0.267 ms without them ('pure'), against 0.069 ms for one grouped
+# CUTLASS kernel of the same FLOPs: 34 us an expert GEMM whatever its 1 GFLOP, the host issuing the loop (cuBLASLt's
+# block-scaled descriptors and heuristic per call; a plain launch is Framework.host_s_per_kernel). The PR names no host
+# CPU: taken as an x86 host's (a DGX B200), scaled by host_op_factor as every host time.
+NVFP4_EXPERT_GEMM_HOST_S = 0.272e-3 / 8
+
+
+def grouped_linear_launches(
+    gemm_launch: int, local: float, grouped_casts: bool = False, gemm_calls: float = 1.0
+) -> tuple[float, float]:
     """Kernel launches per expert of one Transformer Engine GroupedLinear pass pair (forward, backward), from
     ``gemm_launch`` (one GEMM and the casts of its input). As TE runs it (transformer_engine/pytorch/module/
     grouped_linear.py at release v2.9 and v2.16, the 25.11 and 26.04.01 containers): forward, the input split and
@@ -1428,11 +1441,12 @@ def grouped_linear_launches(gemm_launch: int, local: float, grouped_casts: bool 
     Summed over the ``local`` experts. ``grouped_casts``: NVFP4, whose split_quantize casts all the experts' slices
     in grouped kernels (TE v2.12 on, csrc/extensions/cast.cpp split_quantize_nvfp4_impl_with_rht_helper:
     nvte_group_hadamard_transform_amax, then nvte_group_hadamard_transform_cast_fusion, or its row-wise and column-wise
-    halves where a slice is not a multiple of 128 rows): one set of cast launches a call [27 s25 nvfp4]."""
+    halves where a slice is not a multiple of 128 rows): one set of cast launches a call [27 s25 nvfp4].
+    ``gemm_calls``: one expert GEMM's host time in launches (NVFP4's cuBLASLt call, :data:`NVFP4_EXPERT_GEMM_HOST_S`)."""
     casts = gemm_launch - 1
     if grouped_casts:
-        return local + casts, 2 * local + casts
-    return local * (1 + casts), local * (2 + casts)
+        return gemm_calls * local + casts, 2 * gemm_calls * local + casts
+    return local * (gemm_calls + casts), local * (2 * gemm_calls + casts)
 
 
 def expert_load(layout: ParallelLayout) -> float:
@@ -1558,7 +1572,8 @@ def _moe_block(
     # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
     # backward the data- and weight-gradient GEMMs and the output gradient's casts
     nvfp4 = w.precision == "fp8" and (layout.fp8_recipe or b.fw.fp8_recipe) == "nvfp4"
-    fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch, local, nvfp4)
+    calls = NVFP4_EXPERT_GEMM_HOST_S / b.fw.host_s_per_kernel if nvfp4 else 1.0  # [27 s30 nvfp4call]
+    fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch, local, nvfp4, calls)
     # Megatron-Core's unfused experts: one cuBLASLt GEMM per expert, each priced as launched alone [27 s10 gemmshape]
     alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
     rows = per_expert * imbalance
@@ -1638,7 +1653,9 @@ def _moe_block(
         out.append(_cast(b, layout, (attn_in + cast_in, attn_grads + cast_grads), (quantizes, quantizes)))
     # the experts' GEMMs run on Transformer Engine's side streams (forward one per expert, backward two), their
     # casts on the main stream; the fused grouped MLP's kernels all run on the main stream
-    side = {} if layout.moe_fused_mlp else {"experts_in": (local, 2 * local), "experts_out": (local, 2 * local)}
+    # (an NVFP4 expert GEMM's host time counts as ``calls`` launches: the GPU runs one kernel for it)
+    per = (calls * local, 2 * calls * local)
+    side = {} if layout.moe_fused_mlp else {"experts_in": per, "experts_out": per}
     gaps = [_scoped_gap(k, side.get(k.name, (0.0, 0.0)), layout, True) for k in out]
     return out + [g for g in gaps if g is not None]
 
