@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_project_hybrid import MAMBA, _plain  # one definition of the small model and its mixer
 
-from commlens.project import InfeasibleLayoutError, ParallelLayout, project
+from commlens.project import InfeasibleLayoutError, ParallelLayout, Projection, project
 from commlens.project.layout import resolve
 from commlens.project.memory import stage_memory
 from commlens.topology import load_topology
@@ -93,3 +93,21 @@ def test_a_bad_module_name_or_precision_is_a_layout_error() -> None:
         _layout(module_precision={"ffn": "bf16"})
     with pytest.raises(ValueError, match="module_precision"):
         _layout(module_precision={"attention": "fp16"})
+
+
+def test_attention_kept_in_bf16_gathers_16_bit_inputs_over_tp() -> None:
+    # [27 s30 attnag] under sequence parallelism NVFP4 gathers each TP shard's 4-bit copy; an attention block kept in
+    # BF16 gathers its 16-bit input, as the BF16 model does
+    layout = _layout(tp=2, sp=True)
+    kept = project(
+        _w("****"), B200, layout.model_copy(update={"module_precision": {"attention": "bf16"}}), 8, check_memory=False
+    )
+    fp4 = project(_w("****"), B200, layout, 8, check_memory=False)
+    bf16 = project(_w("****", "bf16"), B200, layout, 8, check_memory=False)
+
+    def tp(p: Projection) -> float:
+        return p.breakdown["tp_comm"] + p.overlapped_s["tp_comm"]
+
+    # the gathers the compute hides are the bf16 model's; all of them move 3.6x NVFP4's bytes (one pair a block)
+    assert kept.overlapped_s["tp_comm"] == pytest.approx(bf16.overlapped_s["tp_comm"], rel=1e-9)
+    assert tp(kept) > 1.15 * tp(fp4)

@@ -612,7 +612,7 @@ def _layer_times(c: _Setup) -> tuple[list[tuple[float, ...]], list[dict[str, flo
     moe_kinds = [False] * (len(layer_kinds) - 1) + [c.w.moe is not None]  # the kinds: dense, then MoE
     for cv in variants:
         for (kernels, a2a_bytes), moe in zip(layer_kinds, moe_kinds, strict=True):
-            kind_lc = lc if c.w.hybrid is None or c.r.cp == 1 else _hybrid_kind_comm(c, lc, moe)
+            kind_lc = lc if c.w.hybrid is None else _hybrid_kind_comm(c, lc, moe)
             e_key = (cv.fwd_passes, cv.w.precision, cv.gemm_peak)  # an E layer: whatever the stage's other blocks
             if moe and c.w.hybrid is not None and e_key in c.hybrid_e_times:
                 times, by_kind = c.hybrid_e_times[e_key]
@@ -1035,8 +1035,19 @@ def _hybrid_kind_comm(c: _Setup, lc: _LayerComm, moe: bool) -> _LayerComm:
     total = sum(mix.values())
     attn = 0.0 if moe or not total else mix["*"] / total
     mamba = 0.0 if moe or not total else mix["M"] / total
+    tp_ag, tp_pass = lc.tp_ag, lc.tp_pass
+    if attn and lc.tp_ag and (c.layout.module_precision or {}).get("attention") == "bf16":
+        if tp_fp8_all_gather(c.fw, c.w, c.layout):
+            # [27 s30 attnag] an attention block kept in BF16 gathers its 16-bit input: Transformer Engine quantizes
+            # before the sequence-parallel all-gather only inside the recipe the module runs (te_quant.cfg's
+            # linear_qkv runs none), so its gather moves 2 B an element where the layer recipe's move less
+            ag16 = c.comm("all_gather", lc.tp_bytes, c.r.groups["tp"])
+            tp_ag = lc.tp_ag + attn * (ag16 - lc.tp_ag)
+            tp_pass = lc.tp_pass + attn * (ag16 - lc.tp_ag)  # one TP pair a pass in a hybrid (tp_pass halved)
     return replace(
         lc,
+        tp_ag=tp_ag,
+        tp_pass=tp_pass,
         cp_fwd=lc.cp_fwd * attn,
         cp_bwd=lc.cp_bwd * attn,
         cp_grad_hop=lc.cp_grad_hop * attn,
