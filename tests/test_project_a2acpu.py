@@ -50,7 +50,9 @@ def test_where_the_gpu_sets_the_pace_the_overlap_still_pays():
     # 16,384 tokens a micro-batch: the GPU's work per layer outlasts the host's launches with or without the overlap
     off, on, host_off, host_on = _steps(16384, moe_dispatcher="alltoall")
     assert on < 0.9 * off
-    assert host_on <= host_off + 1e-9  # the backward's mlp node, queued before each wait, covers the host's launches
+    # the backward's mlp node, queued before each wait, covers the host's launches: what shows is under 0.1% of the
+    # step (MXFP8's expert GEMM calls at their measured host time [27 s30 nvfp4call])
+    assert host_off < 1e-9 and host_on < 1e-3 * on
 
 
 def test_without_a_host_wait_the_overlap_pays_no_host_cost():

@@ -1454,6 +1454,17 @@ def grouped_linear_launches(
     return local * (gemm_calls + casts), local * (2 * gemm_calls + casts)
 
 
+def expert_gemm_calls(b: _Builder, w: Workload, layout: ParallelLayout) -> float:
+    """One expert GEMM's host time in launches of this stack and host: an NVFP4 GEMM's measured time
+    (:data:`NVFP4_EXPERT_GEMM_HOST_S`, as measured on any host, never below a plain launch); MXFP8's, the same
+    block-scaled cuBLASLt loop, taken as NVFP4's (no measurement of its own found); else one launch
+    [27 s30 nvfp4call]."""
+    block_scaled = w.precision == "fp8" and (layout.fp8_recipe or b.fw.fp8_recipe) in ("nvfp4", "mxfp8")
+    if not block_scaled:
+        return 1.0
+    return max(1.0, NVFP4_EXPERT_GEMM_HOST_S / (b.fw.host_s_per_kernel * b.dev.host_op_factor))
+
+
 def expert_load(layout: ParallelLayout) -> float:
     """Rows of the most loaded GPU's experts over the mean (tokens x top-k / experts) [27 s10 tokdrop]: the stated
     load imbalance when dropless; under Megatron-Core's token drop (``moe_capacity_factor``: core_v0.14.0
@@ -1577,12 +1588,7 @@ def _moe_block(
     # GEMM of both halves); its launches per expert (grouped_linear_launches): forward the GEMM and the input's casts,
     # backward the data- and weight-gradient GEMMs and the output gradient's casts
     nvfp4 = w.precision == "fp8" and (layout.fp8_recipe or b.fw.fp8_recipe) == "nvfp4"
-    # an NVFP4 expert GEMM's measured host time; MXFP8's, the same block-scaled cuBLASLt loop, taken as NVFP4's
-    # (no measurement of its own found) [27 s30 nvfp4call]
-    block_scaled = nvfp4 or (w.precision == "fp8" and (layout.fp8_recipe or b.fw.fp8_recipe) == "mxfp8")
-    calls = (
-        max(1.0, NVFP4_EXPERT_GEMM_HOST_S / (b.fw.host_s_per_kernel * b.dev.host_op_factor)) if block_scaled else 1.0
-    )
+    calls = expert_gemm_calls(b, w, layout)
     fwd_launch, bwd_launch = grouped_linear_launches(b.gemm_launch, local, nvfp4, calls)
     # Megatron-Core's unfused experts: one cuBLASLt GEMM per expert, each priced as launched alone [27 s10 gemmshape]
     alone = b.fw.moe_local_sort and not layout.moe_fused_mlp
