@@ -47,6 +47,7 @@ __all__ = [
     "nccl_candidates",
     "nccl_choice",
     "nccl_predict",
+    "nccl_time_s",
     "small_ring_share",
     "within_one_nvlink_domain",
 ]
@@ -408,12 +409,50 @@ def nccl_choice(
     domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`).
     ``span_nodes``: the nodes a strided communicator's ranks range over (:func:`layout_for`). ``nvls`` false: the job
     runs with NVLink SHARP off (NCCL_NVLS_ENABLE=0), so NCCL has no NVLS candidate even where the switch reduces."""
+    layout, algo, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
+    if not algos:
+        return predict(topology, "all_to_all" if op in DEVICE_A2A_OPS else op, size_bytes, algo=algo, layout=layout), ""
+    name = _op_name(op)
+    _, lay, algo, proto = _nccl_pick(layout, op, name, algos, size_bytes, terms=False)
+    # only the winner's terms are kept: it is costed again with them
+    return _prediction(lay, name, algo, size_bytes, _cost(lay, name, algo, size_bytes)), proto
+
+
+def nccl_time_s(
+    topology: AnyTopology,
+    op: str,
+    size_bytes: int,
+    *,
+    nodes: int = 1,
+    ranks_per_host: int | None = None,
+    span_nodes: int = 0,
+    nvls: bool = True,
+) -> float:
+    """:func:`nccl_choice`'s time alone, without building its prediction's terms (a projection asks for many)."""
+    layout, algo, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
+    if not algos:
+        op = "all_to_all" if op in DEVICE_A2A_OPS else op
+        return predict(topology, op, size_bytes, algo=algo, layout=layout).time_s
+    return _nccl_pick(layout, op, _op_name(op), algos, size_bytes, terms=False)[0].time_s
+
+
+def _nccl_plan(
+    topology: AnyTopology,
+    op: str,
+    size_bytes: int,
+    nodes: int,
+    ranks_per_host: int | None,
+    span_nodes: int,
+    nvls: bool,
+) -> tuple[Layout, str, tuple[str, ...]]:
+    """(the layout ``op`` runs on, the algorithm to predict it with where NCCL's tuner does not choose (``auto`` or
+    ``direct``), NCCL's candidates where it does (empty where it does not)) for :func:`nccl_choice`."""
     layout = layout_for(topology, nodes, ranks_per_host, span_nodes)
     if op in DEVICE_A2A_OPS:
         if within_one_nvlink_domain(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
             f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
             layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
-        return predict(topology, "all_to_all", size_bytes, algo="direct", layout=_a2a_across(topology, layout)), ""
+        return _a2a_across(topology, layout), "direct", ()
     if op == "all_to_all" and within_one_nvlink_domain(topology, layout):
         slowed = replace(
             layout,
@@ -421,7 +460,7 @@ def nccl_choice(
             up_rate=layout.up_rate * NCCL_A2A_NVLINK_SHARE,
             up_cached_rate=layout.up_cached_rate * NCCL_A2A_NVLINK_SHARE,
         )
-        return predict(topology, op, size_bytes, algo="direct", layout=slowed), ""
+        return slowed, "direct", ()
     if op == "all_to_all":
         layout = _a2a_across(topology, layout)
     if op in SMALL_RING_OPS and layout.ranks < 8 and within_one_nvlink_domain(topology, layout):
@@ -431,10 +470,17 @@ def nccl_choice(
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")
     if not algos or layout.host_cores:
-        return predict(topology, op, size_bytes, layout=layout), ""
+        return layout, AUTO, ()
     if size_bytes < 0:
         raise InfeasibleError(f"size must be >= 0 bytes, got {size_bytes}")
-    name = _op_name(op)
+    return layout, "", algos
+
+
+def _nccl_pick(
+    layout: Layout, op: str, name: str, algos: tuple[str, ...], size_bytes: int, terms: bool
+) -> tuple[Cost, Layout, str, str]:
+    """The fastest of ``algos`` running ``op`` (its catalog ``name``) on each of their protocols: (its cost, the
+    protocol's layout, the algorithm, the protocol's name); the costs keep their terms only with ``terms``."""
     per_protocol = _protocol_layouts(layout)
     # the candidates' costs are compared, and only the fastest one becomes a prediction (a projection asks for
     # thousands of these)
@@ -448,7 +494,7 @@ def nccl_choice(
             options = ((layout, ""),)
         for lay, proto in options:
             try:
-                cost = _cost(lay, name, algo, size_bytes)
+                cost = _cost(lay, name, algo, size_bytes, terms=terms)
             except InfeasibleError as e:
                 reasons.append(f"{algo}: {e}")
                 break
@@ -456,8 +502,7 @@ def nccl_choice(
                 best = (cost, lay, algo, proto)
     if best is None:
         raise InfeasibleError(f"NCCL cannot run {op} here: " + "; ".join(reasons))
-    cost, lay, algo, proto = best
-    return _prediction(lay, name, algo, size_bytes, cost), proto
+    return best
 
 
 def nccl_predict(

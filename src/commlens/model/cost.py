@@ -47,13 +47,16 @@ class Cost:
 
     __slots__ = ("layout", "time_s", "_terms", "_stages", "_messages", "patterns")
 
-    def __init__(self, layout: Layout, messages_per_step: float = 1.0, record: bool = False) -> None:
+    def __init__(
+        self, layout: Layout, messages_per_step: float = 1.0, record: bool = False, terms: bool = True
+    ) -> None:
         self.layout = layout
         # with ``record``: each stage's communication pattern (who sends what to whom), as the simulator replays it
         self.patterns: list[tuple[int, tuple, float, float, float]] | None = [] if record else None
         self._messages = messages_per_step  # a backend that splits each step into several messages
         self.time_s = layout.launch_s
-        self._terms: list[tuple] = [(0, LAUNCH, "launch", 1.0, layout.launch_s, True)]
+        # without ``terms`` only the time is kept (a candidate compared by its time alone)
+        self._terms: list[tuple] | None = [(0, LAUNCH, "launch", 1.0, layout.launch_s, True)] if terms else None
         self._stages = 0
 
     def stage(
@@ -94,9 +97,10 @@ class Cost:
                 count *= self._messages * crowd
                 t = count * alpha
                 lat_s += t
-                terms.append((index, level, "latency", count, t, True))
+                if terms is not None:
+                    terms.append((index, level, "latency", count, t, True))
         moves: list[tuple[str, float, float]] = []
-        transfer_s, slowest = 0.0, -1
+        transfer_s, slowest, n_moves = 0.0, -1, 0
         for level, nbytes, rate in bandwidth:
             if nbytes > 0:
                 if not one_way:
@@ -105,27 +109,32 @@ class Cost:
                 if not concurrent:
                     transfer_s += t
                 elif t > transfer_s or slowest < 0:  # the first of the slowest
-                    transfer_s, slowest = t, len(moves)
-                moves.append((level, nbytes, t))
+                    transfer_s, slowest = t, n_moves
+                n_moves += 1
+                if terms is not None:
+                    moves.append((level, nbytes, t))
         host_s = host_bytes / L.host_rate if host_bytes > 0 and L.host_cores else 0.0
         host_binds = host_s > transfer_s
         transfer_s = max(transfer_s, host_s)
         red_s = reduce_bytes / L.reduce_rate if reduce_bytes > 0 else 0.0
         red_binds = red_s > 0 and (not L.reduce_overlaps or red_s > transfer_s)
-        hidden = red_binds and L.reduce_overlaps  # the reduction, not the transfers, sets the stage's time
-        for k, (level, nbytes, t) in enumerate(moves):
-            critical = not host_binds and not hidden and (k == slowest or slowest < 0)
-            terms.append((index, level, "bandwidth", nbytes, t, critical))
-        if host_s > 0:
-            terms.append((index, HOST, "bandwidth", host_bytes, host_s, host_binds and not hidden))
-        if red_s > 0:
-            terms.append((index, COMPUTE, "reduction", reduce_bytes, red_s, red_binds))
+        if terms is not None:
+            hidden = red_binds and L.reduce_overlaps  # the reduction, not the transfers, sets the stage's time
+            for k, (level, nbytes, t) in enumerate(moves):
+                critical = not host_binds and not hidden and (k == slowest or slowest < 0)
+                terms.append((index, level, "bandwidth", nbytes, t, critical))
+            if host_s > 0:
+                terms.append((index, HOST, "bandwidth", host_bytes, host_s, host_binds and not hidden))
+            if red_s > 0:
+                terms.append((index, COMPUTE, "reduction", reduce_bytes, red_s, red_binds))
         self.time_s += lat_s + (transfer_s + red_s if not L.reduce_overlaps else max(transfer_s, red_s))
         if self.patterns is not None:
             self.patterns.append((index, pattern if pattern is not None else ("analytic",), lat_s, transfer_s, red_s))
 
     def raw_terms(self) -> tuple[tuple, ...]:
         """The terms as plain tuples (cheap); :func:`make_terms` turns them into :class:`Term`."""
+        if self._terms is None:
+            raise ValueError("Cost: built without terms (terms=False) keeps its time only")
         return tuple(self._terms)
 
 

@@ -142,15 +142,18 @@ def _op_name(op: str) -> str:
     return op if op in OPS else get_op(op).name
 
 
-def _cost(layout: Layout, op: str, algo: str, size_bytes: int, messages_per_step: float = 1.0) -> Cost:
-    """The stages of ``algo`` running ``op`` on ``layout``; :class:`InfeasibleError` if it cannot."""
+def _cost(
+    layout: Layout, op: str, algo: str, size_bytes: int, messages_per_step: float = 1.0, terms: bool = True
+) -> Cost:
+    """The stages of ``algo`` running ``op`` on ``layout``; :class:`InfeasibleError` if it cannot. Without
+    ``terms`` the cost keeps its time only."""
     try:
         model = MODELS[op][algo]
     except KeyError:
         if algo not in ALGORITHMS:
             raise InfeasibleError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)} or auto") from None
         raise InfeasibleError(f"no {algo} algorithm for {op}; {op} has: {', '.join(algorithms_for(op))}") from None
-    cost = Cost(layout.for_size(size_bytes) if layout.up_cache_bytes else layout, messages_per_step)
+    cost = Cost(layout.for_size(size_bytes) if layout.up_cache_bytes else layout, messages_per_step, terms=terms)
     if layout.ranks > 1:
         model(cost, float(size_bytes))
     return cost

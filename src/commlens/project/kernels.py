@@ -378,9 +378,10 @@ def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
     return 1.0 if MODULES.get(name.removesuffix(GAP_SUFFIX), frozenset()) & redo else 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a projection builds ~20-110 of these, and a frozen __init__ costs ~4x
 class Kernel:
-    """One kernel (or a fused group) of a layer, one micro-batch, one GPU: forward and backward seconds."""
+    """One kernel (or a fused group) of a layer, one micro-batch, one GPU: forward and backward seconds. Treated
+    as a value: code builds a new one (``dataclasses.replace``) and never assigns to a field."""
 
     name: str
     kind: str  # one of KINDS
@@ -973,15 +974,18 @@ def _block_fp8_gather_transposes(b: _Builder, w: Workload, layout: ParallelLayou
 def _scaled(k: Kernel, share: float) -> Kernel:
     """``share`` of ``k``: its time, launches, modules, FLOPs and bytes."""
     bwd = None if k.bwd_launches is None else k.bwd_launches * share
-    return replace(
-        k,
-        fwd_s=k.fwd_s * share,
-        bwd_s=k.bwd_s * share,
-        launches=k.launches * share,
-        bwd_launches=bwd,
-        flops=k.flops * share,
-        nbytes=k.nbytes * share,
-        modules=k.modules * share,
+    # every field named (a dataclasses.replace costs several times this, and hybrids scale many kernels)
+    return Kernel(
+        k.name,
+        k.kind,
+        k.fwd_s * share,
+        k.bwd_s * share,
+        k.launches * share,
+        k.eager,
+        k.flops * share,
+        k.nbytes * share,
+        k.modules * share,
+        bwd,
     )
 
 

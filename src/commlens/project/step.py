@@ -35,7 +35,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 from commlens.model import InfeasibleError
-from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, HYBRIDEP_ALL_TO_ALL, nccl_predict
+from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, HYBRIDEP_ALL_TO_ALL, nccl_time_s
 from commlens.project.bands import band, family_of
 from commlens.project.compute import gemm_time_s, stream_time_s
 from commlens.project.errors import InfeasibleLayoutError
@@ -191,7 +191,7 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group, nvls: 
             _COMM_TOPOLOGIES.clear()
         _COMM_TOPOLOGIES[id(topology)] = topology
         try:
-            hit = nccl_predict(
+            hit = nccl_time_s(
                 topology,
                 op,
                 int(size_bytes),
@@ -199,7 +199,7 @@ def _comm_s(topology: Topology, op: str, size_bytes: float, group: Group, nvls: 
                 ranks_per_host=group.ranks_per_host,
                 span_nodes=group.span,
                 nvls=nvls,
-            ).time_s
+            )
         except InfeasibleError as e:
             raise InfeasibleLayoutError(f"{op} over {group.size} ranks: {e}", "topology") from None
         _COMM[key] = hit
@@ -1129,7 +1129,7 @@ def _layer_time(
         ep_fwd = ep_t / (2 * (fwd_passes + 1.0)) * 2
         pre_gpu = sum(k.fwd_s for k in kernels if not k.eager) + lc.tp_pass / 2
         post_gpu = sum(k.fwd_s for k in kernels if k.eager) + ep_fwd
-        fwd_exposed = _sync_cycle_s(c, kernels, ep_fwd, lc.tp_pass / 2) - pre_gpu - post_gpu
+        fwd_exposed = _sync_cycle_s(c, kernels, ep_fwd, lc.tp_pass / 2, ungraphed) - pre_gpu - post_gpu
         bwd_gpu = gpu - fwd_passes * (pre_gpu + post_gpu)
         host_exposed = fwd_passes * fwd_exposed + max(0.0, bwd_host - bwd_gpu)
         if layout.moe_a2a_overlap and layout.schedule != "dualpipe":
@@ -1569,7 +1569,9 @@ def _counts_on_host(layout: ParallelLayout) -> bool:
     return layout.moe_expert_capacity is None and not layout.moe_pad_to_capacity
 
 
-def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float) -> float:
+def _sync_cycle_s(
+    c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float, ungraphed_shares: list[float] | None = None
+) -> float:
     """Seconds from one MoE layer's dispatcher sync to the next's, forward (the layers of a stage alike).
 
     Megatron-Core's all-to-all dispatcher (NVIDIA/Megatron-LM 0014f13713bf, megatron/core/transformer/moe/
@@ -1585,7 +1587,9 @@ def _sync_cycle_s(c: _Setup, kernels: list[Kernel], ep_fwd: float, tp_fwd: float
     fw, dev, layout = c.fw, c.dev, c.layout
     host_op_s = fw.host_s_per_kernel * dev.host_op_factor
     module_s = fw.module_host_s * dev.host_op_factor
-    ungraphed = {id(k): 1.0 - g for k, g in zip(kernels, graph_shares(kernels, layout))}
+    if ungraphed_shares is None:  # (the caller's, where it has them: each kernel's share no graph replays)
+        ungraphed_shares = [1.0 - g for g in graph_shares(kernels, layout)]
+    ungraphed = {id(k): u for k, u in zip(kernels, ungraphed_shares, strict=True)}
 
     def op(k: Kernel, share: float = 1.0) -> tuple[float, float, float]:
         host_s = (k.launches * host_op_s + k.modules * module_s) * ungraphed[id(k)]
@@ -1775,11 +1779,21 @@ def _stages(
     # the kinds' change in 16 bits: for the layers kept in bf16, and for MTP modules that are (a transformer's)
     need16 = any(map(any, bf16_layers)) or (_mtp_in_bf16(c) and w.hybrid is None)
     bf16 = _bf16_layer_deltas(c, kind_times, kind_seconds) if need16 else None
+    alike: dict[tuple[Any, ...], tuple[dict[str, float], dict[str, float]]] = {}  # a middle stage's, by what it reads
     for i, (dense_n, moe_n) in enumerate(stage_layer_kinds(w, r)):
         if only is not None and i not in only:
             stages.append({})
             stage_classes.append({})
             continue
+        key = None
+        if 0 < i < r.pp - 1:  # a middle stage like one before it has its time (no embedding, head or MTP)
+            rc = tuple(recompute[i][:2]) if partial else ()
+            key = (dense_n, moe_n, rc, tuple(bf16_layers[i]) if bf16 is not None else (), stage_params[i], pp_p2p[i])
+            seen = alike.get(key)
+            if seen is not None:
+                stages.append(dict(seen[0]))
+                stage_classes.append(dict(seen[1]))
+                continue
         n = dense_n + moe_n
         counts: tuple[tuple[int | None, int], ...] = ((dense_kind, dense_n), (moe_kind, moe_n))
         if partial:  # the recomputed layers of each kind, then the rest as they run unrecomputed
@@ -1862,6 +1876,8 @@ def _stages(
                 "per_micro_batch_s": per_mb,
             }
         )
+        if key is not None:
+            alike[key] = (dict(stages[-1]), dict(classes))
     return stages, stage_classes
 
 
