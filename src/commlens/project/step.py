@@ -1837,19 +1837,7 @@ def _stages(
                     }
             _add_mtp(c, mtp_times, mtp_seconds, ends, parts, classes)
         compute, stream, tp_t, cp_t, cp_h, ep_t, host_t, tp_h = parts
-        if i == 0:
-            stream += ends["embed_stream"] + ends["embed_wgrad_accum"]
-            tp_t += ends["embed_tp"]
-            classes["embedding"] = classes.get("embedding", 0.0) + ends["embed_stream"]
-            if ends["embed_wgrad_accum"]:
-                classes["grad_accum"] = classes.get("grad_accum", 0.0) + ends["embed_wgrad_accum"]
-        if i == r.pp - 1:
-            compute += ends["head_compute"]
-            classes["gemm"] = classes.get("gemm", 0.0) + ends["head_compute"]
-            classes["loss"] = classes.get("loss", 0.0) + ends["head_loss"]
-            classes["norm"] = classes.get("norm", 0.0) + ends["head_stream"] - ends["head_loss"]
-            stream += ends["head_stream"]
-            tp_t += ends["head_tp"]
+        compute, stream, tp_t = _add_ends(ends, i == 0, i == r.pp - 1, (compute, stream, tp_t), classes)
         if not layout.grad_accum_fusion:
             classes["grad_accum"] = stream_time_s(c.dev, sum(stage_params[i]) * accum_bytes)
             stream += classes["grad_accum"]
@@ -1879,6 +1867,28 @@ def _stages(
         if key is not None:
             alike[key] = (dict(stages[-1]), dict(classes))
     return stages, stage_classes
+
+
+def _add_ends(
+    ends: dict[str, float], first: bool, last: bool, times: tuple[float, float, float], classes: dict[str, float]
+) -> tuple[float, float, float]:
+    """A stage's (compute, memory-bound, TP) times with the embedding (the ``first`` stage) and the output layer and
+    loss (the ``last``) of :func:`_ends` added; their kernel classes added to ``classes``."""
+    compute, stream, tp_t = times
+    if first:
+        stream += ends["embed_stream"] + ends["embed_wgrad_accum"]
+        tp_t += ends["embed_tp"]
+        classes["embedding"] = classes.get("embedding", 0.0) + ends["embed_stream"]
+        if ends["embed_wgrad_accum"]:
+            classes["grad_accum"] = classes.get("grad_accum", 0.0) + ends["embed_wgrad_accum"]
+    if last:
+        compute += ends["head_compute"]
+        classes["gemm"] = classes.get("gemm", 0.0) + ends["head_compute"]
+        classes["loss"] = classes.get("loss", 0.0) + ends["head_loss"]
+        classes["norm"] = classes.get("norm", 0.0) + ends["head_stream"] - ends["head_loss"]
+        stream += ends["head_stream"]
+        tp_t += ends["head_tp"]
+    return compute, stream, tp_t
 
 
 def _all_stages(
@@ -2085,7 +2095,7 @@ def _slowest_tail(
         opt_bytes += FOREACH_ADAM_BYTES_PER_PARAM - FUSED_ADAM_BYTES
     if c.fw.clip_always_scales:
         opt_bytes += CLIP_SCALE_BYTES
-    tails: dict[tuple[float, ...], tuple[float, float, float, float, float]] = {}
+    tails: dict[tuple[float, ...], tuple[Any, ...]] = {}  # each stage's _dp_tail_parts, by what they read
     best_tail = (-1.0, 0, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
     rates: dict[str, float] = {}  # the DP collectives' HBM traffic per second, from the first stage that hides any
     tied = _tied_embedding_reduce_s(c)
@@ -2106,20 +2116,23 @@ def _slowest_tail(
             redone = (recompute[i][0] + recompute[i][1]) / r.stage_layers[i] if r.stage_layers[i] else 1.0
         # [27 s16 ppbucket] a stage after the first: each model chunk's gradients in one bucket group
         one_group = max(1, layout.vpp) if i > 0 and c.fw.dp_later_stages_one_bucket and layout.zero < 3 else 0
+        # what _dp_tail_parts reads of the stage: stages alike in it share their parts, whatever their drain
         key = (
             dense_local,
             expert_local,
-            st["per_micro_batch_s"],
+            st["layers"],
+            st["compute"],
+            st["memory_bound"],
+            st["tp_comm"],
             redone,
             fp8_gathered[i],
             *fp8_zero1[i],
             fp8_merged[i][0],
             one_group,
-            drain if one_group else 0.0,
         )
-        tail = tails.get(key)
-        if tail is None:
-            tail = _dp_tail(
+        parts = tails.get(key)
+        if parts is None:
+            parts = _dp_tail_parts(
                 c.comm,
                 dev,
                 layout,
@@ -2138,11 +2151,12 @@ def _slowest_tail(
                 fp8_zero1[i],
                 _stage_tensors(c, i) if layout.dp_bucket_elements else (),
                 fp8_merged[i][0],
-                (one_group, drain if one_group else 0.0),
+                (one_group, 0.0),  # (the drain is _dp_tail_finish's)
                 c.scenario.topology.launch_latency_s,
                 bucket_memo,
             )
-            tails[key] = tail
+            tails[key] = parts
+        tail = _dp_tail_finish(parts, drain if one_group else 0.0)
         drain += _stage_backward_s(st, redone) / max(1, layout.vpp)
         # exposed DP, exposed FSDP gathers, optimizer, and what the hidden DP reduction and ZeRO-3 gathers cost the
         # compute beside them (NCCL's SMs and their HBM traffic)
@@ -2827,7 +2841,8 @@ def _dp_tail(
     launch_s: float = 0.0,
     memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
 ) -> tuple[float, float, float, float, float]:
-    """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage.
+    """(exposed DP reduction, exposed ZeRO-3 gathers, optimizer, hidden DP, hidden gathers) of one stage:
+    :func:`_dp_tail_parts`, finished with ``later``'s drain (:func:`_dp_tail_finish`).
 
     Gradients are reduced bucket by bucket, as the framework buckets them (each bucket its own collective, with its
     own latency); the reduction overlaps the last backward when ``overlap_grad_reduce``, and ZeRO-1/2's all-gather
@@ -2845,6 +2860,70 @@ def _dp_tail(
     the drain's backward after the stage's own) where each chunk is one bucket group, as on a stage after the first
     (:func:`_dp_one_group`); ``launch_s``: one collective's launch, paid once by a coalesced bucket group (``memo``:
     :func:`_dp_buckets_once`)."""
+    parts = _dp_tail_parts(
+        comm,
+        dev,
+        layout,
+        dense_local,
+        expert_local,
+        dp_group,
+        edp_group,
+        gb,
+        opt_bytes,
+        st,
+        redone,
+        m_count,
+        fw,
+        modules,
+        fp8_local,
+        fp8_zero1,
+        tensors,
+        fp8_weights,
+        later,
+        launch_s,
+        memo,
+    )
+    return _dp_tail_finish(parts, later[1])
+
+
+def _dp_tail_finish(parts: tuple[Any, ...], drain: float) -> tuple[float, float, float, float, float]:
+    """:func:`_dp_tail` from its :func:`_dp_tail_parts`: the gradient reduction hidden under the stage's last backward
+    and under ``drain`` (the backward the stages before it still run, where its chunks are one bucket group each)."""
+    dp_s, rs_s, exposed_rs, hidden_ag, fsdp_exposed, optimizer_s, fsdp_hidden, zero3 = parts
+    if zero3:  # the reduce-scatter is part of the backward's communication
+        return 0.0, fsdp_exposed, optimizer_s, 0.0, fsdp_hidden
+    hidden_rs = rs_s - max(0.0, exposed_rs - drain) if exposed_rs is not None else 0.0
+    dp_hidden = hidden_rs + hidden_ag
+    return dp_s - dp_hidden, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden
+
+
+def _dp_tail_parts(
+    comm: Callable[[str, float, Group], float],
+    dev,
+    layout: ParallelLayout,
+    dense_local: float,
+    expert_local: float,
+    dp_group: Group,
+    edp_group: Group,
+    gb: int,
+    opt_bytes: float,
+    st: dict[str, float],
+    redone: float,
+    m_count: int,
+    fw: Framework,
+    modules: tuple[float, ...] = (),
+    fp8_local: float = 0.0,
+    fp8_zero1: tuple[float, float] = (0.0, 0.0),
+    tensors: tuple[tuple[float, bool], ...] = (),
+    fp8_weights: float = 0.0,
+    later: tuple[int, float] = (0, 0.0),
+    launch_s: float = 0.0,
+    memo: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
+) -> tuple[Any, ...]:
+    """What :func:`_dp_tail` is made of apart from the drain (``later[1]``): (DP collectives, gradient reduce-scatter,
+    its part not hidden under the last backward or None where it does not overlap, hidden parameter all-gather,
+    exposed ZeRO-3 gathers, optimizer, hidden ZeRO-3 gathers, ZeRO-3 or not); stages alike but for their drain share
+    it (:func:`_slowest_tail`). The arguments as :func:`_dp_tail`'s."""
     layers = max(1.0, st["layers"])
     fsdp_exposed = fsdp_hidden = 0.0
     dp_parts = ((dense_local, dp_group, fp8_zero1[0]), (expert_local, edp_group, fp8_zero1[1]))
@@ -2855,12 +2934,12 @@ def _dp_tail(
     passes = st["compute"] + st["memory_bound"] + st["tp_comm"]
     last_bwd = passes * 2.0 / (3.0 + redone)  # ~ its backward
     first_fwd = passes / (3.0 + redone)
-    hidden_rs = hidden_ag = 0.0
+    hidden_ag = 0.0
+    exposed_rs = None  # (less the drain's backward, :func:`_dp_tail_finish`)
     if rs_s and layout.overlap_grad_reduce and fw.overlap.grad_reduce != "none":
-        hidden_rs = rs_s - max(0.0, _grad_reduce_exposed(rs_s, last_bwd, n_buckets, last_rs) - later[1])
+        exposed_rs = _grad_reduce_exposed(rs_s, last_bwd, n_buckets, last_rs)
     if ag_s and layout.overlap_param_gather and fw.overlap.param_gather == "next_forward":
         hidden_ag = ag_s - _param_gather_exposed(ag_s, first_fwd, n_buckets, last_ag)
-    dp_hidden = hidden_rs + hidden_ag
     if layout.zero >= 3:
         # Parameters gathered layer by layer every micro-batch, forward (and again in the backward if resharded; a
         # recomputed forward gathers too, unless the framework keeps that gather for the backward); the gradients'
@@ -2918,9 +2997,8 @@ def _dp_tail(
         fsdp_exposed += _fsdp_copies_s(dev, fw, layout, sharded, fp8_sharded, gb, m_count)
         parts = ((dense_local, dp_group.size), (expert_local, edp_group.size))
         fsdp_exposed += _grad_predivide_s(dev, fw, gb, parts, m_count if rs_each else 1)
-        dp_s = dp_hidden = 0.0  # the reduce-scatter is part of the backward's communication above
     shard = dp_group.size if layout.zero >= 1 else 1
     optimizer_s = stream_time_s(
         dev, (dense_local / shard + expert_local / (edp_group.size if layout.zero else 1)) * opt_bytes
     )
-    return dp_s - dp_hidden, fsdp_exposed, optimizer_s, dp_hidden, fsdp_hidden
+    return dp_s, rs_s, exposed_rs, hidden_ag, fsdp_exposed, optimizer_s, fsdp_hidden, layout.zero >= 3
