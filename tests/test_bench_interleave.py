@@ -330,3 +330,22 @@ def test_rounds_are_shuffled_alike_on_every_rank_when_seeded() -> None:
     launched = [e for e in log if not e.endswith("done")]
     assert launched == ["abc"[j] for o in round_orders(3, 6, seed=3) for j in o]
     assert all(len(st.starts) == 6 for st in stamps)
+
+
+def test_gloo_average_of_integers_is_refused_before_launching_with_torchs_message() -> None:
+    """gloo's average divides the sum in place; torch refuses that for integer tensors. The harness asks torch the
+    same division on one element, on every rank, instead of launching the collective (whose refusal gloo's worker
+    thread once raised a row late on one rank)."""
+    from commlens.bench.worker import gloo_average_refusal
+
+    assert gloo_average_refusal("gloo", "builtin", "int32", "avg", 3) == (
+        "result type Float can't be cast to the desired output type Int"
+    )
+    assert gloo_average_refusal("gloo", "builtin", "uint8", "avg", 4) == (
+        "result type Float can't be cast to the desired output type Byte"
+    )
+    for dtype in ("float32", "bfloat16", "float16", "float64"):
+        assert gloo_average_refusal("gloo", "builtin", dtype, "avg", 3) is None
+    assert gloo_average_refusal("nccl", "builtin", "int32", "avg", 3) is None  # not gloo: the launch probes it
+    assert gloo_average_refusal("gloo", "ring", "int32", "avg", 3) is None  # commlens' own algorithms say why
+    assert gloo_average_refusal("gloo", "builtin", "int32", "sum", 3) is None

@@ -39,6 +39,7 @@ from commlens.bench.config import (
 from commlens.bench.events import Event, Finished, Note, Progress, RowDone, Started
 from commlens.bench.faults import Fault, fault_from_env
 from commlens.bench.sysinfo import local_facts, system_info
+from commlens.bench.validate import TORCH_DTYPES
 from commlens.ops import OpSpec
 from commlens.results.records import DTYPE_SIZES, Measurement, Run
 from commlens.results.runconfig import BenchSettings
@@ -296,6 +297,26 @@ def _algo_refusal(err: ValueError) -> str | None:
     return refusal(err)
 
 
+def gloo_average_refusal(backend: str, algo: str, dtype: str, redop: str | None, world: int) -> str | None:
+    """Why gloo cannot average a ``dtype`` tensor, or None where it can (or the row is not gloo's average).
+
+    gloo's AVG sums, then divides the sum in place by the world size inside its work; torch refuses that division
+    for a tensor that is not floating point. Launched, the refusal is raised from gloo's worker thread, and CI saw a
+    rank of three meet it in its next row's collective instead of the probe (twice, in sessions 29 and 31), so the
+    ranks disagreed on the row. The same division on a one-element tensor of the row's dtype gives torch's own
+    message on every rank at once, before anything is sent."""
+    if backend != "gloo" or algo != "builtin" or redop != "avg":
+        return None
+    probe = torch.ones(1, dtype=TORCH_DTYPES[dtype])
+    if probe.is_floating_point() or probe.is_complex():
+        return None
+    try:
+        probe.div_(world)
+    except RuntimeError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
 class SweepRow(NamedTuple):
     """One row of the sweep, in the order the table prints them."""
 
@@ -464,6 +485,10 @@ class Sweep:
                 )
                 if coll is None:  # a placement torch does not offer, whatever the implementation
                     return dict.fromkeys(algos), {}
+                known = gloo_average_refusal(self.cfg.backend, algo, dtype, redop, self.world)
+                if known is not None:  # refused before launching: every rank alike
+                    refused[algo] = known
+                    continue
                 fault = (
                     self.fault if self.fault and self.fault.matches(self.rank, spec.name, size, round_index) else None
                 )
