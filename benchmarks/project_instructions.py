@@ -23,6 +23,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,6 +57,12 @@ for _ in range(calls):
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
+def fail(message: str) -> NoReturn:
+    """``error: message`` on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def count(src: Path, idx: int, calls: int) -> int:
     """Instructions (callgrind's Ir) of one child process."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -74,7 +81,7 @@ def count(src: Path, idx: int, calls: int) -> int:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     found = COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
-        raise SystemExit(f"error: callgrind run failed ({' '.join(cmd[:4])} ... {idx} {calls}): {done.stderr[-800:]}")
+        fail(f"callgrind run failed ({' '.join(cmd[:4])} ... {idx} {calls}): {done.stderr[-800:]}")
     return int(found.group(1))
 
 
@@ -90,7 +97,7 @@ def base_tree(rev: str, into: Path) -> Path:
         ["git", "worktree", "add", "--detach", str(into), rev], cwd=ROOT, capture_output=True, text=True
     )
     if done.returncode != 0:
-        raise SystemExit(f"error: --base {rev}: {done.stderr.strip()}")
+        fail(f"--base {rev}: {done.stderr.strip()}")
     return into / "src"
 
 
@@ -103,7 +110,13 @@ def main() -> None:
     if args.calls < 1:
         ap.error("--calls: must be >= 1")
     if shutil.which("valgrind") is None:
-        raise SystemExit("error: valgrind not found (Debian: apt-get install valgrind)")
+        fail("valgrind not found (Debian: apt-get install valgrind)")
+    if args.base:  # before any count: a bad revision is refused at once
+        known = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}"], cwd=ROOT, capture_output=True
+        )
+        if known.returncode != 0:
+            fail(f"--base {args.base}: not a commit of this repository")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True, text=True)
     here = head.stdout.strip() + (" with uncommitted changes to src" if dirty.stdout.strip() else "")
