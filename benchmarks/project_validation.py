@@ -294,7 +294,10 @@ def speed_lines(
         "",
         f"In-process: median seconds per call over rounds of {CALLS:,} calls ({len(timings[0][1].warm_s)} rounds "
         "each); warm keeps the collective cost cache (`step._COMM`) and the kept parameter counts as a sweep has "
-        "them, cold clears every cache before every call (`step.clear_caches`). The 1 ms target (issue 27: one "
+        "them, cold clears before every call everything a projection works out for a scenario (`step.clear_caches`: "
+        "collective costs, parameter counts, job layouts, GEMM shape-curve points, measured-rate lookups; since "
+        "session 31 the last three too, which earlier runs of record kept), keeping the data files and per-accelerator "
+        "curves a process reads once. The 1 ms target (issue 27: one "
         "projection under 1 ms in-process, cold cache) is judged on cold.",
         "",
         "| what | warm | cold | target | met |",

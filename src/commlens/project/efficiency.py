@@ -179,7 +179,15 @@ def attention_entries(device: str, files: tuple[str, ...] = ()) -> tuple[list[En
     own; for a device without entries, a tabled device of its generation (H200 from H100: the same SMs and
     clocks), scaled by the ratio of the two devices' large-GEMM rates (a 500 W H100 from a 700 W one). A device
     with entries of its own also reads the curves only its ``SIBLINGS`` entry tables, scaled the same way (returned
-    scaled, with the factor 1) [27 s10 bwattn]."""
+    scaled, with the factor 1) [27 s10 bwattn]. Kept per device, files and environment, as the tables it reads
+    are (the list is shared: callers read it)."""
+    env = os.environ.get(EFFICIENCY_ENV, "") + "\0" + os.environ.get(ACCELERATORS_ENV, "")
+    return _attention_entries(device, tuple(files), env)
+
+
+@lru_cache(maxsize=64)
+def _attention_entries(device: str, files: tuple[str, ...], env_key: str) -> tuple[list[Entry], float]:
+    """:func:`attention_entries`, built (``env_key``: the environment it reads, for the cache's key only)."""
     from commlens.project.frameworks import generation
     from commlens.project.hardware import active_devices
 

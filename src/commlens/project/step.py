@@ -401,9 +401,18 @@ class _LayerComm:
 
 
 def clear_caches() -> None:
-    """Forget what projections keep between calls: the collective costs (``_COMM``), the workloads' parameter
-    counts, the hybrids' stage views and the stages' parameters (a cold start, as a new process has it)."""
-    from commlens.project import memory
+    """Forget what projections keep between calls, as a new process has it: the collective costs (``_COMM``), the
+    workloads' parameter counts, the hybrids' stage views and the stages' parameters, and what was worked out for a
+    scenario's shapes: the collective model's job layouts (per topology and job shape) and their protocols' views,
+    the ring tapers and pairwise rounds, the GEMM shape curve's points, the measured GEMM rate caps (per FLOP count)
+    and attention rates (per head size and sequence). The data files read once per process and each accelerator's
+    curves built from them stay, as a process that has projected once keeps them."""
+    import importlib
+
+    from commlens.model import backends as model_backends
+    from commlens.model import layout as model_layout
+    from commlens.model import patterns as model_patterns
+    from commlens.project import compute, efficiency, memory
     from commlens.workload import spec
 
     _COMM.clear()
@@ -411,6 +420,15 @@ def clear_caches() -> None:
     memory._VIEWS.clear()
     memory._PARAMS.clear()
     spec._COUNTS.clear()
+    importlib.import_module("commlens.model.predict")._LAYOUTS.clear()  # (the package names its function predict)
+    model_backends._PROTOCOL_LAYOUTS.clear()
+    model_layout._ring_taper.cache_clear()
+    model_patterns._pairwise_rounds_cached.cache_clear()
+    compute._cached_shape_factor.cache_clear()
+    efficiency._cap.cache_clear()
+    efficiency._lookup.cache_clear()
+    consecutive_spread.cache_clear()
+    slowest_gpu_factor.cache_clear()
 
 
 def run(scenario: Scenario) -> Projection:
