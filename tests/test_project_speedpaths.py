@@ -95,3 +95,30 @@ def test_stages_alike_summed_once_are_each_summed_alone():
         scenario = Scenario(w, load_topology(row.topology), ParallelLayout.model_validate(row.layout), row.gpus)
         checked_alike += _stage_checks(scenario)
     assert checked_alike > 50  # the rows hold many middle stages alike: the shortcut was taken
+
+
+def test_a_cleared_projection_keeps_nothing_it_worked_out_for_the_scenario():
+    """``step.clear_caches`` (the benchmark's cold rounds) leaves none of what a projection computed for its
+    scenario's shapes: job layouts and their protocol views, ring tapers, GEMM shape-curve points, measured GEMM
+    rate caps and attention lookups, collective costs and parameter counts."""
+    import importlib
+
+    from commlens.model import backends
+    from commlens.model import layout as model_layout
+    from commlens.project import compute, efficiency, project
+
+    predict_module = importlib.import_module("commlens.model.predict")
+    w = load_workload("llama3-70b", {})
+    project(w, load_topology("dgx-h100"), ParallelLayout(tp=8, pp=4, vpp=5), 1024)
+    assert predict_module._LAYOUTS and backends._PROTOCOL_LAYOUTS and step._COMM
+    assert compute._cached_shape_factor.cache_info().currsize and efficiency._lookup.cache_info().currsize
+    step.clear_caches()
+    assert not predict_module._LAYOUTS and not backends._PROTOCOL_LAYOUTS and not step._COMM
+    for cached in (
+        compute._cached_shape_factor,
+        efficiency._cap,
+        efficiency._lookup,
+        model_layout._ring_taper,
+        step.slowest_gpu_factor,
+    ):
+        assert cached.cache_info().currsize == 0, cached
