@@ -302,8 +302,8 @@ def gloo_average_refusal(backend: str, algo: str, dtype: str, redop: str | None,
 
     gloo's AVG sums, then divides the sum in place by the world size inside its work; torch refuses that division
     for a tensor that is not floating point. Launched, the refusal is raised from gloo's worker thread, and CI saw a
-    rank of three meet it in its next row's collective instead of the probe (twice, in sessions 29 and 31), so the
-    ranks disagreed on the row. The same division on a one-element tensor of the row's dtype gives torch's own
+    rank of three meet it in its next row's collective instead of the probe (twice, ``test_bench_sweep.py`` world 3),
+    so the ranks disagreed on the row. The same division on a one-element tensor of the row's dtype gives torch's own
     message on every rank at once, before anything is sent."""
     if backend != "gloo" or algo != "builtin" or redop != "avg":
         return None

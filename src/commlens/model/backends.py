@@ -409,9 +409,9 @@ def nccl_choice(
     domains either one's NICs run at their measured share under all-to-all traffic (:data:`A2A_NIC_SHARE`).
     ``span_nodes``: the nodes a strided communicator's ranks range over (:func:`layout_for`). ``nvls`` false: the job
     runs with NVLink SHARP off (NCCL_NVLS_ENABLE=0), so NCCL has no NVLS candidate even where the switch reduces."""
-    layout, algo, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
+    layout, alone, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
     if not algos:
-        return predict(topology, "all_to_all" if op in DEVICE_A2A_OPS else op, size_bytes, algo=algo, layout=layout), ""
+        return predict(topology, alone[0], size_bytes, algo=alone[1], layout=layout), ""
     name = _op_name(op)
     _, lay, algo, proto = _nccl_pick(layout, op, name, algos, size_bytes, terms=False)
     # only the winner's terms are kept: it is costed again with them
@@ -429,10 +429,9 @@ def nccl_time_s(
     nvls: bool = True,
 ) -> float:
     """:func:`nccl_choice`'s time alone, without building its prediction's terms (a projection asks for many)."""
-    layout, algo, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
+    layout, alone, algos = _nccl_plan(topology, op, size_bytes, nodes, ranks_per_host, span_nodes, nvls)
     if not algos:
-        op = "all_to_all" if op in DEVICE_A2A_OPS else op
-        return predict(topology, op, size_bytes, algo=algo, layout=layout).time_s
+        return predict(topology, alone[0], size_bytes, algo=alone[1], layout=layout).time_s
     return _nccl_pick(layout, op, _op_name(op), algos, size_bytes, terms=False)[0].time_s
 
 
@@ -444,15 +443,16 @@ def _nccl_plan(
     ranks_per_host: int | None,
     span_nodes: int,
     nvls: bool,
-) -> tuple[Layout, str, tuple[str, ...]]:
-    """(the layout ``op`` runs on, the algorithm to predict it with where NCCL's tuner does not choose (``auto`` or
-    ``direct``), NCCL's candidates where it does (empty where it does not)) for :func:`nccl_choice`."""
+) -> tuple[Layout, tuple[str, str], tuple[str, ...]]:
+    """(the layout ``op`` runs on, (the op and algorithm to predict it with where NCCL's tuner does not choose: the
+    GPUs' own all-to-all as ``all_to_all``, ``direct`` or ``auto``), NCCL's candidates where it does (empty where it
+    does not)) for :func:`nccl_choice` and :func:`nccl_time_s`."""
     layout = layout_for(topology, nodes, ranks_per_host, span_nodes)
     if op in DEVICE_A2A_OPS:
         if within_one_nvlink_domain(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
             f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
             layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
-        return _a2a_across(topology, layout), "direct", ()
+        return _a2a_across(topology, layout), ("all_to_all", "direct"), ()
     if op == "all_to_all" and within_one_nvlink_domain(topology, layout):
         slowed = replace(
             layout,
@@ -460,7 +460,7 @@ def _nccl_plan(
             up_rate=layout.up_rate * NCCL_A2A_NVLINK_SHARE,
             up_cached_rate=layout.up_cached_rate * NCCL_A2A_NVLINK_SHARE,
         )
-        return slowed, "direct", ()
+        return slowed, (op, "direct"), ()
     if op == "all_to_all":
         layout = _a2a_across(topology, layout)
     if op in SMALL_RING_OPS and layout.ranks < 8 and within_one_nvlink_domain(topology, layout):
@@ -470,10 +470,10 @@ def _nccl_plan(
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")
     if not algos or layout.host_cores:
-        return layout, AUTO, ()
+        return layout, (op, AUTO), ()
     if size_bytes < 0:
         raise InfeasibleError(f"size must be >= 0 bytes, got {size_bytes}")
-    return layout, "", algos
+    return layout, (op, ""), algos
 
 
 def _nccl_pick(
