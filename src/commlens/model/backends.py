@@ -11,7 +11,7 @@ would pick, with no copies.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -180,8 +180,7 @@ def _protocol_layouts(layout: Layout) -> tuple[Layout, ...]:
     if hit is not None and hit[0] is layout:
         return hit[1]
     out = tuple(
-        replace(
-            layout,
+        layout.evolve(
             launch_s=layout.launch_s * p.launch,
             up_latency_s=layout.up_latency_s * p.up,
             out_latency_s=tuple(
@@ -372,7 +371,7 @@ def _a2a_across(topology: AnyTopology, layout: Layout) -> Layout:
     if not layout.multi_domain or layout.host_cores or out is None:
         return layout
     cap = out.nic_bandwidth_bytes_per_s * a2a_nic_share(layout.domains)
-    return replace(layout, nic_rate=cap) if cap < layout.nic_rate else layout
+    return layout.evolve(nic_rate=cap) if cap < layout.nic_rate else layout
 
 
 def within_one_nvlink_domain(topology: AnyTopology, layout: Layout) -> bool:
@@ -451,11 +450,10 @@ def _nccl_plan(
     if op in DEVICE_A2A_OPS:
         if within_one_nvlink_domain(topology, layout):  # one NVLink domain: DeepEP's and HybridEP's measured rates
             f = ep_kernel_nvlink_share(op, topology.scale_up.name, layout.ranks)
-            layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
+            layout = layout.evolve(up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
         return _a2a_across(topology, layout), ("all_to_all", "direct"), ()
     if op == "all_to_all" and within_one_nvlink_domain(topology, layout):
-        slowed = replace(
-            layout,
+        slowed = layout.evolve(
             launch_s=layout.launch_s + _a2a_extra_s(size_bytes),
             up_rate=layout.up_rate * NCCL_A2A_NVLINK_SHARE,
             up_cached_rate=layout.up_cached_rate * NCCL_A2A_NVLINK_SHARE,
@@ -465,7 +463,7 @@ def _nccl_plan(
         layout = _a2a_across(topology, layout)
     if op in SMALL_RING_OPS and layout.ranks < 8 and within_one_nvlink_domain(topology, layout):
         f = small_ring_share(layout.ranks)  # [27 s22 smallring]
-        layout = replace(layout, up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
+        layout = layout.evolve(up_rate=layout.up_rate * f, up_cached_rate=layout.up_cached_rate * f)
     algos = nccl_candidates(op, nvls=nvls and layout.switch_rate > 0)
     if layout.multi_domain and op in ("all_gather", "reduce_scatter"):
         algos = tuple(a for a in algos if a != "nvls")

@@ -20,9 +20,10 @@ of one scale-up domain, which may span several hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from commlens.errors import CommlensError
 
@@ -36,9 +37,10 @@ class InfeasibleError(CommlensError, ValueError):
     """A job or algorithm the topology cannot run; the message says why (sweeps count these)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ of 30 fields costs ~5x, and a projection builds ~10
 class Layout:
-    """The numbers the cost formulas read for one job shape on one topology."""
+    """The numbers the cost formulas read for one job shape on one topology. Treated as a value: code builds a new
+    one (:meth:`evolve`) and never assigns to a field; caches key it by ``id`` (it is not hashable)."""
 
     topology: str  # the topology's name, for messages
     ranks: int  # p
@@ -70,6 +72,14 @@ class Layout:
     tier_nodes: tuple[int, ...]  # nodes in one group of tier k
     job_tier: int  # the tier spanning the whole job (-1: single domain)
 
+    def evolve(self, **changes: Any) -> Layout:
+        """This layout with ``changes``: ``dataclasses.replace``, at a third of its cost (the collectives' cost model
+        derives a handful of these for every job shape it prices)."""
+        new = Layout(*_FIELD_VALUES(self))
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
+
     @property
     def multi_domain(self) -> bool:
         return self.domains > 1
@@ -89,7 +99,7 @@ class Layout:
         if not self.up_cache_bytes:
             return self
         f = min(1.0, self.up_cache_bytes / max(working_set_bytes, 1.0))
-        return replace(self, up_rate=1.0 / (f / self.up_cached_rate + (1.0 - f) / self.up_rate))
+        return self.evolve(up_rate=1.0 / (f / self.up_cached_rate + (1.0 - f) / self.up_rate))
 
     def node_nic_rate(self) -> float:
         """What one node's ranks can push into the fabric together: each rank drives at most its own NIC."""
@@ -105,10 +115,7 @@ class Layout:
 
     def tier_for_span(self, span_nodes: float) -> int:
         """The lowest tier whose group holds ``span_nodes`` consecutive nodes."""
-        for k, group in enumerate(self.tier_nodes):
-            if group >= span_nodes:
-                return k
-        return len(self.tier_nodes) - 1
+        return _tier_for_span(self.tier_nodes, span_nodes)
 
     def ring_taper(self) -> float:
         """Bandwidth divisor for a ring's domain crossings, from the tiers' oversubscription [27 s13 oversub].
@@ -194,7 +201,7 @@ def build_layout(topology: AnyTopology, nodes: int = 1, ranks_per_host: int | No
             lat_list.append(t_lat)
             taper_list.append(t_taper)
         lat, taper, groups = tuple(lat_list), tuple(taper_list), tuple(t.nodes for t in out.tiers)
-    layout = Layout(
+    return Layout(
         topology=topology.name,
         ranks=nodes * ranks_per_host,
         nodes=nodes,
@@ -223,11 +230,19 @@ def build_layout(topology: AnyTopology, nodes: int = 1, ranks_per_host: int | No
         out_latency_s=lat,
         out_taper=taper,
         tier_nodes=groups,
-        job_tier=-1,
+        job_tier=-1 if domains == 1 else _tier_for_span(groups, nodes),
     )
-    if domains > 1:
-        layout = replace(layout, job_tier=layout.tier_for_span(nodes))
-    return layout
+
+
+_FIELD_VALUES = attrgetter(*(f.name for f in fields(Layout)))  # every field, in order: Layout(*_FIELD_VALUES(x))
+
+
+def _tier_for_span(tier_nodes: tuple[int, ...], span_nodes: float) -> int:
+    """The lowest tier whose group holds ``span_nodes`` consecutive nodes (see :meth:`Layout.tier_for_span`)."""
+    for k, group in enumerate(tier_nodes):
+        if group >= span_nodes:
+            return k
+    return len(tier_nodes) - 1
 
 
 @lru_cache(maxsize=1024)  # one value per fabric and job shape; every ring crossing domains asks for it

@@ -7,7 +7,7 @@ factor from :mod:`commlens.ops`), so a predicted row reads like a measured one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from commlens.errors import CommlensError
@@ -130,12 +130,12 @@ def _strided_over_domains(layout: Layout, domain_nodes_full: int, span_nodes: in
         domains += 1
     if domains > layout.domains:  # more domains than the same nodes placed side by side would fill
         domain_nodes = layout.nodes // domains
-        layout = replace(
-            layout, domains=domains, domain_nodes=domain_nodes, domain_ranks=domain_nodes * layout.ranks_per_host
+        layout = layout.evolve(
+            domains=domains, domain_nodes=domain_nodes, domain_ranks=domain_nodes * layout.ranks_per_host
         )
     if not layout.multi_domain:
         return layout
-    return replace(layout, job_tier=max(layout.job_tier, layout.tier_for_span(span_nodes)))
+    return layout.evolve(job_tier=max(layout.job_tier, layout.tier_for_span(span_nodes)))
 
 
 def _op_name(op: str) -> str:
