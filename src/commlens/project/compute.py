@@ -57,12 +57,14 @@ def shape_factor(
     the waves, so only the last wave of the whole launch runs partly idle.
     """
     best = 0.0
+    area = m * n
     for tm, tn, rel in tiles:
         rows, cols = -(-m // tm), -(-n // tn)
         count = rows * cols * batch
         waves = -(-count // sms)
-        useful = (m * n) / (rows * tm * cols * tn) * count / (waves * sms)
-        best = max(best, useful * rel)
+        kept = area / (rows * tm * cols * tn) * count / (waves * sms) * rel
+        if kept > best:
+            best = kept
     return best * k / (k + k_overhead)
 
 

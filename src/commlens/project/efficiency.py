@@ -262,22 +262,20 @@ def _lookup(
 ) -> float | None:
     # env (COMMLENS_EFFICIENCY and COMMLENS_ACCELERATORS) is part of the cache key only: attention_entries reads the
     # variables itself
-    entries, scale = attention_entries(device, files)
     if window:
+        entries, scale = attention_entries(device, files)
         rate = _windowed(entries, kernel, pass_, head_dim, seq, window, v_dim or head_dim)
         if rate is not None:
             return rate * scale
         # no windowed row for the family or its stand-ins: the causal curve at the window's length (its short end)
         return _lookup(device, kernel, pass_, head_dim, float(min(seq, window)), files, env, 0, v_dim)
-    entries = [e for e in entries if not e[6]]
+    by_curve, scale = _unwindowed(device, tuple(files), env)
     chain = (kernel, *FAMILY_FALLBACK.get(kernel, ()))
 
     def family_rows(family: str) -> list[Entry]:
         # a pass not tabled apart takes the family's forward + backward rate where only that is published: the
         # measured time of the pair, split between the passes by their FLOPs (1 : 2.5)
-        return [e for e in entries if e[0] == family and e[1] == pass_] or [
-            e for e in entries if e[0] == family and e[1] == "fwd_bwd"
-        ]
+        return by_curve.get((family, pass_)) or by_curve.get((family, "fwd_bwd"), [])
 
     for i, family in enumerate(chain):
         rows = family_rows(family)
@@ -305,6 +303,18 @@ def _lookup(
             rate = min(rate, _on_curve(unmasked, seq))
         return rate * scale
     return None
+
+
+@lru_cache(maxsize=64)
+def _unwindowed(device: str, files: tuple[str, ...], env: str) -> tuple[dict[tuple[str, str], list[Entry]], float]:
+    """:func:`attention_entries` without the windowed rows, by (kernel family, pass), in the table's order, and the
+    factor to scale them by (``env``: as :func:`_lookup`'s, for the cache's key only)."""
+    entries, scale = attention_entries(device, files)
+    out: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries:
+        if not e[6]:
+            out.setdefault((e[0], e[1]), []).append(e)
+    return out, scale
 
 
 def _windowed(
