@@ -1,19 +1,53 @@
 """The shortcuts a projection takes for speed give what the long way gives: a collective priced by its time alone
 (``backends.nccl_time_s``) against NCCL's full prediction, and a pipeline stage summed once for all the stages alike
-(``step._stages``) against each stage summed on its own."""
+(``step._stages``) against each stage summed on its own, and the GEMM shape curve skipping the tiles that cannot win
+(``compute.shape_factor``) against the best of every tile."""
 
 from __future__ import annotations
 
 import pytest
 
+import random
+
 from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, nccl_predict, nccl_time_s
 from commlens.model.layout import InfeasibleError
 from commlens.project import step
+from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, shape_factor
+from commlens.project.hardware import active_devices
 from commlens.project import validate as v
 from commlens.project.layout import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.topology import load_topology
 from commlens.workload import load_workload
+
+def _every_tile(m, n, k, sms, tiles, k_overhead, batch):
+    """The shape curve the long way: every tile's share of the plateau, the best of them."""
+    shares = []
+    for tm, tn, rel in tiles:
+        rows, cols = -(-m // tm), -(-n // tn)
+        count = rows * cols * batch
+        waves = -(-count // sms)
+        shares.append((m * n) / (rows * tm * cols * tn) * count / (waves * sms) * rel)
+    return max(shares) * k / (k + k_overhead)
+
+
+def test_the_shape_curve_skipping_tiles_that_cannot_win_gives_the_best_tile():
+    curves = {(DEFAULT_TILES, DEFAULT_K_OVERHEAD)} | {
+        (d.gemm_shape.tiles, d.gemm_shape.k_overhead) for d in active_devices().values() if d.gemm_shape is not None
+    }
+    curves.add((((64, 64, 0.7), (128, 128, 0.95), (256, 128, 1.0)), 64.0))  # the smaller tiles first
+    rng = random.Random(27)
+    sides = [1, 7, 64, 127, 128, 129, 255, 1000, 1536, 4096, 5120, 9216, 14336, 53248, 131072]
+    checked = 0
+    for tiles, k_overhead in sorted(curves):
+        for _ in range(400):
+            m, n, k = rng.choice(sides) + rng.randrange(3), rng.choice(sides), rng.choice(sides)
+            sms, batch = rng.choice([80, 108, 132, 148, 160, 304]), rng.choice([1, 1, 2, 8, 64])
+            want = _every_tile(m, n, k, sms, tiles, k_overhead, batch)
+            assert shape_factor(m, n, k, sms, tiles, k_overhead, batch) == want, (m, n, k, sms, tiles, batch)
+            checked += 1
+    assert len(curves) >= 3 and checked >= 1200
+
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "sendrecv")
 

@@ -59,6 +59,8 @@ def shape_factor(
     best = 0.0
     area = m * n
     for tm, tn, rel in tiles:
+        if rel <= best:  # a tile keeps at most its relative throughput (both shares below are at most 1)
+            continue
         rows, cols = -(-m // tm), -(-n // tn)
         count = rows * cols * batch
         waves = -(-count // sms)
