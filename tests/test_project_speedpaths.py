@@ -5,20 +5,21 @@
 
 from __future__ import annotations
 
-import pytest
-
 import random
+
+import pytest
 
 from commlens.model.backends import DEEPEP_ALL_TO_ALL, DEVICE_ALL_TO_ALL, nccl_predict, nccl_time_s
 from commlens.model.layout import InfeasibleError
 from commlens.project import step
+from commlens.project import validate as v
 from commlens.project.compute import DEFAULT_K_OVERHEAD, DEFAULT_TILES, shape_factor
 from commlens.project.hardware import active_devices
-from commlens.project import validate as v
 from commlens.project.layout import ParallelLayout
 from commlens.project.scenario import Scenario
 from commlens.topology import load_topology
 from commlens.workload import load_workload
+
 
 def _every_tile(m, n, k, sms, tiles, k_overhead, batch):
     """The shape curve the long way: every tile's share of the plateau, the best of them."""
