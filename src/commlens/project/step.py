@@ -1087,29 +1087,26 @@ def _layer_time(
     # what no CUDA graph replays is launched by the host (kernels.graph_share: the layout's graphs and their scope)
     ungraphed = [1.0 - g for g in graph_shares(kernels, layout)]
     by_kind: dict[str, float] = {}
-    for k in kernels:
-        passes = fwd_passes + recompute_share(k.name, redo, w)
-        by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
-    compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
-    stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
-    t_gemm_fwd = sum(k.fwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
-    t_gemm_bwd = sum(k.bwd_s for k in kernels if k.kind in ("gemm", "grouped_gemm"))
-    # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones
-    pre_host = sum(
-        (k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if not k.eager
-    )
-    post_host = sum((k.launches * host_op_s + k.modules * module_s) * u for k, u in zip(kernels, ungraphed) if k.eager)
+    t_gemm_fwd = t_gemm_bwd = 0.0
+    # the host's time to issue the layer's forward: graphable kernels (before an MoE dispatcher's sync) and eager ones,
     # and its backward (a captured part's backward is captured too, Transformer Engine's make_graphed_callables):
     # BACKWARD_KERNEL_RATIO x the forward's launches where a kernel does not count its own; a linear module's own
     # backward cost at the stack's measured ratio (Framework.module_bwd_ratio) [27 s11 hostbwd]
-    bwd_host = sum(
-        (
-            (BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches) * host_op_s
-            + fw.module_bwd_ratio * k.modules * module_s
-        )
-        * u
-        for k, u in zip(kernels, ungraphed)
-    )
+    pre_host = post_host = bwd_host = 0.0
+    for k, u in zip(kernels, ungraphed):  # (one pass, each sum in the kernels' order)
+        passes = fwd_passes + recompute_share(k.name, redo, w)
+        by_kind[k.kind] = by_kind.get(k.kind, 0.0) + k.fwd_s * passes + k.bwd_s
+        if k.kind in ("gemm", "grouped_gemm"):
+            t_gemm_fwd += k.fwd_s
+            t_gemm_bwd += k.bwd_s
+        if k.eager:
+            post_host += (k.launches * host_op_s + k.modules * module_s) * u
+        else:
+            pre_host += (k.launches * host_op_s + k.modules * module_s) * u
+        bwd_launches = BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
+        bwd_host += (bwd_launches * host_op_s + fw.module_bwd_ratio * k.modules * module_s) * u
+    compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
+    stream = sum(v for kind, v in by_kind.items() if kind not in COMPUTE_KINDS)
     host = (pre_host + post_host) * fwd_passes + bwd_host
     cp_exp, cp_hid = _cp_time(c, kernels, lc)
     ep_t = 0.0
