@@ -36,13 +36,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from docsection import write_section  # noqa: E402
+
+if TYPE_CHECKING:
+    from commlens.project.validate import BandCoverage
+    from commlens.specdata import SpecValue
 
 SECTION = "## Projection against published runs (issue 27)"
 CALLS = 2000  # calls per timed round
@@ -139,30 +143,34 @@ class Timing:
         return statistics.median(self.cold_s)
 
 
-def time_projection(point: SpeedPoint, rounds: int) -> Timing:
-    """Median-ready samples: ``rounds`` rounds of :data:`CALLS` calls, warm, then the same cleared before each."""
+def time_projections(points: Sequence[SpeedPoint], rounds: int) -> list[Timing]:
+    """Median-ready samples of each point: ``rounds`` rounds of :data:`CALLS` calls warm, and as many cleared before
+    each call (cold). The rounds go round the points in turn (each point's warm round, then its cold round), so a slow
+    minute of the shared machine falls on every point alike rather than on one point's rounds."""
     from commlens.project import ParallelLayout, project, step
     from commlens.topology import load_topology
     from commlens.workload import load_workload
 
-    workload = load_workload(point.workload, point.workload_overrides)
-    topology = load_topology(point.topology)
-    layout = ParallelLayout.model_validate(point.layout)
-    project(workload, topology, layout, point.gpus)  # warm-up, not measured
-    warm = []
+    jobs = []
+    for point in points:
+        workload = load_workload(point.workload, point.workload_overrides)
+        topology = load_topology(point.topology)
+        jobs.append((workload, topology, ParallelLayout.model_validate(point.layout), point.gpus))
+    warm: list[list[float]] = [[] for _ in jobs]
+    cold: list[list[float]] = [[] for _ in jobs]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            project(workload, topology, layout, point.gpus)
-        warm.append((time.perf_counter() - t0) / CALLS)
-    cold = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            step.clear_caches()  # the collective costs and every kept count: a cold start
-            project(workload, topology, layout, point.gpus)
-        cold.append((time.perf_counter() - t0) / CALLS)
-    return Timing(tuple(warm), tuple(cold))
+        for k, (workload, topology, layout, gpus) in enumerate(jobs):
+            project(workload, topology, layout, gpus)  # warm-up, not measured (the last point's cold round cleared)
+            t0 = time.perf_counter()
+            for _ in range(CALLS):
+                project(workload, topology, layout, gpus)
+            warm[k].append((time.perf_counter() - t0) / CALLS)
+            t0 = time.perf_counter()
+            for _ in range(CALLS):
+                step.clear_caches()  # the collective costs and every kept count: a cold start
+                project(workload, topology, layout, gpus)
+            cold[k].append((time.perf_counter() - t0) / CALLS)
+    return [Timing(tuple(a), tuple(b)) for a, b in zip(warm, cold, strict=True)]
 
 
 def time_shell(runs: int = 5) -> tuple[float, ...]:
@@ -268,7 +276,7 @@ def time_sweep() -> tuple[int, int, float]:
     framework and ZeRO stage (``run_sweep``, the local process pool over this machine's cores)."""
     from commlens.project.sweep import Base, grid, run_sweep
 
-    vary = {
+    vary: dict[str, list[SpecValue]] = {
         "gpus": [256, 512, 1024, 2048, 4096],
         "layout.tp": [1, 2, 4, 8],
         "layout.pp": [1, 2, 4, 8, 16],
@@ -293,7 +301,7 @@ def speed_lines(
         "### Speed",
         "",
         f"In-process: median seconds per call over rounds of {CALLS:,} calls ({len(timings[0][1].warm_s)} rounds "
-        "each); warm keeps the collective cost cache (`step._COMM`) and the kept parameter counts as a sweep has "
+        "each, taken in turn across the points: a point's warm round, then its cold one, then the next point's); warm keeps the collective cost cache (`step._COMM`) and the kept parameter counts as a sweep has "
         "them, cold clears before every call everything a projection works out for a scenario (`step.clear_caches`: "
         "collective costs, parameter counts, job layouts, GEMM shape-curve points, measured-rate lookups; since "
         "session 31 the last three too, which earlier runs of record kept), keeping the data files and per-accelerator "
@@ -342,7 +350,7 @@ def speed_lines(
     return lines, missed
 
 
-def accuracy_lines(rows: list, memory: list, coverage: dict[str, Any]) -> tuple[list[str], list[str]]:
+def accuracy_lines(rows: list, memory: list, coverage: BandCoverage) -> tuple[list[str], list[str]]:
     """The throughput and memory tables, by table and by family, the band's coverage, and the targets missed."""
     from commlens.project.validate import MEMORY, SC21
 
@@ -564,7 +572,7 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    timings = [(point, time_projection(point, args.rounds)) for point in SPEED_POINTS]
+    timings = list(zip(SPEED_POINTS, time_projections(SPEED_POINTS, args.rounds), strict=True))
     shell_s = time_shell()
     what_if = time_what_if()
     sweep = time_sweep()
