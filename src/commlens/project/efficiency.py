@@ -308,7 +308,8 @@ def _lookup(
 @lru_cache(maxsize=64)
 def _unwindowed(device: str, files: tuple[str, ...], env: str) -> tuple[dict[tuple[str, str], list[Entry]], float]:
     """:func:`attention_entries` without the windowed rows, by (kernel family, pass), in the table's order, and the
-    factor to scale them by (``env``: as :func:`_lookup`'s, for the cache's key only)."""
+    factor to scale them by (``env``: as :func:`_lookup`'s, for the cache's key only). The lists are shared: callers
+    read them."""
     entries, scale = attention_entries(device, files)
     out: dict[tuple[str, str], list[Entry]] = {}
     for e in entries:
