@@ -371,6 +371,8 @@ def op_sac_tp_regathers(redo: frozenset[str], tp: int, sp: bool, names: Sequence
 
 def recompute_share(name: str, redo: frozenset[str], w: Workload) -> float:
     """The share of kernel ``name``'s forward that selective recomputation of ``redo`` runs again."""
+    if not redo:  # (nothing recomputed: the common case, asked for every kernel of every layer)
+        return 0.0
     if "op" in redo:
         if name == "qkv":  # K recomputed (the second matmul), Q and V kept
             return w.kv_heads_n / (w.heads + 2 * w.kv_heads_n)
