@@ -88,7 +88,8 @@ def count(src: Path, idx: int, calls: int) -> int:
 def per_call(src: Path, calls: int, pool: ThreadPoolExecutor) -> list[float]:
     """Millions of instructions per cold projection at each speed point, for the ``src`` tree. Its modules are
     compiled first: a counted process that compiled one (its cache missing or older than the source, as after an
-    edit) would count the compiler too, and the two processes of a point raced for it."""
+    edit) would count the compiler too, and the two processes of a point raced for it. An edit to the tree or to
+    ``benchmarks/`` while this runs can still do so: leave them alone until it is done."""
     done = subprocess.run(
         [sys.executable, "-m", "compileall", "-q", str(src), str(ROOT / "benchmarks")], capture_output=True, text=True
     )
