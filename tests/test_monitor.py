@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,18 +52,28 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (where outgoing connections take their local ports)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _ports(n: int) -> int:
-    """A base port with ``n`` free ports above it (checked now; nothing else here binds that range)."""
-    for _ in range(50):
-        base = _port()
-        if base + n > 65535:
-            continue
+    """A base port with ``n`` free ports above it, below the ephemeral range: a range taken from it (as ``_port``
+    does) can lose a port to the job's own outgoing connections (torchrun's store, gloo's mesh) between this check
+    and a rank's bind, and a rank that cannot listen ends the job. Checked free now; nothing else here binds there."""
+    rng = random.Random()
+    low = min(_ephemeral_low(), 65536)
+    for _ in range(200):
+        base = rng.randrange(20000, max(20001, low - n))
+        socks = []
         try:
-            socks = []
             for p in range(base, base + n):
                 s = socket.socket()
-                s.bind(("127.0.0.1", p))
                 socks.append(s)
+                s.bind(("127.0.0.1", p))
             return base
         except OSError:
             continue
