@@ -637,6 +637,10 @@ def test_a_slowed_rank_is_named_live_within_20_steps(tmp_path):
             "--idle-exit", "3", "--output", str(tmp_path / "c.json"), "--fail-on-alert", timeout=240,
         )  # fmt: skip
         job.communicate(timeout=120)
+    except subprocess.TimeoutExpired as e:  # say why: the job's own account (a rank that could not start, ...)
+        job.kill()
+        _, job_err = job.communicate()
+        pytest.fail(f"{e}\nthe job's stderr:\n{job_err[-4000:]}")
     finally:
         if job.poll() is None:
             job.kill()
