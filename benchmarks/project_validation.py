@@ -301,8 +301,8 @@ def speed_lines(
         "### Speed",
         "",
         f"In-process: median seconds per call over rounds of {CALLS:,} calls ({len(timings[0][1].warm_s)} rounds "
-        "each, taken in turn across the points: a point's warm round, then its cold one, then the next point's); warm keeps the collective cost cache (`step._COMM`) and the kept parameter counts as a sweep has "
-        "them, cold clears before every call everything a projection works out for a scenario (`step.clear_caches`: "
+        "each, taken in turn across the points: a point's warm round, then its cold one, then the next point's); "
+        "warm keeps the collective cost cache (`step._COMM`) and the kept parameter counts as a sweep has them, cold clears before every call everything a projection works out for a scenario (`step.clear_caches`: "
         "collective costs, parameter counts, job layouts, GEMM shape-curve points, measured-rate lookups; since "
         "session 31 the last three too, which earlier runs of record kept), keeping the data files and per-accelerator "
         "curves a process reads once. The 1 ms target (issue 27: one "

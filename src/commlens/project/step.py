@@ -1099,10 +1099,11 @@ def _layer_time(
         if k.kind in ("gemm", "grouped_gemm"):
             t_gemm_fwd += k.fwd_s
             t_gemm_bwd += k.bwd_s
+        issue = (k.launches * host_op_s + k.modules * module_s) * u
         if k.eager:
-            post_host += (k.launches * host_op_s + k.modules * module_s) * u
+            post_host += issue
         else:
-            pre_host += (k.launches * host_op_s + k.modules * module_s) * u
+            pre_host += issue
         bwd_launches = BACKWARD_KERNEL_RATIO * k.launches if k.bwd_launches is None else k.bwd_launches
         bwd_host += (bwd_launches * host_op_s + fw.module_bwd_ratio * k.modules * module_s) * u
     compute = sum(v for kind, v in by_kind.items() if kind in COMPUTE_KINDS)
